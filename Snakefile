@@ -1,0 +1,39 @@
+"""tilesweep: which kernel configurations launch, how fast they decode, what bounds them."""
+
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from tilesweep.errors import ConfigError
+from tilesweep.grid import canonical as grid_json
+from tilesweep.pipeline import Sweep, code_hash, parse_overrides
+from tilesweep.provenance import device_id, gpu_names, package_version
+
+try:
+    SWEEP = Sweep(
+        parse_overrides(config.get("overrides")), Path(workflow.basedir) / "conf"
+    )
+except ConfigError as err:
+    sys.exit(f"tilesweep: {err}")
+
+R = SWEEP.results
+DEVICE = device_id()
+GPUS = len(gpu_names())
+
+
+include: "workflow/rules/build.smk"
+include: "workflow/rules/launch.smk"
+include: "workflow/rules/decode.smk"
+include: "workflow/rules/collective.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        SWEEP.final_outputs(),

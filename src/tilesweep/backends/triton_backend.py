@@ -1,0 +1,148 @@
+"""Triton backend: ahead-of-time builds for any architecture, and launches on a local GPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+NAME = "triton"
+_OPERAND = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
+# Arguments a real launch specialises as 16-divisible: every pointer (torch allocations are
+# 256-byte aligned) and N, K (model dimensions are multiples of 16). num_tiles is never
+# specialised (do_not_specialize), so one binary serves every batch.
+_POINTERS = (
+    "a_ptr",
+    "b_ptr",
+    "c_ptr",
+    "a_scale_ptr",
+    "b_scale_ptr",
+    "tile_expert_ptr",
+    "tile_start_ptr",
+    "tile_end_ptr",
+)
+_DIVISIBLE = (*_POINTERS, "N", "K")
+
+
+def signature(cell: dict) -> dict[str, str]:
+    """Return the Triton signature (argument name to type) of a kernel cell."""
+    operand = _OPERAND[cell["dtype"]]
+    out = "*fp32" if cell["epilogue"] == "finalize" else "*bf16"
+    return {
+        "a_ptr": operand,
+        "b_ptr": operand,
+        "c_ptr": out,
+        "a_scale_ptr": "*fp32",
+        "b_scale_ptr": "*fp32",
+        "tile_expert_ptr": "*i32",
+        "tile_start_ptr": "*i32",
+        "tile_end_ptr": "*i32",
+        "num_tiles": "i32",
+        "N": "i32",
+        "K": "i32",
+        "BLOCK_M": "constexpr",
+        "BLOCK_N": "constexpr",
+        "BLOCK_K": "constexpr",
+        "HAS_SCALE": "constexpr",
+    }
+
+
+def constexprs(cell: dict) -> dict:
+    """Return the compile-time constants of a kernel cell."""
+    return {
+        "BLOCK_M": cell["tile_m"],
+        "BLOCK_N": cell["tile_n"],
+        "BLOCK_K": cell["tile_k"],
+        "HAS_SCALE": cell["dtype"] == "fp8",
+    }
+
+
+def versions() -> dict:
+    """Return the versions that decide what a Triton build produces."""
+    from importlib.metadata import version
+
+    return {"triton": version("triton")}
+
+
+def _cuobjdump() -> str | None:
+    """Return the cuobjdump that ships with Triton (or one on PATH), if any."""
+    import triton
+
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if bundled.exists():
+        return str(bundled)
+    from shutil import which
+
+    return which("cuobjdump")
+
+
+def resource_usage(cubin: Path) -> dict:
+    """Return registers, stack, static shared and local bytes read from the cubin."""
+    tool = _cuobjdump()
+    if tool is None:
+        return {}
+    out = subprocess.run(
+        [tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=False
+    ).stdout
+    found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
+    return {
+        "regs": int(found.get("REG", 0)),
+        "stack_bytes": int(found.get("STACK", 0)),
+        "smem_static_bytes": int(found.get("SHARED", 0)),
+        "local_bytes": int(found.get("LOCAL", 0)),
+    }
+
+
+def compile_kernel(cell: dict):
+    """Return the Triton CompiledKernel for a cell, built for its architecture on any host."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tilesweep.kernels.triton_grouped_gemm import grouped_gemm
+
+    sig = signature(cell)
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in _DIVISIBLE}
+    src = ASTSource(fn=grouped_gemm, signature=sig, constexprs=constexprs(cell), attrs=attrs)
+    cc = int(cell["arch"].removeprefix("sm_"))
+    options = {"num_warps": cell["warps"], "num_stages": cell["stages"]}
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+
+
+def _build_in_child(cell: dict, out_dir: str) -> dict:
+    """Compile a cell and write its cubin; return the compiler's numbers (runs in a child)."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    start = time.perf_counter()
+    kernel = compile_kernel(cell)
+    seconds = time.perf_counter() - start
+    cubin = Path(out_dir) / "kernel.cubin"
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    cubin.write_bytes(kernel.asm["cubin"])
+    usage = resource_usage(cubin)
+    dynamic = int(kernel.metadata.shared)
+    return {
+        "smem_dynamic_bytes": dynamic,
+        "smem_bytes": dynamic + usage.get("smem_static_bytes", 0),
+        "num_warps": int(kernel.metadata.num_warps),
+        "num_stages": int(kernel.metadata.num_stages),
+        "compile_s": round(seconds, 3),
+        "binary": "kernel.cubin",
+        **usage,
+    }
+
+
+def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:
+    """Return a build record for one cell: status ok/compile/timeout and the compiler's numbers."""
+    from tilesweep.isolate import Isolated, run_isolated
+
+    if cell.get("unsupported"):
+        return {"status": "unsupported", "reason": cell["unsupported"]}
+    try:
+        numbers = run_isolated(_build_in_child, cell, str(out_dir), timeout=timeout, start="fork")
+    except Isolated as exc:
+        status = "timeout" if exc.kind == "timeout" else "compile"
+        return {"status": status, "reason": f"triton.compile failed: {exc.message}"}
+    return {"status": "ok", "reason": "", **numbers}

@@ -1,0 +1,1 @@
+"""Measurement code: timing, device ceilings, the decode and collective benchmarks."""

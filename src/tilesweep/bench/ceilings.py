@@ -1,0 +1,113 @@
+"""The device's own ceilings, measured: copy bandwidth and dense matrix-product rate per dtype."""
+
+from __future__ import annotations
+
+from tilesweep.bench.timing import summarize, time_cpu, time_gpu
+
+# Substrings of a device name that identify a catalog entry, for the datasheet column.
+_CATALOG_NAMES = {
+    "H200": "h200",
+    "H100": "h100",
+    "B200": "b200",
+    "RTX PRO 6000": "rtx_pro_6000",
+    "5090": "rtx_5090",
+    "L40S": "l40s",
+    "A100": "a100",
+}
+
+
+def catalog_name(device: str) -> str | None:
+    """Return the conf/hardware name of a device, or None when the table has no entry."""
+    for needle, name in _CATALOG_NAMES.items():
+        if needle in device:
+            return name
+    return None
+
+
+def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> float:
+    """Return device-to-device copy bandwidth in GB/s, counting bytes read plus written."""
+    import torch
+
+    device = "cuda" if cuda else "cpu"
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    if cuda:
+        samples, _ = time_gpu([lambda: dst.copy_(src)], repeats, 2)
+    else:
+        samples = time_cpu(lambda: dst.copy_(src), repeats, 1)
+    return 2 * nbytes / (summarize(samples)["time_ms"] * 1e-3) / 1e9
+
+
+def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> float | None:
+    """Return the rate of an n x n x n product in TFLOP/s on random data, or None if unsupported."""
+    import torch
+
+    device = "cuda" if cuda else "cpu"
+    if dtype == "fp8":
+        if not cuda:
+            return None
+        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=device)
+
+        def call():
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    else:
+        torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        a = torch.randn(n, n, device=device, dtype=torch_dtype)
+        b = torch.randn(n, n, device=device, dtype=torch_dtype)
+
+        def call():
+            return a @ b
+
+    try:
+        if cuda:
+            samples, _ = time_gpu([call], repeats, 2)
+        else:
+            samples = time_cpu(call, repeats, 1)
+    except Exception:  # e.g. fp8 products on a GPU without fp8 tensor cores
+        return None
+    return 2 * n**3 / (summarize(samples)["time_ms"] * 1e-3) / 1e12
+
+
+def measure(catalog: dict[str, dict]) -> dict:
+    """Return measured ceilings of the device at hand, with the datasheet's beside them."""
+    import torch
+
+    from tilesweep.provenance import stamp
+
+    cuda = torch.cuda.is_available()
+    info = stamp()
+    if cuda:
+        copy_bytes, n, repeats = 2 << 30, 8192, 20
+        props = torch.cuda.get_device_properties(0)
+        measured_props = {
+            "sm_count": props.multi_processor_count,
+            "smem_per_block_optin": getattr(props, "shared_memory_per_block_optin", None),
+            "smem_per_sm": getattr(props, "shared_memory_per_multiprocessor", None),
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+            "memory_bytes": props.total_memory,
+        }
+    else:
+        copy_bytes, n, repeats = 256 << 20, 1024, 3
+        measured_props = {"threads": torch.get_num_threads()}
+    ceilings = {
+        "copy_gbs": _copy_gbs(copy_bytes, cuda, repeats),
+        "matmul_tflops": {d: _matmul_tflops(n, d, cuda, repeats) for d in ("bf16", "fp8", "fp32")},
+        "matmul_n": n,
+        "copy_bytes": copy_bytes,
+    }
+    name = catalog_name(info["device"]) if cuda else None
+    sheet = catalog.get(name) if name else None
+    return {
+        **info,
+        **ceilings,
+        "properties": measured_props,
+        "catalog_name": name,
+        "datasheet": {
+            "copy_gbs": sheet["memory_bandwidth_gbs"],
+            "matmul_tflops": sheet["peak_tflops"],
+        }
+        if sheet
+        else None,
+    }

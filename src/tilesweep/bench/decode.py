@@ -1,0 +1,289 @@
+"""Decode benchmark: the model's grouped expert GEMMs at each tokens-per-expert."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tilesweep.bench.timing import PowerSampler, summarize, time_cpu, time_gpu
+
+BASELINES = ("torch_bmm", "torch_grouped_mm", "torch_matmul")
+# Relative L2 error allowed against the float32 reference, per operand type.
+TOLERANCE = {"bf16": 2e-2, "fp8": 8e-2}
+
+
+def expert_ops(model: dict, tp: int = 1) -> dict[str, tuple[int, int]]:
+    """Return the (N, K) of each expert GEMM: gate/up fused, then down; split over tp ranks."""
+    inter = model["moe_intermediate"] // tp
+    return {"gate_up": (2 * inter, model["hidden"]), "down": (model["hidden"], inter)}
+
+
+def expert_counts(
+    tokens_per_expert: int, experts: int, routing: str, alpha: float, seed: int = 0
+) -> list[int]:
+    """Return tokens per expert: equal counts, or a Zipf-skewed split of the same total."""
+    total = tokens_per_expert * experts
+    if routing == "uniform":
+        return [tokens_per_expert] * experts
+    weights = [1.0 / (i + 1) ** alpha for i in range(experts)]
+    scale = total / sum(weights)
+    raw = [w * scale for w in weights]
+    counts = [math.floor(x) for x in raw]
+    order = sorted(range(experts), key=lambda i: raw[i] - counts[i], reverse=True)
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    # Rotate by the seed so the heaviest expert is not always expert 0.
+    shift = seed % experts
+    return counts[shift:] + counts[:shift]
+
+
+def tile_schedule(counts: list[int], block_m: int) -> tuple[list[int], list[int], list[int]]:
+    """Return, per row block, its expert, first row and the expert's end row."""
+    experts, starts, ends = [], [], []
+    offset = 0
+    for e, c in enumerate(counts):
+        for r in range(0, c, block_m):
+            experts.append(e)
+            starts.append(offset + r)
+            ends.append(offset + c)
+        offset += c
+    return experts, starts, ends
+
+
+def traffic(counts: list[int], n: int, k: int, dtype: str, out_bytes: int) -> dict:
+    """Return FLOPs and the fewest bytes moved: active experts' weights once, A, C."""
+    elem = {"bf16": 2, "fp8": 1}[dtype]
+    tokens = sum(counts)
+    active = sum(1 for c in counts if c)
+    flops = 2 * tokens * n * k
+    weight_bytes = active * n * k * elem
+    nbytes = weight_bytes + tokens * k * elem + tokens * n * out_bytes
+    return {
+        "flops": flops,
+        "bytes": nbytes,
+        "weight_bytes": weight_bytes,
+        "intensity": flops / nbytes if nbytes else 0.0,
+        "tokens": tokens,
+        "active_experts": active,
+    }
+
+
+@dataclass
+class Problem:
+    """One set of device buffers for a grouped GEMM."""
+
+    a: object
+    b: object
+    c: object
+    a_scale: object
+    b_scale: object
+    offsets: list[int]
+
+
+def make_problem(
+    counts: list[int], n: int, k: int, dtype: str, out_dtype, device: str, gen
+) -> Problem:
+    """Return fresh random buffers (never zeros) for one grouped GEMM."""
+    import torch
+
+    tokens, experts = sum(counts), len(counts)
+    a = torch.randn(tokens, k, generator=gen, device="cpu").to(device)
+    b = torch.randn(experts, n, k, generator=gen, device="cpu").to(device) / math.sqrt(k)
+    if dtype == "fp8":
+        a_scale = a.abs().amax(dim=1).clamp(min=1e-6) / 448.0
+        b_scale = b.abs().amax(dim=2).clamp(min=1e-6) / 448.0
+        a = (a / a_scale[:, None]).to(torch.float8_e4m3fn)
+        b = (b / b_scale[:, :, None]).to(torch.float8_e4m3fn)
+    else:
+        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        a_scale = torch.ones(max(tokens, 1), device=device)
+        b_scale = torch.ones(experts, n, device=device)
+    c = torch.full((tokens, n), float("nan"), dtype=out_dtype, device=device)
+    offsets = [0]
+    for cnt in counts:
+        offsets.append(offsets[-1] + cnt)
+    return Problem(a, b, c, a_scale.float().contiguous(), b_scale.float().contiguous(), offsets)
+
+
+def reference(p: Problem, dtype: str):
+    """Return the float32 reference product of a problem."""
+    import torch
+
+    out = torch.empty(p.c.shape, dtype=torch.float32, device=p.c.device)
+    for e in range(len(p.offsets) - 1):
+        lo, hi = p.offsets[e], p.offsets[e + 1]
+        if hi > lo:
+            a, b = p.a[lo:hi].float(), p.b[e].float()
+            if dtype == "fp8":
+                a = a * p.a_scale[lo:hi, None]
+                b = b * p.b_scale[e][:, None]
+            out[lo:hi] = a @ b.t()
+    return out
+
+
+def rel_error(out, ref) -> float:
+    """Return ||out - ref|| / ||ref||, or inf when out has unwritten (NaN) elements."""
+    import torch
+
+    out = out.float()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    denom = torch.linalg.vector_norm(ref).item() or 1.0
+    return torch.linalg.vector_norm(out - ref).item() / denom
+
+
+def triton_runner(kernel: dict, counts: list[int]) -> Callable[[Problem], object]:
+    """Return a call that launches the Triton grouped GEMM on a problem."""
+    import torch
+    import triton
+
+    from tilesweep.kernels.triton_grouped_gemm import grouped_gemm
+
+    ex, st, en = tile_schedule(counts, kernel["tile_m"])
+    device = "cuda"
+    meta = [torch.tensor(v or [0], dtype=torch.int32, device=device) for v in (ex, st, en)]
+    num_tiles = len(ex)
+    launched = {}
+
+    def call(p: Problem):
+        n, k = p.b.shape[1], p.b.shape[2]
+        grid = (max(num_tiles, 1), triton.cdiv(n, kernel["tile_n"]))
+        compiled = grouped_gemm[grid](
+            p.a,
+            p.b,
+            p.c,
+            p.a_scale,
+            p.b_scale,
+            *meta,
+            num_tiles,
+            n,
+            k,
+            BLOCK_M=kernel["tile_m"],
+            BLOCK_N=kernel["tile_n"],
+            BLOCK_K=kernel["tile_k"],
+            HAS_SCALE=kernel["dtype"] == "fp8",
+            num_warps=kernel["warps"],
+            num_stages=kernel["stages"],
+        )
+        if compiled is not None and "smem" not in launched:
+            launched["smem"] = int(compiled.metadata.shared)
+        return p.c
+
+    call.launched = launched
+    return call
+
+
+def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable[[Problem], object]:
+    """Return a call computing the grouped GEMM with a torch baseline."""
+    import torch
+
+    if dtype != "bf16":
+        raise NotImplementedError(f"{name} baseline is timed for bf16 only")
+    experts, widest = len(counts), max(counts)
+
+    if name == "torch_matmul":
+
+        def call(p: Problem):
+            for e in range(experts):
+                lo, hi = p.offsets[e], p.offsets[e + 1]
+                if hi > lo:
+                    torch.matmul(p.a[lo:hi], p.b[e].t(), out=p.c[lo:hi])
+            return p.c
+
+        return call
+    if name == "torch_bmm":
+        padded: dict[int, object] = {}
+
+        def call(p: Problem):
+            key = id(p)
+            if key not in padded:  # padding is setup, not timed: a bmm user stores it so
+                buf = torch.zeros(experts, widest, p.a.shape[1], dtype=p.a.dtype, device=p.a.device)
+                for e in range(experts):
+                    lo, hi = p.offsets[e], p.offsets[e + 1]
+                    buf[e, : hi - lo] = p.a[lo:hi]
+                padded[key] = (
+                    buf,
+                    torch.empty(experts, widest, p.b.shape[1], dtype=p.c.dtype, device=p.a.device),
+                )
+            buf, out = padded[key]
+            torch.bmm(buf, p.b.transpose(1, 2), out=out)
+            for e in range(experts):
+                lo, hi = p.offsets[e], p.offsets[e + 1]
+                p.c[lo:hi] = out[e, : hi - lo]
+            return p.c
+
+        return call
+    if name == "torch_grouped_mm":
+        grouped = getattr(torch, "_grouped_mm", None)
+        if grouped is None:
+            raise NotImplementedError("torch._grouped_mm is not in this torch build")
+        offs: dict[str, object] = {}
+
+        def call(p: Problem):
+            if "offs" not in offs:
+                offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
+            p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=offs["offs"]))
+            return p.c
+
+        return call
+    raise ValueError(f"unknown baseline {name!r}")
+
+
+def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int) -> int:
+    """Return how many buffer sets to rotate so weights come from memory, not the L2."""
+    if not cuda:
+        return 1
+    return max(1, min(8, math.ceil(4 * l2_bytes / max(weight_bytes, 1))))
+
+
+def measure_case(
+    runner_name: str,
+    make_call: Callable,
+    counts: list[int],
+    n: int,
+    k: int,
+    dtype: str,
+    out_dtype,
+    settings: dict,
+    cuda: bool,
+    l2_bytes: int,
+    gen,
+) -> dict:
+    """Return timing, correctness and power for one kernel at one routing and batch."""
+    device = "cuda" if cuda else "cpu"
+    bench = settings["bench"]
+    out_bytes = 4 if str(out_dtype).endswith("float32") else 2
+    info = traffic(counts, n, k, dtype, out_bytes)
+    sets = _rotation_sets(info["weight_bytes"], cuda, l2_bytes)
+    problems = [make_problem(counts, n, k, dtype, out_dtype, device, gen) for _ in range(sets)]
+    call = make_call()
+    call(problems[0])
+    err = rel_error(problems[0].c, reference(problems[0], dtype))
+    row = {"rel_err": err, "rotation_sets": sets, **info}
+    row["smem_runtime_bytes"] = getattr(call, "launched", {}).get("smem")
+    if not err <= TOLERANCE[dtype]:
+        return {
+            **row,
+            "status": "correctness",
+            "reason": f"relative error {err:.3g} > {TOLERANCE[dtype]} against fp32 reference",
+        }
+    fns = [lambda p=p: call(p) for p in problems]
+    if cuda:
+        with PowerSampler() as sampler:
+            samples, method = time_gpu(fns, bench["repeats"], bench["warmup"])
+        row.update(sampler.summary())
+    else:
+        samples = time_cpu(fns[0], bench["cpu_repeats"], min(bench["warmup"], 1))
+        method = "cpu-perf-counter"
+    stats = summarize(samples)
+    seconds = stats["time_ms"] * 1e-3
+    return {
+        **row,
+        **stats,
+        "status": "ok",
+        "reason": "",
+        "timing": method,
+        "tflops": info["flops"] / seconds / 1e12,
+        "gbs": info["bytes"] / seconds / 1e9,
+    }

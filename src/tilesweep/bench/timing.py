@@ -1,0 +1,147 @@
+"""Timing with device events (GPU) or a monotonic clock (CPU); medians and spreads."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+
+def summarize(samples_ms: list[float]) -> dict:
+    """Return the median, p10 and p90 of timing samples in milliseconds."""
+    ordered = sorted(samples_ms)
+    n = len(ordered)
+
+    def pct(q: float) -> float:
+        return ordered[min(n - 1, max(0, round(q * (n - 1))))]
+
+    return {
+        "time_ms": statistics.median(ordered),
+        "time_p10_ms": pct(0.1),
+        "time_p90_ms": pct(0.9),
+        "repeats": n,
+    }
+
+
+def time_cpu(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+    """Return per-call wall times in ms of fn on the CPU, after warm-up calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
+def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tuple[list[float], str]:
+    """Return per-call times in ms measured with CUDA events over graph replays, and the method.
+
+    `fns` are calls over rotating buffer sets; one graph replays all of them, so each sample is
+    the replay time divided by len(fns). Falls back to eager launches if capture fails.
+    """
+    import torch
+
+    for _ in range(max(1, warmup)):
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+    method = "cuda-graph"
+    try:
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for fn in fns:
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            for fn in fns:
+                fn()
+
+        def replay() -> None:
+            graph.replay()
+    except Exception:  # some kernels cannot be captured: time eager launches instead
+        method = "eager-events"
+
+        def replay() -> None:
+            for fn in fns:
+                fn()
+
+    replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / len(fns))
+    return samples, method
+
+
+class PowerSampler:
+    """Sample GPU power, SM clock and throttle reasons through NVML while a region runs."""
+
+    def __init__(self, index: int = 0, period_s: float = 0.01):
+        self.index, self.period_s = index, period_s
+        self.samples: list[tuple[float, float, int]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000
+        except Exception:  # no NVML: no samples, and the row says so
+            self._nvml = None
+            self.limit_w = None
+
+    def _run(self) -> None:
+        nv, h = self._nvml, self._handle
+        idle = getattr(nv, "nvmlClocksThrottleReasonGpuIdle", 1)
+        while not self._stop.is_set():
+            try:
+                power = nv.nvmlDeviceGetPowerUsage(h) / 1000
+                clock = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+                reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h) & ~idle
+                self.samples.append((power, clock, reasons))
+            except Exception:
+                return
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> PowerSampler:
+        if self._handle is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+    def summary(self) -> dict:
+        """Return mean power, fraction of the limit, median SM clock and throttled-sample share."""
+        if not self.samples:
+            return {
+                "power_w": None,
+                "power_frac": None,
+                "sm_clock_mhz": None,
+                "throttled_frac": None,
+                "power_samples": 0,
+            }
+        power = statistics.mean(s[0] for s in self.samples)
+        return {
+            "power_w": round(power, 1),
+            "power_frac": round(power / self.limit_w, 3) if self.limit_w else None,
+            "sm_clock_mhz": statistics.median(s[1] for s in self.samples),
+            "throttled_frac": round(sum(1 for s in self.samples if s[2]) / len(self.samples), 3),
+            "power_samples": len(self.samples),
+        }

@@ -1,0 +1,330 @@
+"""Compose the Hydra config once and validate it before any job runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tilesweep.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+_ALLOWED_DTYPES = ("bf16", "fp8")
+_ALLOWED_EPILOGUES = ("default", "finalize")
+_ALLOWED_ROUTING = ("uniform", "zipf")
+_MAX_TOKENS_PER_EXPERT = 65536
+
+# Expected type of every leaf key, by dotted path; `*` stands for a list element.
+_SCHEMA: dict[str, Any] = {
+    "results_dir": str,
+    "hardware": "hardware",
+    "model.name": str,
+    "model.hidden": int,
+    "model.moe_intermediate": int,
+    "model.routed_experts": int,
+    "model.top_k": int,
+    "model.shared_experts": int,
+    "model.moe_layers": int,
+    "model.source": str,
+    "grid.targets": [str],
+    "grid.dtypes": [str],
+    "grid.tiles": [{"m": int, "n": int, "k": int}],
+    "grid.stages": [int],
+    "grid.warps": [int],
+    "grid.epilogues": [str],
+    "grid.tokens_per_expert": [int],
+    "grid.layouts": [{"tp": int, "pp": int, "ep": int, "world?": int}],
+    "backend.triton.enabled": bool,
+    "backend.cutlass.enabled": bool,
+    "backend.cutlass.dtype_by_arch": {str: str},
+    "backend.cutlass.epilogues": [str],
+    "backend.cutlass.stages": [(int, str)],
+    "backend.torch.enabled": bool,
+    "bench.warmup": int,
+    "bench.repeats": int,
+    "bench.cpu_repeats": int,
+    "bench.gpu_experts": int,
+    "bench.cpu_experts": int,
+    "bench.routing": [str],
+    "bench.zipf_alpha": (int, float),
+    "bench.seed": int,
+    "bench.collective_world_cap": int,
+    "bench.collective_repeats": int,
+    "bench.collective_extra_sizes": [int],
+    "bench.cpu_collective_max_bytes": int,
+}
+
+HARDWARE_KEYS: dict[str, Any] = {
+    "name": str,
+    "arch": str,
+    "cc": int,
+    "sm_count": int,
+    "smem_per_block_default": int,
+    "smem_per_block_optin": int,
+    "smem_per_sm": int,
+    "smem_reserved_per_block": int,
+    "regs_per_sm": int,
+    "max_regs_per_thread": int,
+    "max_threads_per_sm": int,
+    "max_blocks_per_sm": int,
+    "memory_gb": (int, float),
+    "memory_bandwidth_gbs": (int, float),
+    "peak_tflops": {str: (int, float, type(None))},
+    "power_limit_w": (int, float),
+    "interconnect": str,
+    "interconnect_gbs": (int, float),
+}
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None) -> dict:
+    """Return the composed, resolved and validated config as plain containers."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    conf_dir = Path(conf_dir or CONF_DIR).resolve()
+    overrides = [str(o) for o in overrides]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+        settings = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:  # Hydra and OmegaConf raise many types; each becomes one line
+        raise ConfigError(_one_line(exc)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    settings["catalog"] = load_catalog(conf_dir)
+    validate(settings)
+    return settings
+
+
+def load_catalog(conf_dir: Path) -> dict[str, dict]:
+    """Return every hardware spec under conf/hardware, by name."""
+    from omegaconf import OmegaConf
+
+    catalog = {}
+    for path in sorted((Path(conf_dir) / "hardware").glob("*.yaml")):
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        catalog[path.stem] = spec
+    return catalog
+
+
+def validate(settings: dict) -> None:
+    """Raise ConfigError naming the first bad key and value; return None when all is well."""
+    _check_types(settings)
+    for name, spec in settings["catalog"].items():
+        _check_tree(spec, HARDWARE_KEYS, f"hardware[{name}]")
+    _check_values(settings)
+
+
+def _one_line(exc: Exception) -> str:
+    """Return the first meaningful line of a Hydra/OmegaConf error."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    head = lines[0] if lines else type(exc).__name__
+    if "Could not find" in head or "not found in" in head:
+        # Hydra lists the valid options on the next lines: keep them on one line.
+        opts = [ln.lstrip("\t ") for ln in lines[1:] if not ln.startswith("Config search path")]
+        if opts:
+            head = f"{head} {' '.join(opts)}"
+    return f"bad config: {head}"
+
+
+def _type_name(expected: Any) -> str:
+    """Return a readable name for an expected type."""
+    if isinstance(expected, tuple):
+        return " or ".join(_type_name(e) for e in expected)
+    if isinstance(expected, list):
+        return f"a list of {_type_name(expected[0])}"
+    if isinstance(expected, dict):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(
+        expected, getattr(expected, "__name__", str(expected))
+    )
+
+
+def _is(value: Any, expected: Any) -> bool:
+    """Return whether value has the expected leaf type (bools are not integers)."""
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+def _check_tree(value: Any, expected: Any, where: str) -> None:
+    """Raise ConfigError where value does not match the expected shape."""
+    if isinstance(expected, list):
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}={value!r}: expected {_type_name(expected)}")
+        for i, item in enumerate(value):
+            _check_tree(item, expected[0], f"{where}[{i}]")
+        return
+    if isinstance(expected, dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r}: expected a mapping")
+        if len(expected) == 1 and next(iter(expected)) is str:
+            leaf = next(iter(expected.values()))
+            for key, item in value.items():
+                _check_tree(item, leaf, f"{where}.{key}")
+            return
+        names = {key.rstrip("?"): key.endswith("?") for key in expected}
+        unknown = sorted(set(value) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(names))}"
+            )
+        missing = sorted(k for k, optional in names.items() if not optional and k not in value)
+        if missing:
+            raise ConfigError(f"{where}: missing key {missing[0]!r}")
+        for key, sub in expected.items():
+            if key.rstrip("?") in value:
+                _check_tree(value[key.rstrip("?")], sub, f"{where}.{key.rstrip('?')}")
+        return
+    if not _is(value, expected):
+        raise ConfigError(f"{where}={value!r}: expected {_type_name(expected)}")
+
+
+def _get(settings: dict, dotted: str) -> Any:
+    """Return the value at a dotted path, raising ConfigError when a key is missing."""
+    node: Any = settings
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"{dotted}: missing key")
+        node = node[part]
+    return node
+
+
+def _check_types(settings: dict) -> None:
+    """Raise ConfigError for unknown top-level sections or leaves of the wrong type."""
+    sections = {k.split(".")[0] for k in _SCHEMA} | {"catalog"}
+    unknown = sorted(set(settings) - sections)
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(sections))}")
+    for dotted, expected in _SCHEMA.items():
+        value = _get(settings, dotted)
+        if expected == "hardware":
+            _check_tree(value, HARDWARE_KEYS, dotted)
+        else:
+            _check_tree(value, expected, dotted)
+    for section in ("model", "grid", "bench"):
+        known = {k.split(".", 1)[1] for k in _SCHEMA if k.startswith(section + ".")}
+        extra = sorted(set(settings[section]) - known)
+        if extra:
+            allowed = ", ".join(sorted(known))
+            raise ConfigError(f"{section}.{extra[0]}: unknown key; allowed: {allowed}")
+
+
+def _check_values(settings: dict) -> None:
+    """Raise ConfigError for values of the right type that cannot describe a real sweep."""
+    catalog, grid, model = settings["catalog"], settings["grid"], settings["model"]
+    for i, name in enumerate(grid["targets"]):
+        if name not in catalog:
+            raise ConfigError(
+                f"grid.targets[{i}]={name!r}: unknown hardware; valid: {', '.join(catalog)}"
+            )
+    if not grid["targets"]:
+        raise ConfigError("grid.targets=[]: name at least one hardware target")
+    _check_choices(grid["dtypes"], _ALLOWED_DTYPES, "grid.dtypes")
+    _check_choices(grid["epilogues"], _ALLOWED_EPILOGUES, "grid.epilogues")
+    _check_choices(
+        settings["backend"]["cutlass"]["epilogues"], _ALLOWED_EPILOGUES, "backend.cutlass.epilogues"
+    )
+    _check_choices(settings["bench"]["routing"], _ALLOWED_ROUTING, "bench.routing")
+    for key in ("hidden", "moe_intermediate", "routed_experts", "top_k", "moe_layers"):
+        if model[key] < 1:
+            raise ConfigError(f"model.{key}={model[key]}: must be at least 1")
+    if model["top_k"] > model["routed_experts"]:
+        raise ConfigError(
+            f"model.top_k={model['top_k']}: more than routed_experts={model['routed_experts']}"
+        )
+    for i, tile in enumerate(grid["tiles"]):
+        _check_tile(tile, f"grid.tiles[{i}]", model)
+    for key, low in (("stages", 1), ("warps", 1)):
+        for i, v in enumerate(grid[key]):
+            if v < low:
+                raise ConfigError(f"grid.{key}[{i}]={v}: must be at least {low}")
+    for i, w in enumerate(grid["warps"]):
+        if w & (w - 1):
+            raise ConfigError(f"grid.warps[{i}]={w}: must be a power of two")
+    for i, stages in enumerate(settings["backend"]["cutlass"]["stages"]):
+        if isinstance(stages, str) and stages != "auto" or isinstance(stages, int) and stages < 1:
+            raise ConfigError(
+                f"backend.cutlass.stages[{i}]={stages!r}: must be 'auto' or an integer >= 1"
+            )
+    for i, t in enumerate(grid["tokens_per_expert"]):
+        if not 1 <= t <= _MAX_TOKENS_PER_EXPERT:
+            raise ConfigError(
+                f"grid.tokens_per_expert[{i}]={t}: must be between 1 and {_MAX_TOKENS_PER_EXPERT}"
+            )
+    if not grid["tokens_per_expert"]:
+        raise ConfigError("grid.tokens_per_expert=[]: give at least one batch size")
+    for i, layout in enumerate(grid["layouts"]):
+        _check_layout(layout, f"grid.layouts[{i}]", model)
+    bench = settings["bench"]
+    for key in (
+        "repeats",
+        "cpu_repeats",
+        "gpu_experts",
+        "cpu_experts",
+        "collective_world_cap",
+        "collective_repeats",
+    ):
+        if bench[key] < 1:
+            raise ConfigError(f"bench.{key}={bench[key]}: must be at least 1")
+    if bench["warmup"] < 0:
+        raise ConfigError(f"bench.warmup={bench['warmup']}: must be at least 0")
+    for i, size in enumerate(bench["collective_extra_sizes"]):
+        if size < 4:
+            raise ConfigError(f"bench.collective_extra_sizes[{i}]={size}: must be at least 4 bytes")
+
+
+def _check_choices(values: list[str], allowed: tuple[str, ...], where: str) -> None:
+    """Raise ConfigError for the first value outside allowed, or for an empty list."""
+    if not values:
+        raise ConfigError(f"{where}=[]: choose at least one of {', '.join(allowed)}")
+    for i, v in enumerate(values):
+        if v not in allowed:
+            raise ConfigError(f"{where}[{i}]={v!r}: allowed: {', '.join(allowed)}")
+
+
+def _check_tile(tile: dict, where: str, model: dict) -> None:
+    """Raise ConfigError for a tile no kernel can have, or one that does not divide the model."""
+    for dim in ("m", "n", "k"):
+        v = tile[dim]
+        if v < 16 or v % 16:
+            raise ConfigError(f"{where}.{dim}={v}: must be a positive multiple of 16")
+        if v & (v - 1):
+            raise ConfigError(f"{where}.{dim}={v}: must be a power of two")
+    for dim_name in ("hidden", "moe_intermediate"):
+        if model[dim_name] % tile["k"]:
+            raise ConfigError(
+                f"{where}.k={tile['k']}: does not divide model.{dim_name}={model[dim_name]}"
+            )
+
+
+def _check_layout(layout: dict, where: str, model: dict) -> None:
+    """Raise ConfigError for a layout the model cannot be split into."""
+    for key in ("tp", "pp", "ep"):
+        if layout[key] < 1:
+            raise ConfigError(f"{where}.{key}={layout[key]}: must be at least 1")
+    world = layout["tp"] * layout["pp"] * layout["ep"]
+    if layout.get("world", world) != world:
+        raise ConfigError(
+            f"{where}.world={layout['world']}: tp*pp*ep = {layout['tp']}*{layout['pp']}*"
+            f"{layout['ep']} = {world} devices"
+        )
+    if model["moe_intermediate"] % layout["tp"]:
+        raise ConfigError(
+            f"{where}.tp={layout['tp']}: does not divide "
+            f"model.moe_intermediate={model['moe_intermediate']}"
+        )
+    if model["routed_experts"] % layout["ep"]:
+        raise ConfigError(
+            f"{where}.ep={layout['ep']}: does not divide "
+            f"model.routed_experts={model['routed_experts']}"
+        )
+    if layout["pp"] > model["moe_layers"]:
+        raise ConfigError(
+            f"{where}.pp={layout['pp']}: more stages than model.moe_layers={model['moe_layers']}"
+        )

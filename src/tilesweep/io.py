@@ -1,0 +1,53 @@
+"""Atomic writes: a file is either absent or whole, never half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: str | os.PathLike, data: object) -> None:
+    """Write data as indented, key-sorted JSON, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> object:
+    """Return the parsed JSON in path."""
+    return json.loads(Path(path).read_text())
+
+
+def write_table(path: str | os.PathLike, frame: pd.DataFrame) -> None:
+    """Write a DataFrame as CSV (or Parquet for a .parquet path), atomically."""
+    with atomic_path(path) as tmp:
+        if str(path).endswith(".parquet"):
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write text, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

@@ -1,0 +1,171 @@
+"""What the Snakefile needs: the composed config, the cells, output paths, code hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from tilesweep import grid
+from tilesweep.config import compose
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def code_hash(*modules: str) -> str:
+    """Return a short content hash of package modules (paths relative to the package)."""
+    digest = hashlib.sha256()
+    for rel in modules:
+        digest.update(rel.encode())
+        digest.update((PACKAGE_DIR / rel).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def parse_overrides(raw: object) -> list[str]:
+    """Return the Hydra overrides given as `--config overrides=[...]` (a list or one string)."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        raw = raw.strip()
+        if raw.startswith("["):
+            from tilesweep.errors import ConfigError
+
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                raise ConfigError(
+                    f"overrides={raw!r}: not a list; write overrides='[\"key=value\"]'"
+                ) from None
+        else:
+            raw = [raw]
+    return [str(item) for item in raw]
+
+
+class Sweep:
+    """The composed config and every cell, computed once per Snakefile read."""
+
+    def __init__(self, overrides: list[str], conf_dir: Path):
+        self.settings = compose(overrides, conf_dir)
+        self.results = Path(self.settings["results_dir"])
+        self.builds = grid.build_cells(self.settings)
+        self.launches = grid.launch_cells(self.settings)
+        self.kernels = grid.bench_kernels(self.settings)
+        self.layouts = grid.layouts(self.settings)
+        self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
+        self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
+        self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
+        self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
+
+    def path(self, *parts: str) -> str:
+        """Return a path under the results folder."""
+        return str(self.results.joinpath(*parts))
+
+    def build_cell(self, backend: str, arch: str, kernel: str) -> str:
+        """Return the canonical JSON of one build cell."""
+        row = self._by_build[f"{backend}/{arch}/{kernel}"]
+        keep = (
+            "backend",
+            "arch",
+            "dtype",
+            "tile_m",
+            "tile_n",
+            "tile_k",
+            "stages",
+            "warps",
+            "epilogue",
+            "unsupported",
+        )
+        return grid.canonical({k: row[k] for k in keep if k in row and row[k] == row[k]})
+
+    def launch_cell(self, backend: str, target: str, kernel: str) -> str:
+        """Return the canonical JSON of one launch check: the target's spec and the kernel."""
+        row = self._by_launch[f"{backend}/{target}/{kernel}"]
+        spec = self.settings["catalog"][target]
+        keep = (
+            "backend",
+            "target",
+            "arch",
+            "dtype",
+            "tile_m",
+            "tile_n",
+            "tile_k",
+            "stages",
+            "warps",
+            "epilogue",
+            "kernel",
+        )
+        return grid.canonical({"cell": {k: row[k] for k in keep}, "hardware": spec})
+
+    def bench_cell(self, kernel: str) -> str:
+        """Return the canonical JSON of one decode benchmark job: kernel, model, batches, method."""
+        row = dict(self._by_kernel[kernel]) if kernel in self._by_kernel else {"kernel": kernel}
+        return grid.canonical(
+            {
+                "kernel": row,
+                "model": self.settings["model"],
+                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
+                "bench": self.settings["bench"],
+            }
+        )
+
+    def collective_cell(self, layout: str) -> str:
+        """Return the canonical JSON of one collective benchmark: layout, model, batches."""
+        return grid.canonical(
+            {
+                "layout": self._by_layout[layout],
+                "model": self.settings["model"],
+                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
+                "bench": self.settings["bench"],
+            }
+        )
+
+    def cutlass_cells(self, arch: str) -> str:
+        """Return the canonical JSON list of every CUTLASS cell built for one architecture."""
+        rows = self.builds[(self.builds["backend"] == "cutlass") & (self.builds["arch"] == arch)]
+        keep = (
+            "arch",
+            "dtype",
+            "tile_m",
+            "tile_n",
+            "tile_k",
+            "stages",
+            "epilogue",
+            "kernel",
+            "unsupported",
+        )
+        cells = [
+            {k: r[k] for k in keep if k in r and r[k] == r[k]} for r in rows.to_dict("records")
+        ]
+        return grid.canonical(cells)
+
+    def cutlass_archs(self) -> list[str]:
+        """Return the architectures that have CUTLASS cells."""
+        rows = self.builds[self.builds["backend"] == "cutlass"] if not self.builds.empty else []
+        return sorted(set(rows["arch"])) if len(rows) else []
+
+    def launch_outputs(self) -> list[str]:
+        """Return every launch-check output path."""
+        return [
+            self.path("launch", r["backend"], r["target"], f"{r['kernel']}.json")
+            for r in self.launches.to_dict("records")
+        ]
+
+    def decode_outputs(self) -> list[str]:
+        """Return every decode benchmark output path (one per kernel, plus the baselines)."""
+        names = list(self.kernels["kernel"]) if not self.kernels.empty else []
+        if self.settings["backend"]["torch"]["enabled"]:
+            names.append("baselines")
+        return [self.path("decode", f"{name}.csv") for name in names]
+
+    def collective_outputs(self) -> list[str]:
+        """Return every collective benchmark output path (one per layout)."""
+        return [self.path("collective", f"{name}.csv") for name in self.layouts["layout"]]
+
+    def settings_json(self) -> str:
+        """Return the whole resolved config as canonical JSON (the aggregate's param)."""
+        return grid.canonical(self.settings)
+
+    def final_outputs(self) -> list[str]:
+        """Return the aggregate step's outputs: the tables and the report."""
+        tables = ["launch", "decode", "collective", "verdict"]
+        return [self.path("tables", f"{t}.csv") for t in tables] + [self.path("report.md")]

@@ -1,0 +1,113 @@
+"""Where every number came from: device, driver, toolchain versions, commit."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import shutil
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+
+def package_version(name: str) -> str:
+    """Return an installed package's version, or 'absent'."""
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
+@functools.cache
+def git_commit(where: str = ".") -> str:
+    """Return the git commit of the checkout holding `where`, with '+dirty' if it has changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", where, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+@functools.cache
+def gpu_names() -> tuple[str, ...]:
+    """Return the names of local NVIDIA GPUs from nvidia-smi (fast: no torch import)."""
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(line.strip() for line in out.splitlines() if line.strip())
+
+
+def device_id() -> str:
+    """Return a stable identity of the benchmark device at hand, e.g. 'cuda:NVIDIA H200 x2'."""
+    names = gpu_names()
+    if names:
+        return f"cuda:{names[0]} x{len(names)}"
+    return f"cpu:{platform.processor() or platform.machine()}"
+
+
+def toolchain() -> dict:
+    """Return the versions of every tool that shapes a result."""
+    import torch
+
+    cuda = torch.version.cuda or "none"
+    return {
+        "torch": torch.__version__,
+        "triton": package_version("triton"),
+        "cuda_runtime": cuda,
+        "cutlass": package_version("nvidia-cutlass"),
+        "python": platform.python_version(),
+    }
+
+
+def device_info() -> dict:
+    """Return the benchmark device's name, driver and kind, read through torch."""
+    import torch
+
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        driver = "unknown"
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        except Exception:  # NVML is optional: the driver then stays unknown
+            pass
+        return {
+            "device": props.name,
+            "device_kind": "cuda",
+            "driver": driver,
+            "device_count": torch.cuda.device_count(),
+        }
+    return {
+        "device": f"cpu ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads)",
+        "device_kind": "cpu",
+        "driver": "none",
+        "device_count": 0,
+    }
+
+
+def stamp(repo: str | Path = ".") -> dict:
+    """Return provenance columns for a measured row."""
+    return {**device_info(), **toolchain(), "commit": git_commit(str(repo)), "source": "measured"}

@@ -1,0 +1,164 @@
+"""The Markdown report: what launches, what decodes fastest, what bounds each layout."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+
+def md_table(frame: pd.DataFrame, columns: list[str], digits: int = 3) -> str:
+    """Return a GitHub-style Markdown table of the given columns."""
+    cols = [c for c in columns if c in frame.columns]
+    if frame.empty or not cols:
+        return "_(no rows)_\n"
+
+    def fmt(v: object) -> str:
+        if isinstance(v, float):
+            if math.isnan(v):
+                return ""
+            return f"{v:,.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}" if abs(v) >= 1e4 else str(v)
+        return str(v).replace("|", "/")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for rec in frame[cols].to_dict("records"):
+        lines.append("| " + " | ".join(fmt(rec[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _launch_section(launch: pd.DataFrame) -> str:
+    """Return the launch section: per target, which tiles fit and the estimate's error."""
+    out = [
+        "## Which kernels launch\n",
+        "Shared memory from the compiler (Triton) or CUTLASS's own types, against each "
+        "target's limits; `smem_model_bytes` is the brief's hand estimate.\n",
+    ]
+    cols = [
+        "backend",
+        "target",
+        "dtype",
+        "tile_m",
+        "tile_n",
+        "tile_k",
+        "stages",
+        "epilogue",
+        "smem_bytes",
+        "smem_model_bytes",
+        "smem_model_error_pct",
+        "smem_limit_bytes",
+        "fits",
+        "blocks_per_sm",
+        "status",
+        "reason",
+    ]
+    out.append(md_table(launch, cols))
+    return "\n".join(out)
+
+
+def _decode_section(decode: pd.DataFrame) -> str:
+    """Return the decode section: best runner per batch, against the fastest baseline."""
+    out = ["## Decode: expert GEMMs per tokens-per-expert\n"]
+    if decode.empty or "time_ms" not in decode:
+        return "\n".join(out + ["_(no measurements)_\n"])
+    ok = decode[decode["status"] == "ok"]
+    device = ", ".join(sorted(decode["device"].dropna().astype(str).unique()))
+    out.append(
+        f"Measured on: {device}. Times are medians; bound is from arithmetic intensity "
+        "against the ridge point of the measured ceilings.\n"
+    )
+    idx = ok.groupby(["op", "routing", "tokens_per_expert"])["time_ms"].idxmin()
+    best = ok.loc[idx]
+    cols = [
+        "op",
+        "routing",
+        "tokens_per_expert",
+        "runner",
+        "time_ms",
+        "tflops",
+        "gbs",
+        "frac_copy_bw",
+        "intensity",
+        "bound",
+    ]
+    out.append(md_table(best, cols))
+    skipped = decode[decode["status"] != "ok"]
+    if not skipped.empty:
+        reasons = skipped.groupby(["runner", "status", "reason"]).size().reset_index(name="rows")
+        out.append("Not timed:\n")
+        out.append(md_table(reasons, ["runner", "status", "reason", "rows"]))
+    return "\n".join(out)
+
+
+def _collective_section(coll: pd.DataFrame) -> str:
+    """Return the collectives section: time and bus bandwidth per message."""
+    out = ["## Collectives\n"]
+    if coll.empty or "time_ms" not in coll:
+        return "\n".join(out + ["_(no measurements)_\n"])
+    ok = coll[coll["status"] == "ok"]
+    cols = [
+        "layout",
+        "collective",
+        "backend",
+        "group",
+        "layout_group",
+        "bytes",
+        "tokens_per_expert",
+        "time_ms",
+        "algbw_gbs",
+        "busbw_gbs",
+    ]
+    out.append(md_table(ok, cols))
+    return "\n".join(out)
+
+
+def _verdict_section(verdict: pd.DataFrame) -> str:
+    """Return the verdict section: per layout and batch, the split and what bounds it."""
+    out = [
+        "## Verdict: what bounds each layout\n",
+        "Per decode step (one pipeline stage's layers, one batch). Compute is scaled from "
+        "the single-device decode measurement to each layout's share (`model`); "
+        "communication is measured where the machine has the devices, else fitted.\n",
+    ]
+    cols = [
+        "layout",
+        "tokens_per_expert",
+        "batch_tokens",
+        "compute_memory_ms",
+        "compute_math_ms",
+        "comm_ms",
+        "step_ms",
+        "verdict",
+        "runner_up",
+        "margin",
+        "source",
+    ]
+    out.append(md_table(verdict, cols))
+    return "\n".join(out)
+
+
+def render(
+    settings: dict,
+    launch: pd.DataFrame,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    verdict: pd.DataFrame,
+    provenance: dict,
+) -> str:
+    """Return the whole report as Markdown."""
+    model = settings["model"]
+    head = [
+        "# tilesweep report\n",
+        f"Model `{model['name']}` (hidden {model['hidden']}, expert intermediate "
+        f"{model['moe_intermediate']}, {model['routed_experts']} experts, top-{model['top_k']}); "
+        f"targets {', '.join(settings['grid']['targets'])}.\n",
+        "Provenance: " + ", ".join(f"{k} {v}" for k, v in provenance.items()) + "\n",
+    ]
+    parts = [
+        _verdict_section(verdict),
+        _launch_section(launch),
+        _decode_section(decode),
+        _collective_section(collective),
+    ]
+    return "\n".join(head + parts)

@@ -1,0 +1,28 @@
+"""One module per pipeline stage: what each Snakemake rule calls through its thin script."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def logged(path: str | None) -> Iterator[logging.Logger]:
+    """Yield a logger whose records, and all stdout/stderr, go to the step's log file."""
+    logger = logging.getLogger("tilesweep")
+    if not path:
+        yield logger
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+                yield logger
+        finally:
+            logger.removeHandler(handler)

@@ -1,0 +1,86 @@
+"""Stage 2: check a built kernel against one target's limits, beside the brief's estimate."""
+
+from __future__ import annotations
+
+import json
+
+from tilesweep import launch
+from tilesweep.io import read_json, write_json
+from tilesweep.smem_model import hand_estimate
+from tilesweep.steps import logged
+
+# Threads per block of the CUTLASS cooperative warp-specialised kernels: one producer and two
+# consumer warpgroups.
+CUTLASS_COOPERATIVE_THREADS = 384
+
+
+def launch_row(cell: dict, hw: dict, build: dict) -> dict:
+    """Return the launch table row for one kernel on one target."""
+    stages = build.get("stages", cell["stages"])
+    estimate = (
+        hand_estimate(
+            cell["dtype"],
+            cell["tile_m"],
+            cell["tile_n"],
+            cell["tile_k"],
+            cell["stages"],
+            cell["epilogue"],
+        )
+        if cell["dtype"] != "none"
+        else None
+    )
+    row = {
+        "backend": cell["backend"],
+        "target": cell["target"],
+        "arch": cell["arch"],
+        "dtype": cell["dtype"],
+        "tile_m": cell["tile_m"],
+        "tile_n": cell["tile_n"],
+        "tile_k": cell["tile_k"],
+        "stages_requested": cell["stages"],
+        "stages": stages,
+        "warps": cell["warps"],
+        "epilogue": cell["epilogue"],
+        "kernel": cell["kernel"],
+        "smem_bytes": build.get("smem_bytes"),
+        "smem_model_bytes": estimate,
+        "regs": build.get("regs"),
+        "local_bytes": build.get("local_bytes"),
+        "mainloop_smem_bytes": build.get("mainloop_smem_bytes"),
+        "epilogue_smem_bytes": build.get("epilogue_smem_bytes"),
+        "source": build.get("source", "compiler"),
+    }
+    if build.get("status") != "ok":
+        return {
+            **row,
+            "smem_limit_bytes": hw["smem_per_block_optin"],
+            "fits": "unknown",
+            "status": build.get("status", "compile"),
+            "reason": build.get("reason", ""),
+        }
+    threads = (
+        CUTLASS_COOPERATIVE_THREADS if cell["backend"] == "cutlass" else build["num_warps"] * 32
+    )
+    result = launch.check(build["smem_bytes"], build.get("regs") or 0, threads, hw)
+    if estimate is not None:
+        row["smem_model_error_bytes"] = estimate - build["smem_bytes"]
+        row["smem_model_error_pct"] = round(
+            100 * (estimate - build["smem_bytes"]) / build["smem_bytes"], 1
+        )
+    return {**row, **result, "threads": threads}
+
+
+def check_launch(
+    cell_json: str, build_path: str, record_path: str, log_path: str | None = None
+) -> dict:
+    """Check one kernel against one target; write and return its launch record."""
+    spec = json.loads(cell_json)
+    cell, hw = spec["cell"], spec["hardware"]
+    with logged(log_path) as log:
+        build = read_json(build_path)
+        if cell["backend"] == "cutlass":
+            build = build["cells"][cell["kernel"]]
+        row = launch_row(cell, hw, build)
+        log.info("%s on %s: %s (%s)", cell["kernel"], cell["target"], row["status"], row["reason"])
+    write_json(record_path, row)
+    return row

@@ -1,0 +1,33 @@
+# Stage 1: build every kernel for its target architecture; no GPU needed.
+
+
+rule build_kernel:
+    output:
+        record=f"{R}/build/triton/{{arch}}/{{kernel}}/build.json",
+    log:
+        f"{R}/logs/build_kernel/{{arch}}/{{kernel}}.log",
+    params:
+        cell=lambda w: SWEEP.build_cell("triton", w.arch, w.kernel),
+        code=code_hash(
+            "steps/build.py",
+            "backends/triton_backend.py",
+            "kernels/triton_grouped_gemm.py",
+            "isolate.py",
+        ),
+        triton=package_version("triton"),
+    script:
+        "../scripts/build_kernel.py"
+
+
+rule account_cutlass:
+    output:
+        record=f"{R}/build/cutlass/{{arch}}/accounting.json",
+    log:
+        f"{R}/logs/account_cutlass/{{arch}}.log",
+    threads: workflow.cores
+    params:
+        cells=lambda w: SWEEP.cutlass_cells(w.arch),
+        code=code_hash("steps/build.py", "backends/cutlass_smem.py"),
+        cutlass=package_version("nvidia-cutlass"),
+    script:
+        "../scripts/account_cutlass.py"

@@ -1,0 +1,16 @@
+# Stage 4: time the collectives each parallel layout needs for one decode step.
+
+
+rule bench_collective:
+    output:
+        table=f"{R}/collective/{{layout}}.csv",
+    log:
+        f"{R}/logs/bench_collective/{{layout}}.log",
+    resources:
+        gpu=GPUS,
+    params:
+        cell=lambda w: SWEEP.collective_cell(w.layout),
+        device=DEVICE,
+        code=code_hash("steps/collective.py", "bench/collective.py", "bench/timing.py"),
+    script:
+        "../scripts/bench_collective.py"

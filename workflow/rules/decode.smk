@@ -1,0 +1,39 @@
+# Stage 3: time the model's expert GEMMs at every tokens-per-expert on the device at hand.
+
+
+rule measure_device:
+    output:
+        record=f"{R}/device/ceilings.json",
+    log:
+        f"{R}/logs/measure_device.log",
+    resources:
+        gpu=min(GPUS, 1),
+    params:
+        catalog=grid_json(SWEEP.settings["catalog"]),
+        device=DEVICE,
+        code=code_hash("steps/decode.py", "bench/ceilings.py", "bench/timing.py"),
+    script:
+        "../scripts/measure_device.py"
+
+
+rule bench_decode:
+    input:
+        ceilings=rules.measure_device.output.record,
+    output:
+        table=f"{R}/decode/{{kernel}}.csv",
+    log:
+        f"{R}/logs/bench_decode/{{kernel}}.log",
+    resources:
+        gpu=min(GPUS, 1),
+    params:
+        cell=lambda w: SWEEP.bench_cell(w.kernel),
+        device=DEVICE,
+        code=code_hash(
+            "steps/decode.py",
+            "bench/decode.py",
+            "bench/timing.py",
+            "bench/roofline.py",
+            "kernels/triton_grouped_gemm.py",
+        ),
+    script:
+        "../scripts/bench_decode.py"

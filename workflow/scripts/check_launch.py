@@ -1,0 +1,8 @@
+"""Snakemake script: check one kernel against one target's launch limits."""
+
+from tilesweep.steps.launch_check import check_launch
+
+if __name__ == "__main__":  # spawned children re-import this file
+    check_launch(
+        snakemake.params.cell, snakemake.input.build, snakemake.output.record, snakemake.log[0]
+    )
