@@ -161,6 +161,10 @@ class Sweep:
         """Return every collective benchmark output path (one per layout)."""
         return [self.path("collective", f"{name}.csv") for name in self.layouts["layout"]]
 
+    def layout_outputs(self) -> list[str]:
+        """Return every measured decode-step output path (one per layout that fits here)."""
+        return []
+
     def settings_json(self) -> str:
         """Return the whole resolved config as canonical JSON (the aggregate's param)."""
         return grid.canonical(self.settings)

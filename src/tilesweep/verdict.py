@@ -75,8 +75,16 @@ def _comm_time(msg: dict, t: int, coll: pd.DataFrame, fits: dict) -> tuple[float
     return alpha + scale * msg["bytes"] / beta, "model"
 
 
-def verdict_table(settings: dict, decode: pd.DataFrame, collective: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per layout and tokens-per-expert: the step's split and its verdict."""
+def verdict_table(
+    settings: dict,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    steps: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Return one row per layout and tokens-per-expert: the step's split and its verdict.
+
+    `steps` holds measured decode steps per layout (the layout benchmark); not used yet.
+    """
     model = settings["model"]
     best = best_decode(decode)
     fits = fit_latency_bandwidth(collective)

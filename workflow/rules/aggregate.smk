@@ -6,6 +6,7 @@ rule aggregate_results:
         launch=SWEEP.launch_outputs(),
         decode=SWEEP.decode_outputs(),
         collective=SWEEP.collective_outputs(),
+        layout=SWEEP.layout_outputs(),
     output:
         launch=f"{R}/tables/launch.csv",
         decode=f"{R}/tables/decode.csv",

@@ -444,7 +444,7 @@ def base_row(cell: dict, status: str, reason: str, toolchain: str, version: str)
     """Return a result row with every field present and numbers left empty."""
     row = {"status": status, "reason": reason, "cell": cell}
     row.update({k: None for k in NUMERIC_FIELDS})
-    row.update(alignment_a=None, alignment_b=None, cutlass_version=version)
+    row.update(alignment_a=None, alignment_b=None, fits=None, cutlass_version=version)
     row.update(schedule=requested_schedule(cell), toolchain=toolchain, cached=False)
     return row
 
@@ -473,6 +473,7 @@ def ok_row(cell: dict, data: dict, toolchain: str) -> dict:
     row["alignment_a"], row["alignment_b"] = data["alignment_a"], data["alignment_b"]
     known = [row[k] or 0 for k in ("mainloop_smem_bytes", "epilogue_smem_bytes")]
     row["other_smem_bytes"] = row["smem_bytes"] - sum(known)
+    row["fits"] = row["smem_bytes"] <= row["builder_smem_capacity"]
     row["schedule"].update(
         mainloop=type_name(data["mainloop_schedule"]),
         mainloop_policy=type_name(data["mainloop_policy"]),
@@ -644,16 +645,21 @@ def plan_groups(units: list[Unit], jobs: int, max_group: int = MAX_GROUP) -> lis
     return groups
 
 
+def cacheable(row: dict) -> bool:
+    """Return whether a row is a property of the cell (ok, or a located compile error)."""
+    return row["status"] == "ok" or bool(row.get("error_location"))
+
+
 def store(ctx: Context, units: list[Unit], rows: dict[int, dict]) -> None:
-    """Write each fresh row to the cache under its unit's key."""
+    """Write each fresh, cacheable row to the cache under its unit's key."""
     for u in units:
-        if u.index in rows:
+        if u.index in rows and cacheable(rows[u.index]):
             atomic_write(ctx.workdir / "cache" / f"{u.key}.json", json.dumps(rows[u.index]))
 
 
 def account(cells: list[dict], workdir: Path, jobs: int = 1) -> list[dict]:
     """Return one shared-memory accounting row per cell, in order (see the module docstring)."""
-    workdir = Path(workdir)
+    workdir = Path(workdir).resolve()
     include, nvcc = cutlass_include_dir(), find_nvcc()
     version = cutlass_version(include) if include else None
     toolchain = nvcc_version(nvcc) if nvcc else None

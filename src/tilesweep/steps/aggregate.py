@@ -9,7 +9,7 @@ from tilesweep.io import write_table, write_text
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.steps import logged
 
-INPUTS = ("launch", "decode", "collective")
+INPUTS = ("launch", "decode", "collective", "layout")
 OUTPUTS = ("launch", "decode", "collective", "verdict", "report")
 
 
@@ -22,7 +22,8 @@ def aggregate_results(
         launch = aggregate.launch_table(list(inputs["launch"]))
         decode = aggregate.concat_tables(list(inputs["decode"]))
         collective = aggregate.concat_tables(list(inputs["collective"]))
-        table = verdict.verdict_table(settings, decode, collective)
+        steps = aggregate.concat_tables(list(inputs["layout"]))
+        table = verdict.verdict_table(settings, decode, collective, steps)
         log.info(
             "launch %d rows, decode %d, collective %d, verdict %d",
             len(launch),
