@@ -29,7 +29,9 @@ GPUS = len(gpu_names())
 include: "workflow/rules/build.smk"
 include: "workflow/rules/launch.smk"
 include: "workflow/rules/decode.smk"
+include: "workflow/rules/tune.smk"
 include: "workflow/rules/collective.smk"
+include: "workflow/rules/layout.smk"
 include: "workflow/rules/aggregate.smk"
 
 
@@ -37,3 +39,4 @@ rule all:
     default_target: True
     input:
         SWEEP.final_outputs(),
+        SWEEP.tuned_outputs(DEVICE),

@@ -52,6 +52,16 @@ _SCHEMA: dict[str, Any] = {
     "bench.collective_repeats": int,
     "bench.collective_extra_sizes": [int],
     "bench.cpu_collective_max_bytes": int,
+    "bench.collective_sweep_min_bytes": int,
+    "bench.collective_sweep_max_bytes": int,
+    "bench.collective_sweep_factor": int,
+    "bench.layout_layers": int,
+    "bench.layout_gpu_experts": int,
+    "bench.layout_cpu_experts": int,
+    "bench.layout_cpu_max_tokens_per_expert": int,
+    "bench.layout_runner": str,
+    "bench.layout_power_seconds": (int, float),
+    "bench.layout_timeout_s": (int, float),
 }
 
 HARDWARE_KEYS: dict[str, Any] = {

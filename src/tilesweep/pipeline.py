@@ -143,6 +143,13 @@ class Sweep:
         rows = self.builds[self.builds["backend"] == "cutlass"] if not self.builds.empty else []
         return sorted(set(rows["arch"])) if len(rows) else []
 
+    def build_record(self, backend: str, target: str, kernel: str) -> str:
+        """Return the build output a launch check of this kernel on this target reads."""
+        arch = self.settings["catalog"][target]["arch"]
+        if backend == "cutlass":
+            return self.path("build", "cutlass", arch, "accounting.json")
+        return self.path("build", backend, arch, kernel, "build.json")
+
     def launch_outputs(self) -> list[str]:
         """Return every launch-check output path."""
         return [
@@ -163,7 +170,45 @@ class Sweep:
 
     def layout_outputs(self) -> list[str]:
         """Return every measured decode-step output path (one per layout that fits here)."""
-        return []
+        from tilesweep.provenance import gpu_names
+
+        gpus = len(gpu_names())
+        cap = gpus if gpus else self.settings["bench"]["collective_world_cap"]
+        return [
+            self.path("layout", f"{r['layout']}.csv")
+            for r in self.layouts.to_dict("records")
+            if r["world"] <= cap
+        ]
+
+    def layout_step_cell(self, layout: str) -> str:
+        """Return the canonical JSON of one measured decode-step job: layout, model, batches,
+        the benchmark keys it reads and the grid's Triton kernels (for layout_runner)."""
+        bench = self.settings["bench"]
+        keep = ("warmup", "repeats", "cpu_repeats", "seed", "collective_world_cap")
+        kernels = {}
+        if not self.kernels.empty:
+            kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
+        return grid.canonical(
+            {
+                "layout": self._by_layout[layout],
+                "model": self.settings["model"],
+                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
+                "bench": {k: v for k, v in bench.items() if k in keep or k.startswith("layout_")},
+                "kernels": kernels,
+            }
+        )
+
+    def tuned_outputs(self, device: str) -> list[str]:
+        """Return the fused-MoE config paths, one per dtype; none when no GPU times Triton."""
+        if not device.startswith("cuda:") or self.kernels.empty:
+            return []
+        from tilesweep.tuned import device_slug
+
+        model = self.settings["model"]["name"]
+        return [
+            self.path("tuned", f"{model}-{device_slug(device)}-{dtype}.json")
+            for dtype in self.settings["grid"]["dtypes"]
+        ]
 
     def settings_json(self) -> str:
         """Return the whole resolved config as canonical JSON (the aggregate's param)."""
@@ -172,4 +217,7 @@ class Sweep:
     def final_outputs(self) -> list[str]:
         """Return the aggregate step's outputs: the tables and the report."""
         tables = ["launch", "decode", "collective", "verdict"]
-        return [self.path("tables", f"{t}.csv") for t in tables] + [self.path("report.md")]
+        return [self.path("tables", f"{t}.csv") for t in tables] + [
+            self.path("report.md"),
+            self.path("report.html"),
+        ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import pandas as pd
 
 
@@ -12,20 +14,40 @@ def md_table(frame: pd.DataFrame, columns: list[str], digits: int = 3) -> str:
     cols = [c for c in columns if c in frame.columns]
     if frame.empty or not cols:
         return "_(no rows)_\n"
-
-    def fmt(v: object) -> str:
-        if isinstance(v, float):
-            if math.isnan(v):
-                return ""
-            return f"{v:,.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
-        if isinstance(v, int) and not isinstance(v, bool):
-            return f"{v:,}" if abs(v) >= 1e4 else str(v)
-        return str(v).replace("|", "/")
-
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for rec in frame[cols].to_dict("records"):
-        lines.append("| " + " | ".join(fmt(rec[c]) for c in cols) + " |")
+        cells = (fmt_value(rec[c], digits).replace("|", "/") for c in cols)
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def fmt_value(v: object, digits: int = 3) -> str:
+    """Return a table cell's text: numbers to `digits` significant figures (whole above 1,000,
+    with thousands separators), NaN and None empty."""
+    if v is None or isinstance(v, bool | np.bool_):
+        return "" if v is None else str(v)
+    if isinstance(v, numbers.Integral):
+        return f"{int(v):,}"
+    if isinstance(v, numbers.Real):
+        v = float(v)
+        if math.isnan(v):
+            return ""
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:,.0f}" if abs(v) >= 1e3 else f"{v:.{digits}g}"
+    return str(v)
+
+
+def provenance_line(provenance: dict) -> str:
+    """Return the provenance as one line: 'key value, ...' (nested mappings flattened)."""
+    parts = []
+    for key, value in provenance.items():
+        if isinstance(value, dict):
+            inner = "; ".join(f"{k} {v}" for k, v in value.items())
+            parts.append(f"{key}: {inner}")
+        else:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts)
 
 
 def _launch_section(launch: pd.DataFrame) -> str:
@@ -153,7 +175,9 @@ def render(
         f"Model `{model['name']}` (hidden {model['hidden']}, expert intermediate "
         f"{model['moe_intermediate']}, {model['routed_experts']} experts, top-{model['top_k']}); "
         f"targets {', '.join(settings['grid']['targets'])}.\n",
-        "Provenance: " + ", ".join(f"{k} {v}" for k, v in provenance.items()) + "\n",
+        "Provenance: " + provenance_line(provenance) + "\n",
+        "Figures (shared memory per tile, rooflines, collectives, time per layout): "
+        "`report.html` beside this file, self-contained.\n",
     ]
     parts = [
         _verdict_section(verdict),

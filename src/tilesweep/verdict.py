@@ -1,9 +1,19 @@
 """What bounds a decode step under each layout: memory-bound compute, math-bound compute or
 communication, with the numbers that decide it.
 
-A decode step here is one pipeline stage's share of the model for one batch: its MoE layers'
-expert GEMMs plus the collectives the layout needs. With pp micro-batches in flight a stage's time
-is the step time of the pipeline, so TP4+PP2 and TP8 compare on equal terms.
+A decode step is one pipeline stage's share of the model for one batch: its MoE layers plus the
+collectives the layout needs. With pp micro-batches in flight a stage's time is the step time of
+the pipeline, so TP4+PP2 and TP8 compare on equal terms.
+
+Two kinds of rows, never mixed:
+- `measured`: the layout benchmark ran the step on this machine's devices (results/layout), scaled
+  to the stage's layers (and, where a rank ran fewer experts than it holds, to its experts);
+- `model`: projected from measured pieces: expert and shared-expert GEMMs from the decode
+  benchmark at the per-device shapes, router and element-wise parts from the roofline floor of
+  the measured ceilings, collectives from the measured time at that size or the latency/bandwidth
+  fit. Every model row lists the measurements it came from in `inputs`.
+Where a layout has both, both rows carry the projection error, so a reader knows how far to
+trust the model rows of the layouts this machine cannot run.
 """
 
 from __future__ import annotations
@@ -13,7 +23,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from tilesweep.bench.collective import decode_batch, step_messages
+from tilesweep.bench import roofline
+from tilesweep.bench.collective import bus_factor, decode_batch, fit_alpha_beta, local_tokens
+from tilesweep.bench.decode import expert_ops
+from tilesweep.bench.moe_step import layers_per_stage, step_capable, step_parts
 
 SHARES = ("compute_memory_ms", "compute_math_ms", "comm_ms")
 LABELS = {
@@ -21,6 +34,36 @@ LABELS = {
     "compute_math_ms": "math-bound",
     "comm_ms": "communication-bound",
 }
+COLUMNS = [
+    "model",
+    "layout",
+    "tp",
+    "pp",
+    "ep",
+    "world",
+    "tokens_per_expert",
+    "batch_tokens",
+    "layers_per_stage",
+    "compute_memory_ms",
+    "compute_math_ms",
+    "comm_ms",
+    "other_ms",
+    "step_ms",
+    "verdict",
+    "runner_up",
+    "margin",
+    "share",
+    "source",
+    "measured_step_ms",
+    "projected_step_ms",
+    "projection_error_pct",
+    "power_frac",
+    "power_source",
+    "device",
+    "inputs",
+]
+_GEMMS = {"expert_gate_up": "gate_up", "expert_down": "down"}
+_SHARED = {"shared_gate_up": "gate_up", "shared_down": "down"}
 
 
 def best_decode(decode: pd.DataFrame) -> pd.DataFrame:
@@ -35,44 +78,200 @@ def best_decode(decode: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_latency_bandwidth(coll: pd.DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
-    """Return, per (collective, group), a least-squares fit time_ms = alpha + bytes / beta."""
-    fits = {}
+    """Return, per (collective, group), alpha ms and beta bytes/ms of time = alpha + bytes / beta,
+    fitted over the median time of every measured size."""
+    fits: dict[tuple[str, int], tuple[float, float]] = {}
     if coll.empty or "time_ms" not in coll:
         return fits
-    ok = coll[coll["status"] == "ok"]
+    ok = coll[(coll["status"] == "ok") & coll["time_ms"].notna()]
     for (kind, group), part in ok.groupby(["collective", "group"]):
-        x, y = part["bytes"].to_numpy(float), part["time_ms"].to_numpy(float)
-        if len(np.unique(x)) >= 2:
-            slope, alpha = np.polyfit(x, y, 1)
-            slope = max(slope, 1e-15)
-            fits[(kind, int(group))] = (max(alpha, 0.0), 1.0 / slope)
-        elif len(x):
-            fits[(kind, int(group))] = (float(y.mean()), math.inf)
+        by_size = part.groupby("bytes")["time_ms"].median()
+        fits[(kind, int(group))] = fit_alpha_beta(list(by_size.index), list(by_size.values))
     return fits
 
 
-def _comm_time(msg: dict, t: int, coll: pd.DataFrame, fits: dict) -> tuple[float, str]:
-    """Return one message's time in ms and where it came from (measured or model)."""
+def decide(values: dict[str, float]) -> dict:
+    """Return the verdict of a split: the largest share, the runner-up, their ratio, its share."""
+    valid = {k: v for k, v in values.items() if v is not None and not math.isnan(v)}
+    total = sum(valid.values())
+    ranked = sorted(valid.items(), key=lambda kv: kv[1], reverse=True)
+    if not ranked or ranked[0][1] <= 0 or len(valid) < len(values):
+        return {"verdict": "unknown", "runner_up": "none", "margin": math.nan, "share": math.nan}
+    second = ranked[1] if len(ranked) > 1 else (None, 0.0)
+    return {
+        "verdict": LABELS[ranked[0][0]],
+        "runner_up": LABELS.get(second[0], "none"),
+        "margin": ranked[0][1] / second[1] if second[1] > 0 else math.inf,
+        "share": ranked[0][1] / total,
+    }
+
+
+def _step_rows(decode: pd.DataFrame, choice: str) -> pd.DataFrame:
+    """Return the decode rows a step could use: correct, uniform, bf16, a step-capable runner."""
+    if decode.empty or "time_ms" not in decode:
+        return pd.DataFrame()
+    ok = decode[
+        (decode["status"] == "ok")
+        & (decode["routing"] == "uniform")
+        & (decode["dtype"] == "bf16")
+        & decode["time_ms"].notna()
+        & decode["runner"].map(step_capable)
+    ]
+    if choice != "best":
+        ok = ok[ok["runner"] == choice]
+    return ok.assign(per_expert_ms=ok["time_ms"] / ok["experts"])
+
+
+def _shape_rows(rows: pd.DataFrame, model: dict, op: str, tp: int) -> tuple[pd.DataFrame, float]:
+    """Return an op's rows at the per-device shape, else at the full shape with factor 1/tp."""
+    if rows.empty:
+        return rows, 1.0
+    n, k = expert_ops(model, tp)[op]
+    exact = rows[(rows["op"] == op) & (rows["n"] == n) & (rows["k"] == k)]
+    if not exact.empty or tp == 1:
+        return exact, 1.0
+    n, k = expert_ops(model, 1)[op]
+    return rows[(rows["op"] == op) & (rows["n"] == n) & (rows["k"] == k)], 1.0 / tp
+
+
+def _curve_ms(part: pd.DataFrame, tokens: float) -> float:
+    """Return per-expert ms at `tokens` rows: interpolated between measured tokens-per-expert,
+    constant below the smallest, proportional above the largest."""
+    best = part.groupby("tokens_per_expert")["per_expert_ms"].min().sort_index()
+    ts, ms = best.index.to_numpy(float), best.to_numpy(float)
+    if tokens >= ts[-1]:
+        return float(ms[-1] * tokens / ts[-1])
+    return float(np.interp(tokens, ts, ms))
+
+
+def _ceilings(rows: pd.DataFrame) -> tuple[float, float] | None:
+    """Return (matmul TFLOP/s, copy GB/s) measured on the decode device, if the rows carry them."""
+    if rows.empty or "ceiling_matmul_tflops" not in rows or "ceiling_copy_gbs" not in rows:
+        return None
+    peak, bw = rows["ceiling_matmul_tflops"].median(), rows["ceiling_copy_gbs"].median()
+    return (peak, bw) if peak == peak and bw == bw else None
+
+
+def _comm_ms(part: dict, coll: pd.DataFrame, fits: dict) -> tuple[float, str]:
+    """Return one collective call's ms and where it came from."""
+    kind, n, nbytes = part["collective"], part["group"], part["bytes"]
     if not coll.empty and "time_ms" in coll:
         hit = coll[
             (coll["status"] == "ok")
-            & (coll["collective"] == msg["collective"])
-            & (coll["layout_group"] == msg["group"])
-            & (coll["group"] == msg["group"])
-            & (coll["bytes"] == msg["bytes"])
+            & (coll["collective"] == kind)
+            & (coll["group"] == n)
+            & (coll["bytes"] == nbytes)
         ]
         if not hit.empty:
-            return float(hit["time_ms"].median()), "measured"
-    candidates = [(g, f) for (k, g), f in fits.items() if k == msg["collective"]]
-    if not candidates:
-        return math.nan, "missing"
-    group, (alpha, beta) = max(candidates)  # the largest group measured
-    scale = 1.0
-    if group != msg["group"]:
-        from tilesweep.bench.collective import bus_factor
+            return float(hit["time_ms"].median()), f"{kind}({n}) {nbytes} B measured"
+    groups = sorted(g for k, g in fits if k == kind)
+    if not groups:
+        return math.nan, f"{kind}({n}) not measured"
+    below = [g for g in groups if g <= n]
+    g = below[-1] if below else groups[0]
+    alpha, beta = fits[(kind, g)]
+    scale = bus_factor(kind, n) / bus_factor(kind, g) if g != n else 1.0
+    note = f"{kind}({n}) {nbytes} B from the fit over {kind}({g})"
+    if g != n:
+        note += f", bandwidth term x{scale:.3g} (bus factor), latency unscaled"
+    return alpha + scale * nbytes / beta, note
 
-        scale = bus_factor(msg["collective"], msg["group"]) / bus_factor(msg["collective"], group)
-    return alpha + scale * msg["bytes"] / beta, "model"
+
+def project(
+    layout: dict, model: dict, t: int, rows: pd.DataFrame, coll: pd.DataFrame, fits: dict
+) -> dict:
+    """Return one model row's split (ms per step on one stage) and the inputs it came from."""
+    tp = layout["tp"]
+    layers = layers_per_stage(layout, model)
+    experts_here = model["routed_experts"] // layout["ep"]
+    tokens = local_tokens(layout, model, t)
+    ceilings = _ceilings(rows)
+    shares = dict.fromkeys(SHARES, 0.0)
+    inputs, missing, powers = [], [], []
+    for name, part in step_parts(layout, model, t, experts_here).items():
+        times = layers if part["per"] == "layer" else 1
+        if part["kind"] == "comm":
+            ms, note = _comm_ms(part, coll, fits)
+            shares["comm_ms"] += ms * times
+            inputs.append(note)
+            continue
+        op = _GEMMS.get(name) or _SHARED.get(name)
+        side = roofline.bound(part["flops"], part["bytes"], *ceilings) if ceilings else None
+        if op is None:  # router and element-wise parts: the roofline floor
+            if ceilings is None:
+                missing.append(name)
+                continue
+            ms = roofline.floor_ms(part["flops"], part["bytes"], *ceilings)["floor_ms"]
+        else:
+            shape, factor = _shape_rows(rows, model, op, tp)
+            at_t = shape[shape["tokens_per_expert"] == t] if not shape.empty else shape
+            if shape.empty or (name in _GEMMS and at_t.empty):
+                missing.append(name)
+                continue
+            if name in _GEMMS:
+                rec = at_t.loc[at_t["per_expert_ms"].idxmin()]
+                ms = rec["per_expert_ms"] * factor * experts_here
+                side = rec["bound"] if isinstance(rec.get("bound"), str) else side
+                used = f"{rec['runner']} t={t}"
+                powers.append(_number(rec.get("power_frac")))
+            else:
+                ms = _curve_ms(shape, tokens) * factor
+                used = f"curve at {tokens} tokens"
+            scaled = f" x1/{tp} from the full shape" if factor != 1 else ""
+            inputs.append(f"{name}: decode {op} {used}{scaled}")
+        shares[f"compute_{side or 'memory'}_ms"] += ms * times
+    if ceilings:
+        inputs.append(f"router and element-wise parts: roofline floor at {ceilings[1]:.4g} GB/s")
+    for name in missing:
+        shares["compute_memory_ms"] = math.nan
+        inputs.append(f"{name}: no decode measurement")
+    power = [p for p in powers if not math.isnan(p)]
+    return {
+        **shares,
+        "other_ms": 0.0,
+        "power_frac": float(np.mean(power)) if power else math.nan,
+        "power_source": "decode benchmark" if power else "",
+        "device": rows["device"].iloc[0] if not rows.empty and "device" in rows else None,
+        "inputs": "; ".join(dict.fromkeys(inputs)),
+    }
+
+
+def _number(value: object) -> float:
+    """Return value as a float, NaN when it is missing or not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _measured(steps: pd.DataFrame | None, names: list[str]) -> pd.DataFrame:
+    """Return the layout benchmark's correct rows for layouts of the grid."""
+    if steps is None or steps.empty or "step_ms" not in steps:
+        return pd.DataFrame()
+    ok = steps[(steps["status"] == "ok") & steps["layout"].isin(names)]
+    return ok.copy()
+
+
+def _measured_row(rec: dict) -> dict:
+    """Return one verdict row from a layout-benchmark row."""
+    crowded = _number(rec.get("ranks_per_core"))
+    crowd = f"; {crowded:.3g} ranks per core (CPU oversubscribed)" if crowded > 1 else ""
+    inputs = (
+        f"layout step on {int(rec['world'])} {rec.get('backend')} ranks: {rec.get('scaling')}; "
+        f"expert GEMMs {rec.get('runner_gate_up')} / {rec.get('runner_down')}; "
+        f"as run {rec.get('raw_step_ms'):.4g} ms{crowd}"
+    )
+    power = _number(rec.get("power_frac"))
+    has_power = not math.isnan(power)
+    return {
+        **{k: rec.get(k) for k in ("compute_memory_ms", "compute_math_ms", "comm_ms")},
+        "other_ms": rec.get("other_ms", 0.0),
+        "step_ms": rec["step_ms"],
+        "power_frac": power if has_power else math.nan,
+        "power_source": "layout step" if has_power else "",
+        "device": rec.get("device"),
+        "inputs": inputs,
+    }
 
 
 def verdict_table(
@@ -81,67 +280,56 @@ def verdict_table(
     collective: pd.DataFrame,
     steps: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Return one row per layout and tokens-per-expert: the step's split and its verdict.
-
-    `steps` holds measured decode steps per layout (the layout benchmark); not used yet.
-    """
+    """Return one row per layout, tokens-per-expert and source (measured, model): the step's
+    split, its verdict, and the projection error where a layout has both."""
     model = settings["model"]
-    best = best_decode(decode)
+    rows_ok = _step_rows(decode, settings["bench"].get("layout_runner", "best"))
     fits = fit_latency_bandwidth(collective)
-    rows = []
-    for layout in settings["grid"]["layouts"]:
-        tp, pp, ep = layout["tp"], layout["pp"], layout["ep"]
-        name = f"tp{tp}-pp{pp}-ep{ep}"
-        coll = collective[collective["layout"] == name] if "layout" in collective else collective
-        layers = math.ceil(model["moe_layers"] / pp)
-        for t in settings["grid"]["tokens_per_expert"]:
-            row = {
-                "model": model["name"],
-                "layout": name,
-                "tp": tp,
-                "pp": pp,
-                "ep": ep,
-                "world": tp * pp * ep,
-                "tokens_per_expert": t,
-                "batch_tokens": decode_batch(t, model),
-                "layers_per_stage": layers,
+    layouts = {f"tp{x['tp']}-pp{x['pp']}-ep{x['ep']}": x for x in settings["grid"]["layouts"]}
+    measured = _measured(steps, list(layouts))
+    out = []
+    for rec in measured.to_dict("records"):
+        out.append(
+            {
+                "layout": rec["layout"],
+                "tokens_per_expert": int(rec["tokens_per_expert"]),
+                "source": "measured",
+                **_measured_row(rec),
             }
-            shares = {"compute_memory_ms": 0.0, "compute_math_ms": 0.0}
-            sources, device = [], None
-            part = best[best["tokens_per_expert"] == t] if not best.empty else best
-            if part.empty:
-                row.update(compute_memory_ms=math.nan, compute_math_ms=math.nan)
-                sources.append("no decode measurement")
-            for rec in part.to_dict("records"):
-                experts_here = model["routed_experts"] / ep
-                # Memory-bound GEMMs scale with the weight bytes each device streams.
-                per_layer = rec["time_ms"] * experts_here / rec["experts"] / tp
-                key = "compute_memory_ms" if rec["bound"] == "memory" else "compute_math_ms"
-                shares[key] += per_layer * layers
-                device = rec.get("device")
-                sources.append(f"decode {rec['runner']} {rec['op']} x{rec['experts']} experts")
-            comm, comm_src = 0.0, []
-            for msg in step_messages(layout, model, t):
-                ms, src = _comm_time(msg, t, coll, fits)
-                comm += ms * msg["per_step"]
-                comm_src.append(f"{msg['collective']}({msg['group']}) {src}")
-            row.update(shares)
-            row["comm_ms"] = comm
-            values = {k: row[k] for k in SHARES}
-            valid = {k: v for k, v in values.items() if not math.isnan(v)}
-            row["step_ms"] = sum(valid.values()) if valid else math.nan
-            ranked = sorted(valid.items(), key=lambda kv: kv[1], reverse=True)
-            if ranked and ranked[0][1] > 0:
-                row["verdict"] = LABELS[ranked[0][0]]
-                second = ranked[1] if len(ranked) > 1 else (None, 0.0)
-                row["runner_up"] = LABELS.get(second[0], "none")
-                row["margin"] = ranked[0][1] / second[1] if second[1] > 0 else math.inf
-                row["share"] = ranked[0][1] / row["step_ms"]
-            else:
-                row.update(verdict="unknown", runner_up="none", margin=math.nan, share=math.nan)
-            # Compute is always scaled from a single-device measurement to the layout's share.
-            row["source"] = "model"
-            row["device"] = device
-            row["inputs"] = "; ".join(sources + comm_src)
-            rows.append(row)
-    return pd.DataFrame(rows)
+        )
+    for name, layout in layouts.items():
+        coll = collective[collective["layout"] == name] if "layout" in collective else collective
+        for t in settings["grid"]["tokens_per_expert"]:
+            split = project(layout, model, t, rows_ok, coll, fits)
+            split["step_ms"] = sum(split[k] for k in SHARES)
+            out.append({"layout": name, "tokens_per_expert": t, "source": "model", **split})
+    frame = pd.DataFrame(out)
+    for col, key in (("tp", "tp"), ("pp", "pp"), ("ep", "ep")):
+        frame[col] = frame["layout"].map(lambda n, key=key: layouts[n][key])
+    frame["world"] = frame["tp"] * frame["pp"] * frame["ep"]
+    frame["model"] = model["name"]
+    frame["batch_tokens"] = [decode_batch(int(t), model) for t in frame["tokens_per_expert"]]
+    frame["layers_per_stage"] = [layers_per_stage(layouts[n], model) for n in frame["layout"]]
+    decided = pd.DataFrame([decide({k: r[k] for k in SHARES}) for r in frame.to_dict("records")])
+    frame = pd.concat([frame, decided], axis=1)
+    frame = _projection_error(frame)
+    order = {name: i for i, name in enumerate(layouts)}
+    frame["_s"] = (frame["source"] != "measured").astype(int)
+    frame["_l"] = frame["layout"].map(order)
+    frame = frame.sort_values(["_s", "_l", "tokens_per_expert"]).drop(columns=["_s", "_l"])
+    extra = [c for c in frame.columns if c not in COLUMNS]
+    return frame[[c for c in COLUMNS if c in frame] + extra].reset_index(drop=True)
+
+
+def _projection_error(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return the frame with measured and projected step times side by side where both exist."""
+    key = ["layout", "tokens_per_expert"]
+    meas = frame[frame["source"] == "measured"].set_index(key)["step_ms"]
+    proj = frame[frame["source"] == "model"].set_index(key)["step_ms"]
+    idx = list(zip(frame["layout"], frame["tokens_per_expert"], strict=True))
+    frame["measured_step_ms"] = [meas.get(i, math.nan) for i in idx]
+    frame["projected_step_ms"] = [proj.get(i, math.nan) for i in idx]
+    frame["projection_error_pct"] = (
+        100 * (frame["projected_step_ms"] - frame["measured_step_ms"]) / frame["measured_step_ms"]
+    )
+    return frame

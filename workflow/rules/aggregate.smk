@@ -1,4 +1,6 @@
-# Stage 5: join every result into tidy tables, the verdict and the report.
+# Stage 5: join every result into tidy tables (CSV and Parquet), the verdict, the figures
+# and the reports: report.md and the self-contained report.html. The figures are also
+# registered for `snakemake --report`, captioned from workflow/report/.
 
 
 rule aggregate_results:
@@ -13,8 +15,44 @@ rule aggregate_results:
         collective=f"{R}/tables/collective.csv",
         verdict=f"{R}/tables/verdict.csv",
         report=f"{R}/report.md",
+        html=report(
+            f"{R}/report.html",
+            caption="../report/report_html.rst",
+            category="Report",
+        ),
+        launch_parquet=f"{R}/tables/launch.parquet",
+        decode_parquet=f"{R}/tables/decode.parquet",
+        collective_parquet=f"{R}/tables/collective.parquet",
+        verdict_parquet=f"{R}/tables/verdict.parquet",
+        plot_launch_smem=report(
+            f"{R}/plots/launch_smem.png",
+            caption="../report/launch_smem.rst",
+            category="Launch",
+        ),
+        plot_decode_time=report(
+            f"{R}/plots/decode_time.png",
+            caption="../report/decode_time.rst",
+            category="Decode",
+        ),
+        plot_decode_roofline=report(
+            f"{R}/plots/decode_roofline.png",
+            caption="../report/decode_roofline.rst",
+            category="Decode",
+        ),
+        plot_collective_bandwidth=report(
+            f"{R}/plots/collective_bandwidth.png",
+            caption="../report/collective_bandwidth.rst",
+            category="Collectives",
+        ),
+        plot_layouts=report(
+            f"{R}/plots/layouts.png",
+            caption="../report/layouts.rst",
+            category="Layouts",
+        ),
     log:
         f"{R}/logs/aggregate_results.log",
+    conda:
+        "../envs/tilesweep.yaml"
     params:
         settings=SWEEP.settings_json(),
         code=code_hash(
@@ -22,6 +60,9 @@ rule aggregate_results:
             "aggregate.py",
             "verdict.py",
             "report.py",
+            "report_html.py",
+            "plots.py",
+            "summary.py",
             "bench/roofline.py",
         ),
     script:

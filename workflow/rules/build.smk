@@ -6,6 +6,8 @@ rule build_kernel:
         record=f"{R}/build/triton/{{arch}}/{{kernel}}/build.json",
     log:
         f"{R}/logs/build_kernel/{{arch}}/{{kernel}}.log",
+    conda:
+        "../envs/tilesweep.yaml"
     params:
         cell=lambda w: SWEEP.build_cell("triton", w.arch, w.kernel),
         code=code_hash(
@@ -24,6 +26,8 @@ rule account_cutlass:
         record=f"{R}/build/cutlass/{{arch}}/accounting.json",
     log:
         f"{R}/logs/account_cutlass/{{arch}}.log",
+    conda:
+        "../envs/tilesweep.yaml"
     threads: workflow.cores
     params:
         cells=lambda w: SWEEP.cutlass_cells(w.arch),

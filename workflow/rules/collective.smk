@@ -6,6 +6,8 @@ rule bench_collective:
         table=f"{R}/collective/{{layout}}.csv",
     log:
         f"{R}/logs/bench_collective/{{layout}}.log",
+    conda:
+        "../envs/tilesweep.yaml"
     resources:
         gpu=GPUS,
     params:

@@ -6,6 +6,8 @@ rule measure_device:
         record=f"{R}/device/ceilings.json",
     log:
         f"{R}/logs/measure_device.log",
+    conda:
+        "../envs/tilesweep.yaml"
     resources:
         gpu=min(GPUS, 1),
     params:
@@ -23,6 +25,8 @@ rule bench_decode:
         table=f"{R}/decode/{{kernel}}.csv",
     log:
         f"{R}/logs/bench_decode/{{kernel}}.log",
+    conda:
+        "../envs/tilesweep.yaml"
     resources:
         gpu=min(GPUS, 1),
     params:

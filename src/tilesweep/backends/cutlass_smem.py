@@ -196,6 +196,10 @@ struct ts_schedule<T, std::void_t<typename T::DispatchPolicy::Schedule>> {
   using type = typename T::DispatchPolicy::Schedule;
 };
 
+"""
+
+# Host-only: JSON printing. The device pass never sees it.
+REPORTER = r"""
 static void ts_str(const char* s) {
   std::putchar('"');
   for (; *s; ++s) {
@@ -252,9 +256,17 @@ using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     {main_sched}
   >::CollectiveOp;
 using Kernel = cutlass::gemm::kernel::GemmUniversal<TsProblemShape, Mainloop, Epilogue>;
+#ifndef __CUDA_ARCH__
 inline void report(int index) {{
   ts_report<Kernel, Mainloop, Epilogue>(index, {align_ab}, {align_ab}, int({capacity}));
 }}
+#elif TS_DEVICE_CHECK
+// Odr-uses the kernel body in the device pass so that its static_asserts are checked; the
+// function is never called, so no kernel code is emitted.
+__device__ inline void probe(Kernel::Params const& params, char* smem) {{
+  Kernel{{}}(params, smem);
+}}
+#endif
 }}  // namespace {ns}
 """
 
@@ -394,11 +406,15 @@ def compile_flags(arch: str, include: Path) -> list[str]:
     return [*BASE_FLAGS, f"-gencode={ARCHS[arch].gencode}", f"-I{include}"]
 
 
-def tu_source(arch: str, bodies: list[str], version: str) -> tuple[str, list[tuple[int, int]]]:
+def tu_source(
+    arch: str, bodies: list[str], version: str, device_check: bool = True
+) -> tuple[str, list[tuple[int, int]]]:
     """Return a TU for the bodies and each body's (first, last) line number in it."""
     head = (
         f"// tilesweep cutlass_smem TU; cutlass {version}; flags: {' '.join(BASE_FLAGS)} "
-        f"-gencode={ARCHS[arch].gencode}\n#ifndef __CUDA_ARCH__\n{PRELUDE}"
+        f"-gencode={ARCHS[arch].gencode}\n#define TS_DEVICE_CHECK {int(device_check)}\n"
+        f"{'' if device_check else '#ifndef __CUDA_ARCH__'}\n{PRELUDE}"
+        f"#ifndef __CUDA_ARCH__\n{REPORTER}#endif\n"
     )
     parts, spans = [head], []
     line = head.count("\n") + 1
@@ -408,13 +424,14 @@ def tu_source(arch: str, bodies: list[str], version: str) -> tuple[str, list[tup
         parts.append(body)
         line += n
     calls = "".join(f"  c{i}::report({i});\n" for i in range(len(bodies)))
-    parts.append(f"\nint main() {{\n{calls}  return 0;\n}}\n#endif  // __CUDA_ARCH__\n")
+    parts.append(f"\n#ifndef __CUDA_ARCH__\nint main() {{\n{calls}  return 0;\n}}\n#endif\n")
+    parts.append("" if device_check else "#endif  // __CUDA_ARCH__\n")
     return "".join(parts), spans
 
 
-def cache_key(cell: dict, version: str, toolchain: str) -> str:
+def cache_key(cell: dict, version: str, toolchain: str, device_check: bool = True) -> str:
     """Return sha256 of the cell's standalone TU source plus the nvcc version."""
-    src, _ = tu_source(cell["arch"], [cell_body(cell, "c0")], version)
+    src, _ = tu_source(cell["arch"], [cell_body(cell, "c0")], version, device_check)
     return hashlib.sha256((src + "\n" + toolchain).encode()).hexdigest()
 
 
@@ -579,13 +596,14 @@ class Context:
     version: str
     toolchain: str
     workdir: Path
+    device_check: bool
 
 
 def compile_group(ctx: Context, units: list[Unit]) -> dict[int, dict]:
     """Return {unit index: row} for units, compiling them in one TU and splitting on errors."""
     arch = units[0].cell["arch"]
     bodies = [cell_body(u.cell, f"c{i}") for i, u in enumerate(units)]
-    src, spans = tu_source(arch, bodies, ctx.version)
+    src, spans = tu_source(arch, bodies, ctx.version, ctx.device_check)
     (ctx.workdir / "build").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=ctx.workdir / "build") as tmp:
         t0 = time.monotonic()
@@ -657,8 +675,15 @@ def store(ctx: Context, units: list[Unit], rows: dict[int, dict]) -> None:
             atomic_write(ctx.workdir / "cache" / f"{u.key}.json", json.dumps(rows[u.index]))
 
 
-def account(cells: list[dict], workdir: Path, jobs: int = 1) -> list[dict]:
-    """Return one shared-memory accounting row per cell, in order (see the module docstring)."""
+def account(
+    cells: list[dict], workdir: Path, jobs: int = 1, *, device_check: bool = True
+) -> list[dict]:
+    """Return one shared-memory accounting row per cell, in order (see the module docstring).
+
+    With device_check the device pass also instantiates each kernel body, so the kernel-level
+    static_asserts are checked too (about 4-8 s more CPU per cell); without it only the
+    host-side types are built.
+    """
     workdir = Path(workdir).resolve()
     include, nvcc = cutlass_include_dir(), find_nvcc()
     version = cutlass_version(include) if include else None
@@ -672,14 +697,14 @@ def account(cells: list[dict], workdir: Path, jobs: int = 1) -> list[dict]:
         if why:
             rows[i] = base_row(cell, "skipped", why, toolchain, version)
             continue
-        key = cache_key(cell, version, toolchain)
+        key = cache_key(cell, version, toolchain, device_check)
         hit = read_cache(workdir, key)
         if hit is not None:
             rows[i] = {**hit, "cell": cell, "cached": True}
         else:
             todo.append(Unit(i, cell, key))
     if todo:
-        ctx = Context(nvcc, include, version, toolchain, workdir)
+        ctx = Context(nvcc, include, version, toolchain, workdir, device_check)
         groups = plan_groups(todo, jobs)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for group, got in zip(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
@@ -16,6 +17,11 @@ SAFE_NCCL_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 BYTES_PER_ELEMENT = 2  # activations travel in bf16
+# Messages up to this size give the small-message latency floor.
+LATENCY_FLOOR_BYTES = 65536
+# On a GPU, calls of at most this many bytes are timed back to back, this many per sample.
+SMALL_MESSAGE_BYTES = 1 << 20
+SMALL_MESSAGE_CALLS = 20
 
 
 def decode_batch(tokens_per_expert: int, model: dict) -> int:
@@ -23,10 +29,22 @@ def decode_batch(tokens_per_expert: int, model: dict) -> int:
     return max(1, tokens_per_expert * model["routed_experts"] // model["top_k"])
 
 
+def local_tokens(layout: dict, model: dict, tokens_per_expert: int) -> int:
+    """Return the tokens one rank holds: the batch split over ep ranks (data-parallel attention)."""
+    return -(-decode_batch(tokens_per_expert, model) // layout["ep"])
+
+
+def dispatch_rows(layout: dict, model: dict, tokens_per_expert: int) -> int:
+    """Return the rows one rank sends in an EP dispatch: local tokens x top_k, padded to ep."""
+    rows = local_tokens(layout, model, tokens_per_expert) * model["top_k"]
+    return -(-rows // layout["ep"]) * layout["ep"]
+
+
 def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dict]:
-    """Return the collectives of one decode step: kind, group size, bytes and count per step."""
-    batch = decode_batch(tokens_per_expert, model)
+    """Return the collectives of one decode step on one pipeline stage: kind, group size, bytes
+    per call and calls per step."""
     hidden = model["hidden"] * BYTES_PER_ELEMENT
+    tokens = local_tokens(layout, model, tokens_per_expert)
     layers_per_stage = -(-model["moe_layers"] // layout["pp"])
     msgs = []
     if layout["tp"] > 1:
@@ -35,31 +53,42 @@ def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dic
             {
                 "collective": "all_reduce",
                 "group": layout["tp"],
-                "bytes": batch * hidden,
+                "bytes": tokens * hidden,
                 "per_step": 2 * layers_per_stage,
             }
         )
     if layout["ep"] > 1:
         # Dispatch and combine: each rank sends its tokens' hidden states to top_k experts.
-        per_rank = -(-batch // layout["ep"]) * model["top_k"] * hidden
         msgs.append(
             {
                 "collective": "all_to_all",
                 "group": layout["ep"],
-                "bytes": per_rank,
+                "bytes": dispatch_rows(layout, model, tokens_per_expert) * hidden,
                 "per_step": 2 * layers_per_stage,
             }
         )
     if layout["pp"] > 1:
+        # Each stage hands its activations to the next once per step; stages send concurrently.
         msgs.append(
             {
                 "collective": "send_recv",
                 "group": 2,
-                "bytes": batch * hidden,
-                "per_step": layout["pp"] - 1,
+                "bytes": tokens * hidden,
+                "per_step": 1,
             }
         )
     return msgs
+
+
+def sweep_sizes(low: int, high: int, factor: int) -> list[int]:
+    """Return message sizes from low to high bytes, each `factor` times the previous."""
+    sizes, size = [], max(4, low)
+    while size <= high:
+        sizes.append(size)
+        if factor < 2:
+            break
+        size *= factor
+    return sizes
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -69,6 +98,28 @@ def bus_factor(collective: str, n: int) -> float:
     if collective == "all_to_all":
         return (n - 1) / n
     return 1.0
+
+
+def fit_alpha_beta(sizes: list[float], times_ms: list[float]) -> tuple[float, float]:
+    """Return (alpha ms, beta bytes/ms) of time = alpha + bytes / beta, fitted in relative error.
+
+    Each point is weighted by 1 / time, so a 4 KB message counts as much as a 256 MB one.
+    With a single size, alpha is its time and beta is infinite.
+    """
+    import numpy as np
+
+    x, y = np.asarray(sizes, float), np.asarray(times_ms, float)
+    if len(np.unique(x)) < 2:
+        return (float(y.mean()) if len(y) else math.nan), math.inf
+    w = 1.0 / np.maximum(y, 1e-12)
+    design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (alpha, slope), *_ = np.linalg.lstsq(design, y * w, rcond=None)
+    if slope <= 0:
+        return float(y.min()), math.inf
+    if alpha < 0:  # no latency term fits: bandwidth only, through the origin
+        slope = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+        alpha = 0.0
+    return float(alpha), 1.0 / float(slope)
 
 
 def _free_port() -> int:
@@ -81,7 +132,11 @@ def _free_port() -> int:
 def _time_one(
     dist, torch, kind: str, nbytes: int, group_size: int, repeats: int, warmup: int, cuda: bool
 ) -> list[float] | None:
-    """Return rank 0's per-call times in ms for one collective, or None on ranks outside it."""
+    """Return rank 0's per-call times in ms for one collective, or None on ranks outside it.
+
+    On a GPU each sample brackets back-to-back calls with CUDA events (many for small messages,
+    as nccl-tests does, so launch gaps do not hide the latency); on the CPU, one call per sample.
+    """
     rank, world = dist.get_rank(), dist.get_world_size()
     device = f"cuda:{rank}" if cuda else "cpu"
     n = group_size
@@ -91,6 +146,7 @@ def _time_one(
     group = dist.new_group(list(range(n))) if n < world else None
     buf = torch.randn(elems, device=device).to(torch.bfloat16)
     out = torch.empty_like(buf)
+    calls = SMALL_MESSAGE_CALLS if cuda and nbytes <= SMALL_MESSAGE_BYTES else 1
     samples = []
 
     def op():
@@ -109,12 +165,19 @@ def _time_one(
             continue
         if cuda:
             torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        op()
-        if cuda:
-            torch.cuda.synchronize(device)
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            for _ in range(calls):
+                op()
+            end.record()
+            end.synchronize()
+            elapsed = start.elapsed_time(end) / calls
+        else:
+            t0 = time.perf_counter()
+            op()
+            elapsed = (time.perf_counter() - t0) * 1e3
         if i >= warmup:
-            samples.append((time.perf_counter() - start) * 1e3)
+            samples.append(elapsed)
     if group is not None:
         dist.destroy_process_group(group)
     return samples if rank == 0 else None
@@ -163,10 +226,13 @@ def run_plan(plan: list[dict], world: int, repeats: int, warmup: int, cuda: bool
     os.environ.update(SAFE_NCCL_ENV)
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "samples.json")
-        mp.spawn(
+        # On the CPU, forked ranks skip re-importing torch (seconds each on a busy machine);
+        # CUDA cannot be forked, so GPU ranks are spawned.
+        mp.start_processes(
             _worker,
             args=(world, _free_port(), plan, repeats, warmup, cuda, out),
             nprocs=world,
             join=True,
+            start_method="spawn" if cuda else "fork",
         )
         return json.loads(Path(out).read_text())

@@ -1,4 +1,5 @@
-"""Stage 4: time the collectives of one parallel layout at every decode batch."""
+"""Stage 4: time the collectives of one parallel layout at every decode batch, and over a sweep
+of message sizes from a few KB to hundreds of MB for the latency/bandwidth fit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ import pandas as pd
 
 from tilesweep.io import write_table
 from tilesweep.steps import logged
+
+
+def _sizes(bench: dict) -> list[int]:
+    """Return the sweep's message sizes plus the extra sizes, sorted and unique."""
+    from tilesweep.bench.collective import sweep_sizes
+
+    swept = sweep_sizes(
+        bench["collective_sweep_min_bytes"],
+        bench["collective_sweep_max_bytes"],
+        bench["collective_sweep_factor"],
+    )
+    return sorted(set(swept) | set(bench["collective_extra_sizes"]))
 
 
 def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[dict]]:
@@ -20,10 +33,10 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
     items = []
     for t in spec["tokens_per_expert"]:
         for msg in step_messages(layout, model, t):
-            items.append({**msg, "tokens_per_expert": t})
-    kinds = {(m["collective"], m["group"], m["per_step"]) for m in items}
-    for kind, group, _ in sorted(kinds):
-        for size in bench["collective_extra_sizes"]:
+            items.append({**msg, "tokens_per_expert": t, "purpose": "step"})
+    kinds = {(m["collective"], m["group"]) for m in items}
+    for kind, group in sorted(kinds):
+        for size in _sizes(bench):
             items.append(
                 {
                     "collective": kind,
@@ -31,6 +44,7 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
                     "bytes": size,
                     "per_step": 0,
                     "tokens_per_expert": None,
+                    "purpose": "sweep",
                 }
             )
     for item in items:
@@ -55,6 +69,30 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
         else:
             plan.append(row)
     return plan, skipped
+
+
+def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return the table with, per collective and group, the latency floor and the alpha-beta fit."""
+    from tilesweep.bench.collective import LATENCY_FLOOR_BYTES, bus_factor, fit_alpha_beta
+
+    frame = frame.copy()
+    for col in ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs"):
+        frame[col] = float("nan")
+    if "time_ms" not in frame:
+        return frame
+    ok = frame[(frame["status"] == "ok") & frame["time_ms"].notna()]
+    for (kind, group), part in ok.groupby(["collective", "group"]):
+        # One time per size: the median over every row (step and sweep) of that size.
+        by_size = part.groupby("bytes")["time_ms"].median()
+        small = by_size[by_size.index <= LATENCY_FLOOR_BYTES]
+        alpha, beta = fit_alpha_beta(list(by_size.index), list(by_size.values))
+        algbw = beta * 1e3 / 1e9  # bytes per ms -> GB/s
+        where = (frame["collective"] == kind) & (frame["group"] == group)
+        frame.loc[where, "latency_floor_us"] = small.min() * 1e3 if len(small) else float("nan")
+        frame.loc[where, "fit_latency_us"] = alpha * 1e3
+        frame.loc[where, "fit_algbw_gbs"] = algbw
+        frame.loc[where, "fit_busbw_gbs"] = algbw * bus_factor(kind, int(group))
+    return frame
 
 
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
@@ -123,6 +161,17 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
                     **prov,
                 }
             )
-    frame = pd.DataFrame(rows)
+        frame = fit_columns(pd.DataFrame(rows))
+        for rec in (
+            frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
+        ).to_dict("records"):
+            log.info(
+                "%s(%d): latency floor %.1f us, fit alpha %.1f us, busbw %.2f GB/s",
+                rec["collective"],
+                rec["group"],
+                rec["latency_floor_us"],
+                rec["fit_latency_us"],
+                rec["fit_busbw_gbs"],
+            )
     write_table(table_path, frame)
     return frame

@@ -1,0 +1,77 @@
+"""The `tilesweep` command: `tilesweep compare A B [--out DIR]` compares two sweeps' results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tilesweep.errors import ConfigError
+
+
+def parser() -> argparse.ArgumentParser:
+    """Return the command-line parser with its subcommands."""
+    top = argparse.ArgumentParser(
+        prog="tilesweep",
+        description="Tools around a tilesweep run (the sweep itself runs through snakemake).",
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    cmp = sub.add_parser(
+        "compare",
+        help="print and plot what changed beyond the noise between two results folders",
+        description=(
+            "Compare two sweeps' results folders (e.g. before and after a driver upgrade, or two "
+            "machines). Timed values count as changed when their medians differ by more than "
+            "both runs' p10..p90 spread; values without a spread (one repeat, or modelled) when "
+            "they move by more than --threshold; launch status, fits and shared memory, and "
+            "verdict labels, on any change."
+        ),
+    )
+    cmp.add_argument("a", help="results folder of run A (or a work folder holding results/)")
+    cmp.add_argument("b", help="results folder of run B")
+    cmp.add_argument("--out", help="folder for changes.csv, summary.txt and changes.png")
+    cmp.add_argument(
+        "--threshold",
+        type=float,
+        default=0.10,
+        help="relative change that counts for values without a spread (default 0.10 = 10%%)",
+    )
+    cmp.add_argument("--limit", type=int, default=40, help="changes printed per table (default 40)")
+    cmp.add_argument(
+        "--fail-on-change",
+        action="store_true",
+        help="exit with status 1 when anything changed beyond the noise",
+    )
+    return top
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """Run `tilesweep compare`; return the exit status."""
+    from tilesweep import compare
+
+    if args.threshold < 0:
+        raise ConfigError(f"--threshold={args.threshold}: must be at least 0")
+    run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
+    changes = compare.compare_runs(run_a, run_b, args.threshold)
+    text = compare.format_changes(changes, run_a, run_b, args.threshold, args.limit)
+    sys.stdout.write(text)
+    if args.out:
+        paths = compare.write_outputs(changes, text, args.out)
+        sys.stdout.write("Wrote " + ", ".join(str(p) for p in paths) + "\n")
+    beyond = bool(changes["beyond"].astype(bool).any()) if not changes.empty else False
+    return 1 if args.fail_on_change and beyond else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status (2 for a bad argument or folder)."""
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "compare":
+            return compare_command(args)
+    except ConfigError as err:
+        sys.stderr.write(f"tilesweep: {err}\n")
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""Compare two sweeps' results: what changed beyond the noise.
+
+A timed value changed beyond the noise when the difference of the medians exceeds the spread
+(p10..p90) of both runs. A value without a spread in either run (one repeat, or modelled) changed
+beyond the noise when it moved by more than a relative threshold. Labels (launch status, fits,
+verdict, bound) and launch shared memory change whenever they differ at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep.errors import ConfigError
+
+# Columns that identify a row, per table; those present in both runs are used.
+KEYS = {
+    "launch": ["backend", "target", "kernel"],
+    "decode": ["runner", "dtype", "op", "routing", "tokens_per_expert"],
+    "collective": ["layout", "collective", "backend", "group", "bytes"],
+    "verdict": ["model", "layout", "tokens_per_expert", "source"],
+}
+# Values compared with their spread (or the relative threshold), per table.
+MEASURES = {
+    "decode": ["time_ms"],
+    "collective": ["time_ms"],
+    "verdict": ["step_ms", "compute_memory_ms", "compute_math_ms", "comm_ms", "other_ms"],
+}
+# Values any change of which counts, per table.
+EXACT = {
+    "launch": ["status", "fits", "smem_bytes"],
+    "decode": ["status", "bound"],
+    "collective": ["status"],
+    "verdict": ["verdict"],
+}
+PROVENANCE = (
+    "device",
+    "driver",
+    "cuda_runtime",
+    "torch",
+    "triton",
+    "cutlass",
+    "toolchain",
+    "commit",
+)
+CEILINGS = ("copy_gbs", "matmul_tflops")
+COLUMNS = [
+    "table",
+    "label",
+    "metric",
+    "a",
+    "b",
+    "ratio",
+    "noise_a",
+    "noise_b",
+    "basis",
+    "beyond",
+]
+
+
+@dataclass
+class Run:
+    """One sweep's results folder: its tables and measured device ceilings."""
+
+    path: Path
+    tables: dict[str, pd.DataFrame]
+    ceilings: dict
+
+
+def results_dir(path: str | Path) -> Path:
+    """Return the results folder at path: path itself, or path/results, holding tables/."""
+    path = Path(path)
+    for candidate in (path, path / "results"):
+        if (candidate / "tables").is_dir():
+            return candidate
+    raise ConfigError(f"{path}: no tables/ here or in results/; give a sweep's results folder")
+
+
+def load_run(path: str | Path) -> Run:
+    """Return the tables (launch, decode, collective, verdict) and ceilings of a results folder."""
+    root = results_dir(path)
+    tables = {}
+    for name in KEYS:
+        csv = root / "tables" / f"{name}.csv"
+        try:
+            tables[name] = pd.read_csv(csv) if csv.exists() else pd.DataFrame()
+        except pd.errors.EmptyDataError:
+            tables[name] = pd.DataFrame()
+    ceilings_path = root / "device" / "ceilings.json"
+    ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
+    return Run(root, tables, ceilings)
+
+
+def _key_text(value: object) -> str:
+    """Return a key cell as stable text: whole floats as integers, NaN empty."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _with_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Return the frame with a `_key` label built from the key columns (repeats numbered)."""
+    frame = frame.copy()
+    label = frame[keys].apply(lambda r: " ".join(_key_text(v) for v in r), axis=1)
+    repeat = label.groupby(label).cumcount()
+    frame["_key"] = label.where(repeat == 0, label + " #" + (repeat + 1).astype(str))
+    return frame
+
+
+def _float(value: object) -> float:
+    """Return value as a float, NaN when it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _spread(row: pd.Series, metric: str, side: str) -> float:
+    """Return p90 - p10 of a metric on one side, NaN when the run recorded no spread."""
+    stem = metric[: -len("_ms")] if metric.endswith("_ms") else metric
+    lo = _float(row.get(f"{stem}_p10_ms_{side}"))
+    hi = _float(row.get(f"{stem}_p90_ms_{side}"))
+    repeats = _float(row.get(f"repeats_{side}"))
+    if math.isnan(lo) or math.isnan(hi) or hi <= lo or (not math.isnan(repeats) and repeats < 2):
+        return math.nan
+    return hi - lo
+
+
+def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold: float) -> tuple:
+    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule."""
+    if math.isnan(a) or math.isnan(b):
+        return (math.isnan(a) != math.isnan(b)), "presence"
+    if not (math.isnan(noise_a) or math.isnan(noise_b)):
+        return abs(b - a) > max(noise_a, noise_b), "spread"
+    if a == 0:
+        return b != 0, "threshold"
+    return abs(b - a) / abs(a) > threshold, "threshold"
+
+
+def _same(a: object, b: object) -> bool:
+    """Return whether two cells hold the same value (NaN equals NaN, 1 equals 1.0)."""
+    fa, fb = _float(a), _float(b)
+    if not (math.isnan(fa) and math.isnan(fb)) and not (math.isnan(fa) or math.isnan(fb)):
+        return fa == fb
+    if _key_text(a) == "" and _key_text(b) == "":
+        return True
+    return _key_text(a) == _key_text(b)
+
+
+def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Return one row per compared value of one table (see COLUMNS), rows only in one run too."""
+    keys = [k for k in KEYS[name] if k in a.columns and k in b.columns]
+    if not keys or (a.empty and b.empty):
+        return pd.DataFrame(columns=COLUMNS)
+    merged = _with_key(a, keys).merge(
+        _with_key(b, keys), on="_key", how="outer", suffixes=("_a", "_b"), indicator=True
+    )
+    rows = []
+    for _, row in merged.sort_values("_key").iterrows():
+        label = row["_key"]
+        if row["_merge"] != "both":
+            side = "A" if row["_merge"] == "left_only" else "B"
+            rows.append(
+                {
+                    "table": name,
+                    "label": label,
+                    "metric": "row",
+                    "a": "present" if side == "A" else "absent",
+                    "b": "present" if side == "B" else "absent",
+                    "basis": f"only in {side}",
+                    "beyond": True,
+                }
+            )
+            continue
+        for metric in MEASURES.get(name, []):
+            if f"{metric}_a" not in row or f"{metric}_b" not in row:
+                continue
+            va, vb = _float(row[f"{metric}_a"]), _float(row[f"{metric}_b"])
+            if math.isnan(va) and math.isnan(vb):
+                continue
+            na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
+            beyond, basis = measure_change(va, vb, na, nb, threshold)
+            rows.append(
+                {
+                    "table": name,
+                    "label": label,
+                    "metric": metric,
+                    "a": va,
+                    "b": vb,
+                    "ratio": vb / va if va else math.nan,
+                    "noise_a": na,
+                    "noise_b": nb,
+                    "basis": basis,
+                    "beyond": beyond,
+                }
+            )
+        for col in EXACT.get(name, []):
+            if f"{col}_a" not in row or f"{col}_b" not in row:
+                continue
+            va, vb = row[f"{col}_a"], row[f"{col}_b"]
+            numeric = not (math.isnan(_float(va)) or math.isnan(_float(vb)))
+            rows.append(
+                {
+                    "table": name,
+                    "label": label,
+                    "metric": col,
+                    "a": va,
+                    "b": vb,
+                    "ratio": _float(vb) / _float(va) if numeric and _float(va) else math.nan,
+                    "basis": "exact",
+                    "beyond": not _same(va, vb),
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def compare_ceilings(a: dict, b: dict, threshold: float) -> pd.DataFrame:
+    """Return the measured copy bandwidth and matmul peaks of both runs, compared by threshold."""
+    rows = []
+    pairs = [("copy_gbs", a.get("copy_gbs"), b.get("copy_gbs"))]
+    for dtype in sorted(set(a.get("matmul_tflops") or {}) | set(b.get("matmul_tflops") or {})):
+        pairs.append(
+            (
+                f"matmul_tflops {dtype}",
+                (a.get("matmul_tflops") or {}).get(dtype),
+                (b.get("matmul_tflops") or {}).get(dtype),
+            )
+        )
+    for metric, va, vb in pairs:
+        va, vb = _float(va), _float(vb)
+        if math.isnan(va) and math.isnan(vb):
+            continue
+        beyond, basis = measure_change(va, vb, math.nan, math.nan, threshold)
+        rows.append(
+            {
+                "table": "device",
+                "label": "ceilings",
+                "metric": metric,
+                "a": va,
+                "b": vb,
+                "ratio": vb / va if va else math.nan,
+                "basis": basis,
+                "beyond": beyond,
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def compare_runs(a: Run, b: Run, threshold: float = 0.10) -> pd.DataFrame:
+    """Return every compared value of two runs (COLUMNS), beyond-noise flagged."""
+    parts = [compare_ceilings(a.ceilings, b.ceilings, threshold)]
+    parts += [compare_table(n, a.tables[n], b.tables[n], threshold) for n in KEYS]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(parts, ignore_index=True)
+
+
+def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
+    """Return (field, A's values, B's values) for provenance fields that differ between runs."""
+
+    def values(run: Run, field: str) -> str:
+        found: set[str] = set()
+        # Launch rows are compiled on the host: they name a toolchain and commit, not a device.
+        skip = {"launch"} if field not in ("toolchain", "commit") else set()
+        for name, frame in run.tables.items():
+            if field in frame and name not in skip:
+                found |= set(frame[field].dropna().astype(str))
+        if field in run.ceilings and run.ceilings[field] is not None:
+            found.add(str(run.ceilings[field]))
+        return ", ".join(sorted(found)) or "-"
+
+    out = []
+    for field in PROVENANCE:
+        va, vb = values(a, field), values(b, field)
+        if va != vb:
+            out.append((field, va, vb))
+    return out
+
+
+def _cell(value: object) -> str:
+    """Return a value for the console: whole numbers in full, others to 4 significant figures."""
+    number = _float(value)
+    if math.isnan(number) or isinstance(value, str):
+        return _key_text(value)
+    return f"{int(number):,}" if number.is_integer() else f"{number:.4g}"
+
+
+def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limit: int = 40) -> str:
+    """Return the console summary: provenance differences, then per table what moved."""
+    lines = [f"A: {a.path}", f"B: {b.path}"]
+    prov = provenance_changes(a, b)
+    if prov:
+        lines.append("Provenance that differs:")
+        lines += [f"  {field}: {va}  ->  {vb}" for field, va, vb in prov]
+    else:
+        lines.append("Provenance: same device, versions and commit.")
+    lines.append(
+        f"Beyond noise: timed values whose medians differ by more than both runs' p10..p90; "
+        f"values without a spread, by more than {threshold:.0%}; labels and launch shared "
+        "memory, any change."
+    )
+    if changes.empty:
+        lines.append("Nothing to compare: neither run has tables.")
+        return "\n".join(lines) + "\n"
+    for table, part in changes.groupby("table", sort=False):
+        beyond = part[part["beyond"].astype(bool)]
+        lines.append(f"\n{table}: {len(beyond)} of {len(part)} values changed beyond the noise")
+        if beyond.empty:
+            continue
+        order = beyond.assign(
+            _size=beyond["ratio"].map(lambda r: abs(math.log(r)) if _float(r) > 0 else math.inf)
+        ).sort_values("_size", ascending=False)
+        for rec in order.head(limit).to_dict("records"):
+            ratio = _float(rec["ratio"])
+            ratio_txt = f"  x{ratio:.3g}" if not math.isnan(ratio) else ""
+            lines.append(
+                f"  {rec['label']}  {rec['metric']}: {_cell(rec['a'])} -> {_cell(rec['b'])}"
+                f"{ratio_txt}  [{rec['basis']}]"
+            )
+        if len(order) > limit:
+            lines.append(f"  ... and {len(order) - limit} more (see changes.csv with --out)")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
+    """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
+    from tilesweep import plots
+    from tilesweep.io import write_table, write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]
+    write_table(paths[0], changes)
+    write_text(paths[1], text)
+    paths[2].write_bytes(plots.png(plots.compare_ratios(changes)))
+    return paths

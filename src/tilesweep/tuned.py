@@ -1,0 +1,68 @@
+"""The best tile per batch, written in the shape of vLLM's and SGLang's fused-MoE config files.
+
+Those files map a batch size M (tokens in the decode step) to kernel meta-parameters:
+`{"<M>": {"BLOCK_SIZE_M": .., "BLOCK_SIZE_N": .., "BLOCK_SIZE_K": .., "GROUP_SIZE_M": 1,
+"num_warps": .., "num_stages": ..}}`. Our sweep measures tokens per expert t; with E routed experts
+and top-k routing, a step of M = t * E / k tokens gives each expert t tokens on average, so M is
+the key. One config serves both expert GEMMs (gate/up and down), as in those engines: the tile
+with the smallest summed time of the two wins.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+
+def device_slug(device: str) -> str:
+    """Return a file-name-safe device name, e.g. 'cuda:NVIDIA H200 x2' -> 'nvidia_h200'."""
+    name = device.split(":", 1)[-1]
+    name = re.sub(r"\s+x\d+$", "", name)
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
+    """Return, per tokens-per-expert, the Triton tile with the smallest gate_up + down time."""
+    if decode.empty or "time_ms" not in decode:
+        return pd.DataFrame()
+    ok = decode[
+        (decode["status"] == "ok")
+        & (decode["routing"] == "uniform")
+        & (decode["dtype"] == dtype)
+        & decode["runner"].str.startswith("triton:")
+    ]
+    if ok.empty:
+        return pd.DataFrame()
+    total = ok.groupby(["kernel", "tokens_per_expert"], as_index=False)["time_ms"].sum()
+    ops = ok.groupby(["kernel", "tokens_per_expert"])["op"].nunique().reset_index(name="ops")
+    total = total.merge(ops, on=["kernel", "tokens_per_expert"])
+    total = total[total["ops"] == ok["op"].nunique()]
+    idx = total.groupby("tokens_per_expert")["time_ms"].idxmin()
+    return total.loc[idx].reset_index(drop=True)
+
+
+def _parse_kernel(kernel: str) -> dict:
+    """Return the tile, stages and warps encoded in a Triton kernel slug."""
+    m = re.match(r"\w+-m(\d+)n(\d+)k(\d+)-s(\d+)-w(\d+)-", kernel)
+    if not m:
+        raise ValueError(f"not a Triton kernel slug: {kernel!r}")
+    bm, bn, bk, stages, warps = (int(g) for g in m.groups())
+    return {
+        "BLOCK_SIZE_M": bm,
+        "BLOCK_SIZE_N": bn,
+        "BLOCK_SIZE_K": bk,
+        "GROUP_SIZE_M": 1,
+        "num_warps": warps,
+        "num_stages": stages,
+    }
+
+
+def fused_moe_config(decode: pd.DataFrame, dtype: str, model: dict) -> dict[str, dict]:
+    """Return {batch tokens M: kernel meta-parameters} for the best tile at each batch."""
+    best = best_tiles(decode, dtype)
+    config = {}
+    for rec in best.sort_values("tokens_per_expert").to_dict("records"):
+        batch = max(1, rec["tokens_per_expert"] * model["routed_experts"] // model["top_k"])
+        config[str(batch)] = _parse_kernel(rec["kernel"])
+    return config

@@ -1,0 +1,48 @@
+"""Shared fixtures: the repo root, a composed config, and a tiny sweep run once per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def snakemake(
+    workdir: Path, *args: str, overrides: list[str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run snakemake on the repo's Snakefile in workdir; return the finished process."""
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), *args]
+    if overrides is not None:
+        cmd += ["--config", "overrides=" + repr(overrides).replace("'", '"')]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory) -> Path:
+    """Return a work folder holding one finished tiny sweep (experiment=tiny)."""
+    work = tmp_path_factory.mktemp("tiny")
+    snakemake(work, "--cores", "2", overrides=["experiment=tiny"])
+    return work
+
+
+@pytest.fixture
+def copy_of(tmp_path):
+    """Return a function that copies a finished sweep folder (with .snakemake) to a new place."""
+
+    def _copy(src: Path) -> Path:
+        dst = tmp_path / "copy"
+        shutil.copytree(src, dst, symlinks=True)
+        return dst
+
+    return _copy

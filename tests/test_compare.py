@@ -1,0 +1,147 @@
+"""`tilesweep compare A B`: what changed beyond the noise between two results folders."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import snakemake
+
+from tilesweep import compare
+from tilesweep.cli import main
+
+TILESWEEP = str(Path(sys.executable).with_name("tilesweep"))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """Run the installed `tilesweep` console script; return the finished process."""
+    return subprocess.run([TILESWEEP, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def second_sweep(tmp_path_factory) -> Path:
+    """Return a work folder holding a second, independent tiny sweep."""
+    work = tmp_path_factory.mktemp("tiny_again")
+    snakemake(work, "--cores", "2", overrides=["experiment=tiny"])
+    return work
+
+
+# ---- the rules -------------------------------------------------------------------------------
+
+
+def test_a_timed_change_counts_only_beyond_both_spreads():
+    assert compare.measure_change(1.0, 1.2, 0.3, 0.1, 0.1) == (False, "spread")
+    assert compare.measure_change(1.0, 1.5, 0.3, 0.1, 0.1) == (True, "spread")
+    assert compare.measure_change(1.0, 1.05, math.nan, 0.01, 0.1) == (False, "threshold")
+    assert compare.measure_change(1.0, 1.2, math.nan, math.nan, 0.1) == (True, "threshold")
+    assert compare.measure_change(1.0, math.nan, 0.1, 0.1, 0.1) == (True, "presence")
+
+
+def decode_rows(time_ms: float, p10: float, p90: float, repeats: int = 20) -> pd.DataFrame:
+    """Return one timed decode row."""
+    return pd.DataFrame(
+        [
+            {
+                "runner": "triton:k",
+                "dtype": "bf16",
+                "op": "down",
+                "routing": "uniform",
+                "tokens_per_expert": 16,
+                "status": "ok",
+                "bound": "memory",
+                "time_ms": time_ms,
+                "time_p10_ms": p10,
+                "time_p90_ms": p90,
+                "repeats": repeats,
+            }
+        ]
+    )
+
+
+def test_decode_time_within_the_spread_is_noise_and_outside_is_not():
+    a = decode_rows(1.00, 0.95, 1.10)
+    near = compare.compare_table("decode", a, decode_rows(1.08, 1.00, 1.12), 0.1)
+    far = compare.compare_table("decode", a, decode_rows(1.30, 1.25, 1.35), 0.1)
+    time_near = near[near["metric"] == "time_ms"].iloc[0]
+    time_far = far[far["metric"] == "time_ms"].iloc[0]
+    assert (time_near["beyond"], time_near["basis"]) == (False, "spread")
+    assert (time_far["beyond"], time_far["basis"]) == (True, "spread")
+    one_repeat = compare.compare_table("decode", a, decode_rows(1.08, 1.08, 1.08, 1), 0.1)
+    assert one_repeat[one_repeat["metric"] == "time_ms"].iloc[0]["basis"] == "threshold"
+
+
+def test_any_launch_change_counts_and_new_rows_are_listed():
+    a = pd.DataFrame(
+        {
+            "backend": ["triton", "triton"],
+            "target": ["h200", "h200"],
+            "kernel": ["k1", "k2"],
+            "status": ["ok", "ok"],
+            "fits": ["optin", "default"],
+            "smem_bytes": [99328, 11264],
+        }
+    )
+    b = a.copy()
+    b.loc[0, "smem_bytes"] = 99329
+    b.loc[1, ["fits", "status"]] = ["no", "launch"]
+    b = pd.concat([b, a.iloc[[0]].assign(kernel="k3")], ignore_index=True)
+    changes = compare.compare_table("launch", a, b, 0.5)
+    beyond = changes[changes["beyond"]]
+    assert set(zip(beyond["label"], beyond["metric"], strict=True)) == {
+        ("triton h200 k1", "smem_bytes"),
+        ("triton h200 k2", "fits"),
+        ("triton h200 k2", "status"),
+        ("triton h200 k3", "row"),
+    }
+
+
+# ---- two real results folders ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_compare_two_real_runs(tiny_sweep, second_sweep, tmp_path):
+    out = tmp_path / "diff"
+    proc = cli("compare", str(tiny_sweep / "results"), str(second_sweep), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    for table in ("device", "launch", "decode", "collective", "verdict"):
+        assert f"\n{table}: " in proc.stdout
+    # The same compiler builds the same kernels: their launch checks must agree exactly.
+    assert "launch: 0 of" in proc.stdout
+    changes = pd.read_csv(out / "changes.csv")
+    assert {"launch", "decode", "collective", "verdict"} <= set(changes["table"])
+    timed = changes[(changes["table"] == "decode") & (changes["metric"] == "time_ms")]
+    assert not timed.empty and timed["a"].gt(0).all() and timed["b"].gt(0).all()
+    assert (out / "changes.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "summary.txt").read_text() in proc.stdout
+
+
+@pytest.mark.slow
+def test_compare_flags_an_edited_run_and_fails_on_request(tiny_sweep, tmp_path):
+    edited = tmp_path / "edited"
+    for part in ("tables", "device"):
+        shutil.copytree(tiny_sweep / "results" / part, edited / part)
+    launch = pd.read_csv(edited / "tables" / "launch.csv")
+    launch.loc[0, "smem_bytes"] += 1024
+    launch.to_csv(edited / "tables" / "launch.csv", index=False)
+
+    same = cli("compare", str(tiny_sweep), str(tiny_sweep), "--fail-on-change")
+    assert same.returncode == 0, same.stdout
+    counts = re.findall(r"(\d+) of (\d+) values changed", same.stdout)
+    assert len(counts) == 5 and all(moved == "0" for moved, _ in counts)
+
+    moved = cli("compare", str(tiny_sweep), str(edited), "--fail-on-change")
+    assert moved.returncode == 1
+    assert "launch: 1 of" in moved.stdout
+    before = int(launch.loc[0, "smem_bytes"]) - 1024
+    assert f"smem_bytes: {before:,} -> {before + 1024:,}" in moved.stdout
+
+
+def test_compare_refuses_a_folder_without_tables(tmp_path, capsys):
+    assert main(["compare", str(tmp_path), str(tmp_path)]) == 2
+    assert "no tables/" in capsys.readouterr().err

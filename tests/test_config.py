@@ -1,0 +1,90 @@
+"""Composing every config group, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilesweep.config import CONF_DIR, compose
+from tilesweep.errors import ConfigError
+from tilesweep.pipeline import parse_overrides
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def test_default_is_the_brief():
+    settings = compose()
+    assert settings["model"]["name"] == "glm5"
+    assert settings["model"]["hidden"] == 6144
+    assert settings["grid"]["targets"] == ["rtx_pro_6000", "h200"]
+    assert settings["catalog"]["rtx_pro_6000"]["smem_per_block_optin"] == 101_376
+    assert settings["catalog"]["h200"]["smem_per_block_optin"] == 232_448
+
+
+@pytest.mark.parametrize("group", ["hardware", "model", "grid", "backend", "bench", "experiment"])
+def test_every_group_option_composes(group):
+    # gpt-oss's hidden size (2880) takes K tiles of 64 at most: the grid must suit the model.
+    extra = ["grid.tiles=[{m:16,n:64,k:64}]"] if group == "model" else []
+    for option in _options(group):
+        settings = compose([f"{group}={option}", *extra])
+        assert settings["grid"]["tiles"], option
+
+
+def test_override_reaches_the_grid():
+    settings = compose(
+        ["model=deepseek_v3", "grid.targets=[h200]", "grid.tokens_per_expert=[16,32]"]
+    )
+    assert settings["model"]["hidden"] == 7168
+    assert settings["grid"]["targets"] == ["h200"]
+    assert settings["grid"]["tokens_per_expert"] == [16, 32]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hardware=h300", "h300"),
+        ("model=glm9", "glm9"),
+        ("grid.targets=[h300]", "grid.targets[0]='h300': unknown hardware; valid: "),
+        ("grid.tiles=[{m:24,n:64,k:64}]", "grid.tiles[0].m=24: must be a positive multiple of 16"),
+        ("grid.tiles=[{m:0,n:64,k:64}]", "grid.tiles[0].m=0: must be a positive multiple of 16"),
+        ("grid.tiles=[{m:64,n:64,k:4096}]", "grid.tiles[0].k=4096: does not divide model.hidden"),
+        ("grid.stages=[0]", "grid.stages[0]=0: must be at least 1"),
+        ("grid.tokens_per_expert=[0,16]", "grid.tokens_per_expert[0]=0: must be between 1"),
+        ("grid.layouts=[{tp:4,pp:2,ep:1,world:4}]", "grid.layouts[0].world=4: tp*pp*ep"),
+        ("grid.layouts=[{tp:3,pp:1,ep:1}]", "grid.layouts[0].tp=3: does not divide"),
+        ("grid.tokens_per_expert=[abc]", "grid.tokens_per_expert[0]='abc': expected an integer"),
+        ("grid.dtypes=[fp4]", "grid.dtypes[0]='fp4': allowed: bf16, fp8"),
+        ("grid.colour=red", "bad config: Could not override 'grid.colour'"),
+        ("+grid.colour=red", "grid.colour: unknown key"),
+        ("grid.layouts=[{tp:1,pp:1}]", "grid.layouts[0]: missing key 'ep'"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_value(override, message):
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_unknown_hardware_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        compose(["grid.targets=[h300]"])
+    for name in ("h200", "rtx_pro_6000", "b200", "a100"):
+        assert name in str(err.value)
+
+
+def test_hydra_unknown_group_option_lists_choices():
+    with pytest.raises(ConfigError) as err:
+        compose(["model=glm9"])
+    assert "glm5" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_parse_overrides_accepts_list_and_json_string():
+    assert parse_overrides(None) == []
+    assert parse_overrides(["a=1", "b=2"]) == ["a=1", "b=2"]
+    assert parse_overrides('["grid.batch=[16,32]"]') == ["grid.batch=[16,32]"]
+    assert parse_overrides("model=glm5") == ["model=glm5"]
+    with pytest.raises(ConfigError):
+        parse_overrides("[not json")

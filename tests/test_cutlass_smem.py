@@ -1,0 +1,135 @@
+"""Tests for CUTLASS shared-memory accounting from CUTLASS's own types (host-only nvcc)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilesweep.backends import cutlass_smem as cs
+
+NEEDS_TOOLS = pytest.mark.skipif(
+    cs.find_nvcc() is None or cs.cutlass_include_dir() is None,
+    reason="needs nvcc and the nvidia-cutlass headers",
+)
+
+
+def sm120(tile_m: int, tile_n: int, tile_k: int = 128, **extra) -> dict:
+    """Return an SM120 NVFP4 cell with the given tile."""
+    return dict(arch="sm_120", dtype="nvfp4", tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, **extra)
+
+
+CELLS = [
+    sm120(128, 128),
+    sm120(128, 256),
+    sm120(128, 128, cluster_m=2),  # SM120 has no multicast: the builder must reject a 2x1 cluster
+]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """Return a work dir shared by the compile tests so that the cache test can reuse it."""
+    return tmp_path_factory.mktemp("cutlass_smem")
+
+
+@pytest.fixture(scope="module")
+def compiled(workdir):
+    """Return rows for CELLS, compiled for real in one TU that must be split on the bad cell."""
+    return cs.account(CELLS, workdir, jobs=1)
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_sm120_cells_compile_and_are_consistent(compiled):
+    small, big = compiled[0], compiled[1]
+    for row in (small, big):
+        assert row["status"] == "ok", row["reason"]
+        assert row["smem_bytes"] > 0 and row["stages"] >= 1
+        assert row["smem_bytes"] >= row["mainloop_smem_bytes"] + row["epilogue_smem_bytes"]
+        assert row["alignment_a"] == row["alignment_b"] == 32
+        assert row["builder_smem_capacity"] == 101_376
+        assert row["cutlass_version"].count(".") == 2 and row["toolchain"]
+        assert "Sm120" in row["schedule"]["mainloop"]
+        assert row["cached"] is False
+    assert big["smem_bytes"] > small["smem_bytes"]
+    per_stage = [r["mainloop_smem_bytes"] // r["stages"] for r in (small, big)]
+    # NVFP4 A+B data at half a byte per element plus one ue4m3 scale per 16 elements.
+    assert per_stage[0] == (128 * 128 + 128 * 128) // 2 + (128 * 128 + 128 * 128) // 16
+    assert per_stage[1] > per_stage[0]
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_builder_rejection_is_a_row(compiled):
+    row = compiled[2]
+    assert row["status"] == "compile"
+    assert row["reason"] and "\n" not in row["reason"]
+    assert "multicast" in row["reason"]
+    assert row["smem_bytes"] is None
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_second_call_reads_cache(compiled, workdir, monkeypatch):
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although every cell is cached")
+
+    monkeypatch.setattr(cs, "compile_tu", no_compile)
+    again = cs.account(CELLS, workdir, jobs=1)
+    assert [r["cached"] for r in again] == [True, True, True]
+    for first, second in zip(compiled, again, strict=True):
+        assert second["status"] == first["status"]
+        assert second["smem_bytes"] == first["smem_bytes"]
+    assert list(workdir.glob("cache/*.json"))
+
+
+def test_no_nvcc_means_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(cs, "find_nvcc", lambda: None)
+    rows = cs.account([sm120(128, 128), sm120(256, 128, epilogue="finalize")], tmp_path)
+    assert [r["status"] for r in rows] == ["skipped", "skipped"]
+    assert all(r["reason"] == "no nvcc found" for r in rows)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_bad_input_is_skipped_not_raised(tmp_path, monkeypatch):
+    monkeypatch.setattr(cs, "find_nvcc", lambda: None)
+    rows = cs.account(
+        [dict(arch="sm_80", dtype="fp8", tile_m=128, tile_n=128, tile_k=64), sm120(0, 128)],
+        tmp_path,
+    )
+    assert [r["status"] for r in rows] == ["skipped", "skipped"]
+    assert "sm_80" in rows[0]["reason"] and "tile_m" in rows[1]["reason"]
+
+
+def test_cache_key_depends_on_cell_and_toolchain():
+    a, _ = cs.normalize(sm120(128, 128))
+    b, _ = cs.normalize(sm120(128, 128, stages=3))
+    key = cs.cache_key(a, "4.2.0", "nvcc 13.0")
+    assert key == cs.cache_key(dict(a), "4.2.0", "nvcc 13.0")
+    assert key != cs.cache_key(b, "4.2.0", "nvcc 13.0")
+    assert key != cs.cache_key(a, "4.2.0", "nvcc 12.8")
+
+
+def test_errors_are_attributed_to_cells():
+    log = "\n".join(
+        [
+            '/inc/cutlass/x.inl(96): error: static assertion failed with "Invalid tile."',
+            "    static_assert(false);",
+            "          detected during:",
+            '            instantiation of class "Foo" at line 12 of /tmp/b/tu.cu',
+            "",
+            "/tmp/b/tu.cu(25): error: incomplete type is not allowed",
+            "2 errors detected in the compilation of tu.cu.",
+        ]
+    )
+    blamed = cs.attribute_errors(log, "tu.cu", [(5, 15), (16, 30)])
+    assert blamed == {
+        0: ("Invalid tile.", "x.inl:96"),
+        1: ("incomplete type is not allowed", "tu.cu:25"),
+    }
+
+
+def test_plan_groups_keeps_arches_apart_and_fills_jobs():
+    units = [cs.Unit(i, {"arch": "sm_90" if i < 3 else "sm_120"}, str(i)) for i in range(7)]
+    groups = cs.plan_groups(units, jobs=2)
+    assert all(len({u.cell["arch"] for u in g}) == 1 for g in groups)
+    assert sorted(u.index for g in groups for u in g) == list(range(7))
+    assert len(groups) >= 2

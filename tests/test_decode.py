@@ -1,0 +1,131 @@
+"""Decode benchmark building blocks, run for real on the CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tilesweep.bench import decode, roofline
+
+MODEL = {"hidden": 256, "moe_intermediate": 128}
+
+
+def test_zipf_routing_keeps_the_total_and_skews():
+    counts = decode.expert_counts(16, 8, "zipf", 1.2)
+    assert sum(counts) == 16 * 8
+    assert max(counts) > 16 > min(counts)
+    assert decode.expert_counts(16, 8, "uniform", 1.2) == [16] * 8
+
+
+def test_tile_schedule_covers_every_row_once():
+    counts = [5, 0, 17, 3]
+    experts, starts, ends = decode.tile_schedule(counts, 8)
+    covered = []
+    for e, s, end in zip(experts, starts, ends, strict=True):
+        covered += list(range(s, min(s + 8, end)))
+        assert counts[e] > 0
+    assert covered == list(range(sum(counts)))
+
+
+def test_traffic_counts_active_weights_once():
+    info = decode.traffic([4, 0, 4], 64, 32, "bf16", 2)
+    assert info["active_experts"] == 2
+    assert info["weight_bytes"] == 2 * 64 * 32 * 2
+    assert info["flops"] == 2 * 8 * 64 * 32
+    assert info["bytes"] == info["weight_bytes"] + 8 * 32 * 2 + 8 * 64 * 2
+
+
+def test_roofline_labels_each_side_of_the_ridge():
+    assert roofline.ridge_point(1000, 5000) == pytest.approx(200)
+    assert roofline.bound(100, 1, 1000, 5000) == "memory"
+    assert roofline.bound(300, 1, 1000, 5000) == "math"
+    floor = roofline.floor_ms(2e12, 1e9, 1000, 1000)
+    assert floor["floor_ms"] == pytest.approx(2.0)
+
+
+def test_rel_error_flags_unwritten_output():
+    ref = torch.randn(4, 4)
+    out = ref.clone()
+    out[1, 2] = float("nan")
+    assert math.isinf(decode.rel_error(out, ref))
+    assert decode.rel_error(ref, ref) == 0.0
+
+
+@pytest.mark.parametrize("name", ["torch_matmul", "torch_bmm"])
+def test_baselines_match_the_reference_on_random_data(name):
+    gen = torch.Generator().manual_seed(1)
+    counts = decode.expert_counts(3, 4, "zipf", 1.2)
+    n, k = decode.expert_ops(MODEL)["gate_up"]
+    settings = {"bench": {"repeats": 2, "warmup": 1, "cpu_repeats": 2}}
+    row = decode.measure_case(
+        name,
+        lambda: decode.baseline_runner(name, counts, "bf16"),
+        counts,
+        n,
+        k,
+        "bf16",
+        torch.bfloat16,
+        settings,
+        False,
+        0,
+        gen,
+    )
+    assert row["status"] == "ok", row
+    assert row["rel_err"] < 1e-2
+    assert row["time_ms"] > 0 and row["repeats"] == 2
+
+
+def test_a_wrong_kernel_is_a_correctness_row():
+    gen = torch.Generator().manual_seed(2)
+    counts = [2, 2]
+    n, k = decode.expert_ops(MODEL)["down"]
+
+    def wrong(p):
+        p.c.fill_(1.0)
+        return p.c
+
+    settings = {"bench": {"repeats": 1, "warmup": 0, "cpu_repeats": 1}}
+    row = decode.measure_case(
+        "wrong", lambda: wrong, counts, n, k, "bf16", torch.bfloat16, settings, False, 0, gen
+    )
+    assert row["status"] == "correctness"
+    assert "time_ms" not in row
+
+
+def test_tuned_config_picks_the_fastest_tile_per_batch_in_vllm_shape():
+    import pandas as pd
+
+    from tilesweep.tuned import device_slug, fused_moe_config
+
+    rows = []
+    for kernel, times in (
+        ("bf16-m16n64k64-s3-w4-default", {1: 1.0, 64: 9.0}),
+        ("bf16-m64n128k128-s4-w8-default", {1: 2.0, 64: 3.0}),
+    ):
+        for t, ms in times.items():
+            for op in ("gate_up", "down"):
+                rows.append(
+                    {
+                        "runner": f"triton:{kernel}",
+                        "kernel": kernel,
+                        "dtype": "bf16",
+                        "op": op,
+                        "routing": "uniform",
+                        "tokens_per_expert": t,
+                        "status": "ok",
+                        "time_ms": ms,
+                    }
+                )
+    config = fused_moe_config(pd.DataFrame(rows), "bf16", {"routed_experts": 256, "top_k": 8})
+    assert config["32"]["BLOCK_SIZE_M"] == 16  # t=1: 32 tokens in the step
+    assert config["2048"] == {
+        "BLOCK_SIZE_M": 64,
+        "BLOCK_SIZE_N": 128,
+        "BLOCK_SIZE_K": 128,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 8,
+        "num_stages": 4,
+    }
+    assert device_slug("cuda:NVIDIA H200 x2") == "nvidia_h200"

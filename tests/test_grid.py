@@ -1,0 +1,71 @@
+"""Grid expansion: cells, slugs and the canonical params that decide reruns."""
+
+from __future__ import annotations
+
+import json
+
+from tilesweep import grid
+from tilesweep.config import compose
+
+
+def test_build_cells_cover_every_backend_arch_and_tile():
+    settings = compose()
+    builds = grid.build_cells(settings)
+    tiles = len(settings["grid"]["tiles"])
+    triton = builds[builds["backend"] == "triton"]
+    cutlass = builds[builds["backend"] == "cutlass"]
+    assert set(triton["arch"]) == {"sm_90", "sm_120"}
+    assert len(triton) == 2 * tiles  # one dtype, one stage count, one warp count
+    assert len(cutlass) == 2 * tiles * 2  # two epilogues per tile per arch
+    assert set(cutlass[cutlass["arch"] == "sm_120"]["dtype"]) == {"nvfp4"}
+    assert set(cutlass[cutlass["arch"] == "sm_90"]["dtype"]) == {"fp8"}
+    assert builds["build_id"].is_unique
+
+
+def test_launch_cells_pair_each_target_with_its_arch():
+    settings = compose(["grid.targets=[rtx_pro_6000,rtx_5090,h200]", "backend=triton"])
+    launches = grid.launch_cells(settings)
+    assert set(launches["target"]) == {"rtx_pro_6000", "rtx_5090", "h200"}
+    sm120 = launches[launches["arch"] == "sm_120"]
+    assert set(sm120["target"]) == {"rtx_pro_6000", "rtx_5090"}
+    # rtx_pro_6000 and rtx_5090 share one sm_120 build
+    assert grid.build_cells(settings)["arch"].value_counts()["sm_120"] == len(
+        settings["grid"]["tiles"]
+    )
+
+
+def test_slug_is_readable_and_stable():
+    cell = {
+        "backend": "triton",
+        "dtype": "bf16",
+        "tile_m": 128,
+        "tile_n": 256,
+        "tile_k": 64,
+        "stages": 3,
+        "warps": 4,
+        "epilogue": "default",
+    }
+    assert grid.kernel_slug(cell) == "bf16-m128n256k64-s3-w4-default"
+    assert grid.layout_slug({"tp": 4, "pp": 2, "ep": 1}) == "tp4-pp2-ep1"
+
+
+def test_canonical_ignores_key_order():
+    a = {"b": 1, "a": [1, 2], "c": {"y": 1, "x": 2}}
+    b = {"c": {"x": 2, "y": 1}, "a": [1, 2], "b": 1}
+    assert grid.canonical(a) == grid.canonical(b)
+    assert json.loads(grid.canonical(a)) == a
+
+
+def test_fp8_on_ampere_is_a_recorded_constraint_not_a_dropped_cell():
+    settings = compose(["grid.targets=[a100]", "grid.dtypes=[bf16,fp8]", "backend=triton"])
+    builds = grid.build_cells(settings)
+    fp8 = builds[builds["dtype"] == "fp8"]
+    assert len(fp8) == len(settings["grid"]["tiles"])
+    assert fp8["unsupported"].str.contains("sm_89").all()
+
+
+def test_cell_count_multiplies_the_axes():
+    settings = compose()
+    g = settings["grid"]
+    expected = len(g["tiles"]) * len(g["tokens_per_expert"]) * len(g["targets"]) * len(g["layouts"])
+    assert grid.cell_count(settings) == expected

@@ -1,0 +1,67 @@
+"""Launch-check arithmetic and the brief's hand estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilesweep import launch
+from tilesweep.config import compose
+from tilesweep.smem_model import hand_estimate
+
+CATALOG = compose()["catalog"]
+
+
+@pytest.mark.parametrize(
+    ("tile", "default_kb", "finalize_kb"),
+    [
+        ((128, 128, 128), 50, 82),
+        ((128, 128, 256), 68, 100),
+        ((128, 256, 128), 91, 155),
+        ((256, 128, 128), 91, 155),
+    ],
+)
+def test_hand_estimate_reproduces_the_briefs_table(tile, default_kb, finalize_kb):
+    m, n, k = tile
+    assert hand_estimate("nvfp4", m, n, k, "auto", "default") // 1024 == default_kb
+    assert hand_estimate("nvfp4", m, n, k, "auto", "finalize") // 1024 == finalize_kb
+
+
+def test_overshoot_reason_names_bytes_limit_and_target():
+    result = launch.check(147_456, 0, 384, CATALOG["rtx_pro_6000"])
+    assert result["fits"] == "no"
+    assert result["status"] == "launch"
+    assert result["overshoot_bytes"] == 46_080
+    assert result["reason"] == (
+        "needs 147,456 B > 101,376 B opt-in limit on rtx_pro_6000, over by 46,080 B"
+    )
+
+
+def test_same_kernel_fits_h200_after_opt_in():
+    result = launch.check(147_456, 0, 384, CATALOG["h200"])
+    assert result["fits"] == "optin"
+    assert result["blocks_per_sm_smem"] == 233_472 // (147_456 + 1024)
+    assert result["overshoot_bytes"] == 0
+
+
+def test_small_kernel_fits_by_default_and_occupancy_counts_each_limit():
+    hw = CATALOG["h200"]
+    result = launch.check(16_384, 128, 128, hw)
+    assert result["fits"] == "default"
+    assert result["blocks_per_sm_smem"] == 233_472 // (16_384 + 1024)  # 13
+    # 128 regs x 32 lanes = 4096 per warp, 4 warps = 16384 per block: 4 blocks by registers
+    assert result["blocks_per_sm_regs"] == 4
+    assert result["blocks_per_sm"] == 4
+
+
+def test_register_allocation_rounds_up_per_warp():
+    hw = CATALOG["h200"]
+    # 100 regs x 32 = 3200, rounded up to 3328 (13 x 256) per warp
+    assert launch.blocks_by_registers(100, 256, hw) == 65_536 // (3328 * 8)
+    assert launch.blocks_by_registers(0, 256, hw) is None
+
+
+def test_exactly_at_the_limit_fits():
+    hw = CATALOG["rtx_pro_6000"]
+    assert launch.check(101_376, 0, 128, hw)["fits"] == "optin"
+    assert launch.check(49_152, 0, 128, hw)["fits"] == "default"
+    assert launch.check(101_377, 0, 128, hw)["overshoot_bytes"] == 1

@@ -1,0 +1,293 @@
+"""The HTML report: written by the tiny sweep, self-contained, and rendered by a real browser."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import snakemake
+from matplotlib import image as mpimg
+
+from tilesweep import plots, report_html, summary
+from tilesweep.steps.aggregate import arrow_safe
+
+SECTIONS = [key for key, _ in report_html.SECTIONS]
+TABLES = ("launch", "decode", "collective", "verdict")
+CHROMIUM_APT = "apt-get update && apt-get install -y chromium"
+# Appended to a copy of the report: records, once the page has loaded, how many images decoded.
+IMAGE_CHECK = """<script>
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  const ok = imgs.filter((i) => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0);
+  const out = document.createElement("div");
+  out.id = "image-check";
+  out.textContent = ok.length + "/" + imgs.length;
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def settings_stub() -> dict:
+    """Return the parts of a resolved config the HTML report reads."""
+    return {
+        "model": {
+            "name": "m",
+            "hidden": 64,
+            "moe_intermediate": 32,
+            "routed_experts": 4,
+            "top_k": 2,
+        },
+        "hardware": {"name": "rtx_pro_6000"},
+        "grid": {"targets": ["rtx_pro_6000"]},
+    }
+
+
+def png_images(page: str) -> list[bytes]:
+    """Return every inline image of a page, decoded."""
+    found = re.findall(r'<img [^>]*src="data:image/png;base64,([^"]+)"', page)
+    return [base64.b64decode(data) for data in found]
+
+
+# ---- the page the tiny sweep writes -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sweep_writes_a_self_contained_report(tiny_sweep):
+    results = tiny_sweep / "results"
+    page = (results / "report.html").read_text()
+    for key in SECTIONS:
+        assert f'<section id="{key}">' in page
+    assert "<script" not in page and "<link" not in page
+    assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not load anything"
+    images = png_images(page)
+    assert len(images) >= 5
+    for data in images:
+        pixels = mpimg.imread(io.BytesIO(data), format="png")
+        assert pixels.shape[0] > 50 and pixels.shape[1] > 50
+    for name in report_html.FIGURES:
+        assert (results / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "tp2-pp1-ep1" in page  # the summary names every layout
+
+
+@pytest.mark.slow
+def test_parquet_tables_hold_the_csv_rows(tiny_sweep):
+    tables = tiny_sweep / "results" / "tables"
+    for name in TABLES:
+        csv = pd.read_csv(tables / f"{name}.csv")
+        parquet = pd.read_parquet(tables / f"{name}.parquet")
+        assert list(parquet.columns) == list(csv.columns)
+        assert len(parquet) == len(csv)
+
+
+@pytest.mark.slow
+def test_snakemake_report_registers_the_figures(tiny_sweep, tmp_path):
+    out = tmp_path / "snakemake-report.html"
+    snakemake(tiny_sweep, "--report", str(out), overrides=["experiment=tiny"])
+    text = out.read_text()
+    for name in report_html.FIGURES:
+        assert f'"results/plots/{name}.png"' in text
+    captions = Path(__file__).resolve().parents[1] / "workflow" / "report"
+    for name in report_html.FIGURES:
+        first_line = (captions / f"{name}.rst").read_text().splitlines()[0]
+        assert first_line.replace("'", "&#x27;") in text or first_line in text, name
+
+
+# ---- a real browser ------------------------------------------------------------------------
+
+
+def chromium() -> str:
+    """Return a headless-capable Chromium binary, installing Debian's package if allowed."""
+    names = [os.environ.get("TILESWEEP_CHROMIUM", ""), "chromium", "chromium-browser"]
+    found = next((shutil.which(n) for n in names if n and shutil.which(n)), None)
+    if found:
+        return found
+    why = "not on PATH"
+    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        proc = subprocess.run(
+            ["bash", "-c", CHROMIUM_APT], capture_output=True, text=True, timeout=900
+        )
+        found = shutil.which("chromium")
+        if found:
+            return found
+        why = f"`{CHROMIUM_APT}` failed: {proc.stderr.strip()[-300:]}"
+    elif shutil.which("apt-get"):
+        why = "not on PATH, and installing it needs root"
+    pytest.skip(f"chromium is absent and could not be installed ({why}); run `{CHROMIUM_APT}`")
+
+
+def browse(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    """Open a page in headless Chromium with no network, sync or first-run side effects."""
+    cmd = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        *args,
+        page.as_uri(),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(tiny_sweep, tmp_path):
+    page = (tiny_sweep / "results" / "report.html").read_text()
+    checked = tmp_path / "report.html"
+    checked.write_text(page.replace("</body>", IMAGE_CHECK + "</body>"))
+    dom = browse(checked, tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for key, title in report_html.SECTIONS:
+        assert re.search(rf'<section id="{key}"><h2>{re.escape(title)}', dom.stdout), key
+    count = re.search(r'<div id="image-check">(\d+)/(\d+)</div>', dom.stdout)
+    assert count, "the page's load event never fired"
+    loaded, total = map(int, count.groups())
+    assert total == len(png_images(page)) and total >= 5
+    assert loaded == total, f"only {loaded} of {total} images decoded"
+
+    shot = tmp_path / "shot.png"
+    browse(checked, tmp_path / "profile2", "--window-size=1280,2400", f"--screenshot={shot}")
+    pixels = mpimg.imread(shot)
+    assert pixels.shape[:2] == (2400, 1280)
+    assert pixels[..., :3].std() > 0.05, "the screenshot is blank"
+
+
+# ---- the page's parts, on small tables -----------------------------------------------------
+
+
+def launch_rows() -> pd.DataFrame:
+    """Return launch rows like the pipeline's: one fits, one needs opt-in, one does not fit."""
+    base = {
+        "target": "rtx_pro_6000",
+        "arch": "sm_120",
+        "dtype": "nvfp4",
+        "epilogue": "finalize",
+        "smem_limit_bytes": 101376,
+        "smem_default_bytes": 49152,
+        "smem_per_sm_bytes": 102400,
+        "source": "cutlass-types",
+        "backend": "cutlass",
+    }
+    rows = [
+        dict(base, tile_m=128, tile_n=128, tile_k=128, smem_bytes=40960, fits="default"),
+        dict(base, tile_m=128, tile_n=128, tile_k=256, smem_bytes=90112, fits="optin"),
+        dict(
+            base,
+            tile_m=128,
+            tile_n=256,
+            tile_k=128,
+            smem_bytes=158720,
+            fits="no",
+            status="launch",
+            overshoot_bytes=57344,
+            reason="needs 158,720 B > 101,376 B <script>alert(1)</script>",
+        ),
+    ]
+    frame = pd.DataFrame(rows)
+    frame["status"] = frame["status"].fillna("ok")
+    frame["kernel"] = ["a", "b", "c"]
+    frame["stages"] = [4, "auto", 2]
+    frame["smem_model_bytes"] = [51200, 69632, 158720]
+    frame["mainloop_smem_bytes"] = [32768, 81920, 92160]
+    frame["epilogue_smem_bytes"] = [8192, 8192, 66560]
+    return frame
+
+
+def verdict_rows() -> pd.DataFrame:
+    """Return verdict rows with a measured and a projected row of one layout and batch."""
+    row = {
+        "model": "m",
+        "layout": "tp2-pp1-ep1",
+        "tokens_per_expert": 16,
+        "compute_memory_ms": 1.0,
+        "compute_math_ms": 0.2,
+        "comm_ms": 0.5,
+        "step_ms": 1.7,
+        "verdict": "memory-bound",
+        "runner_up": "communication-bound",
+        "margin": 2.0,
+    }
+    frame = pd.DataFrame([dict(row, source="measured"), dict(row, source="model", step_ms=1.6)])
+    frame["projection_error_pct"] = [math.nan, -5.9]
+    return frame
+
+
+def test_report_escapes_text_and_keeps_going_with_empty_tables():
+    empty = pd.DataFrame()
+    page = report_html.render(settings_stub(), launch_rows(), empty, empty, empty, {})
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
+    for key in SECTIONS:
+        assert f'<section id="{key}">' in page
+    assert len(png_images(page)) == 5  # one launch panel, and four figures saying "empty"
+
+
+def test_report_sets_measured_and_projected_rows_apart():
+    empty = pd.DataFrame()
+    page = report_html.render(settings_stub(), empty, empty, empty, verdict_rows(), {})
+    assert page.count('<tr class="src-measured">') == 2  # summary pivot and the layout table
+    assert page.count('<tr class="src-model">') == 2
+    assert "projection_error_pct" in page  # columns another step adds are shown, not dropped
+    assert 'class="badge model"' in page and 'class="badge measured"' in page
+
+
+def test_launch_failures_and_estimates():
+    launch = launch_rows()
+    fails = summary.launch_failures(launch)
+    assert list(fails["kernel"]) == ["c"]
+    errors = summary.estimate_errors(launch).set_index("kernel")
+    assert errors.loc["a", "smem_model_error_pct"] == pytest.approx(25.0)
+    counts = summary.fit_counts(launch).iloc[0]
+    assert (counts["default"], counts["optin"], counts["no"]) == (1, 1, 1)
+    page = report_html.render(settings_stub(), launch, *[pd.DataFrame()] * 3, {})
+    assert "rtx_pro_6000: of 3 kernels, 1 fit by default, 1 only after opt-in, 1 do not fit" in page
+
+
+def test_best_per_batch_compares_the_best_tile_with_the_best_baseline():
+    rows = [
+        ("triton:t1", 16, 2.0),
+        ("triton:t2", 16, 1.0),
+        ("torch_bmm", 16, 3.0),
+        ("torch_matmul", 16, 4.0),
+        ("torch_bmm", 32, 3.0),
+    ]
+    decode = pd.DataFrame(rows, columns=["runner", "tokens_per_expert", "time_ms"])
+    decode = decode.assign(op="down", routing="uniform", status="ok", bound="memory")
+    best = summary.best_per_batch(decode).set_index("tokens_per_expert")
+    assert best.loc[16, "best_runner"] == "triton:t2"
+    assert best.loc[16, "best_baseline"] == "torch_bmm"
+    assert best.loc[16, "speedup_vs_baseline"] == pytest.approx(3.0)
+    assert math.isnan(best.loc[32, "speedup_vs_baseline"])  # no tile timed at 32
+
+
+def test_every_figure_renders_from_empty_and_from_partial_tables():
+    empty = pd.DataFrame()
+    figures = [
+        plots.launch_smem(launch_rows()),
+        plots.launch_smem(empty),
+        plots.decode_time(empty),
+        plots.decode_roofline(pd.DataFrame({"status": ["ok"], "time_ms": [1.0]})),
+        plots.collective_bandwidth(empty),
+        plots.layout_split(verdict_rows().drop(columns=["source"])),
+    ]
+    for fig in figures:
+        assert plots.png(fig)[:4] == b"\x89PNG"
+
+
+def test_mixed_type_columns_survive_parquet(tmp_path):
+    frame = launch_rows()  # `stages` holds 4, "auto", 2 like CUTLASS's StageCountAuto rows
+    path = tmp_path / "launch.parquet"
+    arrow_safe(frame).to_parquet(path, index=False)
+    back = pd.read_parquet(path)
+    assert list(back["stages"]) == ["4", "auto", "2"]
+    assert back["smem_bytes"].tolist() == frame["smem_bytes"].tolist()

@@ -1,0 +1,130 @@
+"""End to end: a tiny sweep runs for real, and only what a change touches reruns."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pandas as pd
+import pytest
+from conftest import snakemake
+
+from tilesweep import pipeline
+
+TINY = ["experiment=tiny"]
+TILES = "grid.tiles=[{m:16,n:64,k:64},{m:128,n:256,k:128}]"
+
+
+def planned_jobs(work, overrides) -> dict[str, int]:
+    """Return {rule: count} of the jobs a dry run would execute."""
+    out = snakemake(work, "-n", "--quiet", "rules", overrides=overrides).stdout
+    jobs = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m and m.group(1) != "total":
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+@pytest.mark.slow
+def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
+    results = tiny_sweep / "results"
+    launch = pd.read_csv(results / "tables" / "launch.csv")
+    assert set(launch["target"]) == {"rtx_pro_6000", "h200"}
+    ok = launch[launch["status"] == "ok"]
+    assert (ok["smem_bytes"] > 0).all() and (ok["regs"] > 0).all()
+    assert launch["smem_model_bytes"].notna().all()
+    decode = pd.read_csv(results / "tables" / "decode.csv")
+    timed = decode[decode["status"] == "ok"]
+    assert not timed.empty and (timed["time_ms"] > 0).all()
+    assert set(timed["bound"]) <= {"memory", "math"}
+    assert timed["device"].str.startswith("cpu").all()
+    untimed = decode[decode["runner"].str.startswith("triton:")]
+    assert (untimed["status"] == "unsupported").all()
+    collective = pd.read_csv(results / "tables" / "collective.csv")
+    measured = collective[collective["status"] == "ok"]
+    assert (measured[measured["collective"] == "all_reduce"]["backend"] == "gloo").all()
+    verdict = pd.read_csv(results / "tables" / "verdict.csv")
+    assert set(verdict["verdict"]) <= {"memory-bound", "math-bound", "communication-bound"}
+    report = (results / "report.md").read_text()
+    for section in ("## Verdict", "## Which kernels launch", "## Decode", "## Collectives"):
+        assert section in report
+
+
+@pytest.mark.slow
+def test_nothing_changed_means_nothing_to_do(tiny_sweep):
+    assert planned_jobs(tiny_sweep, TINY) == {}
+
+
+@pytest.mark.slow
+def test_changing_one_tile_reruns_only_that_tile(tiny_sweep, copy_of):
+    work = copy_of(tiny_sweep)
+    changed = TILES.replace("{m:16,n:64,k:64}", "{m:32,n:64,k:64}")
+    jobs = planned_jobs(work, [*TINY, changed])
+    # one build per architecture, one check per target, one benchmark, then the aggregate
+    assert jobs == {
+        "build_kernel": 2,
+        "check_launch": 2,
+        "bench_decode": 1,
+        "aggregate_results": 1,
+        "all": 1,
+    }
+
+
+@pytest.mark.slow
+def test_changing_one_batch_reruns_benchmarks_not_builds(tiny_sweep, copy_of):
+    work = copy_of(tiny_sweep)
+    jobs = planned_jobs(work, [*TINY, "grid.tokens_per_expert=[1,32]"])
+    assert "build_kernel" not in jobs and "check_launch" not in jobs
+    assert jobs["bench_decode"] == 3  # two Triton kernels and the baselines
+    assert jobs["bench_collective"] >= 1
+    assert jobs["aggregate_results"] == 1
+
+
+@pytest.mark.slow
+def test_changing_one_layout_reruns_only_its_collectives(tiny_sweep, copy_of):
+    work = copy_of(tiny_sweep)
+    jobs = planned_jobs(work, [*TINY, "grid.layouts=[{tp:1,pp:1,ep:1},{tp:1,pp:1,ep:2}]"])
+    assert "build_kernel" not in jobs and "bench_decode" not in jobs
+    assert jobs.get("bench_collective") == 1
+    assert jobs["aggregate_results"] == 1
+
+
+@pytest.mark.slow
+def test_a_new_triton_version_rebuilds_kernels(tiny_sweep, copy_of):
+    work = copy_of(tiny_sweep)
+    from importlib.metadata import version
+
+    installed = version("triton")
+    meta = work / ".snakemake" / "metadata"
+    rewritten = 0
+    for path in meta.iterdir():
+        target = base64.b64decode(path.name.replace("@", "/")).decode()
+        if "/build/triton/" in target:
+            record = json.loads(path.read_text())
+            record["params"] = record["params"].replace(repr(installed), repr("0.0.1-older"))
+            path.write_text(json.dumps(record))
+            rewritten += 1
+    assert rewritten == 4
+    jobs = planned_jobs(work, TINY)
+    assert jobs["build_kernel"] == 4
+    assert jobs["check_launch"] == 4
+
+
+def test_code_hash_follows_content_not_mtime(tmp_path, monkeypatch):
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    monkeypatch.setattr(pipeline, "PACKAGE_DIR", tmp_path)
+    before = pipeline.code_hash("mod.py")
+    (tmp_path / "mod.py").touch()
+    assert pipeline.code_hash("mod.py") == before
+    (tmp_path / "mod.py").write_text("x = 2\n")
+    assert pipeline.code_hash("mod.py") != before
+
+
+@pytest.mark.slow
+def test_bad_override_stops_before_any_job(tmp_path):
+    proc = snakemake(tmp_path, "--cores", "1", overrides=["grid.targets=[h300]"], check=False)
+    assert proc.returncode != 0
+    assert "grid.targets[0]='h300': unknown hardware; valid:" in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()

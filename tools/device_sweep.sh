@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Run the sweep on a GPU machine that has torch, triton and nvcc but no package registry.
+# Beforehand, where pip works: `python tools/fetch_wheels.py .whl` (and, for the CUTLASS GPU
+# program, `bash gpu/build_cutlass.sh`); carry .whl (and gpu/bin) to the GPU machine.
+# Usage: tools/device_sweep.sh OUT_DIR [snakemake overrides...]
+#   e.g. tools/device_sweep.sh "$OUT" experiment=h200_decode
+set -uo pipefail
+out=${1:?usage: tools/device_sweep.sh OUT_DIR [overrides...]}
+shift
+mkdir -p "$out"
+site=${TILESWEEP_SITE:-/tmp/tilesweep-site}
+if ! python3 -c 'import snakemake, hydra' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site" .whl/*.whl || exit 1
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  export PATH="$site/bin:$PATH"
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# NVLink multicast stays off on shared hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$out/gpus.csv"
+overrides=$(printf '"%s",' "$@")
+start=$(date +%s)
+python3 -m snakemake --cores all --keep-going --config "overrides=[${overrides%,}]" \
+  >"$out/snakemake.log" 2>&1
+rc=$?
+echo "snakemake exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/snakemake.log"
+tar czf "$out/results.tgz" results/tables results/report.* results/device results/logs \
+  results/tuned 2>/dev/null
+cp results/tables/*.csv results/report.md "$out/" 2>/dev/null
+tail -n 30 "$out/snakemake.log"
+exit $rc

@@ -1,0 +1,34 @@
+# Stage 4b: measure a real MoE decode step per parallel layout that fits the machine at hand.
+
+
+rule bench_layout:
+    input:
+        ceilings=rules.measure_device.output.record,
+        decode=(
+            SWEEP.decode_outputs()
+            if SWEEP.settings["bench"]["layout_runner"] == "best"
+            else []
+        ),
+    output:
+        table=f"{R}/layout/{{layout}}.csv",
+    log:
+        f"{R}/logs/bench_layout/{{layout}}.log",
+    conda:
+        "../envs/tilesweep.yaml"
+    threads: workflow.cores
+    resources:
+        gpu=GPUS,
+    params:
+        cell=lambda w: SWEEP.layout_step_cell(w.layout),
+        device=DEVICE,
+        code=code_hash(
+            "steps/layout_step.py",
+            "bench/moe_step.py",
+            "bench/decode.py",
+            "bench/collective.py",
+            "bench/timing.py",
+            "bench/roofline.py",
+            "kernels/triton_grouped_gemm.py",
+        ),
+    script:
+        "../scripts/bench_layout.py"

@@ -1,0 +1,12 @@
+"""Snakemake script: measure one parallel layout's MoE decode step at every batch."""
+
+from tilesweep.steps.layout_step import bench_layout
+
+if __name__ == "__main__":  # spawned children re-import this file
+    bench_layout(
+        snakemake.params.cell,
+        snakemake.input.ceilings,
+        list(snakemake.input.decode),
+        snakemake.output.table,
+        snakemake.log[0],
+    )
