@@ -11,8 +11,9 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from tilesweep.errors import ConfigError
 from tilesweep.grid import canonical as grid_json
+from tilesweep.locks import release_stale_state
 from tilesweep.pipeline import Sweep, code_hash, parse_overrides
-from tilesweep.provenance import device_id, gpu_names, package_version
+from tilesweep.provenance import device_id, gpu_names, package_version, toolchain_key
 
 try:
     SWEEP = Sweep(
@@ -22,8 +23,18 @@ except ConfigError as err:
     sys.exit(f"tilesweep: {err}")
 
 R = SWEEP.results
+if workflow.is_main_process and release_stale_state(Path.cwd()):
+    print(
+        "tilesweep: cleared what an interrupted run left; its jobs run again",
+        file=sys.stderr,
+    )
 DEVICE = device_id()
 GPUS = len(gpu_names())
+TOOLCHAIN = toolchain_key()
+# GPU benchmarks never share a GPU: cap the `gpu` resource at the GPUs present unless the user
+# (or a cluster profile) set it.
+if "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", GPUS)
 
 
 include: "workflow/rules/build.smk"

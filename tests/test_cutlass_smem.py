@@ -68,6 +68,18 @@ def test_builder_rejection_is_a_row(compiled):
 
 @pytest.mark.slow
 @NEEDS_TOOLS
+def test_kernel_body_static_assert_is_caught(tmp_path):
+    # The SM90 cooperative kernel's M >= 128 check sits in the kernel body: only the device pass
+    # sees it, so the types alone would call this tile fine.
+    cell = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
+    (row,) = cs.account([cell], tmp_path)
+    assert row["status"] == "compile"
+    assert "Cooperative kernel requires" in row["reason"]
+    assert row["error_location"].startswith("sm90_gemm_array_tma_warpspecialized_cooperative")
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
 def test_second_call_reads_cache(compiled, workdir, monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled although every cell is cached")

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tilesweep.bench import layout_plan as plan
 from tilesweep.bench import moe_step
 from tilesweep.bench.collective import dispatch_rows, step_messages
 from tilesweep.grid import layout_slug
@@ -57,25 +58,25 @@ def spec(layout: dict, batches=(1, 2), runner: str = "torch_matmul") -> dict:
 @pytest.mark.parametrize("shape", [(2, 2, 2), (4, 2, 1), (1, 1, 8), (2, 1, 3)])
 def test_groups_partition_every_stage(shape):
     layout = lay(*shape)
-    groups = moe_step.group_ranks(layout)
+    groups = plan.group_ranks(layout)
     for kind, size in (("tp", layout["tp"]), ("ep", layout["ep"])):
         flat = sorted(r for g in groups[kind] for r in g)
         assert flat == list(range(layout["world"])), kind
         assert all(len(g) == size for g in groups[kind])
         for g in groups[kind]:
-            stages = {moe_step.coords(r, layout)["stage"] for r in g}
+            stages = {plan.coords(r, layout)["stage"] for r in g}
             assert len(stages) == 1, f"{kind} group {g} spans stages"
     for g in groups["tp"]:
-        assert len({moe_step.coords(r, layout)["ep_index"] for r in g}) == 1
-        assert sorted(moe_step.coords(r, layout)["tp_index"] for r in g) == list(range(len(g)))
+        assert len({plan.coords(r, layout)["ep_index"] for r in g}) == 1
+        assert sorted(plan.coords(r, layout)["tp_index"] for r in g) == list(range(len(g)))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (8, 1, 1), (4, 2, 1), (1, 1, 8), (2, 1, 2)])
 @pytest.mark.parametrize("t", [1, 16, 256])
 def test_step_parts_carry_the_collectives_the_bench_times(shape, t):
     layout = lay(*shape)
-    parts = moe_step.step_parts(layout, GLM5, t, 2)
-    layers = moe_step.layers_per_stage(layout, GLM5)
+    parts = plan.step_parts(layout, GLM5, t, 2)
+    layers = plan.layers_per_stage(layout, GLM5)
     calls: dict[tuple, int] = {}
     for part in parts.values():
         if part["kind"] == "comm":
@@ -92,7 +93,7 @@ def test_balanced_routing_gives_every_expert_its_tokens():
     for shape in [(1, 1, 1), (2, 1, 1), (1, 1, 2), (1, 1, 8)]:
         layout = lay(*shape)
         for t in (1, 4, 64):
-            counts = moe_step.rank_counts(layout, GLM5, t)
+            counts = plan.rank_counts(layout, GLM5, t)
             assert len(counts) == 256 // layout["ep"]
             assert counts == [t] * len(counts)
             assert sum(counts) == dispatch_rows(layout, GLM5, t)
@@ -109,11 +110,11 @@ def test_pick_runner_takes_the_fastest_step_capable_runner():
         ],
         columns=["runner", "op", "tokens_per_expert", "status", "time_ms"],
     ).assign(routing="uniform", dtype="bf16")
-    assert moe_step.pick_runner(decode, "gate_up", 1, "best") == "triton:bf16-m16"
-    assert moe_step.pick_runner(decode, "gate_up", 16, "best") == "torch_matmul"
-    assert moe_step.pick_runner(decode, "down", 1, "best") == moe_step.FALLBACK_RUNNER
-    assert moe_step.pick_runner(pd.DataFrame(), "down", 1, "best") == moe_step.FALLBACK_RUNNER
-    assert moe_step.pick_runner(decode, "gate_up", 1, "torch_grouped_mm") == "torch_grouped_mm"
+    assert plan.pick_runner(decode, "gate_up", 1, "best") == "triton:bf16-m16"
+    assert plan.pick_runner(decode, "gate_up", 16, "best") == "torch_matmul"
+    assert plan.pick_runner(decode, "down", 1, "best") == plan.FALLBACK_RUNNER
+    assert plan.pick_runner(pd.DataFrame(), "down", 1, "best") == plan.FALLBACK_RUNNER
+    assert plan.pick_runner(decode, "gate_up", 1, "torch_grouped_mm") == "torch_grouped_mm"
 
 
 def check_ranks(layout: dict, ranks: list[dict], batches: int) -> None:
@@ -128,20 +129,20 @@ def check_ranks(layout: dict, ranks: list[dict], batches: int) -> None:
         want.add("pp_send_recv")
     per_stage = layout["tp"] * layout["ep"]
     for r in ranks:
-        assert {k: r[k] for k in ("stage", "ep_index", "tp_index")} == moe_step.coords(
+        assert {k: r[k] for k in ("stage", "ep_index", "tp_index")} == plan.coords(
             r["rank"], layout
         )
         assert len(r["batches"]) == batches
         for b in r["batches"]:
             assert b["finite"]
             for sample in b["samples"]:
-                comm = {k for k in sample if k in moe_step.COMM_PARTS}
+                comm = {k for k in sample if k in plan.COMM_PARTS}
                 assert comm == want
                 assert {"router", "expert_gate_up", "expert_down", "shared_down"} <= set(sample)
                 parts = sum(v for k, v in sample.items() if k != "step")
                 assert 0 < parts <= sample["step"] * 1.001 + 1e-3
     for i in range(batches):
-        for group in moe_step.group_ranks(layout)["tp"]:
+        for group in plan.group_ranks(layout)["tp"]:
             sums = {ranks[g]["batches"][i]["sums"]["h"] for g in group}
             assert len(sums) == 1, f"TP group {group} disagrees after the all-reduce: {sums}"
         for r in ranks:
@@ -233,6 +234,17 @@ def test_bench_layout_skips_a_layout_larger_than_the_cap(tmp_path):
     )
     assert set(frame["status"]) == {"skipped"}
     assert frame["reason"].str.contains("collective_world_cap").sum() == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU runner")
+def test_bench_layout_on_the_cpu_records_a_gpu_runner_as_unsupported(tmp_path):
+    spec = json.loads(cell(lay(1, 1, 1), tokens=(1,)))
+    spec["bench"]["layout_runner"] = "torch_grouped_mm"
+    frame = bench_layout(
+        json.dumps(spec), write_ceilings(tmp_path / "c.json"), [], str(tmp_path / "x.csv")
+    )
+    assert list(frame["status"]) == ["unsupported"]
+    assert "CUDA devices only" in frame["reason"].iloc[0]
 
 
 def test_layout_outputs_are_the_layouts_that_fit_here():

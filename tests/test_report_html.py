@@ -90,7 +90,7 @@ def test_parquet_tables_hold_the_csv_rows(tiny_sweep):
 @pytest.mark.slow
 def test_snakemake_report_registers_the_figures(tiny_sweep, tmp_path):
     out = tmp_path / "snakemake-report.html"
-    snakemake(tiny_sweep, "--report", str(out), overrides=["experiment=tiny"])
+    snakemake(tiny_sweep, "--cores", "1", "--report", str(out), overrides=["experiment=tiny"])
     text = out.read_text()
     for name in report_html.FIGURES:
         assert f'"results/plots/{name}.png"' in text

@@ -179,21 +179,19 @@ def test_missing_measurements_make_an_unknown_verdict_not_a_guess():
 @pytest.mark.slow
 def test_the_real_chain_on_tiny_shapes(tmp_path):
     """Decode baselines, collectives and layout steps measured for real, then the verdict."""
+    from tilesweep.config import compose
     from tilesweep.steps.collective import bench_collective
     from tilesweep.steps.decode import bench_decode
     from tilesweep.steps.layout_step import bench_layout
 
     tiny = {**GLM5, "name": "tiny", "hidden": 128, "moe_intermediate": 64, "routed_experts": 16}
     tiny.update(top_k=4, moe_layers=4)
-    bench = {
-        "warmup": 1, "repeats": 2, "cpu_repeats": 2, "gpu_experts": 4, "cpu_experts": 2,
-        "routing": ["uniform"], "zipf_alpha": 1.2, "seed": 0, "collective_world_cap": 8,
-        "collective_repeats": 6, "collective_extra_sizes": [], "cpu_collective_max_bytes": 1 << 20,
-        "collective_sweep_min_bytes": 4096, "collective_sweep_max_bytes": 1 << 20,
-        "collective_sweep_factor": 16, "layout_layers": 1, "layout_gpu_experts": 16,
-        "layout_cpu_experts": 2, "layout_cpu_max_tokens_per_expert": 4, "layout_runner": "best",
-        "layout_power_seconds": 0.0, "layout_timeout_s": 120,
-    }  # fmt: skip
+    bench = compose(["experiment=tiny"])["bench"]  # every key the steps read, then small values
+    bench.update(
+        warmup=1, repeats=2, cpu_repeats=2, cpu_experts=2, collective_repeats=6,
+        cpu_collective_max_bytes=1 << 20, collective_sweep_max_bytes=1 << 20,
+        collective_sweep_factor=16, layout_layers=1, layout_cpu_experts=2,
+    )  # fmt: skip
     tokens = [1, 2]
     ceilings = tmp_path / "ceilings.json"
     ceilings.write_text(json.dumps({"copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.1}}))

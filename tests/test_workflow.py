@@ -103,7 +103,12 @@ def test_a_new_triton_version_rebuilds_kernels(tiny_sweep, copy_of):
         target = base64.b64decode(path.name.replace("@", "/")).decode()
         if "/build/triton/" in target:
             record = json.loads(path.read_text())
-            record["params"] = record["params"].replace(repr(installed), repr("0.0.1-older"))
+            params = record["params"]
+            older = repr("0.0.1-older")
+            if isinstance(params, list):
+                record["params"] = [p.replace(repr(installed), older) for p in params]
+            else:
+                record["params"] = params.replace(repr(installed), older)
             path.write_text(json.dumps(record))
             rewritten += 1
     assert rewritten == 4
@@ -128,3 +133,15 @@ def test_bad_override_stops_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "grid.targets[0]='h300': unknown hardware; valid:" in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_code_hash_follows_imports(tmp_path, monkeypatch):
+    pkg = tmp_path
+    (pkg / "steps").mkdir()
+    (pkg / "steps" / "a.py").write_text("from tilesweep import helper\n")
+    (pkg / "helper.py").write_text("from tilesweep.deep import thing\n")
+    (pkg / "deep.py").write_text("thing = 1\n")
+    monkeypatch.setattr(pipeline, "PACKAGE_DIR", pkg)
+    before = pipeline.code_hash("steps/a.py")
+    (pkg / "deep.py").write_text("thing = 2\n")
+    assert pipeline.code_hash("steps/a.py") != before

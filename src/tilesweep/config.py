@@ -48,6 +48,7 @@ _SCHEMA: dict[str, Any] = {
     "bench.routing": [str],
     "bench.zipf_alpha": (int, float),
     "bench.seed": int,
+    "bench.kernel_timeout_s": (int, float),
     "bench.collective_world_cap": int,
     "bench.collective_repeats": int,
     "bench.collective_extra_sizes": [int],

@@ -46,7 +46,9 @@ def run_isolated(
             status, payload = parent.recv()
         except EOFError:
             proc.join()
-            raise Isolated("crash", f"process died with exit code {proc.exitcode}") from None
+            code = proc.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+            raise Isolated("crash", f"process died ({how})") from None
     finally:
         parent.close()
     proc.join()

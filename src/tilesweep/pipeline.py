@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from pathlib import Path
@@ -12,12 +13,52 @@ from tilesweep.config import compose
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def _module_file(name: str) -> Path | None:
+    """Return the file of a tilesweep module or package named like 'tilesweep.bench.decode'."""
+    parts = name.split(".")[1:]
+    if not parts:
+        init = PACKAGE_DIR / "__init__.py"
+        return init if init.is_file() else None
+    rel = Path(*parts)
+    for candidate in (PACKAGE_DIR / rel.with_suffix(".py"), PACKAGE_DIR / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path) -> set[Path]:
+    """Return the tilesweep module files a module imports (at any depth in its body)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name == "tilesweep" or name.startswith("tilesweep."):
+                module = _module_file(name)
+                if module is not None:
+                    found.add(module)
+    return found
+
+
 def code_hash(*modules: str) -> str:
-    """Return a short content hash of package modules (paths relative to the package)."""
+    """Return a short content hash of package modules (paths relative to the package) and of
+    every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
+    reruns the rule; a touch does not."""
+    todo = [PACKAGE_DIR / rel for rel in modules]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(_imports(path) - seen)
     digest = hashlib.sha256()
-    for rel in modules:
-        digest.update(rel.encode())
-        digest.update((PACKAGE_DIR / rel).read_bytes())
+    for path in sorted(seen):
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -182,11 +223,14 @@ class Sweep:
 
     def layout_step_cell(self, layout: str) -> str:
         """Return the canonical JSON of one measured decode-step job: layout, model, batches,
-        the benchmark keys it reads and the grid's Triton kernels (for layout_runner)."""
+        the benchmark keys it reads and, on a GPU machine, the grid's Triton kernels (which the
+        step may run; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
+        from tilesweep.provenance import gpu_names
+
         bench = self.settings["bench"]
         keep = ("warmup", "repeats", "cpu_repeats", "seed", "collective_world_cap")
         kernels = {}
-        if not self.kernels.empty:
+        if gpu_names() and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         return grid.canonical(
             {

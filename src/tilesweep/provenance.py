@@ -40,13 +40,13 @@ def git_commit(where: str = ".") -> str:
 
 
 @functools.cache
-def gpu_names() -> tuple[str, ...]:
-    """Return the names of local NVIDIA GPUs from nvidia-smi (fast: no torch import)."""
+def _gpu_query() -> tuple[tuple[str, str], ...]:
+    """Return (name, driver) of each local NVIDIA GPU from nvidia-smi (fast: no torch import)."""
     if shutil.which("nvidia-smi") is None:
         return ()
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -54,7 +54,20 @@ def gpu_names() -> tuple[str, ...]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return ()
-    return tuple(line.strip() for line in out.splitlines() if line.strip())
+    rows = [tuple(p.strip() for p in line.split(",", 1)) for line in out.splitlines() if line]
+    return tuple(r for r in rows if len(r) == 2)
+
+
+def gpu_names() -> tuple[str, ...]:
+    """Return the names of local NVIDIA GPUs."""
+    return tuple(name for name, _ in _gpu_query())
+
+
+def toolchain_key() -> str:
+    """Return the versions that make a measurement stale when they change (a rule param)."""
+    drivers = sorted({drv for _, drv in _gpu_query()}) or ["none"]
+    parts = [f"{p} {package_version(p)}" for p in ("torch", "triton", "nvidia-cutlass")]
+    return ", ".join([*parts, f"driver {'/'.join(drivers)}"])
 
 
 def device_id() -> str:
@@ -106,6 +119,13 @@ def device_info() -> dict:
         "driver": "none",
         "device_count": 0,
     }
+
+
+def cell_hash(cell_json: str) -> str:
+    """Return a short hash of a cell's canonical JSON: the identity a result row records."""
+    import hashlib
+
+    return hashlib.sha256(cell_json.encode()).hexdigest()[:12]
 
 
 def stamp(repo: str | Path = ".") -> dict:

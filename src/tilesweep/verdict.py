@@ -26,7 +26,7 @@ import pandas as pd
 from tilesweep.bench import roofline
 from tilesweep.bench.collective import bus_factor, decode_batch, fit_alpha_beta, local_tokens
 from tilesweep.bench.decode import expert_ops
-from tilesweep.bench.moe_step import layers_per_stage, step_capable, step_parts
+from tilesweep.bench.layout_plan import layers_per_stage, step_capable, step_parts
 
 SHARES = ("compute_memory_ms", "compute_math_ms", "comm_ms")
 LABELS = {
@@ -119,7 +119,7 @@ def _step_rows(decode: pd.DataFrame, choice: str) -> pd.DataFrame:
     ]
     if choice != "best":
         ok = ok[ok["runner"] == choice]
-    return ok.assign(per_expert_ms=ok["time_ms"] / ok["experts"])
+    return ok.assign(per_expert_ms=ok["time_ms"] / ok["experts"]).reset_index(drop=True)
 
 
 def _shape_rows(rows: pd.DataFrame, model: dict, op: str, tp: int) -> tuple[pd.DataFrame, float]:

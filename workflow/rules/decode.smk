@@ -13,6 +13,7 @@ rule measure_device:
     params:
         catalog=grid_json(SWEEP.settings["catalog"]),
         device=DEVICE,
+        toolchain=TOOLCHAIN,
         code=code_hash("steps/decode.py", "bench/ceilings.py", "bench/timing.py"),
     script:
         "../scripts/measure_device.py"
@@ -32,6 +33,7 @@ rule bench_decode:
     params:
         cell=lambda w: SWEEP.bench_cell(w.kernel),
         device=DEVICE,
+        toolchain=TOOLCHAIN,
         code=code_hash(
             "steps/decode.py",
             "bench/decode.py",

@@ -4,9 +4,11 @@
 rule bench_layout:
     input:
         ceilings=rules.measure_device.output.record,
+        # Only a GPU step picks its expert GEMMs from the decode tables: on the CPU it runs
+        # torch_matmul, so it need not wait for (or rerun after) the decode benchmark.
         decode=(
             SWEEP.decode_outputs()
-            if SWEEP.settings["bench"]["layout_runner"] == "best"
+            if GPUS and SWEEP.settings["bench"]["layout_runner"] == "best"
             else []
         ),
     output:
@@ -24,6 +26,7 @@ rule bench_layout:
         code=code_hash(
             "steps/layout_step.py",
             "bench/moe_step.py",
+            "bench/layout_plan.py",
             "bench/decode.py",
             "bench/collective.py",
             "bench/timing.py",

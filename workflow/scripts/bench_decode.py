@@ -4,5 +4,9 @@ from tilesweep.steps.decode import bench_decode
 
 if __name__ == "__main__":  # spawned children re-import this file
     bench_decode(
-        snakemake.params.cell, snakemake.input.ceilings, snakemake.output.table, snakemake.log[0]
+        snakemake.params.cell,
+        snakemake.input.ceilings,
+        snakemake.output.table,
+        snakemake.log[0],
+        snakemake.threads,
     )

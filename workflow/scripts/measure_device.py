@@ -3,4 +3,6 @@
 from tilesweep.steps.decode import measure_device
 
 if __name__ == "__main__":  # spawned children re-import this file
-    measure_device(snakemake.params.catalog, snakemake.output.record, snakemake.log[0])
+    measure_device(
+        snakemake.params.catalog, snakemake.output.record, snakemake.log[0], snakemake.threads
+    )

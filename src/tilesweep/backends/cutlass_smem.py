@@ -9,14 +9,16 @@ translation unit that instantiates ``cutlass::gemm::collective::CollectiveBuilde
 ``GemmUniversalAdapter`` asks for as dynamic shared memory), ``sizeof`` of the collectives' tensor
 storage, the mainloop ``DispatchPolicy::Stages`` and the epilogue ``StagesC``/``StagesD``.
 
-No GPU is needed. Only the host side is compiled: the whole TU is wrapped in
-``#ifndef __CUDA_ARCH__`` so nvcc's device pass sees an empty file, and the host pass is what
-the launcher itself uses (``GemmUniversalAdapter::initialize`` reads
-``GemmKernel::SharedStorageSize`` on the host). The ``CUTLASS_ARCH_MMA_SM{90,100,120}_SUPPORTED``
-macros that gate the builders are defined by ``cutlass/arch/config.h`` from the CUDA version
-alone (12.0+ for SM90, 12.8+ for SM100/SM120), so no ``-arch`` or feature macro is needed on the
-host; the ``-gencode`` given per arch only names the (empty) device pass. Flags:
-``nvcc -std=c++17 --expt-relaxed-constexpr -w -gencode=arch=compute_XXa,code=sm_XXa -I<include>``.
+No GPU is needed. The numbers come from the host pass, which is what the launcher itself uses
+(``GemmUniversalAdapter::initialize`` reads ``GemmKernel::SharedStorageSize`` on the host; a
+device-side ``static_assert`` on the same value was checked to agree for sm_90a and sm_120a).
+The ``CUTLASS_ARCH_MMA_SM{90,100,120}_SUPPORTED`` macros that gate the builders are defined by
+``cutlass/arch/config.h`` from the CUDA version alone (12.0+ for SM90, 12.8+ for SM100/SM120),
+so the host pass needs no ``-arch`` or feature macro. Without the device check (below) the TU
+is wrapped in ``#ifndef __CUDA_ARCH__`` so that nvcc's device pass sees an empty file. One TU per
+arch chunk, flags: ``nvcc -std=c++17 --expt-relaxed-constexpr -w -DNDEBUG
+-gencode=arch=compute_XXa,code=sm_XXa -I<cutlass include>`` (XX = 90, 100 or 120; the ``a``
+target matters for the device check, whose kernel bodies are arch-conditional).
 
 Schedules per arch (all ptr-array, cooperative / 1-SM warp-specialised):
 
@@ -47,9 +49,35 @@ Epilogues:
   void`` and scatters from registers, so it stages no D tile at all; this choice is an upper
   bound for that kernel, and a faithful stand-in for the brief's FP32-staging model.
 
+Device check (``account(..., device_check=True)``, the default): some rejections live in the
+kernel body, which only the device pass compiles (e.g. the SM90 cooperative kernel's
+"Cooperative kernel requires Tile Size to be greater than or equal to 128 along the
+M-dimension"). With the check, each cell's namespace also holds an uncalled ``__device__``
+function that calls ``Kernel::operator()``, so the device pass instantiates the body and its
+static_asserts fire; nothing is emitted. Cost, measured on 2 cores with nvcc 13.0: a host-only
+TU of 8 cells takes about 12 s (1.5 s per cell); with the device check one SM120 cell costs
+about 46 s of CPU and 5 GiB of memory, 4 cells 70 s and 8 GiB, 12 cells 82 s and 9 GiB, so
+groups are at most 8 cells and parallel compiles are capped by available memory.
+
+Each row has: ``status`` ("ok" | "compile" | "skipped"), ``reason`` (static_assert text or first
+error line), ``error_location`` (file:line of that error), ``smem_bytes``
+(``GemmKernel::SharedStorageSize``), ``mainloop_smem_bytes`` / ``epilogue_smem_bytes`` (sizeof of
+the collectives' ``TensorStorage``: operand stages, C/D staging), ``other_smem_bytes`` (the rest:
+pipeline barriers, scheduler, tensormaps, padding), ``mainloop_shared_storage_bytes`` /
+``epilogue_shared_storage_bytes`` (sizeof of the collectives' ``SharedStorage``; the latter is
+the ``StageCountAutoCarveout`` value), ``stages`` (mainloop ``DispatchPolicy::Stages``),
+``epilogue_stages`` / ``epilogue_stages_c`` (``StagesD`` / ``StagesC``), ``epilogue_tile``,
+``builder_smem_capacity`` (the builder's ``smXX_smem_capacity_bytes``), ``fits``
+(smem_bytes <= that capacity), ``alignment_a`` / ``alignment_b``, ``cutlass_version``,
+``schedule`` (requested tags and the resolved mainloop schedule, mainloop dispatch policy and
+epilogue dispatch policy type names), ``toolchain`` (nvcc version), ``cached``,
+``compile_seconds`` and ``cells_in_tu`` (wall time of the TU that produced the row, and how many
+cells shared it), and ``cell`` (the input with defaults filled in).
+
 Results are cached per cell under ``workdir/cache/<key>.json``, key = sha256 of the cell's
-standalone generated source (which embeds the flags and the CUTLASS version) plus the nvcc
-version string.
+standalone generated source (which embeds the flags, the CUTLASS version and the device-check
+switch) plus the nvcc version string. Rows that are not a property of the cell (no nvcc, a
+timeout, a catastrophic error such as a missing header) are not cached.
 """
 
 from __future__ import annotations
@@ -71,7 +99,8 @@ from pathlib import Path
 
 COMPILE_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 60
-MAX_GROUP = 12
+MAX_GROUP = 8
+DEVICE_CHECK_GIB = 9  # peak cicc memory of one device-checked TU (measured: 5 GiB for 1 cell)
 BASE_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr", "-w", "-DNDEBUG")
 
 
@@ -459,7 +488,7 @@ def read_cache(workdir: Path, key: str) -> dict | None:
 
 def base_row(cell: dict, status: str, reason: str, toolchain: str, version: str) -> dict:
     """Return a result row with every field present and numbers left empty."""
-    row = {"status": status, "reason": reason, "cell": cell}
+    row = {"status": status, "reason": reason, "error_location": "", "cell": cell}
     row.update({k: None for k in NUMERIC_FIELDS})
     row.update(alignment_a=None, alignment_b=None, fits=None, cutlass_version=version)
     row.update(schedule=requested_schedule(cell), toolchain=toolchain, cached=False)
@@ -499,7 +528,9 @@ def ok_row(cell: dict, data: dict, toolchain: str) -> dict:
     return row
 
 
-ERROR_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$")
+ERROR_RE = re.compile(
+    r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<fatal>catastrophic )?error: (?P<msg>.*)$"
+)
 ASSERT_RE = re.compile(r'static assertion failed with "(?P<msg>.*)"')
 
 
@@ -519,7 +550,9 @@ def block_reason(block: list[str]) -> tuple[str, str]:
     m = ERROR_RE.match(block[0])
     if not m:
         return block[0].strip()[:400], ""
-    where = f"{Path(m.group('file')).name}:{m.group('line')}"
+    # A catastrophic error (e.g. a missing header) is the environment's, not the cell's: no
+    # location, so the row is not cached.
+    where = "" if m.group("fatal") else f"{Path(m.group('file')).name}:{m.group('line')}"
     sa = ASSERT_RE.search(m.group("msg"))
     return (sa.group("msg") if sa else m.group("msg").strip())[:400], where
 
@@ -631,19 +664,27 @@ def timed(row: dict, secs: float, n: int) -> dict:
     return row
 
 
+def failed_rows(ctx: Context, units: list[Unit], reason: str, where: str, secs: float, n: int):
+    """Return 'compile' rows for units, all with the same reason."""
+    out = {}
+    for u in units:
+        row = base_row(u.cell, "compile", reason, ctx.toolchain, ctx.version)
+        row["error_location"] = where
+        out[u.index] = timed(row, secs, n)
+    return out
+
+
 def split_failed(ctx: Context, units, log: str, spans, secs: float) -> dict[int, dict]:
     """Return rows for a failed group: blame attributed cells, recompile the rest or bisect."""
     if len(units) == 1:
-        reason, where = first_error(log)
-        row = base_row(units[0].cell, "compile", reason, ctx.toolchain, ctx.version)
-        row["error_location"] = where
-        return {units[0].index: timed(row, secs, 1)}
+        return failed_rows(ctx, units, *first_error(log), secs, 1)
+    if not any(ERROR_RE.match(b[0]) for b in error_blocks(log)):
+        # No compiler diagnostic at all (timeout, missing host compiler): splitting won't help.
+        return failed_rows(ctx, units, *first_error(log), secs, len(units))
     blamed = attribute_errors(log, "tu.cu", spans)
     out: dict[int, dict] = {}
     for pos, (reason, where) in blamed.items():
-        row = base_row(units[pos].cell, "compile", reason, ctx.toolchain, ctx.version)
-        row["error_location"] = where
-        out[units[pos].index] = timed(row, secs, len(units))
+        out.update(failed_rows(ctx, [units[pos]], reason, where, secs, len(units)))
     rest = [u for i, u in enumerate(units) if i not in blamed]
     if not blamed:
         half = len(rest) // 2
@@ -666,6 +707,24 @@ def plan_groups(units: list[Unit], jobs: int, max_group: int = MAX_GROUP) -> lis
 def cacheable(row: dict) -> bool:
     """Return whether a row is a property of the cell (ok, or a located compile error)."""
     return row["status"] == "ok" or bool(row.get("error_location"))
+
+
+def mem_available_gib() -> float | None:
+    """Return MemAvailable from /proc/meminfo in GiB, or None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def parallel_compiles(jobs: int, device_check: bool) -> int:
+    """Return how many compilers to run at once: jobs, capped by memory when device-checking."""
+    jobs = max(1, jobs)
+    avail = mem_available_gib() if device_check else None
+    return jobs if avail is None else max(1, min(jobs, int(avail // DEVICE_CHECK_GIB)))
 
 
 def store(ctx: Context, units: list[Unit], rows: dict[int, dict]) -> None:
@@ -705,8 +764,9 @@ def account(
             todo.append(Unit(i, cell, key))
     if todo:
         ctx = Context(nvcc, include, version, toolchain, workdir, device_check)
-        groups = plan_groups(todo, jobs)
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        workers = parallel_compiles(jobs, device_check)
+        groups = plan_groups(todo, workers)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             for group, got in zip(
                 groups, pool.map(lambda g: compile_group(ctx, g), groups), strict=True
             ):

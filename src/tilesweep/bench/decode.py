@@ -88,8 +88,9 @@ def make_problem(
     import torch
 
     tokens, experts = sum(counts), len(counts)
-    a = torch.randn(tokens, k, generator=gen, device="cpu").to(device)
-    b = torch.randn(experts, n, k, generator=gen, device="cpu").to(device) / math.sqrt(k)
+    # Drawn where they live: `gen` is a generator on `device`.
+    a = torch.randn(tokens, k, generator=gen, device=device)
+    b = torch.randn(experts, n, k, generator=gen, device=device) / math.sqrt(k)
     if dtype == "fp8":
         a_scale = a.abs().amax(dim=1).clamp(min=1e-6) / 448.0
         b_scale = b.abs().amax(dim=2).clamp(min=1e-6) / 448.0

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tilesweep.io import write_json
+from tilesweep.provenance import cell_hash
 from tilesweep.steps import logged
 
 
@@ -18,7 +19,8 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
         log.info("building %s", cell)
         result = triton_backend.build(cell, Path(record_path).parent)
         log.info("result %s", result)
-    record = {**cell, **result, "toolchain": triton_backend.versions(), "source": "compiler"}
+    record = {**cell, **result, "toolchain": triton_backend.versions(), "source": "compiler",
+              "cell_hash": cell_hash(cell_json)}
     write_json(record_path, record)
     return record
 

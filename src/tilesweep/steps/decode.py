@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -13,10 +14,15 @@ from tilesweep.steps import logged
 NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 
 
-def measure_device(catalog_json: str, record_path: str, log_path: str | None = None) -> dict:
+def measure_device(
+    catalog_json: str, record_path: str, log_path: str | None = None, threads: int = 1
+) -> dict:
     """Measure the device's copy bandwidth and matrix rates; write and return them."""
+    import torch
+
     from tilesweep.bench.ceilings import measure
 
+    torch.set_num_threads(threads)
     with logged(log_path) as log:
         record = measure(json.loads(catalog_json))
         log.info("ceilings %s", record)
@@ -63,56 +69,147 @@ def _cases(settings: dict, cuda: bool):
                 yield op, n, k, routing, t, counts
 
 
-def _runners(kernel: dict, cuda: bool):
-    """Yield (runner name, dtype, output dtype name, factory or skip reason) for a job."""
+def _runners(kernel: dict, cuda: bool) -> list[tuple[str, str, str, str | None]]:
+    """Return (runner name, dtype, output dtype, skip reason or None) for one job's kernel."""
     from tilesweep.bench import decode
 
-    if kernel["kernel"] == "baselines":
-        for name in decode.BASELINES:
-            if name == "torch_grouped_mm" and not cuda:
-                yield name, "bf16", "bf16", "torch._grouped_mm runs on CUDA devices only"
-                continue
-            yield (
-                name,
+    name = kernel["kernel"]
+    if name == "baselines":
+        return [
+            (
+                b,
                 "bf16",
                 "bf16",
-                (lambda c, name=name: decode.baseline_runner(name, c, "bf16")),
+                "torch._grouped_mm runs on CUDA devices only"
+                if b == "torch_grouped_mm" and not cuda
+                else None,
             )
-        return
+            for b in decode.BASELINES
+        ]
+    if name.startswith("fault-"):
+        return [(name, "bf16", "bf16", None)]
     out = "fp32" if kernel["epilogue"] == "finalize" else "bf16"
-    if not cuda:
-        yield f"triton:{kernel['kernel']}", kernel["dtype"], out, NO_GPU
-        return
-    yield (
-        f"triton:{kernel['kernel']}",
-        kernel["dtype"],
-        out,
-        lambda c: decode.triton_runner(kernel, c),
-    )
+    return [(f"triton:{name}", kernel["dtype"], out, None if cuda else NO_GPU)]
 
 
-def bench_decode(
-    cell_json: str, ceilings_path: str, table_path: str, log_path: str | None = None
-) -> pd.DataFrame:
-    """Time one kernel (or the torch baselines) at every batch and routing; write the table."""
+def _make_runner(runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
+    """Return the call that computes one grouped GEMM with the named runner."""
+    from tilesweep.bench import decode
+    from tilesweep.kernels import faults
+
+    if runner.startswith("triton:"):
+        return decode.triton_runner(kernel, counts)
+    if runner.startswith("fault-"):
+        return faults.runner(runner.removeprefix("fault-"), cuda)
+    return decode.baseline_runner(runner, counts, dtype)
+
+
+def _measure_runner(
+    spec: dict, runner: str, dtype: str, out: str, ceilings: dict, progress: str, threads: int
+) -> None:
+    """Measure one runner at every case, appending each row to `progress` (runs in a child)."""
     import torch
 
     from tilesweep.bench.decode import measure_case
-    from tilesweep.provenance import stamp
+
+    torch.set_num_threads(threads)
+    cuda = torch.cuda.is_available()
+    l2 = (ceilings.get("properties") or {}).get("l2_bytes") or (50 << 20)
+    out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[out]
+    gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(spec["bench"]["seed"])
+    kernel = spec["kernel"]
+    for op, n, k, routing, t, counts in _cases(spec, cuda):
+        try:
+            result = measure_case(
+                runner,
+                lambda c=counts: _make_runner(runner, kernel, c, dtype, cuda),
+                counts,
+                n,
+                k,
+                dtype,
+                out_dtype,
+                spec,
+                cuda,
+                l2,
+                gen,
+            )
+        except Exception as exc:  # a kernel that cannot launch is a row, not a crash
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            status = "launch" if "resources" in msg or "shared" in msg else "runtime"
+            result = {"status": status, "reason": f"{type(exc).__name__}: {msg}"}
+        result = {key: v for key, v in result.items() if not callable(v)}
+        with open(progress, "a") as stream:
+            stream.write(json.dumps({"case": [op, routing, t], **result}) + "\n")
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def _read_progress(path: str) -> dict[tuple, dict]:
+    """Return the rows a (possibly killed) child wrote, by case."""
+    rows = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return rows
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a crash
+            continue
+        rows[tuple(rec.pop("case"))] = rec
+    return rows
+
+
+def bench_decode(
+    cell_json: str,
+    ceilings_path: str,
+    table_path: str,
+    log_path: str | None = None,
+    threads: int = 1,
+) -> pd.DataFrame:
+    """Time one kernel (or the torch baselines) at every batch and routing; write the table.
+
+    Each runner is measured in its own process with a time limit (`bench.kernel_timeout_s`): a
+    crash, an illegal memory access or a hang becomes rows with that status, and what was
+    measured before it is kept.
+    """
+    import tempfile
+
+    import torch
+
+    from tilesweep.isolate import Isolated, run_isolated
+    from tilesweep.provenance import cell_hash, stamp
 
     spec = json.loads(cell_json)
     kernel, cuda = spec["kernel"], torch.cuda.is_available()
     ceilings = read_json(ceilings_path)
-    l2 = (ceilings.get("properties") or {}).get("l2_bytes") or (50 << 20)
-    prov = stamp()
+    prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
+    timeout = spec["bench"]["kernel_timeout_s"]
     rows = []
-    with logged(log_path) as log:
-        gen = torch.Generator().manual_seed(spec["bench"]["seed"])
-        for name, dtype, out, factory in _runners(kernel, cuda):
-            out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[out]
+    with logged(log_path) as log, tempfile.TemporaryDirectory() as tmp:
+        for runner, dtype, out, skip in _runners(kernel, cuda):
+            failure = None
+            progress = f"{tmp}/{len(rows)}.jsonl"
+            if skip is None:
+                try:
+                    run_isolated(
+                        _measure_runner,
+                        spec,
+                        runner,
+                        dtype,
+                        out,
+                        ceilings,
+                        progress,
+                        threads,
+                        timeout=timeout,
+                    )
+                except Isolated as exc:
+                    failure = {"status": exc.kind, "reason": f"{runner}: {exc.message}"}
+                    log.warning("%s failed: %s", runner, exc.message)
+            done = _read_progress(progress)
             for op, n, k, routing, t, counts in _cases(spec, cuda):
                 base = {
-                    "runner": name,
+                    "runner": runner,
                     "kernel": kernel["kernel"],
                     "dtype": dtype,
                     "op": op,
@@ -124,33 +221,20 @@ def bench_decode(
                     "max_tokens_per_expert": max(counts),
                     "model": spec["model"]["name"],
                 }
-                if isinstance(factory, str):
-                    rows.append({**base, "status": "unsupported", "reason": factory, **prov})
-                    continue
-                try:
-                    result = measure_case(
-                        name,
-                        lambda f=factory, c=counts: f(c),
-                        counts,
-                        n,
-                        k,
-                        dtype,
-                        out_dtype,
-                        spec,
-                        cuda,
-                        l2,
-                        gen,
+                if skip is not None:
+                    result = {"status": "unsupported", "reason": skip}
+                else:
+                    result = (
+                        done.get((op, routing, t))
+                        or failure
+                        or {"status": "runtime", "reason": "no result from the measuring process"}
                     )
-                except Exception as exc:  # a kernel that cannot launch is a row, not a crash
-                    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                    status = "launch" if "resources" in msg or "shared" in msg else "runtime"
-                    result = {"status": status, "reason": f"{type(exc).__name__}: {msg}"}
                 row = {**base, **result, **prov}
                 if "flops" in row:
                     row.update(_roof_columns(row, dtype, ceilings))
                 log.info(
                     "%s %s %s t=%d: %s %s",
-                    name,
+                    runner,
                     op,
                     routing,
                     t,
@@ -158,8 +242,6 @@ def bench_decode(
                     row.get("time_ms", ""),
                 )
                 rows.append(row)
-                if cuda:
-                    torch.cuda.empty_cache()
     frame = pd.DataFrame(rows)
     write_table(table_path, frame)
     return frame

@@ -6,6 +6,7 @@ import json
 
 from tilesweep import launch
 from tilesweep.io import read_json, write_json
+from tilesweep.provenance import cell_hash
 from tilesweep.smem_model import hand_estimate
 from tilesweep.steps import logged
 
@@ -80,7 +81,7 @@ def check_launch(
         build = read_json(build_path)
         if cell["backend"] == "cutlass":
             build = build["cells"][cell["kernel"]]
-        row = launch_row(cell, hw, build)
+        row = {**launch_row(cell, hw, build), "cell_hash": cell_hash(cell_json)}
         log.info("%s on %s: %s (%s)", cell["kernel"], cell["target"], row["status"], row["reason"])
     write_json(record_path, row)
     return row

@@ -26,12 +26,17 @@ def _machine(world: int, bench: dict) -> tuple[bool, int, str]:
 
 def plan_batches(spec: dict, cuda: bool, decode: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """Return (batches to run with their runners, batches skipped with the reason)."""
-    from tilesweep.bench.moe_step import pick_runner
+    from tilesweep.bench.layout_plan import FALLBACK_RUNNER, pick_runner
 
     bench = spec["bench"]
     cap = None if cuda else bench["layout_cpu_max_tokens_per_expert"]
+    choice = bench["layout_runner"]
     run, skipped = [], []
     for t in spec["tokens_per_expert"]:
+        if not cuda and choice not in ("best", FALLBACK_RUNNER):
+            reason = f"layout_runner {choice} runs on CUDA devices only; the CPU runs torch_matmul"
+            skipped.append({"tokens_per_expert": t, "status": "unsupported", "reason": reason})
+            continue
         if cap is not None and t > cap:
             reason = (
                 f"tokens_per_expert {t} is over the CPU cap of {cap} "
@@ -39,9 +44,7 @@ def plan_batches(spec: dict, cuda: bool, decode: pd.DataFrame) -> tuple[list[dic
             )
             skipped.append({"tokens_per_expert": t, "status": "skipped", "reason": reason})
             continue
-        runners = {
-            op: pick_runner(decode, op, t, bench["layout_runner"]) for op in ("gate_up", "down")
-        }
+        runners = {op: pick_runner(decode, op, t, choice) for op in ("gate_up", "down")}
         run.append({"t": t, "runners": runners})
     return run, skipped
 
@@ -63,7 +66,7 @@ def summarize_batch(ranks: list[dict], index: int, spec: dict, ceilings: dict) -
     """Return one measured row: the step as run, and scaled to the stage's layers and experts."""
     from tilesweep.bench import roofline
     from tilesweep.bench.collective import local_tokens
-    from tilesweep.bench.moe_step import layers_per_stage, step_parts
+    from tilesweep.bench.layout_plan import layers_per_stage, step_parts
     from tilesweep.bench.timing import summarize
 
     layout, model = spec["layout"], spec["model"]
