@@ -17,7 +17,9 @@ from tilesweep.provenance import device_id, gpu_names, package_version, toolchai
 
 try:
     SWEEP = Sweep(
-        parse_overrides(config.get("overrides")), Path(workflow.basedir) / "conf"
+        parse_overrides(config.get("overrides")),
+        Path(workflow.basedir) / "conf",
+        gpu_names(),
     )
 except ConfigError as err:
     sys.exit(f"tilesweep: {err}")

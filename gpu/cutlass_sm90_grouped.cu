@@ -299,6 +299,8 @@ struct Problem {
     ref_host.resize(ref.count);
     CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.ptr, ref.count * sizeof(float),
                           cudaMemcpyDeviceToHost));
+    // The GEMMs run on a non-blocking stream, which does not wait for the legacy stream.
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   // Relative L2 error of D against the reference.
@@ -314,7 +316,10 @@ struct Problem {
     return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   }
 
-  void clear_output() { CUDA_CHECK(cudaMemset(D.ptr, 0, D.count * sizeof(ElementD))); }
+  void clear_output() {
+    CUDA_CHECK(cudaMemset(D.ptr, 0, D.count * sizeof(ElementD)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
   double flops() const { return 2.0 * groups * double(M) * N * K; }
 

@@ -18,7 +18,7 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # NVLink multicast stays off on shared hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 TILESWEEP_TRUST_PREBUILT=1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$out/gpus.csv"
 overrides=$(printf '"%s",' "$@")
 start=$(date +%s)
@@ -27,7 +27,7 @@ python3 -m snakemake --cores all --keep-going --config "overrides=[${overrides%,
 rc=$?
 echo "snakemake exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/snakemake.log"
 tar czf "$out/results.tgz" results/tables results/report.* results/device results/logs \
-  results/tuned 2>/dev/null
+  results/tuned results/plots 2>/dev/null
 cp results/tables/*.csv results/report.md "$out/" 2>/dev/null
 tail -n 30 "$out/snakemake.log"
 exit $rc

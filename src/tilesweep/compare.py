@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import ConfigError
+from tilesweep.report import fmt_value
 
 # Columns that identify a row, per table; those present in both runs are used.
 KEYS = {
@@ -285,11 +286,10 @@ def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
 
 
 def _cell(value: object) -> str:
-    """Return a value for the console: whole numbers in full, others to 4 significant figures."""
-    number = _float(value)
-    if math.isnan(number) or isinstance(value, str):
+    """Return a value for the console: numbers to 4 significant figures, whole above 1,000."""
+    if isinstance(value, str) or math.isnan(_float(value)):
         return _key_text(value)
-    return f"{int(number):,}" if number.is_integer() else f"{number:.4g}"
+    return fmt_value(value, 4)
 
 
 def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limit: int = 40) -> str:
@@ -310,10 +310,14 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
         lines.append("Nothing to compare: neither run has tables.")
         return "\n".join(lines) + "\n"
     for table, part in changes.groupby("table", sort=False):
-        beyond = part[part["beyond"].astype(bool)]
-        lines.append(f"\n{table}: {len(beyond)} of {len(part)} values changed beyond the noise")
-        if beyond.empty:
-            continue
+        only = part[part["metric"] == "row"]
+        values = part[part["metric"] != "row"]
+        beyond = values[values["beyond"].astype(bool)]
+        head = f"\n{table}: {len(beyond)} of {len(values)} values changed beyond the noise"
+        for side in ("A", "B"):
+            count = int((only["basis"] == f"only in {side}").sum())
+            head += f"; {count} rows only in {side}" if count else ""
+        lines.append(head)
         order = beyond.assign(
             _size=beyond["ratio"].map(lambda r: abs(math.log(r)) if _float(r) > 0 else math.inf)
         ).sort_values("_size", ascending=False)
@@ -326,6 +330,11 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
             )
         if len(order) > limit:
             lines.append(f"  ... and {len(order) - limit} more (see changes.csv with --out)")
+        for side in ("A", "B"):
+            labels = list(only.loc[only["basis"] == f"only in {side}", "label"])
+            if labels:
+                more = f" ... and {len(labels) - 5} more" if len(labels) > 5 else ""
+                lines.append(f"  only in {side}: {', '.join(labels[:5])}{more}")
     return "\n".join(lines) + "\n"
 
 

@@ -85,9 +85,13 @@ def parse_overrides(raw: object) -> list[str]:
 class Sweep:
     """The composed config and every cell, computed once per Snakefile read."""
 
-    def __init__(self, overrides: list[str], conf_dir: Path):
+    def __init__(self, overrides: list[str], conf_dir: Path, gpus: tuple[str, ...] = ()):
         self.settings = compose(overrides, conf_dir)
         self.results = Path(self.settings["results_dir"])
+        # Real CUTLASS kernels run where an SM90 GPU is at hand and the CUTLASS backend is on.
+        self.cutlass_gpu = self.settings["backend"]["cutlass"]["enabled"] and any(
+            "H100" in name or "H200" in name for name in gpus
+        )
         self.builds = grid.build_cells(self.settings)
         self.launches = grid.launch_cells(self.settings)
         self.kernels = grid.bench_kernels(self.settings)
@@ -203,6 +207,8 @@ class Sweep:
         names = list(self.kernels["kernel"]) if not self.kernels.empty else []
         if self.settings["backend"]["torch"]["enabled"]:
             names.append("baselines")
+        if self.cutlass_gpu:
+            names.append("cutlass-sm90-fp8")
         return [self.path("decode", f"{name}.csv") for name in names]
 
     def collective_outputs(self) -> list[str]:

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import Formatter, FuncFormatter, NullFormatter
 
 FIT_COLORS = {"default": "#3a8a3a", "optin": "#e09b00", "no": "#c0392b", "unknown": "#9a9a9a"}
 FIT_LABELS = {
@@ -70,16 +70,30 @@ def _num(frame: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(frame[col], errors="coerce").astype(float)
 
 
+class _MinorLogLabels(Formatter):
+    """Labels minor log ticks at 2x and 5x a power of ten, when the axis spans < 1.5 decades."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        """Return the tick's label: plain like 0.2 or 50, or empty."""
+        lo, hi = sorted(self.axis.get_view_interval())
+        if lo <= 0 or hi / lo > 30 or x <= 0:
+            return ""
+        mantissa = x / 10 ** math.floor(math.log10(x))
+        return f"{x:g}" if min(abs(mantissa - 2), abs(mantissa - 5)) < 1e-6 else ""
+
+
 def _log_axes(ax, x_base: int = 10, y: bool = True) -> None:
-    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01) instead of powers."""
-    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01) instead of powers; within
+    a narrow range, intermediate ticks are labelled too."""
     ax.set_xscale("log", base=x_base)
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    axes = [ax.xaxis]
     if y:
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        axes.append(ax.yaxis)
+    for axis in axes:
+        base = x_base if axis is ax.xaxis else 10
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        axis.set_minor_formatter(_MinorLogLabels() if base == 10 else NullFormatter())
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +110,8 @@ def kernel_label(row: dict) -> str:
     stages = row.get("stages_requested") if _missing(stages) else stages
     parts = [str(row.get("backend", "?")), tile]
     if not _missing(stages):
-        parts.append(f"s{_int(stages)}")
+        stages = _int(stages)
+        parts.append(f"s{stages}" if isinstance(stages, int) else f"stages={stages}")
     parts += [str(row.get("epilogue", "")), str(row.get("dtype", ""))]
     return " ".join(p for p in parts if p and p != "nan")
 
@@ -168,7 +183,15 @@ def _smem_panel(ax, part: pd.DataFrame, target: str) -> None:
     ax.plot(model, y, "D", color="black", markersize=4, ls="")
     for i, r in enumerate(rows):
         if np.isnan(smem[i]):
-            ax.text(0, i, f"  no number: {r.get('status')}", va="center", fontsize="x-small")
+            ax.annotate(
+                f"no number ({r.get('status')} failed: see the table)",
+                (0 if np.isnan(model[i]) else model[i], i),
+                xytext=(8, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize="x-small",
+                color="#555555",
+            )
     for col, _label, ls in LIMITS:
         values = _num(part, col).dropna()
         if not values.empty:
@@ -229,12 +252,14 @@ def decode_time(decode: pd.DataFrame) -> Figure:
         if not roof.empty:
             axes[1, j].axhline(roof.median(), color="#c0392b", ls="--", lw=1)
             axes[1, j].annotate(
-                f"measured copy {roof.median():,.0f} GB/s",
-                (0.02, roof.median()),
+                f"measured copy {roof.median():,.3g} GB/s",
+                (0.98, roof.median()),
                 xycoords=("axes fraction", "data"),
+                ha="right",
                 va="bottom",
                 fontsize="x-small",
                 color="#c0392b",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
             )
         axes[0, j].set_title(op)
         axes[0, j].set_ylabel("time per grouped GEMM (ms)")
@@ -426,6 +451,7 @@ def layout_split(verdict: pd.DataFrame) -> Figure:
         ax.set_title(f"tokens per expert: {_int(t)}", fontsize="medium")
         ax.margins(y=0.08)
         ax.set_ylabel("time per decode step (ms)")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.6g}"))
         ax.grid(axis="y", alpha=0.3)
     for ax in axes[len(batches) :]:
         ax.axis("off")
@@ -479,7 +505,7 @@ def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
         labels = (part["label"].astype(str) + "  " + part["metric"].astype(str)).tolist()
         ax.set_yticks(y, labels, fontsize=6)
         ax.invert_yaxis()
-        ax.set_xscale("log")
+        _log_axes(ax, y=False)
         title = f"{table}: B / A, the {len(part)} largest moves of {total} (red: beyond noise)"
         ax.set_title(title, fontsize="medium", loc="left")
         ax.grid(axis="x", alpha=0.3, which="both")

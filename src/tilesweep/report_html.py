@@ -32,7 +32,7 @@ nav a{margin-right:1em}figure{margin:1em 0}figure img{max-width:100%;height:auto
 border:1px solid #eee}figcaption{color:#555;font-size:.9em}
 table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.85em}
 th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:top}
-th{background:#f4f4f4}td{white-space:nowrap}td.text{text-align:left}
+th{background:#f4f4f4;text-align:center}td{white-space:nowrap}td.text{text-align:left}
 td.wrap{white-space:normal;min-width:20em}
 tr.src-model td{background:repeating-linear-gradient(135deg,#fff,#fff 6px,#f3f3f3 6px,
 #f3f3f3 12px);color:#555;font-style:italic}
@@ -62,6 +62,16 @@ LAUNCH_COLUMNS = [
     "status",
     "reason",
 ]
+FAILURE_COLUMNS = [
+    "backend",
+    "kernel",
+    "smem_bytes",
+    "smem_limit_bytes",
+    "overshoot_bytes",
+    "fits",
+    "status",
+    "reason",
+]
 ESTIMATE_COLUMNS = [
     "backend",
     "tile_m",
@@ -71,10 +81,10 @@ ESTIMATE_COLUMNS = [
     "epilogue",
     "smem_model_bytes",
     "smem_bytes",
+    "smem_model_error_pct",
+    "smem_model_error_bytes",
     "mainloop_smem_bytes",
     "epilogue_smem_bytes",
-    "smem_model_error_bytes",
-    "smem_model_error_pct",
     "source",
 ]
 VERDICT_COLUMNS = [
@@ -258,11 +268,9 @@ def _launch(launch: pd.DataFrame, measured: dict) -> str:
     out.append(table(summary.fit_counts(launch)))
     errors = summary.estimate_errors(launch)
     for target, part in launch.groupby("target", sort=False):
-        rec = part.iloc[0]
+        rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}
         limits = ", ".join(
-            f"{label} {fmt_value(rec.get(col))} B"
-            for col, label, _ in plots.LIMITS
-            if col in part and pd.notna(rec.get(col))
+            f"{label} {fmt_value(rec[col])} B" for col, label, _ in plots.LIMITS if col in rec
         )
         out.append(
             f"<h3>{esc(target)} ({esc(rec.get('arch', ''))})</h3><p>Limits: {esc(limits)}.</p>"
@@ -279,7 +287,7 @@ def _launch(launch: pd.DataFrame, measured: dict) -> str:
         fails = summary.launch_failures(part)
         out.append("<h4>What fails and why</h4>")
         out.append(
-            table(fails, LAUNCH_COLUMNS)
+            table(fails, FAILURE_COLUMNS)
             if not fails.empty
             else '<p class="muted">Every kernel fits on this target.</p>'
         )
@@ -387,13 +395,26 @@ def _provenance(
             continue
         rows.append({"what": f"report built with: {key}", "value": value})
     when = provenance.get("measured", {})
+    layout_when = "; ".join(
+        f"{label}: {when[key]}"
+        for key, label in (("decode", "decode"), ("layout", "layout steps"))
+        if key in when
+    )
     when_rows = [
-        {"figure": name, "measured": when.get(section, "unknown"), "on": device}
-        for name, section, device in (
-            ("launch_smem", "launch", "host compiler, checked against target tables"),
-            ("decode_time, decode_roofline", "decode", _devices(summary.ok_rows(decode))),
-            ("collective_bandwidth", "collective", _devices(summary.ok_rows(collective))),
-            ("layouts", "decode", _devices(verdict)),
+        {"figure": name, "measured": measured or "unknown", "on": device}
+        for name, measured, device in (
+            ("launch_smem", when.get("launch"), "host compiler, checked against target tables"),
+            (
+                "decode_time, decode_roofline",
+                when.get("decode"),
+                _devices(summary.ok_rows(decode)),
+            ),
+            (
+                "collective_bandwidth",
+                when.get("collective"),
+                _devices(summary.ok_rows(collective)),
+            ),
+            ("layouts", layout_when, _devices(verdict)),
         )
     ]
     config = json.dumps(settings, indent=2, sort_keys=True, default=str)

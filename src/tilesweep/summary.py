@@ -62,10 +62,12 @@ def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
 
 
 def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
-    """Return the hand estimate against the compiler's or CUTLASS's number, per kernel."""
+    """Return the hand estimate against the compiler's or CUTLASS's number, per kernel that has
+    both."""
     if launch.empty or "smem_model_bytes" not in launch:
         return pd.DataFrame()
-    rows = launch[_num(launch, "smem_model_bytes").notna()].copy()
+    rows = launch[_num(launch, "smem_model_bytes").notna() & _num(launch, "smem_bytes").notna()]
+    rows = rows.copy()
     actual = _num(rows, "smem_bytes")
     model = _num(rows, "smem_model_bytes")
     rows["smem_model_error_bytes"] = model - actual
@@ -209,17 +211,34 @@ def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame)
                 frac = rec.get("frac_copy_bw")
                 frac_txt = f", {frac:.0%} of measured copy bandwidth" if finite(frac) else ""
                 lines.append(
-                    f"Decode {op} at {int(rec['tokens_per_expert'])} tokens/expert: fastest "
+                    f"Decode {op}, {int(rec['tokens_per_expert'])} tokens per expert: fastest "
                     f"{rec['best_runner']}, {rec['time_ms']:.3g} ms{frac_txt}, "
                     f"{rec.get('bound') or 'unknown'}-bound."
                 )
-    if not verdict.empty and "verdict" in verdict:
-        for layout, part in verdict.groupby("layout", sort=False):
-            kinds = part["verdict"].astype(str).value_counts()
-            desc = ", ".join(f"{k} at {n} batch(es)" for k, n in kinds.items())
-            src = ", ".join(sorted(_col(part, "source", "model").astype(str).unique()))
-            lines.append(f"{layout}: {desc} ({src}).")
+    if not verdict.empty and "verdict" in verdict and "layout" in verdict:
+        frame = verdict.assign(source=_col(verdict, "source", "model").fillna("model"))
+        same: dict[tuple[str, str], list[str]] = {}
+        for (layout, source), part in frame.groupby(["layout", "source"], sort=False):
+            same.setdefault((source, verdict_by_batch(part)), []).append(str(layout))
+        for (source, desc), layouts in same.items():
+            lines.append(f"{', '.join(layouts)} ({source}): {desc}.")
     return lines
+
+
+def verdict_by_batch(part: pd.DataFrame) -> str:
+    """Return which verdict holds at which tokens-per-expert, e.g. 'memory-bound at 1-4 tokens
+    per expert, math-bound at 8-256'."""
+    part = part.sort_values("tokens_per_expert")
+    runs: list[list] = []
+    for rec in part.to_dict("records"):
+        t = rec["tokens_per_expert"]
+        t = int(t) if finite(t) and float(t).is_integer() else t
+        if runs and runs[-1][0] == rec["verdict"]:
+            runs[-1][2] = t
+        else:
+            runs.append([rec["verdict"], t, t])
+    parts = [f"{v} at {a}" if a == b else f"{v} at {a}-{b}" for v, a, b in runs]
+    return ", ".join(parts) + " tokens per expert"
 
 
 def finite(value: object) -> bool:

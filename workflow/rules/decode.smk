@@ -43,3 +43,26 @@ rule bench_decode:
         ),
     script:
         "../scripts/bench_decode.py"
+
+
+ruleorder: bench_cutlass > bench_decode
+
+
+rule bench_cutlass:
+    input:
+        ceilings=rules.measure_device.output.record,
+    output:
+        table=f"{R}/decode/cutlass-sm90-fp8.csv",
+    log:
+        f"{R}/logs/bench_cutlass.log",
+    conda:
+        "../envs/tilesweep.yaml"
+    resources:
+        gpu=min(GPUS, 1),
+    params:
+        cell=lambda w: SWEEP.bench_cell("cutlass-sm90-fp8"),
+        device=DEVICE,
+        toolchain=TOOLCHAIN,
+        code=code_hash("steps/decode.py", "backends/cutlass_gpu.py"),
+    script:
+        "../scripts/bench_cutlass.py"

@@ -245,3 +245,59 @@ def bench_decode(
     frame = pd.DataFrame(rows)
     write_table(table_path, frame)
     return frame
+
+
+def bench_cutlass(
+    cell_json: str, ceilings_path: str, table_path: str, log_path: str | None = None
+) -> pd.DataFrame:
+    """Run the CUTLASS SM90 FP8 grouped GEMM program at every batch; write decode rows."""
+    from tilesweep.backends import cutlass_gpu
+    from tilesweep.bench.decode import expert_ops, traffic
+    from tilesweep.provenance import cell_hash, stamp
+
+    spec = json.loads(cell_json)
+    bench, model = spec["bench"], spec["model"]
+    ceilings = read_json(ceilings_path)
+    prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
+    rows = []
+    with logged(log_path) as log:
+        binary, note = cutlass_gpu.ensure_binary()
+        log.info("CUTLASS program: %s (%s)", binary, note)
+        for op, (n, k) in expert_ops(model).items():
+            if binary is None:
+                rows.append(
+                    {"runner": "cutlass", "op": op, "status": "unsupported", "reason": note}
+                )
+                continue
+            records = cutlass_gpu.run(
+                binary,
+                n,
+                k,
+                bench["gpu_experts"],
+                spec["tokens_per_expert"],
+                bench["repeats"],
+                bench["kernel_timeout_s"],
+            )
+            for rec in records:
+                row = {
+                    **cutlass_gpu.to_row(rec),
+                    "op": op,
+                    "routing": "uniform",
+                    "model": model["name"],
+                }
+                if row.get("tokens_per_expert"):
+                    counts = [row["tokens_per_expert"]] * row["experts"]
+                    info = traffic(counts, n, k, "fp8", 2)
+                    row.update(info)
+                    if row["status"] == "ok":
+                        seconds = row["time_ms"] * 1e-3
+                        row["tflops"] = info["flops"] / seconds / 1e12
+                        row["gbs"] = info["bytes"] / seconds / 1e9
+                    row.update(_roof_columns(row, "fp8", ceilings))
+                log.info(
+                    "%s %s t=%s: %s", row["runner"], op, row.get("tokens_per_expert"), row["status"]
+                )
+                rows.append({**row, **prov})
+    frame = pd.DataFrame(rows)
+    write_table(table_path, frame)
+    return frame
