@@ -33,6 +33,8 @@ if workflow.is_main_process and release_stale_state(Path.cwd()):
 DEVICE = device_id()
 GPUS = len(gpu_names())
 TOOLCHAIN = toolchain_key()
+# Snakemake lowers a job's threads to --cores: a rule asking this many gets the whole machine.
+ALL_CORES = 4096
 # GPU benchmarks never share a GPU: cap the `gpu` resource at the GPUs present unless the user
 # (or a cluster profile) set it.
 if "gpu" not in workflow.global_resources:

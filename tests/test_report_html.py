@@ -255,7 +255,7 @@ def test_launch_failures_and_estimates():
 
 def test_best_per_batch_compares_the_best_tile_with_the_best_baseline():
     rows = [
-        ("triton:t1", 16, 2.0),
+        ("cutlass:t1", 16, 2.0),
         ("triton:t2", 16, 1.0),
         ("torch_bmm", 16, 3.0),
         ("torch_matmul", 16, 4.0),

@@ -186,6 +186,16 @@ def slurm_sweep(slurm_env, tmp_path_factory, request) -> Path:
         logs = sorted((work / ".snakemake" / "slurm_logs").rglob("*.log"))
         tails = "".join(f"\n--- {p}\n{p.read_text()[-2000:]}" for p in logs[-3:])
         pytest.fail(f"SLURM run {why}:\n{log.read_text()[-6000:]}{tails}")
+    # What each job asked for, while SLURM still lists finished jobs (MinJobAge).
+    fields = "JobID:12,Partition:30,tres-per-job:30,State:14,Comment:300"
+    queue = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--Format", fields],
+        capture_output=True,
+        text=True,
+        env=slurm_env,
+        check=True,
+    )
+    (work / "squeue.txt").write_text(queue.stdout)
     return work
 
 
@@ -195,6 +205,27 @@ def test_slurm_runs_every_job_through_sbatch(slurm_sweep):
     assert "has been submitted with SLURM jobid" in log
     assert "Group job cpu_batch" in log
     assert "Finished jobid: 0 (Rule: all)" in log
+
+
+def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_env):
+    """CPU jobs go to the CPU partition without GPUs; GPU benchmarks get one GPU or the node's."""
+    node_gpus = slurm_env["TILESWEEP_SLURM_NODE_GPUS"]
+    want = {
+        "cpu_batch": ("tsbuild", "N/A"),
+        "aggregate_results": ("tsbuild", "N/A"),
+        "measure_device": ("tsgpu", "gres:gpu:1"),
+        "bench_decode": ("tsgpu", "gres:gpu:1"),
+        "bench_collective": ("tsgpu", f"gres:gpu:{node_gpus}"),
+        "bench_layout": ("tsgpu", f"gres:gpu:{node_gpus}"),
+    }
+    seen = []
+    for line in (slurm_sweep / "squeue.txt").read_text().splitlines():
+        _, partition, tres, state, comment = line.split()
+        rule = next(name for name in want if comment.startswith(f"rule_{name}"))
+        assert (partition, tres, state) == (*want[rule], "COMPLETED"), line
+        seen.append(rule)
+    assert sorted(set(seen)) == sorted(want)
+    assert seen.count("cpu_batch") == 1  # every build and launch check in one SLURM job
 
 
 def test_slurm_produces_the_same_files(slurm_sweep, tiny_sweep):

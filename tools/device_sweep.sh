@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 TILESWEEP_TRUST_PREBUILT=1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$out/gpus.csv"
 overrides=$(printf '"%s",' "$@")
 start=$(date +%s)
-python3 -m snakemake --cores all --keep-going --config "overrides=[${overrides%,}]" \
+timeout "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake --cores all --keep-going --config "overrides=[${overrides%,}]" \
   >"$out/snakemake.log" 2>&1
 rc=$?
 echo "snakemake exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/snakemake.log"

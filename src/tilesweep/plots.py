@@ -205,11 +205,12 @@ def _smem_panel(ax, part: pd.DataFrame, target: str) -> None:
 
 
 def _runner_styles(runners: list[str]) -> dict[str, dict]:
-    """Return a colour and marker per runner: Triton tiles in colour, baselines in greys."""
+    """Return a colour and marker per runner: kernels (Triton, CUTLASS) in colour, torch
+    baselines in greys."""
     from matplotlib import colormaps
 
-    tiles = [r for r in runners if r.startswith("triton")]
-    others = [r for r in runners if not r.startswith("triton")]
+    tiles = [r for r in runners if not r.startswith("torch")]
+    others = [r for r in runners if r.startswith("torch")]
     cmap = colormaps["tab10" if len(tiles) <= 10 else "tab20"]
     styles = {r: {"color": cmap(i % cmap.N), "marker": "o"} for i, r in enumerate(tiles)}
     greys = ["#000000", "#555555", "#999999", "#bbbbbb"]
@@ -233,6 +234,8 @@ def decode_time(decode: pd.DataFrame) -> Figure:
     ok = _ok(decode)
     if ok.empty or "time_ms" not in ok:
         return empty("no decode measurements (nothing timed on this device)", "Decode")
+    if "routing" not in ok:
+        ok = ok.assign(routing="uniform")
     ops = list(dict.fromkeys(ok["op"].astype(str)))
     styles = _runner_styles(sorted(ok["runner"].astype(str).unique()))
     fig = Figure(figsize=(5.2 * len(ops), 7.5))

@@ -19,7 +19,7 @@ def package_version(name: str) -> str:
 
 
 @functools.cache
-def git_commit(where: str = ".") -> str:
+def git_commit(where: str = str(Path(__file__).resolve().parent)) -> str:
     """Return the git commit of the checkout holding `where`, with '+dirty' if it has changes."""
     try:
         head = subprocess.run(
@@ -128,6 +128,11 @@ def cell_hash(cell_json: str) -> str:
     return hashlib.sha256(cell_json.encode()).hexdigest()[:12]
 
 
-def stamp(repo: str | Path = ".") -> dict:
+def stamp(repo: str | Path | None = None) -> dict:
     """Return provenance columns for a measured row."""
-    return {**device_info(), **toolchain(), "commit": git_commit(str(repo)), "source": "measured"}
+    return {
+        **device_info(),
+        **toolchain(),
+        "commit": git_commit(str(repo)) if repo is not None else git_commit(),
+        "source": "measured",
+    }

@@ -76,14 +76,15 @@ def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:
-    """Return, per op, routing and tokens-per-expert: the fastest runner, the fastest Triton
-    tile, the fastest baseline, and the baseline's time over the tile's (speedup, >1 = faster)."""
+    """Return, per op, routing and tokens-per-expert: the fastest runner, the fastest kernel
+    tile (Triton or CUTLASS), the fastest torch baseline, and the baseline's time over the
+    tile's (speedup, >1 = the tile is faster)."""
     ok = ok_rows(decode)
     if ok.empty or "time_ms" not in ok:
         return pd.DataFrame()
     ok = ok.assign(
         time_ms=_num(ok, "time_ms"),
-        is_tile=_col(ok, "runner", "").astype(str).str.startswith("triton"),
+        is_tile=~_col(ok, "runner", "").astype(str).str.startswith("torch"),
     )
     rows = []
     keys = ["op", "routing", "tokens_per_expert"]

@@ -28,7 +28,7 @@ rule account_cutlass:
         f"{R}/logs/account_cutlass/{{arch}}.log",
     conda:
         "../envs/tilesweep.yaml"
-    threads: workflow.cores
+    threads: ALL_CORES
     params:
         cells=lambda w: SWEEP.cutlass_cells(w.arch),
         code=code_hash("steps/build.py", "backends/cutlass_smem.py"),

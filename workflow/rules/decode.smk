@@ -8,6 +8,8 @@ rule measure_device:
         f"{R}/logs/measure_device.log",
     conda:
         "../envs/tilesweep.yaml"
+    # On a CPU a benchmark takes every core, so no other job perturbs its timings.
+    threads: ALL_CORES if GPUS == 0 else 2
     resources:
         gpu=min(GPUS, 1),
     params:
@@ -28,6 +30,8 @@ rule bench_decode:
         f"{R}/logs/bench_decode/{{kernel}}.log",
     conda:
         "../envs/tilesweep.yaml"
+    # On a CPU a benchmark takes every core, so no other job perturbs its timings.
+    threads: ALL_CORES if GPUS == 0 else 2
     resources:
         gpu=min(GPUS, 1),
     params:

@@ -17,7 +17,7 @@ rule bench_layout:
         f"{R}/logs/bench_layout/{{layout}}.log",
     conda:
         "../envs/tilesweep.yaml"
-    threads: workflow.cores
+    threads: ALL_CORES
     resources:
         gpu=GPUS,
     params:

@@ -19,8 +19,13 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
         log.info("building %s", cell)
         result = triton_backend.build(cell, Path(record_path).parent)
         log.info("result %s", result)
-    record = {**cell, **result, "toolchain": triton_backend.versions(), "source": "compiler",
-              "cell_hash": cell_hash(cell_json)}
+    record = {
+        **cell,
+        **result,
+        "toolchain": triton_backend.versions(),
+        "source": "compiler",
+        "cell_hash": cell_hash(cell_json),
+    }
     write_json(record_path, record)
     return record
 

@@ -8,13 +8,14 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.bench import roofline
+from tilesweep.gpu_slot import gpu_slot
 from tilesweep.io import read_json, write_json, write_table
 from tilesweep.steps import logged
 
 NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 
 
-def measure_device(
+def _measure_device(
     catalog_json: str, record_path: str, log_path: str | None = None, threads: int = 1
 ) -> dict:
     """Measure the device's copy bandwidth and matrix rates; write and return them."""
@@ -160,7 +161,7 @@ def _read_progress(path: str) -> dict[tuple, dict]:
     return rows
 
 
-def bench_decode(
+def _bench_decode(
     cell_json: str,
     ceilings_path: str,
     table_path: str,
@@ -247,7 +248,7 @@ def bench_decode(
     return frame
 
 
-def bench_cutlass(
+def _bench_cutlass(
     cell_json: str, ceilings_path: str, table_path: str, log_path: str | None = None
 ) -> pd.DataFrame:
     """Run the CUTLASS SM90 FP8 grouped GEMM program at every batch; write decode rows."""
@@ -301,3 +302,21 @@ def bench_cutlass(
     frame = pd.DataFrame(rows)
     write_table(table_path, frame)
     return frame
+
+
+def measure_device(*args, **kwargs) -> dict:
+    """Measure the device's ceilings on a GPU of this job's own; see _measure_device."""
+    with gpu_slot():
+        return _measure_device(*args, **kwargs)
+
+
+def bench_decode(*args, **kwargs) -> pd.DataFrame:
+    """Benchmark one kernel on a GPU of this job's own; see _bench_decode."""
+    with gpu_slot():
+        return _bench_decode(*args, **kwargs)
+
+
+def bench_cutlass(*args, **kwargs) -> pd.DataFrame:
+    """Run the CUTLASS program on a GPU of this job's own; see _bench_cutlass."""
+    with gpu_slot():
+        return _bench_cutlass(*args, **kwargs)
