@@ -12,17 +12,31 @@ from tilesweep.grid import canonical
 from tilesweep.io import write_json
 from tilesweep.steps.decode import bench_decode
 
-CEILINGS = {"copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.1, "fp32": 0.02, "fp8": None},
-            "properties": {}}
+CEILINGS = {
+    "copy_gbs": 10.0,
+    "matmul_tflops": {"bf16": 0.1, "fp32": 0.02, "fp8": None},
+    "properties": {},
+}
 
 
 def _spec(kernel: str, timeout: float) -> str:
-    settings = compose(["experiment=tiny", "grid.tokens_per_expert=[1,4]",
-                        "model.hidden=256", "model.moe_intermediate=128"])
+    settings = compose(
+        [
+            "experiment=tiny",
+            "grid.tokens_per_expert=[1,4]",
+            "model.hidden=256",
+            "model.moe_intermediate=128",
+        ]
+    )
     bench = {**settings["bench"], "kernel_timeout_s": timeout}
-    return canonical({"kernel": {"kernel": kernel}, "model": settings["model"],
-                      "tokens_per_expert": settings["grid"]["tokens_per_expert"],
-                      "bench": bench})
+    return canonical(
+        {
+            "kernel": {"kernel": kernel},
+            "model": settings["model"],
+            "tokens_per_expert": settings["grid"]["tokens_per_expert"],
+            "bench": bench,
+        }
+    )
 
 
 @pytest.fixture

@@ -11,11 +11,29 @@ from tilesweep.config import compose
 from tilesweep.errors import ConfigError
 
 KEYS = [
-    "grid.targets", "grid.dtypes", "grid.tiles", "grid.stages", "grid.warps", "grid.epilogues",
-    "grid.tokens_per_expert", "grid.layouts", "model.hidden", "model.top_k",
-    "model.routed_experts", "bench.repeats", "bench.zipf_alpha", "bench.routing", "hardware",
-    "model", "grid", "backend.cutlass.stages", "backend.triton.enabled", "results_dir",
-    "grid.nonsense", "+grid.extra", "nosuchgroup",
+    "grid.targets",
+    "grid.dtypes",
+    "grid.tiles",
+    "grid.stages",
+    "grid.warps",
+    "grid.epilogues",
+    "grid.tokens_per_expert",
+    "grid.layouts",
+    "model.hidden",
+    "model.top_k",
+    "model.routed_experts",
+    "bench.repeats",
+    "bench.zipf_alpha",
+    "bench.routing",
+    "hardware",
+    "model",
+    "grid",
+    "backend.cutlass.stages",
+    "backend.triton.enabled",
+    "results_dir",
+    "grid.nonsense",
+    "+grid.extra",
+    "nosuchgroup",
 ]
 atoms = st.one_of(
     st.integers(-5, 5000),
@@ -32,8 +50,7 @@ values = st.one_of(
     st.lists(layout, max_size=3).map(lambda xs: "[" + ",".join(xs) + "]"),
     st.sampled_from(["[", "]", "{", "=", "[[1]]", "{a:1}", "'quoted'"]),
 )
-overrides = st.lists(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), values),
-                     max_size=3)
+overrides = st.lists(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), values), max_size=3)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
