@@ -1,4 +1,5 @@
-"""The `tilesweep` command: `tilesweep compare A B [--out DIR]` compares two sweeps' results."""
+"""The `tilesweep` command: `compare A B` (what changed between two sweeps) and `failed` (which
+per-cell results hold failed rows)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,30 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit with status 1 when anything changed beyond the noise",
     )
+    failed = sub.add_parser(
+        "failed",
+        help="list per-cell result files holding failed rows (to rerun just those)",
+        description=(
+            "Print the per-cell result files whose rows failed (compile, launch, runtime, crash, "
+            "timeout, correctness), one per line, for `snakemake --forcerun $(tilesweep failed)`."
+        ),
+    )
+    failed.add_argument("results", nargs="?", default="results", help="results folder")
+    failed.add_argument("--status", action="append", help="only this status (repeatable)")
     return top
+
+
+def failed_command(args: argparse.Namespace) -> int:
+    """Run `tilesweep failed`; return the exit status."""
+    from pathlib import Path
+
+    from tilesweep.failures import failed_outputs
+
+    if not Path(args.results).is_dir():
+        raise ConfigError(f"{args.results}: no such results folder")
+    for path in failed_outputs(Path(args.results), set(args.status) if args.status else None):
+        sys.stdout.write(f"{path}\n")
+    return 0
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -68,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compare":
             return compare_command(args)
+        if args.command == "failed":
+            return failed_command(args)
     except ConfigError as err:
         sys.stderr.write(f"tilesweep: {err}\n")
         return 2

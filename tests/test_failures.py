@@ -1,0 +1,44 @@
+"""`tilesweep failed` lists exactly the per-cell files holding failed rows."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from tilesweep.cli import main
+from tilesweep.failures import failed_outputs
+
+
+def _results(tmp_path):
+    res = tmp_path / "results"
+    (res / "build" / "triton" / "sm_90" / "k1").mkdir(parents=True)
+    (res / "build" / "triton" / "sm_90" / "k1" / "build.json").write_text(
+        json.dumps({"status": "compile", "reason": "ptxas error"})
+    )
+    (res / "build" / "triton" / "sm_90" / "k2").mkdir(parents=True)
+    (res / "build" / "triton" / "sm_90" / "k2" / "build.json").write_text(
+        json.dumps({"status": "ok"})
+    )
+    (res / "decode").mkdir()
+    pd.DataFrame({"status": ["ok", "timeout"]}).to_csv(res / "decode" / "a.csv", index=False)
+    pd.DataFrame({"status": ["ok", "unsupported"]}).to_csv(res / "decode" / "b.csv", index=False)
+    (res / "launch" / "triton" / "h200").mkdir(parents=True)
+    (res / "launch" / "triton" / "h200" / "k1.json").write_text(json.dumps({"status": "launch"}))
+    return res
+
+
+def test_failed_outputs_skip_ok_unsupported_and_launch_results(tmp_path):
+    res = _results(tmp_path)
+    names = [p.relative_to(res).as_posix() for p in failed_outputs(res)]
+    assert names == ["build/triton/sm_90/k1/build.json", "decode/a.csv"]
+    only = failed_outputs(res, {"timeout"})
+    assert [p.name for p in only] == ["a.csv"]
+
+
+def test_cli_prints_paths_and_rejects_a_missing_folder(tmp_path, capsys):
+    res = _results(tmp_path)
+    assert main(["failed", str(res), "--status", "compile"]) == 0
+    assert capsys.readouterr().out.strip().endswith("k1/build.json")
+    assert main(["failed", str(tmp_path / "nope")]) == 2
+    assert "no such results folder" in capsys.readouterr().err
