@@ -145,3 +145,24 @@ def test_code_hash_follows_imports(tmp_path, monkeypatch):
     before = pipeline.code_hash("steps/a.py")
     (pkg / "deep.py").write_text("thing = 2\n")
     assert pipeline.code_hash("steps/a.py") != before
+
+
+@pytest.mark.slow
+def test_cpu_benchmarks_never_overlap_another_job(tiny_sweep):
+    """Builds run side by side, but a CPU benchmark holds every core: nothing perturbs it."""
+    results = tiny_sweep / "results"
+    benches = []
+    for path in (results / "decode").glob("*.csv"):
+        frame = pd.read_csv(path)
+        benches.append((frame["job_start_utc"].iloc[0], frame["job_end_utc"].iloc[0], path.name))
+    builds = []
+    for path in (results / "build" / "triton").rglob("build.json"):
+        record = json.loads(path.read_text())
+        builds.append((record["job_start_utc"], record["job_end_utc"], path.parent.name))
+    assert benches and builds
+    for start, end, name in benches:
+        for b_start, b_end, build in builds:
+            assert b_end <= start or b_start >= end, f"{build} ran during the {name} benchmark"
+        for o_start, o_end, other in benches:
+            if other != name:
+                assert o_end <= start or o_start >= end, f"{other} overlapped {name}"

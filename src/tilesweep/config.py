@@ -9,7 +9,7 @@ from tilesweep.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
-_ALLOWED_DTYPES = ("bf16", "fp8")
+_ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
 _ALLOWED_EPILOGUES = ("default", "finalize")
 _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536

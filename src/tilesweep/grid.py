@@ -53,6 +53,11 @@ def _triton_cells(settings: dict, arch: str, cc: int) -> list[dict]:
         }
         if arch not in TRITON_ARCHS:
             cell["unsupported"] = f"Triton builds {', '.join(TRITON_ARCHS)}; not {arch}"
+        elif dtype == "nvfp4":
+            cell["unsupported"] = (
+                "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs sm_100 or "
+                "newer); the CUTLASS backend accounts NVFP4 tiles"
+            )
         elif dtype == "fp8" and cc < FP8_MIN_CC:
             cell["unsupported"] = f"fp8 tensor cores need sm_89 or newer; {arch} has none"
         cells.append(cell)

@@ -8,11 +8,14 @@ rule bench_collective:
         f"{R}/logs/bench_collective/{{layout}}.log",
     conda:
         "../envs/tilesweep.yaml"
+    # On a CPU the gloo ranks take every core, so no other job perturbs their timings.
+    threads: ALL_CORES if GPUS == 0 else 2
     resources:
         gpu=GPUS,
     params:
         cell=lambda w: SWEEP.collective_cell(w.layout),
         device=DEVICE,
+        toolchain=TOOLCHAIN,
         code=code_hash("steps/collective.py", "bench/collective.py", "bench/timing.py"),
     script:
         "../scripts/bench_collective.py"

@@ -23,6 +23,7 @@ rule bench_layout:
     params:
         cell=lambda w: SWEEP.layout_step_cell(w.layout),
         device=DEVICE,
+        toolchain=TOOLCHAIN,
         code=code_hash(
             "steps/layout_step.py",
             "bench/moe_step.py",

@@ -26,3 +26,10 @@ def logged(path: str | None) -> Iterator[logging.Logger]:
                 yield logger
         finally:
             logger.removeHandler(handler)
+
+
+def utc_now() -> str:
+    """Return the current time as an ISO-8601 UTC string with microseconds."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="microseconds")

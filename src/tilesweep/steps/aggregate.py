@@ -65,6 +65,7 @@ def aggregate_results(
     with logged(log_path) as log:
         launch = aggregate.launch_table(list(inputs["launch"]))
         decode = aggregate.concat_tables(list(inputs["decode"]))
+        launch = aggregate.attach_measured_launch(launch, decode)
         collective = aggregate.concat_tables(list(inputs["collective"]))
         steps = aggregate.concat_tables(list(inputs["layout"]))
         table = verdict.verdict_table(settings, decode, collective, steps)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tilesweep.io import write_json
 from tilesweep.provenance import cell_hash
-from tilesweep.steps import logged
+from tilesweep.steps import logged, utc_now
 
 
 def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) -> dict:
@@ -15,6 +15,7 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
     from tilesweep.backends import triton_backend
 
     cell = json.loads(cell_json)
+    job_start = utc_now()
     with logged(log_path) as log:
         log.info("building %s", cell)
         result = triton_backend.build(cell, Path(record_path).parent)
@@ -25,6 +26,8 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
         "toolchain": triton_backend.versions(),
         "source": "compiler",
         "cell_hash": cell_hash(cell_json),
+        "job_start_utc": job_start,
+        "job_end_utc": utc_now(),
     }
     write_json(record_path, record)
     return record

@@ -10,7 +10,7 @@ import pandas as pd
 from tilesweep.bench import roofline
 from tilesweep.gpu_slot import gpu_slot
 from tilesweep.io import read_json, write_json, write_table
-from tilesweep.steps import logged
+from tilesweep.steps import logged, utc_now
 
 NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 
@@ -90,7 +90,21 @@ def _runners(kernel: dict, cuda: bool) -> list[tuple[str, str, str, str | None]]
     if name.startswith("fault-"):
         return [(name, "bf16", "bf16", None)]
     out = "fp32" if kernel["epilogue"] == "finalize" else "bf16"
-    return [(f"triton:{name}", kernel["dtype"], out, None if cuda else NO_GPU)]
+    return [(f"triton:{name}", kernel["dtype"], out, _skip_reason(kernel["dtype"], cuda))]
+
+
+def _skip_reason(dtype: str, cuda: bool) -> str | None:
+    """Return why a Triton kernel of this dtype is not timed on the device at hand, or None."""
+    if not cuda:
+        return NO_GPU
+    if dtype == "nvfp4":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        if major < 10:
+            return f"unsupported on this device: sm_{major}{minor} has no FP4 tensor cores"
+        return "no NVFP4 Triton kernel in this backend yet; see the CUTLASS rows"
+    return None
 
 
 def _make_runner(runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
@@ -186,6 +200,7 @@ def _bench_decode(
     ceilings = read_json(ceilings_path)
     prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
     timeout = spec["bench"]["kernel_timeout_s"]
+    job_start = utc_now()
     rows = []
     with logged(log_path) as log, tempfile.TemporaryDirectory() as tmp:
         for runner, dtype, out, skip in _runners(kernel, cuda):
@@ -243,7 +258,7 @@ def _bench_decode(
                     row.get("time_ms", ""),
                 )
                 rows.append(row)
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(rows).assign(job_start_utc=job_start, job_end_utc=utc_now())
     write_table(table_path, frame)
     return frame
 
