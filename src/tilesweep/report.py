@@ -74,6 +74,8 @@ def _launch_section(launch: pd.DataFrame) -> str:
         "blocks_per_sm",
         "status",
         "reason",
+        "measured_smem_bytes",
+        "measured_launch",
     ]
     out.append(md_table(launch, cols))
     return "\n".join(out)

@@ -85,6 +85,8 @@ ESTIMATE_COLUMNS = [
     "smem_model_error_bytes",
     "mainloop_smem_bytes",
     "epilogue_smem_bytes",
+    "measured_smem_bytes",
+    "measured_launch",
     "source",
 ]
 VERDICT_COLUMNS = [

@@ -1,0 +1,51 @@
+"""Re-render a kept example (docs/examples/h200) from its own tables with the current code.
+
+The GPU run's per-cell files are not kept, only its tables; when the report or the launch table
+gains columns computed from those tables, this brings the example up to date without a GPU:
+the launch table gets the measured-launch columns, report.md and report.html are rendered anew.
+Usage: python tools/refresh_example.py docs/examples/h200 experiment=h200_decode
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep import aggregate, report, report_html
+from tilesweep.config import compose
+from tilesweep.io import write_table, write_text
+from tilesweep.provenance import git_commit, package_version
+
+
+def main() -> int:
+    """Refresh the example folder; return the exit status."""
+    folder, overrides = Path(sys.argv[1]), sys.argv[2:]
+    settings = compose(overrides)
+    tables = {
+        n: pd.read_csv(folder / f"{n}.csv", low_memory=False)
+        for n in ("launch", "decode", "collective", "verdict")
+    }
+    launch = tables["launch"].drop(
+        columns=["measured_launch", "measured_smem_bytes"], errors="ignore"
+    )
+    launch = aggregate.attach_measured_launch(launch, tables["decode"])
+    provenance = {
+        "commit": git_commit(),
+        "triton": package_version("triton"),
+        "torch": package_version("torch"),
+        "nvidia-cutlass": package_version("nvidia-cutlass"),
+        "note": "re-rendered from the GPU run's tables; versions above are the renderer's",
+    }
+    args = (settings, launch, tables["decode"], tables["collective"], tables["verdict"])
+    write_table(folder / "launch.csv", launch)
+    write_text(folder / "report.md", report.render(*args, provenance))
+    images = report_html.figures(*args[1:])
+    write_text(folder / "report.html", report_html.render(*args, provenance, images=images))
+    print(f"refreshed {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
