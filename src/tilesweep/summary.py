@@ -248,3 +248,53 @@ def finite(value: object) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+BASELINE_TARGET = 1.0  # the best tile is at least as fast as the fastest torch baseline
+COPY_TARGET = 0.90  # ... and reaches 90% of the measured copy bandwidth at small batches
+COPY_TARGET_MAX_TOKENS = 32
+
+
+def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
+    """Return, per dtype, op and batch (uniform routing), the best Triton tile against the
+    fastest torch baseline and the copy ceiling, and whether each decode target is met."""
+    ok = ok_rows(decode)
+    if ok.empty or "runner" not in ok:
+        return pd.DataFrame()
+    ok = ok[_col(ok, "routing", "uniform") == "uniform"]
+    rows = []
+    for (dtype, op, tokens), part in ok.groupby(["dtype", "op", "tokens_per_expert"]):
+        tiles = part[part["runner"].astype(str).str.startswith("triton:")]
+        bases = ok[
+            (ok["op"] == op)
+            & (ok["tokens_per_expert"] == tokens)
+            & (ok["dtype"] == dtype)  # the torch baselines are bf16 only
+            & ok["runner"].astype(str).str.startswith("torch")
+        ]
+        if tiles.empty or bases.empty:
+            continue
+        best = tiles.sort_values("time_ms").iloc[0]
+        base = bases.sort_values("time_ms").iloc[0]
+        ratio = base["time_ms"] / best["time_ms"]
+        copy = best.get("frac_copy_bw")
+        copy_target = None
+        if tokens <= COPY_TARGET_MAX_TOKENS and copy == copy:
+            copy_target = "met" if copy >= COPY_TARGET else f"missed by {COPY_TARGET - copy:.2f}"
+        rows.append(
+            {
+                "dtype": dtype,
+                "op": op,
+                "tokens_per_expert": tokens,
+                "best_tile": str(best["runner"]).removeprefix("triton:"),
+                "time_ms": best["time_ms"],
+                "frac_copy_bw": copy,
+                "fastest_baseline": base["runner"],
+                "baseline_ms": base["time_ms"],
+                "baseline_over_tile": ratio,
+                "vs_baseline": "met"
+                if ratio >= BASELINE_TARGET
+                else f"missed: {ratio:.2f}x the baseline's speed",
+                "copy_90pct": copy_target or "n/a (above 32 tokens)",
+            }
+        )
+    return pd.DataFrame(rows)
