@@ -15,6 +15,9 @@ $(BIN)/.installed: pyproject.toml
 	# `pip install torch` would fetch a multi-GB CUDA build). Override TORCH_SPEC to change it.
 	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/python -m pip install -q '$(TORCH_SPEC)'
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# CUTLASS accounting needs nvcc: the machine's, else PyPI's (about 350 MB).
+	command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc || \
+		$(BIN)/python -m pip install -q -e '.[dev,nvcc]'
 	touch $@
 
 bootstrap: $(BIN)/.installed
