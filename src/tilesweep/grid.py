@@ -32,6 +32,23 @@ def canonical(cell: dict) -> str:
     return json.dumps(cell, sort_keys=True, separators=(",", ":"))
 
 
+def _cell(
+    backend: str, arch: str, dtype: str, tile: dict, stages: int | str, warps: int, epilogue: str
+) -> dict:
+    """Return one kernel cell as the grid's rows hold it."""
+    return {
+        "backend": backend,
+        "arch": arch,
+        "dtype": dtype,
+        "tile_m": tile["m"],
+        "tile_n": tile["n"],
+        "tile_k": tile["k"],
+        "stages": stages,
+        "warps": warps,
+        "epilogue": epilogue,
+    }
+
+
 def _triton_cells(settings: dict, arch: str, cc: int) -> list[dict]:
     """Return the Triton kernel cells built for one architecture."""
     grid = settings["grid"]
@@ -40,17 +57,7 @@ def _triton_cells(settings: dict, arch: str, cc: int) -> list[dict]:
         grid["dtypes"], grid["tiles"], grid["stages"], grid["warps"], grid["epilogues"]
     )
     for dtype, tile, stages, warps, epilogue in combos:
-        cell = {
-            "backend": "triton",
-            "arch": arch,
-            "dtype": dtype,
-            "tile_m": tile["m"],
-            "tile_n": tile["n"],
-            "tile_k": tile["k"],
-            "stages": stages,
-            "warps": warps,
-            "epilogue": epilogue,
-        }
+        cell = _cell("triton", arch, dtype, tile, stages, warps, epilogue)
         if arch not in TRITON_ARCHS:
             cell["unsupported"] = f"Triton builds {', '.join(TRITON_ARCHS)}; not {arch}"
         elif dtype == "nvfp4":
@@ -72,17 +79,7 @@ def _cutlass_cells(settings: dict, arch: str) -> list[dict]:
     for tile, stages, epilogue in itertools.product(
         settings["grid"]["tiles"], conf["stages"], conf["epilogues"]
     ):
-        cell = {
-            "backend": "cutlass",
-            "arch": arch,
-            "dtype": dtype,
-            "tile_m": tile["m"],
-            "tile_n": tile["n"],
-            "tile_k": tile["k"],
-            "stages": stages,
-            "warps": 0,
-            "epilogue": epilogue,
-        }
+        cell = _cell("cutlass", arch, dtype, tile, stages, 0, epilogue)
         if arch not in CUTLASS_ARCHS or dtype == "none":
             cell["unsupported"] = (
                 f"the CUTLASS backend covers {', '.join(CUTLASS_ARCHS)}; not {arch}"

@@ -11,6 +11,13 @@ from tilesweep import grid
 from tilesweep.config import compose
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# The fields that name a kernel configuration, as grid.build_cells writes them.
+KERNEL_FIELDS = ("dtype", "tile_m", "tile_n", "tile_k", "stages", "warps", "epilogue")
+
+
+def _pick(row: dict, keys: tuple[str, ...]) -> dict:
+    """Return the given keys of a grid row, leaving out absent and NaN (missing) values."""
+    return {k: row[k] for k in keys if k in row and row[k] == row[k]}
 
 
 def _module_file(name: str) -> Path | None:
@@ -108,37 +115,13 @@ class Sweep:
     def build_cell(self, backend: str, arch: str, kernel: str) -> str:
         """Return the canonical JSON of one build cell."""
         row = self._by_build[f"{backend}/{arch}/{kernel}"]
-        keep = (
-            "backend",
-            "arch",
-            "dtype",
-            "tile_m",
-            "tile_n",
-            "tile_k",
-            "stages",
-            "warps",
-            "epilogue",
-            "unsupported",
-        )
-        return grid.canonical({k: row[k] for k in keep if k in row and row[k] == row[k]})
+        return grid.canonical(_pick(row, ("backend", "arch", *KERNEL_FIELDS, "unsupported")))
 
     def launch_cell(self, backend: str, target: str, kernel: str) -> str:
         """Return the canonical JSON of one launch check: the target's spec and the kernel."""
         row = self._by_launch[f"{backend}/{target}/{kernel}"]
         spec = self.settings["catalog"][target]
-        keep = (
-            "backend",
-            "target",
-            "arch",
-            "dtype",
-            "tile_m",
-            "tile_n",
-            "tile_k",
-            "stages",
-            "warps",
-            "epilogue",
-            "kernel",
-        )
+        keep = ("backend", "target", "arch", *KERNEL_FIELDS, "kernel")
         return grid.canonical({"cell": {k: row[k] for k in keep}, "hardware": spec})
 
     def bench_cell(self, kernel: str) -> str:
@@ -167,20 +150,8 @@ class Sweep:
     def cutlass_cells(self, arch: str) -> str:
         """Return the canonical JSON list of every CUTLASS cell built for one architecture."""
         rows = self.builds[(self.builds["backend"] == "cutlass") & (self.builds["arch"] == arch)]
-        keep = (
-            "arch",
-            "dtype",
-            "tile_m",
-            "tile_n",
-            "tile_k",
-            "stages",
-            "epilogue",
-            "kernel",
-            "unsupported",
-        )
-        cells = [
-            {k: r[k] for k in keep if k in r and r[k] == r[k]} for r in rows.to_dict("records")
-        ]
+        keep = ("arch", *(f for f in KERNEL_FIELDS if f != "warps"), "kernel", "unsupported")
+        cells = [_pick(r, keep) for r in rows.to_dict("records")]
         return grid.canonical(cells)
 
     def cutlass_archs(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilesweep.bench.timing import summarize, time_cpu, time_gpu
+from tilesweep.bench.timing import summarize, time_cpu, time_events, time_gpu
 
 # Substrings of a device name that identify a catalog entry, for the datasheet column.
 _CATALOG_NAMES = {
@@ -40,7 +40,7 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
     rates = {}
     for name, fn in ways.items():
         if cuda:
-            samples = _eager_gpu(fn, repeats)
+            samples = time_events(fn, repeats)
             rates[f"{name} (eager, events)"] = samples
             graph_samples, method = time_gpu([fn], repeats, 2)
             rates[f"{name} ({method}, events)"] = graph_samples
@@ -48,23 +48,6 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
             rates[f"{name} (cpu clock)"] = time_cpu(fn, repeats, 1)
     best = min(rates, key=lambda k: summarize(rates[k])["time_ms"])
     return 2 * nbytes / (summarize(rates[best])["time_ms"] * 1e-3) / 1e9, best
-
-
-def _eager_gpu(fn, repeats: int) -> list[float]:
-    """Return per-call times in ms of eager launches, each bracketed by CUDA events."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return samples
 
 
 def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> float | None:

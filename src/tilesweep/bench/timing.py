@@ -70,17 +70,24 @@ def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tupl
             for fn in fns:
                 fn()
 
-    replay()
+    return [ms / len(fns) for ms in time_events(replay, repeats)], method
+
+
+def time_events(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Return per-call times in ms of fn, each call bracketed by CUDA events (one call first)."""
+    import torch
+
+    fn()
     torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        replay()
+        fn()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) / len(fns))
-    return samples, method
+        samples.append(start.elapsed_time(end))
+    return samples
 
 
 class PowerSampler:
