@@ -17,7 +17,7 @@ def test_default_is_the_brief():
     settings = compose()
     assert settings["model"]["name"] == "glm5"
     assert settings["model"]["hidden"] == 6144
-    assert settings["grid"]["targets"] == ["rtx_pro_6000", "h200"]
+    assert settings["grid"]["targets"] == ["rtx_pro_6000", "h200", "b200"]
     assert settings["catalog"]["rtx_pro_6000"]["smem_per_block_optin"] == 101_376
     assert settings["catalog"]["h200"]["smem_per_block_optin"] == 232_448
 

@@ -14,9 +14,10 @@ def test_build_cells_cover_every_backend_arch_and_tile():
     tiles = len(settings["grid"]["tiles"])
     triton = builds[builds["backend"] == "triton"]
     cutlass = builds[builds["backend"] == "cutlass"]
-    assert set(triton["arch"]) == {"sm_90", "sm_120"}
-    assert len(triton) == 2 * tiles  # one dtype, one stage count, one warp count
-    assert len(cutlass) == 2 * tiles * 2  # two epilogues per tile per arch
+    assert set(triton["arch"]) == {"sm_90", "sm_100", "sm_120"}
+    assert len(triton) == 3 * tiles  # one dtype, one stage count, one warp count
+    assert len(cutlass) == 3 * tiles * 2  # two epilogues per tile per arch
+    assert set(cutlass[cutlass["arch"] == "sm_100"]["dtype"]) == {"nvfp4"}
     assert set(cutlass[cutlass["arch"] == "sm_120"]["dtype"]) == {"nvfp4"}
     assert set(cutlass[cutlass["arch"] == "sm_90"]["dtype"]) == {"fp8"}
     assert builds["build_id"].is_unique
