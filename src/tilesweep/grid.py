@@ -108,9 +108,9 @@ def build_cells(settings: dict) -> pd.DataFrame:
     return frame.drop_duplicates("build_id").reset_index(drop=True)
 
 
-def launch_cells(settings: dict) -> pd.DataFrame:
+def launch_cells(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return one row per kernel and target: each is launch-checked against that target."""
-    builds = build_cells(settings)
+    builds = build_cells(settings) if builds is None else builds
     catalog = settings["catalog"]
     rows = []
     for target in settings["grid"]["targets"]:
@@ -123,9 +123,9 @@ def launch_cells(settings: dict) -> pd.DataFrame:
     return frame
 
 
-def bench_kernels(settings: dict) -> pd.DataFrame:
+def bench_kernels(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return the kernels the decode benchmark times on the device at hand, one job each."""
-    builds = build_cells(settings)
+    builds = build_cells(settings) if builds is None else builds
     if builds.empty:
         return builds
     triton = builds[builds["backend"] == "triton"]

@@ -100,8 +100,8 @@ class Sweep:
             "H100" in name or "H200" in name for name in gpus
         )
         self.builds = grid.build_cells(self.settings)
-        self.launches = grid.launch_cells(self.settings)
-        self.kernels = grid.bench_kernels(self.settings)
+        self.launches = grid.launch_cells(self.settings, self.builds)
+        self.kernels = grid.bench_kernels(self.settings, self.builds)
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}

@@ -183,17 +183,9 @@ def _time_one(
     return samples if rank == 0 else None
 
 
-def _worker(
-    rank: int,
-    world: int,
-    port: int,
-    plan: list[dict],
-    repeats: int,
-    warmup: int,
-    cuda: bool,
-    out_path: str,
-) -> None:
-    """Run every planned collective on one rank; rank 0 writes the samples as JSON."""
+def init_rank(rank: int, world: int, port: int, cuda: bool):
+    """Join this process to the process group (NCCL on GPUs, gloo on the CPU), one GPU or one
+    CPU thread per rank, multicast off; return the torch and torch.distributed modules."""
     os.environ.update(SAFE_NCCL_ENV)
     import torch
     import torch.distributed as dist
@@ -207,6 +199,21 @@ def _worker(
         rank=rank,
         world_size=world,
     )
+    return torch, dist
+
+
+def _worker(
+    rank: int,
+    world: int,
+    port: int,
+    plan: list[dict],
+    repeats: int,
+    warmup: int,
+    cuda: bool,
+    out_path: str,
+) -> None:
+    """Run every planned collective on one rank; rank 0 writes the samples as JSON."""
+    torch, dist = init_rank(rank, world, port, cuda)
     results = []
     for item in plan:
         samples = _time_one(

@@ -26,7 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilesweep.bench.collective import SAFE_NCCL_ENV, _free_port, dispatch_rows, local_tokens
+from tilesweep.bench.collective import (
+    SAFE_NCCL_ENV,
+    _free_port,
+    dispatch_rows,
+    init_rank,
+    local_tokens,
+)
 from tilesweep.bench.layout_plan import (
     ELEMENT_BYTES,
     STEP_BASELINES,
@@ -338,20 +344,8 @@ class _Rank:
 
 def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: str) -> None:
     """Run every batch of the spec on one rank; write this rank's results as JSON."""
-    os.environ.update(SAFE_NCCL_ENV)
-    import torch
-    import torch.distributed as dist
-
     began = time.perf_counter()
-    if cuda:
-        torch.cuda.set_device(rank)
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "nccl" if cuda else "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-    )
+    torch, dist = init_rank(rank, world, port, cuda)
     try:
         me = _Rank(torch, dist, rank, spec, cuda)
         setup_s = time.perf_counter() - began
