@@ -58,6 +58,18 @@ def test_override_reaches_the_grid():
         ("grid.colour=red", "bad config: Could not override 'grid.colour'"),
         ("+grid.colour=red", "grid.colour: unknown key"),
         ("grid.layouts=[{tp:1,pp:1}]", "grid.layouts[0]: missing key 'ep'"),
+        ("grid.tiles=[]", "grid.tiles=[]: give at least one"),
+        ("grid.layouts=[]", "grid.layouts=[]: give at least one"),
+        ("grid.warps=[]", "grid.warps=[]: give at least one"),
+        ("backend.cutlass.stages=[]", "backend.cutlass.stages=[]: give 'auto'"),
+        ("backend.cutlass.dtype_by_arch.sm_90=fp16", "dtype_by_arch.sm_90='fp16': allowed"),
+        ("model.shared_experts=-1", "model.shared_experts=-1: must be at least 0"),
+        ("bench.collective_sweep_factor=0", "bench.collective_sweep_factor=0: must be at least 1"),
+        ("bench.layout_layers=0", "bench.layout_layers=0: must be at least 1"),
+        ("bench.kernel_timeout_s=0", "bench.kernel_timeout_s=0: must be more than 0 seconds"),
+        ("bench.zipf_alpha=-1", "bench.zipf_alpha=-1: must be more than 0"),
+        ("bench.collective_sweep_max_bytes=8", "collective_sweep_max_bytes=8: less than"),
+        ("bench.layout_runner=cublas", "bench.layout_runner='cublas': allowed: best"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_value(override, message):
@@ -66,6 +78,11 @@ def test_bad_input_is_one_line_naming_the_value(override, message):
     text = str(err.value)
     assert message in text
     assert "\n" not in text
+
+
+def test_a_sweep_with_no_kernel_backend_is_refused():
+    with pytest.raises(ConfigError, match="triton and cutlass are both disabled"):
+        compose(["backend.triton.enabled=false", "backend.cutlass.enabled=false"])
 
 
 def test_unknown_hardware_lists_the_valid_ones():

@@ -1,16 +1,24 @@
-"""Random overrides: the validator accepts them or names the problem, never a traceback."""
+"""Random overrides: the validator accepts them or names the problem, never a traceback, and
+whatever it accepts expands into a pipeline without error.
+
+CI runs a fixed (derandomized) set of examples so a red build is reproducible; set
+TILESWEEP_FUZZ_EXAMPLES=5000 to hunt with fresh random examples.
+"""
 
 from __future__ import annotations
 
+import os
 import string
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tilesweep.config import compose
+from tilesweep.config import _SCHEMA, CONF_DIR
 from tilesweep.errors import ConfigError
+from tilesweep.pipeline import Sweep
 
-KEYS = [
+HUNT = int(os.environ.get("TILESWEEP_FUZZ_EXAMPLES", "0"))
+KEYS = sorted(k for k in _SCHEMA if k != "hardware") + [
     "grid.targets",
     "grid.dtypes",
     "grid.tiles",
@@ -34,10 +42,15 @@ KEYS = [
     "grid.nonsense",
     "+grid.extra",
     "nosuchgroup",
+    "experiment",
+    "backend",
+    "bench",
 ]
 atoms = st.one_of(
     st.integers(-5, 5000),
-    st.sampled_from(["h200", "glm5", "bf16", "fp4", "auto", "true", "null", "tiny", ""]),
+    st.sampled_from(
+        ["h200", "glm5", "bf16", "fp4", "auto", "true", "false", "null", "tiny", "triton", ""]
+    ),
     st.text(alphabet=string.ascii_letters + string.digits + "_-", max_size=6),
     st.floats(allow_nan=False, allow_infinity=False, width=16),
 )
@@ -53,14 +66,37 @@ values = st.one_of(
 overrides = st.lists(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), values), max_size=3)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=HUNT or 80,
+    derandomize=not HUNT,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(overrides)
 def test_random_overrides_are_accepted_or_named(items):
     try:
-        result = compose(items)
+        sweep = Sweep(items, CONF_DIR)
     except ConfigError as err:
         text = str(err)
         assert text and "\n" not in text
         assert "Traceback" not in text
-    else:
-        assert result["grid"]["tiles"]
+        return
+    grid = sweep.settings["grid"]
+    assert grid["tiles"] and grid["tokens_per_expert"] and grid["layouts"]
+    outputs = (
+        sweep.final_outputs()
+        + sweep.launch_outputs()
+        + sweep.decode_outputs()
+        + sweep.collective_outputs()
+        + sweep.layout_outputs()
+    )
+    assert outputs and len(outputs) == len(set(outputs))
+    for row in sweep.launches.to_dict("records"):
+        sweep.launch_cell(row["backend"], row["target"], row["kernel"])
+        sweep.build_record(row["backend"], row["target"], row["kernel"])
+    for name in sweep.layouts["layout"]:
+        sweep.collective_cell(name)
+        sweep.layout_step_cell(name)
+    for arch in sweep.cutlass_archs():
+        sweep.cutlass_cells(arch)

@@ -249,6 +249,23 @@ def _check_values(settings: dict) -> None:
         raise ConfigError(
             f"model.top_k={model['top_k']}: more than routed_experts={model['routed_experts']}"
         )
+    if model["shared_experts"] < 0:
+        raise ConfigError(f"model.shared_experts={model['shared_experts']}: must be at least 0")
+    for key in ("tiles", "stages", "warps", "layouts"):
+        if not grid[key]:
+            raise ConfigError(f"grid.{key}=[]: give at least one")
+    if not settings["backend"]["cutlass"]["stages"]:
+        raise ConfigError("backend.cutlass.stages=[]: give 'auto' or at least one stage count")
+    if not (settings["backend"]["triton"]["enabled"] or settings["backend"]["cutlass"]["enabled"]):
+        raise ConfigError(
+            "backend: triton and cutlass are both disabled; enable at least one to have kernels"
+        )
+    for arch, dtype in settings["backend"]["cutlass"]["dtype_by_arch"].items():
+        if dtype not in (*_ALLOWED_DTYPES, "none"):
+            raise ConfigError(
+                f"backend.cutlass.dtype_by_arch.{arch}={dtype!r}: allowed: "
+                f"{', '.join(_ALLOWED_DTYPES)}, none"
+            )
     for i, tile in enumerate(grid["tiles"]):
         _check_tile(tile, f"grid.tiles[{i}]", model)
     for key, low in (("stages", 1), ("warps", 1)):
@@ -272,19 +289,49 @@ def _check_values(settings: dict) -> None:
         raise ConfigError("grid.tokens_per_expert=[]: give at least one batch size")
     for i, layout in enumerate(grid["layouts"]):
         _check_layout(layout, f"grid.layouts[{i}]", model)
-    bench = settings["bench"]
-    for key in (
-        "repeats",
-        "cpu_repeats",
-        "gpu_experts",
-        "cpu_experts",
-        "collective_world_cap",
-        "collective_repeats",
-    ):
-        if bench[key] < 1:
-            raise ConfigError(f"bench.{key}={bench[key]}: must be at least 1")
-    if bench["warmup"] < 0:
-        raise ConfigError(f"bench.warmup={bench['warmup']}: must be at least 0")
+    _check_bench(settings["bench"])
+
+
+def _check_bench(bench: dict) -> None:
+    """Raise ConfigError for benchmark settings outside their ranges."""
+    minimums = {
+        "repeats": 1,
+        "cpu_repeats": 1,
+        "gpu_experts": 1,
+        "cpu_experts": 1,
+        "collective_world_cap": 1,
+        "collective_repeats": 1,
+        "warmup": 0,
+        "seed": 0,
+        "cpu_collective_max_bytes": 4,
+        "collective_sweep_min_bytes": 4,
+        "collective_sweep_max_bytes": 4,
+        "collective_sweep_factor": 1,
+        "layout_layers": 1,
+        "layout_gpu_experts": 1,
+        "layout_cpu_experts": 1,
+        "layout_cpu_max_tokens_per_expert": 0,
+        "layout_power_seconds": 0,
+    }
+    for key, low in minimums.items():
+        if bench[key] < low:
+            raise ConfigError(f"bench.{key}={bench[key]}: must be at least {low}")
+    for key in ("kernel_timeout_s", "layout_timeout_s"):
+        if bench[key] <= 0:
+            raise ConfigError(f"bench.{key}={bench[key]}: must be more than 0 seconds")
+    if bench["zipf_alpha"] <= 0:
+        raise ConfigError(f"bench.zipf_alpha={bench['zipf_alpha']}: must be more than 0")
+    if bench["collective_sweep_max_bytes"] < bench["collective_sweep_min_bytes"]:
+        raise ConfigError(
+            f"bench.collective_sweep_max_bytes={bench['collective_sweep_max_bytes']}: "
+            f"less than collective_sweep_min_bytes={bench['collective_sweep_min_bytes']}"
+        )
+    runner = bench["layout_runner"]
+    fixed = ("best", "torch_matmul", "torch_grouped_mm")
+    if runner not in fixed and not (runner.startswith("triton:") and len(runner) > 7):
+        raise ConfigError(
+            f"bench.layout_runner={runner!r}: allowed: {', '.join(fixed)}, triton:<kernel slug>"
+        )
     for i, size in enumerate(bench["collective_extra_sizes"]):
         if size < 4:
             raise ConfigError(f"bench.collective_extra_sizes[{i}]={size}: must be at least 4 bytes")
