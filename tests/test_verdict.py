@@ -233,3 +233,60 @@ def test_the_real_chain_on_tiny_shapes(tmp_path):
     assert model["verdict"].isin(["memory-bound", "math-bound", "communication-bound"]).all()
     assert (model[model["layout"] != "tp1-pp1-ep1"]["comm_ms"] > 0).all()
     assert (measured[measured["layout"] != "tp1-pp1-ep1"]["comm_ms"] > 0).all()
+    held_out = model[model["layout"] != "tp1-pp1-ep1"]
+    assert held_out["calibration"].notna().all() and held_out["calibrated_error_pct"].notna().all()
+    assert table[table["layout"] == "tp1-pp1-ep1"]["calibrated_step_ms"].isna().all()
+
+
+def _split_row(layout: str, t: int, source: str, step: float, comm: float) -> dict:
+    """Return the verdict-table columns calibrate reads."""
+    return {"layout": layout, "tokens_per_expert": t, "source": source, "step_ms": step,
+            "comm_ms": comm}  # fmt: skip
+
+
+def test_calibration_comes_from_the_measured_single_device_step_and_is_checked_held_out():
+    rows = [
+        _split_row("tp1-pp1-ep1", 16, "measured", 150.0, 0.0),
+        _split_row("tp1-pp1-ep1", 16, "model", 100.0, 0.0),
+        _split_row("tp2-pp1-ep1", 16, "measured", 90.0, 15.0),
+        _split_row("tp2-pp1-ep1", 16, "model", 60.0, 10.0),
+        _split_row("tp8-pp1-ep1", 16, "model", 20.0, 8.0),
+        _split_row("tp8-pp1-ep1", 64, "model", 40.0, 9.0),  # no reference at 64
+    ]
+    frame = verdict._projection_error(pd.DataFrame(rows))
+    frame = verdict.calibrate(verdict.calibrate(frame))  # idempotent: recomputed, not stacked
+    by = frame.set_index(["layout", "tokens_per_expert", "source"])
+    tp2 = by.loc[("tp2-pp1-ep1", 16, "model")]
+    assert tp2["calibration"] == pytest.approx(1.5)
+    assert tp2["calibrated_step_ms"] == pytest.approx(50 * 1.5 + 10)
+    assert tp2["calibrated_error_pct"] == pytest.approx(100 * (85 - 90) / 90)
+    assert by.loc[("tp2-pp1-ep1", 16, "measured")]["calibrated_error_pct"] == pytest.approx(
+        tp2["calibrated_error_pct"]
+    )
+    assert by.loc[("tp8-pp1-ep1", 16, "model")]["calibrated_step_ms"] == pytest.approx(12 * 1.5 + 8)
+    assert math.isnan(by.loc[("tp8-pp1-ep1", 16, "model")]["calibrated_error_pct"])
+    assert math.isnan(by.loc[("tp8-pp1-ep1", 64, "model")]["calibration"])
+    ref = frame[frame["layout"] == "tp1-pp1-ep1"]
+    assert ref[["calibration", "calibrated_step_ms", "calibrated_error_pct"]].isna().all().all()
+    assert by.loc[("tp1-pp1-ep1", 16, "model")]["projection_error_pct"] == pytest.approx(-100 / 3)
+
+
+def test_the_reports_show_raw_and_calibrated_projection_error():
+    from tilesweep import report, summary
+
+    rows = [
+        _split_row("tp1-pp1-ep1", 16, "measured", 150.0, 0.0),
+        _split_row("tp1-pp1-ep1", 16, "model", 100.0, 0.0),
+        _split_row("tp2-pp1-ep1", 16, "measured", 90.0, 15.0),
+        _split_row("tp2-pp1-ep1", 16, "model", 60.0, 10.0),
+    ]
+    frame = verdict.calibrate(verdict._projection_error(pd.DataFrame(rows)))
+    errors = summary.projection_errors(frame)
+    assert list(errors["layout"]) == ["tp1-pp1-ep1", "tp2-pp1-ep1"]
+    line = summary.projection_headline(frame)
+    assert line == (
+        "Projection vs measurement on 2 measured layouts: -33%; calibrated by the measured "
+        "single-device step, -6% on the 1 point it was not taken from."
+    )
+    text = report._verdict_section(frame)
+    assert "How far to trust the projections" in text and "calibrated_error_pct" in text

@@ -2,7 +2,8 @@
 
 The GPU run's per-cell files are not kept, only its tables; when the report or the launch table
 gains columns computed from those tables, this brings the example up to date without a GPU:
-the launch table gets the measured-launch columns, report.md and report.html are rendered anew.
+the launch table gets the measured-launch columns, the verdict table its calibration columns
+(computed from its own measured and model rows), report.md and report.html are rendered anew.
 Usage: python tools/refresh_example.py docs/examples/h200 experiment=h200_decode
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import aggregate, report, report_html
+from tilesweep import aggregate, report, report_html, verdict
 from tilesweep.config import compose
 from tilesweep.io import write_table, write_text
 from tilesweep.provenance import git_commit, package_version
@@ -31,6 +32,7 @@ def main() -> int:
         columns=["measured_launch", "measured_smem_bytes"], errors="ignore"
     )
     launch = aggregate.attach_measured_launch(launch, tables["decode"])
+    tables["verdict"] = verdict.calibrate(tables["verdict"])
     provenance = {
         "commit": git_commit(),
         "triton": package_version("triton"),
@@ -40,6 +42,7 @@ def main() -> int:
     }
     args = (settings, launch, tables["decode"], tables["collective"], tables["verdict"])
     write_table(folder / "launch.csv", launch)
+    write_table(folder / "verdict.csv", tables["verdict"])
     write_text(folder / "report.md", report.render(*args, provenance))
     images = report_html.figures(*args[1:])
     write_text(folder / "report.html", report_html.render(*args, provenance, images=images))

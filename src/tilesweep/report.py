@@ -169,6 +169,18 @@ def _verdict_section(verdict: pd.DataFrame) -> str:
         "source",
     ]
     out.append(md_table(verdict, cols))
+    from tilesweep.summary import PROJECTION_COLUMNS, projection_errors
+
+    errors = projection_errors(verdict)
+    if not errors.empty:
+        out += [
+            "\n### How far to trust the projections\n",
+            "Layouts this machine ran, measured against their projection (`projection_error_pct`)."
+            " `calibration` is the measured/projected compute ratio of the single-device layout "
+            "at that batch; `calibrated_error_pct` is the error of the projection scaled by it, "
+            "on layouts the ratio was not taken from.\n",
+            md_table(errors, PROJECTION_COLUMNS),
+        ]
     return "\n".join(out)
 
 

@@ -107,6 +107,9 @@ VERDICT_COLUMNS = [
     "measured_step_ms",
     "projected_step_ms",
     "projection_error_pct",
+    "calibration",
+    "calibrated_step_ms",
+    "calibrated_error_pct",
     "power_frac",
     "device",
 ]

@@ -223,7 +223,60 @@ def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame)
             same.setdefault((source, verdict_by_batch(part)), []).append(str(layout))
         for (source, desc), layouts in same.items():
             lines.append(f"{', '.join(layouts)} ({source}): {desc}.")
+        projection = projection_headline(verdict)
+        if projection:
+            lines.append(projection)
     return lines
+
+
+PROJECTION_COLUMNS = [
+    "layout",
+    "tokens_per_expert",
+    "measured_step_ms",
+    "projected_step_ms",
+    "projection_error_pct",
+    "calibration",
+    "calibrated_step_ms",
+    "calibrated_error_pct",
+]
+
+
+def projection_errors(verdict: pd.DataFrame) -> pd.DataFrame:
+    """Return the model rows of layouts that were also measured: how far the projection, raw
+    and calibrated, lies from the measurement."""
+    if verdict.empty or "measured_step_ms" not in verdict:
+        return pd.DataFrame(columns=PROJECTION_COLUMNS)
+    rows = verdict[
+        (_col(verdict, "source").astype(str) == "model") & _num(verdict, "measured_step_ms").notna()
+    ]
+    return rows[[c for c in PROJECTION_COLUMNS if c in rows]].reset_index(drop=True)
+
+
+def _span(values: pd.Series) -> str:
+    """Return the range of percentages, e.g. '-12% to +3%', or one figure when they agree."""
+    low, high = f"{values.min():+.0f}%", f"{values.max():+.0f}%"
+    return low if low == high else f"{low} to {high}"
+
+
+def projection_headline(verdict: pd.DataFrame) -> str | None:
+    """Return one line on the projection error, raw and calibrated, or None without one."""
+    errors = projection_errors(verdict)
+    raw = _num(errors, "projection_error_pct").dropna()
+    if raw.empty:
+        return None
+    layouts = errors["layout"].nunique()
+    line = (
+        f"Projection vs measurement on {layouts} measured layout{'s' * (layouts != 1)}: "
+        f"{_span(raw)}"
+    )
+    held_out = _num(errors, "calibrated_error_pct").dropna()
+    if not held_out.empty:
+        points = len(held_out)
+        line += (
+            f"; calibrated by the measured single-device step, {_span(held_out)} on the "
+            f"{points} point{'s' * (points != 1)} it was not taken from"
+        )
+    return line + "."
 
 
 def verdict_by_batch(part: pd.DataFrame) -> str:

@@ -14,6 +14,13 @@ Two kinds of rows, never mixed:
   fit. Every model row lists the measurements it came from in `inputs`.
 Where a layout has both, both rows carry the projection error, so a reader knows how far to
 trust the model rows of the layouts this machine cannot run.
+
+Calibration: where the single-device layout (tp1-pp1-ep1) was measured at a batch, the ratio of
+its measured to its projected compute time (step minus communication) is that batch's
+`calibration`. Every other layout's model row gets `calibrated_step_ms`: its projected compute
+times that ratio, plus its projected communication. The reference's own rows are not calibrated;
+on the other measured layouts `calibrated_error_pct` is a held-out check of the calibration.
+The split and the verdict stay those of the uncalibrated model.
 """
 
 from __future__ import annotations
@@ -57,6 +64,9 @@ COLUMNS = [
     "measured_step_ms",
     "projected_step_ms",
     "projection_error_pct",
+    "calibration",
+    "calibrated_step_ms",
+    "calibrated_error_pct",
     "power_frac",
     "power_source",
     "device",
@@ -312,7 +322,7 @@ def verdict_table(
     frame["layers_per_stage"] = [layers_per_stage(layouts[n], model) for n in frame["layout"]]
     decided = pd.DataFrame([decide({k: r[k] for k in SHARES}) for r in frame.to_dict("records")])
     frame = pd.concat([frame, decided], axis=1)
-    frame = _projection_error(frame)
+    frame = calibrate(_projection_error(frame))
     order = {name: i for i, name in enumerate(layouts)}
     frame["_s"] = (frame["source"] != "measured").astype(int)
     frame["_l"] = frame["layout"].map(order)
@@ -331,5 +341,39 @@ def _projection_error(frame: pd.DataFrame) -> pd.DataFrame:
     frame["projected_step_ms"] = [proj.get(i, math.nan) for i in idx]
     frame["projection_error_pct"] = (
         100 * (frame["projected_step_ms"] - frame["measured_step_ms"]) / frame["measured_step_ms"]
+    )
+    return frame
+
+
+REFERENCE_LAYOUT = "tp1-pp1-ep1"
+
+
+def calibrate(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return the frame with each batch's calibration from the measured single-device layout,
+    the calibrated projection of the other layouts, and its error where they were measured."""
+    frame = frame.drop(
+        columns=["calibration", "calibrated_step_ms", "calibrated_error_pct"], errors="ignore"
+    ).copy()
+    comm = frame["comm_ms"].fillna(0.0)
+    compute = frame["step_ms"] - comm
+    ref = frame["layout"] == REFERENCE_LAYOUT
+    meas = compute[ref & (frame["source"] == "measured")]
+    proj = compute[ref & (frame["source"] == "model")]
+    meas_t = dict(zip(frame.loc[meas.index, "tokens_per_expert"], meas, strict=True))
+    proj_t = dict(zip(frame.loc[proj.index, "tokens_per_expert"], proj, strict=True))
+    ratio = {t: meas_t[t] / proj_t[t] for t in meas_t if t in proj_t and proj_t[t] > 0}
+    factor = frame["tokens_per_expert"].map(ratio).astype(float)
+    model = (frame["source"] == "model") & ~ref
+    calibrated = (compute * factor + comm).where(model)
+    key = list(zip(frame["layout"], frame["tokens_per_expert"], strict=True))
+    by_key = dict(
+        zip((k for k, m in zip(key, model, strict=True) if m), calibrated[model], strict=True)
+    )
+    frame["calibration"] = factor.where(model)
+    frame["calibrated_step_ms"] = [
+        by_key.get(k, math.nan) if not r else math.nan for k, r in zip(key, ref, strict=True)
+    ]
+    frame["calibrated_error_pct"] = (
+        100 * (frame["calibrated_step_ms"] - frame["measured_step_ms"]) / frame["measured_step_ms"]
     )
     return frame
