@@ -129,3 +129,12 @@ def test_tuned_config_picks_the_fastest_tile_per_batch_in_vllm_shape():
         "num_stages": 4,
     }
     assert device_slug("cuda:NVIDIA H200 x2") == "nvidia_h200"
+
+
+def test_a_grouped_gemm_never_has_more_experts_than_the_model():
+    from tilesweep.steps.decode import group_size
+
+    bench = {"gpu_experts": 32, "cpu_experts": 2}
+    assert group_size(bench, {"routed_experts": 8}, cuda=True) == 8  # Mixtral: 8 experts
+    assert group_size(bench, {"routed_experts": 256}, cuda=True) == 32
+    assert group_size(bench, {"routed_experts": 256}, cuda=False) == 2

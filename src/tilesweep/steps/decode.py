@@ -57,12 +57,17 @@ def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
     return cols
 
 
+def group_size(bench: dict, model: dict, cuda: bool) -> int:
+    """Return the experts per timed grouped GEMM: the bench setting, at most the model's experts."""
+    return min(bench["gpu_experts"] if cuda else bench["cpu_experts"], model["routed_experts"])
+
+
 def _cases(settings: dict, cuda: bool):
     """Yield (op, n, k, routing, tokens_per_expert, counts) for every case of the sweep."""
     from tilesweep.bench.decode import expert_counts, expert_ops
 
     bench = settings["bench"]
-    experts = bench["gpu_experts"] if cuda else bench["cpu_experts"]
+    experts = group_size(bench, settings["model"], cuda)
     for op, (n, k) in expert_ops(settings["model"]).items():
         for routing in bench["routing"]:
             for t in settings["tokens_per_expert"]:
@@ -289,7 +294,7 @@ def _bench_cutlass(
                 binary,
                 n,
                 k,
-                bench["gpu_experts"],
+                group_size(bench, model, cuda=True),
                 spec["tokens_per_expert"],
                 bench["repeats"],
                 bench["kernel_timeout_s"],
