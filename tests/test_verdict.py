@@ -244,12 +244,18 @@ def _split_row(layout: str, t: int, source: str, step: float, comm: float) -> di
             "comm_ms": comm}  # fmt: skip
 
 
+# The single-device reference and TP2, each measured and projected at 16 tokens per expert.
+TWO_MEASURED = [
+    _split_row("tp1-pp1-ep1", 16, "measured", 150.0, 0.0),
+    _split_row("tp1-pp1-ep1", 16, "model", 100.0, 0.0),
+    _split_row("tp2-pp1-ep1", 16, "measured", 90.0, 15.0),
+    _split_row("tp2-pp1-ep1", 16, "model", 60.0, 10.0),
+]
+
+
 def test_calibration_comes_from_the_measured_single_device_step_and_is_checked_held_out():
     rows = [
-        _split_row("tp1-pp1-ep1", 16, "measured", 150.0, 0.0),
-        _split_row("tp1-pp1-ep1", 16, "model", 100.0, 0.0),
-        _split_row("tp2-pp1-ep1", 16, "measured", 90.0, 15.0),
-        _split_row("tp2-pp1-ep1", 16, "model", 60.0, 10.0),
+        *TWO_MEASURED,
         _split_row("tp8-pp1-ep1", 16, "model", 20.0, 8.0),
         _split_row("tp8-pp1-ep1", 64, "model", 40.0, 9.0),  # no reference at 64
     ]
@@ -267,20 +273,14 @@ def test_calibration_comes_from_the_measured_single_device_step_and_is_checked_h
     assert math.isnan(by.loc[("tp8-pp1-ep1", 16, "model")]["calibrated_error_pct"])
     assert math.isnan(by.loc[("tp8-pp1-ep1", 64, "model")]["calibration"])
     ref = frame[frame["layout"] == "tp1-pp1-ep1"]
-    assert ref[["calibration", "calibrated_step_ms", "calibrated_error_pct"]].isna().all().all()
+    assert ref[verdict.CALIBRATION_COLUMNS].isna().all().all()
     assert by.loc[("tp1-pp1-ep1", 16, "model")]["projection_error_pct"] == pytest.approx(-100 / 3)
 
 
 def test_the_reports_show_raw_and_calibrated_projection_error():
     from tilesweep import report, summary
 
-    rows = [
-        _split_row("tp1-pp1-ep1", 16, "measured", 150.0, 0.0),
-        _split_row("tp1-pp1-ep1", 16, "model", 100.0, 0.0),
-        _split_row("tp2-pp1-ep1", 16, "measured", 90.0, 15.0),
-        _split_row("tp2-pp1-ep1", 16, "model", 60.0, 10.0),
-    ]
-    frame = verdict.calibrate(verdict._projection_error(pd.DataFrame(rows)))
+    frame = verdict.calibrate(verdict._projection_error(pd.DataFrame(TWO_MEASURED)))
     errors = summary.projection_errors(frame)
     assert list(errors["layout"]) == ["tp1-pp1-ep1", "tp2-pp1-ep1"]
     line = summary.projection_headline(frame)

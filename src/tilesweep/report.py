@@ -169,7 +169,7 @@ def _verdict_section(verdict: pd.DataFrame) -> str:
         "source",
     ]
     out.append(md_table(verdict, cols))
-    from tilesweep.summary import PROJECTION_COLUMNS, projection_errors
+    from tilesweep.summary import PROJECTION_TABLE, projection_errors
 
     errors = projection_errors(verdict)
     if not errors.empty:
@@ -179,7 +179,7 @@ def _verdict_section(verdict: pd.DataFrame) -> str:
             " `calibration` is the measured/projected compute ratio of the single-device layout "
             "at that batch; `calibrated_error_pct` is the error of the projection scaled by it, "
             "on layouts the ratio was not taken from.\n",
-            md_table(errors, PROJECTION_COLUMNS),
+            md_table(errors, PROJECTION_TABLE),
         ]
     return "\n".join(out)
 

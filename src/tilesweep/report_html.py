@@ -13,6 +13,7 @@ import pandas as pd
 
 from tilesweep import plots, summary
 from tilesweep.report import fmt_value
+from tilesweep.verdict import PROJECTION_COLUMNS
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -104,12 +105,7 @@ VERDICT_COLUMNS = [
     "margin",
     "share",
     "source",
-    "measured_step_ms",
-    "projected_step_ms",
-    "projection_error_pct",
-    "calibration",
-    "calibrated_step_ms",
-    "calibrated_error_pct",
+    *PROJECTION_COLUMNS,
     "power_frac",
     "device",
 ]

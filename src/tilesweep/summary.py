@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from tilesweep.verdict import fit_latency_bandwidth
+from tilesweep.verdict import PROJECTION_COLUMNS, fit_latency_bandwidth
 
 VERDICT_SHORT = {
     "memory-bound": "memory",
@@ -229,27 +229,18 @@ def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame)
     return lines
 
 
-PROJECTION_COLUMNS = [
-    "layout",
-    "tokens_per_expert",
-    "measured_step_ms",
-    "projected_step_ms",
-    "projection_error_pct",
-    "calibration",
-    "calibrated_step_ms",
-    "calibrated_error_pct",
-]
+PROJECTION_TABLE = ["layout", "tokens_per_expert", *PROJECTION_COLUMNS]
 
 
 def projection_errors(verdict: pd.DataFrame) -> pd.DataFrame:
     """Return the model rows of layouts that were also measured: how far the projection, raw
     and calibrated, lies from the measurement."""
     if verdict.empty or "measured_step_ms" not in verdict:
-        return pd.DataFrame(columns=PROJECTION_COLUMNS)
+        return pd.DataFrame(columns=PROJECTION_TABLE)
     rows = verdict[
         (_col(verdict, "source").astype(str) == "model") & _num(verdict, "measured_step_ms").notna()
     ]
-    return rows[[c for c in PROJECTION_COLUMNS if c in rows]].reset_index(drop=True)
+    return rows[[c for c in PROJECTION_TABLE if c in rows]].reset_index(drop=True)
 
 
 def _span(values: pd.Series) -> str:

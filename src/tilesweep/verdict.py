@@ -41,6 +41,14 @@ LABELS = {
     "compute_math_ms": "math-bound",
     "comm_ms": "communication-bound",
 }
+# How far a layout's projection lies from its measurement, raw and calibrated (both rows carry it).
+CALIBRATION_COLUMNS = ["calibration", "calibrated_step_ms", "calibrated_error_pct"]
+PROJECTION_COLUMNS = [
+    "measured_step_ms",
+    "projected_step_ms",
+    "projection_error_pct",
+    *CALIBRATION_COLUMNS,
+]
 COLUMNS = [
     "model",
     "layout",
@@ -61,12 +69,7 @@ COLUMNS = [
     "margin",
     "share",
     "source",
-    "measured_step_ms",
-    "projected_step_ms",
-    "projection_error_pct",
-    "calibration",
-    "calibrated_step_ms",
-    "calibrated_error_pct",
+    *PROJECTION_COLUMNS,
     "power_frac",
     "power_source",
     "device",
@@ -351,28 +354,21 @@ REFERENCE_LAYOUT = "tp1-pp1-ep1"
 def calibrate(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the frame with each batch's calibration from the measured single-device layout,
     the calibrated projection of the other layouts, and its error where they were measured."""
-    frame = frame.drop(
-        columns=["calibration", "calibrated_step_ms", "calibrated_error_pct"], errors="ignore"
-    ).copy()
+    frame = frame.drop(columns=CALIBRATION_COLUMNS, errors="ignore").copy()
     comm = frame["comm_ms"].fillna(0.0)
-    compute = frame["step_ms"] - comm
-    ref = frame["layout"] == REFERENCE_LAYOUT
-    meas = compute[ref & (frame["source"] == "measured")]
-    proj = compute[ref & (frame["source"] == "model")]
-    meas_t = dict(zip(frame.loc[meas.index, "tokens_per_expert"], meas, strict=True))
-    proj_t = dict(zip(frame.loc[proj.index, "tokens_per_expert"], proj, strict=True))
-    ratio = {t: meas_t[t] / proj_t[t] for t in meas_t if t in proj_t and proj_t[t] > 0}
+    compute = (frame["step_ms"] - comm).set_axis(frame["tokens_per_expert"])
+    ref = (frame["layout"] == REFERENCE_LAYOUT).to_numpy()
+    measured = compute[ref & (frame["source"] == "measured").to_numpy()]
+    projected = compute[ref & (frame["source"] == "model").to_numpy()]
+    ratio = (measured / projected[projected > 0]).dropna()
     factor = frame["tokens_per_expert"].map(ratio).astype(float)
     model = (frame["source"] == "model") & ~ref
-    calibrated = (compute * factor + comm).where(model)
-    key = list(zip(frame["layout"], frame["tokens_per_expert"], strict=True))
-    by_key = dict(
-        zip((k for k, m in zip(key, model, strict=True) if m), calibrated[model], strict=True)
-    )
+    calibrated = ((frame["step_ms"] - comm) * factor + comm).where(model)
     frame["calibration"] = factor.where(model)
-    frame["calibrated_step_ms"] = [
-        by_key.get(k, math.nan) if not r else math.nan for k, r in zip(key, ref, strict=True)
-    ]
+    # Both rows of a layout and batch carry its calibrated projection, as with the raw one.
+    frame["calibrated_step_ms"] = calibrated.groupby(
+        [frame["layout"], frame["tokens_per_expert"]]
+    ).transform("max")
     frame["calibrated_error_pct"] = (
         100 * (frame["calibrated_step_ms"] - frame["measured_step_ms"]) / frame["measured_step_ms"]
     )
