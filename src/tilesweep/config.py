@@ -326,8 +326,10 @@ def _check_bench(bench: dict) -> None:
             f"bench.collective_sweep_max_bytes={bench['collective_sweep_max_bytes']}: "
             f"less than collective_sweep_min_bytes={bench['collective_sweep_min_bytes']}"
         )
+    from tilesweep.bench.layout_plan import STEP_BASELINES
+
     runner = bench["layout_runner"]
-    fixed = ("best", "torch_matmul", "torch_grouped_mm")
+    fixed = ("best", *STEP_BASELINES)
     if runner not in fixed and not (runner.startswith("triton:") and len(runner) > 7):
         raise ConfigError(
             f"bench.layout_runner={runner!r}: allowed: {', '.join(fixed)}, triton:<kernel slug>"
