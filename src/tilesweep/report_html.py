@@ -13,7 +13,7 @@ import pandas as pd
 
 from tilesweep import plots, summary
 from tilesweep.report import fmt_value
-from tilesweep.verdict import PROJECTION_COLUMNS
+from tilesweep.verdict import COLUMNS as VERDICT_TABLE
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -90,24 +90,11 @@ ESTIMATE_COLUMNS = [
     "measured_launch",
     "source",
 ]
+# The verdict table's columns, less the layout's factors and the long provenance text.
 VERDICT_COLUMNS = [
-    "model",
-    "layout",
-    "tokens_per_expert",
-    "batch_tokens",
-    "compute_memory_ms",
-    "compute_math_ms",
-    "comm_ms",
-    "other_ms",
-    "step_ms",
-    "verdict",
-    "runner_up",
-    "margin",
-    "share",
-    "source",
-    *PROJECTION_COLUMNS,
-    "power_frac",
-    "device",
+    c
+    for c in VERDICT_TABLE
+    if c not in {"tp", "pp", "ep", "world", "layers_per_stage", "power_source", "inputs"}
 ]
 PROVENANCE_KEYS = ("device", "driver", "cuda_runtime", "torch", "triton", "cutlass", "commit")
 WRAP_COLUMNS = {"reason", "inputs"}
