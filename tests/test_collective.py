@@ -8,8 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from tilesweep.bench import collective as coll
-from tilesweep.steps.collective import fit_columns, plan_layout
+from tilesweep.measure import process_group as coll
+from tilesweep.plan import messages
+from tilesweep.stages.collective import fit_columns, plan_layout
 
 GLM5 = {
     "name": "glm5",
@@ -36,44 +37,44 @@ def layout(tp: int, pp: int, ep: int) -> dict:
 
 def test_step_messages_follow_the_layout():
     t = 4  # 128 tokens in the step
-    assert coll.step_messages(layout(1, 1, 1), GLM5, t) == []
-    (ar,) = coll.step_messages(layout(8, 1, 1), GLM5, t)
+    assert messages.step_messages(layout(1, 1, 1), GLM5, t) == []
+    (ar,) = messages.step_messages(layout(8, 1, 1), GLM5, t)
     assert (ar["collective"], ar["group"], ar["bytes"], ar["per_step"]) == (
         "all_reduce",
         8,
         128 * 6144 * 2,
         150,
     )
-    (a2a,) = coll.step_messages(layout(1, 1, 8), GLM5, t)
+    (a2a,) = messages.step_messages(layout(1, 1, 8), GLM5, t)
     assert a2a["bytes"] == 16 * 8 * 6144 * 2 and a2a["per_step"] == 150  # 16 tokens per rank
-    ar, p2p = coll.step_messages(layout(4, 2, 1), GLM5, t)
+    ar, p2p = messages.step_messages(layout(4, 2, 1), GLM5, t)
     assert ar["per_step"] == 2 * 38 and p2p["collective"] == "send_recv" and p2p["per_step"] == 1
 
 
 def test_sweep_spans_kilobytes_to_hundreds_of_megabytes():
-    sizes = coll.sweep_sizes(4096, 256 << 20, 4)
+    sizes = messages.sweep_sizes(4096, 256 << 20, 4)
     assert sizes[0] == 4096 and sizes[-1] == 256 << 20
     assert all(b == 4 * a for a, b in zip(sizes, sizes[1:], strict=False))
-    assert coll.sweep_sizes(4096, 1 << 30, 1) == [4096]
+    assert messages.sweep_sizes(4096, 1 << 30, 1) == [4096]
 
 
 def test_bus_factors_are_nccl_tests_ones():
-    assert coll.bus_factor("all_reduce", 8) == pytest.approx(1.75)
-    assert coll.bus_factor("all_to_all", 8) == pytest.approx(0.875)
-    assert coll.bus_factor("send_recv", 2) == 1.0
+    assert messages.bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert messages.bus_factor("all_to_all", 8) == pytest.approx(0.875)
+    assert messages.bus_factor("send_recv", 2) == 1.0
 
 
 def test_fit_recovers_latency_and_bandwidth_over_five_decades():
-    sizes = coll.sweep_sizes(4096, 256 << 20, 4)
+    sizes = messages.sweep_sizes(4096, 256 << 20, 4)
     alpha, beta = 0.012, 40e6  # 12 us and 40 GB/s (bytes per ms)
     times = [alpha + s / beta for s in sizes]
-    got_alpha, got_beta = coll.fit_alpha_beta(sizes, times)
+    got_alpha, got_beta = messages.fit_alpha_beta(sizes, times)
     assert got_alpha == pytest.approx(alpha, rel=1e-6)
     assert got_beta == pytest.approx(beta, rel=1e-6)
     # An unweighted fit would let the 256 MB point swamp the latency; this one keeps small sizes.
     noisy = [t * (1.2 if s > 64 << 20 else 1.0) for s, t in zip(sizes, times, strict=True)]
-    assert coll.fit_alpha_beta(sizes, noisy)[0] == pytest.approx(alpha, rel=0.3)
-    assert coll.fit_alpha_beta([4096], [0.5]) == (0.5, math.inf)
+    assert messages.fit_alpha_beta(sizes, noisy)[0] == pytest.approx(alpha, rel=0.3)
+    assert messages.fit_alpha_beta([4096], [0.5]) == (0.5, math.inf)
 
 
 def test_cpu_plan_caps_the_sweep_and_gpu_plan_reaches_256_mb():

@@ -7,21 +7,22 @@ import math
 import pytest
 import torch
 
-from tilesweep.bench import decode, roofline
+from tilesweep.measure import gemm_case as decode
+from tilesweep.plan import expert_shapes, roofline
 
 MODEL = {"hidden": 256, "moe_intermediate": 128}
 
 
 def test_zipf_routing_keeps_the_total_and_skews():
-    counts = decode.expert_counts(16, 8, "zipf", 1.2)
+    counts = expert_shapes.expert_counts(16, 8, "zipf", 1.2)
     assert sum(counts) == 16 * 8
     assert max(counts) > 16 > min(counts)
-    assert decode.expert_counts(16, 8, "uniform", 1.2) == [16] * 8
+    assert expert_shapes.expert_counts(16, 8, "uniform", 1.2) == [16] * 8
 
 
 def test_tile_schedule_covers_every_row_once():
     counts = [5, 0, 17, 3]
-    experts, starts, ends = decode.tile_schedule(counts, 8)
+    experts, starts, ends = expert_shapes.tile_schedule(counts, 8)
     covered = []
     for e, s, end in zip(experts, starts, ends, strict=True):
         covered += list(range(s, min(s + 8, end)))
@@ -30,7 +31,7 @@ def test_tile_schedule_covers_every_row_once():
 
 
 def test_traffic_counts_active_weights_once():
-    info = decode.traffic([4, 0, 4], 64, 32, "bf16", 2)
+    info = expert_shapes.traffic([4, 0, 4], 64, 32, "bf16", 2)
     assert info["active_experts"] == 2
     assert info["weight_bytes"] == 2 * 64 * 32 * 2
     assert info["flops"] == 2 * 8 * 64 * 32
@@ -56,8 +57,8 @@ def test_rel_error_flags_unwritten_output():
 @pytest.mark.parametrize("name", ["torch_matmul", "torch_bmm"])
 def test_baselines_match_the_reference_on_random_data(name):
     gen = torch.Generator().manual_seed(1)
-    counts = decode.expert_counts(3, 4, "zipf", 1.2)
-    n, k = decode.expert_ops(MODEL)["gate_up"]
+    counts = expert_shapes.expert_counts(3, 4, "zipf", 1.2)
+    n, k = expert_shapes.expert_ops(MODEL)["gate_up"]
     settings = {"bench": {"repeats": 2, "warmup": 1, "cpu_repeats": 2}}
     row = decode.measure_case(
         name,
@@ -80,7 +81,7 @@ def test_baselines_match_the_reference_on_random_data(name):
 def test_a_wrong_kernel_is_a_correctness_row():
     gen = torch.Generator().manual_seed(2)
     counts = [2, 2]
-    n, k = decode.expert_ops(MODEL)["down"]
+    n, k = expert_shapes.expert_ops(MODEL)["down"]
 
     def wrong(p):
         p.c.fill_(1.0)
@@ -97,7 +98,7 @@ def test_a_wrong_kernel_is_a_correctness_row():
 def test_tuned_config_picks_the_fastest_tile_per_batch_in_vllm_shape():
     import pandas as pd
 
-    from tilesweep.tuned import device_slug, fused_moe_config
+    from tilesweep.stages.tune import device_slug, fused_moe_config
 
     rows = []
     for kernel, times in (
@@ -132,7 +133,7 @@ def test_tuned_config_picks_the_fastest_tile_per_batch_in_vllm_shape():
 
 
 def test_a_grouped_gemm_never_has_more_experts_than_the_model():
-    from tilesweep.steps.decode import group_size
+    from tilesweep.stages.decode import group_size
 
     bench = {"gpu_experts": 32, "cpu_experts": 2}
     assert group_size(bench, {"routed_experts": 8}, cuda=True) == 8  # Mixtral: 8 experts

@@ -10,7 +10,7 @@ import torch
 from tilesweep.config import compose
 from tilesweep.grid import canonical
 from tilesweep.io import write_json
-from tilesweep.steps.decode import bench_decode
+from tilesweep.stages.decode import bench_decode
 
 CEILINGS = {
     "copy_gbs": 10.0,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep import launch
 from tilesweep.config import compose
-from tilesweep.smem_model import hand_estimate
+from tilesweep.plan import occupancy as launch
+from tilesweep.plan.smem_estimate import hand_estimate
 
 CATALOG = compose()["catalog"]
 

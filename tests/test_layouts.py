@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from tilesweep.bench import layout_plan as plan
-from tilesweep.bench import moe_step
-from tilesweep.bench.collective import dispatch_rows, step_messages
 from tilesweep.grid import layout_slug
+from tilesweep.measure import moe_step
 from tilesweep.pipeline import Sweep
+from tilesweep.plan import sharding as plan
+from tilesweep.plan.messages import dispatch_rows, step_messages
 from tilesweep.provenance import gpu_names
-from tilesweep.steps.layout_step import bench_layout
+from tilesweep.stages.layout import bench_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {

@@ -16,8 +16,10 @@ import pytest
 from conftest import snakemake
 from matplotlib import image as mpimg
 
-from tilesweep import plots, report_html, summary
-from tilesweep.steps.aggregate import arrow_safe
+from tilesweep.report import data as summary
+from tilesweep.report import figures as plots
+from tilesweep.report import html as report_html
+from tilesweep.stages.aggregate import arrow_safe
 
 SECTIONS = [key for key, _ in report_html.SECTIONS]
 TABLES = ("launch", "decode", "collective", "verdict")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tilesweep import verdict
-from tilesweep.bench.decode import expert_ops
+from tilesweep.plan.expert_shapes import expert_ops
 
 GLM5 = {
     "name": "glm5",
@@ -180,9 +180,9 @@ def test_missing_measurements_make_an_unknown_verdict_not_a_guess():
 def test_the_real_chain_on_tiny_shapes(tmp_path):
     """Decode baselines, collectives and layout steps measured for real, then the verdict."""
     from tilesweep.config import compose
-    from tilesweep.steps.collective import bench_collective
-    from tilesweep.steps.decode import bench_decode
-    from tilesweep.steps.layout_step import bench_layout
+    from tilesweep.stages.collective import bench_collective
+    from tilesweep.stages.decode import bench_decode
+    from tilesweep.stages.layout import bench_layout
 
     tiny = {**GLM5, "name": "tiny", "hidden": 128, "moe_intermediate": 64, "routed_experts": 16}
     tiny.update(top_k=4, moe_layers=4)
@@ -278,7 +278,8 @@ def test_calibration_comes_from_the_measured_single_device_step_and_is_checked_h
 
 
 def test_the_reports_show_raw_and_calibrated_projection_error():
-    from tilesweep import report, summary
+    from tilesweep.report import data as summary
+    from tilesweep.report import markdown as report
 
     frame = verdict.calibrate(verdict._projection_error(pd.DataFrame(TWO_MEASURED)))
     errors = summary.projection_errors(frame)

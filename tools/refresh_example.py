@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import aggregate, report, report_html, verdict
+from tilesweep import verdict
 from tilesweep.config import compose
 from tilesweep.io import write_table, write_text
 from tilesweep.provenance import git_commit, package_version
+from tilesweep.report import html as report_html
+from tilesweep.report import markdown as report
+from tilesweep.stages import aggregate
 
 
 def main() -> int:

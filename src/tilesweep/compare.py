@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import ConfigError
-from tilesweep.report import fmt_value
+from tilesweep.report.markdown import fmt_value
 
 # Columns that identify a row, per table; those present in both runs are used.
 KEYS = {
@@ -340,8 +340,8 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
 
 def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
     """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
-    from tilesweep import plots
     from tilesweep.io import write_table, write_text
+    from tilesweep.report import figures as plots
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -326,7 +326,7 @@ def _check_bench(bench: dict) -> None:
             f"bench.collective_sweep_max_bytes={bench['collective_sweep_max_bytes']}: "
             f"less than collective_sweep_min_bytes={bench['collective_sweep_min_bytes']}"
         )
-    from tilesweep.bench.layout_plan import STEP_BASELINES
+    from tilesweep.plan.sharding import STEP_BASELINES
 
     runner = bench["layout_runner"]
     fixed = ("best", *STEP_BASELINES)

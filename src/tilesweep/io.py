@@ -54,3 +54,14 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     """Write text, atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def concat_tables(paths: list[str]) -> pd.DataFrame:
+    """Return the concatenation of per-cell CSV tables (empty files are skipped)."""
+    frames = []
+    for p in paths:
+        try:
+            frames.append(pd.read_csv(p))
+        except pd.errors.EmptyDataError:
+            continue
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

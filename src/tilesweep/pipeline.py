@@ -21,7 +21,7 @@ def _pick(row: dict, keys: tuple[str, ...]) -> dict:
 
 
 def _module_file(name: str) -> Path | None:
-    """Return the file of a tilesweep module or package named like 'tilesweep.bench.decode'."""
+    """Return the file of a tilesweep module or package named like 'tilesweep.measure.gemm_case'."""
     parts = name.split(".")[1:]
     if not parts:
         init = PACKAGE_DIR / "__init__.py"
@@ -223,7 +223,7 @@ class Sweep:
         """Return the fused-MoE config paths, one per dtype; none when no GPU times Triton."""
         if not device.startswith("cuda:") or self.kernels.empty:
             return []
-        from tilesweep.tuned import device_slug
+        from tilesweep.stages.tune import device_slug
 
         model = self.settings["model"]["name"]
         return [

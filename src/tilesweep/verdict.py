@@ -30,10 +30,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from tilesweep.bench import roofline
-from tilesweep.bench.collective import bus_factor, decode_batch, fit_alpha_beta, local_tokens
-from tilesweep.bench.decode import expert_ops
-from tilesweep.bench.layout_plan import layers_per_stage, step_capable, step_parts
+from tilesweep.plan import roofline
+from tilesweep.plan.expert_shapes import expert_ops
+from tilesweep.plan.messages import bus_factor, decode_batch, fit_alpha_beta, local_tokens
+from tilesweep.plan.sharding import layers_per_stage, step_capable, step_parts
 
 SHARES = ("compute_memory_ms", "compute_math_ms", "comm_ms")
 LABELS = {

@@ -55,15 +55,6 @@ rule aggregate_results:
         "../envs/tilesweep.yaml"
     params:
         settings=SWEEP.settings_json(),
-        code=code_hash(
-            "steps/aggregate.py",
-            "aggregate.py",
-            "verdict.py",
-            "report.py",
-            "report_html.py",
-            "plots.py",
-            "summary.py",
-            "bench/roofline.py",
-        ),
+        code=code_hash("stages/aggregate.py"),
     script:
         "../scripts/aggregate_results.py"

@@ -10,12 +10,7 @@ rule build_kernel:
         "../envs/tilesweep.yaml"
     params:
         cell=lambda w: SWEEP.build_cell("triton", w.arch, w.kernel),
-        code=code_hash(
-            "steps/build.py",
-            "backends/triton_backend.py",
-            "kernels/triton_grouped_gemm.py",
-            "isolate.py",
-        ),
+        code=code_hash("stages/build.py"),
         triton=package_version("triton"),
     script:
         "../scripts/build_kernel.py"
@@ -31,7 +26,7 @@ rule account_cutlass:
     threads: ALL_CORES
     params:
         cells=lambda w: SWEEP.cutlass_cells(w.arch),
-        code=code_hash("steps/build.py", "backends/cutlass_smem.py"),
+        code=code_hash("stages/build.py", "backends/cutlass_smem.py"),
         cutlass=package_version("nvidia-cutlass"),
     script:
         "../scripts/account_cutlass.py"

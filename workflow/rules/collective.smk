@@ -16,6 +16,6 @@ rule bench_collective:
         cell=lambda w: SWEEP.collective_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("steps/collective.py", "bench/collective.py", "bench/timing.py"),
+        code=code_hash("stages/collective.py"),
     script:
         "../scripts/bench_collective.py"

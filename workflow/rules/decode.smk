@@ -16,7 +16,7 @@ rule measure_device:
         catalog=grid_json(SWEEP.settings["catalog"]),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("steps/decode.py", "bench/ceilings.py", "bench/timing.py"),
+        code=code_hash("stages/decode.py"),
     script:
         "../scripts/measure_device.py"
 
@@ -38,13 +38,7 @@ rule bench_decode:
         cell=lambda w: SWEEP.bench_cell(w.kernel),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash(
-            "steps/decode.py",
-            "bench/decode.py",
-            "bench/timing.py",
-            "bench/roofline.py",
-            "kernels/triton_grouped_gemm.py",
-        ),
+        code=code_hash("stages/decode.py"),
     script:
         "../scripts/bench_decode.py"
 
@@ -67,6 +61,6 @@ rule bench_cutlass:
         cell=lambda w: SWEEP.bench_cell("cutlass-sm90-fp8"),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("steps/decode.py", "backends/cutlass_gpu.py"),
+        code=code_hash("stages/decode.py"),
     script:
         "../scripts/bench_cutlass.py"

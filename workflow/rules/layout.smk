@@ -24,15 +24,6 @@ rule bench_layout:
         cell=lambda w: SWEEP.layout_step_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash(
-            "steps/layout_step.py",
-            "bench/moe_step.py",
-            "bench/layout_plan.py",
-            "bench/decode.py",
-            "bench/collective.py",
-            "bench/timing.py",
-            "bench/roofline.py",
-            "kernels/triton_grouped_gemm.py",
-        ),
+        code=code_hash("stages/layout.py"),
     script:
         "../scripts/bench_layout.py"

@@ -13,6 +13,6 @@ rule tune_configs:
     params:
         settings=SWEEP.settings_json(),
         dtypes=SWEEP.settings["grid"]["dtypes"],
-        code=code_hash("steps/tune.py", "tuned.py"),
+        code=code_hash("stages/tune.py"),
     script:
         "../scripts/tune_configs.py"

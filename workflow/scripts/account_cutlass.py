@@ -1,6 +1,6 @@
 """Snakemake script: account CUTLASS shared memory for one architecture's cells."""
 
-from tilesweep.steps.build import account_cutlass
+from tilesweep.stages.build import account_cutlass
 
 if __name__ == "__main__":  # spawned children re-import this file
     account_cutlass(

@@ -1,6 +1,6 @@
 """Snakemake script: join every result into the tables, the verdict and the report."""
 
-from tilesweep.steps.aggregate import INPUTS, OUTPUTS, aggregate_results
+from tilesweep.stages.aggregate import INPUTS, OUTPUTS, aggregate_results
 
 if __name__ == "__main__":  # spawned children re-import this file
     inputs = {name: list(getattr(snakemake.input, name)) for name in INPUTS}

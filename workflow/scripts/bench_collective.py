@@ -1,6 +1,6 @@
 """Snakemake script: time the collectives one parallel layout needs."""
 
-from tilesweep.steps.collective import bench_collective
+from tilesweep.stages.collective import bench_collective
 
 if __name__ == "__main__":  # spawned children re-import this file
     bench_collective(snakemake.params.cell, snakemake.output.table, snakemake.log[0])

@@ -1,6 +1,6 @@
 """Snakemake script: run the CUTLASS SM90 FP8 grouped GEMM program at every decode batch."""
 
-from tilesweep.steps.decode import bench_cutlass
+from tilesweep.stages.decode import bench_cutlass
 
 if __name__ == "__main__":  # spawned children re-import this file
     bench_cutlass(

@@ -1,6 +1,6 @@
 """Snakemake script: time one kernel (or the torch baselines) at every decode batch."""
 
-from tilesweep.steps.decode import bench_decode
+from tilesweep.stages.decode import bench_decode
 
 if __name__ == "__main__":  # spawned children re-import this file
     bench_decode(

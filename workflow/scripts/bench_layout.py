@@ -1,6 +1,6 @@
 """Snakemake script: measure one parallel layout's MoE decode step at every batch."""
 
-from tilesweep.steps.layout_step import bench_layout
+from tilesweep.stages.layout import bench_layout
 
 if __name__ == "__main__":  # spawned children re-import this file
     bench_layout(

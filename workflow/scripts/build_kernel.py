@@ -1,6 +1,6 @@
 """Snakemake script: build one Triton kernel for its architecture."""
 
-from tilesweep.steps.build import build_kernel
+from tilesweep.stages.build import build_kernel
 
 if __name__ == "__main__":  # spawned children re-import this file
     build_kernel(snakemake.params.cell, snakemake.output.record, snakemake.log[0])

@@ -1,6 +1,6 @@
 """Snakemake script: check one kernel against one target's launch limits."""
 
-from tilesweep.steps.launch_check import check_launch
+from tilesweep.stages.launch import check_launch
 
 if __name__ == "__main__":  # spawned children re-import this file
     check_launch(

@@ -1,6 +1,6 @@
 """Snakemake script: measure the benchmark device's own ceilings."""
 
-from tilesweep.steps.decode import measure_device
+from tilesweep.stages.decode import measure_device
 
 if __name__ == "__main__":  # spawned children re-import this file
     measure_device(

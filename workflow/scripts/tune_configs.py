@@ -1,6 +1,6 @@
 """Snakemake script: write the best tile per batch as fused-MoE config files."""
 
-from tilesweep.steps.tune import tune_configs
+from tilesweep.stages.tune import tune_configs
 
 if __name__ == "__main__":  # spawned children re-import this file
     outputs = dict(zip(snakemake.params.dtypes, snakemake.output, strict=True))

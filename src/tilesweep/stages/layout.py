@@ -8,7 +8,7 @@ import os
 import pandas as pd
 
 from tilesweep.io import read_json, write_table
-from tilesweep.steps import logged
+from tilesweep.stages import logged
 
 
 def _machine(world: int, bench: dict) -> tuple[bool, int, str]:
@@ -26,7 +26,7 @@ def _machine(world: int, bench: dict) -> tuple[bool, int, str]:
 
 def plan_batches(spec: dict, cuda: bool, decode: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """Return (batches to run with their runners, batches skipped with the reason)."""
-    from tilesweep.bench.layout_plan import FALLBACK_RUNNER, pick_runner
+    from tilesweep.plan.sharding import FALLBACK_RUNNER, pick_runner
 
     bench = spec["bench"]
     cap = None if cuda else bench["layout_cpu_max_tokens_per_expert"]
@@ -64,10 +64,10 @@ def _critical(ranks: list[dict], index: int) -> tuple[list[float], dict, int]:
 
 def summarize_batch(ranks: list[dict], index: int, spec: dict, ceilings: dict) -> dict:
     """Return one measured row: the step as run, and scaled to the stage's layers and experts."""
-    from tilesweep.bench import roofline
-    from tilesweep.bench.collective import local_tokens
-    from tilesweep.bench.layout_plan import layers_per_stage, step_parts
-    from tilesweep.bench.timing import summarize
+    from tilesweep.measure.timing import summarize
+    from tilesweep.plan import roofline
+    from tilesweep.plan.messages import local_tokens
+    from tilesweep.plan.sharding import layers_per_stage, step_parts
 
     layout, model = spec["layout"], spec["model"]
     first = ranks[0]
@@ -148,9 +148,9 @@ def bench_layout(
 ) -> pd.DataFrame:
     """Measure one layout's decode step at every batch (NCCL on GPUs, gloo on the CPU); write
     and return the table."""
-    from tilesweep.aggregate import concat_tables
-    from tilesweep.bench.collective import decode_batch
-    from tilesweep.bench.moe_step import run_layout
+    from tilesweep.io import concat_tables
+    from tilesweep.measure.moe_step import run_layout
+    from tilesweep.plan.messages import decode_batch
     from tilesweep.provenance import stamp
 
     spec = json.loads(cell_json)

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 
-from tilesweep import plots, summary
-from tilesweep.report import fmt_value
+from tilesweep.report import data as summary
+from tilesweep.report import figures as plots
+from tilesweep.report.markdown import fmt_value
 from tilesweep.verdict import COLUMNS as VERDICT_TABLE
 
 SECTIONS = (

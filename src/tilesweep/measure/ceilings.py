@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilesweep.bench.timing import summarize, time_cpu, time_events, time_gpu
+from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
 
 # Substrings of a device name that identify a catalog entry, for the datasheet column.
 _CATALOG_NAMES = {

@@ -8,12 +8,12 @@ import json
 import pandas as pd
 
 from tilesweep.io import write_table
-from tilesweep.steps import logged
+from tilesweep.stages import logged
 
 
 def _sizes(bench: dict) -> list[int]:
     """Return the sweep's message sizes plus the extra sizes, sorted and unique."""
-    from tilesweep.bench.collective import sweep_sizes
+    from tilesweep.plan.messages import sweep_sizes
 
     swept = sweep_sizes(
         bench["collective_sweep_min_bytes"],
@@ -25,7 +25,7 @@ def _sizes(bench: dict) -> list[int]:
 
 def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[dict]]:
     """Return (collectives to time, rows recorded without timing) for one layout."""
-    from tilesweep.bench.collective import step_messages
+    from tilesweep.plan.messages import step_messages
 
     layout, model, bench = spec["layout"], spec["model"], spec["bench"]
     cap = None if cuda else bench["cpu_collective_max_bytes"]
@@ -73,7 +73,7 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
 
 def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the table with, per collective and group, the latency floor and the alpha-beta fit."""
-    from tilesweep.bench.collective import LATENCY_FLOOR_BYTES, bus_factor, fit_alpha_beta
+    from tilesweep.plan.messages import LATENCY_FLOOR_BYTES, bus_factor, fit_alpha_beta
 
     frame = frame.copy()
     for col in ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs"):
@@ -99,8 +99,9 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
     """Time one layout's collectives over NCCL (GPUs) or gloo (CPU); write the table."""
     import torch
 
-    from tilesweep.bench.collective import bus_factor, run_plan
-    from tilesweep.bench.timing import summarize
+    from tilesweep.measure.process_group import run_plan
+    from tilesweep.measure.timing import summarize
+    from tilesweep.plan.messages import bus_factor
     from tilesweep.provenance import stamp
 
     spec = json.loads(cell_json)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.bench import roofline
 from tilesweep.gpu_slot import gpu_slot
 from tilesweep.io import read_json, write_json, write_table
-from tilesweep.steps import logged, utc_now
+from tilesweep.plan import roofline
+from tilesweep.stages import logged, utc_now
 
 NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 
@@ -21,7 +21,7 @@ def _measure_device(
     """Measure the device's copy bandwidth and matrix rates; write and return them."""
     import torch
 
-    from tilesweep.bench.ceilings import measure
+    from tilesweep.measure.ceilings import measure
 
     torch.set_num_threads(threads)
     with logged(log_path) as log:
@@ -64,7 +64,7 @@ def group_size(bench: dict, model: dict, cuda: bool) -> int:
 
 def _cases(settings: dict, cuda: bool):
     """Yield (op, n, k, routing, tokens_per_expert, counts) for every case of the sweep."""
-    from tilesweep.bench.decode import expert_counts, expert_ops
+    from tilesweep.plan.expert_shapes import expert_counts, expert_ops
 
     bench = settings["bench"]
     experts = group_size(bench, settings["model"], cuda)
@@ -77,7 +77,7 @@ def _cases(settings: dict, cuda: bool):
 
 def _runners(kernel: dict, cuda: bool) -> list[tuple[str, str, str, str | None]]:
     """Return (runner name, dtype, output dtype, skip reason or None) for one job's kernel."""
-    from tilesweep.bench import decode
+    from tilesweep.measure import gemm_case as decode
 
     name = kernel["kernel"]
     if name == "baselines":
@@ -114,8 +114,8 @@ def _skip_reason(dtype: str, cuda: bool) -> str | None:
 
 def _make_runner(runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
     """Return the call that computes one grouped GEMM with the named runner."""
-    from tilesweep.bench import decode
     from tilesweep.kernels import faults
+    from tilesweep.measure import gemm_case as decode
 
     if runner.startswith("triton:"):
         return decode.triton_runner(kernel, counts)
@@ -130,7 +130,7 @@ def _measure_runner(
     """Measure one runner at every case, appending each row to `progress` (runs in a child)."""
     import torch
 
-    from tilesweep.bench.decode import measure_case
+    from tilesweep.measure.gemm_case import measure_case
 
     torch.set_num_threads(threads)
     cuda = torch.cuda.is_available()
@@ -273,7 +273,7 @@ def _bench_cutlass(
 ) -> pd.DataFrame:
     """Run the CUTLASS SM90 FP8 grouped GEMM program at every batch; write decode rows."""
     from tilesweep.backends import cutlass_gpu
-    from tilesweep.bench.decode import expert_ops, traffic
+    from tilesweep.plan.expert_shapes import expert_ops, traffic
     from tilesweep.provenance import cell_hash, stamp
 
     spec = json.loads(cell_json)

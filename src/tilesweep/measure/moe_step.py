@@ -26,14 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilesweep.bench.collective import (
-    SAFE_NCCL_ENV,
-    _free_port,
-    dispatch_rows,
-    init_rank,
-    local_tokens,
-)
-from tilesweep.bench.layout_plan import (
+from tilesweep.measure.process_group import SAFE_NCCL_ENV, _free_port, init_rank
+from tilesweep.plan.messages import dispatch_rows, local_tokens
+from tilesweep.plan.sharding import (
     ELEMENT_BYTES,
     STEP_BASELINES,
     coords,
@@ -93,7 +88,7 @@ def _fill(tensor, gen, scale: float):
 
 def _make_runner(name: str, counts: list[int], kernels: dict):
     """Return a grouped-GEMM call for a decode-benchmark runner name."""
-    from tilesweep.bench import decode
+    from tilesweep.measure import gemm_case as decode
 
     if name.startswith("triton:"):
         slug = name.split(":", 1)[1]
@@ -169,7 +164,7 @@ class _Rank:
         self.gen = gen
 
     def _buffers(self, t: int, runners: dict) -> dict:
-        from tilesweep.bench.decode import Problem
+        from tilesweep.measure.gemm_case import Problem
 
         torch, model, layout = self.torch, self.model, self.layout
         bf16, dev, hidden = torch.bfloat16, self.device, model["hidden"]
@@ -324,7 +319,7 @@ class _Rank:
 
     def _power(self, b: dict, samples: list[dict], seconds: float) -> dict:
         """Return power while the step runs back to back for about `seconds` (GPU only)."""
-        from tilesweep.bench.timing import PowerSampler
+        from tilesweep.measure.timing import PowerSampler
 
         torch = self.torch
         if seconds <= 0:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tilesweep import launch
 from tilesweep.io import read_json, write_json
+from tilesweep.plan import occupancy as launch
+from tilesweep.plan.smem_estimate import hand_estimate
 from tilesweep.provenance import cell_hash
-from tilesweep.smem_model import hand_estimate
-from tilesweep.steps import logged
+from tilesweep.stages import logged
 
 # Threads per block of the CUTLASS cooperative warp-specialised kernels: one producer and two
 # consumer warpgroups.

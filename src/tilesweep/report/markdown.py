@@ -107,7 +107,7 @@ def _decode_section(decode: pd.DataFrame) -> str:
         "bound",
     ]
     out.append(md_table(best, cols))
-    from tilesweep.summary import decode_targets
+    from tilesweep.report.data import decode_targets
 
     targets = decode_targets(decode)
     if not targets.empty:
@@ -169,7 +169,7 @@ def _verdict_section(verdict: pd.DataFrame) -> str:
         "source",
     ]
     out.append(md_table(verdict, cols))
-    from tilesweep.summary import PROJECTION_TABLE, projection_errors
+    from tilesweep.report.data import PROJECTION_TABLE, projection_errors
 
     errors = projection_errors(verdict)
     if not errors.empty:

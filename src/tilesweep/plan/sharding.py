@@ -5,7 +5,7 @@ Pure functions, shared by the layout benchmark (bench/moe_step.py) and the verdi
 
 from __future__ import annotations
 
-from tilesweep.bench.collective import dispatch_rows, local_tokens
+from tilesweep.plan.messages import dispatch_rows, local_tokens
 
 ELEMENT_BYTES = 2  # weights and activations in bf16
 # Runners whose every call reads its inputs afresh (torch_bmm caches its padded input: not here).

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tilesweep.io import write_json
 from tilesweep.provenance import cell_hash
-from tilesweep.steps import logged, utc_now
+from tilesweep.stages import logged, utc_now
 
 
 def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""The best tile per batch, written in the shape of vLLM's and SGLang's fused-MoE config files.
+"""After the decode benchmark: the best tile per batch, written in the shape of vLLM's and
+SGLang's fused-MoE config files.
 
 Those files map a batch size M (tokens in the decode step) to kernel meta-parameters:
 `{"<M>": {"BLOCK_SIZE_M": .., "BLOCK_SIZE_N": .., "BLOCK_SIZE_K": .., "GROUP_SIZE_M": 1,
@@ -10,9 +11,29 @@ with the smallest summed time of the two wins.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
+
+from tilesweep.io import concat_tables, write_json
+from tilesweep.stages import logged
+
+
+def tune_configs(
+    settings_json: str,
+    decode_paths: list[str],
+    outputs: dict[str, str],
+    log_path: str | None = None,
+) -> None:
+    """Write one config file per dtype (outputs maps dtype to path)."""
+    settings = json.loads(settings_json)
+    decode = concat_tables(decode_paths)
+    with logged(log_path) as log:
+        for dtype, path in outputs.items():
+            config = fused_moe_config(decode, dtype, settings["model"])
+            log.info("%s: best tiles for %d batch sizes", dtype, len(config))
+            write_json(path, config)
 
 
 def device_slug(device: str) -> str:

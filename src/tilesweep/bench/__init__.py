@@ -1,1 +1,0 @@
-"""Measurement code: timing, device ceilings, the decode and collective benchmarks."""

@@ -1,0 +1,110 @@
+"""The messages a decode step sends: batch and dispatch sizes, each layout's collectives,
+message-size sweeps, bus-bandwidth factors and the latency/bandwidth fit."""
+
+from __future__ import annotations
+
+import math
+
+BYTES_PER_ELEMENT = 2  # activations travel in bf16
+
+
+# Messages up to this size give the small-message latency floor.
+LATENCY_FLOOR_BYTES = 65536
+
+
+def decode_batch(tokens_per_expert: int, model: dict) -> int:
+    """Return the tokens in one decode step that give each expert this many tokens on average."""
+    return max(1, tokens_per_expert * model["routed_experts"] // model["top_k"])
+
+
+def local_tokens(layout: dict, model: dict, tokens_per_expert: int) -> int:
+    """Return the tokens one rank holds: the batch split over ep ranks (data-parallel attention)."""
+    return -(-decode_batch(tokens_per_expert, model) // layout["ep"])
+
+
+def dispatch_rows(layout: dict, model: dict, tokens_per_expert: int) -> int:
+    """Return the rows one rank sends in an EP dispatch: local tokens x top_k, padded to ep."""
+    rows = local_tokens(layout, model, tokens_per_expert) * model["top_k"]
+    return -(-rows // layout["ep"]) * layout["ep"]
+
+
+def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dict]:
+    """Return the collectives of one decode step on one pipeline stage: kind, group size, bytes
+    per call and calls per step."""
+    hidden = model["hidden"] * BYTES_PER_ELEMENT
+    tokens = local_tokens(layout, model, tokens_per_expert)
+    layers_per_stage = -(-model["moe_layers"] // layout["pp"])
+    msgs = []
+    if layout["tp"] > 1:
+        # Attention output and MoE output are each all-reduced once per layer.
+        msgs.append(
+            {
+                "collective": "all_reduce",
+                "group": layout["tp"],
+                "bytes": tokens * hidden,
+                "per_step": 2 * layers_per_stage,
+            }
+        )
+    if layout["ep"] > 1:
+        # Dispatch and combine: each rank sends its tokens' hidden states to top_k experts.
+        msgs.append(
+            {
+                "collective": "all_to_all",
+                "group": layout["ep"],
+                "bytes": dispatch_rows(layout, model, tokens_per_expert) * hidden,
+                "per_step": 2 * layers_per_stage,
+            }
+        )
+    if layout["pp"] > 1:
+        # Each stage hands its activations to the next once per step; stages send concurrently.
+        msgs.append(
+            {
+                "collective": "send_recv",
+                "group": 2,
+                "bytes": tokens * hidden,
+                "per_step": 1,
+            }
+        )
+    return msgs
+
+
+def sweep_sizes(low: int, high: int, factor: int) -> list[int]:
+    """Return message sizes from low to high bytes, each `factor` times the previous."""
+    sizes, size = [], max(4, low)
+    while size <= high:
+        sizes.append(size)
+        if factor < 2:
+            break
+        size *= factor
+    return sizes
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """Return nccl-tests' bus-bandwidth factor for a collective over n ranks."""
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective == "all_to_all":
+        return (n - 1) / n
+    return 1.0
+
+
+def fit_alpha_beta(sizes: list[float], times_ms: list[float]) -> tuple[float, float]:
+    """Return (alpha ms, beta bytes/ms) of time = alpha + bytes / beta, fitted in relative error.
+
+    Each point is weighted by 1 / time, so a 4 KB message counts as much as a 256 MB one.
+    With a single size, alpha is its time and beta is infinite.
+    """
+    import numpy as np
+
+    x, y = np.asarray(sizes, float), np.asarray(times_ms, float)
+    if len(np.unique(x)) < 2:
+        return (float(y.mean()) if len(y) else math.nan), math.inf
+    w = 1.0 / np.maximum(y, 1e-12)
+    design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (alpha, slope), *_ = np.linalg.lstsq(design, y * w, rcond=None)
+    if slope <= 0:
+        return float(y.min()), math.inf
+    if alpha < 0:  # no latency term fits: bandwidth only, through the origin
+        slope = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+        alpha = 0.0
+    return float(alpha), 1.0 / float(slope)

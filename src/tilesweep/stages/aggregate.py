@@ -1,0 +1,192 @@
+"""Stage 5: join every result into the tables, the verdict and the reports (Markdown, HTML)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep import verdict
+from tilesweep.io import atomic_path, concat_tables, write_table, write_text
+from tilesweep.provenance import git_commit, package_version
+from tilesweep.report import html as report_html
+from tilesweep.report import markdown as report
+from tilesweep.stages import logged
+from tilesweep.tables import LAUNCH_COLUMNS
+
+INPUTS = ("launch", "decode", "collective", "layout")
+TABLES = ("launch", "decode", "collective", "verdict")
+PARQUET = tuple(f"{name}_parquet" for name in TABLES)
+PLOTS = tuple(f"plot_{name}" for name in report_html.FIGURES)
+OUTPUTS = ("launch", "decode", "collective", "verdict", "report", "html", *PARQUET, *PLOTS)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def launch_table(paths: list[str]) -> pd.DataFrame:
+    """Return the launch table: one row per kernel and target, with provenance columns."""
+    rows = [json.loads(Path(p).read_text()) for p in paths]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=LAUNCH_COLUMNS)
+    frame["device"] = "none: compiled on the host, checked against the target's table"
+    versions = {
+        "triton": f"triton {package_version('triton')}",
+        "cutlass": f"nvidia-cutlass {package_version('nvidia-cutlass')}",
+    }
+    frame["toolchain"] = frame["backend"].map(versions)
+    frame["commit"] = git_commit()
+    for col in LAUNCH_COLUMNS:
+        if col not in frame:
+            frame[col] = None
+    extra = [c for c in frame.columns if c not in LAUNCH_COLUMNS]
+    return (
+        frame[LAUNCH_COLUMNS + extra]
+        .sort_values(["backend", "target", "dtype", "tile_m", "tile_n", "tile_k", "epilogue"])
+        .reset_index(drop=True)
+    )
+
+
+def _measured_on(decode: pd.DataFrame) -> pd.Series:
+    """Return, per decode row, the conf/hardware name of the device that measured it."""
+    from tilesweep.measure.ceilings import catalog_name
+
+    return decode["device"].astype(str).map(lambda d: catalog_name(d) or "")
+
+
+def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
+    """Return (measured launch status, shared memory the device saw) for one kernel's rows."""
+    statuses = set(rows["status"].astype(str))
+    smem = rows["smem_runtime_bytes"].dropna() if "smem_runtime_bytes" in rows else []
+    seen = int(smem.iloc[0]) if len(smem) else None
+    if "ok" in statuses or "correctness" in statuses:
+        return "launched", seen
+    failed = rows[rows["status"] == "launch"]
+    if not failed.empty:
+        return f"failed: {failed['reason'].iloc[0]}", seen
+    return "not run", seen
+
+
+def attach_measured_launch(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
+    """Return the launch table with what a real launch on the benchmark device showed.
+
+    Where the decode benchmark ran a kernel on a device that is one of the targets (an H200
+    for the h200 rows), `measured_launch` says whether it launched (or the device's own error)
+    and `measured_smem_bytes` the shared memory the launch asked for: Triton's dynamic shared
+    memory as JIT-compiled on the device, or CUTLASS's SharedStorageSize in the SM90 program.
+    """
+    launch = launch.copy()
+    launch["measured_launch"] = None
+    launch["measured_smem_bytes"] = None
+    if decode.empty or "device" not in decode or "runner" not in decode:
+        return launch
+    decode = decode.assign(target=_measured_on(decode))
+    decode = decode[decode["target"] != ""]
+    for i, row in launch.iterrows():
+        here = decode[decode["target"] == row["target"]]
+        if row["backend"] == "triton":
+            rows = here[here["runner"] == f"triton:{row['kernel']}"]
+        elif (
+            row["backend"] == "cutlass"
+            and row["stages_requested"] == "auto"
+            and row["status"] == "ok"
+        ):  # the SM90 program uses the same schedule
+            tile = f"{row['tile_m']}x{row['tile_n']}x{row['tile_k']}"
+            rows = here[
+                (here["runner"] == f"cutlass:{tile}")
+                & (row["epilogue"] == "default")
+                & (here["dtype"] == row["dtype"])
+            ]
+        else:
+            continue
+        if not rows.empty:
+            launch.at[i, "measured_launch"], launch.at[i, "measured_smem_bytes"] = _launch_outcome(
+                rows
+            )
+    return launch
+
+
+def arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return a copy in which every column of mixed Python types is text, so Parquet accepts it."""
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype != object:
+            continue
+        kinds = {type(v) for v in out[col].dropna()}
+        if len(kinds) > 1:
+            out[col] = out[col].map(lambda v: v if v is None or v != v else str(v))
+    return out
+
+
+def measured_when(paths: list[str]) -> str | None:
+    """Return when the files were written, 'YYYY-MM-DD HH:MM UTC' or a range; None if none."""
+    times = [os.path.getmtime(p) for p in paths if os.path.exists(p)]
+    if not times:
+        return None
+
+    def stamp(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+    first, last = stamp(min(times)), stamp(max(times))
+    return f"{first} UTC" if first == last else f"{first} to {last} UTC"
+
+
+def write_png(path: str, data: bytes) -> None:
+    """Write PNG bytes atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def aggregate_results(
+    settings_json: str, inputs: dict, outputs: dict, log_path: str | None = None
+) -> None:
+    """Write the tables (CSV and Parquet), the figures and the Markdown and HTML reports.
+
+    Outputs named in OUTPUTS beyond the first five are optional: a caller running the step
+    outside Snakemake may leave out Parquet, figure and HTML paths.
+    """
+    settings = json.loads(settings_json)
+    with logged(log_path) as log:
+        launch = launch_table(list(inputs["launch"]))
+        decode = concat_tables(list(inputs["decode"]))
+        launch = attach_measured_launch(launch, decode)
+        collective = concat_tables(list(inputs["collective"]))
+        steps = concat_tables(list(inputs["layout"]))
+        table = verdict.verdict_table(settings, decode, collective, steps)
+        log.info(
+            "launch %d rows, decode %d, collective %d, verdict %d",
+            len(launch),
+            len(decode),
+            len(collective),
+            len(table),
+        )
+        provenance = {
+            "commit": git_commit(str(PACKAGE_DIR)),
+            "triton": package_version("triton"),
+            "torch": package_version("torch"),
+            "nvidia-cutlass": package_version("nvidia-cutlass"),
+            "measured": {
+                name: when
+                for name in ("launch", "decode", "collective", "layout")
+                if (when := measured_when(list(inputs.get(name, []))))
+            },
+        }
+        text = report.render(settings, launch, decode, collective, table, provenance)
+        images = report_html.figures(launch, decode, collective, table)
+        page = report_html.render(
+            settings, launch, decode, collective, table, provenance, images=images
+        )
+        log.info("html report %d bytes, %d figures", len(page), len(images))
+    frames = {"launch": launch, "decode": decode, "collective": collective, "verdict": table}
+    for name, frame in frames.items():
+        write_table(outputs[name], frame)
+        if outputs.get(f"{name}_parquet"):
+            write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
+    for name, data in images.items():
+        if outputs.get(f"plot_{name}"):
+            write_png(outputs[f"plot_{name}"], data)
+    write_text(outputs["report"], text)
+    if outputs.get("html"):
+        write_text(outputs["html"], page)
