@@ -37,6 +37,9 @@ TOOLCHAIN = toolchain_key()
 ALL_CORES = 4096
 # GPU benchmarks never share a GPU: cap the `gpu` resource at the GPUs present unless the user
 # (or a cluster profile) set it.
+# The settings the power loads read (the rest of the config does not rerun them).
+POWER_BENCH_KEYS = ("power_seconds", "power_period_s")
+POWER_MODEL_KEYS = ("hidden", "moe_intermediate", "routed_experts")
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", GPUS)
 
@@ -47,6 +50,7 @@ include: "workflow/rules/decode.smk"
 include: "workflow/rules/tune.smk"
 include: "workflow/rules/collective.smk"
 include: "workflow/rules/layout.smk"
+include: "workflow/rules/power.smk"
 include: "workflow/rules/aggregate.smk"
 
 
@@ -55,3 +59,4 @@ rule all:
     input:
         SWEEP.final_outputs(),
         SWEEP.tuned_outputs(DEVICE),
+        f"{R}/power/power.csv",

@@ -63,6 +63,8 @@ _SCHEMA: dict[str, Any] = {
     "bench.layout_runner": str,
     "bench.layout_power_seconds": (int, float),
     "bench.layout_timeout_s": (int, float),
+    "bench.power_seconds": (int, float),
+    "bench.power_period_s": (int, float),
 }
 
 HARDWARE_KEYS: dict[str, Any] = {
@@ -316,7 +318,7 @@ def _check_bench(bench: dict) -> None:
     for key, low in minimums.items():
         if bench[key] < low:
             raise ConfigError(f"bench.{key}={bench[key]}: must be at least {low}")
-    for key in ("kernel_timeout_s", "layout_timeout_s"):
+    for key in ("kernel_timeout_s", "layout_timeout_s", "power_seconds", "power_period_s"):
         if bench[key] <= 0:
             raise ConfigError(f"bench.{key}={bench[key]}: must be more than 0 seconds")
     if bench["zipf_alpha"] <= 0:

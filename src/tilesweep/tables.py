@@ -39,3 +39,28 @@ LAUNCH_COLUMNS = [
     "toolchain",
     "commit",
 ]
+
+# The power table (results/power/power.csv): one row per sustained load.
+POWER_COLUMNS = [
+    "load",
+    "expected_bound",
+    "status",
+    "reason",
+    "seconds",
+    "power_samples",
+    "sample_hz",
+    "power_limit_w",
+    "power_w_median",
+    "power_w_p10",
+    "power_w_p90",
+    "power_frac_median",
+    "power_frac_p10",
+    "power_frac_p90",
+    "sm_clock_mhz_median",
+    "throttled_frac",
+    "achieved",
+    "achieved_unit",
+    "message_bytes",
+    "device",
+    "source",
+]

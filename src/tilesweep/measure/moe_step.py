@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilesweep.measure.process_group import SAFE_NCCL_ENV, _free_port, init_rank
+from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
 from tilesweep.plan.messages import dispatch_rows, local_tokens
 from tilesweep.plan.sharding import (
     ELEMENT_BYTES,
@@ -379,7 +379,7 @@ def run_layout(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dic
         # CUDA cannot be forked, so GPU ranks are spawned.
         ctx = mp.start_processes(
             _worker,
-            args=(world, _free_port(), spec, cuda, tmp),
+            args=(world, free_port(), spec, cuda, tmp),
             nprocs=world,
             join=False,
             start_method="spawn" if cuda else "fork",

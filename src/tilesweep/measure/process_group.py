@@ -22,7 +22,7 @@ SMALL_MESSAGE_BYTES = 1 << 20
 SMALL_MESSAGE_CALLS = 20
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """Return a free TCP port on the loopback interface."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,7 +137,7 @@ def run_plan(plan: list[dict], world: int, repeats: int, warmup: int, cuda: bool
         # CUDA cannot be forked, so GPU ranks are spawned.
         mp.start_processes(
             _worker,
-            args=(world, _free_port(), plan, repeats, warmup, cuda, out),
+            args=(world, free_port(), plan, repeats, warmup, cuda, out),
             nprocs=world,
             join=True,
             start_method="spawn" if cuda else "fork",

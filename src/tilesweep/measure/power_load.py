@@ -1,0 +1,211 @@
+"""Sustained loads for the power evidence: each runs for a few seconds on the device at hand while
+NVML samples its power, so a power reading can be set against the bound that drew it.
+
+Loads (GPU only; a CPU machine has no NVML power to read):
+- `idle`: nothing launched;
+- `decode_gemm`: a bf16 decode GEMM (16 tokens against a weight larger than L2): memory-bound;
+- `math_gemm`: a large square bf16 GEMM: math-bound;
+- `launch_loop`: tiny element-wise kernels launched one by one: bound by launch overhead;
+- `allreduce_small`: NCCL all-reduce of a decode-sized message in a loop: latency-bound;
+- `allreduce_large`: NCCL all-reduce of 256 MiB: bound by interconnect bandwidth.
+The two all-reduce loads need two GPUs; with fewer they are rows that say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tilesweep.measure.timing import PowerSampler
+
+# What each load is built to be bound by (the row's `expected_bound`).
+LOADS = {
+    "idle": "idle",
+    "decode_gemm": "memory",
+    "math_gemm": "math",
+    "launch_loop": "launch",
+    "allreduce_small": "communication latency",
+    "allreduce_large": "communication bandwidth",
+}
+COLLECTIVE_LOADS = ("allreduce_small", "allreduce_large")
+DECODE_TOKENS = 16  # rows of the decode GEMM and of the small all-reduce message
+SMALL_MESSAGE_TOKENS = 16
+LARGE_MESSAGE_BYTES = 256 << 20
+
+
+def quantiles(values: list[float]) -> dict:
+    """Return median, p10 and p90 of a list (NaN-free), or Nones when it is empty."""
+    if not values:
+        return {"median": None, "p10": None, "p90": None}
+    ordered = sorted(values)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+    return {"median": statistics.median(ordered), "p10": pct(0.1), "p90": pct(0.9)}
+
+
+def sample_row(sampler: PowerSampler, seconds: float) -> dict:
+    """Return a load's power columns from its sampler: median/p10/p90 watts and fraction of the
+    enforced limit, SM clock, throttled share, sample count and rate."""
+    power = [s[0] for s in sampler.samples]
+    q = quantiles(power)
+    limit = sampler.limit_w
+    row = {
+        "power_samples": len(power),
+        "sample_hz": round(len(power) / seconds, 1) if seconds > 0 else None,
+        "power_limit_w": limit,
+        "power_w_median": q["median"],
+        "power_w_p10": q["p10"],
+        "power_w_p90": q["p90"],
+        "sm_clock_mhz_median": quantiles([s[1] for s in sampler.samples])["median"],
+        "throttled_frac": (
+            round(sum(1 for s in sampler.samples if s[2]) / len(power), 3) if power else None
+        ),
+    }
+    for key in ("median", "p10", "p90"):
+        row[f"power_frac_{key}"] = round(q[key] / limit, 4) if limit and q[key] else None
+    return row
+
+
+def sustain(step: Callable[[], object], seconds: float, sync: Callable[[], None]) -> tuple:
+    """Run `step` back to back for `seconds` (checked between calls); return (calls, elapsed s)."""
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+        if calls % 8 == 0:
+            sync()
+    sync()
+    return calls, time.perf_counter() - start
+
+
+def _graph(torch, fn: Callable[[], object], reps: int):
+    """Return a CUDA graph replaying `fn` reps times (one replay = reps calls)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    return graph
+
+
+def single_gpu_loads(model: dict, seconds: float, period_s: float) -> list[dict]:
+    """Return one measured row per single-GPU load (idle, decode GEMM, math GEMM, launch loop)."""
+    import torch
+
+    dev = torch.device("cuda")
+    sync = torch.cuda.synchronize
+    gen = torch.Generator(device=dev).manual_seed(0)
+    hidden = model["hidden"]
+    # The decode GEMM's weight: every expert of a layer's gate/up side by side, well past L2.
+    n = 2 * model["moe_intermediate"] * min(model["routed_experts"], 64)
+    x = torch.randn(DECODE_TOKENS, hidden, device=dev, generator=gen, dtype=torch.bfloat16)
+    w = torch.randn(n, hidden, device=dev, generator=gen, dtype=torch.bfloat16)
+    y = torch.empty(DECODE_TOKENS, n, device=dev, dtype=torch.bfloat16)
+    big = torch.randn(8192, 8192, device=dev, generator=gen, dtype=torch.bfloat16)
+    out = torch.empty_like(big)
+    tiny = torch.ones(1, device=dev)
+    reps = 10
+    decode = _graph(torch, lambda: torch.matmul(x, w.t(), out=y), reps)
+    math = _graph(torch, lambda: torch.matmul(big, big, out=out), reps)
+    plans = {
+        "idle": (lambda: time.sleep(0.05), None),
+        "decode_gemm": (
+            decode.replay,
+            ("GB/s", reps * (w.numel() * 2 + x.numel() * 2 + y.numel() * 2) / 1e9),
+        ),
+        "math_gemm": (math.replay, ("TFLOP/s", reps * 2 * 8192**3 / 1e12)),
+        "launch_loop": (lambda: tiny.add_(1), ("kernels/s", 1.0)),
+    }
+    rows = []
+    for name, (step, metric) in plans.items():
+        sustain(step, min(0.5, seconds), sync)  # warm up: clocks and caches settle
+        with PowerSampler(torch.cuda.current_device(), period_s) as sampler:
+            calls, elapsed = sustain(step, seconds, sync)
+        row = {"load": name, "expected_bound": LOADS[name], "seconds": round(elapsed, 2)}
+        if metric is not None:
+            unit, per_call = metric
+            row.update({"achieved": calls * per_call / elapsed, "achieved_unit": unit})
+        rows.append({**row, **sample_row(sampler, elapsed), "status": "ok", "reason": ""})
+    return rows
+
+
+def _collective_worker(rank: int, world: int, port: int, spec: dict, out_path: str) -> None:
+    """Run the two all-reduce loads on one rank; rank 0 samples its GPU and writes the rows."""
+    from tilesweep.measure.process_group import init_rank
+
+    torch, dist = init_rank(rank, world, port, True)
+    sync = torch.cuda.synchronize
+    small = torch.randn(SMALL_MESSAGE_TOKENS * spec["hidden"], device="cuda", dtype=torch.bfloat16)
+    large = torch.randn(LARGE_MESSAGE_BYTES // 2, device="cuda", dtype=torch.bfloat16)
+    rows = []
+    for name, tensor in (("allreduce_small", small), ("allreduce_large", large)):
+        step = lambda t=tensor: dist.all_reduce(t)  # noqa: E731 (bound per load)
+        sustain(step, min(0.5, spec["seconds"]), sync)
+        dist.barrier()
+        sampler = PowerSampler(rank, spec["period_s"]) if rank == 0 else None
+        if sampler:
+            sampler.__enter__()
+        calls, elapsed = sustain(step, spec["seconds"], sync)
+        if sampler:
+            sampler.__exit__(None, None, None)
+        dist.barrier()
+        nbytes = tensor.numel() * 2
+        bus = 2 * (world - 1) / world * nbytes * calls / elapsed / 1e9
+        if rank == 0:
+            rows.append(
+                {
+                    "load": name,
+                    "expected_bound": LOADS[name],
+                    "seconds": round(elapsed, 2),
+                    "message_bytes": nbytes,
+                    "achieved": bus,
+                    "achieved_unit": "bus GB/s",
+                    **sample_row(sampler, elapsed),
+                    "status": "ok",
+                    "reason": "",
+                }
+            )
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(rows))
+
+
+def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) -> list[dict]:
+    """Return the all-reduce loads' rows over two GPUs, or rows saying why they did not run."""
+    if gpus < 2:
+        return [
+            {
+                "load": name,
+                "expected_bound": LOADS[name],
+                "status": "unsupported",
+                "reason": f"needs 2 GPUs; this machine has {gpus}",
+            }
+            for name in COLLECTIVE_LOADS
+        ]
+    import torch.multiprocessing as mp
+
+    from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port
+
+    os.environ.update(SAFE_NCCL_ENV)
+    spec = {"hidden": model["hidden"], "seconds": seconds, "period_s": period_s}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "rows.json")
+        mp.start_processes(
+            _collective_worker,
+            args=(2, free_port(), spec, out),
+            nprocs=2,
+            join=True,
+            start_method="spawn",
+        )
+        return json.loads(Path(out).read_text())
