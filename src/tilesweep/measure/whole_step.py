@@ -1,0 +1,468 @@
+"""A measured whole decode step of a depth-reduced model, one process per device.
+
+Every layer type runs at full width: per pipeline stage `dense_layers` dense layers and
+`moe_layers` MoE layers, each with its attention reading a real KV cache of `context_len` tokens
+per sequence; the first stage embeds the tokens, the last applies the final norm and the LM head
+and picks the next token. Batch = concurrent sequences, each producing one token per step.
+
+- Attention: MLA in its absorbed decode form (queries through the low-rank path, keys and values
+  from the cached latent), with the DSA indexer where the model has one (an index key cached per
+  token, scored over the whole context, then attention over the `index_topk` best tokens); GQA
+  otherwise. The attention itself is torch's scaled_dot_product_attention (a fused kernel on a
+  GPU) over the cache.
+- TP splits attention heads, the dense FFN and each expert's width, with an all-reduce after the
+  attention and after the FFN or MoE; the MLA latent cache is replicated on the TP ranks. EP runs
+  attention data-parallel (each EP rank holds batch/ep sequences) and splits the experts, with an
+  all-to-all dispatch and combine. The LM head is split over the vocabulary under TP.
+- PP: the batch is split into `pp` micro-batches; in each slot every stage runs one micro-batch,
+  then hands its activations to the next stage while the last stage hands the picked tokens back
+  to the first (a ring), so the pipeline is full from the first slot. One decode step is `pp`
+  slots: every sequence gets one token; a token's latency is also `pp` slots.
+- Routing is balanced (every expert gets the same rows), so the step matches its batch; the router
+  is still computed.
+
+A step is timed whole (device events around `pp` slots after a barrier; the slowest rank's time),
+p10/p50/p90 over repeats; separate repeats time each part for the breakdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from tilesweep.measure.moe_step import _Clock, _fill
+from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
+from tilesweep.plan.sharding import coords, group_ranks
+
+ELEMENT_BYTES = 2  # the measured step runs bf16 weights, activations and cache
+
+
+def local_sequences(batch: int, layout: dict) -> int:
+    """Return the sequences one rank holds: the batch split over EP ranks (DP attention)."""
+    return -(-batch // layout["ep"])
+
+
+def micro_batches(batch: int, layout: dict) -> list[int]:
+    """Return the sequences of each micro-batch on one rank: its sequences split into pp parts."""
+    local, pp = local_sequences(batch, layout), layout["pp"]
+    base, extra = divmod(local, pp)
+    return [base + (1 if i < extra else 0) for i in range(pp)]
+
+
+def cache_bytes_per_sequence(model: dict, layout: dict, context_len: int, layers: int) -> int:
+    """Return the KV-cache bytes one sequence takes on one rank over `layers` layers."""
+    att = model["attention"]
+    if att["kind"] == "mla":
+        per_token = att["kv_lora_rank"] + att["qk_rope_head_dim"] + att.get("index_head_dim", 0)
+    else:
+        per_token = 2 * max(1, att["kv_heads"] // layout["tp"]) * att["head_dim"]
+    return per_token * context_len * layers * ELEMENT_BYTES
+
+
+def _random(torch, shape: tuple, device, gen):
+    """Return a bf16 tensor of this shape filled with random values (empty shapes allowed)."""
+    out = torch.empty(*shape, dtype=torch.bfloat16, device=device)
+    return _fill(out, gen, 1.0) if out.numel() else out
+
+
+def _rms(torch, x, w):
+    """Return RMS-normalised x times w."""
+    var = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(var + 1e-6)).to(x.dtype) * w
+
+
+class _StepRank:
+    """One rank's share of the reduced model, its caches and buffers; runs and times steps."""
+
+    def __init__(self, torch, dist, rank: int, spec: dict, cuda: bool):
+        self.torch, self.dist, self.rank, self.cuda = torch, dist, rank, cuda
+        self.layout, self.model, self.step_spec = spec["layout"], spec["model"], spec["step"]
+        self.device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+        self.at = coords(rank, self.layout)
+        self.first, self.last = self.at["stage"] == 0, self.at["stage"] == self.layout["pp"] - 1
+        self.tp_group = self.ep_group = None
+        self.tp_ranks: list[int] = [rank]
+        for kind, lists in group_ranks(self.layout).items():
+            for ranks in lists:
+                if len(ranks) < 2:
+                    continue
+                group = dist.new_group(ranks)  # every rank creates every group, in one order
+                if rank in ranks:
+                    setattr(self, f"{kind}_group", group)
+                    if kind == "tp":
+                        self.tp_ranks = ranks
+        self.gen = torch.Generator().manual_seed(self.step_spec["seed"] + 1 + rank)
+        self.shared_gen = torch.Generator().manual_seed(self.step_spec["seed"])
+        self._weights()
+
+    def _w(self, *shape, k: int, shared: bool = False):
+        """Return a bf16 weight of this shape, random with scale 1/sqrt(k)."""
+        torch = self.torch
+        source = self.shared_gen if shared else self.gen
+        return _fill(torch.empty(*shape, dtype=torch.bfloat16, device=self.device), source, k**-0.5)
+
+    def _ones(self, n: int):
+        return self.torch.ones(n, dtype=self.torch.bfloat16, device=self.device)
+
+    def _attention_weights(self) -> dict:
+        m, tp = self.model, self.layout["tp"]
+        a, hidden = m["attention"], m["hidden"]
+        heads = max(1, a["heads"] // tp)
+        if a["kind"] == "mla":
+            nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
+            w = {
+                "q_a": self._w(a["q_lora_rank"], hidden, k=hidden),
+                "q_norm": self._ones(a["q_lora_rank"]),
+                "q_b": self._w(heads * (nope + rope), a["q_lora_rank"], k=a["q_lora_rank"]),
+                "kv_a": self._w(lat + rope, hidden, k=hidden),
+                "uk": self._w(heads, nope, lat, k=nope),
+                "uv": self._w(heads, lat, a["v_head_dim"], k=lat),
+                "o": self._w(hidden, heads * a["v_head_dim"], k=heads * a["v_head_dim"]),
+            }
+            if a.get("index_topk"):
+                w["iq"] = self._w(a["index_n_heads"] * a["index_head_dim"], a["q_lora_rank"], k=1)
+                w["ik"] = self._w(a["index_head_dim"], hidden, k=hidden)
+                w["iw"] = self._w(a["index_n_heads"], hidden, k=hidden)
+            return w
+        kv_heads, hd = max(1, a["kv_heads"] // tp), a["head_dim"]
+        return {
+            "qkv": self._w((heads + 2 * kv_heads) * hd, hidden, k=hidden),
+            "o": self._w(hidden, heads * hd, k=heads * hd),
+        }
+
+    def _weights(self) -> None:
+        m, layout, s = self.model, self.layout, self.step_spec
+        hidden, tp, ep = m["hidden"], layout["tp"], layout["ep"]
+        self.layers = []
+        kinds = ["dense"] * s["dense_layers"] + ["moe"] * s["moe_layers"]
+        for kind in kinds:
+            layer = {"kind": kind, "norm1": self._ones(hidden), "norm2": self._ones(hidden)}
+            layer["attn"] = self._attention_weights()
+            if kind == "dense":
+                inter = m["dense_intermediate"] // tp
+                layer["gate_up"] = self._w(2 * inter, hidden, k=hidden)
+                layer["down"] = self._w(hidden, inter, k=inter)
+            else:
+                inter, experts = m["moe_intermediate"] // tp, m["routed_experts"] // ep
+                layer["router"] = self._w(m["routed_experts"], hidden, k=hidden, shared=True)
+                layer["e_gate_up"] = self._w(experts, 2 * inter, hidden, k=hidden)
+                layer["e_down"] = self._w(experts, hidden, inter, k=inter)
+                shared = m["shared_experts"] * m["moe_intermediate"] // tp
+                if shared:
+                    layer["s_gate_up"] = self._w(2 * shared, hidden, k=hidden)
+                    layer["s_down"] = self._w(hidden, shared, k=shared)
+            self.layers.append(layer)
+        if self.first:
+            self.embed = self._w(m["vocab"], hidden, k=1, shared=True)
+        if self.last:
+            self.final_norm = self._ones(hidden)
+            self.lm_head = self._w(-(-m["vocab"] // tp), hidden, k=hidden)
+
+    def _micro_batch(self, n: int) -> dict:
+        """Return the buffers and caches of one micro-batch of n sequences."""
+        from tilesweep.measure.gemm_case import Problem, baseline_runner
+
+        torch, m, layout, dev = self.torch, self.model, self.layout, self.device
+        a, ctx, hidden = m["attention"], self.step_spec["context_len"], m["hidden"]
+        bf16 = torch.bfloat16
+        mb = {"n": n, "ids": torch.randint(0, m["vocab"], (n,), device=dev)}
+        mb["x"] = torch.empty(n, hidden, dtype=bf16, device=dev)
+        mb["h_in"] = _random(torch, (n, hidden), dev, self.gen)
+        mb["caches"] = []
+        for _ in self.layers:
+            if a["kind"] == "mla":
+                shapes = {"lat": (n, ctx, a["kv_lora_rank"] + a["qk_rope_head_dim"])}
+                if a.get("index_topk"):
+                    shapes["idx"] = (n, ctx, a["index_head_dim"])
+            else:
+                kvh = max(1, a["kv_heads"] // layout["tp"])
+                shapes = {"k": (n, kvh, ctx, a["head_dim"]), "v": (n, kvh, ctx, a["head_dim"])}
+            cache = {key: _random(torch, shape, dev, self.gen) for key, shape in shapes.items()}
+            mb["caches"].append(cache)
+        if any(layer["kind"] == "moe" for layer in self.layers):
+            ep, top_k = layout["ep"], m["top_k"]
+            experts = m["routed_experts"] // ep
+            top = n * top_k
+            slots = -(-top // ep) * ep
+            perm = torch.zeros(slots, dtype=torch.long)
+            perm[:top] = torch.arange(top) // top_k
+            base, extra = divmod(slots, experts)  # rows each local expert receives: balanced
+            counts = [base + (1 if e < extra else 0) for e in range(experts)]
+            offsets = [0]
+            for c in counts:
+                offsets.append(offsets[-1] + c)
+            inter = m["moe_intermediate"] // layout["tp"]
+            mb.update(
+                perm=perm.to(dev),
+                top=top,
+                wflat=torch.zeros(slots, dtype=bf16, device=dev),
+                send=torch.empty(slots, hidden, dtype=bf16, device=dev),
+                gu=torch.empty(slots, 2 * inter, dtype=bf16, device=dev),
+                act=torch.empty(slots, inter, dtype=bf16, device=dev),
+                expert_out=torch.zeros(slots, hidden, dtype=bf16, device=dev),
+            )
+            mb["recv"] = torch.empty_like(mb["send"]) if ep > 1 else mb["send"]
+            mb["back"] = torch.empty_like(mb["expert_out"]) if ep > 1 else mb["expert_out"]
+            mb["run"] = baseline_runner(self.step_spec["runner"], counts, "bf16")
+            ones = torch.ones(max(slots, 1), device=dev)
+            mb["problems"] = [
+                (
+                    Problem(mb["recv"], layer["e_gate_up"], mb["gu"], ones, None, offsets),
+                    Problem(mb["act"], layer["e_down"], mb["expert_out"], ones, None, offsets),
+                )
+                if layer["kind"] == "moe"
+                else None
+                for layer in self.layers
+            ]
+        return mb
+
+    def _all_reduce(self, x, clock: _Clock, name: str) -> None:
+        if self.tp_group is not None:
+            with clock.part(name):
+                self.dist.all_reduce(x, group=self.tp_group)
+
+    def _attention(self, x, w: dict, cache: dict, clock: _Clock):
+        """Return the attention output of one decode token per sequence over its cache."""
+        torch, a = self.torch, self.model["attention"]
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        n = x.shape[0]
+        if a["kind"] == "mla":
+            nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
+            heads = w["uk"].shape[0]
+            with clock.part("attn_proj"):
+                q_lat = _rms(torch, x @ w["q_a"].t(), w["q_norm"])
+                q = (q_lat @ w["q_b"].t()).view(n, heads, nope + rope)
+                cache["lat"][:, -1].copy_(x @ w["kv_a"].t())  # this token's latent and rope key
+                q_abs = torch.einsum("nhd,hdc->nhc", q[..., :nope], w["uk"])
+                query = torch.cat([q_abs, q[..., nope:]], dim=-1)
+            keys = cache["lat"]
+            if "iq" in w:
+                with clock.part("attn_index"):
+                    cache["idx"][:, -1].copy_(x @ w["ik"].t())
+                    iq = (q_lat @ w["iq"].t()).view(n, a["index_n_heads"], a["index_head_dim"])
+                    scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
+                    weights = (x @ w["iw"].t()).unsqueeze(-1)
+                    total = (scores * weights).sum(1)
+                    k = min(a["index_topk"], keys.shape[1])
+                    top = total.topk(k, dim=-1).indices
+                    keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
+            with clock.part("attn_core"):
+                out = sdpa(
+                    query.unsqueeze(2),  # n, heads, 1, lat + rope
+                    keys.unsqueeze(1),  # n, 1, ctx, lat + rope: one latent head for all
+                    keys[..., :lat].unsqueeze(1),
+                    scale=(nope + rope) ** -0.5,
+                    enable_gqa=True,
+                ).squeeze(2)
+            with clock.part("attn_out"):
+                o = torch.einsum("nhc,hcv->nhv", out, w["uv"]).reshape(n, -1)
+                return o @ w["o"].t()
+        hd = a["head_dim"]
+        kvh = cache["k"].shape[1]
+        heads = w["qkv"].shape[0] // hd - 2 * kvh
+        with clock.part("attn_proj"):
+            qkv = (x @ w["qkv"].t()).view(n, heads + 2 * kvh, hd)
+            cache["k"][:, :, -1].copy_(qkv[:, heads : heads + kvh])
+            cache["v"][:, :, -1].copy_(qkv[:, heads + kvh :])
+        with clock.part("attn_core"):
+            out = sdpa(qkv[:, :heads].unsqueeze(2), cache["k"], cache["v"], enable_gqa=True)
+        with clock.part("attn_out"):
+            return out.reshape(n, heads * hd) @ w["o"].t()
+
+    def _ffn(self, x, layer: dict, mb: dict, index: int, clock: _Clock):
+        """Return the dense FFN or MoE output for x (before the TP all-reduce)."""
+        torch, dist = self.torch, self.dist
+        silu = torch.nn.functional.silu
+        if layer["kind"] == "dense":
+            with clock.part("dense_mlp"):
+                gu = x @ layer["gate_up"].t()
+                half = gu.shape[1] // 2
+                return (silu(gu[:, :half]) * gu[:, half:]) @ layer["down"].t()
+        with clock.part("router"):
+            logits = x @ layer["router"].t()
+            top_w, _ = logits.topk(self.model["top_k"], dim=1)
+            mb["wflat"][: mb["top"]].copy_(torch.softmax(top_w.float(), dim=1).view(-1))
+        with clock.part("permute"):
+            torch.index_select(x, 0, mb["perm"], out=mb["send"])
+        if self.ep_group is not None:
+            with clock.part("dispatch"):
+                dist.all_to_all_single(mb["recv"], mb["send"], group=self.ep_group)
+        p_gu, p_dn = mb["problems"][index]
+        with clock.part("expert_gemms"):
+            mb["run"](p_gu)
+            half = mb["gu"].shape[1] // 2
+            torch.mul(silu(mb["gu"][:, :half]), mb["gu"][:, half:], out=mb["act"])
+            mb["run"](p_dn)
+        if self.ep_group is not None:
+            with clock.part("combine"):
+                dist.all_to_all_single(mb["back"], mb["expert_out"], group=self.ep_group)
+        with clock.part("combine_sum"):
+            mb["back"].mul_(mb["wflat"][:, None])
+            out = torch.zeros_like(x)
+            out.index_add_(0, mb["perm"], mb["back"])
+        if "s_gate_up" in layer:
+            with clock.part("shared_expert"):
+                gu = x @ layer["s_gate_up"].t()
+                half = gu.shape[1] // 2
+                out.addmm_(silu(gu[:, :half]) * gu[:, half:], layer["s_down"].t())
+        return out
+
+    def compute(self, mb: dict, clock: _Clock) -> None:
+        """Run this stage's layers on one micro-batch: embedding first, LM head last."""
+        torch = self.torch
+        if mb["n"] == 0:
+            return
+        h = mb["x"]
+        if self.first:
+            with clock.part("embedding"):
+                torch.index_select(self.embed, 0, mb["ids"], out=h)
+        else:
+            h.copy_(mb["h_in"])
+        for index, (layer, cache) in enumerate(zip(self.layers, mb["caches"], strict=True)):
+            with clock.part("norms"):
+                xn = _rms(torch, h, layer["norm1"])
+            attn = self._attention(xn, layer["attn"], cache, clock)
+            self._all_reduce(attn, clock, "attn_all_reduce")
+            h.add_(attn)
+            with clock.part("norms"):
+                xn = _rms(torch, h, layer["norm2"])
+            out = self._ffn(xn, layer, mb, index, clock)
+            self._all_reduce(out, clock, "ffn_all_reduce")
+            h.add_(out)
+        if self.last:
+            with clock.part("lm_head"):
+                logits = _rms(torch, h, self.final_norm) @ self.lm_head.t()
+                best, ids = logits.float().max(dim=1)
+                ids += self.at["tp_index"] * self.lm_head.shape[0]
+            if self.tp_group is not None:
+                with clock.part("lm_head_gather"):
+                    both = torch.stack([best, ids.float()])
+                    gathered = [torch.empty_like(both) for _ in self.tp_ranks]
+                    self.dist.all_gather(gathered, both, group=self.tp_group)
+                    stacked = torch.stack(gathered)  # tp, 2, n
+                    ids = stacked[:, 1].gather(0, stacked[:, 0].argmax(0, keepdim=True))[0].long()
+            mb["ids"].copy_(ids.clamp_(0, self.model["vocab"] - 1))
+
+    def _hand_on(self, sent: dict, received: dict) -> None:
+        """Ring hand-off after a slot: activations to the next stage, tokens from last to first."""
+        dist, layout = self.dist, self.layout
+        pp, per_stage, stage = layout["pp"], layout["tp"] * layout["ep"], self.at["stage"]
+        nxt = self.rank + per_stage if stage < pp - 1 else self.rank - (pp - 1) * per_stage
+        prv = self.rank - per_stage if stage > 0 else self.rank + (pp - 1) * per_stage
+        out = sent["ids"] if self.last else sent["x"]
+        into = received["ids"] if self.first else received["h_in"]
+        if out.shape[0] == 0 and into.shape[0] == 0:
+            return
+        ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, into, prv)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+    def one_step(self, mbs: list[dict], slot: int, clock: _Clock) -> int:
+        """Run the pp slots of one decode step from `slot`; return the next slot."""
+        pp, stage = self.layout["pp"], self.at["stage"]
+        for _ in range(pp):
+            here = mbs[(slot - stage) % pp]
+            self.compute(here, clock)
+            if pp > 1:
+                with clock.part("pp_send_recv"):
+                    self._hand_on(here, mbs[(slot + 1 - stage) % pp])
+            slot += 1
+        return slot
+
+    def _sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        self.dist.barrier()
+
+    def run_batch(self, batch: int, warmup: int, repeats: int) -> dict:
+        """Return whole-step times (the slowest rank's), part times and a finiteness check."""
+        torch = self.torch
+        mbs = [self._micro_batch(n) for n in micro_batches(batch, self.layout)]
+        quiet, parts = _Clock(torch, self.cuda, record=False), _Clock(torch, self.cuda)
+        slot = 0
+        for _ in range(warmup):
+            self._sync()
+            slot = self.one_step(mbs, slot, quiet)
+        whole = []
+        for _ in range(repeats):
+            self._sync()
+            if self.cuda:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                slot = self.one_step(mbs, slot, quiet)
+                end.record()
+                end.synchronize()
+                whole.append(start.elapsed_time(end))
+            else:
+                began = time.perf_counter()
+                slot = self.one_step(mbs, slot, quiet)
+                whole.append((time.perf_counter() - began) * 1e3)
+        slowest = torch.tensor(whole, dtype=torch.float64, device=self.device)
+        self.dist.all_reduce(slowest, op=self.dist.ReduceOp.MAX)
+        part_samples = []
+        for _ in range(repeats):
+            self._sync()
+            slot = self.one_step(mbs, slot, parts)
+            part_samples.append(parts.collect())
+        finite = all(bool(torch.isfinite(mb["x"]).all().item()) for mb in mbs)
+        return {
+            "batch": batch,
+            "micro_batches": [mb["n"] for mb in mbs],
+            "whole_ms": slowest.tolist(),
+            "parts": part_samples,
+            "finite": finite,
+        }
+
+
+def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: str) -> None:
+    """Run every batch of the spec on one rank; write this rank's results as JSON."""
+    torch, dist = init_rank(rank, world, port, cuda)
+    try:
+        me = _StepRank(torch, dist, rank, spec, cuda)
+        step = spec["step"]
+        batches = [me.run_batch(b, step["warmup"], step["repeats"]) for b in step["batches"]]
+        result = {"rank": rank, **me.at, "batches": batches}
+        me._sync()
+    finally:
+        dist.destroy_process_group()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
+    """Return every rank's results for the spec's batches, run over `world` processes.
+
+    Raises TimeoutError (after killing the ranks) when they run past timeout_s, and
+    torch.multiprocessing's ProcessRaisedException when a rank fails.
+    """
+    import torch.multiprocessing as mp
+
+    os.environ.update(SAFE_NCCL_ENV)
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.start_processes(
+            _worker,
+            args=(world, free_port(), spec, cuda, tmp),
+            nprocs=world,
+            join=False,
+            start_method="spawn" if cuda else "fork",
+        )
+        deadline = time.monotonic() + timeout_s
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                raise TimeoutError(f"whole step ran past {timeout_s:.0f} s; its ranks were killed")
+        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Return the q-quantile (0..1) of values by nearest rank; NaN for none."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]

@@ -1,0 +1,101 @@
+"""The measured whole decode step: every layer type, every layout, on the CPU over gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilesweep.measure import whole_step
+
+MLA = {
+    "kind": "mla",
+    "heads": 4,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 8,
+    "index_n_heads": 2,
+    "index_head_dim": 8,
+    "index_topk": 8,
+}
+GQA = {"kind": "gqa", "heads": 4, "kv_heads": 2, "head_dim": 8}
+
+
+def tiny_model(attention: dict) -> dict:
+    """Return a model with every layer type at toy width."""
+    return {
+        "hidden": 64,
+        "moe_intermediate": 32,
+        "routed_experts": 8,
+        "top_k": 2,
+        "shared_experts": 1,
+        "dense_intermediate": 96,
+        "vocab": 100,
+        "attention": attention,
+    }
+
+
+def spec(layout: dict, attention: dict, batches=(1, 4)) -> dict:
+    """Return a whole-step spec for a toy model: one dense and two MoE layers per stage."""
+    step = {
+        "dense_layers": 1,
+        "moe_layers": 2,
+        "context_len": 32,
+        "batches": list(batches),
+        "warmup": 1,
+        "repeats": 3,
+        "seed": 0,
+        "runner": "torch_matmul",
+    }
+    return {"layout": layout, "model": tiny_model(attention), "step": step}
+
+
+def test_micro_batches_split_the_rank_share():
+    assert whole_step.micro_batches(5, {"tp": 1, "pp": 2, "ep": 1}) == [3, 2]
+    assert whole_step.micro_batches(5, {"tp": 1, "pp": 1, "ep": 2}) == [3]
+    assert whole_step.micro_batches(1, {"tp": 1, "pp": 2, "ep": 1}) == [1, 0]
+
+
+def test_cache_bytes_follow_the_attention_kind():
+    layout = {"tp": 2, "pp": 1, "ep": 1}
+    mla = whole_step.cache_bytes_per_sequence(tiny_model(MLA), layout, 10, 3)
+    assert mla == (16 + 4 + 8) * 10 * 3 * 2  # latent + rope key + index key, replicated on TP
+    gqa = whole_step.cache_bytes_per_sequence(tiny_model(GQA), layout, 10, 3)
+    assert gqa == 2 * 1 * 8 * 10 * 3 * 2  # K and V of this rank's one KV head
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", [MLA, GQA], ids=["mla", "gqa"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"tp": 1, "pp": 1, "ep": 1},
+        {"tp": 2, "pp": 1, "ep": 1},
+        {"tp": 1, "pp": 1, "ep": 2},
+        {"tp": 1, "pp": 2, "ep": 1},
+    ],
+    ids=["tp1", "tp2", "ep2", "pp2"],
+)
+def test_whole_step_runs_every_part(layout, attention):
+    world = layout["tp"] * layout["pp"] * layout["ep"]
+    ranks = whole_step.run_whole_step(spec(layout, attention), world, False, 120)
+    assert len(ranks) == world
+    for rank in ranks:
+        for batch in rank["batches"]:
+            assert batch["finite"]
+            assert len(batch["whole_ms"]) == 3 and min(batch["whole_ms"]) > 0
+    parts = set(ranks[0]["batches"][1]["parts"][0])
+    expected = {"attn_proj", "attn_core", "attn_out", "dense_mlp", "router", "expert_gemms"}
+    expected |= {"shared_expert", "norms"}
+    if attention is MLA:
+        expected.add("attn_index")
+    if layout["tp"] > 1:
+        expected |= {"attn_all_reduce", "ffn_all_reduce"}
+    if layout["ep"] > 1:
+        expected |= {"dispatch", "combine"}
+    if layout["pp"] > 1:
+        expected.add("pp_send_recv")
+    assert expected <= parts
+    # The first stage embeds, the last runs the LM head.
+    assert "embedding" in ranks[0]["batches"][1]["parts"][0]
+    assert "lm_head" in ranks[-1]["batches"][1]["parts"][0]
