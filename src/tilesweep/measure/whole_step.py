@@ -7,9 +7,10 @@ and picks the next token. Batch = concurrent sequences, each producing one token
 
 - Attention: MLA in its absorbed decode form (queries through the low-rank path, keys and values
   from the cached latent), with the DSA indexer where the model has one (an index key cached per
-  token, scored over the whole context, then attention over the `index_topk` best tokens); GQA
-  otherwise. The attention itself is torch's scaled_dot_product_attention (a fused kernel on a
-  GPU) over the cache.
+  token, scored over the whole context, then attention over the `index_topk` best tokens): the
+  scores and the weighted sum are batched matmuls over each sequence's latent cache, shared by all
+  heads. GQA attention is torch's scaled_dot_product_attention over the K/V cache (a fused kernel
+  on a GPU).
 - TP splits attention heads, the dense FFN and each expert's width, with an all-reduce after the
   attention and after the FFN or MoE; the MLA latent cache is replicated on the TP ranks. EP runs
   attention data-parallel (each EP rank holds batch/ep sequences) and splits the experts, with an
@@ -251,13 +252,11 @@ class _StepRank:
                     top = total.topk(k, dim=-1).indices
                     keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
             with clock.part("attn_core"):
-                out = sdpa(
-                    query.unsqueeze(2),  # n, heads, 1, lat + rope
-                    keys.unsqueeze(1),  # n, 1, ctx, lat + rope: one latent head for all
-                    keys[..., :lat].unsqueeze(1),
-                    scale=(nope + rope) ** -0.5,
-                    enable_gqa=True,
-                ).squeeze(2)
+                # One latent head shared by every query head: batched matmuls over the cache
+                # (per sequence), never a per-head copy of it.
+                scores = torch.bmm(query, keys.transpose(1, 2)) * (nope + rope) ** -0.5
+                probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+                out = torch.bmm(probs, keys[..., :lat])
             with clock.part("attn_out"):
                 o = torch.einsum("nhc,hcv->nhv", out, w["uv"]).reshape(n, -1)
                 return o @ w["o"].t()
