@@ -369,7 +369,8 @@ def _check_deployment(dep: dict) -> None:
     """Raise ConfigError for deployment settings outside their allowed values."""
     if dep["weight_dtype"] not in _ALLOWED_DTYPES:
         raise ConfigError(
-            f"deployment.weight_dtype={dep['weight_dtype']!r}: allowed: {', '.join(_ALLOWED_DTYPES)}"
+            f"deployment.weight_dtype={dep['weight_dtype']!r}: "
+            f"allowed: {', '.join(_ALLOWED_DTYPES)}"
         )
     if dep["kv_dtype"] not in _ALLOWED_KV_DTYPES:
         raise ConfigError(
