@@ -1,0 +1,1 @@
+"""Pure, CPU-only deployment model: architecture bytes and FLOPs, memory fit, interconnect, bound."""
