@@ -1,1 +1,1 @@
-"""Pure, CPU-only deployment model: architecture bytes and FLOPs, memory fit, interconnect, bound."""
+"""Pure, CPU-only deployment model: bytes and FLOPs, memory fit, interconnect, bound."""

@@ -111,7 +111,7 @@ def cached_tokens(model: dict, context_len: int, sliding: bool) -> int:
 
 
 def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -> dict[str, float]:
-    """Return per-sequence {flops, kv_bytes, index_flops, index_bytes} of one layer's decode attention."""
+    """Return per-sequence {flops, kv_bytes, index_flops, index_bytes} of one layer's attention."""
     att, ctx = model["attention"], deployment["context_len"]
     cache = kv_bytes_per_token_layer(model, deployment)
     tokens = cached_tokens(model, ctx, sliding)

@@ -1,4 +1,4 @@
-"""The verdict: which part of the step (memory, math, communication, other) bounds it, and by how much.
+"""The verdict: which part of the step (memory, math, communication, other) bounds it, by how much.
 
 Rules, in order:
 1. a layout that does not fit in memory is `does-not-fit` and gets no speed verdict;

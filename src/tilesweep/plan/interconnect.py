@@ -45,7 +45,7 @@ def topology_numbers(hw: dict, topology: str | None = None) -> tuple[dict | None
 
 
 def collective_ms(collective: str, n: int, nbytes: float, numbers: dict | None) -> float:
-    """Return the modelled time in ms of one collective, NaN when the interconnect has no numbers."""
+    """Return the time in ms of one collective (NaN when the interconnect has no numbers)."""
     steps, wire = _steps_and_wire(collective, n)
     if steps == 0:
         return 0.0

@@ -1,4 +1,4 @@
-"""Memory fit per rank: sharded weights + KV cache + a stated runtime reserve against the GPU's memory.
+"""Memory fit per rank: sharded weights + KV cache + a stated runtime reserve vs the GPU memory.
 
 Sharding (one PP stage has tp*ep ranks): attention heads, dense MLP, shared experts, LM head and
 embedding (vocab-parallel) are split over TP and replicated over EP; routed experts are split over
@@ -25,7 +25,7 @@ _MAX_CONTEXT = 1 << 24
 
 
 def layer_counts(model: dict, overrides: dict | None = None) -> dict:
-    """Return {dense_layers, moe_layers, sliding_layers}, with overrides for a depth-reduced model."""
+    """Return {dense_layers, moe_layers, sliding_layers}, overridden for a depth-reduced model."""
     counts = {
         "dense_layers": model["dense_layers"],
         "moe_layers": model["moe_layers"],
@@ -36,7 +36,7 @@ def layer_counts(model: dict, overrides: dict | None = None) -> dict:
 
 
 def stage_layers(counts: dict, pp: int) -> list[dict]:
-    """Return per PP stage {dense, moe, sliding} layer counts (contiguous split, dense layers first)."""
+    """Return per PP stage {dense, moe, sliding} layer counts (contiguous; dense layers first)."""
     total = counts["dense_layers"] + counts["moe_layers"]
     if pp > total:
         raise ValueError(f"pp={pp}: more stages than the {total} layers")
