@@ -13,6 +13,12 @@ _ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
 _ALLOWED_EPILOGUES = ("default", "finalize")
 _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_GQA_KEYS = ("kv_heads", "head_dim")
+_DSA_KEYS = ("index_n_heads", "index_head_dim", "index_topk")
+_SLIDING_KEYS = ("sliding_window", "sliding_layers")
+_ALLOWED_KV_DTYPES = ("bf16", "fp8")
+_ALLOWED_QUANTIZED = ("routed_experts", "shared_experts", "dense_mlp", "attention", "lm_head")
 
 # Expected type of every leaf key, by dotted path; `*` stands for a list element.
 _SCHEMA: dict[str, Any] = {
@@ -25,6 +31,23 @@ _SCHEMA: dict[str, Any] = {
     "model.top_k": int,
     "model.shared_experts": int,
     "model.moe_layers": int,
+    # Whole decode step (tilesweep.plan): layers by type, attention, dense FFN, vocabulary.
+    "model.dense_layers": int,
+    "model.dense_intermediate": int,
+    "model.vocab": int,
+    "model.tied_embeddings": bool,
+    "model.attention": {
+        "kind": str,
+        "heads": int,
+        **{f"{key}?": int for key in _MLA_KEYS + _GQA_KEYS + _DSA_KEYS + _SLIDING_KEYS},
+    },
+    "deployment.weight_dtype": str,
+    "deployment.quantized": [str],
+    "deployment.kv_dtype": str,
+    "deployment.context_len": int,
+    "deployment.batches": [int],
+    "deployment.runtime_reserve_gb": (int, float),
+    "deployment.kernel_gap_us": (int, float),
     "model.source": str,
     "grid.targets": [str],
     "grid.dtypes": [str],
@@ -86,6 +109,11 @@ HARDWARE_KEYS: dict[str, Any] = {
     "power_limit_w": (int, float),
     "interconnect": str,
     "interconnect_gbs": (int, float),
+    # Alpha-beta model per collective and PCIe/NVLink topology (tilesweep.plan.interconnect).
+    "interconnect_model?": {
+        "default": str,
+        "topologies": {str: {str: {"alpha_us": (int, float), "busbw_gbs": (int, float)}}},
+    },
 }
 
 
@@ -220,7 +248,7 @@ def _check_types(settings: dict) -> None:
             _check_tree(value, HARDWARE_KEYS, dotted)
         else:
             _check_tree(value, expected, dotted)
-    for section in ("model", "grid", "bench"):
+    for section in ("model", "grid", "bench", "deployment"):
         known = {k.split(".", 1)[1] for k in _SCHEMA if k.startswith(section + ".")}
         extra = sorted(set(settings[section]) - known)
         if extra:
@@ -292,6 +320,102 @@ def _check_values(settings: dict) -> None:
     for i, layout in enumerate(grid["layouts"]):
         _check_layout(layout, f"grid.layouts[{i}]", model)
     _check_bench(settings["bench"])
+    _check_architecture(model)
+    _check_deployment(settings["deployment"])
+    for name, spec in catalog.items():
+        _check_interconnect_model(spec.get("interconnect_model"), f"hardware[{name}]")
+
+
+def _check_architecture(model: dict) -> None:
+    """Raise ConfigError for a whole-step architecture that cannot describe a real model."""
+    att = model["attention"]
+    if model["dense_layers"] < 0:
+        raise ConfigError(f"model.dense_layers={model['dense_layers']}: must be at least 0")
+    if model["dense_layers"] and model["dense_intermediate"] < 1:
+        raise ConfigError(
+            f"model.dense_intermediate={model['dense_intermediate']}: must be at least 1 "
+            f"when dense_layers={model['dense_layers']}"
+        )
+    if model["vocab"] < 1:
+        raise ConfigError(f"model.vocab={model['vocab']}: must be at least 1")
+    kinds = {"mla": _MLA_KEYS, "gqa": _GQA_KEYS}
+    if att["kind"] not in kinds:
+        raise ConfigError(f"model.attention.kind={att['kind']!r}: allowed: mla, gqa")
+    for key in ("heads", *kinds[att["kind"]]):
+        if key not in att:
+            raise ConfigError(f"model.attention: missing key {key!r} for kind {att['kind']}")
+    other = kinds["gqa" if att["kind"] == "mla" else "mla"]
+    for key in other:
+        if key in att:
+            raise ConfigError(f"model.attention.{key}={att[key]}: not a {att['kind']} key")
+    for group in (_DSA_KEYS, _SLIDING_KEYS):
+        present = [k for k in group if k in att]
+        if present and len(present) < len(group):
+            missing = next(k for k in group if k not in att)
+            raise ConfigError(f"model.attention: missing key {missing!r} (given {present[0]!r})")
+    for key, value in att.items():
+        if key != "kind" and value < 1:
+            raise ConfigError(f"model.attention.{key}={value}: must be at least 1")
+    layers = model["dense_layers"] + model["moe_layers"]
+    if att.get("sliding_layers", 0) > layers:
+        raise ConfigError(
+            f"model.attention.sliding_layers={att['sliding_layers']}: more than the {layers} layers"
+        )
+    if att["kind"] == "gqa" and att["heads"] % att["kv_heads"]:
+        raise ConfigError(
+            f"model.attention.kv_heads={att['kv_heads']}: does not divide heads={att['heads']}"
+        )
+
+
+def _check_deployment(dep: dict) -> None:
+    """Raise ConfigError for deployment settings outside their allowed values."""
+    if dep["weight_dtype"] not in _ALLOWED_DTYPES:
+        raise ConfigError(
+            f"deployment.weight_dtype={dep['weight_dtype']!r}: "
+            f"allowed: {', '.join(_ALLOWED_DTYPES)}"
+        )
+    if dep["kv_dtype"] not in _ALLOWED_KV_DTYPES:
+        raise ConfigError(
+            f"deployment.kv_dtype={dep['kv_dtype']!r}: allowed: {', '.join(_ALLOWED_KV_DTYPES)}"
+        )
+    for i, part in enumerate(dep["quantized"]):
+        if part not in _ALLOWED_QUANTIZED:
+            raise ConfigError(
+                f"deployment.quantized[{i}]={part!r}: allowed: {', '.join(_ALLOWED_QUANTIZED)}"
+            )
+    if dep["context_len"] < 1:
+        raise ConfigError(f"deployment.context_len={dep['context_len']}: must be at least 1")
+    if not dep["batches"]:
+        raise ConfigError("deployment.batches=[]: give at least one batch")
+    for i, b in enumerate(dep["batches"]):
+        if b < 1:
+            raise ConfigError(f"deployment.batches[{i}]={b}: must be at least 1")
+    for key in ("runtime_reserve_gb", "kernel_gap_us"):
+        if dep[key] < 0:
+            raise ConfigError(f"deployment.{key}={dep[key]}: must be at least 0")
+
+
+def _check_interconnect_model(block: dict | None, where: str) -> None:
+    """Raise ConfigError for an interconnect model naming a missing default or a bad number."""
+    if block is None:
+        return
+    if block["default"] not in block["topologies"]:
+        raise ConfigError(
+            f"{where}.interconnect_model.default={block['default']!r}: not among topologies "
+            f"{', '.join(block['topologies'])}"
+        )
+    for topo, collectives in block["topologies"].items():
+        for coll, numbers in collectives.items():
+            if coll not in ("all_reduce", "all_to_all", "send_recv"):
+                raise ConfigError(
+                    f"{where}.interconnect_model.topologies.{topo}.{coll}: unknown collective; "
+                    "allowed: all_reduce, all_to_all, send_recv"
+                )
+            if numbers["alpha_us"] < 0 or numbers["busbw_gbs"] <= 0:
+                raise ConfigError(
+                    f"{where}.interconnect_model.topologies.{topo}.{coll}={numbers}: alpha_us must "
+                    "be at least 0 and busbw_gbs more than 0"
+                )
 
 
 def _check_bench(bench: dict) -> None:

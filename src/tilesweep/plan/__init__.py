@@ -1,0 +1,1 @@
+"""Pure, CPU-only deployment model: bytes and FLOPs, memory fit, interconnect, bound."""

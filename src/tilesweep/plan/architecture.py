@@ -1,0 +1,171 @@
+"""Per-layer parameter bytes, FLOPs and KV-cache bytes of a decode step, from the model block.
+
+Weights: bf16 2 B; fp8 1 B plus one fp32 scale per 128x128 block (DeepSeek-V3's FP8 checkpoint
+layout); nvfp4 0.5 B plus one 1-byte (FP8 E4M3) scale per 16 elements = 0.5625 B (the per-tensor
+fp32 global scale is left out). Only the linear layers named in `deployment.quantized` are stored in
+the deployment's weight dtype; norms, the MoE router, the embedding, the DSA indexer and (unless
+listed) the LM head stay bf16, as NVFP4 checkpoints usually keep them. Activations are bf16.
+
+Attention at decode (one new token per sequence):
+- MLA, absorbed: q_a/kv_a down-projections (replicated across TP in vLLM), q_b/kv_b up-projections
+  and o_proj split by heads. The cache holds (kv_lora_rank + qk_rope_head_dim) elements per token
+  and layer, shared by all heads; each head scores 2*(kv_lora+rope) and gathers 2*kv_lora FLOPs per
+  cached token it attends. kv_b's absorbed matmuls cost 2 FLOPs per weight, as a projection.
+- DSA (GLM-5, DeepSeek-V3.2): the indexer caches one index_head_dim key per token and layer, scores
+  every cached token with index_n_heads heads (2*index_n_heads*index_head_dim FLOPs per token), then
+  MLA attends only index_topk tokens. Indexer weights stay bf16 and are replicated across TP.
+  Its key cache is counted in kv_dtype (an assumption: implementations may store it in FP8).
+- GQA: 2*kv_heads*head_dim cached elements per token and layer; a sliding layer caches at most
+  sliding_window tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+ACT_BYTES = 2  # bf16 activations
+_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / (128 * 128), "nvfp4": 0.5 + 1.0 / 16}
+
+
+def bytes_per_weight(dtype: str) -> float:
+    """Return the stored bytes per weight of a dtype, scales included."""
+    if dtype not in _BYTES:
+        raise ValueError(f"weight dtype {dtype!r}: allowed: {', '.join(_BYTES)}")
+    return _BYTES[dtype]
+
+
+def kv_element_bytes(kv_dtype: str) -> float:
+    """Return the bytes per cached KV element (bf16 2, fp8 1; per-tensor scales left out)."""
+    return {"bf16": 2.0, "fp8": 1.0}[kv_dtype]
+
+
+def group_dtype(group: str, deployment: dict) -> str:
+    """Return the dtype a weight group is stored in: the deployment's if quantized, else bf16."""
+    return deployment["weight_dtype"] if group in deployment["quantized"] else "bf16"
+
+
+def linears(model: dict) -> dict[str, list[tuple[str, int, int, bool]]]:
+    """Return {group: [(name, in, out, split over TP)]} of one layer's linear weights per group."""
+    h, att = model["hidden"], model["attention"]
+    out: dict[str, list[tuple[str, int, int, bool]]] = {}
+    if att["kind"] == "mla":
+        heads, qk = att["heads"], att["qk_nope_head_dim"] + att["qk_rope_head_dim"]
+        out["attention"] = [
+            ("q_a_proj", h, att["q_lora_rank"], False),
+            ("q_b_proj", att["q_lora_rank"], heads * qk, True),
+            ("kv_a_proj", h, att["kv_lora_rank"] + att["qk_rope_head_dim"], False),
+            (
+                "kv_b_proj",
+                att["kv_lora_rank"],
+                heads * (att["qk_nope_head_dim"] + att["v_head_dim"]),
+                True,
+            ),
+            ("o_proj", heads * att["v_head_dim"], h, True),
+        ]
+        if "index_topk" in att:
+            ih, ihd = att["index_n_heads"], att["index_head_dim"]
+            out["indexer"] = [
+                ("index_wq_b", att["q_lora_rank"], ih * ihd, False),
+                ("index_wk", h, ihd, False),
+                ("index_weights_proj", h, ih, False),
+            ]
+    else:
+        heads, kv, hd = att["heads"], att["kv_heads"], att["head_dim"]
+        out["attention"] = [
+            ("q_proj", h, heads * hd, True),
+            ("k_proj", h, kv * hd, True),
+            ("v_proj", h, kv * hd, True),
+            ("o_proj", heads * hd, h, True),
+        ]
+    f = model["dense_intermediate"]
+    out["dense_mlp"] = [("gate_up", h, 2 * f, True), ("down", f, h, True)]
+    s = model["shared_experts"] * model["moe_intermediate"]
+    out["shared_experts"] = [("gate_up", h, 2 * s, True), ("down", s, h, True)] if s else []
+    out["router"] = [("router", h, model["routed_experts"], False)]
+    return out
+
+
+def expert_params(model: dict) -> int:
+    """Return the weights of one routed expert (gate, up and down)."""
+    return 3 * model["hidden"] * model["moe_intermediate"]
+
+
+def kv_bytes_per_token_layer(model: dict, deployment: dict, tp: int = 1) -> dict[str, float]:
+    """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
+    att, eb = model["attention"], kv_element_bytes(deployment["kv_dtype"])
+    if (
+        att["kind"] == "mla"
+    ):  # latent cache replicated across TP ranks (vLLM/SGLang without DP-attention)
+        kv = (att["kv_lora_rank"] + att["qk_rope_head_dim"]) * eb
+        index = att["index_head_dim"] * eb if "index_topk" in att else 0.0
+        return {"kv": kv, "index": index}
+    kv_heads = math.ceil(att["kv_heads"] / tp)  # vLLM replicates KV heads when tp > kv_heads
+    return {"kv": 2 * kv_heads * att["head_dim"] * eb, "index": 0.0}
+
+
+def cached_tokens(model: dict, context_len: int, sliding: bool) -> int:
+    """Return the tokens a layer keeps in its KV cache at this context."""
+    if sliding:
+        return min(context_len, model["attention"]["sliding_window"])
+    return context_len
+
+
+def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -> dict[str, float]:
+    """Return per-sequence {flops, kv_bytes, index_flops, index_bytes} of one layer's attention."""
+    att, ctx = model["attention"], deployment["context_len"]
+    cache = kv_bytes_per_token_layer(model, deployment)
+    tokens = cached_tokens(model, ctx, sliding)
+    if att["kind"] == "mla":
+        attended = min(att["index_topk"], tokens) if "index_topk" in att else tokens
+        flops = (
+            heads
+            * attended
+            * (2 * (att["kv_lora_rank"] + att["qk_rope_head_dim"]) + 2 * att["kv_lora_rank"])
+        )
+        out = {
+            "flops": flops,
+            "kv_bytes": attended * cache["kv"],
+            "index_flops": 0.0,
+            "index_bytes": 0.0,
+        }
+        if "index_topk" in att:
+            out["index_flops"] = 2.0 * tokens * att["index_n_heads"] * att["index_head_dim"]
+            out["index_bytes"] = tokens * cache["index"]
+        return out
+    hd = att["head_dim"]
+    kv_heads = max(heads * att["kv_heads"] / att["heads"], 1.0)
+    return {
+        "flops": heads * tokens * 4 * hd,
+        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(deployment["kv_dtype"]),
+        "index_flops": 0.0,
+        "index_bytes": 0.0,
+    }
+
+
+def total_weight_bytes(model: dict, deployment: dict) -> float:
+    """Return the bytes of every weight of the model in the deployment's dtypes (no sharding)."""
+    groups = linears(model)
+    layers = model["dense_layers"] + model["moe_layers"]
+    total = 0.0
+    for group in ("attention", "indexer"):
+        params = sum(i * o for _, i, o, _ in groups.get(group, []))
+        total += layers * params * bytes_per_weight(group_dtype(group, deployment))
+    for group, count in (
+        ("dense_mlp", model["dense_layers"]),
+        ("shared_experts", model["moe_layers"]),
+    ):
+        params = sum(i * o for _, i, o, _ in groups[group])
+        total += count * params * bytes_per_weight(group_dtype(group, deployment))
+    total += model["moe_layers"] * model["hidden"] * model["routed_experts"] * 2
+    total += (
+        model["moe_layers"]
+        * model["routed_experts"]
+        * expert_params(model)
+        * bytes_per_weight(group_dtype("routed_experts", deployment))
+    )
+    total += model["vocab"] * model["hidden"] * 2  # embedding
+    if not model["tied_embeddings"]:
+        total += (
+            model["vocab"] * model["hidden"] * bytes_per_weight(group_dtype("lm_head", deployment))
+        )
+    return total

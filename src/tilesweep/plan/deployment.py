@@ -1,0 +1,441 @@
+"""A whole decode step per layout x batch, composed from parts timed by a pluggable part timer.
+
+Layout (tp, pp, ep): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is memory_fit's: heads,
+dense MLP, shared experts and LM head over TP; routed experts over tp*ep; with ep > 1 the EP ranks
+run attention data-parallel on ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after
+attention and after the MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k
+routed rows; PP send/recv of the micro-batch's hidden states at each stage boundary. Parts run one
+after another (no overlap of communication with compute is modelled).
+
+Pipeline: `batch` concurrent sequences are split into m = min(pp, batch) micro-batches of
+ceil(batch/m) sequences. A token of one micro-batch must pass every stage and every hop, so
+  TPOT = max(sum of the stages' times + (pp-1) hops, m * slowest stage time),
+the second term being the slowest stage serving all m micro-batches once per cycle; tokens/s =
+batch / TPOT. With pp = 1 this is one stage's time. The step split is the slowest stage's ranks'
+view of one cycle: m times its memory, math, communication and per-kernel gaps, the hops on the
+path as communication, and its idle time (the pipeline bubble) as other; the four sum to TPOT.
+
+Part timers return each part's memory and math time and a `source` label: `roofline_timer` gives
+max(bytes/bandwidth, flops/peak) as `model (roofline)`; `derated_timer` divides that by a fraction
+of roofline measured for the part's kind, as `composed (x0.80 of roofline, measured on <device>)`,
+and leaves parts without a fraction at `model (roofline)`. A missing peak is a NaN gap with its
+reason, never another dtype's peak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from tilesweep.plan.architecture import (
+    ACT_BYTES,
+    attention_core,
+    bytes_per_weight,
+    expert_params,
+    group_dtype,
+    linears,
+)
+from tilesweep.plan.bound import decide_bound
+from tilesweep.plan.interconnect import floored_ms, topology_numbers
+from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
+
+COLUMNS = [
+    "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
+    "weight_dtype", "kv_dtype", "fits_memory", "mem_needed_gb", "mem_short_gb", "max_batch_fit",
+    "max_context_fit", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "memory_ms", "math_ms",
+    "comm_ms", "other_ms", "memory_share", "math_share", "comm_share", "other_share", "bound",
+    "margin", "share", "source", "inputs",
+]  # fmt: skip
+ROOFLINE = "model (roofline)"
+
+Timer = Callable[[dict, dict], dict]
+
+
+def roofline_timer(part: dict, hw: dict) -> dict:
+    """Return {memory_ms, math_ms, roof_memory_ms, roof_math_ms, source, gap} at the roofline."""
+    mem = part["bytes"] / (hw["memory_bandwidth_gbs"] * 1e9) * 1e3
+    peak = hw["peak_tflops"].get(part["dtype"])
+    if part["flops"] and not peak:
+        gap = f"no peak_tflops.{part['dtype']} for hardware[{hw['name']}]"
+        return {
+            "memory_ms": math.nan,
+            "math_ms": math.nan,
+            "roof_memory_ms": mem,
+            "roof_math_ms": math.nan,
+            "source": ROOFLINE,
+            "gap": gap,
+        }
+    flop = part["flops"] / (peak * 1e12) * 1e3 if part["flops"] else 0.0
+    bound_mem = mem >= flop
+    return {
+        "memory_ms": mem if bound_mem else 0.0,
+        "math_ms": 0.0 if bound_mem else flop,
+        "roof_memory_ms": mem,
+        "roof_math_ms": flop,
+        "source": ROOFLINE,
+        "gap": "",
+    }
+
+
+def derated_timer(fractions: dict[str, float], device: str) -> Timer:
+    """Return a timer dividing a part's roofline time by the fraction measured for its kind."""
+    for kind, f in fractions.items():
+        if not 0 < f <= 1:
+            raise ValueError(f"fraction of roofline for {kind!r} = {f}: must be in (0, 1]")
+
+    def timer(part: dict, hw: dict) -> dict:
+        out = roofline_timer(part, hw)
+        f = fractions.get(part["kind"])
+        if f is None:
+            return out
+        out["memory_ms"] /= f
+        out["math_ms"] /= f
+        out["source"] = f"composed (x{f:.2f} of roofline, measured on {device})"
+        return out
+
+    return timer
+
+
+def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
+    """Return the part reading one group's weights (sharded over TP) for `rows` tokens."""
+    entries = linears(model).get(group, [])
+    if not entries or not count:
+        return None
+    params = sum(i * o / (tp if split else 1) for _, i, o, split in entries)
+    acts = sum(i + o / (tp if split else 1) for _, i, o, split in entries)
+    dtype = group_dtype(group, dep)
+    return {
+        "name": group,
+        "kind": kind,
+        "bytes": params * bytes_per_weight(dtype) + rows * acts * ACT_BYTES,
+        "flops": 2.0 * rows * params,
+        "dtype": dtype,
+        "count": count,
+    }
+
+
+def stage_parts(
+    model: dict, dep: dict, layout: dict, stage: dict, micro: int, first: bool, last: bool
+) -> list[dict]:
+    """Return the compute parts one rank of a stage runs for one micro-batch (count = repeats)."""
+    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    s = math.ceil(micro / ep)  # sequences whose attention this rank runs
+    layers = stage["dense"] + stage["moe"]
+    heads = model["attention"]["heads"] / tp
+    parts = [
+        _linear_part(model, dep, "attention", tp, s, "attention_proj", layers),
+        _linear_part(model, dep, "indexer", 1, s, "indexer_proj", layers),
+        _linear_part(model, dep, "dense_mlp", tp, s, "dense_gemm", stage["dense"]),
+        _linear_part(model, dep, "shared_experts", tp, s, "shared_gemm", stage["moe"]),
+        _linear_part(model, dep, "router", 1, s, "router", stage["moe"]),
+    ]
+    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
+        if not count:
+            continue
+        core = attention_core(model, dep, heads, sliding)
+        name = "attention_sliding" if sliding else "attention"
+        parts.append(
+            {
+                "name": name,
+                "kind": "attention",
+                "bytes": s * core["kv_bytes"],
+                "flops": s * core["flops"],
+                "dtype": dep["kv_dtype"],
+                "count": count,
+            }
+        )
+        if core["index_flops"]:
+            parts.append(
+                {
+                    "name": "indexer_score",
+                    "kind": "indexer",
+                    "bytes": s * core["index_bytes"],
+                    "flops": s * core["index_flops"],
+                    "dtype": dep["kv_dtype"],
+                    "count": count,
+                }
+            )
+    if stage["moe"]:
+        e, k = model["routed_experts"], model["top_k"]
+        active = (e / ep) * (
+            1 - (1 - k / e) ** micro
+        )  # expected experts on this rank hit by >= 1 token
+        rows = micro * k / ep  # routed rows this rank's experts process (uniform routing)
+        w = expert_params(model) / tp
+        dtype = group_dtype("routed_experts", dep)
+        act_per_row = (2 * h + 2 * model["moe_intermediate"] / tp) * ACT_BYTES
+        parts.append(
+            {
+                "name": "routed_experts",
+                "kind": "expert_gemm",
+                "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
+                "flops": 2.0 * rows * w,
+                "dtype": dtype,
+                "count": stage["moe"],
+            }
+        )
+    parts.append(
+        {
+            "name": "norms",
+            "kind": "norm",
+            "bytes": 2 * 2 * s * h * ACT_BYTES,
+            "flops": 0.0,
+            "dtype": "fp32",
+            "count": layers,
+        }
+    )
+    if first:
+        parts.append(
+            {
+                "name": "embedding",
+                "kind": "embedding",
+                "bytes": 2 * s * h * ACT_BYTES,
+                "flops": 0.0,
+                "dtype": "bf16",
+                "count": 1,
+            }
+        )
+    if last:
+        w = model["vocab"] * h / tp
+        dtype = group_dtype("lm_head", dep)
+        parts.append(
+            {
+                "name": "lm_head",
+                "kind": "lm_head",
+                "bytes": w * bytes_per_weight(dtype) + s * (h + model["vocab"] / tp) * ACT_BYTES,
+                "flops": 2.0 * s * w,
+                "dtype": dtype,
+                "count": 1,
+            }
+        )
+    return [p for p in parts if p is not None]
+
+
+def stage_collectives(model: dict, layout: dict, stage: dict, micro: int) -> list[dict]:
+    """Return the collectives one rank of a stage runs for one micro-batch (count = repeats)."""
+    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    s = math.ceil(micro / ep)
+    layers = stage["dense"] + stage["moe"]
+    out = []
+    if tp > 1:
+        out.append(
+            {
+                "name": "tp_all_reduce",
+                "collective": "all_reduce",
+                "n": tp,
+                "bytes": s * h * ACT_BYTES,
+                "count": 2 * layers,
+            }
+        )
+    if ep > 1 and stage["moe"]:
+        out.append(
+            {
+                "name": "ep_all_to_all",
+                "collective": "all_to_all",
+                "n": ep,
+                "bytes": s * model["top_k"] * h * ACT_BYTES,
+                "count": 2 * stage["moe"],
+            }
+        )
+    return out
+
+
+def _stage_time(
+    model, dep, hw, layout, stage, micro, first, last, timer, numbers, measured
+) -> dict:
+    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps} in ms."""
+    acc = {
+        "memory": 0.0,
+        "math": 0.0,
+        "comm": 0.0,
+        "other": 0.0,
+        "roof_memory": 0.0,
+        "roof_math": 0.0,
+        "mem_kernel": 0.0,
+        "math_kernel": 0.0,
+    }
+    sources, gaps = set(), []
+    kernels = 0
+    for part in stage_parts(model, dep, layout, stage, micro, first, last):
+        t = timer(part, hw)
+        c = part["count"]
+        kernels += c
+        sources.add(t["source"])
+        if t["gap"]:
+            gaps.append(f"{part['name']}: {t['gap']}")
+        acc["memory"] += c * t["memory_ms"]
+        acc["math"] += c * t["math_ms"]
+        if t["memory_ms"] > 0:
+            acc["mem_kernel"] += c * t["memory_ms"]
+            acc["roof_memory"] += c * t["roof_memory_ms"]
+        else:
+            acc["math_kernel"] += c * t["math_ms"]
+            acc["roof_math"] += c * t["roof_math_ms"]
+    for coll in stage_collectives(model, layout, stage, micro):
+        ms, _ = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)
+        kernels += coll["count"]
+        acc["comm"] += coll["count"] * ms
+        if math.isnan(ms):
+            gaps.append(f"{coll['name']}: no interconnect model")
+    acc["other"] = kernels * dep["kernel_gap_us"] * 1e-3
+    acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
+    acc["sources"], acc["gaps"] = sources, gaps
+    return acc
+
+
+def compose_step(
+    model: dict,
+    dep: dict,
+    hw: dict,
+    layout: dict,
+    batch: int,
+    timer: Timer = roofline_timer,
+    measured_floors: dict | None = None,
+    layer_overrides: dict | None = None,
+    topology: str | None = None,
+) -> dict:
+    """Return one layout x batch's step: tpot_ms, tokens/s, split (ms), bound inputs and labels."""
+    numbers, ic_label = topology_numbers(hw, topology)
+    stages = stage_layers(layer_counts(model, layer_overrides), layout["pp"])
+    pp = layout["pp"]
+    m = min(pp, batch)
+    micro = math.ceil(batch / m)
+    times = [
+        _stage_time(
+            model, dep, hw, layout, st, micro, i == 0, i == pp - 1, timer, numbers, measured_floors
+        )
+        for i, st in enumerate(stages)
+    ]
+    hop = 0.0
+    if pp > 1:
+        hop_bytes = math.ceil(micro / layout["ep"]) * model["hidden"] * ACT_BYTES
+        hop, _ = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
+    path = sum(t["time"] for t in times) + (pp - 1) * hop
+    slow = max(times, key=lambda t: t["time"])
+    tpot = max(path, m * slow["time"])
+    on_path = min(max(tpot - m * slow["time"], 0.0), (pp - 1) * hop) if pp > 1 else 0.0
+    split = {
+        "memory": m * slow["memory"],
+        "math": m * slow["math"],
+        "communication": m * slow["comm"] + on_path,
+        "other": m * slow["other"] + max(tpot - m * slow["time"] - on_path, 0.0),
+    }
+    achieved = {}
+    if slow["mem_kernel"] >= slow["math_kernel"] and slow["mem_kernel"] > 0:
+        achieved = {"bandwidth": slow["roof_memory"] / slow["mem_kernel"], "math": 0.0}
+    elif slow["math_kernel"] > 0:
+        achieved = {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
+    sources = set().union(*(t["sources"] for t in times))
+    gaps = [g for t in times for g in t["gaps"]]
+    return {
+        "tpot_ms": tpot,
+        "stage_ms": [t["time"] for t in times],
+        "hop_ms": hop,
+        "micro_batches": m,
+        "split": split,
+        "achieved": achieved,
+        "source": "composed" if any(s.startswith("composed") for s in sources) else "model",
+        "part_sources": sorted(sources),
+        "gaps": gaps,
+        "interconnect": ic_label,
+    }
+
+
+def _inputs(settings: dict, hw: dict, ic_label: str, timer_label: str) -> str:
+    """Return a '; '-joined string naming every input of a row and where it comes from."""
+    dep, model = settings["deployment"], settings["model"]
+    name = hw["name"]
+    return "; ".join(
+        [
+            f"memory_bandwidth_gbs={hw['memory_bandwidth_gbs']} (hardware[{name}])",
+            f"peak_tflops={hw['peak_tflops']} (hardware[{name}])",
+            f"memory_gb={hw['memory_gb']} (hardware[{name}])",
+            f"interconnect={ic_label} (hardware[{name}].interconnect_model)",
+            f"model={model['name']} ({model['source']})",
+            f"weight_dtype={dep['weight_dtype']} (deployment)",
+            f"quantized={','.join(dep['quantized'])} (deployment)",
+            f"kv_dtype={dep['kv_dtype']} context_len={dep['context_len']} (deployment)",
+            f"runtime_reserve_gb={dep['runtime_reserve_gb']} (deployment)",
+            f"kernel_gap_us={dep['kernel_gap_us']} (deployment)",
+            f"part times: {timer_label}",
+            "routing: uniform (expected distinct experts per rank)",
+        ]
+    )
+
+
+def compose_deployment(
+    settings: dict,
+    timer: Timer = roofline_timer,
+    measured_floors: dict | None = None,
+    layer_overrides: dict | None = None,
+) -> pd.DataFrame:
+    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound."""
+    target = settings["hardware"]  # the composed group (a spec dict) or a name in the catalog
+    hw = settings["catalog"][target] if isinstance(target, str) else target
+    model, dep = settings["model"], settings["deployment"]
+    rows = []
+    for layout in settings["grid"]["layouts"]:
+        tp, pp, ep = layout["tp"], layout["pp"], layout["ep"]
+        world = tp * pp * ep
+        for batch in dep["batches"]:
+            fit = memory_fit(model, dep, hw, layout, batch, layer_overrides)
+            row = {
+                "model": model["name"],
+                "hardware": hw["name"],
+                "layout": f"tp{tp}-pp{pp}-ep{ep}",
+                "tp": tp,
+                "pp": pp,
+                "ep": ep,
+                "world": world,
+                "batch": batch,
+                "context_len": dep["context_len"],
+                "weight_dtype": dep["weight_dtype"],
+                "kv_dtype": dep["kv_dtype"],
+                "fits_memory": "yes" if fit["fits"] else "no",
+                "mem_needed_gb": fit["needed_bytes"] / 1e9,
+                "mem_short_gb": fit["short_bytes"] / 1e9,
+                "max_batch_fit": fit["max_batch_fit"],
+                "max_context_fit": fit["max_context_fit"],
+            }
+            _, ic_label = topology_numbers(hw)
+            if not fit["fits"]:
+                row.update({c: math.nan for c in COLUMNS if c not in row})
+                row.update(decide_bound({}, fits=False))
+                row.update(
+                    {
+                        "source": "model",
+                        "inputs": _inputs(settings, hw, ic_label, "none (does not fit)"),
+                    }
+                )
+                rows.append(row)
+                continue
+            step = compose_step(
+                model, dep, hw, layout, batch, timer, measured_floors, layer_overrides
+            )
+            split, tpot = step["split"], step["tpot_ms"]
+            verdict = decide_bound(split, step["achieved"])
+            row.update(
+                {
+                    "tpot_ms": tpot,
+                    "tokens_per_s": batch / tpot * 1e3,
+                    "tokens_per_s_per_gpu": batch / tpot * 1e3 / world,
+                    "memory_ms": split["memory"],
+                    "math_ms": split["math"],
+                    "comm_ms": split["communication"],
+                    "other_ms": split["other"],
+                    "memory_share": split["memory"] / tpot,
+                    "math_share": split["math"] / tpot,
+                    "comm_share": split["communication"] / tpot,
+                    "other_share": split["other"] / tpot,
+                    **verdict,
+                    "source": step["source"],
+                    "inputs": _inputs(
+                        settings, hw, step["interconnect"], ", ".join(step["part_sources"])
+                    )
+                    + ("; gaps: " + ", ".join(step["gaps"]) if step["gaps"] else ""),
+                }
+            )
+            rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,156 @@
+"""Memory fit per rank: sharded weights + KV cache + a stated runtime reserve vs the GPU memory.
+
+Sharding (one PP stage has tp*ep ranks): attention heads, dense MLP, shared experts, LM head and
+embedding (vocab-parallel) are split over TP and replicated over EP; routed experts are split over
+tp*ep (whole experts over EP, each expert's matrices over TP). When ep > 1 the EP ranks run
+attention data-parallel (DP-attention): each holds the KV cache of ceil(batch/ep) sequences. MLA's
+latent cache is replicated across the TP ranks of a group (vLLM/SGLang without DP-attention). A
+stage holds the KV cache of all sequences for its own layers. Capacity is `memory_gb` * 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilesweep.plan.architecture import (
+    bytes_per_weight,
+    cached_tokens,
+    expert_params,
+    group_dtype,
+    kv_bytes_per_token_layer,
+    linears,
+)
+
+_MAX_CONTEXT = 1 << 24
+
+
+def layer_counts(model: dict, overrides: dict | None = None) -> dict:
+    """Return {dense_layers, moe_layers, sliding_layers}, overridden for a depth-reduced model."""
+    counts = {
+        "dense_layers": model["dense_layers"],
+        "moe_layers": model["moe_layers"],
+        "sliding_layers": model["attention"].get("sliding_layers", 0),
+    }
+    counts.update(overrides or {})
+    return counts
+
+
+def stage_layers(counts: dict, pp: int) -> list[dict]:
+    """Return per PP stage {dense, moe, sliding} layer counts (contiguous; dense layers first)."""
+    total = counts["dense_layers"] + counts["moe_layers"]
+    if pp > total:
+        raise ValueError(f"pp={pp}: more stages than the {total} layers")
+    sizes = [total // pp + (1 if i < total % pp else 0) for i in range(pp)]
+    stages, start = [], 0
+    s_frac = counts["sliding_layers"] / total if total else 0.0
+    for size in sizes:
+        idx = range(start, start + size)
+        dense = sum(1 for i in idx if i < counts["dense_layers"])
+        sliding = sum(1 for i in idx if math.floor((i + 1) * s_frac) > math.floor(i * s_frac))
+        stages.append({"dense": dense, "moe": size - dense, "sliding": sliding})
+        start += size
+    return stages
+
+
+def _group_bytes(model: dict, deployment: dict, group: str, tp: int) -> float:
+    """Return one layer's bytes of a weight group held by one rank of a TP group."""
+    bpw = bytes_per_weight(group_dtype(group, deployment))
+    return (
+        sum(i * o / (tp if split else 1) for _, i, o, split in linears(model).get(group, [])) * bpw
+    )
+
+
+def rank_weight_bytes(
+    model: dict, deployment: dict, layout: dict, stage: dict, first: bool, last: bool
+) -> float:
+    """Return the weight bytes one rank of a stage holds."""
+    tp, ep = layout["tp"], layout["ep"]
+    layers = stage["dense"] + stage["moe"]
+    total = layers * (
+        _group_bytes(model, deployment, "attention", tp)
+        + _group_bytes(model, deployment, "indexer", 1)
+    )
+    total += stage["dense"] * _group_bytes(model, deployment, "dense_mlp", tp)
+    total += stage["moe"] * (
+        _group_bytes(model, deployment, "shared_experts", tp)
+        + _group_bytes(model, deployment, "router", 1)
+    )
+    total += (
+        stage["moe"]
+        * model["routed_experts"]
+        * expert_params(model)
+        * bytes_per_weight(group_dtype("routed_experts", deployment))
+        / (tp * ep)
+    )
+    table = model["vocab"] * model["hidden"] / tp
+    if first:
+        total += table * 2
+    if last and not (model["tied_embeddings"] and first):
+        total += table * bytes_per_weight(group_dtype("lm_head", deployment))
+    return total
+
+
+def rank_kv_bytes_per_seq(
+    model: dict, deployment: dict, layout: dict, stage: dict, context_len: int
+) -> float:
+    """Return the KV-cache bytes one sequence takes on one rank of a stage."""
+    cache = kv_bytes_per_token_layer(model, deployment, layout["tp"])
+    per_token = cache["kv"] + cache["index"]
+    full = stage["dense"] + stage["moe"] - stage["sliding"]
+    sliding = stage["sliding"] * cached_tokens(model, context_len, True) if stage["sliding"] else 0
+    return per_token * (full * cached_tokens(model, context_len, False) + sliding)
+
+
+def _needed(model, deployment, layout, stages, batch, context_len) -> tuple[float, int]:
+    """Return (max bytes needed over the stages' ranks, index of that stage)."""
+    seqs = math.ceil(batch / layout["ep"])
+    reserve = deployment["runtime_reserve_gb"] * 1e9
+    need = [
+        rank_weight_bytes(model, deployment, layout, st, i == 0, i == len(stages) - 1)
+        + seqs * rank_kv_bytes_per_seq(model, deployment, layout, st, context_len)
+        + reserve
+        for i, st in enumerate(stages)
+    ]
+    worst = max(range(len(need)), key=need.__getitem__)
+    return need[worst], worst
+
+
+def _largest(fits, low: int, high: int) -> int:
+    """Return the largest value in [low, high] for which fits(value) holds (0 when none)."""
+    if not fits(low):
+        return 0
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
+
+
+def memory_fit(
+    model: dict,
+    deployment: dict,
+    hw: dict,
+    layout: dict,
+    batch: int,
+    layer_overrides: dict | None = None,
+) -> dict:
+    """Return {fits, needed_bytes, short_bytes, capacity_bytes, max_batch_fit, max_context_fit}."""
+    stages = stage_layers(layer_counts(model, layer_overrides), layout["pp"])
+    capacity = hw["memory_gb"] * 1e9
+    ctx = deployment["context_len"]
+    needed, _ = _needed(model, deployment, layout, stages, batch, ctx)
+
+    def fits_batch(b: int) -> bool:
+        return _needed(model, deployment, layout, stages, b, ctx)[0] <= capacity
+
+    def fits_context(c: int) -> bool:
+        return _needed(model, deployment, layout, stages, batch, c)[0] <= capacity
+
+    max_batch = _largest(fits_batch, 1, 1 << 20)
+    return {
+        "fits": needed <= capacity,
+        "needed_bytes": needed,
+        "short_bytes": max(needed - capacity, 0.0),
+        "capacity_bytes": capacity,
+        "max_batch_fit": max_batch,
+        "max_context_fit": _largest(fits_context, 1, _MAX_CONTEXT),
+    }

@@ -1,0 +1,271 @@
+"""The deployment model (tilesweep.plan): memory fit, PP latency vs throughput, label honesty,
+latency floors, interconnect shape, bound rules and the deployment settings' schema."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from tilesweep.config import compose
+from tilesweep.errors import ConfigError
+from tilesweep.plan.architecture import total_weight_bytes
+from tilesweep.plan.bound import decide_bound, margin_text
+from tilesweep.plan.deployment import (
+    COLUMNS,
+    compose_deployment,
+    compose_step,
+    derated_timer,
+    roofline_timer,
+    stage_collectives,
+)
+from tilesweep.plan.interconnect import (
+    collective_ms,
+    floored_ms,
+    latency_floor_ms,
+    topology_numbers,
+)
+from tilesweep.plan.memory_fit import memory_fit, stage_layers
+
+BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"
+
+
+@pytest.fixture(scope="module")
+def brief():
+    return compose([BRIEF_LAYOUTS])
+
+
+def _hw(settings):
+    return settings["hardware"]
+
+
+def test_glm5_bf16_is_about_1_5_tb_and_fits_no_8x96gb_layout(brief):
+    dep = dict(brief["deployment"], weight_dtype="bf16")
+    assert 1.40e12 < total_weight_bytes(brief["model"], dep) < 1.55e12
+    for layout in brief["grid"]["layouts"]:
+        fit = memory_fit(brief["model"], dep, _hw(brief), layout, 1)
+        assert not fit["fits"] and fit["short_bytes"] > 0 and fit["max_batch_fit"] == 0
+
+
+def test_glm5_nvfp4_fits_8x96gb_at_batch_1(brief):
+    for layout in brief["grid"]["layouts"]:
+        fit = memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, 1)
+        assert fit["fits"], layout
+        assert (
+            fit["max_batch_fit"] >= 1
+            and fit["max_context_fit"] >= brief["deployment"]["context_len"]
+        )
+
+
+def test_largest_batch_that_fits_fits_and_one_more_does_not(brief):
+    layout = {"tp": 8, "pp": 1, "ep": 1}
+    fit = memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, 1)
+    b = fit["max_batch_fit"]
+    assert memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, b)["fits"]
+    assert not memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, b + 1)["fits"]
+
+
+def test_a_layout_that_does_not_fit_gets_no_speed_verdict(brief):
+    df = compose_deployment(brief)
+    assert list(df.columns) == COLUMNS
+    nofit = df[df.fits_memory == "no"]
+    assert len(nofit) and (nofit.bound == "does-not-fit").all()
+    assert nofit.tpot_ms.isna().all() and nofit.tokens_per_s.isna().all()
+    fits = df[df.fits_memory == "yes"]
+    assert fits.tpot_ms.notna().all() and (fits.bound != "does-not-fit").all()
+
+
+def test_pp_tpot_is_more_than_a_stage_and_throughput_uses_pp_micro_batches(brief):
+    layout = {"tp": 4, "pp": 2, "ep": 1}
+    step = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 32)
+    assert step["micro_batches"] == 2
+    assert step["tpot_ms"] > max(step["stage_ms"])
+    assert step["tpot_ms"] >= sum(step["stage_ms"]) + step["hop_ms"] - 1e-12
+    # Each of the 2 micro-batches carries 16 of the 32 sequences: batch 32 is not a 2x-longer step.
+    one = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 16)
+    assert step["tpot_ms"] < 2 * one["tpot_ms"]
+    assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
+
+
+def test_pp_at_batch_1_shows_the_bubble_as_other(brief):
+    step = compose_step(
+        brief["model"], brief["deployment"], _hw(brief), {"tp": 4, "pp": 2, "ep": 1}, 1
+    )
+    assert step["micro_batches"] == 1
+    assert step["split"]["other"] > 0.4 * step["tpot_ms"]
+
+
+def test_a_part_without_a_measured_fraction_is_never_labelled_composed(brief):
+    timer = derated_timer({"expert_gemm": 0.8}, "NVIDIA H200")
+    part = {
+        "name": "x",
+        "kind": "attention",
+        "bytes": 1e6,
+        "flops": 1e6,
+        "dtype": "bf16",
+        "count": 1,
+    }
+    assert timer(part, _hw(brief))["source"] == "model (roofline)"
+    part["kind"] = "expert_gemm"
+    out = timer(part, _hw(brief))
+    assert out["source"] == "composed (x0.80 of roofline, measured on NVIDIA H200)"
+    assert out["memory_ms"] == pytest.approx(roofline_timer(part, _hw(brief))["memory_ms"] / 0.8)
+    assert (compose_deployment(brief).dropna(subset=["tpot_ms"]).source == "model").all()
+    assert (
+        compose_deployment(brief, timer=timer).dropna(subset=["tpot_ms"]).source == "composed"
+    ).all()
+
+
+def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
+    hw = copy.deepcopy(_hw(brief))
+    hw["peak_tflops"]["nvfp4"] = None
+    part = {
+        "name": "e",
+        "kind": "expert_gemm",
+        "bytes": 1e6,
+        "flops": 1e9,
+        "dtype": "nvfp4",
+        "count": 1,
+    }
+    out = roofline_timer(part, hw)
+    assert math.isnan(out["math_ms"]) and "peak_tflops.nvfp4" in out["gap"]
+    settings = dict(brief, hardware=hw)
+    row = compose_deployment(settings).iloc[0]
+    assert math.isnan(row.tpot_ms) and "gap" in row.bound and "peak_tflops.nvfp4" in row.inputs
+
+
+def test_no_composed_collective_is_below_its_floor(brief):
+    numbers, _ = topology_numbers(_hw(brief))
+    for coll in ("all_reduce", "all_to_all", "send_recv"):
+        for n in (2, 4, 8):
+            for nbytes in (0, 2, 12288, 1 << 20):
+                assert collective_ms(coll, n, nbytes, numbers) >= latency_floor_ms(coll, n, numbers)
+    measured = {"send_recv": {2: 0.037}, "all_reduce": {8: 0.5}}
+    t, label = floored_ms("send_recv", 2, 12288, numbers, measured)
+    assert t >= 0.037 and label == "measured floor"
+    layout = {"tp": 8, "pp": 1, "ep": 1}
+    stage = stage_layers({"dense_layers": 3, "moe_layers": 75, "sliding_layers": 0}, 1)[0]
+    for coll in stage_collectives(brief["model"], layout, stage, 8):
+        assert floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)[0] >= 0.5
+    low = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 8)
+    high = compose_step(
+        brief["model"], brief["deployment"], _hw(brief), layout, 8, measured_floors=measured
+    )
+    assert high["split"]["communication"] >= 2 * 78 * 0.5 - 1e-9
+    assert high["split"]["communication"] > low["split"]["communication"]
+
+
+@pytest.mark.parametrize("hardware", ["rtx_pro_6000", "h200", "b200"])
+@pytest.mark.parametrize("topology", [None, "switch", "root_complex", "host_staged"])
+def test_more_gpus_never_less_time_and_more_bytes_never_less(hardware, topology):
+    hw = compose([f"hardware={hardware}"])["hardware"]
+    numbers, _ = topology_numbers(hw, topology)
+    if numbers is None:
+        pytest.skip(f"{hardware} has no {topology} topology")
+    for coll in ("all_reduce", "all_to_all", "send_recv"):
+        for nbytes in (0, 64, 12288, 1 << 20, 1 << 28):
+            times = [collective_ms(coll, n, nbytes, numbers) for n in range(1, 17)]
+            assert times == sorted(times), (coll, nbytes)
+        for n in (2, 8):
+            times = [collective_ms(coll, n, b, numbers) for b in (0, 1, 1024, 1 << 20, 1 << 30)]
+            assert times == sorted(times)
+
+
+def test_hardware_without_an_interconnect_model_is_a_gap():
+    hw = compose(["hardware=l40s"])["hardware"]
+    numbers, reason = topology_numbers(hw)
+    assert numbers is None and "no interconnect_model" in reason
+    assert math.isnan(collective_ms("all_reduce", 2, 1024, numbers))
+
+
+def test_depth_reduced_model_composes_with_every_layer_type(brief):
+    reduced = {"dense_layers": 1, "moe_layers": 2}
+    full = compose_step(
+        brief["model"], brief["deployment"], _hw(brief), {"tp": 1, "pp": 1, "ep": 1}, 8
+    )
+    small = compose_step(
+        brief["model"],
+        brief["deployment"],
+        _hw(brief),
+        {"tp": 1, "pp": 1, "ep": 1},
+        8,
+        layer_overrides=reduced,
+    )
+    assert 0 < small["tpot_ms"] < full["tpot_ms"] / 10
+
+
+@pytest.mark.parametrize(
+    ("split", "achieved", "bound"),
+    [
+        ({"memory": 10, "math": 2, "communication": 1, "other": 1}, None, "memory"),
+        ({"memory": 10, "math": 9, "communication": 1, "other": 1}, None, "mixed"),
+        ({"memory": 1, "math": 2, "communication": 10, "other": 1}, None, "communication"),
+        # The issue's example: 34% of bandwidth, 41% of math peak: kernel-limited, not math-bound.
+        (
+            {"memory": 2, "math": 10, "communication": 1, "other": 1},
+            {"bandwidth": 0.34, "math": 0.41},
+            "kernel-limited",
+        ),
+        (
+            {"memory": 2, "math": 10, "communication": 1, "other": 1},
+            {"bandwidth": 0.34, "math": 0.6},
+            "math",
+        ),
+        (
+            {"memory": 1, "math": 1, "communication": 10, "other": 1},
+            {"bandwidth": 0.1, "math": 0.1},
+            "communication",
+        ),
+    ],
+)
+def test_bound_rules(split, achieved, bound):
+    assert decide_bound(split, achieved)["bound"] == bound
+
+
+def test_bound_margin_share_and_does_not_fit():
+    out = decide_bound({"memory": 13, "math": 10, "communication": 0, "other": 0})
+    assert (
+        out["margin"] == "1.3x"
+        and out["share"] == pytest.approx(13 / 23)
+        and out["bound"] == "memory"
+    )
+    assert decide_bound({"memory": 1}, fits=False)["bound"] == "does-not-fit"
+    assert margin_text(5, 0) == "inf"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("deployment.weight_dtype=fp4", "deployment.weight_dtype='fp4': allowed: bf16, fp8, nvfp4"),
+        ("deployment.kv_dtype=nvfp4", "deployment.kv_dtype='nvfp4': allowed: bf16, fp8"),
+        ("deployment.context_len=0", "deployment.context_len=0: must be at least 1"),
+        ("deployment.batches=[]", "deployment.batches=[]: give at least one batch"),
+        ("deployment.batches=[8,0]", "deployment.batches[1]=0: must be at least 1"),
+        (
+            "deployment.runtime_reserve_gb=-1",
+            "deployment.runtime_reserve_gb=-1: must be at least 0",
+        ),
+        ("deployment.quantized=[embedding]", "deployment.quantized[0]='embedding': allowed"),
+        ("+deployment.colour=red", "deployment.colour: unknown key"),
+        ("model.attention.kind=mha", "model.attention.kind='mha': allowed: mla, gqa"),
+        ("model.dense_layers=-1", "model.dense_layers=-1: must be at least 0"),
+        ("~model.attention.index_topk", "model.attention: missing key 'index_topk'"),
+    ],
+)
+def test_bad_deployment_values_are_one_line_errors(override, message):
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "model", ["glm5", "deepseek_v3", "qwen3_235b_a22b", "mixtral_8x7b", "gpt_oss_120b"]
+)
+def test_every_model_composes_a_step(model):
+    settings = compose(
+        [f"model={model}", "grid.tiles=[{m:16,n:64,k:64}]", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    )
+    df = compose_deployment(settings)
+    assert len(df) == len(settings["deployment"]["batches"])
+    assert df.inputs.str.contains("interconnect=pcie5/switch").all()
