@@ -1,0 +1,148 @@
+"""Which layout wins at each batch, by how much, and what would change the answer.
+
+`winners` ranks the layouts that fit by tokens/s at each batch. `sensitivity` recomposes the
+deployment with one input at a time scaled (memory bandwidth, interconnect bandwidth, interconnect
+latency) at half and at double, and says for each layout x batch the bound at both ends and
+whether the winner changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pandas as pd
+
+from tilesweep.plan.deployment import compose_deployment
+
+# The inputs scaled, with what a factor means for each.
+INPUTS = {
+    "memory_bandwidth": "target memory bandwidth (memory_bandwidth_gbs)",
+    "interconnect_bandwidth": "interconnect bus bandwidth of every collective (busbw_gbs)",
+    "interconnect_latency": "interconnect latency of every collective (alpha_us)",
+}
+FACTORS = (0.5, 2.0)
+WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
+BAND_COLUMNS = [
+    "input",
+    "layout",
+    "batch",
+    "base_bound",
+    "tpot_half_ms",
+    "bound_half",
+    "tpot_double_ms",
+    "bound_double",
+    "winner_half",
+    "winner_double",
+]
+
+
+def winners(deployment: pd.DataFrame, world: int | None = None) -> pd.DataFrame:
+    """Return per batch the fastest layout that fits (tokens/s), the runner-up and the lead as
+    the winner's tokens/s over the runner-up's; `world` keeps layouts of that many GPUs only."""
+    rows = []
+    frame = deployment if world is None else deployment[deployment["world"] == world]
+    fits = frame[(frame["fits_memory"] == "yes") & frame["tokens_per_s"].notna()]
+    for batch in sorted(frame["batch"].unique()):
+        ranked = fits[fits["batch"] == batch].sort_values("tokens_per_s", ascending=False)
+        if ranked.empty:
+            rows.append({"batch": batch, "winner": "none fits"})
+            continue
+        top = ranked.iloc[0]
+        row = {"batch": batch, "winner": top["layout"], "tokens_per_s": top["tokens_per_s"]}
+        if len(ranked) > 1:
+            second = ranked.iloc[1]
+            row.update(
+                runner_up=second["layout"],
+                runner_up_tokens_per_s=second["tokens_per_s"],
+                lead=f"{top['tokens_per_s'] / second['tokens_per_s']:.2f}x",
+            )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=WINNER_COLUMNS)
+
+
+def scaled_hardware(hw: dict, name: str, factor: float) -> dict:
+    """Return a copy of a hardware spec with one input (an INPUTS key) scaled by factor."""
+    if name not in INPUTS:
+        raise ValueError(f"input={name!r}: allowed: {', '.join(INPUTS)}")
+    out = copy.deepcopy(hw)
+    if name == "memory_bandwidth":
+        out["memory_bandwidth_gbs"] = hw["memory_bandwidth_gbs"] * factor
+        return out
+    key = "busbw_gbs" if name == "interconnect_bandwidth" else "alpha_us"
+    for topology in (out.get("interconnect_model") or {}).get("topologies", {}).values():
+        for numbers in topology.values():
+            numbers[key] *= factor
+    return out
+
+
+def sensitivity(
+    settings: dict,
+    timer: Callable | None = None,
+    floors: dict | None = None,
+    world: int | None = None,
+) -> pd.DataFrame:
+    """Return, per input x layout x batch, TPOT and bound with the input at half and at double,
+    beside the base bound, and the winning layout at each end (BAND_COLUMNS)."""
+    target = settings["hardware"]
+    hw = settings["catalog"][target] if isinstance(target, str) else target
+    kwargs = {"measured_floors": floors}
+    if timer is not None:
+        kwargs["timer"] = timer
+    base = compose_deployment(settings, **kwargs)
+    ends = {}
+    for name in INPUTS:
+        for factor in FACTORS:
+            varied = dict(settings, hardware=scaled_hardware(hw, name, factor))
+            ends[(name, factor)] = compose_deployment(varied, **kwargs)
+    rows = []
+    for name in INPUTS:
+        half, double = ends[(name, 0.5)], ends[(name, 2.0)]
+        win_half = dict(winners(half, world)[["batch", "winner"]].itertuples(index=False))
+        win_double = dict(winners(double, world)[["batch", "winner"]].itertuples(index=False))
+        for i, rec in enumerate(base.to_dict("records")):
+            if world is not None and rec["world"] != world:
+                continue
+            rows.append(
+                {
+                    "input": name,
+                    "layout": rec["layout"],
+                    "batch": rec["batch"],
+                    "base_bound": rec["bound"],
+                    "tpot_half_ms": half.iloc[i]["tpot_ms"],
+                    "bound_half": half.iloc[i]["bound"],
+                    "tpot_double_ms": double.iloc[i]["tpot_ms"],
+                    "bound_double": double.iloc[i]["bound"],
+                    "winner_half": win_half.get(rec["batch"], "none fits"),
+                    "winner_double": win_double.get(rec["batch"], "none fits"),
+                }
+            )
+    return pd.DataFrame(rows, columns=BAND_COLUMNS)
+
+
+def changes(band: pd.DataFrame, base_winners: pd.DataFrame) -> list[str]:
+    """Return one sentence per input whose half or double changes a bound or a winner."""
+    out = []
+    base = dict(base_winners[["batch", "winner"]].itertuples(index=False))
+    for name, part in band.groupby("input", sort=False):
+        flips = part[
+            (part["bound_half"] != part["base_bound"])
+            | (part["bound_double"] != part["base_bound"])
+        ]
+        moved = {
+            b
+            for b, w_half, w_double in part[["batch", "winner_half", "winner_double"]].itertuples(
+                index=False
+            )
+            if w_half != base.get(b) or w_double != base.get(b)
+        }
+        if flips.empty and not moved:
+            out.append(f"{INPUTS[name]} at half or double changes no bound and no winner.")
+            continue
+        bits = []
+        if not flips.empty:
+            bits.append(f"changes the bound of {len(flips)} of {len(part)} layout x batch cells")
+        if moved:
+            bits.append(f"changes the winner at batch {', '.join(str(b) for b in sorted(moved))}")
+        out.append(f"{INPUTS[name]} at half or double {' and '.join(bits)}.")
+    return out
