@@ -465,3 +465,48 @@ def percentile(values: list[float], q: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
+    """Return one table row per batch: the whole step's p10/p50/p90 (the slowest rank's), each
+    part's median on the rank that spent longest in compute, and what was run."""
+    step, model = spec["step"], spec["model"]
+    label = (
+        f"measured ({step['dense_layers']} dense + {step['moe_layers']} MoE layers per stage, "
+        f"context {step['context_len']}, bf16)"
+    )
+    rows = []
+    for index, batch in enumerate(step["batches"]):
+        whole = ranks[0]["batches"][index]["whole_ms"]  # already the max over ranks
+        row = {
+            "layout": layout_name,
+            **{k: spec["layout"][k] for k in ("tp", "pp", "ep")},
+            "batch": batch,
+            "sequences_run": local_sequences(batch, spec["layout"]) * spec["layout"]["ep"],
+            "context_len": step["context_len"],
+            "dense_layers_run": step["dense_layers"],
+            "moe_layers_run": step["moe_layers"],
+            "routed_experts_run": model["routed_experts"],
+            "vocab_run": model["vocab"],
+            "runner": step["runner"],
+            "step_ms": percentile(whole, 0.5),
+            "step_p10_ms": percentile(whole, 0.1),
+            "step_p90_ms": percentile(whole, 0.9),
+            "repeats": len(whole),
+            "finite": all(r["batches"][index]["finite"] for r in ranks),
+            "measured_label": label,
+        }
+        per_rank = []
+        for rank in ranks:
+            names = {n for sample in rank["batches"][index]["parts"] for n in sample}
+            medians = {
+                n: percentile([s.get(n, 0.0) for s in rank["batches"][index]["parts"]], 0.5)
+                for n in names
+            }
+            per_rank.append(medians)
+        busiest = max(per_rank, key=lambda parts: sum(parts.values()))
+        row.update({f"part_{name}_ms": ms for name, ms in sorted(busiest.items())})
+        row["status"] = "ok" if row["finite"] else "correctness"
+        row["reason"] = "" if row["finite"] else "non-finite activations after the step"
+        rows.append(row)
+    return rows

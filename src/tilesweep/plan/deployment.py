@@ -334,6 +334,8 @@ def compose_step(
         achieved = {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
     sources = set().union(*(t["sources"] for t in times))
     gaps = [g for t in times for g in t["gaps"]]
+    if math.isnan(hop):
+        gaps.append("pp_send_recv: no interconnect model")
     return {
         "tpot_ms": tpot,
         "stage_ms": [t["time"] for t in times],

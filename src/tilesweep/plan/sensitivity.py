@@ -78,23 +78,21 @@ def scaled_hardware(hw: dict, name: str, factor: float) -> dict:
 
 def sensitivity(
     settings: dict,
-    timer: Callable | None = None,
-    floors: dict | None = None,
+    compose: Callable[[dict], pd.DataFrame] = compose_deployment,
     world: int | None = None,
 ) -> pd.DataFrame:
     """Return, per input x layout x batch, TPOT and bound with the input at half and at double,
-    beside the base bound, and the winning layout at each end (BAND_COLUMNS)."""
+    beside the base bound, and the winning layout at each end (BAND_COLUMNS). `compose` turns
+    settings into the deployment table (by default the roofline composition)."""
     target = settings["hardware"]
     hw = settings["catalog"][target] if isinstance(target, str) else target
-    kwargs = {"measured_floors": floors}
-    if timer is not None:
-        kwargs["timer"] = timer
-    base = compose_deployment(settings, **kwargs)
+    base = compose(settings)
     ends = {}
     for name in INPUTS:
         for factor in FACTORS:
-            varied = dict(settings, hardware=scaled_hardware(hw, name, factor))
-            ends[(name, factor)] = compose_deployment(varied, **kwargs)
+            ends[(name, factor)] = compose(
+                dict(settings, hardware=scaled_hardware(hw, name, factor))
+            )
     rows = []
     for name in INPUTS:
         half, double = ends[(name, 0.5)], ends[(name, 2.0)]
