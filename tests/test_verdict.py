@@ -289,5 +289,7 @@ def test_the_reports_show_raw_and_calibrated_projection_error():
         "Projection vs measurement on 2 measured layouts: -33%; calibrated by the measured "
         "single-device step, -6% on the 1 point it was not taken from."
     )
-    text = report._verdict_section(frame)
+    empty = pd.DataFrame()
+    data = summary.build({"model": {"name": "m"}}, empty, empty, empty, frame, {}, figures={})
+    text = report.render(data)
     assert "How far to trust the projections" in text and "calibrated_error_pct" in text

@@ -36,7 +36,6 @@ from tilesweep.plan.messages import bus_factor, decode_batch, fit_alpha_beta, lo
 from tilesweep.plan.sharding import layers_per_stage, step_capable, step_parts
 from tilesweep.tables import (
     CALIBRATION_COLUMNS,
-    PROJECTION_COLUMNS,
     SHARE_COLUMNS,
     VERDICT_COLUMNS,
     Status,
