@@ -34,7 +34,11 @@ window.addEventListener("load", () => {
   const out = document.createElement("div");
   out.id = "image-check";
   out.textContent = ok.length + "/" + imgs.length;
+  const width = document.createElement("div");
+  width.id = "page-width";
+  width.textContent = String(document.documentElement.scrollWidth);
   document.body.appendChild(out);
+  document.body.appendChild(width);
 });
 </script>"""
 
@@ -150,7 +154,13 @@ def test_report_renders_in_headless_chromium(tiny_sweep, tmp_path):
     page = (tiny_sweep / "results" / "report.html").read_text()
     checked = tmp_path / "report.html"
     checked.write_text(page.replace("</body>", IMAGE_CHECK + "</body>"))
-    dom = browse(checked, tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom")
+    dom = browse(
+        checked,
+        tmp_path / "profile",
+        "--window-size=1280,2400",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     for key, title in summary.SECTIONS:
         assert re.search(rf'<section id="{key}"><h2>{re.escape(title)}', dom.stdout), key
@@ -159,6 +169,8 @@ def test_report_renders_in_headless_chromium(tiny_sweep, tmp_path):
     loaded, total = map(int, count.groups())
     assert total == len(png_images(page)) and total >= 5
     assert loaded == total, f"only {loaded} of {total} images decoded"
+    width = re.search(r'<div id="page-width">(\d+)</div>', dom.stdout)
+    assert width and int(width.group(1)) <= 1280, "the page overflows a 1,280 px window"
 
     shot = tmp_path / "shot.png"
     browse(checked, tmp_path / "profile2", "--window-size=1280,2400", f"--screenshot={shot}")

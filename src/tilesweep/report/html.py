@@ -103,32 +103,35 @@ def table(
     )
 
 
-def block(item: object, figures: dict[str, bytes]) -> str:
-    """Return one block of a section as HTML."""
-    if isinstance(item, Text):
-        return f"<p>{esc(item.text)}</p>"
-    if isinstance(item, Bullets):
-        if not item.items:
-            return ""
-        return (
-            '<ul class="headlines">' + "".join(f"<li>{esc(x)}</li>" for x in item.items) + "</ul>"
-        )
-    if isinstance(item, Heading):
-        return f"<h3>{esc(item.text)}</h3>"
-    if isinstance(item, Figure):
-        return (
-            f"<figure>{img(figures[item.name], item.alt)}"
-            f"<figcaption>{esc(item.caption)}</figcaption></figure>"
-        )
-    if isinstance(item, Code):
-        return f"<details><summary>{esc(item.title)}</summary><pre>{esc(item.text)}</pre></details>"
-    if isinstance(item, Table):
-        note = f"<p>{esc(item.note)}</p>" if item.note else ""
-        body = note + table(item.frame, item.shown(), item.style, empty=item.empty)
-        if item.collapsed:
-            return f"<details><summary>{esc(item.title)}</summary>{body}</details>"
-        return (f"<h4>{esc(item.title)}</h4>" if item.title else "") + body
-    raise TypeError(f"not a report block: {item!r}")
+def _bullets(item: Bullets) -> str:
+    """Return a list of findings as <ul>, nothing when there are none."""
+    lines = "".join(f"<li>{esc(x)}</li>" for x in item.items)
+    return f'<ul class="headlines">{lines}</ul>' if lines else ""
+
+
+def _table(item: Table) -> str:
+    """Return a table block: its title (a <details> summary when collapsed), note and table."""
+    note = f"<p>{esc(item.note)}</p>" if item.note else ""
+    body = note + table(item.frame, item.shown(), item.style, empty=item.empty)
+    if item.collapsed:
+        return f"<details><summary>{esc(item.title)}</summary>{body}</details>"
+    return (f"<h4>{esc(item.title)}</h4>" if item.title else "") + body
+
+
+# How each kind of block is written; figures need the PNG bytes, so they get the ReportData.
+BLOCKS = {
+    Text: lambda item, data: f"<p>{esc(item.text)}</p>",
+    Bullets: lambda item, data: _bullets(item),
+    Heading: lambda item, data: f"<h3>{esc(item.text)}</h3>",
+    Figure: lambda item, data: (
+        f"<figure>{img(data.figures[item.name], item.alt)}"
+        f"<figcaption>{esc(item.caption)}</figcaption></figure>"
+    ),
+    Code: lambda item, data: (
+        f"<details><summary>{esc(item.title)}</summary><pre>{esc(item.text)}</pre></details>"
+    ),
+    Table: lambda item, data: _table(item),
+}
 
 
 def render(data: ReportData) -> str:
@@ -136,7 +139,7 @@ def render(data: ReportData) -> str:
     nav = "".join(f'<a href="#{key}">{esc(label)}</a>' for key, label in SECTIONS)
     body = [
         f'<section id="{s.key}"><h2>{esc(s.title)}</h2>'
-        + "".join(block(b, data.figures) for b in s.blocks)
+        + "".join(BLOCKS[type(b)](b, data) for b in s.blocks)
         + "</section>"
         for s in data.sections
     ]

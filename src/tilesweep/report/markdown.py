@@ -42,27 +42,26 @@ def provenance_line(provenance: dict) -> str:
     return ", ".join(parts)
 
 
-def block(item: object) -> str:
-    """Return one block of a section as Markdown."""
-    if isinstance(item, Text):
-        return item.text + "\n"
-    if isinstance(item, Bullets):
-        return "".join(f"- {line}\n" for line in item.items)
-    if isinstance(item, Heading):
-        return f"### {item.text}\n"
-    if isinstance(item, Figure):
-        return (
-            f"_Figure `{item.name}` (report.html, and plots/{item.name}.png beside the "
-            f"tables): {item.caption}_\n"
-        )
-    if isinstance(item, Code):
-        return f"#### {item.title}\n\n```json\n{item.text}\n```\n"
-    if isinstance(item, Table):
-        out = [f"#### {item.title}\n"] if item.title else []
-        out += [item.note + "\n"] if item.note else []
-        out.append(md_table(item.frame, item.shown(), empty=item.empty))
-        return "\n".join(out)
-    raise TypeError(f"not a report block: {item!r}")
+def _table(item: Table) -> str:
+    """Return a table block: its title, note and table."""
+    out = [f"#### {item.title}\n"] if item.title else []
+    out += [item.note + "\n"] if item.note else []
+    out.append(md_table(item.frame, item.shown(), empty=item.empty))
+    return "\n".join(out)
+
+
+# How each kind of block is written.
+BLOCKS = {
+    Text: lambda item: item.text + "\n",
+    Bullets: lambda item: "".join(f"- {line}\n" for line in item.items),
+    Heading: lambda item: f"### {item.text}\n",
+    Figure: lambda item: (
+        f"_Figure `{item.name}` (report.html, and plots/{item.name}.png beside the tables): "
+        f"{item.caption}_\n"
+    ),
+    Code: lambda item: f"#### {item.title}\n\n```json\n{item.text}\n```\n",
+    Table: _table,
+}
 
 
 def render(data: ReportData) -> str:
@@ -74,5 +73,5 @@ def render(data: ReportData) -> str:
     ]
     for section in data.sections:
         out.append(f"## {section.title}\n")
-        out += [block(b) for b in section.blocks]
+        out += [BLOCKS[type(b)](b) for b in section.blocks]
     return "\n".join(out)
