@@ -7,7 +7,7 @@ import json
 import pandas as pd
 
 from tilesweep.cli import main
-from tilesweep.failures import failed_outputs
+from tilesweep.failures import failed_outputs, failed_rows
 
 
 def _results(tmp_path):
@@ -42,3 +42,24 @@ def test_cli_prints_paths_and_rejects_a_missing_folder(tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith("k1/build.json")
     assert main(["failed", str(tmp_path / "nope")]) == 2
     assert "no such results folder" in capsys.readouterr().err
+
+
+def test_a_missing_status_is_a_failure_with_its_reason(tmp_path):
+    res = tmp_path / "results"
+    (res / "decode").mkdir(parents=True)
+    pd.DataFrame({"status": ["ok", None]}).to_csv(res / "decode" / "a.csv", index=False)
+    pd.DataFrame({"time_ms": [1.0]}).to_csv(res / "decode" / "b.csv", index=False)
+    (res / "build").mkdir()
+    (res / "build" / "c.json").write_text(json.dumps({"reason": "?"}))
+    rows = failed_rows(res)
+    assert [(p.name, s) for p, s in zip(rows["path"], rows["status"], strict=True)] == [
+        ("c.json", "missing"),
+        ("a.csv", "missing"),
+        ("b.csv", "missing"),
+    ]
+    assert list(rows["reason"]) == [
+        "no status recorded",
+        "no status recorded",
+        "the file has no status column",
+    ]
+    assert [p.name for p in failed_outputs(res, {"missing"})] == ["c.json", "a.csv", "b.csv"]

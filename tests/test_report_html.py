@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import math
 import os
@@ -19,9 +20,10 @@ from matplotlib import image as mpimg
 from tilesweep.report import data as summary
 from tilesweep.report import figures as plots
 from tilesweep.report import html as report_html
+from tilesweep.report import markdown as report_md
 from tilesweep.stages.aggregate import arrow_safe
 
-SECTIONS = [key for key, _ in report_html.SECTIONS]
+SECTIONS = [key for key, _ in summary.SECTIONS]
 TABLES = ("launch", "decode", "collective", "verdict")
 CHROMIUM_APT = "apt-get update && apt-get install -y chromium"
 # Appended to a copy of the report: records, once the page has loaded, how many images decoded.
@@ -32,7 +34,11 @@ window.addEventListener("load", () => {
   const out = document.createElement("div");
   out.id = "image-check";
   out.textContent = ok.length + "/" + imgs.length;
+  const width = document.createElement("div");
+  width.id = "page-width";
+  width.textContent = String(document.documentElement.scrollWidth);
   document.body.appendChild(out);
+  document.body.appendChild(width);
 });
 </script>"""
 
@@ -74,7 +80,7 @@ def test_sweep_writes_a_self_contained_report(tiny_sweep):
     for data in images:
         pixels = mpimg.imread(io.BytesIO(data), format="png")
         assert pixels.shape[0] > 50 and pixels.shape[1] > 50
-    for name in report_html.FIGURES:
+    for name in summary.FIGURES:
         assert (results / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tp2-pp1-ep1" in page  # the summary names every layout
 
@@ -94,10 +100,10 @@ def test_snakemake_report_registers_the_figures(tiny_sweep, tmp_path):
     out = tmp_path / "snakemake-report.html"
     snakemake(tiny_sweep, "--cores", "1", "--report", str(out), overrides=["experiment=tiny"])
     text = out.read_text()
-    for name in report_html.FIGURES:
+    for name in summary.FIGURES:
         assert f'"results/plots/{name}.png"' in text
     captions = Path(__file__).resolve().parents[1] / "workflow" / "report"
-    for name in report_html.FIGURES:
+    for name in summary.FIGURES:
         first_line = (captions / f"{name}.rst").read_text().splitlines()[0]
         assert first_line.replace("'", "&#x27;") in text or first_line in text, name
 
@@ -148,15 +154,23 @@ def test_report_renders_in_headless_chromium(tiny_sweep, tmp_path):
     page = (tiny_sweep / "results" / "report.html").read_text()
     checked = tmp_path / "report.html"
     checked.write_text(page.replace("</body>", IMAGE_CHECK + "</body>"))
-    dom = browse(checked, tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom")
+    dom = browse(
+        checked,
+        tmp_path / "profile",
+        "--window-size=1280,2400",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    for key, title in report_html.SECTIONS:
+    for key, title in summary.SECTIONS:
         assert re.search(rf'<section id="{key}"><h2>{re.escape(title)}', dom.stdout), key
     count = re.search(r'<div id="image-check">(\d+)/(\d+)</div>', dom.stdout)
     assert count, "the page's load event never fired"
     loaded, total = map(int, count.groups())
     assert total == len(png_images(page)) and total >= 5
     assert loaded == total, f"only {loaded} of {total} images decoded"
+    width = re.search(r'<div id="page-width">(\d+)</div>', dom.stdout)
+    assert width and int(width.group(1)) <= 1280, "the page overflows a 1,280 px window"
 
     shot = tmp_path / "shot.png"
     browse(checked, tmp_path / "profile2", "--window-size=1280,2400", f"--screenshot={shot}")
@@ -225,9 +239,14 @@ def verdict_rows() -> pd.DataFrame:
     return frame
 
 
+def page_of(*tables: pd.DataFrame) -> str:
+    """Return the HTML page of (launch, decode, collective, verdict) tables."""
+    return report_html.render(summary.build(settings_stub(), *tables, {}))
+
+
 def test_report_escapes_text_and_keeps_going_with_empty_tables():
     empty = pd.DataFrame()
-    page = report_html.render(settings_stub(), launch_rows(), empty, empty, empty, {})
+    page = page_of(launch_rows(), empty, empty, empty)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     for key in SECTIONS:
         assert f'<section id="{key}">' in page
@@ -236,7 +255,7 @@ def test_report_escapes_text_and_keeps_going_with_empty_tables():
 
 def test_report_sets_measured_and_projected_rows_apart():
     empty = pd.DataFrame()
-    page = report_html.render(settings_stub(), empty, empty, empty, verdict_rows(), {})
+    page = page_of(empty, empty, empty, verdict_rows())
     assert page.count('<tr class="src-measured">') == 2  # summary pivot and the layout table
     assert page.count('<tr class="src-model">') == 2
     assert "projection_error_pct" in page  # columns another step adds are shown, not dropped
@@ -251,7 +270,7 @@ def test_launch_failures_and_estimates():
     assert errors.loc["a", "smem_model_error_pct"] == pytest.approx(25.0)
     counts = summary.fit_counts(launch).iloc[0]
     assert (counts["default"], counts["optin"], counts["no"]) == (1, 1, 1)
-    page = report_html.render(settings_stub(), launch, *[pd.DataFrame()] * 3, {})
+    page = page_of(launch, *[pd.DataFrame()] * 3)
     assert "rtx_pro_6000: of 3 kernels, 1 fit by default, 1 only after opt-in, 1 do not fit" in page
 
 
@@ -293,3 +312,70 @@ def test_mixed_type_columns_survive_parquet(tmp_path):
     back = pd.read_parquet(path)
     assert list(back["stages"]) == ["4", "auto", "2"]
     assert back["smem_bytes"].tolist() == frame["smem_bytes"].tolist()
+
+
+# ---- both reports render one ReportData ----------------------------------------------------
+
+
+def decode_rows() -> pd.DataFrame:
+    """Return decode rows of two dtypes: tiles, a baseline, a failed and an untimed row."""
+    rows = [
+        ("triton:a", "bf16", 16, 1.0, "ok"),
+        ("triton:b", "bf16", 16, 0.8, "ok"),
+        ("torch_bmm", "bf16", 16, 1.2, "ok"),
+        ("triton:c", "bf16", 16, 0.1, "launch"),  # failed: never the fastest
+        ("triton:f", "fp8", 16, 0.5, "ok"),
+        ("triton:g", "fp8", 16, math.nan, "ok"),  # no time: never the fastest
+    ]
+    frame = pd.DataFrame(
+        rows, columns=["runner", "dtype", "tokens_per_expert", "time_ms", "status"]
+    )
+    return frame.assign(op="down", routing="uniform", bound="memory", reason="", device="dev")
+
+
+def test_markdown_and_html_show_the_same_sections_tables_and_figures():
+    empty = pd.DataFrame()
+    data = summary.build(settings_stub(), launch_rows(), decode_rows(), empty, verdict_rows(), {})
+    text, page = report_md.render(data), report_html.render(data)
+    md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
+    html_titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]+)</h2>", page)]
+    assert md_titles == html_titles == [title for _, title in summary.SECTIONS]
+    for item in data.tables():
+        if item.title:
+            assert f"#### {item.title}" in text or item.collapsed
+            assert html.escape(item.title, quote=True) in page
+        for col in item.shown() if not item.frame.empty else []:
+            assert f"| {col} |" in text or f" {col} |" in text, col
+            assert f"<th>{html.escape(col)}</th>" in page, col
+    assert "How far to trust the projections" in text and "How far to trust the projections" in page
+    names = data.figure_names()
+    assert names == list(summary.FIGURES)
+    for name in names:
+        assert f"`{name}`" in text
+    images = png_images(page)
+    assert images == [data.figures[n] for n in names]
+    for png in images:  # each decodes to a real picture, not just a PNG header
+        pixels = mpimg.imread(io.BytesIO(png), format="png")
+        assert pixels.shape[0] > 50 and pixels.shape[1] > 200
+
+
+def test_best_per_batch_carries_the_dtype_and_the_same_numbers_in_both_reports():
+    empty = pd.DataFrame()
+    data = summary.build(settings_stub(), empty, decode_rows(), empty, empty, {}, figures={})
+    best = summary.best_per_batch(decode_rows()).set_index("dtype")
+    assert best.loc["bf16", "best_runner"] == "triton:b"  # c failed, so it is not the fastest
+    assert best.loc["bf16", "speedup_vs_baseline"] == pytest.approx(1.5)
+    assert best.loc["fp8", "best_runner"] == "triton:f"  # g has no time
+    assert math.isnan(best.loc["fp8", "speedup_vs_baseline"])  # no fp8 baseline to compare
+    text, page = report_md.render(data), report_html.render(data)
+    assert "| bf16 | down | uniform | 16 | triton:b | 0.8 |" in text
+    assert '<td class="text">bf16</td>' in page and "<td>1.5</td>" in page
+    assert "| fp8 | down | uniform | 16 | triton:f | 0.5 |" in text
+
+
+def test_html_tables_scroll_in_their_own_box_and_the_page_does_not():
+    empty = pd.DataFrame()
+    page = page_of(launch_rows(), decode_rows(), empty, verdict_rows())
+    tables = page.count("<table>")
+    assert tables > 5 and page.count('<div class="scroll"><table>') == tables
+    assert ".scroll{overflow-x:auto" in page and "max-width:1200px" in page

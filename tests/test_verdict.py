@@ -172,8 +172,27 @@ def test_measured_rows_stand_apart_and_carry_the_projection_error():
 
 def test_missing_measurements_make_an_unknown_verdict_not_a_guess():
     table = verdict.verdict_table(settings(), pd.DataFrame(), pd.DataFrame())
-    assert set(table["verdict"]) == {"unknown"}
-    assert table["inputs"].str.contains("no decode measurement").all()
+    assert list(table["layout"]) == ["tp1-pp1-ep1", "tp2-pp1-ep1", "tp8-pp1-ep1"]
+    assert list(table["verdict"]) == ["unknown"] * 3 and set(table["source"]) == {"model"}
+    assert table["compute_memory_ms"].isna().all() and table["step_ms"].isna().all()
+    assert table["inputs"].str.contains("expert_gate_up: no decode measurement").all()
+    assert table.loc[0, "comm_ms"] == 0  # one device needs no collective
+    assert table.loc[1:, "comm_ms"].isna().all()  # nothing measured, nothing to fit
+
+
+def test_an_unknown_bound_is_a_labelled_gap_not_memory_bound():
+    rows = decode_rows({"gate_up": 1.0, "down": 0.5})
+    for row in rows:
+        row.pop("bound")
+        row.pop("ceiling_matmul_tflops")  # without ceilings there is no roofline to ask
+    table = verdict.verdict_table(settings(), pd.DataFrame(rows), all_reduce_rows())
+    one = table.set_index("layout").loc["tp1-pp1-ep1"]
+    # the expert and shared-expert GEMMs are timed, but whether memory or math bound them is not
+    assert one["compute_unknown_ms"] == pytest.approx(75 * (384 + 48), 1e-4)
+    assert one["compute_math_ms"] == 0 and one["verdict"] == "unknown"
+    assert math.isnan(one["compute_memory_ms"])  # the router's roofline floor needs ceilings
+    assert "expert_gate_up: bound unknown" in one["inputs"]
+    assert "router: no decode measurement" in one["inputs"]
 
 
 @pytest.mark.slow
@@ -279,6 +298,7 @@ def test_calibration_comes_from_the_measured_single_device_step_and_is_checked_h
 
 def test_the_reports_show_raw_and_calibrated_projection_error():
     from tilesweep.report import data as summary
+    from tilesweep.report import html as report_html
     from tilesweep.report import markdown as report
 
     frame = verdict.calibrate(verdict._projection_error(pd.DataFrame(TWO_MEASURED)))
@@ -289,5 +309,8 @@ def test_the_reports_show_raw_and_calibrated_projection_error():
         "Projection vs measurement on 2 measured layouts: -33%; calibrated by the measured "
         "single-device step, -6% on the 1 point it was not taken from."
     )
-    text = report._verdict_section(frame)
-    assert "How far to trust the projections" in text and "calibrated_error_pct" in text
+    empty = pd.DataFrame()
+    data = summary.build({"model": {"name": "m"}}, empty, empty, empty, frame, {}, figures={})
+    text, page = report.render(data), report_html.render(data)
+    for out in (text, page):
+        assert "How far to trust the projections" in out and "calibrated_error_pct" in out

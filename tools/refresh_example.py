@@ -18,8 +18,9 @@ from tilesweep import verdict
 from tilesweep.config import compose
 from tilesweep.io import write_table, write_text
 from tilesweep.provenance import git_commit, package_version
+from tilesweep.report import data as report_data
 from tilesweep.report import html as report_html
-from tilesweep.report import markdown as report
+from tilesweep.report import markdown as report_md
 from tilesweep.stages import aggregate
 
 
@@ -46,9 +47,9 @@ def main() -> int:
     args = (settings, launch, tables["decode"], tables["collective"], tables["verdict"])
     write_table(folder / "launch.csv", launch)
     write_table(folder / "verdict.csv", tables["verdict"])
-    write_text(folder / "report.md", report.render(*args, provenance))
-    images = report_html.figures(*args[1:])
-    write_text(folder / "report.html", report_html.render(*args, provenance, images=images))
+    data = report_data.build(*args, provenance)
+    write_text(folder / "report.md", report_md.render(data))
+    write_text(folder / "report.html", report_html.render(data))
     print(f"refreshed {folder}")
     return 0
 

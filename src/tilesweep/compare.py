@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import ConfigError
-from tilesweep.report.markdown import fmt_value
+from tilesweep.report.data import fmt_value
 
 # Columns that identify a row, per table; those present in both runs are used.
 KEYS = {

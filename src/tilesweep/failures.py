@@ -7,39 +7,60 @@ from pathlib import Path
 
 import pandas as pd
 
-# Statuses that are a property of the kernel or device, not a failure to retry.
-SETTLED = {"ok", "unsupported", "skipped"}
+from tilesweep.tables import SETTLED, Status, status_of
+
+STAGES = ("build", "decode", "collective", "layout")
+FAILED_ROW_COLUMNS = ["path", "status", "reason"]
 
 
-def _statuses(path: Path) -> set[str]:
-    """Return the statuses recorded in one per-cell result file."""
+def _records(path: Path) -> list[tuple[str, str]]:
+    """Return (status, reason) per row of one per-cell result file; a row without a status is
+    `missing` and one whose status is not a Status keeps its text, each with a reason saying so."""
     if path.suffix == ".json":
         record = json.loads(path.read_text())
-        if "cells" in record:  # CUTLASS accounting: one record per cell
-            return {c.get("status", "ok") for c in record["cells"].values()}
-        return {record.get("status", "ok")}
-    try:
-        frame = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        return set()
-    return set(frame["status"].astype(str)) if "status" in frame else set()
+        rows = list(record["cells"].values()) if "cells" in record else [record]
+    else:
+        try:
+            frame = pd.read_csv(path)
+        except pd.errors.EmptyDataError:
+            return []
+        if "status" not in frame:
+            return [(Status.MISSING, "the file has no status column")]
+        rows = frame.to_dict("records")
+    out = []
+    for row in rows:
+        reason = row.get("reason")
+        reason = "" if reason is None or reason != reason else str(reason)
+        try:
+            status = status_of(row.get("status"))
+        except ValueError:
+            status, reason = str(row["status"]), f"not a known status; {reason}".rstrip("; ")
+        if status == Status.MISSING:
+            reason = "no status recorded"
+        out.append((str(status), reason))
+    return out
 
 
-def failed_outputs(results: Path, statuses: set[str] | None = None) -> list[Path]:
-    """Return per-cell outputs under results with a row whose status is a failure.
+def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame:
+    """Return one row (path, status, reason) per failed row of the per-cell outputs.
 
     `statuses` narrows it to those statuses (e.g. {"timeout"}); by default every status but ok,
-    unsupported and skipped counts. Launch-check files (`launch/`) are left out: a kernel that
-    does not fit a target is a result, and its build file is what a rerun would redo.
+    unsupported and skipped counts, a missing status included. Launch-check files (`launch/`)
+    are left out: a kernel that does not fit a target is a result, and its build file is what
+    a rerun would redo.
     """
     found = []
-    for stage in ("build", "decode", "collective", "layout"):
+    for stage in STAGES:
         for path in sorted((Path(results) / stage).rglob("*")):
             if path.suffix not in (".json", ".csv") or not path.is_file():
                 continue
-            bad = _statuses(path) - SETTLED
-            if statuses is not None:
-                bad &= statuses
-            if bad:
-                found.append(path)
-    return found
+            for status, reason in _records(path):
+                if status in SETTLED or (statuses is not None and status not in statuses):
+                    continue
+                found.append({"path": path, "status": status, "reason": reason})
+    return pd.DataFrame(found, columns=FAILED_ROW_COLUMNS)
+
+
+def failed_outputs(results: Path, statuses: set[str] | None = None) -> list[Path]:
+    """Return the per-cell outputs under results with a failed row (see failed_rows)."""
+    return list(dict.fromkeys(failed_rows(results, statuses)["path"]))

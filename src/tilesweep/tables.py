@@ -1,6 +1,49 @@
-"""Every table's columns, keys and statuses, declared once."""
+"""Every table's columns, keys and statuses, declared once, and the one rule for the fastest
+correct runner."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+import pandas as pd
+
+
+class Status(StrEnum):
+    """What happened to one row: ok, or why it has no number (Kernel Tuner's habit)."""
+
+    OK = "ok"
+    COMPILE = "compile"  # the kernel did not compile (or its host program printed nothing)
+    LAUNCH = "launch"  # it compiled but does not fit the target, or the device refused it
+    RUNTIME = "runtime"  # it launched and then failed, or the measuring process sent nothing
+    CRASH = "crash"  # the isolated process died (a signal, an illegal memory access)
+    TIMEOUT = "timeout"  # the isolated process ran past its limit and was killed
+    ERROR = "error"  # the isolated process raised (the exception's last line is the reason)
+    CORRECTNESS = "correctness"  # it ran but its result disagrees with the reference
+    CONSTRAINT = "constraint"  # the configuration breaks a rule of the kernel or layout
+    UNSUPPORTED = "unsupported"  # this backend or device cannot run the case: a result
+    SKIPPED = "skipped"  # left out on purpose (too large for this machine, not asked for)
+    MISSING = "missing"  # the file or row recorded no status: a failure, never read as ok
+
+
+# Statuses that are a property of the kernel or device, not a failure to retry.
+SETTLED = frozenset({Status.OK, Status.UNSUPPORTED, Status.SKIPPED})
+
+
+def status_of(value: object) -> Status:
+    """Return the Status a recorded value names; MISSING for None, NaN or empty text."""
+    if value is None or (isinstance(value, float) and value != value) or str(value) == "":
+        return Status.MISSING
+    return Status(str(value))
+
+
+# Columns that identify a row of each aggregated table (results/tables/<name>.csv).
+TABLE_KEYS = {
+    "launch": ["backend", "target", "kernel"],
+    "decode": ["runner", "dtype", "op", "routing", "tokens_per_expert"],
+    "collective": ["layout", "collective", "backend", "group", "bytes"],
+    "verdict": ["model", "layout", "tokens_per_expert", "source"],
+}
 
 LAUNCH_COLUMNS = [
     "backend",
@@ -39,6 +82,183 @@ LAUNCH_COLUMNS = [
     "toolchain",
     "commit",
 ]
+
+
+# ---- the verdict table (one row per layout, batch and source) ------------------------------
+
+# How far a layout's projection lies from its measurement, raw and calibrated (both rows carry it).
+CALIBRATION_COLUMNS = ["calibration", "calibrated_step_ms", "calibrated_error_pct"]
+PROJECTION_COLUMNS = [
+    "measured_step_ms",
+    "projected_step_ms",
+    "projection_error_pct",
+    *CALIBRATION_COLUMNS,
+]
+# The split of a step that decides its verdict, and compute whose bound is not known (a gap).
+SHARE_COLUMNS = ["compute_memory_ms", "compute_math_ms", "comm_ms"]
+VERDICT_COLUMNS = [
+    "model",
+    "layout",
+    "tp",
+    "pp",
+    "ep",
+    "world",
+    "tokens_per_expert",
+    "batch_tokens",
+    "layers_per_stage",
+    *SHARE_COLUMNS,
+    "compute_unknown_ms",
+    "other_ms",
+    "step_ms",
+    "verdict",
+    "runner_up",
+    "margin",
+    "share",
+    "source",
+    *PROJECTION_COLUMNS,
+    "power_frac",
+    "power_source",
+    "device",
+    "inputs",
+]
+
+# ---- the tables the reports show (both reports render these lists) ------------------------
+
+REPORT_LAUNCH_COLUMNS = [
+    "backend",
+    "kernel",
+    "dtype",
+    "tile_m",
+    "tile_n",
+    "tile_k",
+    "stages",
+    "epilogue",
+    "smem_bytes",
+    "smem_model_bytes",
+    "smem_limit_bytes",
+    "overshoot_bytes",
+    "fits",
+    "blocks_per_sm",
+    "regs",
+    "status",
+    "reason",
+    "measured_smem_bytes",
+    "measured_launch",
+]
+FIT_COUNT_COLUMNS = ["target", "backend", "default", "optin", "no", "unknown"]
+LAUNCH_FAILURE_COLUMNS = [
+    "backend",
+    "kernel",
+    "smem_bytes",
+    "smem_limit_bytes",
+    "overshoot_bytes",
+    "fits",
+    "status",
+    "reason",
+]
+ESTIMATE_COLUMNS = [
+    "backend",
+    "tile_m",
+    "tile_n",
+    "tile_k",
+    "stages",
+    "epilogue",
+    "smem_model_bytes",
+    "smem_bytes",
+    "smem_model_error_pct",
+    "smem_model_error_bytes",
+    "mainloop_smem_bytes",
+    "epilogue_smem_bytes",
+    "measured_smem_bytes",
+    "measured_launch",
+    "source",
+]
+BEST_PER_BATCH_KEYS = ["dtype", "op", "routing", "tokens_per_expert"]
+BEST_PER_BATCH_COLUMNS = [
+    *BEST_PER_BATCH_KEYS,
+    "best_runner",
+    "time_ms",
+    "tflops",
+    "gbs",
+    "frac_copy_bw",
+    "frac_matmul_peak",
+    "intensity",
+    "bound",
+    "best_tile",
+    "tile_ms",
+    "best_baseline",
+    "baseline_ms",
+    "speedup_vs_baseline",
+]
+DECODE_TARGET_COLUMNS = [
+    "dtype",
+    "op",
+    "tokens_per_expert",
+    "best_tile",
+    "time_ms",
+    "frac_copy_bw",
+    "fastest_baseline",
+    "baseline_ms",
+    "baseline_over_tile",
+    "vs_baseline",
+    "copy_90pct",
+]
+NOT_TIMED_COLUMNS = ["runner", "dtype", "status", "reason", "rows"]
+COLLECTIVE_REPORT_COLUMNS = [
+    "layout",
+    "collective",
+    "backend",
+    "group",
+    "layout_group",
+    "bytes",
+    "tokens_per_expert",
+    "time_ms",
+    "algbw_gbs",
+    "busbw_gbs",
+]
+LATENCY_FLOOR_COLUMNS = [
+    "collective",
+    "group",
+    "backend",
+    "smallest_bytes",
+    "floor_ms",
+    "latency_ms",
+    "fitted_gbs",
+    "peak_busbw_gbs",
+]
+# The verdict table as the reports show it: less the layout's factors and the long provenance.
+REPORT_VERDICT_COLUMNS = [
+    c
+    for c in VERDICT_COLUMNS
+    if c not in {"tp", "pp", "ep", "world", "layers_per_stage", "power_source", "inputs"}
+]
+PROJECTION_TABLE_COLUMNS = ["layout", "tokens_per_expert", *PROJECTION_COLUMNS]
+
+
+# ---- the fastest correct runner -------------------------------------------------------------
+
+
+def fastest_runner(
+    frame: pd.DataFrame, by: Sequence[str] = (), time: str = "time_ms"
+) -> pd.DataFrame:
+    """Return the fastest correct row per group of `by` (one row when `by` is empty).
+
+    Correct: status ok and a finite, positive-or-zero time. Rows of any other status, or
+    without a time, never win. Ties go to the runner (then kernel) first in name order, so the
+    choice does not depend on row order. Groups without a correct row are absent.
+    """
+    by = list(by)
+    if frame.empty or time not in frame or "status" not in frame:
+        return frame.iloc[0:0].copy() if not frame.empty else pd.DataFrame(columns=[*by, time])
+    seconds = pd.to_numeric(frame[time], errors="coerce")
+    ok = frame[(frame["status"].astype(str) == Status.OK) & seconds.notna() & (seconds >= 0)]
+    ok = ok.assign(**{time: seconds[ok.index].astype(float)})
+    names = [c for c in ("runner", "kernel") if c in ok and c not in by]
+    ordered = ok.sort_values([time, *names], kind="stable")
+    if not by:
+        return ordered.head(1).reset_index(drop=True)
+    return ordered.groupby(by, sort=False).head(1).sort_values(by).reset_index(drop=True)
+
 
 # The power table (results/power/power.csv): one row per sustained load.
 POWER_COLUMNS = [

@@ -34,60 +34,23 @@ from tilesweep.plan import roofline
 from tilesweep.plan.expert_shapes import expert_ops
 from tilesweep.plan.messages import bus_factor, decode_batch, fit_alpha_beta, local_tokens
 from tilesweep.plan.sharding import layers_per_stage, step_capable, step_parts
+from tilesweep.tables import (
+    CALIBRATION_COLUMNS,
+    SHARE_COLUMNS,
+    VERDICT_COLUMNS,
+    Status,
+    fastest_runner,
+)
 
-SHARES = ("compute_memory_ms", "compute_math_ms", "comm_ms")
+SHARES = tuple(SHARE_COLUMNS)
 LABELS = {
     "compute_memory_ms": "memory-bound",
     "compute_math_ms": "math-bound",
     "comm_ms": "communication-bound",
 }
-# How far a layout's projection lies from its measurement, raw and calibrated (both rows carry it).
-CALIBRATION_COLUMNS = ["calibration", "calibrated_step_ms", "calibrated_error_pct"]
-PROJECTION_COLUMNS = [
-    "measured_step_ms",
-    "projected_step_ms",
-    "projection_error_pct",
-    *CALIBRATION_COLUMNS,
-]
-COLUMNS = [
-    "model",
-    "layout",
-    "tp",
-    "pp",
-    "ep",
-    "world",
-    "tokens_per_expert",
-    "batch_tokens",
-    "layers_per_stage",
-    "compute_memory_ms",
-    "compute_math_ms",
-    "comm_ms",
-    "other_ms",
-    "step_ms",
-    "verdict",
-    "runner_up",
-    "margin",
-    "share",
-    "source",
-    *PROJECTION_COLUMNS,
-    "power_frac",
-    "power_source",
-    "device",
-    "inputs",
-]
+UNKNOWN = "unknown"  # the verdict where a share is missing or part of the compute has no bound
 _GEMMS = {"expert_gate_up": "gate_up", "expert_down": "down"}
 _SHARED = {"shared_gate_up": "gate_up", "shared_down": "down"}
-
-
-def best_decode(decode: pd.DataFrame) -> pd.DataFrame:
-    """Return the fastest correct runner per op and tokens-per-expert (uniform routing)."""
-    if decode.empty or "time_ms" not in decode:
-        return pd.DataFrame()
-    ok = decode[(decode["status"] == "ok") & (decode["routing"] == "uniform")]
-    if ok.empty:
-        return pd.DataFrame()
-    idx = ok.groupby(["op", "tokens_per_expert"])["time_ms"].idxmin()
-    return ok.loc[idx].reset_index(drop=True)
 
 
 def fit_latency_bandwidth(coll: pd.DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
@@ -96,7 +59,7 @@ def fit_latency_bandwidth(coll: pd.DataFrame) -> dict[tuple[str, int], tuple[flo
     fits: dict[tuple[str, int], tuple[float, float]] = {}
     if coll.empty or "time_ms" not in coll:
         return fits
-    ok = coll[(coll["status"] == "ok") & coll["time_ms"].notna()]
+    ok = coll[(coll["status"] == Status.OK) & coll["time_ms"].notna()]
     for (kind, group), part in ok.groupby(["collective", "group"]):
         by_size = part.groupby("bytes")["time_ms"].median()
         fits[(kind, int(group))] = fit_alpha_beta(list(by_size.index), list(by_size.values))
@@ -109,7 +72,7 @@ def decide(values: dict[str, float]) -> dict:
     total = sum(valid.values())
     ranked = sorted(valid.items(), key=lambda kv: kv[1], reverse=True)
     if not ranked or ranked[0][1] <= 0 or len(valid) < len(values):
-        return {"verdict": "unknown", "runner_up": "none", "margin": math.nan, "share": math.nan}
+        return {"verdict": UNKNOWN, "runner_up": "none", "margin": math.nan, "share": math.nan}
     second = ranked[1] if len(ranked) > 1 else (None, 0.0)
     return {
         "verdict": LABELS[ranked[0][0]],
@@ -124,7 +87,7 @@ def _step_rows(decode: pd.DataFrame, choice: str) -> pd.DataFrame:
     if decode.empty or "time_ms" not in decode:
         return pd.DataFrame()
     ok = decode[
-        (decode["status"] == "ok")
+        (decode["status"] == Status.OK)
         & (decode["routing"] == "uniform")
         & (decode["dtype"] == "bf16")
         & decode["time_ms"].notna()
@@ -170,7 +133,7 @@ def _comm_ms(part: dict, coll: pd.DataFrame, fits: dict) -> tuple[float, str]:
     kind, n, nbytes = part["collective"], part["group"], part["bytes"]
     if not coll.empty and "time_ms" in coll:
         hit = coll[
-            (coll["status"] == "ok")
+            (coll["status"] == Status.OK)
             & (coll["collective"] == kind)
             & (coll["group"] == n)
             & (coll["bytes"] == nbytes)
@@ -199,8 +162,8 @@ def project(
     experts_here = model["routed_experts"] // layout["ep"]
     tokens = local_tokens(layout, model, t)
     ceilings = _ceilings(rows)
-    shares = dict.fromkeys(SHARES, 0.0)
-    inputs, missing, powers = [], [], []
+    shares = dict.fromkeys((*SHARES, "compute_unknown_ms"), 0.0)
+    inputs, missing, powers, unbound = [], [], [], []
     for name, part in step_parts(layout, model, t, experts_here).items():
         times = layers if part["per"] == "layer" else 1
         if part["kind"] == "comm":
@@ -222,7 +185,7 @@ def project(
                 missing.append(name)
                 continue
             if name in _GEMMS:
-                rec = at_t.loc[at_t["per_expert_ms"].idxmin()]
+                rec = fastest_runner(at_t, time="per_expert_ms").iloc[0]
                 ms = rec["per_expert_ms"] * factor * experts_here
                 side = rec["bound"] if isinstance(rec.get("bound"), str) else side
                 used = f"{rec['runner']} t={t}"
@@ -232,12 +195,16 @@ def project(
                 used = f"curve at {tokens} tokens"
             scaled = f" x1/{tp} from the full shape" if factor != 1 else ""
             inputs.append(f"{name}: decode {op} {used}{scaled}")
-        shares[f"compute_{side or 'memory'}_ms"] += ms * times
+        if side is None:
+            unbound.append(name)
+        shares[f"compute_{side or 'unknown'}_ms"] += ms * times
     if ceilings:
         inputs.append(f"router and element-wise parts: roofline floor at {ceilings[1]:.4g} GB/s")
     for name in missing:
         shares["compute_memory_ms"] = math.nan
         inputs.append(f"{name}: no decode measurement")
+    for name in unbound:
+        inputs.append(f"{name}: bound unknown (no ceilings and no bound column)")
     power = [p for p in powers if not math.isnan(p)]
     return {
         **shares,
@@ -261,7 +228,7 @@ def _measured(steps: pd.DataFrame | None, names: list[str]) -> pd.DataFrame:
     """Return the layout benchmark's correct rows for layouts of the grid."""
     if steps is None or steps.empty or "step_ms" not in steps:
         return pd.DataFrame()
-    ok = steps[(steps["status"] == "ok") & steps["layout"].isin(names)]
+    ok = steps[(steps["status"] == Status.OK) & steps["layout"].isin(names)]
     return ok.copy()
 
 
@@ -277,7 +244,8 @@ def _measured_row(rec: dict) -> dict:
     power = _number(rec.get("power_frac"))
     has_power = not math.isnan(power)
     return {
-        **{k: rec.get(k) for k in ("compute_memory_ms", "compute_math_ms", "comm_ms")},
+        **{k: rec.get(k) for k in SHARES},
+        "compute_unknown_ms": 0.0,
         "other_ms": rec.get("other_ms", 0.0),
         "step_ms": rec["step_ms"],
         "power_frac": power if has_power else math.nan,
@@ -314,7 +282,7 @@ def verdict_table(
         coll = collective[collective["layout"] == name] if "layout" in collective else collective
         for t in settings["grid"]["tokens_per_expert"]:
             split = project(layout, model, t, rows_ok, coll, fits)
-            split["step_ms"] = sum(split[k] for k in SHARES)
+            split["step_ms"] = sum(split[k] for k in (*SHARES, "compute_unknown_ms"))
             out.append({"layout": name, "tokens_per_expert": t, "source": "model", **split})
     frame = pd.DataFrame(out)
     for col, key in (("tp", "tp"), ("pp", "pp"), ("ep", "ep")):
@@ -323,15 +291,22 @@ def verdict_table(
     frame["model"] = model["name"]
     frame["batch_tokens"] = [decode_batch(int(t), model) for t in frame["tokens_per_expert"]]
     frame["layers_per_stage"] = [layers_per_stage(layouts[n], model) for n in frame["layout"]]
-    decided = pd.DataFrame([decide({k: r[k] for k in SHARES}) for r in frame.to_dict("records")])
+    decided = pd.DataFrame([_decide_row(r) for r in frame.to_dict("records")])
     frame = pd.concat([frame, decided], axis=1)
     frame = calibrate(_projection_error(frame))
     order = {name: i for i, name in enumerate(layouts)}
     frame["_s"] = (frame["source"] != "measured").astype(int)
     frame["_l"] = frame["layout"].map(order)
     frame = frame.sort_values(["_s", "_l", "tokens_per_expert"]).drop(columns=["_s", "_l"])
-    extra = [c for c in frame.columns if c not in COLUMNS]
-    return frame[[c for c in COLUMNS if c in frame] + extra].reset_index(drop=True)
+    extra = [c for c in frame.columns if c not in VERDICT_COLUMNS]
+    return frame[[c for c in VERDICT_COLUMNS if c in frame] + extra].reset_index(drop=True)
+
+
+def _decide_row(rec: dict) -> dict:
+    """Return a row's verdict: `decide` on its shares, unknown where compute has no bound."""
+    if _number(rec.get("compute_unknown_ms")) > 0:
+        return {"verdict": UNKNOWN, "runner_up": "none", "margin": math.nan, "share": math.nan}
+    return decide({k: rec[k] for k in SHARES})
 
 
 def _projection_error(frame: pd.DataFrame) -> pd.DataFrame:
@@ -355,7 +330,7 @@ def calibrate(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the frame with each batch's calibration from the measured single-device layout,
     the calibrated projection of the other layouts, and its error where they were measured."""
     frame = frame.drop(columns=CALIBRATION_COLUMNS, errors="ignore").copy()
-    comm = frame["comm_ms"].fillna(0.0)
+    comm = frame["comm_ms"]  # unmeasured communication leaves the calibrated step a gap
     compute = (frame["step_ms"] - comm).set_axis(frame["tokens_per_expert"])
     ref = (frame["layout"] == REFERENCE_LAYOUT).to_numpy()
     measured = compute[ref & (frame["source"] == "measured").to_numpy()]

@@ -12,15 +12,16 @@ import pandas as pd
 from tilesweep import verdict
 from tilesweep.io import atomic_path, concat_tables, write_table, write_text
 from tilesweep.provenance import git_commit, package_version
+from tilesweep.report import data as report_data
 from tilesweep.report import html as report_html
-from tilesweep.report import markdown as report
+from tilesweep.report import markdown as report_md
 from tilesweep.stages import logged
-from tilesweep.tables import LAUNCH_COLUMNS
+from tilesweep.tables import LAUNCH_COLUMNS, Status
 
 INPUTS = ("launch", "decode", "collective", "layout")
 TABLES = ("launch", "decode", "collective", "verdict")
 PARQUET = tuple(f"{name}_parquet" for name in TABLES)
-PLOTS = tuple(f"plot_{name}" for name in report_html.FIGURES)
+PLOTS = tuple(f"plot_{name}" for name in report_data.FIGURES)
 OUTPUTS = ("launch", "decode", "collective", "verdict", "report", "html", *PARQUET, *PLOTS)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -61,9 +62,9 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
     statuses = set(rows["status"].astype(str))
     smem = rows["smem_runtime_bytes"].dropna() if "smem_runtime_bytes" in rows else []
     seen = int(smem.iloc[0]) if len(smem) else None
-    if "ok" in statuses or "correctness" in statuses:
+    if Status.OK in statuses or Status.CORRECTNESS in statuses:
         return "launched", seen
-    failed = rows[rows["status"] == "launch"]
+    failed = rows[rows["status"] == Status.LAUNCH]
     if not failed.empty:
         return f"failed: {failed['reason'].iloc[0]}", seen
     return "not run", seen
@@ -173,11 +174,10 @@ def aggregate_results(
                 if (when := measured_when(list(inputs.get(name, []))))
             },
         }
-        text = report.render(settings, launch, decode, collective, table, provenance)
-        images = report_html.figures(launch, decode, collective, table)
-        page = report_html.render(
-            settings, launch, decode, collective, table, provenance, images=images
-        )
+        data = report_data.build(settings, launch, decode, collective, table, provenance)
+        text = report_md.render(data)
+        page = report_html.render(data)
+        images = data.figures
         log.info("html report %d bytes, %d figures", len(page), len(images))
     frames = {"launch": launch, "decode": decode, "collective": collective, "verdict": table}
     for name, frame in frames.items():

@@ -18,6 +18,7 @@ import pandas as pd
 
 from tilesweep.io import concat_tables, write_json
 from tilesweep.stages import logged
+from tilesweep.tables import Status, fastest_runner
 
 
 def tune_configs(
@@ -44,23 +45,26 @@ def device_slug(device: str) -> str:
 
 
 def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """Return, per tokens-per-expert, the Triton tile with the smallest gate_up + down time."""
+    """Return, per tokens-per-expert, the Triton tile with the smallest gate_up + down time.
+
+    A tile competes at a batch only where every op was timed correctly there.
+    """
     if decode.empty or "time_ms" not in decode:
         return pd.DataFrame()
     ok = decode[
-        (decode["status"] == "ok")
+        (decode["status"] == Status.OK)
         & (decode["routing"] == "uniform")
         & (decode["dtype"] == dtype)
         & decode["runner"].str.startswith("triton:")
+        & decode["time_ms"].notna()
     ]
     if ok.empty:
         return pd.DataFrame()
-    total = ok.groupby(["kernel", "tokens_per_expert"], as_index=False)["time_ms"].sum()
-    ops = ok.groupby(["kernel", "tokens_per_expert"])["op"].nunique().reset_index(name="ops")
-    total = total.merge(ops, on=["kernel", "tokens_per_expert"])
-    total = total[total["ops"] == ok["op"].nunique()]
-    idx = total.groupby("tokens_per_expert")["time_ms"].idxmin()
-    return total.loc[idx].reset_index(drop=True)
+    keys = ["kernel", "tokens_per_expert"]
+    total = ok.groupby(keys, as_index=False).agg(time_ms=("time_ms", "sum"), ops=("op", "nunique"))
+    total = total[total["ops"] == ok["op"].nunique()].assign(status=Status.OK)
+    best = fastest_runner(total, by=["tokens_per_expert"])
+    return best[["kernel", "tokens_per_expert", "time_ms", "ops"]]
 
 
 def _parse_kernel(kernel: str) -> dict:
