@@ -17,6 +17,8 @@ import pytest
 from conftest import snakemake
 from matplotlib import image as mpimg
 
+from tilesweep import verdict
+from tilesweep.config import compose
 from tilesweep.report import data as summary
 from tilesweep.report import figures as plots
 from tilesweep.report import html as report_html
@@ -24,7 +26,9 @@ from tilesweep.report import markdown as report_md
 from tilesweep.stages.aggregate import arrow_safe
 
 SECTIONS = [key for key, _ in summary.SECTIONS]
-TABLES = ("launch", "decode", "collective", "verdict")
+TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
+BRIEF = compose([])  # the default sweep's deployment: GLM-5 NVFP4 on RTX PRO 6000
+CPU = {"device": "cpu", "device_kind": "cpu", "copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.2}}
 CHROMIUM_APT = "apt-get update && apt-get install -y chromium"
 # Appended to a copy of the report: records, once the page has loaded, how many images decoded.
 IMAGE_CHECK = """<script>
@@ -221,22 +225,15 @@ def launch_rows() -> pd.DataFrame:
 
 
 def verdict_rows() -> pd.DataFrame:
-    """Return verdict rows with a measured and a projected row of one layout and batch."""
-    row = {
-        "model": "m",
-        "layout": "tp2-pp1-ep1",
-        "tokens_per_expert": 16,
-        "compute_memory_ms": 1.0,
-        "compute_math_ms": 0.2,
-        "comm_ms": 0.5,
-        "step_ms": 1.7,
-        "verdict": "memory-bound",
-        "runner_up": "communication-bound",
-        "margin": 2.0,
-    }
-    frame = pd.DataFrame([dict(row, source="measured"), dict(row, source="model", step_ms=1.6)])
-    frame["projection_error_pct"] = [math.nan, -5.9]
-    return frame
+    """Return the brief's composed verdict (roofline, a CPU at hand): rows that fit and not."""
+    return verdict.deployment_table(BRIEF, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU)
+
+
+def brief_panel() -> dict:
+    """Return the brief's panel for verdict_rows()."""
+    rows = verdict_rows()
+    return verdict.brief_panel(BRIEF, rows, lambda s: verdict.deployment_table(
+        s, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU))  # fmt: skip
 
 
 def page_of(*tables: pd.DataFrame) -> str:
@@ -249,17 +246,18 @@ def test_report_escapes_text_and_keeps_going_with_empty_tables():
     page = page_of(launch_rows(), empty, empty, empty)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     for key in SECTIONS:
-        assert f'<section id="{key}">' in page
-    assert len(png_images(page)) == 5  # one launch panel, and four figures saying "empty"
+        # The brief's panel appears only for the brief's deployment (a panel is given).
+        assert (f'<section id="{key}">' in page) == (key != "brief")
+    assert len(png_images(page)) == len(summary.FIGURES)  # launch, and the rest saying "empty"
 
 
-def test_report_sets_measured_and_projected_rows_apart():
+def test_report_labels_every_verdict_row_with_its_source():
     empty = pd.DataFrame()
-    page = page_of(empty, empty, empty, verdict_rows())
-    assert page.count('<tr class="src-measured">') == 2  # summary pivot and the layout table
-    assert page.count('<tr class="src-model">') == 2
-    assert "projection_error_pct" in page  # columns another step adds are shown, not dropped
-    assert 'class="badge model"' in page and 'class="badge measured"' in page
+    rows = verdict_rows()
+    page = page_of(empty, empty, empty, rows)
+    assert page.count('<tr class="src-model">') == len(rows)  # the verdict table's rows
+    assert 'class="badge model"' in page and "does not fit" in page
+    assert "memory_bandwidth_gbs=1792 (hardware[rtx_pro_6000])" in page  # inputs and sources
 
 
 def test_launch_failures_and_estimates():
@@ -299,7 +297,9 @@ def test_every_figure_renders_from_empty_and_from_partial_tables():
         plots.decode_time(empty),
         plots.decode_roofline(pd.DataFrame({"status": ["ok"], "time_ms": [1.0]})),
         plots.collective_bandwidth(empty),
-        plots.layout_split(verdict_rows().drop(columns=["source"])),
+        plots.verdict_split(verdict_rows()),
+        plots.verdict_split(empty),
+        plots.check_error(empty),
     ]
     for fig in figures:
         assert plots.png(fig)[:4] == b"\x89PNG"
@@ -335,7 +335,10 @@ def decode_rows() -> pd.DataFrame:
 
 def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     empty = pd.DataFrame()
-    data = summary.build(settings_stub(), launch_rows(), decode_rows(), empty, verdict_rows(), {})
+    data = summary.build(
+        settings_stub(), launch_rows(), decode_rows(), empty, verdict_rows(), {},
+        panel=brief_panel(),
+    )  # fmt: skip
     text, page = report_md.render(data), report_html.render(data)
     md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
     html_titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]+)</h2>", page)]
@@ -347,7 +350,8 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
         for col in item.shown() if not item.frame.empty else []:
             assert f"| {col} |" in text or f" {col} |" in text, col
             assert f"<th>{html.escape(col)}</th>" in page, col
-    assert "How far to trust the projections" in text and "How far to trust the projections" in page
+    assert text.index("## The brief's question") < text.index("## Summary")  # the panel first
+    assert "Which layout wins, and by how much" in text and "Which layout wins" in page
     names = data.figure_names()
     assert names == list(summary.FIGURES)
     for name in names:

@@ -42,7 +42,9 @@ TABLE_KEYS = {
     "launch": ["backend", "target", "kernel"],
     "decode": ["runner", "dtype", "op", "routing", "tokens_per_expert"],
     "collective": ["layout", "collective", "backend", "group", "bytes"],
-    "verdict": ["model", "layout", "tokens_per_expert", "source"],
+    "verdict": ["model", "hardware", "layout", "batch"],
+    "check": ["layout", "batch"],
+    "power": ["load"],
 }
 
 LAUNCH_COLUMNS = [
@@ -84,43 +86,43 @@ LAUNCH_COLUMNS = [
 ]
 
 
-# ---- the verdict table (one row per layout, batch and source) ------------------------------
+# ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
 
-# How far a layout's projection lies from its measurement, raw and calibrated (both rows carry it).
-CALIBRATION_COLUMNS = ["calibration", "calibrated_step_ms", "calibrated_error_pct"]
-PROJECTION_COLUMNS = [
-    "measured_step_ms",
-    "projected_step_ms",
-    "projection_error_pct",
-    *CALIBRATION_COLUMNS,
-]
-# The split of a step that decides its verdict, and compute whose bound is not known (a gap).
-SHARE_COLUMNS = ["compute_memory_ms", "compute_math_ms", "comm_ms"]
 VERDICT_COLUMNS = [
-    "model",
-    "layout",
-    "tp",
-    "pp",
-    "ep",
-    "world",
-    "tokens_per_expert",
-    "batch_tokens",
-    "layers_per_stage",
-    *SHARE_COLUMNS,
-    "compute_unknown_ms",
-    "other_ms",
-    "step_ms",
-    "verdict",
-    "runner_up",
-    "margin",
-    "share",
-    "source",
-    *PROJECTION_COLUMNS,
-    "power_frac",
-    "power_source",
-    "device",
-    "inputs",
-]
+    "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
+    "weight_dtype", "kv_dtype", "fits_memory", "mem_needed_gb", "mem_short_gb", "max_batch_fit",
+    "max_context_fit", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "memory_ms", "math_ms",
+    "comm_ms", "other_ms", "memory_share", "math_share", "comm_share", "other_share", "bound",
+    "margin", "share", "source", "inputs",
+]  # fmt: skip
+# The split of a step that decides its verdict, in ms, in the order the figures stack it.
+SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms"]
+
+# ---- the measured whole steps (results/layout/<layout>.csv; parts as part_<name>_ms) --------
+
+STEP_COLUMNS = [
+    "layout", "tp", "pp", "ep", "batch", "sequences_run", "status", "reason", "step_ms",
+    "step_p10_ms", "step_p90_ms", "repeats", "context_len", "dense_layers_run",
+    "moe_layers_run", "routed_experts_run", "top_k_run", "vocab_run", "runner", "finite",
+    "measured_label", "device", "source",
+]  # fmt: skip
+
+# ---- the check of the method: composed vs measured whole steps on the device at hand --------
+
+CHECK_COLUMNS = [
+    "model", "layout", "tp", "pp", "ep", "batch", "context_len", "measured_ms",
+    "measured_p10_ms", "measured_p90_ms", "roofline_ms", "roofline_error_pct", "composed_ms",
+    "composed_error_pct", "calibrated_on", "held_out", "measured_label", "composed_label",
+    "device", "gaps",
+]  # fmt: skip
+
+# ---- the brief's panel: winners per batch and the half/double sensitivity band -------------
+
+WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
+BAND_COLUMNS = [
+    "input", "layout", "batch", "base_bound", "tpot_half_ms", "bound_half", "tpot_double_ms",
+    "bound_double", "winner_half", "winner_double",
+]  # fmt: skip
 
 # ---- the tables the reports show (both reports render these lists) ------------------------
 
@@ -226,13 +228,17 @@ LATENCY_FLOOR_COLUMNS = [
     "fitted_gbs",
     "peak_busbw_gbs",
 ]
-# The verdict table as the reports show it: less the layout's factors and the long provenance.
+# The verdict as the reports show it: less the layout's factors and the long provenance.
 REPORT_VERDICT_COLUMNS = [
-    c
-    for c in VERDICT_COLUMNS
-    if c not in {"tp", "pp", "ep", "world", "layers_per_stage", "power_source", "inputs"}
+    c for c in VERDICT_COLUMNS if c not in {"tp", "pp", "ep", "context_len", "inputs"}
 ]
-PROJECTION_TABLE_COLUMNS = ["layout", "tokens_per_expert", *PROJECTION_COLUMNS]
+REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
+REPORT_POWER_COLUMNS = [
+    "load", "expected_bound", "status", "power_frac_p10", "power_frac_median", "power_frac_p90",
+    "power_w_median", "power_limit_w", "power_samples", "sample_hz", "sm_clock_mhz_median",
+    "achieved", "achieved_unit", "reason",
+]  # fmt: skip
+CONSISTENCY_COLUMNS = ["load", "expected_bound", "band", "brief", "consistent"]
 
 
 # ---- the fastest correct runner -------------------------------------------------------------

@@ -9,11 +9,15 @@ rule aggregate_results:
         decode=SWEEP.decode_outputs(),
         collective=SWEEP.collective_outputs(),
         layout=SWEEP.layout_outputs(),
+        power=[f"{R}/power/power.csv"],
+        ceilings=[rules.measure_device.output.record],
     output:
         launch=f"{R}/tables/launch.csv",
         decode=f"{R}/tables/decode.csv",
         collective=f"{R}/tables/collective.csv",
         verdict=f"{R}/tables/verdict.csv",
+        check=f"{R}/tables/check.csv",
+        power=f"{R}/tables/power.csv",
         report=f"{R}/report.md",
         html=report(
             f"{R}/report.html",
@@ -24,6 +28,8 @@ rule aggregate_results:
         decode_parquet=f"{R}/tables/decode.parquet",
         collective_parquet=f"{R}/tables/collective.parquet",
         verdict_parquet=f"{R}/tables/verdict.parquet",
+        check_parquet=f"{R}/tables/check.parquet",
+        power_parquet=f"{R}/tables/power.parquet",
         plot_launch_smem=report(
             f"{R}/plots/launch_smem.png",
             caption="../report/launch_smem.rst",
@@ -44,10 +50,15 @@ rule aggregate_results:
             caption="../report/collective_bandwidth.rst",
             category="Collectives",
         ),
-        plot_layouts=report(
-            f"{R}/plots/layouts.png",
-            caption="../report/layouts.rst",
-            category="Layouts",
+        plot_verdict_split=report(
+            f"{R}/plots/verdict_split.png",
+            caption="../report/verdict_split.rst",
+            category="Verdict",
+        ),
+        plot_check_error=report(
+            f"{R}/plots/check_error.png",
+            caption="../report/check_error.rst",
+            category="Verdict",
         ),
     log:
         f"{R}/logs/aggregate_results.log",

@@ -19,6 +19,7 @@ import pandas as pd
 from tilesweep.plan.deployment import compose_step, derated_timer, roofline_timer, stage_parts
 from tilesweep.plan.interconnect import _steps_and_wire
 from tilesweep.plan.messages import fit_alpha_beta
+from tilesweep.tables import CHECK_COLUMNS
 
 # Which composition part kinds each measured whole-step part covers.
 MEASURED_KINDS = {
@@ -45,28 +46,6 @@ COMM_PARTS = (
     "pp_send_recv",
     "lm_head_gather",
 )
-CHECK_COLUMNS = [
-    "model",
-    "layout",
-    "tp",
-    "pp",
-    "ep",
-    "batch",
-    "context_len",
-    "measured_ms",
-    "measured_p10_ms",
-    "measured_p90_ms",
-    "roofline_ms",
-    "roofline_error_pct",
-    "composed_ms",
-    "composed_error_pct",
-    "calibrated_on",
-    "held_out",
-    "measured_label",
-    "composed_label",
-    "device",
-    "gaps",
-]
 
 
 def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> dict:

@@ -40,14 +40,9 @@ from tilesweep.plan.architecture import (
 from tilesweep.plan.bound import decide_bound
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
+from tilesweep.tables import VERDICT_COLUMNS
 
-COLUMNS = [
-    "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
-    "weight_dtype", "kv_dtype", "fits_memory", "mem_needed_gb", "mem_short_gb", "max_batch_fit",
-    "max_context_fit", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "memory_ms", "math_ms",
-    "comm_ms", "other_ms", "memory_share", "math_share", "comm_share", "other_share", "bound",
-    "margin", "share", "source", "inputs",
-]  # fmt: skip
+COLUMNS = VERDICT_COLUMNS
 ROOFLINE = "model (roofline)"
 
 Timer = Callable[[dict, dict], dict]
@@ -359,7 +354,8 @@ def _inputs(settings: dict, hw: dict, ic_label: str, timer_label: str) -> str:
             f"memory_bandwidth_gbs={hw['memory_bandwidth_gbs']} (hardware[{name}])",
             f"peak_tflops={hw['peak_tflops']} (hardware[{name}])",
             f"memory_gb={hw['memory_gb']} (hardware[{name}])",
-            f"interconnect={ic_label} (hardware[{name}].interconnect_model)",
+            f"interconnect={ic_label}"
+            + ("" if "measured on" in ic_label else f" (hardware[{name}].interconnect_model)"),
             f"model={model['name']} ({model['source']})",
             f"weight_dtype={dep['weight_dtype']} (deployment)",
             f"quantized={','.join(dep['quantized'])} (deployment)",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from tilesweep.plan.deployment import compose_deployment
+from tilesweep.tables import BAND_COLUMNS, WINNER_COLUMNS
 
 # The inputs scaled, with what a factor means for each.
 INPUTS = {
@@ -22,19 +23,6 @@ INPUTS = {
     "interconnect_latency": "interconnect latency of every collective (alpha_us)",
 }
 FACTORS = (0.5, 2.0)
-WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
-BAND_COLUMNS = [
-    "input",
-    "layout",
-    "batch",
-    "base_bound",
-    "tpot_half_ms",
-    "bound_half",
-    "tpot_double_ms",
-    "bound_double",
-    "winner_half",
-    "winner_double",
-]
 
 
 def winners(deployment: pd.DataFrame, world: int | None = None) -> pd.DataFrame:

@@ -24,20 +24,14 @@ from tilesweep.tables import (
     LATENCY_FLOOR_COLUMNS,
     LAUNCH_FAILURE_COLUMNS,
     NOT_TIMED_COLUMNS,
-    PROJECTION_TABLE_COLUMNS,
+    REPORT_CHECK_COLUMNS,
     REPORT_LAUNCH_COLUMNS,
+    REPORT_POWER_COLUMNS,
     REPORT_VERDICT_COLUMNS,
-    SHARE_COLUMNS,
+    WINNER_COLUMNS,
     Status,
     fastest_runner,
 )
-from tilesweep.verdict import fit_latency_bandwidth
-
-VERDICT_SHORT = {
-    "memory-bound": "memory",
-    "math-bound": "math",
-    "communication-bound": "comm",
-}
 
 
 def fmt_value(v: object, digits: int = 3) -> str:
@@ -171,10 +165,12 @@ def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
     ok = ok[ok["collective"].astype(str) != "none"]
     if ok.empty:
         return pd.DataFrame()
-    fits = fit_latency_bandwidth(ok)
+    from tilesweep.plan.messages import fit_alpha_beta
+
     rows = []
     for (kind, group), part in ok.groupby(["collective", "group"], sort=True):
-        alpha, beta = fits.get((kind, int(group)), (math.nan, math.nan))
+        by_size = part.groupby("bytes")["time_ms"].median()
+        alpha, beta = fit_alpha_beta(list(by_size.index), list(by_size.values))
         size = _num(part, "bytes")
         rows.append(
             {
@@ -191,17 +187,14 @@ def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def verdict_cell(row: dict) -> str:
-    """Return a compact verdict of one row: 'memory x3.1' (the winner and its margin)."""
-    short = VERDICT_SHORT.get(str(row.get("verdict")), str(row.get("verdict")))
-    margin = row.get("margin")
-    try:
-        margin = float(margin)
-    except (TypeError, ValueError):
-        return short
-    if math.isnan(margin):
-        return short
-    return f"{short} x{margin:.3g}" if math.isfinite(margin) else f"{short} only"
+def verdict_cell(rec: dict) -> str:
+    """Return a compact verdict of one deployment row: 'memory 4.2x' (the bound and its margin
+    over the next part), or 'does not fit (26 GB short)'."""
+    if rec.get("fits_memory") == "no":
+        return f"does not fit ({fmt_value(rec.get('mem_short_gb'))} GB short)"
+    margin = rec.get("margin")
+    margin = margin if isinstance(margin, str) else ""
+    return f"{rec.get('bound', 'bound missing')} {margin}".strip()
 
 
 def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame) -> list[str]:
@@ -246,28 +239,43 @@ def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame)
                     f"{rec['best_runner']}, {rec['time_ms']:.3g} ms{frac_txt}, "
                     f"{rec.get('bound') or 'unknown'}-bound."
                 )
-    if not verdict.empty and "verdict" in verdict and "layout" in verdict:
-        frame = verdict.assign(source=_col(verdict, "source").fillna("source missing"))
-        same: dict[tuple[str, str], list[str]] = {}
-        for (layout, source), part in frame.groupby(["layout", "source"], sort=False):
-            same.setdefault((source, verdict_by_batch(part)), []).append(str(layout))
-        for (source, desc), layouts in same.items():
-            lines.append(f"{', '.join(layouts)} ({source}): {desc}.")
-        projection = projection_headline(verdict)
-        if projection:
-            lines.append(projection)
+    lines += verdict_headlines(verdict)
     return lines
 
 
-def projection_errors(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return the model rows of layouts that were also measured: how far the projection, raw
-    and calibrated, lies from the measurement."""
-    if verdict.empty or "measured_step_ms" not in verdict:
-        return pd.DataFrame(columns=PROJECTION_TABLE_COLUMNS)
-    rows = verdict[
-        (_col(verdict, "source").astype(str) == "model") & _num(verdict, "measured_step_ms").notna()
+def verdict_headlines(verdict: pd.DataFrame) -> list[str]:
+    """Return per batch the fastest layout that fits, its lead and its bound, and the layouts
+    that fit at no batch."""
+    if verdict.empty or "tokens_per_s" not in verdict:
+        return []
+    from tilesweep.plan.sensitivity import winners
+
+    lines = []
+    target = f"{verdict['model'].iloc[0]} on {verdict['hardware'].iloc[0]}"
+    for rec in winners(verdict).to_dict("records"):
+        if rec["winner"] == "none fits":
+            lines.append(f"{target}, batch {rec['batch']}: no layout fits in memory.")
+            continue
+        row = verdict[(verdict["layout"] == rec["winner"]) & (verdict["batch"] == rec["batch"])]
+        row = row.iloc[0].to_dict()
+        lead = (
+            f", {rec['lead']} the tokens/s of {rec['runner_up']}"
+            if finite(rec.get("runner_up_tokens_per_s"))
+            else ""
+        )
+        lines.append(
+            f"{target}, batch {rec['batch']}: {rec['winner']} is fastest "
+            f"({fmt_value(row['tpot_ms'])} ms per token, {fmt_value(rec['tokens_per_s'])} "
+            f"tokens/s{lead}); {verdict_cell(row)} ({row['source']})."
+        )
+    never = [
+        layout
+        for layout, part in verdict.groupby("layout", sort=False)
+        if (part["fits_memory"] == "no").all()
     ]
-    return rows[[c for c in PROJECTION_TABLE_COLUMNS if c in rows]].reset_index(drop=True)
+    if never:
+        lines.append(f"Fit at no batch: {', '.join(never)}.")
+    return lines
 
 
 def _span(values: pd.Series) -> str:
@@ -276,41 +284,22 @@ def _span(values: pd.Series) -> str:
     return low if low == high else f"{low} to {high}"
 
 
-def projection_headline(verdict: pd.DataFrame) -> str | None:
-    """Return one line on the projection error, raw and calibrated, or None without one."""
-    errors = projection_errors(verdict)
-    raw = _num(errors, "projection_error_pct").dropna()
-    if raw.empty:
+def check_headline(check: pd.DataFrame) -> str | None:
+    """Return one line on how far composed whole steps lie from measured ones, on the layouts
+    the calibration was not taken from, or None without any."""
+    if check.empty or "composed_error_pct" not in check:
         return None
-    layouts = errors["layout"].nunique()
-    line = (
-        f"Projection vs measurement on {layouts} measured layout{'s' * (layouts != 1)}: "
-        f"{_span(raw)}"
+    held = check[check["held_out"].astype(bool)]
+    err = _num(held, "composed_error_pct").dropna()
+    device = devices(check)
+    if err.empty:
+        return f"No held-out whole step on {device} to check the composition against."
+    layouts = ", ".join(dict.fromkeys(held.loc[err.index, "layout"].astype(str)))
+    worst = err.abs().max()
+    return (
+        f"Composed vs measured whole steps on {device} ({layouts}; calibrated on TP1 only): "
+        f"{_span(err)}, at most {worst:.0f}% off over {len(err)} points."
     )
-    held_out = _num(errors, "calibrated_error_pct").dropna()
-    if not held_out.empty:
-        points = len(held_out)
-        line += (
-            f"; calibrated by the measured single-device step, {_span(held_out)} on the "
-            f"{points} point{'s' * (points != 1)} it was not taken from"
-        )
-    return line + "."
-
-
-def verdict_by_batch(part: pd.DataFrame) -> str:
-    """Return which verdict holds at which tokens-per-expert, e.g. 'memory-bound at 1-4 tokens
-    per expert, math-bound at 8-256'."""
-    part = part.sort_values("tokens_per_expert")
-    runs: list[list] = []
-    for rec in part.to_dict("records"):
-        t = rec["tokens_per_expert"]
-        t = int(t) if finite(t) and float(t).is_integer() else t
-        if runs and runs[-1][0] == rec["verdict"]:
-            runs[-1][2] = t
-        else:
-            runs.append([rec["verdict"], t, t])
-    parts = [f"{v} at {a}" if a == b else f"{v} at {a}-{b}" for v, a, b in runs]
-    return ", ".join(parts) + " tokens per expert"
 
 
 def finite(value: object) -> bool:
@@ -370,15 +359,30 @@ def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
 # ---- one ReportData, rendered by both reports -----------------------------------------------
 
 SECTIONS = (
+    ("brief", "The brief's question: TP8, TP4+PP2 or EP8 for GLM-5 on eight RTX PRO 6000"),
     ("summary", "Summary"),
+    ("verdict", "Verdict for the deployment: where a decode step's time goes"),
+    ("check", "How far to trust the composition: measured whole steps"),
+    ("power", "Power as evidence"),
     ("launch", "Which kernels launch"),
     ("decode", "Decode: expert GEMMs against tokens per expert"),
     ("collectives", "Collectives"),
-    ("layouts", "Verdict per layout: where a decode step's time goes"),
     ("provenance", "Provenance"),
 )
 # Every figure: its file name under plots/, its alt text and its caption.
 FIGURES = {
+    "verdict_split": (
+        "step split per layout and batch",
+        "Time per output token split into memory-bound parts, math-bound parts, communication "
+        "and other (launch gaps, pipeline bubble), per layout and batch of the named "
+        "deployment, as composed (see each row's source).",
+    ),
+    "check_error": (
+        "composed against measured whole steps",
+        "Measured whole decode steps of the depth-reduced model on the device at hand (median, "
+        "p10..p90 band) against the composition of the same model from its parts (calibrated "
+        "on TP1 only) and against the roofline alone.",
+    ),
     "launch_smem": (
         "shared memory per kernel and target",
         "Bars: shared memory per block (colour: fits by default / after opt-in / not); hatched: "
@@ -401,11 +405,6 @@ FIGURES = {
         "Bus bandwidth and time against message size per collective and group size; dotted: the "
         "latency floor (the smallest message's time). The table also gives the least-squares "
         "fit time = latency + bytes / bandwidth.",
-    ),
-    "layouts": (
-        "time split per layout and batch",
-        "Memory-bound compute, math-bound compute and communication per decode step; solid bars "
-        "are measured, hatched pale bars projected (model).",
     ),
 }
 PROVENANCE_KEYS = ("device", "driver", "cuda_runtime", "torch", "triton", "cutlass", "commit")
@@ -510,7 +509,11 @@ class ReportData:
 
 
 def draw_figures(
-    launch: pd.DataFrame, decode: pd.DataFrame, collective: pd.DataFrame, verdict: pd.DataFrame
+    launch: pd.DataFrame,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    verdict: pd.DataFrame,
+    check: pd.DataFrame,
 ) -> dict[str, bytes]:
     """Return every report figure as PNG bytes, by name (the names in FIGURES)."""
     from tilesweep.report import figures as plots
@@ -522,7 +525,8 @@ def draw_figures(
         "collective_bandwidth": plots.png(
             plots.collective_bandwidth(collective, latency_floors(collective))
         ),
-        "layouts": plots.png(plots.layout_split(verdict)),
+        "verdict_split": plots.png(plots.verdict_split(verdict)),
+        "check_error": plots.png(plots.check_error(check)),
     }
 
 
@@ -541,57 +545,201 @@ def _when(provenance: dict, key: str) -> str:
 
 
 def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per model, layout and source, one column per tokens-per-expert; a cell is
-    'verdict x margin' and, on its second line, the memory / math / comm ms that decide it."""
-    if verdict.empty or "verdict" not in verdict:
+    """Return one row per layout, one column per batch; a cell is the bound and its margin (or
+    why it does not fit) and, on its second line, ms per token and tokens/s."""
+    if verdict.empty or "bound" not in verdict:
         return pd.DataFrame()
-    frame = verdict.assign(
-        model=_col(verdict, "model").fillna("model missing"),
-        source=_col(verdict, "source").fillna("source missing"),
-    )
-    batches = sorted(frame["tokens_per_expert"].dropna().unique())
+    batches = sorted(verdict["batch"].dropna().unique())
     rows = []
-    for (model, layout, source), part in frame.groupby(["model", "layout", "source"], sort=False):
-        row = {"model": model, "layout": layout, "source": source}
-        by_t = {r["tokens_per_expert"]: r for r in part.to_dict("records")}
-        for t in batches:
-            rec = by_t.get(t)
-            row[pivot_column(t)] = None if rec is None else _pivot_cell(rec)
+    for (layout, world), part in verdict.groupby(["layout", "world"], sort=False):
+        row = {"layout": layout, "GPUs": world}
+        by_batch = {r["batch"]: r for r in part.to_dict("records")}
+        for batch in batches:
+            rec = by_batch.get(batch)
+            if rec is None:
+                row[f"batch {batch}"] = None
+                continue
+            cell = verdict_cell(rec)
+            if finite(rec.get("tpot_ms")):
+                cell += (
+                    f"\n{fmt_value(rec['tpot_ms'])} ms/token, "
+                    f"{fmt_value(rec['tokens_per_s'])} tok/s"
+                )
+            row[f"batch {batch}"] = cell
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def pivot_column(tokens: object) -> str:
-    """Return the pivot's column name for a tokens-per-expert value, e.g. '16 tok/expert'."""
-    t = float(tokens)
-    return f"{int(t) if t.is_integer() else t:g} tok/expert"
-
-
-def _pivot_cell(rec: dict) -> str:
-    """Return one pivot cell: the compact verdict, a newline, the three shares in ms."""
-    numbers = " / ".join(fmt_value(rec.get(k)) or "-" for k in SHARE_COLUMNS)
-    if finite(rec.get("other_ms")) and rec["other_ms"] > 0:
-        numbers += f" (+ other {fmt_value(rec['other_ms'])})"
-    if finite(rec.get("compute_unknown_ms")) and rec["compute_unknown_ms"] > 0:
-        numbers += f" (+ bound unknown {fmt_value(rec['compute_unknown_ms'])})"
-    return f"{verdict_cell(rec)}\n{numbers} ms"
-
-
-def _summary(launch, decode, verdict) -> list[Block]:
+def _summary(launch, decode, verdict, check) -> list[Block]:
     """Return the summary's blocks: headlines and the verdict pivot."""
+    lines = headlines(launch, decode, verdict)
+    checked = check_headline(check)
+    if checked:
+        lines.append(checked)
     return [
-        Bullets(headlines(launch, decode, verdict)),
+        Bullets(lines),
         Table(
             verdict_pivot(verdict),
-            note="What bounds one decode step, per model, layout and tokens per expert: the "
-            "largest of memory-bound compute, math-bound compute and communication, its margin "
-            "over the runner-up, and the three times (ms) that decide it. Hatched rows (HTML) "
-            "are projected (source = model), plain rows measured. Cell: verdict x margin over "
-            "the runner-up; below: memory-bound / math-bound / communication ms per step.",
+            note="What bounds one decode step of the named deployment, per layout and batch "
+            "(concurrent sequences): the part (memory, math, communication, other) that takes "
+            "most of the step, its margin over the next one (mixed: within 1.2x; "
+            "kernel-limited: under 50% of both roofs), then ms per output token and tokens/s. "
+            "A layout that does not fit in memory gets no speed verdict.",
             empty="(no verdict rows)",
             style="verdict",
         ),
     ]
+
+
+def _verdict(verdict: pd.DataFrame) -> list[Block]:
+    """Return the verdict section's blocks: what it is composed from, the figure, the rows."""
+    sources = ", ".join(sorted(verdict["source"].astype(str).unique())) if len(verdict) else ""
+    inputs = verdict["inputs"].iloc[0] if len(verdict) and "inputs" in verdict else ""
+    return [
+        Text(
+            "One whole decode step per output token (every layer's attention over its KV cache, "
+            "dense and MoE layers, norms, embedding, LM head, and every collective the layout "
+            "needs), composed for the target the config names. Memory fit comes first: weights "
+            "per rank after sharding, the KV cache and a stated runtime reserve against the "
+            f"target's memory. Sources of these rows: {sources or 'none'}."
+        ),
+        Figure("verdict_split"),
+        Table(verdict, REPORT_VERDICT_COLUMNS, style="source"),
+        Code("Inputs of the first row, and where each comes from", inputs.replace("; ", "\n")),
+    ]
+
+
+def _check(check: pd.DataFrame) -> list[Block]:
+    """Return the check section's blocks: the figure and the composed-vs-measured rows."""
+    return [
+        Text(
+            "Real decode steps of a depth-reduced model with every layer type at full width, "
+            "timed whole after a barrier on the device at hand, against the composition of the "
+            "same model from its parts: each part's fraction of roofline is taken from the "
+            "single-device (TP1) step only, so every other layout is held out; collectives "
+            "come from the latency/bandwidth fit measured here and never go below its "
+            "measured floor."
+        ),
+        Figure("check_error"),
+        Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
+    ]
+
+
+def _power(power: pd.DataFrame) -> list[Block]:
+    """Return the power section's blocks: each load's draw against the limit, and what the
+    brief's 39% of the limit is consistent with."""
+    from tilesweep.stages.power import BRIEF_POWER_FRAC, brief_consistency
+
+    blocks: list[Block] = [
+        Text(
+            "Loads of known bound, each sustained for a few seconds on the device at hand "
+            "under NVML sampling: the fraction of the enforced power limit they draw (p10, "
+            "median, p90). The brief read about 235 W of 600 W "
+            f"({BRIEF_POWER_FRAC:.0%}) during decode and took it to mean 'not "
+            "communication-bound'."
+        ),
+        Table(power, REPORT_POWER_COLUMNS, empty="(no power table)"),
+    ]
+    judged = brief_consistency(power)
+    if not judged.empty:
+        blocks.append(
+            Table(
+                judged,
+                title=f"Which bounds draw {BRIEF_POWER_FRAC:.0%} of the limit here",
+                note="Consistent: the brief's fraction lies inside the load's p10..p90 band on "
+                "this device. A fraction of the limit on another GPU is a lead, not proof.",
+            )
+        )
+    return blocks
+
+
+def _brief(panel: dict, launch: pd.DataFrame, power: pd.DataFrame) -> list[Block]:
+    """Return the brief's panel: its 8-GPU layouts, the winner per batch, what would change
+    the answer, what power can tell, and the SM120 launch truth of its tiles."""
+    from tilesweep.plan.sensitivity import changes
+
+    rows = panel["rows"]
+    sources = ", ".join(sorted(rows["source"].astype(str).unique())) if len(rows) else "none"
+    blocks: list[Block] = [
+        Text(
+            "GLM-5 in the deployment's format on eight RTX PRO 6000 over PCIe: TP8, TP4+PP2 "
+            f"and EP8 at each batch, composed (sources: {sources}); inputs and their sources "
+            "are in the verdict section."
+        ),
+        Table(pivot_of(rows), title="Bound and speed per layout and batch", style="verdict"),
+        Table(panel["winners"], WINNER_COLUMNS, title="Which layout wins, and by how much"),
+        Bullets(changes(panel["band"], panel["winners"])),
+        Table(
+            panel["band"],
+            title="Each interconnect and bandwidth input at half and at double",
+            collapsed=True,
+        ),
+    ]
+    truth = sm120_launch_truth(launch)
+    if not truth.empty:
+        blocks.append(
+            Table(
+                truth,
+                title="The brief's tiles on SM120 (NVFP4): which reproduce its initialize failure",
+                note="From CUTLASS's own types (SharedStorageSize) against the RTX PRO 6000's "
+                "101,376 B opt-in limit: a tile over it passes can_implement and fails "
+                "initialize, as the brief saw.",
+            )
+        )
+    from tilesweep.stages.power import brief_consistency
+
+    judged = brief_consistency(power)
+    if not judged.empty:
+        blocks.append(
+            Bullets(
+                [
+                    f"{r['load']} ({r['expected_bound']}): {r['consistent']}."
+                    for r in judged.to_dict("records")
+                ]
+            )
+        )
+    return blocks
+
+
+def pivot_of(rows: pd.DataFrame) -> pd.DataFrame:
+    """Return the verdict pivot of some verdict rows (the brief's panel uses its 8-GPU rows)."""
+    return verdict_pivot(rows)
+
+
+SM120_BRIEF_TILES = {(128, 128, 128), (128, 128, 256), (128, 256, 128), (256, 128, 128)}
+
+
+def sm120_launch_truth(launch: pd.DataFrame) -> pd.DataFrame:
+    """Return the brief's four tiles on the RTX PRO 6000 (CUTLASS NVFP4): epilogue, stage
+    count asked and chosen, shared memory, limit, and whether it reproduces the brief's
+    initialize failure (over the opt-in limit)."""
+    need = {"backend", "target", "tile_m", "tile_n", "tile_k", "smem_bytes", "fits"}
+    if launch.empty or not need <= set(launch):
+        return pd.DataFrame()
+    rows = launch[(launch["backend"] == "cutlass") & (launch["target"] == "rtx_pro_6000")]
+    tiles = list(zip(rows["tile_m"], rows["tile_n"], rows["tile_k"], strict=True))
+    rows = rows[[tuple(int(v) for v in tile) in SM120_BRIEF_TILES for tile in tiles]]
+    if rows.empty:
+        return pd.DataFrame()
+    out = rows.assign(
+        tile=[
+            f"{m}x{n}x{k}"
+            for m, n, k in zip(rows["tile_m"], rows["tile_n"], rows["tile_k"], strict=True)
+        ],
+        reproduces_brief_failure=[
+            "yes: over the opt-in limit"
+            if f == "no"
+            else ("no" if f in ("default", "optin") else f"unknown ({s})")
+            for f, s in zip(rows["fits"], rows["status"], strict=True)
+        ],
+    )
+    cols = [
+        "tile", "dtype", "epilogue", "stages_requested", "stages", "smem_bytes",
+        "smem_limit_bytes", "overshoot_bytes", "fits", "reproduces_brief_failure", "reason",
+    ]  # fmt: skip
+    return (
+        out[[c for c in cols if c in out]].sort_values(["tile", "epilogue"]).reset_index(drop=True)
+    )
 
 
 def _launch(launch: pd.DataFrame, provenance: dict) -> list[Block]:
@@ -687,30 +835,6 @@ def _collectives(collective: pd.DataFrame, provenance: dict) -> list[Block]:
     ]
 
 
-def _layouts(verdict: pd.DataFrame) -> list[Block]:
-    """Return the layouts section's blocks: the split figure, the verdict rows, the projections."""
-    extra = [c for c in verdict.columns if "err" in c and c not in REPORT_VERDICT_COLUMNS]
-    return [
-        Text(
-            "Per decode step (one pipeline stage's layers, one batch). Compute is scaled from "
-            "the single-device decode measurement to each layout's share (model); "
-            "communication is measured where the machine has the devices, else fitted."
-        ),
-        Figure("layouts"),
-        Table(verdict, REPORT_VERDICT_COLUMNS + extra, style="source"),
-        Table(
-            projection_errors(verdict),
-            PROJECTION_TABLE_COLUMNS,
-            title="How far to trust the projections",
-            note="Layouts this machine ran, measured against their projection "
-            "(projection_error_pct). calibration is the measured/projected compute ratio of "
-            "the single-device layout at that batch; calibrated_error_pct is the error of the "
-            "projection scaled by it, on layouts the ratio was not taken from.",
-            empty="(no layout was both measured and projected)",
-        ),
-    ]
-
-
 def _distinct(frames: list[pd.DataFrame], key: str) -> str:
     """Return the distinct values of a column across tables, comma-separated, or 'unknown'."""
     values: set[str] = set()
@@ -720,7 +844,7 @@ def _distinct(frames: list[pd.DataFrame], key: str) -> str:
     return ", ".join(sorted(values)) or "unknown"
 
 
-def _provenance(settings, launch, decode, collective, verdict, provenance) -> list[Block]:
+def _provenance(settings, launch, decode, collective, check, provenance) -> list[Block]:
     """Return the provenance section's blocks: devices, versions, when, and the config."""
     measured_on = [ok_rows(decode), ok_rows(collective)]
     rows = [
@@ -744,7 +868,8 @@ def _provenance(settings, launch, decode, collective, verdict, provenance) -> li
             ("launch_smem", when.get("launch"), "host compiler, checked against target tables"),
             ("decode_time, decode_roofline", when.get("decode"), devices(ok_rows(decode))),
             ("collective_bandwidth", when.get("collective"), devices(ok_rows(collective))),
-            ("layouts", layout_when, devices(verdict)),
+            ("check_error", layout_when, devices(check)),
+            ("verdict_split", "composed at aggregation", "none: composed for the target"),
         )
     ]
     return [
@@ -762,34 +887,44 @@ def build(
     verdict: pd.DataFrame,
     provenance: dict,
     figures: dict[str, bytes] | None = None,
+    check: pd.DataFrame | None = None,
+    power: pd.DataFrame | None = None,
+    panel: dict | None = None,
 ) -> ReportData:
-    """Return the one ReportData both reports render; figures are drawn unless given.
+    """Return the one ReportData both reports render; figures are drawn unless given. The
+    brief's section is there when `panel` is (the deployment is the brief's).
 
     `provenance` may hold 'measured': {section: when} beside versions and the commit.
     """
+    check = pd.DataFrame() if check is None else check
+    power = pd.DataFrame() if power is None else power
     model = settings.get("model", {})
+    dep = settings.get("deployment", {})
     targets = ", ".join(settings.get("grid", {}).get("targets", [])) or "none"
     hardware = settings.get("hardware", {}).get("name", "hardware missing")
     intro = (
-        f"Model {model.get('name', '?')} (hidden {model.get('hidden')}, expert intermediate "
-        f"{model.get('moe_intermediate')}, {model.get('routed_experts')} experts, "
-        f"top-{model.get('top_k')}); projected onto {hardware}; launch targets {targets}."
+        f"Deployment: {model.get('name', '?')} with {dep.get('weight_dtype', '?')} weights and "
+        f"{dep.get('kv_dtype', '?')} KV cache, context {dep.get('context_len', '?')}, on "
+        f"{hardware}; launch targets {targets}."
     )
     blocks = {
-        "summary": _summary(launch, decode, verdict),
+        "brief": _brief(panel, launch, power) if panel else [],
+        "summary": _summary(launch, decode, verdict, check),
+        "verdict": _verdict(verdict),
+        "check": _check(check),
+        "power": _power(power),
         "launch": _launch(launch, provenance),
         "decode": _decode(decode, provenance),
         "collectives": _collectives(collective, provenance),
-        "layouts": _layouts(verdict),
-        "provenance": _provenance(settings, launch, decode, collective, verdict, provenance),
+        "provenance": _provenance(settings, launch, decode, collective, check, provenance),
     }
     drawn = dict(figures or {})
     if any(name not in drawn for name in FIGURES):
-        drawn = {**draw_figures(launch, decode, collective, verdict), **drawn}
+        drawn = {**draw_figures(launch, decode, collective, verdict, check), **drawn}
     return ReportData(
-        title=f"tilesweep report: {model.get('name', '?')}",
+        title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
         intro=intro,
         provenance=provenance,
-        sections=[Section(key, title, blocks[key]) for key, title in SECTIONS],
+        sections=[Section(key, title, blocks[key]) for key, title in SECTIONS if blocks[key]],
         figures=drawn,
     )

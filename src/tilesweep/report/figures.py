@@ -30,16 +30,16 @@ LIMITS = (
     ("smem_per_sm_bytes", "per SM", "-"),
 )
 SHARE_COLORS = {
-    "compute_memory_ms": "#4878d0",
-    "compute_math_ms": "#ee854a",
+    "memory_ms": "#4878d0",
+    "math_ms": "#ee854a",
     "comm_ms": "#6acc64",
     "other_ms": "#b0b0b0",
 }
 SHARE_LABELS = {
-    "compute_memory_ms": "memory-bound compute",
-    "compute_math_ms": "math-bound compute",
+    "memory_ms": "memory-bound parts",
+    "math_ms": "math-bound parts",
     "comm_ms": "communication",
-    "other_ms": "other (measured step minus the above)",
+    "other_ms": "other (launch gaps, pipeline bubble)",
 }
 DPI = 100
 
@@ -453,67 +453,69 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
     return fig
 
 
-def layout_split(verdict: pd.DataFrame) -> Figure:
-    """Return stacked bars of memory-bound, math-bound and communication time per layout.
-
-    One panel per tokens-per-expert; measured rows are solid, projected (model) rows hatched
-    and paler, side by side when a layout has both.
-    """
+def verdict_split(verdict: pd.DataFrame) -> Figure:
+    """Return stacked bars of each layout's step split (memory, math, communication, other) in
+    ms per output token, one panel per batch; a layout that does not fit is marked, not drawn."""
     shares = [c for c in SHARE_COLORS if c in verdict]
-    if verdict.empty or not shares or "layout" not in verdict:
-        return empty("no verdict rows", "Layouts")
-    batches = sorted(pd.unique(_num(verdict, "tokens_per_expert").dropna()))
-    if not batches:
-        return empty("no verdict rows with a tokens-per-expert", "Layouts")
+    if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
+        return empty("no verdict rows", "Verdict")
+    batches = sorted(pd.unique(_num(verdict, "batch").dropna()))
     layouts = list(dict.fromkeys(verdict["layout"].astype(str)))
     ncols = min(3, len(batches))
     nrows = math.ceil(len(batches) / ncols)
-    width = max(4.0, 0.55 * len(layouts) + 1.5)
-    fig = Figure(figsize=(width * ncols, 3.4 * nrows + 0.8))
+    width = min(4.2, max(3.2, 0.45 * len(layouts) + 1.2))
+    fig = Figure(figsize=(width * ncols, 3.2 * nrows + 0.8))
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    source = (
-        verdict["source"].astype(str)
-        if "source" in verdict
-        else pd.Series("model", index=verdict.index)
-    )
-    sources = [s for s in ("measured", "model") if (source == s).any()] or ["model"]
-    bar = 0.8 / len(sources)
-    for ax, t in zip(axes, batches, strict=False):
-        part = verdict[_num(verdict, "tokens_per_expert") == t]
-        for s_i, src in enumerate(sources):
-            rows = part[source.loc[part.index] == src]
-            pos = {name: i for i, name in enumerate(layouts)}
-            x = np.array([pos[str(n)] for n in rows["layout"]], dtype=float)
-            x += (s_i - (len(sources) - 1) / 2) * bar
-            bottom = np.zeros(len(rows))
-            for col in shares:
-                vals = _num(rows, col).fillna(0).to_numpy()
-                ax.bar(
-                    x,
-                    vals,
-                    bar * 0.95,
-                    bottom=bottom,
-                    color=SHARE_COLORS[col],
-                    alpha=1.0 if src == "measured" else 0.55,
-                    hatch=None if src == "measured" else "//",
-                    edgecolor="white" if src == "measured" else "#333333",
-                    linewidth=0.4,
-                )
-                bottom += vals
+    for ax, batch in zip(axes, batches, strict=False):
+        part = verdict[_num(verdict, "batch") == batch]
+        pos = {name: i for i, name in enumerate(layouts)}
+        x = np.array([pos[str(n)] for n in part["layout"]], dtype=float)
+        bottom = np.zeros(len(part))
+        for col in shares:
+            vals = _num(part, col).fillna(0).to_numpy()
+            ax.bar(x, vals, 0.75, bottom=bottom, color=SHARE_COLORS[col], linewidth=0)
+            bottom += vals
+        top = max(bottom.max() if len(bottom) else 0.0, 1e-9)
+        for xi, rec in zip(x, part.to_dict("records"), strict=True):
+            if rec.get("fits_memory") == "no":
+                ax.text(xi, 0.02 * top, "does not fit", rotation=90, ha="center", va="bottom",
+                        fontsize="x-small", color="#a00000")  # fmt: skip
         ax.set_xticks(range(len(layouts)), layouts, rotation=45, ha="right", fontsize="small")
-        ax.set_title(f"tokens per expert: {_int(t)}", fontsize="medium")
+        ax.set_title(f"batch {_int(batch)} (concurrent sequences)", fontsize="medium")
+        ax.set_ylabel("ms per output token")
         ax.margins(y=0.08)
-        ax.set_ylabel("time per decode step (ms)")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.6g}"))
         ax.grid(axis="y", alpha=0.3)
     for ax in axes[len(batches) :]:
         ax.axis("off")
     handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
-    handles += [
-        Patch(facecolor="#cccccc", label="measured"),
-        Patch(facecolor="#eeeeee", edgecolor="#333333", hatch="//", label="model (projected)"),
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small")
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize="small")
+    fig.set_layout_engine("constrained")
+    return fig
+
+
+def check_error(check: pd.DataFrame) -> Figure:
+    """Return composed against measured whole-step time per layout and batch, with the
+    measured p10..p90 band and the composed and roofline-only errors."""
+    if check.empty or "measured_ms" not in check:
+        return empty("no measured whole steps", "Check of the method")
+    layouts = list(dict.fromkeys(check["layout"].astype(str)))
+    fig = Figure(figsize=(min(12.0, 3.0 * len(layouts) + 1.0), 3.6))
+    axes = fig.subplots(1, len(layouts), squeeze=False).ravel()
+    for ax, layout in zip(axes, layouts, strict=True):
+        part = check[check["layout"].astype(str) == layout].sort_values("batch")
+        b = _num(part, "batch")
+        ax.fill_between(b, _num(part, "measured_p10_ms"), _num(part, "measured_p90_ms"),
+                        color="#999999", alpha=0.3, label="measured p10..p90")  # fmt: skip
+        ax.plot(b, _num(part, "measured_ms"), "k-o", ms=3, label="measured (median)")
+        ax.plot(b, _num(part, "composed_ms"), "-s", color="#4878d0", ms=3, label="composed")
+        ax.plot(b, _num(part, "roofline_ms"), ":", color="#ee854a", label="roofline only")
+        held = bool(part["held_out"].iloc[0]) if "held_out" in part else True
+        ax.set_title(f"{layout}{' (held out)' if held else ' (calibration)'}", fontsize="medium")
+        _log_axes(ax, x_base=2)
+        ax.set_xlabel("batch (sequences)")
+        ax.set_ylabel("ms per step")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize="small")
     fig.set_layout_engine("constrained")
     return fig
 

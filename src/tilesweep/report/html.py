@@ -40,16 +40,18 @@ td.wrap{white-space:normal;min-width:20em;overflow-wrap:anywhere}
 tr.src-model td{background:repeating-linear-gradient(135deg,#fff,#fff 6px,#f3f3f3 6px,
 #f3f3f3 12px);color:#555;font-style:italic}
 tr.src-measured td{background:#fff}
-td.v-memory{background:#dce6f8}td.v-math{background:#fbe1d2}td.v-comm{background:#dff3dd}
+td.v-memory{background:#dce6f8}td.v-math{background:#fbe1d2}td.v-communication{background:#dff3dd}
+td.v-mixed{background:#f3ecd2}td.v-kernel-limited{background:#f6d6d6}td.v-does{background:#ddd}td.v-other{background:#e8e8e8}
 td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
 .badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.8em;font-style:normal}
 .badge.model{background:#eee;border:1px dashed #888}.badge.measured{background:#333;color:#fff}
+.badge.composed{background:#cfe0f5;border:1px solid #4878d0}
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
 font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
 WRAP_COLUMNS = {"reason", "inputs", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
-VERDICT_CLASSES = ("memory", "math", "comm")
+VERDICT_CLASSES = ("memory", "math", "communication", "mixed", "kernel-limited", "does", "other")
 
 
 def esc(value: object) -> str:
@@ -66,13 +68,13 @@ def img(png: bytes, alt: str) -> str:
 def _cell(column: str, value: object, style: str, digits: int) -> str:
     """Return one <td>: escaped text, a badge for the source, a verdict colour in the pivot."""
     text = fmt_value(value, digits)
-    if style == "verdict" and column.endswith("tok/expert") and text:
+    if style == "verdict" and column.startswith("batch ") and text:
         head, _, numbers = text.partition("\n")
         word = head.split(" ")[0]
         kind = word if word in VERDICT_CLASSES else "unknown"
         return f'<td class="v-{kind}">{esc(head)}<small>{esc(numbers)}</small></td>'
     body = esc(text)
-    if column == "source" and text in ("model", "measured"):
+    if column == "source" and text in ("model", "measured", "composed"):
         body = f'<span class="badge {text}">{body}</span>'
     kind = ' class="text"' if column in TEXT_COLUMNS or isinstance(value, str) else ""
     kind = ' class="text wrap"' if column in WRAP_COLUMNS else kind

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep import verdict
-from tilesweep.io import atomic_path, concat_tables, write_table, write_text
+from tilesweep.io import atomic_path, concat_tables, read_json, write_table, write_text
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import data as report_data
 from tilesweep.report import html as report_html
@@ -18,11 +18,11 @@ from tilesweep.report import markdown as report_md
 from tilesweep.stages import logged
 from tilesweep.tables import LAUNCH_COLUMNS, Status
 
-INPUTS = ("launch", "decode", "collective", "layout")
-TABLES = ("launch", "decode", "collective", "verdict")
+INPUTS = ("launch", "decode", "collective", "layout", "power", "ceilings")
+TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
 PARQUET = tuple(f"{name}_parquet" for name in TABLES)
 PLOTS = tuple(f"plot_{name}" for name in report_data.FIGURES)
-OUTPUTS = ("launch", "decode", "collective", "verdict", "report", "html", *PARQUET, *PLOTS)
+OUTPUTS = (*TABLES, "report", "html", *PARQUET, *PLOTS)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -155,13 +155,25 @@ def aggregate_results(
         launch = attach_measured_launch(launch, decode)
         collective = concat_tables(list(inputs["collective"]))
         steps = concat_tables(list(inputs["layout"]))
-        table = verdict.verdict_table(settings, decode, collective, steps)
+        power = concat_tables(list(inputs.get("power", [])))
+        ceilings = {}
+        for path in inputs.get("ceilings", []):
+            ceilings = read_json(path)
+
+        def compose(varied: dict) -> pd.DataFrame:
+            return verdict.deployment_table(varied, decode, collective, steps, ceilings)
+
+        table = compose(settings)
+        check = verdict.check_table(steps, collective, ceilings, settings["model"])
+        panel = verdict.brief_panel(settings, table, compose)
         log.info(
-            "launch %d rows, decode %d, collective %d, verdict %d",
+            "launch %d rows, decode %d, collective %d, verdict %d, check %d, power %d",
             len(launch),
             len(decode),
             len(collective),
             len(table),
+            len(check),
+            len(power),
         )
         provenance = {
             "commit": git_commit(str(PACKAGE_DIR)),
@@ -170,16 +182,33 @@ def aggregate_results(
             "nvidia-cutlass": package_version("nvidia-cutlass"),
             "measured": {
                 name: when
-                for name in ("launch", "decode", "collective", "layout")
+                for name in ("launch", "decode", "collective", "layout", "power")
                 if (when := measured_when(list(inputs.get(name, []))))
             },
         }
-        data = report_data.build(settings, launch, decode, collective, table, provenance)
+        data = report_data.build(
+            settings,
+            launch,
+            decode,
+            collective,
+            table,
+            provenance,
+            check=check,
+            power=power,
+            panel=panel,
+        )
         text = report_md.render(data)
         page = report_html.render(data)
         images = data.figures
         log.info("html report %d bytes, %d figures", len(page), len(images))
-    frames = {"launch": launch, "decode": decode, "collective": collective, "verdict": table}
+    frames = {
+        "launch": launch,
+        "decode": decode,
+        "collective": collective,
+        "verdict": table,
+        "check": check,
+        "power": power,
+    }
     for name, frame in frames.items():
         write_table(outputs[name], frame)
         if outputs.get(f"{name}_parquet"):
