@@ -48,6 +48,9 @@ def account_cells(cells: list[dict], out_dir: Path, jobs: int = 1) -> list[dict]
         else:  # the accounting's toolchain is nvcc's version: keep it under its own name
             result = dict(next(results))
             result["nvcc"] = result.pop("toolchain", None)
+            if result.get("smem_bytes") is not None:
+                # device_kernel declares SharedStorage as `extern __shared__` only: all dynamic.
+                result["smem_dynamic_bytes"], result["smem_static_bytes"] = result["smem_bytes"], 0
             out.append(result)
     return out
 

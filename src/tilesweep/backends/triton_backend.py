@@ -85,14 +85,17 @@ def _cuobjdump() -> str | None:
 
 
 def resource_usage(cubin: Path) -> dict:
-    """Return registers, stack, static shared and local bytes read from the cubin."""
+    """Return registers, stack, static shared and local bytes read from the cubin; raise
+    RuntimeError where no cuobjdump can read them (static shared memory would be unknown)."""
     tool = _cuobjdump()
     if tool is None:
-        return {}
+        raise RuntimeError("no cuobjdump (Triton's or on PATH): static shared memory unknown")
     out = subprocess.run(
         [tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=False
     ).stdout
     found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
+    if "SHARED" not in found:
+        raise RuntimeError(f"cuobjdump -res-usage printed no SHARED figure for {cubin.name}")
     return {
         "regs": int(found.get("REG", 0)),
         "stack_bytes": int(found.get("STACK", 0)),
@@ -131,7 +134,7 @@ def _build_in_child(cell: dict, out_dir: str) -> dict:
     dynamic = int(kernel.metadata.shared)
     return {
         "smem_dynamic_bytes": dynamic,
-        "smem_bytes": dynamic + usage.get("smem_static_bytes", 0),
+        "smem_bytes": dynamic + usage["smem_static_bytes"],
         "num_warps": int(kernel.metadata.num_warps),
         "num_stages": int(kernel.metadata.num_stages),
         "compile_s": round(seconds, 3),

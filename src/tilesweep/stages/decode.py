@@ -94,9 +94,17 @@ def l2_for_rotation(ceilings: dict) -> tuple[int | None, str]:
 
 
 def _measure_runner(
-    spec: dict, runner: str, dtype: str, out: str, ceilings: dict, progress: str, threads: int
+    backend: backends.Backend,
+    spec: dict,
+    runner: str,
+    dtype: str,
+    out: str,
+    ceilings: dict,
+    progress: str,
+    threads: int,
 ) -> None:
-    """Measure one runner at every case, appending each row to `progress` (runs in a child)."""
+    """Measure one of a backend's runners at every case, appending each row to `progress` (runs
+    in a child, which gets the backend from the parent)."""
     import torch
 
     from tilesweep.measure.gemm_case import measure_case
@@ -107,7 +115,6 @@ def _measure_runner(
     out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[out]
     gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(spec["bench"]["seed"])
     kernel = spec["kernel"]
-    backend = backends.backend_of(runner)
     for op, n, k, routing, t, counts in _cases(spec, cuda):
         try:
             result = measure_case(
@@ -197,6 +204,7 @@ def _bench_decode(
                 try:
                     run_isolated(
                         _measure_runner,
+                        backend,
                         spec,
                         runner,
                         dtype,

@@ -55,12 +55,15 @@ def launch_row(cell: dict, hw: dict, build: dict) -> dict:
         "commit": git_commit(),
     }
     if build.get("status") != "ok":
+        status, reason = build.get("status"), build.get("reason", "")
+        if status is None:  # a record without a status is a failure that says so
+            status, reason = "compile", "the build record carries no status"
         return {
             **row,
             "smem_limit_bytes": hw["smem_per_block_optin"],
             "fits": "unknown",
-            "status": build.get("status", "compile"),
-            "reason": build.get("reason", ""),
+            "status": status,
+            "reason": reason,
         }
     threads = backends.get(cell["backend"]).launch_threads(build)
     result = launch.check(build["smem_bytes"], build.get("regs") or 0, threads, hw)
