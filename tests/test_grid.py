@@ -47,6 +47,8 @@ def test_slug_is_readable_and_stable():
         "epilogue": "default",
     }
     assert grid.kernel_slug(cell) == "bf16-m128n256k64-s3-w4-default"
+    cutlass = {**cell, "backend": "cutlass", "dtype": "fp8", "stages": "auto", "warps": 0}
+    assert grid.kernel_slug(cutlass) == "fp8-m128n256k64-sauto-c1x1-default"
     assert grid.layout_slug({"tp": 4, "pp": 2, "ep": 1}) == "tp4-pp2-ep1"
 
 
@@ -65,8 +67,20 @@ def test_fp8_on_ampere_is_a_recorded_constraint_not_a_dropped_cell():
     assert fp8["unsupported"].str.contains("sm_89").all()
 
 
-def test_cell_count_multiplies_the_axes():
-    settings = compose()
-    g = settings["grid"]
-    expected = len(g["tiles"]) * len(g["tokens_per_expert"]) * len(g["targets"]) * len(g["layouts"])
-    assert grid.cell_count(settings) == expected
+def test_cell_count_is_the_launch_cells_times_batches_and_layouts():
+    settings = compose(
+        [
+            "backend=triton",
+            "grid.targets=[h200,rtx_pro_6000]",
+            "grid.tiles=[{m:16,n:64,k:64},{m:64,n:64,k:64}]",
+            "grid.dtypes=[bf16,fp8]",
+            "grid.stages=[2]",
+            "grid.warps=[4]",
+            "grid.epilogues=[default]",
+            "grid.tokens_per_expert=[1,2,4]",
+            "grid.layouts=[{tp:1,pp:1,ep:1},{tp:2,pp:1,ep:1}]",
+        ]
+    )
+    # 2 tiles x 2 dtypes = 4 kernels, on 2 targets = 8 launch checks; x 3 batches x 2 layouts
+    assert len(grid.launch_cells(settings)) == 8
+    assert grid.cell_count(settings) == 48

@@ -98,5 +98,5 @@ def test_random_overrides_are_accepted_or_named(items):
     for name in sweep.layouts["layout"]:
         sweep.collective_cell(name)
         sweep.layout_step_cell(name)
-    for arch in sweep.cutlass_archs():
-        sweep.cutlass_cells(arch)
+    for backend, arch in sweep.batch_builds():
+        sweep.batch_cells(backend, arch)

@@ -9,8 +9,8 @@ from tilesweep.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
-_ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
-_ALLOWED_EPILOGUES = ("default", "finalize")
+ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
+ALLOWED_EPILOGUES = ("default", "finalize")
 _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -57,12 +57,7 @@ _SCHEMA: dict[str, Any] = {
     "grid.epilogues": [str],
     "grid.tokens_per_expert": [int],
     "grid.layouts": [{"tp": int, "pp": int, "ep": int, "world?": int}],
-    "backend.triton.enabled": bool,
-    "backend.cutlass.enabled": bool,
-    "backend.cutlass.dtype_by_arch": {str: str},
-    "backend.cutlass.epilogues": [str],
-    "backend.cutlass.stages": [(int, str)],
-    "backend.torch.enabled": bool,
+    "backend": "backend",  # one section per registered backend: its own `schema`
     "bench.warmup": int,
     "bench.repeats": int,
     "bench.cpu_repeats": int,
@@ -92,6 +87,8 @@ _SCHEMA: dict[str, Any] = {
 
 HARDWARE_KEYS: dict[str, Any] = {
     "name": str,
+    "device_names": [str],  # the names devices of this kind report (nvidia-smi, torch)
+    "l2_bytes": (int, type(None)),  # L2 cache from a cited source, or null
     "arch": str,
     "cc": int,
     "sm_count": int,
@@ -226,6 +223,19 @@ def _check_tree(value: Any, expected: Any, where: str) -> None:
         raise ConfigError(f"{where}={value!r}: expected {_type_name(expected)}")
 
 
+def _check_backends(section: Any) -> None:
+    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
+    from tilesweep import backends
+
+    if not isinstance(section, dict):
+        raise ConfigError(f"backend={section!r}: expected a mapping")
+    known = {b.name: b for b in backends.registered() if b.schema}
+    for name, value in section.items():
+        if name not in known:
+            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
+        _check_tree(value, known[name].schema, f"backend.{name}")
+
+
 def _get(settings: dict, dotted: str) -> Any:
     """Return the value at a dotted path, raising ConfigError when a key is missing."""
     node: Any = settings
@@ -246,6 +256,8 @@ def _check_types(settings: dict) -> None:
         value = _get(settings, dotted)
         if expected == "hardware":
             _check_tree(value, HARDWARE_KEYS, dotted)
+        elif expected == "backend":
+            _check_backends(value)
         else:
             _check_tree(value, expected, dotted)
     for section in ("model", "grid", "bench", "deployment"):
@@ -266,12 +278,9 @@ def _check_values(settings: dict) -> None:
             )
     if not grid["targets"]:
         raise ConfigError("grid.targets=[]: name at least one hardware target")
-    _check_choices(grid["dtypes"], _ALLOWED_DTYPES, "grid.dtypes")
-    _check_choices(grid["epilogues"], _ALLOWED_EPILOGUES, "grid.epilogues")
-    _check_choices(
-        settings["backend"]["cutlass"]["epilogues"], _ALLOWED_EPILOGUES, "backend.cutlass.epilogues"
-    )
-    _check_choices(settings["bench"]["routing"], _ALLOWED_ROUTING, "bench.routing")
+    check_choices(grid["dtypes"], ALLOWED_DTYPES, "grid.dtypes")
+    check_choices(grid["epilogues"], ALLOWED_EPILOGUES, "grid.epilogues")
+    check_choices(settings["bench"]["routing"], _ALLOWED_ROUTING, "bench.routing")
     for key in ("hidden", "moe_intermediate", "routed_experts", "top_k", "moe_layers"):
         if model[key] < 1:
             raise ConfigError(f"model.{key}={model[key]}: must be at least 1")
@@ -284,18 +293,7 @@ def _check_values(settings: dict) -> None:
     for key in ("tiles", "stages", "warps", "layouts"):
         if not grid[key]:
             raise ConfigError(f"grid.{key}=[]: give at least one")
-    if not settings["backend"]["cutlass"]["stages"]:
-        raise ConfigError("backend.cutlass.stages=[]: give 'auto' or at least one stage count")
-    if not (settings["backend"]["triton"]["enabled"] or settings["backend"]["cutlass"]["enabled"]):
-        raise ConfigError(
-            "backend: triton and cutlass are both disabled; enable at least one to have kernels"
-        )
-    for arch, dtype in settings["backend"]["cutlass"]["dtype_by_arch"].items():
-        if dtype not in (*_ALLOWED_DTYPES, "none"):
-            raise ConfigError(
-                f"backend.cutlass.dtype_by_arch.{arch}={dtype!r}: allowed: "
-                f"{', '.join(_ALLOWED_DTYPES)}, none"
-            )
+    _check_backend_values(settings)
     for i, tile in enumerate(grid["tiles"]):
         _check_tile(tile, f"grid.tiles[{i}]", model)
     for key, low in (("stages", 1), ("warps", 1)):
@@ -305,11 +303,6 @@ def _check_values(settings: dict) -> None:
     for i, w in enumerate(grid["warps"]):
         if w & (w - 1):
             raise ConfigError(f"grid.warps[{i}]={w}: must be a power of two")
-    for i, stages in enumerate(settings["backend"]["cutlass"]["stages"]):
-        if isinstance(stages, str) and stages != "auto" or isinstance(stages, int) and stages < 1:
-            raise ConfigError(
-                f"backend.cutlass.stages[{i}]={stages!r}: must be 'auto' or an integer >= 1"
-            )
     for i, t in enumerate(grid["tokens_per_expert"]):
         if not 1 <= t <= _MAX_TOKENS_PER_EXPERT:
             raise ConfigError(
@@ -418,6 +411,22 @@ def _check_interconnect_model(block: dict | None, where: str) -> None:
                 )
 
 
+def _check_backend_values(settings: dict) -> None:
+    """Raise ConfigError when no enabled backend builds kernels, or one's settings are bad."""
+    from tilesweep import backends
+
+    on = backends.enabled(settings)
+    if not any(b.build_per != "none" for b in on):
+        builders = [b.name for b in backends.registered() if b.build_per != "none"]
+        raise ConfigError(
+            f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
+            "disabled; enable at least one to have kernels"
+        )
+    for b in backends.registered():
+        if b.name in settings["backend"]:
+            b.validate(settings)
+
+
 def _check_bench(bench: dict) -> None:
     """Raise ConfigError for benchmark settings outside their ranges."""
     minimums = {
@@ -452,20 +461,18 @@ def _check_bench(bench: dict) -> None:
             f"bench.collective_sweep_max_bytes={bench['collective_sweep_max_bytes']}: "
             f"less than collective_sweep_min_bytes={bench['collective_sweep_min_bytes']}"
         )
-    from tilesweep.plan.sharding import STEP_BASELINES
+    from tilesweep import backends
 
     runner = bench["layout_runner"]
-    fixed = ("best", *STEP_BASELINES)
-    if runner not in fixed and not (runner.startswith("triton:") and len(runner) > 7):
-        raise ConfigError(
-            f"bench.layout_runner={runner!r}: allowed: {', '.join(fixed)}, triton:<kernel slug>"
-        )
+    if runner != "best" and not backends.step_capable(runner):
+        allowed = ["best"] + [form for b in backends.registered() for form in b.step_runner_help()]
+        raise ConfigError(f"bench.layout_runner={runner!r}: allowed: {', '.join(allowed)}")
     for i, size in enumerate(bench["collective_extra_sizes"]):
         if size < 4:
             raise ConfigError(f"bench.collective_extra_sizes[{i}]={size}: must be at least 4 bytes")
 
 
-def _check_choices(values: list[str], allowed: tuple[str, ...], where: str) -> None:
+def check_choices(values: list[str], allowed: tuple[str, ...], where: str) -> None:
     """Raise ConfigError for the first value outside allowed, or for an empty list."""
     if not values:
         raise ConfigError(f"{where}=[]: choose at least one of {', '.join(allowed)}")

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pandas as pd
 
-TRITON_ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
-CUTLASS_ARCHS = ("sm_90", "sm_100", "sm_120")
-FP8_MIN_CC = 89
+from tilesweep import backends
 
 
 def kernel_slug(cell: dict) -> str:
     """Return a readable, stable name for a kernel configuration."""
     stages = cell["stages"]
-    tail = f"w{cell['warps']}" if cell["backend"] == "triton" else "c1x1"
+    tail = backends.get(cell["backend"]).kernel_tail(cell)
     return (
         f"{cell['dtype']}-m{cell['tile_m']}n{cell['tile_n']}k{cell['tile_k']}"
         f"-s{stages}-{tail}-{cell['epilogue']}"
@@ -32,62 +29,6 @@ def canonical(cell: dict) -> str:
     return json.dumps(cell, sort_keys=True, separators=(",", ":"))
 
 
-def _cell(
-    backend: str, arch: str, dtype: str, tile: dict, stages: int | str, warps: int, epilogue: str
-) -> dict:
-    """Return one kernel cell as the grid's rows hold it."""
-    return {
-        "backend": backend,
-        "arch": arch,
-        "dtype": dtype,
-        "tile_m": tile["m"],
-        "tile_n": tile["n"],
-        "tile_k": tile["k"],
-        "stages": stages,
-        "warps": warps,
-        "epilogue": epilogue,
-    }
-
-
-def _triton_cells(settings: dict, arch: str, cc: int) -> list[dict]:
-    """Return the Triton kernel cells built for one architecture."""
-    grid = settings["grid"]
-    cells = []
-    combos = itertools.product(
-        grid["dtypes"], grid["tiles"], grid["stages"], grid["warps"], grid["epilogues"]
-    )
-    for dtype, tile, stages, warps, epilogue in combos:
-        cell = _cell("triton", arch, dtype, tile, stages, warps, epilogue)
-        if arch not in TRITON_ARCHS:
-            cell["unsupported"] = f"Triton builds {', '.join(TRITON_ARCHS)}; not {arch}"
-        elif dtype == "nvfp4":
-            cell["unsupported"] = (
-                "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs sm_100 or "
-                "newer); the CUTLASS backend accounts NVFP4 tiles"
-            )
-        elif dtype == "fp8" and cc < FP8_MIN_CC:
-            cell["unsupported"] = f"fp8 tensor cores need sm_89 or newer; {arch} has none"
-        cells.append(cell)
-    return cells
-
-
-def _cutlass_cells(settings: dict, arch: str) -> list[dict]:
-    """Return the CUTLASS accounting cells for one architecture."""
-    conf = settings["backend"]["cutlass"]
-    dtype = conf["dtype_by_arch"].get(arch, "none")
-    cells = []
-    for tile, stages, epilogue in itertools.product(
-        settings["grid"]["tiles"], conf["stages"], conf["epilogues"]
-    ):
-        cell = _cell("cutlass", arch, dtype, tile, stages, 0, epilogue)
-        if arch not in CUTLASS_ARCHS or dtype == "none":
-            cell["unsupported"] = (
-                f"the CUTLASS backend covers {', '.join(CUTLASS_ARCHS)}; not {arch}"
-            )
-        cells.append(cell)
-    return cells
-
-
 def build_cells(settings: dict) -> pd.DataFrame:
     """Return one row per kernel to build: backend x architecture x kernel configuration."""
     catalog = settings["catalog"]
@@ -96,10 +37,8 @@ def build_cells(settings: dict) -> pd.DataFrame:
         archs.setdefault(catalog[name]["arch"], catalog[name]["cc"])
     rows: list[dict] = []
     for arch, cc in sorted(archs.items()):
-        if settings["backend"]["triton"]["enabled"]:
-            rows += _triton_cells(settings, arch, cc)
-        if settings["backend"]["cutlass"]["enabled"]:
-            rows += _cutlass_cells(settings, arch)
+        for backend in backends.enabled(settings):
+            rows += backend.cells(settings, arch, cc)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -124,13 +63,14 @@ def launch_cells(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataF
 
 
 def bench_kernels(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Return the kernels the decode benchmark times on the device at hand, one job each."""
+    """Return the kernels built one job each, which the decode benchmark times one job each."""
     builds = build_cells(settings) if builds is None else builds
     if builds.empty:
         return builds
-    triton = builds[builds["backend"] == "triton"]
+    per_kernel = [b.name for b in backends.registered() if b.build_per == "kernel"]
+    rows = builds[builds["backend"].isin(per_kernel)]
     keep = ["backend", "dtype", "tile_m", "tile_n", "tile_k", "stages", "warps", "epilogue"]
-    kernels = triton[keep + ["kernel"]].drop_duplicates("kernel").reset_index(drop=True)
+    kernels = rows[keep + ["kernel"]].drop_duplicates("kernel").reset_index(drop=True)
     return kernels
 
 

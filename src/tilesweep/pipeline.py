@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tilesweep import grid
+from tilesweep import backends, grid
 from tilesweep.config import compose
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -36,7 +36,11 @@ def _module_file(name: str) -> Path | None:
 def _imports(path: Path) -> set[Path]:
     """Return the tilesweep module files a module imports (at any depth in its body)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    text = path.read_text()
+    if path.name == "__init__.py" and "\nPLUGIN_PACKAGE = True" in text:
+        # A plugin package finds its modules instead of importing them: each one counts.
+        found |= {p for p in path.parent.glob("*.py") if p != path}
+    for node in ast.walk(ast.parse(text, str(path))):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -95,13 +99,16 @@ class Sweep:
     def __init__(self, overrides: list[str], conf_dir: Path, gpus: tuple[str, ...] = ()):
         self.settings = compose(overrides, conf_dir)
         self.results = Path(self.settings["results_dir"])
-        # Real CUTLASS kernels run where an SM90 GPU is at hand and the CUTLASS backend is on.
-        self.cutlass_gpu = self.settings["backend"]["cutlass"]["enabled"] and any(
-            "H100" in name or "H200" in name for name in gpus
-        )
         self.builds = grid.build_cells(self.settings)
         self.launches = grid.launch_cells(self.settings, self.builds)
         self.kernels = grid.bench_kernels(self.settings, self.builds)
+        # Each enabled backend's decode jobs on this machine (the CUTLASS SM90 program only
+        # where an SM90 device of the catalog is at hand).
+        self.decode_jobs = [
+            job
+            for backend in backends.enabled(self.settings)
+            for job in backend.decode_jobs(self.settings, self.kernels, tuple(gpus))
+        ]
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
@@ -147,23 +154,30 @@ class Sweep:
             }
         )
 
-    def cutlass_cells(self, arch: str) -> str:
-        """Return the canonical JSON list of every CUTLASS cell built for one architecture."""
-        rows = self.builds[(self.builds["backend"] == "cutlass") & (self.builds["arch"] == arch)]
-        keep = ("arch", *(f for f in KERNEL_FIELDS if f != "warps"), "kernel", "unsupported")
+    def batch_cells(self, backend: str, arch: str) -> str:
+        """Return the canonical JSON list of every cell one architecture's batch build takes."""
+        rows = self.builds[(self.builds["backend"] == backend) & (self.builds["arch"] == arch)]
+        keep = ("backend", "arch", *KERNEL_FIELDS, "kernel", "unsupported")
         cells = [_pick(r, keep) for r in rows.to_dict("records")]
         return grid.canonical(cells)
 
-    def cutlass_archs(self) -> list[str]:
-        """Return the architectures that have CUTLASS cells."""
-        rows = self.builds[self.builds["backend"] == "cutlass"] if not self.builds.empty else []
-        return sorted(set(rows["arch"])) if len(rows) else []
+    def batch_builds(self) -> list[tuple[str, str]]:
+        """Return (backend, architecture) of every batch build (backends built per arch)."""
+        if self.builds.empty:
+            return []
+        batch = [b.name for b in backends.registered() if b.build_per == "arch"]
+        rows = self.builds[self.builds["backend"].isin(batch)]
+        return sorted(set(zip(rows["backend"], rows["arch"], strict=True)))
+
+    def build_toolchain(self, backend: str) -> str:
+        """Return the versions that decide what a backend's builds produce (a rule param)."""
+        return backends.get(backend).toolchain()
 
     def build_record(self, backend: str, target: str, kernel: str) -> str:
         """Return the build output a launch check of this kernel on this target reads."""
         arch = self.settings["catalog"][target]["arch"]
-        if backend == "cutlass":
-            return self.path("build", "cutlass", arch, "accounting.json")
+        if backends.get(backend).build_per == "arch":
+            return self.path("build", backend, arch, "batch.json")
         return self.path("build", backend, arch, kernel, "build.json")
 
     def launch_outputs(self) -> list[str]:
@@ -174,13 +188,8 @@ class Sweep:
         ]
 
     def decode_outputs(self) -> list[str]:
-        """Return every decode benchmark output path (one per kernel, plus the baselines)."""
-        names = list(self.kernels["kernel"]) if not self.kernels.empty else []
-        if self.settings["backend"]["torch"]["enabled"]:
-            names.append("baselines")
-        if self.cutlass_gpu:
-            names.append("cutlass-sm90-fp8")
-        return [self.path("decode", f"{name}.csv") for name in names]
+        """Return every decode benchmark output path (one per job of each enabled backend)."""
+        return [self.path("decode", f"{name}.csv") for name in self.decode_jobs]
 
     def collective_outputs(self) -> list[str]:
         """Return every collective benchmark output path (one per layout)."""
@@ -201,7 +210,7 @@ class Sweep:
     def layout_step_cell(self, layout: str) -> str:
         """Return the canonical JSON of one measured decode-step job: layout, model, batches,
         the benchmark keys it reads and, on a GPU machine, the grid's Triton kernels (which the
-        step may run; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
+        step may run; on the CPU it runs the fallback runner, so tile changes do not rerun it)."""
         from tilesweep.provenance import gpu_names
 
         bench = self.settings["bench"]

@@ -121,6 +121,14 @@ def device_info() -> dict:
     }
 
 
+HOST_DEVICE = "none: compiled on the host, checked against the target's table"
+
+
+def build_stamp(toolchain: str) -> dict:
+    """Return provenance columns for a build or launch record, taken when it is written."""
+    return {"device": HOST_DEVICE, "toolchain": toolchain, "commit": git_commit()}
+
+
 def cell_hash(cell_json: str) -> str:
     """Return a short hash of a cell's canonical JSON: the identity a result row records."""
     import hashlib

@@ -60,6 +60,8 @@ LAUNCH_COLUMNS = [
     "warps",
     "epilogue",
     "smem_bytes",
+    "smem_dynamic_bytes",
+    "smem_static_bytes",
     "smem_model_bytes",
     "smem_model_error_bytes",
     "smem_model_error_pct",

@@ -1,32 +1,39 @@
-# Stage 1: build every kernel for its target architecture; no GPU needed.
+# Stage 1: build every kernel for its target architecture; no GPU needed. Each backend says how
+# (src/tilesweep/backends): one job per kernel (Triton), or one batch job per architecture
+# (CUTLASS accounting, which compiles many cells per translation unit and caches them).
+
+
+wildcard_constraints:
+    backend=r"[^/]+",
+    arch=r"[^/]+",
 
 
 rule build_kernel:
     output:
-        record=f"{R}/build/triton/{{arch}}/{{kernel}}/build.json",
+        record=f"{R}/build/{{backend}}/{{arch}}/{{kernel}}/build.json",
     log:
-        f"{R}/logs/build_kernel/{{arch}}/{{kernel}}.log",
+        f"{R}/logs/build_kernel/{{backend}}/{{arch}}/{{kernel}}.log",
     conda:
         "../envs/tilesweep.yaml"
     params:
-        cell=lambda w: SWEEP.build_cell("triton", w.arch, w.kernel),
+        cell=lambda w: SWEEP.build_cell(w.backend, w.arch, w.kernel),
         code=code_hash("stages/build.py"),
-        triton=package_version("triton"),
+        toolchain=lambda w: SWEEP.build_toolchain(w.backend),
     script:
         "../scripts/build_kernel.py"
 
 
-rule account_cutlass:
+rule build_batch:
     output:
-        record=f"{R}/build/cutlass/{{arch}}/accounting.json",
+        record=f"{R}/build/{{backend}}/{{arch}}/batch.json",
     log:
-        f"{R}/logs/account_cutlass/{{arch}}.log",
+        f"{R}/logs/build_batch/{{backend}}/{{arch}}.log",
     conda:
         "../envs/tilesweep.yaml"
     threads: ALL_CORES
     params:
-        cells=lambda w: SWEEP.cutlass_cells(w.arch),
-        code=code_hash("stages/build.py", "backends/cutlass_smem.py"),
-        cutlass=package_version("nvidia-cutlass"),
+        cells=lambda w: SWEEP.batch_cells(w.backend, w.arch),
+        code=code_hash("stages/build.py"),
+        toolchain=lambda w: SWEEP.build_toolchain(w.backend),
     script:
-        "../scripts/account_cutlass.py"
+        "../scripts/build_batch.py"

@@ -1,4 +1,6 @@
-# Stage 3: time the model's expert GEMMs at every tokens-per-expert on the device at hand.
+# Stage 3: time the model's expert GEMMs at every tokens-per-expert on the device at hand: one
+# job per decode job of each enabled backend (a kernel, the torch baselines, the CUTLASS SM90
+# program where an SM90 device is here; see src/tilesweep/backends).
 
 
 rule measure_device:
@@ -41,26 +43,3 @@ rule bench_decode:
         code=code_hash("stages/decode.py"),
     script:
         "../scripts/bench_decode.py"
-
-
-ruleorder: bench_cutlass > bench_decode
-
-
-rule bench_cutlass:
-    input:
-        ceilings=rules.measure_device.output.record,
-    output:
-        table=f"{R}/decode/cutlass-sm90-fp8.csv",
-    log:
-        f"{R}/logs/bench_cutlass.log",
-    conda:
-        "../envs/tilesweep.yaml"
-    resources:
-        gpu=min(GPUS, 1),
-    params:
-        cell=lambda w: SWEEP.bench_cell("cutlass-sm90-fp8"),
-        device=DEVICE,
-        toolchain=TOOLCHAIN,
-        code=code_hash("stages/decode.py"),
-    script:
-        "../scripts/bench_cutlass.py"

@@ -1,4 +1,4 @@
-"""Snakemake script: build one Triton kernel for its architecture."""
+"""Snakemake script: build one kernel for its architecture with its backend."""
 
 from tilesweep.stages.build import build_kernel
 

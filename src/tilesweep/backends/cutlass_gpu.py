@@ -43,14 +43,20 @@ def run(
         f"--repeats={repeats}",
         "--graph=1",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    from tilesweep.backends.cutlass_smem import exit_description
+
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return [{"error": f"timed out after {timeout} s", "status": "timeout"}]
     records = []
     for line in proc.stdout.splitlines():
         line = line.strip()
         if line.startswith("{"):
             records.append(json.loads(line))
-    if proc.returncode != 0 and not records:
-        records.append({"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"})
+    if proc.returncode != 0:  # a crash or a failed exit: a row of its own, after what it printed
+        how = exit_description(proc.returncode)
+        records.append({"error": f"{how}: {proc.stderr.strip()[-300:]}", "status": "crash"})
     return records
 
 
@@ -73,7 +79,7 @@ def to_row(rec: dict) -> dict:
         "cutlass": rec.get("cutlass_version"),
     }
     if "error" in rec:
-        return {**row, "status": "runtime", "reason": rec["error"]}
+        return {**row, "status": rec.get("status", "runtime"), "reason": rec["error"]}
     if rec.get("initialize") != "Success":
         reason = (
             f"can_implement {rec.get('can_implement')}, initialize {rec.get('initialize')}: "

@@ -606,18 +606,37 @@ def compile_tu(nvcc: str, flags: list[str], src: str, build: Path) -> tuple[bool
     return proc.returncode == 0 and exe.exists(), proc.stdout + proc.stderr, exe
 
 
-def run_tu(exe: Path) -> dict[int, dict]:
-    """Run a compiled TU and return its JSON lines keyed by cell position."""
+def exit_description(returncode: int) -> str:
+    """Return how a process ended: 'exit code N' or 'signal SIGSEGV (11)'."""
+    import signal
+
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {name} ({-returncode})"
+    return f"exit code {returncode}"
+
+
+def run_tu(exe: Path) -> tuple[dict[int, dict], str | None]:
+    """Run a compiled TU; return its JSON lines keyed by cell position, and how it failed (a
+    crash, a non-zero exit or a timeout) or None when it exited cleanly."""
     try:
         proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    except subprocess.TimeoutExpired:
+        return {}, f"timed out after {RUN_TIMEOUT_S} s"
+    except OSError as exc:
+        return {}, f"could not start: {exc}"
     rows = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             data = json.loads(line)
             rows[data["index"]] = data
-    return rows
+    failure = None if proc.returncode == 0 else exit_description(proc.returncode)
+    if failure and proc.stderr.strip():
+        failure += f": {proc.stderr.strip().splitlines()[-1][:300]}"
+    return rows, failure
 
 
 @dataclass
@@ -642,13 +661,17 @@ def compile_group(ctx: Context, units: list[Unit]) -> dict[int, dict]:
         t0 = time.monotonic()
         ok, log, exe = compile_tu(ctx.nvcc, compile_flags(arch, ctx.include), src, Path(tmp))
         secs = time.monotonic() - t0
-        printed = run_tu(exe) if ok else {}
+        printed, failure = run_tu(exe) if ok else ({}, None)
     if not ok:
         return split_failed(ctx, units, log, spans, secs)
     out = {}
     for i, u in enumerate(units):
         if i in printed:
             out[u.index] = timed(ok_row(u.cell, printed[i], ctx.toolchain), secs, len(units))
+        elif failure:  # the host program crashed or hung: not a compile error, not cached
+            reason = f"the compiled host program ended by {failure} before printing this cell"
+            row = base_row(u.cell, "crash", reason, ctx.toolchain, ctx.version)
+            out[u.index] = timed(row, secs, len(units))
         else:
             row = base_row(
                 u.cell, "compile", "compiled TU printed no row", ctx.toolchain, ctx.version

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
 import time
 from pathlib import Path
 
+from tilesweep.backends import Backend, Runner, kernel_cell, register
+
 NAME = "triton"
+ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
+FP8_MIN_CC = 89
+NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 _OPERAND = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
 # Arguments a real launch specialises as 16-divisible: every pointer (torch allocations are
 # 256-byte aligned) and N, K (model dimensions are multiples of 16). num_tiles is never
@@ -79,14 +85,17 @@ def _cuobjdump() -> str | None:
 
 
 def resource_usage(cubin: Path) -> dict:
-    """Return registers, stack, static shared and local bytes read from the cubin."""
+    """Return registers, stack, static shared and local bytes read from the cubin; raise
+    RuntimeError where no cuobjdump can read them (static shared memory would be unknown)."""
     tool = _cuobjdump()
     if tool is None:
-        return {}
+        raise RuntimeError("no cuobjdump (Triton's or on PATH): static shared memory unknown")
     out = subprocess.run(
         [tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=False
     ).stdout
     found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
+    if "SHARED" not in found:
+        raise RuntimeError(f"cuobjdump -res-usage printed no SHARED figure for {cubin.name}")
     return {
         "regs": int(found.get("REG", 0)),
         "stack_bytes": int(found.get("STACK", 0)),
@@ -125,7 +134,7 @@ def _build_in_child(cell: dict, out_dir: str) -> dict:
     dynamic = int(kernel.metadata.shared)
     return {
         "smem_dynamic_bytes": dynamic,
-        "smem_bytes": dynamic + usage.get("smem_static_bytes", 0),
+        "smem_bytes": dynamic + usage["smem_static_bytes"],
         "num_warps": int(kernel.metadata.num_warps),
         "num_stages": int(kernel.metadata.num_stages),
         "compile_s": round(seconds, 3),
@@ -146,3 +155,107 @@ def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:
         status = "timeout" if exc.kind == "timeout" else "compile"
         return {"status": status, "reason": f"triton.compile failed: {exc.message}"}
     return {"status": "ok", "reason": "", **numbers}
+
+
+def cells(settings: dict, arch: str, cc: int) -> list[dict]:
+    """Return the Triton kernel cells built for one architecture."""
+    grid = settings["grid"]
+    out = []
+    combos = itertools.product(
+        grid["dtypes"], grid["tiles"], grid["stages"], grid["warps"], grid["epilogues"]
+    )
+    for dtype, tile, stages, warps, epilogue in combos:
+        cell = kernel_cell(NAME, arch, dtype, tile, stages, warps, epilogue)
+        if arch not in ARCHS:
+            cell["unsupported"] = f"Triton builds {', '.join(ARCHS)}; not {arch}"
+        elif dtype == "nvfp4":
+            cell["unsupported"] = (
+                "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs sm_100 or "
+                "newer); the CUTLASS backend accounts NVFP4 tiles"
+            )
+        elif dtype == "fp8" and cc < FP8_MIN_CC:
+            cell["unsupported"] = f"fp8 tensor cores need sm_89 or newer; {arch} has none"
+        out.append(cell)
+    return out
+
+
+def skip_reason(dtype: str, cuda: bool) -> str | None:
+    """Return why a Triton kernel of this dtype is not timed on the device at hand, or None."""
+    if not cuda:
+        return NO_GPU
+    if dtype == "nvfp4":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        if major < 10:
+            return f"unsupported on this device: sm_{major}{minor} has no FP4 tensor cores"
+        return "no NVFP4 Triton kernel in this backend yet; see the CUTLASS rows"
+    return None
+
+
+@register
+class TritonBackend(Backend):
+    """Triton grouped GEMMs: one build job per kernel, one decode job per kernel, runners
+    `triton:<kernel slug>`; bf16 ones run inside the MoE step."""
+
+    name = NAME
+    order = 0
+    build_per = "kernel"
+    runner_prefix = "triton"
+    schema = {"enabled": bool}
+    fused_moe_configs = True
+
+    def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
+        """Return the Triton kernel cells built for one architecture."""
+        return cells(settings, arch, cc)
+
+    def build(self, cells: list[dict], out_dir, jobs: int = 1) -> list[dict]:
+        """Return the build result of each cell (one cell per job in practice)."""
+        return [build(cell, Path(out_dir)) for cell in cells]
+
+    def toolchain(self) -> str:
+        """Return the Triton version that built the kernels."""
+        return f"triton {versions()['triton']}"
+
+    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+        """Return one decode job per Triton kernel (timed on a GPU, recorded as skipped on CPU)."""
+        if kernels is None or kernels.empty:
+            return []
+        return list(kernels[kernels["backend"] == NAME]["kernel"])
+
+    def owns_job(self, kernel: dict) -> bool:
+        """Return whether the decode job is one Triton kernel."""
+        return kernel.get("backend") == NAME
+
+    def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
+        """Return the one runner of a kernel's job: `triton:<kernel slug>`."""
+        out = "fp32" if kernel["epilogue"] == "finalize" else "bf16"
+        reason = skip_reason(kernel["dtype"], cuda)
+        return [Runner(f"triton:{kernel['kernel']}", kernel["dtype"], out, reason)]
+
+    def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
+        """Return the call that launches the kernel on a problem."""
+        from tilesweep.measure.gemm_case import triton_runner
+
+        return triton_runner(kernel, counts)
+
+    def step_capable(self, runner: str) -> bool:
+        """Return True: any Triton runner reads its inputs afresh on every call."""
+        return self.owns_runner(runner)
+
+    def step_runner(self, runner: str, counts: list[int], kernels: dict):
+        """Return the step's call for a bf16 grid kernel; raise ValueError for any other."""
+        slug = self.runner_kernel(runner)
+        if slug not in kernels:
+            raise ValueError(f"layout runner {runner!r}: no such kernel in the grid")
+        if kernels[slug]["dtype"] != "bf16":
+            raise ValueError(f"layout runner {runner!r}: the step runs bf16 kernels only")
+        return self.make_runner(runner, kernels[slug], counts, "bf16", True)
+
+    def step_runner_help(self) -> list[str]:
+        """Return the form of a Triton step runner."""
+        return ["triton:<kernel slug>"]
+
+    def measured_rows(self, launch_row: dict, decode):
+        """Return the decode rows of this kernel's runner."""
+        return decode[decode["runner"] == f"triton:{launch_row['kernel']}"]

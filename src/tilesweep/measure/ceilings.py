@@ -2,26 +2,8 @@
 
 from __future__ import annotations
 
+from tilesweep.hardware import catalog_name
 from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
-
-# Substrings of a device name that identify a catalog entry, for the datasheet column.
-_CATALOG_NAMES = {
-    "H200": "h200",
-    "H100": "h100",
-    "B200": "b200",
-    "RTX PRO 6000": "rtx_pro_6000",
-    "5090": "rtx_5090",
-    "L40S": "l40s",
-    "A100": "a100",
-}
-
-
-def catalog_name(device: str) -> str | None:
-    """Return the conf/hardware name of a device, or None when the table has no entry."""
-    for needle, name in _CATALOG_NAMES.items():
-        if needle in device:
-            return name
-    return None
 
 
 def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
@@ -50,14 +32,15 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
     return 2 * nbytes / (summarize(rates[best])["time_ms"] * 1e-3) / 1e9, best
 
 
-def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> float | None:
-    """Return the rate of an n x n x n product in TFLOP/s on random data, or None if unsupported."""
+def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float | None, str]:
+    """Return the rate of an n x n x n product in TFLOP/s on random data and '', or None and the
+    reason it could not be measured (the error the product raised)."""
     import torch
 
     device = "cuda" if cuda else "cpu"
     if dtype == "fp8":
         if not cuda:
-            return None
+            return None, "fp8 products are measured on CUDA devices only"
         a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
         b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
         one = torch.ones((), device=device)
@@ -77,9 +60,10 @@ def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> float | None
             samples, _ = time_gpu([call], repeats, 2)
         else:
             samples = time_cpu(call, repeats, 1)
-    except Exception:  # e.g. fp8 products on a GPU without fp8 tensor cores
-        return None
-    return 2 * n**3 / (summarize(samples)["time_ms"] * 1e-3) / 1e12
+    except Exception as exc:  # e.g. fp8 products on a GPU without fp8 tensor cores: a labelled gap
+        text = str(exc).strip().splitlines()
+        return None, f"{type(exc).__name__}: {text[0] if text else repr(exc)}"[:300]
+    return 2 * n**3 / (summarize(samples)["time_ms"] * 1e-3) / 1e12, ""
 
 
 def measure(catalog: dict[str, dict]) -> dict:
@@ -104,14 +88,16 @@ def measure(catalog: dict[str, dict]) -> dict:
         copy_bytes, n, repeats = 256 << 20, 1024, 3
         measured_props = {"threads": torch.get_num_threads()}
     copy_gbs, copy_method = _copy_gbs(copy_bytes, cuda, repeats)
+    products = {d: _matmul_tflops(n, d, cuda, repeats) for d in ("bf16", "fp8", "fp32")}
     ceilings = {
         "copy_gbs": copy_gbs,
         "copy_method": copy_method,
-        "matmul_tflops": {d: _matmul_tflops(n, d, cuda, repeats) for d in ("bf16", "fp8", "fp32")},
+        "matmul_tflops": {d: rate for d, (rate, _) in products.items()},
+        "matmul_errors": {d: why for d, (rate, why) in products.items() if rate is None},
         "matmul_n": n,
         "copy_bytes": copy_bytes,
     }
-    name = catalog_name(info["device"]) if cuda else None
+    name = catalog_name(info["device"], catalog) if cuda else None
     sheet = catalog.get(name) if name else None
     return {
         **info,
@@ -121,6 +107,7 @@ def measure(catalog: dict[str, dict]) -> dict:
         "datasheet": {
             "copy_gbs": sheet["memory_bandwidth_gbs"],
             "matmul_tflops": sheet["peak_tflops"],
+            "l2_bytes": sheet.get("l2_bytes"),
         }
         if sheet
         else None,

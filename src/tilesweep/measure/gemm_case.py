@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from tilesweep.measure.timing import PowerSampler, summarize, time_cpu, time_gpu
 from tilesweep.plan.expert_shapes import tile_schedule, traffic
 
-BASELINES = ("torch_bmm", "torch_grouped_mm", "torch_matmul")
+# CUfunction_attribute value of CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (cuda.h): static shared memory.
+CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 # Relative L2 error allowed against the float32 reference, per operand type.
 TOLERANCE = {"bf16": 2e-2, "fp8": 8e-2}
 
@@ -79,6 +80,43 @@ def rel_error(out, ref) -> float:
     return torch.linalg.vector_norm(out - ref).item() / denom
 
 
+def function_static_smem(function: int, lib=None) -> int:
+    """Return the static shared memory of a loaded CUfunction, in bytes, from the driver's
+    cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES); raise RuntimeError if it fails.
+    `lib` is libcuda (loaded here when None; a test passes a stand-in)."""
+    import ctypes
+
+    lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
+    value = ctypes.c_int(-1)
+    rc = lib.cuFuncGetAttribute(
+        ctypes.byref(value),
+        ctypes.c_int(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+        ctypes.c_void_p(function),
+    )
+    if rc != 0 or value.value < 0:
+        raise RuntimeError(f"cuFuncGetAttribute(SHARED_SIZE_BYTES) returned CUresult {rc}")
+    return int(value.value)
+
+
+def launched_smem(dynamic: int, function: int | None, lib=None) -> dict:
+    """Return the shared memory a launch used: dynamic (what it was launched with), static (the
+    driver's attribute of the loaded function) and their total; static and total are None, with
+    the reason in `smem_runtime_note`, where the driver cannot say."""
+    out = {"smem_runtime_dynamic_bytes": int(dynamic)}
+    try:
+        if function is None:
+            raise RuntimeError("the launcher returned no loaded function")
+        static = function_static_smem(function, lib)
+    except (OSError, RuntimeError, AttributeError) as exc:
+        return {
+            **out,
+            "smem_runtime_static_bytes": None,
+            "smem_runtime_bytes": None,
+            "smem_runtime_note": f"static shared memory unknown: {exc}",
+        }
+    return {**out, "smem_runtime_static_bytes": static, "smem_runtime_bytes": int(dynamic) + static}
+
+
 def triton_runner(kernel: dict, counts: list[int]) -> Callable[[Problem], object]:
     """Return a call that launches the Triton grouped GEMM on a problem."""
     import torch
@@ -93,27 +131,36 @@ def triton_runner(kernel: dict, counts: list[int]) -> Callable[[Problem], object
     launched = {}
 
     def call(p: Problem):
+        from triton.runtime.errors import OutOfResources
+
+        from tilesweep.errors import LaunchError
+
         n, k = p.b.shape[1], p.b.shape[2]
         grid = (max(num_tiles, 1), triton.cdiv(n, kernel["tile_n"]))
-        compiled = grouped_gemm[grid](
-            p.a,
-            p.b,
-            p.c,
-            p.a_scale,
-            p.b_scale,
-            *meta,
-            num_tiles,
-            n,
-            k,
-            BLOCK_M=kernel["tile_m"],
-            BLOCK_N=kernel["tile_n"],
-            BLOCK_K=kernel["tile_k"],
-            HAS_SCALE=kernel["dtype"] == "fp8",
-            num_warps=kernel["warps"],
-            num_stages=kernel["stages"],
-        )
-        if compiled is not None and "smem" not in launched:
-            launched["smem"] = int(compiled.metadata.shared)
+        try:
+            compiled = grouped_gemm[grid](
+                p.a,
+                p.b,
+                p.c,
+                p.a_scale,
+                p.b_scale,
+                *meta,
+                num_tiles,
+                n,
+                k,
+                BLOCK_M=kernel["tile_m"],
+                BLOCK_N=kernel["tile_n"],
+                BLOCK_K=kernel["tile_k"],
+                HAS_SCALE=kernel["dtype"] == "fp8",
+                num_warps=kernel["warps"],
+                num_stages=kernel["stages"],
+            )
+        except OutOfResources as exc:  # Triton refused the launch before it reached the device
+            raise LaunchError(f"OutOfResources: {exc}") from exc
+        if compiled is not None and not launched:
+            launched.update(
+                launched_smem(compiled.metadata.shared, getattr(compiled, "function", None))
+            )
         return p.c
 
     call.launched = launched
@@ -176,11 +223,17 @@ def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable[[Probl
     raise ValueError(f"unknown baseline {name!r}")
 
 
-def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int) -> int:
-    """Return how many buffer sets to rotate so weights come from memory, not the L2."""
+MAX_ROTATION_SETS = 8
+
+
+def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int | None) -> int:
+    """Return how many buffer sets to rotate so weights come from memory, not the L2: the most
+    sets when the L2 size is unknown."""
     if not cuda:
         return 1
-    return max(1, min(8, math.ceil(4 * l2_bytes / max(weight_bytes, 1))))
+    if l2_bytes is None:
+        return MAX_ROTATION_SETS
+    return max(1, min(MAX_ROTATION_SETS, math.ceil(4 * l2_bytes / max(weight_bytes, 1))))
 
 
 def measure_case(
@@ -193,7 +246,7 @@ def measure_case(
     out_dtype,
     settings: dict,
     cuda: bool,
-    l2_bytes: int,
+    l2_bytes: int | None,
     gen,
 ) -> dict:
     """Return timing, correctness and power for one kernel at one routing and batch."""
@@ -207,7 +260,8 @@ def measure_case(
     call(problems[0])
     err = rel_error(problems[0].c, reference(problems[0], dtype))
     row = {"rel_err": err, "rotation_sets": sets, **info}
-    row["smem_runtime_bytes"] = getattr(call, "launched", {}).get("smem")
+    row["smem_runtime_bytes"] = None  # only a runner that reports its launch (Triton) fills it
+    row.update(getattr(call, "launched", {}))
     if not err <= TOLERANCE[dtype]:
         return {
             **row,

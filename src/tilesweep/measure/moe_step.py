@@ -30,7 +30,6 @@ from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
 from tilesweep.plan.messages import dispatch_rows, local_tokens
 from tilesweep.plan.sharding import (
     ELEMENT_BYTES,
-    STEP_BASELINES,
     coords,
     group_ranks,
     layers_per_stage,
@@ -87,21 +86,10 @@ def _fill(tensor, gen, scale: float):
 
 
 def _make_runner(name: str, counts: list[int], kernels: dict):
-    """Return a grouped-GEMM call for a decode-benchmark runner name."""
-    from tilesweep.measure import gemm_case as decode
+    """Return a grouped-GEMM call for a decode-benchmark runner name, from its backend."""
+    from tilesweep import backends
 
-    if name.startswith("triton:"):
-        slug = name.split(":", 1)[1]
-        if slug not in kernels:
-            raise ValueError(f"layout runner {name!r}: no such kernel in the grid")
-        if kernels[slug]["dtype"] != "bf16":
-            raise ValueError(f"layout runner {name!r}: the step runs bf16 kernels only")
-        return decode.triton_runner(kernels[slug], counts)
-    if name not in STEP_BASELINES:
-        raise ValueError(
-            f"layout runner {name!r}: use best, {', '.join(STEP_BASELINES)} or triton:*"
-        )
-    return decode.baseline_runner(name, counts, "bf16")
+    return backends.backend_of(name).step_runner(name, counts, kernels)
 
 
 def _experts_that_fit(torch, want: int, per_expert_bytes: int, fixed_bytes: int) -> int:

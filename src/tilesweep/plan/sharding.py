@@ -5,11 +5,11 @@ Pure functions, shared by the layout benchmark (bench/moe_step.py) and the verdi
 
 from __future__ import annotations
 
+from tilesweep import backends
 from tilesweep.plan.messages import dispatch_rows, local_tokens
 
 ELEMENT_BYTES = 2  # weights and activations in bf16
-# Runners whose every call reads its inputs afresh (torch_bmm caches its padded input: not here).
-STEP_BASELINES = ("torch_matmul", "torch_grouped_mm")
+# The runner the step uses where the decode benchmark timed none it can run (and on the CPU).
 FALLBACK_RUNNER = "torch_matmul"
 # Parts that scale with the number of experts a rank runs; everything else runs at full size.
 EXPERT_PARTS = ("expert_gate_up", "expert_act", "expert_down")
@@ -107,8 +107,8 @@ def step_parts(layout: dict, model: dict, tokens_per_expert: int, experts_run: i
 
 
 def step_capable(runner: str) -> bool:
-    """Return whether a decode-benchmark runner can run inside the step."""
-    return runner in STEP_BASELINES or runner.startswith("triton:")
+    """Return whether a decode-benchmark runner can run inside the step (its backend says)."""
+    return backends.step_capable(runner)
 
 
 def pick_runner(decode, op: str, tokens_per_expert: int, choice: str) -> str:

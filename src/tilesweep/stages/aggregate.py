@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import verdict
+from tilesweep import backends, verdict
+from tilesweep.hardware import catalog_name
 from tilesweep.io import atomic_path, concat_tables, read_json, write_table, write_text
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import data as report_data
@@ -32,13 +33,7 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=LAUNCH_COLUMNS)
-    frame["device"] = "none: compiled on the host, checked against the target's table"
-    versions = {
-        "triton": f"triton {package_version('triton')}",
-        "cutlass": f"nvidia-cutlass {package_version('nvidia-cutlass')}",
-    }
-    frame["toolchain"] = frame["backend"].map(versions)
-    frame["commit"] = git_commit()
+    # device, toolchain and commit come from each record, stamped when it was written.
     for col in LAUNCH_COLUMNS:
         if col not in frame:
             frame[col] = None
@@ -50,11 +45,10 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
     )
 
 
-def _measured_on(decode: pd.DataFrame) -> pd.Series:
-    """Return, per decode row, the conf/hardware name of the device that measured it."""
-    from tilesweep.measure.ceilings import catalog_name
-
-    return decode["device"].astype(str).map(lambda d: catalog_name(d) or "")
+def _measured_on(decode: pd.DataFrame, catalog: dict) -> pd.Series:
+    """Return, per decode row, the conf/hardware name of the device that measured it ('' if
+    no hardware file lists the device's name)."""
+    return decode["device"].astype(str).map(lambda d: catalog_name(d, catalog) or "")
 
 
 def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
@@ -70,39 +64,28 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
     return "not run", seen
 
 
-def attach_measured_launch(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
+def attach_measured_launch(
+    launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict
+) -> pd.DataFrame:
     """Return the launch table with what a real launch on the benchmark device showed.
 
     Where the decode benchmark ran a kernel on a device that is one of the targets (an H200
     for the h200 rows), `measured_launch` says whether it launched (or the device's own error)
-    and `measured_smem_bytes` the shared memory the launch asked for: Triton's dynamic shared
-    memory as JIT-compiled on the device, or CUTLASS's SharedStorageSize in the SM90 program.
+    and `measured_smem_bytes` the total shared memory of the launch (dynamic + static, as
+    `smem_bytes`): for Triton the dynamic bytes it was launched with plus the driver's static
+    attribute of the loaded function, for CUTLASS the SM90 program's SharedStorageSize. Which
+    decode rows ran a launch row's kernel is its backend's to say (`Backend.measured_rows`).
     """
     launch = launch.copy()
     launch["measured_launch"] = None
     launch["measured_smem_bytes"] = None
     if decode.empty or "device" not in decode or "runner" not in decode:
         return launch
-    decode = decode.assign(target=_measured_on(decode))
+    decode = decode.assign(target=_measured_on(decode, catalog))
     decode = decode[decode["target"] != ""]
     for i, row in launch.iterrows():
-        here = decode[decode["target"] == row["target"]]
-        if row["backend"] == "triton":
-            rows = here[here["runner"] == f"triton:{row['kernel']}"]
-        elif (
-            row["backend"] == "cutlass"
-            and row["stages_requested"] == "auto"
-            and row["status"] == "ok"
-        ):  # the SM90 program uses the same schedule
-            tile = f"{row['tile_m']}x{row['tile_n']}x{row['tile_k']}"
-            rows = here[
-                (here["runner"] == f"cutlass:{tile}")
-                & (row["epilogue"] == "default")
-                & (here["dtype"] == row["dtype"])
-            ]
-        else:
-            continue
-        if not rows.empty:
+        rows = backends.launch_match(row.to_dict(), decode[decode["target"] == row["target"]])
+        if rows is not None and not rows.empty:
             launch.at[i, "measured_launch"], launch.at[i, "measured_smem_bytes"] = _launch_outcome(
                 rows
             )
@@ -152,7 +135,7 @@ def aggregate_results(
     with logged(log_path) as log:
         launch = launch_table(list(inputs["launch"]))
         decode = concat_tables(list(inputs["decode"]))
-        launch = attach_measured_launch(launch, decode)
+        launch = attach_measured_launch(launch, decode, settings["catalog"])
         collective = concat_tables(list(inputs["collective"]))
         steps = concat_tables(list(inputs["layout"]))
         power = concat_tables(list(inputs.get("power", [])))

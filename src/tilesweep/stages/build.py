@@ -1,30 +1,30 @@
-"""Stage 1: build kernels (Triton per cell, CUTLASS accounting per architecture)."""
+"""Stage 1: build kernels with their backend: one cell per job, or one architecture's batch."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from tilesweep import backends
 from tilesweep.io import write_json
-from tilesweep.provenance import cell_hash
+from tilesweep.provenance import build_stamp, cell_hash
 from tilesweep.stages import logged, utc_now
 
 
 def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) -> dict:
-    """Compile one Triton cell for its architecture; write and return its build record."""
-    from tilesweep.backends import triton_backend
-
+    """Build one cell with its backend for its architecture; write and return its build record."""
     cell = json.loads(cell_json)
+    backend = backends.get(cell["backend"])
     job_start = utc_now()
     with logged(log_path) as log:
         log.info("building %s", cell)
-        result = triton_backend.build(cell, Path(record_path).parent)
+        (result,) = backend.build([cell], Path(record_path).parent)
         log.info("result %s", result)
     record = {
         **cell,
         **result,
-        "toolchain": triton_backend.versions(),
-        "source": "compiler",
+        **build_stamp(backend.toolchain()),
+        "source": backend.source,
         "cell_hash": cell_hash(cell_json),
         "job_start_utc": job_start,
         "job_end_utc": utc_now(),
@@ -33,26 +33,21 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
     return record
 
 
-def account_cutlass(
+def build_batch(
     cells_json: str, record_path: str, log_path: str | None = None, threads: int = 1
 ) -> dict:
-    """Account CUTLASS shared memory for every cell of one architecture; write the records."""
-    from tilesweep.backends import cutlass_smem
-
+    """Build every cell of one backend and architecture in one job; write the records by kernel."""
     cells = json.loads(cells_json)
-    workdir = Path(record_path).parents[2] / "cutlass-work"
+    records = {}
     with logged(log_path) as log:
-        todo = [c for c in cells if not c.get("unsupported")]
-        log.info("accounting %d CUTLASS cells with %d jobs", len(todo), threads)
-        results = iter(cutlass_smem.account(todo, workdir, jobs=threads) if todo else [])
-        records = {}
-        for cell in cells:
-            if cell.get("unsupported"):
-                result = {"status": "unsupported", "reason": cell["unsupported"]}
-            else:
-                result = next(results)
-            records[cell["kernel"]] = {**cell, **result, "source": "cutlass-types"}
-            log.info("%s: %s", cell["kernel"], result.get("status"))
+        if cells:
+            backend = backends.get(cells[0]["backend"])
+            log.info("building %d %s cells with %d jobs", len(cells), backend.name, threads)
+            stamp = build_stamp(backend.toolchain())
+            results = backend.build(cells, Path(record_path).parent, jobs=threads)
+            for cell, result in zip(cells, results, strict=True):
+                records[cell["kernel"]] = {**cell, **result, **stamp, "source": backend.source}
+                log.info("%s: %s", cell["kernel"], result.get("status"))
     record = {"cells": records}
     write_json(record_path, record)
     return record

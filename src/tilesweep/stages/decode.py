@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import backends
+from tilesweep.errors import LaunchError
 from tilesweep.gpu_slot import gpu_slot
 from tilesweep.io import read_json, write_json, write_table
 from tilesweep.plan import roofline
 from tilesweep.stages import logged, utc_now
-
-NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 
 
 def _measure_device(
@@ -31,29 +31,35 @@ def _measure_device(
     return record
 
 
+def peak_for(ceilings: dict, dtype: str) -> tuple[float | None, str]:
+    """Return the measured matrix-product peak for a dtype and '' , or None and why it is missing
+    (no other dtype's peak stands in for it)."""
+    peak = (ceilings.get("matmul_tflops") or {}).get(dtype)
+    if peak:
+        return peak, ""
+    why = (ceilings.get("matmul_errors") or {}).get(dtype) or "not measured on this device"
+    return None, f"no measured {dtype} matrix-product peak: {why}"
+
+
 def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
-    """Return the roofline columns of a measured row against the measured ceilings."""
-    peak = ceilings["matmul_tflops"].get(dtype) or ceilings["matmul_tflops"].get("bf16")
+    """Return the roofline columns of a measured row against the measured ceilings; where the
+    dtype's peak is missing, the peak-based columns are empty and `roofline_gap` says why."""
+    peak, gap = peak_for(ceilings, dtype)
     bw = ceilings["copy_gbs"]
-    cols = {
-        "ceiling_copy_gbs": bw,
-        "ceiling_matmul_tflops": peak,
-        "ridge_flop_per_byte": roofline.ridge_point(peak, bw),
-        "bound": roofline.bound(row["flops"], row["bytes"], peak, bw),
-    }
+    cols = {"ceiling_copy_gbs": bw, "ceiling_matmul_tflops": peak, "roofline_gap": gap}
+    if peak is not None:
+        cols["ridge_flop_per_byte"] = roofline.ridge_point(peak, bw)
+        cols["bound"] = roofline.bound(row["flops"], row["bytes"], peak, bw)
     sheet = ceilings.get("datasheet")
     if sheet:
         cols["datasheet_copy_gbs"] = sheet["copy_gbs"]
         cols["datasheet_tflops"] = sheet["matmul_tflops"].get(dtype)
     if row.get("status") == "ok":
-        floor = roofline.floor_ms(row["flops"], row["bytes"], peak, bw)
-        cols.update(
-            {
-                "frac_copy_bw": row["gbs"] / bw,
-                "frac_matmul_peak": row["tflops"] / peak,
-                "frac_roofline": floor["floor_ms"] / row["time_ms"],
-            }
-        )
+        cols["frac_copy_bw"] = row["gbs"] / bw
+        if peak is not None:
+            floor = roofline.floor_ms(row["flops"], row["bytes"], peak, bw)
+            cols["frac_matmul_peak"] = row["tflops"] / peak
+            cols["frac_roofline"] = floor["floor_ms"] / row["time_ms"]
     return cols
 
 
@@ -75,66 +81,37 @@ def _cases(settings: dict, cuda: bool):
                 yield op, n, k, routing, t, counts
 
 
-def _runners(kernel: dict, cuda: bool) -> list[tuple[str, str, str, str | None]]:
-    """Return (runner name, dtype, output dtype, skip reason or None) for one job's kernel."""
-    from tilesweep.measure import gemm_case as decode
-
-    name = kernel["kernel"]
-    if name == "baselines":
-        return [
-            (
-                b,
-                "bf16",
-                "bf16",
-                "torch._grouped_mm runs on CUDA devices only"
-                if b == "torch_grouped_mm" and not cuda
-                else None,
-            )
-            for b in decode.BASELINES
-        ]
-    if name.startswith("fault-"):
-        return [(name, "bf16", "bf16", None)]
-    out = "fp32" if kernel["epilogue"] == "finalize" else "bf16"
-    return [(f"triton:{name}", kernel["dtype"], out, _skip_reason(kernel["dtype"], cuda))]
-
-
-def _skip_reason(dtype: str, cuda: bool) -> str | None:
-    """Return why a Triton kernel of this dtype is not timed on the device at hand, or None."""
-    if not cuda:
-        return NO_GPU
-    if dtype == "nvfp4":
-        import torch
-
-        major, minor = torch.cuda.get_device_capability()
-        if major < 10:
-            return f"unsupported on this device: sm_{major}{minor} has no FP4 tensor cores"
-        return "no NVFP4 Triton kernel in this backend yet; see the CUTLASS rows"
-    return None
-
-
-def _make_runner(runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
-    """Return the call that computes one grouped GEMM with the named runner."""
-    from tilesweep.kernels import faults
-    from tilesweep.measure import gemm_case as decode
-
-    if runner.startswith("triton:"):
-        return decode.triton_runner(kernel, counts)
-    if runner.startswith("fault-"):
-        return faults.runner(runner.removeprefix("fault-"), cuda)
-    return decode.baseline_runner(runner, counts, dtype)
+def l2_for_rotation(ceilings: dict) -> tuple[int | None, str]:
+    """Return the L2 size the buffer rotation assumes and where it comes from: the device's own
+    figure, else the hardware file's (cited there), else None ('unknown': rotate the most sets)."""
+    device = (ceilings.get("properties") or {}).get("l2_bytes")
+    if device:
+        return int(device), "device"
+    sheet = (ceilings.get("datasheet") or {}).get("l2_bytes")
+    if sheet:
+        return int(sheet), f"conf/hardware/{ceilings.get('catalog_name')}.yaml"
+    return None, "unknown: the device reports none and no hardware file lists it"
 
 
 def _measure_runner(
-    spec: dict, runner: str, dtype: str, out: str, ceilings: dict, progress: str, threads: int
+    backend: backends.Backend,
+    spec: dict,
+    runner: str,
+    dtype: str,
+    out: str,
+    ceilings: dict,
+    progress: str,
+    threads: int,
 ) -> None:
-    """Measure one runner at every case, appending each row to `progress` (runs in a child)."""
+    """Measure one of a backend's runners at every case, appending each row to `progress` (runs
+    in a child, which gets the backend from the parent)."""
     import torch
 
     from tilesweep.measure.gemm_case import measure_case
 
     torch.set_num_threads(threads)
     cuda = torch.cuda.is_available()
-    l2 = (ceilings.get("properties") or {}).get("l2_bytes") or (50 << 20)
+    l2, l2_source = l2_for_rotation(ceilings)
     out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[out]
     gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(spec["bench"]["seed"])
     kernel = spec["kernel"]
@@ -142,7 +119,7 @@ def _measure_runner(
         try:
             result = measure_case(
                 runner,
-                lambda c=counts: _make_runner(runner, kernel, c, dtype, cuda),
+                lambda c=counts: backend.make_runner(runner, kernel, c, dtype, cuda),
                 counts,
                 n,
                 k,
@@ -153,11 +130,14 @@ def _measure_runner(
                 l2,
                 gen,
             )
-        except Exception as exc:  # a kernel that cannot launch is a row, not a crash
+        except LaunchError as exc:  # the launch itself was refused: the runner says so
+            result = {"status": "launch", "reason": exc.reason}
+        except Exception as exc:  # anything else a kernel raises is a row, not a crash
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            status = "launch" if "resources" in msg or "shared" in msg else "runtime"
-            result = {"status": status, "reason": f"{type(exc).__name__}: {msg}"}
+            result = {"status": "runtime", "reason": f"{type(exc).__name__}: {msg}"}
         result = {key: v for key, v in result.items() if not callable(v)}
+        if cuda:  # only a GPU rotates buffers past its L2
+            result["l2_bytes_assumed"], result["l2_source"] = l2, l2_source
         with open(progress, "a") as stream:
             stream.write(json.dumps({"case": [op, routing, t], **result}) + "\n")
         if cuda:
@@ -187,9 +167,11 @@ def _bench_decode(
     log_path: str | None = None,
     threads: int = 1,
 ) -> pd.DataFrame:
-    """Time one kernel (or the torch baselines) at every batch and routing; write the table.
+    """Time one decode job (a kernel, the baselines, or a backend's own program) at every batch
+    and routing; write the table.
 
-    Each runner is measured in its own process with a time limit (`bench.kernel_timeout_s`): a
+    A backend with its own program (`Backend.bench`) returns its rows; otherwise each runner is
+    measured in its own process with a time limit (`bench.kernel_timeout_s`): a
     crash, an illegal memory access or a hang becomes rows with that status, and what was
     measured before it is kept.
     """
@@ -206,15 +188,23 @@ def _bench_decode(
     prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
     timeout = spec["bench"]["kernel_timeout_s"]
     job_start = utc_now()
+    backend = backends.decode_backend(kernel)
     rows = []
     with logged(log_path) as log, tempfile.TemporaryDirectory() as tmp:
-        for runner, dtype, out, skip in _runners(kernel, cuda):
+        own = backend.bench(spec, ceilings, log)
+        if own is not None:  # the backend's own program measured every case
+            for row in own:
+                if "flops" in row:
+                    row.update(_roof_columns(row, row["dtype"], ceilings))
+                rows.append({**row, **prov})
+        for runner, dtype, out, skip in [] if own is not None else backend.runners(kernel, cuda):
             failure = None
             progress = f"{tmp}/{len(rows)}.jsonl"
             if skip is None:
                 try:
                     run_isolated(
                         _measure_runner,
+                        backend,
                         spec,
                         runner,
                         dtype,
@@ -268,62 +258,6 @@ def _bench_decode(
     return frame
 
 
-def _bench_cutlass(
-    cell_json: str, ceilings_path: str, table_path: str, log_path: str | None = None
-) -> pd.DataFrame:
-    """Run the CUTLASS SM90 FP8 grouped GEMM program at every batch; write decode rows."""
-    from tilesweep.backends import cutlass_gpu
-    from tilesweep.plan.expert_shapes import expert_ops, traffic
-    from tilesweep.provenance import cell_hash, stamp
-
-    spec = json.loads(cell_json)
-    bench, model = spec["bench"], spec["model"]
-    ceilings = read_json(ceilings_path)
-    prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
-    rows = []
-    with logged(log_path) as log:
-        binary, note = cutlass_gpu.ensure_binary()
-        log.info("CUTLASS program: %s (%s)", binary, note)
-        for op, (n, k) in expert_ops(model).items():
-            if binary is None:
-                rows.append(
-                    {"runner": "cutlass", "op": op, "status": "unsupported", "reason": note}
-                )
-                continue
-            records = cutlass_gpu.run(
-                binary,
-                n,
-                k,
-                group_size(bench, model, cuda=True),
-                spec["tokens_per_expert"],
-                bench["repeats"],
-                bench["kernel_timeout_s"],
-            )
-            for rec in records:
-                row = {
-                    **cutlass_gpu.to_row(rec),
-                    "op": op,
-                    "routing": "uniform",
-                    "model": model["name"],
-                }
-                if row.get("tokens_per_expert"):
-                    counts = [row["tokens_per_expert"]] * row["experts"]
-                    info = traffic(counts, n, k, "fp8", 2)
-                    row.update(info)
-                    if row["status"] == "ok":
-                        seconds = row["time_ms"] * 1e-3
-                        row["tflops"] = info["flops"] / seconds / 1e12
-                        row["gbs"] = info["bytes"] / seconds / 1e9
-                    row.update(_roof_columns(row, "fp8", ceilings))
-                log.info(
-                    "%s %s t=%s: %s", row["runner"], op, row.get("tokens_per_expert"), row["status"]
-                )
-                rows.append({**row, **prov})
-    frame = pd.DataFrame(rows)
-    write_table(table_path, frame)
-    return frame
-
-
 def measure_device(*args, **kwargs) -> dict:
     """Measure the device's ceilings on a GPU of this job's own; see _measure_device."""
     with gpu_slot():
@@ -334,9 +268,3 @@ def bench_decode(*args, **kwargs) -> pd.DataFrame:
     """Benchmark one kernel on a GPU of this job's own; see _bench_decode."""
     with gpu_slot():
         return _bench_decode(*args, **kwargs)
-
-
-def bench_cutlass(*args, **kwargs) -> pd.DataFrame:
-    """Run the CUTLASS program on a GPU of this job's own; see _bench_cutlass."""
-    with gpu_slot():
-        return _bench_cutlass(*args, **kwargs)

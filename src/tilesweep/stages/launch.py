@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 
+from tilesweep import backends
 from tilesweep.io import read_json, write_json
 from tilesweep.plan import occupancy as launch
 from tilesweep.plan.smem_estimate import hand_estimate
-from tilesweep.provenance import cell_hash
+from tilesweep.provenance import HOST_DEVICE, cell_hash, git_commit
 from tilesweep.stages import logged
-
-# Threads per block of the CUTLASS cooperative warp-specialised kernels: one producer and two
-# consumer warpgroups.
-CUTLASS_COOPERATIVE_THREADS = 384
 
 
 def launch_row(cell: dict, hw: dict, build: dict) -> dict:
@@ -44,24 +41,31 @@ def launch_row(cell: dict, hw: dict, build: dict) -> dict:
         "epilogue": cell["epilogue"],
         "kernel": cell["kernel"],
         "smem_bytes": build.get("smem_bytes"),
+        "smem_dynamic_bytes": build.get("smem_dynamic_bytes"),
+        "smem_static_bytes": build.get("smem_static_bytes"),
         "smem_model_bytes": estimate,
         "regs": build.get("regs"),
         "local_bytes": build.get("local_bytes"),
         "mainloop_smem_bytes": build.get("mainloop_smem_bytes"),
         "epilogue_smem_bytes": build.get("epilogue_smem_bytes"),
         "source": build.get("source", "compiler"),
+        # Provenance of the build this row checks, and of the check itself (written now).
+        "device": build.get("device", HOST_DEVICE),
+        "toolchain": build.get("toolchain"),
+        "commit": git_commit(),
     }
     if build.get("status") != "ok":
+        status, reason = build.get("status"), build.get("reason", "")
+        if status is None:  # a record without a status is a failure that says so
+            status, reason = "compile", "the build record carries no status"
         return {
             **row,
             "smem_limit_bytes": hw["smem_per_block_optin"],
             "fits": "unknown",
-            "status": build.get("status", "compile"),
-            "reason": build.get("reason", ""),
+            "status": status,
+            "reason": reason,
         }
-    threads = (
-        CUTLASS_COOPERATIVE_THREADS if cell["backend"] == "cutlass" else build["num_warps"] * 32
-    )
+    threads = backends.get(cell["backend"]).launch_threads(build)
     result = launch.check(build["smem_bytes"], build.get("regs") or 0, threads, hw)
     if estimate is not None:
         row["smem_model_error_bytes"] = estimate - build["smem_bytes"]
@@ -79,7 +83,7 @@ def check_launch(
     cell, hw = spec["cell"], spec["hardware"]
     with logged(log_path) as log:
         build = read_json(build_path)
-        if cell["backend"] == "cutlass":
+        if backends.get(cell["backend"]).build_per == "arch":
             build = build["cells"][cell["kernel"]]
         row = {**launch_row(cell, hw, build), "cell_hash": cell_hash(cell_json)}
         log.info("%s on %s: %s (%s)", cell["kernel"], cell["target"], row["status"], row["reason"])

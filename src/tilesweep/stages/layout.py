@@ -34,7 +34,9 @@ def plan_batches(spec: dict, cuda: bool, decode: pd.DataFrame) -> tuple[list[dic
     run, skipped = [], []
     for t in spec["tokens_per_expert"]:
         if not cuda and choice not in ("best", FALLBACK_RUNNER):
-            reason = f"layout_runner {choice} runs on CUDA devices only; the CPU runs torch_matmul"
+            reason = (
+                f"layout_runner {choice} runs on CUDA devices only; the CPU runs {FALLBACK_RUNNER}"
+            )
             skipped.append({"tokens_per_expert": t, "status": "unsupported", "reason": reason})
             continue
         if cap is not None and t > cap:

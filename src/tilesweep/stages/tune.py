@@ -16,6 +16,7 @@ import re
 
 import pandas as pd
 
+from tilesweep import backends
 from tilesweep.io import concat_tables, write_json
 from tilesweep.stages import logged
 from tilesweep.tables import Status, fastest_runner
@@ -44,10 +45,19 @@ def device_slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """Return, per tokens-per-expert, the Triton tile with the smallest gate_up + down time.
+def _tunable(runner: str) -> bool:
+    """Return whether a runner is a kernel a fused-MoE config file can name."""
+    try:
+        backend = backends.backend_of(runner)
+    except ValueError:
+        return False
+    return backend.fused_moe_configs and backend.runner_kernel(runner) is not None
 
-    A tile competes at a batch only where every op was timed correctly there.
+
+def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
+    """Return, per tokens-per-expert, the grid kernel with the smallest gate_up + down time.
+
+    A kernel competes at a batch only where every op was timed correctly there.
     """
     if decode.empty or "time_ms" not in decode:
         return pd.DataFrame()
@@ -55,7 +65,7 @@ def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
         (decode["status"] == Status.OK)
         & (decode["routing"] == "uniform")
         & (decode["dtype"] == dtype)
-        & decode["runner"].str.startswith("triton:")
+        & decode["runner"].map(_tunable)
         & decode["time_ms"].notna()
     ]
     if ok.empty:
@@ -68,7 +78,7 @@ def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
 
 
 def _parse_kernel(kernel: str) -> dict:
-    """Return the tile, stages and warps encoded in a Triton kernel slug."""
+    """Return the tile, stages and warps encoded in a kernel slug (Triton's form)."""
     m = re.match(r"\w+-m(\d+)n(\d+)k(\d+)-s(\d+)-w(\d+)-", kernel)
     if not m:
         raise ValueError(f"not a Triton kernel slug: {kernel!r}")

@@ -1,8 +1,8 @@
-"""Snakemake script: account CUTLASS shared memory for one architecture's cells."""
+"""Snakemake script: build one backend's cells for one architecture in one batch job."""
 
-from tilesweep.stages.build import account_cutlass
+from tilesweep.stages.build import build_batch
 
 if __name__ == "__main__":  # spawned children re-import this file
-    account_cutlass(
+    build_batch(
         snakemake.params.cells, snakemake.output.record, snakemake.log[0], snakemake.threads
     )

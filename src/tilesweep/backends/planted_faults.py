@@ -1,0 +1,33 @@
+"""Planted faults (tests only, never in a grid): decode jobs `fault-oob` and `fault-hang` run a
+kernel that crashes or never returns, to prove a sweep survives them (see kernels/faults.py)."""
+
+from __future__ import annotations
+
+from tilesweep.backends import Backend, Runner, register
+
+PREFIX = "fault-"
+
+
+@register
+class PlantedFaults(Backend):
+    """Faulting kernels: no config key, no cells; only a decode job named for the fault."""
+
+    name = "fault"
+
+    def owns_job(self, kernel: dict) -> bool:
+        """Return whether the decode job plants a fault."""
+        return str(kernel.get("kernel", "")).startswith(PREFIX)
+
+    def owns_runner(self, runner: str) -> bool:
+        """Return whether a runner is a planted fault."""
+        return runner.startswith(PREFIX)
+
+    def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
+        """Return the one fault runner the job names."""
+        return [Runner(kernel["kernel"], "bf16", "bf16")]
+
+    def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
+        """Return the planted fault's call."""
+        from tilesweep.kernels import faults
+
+        return faults.runner(runner.removeprefix(PREFIX), cuda)

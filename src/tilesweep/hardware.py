@@ -1,0 +1,24 @@
+"""Which conf/hardware entry a device is, from the names devices report (`device_names:`)."""
+
+from __future__ import annotations
+
+import re
+
+
+def reported_name(device: str) -> str:
+    """Return the name a device reports, from a device id ('cuda:NVIDIA H200 x2') or a name."""
+    name = device.split(":", 1)[1] if device.startswith(("cuda:", "cpu:")) else device
+    return re.sub(r"\s+x\d+$", "", name).strip()
+
+
+def catalog_name(device: str, catalog: dict[str, dict]) -> str | None:
+    """Return the conf/hardware name whose `device_names` hold the device's name, else None."""
+    want = reported_name(device).casefold()
+    found = [
+        name
+        for name, spec in catalog.items()
+        if want in (n.casefold() for n in spec.get("device_names") or ())
+    ]
+    if len(found) > 1:
+        raise ValueError(f"device {want!r} is listed by several hardware files: {found}")
+    return found[0] if found else None

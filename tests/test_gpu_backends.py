@@ -1,0 +1,122 @@
+"""On a real GPU: the Triton grouped GEMM is right against an fp32 reference, and a kernel built,
+launch-checked and benchmarked here finds its launch row with the same shared memory, total to
+total. Skipped without CUDA. Needs no Hydra: the hardware files are read as plain YAML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tilesweep.backends import kernel_cell
+from tilesweep.grid import canonical, kernel_slug
+from tilesweep.hardware import catalog_name
+from tilesweep.io import write_json
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+CONF = Path(__file__).resolve().parents[1] / "conf"
+MODEL = {
+    "name": "toy",
+    "hidden": 512,
+    "moe_intermediate": 256,
+    "routed_experts": 8,
+    "top_k": 2,
+    "shared_experts": 0,
+    "moe_layers": 1,
+}
+
+
+def _catalog() -> dict:
+    return {p.stem: yaml.safe_load(p.read_text()) for p in (CONF / "hardware").glob("*.yaml")}
+
+
+def _bench() -> dict:
+    bench = yaml.safe_load((CONF / "bench" / "default.yaml").read_text())
+    return {**bench, "routing": ["uniform"], "repeats": 3, "warmup": 1, "gpu_experts": 4}
+
+
+def _here() -> tuple[str, int]:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}", major * 10 + minor
+
+
+def _kernel(dtype: str, m: int, n: int, k: int, stages: int = 2, epilogue: str = "default"):
+    arch, _ = _here()
+    cell = kernel_cell("triton", arch, dtype, {"m": m, "n": n, "k": k}, stages, 4, epilogue)
+    return {**cell, "kernel": kernel_slug(cell)}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("tile", [(16, 64, 64), (64, 128, 64)])
+@pytest.mark.parametrize("op", ["gate_up", "down"])
+def test_triton_grouped_gemm_matches_the_fp32_reference(dtype, tile, op):
+    from tilesweep.measure.gemm_case import (
+        TOLERANCE,
+        make_problem,
+        reference,
+        rel_error,
+        triton_runner,
+    )
+    from tilesweep.plan.expert_shapes import expert_ops
+
+    if dtype == "fp8" and _here()[1] < 89:
+        pytest.skip("fp8 needs sm_89 or newer")
+    n, k = expert_ops(MODEL)[op]
+    counts = [1, 5, 0, 17]  # uneven, one empty expert, one spanning two M tiles of 16
+    kernel = _kernel(dtype, *tile)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    problem = make_problem(counts, n, k, dtype, torch.bfloat16, "cuda", gen)
+    call = triton_runner(kernel, counts)
+    out = call(problem)
+    torch.cuda.synchronize()
+    err = rel_error(out, reference(problem, dtype))
+    assert err <= TOLERANCE[dtype], err
+    # the launch reports its shared memory as a total: dynamic + the driver's static figure
+    launched = call.launched
+    assert launched["smem_runtime_bytes"] == (
+        launched["smem_runtime_dynamic_bytes"] + launched["smem_runtime_static_bytes"]
+    ), launched
+
+
+@pytest.mark.slow
+def test_attach_measured_launch_finds_the_kernel_run_here(tmp_path):
+    from tilesweep.io import concat_tables
+    from tilesweep.stages.aggregate import attach_measured_launch, launch_table
+    from tilesweep.stages.build import build_kernel
+    from tilesweep.stages.decode import bench_decode
+    from tilesweep.stages.launch import check_launch
+
+    catalog = _catalog()
+    target = catalog_name(torch.cuda.get_device_name(0), catalog)
+    if target is None:
+        pytest.skip(f"no conf/hardware file lists {torch.cuda.get_device_name(0)!r}")
+    kernel = _kernel("bf16", 16, 64, 64)
+    cell = {k: v for k, v in kernel.items() if k != "kernel"}
+    build_path = tmp_path / "build" / "build.json"
+    build = build_kernel(canonical(cell), str(build_path))
+    assert build["status"] == "ok", build
+    spec = canonical({"cell": {**kernel, "target": target}, "hardware": catalog[target]})
+    check_launch(spec, str(build_path), str(tmp_path / "launch.json"))
+
+    ceilings = tmp_path / "ceilings.json"
+    write_json(ceilings, {"copy_gbs": 1000.0, "matmul_tflops": {"bf16": 100.0}, "properties": {}})
+    bench_spec = canonical(
+        {"kernel": kernel, "model": MODEL, "tokens_per_expert": [1, 16], "bench": _bench()}
+    )
+    decode_path = tmp_path / "decode.csv"
+    frame = bench_decode(bench_spec, str(ceilings), str(decode_path))
+    assert set(frame["status"]) == {"ok"}, frame[["status", "reason"]].to_dict("records")
+
+    launch = launch_table([str(tmp_path / "launch.json")])
+    out = attach_measured_launch(launch, concat_tables([str(decode_path)]), catalog)
+    row = out.iloc[0]
+    assert row["measured_launch"] == "launched"
+    assert int(row["measured_smem_bytes"]) == int(row["smem_bytes"]), json.dumps(
+        {k: str(row[k]) for k in ("smem_bytes", "smem_dynamic_bytes", "smem_static_bytes")}
+    )
