@@ -362,10 +362,10 @@ def _check_architecture(model: dict) -> None:
 
 def _check_deployment(dep: dict) -> None:
     """Raise ConfigError for deployment settings outside their allowed values."""
-    if dep["weight_dtype"] not in _ALLOWED_DTYPES:
+    if dep["weight_dtype"] not in ALLOWED_DTYPES:
         raise ConfigError(
             f"deployment.weight_dtype={dep['weight_dtype']!r}: "
-            f"allowed: {', '.join(_ALLOWED_DTYPES)}"
+            f"allowed: {', '.join(ALLOWED_DTYPES)}"
         )
     if dep["kv_dtype"] not in _ALLOWED_KV_DTYPES:
         raise ConfigError(
