@@ -65,11 +65,11 @@ def test_override_reaches_the_grid():
         ("backend.cutlass.dtype_by_arch.sm_90=fp16", "dtype_by_arch.sm_90='fp16': allowed"),
         ("model.shared_experts=-1", "model.shared_experts=-1: must be at least 0"),
         ("bench.collective_sweep_factor=0", "bench.collective_sweep_factor=0: must be at least 1"),
-        ("bench.layout_layers=0", "bench.layout_layers=0: must be at least 1"),
+        ("bench.step_moe_layers=0", "bench.step_moe_layers=0: must be at least 1"),
         ("bench.kernel_timeout_s=0", "bench.kernel_timeout_s=0: must be more than 0 seconds"),
         ("bench.zipf_alpha=-1", "bench.zipf_alpha=-1: must be more than 0"),
         ("bench.collective_sweep_max_bytes=8", "collective_sweep_max_bytes=8: less than"),
-        ("bench.layout_runner=cublas", "bench.layout_runner='cublas': allowed: best"),
+        ("bench.step_runner=cublas", "bench.step_runner='cublas': allowed: auto"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_value(override, message):

@@ -74,13 +74,16 @@ _SCHEMA: dict[str, Any] = {
     "bench.collective_sweep_min_bytes": int,
     "bench.collective_sweep_max_bytes": int,
     "bench.collective_sweep_factor": int,
-    "bench.layout_layers": int,
-    "bench.layout_gpu_experts": int,
-    "bench.layout_cpu_experts": int,
-    "bench.layout_cpu_max_tokens_per_expert": int,
-    "bench.layout_runner": str,
-    "bench.layout_power_seconds": (int, float),
-    "bench.layout_timeout_s": (int, float),
+    "bench.step_dense_layers": int,
+    "bench.step_moe_layers": int,
+    "bench.step_context_len": int,
+    "bench.step_runner": str,
+    "bench.step_cpu_context_len": int,
+    "bench.step_cpu_experts": int,
+    "bench.step_cpu_vocab": int,
+    "bench.step_cpu_max_batch": int,
+    "bench.step_cpu_world_cap": int,
+    "bench.step_timeout_s": (int, float),
     "bench.power_seconds": (int, float),
     "bench.power_period_s": (int, float),
 }
@@ -364,8 +367,7 @@ def _check_deployment(dep: dict) -> None:
     """Raise ConfigError for deployment settings outside their allowed values."""
     if dep["weight_dtype"] not in ALLOWED_DTYPES:
         raise ConfigError(
-            f"deployment.weight_dtype={dep['weight_dtype']!r}: "
-            f"allowed: {', '.join(ALLOWED_DTYPES)}"
+            f"deployment.weight_dtype={dep['weight_dtype']!r}: allowed: {', '.join(ALLOWED_DTYPES)}"
         )
     if dep["kv_dtype"] not in _ALLOWED_KV_DTYPES:
         raise ConfigError(
@@ -442,16 +444,19 @@ def _check_bench(bench: dict) -> None:
         "collective_sweep_min_bytes": 4,
         "collective_sweep_max_bytes": 4,
         "collective_sweep_factor": 1,
-        "layout_layers": 1,
-        "layout_gpu_experts": 1,
-        "layout_cpu_experts": 1,
-        "layout_cpu_max_tokens_per_expert": 0,
-        "layout_power_seconds": 0,
+        "step_dense_layers": 0,
+        "step_moe_layers": 1,
+        "step_context_len": 1,
+        "step_cpu_context_len": 1,
+        "step_cpu_experts": 1,
+        "step_cpu_vocab": 1,
+        "step_cpu_max_batch": 1,
+        "step_cpu_world_cap": 1,
     }
     for key, low in minimums.items():
         if bench[key] < low:
             raise ConfigError(f"bench.{key}={bench[key]}: must be at least {low}")
-    for key in ("kernel_timeout_s", "layout_timeout_s", "power_seconds", "power_period_s"):
+    for key in ("kernel_timeout_s", "step_timeout_s", "power_seconds", "power_period_s"):
         if bench[key] <= 0:
             raise ConfigError(f"bench.{key}={bench[key]}: must be more than 0 seconds")
     if bench["zipf_alpha"] <= 0:
@@ -463,10 +468,10 @@ def _check_bench(bench: dict) -> None:
         )
     from tilesweep import backends
 
-    runner = bench["layout_runner"]
-    if runner != "best" and not backends.step_capable(runner):
-        allowed = ["best"] + [form for b in backends.registered() for form in b.step_runner_help()]
-        raise ConfigError(f"bench.layout_runner={runner!r}: allowed: {', '.join(allowed)}")
+    runner = bench["step_runner"]
+    if runner != "auto" and not backends.step_capable(runner):
+        allowed = ["auto"] + [form for b in backends.registered() for form in b.step_runner_help()]
+        raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
     for i, size in enumerate(bench["collective_extra_sizes"]):
         if size < 4:
             raise ConfigError(f"bench.collective_extra_sizes[{i}]={size}: must be at least 4 bytes")

@@ -196,25 +196,35 @@ class Sweep:
         return [self.path("collective", f"{name}.csv") for name in self.layouts["layout"]]
 
     def layout_outputs(self) -> list[str]:
-        """Return every measured decode-step output path (one per layout that fits here)."""
+        """Return every measured whole-step output path (one per layout that fits here)."""
         from tilesweep.provenance import gpu_names
 
         gpus = len(gpu_names())
-        cap = gpus if gpus else self.settings["bench"]["collective_world_cap"]
+        cap = gpus if gpus else self.settings["bench"]["step_cpu_world_cap"]
         return [
             self.path("layout", f"{r['layout']}.csv")
             for r in self.layouts.to_dict("records")
             if r["world"] <= cap
         ]
 
+    def step_batches(self) -> list[int]:
+        """Return the whole step's batches (sequences): the deployment's, and the grid's tokens
+        per expert as tokens_per_expert x experts / top_k sequences."""
+        model = self.settings["model"]
+        per_expert = {
+            max(1, t * model["routed_experts"] // model["top_k"])
+            for t in self.settings["grid"]["tokens_per_expert"]
+        }
+        return sorted(set(self.settings["deployment"]["batches"]) | per_expert)
+
     def layout_step_cell(self, layout: str) -> str:
-        """Return the canonical JSON of one measured decode-step job: layout, model, batches,
-        the benchmark keys it reads and, on a GPU machine, the grid's Triton kernels (which the
-        step may run; on the CPU it runs the fallback runner, so tile changes do not rerun it)."""
+        """Return the canonical JSON of one measured whole-step job: layout, model, batches,
+        the benchmark keys it reads and, on a GPU machine, the grid's kernels (a step runner
+        may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
         from tilesweep.provenance import gpu_names
 
         bench = self.settings["bench"]
-        keep = ("warmup", "repeats", "cpu_repeats", "seed", "collective_world_cap")
+        keep = ("warmup", "repeats", "cpu_repeats", "seed")
         kernels = {}
         if gpu_names() and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
@@ -222,8 +232,8 @@ class Sweep:
             {
                 "layout": self._by_layout[layout],
                 "model": self.settings["model"],
-                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
-                "bench": {k: v for k, v in bench.items() if k in keep or k.startswith("layout_")},
+                "batches": self.step_batches(),
+                "bench": {k: v for k, v in bench.items() if k in keep or k.startswith("step_")},
                 "kernels": kernels,
             }
         )

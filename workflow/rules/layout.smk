@@ -1,16 +1,7 @@
-# Stage 4b: measure a real MoE decode step per parallel layout that fits the machine at hand.
+# Stage 4b: measure a whole decode step of a depth-reduced model per layout that fits here.
 
 
 rule bench_layout:
-    input:
-        ceilings=rules.measure_device.output.record,
-        # Only a GPU step picks its expert GEMMs from the decode tables: on the CPU it runs
-        # torch_matmul, so it need not wait for (or rerun after) the decode benchmark.
-        decode=(
-            SWEEP.decode_outputs()
-            if GPUS and SWEEP.settings["bench"]["layout_runner"] == "best"
-            else []
-        ),
     output:
         table=f"{R}/layout/{{layout}}.csv",
     log:

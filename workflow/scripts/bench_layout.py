@@ -1,12 +1,6 @@
-"""Snakemake script: measure one parallel layout's MoE decode step at every batch."""
+"""Snakemake script: measure one layout's whole decode step at every batch."""
 
 from tilesweep.stages.layout import bench_layout
 
 if __name__ == "__main__":  # spawned children re-import this file
-    bench_layout(
-        snakemake.params.cell,
-        snakemake.input.ceilings,
-        list(snakemake.input.decode),
-        snakemake.output.table,
-        snakemake.log[0],
-    )
+    bench_layout(snakemake.params.cell, snakemake.output.table, snakemake.log[0])

@@ -28,6 +28,7 @@ p10/p50/p90 over repeats; separate repeats time each part for the breakdown.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -35,11 +36,60 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilesweep.measure.moe_step import _Clock, _fill
 from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
 from tilesweep.plan.sharding import coords, group_ranks
 
 ELEMENT_BYTES = 2  # the measured step runs bf16 weights, activations and cache
+# Share of the free device memory a batch's caches and buffers may take.
+MEMORY_SHARE = 0.85
+
+
+class PartClock:
+    """Per-part times of one step: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, torch, cuda: bool, record: bool = True):
+        self.torch, self.cuda, self.record = torch, cuda, record
+        self.spans: list[tuple[str, object, object]] = []
+
+    def _mark(self):
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    @contextlib.contextmanager
+    def part(self, name: str):
+        if not self.record:
+            yield
+            return
+        start = self._mark()
+        yield
+        self.spans.append((name, start, self._mark()))
+
+    def collect(self) -> dict[str, float]:
+        """Return ms per part name (summed over layers) and `step`; reset for the next step."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        out: dict[str, float] = {}
+        for name, start, end in self.spans:
+            ms = start.elapsed_time(end) if self.cuda else (end - start) * 1e3
+            out[name] = out.get(name, 0.0) + ms
+        self.spans = []
+        return out
+
+
+def fill_random(tensor, gen, scale: float):
+    """Fill a tensor with tiled random values (cheap for GBs of weights) times scale; return it."""
+    import torch
+
+    flat = tensor.view(-1)
+    block = min(flat.numel(), 1 << 20)
+    base = (torch.randn(block, generator=gen) * scale).to(tensor.dtype).to(tensor.device)
+    for lo in range(0, flat.numel(), block):
+        hi = min(lo + block, flat.numel())
+        flat[lo:hi].copy_(base[: hi - lo])
+    return tensor
 
 
 def local_sequences(batch: int, layout: dict) -> int:
@@ -67,7 +117,7 @@ def cache_bytes_per_sequence(model: dict, layout: dict, context_len: int, layers
 def _random(torch, shape: tuple, device, gen):
     """Return a bf16 tensor of this shape filled with random values (empty shapes allowed)."""
     out = torch.empty(*shape, dtype=torch.bfloat16, device=device)
-    return _fill(out, gen, 1.0) if out.numel() else out
+    return fill_random(out, gen, 1.0) if out.numel() else out
 
 
 def _rms(torch, x, w):
@@ -82,6 +132,7 @@ class _StepRank:
     def __init__(self, torch, dist, rank: int, spec: dict, cuda: bool):
         self.torch, self.dist, self.rank, self.cuda = torch, dist, rank, cuda
         self.layout, self.model, self.step_spec = spec["layout"], spec["model"], spec["step"]
+        self.kernels = spec.get("kernels", {})
         self.device = torch.device("cuda", rank) if cuda else torch.device("cpu")
         self.at = coords(rank, self.layout)
         self.first, self.last = self.at["stage"] == 0, self.at["stage"] == self.layout["pp"] - 1
@@ -104,7 +155,9 @@ class _StepRank:
         """Return a bf16 weight of this shape, random with scale 1/sqrt(k)."""
         torch = self.torch
         source = self.shared_gen if shared else self.gen
-        return _fill(torch.empty(*shape, dtype=torch.bfloat16, device=self.device), source, k**-0.5)
+        return fill_random(
+            torch.empty(*shape, dtype=torch.bfloat16, device=self.device), source, k**-0.5
+        )
 
     def _ones(self, n: int):
         return self.torch.ones(n, dtype=self.torch.bfloat16, device=self.device)
@@ -165,7 +218,8 @@ class _StepRank:
 
     def _micro_batch(self, n: int) -> dict:
         """Return the buffers and caches of one micro-batch of n sequences."""
-        from tilesweep.measure.gemm_case import Problem, baseline_runner
+        from tilesweep import backends
+        from tilesweep.measure.gemm_case import Problem
 
         torch, m, layout, dev = self.torch, self.model, self.layout, self.device
         a, ctx, hidden = m["attention"], self.step_spec["context_len"], m["hidden"]
@@ -208,7 +262,8 @@ class _StepRank:
             )
             mb["recv"] = torch.empty_like(mb["send"]) if ep > 1 else mb["send"]
             mb["back"] = torch.empty_like(mb["expert_out"]) if ep > 1 else mb["expert_out"]
-            mb["run"] = baseline_runner(self.step_spec["runner"], counts, "bf16")
+            runner = self.step_spec["runner"]
+            mb["run"] = backends.backend_of(runner).step_runner(runner, counts, self.kernels)
             ones = torch.ones(max(slots, 1), device=dev)
             mb["problems"] = [
                 (
@@ -221,12 +276,12 @@ class _StepRank:
             ]
         return mb
 
-    def _all_reduce(self, x, clock: _Clock, name: str) -> None:
+    def _all_reduce(self, x, clock: PartClock, name: str) -> None:
         if self.tp_group is not None:
             with clock.part(name):
                 self.dist.all_reduce(x, group=self.tp_group)
 
-    def _attention(self, x, w: dict, cache: dict, clock: _Clock):
+    def _attention(self, x, w: dict, cache: dict, clock: PartClock):
         """Return the attention output of one decode token per sequence over its cache."""
         torch, a = self.torch, self.model["attention"]
         sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -272,7 +327,7 @@ class _StepRank:
         with clock.part("attn_out"):
             return out.reshape(n, heads * hd) @ w["o"].t()
 
-    def _ffn(self, x, layer: dict, mb: dict, index: int, clock: _Clock):
+    def _ffn(self, x, layer: dict, mb: dict, index: int, clock: PartClock):
         """Return the dense FFN or MoE output for x (before the TP all-reduce)."""
         torch, dist = self.torch, self.dist
         silu = torch.nn.functional.silu
@@ -310,7 +365,7 @@ class _StepRank:
                 out.addmm_(silu(gu[:, :half]) * gu[:, half:], layer["s_down"].t())
         return out
 
-    def compute(self, mb: dict, clock: _Clock) -> None:
+    def compute(self, mb: dict, clock: PartClock) -> None:
         """Run this stage's layers on one micro-batch: embedding first, LM head last."""
         torch = self.torch
         if mb["n"] == 0:
@@ -360,7 +415,7 @@ class _StepRank:
         for req in dist.batch_isend_irecv(ops):
             req.wait()
 
-    def one_step(self, mbs: list[dict], slot: int, clock: _Clock) -> int:
+    def one_step(self, mbs: list[dict], slot: int, clock: PartClock) -> int:
         """Run the pp slots of one decode step from `slot`; return the next slot."""
         pp, stage = self.layout["pp"], self.at["stage"]
         for _ in range(pp):
@@ -377,11 +432,33 @@ class _StepRank:
             self.torch.cuda.synchronize()
         self.dist.barrier()
 
+    def fits(self, batch: int) -> str:
+        """Return why a batch's caches do not fit on every rank's device ('' when they do)."""
+        if not self.cuda:
+            return ""
+        torch, layers = self.torch, len(self.layers)
+        ctx = self.step_spec["context_len"]
+        need = local_sequences(batch, self.layout) * cache_bytes_per_sequence(
+            self.model, self.layout, ctx, layers
+        )
+        free, _ = torch.cuda.mem_get_info(self.device)
+        ok = torch.tensor([1 if need <= MEMORY_SHARE * free else 0], device=self.device)
+        self.dist.all_reduce(ok, op=self.dist.ReduceOp.MIN)
+        if ok.item():
+            return ""
+        return (
+            f"KV caches of batch {batch} at context {ctx} need {need / 2**30:.1f} GiB per rank; "
+            f"{MEMORY_SHARE:.0%} of the free {free / 2**30:.1f} GiB is the limit"
+        )
+
     def run_batch(self, batch: int, warmup: int, repeats: int) -> dict:
         """Return whole-step times (the slowest rank's), part times and a finiteness check."""
         torch = self.torch
+        short = self.fits(batch)
+        if short:
+            return {"batch": batch, "skipped": short}
         mbs = [self._micro_batch(n) for n in micro_batches(batch, self.layout)]
-        quiet, parts = _Clock(torch, self.cuda, record=False), _Clock(torch, self.cuda)
+        quiet, parts = PartClock(torch, self.cuda, record=False), PartClock(torch, self.cuda)
         slot = 0
         for _ in range(warmup):
             self._sync()
@@ -409,9 +486,13 @@ class _StepRank:
             slot = self.one_step(mbs, slot, parts)
             part_samples.append(parts.collect())
         finite = all(bool(torch.isfinite(mb["x"]).all().item()) for mb in mbs)
+        sizes = [mb["n"] for mb in mbs]
+        del mbs
+        if self.cuda:
+            torch.cuda.empty_cache()
         return {
             "batch": batch,
-            "micro_batches": [mb["n"] for mb in mbs],
+            "micro_batches": sizes,
             "whole_ms": slowest.tolist(),
             "parts": part_samples,
             "finite": finite,
@@ -477,6 +558,11 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
     )
     rows = []
     for index, batch in enumerate(step["batches"]):
+        skipped = ranks[0]["batches"][index].get("skipped")
+        if skipped:
+            rows.append({"layout": layout_name, "batch": batch, "status": "skipped",
+                         "reason": skipped})  # fmt: skip
+            continue
         whole = ranks[0]["batches"][index]["whole_ms"]  # already the max over ranks
         row = {
             "layout": layout_name,
@@ -487,6 +573,7 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
             "dense_layers_run": step["dense_layers"],
             "moe_layers_run": step["moe_layers"],
             "routed_experts_run": model["routed_experts"],
+            "top_k_run": model["top_k"],
             "vocab_run": model["vocab"],
             "runner": step["runner"],
             "step_ms": percentile(whole, 0.5),
