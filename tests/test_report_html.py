@@ -231,8 +231,7 @@ def verdict_rows() -> pd.DataFrame:
 
 def brief_panel() -> dict:
     """Return the brief's panel for verdict_rows()."""
-    rows = verdict_rows()
-    return verdict.brief_panel(BRIEF, rows, lambda s: verdict.deployment_table(
+    return verdict.brief_panel(BRIEF, lambda s: verdict.deployment_table(
         s, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU))  # fmt: skip
 
 

@@ -131,16 +131,29 @@ def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, m
     return calibration.step_check(steps, model, hw_here, floors, device)
 
 
-def brief_panel(
-    settings: dict, deployment: pd.DataFrame, compose: Callable[[dict], pd.DataFrame]
-) -> dict | None:
-    """Return the brief's panel (its 8-GPU layouts, the winners and the sensitivity band, the
-    band composed as the deployment was) when the deployment is the brief's: GLM-5 on RTX PRO
-    6000; None otherwise."""
+# The brief's layouts of eight GPUs (../shared/BRIEF.md point 1), beside any of the grid's.
+BRIEF_LAYOUTS = (
+    {"tp": 8, "pp": 1, "ep": 1},
+    {"tp": 4, "pp": 2, "ep": 1},
+    {"tp": 1, "pp": 1, "ep": 8},
+)
+
+
+def brief_panel(settings: dict, compose: Callable[[dict], pd.DataFrame]) -> dict | None:
+    """Return the brief's panel when the deployment is the brief's (GLM-5 on RTX PRO 6000):
+    TP8, TP4+PP2, EP8 and the grid's other 8-GPU layouts, composed as the verdict is, the
+    winner per batch and the sensitivity band; None otherwise."""
     if settings["model"]["name"] != "glm5" or target_spec(settings)["name"] != "rtx_pro_6000":
         return None
+    layouts = [dict(lay) for lay in BRIEF_LAYOUTS]
+    for lay in settings["grid"]["layouts"]:
+        lay = {k: lay[k] for k in ("tp", "pp", "ep")}
+        if lay["tp"] * lay["pp"] * lay["ep"] == 8 and lay not in layouts:
+            layouts.append(lay)
+    panel = dict(settings, grid=dict(settings["grid"], layouts=layouts))
+    rows = compose(panel)
     return {
-        "rows": deployment[deployment["world"] == 8],
-        "winners": winners(deployment, 8),
-        "band": sensitivity(settings, compose, world=8),
+        "rows": rows,
+        "winners": winners(rows, 8),
+        "band": sensitivity(panel, compose, world=8),
     }

@@ -148,7 +148,7 @@ def aggregate_results(
 
         table = compose(settings)
         check = verdict.check_table(steps, collective, ceilings, settings["model"])
-        panel = verdict.brief_panel(settings, table, compose)
+        panel = verdict.brief_panel(settings, compose)
         log.info(
             "launch %d rows, decode %d, collective %d, verdict %d, check %d, power %d",
             len(launch),
