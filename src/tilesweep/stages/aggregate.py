@@ -123,6 +123,42 @@ def write_png(path: str, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def assemble(
+    settings: dict,
+    measured: dict[str, pd.DataFrame],
+    ceilings: dict,
+    provenance: dict,
+) -> tuple[dict[str, pd.DataFrame], report_data.ReportData]:
+    """Return every table (the measured ones, the verdict and its check) and the ReportData,
+    from the measured tables (launch with its measured-launch columns, decode, collective,
+    layout, power) and the ceilings of the device at hand."""
+    decode, collective, steps = measured["decode"], measured["collective"], measured["layout"]
+
+    def compose(varied: dict) -> pd.DataFrame:
+        return verdict.deployment_table(varied, decode, collective, steps, ceilings)
+
+    tables = {
+        "launch": measured["launch"],
+        "decode": decode,
+        "collective": collective,
+        "verdict": compose(settings),
+        "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
+        "power": measured["power"],
+    }
+    data = report_data.build(
+        settings,
+        tables["launch"],
+        decode,
+        collective,
+        tables["verdict"],
+        provenance,
+        check=tables["check"],
+        power=tables["power"],
+        panel=verdict.brief_panel(settings, compose),
+    )
+    return tables, data
+
+
 def aggregate_results(
     settings_json: str, inputs: dict, outputs: dict, log_path: str | None = None
 ) -> None:
@@ -133,31 +169,20 @@ def aggregate_results(
     """
     settings = json.loads(settings_json)
     with logged(log_path) as log:
-        launch = launch_table(list(inputs["launch"]))
         decode = concat_tables(list(inputs["decode"]))
-        launch = attach_measured_launch(launch, decode, settings["catalog"])
-        collective = concat_tables(list(inputs["collective"]))
-        steps = concat_tables(list(inputs["layout"]))
-        power = concat_tables(list(inputs.get("power", [])))
+        launch = attach_measured_launch(
+            launch_table(list(inputs["launch"])), decode, settings["catalog"]
+        )
+        measured = {
+            "launch": launch,
+            "decode": decode,
+            "collective": concat_tables(list(inputs["collective"])),
+            "layout": concat_tables(list(inputs["layout"])),
+            "power": concat_tables(list(inputs.get("power", []))),
+        }
         ceilings = {}
         for path in inputs.get("ceilings", []):
             ceilings = read_json(path)
-
-        def compose(varied: dict) -> pd.DataFrame:
-            return verdict.deployment_table(varied, decode, collective, steps, ceilings)
-
-        table = compose(settings)
-        check = verdict.check_table(steps, collective, ceilings, settings["model"])
-        panel = verdict.brief_panel(settings, compose)
-        log.info(
-            "launch %d rows, decode %d, collective %d, verdict %d, check %d, power %d",
-            len(launch),
-            len(decode),
-            len(collective),
-            len(table),
-            len(check),
-            len(power),
-        )
         provenance = {
             "commit": git_commit(str(PACKAGE_DIR)),
             "triton": package_version("triton"),
@@ -169,36 +194,18 @@ def aggregate_results(
                 if (when := measured_when(list(inputs.get(name, []))))
             },
         }
-        data = report_data.build(
-            settings,
-            launch,
-            decode,
-            collective,
-            table,
-            provenance,
-            check=check,
-            power=power,
-            panel=panel,
-        )
+        tables, data = assemble(settings, measured, ceilings, provenance)
+        log.info("rows: %s", {name: len(frame) for name, frame in tables.items()})
         text = report_md.render(data)
         page = report_html.render(data)
-        images = data.figures
-        log.info("html report %d bytes, %d figures", len(page), len(images))
-    frames = {
-        "launch": launch,
-        "decode": decode,
-        "collective": collective,
-        "verdict": table,
-        "check": check,
-        "power": power,
-    }
-    for name, frame in frames.items():
+        log.info("html report %d bytes, %d figures", len(page), len(data.figures))
+    for name, frame in tables.items():
         write_table(outputs[name], frame)
         if outputs.get(f"{name}_parquet"):
             write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
-    for name, data in images.items():
+    for name, png in data.figures.items():
         if outputs.get(f"plot_{name}"):
-            write_png(outputs[f"plot_{name}"], data)
+            write_png(outputs[f"plot_{name}"], png)
     write_text(outputs["report"], text)
     if outputs.get("html"):
         write_text(outputs["html"], page)
