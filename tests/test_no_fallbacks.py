@@ -136,25 +136,42 @@ def test_a_crashed_sm90_program_is_a_crash_row(tmp_path):
     assert row["reason"].startswith("signal SIGABRT (6)")
 
 
-def test_launched_shared_memory_is_dynamic_plus_the_drivers_static_figure():
-    from tilesweep.measure.gemm_case import CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, launched_smem
+def test_launched_shared_memory_is_dynamic_plus_the_drivers_static_and_reserved():
+    from tilesweep.measure.gemm_case import (
+        CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+        CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+        launched_smem,
+    )
 
-    class FakeDriver:
+    class FakeDriver:  # libcuda's three calls, answering as an H200 did for a Triton kernel
         def __init__(self, rc):
-            self.rc, self.asked = rc, None
+            self.rc, self.asked = rc, []
 
         def cuFuncGetAttribute(self, out, attribute, function):  # noqa: N802 (the driver's name)
-            self.asked = (attribute.value, function.value)
-            out._obj.value = 1024
+            self.asked.append((attribute.value, function.value))
+            out._obj.value = 0
             return self.rc
+
+        def cuCtxGetDevice(self, out):  # noqa: N802
+            out._obj.value = 0
+            return 0
+
+        def cuDeviceGetAttribute(self, out, attribute, device):  # noqa: N802
+            self.asked.append((attribute.value, device.value))
+            out._obj.value = 1024
+            return 0
 
     ok = FakeDriver(0)
     got = launched_smem(49152, 0xABC, ok)
-    assert ok.asked == (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 0xABC)
+    assert ok.asked == [
+        (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 0xABC),
+        (CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0),
+    ]
     assert got == {
         "smem_runtime_dynamic_bytes": 49152,
-        "smem_runtime_static_bytes": 1024,
-        "smem_runtime_bytes": 50176,
+        "smem_runtime_static_bytes": 0,
+        "smem_runtime_reserved_bytes": 1024,
+        "smem_runtime_bytes": 50176,  # what the cubin's dynamic + cuobjdump SHARED count
     }
     failed = launched_smem(49152, 0xABC, FakeDriver(201))
     assert failed["smem_runtime_bytes"] is None

@@ -96,7 +96,14 @@ def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
 def test_measured_interconnect_is_used_only_on_the_target(brief):
     collective = pd.DataFrame(
         [
-            {"collective": "all_reduce", "group": 2, "bytes": b, "time_ms": ms, "status": "ok"}
+            {
+                "collective": "all_reduce",
+                "group": 2,
+                "bytes": b,
+                "time_ms": ms,
+                "status": "ok",
+                "backend": "nccl",
+            }  # fmt: skip
             for b, ms in ((4096, 0.02), (1 << 20, 0.03), (1 << 26, 0.4))
         ]
     )
@@ -107,6 +114,10 @@ def test_measured_interconnect_is_used_only_on_the_target(brief):
     h200 = compose(["hardware=h200"])
     here = verdict.deployment_table(h200, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE)
     assert here["inputs"].str.contains("fitted on the collectives measured on NVIDIA H200").all()
+    # gloo ranks on the host CPU (a one-GPU machine) say nothing of the GPUs' interconnect.
+    on_cpu = collective.assign(backend="gloo")
+    again = verdict.deployment_table(h200, pd.DataFrame(), on_cpu, pd.DataFrame(), H200_HERE)
+    assert again["inputs"].str.contains(r"interconnect=nvlink4/nvswitch \(hardware").all()
 
 
 def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
@@ -114,7 +125,14 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
     steps = whole_step_rows(model)
     collective = pd.DataFrame(
         [
-            {"collective": "all_reduce", "group": 2, "bytes": b, "time_ms": ms, "status": "ok"}
+            {
+                "collective": "all_reduce",
+                "group": 2,
+                "bytes": b,
+                "time_ms": ms,
+                "status": "ok",
+                "backend": "nccl",
+            }  # fmt: skip
             for b, ms in ((4096, 0.02), (1 << 20, 0.03), (1 << 26, 0.4))
         ]
     )

@@ -85,6 +85,7 @@ _SCHEMA: dict[str, Any] = {
     "bench.step_cpu_world_cap": int,
     "bench.step_timeout_s": (int, float),
     "bench.power_seconds": (int, float),
+    "bench.decode_power_seconds": (int, float),
     "bench.power_period_s": (int, float),
 }
 
@@ -444,6 +445,7 @@ def _check_bench(bench: dict) -> None:
         "collective_sweep_min_bytes": 4,
         "collective_sweep_max_bytes": 4,
         "collective_sweep_factor": 1,
+        "decode_power_seconds": 0,
         "step_dense_layers": 0,
         "step_moe_layers": 1,
         "step_context_len": 1,

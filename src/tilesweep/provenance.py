@@ -92,6 +92,19 @@ def toolchain() -> dict:
     }
 
 
+def cpu_device() -> dict:
+    """Return the host CPU as a benchmark device (for work that runs on it beside any GPU)."""
+    import torch
+
+    return {
+        "device": f"cpu ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads)",
+        "device_kind": "cpu",
+        "driver": "none",
+        "device_count": 0,
+    }
+
+
 def device_info() -> dict:
     """Return the benchmark device's name, driver and kind, read through torch."""
     import torch
@@ -112,13 +125,7 @@ def device_info() -> dict:
             "driver": driver,
             "device_count": torch.cuda.device_count(),
         }
-    return {
-        "device": f"cpu ({platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} threads)",
-        "device_kind": "cpu",
-        "driver": "none",
-        "device_count": 0,
-    }
+    return cpu_device()
 
 
 HOST_DEVICE = "none: compiled on the host, checked against the target's table"

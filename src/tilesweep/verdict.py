@@ -72,7 +72,9 @@ def deployment_table(
     model, dep = settings["model"], settings["deployment"]
     device = ceilings.get("device", "none") if ceilings else "none"
     gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    here_numbers, here_floors = calibration.measured_interconnect(collective)
+    here_numbers, here_floors = calibration.measured_interconnect(
+        collective, "nccl" if gpu_here else "gloo"
+    )
     target = dict(target_spec(settings))
     floors = None
     if at_target(settings, ceilings) and here_numbers:
@@ -125,7 +127,8 @@ def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, m
     """Return the check of the method on the device at hand (plan.CHECK_COLUMNS)."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    numbers, floors = calibration.measured_interconnect(collective)
+    backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
+    numbers, floors = calibration.measured_interconnect(collective, backend)
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
     return calibration.step_check(steps, model, hw_here, floors, device)

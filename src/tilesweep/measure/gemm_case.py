@@ -11,6 +11,10 @@ from tilesweep.plan.expert_shapes import tile_schedule, traffic
 
 # CUfunction_attribute value of CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (cuda.h): static shared memory.
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+# CUdevice_attribute value of CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK (cuda.h): the
+# shared memory the system reserves in every block. A cubin shows it as static shared memory
+# (cuobjdump's SHARED: Triton's 1,024 B on sm_90); the driver counts it outside the function.
+CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 # Relative L2 error allowed against the float32 reference, per operand type.
 TOLERANCE = {"bf16": 2e-2, "fp8": 8e-2}
 
@@ -98,23 +102,51 @@ def function_static_smem(function: int, lib=None) -> int:
     return int(value.value)
 
 
+def reserved_smem_per_block(lib=None) -> int:
+    """Return the shared memory the system reserves per block on the current context's device,
+    from cuDeviceGetAttribute; raise RuntimeError if the driver cannot say."""
+    import ctypes
+
+    lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
+    device, value = ctypes.c_int(-1), ctypes.c_int(-1)
+    rc = lib.cuCtxGetDevice(ctypes.byref(device))
+    if rc == 0:
+        rc = lib.cuDeviceGetAttribute(
+            ctypes.byref(value),
+            ctypes.c_int(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK),
+            device,
+        )
+    if rc != 0 or value.value < 0:
+        raise RuntimeError(f"cuDeviceGetAttribute(RESERVED_SHARED_MEMORY_PER_BLOCK): CUresult {rc}")
+    return int(value.value)
+
+
 def launched_smem(dynamic: int, function: int | None, lib=None) -> dict:
-    """Return the shared memory a launch used: dynamic (what it was launched with), static (the
-    driver's attribute of the loaded function) and their total; static and total are None, with
-    the reason in `smem_runtime_note`, where the driver cannot say."""
+    """Return the shared memory a launch took per block: dynamic (what it was launched with),
+    static (the driver's attribute of the loaded function), reserved (the driver's per-block
+    system reservation) and their total, which is what a cubin's dynamic + cuobjdump SHARED
+    count; static and total are None, with the reason in `smem_runtime_note`, where the driver
+    cannot say."""
     out = {"smem_runtime_dynamic_bytes": int(dynamic)}
     try:
         if function is None:
             raise RuntimeError("the launcher returned no loaded function")
         static = function_static_smem(function, lib)
+        reserved = reserved_smem_per_block(lib)
     except (OSError, RuntimeError, AttributeError) as exc:
         return {
             **out,
             "smem_runtime_static_bytes": None,
+            "smem_runtime_reserved_bytes": None,
             "smem_runtime_bytes": None,
             "smem_runtime_note": f"static shared memory unknown: {exc}",
         }
-    return {**out, "smem_runtime_static_bytes": static, "smem_runtime_bytes": int(dynamic) + static}
+    return {
+        **out,
+        "smem_runtime_static_bytes": static,
+        "smem_runtime_reserved_bytes": reserved,
+        "smem_runtime_bytes": int(dynamic) + static + reserved,
+    }
 
 
 def triton_runner(kernel: dict, counts: list[int]) -> Callable[[Problem], object]:
@@ -236,6 +268,27 @@ def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int | None) -> int:
     return max(1, min(MAX_ROTATION_SETS, math.ceil(4 * l2_bytes / max(weight_bytes, 1))))
 
 
+def sustained_power(fns: list[Callable[[], object]], seconds: float) -> dict:
+    """Return the power columns of `fns` replayed back to back (round robin over the rotating
+    buffers) for at least `seconds`, sampled by NVML every 20 ms (None values for 0 s)."""
+    import time
+
+    import torch
+
+    if seconds <= 0:
+        return {"power_samples": 0, "power_seconds": 0.0}
+    with PowerSampler(period_s=0.02) as sampler:
+        start, calls = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            fns[calls % len(fns)]()
+            calls += 1
+            if calls % 16 == 0:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+    return {**sampler.summary(), "power_seconds": round(elapsed, 3), "power_calls": calls}
+
+
 def measure_case(
     runner_name: str,
     make_call: Callable,
@@ -270,9 +323,8 @@ def measure_case(
         }
     fns = [lambda p=p: call(p) for p in problems]
     if cuda:
-        with PowerSampler() as sampler:
-            samples, method = time_gpu(fns, bench["repeats"], bench["warmup"])
-        row.update(sampler.summary())
+        samples, method = time_gpu(fns, bench["repeats"], bench["warmup"])
+        row.update(sustained_power(fns, bench["decode_power_seconds"]))
     else:
         samples = time_cpu(fns[0], bench["cpu_repeats"], min(bench["warmup"], 1))
         method = "cpu-perf-counter"

@@ -63,14 +63,19 @@ def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> d
     return hw
 
 
-def measured_interconnect(collective: pd.DataFrame) -> tuple[dict, dict]:
+def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
     """Return ({collective: {alpha_us, busbw_gbs, group}}, {collective: {n: floor ms}}) fitted on
-    the collectives measured here (the largest measured group of each), in the model's terms."""
+    the collectives measured here over `backend` (nccl: the GPUs' interconnect; gloo: the CPU's
+    processes), the largest measured group of each, in the model's terms."""
     numbers: dict = {}
     floors: dict = {}
-    if collective.empty or "time_ms" not in collective:
+    if collective.empty or "time_ms" not in collective or "backend" not in collective:
         return numbers, floors
-    ok = collective[(collective["status"] == "ok") & collective["time_ms"].notna()]
+    ok = collective[
+        (collective["status"] == "ok")
+        & collective["time_ms"].notna()
+        & (collective["backend"] == backend)
+    ]
     for (kind, group), part in ok.groupby(["collective", "group"]):
         n = int(group)
         by_size = part.groupby("bytes")["time_ms"].median()

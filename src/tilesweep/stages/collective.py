@@ -102,7 +102,7 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
     from tilesweep.measure.process_group import run_plan
     from tilesweep.measure.timing import summarize
     from tilesweep.plan.messages import bus_factor
-    from tilesweep.provenance import stamp
+    from tilesweep.provenance import cpu_device, stamp
 
     spec = json.loads(cell_json)
     layout, bench = spec["layout"], spec["bench"]
@@ -111,6 +111,8 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
     world = min(layout["world"], available)
     prov = stamp()
     backend = "nccl" if cuda else "gloo"
+    if not cuda:  # gloo ranks run on the CPU, also on a machine with one GPU: say so
+        prov.update(cpu_device())
     base = {
         "layout": layout["layout"],
         "layout_world": layout["world"],
