@@ -109,7 +109,7 @@ def test_compare_two_real_runs(tiny_sweep, second_sweep, tmp_path):
     out = tmp_path / "diff"
     proc = cli("compare", str(tiny_sweep / "results"), str(second_sweep), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    for table in ("device", "launch", "decode", "collective", "verdict"):
+    for table in ("device", "launch", "decode", "collective", "verdict", "check"):
         assert f"\n{table}: " in proc.stdout
     # The same compiler builds the same kernels: their launch checks must agree exactly.
     assert "launch: 0 of" in proc.stdout
@@ -134,7 +134,7 @@ def test_compare_flags_an_edited_run_and_fails_on_request(tiny_sweep, tmp_path):
     same = cli("compare", str(tiny_sweep), str(tiny_sweep), "--fail-on-change")
     assert same.returncode == 0, same.stdout
     counts = re.findall(r"(\d+) of (\d+) values changed", same.stdout)
-    assert len(counts) == 5 and all(moved == "0" for moved, _ in counts)
+    assert len(counts) == 6 and all(moved == "0" for moved, _ in counts)
 
     moved = cli("compare", str(tiny_sweep), str(edited), "--fail-on-change")
     assert moved.returncode == 1

@@ -31,7 +31,8 @@ RUN_TIMEOUT_S = 420
 KEYS = {
     "decode": ["runner", "kernel", "dtype", "op", "n", "k", "routing", "tokens_per_expert"],
     "collective": ["layout", "backend", "world", "collective", "group", "bytes", "purpose"],
-    "verdict": ["model", "layout", "tp", "pp", "ep", "tokens_per_expert", "batch_tokens", "source"],
+    "verdict": ["model", "hardware", "layout", "tp", "pp", "ep", "batch", "source"],
+    "check": ["model", "layout", "tp", "pp", "ep", "batch", "held_out"],
 }
 
 
@@ -218,6 +219,7 @@ def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_
         "bench_decode": ("tsgpu", "gres:gpu:1"),
         "bench_collective": ("tsgpu", f"gres:gpu:{node_gpus}"),
         "bench_layout": ("tsgpu", f"gres:gpu:{node_gpus}"),
+        "measure_power": ("tsgpu", f"gres:gpu:{node_gpus}"),
     }
     seen = []
     for line in (slurm_sweep / "squeue.txt").read_text().splitlines():

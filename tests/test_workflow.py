@@ -45,11 +45,31 @@ def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
     collective = pd.read_csv(results / "tables" / "collective.csv")
     measured = collective[collective["status"] == "ok"]
     assert (measured[measured["collective"] == "all_reduce"]["backend"] == "gloo").all()
+    # The verdict is for the deployment the config names (8 RTX PRO 6000 for the brief), not for
+    # this CPU: composed from the model alone here, and GLM-5 fits neither TP1 nor TP2 of 96 GB.
     verdict = pd.read_csv(results / "tables" / "verdict.csv")
-    assert set(verdict["verdict"]) <= {"memory-bound", "math-bound", "communication-bound"}
+    assert set(verdict["hardware"]) == {"rtx_pro_6000"}
+    assert set(verdict["source"]) == {"model"}
+    assert set(verdict["bound"]) <= {
+        "memory",
+        "math",
+        "communication",
+        "other",
+        "mixed",
+        "kernel-limited",
+        "does-not-fit",
+    }
+    unfit = verdict[verdict["fits_memory"] == "no"]
+    assert not unfit.empty and unfit["tpot_ms"].isna().all()
+    assert (unfit["bound"] == "does-not-fit").all()
+    # The CPU's own whole steps appear only as the check of the method.
+    check = pd.read_csv(results / "tables" / "check.csv")
+    assert (check["measured_ms"].dropna() > 0).all() and check["device"].str.startswith("cpu").all()
     report = (results / "report.md").read_text()
-    for section in ("## Verdict", "## Which kernels launch", "## Decode", "## Collectives"):
+    first = ("## The brief's question", "## Verdict for the deployment", "## Which kernels launch")
+    for section in (*first, "## Decode", "## Collectives", "## Power as evidence"):
         assert section in report
+    assert report.index("## The brief's question") < report.index("## Summary")
 
 
 @pytest.mark.slow
@@ -104,11 +124,12 @@ def test_a_new_triton_version_rebuilds_kernels(tiny_sweep, copy_of):
         if "/build/triton/" in target:
             record = json.loads(path.read_text())
             params = record["params"]
-            older = repr("0.0.1-older")
+            # the build's toolchain param reads 'triton <version>'
+            old, new = f"triton {installed}", "triton 0.0.1-older"
             if isinstance(params, list):
-                record["params"] = [p.replace(repr(installed), older) for p in params]
+                record["params"] = [p.replace(old, new) for p in params]
             else:
-                record["params"] = params.replace(repr(installed), older)
+                record["params"] = params.replace(old, new)
             path.write_text(json.dumps(record))
             rewritten += 1
     assert rewritten == 4

@@ -26,8 +26,8 @@ timeout "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake --cores all --keep-goi
   >"$out/snakemake.log" 2>&1
 rc=$?
 echo "snakemake exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/snakemake.log"
-# One archive (the device tool brings back at most 8 files): tables, reports, plots, logs.
-tar czf "$out/results.tgz" results/tables results/report.* results/device results/logs \
-  results/tuned results/plots results/layout results/power 2>/dev/null
+# One archive (the device tool brings back at most 8 files): tables, reports, plots, logs, and
+# every step's own file, so a sweep cut short can still be aggregated where it is brought back.
+tar czf "$out/results.tgz" --exclude='results/build/*/*/*/*.cubin' results 2>/dev/null
 tail -n 30 "$out/snakemake.log"
 exit $rc

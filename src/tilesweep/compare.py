@@ -17,26 +17,24 @@ import pandas as pd
 
 from tilesweep.errors import ConfigError
 from tilesweep.report.data import fmt_value
+from tilesweep.tables import SPLIT_COLUMNS, TABLE_KEYS
 
-# Columns that identify a row, per table; those present in both runs are used.
-KEYS = {
-    "launch": ["backend", "target", "kernel"],
-    "decode": ["runner", "dtype", "op", "routing", "tokens_per_expert"],
-    "collective": ["layout", "collective", "backend", "group", "bytes"],
-    "verdict": ["model", "layout", "tokens_per_expert", "source"],
-}
+# The tables compared, with the columns that identify a row (those present in both runs are used).
+KEYS = {name: TABLE_KEYS[name] for name in ("launch", "decode", "collective", "verdict", "check")}
 # Values compared with their spread (or the relative threshold), per table.
 MEASURES = {
     "decode": ["time_ms"],
     "collective": ["time_ms"],
-    "verdict": ["step_ms", "compute_memory_ms", "compute_math_ms", "comm_ms", "other_ms"],
+    "verdict": ["tpot_ms", *SPLIT_COLUMNS],
+    "check": ["measured_ms", "composed_ms"],
 }
 # Values any change of which counts, per table.
 EXACT = {
     "launch": ["status", "fits", "smem_bytes"],
     "decode": ["status", "bound"],
     "collective": ["status"],
-    "verdict": ["verdict"],
+    "verdict": ["fits_memory", "bound"],
+    "check": [],
 }
 PROVENANCE = (
     "device",
@@ -82,7 +80,8 @@ def results_dir(path: str | Path) -> Path:
 
 
 def load_run(path: str | Path) -> Run:
-    """Return the tables (launch, decode, collective, verdict) and ceilings of a results folder."""
+    """Return the tables (launch, decode, collective, verdict, check) and ceilings of a results
+    folder."""
     root = results_dir(path)
     tables = {}
     for name in KEYS:
