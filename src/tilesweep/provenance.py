@@ -18,22 +18,19 @@ def package_version(name: str) -> str:
         return "absent"
 
 
+def _git(where: str, *args: str) -> str:
+    """Return the stripped output of `git -C where args...`; raise if git fails."""
+    return subprocess.run(
+        ["git", "-C", where, *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 @functools.cache
 def git_commit(where: str = str(Path(__file__).resolve().parent)) -> str:
     """Return the git commit of the checkout holding `where`, with '+dirty' if it has changes."""
     try:
-        head = subprocess.run(
-            ["git", "-C", where, "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        head = _git(where, "rev-parse", "--short=12", "HEAD")
+        dirty = _git(where, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")

@@ -120,6 +120,18 @@ def stage_parts(
     s = math.ceil(micro / ep)  # sequences whose attention this rank runs
     layers = stage["dense"] + stage["moe"]
     heads = model["attention"]["heads"] / tp
+
+    def core_part(name: str, kind: str, nbytes: float, flops: float, count: int) -> dict:
+        """Return a part of the attention core over this rank's s sequences, in the KV dtype."""
+        return {
+            "name": name,
+            "kind": kind,
+            "bytes": s * nbytes,
+            "flops": s * flops,
+            "dtype": dep["kv_dtype"],
+            "count": count,
+        }
+
     parts = [
         _linear_part(model, dep, "attention", tp, s, "attention_proj", layers),
         _linear_part(model, dep, "indexer", 1, s, "indexer_proj", layers),
@@ -132,26 +144,12 @@ def stage_parts(
             continue
         core = attention_core(model, dep, heads, sliding)
         name = "attention_sliding" if sliding else "attention"
-        parts.append(
-            {
-                "name": name,
-                "kind": "attention",
-                "bytes": s * core["kv_bytes"],
-                "flops": s * core["flops"],
-                "dtype": dep["kv_dtype"],
-                "count": count,
-            }
-        )
+        parts.append(core_part(name, "attention", core["kv_bytes"], core["flops"], count))
         if core["index_flops"]:
             parts.append(
-                {
-                    "name": "indexer_score",
-                    "kind": "indexer",
-                    "bytes": s * core["index_bytes"],
-                    "flops": s * core["index_flops"],
-                    "dtype": dep["kv_dtype"],
-                    "count": count,
-                }
+                core_part(
+                    "indexer_score", "indexer", core["index_bytes"], core["index_flops"], count
+                )
             )
     if stage["moe"]:
         e, k = model["routed_experts"], model["top_k"]
