@@ -58,5 +58,5 @@ rule all:
     default_target: True
     input:
         SWEEP.final_outputs(),
-        SWEEP.tuned_outputs(DEVICE),
+        SWEEP.tuned_outputs(),
         f"{R}/power/power.csv",

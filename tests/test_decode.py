@@ -78,6 +78,14 @@ def test_baselines_match_the_reference_on_random_data(name):
     assert row["time_ms"] > 0 and row["repeats"] == 2
 
 
+@pytest.mark.parametrize(
+    ("name", "dtype"), [("torch_scaled_grouped_mm", "bf16"), ("torch_matmul", "fp8")]
+)
+def test_a_baseline_runs_only_in_its_own_operand_type(name, dtype):
+    with pytest.raises(NotImplementedError, match=f"{name} baseline is timed for"):
+        decode.baseline_runner(name, [1, 2], dtype)
+
+
 def test_a_wrong_kernel_is_a_correctness_row():
     gen = torch.Generator().manual_seed(2)
     counts = [2, 2]
@@ -93,43 +101,6 @@ def test_a_wrong_kernel_is_a_correctness_row():
     )
     assert row["status"] == "correctness"
     assert "time_ms" not in row
-
-
-def test_tuned_config_picks_the_fastest_tile_per_batch_in_vllm_shape():
-    import pandas as pd
-
-    from tilesweep.stages.tune import device_slug, fused_moe_config
-
-    rows = []
-    for kernel, times in (
-        ("bf16-m16n64k64-s3-w4-default", {1: 1.0, 64: 9.0}),
-        ("bf16-m64n128k128-s4-w8-default", {1: 2.0, 64: 3.0}),
-    ):
-        for t, ms in times.items():
-            for op in ("gate_up", "down"):
-                rows.append(
-                    {
-                        "runner": f"triton:{kernel}",
-                        "kernel": kernel,
-                        "dtype": "bf16",
-                        "op": op,
-                        "routing": "uniform",
-                        "tokens_per_expert": t,
-                        "status": "ok",
-                        "time_ms": ms,
-                    }
-                )
-    config = fused_moe_config(pd.DataFrame(rows), "bf16", {"routed_experts": 256, "top_k": 8})
-    assert config["32"]["BLOCK_SIZE_M"] == 16  # t=1: 32 tokens in the step
-    assert config["2048"] == {
-        "BLOCK_SIZE_M": 64,
-        "BLOCK_SIZE_N": 128,
-        "BLOCK_SIZE_K": 128,
-        "GROUP_SIZE_M": 1,
-        "num_warps": 8,
-        "num_stages": 4,
-    }
-    assert device_slug("cuda:NVIDIA H200 x2") == "nvidia_h200"
 
 
 def test_a_grouped_gemm_never_has_more_experts_than_the_model():

@@ -238,17 +238,35 @@ class Sweep:
             }
         )
 
-    def tuned_outputs(self, device: str) -> list[str]:
-        """Return the fused-MoE config paths, one per dtype; none when no GPU times Triton."""
-        if not device.startswith("cuda:") or self.kernels.empty:
-            return []
-        from tilesweep.stages.tune import device_slug
+    def tune_dtypes(self) -> list[str]:
+        """Return the dtypes the enabled backends tune on this machine (none without a GPU)."""
+        from tilesweep.provenance import gpu_names
 
-        model = self.settings["model"]["name"]
+        gpus = gpu_names()
         return [
-            self.path("tuned", f"{model}-{device_slug(device)}-{dtype}.json")
-            for dtype in self.settings["grid"]["dtypes"]
+            d for b in backends.enabled(self.settings) for d in b.tune_jobs(self.settings, gpus)
         ]
+
+    def tuned_outputs(self) -> list[str]:
+        """Return the tuning outputs: one table and one config folder per tuned dtype."""
+        out = []
+        for dtype in self.tune_dtypes():
+            out += [self.path("tune", f"{dtype}.csv"), self.path("tuned", dtype)]
+        return out
+
+    def tune_settings_json(self) -> str:
+        """Return the canonical JSON of what tuning reads: the model, the layouts (their TP and
+        EP degrees), its backend section, the routing skew, the seed and the hardware catalog."""
+        s = self.settings
+        return grid.canonical(
+            {
+                "model": s["model"],
+                "grid": {"layouts": s["grid"]["layouts"]},
+                "backend": {"fused_moe": s["backend"].get("fused_moe", {})},
+                "bench": {k: s["bench"][k] for k in ("zipf_alpha", "seed")},
+                "catalog": s["catalog"],
+            }
+        )
 
     def settings_json(self) -> str:
         """Return the whole resolved config as canonical JSON (the aggregate's param)."""

@@ -45,6 +45,7 @@ TABLE_KEYS = {
     "verdict": ["model", "hardware", "layout", "batch"],
     "check": ["layout", "batch"],
     "power": ["load"],
+    "tune": ["dtype", "experts", "n", "m", "routing", "runner", "source", "config", "op"],
 }
 
 LAUNCH_COLUMNS = [
@@ -59,6 +60,7 @@ LAUNCH_COLUMNS = [
     "stages",
     "warps",
     "epilogue",
+    "schedule",
     "smem_bytes",
     "smem_dynamic_bytes",
     "smem_static_bytes",
@@ -235,6 +237,10 @@ REPORT_VERDICT_COLUMNS = [
     c for c in VERDICT_COLUMNS if c not in {"tp", "pp", "ep", "context_len", "inputs"}
 ]
 REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
+TUNE_SUMMARY_COLUMNS = [
+    "dtype", "experts", "n", "routing", "m", "tokens_per_expert", "config", "time_ms",
+    "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "math_fraction",
+]  # fmt: skip
 REPORT_POWER_COLUMNS = [
     "load", "expected_bound", "status", "power_frac_p10", "power_frac_median", "power_frac_p90",
     "power_w_median", "power_limit_w", "power_samples", "sample_hz", "sm_clock_mhz_median",
@@ -269,6 +275,37 @@ def fastest_runner(
 
 
 # The power table (results/power/power.csv): one row per sustained load.
+# results/tune/<dtype>.csv and tables/tune.csv: the fused-MoE kernel in the engines' conditions.
+TUNE_COLUMNS = [
+    "dtype",
+    "experts",
+    "n",
+    "m",
+    "tokens_per_expert",
+    "routing",
+    "runner",
+    "source",
+    "config",
+    "tuned",
+    "op",
+    "status",
+    "reason",
+    "time_ms",
+    "time_p10_ms",
+    "time_p90_ms",
+    "bytes",
+    "flops",
+    "gbs",
+    "tflops",
+    "copy_fraction",
+    "math_fraction",
+    "over_vllm_default",
+    "over_vllm_legacy_default",
+    "over_sglang_default",
+    "over_baseline",
+    "device",
+]
+
 POWER_COLUMNS = [
     "load",
     "expected_bound",

@@ -10,6 +10,7 @@ rule aggregate_results:
         collective=SWEEP.collective_outputs(),
         layout=SWEEP.layout_outputs(),
         power=[f"{R}/power/power.csv"],
+        tune=[p for p in SWEEP.tuned_outputs() if p.endswith(".csv")],
         ceilings=[rules.measure_device.output.record],
     output:
         launch=f"{R}/tables/launch.csv",
@@ -18,6 +19,7 @@ rule aggregate_results:
         verdict=f"{R}/tables/verdict.csv",
         check=f"{R}/tables/check.csv",
         power=f"{R}/tables/power.csv",
+        tune=f"{R}/tables/tune.csv",
         report=f"{R}/report.md",
         html=report(
             f"{R}/report.html",
@@ -30,6 +32,7 @@ rule aggregate_results:
         verdict_parquet=f"{R}/tables/verdict.parquet",
         check_parquet=f"{R}/tables/check.parquet",
         power_parquet=f"{R}/tables/power.parquet",
+        tune_parquet=f"{R}/tables/tune.parquet",
         plot_launch_smem=report(
             f"{R}/plots/launch_smem.png",
             caption="../report/launch_smem.rst",

@@ -1,18 +1,25 @@
-# After stage 3: the best tile per batch, as vLLM/SGLang fused-MoE config files (GPU runs only).
+# Stage 3b: the project's fused-MoE kernel tuned in the serving engines' conditions (GPU only):
+# one job per dtype, exported as vLLM / SGLang config files (see src/tilesweep/stages/tune.py).
 
 
 rule tune_configs:
     input:
-        SWEEP.decode_outputs(),
+        ceilings=rules.measure_device.output.record,
     output:
-        SWEEP.tuned_outputs(DEVICE),
+        table=f"{R}/tune/{{dtype}}.csv",
+        configs=directory(f"{R}/tuned/{{dtype}}"),
     log:
-        f"{R}/logs/tune_configs.log",
+        f"{R}/logs/tune_configs/{{dtype}}.log",
     conda:
         "../envs/tilesweep.yaml"
+    threads: ALL_CORES
+    resources:
+        gpu=min(GPUS, 1),
     params:
-        settings=SWEEP.settings_json(),
-        dtypes=SWEEP.settings["grid"]["dtypes"],
+        settings=SWEEP.tune_settings_json(),
+        work=lambda w: f"{R}/tune/.work/{w.dtype}",
+        device=DEVICE,
+        toolchain=TOOLCHAIN,
         code=code_hash("stages/tune.py"),
     script:
         "../scripts/tune_configs.py"

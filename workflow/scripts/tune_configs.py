@@ -1,7 +1,14 @@
-"""Snakemake script: write the best tile per batch as fused-MoE config files."""
+"""Snakemake script: tune the fused-MoE kernel for one dtype; write its table and config files."""
 
-from tilesweep.stages.tune import tune_configs
+from tilesweep.stages.tune import tune_fused_moe
 
 if __name__ == "__main__":  # spawned children re-import this file
-    outputs = dict(zip(snakemake.params.dtypes, snakemake.output, strict=True))
-    tune_configs(snakemake.params.settings, list(snakemake.input), outputs, snakemake.log[0])
+    tune_fused_moe(
+        snakemake.params.settings,
+        snakemake.wildcards.dtype,
+        snakemake.input.ceilings,
+        snakemake.output.table,
+        snakemake.output.configs,
+        snakemake.params.work,
+        snakemake.log[0],
+    )

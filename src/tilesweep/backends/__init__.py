@@ -42,7 +42,6 @@ class Backend:
     runner_names: tuple[str, ...] = ()  # fixed runner names that belong to this backend
     step_runners: tuple[str, ...] = ()  # fixed runner names the MoE step can run
     schema: dict = {}  # its config keys below backend.<name>, for validation
-    fused_moe_configs: bool = False  # its kernels are what vLLM/SGLang fused-MoE configs name
 
     def enabled(self, settings: dict) -> bool:
         """Return whether the config turns this backend on."""
@@ -73,6 +72,10 @@ class Backend:
 
     def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the decode-benchmark jobs this backend adds on a machine with these GPUs."""
+        return []
+
+    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return the tuning jobs (one per dtype) this backend adds on a machine with these GPUs."""
         return []
 
     def owns_job(self, kernel: dict) -> bool:

@@ -203,7 +203,6 @@ class TritonBackend(Backend):
     build_per = "kernel"
     runner_prefix = "triton"
     schema = {"enabled": bool}
-    fused_moe_configs = True
 
     def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
         """Return the Triton kernel cells built for one architecture."""

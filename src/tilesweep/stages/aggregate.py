@@ -19,8 +19,8 @@ from tilesweep.report import markdown as report_md
 from tilesweep.stages import logged
 from tilesweep.tables import LAUNCH_COLUMNS, Status
 
-INPUTS = ("launch", "decode", "collective", "layout", "power", "ceilings")
-TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
+INPUTS = ("launch", "decode", "collective", "layout", "power", "tune", "ceilings")
+TABLES = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
 PARQUET = tuple(f"{name}_parquet" for name in TABLES)
 PLOTS = tuple(f"plot_{name}" for name in report_data.FIGURES)
 OUTPUTS = (*TABLES, "report", "html", *PARQUET, *PLOTS)
@@ -144,6 +144,7 @@ def assemble(
         "verdict": compose(settings),
         "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
         "power": measured["power"],
+        "tune": measured.get("tune", pd.DataFrame()),
     }
     data = report_data.build(
         settings,
@@ -154,6 +155,7 @@ def assemble(
         provenance,
         check=tables["check"],
         power=tables["power"],
+        tune=tables["tune"],
         panel=verdict.brief_panel(settings, compose),
     )
     return tables, data
@@ -179,6 +181,7 @@ def aggregate_results(
             "collective": concat_tables(list(inputs["collective"])),
             "layout": concat_tables(list(inputs["layout"])),
             "power": concat_tables(list(inputs.get("power", []))),
+            "tune": concat_tables(list(inputs.get("tune", []))),
         }
         ceilings = {}
         for path in inputs.get("ceilings", []):
@@ -190,7 +193,7 @@ def aggregate_results(
             "nvidia-cutlass": package_version("nvidia-cutlass"),
             "measured": {
                 name: when
-                for name in ("launch", "decode", "collective", "layout", "power")
+                for name in ("launch", "decode", "collective", "layout", "power", "tune")
                 if (when := measured_when(list(inputs.get(name, []))))
             },
         }

@@ -1,103 +1,324 @@
-"""After the decode benchmark: the best tile per batch, written in the shape of vLLM's and
-SGLang's fused-MoE config files.
+"""Stage tune: the project's fused-MoE kernel tuned in the serving engines' conditions, and the
+tuned tables exported as the engines' own config files.
 
-Those files map a batch size M (tokens in the decode step) to kernel meta-parameters:
-`{"<M>": {"BLOCK_SIZE_M": .., "BLOCK_SIZE_N": .., "BLOCK_SIZE_K": .., "GROUP_SIZE_M": 1,
-"num_warps": .., "num_stages": ..}}`. Our sweep measures tokens per expert t; with E routed experts
-and top-k routing, a step of M = t * E / k tokens gives each expert t tokens on average, so M is
-the key. One config serves both expert GEMMs (gate/up and down), as in those engines: the tile
-with the smallest summed time of the two wins.
+One job per dtype on a GPU machine. The work runs in a worker process (measure/tune_worker.py)
+that journals every finished item; this module supervises it: a worker that outlives an item's
+time limit is killed (the item is recorded as a timeout), one that dies records a crash, and in
+both cases a new worker resumes after the last journalled item. A rerun of the job resumes the
+same way, since the journal lives beside the outputs and is not one of them.
+
+Outputs: `results/tune/<dtype>.csv` (every timed config, default, baseline and engine row at
+every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
+fractions) and `results/tuned/<dtype>/` with `vllm/E=..,N=..,device_name=..[,dtype=..].json`
+and the same files under `sglang/triton_<version>/`, one per (local experts, shard N) that the
+grid's layouts put on a GPU.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import backends
-from tilesweep.io import concat_tables, write_json
+from tilesweep.io import atomic_path, read_json, write_json, write_table
+from tilesweep.measure.tune_worker import FINAL, SCREEN, append_journal, read_journal
+from tilesweep.plan import fused_moe_space as space
 from tilesweep.stages import logged
-from tilesweep.tables import Status, fastest_runner
+from tilesweep.tables import TUNE_COLUMNS, Status
+
+NAME = "fused_moe"
 
 
-def tune_configs(
-    settings_json: str,
-    decode_paths: list[str],
-    outputs: dict[str, str],
-    log_path: str | None = None,
-) -> None:
-    """Write one config file per dtype (outputs maps dtype to path)."""
-    settings = json.loads(settings_json)
-    decode = concat_tables(decode_paths)
-    with logged(log_path) as log:
-        for dtype, path in outputs.items():
-            config = fused_moe_config(decode, dtype, settings["model"])
-            log.info("%s: best tiles for %d batch sizes", dtype, len(config))
-            write_json(path, config)
-
-
-def device_slug(device: str) -> str:
-    """Return a file-name-safe device name, e.g. 'cuda:NVIDIA H200 x2' -> 'nvidia_h200'."""
-    name = device.split(":", 1)[-1]
-    name = re.sub(r"\s+x\d+$", "", name)
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
-
-
-def _tunable(runner: str) -> bool:
-    """Return whether a runner is a kernel a fused-MoE config file can name."""
-    try:
-        backend = backends.backend_of(runner)
-    except ValueError:
-        return False
-    return backend.fused_moe_configs and backend.runner_kernel(runner) is not None
-
-
-def best_tiles(decode: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """Return, per tokens-per-expert, the grid kernel with the smallest gate_up + down time.
-
-    A kernel competes at a batch only where every op was timed correctly there.
-    """
-    if decode.empty or "time_ms" not in decode:
-        return pd.DataFrame()
-    ok = decode[
-        (decode["status"] == Status.OK)
-        & (decode["routing"] == "uniform")
-        & (decode["dtype"] == dtype)
-        & decode["runner"].map(_tunable)
-        & decode["time_ms"].notna()
-    ]
-    if ok.empty:
-        return pd.DataFrame()
-    keys = ["kernel", "tokens_per_expert"]
-    total = ok.groupby(keys, as_index=False).agg(time_ms=("time_ms", "sum"), ops=("op", "nunique"))
-    total = total[total["ops"] == ok["op"].nunique()].assign(status=Status.OK)
-    best = fastest_runner(total, by=["tokens_per_expert"])
-    return best[["kernel", "tokens_per_expert", "time_ms", "ops"]]
-
-
-def _parse_kernel(kernel: str) -> dict:
-    """Return the tile, stages and warps encoded in a kernel slug (Triton's form)."""
-    m = re.match(r"\w+-m(\d+)n(\d+)k(\d+)-s(\d+)-w(\d+)-", kernel)
-    if not m:
-        raise ValueError(f"not a Triton kernel slug: {kernel!r}")
-    bm, bn, bk, stages, warps = (int(g) for g in m.groups())
+def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
+    """Return the worker's spec for one dtype: problems, space, batches and method."""
+    mine = settings["backend"][NAME]
+    problems = space.problems(settings["model"], settings["grid"]["layouts"])
+    extra = sorted(
+        {
+            space.batch_for_tokens_per_expert(t, p)
+            for t in mine["extra_tokens_per_expert"]
+            for p in problems[:1]
+        }
+    )
+    cores = os.cpu_count() or 2
     return {
-        "BLOCK_SIZE_M": bm,
-        "BLOCK_SIZE_N": bn,
-        "BLOCK_SIZE_K": bk,
-        "GROUP_SIZE_M": 1,
-        "num_warps": warps,
-        "num_stages": stages,
+        "dtype": dtype,
+        "device": device,
+        "problems": problems,
+        "space": mine["space"],
+        "batch_keys": sorted(mine["batch_keys"]),
+        "final_batches": sorted(set(mine["batch_keys"]) | set(extra)),
+        "check_batch": min(mine["batch_keys"], key=lambda m: abs(m - 64)),
+        "routing": list(mine["routing"]),
+        "zipf_alpha": settings["bench"]["zipf_alpha"],
+        "seed": settings["bench"]["seed"],
+        "direct_sparsity": mine["direct_sparsity"],
+        "screen_repeats": mine["screen_repeats"],
+        "final_repeats": mine["final_repeats"],
+        "finalists": mine["finalists"],
+        "config_timeout_s": mine["config_timeout_s"],
+        "compile_timeout_s": mine["compile_timeout_s"],
+        "compile_workers": mine["compile_workers"] or max(1, cores - 1),
+        "engines": list(mine["engines"]),
+        "engine_defaults": mine["engine_defaults"],
+        "smem_limit_bytes": smem_limit,
     }
 
 
-def fused_moe_config(decode: pd.DataFrame, dtype: str, model: dict) -> dict[str, dict]:
-    """Return {batch tokens M: kernel meta-parameters} for the best tile at each batch."""
-    best = best_tiles(decode, dtype)
-    config = {}
-    for rec in best.sort_values("tokens_per_expert").to_dict("records"):
-        batch = max(1, rec["tokens_per_expert"] * model["routed_experts"] // model["top_k"])
-        config[str(batch)] = _parse_kernel(rec["kernel"])
-    return config
+def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts: int = 50):
+    """Run the worker until every item is journalled; return the journal's records.
+
+    An item (the heartbeat's key) that outlives its limit is killed and journalled as a
+    timeout; a worker that dies journals its item as a crash; either way a new worker resumes.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, journal, heartbeat = (work_dir / n for n in ("spec.json", "journal.jsonl", "beat"))
+    with atomic_path(spec_path) as tmp:
+        tmp.write_text(json.dumps(spec, sort_keys=True, indent=1))
+    cmd = [sys.executable, "-m", "tilesweep.measure.tune_worker", str(spec_path)]
+    cmd += [str(journal), str(heartbeat)]
+    for attempt in range(restarts):
+        heartbeat.unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
+        status = _watch(proc, heartbeat, spec)
+        key = _beat_key(heartbeat)
+        if status == "done":
+            return read_journal(journal)
+        if key in (None, "done") and status == "exit":
+            raise RuntimeError(f"the tuning worker exited with {proc.returncode} before starting")
+        if key == "compile":
+            raise RuntimeError(f"compiling the search space: worker {status} ({proc.returncode})")
+        if key not in read_journal(journal):
+            kind = Status.TIMEOUT if status == "timeout" else Status.CRASH
+            phase, problem, what = key.split("|", 2)
+            reason = f"worker {status} (exit {proc.returncode}) during this item, attempt {attempt}"
+            append_journal(
+                journal,
+                {"key": key, "phase": phase, "problem": int(problem), "what": what,
+                 "status": str(kind), "reason": reason},
+            )  # fmt: skip
+        log.warning("worker %s at %s; restarting", status, key)
+    raise RuntimeError(f"the tuning worker failed {restarts} times")
+
+
+def _beat_key(heartbeat: Path) -> str | None:
+    """Return the key of the item the worker last started (None before its first)."""
+    try:
+        return json.loads(heartbeat.read_text())["key"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _watch(proc, heartbeat: Path, spec: dict) -> str:
+    """Wait for the worker: 'done' (clean exit, all done), 'exit' (died), 'timeout' (killed)."""
+    while True:
+        try:
+            rc = proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc is not None:
+            return "done" if rc == 0 and _beat_key(heartbeat) == "done" else "exit"
+        try:
+            beat = json.loads(heartbeat.read_text())
+        except (OSError, ValueError):
+            continue
+        if beat["key"] == "done":  # everything is journalled: the worker is exiting
+            continue
+        limit = spec["compile_timeout_s"] if beat["key"] == "compile" else spec["config_timeout_s"]
+        if time.time() - beat["time"] > limit:
+            proc.kill()
+            proc.wait()
+            return "timeout"
+
+
+def _timed(entry: dict | None) -> tuple[float | None, float | None, float | None]:
+    """Return (median, p10, p90) ms of a timing entry, or Nones."""
+    if not entry:
+        return None, None, None
+    return entry["time_ms"], entry["time_p10_ms"], entry["time_p90_ms"]
+
+
+def evaluate(spec: dict, records: dict, copy_gbs: float | None, peak_tflops: float | None):
+    """Return the tune table: one row per (problem, batch, routing, runner) with both GEMMs'
+    times, the tuned pick per batch, and every row's speed-up over each engine default."""
+    rows = []
+    for rec in records.values():
+        if rec["phase"] == SCREEN and rec["status"] != Status.OK:
+            rows.append(_failed_screen(spec, rec))
+        if rec["phase"] != FINAL:
+            continue
+        problem = spec["problems"][rec["problem"]]
+        for entry in rec.get("rows", []):
+            rows.extend(_final_rows(spec, problem, rec["m"], entry))
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return pd.DataFrame(columns=TUNE_COLUMNS)
+    table = _mark_tuned(spec, table)
+    table = _speedups(table)
+    if copy_gbs:
+        table["copy_fraction"] = table["gbs"] / copy_gbs
+    if peak_tflops:
+        table["math_fraction"] = table["tflops"] / peak_tflops
+    return table.reindex(columns=TUNE_COLUMNS)
+
+
+def _failed_screen(spec: dict, rec: dict) -> dict:
+    """Return the row of a config that could not be screened, with its reason."""
+    problem = spec["problems"][rec["problem"]]
+    return {
+        "experts": problem["experts"],
+        "n": problem["n"],
+        "runner": "fused_moe",
+        "source": "screen",
+        "config": rec.get("slug") or rec.get("what"),
+        "status": rec["status"],
+        "reason": rec.get("reason", ""),
+    }
+
+
+def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
+    """Return the table rows of one timed entry of a batch (one per GEMM, plus the sum)."""
+    base = {
+        "experts": problem["experts"],
+        "n": problem["n"],
+        "m": m,
+        "tokens_per_expert": space.tokens_per_expert(m, problem),
+        "routing": entry["routing"],
+        "runner": entry.get("runner", "fused_moe"),
+        "source": entry["source"] + (f":{entry['config_from']}" if "config_from" in entry else ""),
+        "config": entry.get("slug", ""),
+        "status": entry["status"],
+        "reason": entry.get("reason", ""),
+        "dtype": spec["dtype"],
+        "device": spec["device"],
+    }
+    if entry["status"] != Status.OK:
+        return [base]
+    if "whole" in entry:  # the engine's whole MoE: compared with itself only
+        t, lo, hi = _timed(entry["whole"])
+        return [{**base, "op": "whole_moe", "time_ms": t, "time_p10_ms": lo, "time_p90_ms": hi}]
+    out, total = (
+        [],
+        {"bytes": 0, "flops": 0, "time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0},
+    )
+    pairs = m * problem["top_k"]
+    touched = min(problem["experts"], pairs)  # at most; the row's routing may touch fewer
+    for gemm in ("gate_up", "down"):
+        t, lo, hi = _timed(entry[gemm])
+        work = space.pair_traffic(problem, gemm, pairs, touched, spec["dtype"])
+        row = {**base, "op": gemm, "time_ms": t, "time_p10_ms": lo, "time_p90_ms": hi, **work}
+        out.append(row)
+        for key in total:
+            total[key] += row[key]
+    out.append({**base, "op": "both", **total})
+    for row in out:
+        seconds = row["time_ms"] * 1e-3
+        row["gbs"] = row["bytes"] / seconds / 1e9
+        row["tflops"] = row["flops"] / seconds / 1e12
+    return out
+
+
+def _mark_tuned(spec: dict, table: pd.DataFrame) -> pd.DataFrame:
+    """Add `tuned`: the config the exported table names at each (problem, batch), by the summed
+    time of both GEMMs on the first routing (at an extra batch: the nearest key's pick)."""
+    table["tuned"] = False
+    first = spec["routing"][0]
+    picks = {}
+    both = table[
+        (table["op"] == "both")
+        & (table["status"] == Status.OK)
+        & (table["runner"] == "fused_moe")
+        & (table["routing"] == first)
+    ]
+    keys = set(spec["batch_keys"])
+    for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
+        if m in keys:
+            picks[(e, n, m)] = grp.loc[grp["time_ms"].idxmin(), "config"]
+    for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
+        near = space.nearest_key(spec["batch_keys"], int(m))
+        pick = picks.get((e, n, near))
+        sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
+        sel &= (table["runner"] == "fused_moe") & (table["config"] == pick)
+        table.loc[sel, "tuned"] = True
+    return table
+
+
+def _speedups(table: pd.DataFrame) -> pd.DataFrame:
+    """Add, per row, the engine defaults' and the baseline's time over its time (same problem,
+    batch, routing and op), i.e. how much faster the row is than each."""
+    keys = ["experts", "n", "m", "routing", "op"]
+    ok = table[table["status"] == Status.OK]
+    for source, column in (
+        ("vllm-default", "over_vllm_default"),
+        ("vllm_legacy-default", "over_vllm_legacy_default"),
+        ("sglang-default", "over_sglang_default"),
+        ("baseline", "over_baseline"),
+    ):
+        ref = ok[ok["source"] == source].groupby(keys)["time_ms"].min().rename(f"_{column}")
+        table = table.join(ref, on=keys)
+        table[column] = table[f"_{column}"] / table["time_ms"]
+        table = table.drop(columns=f"_{column}")
+    return table
+
+
+def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict[str, dict]]:
+    """Return {(experts, n): {str(M): config}} of the tuned picks at every batch key."""
+    out: dict[tuple[int, int], dict[str, dict]] = {}
+    picks = table[
+        table["tuned"] & (table["op"] == "both") & (table["routing"] == spec["routing"][0])
+    ]
+    keys = set(spec["batch_keys"])
+    for rec in picks.sort_values("m").to_dict("records"):
+        if int(rec["m"]) in keys:
+            config = space.parse_slug(rec["config"])
+            out.setdefault((int(rec["experts"]), int(rec["n"])), {})[str(int(rec["m"]))] = config
+    return out
+
+
+def write_configs(out_dir: Path, tuned: dict, device_name: str, dtype: str, triton: str) -> None:
+    """Write each problem's table as vLLM names it, and again in SGLang's per-Triton folder."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sglang = out_dir / "sglang" / f"triton_{triton.replace('.', '_')}"
+    for (experts, n), configs in tuned.items():
+        name = space.config_file_name(experts, n, device_name, dtype)
+        for folder in (out_dir / "vllm", sglang):
+            write_json(folder / name, {**configs, "triton_version": triton})
+
+
+def tune_fused_moe(
+    settings_json: str,
+    dtype: str,
+    ceilings_path: str,
+    table_path: str,
+    configs_dir: str,
+    work_dir: str,
+    log_path: str | None = None,
+) -> None:
+    """Tune one dtype on the GPU at hand; write the tune table and the engines' config files."""
+    from tilesweep.hardware import catalog_name
+    from tilesweep.provenance import device_info, package_version
+
+    settings = json.loads(settings_json)
+    with logged(log_path) as log:
+        info = device_info()
+        hw_name = catalog_name(info["device"], settings["catalog"])
+        if info["device_kind"] != "cuda" or hw_name is None:
+            raise RuntimeError(f"tuning needs a GPU of conf/hardware; here: {info['device']}")
+        hardware = settings["catalog"][hw_name]
+        spec = tune_spec(settings, dtype, hardware["smem_per_block_optin"], info["device"])
+        records = supervise(spec, Path(work_dir), log)
+        ceilings = read_json(ceilings_path)
+        peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
+        table = evaluate(spec, records, ceilings.get("copy_gbs"), peak)
+        table["ceilings"] = "measured here" if peak else f"gap: no measured {dtype} matmul rate"
+        table["driver"] = info["driver"]
+        table["triton"] = package_version("triton")
+        write_table(table_path, table)
+        tuned = tuned_configs(table, spec)
+        write_configs(Path(configs_dir), tuned, info["device"], dtype, package_version("triton"))
+        log.info("%s: %d rows, %d tuned tables", dtype, len(table), len(tuned))

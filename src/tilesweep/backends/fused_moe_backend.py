@@ -1,0 +1,73 @@
+"""The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
+one tuning job per dtype on a GPU machine (stages/tune.py), exported as engine config files."""
+
+from __future__ import annotations
+
+from tilesweep.backends import Backend, register
+
+NAME = "fused_moe"
+_RULE = [{"value": int, "m_max?": int, "m_le_e?": bool, "m_per_e_over?": int, "dtype?": str}]
+SPACE_SCHEMA = {
+    "BLOCK_SIZE_M": [int],
+    "BLOCK_SIZE_N": [int],
+    "BLOCK_SIZE_K": [int],
+    "GROUP_SIZE_M": [int],
+    "num_warps": [int],
+    "num_stages": [int],
+}
+
+
+@register
+class FusedMoeBackend(Backend):
+    """The project's fused-MoE kernel: tuned per dtype where a GPU is at hand."""
+
+    name = NAME
+    order = 3
+    schema = {
+        "enabled": bool,
+        "dtypes": [str],
+        "batch_keys": [int],
+        "space": SPACE_SCHEMA,
+        "routing": [str],
+        "direct_sparsity": int,
+        "screen_repeats": int,
+        "final_repeats": int,
+        "finalists": int,
+        "config_timeout_s": (int, float),
+        "compile_timeout_s": (int, float),
+        "compile_workers": int,
+        "engines": [str],
+        "extra_tokens_per_expert": [int],
+        "engine_defaults": {str: {key: _RULE for key in SPACE_SCHEMA}},
+    }
+
+    def validate(self, settings: dict) -> None:
+        """Raise ConfigError for tuning settings that cannot describe a search."""
+        from tilesweep.config import check_choices
+        from tilesweep.errors import ConfigError
+        from tilesweep.measure.engine_moe import ENGINES
+        from tilesweep.plan.fused_moe_space import ENGINE_DTYPE, engine_default
+
+        mine = settings["backend"][NAME]
+        check_choices(mine["dtypes"], tuple(ENGINE_DTYPE), f"backend.{NAME}.dtypes")
+        check_choices(mine["routing"], ("uniform", "zipf"), f"backend.{NAME}.routing")
+        check_choices(mine["engines"], ENGINES, f"backend.{NAME}.engines")
+        for key, values in mine["space"].items():
+            if not values or any(v <= 0 for v in values):
+                raise ConfigError(f"backend.{NAME}.space.{key}={values}: positive values needed")
+        for key in ("batch_keys", "dtypes", "routing"):
+            if not mine[key] or (key == "batch_keys" and min(mine[key]) < 1):
+                raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: needs at least one value")
+        for key in ("screen_repeats", "final_repeats", "finalists", "direct_sparsity"):
+            if mine[key] < 1:
+                raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: must be at least 1")
+        for engine, rules in mine["engine_defaults"].items():
+            for dtype in mine["dtypes"]:
+                try:
+                    engine_default(rules, 1, 1, dtype)
+                except ValueError as exc:
+                    raise ConfigError(f"backend.{NAME}.engine_defaults.{engine}: {exc}") from None
+
+    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return the dtypes tuned on this machine: every configured one where a GPU is here."""
+        return list(settings["backend"][NAME]["dtypes"]) if gpus else []

@@ -1,0 +1,238 @@
+"""A fused-MoE Triton GEMM with the serving engines' launch semantics, and its host-side routing.
+
+The engines (vLLM, SGLang) run an expert GEMM over *routed pairs*: a decode step of M tokens with
+top-k routing has M * k (token, expert) pairs. The pairs are sorted by expert and each expert's
+run is padded to a multiple of BLOCK_SIZE_M with a sentinel id (M * k), so every row block of the
+sorted list belongs to one expert. A program computes one BLOCK_SIZE_M x BLOCK_SIZE_N tile:
+
+- it gathers its rows of A straight from the activations (row = pair id // a_row_div: the token
+  for the gate/up GEMM, whose A has one row per token; the pair itself for the down GEMM, whose A
+  has one row per pair), so nothing is copied into expert order first;
+- row blocks are swizzled in groups of GROUP_SIZE_M (a runtime value here, so one compiled kernel
+  serves every group size) so that neighbouring programs reuse the same weight columns in L2;
+- the down GEMM multiplies each row by its routing weight before the store;
+- an expert id of -1 (an expert on another rank) writes zeros;
+- fp8 operands carry scales per tensor, per token and channel, or per block (1 x GROUP_K of A,
+  GROUP_N x GROUP_K of B).
+
+For tiny batches, `direct_blocks` skips the sort: each pair gets a row block of its own.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Scale modes (the SCALE constexpr): how fp8 operands are dequantised.
+SCALE_NONE, SCALE_TENSOR, SCALE_CHANNEL, SCALE_BLOCK = 0, 1, 2, 3
+SCALE_MODES = {
+    "none": SCALE_NONE,
+    "tensor": SCALE_TENSOR,
+    "channel": SCALE_CHANNEL,
+    "block": SCALE_BLOCK,
+}
+
+
+@triton.jit(do_not_specialize=["em", "num_valid", "a_row_div", "mul_routed", "group_m"])
+def fused_moe_kernel(
+    a_ptr,  # [rows, K] activations (tokens for gate/up, pairs for down), K contiguous
+    b_ptr,  # [experts, N, K] weights, K contiguous
+    c_ptr,  # [pairs, N] output, one row per routed pair
+    a_scale_ptr,  # fp32: [1] (tensor), [rows] (channel), [rows, K / GROUP_K] (block)
+    b_scale_ptr,  # fp32: [experts] (tensor), [experts, N] (channel), [experts, N/GN, K/GK] (block)
+    topk_weights_ptr,  # [pairs] fp32 routing weights (read when mul_routed)
+    sorted_ids_ptr,  # [em] int32 pair ids sorted by expert, padded with num_valid
+    expert_ids_ptr,  # [em / BLOCK_SIZE_M] int32 expert of each row block (-1: not on this rank)
+    num_post_pad_ptr,  # [1] int32 rows of sorted_ids in use
+    N,
+    K,
+    em,
+    num_valid,
+    a_row_div,
+    mul_routed,
+    group_m,
+    stride_am,
+    stride_be,
+    stride_bn,
+    stride_cm,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    SCALE: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    in_group = group_m * num_pid_n
+    first_m = (pid // in_group) * group_m
+    rows_in_group = tl.minimum(num_pid_m - first_m, group_m)
+    pid_m = first_m + (pid % in_group) % rows_in_group
+    pid_n = (pid % in_group) // rows_in_group
+    if pid_m * BLOCK_SIZE_M >= tl.load(num_post_pad_ptr):
+        return
+    offs = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    ids = tl.load(sorted_ids_ptr + offs)
+    row_ok = ids < num_valid
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    c_mask = row_ok[:, None] & (offs_n[None, :] < N)
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    if expert == -1:
+        zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptr.dtype.element_ty)
+        tl.store(c_ptrs, zeros, mask=c_mask)
+        return
+    a_rows = (ids // a_row_div).to(tl.int64)
+    # Columns past N wrap round instead of being masked: their results are never stored.
+    offs_bn = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None]
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+        else:
+            k_ok = offs_k < K - kb * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        if SCALE == 3:
+            k_group = (kb * BLOCK_SIZE_K) // GROUP_K
+            a_s = tl.load(
+                a_scale_ptr + a_rows * stride_asm + k_group * stride_ask, mask=row_ok, other=0.0
+            )
+            b_s = tl.load(
+                b_scale_ptr
+                + expert * stride_bse
+                + (offs_bn // GROUP_N) * stride_bsn
+                + k_group * stride_bsk
+            )
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        else:
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_SIZE_K
+        b_ptrs += BLOCK_SIZE_K
+    if SCALE == 1:
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert))
+    if SCALE == 2:
+        a_s = tl.load(a_scale_ptr + a_rows * stride_asm, mask=row_ok, other=0.0)
+        b_s = tl.load(b_scale_ptr + expert * stride_bse + offs_bn * stride_bsn)
+        acc = acc * a_s[:, None] * b_s[None, :]
+    if mul_routed != 0:
+        w = tl.load(topk_weights_ptr + ids, mask=row_ok, other=0.0)
+        acc = acc * w[:, None]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
+    """Return (sorted_ids, expert_ids, num_post_pad): routed pairs sorted by expert, each expert's
+    run padded to a multiple of block_m with the sentinel id (pairs). `expert_map` maps a global
+    expert to its local index on this rank (-1: elsewhere)."""
+    import torch
+
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    pairs, device = flat.numel(), flat.device
+    counts = torch.bincount(flat, minlength=experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    starts = torch.cumsum(padded, 0) - padded
+    firsts = torch.cumsum(counts, 0) - counts
+    order = torch.argsort(flat, stable=True)
+    by_expert = flat[order]
+    rank = torch.arange(pairs, device=device) - firsts[by_expert]
+    total = int(padded.sum().item())
+    sorted_ids = torch.full((total,), pairs, dtype=torch.int32, device=device)
+    sorted_ids[starts[by_expert] + rank] = order.to(torch.int32)
+    expert_ids = torch.repeat_interleave(torch.arange(experts, device=device), padded // block_m)
+    if expert_map is not None:
+        expert_ids = expert_map.to(device)[expert_ids]
+    num_post_pad = torch.tensor([total], dtype=torch.int32, device=device)
+    return sorted_ids, expert_ids.to(torch.int32), num_post_pad
+
+
+def direct_blocks(topk_ids, block_m: int, expert_map=None):
+    """Return (sorted_ids, expert_ids, num_post_pad) for the tiny-batch path: no sort, each routed
+    pair owns one row block (its first row; the rest are the sentinel)."""
+    import torch
+
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    pairs, device = flat.numel(), flat.device
+    sorted_ids = torch.full((pairs, block_m), pairs, dtype=torch.int32, device=device)
+    sorted_ids[:, 0] = torch.arange(pairs, dtype=torch.int32, device=device)
+    expert_ids = flat if expert_map is None else expert_map.to(device)[flat]
+    num_post_pad = torch.tensor([pairs * block_m], dtype=torch.int32, device=device)
+    return sorted_ids.reshape(-1), expert_ids.to(torch.int32), num_post_pad
+
+
+def invoke(
+    a,
+    b,
+    c,
+    blocks,
+    config: dict,
+    *,
+    top_k: int,
+    gather: bool,
+    topk_weights=None,
+    scale: str = "none",
+    a_scale=None,
+    b_scale=None,
+    block_shape: tuple[int, int] = (128, 128),
+):
+    """Launch one fused-MoE GEMM: c[pair] = A[row(pair)] @ B[expert(pair)]^T (times the routing
+    weight when topk_weights is given); return c. `gather`: A has one row per token (gate/up)."""
+    sorted_ids, expert_ids, num_post_pad = blocks
+    n, k = b.shape[1], b.shape[2]
+    bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    mode = SCALE_MODES[scale]
+    dummy = c  # never read: the scale branches that would read it are compiled out
+    a_s = a_scale if a_scale is not None else dummy
+    b_s = b_scale if b_scale is not None else dummy
+    a_st = a_s.stride() + (0,) * (2 - a_s.dim()) if mode in (2, 3) else (0, 0)
+    b_st = b_s.stride() + (0,) * (3 - b_s.dim()) if mode in (1, 2, 3) else (0, 0, 0)
+    em = sorted_ids.numel()
+    grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
+    fused_moe_kernel[grid](
+        a,
+        b,
+        c,
+        a_s,
+        b_s,
+        topk_weights if topk_weights is not None else dummy,
+        sorted_ids,
+        expert_ids,
+        num_post_pad,
+        n,
+        k,
+        em,
+        c.shape[0],
+        top_k if gather else 1,
+        int(topk_weights is not None),
+        config.get("GROUP_SIZE_M", 1),
+        a.stride(0),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        a_st[0],
+        a_st[1],
+        b_st[0],
+        b_st[1],
+        b_st[2],
+        BLOCK_SIZE_M=bm,
+        BLOCK_SIZE_N=bn,
+        BLOCK_SIZE_K=bk,
+        SCALE=mode,
+        GROUP_N=block_shape[0],
+        GROUP_K=block_shape[1],
+        EVEN_K=k % bk == 0,
+        num_warps=config.get("num_warps", 4),
+        num_stages=config.get("num_stages", 3),
+    )
+    return c

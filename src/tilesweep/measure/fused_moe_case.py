@@ -1,0 +1,235 @@
+"""The fused-MoE GEMMs in the engines' conditions, on the device at hand: the model's real expert
+count and top-k, routed batches of M tokens (uniform or Zipf-skewed), both expert GEMMs, fresh
+random data checked against an fp32 reference, and the same-dtype torch baseline beside them.
+
+Runs in the tuning worker process (stages/tune.py starts it); on a CPU the kernel runs under
+Triton's interpreter (TRITON_INTERPRET=1, set by the caller), which tests use on tiny problems.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tilesweep.kernels import fused_moe as fm
+from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
+from tilesweep.plan.fused_moe_space import gemm_shapes
+
+FP8_MAX = 448.0
+# Relative L2 error allowed against the fp32 reference (fp32 operands: the interpreter in tests;
+# the output is bf16, whose rounding alone is about 3e-3).
+TOLERANCE = {**GEMM_TOLERANCE, "fp32": 1e-2}
+
+
+@dataclass
+class Weights:
+    """One problem's expert weights (and their fp8 per-channel scales) on the device."""
+
+    dtype: str
+    w: dict  # gemm -> [experts, N, K]
+    scale: dict  # gemm -> [experts, N] fp32 (fp8), or None
+
+
+@dataclass
+class Batch:
+    """One routed batch of M tokens and the activations of both GEMMs."""
+
+    m: int
+    topk_ids: object
+    topk_weights: object  # [pairs] fp32
+    a: dict  # gemm -> activations (tokens for gate_up, pairs for down)
+    a_scale: dict  # gemm -> per-row fp32 scale (fp8) or None
+    c: dict  # gemm -> [pairs, N] output
+    blocks: dict = field(default_factory=dict)  # BLOCK_SIZE_M -> (sorted_ids, expert_ids, n)
+    direct: bool = False
+
+
+def torch_dtype(dtype: str):
+    """Return the torch element type of an operand dtype name."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}[dtype]
+
+
+def _quantize(x, dim: int):
+    """Return (fp8 tensor, fp32 scale) of x with one scale per slice along `dim`."""
+    import torch
+
+    scale = x.abs().amax(dim=dim).clamp(min=1e-6) / FP8_MAX
+    return (x / scale.unsqueeze(dim)).to(torch.float8_e4m3fn), scale.float().contiguous()
+
+
+def make_weights(problem: dict, dtype: str, device: str, gen) -> Weights:
+    """Return fresh random weights (never zeros) for both GEMMs of a problem."""
+    import torch
+
+    w, scale = {}, {}
+    for gemm, (n, k) in gemm_shapes(problem).items():
+        full = torch.randn(problem["experts"], n, k, generator=gen, device=device) / math.sqrt(k)
+        if dtype == "fp8":
+            w[gemm], scale[gemm] = _quantize(full, 2)
+        else:
+            w[gemm], scale[gemm] = full.to(torch_dtype(dtype)), None
+        del full
+    return Weights(dtype, w, scale)
+
+
+def make_routing(m: int, experts: int, top_k: int, routing: str, alpha: float, device, gen):
+    """Return (topk_ids [m, k] int32, topk_weights [m * k] fp32) for m tokens: each token picks
+    k distinct experts, uniformly or with Zipf popularity (expert i weighs 1 / i^alpha, experts
+    in a random order)."""
+    import torch
+
+    k = min(top_k, experts)
+    if routing == "zipf":
+        popularity = 1.0 / torch.arange(1, experts + 1, device=device, dtype=torch.float32) ** alpha
+        popularity = popularity[torch.randperm(experts, generator=gen, device=device)]
+    else:
+        popularity = torch.ones(experts, device=device)
+    ids = torch.multinomial(popularity.expand(m, experts), k, replacement=False, generator=gen)
+    logits = torch.randn(m, k, generator=gen, device=device)
+    return ids.to(torch.int32), torch.softmax(logits, dim=-1).reshape(-1).contiguous()
+
+
+def make_batch(
+    problem: dict,
+    weights: Weights,
+    m: int,
+    routing: str,
+    alpha: float,
+    device,
+    gen,
+    direct: bool,
+    out_dtype: str = "bf16",
+) -> Batch:
+    """Return a routed batch of m tokens with fresh random activations and NaN-poisoned outputs."""
+    import torch
+
+    ids, topw = make_routing(m, problem["experts"], problem["top_k"], routing, alpha, device, gen)
+    pairs = ids.numel()
+    a, a_scale, c = {}, {}, {}
+    for gemm, (n, k) in gemm_shapes(problem).items():
+        rows = m if gemm == "gate_up" else pairs
+        x = torch.randn(rows, k, generator=gen, device=device)
+        if weights.dtype == "fp8":
+            a[gemm], a_scale[gemm] = _quantize(x, 1)
+        else:
+            a[gemm], a_scale[gemm] = x.to(torch_dtype(weights.dtype)), None
+        c[gemm] = torch.full((pairs, n), float("nan"), dtype=torch_dtype(out_dtype), device=device)
+    return Batch(m, ids, topw, a, a_scale, c, direct=direct)
+
+
+def blocks(batch: Batch, block_m: int, experts: int):
+    """Return (and cache) the batch's sorted row blocks for one BLOCK_SIZE_M."""
+    if block_m not in batch.blocks:
+        batch.blocks[block_m] = (
+            fm.direct_blocks(batch.topk_ids, block_m)
+            if batch.direct
+            else fm.align_blocks(batch.topk_ids, block_m, experts)
+        )
+    return batch.blocks[block_m]
+
+
+def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm: str):
+    """Return the call that runs the project's fused-MoE kernel on one GEMM of a batch."""
+    scale = "channel" if weights.dtype == "fp8" else "none"
+    blk = blocks(batch, config["BLOCK_SIZE_M"], problem["experts"])
+    gather = gemm == "gate_up"
+
+    def call():
+        return fm.invoke(
+            batch.a[gemm],
+            weights.w[gemm],
+            batch.c[gemm],
+            blk,
+            config,
+            top_k=problem["top_k"],
+            gather=gather,
+            topk_weights=None if gather else batch.topk_weights,
+            scale=scale,
+            a_scale=batch.a_scale[gemm],
+            b_scale=weights.scale[gemm],
+        )
+
+    return call
+
+
+def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
+    """Return the fp32 reference of one GEMM of a batch: each pair's row of A (dequantised) times
+    its expert's weights (dequantised), times its routing weight for the down GEMM."""
+    import torch
+
+    flat = batch.topk_ids.reshape(-1).long()
+    pairs = flat.numel()
+    rows = torch.arange(pairs, device=flat.device)
+    a_rows = rows // problem["top_k"] if gemm == "gate_up" else rows
+    n = gemm_shapes(problem)[gemm][0]
+    out = torch.empty(pairs, n, dtype=torch.float32, device=flat.device)
+    a = batch.a[gemm].float()
+    if batch.a_scale[gemm] is not None:
+        a = a * batch.a_scale[gemm][:, None]
+    for e in torch.unique(flat).tolist():
+        sel = (flat == e).nonzero().squeeze(1)
+        w = weights.w[gemm][e].float()
+        if weights.scale[gemm] is not None:
+            w = w * weights.scale[gemm][e][:, None]
+        out[sel] = a[a_rows[sel]] @ w.t()
+    if gemm == "down":
+        out = out * batch.topk_weights[:, None]
+    return out
+
+
+def rel_error(out, ref) -> float:
+    """Return ||out - ref|| / ||ref||, or inf when out has unwritten (NaN) or infinite elements."""
+    import torch
+
+    out = out.float()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    denom = torch.linalg.vector_norm(ref).item() or 1.0
+    return torch.linalg.vector_norm(out - ref).item() / denom
+
+
+def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[float, str | None]:
+    """Return the worse relative error of both GEMMs of a batch, and why it fails (None: ok)."""
+    worst = 0.0
+    for gemm in ("gate_up", "down"):
+        batch.c[gemm].fill_(float("nan"))
+        fused_call(config, problem, weights, batch, gemm)()
+        worst = max(worst, rel_error(batch.c[gemm], reference(problem, weights, batch, gemm)))
+    limit = TOLERANCE[weights.dtype]
+    if not worst <= limit:
+        return worst, f"relative error {worst:.3g} > {limit} against the fp32 reference"
+    return worst, None
+
+
+def baseline_call(problem: dict, weights: Weights, batch: Batch, gemm: str):
+    """Return the same-dtype torch baseline of one GEMM on the batch's rows already sorted by
+    expert (the gather and scatter are left out, in the baseline's favour): torch._grouped_mm
+    for bf16, torch._scaled_grouped_mm with row-wise scales for fp8; raise NotImplementedError
+    where this torch has none."""
+    import torch
+
+    flat = batch.topk_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    a_rows = order // problem["top_k"] if gemm == "gate_up" else order
+    a = batch.a[gemm][a_rows].contiguous()
+    counts = torch.bincount(flat, minlength=problem["experts"])
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    b = weights.w[gemm].transpose(1, 2)
+    if weights.dtype != "fp8":
+        grouped = getattr(torch, "_grouped_mm", None)
+        if grouped is None:
+            raise NotImplementedError("torch._grouped_mm is not in this torch build")
+        return lambda: grouped(a, b, offs=offs)
+    scaled = getattr(torch, "_scaled_grouped_mm", None)
+    if scaled is None:
+        raise NotImplementedError("torch._scaled_grouped_mm is not in this torch build")
+    a_scale = batch.a_scale[gemm][a_rows].contiguous()
+    b_scale = weights.scale[gemm]
+    return lambda: scaled(a, b, a_scale, b_scale, offs=offs, out_dtype=torch.bfloat16)
+
+
+def baseline_name(dtype: str) -> str:
+    """Return the runner name of the same-dtype torch baseline."""
+    return "torch_scaled_grouped_mm" if dtype == "fp8" else "torch_grouped_mm"

@@ -1,0 +1,302 @@
+"""The fused-MoE tuning worker: one process that compiles the search space (in a pool of compile
+processes), screens every config at every batch key, then times the finalists, the engines'
+default configs, the torch baseline and (where installed) the engine's own kernel precisely.
+
+Each finished item is one line appended to a journal (flushed and synced), so a worker that is
+killed or crashes loses only the item in flight: stages/tune.py restarts it, records that item
+as a timeout or crash, and the new worker skips everything already in the journal. Before each
+item the worker writes a heartbeat, which is how the parent knows what was in flight.
+
+Usage: python -m tilesweep.measure.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from tilesweep.plan import fused_moe_space as space
+
+SCREEN = "screen"
+FINAL = "final"
+
+
+def item_key(phase: str, problem: int, what: str) -> str:
+    """Return the journal key of one work item."""
+    return f"{phase}|{problem}|{what}"
+
+
+def read_journal(path: str | Path) -> dict[str, dict]:
+    """Return the journal's finished items by key (a trailing half-written line is ignored)."""
+    done = {}
+    path = Path(path)
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done[rec["key"]] = rec
+    return done
+
+
+def append_journal(path: str | Path, rec: dict) -> None:
+    """Append one finished item to the journal, durably."""
+    with open(path, "a") as stream:
+        stream.write(json.dumps(rec, sort_keys=True) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def beat(path: str | Path, key: str) -> None:
+    """Record which item the worker starts now (atomically replaced)."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps({"key": key, "time": time.time()}))
+    tmp.replace(path)
+
+
+def candidates(spec: dict) -> list[dict]:
+    """Return every config of the search space with the engines' defaults appended (deduped)."""
+    configs = space.search_space(spec["space"])
+    slugs = {space.config_slug(c) for c in configs}
+    for problem in spec["problems"]:
+        for m in spec["final_batches"]:
+            for rules in spec["engine_defaults"].values():
+                cfg = space.engine_default(rules, m, problem["experts"], spec["dtype"])
+                if space.config_slug(cfg) not in slugs:
+                    slugs.add(space.config_slug(cfg))
+                    configs.append(cfg)
+    return configs
+
+
+def _compile_one(args: tuple) -> tuple[str, str | None]:
+    """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
+    config, dtype = args
+    try:
+        import torch
+
+        from tilesweep.kernels import fused_moe as fm
+        from tilesweep.measure.fused_moe_case import torch_dtype
+
+        dev = "cuda"
+        e, n, k, rows = 2, 256, 512, 4
+        op = torch_dtype(dtype)
+        a = torch.zeros(rows, k, device=dev).to(op)
+        b = torch.zeros(e, n, k, device=dev).to(op)
+        c = torch.zeros(rows, n, device=dev, dtype=torch.bfloat16)
+        bm = config["BLOCK_SIZE_M"]
+        ids = torch.zeros(bm, dtype=torch.int32, device=dev)
+        exp = torch.zeros(1, dtype=torch.int32, device=dev)
+        post = torch.tensor([bm], dtype=torch.int32, device=dev)
+        scale = "channel" if dtype == "fp8" else "none"
+        a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
+        b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
+        w = torch.ones(rows, device=dev)
+        for weights in (None, w):  # mul_routed is a runtime flag: one compile serves both
+            fm.invoke(
+                a, b, c, (ids, exp, post), config, top_k=1, gather=False,
+                topk_weights=weights, scale=scale, a_scale=a_s, b_scale=b_s,
+            )  # fmt: skip
+        torch.cuda.synchronize()
+        return space.config_slug(config), None
+    except Exception as exc:  # a compile or launch refusal is a result: its last line
+        return space.config_slug(config), f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
+
+
+def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, str]:
+    """Return {slug: error} for configs that fail to compile, compiling in parallel processes."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    failed = {}
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+        for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
+            if err:
+                failed[slug] = err
+    log(f"compiled {len(configs)} configs, {len(failed)} refused")
+    return failed
+
+
+def _time(fn, repeats: int, warmup: int, graph: bool) -> dict:
+    """Return median/p10/p90 ms of fn: CUDA-graph replays (graph) or event-timed launches on a
+    GPU, the monotonic clock on the CPU (Triton's interpreter: for tests, not for numbers)."""
+    import torch
+
+    from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
+
+    if not torch.cuda.is_available():
+        samples, method = time_cpu(fn, repeats, warmup), "cpu-perf-counter"
+    elif graph:
+        samples, method = time_gpu([fn], repeats, warmup)
+    else:
+        for _ in range(warmup):
+            fn()
+        samples, method = time_events(fn, repeats), "events"
+    return {**summarize(samples), "timing": method}
+
+
+def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, heartbeat, done):
+    """Screen every config on one problem: correctness at one batch, then every batch key."""
+    from tilesweep.measure import fused_moe_case as case
+
+    dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
+    scale = "channel" if dtype == "fp8" else "none"
+    shapes = space.gemm_shapes(problem)
+    for config in configs:
+        slug = space.config_slug(config)
+        key = item_key(SCREEN, p_idx, slug)
+        if key in done:
+            continue
+        beat(heartbeat, key)
+        rec = {"key": key, "phase": SCREEN, "problem": p_idx, "config": config, "slug": slug}
+        why = failed.get(slug)
+        for n, k in shapes.values():
+            why = why or space.constraint(config, dtype, smem, n, k, scale)
+        if why:
+            status = "compile" if slug in failed else "constraint"
+            append_journal(journal, {**rec, "status": status, "reason": why})
+            continue
+        try:
+            err, bad = case.check(config, problem, weights, batches[spec["check_batch"]])
+            if bad:
+                append_journal(journal, {**rec, "status": "correctness", "reason": bad})
+                continue
+            times = {}
+            for m in spec["batch_keys"]:
+                for gemm in shapes:
+                    call = case.fused_call(config, problem, weights, batches[m], gemm)
+                    t = _time(call, spec["screen_repeats"], 1, graph=False)
+                    times[f"{gemm}|{m}"] = t["time_ms"]
+        except Exception as exc:  # the launch was refused or failed: a result, with its reason
+            status = "launch" if "OutOfResources" in type(exc).__name__ else "runtime"
+            append_journal(journal, {**rec, "status": status, "reason": _last_line(exc)})
+            if status == "runtime":
+                raise  # a failed launch can poison the context: let the parent restart us
+            continue
+        append_journal(journal, {**rec, "status": "ok", "rel_err": err, "times": times})
+
+
+def _last_line(exc: BaseException) -> str:
+    """Return an exception's type and the last line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
+
+
+def _finalists(done: dict, p_idx: int, m: int, count: int) -> list[dict]:
+    """Return the `count` configs with the smallest screened gate_up + down time at batch m."""
+    scored = []
+    for rec in done.values():
+        if rec["phase"] != SCREEN or rec["problem"] != p_idx or rec["status"] != "ok":
+            continue
+        t = rec["times"]
+        scored.append((t[f"gate_up|{m}"] + t[f"down|{m}"], rec["slug"], rec["config"]))
+    return [cfg for _, _, cfg in sorted(scored)[:count]]
+
+
+def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
+    """Time finalists, engine defaults, the baseline and the engine at every final batch."""
+    from tilesweep.measure import fused_moe_case as case
+
+    dtype = spec["dtype"]
+    shapes = space.gemm_shapes(problem)
+    screened = set(spec["batch_keys"])
+    for m in spec["final_batches"]:
+        key = item_key(FINAL, p_idx, str(m))
+        if key in done:
+            continue
+        beat(heartbeat, key)
+        near = space.nearest_key(spec["batch_keys"], m)
+        entries = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
+        for engine_name, rules in spec["engine_defaults"].items():
+            cfg = space.engine_default(rules, m, problem["experts"], dtype)
+            entries.append((f"{engine_name}-default", cfg))
+        rows = []
+        for routing, batches in batches_by_routing.items():
+            batch = batches[m]
+            touched = int(batch.topk_ids.unique().numel())
+            for source, config in entries:
+                row = {"source": source, "routing": routing, "config": config, "touched": touched}
+                row["slug"] = space.config_slug(config)
+                try:
+                    _, bad = case.check(config, problem, weights, batch)
+                    if bad:
+                        rows.append({**row, "status": "correctness", "reason": bad})
+                        continue
+                    for gemm in shapes:
+                        call = case.fused_call(config, problem, weights, batch, gemm)
+                        row[gemm] = _time(call, spec["final_repeats"], 2, graph=True)
+                    rows.append({**row, "status": "ok"})
+                except Exception as exc:
+                    rows.append({**row, "status": "launch", "reason": _last_line(exc)})
+            name = case.baseline_name(dtype)
+            row = {"source": "baseline", "runner": name, "routing": routing, "touched": touched}
+            try:
+                for gemm in shapes:
+                    call = case.baseline_call(problem, weights, batch, gemm)
+                    row[gemm] = _time(call, spec["final_repeats"], 2, graph=True)
+                rows.append({**row, "status": "ok"})
+            except NotImplementedError as exc:
+                rows.append({**row, "status": "unsupported", "reason": str(exc)})
+            except Exception as exc:
+                rows.append({**row, "status": "runtime", "reason": _last_line(exc)})
+            rows.extend(engine(problem, weights, batch, rows, m, routing))
+        append_journal(journal, {"key": key, "phase": FINAL, "problem": p_idx, "m": m,
+                                 "screened": m in screened, "rows": rows})  # fmt: skip
+
+
+def main(spec_path: str, journal: str, heartbeat: str) -> None:
+    """Run every unfinished item of the spec, journalling each."""
+    import torch
+
+    from tilesweep.measure import fused_moe_case as case
+    from tilesweep.measure.engine_moe import engine_runner
+
+    spec = json.loads(Path(spec_path).read_text())
+    done = read_journal(journal)
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    configs = candidates(spec)
+    screens = [
+        item_key(SCREEN, p, space.config_slug(c))
+        for p in range(len(spec["problems"]))
+        for c in configs
+    ]
+    failed = {}
+    if device == "cuda" and any(k not in done for k in screens):
+        beat(heartbeat, "compile")
+        failed = precompile(configs, spec["dtype"], spec["compile_workers"], log)
+    gen = torch.Generator(device=device)
+    for p_idx, problem in enumerate(spec["problems"]):
+        gen.manual_seed(spec["seed"] + p_idx)
+        weights = case.make_weights(problem, spec["dtype"], device, gen)
+        batches = {}
+        for routing in spec["routing"]:
+            batches[routing] = {
+                m: case.make_batch(
+                    problem, weights, m, routing, spec["zipf_alpha"], device, gen,
+                    direct=m * problem["top_k"] * spec["direct_sparsity"] <= problem["experts"],
+                )
+                for m in sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
+            }  # fmt: skip
+        uniform = batches[spec["routing"][0]]
+        _screen(spec, problem, p_idx, weights, uniform, configs, failed, journal, heartbeat, done)
+        done = read_journal(journal)
+        engine = engine_runner(spec, log)
+        _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)
+        done = read_journal(journal)
+        del weights, batches, uniform
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    beat(heartbeat, "done")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

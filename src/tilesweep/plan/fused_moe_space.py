@@ -1,0 +1,154 @@
+"""Pure arithmetic of fused-MoE tuning in the engines' conditions: the search space, which configs
+can exist on a device, the engines' default heuristics, the problems per layout, and the names of
+the engines' config files."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+SPACE_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+# Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
+# tests only; the engines tune bf16 and fp8).
+OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+# The engines' dtype strings in config-file names (bf16 carries none).
+ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
+
+
+def config_slug(config: dict) -> str:
+    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3'."""
+    return (
+        f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
+        f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
+    )
+
+
+def parse_slug(slug: str) -> dict:
+    """Return the config a slug names (the inverse of config_slug)."""
+    m = re.fullmatch(r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)", slug)
+    if not m:
+        raise ValueError(f"not a fused-MoE config slug: {slug!r}")
+    return dict(zip(SPACE_KEYS, (int(g) for g in m.groups()), strict=True))
+
+
+def search_space(space: dict[str, list[int]]) -> list[dict]:
+    """Return every config of the space (the product of its value lists), in a fixed order."""
+    values = [space[key] for key in SPACE_KEYS]
+    return [dict(zip(SPACE_KEYS, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def smem_estimate(config: dict, dtype: str) -> int:
+    """Return the shared memory a config's software pipeline needs, in bytes: num_stages - 1
+    buffered A and B tiles (Triton's pipeliner keeps one stage in registers), at least one."""
+    per_stage = (
+        (config["BLOCK_SIZE_M"] + config["BLOCK_SIZE_N"])
+        * config["BLOCK_SIZE_K"]
+        * OPERAND_BYTES[dtype]
+    )
+    return max(1, config["num_stages"] - 1) * per_stage
+
+
+def constraint(config: dict, dtype: str, smem_limit: int, n: int, k: int, scale: str) -> str | None:
+    """Return why a config cannot run on a problem and device (None when it can)."""
+    need = smem_estimate(config, dtype)
+    if need > smem_limit:
+        return f"needs about {need:,} B of shared memory; the device grants {smem_limit:,} B"
+    if config["BLOCK_SIZE_K"] > k:
+        return f"BLOCK_SIZE_K {config['BLOCK_SIZE_K']} exceeds K={k}"
+    if scale == "block" and 128 % config["BLOCK_SIZE_K"]:
+        return f"BLOCK_SIZE_K {config['BLOCK_SIZE_K']} does not divide the 128-wide scale block"
+    return None
+
+
+def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
+    """Return whether every condition of one heuristic rule holds (no condition: always)."""
+    checks = {
+        "m_max": lambda v: m <= v,
+        "m_le_e": lambda v: (m <= experts) == v,
+        "m_per_e_over": lambda v: m // experts > v,
+        "dtype": lambda v: dtype == v,
+    }
+    return all(checks[name](value) for name, value in rule.items() if name != "value")
+
+
+def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
+    """Return the config an engine's default heuristic picks for M tokens over E local experts:
+    per key, the value of the first rule whose conditions hold (`rules[key]` is that list;
+    conditions m_max: M <= v, m_le_e: (M <= E) == v, m_per_e_over: M // E > v, dtype)."""
+    out = {}
+    for key in SPACE_KEYS:
+        for rule in rules[key]:
+            if _holds(rule, m, experts, dtype):
+                out[key] = rule["value"]
+                break
+        else:
+            raise ValueError(f"the default rules for {key} end without a rule that always holds")
+    return out
+
+
+def nearest_key(keys: list[int], m: int) -> int:
+    """Return the tuned batch key an engine uses for M tokens: the nearest one (ties: smaller)."""
+    return min(sorted(keys), key=lambda key: abs(key - m))
+
+
+def problems(model: dict, layouts: list[dict]) -> list[dict]:
+    """Return the distinct expert-GEMM problems the layouts put on one GPU: local experts E and
+    shard intermediate N (the engines' N: the intermediate size over the TP degree)."""
+    seen, out = set(), []
+    for layout in layouts:
+        tp, ep = layout["tp"], layout["ep"]
+        e = model["routed_experts"] // ep
+        n = model["moe_intermediate"] // tp
+        if (e, n) in seen or model["moe_intermediate"] % tp or model["routed_experts"] % ep:
+            continue
+        seen.add((e, n))
+        out.append({"experts": e, "n": n, "hidden": model["hidden"], "top_k": model["top_k"]})
+    return sorted(out, key=lambda p: (-p["experts"], -p["n"]))
+
+
+def gemm_shapes(problem: dict) -> dict[str, tuple[int, int]]:
+    """Return (N, K) of the two expert GEMMs: gate/up (2 x intermediate out of hidden) and down."""
+    return {
+        "gate_up": (2 * problem["n"], problem["hidden"]),
+        "down": (problem["hidden"], problem["n"]),
+    }
+
+
+def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
+    """Return the engines' tuned-config file name, e.g.
+    'E=256,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8.json'."""
+    name = f"E={experts},N={n},device_name={device_name.replace(' ', '_')}"
+    if ENGINE_DTYPE[dtype]:
+        name += f",dtype={ENGINE_DTYPE[dtype]}"
+    return name + ".json"
+
+
+def pair_traffic(problem: dict, gemm: str, pairs: int, touched: int, dtype: str) -> dict:
+    """Return the fewest bytes and the FLOPs of one GEMM over `pairs` routed rows that touch
+    `touched` experts: each touched expert's weights read once, A read once, C written once."""
+    n, k = gemm_shapes(problem)[gemm]
+    b = OPERAND_BYTES[dtype]
+    a_rows = pairs // problem["top_k"] if gemm == "gate_up" else pairs
+    weights = touched * n * k * b
+    return {
+        "bytes": weights + a_rows * k * b + pairs * n * 2,
+        "flops": 2 * pairs * n * k,
+    }
+
+
+def tokens_per_expert(m: int, problem: dict) -> float:
+    """Return the mean routed rows per local expert for a batch of M tokens."""
+    return m * problem["top_k"] / problem["experts"]
+
+
+def batch_for_tokens_per_expert(t: int, problem: dict) -> int:
+    """Return the batch M that gives each local expert t routed rows on average."""
+    return max(1, math.ceil(t * problem["experts"] / problem["top_k"]))

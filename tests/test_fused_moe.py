@@ -1,0 +1,268 @@
+"""The fused-MoE kernel in the engines' conditions: routing blocks, the kernel against an fp32
+reference (Triton's interpreter on the CPU, the real kernel on a GPU), the search space and
+defaults, the engines' file names, and the supervised, resumable tuning worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tilesweep.plan import fused_moe_space as space
+
+CONFIG = {
+    "BLOCK_SIZE_M": 16,
+    "BLOCK_SIZE_N": 32,
+    "BLOCK_SIZE_K": 32,
+    "GROUP_SIZE_M": 2,
+    "num_warps": 4,
+    "num_stages": 2,
+}
+
+
+def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
+    from tilesweep.kernels.fused_moe import align_blocks
+
+    ids = torch.tensor([[0, 2], [2, 1], [0, 2], [3, 2]])
+    sorted_ids, experts, post = align_blocks(ids, 4, 5)
+    assert int(post) == sorted_ids.numel() == 4 * 4  # experts 0,1,2,3 each padded to one block
+    assert experts.tolist() == [0, 1, 2, 3]
+    real = sorted_ids[sorted_ids < ids.numel()]
+    assert sorted(real.tolist()) == list(range(ids.numel()))
+    flat = ids.reshape(-1)
+    for block, expert in enumerate(experts.tolist()):
+        rows = sorted_ids[block * 4 : (block + 1) * 4]
+        assert all(flat[r].item() == expert for r in rows.tolist() if r < ids.numel())
+
+
+def test_direct_blocks_give_each_pair_its_own_block():
+    from tilesweep.kernels.fused_moe import direct_blocks
+
+    ids = torch.tensor([[3, 1]])
+    sorted_ids, experts, post = direct_blocks(ids, 16)
+    assert int(post) == 32 and experts.tolist() == [3, 1]
+    assert sorted_ids[0].item() == 0 and sorted_ids[16].item() == 1
+    assert (sorted_ids[1:16] == 2).all()
+
+
+def _interpreted(code: str) -> dict:
+    """Run code in a fresh interpreter under TRITON_INTERPRET=1; return the JSON it prints."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+KERNEL_CHECK = """
+import json, torch
+from tilesweep.measure import fused_moe_case as case
+from tilesweep.kernels import fused_moe as fm
+problem = {"experts": 6, "n": 48, "hidden": 64, "top_k": 2}
+gen = torch.Generator().manual_seed(1)
+w = case.make_weights(problem, "fp32", "cpu", gen)
+out = {}
+for direct in (False, True):
+    b = case.make_batch(problem, w, 5, "zipf", 1.2, "cpu", gen, direct=direct)
+    err, bad = case.check(CONFIG, problem, w, b)
+    out[f"direct={direct}"] = [err, bad]
+# expert -1 (another rank's expert) writes zeros
+b = case.make_batch(problem, w, 3, "uniform", 1.2, "cpu", gen, direct=False)
+blk = fm.align_blocks(b.topk_ids, 16, 6, expert_map=torch.tensor([-1, 1, 2, 3, 4, 5]))
+c = b.c["gate_up"].fill_(float("nan"))
+fm.invoke(b.a["gate_up"], w.w["gate_up"], c, blk, CONFIG, top_k=2, gather=True)
+remote = (b.topk_ids.reshape(-1) == 0)
+out["remote_zero"] = bool((c[remote] == 0).all()) and bool(torch.isfinite(c).all())
+out["remote_count"] = int(remote.sum())
+# every scale mode against its dequantised product, fp32 operands standing in for fp8
+a, bw = torch.randn(4, 256, generator=gen), torch.randn(2, 64, 256, generator=gen)
+ids = torch.tensor([[0], [1], [1], [0]])
+blk = fm.align_blocks(ids, 16, 2)
+ref_plain = torch.stack([a[p] @ bw[ids[p, 0]].T for p in range(4)])
+scales = {
+    "tensor": (torch.tensor([0.5]), torch.tensor([2.0, 3.0])),
+    "channel": (torch.rand(4, generator=gen) + 0.5, torch.rand(2, 64, generator=gen) + 0.5),
+    "block": (torch.rand(4, 2, generator=gen) + 0.5, torch.rand(2, 1, 2, generator=gen) + 0.5),
+}
+cfg = dict(CONFIG, BLOCK_SIZE_K=64)
+for mode, (sa, sb) in scales.items():
+    c = torch.full((4, 64), float("nan"))
+    fm.invoke(a, bw, c, blk, cfg, top_k=1, gather=False, scale=mode, a_scale=sa, b_scale=sb)
+    ref = torch.empty(4, 64)
+    for p in range(4):
+        e = ids[p, 0]
+        if mode == "tensor":
+            ref[p] = ref_plain[p] * sa[0] * sb[e]
+        elif mode == "channel":
+            ref[p] = ref_plain[p] * sa[p] * sb[e]
+        else:
+            k = [slice(h * 128, (h + 1) * 128) for h in range(2)]
+            halves = [a[p, k[h]] @ bw[e, :, k[h]].T for h in range(2)]
+            ref[p] = sum(halves[h] * sa[p, h] * sb[e, 0, h] for h in range(2))
+    out[mode] = float((c - ref).norm() / ref.norm())
+print(json.dumps(out))
+""".replace("CONFIG", repr(CONFIG))
+
+
+def test_kernel_matches_fp32_reference_in_the_interpreter():
+    out = _interpreted(KERNEL_CHECK)
+    for path in ("direct=False", "direct=True"):
+        err, bad = out[path]
+        assert bad is None and err < 1e-2, (path, err, bad)
+    assert out["remote_count"] > 0 and out["remote_zero"]
+    for mode in ("tensor", "channel", "block"):
+        assert out[mode] < 1e-5, (mode, out[mode])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("direct", [False, True])
+def test_kernel_matches_fp32_reference_on_the_gpu(dtype, direct):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from tilesweep.measure import fused_moe_case as case
+
+    problem = {"experts": 64, "n": 256, "hidden": 512, "top_k": 4}
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    w = case.make_weights(problem, dtype, "cuda", gen)
+    for m in (2, 48, 300):
+        batch = case.make_batch(problem, w, m, "zipf", 1.2, "cuda", gen, direct=direct)
+        for config in (CONFIG, {**CONFIG, "BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "num_warps": 8}):
+            err, bad = case.check(config, problem, w, batch)
+            assert bad is None, (m, config, err)
+
+
+def test_search_space_is_the_engines_and_defaults_follow_their_rules():
+    from tilesweep.config import compose
+
+    settings = compose()
+    mine = settings["backend"]["fused_moe"]
+    configs = space.search_space(mine["space"])
+    assert len(configs) == 5 * 4 * 3 * 4 * 2 * 4  # the engines' tuners' 1,920 configs
+    assert len({space.config_slug(c) for c in configs}) == len(configs)
+    assert all(space.parse_slug(space.config_slug(c)) == c for c in configs[:50])
+    vllm = mine["engine_defaults"]["vllm"]
+    small = space.engine_default(vllm, 16, 256, "bf16")
+    assert (small["BLOCK_SIZE_M"], small["BLOCK_SIZE_N"], small["BLOCK_SIZE_K"]) == (16, 64, 128)
+    assert (small["num_warps"], small["num_stages"]) == (4, 4)
+    big = space.engine_default(vllm, 4096, 256, "bf16")
+    assert (big["BLOCK_SIZE_M"], big["BLOCK_SIZE_N"], big["BLOCK_SIZE_K"]) == (128, 128, 64)
+    assert (
+        big["GROUP_SIZE_M"] == 1
+        and space.engine_default(vllm, 65536, 256, "bf16")["GROUP_SIZE_M"] == 16
+    )
+    assert space.engine_default(vllm, 4096, 256, "fp8")["BLOCK_SIZE_K"] == 128
+    sglang = mine["engine_defaults"]["sglang"]
+    assert space.engine_default(sglang, 300, 256, "fp8")["BLOCK_SIZE_N"] == 256
+    assert space.engine_default(sglang, 200, 256, "fp8")["BLOCK_SIZE_N"] == 128
+    assert space.engine_default(sglang, 200, 256, "bf16")["BLOCK_SIZE_M"] == 16
+
+
+def test_constraints_name_why_a_config_cannot_run():
+    big = {**CONFIG, "BLOCK_SIZE_M": 256, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 256}
+    assert "shared memory" in space.constraint(
+        {**big, "num_stages": 5}, "bf16", 232448, 64, 512, "none"
+    )
+    assert space.constraint(CONFIG, "bf16", 232448, 64, 512, "none") is None
+    assert "exceeds K" in space.constraint(
+        {**CONFIG, "BLOCK_SIZE_K": 256}, "bf16", 1 << 20, 64, 128, "none"
+    )
+
+
+def test_problems_follow_the_layouts_and_files_are_named_as_the_engines_name_them():
+    model = {"routed_experts": 256, "moe_intermediate": 2048, "hidden": 6144, "top_k": 8}
+    layouts = [{"tp": 1, "ep": 1}, {"tp": 2, "ep": 1}, {"tp": 1, "ep": 8}, {"tp": 8, "ep": 1}]
+    got = {(p["experts"], p["n"]) for p in space.problems(model, layouts)}
+    assert got == {(256, 2048), (256, 1024), (32, 2048), (256, 256)}
+    assert space.config_file_name(256, 2048, "NVIDIA H200", "bf16") == (
+        "E=256,N=2048,device_name=NVIDIA_H200.json"
+    )
+    assert space.config_file_name(256, 1024, "NVIDIA H200", "fp8").endswith(",dtype=fp8_w8a8.json")
+    assert space.nearest_key([1, 2, 4, 8], 3) == 2 and space.nearest_key([1, 2, 4, 8], 7) == 8
+    shapes = space.gemm_shapes({"n": 2048, "hidden": 6144})
+    assert shapes == {"gate_up": (4096, 6144), "down": (6144, 2048)}
+
+
+def _spec(**over) -> dict:
+    """Return a tiny tuning spec the interpreter runs in seconds."""
+    one = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
+    return {
+        "dtype": "fp32",
+        "device": "cpu",
+        "problems": [{"experts": 4, "n": 32, "hidden": 64, "top_k": 2}],
+        "space": {
+            "BLOCK_SIZE_M": [16],
+            "BLOCK_SIZE_N": [32, 64],
+            "BLOCK_SIZE_K": [32, 128],
+            "GROUP_SIZE_M": [1],
+            "num_warps": [4],
+            "num_stages": [2],
+        },
+        "batch_keys": [2, 8],
+        "final_batches": [2, 8],
+        "check_batch": 8,
+        "routing": ["uniform"],
+        "zipf_alpha": 1.2,
+        "seed": 0,
+        "direct_sparsity": 4,
+        "screen_repeats": 1,
+        "final_repeats": 1,
+        "finalists": 1,
+        "config_timeout_s": 120,
+        "compile_timeout_s": 120,
+        "compile_workers": 1,
+        "engines": ["vllm"],
+        "smem_limit_bytes": 232448,
+        "engine_defaults": {
+            "vllm": {k: [{"value": v}] for k, v in {**one, "num_warps": 4, "num_stages": 2}.items()}
+        },
+        **over,
+    }
+
+
+def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
+    import logging
+
+    from tilesweep.measure.tune_worker import append_journal, read_journal
+    from tilesweep.stages import tune
+
+    log = logging.getLogger("test")
+    env = {"TRITON_INTERPRET": "1"}
+    spec = _spec()
+    records = tune.supervise(spec, tmp_path, log, env=env)
+    screens = [r for r in records.values() if r["phase"] == "screen"]
+    assert {r["status"] for r in screens} == {"ok", "constraint"}  # BLOCK_SIZE_K 128 > K=32
+    table = tune.evaluate(spec, records, 100.0, 1.0)
+    tuned = tune.tuned_configs(table, spec)
+    assert set(tuned) == {(4, 32)} and set(tuned[(4, 32)]) == {"2", "8"}
+    both = table[(table["op"] == "both") & (table["status"] == "ok")]
+    assert both["tuned"].any() and both["over_vllm_default"].notna().any()
+    engine = table[table["runner"] == "engine:vllm"]
+    assert (engine["status"] == "skipped").all() and engine["reason"].str.contains("vllm").all()
+    # A rerun finds everything journalled and adds nothing.
+    lines = (tmp_path / "journal.jsonl").read_text().count("\n")
+    tune.supervise(spec, tmp_path, log, env=env)
+    assert (tmp_path / "journal.jsonl").read_text().count("\n") == lines
+    # A worker killed in an item: the item is journalled as a timeout, the rest resumes.
+    journal = tmp_path / "journal.jsonl"
+    kept = [r for r in read_journal(journal).values() if r["phase"] == "screen"]
+    journal.unlink()
+    for rec in kept[1:]:
+        append_journal(journal, rec)
+    slow = _spec(config_timeout_s=0.01)
+    records = tune.supervise(slow, tmp_path, log, env=env, restarts=20)
+    assert any(r["status"] == "timeout" for r in records.values())
+
+
+def test_a_half_written_journal_line_is_ignored(tmp_path):
+    from tilesweep.measure.tune_worker import append_journal, read_journal
+
+    path = tmp_path / "j.jsonl"
+    append_journal(path, {"key": "a", "phase": "screen"})
+    with open(path, "a") as stream:
+        stream.write('{"key": "b", "pha')
+    assert set(read_journal(path)) == {"a"}
