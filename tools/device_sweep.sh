@@ -4,6 +4,8 @@
 # program, `bash gpu/build_cutlass.sh`); carry .whl (and gpu/bin) to the GPU machine.
 # Usage: tools/device_sweep.sh OUT_DIR [snakemake overrides...]
 #   e.g. tools/device_sweep.sh "$OUT" experiment=h200_decode
+# TILESWEEP_TARGETS (space-separated result paths or rule names) limits the run to those targets;
+# TILESWEEP_TIMEOUT (seconds, default 3600) stops Snakemake, and what finished still comes back.
 set -uo pipefail
 out=${1:?usage: tools/device_sweep.sh OUT_DIR [overrides...]}
 shift
@@ -22,7 +24,9 @@ export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 TILESWEEP_TRUST_PREBUILT=1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$out/gpus.csv"
 overrides=$(printf '"%s",' "$@")
 start=$(date +%s)
-timeout "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake --cores all --keep-going --config "overrides=[${overrides%,}]" \
+# shellcheck disable=SC2086  # the targets are words on purpose
+timeout "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake ${TILESWEEP_TARGETS:-} --cores all --keep-going \
+  --config "overrides=[${overrides%,}]" \
   >"$out/snakemake.log" 2>&1
 rc=$?
 echo "snakemake exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/snakemake.log"
