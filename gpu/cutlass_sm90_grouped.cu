@@ -10,9 +10,14 @@
 // fails initialize (cudaFuncSetAttribute refuses the size, CUTLASS returns kErrorInternal): the
 // "128x256x128_s5" tile forces that with an explicit 5-stage mainloop (280,576 bytes > 232,448).
 //
-// Usage: cutlass_sm90_grouped [--tile=all|NAME[,NAME...]] [--groups=8] [--tokens=16,32,64,128]
-//                             [--n=4096] [--k=6144] [--repeats=50] [--warmup=5] [--inner=10]
-//                             [--beta=0] [--graph=0|1] [--seed=1] [--list]
+// A tile may be asked for as NAME@SCHEDULE (cooperative or pingpong): the caller (tilesweep's
+// decode job) names the schedule its launch check accounted, and a tile compiled here with another
+// schedule prints a "constraint" record for each tokens value instead of being timed.
+//
+// Usage: cutlass_sm90_grouped [--tile=all|NAME[@SCHEDULE][,...]] [--groups=8]
+//                             [--tokens=16,32,64,128] [--n=4096] [--k=6144] [--repeats=50]
+//                             [--warmup=5] [--inner=10] [--beta=0] [--graph=0|1] [--seed=1]
+//                             [--list]
 
 #include <algorithm>
 #include <cmath>
@@ -154,7 +159,8 @@ static Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: %s [--tile=all|NAME,...] [--groups=8] [--tokens=16,32,64,128] "
+      std::printf("usage: %s [--tile=all|NAME[@SCHEDULE],...] [--groups=8] "
+                  "[--tokens=16,32,64,128] "
                   "[--n=4096] [--k=6144] [--repeats=50] [--warmup=5] [--inner=10] [--beta=0] "
                   "[--graph=0|1] [--seed=1] [--list]\n", argv[0]);
       std::exit(0);
@@ -505,26 +511,43 @@ static void run_tile(const char* name, Problem& p, const Options& o, const Devic
 
 struct TileEntry {
   const char* name;
+  const char* schedule;
   void (*run)(const char*, Problem&, const Options&, const Device&);
 };
 
+template <class Cfg>
+constexpr TileEntry entry(const char* name) {
+  return {name, Cfg::schedule, run_tile<Cfg>};
+}
+
+// A tile's schedule follows tilesweep's kernel_schedule("sm_90", tile_m): ping-pong below 128
+// rows, cooperative from 128 (the decode job asks for each tile with that schedule).
 static const TileEntry kTiles[] = {
-    {"64x128x128", run_tile<Config<64, 128, 128, 0, Pingpong>>},
-    {"128x128x128", run_tile<Config<128, 128, 128, 0, Cooperative>>},
-    {"128x128x256", run_tile<Config<128, 128, 256, 0, Cooperative>>},
-    {"128x256x128", run_tile<Config<128, 256, 128, 0, Cooperative>>},
-    {"256x128x128", run_tile<Config<256, 128, 128, 0, Cooperative>>},
+    entry<Config<64, 128, 128, 0, Pingpong>>("64x128x128"),
+    entry<Config<128, 128, 128, 0, Cooperative>>("128x128x128"),
+    entry<Config<128, 128, 256, 0, Cooperative>>("128x128x256"),
+    entry<Config<128, 256, 128, 0, Cooperative>>("128x256x128"),
+    entry<Config<256, 128, 128, 0, Cooperative>>("256x128x128"),
     // 5 explicit stages: SharedStorageSize 280,576 > 232,448, so initialize must fail.
-    {"128x256x128_s5", run_tile<Config<128, 256, 128, 5, Cooperative>>},
+    entry<Config<128, 256, 128, 5, Cooperative>>("128x256x128_s5"),
 };
 
-static std::vector<const TileEntry*> select_tiles(const std::string& spec) {
-  std::vector<const TileEntry*> out;
-  for (auto& want : split(spec, ',')) {
+// One tile asked for, and the schedule asked for with it ("" when none was named).
+struct Selected {
+  const TileEntry* tile;
+  std::string schedule;
+};
+
+static std::vector<Selected> select_tiles(const std::string& spec) {
+  std::vector<Selected> out;
+  for (auto& item : split(spec, ',')) {
+    size_t at = item.find('@');
+    std::string want = item.substr(0, at);
+    std::string schedule = at == std::string::npos ? "" : item.substr(at + 1);
     bool found = false;
     for (auto& t : kTiles) {
       if (want == "all" || want == t.name) {
-        out.push_back(&t);
+        out.push_back({&t, schedule});
         found = true;
       }
     }
@@ -534,6 +557,22 @@ static std::vector<const TileEntry*> select_tiles(const std::string& spec) {
     }
   }
   return out;
+}
+
+// The record of a tile asked for with a schedule it is not compiled with: nothing is run.
+static void print_schedule_mismatch(const Selected& s, const Problem& p, const Device& dev) {
+  std::printf("{\"tile\": \"%s\"", s.tile->name);
+  print_json_str("schedule", s.schedule.c_str());
+  print_json_str("compiled_schedule", s.tile->schedule);
+  std::printf(", \"groups\": %d, \"tokens\": %d, \"n\": %d, \"k\": %d", p.groups, p.M, p.N,
+              p.K);
+  std::printf(", \"error\": \"asked for the %s schedule; this program compiles %s with %s\"",
+              s.schedule.c_str(), s.tile->name, s.tile->schedule);
+  print_json_str("status", "constraint");
+  print_json_str("device", dev.prop.name);
+  std::printf(", \"cutlass_version\": \"%d.%d.%d\"}\n", CUTLASS_MAJOR, CUTLASS_MINOR,
+              CUTLASS_PATCH);
+  std::fflush(stdout);
 }
 
 int main(int argc, char** argv) {
@@ -560,7 +599,13 @@ int main(int argc, char** argv) {
   for (int m : o.tokens) {
     if (m < 1) continue;
     Problem p(o.groups, m, o.n, o.k, o.beta, o.seed + uint32_t(m));
-    for (auto* t : tiles) t->run(t->name, p, o, dev);
+    for (auto& s : tiles) {
+      if (!s.schedule.empty() && s.schedule != s.tile->schedule) {
+        print_schedule_mismatch(s, p, dev);
+      } else {
+        s.tile->run(s.tile->name, p, o, dev);
+      }
+    }
   }
   CUDA_CHECK(cudaStreamDestroy(dev.stream));
   return 0;

@@ -176,17 +176,124 @@ def test_attach_measured_launch_asks_the_backend_which_rows_ran_the_kernel():
     assert out[out["target"] == "rtx_pro_6000"]["measured_launch"].isna().all()
 
 
-def test_cutlass_rows_match_only_auto_stage_default_epilogue_tiles():
+def test_cutlass_rows_match_only_auto_stage_default_epilogue_tiles_of_the_same_schedule():
     cutlass = backends.get("cutlass")
     decode = pd.DataFrame(
-        [{"runner": "cutlass:128x128x128", "dtype": "fp8"}, {"runner": "cutlass:64x128x128",
-                                                              "dtype": "fp8"}]
+        [{"runner": "cutlass:128x128x128", "dtype": "fp8", "schedule": "cooperative"},
+         {"runner": "cutlass:64x128x128", "dtype": "fp8", "schedule": "pingpong"}]
     )  # fmt: skip
     row = {"tile_m": 128, "tile_n": 128, "tile_k": 128, "dtype": "fp8", "status": "ok",
-           "stages_requested": "auto", "epilogue": "default"}  # fmt: skip
+           "stages_requested": "auto", "epilogue": "default", "arch": "sm_90",
+           "schedule": "cooperative"}  # fmt: skip
     assert len(cutlass.measured_rows(row, decode)) == 1
     assert cutlass.measured_rows({**row, "stages_requested": 4}, decode) is None
     assert cutlass.measured_rows({**row, "epilogue": "finalize"}, decode).empty
+    # the 64-row tile was timed with the ping-pong schedule: its pingpong launch row matches
+    small = {**row, "tile_m": 64, "schedule": "pingpong"}
+    assert list(cutlass.measured_rows(small, decode)["schedule"]) == ["pingpong"]
+    assert cutlass.measured_rows({**small, "schedule": "cooperative"}, decode).empty
+    # a launch row from before the schedule column gets it from the one function
+    assert len(cutlass.measured_rows({**small, "schedule": float("nan")}, decode)) == 1
+
+
+def test_one_function_gives_the_cutlass_schedule_to_the_accounting_and_the_decode_job():
+    from tilesweep.backends import cutlass_gpu, cutlass_smem
+
+    assert cutlass_smem.kernel_schedule("sm_90", 64) == "pingpong"
+    assert cutlass_smem.kernel_schedule("sm_90", 128) == "cooperative"
+    assert cutlass_smem.kernel_schedule("sm_90", 256) == "cooperative"
+    assert cutlass_smem.kernel_schedule("sm_120", 64) == "cooperative"
+    assert cutlass_smem.kernel_schedule("sm_100", 128) == "1sm"
+    # the accounting compiles the schedule the function gives ...
+    raw = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
+    cell, bad = cutlass_smem.normalize(raw)
+    assert bad is None and cell["schedule"] == "pingpong"
+    body = cutlass_smem.cell_body(cell, "c0")
+    assert "KernelPtrArrayTmaWarpSpecializedPingpong" in body
+    assert "epilogue::PtrArrayTmaWarpSpecializedPingpong" in body
+    assert "Cooperative" not in body
+    big, _ = cutlass_smem.normalize({**raw, "tile_m": 128})
+    assert big["schedule"] == "cooperative"
+    assert "KernelPtrArrayTmaWarpSpecializedCooperative" in cutlass_smem.cell_body(big, "c0")
+    _, bad = cutlass_smem.normalize({**raw, "schedule": "stream-k"})
+    assert bad == "unknown schedule 'stream-k' for sm_90 (known: cooperative, pingpong)"
+    # ... and the decode job asks the SM90 program for each tile with that same schedule
+    requests, records = cutlass_gpu.tile_requests(["64x128x128", "128x256x128_s5", "odd"])
+    assert requests == ["64x128x128@pingpong", "128x256x128_s5@cooperative"]
+    assert [r["status"] for r in records] == ["constraint"]
+
+
+def test_the_sm90_program_is_asked_for_the_accounted_schedule(tmp_path):
+    import stat
+    import sys
+
+    from tilesweep.backends import cutlass_gpu
+
+    exe = tmp_path / "fake_program"
+    exe.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        "if sys.argv[1:] == ['--list']:\n"
+        "    print('64x128x128'); print('128x128x128'); sys.exit(0)\n"
+        "tiles = next(a for a in sys.argv if a.startswith('--tile=')).split('=', 1)[1]\n"
+        "for t in tiles.split(','):\n"
+        "    name, schedule = t.split('@')\n"
+        "    print(json.dumps({'tile': name, 'schedule': schedule, 'tokens': 1, 'groups': 1,\n"
+        "                      'error': 'fake', 'status': 'runtime'}))\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    rows = [cutlass_gpu.to_row(r) for r in cutlass_gpu.run(exe, 64, 64, 1, [1], 1, timeout=60)]
+    assert {r["runner"]: r["schedule"] for r in rows} == {
+        "cutlass:64x128x128": "pingpong",
+        "cutlass:128x128x128": "cooperative",
+    }
+
+
+def test_the_fp8_baseline_is_listed_beside_the_bf16_ones_and_skipped_on_a_cpu(monkeypatch):
+    import torch
+
+    torch_backend = backends.get("torch")
+    assert backends.backend_of("torch_scaled_grouped_mm").name == "torch"
+    assert not backends.step_capable("torch_scaled_grouped_mm")  # the step runs bf16
+    runners = {r.name: r for r in torch_backend.runners({"kernel": "baselines"}, False)}
+    scaled = runners["torch_scaled_grouped_mm"]
+    assert (scaled.dtype, scaled.out_dtype) == ("fp8", "bf16")
+    assert scaled.skip == "torch._scaled_grouped_mm runs on CUDA devices only (sm_90 or newer)"
+    assert runners["torch_bmm"].skip is None and runners["torch_bmm"].dtype == "bf16"
+    # a torch without the op: a labelled skip even on a GPU, never an error
+    monkeypatch.delattr(torch, "_scaled_grouped_mm", raising=False)
+    scaled = next(r for r in torch_backend.runners({}, True) if r.name == scaled.name)
+    assert scaled.skip.startswith("torch._scaled_grouped_mm is not in this torch build")
+    # and an older GPU than SM90 is a labelled skip too
+    monkeypatch.setattr(torch, "_scaled_grouped_mm", lambda *a, **k: None, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    scaled = next(r for r in torch_backend.runners({}, True) if r.name == scaled.name)
+    assert scaled.skip == "torch._scaled_grouped_mm needs sm_90 or newer; this device is sm_80"
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="the CPU's rows; a GPU times it for real"
+)
+def test_the_baselines_job_records_the_fp8_baseline_as_unsupported_on_a_cpu(tmp_path):
+    from tilesweep.stages.decode import bench_decode
+
+    settings = compose(["experiment=tiny", "grid.tokens_per_expert=[1]"])
+    spec = grid.canonical(
+        {
+            "kernel": {"kernel": "baselines"},
+            "model": {**settings["model"], "hidden": 128, "moe_intermediate": 64},
+            "tokens_per_expert": [1],
+            "bench": {**settings["bench"], "routing": ["uniform"]},
+        }
+    )
+    ceilings = tmp_path / "ceilings.json"
+    write_json(ceilings, {"copy_gbs": 1.0, "matmul_tflops": {"bf16": 0.1}, "properties": {}})
+    frame = bench_decode(spec, str(ceilings), str(tmp_path / "baselines.csv"))
+    scaled = frame[frame["runner"] == "torch_scaled_grouped_mm"]
+    assert len(scaled) == 2  # gate_up and down
+    assert set(scaled["status"]) == {"unsupported"} and set(scaled["dtype"]) == {"fp8"}
+    assert scaled["reason"].str.contains("CUDA devices only").all()
+    assert set(frame[frame["runner"] == "torch_matmul"]["status"]) == {"ok"}
 
 
 def test_build_records_carry_their_own_provenance(tmp_path, monkeypatch):

@@ -47,7 +47,9 @@ def test_sm120_cells_compile_and_are_consistent(compiled):
         assert row["alignment_a"] == row["alignment_b"] == 32
         assert row["builder_smem_capacity"] == 101_376
         assert row["cutlass_version"].count(".") == 2 and row["toolchain"]
-        assert "Sm120" in row["schedule"]["mainloop"]
+        assert row["schedule"] == "cooperative"
+        assert "Sm120" in row["schedule_types"]["mainloop"]
+        assert row["threads_per_block"] == 384
         assert row["cached"] is False
     assert big["smem_bytes"] > small["smem_bytes"]
     per_stage = [r["mainloop_smem_bytes"] // r["stages"] for r in (small, big)]
@@ -70,12 +72,35 @@ def test_builder_rejection_is_a_row(compiled):
 @NEEDS_TOOLS
 def test_kernel_body_static_assert_is_caught(tmp_path):
     # The SM90 cooperative kernel's M >= 128 check sits in the kernel body: only the device pass
-    # sees it, so the types alone would call this tile fine.
+    # sees it, so the types alone would call this tile fine. (kernel_schedule gives a 64-row tile
+    # the ping-pong schedule; the cell names the cooperative one to reach the check.)
     cell = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
+    cell["schedule"] = "cooperative"
     (row,) = cs.account([cell], tmp_path)
     assert row["status"] == "compile"
+    assert row["schedule"] == "cooperative"
     assert "Cooperative kernel requires" in row["reason"]
     assert row["error_location"].startswith("sm90_gemm_array_tma_warpspecialized_cooperative")
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_a_64_row_sm90_tile_compiles_as_pingpong_and_fits_the_h200(tmp_path):
+    # The tile the SM90 program times with the ping-pong schedule: accounted with that schedule,
+    # it passes the kernel body's checks and fits the H200's 232,448 B opt-in limit.
+    cell = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
+    (row,) = cs.account([cell], tmp_path)
+    assert row["status"] == "ok", row["reason"]
+    assert row["schedule"] == "pingpong"
+    assert "KernelPtrArrayTmaWarpSpecializedPingpong" in row["schedule_types"]["mainloop"]
+    assert row["schedule_types"]["epilogue_requested"] == (
+        "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong"
+    )
+    assert "Sm90PtrArrayTmaWarpSpecialized" in row["schedule_types"]["epilogue"]
+    assert row["threads_per_block"] == 384  # one producer and two consumer warpgroups
+    assert row["smem_bytes"] <= 232_448
+    # fp8 A (64 x 128) and B (128 x 128) bytes per mainloop stage
+    assert row["mainloop_smem_bytes"] // row["stages"] == 64 * 128 + 128 * 128
 
 
 @pytest.mark.slow
@@ -109,6 +134,15 @@ def test_bad_input_is_skipped_not_raised(tmp_path, monkeypatch):
     )
     assert [r["status"] for r in rows] == ["skipped", "skipped"]
     assert "sm_80" in rows[0]["reason"] and "tile_m" in rows[1]["reason"]
+
+
+def test_an_unknown_schedule_is_skipped_not_raised(tmp_path, monkeypatch):
+    monkeypatch.setattr(cs, "find_nvcc", lambda: None)
+    cell = dict(arch="sm_90", dtype="fp8", tile_m=128, tile_n=128, tile_k=128, schedule="x")
+    (row,) = cs.account([cell], tmp_path)
+    assert row["status"] == "skipped"
+    assert row["reason"] == "unknown schedule 'x' for sm_90 (known: cooperative, pingpong)"
+    assert row["schedule_types"] == {}
 
 
 def test_cache_key_depends_on_cell_and_toolchain():

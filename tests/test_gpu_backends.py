@@ -88,6 +88,31 @@ def test_triton_grouped_gemm_matches_the_fp32_reference(dtype, tile, op):
     assert launched["smem_runtime_reserved_bytes"] >= 0, launched
 
 
+@pytest.mark.parametrize("op", ["gate_up", "down"])
+def test_the_scaled_grouped_mm_baseline_matches_the_fp32_reference(op):
+    from tilesweep.backends.torch_baselines import skip_reason
+    from tilesweep.measure.gemm_case import (
+        TOLERANCE,
+        baseline_runner,
+        make_problem,
+        reference,
+        rel_error,
+    )
+    from tilesweep.plan.expert_shapes import expert_ops
+
+    why = skip_reason("torch_scaled_grouped_mm", True)
+    if why is not None:
+        pytest.skip(why)
+    n, k = expert_ops(MODEL)[op]
+    counts = [1, 5, 0, 17]  # uneven, with one empty expert
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    problem = make_problem(counts, n, k, "fp8", torch.bfloat16, "cuda", gen)
+    out = baseline_runner("torch_scaled_grouped_mm", counts, "fp8")(problem)
+    torch.cuda.synchronize()
+    err = rel_error(out, reference(problem, "fp8"))
+    assert err <= TOLERANCE["fp8"], err
+
+
 @pytest.mark.slow
 def test_attach_measured_launch_finds_the_kernel_run_here(tmp_path):
     from tilesweep.io import concat_tables

@@ -65,3 +65,37 @@ def test_exactly_at_the_limit_fits():
     assert launch.check(101_376, 0, 128, hw)["fits"] == "optin"
     assert launch.check(49_152, 0, 128, hw)["fits"] == "default"
     assert launch.check(101_377, 0, 128, hw)["overshoot_bytes"] == 1
+
+
+def _cutlass_cell(tile_m: int) -> dict:
+    """Return an sm_90 CUTLASS fp8 cell on the H200, as the launch check gets it."""
+    from tilesweep.backends import kernel_cell
+
+    cell = kernel_cell("cutlass", "sm_90", "fp8", {"m": tile_m, "n": 128, "k": 128}, "auto", 0,
+                       "default")  # fmt: skip
+    return {**cell, "target": "h200", "kernel": f"fp8-m{tile_m}n128k128-sauto-c1x1-default"}
+
+
+def test_a_cutlass_launch_row_carries_the_schedule_and_threads_its_build_compiled():
+    from tilesweep.stages.launch import launch_row
+
+    build = {"status": "ok", "reason": "", "smem_bytes": 200_000, "threads_per_block": 384,
+             "schedule": "pingpong", "source": "cutlass-types"}  # fmt: skip
+    row = launch_row(_cutlass_cell(64), CATALOG["h200"], build)
+    assert (row["schedule"], row["threads"], row["fits"]) == ("pingpong", 384, "optin")
+    # a failed build still says which schedule it tried
+    failed = {"status": "compile", "reason": "Cooperative kernel requires ...",
+              "schedule": "cooperative"}  # fmt: skip
+    assert launch_row(_cutlass_cell(64), CATALOG["h200"], failed)["schedule"] == "cooperative"
+    # a record without its threads per block is a labelled row, not a guess
+    row = launch_row(_cutlass_cell(64), CATALOG["h200"], {**build, "threads_per_block": None})
+    assert (row["status"], row["reason"]) == (
+        "compile",
+        "the CUTLASS build record carries no threads_per_block",
+    )
+
+
+def test_the_schedule_is_a_declared_launch_column():
+    from tilesweep.tables import LAUNCH_COLUMNS
+
+    assert LAUNCH_COLUMNS.index("schedule") == LAUNCH_COLUMNS.index("epilogue") + 1

@@ -8,15 +8,12 @@ import itertools
 from pathlib import Path
 
 from tilesweep.backends import Backend, kernel_cell, register
+from tilesweep.backends.cutlass_gpu import ARCH as PROGRAM_ARCH
 
 NAME = "cutlass"
 ARCHS = ("sm_90", "sm_100", "sm_120")
-# The SM90 program's decode job, and the architecture it runs on for real.
+# The SM90 program's decode job (it runs on an sm_90 device for real: PROGRAM_ARCH).
 PROGRAM_JOB = "cutlass-sm90-fp8"
-PROGRAM_ARCH = "sm_90"
-# Threads per block of the CUTLASS cooperative warp-specialised kernels: one producer and two
-# consumer warpgroups.
-COOPERATIVE_THREADS = 384
 
 
 def cells(settings: dict, arch: str) -> list[dict]:
@@ -160,8 +157,12 @@ class CutlassBackend(Backend):
         return f"nvidia-cutlass {package_version('nvidia-cutlass')}"
 
     def launch_threads(self, build: dict) -> int:
-        """Return the cooperative kernels' 384 threads per block."""
-        return COOPERATIVE_THREADS
+        """Return the threads per block of the kernel as accounted (its schedule's
+        MaxThreadsPerBlock, read from the compiled types)."""
+        threads = build.get("threads_per_block")
+        if not threads:
+            raise ValueError("the CUTLASS build record carries no threads_per_block")
+        return int(threads)
 
     def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the SM90 program's job when a GPU here is an SM90 device of the catalog."""
@@ -183,13 +184,20 @@ class CutlassBackend(Backend):
         return program_rows(spec, log)
 
     def measured_rows(self, launch_row: dict, decode):
-        """Return the program's rows for an auto-stage, default-epilogue tile that built; the
-        program uses the same schedule, so only those compare."""
+        """Return the program's rows for an auto-stage, default-epilogue tile that built, timed
+        with the launch row's kernel schedule; only those compare."""
         if launch_row["stages_requested"] != "auto" or launch_row["status"] != "ok":
             return None
-        if launch_row["epilogue"] != "default":
+        if launch_row["epilogue"] != "default" or "schedule" not in decode:
             return decode.iloc[0:0]
+        from tilesweep.backends.cutlass_smem import kernel_schedule
+
+        schedule = launch_row.get("schedule")
+        if not isinstance(schedule, str):  # a row from before the column: the same function
+            schedule = kernel_schedule(launch_row["arch"], int(launch_row["tile_m"]))
         tile = f"{launch_row['tile_m']}x{launch_row['tile_n']}x{launch_row['tile_k']}"
         return decode[
-            (decode["runner"] == f"cutlass:{tile}") & (decode["dtype"] == launch_row["dtype"])
+            (decode["runner"] == f"cutlass:{tile}")
+            & (decode["dtype"] == launch_row["dtype"])
+            & (decode["schedule"] == schedule)
         ]

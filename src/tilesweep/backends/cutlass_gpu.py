@@ -3,17 +3,25 @@
 The program `gpu/cutlass_sm90_grouped.cu` is built by `gpu/build_cutlass.sh` (nvcc and the
 nvidia-cutlass headers; no GPU needed, so it can be built on one machine and carried to another).
 Each of its JSON lines becomes a decode-table row, so CUTLASS tiles sit beside the Triton ones.
+Every tile is asked for with the kernel schedule that `cutlass_smem.kernel_schedule` gives it, the
+one the launch check accounts; a tile the program compiles with another schedule is a
+`constraint` row, never timed under the other schedule's name.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
+
+from tilesweep.backends.cutlass_smem import exit_description, kernel_schedule
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "gpu" / "build_cutlass.sh"
 BINARY = REPO / "gpu" / "bin" / "cutlass_sm90_grouped"
+ARCH = "sm_90"  # the program is built for sm_90a and runs on an SM90 device only
+TILE_NAME = re.compile(r"^(\d+)x(\d+)x(\d+)")
 
 
 def ensure_binary(timeout: float = 1800) -> tuple[Path | None, str]:
@@ -29,13 +37,49 @@ def ensure_binary(timeout: float = 1800) -> tuple[Path | None, str]:
     return BINARY, proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "built"
 
 
+def _invoke(cmd: list[str], timeout: float) -> tuple[list[str], dict | None]:
+    """Return the program's stdout lines, and a crash or timeout record (None if it exited 0)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return [], {"error": f"timed out after {timeout} s", "status": "timeout"}
+    failure = None
+    if proc.returncode != 0:  # a crash or a failed exit: a row of its own, after what it printed
+        how = exit_description(proc.returncode)
+        failure = {"error": f"{how}: {proc.stderr.strip()[-300:]}", "status": "crash"}
+    return proc.stdout.splitlines(), failure
+
+
+def tile_requests(names: list[str]) -> tuple[list[str], list[dict]]:
+    """Return each of the program's tiles as NAME@SCHEDULE, the schedule `kernel_schedule` gives
+    a tile of its height on sm_90 (what the accounting compiles), and a record for any name
+    that says no tile height."""
+    requests, records = [], []
+    for name in names:
+        match = TILE_NAME.match(name)
+        if match is None:
+            records.append(
+                {"tile": name, "error": "the tile name gives no MxNxK", "status": "constraint"}
+            )
+            continue
+        requests.append(f"{name}@{kernel_schedule(ARCH, int(match.group(1)))}")
+    return requests, records
+
+
 def run(
     binary: Path, n: int, k: int, groups: int, tokens: list[int], repeats: int, timeout: float
 ) -> list[dict]:
-    """Return the program's JSON records for every tile at every tokens-per-expert."""
+    """Return the program's JSON records for every tile at every tokens-per-expert, each tile
+    asked for with the kernel schedule the launch check accounts for it."""
+    listing, failure = _invoke([str(binary), "--list"], timeout)
+    if failure is not None:
+        return [failure]
+    requests, records = tile_requests([line.strip() for line in listing if line.strip()])
+    if not requests:
+        return records
     cmd = [
         str(binary),
-        "--tile=all",
+        "--tile=" + ",".join(requests),
         f"--groups={groups}",
         f"--n={n}",
         f"--k={k}",
@@ -43,21 +87,12 @@ def run(
         f"--repeats={repeats}",
         "--graph=1",
     ]
-    from tilesweep.backends.cutlass_smem import exit_description
-
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return [{"error": f"timed out after {timeout} s", "status": "timeout"}]
-    records = []
-    for line in proc.stdout.splitlines():
+    lines, failure = _invoke(cmd, timeout)
+    for line in lines:
         line = line.strip()
         if line.startswith("{"):
             records.append(json.loads(line))
-    if proc.returncode != 0:  # a crash or a failed exit: a row of its own, after what it printed
-        how = exit_description(proc.returncode)
-        records.append({"error": f"{how}: {proc.stderr.strip()[-300:]}", "status": "crash"})
-    return records
+    return records + ([failure] if failure is not None else [])
 
 
 def to_row(rec: dict) -> dict:

@@ -20,18 +20,25 @@ arch chunk, flags: ``nvcc -std=c++17 --expt-relaxed-constexpr -w -DNDEBUG
 -gencode=arch=compute_XXa,code=sm_XXa -I<cutlass include>`` (XX = 90, 100 or 120; the ``a``
 target matters for the device check, whose kernel bodies are arch-conditional).
 
-Schedules per arch (all ptr-array, cooperative / 1-SM warp-specialised):
+Schedules per arch (all ptr-array), one per cell: ``kernel_schedule(arch, tile_m)`` decides it,
+for this accounting and for the SM90 program's decode job alike, and a cell may name one itself
+(``schedule``):
 
-* ``sm_90``: mainloop ``KernelPtrArrayTmaWarpSpecializedCooperative``, epilogue
-  ``PtrArrayTmaWarpSpecializedCooperative``. The SM90 ``EpilogueScheduleAuto`` picks
-  ``NoSmemWarpSpecialized``, whose ``DefaultEpilogue`` rejects ptr-array strides
-  ("StrideCD must be rank-3"), so the ptr-array TMA epilogue that examples 57/68 use is named.
-* ``sm_100``: mainloop ``KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100``, epilogue
+* ``sm_90``: ``cooperative`` (mainloop ``KernelPtrArrayTmaWarpSpecializedCooperative``, epilogue
+  ``PtrArrayTmaWarpSpecializedCooperative``) for tiles of 128 rows or more, ``pingpong``
+  (mainloop ``KernelPtrArrayTmaWarpSpecializedPingpong``, epilogue
+  ``PtrArrayTmaWarpSpecializedPingpong``) below that: the cooperative kernel's body requires
+  tile M >= 128, and the ping-pong kernel is what ``gpu/cutlass_sm90_grouped.cu`` times for a
+  64-row tile. The SM90 ``EpilogueScheduleAuto`` picks ``NoSmemWarpSpecialized``, whose
+  ``DefaultEpilogue`` rejects ptr-array strides ("StrideCD must be rank-3"), so the ptr-array TMA
+  epilogue that examples 57/68 use is named.
+* ``sm_100``: ``1sm``: mainloop ``KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100``, epilogue
   ``PtrArrayTmaWarpSpecialized1Sm`` (example 75). The SM100 auto epilogue resolves to the
   non-array ``TmaWarpSpecialized1Sm``, so the ptr-array one is named.
-* ``sm_120``: mainloop tag ``KernelPtrArrayTmaWarpSpecializedCooperative``, which the SM120
-  block-scaled builder turns into ``KernelPtrArrayTmaWarpSpecializedCooperativeBlockScaledSm120``;
-  epilogue ``EpilogueScheduleAuto``, which for pointer layouts resolves to
+* ``sm_120``: ``cooperative``: mainloop tag ``KernelPtrArrayTmaWarpSpecializedCooperative``,
+  which the SM120 block-scaled builder turns into
+  ``KernelPtrArrayTmaWarpSpecializedCooperativeBlockScaledSm120``; epilogue
+  ``EpilogueScheduleAuto``, which for pointer layouts resolves to
   ``Sm120PtrArrayTmaWarpSpecialized`` (as example 79d does).
 
 Epilogues:
@@ -67,10 +74,12 @@ pipeline barriers, scheduler, tensormaps, padding), ``mainloop_shared_storage_by
 ``epilogue_shared_storage_bytes`` (sizeof of the collectives' ``SharedStorage``; the latter is
 the ``StageCountAutoCarveout`` value), ``stages`` (mainloop ``DispatchPolicy::Stages``),
 ``epilogue_stages`` / ``epilogue_stages_c`` (``StagesD`` / ``StagesC``), ``epilogue_tile``,
-``builder_smem_capacity`` (the builder's ``smXX_smem_capacity_bytes``), ``fits``
-(smem_bytes <= that capacity), ``alignment_a`` / ``alignment_b``, ``cutlass_version``,
-``schedule`` (requested tags and the resolved mainloop schedule, mainloop dispatch policy and
-epilogue dispatch policy type names), ``toolchain`` (nvcc version), ``cached``,
+``threads_per_block`` (the kernel's ``MaxThreadsPerBlock``), ``builder_smem_capacity`` (the
+builder's ``smXX_smem_capacity_bytes``), ``fits`` (smem_bytes <= that capacity), ``alignment_a`` /
+``alignment_b``, ``cutlass_version``, ``schedule`` (the cell's kernel schedule: ``cooperative``,
+``pingpong`` or ``1sm``), ``schedule_types`` (the requested tags and the resolved mainloop
+schedule, mainloop dispatch policy and epilogue dispatch policy type names), ``toolchain`` (nvcc
+version), ``cached``,
 ``compile_seconds`` and ``cells_in_tu`` (wall time of the TU that produced the row, and how many
 cells shared it), and ``cell`` (the input with defaults filled in).
 
@@ -106,13 +115,13 @@ BASE_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr", "-w", "-DNDEBUG")
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """C++ spellings of one architecture's builder arguments."""
+    """C++ spellings of one architecture's builder arguments; `schedules` maps each kernel
+    schedule's name to its (mainloop, epilogue) schedule tags."""
 
     tag: str
     gencode: str
     opclass: str
-    mainloop: str
-    epilogue: str
+    schedules: dict[str, tuple[str, str]]
     capacity: str
     dtypes: tuple[str, ...]
 
@@ -122,8 +131,16 @@ ARCHS = {
         tag="cutlass::arch::Sm90",
         gencode="arch=compute_90a,code=sm_90a",
         opclass="cutlass::arch::OpClassTensorOp",
-        mainloop="cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
-        epilogue="cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
+        schedules={
+            "cooperative": (
+                "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
+                "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
+            ),
+            "pingpong": (
+                "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong",
+                "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong",
+            ),
+        },
         capacity="cutlass::gemm::collective::detail::sm90_smem_capacity_bytes",
         dtypes=("fp8",),
     ),
@@ -131,8 +148,12 @@ ARCHS = {
         tag="cutlass::arch::Sm100",
         gencode="arch=compute_100a,code=sm_100a",
         opclass="cutlass::arch::OpClassBlockScaledTensorOp",
-        mainloop="cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100",
-        epilogue="cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm",
+        schedules={
+            "1sm": (
+                "cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100",
+                "cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm",
+            )
+        },
         capacity="cutlass::arch::sm100_smem_capacity_bytes",
         dtypes=("nvfp4",),
     ),
@@ -140,12 +161,29 @@ ARCHS = {
         tag="cutlass::arch::Sm120",
         gencode="arch=compute_120a,code=sm_120a",
         opclass="cutlass::arch::OpClassBlockScaledTensorOp",
-        mainloop="cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
-        epilogue="cutlass::epilogue::collective::EpilogueScheduleAuto",
+        schedules={
+            "cooperative": (
+                "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
+                "cutlass::epilogue::collective::EpilogueScheduleAuto",
+            )
+        },
         capacity="cutlass::arch::sm120_smem_capacity_bytes",
         dtypes=("nvfp4",),
     ),
 }
+
+# The SM90 cooperative kernel's body requires tile M >= 128 (a static_assert); below it, ping-pong.
+SM90_COOPERATIVE_MIN_TILE_M = 128
+
+
+def kernel_schedule(arch: str, tile_m: int) -> str:
+    """Return the kernel schedule of a CUTLASS cell of this architecture and tile height: on
+    sm_90 ping-pong below 128 rows and cooperative from 128, elsewhere the architecture's one
+    schedule. The accounting and the SM90 program's decode job both ask here."""
+    if arch == "sm_90" and tile_m < SM90_COOPERATIVE_MIN_TILE_M:
+        return "pingpong"
+    return next(iter(ARCHS[arch].schedules))
+
 
 # dtype -> (A/B element, alignment in elements: 16 bytes)
 DTYPES = {
@@ -161,6 +199,7 @@ EPILOGUES = {
 
 NUMERIC_FIELDS = (
     "smem_bytes",
+    "threads_per_block",
     "mainloop_smem_bytes",
     "epilogue_smem_bytes",
     "other_smem_bytes",
@@ -219,6 +258,11 @@ struct ts_epi_tile<T, std::void_t<typename T::EpilogueTile>> {
   static constexpr int m = int(cute::size<0>(typename T::EpilogueTile{}));
   static constexpr int n = int(cute::size<1>(typename T::EpilogueTile{}));
 };
+template <class T, class = void> struct ts_threads { static constexpr int value = -1; };
+template <class T>
+struct ts_threads<T, std::void_t<decltype(T::MaxThreadsPerBlock)>> {
+  static constexpr int value = int(T::MaxThreadsPerBlock);
+};
 template <class T, class = void> struct ts_schedule { using type = void; };
 template <class T>
 struct ts_schedule<T, std::void_t<typename T::DispatchPolicy::Schedule>> {
@@ -241,6 +285,7 @@ static void ts_str(const char* s) {
 template <class Kernel, class Mainloop, class Epilogue>
 void ts_report(int index, int align_a, int align_b, int capacity) {
   std::printf("{\"index\": %d, \"smem_bytes\": %d", index, int(Kernel::SharedStorageSize));
+  std::printf(", \"threads_per_block\": %d", ts_threads<Kernel>::value);
   std::printf(", \"mainloop_smem_bytes\": %d", ts_tensors<Mainloop>::value);
   std::printf(", \"epilogue_smem_bytes\": %d", ts_tensors<Epilogue>::value);
   std::printf(", \"mainloop_shared_storage_bytes\": %d",
@@ -379,6 +424,8 @@ def normalize(cell: dict) -> tuple[dict, str | None]:
     c.setdefault("cluster_m", 1)
     c.setdefault("cluster_n", 1)
     arch = c.get("arch")
+    if arch in ARCHS and isinstance(c.get("tile_m"), int):
+        c.setdefault("schedule", kernel_schedule(arch, c["tile_m"]))
     if arch not in ARCHS:
         return c, f"unsupported arch {arch!r} (known: {', '.join(ARCHS)})"
     if c.get("dtype") not in ARCHS[arch].dtypes:
@@ -388,6 +435,9 @@ def normalize(cell: dict) -> tuple[dict, str | None]:
     for k in ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n"):
         if not isinstance(c.get(k), int) or isinstance(c.get(k), bool) or c[k] < 1:
             return c, f"{k} must be a positive int, got {c.get(k)!r}"
+    if c["schedule"] not in ARCHS[arch].schedules:
+        known = ", ".join(ARCHS[arch].schedules)
+        return c, f"unknown schedule {c['schedule']!r} for {arch} (known: {known})"
     st = c["stages"]
     if st != "auto" and (not isinstance(st, int) or isinstance(st, bool) or st < 1):
         return c, f"stages must be 'auto' or a positive int, got {st!r}"
@@ -407,6 +457,7 @@ def stage_count_expr(cell: dict) -> str:
 def cell_body(cell: dict, ns: str) -> str:
     """Return the C++ namespace that instantiates one cell's kernel types."""
     spec = ARCHS[cell["arch"]]
+    main_sched, epi_sched = spec.schedules[cell["schedule"]]
     elem_ab, align_ab = DTYPES[cell["dtype"]]
     elem_c, elem_d, align_cd = EPILOGUES[cell["epilogue"]]
     return CELL_TEMPLATE.format(
@@ -421,11 +472,11 @@ def cell_body(cell: dict, ns: str) -> str:
         elem_c=elem_c,
         elem_d=elem_d,
         align_cd=align_cd,
-        epi_sched=spec.epilogue,
+        epi_sched=epi_sched,
         elem_ab=elem_ab,
         align_ab=align_ab,
         stage_count=stage_count_expr(cell),
-        main_sched=spec.mainloop,
+        main_sched=main_sched,
         capacity=spec.capacity,
     )
 
@@ -491,16 +542,18 @@ def base_row(cell: dict, status: str, reason: str, toolchain: str, version: str)
     row = {"status": status, "reason": reason, "error_location": "", "cell": cell}
     row.update({k: None for k in NUMERIC_FIELDS})
     row.update(alignment_a=None, alignment_b=None, fits=None, cutlass_version=version)
-    row.update(schedule=requested_schedule(cell), toolchain=toolchain, cached=False)
+    row.update(schedule=cell.get("schedule"), schedule_types=requested_tags(cell))
+    row.update(toolchain=toolchain, cached=False)
     return row
 
 
-def requested_schedule(cell: dict) -> dict:
-    """Return the schedule tags the cell asks the builders for."""
+def requested_tags(cell: dict) -> dict:
+    """Return the schedule tags the cell asks the builders for (none for an unknown schedule)."""
     spec = ARCHS.get(cell.get("arch"))
-    if spec is None:
+    if spec is None or cell.get("schedule") not in spec.schedules:
         return {}
-    return {"mainloop_requested": spec.mainloop, "epilogue_requested": spec.epilogue}
+    mainloop, epilogue = spec.schedules[cell["schedule"]]
+    return {"mainloop_requested": mainloop, "epilogue_requested": epilogue}
 
 
 def type_name(pretty: str) -> str:
@@ -520,7 +573,7 @@ def ok_row(cell: dict, data: dict, toolchain: str) -> dict:
     known = [row[k] or 0 for k in ("mainloop_smem_bytes", "epilogue_smem_bytes")]
     row["other_smem_bytes"] = row["smem_bytes"] - sum(known)
     row["fits"] = row["smem_bytes"] <= row["builder_smem_capacity"]
-    row["schedule"].update(
+    row["schedule_types"].update(
         mainloop=type_name(data["mainloop_schedule"]),
         mainloop_policy=type_name(data["mainloop_policy"]),
         epilogue=type_name(data["epilogue_policy"]),

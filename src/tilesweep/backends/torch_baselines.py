@@ -1,4 +1,5 @@
-"""torch baselines: bmm, the grouped matmul and one matmul per expert, timed in one decode job."""
+"""torch baselines: bmm, the grouped matmul and one matmul per expert in bf16, and the rowwise-
+scaled fp8 grouped matmul beside the fp8 kernels, timed in one decode job."""
 
 from __future__ import annotations
 
@@ -6,19 +7,52 @@ from tilesweep.backends import Backend, Runner, register
 
 NAME = "torch"
 JOB = "baselines"
-RUNNERS = ("torch_bmm", "torch_grouped_mm", "torch_matmul")
-CUDA_ONLY = {"torch_grouped_mm": "torch._grouped_mm runs on CUDA devices only"}
+# Every baseline with its operand and output types: each is checked against the fp32 reference of
+# its own operand type, and the report compares it with the kernels of that type.
+RUNNERS = {
+    "torch_bmm": ("bf16", "bf16"),
+    "torch_grouped_mm": ("bf16", "bf16"),
+    "torch_matmul": ("bf16", "bf16"),
+    "torch_scaled_grouped_mm": ("fp8", "bf16"),
+}
+CUDA_ONLY = {
+    "torch_grouped_mm": "torch._grouped_mm runs on CUDA devices only",
+    "torch_scaled_grouped_mm": (
+        "torch._scaled_grouped_mm runs on CUDA devices only (sm_90 or newer)"
+    ),
+}
+# The torch attribute a baseline calls, where a torch build may lack it.
+TORCH_OPS = {"torch_grouped_mm": "_grouped_mm", "torch_scaled_grouped_mm": "_scaled_grouped_mm"}
+# The least compute capability a baseline's CUDA kernels run on (rowwise fp8 grouped GEMM: SM90).
+MIN_CC = {"torch_scaled_grouped_mm": (9, 0)}
 # Runners whose every call reads its inputs afresh (torch_bmm caches its padded input: not these).
 STEP_RUNNERS = ("torch_matmul", "torch_grouped_mm")
 
 
+def skip_reason(name: str, cuda: bool) -> str | None:
+    """Return why a baseline is not timed on the device at hand (None when it is)."""
+    import torch
+
+    op = TORCH_OPS.get(name)
+    if op is not None and getattr(torch, op, None) is None:
+        return f"torch.{op} is not in this torch build ({torch.__version__})"
+    if not cuda:
+        return CUDA_ONLY.get(name)
+    if name in MIN_CC:
+        have = torch.cuda.get_device_capability()
+        if have < MIN_CC[name]:
+            need = "sm_{}{}".format(*MIN_CC[name])
+            return f"torch.{op} needs {need} or newer; this device is sm_{have[0]}{have[1]}"
+    return None
+
+
 @register
 class TorchBackend(Backend):
-    """torch baselines: nothing to build; one decode job timing every baseline in bf16."""
+    """torch baselines: nothing to build; one decode job timing every baseline, bf16 and fp8."""
 
     name = NAME
     order = 1
-    runner_names = RUNNERS
+    runner_names = tuple(RUNNERS)
     step_runners = STEP_RUNNERS
     schema = {"enabled": bool}
 
@@ -31,9 +65,10 @@ class TorchBackend(Backend):
         return kernel.get("kernel") == JOB
 
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
-        """Return every baseline, in bf16, with why one is not timed on a CPU."""
+        """Return every baseline with its types, and why one is not timed on this device."""
         return [
-            Runner(name, "bf16", "bf16", None if cuda else CUDA_ONLY.get(name)) for name in RUNNERS
+            Runner(name, dtype, out, skip_reason(name, cuda))
+            for name, (dtype, out) in RUNNERS.items()
         ]
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):

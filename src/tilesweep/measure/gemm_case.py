@@ -203,8 +203,10 @@ def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable[[Probl
     """Return a call computing the grouped GEMM with a torch baseline."""
     import torch
 
-    if dtype != "bf16":
-        raise NotImplementedError(f"{name} baseline is timed for bf16 only")
+    from tilesweep.backends.torch_baselines import RUNNERS
+
+    if name in RUNNERS and dtype != RUNNERS[name][0]:
+        raise NotImplementedError(f"{name} baseline is timed for {RUNNERS[name][0]} only")
     experts, widest = len(counts), max(counts)
 
     if name == "torch_matmul":
@@ -249,6 +251,30 @@ def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable[[Probl
             if "offs" not in offs:
                 offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
             p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=offs["offs"]))
+            return p.c
+
+        return call
+    if name == "torch_scaled_grouped_mm":
+        scaled = getattr(torch, "_scaled_grouped_mm", None)
+        if scaled is None:
+            raise NotImplementedError("torch._scaled_grouped_mm is not in this torch build")
+        offs = {}
+
+        def call(p: Problem):
+            # Rowwise scaling: A (tokens x K, row-major) with one fp32 scale per row, B as
+            # experts x K x N column-major (the transposed view of experts x N x K) with one fp32
+            # scale per expert and output channel; offsets are int32 cumulative row ends.
+            if "offs" not in offs:
+                offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
+            out = scaled(
+                p.a,
+                p.b.transpose(-2, -1),
+                p.a_scale,
+                p.b_scale,
+                offs=offs["offs"],
+                out_dtype=torch.bfloat16,
+            )
+            p.c.copy_(out)
             return p.c
 
         return call

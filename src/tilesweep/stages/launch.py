@@ -39,6 +39,8 @@ def launch_row(cell: dict, hw: dict, build: dict) -> dict:
         "stages": stages,
         "warps": cell["warps"],
         "epilogue": cell["epilogue"],
+        # The kernel schedule the build compiled (CUTLASS: cooperative, pingpong, ...), if any.
+        "schedule": build.get("schedule"),
         "kernel": cell["kernel"],
         "smem_bytes": build.get("smem_bytes"),
         "smem_dynamic_bytes": build.get("smem_dynamic_bytes"),
@@ -65,7 +67,16 @@ def launch_row(cell: dict, hw: dict, build: dict) -> dict:
             "status": status,
             "reason": reason,
         }
-    threads = backends.get(cell["backend"]).launch_threads(build)
+    try:
+        threads = backends.get(cell["backend"]).launch_threads(build)
+    except ValueError as exc:  # the record lacks what the launch needs: a row that says so
+        return {
+            **row,
+            "smem_limit_bytes": hw["smem_per_block_optin"],
+            "fits": "unknown",
+            "status": "compile",
+            "reason": str(exc),
+        }
     result = launch.check(build["smem_bytes"], build.get("regs") or 0, threads, hw)
     if estimate is not None:
         row["smem_model_error_bytes"] = estimate - build["smem_bytes"]
