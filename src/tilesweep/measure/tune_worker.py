@@ -73,6 +73,33 @@ def candidates(spec: dict) -> list[dict]:
     return configs
 
 
+def screened(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return the configs screened at every batch key: GROUP_SIZE_M only changes which row
+    blocks run together, so each tile is screened at the space's first group size and the
+    finalists are then timed at every group size."""
+    first = spec["space"]["GROUP_SIZE_M"][0]
+    return [c for c in configs if c["GROUP_SIZE_M"] == first]
+
+
+def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return one config per distinct compiled kernel (GROUP_SIZE_M is a run-time argument),
+    leaving out those a constraint already rules out."""
+    scale = "channel" if spec["dtype"] == "fp8" else "none"
+    out, seen = [], set()
+    for config in screened(spec, configs):
+        key = space.config_slug({**config, "GROUP_SIZE_M": 0})
+        if key in seen:
+            continue
+        seen.add(key)
+        if not any(
+            space.constraint(config, spec["dtype"], spec["smem_limit_bytes"], n, k, scale)
+            for p in spec["problems"]
+            for n, k in space.gemm_shapes(p).values()
+        ):
+            out.append(config)
+    return out
+
+
 def _compile_one(args: tuple) -> tuple[str, str | None]:
     """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
     config, dtype = args
@@ -117,7 +144,7 @@ def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, 
     with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
         for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
             if err:
-                failed[slug] = err
+                failed[slug.rsplit("-g", 1)[0]] = err
     log(f"compiled {len(configs)} configs, {len(failed)} refused")
     return failed
 
@@ -147,18 +174,18 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
     dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
     scale = "channel" if dtype == "fp8" else "none"
     shapes = space.gemm_shapes(problem)
-    for config in configs:
+    for config in screened(spec, configs):
         slug = space.config_slug(config)
         key = item_key(SCREEN, p_idx, slug)
         if key in done:
             continue
         beat(heartbeat, key)
         rec = {"key": key, "phase": SCREEN, "problem": p_idx, "config": config, "slug": slug}
-        why = failed.get(slug)
+        why = failed.get(slug.rsplit("-g", 1)[0])
         for n, k in shapes.values():
             why = why or space.constraint(config, dtype, smem, n, k, scale)
         if why:
-            status = "compile" if slug in failed else "constraint"
+            status = "compile" if slug.rsplit("-g", 1)[0] in failed else "constraint"
             append_journal(journal, {**rec, "status": status, "reason": why})
             continue
         try:
@@ -211,7 +238,11 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
             continue
         beat(heartbeat, key)
         near = space.nearest_key(spec["batch_keys"], m)
-        entries = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
+        entries = [
+            ("finalist", {**c, "GROUP_SIZE_M": g})
+            for c in _finalists(done, p_idx, near, spec["finalists"])
+            for g in spec["space"]["GROUP_SIZE_M"]
+        ]
         for engine_name, rules in spec["engine_defaults"].items():
             cfg = space.engine_default(rules, m, problem["experts"], dtype)
             entries.append((f"{engine_name}-default", cfg))
@@ -267,12 +298,12 @@ def main(spec_path: str, journal: str, heartbeat: str) -> None:
     screens = [
         item_key(SCREEN, p, space.config_slug(c))
         for p in range(len(spec["problems"]))
-        for c in configs
+        for c in screened(spec, configs)
     ]
     failed = {}
     if device == "cuda" and any(k not in done for k in screens):
         beat(heartbeat, "compile")
-        failed = precompile(configs, spec["dtype"], spec["compile_workers"], log)
+        failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
     gen = torch.Generator(device=device)
     for p_idx, problem in enumerate(spec["problems"]):
         gen.manual_seed(spec["seed"] + p_idx)
