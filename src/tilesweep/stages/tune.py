@@ -207,7 +207,7 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
         {"bytes": 0, "flops": 0, "time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0},
     )
     pairs = m * problem["top_k"]
-    touched = min(problem["experts"], pairs)  # at most; the row's routing may touch fewer
+    touched = entry["touched"]  # experts the batch's routing reaches: their weights are read once
     for gemm in ("gate_up", "down"):
         t, lo, hi = _timed(entry[gemm])
         work = space.pair_traffic(problem, gemm, pairs, touched, spec["dtype"])
