@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from tilesweep.kernels import fused_moe as fm
 from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
+from tilesweep.measure.gemm_case import rel_error
 from tilesweep.plan.fused_moe_space import gemm_shapes
 
 FP8_MAX = 448.0
@@ -177,17 +178,6 @@ def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
     if gemm == "down":
         out = out * batch.topk_weights[:, None]
     return out
-
-
-def rel_error(out, ref) -> float:
-    """Return ||out - ref|| / ||ref||, or inf when out has unwritten (NaN) or infinite elements."""
-    import torch
-
-    out = out.float()
-    if not torch.isfinite(out).all():
-        return float("inf")
-    denom = torch.linalg.vector_norm(ref).item() or 1.0
-    return torch.linalg.vector_norm(out - ref).item() / denom
 
 
 def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[float, str | None]:
