@@ -266,3 +266,27 @@ def test_a_half_written_journal_line_is_ignored(tmp_path):
     with open(path, "a") as stream:
         stream.write('{"key": "b", "pha')
     assert set(read_journal(path)) == {"a"}
+
+
+def test_the_tuned_pick_minimises_the_time_summed_over_routings():
+    import pandas as pd
+
+    from tilesweep.stages import tune
+
+    spec = {"routing": ["uniform", "zipf"], "batch_keys": [64]}
+    rows = [  # config a wins on uniform by a hair and loses on zipf by far: b is the pick
+        ("a", "uniform", 1.00),
+        ("a", "zipf", 2.00),
+        ("b", "uniform", 1.01),
+        ("b", "zipf", 1.20),
+        ("c", "uniform", 0.90),  # fastest on uniform, never timed on zipf: not a candidate
+    ]
+    table = pd.DataFrame(
+        [
+            {"experts": 256, "n": 2048, "m": 64, "op": "both", "status": "ok",
+             "runner": "fused_moe", "config": c, "routing": r, "time_ms": t}
+            for c, r, t in rows
+        ]
+    )  # fmt: skip
+    marked = tune._mark_tuned(spec, table)
+    assert set(marked[marked["tuned"]]["config"]) == {"b"}

@@ -1,7 +1,8 @@
 """Re-render a kept example (docs/examples/h200) from its own measured tables with the current
 code, without a GPU: the launch table's measured-launch columns, the verdict and its check, and
-both reports are computed anew from launch, decode, collective, layout (the measured whole steps)
-and power tables and the device's ceilings.json, exactly as the aggregate step computes them.
+both reports are computed anew from launch, decode, collective, layout (the measured whole steps),
+power and tune_<dtype>.csv tables and the device's ceilings.json, exactly as the aggregate step
+computes them.
 Usage: python tools/refresh_example.py docs/examples/h200 experiment=h200_example
 """
 
@@ -27,6 +28,8 @@ def main() -> int:
     folder, overrides = Path(sys.argv[1]), sys.argv[2:]
     settings = compose(overrides)
     measured = {n: pd.read_csv(folder / f"{n}.csv", low_memory=False) for n in MEASURED}
+    tunes = [pd.read_csv(p) for p in sorted(folder.glob("tune_*.csv"))]
+    measured["tune"] = pd.concat(tunes, ignore_index=True) if tunes else pd.DataFrame()
     launch = measured["launch"].drop(
         columns=["measured_launch", "measured_smem_bytes"], errors="ignore"
     )

@@ -185,7 +185,10 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
         for n, k in shapes.values():
             why = why or space.constraint(config, dtype, smem, n, k, scale)
         if why:
-            status = "compile" if slug.rsplit("-g", 1)[0] in failed else "constraint"
+            # Triton refuses a kernel whose shared memory exceeds the device's at its first
+            # launch: that is a launch result, not a compile error.
+            status = "constraint" if slug.rsplit("-g", 1)[0] not in failed else "compile"
+            status = "launch" if why.startswith("OutOfResources") else status
             append_journal(journal, {**rec, "status": status, "reason": why})
             continue
         try:

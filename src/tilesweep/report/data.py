@@ -887,7 +887,7 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
     if tune.empty:
         return []
     summary = tune_summary(tune)
-    failed = tune[tune["status"] != Status.OK].groupby(["dtype", "status"]).size()
+    failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
     blocks: list[Block] = [
         Text(
             "The project's fused-MoE kernel (kernels/fused_moe.py: routed pairs gathered through "
@@ -903,8 +903,10 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
         Table(summary, TUNE_SUMMARY_COLUMNS, title="Tuned config per batch", empty="(none)"),
     ]
     if len(failed):
-        frame = failed.rename("configs").reset_index()
-        blocks.append(Table(frame, list(frame.columns), title="Configs without a time"))
+        frame = failed.rename("rows").reset_index()
+        note = "screen: configs of the space that could not run (reasons in tune.csv); engine: "
+        note += "the engine runner where the engine is not installed"
+        blocks.append(Table(frame, list(frame.columns), title="Rows without a time", note=note))
     return blocks
 
 

@@ -168,8 +168,11 @@ def evaluate(spec: dict, records: dict, copy_gbs: float | None, peak_tflops: flo
 
 
 def _failed_screen(spec: dict, rec: dict) -> dict:
-    """Return the row of a config that could not be screened, with its reason."""
+    """Return the row of a config that could not be screened, with its reason (a shared-memory
+    refusal at the first launch is a launch result, whatever an older worker journalled)."""
     problem = spec["problems"][rec["problem"]]
+    if rec["status"] == Status.COMPILE and rec.get("reason", "").startswith("OutOfResources"):
+        rec = {**rec, "status": str(Status.LAUNCH)}
     return {
         "experts": problem["experts"],
         "n": problem["n"],
@@ -178,6 +181,8 @@ def _failed_screen(spec: dict, rec: dict) -> dict:
         "config": rec.get("slug") or rec.get("what"),
         "status": rec["status"],
         "reason": rec.get("reason", ""),
+        "dtype": spec["dtype"],
+        "device": spec["device"],
     }
 
 
@@ -224,24 +229,22 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
 
 
 def _mark_tuned(spec: dict, table: pd.DataFrame) -> pd.DataFrame:
-    """Add `tuned`: the config the exported table names at each (problem, batch), by the summed
-    time of both GEMMs on the first routing (at an extra batch: the nearest key's pick)."""
+    """Add `tuned`: the config the exported table names at each (problem, batch): the smallest
+    gate_up + down time summed over every routing timed (a table picked on one routing loses to
+    the engine's default on another); at an extra batch, the nearest key's pick."""
     table["tuned"] = False
-    first = spec["routing"][0]
-    picks = {}
     both = table[
-        (table["op"] == "both")
-        & (table["status"] == Status.OK)
-        & (table["runner"] == "fused_moe")
-        & (table["routing"] == first)
+        (table["op"] == "both") & (table["status"] == Status.OK) & (table["runner"] == "fused_moe")
     ]
-    keys = set(spec["batch_keys"])
+    routings = len(spec["routing"])
+    picks, keys = {}, set(spec["batch_keys"])
     for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
-        if m in keys:
-            picks[(e, n, m)] = grp.loc[grp["time_ms"].idxmin(), "config"]
+        per_config = grp.groupby(["config", "routing"])["time_ms"].min().unstack()
+        per_config = per_config[per_config.notna().sum(axis=1) == routings]
+        if m in keys and not per_config.empty:
+            picks[(e, n, m)] = per_config.sum(axis=1).idxmin()
     for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
-        near = space.nearest_key(spec["batch_keys"], int(m))
-        pick = picks.get((e, n, near))
+        pick = picks.get((e, n, space.nearest_key(spec["batch_keys"], int(m))))
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
         sel &= (table["runner"] == "fused_moe") & (table["config"] == pick)
         table.loc[sel, "tuned"] = True
@@ -312,13 +315,24 @@ def tune_fused_moe(
         hardware = settings["catalog"][hw_name]
         spec = tune_spec(settings, dtype, hardware["smem_per_block_optin"], info["device"])
         records = supervise(spec, Path(work_dir), log)
-        ceilings = read_json(ceilings_path)
-        peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
-        table = evaluate(spec, records, ceilings.get("copy_gbs"), peak)
-        table["ceilings"] = "measured here" if peak else f"gap: no measured {dtype} matmul rate"
-        table["driver"] = info["driver"]
-        table["triton"] = package_version("triton")
-        write_table(table_path, table)
-        tuned = tuned_configs(table, spec)
-        write_configs(Path(configs_dir), tuned, info["device"], dtype, package_version("triton"))
-        log.info("%s: %d rows, %d tuned tables", dtype, len(table), len(tuned))
+        versions = {"driver": info["driver"], "triton": package_version("triton")}
+        rows, files = write_outputs(
+            spec, records, read_json(ceilings_path), versions, table_path, configs_dir
+        )
+        log.info("%s: %d rows, %d tuned tables", dtype, rows, files)
+
+
+def write_outputs(
+    spec: dict, records: dict, ceilings: dict, versions: dict, table_path, configs_dir
+) -> tuple[int, int]:
+    """Write the tune table and the engines' config files from a worker's journal records;
+    return (rows, config files). `versions` holds the driver and Triton that timed them."""
+    dtype = spec["dtype"]
+    peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
+    table = evaluate(spec, records, ceilings.get("copy_gbs"), peak)
+    table["ceilings"] = "measured here" if peak else f"gap: no measured {dtype} matmul rate"
+    table["driver"], table["triton"] = versions["driver"], versions["triton"]
+    write_table(table_path, table)
+    tuned = tuned_configs(table, spec)
+    write_configs(Path(configs_dir), tuned, spec["device"], dtype, versions["triton"])
+    return len(table), len(tuned)
