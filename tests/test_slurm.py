@@ -214,7 +214,7 @@ def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_
     want = {
         "cpu_batch": ("tsbuild", "N/A"),
         "aggregate_results": ("tsbuild", "N/A"),
-        "tune_configs": ("tsbuild", "N/A"),
+        "tune_configs": ("tsgpu", "gres:gpu:1"),
         "measure_device": ("tsgpu", "gres:gpu:1"),
         "bench_decode": ("tsgpu", "gres:gpu:1"),
         "bench_collective": ("tsgpu", f"gres:gpu:{node_gpus}"),
