@@ -885,7 +885,12 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
     """Return the tuning section's blocks: per batch, the tuned config against each engine
     default and the torch baseline (both GEMMs summed), and why configs could not run."""
     if tune.empty:
-        return []
+        return [
+            Text(
+                "Not tuned: the fused-MoE kernel is tuned on a GPU machine only (rule "
+                "tune_configs), and this sweep ran none."
+            )
+        ]
     summary = tune_summary(tune)
     failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
     blocks: list[Block] = [

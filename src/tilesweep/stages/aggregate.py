@@ -17,7 +17,7 @@ from tilesweep.report import data as report_data
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.stages import logged
-from tilesweep.tables import LAUNCH_COLUMNS, Status
+from tilesweep.tables import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 
 INPUTS = ("launch", "decode", "collective", "layout", "power", "tune", "ceilings")
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
@@ -123,6 +123,12 @@ def write_png(path: str, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Return the frame, or an empty one with the table's declared columns (a CSV with a
+    header, never an empty file)."""
+    return frame if not frame.empty else pd.DataFrame(columns=columns)
+
+
 def assemble(
     settings: dict,
     measured: dict[str, pd.DataFrame],
@@ -144,7 +150,7 @@ def assemble(
         "verdict": compose(settings),
         "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
         "power": measured["power"],
-        "tune": measured.get("tune", pd.DataFrame()),
+        "tune": _with_columns(measured.get("tune", pd.DataFrame()), TUNE_COLUMNS),
     }
     data = report_data.build(
         settings,
