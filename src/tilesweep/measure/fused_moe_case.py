@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tilesweep.kernels import fused_moe as fm
 from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
 from tilesweep.measure.gemm_case import rel_error
-from tilesweep.plan.fused_moe_space import gemm_shapes
+from tilesweep.plan.fused_moe_space import gemm_shapes, scale_mode
 
 FP8_MAX = 448.0
 # Relative L2 error allowed against the fp32 reference (fp32 operands: the interpreter in tests;
@@ -133,7 +133,7 @@ def blocks(batch: Batch, block_m: int, experts: int):
 
 def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm: str):
     """Return the call that runs the project's fused-MoE kernel on one GEMM of a batch."""
-    scale = "channel" if weights.dtype == "fp8" else "none"
+    scale = scale_mode(weights.dtype)
     blk = blocks(batch, config["BLOCK_SIZE_M"], problem["experts"])
     gather = gemm == "gate_up"
 

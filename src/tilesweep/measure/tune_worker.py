@@ -84,20 +84,25 @@ def screened(spec: dict, configs: list[dict]) -> list[dict]:
 def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
     """Return one config per distinct compiled kernel (GROUP_SIZE_M is a run-time argument),
     leaving out those a constraint already rules out."""
-    scale = "channel" if spec["dtype"] == "fp8" else "none"
     out, seen = [], set()
     for config in screened(spec, configs):
-        key = space.config_slug({**config, "GROUP_SIZE_M": 0})
+        key = space.tile_key(space.config_slug(config))
         if key in seen:
             continue
         seen.add(key)
-        if not any(
-            space.constraint(config, spec["dtype"], spec["smem_limit_bytes"], n, k, scale)
-            for p in spec["problems"]
-            for n, k in space.gemm_shapes(p).values()
-        ):
+        limit = spec["smem_limit_bytes"]
+        if not space.problems_constraint(config, spec["dtype"], limit, spec["problems"]):
             out.append(config)
     return out
+
+
+def refusal_status(reason: str, compiled: bool) -> str:
+    """Return the status of a config that cannot be screened: a shared-memory refusal at its
+    first launch (Triton's OutOfResources) is a launch result, any other failure of the
+    compile step a compile error, and a rule the config breaks a constraint."""
+    if reason.startswith("OutOfResources"):
+        return "launch"
+    return "compile" if compiled else "constraint"
 
 
 def _compile_one(args: tuple) -> tuple[str, str | None]:
@@ -119,7 +124,7 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
         ids = torch.zeros(bm, dtype=torch.int32, device=dev)
         exp = torch.zeros(1, dtype=torch.int32, device=dev)
         post = torch.tensor([bm], dtype=torch.int32, device=dev)
-        scale = "channel" if dtype == "fp8" else "none"
+        scale = space.scale_mode(dtype)
         a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
         b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
         w = torch.ones(rows, device=dev)
@@ -144,7 +149,7 @@ def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, 
     with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
         for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
             if err:
-                failed[slug.rsplit("-g", 1)[0]] = err
+                failed[space.tile_key(slug)] = err
     log(f"compiled {len(configs)} configs, {len(failed)} refused")
     return failed
 
@@ -172,7 +177,6 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
     from tilesweep.measure import fused_moe_case as case
 
     dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
-    scale = "channel" if dtype == "fp8" else "none"
     shapes = space.gemm_shapes(problem)
     for config in screened(spec, configs):
         slug = space.config_slug(config)
@@ -181,14 +185,10 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
             continue
         beat(heartbeat, key)
         rec = {"key": key, "phase": SCREEN, "problem": p_idx, "config": config, "slug": slug}
-        why = failed.get(slug.rsplit("-g", 1)[0])
-        for n, k in shapes.values():
-            why = why or space.constraint(config, dtype, smem, n, k, scale)
+        refused = failed.get(space.tile_key(slug))
+        why = refused or space.problems_constraint(config, dtype, smem, [problem])
         if why:
-            # Triton refuses a kernel whose shared memory exceeds the device's at its first
-            # launch: that is a launch result, not a compile error.
-            status = "constraint" if slug.rsplit("-g", 1)[0] not in failed else "compile"
-            status = "launch" if why.startswith("OutOfResources") else status
+            status = refusal_status(why, compiled=refused is not None)
             append_journal(journal, {**rec, "status": status, "reason": why})
             continue
         try:
@@ -308,6 +308,7 @@ def main(spec_path: str, journal: str, heartbeat: str) -> None:
         beat(heartbeat, "compile")
         failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
     gen = torch.Generator(device=device)
+    engine = engine_runner(spec, log)
     for p_idx, problem in enumerate(spec["problems"]):
         gen.manual_seed(spec["seed"] + p_idx)
         weights = case.make_weights(problem, spec["dtype"], device, gen)
@@ -323,7 +324,6 @@ def main(spec_path: str, journal: str, heartbeat: str) -> None:
         uniform = batches[spec["routing"][0]]
         _screen(spec, problem, p_idx, weights, uniform, configs, failed, journal, heartbeat, done)
         done = read_journal(journal)
-        engine = engine_runner(spec, log)
         _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)
         done = read_journal(journal)
         del weights, batches, uniform

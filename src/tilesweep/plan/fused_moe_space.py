@@ -68,6 +68,27 @@ def constraint(config: dict, dtype: str, smem_limit: int, n: int, k: int, scale:
     return None
 
 
+def problems_constraint(config: dict, dtype: str, smem_limit: int, problems: list[dict]):
+    """Return why a config cannot run on any GEMM of the problems (None when it can run all)."""
+    for problem in problems:
+        for n, k in gemm_shapes(problem).values():
+            why = constraint(config, dtype, smem_limit, n, k, scale_mode(dtype))
+            if why:
+                return why
+    return None
+
+
+def scale_mode(dtype: str) -> str:
+    """Return how the tuned kernel dequantises a dtype: fp8_w8a8 scales per token and channel."""
+    return "channel" if dtype == "fp8" else "none"
+
+
+def tile_key(slug: str) -> str:
+    """Return the part of a config slug that names its compiled kernel (all but GROUP_SIZE_M,
+    a run-time argument)."""
+    return slug.rsplit("-g", 1)[0]
+
+
 def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
     """Return whether every condition of one heuristic rule holds (no condition: always)."""
     checks = {

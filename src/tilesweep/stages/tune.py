@@ -26,7 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.io import atomic_path, read_json, write_json, write_table
-from tilesweep.measure.tune_worker import FINAL, SCREEN, append_journal, read_journal
+from tilesweep.measure.tune_worker import (
+    FINAL,
+    SCREEN,
+    append_journal,
+    read_journal,
+    refusal_status,
+)
 from tilesweep.plan import fused_moe_space as space
 from tilesweep.stages import logged
 from tilesweep.tables import TUNE_COLUMNS, Status
@@ -171,8 +177,8 @@ def _failed_screen(spec: dict, rec: dict) -> dict:
     """Return the row of a config that could not be screened, with its reason (a shared-memory
     refusal at the first launch is a launch result, whatever an older worker journalled)."""
     problem = spec["problems"][rec["problem"]]
-    if rec["status"] == Status.COMPILE and rec.get("reason", "").startswith("OutOfResources"):
-        rec = {**rec, "status": str(Status.LAUNCH)}
+    if rec["status"] == Status.COMPILE:  # journals written before the launch status existed
+        rec = {**rec, "status": refusal_status(rec.get("reason", ""), compiled=True)}
     return {
         "experts": problem["experts"],
         "n": problem["n"],
