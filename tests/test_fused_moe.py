@@ -105,11 +105,16 @@ for mode, (sa, sb) in scales.items():
             ref[p] = sum(halves[h] * sa[p, h] * sb[e, 0, h] for h in range(2))
     out[mode] = float((c - ref).norm() / ref.norm())
 print(json.dumps(out))
-""".replace("CONFIG", repr(CONFIG))
+"""
 
 
-def test_kernel_matches_fp32_reference_in_the_interpreter():
-    out = _interpreted(KERNEL_CHECK)
+VARIANTS = [{}, {"TMA": 1}, {"PERSISTENT": 1}, {"TMA": 1, "PERSISTENT": 1}]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=["engine", "tma", "persistent", "both"])
+def test_kernel_matches_fp32_reference_in_the_interpreter(variant):
+    config = {**CONFIG, **variant}
+    out = _interpreted(f"CONFIG = {config!r}\n{KERNEL_CHECK}")
     for path in ("direct=False", "direct=True"):
         err, bad = out[path]
         assert bad is None and err < 1e-2, (path, err, bad)
@@ -131,7 +136,8 @@ def test_kernel_matches_fp32_reference_on_the_gpu(dtype, direct):
     w = case.make_weights(problem, dtype, "cuda", gen)
     for m in (2, 48, 300):
         batch = case.make_batch(problem, w, m, "zipf", 1.2, "cuda", gen, direct=direct)
-        for config in (CONFIG, {**CONFIG, "BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "num_warps": 8}):
+        big = {**CONFIG, "BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "num_warps": 8}
+        for config in (CONFIG, big, *({**big, **v} for v in VARIANTS[1:])):
             err, bad = case.check(config, problem, w, batch)
             assert bad is None, (m, config, err)
 
@@ -145,6 +151,10 @@ def test_search_space_is_the_engines_and_defaults_follow_their_rules():
     assert len(configs) == 5 * 4 * 3 * 4 * 2 * 4  # the engines' tuners' 1,920 configs
     assert len({space.config_slug(c) for c in configs}) == len(configs)
     assert all(space.parse_slug(space.config_slug(c)) == c for c in configs[:50])
+    variant = {**configs[0], "TMA": 1, "PERSISTENT": 2}
+    assert space.parse_slug(space.config_slug(variant)) == variant
+    assert space.tile_key(space.config_slug(variant)) == "m16n32k64-w4-s2-tma-p2"
+    assert not space.is_engine_config(variant) and space.is_engine_config(configs[0])
     vllm = mine["engine_defaults"]["vllm"]
     small = space.engine_default(vllm, 16, 256, "bf16")
     assert (small["BLOCK_SIZE_M"], small["BLOCK_SIZE_N"], small["BLOCK_SIZE_K"]) == (16, 64, 128)
@@ -212,6 +222,9 @@ def _spec(**over) -> dict:
         "screen_repeats": 1,
         "final_repeats": 1,
         "finalists": 1,
+        "variants": [{"TMA": 1, "PERSISTENT": 1}],
+        "variant_tiles": 1,
+        "variant_finalists": 1,
         "config_timeout_s": 120,
         "compile_timeout_s": 120,
         "compile_workers": 1,
@@ -241,6 +254,12 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert set(tuned) == {(4, 32)} and set(tuned[(4, 32)]) == {"2", "8"}
     both = table[(table["op"] == "both") & (table["status"] == "ok")]
     assert both["tuned"].any() and both["over_vllm_default"].notna().any()
+    # The variants of the best screened tile are screened and timed, picked as `best` only.
+    variants = [r for r in screens if not space.is_engine_config(r["config"])]
+    assert variants and {r["status"] for r in variants} == {"ok"}
+    assert (both["source"] == "variant").any() and both["best"].any()
+    assert set(both[both["tuned"]]["source"]) == {"finalist"}
+    assert all(space.is_engine_config(c) for t in tuned.values() for c in t.values())
     engine = table[table["runner"] == "engine:vllm"]
     assert (engine["status"] == "skipped").all() and engine["reason"].str.contains("vllm").all()
     # A rerun finds everything journalled and adds nothing.
@@ -281,12 +300,16 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
         ("b", "zipf", 1.20),
         ("c", "uniform", 0.90),  # fastest on uniform, never timed on zipf: not a candidate
     ]
+    rows += [("d-tma", "uniform", 0.5), ("d-tma", "zipf", 0.5)]  # a variant: best, not tuned
     table = pd.DataFrame(
         [
             {"experts": 256, "n": 2048, "m": 64, "op": "both", "status": "ok",
-             "runner": "fused_moe", "config": c, "routing": r, "time_ms": t}
+             "runner": "fused_moe", "config": c, "routing": r, "time_ms": t,
+             "source": "variant" if "tma" in c else "finalist"}
             for c, r, t in rows
         ]
     )  # fmt: skip
-    marked = tune._mark_tuned(spec, table)
+    marked = tune._mark_pick(spec, table, "tuned", ("finalist",))
     assert set(marked[marked["tuned"]]["config"]) == {"b"}
+    marked = tune._mark_pick(spec, marked, "best", ("finalist", "variant"))
+    assert set(marked[marked["best"]]["config"]) == {"d-tma"}

@@ -20,5 +20,6 @@ if __name__ == "__main__":
         sys.exit(f"no tune tables under {results}/tune")
     table = pd.concat(frames, ignore_index=True)
     cols = ["dtype", "n", "routing", "m", "config", "time_ms", "x_vllm", "x_sglang", "x_torch"]
-    with pd.option_context("display.width", 200, "display.max_rows", 500):
-        print(tune_summary(table)[cols + ["copy_fraction"]].round(3).to_string(index=False))
+    cols += ["copy_fraction", "read_fraction", "best_config", "best_x_vllm", "best_x_torch"]
+    with pd.option_context("display.width", 250, "display.max_rows", 500):
+        print(tune_summary(table)[cols].round(3).to_string(index=False))

@@ -239,7 +239,8 @@ REPORT_VERDICT_COLUMNS = [
 REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
 TUNE_SUMMARY_COLUMNS = [
     "dtype", "experts", "n", "routing", "m", "tokens_per_expert", "config", "time_ms",
-    "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "math_fraction",
+    "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "read_fraction",
+    "math_fraction", "best_config", "best_x_vllm", "best_x_torch",
 ]  # fmt: skip
 REPORT_POWER_COLUMNS = [
     "load", "expected_bound", "status", "power_frac_p10", "power_frac_median", "power_frac_p90",
@@ -287,6 +288,7 @@ TUNE_COLUMNS = [
     "source",
     "config",
     "tuned",
+    "best",
     "op",
     "status",
     "reason",
@@ -298,6 +300,7 @@ TUNE_COLUMNS = [
     "gbs",
     "tflops",
     "copy_fraction",
+    "read_fraction",
     "math_fraction",
     "over_vllm_default",
     "over_vllm_legacy_default",

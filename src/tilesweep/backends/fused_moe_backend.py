@@ -33,6 +33,9 @@ class FusedMoeBackend(Backend):
         "screen_repeats": int,
         "final_repeats": int,
         "finalists": int,
+        "variants": [{"TMA?": int, "PERSISTENT?": int}],
+        "variant_tiles": int,
+        "variant_finalists": int,
         "config_timeout_s": (int, float),
         "compile_timeout_s": (int, float),
         "compile_workers": int,
@@ -61,6 +64,17 @@ class FusedMoeBackend(Backend):
         for key in ("screen_repeats", "final_repeats", "finalists", "direct_sparsity"):
             if mine[key] < 1:
                 raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: must be at least 1")
+        for variant in mine["variants"]:
+            if not any(variant.values()) or min(variant.values()) < 0:
+                raise ConfigError(
+                    f"backend.{NAME}.variants: {variant} names no variant (TMA: 1 and/or "
+                    "PERSISTENT: programs per multiprocessor)"
+                )
+        if mine["variants"] and min(mine["variant_tiles"], mine["variant_finalists"]) < 1:
+            raise ConfigError(
+                f"backend.{NAME}.variant_tiles and variant_finalists must be at least 1 when "
+                "variants are screened (variants: [] turns them off)"
+            )
         for engine, rules in mine["engine_defaults"].items():
             for dtype in mine["dtypes"]:
                 try:

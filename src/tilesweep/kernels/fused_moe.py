@@ -16,6 +16,11 @@ sorted list belongs to one expert. A program computes one BLOCK_SIZE_M x BLOCK_S
   GROUP_N x GROUP_K of B).
 
 For tiny batches, `direct_blocks` skips the sort: each pair gets a row block of its own.
+
+Two variants go beyond the engines' kernel (config keys the engines' files never carry): TMA
+loads the weight tiles through a tensor descriptor (the Hopper tensor-memory accelerator) instead
+of per-thread pointers, and PERSISTENT launches P programs per multiprocessor that stride over the
+tiles instead of one program per tile.
 """
 
 from __future__ import annotations
@@ -33,10 +38,120 @@ SCALE_MODES = {
 }
 
 
+@triton.jit
+def _tile(
+    tile,
+    a_ptr,
+    b_ptr,
+    b_desc,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_post_pad,
+    N,
+    K,
+    em,
+    num_valid,
+    a_row_div,
+    mul_routed,
+    group_m,
+    stride_am,
+    stride_be,
+    stride_bn,
+    stride_cm,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    SCALE: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    """Compute one BLOCK_SIZE_M x BLOCK_SIZE_N output tile (tile: its swizzled index)."""
+    num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    in_group = group_m * num_pid_n
+    first_m = (tile // in_group) * group_m
+    rows_in_group = tl.minimum(num_pid_m - first_m, group_m)
+    pid_m = first_m + (tile % in_group) % rows_in_group
+    pid_n = (tile % in_group) // rows_in_group
+    if pid_m * BLOCK_SIZE_M < num_post_pad:
+        offs = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        ids = tl.load(sorted_ids_ptr + offs)
+        row_ok = ids < num_valid
+        offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        c_ptrs = c_ptr + ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+        c_mask = row_ok[:, None] & (offs_n[None, :] < N)
+        expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+        if expert == -1:
+            zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptr.dtype.element_ty)
+            tl.store(c_ptrs, zeros, mask=c_mask)
+        else:
+            a_rows = (ids // a_row_div).to(tl.int64)
+            # Columns past N wrap round (pointers) or run into the next expert's rows (TMA)
+            # instead of being masked: their results are never stored.
+            offs_bn = (offs_n % N).to(tl.int64)
+            offs_k = tl.arange(0, BLOCK_SIZE_K)
+            a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
+            b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None]
+            b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
+            acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+            for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+                if EVEN_K:
+                    a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+                else:
+                    k_ok = offs_k < K - kb * BLOCK_SIZE_K
+                    a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                if TMA:  # the weight tile through the tensor-memory accelerator (zeros past K)
+                    b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
+                elif EVEN_K:
+                    b = tl.load(b_ptrs)
+                else:
+                    b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+                if SCALE == 3:
+                    k_group = (kb * BLOCK_SIZE_K) // GROUP_K
+                    a_s = tl.load(
+                        a_scale_ptr + a_rows * stride_asm + k_group * stride_ask,
+                        mask=row_ok,
+                        other=0.0,
+                    )
+                    b_s = tl.load(
+                        b_scale_ptr
+                        + expert * stride_bse
+                        + (offs_bn // GROUP_N) * stride_bsn
+                        + k_group * stride_bsk
+                    )
+                    acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+                else:
+                    acc = tl.dot(a, b, acc)
+                a_ptrs += BLOCK_SIZE_K
+                b_ptrs += BLOCK_SIZE_K
+            if SCALE == 1:
+                acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert))
+            if SCALE == 2:
+                a_s = tl.load(a_scale_ptr + a_rows * stride_asm, mask=row_ok, other=0.0)
+                b_s = tl.load(b_scale_ptr + expert * stride_bse + offs_bn * stride_bsn)
+                acc = acc * a_s[:, None] * b_s[None, :]
+            if mul_routed != 0:
+                w = tl.load(topk_weights_ptr + ids, mask=row_ok, other=0.0)
+                acc = acc * w[:, None]
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
 @triton.jit(do_not_specialize=["em", "num_valid", "a_row_div", "mul_routed", "group_m"])
 def fused_moe_kernel(
     a_ptr,  # [rows, K] activations (tokens for gate/up, pairs for down), K contiguous
     b_ptr,  # [experts, N, K] weights, K contiguous
+    b_desc,  # the weights as an [experts * N, K] tensor descriptor (TMA), else b_ptr again
     c_ptr,  # [pairs, N] output, one row per routed pair
     a_scale_ptr,  # fp32: [1] (tensor), [rows] (channel), [rows, K / GROUP_K] (block)
     b_scale_ptr,  # fp32: [experts] (tensor), [experts, N] (channel), [experts, N/GN, K/GK] (block)
@@ -67,69 +182,30 @@ def fused_moe_kernel(
     GROUP_N: tl.constexpr,
     GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr,
+    TMA: tl.constexpr,
+    PERSISTENT: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    in_group = group_m * num_pid_n
-    first_m = (pid // in_group) * group_m
-    rows_in_group = tl.minimum(num_pid_m - first_m, group_m)
-    pid_m = first_m + (pid % in_group) % rows_in_group
-    pid_n = (pid % in_group) // rows_in_group
-    if pid_m * BLOCK_SIZE_M >= tl.load(num_post_pad_ptr):
-        return
-    offs = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    ids = tl.load(sorted_ids_ptr + offs)
-    row_ok = ids < num_valid
-    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    c_mask = row_ok[:, None] & (offs_n[None, :] < N)
-    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-    if expert == -1:
-        zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptr.dtype.element_ty)
-        tl.store(c_ptrs, zeros, mask=c_mask)
-        return
-    a_rows = (ids // a_row_div).to(tl.int64)
-    # Columns past N wrap round instead of being masked: their results are never stored.
-    offs_bn = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
-    b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None]
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-            b = tl.load(b_ptrs)
-        else:
-            k_ok = offs_k < K - kb * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-        if SCALE == 3:
-            k_group = (kb * BLOCK_SIZE_K) // GROUP_K
-            a_s = tl.load(
-                a_scale_ptr + a_rows * stride_asm + k_group * stride_ask, mask=row_ok, other=0.0
-            )
-            b_s = tl.load(
-                b_scale_ptr
-                + expert * stride_bse
-                + (offs_bn // GROUP_N) * stride_bsn
-                + k_group * stride_bsk
-            )
-            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-        else:
-            acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_SIZE_K
-        b_ptrs += BLOCK_SIZE_K
-    if SCALE == 1:
-        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert))
-    if SCALE == 2:
-        a_s = tl.load(a_scale_ptr + a_rows * stride_asm, mask=row_ok, other=0.0)
-        b_s = tl.load(b_scale_ptr + expert * stride_bse + offs_bn * stride_bsn)
-        acc = acc * a_s[:, None] * b_s[None, :]
-    if mul_routed != 0:
-        w = tl.load(topk_weights_ptr + ids, mask=row_ok, other=0.0)
-        acc = acc * w[:, None]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    """One program per output tile, or (PERSISTENT) a fixed grid whose programs stride over
+    the tiles."""
+    num_post_pad = tl.load(num_post_pad_ptr)
+    if PERSISTENT:
+        tiles = tl.cdiv(em, BLOCK_SIZE_M) * tl.cdiv(N, BLOCK_SIZE_N)
+        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            _tile(
+                tile, a_ptr, b_ptr, b_desc, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr,
+                sorted_ids_ptr, expert_ids_ptr, num_post_pad, N, K, em, num_valid, a_row_div,
+                mul_routed, group_m, stride_am, stride_be, stride_bn, stride_cm, stride_asm,
+                stride_ask, stride_bse, stride_bsn, stride_bsk, BLOCK_SIZE_M, BLOCK_SIZE_N,
+                BLOCK_SIZE_K, SCALE, GROUP_N, GROUP_K, EVEN_K, TMA,
+            )  # fmt: skip
+    else:
+        _tile(
+            tl.program_id(0), a_ptr, b_ptr, b_desc, c_ptr, a_scale_ptr, b_scale_ptr,
+            topk_weights_ptr, sorted_ids_ptr, expert_ids_ptr, num_post_pad, N, K, em, num_valid,
+            a_row_div, mul_routed, group_m, stride_am, stride_be, stride_bn, stride_cm,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, BLOCK_SIZE_M,
+            BLOCK_SIZE_N, BLOCK_SIZE_K, SCALE, GROUP_N, GROUP_K, EVEN_K, TMA,
+        )  # fmt: skip
 
 
 def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
@@ -171,6 +247,32 @@ def direct_blocks(topk_ids, block_m: int, expert_map=None):
     return sorted_ids.reshape(-1), expert_ids.to(torch.int32), num_post_pad
 
 
+# Programs per multiprocessor's worth of the persistent grid on a CPU (Triton's interpreter), so
+# that tests see programs stride over several tiles.
+INTERPRETER_SMS = 2
+
+
+def _sm_count(device) -> int:
+    """Return the multiprocessors of a device (INTERPRETER_SMS on a CPU)."""
+    import torch
+
+    if device.type != "cuda":
+        return INTERPRETER_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def weight_descriptor(b, block_n: int, block_k: int):
+    """Return a host-side tensor descriptor of [experts, N, K] weights seen as [experts * N, K],
+    in BLOCK_SIZE_N x BLOCK_SIZE_K boxes (the TMA variant); raise NotImplementedError where this
+    Triton has none."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError as exc:
+        raise NotImplementedError("this Triton has no tensor descriptors (TMA)") from exc
+    flat = b.reshape(b.shape[0] * b.shape[1], b.shape[2])
+    return TensorDescriptor.from_tensor(flat, [block_n, block_k])
+
+
 def invoke(
     a,
     b,
@@ -198,10 +300,14 @@ def invoke(
     a_st = a_s.stride() + (0,) * (2 - a_s.dim()) if mode in (2, 3) else (0, 0)
     b_st = b_s.stride() + (0,) * (3 - b_s.dim()) if mode in (1, 2, 3) else (0, 0, 0)
     em = sorted_ids.numel()
-    grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
+    tiles = triton.cdiv(em, bm) * triton.cdiv(n, bn)
+    persistent = config.get("PERSISTENT", 0)
+    grid = (min(tiles, persistent * _sm_count(c.device)) if persistent else tiles,)
+    tma = bool(config.get("TMA", 0))
     fused_moe_kernel[grid](
         a,
         b,
+        weight_descriptor(b, bn, bk) if tma else b,
         c,
         a_s,
         b_s,
@@ -232,6 +338,8 @@ def invoke(
         GROUP_N=block_shape[0],
         GROUP_K=block_shape[1],
         EVEN_K=k % bk == 0,
+        TMA=tma,
+        PERSISTENT=bool(persistent),
         num_warps=config.get("num_warps", 4),
         num_stages=config.get("num_stages", 3),
     )

@@ -1,4 +1,5 @@
-"""The device's own ceilings, measured: copy bandwidth and dense matrix-product rate per dtype."""
+"""The device's own ceilings, measured: copy and read-only bandwidth, and dense matrix-product
+rate per dtype."""
 
 from __future__ import annotations
 
@@ -30,6 +31,27 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
             rates[f"{name} (cpu clock)"] = time_cpu(fn, repeats, 1)
     best = min(rates, key=lambda k: summarize(rates[k])["time_ms"])
     return 2 * nbytes / (summarize(rates[best])["time_ms"] * 1e-3) / 1e9, best
+
+
+def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
+    """Return the device's read-only bandwidth in GB/s (a sum over every byte, which writes one
+    number) and its method: the ceiling of a kernel that only reads, such as a decode GEMM's
+    weight stream."""
+    import torch
+
+    device = "cuda" if cuda else "cpu"
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    out = torch.empty((), dtype=torch.float32, device=device)
+
+    def call():
+        return torch.sum(src, out=out)
+
+    if cuda:
+        samples, method = time_gpu([call], repeats, 2)
+        method = f"sum ({method}, events)"
+    else:
+        samples, method = time_cpu(call, repeats, 1), "sum (cpu clock)"
+    return nbytes / (summarize(samples)["time_ms"] * 1e-3) / 1e9, method
 
 
 def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float | None, str]:
@@ -88,10 +110,13 @@ def measure(catalog: dict[str, dict]) -> dict:
         copy_bytes, n, repeats = 256 << 20, 1024, 3
         measured_props = {"threads": torch.get_num_threads()}
     copy_gbs, copy_method = _copy_gbs(copy_bytes, cuda, repeats)
+    read_gbs, read_method = _read_gbs(copy_bytes, cuda, repeats)
     products = {d: _matmul_tflops(n, d, cuda, repeats) for d in ("bf16", "fp8", "fp32")}
     ceilings = {
         "copy_gbs": copy_gbs,
         "copy_method": copy_method,
+        "read_gbs": read_gbs,
+        "read_method": read_method,
         "matmul_tflops": {d: rate for d, (rate, _) in products.items()},
         "matmul_errors": {d: why for d, (rate, why) in products.items() if rate is None},
         "matmul_n": n,

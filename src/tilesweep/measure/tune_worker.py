@@ -1,6 +1,7 @@
 """The fused-MoE tuning worker: one process that compiles the search space (in a pool of compile
-processes), screens every config at every batch key, then times the finalists, the engines'
-default configs, the torch baseline and (where installed) the engine's own kernel precisely.
+processes), screens every config at every batch key, screens the project's kernel variants (TMA,
+persistent) of the best screened tiles, then times the finalists of both, the engines' default
+configs, the torch baseline and (where installed) the engine's own kernel precisely.
 
 Each finished item is one line appended to a journal (flushed and synced), so a worker that is
 killed or crashes loses only the item in flight: stages/tune.py restarts it, records that item
@@ -172,13 +173,26 @@ def _time(fn, repeats: int, warmup: int, graph: bool) -> dict:
     return {**summarize(samples), "timing": method}
 
 
+def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
+    """Return the variants to screen on a problem: each of the spec's variants of the
+    `variant_tiles` best screened tiles of the engines' space at every batch key."""
+    tiles, seen = [], set()
+    for m in spec["batch_keys"]:
+        for config in _finalists(done, p_idx, m, spec["variant_tiles"]):
+            slug = space.config_slug(config)
+            if slug not in seen:
+                seen.add(slug)
+                tiles.append(config)
+    return [{**tile, **variant} for tile in tiles for variant in spec["variants"]]
+
+
 def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, heartbeat, done):
-    """Screen every config on one problem: correctness at one batch, then every batch key."""
+    """Screen the configs on one problem: correctness at one batch, then every batch key."""
     from tilesweep.measure import fused_moe_case as case
 
     dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
     shapes = space.gemm_shapes(problem)
-    for config in screened(spec, configs):
+    for config in configs:
         slug = space.config_slug(config)
         key = item_key(SCREEN, p_idx, slug)
         if key in done:
@@ -202,6 +216,9 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
                     call = case.fused_call(config, problem, weights, batches[m], gemm)
                     t = _time(call, spec["screen_repeats"], 1, graph=False)
                     times[f"{gemm}|{m}"] = t["time_ms"]
+        except NotImplementedError as exc:  # e.g. a variant this Triton cannot build
+            append_journal(journal, {**rec, "status": "unsupported", "reason": str(exc)})
+            continue
         except Exception as exc:  # the launch was refused or failed: a result, with its reason
             status = "launch" if "OutOfResources" in type(exc).__name__ else "runtime"
             append_journal(journal, {**rec, "status": status, "reason": _last_line(exc)})
@@ -217,11 +234,14 @@ def _last_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
 
 
-def _finalists(done: dict, p_idx: int, m: int, count: int) -> list[dict]:
-    """Return the `count` configs with the smallest screened gate_up + down time at batch m."""
+def _finalists(done: dict, p_idx: int, m: int, count: int, variants: bool = False) -> list[dict]:
+    """Return the `count` configs with the smallest screened gate_up + down time at batch m:
+    of the engines' space, or (variants) of the project's variants."""
     scored = []
     for rec in done.values():
         if rec["phase"] != SCREEN or rec["problem"] != p_idx or rec["status"] != "ok":
+            continue
+        if space.is_engine_config(rec["config"]) == variants:
             continue
         t = rec["times"]
         scored.append((t[f"gate_up|{m}"] + t[f"down|{m}"], rec["slug"], rec["config"]))
@@ -241,9 +261,14 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
             continue
         beat(heartbeat, key)
         near = space.nearest_key(spec["batch_keys"], m)
+        picks = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
+        picks += [
+            ("variant", c)
+            for c in _finalists(done, p_idx, near, spec["variant_finalists"], variants=True)
+        ]
         entries = [
-            ("finalist", {**c, "GROUP_SIZE_M": g})
-            for c in _finalists(done, p_idx, near, spec["finalists"])
+            (source, {**c, "GROUP_SIZE_M": g})
+            for source, c in picks
             for g in spec["space"]["GROUP_SIZE_M"]
         ]
         for engine_name, rules in spec["engine_defaults"].items():
@@ -322,7 +347,18 @@ def main(spec_path: str, journal: str, heartbeat: str) -> None:
                 for m in sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
             }  # fmt: skip
         uniform = batches[spec["routing"][0]]
-        _screen(spec, problem, p_idx, weights, uniform, configs, failed, journal, heartbeat, done)
+        engine_space = screened(spec, configs)
+        _screen(spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat,
+                done)  # fmt: skip
+        done = read_journal(journal)
+        variants = variant_configs(spec, done, p_idx)
+        if device == "cuda" and any(
+            item_key(SCREEN, p_idx, space.config_slug(c)) not in done for c in variants
+        ):
+            beat(heartbeat, "compile")
+            workers = spec["compile_workers"]
+            failed |= precompile(compile_set(spec, variants), spec["dtype"], workers, log)
+        _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)
         done = read_journal(journal)
         _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)
         done = read_journal(journal)

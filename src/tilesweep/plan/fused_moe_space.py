@@ -16,6 +16,10 @@ SPACE_KEYS = (
     "num_warps",
     "num_stages",
 )
+# Keys of the project's kernel variants beyond the engines' space (kernels/fused_moe.py): TMA
+# weight loads (0/1) and a persistent grid of P programs per multiprocessor (0: one per tile).
+# A config without them (or with zeros) is the engines' kernel and may be exported.
+VARIANT_KEYS = ("TMA", "PERSISTENT")
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).
 OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -24,19 +28,40 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 
 def config_slug(config: dict) -> str:
-    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3'."""
-    return (
+    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3', with '-tma' and
+    '-p<P>' after it for the variants."""
+    slug = (
         f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
         f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
     )
+    if config.get("TMA"):
+        slug += "-tma"
+    if config.get("PERSISTENT"):
+        slug += f"-p{config['PERSISTENT']}"
+    return slug
 
 
 def parse_slug(slug: str) -> dict:
     """Return the config a slug names (the inverse of config_slug)."""
-    m = re.fullmatch(r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)", slug)
+    m = re.fullmatch(r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)(-tma)?(?:-p(\d+))?", slug)
     if not m:
         raise ValueError(f"not a fused-MoE config slug: {slug!r}")
-    return dict(zip(SPACE_KEYS, (int(g) for g in m.groups()), strict=True))
+    config = dict(zip(SPACE_KEYS, (int(g) for g in m.groups()[:6]), strict=True))
+    if m.group(7):
+        config["TMA"] = 1
+    if m.group(8):
+        config["PERSISTENT"] = int(m.group(8))
+    return config
+
+
+def is_engine_config(config: dict) -> bool:
+    """Return whether a config runs the engines' own kernel (no variant of this project's)."""
+    return not any(config.get(key) for key in VARIANT_KEYS)
+
+
+def engine_part(config: dict) -> dict:
+    """Return the keys of a config that the engines' config files carry."""
+    return {key: config[key] for key in SPACE_KEYS}
 
 
 def search_space(space: dict[str, list[int]]) -> list[dict]:
@@ -65,6 +90,8 @@ def constraint(config: dict, dtype: str, smem_limit: int, n: int, k: int, scale:
         return f"BLOCK_SIZE_K {config['BLOCK_SIZE_K']} exceeds K={k}"
     if scale == "block" and 128 % config["BLOCK_SIZE_K"]:
         return f"BLOCK_SIZE_K {config['BLOCK_SIZE_K']} does not divide the 128-wide scale block"
+    if config.get("TMA") and config["BLOCK_SIZE_K"] * OPERAND_BYTES[dtype] < 16:
+        return "a TMA box row must span at least 16 bytes"
     return None
 
 
@@ -86,7 +113,7 @@ def scale_mode(dtype: str) -> str:
 def tile_key(slug: str) -> str:
     """Return the part of a config slug that names its compiled kernel (all but GROUP_SIZE_M,
     a run-time argument)."""
-    return slug.rsplit("-g", 1)[0]
+    return re.sub(r"-g\d+", "", slug, count=1)
 
 
 def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:

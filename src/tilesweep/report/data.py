@@ -903,7 +903,11 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
             "config's time over the tuned config's time on the same kernel and routed batch; "
             "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
             "gather is free) over the tuned kernel's; copy fraction is the fewest bytes over "
-            "the time, over the measured copy bandwidth."
+            "the time, over the measured copy bandwidth (bytes read plus written), read "
+            "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
+            "config once the project's variants beyond the engines' space (TMA weight loads, "
+            "a persistent grid) may be picked; such configs are never exported, as the "
+            "engines' kernels cannot run them."
         ),
         Table(summary, TUNE_SUMMARY_COLUMNS, title="Tuned config per batch", empty="(none)"),
     ]
@@ -932,7 +936,18 @@ def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
     keys = ["dtype", "experts", "n", "routing", "m"]
     # A tuned config that is also an engine's default is timed under both names: one row.
     out = out.sort_values([*keys, "source"]).drop_duplicates(keys)
-    return out[TUNE_SUMMARY_COLUMNS]
+    if "best" in tune.columns:  # tables written before the variants have no best pick
+        best = tune[(tune["best"] == True) & (tune["op"] == "both")]  # noqa: E712
+        best = best.sort_values([*keys, "source"]).drop_duplicates(keys)
+        best = best[[*keys, "config", "over_vllm_default", "over_baseline"]].rename(
+            columns={
+                "config": "best_config",
+                "over_vllm_default": "best_x_vllm",
+                "over_baseline": "best_x_torch",
+            }
+        )
+        out = out.merge(best, on=keys, how="left")
+    return out.reindex(columns=TUNE_SUMMARY_COLUMNS)
 
 
 def build(

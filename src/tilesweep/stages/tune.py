@@ -67,6 +67,9 @@ def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
         "screen_repeats": mine["screen_repeats"],
         "final_repeats": mine["final_repeats"],
         "finalists": mine["finalists"],
+        "variants": list(mine["variants"]),
+        "variant_tiles": mine["variant_tiles"],
+        "variant_finalists": mine["variant_finalists"],
         "config_timeout_s": mine["config_timeout_s"],
         "compile_timeout_s": mine["compile_timeout_s"],
         "compile_workers": mine["compile_workers"] or max(1, cores - 1),
@@ -149,9 +152,16 @@ def _timed(entry: dict | None) -> tuple[float | None, float | None, float | None
     return entry["time_ms"], entry["time_p10_ms"], entry["time_p90_ms"]
 
 
-def evaluate(spec: dict, records: dict, copy_gbs: float | None, peak_tflops: float | None):
+def evaluate(
+    spec: dict,
+    records: dict,
+    copy_gbs: float | None,
+    peak_tflops: float | None,
+    read_gbs: float | None = None,
+):
     """Return the tune table: one row per (problem, batch, routing, runner) with both GEMMs'
-    times, the tuned pick per batch, and every row's speed-up over each engine default."""
+    times, the tuned pick (the engines' space) and the best pick (with the project's variants)
+    per batch, and every row's speed-up over each engine default and the baseline."""
     rows = []
     for rec in records.values():
         if rec["phase"] == SCREEN and rec["status"] != Status.OK:
@@ -164,10 +174,13 @@ def evaluate(spec: dict, records: dict, copy_gbs: float | None, peak_tflops: flo
     table = pd.DataFrame(rows)
     if table.empty:
         return pd.DataFrame(columns=TUNE_COLUMNS)
-    table = _mark_tuned(spec, table)
+    table = _mark_pick(spec, table, "tuned", ("finalist",))
+    table = _mark_pick(spec, table, "best", ("finalist", "variant"))
     table = _speedups(table)
     if copy_gbs:
         table["copy_fraction"] = table["gbs"] / copy_gbs
+    if read_gbs:
+        table["read_fraction"] = table["gbs"] / read_gbs
     if peak_tflops:
         table["math_fraction"] = table["tflops"] / peak_tflops
     return table.reindex(columns=TUNE_COLUMNS)
@@ -234,13 +247,17 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
     return out
 
 
-def _mark_tuned(spec: dict, table: pd.DataFrame) -> pd.DataFrame:
-    """Add `tuned`: the config the exported table names at each (problem, batch): the smallest
-    gate_up + down time summed over every routing timed (a table picked on one routing loses to
-    the engine's default on another); at an extra batch, the nearest key's pick."""
-    table["tuned"] = False
+def _mark_pick(spec: dict, table: pd.DataFrame, column: str, sources: tuple) -> pd.DataFrame:
+    """Add a pick column: at each (problem, batch), the config among the rows of `sources` with
+    the smallest gate_up + down time summed over every routing timed (a table picked on one
+    routing loses to the engine's default on another); at an extra batch, the nearest key's
+    pick. `tuned` (the engines' space) is the exported table; `best` adds the variants."""
+    table[column] = False
     both = table[
-        (table["op"] == "both") & (table["status"] == Status.OK) & (table["runner"] == "fused_moe")
+        (table["op"] == "both")
+        & (table["status"] == Status.OK)
+        & (table["runner"] == "fused_moe")
+        & table["source"].isin(sources)
     ]
     routings = len(spec["routing"])
     picks, keys = {}, set(spec["batch_keys"])
@@ -253,7 +270,7 @@ def _mark_tuned(spec: dict, table: pd.DataFrame) -> pd.DataFrame:
         pick = picks.get((e, n, space.nearest_key(spec["batch_keys"], int(m))))
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
         sel &= (table["runner"] == "fused_moe") & (table["config"] == pick)
-        table.loc[sel, "tuned"] = True
+        table.loc[sel, column] = True
     return table
 
 
@@ -284,7 +301,7 @@ def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict
     keys = set(spec["batch_keys"])
     for rec in picks.sort_values("m").to_dict("records"):
         if int(rec["m"]) in keys:
-            config = space.parse_slug(rec["config"])
+            config = space.engine_part(space.parse_slug(rec["config"]))
             out.setdefault((int(rec["experts"]), int(rec["n"])), {})[str(int(rec["m"]))] = config
     return out
 
@@ -335,7 +352,7 @@ def write_outputs(
     return (rows, config files). `versions` holds the driver and Triton that timed them."""
     dtype = spec["dtype"]
     peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
-    table = evaluate(spec, records, ceilings.get("copy_gbs"), peak)
+    table = evaluate(spec, records, ceilings.get("copy_gbs"), peak, ceilings.get("read_gbs"))
     table["ceilings"] = "measured here" if peak else f"gap: no measured {dtype} matmul rate"
     table["driver"], table["triton"] = versions["driver"], versions["triton"]
     write_table(table_path, table)
