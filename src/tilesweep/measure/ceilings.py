@@ -44,7 +44,7 @@ def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
     out = torch.empty((), dtype=torch.float32, device=device)
 
     def call():
-        return torch.sum(src, out=out)
+        return torch.sum(src, dim=0, out=out)
 
     if cuda:
         samples, method = time_gpu([call], repeats, 2)
