@@ -48,7 +48,7 @@ def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
         {
             space.batch_for_tokens_per_expert(t, p)
             for t in mine["extra_tokens_per_expert"]
-            for p in problems[:1]
+            for p in problems
         }
     )
     cores = os.cpu_count() or 2
