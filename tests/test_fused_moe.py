@@ -222,6 +222,7 @@ def _spec(**over) -> dict:
         "screen_repeats": 1,
         "final_repeats": 1,
         "finalists": 1,
+        "guard_default": "vllm",
         "variants": [{"TMA": 1, "PERSISTENT": 1}],
         "variant_tiles": 1,
         "variant_finalists": 1,
@@ -292,7 +293,7 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
 
     from tilesweep.stages import tune
 
-    spec = {"routing": ["uniform", "zipf"], "batch_keys": [64]}
+    spec = {"routing": ["uniform", "zipf"], "batch_keys": [64], "engine_defaults": {"vllm": {}}}
     rows = [  # config a wins on uniform by a hair and loses on zipf by far: b is the pick
         ("a", "uniform", 1.00),
         ("a", "zipf", 2.00),
@@ -313,3 +314,18 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
     assert set(marked[marked["tuned"]]["config"]) == {"b"}
     marked = tune._mark_pick(spec, marked, "best", ("finalist", "variant"))
     assert set(marked[marked["best"]]["config"]) == {"d-tma"}
+    # An engine default that beats every finalist is the tuned pick: never slower than it.
+    table.loc[len(table)] = {**table.iloc[0].to_dict(), "config": "e", "source": "vllm-default",
+                             "time_ms": 1.0}  # fmt: skip
+    table.loc[len(table)] = {**table.iloc[1].to_dict(), "config": "e", "source": "vllm-default",
+                             "time_ms": 1.0}  # fmt: skip
+    marked = tune._mark_pick(spec, table, "tuned", ("finalist", "vllm-default"))
+    assert set(marked[marked["tuned"]]["config"]) == {"e"}
+    # Guarded by the default: b (1.01 + 1.20) beats the default e (1.00 + 1.30) summed, but is
+    # slower on uniform, so the default itself is the pick.
+    table.loc[table["config"] == "e", "time_ms"] = [1.00, 1.30]
+    guarded = tune._mark_pick(spec, table, "tuned", ("finalist", "vllm-default"), "vllm-default")
+    assert set(guarded[guarded["tuned"]]["config"]) == {"e"}
+    table.loc[table["config"] == "e", "time_ms"] = [1.05, 1.30]
+    guarded = tune._mark_pick(spec, table, "tuned", ("finalist", "vllm-default"), "vllm-default")
+    assert set(guarded[guarded["tuned"]]["config"]) == {"b"}

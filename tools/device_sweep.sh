@@ -5,7 +5,8 @@
 # Usage: tools/device_sweep.sh OUT_DIR [snakemake overrides...]
 #   e.g. tools/device_sweep.sh "$OUT" experiment=h200_decode
 # TILESWEEP_TARGETS (space-separated result paths or rule names) limits the run to those targets;
-# TILESWEEP_TIMEOUT (seconds, default 3600) stops Snakemake, and what finished still comes back.
+# TILESWEEP_TIMEOUT (seconds, default 3600) stops Snakemake, and what finished still comes back;
+# leave a minute for the archive below the device call's own limit.
 set -uo pipefail
 out=${1:?usage: tools/device_sweep.sh OUT_DIR [overrides...]}
 shift
@@ -25,7 +26,9 @@ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=cs
 overrides=$(printf '"%s",' "$@")
 start=$(date +%s)
 # shellcheck disable=SC2086  # the targets are words on purpose
-timeout "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake ${TILESWEEP_TARGETS:-} --cores all --keep-going \
+# -k: Snakemake waits for its running jobs after the TERM; kill it 20 s later, so the archive
+# below is always written (on 2026-12-02 a TERM-ed sweep outlived the device call's limit).
+timeout -k 20 "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake ${TILESWEEP_TARGETS:-} --cores all --keep-going \
   --config "overrides=[${overrides%,}]" \
   >"$out/snakemake.log" 2>&1
 rc=$?

@@ -33,6 +33,7 @@ class FusedMoeBackend(Backend):
         "screen_repeats": int,
         "final_repeats": int,
         "finalists": int,
+        "guard_default": str,
         "variants": [{"TMA?": int, "PERSISTENT?": int}],
         "variant_tiles": int,
         "variant_finalists": int,
@@ -64,6 +65,11 @@ class FusedMoeBackend(Backend):
         for key in ("screen_repeats", "final_repeats", "finalists", "direct_sparsity"):
             if mine[key] < 1:
                 raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: must be at least 1")
+        if mine["guard_default"] not in mine["engine_defaults"]:
+            raise ConfigError(
+                f"backend.{NAME}.guard_default={mine['guard_default']!r}: not one of "
+                f"engine_defaults ({', '.join(mine['engine_defaults'])})"
+            )
         for variant in mine["variants"]:
             if not any(variant.values()) or min(variant.values()) < 0:
                 raise ConfigError(

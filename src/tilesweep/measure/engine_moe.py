@@ -77,12 +77,14 @@ def engine_runner(spec: dict, log):
 
 
 def _best(rows: list[dict], routing: str) -> dict | None:
-    """Return the config with the smallest gate_up + down time among a batch's timed finalists
-    of the engines' space (the project's variants cannot run in the engine's kernel)."""
+    """Return the config with the smallest gate_up + down time among a batch's timed configs of
+    the engines' space: finalists and defaults (the project's variants cannot run in the
+    engine's kernel)."""
     timed = [
         r
         for r in rows
-        if r.get("status") == "ok" and r["routing"] == routing and r["source"] == "finalist"
+        if r.get("status") == "ok" and r["routing"] == routing and "config" in r
+        and (r["source"] == "finalist" or r["source"].endswith("-default"))
     ]  # fmt: skip
     if not timed:
         return None

@@ -67,6 +67,7 @@ def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
         "screen_repeats": mine["screen_repeats"],
         "final_repeats": mine["final_repeats"],
         "finalists": mine["finalists"],
+        "guard_default": mine["guard_default"],
         "variants": list(mine["variants"]),
         "variant_tiles": mine["variant_tiles"],
         "variant_finalists": mine["variant_finalists"],
@@ -174,8 +175,11 @@ def evaluate(
     table = pd.DataFrame(rows)
     if table.empty:
         return pd.DataFrame(columns=TUNE_COLUMNS)
-    table = _mark_pick(spec, table, "tuned", ("finalist",))
-    table = _mark_pick(spec, table, "best", ("finalist", "variant"))
+    engine_space = ("finalist", *(f"{name}-default" for name in spec["engine_defaults"]))
+    guard = spec.get("guard_default", "vllm")  # journals of older runs name none: vLLM's
+    guard = f"{guard}-default" if guard in spec["engine_defaults"] else None
+    table = _mark_pick(spec, table, "tuned", engine_space, guard=guard)
+    table = _mark_pick(spec, table, "best", (*engine_space, "variant"))
     table = _speedups(table)
     if copy_gbs:
         table["copy_fraction"] = table["gbs"] / copy_gbs
@@ -247,11 +251,16 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
     return out
 
 
-def _mark_pick(spec: dict, table: pd.DataFrame, column: str, sources: tuple) -> pd.DataFrame:
+def _mark_pick(
+    spec: dict, table: pd.DataFrame, column: str, sources: tuple, guard: str | None = None
+) -> pd.DataFrame:
     """Add a pick column: at each (problem, batch), the config among the rows of `sources` with
     the smallest gate_up + down time summed over every routing timed (a table picked on one
     routing loses to the engine's default on another); at an extra batch, the nearest key's
-    pick. `tuned` (the engines' space) is the exported table; `best` adds the variants."""
+    pick. With `guard` (a default's source), only configs no slower than that default on any
+    routing qualify, so the default itself always does. `tuned` (the engines' space: the
+    finalists and the engines' own defaults, guarded by spec['guard_default']'s default) is
+    the exported table; `best` adds the project's variants, unguarded."""
     table[column] = False
     both = table[
         (table["op"] == "both")
@@ -264,6 +273,9 @@ def _mark_pick(spec: dict, table: pd.DataFrame, column: str, sources: tuple) -> 
     for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
         per_config = grp.groupby(["config", "routing"])["time_ms"].min().unstack()
         per_config = per_config[per_config.notna().sum(axis=1) == routings]
+        ref = grp[grp["source"] == guard].groupby("routing")["time_ms"].min()
+        if guard and len(ref) == routings:
+            per_config = per_config[(per_config <= ref[per_config.columns]).all(axis=1)]
         if m in keys and not per_config.empty:
             picks[(e, n, m)] = per_config.sum(axis=1).idxmin()
     for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
