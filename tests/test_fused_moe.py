@@ -227,6 +227,7 @@ def _spec(**over) -> dict:
         "variant_tiles": 1,
         "variant_finalists": 1,
         "config_timeout_s": 120,
+        "items_per_worker": 0,
         "compile_timeout_s": 120,
         "compile_workers": 1,
         "engines": ["vllm"],
@@ -276,6 +277,22 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     slow = _spec(config_timeout_s=0.01)
     records = tune.supervise(slow, tmp_path, log, env=env, restarts=20)
     assert any(r["status"] == "timeout" for r in records.values())
+
+
+def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
+    import logging
+
+    from tilesweep.stages import tune
+
+    spec = _spec(items_per_worker=1, batch_keys=[8], final_batches=[8])
+    records = tune.supervise(
+        spec, tmp_path, logging.getLogger("test"), env={"TRITON_INTERPRET": "1"}
+    )
+    items = [r for r in records.values() if r["phase"] in ("screen", "final")]
+    assert len(items) >= 4 and {r["phase"] for r in items} == {"screen", "final"}
+    assert len({r["pid"] for r in items}) == len(items)  # one process per item
+    table = tune.evaluate(spec, records, 100.0, 1.0)
+    assert table[(table["op"] == "both") & (table["status"] == "ok")]["tuned"].any()
 
 
 def test_a_half_written_journal_line_is_ignored(tmp_path):

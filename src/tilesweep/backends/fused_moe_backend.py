@@ -38,6 +38,7 @@ class FusedMoeBackend(Backend):
         "variant_tiles": int,
         "variant_finalists": int,
         "config_timeout_s": (int, float),
+        "items_per_worker": int,
         "compile_timeout_s": (int, float),
         "compile_workers": int,
         "engines": [str],
@@ -65,6 +66,11 @@ class FusedMoeBackend(Backend):
         for key in ("screen_repeats", "final_repeats", "finalists", "direct_sparsity"):
             if mine[key] < 1:
                 raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: must be at least 1")
+        if mine["items_per_worker"] < 0:
+            raise ConfigError(
+                f"backend.{NAME}.items_per_worker={mine['items_per_worker']}: 0 (one worker) "
+                "or the items each worker process runs"
+            )
         if mine["guard_default"] not in mine["engine_defaults"]:
             raise ConfigError(
                 f"backend.{NAME}.guard_default={mine['guard_default']!r}: not one of "

@@ -8,6 +8,10 @@ killed or crashes loses only the item in flight: stages/tune.py restarts it, rec
 as a timeout or crash, and the new worker skips everything already in the journal. Before each
 item the worker writes a heartbeat, which is how the parent knows what was in flight.
 
+With spec['items_per_worker'] = N the worker exits after N items (heartbeat 'yield') and the
+parent starts a fresh one, so N = 1 runs every config's screen and every batch's finals in a
+process of its own; compile outcomes are journalled once and read by the workers that follow.
+
 Usage: python -m tilesweep.measure.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json
 """
 
@@ -51,6 +55,25 @@ def append_journal(path: str | Path, rec: dict) -> None:
         stream.write(json.dumps(rec, sort_keys=True) + "\n")
         stream.flush()
         os.fsync(stream.fileno())
+
+
+class Yield(Exception):
+    """Raised when a worker has journalled its quota of items: it exits for a fresh one."""
+
+
+class Journal:
+    """The worker's journal: appends items (with the worker's pid) and, with a quota, ends the
+    worker after that many items, so that each item can run in a fresh process."""
+
+    def __init__(self, path: str | Path, quota: int = 0):
+        self.path, self.quota, self.items = path, quota, 0
+
+    def append(self, rec: dict, counts: bool = True) -> None:
+        """Journal one finished item; raise Yield once the quota is spent."""
+        append_journal(self.path, {**rec, "pid": os.getpid()})
+        self.items += counts
+        if counts and self.quota and self.items >= self.quota:
+            raise Yield
 
 
 def beat(path: str | Path, key: str) -> None:
@@ -203,12 +226,12 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
         why = refused or space.problems_constraint(config, dtype, smem, [problem])
         if why:
             status = refusal_status(why, compiled=refused is not None)
-            append_journal(journal, {**rec, "status": status, "reason": why})
+            journal.append({**rec, "status": status, "reason": why})
             continue
         try:
             err, bad = case.check(config, problem, weights, batches[spec["check_batch"]])
             if bad:
-                append_journal(journal, {**rec, "status": "correctness", "reason": bad})
+                journal.append({**rec, "status": "correctness", "reason": bad})
                 continue
             times = {}
             for m in spec["batch_keys"]:
@@ -217,15 +240,15 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
                     t = _time(call, spec["screen_repeats"], 1, graph=False)
                     times[f"{gemm}|{m}"] = t["time_ms"]
         except NotImplementedError as exc:  # e.g. a variant this Triton cannot build
-            append_journal(journal, {**rec, "status": "unsupported", "reason": str(exc)})
+            journal.append({**rec, "status": "unsupported", "reason": str(exc)})
             continue
         except Exception as exc:  # the launch was refused or failed: a result, with its reason
             status = "launch" if "OutOfResources" in type(exc).__name__ else "runtime"
-            append_journal(journal, {**rec, "status": status, "reason": _last_line(exc)})
+            journal.append({**rec, "status": status, "reason": _last_line(exc)})
             if status == "runtime":
                 raise  # a failed launch can poison the context: let the parent restart us
             continue
-        append_journal(journal, {**rec, "status": "ok", "rel_err": err, "times": times})
+        journal.append({**rec, "status": "ok", "rel_err": err, "times": times})
 
 
 def _last_line(exc: BaseException) -> str:
@@ -304,37 +327,63 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
             except Exception as exc:
                 rows.append({**row, "status": "runtime", "reason": _last_line(exc)})
             rows.extend(engine(problem, weights, batch, rows, m, routing))
-        append_journal(journal, {"key": key, "phase": FINAL, "problem": p_idx, "m": m,
-                                 "screened": m in screened, "rows": rows})  # fmt: skip
+        journal.append({"key": key, "phase": FINAL, "problem": p_idx, "m": m,
+                        "screened": m in screened, "rows": rows})  # fmt: skip
 
 
-def main(spec_path: str, journal: str, heartbeat: str) -> None:
-    """Run every unfinished item of the spec, journalling each."""
+def _compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
+    """Return {tile: error} of the configs' compiles: compiled in a pool the first time, and
+    journalled, so that a fresh worker (after a quota, a crash or a kill) reads them instead."""
+    if key in done:
+        return done[key]["failed"]
+    beat(heartbeat, "compile")
+    failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
+    journal.append({"key": key, "phase": "compile", "failed": failed}, counts=False)
+    return failed
+
+
+def main(spec_path: str, journal_path: str, heartbeat: str) -> None:
+    """Run the unfinished items of the spec, journalling each (at most spec['items_per_worker']
+    of them when that is set, then exit for a fresh worker)."""
+    spec = json.loads(Path(spec_path).read_text())
+    journal = Journal(journal_path, spec.get("items_per_worker", 0))
+    try:
+        _run(spec, journal, heartbeat)
+    except Yield:
+        beat(heartbeat, "yield")
+        return
+    beat(heartbeat, "done")
+
+
+def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
+    """Compile, screen, screen the variants and time the finals of every problem."""
     import torch
 
     from tilesweep.measure import fused_moe_case as case
     from tilesweep.measure.engine_moe import engine_runner
 
-    spec = json.loads(Path(spec_path).read_text())
-    done = read_journal(journal)
+    done = read_journal(journal.path)
 
     def log(msg: str) -> None:
         print(msg, flush=True)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     configs = candidates(spec)
+    engine_space = screened(spec, configs)
     screens = [
         item_key(SCREEN, p, space.config_slug(c))
         for p in range(len(spec["problems"]))
-        for c in screened(spec, configs)
+        for c in engine_space
     ]
     failed = {}
     if device == "cuda" and any(k not in done for k in screens):
-        beat(heartbeat, "compile")
-        failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
+        key = item_key("compile", 0, "space")
+        failed = _compile_once(spec, configs, key, done, journal, heartbeat, log)
     gen = torch.Generator(device=device)
     engine = engine_runner(spec, log)
     for p_idx, problem in enumerate(spec["problems"]):
+        if item_key(FINAL, p_idx, str(spec["final_batches"][-1])) in done:
+            continue  # every item of this problem is journalled
         gen.manual_seed(spec["seed"] + p_idx)
         weights = case.make_weights(problem, spec["dtype"], device, gen)
         batches = {}
@@ -347,25 +396,22 @@ def main(spec_path: str, journal: str, heartbeat: str) -> None:
                 for m in sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
             }  # fmt: skip
         uniform = batches[spec["routing"][0]]
-        engine_space = screened(spec, configs)
         _screen(spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat,
                 done)  # fmt: skip
-        done = read_journal(journal)
+        done = read_journal(journal.path)
         variants = variant_configs(spec, done, p_idx)
         if device == "cuda" and any(
             item_key(SCREEN, p_idx, space.config_slug(c)) not in done for c in variants
         ):
-            beat(heartbeat, "compile")
-            workers = spec["compile_workers"]
-            failed |= precompile(compile_set(spec, variants), spec["dtype"], workers, log)
+            key = item_key("compile", p_idx, "variants")
+            failed |= _compile_once(spec, variants, key, done, journal, heartbeat, log)
         _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)
-        done = read_journal(journal)
+        done = read_journal(journal.path)
         _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)
-        done = read_journal(journal)
+        done = read_journal(journal.path)
         del weights, batches, uniform
         if device == "cuda":
             torch.cuda.empty_cache()
-    beat(heartbeat, "done")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
         "screen_repeats": mine["screen_repeats"],
         "final_repeats": mine["final_repeats"],
         "finalists": mine["finalists"],
+        "items_per_worker": mine["items_per_worker"],
         "guard_default": mine["guard_default"],
         "variants": list(mine["variants"]),
         "variant_tiles": mine["variant_tiles"],
@@ -92,13 +93,17 @@ def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts
         tmp.write_text(json.dumps(spec, sort_keys=True, indent=1))
     cmd = [sys.executable, "-m", "tilesweep.measure.tune_worker", str(spec_path)]
     cmd += [str(journal), str(heartbeat)]
-    for attempt in range(restarts):
+    attempt = 0
+    while attempt < restarts:
         heartbeat.unlink(missing_ok=True)
         proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
         status = _watch(proc, heartbeat, spec)
         key = _beat_key(heartbeat)
         if status == "done":
             return read_journal(journal)
+        if status == "yield":  # its quota of items is journalled: a fresh worker goes on
+            continue
+        attempt += 1
         if key in (None, "done") and status == "exit":
             raise RuntimeError(f"the tuning worker exited with {proc.returncode} before starting")
         if key == "compile":
@@ -125,19 +130,21 @@ def _beat_key(heartbeat: Path) -> str | None:
 
 
 def _watch(proc, heartbeat: Path, spec: dict) -> str:
-    """Wait for the worker: 'done' (clean exit, all done), 'exit' (died), 'timeout' (killed)."""
+    """Wait for the worker: 'done' (clean exit, all done), 'yield' (clean exit after its quota
+    of items), 'exit' (died), 'timeout' (killed)."""
     while True:
         try:
             rc = proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             rc = None
         if rc is not None:
-            return "done" if rc == 0 and _beat_key(heartbeat) == "done" else "exit"
+            ended = _beat_key(heartbeat) if rc == 0 else None
+            return ended if ended in ("done", "yield") else "exit"
         try:
             beat = json.loads(heartbeat.read_text())
         except (OSError, ValueError):
             continue
-        if beat["key"] == "done":  # everything is journalled: the worker is exiting
+        if beat["key"] in ("done", "yield"):  # the worker is exiting
             continue
         limit = spec["compile_timeout_s"] if beat["key"] == "compile" else spec["config_timeout_s"]
         if time.time() - beat["time"] > limit:
