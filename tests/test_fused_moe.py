@@ -346,3 +346,30 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
     table.loc[table["config"] == "e", "time_ms"] = [1.05, 1.30]
     guarded = tune._mark_pick(spec, table, "tuned", ("finalist", "vllm-default"), "vllm-default")
     assert set(guarded[guarded["tuned"]]["config"]) == {"b"}
+
+
+def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
+    import pandas as pd
+
+    from tilesweep.config import compose
+    from tilesweep.stages.aggregate import engine_rows
+
+    settings = compose()
+    skipped = engine_rows(settings, pd.DataFrame())  # no tuning here: one row per engine
+    assert set(skipped["runner"]) == {"engine:vllm", "engine:sglang"}
+    assert (skipped["status"] == "skipped").all() and skipped["reason"].str.len().gt(0).all()
+    tune = pd.DataFrame(
+        [
+            {"runner": "engine:vllm", "source": f"engine:{label}", "status": "ok", "m": 64,
+             "dtype": "bf16", "op": "whole_moe", "time_ms": t, "routing": "uniform"}
+            for label, t in (("tuned", 1.0), ("default", 1.2))
+        ]
+    )  # fmt: skip
+    timed = engine_rows(settings, tune)
+    assert list(timed["kernel"]) == [
+        "fused_experts, the exported table",
+        "fused_experts, the engine's default",
+    ]
+    assert list(timed["tokens"]) == [64, 64] and set(timed["source"]) == {"measured"}
+    off = compose(["backend.fused_moe.enabled=false"])
+    assert engine_rows(off, pd.DataFrame()).empty

@@ -42,6 +42,9 @@ def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
     assert timed["device"].str.startswith("cpu").all()
     untimed = decode[decode["runner"].str.startswith("triton:")]
     assert (untimed["status"] == "unsupported").all()
+    engines = decode[decode["runner"].str.startswith("engine:")]  # beside the project's kernels
+    assert set(engines["runner"]) == {"engine:vllm", "engine:sglang"}
+    assert (engines["status"] == "skipped").all() and engines["reason"].notna().all()
     collective = pd.read_csv(results / "tables" / "collective.csv")
     measured = collective[collective["status"] == "ok"]
     assert (measured[measured["collective"] == "all_reduce"]["backend"] == "gloo").all()

@@ -129,6 +129,49 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return frame if not frame.empty else pd.DataFrame(columns=columns)
 
 
+ENGINE_COLUMNS = [
+    "runner", "kernel", "dtype", "op", "n", "experts", "routing", "tokens_per_expert", "tokens",
+    "time_ms", "time_p10_ms", "time_p90_ms", "status", "reason", "device", "source",
+]  # fmt: skip
+ENGINE_KERNELS = {
+    "engine": "fused_experts",
+    "engine:tuned": "fused_experts, the exported table",
+    "engine:default": "fused_experts, the engine's default",
+}
+
+
+def engine_rows(settings: dict, tune: pd.DataFrame) -> pd.DataFrame:
+    """Return decode.csv's rows for the engines' own fused-MoE kernels: the tune step's timings
+    of each engine's kernel with the exported table and with its default, side by side, where
+    it ran; else one skipped row per engine saying why."""
+    from tilesweep.measure.engine_moe import installed
+
+    mine = settings.get("backend", {}).get("fused_moe") or {}
+    if not mine.get("enabled"):
+        return pd.DataFrame(columns=ENGINE_COLUMNS)
+    timed = pd.DataFrame()
+    if not tune.empty and "runner" in tune:
+        timed = tune[tune["runner"].astype(str).str.startswith("engine:")]
+    if not timed.empty:
+        out = timed.rename(columns={"m": "tokens"}).reindex(columns=ENGINE_COLUMNS)
+        out["kernel"] = timed["source"].map(ENGINE_KERNELS).fillna("fused_experts")
+        out["op"] = "whole_moe"
+        out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
+        return out.reset_index(drop=True)
+    rows = []
+    for engine in mine.get("engines", []):
+        why = (
+            f"{engine} is not installed"
+            if not installed(engine)
+            else "no tuned table to time it with: tune_configs runs on GPU machines only"
+        )
+        rows.append(
+            {"runner": f"engine:{engine}", "kernel": "fused_experts", "op": "whole_moe",
+             "status": "skipped", "reason": why, "source": ""}
+        )  # fmt: skip
+    return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)
+
+
 def assemble(
     settings: dict,
     measured: dict[str, pd.DataFrame],
@@ -143,19 +186,23 @@ def assemble(
     def compose(varied: dict) -> pd.DataFrame:
         return verdict.deployment_table(varied, decode, collective, steps, ceilings)
 
+    tune = _with_columns(measured.get("tune", pd.DataFrame()), TUNE_COLUMNS)
+    engines = engine_rows(settings, tune)
     tables = {
         "launch": measured["launch"],
-        "decode": decode,
+        # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped with
+        # the reason); the verdict is composed from the project's rows only.
+        "decode": pd.concat([decode, engines], ignore_index=True) if len(engines) else decode,
         "collective": collective,
         "verdict": compose(settings),
         "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
         "power": measured["power"],
-        "tune": _with_columns(measured.get("tune", pd.DataFrame()), TUNE_COLUMNS),
+        "tune": tune,
     }
     data = report_data.build(
         settings,
         tables["launch"],
-        decode,
+        tables["decode"],
         collective,
         tables["verdict"],
         provenance,
