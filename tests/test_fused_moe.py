@@ -346,6 +346,10 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
     table.loc[table["config"] == "e", "time_ms"] = [1.05, 1.30]
     guarded = tune._mark_pick(spec, table, "tuned", ("finalist", "vllm-default"), "vllm-default")
     assert set(guarded[guarded["tuned"]]["config"]) == {"b"}
+    # Every engine of the defaults gets its speed-up column, a new one too.
+    table["experts"], table["n"] = 256, 2048
+    fast = tune._speedups(table, ["vllm", "newengine"])
+    assert "over_newengine_default" in fast and fast["over_vllm_default"].notna().all()
 
 
 def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():

@@ -11,3 +11,9 @@ class LaunchError(RuntimeError):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+def last_line(exc: BaseException) -> str:
+    """Return an exception's type and the last line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]

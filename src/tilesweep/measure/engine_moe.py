@@ -45,7 +45,8 @@ def _vllm_calls(problem: dict, weights, batch, tuned: dict, dtype: str):
 def engine_runner(spec: dict, log):
     """Return a function (problem, weights, batch, rows, m, routing) -> engine rows for one
     batch: timed where the engine is installed, else one skipped row per engine."""
-    from tilesweep.measure.tune_worker import _last_line, _time
+    from tilesweep.errors import last_line
+    from tilesweep.measure.timing import time_call
 
     def rows_for(problem, weights, batch, rows, m, routing):
         out = []
@@ -65,12 +66,12 @@ def engine_runner(spec: dict, log):
             try:
                 calls = _vllm_calls(problem, weights, batch, tuned, spec["dtype"])
                 for label, call in calls.items():
-                    timing = _time(call, spec["final_repeats"], 2, graph=True)
+                    timing = time_call(call, spec["final_repeats"], 2, graph=True)
                     out.append({**base, "config_from": label, "status": "ok", "whole": timing})
             except NotImplementedError as exc:
                 out.append({**base, "status": "unsupported", "reason": str(exc)})
             except Exception as exc:  # an engine API change is a result, not a crash
-                out.append({**base, "status": "error", "reason": _last_line(exc)})
+                out.append({**base, "status": "error", "reason": last_line(exc)})
         return out
 
     return rows_for

@@ -90,6 +90,22 @@ def time_events(fn: Callable[[], object], repeats: int) -> list[float]:
     return samples
 
 
+def time_call(fn, repeats: int, warmup: int, graph: bool) -> dict:
+    """Return median/p10/p90 ms of fn: CUDA-graph replays (graph) or event-timed launches on a
+    GPU, the monotonic clock on the CPU (Triton's interpreter: for tests, not for numbers)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        samples, method = time_cpu(fn, repeats, warmup), "cpu-perf-counter"
+    elif graph:
+        samples, method = time_gpu([fn], repeats, warmup)
+    else:
+        for _ in range(warmup):
+            fn()
+        samples, method = time_events(fn, repeats), "events"
+    return {**summarize(samples), "timing": method}
+
+
 class PowerSampler:
     """Sample GPU power, SM clock and throttle reasons through NVML while a region runs."""
 

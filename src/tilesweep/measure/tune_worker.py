@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from tilesweep.errors import last_line
+from tilesweep.measure.timing import time_call
 from tilesweep.plan import fused_moe_space as space
 
 SCREEN = "screen"
@@ -178,24 +180,6 @@ def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, 
     return failed
 
 
-def _time(fn, repeats: int, warmup: int, graph: bool) -> dict:
-    """Return median/p10/p90 ms of fn: CUDA-graph replays (graph) or event-timed launches on a
-    GPU, the monotonic clock on the CPU (Triton's interpreter: for tests, not for numbers)."""
-    import torch
-
-    from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
-
-    if not torch.cuda.is_available():
-        samples, method = time_cpu(fn, repeats, warmup), "cpu-perf-counter"
-    elif graph:
-        samples, method = time_gpu([fn], repeats, warmup)
-    else:
-        for _ in range(warmup):
-            fn()
-        samples, method = time_events(fn, repeats), "events"
-    return {**summarize(samples), "timing": method}
-
-
 def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
     """Return the variants to screen on a problem: each of the spec's variants of the
     `variant_tiles` best screened tiles of the engines' space at every batch key."""
@@ -237,24 +221,18 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
             for m in spec["batch_keys"]:
                 for gemm in shapes:
                     call = case.fused_call(config, problem, weights, batches[m], gemm)
-                    t = _time(call, spec["screen_repeats"], 1, graph=False)
+                    t = time_call(call, spec["screen_repeats"], 1, graph=False)
                     times[f"{gemm}|{m}"] = t["time_ms"]
         except NotImplementedError as exc:  # e.g. a variant this Triton cannot build
             journal.append({**rec, "status": "unsupported", "reason": str(exc)})
             continue
         except Exception as exc:  # the launch was refused or failed: a result, with its reason
             status = "launch" if "OutOfResources" in type(exc).__name__ else "runtime"
-            journal.append({**rec, "status": status, "reason": _last_line(exc)})
+            journal.append({**rec, "status": status, "reason": last_line(exc)})
             if status == "runtime":
                 raise  # a failed launch can poison the context: let the parent restart us
             continue
         journal.append({**rec, "status": "ok", "rel_err": err, "times": times})
-
-
-def _last_line(exc: BaseException) -> str:
-    """Return an exception's type and the last line of its message."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
 
 
 def _finalists(done: dict, p_idx: int, m: int, count: int, variants: bool = False) -> list[dict]:
@@ -311,21 +289,21 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
                         continue
                     for gemm in shapes:
                         call = case.fused_call(config, problem, weights, batch, gemm)
-                        row[gemm] = _time(call, spec["final_repeats"], 2, graph=True)
+                        row[gemm] = time_call(call, spec["final_repeats"], 2, graph=True)
                     rows.append({**row, "status": "ok"})
                 except Exception as exc:
-                    rows.append({**row, "status": "launch", "reason": _last_line(exc)})
+                    rows.append({**row, "status": "launch", "reason": last_line(exc)})
             name = case.baseline_name(dtype)
             row = {"source": "baseline", "runner": name, "routing": routing, "touched": touched}
             try:
                 for gemm in shapes:
                     call = case.baseline_call(problem, weights, batch, gemm)
-                    row[gemm] = _time(call, spec["final_repeats"], 2, graph=True)
+                    row[gemm] = time_call(call, spec["final_repeats"], 2, graph=True)
                 rows.append({**row, "status": "ok"})
             except NotImplementedError as exc:
                 rows.append({**row, "status": "unsupported", "reason": str(exc)})
             except Exception as exc:
-                rows.append({**row, "status": "runtime", "reason": _last_line(exc)})
+                rows.append({**row, "status": "runtime", "reason": last_line(exc)})
             rows.extend(engine(problem, weights, batch, rows, m, routing))
         journal.append({"key": key, "phase": FINAL, "problem": p_idx, "m": m,
                         "screened": m in screened, "rows": rows})  # fmt: skip

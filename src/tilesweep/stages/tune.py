@@ -187,14 +187,15 @@ def evaluate(
     guard = f"{guard}-default" if guard in spec["engine_defaults"] else None
     table = _mark_pick(spec, table, "tuned", engine_space, guard=guard)
     table = _mark_pick(spec, table, "best", (*engine_space, "variant"))
-    table = _speedups(table)
+    table = _speedups(table, spec["engine_defaults"])
     if copy_gbs:
         table["copy_fraction"] = table["gbs"] / copy_gbs
     if read_gbs:
         table["read_fraction"] = table["gbs"] / read_gbs
     if peak_tflops:
         table["math_fraction"] = table["tflops"] / peak_tflops
-    return table.reindex(columns=TUNE_COLUMNS)
+    extra = [c for c in table.columns if c.startswith("over_") and c not in TUNE_COLUMNS]
+    return table.reindex(columns=TUNE_COLUMNS + extra)  # a new engine's default: its column
 
 
 def _failed_screen(spec: dict, rec: dict) -> dict:
@@ -293,17 +294,14 @@ def _mark_pick(
     return table
 
 
-def _speedups(table: pd.DataFrame) -> pd.DataFrame:
-    """Add, per row, the engine defaults' and the baseline's time over its time (same problem,
-    batch, routing and op), i.e. how much faster the row is than each."""
+def _speedups(table: pd.DataFrame, engines) -> pd.DataFrame:
+    """Add, per row, each engine default's (`over_<engine>_default`, for every engine of the
+    spec's defaults) and the baseline's time over its time (same problem, batch, routing and
+    op), i.e. how much faster the row is than each."""
     keys = ["experts", "n", "m", "routing", "op"]
     ok = table[table["status"] == Status.OK]
-    for source, column in (
-        ("vllm-default", "over_vllm_default"),
-        ("vllm_legacy-default", "over_vllm_legacy_default"),
-        ("sglang-default", "over_sglang_default"),
-        ("baseline", "over_baseline"),
-    ):
+    pairs = [(f"{name}-default", f"over_{name}_default") for name in engines]
+    for source, column in (*pairs, ("baseline", "over_baseline")):
         ref = ok[ok["source"] == source].groupby(keys)["time_ms"].min().rename(f"_{column}")
         table = table.join(ref, on=keys)
         table[column] = table[f"_{column}"] / table["time_ms"]
