@@ -377,3 +377,25 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
     assert list(timed["tokens"]) == [64, 64] and set(timed["source"]) == {"measured"}
     off = compose(["backend.fused_moe.enabled=false"])
     assert engine_rows(off, pd.DataFrame()).empty
+
+
+def test_the_engine_runner_times_the_config_the_exported_table_names():
+    from tilesweep.measure.engine_moe import _best
+
+    spec = {"routing": ["uniform", "zipf"], "engine_defaults": {"vllm": {}}}
+
+    def row(source, slug, routing, ms):
+        half = {"time_ms": ms / 2}
+        return {"source": source, "slug": slug, "config": {"slug": slug}, "routing": routing,
+                "status": "ok", "gate_up": half, "down": half}  # fmt: skip
+
+    rows = [
+        row("finalist", "a", "uniform", 1.00), row("finalist", "a", "zipf", 2.00),
+        row("finalist", "b", "uniform", 1.01), row("finalist", "b", "zipf", 1.20),
+        row("vllm-default", "e", "uniform", 1.05), row("vllm-default", "e", "zipf", 1.30),
+        row("variant", "v-tma", "uniform", 0.5), row("variant", "v-tma", "zipf", 0.5),
+    ]  # fmt: skip
+    # Fastest on one routing (a) or a variant the engine cannot run: neither; b beats e on both.
+    assert _best(spec, rows) == {"slug": "b"}
+    rows[2] = row("finalist", "b", "uniform", 1.06)  # b now loses to the default on uniform
+    assert _best(spec, rows) == {"slug": "e"}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from tilesweep.plan import fused_moe_space as space
+
 ENGINES = ("vllm", "sglang")
 
 
@@ -59,7 +61,7 @@ def engine_runner(spec: dict, log):
                 reason = f"the engine runner drives vLLM only; {engine} is installed but untimed"
                 out.append({**base, "status": "skipped", "reason": reason})
                 continue
-            tuned = _best(rows, routing)
+            tuned = _best(spec, rows)
             if tuned is None:
                 out.append({**base, "status": "skipped", "reason": "no tuned config at this M"})
                 continue
@@ -77,17 +79,21 @@ def engine_runner(spec: dict, log):
     return rows_for
 
 
-def _best(rows: list[dict], routing: str) -> dict | None:
-    """Return the config with the smallest gate_up + down time among a batch's timed configs of
-    the engines' space: finalists and defaults (the project's variants cannot run in the
-    engine's kernel)."""
-    timed = [
-        r
-        for r in rows
-        if r.get("status") == "ok" and r["routing"] == routing and "config" in r
-        and (r["source"] == "finalist" or r["source"].endswith("-default"))
-    ]  # fmt: skip
-    if not timed:
-        return None
-    best = min(timed, key=lambda r: r["gate_up"]["time_ms"] + r["down"]["time_ms"])
-    return best["config"]
+def _best(spec: dict, rows: list[dict]) -> dict | None:
+    """Return the config the exported table names for a batch: plan/fused_moe_space.pick over
+    the batch's timed configs of the engines' space (both GEMMs summed, every routing, guarded
+    by spec['guard_default']'s default), as stages/tune picks it from the journal. At an extra
+    batch past the keys, this batch's own pick (the table takes the nearest key's)."""
+    sources = space.engine_sources(spec["engine_defaults"])
+    times, configs, guard = {}, {}, {}
+    for r in rows:
+        if r.get("status") != "ok" or r["source"] not in sources:
+            continue
+        t = r["gate_up"]["time_ms"] + r["down"]["time_ms"]
+        slot = times.setdefault(r["slug"], {})
+        slot[r["routing"]] = min(t, slot.get(r["routing"], t))
+        configs[r["slug"]] = r["config"]
+        if r["source"] == space.guard_source(spec):
+            guard[r["routing"]] = min(t, guard.get(r["routing"], t))
+    slug = space.pick(times, spec["routing"], guard)
+    return configs.get(slug)

@@ -304,7 +304,9 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
                 rows.append({**row, "status": "unsupported", "reason": str(exc)})
             except Exception as exc:
                 rows.append({**row, "status": "runtime", "reason": last_line(exc)})
-            rows.extend(engine(problem, weights, batch, rows, m, routing))
+        # The engine's kernel, once every routing is timed: with the pick the exported table makes
+        for routing, batches in batches_by_routing.items():
+            rows.extend(engine(problem, weights, batches[m], rows, m, routing))
         journal.append({"key": key, "phase": FINAL, "problem": p_idx, "m": m,
                         "screened": m in screened, "rows": rows})  # fmt: skip
 

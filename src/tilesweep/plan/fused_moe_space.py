@@ -142,6 +142,30 @@ def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
     return out
 
 
+def engine_sources(engines) -> tuple[str, ...]:
+    """Return the timed sources of the engines' space: the finalists and each engine's default
+    (the project's variants and the baseline are not among them)."""
+    return ("finalist", *(f"{name}-default" for name in engines))
+
+
+def guard_source(spec: dict) -> str | None:
+    """Return the source of the default the tuned table must never lose to (journals of older
+    runs name none: vLLM's), or None where that engine has no default in the spec."""
+    guard = spec.get("guard_default", "vllm")
+    return f"{guard}-default" if guard in spec["engine_defaults"] else None
+
+
+def pick(times: dict, routings: list[str], guard: dict | None = None) -> str | None:
+    """Return the config with the smallest time summed over every routing, among the configs
+    of `times` ({config: {routing: ms}}) timed on all of them; with `guard` (a default's
+    {routing: ms}, timed on all), only configs no slower than it on any routing qualify, so the
+    default itself always does. Ties go to the smaller name; None when none qualifies."""
+    ok = {c: t for c, t in times.items() if all(r in t for r in routings)}
+    if guard and all(r in guard for r in routings):
+        ok = {c: t for c, t in ok.items() if all(t[r] <= guard[r] for r in routings)}
+    return min(ok, key=lambda c: (sum(ok[c][r] for r in routings), c), default=None)
+
+
 def nearest_key(keys: list[int], m: int) -> int:
     """Return the tuned batch key an engine uses for M tokens: the nearest one (ties: smaller)."""
     return min(sorted(keys), key=lambda key: abs(key - m))

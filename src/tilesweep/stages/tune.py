@@ -182,10 +182,8 @@ def evaluate(
     table = pd.DataFrame(rows)
     if table.empty:
         return pd.DataFrame(columns=TUNE_COLUMNS)
-    engine_space = ("finalist", *(f"{name}-default" for name in spec["engine_defaults"]))
-    guard = spec.get("guard_default", "vllm")  # journals of older runs name none: vLLM's
-    guard = f"{guard}-default" if guard in spec["engine_defaults"] else None
-    table = _mark_pick(spec, table, "tuned", engine_space, guard=guard)
+    engine_space = space.engine_sources(spec["engine_defaults"])
+    table = _mark_pick(spec, table, "tuned", engine_space, guard=space.guard_source(spec))
     table = _mark_pick(spec, table, "best", (*engine_space, "variant"))
     table = _speedups(table, spec["engine_defaults"])
     if copy_gbs:
@@ -276,16 +274,13 @@ def _mark_pick(
         & (table["runner"] == "fused_moe")
         & table["source"].isin(sources)
     ]
-    routings = len(spec["routing"])
     picks, keys = {}, set(spec["batch_keys"])
-    for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
-        per_config = grp.groupby(["config", "routing"])["time_ms"].min().unstack()
-        per_config = per_config[per_config.notna().sum(axis=1) == routings]
-        ref = grp[grp["source"] == guard].groupby("routing")["time_ms"].min()
-        if guard and len(ref) == routings:
-            per_config = per_config[(per_config <= ref[per_config.columns]).all(axis=1)]
-        if m in keys and not per_config.empty:
-            picks[(e, n, m)] = per_config.sum(axis=1).idxmin()
+    for (e, n, m), grp in both[both["m"].isin(keys)].groupby(["experts", "n", "m"]):
+        times = {}
+        for (config, routing), t in grp.groupby(["config", "routing"])["time_ms"].min().items():
+            times.setdefault(config, {})[routing] = t
+        ref = grp[grp["source"] == guard].groupby("routing")["time_ms"].min().to_dict()
+        picks[(e, n, m)] = space.pick(times, spec["routing"], ref)
     for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
         pick = picks.get((e, n, space.nearest_key(spec["batch_keys"], int(m))))
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
