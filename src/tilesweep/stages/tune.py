@@ -365,7 +365,10 @@ def write_outputs(
     dtype = spec["dtype"]
     peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
     table = evaluate(spec, records, ceilings.get("copy_gbs"), peak, ceilings.get("read_gbs"))
-    table["ceilings"] = "measured here" if peak else f"gap: no measured {dtype} matmul rate"
+    gaps = [] if peak else [f"no measured {dtype} matmul rate"]
+    if not ceilings.get("read_gbs"):  # ceilings measured before the read-only ceiling existed
+        gaps.append("no measured read-only bandwidth")
+    table["ceilings"] = f"gap: {'; '.join(gaps)}" if gaps else "measured here"
     table["driver"], table["triton"] = versions["driver"], versions["triton"]
     write_table(table_path, table)
     tuned = tuned_configs(table, spec)
