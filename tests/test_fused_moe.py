@@ -108,10 +108,20 @@ print(json.dumps(out))
 """
 
 
-VARIANTS = [{}, {"TMA": 1}, {"PERSISTENT": 1}, {"TMA": 1, "PERSISTENT": 1}]
+# SPLIT_K 3 over four K blocks leaves one split with none (it adds zeros); over two K blocks it is
+# cut to two splits; the down GEMM's K=48 in blocks of 32 is two blocks, the last one partial.
+VARIANTS = [
+    {},
+    {"TMA": 1},
+    {"PERSISTENT": 1},
+    {"TMA": 1, "PERSISTENT": 1},
+    {"SPLIT_K": 3},
+    {"TMA": 1, "SPLIT_K": 2},
+]
+VARIANT_IDS = ["engine", "tma", "persistent", "tma-persistent", "split3", "tma-split2"]
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=["engine", "tma", "persistent", "both"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_kernel_matches_fp32_reference_in_the_interpreter(variant):
     config = {**CONFIG, **variant}
     out = _interpreted(f"CONFIG = {config!r}\n{KERNEL_CHECK}")
@@ -151,10 +161,12 @@ def test_search_space_is_the_engines_and_defaults_follow_their_rules():
     assert len(configs) == 5 * 4 * 3 * 4 * 2 * 4  # the engines' tuners' 1,920 configs
     assert len({space.config_slug(c) for c in configs}) == len(configs)
     assert all(space.parse_slug(space.config_slug(c)) == c for c in configs[:50])
-    variant = {**configs[0], "TMA": 1, "PERSISTENT": 2}
+    variant = {**configs[0], "TMA": 1, "PERSISTENT": 2, "SPLIT_K": 4}
     assert space.parse_slug(space.config_slug(variant)) == variant
-    assert space.tile_key(space.config_slug(variant)) == "m16n32k64-w4-s2-tma-p2"
+    assert space.tile_key(space.config_slug(variant)) == "m16n32k64-w4-s2-tma-p2-sk4"
     assert not space.is_engine_config(variant) and space.is_engine_config(configs[0])
+    assert not space.is_engine_config({**configs[0], "SPLIT_K": 2})
+    assert space.is_engine_config({**configs[0], "SPLIT_K": 1})
     vllm = mine["engine_defaults"]["vllm"]
     small = space.engine_default(vllm, 16, 256, "bf16")
     assert (small["BLOCK_SIZE_M"], small["BLOCK_SIZE_N"], small["BLOCK_SIZE_K"]) == (16, 64, 128)
@@ -223,7 +235,7 @@ def _spec(**over) -> dict:
         "final_repeats": 1,
         "finalists": 1,
         "guard_default": "vllm",
-        "variants": [{"TMA": 1, "PERSISTENT": 1}],
+        "variants": [{"TMA": 1, "PERSISTENT": 1}, {"SPLIT_K": 2}],
         "variant_tiles": 1,
         "variant_finalists": 1,
         "config_timeout_s": 120,
@@ -258,7 +270,8 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert both["tuned"].any() and both["over_vllm_default"].notna().any()
     # The variants of the best screened tile are screened and timed, picked as `best` only.
     variants = [r for r in screens if not space.is_engine_config(r["config"])]
-    assert variants and {r["status"] for r in variants} == {"ok"}
+    assert {r["status"] for r in variants} == {"ok"}
+    assert any("SPLIT_K" in r["config"] for r in variants)
     assert (both["source"] == "variant").any() and both["best"].any()
     assert set(both[both["tuned"]]["source"]) == {"finalist"}
     assert all(space.is_engine_config(c) for t in tuned.values() for c in t.values())
@@ -399,3 +412,27 @@ def test_the_engine_runner_times_the_config_the_exported_table_names():
     assert _best(spec, rows) == {"slug": "b"}
     rows[2] = row("finalist", "b", "uniform", 1.06)  # b now loses to the default on uniform
     assert _best(spec, rows) == {"slug": "e"}
+
+
+def test_stream_read_sums_every_element_once_in_the_interpreter():
+    code = """
+import json, torch
+from tilesweep.kernels.stream_read import stream_read
+src = torch.arange(10_000, dtype=torch.float32)
+partial = torch.full((3,), float("nan"))
+stream_read(src, partial, block=512, num_warps=4)
+print(json.dumps({"total": float(partial.sum()), "expect": float(src.sum())}))
+"""
+    out = _interpreted(code)
+    assert out["total"] == out["expect"]
+
+
+@pytest.mark.gpu
+def test_stream_read_sums_every_element_once_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from tilesweep.kernels.stream_read import stream_read
+
+    src = torch.randint(0, 4, (3 << 20,), device="cuda").float()
+    partial = torch.full((528,), float("nan"), device="cuda")
+    assert float(stream_read(src, partial).sum()) == float(src.sum())

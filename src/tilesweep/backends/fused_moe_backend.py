@@ -34,7 +34,7 @@ class FusedMoeBackend(Backend):
         "final_repeats": int,
         "finalists": int,
         "guard_default": str,
-        "variants": [{"TMA?": int, "PERSISTENT?": int}],
+        "variants": [{"TMA?": int, "PERSISTENT?": int, "SPLIT_K?": int}],
         "variant_tiles": int,
         "variant_finalists": int,
         "config_timeout_s": (int, float),
@@ -51,7 +51,7 @@ class FusedMoeBackend(Backend):
         from tilesweep.config import check_choices
         from tilesweep.errors import ConfigError
         from tilesweep.measure.engine_moe import ENGINES
-        from tilesweep.plan.fused_moe_space import ENGINE_DTYPE, engine_default
+        from tilesweep.plan.fused_moe_space import ENGINE_DTYPE, engine_default, is_engine_config
 
         mine = settings["backend"][NAME]
         check_choices(mine["dtypes"], tuple(ENGINE_DTYPE), f"backend.{NAME}.dtypes")
@@ -77,10 +77,10 @@ class FusedMoeBackend(Backend):
                 f"engine_defaults ({', '.join(mine['engine_defaults'])})"
             )
         for variant in mine["variants"]:
-            if not any(variant.values()) or min(variant.values()) < 0:
+            if is_engine_config(variant) or min(variant.values()) < 0:
                 raise ConfigError(
-                    f"backend.{NAME}.variants: {variant} names no variant (TMA: 1 and/or "
-                    "PERSISTENT: programs per multiprocessor)"
+                    f"backend.{NAME}.variants: {variant} names no variant (TMA: 1, PERSISTENT: "
+                    "programs per multiprocessor, SPLIT_K: 2 or more programs per tile)"
                 )
         if mine["variants"] and min(mine["variant_tiles"], mine["variant_finalists"]) < 1:
             raise ConfigError(

@@ -17,10 +17,12 @@ sorted list belongs to one expert. A program computes one BLOCK_SIZE_M x BLOCK_S
 
 For tiny batches, `direct_blocks` skips the sort: each pair gets a row block of its own.
 
-Two variants go beyond the engines' kernel (config keys the engines' files never carry): TMA
+Three variants go beyond the engines' kernel (config keys the engines' files never carry): TMA
 loads the weight tiles through a tensor descriptor (the Hopper tensor-memory accelerator) instead
-of per-thread pointers, and PERSISTENT launches P programs per multiprocessor that stride over the
-tiles instead of one program per tile.
+of per-thread pointers; PERSISTENT launches P programs per multiprocessor that stride over the
+tiles instead of one program per tile; SPLIT_K = S splits each tile's reduction over S programs
+that add their fp32 partial sums atomically into a zeroed workspace, cast to the output after
+(more programs in flight when a small batch leaves few tiles to stream the weights).
 """
 
 from __future__ import annotations
@@ -75,8 +77,10 @@ def _tile(
     GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     TMA: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
-    """Compute one BLOCK_SIZE_M x BLOCK_SIZE_N output tile (tile: its swizzled index)."""
+    """Compute one BLOCK_SIZE_M x BLOCK_SIZE_N output tile (tile: its swizzled index), or with
+    SPLIT_K > 1 the part of its reduction that program_id(1) owns, added into an fp32 output."""
     num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     in_group = group_m * num_pid_n
@@ -93,19 +97,27 @@ def _tile(
         c_mask = row_ok[:, None] & (offs_n[None, :] < N)
         expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
         if expert == -1:
-            zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptr.dtype.element_ty)
-            tl.store(c_ptrs, zeros, mask=c_mask)
+            if SPLIT_K == 1:  # a split-K workspace starts zeroed
+                zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptr.dtype.element_ty)
+                tl.store(c_ptrs, zeros, mask=c_mask)
         else:
             a_rows = (ids // a_row_div).to(tl.int64)
             # Columns past N wrap round (pointers) or run into the next expert's rows (TMA)
             # instead of being masked: their results are never stored.
             offs_bn = (offs_n % N).to(tl.int64)
+            k_blocks = tl.cdiv(K, BLOCK_SIZE_K)
+            kb_first, kb_end = 0, k_blocks
+            if SPLIT_K > 1:  # this program's share of the K blocks
+                per_split = tl.cdiv(k_blocks, SPLIT_K)
+                kb_first = tl.program_id(1) * per_split
+                kb_end = tl.minimum(kb_first + per_split, k_blocks)
             offs_k = tl.arange(0, BLOCK_SIZE_K)
-            a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
-            b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None]
+            first_k = kb_first * BLOCK_SIZE_K + offs_k
+            a_ptrs = a_ptr + a_rows[:, None] * stride_am + first_k[None, :]
+            b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + first_k[:, None]
             b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
             acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+            for kb in range(kb_first, kb_end):
                 if EVEN_K:
                     a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
                 else:
@@ -144,7 +156,10 @@ def _tile(
             if mul_routed != 0:
                 w = tl.load(topk_weights_ptr + ids, mask=row_ok, other=0.0)
                 acc = acc * w[:, None]
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+            if SPLIT_K > 1:  # every step above is linear in the partial sum
+                tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+            else:
+                tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit(do_not_specialize=["em", "num_valid", "a_row_div", "mul_routed", "group_m"])
@@ -152,7 +167,7 @@ def fused_moe_kernel(
     a_ptr,  # [rows, K] activations (tokens for gate/up, pairs for down), K contiguous
     b_ptr,  # [experts, N, K] weights, K contiguous
     b_desc,  # the weights as an [experts * N, K] tensor descriptor (TMA), else b_ptr again
-    c_ptr,  # [pairs, N] output, one row per routed pair
+    c_ptr,  # [pairs, N] output, one row per routed pair (SPLIT_K > 1: a zeroed fp32 workspace)
     a_scale_ptr,  # fp32: [1] (tensor), [rows] (channel), [rows, K / GROUP_K] (block)
     b_scale_ptr,  # fp32: [experts] (tensor), [experts, N] (channel), [experts, N/GN, K/GK] (block)
     topk_weights_ptr,  # [pairs] fp32 routing weights (read when mul_routed)
@@ -184,9 +199,10 @@ def fused_moe_kernel(
     EVEN_K: tl.constexpr,
     TMA: tl.constexpr,
     PERSISTENT: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
     """One program per output tile, or (PERSISTENT) a fixed grid whose programs stride over
-    the tiles."""
+    the tiles; the grid's second axis (SPLIT_K) splits each tile's reduction."""
     num_post_pad = tl.load(num_post_pad_ptr)
     if PERSISTENT:
         tiles = tl.cdiv(em, BLOCK_SIZE_M) * tl.cdiv(N, BLOCK_SIZE_N)
@@ -196,7 +212,7 @@ def fused_moe_kernel(
                 sorted_ids_ptr, expert_ids_ptr, num_post_pad, N, K, em, num_valid, a_row_div,
                 mul_routed, group_m, stride_am, stride_be, stride_bn, stride_cm, stride_asm,
                 stride_ask, stride_bse, stride_bsn, stride_bsk, BLOCK_SIZE_M, BLOCK_SIZE_N,
-                BLOCK_SIZE_K, SCALE, GROUP_N, GROUP_K, EVEN_K, TMA,
+                BLOCK_SIZE_K, SCALE, GROUP_N, GROUP_K, EVEN_K, TMA, SPLIT_K,
             )  # fmt: skip
     else:
         _tile(
@@ -204,7 +220,7 @@ def fused_moe_kernel(
             topk_weights_ptr, sorted_ids_ptr, expert_ids_ptr, num_post_pad, N, K, em, num_valid,
             a_row_div, mul_routed, group_m, stride_am, stride_be, stride_bn, stride_cm,
             stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, BLOCK_SIZE_M,
-            BLOCK_SIZE_N, BLOCK_SIZE_K, SCALE, GROUP_N, GROUP_K, EVEN_K, TMA,
+            BLOCK_SIZE_N, BLOCK_SIZE_K, SCALE, GROUP_N, GROUP_K, EVEN_K, TMA, SPLIT_K,
         )  # fmt: skip
 
 
@@ -289,10 +305,16 @@ def invoke(
     block_shape: tuple[int, int] = (128, 128),
 ):
     """Launch one fused-MoE GEMM: c[pair] = A[row(pair)] @ B[expert(pair)]^T (times the routing
-    weight when topk_weights is given); return c. `gather`: A has one row per token (gate/up)."""
+    weight when topk_weights is given); return c. `gather`: A has one row per token (gate/up).
+    With SPLIT_K = S > 1, min(S, K blocks) programs per tile add their partial sums into a
+    zeroed fp32 workspace, which is then copied into c."""
+    import torch
+
     sorted_ids, expert_ids, num_post_pad = blocks
     n, k = b.shape[1], b.shape[2]
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    split_k = max(1, min(config.get("SPLIT_K", 0), triton.cdiv(k, bk)))  # a K block per split
+    out = c if split_k == 1 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
     mode = SCALE_MODES[scale]
     dummy = c  # never read: the scale branches that would read it are compiled out
     a_s = a_scale if a_scale is not None else dummy
@@ -302,13 +324,13 @@ def invoke(
     em = sorted_ids.numel()
     tiles = triton.cdiv(em, bm) * triton.cdiv(n, bn)
     persistent = config.get("PERSISTENT", 0)
-    grid = (min(tiles, persistent * _sm_count(c.device)) if persistent else tiles,)
+    grid = (min(tiles, persistent * _sm_count(c.device)) if persistent else tiles, split_k)
     tma = bool(config.get("TMA", 0))
     fused_moe_kernel[grid](
         a,
         b,
         weight_descriptor(b, bn, bk) if tma else b,
-        c,
+        out,
         a_s,
         b_s,
         topk_weights if topk_weights is not None else dummy,
@@ -340,7 +362,10 @@ def invoke(
         EVEN_K=k % bk == 0,
         TMA=tma,
         PERSISTENT=bool(persistent),
+        SPLIT_K=split_k,
         num_warps=config.get("num_warps", 4),
         num_stages=config.get("num_stages", 3),
     )
+    if split_k > 1:
+        c.copy_(out)
     return c

@@ -43,6 +43,7 @@ class Batch:
     c: dict  # gemm -> [pairs, N] output
     blocks: dict = field(default_factory=dict)  # BLOCK_SIZE_M -> (sorted_ids, expert_ids, n)
     direct: bool = False
+    refs: dict = field(default_factory=dict)  # gemm -> fp32 reference (the same for any config)
 
 
 def torch_dtype(dtype: str):
@@ -181,12 +182,16 @@ def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
 
 
 def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[float, str | None]:
-    """Return the worse relative error of both GEMMs of a batch, and why it fails (None: ok)."""
+    """Return the worse relative error of both GEMMs of a batch, and why it fails (None: ok).
+    The reference is computed once per batch and GEMM and kept in `batch.refs` (the caller
+    may clear it to free the memory)."""
     worst = 0.0
     for gemm in ("gate_up", "down"):
         batch.c[gemm].fill_(float("nan"))
         fused_call(config, problem, weights, batch, gemm)()
-        worst = max(worst, rel_error(batch.c[gemm], reference(problem, weights, batch, gemm)))
+        if gemm not in batch.refs:
+            batch.refs[gemm] = reference(problem, weights, batch, gemm)
+        worst = max(worst, rel_error(batch.c[gemm], batch.refs[gemm]))
     limit = TOLERANCE[weights.dtype]
     if not worst <= limit:
         return worst, f"relative error {worst:.3g} > {limit} against the fp32 reference"

@@ -71,8 +71,9 @@ class Journal:
         self.path, self.quota, self.items = path, quota, 0
 
     def append(self, rec: dict, counts: bool = True) -> None:
-        """Journal one finished item; raise Yield once the quota is spent."""
-        append_journal(self.path, {**rec, "pid": os.getpid()})
+        """Journal one finished item (with the worker's pid and the wall time it ended at);
+        raise Yield once the quota is spent."""
+        append_journal(self.path, {**rec, "pid": os.getpid(), "ended": round(time.time(), 3)})
         self.items += counts
         if counts and self.quota and self.items >= self.quota:
             raise Yield
@@ -307,6 +308,7 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
         # The engine's kernel, once every routing is timed: with the pick the exported table makes
         for routing, batches in batches_by_routing.items():
             rows.extend(engine(problem, weights, batches[m], rows, m, routing))
+            batches[m].refs.clear()  # this batch is done: free its fp32 references
         journal.append({"key": key, "phase": FINAL, "problem": p_idx, "m": m,
                         "screened": m in screened, "rows": rows})  # fmt: skip
 

@@ -17,9 +17,10 @@ SPACE_KEYS = (
     "num_stages",
 )
 # Keys of the project's kernel variants beyond the engines' space (kernels/fused_moe.py): TMA
-# weight loads (0/1) and a persistent grid of P programs per multiprocessor (0: one per tile).
-# A config without them (or with zeros) is the engines' kernel and may be exported.
-VARIANT_KEYS = ("TMA", "PERSISTENT")
+# weight loads (0/1), a persistent grid of P programs per multiprocessor (0: one per tile) and
+# split-K over up to S programs per tile (0 or 1: none; never more than a GEMM's K blocks). A
+# config without them (or with zeros or SPLIT_K 1) is the engines' kernel and may be exported.
+VARIANT_KEYS = ("TMA", "PERSISTENT", "SPLIT_K")
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).
 OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -28,8 +29,8 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 
 def config_slug(config: dict) -> str:
-    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3', with '-tma' and
-    '-p<P>' after it for the variants."""
+    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3', with '-tma',
+    '-p<P>' and '-sk<S>' after it for the variants."""
     slug = (
         f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
         f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
@@ -38,12 +39,16 @@ def config_slug(config: dict) -> str:
         slug += "-tma"
     if config.get("PERSISTENT"):
         slug += f"-p{config['PERSISTENT']}"
+    if config.get("SPLIT_K", 0) > 1:
+        slug += f"-sk{config['SPLIT_K']}"
     return slug
 
 
 def parse_slug(slug: str) -> dict:
     """Return the config a slug names (the inverse of config_slug)."""
-    m = re.fullmatch(r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)(-tma)?(?:-p(\d+))?", slug)
+    m = re.fullmatch(
+        r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)(-tma)?(?:-p(\d+))?(?:-sk(\d+))?", slug
+    )
     if not m:
         raise ValueError(f"not a fused-MoE config slug: {slug!r}")
     config = dict(zip(SPACE_KEYS, (int(g) for g in m.groups()[:6]), strict=True))
@@ -51,12 +56,14 @@ def parse_slug(slug: str) -> dict:
         config["TMA"] = 1
     if m.group(8):
         config["PERSISTENT"] = int(m.group(8))
+    if m.group(9):
+        config["SPLIT_K"] = int(m.group(9))
     return config
 
 
 def is_engine_config(config: dict) -> bool:
     """Return whether a config runs the engines' own kernel (no variant of this project's)."""
-    return not any(config.get(key) for key in VARIANT_KEYS)
+    return not (config.get("TMA") or config.get("PERSISTENT") or config.get("SPLIT_K", 0) > 1)
 
 
 def engine_part(config: dict) -> dict:
