@@ -436,3 +436,34 @@ def test_stream_read_sums_every_element_once_on_the_gpu():
     src = torch.randint(0, 4, (3 << 20,), device="cuda").float()
     partial = torch.full((528,), float("nan"), device="cuda")
     assert float(stream_read(src, partial).sum()) == float(src.sum())
+
+
+def test_tune_targets_take_the_lowest_figure_over_each_range():
+    import pandas as pd
+
+    from tilesweep.report.data import tune_targets
+
+    # E=32, top-8: M tokens give M / 4 tokens per expert.
+    rows = [
+        # m, x_vllm, best_x_vllm, best_x_torch, copy_fraction
+        (2, 1.00, 1.00, 0.50, 0.40),  # 0.5 tokens per expert: outside 1-256 for torch
+        (8, 1.05, 1.05, 1.20, 0.95),
+        (128, 1.02, 1.03, 0.98, 0.70),  # 32 tokens per expert: the last of the copy range
+        (1024, 1.10, 1.20, 1.30, 0.20),  # 256 tokens per expert
+        (2048, 1.30, 1.40, 0.10, 0.10),  # 512: outside every tokens-per-expert range
+    ]
+    summary = pd.DataFrame(
+        [
+            {"dtype": "bf16", "experts": 32, "n": 2048, "routing": "uniform", "m": m,
+             "tokens_per_expert": m * 8 / 32, "x_vllm": x, "best_x_vllm": bx,
+             "best_x_torch": bt, "copy_fraction": cf, "read_fraction": cf * 0.95}
+            for m, x, bx, bt, cf in rows
+        ]
+    )  # fmt: skip
+    got = tune_targets(summary).iloc[0]
+    assert got["x_vllm_min"] == 1.00 and got["x_vllm_min_m1024"] == 1.10
+    assert got["best_x_vllm_min_m1024"] == 1.20
+    # At M=1024 the default reads at 0.19 / 1.10 of the ceiling; 1.15x needs 1.15 times that.
+    assert got["read_fraction_for_1_15x_m1024"] == pytest.approx(0.19 * 1.15 / 1.10)
+    assert got["best_x_torch_min_tpe_1_256"] == 0.98
+    assert got["copy_fraction_min_tpe_32"] == 0.40 and got["copy_fraction_min_tpe_1_32"] == 0.70

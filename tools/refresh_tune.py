@@ -2,14 +2,17 @@
 config files, from every time as measured, with the current evaluation and selection code.
 
 Usage: python tools/refresh_tune.py WORK_DIR CEILINGS_JSON OUT_DIR DRIVER TRITON
-  WORK_DIR holds <dtype>/spec.json and <dtype>/journal.jsonl (results/tune/.work of a run);
-  writes OUT_DIR/tune_<dtype>.csv and OUT_DIR/tuned/<dtype>/.
+  WORK_DIR holds <dtype>/spec.json and <dtype>/journal.jsonl (results/tune/.work of a run), or
+  journal.jsonl.gz as kept in docs/examples; writes OUT_DIR/tune_<dtype>.csv and
+  OUT_DIR/tuned/<dtype>/.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from tilesweep.io import read_json
@@ -21,7 +24,12 @@ if __name__ == "__main__":
     versions = {"driver": driver, "triton": triton}
     for spec_path in sorted(Path(work).glob("*/spec.json")):
         spec = json.loads(spec_path.read_text())
-        records = read_journal(spec_path.parent / "journal.jsonl")
+        journal = spec_path.parent / "journal.jsonl"
+        if not journal.exists():  # a kept example's journal is compressed
+            packed = journal.with_suffix(".jsonl.gz")
+            journal = Path(tempfile.mkdtemp()) / "journal.jsonl"
+            journal.write_bytes(gzip.decompress(packed.read_bytes()))
+        records = read_journal(journal)
         dtype = spec["dtype"]
         table, configs = Path(out) / f"tune_{dtype}.csv", Path(out) / "tuned" / dtype
         rows, files = write_outputs(spec, records, read_json(ceilings), versions, table, configs)

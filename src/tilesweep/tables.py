@@ -242,6 +242,11 @@ TUNE_SUMMARY_COLUMNS = [
     "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "read_fraction",
     "math_fraction", "best_config", "best_x_vllm", "best_x_torch",
 ]  # fmt: skip
+TUNE_TARGET_COLUMNS = [
+    "dtype", "experts", "n", "routing", "x_vllm_min", "x_vllm_min_m1024", "best_x_vllm_min_m1024",
+    "read_fraction_for_1_15x_m1024", "best_x_torch_min_tpe_1_256", "copy_fraction_min_tpe_32",
+    "copy_fraction_min_tpe_1_32",
+]  # fmt: skip
 REPORT_POWER_COLUMNS = [
     "load", "expected_bound", "status", "power_frac_p10", "power_frac_median", "power_frac_p90",
     "power_w_median", "power_limit_w", "power_samples", "sample_hz", "sm_clock_mhz_median",

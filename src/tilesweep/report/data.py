@@ -29,6 +29,7 @@ from tilesweep.tables import (
     REPORT_POWER_COLUMNS,
     REPORT_VERDICT_COLUMNS,
     TUNE_SUMMARY_COLUMNS,
+    TUNE_TARGET_COLUMNS,
     WINNER_COLUMNS,
     Status,
     fastest_runner,
@@ -906,8 +907,18 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
             "the time, over the measured copy bandwidth (bytes read plus written), read "
             "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
             "config once the project's variants beyond the engines' space (TMA weight loads, "
-            "a persistent grid) may be picked; such configs are never exported, as the "
+            "a persistent grid, split-K) may be picked; such configs are never exported, as the "
             "engines' kernels cannot run them."
+        ),
+        Table(
+            tune_targets(summary),
+            TUNE_TARGET_COLUMNS,
+            title="Against the tuning targets, per problem and routing",
+            note="Each figure is the lowest over its range. x vLLM: at every batch timed, and at "
+            "M >= 1,024 (tuned, then best); read fraction for 1.15x: the highest fraction of the "
+            "measured read-only bandwidth that 1.15x over the vLLM default would need at M >= "
+            "1,024; x torch: the best config at 1-256 tokens per expert; copy fraction: the "
+            "tuned config at 32 tokens per expert or fewer, and from 1 to 32.",
         ),
         Table(summary, TUNE_SUMMARY_COLUMNS, title="Tuned config per batch", empty="(none)"),
     ]
@@ -917,6 +928,39 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
         note += "the engine runner where the engine is not installed"
         blocks.append(Table(frame, list(frame.columns), title="Rows without a time", note=note))
     return blocks
+
+
+def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:
+    """Return one row per (dtype, problem, routing) of a tune summary: the lowest speed-up over
+    the vLLM default at every batch timed and at M >= 1,024 (tuned and best), the highest
+    fraction of the read-only bandwidth that 1.15x over that default needs at M >= 1,024 (above
+    1: no kernel that reads each touched expert's weights once gets there), the lowest best
+    speed-up over torch at 1-256 tokens per expert, and the lowest copy fraction at 32 tokens
+    per expert or fewer (and from 1 to 32)."""
+    keys = ["dtype", "experts", "n", "routing"]
+    rows = []
+    for key, group in summary.groupby(keys):
+        tpe = group["tokens_per_expert"]
+        big = group[group["m"] >= 1024]
+        decode = group[(tpe >= 1) & (tpe <= 256)]
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "x_vllm_min": group["x_vllm"].min(),
+                "x_vllm_min_m1024": big["x_vllm"].min(),
+                "best_x_vllm_min_m1024": big["best_x_vllm"].min(),
+                # The read fraction 1.15x over the vLLM default needs (same bytes, 1.15x less time)
+                "read_fraction_for_1_15x_m1024": (
+                    big["read_fraction"] * 1.15 / big["x_vllm"]
+                ).max(),
+                "best_x_torch_min_tpe_1_256": decode["best_x_torch"].min(),
+                "copy_fraction_min_tpe_32": group[tpe <= 32]["copy_fraction"].min(),
+                "copy_fraction_min_tpe_1_32": decode[decode["tokens_per_expert"] <= 32][
+                    "copy_fraction"
+                ].min(),
+            }
+        )
+    return pd.DataFrame(rows, columns=TUNE_TARGET_COLUMNS)
 
 
 def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
