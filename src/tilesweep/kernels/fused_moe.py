@@ -20,9 +20,10 @@ For tiny batches, `direct_blocks` skips the sort: each pair gets a row block of 
 Three variants go beyond the engines' kernel (config keys the engines' files never carry): TMA
 loads the weight tiles through a tensor descriptor (the Hopper tensor-memory accelerator) instead
 of per-thread pointers; PERSISTENT launches P programs per multiprocessor that stride over the
-tiles instead of one program per tile; SPLIT_K = S splits each tile's reduction over S programs
-that add their fp32 partial sums atomically into a zeroed workspace, cast to the output after
-(more programs in flight when a small batch leaves few tiles to stream the weights).
+tiles instead of one program per tile; SPLIT_K = S splits each tile's reduction over up to S
+programs (never more than its K blocks) that add their fp32 partial sums atomically into a zeroed
+workspace, cast to the output after (more programs in flight when a small batch leaves few tiles
+to stream the weights).
 """
 
 from __future__ import annotations
