@@ -101,6 +101,25 @@ def test_any_launch_change_counts_and_new_rows_are_listed():
     }
 
 
+def test_a_table_with_rows_in_one_run_only_is_named_not_skipped():
+    tune = pd.DataFrame(
+        {"dtype": ["bf16"], "experts": [256], "n": [2048], "m": [1], "routing": ["uniform"],
+         "runner": ["fused_moe"], "source": ["finalist"], "config": ["c"], "op": ["both"],
+         "status": ["ok"], "tuned": [True], "time_ms": [0.1]}
+    )  # fmt: skip
+    changes = compare.compare_table("tune", pd.DataFrame(), tune, 0.1)
+    assert changes[["metric", "basis", "label"]].values.tolist() == [
+        ["table", "only in B", "1 rows"]
+    ]
+    run = compare.Run(Path("."), {}, {})
+    text = compare.format_changes(changes, run, run, 0.1)
+    assert "tune: only in B (1 rows); nothing to compare" in text
+    # Both runs with the table: its timed values are compared like the decode table's.
+    slower = tune.assign(time_ms=0.2)
+    moved = compare.compare_table("tune", tune, slower, 0.1)
+    assert moved.loc[moved["metric"] == "time_ms", "beyond"].item()
+
+
 # ---- two real results folders ----------------------------------------------------------------
 
 

@@ -20,13 +20,18 @@ from tilesweep.report.data import fmt_value
 from tilesweep.tables import SPLIT_COLUMNS, TABLE_KEYS
 
 # The tables compared, with the columns that identify a row (those present in both runs are used).
-KEYS = {name: TABLE_KEYS[name] for name in ("launch", "decode", "collective", "verdict", "check")}
+KEYS = {
+    name: TABLE_KEYS[name]
+    for name in ("launch", "decode", "collective", "verdict", "check", "power", "tune")
+}
 # Values compared with their spread (or the relative threshold), per table.
 MEASURES = {
     "decode": ["time_ms"],
     "collective": ["time_ms"],
     "verdict": ["tpot_ms", *SPLIT_COLUMNS],
     "check": ["measured_ms", "composed_ms"],
+    "power": ["power_frac_median"],
+    "tune": ["time_ms"],
 }
 # Values any change of which counts, per table.
 EXACT = {
@@ -35,6 +40,8 @@ EXACT = {
     "collective": ["status"],
     "verdict": ["fits_memory", "bound"],
     "check": [],
+    "power": ["status"],
+    "tune": ["status", "tuned"],
 }
 PROVENANCE = (
     "device",
@@ -80,8 +87,8 @@ def results_dir(path: str | Path) -> Path:
 
 
 def load_run(path: str | Path) -> Run:
-    """Return the tables (launch, decode, collective, verdict, check) and ceilings of a results
-    folder."""
+    """Return the tables (launch, decode, collective, verdict, check, power, tune) and ceilings
+    of a results folder."""
     root = results_dir(path)
     tables = {}
     for name in KEYS:
@@ -154,7 +161,20 @@ def _same(a: object, b: object) -> bool:
 
 
 def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Return one row per compared value of one table (see COLUMNS), rows only in one run too."""
+    """Return one row per compared value of one table (see COLUMNS), rows only in one run too;
+    a table with rows in one run only is one row (metric 'table')."""
+    if a.empty != b.empty:
+        side, rows = ("B", len(b)) if a.empty else ("A", len(a))
+        only = {
+            "table": name,
+            "label": f"{rows} rows",
+            "metric": "table",
+            "a": "present" if side == "A" else "absent",
+            "b": "present" if side == "B" else "absent",
+            "basis": f"only in {side}",
+            "beyond": True,
+        }
+        return pd.DataFrame([only], columns=COLUMNS)
     keys = [k for k in KEYS[name] if k in a.columns and k in b.columns]
     if not keys or (a.empty and b.empty):
         return pd.DataFrame(columns=COLUMNS)
@@ -309,6 +329,10 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
         lines.append("Nothing to compare: neither run has tables.")
         return "\n".join(lines) + "\n"
     for table, part in changes.groupby("table", sort=False):
+        if (part["metric"] == "table").any():  # the table has rows in one run only
+            rec = part.iloc[0]
+            lines.append(f"\n{table}: {rec['basis']} ({rec['label']}); nothing to compare")
+            continue
         only = part[part["metric"] == "row"]
         values = part[part["metric"] != "row"]
         beyond = values[values["beyond"].astype(bool)]
