@@ -275,6 +275,11 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert (both["source"] == "variant").any() and both["best"].any()
     assert set(both[both["tuned"]]["source"]) == {"finalist"}
     assert all(space.is_engine_config(c) for t in tuned.values() for c in t.values())
+    tune.write_configs(tmp_path / "configs", tuned, "NVIDIA H200", "bf16", "3.6.0")
+    for folder in ("vllm", "sglang/triton_3_6_0"):
+        file = tmp_path / "configs" / folder / "E=4,N=32,device_name=NVIDIA_H200.json"
+        loaded = json.loads(file.read_text())
+        assert loaded == {"triton_version": "3.6.0", **tuned[(4, 32)]}
     engine = table[table["runner"] == "engine:vllm"]
     assert (engine["status"] == "skipped").all() and engine["reason"].str.contains("vllm").all()
     # A rerun finds everything journalled and adds nothing.
@@ -467,3 +472,11 @@ def test_tune_targets_take_the_lowest_figure_over_each_range():
     assert got["read_fraction_for_1_15x_m1024"] == pytest.approx(0.19 * 1.15 / 1.10)
     assert got["best_x_torch_min_tpe_1_256"] == 0.98
     assert got["copy_fraction_min_tpe_32"] == 0.40 and got["copy_fraction_min_tpe_1_32"] == 0.70
+
+
+def test_engine_files_are_laid_out_as_the_engines_write_theirs():
+    config = dict(zip(reversed(space.SPACE_KEYS), range(6), strict=True))
+    text = space.engine_file_text({"1024": config, "128": config, "1": config}, "3.6.0")
+    assert text.startswith('{\n    "triton_version": "3.6.0",\n    "1": {\n        "BLOCK_SIZE_M"')
+    assert text.index('"1":') < text.index('"128":') < text.index('"1024":')
+    assert list(json.loads(text)["128"]) == list(space.SPACE_KEYS)

@@ -5,6 +5,7 @@ the engines' config files."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 
@@ -208,6 +209,15 @@ def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
     if ENGINE_DTYPE[dtype]:
         name += f",dtype={ENGINE_DTYPE[dtype]}"
     return name + ".json"
+
+
+def engine_file_text(configs: dict[str, dict], triton: str) -> str:
+    """Return a tuned table as the engines' own tuners write it: "triton_version" first, then
+    the batch keys in numeric order, each config's keys in the engines' order, 4-space indent."""
+    table = {"triton_version": triton}
+    for m in sorted(configs, key=int):
+        table[str(m)] = {key: configs[m][key] for key in SPACE_KEYS}
+    return json.dumps(table, indent=4) + "\n"
 
 
 def pair_traffic(problem: dict, gemm: str, pairs: int, touched: int, dtype: str) -> dict:

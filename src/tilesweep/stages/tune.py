@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.io import atomic_path, read_json, write_json, write_table
+from tilesweep.io import atomic_path, read_json, write_table, write_text
 from tilesweep.measure.tune_worker import (
     FINAL,
     SCREEN,
@@ -319,13 +319,14 @@ def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict
 
 
 def write_configs(out_dir: Path, tuned: dict, device_name: str, dtype: str, triton: str) -> None:
-    """Write each problem's table as vLLM names it, and again in SGLang's per-Triton folder."""
+    """Write each problem's table as vLLM names and lays it out, and again in SGLang's
+    per-Triton folder."""
     out_dir.mkdir(parents=True, exist_ok=True)
     sglang = out_dir / "sglang" / f"triton_{triton.replace('.', '_')}"
     for (experts, n), configs in tuned.items():
         name = space.config_file_name(experts, n, device_name, dtype)
         for folder in (out_dir / "vllm", sglang):
-            write_json(folder / name, {**configs, "triton_version": triton})
+            write_text(folder / name, space.engine_file_text(configs, triton))
 
 
 def tune_fused_moe(
