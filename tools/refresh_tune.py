@@ -25,11 +25,13 @@ if __name__ == "__main__":
     for spec_path in sorted(Path(work).glob("*/spec.json")):
         spec = json.loads(spec_path.read_text())
         journal = spec_path.parent / "journal.jsonl"
-        if not journal.exists():  # a kept example's journal is compressed
-            packed = journal.with_suffix(".jsonl.gz")
-            journal = Path(tempfile.mkdtemp()) / "journal.jsonl"
-            journal.write_bytes(gzip.decompress(packed.read_bytes()))
-        records = read_journal(journal)
+        if journal.exists():
+            records = read_journal(journal)
+        else:  # a kept example's journal is compressed
+            with tempfile.TemporaryDirectory() as tmp:
+                plain = Path(tmp) / journal.name
+                plain.write_bytes(gzip.decompress(journal.with_suffix(".jsonl.gz").read_bytes()))
+                records = read_journal(plain)
         dtype = spec["dtype"]
         table, configs = Path(out) / f"tune_{dtype}.csv", Path(out) / "tuned" / dtype
         rows, files = write_outputs(spec, records, read_json(ceilings), versions, table, configs)

@@ -17,11 +17,12 @@ SPACE_KEYS = (
     "num_warps",
     "num_stages",
 )
-# Keys of the project's kernel variants beyond the engines' space (kernels/fused_moe.py): TMA
-# weight loads (0/1), a persistent grid of P programs per multiprocessor (0: one per tile) and
-# split-K over up to S programs per tile (0 or 1: none; never more than a GEMM's K blocks). A
-# config without them (or with zeros or SPLIT_K 1) is the engines' kernel and may be exported.
-VARIANT_KEYS = ("TMA", "PERSISTENT", "SPLIT_K")
+# Keys of the project's kernel variants beyond the engines' space (kernels/fused_moe.py), each
+# with its largest value that is still the engines' kernel: TMA weight loads (1: on), a
+# persistent grid of P programs per multiprocessor (0: one program per tile) and split-K over up
+# to S programs per tile (never more than a GEMM's K blocks; 1: none). A config with none of them
+# above that value is the engines' kernel and may be exported.
+VARIANT_OFF = {"TMA": 0, "PERSISTENT": 0, "SPLIT_K": 1}
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).
 OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -64,7 +65,7 @@ def parse_slug(slug: str) -> dict:
 
 def is_engine_config(config: dict) -> bool:
     """Return whether a config runs the engines' own kernel (no variant of this project's)."""
-    return not (config.get("TMA") or config.get("PERSISTENT") or config.get("SPLIT_K", 0) > 1)
+    return all(config.get(key, 0) <= off for key, off in VARIANT_OFF.items())
 
 
 def engine_part(config: dict) -> dict:
