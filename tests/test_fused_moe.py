@@ -49,6 +49,20 @@ def test_direct_blocks_give_each_pair_its_own_block():
     assert (sorted_ids[1:16] == 2).all()
 
 
+def test_sort_streams_an_expert_once_where_the_direct_path_has_a_block_per_pair():
+    from tilesweep.measure import fused_moe_case as case
+
+    problem = {"experts": 64, "n": 32, "hidden": 64, "top_k": 2}
+    assert space.is_direct(8, problem, 4) and not space.is_direct(9, problem, 4)
+    ids = torch.tensor([[3, 1], [3, 5], [1, 3]], dtype=torch.int32)
+    batch = case.Batch(3, ids, None, {}, {}, {}, direct=True)
+    direct = case.blocks(batch, 16, problem["experts"])
+    _, experts, post = case.blocks(batch, 16, problem["experts"], sort=True)
+    assert direct[1].tolist() == [3, 1, 3, 5, 1, 3]  # expert 3 streamed three times
+    assert experts.tolist() == [1, 3, 5] and int(post) == 3 * 16  # each expert once
+    assert case.blocks(batch, 16, problem["experts"]) is direct  # both cached
+
+
 def _interpreted(code: str) -> dict:
     """Run code in a fresh interpreter under TRITON_INTERPRET=1; return the JSON it prints."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -117,8 +131,9 @@ VARIANTS = [
     {"TMA": 1, "PERSISTENT": 1},
     {"SPLIT_K": 3},
     {"TMA": 1, "SPLIT_K": 2},
+    {"SORT": 1},
 ]
-VARIANT_IDS = ["engine", "tma", "persistent", "tma-persistent", "split3", "tma-split2"]
+VARIANT_IDS = ["engine", "tma", "persistent", "tma-persistent", "split3", "tma-split2", "sort"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
@@ -164,6 +179,13 @@ def test_search_space_is_the_engines_and_defaults_follow_their_rules():
     variant = {**configs[0], "TMA": 1, "PERSISTENT": 2, "SPLIT_K": 4}
     assert space.parse_slug(space.config_slug(variant)) == variant
     assert space.tile_key(space.config_slug(variant)) == "m16n32k64-w4-s2-tma-p2-sk4"
+    sort = {**variant, "SORT": 1}
+    assert (
+        space.config_slug(sort).endswith("-sk4-sort")
+        and space.parse_slug(space.config_slug(sort)) == sort
+    )
+    assert space.tile_key(space.config_slug(sort)) == "m16n32k64-w4-s2-tma-p2-sk4"  # host-side
+    assert not space.is_engine_config({**configs[0], "SORT": 1})
     assert not space.is_engine_config(variant) and space.is_engine_config(configs[0])
     assert not space.is_engine_config({**configs[0], "SPLIT_K": 2})
     assert space.is_engine_config({**configs[0], "SPLIT_K": 1})
@@ -450,7 +472,7 @@ def test_tune_targets_take_the_lowest_figure_over_each_range():
 
     # E=32, top-8: M tokens give M / 4 tokens per expert.
     rows = [
-        # m, x_vllm, best_x_vllm, best_x_torch, copy_fraction
+        # m, x_vllm, best_x_vllm, best_x_torch, copy_fraction (the fastest: 0.01 to 0.05 more)
         (2, 1.00, 1.00, 0.50, 0.40),  # 0.5 tokens per expert: outside 1-256 for torch
         (8, 1.05, 1.05, 1.20, 0.95),
         (128, 1.02, 1.03, 0.98, 0.70),  # 32 tokens per expert: the last of the copy range
@@ -461,8 +483,9 @@ def test_tune_targets_take_the_lowest_figure_over_each_range():
         [
             {"dtype": "bf16", "experts": 32, "n": 2048, "routing": "uniform", "m": m,
              "tokens_per_expert": m * 8 / 32, "x_vllm": x, "best_x_vllm": bx,
-             "best_x_torch": bt, "copy_fraction": cf, "read_fraction": cf * 0.95}
-            for m, x, bx, bt, cf in rows
+             "best_x_torch": bt, "copy_fraction": cf, "read_fraction": cf * 0.95,
+             "fastest_x_torch": bt + 0.01 * i, "fastest_copy_fraction": cf + 0.01 * i}
+            for i, (m, x, bx, bt, cf) in enumerate(rows, start=1)
         ]
     )  # fmt: skip
     got = tune_targets(summary).iloc[0]
@@ -472,6 +495,9 @@ def test_tune_targets_take_the_lowest_figure_over_each_range():
     assert got["read_fraction_for_1_15x_m1024"] == pytest.approx(0.19 * 1.15 / 1.10)
     assert got["best_x_torch_min_tpe_1_256"] == 0.98
     assert got["copy_fraction_min_tpe_32"] == 0.40 and got["copy_fraction_min_tpe_1_32"] == 0.70
+    assert got["fastest_x_torch_min_tpe_1_256"] == pytest.approx(0.98 + 0.03)
+    assert got["fastest_copy_fraction_min_tpe_32"] == pytest.approx(0.40 + 0.01)
+    assert got["fastest_copy_fraction_min_tpe_1_32"] == pytest.approx(0.70 + 0.03)
 
 
 def test_engine_files_are_laid_out_as_the_engines_write_theirs():
@@ -480,3 +506,31 @@ def test_engine_files_are_laid_out_as_the_engines_write_theirs():
     assert text.startswith('{\n    "triton_version": "3.6.0",\n    "1": {\n        "BLOCK_SIZE_M"')
     assert text.index('"1":') < text.index('"128":') < text.index('"1024":')
     assert list(json.loads(text)["128"]) == list(space.SPACE_KEYS)
+
+
+def test_the_fastest_config_is_taken_per_batch_and_routing_of_any_source():
+    import pandas as pd
+
+    from tilesweep.report.data import tune_summary
+
+    def row(config, source, routing, ms, **over):
+        return {"dtype": "bf16", "experts": 256, "n": 2048, "m": 8192, "routing": routing,
+                "op": "both", "status": "ok", "runner": "fused_moe", "source": source,
+                "config": config, "time_ms": ms, "over_vllm_default": 2.0 / ms,
+                "over_baseline": 1.5 / ms, "copy_fraction": 0.5 / ms,
+                "tuned": config == "t", "best": config == "b", **over}  # fmt: skip
+
+    tune = pd.DataFrame(
+        [
+            row("t", "finalist", "uniform", 1.4), row("t", "finalist", "zipf", 1.0),
+            row("b", "variant", "uniform", 1.5), row("b", "variant", "zipf", 0.8),
+            row("v", "vllm-default", "uniform", 2.0), row("v", "vllm-default", "zipf", 2.0),
+            row("x", "finalist", "uniform", 0.5, status="launch"),  # failed: never the fastest
+        ]
+    )  # fmt: skip
+    got = tune_summary(tune).set_index("routing")
+    # On uniform the tuned config beats the best pick (which wins the sum over routings).
+    assert got.loc["uniform", "best_config"] == "b" and got.loc["uniform", "fastest_config"] == "t"
+    assert got.loc["uniform", "fastest_x_torch"] == pytest.approx(1.5 / 1.4)
+    assert got.loc["zipf", "fastest_config"] == "b"
+    assert got.loc["zipf", "fastest_copy_fraction"] == pytest.approx(0.5 / 0.8)

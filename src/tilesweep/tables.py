@@ -240,12 +240,14 @@ REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", 
 TUNE_SUMMARY_COLUMNS = [
     "dtype", "experts", "n", "routing", "m", "tokens_per_expert", "config", "time_ms",
     "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "read_fraction",
-    "math_fraction", "best_config", "best_x_vllm", "best_x_torch",
+    "math_fraction", "best_config", "best_x_vllm", "best_x_torch", "fastest_config",
+    "fastest_x_vllm", "fastest_x_torch", "fastest_copy_fraction",
 ]  # fmt: skip
 TUNE_TARGET_COLUMNS = [
     "dtype", "experts", "n", "routing", "x_vllm_min", "x_vllm_min_m1024", "best_x_vllm_min_m1024",
-    "read_fraction_for_1_15x_m1024", "best_x_torch_min_tpe_1_256", "copy_fraction_min_tpe_32",
-    "copy_fraction_min_tpe_1_32",
+    "read_fraction_for_1_15x_m1024", "best_x_torch_min_tpe_1_256",
+    "fastest_x_torch_min_tpe_1_256", "copy_fraction_min_tpe_32", "copy_fraction_min_tpe_1_32",
+    "fastest_copy_fraction_min_tpe_32", "fastest_copy_fraction_min_tpe_1_32",
 ]  # fmt: skip
 REPORT_POWER_COLUMNS = [
     "load", "expected_bound", "status", "power_frac_p10", "power_frac_median", "power_frac_p90",

@@ -34,7 +34,7 @@ class FusedMoeBackend(Backend):
         "final_repeats": int,
         "finalists": int,
         "guard_default": str,
-        "variants": [{"TMA?": int, "PERSISTENT?": int, "SPLIT_K?": int}],
+        "variants": [{"TMA?": int, "PERSISTENT?": int, "SPLIT_K?": int, "SORT?": int}],
         "variant_tiles": int,
         "variant_finalists": int,
         "config_timeout_s": (int, float),
@@ -80,7 +80,7 @@ class FusedMoeBackend(Backend):
             if is_engine_config(variant) or min(variant.values()) < 0:
                 raise ConfigError(
                     f"backend.{NAME}.variants: {variant} names no variant (TMA: 1, PERSISTENT: "
-                    "programs per multiprocessor, SPLIT_K: 2 or more programs per tile)"
+                    "programs per multiprocessor, SPLIT_K: 2 or more programs per tile, SORT: 1)"
                 )
         if mine["variants"] and min(mine["variant_tiles"], mine["variant_finalists"]) < 1:
             raise ConfigError(

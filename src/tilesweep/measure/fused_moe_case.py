@@ -41,7 +41,7 @@ class Batch:
     a: dict  # gemm -> activations (tokens for gate_up, pairs for down)
     a_scale: dict  # gemm -> per-row fp32 scale (fp8) or None
     c: dict  # gemm -> [pairs, N] output
-    blocks: dict = field(default_factory=dict)  # BLOCK_SIZE_M -> (sorted_ids, expert_ids, n)
+    blocks: dict = field(default_factory=dict)  # (BLOCK_SIZE_M, direct) -> routing blocks
     direct: bool = False
     refs: dict = field(default_factory=dict)  # gemm -> fp32 reference (the same for any config)
 
@@ -121,21 +121,23 @@ def make_batch(
     return Batch(m, ids, topw, a, a_scale, c, direct=direct)
 
 
-def blocks(batch: Batch, block_m: int, experts: int):
-    """Return (and cache) the batch's sorted row blocks for one BLOCK_SIZE_M."""
-    if block_m not in batch.blocks:
-        batch.blocks[block_m] = (
+def blocks(batch: Batch, block_m: int, experts: int, sort: bool = False):
+    """Return (and cache) the batch's row blocks for one BLOCK_SIZE_M: one per routed pair on
+    the direct path, else sorted by expert; `sort` (the SORT variant) sorts a direct batch too."""
+    direct = batch.direct and not sort
+    if (block_m, direct) not in batch.blocks:
+        batch.blocks[block_m, direct] = (
             fm.direct_blocks(batch.topk_ids, block_m)
-            if batch.direct
+            if direct
             else fm.align_blocks(batch.topk_ids, block_m, experts)
         )
-    return batch.blocks[block_m]
+    return batch.blocks[block_m, direct]
 
 
 def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm: str):
     """Return the call that runs the project's fused-MoE kernel on one GEMM of a batch."""
     scale = scale_mode(weights.dtype)
-    blk = blocks(batch, config["BLOCK_SIZE_M"], problem["experts"])
+    blk = blocks(batch, config["BLOCK_SIZE_M"], problem["experts"], bool(config.get("SORT")))
     gather = gemm == "gate_up"
 
     def call():

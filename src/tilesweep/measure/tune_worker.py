@@ -1,7 +1,8 @@
 """The fused-MoE tuning worker: one process that compiles the search space (in a pool of compile
 processes), screens every config at every batch key, screens the project's kernel variants (TMA,
-persistent) of the best screened tiles, then times the finalists of both, the engines' default
-configs, the torch baseline and (where installed) the engine's own kernel precisely.
+persistent, split-K, sorted tiny batches) of the best screened tiles, then times the finalists
+of both, the engines' default configs, the torch baseline and (where installed) the engine's own
+kernel precisely.
 
 Each finished item is one line appended to a journal (flushed and synced), so a worker that is
 killed or crashes loses only the item in flight: stages/tune.py restarts it, records that item
@@ -236,14 +237,19 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
         journal.append({**rec, "status": "ok", "rel_err": err, "times": times})
 
 
-def _finalists(done: dict, p_idx: int, m: int, count: int, variants: bool = False) -> list[dict]:
+def _finalists(
+    done: dict, p_idx: int, m: int, count: int, variants: bool = False, direct: bool = True
+) -> list[dict]:
     """Return the `count` configs with the smallest screened gate_up + down time at batch m:
-    of the engines' space, or (variants) of the project's variants."""
+    of the engines' space, or (variants) of the project's variants; a SORT variant only where
+    the batch takes the direct path (`direct`), since elsewhere it is its tile again."""
     scored = []
     for rec in done.values():
         if rec["phase"] != SCREEN or rec["problem"] != p_idx or rec["status"] != "ok":
             continue
         if space.is_engine_config(rec["config"]) == variants:
+            continue
+        if rec["config"].get("SORT") and not direct:
             continue
         t = rec["times"]
         scored.append((t[f"gate_up|{m}"] + t[f"down|{m}"], rec["slug"], rec["config"]))
@@ -264,9 +270,12 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
         beat(heartbeat, key)
         near = space.nearest_key(spec["batch_keys"], m)
         picks = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
+        direct = space.is_direct(m, problem, spec["direct_sparsity"])
         picks += [
             ("variant", c)
-            for c in _finalists(done, p_idx, near, spec["variant_finalists"], variants=True)
+            for c in _finalists(
+                done, p_idx, near, spec["variant_finalists"], variants=True, direct=direct
+            )
         ]
         entries = [
             (source, {**c, "GROUP_SIZE_M": g})
@@ -373,7 +382,7 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
             batches[routing] = {
                 m: case.make_batch(
                     problem, weights, m, routing, spec["zipf_alpha"], device, gen,
-                    direct=m * problem["top_k"] * spec["direct_sparsity"] <= problem["experts"],
+                    direct=space.is_direct(m, problem, spec["direct_sparsity"]),
                 )
                 for m in sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
             }  # fmt: skip

@@ -19,10 +19,12 @@ SPACE_KEYS = (
 )
 # Keys of the project's kernel variants beyond the engines' space (kernels/fused_moe.py), each
 # with its largest value that is still the engines' kernel: TMA weight loads (1: on), a
-# persistent grid of P programs per multiprocessor (0: one program per tile) and split-K over up
-# to S programs per tile (never more than a GEMM's K blocks; 1: none). A config with none of them
-# above that value is the engines' kernel and may be exported.
-VARIANT_OFF = {"TMA": 0, "PERSISTENT": 0, "SPLIT_K": 1}
+# persistent grid of P programs per multiprocessor (0: one program per tile), split-K over up
+# to S programs per tile (never more than a GEMM's K blocks; 1: none) and SORT (1: routed pairs
+# sorted by expert even where the engines take the tiny-batch direct path, so an expert that
+# several pairs reach is streamed once, not once per pair). A config with none of them above
+# that value is the engines' kernel and may be exported.
+VARIANT_OFF = {"TMA": 0, "PERSISTENT": 0, "SPLIT_K": 1, "SORT": 0}
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).
 OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -32,7 +34,7 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 def config_slug(config: dict) -> str:
     """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3', with '-tma',
-    '-p<P>' and '-sk<S>' after it for the variants."""
+    '-p<P>', '-sk<S>' and '-sort' after it for the variants."""
     slug = (
         f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
         f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
@@ -43,13 +45,15 @@ def config_slug(config: dict) -> str:
         slug += f"-p{config['PERSISTENT']}"
     if config.get("SPLIT_K", 0) > 1:
         slug += f"-sk{config['SPLIT_K']}"
+    if config.get("SORT"):
+        slug += "-sort"
     return slug
 
 
 def parse_slug(slug: str) -> dict:
     """Return the config a slug names (the inverse of config_slug)."""
     m = re.fullmatch(
-        r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)(-tma)?(?:-p(\d+))?(?:-sk(\d+))?", slug
+        r"m(\d+)n(\d+)k(\d+)-g(\d+)-w(\d+)-s(\d+)(-tma)?(?:-p(\d+))?(?:-sk(\d+))?(-sort)?", slug
     )
     if not m:
         raise ValueError(f"not a fused-MoE config slug: {slug!r}")
@@ -60,6 +64,8 @@ def parse_slug(slug: str) -> dict:
         config["PERSISTENT"] = int(m.group(8))
     if m.group(9):
         config["SPLIT_K"] = int(m.group(9))
+    if m.group(10):
+        config["SORT"] = 1
     return config
 
 
@@ -121,8 +127,14 @@ def scale_mode(dtype: str) -> str:
 
 def tile_key(slug: str) -> str:
     """Return the part of a config slug that names its compiled kernel (all but GROUP_SIZE_M,
-    a run-time argument)."""
-    return re.sub(r"-g\d+", "", slug, count=1)
+    a run-time argument, and SORT, a choice of the host's routing blocks)."""
+    return re.sub(r"-g\d+", "", slug, count=1).removesuffix("-sort")
+
+
+def is_direct(m: int, problem: dict, sparsity: int) -> bool:
+    """Return whether the engines take the tiny-batch direct path for M tokens (one row block
+    per routed pair, no sort): M * top_k * sparsity <= E (vLLM's SPARSITY_FACTOR)."""
+    return m * problem["top_k"] * sparsity <= problem["experts"]
 
 
 def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:

@@ -907,8 +907,10 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
             "the time, over the measured copy bandwidth (bytes read plus written), read "
             "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
             "config once the project's variants beyond the engines' space (TMA weight loads, "
-            "a persistent grid, split-K) may be picked; such configs are never exported, as the "
-            "engines' kernels cannot run them."
+            "a persistent grid, split-K, tiny batches sorted by expert) may be picked, one config "
+            "per batch for every routing; 'fastest' is the fastest config timed at that batch "
+            "and routing, of any source. Variants are never exported, as the engines' kernels "
+            "cannot run them."
         ),
         Table(
             tune_targets(summary),
@@ -917,8 +919,9 @@ def _tune(tune: pd.DataFrame) -> list[Block]:
             note="Each figure is the lowest over its range. x vLLM: at every batch timed, and at "
             "M >= 1,024 (tuned, then best); read fraction for 1.15x: the highest fraction of the "
             "measured read-only bandwidth that 1.15x over the vLLM default would need at M >= "
-            "1,024; x torch: the best config at 1-256 tokens per expert; copy fraction: the "
-            "tuned config at 32 tokens per expert or fewer, and from 1 to 32.",
+            "1,024; x torch: the best config, then the fastest, at 1-256 tokens per expert; copy "
+            "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
+            "from 1 to 32.",
         ),
         Table(summary, TUNE_SUMMARY_COLUMNS, title="Tuned config per batch", empty="(none)"),
     ]
@@ -936,13 +939,15 @@ def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:
     fraction of the read-only bandwidth that 1.15x over that default needs at M >= 1,024 (above
     1: no kernel that reads each touched expert's weights once gets there), the lowest best
     speed-up over torch at 1-256 tokens per expert, and the lowest copy fraction at 32 tokens
-    per expert or fewer (and from 1 to 32)."""
+    per expert or fewer (and from 1 to 32); the same two for the fastest config timed at each
+    batch and routing (the project's kernel at its best there)."""
     keys = ["dtype", "experts", "n", "routing"]
     rows = []
     for key, group in summary.groupby(keys):
         tpe = group["tokens_per_expert"]
         big = group[group["m"] >= 1024]
         decode = group[(tpe >= 1) & (tpe <= 256)]
+        small = group[tpe <= 32]
         rows.append(
             {
                 **dict(zip(keys, key, strict=True)),
@@ -954,10 +959,15 @@ def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:
                     big["read_fraction"] * 1.15 / big["x_vllm"]
                 ).max(),
                 "best_x_torch_min_tpe_1_256": decode["best_x_torch"].min(),
-                "copy_fraction_min_tpe_32": group[tpe <= 32]["copy_fraction"].min(),
-                "copy_fraction_min_tpe_1_32": decode[decode["tokens_per_expert"] <= 32][
-                    "copy_fraction"
-                ].min(),
+                "fastest_x_torch_min_tpe_1_256": decode["fastest_x_torch"].min(),
+                **{
+                    f"{prefix}copy_fraction_min_tpe_{span}": part[f"{prefix}copy_fraction"].min()
+                    for prefix in ("", "fastest_")
+                    for span, part in (
+                        ("32", small),
+                        ("1_32", small[small["tokens_per_expert"] >= 1]),
+                    )
+                },
             }
         )
     return pd.DataFrame(rows, columns=TUNE_TARGET_COLUMNS)
@@ -992,6 +1002,25 @@ def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
             }
         )
         out = out.merge(best, on=keys, how="left")
+    # The fastest config timed at each batch and routing, of any source (the engines' space,
+    # their defaults, the project's variants): the project's kernel at its best on that batch.
+    timed = tune[
+        (tune["op"] == "both")
+        & (tune["status"] == Status.OK)
+        & (tune["runner"] == "fused_moe")
+        & tune["source"].ne("screen")
+    ]
+    fastest = timed.sort_values([*keys, "time_ms", "config"]).drop_duplicates(keys)
+    fastest = fastest[[*keys, "config", "over_vllm_default", "over_baseline", "copy_fraction"]]
+    fastest = fastest.rename(
+        columns={
+            "config": "fastest_config",
+            "over_vllm_default": "fastest_x_vllm",
+            "over_baseline": "fastest_x_torch",
+            "copy_fraction": "fastest_copy_fraction",
+        }
+    )
+    out = out.merge(fastest, on=keys, how="left")
     return out.reindex(columns=TUNE_SUMMARY_COLUMNS)
 
 
