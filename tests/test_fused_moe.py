@@ -386,6 +386,17 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
     table.loc[table["config"] == "e", "time_ms"] = [1.05, 1.30]
     guarded = tune._mark_pick(spec, table, "tuned", ("finalist", "vllm-default"), "vllm-default")
     assert set(guarded[guarded["tuned"]]["config"]) == {"b"}
+    # An extra batch past the keys is picked from its own times and exported as a key.
+    extra = table.copy()
+    extra["m"] = 8192
+    extra.loc[extra["config"] == "e", "time_ms"] = [0.5, 0.5]  # the default wins there
+    both = pd.concat([table, extra], ignore_index=True)
+    spec["routing"], spec["batch_keys"] = ["uniform", "zipf"], [64]
+    picked = tune._mark_pick(spec, both, "tuned", ("finalist", "vllm-default"), "vllm-default")
+    chosen = picked[picked["tuned"]].groupby("m")["config"].agg(set).to_dict()
+    assert chosen == {64: {"b"}, 8192: {"e"}}
+    picked["experts"], picked["n"], picked["config"] = 256, 2048, "m16n32k64-g1-w4-s3"
+    assert set(tune.tuned_configs(picked, spec)[(256, 2048)]) == {"64", "8192"}
     # Every engine of the defaults gets its speed-up column, a new one too.
     table["experts"], table["n"] = 256, 2048
     fast = tune._speedups(table, ["vllm", "newengine"])

@@ -82,8 +82,8 @@ def engine_runner(spec: dict, log):
 def _best(spec: dict, rows: list[dict]) -> dict | None:
     """Return the config the exported table names for a batch: plan/fused_moe_space.pick over
     the batch's timed configs of the engines' space (both GEMMs summed, every routing, guarded
-    by spec['guard_default']'s default), as stages/tune picks it from the journal. At an extra
-    batch past the keys, this batch's own pick (the table takes the nearest key's)."""
+    by spec['guard_default']'s default), as stages/tune picks it from the journal, at a key and
+    at an extra batch past the keys alike."""
     sources = space.engine_sources(spec["engine_defaults"])
     times, configs, guard = {}, {}, {}
     for r in rows:

@@ -262,9 +262,11 @@ def _mark_pick(
 ) -> pd.DataFrame:
     """Add a pick column: at each (problem, batch), the config among the rows of `sources` with
     the smallest gate_up + down time summed over every routing timed (a table picked on one
-    routing loses to the engine's default on another); at an extra batch, the nearest key's
-    pick. With `guard` (a default's source), only configs no slower than that default on any
-    routing qualify, so the default itself always does. `tuned` (the engines' space: the
+    routing loses to the engine's default on another), at the engines' batch keys and at the
+    extra batches past them alike (an extra batch's finalists are its nearest key's, timed at
+    the batch itself; the exported table carries it as one more key, which the engines reach
+    by the same nearest-key rule). With `guard` (a default's source), only configs no slower
+    than that default on any routing qualify, so the default itself always does. `tuned` (the engines' space: the
     finalists and the engines' own defaults, guarded by spec['guard_default']'s default) is
     the exported table; `best` adds the project's variants, unguarded."""
     table[column] = False
@@ -274,15 +276,15 @@ def _mark_pick(
         & (table["runner"] == "fused_moe")
         & table["source"].isin(sources)
     ]
-    picks, keys = {}, set(spec["batch_keys"])
-    for (e, n, m), grp in both[both["m"].isin(keys)].groupby(["experts", "n", "m"]):
+    picks = {}
+    for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
         times = {}
         for (config, routing), t in grp.groupby(["config", "routing"])["time_ms"].min().items():
             times.setdefault(config, {})[routing] = t
         ref = grp[grp["source"] == guard].groupby("routing")["time_ms"].min().to_dict()
         picks[(e, n, m)] = space.pick(times, spec["routing"], ref)
     for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
-        pick = picks.get((e, n, space.nearest_key(spec["batch_keys"], int(m))))
+        pick = picks.get((e, n, m))
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
         sel &= (table["runner"] == "fused_moe") & (table["config"] == pick)
         table.loc[sel, column] = True
@@ -305,16 +307,15 @@ def _speedups(table: pd.DataFrame, engines) -> pd.DataFrame:
 
 
 def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict[str, dict]]:
-    """Return {(experts, n): {str(M): config}} of the tuned picks at every batch key."""
+    """Return {(experts, n): {str(M): config}} of the tuned picks at every batch timed: the
+    engines' keys and the extra batches past them."""
     out: dict[tuple[int, int], dict[str, dict]] = {}
     picks = table[
         table["tuned"] & (table["op"] == "both") & (table["routing"] == spec["routing"][0])
     ]
-    keys = set(spec["batch_keys"])
     for rec in picks.sort_values("m").to_dict("records"):
-        if int(rec["m"]) in keys:
-            config = space.engine_part(space.parse_slug(rec["config"]))
-            out.setdefault((int(rec["experts"]), int(rec["n"])), {})[str(int(rec["m"]))] = config
+        config = space.engine_part(space.parse_slug(rec["config"]))
+        out.setdefault((int(rec["experts"]), int(rec["n"])), {})[str(int(rec["m"]))] = config
     return out
 
 
