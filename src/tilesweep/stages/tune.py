@@ -266,9 +266,10 @@ def _mark_pick(
     extra batches past them alike (an extra batch's finalists are its nearest key's, timed at
     the batch itself; the exported table carries it as one more key, which the engines reach
     by the same nearest-key rule). With `guard` (a default's source), only configs no slower
-    than that default on any routing qualify, so the default itself always does. `tuned` (the engines' space: the
-    finalists and the engines' own defaults, guarded by spec['guard_default']'s default) is
-    the exported table; `best` adds the project's variants, unguarded."""
+    than that default on any routing qualify, so the default itself always does. `tuned` (the
+    engines' space: the finalists and the engines' own defaults, guarded by
+    spec['guard_default']'s default) is the exported table; `best` adds the project's
+    variants, unguarded."""
     table[column] = False
     both = table[
         (table["op"] == "both")
