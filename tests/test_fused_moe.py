@@ -545,3 +545,15 @@ def test_the_fastest_config_is_taken_per_batch_and_routing_of_any_source():
     assert got.loc["uniform", "fastest_x_torch"] == pytest.approx(1.5 / 1.4)
     assert got.loc["zipf", "fastest_config"] == "b"
     assert got.loc["zipf", "fastest_copy_fraction"] == pytest.approx(0.5 / 0.8)
+
+
+def test_a_graph_replay_holds_as_many_calls_as_fill_its_time():
+    from tilesweep.measure.timing import calls_to_fill, time_call
+
+    assert calls_to_fill(0.087, 1.0, 10) == 10  # an 87 us GEMM: ten per replay, at most
+    assert calls_to_fill(0.25, 1.0, 10) == 4
+    assert calls_to_fill(5.0, 1.0, 10) == 1  # a long call already fills a replay
+    assert calls_to_fill(0.0, 1.0, 10) == 10 and calls_to_fill(0.5, 1.0, 1) == 1
+    entry = time_call(lambda: None, 3, 1, graph=True, max_calls=10)  # no GPU: one call each
+    assert entry["calls_per_replay"] == 1 and entry["repeats"] == 3
+    assert space.graph_amortisation({}) == {"max_calls": 1, "fill_ms": 1.0}  # older journals

@@ -302,6 +302,7 @@ TUNE_COLUMNS = [
     "time_ms",
     "time_p10_ms",
     "time_p90_ms",
+    "calls_per_replay",
     "bytes",
     "flops",
     "gbs",

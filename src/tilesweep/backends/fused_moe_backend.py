@@ -32,6 +32,8 @@ class FusedMoeBackend(Backend):
         "direct_sparsity": int,
         "screen_repeats": int,
         "final_repeats": int,
+        "graph_calls": int,
+        "graph_fill_ms": (int, float),
         "finalists": int,
         "guard_default": str,
         "variants": [{"TMA?": int, "PERSISTENT?": int, "SPLIT_K?": int, "SORT?": int}],
@@ -63,7 +65,15 @@ class FusedMoeBackend(Backend):
         for key in ("batch_keys", "dtypes", "routing"):
             if not mine[key] or (key == "batch_keys" and min(mine[key]) < 1):
                 raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: needs at least one value")
-        for key in ("screen_repeats", "final_repeats", "finalists", "direct_sparsity"):
+        if mine["graph_fill_ms"] <= 0:
+            raise ConfigError(f"backend.{NAME}.graph_fill_ms={mine['graph_fill_ms']}: must be > 0")
+        for key in (
+            "screen_repeats",
+            "final_repeats",
+            "finalists",
+            "direct_sparsity",
+            "graph_calls",
+        ):
             if mine[key] < 1:
                 raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: must be at least 1")
         if mine["items_per_worker"] < 0:

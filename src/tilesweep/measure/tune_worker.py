@@ -299,7 +299,13 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
                         continue
                     for gemm in shapes:
                         call = case.fused_call(config, problem, weights, batch, gemm)
-                        row[gemm] = time_call(call, spec["final_repeats"], 2, graph=True)
+                        row[gemm] = time_call(
+                            call,
+                            spec["final_repeats"],
+                            2,
+                            graph=True,
+                            **space.graph_amortisation(spec),
+                        )
                     rows.append({**row, "status": "ok"})
                 except Exception as exc:
                     rows.append({**row, "status": "launch", "reason": last_line(exc)})
@@ -308,7 +314,9 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
             try:
                 for gemm in shapes:
                     call = case.baseline_call(problem, weights, batch, gemm)
-                    row[gemm] = time_call(call, spec["final_repeats"], 2, graph=True)
+                    row[gemm] = time_call(
+                        call, spec["final_repeats"], 2, graph=True, **space.graph_amortisation(spec)
+                    )
                 rows.append({**row, "status": "ok"})
             except NotImplementedError as exc:
                 rows.append({**row, "status": "unsupported", "reason": str(exc)})

@@ -131,6 +131,12 @@ def tile_key(slug: str) -> str:
     return re.sub(r"-g\d+", "", slug, count=1).removesuffix("-sort")
 
 
+def graph_amortisation(spec: dict) -> dict:
+    """Return time_call's in-graph amortisation of a tuning spec's final timings: up to
+    graph_calls calls per replay, enough to fill graph_fill_ms (specs of older runs: one)."""
+    return {"max_calls": spec.get("graph_calls", 1), "fill_ms": spec.get("graph_fill_ms", 1.0)}
+
+
 def is_direct(m: int, problem: dict, sparsity: int) -> bool:
     """Return whether the engines take the tiny-batch direct path for M tokens (one row block
     per routed pair, no sort): M * top_k * sparsity <= E (vLLM's SPARSITY_FACTOR)."""

@@ -66,6 +66,8 @@ def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
         "direct_sparsity": mine["direct_sparsity"],
         "screen_repeats": mine["screen_repeats"],
         "final_repeats": mine["final_repeats"],
+        "graph_calls": mine["graph_calls"],
+        "graph_fill_ms": mine["graph_fill_ms"],
         "finalists": mine["finalists"],
         "items_per_worker": mine["items_per_worker"],
         "guard_default": mine["guard_default"],
@@ -242,14 +244,17 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
     )
     pairs = m * problem["top_k"]
     touched = entry["touched"]  # experts the batch's routing reaches: their weights are read once
+    calls = []
     for gemm in ("gate_up", "down"):
         t, lo, hi = _timed(entry[gemm])
         work = space.pair_traffic(problem, gemm, pairs, touched, spec["dtype"])
         row = {**base, "op": gemm, "time_ms": t, "time_p10_ms": lo, "time_p90_ms": hi, **work}
+        row["calls_per_replay"] = entry[gemm].get("calls_per_replay", 1)
+        calls.append(row["calls_per_replay"])
         out.append(row)
         for key in total:
             total[key] += row[key]
-    out.append({**base, "op": "both", **total})
+    out.append({**base, "op": "both", **total, "calls_per_replay": max(calls)})
     for row in out:
         seconds = row["time_ms"] * 1e-3
         row["gbs"] = row["bytes"] / seconds / 1e9
