@@ -116,13 +116,11 @@ def time_call(
     if not torch.cuda.is_available():
         samples, method = time_cpu(fn, repeats, warmup), "cpu-perf-counter"
     elif graph:
-        samples, method = time_gpu([fn], repeats if max_calls <= 1 else 3, warmup)
-        if max_calls > 1:
-            calls = calls_to_fill(statistics.median(samples), fill_ms, max_calls)
-            if calls > 1:
-                samples, method = time_gpu([fn] * calls, repeats, 1)
-            else:
-                samples, method = time_gpu([fn], repeats, 0)
+        if max_calls > 1:  # size the replay from a few one-call replays
+            probe, _ = time_gpu([fn], 3, warmup)
+            calls = calls_to_fill(statistics.median(probe), fill_ms, max_calls)
+            warmup = 1
+        samples, method = time_gpu([fn] * calls, repeats, warmup)
     else:
         for _ in range(warmup):
             fn()

@@ -973,6 +973,19 @@ def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TUNE_TARGET_COLUMNS)
 
 
+# Tune-table columns a summary carries for a picked config, and their names after its prefix
+# ("" keeps the column's own name).
+_BEST_COLUMNS = {"config": "config", "over_vllm_default": "x_vllm", "over_baseline": "x_torch"}
+
+
+def _fastest_per_point(rows: pd.DataFrame, keys: list[str], prefix: str, columns: dict):
+    """Return the fastest of `rows` per `keys` (ties: the smaller config), with `columns`
+    renamed to prefix + their new name."""
+    first = rows.sort_values([*keys, "time_ms", "config"]).drop_duplicates(keys)
+    names = {col: prefix + (new or col) for col, new in columns.items()}
+    return first[[*keys, *columns]].rename(columns=names)
+
+
 def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
     """Return one row per (dtype, problem, batch, routing): the tuned config, its time, its
     speed-ups over the engine defaults and the baseline, and its copy fraction."""
@@ -993,15 +1006,7 @@ def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
     out = out.sort_values([*keys, "time_ms"]).drop_duplicates(keys)
     if "best" in tune.columns:  # tables written before the variants have no best pick
         best = tune[(tune["best"] == True) & (tune["op"] == "both")]  # noqa: E712
-        best = best.sort_values([*keys, "time_ms"]).drop_duplicates(keys)
-        best = best[[*keys, "config", "over_vllm_default", "over_baseline"]].rename(
-            columns={
-                "config": "best_config",
-                "over_vllm_default": "best_x_vllm",
-                "over_baseline": "best_x_torch",
-            }
-        )
-        out = out.merge(best, on=keys, how="left")
+        out = out.merge(_fastest_per_point(best, keys, "best_", _BEST_COLUMNS), on=keys, how="left")
     # The fastest config timed at each batch and routing, of any source (the engines' space,
     # their defaults, the project's variants): the project's kernel at its best on that batch.
     timed = tune[
@@ -1010,16 +1015,7 @@ def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
         & (tune["runner"] == "fused_moe")
         & tune["source"].ne("screen")
     ]
-    fastest = timed.sort_values([*keys, "time_ms", "config"]).drop_duplicates(keys)
-    fastest = fastest[[*keys, "config", "over_vllm_default", "over_baseline", "copy_fraction"]]
-    fastest = fastest.rename(
-        columns={
-            "config": "fastest_config",
-            "over_vllm_default": "fastest_x_vllm",
-            "over_baseline": "fastest_x_torch",
-            "copy_fraction": "fastest_copy_fraction",
-        }
-    )
+    fastest = _fastest_per_point(timed, keys, "fastest_", {**_BEST_COLUMNS, "copy_fraction": ""})
     out = out.merge(fastest, on=keys, how="left")
     return out.reindex(columns=TUNE_SUMMARY_COLUMNS)
 
