@@ -78,6 +78,9 @@ _SCHEMA: dict[str, Any] = {
     "bench.step_moe_layers": int,
     "bench.step_context_len": int,
     "bench.step_runner": str,
+    "bench.step_mode": str,
+    "bench.step_emulate": bool,
+    "bench.step_moe_tables": [str],
     "bench.step_cpu_context_len": int,
     "bench.step_cpu_experts": int,
     "bench.step_cpu_vocab": int,
@@ -471,9 +474,11 @@ def _check_bench(bench: dict) -> None:
     from tilesweep import backends
 
     runner = bench["step_runner"]
-    if runner != "auto" and not backends.step_capable(runner):
-        allowed = ["auto"] + [form for b in backends.registered() for form in b.step_runner_help()]
+    own = ("auto", "fused_moe")  # fused_moe: the step's own path through the fused-MoE kernel
+    if runner not in own and not backends.step_capable(runner):
+        allowed = [*own] + [form for b in backends.registered() for form in b.step_runner_help()]
         raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
+    check_choices([bench["step_mode"]], ("graph", "eager"), "bench.step_mode")
     for i, size in enumerate(bench["collective_extra_sizes"]):
         if size < 4:
             raise ConfigError(f"bench.collective_extra_sizes[{i}]={size}: must be at least 4 bytes")

@@ -196,15 +196,17 @@ class Sweep:
         return [self.path("collective", f"{name}.csv") for name in self.layouts["layout"]]
 
     def layout_outputs(self) -> list[str]:
-        """Return every measured whole-step output path (one per layout that fits here)."""
+        """Return every measured whole-step output path: one per layout that fits here, and
+        one per larger layout when bench.step_emulate runs one of its ranks alone."""
         from tilesweep.provenance import gpu_names
 
         gpus = len(gpu_names())
-        cap = gpus if gpus else self.settings["bench"]["step_cpu_world_cap"]
+        bench = self.settings["bench"]
+        cap = gpus if gpus else bench["step_cpu_world_cap"]
         return [
             self.path("layout", f"{r['layout']}.csv")
             for r in self.layouts.to_dict("records")
-            if r["world"] <= cap
+            if r["world"] <= cap or bench["step_emulate"]
         ]
 
     def step_batches(self) -> list[int]:
@@ -225,9 +227,17 @@ class Sweep:
 
         bench = self.settings["bench"]
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
-        kernels = {}
-        if gpu_names() and not self.kernels.empty:
+        from tilesweep.stages.layout import moe_table
+
+        kernels, table = {}, {}
+        gpus = gpu_names()
+        if gpus and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
+        if gpus:  # the configs themselves, so that a changed table reruns the step
+            fused = self.settings["backend"]["fused_moe"]
+            table = moe_table(
+                bench, fused, self.settings["model"], self._by_layout[layout], gpus[0]
+            )
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
@@ -235,6 +245,7 @@ class Sweep:
                 "batches": self.step_batches(),
                 "bench": {k: v for k, v in bench.items() if k in keep or k.startswith("step_")},
                 "kernels": kernels,
+                "moe_table": table,
             }
         )
 

@@ -45,37 +45,57 @@ MEMORY_SHARE = 0.85
 
 
 class PartClock:
-    """Per-part times of one step: CUDA events on a GPU, perf_counter on the CPU."""
+    """Per-part times and launches of one step.
 
-    def __init__(self, torch, cuda: bool, record: bool = True):
-        self.torch, self.cuda, self.record = torch, cuda, record
+    Modes: `eager`, CUDA events (perf_counter on the CPU) around each part as it runs; `graph`,
+    timing events recorded into a CUDA graph being captured (external events, one pair per part
+    occurrence), read after each replay; `count`, no times: the LaunchCounter active around the
+    step learns which part each op belongs to; `off`, nothing.
+    """
+
+    def __init__(self, torch, cuda: bool, mode: str = "eager", counter=None):
+        self.torch, self.cuda, self.mode, self.counter = torch, cuda, mode, counter
         self.spans: list[tuple[str, object, object]] = []
 
     def _mark(self):
         if self.cuda:
-            event = self.torch.cuda.Event(enable_timing=True)
+            event = self.torch.cuda.Event(enable_timing=True, external=self.mode == "graph")
             event.record()
             return event
         return time.perf_counter()
 
     @contextlib.contextmanager
     def part(self, name: str):
-        if not self.record:
+        if self.mode == "off":
             yield
+            return
+        if self.mode == "count":
+            outer, self.counter.part = self.counter.part, name
+            try:
+                yield
+            finally:
+                self.counter.part = outer
             return
         start = self._mark()
         yield
         self.spans.append((name, start, self._mark()))
 
+    def add_launches(self, n: int) -> None:
+        """Count n launches made outside torch's dispatcher (Triton kernels) in this part."""
+        if self.mode == "count":
+            self.counter.add(n)
+
     def collect(self) -> dict[str, float]:
-        """Return ms per part name (summed over layers) and `step`; reset for the next step."""
+        """Return ms per part name (summed over layers); reset for the next step, except in
+        graph mode, whose events belong to the graph and are read again after every replay."""
         if self.cuda:
             self.torch.cuda.synchronize()
         out: dict[str, float] = {}
         for name, start, end in self.spans:
             ms = start.elapsed_time(end) if self.cuda else (end - start) * 1e3
             out[name] = out.get(name, 0.0) + ms
-        self.spans = []
+        if self.mode != "graph":
+            self.spans = []
         return out
 
 
@@ -104,6 +124,30 @@ def micro_batches(batch: int, layout: dict) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(pp)]
 
 
+FUSED_RUNNER = "fused_moe"  # the project's fused-MoE Triton kernel (GPU only)
+
+
+def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
+    """Return (config, where it came from) for a fused-MoE GEMM of M rows: the tuned table's
+    nearest batch key (as the engines pick), else the engines' default rules."""
+    from tilesweep.plan.fused_moe_space import engine_default, nearest_key
+
+    configs = table.get("configs")
+    if configs:
+        key = nearest_key([int(k) for k in configs], m)
+        return dict(configs[str(key)]), f"{table['source']} at M={key}"
+    rules = table.get("rules")
+    if not rules:
+        raise ValueError("the fused-MoE step runner needs a tuned table or default rules")
+    return engine_default(rules, m, experts, "bf16"), f"{table['source']} at M={m}"
+
+
+def emulated_rank(layout: dict) -> int:
+    """Return the rank a one-rank emulation runs: the first rank of the last pipeline stage,
+    which holds the LM head (the busiest stage of a depth-reduced step)."""
+    return (layout["pp"] - 1) * layout["tp"] * layout["ep"]
+
+
 def cache_bytes_per_sequence(model: dict, layout: dict, context_len: int, layers: int) -> int:
     """Return the KV-cache bytes one sequence takes on one rank over `layers` layers."""
     att = model["attention"]
@@ -121,24 +165,31 @@ def _random(torch, shape: tuple, device, gen):
 
 
 def _rms(torch, x, w):
-    """Return RMS-normalised x times w."""
-    var = x.float().pow(2).mean(-1, keepdim=True)
-    return (x.float() * torch.rsqrt(var + 1e-6)).to(x.dtype) * w
+    """Return RMS-normalised x times w (torch's fused rms_norm, as engines fuse it)."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
 
 
 class _StepRank:
     """One rank's share of the reduced model, its caches and buffers; runs and times steps."""
 
     def __init__(self, torch, dist, rank: int, spec: dict, cuda: bool):
-        self.torch, self.dist, self.rank, self.cuda = torch, dist, rank, cuda
+        self.torch, self.dist, self.cuda = torch, dist, cuda
         self.layout, self.model, self.step_spec = spec["layout"], spec["model"], spec["step"]
         self.kernels = spec.get("kernels", {})
-        self.device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-        self.at = coords(rank, self.layout)
+        self.moe_table = spec.get("moe_table") or {}
+        # One rank of a larger layout emulated alone: its shards and its batch share, on the
+        # one device at hand, with its collectives and pipeline hand-offs left out.
+        self.emulated = bool(spec.get("emulate"))
+        device_index = 0 if self.emulated else rank
+        self.rank = emulated_rank(self.layout) if self.emulated else rank
+        self.device = torch.device("cuda", device_index) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)
+        self.at = coords(self.rank, self.layout)
         self.first, self.last = self.at["stage"] == 0, self.at["stage"] == self.layout["pp"] - 1
         self.tp_group = self.ep_group = None
-        self.tp_ranks: list[int] = [rank]
-        for kind, lists in group_ranks(self.layout).items():
+        self.tp_ranks: list[int] = [self.rank]
+        for kind, lists in {} if self.emulated else group_ranks(self.layout).items():
             for ranks in lists:
                 if len(ranks) < 2:
                     continue
@@ -147,7 +198,7 @@ class _StepRank:
                     setattr(self, f"{kind}_group", group)
                     if kind == "tp":
                         self.tp_ranks = ranks
-        self.gen = torch.Generator().manual_seed(self.step_spec["seed"] + 1 + rank)
+        self.gen = torch.Generator().manual_seed(self.step_spec["seed"] + 1 + self.rank)
         self.shared_gen = torch.Generator().manual_seed(self.step_spec["seed"])
         self._weights()
 
@@ -260,9 +311,14 @@ class _StepRank:
                 act=torch.empty(slots, inter, dtype=bf16, device=dev),
                 expert_out=torch.zeros(slots, hidden, dtype=bf16, device=dev),
             )
-            mb["recv"] = torch.empty_like(mb["send"]) if ep > 1 else mb["send"]
-            mb["back"] = torch.empty_like(mb["expert_out"]) if ep > 1 else mb["expert_out"]
+            # An emulated EP rank has no all-to-all: its rows stay where they are.
+            exchange = self.ep_group is not None
+            mb["recv"] = torch.empty_like(mb["send"]) if exchange else mb["send"]
+            mb["back"] = torch.empty_like(mb["expert_out"]) if exchange else mb["expert_out"]
             runner = self.step_spec["runner"]
+            if runner == FUSED_RUNNER:
+                mb["fused"] = self._fused_setup(n, slots, counts, experts)
+                return mb
             mb["run"] = backends.backend_of(runner).step_runner(runner, counts, self.kernels)
             ones = torch.ones(max(slots, 1), device=dev)
             mb["problems"] = [
@@ -275,6 +331,52 @@ class _StepRank:
                 for layer in self.layers
             ]
         return mb
+
+    def _fused_setup(self, n: int, slots: int, counts: list[int], experts: int) -> dict:
+        """Return the fused-MoE kernel's routing for one micro-batch: the pairs' experts (fixed,
+        balanced), their row blocks (aligned once here: the step's graph replays them), and the
+        config the tuned table or the engines' default picks for the GEMMs' M."""
+        from tilesweep.kernels import fused_moe as fm
+
+        torch, top_k = self.torch, self.model["top_k"]
+        if self.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k
+            pairs, m, k = n * top_k, n, top_k
+            ids = (torch.arange(pairs) % experts).view(n, top_k)
+        else:  # after the dispatch, one row per pair of this rank's experts: top-k 1
+            pairs, m, k = slots, slots, 1
+            ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(counts)).view(-1, 1)
+        config, source = moe_config(self.moe_table, m, experts)
+        ids = ids.to(self.device)
+        direct = pairs * self.moe_table.get("sparsity", 4) <= experts
+        blocks = (
+            fm.direct_blocks(ids, config["BLOCK_SIZE_M"])
+            if direct
+            else fm.align_blocks(ids, config["BLOCK_SIZE_M"], experts)
+        )
+        return {"config": config, "source": source, "blocks": blocks, "top_k": k, "pairs": pairs}
+
+    def _fused_experts(self, x, layer: dict, mb: dict, clock: PartClock):
+        """Run the routed experts through the project's fused-MoE kernel; return the combined
+        output per token (EP: per received row, combined after the all-to-all)."""
+        from tilesweep.kernels import fused_moe as fm
+
+        torch, f = self.torch, mb["fused"]
+        ep1 = self.layout["ep"] == 1
+        a = x if ep1 else mb["recv"]
+        with clock.part("expert_gemms"):
+            fm.invoke(a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"],
+                      top_k=f["top_k"], gather=ep1)  # fmt: skip
+            half = mb["gu"].shape[1] // 2
+            torch.mul(torch.nn.functional.silu(mb["gu"][:, :half]), mb["gu"][:, half:],
+                      out=mb["act"])  # fmt: skip
+            fm.invoke(mb["act"], layer["e_down"], mb["expert_out"], f["blocks"], f["config"],
+                      top_k=f["top_k"], gather=False,
+                      topk_weights=mb["wflat"][: f["pairs"]] if ep1 else None)  # fmt: skip
+            clock.add_launches(2)
+        if ep1:
+            with clock.part("combine_sum"):
+                return mb["expert_out"][: f["pairs"]].view(x.shape[0], f["top_k"], -1).sum(1)
+        return None
 
     def _all_reduce(self, x, clock: PartClock, name: str) -> None:
         if self.tp_group is not None:
@@ -340,17 +442,37 @@ class _StepRank:
             logits = x @ layer["router"].t()
             top_w, _ = logits.topk(self.model["top_k"], dim=1)
             mb["wflat"][: mb["top"]].copy_(torch.softmax(top_w.float(), dim=1).view(-1))
-        with clock.part("permute"):
-            torch.index_select(x, 0, mb["perm"], out=mb["send"])
-        if self.ep_group is not None:
-            with clock.part("dispatch"):
-                dist.all_to_all_single(mb["recv"], mb["send"], group=self.ep_group)
-        p_gu, p_dn = mb["problems"][index]
-        with clock.part("expert_gemms"):
-            mb["run"](p_gu)
-            half = mb["gu"].shape[1] // 2
-            torch.mul(silu(mb["gu"][:, :half]), mb["gu"][:, half:], out=mb["act"])
-            mb["run"](p_dn)
+        fused = "fused" in mb
+        out = None
+        if fused and self.layout["ep"] == 1:
+            out = self._fused_experts(x, layer, mb, clock)
+        else:
+            with clock.part("permute"):
+                torch.index_select(x, 0, mb["perm"], out=mb["send"])
+            if self.ep_group is not None:
+                with clock.part("dispatch"):
+                    dist.all_to_all_single(mb["recv"], mb["send"], group=self.ep_group)
+            if fused:
+                self._fused_experts(x, layer, mb, clock)
+            else:
+                p_gu, p_dn = mb["problems"][index]
+                with clock.part("expert_gemms"):
+                    mb["run"](p_gu)
+                    half = mb["gu"].shape[1] // 2
+                    torch.mul(silu(mb["gu"][:, :half]), mb["gu"][:, half:], out=mb["act"])
+                    mb["run"](p_dn)
+            out = self._combine(x, mb, clock)
+        if "s_gate_up" in layer:
+            with clock.part("shared_expert"):
+                gu = x @ layer["s_gate_up"].t()
+                half = gu.shape[1] // 2
+                out.addmm_(silu(gu[:, :half]) * gu[:, half:], layer["s_down"].t())
+        return out
+
+    def _combine(self, x, mb: dict, clock: PartClock):
+        """Return the routed rows brought back (EP: all-to-all) and summed per token with their
+        routing weights."""
+        torch, dist = self.torch, self.dist
         if self.ep_group is not None:
             with clock.part("combine"):
                 dist.all_to_all_single(mb["back"], mb["expert_out"], group=self.ep_group)
@@ -358,11 +480,6 @@ class _StepRank:
             mb["back"].mul_(mb["wflat"][:, None])
             out = torch.zeros_like(x)
             out.index_add_(0, mb["perm"], mb["back"])
-        if "s_gate_up" in layer:
-            with clock.part("shared_expert"):
-                gu = x @ layer["s_gate_up"].t()
-                half = gu.shape[1] // 2
-                out.addmm_(silu(gu[:, :half]) * gu[:, half:], layer["s_down"].t())
         return out
 
     def compute(self, mb: dict, clock: PartClock) -> None:
@@ -375,18 +492,21 @@ class _StepRank:
             with clock.part("embedding"):
                 torch.index_select(self.embed, 0, mb["ids"], out=h)
         else:
-            h.copy_(mb["h_in"])
+            with clock.part("residual"):
+                h.copy_(mb["h_in"])
         for index, (layer, cache) in enumerate(zip(self.layers, mb["caches"], strict=True)):
             with clock.part("norms"):
                 xn = _rms(torch, h, layer["norm1"])
             attn = self._attention(xn, layer["attn"], cache, clock)
             self._all_reduce(attn, clock, "attn_all_reduce")
-            h.add_(attn)
+            with clock.part("residual"):
+                h.add_(attn)
             with clock.part("norms"):
                 xn = _rms(torch, h, layer["norm2"])
             out = self._ffn(xn, layer, mb, index, clock)
             self._all_reduce(out, clock, "ffn_all_reduce")
-            h.add_(out)
+            with clock.part("residual"):
+                h.add_(out)
         if self.last:
             with clock.part("lm_head"):
                 logits = _rms(torch, h, self.final_norm) @ self.lm_head.t()
@@ -421,7 +541,7 @@ class _StepRank:
         for _ in range(pp):
             here = mbs[(slot - stage) % pp]
             self.compute(here, clock)
-            if pp > 1:
+            if pp > 1 and not self.emulated:
                 with clock.part("pp_send_recv"):
                     self._hand_on(here, mbs[(slot + 1 - stage) % pp])
             slot += 1
@@ -452,51 +572,114 @@ class _StepRank:
         )
 
     def run_batch(self, batch: int, warmup: int, repeats: int) -> dict:
-        """Return whole-step times (the slowest rank's), part times and a finiteness check."""
+        """Return whole-step times (the slowest rank's), part times, launches per part and a
+        finiteness check. On a GPU in graph mode the step is captured in a CUDA graph, as the
+        engines run decode, and its replays are timed; the eager step is timed beside it."""
         torch = self.torch
         short = self.fits(batch)
         if short:
             return {"batch": batch, "skipped": short}
         mbs = [self._micro_batch(n) for n in micro_batches(batch, self.layout)]
-        quiet, parts = PartClock(torch, self.cuda, record=False), PartClock(torch, self.cuda)
+        off = PartClock(torch, self.cuda, mode="off")
         slot = 0
         for _ in range(warmup):
             self._sync()
-            slot = self.one_step(mbs, slot, quiet)
-        whole = []
+            slot = self.one_step(mbs, slot, off)
+        launches, slot = self._count_launches(mbs, slot)
+        eager, slot = self._time_steps(mbs, slot, repeats, None)
+        out = {"batch": batch, "micro_batches": [mb["n"] for mb in mbs], "launches": launches}
+        graphed = self.cuda and self.step_spec.get("mode", "graph") == "graph"
+        if graphed:
+            try:
+                whole, parted, clock, slot = self._capture(mbs, slot)
+            except Exception as exc:  # a step that cannot be captured says why, and stays eager
+                graphed = False
+                out["graph_error"] = (
+                    str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
+                )
+        if graphed:
+            times, _ = self._time_steps(mbs, slot, repeats, whole)
+            part_samples = []
+            for _ in range(repeats):
+                self._sync()
+                parted.replay()
+                part_samples.append(clock.collect())
+            out.update(whole_ms=times, eager_ms=eager, timing="cuda-graph")
+            del whole, parted
+        else:
+            part_clock, part_samples = PartClock(torch, self.cuda), []
+            for _ in range(repeats):
+                self._sync()
+                slot = self.one_step(mbs, slot, part_clock)
+                part_samples.append(part_clock.collect())
+            out.update(whole_ms=eager, eager_ms=eager, timing="eager")
+        out["parts"] = part_samples
+        out["finite"] = all(bool(torch.isfinite(mb["x"]).all().item()) for mb in mbs)
+        out["moe_config"] = next((mb["fused"]["source"] for mb in mbs if "fused" in mb), "")
+        del mbs
+        if self.cuda:
+            torch.cuda.empty_cache()
+        return out
+
+    def _count_launches(self, mbs: list[dict], slot: int) -> tuple[dict[str, int], int]:
+        """Return ({part: launches in one step}, next slot) from one eager step under a
+        LaunchCounter."""
+        from tilesweep.measure.launch_count import make_counter
+
+        counter = make_counter()
+        self._sync()
+        with counter:
+            slot = self.one_step(mbs, slot, PartClock(self.torch, self.cuda, "count", counter))
+        return counter.counts, slot
+
+    def _time_steps(self, mbs: list[dict], slot: int, repeats: int, graph) -> tuple[list, int]:
+        """Return (the slowest rank's ms per step over repeats, next slot): graph replays when a
+        graph is given, else eager steps."""
+        torch = self.torch
+        times = []
         for _ in range(repeats):
             self._sync()
             if self.cuda:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                slot = self.one_step(mbs, slot, quiet)
+                if graph is None:
+                    slot = self.one_step(mbs, slot, PartClock(torch, True, mode="off"))
+                else:
+                    graph.replay()
                 end.record()
                 end.synchronize()
-                whole.append(start.elapsed_time(end))
+                times.append(start.elapsed_time(end))
             else:
                 began = time.perf_counter()
-                slot = self.one_step(mbs, slot, quiet)
-                whole.append((time.perf_counter() - began) * 1e3)
-        slowest = torch.tensor(whole, dtype=torch.float64, device=self.device)
+                slot = self.one_step(mbs, slot, PartClock(torch, False, mode="off"))
+                times.append((time.perf_counter() - began) * 1e3)
+        slowest = torch.tensor(times, dtype=torch.float64, device=self.device)
         self.dist.all_reduce(slowest, op=self.dist.ReduceOp.MAX)
-        part_samples = []
-        for _ in range(repeats):
-            self._sync()
-            slot = self.one_step(mbs, slot, parts)
-            part_samples.append(parts.collect())
-        finite = all(bool(torch.isfinite(mb["x"]).all().item()) for mb in mbs)
-        sizes = [mb["n"] for mb in mbs]
-        del mbs
-        if self.cuda:
-            torch.cuda.empty_cache()
-        return {
-            "batch": batch,
-            "micro_batches": sizes,
-            "whole_ms": slowest.tolist(),
-            "parts": part_samples,
-            "finite": finite,
-        }
+        return slowest.tolist(), slot
+
+    def _capture(self, mbs: list[dict], slot: int):
+        """Return (the step's graph, the same step's graph with timing events around every
+        part, the clock holding those events, next slot), captured after warm-up steps on a
+        side stream as torch asks."""
+        torch = self.torch
+        off = PartClock(torch, True, mode="off")
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                slot = self.one_step(mbs, slot, off)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._sync()
+        whole = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(whole):
+            slot = self.one_step(mbs, slot, off)
+        clock = PartClock(torch, True, mode="graph")
+        parted = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(parted):
+            slot = self.one_step(mbs, slot, clock)
+        self._sync()
+        return whole, parted, clock, slot
 
 
 def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: str) -> None:
@@ -552,10 +735,18 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
     """Return one table row per batch: the whole step's p10/p50/p90 (the slowest rank's), each
     part's median on the rank that spent longest in compute, and what was run."""
     step, model = spec["step"], spec["model"]
-    label = (
-        f"measured ({step['dense_layers']} dense + {step['moe_layers']} MoE layers per stage, "
-        f"context {step['context_len']}, bf16)"
+    shape = (
+        f"{step['dense_layers']} dense + {step['moe_layers']} MoE layers per stage, "
+        f"context {step['context_len']}, bf16"
     )
+    if spec.get("emulate"):
+        world = spec["layout"]["tp"] * spec["layout"]["pp"] * spec["layout"]["ep"]
+        label = (
+            f"measured (one rank emulated: rank {emulated_rank(spec['layout'])} of {world}, "
+            f"collectives left out; {shape})"
+        )
+    else:
+        label = f"measured ({shape})"
     rows = []
     for index, batch in enumerate(step["batches"]):
         skipped = ranks[0]["batches"][index].get("skipped")
@@ -582,7 +773,17 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
             "repeats": len(whole),
             "finite": all(r["batches"][index]["finite"] for r in ranks),
             "measured_label": label,
+            "emulated": bool(spec.get("emulate")),
+            "timing": ranks[0]["batches"][index]["timing"],
+            "eager_step_ms": percentile(ranks[0]["batches"][index]["eager_ms"], 0.5),
+            "graph_error": ranks[0]["batches"][index].get("graph_error", ""),
+            "moe_config": ranks[0]["batches"][index].get("moe_config", ""),
         }
+        launches = max(
+            (r["batches"][index]["launches"] for r in ranks), key=lambda c: sum(c.values())
+        )
+        row["launches"] = sum(launches.values())
+        row.update({f"launches_{name}": n for name, n in sorted(launches.items())})
         per_rank = []
         for rank in ranks:
             names = {n for sample in rank["batches"][index]["parts"] for n in sample}

@@ -12,16 +12,42 @@ from tilesweep.stages import logged
 from tilesweep.tables import STEP_COLUMNS, Status
 
 
-def _machine(world: int, bench: dict) -> tuple[bool, str]:
-    """Return (on GPUs, why the layout cannot run here or '')."""
+def _machine(world: int, bench: dict) -> tuple[bool, bool, str]:
+    """Return (on GPUs, emulate one rank, why the layout cannot run here or '')."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus:
-        return True, "" if world <= gpus else f"needs {world} GPUs; this machine has {gpus}"
-    cap = bench["step_cpu_world_cap"]
-    why = "" if world <= cap else f"needs {world} processes; bench.step_cpu_world_cap is {cap}"
-    return False, why
+    have = gpus if gpus else bench["step_cpu_world_cap"]
+    if world <= have:
+        return bool(gpus), False, ""
+    if bench["step_emulate"]:
+        return bool(gpus), True, ""
+    what = f"this machine has {gpus} GPUs" if gpus else f"bench.step_cpu_world_cap is {have}"
+    return bool(gpus), False, f"needs {world} devices; {what} (bench.step_emulate is off)"
+
+
+def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, device: str) -> dict:
+    """Return the fused-MoE configs the GPU step's experts use on one rank of a layout: the
+    first tuned table in bench.step_moe_tables for (local experts, shard width, device), read
+    whole, else the vLLM default rules from backends.fused_moe, with where they came from."""
+    from pathlib import Path
+
+    from tilesweep.plan.fused_moe_space import config_file_name
+
+    experts = model["routed_experts"] // layout["ep"]
+    n = model["moe_intermediate"] // layout["tp"]
+    name = config_file_name(experts, n, device, "bf16")
+    for folder in settings_bench["step_moe_tables"]:
+        path = Path(folder, name)
+        if path.is_file():
+            configs = json.loads(path.read_text())
+            configs.pop("triton_version", None)
+            return {"source": str(path), "configs": configs, "sparsity": fused["direct_sparsity"]}
+    return {
+        "source": f"vLLM default rules (no {name} in bench.step_moe_tables)",
+        "rules": fused["engine_defaults"]["vllm"],
+        "sparsity": fused["direct_sparsity"],
+    }
 
 
 def model_as_run(model: dict, layout: dict, bench: dict, cuda: bool) -> dict:
@@ -39,8 +65,9 @@ def model_as_run(model: dict, layout: dict, bench: dict, cuda: bool) -> dict:
     )
 
 
-def step_spec(spec: dict, cuda: bool) -> tuple[dict, list[dict]]:
-    """Return (the whole-step spec to run, rows for batches skipped here with the reason)."""
+def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list[dict]]:
+    """Return (the whole-step spec to run, rows for batches skipped here with the reason);
+    `emulate`: one rank of the layout runs alone."""
     layout, bench = spec["layout"], spec["bench"]
     model = model_as_run(spec["model"], layout, bench, cuda)
     batches, skipped = [], []
@@ -52,7 +79,7 @@ def step_spec(spec: dict, cuda: bool) -> tuple[dict, list[dict]]:
             batches.append(batch)
     runner = bench["step_runner"]
     if runner == "auto":
-        runner = "torch_grouped_mm" if cuda else "torch_matmul"
+        runner = "fused_moe" if cuda else "torch_matmul"
     dense = bench["step_dense_layers"] if model.get("dense_layers", 0) else 0
     step = {
         "dense_layers": dense,
@@ -63,12 +90,15 @@ def step_spec(spec: dict, cuda: bool) -> tuple[dict, list[dict]]:
         "repeats": bench["repeats"] if cuda else bench["cpu_repeats"],
         "seed": bench["seed"],
         "runner": runner,
+        "mode": bench["step_mode"] if cuda else "eager",
     }
     return {
         "layout": layout,
         "model": model,
         "step": step,
         "kernels": spec.get("kernels", {}),
+        "moe_table": spec.get("moe_table", {}),
+        "emulate": emulate,
     }, skipped
 
 
@@ -80,8 +110,8 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
     spec = json.loads(cell_json)
     layout, bench = spec["layout"], spec["bench"]
     world = layout["world"]
-    cuda, why = _machine(world, bench)
-    run_spec, skipped = step_spec(spec, cuda)
+    cuda, emulate, why = _machine(world, bench)
+    run_spec, skipped = step_spec(spec, cuda, emulate)
     base = {
         "layout": layout["layout"],
         "tp": layout["tp"],
@@ -99,15 +129,17 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
             rows += [{**base, "batch": b, "status": Status.SKIPPED, "reason": why} for b in batches]
             batches = []
         log.info(
-            "layout %s on %d %s ranks: batches %s",
+            "layout %s on %d %s ranks%s: batches %s",
             layout["layout"],
             world,
             base["backend"],
+            " (one rank emulated)" if emulate else "",
             batches,
         )
         if batches:
             try:
-                ranks = run_whole_step(run_spec, world, cuda, bench["step_timeout_s"])
+                procs = 1 if emulate else world
+                ranks = run_whole_step(run_spec, procs, cuda, bench["step_timeout_s"])
                 rows += [{**base, **r} for r in step_rows(ranks, run_spec, layout["layout"])]
             except Exception as exc:  # a failed or hung layout is a row per batch, not a crash
                 status = Status.TIMEOUT if isinstance(exc, TimeoutError) else Status.RUNTIME
