@@ -139,8 +139,10 @@ def test_no_composed_collective_is_below_its_floor(brief):
     numbers, _ = topology_numbers(_hw(brief))
     for coll in ("all_reduce", "all_to_all", "send_recv"):
         for n in (2, 4, 8):
+            floor = latency_floor_ms(coll, n, numbers)
             for nbytes in (0, 2, 12288, 1 << 20):
-                assert collective_ms(coll, n, nbytes, numbers) >= latency_floor_ms(coll, n, numbers)
+                t = collective_ms(coll, n, nbytes, numbers)
+                assert t >= floor or (math.isnan(t) and math.isnan(floor))  # a count's gap
     measured = {"send_recv": {2: 0.037}, "all_reduce": {8: 0.5}}
     t, label = floored_ms("send_recv", 2, 12288, numbers, measured)
     assert t >= 0.037 and label == "measured floor"
@@ -156,20 +158,21 @@ def test_no_composed_collective_is_below_its_floor(brief):
     assert high["split"]["communication"] > low["split"]["communication"]
 
 
-@pytest.mark.parametrize("hardware", ["rtx_pro_6000", "h200", "b200"])
+@pytest.mark.parametrize("hardware", ["rtx_pro_6000", "rtx_5090", "h100", "h200", "b200", "a100"])
 @pytest.mark.parametrize("topology", [None, "switch", "root_complex", "host_staged"])
-def test_more_gpus_never_less_time_and_more_bytes_never_less(hardware, topology):
+def test_more_bytes_never_less_time_and_a_count_without_figures_is_a_gap(hardware, topology):
     hw = compose([f"hardware={hardware}"])["hardware"]
     numbers, _ = topology_numbers(hw, topology)
     if numbers is None:
         pytest.skip(f"{hardware} has no {topology} topology")
     for coll in ("all_reduce", "all_to_all", "send_recv"):
-        for nbytes in (0, 64, 12288, 1 << 20, 1 << 28):
-            times = [collective_ms(coll, n, nbytes, numbers) for n in range(1, 17)]
-            assert times == sorted(times), (coll, nbytes)
-        for n in (2, 8):
+        given = set((numbers.get(coll) or {}).get("by_gpus", {}))
+        for n in range(2, 17):
             times = [collective_ms(coll, n, b, numbers) for b in (0, 1, 1024, 1 << 20, 1 << 30)]
-            assert times == sorted(times)
+            if n in given:
+                assert times == sorted(times), (coll, n)
+            else:  # never stretched from another count
+                assert all(math.isnan(t) for t in times), (coll, n)
 
 
 def test_hardware_without_an_interconnect_model_is_a_gap():

@@ -92,6 +92,10 @@ _SCHEMA: dict[str, Any] = {
     "bench.power_period_s": (int, float),
 }
 
+# One collective's figures at one GPU count: small-message time and large-message bus bandwidth.
+_FIGURES = {"latency_us": (int, float), "busbw_gbs": (int, float)}
+_ONE_SHOT = {"latency_us": (int, float), "max_bytes": int}
+
 HARDWARE_KEYS: dict[str, Any] = {
     "name": str,
     "device_names": [str],  # the names devices of this kind report (nvidia-smi, torch)
@@ -113,10 +117,20 @@ HARDWARE_KEYS: dict[str, Any] = {
     "power_limit_w": (int, float),
     "interconnect": str,
     "interconnect_gbs": (int, float),
-    # Alpha-beta model per collective and PCIe/NVLink topology (tilesweep.plan.interconnect).
+    # Collective figures per PCIe/NVLink topology and GPU count (tilesweep.plan.interconnect).
     "interconnect_model?": {
         "default": str,
-        "topologies": {str: {str: {"alpha_us": (int, float), "busbw_gbs": (int, float)}}},
+        "topologies": {
+            str: {
+                "all_reduce?": {
+                    "by_gpus": {str: _FIGURES},  # keys: GPU counts (integers)
+                    # the engines' one-shot custom all-reduce for small messages, off unless enabled
+                    "one_shot?": {"enabled": bool, "by_gpus": {str: _ONE_SHOT}},
+                },
+                "all_to_all?": {"by_gpus": {str: _FIGURES}},
+                "send_recv?": {"by_gpus": {str: _FIGURES}},
+            }
+        },
     },
 }
 
@@ -395,7 +409,9 @@ def _check_deployment(dep: dict) -> None:
 
 
 def _check_interconnect_model(block: dict | None, where: str) -> None:
-    """Raise ConfigError for an interconnect model naming a missing default or a bad number."""
+    """Raise ConfigError for an interconnect model naming a missing default, a GPU count that is
+    not an integer of at least 2 (send_recv: exactly 2), or a figure that is not a finite number
+    in its range; the shape and key names are the schema's."""
     if block is None:
         return
     if block["default"] not in block["topologies"]:
@@ -404,17 +420,37 @@ def _check_interconnect_model(block: dict | None, where: str) -> None:
             f"{', '.join(block['topologies'])}"
         )
     for topo, collectives in block["topologies"].items():
-        for coll, numbers in collectives.items():
-            if coll not in ("all_reduce", "all_to_all", "send_recv"):
-                raise ConfigError(
-                    f"{where}.interconnect_model.topologies.{topo}.{coll}: unknown collective; "
-                    "allowed: all_reduce, all_to_all, send_recv"
-                )
-            if numbers["alpha_us"] < 0 or numbers["busbw_gbs"] <= 0:
-                raise ConfigError(
-                    f"{where}.interconnect_model.topologies.{topo}.{coll}={numbers}: alpha_us must "
-                    "be at least 0 and busbw_gbs more than 0"
-                )
+        at = f"{where}.interconnect_model.topologies.{topo}"
+        if not collectives:
+            raise ConfigError(f"{at}: no figures; give all_reduce, all_to_all or send_recv")
+        for coll, spec in collectives.items():
+            _check_by_gpus(spec["by_gpus"], f"{at}.{coll}.by_gpus", coll, _FIGURE_RANGES)
+            if "one_shot" in spec:
+                shot = spec["one_shot"]["by_gpus"]
+                _check_by_gpus(shot, f"{at}.{coll}.one_shot.by_gpus", coll, _ONE_SHOT_RANGES)
+
+
+# Each figure's lowest value and whether it must exceed it (True) or may equal it.
+_FIGURE_RANGES = {"latency_us": (0, False), "busbw_gbs": (0, True)}
+_ONE_SHOT_RANGES = {"latency_us": (0, False), "max_bytes": (1, False)}
+
+
+def _check_by_gpus(by_gpus: dict, where: str, collective: str, ranges: dict) -> None:
+    """Raise ConfigError for a bad GPU count or a non-finite or out-of-range figure."""
+    import math
+
+    if not by_gpus:
+        raise ConfigError(f"{where}: no GPU counts; give figures for at least one")
+    for n, figures in by_gpus.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise ConfigError(f"{where}.{n!r}: a GPU count must be an integer of at least 2")
+        if collective == "send_recv" and n != 2:
+            raise ConfigError(f"{where}.{n}: send_recv is one hop between 2 GPUs")
+        for key, (low, strict) in ranges.items():
+            value = figures[key]
+            if not math.isfinite(value) or value < low or (strict and value == low):
+                bound = f"more than {low}" if strict else f"at least {low}"
+                raise ConfigError(f"{where}.{n}.{key}={value}: must be a finite number {bound}")
 
 
 def _check_backend_values(settings: dict) -> None:

@@ -1,40 +1,79 @@
-"""Alpha-beta model of the collectives a parallel layout needs, per named interconnect.
+"""Latency/bandwidth model of the collectives a parallel layout needs, per named interconnect and
+per GPU count.
 
-Times use nccl-tests' bus-bandwidth convention, so a `busbw_gbs` read off all_reduce_perf or
-alltoall_perf output plugs in directly. For n GPUs and a message of `nbytes` bytes per rank:
+A topology gives each collective its figures per GPU count, read off nccl-tests (or measured here):
+`latency_us`, the time of a small message, and `busbw_gbs`, the bus bandwidth of a large one. For n
+GPUs and a message of `nbytes` bytes per rank the time is
 
-- all_reduce (ring): 2(n-1) steps of alpha, and 2(n-1)/n * nbytes over the bus bandwidth.
-- all_to_all: (n-1) steps of alpha, and (n-1)/n * nbytes over the bus bandwidth.
-- send_recv (one hop between two GPUs): one alpha, and nbytes over the bus bandwidth.
+    latency_us(n) + wire(n) * nbytes / busbw_gbs(n)
 
-Every term grows with n and with nbytes, so more GPUs never means less time, and a larger message
-never takes less time. The latency floor of a collective is its time at zero bytes.
+with nccl-tests' bus-bandwidth convention: wire = 2(n-1)/n for all_reduce, (n-1)/n for all_to_all,
+1 for send_recv (one hop between two GPUs), so a busbw read off all_reduce_perf, alltoall_perf or
+sendrecv_perf plugs in directly. A GPU count without figures is a labelled gap (NaN and the reason),
+never derived from another count: latency and bandwidth do not scale with n in any one way (a ring
+at 2 GPUs, NVLS or a tree at 8).
+
+An all_reduce may also carry `one_shot` figures per GPU count: the engines' one-shot custom
+all-reduce for small messages (vLLM custom_all_reduce, SGLang's), each with `latency_us` (its
+time at `max_bytes`, taken for every message up to that size) and `max_bytes`. They are used only
+when the block says `enabled: true`, only up to max_bytes, and only where faster than NCCL's.
+
+`fit_measured` fits the same figures on the collective table measured here, per group size
+measured, and nothing for a group size not measured.
 """
 
 from __future__ import annotations
 
 import math
 
+import pandas as pd
+
+from tilesweep.plan.messages import bus_factor, fit_alpha_beta
+
 COLLECTIVES = ("all_reduce", "all_to_all", "send_recv")
 
 
-def _steps_and_wire(collective: str, n: int) -> tuple[int, float]:
-    """Return (latency steps, wire-bytes factor) of a collective over n GPUs."""
+def _check(collective: str, n: int) -> None:
+    """Raise ValueError for an unknown collective or fewer than one GPU."""
     if collective not in COLLECTIVES:
         raise ValueError(f"collective={collective!r}: allowed: {', '.join(COLLECTIVES)}")
     if n < 1:
         raise ValueError(f"n={n}: must be at least 1")
+
+
+def wire_factor(collective: str, n: int) -> float:
+    """Return nccl-tests' bus-bandwidth factor of a collective over n GPUs (0 for one GPU)."""
+    _check(collective, n)
+    return 0.0 if n == 1 else bus_factor(collective, n)
+
+
+def _steps_and_wire(collective: str, n: int) -> tuple[int, float]:
+    """Return (ring latency steps, wire-bytes factor) of a collective over n GPUs.
+
+    The model no longer counts ring steps; this stays only for plan.calibration's older fit until
+    it calls fit_measured."""
+    _check(collective, n)
     if n == 1:
         return 0, 0.0
-    if collective == "all_reduce":
-        return 2 * (n - 1), 2 * (n - 1) / n
-    if collective == "all_to_all":
-        return n - 1, (n - 1) / n
-    return 1, 1.0
+    steps = {"all_reduce": 2 * (n - 1), "all_to_all": n - 1, "send_recv": 1}[collective]
+    return steps, wire_factor(collective, n)
+
+
+def _for_gpus(by_gpus: dict | None, n: int) -> dict | None:
+    """Return the figures of n GPUs in a by_gpus mapping (int keys; str keys after a JSON trip)."""
+    if not by_gpus:
+        return None
+    found = by_gpus.get(n)
+    return found if found is not None else by_gpus.get(str(n))
+
+
+def _counts(by_gpus: dict | None) -> str:
+    """Return the GPU counts a by_gpus mapping has figures for, e.g. '2, 8', or 'none'."""
+    return ", ".join(str(k) for k in sorted(int(k) for k in by_gpus)) if by_gpus else "none"
 
 
 def topology_numbers(hw: dict, topology: str | None = None) -> tuple[dict | None, str]:
-    """Return (per-collective alpha/busbw dict or None, label naming it or the gap's reason)."""
+    """Return (the topology's per-collective figures or None, label naming it or the gap)."""
     block = hw.get("interconnect_model")
     if not block:
         return None, f"no interconnect_model in hardware[{hw.get('name')}]"
@@ -44,15 +83,39 @@ def topology_numbers(hw: dict, topology: str | None = None) -> tuple[dict | None
     return block["topologies"][name], f"{hw.get('interconnect')}/{name}"
 
 
+def collective_time(
+    collective: str, n: int, nbytes: float, numbers: dict | None
+) -> tuple[float, str]:
+    """Return (time in ms of one collective, label: which figures gave it, or the gap's reason)."""
+    _check(collective, n)
+    if n == 1:
+        return 0.0, "one GPU: no collective"
+    if numbers is None:
+        return math.nan, "no interconnect model"
+    block = numbers.get(collective)
+    if not block:
+        return math.nan, f"no {collective} figures in the interconnect model"
+    figures = _for_gpus(block.get("by_gpus"), n)
+    if figures is None:
+        return math.nan, (
+            f"no {collective} figures for {n} GPUs (has {_counts(block.get('by_gpus'))}); "
+            "another count's are not used"
+        )
+    nbytes = max(float(nbytes), 0.0)
+    ms = (
+        figures["latency_us"] * 1e-3
+        + wire_factor(collective, n) * nbytes / (figures["busbw_gbs"] * 1e9) * 1e3
+    )
+    one_shot = block.get("one_shot") or {}
+    shot = _for_gpus(one_shot.get("by_gpus"), n) if one_shot.get("enabled") else None
+    if shot is not None and nbytes <= shot["max_bytes"] and shot["latency_us"] * 1e-3 < ms:
+        return shot["latency_us"] * 1e-3, f"model: one-shot all-reduce (<= {shot['max_bytes']} B)"
+    return ms, "model"
+
+
 def collective_ms(collective: str, n: int, nbytes: float, numbers: dict | None) -> float:
-    """Return the time in ms of one collective (NaN when the interconnect has no numbers)."""
-    steps, wire = _steps_and_wire(collective, n)
-    if steps == 0:
-        return 0.0
-    if numbers is None or collective not in numbers:
-        return math.nan
-    alpha_us, busbw = numbers[collective]["alpha_us"], numbers[collective]["busbw_gbs"]
-    return (steps * alpha_us * 1e-6 + wire * max(nbytes, 0.0) / (busbw * 1e9)) * 1e3
+    """Return the time in ms of one collective (NaN when the model has no figures for n GPUs)."""
+    return collective_time(collective, n, nbytes, numbers)[0]
 
 
 def latency_floor_ms(collective: str, n: int, numbers: dict | None) -> float:
@@ -63,12 +126,57 @@ def latency_floor_ms(collective: str, n: int, numbers: dict | None) -> float:
 def floored_ms(
     collective: str, n: int, nbytes: float, numbers: dict | None, measured: dict | None = None
 ) -> tuple[float, str]:
-    """Return (time in ms never below the model's or a measured floor, label of what set it)."""
-    t = collective_ms(collective, n, nbytes, numbers)
-    label = "model"
+    """Return (time in ms never below the model's or a measured floor, label of what set it or
+    the gap's reason)."""
+    t, label = collective_time(collective, n, nbytes, numbers)
     floor = (measured or {}).get(collective, {}).get(n)
-    if floor is not None and n > 1 and not t >= floor:
-        if math.isnan(t):
-            return math.nan, "no interconnect model; a measured floor alone is not a time"
+    if math.isnan(t):
+        if floor is not None and n > 1:
+            return math.nan, f"{label}; a measured floor alone is not a time"
+        return math.nan, label
+    if floor is not None and n > 1 and t < floor:
         t, label = float(floor), "measured floor"
     return t, label
+
+
+def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
+    """Return ({collective: {"by_gpus": {n: {latency_us, busbw_gbs}}, "timing"}}, {collective:
+    {n: floor ms}}) fitted on the collectives measured here over `backend`, per group size
+    measured.
+
+    On nccl only rows timed inside CUDA graphs count (eager NCCL pays a launch per call the engines
+    do not); gloo has no graphs, so its eager rows count and the fit says timing "eager". A table
+    without a `timing` column predates graph timing: its rows were eager. A group size with fewer
+    than two message sizes, or whose time does not grow with size, has a floor but no figures."""
+    numbers: dict = {}
+    floors: dict = {}
+    needed = {"collective", "group", "bytes", "time_ms", "status", "backend"}
+    if collective.empty or not needed <= set(collective.columns):
+        return numbers, floors
+    timing = "cuda-graph" if backend == "nccl" else "eager"
+    rows = collective[
+        (collective["status"] == "ok")
+        & collective["time_ms"].notna()
+        & (collective["backend"] == backend)
+        & collective["collective"].isin(COLLECTIVES)
+    ]
+    timed = rows["timing"] if "timing" in rows else pd.Series("eager", index=rows.index)
+    rows = rows[timed.fillna("eager") == timing]
+    for (kind, group), part in rows.groupby(["collective", "group"]):
+        n = int(group)
+        if n < 2:
+            continue
+        by_size = part.groupby("bytes")["time_ms"].median()
+        floors.setdefault(kind, {})[n] = float(by_size.min())
+        if len(by_size) < 2:
+            continue
+        alpha_ms, beta = fit_alpha_beta(list(by_size.index), list(by_size.values))
+        if not math.isfinite(beta):
+            continue
+        entry = numbers.setdefault(kind, {"by_gpus": {}, "timing": timing})
+        entry["by_gpus"][n] = {
+            "latency_us": alpha_ms * 1e3,
+            # beta is bytes per ms: algbw in GB/s is beta / 1e6; busbw scales it by the wire factor
+            "busbw_gbs": wire_factor(kind, n) * beta / 1e6,
+        }
+    return numbers, floors

@@ -20,7 +20,7 @@ from tilesweep.tables import BAND_COLUMNS, WINNER_COLUMNS
 INPUTS = {
     "memory_bandwidth": "target memory bandwidth (memory_bandwidth_gbs)",
     "interconnect_bandwidth": "interconnect bus bandwidth of every collective (busbw_gbs)",
-    "interconnect_latency": "interconnect latency of every collective (alpha_us)",
+    "interconnect_latency": "interconnect latency of every collective (latency_us)",
 }
 FACTORS = (0.5, 2.0)
 
@@ -57,10 +57,14 @@ def scaled_hardware(hw: dict, name: str, factor: float) -> dict:
     if name == "memory_bandwidth":
         out["memory_bandwidth_gbs"] = hw["memory_bandwidth_gbs"] * factor
         return out
-    key = "busbw_gbs" if name == "interconnect_bandwidth" else "alpha_us"
+    key = "busbw_gbs" if name == "interconnect_bandwidth" else "latency_us"
     for topology in (out.get("interconnect_model") or {}).get("topologies", {}).values():
-        for numbers in topology.values():
-            numbers[key] *= factor
+        for block in topology.values():
+            for figures in block["by_gpus"].values():
+                figures[key] *= factor
+            if key == "latency_us":  # a one-shot all-reduce's time is its latency
+                for figures in (block.get("one_shot") or {}).get("by_gpus", {}).values():
+                    figures[key] *= factor
     return out
 
 
