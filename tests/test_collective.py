@@ -10,7 +10,7 @@ import pytest
 
 from tilesweep.measure import process_group as coll
 from tilesweep.plan import messages
-from tilesweep.stages.collective import fit_columns, plan_layout
+from tilesweep.stages.collective import _timed_row, fit_columns, plan_layout
 
 GLM5 = {
     "name": "glm5",
@@ -104,12 +104,136 @@ def test_fit_columns_give_the_latency_floor():
 
 
 @pytest.mark.slow
-def test_gloo_collectives_run_and_time_every_planned_call():
+def test_gloo_collectives_run_eager_and_time_every_planned_call():
     plan = [
         {"collective": "all_reduce", "group": 2, "bytes": 4096},
         {"collective": "all_to_all", "group": 4, "bytes": 1 << 16},
         {"collective": "send_recv", "group": 2, "bytes": 1 << 20},
     ]
-    samples = coll.run_plan(plan, 4, repeats=3, warmup=1, cuda=False)
-    assert len(samples) == 3
-    assert all(len(s) == 3 and all(x > 0 for x in s) for s in samples)
+    # gloo has no CUDA graphs: asked for graph timing, every row says it was timed eagerly.
+    results = coll.run_plan(plan, 4, repeats=3, warmup=1, cuda=False, timing="cuda-graph")
+    assert len(results) == 3
+    for result in results:
+        assert result["timing"] == "eager" and result["status"] == "ok"
+        assert result["calls_per_replay"] == 1
+        assert len(result["samples"]) == 3 and all(x > 0 for x in result["samples"])
+    with pytest.raises(ValueError, match="allowed: cuda-graph, eager"):
+        coll.run_plan(plan, 4, repeats=3, warmup=1, cuda=False, timing="graphs")
+
+
+class _OneRank:
+    """torch.distributed's calls _graph_times makes, for one rank of a world of one."""
+
+    def get_rank(self):
+        return 0
+
+    def get_world_size(self):
+        return 1
+
+    def all_gather_object(self, values, value, group=None):
+        values[0] = value
+
+    def barrier(self):
+        pass
+
+
+class _Torch:
+    class cuda:  # noqa: N801 - stands in for torch.cuda
+        @staticmethod
+        def synchronize():
+            pass
+
+
+class _Graph:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def replay(self):
+        pass
+
+
+def _graph_times(monkeypatch, capture, one_call_ms):
+    """Return _graph_times' result with capture and event timing stubbed out (no GPU here)."""
+    from tilesweep.measure import timing
+
+    captured = []
+
+    def time_events(fn, repeats):
+        calls = captured[-1]
+        return [one_call_ms * calls] * repeats
+
+    def recording(fns, capture_error_mode="global"):
+        assert capture_error_mode == "thread_local"  # NCCL's watchdog thread may run meanwhile
+        captured.append(len(fns))
+        return capture(fns)
+
+    monkeypatch.setattr(timing, "capture_graph", recording)
+    monkeypatch.setattr(timing, "time_events", time_events)
+    plan = {"timing": "cuda-graph", "max_calls": 10, "fill_ms": 1.0}
+    calls = []
+    result = coll._graph_times(_OneRank(), _Torch, lambda: calls.append(1), True, None, 5, 2, plan)
+    return result, captured, calls
+
+
+def test_graph_timing_sizes_the_replay_to_about_a_millisecond_and_reports_per_call(monkeypatch):
+    result, captured, calls = _graph_times(monkeypatch, lambda fns: _Graph(len(fns)), 0.25)
+    assert captured == [1, 4]  # a one-call probe, then 1 ms / 0.25 ms = 4 calls per replay
+    assert result["status"] == "ok" and result["calls_per_replay"] == 4
+    assert result["samples"] == [pytest.approx(0.25)] * 5
+    assert len(calls) == 2  # the eager warm-up calls, so NCCL connects before the capture
+    short, captured, _ = _graph_times(monkeypatch, lambda fns: _Graph(len(fns)), 0.006)
+    assert captured == [1, 10] and short["calls_per_replay"] == 10  # at most max_calls
+
+
+def test_a_failed_capture_is_the_rows_status_and_reason_never_an_eager_number(monkeypatch):
+    def refuse(fns):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    result, captured, _ = _graph_times(monkeypatch, refuse, 0.25)
+    assert captured == [1] and result["samples"] == [] and result["calls_per_replay"] == 0
+    assert result["status"] == "runtime"
+    assert result["reason"] == (
+        "CUDA-graph capture failed on rank 0: RuntimeError: operation not permitted when stream "
+        "is capturing"
+    )
+    row = _timed_row(
+        {"collective": "all_reduce", "group": 2, "bytes": 4096}, result | {"timing": "cuda-graph"}
+    )
+    assert row["status"] == "runtime" and "capture failed" in row["reason"]
+    assert "time_ms" not in row and row["timing"] == "cuda-graph"
+
+
+def test_a_timed_row_says_how_it_was_timed():
+    item = {"collective": "all_reduce", "group": 8, "bytes": 1 << 20}
+    result = {"samples": [0.02, 0.03, 0.025], "timing": "cuda-graph", "calls_per_replay": 10}
+    row = _timed_row(item, result | {"status": "ok", "reason": ""})
+    assert row["timing"] == "cuda-graph" and row["calls_per_replay"] == 10
+    assert row["time_ms"] == 0.025 and row["status"] == "ok"
+    assert row["busbw_gbs"] == pytest.approx(1.75 * (1 << 20) / 0.025e-3 / 1e9)
+
+
+@pytest.mark.slow
+def test_the_collective_table_says_each_rows_timing(tmp_path):
+    import json
+
+    from tilesweep.config import compose
+    from tilesweep.stages.collective import bench_collective
+
+    settings = compose(["grid=tiny"])
+    bench = dict(
+        settings["bench"],
+        collective_sweep_max_bytes=65536,
+        collective_extra_sizes=[4096],
+        collective_repeats=3,
+    )
+    spec = {
+        "layout": layout(2, 1, 1),
+        "model": settings["model"],
+        "tokens_per_expert": [1],
+        "bench": bench,
+    }
+    frame = bench_collective(json.dumps(spec), str(tmp_path / "tp2.csv"))
+    timed = frame[frame["status"] == "ok"]
+    assert not timed.empty and set(timed["timing"]) == {"eager"}  # gloo: no graphs
+    assert set(timed["backend"]) == {"gloo"} and (timed["time_ms"] > 0).all()
+    assert "timing" in pd.read_csv(tmp_path / "tp2.csv").columns

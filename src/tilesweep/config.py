@@ -74,6 +74,9 @@ _SCHEMA: dict[str, Any] = {
     "bench.collective_sweep_min_bytes": int,
     "bench.collective_sweep_max_bytes": int,
     "bench.collective_sweep_factor": int,
+    "bench.collective_timing": str,
+    "bench.collective_graph_calls": int,
+    "bench.collective_graph_fill_ms": (int, float),
     "bench.step_dense_layers": int,
     "bench.step_moe_layers": int,
     "bench.step_context_len": int,
@@ -484,6 +487,7 @@ def _check_bench(bench: dict) -> None:
         "collective_sweep_min_bytes": 4,
         "collective_sweep_max_bytes": 4,
         "collective_sweep_factor": 1,
+        "collective_graph_calls": 1,
         "decode_power_seconds": 0,
         "step_dense_layers": 0,
         "step_moe_layers": 1,
@@ -500,6 +504,18 @@ def _check_bench(bench: dict) -> None:
     for key in ("kernel_timeout_s", "step_timeout_s", "power_seconds", "power_period_s"):
         if bench[key] <= 0:
             raise ConfigError(f"bench.{key}={bench[key]}: must be more than 0 seconds")
+    from tilesweep.tables import COLLECTIVE_TIMINGS
+
+    if bench["collective_timing"] not in COLLECTIVE_TIMINGS:
+        raise ConfigError(
+            f"bench.collective_timing={bench['collective_timing']!r}: allowed: "
+            f"{', '.join(COLLECTIVE_TIMINGS)}"
+        )
+    if bench["collective_graph_fill_ms"] <= 0:
+        raise ConfigError(
+            f"bench.collective_graph_fill_ms={bench['collective_graph_fill_ms']}: "
+            "must be more than 0"
+        )
     if bench["zipf_alpha"] <= 0:
         raise ConfigError(f"bench.zipf_alpha={bench['zipf_alpha']}: must be more than 0")
     if bench["collective_sweep_max_bytes"] < bench["collective_sweep_min_bytes"]:

@@ -214,14 +214,20 @@ COLLECTIVE_REPORT_COLUMNS = [
     "layout",
     "collective",
     "backend",
+    "timing",
     "group",
     "layout_group",
     "bytes",
     "tokens_per_expert",
     "time_ms",
+    "calls_per_replay",
     "algbw_gbs",
     "busbw_gbs",
 ]
+# A collective row's `timing`: inside a CUDA graph of `calls_per_replay` back-to-back calls (NCCL,
+# as engines run decode's collectives) or one eager launch per call (bench.collective_timing:
+# eager on NCCL, and gloo always). Only cuda-graph NCCL rows calibrate the interconnect.
+COLLECTIVE_TIMINGS = ("cuda-graph", "eager")
 LATENCY_FLOOR_COLUMNS = [
     "collective",
     "group",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from tilesweep.plan.messages import BYTES_PER_ELEMENT
+from tilesweep.tables import COLLECTIVE_TIMINGS, Status
 
 # NVLink multicast stays off: on shared hosts it can take GPUs out of service.
 SAFE_NCCL_ENV = {
@@ -17,7 +19,8 @@ SAFE_NCCL_ENV = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-# On a GPU, calls of at most this many bytes are timed back to back, this many per sample.
+# Eager timing on a GPU: calls of at most this many bytes are timed back to back, this many per
+# sample, so launch gaps do not hide the latency (as nccl-tests does).
 SMALL_MESSAGE_BYTES = 1 << 20
 SMALL_MESSAGE_CALLS = 20
 
@@ -29,25 +32,99 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _time_one(
-    dist, torch, kind: str, nbytes: int, group_size: int, repeats: int, warmup: int, cuda: bool
-) -> list[float] | None:
-    """Return rank 0's per-call times in ms for one collective, or None on ranks outside it.
+def _one_line(exc: BaseException) -> str:
+    """Return an exception as one line: its type and its first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
-    On a GPU each sample brackets back-to-back calls with CUDA events (many for small messages,
-    as nccl-tests does, so launch gaps do not hide the latency); on the CPU, one call per sample.
+
+def _agree(dist, cpu_group, value):
+    """Return every rank's value, in rank order, exchanged over the CPU (gloo) group, so that a
+    rank whose capture failed never leaves the others waiting in a collective it will not run."""
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value, group=cpu_group)
+    return values
+
+
+def _graph_times(
+    dist, torch, op, inside: bool, cpu_group, repeats: int, warmup: int, plan: dict
+) -> dict:
+    """Return rank 0's {samples (ms per call), calls_per_replay, status, reason} of op timed in
+    CUDA graphs: a probe graph of one call sizes the replay to about plan["fill_ms"] (at most
+    plan["max_calls"] calls, the same count on every rank), then replays of that many back-to-back
+    calls are timed with CUDA events. A failed capture on any rank is the row's status and reason
+    on rank 0, with no number."""
+    from tilesweep.measure.timing import calls_to_fill, capture_graph, time_events
+
+    rank = dist.get_rank()
+
+    def capture(calls: int):
+        """Return (graph, '') of `calls` back-to-back ops (None on ranks outside the group), or
+        (None, every rank's failure) when a capture failed anywhere."""
+        graph, error = None, ""
+        if inside:
+            try:
+                graph = capture_graph([op] * calls, capture_error_mode="thread_local")
+            except Exception as exc:  # any capture failure becomes the row's reason
+                error = f"rank {rank}: {_one_line(exc)}"
+        failures = [e for e in _agree(dist, cpu_group, error) if e]
+        if failures:
+            return None, "CUDA-graph capture failed on " + "; ".join(failures)
+        return graph, ""
+
+    if inside:
+        for _ in range(max(1, warmup)):  # eager calls first: NCCL connects before the capture
+            op()
+        torch.cuda.synchronize()
+    graph, error = capture(1)
+    calls = 0
+    if not error:
+        if inside:  # size the replay from a few one-call replays
+            one = statistics.median(time_events(graph.replay, 3))
+            calls = calls_to_fill(one, plan["fill_ms"], plan["max_calls"])
+        calls = max(_agree(dist, cpu_group, calls))  # every rank captures the same count
+        if calls > 1:
+            graph = None
+            graph, error = capture(calls)
+    dist.barrier()
+    out = {"samples": [], "calls_per_replay": calls, "status": Status.OK, "reason": ""}
+    if error:
+        out.update(status=Status.RUNTIME, reason=error, calls_per_replay=0)
+    elif inside:
+        out["samples"] = [ms / calls for ms in time_events(graph.replay, repeats)]
+    if inside:
+        torch.cuda.synchronize()
+    del graph
+    return out
+
+
+def _time_one(
+    dist,
+    torch,
+    item: dict,
+    repeats: int,
+    warmup: int,
+    cuda: bool,
+    plan: dict,
+    cpu_group,
+) -> dict | None:
+    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for one collective, or
+    None on other ranks.
+
+    On NCCL with plan["timing"] == "cuda-graph" each sample is one CUDA-graph replay of
+    back-to-back calls divided by their number; with "eager", CUDA events bracket back-to-back
+    eager calls (many for small messages, as nccl-tests does, so launch gaps do not hide the
+    latency). On the CPU (gloo) there are no graphs: one eager call per sample, timing "eager".
     """
+    kind, nbytes, n = item["collective"], item["bytes"], item["group"]
     rank, world = dist.get_rank(), dist.get_world_size()
     device = f"cuda:{rank}" if cuda else "cpu"
-    n = group_size
     elems = max(n, nbytes // BYTES_PER_ELEMENT)
     elems -= elems % n
     inside = rank < n
     group = dist.new_group(list(range(n))) if n < world else None
     buf = torch.randn(elems, device=device).to(torch.bfloat16)
     out = torch.empty_like(buf)
-    calls = SMALL_MESSAGE_CALLS if cuda and nbytes <= SMALL_MESSAGE_BYTES else 1
-    samples = []
 
     def op():
         if kind == "all_reduce":
@@ -59,28 +136,34 @@ def _time_one(
         elif rank == 1:
             dist.recv(out, src=0)
 
-    for i in range(warmup + repeats):
-        dist.barrier()
-        if not inside:
-            continue
-        if cuda:
-            torch.cuda.synchronize(device)
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            for _ in range(calls):
+    timing = plan["timing"] if cuda else "eager"
+    if timing == "cuda-graph":
+        result = _graph_times(dist, torch, op, inside, cpu_group, repeats, warmup, plan)
+    else:
+        calls = SMALL_MESSAGE_CALLS if cuda and nbytes <= SMALL_MESSAGE_BYTES else 1
+        result = {"samples": [], "calls_per_replay": calls, "status": Status.OK, "reason": ""}
+        for i in range(warmup + repeats):
+            dist.barrier()
+            if not inside:
+                continue
+            if cuda:
+                torch.cuda.synchronize(device)
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                for _ in range(calls):
+                    op()
+                end.record()
+                end.synchronize()
+                elapsed = start.elapsed_time(end) / calls
+            else:
+                t0 = time.perf_counter()
                 op()
-            end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end) / calls
-        else:
-            t0 = time.perf_counter()
-            op()
-            elapsed = (time.perf_counter() - t0) * 1e3
-        if i >= warmup:
-            samples.append(elapsed)
+                elapsed = (time.perf_counter() - t0) * 1e3
+            if i >= warmup:
+                result["samples"].append(elapsed)
     if group is not None:
         dist.destroy_process_group(group)
-    return samples if rank == 0 else None
+    return {**result, "timing": timing} if rank == 0 else None
 
 
 def init_rank(rank: int, world: int, port: int, cuda: bool):
@@ -106,29 +189,46 @@ def _worker(
     rank: int,
     world: int,
     port: int,
-    plan: list[dict],
+    items: list[dict],
     repeats: int,
     warmup: int,
     cuda: bool,
+    plan: dict,
     out_path: str,
 ) -> None:
-    """Run every planned collective on one rank; rank 0 writes the samples as JSON."""
+    """Run every planned collective on one rank; rank 0 writes the results as JSON."""
     torch, dist = init_rank(rank, world, port, cuda)
-    results = []
-    for item in plan:
-        samples = _time_one(
-            dist, torch, item["collective"], item["bytes"], item["group"], repeats, warmup, cuda
-        )
-        results.append(samples)
+    # Ranks agree on graph captures over the CPU, outside the NCCL communicators being captured.
+    graphs = cuda and plan["timing"] == "cuda-graph"
+    cpu_group = dist.new_group(backend="gloo") if graphs else None
+    results = [
+        _time_one(dist, torch, item, repeats, warmup, cuda, plan, cpu_group) for item in items
+    ]
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         Path(out_path).write_text(json.dumps(results))
 
 
-def run_plan(plan: list[dict], world: int, repeats: int, warmup: int, cuda: bool) -> list:
-    """Return rank 0's timing samples for each planned collective, run over `world` processes."""
+def run_plan(
+    plan: list[dict],
+    world: int,
+    repeats: int,
+    warmup: int,
+    cuda: bool,
+    timing: str = "cuda-graph",
+    max_calls: int = 10,
+    fill_ms: float = 1.0,
+) -> list[dict]:
+    """Return, for each planned collective run over `world` processes, rank 0's {samples (ms per
+    call), timing, calls_per_replay, status, reason}. On NCCL, timing "cuda-graph" replays graphs
+    of up to max_calls back-to-back calls (as many as fill about fill_ms) and "eager" launches
+    each call; gloo rows are always "eager"."""
     import torch.multiprocessing as mp
+
+    if timing not in COLLECTIVE_TIMINGS:
+        raise ValueError(f"timing={timing!r}: allowed: {', '.join(COLLECTIVE_TIMINGS)}")
+    how = {"timing": timing, "max_calls": max_calls, "fill_ms": fill_ms}
 
     os.environ.update(SAFE_NCCL_ENV)
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +237,7 @@ def run_plan(plan: list[dict], world: int, repeats: int, warmup: int, cuda: bool
         # CUDA cannot be forked, so GPU ranks are spawned.
         mp.start_processes(
             _worker,
-            args=(world, free_port(), plan, repeats, warmup, cuda, out),
+            args=(world, free_port(), plan, repeats, warmup, cuda, how, out),
             nprocs=world,
             join=True,
             start_method="spawn" if cuda else "fork",

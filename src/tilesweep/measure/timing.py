@@ -51,19 +51,7 @@ def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tupl
     torch.cuda.synchronize()
     method = "cuda-graph"
     try:
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for fn in fns:
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        with torch.cuda.graph(graph):
-            for fn in fns:
-                fn()
-
-        def replay() -> None:
-            graph.replay()
+        replay = capture_graph(fns).replay
     except Exception:  # some kernels cannot be captured: time eager launches instead
         method = "eager-events"
 
@@ -72,6 +60,26 @@ def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tupl
                 fn()
 
     return [ms / len(fns) for ms in time_events(replay, repeats)], method
+
+
+def capture_graph(fns: list[Callable[[], object]], capture_error_mode: str = "global"):
+    """Return a torch.cuda.CUDAGraph of the calls in order, captured after one run of them on a
+    side stream (capture needs warmed-up kernels and allocations); raise what capture raises.
+    `capture_error_mode` is torch.cuda.graph's: "thread_local" lets other threads (NCCL's
+    watchdog) make calls that are unsafe during a capture."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
+        for fn in fns:
+            fn()
+    return graph
 
 
 def time_events(fn: Callable[[], object], repeats: int) -> list[float]:

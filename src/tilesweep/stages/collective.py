@@ -9,6 +9,7 @@ import pandas as pd
 
 from tilesweep.io import write_table
 from tilesweep.stages import logged
+from tilesweep.tables import Status
 
 
 def _sizes(bench: dict) -> list[int]:
@@ -95,13 +96,34 @@ def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _timed_row(item: dict, result: dict) -> dict:
+    """Return a timed collective's columns from run_plan's result: the time statistics, bandwidths,
+    timing and replay size when it ran, else its status and reason with no number."""
+    from tilesweep.measure.timing import summarize
+    from tilesweep.plan.messages import bus_factor
+
+    how = {"timing": result["timing"], "calls_per_replay": result["calls_per_replay"]}
+    if result["status"] != "ok":
+        return {**how, "status": result["status"], "reason": result["reason"]}
+    if not result["samples"]:
+        return {**how, "status": Status.RUNTIME, "reason": "rank 0 recorded no samples"}
+    stats = summarize(result["samples"])
+    algbw = item["bytes"] / (stats["time_ms"] * 1e-3) / 1e9
+    return {
+        **stats,
+        **how,
+        "status": Status.OK,
+        "reason": "",
+        "algbw_gbs": algbw,
+        "busbw_gbs": algbw * bus_factor(item["collective"], item["group"]),
+    }
+
+
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
     """Time one layout's collectives over NCCL (GPUs) or gloo (CPU); write the table."""
     import torch
 
     from tilesweep.measure.process_group import run_plan
-    from tilesweep.measure.timing import summarize
-    from tilesweep.plan.messages import bus_factor
     from tilesweep.provenance import cpu_device, stamp
 
     spec = json.loads(cell_json)
@@ -123,11 +145,12 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
     with logged(log_path) as log:
         plan, skipped = plan_layout(spec, world, cuda)
         log.info(
-            "layout %s: %d collectives to time over %d %s ranks, %d skipped",
+            "layout %s: %d collectives to time over %d %s ranks (%s), %d skipped",
             layout["layout"],
             len(plan),
             world,
             backend,
+            bench["collective_timing"] if cuda else "eager",
             len(skipped),
         )
         rows = [{**base, **row, **prov} for row in skipped]
@@ -135,22 +158,18 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
             repeats = (
                 bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
             )
-            samples = run_plan(plan, world, repeats, max(1, bench["warmup"]), cuda)
-            for item, times in zip(plan, samples, strict=True):
-                stats = summarize(times)
-                algbw = item["bytes"] / (stats["time_ms"] * 1e-3) / 1e9
-                rows.append(
-                    {
-                        **base,
-                        **item,
-                        **stats,
-                        "status": "ok",
-                        "reason": "",
-                        "algbw_gbs": algbw,
-                        "busbw_gbs": algbw * bus_factor(item["collective"], item["group"]),
-                        **prov,
-                    }
-                )
+            results = run_plan(
+                plan,
+                world,
+                repeats,
+                max(1, bench["warmup"]),
+                cuda,
+                timing=bench["collective_timing"],
+                max_calls=bench["collective_graph_calls"],
+                fill_ms=bench["collective_graph_fill_ms"],
+            )
+            for item, result in zip(plan, results, strict=True):
+                rows.append({**base, **item, **_timed_row(item, result), **prov})
         if not rows:
             rows.append(
                 {
