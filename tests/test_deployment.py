@@ -88,12 +88,32 @@ def test_pp_tpot_is_more_than_a_stage_and_throughput_uses_pp_micro_batches(brief
     assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
 
 
-def test_pp_at_batch_1_shows_the_bubble_as_other(brief):
-    step = compose_step(
-        brief["model"], brief["deployment"], _hw(brief), {"tp": 4, "pp": 2, "ep": 1}, 1
-    )
+def test_pp_at_batch_1_is_bound_over_the_whole_path_not_a_bubble(brief):
+    layout = {"tp": 4, "pp": 2, "ep": 1}
+    step = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 1)
     assert step["micro_batches"] == 1
-    assert step["split"]["other"] > 0.4 * step["tpot_ms"]
+    # One micro-batch crosses both stages: both stages' memory is on its path, no idle `other`.
+    tp4 = compose_step(
+        brief["model"], brief["deployment"], _hw(brief), {"tp": 4, "pp": 1, "ep": 1}, 1
+    )
+    assert step["split"]["memory"] == pytest.approx(tp4["split"]["memory"], rel=0.05)
+    assert step["split"]["other"] < 0.4 * step["tpot_ms"]
+    assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
+    # The hops (both ways round the ring) are communication on the path.
+    assert step["split"]["communication"] > step["hop_ms"]
+
+
+def test_ep_waits_for_the_most_loaded_rank():
+    from tilesweep.plan.deployment import busiest_rank
+
+    distinct_1, rows_1 = busiest_rank(256, 8, 8, 1)
+    distinct_8, rows_8 = busiest_rank(256, 8, 8, 8)
+    assert 2.3 < distinct_1 < 2.9 and rows_1 == distinct_1  # mean would be 1.0
+    assert 9.5 < distinct_8 < 11.5 and rows_8 > 8 * 8 / 8  # mean would be 7.2 experts, 8 rows
+    assert busiest_rank(256, 8, 8, 8) == (distinct_8, rows_8)  # the same every call
+    full, _ = busiest_rank(256, 8, 8, 4096)
+    assert full == 32.0  # every local expert is hit
+    assert busiest_rank(256, 8, 1, 1) == (pytest.approx(8.0), 8.0)
 
 
 def test_a_part_without_a_measured_fraction_is_never_labelled_composed(brief):

@@ -99,3 +99,67 @@ def test_whole_step_runs_every_part(layout, attention):
     # The first stage embeds, the last runs the LM head.
     assert "embedding" in ranks[0]["batches"][1]["parts"][0]
     assert "lm_head" in ranks[-1]["batches"][1]["parts"][0]
+
+
+def test_launch_counter_counts_kernels_per_part_and_skips_views():
+    import torch
+
+    from tilesweep.measure.launch_count import make_counter
+
+    counter = make_counter()
+    clock = whole_step.PartClock(torch, False, "count", counter)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    with counter:
+        with clock.part("a"):
+            y = (x @ w.t()).view(2, 16).reshape(4, 8).t()
+        with clock.part("b"):
+            y.add_(1)
+            clock.add_launches(2)  # e.g. two Triton kernels
+    assert counter.counts == {"a": 1, "b": 3}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "layout", [{"tp": 2, "pp": 2, "ep": 1}, {"tp": 1, "pp": 1, "ep": 4}], ids=["tp2pp2", "ep4"]
+)
+def test_one_rank_of_a_larger_layout_runs_alone(layout):
+    one = dict(spec(layout, MLA), emulate=True)
+    ranks = whole_step.run_whole_step(one, 1, False, 120)
+    rows = whole_step.step_rows(ranks, one, "x")
+    assert len(ranks) == 1 and all(r["status"] == "ok" and r["emulated"] for r in rows)
+    assert "one rank emulated" in rows[0]["measured_label"]
+    parts = set(ranks[0]["batches"][1]["parts"][0])
+    assert not parts & {"attn_all_reduce", "ffn_all_reduce", "dispatch", "combine", "pp_send_recv"}
+    # The emulated rank of the last stage holds the LM head.
+    assert "lm_head" in parts and rows[0]["launches"] > 0
+
+
+def test_graphed_and_eager_steps_pick_the_same_tokens():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA graphs on the CPU: the step runs eagerly there, labelled eager")
+    one = spec({"tp": 1, "pp": 1, "ep": 1}, MLA, batches=(4,))
+    one["step"]["runner"] = "torch_grouped_mm"
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
+    )
+    try:
+        me = whole_step._StepRank(torch, torch.distributed, 0, one, True)
+        eager_mbs = [me._micro_batch(4)]
+        graph_mbs = [me._micro_batch(4)]
+        graph_mbs[0]["ids"].copy_(eager_mbs[0]["ids"])
+        for cache_e, cache_g in zip(eager_mbs[0]["caches"], graph_mbs[0]["caches"], strict=True):
+            for key in cache_e:
+                cache_g[key].copy_(cache_e[key])
+        off = whole_step.PartClock(torch, True, mode="off")
+        me.one_step(eager_mbs, 0, off)
+        whole, _, _, _ = me._capture(graph_mbs, 0)
+        # The capture ran warm-up steps: start both from the same tokens and caches again.
+        graph_mbs[0]["ids"].copy_(eager_mbs[0]["ids"])
+        me.one_step(eager_mbs, 0, off)
+        whole.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(eager_mbs[0]["ids"], graph_mbs[0]["ids"])
+    finally:
+        torch.distributed.destroy_process_group()

@@ -8,6 +8,7 @@ Usage: python tools/refresh_example.py docs/examples/h200 experiment=h200_exampl
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def main() -> int:
     )
     for name in ("launch", "verdict", "check"):
         write_table(folder / f"{name}.csv", tables[name])
+    if "gap" not in tables["fit"]:  # the shipped fit (deployment.fit_file) follows the run's steps
+        write_text(folder / "fit.json", json.dumps(tables["fit"], indent=1, sort_keys=True) + "\n")
     write_text(folder / "report.md", report_md.render(data))
     write_text(folder / "report.html", report_html.render(data))
     print(f"refreshed {folder}")

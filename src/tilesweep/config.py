@@ -48,6 +48,8 @@ _SCHEMA: dict[str, Any] = {
     "deployment.batches": [int],
     "deployment.runtime_reserve_gb": (int, float),
     "deployment.kernel_gap_us": (int, float),
+    "deployment.fit_file": str,
+    "deployment.attention": str,
     "model.source": str,
     "grid.targets": [str],
     "grid.dtypes": [str],
@@ -406,6 +408,7 @@ def _check_deployment(dep: dict) -> None:
     for i, b in enumerate(dep["batches"]):
         if b < 1:
             raise ConfigError(f"deployment.batches[{i}]={b}: must be at least 1")
+    check_choices([dep["attention"]], ("dsa", "dense"), "deployment.attention")
     for key in ("runtime_reserve_gb", "kernel_gap_us"):
         if dep[key] < 0:
             raise ConfigError(f"deployment.{key}={dep[key]}: must be at least 0")

@@ -209,6 +209,12 @@ class Sweep:
             if r["world"] <= cap or bench["step_emulate"]
         ]
 
+    def shipped_fit(self) -> list[str]:
+        """Return the shipped launch-aware fit the verdict may read (deployment.fit_file), as a
+        list of the one path when it exists, so that a changed fit reruns the aggregate."""
+        path = self.settings["deployment"]["fit_file"]
+        return [path] if path and Path(path).is_file() else []
+
     def step_batches(self) -> list[int]:
         """Return the whole step's batches (sequences): the deployment's, and the grid's tokens
         per expert as tokens_per_expert x experts / top_k sequences."""

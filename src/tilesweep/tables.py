@@ -107,7 +107,8 @@ SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms"]
 STEP_COLUMNS = [
     "layout", "tp", "pp", "ep", "batch", "sequences_run", "status", "reason", "step_ms",
     "step_p10_ms", "step_p90_ms", "repeats", "context_len", "dense_layers_run",
-    "moe_layers_run", "routed_experts_run", "top_k_run", "vocab_run", "runner", "finite",
+    "moe_layers_run", "routed_experts_run", "top_k_run", "vocab_run", "runner", "timing",
+    "eager_step_ms", "emulated", "launches", "moe_config", "graph_error", "finite",
     "measured_label", "device", "source",
 ]  # fmt: skip
 
@@ -116,8 +117,8 @@ STEP_COLUMNS = [
 CHECK_COLUMNS = [
     "model", "layout", "tp", "pp", "ep", "batch", "context_len", "measured_ms",
     "measured_p10_ms", "measured_p90_ms", "roofline_ms", "roofline_error_pct", "composed_ms",
-    "composed_error_pct", "calibrated_on", "held_out", "measured_label", "composed_label",
-    "device", "gaps",
+    "composed_error_pct", "calibrated_on", "held_out", "timing", "measured_label",
+    "composed_label", "device", "gaps",
 ]  # fmt: skip
 
 # ---- the brief's panel: winners per batch and the half/double sensitivity band -------------

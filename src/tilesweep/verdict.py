@@ -1,16 +1,17 @@
 """The verdict for the deployment the config names: a whole decode step per layout x batch on the
 target named by `hardware`, composed from measured parts, and the check of that method.
 
-Each part's time comes from, in order:
-1. the device at hand, when it is the target: the part's fraction of roofline measured there;
-2. a GPU at hand that is not the target: the fraction of its roofline the same kind of part
-   reaches on that GPU (the TP1 whole step at the nearest batch), applied to the target's
-   ceilings; the expert GEMMs of an fp8 or nvfp4 deployment take the fraction of roofline of the
-   best fp8 kernel of the decode benchmark instead (bf16 efficiency says little about them);
-3. otherwise (a CPU at hand, or no such measurement) the target's roofline alone.
-Communication: the alpha-beta fitted on the collectives measured here when the device at hand is
-the target, else the interconnect model of the target's hardware file. Every row and part says
-which: `source` (`composed` or `model`) and `inputs`.
+Each part takes launches x per-kernel cost + its roofline terms over fitted efficiencies
+(plan.launch_fit), the fit made on, in order:
+1. the TP1 whole step timed in CUDA graphs on the GPU at hand (at two batches), applied to the
+   target's ceilings, with the per-kernel cost measured here;
+2. the fit shipped in `deployment.fit_file` (a kept GPU run's), labelled with where it came from;
+3. none: the target's roofline alone, labelled `model`.
+The expert GEMMs of an fp8 or nvfp4 deployment take the efficiency of the best fp8 kernel of the
+decode benchmark where there is one. A step timed eagerly never calibrates a verdict.
+Communication: the fit on the collectives measured here when the device at hand is the target,
+else the interconnect model of the target's hardware file. Every row and part says which:
+`source` (`composed` or `model`) and `inputs`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from tilesweep.plan import calibration
-from tilesweep.plan.deployment import compose_deployment, derated_timer
+from tilesweep.plan.architecture import deployment_model
+from tilesweep.plan.deployment import compose_deployment
+from tilesweep.plan.launch_fit import launch_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.tables import CHECK_COLUMNS, VERDICT_COLUMNS
 
@@ -61,6 +64,55 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
     return float(best["frac_roofline"]), f"best fp8 kernel {best['runner']} at t={t}"
 
 
+def per_kernel_us(ceilings: dict) -> float | None:
+    """Return the measured per-kernel cost of the device at hand in us: on a GPU the fixed cost
+    of a decode-sized kernel inside a CUDA graph (measure.ceilings.launch_us), on the CPU one
+    eager op; None where the ceilings have none."""
+    launch = (ceilings or {}).get("launch") or {}
+    if (ceilings or {}).get("device_kind") == "cuda":
+        return launch.get("fixed_us")
+    return launch.get("eager_us")
+
+
+def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: dict):
+    """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
+    on the TP1 step timed in CUDA graphs here, else the fit shipped in deployment.fit_file, else
+    (None, None, why)."""
+    import json
+    from pathlib import Path
+
+    device = ceilings.get("device", "none") if ceilings else "none"
+    if ceilings and ceilings.get("device_kind") == "cuda":
+        cost = per_kernel_us(ceilings)
+        fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device)
+        if fit is not None:
+            return fit, cost, calibration.fit_label(fit)
+    path = settings["deployment"].get("fit_file")
+    if path and Path(path).is_file():
+        fit = json.loads(Path(path).read_text())
+        where = f"; shipped as {path}, per-kernel cost {fit['per_kernel_us']:.2f} us from there"
+        return fit, fit["per_kernel_us"], calibration.fit_label(fit, where)
+    why = f"no whole step timed in CUDA graphs on {device}" + (
+        f" and no deployment.fit_file at {path!r}" if path else ""
+    )
+    return None, None, why
+
+
+def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
+    """Return the launch-aware fit made here (the graphed TP1 step) with the sweep's provenance,
+    or {"gap": why} where none can be made; this is the file `deployment.fit_file` ships."""
+    device = ceilings.get("device", "none") if ceilings else "none"
+    if not ceilings or ceilings.get("device_kind") != "cuda":
+        return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
+    hw_here = calibration.device_hardware(ceilings, device, None)
+    cost = per_kernel_us(ceilings)
+    fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device)
+    if fit is None:
+        return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
+    keep = ("device", "driver", "torch", "triton", "commit", "copy_gbs", "matmul_tflops", "launch")
+    return {**fit, "ceilings": {k: ceilings.get(k) for k in keep}}
+
+
 def deployment_table(
     settings: dict,
     decode: pd.DataFrame,
@@ -69,7 +121,9 @@ def deployment_table(
     ceilings: dict,
 ) -> pd.DataFrame:
     """Return the composed deployment (plan.deployment.COLUMNS) for the target at every batch."""
-    model, dep = settings["model"], settings["deployment"]
+    dep = settings["deployment"]
+    model = deployment_model(settings["model"], dep)
+    settings = dict(settings, model=model)
     device = ceilings.get("device", "none") if ceilings else "none"
     gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
     here_numbers, here_floors = calibration.measured_interconnect(
@@ -81,38 +135,33 @@ def deployment_table(
         fitted = f"fitted on the collectives measured on {device}"
         target["interconnect_model"] = {"default": fitted, "topologies": {fitted: here_numbers}}
         floors = here_floors
-    fractions = {}
-    if gpu_here and not steps.empty:
-        hw_here = calibration.device_hardware(ceilings, device, here_numbers)
-        fractions = calibration.part_fractions(steps, model, hw_here)
+    hw_here = calibration.device_hardware(ceilings, device, here_numbers) if ceilings else {}
+    fit, cost, label = verdict_fit(settings, steps, ceilings, hw_here)
     frames = []
     for batch in dep["batches"]:
         one = dict(settings, hardware=target, deployment=dict(dep, batches=[batch]))
-        frac, notes = {}, []
-        if fractions:
-            ran = _nearest(sorted(fractions), batch)
-            frac = dict(fractions[ran])
-            notes.append(
-                f"fractions of roofline from the TP1 whole step at batch {ran} on {device}"
-            )
-        elif not gpu_here:
-            notes.append(
-                f"the device at hand ({device}) is not a GPU: its fractions of roofline do not "
-                "transfer; parts at the target's roofline"
-            )
-        if dep["weight_dtype"] != "bf16" and frac.get("expert_gemm") is not None:
-            per_expert = batch * model["top_k"] / model["routed_experts"]
-            f8, label = fp8_expert_fraction(decode, per_expert)
-            if f8 == f8:
-                frac["expert_gemm"] = f8
-                notes.append(f"expert GEMMs ({dep['weight_dtype']}): {label}, x{f8:.2f}")
-            else:
-                del frac["expert_gemm"]
-                notes.append(f"expert GEMMs ({dep['weight_dtype']}): {label}; at roofline")
-        timer = derated_timer(frac, device) if frac else None
+        notes = []
         kwargs = {"measured_floors": floors}
-        if timer is not None:
-            kwargs["timer"] = timer
+        if fit is None:
+            notes.append(f"parts at the target's roofline: {label}")
+        else:
+            use = fit
+            expert = next(
+                (n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None
+            )
+            if dep["weight_dtype"] != "bf16" and expert:
+                per_expert = batch * model["top_k"] / model["routed_experts"]
+                f8, why = fp8_expert_fraction(decode, per_expert)
+                if f8 == f8:
+                    use = dict(fit, groups=dict(fit["groups"]))
+                    use["groups"][expert] = dict(fit["groups"][expert], e_bw=f8)
+                    notes.append(f"expert GEMMs ({dep['weight_dtype']}): {why}, e_bw {f8:.2f}")
+                else:
+                    notes.append(
+                        f"expert GEMMs ({dep['weight_dtype']}): {why}; the bf16 step's "
+                        "efficiency applied to their bytes"
+                    )
+            kwargs["timer"] = launch_timer(use, cost, label)
         table = compose_deployment(one, **kwargs)
         if notes:
             table["inputs"] = table["inputs"] + "; " + "; ".join(notes)
@@ -131,7 +180,7 @@ def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, m
     numbers, floors = calibration.measured_interconnect(collective, backend)
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
-    return calibration.step_check(steps, model, hw_here, floors, device)
+    return calibration.step_check(steps, model, hw_here, floors, device, per_kernel_us(ceilings))
 
 
 # The brief's layouts of eight GPUs (../shared/BRIEF.md point 1), beside any of the grid's.

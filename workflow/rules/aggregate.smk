@@ -12,8 +12,10 @@ rule aggregate_results:
         power=[f"{R}/power/power.csv"],
         tune=[p for p in SWEEP.tuned_outputs() if p.endswith(".csv")],
         ceilings=[rules.measure_device.output.record],
+        shipped_fit=SWEEP.shipped_fit(),
     output:
         launch=f"{R}/tables/launch.csv",
+        fit=f"{R}/tables/fit.json",
         decode=f"{R}/tables/decode.csv",
         collective=f"{R}/tables/collective.csv",
         verdict=f"{R}/tables/verdict.csv",

@@ -97,6 +97,78 @@ def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float 
     return 2 * n**3 / (summarize(samples)["time_ms"] * 1e-3) / 1e12, ""
 
 
+# Tiny kernels per sample of the per-kernel cost (one graph holds them all).
+LAUNCH_KERNELS = 1000
+
+
+# Output widths of the GEMV chain whose intercept is the per-kernel fixed cost (K = 4096, bf16).
+GEMV_WIDTHS = (64, 256, 1024, 4096)
+GEMV_CALLS = 50
+
+
+def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
+    """Return (the fixed cost of one decode-sized bf16 GEMV in a CUDA graph, in us: the intercept
+    of time against bytes over GEMV_WIDTHS, and the points it was fitted on)."""
+    import numpy as np
+    import torch
+
+    k = 4096
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    points = []
+    for n in GEMV_WIDTHS:
+        ws = [torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+        outs = [torch.empty(1, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
+
+        def chain(ws=ws, outs=outs):
+            for i in range(GEMV_CALLS):
+                torch.matmul(x, ws[i % len(ws)], out=outs[i % len(ws)])
+
+        ms, _ = time_gpu([chain], repeats, 2)
+        points.append({"bytes": k * n * 2, "us": summarize(ms)["time_ms"] * 1e3 / GEMV_CALLS})
+    slope, intercept = np.polyfit([p["bytes"] for p in points], [p["us"] for p in points], 1)
+    return float(intercept), points
+
+
+def launch_us(cuda: bool, repeats: int) -> dict:
+    """Return the fixed cost of one kernel in microseconds: {graph_us, fixed_us, eager_us, ...}.
+
+    `graph_us`: a CUDA graph of LAUNCH_KERNELS dependent one-element additions, replayed and
+    timed with events (the spacing of back-to-back empty kernels); `fixed_us`: the intercept of a
+    graphed chain of decode-sized bf16 GEMVs against their bytes (what a kernel that does real
+    work pays beyond its bytes: launch, ramp and memory latency), the per-kernel cost the
+    launch-aware composition uses; `eager_us`: the additions launched eagerly. On the CPU one
+    dispatched op stands for a launch (eager only)."""
+    import torch
+
+    device = "cuda" if cuda else "cpu"
+    x = torch.zeros(1, device=device)
+
+    def many():
+        for _ in range(LAUNCH_KERNELS):
+            x.add_(1.0)
+
+    if not cuda:
+        eager = summarize(time_cpu(many, repeats, 1))["time_ms"] * 1e3 / LAUNCH_KERNELS
+        return {
+            "graph_us": None,
+            "fixed_us": None,
+            "eager_us": eager,
+            "method": "cpu clock, one op per launch",
+        }
+    eager = summarize(time_events(many, repeats))["time_ms"] * 1e3 / LAUNCH_KERNELS
+    graph_ms, method = time_gpu([many], repeats, 2)
+    graph = summarize(graph_ms)["time_ms"] * 1e3 / LAUNCH_KERNELS
+    fixed, points = _gemv_intercept_us(repeats)
+    return {
+        "graph_us": graph,
+        "fixed_us": fixed,
+        "eager_us": eager,
+        "gemv_points": points,
+        "method": f"{LAUNCH_KERNELS} one-element additions ({method}, events); fixed: the "
+        f"intercept of {GEMV_CALLS}-GEMV graphs, 1 x 4096 @ 4096 x {list(GEMV_WIDTHS)} bf16",
+    }
+
+
 def measure(catalog: dict[str, dict]) -> dict:
     """Return measured ceilings of the device at hand, with the datasheet's beside them."""
     import torch
@@ -130,6 +202,7 @@ def measure(catalog: dict[str, dict]) -> dict:
         "matmul_errors": {d: why for d, (rate, why) in products.items() if rate is None},
         "matmul_n": n,
         "copy_bytes": copy_bytes,
+        "launch": launch_us(cuda, repeats),
     }
     name = catalog_name(info["device"], catalog) if cuda else None
     sheet = catalog.get(name) if name else None

@@ -169,3 +169,15 @@ def total_weight_bytes(model: dict, deployment: dict) -> float:
             model["vocab"] * model["hidden"] * bytes_per_weight(group_dtype("lm_head", deployment))
         )
     return total
+
+
+INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
+
+
+def deployment_model(model: dict, deployment: dict) -> dict:
+    """Return the model as the deployment runs it: with `attention: dense`, MLA over the whole
+    context and no DSA indexer (its weights and index cache left out)."""
+    att = model["attention"]
+    if deployment.get("attention", "dsa") != "dense" or "index_topk" not in att:
+        return model
+    return dict(model, attention={k: v for k, v in att.items() if k not in INDEX_KEYS})

@@ -1,13 +1,12 @@
 """From measurements on the device at hand to the composition's inputs, and the check of it.
 
-- `part_fractions`: the fraction of its roofline each kind of part reaches in the measured whole
-  step of the single-device layout (TP1) at each batch: the composition's roofline time of the
-  part's kind over its measured time. Only TP1 is used, so every other measured layout is a
-  held-out check.
+- `step_fit`: the launch-aware fit (plan.launch_fit) on the TP1 whole steps timed in CUDA graphs,
+  at two batches only (the smallest and largest), so every other batch, every emulated rank and
+  every other layout is a held-out check.
 - `measured_interconnect`: the latency/bandwidth fit of each collective measured on the device at
-  hand, in the interconnect model's terms (alpha per step, bus bandwidth), and its latency floor.
+  hand, and its latency floor.
 - `step_check`: the composed prediction of the same depth-reduced model as was run, beside each
-  measured whole step, with the error; `calibrated` uses the TP1 fractions, `roofline` none.
+  measured whole step, with the error; eager steps are checked against an eager fit, labelled.
 """
 
 from __future__ import annotations
@@ -16,27 +15,11 @@ import math
 
 import pandas as pd
 
-from tilesweep.plan.deployment import compose_step, derated_timer, roofline_timer, stage_parts
-from tilesweep.plan.interconnect import _steps_and_wire
-from tilesweep.plan.messages import fit_alpha_beta
+from tilesweep.plan.deployment import compose_step, roofline_timer
+from tilesweep.plan.interconnect import fit_measured
+from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run
 from tilesweep.tables import CHECK_COLUMNS
 
-# Which composition part kinds each measured whole-step part covers.
-MEASURED_KINDS = {
-    "attn_proj": ("attention_proj",),
-    "attn_out": ("attention_proj",),
-    "attn_index": ("indexer_proj", "indexer"),
-    "attn_core": ("attention",),
-    "dense_mlp": ("dense_gemm",),
-    "shared_expert": ("shared_gemm",),
-    "router": ("router",),
-    "permute": ("expert_gemm",),
-    "expert_gemms": ("expert_gemm",),
-    "combine_sum": ("expert_gemm",),
-    "norms": ("norm",),
-    "embedding": ("embedding",),
-    "lm_head": ("lm_head",),
-}
 # Measured communication parts (timed apart in the step; not compute).
 COMM_PARTS = (
     "attn_all_reduce",
@@ -64,32 +47,10 @@ def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> d
 
 
 def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
-    """Return ({collective: {alpha_us, busbw_gbs, group}}, {collective: {n: floor ms}}) fitted on
-    the collectives measured here over `backend` (nccl: the GPUs' interconnect; gloo: the CPU's
-    processes), the largest measured group of each, in the model's terms."""
-    numbers: dict = {}
-    floors: dict = {}
-    if collective.empty or "time_ms" not in collective or "backend" not in collective:
-        return numbers, floors
-    ok = collective[
-        (collective["status"] == "ok")
-        & collective["time_ms"].notna()
-        & (collective["backend"] == backend)
-    ]
-    for (kind, group), part in ok.groupby(["collective", "group"]):
-        n = int(group)
-        by_size = part.groupby("bytes")["time_ms"].median()
-        floors.setdefault(kind, {})[n] = float(by_size.min())
-        if n < 2 or len(by_size) < 2 or n < numbers.get(kind, {}).get("group", 0):
-            continue
-        alpha_ms, beta = fit_alpha_beta(list(by_size.index), list(by_size.values))
-        steps, wire = _steps_and_wire(kind, n)
-        numbers[kind] = {
-            "alpha_us": alpha_ms * 1e3 / steps,
-            "busbw_gbs": wire * beta / 1e6 if math.isfinite(beta) else math.inf,
-            "group": n,
-        }
-    return numbers, floors
+    """Return ({collective: {by_gpus: {n: {latency_us, busbw_gbs}}, timing}}, {collective: {n:
+    floor ms}}) fitted on the collectives measured here over `backend`, per GPU count measured
+    (plan.interconnect.fit_measured: NCCL rows timed eagerly never calibrate)."""
+    return fit_measured(collective, backend)
 
 
 def _step_model(row: dict, model: dict) -> tuple[dict, dict, dict]:
@@ -102,70 +63,148 @@ def _step_model(row: dict, model: dict) -> tuple[dict, dict, dict]:
         "kv_dtype": "bf16",
         "quantized": [],
         "context_len": int(row["context_len"]),
-        # The measured parts carry their launch gaps: none is added on top.
         "kernel_gap_us": 0.0,
+        "routing": "balanced",  # the measured step routes every expert the same rows
     }
     per_stage = {"dense": int(row["dense_layers_run"]), "moe": int(row["moe_layers_run"])}
     return as_run, dep, {"per_stage": per_stage}
 
 
-def part_fractions(steps: pd.DataFrame, model: dict, hw: dict) -> dict[int, dict[str, float]]:
-    """Return {batch: {part kind: fraction of roofline}} from the TP1 whole steps."""
-    out: dict[int, dict[str, float]] = {}
-    if steps.empty or "layout" not in steps:
-        return out
-    ref = steps[(steps["layout"] == "tp1-pp1-ep1") & (steps["status"] == "ok")]
-    for row in ref.to_dict("records"):
+def _layout(row: dict) -> dict:
+    return {"tp": int(row["tp"]), "pp": int(row["pp"]), "ep": int(row["ep"])}
+
+
+def _sequences(row: dict) -> int:
+    """Return the sequences a measured step ran (EP: every rank holds ceil(batch/ep) of them)."""
+    ran = row.get("sequences_run")
+    return int(ran) if ran == ran and ran is not None else int(row["batch"])
+
+
+def _timing(steps: pd.DataFrame) -> pd.Series:
+    """Return each row's timing (rows of older runs, which have none, were eager)."""
+    if "timing" in steps:
+        return steps["timing"].fillna("eager")
+    return pd.Series("eager", index=steps.index)
+
+
+def _emulated(steps: pd.DataFrame) -> pd.Series:
+    if "emulated" in steps:
+        return steps["emulated"].fillna(False).astype(bool)
+    return pd.Series(False, index=steps.index)
+
+
+def step_fit(
+    steps: pd.DataFrame,
+    model: dict,
+    hw: dict,
+    per_kernel_us: float | None,
+    device: str,
+    timing: str = "cuda-graph",
+) -> dict | None:
+    """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at the smallest and
+    the largest such batch (at most two), or None when there is no such step or no per-kernel
+    cost."""
+    if steps.empty or "layout" not in steps or per_kernel_us is None:
+        return None
+    ok = steps[
+        (steps["layout"] == "tp1-pp1-ep1")
+        & (steps["status"] == "ok")
+        & ~_emulated(steps)
+        & (_timing(steps) == timing)
+    ]
+    if ok.empty:
+        return None
+    batches = sorted({int(b) for b in ok["batch"]})
+    chosen = sorted({batches[0], batches[-1]})
+    rows = [r for r in ok.to_dict("records") if int(r["batch"]) in chosen]
+    rows = list({int(r["batch"]): r for r in rows}.values())
+    parts_of = {}
+    for row in rows:
         as_run, dep, over = _step_model(row, model)
-        stage = over["per_stage"] | {"sliding": 0}
-        roof: dict[str, float] = {}
-        tp1 = {"tp": 1, "pp": 1, "ep": 1}
-        for part in stage_parts(as_run, dep, tp1, stage, row["batch"], True, True):
-            t = roofline_timer(part, hw)
-            roof[part["kind"]] = roof.get(part["kind"], 0.0) + part["count"] * max(
-                t["roof_memory_ms"], t["roof_math_ms"]
-            )
-        measured: dict[tuple, float] = {}
-        for name, kinds in MEASURED_KINDS.items():
-            ms = row.get(f"part_{name}_ms")
-            if ms is None or math.isnan(ms):
-                continue
-            measured[kinds] = measured.get(kinds, 0.0) + ms
-        fractions = {}
-        for kinds, ms in measured.items():
-            roof_ms = sum(roof.get(k, 0.0) for k in kinds)
-            if ms > 0 and roof_ms > 0:
-                fractions.update(dict.fromkeys(kinds, roof_ms / ms))
-        out[int(row["batch"])] = fractions
-    return out
+        parts_of[int(row["batch"])] = parts_as_run(
+            as_run, dep, _layout(row), over["per_stage"], _sequences(row), 0
+        )
+    labels = {
+        "device": device,
+        "layout": "tp1-pp1-ep1",
+        "timing": timing,
+        "model": model["name"],
+        "step": rows[0]["measured_label"],
+    }
+    return fit_step(rows, parts_of, hw, per_kernel_us, labels)
+
+
+def fit_label(fit: dict, where: str = "") -> str:
+    """Return the label of figures composed from a fit."""
+    return (
+        f"composed (launch-aware fit on {fit['device']}, {fit['layout']} {fit['timing']} step of "
+        f"{fit['model']} at batches {fit['fit_batches']}{where})"
+    )
+
+
+def rank_compute_ms(row: dict, model: dict, hw: dict, timer) -> float:
+    """Return the composed compute time of the one rank an emulated step ran (its stage's parts
+    for every micro-batch it runs; no collectives)."""
+    as_run, dep, over = _step_model(row, model)
+    layout = _layout(row)
+    parts, m = parts_as_run(
+        as_run, dep, layout, over["per_stage"], _sequences(row), layout["pp"] - 1
+    )
+    total = 0.0
+    for part in parts:
+        t = timer(part, hw)
+        total += part["count"] * (t["memory_ms"] + t["math_ms"] + t.get("launch_ms", 0.0))
+    return m * total
 
 
 def step_check(
-    steps: pd.DataFrame, model: dict, hw: dict, floors: dict, device: str
+    steps: pd.DataFrame,
+    model: dict,
+    hw: dict,
+    floors: dict,
+    device: str,
+    per_kernel_us: float | None = None,
 ) -> pd.DataFrame:
-    """Return one row per measured whole step: measured, roofline-only and composed (TP1
-    fractions, measured collectives) times for the same reduced model, with the errors."""
+    """Return one row per measured whole step: measured, roofline-only and composed (the
+    launch-aware fit on TP1 at two batches; collectives from the measured fit) times for the
+    same reduced model, with the errors. Steps timed eagerly are checked against a fit on eager
+    steps, labelled so; they never calibrate a verdict."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    fractions = part_fractions(steps, model, hw)
+    fits = {
+        t: step_fit(steps, model, hw, per_kernel_us, device, t) for t in ("cuda-graph", "eager")
+    }
+    timing = _timing(steps)
+    emulated = _emulated(steps)
     rows = []
-    for row in steps[steps["status"] == "ok"].to_dict("records"):
+    ok = steps["status"] == "ok"
+    for row, how, emu in zip(steps[ok].to_dict("records"), timing[ok], emulated[ok], strict=True):
         as_run, dep, over = _step_model(row, model)
-        layout = {"tp": int(row["tp"]), "pp": int(row["pp"]), "ep": int(row["ep"])}
+        layout = _layout(row)
         batch = int(row["batch"])
-        raw = compose_step(as_run, dep, hw, layout, batch, roofline_timer, floors, over)
-        frac = fractions.get(batch)
+        ran = _sequences(row)
+        raw = compose_step(as_run, dep, hw, layout, ran, roofline_timer, floors, over)
+        fit = fits.get(how)
         gaps = list(raw["gaps"])
-        composed = math.nan
-        if frac:
-            step = compose_step(
-                as_run, dep, hw, layout, batch, derated_timer(frac, device), floors, over
-            )
-            composed, gaps = step["tpot_ms"], gaps + step["gaps"]
+        composed, label, calibrated = math.nan, "", ""
+        if fit is None:
+            gaps.append(f"no TP1 {how} whole step (or no per-kernel cost) to fit on")
         else:
-            gaps.append(f"no TP1 whole step at batch {batch} to calibrate on")
+            timer = launch_timer(fit, per_kernel_us, fit_label(fit))
+            label = fit_label(fit) + ("; one rank's compute, no collectives" if emu else "")
+            calibrated = f"tp1-pp1-ep1 at batches {fit['fit_batches']} ({how})"
+            if emu:
+                composed = rank_compute_ms(row, model, hw, timer)
+            else:
+                step = compose_step(as_run, dep, hw, layout, ran, timer, floors, over)
+                composed, gaps = step["tpot_ms"], gaps + step["gaps"]
         measured = row["step_ms"]
-        held_out = row["layout"] != "tp1-pp1-ep1"
+        fitted_here = (
+            fit is not None and row["layout"] == "tp1-pp1-ep1" and not emu
+            and batch in fit["fit_batches"]
+        )  # fmt: skip
+        # An emulated rank has no collectives: its roofline is its compute alone.
+        roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]
         rows.append(
             {
                 "model": model["name"],
@@ -176,15 +215,15 @@ def step_check(
                 "measured_ms": measured,
                 "measured_p10_ms": row["step_p10_ms"],
                 "measured_p90_ms": row["step_p90_ms"],
-                "roofline_ms": raw["tpot_ms"],
-                "roofline_error_pct": 100 * (raw["tpot_ms"] / measured - 1),
+                "roofline_ms": roof,
+                "roofline_error_pct": 100 * (roof / measured - 1),
                 "composed_ms": composed,
                 "composed_error_pct": 100 * (composed / measured - 1),
-                "calibrated_on": f"tp1-pp1-ep1 at batch {batch}" if frac else "",
-                "held_out": held_out,
+                "calibrated_on": calibrated,
+                "held_out": not fitted_here,
+                "timing": how,
                 "measured_label": row["measured_label"],
-                "composed_label": "composed (parts' fractions of roofline from TP1; "
-                "collectives from the measured fit)",
+                "composed_label": label,
                 "device": device,
                 "gaps": "; ".join(dict.fromkeys(gaps)),
             }

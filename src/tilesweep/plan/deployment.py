@@ -9,24 +9,28 @@ after another (no overlap of communication with compute is modelled).
 
 Pipeline: `batch` concurrent sequences are split into m = min(pp, batch) micro-batches of
 ceil(batch/m) sequences. A token of one micro-batch must pass every stage and every hop, so
-  TPOT = max(sum of the stages' times + (pp-1) hops, m * slowest stage time),
+  TPOT = max(sum of the stages' times + pp hops, m * slowest stage time),
 the second term being the slowest stage serving all m micro-batches once per cycle; tokens/s =
-batch / TPOT. With pp = 1 this is one stage's time. The step split is the slowest stage's ranks'
-view of one cycle: m times its memory, math, communication and per-kernel gaps, the hops on the
-path as communication, and its idle time (the pipeline bubble) as other; the four sum to TPOT.
+batch / TPOT. With pp = 1 this is one stage's time.
+
+When the path sets TPOT the split is taken over the whole path (every stage's work and every hop,
+the return hop of the tokens included); else over the slowest stage's m micro-batches. EP: each
+layer waits for its busiest rank under random top-k routing (`busiest_rank`).
 
 Part timers return each part's memory and math time and a `source` label: `roofline_timer` gives
-max(bytes/bandwidth, flops/peak) as `model (roofline)`; `derated_timer` divides that by a fraction
-of roofline measured for the part's kind, as `composed (x0.80 of roofline, measured on <device>)`,
-and leaves parts without a fraction at `model (roofline)`. A missing peak is a NaN gap with its
-reason, never another dtype's peak.
+max(bytes/bandwidth, flops/peak) as `model (roofline)`; `plan.launch_fit.launch_timer` adds each
+part's launches x the measured per-kernel cost and divides the roofline terms by fitted
+efficiencies (`other` is then the launch time); `derated_timer` divides by a fraction of roofline
+measured for the part's kind. A missing peak is a NaN gap with its reason, never another dtype's.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from tilesweep.plan.architecture import (
@@ -112,6 +116,36 @@ def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
     }
 
 
+# Routings sampled for the expected busiest EP rank (fixed seed: the same answer every run); fewer
+# for large batches, whose busiest rank varies less.
+ROUTING_SAMPLES = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float, float]:
+    """Return (distinct experts, routed rows) of the busiest of `ep` ranks, each holding
+    experts / ep consecutive experts, when `tokens` tokens each pick top_k distinct experts
+    uniformly at random: the expectation over up to ROUTING_SAMPLES routings of the rank with the
+    most rows (its distinct experts beside). With ep = 1 it is the whole layer's expectation."""
+    if tokens <= 0:
+        return 0.0, 0.0
+    if ep == 1:
+        return experts * (1 - (1 - top_k / experts) ** tokens), float(tokens * top_k)
+    rng = np.random.default_rng(0)
+    per_rank = experts // ep
+    samples = max(16, min(ROUTING_SAMPLES, 2_000_000 // (tokens * experts)))
+    keys = rng.random((samples, tokens, experts))
+    picks = np.argpartition(keys, top_k - 1, axis=2)[:, :, :top_k]  # top_k distinct experts
+    hits = np.zeros((samples, experts))
+    np.add.at(hits, (np.arange(samples)[:, None, None], picks), 1)
+    by_rank = hits.reshape(samples, ep, per_rank)
+    rows = by_rank.sum(axis=2)
+    distinct = (by_rank > 0).sum(axis=2)
+    worst = rows.argmax(axis=1)
+    pick = np.arange(samples)
+    return float(distinct[pick, worst].mean()), float(rows[pick, worst].mean())
+
+
 def stage_parts(
     model: dict, dep: dict, layout: dict, stage: dict, micro: int, first: bool, last: bool
 ) -> list[dict]:
@@ -153,10 +187,11 @@ def stage_parts(
             )
     if stage["moe"]:
         e, k = model["routed_experts"], model["top_k"]
-        active = (e / ep) * (
-            1 - (1 - k / e) ** micro
-        )  # expected experts on this rank hit by >= 1 token
-        rows = micro * k / ep  # routed rows this rank's experts process (uniform routing)
+        if dep.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
+            rows = micro * k / ep
+            active = min(e / ep, rows)
+        else:  # EP: every layer waits for its most loaded rank (expected, random routing)
+            active, rows = busiest_rank(e, k, ep, micro)
         w = expert_params(model) / tp
         dtype = group_dtype("routed_experts", dep)
         act_per_row = (2 * h + 2 * model["moe_intermediate"] / tp) * ACT_BYTES
@@ -207,8 +242,12 @@ def stage_parts(
     return [p for p in parts if p is not None]
 
 
-def stage_collectives(model: dict, layout: dict, stage: dict, micro: int) -> list[dict]:
-    """Return the collectives one rank of a stage runs for one micro-batch (count = repeats)."""
+def stage_collectives(
+    model: dict, layout: dict, stage: dict, micro: int, first: bool = False
+) -> list[dict]:
+    """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
+    TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
+    parallel embedding; EP all-to-all dispatch and combine."""
     tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
     s = math.ceil(micro / ep)
     layers = stage["dense"] + stage["moe"]
@@ -220,7 +259,7 @@ def stage_collectives(model: dict, layout: dict, stage: dict, micro: int) -> lis
                 "collective": "all_reduce",
                 "n": tp,
                 "bytes": s * h * ACT_BYTES,
-                "count": 2 * layers,
+                "count": 2 * layers + (1 if first else 0),
             }
         )
     if ep > 1 and stage["moe"]:
@@ -251,29 +290,27 @@ def _stage_time(
         "math_kernel": 0.0,
     }
     sources, gaps = set(), []
-    kernels = 0
     for part in stage_parts(model, dep, layout, stage, micro, first, last):
         t = timer(part, hw)
         c = part["count"]
-        kernels += c
         sources.add(t["source"])
         if t["gap"]:
             gaps.append(f"{part['name']}: {t['gap']}")
         acc["memory"] += c * t["memory_ms"]
         acc["math"] += c * t["math_ms"]
+        # Launch-aware timers give each part's fixed cost; others take the deployment's gap.
+        acc["other"] += c * t.get("launch_ms", dep["kernel_gap_us"] * 1e-3)
         if t["memory_ms"] > 0:
             acc["mem_kernel"] += c * t["memory_ms"]
             acc["roof_memory"] += c * t["roof_memory_ms"]
         else:
             acc["math_kernel"] += c * t["math_ms"]
             acc["roof_math"] += c * t["roof_math_ms"]
-    for coll in stage_collectives(model, layout, stage, micro):
+    for coll in stage_collectives(model, layout, stage, micro, first):
         ms, _ = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)
-        kernels += coll["count"]
         acc["comm"] += coll["count"] * ms
         if math.isnan(ms):
             gaps.append(f"{coll['name']}: no interconnect model")
-    acc["other"] = kernels * dep["kernel_gap_us"] * 1e-3
     acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
     acc["sources"], acc["gaps"] = sources, gaps
     return acc
@@ -306,20 +343,34 @@ def compose_step(
         )
         for i, st in enumerate(stages)
     ]
-    hop = 0.0
+    hop = back = 0.0
     if pp > 1:
         hop_bytes = math.ceil(micro / layout["ep"]) * model["hidden"] * ACT_BYTES
         hop, _ = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
-    path = sum(t["time"] for t in times) + (pp - 1) * hop
+        # The ring's return hop: the last stage hands the picked tokens back to the first.
+        back, _ = floored_ms("send_recv", 2, math.ceil(micro / layout["ep"]) * 8, numbers,
+                             measured_floors)  # fmt: skip
+    hops = (pp - 1) * hop + (back if pp > 1 else 0.0)
+    path = sum(t["time"] for t in times) + hops
     slow = max(times, key=lambda t: t["time"])
     tpot = max(path, m * slow["time"])
-    on_path = min(max(tpot - m * slow["time"], 0.0), (pp - 1) * hop) if pp > 1 else 0.0
-    split = {
-        "memory": m * slow["memory"],
-        "math": m * slow["math"],
-        "communication": m * slow["comm"] + on_path,
-        "other": m * slow["other"] + max(tpot - m * slow["time"] - on_path, 0.0),
-    }
+    # The bound is taken over the token's whole path: when the path sets the time, every
+    # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
+    # when the slowest stage does, its m micro-batches are.
+    if pp > 1 and path >= m * slow["time"]:
+        split = {
+            "memory": sum(t["memory"] for t in times),
+            "math": sum(t["math"] for t in times),
+            "communication": sum(t["comm"] for t in times) + hops,
+            "other": sum(t["other"] for t in times),
+        }
+    else:
+        split = {
+            "memory": m * slow["memory"],
+            "math": m * slow["math"],
+            "communication": m * slow["comm"],
+            "other": m * slow["other"],
+        }
     achieved = {}
     if slow["mem_kernel"] >= slow["math_kernel"] and slow["mem_kernel"] > 0:
         achieved = {"bandwidth": slow["roof_memory"] / slow["mem_kernel"], "math": 0.0}
@@ -327,7 +378,7 @@ def compose_step(
         achieved = {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
     sources = set().union(*(t["sources"] for t in times))
     gaps = [g for t in times for g in t["gaps"]]
-    if math.isnan(hop):
+    if math.isnan(hop) or math.isnan(back):
         gaps.append("pp_send_recv: no interconnect model")
     return {
         "tpot_ms": tpot,

@@ -189,6 +189,7 @@ def assemble(
     tune = _with_columns(measured.get("tune", pd.DataFrame()), TUNE_COLUMNS)
     engines = engine_rows(settings, tune)
     tables = {
+        "fit": verdict.fit_record(settings, steps, ceilings),
         "launch": measured["launch"],
         # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped with
         # the reason); the verdict is composed from the project's rows only.
@@ -251,11 +252,15 @@ def aggregate_results(
             },
         }
         tables, data = assemble(settings, measured, ceilings, provenance)
-        log.info("rows: %s", {name: len(frame) for name, frame in tables.items()})
+        log.info("rows: %s", {n: len(f) for n, f in tables.items() if n != "fit"})
         text = report_md.render(data)
         page = report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
+    if outputs.get("fit"):
+        write_text(outputs["fit"], json.dumps(tables["fit"], indent=1, sort_keys=True) + "\n")
     for name, frame in tables.items():
+        if name == "fit":
+            continue
         write_table(outputs[name], frame)
         if outputs.get(f"{name}_parquet"):
             write_table(outputs[f"{name}_parquet"], arrow_safe(frame))

@@ -1,0 +1,212 @@
+"""The launch-aware composition and its fit on a measured whole step.
+
+Each part of a step takes
+    launches x per-kernel cost + max(bytes / (e_bw x bandwidth), flops / (e_math x peak)),
+where `launches` is the number of kernels the part launches (counted in the measured step), the
+per-kernel cost is measured on the device (a CUDA graph of tiny kernels), and the two efficiencies
+of each group of parts are fitted on the measured step at a few batches only (the smallest and the
+largest by default): the pair minimising the squared log error over those batches, the larger
+value where a term never binds (then it is not identified, and the note says so). Parts with no
+group measured take the device-wide pair, fitted on the step's compute time as a whole.
+
+The fit is plain data (`fit_step` returns a JSON-able dict), so a fit made on one device can be
+shipped and applied to another target (labelled as such).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilesweep.plan.deployment import roofline_timer, stage_parts
+
+# Which composition part kinds each measured whole-step part covers.
+MEASURED_KINDS = {
+    "attn_proj": ("attention_proj",),
+    "attn_out": ("attention_proj",),
+    "attn_index": ("indexer_proj", "indexer"),
+    "attn_core": ("attention",),
+    "dense_mlp": ("dense_gemm",),
+    "shared_expert": ("shared_gemm",),
+    "router": ("router",),
+    "permute": ("expert_gemm",),
+    "expert_gemms": ("expert_gemm",),
+    "combine_sum": ("expert_gemm",),
+    "norms": ("norm",),
+    "residual": ("norm",),
+    "embedding": ("embedding",),
+    "lm_head": ("lm_head",),
+}
+# Efficiencies searched (log grid): from 0.2% to twice the roof (a part served from cache).
+GRID = np.geomspace(0.002, 2.0, 301)
+POOLED = "device-wide"
+
+
+def _groups() -> dict[tuple[str, ...], list[str]]:
+    """Return {kinds: measured part names} (the composition's groups of part kinds)."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for name, kinds in MEASURED_KINDS.items():
+        out.setdefault(kinds, []).append(name)
+    return out
+
+
+def group_name(kinds: tuple[str, ...]) -> str:
+    """Return the readable name of a group of part kinds."""
+    return "+".join(kinds)
+
+
+def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[str, dict]:
+    """Return per group {ms, launches, roof_memory_ms, roof_math_ms, occurrences} of one measured
+    step row, beside the composition's parts of the model as run (`repeats`: micro-batches the
+    rank runs through the same parts)."""
+    roof: dict[str, dict] = {}
+    for part in parts:
+        t = roofline_timer(part, hw)
+        acc = roof.setdefault(part["kind"], {"mem": 0.0, "math": 0.0, "count": 0})
+        acc["mem"] += repeats * part["count"] * t["roof_memory_ms"]
+        acc["math"] += repeats * part["count"] * (t["roof_math_ms"] or 0.0)
+        acc["count"] += repeats * part["count"]
+    out = {}
+    for kinds, names in _groups().items():
+        ms = [row.get(f"part_{n}_ms") for n in names]
+        ms = [m for m in ms if m is not None and not math.isnan(m)]
+        count = sum(roof.get(k, {}).get("count", 0) for k in kinds)
+        if not ms or not count:
+            continue
+        launches = sum(
+            row.get(f"launches_{n}", 0) or 0
+            for n in names
+            if not math.isnan(row.get(f"launches_{n}", 0) or 0)
+        )
+        out[group_name(kinds)] = {
+            "kinds": list(kinds),
+            "ms": float(sum(ms)),
+            "launches": float(launches),
+            "roof_memory_ms": sum(roof.get(k, {}).get("mem", 0.0) for k in kinds),
+            "roof_math_ms": sum(roof.get(k, {}).get("math", 0.0) for k in kinds),
+            "occurrences": count,
+        }
+    return out
+
+
+def predict_ms(obs: dict, e_bw: float, e_math: float, per_kernel_ms: float) -> float:
+    """Return the launch-aware time of one observation at these efficiencies."""
+    return obs["launches"] * per_kernel_ms + max(
+        obs["roof_memory_ms"] / e_bw, obs["roof_math_ms"] / e_math
+    )
+
+
+def fit_pair(observations: list[dict], per_kernel_ms: float) -> tuple[float, float, str]:
+    """Return (e_bw, e_math, note) minimising the squared log error over the observations."""
+    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
+    flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
+    fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None, None]
+    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
+    bw, mt = GRID[None, :, None], GRID[None, None, :]
+    pred = fixed + np.maximum(mem / bw, flop / mt)
+    err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
+    total = err.sum(axis=0)
+    # Ties (a term that never binds): the largest efficiency, so nothing is slowed by a guess.
+    flipped = total[::-1, ::-1]
+    i, j = np.unravel_index(np.argmin(flipped), flipped.shape)
+    e_bw, e_math = float(GRID[::-1][i]), float(GRID[::-1][j])
+    binds_mem = any(o["roof_memory_ms"] / e_bw >= o["roof_math_ms"] / e_math for o in observations)
+    binds_math = any(o["roof_math_ms"] / e_math > o["roof_memory_ms"] / e_bw for o in observations)
+    notes = []
+    if not binds_mem:
+        notes.append("memory never binds at the fit batches: e_bw not identified")
+    if not binds_math:
+        notes.append("math never binds at the fit batches: e_math not identified")
+    return e_bw, e_math, "; ".join(notes)
+
+
+def fit_step(
+    rows: list[dict],
+    parts_of: dict,
+    hw: dict,
+    per_kernel_us: float,
+    labels: dict,
+) -> dict:
+    """Return the fit (JSON-able) of the measured rows (one per fit batch): per group of part
+    kinds its efficiencies and launches per occurrence, and the device-wide pair.
+
+    `parts_of[batch]` is (the composition's parts of the model as run, micro-batch repeats);
+    `labels` says what ran (device, layout, timing, model), copied into the fit."""
+    per_kernel_ms = per_kernel_us * 1e-3
+    by_group: dict[str, list[dict]] = {}
+    pooled = []
+    for row in rows:
+        parts, repeats = parts_of[int(row["batch"])]
+        obs = observe(row, parts, hw, repeats)
+        for name, o in obs.items():
+            by_group.setdefault(name, []).append(o)
+        pooled.append(
+            {
+                key: sum(o[key] for o in obs.values())
+                for key in ("ms", "launches", "roof_memory_ms", "roof_math_ms")
+            }
+        )
+    groups = {}
+    for name, observations in sorted(by_group.items()):
+        e_bw, e_math, note = fit_pair(observations, per_kernel_ms)
+        launches = [o["launches"] / o["occurrences"] for o in observations]
+        groups[name] = {
+            "kinds": observations[0]["kinds"],
+            "e_bw": e_bw,
+            "e_math": e_math,
+            "launches_per_occurrence": float(np.median(launches)),
+            "note": note,
+            "fit_error_pct": [
+                100 * (predict_ms(o, e_bw, e_math, per_kernel_ms) / o["ms"] - 1)
+                for o in observations
+            ],
+        }
+    e_bw, e_math, note = fit_pair(pooled, per_kernel_ms) if pooled else (1.0, 1.0, "no rows")
+    return {
+        **labels,
+        "fit_batches": sorted(int(r["batch"]) for r in rows),
+        "per_kernel_us": per_kernel_us,
+        "groups": groups,
+        POOLED: {"e_bw": e_bw, "e_math": e_math, "note": note},
+    }
+
+
+def launch_timer(fit: dict, per_kernel_us: float, label: str):
+    """Return a part timer applying a fit: launches x per-kernel cost plus the part's roofline
+    terms over its group's efficiencies (the device-wide pair for a kind no group covers)."""
+    by_kind = {k: g for g in fit["groups"].values() for k in g["kinds"]}
+    pooled = fit[POOLED]
+    cost_ms = per_kernel_us * 1e-3
+
+    def timer(part: dict, hw: dict) -> dict:
+        out = roofline_timer(part, hw)
+        group = by_kind.get(part["kind"])
+        e = group or pooled
+        mem = out["roof_memory_ms"] / e["e_bw"]
+        flop = (
+            out["roof_math_ms"] / e["e_math"]
+            if out["roof_math_ms"] == out["roof_math_ms"]
+            else math.nan
+        )
+        if out["gap"]:
+            mem = flop = math.nan
+        bound_mem = not flop > mem
+        out["memory_ms"] = mem if bound_mem else 0.0
+        out["math_ms"] = 0.0 if bound_mem else flop
+        launches = group["launches_per_occurrence"] if group else 0.0
+        out["launch_ms"] = launches * cost_ms
+        out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
+        return out
+
+    return timer
+
+
+def parts_as_run(model: dict, dep: dict, layout: dict, per_stage: dict, batch: int, stage: int):
+    """Return (the composition's parts one rank of `stage` runs per micro-batch, micro-batches
+    it runs them for) for a depth-reduced step of `batch` sequences."""
+    pp = layout["pp"]
+    m = min(pp, batch)
+    micro = math.ceil(batch / m)
+    st = {"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}
+    return stage_parts(model, dep, layout, st, micro, stage == 0, stage == pp - 1), m

@@ -1,0 +1,102 @@
+"""The launch-aware composition: launches x per-kernel cost + roofline terms over fitted
+efficiencies, and its fit on a measured step at two batches."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tilesweep.plan import launch_fit
+
+
+def _obs(mem, flop, launches, e_bw, e_math, cost_ms):
+    ms = launches * cost_ms + max(mem / e_bw, flop / e_math)
+    return {"roof_memory_ms": mem, "roof_math_ms": flop, "launches": launches, "ms": ms}
+
+
+def test_fit_recovers_both_efficiencies_when_each_binds_once():
+    cost = 0.002
+    obs = [_obs(1.0, 0.05, 40, 0.8, 0.5, cost), _obs(1.5, 4.0, 40, 0.8, 0.5, cost)]
+    e_bw, e_math, note = launch_fit.fit_pair(obs, cost)
+    assert e_bw == pytest.approx(0.8, rel=0.03)
+    assert e_math == pytest.approx(0.5, rel=0.03)
+    assert note == ""
+
+
+def test_an_efficiency_that_never_binds_is_named_and_left_at_its_largest():
+    cost = 0.002
+    obs = [_obs(1.0, 0.01, 10, 0.7, 0.5, cost), _obs(2.0, 0.02, 10, 0.7, 0.5, cost)]
+    e_bw, e_math, note = launch_fit.fit_pair(obs, cost)
+    assert e_bw == pytest.approx(0.7, rel=0.03)
+    assert e_math == launch_fit.GRID[-1]
+    assert "math never binds" in note
+
+
+def test_launches_alone_explain_a_tiny_part():
+    cost = 0.002
+    obs = [_obs(1e-5, 0.0, 5, 0.5, 1.0, cost), _obs(2e-5, 0.0, 5, 0.5, 1.0, cost)]
+    e_bw, _, _ = launch_fit.fit_pair(obs, cost)
+    pred = [launch_fit.predict_ms(o, e_bw, 1.0, cost) for o in obs]
+    assert pred == pytest.approx([o["ms"] for o in obs], rel=0.02)
+
+
+def _fit(groups):
+    return {
+        "device": "GPU X",
+        "layout": "tp1-pp1-ep1",
+        "timing": "cuda-graph",
+        "model": "m",
+        "fit_batches": [1, 512],
+        "per_kernel_us": 2.0,
+        "groups": groups,
+        launch_fit.POOLED: {"e_bw": 0.5, "e_math": 0.25, "note": ""},
+    }
+
+
+HW = {"name": "gpu", "memory_bandwidth_gbs": 1000.0, "peak_tflops": {"bf16": 100.0}}
+
+
+def test_launch_timer_adds_the_launches_and_divides_the_roof():
+    fit = _fit({"norm": {"kinds": ["norm"], "e_bw": 0.25, "e_math": 1.0,
+                         "launches_per_occurrence": 3.0, "note": ""}})  # fmt: skip
+    timer = launch_fit.launch_timer(fit, 2.0, "composed (test)")
+    part = {"name": "norms", "kind": "norm", "bytes": 1e6, "flops": 0.0, "dtype": "bf16",
+            "count": 1}  # fmt: skip
+    t = timer(part, HW)
+    assert t["memory_ms"] == pytest.approx(1e6 / 1e12 * 1e3 / 0.25)
+    assert t["launch_ms"] == pytest.approx(3 * 2.0e-3)
+    assert t["source"] == "composed (test)"
+
+
+def test_a_kind_no_group_covers_takes_the_device_wide_fit_and_says_so():
+    timer = launch_fit.launch_timer(_fit({}), 2.0, "composed (test)")
+    part = {"name": "lm_head", "kind": "lm_head", "bytes": 1e9, "flops": 1e12, "dtype": "bf16",
+            "count": 1}  # fmt: skip
+    t = timer(part, HW)
+    assert t["math_ms"] == pytest.approx(1e12 / 100e12 * 1e3 / 0.25)
+    assert t["launch_ms"] == 0.0
+    assert "device-wide" in t["source"]
+
+
+def test_a_missing_peak_stays_a_gap():
+    timer = launch_fit.launch_timer(_fit({}), 2.0, "composed (test)")
+    part = {"name": "x", "kind": "expert_gemm", "bytes": 1e6, "flops": 1e9, "dtype": "fp8",
+            "count": 1}  # fmt: skip
+    t = timer(part, HW)
+    assert t["gap"] and math.isnan(t["memory_ms"] + t["math_ms"])
+
+
+def test_observe_groups_measured_parts_and_counts_launches():
+    row = {"part_attn_proj_ms": 1.0, "part_attn_out_ms": 0.5, "launches_attn_proj": 6,
+           "launches_attn_out": 2, "part_norms_ms": 0.1, "launches_norms": 4}  # fmt: skip
+    parts = [
+        {"name": "attention", "kind": "attention_proj", "bytes": 1e6, "flops": 1e6,
+         "dtype": "bf16", "count": 2},
+        {"name": "norms", "kind": "norm", "bytes": 1e3, "flops": 0.0, "dtype": "fp32",
+         "count": 2},
+    ]  # fmt: skip
+    obs = launch_fit.observe(row, parts, HW, repeats=1)
+    assert obs["attention_proj"]["ms"] == 1.5 and obs["attention_proj"]["launches"] == 8
+    assert obs["attention_proj"]["occurrences"] == 2
+    assert obs["norm"]["launches"] == 4
