@@ -42,7 +42,9 @@ def test_groups_partition_every_stage(shape):
         assert sorted(plan.coords(r, layout)["tp_index"] for r in g) == list(range(len(g)))
 
 
-def cell(layout: dict, batches=(1, 4, 64), cap: int = 2, attention=MLA) -> str:
+def cell(
+    layout: dict, batches=(1, 4, 64), cap: int = 2, attention=MLA, emulate: bool = False
+) -> str:
     """Return a whole-step cell for a toy model, as the pipeline writes it."""
     bench = {
         "warmup": 1,
@@ -58,6 +60,9 @@ def cell(layout: dict, batches=(1, 4, 64), cap: int = 2, attention=MLA) -> str:
         "step_cpu_vocab": 50,
         "step_cpu_max_batch": 8,
         "step_cpu_world_cap": cap,
+        "step_emulate": emulate,
+        "step_mode": "graph",
+        "step_moe_tables": [],
         "step_timeout_s": 120,
     }
     model = dict(tiny_model(attention), name="toy", dense_layers=1, moe_layers=4)
@@ -96,6 +101,15 @@ def test_bench_layout_skips_a_layout_larger_than_the_cap(tmp_path):
     frame = bench_layout(cell(lay(2, 2, 1), batches=(1, 2)), str(tmp_path / "x.csv"))
     assert set(frame["status"]) == {"skipped"}
     assert frame["reason"].str.contains("step_cpu_world_cap").sum() == 2
+    assert frame["reason"].str.contains("step_emulate is off").sum() == 2
+
+
+@pytest.mark.slow
+def test_bench_layout_emulates_one_rank_of_a_layout_larger_than_the_cap(tmp_path):
+    frame = bench_layout(cell(lay(2, 2, 1), batches=(1,), emulate=True), str(tmp_path / "x.csv"))
+    assert list(frame["status"]) == ["ok"] and frame["emulated"].all()
+    assert frame["measured_label"].str.contains("one rank emulated").all()
+    assert (frame["timing"] == "eager").all()  # the CPU has no CUDA graphs: labelled
 
 
 def test_a_layout_past_its_time_limit_is_killed():
@@ -108,7 +122,9 @@ def test_a_layout_past_its_time_limit_is_killed():
 
 
 def test_layout_outputs_and_cells_follow_the_config():
-    sweep = Sweep(["bench.step_cpu_world_cap=2"], ROOT / "conf")
+    emulating = Sweep(["bench.step_cpu_world_cap=2"], ROOT / "conf")
+    assert {Path(p).stem for p in emulating.layout_outputs()} == set(emulating.layouts["layout"])
+    sweep = Sweep(["bench.step_cpu_world_cap=2", "bench.step_emulate=false"], ROOT / "conf")
     gpus = len(gpu_names())
     cap = gpus if gpus else 2
     expected = {r["layout"] for r in sweep.layouts.to_dict("records") if r["world"] <= cap}

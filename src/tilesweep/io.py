@@ -65,3 +65,13 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
         except pd.errors.EmptyDataError:
             continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout
+
+
+def project_path(path: str) -> Path:
+    """Return a config path (a shipped data file) as a path: relative ones from the checkout,
+    so a sweep run in another working folder finds the same file."""
+    given = Path(path)
+    return given if given.is_absolute() else PROJECT_ROOT / given

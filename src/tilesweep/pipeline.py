@@ -212,8 +212,10 @@ class Sweep:
     def shipped_fit(self) -> list[str]:
         """Return the shipped launch-aware fit the verdict may read (deployment.fit_file), as a
         list of the one path when it exists, so that a changed fit reruns the aggregate."""
+        from tilesweep.io import project_path
+
         path = self.settings["deployment"]["fit_file"]
-        return [path] if path and Path(path).is_file() else []
+        return [str(project_path(path))] if path and project_path(path).is_file() else []
 
     def step_batches(self) -> list[int]:
         """Return the whole step's batches (sequences): the deployment's, and the grid's tokens

@@ -79,7 +79,8 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     on the TP1 step timed in CUDA graphs here, else the fit shipped in deployment.fit_file, else
     (None, None, why)."""
     import json
-    from pathlib import Path
+
+    from tilesweep.io import project_path
 
     device = ceilings.get("device", "none") if ceilings else "none"
     if ceilings and ceilings.get("device_kind") == "cuda":
@@ -88,8 +89,8 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
         if fit is not None:
             return fit, cost, calibration.fit_label(fit)
     path = settings["deployment"].get("fit_file")
-    if path and Path(path).is_file():
-        fit = json.loads(Path(path).read_text())
+    if path and project_path(path).is_file():
+        fit = json.loads(project_path(path).read_text())
         where = f"; shipped as {path}, per-kernel cost {fit['per_kernel_us']:.2f} us from there"
         return fit, fit["per_kernel_us"], calibration.fit_label(fit, where)
     why = f"no whole step timed in CUDA graphs on {device}" + (

@@ -6,7 +6,8 @@ Rules, in order:
    under 50% of both their roofs (achieved fraction of bandwidth and of math peak): then neither
    roof explains the time, the kernels do;
 3. `mixed` when the top two parts are within 1.2x of each other;
-4. else the dominant part's name.
+4. else the dominant part's name (`launch` for `other`: the kernels' fixed cost, launches x the
+   measured per-kernel cost; a pipeline bubble is never `other`, the bound is over the path).
 The margin is top / second as a ratio with one decimal ("1.3x"); the share is top / step.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 import math
 
 PARTS = ("memory", "math", "communication", "other")
+# The bound a part names: `other` is the kernels' fixed cost (launches x per-kernel cost).
+BOUND_NAMES = {"other": "launch"}
 MIXED_WITHIN = 1.2
 KERNEL_LIMITED_BELOW = 0.5
 
@@ -47,4 +50,4 @@ def decide_bound(split: dict, achieved: dict | None = None, fits: bool = True) -
             return {"bound": "kernel-limited", "share": share, "margin": margin}
     if second > 0 and top / second < MIXED_WITHIN:
         return {"bound": "mixed", "share": share, "margin": margin}
-    return {"bound": top_name, "share": share, "margin": margin}
+    return {"bound": BOUND_NAMES.get(top_name, top_name), "share": share, "margin": margin}

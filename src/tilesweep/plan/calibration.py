@@ -74,6 +74,9 @@ def _layout(row: dict) -> dict:
     return {"tp": int(row["tp"]), "pp": int(row["pp"]), "ep": int(row["ep"])}
 
 
+TIMINGS = ("cuda-graph", "eager")
+
+
 def _sequences(row: dict) -> int:
     """Return the sequences a measured step ran (EP: every rank holds ceil(batch/ep) of them)."""
     ran = row.get("sequences_run")
@@ -164,6 +167,7 @@ def step_check(
     floors: dict,
     device: str,
     per_kernel_us: float | None = None,
+    fit: dict | None = None,
 ) -> pd.DataFrame:
     """Return one row per measured whole step: measured, roofline-only and composed (the
     launch-aware fit on TP1 at two batches; collectives from the measured fit) times for the
@@ -171,9 +175,10 @@ def step_check(
     steps, labelled so; they never calibrate a verdict."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    fits = {
-        t: step_fit(steps, model, hw, per_kernel_us, device, t) for t in ("cuda-graph", "eager")
-    }
+    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
+        fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
+    else:
+        fits = {t: step_fit(steps, model, hw, per_kernel_us, device, t) for t in TIMINGS}
     timing = _timing(steps)
     emulated = _emulated(steps)
     rows = []
@@ -184,15 +189,15 @@ def step_check(
         batch = int(row["batch"])
         ran = _sequences(row)
         raw = compose_step(as_run, dep, hw, layout, ran, roofline_timer, floors, over)
-        fit = fits.get(how)
+        used = fits.get(how)
         gaps = list(raw["gaps"])
         composed, label, calibrated = math.nan, "", ""
-        if fit is None:
+        if used is None:
             gaps.append(f"no TP1 {how} whole step (or no per-kernel cost) to fit on")
         else:
-            timer = launch_timer(fit, per_kernel_us, fit_label(fit))
-            label = fit_label(fit) + ("; one rank's compute, no collectives" if emu else "")
-            calibrated = f"tp1-pp1-ep1 at batches {fit['fit_batches']} ({how})"
+            timer = launch_timer(used, per_kernel_us, fit_label(used))
+            label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
+            calibrated = f"tp1-pp1-ep1 at batches {used['fit_batches']} ({how})"
             if emu:
                 composed = rank_compute_ms(row, model, hw, timer)
             else:
@@ -200,8 +205,8 @@ def step_check(
                 composed, gaps = step["tpot_ms"], gaps + step["gaps"]
         measured = row["step_ms"]
         fitted_here = (
-            fit is not None and row["layout"] == "tp1-pp1-ep1" and not emu
-            and batch in fit["fit_batches"]
+            used is not None and used["model"] == model["name"] and not emu
+            and row["layout"] == "tp1-pp1-ep1" and batch in used["fit_batches"]
         )  # fmt: skip
         # An emulated rank has no collectives: its roofline is its compute alone.
         roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]

@@ -412,7 +412,7 @@ def _inputs(settings: dict, hw: dict, ic_label: str, timer_label: str) -> str:
             f"runtime_reserve_gb={dep['runtime_reserve_gb']} (deployment)",
             f"kernel_gap_us={dep['kernel_gap_us']} (deployment)",
             f"part times: {timer_label}",
-            "routing: uniform (expected distinct experts per rank)",
+            "routing: random top-k (expected distinct experts; EP: the busiest rank)",
         ]
     )
 

@@ -377,7 +377,7 @@ FIGURES = {
     "verdict_split": (
         "step split per layout and batch",
         "Time per output token split into memory-bound parts, math-bound parts, communication "
-        "and other (launch gaps, pipeline bubble), per layout and batch of the named "
+        "and launch (kernels x their measured fixed cost), per layout and batch of the named "
         "deployment, as composed (see each row's source).",
     ),
     "check_error": (
@@ -584,8 +584,9 @@ def _summary(launch, decode, verdict, check) -> list[Block]:
         Table(
             verdict_pivot(verdict),
             note="What bounds one decode step of the named deployment, per layout and batch "
-            "(concurrent sequences): the part (memory, math, communication, other) that takes "
-            "most of the step, its margin over the next one (mixed: within 1.2x; "
+            "(concurrent sequences): the part (memory, math, communication, launch: kernels x "
+            "their measured fixed cost) that takes most of the step, its margin over the next "
+            "one (mixed: within 1.2x; "
             "kernel-limited: under 50% of both roofs), then ms per output token and tokens/s. "
             "A layout that does not fit in memory gets no speed verdict.",
             empty="(no verdict rows)",
@@ -617,11 +618,13 @@ def _check(check: pd.DataFrame) -> list[Block]:
     return [
         Text(
             "Real decode steps of a depth-reduced model with every layer type at full width, "
-            "timed whole after a barrier on the device at hand, against the composition of the "
-            "same model from its parts: each part's fraction of roofline is taken from the "
-            "single-device (TP1) step only, so every other layout is held out; collectives "
-            "come from the latency/bandwidth fit measured here and never go below its "
-            "measured floor."
+            "captured in one CUDA graph on a GPU (as engines run decode; eager on a CPU, "
+            "labelled) and timed on the device at hand, against the composition of the same "
+            "model from its parts: launches x the measured per-kernel cost plus each part "
+            "group's roofline terms over efficiencies fitted on the TP1 step at its smallest "
+            "and largest batch only, so every other batch, every emulated rank (one rank of a "
+            "larger layout run alone, collectives left out) and every other layout is held "
+            "out; collectives come from the fit on collectives timed in CUDA graphs here."
         ),
         Figure("check_error"),
         Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),

@@ -39,7 +39,7 @@ SHARE_LABELS = {
     "memory_ms": "memory-bound parts",
     "math_ms": "math-bound parts",
     "comm_ms": "communication",
-    "other_ms": "other (launch gaps, pipeline bubble)",
+    "other_ms": "launch (kernels x fixed cost)",
 }
 DPI = 100
 

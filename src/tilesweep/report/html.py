@@ -41,7 +41,7 @@ tr.src-model td{background:repeating-linear-gradient(135deg,#fff,#fff 6px,#f3f3f
 #f3f3f3 12px);color:#555;font-style:italic}
 tr.src-measured td{background:#fff}
 td.v-memory{background:#dce6f8}td.v-math{background:#fbe1d2}td.v-communication{background:#dff3dd}
-td.v-mixed{background:#f3ecd2}td.v-kernel-limited{background:#f6d6d6}td.v-does{background:#ddd}td.v-other{background:#e8e8e8}
+td.v-mixed{background:#f3ecd2}td.v-kernel-limited{background:#f6d6d6}td.v-does{background:#ddd}td.v-other{background:#e8e8e8}td.v-launch{background:#e8e8e8}
 td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
 .badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.8em;font-style:normal}
 .badge.model{background:#eee;border:1px dashed #888}.badge.measured{background:#333;color:#fff}
@@ -51,7 +51,16 @@ font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
 WRAP_COLUMNS = {"reason", "inputs", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
-VERDICT_CLASSES = ("memory", "math", "communication", "mixed", "kernel-limited", "does", "other")
+VERDICT_CLASSES = (
+    "memory",
+    "math",
+    "communication",
+    "mixed",
+    "kernel-limited",
+    "does",
+    "other",
+    "launch",
+)
 
 
 def esc(value: object) -> str:

@@ -23,7 +23,7 @@ INPUTS = ("launch", "decode", "collective", "layout", "power", "tune", "ceilings
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
 PARQUET = tuple(f"{name}_parquet" for name in TABLES)
 PLOTS = tuple(f"plot_{name}" for name in report_data.FIGURES)
-OUTPUTS = (*TABLES, "report", "html", *PARQUET, *PLOTS)
+OUTPUTS = (*TABLES, "report", "html", *PARQUET, *PLOTS, "fit")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 

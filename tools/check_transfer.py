@@ -1,0 +1,40 @@
+"""Check a shipped launch-aware fit on whole steps it never saw (another model, another run):
+compose each measured step of STEPS_CSV with FIT_JSON on the device of CEILINGS_JSON and write the
+check table (every row held out).
+Usage: python tools/check_transfer.py FIT_JSON STEPS_CSV CEILINGS_JSON OUT_CSV [overrides...]
+  e.g. python tools/check_transfer.py docs/examples/h200/fit.json \
+       docs/examples/h200/layout_deepseek_v3.csv docs/examples/h200/ceilings.json \
+       docs/examples/h200/check_deepseek_v3.csv model=deepseek_v3
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep.config import compose
+from tilesweep.io import read_json, write_table
+from tilesweep.plan import calibration
+
+
+def main() -> int:
+    """Write the held-out check of a fit; return the exit status."""
+    fit_path, steps_path, ceilings_path, out = sys.argv[1:5]
+    settings = compose(sys.argv[5:])
+    fit = json.loads(Path(fit_path).read_text())
+    ceilings = read_json(ceilings_path)
+    device = ceilings.get("device", "unknown")
+    hw = calibration.device_hardware(ceilings, device, None)
+    steps = pd.read_csv(steps_path)
+    check = calibration.step_check(steps, settings["model"], hw, {}, device, fit=fit)
+    write_table(out, check)
+    cols = ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct", "held_out"]
+    print(check[cols].to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
