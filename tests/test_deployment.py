@@ -292,3 +292,19 @@ def test_every_model_composes_a_step(model):
     df = compose_deployment(settings)
     assert len(df) == len(settings["deployment"]["batches"])
     assert df.inputs.str.contains("interconnect=pcie5/switch").all()
+
+
+def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
+    tp8 = {"tp": 8, "pp": 1, "ep": 1}
+    xep = dict(tp8, experts="ep")
+    model, dep, hw = brief["model"], brief["deployment"], _hw(brief)
+    one_tp, one_x = (compose_step(model, dep, hw, lay, 1) for lay in (tp8, xep))
+    # One token: its 8 experts land on ~2.6 whole experts of the busiest rank, more bytes than
+    # an eighth of each of 8; the collectives are the TP group's all-reduces either way.
+    assert one_x["split"]["memory"] > one_tp["split"]["memory"]
+    assert one_x["split"]["communication"] == pytest.approx(one_tp["split"]["communication"])
+    big_tp, big_x = (compose_step(model, dep, hw, lay, 4096) for lay in (tp8, xep))
+    # Every expert hit: the same weight bytes; only the busiest rank's extra rows remain.
+    assert big_x["split"]["memory"] == pytest.approx(big_tp["split"]["memory"], rel=0.15)
+    table = compose_deployment(dict(brief, grid=dict(brief["grid"], layouts=[xep])))
+    assert set(table["layout"]) == {"tp8-pp1-ep1-xep"}

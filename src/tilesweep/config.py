@@ -58,7 +58,7 @@ _SCHEMA: dict[str, Any] = {
     "grid.warps": [int],
     "grid.epilogues": [str],
     "grid.tokens_per_expert": [int],
-    "grid.layouts": [{"tp": int, "pp": int, "ep": int, "world?": int}],
+    "grid.layouts": [{"tp": int, "pp": int, "ep": int, "world?": int, "experts?": str}],
     "backend": "backend",  # one section per registered backend: its own `schema`
     "bench.warmup": int,
     "bench.repeats": int,
@@ -568,6 +568,16 @@ def _check_layout(layout: dict, where: str, model: dict) -> None:
     for key in ("tp", "pp", "ep"):
         if layout[key] < 1:
             raise ConfigError(f"{where}.{key}={layout[key]}: must be at least 1")
+    check_choices([layout.get("experts", "tp")], ("tp", "ep"), f"{where}.experts")
+    if layout.get("experts") == "ep" and (layout["ep"] != 1 or layout["tp"] < 2):
+        raise ConfigError(
+            f"{where}.experts=ep: spreads whole experts over the TP group; give tp >= 2 and ep: 1"
+        )
+    if layout.get("experts") == "ep" and model["routed_experts"] % layout["tp"]:
+        raise ConfigError(
+            f"{where}.tp={layout['tp']}: does not divide model.routed_experts="
+            f"{model['routed_experts']} (experts=ep)"
+        )
     world = layout["tp"] * layout["pp"] * layout["ep"]
     if layout.get("world", world) != world:
         raise ConfigError(

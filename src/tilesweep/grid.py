@@ -20,8 +20,10 @@ def kernel_slug(cell: dict) -> str:
 
 
 def layout_slug(layout: dict) -> str:
-    """Return a readable name for a parallel layout, e.g. tp4-pp2-ep1."""
-    return f"tp{layout['tp']}-pp{layout['pp']}-ep{layout['ep']}"
+    """Return a readable name for a parallel layout, e.g. tp4-pp2-ep1 (tp8-pp1-ep1-xep: attention
+    TP8 with whole experts spread over the same eight GPUs)."""
+    slug = f"tp{layout['tp']}-pp{layout['pp']}-ep{layout['ep']}"
+    return slug + ("-xep" if layout.get("experts") == "ep" else "")
 
 
 def canonical(cell: dict) -> str:
@@ -84,6 +86,7 @@ def layouts(settings: dict) -> pd.DataFrame:
                 "tp": layout["tp"],
                 "pp": layout["pp"],
                 "ep": layout["ep"],
+                "experts": layout.get("experts", "tp"),
                 "world": world,
                 "layout": layout_slug(layout),
             }

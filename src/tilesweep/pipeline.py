@@ -192,8 +192,10 @@ class Sweep:
         return [self.path("decode", f"{name}.csv") for name in self.decode_jobs]
 
     def collective_outputs(self) -> list[str]:
-        """Return every collective benchmark output path (one per layout)."""
-        return [self.path("collective", f"{name}.csv") for name in self.layouts["layout"]]
+        """Return every collective benchmark output path (one per layout; an experts=ep layout
+        needs its TP twin's collectives, which are timed once)."""
+        rows = self.layouts[self.layouts["experts"] == "tp"]
+        return [self.path("collective", f"{name}.csv") for name in rows["layout"]]
 
     def layout_outputs(self) -> list[str]:
         """Return every measured whole-step output path: one per layout that fits here, and
@@ -206,8 +208,8 @@ class Sweep:
         return [
             self.path("layout", f"{r['layout']}.csv")
             for r in self.layouts.to_dict("records")
-            if r["world"] <= cap or bench["step_emulate"]
-        ]
+            if (r["world"] <= cap or bench["step_emulate"]) and r["experts"] == "tp"
+        ]  # the measured step splits experts over TP only: experts=ep layouts are composed
 
     def shipped_fit(self) -> list[str]:
         """Return the shipped launch-aware fit the verdict may read (deployment.fit_file), as a

@@ -187,14 +187,17 @@ def stage_parts(
             )
     if stage["moe"]:
         e, k = model["routed_experts"], model["top_k"]
+        # experts: ep spreads whole experts over the TP group (attention TP, experts EP on the
+        # same GPUs): each rank runs every token of the group through its e / tp experts.
+        spread, split = (tp * ep, 1) if layout.get("experts") == "ep" else (ep, tp)
         if dep.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
-            rows = micro * k / ep
-            active = min(e / ep, rows)
+            rows = micro * k / spread
+            active = min(e / spread, rows)
         else:  # EP: every layer waits for its most loaded rank (expected, random routing)
-            active, rows = busiest_rank(e, k, ep, micro)
-        w = expert_params(model) / tp
+            active, rows = busiest_rank(e, k, spread, micro)
+        w = expert_params(model) / split
         dtype = group_dtype("routed_experts", dep)
-        act_per_row = (2 * h + 2 * model["moe_intermediate"] / tp) * ACT_BYTES
+        act_per_row = (2 * h + 2 * model["moe_intermediate"] / split) * ACT_BYTES
         parts.append(
             {
                 "name": "routed_experts",
@@ -436,7 +439,8 @@ def compose_deployment(
             row = {
                 "model": model["name"],
                 "hardware": hw["name"],
-                "layout": f"tp{tp}-pp{pp}-ep{ep}",
+                "layout": f"tp{tp}-pp{pp}-ep{ep}"
+                + ("-xep" if layout.get("experts") == "ep" else ""),
                 "tp": tp,
                 "pp": pp,
                 "ep": ep,
