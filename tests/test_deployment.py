@@ -308,3 +308,42 @@ def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
     assert big_x["split"]["memory"] == pytest.approx(big_tp["split"]["memory"], rel=0.15)
     table = compose_deployment(dict(brief, grid=dict(brief["grid"], layouts=[xep])))
     assert set(table["layout"]) == {"tp8-pp1-ep1-xep"}
+
+
+def test_checkpoint_options_follow_the_named_checkpoint():
+    from tilesweep.plan.architecture import deployment_model, total_weight_bytes
+
+    experts_only = compose(["deployment=nvfp4_experts"])
+    all_fp8 = compose(["deployment=fp8_all"])
+    assert experts_only["deployment"]["quantized"] == ["routed_experts", "shared_experts"]
+    assert all_fp8["deployment"]["weight_dtype"] == "fp8"
+    model = experts_only["model"]
+    # bf16 attention and dense MLP beside NVFP4 experts weigh more than NVFP4 everywhere.
+    everywhere = compose([])["deployment"]
+    assert total_weight_bytes(model, experts_only["deployment"]) > total_weight_bytes(
+        model, everywhere
+    )
+    # Dense MLA at decode: no DSA indexer, attention over the whole context.
+    dense = compose(["deployment.attention=dense"])
+    assert "index_topk" in model["attention"]
+    assert "index_topk" not in deployment_model(model, dense["deployment"])["attention"]
+    layout = {"tp": 8, "pp": 1, "ep": 1}
+    sparse_step = compose_step(model, everywhere, _hw(dense), layout, 8)
+    dense_step = compose_step(
+        deployment_model(model, dense["deployment"]), dense["deployment"], _hw(dense), layout, 8
+    )
+    assert dense_step["tpot_ms"] != sparse_step["tpot_ms"]
+
+
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
+        ("{tp:1,pp:1,ep:8,experts:ep}", "experts=ep: spreads whole experts over the TP group"),
+    ],
+)
+def test_bad_expert_layouts_are_one_line_errors(layout, message):
+    from tilesweep.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        compose([f"grid.layouts=[{layout}]"])
