@@ -123,11 +123,16 @@ def test_a_layout_past_its_time_limit_is_killed():
 
 def test_layout_outputs_and_cells_follow_the_config():
     emulating = Sweep(["bench.step_cpu_world_cap=2"], ROOT / "conf")
-    assert {Path(p).stem for p in emulating.layout_outputs()} == set(emulating.layouts["layout"])
+    measurable = emulating.layouts[emulating.layouts["experts"] == "tp"]  # experts=ep: composed
+    assert {Path(p).stem for p in emulating.layout_outputs()} == set(measurable["layout"])
     sweep = Sweep(["bench.step_cpu_world_cap=2", "bench.step_emulate=false"], ROOT / "conf")
     gpus = len(gpu_names())
     cap = gpus if gpus else 2
-    expected = {r["layout"] for r in sweep.layouts.to_dict("records") if r["world"] <= cap}
+    expected = {
+        r["layout"]
+        for r in sweep.layouts.to_dict("records")
+        if r["world"] <= cap and r["experts"] == "tp"
+    }
     got = {Path(p).stem for p in sweep.layout_outputs()}
     assert got == expected
     if not gpus:
