@@ -636,6 +636,7 @@ class _StepRank:
         """Return (the slowest rank's ms per step over repeats, next slot): graph replays when a
         graph is given, else eager steps."""
         torch = self.torch
+        off = PartClock(torch, self.cuda, mode="off")
         times = []
         for _ in range(repeats):
             self._sync()
@@ -644,7 +645,7 @@ class _StepRank:
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
                 if graph is None:
-                    slot = self.one_step(mbs, slot, PartClock(torch, True, mode="off"))
+                    slot = self.one_step(mbs, slot, off)
                 else:
                     graph.replay()
                 end.record()
@@ -652,7 +653,7 @@ class _StepRank:
                 times.append(start.elapsed_time(end))
             else:
                 began = time.perf_counter()
-                slot = self.one_step(mbs, slot, PartClock(torch, False, mode="off"))
+                slot = self.one_step(mbs, slot, off)
                 times.append((time.perf_counter() - began) * 1e3)
         slowest = torch.tensor(times, dtype=torch.float64, device=self.device)
         self.dist.all_reduce(slowest, op=self.dist.ReduceOp.MAX)

@@ -74,11 +74,8 @@ def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[st
         count = sum(roof.get(k, {}).get("count", 0) for k in kinds)
         if not ms or not count:
             continue
-        launches = sum(
-            row.get(f"launches_{n}", 0) or 0
-            for n in names
-            if not math.isnan(row.get(f"launches_{n}", 0) or 0)
-        )
+        counted = (row.get(f"launches_{n}") for n in names)
+        launches = sum(c for c in counted if c is not None and not math.isnan(c))
         out[group_name(kinds)] = {
             "kinds": list(kinds),
             "ms": float(sum(ms)),
