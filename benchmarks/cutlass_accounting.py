@@ -23,7 +23,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="parallel compiles")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from tilesweep.backends import cutlass_smem
+    from tilesweep.cutlass.accounting import account
 
     cells = [
         {
@@ -41,7 +41,7 @@ def main() -> int:
     ]
     with tempfile.TemporaryDirectory() as work:
         start = time.perf_counter()
-        results = cutlass_smem.account(cells, Path(work), jobs=args.jobs)
+        results = account(cells, Path(work), jobs=args.jobs)
         seconds = time.perf_counter() - start
     ok = sum(r["status"] == "ok" for r in results)
     per_cell = seconds / len(cells)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep.backends import cutlass_smem as cs
+from tilesweep.cutlass import accounting, cache, cells, diagnostics, toolchain
 
 NEEDS_TOOLS = pytest.mark.skipif(
-    cs.find_nvcc() is None or cs.cutlass_include_dir() is None,
+    toolchain.find_nvcc() is None or toolchain.cutlass_include_dir() is None,
     reason="needs nvcc and the nvidia-cutlass headers",
 )
 
@@ -33,7 +33,7 @@ def workdir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compiled(workdir):
     """Return rows for CELLS, compiled for real in one TU that must be split on the bad cell."""
-    return cs.account(CELLS, workdir, jobs=1)
+    return accounting.account(CELLS, workdir, jobs=1)
 
 
 @pytest.mark.slow
@@ -76,7 +76,7 @@ def test_kernel_body_static_assert_is_caught(tmp_path):
     # the ping-pong schedule; the cell names the cooperative one to reach the check.)
     cell = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
     cell["schedule"] = "cooperative"
-    (row,) = cs.account([cell], tmp_path)
+    (row,) = accounting.account([cell], tmp_path)
     assert row["status"] == "compile"
     assert row["schedule"] == "cooperative"
     assert "Cooperative kernel requires" in row["reason"]
@@ -89,7 +89,7 @@ def test_a_64_row_sm90_tile_compiles_as_pingpong_and_fits_the_h200(tmp_path):
     # The tile the SM90 program times with the ping-pong schedule: accounted with that schedule,
     # it passes the kernel body's checks and fits the H200's 232,448 B opt-in limit.
     cell = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
-    (row,) = cs.account([cell], tmp_path)
+    (row,) = accounting.account([cell], tmp_path)
     assert row["status"] == "ok", row["reason"]
     assert row["schedule"] == "pingpong"
     assert "KernelPtrArrayTmaWarpSpecializedPingpong" in row["schedule_types"]["mainloop"]
@@ -109,8 +109,8 @@ def test_second_call_reads_cache(compiled, workdir, monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled although every cell is cached")
 
-    monkeypatch.setattr(cs, "compile_tu", no_compile)
-    again = cs.account(CELLS, workdir, jobs=1)
+    monkeypatch.setattr(accounting, "compile_tu", no_compile)
+    again = accounting.account(CELLS, workdir, jobs=1)
     assert [r["cached"] for r in again] == [True, True, True]
     for first, second in zip(compiled, again, strict=True):
         assert second["status"] == first["status"]
@@ -119,16 +119,16 @@ def test_second_call_reads_cache(compiled, workdir, monkeypatch):
 
 
 def test_no_nvcc_means_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(cs, "find_nvcc", lambda: None)
-    rows = cs.account([sm120(128, 128), sm120(256, 128, epilogue="finalize")], tmp_path)
+    monkeypatch.setattr(accounting, "find_nvcc", lambda: None)
+    rows = accounting.account([sm120(128, 128), sm120(256, 128, epilogue="finalize")], tmp_path)
     assert [r["status"] for r in rows] == ["skipped", "skipped"]
     assert all(r["reason"] == "no nvcc found" for r in rows)
     assert not (tmp_path / "cache").exists()
 
 
 def test_bad_input_is_skipped_not_raised(tmp_path, monkeypatch):
-    monkeypatch.setattr(cs, "find_nvcc", lambda: None)
-    rows = cs.account(
+    monkeypatch.setattr(accounting, "find_nvcc", lambda: None)
+    rows = accounting.account(
         [dict(arch="sm_80", dtype="fp8", tile_m=128, tile_n=128, tile_k=64), sm120(0, 128)],
         tmp_path,
     )
@@ -137,21 +137,21 @@ def test_bad_input_is_skipped_not_raised(tmp_path, monkeypatch):
 
 
 def test_an_unknown_schedule_is_skipped_not_raised(tmp_path, monkeypatch):
-    monkeypatch.setattr(cs, "find_nvcc", lambda: None)
+    monkeypatch.setattr(accounting, "find_nvcc", lambda: None)
     cell = dict(arch="sm_90", dtype="fp8", tile_m=128, tile_n=128, tile_k=128, schedule="x")
-    (row,) = cs.account([cell], tmp_path)
+    (row,) = accounting.account([cell], tmp_path)
     assert row["status"] == "skipped"
     assert row["reason"] == "unknown schedule 'x' for sm_90 (known: cooperative, pingpong)"
     assert row["schedule_types"] == {}
 
 
 def test_cache_key_depends_on_cell_and_toolchain():
-    a, _ = cs.normalize(sm120(128, 128))
-    b, _ = cs.normalize(sm120(128, 128, stages=3))
-    key = cs.cache_key(a, "4.2.0", "nvcc 13.0")
-    assert key == cs.cache_key(dict(a), "4.2.0", "nvcc 13.0")
-    assert key != cs.cache_key(b, "4.2.0", "nvcc 13.0")
-    assert key != cs.cache_key(a, "4.2.0", "nvcc 12.8")
+    a, _ = cells.normalize(sm120(128, 128))
+    b, _ = cells.normalize(sm120(128, 128, stages=3))
+    key = cache.cache_key(a, "4.2.0", "nvcc 13.0")
+    assert key == cache.cache_key(dict(a), "4.2.0", "nvcc 13.0")
+    assert key != cache.cache_key(b, "4.2.0", "nvcc 13.0")
+    assert key != cache.cache_key(a, "4.2.0", "nvcc 12.8")
 
 
 def test_errors_are_attributed_to_cells():
@@ -166,7 +166,7 @@ def test_errors_are_attributed_to_cells():
             "2 errors detected in the compilation of tu.cu.",
         ]
     )
-    blamed = cs.attribute_errors(log, "tu.cu", [(5, 15), (16, 30)])
+    blamed = diagnostics.attribute_errors(log, "tu.cu", [(5, 15), (16, 30)])
     assert blamed == {
         0: ("Invalid tile.", "x.inl:96"),
         1: ("incomplete type is not allowed", "tu.cu:25"),
@@ -174,8 +174,28 @@ def test_errors_are_attributed_to_cells():
 
 
 def test_plan_groups_keeps_arches_apart_and_fills_jobs():
-    units = [cs.Unit(i, {"arch": "sm_90" if i < 3 else "sm_120"}, str(i)) for i in range(7)]
-    groups = cs.plan_groups(units, jobs=2)
+    units = [accounting.Unit(i, {"arch": "sm_90" if i < 3 else "sm_120"}, str(i)) for i in range(7)]
+    groups = accounting.plan_groups(units, jobs=2)
     assert all(len({u.cell["arch"] for u in g}) == 1 for g in groups)
     assert sorted(u.index for g in groups for u in g) == list(range(7))
     assert len(groups) >= 2
+
+
+def test_an_edit_to_a_cpp_template_reruns_the_build_rule(tmp_path, monkeypatch):
+    """The templates are not imported, so the module that reads them declares them."""
+    import shutil
+
+    from tilesweep import pipeline
+    from tilesweep.cutlass import source
+
+    package = tmp_path / "tilesweep"
+    shutil.copytree(pipeline.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(pipeline, "PACKAGE_DIR", package)
+    before = pipeline.code_hash("stages/build.py")
+    for rel in source.DATA_FILES:
+        template = package / rel
+        text = template.read_text()
+        template.write_text(text + "// edited\n")
+        assert pipeline.code_hash("stages/build.py") != before, rel
+        template.write_text(text)
+    assert pipeline.code_hash("stages/build.py") == before

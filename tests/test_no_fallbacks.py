@@ -112,18 +112,18 @@ def _program(tmp_path, body: str):
 
 
 def test_a_crashed_cutlass_host_program_is_a_crash_with_its_signal(tmp_path):
-    from tilesweep.backends import cutlass_smem
+    from tilesweep.cutlass import toolchain
 
     exe = _program(
         tmp_path,
         'import json, os, signal\nprint(json.dumps({"index": 0}), flush=True)\n'
         "os.kill(os.getpid(), signal.SIGSEGV)",
     )
-    rows, failure = cutlass_smem.run_tu(exe)
+    rows, failure = toolchain.run_tu(exe)
     assert set(rows) == {0}
     assert failure.startswith("signal SIGSEGV (11)")
     exe = _program(tmp_path, "import sys\nsys.exit(3)")
-    assert cutlass_smem.run_tu(exe) == ({}, "exit code 3")
+    assert toolchain.run_tu(exe) == ({}, "exit code 3")
 
 
 def test_a_crashed_sm90_program_is_a_crash_row(tmp_path):

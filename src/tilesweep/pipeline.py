@@ -33,14 +33,27 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
+def _data_files(tree: ast.Module) -> set[Path]:
+    """Return the package files a module lists in a module-level `DATA_FILES = (...)` tuple."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "DATA_FILES" for t in targets):
+            return {PACKAGE_DIR / rel for rel in ast.literal_eval(node.value)}
+    return set()
+
+
 def _imports(path: Path) -> set[Path]:
-    """Return the tilesweep module files a module imports (at any depth in its body)."""
-    found = set()
+    """Return the tilesweep module files a module imports (at any depth in its body), and the
+    data files it declares; a data file itself imports nothing."""
+    if path.suffix != ".py":
+        return set()
     text = path.read_text()
+    tree = ast.parse(text, str(path))
+    found = _data_files(tree)
     if path.name == "__init__.py" and "\nPLUGIN_PACKAGE = True" in text:
         # A plugin package finds its modules instead of importing them: each one counts.
         found |= {p for p in path.parent.glob("*.py") if p != path}
-    for node in ast.walk(ast.parse(text, str(path))):
+    for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]

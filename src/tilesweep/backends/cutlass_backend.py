@@ -33,11 +33,11 @@ def cells(settings: dict, arch: str) -> list[dict]:
 
 def account_cells(cells: list[dict], out_dir: Path, jobs: int = 1) -> list[dict]:
     """Return one accounting result per cell, in order; unsupported cells are not compiled."""
-    from tilesweep.backends import cutlass_smem
+    from tilesweep.cutlass.accounting import account
 
     workdir = Path(out_dir).parents[1] / "cutlass-work"
     todo = [c for c in cells if not c.get("unsupported")]
-    results = iter(cutlass_smem.account(todo, workdir, jobs=jobs) if todo else [])
+    results = iter(account(todo, workdir, jobs=jobs) if todo else [])
     out = []
     for cell in cells:
         if cell.get("unsupported"):
@@ -190,7 +190,7 @@ class CutlassBackend(Backend):
             return None
         if launch_row["epilogue"] != "default" or "schedule" not in decode:
             return decode.iloc[0:0]
-        from tilesweep.backends.cutlass_smem import kernel_schedule
+        from tilesweep.cutlass.cells import kernel_schedule
 
         schedule = launch_row.get("schedule")
         if not isinstance(schedule, str):  # a row from before the column: the same function

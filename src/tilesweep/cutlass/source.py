@@ -1,0 +1,106 @@
+"""The C++ translation unit that instantiates CUTLASS's builders for a group of cells.
+
+Each cell becomes a namespace (``templates/cutlass/cell.cuh``) that instantiates
+``cutlass::gemm::collective::CollectiveBuilder`` (mainloop),
+``cutlass::epilogue::collective::CollectiveBuilder`` (epilogue) and
+``cutlass::gemm::kernel::GemmUniversal`` for a ptr-array grouped GEMM
+(``GroupProblemShape<Shape<int,int,int>>``, A row-major, B column-major, FP32 accumulate).
+``main()`` prints one JSON line per cell from the types themselves (``reporter.cuh``):
+``SharedStorageSize`` (what ``GemmUniversalAdapter`` asks for as dynamic shared memory),
+``sizeof`` of the collectives' tensor storage, the mainloop ``DispatchPolicy::Stages`` and the
+epilogue ``StagesC``/``StagesD``. The type probes they use are in ``prelude.cuh``.
+
+Without the device check the TU is wrapped in ``#ifndef __CUDA_ARCH__`` so that nvcc's device
+pass sees an empty file. With it, each cell's namespace also holds an uncalled ``__device__``
+function that calls ``Kernel::operator()``, so the device pass instantiates the body and its
+static_asserts fire (e.g. the SM90 cooperative kernel's "Cooperative kernel requires Tile Size
+to be greater than or equal to 128 along the M-dimension"); nothing is emitted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from string import Template
+
+from tilesweep.cutlass.cells import ARCHS, DTYPES, EPILOGUES
+from tilesweep.cutlass.toolchain import BASE_FLAGS
+
+# The C++ this module reads, relative to the package: pipeline.code_hash hashes them with it.
+DATA_FILES = (
+    "templates/cutlass/prelude.cuh",
+    "templates/cutlass/reporter.cuh",
+    "templates/cutlass/cell.cuh",
+)
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _template(name: str) -> str:
+    """Return the text of one of the DATA_FILES, by its file name."""
+    (rel,) = [f for f in DATA_FILES if Path(f).name == name]
+    return (_PACKAGE_DIR / rel).read_text()
+
+
+# Each part is set off by a blank line in the TU; the files themselves start at their first line.
+PRELUDE = f"\n{_template('prelude.cuh')}\n"
+REPORTER = f"\n{_template('reporter.cuh')}"  # host-only: the device pass never sees it
+CELL_TEMPLATE = Template(f"\n{_template('cell.cuh')}")
+
+
+def stage_count_expr(cell: dict) -> str:
+    """Return the C++ StageCount type for the cell's stages."""
+    if cell["stages"] == "auto":
+        return (
+            "cutlass::gemm::collective::StageCountAutoCarveout<"
+            "static_cast<int>(sizeof(typename Epilogue::SharedStorage))>"
+        )
+    return f"cutlass::gemm::collective::StageCount<{int(cell['stages'])}>"
+
+
+def cell_body(cell: dict, ns: str) -> str:
+    """Return the C++ namespace that instantiates one cell's kernel types."""
+    spec = ARCHS[cell["arch"]]
+    main_sched, epi_sched = spec.schedules[cell["schedule"]]
+    elem_ab, align_ab = DTYPES[cell["dtype"]]
+    elem_c, elem_d, align_cd = EPILOGUES[cell["epilogue"]]
+    return CELL_TEMPLATE.substitute(
+        ns=ns,
+        tile_m=cell["tile_m"],
+        tile_n=cell["tile_n"],
+        tile_k=cell["tile_k"],
+        cluster_m=cell["cluster_m"],
+        cluster_n=cell["cluster_n"],
+        arch_tag=spec.tag,
+        opclass=spec.opclass,
+        elem_c=elem_c,
+        elem_d=elem_d,
+        align_cd=align_cd,
+        epi_sched=epi_sched,
+        elem_ab=elem_ab,
+        align_ab=align_ab,
+        stage_count=stage_count_expr(cell),
+        main_sched=main_sched,
+        capacity=spec.capacity,
+    )
+
+
+def tu_source(
+    arch: str, bodies: list[str], version: str, device_check: bool = True
+) -> tuple[str, list[tuple[int, int]]]:
+    """Return a TU for the bodies and each body's (first, last) line number in it."""
+    head = (
+        f"// tilesweep cutlass_smem TU; cutlass {version}; flags: {' '.join(BASE_FLAGS)} "
+        f"-gencode={ARCHS[arch].gencode}\n#define TS_DEVICE_CHECK {int(device_check)}\n"
+        f"{'' if device_check else '#ifndef __CUDA_ARCH__'}\n{PRELUDE}"
+        f"#ifndef __CUDA_ARCH__\n{REPORTER}#endif\n"
+    )
+    parts, spans = [head], []
+    line = head.count("\n") + 1
+    for body in bodies:
+        n = body.count("\n")
+        spans.append((line, line + n))
+        parts.append(body)
+        line += n
+    calls = "".join(f"  c{i}::report({i});\n" for i in range(len(bodies)))
+    parts.append(f"\n#ifndef __CUDA_ARCH__\nint main() {{\n{calls}  return 0;\n}}\n#endif\n")
+    parts.append("" if device_check else "#endif  // __CUDA_ARCH__\n")
+    return "".join(parts), spans

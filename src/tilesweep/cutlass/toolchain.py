@@ -1,0 +1,147 @@
+"""The tools a CUTLASS accounting compile needs: nvcc, the CUTLASS headers, the flags, and
+running the compiler and the compiled host program.
+
+No GPU is needed. The numbers come from the host pass, which is what the launcher itself uses
+(``GemmUniversalAdapter::initialize`` reads ``GemmKernel::SharedStorageSize`` on the host; a
+device-side ``static_assert`` on the same value was checked to agree for sm_90a and sm_120a).
+The ``CUTLASS_ARCH_MMA_SM{90,100,120}_SUPPORTED`` macros that gate the builders are defined by
+``cutlass/arch/config.h`` from the CUDA version alone (12.0+ for SM90, 12.8+ for SM100/SM120),
+so the host pass needs no ``-arch`` or feature macro. One TU per arch chunk, flags: ``nvcc
+-std=c++17 --expt-relaxed-constexpr -w -DNDEBUG -gencode=arch=compute_XXa,code=sm_XXa
+-I<cutlass include>`` (XX = 90, 100 or 120; the ``a`` target matters for the device check, whose
+kernel bodies are arch-conditional).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from tilesweep.cutlass.cells import ARCHS
+
+COMPILE_TIMEOUT_S = 900
+RUN_TIMEOUT_S = 60
+BASE_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr", "-w", "-DNDEBUG")
+
+
+def cutlass_include_dir() -> Path | None:
+    """Return the CUTLASS include dir: $CUTLASS_INCLUDE_DIR, else the nvidia-cutlass package's."""
+    env = os.environ.get("CUTLASS_INCLUDE_DIR")
+    if env and (Path(env) / "cutlass" / "version.h").is_file():
+        return Path(env)
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or spec.origin is None:
+        return None
+    inc = Path(spec.origin).parent / "source" / "include"
+    return inc if (inc / "cutlass" / "version.h").is_file() else None
+
+
+def cutlass_util_include_dir() -> Path | None:
+    """Return CUTLASS's tools/util/include next to the include dir, if present."""
+    inc = cutlass_include_dir()
+    if inc is None:
+        return None
+    util = inc.parent / "tools" / "util" / "include"
+    return util if util.is_dir() else None
+
+
+def _pypi_nvcc() -> str | None:
+    """Return an nvcc shipped by the PyPI nvidia-cuda-nvcc packages, if one is installed."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        for cand in sorted(Path(root).glob("*/bin/nvcc")):
+            if os.access(cand, os.X_OK):
+                return str(cand)
+    return None
+
+
+def find_nvcc() -> str | None:
+    """Return a usable nvcc path: $NVCC, PATH, /usr/local/cuda/bin/nvcc, then PyPI's, or None."""
+    env = os.environ.get("NVCC")
+    if env and os.access(env, os.X_OK):
+        return env
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    default = Path("/usr/local/cuda/bin/nvcc")
+    if os.access(default, os.X_OK):
+        return str(default)
+    return _pypi_nvcc()
+
+
+@lru_cache(maxsize=8)
+def nvcc_version(nvcc: str) -> str:
+    """Return nvcc's release and build lines as one string."""
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    lines = [ln.strip() for ln in out.splitlines() if "release" in ln or ln.startswith("Build")]
+    return "; ".join(lines) or out.strip().splitlines()[-1]
+
+
+def cutlass_version(include: Path) -> str:
+    """Return MAJOR.MINOR.PATCH parsed from the headers' cutlass/version.h."""
+    text = (include / "cutlass" / "version.h").read_text()
+    parts = [re.search(rf"#define CUTLASS_{n}\s+(\d+)", text) for n in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) if m else "?" for m in parts)
+
+
+def compile_flags(arch: str, include: Path) -> list[str]:
+    """Return the nvcc flags (without input/output) for a TU of one arch."""
+    return [*BASE_FLAGS, f"-gencode={ARCHS[arch].gencode}", f"-I{include}"]
+
+
+def compile_tu(nvcc: str, flags: list[str], src: str, build: Path) -> tuple[bool, str, Path]:
+    """Compile src into build/tu; return (ok, compiler log, executable path)."""
+    cu, exe = build / "tu.cu", build / "tu"
+    cu.write_text(src)
+    try:
+        proc = subprocess.run(
+            [nvcc, *flags, str(cu), "-o", str(exe)],
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_TIMEOUT_S,
+            cwd=build,
+        )
+    except subprocess.TimeoutExpired:
+        return False, f"error: nvcc timed out after {COMPILE_TIMEOUT_S} s", exe
+    return proc.returncode == 0 and exe.exists(), proc.stdout + proc.stderr, exe
+
+
+def exit_description(returncode: int) -> str:
+    """Return how a process ended: 'exit code N' or 'signal SIGSEGV (11)'."""
+    import signal
+
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {name} ({-returncode})"
+    return f"exit code {returncode}"
+
+
+def run_tu(exe: Path) -> tuple[dict[int, dict], str | None]:
+    """Run a compiled TU; return its JSON lines keyed by cell position, and how it failed (a
+    crash, a non-zero exit or a timeout) or None when it exited cleanly."""
+    try:
+        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {}, f"timed out after {RUN_TIMEOUT_S} s"
+    except OSError as exc:
+        return {}, f"could not start: {exc}"
+    rows = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            data = json.loads(line)
+            rows[data["index"]] = data
+    failure = None if proc.returncode == 0 else exit_description(proc.returncode)
+    if failure and proc.stderr.strip():
+        failure += f": {proc.stderr.strip().splitlines()[-1][:300]}"
+    return rows, failure
