@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep.measure import whole_step
+from tilesweep.measure import step_shapes, step_timing, whole_step
+from tilesweep.measure.step_clock import PartClock
+from tilesweep.measure.step_rank import StepRank
 
 MLA = {
     "kind": "mla",
@@ -51,16 +53,16 @@ def spec(layout: dict, attention: dict, batches=(1, 4)) -> dict:
 
 
 def test_micro_batches_split_the_rank_share():
-    assert whole_step.micro_batches(5, {"tp": 1, "pp": 2, "ep": 1}) == [3, 2]
-    assert whole_step.micro_batches(5, {"tp": 1, "pp": 1, "ep": 2}) == [3]
-    assert whole_step.micro_batches(1, {"tp": 1, "pp": 2, "ep": 1}) == [1, 0]
+    assert step_shapes.micro_batches(5, {"tp": 1, "pp": 2, "ep": 1}) == [3, 2]
+    assert step_shapes.micro_batches(5, {"tp": 1, "pp": 1, "ep": 2}) == [3]
+    assert step_shapes.micro_batches(1, {"tp": 1, "pp": 2, "ep": 1}) == [1, 0]
 
 
 def test_cache_bytes_follow_the_attention_kind():
     layout = {"tp": 2, "pp": 1, "ep": 1}
-    mla = whole_step.cache_bytes_per_sequence(tiny_model(MLA), layout, 10, 3)
+    mla = step_shapes.cache_bytes_per_sequence(tiny_model(MLA), layout, 10, 3)
     assert mla == (16 + 4 + 8) * 10 * 3 * 2  # latent + rope key + index key, replicated on TP
-    gqa = whole_step.cache_bytes_per_sequence(tiny_model(GQA), layout, 10, 3)
+    gqa = step_shapes.cache_bytes_per_sequence(tiny_model(GQA), layout, 10, 3)
     assert gqa == 2 * 1 * 8 * 10 * 3 * 2  # K and V of this rank's one KV head
 
 
@@ -107,7 +109,7 @@ def test_launch_counter_counts_kernels_per_part_and_skips_views():
     from tilesweep.measure.launch_count import make_counter
 
     counter = make_counter()
-    clock = whole_step.PartClock(torch, False, "count", counter)
+    clock = PartClock(torch, False, "count", counter)
     x, w = torch.randn(4, 8), torch.randn(8, 8)
     with counter:
         with clock.part("a"):
@@ -145,16 +147,16 @@ def test_graphed_and_eager_steps_pick_the_same_tokens():
         "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
     )
     try:
-        me = whole_step._StepRank(torch, torch.distributed, 0, one, True)
-        eager_mbs = [me._micro_batch(4)]
-        graph_mbs = [me._micro_batch(4)]
+        me = StepRank(torch, torch.distributed, 0, one, True)
+        eager_mbs = [me.micro_batch(4)]
+        graph_mbs = [me.micro_batch(4)]
         graph_mbs[0]["ids"].copy_(eager_mbs[0]["ids"])
         for cache_e, cache_g in zip(eager_mbs[0]["caches"], graph_mbs[0]["caches"], strict=True):
             for key in cache_e:
                 cache_g[key].copy_(cache_e[key])
-        off = whole_step.PartClock(torch, True, mode="off")
+        off = PartClock(torch, True, mode="off")
         me.one_step(eager_mbs, 0, off)
-        whole, _, _, _ = me._capture(graph_mbs, 0)
+        whole, _, _, _ = step_timing.capture(me, graph_mbs, 0)
         # The capture ran warm-up steps: start both from the same tokens and caches again.
         graph_mbs[0]["ids"].copy_(eager_mbs[0]["ids"])
         me.one_step(eager_mbs, 0, off)

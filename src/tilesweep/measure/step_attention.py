@@ -1,0 +1,64 @@
+"""The attention of one decode token per sequence over its KV cache, as the whole step runs it:
+MLA in its absorbed form (with the DSA indexer where the model has one), or GQA."""
+
+from __future__ import annotations
+
+from tilesweep.measure.step_clock import PartClock
+
+
+def rms(torch, x, w):
+    """Return RMS-normalised x times w (torch's fused rms_norm, as engines fuse it)."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+
+def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
+    """Return the attention output of one decode token per sequence over its cache (`a`: the
+    model's attention settings; `w`: this rank's attention weights)."""
+    if a["kind"] == "mla":
+        return _mla(torch, a, x, w, cache, clock)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    n, hd = x.shape[0], a["head_dim"]
+    kvh = cache["k"].shape[1]
+    heads = w["qkv"].shape[0] // hd - 2 * kvh
+    with clock.part("attn_proj"):
+        qkv = (x @ w["qkv"].t()).view(n, heads + 2 * kvh, hd)
+        cache["k"][:, :, -1].copy_(qkv[:, heads : heads + kvh])
+        cache["v"][:, :, -1].copy_(qkv[:, heads + kvh :])
+    with clock.part("attn_core"):
+        out = sdpa(qkv[:, :heads].unsqueeze(2), cache["k"], cache["v"], enable_gqa=True)
+    with clock.part("attn_out"):
+        return out.reshape(n, heads * hd) @ w["o"].t()
+
+
+def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
+    """Return MLA's absorbed-form attention output (attention over the indexer's best tokens
+    where the model has one)."""
+    n = x.shape[0]
+    nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
+    heads = w["uk"].shape[0]
+    with clock.part("attn_proj"):
+        q_lat = rms(torch, x @ w["q_a"].t(), w["q_norm"])
+        q = (q_lat @ w["q_b"].t()).view(n, heads, nope + rope)
+        cache["lat"][:, -1].copy_(x @ w["kv_a"].t())  # this token's latent and rope key
+        q_abs = torch.einsum("nhd,hdc->nhc", q[..., :nope], w["uk"])
+        query = torch.cat([q_abs, q[..., nope:]], dim=-1)
+    keys = cache["lat"]
+    if "iq" in w:
+        with clock.part("attn_index"):
+            cache["idx"][:, -1].copy_(x @ w["ik"].t())
+            iq = (q_lat @ w["iq"].t()).view(n, a["index_n_heads"], a["index_head_dim"])
+            scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
+            weights = (x @ w["iw"].t()).unsqueeze(-1)
+            total = (scores * weights).sum(1)
+            k = min(a["index_topk"], keys.shape[1])
+            top = total.topk(k, dim=-1).indices
+            keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
+    with clock.part("attn_core"):
+        # One latent head shared by every query head: batched matmuls over the cache (per
+        # sequence), never a per-head copy of it.
+        scores = torch.bmm(query, keys.transpose(1, 2)) * (nope + rope) ** -0.5
+        probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        out = torch.bmm(probs, keys[..., :lat])
+    with clock.part("attn_out"):
+        o = torch.einsum("nhc,hcv->nhv", out, w["uv"]).reshape(n, -1)
+        return o @ w["o"].t()

@@ -1,0 +1,85 @@
+"""The feed-forward part of one layer in the whole step: the dense FFN, or the MoE (router,
+permute, EP dispatch, expert GEMMs, combine, shared expert), on a StepRank."""
+
+from __future__ import annotations
+
+from tilesweep.measure.step_clock import PartClock
+
+
+def ffn(rank, x, layer: dict, mb: dict, index: int, clock: PartClock):
+    """Return the dense FFN or MoE output for x (before the TP all-reduce)."""
+    torch, dist = rank.torch, rank.dist
+    silu = torch.nn.functional.silu
+    if layer["kind"] == "dense":
+        with clock.part("dense_mlp"):
+            gu = x @ layer["gate_up"].t()
+            half = gu.shape[1] // 2
+            return (silu(gu[:, :half]) * gu[:, half:]) @ layer["down"].t()
+    with clock.part("router"):
+        logits = x @ layer["router"].t()
+        top_w, _ = logits.topk(rank.model["top_k"], dim=1)
+        mb["wflat"][: mb["top"]].copy_(torch.softmax(top_w.float(), dim=1).view(-1))
+    fused = "fused" in mb
+    out = None
+    if fused and rank.layout["ep"] == 1:
+        out = fused_experts(rank, x, layer, mb, clock)
+    else:
+        with clock.part("permute"):
+            torch.index_select(x, 0, mb["perm"], out=mb["send"])
+        if rank.ep_group is not None:
+            with clock.part("dispatch"):
+                dist.all_to_all_single(mb["recv"], mb["send"], group=rank.ep_group)
+        if fused:
+            fused_experts(rank, x, layer, mb, clock)
+        else:
+            p_gu, p_dn = mb["problems"][index]
+            with clock.part("expert_gemms"):
+                mb["run"](p_gu)
+                half = mb["gu"].shape[1] // 2
+                torch.mul(silu(mb["gu"][:, :half]), mb["gu"][:, half:], out=mb["act"])
+                mb["run"](p_dn)
+        out = combine(rank, x, mb, clock)
+    if "s_gate_up" in layer:
+        with clock.part("shared_expert"):
+            gu = x @ layer["s_gate_up"].t()
+            half = gu.shape[1] // 2
+            out.addmm_(silu(gu[:, :half]) * gu[:, half:], layer["s_down"].t())
+    return out
+
+
+def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
+    """Run the routed experts through the project's fused-MoE kernel; return the combined
+    output per token (EP: None, combined after the all-to-all)."""
+    from tilesweep.kernels import fused_moe as fm
+
+    torch, f = rank.torch, mb["fused"]
+    ep1 = rank.layout["ep"] == 1
+    a = x if ep1 else mb["recv"]
+    with clock.part("expert_gemms"):
+        fm.invoke(a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"],
+                  top_k=f["top_k"], gather=ep1)  # fmt: skip
+        half = mb["gu"].shape[1] // 2
+        torch.mul(torch.nn.functional.silu(mb["gu"][:, :half]), mb["gu"][:, half:],
+                  out=mb["act"])  # fmt: skip
+        fm.invoke(mb["act"], layer["e_down"], mb["expert_out"], f["blocks"], f["config"],
+                  top_k=f["top_k"], gather=False,
+                  topk_weights=mb["wflat"][: f["pairs"]] if ep1 else None)  # fmt: skip
+        clock.add_launches(2)
+    if ep1:
+        with clock.part("combine_sum"):
+            return mb["expert_out"][: f["pairs"]].view(x.shape[0], f["top_k"], -1).sum(1)
+    return None
+
+
+def combine(rank, x, mb: dict, clock: PartClock):
+    """Return the routed rows brought back (EP: all-to-all) and summed per token with their
+    routing weights."""
+    torch, dist = rank.torch, rank.dist
+    if rank.ep_group is not None:
+        with clock.part("combine"):
+            dist.all_to_all_single(mb["back"], mb["expert_out"], group=rank.ep_group)
+    with clock.part("combine_sum"):
+        mb["back"].mul_(mb["wflat"][:, None])
+        out = torch.zeros_like(x)
+        out.index_add_(0, mb["perm"], mb["back"])
+    return out

@@ -1,0 +1,162 @@
+"""One rank of the measured whole step: its place in the layout, its process groups, its share
+of the weights, and one decode step over its micro-batches (layers, LM head, PP hand-offs)."""
+
+from __future__ import annotations
+
+from tilesweep.measure.step_attention import attention, rms
+from tilesweep.measure.step_buffers import micro_batch
+from tilesweep.measure.step_clock import PartClock
+from tilesweep.measure.step_moe import ffn
+from tilesweep.measure.step_shapes import (
+    MEMORY_SHARE,
+    cache_bytes_per_sequence,
+    emulated_rank,
+    local_sequences,
+)
+from tilesweep.measure.step_weights import WeightMaker, stage_weights
+from tilesweep.plan.sharding import coords, group_ranks
+
+
+class StepRank:
+    """One rank's share of the reduced model, its caches and buffers; runs decode steps."""
+
+    def __init__(self, torch, dist, rank: int, spec: dict, cuda: bool):
+        self.torch, self.dist, self.cuda = torch, dist, cuda
+        self.layout, self.model, self.step_spec = spec["layout"], spec["model"], spec["step"]
+        self.kernels = spec.get("kernels", {})
+        self.moe_table = spec.get("moe_table") or {}
+        # One rank of a larger layout emulated alone: its shards and its batch share, on the
+        # one device at hand, with its collectives and pipeline hand-offs left out.
+        self.emulated = bool(spec.get("emulate"))
+        device_index = 0 if self.emulated else rank
+        self.rank = emulated_rank(self.layout) if self.emulated else rank
+        self.device = torch.device("cuda", device_index) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)
+        self.at = coords(self.rank, self.layout)
+        self.first, self.last = self.at["stage"] == 0, self.at["stage"] == self.layout["pp"] - 1
+        self.tp_group = self.ep_group = None
+        self.tp_ranks: list[int] = [self.rank]
+        for kind, lists in {} if self.emulated else group_ranks(self.layout).items():
+            for ranks in lists:
+                if len(ranks) < 2:
+                    continue
+                group = dist.new_group(ranks)  # every rank creates every group, in one order
+                if rank in ranks:
+                    setattr(self, f"{kind}_group", group)
+                    if kind == "tp":
+                        self.tp_ranks = ranks
+        self.gen = torch.Generator().manual_seed(self.step_spec["seed"] + 1 + self.rank)
+        self.shared_gen = torch.Generator().manual_seed(self.step_spec["seed"])
+        make = WeightMaker(torch, self.device, self.gen, self.shared_gen)
+        weights = stage_weights(
+            make, self.model, self.layout, self.step_spec, self.first, self.last
+        )
+        self.layers = weights["layers"]
+        self.embed = weights.get("embed")
+        self.final_norm, self.lm_head = weights.get("final_norm"), weights.get("lm_head")
+
+    def micro_batch(self, n: int) -> dict:
+        """Return the buffers and caches of one micro-batch of n sequences on this rank."""
+        return micro_batch(self, n)
+
+    def _all_reduce(self, x, clock: PartClock, name: str) -> None:
+        if self.tp_group is not None:
+            with clock.part(name):
+                self.dist.all_reduce(x, group=self.tp_group)
+
+    def compute(self, mb: dict, clock: PartClock) -> None:
+        """Run this stage's layers on one micro-batch: embedding first, LM head last."""
+        torch = self.torch
+        if mb["n"] == 0:
+            return
+        h = mb["x"]
+        if self.first:
+            with clock.part("embedding"):
+                torch.index_select(self.embed, 0, mb["ids"], out=h)
+        else:
+            with clock.part("residual"):
+                h.copy_(mb["h_in"])
+        for index, (layer, cache) in enumerate(zip(self.layers, mb["caches"], strict=True)):
+            with clock.part("norms"):
+                xn = rms(torch, h, layer["norm1"])
+            attn = attention(torch, self.model["attention"], xn, layer["attn"], cache, clock)
+            self._all_reduce(attn, clock, "attn_all_reduce")
+            with clock.part("residual"):
+                h.add_(attn)
+            with clock.part("norms"):
+                xn = rms(torch, h, layer["norm2"])
+            out = ffn(self, xn, layer, mb, index, clock)
+            self._all_reduce(out, clock, "ffn_all_reduce")
+            with clock.part("residual"):
+                h.add_(out)
+        if self.last:
+            self._lm_head(h, mb, clock)
+
+    def _lm_head(self, h, mb: dict, clock: PartClock) -> None:
+        """Pick each sequence's next token from the last stage's output into mb["ids"] (TP:
+        the best over the vocabulary shards)."""
+        torch = self.torch
+        with clock.part("lm_head"):
+            logits = rms(torch, h, self.final_norm) @ self.lm_head.t()
+            best, ids = logits.float().max(dim=1)
+            ids += self.at["tp_index"] * self.lm_head.shape[0]
+        if self.tp_group is not None:
+            with clock.part("lm_head_gather"):
+                both = torch.stack([best, ids.float()])
+                gathered = [torch.empty_like(both) for _ in self.tp_ranks]
+                self.dist.all_gather(gathered, both, group=self.tp_group)
+                stacked = torch.stack(gathered)  # tp, 2, n
+                ids = stacked[:, 1].gather(0, stacked[:, 0].argmax(0, keepdim=True))[0].long()
+        mb["ids"].copy_(ids.clamp_(0, self.model["vocab"] - 1))
+
+    def _hand_on(self, sent: dict, received: dict) -> None:
+        """Ring hand-off after a slot: activations to the next stage, tokens from last to first."""
+        dist, layout = self.dist, self.layout
+        pp, per_stage, stage = layout["pp"], layout["tp"] * layout["ep"], self.at["stage"]
+        nxt = self.rank + per_stage if stage < pp - 1 else self.rank - (pp - 1) * per_stage
+        prv = self.rank - per_stage if stage > 0 else self.rank + (pp - 1) * per_stage
+        out = sent["ids"] if self.last else sent["x"]
+        into = received["ids"] if self.first else received["h_in"]
+        if out.shape[0] == 0 and into.shape[0] == 0:
+            return
+        ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, into, prv)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+    def one_step(self, mbs: list[dict], slot: int, clock: PartClock) -> int:
+        """Run the pp slots of one decode step from `slot`; return the next slot."""
+        pp, stage = self.layout["pp"], self.at["stage"]
+        for _ in range(pp):
+            here = mbs[(slot - stage) % pp]
+            self.compute(here, clock)
+            if pp > 1 and not self.emulated:
+                with clock.part("pp_send_recv"):
+                    self._hand_on(here, mbs[(slot + 1 - stage) % pp])
+            slot += 1
+        return slot
+
+    def sync(self) -> None:
+        """Wait for this rank's device, then for every rank."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        self.dist.barrier()
+
+    def fits(self, batch: int) -> str:
+        """Return why a batch's caches do not fit on every rank's device ('' when they do)."""
+        if not self.cuda:
+            return ""
+        torch, layers = self.torch, len(self.layers)
+        ctx = self.step_spec["context_len"]
+        need = local_sequences(batch, self.layout) * cache_bytes_per_sequence(
+            self.model, self.layout, ctx, layers
+        )
+        free, _ = torch.cuda.mem_get_info(self.device)
+        ok = torch.tensor([1 if need <= MEMORY_SHARE * free else 0], device=self.device)
+        self.dist.all_reduce(ok, op=self.dist.ReduceOp.MIN)
+        if ok.item():
+            return ""
+        return (
+            f"KV caches of batch {batch} at context {ctx} need {need / 2**30:.1f} GiB per rank; "
+            f"{MEMORY_SHARE:.0%} of the free {free / 2**30:.1f} GiB is the limit"
+        )

@@ -1,0 +1,122 @@
+"""How the whole step is measured on a StepRank: warm-up, launches per part, the whole step
+timed eagerly and, on a GPU, as a captured CUDA graph, and the parts timed on separate repeats."""
+
+from __future__ import annotations
+
+import time
+
+from tilesweep.measure.step_clock import PartClock
+from tilesweep.measure.step_shapes import micro_batches
+
+
+def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
+    """Return whole-step times (the slowest rank's), part times, launches per part and a
+    finiteness check. On a GPU in graph mode the step is captured in a CUDA graph, as the
+    engines run decode, and its replays are timed; the eager step is timed beside it."""
+    torch = rank.torch
+    short = rank.fits(batch)
+    if short:
+        return {"batch": batch, "skipped": short}
+    mbs = [rank.micro_batch(n) for n in micro_batches(batch, rank.layout)]
+    off = PartClock(torch, rank.cuda, mode="off")
+    slot = 0
+    for _ in range(warmup):
+        rank.sync()
+        slot = rank.one_step(mbs, slot, off)
+    launches, slot = count_launches(rank, mbs, slot)
+    eager, slot = time_steps(rank, mbs, slot, repeats, None)
+    out = {"batch": batch, "micro_batches": [mb["n"] for mb in mbs], "launches": launches}
+    graphed = rank.cuda and rank.step_spec.get("mode", "graph") == "graph"
+    if graphed:
+        try:
+            whole, parted, clock, slot = capture(rank, mbs, slot)
+        except Exception as exc:  # a step that cannot be captured says why, and stays eager
+            graphed = False
+            out["graph_error"] = str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
+    if graphed:
+        times, _ = time_steps(rank, mbs, slot, repeats, whole)
+        part_samples = []
+        for _ in range(repeats):
+            rank.sync()
+            parted.replay()
+            part_samples.append(clock.collect())
+        out.update(whole_ms=times, eager_ms=eager, timing="cuda-graph")
+        del whole, parted
+    else:
+        part_clock, part_samples = PartClock(torch, rank.cuda), []
+        for _ in range(repeats):
+            rank.sync()
+            slot = rank.one_step(mbs, slot, part_clock)
+            part_samples.append(part_clock.collect())
+        out.update(whole_ms=eager, eager_ms=eager, timing="eager")
+    out["parts"] = part_samples
+    out["finite"] = all(bool(torch.isfinite(mb["x"]).all().item()) for mb in mbs)
+    out["moe_config"] = next((mb["fused"]["source"] for mb in mbs if "fused" in mb), "")
+    del mbs
+    if rank.cuda:
+        torch.cuda.empty_cache()
+    return out
+
+
+def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], int]:
+    """Return ({part: launches in one step}, next slot) from one eager step under a
+    LaunchCounter."""
+    from tilesweep.measure.launch_count import make_counter
+
+    counter = make_counter()
+    rank.sync()
+    with counter:
+        slot = rank.one_step(mbs, slot, PartClock(rank.torch, rank.cuda, "count", counter))
+    return counter.counts, slot
+
+
+def time_steps(rank, mbs: list[dict], slot: int, repeats: int, graph) -> tuple[list, int]:
+    """Return (the slowest rank's ms per step over repeats, next slot): graph replays when a
+    graph is given, else eager steps."""
+    torch = rank.torch
+    off = PartClock(torch, rank.cuda, mode="off")
+    times = []
+    for _ in range(repeats):
+        rank.sync()
+        if rank.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            if graph is None:
+                slot = rank.one_step(mbs, slot, off)
+            else:
+                graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            began = time.perf_counter()
+            slot = rank.one_step(mbs, slot, off)
+            times.append((time.perf_counter() - began) * 1e3)
+    slowest = torch.tensor(times, dtype=torch.float64, device=rank.device)
+    rank.dist.all_reduce(slowest, op=rank.dist.ReduceOp.MAX)
+    return slowest.tolist(), slot
+
+
+def capture(rank, mbs: list[dict], slot: int):
+    """Return (the step's graph, the same step's graph with timing events around every part,
+    the clock holding those events, next slot), captured after warm-up steps on a side stream
+    as torch asks."""
+    torch = rank.torch
+    off = PartClock(torch, True, mode="off")
+    side = torch.cuda.Stream(rank.device)
+    side.wait_stream(torch.cuda.current_stream(rank.device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            slot = rank.one_step(mbs, slot, off)
+    torch.cuda.current_stream(rank.device).wait_stream(side)
+    rank.sync()
+    whole = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(whole):
+        slot = rank.one_step(mbs, slot, off)
+    clock = PartClock(torch, True, mode="graph")
+    parted = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(parted):
+        slot = rank.one_step(mbs, slot, clock)
+    rank.sync()
+    return whole, parted, clock, slot

@@ -1,0 +1,103 @@
+"""One rank's share of the reduced model's weights: random bf16, sharded over TP and EP."""
+
+from __future__ import annotations
+
+
+def fill_random(tensor, gen, scale: float):
+    """Fill a tensor with tiled random values (cheap for GBs of weights) times scale; return it."""
+    import torch
+
+    flat = tensor.view(-1)
+    block = min(flat.numel(), 1 << 20)
+    base = (torch.randn(block, generator=gen) * scale).to(tensor.dtype).to(tensor.device)
+    for lo in range(0, flat.numel(), block):
+        hi = min(lo + block, flat.numel())
+        flat[lo:hi].copy_(base[: hi - lo])
+    return tensor
+
+
+def random_bf16(torch, shape: tuple, device, gen):
+    """Return a bf16 tensor of this shape filled with random values (empty shapes allowed)."""
+    out = torch.empty(*shape, dtype=torch.bfloat16, device=device)
+    return fill_random(out, gen, 1.0) if out.numel() else out
+
+
+class WeightMaker:
+    """Makes one rank's weights on its device: from the rank's own generator, or from the
+    generator every rank shares (for weights all ranks hold alike)."""
+
+    def __init__(self, torch, device, gen, shared_gen):
+        self.torch, self.device, self.gen, self.shared_gen = torch, device, gen, shared_gen
+
+    def w(self, *shape, k: int, shared: bool = False):
+        """Return a bf16 weight of this shape, random with scale 1/sqrt(k)."""
+        torch = self.torch
+        source = self.shared_gen if shared else self.gen
+        return fill_random(
+            torch.empty(*shape, dtype=torch.bfloat16, device=self.device), source, k**-0.5
+        )
+
+    def ones(self, n: int):
+        """Return a bf16 vector of n ones (a norm's weight)."""
+        return self.torch.ones(n, dtype=self.torch.bfloat16, device=self.device)
+
+
+def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
+    """Return one layer's attention weights on a rank: its heads' share under TP."""
+    a, hidden = model["attention"], model["hidden"]
+    heads = max(1, a["heads"] // tp)
+    if a["kind"] == "mla":
+        nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
+        w = {
+            "q_a": make.w(a["q_lora_rank"], hidden, k=hidden),
+            "q_norm": make.ones(a["q_lora_rank"]),
+            "q_b": make.w(heads * (nope + rope), a["q_lora_rank"], k=a["q_lora_rank"]),
+            "kv_a": make.w(lat + rope, hidden, k=hidden),
+            "uk": make.w(heads, nope, lat, k=nope),
+            "uv": make.w(heads, lat, a["v_head_dim"], k=lat),
+            "o": make.w(hidden, heads * a["v_head_dim"], k=heads * a["v_head_dim"]),
+        }
+        if a.get("index_topk"):
+            w["iq"] = make.w(a["index_n_heads"] * a["index_head_dim"], a["q_lora_rank"], k=1)
+            w["ik"] = make.w(a["index_head_dim"], hidden, k=hidden)
+            w["iw"] = make.w(a["index_n_heads"], hidden, k=hidden)
+        return w
+    kv_heads, hd = max(1, a["kv_heads"] // tp), a["head_dim"]
+    return {
+        "qkv": make.w((heads + 2 * kv_heads) * hd, hidden, k=hidden),
+        "o": make.w(hidden, heads * hd, k=heads * hd),
+    }
+
+
+def stage_weights(
+    make: WeightMaker, model: dict, layout: dict, step: dict, first: bool, last: bool
+) -> dict:
+    """Return a rank's weights: `layers` (its stage's dense then MoE layers), and `embed` on the
+    first stage, `final_norm` and `lm_head` (split over the vocabulary) on the last."""
+    hidden, tp, ep = model["hidden"], layout["tp"], layout["ep"]
+    layers = []
+    kinds = ["dense"] * step["dense_layers"] + ["moe"] * step["moe_layers"]
+    for kind in kinds:
+        layer = {"kind": kind, "norm1": make.ones(hidden), "norm2": make.ones(hidden)}
+        layer["attn"] = attention_weights(make, model, tp)
+        if kind == "dense":
+            inter = model["dense_intermediate"] // tp
+            layer["gate_up"] = make.w(2 * inter, hidden, k=hidden)
+            layer["down"] = make.w(hidden, inter, k=inter)
+        else:
+            inter, experts = model["moe_intermediate"] // tp, model["routed_experts"] // ep
+            layer["router"] = make.w(model["routed_experts"], hidden, k=hidden, shared=True)
+            layer["e_gate_up"] = make.w(experts, 2 * inter, hidden, k=hidden)
+            layer["e_down"] = make.w(experts, hidden, inter, k=inter)
+            shared = model["shared_experts"] * model["moe_intermediate"] // tp
+            if shared:
+                layer["s_gate_up"] = make.w(2 * shared, hidden, k=hidden)
+                layer["s_down"] = make.w(hidden, shared, k=shared)
+        layers.append(layer)
+    out = {"layers": layers}
+    if first:
+        out["embed"] = make.w(model["vocab"], hidden, k=1, shared=True)
+    if last:
+        out["final_norm"] = make.ones(hidden)
+        out["lm_head"] = make.w(-(-model["vocab"] // tp), hidden, k=hidden)
+    return out
