@@ -12,14 +12,7 @@ from tilesweep.config import compose
 from tilesweep.errors import ConfigError
 from tilesweep.plan.architecture import total_weight_bytes
 from tilesweep.plan.bound import decide_bound, margin_text
-from tilesweep.plan.deployment import (
-    COLUMNS,
-    compose_deployment,
-    compose_step,
-    derated_timer,
-    roofline_timer,
-    stage_collectives,
-)
+from tilesweep.plan.deployment import COLUMNS, compose_deployment, compose_step
 from tilesweep.plan.interconnect import (
     collective_ms,
     floored_ms,
@@ -27,6 +20,8 @@ from tilesweep.plan.interconnect import (
     topology_numbers,
 )
 from tilesweep.plan.memory_fit import memory_fit, stage_layers
+from tilesweep.plan.part_timers import derated_timer, roofline_timer
+from tilesweep.plan.step_parts import stage_collectives
 
 BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"
 
@@ -104,7 +99,7 @@ def test_pp_at_batch_1_is_bound_over_the_whole_path_not_a_bubble(brief):
 
 
 def test_ep_waits_for_the_most_loaded_rank():
-    from tilesweep.plan.deployment import busiest_rank
+    from tilesweep.plan.step_parts import busiest_rank
 
     distinct_1, rows_1 = busiest_rank(256, 8, 8, 1)
     distinct_8, rows_8 = busiest_rank(256, 8, 8, 8)

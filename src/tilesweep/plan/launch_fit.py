@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from tilesweep.plan.deployment import roofline_timer, stage_parts
+from tilesweep.plan.part_timers import roofline_timer
+from tilesweep.plan.step_parts import stage_parts
 
 # Which composition part kinds each measured whole-step part covers.
 MEASURED_KINDS = {

@@ -1,0 +1,199 @@
+"""What one rank of a pipeline stage runs for one micro-batch, as parts with bytes and flops
+(weights read, activations, attention over the KV cache, routed experts under EP routing) and
+as collectives (TP all-reduce, EP all-to-all). Sharding is memory_fit's."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from tilesweep.plan.architecture import (
+    ACT_BYTES,
+    attention_core,
+    bytes_per_weight,
+    expert_params,
+    group_dtype,
+    linears,
+)
+
+
+def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
+    """Return the part reading one group's weights (sharded over TP) for `rows` tokens."""
+    entries = linears(model).get(group, [])
+    if not entries or not count:
+        return None
+    params = sum(i * o / (tp if split else 1) for _, i, o, split in entries)
+    acts = sum(i + o / (tp if split else 1) for _, i, o, split in entries)
+    dtype = group_dtype(group, dep)
+    return {
+        "name": group,
+        "kind": kind,
+        "bytes": params * bytes_per_weight(dtype) + rows * acts * ACT_BYTES,
+        "flops": 2.0 * rows * params,
+        "dtype": dtype,
+        "count": count,
+    }
+
+
+# Routings sampled for the expected busiest EP rank (fixed seed: the same answer every run); fewer
+# for large batches, whose busiest rank varies less.
+ROUTING_SAMPLES = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float, float]:
+    """Return (distinct experts, routed rows) of the busiest of `ep` ranks, each holding
+    experts / ep consecutive experts, when `tokens` tokens each pick top_k distinct experts
+    uniformly at random: the expectation over up to ROUTING_SAMPLES routings of the rank with the
+    most rows (its distinct experts beside). With ep = 1 it is the whole layer's expectation."""
+    if tokens <= 0:
+        return 0.0, 0.0
+    if ep == 1:
+        return experts * (1 - (1 - top_k / experts) ** tokens), float(tokens * top_k)
+    rng = np.random.default_rng(0)
+    per_rank = experts // ep
+    samples = max(16, min(ROUTING_SAMPLES, 2_000_000 // (tokens * experts)))
+    keys = rng.random((samples, tokens, experts))
+    picks = np.argpartition(keys, top_k - 1, axis=2)[:, :, :top_k]  # top_k distinct experts
+    hits = np.zeros((samples, experts))
+    np.add.at(hits, (np.arange(samples)[:, None, None], picks), 1)
+    by_rank = hits.reshape(samples, ep, per_rank)
+    rows = by_rank.sum(axis=2)
+    distinct = (by_rank > 0).sum(axis=2)
+    worst = rows.argmax(axis=1)
+    pick = np.arange(samples)
+    return float(distinct[pick, worst].mean()), float(rows[pick, worst].mean())
+
+
+def stage_parts(
+    model: dict, dep: dict, layout: dict, stage: dict, micro: int, first: bool, last: bool
+) -> list[dict]:
+    """Return the compute parts one rank of a stage runs for one micro-batch (count = repeats)."""
+    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    s = math.ceil(micro / ep)  # sequences whose attention this rank runs
+    layers = stage["dense"] + stage["moe"]
+    heads = model["attention"]["heads"] / tp
+
+    def core_part(name: str, kind: str, nbytes: float, flops: float, count: int) -> dict:
+        """Return a part of the attention core over this rank's s sequences, in the KV dtype."""
+        return {
+            "name": name,
+            "kind": kind,
+            "bytes": s * nbytes,
+            "flops": s * flops,
+            "dtype": dep["kv_dtype"],
+            "count": count,
+        }
+
+    parts = [
+        _linear_part(model, dep, "attention", tp, s, "attention_proj", layers),
+        _linear_part(model, dep, "indexer", 1, s, "indexer_proj", layers),
+        _linear_part(model, dep, "dense_mlp", tp, s, "dense_gemm", stage["dense"]),
+        _linear_part(model, dep, "shared_experts", tp, s, "shared_gemm", stage["moe"]),
+        _linear_part(model, dep, "router", 1, s, "router", stage["moe"]),
+    ]
+    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
+        if not count:
+            continue
+        core = attention_core(model, dep, heads, sliding)
+        name = "attention_sliding" if sliding else "attention"
+        parts.append(core_part(name, "attention", core["kv_bytes"], core["flops"], count))
+        if core["index_flops"]:
+            parts.append(
+                core_part(
+                    "indexer_score", "indexer", core["index_bytes"], core["index_flops"], count
+                )
+            )
+    if stage["moe"]:
+        e, k = model["routed_experts"], model["top_k"]
+        # experts: ep spreads whole experts over the TP group (attention TP, experts EP on the
+        # same GPUs): each rank runs every token of the group through its e / tp experts.
+        spread, split = (tp * ep, 1) if layout.get("experts") == "ep" else (ep, tp)
+        if dep.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
+            rows = micro * k / spread
+            active = min(e / spread, rows)
+        else:  # EP: every layer waits for its most loaded rank (expected, random routing)
+            active, rows = busiest_rank(e, k, spread, micro)
+        w = expert_params(model) / split
+        dtype = group_dtype("routed_experts", dep)
+        act_per_row = (2 * h + 2 * model["moe_intermediate"] / split) * ACT_BYTES
+        parts.append(
+            {
+                "name": "routed_experts",
+                "kind": "expert_gemm",
+                "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
+                "flops": 2.0 * rows * w,
+                "dtype": dtype,
+                "count": stage["moe"],
+            }
+        )
+    parts.append(
+        {
+            "name": "norms",
+            "kind": "norm",
+            "bytes": 2 * 2 * s * h * ACT_BYTES,
+            "flops": 0.0,
+            "dtype": "fp32",
+            "count": layers,
+        }
+    )
+    if first:
+        parts.append(
+            {
+                "name": "embedding",
+                "kind": "embedding",
+                "bytes": 2 * s * h * ACT_BYTES,
+                "flops": 0.0,
+                "dtype": "bf16",
+                "count": 1,
+            }
+        )
+    if last:
+        w = model["vocab"] * h / tp
+        dtype = group_dtype("lm_head", dep)
+        parts.append(
+            {
+                "name": "lm_head",
+                "kind": "lm_head",
+                "bytes": w * bytes_per_weight(dtype) + s * (h + model["vocab"] / tp) * ACT_BYTES,
+                "flops": 2.0 * s * w,
+                "dtype": dtype,
+                "count": 1,
+            }
+        )
+    return [p for p in parts if p is not None]
+
+
+def stage_collectives(
+    model: dict, layout: dict, stage: dict, micro: int, first: bool = False
+) -> list[dict]:
+    """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
+    TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
+    parallel embedding; EP all-to-all dispatch and combine."""
+    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    s = math.ceil(micro / ep)
+    layers = stage["dense"] + stage["moe"]
+    out = []
+    if tp > 1:
+        out.append(
+            {
+                "name": "tp_all_reduce",
+                "collective": "all_reduce",
+                "n": tp,
+                "bytes": s * h * ACT_BYTES,
+                "count": 2 * layers + (1 if first else 0),
+            }
+        )
+    if ep > 1 and stage["moe"]:
+        out.append(
+            {
+                "name": "ep_all_to_all",
+                "collective": "all_to_all",
+                "n": ep,
+                "bytes": s * model["top_k"] * h * ACT_BYTES,
+                "count": 2 * stage["moe"],
+            }
+        )
+    return out
