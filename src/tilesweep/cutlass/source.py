@@ -87,6 +87,8 @@ def tu_source(
     arch: str, bodies: list[str], version: str, device_check: bool = True
 ) -> tuple[str, list[tuple[int, int]]]:
     """Return a TU for the bodies and each body's (first, last) line number in it."""
+    # The first line names the module this came from before the split: every cache key hashes
+    # it, so it stays as it was.
     head = (
         f"// tilesweep cutlass_smem TU; cutlass {version}; flags: {' '.join(BASE_FLAGS)} "
         f"-gencode={ARCHS[arch].gencode}\n#define TS_DEVICE_CHECK {int(device_check)}\n"
