@@ -11,35 +11,32 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from tilesweep.errors import ConfigError
 from tilesweep.grid import canonical as grid_json
-from tilesweep.locks import release_stale_state
 from tilesweep.pipeline import Sweep, code_hash, parse_overrides
-from tilesweep.provenance import device_id, gpu_names, package_version, toolchain_key
+from tilesweep.provenance import package_version, toolchain_key
 
 try:
+    # `--config device=h200x8` (as the SLURM profile sets it) comes before the user's overrides.
+    PLANNED = [f"device={config['device']}"] if "device" in config else []
     SWEEP = Sweep(
-        parse_overrides(config.get("overrides")),
+        PLANNED + parse_overrides(config.get("overrides")),
         Path(workflow.basedir) / "conf",
-        gpu_names(),
     )
 except ConfigError as err:
     sys.exit(f"tilesweep: {err}")
 
 R = SWEEP.results
-if workflow.is_main_process and release_stale_state(Path.cwd()):
-    print(
-        "tilesweep: cleared what an interrupted run left; its jobs run again",
-        file=sys.stderr,
-    )
-DEVICE = device_id()
-GPUS = len(gpu_names())
-TOOLCHAIN = toolchain_key()
+if workflow.is_main_process:
+    print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
+DEVICE = SWEEP.device.identity()
+GPUS = len(SWEEP.device.gpus)
+TOOLCHAIN = toolchain_key(SWEEP.device.drivers)
 # Snakemake lowers a job's threads to --cores: a rule asking this many gets the whole machine.
 ALL_CORES = 4096
-# GPU benchmarks never share a GPU: cap the `gpu` resource at the GPUs present unless the user
-# (or a cluster profile) set it.
 # The settings the power loads read (the rest of the config does not rerun them).
 POWER_BENCH_KEYS = ("power_seconds", "power_period_s")
 POWER_MODEL_KEYS = ("hidden", "moe_intermediate", "routed_experts")
+# GPU benchmarks never share a GPU: cap the `gpu` resource at the planned GPUs unless the user
+# (or a cluster profile) set it.
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", GPUS)
 

@@ -1,6 +1,6 @@
 """The tiny grid run through a real single-node SLURM cluster equals the same grid run locally.
 
-The fixture starts the cluster with workflow/profiles/slurm/local-cluster.sh (installing Debian's
+The fixture starts the cluster with profiles/slurm/local-cluster.sh (installing Debian's
 slurm and munge packages first when it runs as root and they are missing) and always stops it.
 """
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tilesweep import backends, grid
+from tilesweep import backends, device, grid
 from tilesweep.config import compose
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -96,8 +96,11 @@ def parse_overrides(raw: object) -> list[str]:
 class Sweep:
     """The composed config and every cell, computed once per Snakefile read."""
 
-    def __init__(self, overrides: list[str], conf_dir: Path, gpus: tuple[str, ...] = ()):
+    def __init__(self, overrides: list[str], conf_dir: Path | None):
         self.settings = compose(overrides, conf_dir)
+        # The machine the jobs are planned for: decided once, by the `device` setting.
+        self.device = device.resolve(self.settings["device"], self.settings["catalog"])
+        gpus = self.device.gpus
         self.results = Path(self.settings["results_dir"])
         self.builds = grid.build_cells(self.settings)
         self.launches = grid.launch_cells(self.settings, self.builds)
@@ -107,7 +110,7 @@ class Sweep:
         self.decode_jobs = [
             job
             for backend in backends.enabled(self.settings)
-            for job in backend.decode_jobs(self.settings, self.kernels, tuple(gpus))
+            for job in backend.decode_jobs(self.settings, self.kernels, gpus)
         ]
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
@@ -200,9 +203,7 @@ class Sweep:
     def layout_outputs(self) -> list[str]:
         """Return every measured whole-step output path: one per layout that fits here, and
         one per larger layout when bench.step_emulate runs one of its ranks alone."""
-        from tilesweep.provenance import gpu_names
-
-        gpus = len(gpu_names())
+        gpus = len(self.device.gpus)
         bench = self.settings["bench"]
         cap = gpus if gpus else bench["step_cpu_world_cap"]
         return [
@@ -233,14 +234,12 @@ class Sweep:
         """Return the canonical JSON of one measured whole-step job: layout, model, batches,
         the benchmark keys it reads and, on a GPU machine, the grid's kernels (a step runner
         may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
-        from tilesweep.provenance import gpu_names
-
         bench = self.settings["bench"]
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
         from tilesweep.stages.layout import moe_table
 
         kernels, table = {}, {}
-        gpus = gpu_names()
+        gpus = self.device.gpus
         if gpus and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         if gpus:  # the configs themselves, so that a changed table reruns the step
@@ -261,9 +260,7 @@ class Sweep:
 
     def tune_dtypes(self) -> list[str]:
         """Return the dtypes the enabled backends tune on this machine (none without a GPU)."""
-        from tilesweep.provenance import gpu_names
-
-        gpus = gpu_names()
+        gpus = self.device.gpus
         return [
             d for b in backends.enabled(self.settings) for d in b.tune_jobs(self.settings, gpus)
         ]
