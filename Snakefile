@@ -11,20 +11,32 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from tilesweep.errors import ConfigError
 from tilesweep.grid import canonical as grid_json
-from tilesweep.pipeline import Sweep, code_hash, parse_overrides
+from tilesweep.pipeline import (
+    MEASURED_TABLES,
+    Sweep,
+    code_hash,
+    example_overrides,
+    parse_overrides,
+)
 from tilesweep.provenance import package_version, toolchain_key
+from tilesweep.stages.report import FIGURE_CATEGORIES
 
+# `--config example=docs/examples/h200` re-renders a kept example from its own tables.
+EXAMPLE = config.get("example")
 try:
-    # `--config device=h200x8` (as the SLURM profile sets it) comes before the user's overrides.
+    # `--config device=h200x8` (as the SLURM profile sets it) comes before the user's overrides,
+    # and a kept example's own overrides before both.
     PLANNED = [f"device={config['device']}"] if "device" in config else []
+    KEPT = example_overrides(EXAMPLE) if EXAMPLE else []
     SWEEP = Sweep(
-        PLANNED + parse_overrides(config.get("overrides")),
+        KEPT + PLANNED + parse_overrides(config.get("overrides")),
         Path(workflow.basedir) / "conf",
     )
 except ConfigError as err:
     sys.exit(f"tilesweep: {err}")
 
 R = SWEEP.results
+STAGE5 = SWEEP.stage5(EXAMPLE)
 if workflow.is_main_process:
     print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
 DEVICE = SWEEP.device.identity()
@@ -41,19 +53,23 @@ if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", GPUS)
 
 
-include: "workflow/rules/build.smk"
-include: "workflow/rules/launch.smk"
-include: "workflow/rules/decode.smk"
-include: "workflow/rules/tune.smk"
-include: "workflow/rules/collective.smk"
-include: "workflow/rules/layout.smk"
-include: "workflow/rules/power.smk"
-include: "workflow/rules/aggregate.smk"
+if not EXAMPLE:
+
+    include: "workflow/rules/build.smk"
+    include: "workflow/rules/launch.smk"
+    include: "workflow/rules/decode.smk"
+    include: "workflow/rules/tune.smk"
+    include: "workflow/rules/collective.smk"
+    include: "workflow/rules/layout.smk"
+    include: "workflow/rules/power.smk"
+    include: "workflow/rules/tables.smk"
+
+
+include: "workflow/rules/verdict.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
-        SWEEP.final_outputs(),
-        SWEEP.tuned_outputs(),
-        f"{R}/power/power.csv",
+        STAGE5.outputs() if EXAMPLE else SWEEP.final_outputs(),
