@@ -14,7 +14,6 @@ from tilesweep.grid import canonical as grid_json
 from tilesweep.pipeline import (
     MEASURED_TABLES,
     Sweep,
-    code_hash,
     example_overrides,
     parse_overrides,
 )

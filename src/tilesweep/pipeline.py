@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -37,9 +38,8 @@ def _imports(path: Path) -> set[Path]:
     """Return the tilesweep module files a module imports (at any depth in its body)."""
     found = set()
     text = path.read_text()
-    if path.name == "__init__.py" and "\nPLUGIN_PACKAGE = True" in text:
-        # A plugin package finds its modules instead of importing them: each one counts.
-        found |= {p for p in path.parent.glob("*.py") if p != path}
+    # A plugin package finds its modules at run time; a rule names the plugins it runs
+    # (Sweep.rule_code), so that no rule depends on every module the package can reach.
     for node in ast.walk(ast.parse(text, str(path))):
         names = []
         if isinstance(node, ast.Import):
@@ -54,10 +54,12 @@ def _imports(path: Path) -> set[Path]:
     return found
 
 
+@functools.cache
 def code_hash(*modules: str) -> str:
     """Return a short content hash of package modules (paths relative to the package) and of
     every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
-    reruns the rule; a touch does not."""
+    reruns the rule; a touch does not. Plugins found at run time are not followed: pass the
+    ones a rule runs (Sweep.rule_code)."""
     todo = [PACKAGE_DIR / rel for rel in modules]
     seen: set[Path] = set()
     while todo:
@@ -71,6 +73,27 @@ def code_hash(*modules: str) -> str:
         digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+# The stage module each rule calls (src/tilesweep/stages/).
+RULE_STAGES = {
+    "build": "stages/build.py",
+    "launch": "stages/launch.py",
+    "device": "stages/decode.py",
+    "decode": "stages/decode.py",
+    "tune": "stages/tune.py",
+    "collective": "stages/collective.py",
+    "layout": "stages/layout.py",
+    "power": "stages/power.py",
+    "tables": "stages/tables.py",
+    "verdict": "stages/verdict.py",
+    "report": "stages/report.py",
+}
+
+
+def _module_path(obj: object) -> str:
+    """Return the file of the module that defines obj's class, relative to the package."""
+    return str(Path(*type(obj).__module__.split(".")[1:]).with_suffix(".py"))
 
 
 def parse_overrides(raw: object) -> list[str]:
@@ -107,16 +130,37 @@ class Sweep:
         self.kernels = grid.bench_kernels(self.settings, self.builds)
         # Each enabled backend's decode jobs on this machine (the CUTLASS SM90 program only
         # where an SM90 device of the catalog is at hand).
-        self.decode_jobs = [
-            job
+        self._decode_owner = {
+            job: backend
             for backend in backends.enabled(self.settings)
             for job in backend.decode_jobs(self.settings, self.kernels, gpus)
-        ]
+        }
+        self.decode_jobs = list(self._decode_owner)
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
         self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
+
+    def rule_code(self, rule: str, key: str | None = None) -> str:
+        """Return the code hash of one rule's jobs (a param): the stage module it calls, what
+        that imports, and the backend modules the job runs, and nothing else, so that an edit
+        to one backend (say, the CUTLASS accounting) reruns only the jobs that run it. `key` is
+        the backend of a build or launch job and the job of a decode job."""
+        stage = RULE_STAGES[rule]
+        if rule in ("build", "launch"):
+            runs = [backends.get(key)]
+        elif rule == "decode":
+            runs = [self._decode_owner[key]] if key in self._decode_owner else []
+        elif rule == "tune":
+            runs = [b for b in backends.registered() if b.tune_jobs(self.settings, ("gpu",))]
+        elif rule == "layout":
+            runs = [b for b in backends.registered() if b.step_runners]
+        elif rule == "tables":
+            runs = backends.registered()  # which decode rows ran a launch row's kernel
+        else:
+            runs = []
+        return code_hash(stage, *sorted({_module_path(b) for b in runs}))
 
     def path(self, *parts: str) -> str:
         """Return a path under the results folder."""

@@ -23,7 +23,7 @@ rule figures:
     conda:
         "../envs/tilesweep.yaml"
     params:
-        code=code_hash("stages/report.py"),
+        code=SWEEP.rule_code("report"),
     script:
         "../scripts/draw_figures.py"
 
@@ -53,6 +53,6 @@ rule report:
         "../envs/tilesweep.yaml"
     params:
         settings=SWEEP.settings_json(),
-        code=code_hash("stages/report.py"),
+        code=SWEEP.rule_code("report"),
     script:
         "../scripts/write_report.py"

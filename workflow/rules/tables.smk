@@ -19,6 +19,6 @@ rule tables:
         "../envs/tilesweep.yaml"
     params:
         settings=SWEEP.settings_json(),
-        code=code_hash("stages/tables.py"),
+        code=SWEEP.rule_code("tables"),
     script:
         "../scripts/write_tables.py"

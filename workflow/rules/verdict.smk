@@ -26,6 +26,6 @@ rule verdict:
         "../envs/tilesweep.yaml"
     params:
         settings=SWEEP.settings_json(),
-        code=code_hash("stages/verdict.py"),
+        code=SWEEP.rule_code("verdict"),
     script:
         "../scripts/write_verdict.py"
