@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 bootstrap: $(BIN)/.installed
 
 sweep: bootstrap
-	$(BIN)/snakemake --cores $(CORES) --workflow-profile workflow/profiles/default $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 
 lint: bootstrap
 	$(BIN)/ruff check src tests workflow

@@ -11,52 +11,64 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from tilesweep.errors import ConfigError
 from tilesweep.grid import canonical as grid_json
-from tilesweep.locks import release_stale_state
-from tilesweep.pipeline import Sweep, code_hash, parse_overrides
-from tilesweep.provenance import device_id, gpu_names, package_version, toolchain_key
+from tilesweep.pipeline import (
+    MEASURED_TABLES,
+    Sweep,
+    example_overrides,
+    parse_overrides,
+)
+from tilesweep.provenance import package_version, toolchain_key
+from tilesweep.stages.report import FIGURE_CATEGORIES
 
+# `--config example=docs/examples/h200` re-renders a kept example from its own tables.
+EXAMPLE = config.get("example")
 try:
+    # `--config device=h200x8` (as the SLURM profile sets it) comes before the user's overrides,
+    # and a kept example's own overrides before both.
+    PLANNED = [f"device={config['device']}"] if "device" in config else []
+    KEPT = example_overrides(EXAMPLE) if EXAMPLE else []
     SWEEP = Sweep(
-        parse_overrides(config.get("overrides")),
+        KEPT + PLANNED + parse_overrides(config.get("overrides")),
         Path(workflow.basedir) / "conf",
-        gpu_names(),
     )
 except ConfigError as err:
     sys.exit(f"tilesweep: {err}")
 
 R = SWEEP.results
-if workflow.is_main_process and release_stale_state(Path.cwd()):
-    print(
-        "tilesweep: cleared what an interrupted run left; its jobs run again",
-        file=sys.stderr,
-    )
-DEVICE = device_id()
-GPUS = len(gpu_names())
-TOOLCHAIN = toolchain_key()
+STAGE5 = SWEEP.stage5(EXAMPLE)
+if workflow.is_main_process:
+    print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
+DEVICE = SWEEP.device.identity()
+GPUS = len(SWEEP.device.gpus)
+TOOLCHAIN = toolchain_key(SWEEP.device.drivers)
 # Snakemake lowers a job's threads to --cores: a rule asking this many gets the whole machine.
 ALL_CORES = 4096
-# GPU benchmarks never share a GPU: cap the `gpu` resource at the GPUs present unless the user
-# (or a cluster profile) set it.
 # The settings the power loads read (the rest of the config does not rerun them).
 POWER_BENCH_KEYS = ("power_seconds", "power_period_s")
 POWER_MODEL_KEYS = ("hidden", "moe_intermediate", "routed_experts")
+# GPU benchmarks never share a GPU: cap the `gpu` resource at the planned GPUs unless the user
+# (or a cluster profile) set it.
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", GPUS)
 
 
-include: "workflow/rules/build.smk"
-include: "workflow/rules/launch.smk"
-include: "workflow/rules/decode.smk"
-include: "workflow/rules/tune.smk"
-include: "workflow/rules/collective.smk"
-include: "workflow/rules/layout.smk"
-include: "workflow/rules/power.smk"
-include: "workflow/rules/aggregate.smk"
+if not EXAMPLE:
+
+    include: "workflow/rules/build.smk"
+    include: "workflow/rules/launch.smk"
+    include: "workflow/rules/decode.smk"
+    include: "workflow/rules/tune.smk"
+    include: "workflow/rules/collective.smk"
+    include: "workflow/rules/layout.smk"
+    include: "workflow/rules/power.smk"
+    include: "workflow/rules/tables.smk"
+
+
+include: "workflow/rules/verdict.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
-        SWEEP.final_outputs(),
-        SWEEP.tuned_outputs(),
-        f"{R}/power/power.csv",
+        STAGE5.outputs() if EXAMPLE else SWEEP.final_outputs(),

@@ -150,7 +150,7 @@ def test_toy_runners_become_rows_with_the_status_their_launcher_raised(toy, tmp_
 
 
 def test_attach_measured_launch_asks_the_backend_which_rows_ran_the_kernel():
-    from tilesweep.stages.aggregate import attach_measured_launch
+    from tilesweep.stages.tables import attach_measured_launch
 
     catalog = compose()["catalog"]
     launch = pd.DataFrame(
@@ -324,7 +324,7 @@ def test_build_records_carry_their_own_provenance(tmp_path, monkeypatch):
         4096,
     )
     # the aggregate keeps what the record says; it does not stamp its own time's provenance
-    from tilesweep.stages.aggregate import launch_table
+    from tilesweep.stages.tables import launch_table
 
     write_json(tmp_path / "l2.json", {**row, "toolchain": "triton 0.0-as-built"})
     table = launch_table([str(tmp_path / "l2.json")])

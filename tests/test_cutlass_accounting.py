@@ -181,21 +181,29 @@ def test_plan_groups_keeps_arches_apart_and_fills_jobs():
     assert len(groups) >= 2
 
 
-def test_an_edit_to_a_cpp_template_reruns_the_build_rule(tmp_path, monkeypatch):
-    """The templates are not imported, so the module that reads them declares them."""
+def test_an_edit_to_a_cpp_template_reruns_the_cutlass_build_jobs(tmp_path, monkeypatch):
+    """The templates are not imported, so the module that reads them declares them (DATA_FILES);
+    the CUTLASS build jobs hash the build stage and the backend module (Sweep.rule_code)."""
     import shutil
 
     from tilesweep import pipeline
     from tilesweep.cutlass import source
 
+    def build_hash() -> str:
+        pipeline.code_hash.cache_clear()
+        return pipeline.code_hash("stages/build.py", "backends/cutlass_backend.py")
+
     package = tmp_path / "tilesweep"
     shutil.copytree(pipeline.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(pipeline, "PACKAGE_DIR", package)
-    before = pipeline.code_hash("stages/build.py")
-    for rel in source.DATA_FILES:
-        template = package / rel
-        text = template.read_text()
-        template.write_text(text + "// edited\n")
-        assert pipeline.code_hash("stages/build.py") != before, rel
-        template.write_text(text)
-    assert pipeline.code_hash("stages/build.py") == before
+    try:
+        before = build_hash()
+        for rel in source.DATA_FILES:
+            template = package / rel
+            text = template.read_text()
+            template.write_text(text + "// edited\n")
+            assert build_hash() != before, rel
+            template.write_text(text)
+        assert build_hash() == before
+    finally:
+        pipeline.code_hash.cache_clear()  # hashes of the copy must not outlive the test

@@ -407,7 +407,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
     import pandas as pd
 
     from tilesweep.config import compose
-    from tilesweep.stages.aggregate import engine_rows
+    from tilesweep.stages.tables import engine_rows
 
     settings = compose()
     skipped = engine_rows(settings, pd.DataFrame())  # no tuning here: one row per engine

@@ -116,10 +116,10 @@ def test_the_scaled_grouped_mm_baseline_matches_the_fp32_reference(op):
 @pytest.mark.slow
 def test_attach_measured_launch_finds_the_kernel_run_here(tmp_path):
     from tilesweep.io import concat_tables
-    from tilesweep.stages.aggregate import attach_measured_launch, launch_table
     from tilesweep.stages.build import build_kernel
     from tilesweep.stages.decode import bench_decode
     from tilesweep.stages.launch import check_launch
+    from tilesweep.stages.tables import attach_measured_launch, launch_table
 
     catalog = _catalog()
     target = catalog_name(torch.cuda.get_device_name(0), catalog)

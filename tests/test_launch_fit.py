@@ -100,3 +100,36 @@ def test_observe_groups_measured_parts_and_counts_launches():
     assert obs["attention_proj"]["ms"] == 1.5 and obs["attention_proj"]["launches"] == 8
     assert obs["attention_proj"]["occurrences"] == 2
     assert obs["norm"]["launches"] == 4
+
+
+def test_the_whole_step_time_is_shared_over_its_parts():
+    """Parts timed with an event pair each add time the whole graphed step does not take: the
+    fit sees each part's share of the whole step."""
+    from tilesweep.plan.launch_fit import attribution
+
+    row = {"step_ms": 9.0, "part_norms_ms": 2.0, "part_lm_head_ms": 8.0, "part_router_ms": None}
+    assert attribution(row) == pytest.approx(0.9)
+    assert attribution({"part_norms_ms": 2.0}) == 1.0  # no whole step: the parts as timed
+
+
+def test_light_kinds_take_the_empty_kernel_cost_and_the_rest_the_gemv_intercept():
+    """Norms (activations in L2) cost an empty graphed kernel each; a projection streaming
+    weights from DRAM costs the GEMV intercept; both costs are in the fit and applied."""
+    parts = [
+        {"name": "attention", "kind": "attention_proj", "bytes": 1e6, "flops": 1e6,
+         "dtype": "bf16", "count": 2},
+        {"name": "norms", "kind": "norm", "bytes": 1e3, "flops": 0.0, "dtype": "fp32",
+         "count": 2},
+    ]  # fmt: skip
+    rows = [
+        {"batch": b, "part_attn_proj_ms": 0.02 * b, "launches_attn_proj": 6,
+         "part_norms_ms": 0.005, "launches_norms": 4}
+        for b in (1, 8)
+    ]  # fmt: skip
+    fit = launch_fit.fit_step(rows, {1: (parts, 1), 8: (parts, 1)}, HW, 5.0, {}, light_us=1.1)
+    assert fit["groups"]["norm"]["per_kernel_us"] == 1.1
+    assert fit["groups"]["attention_proj"]["per_kernel_us"] == 5.0
+    timer = launch_fit.launch_timer(fit, 5.0, "composed (test)")
+    assert timer(parts[1], HW)["launch_ms"] == pytest.approx(2 * 1.1e-3)  # 4 launches, 2 norms
+    without = launch_fit.fit_step(rows, {1: (parts, 1), 8: (parts, 1)}, HW, 5.0, {})
+    assert without["groups"]["norm"]["per_kernel_us"] == 5.0  # none measured: one cost for all

@@ -23,7 +23,7 @@ from tilesweep.report import data as summary
 from tilesweep.report import figures as plots
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
-from tilesweep.stages.aggregate import arrow_safe
+from tilesweep.stages.tables import arrow_safe
 
 SECTIONS = [key for key, _ in summary.SECTIONS]
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power")

@@ -1,6 +1,6 @@
 """The tiny grid run through a real single-node SLURM cluster equals the same grid run locally.
 
-The fixture starts the cluster with workflow/profiles/slurm/local-cluster.sh (installing Debian's
+The fixture starts the cluster with profiles/slurm/local-cluster.sh (installing Debian's
 slurm and munge packages first when it runs as root and they are missing) and always stops it.
 """
 
@@ -213,7 +213,8 @@ def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_
     node_gpus = slurm_env["TILESWEEP_SLURM_NODE_GPUS"]
     want = {
         "cpu_batch": ("tsbuild", "N/A"),
-        "aggregate_results": ("tsbuild", "N/A"),
+        "tables": ("tsbuild", "N/A"),
+        "report": ("tsbuild", "N/A"),
         "tune_configs": ("tsgpu", "gres:gpu:1"),
         "measure_device": ("tsgpu", "gres:gpu:1"),
         "bench_decode": ("tsgpu", "gres:gpu:1"),

@@ -8,9 +8,10 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import snakemake
+from conftest import ROOT, snakemake
 
 from tilesweep import pipeline
+from tilesweep.stages.report import FIGURE_CATEGORIES
 
 TINY = ["experiment=tiny"]
 TILES = "grid.tiles=[{m:16,n:64,k:64},{m:128,n:256,k:128}]"
@@ -79,6 +80,10 @@ def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
     assert report.index("## The brief's question") < report.index("## Summary")
 
 
+# The four rules that join the results: each runs once when any measurement changed.
+STAGE5 = {"tables": 1, "verdict": 1, "figures": 1, "report": 1}
+
+
 @pytest.mark.slow
 def test_nothing_changed_means_nothing_to_do(tiny_sweep):
     assert planned_jobs(tiny_sweep, TINY) == {}
@@ -89,12 +94,13 @@ def test_changing_one_tile_reruns_only_that_tile(tiny_sweep, copy_of):
     work = copy_of(tiny_sweep)
     changed = TILES.replace("{m:16,n:64,k:64}", "{m:32,n:64,k:64}")
     jobs = planned_jobs(work, [*TINY, changed])
-    # one build per architecture, one check per target, one benchmark, then the aggregate
+    # one build per architecture, one check per target, one benchmark, then the tables, the
+    # verdict, the figures and the report
     assert jobs == {
         "build_kernel": 2,
         "check_launch": 2,
         "bench_decode": 1,
-        "aggregate_results": 1,
+        **STAGE5,
         "all": 1,
     }
 
@@ -106,7 +112,7 @@ def test_changing_one_batch_reruns_benchmarks_not_builds(tiny_sweep, copy_of):
     assert "build_kernel" not in jobs and "check_launch" not in jobs
     assert jobs["bench_decode"] == 3  # two Triton kernels and the baselines
     assert jobs["bench_collective"] >= 1
-    assert jobs["aggregate_results"] == 1
+    assert all(jobs[rule] == 1 for rule in STAGE5)
 
 
 @pytest.mark.slow
@@ -115,7 +121,7 @@ def test_changing_one_layout_reruns_only_its_collectives(tiny_sweep, copy_of):
     jobs = planned_jobs(work, [*TINY, "grid.layouts=[{tp:1,pp:1,ep:1},{tp:1,pp:1,ep:2}]"])
     assert "build_kernel" not in jobs and "bench_decode" not in jobs
     assert jobs.get("bench_collective") == 1
-    assert jobs["aggregate_results"] == 1
+    assert all(jobs[rule] == 1 for rule in STAGE5)
 
 
 @pytest.mark.slow
@@ -194,3 +200,22 @@ def test_cpu_benchmarks_never_overlap_another_job(tiny_sweep):
         for o_start, o_end, other in benches:
             if other != name:
                 assert o_end <= start or o_start >= end, f"{other} overlapped {name}"
+
+
+@pytest.mark.slow
+def test_a_kept_example_is_re_rendered_by_snakemake_alone(tmp_path):
+    """`--config example=FOLDER` runs only the verdict, figure and report rules, on the
+    folder's own measured tables and with its own overrides; nothing is measured."""
+    import shutil
+
+    kept = tmp_path / "h200"
+    shutil.copytree(ROOT / "docs" / "examples" / "h200", kept)
+    (kept / "report.md").unlink()
+    plan = snakemake(tmp_path, "-n", "--forceall", "--config", f"example={kept}")
+    jobs = {rule for rule in ("verdict", "figures", "report") if f"rule {rule}:" in plan.stdout}
+    assert jobs == {"verdict", "figures", "report"}
+    assert "bench_" not in plan.stdout and "rule tables:" not in plan.stdout
+    snakemake(tmp_path, "--cores", "2", "--config", f"example={kept}")
+    text = (kept / "report.md").read_text()
+    assert "re-rendered from the GPU run's tables" in text
+    assert sorted(p.stem for p in (kept / "plots").glob("*.png")) == sorted(FIGURE_CATEGORIES)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The decode step as engines run it, on one H200 (conf/experiment/h200_step.yaml): the device's
 # ceilings and per-kernel cost, the graphed TP1 whole step of GLM-5 and one rank of TP8, EP8 and
-# TP4+PP2 emulated, then the graphed TP1 step of DeepSeek-V3 (a model the fit never saw), and the
-# GPU check that a graphed and an eager step pick the same tokens.
+# TP4+PP2 emulated, then the graphed TP1 step of DeepSeek-V3 and the TP1 step and one TP4 rank of
+# Qwen3-235B-A22B (GQA attention; models the fit never saw), and the GPU check that a graphed and
+# an eager step pick the same tokens.
 # Usage (on the GPU machine, .whl carried): tools/h200_step.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: tools/h200_step.sh OUT_DIR}
-mkdir -p "$out/glm5" "$out/dsv3"
+mkdir -p "$out/glm5" "$out/dsv3" "$out/qwen3"
 layouts="tp1-pp1-ep1 tp8-pp1-ep1 tp1-pp1-ep8 tp4-pp2-ep1"
 targets="results/device/ceilings.json"
 for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done
@@ -16,5 +17,10 @@ rm -rf results
 TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv" \
   TILESWEEP_TIMEOUT=${DSV3_TIMEOUT:-150} \
   tools/device_sweep.sh "$out/dsv3" experiment=h200_step model=deepseek_v3 'grid.layouts=[{tp:1,pp:1,ep:1}]'
+rm -rf results
+TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv results/layout/tp4-pp1-ep1.csv" \
+  TILESWEEP_TIMEOUT=${QWEN3_TIMEOUT:-150} \
+  tools/device_sweep.sh "$out/qwen3" experiment=h200_step model=qwen3_235b_a22b \
+  'grid.layouts=[{tp:1,pp:1,ep:1},{tp:4,pp:1,ep:1}]' 'grid.tokens_per_expert=[4]'
 PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 120 python3 -m pytest -q -p no:cacheprovider \
   tests/test_whole_step.py -k "graphed or launch_counter" 2>&1 | tail -5 | tee "$out/gpu_tests.log"

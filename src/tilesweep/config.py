@@ -23,6 +23,7 @@ _ALLOWED_QUANTIZED = ("routed_experts", "shared_experts", "dense_mlp", "attentio
 # Expected type of every leaf key, by dotted path; `*` stands for a list element.
 _SCHEMA: dict[str, Any] = {
     "results_dir": str,
+    "device": str,
     "hardware": "hardware",
     "model.name": str,
     "model.hidden": int,

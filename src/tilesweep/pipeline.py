@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 from pathlib import Path
 
-from tilesweep import backends, grid
+from tilesweep import backends, device, grid
 from tilesweep.config import compose
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -50,9 +51,8 @@ def _imports(path: Path) -> set[Path]:
     text = path.read_text()
     tree = ast.parse(text, str(path))
     found = _data_files(tree)
-    if path.name == "__init__.py" and "\nPLUGIN_PACKAGE = True" in text:
-        # A plugin package finds its modules instead of importing them: each one counts.
-        found |= {p for p in path.parent.glob("*.py") if p != path}
+    # A plugin package finds its modules at run time; a rule names the plugins it runs
+    # (Sweep.rule_code), so that no rule depends on every module the package can reach.
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
@@ -67,10 +67,12 @@ def _imports(path: Path) -> set[Path]:
     return found
 
 
+@functools.cache
 def code_hash(*modules: str) -> str:
     """Return a short content hash of package modules (paths relative to the package) and of
     every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
-    reruns the rule; a touch does not."""
+    reruns the rule; a touch does not. Plugins found at run time are not followed: pass the
+    ones a rule runs (Sweep.rule_code)."""
     todo = [PACKAGE_DIR / rel for rel in modules]
     seen: set[Path] = set()
     while todo:
@@ -84,6 +86,27 @@ def code_hash(*modules: str) -> str:
         digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+# The stage module each rule calls (src/tilesweep/stages/).
+RULE_STAGES = {
+    "build": "stages/build.py",
+    "launch": "stages/launch.py",
+    "device": "stages/decode.py",
+    "decode": "stages/decode.py",
+    "tune": "stages/tune.py",
+    "collective": "stages/collective.py",
+    "layout": "stages/layout.py",
+    "power": "stages/power.py",
+    "tables": "stages/tables.py",
+    "verdict": "stages/verdict.py",
+    "report": "stages/report.py",
+}
+
+
+def _module_path(obj: object) -> str:
+    """Return the file of the module that defines obj's class, relative to the package."""
+    return str(Path(*type(obj).__module__.split(".")[1:]).with_suffix(".py"))
 
 
 def parse_overrides(raw: object) -> list[str]:
@@ -109,24 +132,48 @@ def parse_overrides(raw: object) -> list[str]:
 class Sweep:
     """The composed config and every cell, computed once per Snakefile read."""
 
-    def __init__(self, overrides: list[str], conf_dir: Path, gpus: tuple[str, ...] = ()):
+    def __init__(self, overrides: list[str], conf_dir: Path | None):
         self.settings = compose(overrides, conf_dir)
+        # The machine the jobs are planned for: decided once, by the `device` setting.
+        self.device = device.resolve(self.settings["device"], self.settings["catalog"])
+        gpus = self.device.gpus
         self.results = Path(self.settings["results_dir"])
         self.builds = grid.build_cells(self.settings)
         self.launches = grid.launch_cells(self.settings, self.builds)
         self.kernels = grid.bench_kernels(self.settings, self.builds)
         # Each enabled backend's decode jobs on this machine (the CUTLASS SM90 program only
         # where an SM90 device of the catalog is at hand).
-        self.decode_jobs = [
-            job
+        self._decode_owner = {
+            job: backend
             for backend in backends.enabled(self.settings)
-            for job in backend.decode_jobs(self.settings, self.kernels, tuple(gpus))
-        ]
+            for job in backend.decode_jobs(self.settings, self.kernels, gpus)
+        }
+        self.decode_jobs = list(self._decode_owner)
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
         self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
+
+    def rule_code(self, rule: str, key: str | None = None) -> str:
+        """Return the code hash of one rule's jobs (a param): the stage module it calls, what
+        that imports, and the backend modules the job runs, and nothing else, so that an edit
+        to one backend (say, the CUTLASS accounting) reruns only the jobs that run it. `key` is
+        the backend of a build or launch job and the job of a decode job."""
+        stage = RULE_STAGES[rule]
+        if rule in ("build", "launch"):
+            runs = [backends.get(key)]
+        elif rule == "decode":
+            runs = [self._decode_owner[key]] if key in self._decode_owner else []
+        elif rule == "tune":
+            runs = [b for b in backends.registered() if b.tune_jobs(self.settings, ("gpu",))]
+        elif rule == "layout":
+            runs = [b for b in backends.registered() if b.step_runners]
+        elif rule == "tables":
+            runs = backends.registered()  # which decode rows ran a launch row's kernel
+        else:
+            runs = []
+        return code_hash(stage, *sorted({_module_path(b) for b in runs}))
 
     def path(self, *parts: str) -> str:
         """Return a path under the results folder."""
@@ -213,9 +260,7 @@ class Sweep:
     def layout_outputs(self) -> list[str]:
         """Return every measured whole-step output path: one per layout that fits here, and
         one per larger layout when bench.step_emulate runs one of its ranks alone."""
-        from tilesweep.provenance import gpu_names
-
-        gpus = len(gpu_names())
+        gpus = len(self.device.gpus)
         bench = self.settings["bench"]
         cap = gpus if gpus else bench["step_cpu_world_cap"]
         return [
@@ -246,14 +291,12 @@ class Sweep:
         """Return the canonical JSON of one measured whole-step job: layout, model, batches,
         the benchmark keys it reads and, on a GPU machine, the grid's kernels (a step runner
         may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
-        from tilesweep.provenance import gpu_names
-
         bench = self.settings["bench"]
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
         from tilesweep.stages.layout import moe_table
 
         kernels, table = {}, {}
-        gpus = gpu_names()
+        gpus = self.device.gpus
         if gpus and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         if gpus:  # the configs themselves, so that a changed table reruns the step
@@ -274,9 +317,7 @@ class Sweep:
 
     def tune_dtypes(self) -> list[str]:
         """Return the dtypes the enabled backends tune on this machine (none without a GPU)."""
-        from tilesweep.provenance import gpu_names
-
-        gpus = gpu_names()
+        gpus = self.device.gpus
         return [
             d for b in backends.enabled(self.settings) for d in b.tune_jobs(self.settings, gpus)
         ]
@@ -307,9 +348,81 @@ class Sweep:
         return grid.canonical(self.settings)
 
     def final_outputs(self) -> list[str]:
-        """Return the aggregate step's outputs: the tables and the report."""
+        """Return what a full sweep ends in: the tables, the verdict, the reports, the tuning
+        and the power readings."""
+        stage = self.stage5()
         tables = ["launch", "decode", "collective", "verdict"]
-        return [self.path("tables", f"{t}.csv") for t in tables] + [
-            self.path("report.md"),
-            self.path("report.html"),
+        return [
+            *(str(stage.tables / f"{t}.csv") for t in tables),
+            str(stage.reports / "report.md"),
+            str(stage.reports / "report.html"),
+            *self.tuned_outputs(),
+            self.path("power", "power.csv"),
+        ]
+
+    def stage5(self, example: str | None = None) -> Stage5:
+        """Return where the verdict, figures and reports read and write (see Stage5)."""
+        return Stage5(self, example)
+
+
+# The measured tables the tables step joins from the per-cell outputs.
+MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
+# A kept example's own record of the overrides it was made with.
+EXAMPLE_OVERRIDES = "overrides.yaml"
+
+
+def example_overrides(folder: str) -> list[str]:
+    """Return the overrides a kept example was made with (its overrides.yaml), so that
+    `--config example=FOLDER` alone re-renders it with the same config."""
+    from omegaconf import OmegaConf
+
+    from tilesweep.errors import ConfigError
+
+    path = Path(folder) / EXAMPLE_OVERRIDES
+    if not path.is_file():
+        raise ConfigError(
+            f"example={folder}: no {EXAMPLE_OVERRIDES} there (a kept example has one)"
+        )
+    return [str(o) for o in OmegaConf.to_container(OmegaConf.load(path)).get("overrides", [])]
+
+
+class Stage5:
+    """Where the verdict, figure and report steps read and write: a sweep's results (tables/,
+    plots/, the reports at the top), or a kept example folder (`--config example=FOLDER`),
+    whose measured tables (launch, decode, collective, layout, power, tune_<dtype>, ceilings)
+    lie beside the verdict, figures and reports re-rendered from them."""
+
+    def __init__(self, sweep: Sweep, example: str | None = None):
+        self.example = example
+        if example:
+            folder = Path(example)
+            self.tables, self.plots, self.reports = folder, folder / "plots", folder
+            self.measured = {n: [str(folder / f"{n}.csv")] for n in MEASURED_TABLES[:-1]}
+            self.measured["tune"] = [str(p) for p in sorted(folder.glob("tune_*.csv"))]
+            self.ceilings = [str(folder / "ceilings.json")]
+            self.provenance: list[str] = []
+        else:
+            self.tables, self.plots = sweep.results / "tables", sweep.results / "plots"
+            self.reports = sweep.results
+            self.measured = {n: [str(self.tables / f"{n}.csv")] for n in MEASURED_TABLES}
+            self.ceilings = [sweep.path("device", "ceilings.json")]
+            self.provenance = [str(self.tables / "provenance.json")]
+        fit = sweep.shipped_fit()
+        # A kept example's own fit is the verdict's output there, never its input.
+        self.shipped_fit = [
+            f for f in fit if Path(f).resolve() != (self.tables / "fit.json").resolve()
+        ]
+        self.parquet = not example
+
+    def table(self, name: str, ext: str = "csv") -> str:
+        """Return the path of one table this stage writes."""
+        return str(self.tables / f"{name}.{ext}")
+
+    def outputs(self) -> list[str]:
+        """Return what `all` asks for in example mode: the re-rendered tables and reports."""
+        return [
+            self.table("verdict"),
+            self.table("check"),
+            str(self.reports / "report.md"),
+            str(self.reports / "report.html"),
         ]

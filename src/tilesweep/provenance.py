@@ -36,9 +36,14 @@ def git_commit(where: str = str(Path(__file__).resolve().parent)) -> str:
     return head + ("+dirty" if dirty else "")
 
 
+class GpuQueryError(RuntimeError):
+    """nvidia-smi is present but did not say which GPUs the machine has."""
+
+
 @functools.cache
-def _gpu_query() -> tuple[tuple[str, str], ...]:
-    """Return (name, driver) of each local NVIDIA GPU from nvidia-smi (fast: no torch import)."""
+def query_gpus() -> tuple[tuple[str, str], ...]:
+    """Return (name, driver) of each local NVIDIA GPU from nvidia-smi (fast: no torch import);
+    none where nvidia-smi is absent. Raise GpuQueryError when nvidia-smi fails or hangs."""
     if shutil.which("nvidia-smi") is None:
         return ()
     try:
@@ -49,30 +54,37 @@ def _gpu_query() -> tuple[tuple[str, str], ...]:
             timeout=30,
             check=True,
         ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
+    except subprocess.TimeoutExpired:
+        raise GpuQueryError("nvidia-smi did not answer within 30 s") from None
+    except subprocess.CalledProcessError as err:
+        said = (err.stderr or err.stdout or "").strip().splitlines()
+        why = f": {said[0]}" if said else ""
+        raise GpuQueryError(f"nvidia-smi failed (exit {err.returncode}){why}") from None
+    except OSError as err:
+        raise GpuQueryError(f"nvidia-smi could not run: {err}") from None
     rows = [tuple(p.strip() for p in line.split(",", 1)) for line in out.splitlines() if line]
     return tuple(r for r in rows if len(r) == 2)
 
 
+def _gpu_query() -> tuple[tuple[str, str], ...]:
+    """Return the local GPUs for a job's own provenance and GPU slot: none when the query fails
+    (a job then runs and records what it ran on; planning uses tilesweep.device instead)."""
+    try:
+        return query_gpus()
+    except GpuQueryError:
+        return ()
+
+
 def gpu_names() -> tuple[str, ...]:
-    """Return the names of local NVIDIA GPUs."""
+    """Return the names of local NVIDIA GPUs, as a running job sees them."""
     return tuple(name for name, _ in _gpu_query())
 
 
-def toolchain_key() -> str:
-    """Return the versions that make a measurement stale when they change (a rule param)."""
-    drivers = sorted({drv for _, drv in _gpu_query()}) or ["none"]
+def toolchain_key(drivers: tuple[str, ...] = ()) -> str:
+    """Return the versions that make a measurement stale when they change (a rule param): the
+    Python packages, and the GPU drivers the planning query saw."""
     parts = [f"{p} {package_version(p)}" for p in ("torch", "triton", "nvidia-cutlass")]
-    return ", ".join([*parts, f"driver {'/'.join(drivers)}"])
-
-
-def device_id() -> str:
-    """Return a stable identity of the benchmark device at hand, e.g. 'cuda:NVIDIA H200 x2'."""
-    names = gpu_names()
-    if names:
-        return f"cuda:{names[0]} x{len(names)}"
-    return f"cpu:{platform.processor() or platform.machine()}"
+    return ", ".join([*parts, f"driver {'/'.join(sorted(drivers)) or 'none'}"])
 
 
 def toolchain() -> dict:

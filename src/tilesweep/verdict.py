@@ -74,6 +74,14 @@ def per_kernel_us(ceilings: dict) -> float | None:
     return launch.get("eager_us")
 
 
+def light_kernel_us(ceilings: dict) -> float | None:
+    """Return the measured cost of an empty kernel inside a CUDA graph in us (the per-kernel cost
+    of the kinds that read only small activations, launch_fit.LIGHT_KINDS); None off a GPU."""
+    if (ceilings or {}).get("device_kind") != "cuda":
+        return None
+    return ((ceilings or {}).get("launch") or {}).get("graph_us")
+
+
 def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: dict):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
     on the TP1 step timed in CUDA graphs here, else the fit shipped in deployment.fit_file, else
@@ -85,7 +93,8 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     device = ceilings.get("device", "none") if ceilings else "none"
     if ceilings and ceilings.get("device_kind") == "cuda":
         cost = per_kernel_us(ceilings)
-        fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device)
+        light = light_kernel_us(ceilings)
+        fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device, light_us=light)
         if fit is not None:
             return fit, cost, calibration.fit_label(fit)
     path = settings["deployment"].get("fit_file")
@@ -107,7 +116,8 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
         return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
     hw_here = calibration.device_hardware(ceilings, device, None)
     cost = per_kernel_us(ceilings)
-    fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device)
+    light = light_kernel_us(ceilings)
+    fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device, light_us=light)
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
     keep = ("device", "driver", "torch", "triton", "commit", "copy_gbs", "matmul_tflops", "launch")
@@ -181,7 +191,15 @@ def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, m
     numbers, floors = calibration.measured_interconnect(collective, backend)
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
-    return calibration.step_check(steps, model, hw_here, floors, device, per_kernel_us(ceilings))
+    return calibration.step_check(
+        steps,
+        model,
+        hw_here,
+        floors,
+        device,
+        per_kernel_us(ceilings),
+        light_us=light_kernel_us(ceilings),
+    )
 
 
 # The brief's layouts of eight GPUs (../shared/BRIEF.md point 1), beside any of the grid's.

@@ -17,7 +17,7 @@ rule build_kernel:
         "../envs/tilesweep.yaml"
     params:
         cell=lambda w: SWEEP.build_cell(w.backend, w.arch, w.kernel),
-        code=code_hash("stages/build.py"),
+        code=lambda w: SWEEP.rule_code("build", w.backend),
         toolchain=lambda w: SWEEP.build_toolchain(w.backend),
     script:
         "../scripts/build_kernel.py"
@@ -33,7 +33,7 @@ rule build_batch:
     threads: ALL_CORES
     params:
         cells=lambda w: SWEEP.batch_cells(w.backend, w.arch),
-        code=code_hash("stages/build.py"),
+        code=lambda w: SWEEP.rule_code("build", w.backend),
         toolchain=lambda w: SWEEP.build_toolchain(w.backend),
     script:
         "../scripts/build_batch.py"

@@ -16,6 +16,6 @@ rule bench_collective:
         cell=lambda w: SWEEP.collective_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("stages/collective.py"),
+        code=SWEEP.rule_code("collective"),
     script:
         "../scripts/bench_collective.py"

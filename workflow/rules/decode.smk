@@ -18,7 +18,7 @@ rule measure_device:
         catalog=grid_json(SWEEP.settings["catalog"]),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("stages/decode.py"),
+        code=SWEEP.rule_code("device"),
     script:
         "../scripts/measure_device.py"
 
@@ -40,6 +40,6 @@ rule bench_decode:
         cell=lambda w: SWEEP.bench_cell(w.kernel),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("stages/decode.py"),
+        code=lambda w: SWEEP.rule_code("decode", w.kernel),
     script:
         "../scripts/bench_decode.py"

@@ -12,6 +12,6 @@ rule check_launch:
         "../envs/tilesweep.yaml"
     params:
         cell=lambda w: SWEEP.launch_cell(w.backend, w.target, w.kernel),
-        code=code_hash("stages/launch.py"),
+        code=lambda w: SWEEP.rule_code("launch", w.backend),
     script:
         "../scripts/check_launch.py"

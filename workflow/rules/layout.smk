@@ -15,6 +15,6 @@ rule bench_layout:
         cell=lambda w: SWEEP.layout_step_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("stages/layout.py"),
+        code=SWEEP.rule_code("layout"),
     script:
         "../scripts/bench_layout.py"

@@ -20,6 +20,6 @@ rule measure_power:
         ),
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("stages/power.py"),
+        code=SWEEP.rule_code("power"),
     script:
         "../scripts/measure_power.py"

@@ -20,6 +20,6 @@ rule tune_configs:
         work=lambda w: f"{R}/tune/.work/{w.dtype}",
         device=DEVICE,
         toolchain=TOOLCHAIN,
-        code=code_hash("stages/tune.py"),
+        code=SWEEP.rule_code("tune"),
     script:
         "../scripts/tune_configs.py"

@@ -104,10 +104,12 @@ def step_fit(
     per_kernel_us: float | None,
     device: str,
     timing: str = "cuda-graph",
+    light_us: float | None = None,
 ) -> dict | None:
     """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at the smallest and
     the largest such batch (at most two), or None when there is no such step or no per-kernel
-    cost."""
+    cost. `light_us`: the per-kernel cost of the light kinds (launch_fit.LIGHT_KINDS), where
+    measured."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:
         return None
     ok = steps[
@@ -135,7 +137,7 @@ def step_fit(
         "model": model["name"],
         "step": rows[0]["measured_label"],
     }
-    return fit_step(rows, parts_of, hw, per_kernel_us, labels)
+    return fit_step(rows, parts_of, hw, per_kernel_us, labels, light_us)
 
 
 def fit_label(fit: dict, where: str = "") -> str:
@@ -169,6 +171,7 @@ def step_check(
     device: str,
     per_kernel_us: float | None = None,
     fit: dict | None = None,
+    light_us: float | None = None,
 ) -> pd.DataFrame:
     """Return one row per measured whole step: measured, roofline-only and composed (the
     launch-aware fit on TP1 at two batches; collectives from the measured fit) times for the
@@ -179,7 +182,12 @@ def step_check(
     if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
         fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
     else:
-        fits = {t: step_fit(steps, model, hw, per_kernel_us, device, t) for t in TIMINGS}
+        fits = {
+            t: step_fit(
+                steps, model, hw, per_kernel_us, device, t, light_us if t == "cuda-graph" else None
+            )
+            for t in TIMINGS
+        }
     timing = _timing(steps)
     emulated = _emulated(steps)
     rows = []

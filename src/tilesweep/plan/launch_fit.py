@@ -39,6 +39,10 @@ MEASURED_KINDS = {
     "embedding": ("embedding",),
     "lm_head": ("lm_head",),
 }
+# Kinds whose kernels read only small activations already in L2 (norms, the embedding row, the
+# router's top-k and softmax): each costs what an empty kernel costs inside a CUDA graph, not
+# the fixed cost of a kernel that streams weights from DRAM (the GEMV intercept).
+LIGHT_KINDS = ("norm", "embedding", "router")
 # Efficiencies searched (log grid): from 0.2% to twice the roof (a part served from cache).
 GRID = np.geomspace(0.002, 2.0, 301)
 POOLED = "device-wide"
@@ -57,6 +61,20 @@ def group_name(kinds: tuple[str, ...]) -> str:
     return "+".join(kinds)
 
 
+def attribution(row: dict) -> float:
+    """Return the factor that shares the whole step's time over its parts: the graphed step
+    (timed whole, as engines run it) over the sum of its parts (timed in a second graph with an
+    event pair around every part occurrence, which adds about 2-3 us each on an H200: 85-100 us
+    per micro-batch of the depth-reduced GLM-5 step). The parts say where the time goes; the
+    whole step says how much there is. 1 where either is missing."""
+    parts = [v for k, v in row.items() if k.startswith("part_") and k.endswith("_ms")]
+    parts = [v for v in parts if v is not None and not math.isnan(v)]
+    step = row.get("step_ms")
+    if not parts or step is None or math.isnan(step) or sum(parts) <= 0:
+        return 1.0
+    return float(step) / sum(parts)
+
+
 def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[str, dict]:
     """Return per group {ms, launches, roof_memory_ms, roof_math_ms, occurrences} of one measured
     step row, beside the composition's parts of the model as run (`repeats`: micro-batches the
@@ -69,9 +87,10 @@ def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[st
         acc["math"] += repeats * part["count"] * (t["roof_math_ms"] or 0.0)
         acc["count"] += repeats * part["count"]
     out = {}
+    scale = attribution(row)
     for kinds, names in _groups().items():
         ms = [row.get(f"part_{n}_ms") for n in names]
-        ms = [m for m in ms if m is not None and not math.isnan(m)]
+        ms = [scale * m for m in ms if m is not None and not math.isnan(m)]
         count = sum(roof.get(k, {}).get("count", 0) for k in kinds)
         if not ms or not count:
             continue
@@ -125,13 +144,14 @@ def fit_step(
     hw: dict,
     per_kernel_us: float,
     labels: dict,
+    light_us: float | None = None,
 ) -> dict:
     """Return the fit (JSON-able) of the measured rows (one per fit batch): per group of part
     kinds its efficiencies and launches per occurrence, and the device-wide pair.
 
     `parts_of[batch]` is (the composition's parts of the model as run, micro-batch repeats);
-    `labels` says what ran (device, layout, timing, model), copied into the fit."""
-    per_kernel_ms = per_kernel_us * 1e-3
+    `labels` says what ran (device, layout, timing, model), copied into the fit. `light_us`, where
+    measured, is the per-kernel cost of the LIGHT_KINDS groups (else they take per_kernel_us)."""
     by_group: dict[str, list[dict]] = {}
     pooled = []
     for row in rows:
@@ -147,6 +167,9 @@ def fit_step(
         )
     groups = {}
     for name, observations in sorted(by_group.items()):
+        light = light_us is not None and set(observations[0]["kinds"]) <= set(LIGHT_KINDS)
+        cost_us = light_us if light else per_kernel_us
+        per_kernel_ms = cost_us * 1e-3
         e_bw, e_math, note = fit_pair(observations, per_kernel_ms)
         launches = [o["launches"] / o["occurrences"] for o in observations]
         groups[name] = {
@@ -154,17 +177,20 @@ def fit_step(
             "e_bw": e_bw,
             "e_math": e_math,
             "launches_per_occurrence": float(np.median(launches)),
+            "per_kernel_us": cost_us,
             "note": note,
             "fit_error_pct": [
                 100 * (predict_ms(o, e_bw, e_math, per_kernel_ms) / o["ms"] - 1)
                 for o in observations
             ],
         }
-    e_bw, e_math, note = fit_pair(pooled, per_kernel_ms) if pooled else (1.0, 1.0, "no rows")
+    pooled_ms = per_kernel_us * 1e-3
+    e_bw, e_math, note = fit_pair(pooled, pooled_ms) if pooled else (1.0, 1.0, "no rows")
     return {
         **labels,
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
+        "light_kernel_us": light_us,
         "groups": groups,
         POOLED: {"e_bw": e_bw, "e_math": e_math, "note": note},
     }
@@ -193,7 +219,8 @@ def launch_timer(fit: dict, per_kernel_us: float, label: str):
         out["memory_ms"] = mem if bound_mem else 0.0
         out["math_ms"] = 0.0 if bound_mem else flop
         launches = group["launches_per_occurrence"] if group else 0.0
-        out["launch_ms"] = launches * cost_ms
+        cost = group.get("per_kernel_us", per_kernel_us) * 1e-3 if group else cost_ms
+        out["launch_ms"] = launches * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
         return out
 

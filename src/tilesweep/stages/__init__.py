@@ -33,3 +33,11 @@ def utc_now() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def named_files(named) -> dict[str, list[str]]:
+    """Return a Snakemake job's named inputs as lists of paths (a single path as a list of one)."""
+    return {
+        name: [str(f) for f in files] if isinstance(files, list) else [str(files)]
+        for name, files in named.items()
+    }

@@ -1,4 +1,6 @@
-"""Stage 5: join every result into the tables, the verdict and the reports (Markdown, HTML)."""
+"""Stage 5a: join every per-cell result into the measured tables (CSV and Parquet): launch
+with what real launches showed, decode with the engines' own kernels beside the project's,
+collective, the measured whole steps (layout), power and tune."""
 
 from __future__ import annotations
 
@@ -9,22 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import backends, verdict
+from tilesweep import backends
 from tilesweep.hardware import catalog_name
-from tilesweep.io import atomic_path, concat_tables, read_json, write_table, write_text
-from tilesweep.provenance import git_commit, package_version
-from tilesweep.report import data as report_data
-from tilesweep.report import html as report_html
-from tilesweep.report import markdown as report_md
+from tilesweep.io import concat_tables, write_table, write_text
 from tilesweep.stages import logged
 from tilesweep.tables import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 
-INPUTS = ("launch", "decode", "collective", "layout", "power", "tune", "ceilings")
-TABLES = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
-PARQUET = tuple(f"{name}_parquet" for name in TABLES)
-PLOTS = tuple(f"plot_{name}" for name in report_data.FIGURES)
-OUTPUTS = (*TABLES, "report", "html", *PARQUET, *PLOTS, "fit")
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# The per-cell outputs each table joins, and the tables (each also written as Parquet).
+TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 
 
 def launch_table(paths: list[str]) -> pd.DataFrame:
@@ -117,12 +111,6 @@ def measured_when(paths: list[str]) -> str | None:
     return f"{first} UTC" if first == last else f"{first} to {last} UTC"
 
 
-def write_png(path: str, data: bytes) -> None:
-    """Write PNG bytes atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Return the frame, or an empty one with the table's declared columns (a CSV with a
     header, never an empty file)."""
@@ -172,101 +160,38 @@ def engine_rows(settings: dict, tune: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)
 
 
-def assemble(
-    settings: dict,
-    measured: dict[str, pd.DataFrame],
-    ceilings: dict,
-    provenance: dict,
-) -> tuple[dict[str, pd.DataFrame], report_data.ReportData]:
-    """Return every table (the measured ones, the verdict and its check) and the ReportData,
-    from the measured tables (launch with its measured-launch columns, decode, collective,
-    layout, power) and the ceilings of the device at hand."""
-    decode, collective, steps = measured["decode"], measured["collective"], measured["layout"]
-
-    def compose(varied: dict) -> pd.DataFrame:
-        return verdict.deployment_table(varied, decode, collective, steps, ceilings)
-
-    tune = _with_columns(measured.get("tune", pd.DataFrame()), TUNE_COLUMNS)
+def measured_tables(settings: dict, inputs: dict[str, list[str]]) -> dict[str, pd.DataFrame]:
+    """Return the measured tables from the per-cell outputs, by name (TABLES)."""
+    decode = concat_tables(list(inputs["decode"]))
+    launch = attach_measured_launch(
+        launch_table(list(inputs["launch"])), decode, settings["catalog"]
+    )
+    tune = _with_columns(concat_tables(list(inputs.get("tune", []))), TUNE_COLUMNS)
     engines = engine_rows(settings, tune)
-    tables = {
-        "fit": verdict.fit_record(settings, steps, ceilings),
-        "launch": measured["launch"],
-        # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped with
-        # the reason); the verdict is composed from the project's rows only.
+    return {
+        "launch": launch,
+        # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped
+        # with the reason); the verdict is composed from the project's rows only.
         "decode": pd.concat([decode, engines], ignore_index=True) if len(engines) else decode,
-        "collective": collective,
-        "verdict": compose(settings),
-        "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
-        "power": measured["power"],
+        "collective": concat_tables(list(inputs["collective"])),
+        "layout": concat_tables(list(inputs["layout"])),
+        "power": concat_tables(list(inputs.get("power", []))),
         "tune": tune,
     }
-    data = report_data.build(
-        settings,
-        tables["launch"],
-        tables["decode"],
-        collective,
-        tables["verdict"],
-        provenance,
-        check=tables["check"],
-        power=tables["power"],
-        tune=tables["tune"],
-        panel=verdict.brief_panel(settings, compose),
-    )
-    return tables, data
 
 
-def aggregate_results(
-    settings_json: str, inputs: dict, outputs: dict, log_path: str | None = None
+def write_tables(
+    settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
-    """Write the tables (CSV and Parquet), the figures and the Markdown and HTML reports.
-
-    Outputs named in OUTPUTS beyond the first five are optional: a caller running the step
-    outside Snakemake may leave out Parquet, figure and HTML paths.
-    """
+    """Write each measured table as CSV and Parquet, and `provenance` (JSON): when each table's
+    cells were measured."""
     settings = json.loads(settings_json)
     with logged(log_path) as log:
-        decode = concat_tables(list(inputs["decode"]))
-        launch = attach_measured_launch(
-            launch_table(list(inputs["launch"])), decode, settings["catalog"]
-        )
-        measured = {
-            "launch": launch,
-            "decode": decode,
-            "collective": concat_tables(list(inputs["collective"])),
-            "layout": concat_tables(list(inputs["layout"])),
-            "power": concat_tables(list(inputs.get("power", []))),
-            "tune": concat_tables(list(inputs.get("tune", []))),
-        }
-        ceilings = {}
-        for path in inputs.get("ceilings", []):
-            ceilings = read_json(path)
-        provenance = {
-            "commit": git_commit(str(PACKAGE_DIR)),
-            "triton": package_version("triton"),
-            "torch": package_version("torch"),
-            "nvidia-cutlass": package_version("nvidia-cutlass"),
-            "measured": {
-                name: when
-                for name in ("launch", "decode", "collective", "layout", "power", "tune")
-                if (when := measured_when(list(inputs.get(name, []))))
-            },
-        }
-        tables, data = assemble(settings, measured, ceilings, provenance)
-        log.info("rows: %s", {n: len(f) for n, f in tables.items() if n != "fit"})
-        text = report_md.render(data)
-        page = report_html.render(data)
-        log.info("html report %d bytes, %d figures", len(page), len(data.figures))
-    if outputs.get("fit"):
-        write_text(outputs["fit"], json.dumps(tables["fit"], indent=1, sort_keys=True) + "\n")
+        tables = measured_tables(settings, inputs)
+        log.info("rows: %s", {n: len(f) for n, f in tables.items()})
+        when = {n: w for n in TABLES if (w := measured_when(list(inputs.get(n, []))))}
     for name, frame in tables.items():
-        if name == "fit":
-            continue
         write_table(outputs[name], frame)
         if outputs.get(f"{name}_parquet"):
             write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
-    for name, png in data.figures.items():
-        if outputs.get(f"plot_{name}"):
-            write_png(outputs[f"plot_{name}"], png)
-    write_text(outputs["report"], text)
-    if outputs.get("html"):
-        write_text(outputs["html"], page)
+    write_text(outputs["provenance"], json.dumps({"measured": when}, indent=1) + "\n")

@@ -150,7 +150,7 @@ cmd_start() {
 Local SLURM cluster up: node localhost, $CPUS CPUs, $NODE_GPUS fake GPUs, partitions $CPU_PARTITION and $GPU_PARTITION.
 Run the sweep through it (no accounting database, hence squeue for status checks):
   export TILESWEEP_SLURM_NODE_GPUS=$NODE_GPUS TILESWEEP_SLURM_CPU_PARTITION=$CPU_PARTITION TILESWEEP_SLURM_GPU_PARTITION=$GPU_PARTITION
-  snakemake --executor slurm --profile workflow/profiles/slurm --cores $CPUS --slurm-status-command squeue
+  snakemake --executor slurm --profile profiles/slurm --cores $CPUS --slurm-status-command squeue
 Stop it with: $0 stop
 EOF
 }

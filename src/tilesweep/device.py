@@ -1,0 +1,77 @@
+"""The machine a sweep is planned for: the `device` setting decides the job set.
+
+`auto` asks nvidia-smi once, where the Snakefile is read; a query that fails is an error, never
+a quiet CPU plan. `cpu` plans a CPU sweep on any machine. `<hardware>x<count>` (for example
+`h200x8`) plans for that many GPUs of a conf/hardware entry, wherever the Snakefile is read:
+a cluster's login node has no GPUs, so its profile names the nodes' GPUs.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import dataclass
+
+from tilesweep.errors import ConfigError
+
+_NAMED = re.compile(r"^(?P<hardware>[a-z0-9_]+)x(?P<count>[0-9]+)$")
+_ALLOWED = "auto, cpu, or <hardware>x<count> such as h200x8"
+
+
+@dataclass(frozen=True)
+class Device:
+    """The GPUs a sweep plans jobs for (none on a CPU plan), and how they were decided."""
+
+    gpus: tuple[str, ...]  # nvidia-smi names, one per GPU
+    drivers: tuple[str, ...]  # driver versions the query saw (none for a named machine)
+    setting: str  # the `device` value that decided it
+    how: str = ""  # how `auto` decided, said once when the Snakefile is read
+
+    def summary(self) -> str:
+        """Return one line saying what the sweep is planned for and why."""
+        what = f"{len(self.gpus)} x {self.gpus[0]}" if self.gpus else "the CPU (no GPU jobs)"
+        return f"planned for {what}: device={self.setting}{self.how}"
+
+    def identity(self) -> str:
+        """Return a stable identity of the planned device, e.g. 'cuda:NVIDIA H200 x8' (a rule
+        param: a different machine reruns the measurements)."""
+        if self.gpus:
+            return f"cuda:{self.gpus[0]} x{len(self.gpus)}"
+        return f"cpu:{platform.processor() or platform.machine()}"
+
+
+def resolve(setting: object, catalog: dict[str, dict]) -> Device:
+    """Return the Device a `device` setting names; raise ConfigError (one line) for a value
+    that names no machine, or when `auto` cannot ask the machine."""
+    from tilesweep.provenance import GpuQueryError, query_gpus
+
+    if not isinstance(setting, str):
+        raise ConfigError(f"device={setting!r}: expected a string: {_ALLOWED}")
+    if setting == "cpu":
+        return Device((), (), setting)
+    if setting == "auto":
+        try:
+            found = query_gpus()
+        except GpuQueryError as err:
+            raise ConfigError(
+                f"device=auto: {err}; set device=cpu, or name the machine (device=h200x8)"
+            ) from None
+        how = " (nvidia-smi answered)" if found else " (no nvidia-smi on PATH)"
+        names, drivers = tuple(n for n, _ in found), tuple(sorted({d for _, d in found}))
+        return Device(names, drivers, setting, how)
+    named = _NAMED.match(setting)
+    if named is None:
+        raise ConfigError(f"device={setting!r}: expected {_ALLOWED}")
+    hardware, count = named["hardware"], int(named["count"])
+    if hardware not in catalog:
+        raise ConfigError(
+            f"device={setting!r}: no conf/hardware/{hardware}.yaml; known: {', '.join(catalog)}"
+        )
+    if count < 1:
+        raise ConfigError(f"device={setting!r}: the GPU count must be at least 1")
+    names = catalog[hardware].get("device_names") or []
+    if not names:
+        raise ConfigError(
+            f"device={setting!r}: conf/hardware/{hardware}.yaml lists no device_names to plan for"
+        )
+    return Device((names[0],) * count, (), setting)

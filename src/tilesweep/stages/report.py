@@ -1,0 +1,91 @@
+"""Stage 5c: the figures (PNG) and the reports (Markdown, self-contained HTML), from the tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tilesweep.io import atomic_path, concat_tables, read_json, write_text
+from tilesweep.provenance import git_commit, package_version
+from tilesweep.report import data as report_data
+from tilesweep.report import html as report_html
+from tilesweep.report import markdown as report_md
+from tilesweep.stages import logged
+from tilesweep.stages.verdict import read_panel
+
+# Each figure's category in `snakemake --report` (every name of report_data.FIGURES).
+FIGURE_CATEGORIES = {
+    "launch_smem": "Launch",
+    "decode_time": "Decode",
+    "decode_roofline": "Decode",
+    "collective_bandwidth": "Collectives",
+    "verdict_split": "Verdict",
+    "check_error": "Verdict",
+}
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# A kept example is re-rendered from a GPU run's tables, without that run's provenance file.
+RERENDERED = "re-rendered from the GPU run's tables; versions above are the renderer's"
+
+
+def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
+    """Return each named table, read from its input files (a list each; empty when none)."""
+    return {name: concat_tables(list(inputs.get(name, []))) for name in names}
+
+
+def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None) -> None:
+    """Draw every report figure from the tables and write each as PNG."""
+    with logged(log_path) as log:
+        t = _tables(inputs, ("launch", "decode", "collective", "verdict", "check"))
+        drawn = report_data.draw_figures(
+            t["launch"], t["decode"], t["collective"], t["verdict"], t["check"]
+        )
+        log.info("figures: %s", sorted(drawn))
+    for name, png in drawn.items():
+        with atomic_path(outputs[name]) as tmp:
+            tmp.write_bytes(png)
+
+
+def provenance(inputs: dict[str, list[str]]) -> dict:
+    """Return the report's provenance: the renderer's commit and versions, and when each table's
+    cells were measured (from the tables step; a kept example says it was re-rendered)."""
+    out = {
+        "commit": git_commit(str(PACKAGE_DIR)),
+        "triton": package_version("triton"),
+        "torch": package_version("torch"),
+        "nvidia-cutlass": package_version("nvidia-cutlass"),
+    }
+    saved = [read_json(p) for p in inputs.get("provenance", [])]
+    if saved:
+        out["measured"] = saved[0].get("measured", {})
+    else:
+        out["note"] = RERENDERED
+    return out
+
+
+def write_report(
+    settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
+) -> None:
+    """Write report.md and report.html from the tables, the panel and the drawn figures."""
+    settings = json.loads(settings_json)
+    names = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
+    with logged(log_path) as log:
+        t = _tables(inputs, names)
+        figures = {Path(p).stem: Path(p).read_bytes() for p in inputs["figures"]}
+        panel = read_panel(inputs["panel"][0]) if inputs.get("panel") else None
+        data = report_data.build(
+            settings,
+            t["launch"],
+            t["decode"],
+            t["collective"],
+            t["verdict"],
+            provenance(inputs),
+            figures=figures,
+            check=t["check"],
+            power=t["power"],
+            tune=t["tune"],
+            panel=panel,
+        )
+        text, page = report_md.render(data), report_html.render(data)
+        log.info("html report %d bytes, %d figures", len(page), len(data.figures))
+    write_text(outputs["report"], text)
+    write_text(outputs["html"], page)

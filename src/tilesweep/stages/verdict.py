@@ -1,0 +1,75 @@
+"""Stage 5b: the verdict, composed from the measured tables, its check against the measured
+whole steps, the launch-aware fit it used, and the question's panel when one is configured."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+
+from tilesweep import verdict
+from tilesweep.io import concat_tables, read_json, write_table, write_text
+from tilesweep.stages import logged
+from tilesweep.stages.tables import arrow_safe
+
+TABLES = ("verdict", "check")
+PANEL = ("rows", "winners", "band")
+
+
+def composer(inputs: dict[str, list[str]]):
+    """Return (compose, steps, collective, ceilings): compose(settings) gives the verdict rows
+    from the measured tables (the project's own decode rows, not the engines' whole-MoE ones)."""
+    decode = concat_tables(list(inputs["decode"]))
+    if "op" in decode:
+        decode = decode[decode["op"] != "whole_moe"].reset_index(drop=True)
+    collective = concat_tables(list(inputs["collective"]))
+    steps = concat_tables(list(inputs["layout"]))
+    ceilings = {}
+    for path in inputs.get("ceilings", []):
+        ceilings = read_json(path)
+
+    def compose(varied: dict) -> pd.DataFrame:
+        return verdict.deployment_table(varied, decode, collective, steps, ceilings)
+
+    return compose, steps, collective, ceilings
+
+
+def panel_json(panel: dict | None) -> str:
+    """Return the question's panel as JSON text: each frame as CSV text, or {} for none."""
+    if not panel:
+        return "{}\n"
+    return json.dumps({k: panel[k].to_csv(index=False) for k in PANEL}, indent=1) + "\n"
+
+
+def read_panel(path: str) -> dict | None:
+    """Return the panel panel_json wrote (frames read back as every table is), or None."""
+    saved = read_json(path)
+    if not saved:
+        return None
+    return {k: pd.read_csv(io.StringIO(saved[k])) if saved[k].strip() else pd.DataFrame()
+            for k in PANEL}  # fmt: skip
+
+
+def write_verdict(
+    settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
+) -> None:
+    """Write the verdict and its check (CSV, and Parquet where asked), the fit (JSON) and the
+    question's panel (JSON)."""
+    settings = json.loads(settings_json)
+    with logged(log_path) as log:
+        compose, steps, collective, ceilings = composer(inputs)
+        fit = verdict.fit_record(settings, steps, ceilings)
+        tables = {
+            "verdict": compose(settings),
+            "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
+        }
+        panel = verdict.brief_panel(settings, compose)
+        log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
+    if outputs.get("fit"):
+        write_text(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True) + "\n")
+    for name, frame in tables.items():
+        write_table(outputs[name], frame)
+        if outputs.get(f"{name}_parquet"):
+            write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
+    write_text(outputs["panel"], panel_json(panel))

@@ -1,0 +1,24 @@
+# Stage 5a: join every per-cell result into the measured tables (CSV and Parquet).
+
+
+rule tables:
+    input:
+        launch=SWEEP.launch_outputs(),
+        decode=SWEEP.decode_outputs(),
+        collective=SWEEP.collective_outputs(),
+        layout=SWEEP.layout_outputs(),
+        power=[f"{R}/power/power.csv"],
+        tune=[p for p in SWEEP.tuned_outputs() if p.endswith(".csv")],
+    output:
+        **{name: STAGE5.table(name) for name in MEASURED_TABLES},
+        **{f"{name}_parquet": STAGE5.table(name, "parquet") for name in MEASURED_TABLES},
+        provenance=STAGE5.provenance[0],
+    log:
+        f"{R}/logs/tables.log",
+    conda:
+        "../envs/tilesweep.yaml"
+    params:
+        settings=SWEEP.settings_json(),
+        code=SWEEP.rule_code("tables"),
+    script:
+        "../scripts/write_tables.py"

@@ -1,0 +1,31 @@
+# Stage 5b: the verdict composed from the measured tables, its check against the measured whole
+# steps, the launch-aware fit and the question's panel (from a sweep's tables, or a kept
+# example's with --config example=FOLDER).
+
+
+rule verdict:
+    input:
+        decode=STAGE5.measured["decode"],
+        collective=STAGE5.measured["collective"],
+        layout=STAGE5.measured["layout"],
+        ceilings=STAGE5.ceilings,
+        shipped_fit=STAGE5.shipped_fit,
+    output:
+        **(
+            {f"{n}_parquet": STAGE5.table(n, "parquet") for n in ("verdict", "check")}
+            if STAGE5.parquet
+            else {}
+        ),
+        verdict=STAGE5.table("verdict"),
+        check=STAGE5.table("check"),
+        fit=STAGE5.table("fit", "json"),
+        panel=STAGE5.table("question", "json"),
+    log:
+        f"{R}/logs/verdict.log",
+    conda:
+        "../envs/tilesweep.yaml"
+    params:
+        settings=SWEEP.settings_json(),
+        code=SWEEP.rule_code("verdict"),
+    script:
+        "../scripts/write_verdict.py"
