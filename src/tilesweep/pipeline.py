@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import hashlib
 import json
 from pathlib import Path
@@ -67,7 +66,6 @@ def _imports(path: Path) -> set[Path]:
     return found
 
 
-@functools.cache
 def code_hash(*modules: str) -> str:
     """Return a short content hash of package modules (paths relative to the package) and of
     every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
@@ -149,6 +147,7 @@ class Sweep:
             for job in backend.decode_jobs(self.settings, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
+        self._codes: dict[tuple[str, ...], str] = {}
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
@@ -173,7 +172,10 @@ class Sweep:
             runs = backends.registered()  # which decode rows ran a launch row's kernel
         else:
             runs = []
-        return code_hash(stage, *sorted({_module_path(b) for b in runs}))
+        modules = (stage, *sorted({_module_path(b) for b in runs}))
+        if modules not in self._codes:  # one hash per module set per Snakefile read
+            self._codes[modules] = code_hash(*modules)
+        return self._codes[modules]
 
     def path(self, *parts: str) -> str:
         """Return a path under the results folder."""
