@@ -8,29 +8,30 @@ import pandas as pd
 import pytest
 
 from tilesweep import backends, grid
-from tilesweep.backends import Backend, Runner, kernel_cell, register
+from tilesweep.backends import Backend, Builder, DecodeRunner, Runner, kernel_cell, register
 from tilesweep.config import compose
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
 
 
-class ToyBackend(Backend):
-    """A backend the package has never heard of: one cell per tile, one decode job, two runners."""
-
-    name = "toy"
-    build_per = "kernel"
-    runner_prefix = "toy"
-    schema = {"enabled": bool}
+class ToyBuilder(Builder):
+    """One cell per tile, built per kernel."""
 
     def cells(self, settings, arch, cc):
         return [
-            kernel_cell(self.name, arch, "bf16", tile, 1, 1, "default")
+            kernel_cell("toy", arch, "bf16", tile, 1, 1, "default")
             for tile in settings["grid"]["tiles"]
         ]
 
     def kernel_tail(self, cell):
         return "toy"
+
+
+class ToyDecode(DecodeRunner):
+    """One decode job, two runners that fail in two ways."""
+
+    runner_prefix = "toy"
 
     def decode_jobs(self, settings, kernels, gpus):
         return ["toy-job"]
@@ -49,6 +50,15 @@ class ToyBackend(Backend):
             raise RuntimeError("out of resource: shared memory")
 
         return call
+
+
+class ToyBackend(Backend):
+    """A backend the package has never heard of: a builder and a decode runner, nothing else."""
+
+    name = "toy"
+    schema = {"enabled": bool}
+    builder = ToyBuilder()
+    decoder = ToyDecode()
 
 
 @pytest.fixture
@@ -177,7 +187,7 @@ def test_attach_measured_launch_asks_the_backend_which_rows_ran_the_kernel():
 
 
 def test_cutlass_rows_match_only_auto_stage_default_epilogue_tiles_of_the_same_schedule():
-    cutlass = backends.get("cutlass")
+    cutlass = backends.get("cutlass").decoder
     decode = pd.DataFrame(
         [{"runner": "cutlass:128x128x128", "dtype": "fp8", "schedule": "cooperative"},
          {"runner": "cutlass:64x128x128", "dtype": "fp8", "schedule": "pingpong"}]
@@ -253,7 +263,7 @@ def test_the_sm90_program_is_asked_for_the_accounted_schedule(tmp_path):
 def test_the_fp8_baseline_is_listed_beside_the_bf16_ones_and_skipped_on_a_cpu(monkeypatch):
     import torch
 
-    torch_backend = backends.get("torch")
+    torch_backend = backends.get("torch").decoder
     assert backends.backend_of("torch_scaled_grouped_mm").name == "torch"
     assert not backends.step_capable("torch_scaled_grouped_mm")  # the step runs bf16
     runners = {r.name: r for r in torch_backend.runners({"kernel": "baselines"}, False)}

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tilesweep.backends.torch_baselines import baseline_runner
 from tilesweep.measure import gemm_case as decode
 from tilesweep.plan import expert_shapes, roofline
 
@@ -62,7 +63,7 @@ def test_baselines_match_the_reference_on_random_data(name):
     settings = {"bench": {"repeats": 2, "warmup": 1, "cpu_repeats": 2}}
     row = decode.measure_case(
         name,
-        lambda: decode.baseline_runner(name, counts, "bf16"),
+        lambda: baseline_runner(name, counts, "bf16"),
         counts,
         n,
         k,
@@ -83,7 +84,7 @@ def test_baselines_match_the_reference_on_random_data(name):
 )
 def test_a_baseline_runs_only_in_its_own_operand_type(name, dtype):
     with pytest.raises(NotImplementedError, match=f"{name} baseline is timed for"):
-        decode.baseline_runner(name, [1, 2], dtype)
+        baseline_runner(name, [1, 2], dtype)
 
 
 def test_a_wrong_kernel_is_a_correctness_row():

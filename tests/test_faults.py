@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from tilesweep import backends
 from tilesweep.config import compose
 from tilesweep.grid import canonical
 from tilesweep.io import write_json
@@ -37,6 +38,17 @@ def _spec(kernel: str, timeout: float) -> str:
             "bench": bench,
         }
     )
+
+
+@pytest.fixture(autouse=True)
+def planted_faults(monkeypatch):
+    """Register the planted-fault backend here and in every child the benchmark spawns."""
+    monkeypatch.setenv("TILESWEEP_PLUGINS", "plugins.planted_faults")
+    from plugins.planted_faults import PlantedFaults
+
+    backends.register(PlantedFaults)
+    yield
+    backends.unregister("fault")
 
 
 @pytest.fixture

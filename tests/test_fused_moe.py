@@ -406,9 +406,10 @@ def test_the_tuned_pick_minimises_the_time_summed_over_routings():
 def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
     import pandas as pd
 
+    from tilesweep import backends
     from tilesweep.config import compose
-    from tilesweep.stages.tables import engine_rows
 
+    engine_rows = backends.get("fused_moe").decoder.table_rows
     settings = compose()
     skipped = engine_rows(settings, pd.DataFrame())  # no tuning here: one row per engine
     assert set(skipped["runner"]) == {"engine:vllm", "engine:sglang"}

@@ -90,14 +90,8 @@ def test_triton_grouped_gemm_matches_the_fp32_reference(dtype, tile, op):
 
 @pytest.mark.parametrize("op", ["gate_up", "down"])
 def test_the_scaled_grouped_mm_baseline_matches_the_fp32_reference(op):
-    from tilesweep.backends.torch_baselines import skip_reason
-    from tilesweep.measure.gemm_case import (
-        TOLERANCE,
-        baseline_runner,
-        make_problem,
-        reference,
-        rel_error,
-    )
+    from tilesweep.backends.torch_baselines import baseline_runner, skip_reason
+    from tilesweep.measure.gemm_case import TOLERANCE, make_problem, reference, rel_error
     from tilesweep.plan.expert_shapes import expert_ops
 
     why = skip_reason("torch_scaled_grouped_mm", True)

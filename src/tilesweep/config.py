@@ -465,8 +465,8 @@ def _check_backend_values(settings: dict) -> None:
     from tilesweep import backends
 
     on = backends.enabled(settings)
-    if not any(b.build_per != "none" for b in on):
-        builders = [b.name for b in backends.registered() if b.build_per != "none"]
+    if not any(b.builder for b in on):
+        builders = [b.name for b in backends.builders()]
         raise ConfigError(
             f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
             "disabled; enable at least one to have kernels"
@@ -530,9 +530,8 @@ def _check_bench(bench: dict) -> None:
     from tilesweep import backends
 
     runner = bench["step_runner"]
-    own = ("auto", "fused_moe")  # fused_moe: the step's own path through the fused-MoE kernel
-    if runner not in own and not backends.step_capable(runner):
-        allowed = [*own] + [form for b in backends.registered() for form in b.step_runner_help()]
+    if runner != "auto" and not backends.step_capable(runner):
+        allowed = ["auto", *backends.step_runner_help()]
         raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
     check_choices([bench["step_mode"]], ("graph", "eager"), "bench.step_mode")
     for i, size in enumerate(bench["collective_extra_sizes"]):

@@ -12,7 +12,7 @@ from tilesweep import backends
 def kernel_slug(cell: dict) -> str:
     """Return a readable, stable name for a kernel configuration."""
     stages = cell["stages"]
-    tail = backends.get(cell["backend"]).kernel_tail(cell)
+    tail = backends.builder(cell["backend"]).kernel_tail(cell)
     return (
         f"{cell['dtype']}-m{cell['tile_m']}n{cell['tile_n']}k{cell['tile_k']}"
         f"-s{stages}-{tail}-{cell['epilogue']}"
@@ -40,7 +40,8 @@ def build_cells(settings: dict) -> pd.DataFrame:
     rows: list[dict] = []
     for arch, cc in sorted(archs.items()):
         for backend in backends.enabled(settings):
-            rows += backend.cells(settings, arch, cc)
+            if backend.builder:
+                rows += backend.builder.cells(settings, arch, cc)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -69,7 +70,7 @@ def bench_kernels(settings: dict, builds: pd.DataFrame | None = None) -> pd.Data
     builds = build_cells(settings) if builds is None else builds
     if builds.empty:
         return builds
-    per_kernel = [b.name for b in backends.registered() if b.build_per == "kernel"]
+    per_kernel = [b.name for b in backends.builders() if b.builder.build_per == "kernel"]
     rows = builds[builds["backend"].isin(per_kernel)]
     keep = ["backend", "dtype", "tile_m", "tile_n", "tile_k", "stages", "warps", "epilogue"]
     kernels = rows[keep + ["kernel"]].drop_duplicates("kernel").reset_index(drop=True)

@@ -144,7 +144,8 @@ class Sweep:
         self._decode_owner = {
             job: backend
             for backend in backends.enabled(self.settings)
-            for job in backend.decode_jobs(self.settings, self.kernels, gpus)
+            if backend.decoder
+            for job in backend.decoder.decode_jobs(self.settings, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
         self._codes: dict[tuple[str, ...], str] = {}
@@ -160,16 +161,17 @@ class Sweep:
         to one backend (say, the CUTLASS accounting) reruns only the jobs that run it. `key` is
         the backend of a build or launch job and the job of a decode job."""
         stage = RULE_STAGES[rule]
+        registered = backends.registered()
         if rule in ("build", "launch"):
-            runs = [backends.get(key)]
+            runs = [backends.builder(key)]
         elif rule == "decode":
-            runs = [self._decode_owner[key]] if key in self._decode_owner else []
+            runs = [self._decode_owner[key].decoder] if key in self._decode_owner else []
         elif rule == "tune":
-            runs = [b for b in backends.registered() if b.tune_jobs(self.settings, ("gpu",))]
+            runs = [b.tuner for b in registered if b.tuner]
         elif rule == "layout":
-            runs = [b for b in backends.registered() if b.step_runners]
-        elif rule == "tables":
-            runs = backends.registered()  # which decode rows ran a launch row's kernel
+            runs = [b.stepper for b in registered if b.stepper]
+        elif rule == "tables":  # which decode rows ran a launch row's kernel, the extra rows
+            runs = [b.decoder for b in registered if b.decoder]
         else:
             runs = []
         modules = (stage, *sorted({_module_path(b) for b in runs}))
@@ -227,18 +229,18 @@ class Sweep:
         """Return (backend, architecture) of every batch build (backends built per arch)."""
         if self.builds.empty:
             return []
-        batch = [b.name for b in backends.registered() if b.build_per == "arch"]
+        batch = [b.name for b in backends.builders() if b.builder.build_per == "arch"]
         rows = self.builds[self.builds["backend"].isin(batch)]
         return sorted(set(zip(rows["backend"], rows["arch"], strict=True)))
 
     def build_toolchain(self, backend: str) -> str:
         """Return the versions that decide what a backend's builds produce (a rule param)."""
-        return backends.get(backend).toolchain()
+        return backends.builder(backend).toolchain()
 
     def build_record(self, backend: str, target: str, kernel: str) -> str:
         """Return the build output a launch check of this kernel on this target reads."""
         arch = self.settings["catalog"][target]["arch"]
-        if backends.get(backend).build_per == "arch":
+        if backends.builder(backend).build_per == "arch":
             return self.path("build", backend, arch, "batch.json")
         return self.path("build", backend, arch, kernel, "build.json")
 
@@ -321,7 +323,10 @@ class Sweep:
         """Return the dtypes the enabled backends tune on this machine (none without a GPU)."""
         gpus = self.device.gpus
         return [
-            d for b in backends.enabled(self.settings) for d in b.tune_jobs(self.settings, gpus)
+            d
+            for b in backends.enabled(self.settings)
+            if b.tuner
+            for d in b.tuner.tune_jobs(self.settings, gpus)
         ]
 
     def tuned_outputs(self) -> list[str]:

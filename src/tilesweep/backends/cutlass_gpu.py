@@ -15,6 +15,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from tilesweep.backends.roles import DecodeRunner
 from tilesweep.cutlass.cells import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
 
@@ -141,3 +142,93 @@ def to_row(rec: dict) -> dict:
         "time_p90_ms": times["p90"],
         "timing": "cuda-graph" if rec.get("graph") else "cuda-events",
     }
+
+
+def program_rows(spec: dict, log) -> list[dict]:
+    """Return decode rows from the SM90 FP8 program at every batch (traffic, no roofline)."""
+    from tilesweep.plan.expert_shapes import expert_ops, traffic
+
+    bench, model = spec["bench"], spec["model"]
+    experts = min(bench["gpu_experts"], model["routed_experts"])
+    rows = []
+    binary, note = ensure_binary()
+    log.info("CUTLASS program: %s (%s)", binary, note)
+    for op, (n, k) in expert_ops(model).items():
+        if binary is None:
+            rows.append({"runner": "cutlass", "op": op, "status": "unsupported", "reason": note})
+            continue
+        records = run(
+            binary,
+            n,
+            k,
+            experts,
+            spec["tokens_per_expert"],
+            bench["repeats"],
+            bench["kernel_timeout_s"],
+        )
+        for rec in records:
+            row = {
+                **to_row(rec),
+                "op": op,
+                "routing": "uniform",
+                "model": model["name"],
+            }
+            if row.get("tokens_per_expert"):
+                counts = [row["tokens_per_expert"]] * row["experts"]
+                info = traffic(counts, n, k, "fp8", 2)
+                row.update(info)
+                if row["status"] == "ok":
+                    seconds = row["time_ms"] * 1e-3
+                    row["tflops"] = info["flops"] / seconds / 1e12
+                    row["gbs"] = info["bytes"] / seconds / 1e9
+            rows.append(row)
+    return rows
+
+
+# The SM90 program's decode job (it runs on an sm_90 device for real: ARCH).
+PROGRAM_JOB = "cutlass-sm90-fp8"
+
+
+class SM90Program(DecodeRunner):
+    """The SM90 FP8 grouped-GEMM program's decode job, where an SM90 device of the catalog is
+    at hand: runners `cutlass:<tile>` (and `cutlass`, the row saying why it could not run)."""
+
+    runner_prefix = "cutlass"
+    runner_names = ("cutlass",)
+    kind = "program"
+
+    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+        """Return the SM90 program's job when a GPU here is an SM90 device of the catalog."""
+        from tilesweep.hardware import catalog_name
+
+        catalog = settings["catalog"]
+        for gpu in gpus:
+            name = catalog_name(gpu, catalog)
+            if name and catalog[name]["arch"] == ARCH:
+                return [PROGRAM_JOB]
+        return []
+
+    def owns_job(self, kernel: dict) -> bool:
+        """Return whether the decode job is the SM90 program."""
+        return kernel.get("kernel") == PROGRAM_JOB
+
+    def bench(self, spec: dict, ceilings: dict, log) -> list[dict] | None:
+        """Return the SM90 program's rows at every batch."""
+        return program_rows(spec, log)
+
+    def measured_rows(self, launch_row: dict, decode):
+        """Return the program's rows for an auto-stage, default-epilogue tile that built, timed
+        with the launch row's kernel schedule; only those compare."""
+        if launch_row["stages_requested"] != "auto" or launch_row["status"] != "ok":
+            return None
+        if launch_row["epilogue"] != "default" or "schedule" not in decode:
+            return decode.iloc[0:0]
+        schedule = launch_row.get("schedule")
+        if not isinstance(schedule, str):  # a row from before the column: the same function
+            schedule = kernel_schedule(launch_row["arch"], int(launch_row["tile_m"]))
+        tile = f"{launch_row['tile_m']}x{launch_row['tile_n']}x{launch_row['tile_k']}"
+        return decode[
+            (decode["runner"] == f"cutlass:{tile}")
+            & (decode["dtype"] == launch_row["dtype"])
+            & (decode["schedule"] == schedule)
+        ]

@@ -3,7 +3,7 @@ one tuning job per dtype on a GPU machine (stages/tune.py), exported as engine c
 
 from __future__ import annotations
 
-from tilesweep.backends import Backend, register
+from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 
 NAME = "fused_moe"
 _RULE = [{"value": int, "m_max?": int, "m_le_e?": bool, "m_per_e_over?": int, "dtype?": str}]
@@ -15,6 +15,38 @@ SPACE_SCHEMA = {
     "num_warps": [int],
     "num_stages": [int],
 }
+
+
+class FusedMoeTuner(Tuner):
+    """One tuning job per configured dtype where a GPU is at hand (stages/tune.py)."""
+
+    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return the dtypes tuned on this machine: every configured one where a GPU is here."""
+        return list(settings["backend"][NAME]["dtypes"]) if gpus else []
+
+
+class FusedMoeRows(DecodeRunner):
+    """No decode job of its own: it names the tune table's runners (`fused_moe`, the project's
+    kernel; `engine:<name>`, an engine's own kernel) and adds the engines' rows to decode.csv."""
+
+    runner_prefix = "engine"
+    runner_names = (NAME,)
+    kind = "fused"
+    runner_kinds = {"engine": "engine"}
+
+    def table_rows(self, settings: dict, tune):
+        """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
+        from tilesweep.measure.engine_rows import engine_rows
+
+        return engine_rows(settings.get("backend", {}).get(NAME) or {}, tune)
+
+
+class FusedMoeStep(StepRunner):
+    """The project's fused-MoE kernel runs the whole step's routed experts on a GPU."""
+
+    step_runners = (NAME,)
+    fused = True  # the step's own path: fused gate-up and down weights, the tuned table
+    default_on_gpu = True
 
 
 @register
@@ -104,6 +136,6 @@ class FusedMoeBackend(Backend):
                 except ValueError as exc:
                     raise ConfigError(f"backend.{NAME}.engine_defaults.{engine}: {exc}") from None
 
-    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
-        """Return the dtypes tuned on this machine: every configured one where a GPU is here."""
-        return list(settings["backend"][NAME]["dtypes"]) if gpus else []
+    tuner = FusedMoeTuner()
+    decoder = FusedMoeRows()
+    stepper = FusedMoeStep()

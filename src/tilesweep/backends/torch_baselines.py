@@ -3,7 +3,9 @@ scaled fp8 grouped matmul beside the fp8 kernels, timed in one decode job."""
 
 from __future__ import annotations
 
-from tilesweep.backends import Backend, Runner, register
+from collections.abc import Callable
+
+from tilesweep.backends import Backend, DecodeRunner, Runner, StepRunner, register
 
 NAME = "torch"
 JOB = "baselines"
@@ -46,15 +48,91 @@ def skip_reason(name: str, cuda: bool) -> str | None:
     return None
 
 
-@register
-class TorchBackend(Backend):
-    """torch baselines: nothing to build; one decode job timing every baseline, bf16 and fp8."""
+def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable:
+    """Return a call computing the grouped GEMM with a torch baseline."""
+    import torch
 
-    name = NAME
-    order = 1
+    if name in RUNNERS and dtype != RUNNERS[name][0]:
+        raise NotImplementedError(f"{name} baseline is timed for {RUNNERS[name][0]} only")
+    experts, widest = len(counts), max(counts)
+
+    if name == "torch_matmul":
+
+        def call(p):
+            for e in range(experts):
+                lo, hi = p.offsets[e], p.offsets[e + 1]
+                if hi > lo:
+                    torch.matmul(p.a[lo:hi], p.b[e].t(), out=p.c[lo:hi])
+            return p.c
+
+        return call
+    if name == "torch_bmm":
+        padded: dict[int, object] = {}
+
+        def call(p):
+            key = id(p)
+            if key not in padded:  # padding is setup, not timed: a bmm user stores it so
+                buf = torch.zeros(experts, widest, p.a.shape[1], dtype=p.a.dtype, device=p.a.device)
+                for e in range(experts):
+                    lo, hi = p.offsets[e], p.offsets[e + 1]
+                    buf[e, : hi - lo] = p.a[lo:hi]
+                padded[key] = (
+                    buf,
+                    torch.empty(experts, widest, p.b.shape[1], dtype=p.c.dtype, device=p.a.device),
+                )
+            buf, out = padded[key]
+            torch.bmm(buf, p.b.transpose(1, 2), out=out)
+            for e in range(experts):
+                lo, hi = p.offsets[e], p.offsets[e + 1]
+                p.c[lo:hi] = out[e, : hi - lo]
+            return p.c
+
+        return call
+    if name == "torch_grouped_mm":
+        grouped = getattr(torch, "_grouped_mm", None)
+        if grouped is None:
+            raise NotImplementedError("torch._grouped_mm is not in this torch build")
+        offs: dict[str, object] = {}
+
+        def call(p):
+            if "offs" not in offs:
+                offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
+            p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=offs["offs"]))
+            return p.c
+
+        return call
+    if name == "torch_scaled_grouped_mm":
+        scaled = getattr(torch, "_scaled_grouped_mm", None)
+        if scaled is None:
+            raise NotImplementedError("torch._scaled_grouped_mm is not in this torch build")
+        offs = {}
+
+        def call(p):
+            # Rowwise scaling: A (tokens x K, row-major) with one fp32 scale per row, B as
+            # experts x K x N column-major (the transposed view of experts x N x K) with one fp32
+            # scale per expert and output channel; offsets are int32 cumulative row ends.
+            if "offs" not in offs:
+                offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
+            out = scaled(
+                p.a,
+                p.b.transpose(-2, -1),
+                p.a_scale,
+                p.b_scale,
+                offs=offs["offs"],
+                out_dtype=torch.bfloat16,
+            )
+            p.c.copy_(out)
+            return p.c
+
+        return call
+    raise ValueError(f"unknown baseline {name!r}")
+
+
+class TorchDecode(DecodeRunner):
+    """One decode job timing every baseline, bf16 and fp8."""
+
     runner_names = tuple(RUNNERS)
-    step_runners = STEP_RUNNERS
-    schema = {"enabled": bool}
+    kind = "baseline"
 
     def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the one baselines job."""
@@ -73,12 +151,28 @@ class TorchBackend(Backend):
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
         """Return the torch call for a baseline."""
-        from tilesweep.measure.gemm_case import baseline_runner
-
         return baseline_runner(runner, counts, dtype)
+
+
+class TorchStep(StepRunner):
+    """The baselines that read their inputs afresh run the routed experts inside the step."""
+
+    step_runners = STEP_RUNNERS
+    default_on_cpu = True
 
     def step_runner(self, runner: str, counts: list[int], kernels: dict):
         """Return the step's call for a baseline that reads its inputs afresh."""
         if runner not in STEP_RUNNERS:
             raise ValueError(f"layout runner {runner!r}: caches its inputs; the step cannot run it")
-        return self.make_runner(runner, {}, counts, "bf16", True)
+        return baseline_runner(runner, counts, "bf16")
+
+
+@register
+class TorchBackend(Backend):
+    """torch baselines: nothing to build; one decode job; two of them run inside the step."""
+
+    name = NAME
+    order = 1
+    schema = {"enabled": bool}
+    decoder = TorchDecode()
+    stepper = TorchStep()

@@ -9,7 +9,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from tilesweep.backends import Backend, Runner, kernel_cell, register
+from tilesweep.backends import (
+    Backend,
+    Builder,
+    DecodeRunner,
+    Runner,
+    StepRunner,
+    kernel_cell,
+    register,
+)
 
 NAME = "triton"
 ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
@@ -193,16 +201,10 @@ def skip_reason(dtype: str, cuda: bool) -> str | None:
     return None
 
 
-@register
-class TritonBackend(Backend):
-    """Triton grouped GEMMs: one build job per kernel, one decode job per kernel, runners
-    `triton:<kernel slug>`; bf16 ones run inside the MoE step."""
+class TritonBuilder(Builder):
+    """One ahead-of-time build job per kernel, for any architecture Triton targets."""
 
-    name = NAME
-    order = 0
     build_per = "kernel"
-    runner_prefix = "triton"
-    schema = {"enabled": bool}
 
     def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
         """Return the Triton kernel cells built for one architecture."""
@@ -215,6 +217,13 @@ class TritonBackend(Backend):
     def toolchain(self) -> str:
         """Return the Triton version that built the kernels."""
         return f"triton {versions()['triton']}"
+
+
+class TritonDecode(DecodeRunner):
+    """One decode job per Triton kernel, its runner `triton:<kernel slug>`."""
+
+    runner_prefix = NAME
+    kind = "tile"
 
     def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return one decode job per Triton kernel (timed on a GPU, recorded as skipped on CPU)."""
@@ -230,7 +239,7 @@ class TritonBackend(Backend):
         """Return the one runner of a kernel's job: `triton:<kernel slug>`."""
         out = "fp32" if kernel["epilogue"] == "finalize" else "bf16"
         reason = skip_reason(kernel["dtype"], cuda)
-        return [Runner(f"triton:{kernel['kernel']}", kernel["dtype"], out, reason)]
+        return [Runner(f"{NAME}:{kernel['kernel']}", kernel["dtype"], out, reason)]
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
         """Return the call that launches the kernel on a problem."""
@@ -238,23 +247,42 @@ class TritonBackend(Backend):
 
         return triton_runner(kernel, counts)
 
+    def measured_rows(self, launch_row: dict, decode):
+        """Return the decode rows of this kernel's runner."""
+        return decode[decode["runner"] == f"{NAME}:{launch_row['kernel']}"]
+
+
+class TritonStep(StepRunner):
+    """Any bf16 grid kernel runs the routed experts inside the step."""
+
     def step_capable(self, runner: str) -> bool:
-        """Return True: any Triton runner reads its inputs afresh on every call."""
-        return self.owns_runner(runner)
+        """Return True for a Triton runner: each reads its inputs afresh on every call."""
+        return DECODE.owns_runner(runner)
 
     def step_runner(self, runner: str, counts: list[int], kernels: dict):
         """Return the step's call for a bf16 grid kernel; raise ValueError for any other."""
-        slug = self.runner_kernel(runner)
+        slug = DECODE.runner_kernel(runner)
         if slug not in kernels:
             raise ValueError(f"layout runner {runner!r}: no such kernel in the grid")
         if kernels[slug]["dtype"] != "bf16":
             raise ValueError(f"layout runner {runner!r}: the step runs bf16 kernels only")
-        return self.make_runner(runner, kernels[slug], counts, "bf16", True)
+        return DECODE.make_runner(runner, kernels[slug], counts, "bf16", True)
 
     def step_runner_help(self) -> list[str]:
         """Return the form of a Triton step runner."""
-        return ["triton:<kernel slug>"]
+        return [f"{NAME}:<kernel slug>"]
 
-    def measured_rows(self, launch_row: dict, decode):
-        """Return the decode rows of this kernel's runner."""
-        return decode[decode["runner"] == f"triton:{launch_row['kernel']}"]
+
+DECODE = TritonDecode()
+
+
+@register
+class TritonBackend(Backend):
+    """Triton grouped GEMMs: built per kernel, timed per kernel, bf16 ones inside the step."""
+
+    name = NAME
+    order = 0
+    schema = {"enabled": bool}
+    builder = TritonBuilder()
+    decoder = DECODE
+    stepper = TritonStep()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from tilesweep.measure.step_weights import random_bf16
 
-FUSED_RUNNER = "fused_moe"  # the project's fused-MoE Triton kernel (GPU only)
-
 
 def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
     """Return (config, where it came from) for a fused-MoE GEMM of M rows: the tuned table's
@@ -72,10 +70,10 @@ def micro_batch(rank, n: int) -> dict:
         mb["recv"] = torch.empty_like(mb["send"]) if exchange else mb["send"]
         mb["back"] = torch.empty_like(mb["expert_out"]) if exchange else mb["expert_out"]
         runner = rank.step_spec["runner"]
-        if runner == FUSED_RUNNER:
+        if backends.is_fused_step(runner):
             mb["fused"] = fused_setup(rank, n, slots, counts, experts)
             return mb
-        mb["run"] = backends.backend_of(runner).step_runner(runner, counts, rank.kernels)
+        mb["run"] = backends.step_backend(runner).stepper.step_runner(runner, counts, rank.kernels)
         ones = torch.ones(max(slots, 1), device=dev)
         mb["problems"] = [
             (

@@ -14,7 +14,7 @@ from tilesweep.stages import logged, utc_now
 def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) -> dict:
     """Build one cell with its backend for its architecture; write and return its build record."""
     cell = json.loads(cell_json)
-    backend = backends.get(cell["backend"])
+    backend = backends.builder(cell["backend"])
     job_start = utc_now()
     with logged(log_path) as log:
         log.info("building %s", cell)
@@ -41,8 +41,8 @@ def build_batch(
     records = {}
     with logged(log_path) as log:
         if cells:
-            backend = backends.get(cells[0]["backend"])
-            log.info("building %d %s cells with %d jobs", len(cells), backend.name, threads)
+            backend = backends.builder(cells[0]["backend"])
+            log.info("building %d %s cells with %d jobs", len(cells), cells[0]["backend"], threads)
             stamp = build_stamp(backend.toolchain())
             results = backend.build(cells, Path(record_path).parent, jobs=threads)
             for cell, result in zip(cells, results, strict=True):

@@ -188,7 +188,7 @@ def _bench_decode(
     prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
     timeout = spec["bench"]["kernel_timeout_s"]
     job_start = utc_now()
-    backend = backends.decode_backend(kernel)
+    backend = backends.decode_backend(kernel).decoder
     rows = []
     with logged(log_path) as log, tempfile.TemporaryDirectory() as tmp:
         own = backend.bench(spec, ceilings, log)

@@ -68,7 +68,7 @@ def launch_row(cell: dict, hw: dict, build: dict) -> dict:
             "reason": reason,
         }
     try:
-        threads = backends.get(cell["backend"]).launch_threads(build)
+        threads = backends.builder(cell["backend"]).launch_threads(build)
     except ValueError as exc:  # the record lacks what the launch needs: a row that says so
         return {
             **row,
@@ -94,7 +94,7 @@ def check_launch(
     cell, hw = spec["cell"], spec["hardware"]
     with logged(log_path) as log:
         build = read_json(build_path)
-        if backends.get(cell["backend"]).build_per == "arch":
+        if backends.builder(cell["backend"]).build_per == "arch":
             build = build["cells"][cell["kernel"]]
         row = {**launch_row(cell, hw, build), "cell_hash": cell_hash(cell_json)}
         log.info("%s on %s: %s (%s)", cell["kernel"], cell["target"], row["status"], row["reason"])

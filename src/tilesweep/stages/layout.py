@@ -77,9 +77,11 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
             skipped.append({"batch": batch, "status": Status.SKIPPED, "reason": reason})
         else:
             batches.append(batch)
+    from tilesweep import backends
+
     runner = bench["step_runner"]
     if runner == "auto":
-        runner = "fused_moe" if cuda else "torch_matmul"
+        runner = backends.default_step_runner(cuda)
     dense = bench["step_dense_layers"] if model.get("dense_layers", 0) else 0
     step = {
         "dense_layers": dense,

@@ -117,49 +117,6 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return frame if not frame.empty else pd.DataFrame(columns=columns)
 
 
-ENGINE_COLUMNS = [
-    "runner", "kernel", "dtype", "op", "n", "experts", "routing", "tokens_per_expert", "tokens",
-    "time_ms", "time_p10_ms", "time_p90_ms", "status", "reason", "device", "source",
-]  # fmt: skip
-ENGINE_KERNELS = {
-    "engine": "fused_experts",
-    "engine:tuned": "fused_experts, the exported table",
-    "engine:default": "fused_experts, the engine's default",
-}
-
-
-def engine_rows(settings: dict, tune: pd.DataFrame) -> pd.DataFrame:
-    """Return decode.csv's rows for the engines' own fused-MoE kernels: the tune step's timings
-    of each engine's kernel with the exported table and with its default, side by side, where
-    it ran; else one skipped row per engine saying why."""
-    from tilesweep.measure.engine_moe import installed
-
-    mine = settings.get("backend", {}).get("fused_moe") or {}
-    if not mine.get("enabled"):
-        return pd.DataFrame(columns=ENGINE_COLUMNS)
-    timed = pd.DataFrame()
-    if not tune.empty and "runner" in tune:
-        timed = tune[tune["runner"].astype(str).str.startswith("engine:")]
-    if not timed.empty:
-        out = timed.rename(columns={"m": "tokens"}).reindex(columns=ENGINE_COLUMNS)
-        out["kernel"] = timed["source"].map(ENGINE_KERNELS).fillna("fused_experts")
-        out["op"] = "whole_moe"
-        out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
-        return out.reset_index(drop=True)
-    rows = []
-    for engine in mine.get("engines", []):
-        why = (
-            f"{engine} is not installed"
-            if not installed(engine)
-            else "no tuned table to time it with: tune_configs runs on GPU machines only"
-        )
-        rows.append(
-            {"runner": f"engine:{engine}", "kernel": "fused_experts", "op": "whole_moe",
-             "status": "skipped", "reason": why, "source": ""}
-        )  # fmt: skip
-    return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)
-
-
 def measured_tables(settings: dict, inputs: dict[str, list[str]]) -> dict[str, pd.DataFrame]:
     """Return the measured tables from the per-cell outputs, by name (TABLES)."""
     decode = concat_tables(list(inputs["decode"]))
@@ -167,12 +124,12 @@ def measured_tables(settings: dict, inputs: dict[str, list[str]]) -> dict[str, p
         launch_table(list(inputs["launch"])), decode, settings["catalog"]
     )
     tune = _with_columns(concat_tables(list(inputs.get("tune", []))), TUNE_COLUMNS)
-    engines = engine_rows(settings, tune)
+    extra = backends.table_rows(settings, tune)
     return {
         "launch": launch,
         # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped
         # with the reason); the verdict is composed from the project's rows only.
-        "decode": pd.concat([decode, engines], ignore_index=True) if len(engines) else decode,
+        "decode": pd.concat([decode, *extra], ignore_index=True) if extra else decode,
         "collective": concat_tables(list(inputs["collective"])),
         "layout": concat_tables(list(inputs["layout"])),
         "power": concat_tables(list(inputs.get("power", []))),

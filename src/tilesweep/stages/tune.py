@@ -275,11 +275,14 @@ def _mark_pick(
     engines' space: the finalists and the engines' own defaults, guarded by
     spec['guard_default']'s default) is the exported table; `best` adds the project's
     variants, unguarded."""
+    from tilesweep import backends
+
     table[column] = False
+    project = table["runner"].astype(str).map(backends.runner_kind) == "fused"
     both = table[
         (table["op"] == "both")
         & (table["status"] == Status.OK)
-        & (table["runner"] == "fused_moe")
+        & project
         & table["source"].isin(sources)
     ]
     picks = {}
@@ -292,7 +295,7 @@ def _mark_pick(
     for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
         pick = picks.get((e, n, m))
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
-        sel &= (table["runner"] == "fused_moe") & (table["config"] == pick)
+        sel &= project & (table["config"] == pick)
         table.loc[sel, column] = True
     return table
 

@@ -1,18 +1,18 @@
 """Planted faults (tests only, never in a grid): decode jobs `fault-oob` and `fault-hang` run a
-kernel that crashes or never returns, to prove a sweep survives them (see kernels/faults.py)."""
+kernel that crashes or never returns, to prove a sweep survives them (see fault_kernels.py).
+Loaded as a plugin: TILESWEEP_PLUGINS=plugins.planted_faults, with tests/ on the path."""
 
 from __future__ import annotations
 
-from tilesweep.backends import Backend, Runner, register
+from tilesweep.backends import Backend, DecodeRunner, Runner, register
 
 PREFIX = "fault-"
 
 
-@register
-class PlantedFaults(Backend):
-    """Faulting kernels: no config key, no cells; only a decode job named for the fault."""
+class FaultDecode(DecodeRunner):
+    """Only a decode job named for the fault, and its one runner."""
 
-    name = "fault"
+    kind = "fault"
 
     def owns_job(self, kernel: dict) -> bool:
         """Return whether the decode job plants a fault."""
@@ -28,6 +28,14 @@ class PlantedFaults(Backend):
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
         """Return the planted fault's call."""
-        from tilesweep.kernels import faults
+        from plugins import fault_kernels
 
-        return faults.runner(runner.removeprefix(PREFIX), cuda)
+        return fault_kernels.runner(runner.removeprefix(PREFIX), cuda)
+
+
+@register
+class PlantedFaults(Backend):
+    """Faulting kernels: no config key, no cells; only decode jobs named for the fault."""
+
+    name = "fault"
+    decoder = FaultDecode()

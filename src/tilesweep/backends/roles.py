@@ -1,0 +1,134 @@
+"""The four roles a backend may play, each a narrow protocol: a builder makes kernel cells and
+builds them, a decode runner times decode jobs, a step runner runs the MoE part of the whole
+step, a tuner adds tuning jobs. A backend implements the roles it has, beside its registration;
+defaults describe a role that adds nothing."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Runner(NamedTuple):
+    """One decode-benchmark runner a job times: its name, operand and output types, and why it is
+    not timed on the device at hand (None when it is)."""
+
+    name: str
+    dtype: str
+    out_dtype: str
+    skip: str | None = None
+
+
+class Builder:
+    """Makes a backend's kernel cells for an architecture and builds them."""
+
+    build_per: str = "kernel"  # "kernel": one build job per cell; "arch": one batch per arch
+    source: str = "compiler"  # what a build record's numbers come from
+
+    def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
+        """Return the build cells for one architecture (with `unsupported` reasons)."""
+        return []
+
+    def kernel_tail(self, cell: dict) -> str:
+        """Return the last part of a kernel slug that is particular to this backend."""
+        return f"w{cell['warps']}"
+
+    def build(self, cells: list[dict], out_dir, jobs: int = 1) -> list[dict]:
+        """Return one build result (status, reason, compiler numbers) per cell, in order."""
+        raise NotImplementedError
+
+    def toolchain(self) -> str:
+        """Return the versions that decide what the builds produce, as one string."""
+        return ""
+
+    def launch_threads(self, build: dict) -> int:
+        """Return the threads per block a built kernel launches with."""
+        return int(build["num_warps"]) * 32
+
+
+class DecodeRunner:
+    """Times a backend's decode jobs, and says which runners (and launch rows) are its own."""
+
+    runner_prefix: str | None = None  # runners named "<prefix>:<rest>" belong here
+    runner_names: tuple[str, ...] = ()  # fixed runner names that belong here
+    # What its runners are, for comparisons: "tile" (a grid kernel), "baseline", "program",
+    # "fused" or "engine"; runner_kinds names the exceptions by runner.
+    kind: str = "tile"
+    runner_kinds: dict[str, str] = {}
+
+    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+        """Return the decode-benchmark jobs added on a machine with these GPUs."""
+        return []
+
+    def owns_job(self, kernel: dict) -> bool:
+        """Return whether a decode job (its bench cell's kernel) is this runner's."""
+        return False
+
+    def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
+        """Return the runners one decode job times."""
+        return []
+
+    def bench(self, spec: dict, ceilings: dict, log) -> list[dict] | None:
+        """Return decode rows measured by the backend's own program, or None when the generic
+        per-runner benchmark times `runners`."""
+        return None
+
+    def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
+        """Return the call that computes one grouped GEMM with the named runner."""
+        raise ValueError(f"no runner {runner!r} here")
+
+    def owns_runner(self, runner: str) -> bool:
+        """Return whether a runner name is this runner's."""
+        if self.runner_prefix and runner.startswith(f"{self.runner_prefix}:"):
+            return len(runner) > len(self.runner_prefix) + 1
+        return runner in self.runner_names
+
+    def runner_kernel(self, runner: str) -> str | None:
+        """Return the kernel slug or tile a runner names (None for a fixed runner)."""
+        if self.runner_prefix and runner.startswith(f"{self.runner_prefix}:"):
+            return runner.split(":", 1)[1]
+        return None
+
+    def runner_kind(self, runner: str) -> str:
+        """Return what a runner of this backend is (see `kind`)."""
+        if self.runner_prefix and runner.startswith(f"{self.runner_prefix}:"):
+            return self.runner_kinds.get(self.runner_prefix, self.kind)
+        return self.runner_kinds.get(runner, self.kind)
+
+    def measured_rows(self, launch_row: dict, decode):
+        """Return the decode rows (on the launch row's target) that ran this launch row's kernel,
+        or None when the decode benchmark cannot run it."""
+        return None
+
+    def table_rows(self, settings: dict, tune):
+        """Return extra rows this backend adds to decode.csv from the tune table (a DataFrame),
+        or None."""
+        return None
+
+
+class StepRunner:
+    """Runs the routed experts inside the multi-process whole decode step."""
+
+    step_runners: tuple[str, ...] = ()  # fixed runner names the step can run
+    fused = False  # True: the step's own fused path (fused weights, the tuned MoE table)
+    default_on_gpu = False  # the runner `auto` picks on a GPU (its first step runner)
+    default_on_cpu = False  # the runner `auto` picks on the CPU (its first step runner)
+
+    def step_capable(self, runner: str) -> bool:
+        """Return whether the step can run this runner."""
+        return runner in self.step_runners
+
+    def step_runner(self, runner: str, counts: list[int], kernels: dict):
+        """Return the call the step runs for this runner (bf16), or raise ValueError."""
+        raise ValueError(f"layout runner {runner!r}: the step cannot run it")
+
+    def step_runner_help(self) -> list[str]:
+        """Return how step-capable runners are written, for error messages."""
+        return list(self.step_runners)
+
+
+class Tuner:
+    """Adds tuning jobs (one per dtype) on a machine with GPUs."""
+
+    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return the tuning jobs added on a machine with these GPUs."""
+        return []

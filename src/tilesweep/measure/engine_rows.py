@@ -1,0 +1,51 @@
+"""The engines' own fused-MoE kernels as decode.csv rows, from the tune table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep.tables import Status
+
+ENGINE_COLUMNS = [
+    "runner", "kernel", "dtype", "op", "n", "experts", "routing", "tokens_per_expert", "tokens",
+    "time_ms", "time_p10_ms", "time_p90_ms", "status", "reason", "device", "source",
+]  # fmt: skip
+ENGINE_KERNELS = {
+    "engine": "fused_experts",
+    "engine:tuned": "fused_experts, the exported table",
+    "engine:default": "fused_experts, the engine's default",
+}
+
+
+def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
+    """Return decode.csv's rows for the engines' own fused-MoE kernels: the tune step's timings
+    of each engine's kernel with the exported table and with its default, side by side, where
+    it ran; else one skipped row per engine saying why. `mine`: the fused-MoE backend's
+    settings."""
+    from tilesweep import backends
+    from tilesweep.measure.engine_moe import installed
+
+    if not mine.get("enabled"):
+        return pd.DataFrame(columns=ENGINE_COLUMNS)
+    timed = pd.DataFrame()
+    if not tune.empty and "runner" in tune:
+        kinds = tune["runner"].astype(str).map(backends.runner_kind)
+        timed = tune[kinds == "engine"]
+    if not timed.empty:
+        out = timed.rename(columns={"m": "tokens"}).reindex(columns=ENGINE_COLUMNS)
+        out["kernel"] = timed["source"].map(ENGINE_KERNELS).fillna("fused_experts")
+        out["op"] = "whole_moe"
+        out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
+        return out.reset_index(drop=True)
+    rows = []
+    for engine in mine.get("engines", []):
+        why = (
+            f"{engine} is not installed"
+            if not installed(engine)
+            else "no tuned table to time it with: tune_configs runs on GPU machines only"
+        )
+        rows.append(
+            {"runner": f"engine:{engine}", "kernel": "fused_experts", "op": "whole_moe",
+             "status": "skipped", "reason": why, "source": ""}
+        )  # fmt: skip
+    return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)

@@ -1,0 +1,1 @@
+"""Test-only backend plugins, loaded through TILESWEEP_PLUGINS (see tilesweep.backends)."""
