@@ -69,7 +69,7 @@ def test_every_shipped_backend_is_registered_and_named_by_a_config_file():
     names = {b.name for b in backends.registered()}
     assert {"triton", "cutlass", "torch"} <= names
     settings = compose()
-    assert set(settings["backend"]) == {b.name for b in backends.registered() if b.schema}
+    assert set(settings["backend"]) == {b.name for b in backends.registered() if b.settings_model}
 
 
 def test_a_toy_backend_appears_in_cells_slugs_and_decode_jobs(toy, tmp_path):

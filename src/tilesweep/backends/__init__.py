@@ -41,7 +41,7 @@ class Backend:
     runner_prefix: str | None = None  # runners named "<prefix>:<rest>" belong to this backend
     runner_names: tuple[str, ...] = ()  # fixed runner names that belong to this backend
     step_runners: tuple[str, ...] = ()  # fixed runner names the MoE step can run
-    schema: dict = {}  # its config keys below backend.<name>, for validation
+    settings_model: type | None = None  # pydantic model of its section backend.<name>
 
     def enabled(self, settings: dict) -> bool:
         """Return whether the config turns this backend on."""

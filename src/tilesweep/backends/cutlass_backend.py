@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tilesweep.backends import Backend, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import ARCH as PROGRAM_ARCH
+from tilesweep.settings.strict import Section
 
 NAME = "cutlass"
 ARCHS = ("sm_90", "sm_100", "sm_120")
@@ -94,6 +95,15 @@ def program_rows(spec: dict, log) -> list[dict]:
     return rows
 
 
+class CutlassSettings(Section):
+    """backend.cutlass: on or off, operand type per architecture, epilogues, stage counts."""
+
+    enabled: bool
+    dtype_by_arch: dict[str, str]
+    epilogues: list[str]
+    stages: list[int | str]  # "auto" or stage counts
+
+
 @register
 class CutlassBackend(Backend):
     """CUTLASS: accounting per architecture, the SM90 program on an SM90 device."""
@@ -105,12 +115,7 @@ class CutlassBackend(Backend):
     runner_prefix = "cutlass"
     # The program as a whole, in the row that says why it could not be built.
     runner_names = ("cutlass",)
-    schema = {
-        "enabled": bool,
-        "dtype_by_arch": {str: str},
-        "epilogues": [str],
-        "stages": [(int, str)],
-    }
+    settings_model = CutlassSettings
 
     def validate(self, settings: dict) -> None:
         """Raise ConfigError for stage counts, epilogues or operand types CUTLASS cannot build."""

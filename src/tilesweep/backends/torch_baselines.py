@@ -4,6 +4,7 @@ scaled fp8 grouped matmul beside the fp8 kernels, timed in one decode job."""
 from __future__ import annotations
 
 from tilesweep.backends import Backend, Runner, register
+from tilesweep.settings.strict import Section
 
 NAME = "torch"
 JOB = "baselines"
@@ -46,6 +47,12 @@ def skip_reason(name: str, cuda: bool) -> str | None:
     return None
 
 
+class TorchSettings(Section):
+    """backend.torch: on or off."""
+
+    enabled: bool
+
+
 @register
 class TorchBackend(Backend):
     """torch baselines: nothing to build; one decode job timing every baseline, bf16 and fp8."""
@@ -54,7 +61,7 @@ class TorchBackend(Backend):
     order = 1
     runner_names = tuple(RUNNERS)
     step_runners = STEP_RUNNERS
-    schema = {"enabled": bool}
+    settings_model = TorchSettings
 
     def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the one baselines job."""

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tilesweep.backends import Backend, Runner, kernel_cell, register
+from tilesweep.settings.strict import Section
 
 NAME = "triton"
 ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
@@ -193,6 +194,12 @@ def skip_reason(dtype: str, cuda: bool) -> str | None:
     return None
 
 
+class TritonSettings(Section):
+    """backend.triton: on or off; its tiles, stages and warps come from the grid."""
+
+    enabled: bool
+
+
 @register
 class TritonBackend(Backend):
     """Triton grouped GEMMs: one build job per kernel, one decode job per kernel, runners
@@ -202,7 +209,7 @@ class TritonBackend(Backend):
     order = 0
     build_per = "kernel"
     runner_prefix = "triton"
-    schema = {"enabled": bool}
+    settings_model = TritonSettings
 
     def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
         """Return the Triton kernel cells built for one architecture."""
