@@ -13,6 +13,13 @@ from tilesweep.config import compose
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
+from tilesweep.settings import Section
+
+
+class ToySettings(Section):
+    """backend.toy: on or off."""
+
+    enabled: bool
 
 
 class ToyBackend(Backend):
@@ -21,7 +28,7 @@ class ToyBackend(Backend):
     name = "toy"
     build_per = "kernel"
     runner_prefix = "toy"
-    schema = {"enabled": bool}
+    settings_model = ToySettings
 
     def cells(self, settings, arch, cc):
         return [
@@ -343,3 +350,14 @@ def test_a_record_without_status_is_a_labelled_failure():
 def test_canonical_toy_cell_json_roundtrips():
     cell = kernel_cell("toy", "sm_90", "bf16", {"m": 16, "n": 64, "k": 64}, 1, 1, "default")
     assert json.loads(grid.canonical(cell)) == cell
+
+
+def test_a_backends_own_model_checks_its_section(toy):
+    from tilesweep.config import validate
+    from tilesweep.errors import ConfigError
+
+    settings = _with_toy(compose(["experiment=tiny"]))
+    validate(settings)
+    settings["backend"]["toy"]["colour"] = "red"
+    with pytest.raises(ConfigError, match=r"^backend\.toy\.colour: unknown key; allowed: enabled$"):
+        validate(settings)
