@@ -13,7 +13,9 @@ from tilesweep.errors import ConfigError
 
 class Section(BaseModel):
     """A config mapping: its keys are the fields, each of its type exactly (no coercion, bools are
-    not integers), no other key, and no NaN or infinity in a number."""
+    not integers), no other key, and no NaN or infinity in a number. A field declared `= None`
+    is an optional key: left out it stays unset, and a null given for it is refused like any
+    other wrong type (pydantic does not validate defaults)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
