@@ -13,6 +13,13 @@ from tilesweep.config import compose
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
+from tilesweep.settings import Section
+
+
+class ToySettings(Section):
+    """backend.toy: on or off."""
+
+    enabled: bool
 
 
 class ToyBuilder(Builder):
@@ -56,7 +63,7 @@ class ToyBackend(Backend):
     """A backend the package has never heard of: a builder and a decode runner, nothing else."""
 
     name = "toy"
-    schema = {"enabled": bool}
+    settings_model = ToySettings
     builder = ToyBuilder()
     decoder = ToyDecode()
 
@@ -79,7 +86,7 @@ def test_every_shipped_backend_is_registered_and_named_by_a_config_file():
     names = {b.name for b in backends.registered()}
     assert {"triton", "cutlass", "torch"} <= names
     settings = compose()
-    assert set(settings["backend"]) == {b.name for b in backends.registered() if b.schema}
+    assert set(settings["backend"]) == {b.name for b in backends.registered() if b.settings_model}
 
 
 def test_a_toy_backend_appears_in_cells_slugs_and_decode_jobs(toy, tmp_path):
@@ -353,3 +360,14 @@ def test_a_record_without_status_is_a_labelled_failure():
 def test_canonical_toy_cell_json_roundtrips():
     cell = kernel_cell("toy", "sm_90", "bf16", {"m": 16, "n": 64, "k": 64}, 1, 1, "default")
     assert json.loads(grid.canonical(cell)) == cell
+
+
+def test_a_backends_own_model_checks_its_section(toy):
+    from tilesweep.config import validate
+    from tilesweep.errors import ConfigError
+
+    settings = _with_toy(compose(["experiment=tiny"]))
+    validate(settings)
+    settings["backend"]["toy"]["colour"] = "red"
+    with pytest.raises(ConfigError, match=r"^backend\.toy\.colour: unknown key; allowed: enabled$"):
+        validate(settings)

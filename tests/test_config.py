@@ -105,3 +105,95 @@ def test_parse_overrides_accepts_list_and_json_string():
     assert parse_overrides("model=glm5") == ["model=glm5"]
     with pytest.raises(ConfigError):
         parse_overrides("[not json")
+
+
+# Typed config (tilesweep.settings): every refusal is one line that starts with the dotted key.
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("bench.kernel_timeout_s=inf", "bench.kernel_timeout_s=inf"),
+        ("bench.zipf_alpha=nan", "bench.zipf_alpha=nan"),
+        ("bench.power_period_s=-inf", "bench.power_period_s=-inf"),
+        ("deployment.kernel_gap_us=nan", "deployment.kernel_gap_us=nan"),
+        ("backend.fused_moe.graph_fill_ms=inf", "backend.fused_moe.graph_fill_ms=inf"),
+        ("hardware.memory_bandwidth_gbs=inf", "hardware.memory_bandwidth_gbs=inf"),
+    ],
+)
+def test_nan_and_inf_are_refused_naming_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    assert str(err.value) == f"{key}: must be a finite number"
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_nan_and_inf_in_a_hardware_file_are_refused(tmp_path, value):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    path = conf / "hardware" / "l40s.yaml"
+    text = path.read_text()
+    assert "\nmemory_gb: " in text
+    head, tail = text.split("\nmemory_gb: ", 1)
+    path.write_text(f"{head}\nmemory_gb: {value} #{tail}")
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    text = str(err.value)
+    assert text.startswith("hardware[l40s].memory_gb=") and "must be a finite number" in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "colour",
+        "model.colour",
+        "model.attention.colour",
+        "grid.colour",
+        "grid.tiles[0].colour",
+        "grid.layouts[0].colour",
+        "bench.colour",
+        "deployment.colour",
+        "hardware.colour",
+        "backend.triton.colour",
+        "backend.torch.colour",
+        "backend.cutlass.colour",
+        "backend.fused_moe.colour",
+        "backend.fused_moe.space.colour",
+    ],
+)
+def test_an_unknown_key_is_refused_in_every_group(key):
+    override = "+" + key.replace("[0]", ".0") + "=red"
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    text = str(err.value)
+    assert text.startswith(f"{key}: unknown key; allowed: ") and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "bench.warmup",
+        "model.hidden",
+        "model.attention.heads",
+        "grid.stages[0]",
+        "grid.tiles[0].m",
+        "deployment.context_len",
+        "hardware.cc",
+        "backend.fused_moe.finalists",
+    ],
+)
+def test_a_bool_where_an_integer_is_expected_is_refused(key):
+    dotted = key.replace("[0]", ".0")
+    with pytest.raises(ConfigError) as err:
+        compose([f"{dotted}=true"])
+    assert str(err.value) == f"{key}=True: expected an integer"
+
+
+def test_an_unknown_hardware_is_refused_as_the_readme_quotes():
+    with pytest.raises(ConfigError) as err:
+        compose(["grid.targets=[h300]"])
+    assert str(err.value) == (
+        "grid.targets[0]='h300': unknown hardware; "
+        "valid: a100, b200, h100, h200, l40s, rtx_5090, rtx_pro_6000"
+    )

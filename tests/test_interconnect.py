@@ -238,9 +238,9 @@ def settings():
         (("all_reduce", "by_gpus", 1), {"latency_us": 1, "busbw_gbs": 1}, "a GPU count must be"),
         (("all_reduce", "by_gpus", "8"), {"latency_us": 1, "busbw_gbs": 1}, "'8': a GPU count"),
         (("send_recv", "by_gpus", 4), {"latency_us": 1, "busbw_gbs": 1}, "one hop between 2 GPUs"),
-        (("all_gather",), {"by_gpus": {}}, "unknown key 'all_gather'"),
+        (("all_gather",), {"by_gpus": {}}, "nvswitch.all_gather: unknown key"),
         (("all_reduce", "by_gpus", 2), {"latency_us": 1}, "missing key 'busbw_gbs'"),
-        (("all_reduce", "by_gpus", 2, "alpha_us"), 1.0, "unknown key 'alpha_us'"),
+        (("all_reduce", "by_gpus", 2, "alpha_us"), 1.0, "by_gpus.2.alpha_us: unknown key"),
     ],
 )
 def test_a_bad_figure_is_refused_in_one_line(settings, path, value, message):

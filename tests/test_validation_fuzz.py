@@ -13,12 +13,13 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tilesweep.config import _SCHEMA, CONF_DIR
+from tilesweep.config import CONF_DIR
 from tilesweep.errors import ConfigError
 from tilesweep.pipeline import Sweep
+from tilesweep.settings import leaf_keys
 
 HUNT = int(os.environ.get("TILESWEEP_FUZZ_EXAMPLES", "0"))
-KEYS = sorted(k for k in _SCHEMA if k != "hardware") + [
+KEYS = sorted(k for k in leaf_keys() if k not in ("hardware", "catalog", "question")) + [
     "grid.targets",
     "grid.dtypes",
     "grid.tiles",

@@ -1,11 +1,17 @@
-"""Compose the Hydra config once and validate it before any job runs."""
+"""Compose the Hydra config once and validate it before any job runs.
+
+Types, key names and finite numbers are the pydantic models' in tilesweep.settings (pydantic,
+not Hydra structured configs, because it is already installed and refuses NaN, infinity,
+unknown keys and wrong types with their location, where OmegaConf's structured configs accept
+NaN and infinity); the checks here are on values: ranges, choices and how the groups fit.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tilesweep.errors import ConfigError
+from tilesweep.settings import DSA_KEYS, GQA_KEYS, MLA_KEYS, SLIDING_KEYS, check_settings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -13,132 +19,8 @@ ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
 ALLOWED_EPILOGUES = ("default", "finalize")
 _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536
-_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_GQA_KEYS = ("kv_heads", "head_dim")
-_DSA_KEYS = ("index_n_heads", "index_head_dim", "index_topk")
-_SLIDING_KEYS = ("sliding_window", "sliding_layers")
 _ALLOWED_KV_DTYPES = ("bf16", "fp8")
 _ALLOWED_QUANTIZED = ("routed_experts", "shared_experts", "dense_mlp", "attention", "lm_head")
-
-# Expected type of every leaf key, by dotted path; `*` stands for a list element.
-_SCHEMA: dict[str, Any] = {
-    "results_dir": str,
-    "device": str,
-    "hardware": "hardware",
-    "model.name": str,
-    "model.hidden": int,
-    "model.moe_intermediate": int,
-    "model.routed_experts": int,
-    "model.top_k": int,
-    "model.shared_experts": int,
-    "model.moe_layers": int,
-    # Whole decode step (tilesweep.plan): layers by type, attention, dense FFN, vocabulary.
-    "model.dense_layers": int,
-    "model.dense_intermediate": int,
-    "model.vocab": int,
-    "model.tied_embeddings": bool,
-    "model.attention": {
-        "kind": str,
-        "heads": int,
-        **{f"{key}?": int for key in _MLA_KEYS + _GQA_KEYS + _DSA_KEYS + _SLIDING_KEYS},
-    },
-    "deployment.weight_dtype": str,
-    "deployment.quantized": [str],
-    "deployment.kv_dtype": str,
-    "deployment.context_len": int,
-    "deployment.batches": [int],
-    "deployment.runtime_reserve_gb": (int, float),
-    "deployment.kernel_gap_us": (int, float),
-    "deployment.fit_file": str,
-    "deployment.attention": str,
-    "model.source": str,
-    "grid.targets": [str],
-    "grid.dtypes": [str],
-    "grid.tiles": [{"m": int, "n": int, "k": int}],
-    "grid.stages": [int],
-    "grid.warps": [int],
-    "grid.epilogues": [str],
-    "grid.tokens_per_expert": [int],
-    "grid.layouts": [{"tp": int, "pp": int, "ep": int, "world?": int, "experts?": str}],
-    "backend": "backend",  # one section per registered backend: its own `schema`
-    "bench.warmup": int,
-    "bench.repeats": int,
-    "bench.cpu_repeats": int,
-    "bench.gpu_experts": int,
-    "bench.cpu_experts": int,
-    "bench.routing": [str],
-    "bench.zipf_alpha": (int, float),
-    "bench.seed": int,
-    "bench.kernel_timeout_s": (int, float),
-    "bench.collective_world_cap": int,
-    "bench.collective_repeats": int,
-    "bench.collective_extra_sizes": [int],
-    "bench.cpu_collective_max_bytes": int,
-    "bench.collective_sweep_min_bytes": int,
-    "bench.collective_sweep_max_bytes": int,
-    "bench.collective_sweep_factor": int,
-    "bench.collective_timing": str,
-    "bench.collective_graph_calls": int,
-    "bench.collective_graph_fill_ms": (int, float),
-    "bench.step_dense_layers": int,
-    "bench.step_moe_layers": int,
-    "bench.step_context_len": int,
-    "bench.step_runner": str,
-    "bench.step_mode": str,
-    "bench.step_emulate": bool,
-    "bench.step_moe_tables": [str],
-    "bench.step_cpu_context_len": int,
-    "bench.step_cpu_experts": int,
-    "bench.step_cpu_vocab": int,
-    "bench.step_cpu_max_batch": int,
-    "bench.step_cpu_world_cap": int,
-    "bench.step_timeout_s": (int, float),
-    "bench.power_seconds": (int, float),
-    "bench.decode_power_seconds": (int, float),
-    "bench.power_period_s": (int, float),
-}
-
-# One collective's figures at one GPU count: small-message time and large-message bus bandwidth.
-_FIGURES = {"latency_us": (int, float), "busbw_gbs": (int, float)}
-_ONE_SHOT = {"latency_us": (int, float), "max_bytes": int}
-
-HARDWARE_KEYS: dict[str, Any] = {
-    "name": str,
-    "device_names": [str],  # the names devices of this kind report (nvidia-smi, torch)
-    "l2_bytes": (int, type(None)),  # L2 cache from a cited source, or null
-    "arch": str,
-    "cc": int,
-    "sm_count": int,
-    "smem_per_block_default": int,
-    "smem_per_block_optin": int,
-    "smem_per_sm": int,
-    "smem_reserved_per_block": int,
-    "regs_per_sm": int,
-    "max_regs_per_thread": int,
-    "max_threads_per_sm": int,
-    "max_blocks_per_sm": int,
-    "memory_gb": (int, float),
-    "memory_bandwidth_gbs": (int, float),
-    "peak_tflops": {str: (int, float, type(None))},
-    "power_limit_w": (int, float),
-    "interconnect": str,
-    "interconnect_gbs": (int, float),
-    # Collective figures per PCIe/NVLink topology and GPU count (tilesweep.plan.interconnect).
-    "interconnect_model?": {
-        "default": str,
-        "topologies": {
-            str: {
-                "all_reduce?": {
-                    "by_gpus": {str: _FIGURES},  # keys: GPU counts (integers)
-                    # the engines' one-shot custom all-reduce for small messages, off unless enabled
-                    "one_shot?": {"enabled": bool, "by_gpus": {str: _ONE_SHOT}},
-                },
-                "all_to_all?": {"by_gpus": {str: _FIGURES}},
-                "send_recv?": {"by_gpus": {str: _FIGURES}},
-            }
-        },
-    },
-}
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None) -> dict:
@@ -177,9 +59,7 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
 
 def validate(settings: dict) -> None:
     """Raise ConfigError naming the first bad key and value; return None when all is well."""
-    _check_types(settings)
-    for name, spec in settings["catalog"].items():
-        _check_tree(spec, HARDWARE_KEYS, f"hardware[{name}]")
+    check_settings(settings)
     _check_values(settings)
 
 
@@ -194,105 +74,6 @@ def _one_line(exc: Exception) -> str:
         if opts:
             head = f"{head} {' '.join(opts)}"
     return f"bad config: {head}"
-
-
-def _type_name(expected: Any) -> str:
-    """Return a readable name for an expected type."""
-    if isinstance(expected, tuple):
-        return " or ".join(_type_name(e) for e in expected)
-    if isinstance(expected, list):
-        return f"a list of {_type_name(expected[0])}"
-    if isinstance(expected, dict):
-        return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(
-        expected, getattr(expected, "__name__", str(expected))
-    )
-
-
-def _is(value: Any, expected: Any) -> bool:
-    """Return whether value has the expected leaf type (bools are not integers)."""
-    types = expected if isinstance(expected, tuple) else (expected,)
-    if isinstance(value, bool):
-        return bool in types
-    return isinstance(value, types)
-
-
-def _check_tree(value: Any, expected: Any, where: str) -> None:
-    """Raise ConfigError where value does not match the expected shape."""
-    if isinstance(expected, list):
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}={value!r}: expected {_type_name(expected)}")
-        for i, item in enumerate(value):
-            _check_tree(item, expected[0], f"{where}[{i}]")
-        return
-    if isinstance(expected, dict):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}={value!r}: expected a mapping")
-        if len(expected) == 1 and next(iter(expected)) is str:
-            leaf = next(iter(expected.values()))
-            for key, item in value.items():
-                _check_tree(item, leaf, f"{where}.{key}")
-            return
-        names = {key.rstrip("?"): key.endswith("?") for key in expected}
-        unknown = sorted(set(value) - set(names))
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(names))}"
-            )
-        missing = sorted(k for k, optional in names.items() if not optional and k not in value)
-        if missing:
-            raise ConfigError(f"{where}: missing key {missing[0]!r}")
-        for key, sub in expected.items():
-            if key.rstrip("?") in value:
-                _check_tree(value[key.rstrip("?")], sub, f"{where}.{key.rstrip('?')}")
-        return
-    if not _is(value, expected):
-        raise ConfigError(f"{where}={value!r}: expected {_type_name(expected)}")
-
-
-def _check_backends(section: Any) -> None:
-    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
-    from tilesweep import backends
-
-    if not isinstance(section, dict):
-        raise ConfigError(f"backend={section!r}: expected a mapping")
-    known = {b.name: b for b in backends.registered() if b.schema}
-    for name, value in section.items():
-        if name not in known:
-            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
-        _check_tree(value, known[name].schema, f"backend.{name}")
-
-
-def _get(settings: dict, dotted: str) -> Any:
-    """Return the value at a dotted path, raising ConfigError when a key is missing."""
-    node: Any = settings
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{dotted}: missing key")
-        node = node[part]
-    return node
-
-
-def _check_types(settings: dict) -> None:
-    """Raise ConfigError for unknown top-level sections or leaves of the wrong type."""
-    sections = {k.split(".")[0] for k in _SCHEMA} | {"catalog"}
-    unknown = sorted(set(settings) - sections)
-    if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(sections))}")
-    for dotted, expected in _SCHEMA.items():
-        value = _get(settings, dotted)
-        if expected == "hardware":
-            _check_tree(value, HARDWARE_KEYS, dotted)
-        elif expected == "backend":
-            _check_backends(value)
-        else:
-            _check_tree(value, expected, dotted)
-    for section in ("model", "grid", "bench", "deployment"):
-        known = {k.split(".", 1)[1] for k in _SCHEMA if k.startswith(section + ".")}
-        extra = sorted(set(settings[section]) - known)
-        if extra:
-            allowed = ", ".join(sorted(known))
-            raise ConfigError(f"{section}.{extra[0]}: unknown key; allowed: {allowed}")
 
 
 def _check_values(settings: dict) -> None:
@@ -358,7 +139,7 @@ def _check_architecture(model: dict) -> None:
         )
     if model["vocab"] < 1:
         raise ConfigError(f"model.vocab={model['vocab']}: must be at least 1")
-    kinds = {"mla": _MLA_KEYS, "gqa": _GQA_KEYS}
+    kinds = {"mla": MLA_KEYS, "gqa": GQA_KEYS}
     if att["kind"] not in kinds:
         raise ConfigError(f"model.attention.kind={att['kind']!r}: allowed: mla, gqa")
     for key in ("heads", *kinds[att["kind"]]):
@@ -368,7 +149,7 @@ def _check_architecture(model: dict) -> None:
     for key in other:
         if key in att:
             raise ConfigError(f"model.attention.{key}={att[key]}: not a {att['kind']} key")
-    for group in (_DSA_KEYS, _SLIDING_KEYS):
+    for group in (DSA_KEYS, SLIDING_KEYS):
         present = [k for k in group if k in att]
         if present and len(present) < len(group):
             missing = next(k for k in group if k not in att)
@@ -418,7 +199,7 @@ def _check_deployment(dep: dict) -> None:
 def _check_interconnect_model(block: dict | None, where: str) -> None:
     """Raise ConfigError for an interconnect model naming a missing default, a GPU count that is
     not an integer of at least 2 (send_recv: exactly 2), or a figure that is not a finite number
-    in its range; the shape and key names are the schema's."""
+    in its range; the shape and key names are the models'."""
     if block is None:
         return
     if block["default"] not in block["topologies"]:

@@ -1,7 +1,7 @@
 """Kernel backends as plugins: every module of this package may register one `Backend`.
 
 A registration names the backend, the config key that enables it (`backend.<name>.enabled`, set
-in `conf/backends/<name>.yaml`) with its settings' schema, and the roles it plays, each a narrow
+in `conf/backends/<name>.yaml`) with its settings' model, and the roles it plays, each a narrow
 protocol of `backends.roles`: `builder` (cells, builds, launch threads), `decoder` (decode jobs,
 runners, which decode rows ran a launch row's kernel), `stepper` (routed experts inside the
 whole step) and `tuner` (tuning jobs). The rest of the package asks the registry by role; nothing
@@ -28,7 +28,7 @@ class Backend:
 
     name: str = ""  # also its config key: backend.<name>
     order: int = 100  # where its cells, jobs and rows come in every listing (then by name)
-    schema: dict = {}  # its config keys below backend.<name>, for validation
+    settings_model: type | None = None  # pydantic model of its section backend.<name>
     builder: Builder | None = None
     decoder: DecodeRunner | None = None
     stepper: StepRunner | None = None

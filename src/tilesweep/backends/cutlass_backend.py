@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tilesweep.backends import Backend, Builder, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import SM90Program
+from tilesweep.settings.strict import Section
 
 NAME = "cutlass"
 ARCHS = ("sm_90", "sm_100", "sm_120")
@@ -83,6 +84,15 @@ class CutlassBuilder(Builder):
         return int(threads)
 
 
+class CutlassSettings(Section):
+    """backend.cutlass: on or off, operand type per architecture, epilogues, stage counts."""
+
+    enabled: bool
+    dtype_by_arch: dict[str, str]
+    epilogues: list[str]
+    stages: list[int | str]  # "auto" or stage counts
+
+
 @register
 class CutlassBackend(Backend):
     """CUTLASS: accounting per architecture; the SM90 program on an SM90 device (its decode
@@ -90,12 +100,7 @@ class CutlassBackend(Backend):
 
     name = NAME
     order = 2
-    schema = {
-        "enabled": bool,
-        "dtype_by_arch": {str: str},
-        "epilogues": [str],
-        "stages": [(int, str)],
-    }
+    settings_model = CutlassSettings
     builder = CutlassBuilder()
     decoder = SM90Program()
 

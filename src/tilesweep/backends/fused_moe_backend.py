@@ -4,17 +4,77 @@ one tuning job per dtype on a GPU machine (stages/tune.py), exported as engine c
 from __future__ import annotations
 
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
+from tilesweep.settings.strict import Section
 
 NAME = "fused_moe"
-_RULE = [{"value": int, "m_max?": int, "m_le_e?": bool, "m_per_e_over?": int, "dtype?": str}]
-SPACE_SCHEMA = {
-    "BLOCK_SIZE_M": [int],
-    "BLOCK_SIZE_N": [int],
-    "BLOCK_SIZE_K": [int],
-    "GROUP_SIZE_M": [int],
-    "num_warps": [int],
-    "num_stages": [int],
-}
+
+
+class Space(Section):
+    """The tuners' search space: the values tried for each launch parameter."""
+
+    BLOCK_SIZE_M: list[int]
+    BLOCK_SIZE_N: list[int]
+    BLOCK_SIZE_K: list[int]
+    GROUP_SIZE_M: list[int]
+    num_warps: list[int]
+    num_stages: list[int]
+
+
+class Rule(Section):
+    """One rule of an engine's default heuristic: its value where its conditions hold."""
+
+    value: int
+    m_max: int = None
+    m_le_e: bool = None
+    m_per_e_over: int = None
+    dtype: str = None
+
+
+class EngineDefaults(Section):
+    """An engine's default heuristic: the rules for each launch parameter."""
+
+    BLOCK_SIZE_M: list[Rule]
+    BLOCK_SIZE_N: list[Rule]
+    BLOCK_SIZE_K: list[Rule]
+    GROUP_SIZE_M: list[Rule]
+    num_warps: list[Rule]
+    num_stages: list[Rule]
+
+
+class Variant(Section):
+    """One of the project's kernel variants beyond the engines' space."""
+
+    TMA: int = None
+    PERSISTENT: int = None
+    SPLIT_K: int = None
+    SORT: int = None
+
+
+class FusedMoeSettings(Section):
+    """backend.fused_moe: what is tuned, how it is timed and picked, and the engines' defaults."""
+
+    enabled: bool
+    dtypes: list[str]
+    batch_keys: list[int]
+    space: Space
+    routing: list[str]
+    direct_sparsity: int
+    screen_repeats: int
+    final_repeats: int
+    graph_calls: int
+    graph_fill_ms: float
+    finalists: int
+    guard_default: str
+    variants: list[Variant]
+    variant_tiles: int
+    variant_finalists: int
+    config_timeout_s: float
+    items_per_worker: int
+    compile_timeout_s: float
+    compile_workers: int
+    engines: list[str]
+    extra_tokens_per_expert: list[int]
+    engine_defaults: dict[str, EngineDefaults]
 
 
 class FusedMoeTuner(Tuner):
@@ -55,30 +115,7 @@ class FusedMoeBackend(Backend):
 
     name = NAME
     order = 3
-    schema = {
-        "enabled": bool,
-        "dtypes": [str],
-        "batch_keys": [int],
-        "space": SPACE_SCHEMA,
-        "routing": [str],
-        "direct_sparsity": int,
-        "screen_repeats": int,
-        "final_repeats": int,
-        "graph_calls": int,
-        "graph_fill_ms": (int, float),
-        "finalists": int,
-        "guard_default": str,
-        "variants": [{"TMA?": int, "PERSISTENT?": int, "SPLIT_K?": int, "SORT?": int}],
-        "variant_tiles": int,
-        "variant_finalists": int,
-        "config_timeout_s": (int, float),
-        "items_per_worker": int,
-        "compile_timeout_s": (int, float),
-        "compile_workers": int,
-        "engines": [str],
-        "extra_tokens_per_expert": [int],
-        "engine_defaults": {str: {key: _RULE for key in SPACE_SCHEMA}},
-    }
+    settings_model = FusedMoeSettings
 
     def validate(self, settings: dict) -> None:
         """Raise ConfigError for tuning settings that cannot describe a search."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilesweep.backends import Backend, DecodeRunner, Runner, StepRunner, register
+from tilesweep.settings.strict import Section
 
 NAME = "torch"
 JOB = "baselines"
@@ -167,12 +168,18 @@ class TorchStep(StepRunner):
         return baseline_runner(runner, counts, "bf16")
 
 
+class TorchSettings(Section):
+    """backend.torch: on or off."""
+
+    enabled: bool
+
+
 @register
 class TorchBackend(Backend):
     """torch baselines: nothing to build; one decode job; two of them run inside the step."""
 
     name = NAME
     order = 1
-    schema = {"enabled": bool}
+    settings_model = TorchSettings
     decoder = TorchDecode()
     stepper = TorchStep()

@@ -18,6 +18,7 @@ from tilesweep.backends import (
     kernel_cell,
     register,
 )
+from tilesweep.settings.strict import Section
 
 NAME = "triton"
 ARCHS = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
@@ -276,13 +277,19 @@ class TritonStep(StepRunner):
 DECODE = TritonDecode()
 
 
+class TritonSettings(Section):
+    """backend.triton: on or off; its tiles, stages and warps come from the grid."""
+
+    enabled: bool
+
+
 @register
 class TritonBackend(Backend):
     """Triton grouped GEMMs: built per kernel, timed per kernel, bf16 ones inside the step."""
 
     name = NAME
     order = 0
-    schema = {"enabled": bool}
+    settings_model = TritonSettings
     builder = TritonBuilder()
     decoder = DECODE
     stepper = TritonStep()

@@ -1,0 +1,43 @@
+"""Typed config: one pydantic model per config group, checked before any job runs.
+
+pydantic rather than Hydra structured configs: it is already installed (snakemake needs it), and
+in strict mode it refuses NaN and infinity, unknown keys and wrong types (a bool for an int)
+with the failing location, where OmegaConf's structured configs let NaN and infinity through.
+Each backend declares its own section's model beside its code (`Backend.settings_model`).
+"""
+
+from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.hardware_spec import HardwareSpec
+from tilesweep.settings.root import RootSettings, check_backends, check_settings, leaf_keys
+from tilesweep.settings.strict import Section, check
+from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
+from tilesweep.settings.workload import (
+    DSA_KEYS,
+    GQA_KEYS,
+    MLA_KEYS,
+    SLIDING_KEYS,
+    Attention,
+    DeploymentSettings,
+    ModelSettings,
+)
+
+__all__ = [
+    "DSA_KEYS",
+    "GQA_KEYS",
+    "MLA_KEYS",
+    "SLIDING_KEYS",
+    "Attention",
+    "BenchSettings",
+    "DeploymentSettings",
+    "GridSettings",
+    "HardwareSpec",
+    "Layout",
+    "ModelSettings",
+    "RootSettings",
+    "Section",
+    "Tile",
+    "check",
+    "check_backends",
+    "check_settings",
+    "leaf_keys",
+]
