@@ -13,16 +13,17 @@ from tilesweep import backends, verdict
 from tilesweep.hardware import catalog_name
 from tilesweep.io import atomic_path, concat_tables, read_json, write_table, write_text
 from tilesweep.provenance import git_commit, package_version
-from tilesweep.report import data as report_data
+from tilesweep.report import contents as report_contents
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
+from tilesweep.report.document import FIGURES, ReportData
 from tilesweep.stages import logged
 from tilesweep.tables import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 
 INPUTS = ("launch", "decode", "collective", "layout", "power", "tune", "ceilings")
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
 PARQUET = tuple(f"{name}_parquet" for name in TABLES)
-PLOTS = tuple(f"plot_{name}" for name in report_data.FIGURES)
+PLOTS = tuple(f"plot_{name}" for name in FIGURES)
 OUTPUTS = (*TABLES, "report", "html", *PARQUET, *PLOTS, "fit")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -177,7 +178,7 @@ def assemble(
     measured: dict[str, pd.DataFrame],
     ceilings: dict,
     provenance: dict,
-) -> tuple[dict[str, pd.DataFrame], report_data.ReportData]:
+) -> tuple[dict[str, pd.DataFrame], ReportData]:
     """Return every table (the measured ones, the verdict and its check) and the ReportData,
     from the measured tables (launch with its measured-launch columns, decode, collective,
     layout, power) and the ceilings of the device at hand."""
@@ -200,7 +201,7 @@ def assemble(
         "power": measured["power"],
         "tune": tune,
     }
-    data = report_data.build(
+    data = report_contents.build(
         settings,
         tables["launch"],
         tables["decode"],
