@@ -64,6 +64,7 @@ def settings_stub() -> dict:
         },
         "hardware": {"name": "rtx_pro_6000"},
         "grid": {"targets": ["rtx_pro_6000"]},
+        "question": BRIEF["question"],
     }
 
 
@@ -80,7 +81,7 @@ def png_images(page: str) -> list[bytes]:
 def test_sweep_writes_a_self_contained_report(tiny_sweep):
     results = tiny_sweep / "results"
     page = (results / "report.html").read_text()
-    for key in SECTIONS:
+    for key in ["brief", *SECTIONS]:
         assert f'<section id="{key}">' in page
     assert "<script" not in page and "<link" not in page
     assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not load anything"
@@ -235,8 +236,8 @@ def verdict_rows() -> pd.DataFrame:
 
 
 def brief_panel() -> dict:
-    """Return the brief's panel for verdict_rows()."""
-    return verdict.brief_panel(BRIEF, lambda s: verdict.deployment_table(
+    """Return the question's panel for verdict_rows()."""
+    return verdict.question_panel(BRIEF, lambda s: verdict.deployment_table(
         s, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU))  # fmt: skip
 
 
@@ -250,8 +251,9 @@ def test_report_escapes_text_and_keeps_going_with_empty_tables():
     page = page_of(launch_rows(), empty, empty, empty)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     for key in SECTIONS:
-        # The brief's panel appears only for the brief's deployment (a panel is given).
-        assert (f'<section id="{key}">' in page) == (key != "brief")
+        assert f'<section id="{key}">' in page
+    # The question's panel appears only for the question's deployment (a panel is given).
+    assert '<section id="brief">' not in page and '<a href="#brief">' in page
     assert len(png_images(page)) == len(FIGURES)  # launch, and the rest saying "empty"
 
 
@@ -348,7 +350,8 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     text, page = report_md.render(data), report_html.render(data)
     md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
     html_titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]+)</h2>", page)]
-    assert md_titles == html_titles == [title for _, title in contents.SECTIONS]
+    question = BRIEF["question"]["title"]
+    assert md_titles == html_titles == [question] + [title for _, title in contents.SECTIONS]
     for item in data.tables():
         if item.title:
             assert f"#### {item.title}" in text or item.collapsed

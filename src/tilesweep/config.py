@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tilesweep import question
 from tilesweep.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -177,6 +178,7 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
 def validate(settings: dict) -> None:
     """Raise ConfigError naming the first bad key and value; return None when all is well."""
     _check_types(settings)
+    question.validate(settings.get("question"), settings["catalog"])
     for name, spec in settings["catalog"].items():
         _check_tree(spec, HARDWARE_KEYS, f"hardware[{name}]")
     _check_values(settings)
@@ -274,7 +276,7 @@ def _get(settings: dict, dotted: str) -> Any:
 
 def _check_types(settings: dict) -> None:
     """Raise ConfigError for unknown top-level sections or leaves of the wrong type."""
-    sections = {k.split(".")[0] for k in _SCHEMA} | {"catalog"}
+    sections = {k.split(".")[0] for k in _SCHEMA} | {"catalog", "question"}
     unknown = sorted(set(settings) - sections)
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(sections))}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep import question
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.document import FIGURES, ReportData, Section
 from tilesweep.report.question_sections import power_blocks, question_blocks
@@ -19,8 +20,9 @@ from tilesweep.report.sections import (
     verdict_blocks,
 )
 
+# The sections every report has, in order, after the question's own (conf/question), when one
+# is configured: its key is the question's name and its title the question's.
 SECTIONS = (
-    ("brief", "The brief's question: TP8, TP4+PP2 or EP8 for GLM-5 on eight RTX PRO 6000"),
     ("summary", "Summary"),
     ("verdict", "Verdict for the deployment: where a decode step's time goes"),
     ("check", "How far to trust the composition: measured whole steps"),
@@ -71,7 +73,7 @@ def build(
     tune: pd.DataFrame | None = None,
 ) -> ReportData:
     """Return the one ReportData both reports render; figures are drawn unless given. The
-    brief's section is there when `panel` is (the deployment is the brief's).
+    question's section is there when `panel` is (the deployment is the one it asks about).
 
     `provenance` may hold 'measured': {section: when} beside versions and the commit.
     """
@@ -86,12 +88,14 @@ def build(
         f"{dep.get('kv_dtype', '?')} KV cache, context {dep.get('context_len', '?')}, on "
         f"{hardware}; launch targets {targets}."
     )
+    asked = question.of(settings)
+    named = ((asked.name, asked.title),) if asked else ()
     blocks = {
-        "brief": question_blocks(panel, launch, power) if panel else [],
+        **{key: question_blocks(asked, panel, launch, power) if panel else [] for key, _ in named},
         "summary": summary_blocks(launch, decode, verdict, check),
         "verdict": verdict_blocks(verdict),
         "check": check_blocks(check),
-        "power": power_blocks(power),
+        "power": power_blocks(power, asked),
         "launch": launch_blocks(launch, provenance),
         "decode": decode_blocks(decode, provenance),
         "tune": tune_blocks(pd.DataFrame() if tune is None else tune),
@@ -105,6 +109,7 @@ def build(
         title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
         intro=intro,
         provenance=provenance,
-        sections=[Section(key, title, blocks[key]) for key, title in SECTIONS if blocks[key]],
+        sections=[Section(key, t, blocks[key]) for key, t in (*named, *SECTIONS) if blocks[key]],
+        nav=[*named, *SECTIONS],
         figures=drawn,
     )

@@ -129,13 +129,15 @@ class Section:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything both reports show: title, intro, sections and the figures' PNG bytes."""
+    """Everything both reports show: title, intro, sections, the figures' PNG bytes and the
+    sections the HTML page's navigation names."""
 
     title: str
     intro: str
     provenance: dict
     sections: list[Section]
     figures: dict[str, bytes] = field(default_factory=dict)
+    nav: list[tuple[str, str]] = field(default_factory=list)  # (key, title) the page links to
 
     def tables(self) -> list[Table]:
         """Return every table of the report, in order."""

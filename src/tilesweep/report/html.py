@@ -9,7 +9,6 @@ import html
 
 import pandas as pd
 
-from tilesweep.report.contents import SECTIONS
 from tilesweep.report.document import (
     Bullets,
     Code,
@@ -144,7 +143,7 @@ BLOCKS = {
 
 def render(data: ReportData) -> str:
     """Return the whole report as one self-contained HTML page."""
-    nav = "".join(f'<a href="#{key}">{esc(label)}</a>' for key, label in SECTIONS)
+    nav = "".join(f'<a href="#{key}">{esc(label)}</a>' for key, label in data.nav)
     body = [
         f'<section id="{s.key}"><h2>{esc(s.title)}</h2>'
         + "".join(BLOCKS[type(b)](b, data) for b in s.blocks)

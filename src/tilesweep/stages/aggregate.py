@@ -211,7 +211,7 @@ def assemble(
         check=tables["check"],
         power=tables["power"],
         tune=tables["tune"],
-        panel=verdict.brief_panel(settings, compose),
+        panel=verdict.question_panel(settings, compose),
     )
     return tables, data
 
