@@ -480,7 +480,7 @@ def test_stream_read_sums_every_element_once_on_the_gpu():
 def test_tune_targets_take_the_lowest_figure_over_each_range():
     import pandas as pd
 
-    from tilesweep.report.data import tune_targets
+    from tilesweep.report.tune_analysis import tune_targets
 
     # E=32, top-8: M tokens give M / 4 tokens per expert.
     rows = [
@@ -523,7 +523,7 @@ def test_engine_files_are_laid_out_as_the_engines_write_theirs():
 def test_the_fastest_config_is_taken_per_batch_and_routing_of_any_source():
     import pandas as pd
 
-    from tilesweep.report.data import tune_summary
+    from tilesweep.report.tune_analysis import tune_summary
 
     def row(config, source, routing, ms, **over):
         return {"dtype": "bf16", "experts": 256, "n": 2048, "m": 8192, "routing": routing,

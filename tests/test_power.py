@@ -80,7 +80,9 @@ def test_brief_reading_is_judged_against_each_band():
             },
         ]
     )
-    out = power.brief_consistency(table, frac=0.39).set_index("load")["consistent"]
+    judged = power.reading_consistency(table, 0.39, "brief")
+    assert list(judged.columns) == ["load", "expected_bound", "band", "brief", "consistent"]
+    out = judged.set_index("load")["consistent"]
     assert out["decode_gemm"] == "consistent"
     assert out["idle"].startswith("not consistent") and "above" in out["idle"]
     assert out["math_gemm"].startswith("not consistent") and "below" in out["math_gemm"]

@@ -19,13 +19,18 @@ from matplotlib import image as mpimg
 
 from tilesweep import verdict
 from tilesweep.config import compose
-from tilesweep.report import data as summary
-from tilesweep.report import figures as plots
+from tilesweep.report import analysis, contents
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
+from tilesweep.report.collective_figure import collective_bandwidth
+from tilesweep.report.decode_figures import decode_roofline, decode_time
+from tilesweep.report.document import FIGURES
+from tilesweep.report.launch_figure import launch_smem
+from tilesweep.report.plotting import png
+from tilesweep.report.step_figures import check_error, verdict_split
 from tilesweep.stages.tables import arrow_safe
 
-SECTIONS = [key for key, _ in summary.SECTIONS]
+SECTIONS = [key for key, _ in contents.SECTIONS]
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
 BRIEF = compose([])  # the default sweep's deployment: GLM-5 NVFP4 on RTX PRO 6000
 CPU = {"device": "cpu", "device_kind": "cpu", "copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.2}}
@@ -59,6 +64,7 @@ def settings_stub() -> dict:
         },
         "hardware": {"name": "rtx_pro_6000"},
         "grid": {"targets": ["rtx_pro_6000"]},
+        "question": BRIEF["question"],
     }
 
 
@@ -75,7 +81,7 @@ def png_images(page: str) -> list[bytes]:
 def test_sweep_writes_a_self_contained_report(tiny_sweep):
     results = tiny_sweep / "results"
     page = (results / "report.html").read_text()
-    for key in SECTIONS:
+    for key in ["brief", *SECTIONS]:
         assert f'<section id="{key}">' in page
     assert "<script" not in page and "<link" not in page
     assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not load anything"
@@ -84,7 +90,7 @@ def test_sweep_writes_a_self_contained_report(tiny_sweep):
     for data in images:
         pixels = mpimg.imread(io.BytesIO(data), format="png")
         assert pixels.shape[0] > 50 and pixels.shape[1] > 50
-    for name in summary.FIGURES:
+    for name in FIGURES:
         assert (results / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tp2-pp1-ep1" in page  # the summary names every layout
 
@@ -104,10 +110,10 @@ def test_snakemake_report_registers_the_figures(tiny_sweep, tmp_path):
     out = tmp_path / "snakemake-report.html"
     snakemake(tiny_sweep, "--cores", "1", "--report", str(out), overrides=["experiment=tiny"])
     text = out.read_text()
-    for name in summary.FIGURES:
+    for name in FIGURES:
         assert f'"results/plots/{name}.png"' in text
     captions = Path(__file__).resolve().parents[1] / "workflow" / "report"
-    for name in summary.FIGURES:
+    for name in FIGURES:
         first_line = (captions / f"{name}.rst").read_text().splitlines()[0]
         assert first_line.replace("'", "&#x27;") in text or first_line in text, name
 
@@ -166,7 +172,7 @@ def test_report_renders_in_headless_chromium(tiny_sweep, tmp_path):
         "--dump-dom",
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    for key, title in summary.SECTIONS:
+    for key, title in contents.SECTIONS:
         assert re.search(rf'<section id="{key}"><h2>{re.escape(title)}', dom.stdout), key
     count = re.search(r'<div id="image-check">(\d+)/(\d+)</div>', dom.stdout)
     assert count, "the page's load event never fired"
@@ -230,14 +236,14 @@ def verdict_rows() -> pd.DataFrame:
 
 
 def brief_panel() -> dict:
-    """Return the brief's panel for verdict_rows()."""
-    return verdict.brief_panel(BRIEF, lambda s: verdict.deployment_table(
+    """Return the question's panel for verdict_rows()."""
+    return verdict.question_panel(BRIEF, lambda s: verdict.deployment_table(
         s, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU))  # fmt: skip
 
 
 def page_of(*tables: pd.DataFrame) -> str:
     """Return the HTML page of (launch, decode, collective, verdict) tables."""
-    return report_html.render(summary.build(settings_stub(), *tables, {}))
+    return report_html.render(contents.build(settings_stub(), *tables, {}))
 
 
 def test_report_escapes_text_and_keeps_going_with_empty_tables():
@@ -245,9 +251,10 @@ def test_report_escapes_text_and_keeps_going_with_empty_tables():
     page = page_of(launch_rows(), empty, empty, empty)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     for key in SECTIONS:
-        # The brief's panel appears only for the brief's deployment (a panel is given).
-        assert (f'<section id="{key}">' in page) == (key != "brief")
-    assert len(png_images(page)) == len(summary.FIGURES)  # launch, and the rest saying "empty"
+        assert f'<section id="{key}">' in page
+    # The question's panel appears only for the question's deployment (a panel is given).
+    assert '<section id="brief">' not in page and '<a href="#brief">' in page
+    assert len(png_images(page)) == len(FIGURES)  # launch, and the rest saying "empty"
 
 
 def test_report_labels_every_verdict_row_with_its_source():
@@ -263,11 +270,11 @@ def test_report_labels_every_verdict_row_with_its_source():
 
 def test_launch_failures_and_estimates():
     launch = launch_rows()
-    fails = summary.launch_failures(launch)
+    fails = analysis.launch_failures(launch)
     assert list(fails["kernel"]) == ["c"]
-    errors = summary.estimate_errors(launch).set_index("kernel")
+    errors = analysis.estimate_errors(launch).set_index("kernel")
     assert errors.loc["a", "smem_model_error_pct"] == pytest.approx(25.0)
-    counts = summary.fit_counts(launch).iloc[0]
+    counts = analysis.fit_counts(launch).iloc[0]
     assert (counts["default"], counts["optin"], counts["no"]) == (1, 1, 1)
     page = page_of(launch, *[pd.DataFrame()] * 3)
     assert "rtx_pro_6000: of 3 kernels, 1 fit by default, 1 only after opt-in, 1 do not fit" in page
@@ -283,7 +290,7 @@ def test_best_per_batch_compares_the_best_tile_with_the_best_baseline():
     ]
     decode = pd.DataFrame(rows, columns=["runner", "tokens_per_expert", "time_ms"])
     decode = decode.assign(op="down", routing="uniform", status="ok", bound="memory")
-    best = summary.best_per_batch(decode).set_index("tokens_per_expert")
+    best = analysis.best_per_batch(decode).set_index("tokens_per_expert")
     assert best.loc[16, "best_runner"] == "triton:t2"
     assert best.loc[16, "best_baseline"] == "torch_bmm"
     assert best.loc[16, "speedup_vs_baseline"] == pytest.approx(3.0)
@@ -293,17 +300,17 @@ def test_best_per_batch_compares_the_best_tile_with_the_best_baseline():
 def test_every_figure_renders_from_empty_and_from_partial_tables():
     empty = pd.DataFrame()
     figures = [
-        plots.launch_smem(launch_rows()),
-        plots.launch_smem(empty),
-        plots.decode_time(empty),
-        plots.decode_roofline(pd.DataFrame({"status": ["ok"], "time_ms": [1.0]})),
-        plots.collective_bandwidth(empty),
-        plots.verdict_split(verdict_rows()),
-        plots.verdict_split(empty),
-        plots.check_error(empty),
+        launch_smem(launch_rows()),
+        launch_smem(empty),
+        decode_time(empty),
+        decode_roofline(pd.DataFrame({"status": ["ok"], "time_ms": [1.0]})),
+        collective_bandwidth(empty),
+        verdict_split(verdict_rows()),
+        verdict_split(empty),
+        check_error(empty),
     ]
     for fig in figures:
-        assert plots.png(fig)[:4] == b"\x89PNG"
+        assert png(fig)[:4] == b"\x89PNG"
 
 
 def test_mixed_type_columns_survive_parquet(tmp_path):
@@ -336,14 +343,15 @@ def decode_rows() -> pd.DataFrame:
 
 def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     empty = pd.DataFrame()
-    data = summary.build(
+    data = contents.build(
         settings_stub(), launch_rows(), decode_rows(), empty, verdict_rows(), {},
         panel=brief_panel(),
     )  # fmt: skip
     text, page = report_md.render(data), report_html.render(data)
     md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
     html_titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]+)</h2>", page)]
-    assert md_titles == html_titles == [title for _, title in summary.SECTIONS]
+    question = BRIEF["question"]["title"]
+    assert md_titles == html_titles == [question] + [title for _, title in contents.SECTIONS]
     for item in data.tables():
         if item.title:
             assert f"#### {item.title}" in text or item.collapsed
@@ -354,20 +362,20 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     assert text.index("## The brief's question") < text.index("## Summary")  # the panel first
     assert "Which layout wins, and by how much" in text and "Which layout wins" in page
     names = data.figure_names()
-    assert names == list(summary.FIGURES)
+    assert names == list(FIGURES)
     for name in names:
         assert f"`{name}`" in text
     images = png_images(page)
     assert images == [data.figures[n] for n in names]
-    for png in images:  # each decodes to a real picture, not just a PNG header
-        pixels = mpimg.imread(io.BytesIO(png), format="png")
+    for image in images:  # each decodes to a real picture, not just a PNG header
+        pixels = mpimg.imread(io.BytesIO(image), format="png")
         assert pixels.shape[0] > 50 and pixels.shape[1] > 200
 
 
 def test_best_per_batch_carries_the_dtype_and_the_same_numbers_in_both_reports():
     empty = pd.DataFrame()
-    data = summary.build(settings_stub(), empty, decode_rows(), empty, empty, {}, figures={})
-    best = summary.best_per_batch(decode_rows()).set_index("dtype")
+    data = contents.build(settings_stub(), empty, decode_rows(), empty, empty, {}, figures={})
+    best = analysis.best_per_batch(decode_rows()).set_index("dtype")
     assert best.loc["bf16", "best_runner"] == "triton:b"  # c failed, so it is not the fastest
     assert best.loc["bf16", "speedup_vs_baseline"] == pytest.approx(1.5)
     assert best.loc["fp8", "best_runner"] == "triton:f"  # g has no time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep.report.data import decode_targets
+from tilesweep.report.analysis import decode_targets
 
 
 def _row(runner, tokens, ms, frac, dtype="bf16"):

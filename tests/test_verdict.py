@@ -177,15 +177,36 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
     assert (tp2["composed_ms"] > tp1_at / 2 + 2 * 3 * 0.02).all()  # half the compute + all-reduces
 
 
-def test_the_brief_panel_is_there_only_for_the_brief(brief):
-    def roofline(settings):
-        return verdict.deployment_table(
-            settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
-        )
+def roofline(settings: dict) -> pd.DataFrame:
+    """Return the composed deployment at the roofline, a CPU at hand."""
+    return verdict.deployment_table(
+        settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    )
 
+
+def test_the_question_panel_is_there_only_for_the_question(brief):
     tiny = compose(["experiment=tiny"])  # its grid has no 8-GPU layout: the panel adds them
-    panel = verdict.brief_panel(tiny, roofline)
+    panel = verdict.question_panel(tiny, roofline)
     assert panel is not None and set(panel["rows"]["world"]) == {8}
     assert set(panel["rows"]["layout"]) == {"tp8-pp1-ep1", "tp4-pp2-ep1", "tp1-pp1-ep8"}
     assert sorted(panel["winners"]["batch"]) == sorted(brief["deployment"]["batches"])
-    assert verdict.brief_panel(compose(["model=deepseek_v3"]), roofline) is None
+    assert verdict.question_panel(compose(["model=deepseek_v3"]), roofline) is None
+    assert verdict.question_panel(compose(["hardware=h200"]), roofline) is None
+    assert verdict.question_panel(compose(["question=none"]), roofline) is None
+
+
+def test_a_question_about_another_deployment_gets_its_own_panel():
+    # The question is data: asked about DeepSeek-V3 on four H200, the panel follows it.
+    settings = compose(
+        [
+            "model=deepseek_v3",
+            "hardware=h200",
+            "question.model=deepseek_v3",
+            "question.hardware=h200",
+            "question.gpus=4",
+            "question.layouts=[{tp:4,pp:1,ep:1},{tp:1,pp:1,ep:4}]",
+        ]
+    )
+    panel = verdict.question_panel(settings, roofline)
+    assert panel is not None and set(panel["rows"]["world"]) == {4}
+    assert {"tp4-pp1-ep1", "tp1-pp1-ep4"} <= set(panel["rows"]["layout"])

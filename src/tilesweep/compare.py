@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import ConfigError
-from tilesweep.report.data import fmt_value
+from tilesweep.report.formatting import fmt_value
 from tilesweep.tables import SPLIT_COLUMNS, TABLE_KEYS
 
 # The tables compared, with the columns that identify a row (those present in both runs are used).
@@ -364,12 +364,13 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
 def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
     """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
     from tilesweep.io import write_table, write_text
-    from tilesweep.report import figures as plots
+    from tilesweep.report.compare_figure import compare_ratios
+    from tilesweep.report.plotting import png
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]
     write_table(paths[0], changes)
     write_text(paths[1], text)
-    paths[2].write_bytes(plots.png(plots.compare_ratios(changes)))
+    paths[2].write_bytes(png(compare_ratios(changes)))
     return paths

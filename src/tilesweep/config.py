@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tilesweep import question
 from tilesweep.errors import ConfigError
 from tilesweep.settings import DSA_KEYS, GQA_KEYS, MLA_KEYS, SLIDING_KEYS, check_settings
 
@@ -60,6 +61,7 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
 def validate(settings: dict) -> None:
     """Raise ConfigError naming the first bad key and value; return None when all is well."""
     check_settings(settings)
+    question.validate(settings.get("question"), settings["catalog"])
     _check_values(settings)
 
 

@@ -121,7 +121,7 @@ CHECK_COLUMNS = [
     "composed_label", "device", "gaps",
 ]  # fmt: skip
 
-# ---- the brief's panel: winners per batch and the half/double sensitivity band -------------
+# ---- the question's panel: winners per batch and the half/double sensitivity band ----------
 
 WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
 BAND_COLUMNS = [
@@ -261,7 +261,12 @@ REPORT_POWER_COLUMNS = [
     "power_w_median", "power_limit_w", "power_samples", "sample_hz", "sm_clock_mhz_median",
     "achieved", "achieved_unit", "reason",
 ]  # fmt: skip
-CONSISTENCY_COLUMNS = ["load", "expected_bound", "band", "brief", "consistent"]
+
+
+def consistency_columns(reader: str) -> list[str]:
+    """Return the columns of a power reading's consistency table; the reading's column is named
+    after its reader (the question's name, e.g. `brief`)."""
+    return ["load", "expected_bound", "band", reader, "consistent"]
 
 
 # ---- the fastest correct runner -------------------------------------------------------------

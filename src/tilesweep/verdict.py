@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from tilesweep import question
 from tilesweep.plan import calibration
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import compose_deployment
@@ -202,29 +203,24 @@ def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, m
     )
 
 
-# The brief's layouts of eight GPUs (../shared/BRIEF.md point 1), beside any of the grid's.
-BRIEF_LAYOUTS = (
-    {"tp": 8, "pp": 1, "ep": 1},
-    {"tp": 4, "pp": 2, "ep": 1},
-    {"tp": 1, "pp": 1, "ep": 8},
-)
-
-
-def brief_panel(settings: dict, compose: Callable[[dict], pd.DataFrame]) -> dict | None:
-    """Return the brief's panel when the deployment is the brief's (GLM-5 on RTX PRO 6000):
-    TP8, TP4+PP2, EP8 and the grid's other 8-GPU layouts, composed as the verdict is, the
-    winner per batch and the sensitivity band; None otherwise."""
-    if settings["model"]["name"] != "glm5" or target_spec(settings)["name"] != "rtx_pro_6000":
+def question_panel(settings: dict, compose: Callable[[dict], pd.DataFrame]) -> dict | None:
+    """Return the question's panel when a question is configured and the deployment is the one it
+    asks about (conf/question): its layouts and the grid's other layouts of as many GPUs, composed
+    as the verdict is, the winner per batch and the sensitivity band; None otherwise."""
+    asked = question.of(settings)
+    if asked is None or not asked.asks_about(
+        settings["model"]["name"], target_spec(settings)["name"]
+    ):
         return None
-    layouts = [dict(lay) for lay in BRIEF_LAYOUTS]
+    layouts = asked.layout_dicts()
     for lay in settings["grid"]["layouts"]:
         lay = {k: lay[k] for k in ("tp", "pp", "ep")}
-        if lay["tp"] * lay["pp"] * lay["ep"] == 8 and lay not in layouts:
+        if lay["tp"] * lay["pp"] * lay["ep"] == asked.gpus and lay not in layouts:
             layouts.append(lay)
     panel = dict(settings, grid=dict(settings["grid"], layouts=layouts))
     rows = compose(panel)
     return {
         "rows": rows,
-        "winners": winners(rows, 8),
-        "band": sensitivity(panel, compose, world=8),
+        "winners": winners(rows, asked.gpus),
+        "band": sensitivity(panel, compose, world=asked.gpus),
     }

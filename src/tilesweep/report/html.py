@@ -1,4 +1,4 @@
-"""The HTML report: renders the one ReportData (see report/data.py) as a self-contained page
+"""The HTML report: renders the one ReportData (see report/document.py) as a self-contained page
 (inline CSS, PNG figures as base64, no scripts and no network) that fits a 1,280 px window:
 wide tables scroll inside their own container."""
 
@@ -9,9 +9,7 @@ import html
 
 import pandas as pd
 
-from tilesweep.report.data import (
-    FIGURES,
-    SECTIONS,
+from tilesweep.report.document import (
     Bullets,
     Code,
     Figure,
@@ -19,10 +17,8 @@ from tilesweep.report.data import (
     ReportData,
     Table,
     Text,
-    fmt_value,
 )
-
-__all__ = ["FIGURES", "SECTIONS", "render", "table"]
+from tilesweep.report.formatting import fmt_value
 
 CSS = """
 *{box-sizing:border-box}
@@ -147,7 +143,7 @@ BLOCKS = {
 
 def render(data: ReportData) -> str:
     """Return the whole report as one self-contained HTML page."""
-    nav = "".join(f'<a href="#{key}">{esc(label)}</a>' for key, label in SECTIONS)
+    nav = "".join(f'<a href="#{key}">{esc(label)}</a>' for key, label in data.nav)
     body = [
         f'<section id="{s.key}"><h2>{esc(s.title)}</h2>'
         + "".join(BLOCKS[type(b)](b, data) for b in s.blocks)

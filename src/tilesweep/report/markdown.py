@@ -1,19 +1,11 @@
-"""The Markdown report: renders the one ReportData (see report/data.py) as GitHub Markdown."""
+"""The Markdown report: renders the one ReportData (see report/document.py) as GitHub Markdown."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep.report.data import (
-    Bullets,
-    Code,
-    Figure,
-    Heading,
-    ReportData,
-    Table,
-    Text,
-    fmt_value,
-)
+from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData, Table, Text
+from tilesweep.report.formatting import fmt_value
 
 
 def md_table(

@@ -1,6 +1,6 @@
 """Stage 4c: power as evidence. Sustain loads of known bound on the device at hand under NVML
-sampling, so a power reading (the brief's 235 W of 600 W, 39% of the limit) can be set against
-what each bound draws, instead of read as a verdict on its own."""
+sampling, so a power reading taken as evidence (the question's, conf/question: the brief's 235 W of
+600 W) can be set against what each bound draws, instead of read as a verdict on its own."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ import pandas as pd
 
 from tilesweep.io import write_table
 from tilesweep.stages import logged
-from tilesweep.tables import POWER_COLUMNS
-
-# The brief's reading: about 235 W of a 600 W limit during decode on the RTX PRO 6000.
-BRIEF_POWER_FRAC = 235 / 600
+from tilesweep.tables import POWER_COLUMNS, consistency_columns
 
 
 def measure_power(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
@@ -48,11 +45,13 @@ def measure_power(cell_json: str, table_path: str, log_path: str | None = None) 
     return frame
 
 
-def brief_consistency(power: pd.DataFrame, frac: float = BRIEF_POWER_FRAC) -> pd.DataFrame:
-    """Return, per measured load, whether the brief's fraction of the power limit lies inside its
-    p10..p90 band of measured fractions, and how far outside it lies where it does not."""
+def reading_consistency(power: pd.DataFrame, frac: float, reader: str) -> pd.DataFrame:
+    """Return, per measured load, whether a reading of `frac` of the power limit (the reader's,
+    e.g. the brief's) lies inside its p10..p90 band of measured fractions, and how far outside it
+    lies where it does not; the reading's column is named after the reader."""
+    columns = consistency_columns(reader)
     if power.empty or "status" not in power:
-        return pd.DataFrame(columns=["load", "expected_bound", "band", "brief", "consistent"])
+        return pd.DataFrame(columns=columns)
     rows = []
     for rec in power[power["status"] == "ok"].to_dict("records"):
         low, high = rec["power_frac_p10"], rec["power_frac_p90"]
@@ -63,14 +62,8 @@ def brief_consistency(power: pd.DataFrame, frac: float = BRIEF_POWER_FRAC) -> pd
         else:
             side = "below" if frac < low else "above"
             gap = (low - frac) if frac < low else (frac - high)
-            verdict = f"not consistent: the brief's reading is {gap:.0%} of the limit {side} it"
-        rows.append(
-            {
-                "load": rec["load"],
-                "expected_bound": rec["expected_bound"],
-                "band": f"{low:.0%}..{high:.0%}" if verdict != "no samples" else "",
-                "brief": f"{frac:.0%}",
-                "consistent": verdict,
-            }
-        )
+            verdict = f"not consistent: the {reader}'s reading is {gap:.0%} of the limit {side} it"
+        band = f"{low:.0%}..{high:.0%}" if verdict != "no samples" else ""
+        values = [rec["load"], rec["expected_bound"], band, f"{frac:.0%}", verdict]
+        rows.append(dict(zip(columns, values, strict=True)))
     return pd.DataFrame(rows)

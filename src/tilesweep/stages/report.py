@@ -7,13 +7,13 @@ from pathlib import Path
 
 from tilesweep.io import atomic_path, concat_tables, read_json, write_text
 from tilesweep.provenance import git_commit, package_version
-from tilesweep.report import data as report_data
+from tilesweep.report import contents as report_data
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.stages import logged
 from tilesweep.stages.verdict import read_panel
 
-# Each figure's category in `snakemake --report` (every name of report_data.FIGURES).
+# Each figure's category in `snakemake --report` (every name of report.document.FIGURES).
 FIGURE_CATEGORIES = {
     "launch_smem": "Launch",
     "decode_time": "Decode",

@@ -64,7 +64,7 @@ def write_verdict(
             "verdict": compose(settings),
             "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
         }
-        panel = verdict.brief_panel(settings, compose)
+        panel = verdict.question_panel(settings, compose)
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
     if outputs.get("fit"):
         write_text(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True) + "\n")

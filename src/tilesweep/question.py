@@ -1,0 +1,136 @@
+"""The question a sweep's report answers, as data (conf/question): the deployment it is about,
+its layouts, the tiles it asks about, a power reading it took as evidence, and its wording. The
+library names no model or GPU; it asks `asks_about` whether a deployment is the question's."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from tilesweep.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    """A config model: unknown keys, wrong types, NaN and inf refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class Layout(_Strict):
+    """One parallel layout: tensor, pipeline and expert parallel degrees."""
+
+    tp: PositiveInt
+    pp: PositiveInt
+    ep: PositiveInt
+
+
+class Tile(_Strict):
+    """One output tile and its K step."""
+
+    m: PositiveInt
+    n: PositiveInt
+    k: PositiveInt
+
+
+class Tiles(_Strict):
+    """The tiles the question asks about: the backend whose launch rows hold them, and the
+    title and note of their table."""
+
+    backend: str = Field(min_length=1)
+    shapes: list[Tile] = Field(min_length=1)
+    title: str = Field(min_length=1)
+    note: str = ""
+
+
+class Power(_Strict):
+    """A power reading the question took as evidence: watts drawn of a limit, and what it read
+    into them."""
+
+    watts: PositiveFloat
+    limit_watts: PositiveFloat
+    claim: str = ""
+
+    @model_validator(mode="after")
+    def _within_limit(self) -> Power:
+        """Refuse a reading above its own limit."""
+        if self.watts > self.limit_watts:
+            raise ValueError(f"watts {self.watts:g} above limit_watts {self.limit_watts:g}")
+        return self
+
+    @property
+    def fraction(self) -> float:
+        """Return the reading as a fraction of its limit."""
+        return self.watts / self.limit_watts
+
+
+class Question(_Strict):
+    """The case study a report answers (see conf/question/brief.yaml)."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
+    title: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    hardware: str = Field(min_length=1)
+    gpus: PositiveInt
+    layouts: list[Layout] = Field(min_length=1)
+    setting: str = Field(min_length=1)
+    tiles: Tiles | None = None
+    power: Power | None = None
+
+    @model_validator(mode="after")
+    def _layouts_fill_the_gpus(self) -> Question:
+        """Refuse a layout that does not use exactly `gpus` GPUs."""
+        for i, lay in enumerate(self.layouts):
+            if lay.tp * lay.pp * lay.ep != self.gpus:
+                raise ValueError(
+                    f"layouts[{i}] uses {lay.tp * lay.pp * lay.ep} GPUs, not {self.gpus}"
+                )
+        return self
+
+    def asks_about(self, model: str, hardware: str) -> bool:
+        """Return whether a deployment of `model` on `hardware` is the one the question is about."""
+        return (model, hardware) == (self.model, self.hardware)
+
+    def layout_dicts(self) -> list[dict]:
+        """Return the question's layouts as {tp, pp, ep} mappings."""
+        return [lay.model_dump() for lay in self.layouts]
+
+
+def parse(value: object) -> Question | None:
+    """Return the Question a config's `question` section describes, None for none (absent or
+    empty); raise ConfigError naming the first bad key in one line."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError(f"question={value!r}: expected a mapping")
+    try:
+        return Question.model_validate(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        shown = "" if error["type"] in ("missing", "value_error") else f"={error['input']!r}"
+        raise ConfigError(f"question{where}{shown}: {message}") from None
+
+
+def validate(value: object, catalog: dict) -> None:
+    """Raise ConfigError for a bad `question` section or one about hardware no file describes."""
+    question = parse(value)
+    if question is not None and question.hardware not in catalog:
+        valid = ", ".join(catalog)
+        raise ConfigError(
+            f"question.hardware={question.hardware!r}: unknown hardware; valid: {valid}"
+        )
+
+
+def of(settings: dict) -> Question | None:
+    """Return the question a resolved config names, or None."""
+    return parse(settings.get("question"))

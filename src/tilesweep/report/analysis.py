@@ -1,0 +1,237 @@
+"""The tables the report derives from the sweep's: failures, estimate errors, the fastest
+runner per batch, decode targets, latency floors and the verdict pivot (pure pandas; a missing
+column is shown as missing, never filled with a neighbouring value)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from tilesweep.report.formatting import (
+    column,
+    finite,
+    fmt_value,
+    numeric,
+    status_text,
+    verdict_cell,
+)
+from tilesweep.tables import (
+    BEST_PER_BATCH_COLUMNS,
+    BEST_PER_BATCH_KEYS,
+    DECODE_TARGET_COLUMNS,
+    FIT_COUNT_COLUMNS,
+    NOT_TIMED_COLUMNS,
+    Status,
+    fastest_runner,
+)
+
+
+def _kinds(runners: pd.Series) -> pd.Series:
+    """Return each runner's kind as its backend names it ('tile', 'baseline', ...)."""
+    from tilesweep import backends
+
+    return runners.astype(str).map(backends.runner_kind)
+
+
+def short_runner(runner: str) -> str:
+    """Return a runner's name without its backend prefix where it names a grid kernel."""
+    from tilesweep import backends
+
+    return (
+        backends.runner_kernel(runner) if backends.runner_kind(runner) == "tile" else None
+    ) or runner
+
+
+def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return the rows whose status is ok."""
+    if "status" not in frame:
+        return frame.iloc[0:0]
+    return frame[frame["status"].astype(str) == Status.OK]
+
+
+def launch_failures(launch: pd.DataFrame) -> pd.DataFrame:
+    """Return launch rows that do not fit or whose check failed (a missing status included)."""
+    if launch.empty:
+        return launch
+    status = column(launch, "status").map(status_text)
+    bad = (column(launch, "fits").astype(str) == "no") | (status != Status.OK)
+    return launch[bad].assign(status=status[bad])
+
+
+def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
+    """Return, per target and backend, how many kernels fit by default, after opt-in, or not;
+    a kernel without a `fits` value is counted, labelled, as unknown."""
+    if launch.empty or "target" not in launch:
+        return pd.DataFrame(columns=FIT_COUNT_COLUMNS)
+    counts = (
+        launch.assign(fits=column(launch, "fits", "unknown").fillna("unknown").astype(str))
+        .groupby(["target", "backend", "fits"])
+        .size()
+        .unstack("fits", fill_value=0)
+    )
+    for col in ("default", "optin", "no", "unknown"):
+        if col not in counts:
+            counts[col] = 0
+    return counts[["default", "optin", "no", "unknown"]].reset_index()
+
+
+def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
+    """Return the hand estimate against the compiler's or CUTLASS's number, per kernel that has
+    both."""
+    if launch.empty or "smem_model_bytes" not in launch:
+        return pd.DataFrame()
+    rows = launch[
+        numeric(launch, "smem_model_bytes").notna() & numeric(launch, "smem_bytes").notna()
+    ]
+    rows = rows.copy()
+    actual = numeric(rows, "smem_bytes")
+    model = numeric(rows, "smem_model_bytes")
+    rows["smem_model_error_bytes"] = model - actual
+    rows["smem_model_error_pct"] = (model - actual) / actual * 100
+    return rows
+
+
+def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:
+    """Return, per dtype, op, routing and tokens-per-expert: the fastest runner, the fastest
+    kernel tile (Triton or CUTLASS), the fastest torch baseline of that dtype, and the
+    baseline's time over the tile's (speedup, >1 = the tile is faster)."""
+    keys = [k for k in BEST_PER_BATCH_KEYS if k in decode]
+    if decode.empty or "runner" not in decode or not keys:
+        return pd.DataFrame(columns=BEST_PER_BATCH_COLUMNS)
+    best = fastest_runner(decode, by=keys).rename(columns={"runner": "best_runner"})
+    if best.empty:
+        return pd.DataFrame(columns=BEST_PER_BATCH_COLUMNS)
+    baseline = _kinds(decode["runner"]) == "baseline"
+    for rows, name, ms in (
+        (~baseline, "best_tile", "tile_ms"),
+        (baseline, "best_baseline", "baseline_ms"),
+    ):
+        fastest = fastest_runner(decode[rows], by=keys)[[*keys, "runner", "time_ms"]]
+        best = best.merge(
+            fastest.rename(columns={"runner": name, "time_ms": ms}), on=keys, how="left"
+        )
+    best["speedup_vs_baseline"] = best["baseline_ms"] / best["tile_ms"]
+    return best[[c for c in BEST_PER_BATCH_COLUMNS if c in best]]
+
+
+def not_timed(decode: pd.DataFrame) -> pd.DataFrame:
+    """Return, per runner, dtype, status and reason, how many decode rows were not timed."""
+    if decode.empty or "status" not in decode:
+        return pd.DataFrame()
+    status = decode["status"].map(status_text)
+    bad = decode[status != Status.OK].assign(status=status)
+    if bad.empty:
+        return pd.DataFrame(columns=NOT_TIMED_COLUMNS)
+    keys = [c for c in NOT_TIMED_COLUMNS[:-2] if c in bad] + ["reason"]
+    return (
+        bad.assign(reason=column(bad, "reason", "").fillna("").astype(str))
+        .groupby(keys, dropna=False)
+        .size()
+        .reset_index(name="rows")
+    )
+
+
+def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
+    """Return per collective and group: the latency floor (median time of the smallest message),
+    the least-squares latency and bandwidth of time = latency + bytes / bandwidth, and the peak
+    bus bandwidth."""
+    ok = ok_rows(collective)
+    if ok.empty or "time_ms" not in ok:
+        return pd.DataFrame()
+    ok = ok[ok["collective"].astype(str) != "none"]
+    if ok.empty:
+        return pd.DataFrame()
+    from tilesweep.plan.messages import fit_alpha_beta
+
+    rows = []
+    for (kind, group), part in ok.groupby(["collective", "group"], sort=True):
+        by_size = part.groupby("bytes")["time_ms"].median()
+        alpha, beta = fit_alpha_beta(list(by_size.index), list(by_size.values))
+        size = numeric(part, "bytes")
+        rows.append(
+            {
+                "collective": kind,
+                "group": int(group),
+                "backend": ", ".join(sorted(part["backend"].astype(str).unique())),
+                "smallest_bytes": size.min(),
+                "floor_ms": numeric(part[size == size.min()], "time_ms").median(),
+                "latency_ms": alpha,
+                "fitted_gbs": beta / 1e6 if math.isfinite(beta) else math.nan,
+                "peak_busbw_gbs": numeric(part, "busbw_gbs").max(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+BASELINE_TARGET = 1.0  # the best tile is at least as fast as the fastest torch baseline
+COPY_TARGET = 0.90  # ... and reaches 90% of the measured copy bandwidth at small batches
+COPY_TARGET_MAX_TOKENS = 32
+
+
+def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
+    """Return, per dtype, op and batch (uniform routing), the best Triton tile against the
+    fastest torch baseline of that dtype and the copy ceiling, and whether each decode target
+    is met."""
+    if decode.empty or "runner" not in decode:
+        return pd.DataFrame(columns=DECODE_TARGET_COLUMNS)
+    uniform = decode[column(decode, "routing") == "uniform"]
+    runner = uniform["runner"].astype(str)
+    keys = ["dtype", "op", "tokens_per_expert"]
+    kinds = _kinds(runner)
+    tiles = fastest_runner(uniform[kinds == "tile"], by=keys)
+    bases = fastest_runner(uniform[kinds == "baseline"], by=keys)
+    if tiles.empty or bases.empty:
+        return pd.DataFrame(columns=DECODE_TARGET_COLUMNS)
+    both = tiles.merge(bases[[*keys, "runner", "time_ms"]], on=keys, suffixes=("", "_base"))
+    ratio = both["time_ms_base"] / both["time_ms"]
+    copy = numeric(both, "frac_copy_bw")
+    small = both["tokens_per_expert"] <= COPY_TARGET_MAX_TOKENS
+    copy_target = [
+        "n/a (above 32 tokens)"
+        if not s
+        else ("met" if c >= COPY_TARGET else f"missed by {COPY_TARGET - c:.2f}")
+        if c == c
+        else "n/a (no copy ceiling)"
+        for s, c in zip(small, copy, strict=True)
+    ]
+    out = both[keys].assign(
+        best_tile=both["runner"].astype(str).map(short_runner),
+        time_ms=both["time_ms"],
+        frac_copy_bw=copy,
+        fastest_baseline=both["runner_base"],
+        baseline_ms=both["time_ms_base"],
+        baseline_over_tile=ratio,
+        vs_baseline=[
+            "met" if r >= BASELINE_TARGET else f"missed: {r:.2f}x the baseline's speed"
+            for r in ratio
+        ],
+        copy_90pct=copy_target,
+    )
+    return out[DECODE_TARGET_COLUMNS].reset_index(drop=True)
+
+
+def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
+    """Return one row per layout, one column per batch; a cell is the bound and its margin (or
+    why it does not fit) and, on its second line, ms per token and tokens/s."""
+    if verdict.empty or "bound" not in verdict:
+        return pd.DataFrame()
+    batches = sorted(verdict["batch"].dropna().unique())
+    rows = []
+    for (layout, world), part in verdict.groupby(["layout", "world"], sort=False):
+        row = {"layout": layout, "GPUs": world}
+        by_batch = {r["batch"]: r for r in part.to_dict("records")}
+        for batch in batches:
+            rec = by_batch.get(batch)
+            if rec is None:
+                row[f"batch {batch}"] = None
+                continue
+            cell = verdict_cell(rec)
+            if finite(rec.get("tpot_ms")):
+                cell += (
+                    f"\n{fmt_value(rec['tpot_ms'])} ms/token, "
+                    f"{fmt_value(rec['tokens_per_s'])} tok/s"
+                )
+            row[f"batch {batch}"] = cell
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,49 @@
+"""The comparison figure of `tilesweep compare`: B/A ratios per compared value and table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from tilesweep.report.plotting import empty, floats, log_axes
+
+
+def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
+    """Return B/A ratios per compared value, one panel per table; beyond-noise points in red.
+
+    Each panel shows the `top` values that moved most. `changes` has columns table, label,
+    metric, ratio and beyond (see tilesweep.compare).
+    """
+    if changes.empty or "ratio" not in changes:
+        return empty("nothing numeric to compare", "B / A")
+    ratio = floats(changes, "ratio")
+    numeric = changes[np.isfinite(ratio) & (ratio > 0)].copy()
+    if numeric.empty:
+        return empty("nothing numeric to compare", "B / A")
+    numeric["_size"] = np.abs(np.log(floats(numeric, "ratio")))
+    tables = list(dict.fromkeys(numeric["table"].astype(str)))
+    shown = {
+        t: numeric[numeric["table"].astype(str) == t].nlargest(top, "_size").reset_index(drop=True)
+        for t in tables
+    }
+    heights = [max(1.6, 0.22 * len(shown[t]) + 0.9) for t in tables]
+    fig = Figure(figsize=(9, sum(heights)))
+    axes = fig.subplots(len(tables), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, table in zip(axes, tables, strict=True):
+        part = shown[table]
+        total = int((numeric["table"].astype(str) == table).sum())
+        y = np.arange(len(part))
+        beyond = part["beyond"].astype(bool).to_numpy()
+        colors = np.where(beyond, "#c0392b", "#8a8a8a")
+        ax.scatter(floats(part, "ratio"), y, c=colors, s=14, zorder=3)
+        ax.axvline(1.0, color="black", lw=0.8)
+        labels = (part["label"].astype(str) + "  " + part["metric"].astype(str)).tolist()
+        ax.set_yticks(y, labels, fontsize=6)
+        ax.invert_yaxis()
+        log_axes(ax, y=False)
+        title = f"{table}: B / A, the {len(part)} largest moves of {total} (red: beyond noise)"
+        ax.set_title(title, fontsize="medium", loc="left")
+        ax.grid(axis="x", alpha=0.3, which="both")
+    fig.set_layout_engine("constrained")
+    return fig

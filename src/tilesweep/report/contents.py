@@ -1,0 +1,115 @@
+"""What both reports show, built once: `build` turns the tables into one ReportData
+(report/document.py) of the sections in SECTIONS, with every figure drawn."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep import question
+from tilesweep.report.analysis import latency_floors
+from tilesweep.report.document import FIGURES, ReportData, Section
+from tilesweep.report.question_sections import power_blocks, question_blocks
+from tilesweep.report.sections import (
+    check_blocks,
+    collective_blocks,
+    decode_blocks,
+    launch_blocks,
+    provenance_blocks,
+    summary_blocks,
+    tune_blocks,
+    verdict_blocks,
+)
+
+# The sections every report has, in order, after the question's own (conf/question), when one
+# is configured: its key is the question's name and its title the question's.
+SECTIONS = (
+    ("summary", "Summary"),
+    ("verdict", "Verdict for the deployment: where a decode step's time goes"),
+    ("check", "How far to trust the composition: measured whole steps"),
+    ("power", "Power as evidence"),
+    ("launch", "Which kernels launch"),
+    ("decode", "Decode: expert GEMMs against tokens per expert"),
+    ("tune", "Fused-MoE kernel tuned in the engines' conditions"),
+    ("collectives", "Collectives"),
+    ("provenance", "Provenance"),
+)
+
+
+def draw_figures(
+    launch: pd.DataFrame,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    verdict: pd.DataFrame,
+    check: pd.DataFrame,
+) -> dict[str, bytes]:
+    """Return every report figure as PNG bytes, by name (the names in FIGURES)."""
+    from tilesweep.report.collective_figure import collective_bandwidth
+    from tilesweep.report.decode_figures import decode_roofline, decode_time
+    from tilesweep.report.launch_figure import launch_smem
+    from tilesweep.report.plotting import png
+    from tilesweep.report.step_figures import check_error, verdict_split
+
+    return {
+        "launch_smem": png(launch_smem(launch)),
+        "decode_time": png(decode_time(decode)),
+        "decode_roofline": png(decode_roofline(decode)),
+        "collective_bandwidth": png(collective_bandwidth(collective, latency_floors(collective))),
+        "verdict_split": png(verdict_split(verdict)),
+        "check_error": png(check_error(check)),
+    }
+
+
+def build(
+    settings: dict,
+    launch: pd.DataFrame,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    verdict: pd.DataFrame,
+    provenance: dict,
+    figures: dict[str, bytes] | None = None,
+    check: pd.DataFrame | None = None,
+    power: pd.DataFrame | None = None,
+    panel: dict | None = None,
+    tune: pd.DataFrame | None = None,
+) -> ReportData:
+    """Return the one ReportData both reports render; figures are drawn unless given. The
+    question's section is there when `panel` is (the deployment is the one it asks about).
+
+    `provenance` may hold 'measured': {section: when} beside versions and the commit.
+    """
+    check = pd.DataFrame() if check is None else check
+    power = pd.DataFrame() if power is None else power
+    model = settings.get("model", {})
+    dep = settings.get("deployment", {})
+    targets = ", ".join(settings.get("grid", {}).get("targets", [])) or "none"
+    hardware = settings.get("hardware", {}).get("name", "hardware missing")
+    intro = (
+        f"Deployment: {model.get('name', '?')} with {dep.get('weight_dtype', '?')} weights and "
+        f"{dep.get('kv_dtype', '?')} KV cache, context {dep.get('context_len', '?')}, on "
+        f"{hardware}; launch targets {targets}."
+    )
+    asked = question.of(settings)
+    named = ((asked.name, asked.title),) if asked else ()
+    blocks = {
+        **{key: question_blocks(asked, panel, launch, power) if panel else [] for key, _ in named},
+        "summary": summary_blocks(launch, decode, verdict, check),
+        "verdict": verdict_blocks(verdict),
+        "check": check_blocks(check),
+        "power": power_blocks(power, asked),
+        "launch": launch_blocks(launch, provenance),
+        "decode": decode_blocks(decode, provenance),
+        "tune": tune_blocks(pd.DataFrame() if tune is None else tune),
+        "collectives": collective_blocks(collective, provenance),
+        "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
+    }
+    drawn = dict(figures or {})
+    if any(name not in drawn for name in FIGURES):
+        drawn = {**draw_figures(launch, decode, collective, verdict, check), **drawn}
+    return ReportData(
+        title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
+        intro=intro,
+        provenance=provenance,
+        sections=[Section(key, t, blocks[key]) for key, t in (*named, *SECTIONS) if blocks[key]],
+        nav=[*named, *SECTIONS],
+        figures=drawn,
+    )

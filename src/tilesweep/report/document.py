@@ -1,0 +1,148 @@
+"""The document model both reports render: blocks (text, bullets, headings, tables, figures,
+code), sections and the one ReportData; report/markdown.py and report/html.py only render it,
+so the two cannot disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+# Every figure: its file name under plots/, its alt text and its caption.
+FIGURES = {
+    "verdict_split": (
+        "step split per layout and batch",
+        "Time per output token split into memory-bound parts, math-bound parts, communication "
+        "and launch (kernels x their measured fixed cost), per layout and batch of the named "
+        "deployment, as composed (see each row's source).",
+    ),
+    "check_error": (
+        "composed against measured whole steps",
+        "Measured whole decode steps of the depth-reduced model on the device at hand (median, "
+        "p10..p90 band) against the composition of the same model from its parts (calibrated "
+        "on TP1 only) and against the roofline alone.",
+    ),
+    "launch_smem": (
+        "shared memory per kernel and target",
+        "Bars: shared memory per block (colour: fits by default / after opt-in / not); hatched: "
+        "the part outside CUTLASS's mainloop (epilogue and the rest); diamonds: the hand "
+        "estimate; lines: default, opt-in and per-SM limits. One panel per target.",
+    ),
+    "decode_time": (
+        "decode time and bandwidth against tokens per expert",
+        "Time per grouped GEMM and achieved bandwidth against tokens per expert, one row of "
+        "panels per dtype and group of at most eight runners; the dashed red line is the "
+        "measured copy bandwidth.",
+    ),
+    "decode_roofline": (
+        "decode roofline",
+        "Achieved TFLOPS against arithmetic intensity on the measured roofline, per dtype and "
+        "group of runners; the top axis gives the tokens per expert of each gate_up point.",
+    ),
+    "collective_bandwidth": (
+        "collective bus bandwidth and time against message size",
+        "Bus bandwidth and time against message size per collective and group size; dotted: the "
+        "latency floor (the smallest message's time). The table also gives the least-squares "
+        "fit time = latency + bytes / bandwidth.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Text:
+    """A paragraph of plain text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """A list of one-line findings."""
+
+    items: list[str]
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A sub-heading inside a section."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: the frame, the columns shown (those present), and how it is introduced.
+
+    `style` names how the HTML page marks rows: "source" (measured vs model) or "verdict" (the
+    summary pivot, cells coloured by verdict); Markdown renders every style the same way.
+    """
+
+    frame: pd.DataFrame
+    columns: list[str] | None = None
+    title: str = ""
+    note: str = ""
+    empty: str = "(no rows)"
+    collapsed: bool = False
+    style: str = ""
+
+    def shown(self) -> list[str]:
+        """Return the columns this table shows: those asked for that the frame has."""
+        return [c for c in (self.columns or list(self.frame.columns)) if c in self.frame.columns]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One of FIGURES, by name."""
+
+    name: str
+
+    @property
+    def alt(self) -> str:
+        """Return the figure's alt text."""
+        return FIGURES[self.name][0]
+
+    @property
+    def caption(self) -> str:
+        """Return the figure's caption."""
+        return FIGURES[self.name][1]
+
+
+@dataclass(frozen=True)
+class Code:
+    """A block of preformatted text under a title (collapsed in HTML)."""
+
+    title: str
+    text: str
+
+
+Block = Text | Bullets | Heading | Table | Figure | Code
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: key and title from SECTIONS, and its blocks in order."""
+
+    key: str
+    title: str
+    blocks: list[Block]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything both reports show: title, intro, sections, the figures' PNG bytes and the
+    sections the HTML page's navigation names."""
+
+    title: str
+    intro: str
+    provenance: dict
+    sections: list[Section]
+    figures: dict[str, bytes] = field(default_factory=dict)
+    nav: list[tuple[str, str]] = field(default_factory=list)  # (key, title) the page links to
+
+    def tables(self) -> list[Table]:
+        """Return every table of the report, in order."""
+        return [b for s in self.sections for b in s.blocks if isinstance(b, Table)]
+
+    def figure_names(self) -> list[str]:
+        """Return the names of the figures the sections show, in order."""
+        return [b.name for s in self.sections for b in s.blocks if isinstance(b, Figure)]

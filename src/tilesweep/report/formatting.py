@@ -1,0 +1,71 @@
+"""How report cells and phrases are written: numbers, missing values, statuses, devices."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import pandas as pd
+
+from tilesweep.tables import Status
+
+
+def fmt_value(v: object, digits: int = 3) -> str:
+    """Return a table cell's text: numbers to `digits` significant figures (whole above 1,000,
+    with thousands separators), NaN and None empty."""
+    if v is None or isinstance(v, bool | np.bool_):
+        return "" if v is None else str(v)
+    if isinstance(v, numbers.Integral):
+        return f"{int(v):,}"
+    if isinstance(v, numbers.Real):
+        v = float(v)
+        if math.isnan(v):
+            return ""
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:,.0f}" if abs(v) >= 1e3 else f"{v:.{digits}g}"
+    return str(v)
+
+
+def column(frame: pd.DataFrame, name: str, default: object = None) -> pd.Series:
+    """Return a column, or a column of `default` when the table lacks it."""
+    if name in frame:
+        return frame[name]
+    return pd.Series(default, index=frame.index, dtype=object)
+
+
+def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
+    """Return a column as floats (NaN where absent or not a number)."""
+    return pd.to_numeric(column(frame, name), errors="coerce").astype(float)
+
+
+def status_text(value: object) -> str:
+    """Return a recorded status as text, `missing` where none was recorded."""
+    return Status.MISSING if value is None or value != value or value == "" else str(value)
+
+
+def finite(value: object) -> bool:
+    """Return whether value is a finite number."""
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def devices(frame: pd.DataFrame) -> str:
+    """Return the distinct devices a table's rows were measured on, or 'unknown device'."""
+    if frame.empty or "device" not in frame:
+        return "unknown device"
+    names = sorted(frame["device"].dropna().astype(str).unique())
+    return ", ".join(names) or "unknown device"
+
+
+def verdict_cell(rec: dict) -> str:
+    """Return a compact verdict of one deployment row: 'memory 4.2x' (the bound and its margin
+    over the next part), or 'does not fit (26 GB short)'."""
+    if rec.get("fits_memory") == "no":
+        return f"does not fit ({fmt_value(rec.get('mem_short_gb'))} GB short)"
+    margin = rec.get("margin")
+    margin = margin if isinstance(margin, str) else ""
+    return f"{rec.get('bound', 'bound missing')} {margin}".strip()

@@ -1,0 +1,102 @@
+"""What every report figure shares: PNG output, the empty figure that says why, log axes with
+plain labels, and cell helpers. Figures are built without pyplot (no global state, Agg canvas).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import Formatter, FuncFormatter, NullFormatter
+
+DPI = 100
+
+
+def png(fig: Figure) -> bytes:
+    """Return the figure rendered as PNG bytes."""
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def empty(message: str, title: str = "") -> Figure:
+    """Return a small figure that states why there is nothing to plot."""
+    fig = Figure(figsize=(6, 1.6))
+    ax = fig.add_subplot()
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555")
+    return fig
+
+
+def floats(frame: pd.DataFrame, col: str) -> pd.Series:
+    """Return a column as floats (NaN where absent or not a number)."""
+    if col not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[col], errors="coerce").astype(float)
+
+
+class _MinorLogLabels(Formatter):
+    """Labels minor log ticks at 2x and 5x a power of ten, when the axis spans < 1.5 decades."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        """Return the tick's label: plain like 0.2 or 50, or empty."""
+        lo, hi = sorted(self.axis.get_view_interval())
+        if lo <= 0 or hi / lo > 30 or x <= 0:
+            return ""
+        mantissa = x / 10 ** math.floor(math.log10(x))
+        return f"{x:g}" if min(abs(mantissa - 2), abs(mantissa - 5)) < 1e-6 else ""
+
+
+def log_axes(ax, x_base: int = 10, y: bool = True) -> None:
+    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01) instead of powers; within
+    a narrow range, intermediate ticks are labelled too."""
+    ax.set_xscale("log", base=x_base)
+    axes = [ax.xaxis]
+    if y:
+        ax.set_yscale("log")
+        axes.append(ax.yaxis)
+    for axis in axes:
+        base = x_base if axis is ax.xaxis else 10
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        axis.set_minor_formatter(_MinorLogLabels() if base == 10 else NullFormatter())
+
+
+def ok_or_all(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return the rows whose status is ok (all rows when there is no status column)."""
+    if frame.empty or "status" not in frame:
+        return frame
+    return frame[frame["status"].astype(str) == "ok"]
+
+
+def kernel_label(row: dict) -> str:
+    """Return a short label of a launch row: backend, tile, stages, epilogue, dtype."""
+    tile = "x".join(str(whole(row.get(k))) for k in ("tile_m", "tile_n", "tile_k"))
+    stages = row.get("stages")
+    stages = row.get("stages_requested") if missing(stages) else stages
+    parts = [str(row.get("backend", "?")), tile]
+    if not missing(stages):
+        stages = whole(stages)
+        parts.append(f"s{stages}" if isinstance(stages, int) else f"stages={stages}")
+    parts += [str(row.get("epilogue", "")), str(row.get("dtype", ""))]
+    return " ".join(p for p in parts if p and p != "nan")
+
+
+def missing(value: object) -> bool:
+    """Return whether a cell is empty (None or NaN)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def whole(value: object) -> object:
+    """Return value as an int when it is a whole number, else unchanged."""
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        return value
+    return int(as_float) if as_float.is_integer() else value

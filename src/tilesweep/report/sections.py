@@ -1,0 +1,294 @@
+"""The report's sections, each a list of blocks built from the tables: summary, verdict,
+check, launch, decode, tuning, collectives and provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from tilesweep.report.analysis import (
+    best_per_batch,
+    decode_targets,
+    estimate_errors,
+    fit_counts,
+    latency_floors,
+    launch_failures,
+    not_timed,
+    ok_rows,
+    verdict_pivot,
+)
+from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
+from tilesweep.report.formatting import devices, fmt_value
+from tilesweep.report.headlines import check_headline, headlines
+from tilesweep.report.tune_analysis import tune_summary, tune_targets
+from tilesweep.tables import (
+    BEST_PER_BATCH_COLUMNS,
+    COLLECTIVE_REPORT_COLUMNS,
+    DECODE_TARGET_COLUMNS,
+    ESTIMATE_COLUMNS,
+    FIT_COUNT_COLUMNS,
+    LATENCY_FLOOR_COLUMNS,
+    LAUNCH_FAILURE_COLUMNS,
+    NOT_TIMED_COLUMNS,
+    REPORT_CHECK_COLUMNS,
+    REPORT_LAUNCH_COLUMNS,
+    REPORT_VERDICT_COLUMNS,
+    TUNE_SUMMARY_COLUMNS,
+    TUNE_TARGET_COLUMNS,
+    Status,
+)
+
+PROVENANCE_KEYS = ("device", "driver", "cuda_runtime", "torch", "triton", "cutlass", "commit")
+
+
+def _when(provenance: dict, key: str) -> str:
+    """Return ' Measured <when>.' for a section, or nothing when unknown."""
+    when = provenance.get("measured", {}).get(key)
+    return f" Measured {when}." if when else ""
+
+
+def summary_blocks(launch, decode, verdict, check) -> list[Block]:
+    """Return the summary's blocks: headlines and the verdict pivot."""
+    lines = headlines(launch, decode, verdict)
+    checked = check_headline(check)
+    if checked:
+        lines.append(checked)
+    return [
+        Bullets(lines),
+        Table(
+            verdict_pivot(verdict),
+            note="What bounds one decode step of the named deployment, per layout and batch "
+            "(concurrent sequences): the part (memory, math, communication, launch: kernels x "
+            "their measured fixed cost) that takes most of the step, its margin over the next "
+            "one (mixed: within 1.2x; "
+            "kernel-limited: under 50% of both roofs), then ms per output token and tokens/s. "
+            "A layout that does not fit in memory gets no speed verdict.",
+            empty="(no verdict rows)",
+            style="verdict",
+        ),
+    ]
+
+
+def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
+    """Return the verdict section's blocks: what it is composed from, the figure, the rows."""
+    sources = ", ".join(sorted(verdict["source"].astype(str).unique())) if len(verdict) else ""
+    inputs = verdict["inputs"].iloc[0] if len(verdict) and "inputs" in verdict else ""
+    return [
+        Text(
+            "One whole decode step per output token (every layer's attention over its KV cache, "
+            "dense and MoE layers, norms, embedding, LM head, and every collective the layout "
+            "needs), composed for the target the config names. Memory fit comes first: weights "
+            "per rank after sharding, the KV cache and a stated runtime reserve against the "
+            f"target's memory. Sources of these rows: {sources or 'none'}."
+        ),
+        Figure("verdict_split"),
+        Table(verdict, REPORT_VERDICT_COLUMNS, style="source"),
+        Code("Inputs of the first row, and where each comes from", inputs.replace("; ", "\n")),
+    ]
+
+
+def check_blocks(check: pd.DataFrame) -> list[Block]:
+    """Return the check section's blocks: the figure and the composed-vs-measured rows."""
+    return [
+        Text(
+            "Real decode steps of a depth-reduced model with every layer type at full width, "
+            "captured in one CUDA graph on a GPU (as engines run decode; eager on a CPU, "
+            "labelled) and timed on the device at hand, against the composition of the same "
+            "model from its parts: launches x the measured per-kernel cost plus each part "
+            "group's roofline terms over efficiencies fitted on the TP1 step at its smallest "
+            "and largest batch only, so every other batch, every emulated rank (one rank of a "
+            "larger layout run alone, collectives left out) and every other layout is held "
+            "out; collectives come from the fit on collectives timed in CUDA graphs here."
+        ),
+        Figure("check_error"),
+        Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
+    ]
+
+
+def launch_blocks(launch: pd.DataFrame, provenance: dict) -> list[Block]:
+    """Return the launch section's blocks: counts, the figure, per target failures, estimates."""
+    blocks: list[Block] = [
+        Text(
+            "Shared memory per block as the compiler (Triton) or CUTLASS's own types account "
+            "it, against each target's limits; smem_model_bytes is the hand estimate. Nothing "
+            "here ran on the target: kernels are compiled on this host and checked against the "
+            f"target's table.{_when(provenance, 'launch')}"
+        )
+    ]
+    if launch.empty or "target" not in launch:
+        return [*blocks, Text("(no launch checks)")]
+    blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
+    errors = estimate_errors(launch)
+    from tilesweep.report.launch_figure import LIMITS
+
+    for target, part in launch.groupby("target", sort=False):
+        rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}
+        limits = ", ".join(
+            f"{label} {fmt_value(rec[col])} B" for col, label, _ in LIMITS if col in rec
+        )
+        fails = launch_failures(part)
+        blocks += [
+            Heading(f"{target} ({rec.get('arch', 'arch missing')})"),
+            Text(f"Limits: {limits or 'none recorded'}."),
+            Table(
+                fails,
+                LAUNCH_FAILURE_COLUMNS,
+                title="What fails and why",
+                empty="Every kernel fits on this target.",
+            ),
+            Table(
+                errors[errors["target"] == target] if not errors.empty else errors,
+                ESTIMATE_COLUMNS,
+                title="Hand estimate against the compiler's or CUTLASS's number",
+            ),
+            Table(part, REPORT_LAUNCH_COLUMNS, title=f"All {len(part)} rows", collapsed=True),
+        ]
+    return blocks
+
+
+def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
+    """Return the decode section's blocks: figures, best per batch, targets, what was not timed."""
+    blocks: list[Block] = [
+        Text(
+            f"Measured on {devices(ok_rows(decode))}. Times are medians (p10..p90 in the "
+            "figure); bound is from arithmetic intensity against the ridge point of the "
+            f"measured ceilings.{_when(provenance, 'decode')}"
+        ),
+        Figure("decode_time"),
+        Figure("decode_roofline"),
+        Table(
+            best_per_batch(decode),
+            BEST_PER_BATCH_COLUMNS,
+            title="Best per batch, and the best tile against the baselines",
+            note="Per dtype: a tile is compared with the torch baselines of its own dtype.",
+            empty="(no measurements)",
+        ),
+    ]
+    targets = decode_targets(decode)
+    if not targets.empty:
+        blocks.append(
+            Table(
+                targets,
+                DECODE_TARGET_COLUMNS,
+                title="Decode targets",
+                note="The best Triton tile at each batch is at least as fast as the fastest "
+                "torch baseline; at 32 tokens per expert or fewer it also reaches 90% of the "
+                "measured copy bandwidth. Misses say by how much.",
+            )
+        )
+    skipped = not_timed(decode)
+    if not skipped.empty:
+        blocks.append(Table(skipped, NOT_TIMED_COLUMNS, title="Not timed"))
+    return blocks
+
+
+def collective_blocks(collective: pd.DataFrame, provenance: dict) -> list[Block]:
+    """Return the collectives section's blocks: the figure, latency floors, every measurement."""
+    return [
+        Text(f"Measured on {devices(ok_rows(collective))}.{_when(provenance, 'collective')}"),
+        Figure("collective_bandwidth"),
+        Table(latency_floors(collective), LATENCY_FLOOR_COLUMNS, title="Latency floor"),
+        Table(
+            ok_rows(collective),
+            COLLECTIVE_REPORT_COLUMNS,
+            title="Every timed message",
+            empty="(no measurements)",
+            collapsed=True,
+        ),
+    ]
+
+
+def _distinct(frames: list[pd.DataFrame], key: str) -> str:
+    """Return the distinct values of a column across tables, comma-separated, or 'unknown'."""
+    values: set[str] = set()
+    for frame in frames:
+        if key in frame:
+            values |= set(frame[key].dropna().astype(str))
+    return ", ".join(sorted(values)) or "unknown"
+
+
+def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
+    """Return the provenance section's blocks: devices, versions, when, and the config."""
+    measured_on = [ok_rows(decode), ok_rows(collective)]
+    rows = [
+        {"what": f"measured rows: {k}", "value": _distinct(measured_on, k)} for k in PROVENANCE_KEYS
+    ]
+    rows.append({"what": "launch checks: toolchain", "value": _distinct([launch], "toolchain")})
+    rows += [
+        {"what": f"report built with: {k}", "value": v}
+        for k, v in provenance.items()
+        if k != "measured"
+    ]
+    when = provenance.get("measured", {})
+    layout_when = "; ".join(
+        f"{label}: {when[key]}"
+        for key, label in (("decode", "decode"), ("layout", "layout steps"))
+        if key in when
+    )
+    when_rows = [
+        {"figure": name, "measured": measured or "unknown", "on": device}
+        for name, measured, device in (
+            ("launch_smem", when.get("launch"), "host compiler, checked against target tables"),
+            ("decode_time, decode_roofline", when.get("decode"), devices(ok_rows(decode))),
+            ("collective_bandwidth", when.get("collective"), devices(ok_rows(collective))),
+            ("check_error", layout_when, devices(check)),
+            ("verdict_split", "composed at aggregation", "none: composed for the target"),
+        )
+    ]
+    return [
+        Table(pd.DataFrame(rows), ["what", "value"]),
+        Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),
+        Code("Resolved config", json.dumps(settings, indent=2, sort_keys=True, default=str)),
+    ]
+
+
+def tune_blocks(tune: pd.DataFrame) -> list[Block]:
+    """Return the tuning section's blocks: per batch, the tuned config against each engine
+    default and the torch baseline (both GEMMs summed), and why configs could not run."""
+    if tune.empty:
+        return [
+            Text(
+                "Not tuned: the fused-MoE kernel is tuned on a GPU machine only (rule "
+                "tune_configs), and this sweep ran none."
+            )
+        ]
+    summary = tune_summary(tune)
+    failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
+    blocks: list[Block] = [
+        Text(
+            "The project's fused-MoE kernel (kernels/fused_moe.py: routed pairs gathered through "
+            "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
+            "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
+            "own search space at their batch keys, measured on the device at hand. Times are "
+            "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
+            "config's time over the tuned config's time on the same kernel and routed batch; "
+            "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
+            "gather is free) over the tuned kernel's; copy fraction is the fewest bytes over "
+            "the time, over the measured copy bandwidth (bytes read plus written), read "
+            "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
+            "config once the project's variants beyond the engines' space (TMA weight loads, "
+            "a persistent grid, split-K, tiny batches sorted by expert) may be picked, one config "
+            "per batch for every routing; 'fastest' is the fastest config timed at that batch "
+            "and routing, of any source. Variants are never exported, as the engines' kernels "
+            "cannot run them."
+        ),
+        Table(
+            tune_targets(summary),
+            TUNE_TARGET_COLUMNS,
+            title="Against the tuning targets, per problem and routing",
+            note="Each figure is the lowest over its range. x vLLM: at every batch timed, and at "
+            "M >= 1,024 (tuned, then best); read fraction for 1.15x: the highest fraction of the "
+            "measured read-only bandwidth that 1.15x over the vLLM default would need at M >= "
+            "1,024; x torch: the best config, then the fastest, at 1-256 tokens per expert; copy "
+            "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
+            "from 1 to 32.",
+        ),
+        Table(summary, TUNE_SUMMARY_COLUMNS, title="Tuned config per batch", empty="(none)"),
+    ]
+    if len(failed):
+        frame = failed.rename("rows").reset_index()
+        note = "screen: configs of the space that could not run (reasons in tune.csv); engine: "
+        note += "the engine runner where the engine is not installed"
+        blocks.append(Table(frame, list(frame.columns), title="Rows without a time", note=note))
+    return blocks
