@@ -11,12 +11,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from tilesweep.errors import ConfigError
 from tilesweep.grid import canonical as grid_json
-from tilesweep.pipeline import (
-    MEASURED_TABLES,
-    Sweep,
-    example_overrides,
-    parse_overrides,
-)
+from tilesweep.pipeline import Sweep, parse_overrides
+from tilesweep.report_paths import MEASURED_TABLES, example_overrides
 from tilesweep.provenance import package_version, toolchain_key
 from tilesweep.stages.report import FIGURE_CATEGORIES
 
