@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from tilesweep.report.plotting import empty, floats, missing, whole
+from tilesweep.report.plotting import empty, floats, kernel_label
 
 FIT_COLORS = {"default": "#3a8a3a", "optin": "#e09b00", "no": "#c0392b", "unknown": "#9a9a9a"}
 FIT_LABELS = {
@@ -22,19 +22,6 @@ LIMITS = (
     ("smem_limit_bytes", "opt-in per block", "--"),
     ("smem_per_sm_bytes", "per SM", "-"),
 )
-
-
-def kernel_label(row: dict) -> str:
-    """Return a short label of a launch row: backend, tile, stages, epilogue, dtype."""
-    tile = "x".join(str(whole(row.get(k))) for k in ("tile_m", "tile_n", "tile_k"))
-    stages = row.get("stages")
-    stages = row.get("stages_requested") if missing(stages) else stages
-    parts = [str(row.get("backend", "?")), tile]
-    if not missing(stages):
-        stages = whole(stages)
-        parts.append(f"s{stages}" if isinstance(stages, int) else f"stages={stages}")
-    parts += [str(row.get("epilogue", "")), str(row.get("dtype", ""))]
-    return " ".join(p for p in parts if p and p != "nan")
 
 
 def launch_smem(launch: pd.DataFrame) -> Figure:
