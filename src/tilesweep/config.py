@@ -33,6 +33,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None =
 
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     overrides = [str(o) for o in overrides]
+    _check_group_choices(overrides, conf_dir)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
@@ -78,8 +79,44 @@ def _one_line(exc: Exception) -> str:
     return f"bad config: {head}"
 
 
+def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
+    """Raise ConfigError for a config group option that is a path: every option is a file
+    inside conf/<group>/, never one elsewhere (hardware=../../elsewhere/h200)."""
+    groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        group = key.lstrip("+~")
+        if sep and group in groups and ("/" in value or "\\" in value or ".." in value):
+            raise ConfigError(
+                f"{item}: a {group} option names a file in conf/{group}/ "
+                f"(one of: {', '.join(sorted(p.stem for p in (conf_dir / group).glob('*.yaml')))})"
+            )
+
+
+# Lists whose values name distinct cells: a repeat would time the same cell twice.
+_UNIQUE_LISTS = (
+    ("grid", "targets"), ("grid", "dtypes"), ("grid", "tiles"), ("grid", "stages"),
+    ("grid", "warps"), ("grid", "epilogues"), ("grid", "tokens_per_expert"), ("grid", "layouts"),
+    ("deployment", "batches"), ("bench", "routing"),
+)  # fmt: skip
+
+
+def _check_unique(settings: dict) -> None:
+    """Raise ConfigError for a list that repeats a value (each would be run twice)."""
+    for section, key in _UNIQUE_LISTS:
+        seen: list = []
+        for i, value in enumerate(settings[section][key]):
+            if value in seen:
+                raise ConfigError(
+                    f"{section}.{key}[{i}]={value!r}: repeats {section}.{key}"
+                    f"[{seen.index(value)}]; give each value once"
+                )
+            seen.append(value)
+
+
 def _check_values(settings: dict) -> None:
     """Raise ConfigError for values of the right type that cannot describe a real sweep."""
+    _check_unique(settings)
     catalog, grid, model = settings["catalog"], settings["grid"], settings["model"]
     for i, name in enumerate(grid["targets"]):
         if name not in catalog:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from tilesweep.settings.strict import Section
+
+Positive = Annotated[int, Field(gt=0)]
+PositiveNumber = Annotated[float, Field(gt=0)]
+# A CUDA architecture as the compilers name it (sm_90, sm_90a, sm_120): also a folder name.
+Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 
 
 class Figures(Section):
@@ -60,22 +67,22 @@ class HardwareSpec(Section):
 
     name: str
     device_names: list[str]  # the names devices of this kind report (nvidia-smi, torch)
-    l2_bytes: int | None  # L2 cache from a cited source, or null
-    arch: str
-    cc: int
-    sm_count: int
-    smem_per_block_default: int
-    smem_per_block_optin: int
-    smem_per_sm: int
-    smem_reserved_per_block: int
-    regs_per_sm: int
-    max_regs_per_thread: int
-    max_threads_per_sm: int
-    max_blocks_per_sm: int
-    memory_gb: float
-    memory_bandwidth_gbs: float
-    peak_tflops: dict[str, float | None]
-    power_limit_w: float
+    l2_bytes: Positive | None  # L2 cache from a cited source, or null
+    arch: Arch
+    cc: Positive
+    sm_count: Positive
+    smem_per_block_default: Positive
+    smem_per_block_optin: Positive
+    smem_per_sm: Positive
+    smem_reserved_per_block: Annotated[int, Field(ge=0)]
+    regs_per_sm: Positive
+    max_regs_per_thread: Positive
+    max_threads_per_sm: Positive
+    max_blocks_per_sm: Positive
+    memory_gb: PositiveNumber
+    memory_bandwidth_gbs: PositiveNumber
+    peak_tflops: dict[str, PositiveNumber | None]
+    power_limit_w: PositiveNumber
     interconnect: str
-    interconnect_gbs: float
+    interconnect_gbs: PositiveNumber
     interconnect_model: InterconnectModel = None

@@ -64,6 +64,9 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         return f"{path}={node!r}: expected {' or '.join(wanted)}"
     if kind in _EXPECTED:
         return f"{path}={node!r}: expected {_EXPECTED[kind]}"
+    if first["msg"].startswith(("Input should be", "String should")):  # a range or a pattern
+        said = first["msg"].replace("Input should be", "must be").replace("String should", "must")
+        return f"{path}={node!r}: {said}"
     return f"{path}={node!r}: {first['msg']}"
 
 
