@@ -60,6 +60,11 @@ if not EXAMPLE:
     include: "workflow/rules/tables.smk"
 
 
+if EXAMPLE:
+
+    include: "workflow/rules/tune_replay.smk"
+
+
 include: "workflow/rules/verdict.smk"
 include: "workflow/rules/report.smk"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -204,18 +205,28 @@ def test_cpu_benchmarks_never_overlap_another_job(tiny_sweep):
 
 @pytest.mark.slow
 def test_a_kept_example_is_re_rendered_by_snakemake_alone(tmp_path):
-    """`--config example=FOLDER` runs only the verdict, figure and report rules, on the
-    folder's own measured tables and with its own overrides; nothing is measured."""
+    """`--config example=FOLDER` runs only the tuning replay, verdict, figure and report rules,
+    on the folder's own measured tables and journals and with its own overrides; nothing is
+    measured, and a deleted tune table and its config files come back byte for byte."""
+    import filecmp
     import shutil
 
+    source = ROOT / "docs" / "examples" / "h200"
     kept = tmp_path / "h200"
-    shutil.copytree(ROOT / "docs" / "examples" / "h200", kept)
+    shutil.copytree(source, kept)
     (kept / "report.md").unlink()
+    (kept / "tune_work" / "tune_bf16.csv").unlink()
+    shutil.rmtree(kept / "tune_work" / "tuned" / "bf16")
     plan = snakemake(tmp_path, "-n", "--forceall", "--config", f"example={kept}")
-    jobs = {rule for rule in ("verdict", "figures", "report") if f"rule {rule}:" in plan.stdout}
-    assert jobs == {"verdict", "figures", "report"}
+    rules = ("tune_replay", "verdict", "figures", "report")
+    assert {rule for rule in rules if f"rule {rule}:" in plan.stdout} == set(rules)
     assert "bench_" not in plan.stdout and "rule tables:" not in plan.stdout
     snakemake(tmp_path, "--cores", "2", "--config", f"example={kept}")
+    table = Path("tune_work", "tune_bf16.csv")
+    assert filecmp.cmp(kept / table, source / table, shallow=False)
+    configs = Path("tune_work", "tuned", "bf16", "vllm")
+    for made in (source / configs).iterdir():
+        assert filecmp.cmp(kept / configs / made.name, made, shallow=False)
     text = (kept / "report.md").read_text()
     assert "re-rendered from the GPU run's tables" in text
     assert sorted(p.stem for p in (kept / "plots").glob("*.png")) == sorted(FIGURE_CATEGORIES)

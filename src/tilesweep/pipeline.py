@@ -297,17 +297,15 @@ class Sweep:
         may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
         bench = self.settings["bench"]
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
-        from tilesweep.stages.layout import moe_table
-
-        kernels, table = {}, {}
+        kernels, inputs = {}, {}
         gpus = self.device.gpus
         if gpus and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
-        if gpus:  # the configs themselves, so that a changed table reruns the step
-            fused = self.settings["backend"]["fused_moe"]
-            table = moe_table(
-                bench, fused, self.settings["model"], self._by_layout[layout], gpus[0]
-            )
+        if gpus:  # what the GPU step's runner reads, so that a changed tuned table reruns it
+            runner = bench["step_runner"]
+            runner = backends.default_step_runner(True) if runner == "auto" else runner
+            layout_row = self._by_layout[layout]
+            inputs = backends.step_inputs(self.settings, runner, layout_row, gpus[0])
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
@@ -315,7 +313,7 @@ class Sweep:
                 "batches": self.step_batches(),
                 "bench": {k: v for k, v in bench.items() if k in keep or k.startswith("step_")},
                 "kernels": kernels,
-                "moe_table": table,
+                **inputs,
             }
         )
 
@@ -344,7 +342,7 @@ class Sweep:
             {
                 "model": s["model"],
                 "grid": {"layouts": s["grid"]["layouts"]},
-                "backend": {"fused_moe": s["backend"].get("fused_moe", {})},
+                "backend": backends.tune_inputs(s),
                 "bench": {k: s["bench"][k] for k in ("zipf_alpha", "seed")},
                 "catalog": s["catalog"],
             }

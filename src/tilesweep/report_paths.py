@@ -9,6 +9,10 @@ from pathlib import Path
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 # A kept example's own record of the overrides it was made with.
 EXAMPLE_OVERRIDES = "overrides.yaml"
+# A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
+# every folder of journals there (<run>/<dtype>/spec.json) is replayed into <run>/tune_<dtype>.csv
+# and <run>/tuned/<dtype>/ (workflow/rules/tune_replay.smk).
+EXAMPLE_TUNE = "tune_work"
 
 
 def example_overrides(folder: str) -> list[str]:
@@ -29,7 +33,7 @@ def example_overrides(folder: str) -> list[str]:
 class Stage5:
     """Where the verdict, figure and report steps read and write: a sweep's results (tables/,
     plots/, the reports at the top), or a kept example folder (`--config example=FOLDER`),
-    whose measured tables (launch, decode, collective, layout, power, tune_<dtype>, ceilings)
+    whose measured tables (launch, decode, collective, layout, power, ceilings) and tuning journals
     lie beside the verdict, figures and reports re-rendered from them."""
 
     def __init__(self, sweep, example: str | None = None):
@@ -38,7 +42,12 @@ class Stage5:
             folder = Path(example)
             self.tables, self.plots, self.reports = folder, folder / "plots", folder
             self.measured = {n: [str(folder / f"{n}.csv")] for n in MEASURED_TABLES[:-1]}
-            self.measured["tune"] = [str(p) for p in sorted(folder.glob("tune_*.csv"))]
+            self.journals = sorted(
+                (p.parent.parent.name, p.parent.name) for p in folder.glob("*/*/spec.json")
+            )
+            self.measured["tune"] = [
+                self.replayed(run, dtype)[0] for run, dtype in self.journals if run == EXAMPLE_TUNE
+            ]
             self.ceilings = [str(folder / "ceilings.json")]
             self.provenance: list[str] = []
         else:
@@ -47,12 +56,23 @@ class Stage5:
             self.measured = {n: [str(self.tables / f"{n}.csv")] for n in MEASURED_TABLES}
             self.ceilings = [sweep.path("device", "ceilings.json")]
             self.provenance = [str(self.tables / "provenance.json")]
+            self.journals = []
         fit = sweep.shipped_fit()
         # A kept example's own fit is the verdict's output there, never its input.
         self.shipped_fit = [
             f for f in fit if Path(f).resolve() != (self.tables / "fit.json").resolve()
         ]
         self.parquet = not example
+
+    def replayed(self, run: str, dtype: str) -> tuple[str, str]:
+        """Return the tune table and the config folder a kept example's journals replay into."""
+        base = Path(self.example) / run
+        return str(base / f"tune_{dtype}.csv"), str(base / "tuned" / dtype)
+
+    def journal(self, run: str, dtype: str) -> str:
+        """Return a kept run's journal: journal.jsonl, else the compressed journal.jsonl.gz."""
+        plain = Path(self.example) / run / dtype / "journal.jsonl"
+        return str(plain if plain.exists() else plain.with_suffix(".jsonl.gz"))
 
     def table(self, name: str, ext: str = "csv") -> str:
         """Return the path of one table this stage writes."""
@@ -65,4 +85,5 @@ class Stage5:
             self.table("check"),
             str(self.reports / "report.md"),
             str(self.reports / "report.html"),
+            *(p for run, dtype in self.journals for p in self.replayed(run, dtype)),
         ]

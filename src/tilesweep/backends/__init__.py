@@ -161,6 +161,17 @@ def is_fused_step(runner: str) -> bool:
     return bool(found and found.stepper.fused)
 
 
+def step_inputs(settings: dict, runner: str, layout: dict, device: str) -> dict:
+    """Return what the step's runner reads on one rank of a layout beyond the model ({})."""
+    found = step_backend(runner)
+    return found.stepper.step_inputs(settings, layout, device) if found else {}
+
+
+def tune_inputs(settings: dict) -> dict:
+    """Return each enabled tuner's own settings, by backend name."""
+    return {b.name: b.tuner.tune_inputs(settings) for b in enabled(settings) if b.tuner}
+
+
 def table_rows(settings: dict, tune):
     """Return the extra decode.csv rows every backend adds from the tune table (DataFrames)."""
     rows = [b.decoder.table_rows(settings, tune) for b in registered() if b.decoder]

@@ -77,12 +77,41 @@ class FusedMoeSettings(Section):
     engine_defaults: dict[str, EngineDefaults]
 
 
+def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, device: str) -> dict:
+    """Return the fused-MoE configs the GPU step's experts use on one rank of a layout: the
+    first tuned table in bench.step_moe_tables for (local experts, shard width, device), read
+    whole, else the vLLM default rules of backend.fused_moe, with where they came from."""
+    import json
+    from pathlib import Path
+
+    from tilesweep.plan.fused_moe_space import config_file_name
+
+    experts = model["routed_experts"] // layout["ep"]
+    n = model["moe_intermediate"] // layout["tp"]
+    name = config_file_name(experts, n, device, "bf16")
+    for folder in settings_bench["step_moe_tables"]:
+        path = Path(folder, name)
+        if path.is_file():
+            configs = json.loads(path.read_text())
+            configs.pop("triton_version", None)
+            return {"source": str(path), "configs": configs, "sparsity": fused["direct_sparsity"]}
+    return {
+        "source": f"vLLM default rules (no {name} in bench.step_moe_tables)",
+        "rules": fused["engine_defaults"]["vllm"],
+        "sparsity": fused["direct_sparsity"],
+    }
+
+
 class FusedMoeTuner(Tuner):
     """One tuning job per configured dtype where a GPU is at hand (stages/tune.py)."""
 
     def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
         """Return the dtypes tuned on this machine: every configured one where a GPU is here."""
         return list(settings["backend"][NAME]["dtypes"]) if gpus else []
+
+    def tune_inputs(self, settings: dict) -> dict:
+        """Return its backend section: the space, timing, pick and engines' defaults."""
+        return settings["backend"].get(NAME, {})
 
 
 class FusedMoeRows(DecodeRunner):
@@ -107,6 +136,11 @@ class FusedMoeStep(StepRunner):
     step_runners = (NAME,)
     fused = True  # the step's own path: fused gate-up and down weights, the tuned table
     default_on_gpu = True
+
+    def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
+        """Return the tuned configs one rank of the layout runs (moe_table)."""
+        fused = settings["backend"][NAME]
+        return {"moe_table": moe_table(settings["bench"], fused, settings["model"], layout, device)}
 
 
 @register

@@ -125,6 +125,11 @@ class StepRunner:
         """Return how step-capable runners are written, for error messages."""
         return list(self.step_runners)
 
+    def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
+        """Return what the step's runner reads beyond the model (its tuned configs on one rank
+        of a layout, say), so that a change to it reruns the step; {} when nothing."""
+        return {}
+
 
 class Tuner:
     """Adds tuning jobs (one per dtype) on a machine with GPUs."""
@@ -132,3 +137,8 @@ class Tuner:
     def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
         """Return the tuning jobs added on a machine with these GPUs."""
         return []
+
+    def tune_inputs(self, settings: dict) -> dict:
+        """Return the settings its tuning jobs read beyond the model, layouts, routing skew,
+        seed and hardware catalog (its own backend section), so that only they rerun it."""
+        return {}

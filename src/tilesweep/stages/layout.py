@@ -26,30 +26,6 @@ def _machine(world: int, bench: dict) -> tuple[bool, bool, str]:
     return bool(gpus), False, f"needs {world} devices; {what} (bench.step_emulate is off)"
 
 
-def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, device: str) -> dict:
-    """Return the fused-MoE configs the GPU step's experts use on one rank of a layout: the
-    first tuned table in bench.step_moe_tables for (local experts, shard width, device), read
-    whole, else the vLLM default rules from backends.fused_moe, with where they came from."""
-    from pathlib import Path
-
-    from tilesweep.plan.fused_moe_space import config_file_name
-
-    experts = model["routed_experts"] // layout["ep"]
-    n = model["moe_intermediate"] // layout["tp"]
-    name = config_file_name(experts, n, device, "bf16")
-    for folder in settings_bench["step_moe_tables"]:
-        path = Path(folder, name)
-        if path.is_file():
-            configs = json.loads(path.read_text())
-            configs.pop("triton_version", None)
-            return {"source": str(path), "configs": configs, "sparsity": fused["direct_sparsity"]}
-    return {
-        "source": f"vLLM default rules (no {name} in bench.step_moe_tables)",
-        "rules": fused["engine_defaults"]["vllm"],
-        "sparsity": fused["direct_sparsity"],
-    }
-
-
 def model_as_run(model: dict, layout: dict, bench: dict, cuda: bool) -> dict:
     """Return the model the step runs: the configured one on a GPU; on the CPU with at most
     step_cpu_experts routed experts per rank (top-k no more than that) and step_cpu_vocab rows

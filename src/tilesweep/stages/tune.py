@@ -38,6 +38,8 @@ from tilesweep.stages import logged
 from tilesweep.tables import TUNE_COLUMNS, Status
 
 NAME = "fused_moe"
+# Beside a dtype's spec.json and journal: the driver and Triton that timed them.
+VERSIONS = "versions.json"
 
 
 def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
@@ -362,6 +364,8 @@ def tune_fused_moe(
         spec = tune_spec(settings, dtype, hardware["smem_per_block_optin"], info["device"])
         records = supervise(spec, Path(work_dir), log)
         versions = {"driver": info["driver"], "triton": package_version("triton")}
+        with atomic_path(Path(work_dir) / VERSIONS) as tmp:  # so the journals can be replayed
+            tmp.write_text(json.dumps(versions, sort_keys=True))
         rows, files = write_outputs(
             spec, records, read_json(ceilings_path), versions, table_path, configs_dir
         )
@@ -385,3 +389,34 @@ def write_outputs(
     tuned = tuned_configs(table, spec)
     write_configs(Path(configs_dir), tuned, spec["device"], dtype, versions["triton"])
     return len(table), len(tuned)
+
+
+def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=None) -> None:
+    """Re-evaluate a kept tuning run from its journals (no GPU): FOLDER/<dtype>/spec.json, its
+    journal (journal.jsonl, or journal.jsonl.gz as kept in docs/examples), versions.json, and
+    FOLDER/ceilings.json; write the tune table and the config files with the current
+    evaluation and pick, every time as measured."""
+    import gzip
+    import tempfile
+
+    from tilesweep.errors import ConfigError
+
+    work = Path(folder) / dtype
+    with logged(log_path) as log:
+        spec, versions = read_json(work / "spec.json"), read_json(work / VERSIONS)
+        if spec.get("dtype") != dtype:
+            raise ConfigError(f"{work / 'spec.json'}: dtype {spec.get('dtype')!r}, not {dtype}")
+        journal = work / "journal.jsonl"
+        if journal.exists():
+            records = read_journal(journal)
+        else:
+            packed = journal.with_suffix(".jsonl.gz")
+            with tempfile.TemporaryDirectory() as tmp:
+                plain = Path(tmp) / journal.name
+                plain.write_bytes(gzip.decompress(packed.read_bytes()))
+                records = read_journal(plain)
+        if not records:
+            raise ConfigError(f"{journal}: no journalled item to replay")
+        ceilings = read_json(Path(folder) / "ceilings.json")
+        rows, files = write_outputs(spec, records, ceilings, versions, table_path, configs_dir)
+        log.info("%s: %d items, %d rows, %d tuned tables", dtype, len(records), rows, files)
