@@ -9,7 +9,9 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
+from tilesweep.cells import damaged, mark_rebuilds, rebuilds
 from tilesweep.errors import ConfigError
+from tilesweep.sweep_lock import hold
 from tilesweep.grid import canonical as grid_json
 from tilesweep.pipeline import Sweep, parse_overrides
 from tilesweep.report_paths import MEASURED_TABLES, example_overrides
@@ -34,6 +36,36 @@ R = SWEEP.results
 STAGE5 = SWEEP.stage5(EXAMPLE)
 if workflow.is_main_process:
     print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
+REBUILDS = rebuilds(R) if not EXAMPLE else {}
+if workflow.is_main_process and not EXAMPLE:
+    # One sweep at a time on a results folder: a kernel-held lock that dies with this process
+    # (sweep_lock.py; the profiles turn Snakemake's own lock files off).
+    try:
+        hold(R)
+    except ConfigError as err:
+        sys.exit(f"tilesweep: {err}")
+    # A per-cell output emptied, cut short or deleted since its job wrote it counts one more
+    # rebuild, a param of its job: Snakemake's params trigger reruns it (cells.py).
+    JOINED = [STAGE5.table(n) for n in (*MEASURED_TABLES, "verdict", "check")]
+    FOUND = damaged(
+        SWEEP.cell_outputs() + JOINED, Path(STAGE5.table("launch")).exists()
+    )
+    for path, why in FOUND[:5]:
+        print(f"tilesweep: {path}: {why}; its job reruns", file=sys.stderr)
+    if len(FOUND) > 5:
+        print(
+            f"tilesweep: and {len(FOUND) - 5} more cells like these rerun",
+            file=sys.stderr,
+        )
+    REBUILDS = mark_rebuilds(R, FOUND)
+
+
+def rebuild_count(pattern):
+    """Return a cell job's param: how many times its output was found damaged (from its
+    wildcards alone, so that Snakemake's params trigger compares it)."""
+    return lambda w: REBUILDS.get(pattern.format(**dict(w.items())), 0)
+
+
 DEVICE = SWEEP.device.identity()
 GPUS = len(SWEEP.device.gpus)
 TOOLCHAIN = toolchain_key(SWEEP.device.drivers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -41,7 +42,25 @@ def test_cli_prints_paths_and_rejects_a_missing_folder(tmp_path, capsys):
     assert main(["failed", str(res), "--status", "compile"]) == 0
     assert capsys.readouterr().out.strip().endswith("k1/build.json")
     assert main(["failed", str(tmp_path / "nope")]) == 2
-    assert "no such results folder" in capsys.readouterr().err
+    assert "no per-cell outputs here" in capsys.readouterr().err
+
+
+def test_a_work_folder_finds_its_results_and_bad_arguments_are_refused(tmp_path, capsys):
+    """`failed .` from the project folder reads ./results (a timeout row is not missed); an
+    unknown --status is one line; a tune table's timeout and an unreadable file are failures."""
+    res = _results(tmp_path)
+    (res / "tune").mkdir()
+    pd.DataFrame({"status": ["ok", "timeout"]}).to_csv(res / "tune" / "bf16.csv", index=False)
+    (res / "tune" / ".work" / "bf16").mkdir(parents=True)
+    (res / "tune" / ".work" / "bf16" / "spec.json").write_text("{}")
+    (res / "decode" / "c.csv").write_text("")
+    assert main(["failed", str(tmp_path), "--status", "timeout"]) == 0
+    out = capsys.readouterr().out.split()
+    assert [Path(p).relative_to(res).as_posix() for p in out] == ["decode/a.csv", "tune/bf16.csv"]
+    assert main(["failed", str(tmp_path), "--status", "timout"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'timout': not a status" in err
+    assert "decode/c.csv" in {p.relative_to(res).as_posix() for p in failed_outputs(res)}
 
 
 def test_a_missing_status_is_a_failure_with_its_reason(tmp_path):

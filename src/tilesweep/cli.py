@@ -4,6 +4,7 @@ per-cell results hold failed rows)."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -60,11 +61,15 @@ def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
     from pathlib import Path
 
-    from tilesweep.failures import failed_outputs
+    from tilesweep.failures import failed_outputs, results_folder
+    from tilesweep.tables import Status
 
-    if not Path(args.results).is_dir():
-        raise ConfigError(f"{args.results}: no such results folder")
-    for path in failed_outputs(Path(args.results), set(args.status) if args.status else None):
+    known = sorted(str(s) for s in Status)
+    for status in args.status or []:
+        if status not in known:
+            raise ConfigError(f"--status={status!r}: not a status; one of {', '.join(known)}")
+    folder = results_folder(Path(args.results))
+    for path in failed_outputs(folder, set(args.status) if args.status else None):
         sys.stdout.write(f"{path}\n")
     return 0
 
@@ -73,8 +78,10 @@ def compare_command(args: argparse.Namespace) -> int:
     """Run `tilesweep compare`; return the exit status."""
     from tilesweep import compare
 
-    if args.threshold < 0:
-        raise ConfigError(f"--threshold={args.threshold}: must be at least 0")
+    if not math.isfinite(args.threshold) or args.threshold < 0:
+        raise ConfigError(f"--threshold={args.threshold}: must be a finite number, at least 0")
+    if args.limit < 0:
+        raise ConfigError(f"--limit={args.limit}: must be at least 0")
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     changes = compare.compare_runs(run_a, run_b, args.threshold)
     text = compare.format_changes(changes, run_a, run_b, args.threshold, args.limit)

@@ -95,10 +95,14 @@ def load_run(path: str | Path) -> Run:
         csv = root / "tables" / f"{name}.csv"
         try:
             tables[name] = pd.read_csv(csv) if csv.exists() else pd.DataFrame()
-        except pd.errors.EmptyDataError:
-            tables[name] = pd.DataFrame()
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+            why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
+            raise ConfigError(f"{csv}: not a readable table ({why})") from None
     ceilings_path = root / "device" / "ceilings.json"
-    ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
+    try:
+        ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{ceilings_path}: not readable JSON ({exc})") from None
     return Run(root, tables, ceilings)
 
 
@@ -160,6 +164,27 @@ def _same(a: object, b: object) -> bool:
     return _key_text(a) == _key_text(b)
 
 
+def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
+    """Return one row (metric 'columns') when the runs' tables differ in the key, measured or
+    exact columns compared, so that no column is passed over in silence; else none."""
+    wanted = [*KEYS[name], *MEASURES.get(name, []), *EXACT.get(name, [])]
+    only_a = [c for c in wanted if c in a.columns and c not in b.columns]
+    only_b = [c for c in wanted if c in b.columns and c not in a.columns]
+    if not only_a and not only_b:
+        return []
+    return [
+        {
+            "table": name,
+            "label": "columns",
+            "metric": "columns",
+            "a": ", ".join(only_a) or "-",
+            "b": ", ".join(only_b) or "-",
+            "basis": "columns in one run only (not compared)",
+            "beyond": True,
+        }
+    ]
+
+
 def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Return one row per compared value of one table (see COLUMNS), rows only in one run too;
     a table with rows in one run only is one row (metric 'table')."""
@@ -175,13 +200,16 @@ def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float)
             "beyond": True,
         }
         return pd.DataFrame([only], columns=COLUMNS)
-    keys = [k for k in KEYS[name] if k in a.columns and k in b.columns]
-    if not keys or (a.empty and b.empty):
+    if a.empty and b.empty:
         return pd.DataFrame(columns=COLUMNS)
+    schema = _schema_change(name, a, b)
+    keys = [k for k in KEYS[name] if k in a.columns and k in b.columns]
+    if not keys:
+        return pd.DataFrame(schema, columns=COLUMNS)
     merged = _with_key(a, keys).merge(
         _with_key(b, keys), on="_key", how="outer", suffixes=("_a", "_b"), indicator=True
     )
-    rows = []
+    rows = list(schema)
     for _, row in merged.sort_values("_key").iterrows():
         label = row["_key"]
         if row["_merge"] != "both":

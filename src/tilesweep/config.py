@@ -20,6 +20,15 @@ ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
 ALLOWED_EPILOGUES = ("default", "finalize")
 _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536
+# Beyond these no GPU has the registers, threads or memory (32 warps = 1,024 threads a block).
+_MAX_STAGES, _MAX_WARPS = 16, 32
+_MODEL_MAX = {
+    "hidden": 1 << 20,
+    "moe_intermediate": 1 << 20,
+    "routed_experts": 1 << 16,
+    "top_k": 1 << 10,
+    "moe_layers": 1 << 12,
+}
 _ALLOWED_KV_DTYPES = ("bf16", "fp8")
 _ALLOWED_QUANTIZED = ("routed_experts", "shared_experts", "dense_mlp", "attention", "lm_head")
 
@@ -128,9 +137,9 @@ def _check_values(settings: dict) -> None:
     check_choices(grid["dtypes"], ALLOWED_DTYPES, "grid.dtypes")
     check_choices(grid["epilogues"], ALLOWED_EPILOGUES, "grid.epilogues")
     check_choices(settings["bench"]["routing"], _ALLOWED_ROUTING, "bench.routing")
-    for key in ("hidden", "moe_intermediate", "routed_experts", "top_k", "moe_layers"):
-        if model[key] < 1:
-            raise ConfigError(f"model.{key}={model[key]}: must be at least 1")
+    for key, high in _MODEL_MAX.items():
+        if not 1 <= model[key] <= high:
+            raise ConfigError(f"model.{key}={model[key]}: must be between 1 and {high:,}")
     if model["top_k"] > model["routed_experts"]:
         raise ConfigError(
             f"model.top_k={model['top_k']}: more than routed_experts={model['routed_experts']}"
@@ -143,10 +152,10 @@ def _check_values(settings: dict) -> None:
     _check_backend_values(settings)
     for i, tile in enumerate(grid["tiles"]):
         _check_tile(tile, f"grid.tiles[{i}]", model)
-    for key, low in (("stages", 1), ("warps", 1)):
+    for key, high in (("stages", _MAX_STAGES), ("warps", _MAX_WARPS)):
         for i, v in enumerate(grid[key]):
-            if v < low:
-                raise ConfigError(f"grid.{key}[{i}]={v}: must be at least {low}")
+            if not 1 <= v <= high:
+                raise ConfigError(f"grid.{key}[{i}]={v}: must be between 1 and {high}")
     for i, w in enumerate(grid["warps"]):
         if w & (w - 1):
             raise ConfigError(f"grid.warps[{i}]={w}: must be a power of two")

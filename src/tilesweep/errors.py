@@ -17,3 +17,7 @@ def last_line(exc: BaseException) -> str:
     """Return an exception's type and the last line of its message."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
+
+
+class CellError(ValueError):
+    """A per-cell output that is not what its job wrote (emptied, cut short, edited)."""

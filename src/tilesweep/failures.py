@@ -9,21 +9,40 @@ import pandas as pd
 
 from tilesweep.tables import SETTLED, Status, status_of
 
-STAGES = ("build", "decode", "collective", "layout")
+# Where per-cell outputs with rows lie (a launch check that does not fit is a result, not a
+# failure; tune/.work holds the tuner's own journal, not outputs).
+STAGES = ("build", "decode", "collective", "layout", "power", "tune")
 FAILED_ROW_COLUMNS = ["path", "status", "reason"]
+
+
+def results_folder(path: Path) -> Path:
+    """Return the results folder at path (path itself, or path/results, holding any stage's
+    outputs), or raise ConfigError: a folder with none is never read as 'nothing failed'."""
+    from tilesweep.errors import ConfigError
+
+    for candidate in (path, path / "results"):
+        if any((candidate / stage).is_dir() for stage in STAGES):
+            return candidate
+    raise ConfigError(
+        f"{path}: no per-cell outputs here or in results/ ({', '.join(STAGES)}); "
+        "give a sweep's results folder"
+    )
 
 
 def _records(path: Path) -> list[tuple[str, str]]:
     """Return (status, reason) per row of one per-cell result file; a row without a status is
     `missing` and one whose status is not a Status keeps its text, each with a reason saying so."""
     if path.suffix == ".json":
-        record = json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError):
+            return [(Status.MISSING, "the file is not readable JSON")]
         rows = list(record["cells"].values()) if "cells" in record else [record]
     else:
         try:
             frame = pd.read_csv(path)
-        except pd.errors.EmptyDataError:
-            return []
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+            return [(Status.MISSING, "the file is empty or not a readable CSV")]
         if "status" not in frame:
             return [(Status.MISSING, "the file has no status column")]
         rows = frame.to_dict("records")
@@ -52,7 +71,8 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
     found = []
     for stage in STAGES:
         for path in sorted((Path(results) / stage).rglob("*")):
-            if path.suffix not in (".json", ".csv") or not path.is_file():
+            hidden = any(p.startswith(".") for p in path.relative_to(Path(results)).parts)
+            if path.suffix not in (".json", ".csv") or not path.is_file() or hidden:
                 continue
             for status, reason in _records(path):
                 if status in SETTLED or (statuses is not None and status not in statuses):

@@ -31,6 +31,31 @@ def canonical(cell: dict) -> str:
     return json.dumps(cell, sort_keys=True, separators=(",", ":"))
 
 
+def check_size(settings: dict) -> None:
+    """Raise ConfigError, before any cell is made, when the grid would plan more jobs than
+    max_jobs: kernel configurations x (a build per architecture + a launch check per target + a
+    decode job), an upper bound."""
+    from tilesweep.errors import ConfigError
+
+    grid, limit = settings["grid"], settings["max_jobs"]
+    if limit < 1:
+        raise ConfigError(f"max_jobs={limit}: must be at least 1")
+    archs = {settings["catalog"][t]["arch"] for t in grid["targets"]}
+    dims = {k: len(grid[k]) for k in ("tiles", "stages", "warps", "dtypes", "epilogues")}
+    builders = sum(1 for b in backends.enabled(settings) if b.builder)
+    configs = builders
+    for n in dims.values():
+        configs *= n
+    jobs = configs * (len(archs) + len(grid["targets"]) + 1) + len(grid["layouts"]) * 2
+    if jobs > limit:
+        shape = " x ".join(f"{n} {k}" for k, n in dims.items())
+        raise ConfigError(
+            f"the grid plans up to {jobs:,} jobs ({shape} x {builders} backends, each built per "
+            f"architecture, checked per target and timed), over max_jobs={limit:,}: cut the "
+            "grid, or raise the limit with max_jobs=N"
+        )
+
+
 def build_cells(settings: dict) -> pd.DataFrame:
     """Return one row per kernel to build: backend x architecture x kernel configuration."""
     catalog = settings["catalog"]

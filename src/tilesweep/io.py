@@ -57,14 +57,29 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def concat_tables(paths: list[str]) -> pd.DataFrame:
-    """Return the concatenation of per-cell CSV tables (empty files are skipped)."""
+    """Return the concatenation of joined CSV tables; one that is empty or not CSV raises
+    CellError naming it (a table is never passed over)."""
+    from tilesweep.errors import CellError
+
     frames = []
     for p in paths:
         try:
             frames.append(pd.read_csv(p))
-        except pd.errors.EmptyDataError:
-            continue
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+            why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
+            msg = f"{p}: not a readable table ({why}); rerun the step that writes it"
+            raise CellError(msg) from None
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def read_json_named(path: str | os.PathLike) -> object:
+    """Return the parsed JSON in path, or raise CellError naming the file."""
+    from tilesweep.errors import CellError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CellError(f"{path}: not readable JSON ({exc})") from None
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout

@@ -81,7 +81,8 @@ def code_hash(*modules: str) -> str:
         todo.extend(_imports(path) - seen)
     digest = hashlib.sha256()
     for path in sorted(seen):
-        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+        inside = path.is_relative_to(PACKAGE_DIR)
+        digest.update(str(path.relative_to(PACKAGE_DIR) if inside else path.name).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -103,8 +104,12 @@ RULE_STAGES = {
 
 
 def _module_path(obj: object) -> str:
-    """Return the file of the module that defines obj's class, relative to the package."""
-    return str(Path(*type(obj).__module__.split(".")[1:]).with_suffix(".py"))
+    """Return the file of the module that defines obj's class: relative to the package, or
+    absolute for a plugin module outside it (TILESWEEP_PLUGINS)."""
+    import sys
+
+    path = Path(sys.modules[type(obj).__module__].__file__).resolve()
+    return str(path.relative_to(PACKAGE_DIR) if path.is_relative_to(PACKAGE_DIR) else path)
 
 
 def parse_overrides(raw: object) -> list[str]:
@@ -124,7 +129,11 @@ def parse_overrides(raw: object) -> list[str]:
                 ) from None
         else:
             raw = [raw]
-    return [str(item) for item in raw]
+    if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
+        from tilesweep.errors import ConfigError
+
+        raise ConfigError(f"overrides={raw!r}: not a list of strings; write overrides='[\"k=v\"]'")
+    return raw
 
 
 class Sweep:
@@ -136,6 +145,11 @@ class Sweep:
         self.device = device.resolve(self.settings["device"], self.settings["catalog"])
         gpus = self.device.gpus
         self.results = Path(self.settings["results_dir"])
+        if self.results.exists() and not self.results.is_dir():
+            from tilesweep.errors import ConfigError
+
+            raise ConfigError(f"results_dir={self.results}: a file, not a folder")
+        grid.check_size(self.settings)
         self.builds = grid.build_cells(self.settings)
         self.launches = grid.launch_cells(self.settings, self.builds)
         self.kernels = grid.bench_kernels(self.settings, self.builds)
@@ -249,6 +263,21 @@ class Sweep:
         return [
             self.path("launch", r["backend"], r["target"], f"{r['kernel']}.json")
             for r in self.launches.to_dict("records")
+        ]
+
+    def cell_outputs(self) -> list[str]:
+        """Return every planned per-cell output, each written with its record (cells.py)."""
+        launches = self.launches.to_dict("records")
+        builds = {self.build_record(r["backend"], r["target"], r["kernel"]) for r in launches}
+        return [
+            self.path("device", "ceilings.json"),
+            *sorted(builds),
+            *self.launch_outputs(),
+            *self.decode_outputs(),
+            *self.collective_outputs(),
+            *self.layout_outputs(),
+            self.path("power", "power.csv"),
+            *(p for p in self.tuned_outputs() if p.endswith(".csv")),
         ]
 
     def decode_outputs(self) -> list[str]:

@@ -1,8 +1,11 @@
 """Planted faults (tests only, never in a grid): decode jobs `fault-oob` and `fault-hang` run a
 kernel that crashes or never returns, to prove a sweep survives them (see fault_kernels.py).
-Loaded as a plugin: TILESWEEP_PLUGINS=plugins.planted_faults, with tests/ on the path."""
+With TILESWEEP_FAULT_JOIN set, the tables step fails mid-way. Loaded as a plugin:
+TILESWEEP_PLUGINS=plugins.planted_faults, with tests/ on the path."""
 
 from __future__ import annotations
+
+import os
 
 from tilesweep.backends import Backend, DecodeRunner, Runner, register
 
@@ -31,6 +34,12 @@ class FaultDecode(DecodeRunner):
         from plugins import fault_kernels
 
         return fault_kernels.runner(runner.removeprefix(PREFIX), cuda)
+
+    def table_rows(self, settings: dict, tune):
+        """Fail the tables step when TILESWEEP_FAULT_JOIN is set (a join that breaks mid-way)."""
+        if os.environ.get("TILESWEEP_FAULT_JOIN"):
+            raise RuntimeError("planted fault in the tables step")
+        return None
 
 
 @register

@@ -15,6 +15,7 @@ rule measure_device:
     resources:
         gpu=min(GPUS, 1),
     params:
+        rebuild=rebuild_count(f"{R}/device/ceilings.json"),
         catalog=grid_json(SWEEP.settings["catalog"]),
         device=DEVICE,
         toolchain=TOOLCHAIN,
@@ -37,6 +38,7 @@ rule bench_decode:
     resources:
         gpu=min(GPUS, 1),
     params:
+        rebuild=rebuild_count(f"{R}/decode/{{kernel}}.csv"),
         cell=lambda w: SWEEP.bench_cell(w.kernel),
         device=DEVICE,
         toolchain=TOOLCHAIN,

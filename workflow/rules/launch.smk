@@ -11,6 +11,7 @@ rule check_launch:
     conda:
         "../envs/tilesweep.yaml"
     params:
+        rebuild=rebuild_count(f"{R}/launch/{{backend}}/{{target}}/{{kernel}}.json"),
         cell=lambda w: SWEEP.launch_cell(w.backend, w.target, w.kernel),
         code=lambda w: SWEEP.rule_code("launch", w.backend),
     script:

@@ -12,6 +12,7 @@ rule bench_layout:
     resources:
         gpu=GPUS,
     params:
+        rebuild=rebuild_count(f"{R}/layout/{{layout}}.csv"),
         cell=lambda w: SWEEP.layout_step_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,

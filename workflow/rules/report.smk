@@ -12,7 +12,7 @@ rule figures:
     output:
         **{
             name: report(
-                str(STAGE5.plots / f"{name}.png"),
+                update(str(STAGE5.plots / f"{name}.png")),
                 caption=f"../report/{name}.rst",
                 category=FIGURE_CATEGORIES[name],
             )
@@ -41,9 +41,9 @@ rule report:
         figures=list(rules.figures.output),
         provenance=STAGE5.provenance,
     output:
-        report=str(STAGE5.reports / "report.md"),
+        report=update(str(STAGE5.reports / "report.md")),
         html=report(
-            str(STAGE5.reports / "report.html"),
+            update(str(STAGE5.reports / "report.html")),
             caption="../report/report_html.rst",
             category="Report",
         ),

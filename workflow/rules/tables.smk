@@ -10,14 +10,16 @@ rule tables:
         power=[f"{R}/power/power.csv"],
         tune=[p for p in SWEEP.tuned_outputs() if p.endswith(".csv")],
     output:
-        **{name: STAGE5.table(name) for name in MEASURED_TABLES},
-        **{f"{name}_parquet": STAGE5.table(name, "parquet") for name in MEASURED_TABLES},
-        provenance=STAGE5.provenance[0],
+        # update(): a failing job leaves the previous tables in place (Snakemake restores them).
+        **{name: update(STAGE5.table(name)) for name in MEASURED_TABLES},
+        **{f"{n}_parquet": update(STAGE5.table(n, "parquet")) for n in MEASURED_TABLES},
+        provenance=update(STAGE5.provenance[0]),
     log:
         f"{R}/logs/tables.log",
     conda:
         "../envs/tilesweep.yaml"
     params:
+        rebuilds=grid_json(REBUILDS),
         settings=SWEEP.settings_json(),
         code=SWEEP.rule_code("tables"),
     script:

@@ -12,19 +12,24 @@ rule verdict:
         shipped_fit=STAGE5.shipped_fit,
     output:
         **(
-            {f"{n}_parquet": STAGE5.table(n, "parquet") for n in ("verdict", "check")}
+            {
+                f"{n}_parquet": update(STAGE5.table(n, "parquet"))
+                for n in ("verdict", "check")
+            }
             if STAGE5.parquet
             else {}
         ),
-        verdict=STAGE5.table("verdict"),
-        check=STAGE5.table("check"),
-        fit=STAGE5.table("fit", "json"),
-        panel=STAGE5.table("question", "json"),
+        # update(): a failing job leaves the previous verdict in place (Snakemake restores it).
+        verdict=update(STAGE5.table("verdict")),
+        check=update(STAGE5.table("check")),
+        fit=update(STAGE5.table("fit", "json")),
+        panel=update(STAGE5.table("question", "json")),
     log:
         f"{R}/logs/verdict.log",
     conda:
         "../envs/tilesweep.yaml"
     params:
+        rebuilds=grid_json(REBUILDS),
         settings=SWEEP.settings_json(),
         code=SWEEP.rule_code("verdict"),
     script:

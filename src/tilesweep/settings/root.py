@@ -20,6 +20,7 @@ class RootSettings(Section):
 
     results_dir: str
     device: str  # auto, cpu or <hardware>x<count>: checked by tilesweep.device
+    max_jobs: int  # the most jobs a sweep may plan (grid.check_size)
     hardware: HardwareSpec
     model: ModelSettings
     grid: GridSettings

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tilesweep import backends
-from tilesweep.io import write_json
+from tilesweep.cells import write_cell_json
 from tilesweep.provenance import build_stamp, cell_hash
 from tilesweep.stages import logged, utc_now
 
@@ -29,7 +29,7 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
         "job_start_utc": job_start,
         "job_end_utc": utc_now(),
     }
-    write_json(record_path, record)
+    write_cell_json(record_path, record)
     return record
 
 
@@ -49,5 +49,5 @@ def build_batch(
                 records[cell["kernel"]] = {**cell, **result, **stamp, "source": backend.source}
                 log.info("%s: %s", cell["kernel"], result.get("status"))
     record = {"cells": records}
-    write_json(record_path, record)
+    write_cell_json(record_path, record)
     return record

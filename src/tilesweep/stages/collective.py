@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from tilesweep.io import write_table
+from tilesweep.cells import write_cell_table
 from tilesweep.stages import logged
 from tilesweep.tables import Status
 
@@ -195,5 +195,5 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
                 rec["fit_latency_us"],
                 rec["fit_busbw_gbs"],
             )
-    write_table(table_path, frame)
+    write_cell_table(table_path, frame)
     return frame

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep import backends
+from tilesweep.cells import read_cell_json, write_cell_json, write_cell_table
 from tilesweep.errors import LaunchError
 from tilesweep.gpu_slot import gpu_slot
-from tilesweep.io import read_json, write_json, write_table
 from tilesweep.plan import roofline
 from tilesweep.stages import logged, utc_now
 
@@ -27,7 +27,7 @@ def _measure_device(
     with logged(log_path) as log:
         record = measure(json.loads(catalog_json))
         log.info("ceilings %s", record)
-    write_json(record_path, record)
+    write_cell_json(record_path, record)
     return record
 
 
@@ -184,7 +184,7 @@ def _bench_decode(
 
     spec = json.loads(cell_json)
     kernel, cuda = spec["kernel"], torch.cuda.is_available()
-    ceilings = read_json(ceilings_path)
+    ceilings = read_cell_json(ceilings_path)
     prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
     timeout = spec["bench"]["kernel_timeout_s"]
     job_start = utc_now()
@@ -254,7 +254,7 @@ def _bench_decode(
                 )
                 rows.append(row)
     frame = pd.DataFrame(rows).assign(job_start_utc=job_start, job_end_utc=utc_now())
-    write_table(table_path, frame)
+    write_cell_table(table_path, frame)
     return frame
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tilesweep import backends
-from tilesweep.io import read_json, write_json
+from tilesweep.cells import read_cell_json, write_cell_json
 from tilesweep.plan import occupancy as launch
 from tilesweep.plan.smem_estimate import hand_estimate
 from tilesweep.provenance import HOST_DEVICE, cell_hash, git_commit
@@ -93,10 +93,10 @@ def check_launch(
     spec = json.loads(cell_json)
     cell, hw = spec["cell"], spec["hardware"]
     with logged(log_path) as log:
-        build = read_json(build_path)
+        build = read_cell_json(build_path)
         if backends.builder(cell["backend"]).build_per == "arch":
             build = build["cells"][cell["kernel"]]
         row = {**launch_row(cell, hw, build), "cell_hash": cell_hash(cell_json)}
         log.info("%s on %s: %s (%s)", cell["kernel"], cell["target"], row["status"], row["reason"])
-    write_json(record_path, row)
+    write_cell_json(record_path, row)
     return row

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from tilesweep.io import write_table
+from tilesweep.cells import write_cell_table
 from tilesweep.stages import logged
 from tilesweep.tables import STEP_COLUMNS, Status
 
@@ -129,5 +129,5 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
     frame = pd.DataFrame(rows).sort_values("batch", kind="stable").reset_index(drop=True)
     frame.loc[frame["status"] != Status.OK, "source"] = "not measured"
     frame = frame.reindex(columns=[*STEP_COLUMNS, *(c for c in frame if c not in STEP_COLUMNS)])
-    write_table(table_path, frame)
+    write_cell_table(table_path, frame)
     return frame

@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 
-from tilesweep.io import write_table
+from tilesweep.cells import write_cell_table
 from tilesweep.stages import logged
 from tilesweep.tables import POWER_COLUMNS, consistency_columns
 
@@ -41,7 +41,7 @@ def measure_power(cell_json: str, table_path: str, log_path: str | None = None) 
     frame = pd.DataFrame(rows).assign(**stamp())
     frame.loc[frame["status"] != "ok", "source"] = "not measured"
     frame = frame.reindex(columns=[*POWER_COLUMNS, *(c for c in frame if c not in POWER_COLUMNS)])
-    write_table(table_path, frame)
+    write_cell_table(table_path, frame)
     return frame
 
 

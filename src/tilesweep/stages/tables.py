@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pandas as pd
 
 from tilesweep import backends
+from tilesweep.cells import concat_cells, read_cell_json, write_cell_table
 from tilesweep.hardware import catalog_name
-from tilesweep.io import concat_tables, write_table, write_text
+from tilesweep.io import write_table, write_text
 from tilesweep.stages import logged
 from tilesweep.tables import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 
@@ -23,7 +23,7 @@ TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 
 def launch_table(paths: list[str]) -> pd.DataFrame:
     """Return the launch table: one row per kernel and target, with provenance columns."""
-    rows = [json.loads(Path(p).read_text()) for p in paths]
+    rows = [read_cell_json(p) for p in paths]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=LAUNCH_COLUMNS)
@@ -119,20 +119,20 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 def measured_tables(settings: dict, inputs: dict[str, list[str]]) -> dict[str, pd.DataFrame]:
     """Return the measured tables from the per-cell outputs, by name (TABLES)."""
-    decode = concat_tables(list(inputs["decode"]))
+    decode = concat_cells(list(inputs["decode"]))
     launch = attach_measured_launch(
         launch_table(list(inputs["launch"])), decode, settings["catalog"]
     )
-    tune = _with_columns(concat_tables(list(inputs.get("tune", []))), TUNE_COLUMNS)
+    tune = _with_columns(concat_cells(list(inputs.get("tune", []))), TUNE_COLUMNS)
     extra = backends.table_rows(settings, tune)
     return {
         "launch": launch,
         # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped
         # with the reason); the verdict is composed from the project's rows only.
         "decode": pd.concat([decode, *extra], ignore_index=True) if extra else decode,
-        "collective": concat_tables(list(inputs["collective"])),
-        "layout": concat_tables(list(inputs["layout"])),
-        "power": concat_tables(list(inputs.get("power", []))),
+        "collective": concat_cells(list(inputs["collective"])),
+        "layout": concat_cells(list(inputs["layout"])),
+        "power": concat_cells(list(inputs.get("power", []))),
         "tune": tune,
     }
 
@@ -148,7 +148,7 @@ def write_tables(
         log.info("rows: %s", {n: len(f) for n, f in tables.items()})
         when = {n: w for n in TABLES if (w := measured_when(list(inputs.get(n, []))))}
     for name, frame in tables.items():
-        write_table(outputs[name], frame)
+        write_cell_table(outputs[name], frame)  # with its record: the Snakefile checks it
         if outputs.get(f"{name}_parquet"):
             write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
     write_text(outputs["provenance"], json.dumps({"measured": when}, indent=1) + "\n")

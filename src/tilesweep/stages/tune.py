@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.io import atomic_path, read_json, write_table, write_text
+from tilesweep.cells import write_cell_table
+from tilesweep.io import atomic_path, read_json, write_text
 from tilesweep.measure.tune_worker import (
     FINAL,
     SCREEN,
@@ -385,7 +386,7 @@ def write_outputs(
         gaps.append("no measured read-only bandwidth")
     table["ceilings"] = f"gap: {'; '.join(gaps)}" if gaps else "measured here"
     table["driver"], table["triton"] = versions["driver"], versions["triton"]
-    write_table(table_path, table)
+    write_cell_table(table_path, table)
     tuned = tuned_configs(table, spec)
     write_configs(Path(configs_dir), tuned, spec["device"], dtype, versions["triton"])
     return len(table), len(tuned)

@@ -9,7 +9,8 @@ import json
 import pandas as pd
 
 from tilesweep import verdict
-from tilesweep.io import concat_tables, read_json, write_table, write_text
+from tilesweep.cells import write_cell_table
+from tilesweep.io import concat_tables, read_json, read_json_named, write_table, write_text
 from tilesweep.stages import logged
 from tilesweep.stages.tables import arrow_safe
 
@@ -27,7 +28,7 @@ def composer(inputs: dict[str, list[str]]):
     steps = concat_tables(list(inputs["layout"]))
     ceilings = {}
     for path in inputs.get("ceilings", []):
-        ceilings = read_json(path)
+        ceilings = read_json_named(path)
 
     def compose(varied: dict) -> pd.DataFrame:
         return verdict.deployment_table(varied, decode, collective, steps, ceilings)
@@ -69,7 +70,7 @@ def write_verdict(
     if outputs.get("fit"):
         write_text(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True) + "\n")
     for name, frame in tables.items():
-        write_table(outputs[name], frame)
+        write_cell_table(outputs[name], frame)  # with its record: the Snakefile checks it
         if outputs.get(f"{name}_parquet"):
             write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
     write_text(outputs["panel"], panel_json(panel))

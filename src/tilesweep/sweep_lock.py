@@ -1,0 +1,56 @@
+"""One sweep at a time per results folder, held by the kernel: the Snakefile's main process takes
+a POSIX lock (fcntl.lockf) on `<results>/.sweep.lock` for as long as it lives. The kernel drops
+it when that process ends, however it ends (SIGKILL included), so a plain rerun never finds a
+stale lock, and nothing ever clears one by hand. POSIX locks are honoured across hosts on NFS
+(and Lustre, GPFS), so a second run on another host sharing the folder waits its turn too.
+
+The profiles set Snakemake's own `nolock`: its lock files outlive a SIGKILL (a rerun then needs
+`--unlock`) and guard the working folder, where this lock guards the results folder."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from tilesweep.errors import ConfigError
+
+NAME = ".sweep.lock"
+_held: dict[str, int] = {}  # results folder -> the open descriptor that holds its lock
+
+
+def hold(results: str | os.PathLike) -> None:
+    """Take the results folder's lock for the life of this process, or raise ConfigError in one
+    line naming the run that holds it."""
+    folder = Path(results)
+    key = str(folder.resolve())
+    if key in _held:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise ConfigError(
+            f"{folder}: another sweep is running on this results folder ({holder}); wait for it "
+            "to end, or give this one another results_dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+    _held[key] = fd
+
+
+def _holder(fd: int) -> str:
+    """Return who holds the lock, as its holder wrote it."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record["since"]))
+        return f"pid {record['pid']} on {record['host']}, since {since}"
+    except (ValueError, KeyError, TypeError):
+        return "its holder wrote nothing readable"
