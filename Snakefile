@@ -9,7 +9,7 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from tilesweep.cells import damaged, mark_rebuilds, rebuilds
+from tilesweep.cells import damaged, mark_rebuilds, rebuild_param, rebuilds
 from tilesweep.errors import ConfigError
 from tilesweep.sweep_lock import hold
 from tilesweep.grid import canonical as grid_json
@@ -57,13 +57,7 @@ if workflow.is_main_process and not EXAMPLE:
             f"tilesweep: and {len(FOUND) - 5} more cells like these rerun",
             file=sys.stderr,
         )
-    REBUILDS = mark_rebuilds(R, FOUND)
-
-
-def rebuild_count(pattern):
-    """Return a cell job's param: how many times its output was found damaged (from its
-    wildcards alone, so that Snakemake's params trigger compares it)."""
-    return lambda w: REBUILDS.get(pattern.format(**dict(w.items())), 0)
+    mark_rebuilds(R, FOUND, REBUILDS)
 
 
 DEVICE = SWEEP.device.identity()

@@ -141,13 +141,18 @@ def rebuilds(results: str | os.PathLike) -> dict[str, int]:
         raise ConfigError(f"{Path(results, LEDGER)}: unreadable; delete it") from None
 
 
-def mark_rebuilds(results: str | os.PathLike, found: list[tuple[str, str]]) -> dict[str, int]:
-    """Count one more rebuild for each damaged cell, write the ledger, return the counts."""
-    counts = rebuilds(results)
+def mark_rebuilds(results: str | os.PathLike, found: list[tuple[str, str]], counts: dict) -> None:
+    """Count one more rebuild for each damaged cell in counts (the ledger as read), and write
+    the ledger."""
     if found:
         for path, _ in found:
             counts[path] = counts.get(path, 0) + 1
         Path(results).mkdir(parents=True, exist_ok=True)
         with atomic_path(Path(results, LEDGER)) as tmp:
             tmp.write_text(json.dumps(counts, indent=1, sort_keys=True) + "\n")
-    return counts
+
+
+def rebuild_param(pattern: str, counts: dict):
+    """Return a cell rule's param: its job's rebuild count, from its wildcards alone (pattern
+    is the rule's output with {wildcards}), so that Snakemake's params trigger compares it."""
+    return lambda w: counts.get(pattern.format(**dict(w.items())), 0)

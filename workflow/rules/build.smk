@@ -16,7 +16,9 @@ rule build_kernel:
     conda:
         "../envs/tilesweep.yaml"
     params:
-        rebuild=rebuild_count(f"{R}/build/{{backend}}/{{arch}}/{{kernel}}/build.json"),
+        rebuild=rebuild_param(
+            f"{R}/build/{{backend}}/{{arch}}/{{kernel}}/build.json", REBUILDS
+        ),
         cell=lambda w: SWEEP.build_cell(w.backend, w.arch, w.kernel),
         code=lambda w: SWEEP.rule_code("build", w.backend),
         toolchain=lambda w: SWEEP.build_toolchain(w.backend),
@@ -33,7 +35,7 @@ rule build_batch:
         "../envs/tilesweep.yaml"
     threads: ALL_CORES
     params:
-        rebuild=rebuild_count(f"{R}/build/{{backend}}/{{arch}}/batch.json"),
+        rebuild=rebuild_param(f"{R}/build/{{backend}}/{{arch}}/batch.json", REBUILDS),
         cells=lambda w: SWEEP.batch_cells(w.backend, w.arch),
         code=lambda w: SWEEP.rule_code("build", w.backend),
         toolchain=lambda w: SWEEP.build_toolchain(w.backend),

@@ -13,7 +13,7 @@ rule bench_collective:
     resources:
         gpu=GPUS,
     params:
-        rebuild=rebuild_count(f"{R}/collective/{{layout}}.csv"),
+        rebuild=rebuild_param(f"{R}/collective/{{layout}}.csv", REBUILDS),
         cell=lambda w: SWEEP.collective_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,

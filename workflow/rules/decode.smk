@@ -15,7 +15,7 @@ rule measure_device:
     resources:
         gpu=min(GPUS, 1),
     params:
-        rebuild=rebuild_count(f"{R}/device/ceilings.json"),
+        rebuild=rebuild_param(f"{R}/device/ceilings.json", REBUILDS),
         catalog=grid_json(SWEEP.settings["catalog"]),
         device=DEVICE,
         toolchain=TOOLCHAIN,
@@ -38,7 +38,7 @@ rule bench_decode:
     resources:
         gpu=min(GPUS, 1),
     params:
-        rebuild=rebuild_count(f"{R}/decode/{{kernel}}.csv"),
+        rebuild=rebuild_param(f"{R}/decode/{{kernel}}.csv", REBUILDS),
         cell=lambda w: SWEEP.bench_cell(w.kernel),
         device=DEVICE,
         toolchain=TOOLCHAIN,

@@ -11,7 +11,9 @@ rule check_launch:
     conda:
         "../envs/tilesweep.yaml"
     params:
-        rebuild=rebuild_count(f"{R}/launch/{{backend}}/{{target}}/{{kernel}}.json"),
+        rebuild=rebuild_param(
+            f"{R}/launch/{{backend}}/{{target}}/{{kernel}}.json", REBUILDS
+        ),
         cell=lambda w: SWEEP.launch_cell(w.backend, w.target, w.kernel),
         code=lambda w: SWEEP.rule_code("launch", w.backend),
     script:

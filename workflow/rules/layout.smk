@@ -12,7 +12,7 @@ rule bench_layout:
     resources:
         gpu=GPUS,
     params:
-        rebuild=rebuild_count(f"{R}/layout/{{layout}}.csv"),
+        rebuild=rebuild_param(f"{R}/layout/{{layout}}.csv", REBUILDS),
         cell=lambda w: SWEEP.layout_step_cell(w.layout),
         device=DEVICE,
         toolchain=TOOLCHAIN,

@@ -12,7 +12,7 @@ rule measure_power:
     resources:
         gpu=GPUS,
     params:
-        rebuild=rebuild_count(f"{R}/power/power.csv"),
+        rebuild=rebuild_param(f"{R}/power/power.csv", REBUILDS),
         cell=grid_json(
             {
                 "bench": {k: SWEEP.settings["bench"][k] for k in POWER_BENCH_KEYS},

@@ -16,7 +16,7 @@ rule tune_configs:
     resources:
         gpu=min(GPUS, 1),
     params:
-        rebuild=rebuild_count(f"{R}/tune/{{dtype}}.csv"),
+        rebuild=rebuild_param(f"{R}/tune/{{dtype}}.csv", REBUILDS),
         settings=SWEEP.tune_settings_json(),
         work=lambda w: f"{R}/tune/.work/{w.dtype}",
         device=DEVICE,
