@@ -1,5 +1,6 @@
-"""The `tilesweep` command: `compare A B` (what changed between two sweeps) and `failed` (which
-per-cell results hold failed rows)."""
+"""The `tilesweep` command: `compare A B` (what changed between two sweeps), `failed` (which
+per-cell results hold failed rows) and `engine-check FILE` (an engine config file against the
+engine's default, in the engine's own kernel, on the GPU at hand)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,38 @@ def parser() -> argparse.ArgumentParser:
     )
     failed.add_argument("results", nargs="?", default="results", help="results folder")
     failed.add_argument("--status", action="append", help="only this status (repeatable)")
+    check = sub.add_parser(
+        "engine-check",
+        help="time an engine config file against the engine's default, in the engine's kernel",
+        description=(
+            "On the GPU at hand, time every batch key of a vLLM / SGLang fused-MoE config file "
+            "(any tuner's) against the engine's default config, in the engine's own Triton "
+            "kernel (tools/fetch_engine_kernels.py), under uniform and Zipf routing; a key is "
+            "won, lost or a tie within the p10-p90 noise."
+        ),
+    )
+    check.add_argument("file", help="E=..,N=..,device_name=..[,dtype=..].json")
+    check.add_argument("--out", help="write the rows here (CSV)")
+    check.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
+    check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
     return top
+
+
+def engine_check_command(args: argparse.Namespace) -> int:
+    """Run `tilesweep engine-check`; return the exit status."""
+    from tilesweep.config import compose
+    from tilesweep.measure.engine_check import check_file, read_file, summary
+
+    read_file(args.file)  # a bad file is refused before anything starts
+    if args.repeats < 3:
+        raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
+    table = check_file(args.file, compose(args.overrides), args.repeats)
+    if args.out:
+        from tilesweep.io import write_table
+
+        write_table(args.out, table)
+    sys.stdout.write(summary(table) + "\n")
+    return 0
 
 
 def failed_command(args: argparse.Namespace) -> int:
@@ -101,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             return compare_command(args)
         if args.command == "failed":
             return failed_command(args)
+        if args.command == "engine-check":
+            return engine_check_command(args)
     except ConfigError as err:
         sys.stderr.write(f"tilesweep: {err}\n")
         return 2

@@ -73,6 +73,7 @@ class FusedMoeSettings(Section):
     compile_timeout_s: float
     compile_workers: int
     engines: list[str]
+    engine_versions: dict[str, str]
     extra_tokens_per_expert: list[int]
     engine_defaults: dict[str, EngineDefaults]
 
