@@ -11,17 +11,8 @@ set -uo pipefail
 out=${1:?usage: tools/device_sweep.sh OUT_DIR [overrides...]}
 shift
 mkdir -p "$out"
-site=${TILESWEEP_SITE:-/tmp/tilesweep-site}
-if ! python3 -c 'import snakemake, hydra' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site" .whl/*.whl || exit 1
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-  export PATH="$site/bin:$PATH"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-# NVLink multicast stays off on shared hosts.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 TILESWEEP_TRUST_PREBUILT=1
+# shellcheck source=tools/gpu_env.sh
+source "$(dirname "$0")/gpu_env.sh" || exit 1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$out/gpus.csv"
 overrides=$(printf '"%s",' "$@")
 start=$(date +%s)

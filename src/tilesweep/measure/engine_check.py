@@ -6,8 +6,8 @@ the file's config and with the engine's default (conf engine_defaults, vLLM's
 get_default_config rules), each checked against an fp32 reference and timed in CUDA-graph
 replays (up to 10 calls a replay, as the engines' tuners do). A key is `won` when the file's
 p90 (both GEMMs summed) is below the default's p10, `lost` when its p10 is above the default's
-p90, else a `tie` within the noise. Only vLLM's bf16 kernel is launched here
-(measure/vllm_kernel.py)."""
+p90, else a `tie` within the noise; `wrong result` when either misses the reference. Only
+vLLM's bf16 kernel is launched here (measure/vllm_kernel.py)."""
 
 from __future__ import annotations
 
@@ -47,20 +47,22 @@ def read_file(path: str | Path) -> tuple[dict, dict]:
     return shape, {int(k): v for k, v in configs.items()}
 
 
-def check_file(path: str, settings: dict, repeats: int = 20) -> pd.DataFrame:
-    """Return one row per (M, routing, file or default): times, error and the key's outcome."""
+def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda") -> pd.DataFrame:
+    """Return one row per (M, routing, file or default): times, error and the key's outcome
+    (device "cpu": Triton's interpreter, for tests, not for numbers)."""
     import torch
 
     from tilesweep.engine_kernels import load
     from tilesweep.measure import fused_moe_case as case
     from tilesweep.measure import vllm_kernel
+    from tilesweep.measure.fused_moe_case import TOLERANCE
     from tilesweep.measure.gemm_case import rel_error
     from tilesweep.measure.timing import time_call
 
     shape, configs = read_file(path)
     if shape["dtype"] != "bf16":
         raise ConfigError(f"{path}: {shape['dtype']}; only vLLM's bf16 kernel is launched here")
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("engine-check times on a GPU; none is here")
     fused = settings["backend"]["fused_moe"]
     version = fused["engine_versions"]["vllm"]
@@ -70,15 +72,15 @@ def check_file(path: str, settings: dict, repeats: int = 20) -> pd.DataFrame:
         raise ConfigError(str(exc)) from None
     model = settings["model"]
     problem = {**shape, "hidden": model["hidden"], "top_k": model["top_k"]}
-    gen = torch.Generator(device="cuda")
+    gen = torch.Generator(device=device)
     gen.manual_seed(settings["bench"]["seed"])
-    weights = case.make_weights(problem, "bf16", "cuda", gen)
+    weights = case.make_weights(problem, "bf16", device, gen)
     rows, rules = [], fused["engine_defaults"]["vllm"]
     for m in sorted(configs):
         default = space.engine_default(rules, m, shape["experts"], "bf16")
         for routing in ("uniform", "zipf"):
             batch = case.make_batch(
-                problem, weights, m, routing, settings["bench"]["zipf_alpha"], "cuda", gen,
+                problem, weights, m, routing, settings["bench"]["zipf_alpha"], device, gen,
                 direct=False,
             )  # fmt: skip
             timed = {}
@@ -92,6 +94,8 @@ def check_file(path: str, settings: dict, repeats: int = 20) -> pd.DataFrame:
             f, d = timed["file"], timed["default"]
             outcome = "won" if f["time_p90_ms"] < d["time_p10_ms"] else (
                 "lost" if f["time_p10_ms"] > d["time_p90_ms"] else "tie")  # fmt: skip
+            if max(f["rel_err"], d["rel_err"]) > TOLERANCE["bf16"]:
+                outcome = "wrong result"  # against the fp32 reference: no timing counts
             for row in rows[-2:]:
                 row["x_default"] = d["time_ms"] / row["time_ms"]
                 row["outcome"] = outcome
