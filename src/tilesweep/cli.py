@@ -67,6 +67,11 @@ def parser() -> argparse.ArgumentParser:
     )
     check.add_argument("file", help="E=..,N=..,device_name=..[,dtype=..].json")
     check.add_argument("--out", help="write the rows here (CSV)")
+    check.add_argument(
+        "--safe-out",
+        help="write the file as it may be exported: a key's config only where it won on every "
+        "routing, else the engine's default",
+    )
     check.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
     check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
     return top
@@ -75,12 +80,19 @@ def parser() -> argparse.ArgumentParser:
 def engine_check_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-check`; return the exit status."""
     from tilesweep.config import compose
-    from tilesweep.measure.engine_check import check_file, read_file, summary
+    from tilesweep.measure.engine_check import check_file, read_file, safe_file, summary
 
     read_file(args.file)  # a bad file is refused before anything starts
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
-    table = check_file(args.file, compose(args.overrides), args.repeats)
+    settings = compose(args.overrides)
+    table = check_file(args.file, settings, args.repeats)
+    if args.safe_out:
+        kept, replaced = safe_file(table, args.file, settings, args.safe_out)
+        sys.stdout.write(
+            f"{args.safe_out}: {kept} keys kept (won on every routing), {replaced} take the "
+            "engine's default\n"
+        )
     if args.out:
         from tilesweep.io import write_table
 

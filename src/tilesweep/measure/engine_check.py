@@ -127,6 +127,26 @@ def _time(kernel, vk, problem, weights, batch, config, repeats, time_call, rel_e
     return {**total, "rel_err": worst if math.isfinite(worst) else float("inf")}
 
 
+def safe_file(table: pd.DataFrame, path: str, settings: dict, out: str) -> tuple[int, int]:
+    """Write the file as it may be exported: each key's config where it won on every routing
+    (beyond the p10-p90 noise), else vLLM's default config; return (kept, replaced)."""
+    from tilesweep.io import write_text
+
+    shape, configs = read_file(path)
+    triton = json.loads(Path(path).read_text()).get("triton_version", "")
+    rules = settings["backend"]["fused_moe"]["engine_defaults"]["vllm"]
+    files = table[table["config_from"] == "file"]
+    won = files.groupby("m")["outcome"].agg(lambda o: set(o) == {"won"})
+    safe, kept = {}, 0
+    for m, config in configs.items():
+        if bool(won.get(m, False)):
+            safe[str(m)], kept = config, kept + 1
+        else:
+            safe[str(m)] = space.engine_default(rules, m, shape["experts"], shape["dtype"])
+    write_text(out, space.engine_file_text(safe, triton))
+    return kept, len(configs) - kept
+
+
 def summary(table: pd.DataFrame) -> str:
     """Return the check's lines: per routing, the lowest file/default ratio and where, the
     outcomes, and the geometric mean over M >= 1,024."""
