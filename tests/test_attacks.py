@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, SNAKEMAKE, snakemake
 
 from tilesweep.cli import main as cli
+from tilesweep.errors import ConfigError
 
 TINY = ["experiment=tiny"]
 FUZZ = int(os.environ.get("TILESWEEP_ATTACK_FUZZ", "0"))
@@ -220,3 +221,16 @@ def test_compare_names_a_table_whose_columns_differ(tiny_sweep, tmp_path, capsys
     changes = compare.compare_runs(compare.load_run(a), compare.load_run(b))
     schema = changes[(changes["table"] == "decode") & (changes["metric"] == "columns")]
     assert list(schema["a"]) == ["time_ms"] and bool(schema["beyond"].iloc[0])
+
+
+def test_a_yaml_error_in_a_hardware_file_is_one_line_naming_it(tmp_path):
+    """A hardware file that is not valid YAML is named, with its line, in one line."""
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "hardware" / "h200.yaml").write_text("name: h200\narch: [sm_90\n")
+    with pytest.raises(ConfigError) as err:
+        compose(["hardware=h200"], conf)
+    text = str(err.value)
+    assert "\n" not in text and f"{conf / 'hardware' / 'h200.yaml'}, line 2: not valid YAML" in text

@@ -76,8 +76,12 @@ def damage(path: str | os.PathLike) -> str | None:
     return None
 
 
-def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict]:
-    """Return a cell's bytes and record, or raise CellError naming the file and the fault."""
+def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict | None]:
+    """Return a cell's bytes and record (None for a file written outside a sweep, with no
+    record: it is only parsed), or raise CellError naming the file and the fault. Inside a
+    sweep the Snakefile has already rebuilt any cell whose record is missing."""
+    if Path(path).exists() and not summary_path(path).exists():
+        return Path(path).read_bytes(), None
     why = damage(path)
     if why is not None:
         raise CellError(f"{path}: {why}; the next run reruns its job")
@@ -92,6 +96,8 @@ def read_cell_table(path: str | os.PathLike) -> pd.DataFrame:
         frame = pd.read_csv(io.BytesIO(data))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise CellError(f"{path}: not a readable CSV ({exc})") from None
+    if record is None:
+        return frame
     if [str(c) for c in frame.columns] != record.get("columns") or len(frame) != record.get("rows"):
         raise CellError(
             f"{path}: {len(frame)} rows of {list(frame.columns)}, where its job wrote "

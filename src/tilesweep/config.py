@@ -8,6 +8,7 @@ NaN and infinity); the checks here are on values: ranges, choices and how the gr
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tilesweep import question
@@ -22,6 +23,7 @@ _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536
 # Beyond these no GPU has the registers, threads or memory (32 warps = 1,024 threads a block).
 _MAX_STAGES, _MAX_WARPS = 16, 32
+_YAML_AT = re.compile(r'in "(.+)", line (\d+), column \d+')
 _MODEL_MAX = {
     "hidden": 1 << 20,
     "moe_intermediate": 1 << 20,
@@ -80,6 +82,10 @@ def _one_line(exc: Exception) -> str:
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     head = lines[0] if lines else type(exc).__name__
+    where = next((m for ln in lines if (m := _YAML_AT.match(ln))), None)
+    if where:  # a YAML error: the file and line first, then what the parser says
+        said = "; ".join(ln for ln in lines if not _YAML_AT.match(ln))
+        return f"{where.group(1)}, line {where.group(2)}: not valid YAML ({said})"
     if "Could not find" in head or "not found in" in head:
         # Hydra lists the valid options on the next lines: keep them on one line.
         opts = [ln.lstrip("\t ") for ln in lines[1:] if not ln.startswith("Config search path")]
