@@ -53,21 +53,27 @@ def _damage(path: Path, how: str) -> None:
         Path(f"{path}.sum").unlink()
 
 
+LONG = pytest.mark.skipif(not FUZZ, reason="one of the longer attacks: TILESWEEP_ATTACK_FUZZ=N")
 REBUILT = [
     ("results/decode/baselines.csv", "empty"),
-    ("results/decode/baselines.csv", "cut at a line"),
     ("results/collective/tp2-pp1-ep1.csv", "cut mid-line"),
     ("results/layout/tp1-pp1-ep1.csv", "same size"),
     ("results/decode/baselines.csv", "deleted"),
-    ("results/device/ceilings.json", "cut mid-line"),
     ("results/tables/layout.csv", "deleted"),
-    ("results/tables/decode.csv", "cut at a line"),
-    ("results/layout/tp2-pp1-ep1.csv", "record deleted"),
+    pytest.param("results/decode/baselines.csv", "cut at a line", marks=LONG),
+    pytest.param("results/device/ceilings.json", "cut mid-line", marks=LONG),
+    pytest.param("results/tables/decode.csv", "cut at a line", marks=LONG),
+    pytest.param("results/layout/tp2-pp1-ep1.csv", "record deleted", marks=LONG),
 ]
 
 
+def _label(case) -> str:
+    rel, how = case.values if hasattr(case, "values") else case
+    return f"{rel}-{how}"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("rel", "how"), REBUILT, ids=[f"{r}-{h}" for r, h in REBUILT])
+@pytest.mark.parametrize(("rel", "how"), REBUILT, ids=[_label(c) for c in REBUILT])
 def test_a_damaged_output_is_rebuilt_and_no_row_is_lost(swept, rel, how):
     work, rows = swept
     path = work / rel
@@ -82,6 +88,7 @@ def test_a_damaged_output_is_rebuilt_and_no_row_is_lost(swept, rel, how):
 
 
 @pytest.mark.slow
+@LONG
 def test_a_truncated_build_record_is_rebuilt(swept):
     work, rows = swept
     build = sorted((work / "results" / "build").rglob("build.json"))[0]
