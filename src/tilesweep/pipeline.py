@@ -108,8 +108,10 @@ def _module_path(obj: object) -> str:
     absolute for a plugin module outside it (TILESWEEP_PLUGINS)."""
     import sys
 
-    path = Path(sys.modules[type(obj).__module__].__file__).resolve()
-    return str(path.relative_to(PACKAGE_DIR) if path.is_relative_to(PACKAGE_DIR) else path)
+    name = type(obj).__module__
+    if name.startswith("tilesweep."):
+        return str(Path(*name.split(".")[1:]).with_suffix(".py"))
+    return str(Path(sys.modules[name].__file__).resolve())
 
 
 def parse_overrides(raw: object) -> list[str]:
