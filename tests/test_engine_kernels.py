@@ -10,13 +10,15 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 from tilesweep import engine_kernels
 from tilesweep.errors import ConfigError
-from tilesweep.measure import vllm_kernel
-from tilesweep.measure.engine_check import read_file
+from tilesweep.measure import engine_tune, vllm_kernel
+from tilesweep.measure.engine_case import FILE_DTYPE
+from tilesweep.measure.engine_check import judge, read_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = """
@@ -131,49 +133,61 @@ KEPT = ROOT / engine_kernels.FOLDER / "vllm-0.33.0"
 VLLM_RUN = """
 import json, torch
 from tilesweep.engine_kernels import load
-from tilesweep.measure import fused_moe_case as case, vllm_kernel as vk
+from tilesweep.measure import engine_case as ec, vllm_kernel as vk
 from tilesweep.measure.gemm_case import rel_error
 kernel, _ = load("vllm", "0.33.0")
 out = {}
-for experts, m in ((64, 2), (6, 5)):  # the naive path, then the aligned one
-    problem = {"experts": experts, "n": 48, "hidden": 64, "top_k": 2}
-    gen = torch.Generator().manual_seed(1)
-    w = case.make_weights(problem, "bf16", "cpu", gen)
-    w.w = {g: t.half() for g, t in w.w.items()}  # the interpreter has no bf16 stores
-    batch = case.make_batch(problem, w, m, "uniform", 1.2, "cpu", gen, direct=False,
-                            out_dtype="bf16")
-    batch.a = {g: t.half() for g, t in batch.a.items()}
-    batch.c = {g: t.half() for g, t in batch.c.items()}
-    config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
-              "num_warps": 4, "num_stages": 2}
-    blocks = vk.vllm_blocks(batch.topk_ids, 16, experts)
-    for gemm, top_k in (("gate_up", 2), ("down", 1)):
-        weights = None if gemm == "gate_up" else batch.topk_weights
-        vk.launch(kernel, batch.a[gemm], w.w[gemm], batch.c[gemm], blocks, config,
-                  top_k=top_k, topk_weights=weights)
-        ref = case.reference(problem, w, batch, gemm)
-        out[f"{experts}-{m}-{gemm}"] = rel_error(batch.c[gemm], ref)
+for fmt in ("bf16", "fp8", "fp8_block"):
+    for experts, m in ((64, 2), (6, 5)):
+        problem = {"experts": experts, "n": 160, "hidden": 256, "top_k": 2}
+        gen = torch.Generator().manual_seed(1)
+        w = ec.make_weights(problem, fmt, "cpu", gen, dtype=torch.float16)
+        batch = ec.make_batch(problem, w, m, "uniform", 1.2, "cpu", gen, dtype=torch.float16)
+        config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+                  "num_warps": 4, "num_stages": 2}
+        blocks = vk.vllm_blocks(batch.topk_ids, 16, experts)
+        for gemm, top_k in (("gate_up", 2), ("down", 1)):
+            weights = None if gemm == "gate_up" else batch.topk_weights
+            vk.launch(kernel, batch.a[gemm], w.w[gemm], batch.c[gemm], blocks, config,
+                      top_k=top_k, topk_weights=weights, a_scale=batch.a_scale[gemm],
+                      b_scale=w.scale[gemm], block_shape=ec.block_shape(fmt))
+            ref = ec.reference(problem, w, batch, gemm)
+            out[f"{fmt}-{experts}-{m}-{gemm}"] = rel_error(batch.c[gemm], ref)
 print(json.dumps(out))
 """
 
 
 @pytest.mark.skipif(not KEPT.is_dir(), reason="needs tools/fetch_engine_kernels.py's vLLM 0.33.0")
 def test_vllms_own_kernel_launched_as_vllm_does_matches_the_reference():
+    # bf16 (fp16 here: the interpreter mis-stores bf16), fp8 per tensor and fp8 block-scaled,
+    # on the naive path and the aligned one; K = 160 leaves a partial 128-wide scale block.
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", VLLM_RUN], env=env, capture_output=True, text=True, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(errors) == 4 and all(e < 1e-2 for e in errors.values()), errors
+    assert len(errors) == 12 and all(e < 1e-2 for e in errors.values()), errors
 
 
 def test_an_engine_config_file_is_read_by_its_name(tmp_path):
     path = tmp_path / "E=256,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     path.write_text(json.dumps({"triton_version": "3.6.0", "1": {"BLOCK_SIZE_M": 16}}))
     shape, configs = read_file(path)
-    assert shape == {"experts": 256, "n": 2048, "dtype": "fp8"}
+    assert shape == {"experts": 256, "n": 2048, "format": "fp8"}
     assert configs == {1: {"BLOCK_SIZE_M": 16}}
+    # The engines' own names of each format, as both write them, read back to that format.
+    for fmt in FILE_DTYPE:
+        name = engine_tune.file_name(FILE_DTYPE[fmt], 256, 256, "NVIDIA H200")
+        (tmp_path / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16}}))
+        assert read_file(tmp_path / name)[0] == {"experts": 256, "n": 256, "format": fmt}
+    assert engine_tune.file_name(FILE_DTYPE["fp8_block"], 256, 256, "NVIDIA H200") == (
+        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    )
+    other = tmp_path / "E=8,N=16,device_name=X,dtype=int8_w8a16.json"
+    other.write_text("{}")
+    with pytest.raises(ConfigError, match="not a format launched here"):
+        read_file(other)
     bad = tmp_path / "tuned.json"
     bad.write_text("{}")
     with pytest.raises(ConfigError, match="not an engine config file name"):
@@ -182,3 +196,75 @@ def test_an_engine_config_file_is_read_by_its_name(tmp_path):
     empty.write_text("{}")
     with pytest.raises(ConfigError, match="expected"):
         read_file(empty)
+
+
+def _timed(median: float, spread: float) -> dict:
+    return {"time_ms": median, "time_p10_ms": median - spread, "time_p90_ms": median + spread}
+
+
+def test_a_config_is_exported_only_where_it_beats_the_default_beyond_the_noise():
+    routings = ["uniform", "zipf"]
+    default = "m16n64k128-g1-w4-s4"
+    # Faster on both routings, beyond both spreads: exported.
+    finals = {default: {r: _timed(1.0, 0.01) for r in routings},
+              "fast": {r: _timed(0.9, 0.01) for r in routings}}  # fmt: skip
+    assert engine_tune.export_pick(finals, default, routings)[0] == "fast"
+    # Faster in the median but inside the noise on one routing: the default is exported.
+    finals["fast"]["zipf"] = _timed(0.985, 0.01)
+    chosen, why = engine_tune.export_pick(finals, default, routings)
+    assert chosen == default and "within the noise" in why
+    # Much faster on one routing, slower on the other: the default.
+    finals["fast"] = {"uniform": _timed(0.5, 0.01), "zipf": _timed(1.2, 0.01)}
+    assert engine_tune.export_pick(finals, default, routings)[0] == default
+    # A config not timed on every routing never counts; an untimed default is exported.
+    finals["fast"] = {"uniform": _timed(0.5, 0.01)}
+    assert engine_tune.export_pick(finals, default, routings)[0] == default
+    assert engine_tune.export_pick({"fast": finals["fast"]}, default, ["uniform"])[0] == default
+
+
+def test_neighbours_change_one_parameter_and_block_fp8_takes_k_at_the_block():
+    config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+              "num_warps": 4, "num_stages": 3}  # fmt: skip
+    values = {"BLOCK_SIZE_M": [16, 32], "BLOCK_SIZE_N": [64, 128], "BLOCK_SIZE_K": [64, 128, 256],
+              "GROUP_SIZE_M": [1], "num_warps": [4, 8], "num_stages": [3]}  # fmt: skip
+    near = engine_tune.neighbours(config, values, "bf16")
+    assert len(near) == 5  # M 32, N 128, K 64, K 256, 8 warps
+    assert all(sum(c[k] != config[k] for k in config) == 1 for c in near)
+    block = engine_tune.neighbours(config, values, "fp8_block")
+    assert all(c["BLOCK_SIZE_K"] <= 128 for c in block) and len(block) == 4
+
+
+def test_the_check_calls_a_key_holding_the_defaults_config_the_same_kernel():
+    rows = []
+    for label, config, median in (("file", "a", 1.0), ("default", "a", 0.98),
+                                  ("file", "b", 0.9), ("default", "a", 1.0),
+                                  ("file", "c", 1.1), ("default", "a", 1.0)):  # fmt: skip
+        m = {"a": 1, "b": 2, "c": 4}[config if label == "file" else rows[-1]["config"]]
+        rows.append({"m": m, "routing": "uniform", "config_from": label, "config": config,
+                     "rel_err": 0.001, **_timed(median, 0.005)})  # fmt: skip
+    columns = ["x_default_measured", "x_default", "outcome"]  # empty, as check_file makes them
+    table = judge(pd.DataFrame(rows).reindex(columns=[*rows[0], *columns]))
+    files = table[table["config_from"] == "file"].set_index("m")
+    assert files.loc[1, "outcome"] == "same config" and files.loc[1, "x_default"] == 1.0
+    assert files.loc[1, "x_default_measured"] == pytest.approx(0.98)  # the noise of one config
+    assert files.loc[2, "outcome"] == "won" and files.loc[4, "outcome"] == "lost"
+
+
+def test_the_engines_block_fp8_defaults_are_their_rules():
+    from tilesweep.config import compose
+    from tilesweep.plan import fused_moe_space as space
+
+    rules = compose([])["backend"]["fused_moe"]["engine_defaults"]
+    vllm = {m: space.engine_default(rules["vllm"], m, 256, "fp8_block") for m in (1, 8, 16, 64, 65)}
+    # vLLM 0.33 get_default_config, block-wise fp8 on CUDA.
+    assert [vllm[m]["BLOCK_SIZE_N"] for m in (1, 8, 16)] == [64, 64, 128]
+    assert [vllm[m]["BLOCK_SIZE_M"] for m in (64, 65)] == [16, 64]
+    assert [vllm[m]["num_stages"] for m in (1, 8)] == [4, 3]
+    assert [vllm[m]["GROUP_SIZE_M"] for m in (16, 64)] == [1, 32]
+    assert all(c["BLOCK_SIZE_K"] == 128 and c["num_warps"] == 4 for c in vllm.values())
+    # Per-tensor fp8 and bf16 keep their rules (the block rules do not reach them).
+    assert space.engine_default(rules["vllm"], 1, 256, "fp8")["BLOCK_SIZE_N"] == 64
+    assert space.engine_default(rules["vllm"], 16, 256, "fp8")["num_stages"] == 4
+    sglang = space.engine_default(rules["sglang"], 1, 256, "fp8_block")
+    assert sglang == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128,
+                      "GROUP_SIZE_M": 32, "num_warps": 4, "num_stages": 3}  # fmt: skip

@@ -1,6 +1,7 @@
 """The `tilesweep` command: `compare A B` (what changed between two sweeps), `failed` (which
-per-cell results hold failed rows) and `engine-check FILE` (an engine config file against the
-engine's default, in the engine's own kernel, on the GPU at hand)."""
+per-cell results hold failed rows), `engine-check FILE` (an engine config file against the
+engine's default, in the engine's own kernel, on the GPU at hand) and `engine-tune` (config
+files searched and picked in the engines' own kernels, never slower than their defaults)."""
 
 from __future__ import annotations
 
@@ -73,8 +74,74 @@ def parser() -> argparse.ArgumentParser:
         "routing, else the engine's default",
     )
     check.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
+    check.add_argument("--engine", default="vllm", help="whose kernel and default (vllm, sglang)")
     check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
+    tune = sub.add_parser(
+        "engine-tune",
+        help="search and pick engine config files in the engines' own kernels",
+        description=(
+            "On the GPU at hand, for each engine, format and (E, N): screen the engine's default "
+            "and its neighbours in its own kernel at every batch key, time the finalists on "
+            "uniform and Zipf routing, export a config only where it beats the default beyond "
+            "the p10-p90 noise (else the default's), then check the exported file on fresh data "
+            "(backend.fused_moe.engine_tune)."
+        ),
+    )
+    tune.add_argument("--out", required=True, help="folder: <engine>-<version>/ files and tables")
+    tune.add_argument("--engine", action="append", help="vllm, sglang (default: both)")
+    tune.add_argument("--format", action="append", help="bf16, fp8, fp8_block (default: conf)")
+    tune.add_argument("--shape", action="append", help="E,N (default: the model at TP1)")
+    tune.add_argument("--keys", help="batch keys M, comma-separated (default: conf batch_keys)")
+    tune.add_argument("--extra", action="append", default=[], help="another tuner's file")
+    tune.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
     return top
+
+
+def _ints(text: str, what: str) -> list[int]:
+    """Return comma-separated positive integers, or raise ConfigError naming the argument."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{what}={text!r}: expected comma-separated integers") from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"{what}={text!r}: expected positive integers")
+    return values
+
+
+def engine_tune_command(args: argparse.Namespace) -> int:
+    """Run `tilesweep engine-tune`; return the exit status."""
+    from tilesweep.config import compose
+    from tilesweep.measure import engine_tune
+    from tilesweep.measure.engine_timing import LAUNCHERS
+
+    settings = compose(args.overrides)
+    fused = settings["backend"]["fused_moe"]
+    engines = args.engine or list(fused["engine_versions"])
+    for engine in engines:
+        if engine not in LAUNCHERS or engine not in fused["engine_versions"]:
+            raise ConfigError(f"--engine {engine}: expected one of {', '.join(LAUNCHERS)}")
+    formats = args.format or list(fused["engine_tune"]["formats"])
+    for fmt in formats:
+        if fmt not in ("bf16", "fp8", "fp8_block"):
+            raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
+    model = settings["model"]
+    shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
+        (model["routed_experts"], model["moe_intermediate"])
+    ]
+    if any(len(s) != 2 for s in shapes):
+        raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
+    keys = _ints(args.keys, "--keys") if args.keys else None
+    for path in args.extra:
+        from tilesweep.measure.engine_check import read_file
+
+        read_file(path)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("engine-tune times the engines' kernels on a GPU; none is here")
+    summary = engine_tune.run(settings, engines, formats, shapes, args.out, keys, args.extra)
+    sys.stdout.write(summary.to_string(index=False) + "\n")
+    return 0
 
 
 def engine_check_command(args: argparse.Namespace) -> int:
@@ -86,9 +153,9 @@ def engine_check_command(args: argparse.Namespace) -> int:
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
     settings = compose(args.overrides)
-    table = check_file(args.file, settings, args.repeats)
+    table = check_file(args.file, settings, args.repeats, engine=args.engine)
     if args.safe_out:
-        kept, replaced = safe_file(table, args.file, settings, args.safe_out)
+        kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
         sys.stdout.write(
             f"{args.safe_out}: {kept} keys kept (won on every routing), {replaced} take the "
             "engine's default\n"
@@ -147,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             return failed_command(args)
         if args.command == "engine-check":
             return engine_check_command(args)
+        if args.command == "engine-tune":
+            return engine_tune_command(args)
     except ConfigError as err:
         sys.stderr.write(f"tilesweep: {err}\n")
         return 2

@@ -3,6 +3,10 @@ one tuning job per dtype on a GPU machine (stages/tune.py), exported as engine c
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 from tilesweep.settings.strict import Section
 
@@ -28,6 +32,7 @@ class Rule(Section):
     m_le_e: bool = None
     m_per_e_over: int = None
     dtype: str = None
+    block: bool = None  # the format is fp8 with 128 x 128 block scales
 
 
 class EngineDefaults(Section):
@@ -48,6 +53,18 @@ class Variant(Section):
     PERSISTENT: int = None
     SPLIT_K: int = None
     SORT: int = None
+
+
+class EngineTune(Section):
+    """backend.fused_moe.engine_tune: searching and picking in the engines' own kernels."""
+
+    formats: list[Literal["bf16", "fp8", "fp8_block"]]
+    rounds: int = Field(ge=1, le=4)
+    finalists: int = Field(ge=1)
+    screen_repeats: int = Field(ge=1)
+    final_repeats: int = Field(ge=3)
+    routing: list[Literal["uniform", "zipf"]]
+    compile_workers: int = Field(ge=0)
 
 
 class FusedMoeSettings(Section):
@@ -74,6 +91,7 @@ class FusedMoeSettings(Section):
     compile_workers: int
     engines: list[str]
     engine_versions: dict[str, str]
+    engine_tune: EngineTune
     extra_tokens_per_expert: list[int]
     engine_defaults: dict[str, EngineDefaults]
 

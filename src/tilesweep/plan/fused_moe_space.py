@@ -144,12 +144,15 @@ def is_direct(m: int, problem: dict, sparsity: int) -> bool:
 
 
 def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
-    """Return whether every condition of one heuristic rule holds (no condition: always)."""
+    """Return whether every condition of one heuristic rule holds (no condition: always).
+    `dtype: fp8` holds for both fp8 formats (per-tensor or per-channel "fp8", and "fp8_block",
+    128 x 128 block scales); `block` holds when the format's block-scaling is as given."""
     checks = {
         "m_max": lambda v: m <= v,
         "m_le_e": lambda v: (m <= experts) == v,
         "m_per_e_over": lambda v: m // experts > v,
-        "dtype": lambda v: dtype == v,
+        "dtype": lambda v: dtype.split("_")[0] == v,
+        "block": lambda v: (dtype == "fp8_block") == v,
     }
     return all(checks[name](value) for name, value in rule.items() if name != "value")
 
@@ -157,7 +160,7 @@ def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
 def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
     """Return the config an engine's default heuristic picks for M tokens over E local experts:
     per key, the value of the first rule whose conditions hold (`rules[key]` is that list;
-    conditions m_max: M <= v, m_le_e: (M <= E) == v, m_per_e_over: M // E > v, dtype)."""
+    conditions m_max: M <= v, m_le_e: (M <= E) == v, m_per_e_over: M // E > v, dtype, block)."""
     out = {}
     for key in SPACE_KEYS:
         for rule in rules[key]:

@@ -1,0 +1,144 @@
+"""The expert GEMMs in an engine's own weight formats, for its own fused-MoE kernel: bf16, fp8
+w8a8 per tensor (one activation scale, one weight scale per expert) and fp8 w8a8 with 128 x 128
+block scales (a scale per token and 128 columns of K for activations, per 128 x 128 tile for
+weights: the format GLM-5-FP8 and DeepSeek-V3 ship). Fresh random data, checked against an
+fp32 reference of the dequantised operands.
+
+The activations are quantised once per batch, outside the timed call (the engines quantise them
+in a separate kernel before the GEMM; only the GEMM kernel is timed here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tilesweep.measure.fused_moe_case import FP8_MAX, make_routing
+from tilesweep.plan.fused_moe_space import gemm_shapes
+
+FORMATS = ("bf16", "fp8", "fp8_block")
+BLOCK = 128  # the block side of fp8_block
+# The engines' file name of each format (vLLM's and SGLang's get_config_file_name).
+FILE_DTYPE = {
+    "bf16": "",
+    "fp8": ",dtype=fp8_w8a8",
+    "fp8_block": ",dtype=fp8_w8a8,block_shape=[128, 128]",
+}
+
+
+@dataclass
+class EngineWeights:
+    """One problem's expert weights in one format, with their scales (None for bf16)."""
+
+    fmt: str
+    w: dict  # gemm -> [experts, N, K]
+    scale: dict  # gemm -> [experts] (fp8), [experts, N / 128, K / 128] (fp8_block) or None
+
+
+@dataclass
+class EngineBatch:
+    """One routed batch of M tokens and both GEMMs' activations in the weights' format."""
+
+    m: int
+    topk_ids: object
+    topk_weights: object  # [pairs] fp32
+    a: dict  # gemm -> activations
+    a_scale: dict  # gemm -> [1] (fp8), [rows, K / 128] (fp8_block) or None
+    c: dict  # gemm -> [pairs, N] bf16 output
+    refs: dict = field(default_factory=dict)
+
+
+def block_shape(fmt: str) -> list[int] | None:
+    """Return the engines' block_shape argument of a format."""
+    return [BLOCK, BLOCK] if fmt == "fp8_block" else None
+
+
+def _quantize(x, fmt: str, rows_only: bool = False):
+    """Return (fp8 x, fp32 scale) in a format's granularity: one scale for the whole tensor
+    (fp8; per expert for weights: leading dim kept), or one per 128 x 128 tile of the last two
+    dims (fp8_block weights) or per row and 128 columns (fp8_block activations, rows_only)."""
+    import torch
+
+    if fmt == "fp8":
+        dims = tuple(range(1, x.dim())) if x.dim() == 3 else tuple(range(x.dim()))
+        scale = x.abs().amax(dim=dims).clamp(min=1e-6) / FP8_MAX
+        shaped = scale.reshape(-1, *([1] * (x.dim() - 1))) if x.dim() == 3 else scale
+        return (x / shaped).to(torch.float8_e4m3fn), scale.float().reshape(-1).contiguous()
+    *lead, n, k = x.shape
+    rn = 1 if rows_only else BLOCK
+    pad_n, pad_k = -n % rn, -k % BLOCK
+    padded = torch.nn.functional.pad(x, (0, pad_k, 0, pad_n))
+    tiles = padded.reshape(*lead, (n + pad_n) // rn, rn, (k + pad_k) // BLOCK, BLOCK)
+    scale = tiles.abs().amax(dim=(-3, -1)).clamp(min=1e-6) / FP8_MAX
+    q = (tiles / scale[..., :, None, :, None]).reshape(padded.shape)[..., :n, :k]
+    return q.to(torch.float8_e4m3fn).contiguous(), scale.float().contiguous()
+
+
+def _dequantize(q, scale, fmt: str, rows_only: bool = False):
+    """Return the fp32 values an fp8 tensor and its scales stand for."""
+    x = q.float()
+    if fmt == "fp8":
+        return x * (scale.reshape(-1, 1, 1) if x.dim() == 3 else scale)
+    rn = 1 if rows_only else BLOCK
+    full = scale.repeat_interleave(rn, dim=-2).repeat_interleave(BLOCK, dim=-1)
+    return x * full[..., : x.shape[-2], : x.shape[-1]]
+
+
+def make_weights(problem: dict, fmt: str, device: str, gen, dtype=None) -> EngineWeights:
+    """Return fresh random weights (never zeros) of both GEMMs in a format (bf16 stands for
+    `dtype` when given, e.g. fp16 under Triton's interpreter)."""
+    import torch
+
+    w, scale = {}, {}
+    for gemm, (n, k) in gemm_shapes(problem).items():
+        parts = []  # 16 experts at a time: the fp32 draft of all of them can exceed the device
+        for first in range(0, problem["experts"], 16):
+            count = min(16, problem["experts"] - first)
+            full = torch.randn(count, n, k, generator=gen, device=device) / math.sqrt(k)
+            parts.append((full.to(dtype or torch.bfloat16), None) if fmt == "bf16" else
+                         _quantize(full, fmt))  # fmt: skip
+            del full
+        w[gemm] = torch.cat([p[0] for p in parts])
+        scale[gemm] = None if fmt == "bf16" else torch.cat([p[1] for p in parts])
+    return EngineWeights(fmt, w, scale)
+
+
+def make_batch(problem, weights: EngineWeights, m, routing, alpha, device, gen, dtype=None):
+    """Return a routed batch of m tokens with fresh activations and NaN-poisoned outputs."""
+    import torch
+
+    out = dtype or torch.bfloat16
+    ids, topw = make_routing(m, problem["experts"], problem["top_k"], routing, alpha, device, gen)
+    pairs = ids.numel()
+    a, a_scale, c = {}, {}, {}
+    for gemm, (n, k) in gemm_shapes(problem).items():
+        x = torch.randn(m if gemm == "gate_up" else pairs, k, generator=gen, device=device)
+        if weights.fmt == "bf16":
+            a[gemm], a_scale[gemm] = x.to(out), None
+        else:
+            a[gemm], a_scale[gemm] = _quantize(x, weights.fmt, rows_only=True)
+        c[gemm] = torch.full((pairs, n), float("nan"), dtype=out, device=device)
+    return EngineBatch(m, ids, topw, a, a_scale, c)
+
+
+def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str):
+    """Return the fp32 reference of one GEMM: each routed pair's (dequantised) row of A times its
+    expert's (dequantised) weights, times its routing weight for the down GEMM."""
+    import torch
+
+    flat = batch.topk_ids.reshape(-1).long()
+    rows = torch.arange(flat.numel(), device=flat.device)
+    a_rows = rows // problem["top_k"] if gemm == "gate_up" else rows
+    a = batch.a[gemm].float()
+    if weights.fmt != "bf16":
+        a = _dequantize(batch.a[gemm], batch.a_scale[gemm], weights.fmt, rows_only=True)
+    out = torch.empty(flat.numel(), gemm_shapes(problem)[gemm][0], device=flat.device)
+    for e in torch.unique(flat).tolist():
+        sel = (flat == e).nonzero().squeeze(1)
+        w = weights.w[gemm][e].float()
+        if weights.fmt != "bf16":
+            w = _dequantize(weights.w[gemm][e], weights.scale[gemm][e], weights.fmt)
+        out[sel] = a[a_rows[sel]] @ w.t()
+    if gemm == "down":
+        out = out * batch.topk_weights[:, None]
+    return out

@@ -1,0 +1,285 @@
+"""Tune where it is used: an engine config file searched, timed and picked in that engine's own
+fused-MoE kernel (`tilesweep engine-tune`), one file per engine, version and format.
+
+At every batch key M: the engine's default config, its one-step neighbours in the engines'
+search space (each launch parameter changed alone) and any extra candidates (another tuner's
+config for that key) are screened on uniform routing; from the best screened config a second
+round of neighbours is screened; the `finalists` best and the default are then timed on every
+routing with `final_repeats` graph replays. The fastest finalist (summed over routings) is
+exported only where it beats the default on every routing by more than the noise (its p90
+below the default's p10); otherwise the default's config is exported. The table says, per key
+and routing, which config was exported, by how much it won, and why.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep.plan import fused_moe_space as space
+
+TUNE_COLUMNS = [
+    "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "phase",
+    "config", "is_default", "status", "reason", "time_ms", "time_p10_ms", "time_p90_ms",
+    "rel_err", "x_default", "exported",
+]  # fmt: skip
+
+
+def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
+    """Return the configs one launch parameter away from `config` within the search space
+    (`values`: {key: [values]}), each as the engine runs it, without duplicates."""
+    from tilesweep.measure.engine_timing import effective
+
+    out, seen = [], {space.config_slug(effective(config, fmt))}
+    for key in space.SPACE_KEYS:
+        for value in values[key]:
+            cand = effective({**config, key: value}, fmt)
+            slug = space.config_slug(cand)
+            if slug not in seen:
+                seen.add(slug)
+                out.append(cand)
+    return out
+
+
+def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, str]:
+    """Return (slug exported, why) from finalists' timings {slug: {routing: row}}: the fastest
+    over all routings, where it beats the default on every routing beyond the noise (its p90
+    below the default's p10); otherwise the default."""
+    timed = {s: t for s, t in finals.items() if all(r in t for r in routings)}
+    if default not in timed:
+        return default, "the default could not be timed on every routing"
+    best = min(timed, key=lambda s: (sum(timed[s][r]["time_ms"] for r in routings), s))
+    if best == default:
+        return default, "the default is the fastest"
+    base = timed[default]
+    if all(timed[best][r]["time_p90_ms"] < base[r]["time_p10_ms"] for r in routings):
+        gains = ", ".join(f"{r} {base[r]['time_ms'] / timed[best][r]['time_ms']:.3f}x"
+                          for r in routings)  # fmt: skip
+        return best, f"beats the default beyond the p10-p90 noise ({gains})"
+    return default, f"{best} is within the noise of the default on some routing"
+
+
+def tune_problem(timer, keys: list[int], rules: dict, values: dict, tune: dict,
+                 extra: dict | None = None, log=print) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+    """Return (rows, {M: exported config}) for one problem in one engine's kernel (`tune`:
+    backend.fused_moe.engine_tune; `values`: the search space; `rules`: the engine's default
+    heuristic; `extra`: {M: [configs]} screened beside the neighbours)."""
+    from tilesweep.measure.engine_timing import effective
+
+    fmt, problem = timer.fmt, timer.problem
+    defaults = {m: effective(space.engine_default(rules, m, problem["experts"], fmt), fmt)
+                for m in keys}  # fmt: skip
+    first = {m: [defaults[m], *neighbours(defaults[m], values, fmt),
+                 *[effective(c, fmt) for c in (extra or {}).get(m, [])]] for m in keys}  # fmt: skip
+    rows, screens = [], {m: {} for m in keys}
+    _screen_round(timer, first, screens, rows, defaults, tune, log)
+    second = {}
+    for m in keys:
+        best = _best(screens[m])
+        if best is not None:
+            second[m] = [c for c in neighbours(best, values, fmt)
+                         if space.config_slug(c) not in screens[m]]  # fmt: skip
+    if tune["rounds"] > 1:
+        _screen_round(timer, second, screens, rows, defaults, tune, log)
+    picks = {}
+    for m in keys:
+        picks[m] = _finals(timer, m, screens[m], defaults[m], rows, tune, log)
+    return pd.DataFrame(rows, columns=TUNE_COLUMNS), picks
+
+
+def _best(screened: dict, count: int = 1):
+    """Return the best screened config (or the `count` best, as a list) by median time."""
+    ok = sorted((t["time_ms"], s, c) for s, (c, t) in screened.items() if t is not None)
+    if count == 1:
+        return ok[0][2] if ok else None
+    return [c for _, _, c in ok[:count]]
+
+
+def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
+    """Return one table row."""
+    t = t or {}
+    return {"engine": timer.engine, "version": timer.version, "kernel_from": timer.kernel_from,
+            "format": timer.fmt, "experts": timer.problem["experts"], "n": timer.problem["n"],
+            "m": m, "routing": routing, "phase": phase, "config": space.config_slug(config),
+            "is_default": space.config_slug(config) == space.config_slug(default),
+            "status": status, "reason": reason, "time_ms": t.get("time_ms"),
+            "time_p10_ms": t.get("time_p10_ms"), "time_p90_ms": t.get("time_p90_ms"),
+            "rel_err": t.get("rel_err"), "x_default": None, "exported": False}  # fmt: skip
+
+
+def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict, tune, log):
+    """Compile (in parallel) and screen every key's candidates on the first routing."""
+    from tilesweep.measure.engine_timing import effective, warm
+    from tilesweep.measure.fused_moe_case import TOLERANCE
+
+    jobs = [(c, m) for m, cs in cands.items() for c in cs]
+    if timer.device == "cuda":
+        refused = warm(timer.engine, timer.version, timer.problem, timer.fmt, jobs,
+                       tune["compile_workers"])  # fmt: skip
+    else:
+        refused = {}
+    log(f"{timer.engine} {timer.fmt} N={timer.problem['n']}: screening {len(jobs)} "
+        f"(config, M), {len(refused)} refused at compile or launch")  # fmt: skip
+    routing = tune["routing"][0]
+    for m, cs in cands.items():
+        batch = timer.batch(m, routing)
+        for config in cs:
+            config = effective(config, timer.fmt)
+            slug = space.config_slug(config)
+            if slug in screens[m]:
+                continue
+            err = refused.get((slug, m))
+            if err is None:
+                try:
+                    t = timer.time(config, batch, tune["screen_repeats"])
+                except Exception as exc:  # a refusal at launch is this config's result
+                    err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+            if err is not None:
+                screens[m][slug] = (config, None)
+                rows.append(_row(timer, m, routing, "screen", config, defaults[m], "launch", err))
+                continue
+            wrong = not t["rel_err"] <= TOLERANCE["bf16"]
+            screens[m][slug] = (config, None if wrong else t)
+            status = "correctness" if wrong else "ok"
+            reason = (
+                f"relative error {t['rel_err']:.3g} against the fp32 reference" if wrong else ""
+            )
+            rows.append(_row(timer, m, routing, "screen", config, defaults[m], status, reason, t))
+        batch.refs.clear()
+
+
+def _finals(timer, m, screened, default, rows, tune, log) -> dict:
+    """Time the key's finalists and default on every routing; return the exported config."""
+    slug_default = space.config_slug(default)
+    finalists = _best(screened, tune["finalists"])
+    if all(space.config_slug(c) != slug_default for c in finalists):
+        finalists.append(default)
+    finals = {}
+    for routing in tune["routing"]:
+        batch = timer.batch(m, routing)
+        for config in finalists:
+            slug = space.config_slug(config)
+            try:
+                t = timer.time(config, batch, tune["final_repeats"])
+            except Exception as exc:
+                err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+                rows.append(_row(timer, m, routing, "final", config, default, "launch", err))
+                continue
+            finals.setdefault(slug, {})[routing] = t
+            rows.append(_row(timer, m, routing, "final", config, default, "ok", "", t))
+        batch.refs.clear()
+    chosen, why = export_pick(finals, slug_default, tune["routing"])
+    for row in rows:
+        if row["m"] == m and row["phase"] == "final":
+            base = finals.get(slug_default, {}).get(row["routing"])
+            if base and row["time_ms"]:
+                row["x_default"] = base["time_ms"] / row["time_ms"]
+            row["exported"] = row["config"] == chosen
+            if row["exported"]:
+                row["reason"] = why
+    log(f"  M={m}: export {chosen} ({why})")
+    return next(c for c in finalists if space.config_slug(c) == chosen)
+
+
+def file_name(engine_file_dtype: str, experts: int, n: int, device_name: str) -> str:
+    """Return the engines' config file name for a format's dtype selector."""
+    return f"E={experts},N={n},device_name={device_name.replace(' ', '_')}{engine_file_dtype}.json"
+
+
+def extra_candidates(paths: list[str], shape: dict) -> dict:
+    """Return {M: [configs]} from other tuners' files of the same shape and format."""
+    from tilesweep.measure.engine_check import read_file
+
+    out = {}
+    for path in paths:
+        theirs, configs = read_file(path)
+        if theirs == shape:
+            for m, config in configs.items():
+                out.setdefault(m, []).append({k: config[k] for k in space.SPACE_KEYS})
+    return out
+
+
+def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tuple[int, int]],
+        out_dir: str, keys: list[int] | None = None, extra: list[str] = (), log=print):  # fmt: skip
+    """Tune every (engine, format, shape), write each engine's file, its tune table and the
+    check of the exported file on fresh data (engine-check's rows); return the summary."""
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from tilesweep.io import write_table, write_text
+    from tilesweep.measure import engine_check
+    from tilesweep.measure.engine_case import FILE_DTYPE
+
+    fused = settings["backend"]["fused_moe"]
+    tune = {**fused["engine_tune"]}
+    if not tune["compile_workers"]:
+        import os
+
+        tune["compile_workers"] = max(1, (os.cpu_count() or 2) - 1)
+    keys = sorted(keys or fused["batch_keys"])
+    device_name = torch.cuda.get_device_name()
+    summary = []
+    for engine in engines:
+        version = fused["engine_versions"][engine]
+        folder = Path(out_dir) / f"{engine}-{version}"
+        for fmt in formats:
+            for experts, n in shapes:
+                shape = {"experts": experts, "n": n, "format": fmt}
+                start = time.monotonic()
+                timer = engine_check.timer_for(engine, shape, settings)
+                table, picks = tune_problem(
+                    timer, keys, fused["engine_defaults"][engine], fused["space"], tune,
+                    extra_candidates(list(extra), shape), log,
+                )  # fmt: skip
+                name = file_name(FILE_DTYPE[fmt], experts, n, device_name)
+                text = space.engine_file_text({str(m): c for m, c in picks.items()},
+                                              _triton_version())  # fmt: skip
+                write_text(folder / name, text)
+                stem = f"{fmt}_E={experts},N={n}"
+                write_table(folder / f"tune_{stem}.csv", table)
+                tuned_s = time.monotonic() - start
+                del timer
+                torch.cuda.empty_cache()
+                check = engine_check.check_file(str(folder / name), settings,
+                                                tune["final_repeats"], engine=engine,
+                                                seed_shift=1)  # fmt: skip
+                write_table(folder / f"check_{stem}.csv", check)
+                summary.extend(_summary_rows(engine, version, fmt, experts, n, table, check,
+                                             tuned_s))  # fmt: skip
+                torch.cuda.empty_cache()
+                log(engine_check.summary(check))
+                # after every problem, so a run cut short keeps what it finished
+                write_table(Path(out_dir) / "summary.csv", pd.DataFrame(summary))
+    return pd.DataFrame(summary)
+
+
+def _triton_version() -> str:
+    """Return the Triton version the files are tuned with (the engines' files say it)."""
+    import triton
+
+    return triton.__version__
+
+
+def _summary_rows(engine, version, fmt, experts, n, table, check, tuned_s) -> list[dict]:
+    """Return one summary row per routing: keys exported as tuned, the check's lowest ratio
+    and its geometric mean over M >= 1,024, and the tuning time."""
+    import math
+
+    finals = table[(table["phase"] == "final") & table["exported"]]
+    tuned_keys = int((~finals.drop_duplicates("m")["is_default"]).sum())
+    out = []
+    files = check[check["config_from"] == "file"]
+    for routing, grp in files.groupby("routing"):
+        big = grp[grp["m"] >= 1024]["x_default"]
+        worst = grp.loc[grp["x_default"].idxmin()]
+        out.append({
+            "engine": engine, "version": version, "format": fmt, "experts": experts, "n": n,
+            "routing": routing, "keys": grp["m"].nunique(), "keys_tuned": tuned_keys,
+            "check_lowest_x_default": worst["x_default"], "check_lowest_at_m": int(worst["m"]),
+            "check_geomean_m_ge_1024": math.exp(big.map(math.log).mean()) if len(big) else None,
+            "check_lost": int((grp["outcome"] == "lost").sum()),
+            "check_won": int((grp["outcome"] == "won").sum()),
+            "screened": int((table["phase"] == "screen").sum()), "tune_s": round(tuned_s, 1),
+        })  # fmt: skip
+    return out
