@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, snakemake
@@ -69,6 +70,11 @@ def test_the_named_device_decides_the_job_set():
     cpu = Sweep(["experiment=tiny", "device=cpu"], ROOT / "conf")
     gpus = Sweep(["experiment=tiny", "device=h200x8"], ROOT / "conf")
     assert cpu.tune_dtypes() == [] and gpus.tune_dtypes() != []
+    # one engine-kernel tuning job per engine, on GPU machines only
+    assert cpu.engine_tune_outputs() == []
+    assert {Path(p).name for p in gpus.engine_tune_outputs()} == {
+        "engine_vllm.csv", "engine_vllm", "engine_sglang.csv", "engine_sglang"
+    }  # fmt: skip
     assert len(gpus.layout_outputs()) >= len(cpu.layout_outputs())
 
 
@@ -78,5 +84,5 @@ def test_a_cpu_machine_plans_the_gpu_sweep_it_is_told_to(tmp_path):
     the SLURM profile's way, here given on the command line."""
     cpu = snakemake(tmp_path, "-n", "--config", "device=cpu", 'overrides=["experiment=tiny"]')
     h200 = snakemake(tmp_path, "-n", "--config", "device=h200x8", 'overrides=["experiment=tiny"]')
-    assert "tune_configs" not in cpu.stdout
-    assert "tune_configs" in h200.stdout
+    assert "tune_configs" not in cpu.stdout and "tune_engine" not in cpu.stdout
+    assert "tune_configs" in h200.stdout and "tune_engine" in h200.stdout

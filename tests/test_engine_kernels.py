@@ -268,3 +268,31 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
     sglang = space.engine_default(rules["sglang"], 1, 256, "fp8_block")
     assert sglang == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128,
                       "GROUP_SIZE_M": 32, "num_warps": 4, "num_stages": 3}  # fmt: skip
+
+
+def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
+    from tilesweep.config import compose
+    from tilesweep.stages.tune_engine import tune_engine
+
+    settings = json.dumps(compose(["experiment=tiny"]))
+    summary, configs = tmp_path / "engine_vllm.csv", tmp_path / "engine_vllm"
+    tune_engine(settings, "vllm", str(summary), str(configs))
+    rows = pd.read_csv(summary)
+    assert rows["status"].tolist() == ["skipped"] and "GPU" in rows["reason"][0]
+    assert configs.is_dir() and not (tmp_path / "engine_vllm.partial").exists()
+
+
+def test_kept_engine_exports_are_rebuilt_from_their_checks_byte_for_byte(tmp_path):
+    import shutil
+
+    from tilesweep.config import compose
+
+    kept = ROOT / "docs/examples/h200/engine_tune"
+    copy = tmp_path / "engine_tune"
+    shutil.copytree(kept, copy)
+    for export in copy.glob("*-*/E=*.json"):
+        export.unlink()
+    engine_tune.rebuild_exports(copy, compose([]))
+    for export in kept.glob("*-*/E=*.json"):
+        assert (copy / export.parent.name / export.name).read_bytes() == export.read_bytes()
+    assert (copy / "summary.csv").read_bytes() == (kept / "summary.csv").read_bytes()

@@ -221,6 +221,7 @@ def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_
         "figures": ("tsbuild", "N/A"),
         "report": ("tsbuild", "N/A"),
         "tune_configs": ("tsgpu", "gres:gpu:1"),
+        "tune_engine": ("tsgpu", "gres:gpu:1"),
         "measure_device": ("tsgpu", "gres:gpu:1"),
         "bench_decode": ("tsgpu", "gres:gpu:1"),
         "bench_collective": ("tsgpu", f"gres:gpu:{node_gpus}"),
@@ -233,7 +234,7 @@ def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_
         rule = next(name for name in want if comment.startswith(f"rule_{name}"))
         assert (partition, tres, state) == (*want[rule], "COMPLETED"), line
         seen.append(rule)
-    tiny_grid = set(want) - {"tune_configs"}  # it needs a GPU here
+    tiny_grid = set(want) - {"tune_configs", "tune_engine"}  # they need a GPU here
     assert set(seen) >= tiny_grid
     assert seen.count("cpu_batch") == 1  # every build and launch check in one SLURM job
 

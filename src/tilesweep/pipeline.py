@@ -94,6 +94,7 @@ RULE_STAGES = {
     "device": "stages/decode.py",
     "decode": "stages/decode.py",
     "tune": "stages/tune.py",
+    "tune_engine": "stages/tune_engine.py",
     "collective": "stages/collective.py",
     "layout": "stages/layout.py",
     "power": "stages/power.py",
@@ -182,7 +183,7 @@ class Sweep:
             runs = [backends.builder(key)]
         elif rule == "decode":
             runs = [self._decode_owner[key].decoder] if key in self._decode_owner else []
-        elif rule == "tune":
+        elif rule in ("tune", "tune_engine"):
             runs = [b.tuner for b in registered if b.tuner]
         elif rule == "layout":
             runs = [b.stepper for b in registered if b.stepper]
@@ -365,6 +366,20 @@ class Sweep:
             out += [self.path("tune", f"{dtype}.csv"), self.path("tuned", dtype)]
         return out
 
+    def engine_tune_outputs(self) -> list[str]:
+        """Return the engine-kernel tuning outputs: one summary and one folder per engine, on a
+        GPU machine where the fused-MoE backend tunes (its engine_versions)."""
+        if not self.tune_dtypes():
+            return []
+        fused = self.settings["backend"].get("fused_moe", {})
+        out = []
+        for engine in fused.get("engine_versions", {}):
+            out += [
+                self.path("tune", f"engine_{engine}.csv"),
+                self.path("tuned", f"engine_{engine}"),
+            ]
+        return out
+
     def tune_settings_json(self) -> str:
         """Return the canonical JSON of what tuning reads: the model, the layouts (their TP and
         EP degrees), its backend section, the routing skew, the seed and the hardware catalog."""
@@ -393,6 +408,7 @@ class Sweep:
             str(stage.reports / "report.md"),
             str(stage.reports / "report.html"),
             *self.tuned_outputs(),
+            *self.engine_tune_outputs(),
             self.path("power", "power.csv"),
         ]
 

@@ -10,6 +10,8 @@ rule tune_configs:
         configs=directory(f"{R}/tuned/{{dtype}}"),
     log:
         f"{R}/logs/tune_configs/{{dtype}}.log",
+    wildcard_constraints:
+        dtype="[a-z0-9]+",
     conda:
         "../envs/tilesweep.yaml"
     threads: ALL_CORES
@@ -24,3 +26,30 @@ rule tune_configs:
         code=SWEEP.rule_code("tune"),
     script:
         "../scripts/tune_configs.py"
+
+
+# The engines' own kernels: config files searched and picked in vLLM's and SGLang's fused-MoE
+# kernels (GPU only; see src/tilesweep/stages/tune_engine.py), one job per engine.
+rule tune_engine:
+    input:
+        ceilings=rules.measure_device.output.record,
+    output:
+        summary=f"{R}/tune/engine_{{engine}}.csv",
+        configs=directory(f"{R}/tuned/engine_{{engine}}"),
+    log:
+        f"{R}/logs/tune_engine/{{engine}}.log",
+    wildcard_constraints:
+        engine="[a-z]+",
+    conda:
+        "../envs/tilesweep.yaml"
+    threads: ALL_CORES
+    resources:
+        gpu=min(GPUS, 1),
+    params:
+        rebuild=rebuild_param(f"{R}/tune/engine_{{engine}}.csv", REBUILDS),
+        settings=SWEEP.tune_settings_json(),
+        device=DEVICE,
+        toolchain=TOOLCHAIN,
+        code=SWEEP.rule_code("tune_engine"),
+    script:
+        "../scripts/tune_engine.py"

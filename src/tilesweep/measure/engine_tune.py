@@ -13,6 +13,8 @@ and routing, which config was exported, by how much it won, and why.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from tilesweep.plan import fused_moe_space as space
@@ -203,7 +205,6 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
     """Tune every (engine, format, shape), write each engine's file, its tune table and the
     check of the exported file on fresh data (engine-check's rows); return the summary."""
     import time
-    from pathlib import Path
 
     import torch
 
@@ -218,6 +219,10 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
 
         tune["compile_workers"] = max(1, (os.cpu_count() or 2) - 1)
     keys = sorted(keys or fused["batch_keys"])
+    if not torch.cuda.is_available():
+        from tilesweep.errors import ConfigError
+
+        raise ConfigError("the engines' kernels are timed on a GPU; none is here")
     device_name = torch.cuda.get_device_name()
     summary = []
     for engine in engines:
@@ -235,18 +240,20 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
                 name = file_name(FILE_DTYPE[fmt], experts, n, device_name)
                 text = space.engine_file_text({str(m): c for m, c in picks.items()},
                                               _triton_version())  # fmt: skip
-                write_text(folder / name, text)
+                write_text(folder / "tuned" / name, text)
                 stem = f"{fmt}_E={experts},N={n}"
                 write_table(folder / f"tune_{stem}.csv", table)
                 tuned_s = time.monotonic() - start
                 del timer
                 torch.cuda.empty_cache()
-                check = engine_check.check_file(str(folder / name), settings,
+                check = engine_check.check_file(str(folder / "tuned" / name), settings,
                                                 tune["final_repeats"], engine=engine,
                                                 seed_shift=1)  # fmt: skip
                 write_table(folder / f"check_{stem}.csv", check)
-                summary.extend(_summary_rows(engine, version, fmt, experts, n, table, check,
-                                             tuned_s))  # fmt: skip
+                engine_check.safe_file(check, str(folder / "tuned" / name), settings,
+                                       str(folder / name), engine)  # fmt: skip
+                summary.extend(summary_rows(engine, version, fmt, experts, n, table, [check],
+                                            folder / name, tuned_s))  # fmt: skip
                 torch.cuda.empty_cache()
                 log(engine_check.summary(check))
                 # after every problem, so a run cut short keeps what it finished
@@ -261,25 +268,65 @@ def _triton_version() -> str:
     return triton.__version__
 
 
-def _summary_rows(engine, version, fmt, experts, n, table, check, tuned_s) -> list[dict]:
-    """Return one summary row per routing: keys exported as tuned, the check's lowest ratio
-    and its geometric mean over M >= 1,024, and the tuning time."""
+def summary_rows(engine, version, fmt, experts, n, table, checks, export, tuned_s) -> list[dict]:
+    """Return one summary row per routing: keys tuned (the tuning's pick is not the default),
+    keys exported tuned (they also won every held-out check on every routing), the held-out
+    checks' lowest ratio over the tuned file and its geometric mean over M >= 1,024, and the
+    exported file's lowest ratio on those checks (a key left at the default runs the same
+    kernel: 1)."""
+    import json
     import math
 
     finals = table[(table["phase"] == "final") & table["exported"]]
-    tuned_keys = int((~finals.drop_duplicates("m")["is_default"]).sum())
+    tuned_keys = int((~finals.drop_duplicates("m")["is_default"].astype(bool)).sum())
+    exported = json.loads(Path(export).read_text())
+    exported.pop("triton_version", None)
+    rows = pd.concat(checks, ignore_index=True)
+    files = rows[rows["config_from"] == "file"].copy()
+    defaults = rows[rows["config_from"] == "default"].drop_duplicates("m").set_index("m")
+    kept = {int(m) for m, c in exported.items()
+            if space.config_slug(c) != defaults.loc[int(m), "config"]}  # fmt: skip
+    files["x_export"] = [r.x_default if r.m in kept else 1.0 for r in files.itertuples()]
     out = []
-    files = check[check["config_from"] == "file"]
     for routing, grp in files.groupby("routing"):
         big = grp[grp["m"] >= 1024]["x_default"]
         worst = grp.loc[grp["x_default"].idxmin()]
         out.append({
             "engine": engine, "version": version, "format": fmt, "experts": experts, "n": n,
             "routing": routing, "keys": grp["m"].nunique(), "keys_tuned": tuned_keys,
+            "keys_exported_tuned": len(kept), "checks": len(checks),
             "check_lowest_x_default": worst["x_default"], "check_lowest_at_m": int(worst["m"]),
             "check_geomean_m_ge_1024": math.exp(big.map(math.log).mean()) if len(big) else None,
             "check_lost": int((grp["outcome"] == "lost").sum()),
-            "check_won": int((grp["outcome"] == "won").sum()),
+            "export_lowest_x_default": grp["x_export"].min(),
+            "export_geomean_m_ge_1024": math.exp(
+                grp[grp["m"] >= 1024]["x_export"].map(math.log).mean()) if len(big) else None,
             "screened": int((table["phase"] == "screen").sum()), "tune_s": round(tuned_s, 1),
         })  # fmt: skip
     return out
+
+
+def rebuild_exports(folder: str | Path, settings: dict) -> pd.DataFrame:
+    """Rebuild the exported files and summary of an engine-tune output folder from its kept
+    tuned files and check tables (no GPU): a key keeps its tuned config only where it won every
+    check (check*_<format>_E=..,N=...csv) on every routing, else the engine's default."""
+    from tilesweep.io import write_table
+    from tilesweep.measure import engine_check
+
+    folder = Path(folder)
+    summary = []
+    for tuned in sorted(folder.glob("*-*/tuned/E=*.json")):
+        engine, version = tuned.parent.parent.name.split("-", 1)
+        shape, _ = engine_check.read_file(tuned)
+        stem = f"{shape['format']}_E={shape['experts']},N={shape['n']}"
+        checks = [pd.read_csv(p) for p in sorted(tuned.parent.parent.glob(f"check*_{stem}.csv"))]
+        if not checks:
+            continue
+        export = tuned.parent.parent / tuned.name
+        engine_check.safe_file(pd.concat(checks), str(tuned), settings, str(export), engine)
+        table = pd.read_csv(tuned.parent.parent / f"tune_{stem}.csv")
+        summary.extend(summary_rows(engine, version, shape["format"], shape["experts"],
+                                    shape["n"], table, checks, export, float("nan")))  # fmt: skip
+    frame = pd.DataFrame(summary)
+    write_table(folder / "summary.csv", frame)
+    return frame

@@ -1,0 +1,52 @@
+"""Stage tune_engine: config files tuned and picked in one serving engine's own fused-MoE kernel
+(measure/engine_tune.py), for every expert problem the grid's layouts put on a GPU and every
+format of backend.fused_moe.engine_tune, each checked on fresh data; one job per engine on a
+GPU machine.
+
+Outputs: `results/tune/engine_<engine>.csv` (the summary: per problem, format and routing, the
+keys tuned and exported tuned, the held-out check's lowest ratio and geometric mean over
+M >= 1,024) and `results/tuned/engine_<engine>/<engine>-<version>/` with the exported files
+(the engine's file names), `tuned/` (the tuning's picks before the held-out check) and the
+tune and check tables. Where the engine's kernel is not at hand the summary says why.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep.cells import write_cell_table
+from tilesweep.plan import fused_moe_space as space
+from tilesweep.stages import logged
+
+SUMMARY_GAP = ["engine", "version", "status", "reason"]
+
+
+def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir: str,
+                log_path: str | None = None) -> None:  # fmt: skip
+    """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
+    from tilesweep.errors import ConfigError
+    from tilesweep.measure import engine_tune
+
+    settings = json.loads(settings_json)
+    fused = settings["backend"]["fused_moe"]
+    version = fused["engine_versions"][engine]
+    problems = space.problems(settings["model"], settings["grid"]["layouts"])
+    shapes = [(p["experts"], p["n"]) for p in problems]
+    work = Path(f"{configs_dir}.partial")  # swapped in whole: nothing half-written is kept
+    shutil.rmtree(work, ignore_errors=True)
+    with logged(log_path) as log:
+        try:
+            summary = engine_tune.run(settings, [engine], list(fused["engine_tune"]["formats"]),
+                                      shapes, str(work), log=log.info)  # fmt: skip
+            summary.insert(2, "status", "ok")
+        except (ConfigError, LookupError) as exc:  # no kernel of that engine here: a result
+            log.warning("%s", exc)
+            summary = pd.DataFrame([[engine, version, "skipped", str(exc)]], columns=SUMMARY_GAP)
+            work.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(configs_dir, ignore_errors=True)
+        work.rename(configs_dir)
+        write_cell_table(summary_path, summary)

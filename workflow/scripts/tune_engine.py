@@ -1,0 +1,12 @@
+"""Snakemake script: tune and pick config files in one engine's own fused-MoE kernel."""
+
+from tilesweep.stages.tune_engine import tune_engine
+
+if __name__ == "__main__":  # spawned children re-import this file
+    tune_engine(
+        snakemake.params.settings,
+        snakemake.wildcards.engine,
+        snakemake.output.summary,
+        snakemake.output.configs,
+        snakemake.log[0],
+    )
