@@ -99,3 +99,9 @@ rule all:
     default_target: True
     input:
         STAGE5.outputs() if EXAMPLE else SWEEP.final_outputs(),
+
+
+onsuccess:
+    print(
+        f"tilesweep: the answer is in {STAGE5.reports / 'report.html'} (report.md beside it)"
+    )

@@ -230,3 +230,20 @@ def test_a_kept_example_is_re_rendered_by_snakemake_alone(tmp_path):
     text = (kept / "report.md").read_text()
     assert "re-rendered from the GPU run's tables" in text
     assert sorted(p.stem for p in (kept / "plots").glob("*.png")) == sorted(FIGURE_CATEGORIES)
+
+
+def test_no_fraction_stands_on_a_ceiling_below_what_the_device_measured(tiny_sweep):
+    """A decode row's rate above its measured ceiling (here the CPU) gets no fraction and says
+    why; every fraction shown is of a ceiling at or above the rate measured beside it."""
+    from tilesweep.stages.decode import ABOVE_CEILING
+
+    decode = pd.read_csv(tiny_sweep / "results" / "tables" / "decode.csv")
+    ok = decode[decode["status"] == "ok"]
+    assert len(ok)
+    for rate, ceiling, frac in (("tflops", "ceiling_matmul_tflops", "frac_matmul_peak"),
+                                ("gbs", "ceiling_copy_gbs", "frac_copy_bw")):  # fmt: skip
+        shown = ok[ok[frac].notna()]
+        assert (shown[rate] <= shown[ceiling] * ABOVE_CEILING).all(), rate
+        above = ok[ok[rate] > ok[ceiling] * ABOVE_CEILING]
+        assert above[frac].isna().all()
+        assert above["roofline_gap"].str.contains("above the measured").all()

@@ -31,6 +31,10 @@ def _measure_device(
     return record
 
 
+# A measured rate this far above its measured ceiling gets no fraction (the ceiling's own noise).
+ABOVE_CEILING = 1.05
+
+
 def peak_for(ceilings: dict, dtype: str) -> tuple[float | None, str]:
     """Return the measured matrix-product peak for a dtype and '' , or None and why it is missing
     (no other dtype's peak stands in for it)."""
@@ -55,11 +59,19 @@ def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
         cols["datasheet_copy_gbs"] = sheet["copy_gbs"]
         cols["datasheet_tflops"] = sheet["matmul_tflops"].get(dtype)
     if row.get("status") == "ok":
-        cols["frac_copy_bw"] = row["gbs"] / bw
-        if peak is not None:
+        above = []  # a rate above its measured ceiling is no fraction: the ceiling is wrong there
+        if row["gbs"] > bw * ABOVE_CEILING:
+            above.append(f"{row['gbs']:.3g} GB/s above the measured copy bandwidth {bw:.3g}")
+        else:
+            cols["frac_copy_bw"] = row["gbs"] / bw
+        if peak is not None and row["tflops"] > peak * ABOVE_CEILING:
+            above.append(f"{row['tflops']:.3g} TFLOP/s above the measured {dtype} peak {peak:.3g}")
+        elif peak is not None:
             floor = roofline.floor_ms(row["flops"], row["bytes"], peak, bw)
             cols["frac_matmul_peak"] = row["tflops"] / peak
             cols["frac_roofline"] = floor["floor_ms"] / row["time_ms"]
+        if above:
+            cols["roofline_gap"] = "; ".join(filter(None, [gap, *above])) + ": no fraction"
     return cols
 
 
