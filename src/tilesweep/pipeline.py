@@ -42,11 +42,25 @@ def _data_files(tree: ast.Module) -> set[Path]:
     return set()
 
 
+# _imports by (file, mtime, size): a Snakefile read hashes a dozen rules' module sets that share
+# most of their modules; each file is parsed once per process (an edited file again).
+_IMPORTS: dict[tuple, frozenset] = {}
+
+
 def _imports(path: Path) -> set[Path]:
     """Return the tilesweep module files a module imports (at any depth in its body), and the
     data files it declares; a data file itself imports nothing."""
     if path.suffix != ".py":
         return set()
+    stat = path.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = frozenset(_parse_imports(path))
+    return set(_IMPORTS[key])
+
+
+def _parse_imports(path: Path) -> set[Path]:
+    """Return what _imports returns, parsing the module."""
     text = path.read_text()
     tree = ast.parse(text, str(path))
     found = _data_files(tree)
