@@ -131,10 +131,10 @@ def engine_tune_command(args: argparse.Namespace) -> int:
     if any(len(s) != 2 for s in shapes):
         raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
     keys = _ints(args.keys, "--keys") if args.keys else None
-    for path in args.extra:
-        from tilesweep.measure.engine_check import read_file
+    from tilesweep.measure.engine_check import read_file
 
-        read_file(path)
+    for path in args.extra:
+        read_file(path)  # a bad file is refused before anything starts
     import torch
 
     if not torch.cuda.is_available():

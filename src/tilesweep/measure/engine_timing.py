@@ -5,8 +5,9 @@ tuners time them, each checked against an fp32 reference first.
 
 Compiling is the slow part of trying a config in a kernel whose tile sizes are compile-time
 constants; `warm` compiles a list of (config, M) in parallel processes into Triton's on-disk
-cache, each on a one-expert copy of the problem (the kernel's integer arguments, hence Triton's
-specialisation, are those of the real problem), so the timing process only loads them.
+cache, each on a copy of the problem with top_k experts laid out for the real expert count (the
+kernel's integer arguments, hence Triton's specialisation, are those of the real problem), so
+the timing process only loads them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib
 import math
 
+from tilesweep.errors import last_line
 from tilesweep.plan import fused_moe_space as space
 
 LAUNCHERS = {"vllm": "tilesweep.measure.vllm_kernel", "sglang": "tilesweep.measure.sglang_kernel"}
@@ -28,8 +30,9 @@ def launcher(engine: str):
 
 
 def effective(config: dict, fmt: str) -> dict:
-    """Return the config as the engine runs it: BLOCK_SIZE_K cut to the scale block for
-    fp8_block (both engines do), so two configs that run the same are one."""
+    """Return the config as it is tried: for fp8_block, BLOCK_SIZE_K cut to the scale block
+    (vLLM cuts it so; SGLang does not, and a wider step would sum across scale groups, so its
+    candidates are taken at the block), so two configs that run the same are one."""
     from tilesweep.measure.engine_case import BLOCK
 
     if fmt == "fp8_block" and config["BLOCK_SIZE_K"] > BLOCK:
@@ -128,7 +131,7 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
         torch.cuda.synchronize()
         return index, None
     except Exception as exc:  # a compile or launch refusal is that config's result
-        return index, f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+        return index, last_line(exc)
 
 
 def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers: int) -> dict:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.errors import last_line
 from tilesweep.plan import fused_moe_space as space
 
 TUNE_COLUMNS = [
@@ -134,7 +135,7 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
                 try:
                     t = timer.time(config, batch, tune["screen_repeats"])
                 except Exception as exc:  # a refusal at launch is this config's result
-                    err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+                    err = last_line(exc)
             if err is not None:
                 screens[m][slug] = (config, None)
                 rows.append(_row(timer, m, routing, "screen", config, defaults[m], "launch", err))
@@ -155,7 +156,7 @@ def _finals(timer, m, screened, default, rows, tune, log) -> dict:
     finalists = _best(screened, tune["finalists"])
     if all(space.config_slug(c) != slug_default for c in finalists):
         finalists.append(default)
-    finals = {}
+    finals, first = {}, len(rows)
     for routing in tune["routing"]:
         batch = timer.batch(m, routing)
         for config in finalists:
@@ -163,21 +164,20 @@ def _finals(timer, m, screened, default, rows, tune, log) -> dict:
             try:
                 t = timer.time(config, batch, tune["final_repeats"])
             except Exception as exc:
-                err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+                err = last_line(exc)
                 rows.append(_row(timer, m, routing, "final", config, default, "launch", err))
                 continue
             finals.setdefault(slug, {})[routing] = t
             rows.append(_row(timer, m, routing, "final", config, default, "ok", "", t))
         batch.refs.clear()
     chosen, why = export_pick(finals, slug_default, tune["routing"])
-    for row in rows:
-        if row["m"] == m and row["phase"] == "final":
-            base = finals.get(slug_default, {}).get(row["routing"])
-            if base and row["time_ms"]:
-                row["x_default"] = base["time_ms"] / row["time_ms"]
-            row["exported"] = row["config"] == chosen
-            if row["exported"]:
-                row["reason"] = why
+    for row in rows[first:]:  # this key's finals
+        base = finals.get(slug_default, {}).get(row["routing"])
+        if base and row["time_ms"]:
+            row["x_default"] = base["time_ms"] / row["time_ms"]
+        row["exported"] = row["config"] == chosen
+        if row["exported"]:
+            row["reason"] = why
     log(f"  M={m}: export {chosen} ({why})")
     return next(c for c in finalists if space.config_slug(c) == chosen)
 
