@@ -23,4 +23,4 @@ TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv r
   tools/device_sweep.sh "$out/qwen3" experiment=h200_step model=qwen3_235b_a22b \
   'grid.layouts=[{tp:1,pp:1,ep:1},{tp:4,pp:1,ep:1}]' 'grid.tokens_per_expert=[4]'
 PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 120 python3 -m pytest -q -p no:cacheprovider \
-  tests/test_whole_step.py -k "graphed or launch_counter" 2>&1 | tail -5 | tee "$out/gpu_tests.log"
+  tests/test_whole_step.py tests/test_mla_decode.py -k "graphed or launch_counter or gpu" 2>&1 | tail -5 | tee "$out/gpu_tests.log"

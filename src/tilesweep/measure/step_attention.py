@@ -1,5 +1,10 @@
 """The attention of one decode token per sequence over its KV cache, as the whole step runs it:
-MLA in its absorbed form (with the DSA indexer where the model has one), or GQA."""
+MLA in its absorbed form (with the DSA indexer where the model has one), or GQA.
+
+On a GPU the MLA core is one fused decode kernel (kernels.mla_decode: two Triton launches that
+read each sequence's latent rows once, only the indexer's top tokens under DSA, as FlashMLA
+does for the engines); elsewhere, or with `fused=False`, it is torch's batched matmuls and
+softmax over a gathered copy of the keys."""
 
 from __future__ import annotations
 
@@ -11,11 +16,19 @@ def rms(torch, x, w):
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
 
 
-def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
+def kernel_name(a: dict, fused: bool) -> str:
+    """Return what runs the attention core (the layout table's `attention_kernel`)."""
+    if a["kind"] != "mla":
+        return "torch scaled_dot_product_attention"
+    return "triton mla_decode (fused)" if fused else "torch bmm-softmax-bmm (unfused)"
+
+
+def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool = False):
     """Return the attention output of one decode token per sequence over its cache (`a`: the
-    model's attention settings; `w`: this rank's attention weights)."""
+    model's attention settings; `w`: this rank's attention weights; `fused`: the MLA core as
+    one fused kernel, GPU only)."""
     if a["kind"] == "mla":
-        return _mla(torch, a, x, w, cache, clock)
+        return _mla(torch, a, x, w, cache, clock, fused and x.is_cuda)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     n, hd = x.shape[0], a["head_dim"]
     kvh = cache["k"].shape[1]
@@ -30,7 +43,7 @@ def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
         return out.reshape(n, heads * hd) @ w["o"].t()
 
 
-def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
+def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool):
     """Return MLA's absorbed-form attention output (attention over the indexer's best tokens
     where the model has one)."""
     n = x.shape[0]
@@ -42,7 +55,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
         cache["lat"][:, -1].copy_(x @ w["kv_a"].t())  # this token's latent and rope key
         q_abs = torch.einsum("nhd,hdc->nhc", q[..., :nope], w["uk"])
         query = torch.cat([q_abs, q[..., nope:]], dim=-1)
-    keys = cache["lat"]
+    keys, top = cache["lat"], None
     if "iq" in w:
         with clock.part("attn_index"):
             cache["idx"][:, -1].copy_(x @ w["ik"].t())
@@ -52,13 +65,22 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock):
             total = (scores * weights).sum(1)
             k = min(a["index_topk"], keys.shape[1])
             top = total.topk(k, dim=-1).indices
-            keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
-    with clock.part("attn_core"):
-        # One latent head shared by every query head: batched matmuls over the cache (per
-        # sequence), never a per-head copy of it.
-        scores = torch.bmm(query, keys.transpose(1, 2)) * (nope + rope) ** -0.5
-        probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-        out = torch.bmm(probs, keys[..., :lat])
+            if not fused:
+                keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
+    scale = (nope + rope) ** -0.5
+    if fused:
+        from tilesweep.kernels.mla_decode import mla_decode
+
+        with clock.part("attn_core"):
+            out = mla_decode(torch, query, keys, lat, scale, indices=top)
+            clock.add_launches(2)
+    else:
+        with clock.part("attn_core"):
+            # One latent head shared by every query head: batched matmuls over the cache (per
+            # sequence), never a per-head copy of it.
+            scores = torch.bmm(query, keys.transpose(1, 2)) * scale
+            probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+            out = torch.bmm(probs, keys[..., :lat])
     with clock.part("attn_out"):
         o = torch.einsum("nhc,hcv->nhv", out, w["uv"]).reshape(n, -1)
         return o @ w["o"].t()

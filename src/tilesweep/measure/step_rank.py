@@ -3,7 +3,7 @@ of the weights, and one decode step over its micro-batches (layers, LM head, PP 
 
 from __future__ import annotations
 
-from tilesweep.measure.step_attention import attention, rms
+from tilesweep.measure.step_attention import attention, kernel_name, rms
 from tilesweep.measure.step_buffers import micro_batch
 from tilesweep.measure.step_clock import PartClock
 from tilesweep.measure.step_moe import ffn
@@ -25,6 +25,9 @@ class StepRank:
         self.layout, self.model, self.step_spec = spec["layout"], spec["model"], spec["step"]
         self.kernels = spec.get("kernels", {})
         self.moe_table = spec.get("moe_table") or {}
+        # The MLA core as one fused kernel on a GPU (step.attention: fused), else torch's ops.
+        self.fused_attention = cuda and self.step_spec.get("attention", "fused") == "fused"
+        self.attention_kernel = kernel_name(spec["model"]["attention"], self.fused_attention)
         # One rank of a larger layout emulated alone: its shards and its batch share, on the
         # one device at hand, with its collectives and pipeline hand-offs left out.
         self.emulated = bool(spec.get("emulate"))
@@ -80,7 +83,10 @@ class StepRank:
         for index, (layer, cache) in enumerate(zip(self.layers, mb["caches"], strict=True)):
             with clock.part("norms"):
                 xn = rms(torch, h, layer["norm1"])
-            attn = attention(torch, self.model["attention"], xn, layer["attn"], cache, clock)
+            attn = attention(
+                torch, self.model["attention"], xn, layer["attn"], cache, clock,
+                self.fused_attention,
+            )  # fmt: skip
             self._all_reduce(attn, clock, "attn_all_reduce")
             with clock.part("residual"):
                 h.add_(attn)

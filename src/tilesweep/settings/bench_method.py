@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from tilesweep.settings.strict import Section
 
 
@@ -32,6 +34,7 @@ class BenchSettings(Section):
     step_context_len: int
     step_runner: str
     step_mode: str
+    step_attention: Literal["fused", "unfused"] = "fused"
     step_emulate: bool
     step_moe_tables: list[str]
     step_cpu_context_len: int

@@ -69,6 +69,7 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
         "seed": bench["seed"],
         "runner": runner,
         "mode": bench["step_mode"] if cuda else "eager",
+        "attention": bench["step_attention"],
     }
     return {
         "layout": layout,

@@ -1,0 +1,171 @@
+"""A fused MLA decode attention in Triton: one query token per sequence, every query head against
+the sequence's shared latent cache, in the absorbed form engines run at decode (FlashMLA's job).
+
+Per sequence the cache holds one latent row per token, `lat` values then the rope key
+(`rope` values); a query head is `lat + rope` values (its absorbed no-rope part, then its rope
+part). Scores are query . key over both parts, a softmax over the tokens, and the output per head
+is the probability-weighted sum of the tokens' latent parts (`lat` values).
+
+Two kernels, as flash-decoding runs them:
+- `_split`: a program takes BLOCK_H heads of one sequence and one split of its tokens, streams
+  those tokens' latent rows once (the heads of a sequence are neighbouring programs, so a
+  sequence's rows are read from DRAM once and from L2 after), keeps the running max, sum and
+  weighted sum in registers (online softmax) and writes them per split;
+- `_combine`: per sequence and head, the splits rescaled to the common max and summed.
+With `indices` (the DSA indexer's top tokens per sequence) only those tokens are read, straight
+from the cache by index: no gathered copy of the cache is made. Nothing of a scores matrix is ever
+written to memory.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Programs to keep in flight (about two per multiprocessor of an H100/H200) before splitting the
+# tokens further.
+TARGET_PROGRAMS = 264
+
+
+@triton.jit
+def _split(
+    q_ptr,
+    cache_ptr,
+    idx_ptr,
+    acc_ptr,
+    ml_ptr,
+    heads,
+    tokens,
+    chunk,
+    splits,
+    sm_scale,
+    stride_qn,
+    stride_qh,
+    stride_cn,
+    stride_ct,
+    stride_in,
+    LAT: tl.constexpr,
+    ROPE: tl.constexpr,
+    BLOCK_LAT: tl.constexpr,
+    BLOCK_ROPE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    HAS_IDX: tl.constexpr,
+):
+    hb = tl.program_id(0)
+    split = tl.program_id(1)
+    seq = tl.program_id(2)
+    h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    dl = tl.arange(0, BLOCK_LAT)
+    dr = tl.arange(0, BLOCK_ROPE)
+    hmask = h < heads
+    lmask = dl < LAT
+    rmask = dr < ROPE
+    q_base = q_ptr + seq * stride_qn + h[:, None] * stride_qh
+    q_lat = tl.load(q_base + dl[None, :], mask=hmask[:, None] & lmask[None, :], other=0.0)
+    q_rope = tl.load(q_base + LAT + dr[None, :], mask=hmask[:, None] & rmask[None, :], other=0.0)
+    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    s = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_LAT), tl.float32)
+    start = split * chunk
+    stop = tl.minimum(start + chunk, tokens)
+    scale = sm_scale * 1.4426950408889634  # exp2 below
+    for t0 in range(start, stop, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        tmask = t < stop
+        row = tl.load(idx_ptr + seq * stride_in + t, mask=tmask, other=0) if HAS_IDX else t
+        k_base = cache_ptr + seq * stride_cn + row[:, None].to(tl.int64) * stride_ct
+        k_lat = tl.load(k_base + dl[None, :], mask=tmask[:, None] & lmask[None, :], other=0.0)
+        k_rope = tl.load(
+            k_base + LAT + dr[None, :], mask=tmask[:, None] & rmask[None, :], other=0.0
+        )
+        qk = tl.dot(q_lat, tl.trans(k_lat)) + tl.dot(q_rope, tl.trans(k_rope))
+        qk = tl.where(tmask[None, :], qk * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        s = s * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(k_lat.dtype), k_lat)
+        m = m_new
+    part = (seq * splits + split) * heads + h
+    tl.store(acc_ptr + part[:, None] * BLOCK_LAT + dl[None, :], acc, mask=hmask[:, None])
+    tl.store(ml_ptr + part * 2, m, mask=hmask)
+    tl.store(ml_ptr + part * 2 + 1, s, mask=hmask)
+
+
+@triton.jit
+def _combine(
+    acc_ptr,
+    ml_ptr,
+    out_ptr,
+    heads,
+    splits,
+    stride_on,
+    stride_oh,
+    LAT: tl.constexpr,
+    BLOCK_LAT: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    head = tl.program_id(0)
+    seq = tl.program_id(1)
+    sp = tl.arange(0, BLOCK_S)
+    dl = tl.arange(0, BLOCK_LAT)
+    smask = sp < splits
+    part = (seq * splits + sp) * heads + head
+    m = tl.load(ml_ptr + part * 2, mask=smask, other=float("-inf"))
+    s = tl.load(ml_ptr + part * 2 + 1, mask=smask, other=0.0)
+    top = tl.max(m, 0)
+    w = tl.where(smask & (m > float("-inf")), tl.exp2(m - top), 0.0)
+    acc = tl.load(acc_ptr + part[:, None] * BLOCK_LAT + dl[None, :], mask=smask[:, None], other=0.0)
+    out = tl.sum(acc * w[:, None], 0) / tl.sum(s * w, 0)
+    tl.store(out_ptr + seq * stride_on + head * stride_oh + dl, out, mask=dl < LAT)
+
+
+def plan(sequences: int, heads: int, tokens: int, block_h: int = 16, block_t: int = 32):
+    """Return (head blocks, splits, tokens per split) for a launch: split each sequence's tokens
+    until about TARGET_PROGRAMS programs are in flight, never below one BLOCK_T per split."""
+    hb = triton.cdiv(heads, block_h)
+    most = max(1, triton.cdiv(tokens, block_t))
+    splits = max(1, min(most, triton.cdiv(TARGET_PROGRAMS, max(1, sequences * hb))))
+    chunk = triton.cdiv(triton.cdiv(tokens, splits), block_t) * block_t
+    return hb, triton.cdiv(tokens, chunk), chunk
+
+
+def mla_decode(torch, query, cache, lat: int, sm_scale: float, indices=None, out=None):
+    """Return the attention output [n, heads, lat] of query [n, heads, lat + rope] over cache
+    [n, tokens, lat + rope] (or only the tokens `indices` [n, k] names); two Triton launches."""
+    n, heads, dim = query.shape
+    rope = dim - lat
+    tokens = indices.shape[1] if indices is not None else cache.shape[1]
+    block_h, block_t = 16, 32
+    hb, splits, chunk = plan(n, heads, tokens, block_h, block_t)
+    # tl.dot takes operands of at least 16 along each side.
+    block_lat = max(16, triton.next_power_of_2(lat))
+    acc = torch.empty((n * splits * heads, block_lat), dtype=torch.float32, device=query.device)
+    ml = torch.empty((n * splits * heads, 2), dtype=torch.float32, device=query.device)
+    if out is None:
+        out = torch.empty((n, heads, lat), dtype=query.dtype, device=query.device)
+    idx = indices if indices is not None else cache  # unused pointer when there are no indices
+    _split[(hb, splits, n)](
+        query, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale,
+        query.stride(0), query.stride(1), cache.stride(0), cache.stride(1),
+        indices.stride(0) if indices is not None else 0,
+        LAT=lat, ROPE=rope, BLOCK_LAT=block_lat, BLOCK_ROPE=max(16, triton.next_power_of_2(rope)),
+        BLOCK_H=block_h, BLOCK_T=block_t, HAS_IDX=indices is not None,
+        num_warps=4, num_stages=2,
+    )  # fmt: skip
+    _combine[(heads, n)](
+        acc, ml, out, heads, splits, out.stride(0), out.stride(1),
+        LAT=lat, BLOCK_LAT=block_lat, BLOCK_S=triton.next_power_of_2(splits), num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def reference(torch, query, cache, lat: int, sm_scale: float, indices=None):
+    """Return the same attention computed with torch ops in fp32 (the check, and the CPU path)."""
+    keys = cache
+    if indices is not None:
+        keys = torch.gather(cache, 1, indices.unsqueeze(-1).expand(-1, -1, cache.shape[-1]))
+    scores = torch.bmm(query.float(), keys.float().transpose(1, 2)) * sm_scale
+    probs = torch.softmax(scores, dim=-1)
+    return torch.bmm(probs, keys[..., :lat].float()).to(query.dtype)
