@@ -8,19 +8,30 @@
 set -uo pipefail
 out=${1:?usage: tools/h200_step.sh OUT_DIR}
 mkdir -p "$out/glm5" "$out/dsv3" "$out/qwen3"
+# shellcheck source=tools/gpu_env.sh
+source "$(dirname "$0")/gpu_env.sh" || exit 1
+# The fused MLA kernel is checked against torch first; if it fails here the steps run unfused
+# (bench.step_attention=unfused), and the layout tables say so in attention_kernel.
+attn=()
+if ! PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 180 python3 -m pytest -q \
+  -p no:cacheprovider tests/test_mla_decode.py 2>&1 | tail -15 | tee "$out/mla_check.log" |
+  grep -q " passed"; then
+  attn=(bench.step_attention=unfused)
+fi
+if grep -q "failed" "$out/mla_check.log"; then attn=(bench.step_attention=unfused); fi
 layouts="tp1-pp1-ep1 tp8-pp1-ep1 tp1-pp1-ep8 tp4-pp2-ep1"
 targets="results/device/ceilings.json"
 for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done
 TILESWEEP_TARGETS="$targets" TILESWEEP_TIMEOUT=${GLM5_TIMEOUT:-330} \
-  tools/device_sweep.sh "$out/glm5" experiment=h200_step
+  tools/device_sweep.sh "$out/glm5" experiment=h200_step "${attn[@]}"
 rm -rf results
 TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv" \
   TILESWEEP_TIMEOUT=${DSV3_TIMEOUT:-150} \
-  tools/device_sweep.sh "$out/dsv3" experiment=h200_step model=deepseek_v3 'grid.layouts=[{tp:1,pp:1,ep:1}]'
+  tools/device_sweep.sh "$out/dsv3" experiment=h200_step "${attn[@]}" model=deepseek_v3 'grid.layouts=[{tp:1,pp:1,ep:1}]'
 rm -rf results
 TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv results/layout/tp4-pp1-ep1.csv" \
   TILESWEEP_TIMEOUT=${QWEN3_TIMEOUT:-150} \
-  tools/device_sweep.sh "$out/qwen3" experiment=h200_step model=qwen3_235b_a22b \
+  tools/device_sweep.sh "$out/qwen3" experiment=h200_step "${attn[@]}" model=qwen3_235b_a22b \
   'grid.layouts=[{tp:1,pp:1,ep:1},{tp:4,pp:1,ep:1}]' 'grid.tokens_per_expert=[4]'
 PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 120 python3 -m pytest -q -p no:cacheprovider \
   tests/test_whole_step.py tests/test_mla_decode.py -k "graphed or launch_counter or gpu" 2>&1 | tail -5 | tee "$out/gpu_tests.log"
