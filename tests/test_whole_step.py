@@ -165,3 +165,31 @@ def test_graphed_and_eager_steps_pick_the_same_tokens():
         assert torch.equal(eager_mbs[0]["ids"], graph_mbs[0]["ids"])
     finally:
         torch.distributed.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", [MLA, GQA], ids=["mla", "gqa"])
+def test_fused_and_torch_kernels_give_the_same_step(attention):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("the fused kernels run on a GPU; the CPU step runs torch's ops")
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
+    )
+    try:
+        outs = {}
+        for fused in (True, False):
+            one = spec({"tp": 1, "pp": 1, "ep": 1}, attention, batches=(4,))
+            one["step"].update(runner="torch_grouped_mm", fused=fused)
+            me = StepRank(torch, torch.distributed, 0, one, True)
+            assert me.kernels_label.startswith("fused" if fused else "torch")
+            torch.manual_seed(0)  # the same token ids (weights and caches: the step's seed)
+            mbs = [me.micro_batch(4)]
+            me.one_step(mbs, 0, PartClock(torch, True, mode="off"))
+            torch.cuda.synchronize()
+            outs[fused] = mbs[0]["x"].float()
+        err = (outs[True] - outs[False]).norm() / outs[False].norm()
+        assert err.item() < 3e-2  # bf16 rounding in a different order, nothing more
+    finally:
+        torch.distributed.destroy_process_group()

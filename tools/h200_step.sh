@@ -10,15 +10,15 @@ out=${1:?usage: tools/h200_step.sh OUT_DIR}
 mkdir -p "$out/glm5" "$out/dsv3" "$out/qwen3"
 # shellcheck source=tools/gpu_env.sh
 source "$(dirname "$0")/gpu_env.sh" || exit 1
-# The fused MLA kernel is checked against torch first; if it fails here the steps run unfused
-# (bench.step_attention=unfused), and the layout tables say so in attention_kernel.
+# The fused kernels are checked against torch first; if it fails here the steps run unfused
+# with torch's ops (bench.step_kernels=torch), and the layout tables say so in step_kernels.
 attn=()
 if ! PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 180 python3 -m pytest -q \
-  -p no:cacheprovider tests/test_mla_decode.py 2>&1 | tail -15 | tee "$out/mla_check.log" |
+  -p no:cacheprovider tests/test_mla_decode.py tests/test_step_fused.py 2>&1 | tail -15 | tee "$out/mla_check.log" |
   grep -q " passed"; then
-  attn=(bench.step_attention=unfused)
+  attn=(bench.step_kernels=torch)
 fi
-if grep -q "failed" "$out/mla_check.log"; then attn=(bench.step_attention=unfused); fi
+if grep -q "failed" "$out/mla_check.log"; then attn=(bench.step_kernels=torch); fi
 layouts="tp1-pp1-ep1 tp8-pp1-ep1 tp1-pp1-ep8 tp4-pp2-ep1"
 targets="results/device/ceilings.json"
 for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done
@@ -34,4 +34,4 @@ TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv r
   tools/device_sweep.sh "$out/qwen3" experiment=h200_step "${attn[@]}" model=qwen3_235b_a22b \
   'grid.layouts=[{tp:1,pp:1,ep:1},{tp:4,pp:1,ep:1}]' 'grid.tokens_per_expert=[4]'
 PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 120 python3 -m pytest -q -p no:cacheprovider \
-  tests/test_whole_step.py tests/test_mla_decode.py -k "graphed or launch_counter or gpu" 2>&1 | tail -5 | tee "$out/gpu_tests.log"
+  tests/test_whole_step.py tests/test_mla_decode.py tests/test_step_fused.py -k "graphed or launch_counter or gpu or fused" 2>&1 | tail -5 | tee "$out/gpu_tests.log"

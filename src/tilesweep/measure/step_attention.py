@@ -1,10 +1,11 @@
 """The attention of one decode token per sequence over its KV cache, as the whole step runs it:
 MLA in its absorbed form (with the DSA indexer where the model has one), or GQA.
 
-On a GPU the MLA core is one fused decode kernel (kernels.mla_decode: two Triton launches that
-read each sequence's latent rows once, only the indexer's top tokens under DSA, as FlashMLA
-does for the engines); elsewhere, or with `fused=False`, it is torch's batched matmuls and
-softmax over a gathered copy of the keys."""
+With `fused` (a GPU, bench.step_kernels=fused) the MLA core is one fused decode kernel
+(kernels.mla_decode: two Triton launches that read each sequence's latent rows once, only the
+indexer's top tokens under DSA, as FlashMLA does for the engines) and the DSA index scores are
+one kernel (kernels.step_fused.index_scores); otherwise both are torch's batched matmuls and
+element-wise ops (the core over a gathered copy of the keys)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ def rms(torch, x, w):
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
 
 
-def kernel_name(a: dict, fused: bool) -> str:
-    """Return what runs the attention core (the layout table's `attention_kernel`)."""
-    if a["kind"] != "mla":
-        return "torch scaled_dot_product_attention"
-    return "triton mla_decode (fused)" if fused else "torch bmm-softmax-bmm (unfused)"
+def kernels_label(a: dict, fused: bool) -> str:
+    """Return what runs around the step's GEMMs (the layout table's `step_kernels`)."""
+    core = "torch scaled_dot_product_attention" if a["kind"] != "mla" else "torch bmm-softmax-bmm"
+    if not fused:
+        return f"torch ops ({core})"
+    core = "triton mla_decode" if a["kind"] == "mla" else core
+    return f"fused ({core}; triton add_rms_norm, silu_and_mul, topk_softmax, index_scores)"
 
 
 def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool = False):
@@ -60,9 +63,15 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
         with clock.part("attn_index"):
             cache["idx"][:, -1].copy_(x @ w["ik"].t())
             iq = (q_lat @ w["iq"].t()).view(n, a["index_n_heads"], a["index_head_dim"])
-            scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
-            weights = (x @ w["iw"].t()).unsqueeze(-1)
-            total = (scores * weights).sum(1)
+            weights = x @ w["iw"].t()
+            if fused:
+                from tilesweep.kernels.step_fused import index_scores
+
+                total = index_scores(torch, iq, cache["idx"], weights)
+                clock.add_launches(1)
+            else:
+                scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
+                total = (scores * weights.unsqueeze(-1)).sum(1)
             k = min(a["index_topk"], keys.shape[1])
             top = total.topk(k, dim=-1).indices
             if not fused:

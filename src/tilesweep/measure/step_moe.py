@@ -9,16 +9,19 @@ from tilesweep.measure.step_clock import PartClock
 def ffn(rank, x, layer: dict, mb: dict, index: int, clock: PartClock):
     """Return the dense FFN or MoE output for x (before the TP all-reduce)."""
     torch, dist = rank.torch, rank.dist
-    silu = torch.nn.functional.silu
     if layer["kind"] == "dense":
         with clock.part("dense_mlp"):
-            gu = x @ layer["gate_up"].t()
-            half = gu.shape[1] // 2
-            return (silu(gu[:, :half]) * gu[:, half:]) @ layer["down"].t()
+            return gated(rank, x @ layer["gate_up"].t(), clock) @ layer["down"].t()
     with clock.part("router"):
         logits = x @ layer["router"].t()
-        top_w, _ = logits.topk(rank.model["top_k"], dim=1)
-        mb["wflat"][: mb["top"]].copy_(torch.softmax(top_w.float(), dim=1).view(-1))
+        if rank.fused:
+            from tilesweep.kernels.step_fused import topk_softmax
+
+            topk_softmax(torch, logits, rank.model["top_k"], mb["wflat"][: mb["top"]])
+            clock.add_launches(1)
+        else:
+            top_w, _ = logits.topk(rank.model["top_k"], dim=1)
+            mb["wflat"][: mb["top"]].copy_(torch.softmax(top_w.float(), dim=1).view(-1))
     fused = "fused" in mb
     out = None
     if fused and rank.layout["ep"] == 1:
@@ -35,16 +38,29 @@ def ffn(rank, x, layer: dict, mb: dict, index: int, clock: PartClock):
             p_gu, p_dn = mb["problems"][index]
             with clock.part("expert_gemms"):
                 mb["run"](p_gu)
-                half = mb["gu"].shape[1] // 2
-                torch.mul(silu(mb["gu"][:, :half]), mb["gu"][:, half:], out=mb["act"])
+                gated(rank, mb["gu"], clock, out=mb["act"])
                 mb["run"](p_dn)
         out = combine(rank, x, mb, clock)
     if "s_gate_up" in layer:
         with clock.part("shared_expert"):
-            gu = x @ layer["s_gate_up"].t()
-            half = gu.shape[1] // 2
-            out.addmm_(silu(gu[:, :half]) * gu[:, half:], layer["s_down"].t())
+            out.addmm_(gated(rank, x @ layer["s_gate_up"].t(), clock), layer["s_down"].t())
     return out
+
+
+def gated(rank, gu, clock: PartClock, out=None):
+    """Return silu(gate) x up of gu = [gate | up]: one fused kernel on a GPU (the engines'
+    silu_and_mul), else torch's silu and mul."""
+    torch = rank.torch
+    if rank.fused:
+        from tilesweep.kernels.step_fused import silu_and_mul
+
+        clock.add_launches(1)
+        return silu_and_mul(torch, gu, out=out)
+    half = gu.shape[1] // 2
+    silu = torch.nn.functional.silu
+    if out is None:
+        return silu(gu[:, :half]) * gu[:, half:]
+    return torch.mul(silu(gu[:, :half]), gu[:, half:], out=out)
 
 
 def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
@@ -52,15 +68,13 @@ def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
     output per token (EP: None, combined after the all-to-all)."""
     from tilesweep.kernels import fused_moe as fm
 
-    torch, f = rank.torch, mb["fused"]
+    f = mb["fused"]
     ep1 = rank.layout["ep"] == 1
     a = x if ep1 else mb["recv"]
     with clock.part("expert_gemms"):
         fm.invoke(a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"],
                   top_k=f["top_k"], gather=ep1)  # fmt: skip
-        half = mb["gu"].shape[1] // 2
-        torch.mul(torch.nn.functional.silu(mb["gu"][:, :half]), mb["gu"][:, half:],
-                  out=mb["act"])  # fmt: skip
+        gated(rank, mb["gu"], clock, out=mb["act"])
         fm.invoke(mb["act"], layer["e_down"], mb["expert_out"], f["blocks"], f["config"],
                   top_k=f["top_k"], gather=False,
                   topk_weights=mb["wflat"][: f["pairs"]] if ep1 else None)  # fmt: skip

@@ -3,7 +3,7 @@ of the weights, and one decode step over its micro-batches (layers, LM head, PP 
 
 from __future__ import annotations
 
-from tilesweep.measure.step_attention import attention, kernel_name, rms
+from tilesweep.measure.step_attention import attention, kernels_label, rms
 from tilesweep.measure.step_buffers import micro_batch
 from tilesweep.measure.step_clock import PartClock
 from tilesweep.measure.step_moe import ffn
@@ -25,9 +25,9 @@ class StepRank:
         self.layout, self.model, self.step_spec = spec["layout"], spec["model"], spec["step"]
         self.kernels = spec.get("kernels", {})
         self.moe_table = spec.get("moe_table") or {}
-        # The MLA core as one fused kernel on a GPU (step.attention: fused), else torch's ops.
-        self.fused_attention = cuda and self.step_spec.get("attention", "fused") == "fused"
-        self.attention_kernel = kernel_name(spec["model"]["attention"], self.fused_attention)
+        # The engines' fused kernels around the GEMMs on a GPU (step.fused), else torch's ops.
+        self.fused = cuda and bool(self.step_spec.get("fused", True))
+        self.kernels_label = kernels_label(spec["model"]["attention"], self.fused)
         # One rank of a larger layout emulated alone: its shards and its batch share, on the
         # one device at hand, with its collectives and pipeline hand-offs left out.
         self.emulated = bool(spec.get("emulate"))
@@ -80,31 +80,52 @@ class StepRank:
         else:
             with clock.part("residual"):
                 h.copy_(mb["h_in"])
+        pending = None  # fused: the last FFN output, added into h by the next norm's kernel
         for index, (layer, cache) in enumerate(zip(self.layers, mb["caches"], strict=True)):
-            with clock.part("norms"):
-                xn = rms(torch, h, layer["norm1"])
+            xn = self._add_norm(h, pending, layer["norm1"], clock)
             attn = attention(
-                torch, self.model["attention"], xn, layer["attn"], cache, clock,
-                self.fused_attention,
-            )  # fmt: skip
+                torch, self.model["attention"], xn, layer["attn"], cache, clock, self.fused
+            )
             self._all_reduce(attn, clock, "attn_all_reduce")
-            with clock.part("residual"):
-                h.add_(attn)
-            with clock.part("norms"):
-                xn = rms(torch, h, layer["norm2"])
+            xn = self._add_norm(h, attn, layer["norm2"], clock)
             out = ffn(self, xn, layer, mb, index, clock)
             self._all_reduce(out, clock, "ffn_all_reduce")
-            with clock.part("residual"):
-                h.add_(out)
+            pending = out
+            if not self.fused:
+                with clock.part("residual"):
+                    h.add_(out)
+                pending = None
         if self.last:
-            self._lm_head(h, mb, clock)
+            self._lm_head(h, pending, mb, clock)
+        elif pending is not None:
+            with clock.part("residual"):
+                h.add_(pending)
 
-    def _lm_head(self, h, mb: dict, clock: PartClock) -> None:
-        """Pick each sequence's next token from the last stage's output into mb["ids"] (TP:
-        the best over the vocabulary shards)."""
+    def _add_norm(self, h, y, weight, clock: PartClock, part: str = "norms"):
+        """Return RMSNorm(h + y) x weight, y added into h first (none: the norm alone), timed
+        as `part`: one fused kernel on a GPU (the engines' fused_add_rms_norm), else torch's add
+        (as `residual`) and rms_norm."""
         torch = self.torch
+        if y is not None and self.fused:
+            from tilesweep.kernels.step_fused import add_rms_norm
+
+            with clock.part(part):
+                out = add_rms_norm(torch, h, y, weight)
+                clock.add_launches(1)
+            return out
+        if y is not None:
+            with clock.part("residual"):
+                h.add_(y)
+        with clock.part(part):
+            return rms(torch, h, weight)
+
+    def _lm_head(self, h, pending, mb: dict, clock: PartClock) -> None:
+        """Pick each sequence's next token from the last stage's output into mb["ids"] (TP:
+        the best over the vocabulary shards); `pending`: an FFN output still to add into h."""
+        torch = self.torch
+        xn = self._add_norm(h, pending, self.final_norm, clock, "lm_head")
         with clock.part("lm_head"):
-            logits = rms(torch, h, self.final_norm) @ self.lm_head.t()
+            logits = xn @ self.lm_head.t()
             best, ids = logits.float().max(dim=1)
             ids += self.at["tp_index"] * self.lm_head.shape[0]
         if self.tp_group is not None:

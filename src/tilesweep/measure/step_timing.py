@@ -52,7 +52,7 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
     out["parts"] = part_samples
     out["finite"] = all(bool(torch.isfinite(mb["x"]).all().item()) for mb in mbs)
     out["moe_config"] = next((mb["fused"]["source"] for mb in mbs if "fused" in mb), "")
-    out["attention_kernel"] = rank.attention_kernel
+    out["step_kernels"] = rank.kernels_label
     del mbs
     if rank.cuda:
         torch.cuda.empty_cache()

@@ -141,7 +141,7 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
             "eager_step_ms": percentile(ranks[0]["batches"][index]["eager_ms"], 0.5),
             "graph_error": ranks[0]["batches"][index].get("graph_error", ""),
             "moe_config": ranks[0]["batches"][index].get("moe_config", ""),
-            "attention_kernel": ranks[0]["batches"][index].get("attention_kernel", ""),
+            "step_kernels": ranks[0]["batches"][index].get("step_kernels", ""),
         }
         launches = max(
             (r["batches"][index]["launches"] for r in ranks), key=lambda c: sum(c.values())

@@ -34,7 +34,7 @@ class BenchSettings(Section):
     step_context_len: int
     step_runner: str
     step_mode: str
-    step_attention: Literal["fused", "unfused"] = "fused"
+    step_kernels: Literal["fused", "torch"] = "fused"
     step_emulate: bool
     step_moe_tables: list[str]
     step_cpu_context_len: int
