@@ -252,8 +252,10 @@ def test_report_escapes_text_and_keeps_going_with_empty_tables():
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     for key in SECTIONS:
         assert f'<section id="{key}">' in page
-    # The question's panel appears only for the question's deployment (a panel is given).
-    assert '<section id="brief">' not in page and '<a href="#brief">' in page
+    # The question's panel appears only for the question's deployment (a panel is given), and
+    # the page links to no section it does not hold.
+    assert '<section id="brief">' not in page and '<a href="#brief">' not in page
+    assert set(re.findall(r'href="#([^"]+)"', page)) <= set(re.findall(r'id="([^"]+)"', page))
     assert len(png_images(page)) == len(FIGURES)  # launch, and the rest saying "empty"
 
 
@@ -351,7 +353,8 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
     html_titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]+)</h2>", page)]
     question = BRIEF["question"]["title"]
-    assert md_titles == html_titles == [question] + [title for _, title in contents.SECTIONS]
+    titles = [title for _, title in contents.SECTIONS]
+    assert md_titles == html_titles == [titles[0], question, *titles[1:]]  # the answer first
     for item in data.tables():
         if item.title:
             assert f"#### {item.title}" in text or item.collapsed
@@ -359,7 +362,9 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
         for col in item.shown() if not item.frame.empty else []:
             assert f"| {col} |" in text or f" {col} |" in text, col
             assert f"<th>{html.escape(col)}</th>" in page, col
-    assert text.index("## The brief's question") < text.index("## Summary")  # the panel first
+    # The answer, then the panel, then the machine that ran the sweep.
+    assert text.index(f"## {titles[0]}") < text.index("## The brief's question")
+    assert text.index("## The brief's question") < text.index(f"## {titles[1]}")
     assert "Which layout wins, and by how much" in text and "Which layout wins" in page
     names = data.figure_names()
     assert names == list(FIGURES)

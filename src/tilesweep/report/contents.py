@@ -14,16 +14,19 @@ from tilesweep.report.sections import (
     collective_blocks,
     decode_blocks,
     launch_blocks,
+    machine_blocks,
     provenance_blocks,
     summary_blocks,
     tune_blocks,
     verdict_blocks,
 )
 
-# The sections every report has, in order, after the question's own (conf/question), when one
-# is configured: its key is the question's name and its title the question's.
+# The sections every report has, in order; the question's own (conf/question), when its panel
+# is there, comes right after the first: its key is the question's name and its title the
+# question's.
 SECTIONS = (
-    ("summary", "Summary"),
+    ("summary", "The answer: the deployment's verdict"),
+    ("machine", "The machine that ran the sweep (its own measurements, not the verdict)"),
     ("verdict", "Verdict for the deployment: where a decode step's time goes"),
     ("check", "How far to trust the composition: measured whole steps"),
     ("power", "Power as evidence"),
@@ -33,6 +36,19 @@ SECTIONS = (
     ("collectives", "Collectives"),
     ("provenance", "Provenance"),
 )
+# The short names the page's navigation links by (one line at 1,280 px).
+NAV = {
+    "summary": "Answer",
+    "machine": "This machine",
+    "verdict": "Verdict",
+    "check": "Check",
+    "power": "Power",
+    "launch": "Launch",
+    "decode": "Decode",
+    "tune": "Tuning",
+    "collectives": "Collectives",
+    "provenance": "Provenance",
+}
 
 
 def draw_figures(
@@ -41,22 +57,40 @@ def draw_figures(
     collective: pd.DataFrame,
     verdict: pd.DataFrame,
     check: pd.DataFrame,
+    names: list[str] | None = None,
 ) -> dict[str, bytes]:
-    """Return every report figure as PNG bytes, by name (the names in FIGURES)."""
+    """Return the report figures as PNG bytes, by name (the names in FIGURES; `names` only,
+    when given)."""
     from tilesweep.report.collective_figure import collective_bandwidth
     from tilesweep.report.decode_figures import decode_roofline, decode_time
     from tilesweep.report.launch_figure import launch_smem
+    from tilesweep.report.pareto_figure import pareto
     from tilesweep.report.plotting import png
     from tilesweep.report.step_figures import check_error, verdict_split
 
-    return {
-        "launch_smem": png(launch_smem(launch)),
-        "decode_time": png(decode_time(decode)),
-        "decode_roofline": png(decode_roofline(decode)),
-        "collective_bandwidth": png(collective_bandwidth(collective, latency_floors(collective))),
-        "verdict_split": png(verdict_split(verdict)),
-        "check_error": png(check_error(check)),
+    drawers = {
+        "pareto": lambda: pareto(verdict),
+        "launch_smem": lambda: launch_smem(launch),
+        "decode_time": lambda: decode_time(decode),
+        "decode_roofline": lambda: decode_roofline(decode),
+        "collective_bandwidth": lambda: collective_bandwidth(
+            collective, latency_floors(collective)
+        ),
+        "verdict_split": lambda: verdict_split(verdict),
+        "check_error": lambda: check_error(check),
     }
+    return {name: png(drawers[name]()) for name in (FIGURES if names is None else names)}
+
+
+def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
+    """Return why the question's panel is absent (the deployment is not the one it asks
+    about), or '' without a question."""
+    if asked is None:
+        return ""
+    return (
+        f"Not answered here: {asked.title}. It asks about {asked.model} on {asked.gpus} "
+        f"{asked.hardware}; this deployment is {model} on {hardware}, so its panel is left out."
+    )
 
 
 def build(
@@ -89,10 +123,12 @@ def build(
         f"{hardware}; launch targets {targets}."
     )
     asked = question.of(settings)
-    named = ((asked.name, asked.title),) if asked else ()
+    named = ((asked.name, asked.title),) if asked and panel else ()
+    why = "" if panel else unasked(asked, model.get("name", "?"), hardware)
     blocks = {
-        **{key: question_blocks(asked, panel, launch, power) if panel else [] for key, _ in named},
-        "summary": summary_blocks(launch, decode, verdict, check),
+        **{key: question_blocks(asked, panel, launch, power) for key, _ in named},
+        "summary": summary_blocks(verdict, check, why),
+        "machine": machine_blocks(decode, hardware),
         "verdict": verdict_blocks(verdict),
         "check": check_blocks(check),
         "power": power_blocks(power, asked),
@@ -103,13 +139,18 @@ def build(
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }
     drawn = dict(figures or {})
-    if any(name not in drawn for name in FIGURES):
-        drawn = {**draw_figures(launch, decode, collective, verdict, check), **drawn}
+    missing = [name for name in FIGURES if name not in drawn]
+    if missing:
+        drawn.update(draw_figures(launch, decode, collective, verdict, check, missing))
+    order = (SECTIONS[0], *named, *SECTIONS[1:])
+    sections = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
+    # The question's link: its title up to the colon ("The brief's question").
+    short = {**NAV, **{key: t.split(":")[0] for key, t in named}}
     return ReportData(
         title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
         intro=intro,
         provenance=provenance,
-        sections=[Section(key, t, blocks[key]) for key, t in (*named, *SECTIONS) if blocks[key]],
-        nav=[*named, *SECTIONS],
+        sections=sections,
+        nav=[(s.key, short.get(s.key, s.title)) for s in sections],
         figures=drawn,
     )

@@ -10,6 +10,13 @@ import pandas as pd
 
 # Every figure: its file name under plots/, its alt text and its caption.
 FIGURES = {
+    "pareto": (
+        "tokens/s per GPU against tokens/s per user, per layout and batch that fits",
+        "Each point is one layout at one batch that fits in memory, as the verdict composes it: "
+        "tokens/s per user (1,000 / TPOT in ms) across, tokens/s per GPU (all sequences' "
+        "tokens/s over the layout's GPUs) up; its label is the batch. The black line joins the "
+        "points no other point beats on both (the frontier): a deployment is chosen on it.",
+    ),
     "verdict_split": (
         "step split per layout and batch",
         "Time per output token split into memory-bound parts, math-bound parts, communication "
@@ -75,6 +82,8 @@ class Table:
 
     `style` names how the HTML page marks rows: "source" (measured vs model) or "verdict" (the
     summary pivot, cells coloured by verdict); Markdown renders every style the same way.
+    `legend` defines the words its cells use, (word, meaning) each: the HTML page sets it beside
+    the table, Markdown under it.
     """
 
     frame: pd.DataFrame
@@ -84,6 +93,7 @@ class Table:
     empty: str = "(no rows)"
     collapsed: bool = False
     style: str = ""
+    legend: tuple[tuple[str, str], ...] = ()
 
     def shown(self) -> list[str]:
         """Return the columns this table shows: those asked for that the frame has."""
@@ -137,7 +147,7 @@ class ReportData:
     provenance: dict
     sections: list[Section]
     figures: dict[str, bytes] = field(default_factory=dict)
-    nav: list[tuple[str, str]] = field(default_factory=list)  # (key, title) the page links to
+    nav: list[tuple[str, str]] = field(default_factory=list)  # (key, label) the page links to
 
     def tables(self) -> list[Table]:
         """Return every table of the report, in order."""

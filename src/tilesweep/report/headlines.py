@@ -1,17 +1,260 @@
-"""The report's one-line findings: what fits, how the estimate does, the fastest decode, what
-bounds each layout, and how far the composition lies from measured whole steps."""
+"""The report's words: the answer in one sentence (the winning layout per batch range, its TPOT,
+tokens/s, bound and how sure), the tie rule, the legend of the verdict's badge words, and
+one-line findings on the kernels against their targets and on the machine that ran the sweep."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.report.analysis import best_per_batch, estimate_errors, fit_counts, launch_failures
-from tilesweep.report.formatting import devices, finite, fmt_value, numeric, verdict_cell
+from tilesweep.report.formatting import devices, finite, fmt_value, numeric
+from tilesweep.tables import SPLIT_COLUMNS
+
+# A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
+# a step over the next against the `mixed` line (plan/bound.py), and the winning layout's
+# tokens/s over the runner-up's against 1 (equal).
+TIE_WITHIN = 0.05
+# The bounds a margin against the `mixed` line decides (kernel-limited is decided before it).
+MARGIN_BOUNDS = ("memory", "math", "communication", "launch", "mixed")
 
 
-def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings: what fits per target, how the estimate does, the fastest
-    decode at the smallest and largest batch, and what bounds each layout."""
+def is_tie(ratio: float, threshold: float, within: float = TIE_WITHIN) -> bool:
+    """Return whether a ratio lies within `within` (5%) of the threshold it is judged against."""
+    return finite(ratio) and abs(float(ratio) / threshold - 1) <= within + 1e-9
+
+
+def part_ratio(rec: dict) -> float:
+    """Return a verdict row's top part over its next part (memory, math, communication, launch)
+    from its split, unrounded; the row's one-decimal margin where it has no split; NaN without
+    either."""
+    parts = sorted((float(rec[c]) for c in SPLIT_COLUMNS if finite(rec.get(c))), reverse=True)
+    if len(parts) == len(SPLIT_COLUMNS):
+        return parts[0] / parts[1] if parts[1] > 0 else float("inf")
+    margin = rec.get("margin")
+    text = margin[:-1] if isinstance(margin, str) and margin.endswith("x") else ""
+    return float(text) if finite(text) else float("nan")
+
+
+def bound_tie(rec: dict) -> bool:
+    """Return whether a row's bound is a tie: it fits, and its margin lies within 5% of the
+    `mixed` line, so a single bound and `mixed` are equally fair words for it."""
+    if rec.get("fits_memory") == "no" or rec.get("bound") not in MARGIN_BOUNDS:
+        return False
+    return is_tie(part_ratio(rec), MIXED_WITHIN)
+
+
+def worded(verdict: pd.DataFrame) -> pd.DataFrame:
+    """Return the verdict with each tied row's margin written to two decimals and marked
+    `tie` (e.g. '1.21x tie'), as the report's grids show it; the verdict itself is unchanged."""
+    if verdict.empty or "margin" not in verdict:
+        return verdict
+    margins = [
+        f"{part_ratio(rec):.2f}x tie" if bound_tie(rec) else rec.get("margin")
+        for rec in verdict.to_dict("records")
+    ]
+    return verdict.assign(margin=margins)
+
+
+def tie_column(verdict: pd.DataFrame) -> pd.DataFrame:
+    """Return the verdict with a `tie` column beside its margin: why the row's bound or margin
+    is a tie ('' where none)."""
+    if verdict.empty or "bound" not in verdict:
+        return verdict
+    ties = [
+        f"{part_ratio(rec):.2f}x, within 5% of the {MIXED_WITHIN:g}x mixed line"
+        if bound_tie(rec)
+        else ""
+        for rec in verdict.to_dict("records")
+    ]
+    at = list(verdict.columns).index("margin") + 1 if "margin" in verdict else len(verdict.columns)
+    out = verdict.copy()
+    out.insert(at, "tie", ties)
+    return out
+
+
+def fitting_layouts(verdict: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Return (the rows of layouts that fit at some batch, the layouts that fit at no batch)."""
+    if verdict.empty or "fits_memory" not in verdict:
+        return verdict, []
+    fits = verdict.groupby("layout", sort=False)["fits_memory"].transform(
+        lambda s: (s == "yes").any()
+    )
+    never = list(dict.fromkeys(verdict.loc[~fits, "layout"].astype(str)))
+    return verdict[fits], never
+
+
+def never_fits_line(verdict: pd.DataFrame, never: list[str]) -> str:
+    """Return one line naming the layouts that fit at no batch and by how much memory each is
+    short, or '' when every layout fits somewhere."""
+    if not never:
+        return ""
+    parts = []
+    for layout in never:
+        short = numeric(verdict[verdict["layout"].astype(str) == layout], "mem_short_gb").dropna()
+        span = (
+            f" ({fmt_value(short.min())} to {fmt_value(short.max())} GB short)"
+            if len(short) and short.min() != short.max()
+            else (f" ({fmt_value(short.iloc[0])} GB short)" if len(short) else "")
+        )
+        parts.append(layout + span)
+    return f"Fit in memory at no batch, so not in the grid: {', '.join(parts)}."
+
+
+# ---- the answer ----------------------------------------------------------------------------
+
+
+def _batches(values: list) -> str:
+    """Return a run of batches as words: 'batch 8', 'batches 1 and 8', 'batches 1 to 64'."""
+    names = [fmt_value(v) for v in values]
+    if len(names) == 1:
+        return f"batch {names[0]}"
+    return f"batches {names[0]} {'and' if len(names) == 2 else 'to'} {names[-1]}"
+
+
+def _span(values: list[float], unit: str) -> str:
+    """Return the first and last of a run's figures, e.g. '20.9 to 28.6 ms', or one figure."""
+    first, last = fmt_value(values[0]), fmt_value(values[-1])
+    return f"{first} {unit}" if first == last else f"{first} to {last} {unit}"
+
+
+def bound_words(rec: dict) -> str:
+    """Return what bounds a row in words: 'launch-bound, 4.6x the next part', 'mixed (...)',
+    with 'a tie with mixed' where its margin is within 5% of the mixed line."""
+    bound = str(rec.get("bound") or "bound missing")
+    ratio = part_ratio(rec)
+    margin = f"{ratio:.2f}x" if bound_tie(rec) else (rec.get("margin") or "")
+    if bound == "mixed":
+        text = f"mixed (top two parts within {MIXED_WITHIN:g}x: {margin})"
+    elif bound == "kernel-limited":
+        text = f"kernel-limited (its kernels reach under {KERNEL_LIMITED_BELOW:.0%} of both roofs)"
+    elif bound in MARGIN_BOUNDS:
+        text = f"{bound}-bound, {margin} the next part"
+    else:
+        text = bound
+    if bound_tie(rec):
+        text += f", a tie at the {MIXED_WITHIN:g}x mixed line"
+    return text
+
+
+def _runs(wins: pd.DataFrame) -> list[tuple[str, list[dict]]]:
+    """Return the winners per batch grouped into runs of consecutive batches with one winner."""
+    runs: list[tuple[str, list[dict]]] = []
+    for rec in wins.to_dict("records"):
+        if runs and runs[-1][0] == rec["winner"]:
+            runs[-1][1].append(rec)
+        else:
+            runs.append((rec["winner"], [rec]))
+    return runs
+
+
+def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool) -> str:
+    """Return one run of batches in words: the layout, its TPOT (named so in the `first` run),
+    tokens/s, bound and ties."""
+    batches = [r["batch"] for r in recs]
+    if winner == "none fits":
+        return f"no layout fits in memory at {_batches(batches)}"
+    rows = [
+        verdict[(verdict["layout"] == winner) & (verdict["batch"] == b)].iloc[0].to_dict()
+        for b in batches
+    ]
+    names = {r.get("bound") for r in rows}
+    one = len(rows) == 1
+    if one:
+        bounds = [bound_words(rows[0])]
+    elif (
+        len(names) == 1
+        and names <= set(MARGIN_BOUNDS) - {"mixed"}
+        and not any(bound_tie(r) for r in rows)
+    ):
+        margins = [r.get("margin") or "" for r in rows]
+        bounds = [f"{rows[0]['bound']}-bound, {_span(margins, '').strip()} the next part"]
+    else:
+        bounds = [f"{bound_words(r)} at batch {fmt_value(r['batch'])}" for r in rows]
+    ties = [
+        f"a tie with {r['runner_up']}"
+        + ("" if one else f" at batch {fmt_value(r['batch'])}")
+        + f" ({r['lead']} its tokens/s)"
+        for r in recs
+        if finite(r.get("runner_up_tokens_per_s"))
+        and is_tie(r["tokens_per_s"] / r["runner_up_tokens_per_s"], 1.0)
+    ]
+    tpot = _span([r["tpot_ms"] for r in rows], "ms") + (" per output token (TPOT)" if first else "")
+    return (
+        f"{winner} ({fmt_value(rows[0]['world'])} GPUs) at {_batches(batches)}, {tpot}, "
+        f"{_span([r['tokens_per_s'] for r in rows], 'tokens/s')}, " + ", ".join(bounds + ties)
+    )
+
+
+def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
+    """Return how sure the verdict is: its source, and how far the composition lies from the
+    measured whole steps it was not calibrated on (the check table), on which device."""
+    sources = sorted(verdict.loc[verdict["fits_memory"] == "yes", "source"].astype(str).unique())
+    if sources == ["model"]:
+        return "from the target's roofline alone (source: model): no measured step checks it"
+    sure = f"{' and '.join(sources) or 'no'} rows"
+    if check.empty or "composed_error_pct" not in check:
+        return f"{sure}, unchecked: no whole step was measured to check the composition against"
+    held = check[check["held_out"].astype(bool)] if "held_out" in check else check.iloc[0:0]
+    err = numeric(held, "composed_error_pct").dropna()
+    if err.empty:
+        return f"{sure}, unchecked: no held-out whole step on {devices(check)}"
+    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
+    spread = low if low == high else f"{low} to {high}"
+    steps = f"{len(err)} whole step{'s' if len(err) > 1 else ''}"
+    return (
+        f"{sure}; the composition is {spread} off {steps} measured on {devices(check)} that "
+        "it was not calibrated on, per the check table"
+    )
+
+
+def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
+    """Return the report's answer in one sentence: per run of batches the layout that fits and
+    gives the most tokens/s, its TPOT and tokens/s, what bounds it and ties, then how sure."""
+    if verdict.empty or "tokens_per_s" not in verdict:
+        return "No verdict: the deployment table has no rows."
+    from tilesweep.plan.sensitivity import winners
+
+    target = f"{verdict['model'].iloc[0]} on {verdict['hardware'].iloc[0]}"
+    runs = _runs(winners(verdict))
+    if [w for w, _ in runs] == ["none fits"]:
+        batches = _batches([r["batch"] for r in runs[0][1]])
+        return f"{target}: no layout of the grid fits in memory at {batches}, so none is fastest."
+    words = [_run_words(verdict, w, recs, i == 0) for i, (w, recs) in enumerate(runs)]
+    return f"{target}, fastest layout: " + "; ".join(words) + f" ({how_sure(verdict, check)})."
+
+
+# ---- the legend of the badge words -----------------------------------------------------------
+
+LEGEND = {
+    "memory, math, communication": "the part of the step that takes most of its time: "
+    "memory-bound kernels, math-bound kernels, or collectives",
+    "launch": "the kernels' fixed cost takes most of the step: kernels x their measured "
+    "per-kernel cost (the `other` part of the split, other_ms)",
+    "1.7x (margin)": "the top part's time over the next part's",
+    "mixed": f"the top two parts lie within {MIXED_WITHIN:g}x of each other",
+    "kernel-limited": "the top part is kernel time, yet its kernels reach under "
+    f"{KERNEL_LIMITED_BELOW:.0%} of both the bandwidth and the math roof",
+    "tie": f"a margin within {TIE_WITHIN:.0%} of the {MIXED_WITHIN:g}x mixed line "
+    f"({MIXED_WITHIN * (1 - TIE_WITHIN):.2f}x to {MIXED_WITHIN * (1 + TIE_WITHIN):.2f}x): "
+    "mixed and the single bound are equally fair words",
+    "does not fit (N GB short)": "weights per rank, KV cache and the runtime reserve exceed "
+    "the GPU's memory by N GB; no speed verdict",
+    "ms/token, tok/s": "time per output token (TPOT) and tokens/s of all the batch's sequences",
+}
+
+
+def legend() -> list[tuple[str, str]]:
+    """Return the verdict grid's badge words and what each means, in the order they are read."""
+    return list(LEGEND.items())
+
+
+# ---- findings on the kernels and on the machine that ran the sweep ---------------------------
+
+
+def launch_headlines(launch: pd.DataFrame) -> list[str]:
+    """Return one-sentence findings on the kernels against their targets' limits: what fits per
+    target, the largest miss, and how the hand estimate does."""
     lines = []
     counts = fit_counts(launch)
     for target, part in counts.groupby("target", sort=False):
@@ -37,63 +280,30 @@ def headlines(launch: pd.DataFrame, decode: pd.DataFrame, verdict: pd.DataFrame)
                 f"{pct.median():+.0f}% (from {pct.min():+.0f}% to {pct.max():+.0f}%, "
                 f"{len(pct)} kernels)."
             )
-    best = best_per_batch(decode)
-    if not best.empty:
-        uniform = best[best["routing"].astype(str) == "uniform"]
-        uniform = uniform if not uniform.empty else best
-        for op, part in uniform.groupby("op", sort=False):
-            ends = part.sort_values("tokens_per_expert").iloc[[0, -1]].drop_duplicates()
-            for rec in ends.to_dict("records"):
-                frac = rec.get("frac_copy_bw")
-                frac_txt = f", {frac:.0%} of measured copy bandwidth" if finite(frac) else ""
-                lines.append(
-                    f"Decode {op}, {int(rec['tokens_per_expert'])} tokens per expert: fastest "
-                    f"{rec['best_runner']}, {rec['time_ms']:.3g} ms{frac_txt}, "
-                    f"{rec.get('bound') or 'unknown'}-bound."
-                )
-    lines += verdict_headlines(verdict)
     return lines
 
 
-def verdict_headlines(verdict: pd.DataFrame) -> list[str]:
-    """Return per batch the fastest layout that fits, its lead and its bound, and the layouts
-    that fit at no batch."""
-    if verdict.empty or "tokens_per_s" not in verdict:
-        return []
-    from tilesweep.plan.sensitivity import winners
-
+def machine_headlines(decode: pd.DataFrame) -> list[str]:
+    """Return one-sentence findings measured on the machine that ran the sweep: the fastest
+    decode kernel at the smallest and largest tokens per expert, its fraction of this machine's
+    copy bandwidth and its bound here."""
     lines = []
-    target = f"{verdict['model'].iloc[0]} on {verdict['hardware'].iloc[0]}"
-    for rec in winners(verdict).to_dict("records"):
-        if rec["winner"] == "none fits":
-            lines.append(f"{target}, batch {rec['batch']}: no layout fits in memory.")
-            continue
-        row = verdict[(verdict["layout"] == rec["winner"]) & (verdict["batch"] == rec["batch"])]
-        row = row.iloc[0].to_dict()
-        lead = (
-            f", {rec['lead']} the tokens/s of {rec['runner_up']}"
-            if finite(rec.get("runner_up_tokens_per_s"))
-            else ""
-        )
-        lines.append(
-            f"{target}, batch {rec['batch']}: {rec['winner']} is fastest "
-            f"({fmt_value(row['tpot_ms'])} ms per token, {fmt_value(rec['tokens_per_s'])} "
-            f"tokens/s{lead}); {verdict_cell(row)} ({row['source']})."
-        )
-    never = [
-        layout
-        for layout, part in verdict.groupby("layout", sort=False)
-        if (part["fits_memory"] == "no").all()
-    ]
-    if never:
-        lines.append(f"Fit at no batch: {', '.join(never)}.")
+    best = best_per_batch(decode)
+    if best.empty:
+        return lines
+    uniform = best[best["routing"].astype(str) == "uniform"]
+    uniform = uniform if not uniform.empty else best
+    for op, part in uniform.groupby("op", sort=False):
+        ends = part.sort_values("tokens_per_expert").iloc[[0, -1]].drop_duplicates()
+        for rec in ends.to_dict("records"):
+            frac = rec.get("frac_copy_bw")
+            frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
+            lines.append(
+                f"Decode {op}, {int(rec['tokens_per_expert'])} tokens per expert: fastest "
+                f"{rec['best_runner']}, {rec['time_ms']:.3g} ms{frac_txt}, "
+                f"{rec.get('bound') or 'unknown'}-bound here."
+            )
     return lines
-
-
-def _span(values: pd.Series) -> str:
-    """Return the range of percentages, e.g. '-12% to +3%', or one figure when they agree."""
-    low, high = f"{values.min():+.0f}%", f"{values.max():+.0f}%"
-    return low if low == high else f"{low} to {high}"
 
 
 def check_headline(check: pd.DataFrame) -> str | None:
@@ -108,7 +318,9 @@ def check_headline(check: pd.DataFrame) -> str | None:
         return f"No held-out whole step on {device} to check the composition against."
     layouts = ", ".join(dict.fromkeys(held.loc[err.index, "layout"].astype(str)))
     worst = err.abs().max()
+    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
     return (
         f"Composed vs measured whole steps on {device} ({layouts}; calibrated on TP1 only): "
-        f"{_span(err)}, at most {worst:.0f}% off over {len(err)} points."
+        f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
+        f"{len(err)} points."
     )

@@ -42,6 +42,11 @@ td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
 .badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.8em;font-style:normal}
 .badge.model{background:#eee;border:1px dashed #888}.badge.measured{background:#333;color:#fff}
 .badge.composed{background:#cfe0f5;border:1px solid #4878d0}
+.with-legend{display:flex;flex-wrap:wrap;gap:0 1.5em;align-items:flex-start}
+.with-legend>.scroll{flex:0 1 auto;min-width:0}
+dl.legend{flex:1 1 20em;margin:.6em 0;font-size:.8em;color:#333}
+dl.legend dt{font-weight:600;display:inline}dl.legend dd{display:inline;margin:0}
+dl.legend dd:after{content:"";display:block;margin-bottom:.25em}
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
 font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
@@ -116,10 +121,20 @@ def _bullets(item: Bullets) -> str:
     return f'<ul class="headlines">{lines}</ul>' if lines else ""
 
 
+def _legend(items: tuple[tuple[str, str], ...]) -> str:
+    """Return a table's legend as a definition list: each word, then what it means."""
+    rows = "".join(f"<dt>{esc(word)}:</dt> <dd>{esc(meaning)}</dd>" for word, meaning in items)
+    return f'<dl class="legend">{rows}</dl>'
+
+
 def _table(item: Table) -> str:
-    """Return a table block: its title (a <details> summary when collapsed), note and table."""
+    """Return a table block: its title (a <details> summary when collapsed), note and table,
+    with its legend beside it."""
     note = f"<p>{esc(item.note)}</p>" if item.note else ""
-    body = note + table(item.frame, item.shown(), item.style, empty=item.empty)
+    body = table(item.frame, item.shown(), item.style, empty=item.empty)
+    if item.legend:
+        body = f'<div class="with-legend">{body}{_legend(item.legend)}</div>'
+    body = note + body
     if item.collapsed:
         return f"<details><summary>{esc(item.title)}</summary>{body}</details>"
     return (f"<h4>{esc(item.title)}</h4>" if item.title else "") + body
@@ -142,8 +157,12 @@ BLOCKS = {
 
 
 def render(data: ReportData) -> str:
-    """Return the whole report as one self-contained HTML page."""
-    nav = "".join(f'<a href="#{key}">{esc(label)}</a>' for key, label in data.nav)
+    """Return the whole report as one self-contained HTML page; its navigation links only to
+    the sections it holds."""
+    present = {s.key for s in data.sections}
+    nav = "".join(
+        f'<a href="#{esc(key)}">{esc(label)}</a>' for key, label in data.nav if key in present
+    )
     body = [
         f'<section id="{s.key}"><h2>{esc(s.title)}</h2>'
         + "".join(BLOCKS[type(b)](b, data) for b in s.blocks)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep.question import Question, Tiles
-from tilesweep.report.analysis import verdict_pivot
 from tilesweep.report.document import Block, Bullets, Table, Text
+from tilesweep.report.sections import verdict_grid
 from tilesweep.tables import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 
 
@@ -64,7 +64,7 @@ def question_blocks(
             f"{asked.setting}, composed (sources: {sources}); inputs and their sources "
             "are in the verdict section."
         ),
-        Table(verdict_pivot(rows), title="Bound and speed per layout and batch", style="verdict"),
+        verdict_grid(rows, "Bound and speed per layout and batch"),
         Table(panel["winners"], WINNER_COLUMNS, title="Which layout wins, and by how much"),
         Bullets(changes(panel["band"], panel["winners"])),
         Table(

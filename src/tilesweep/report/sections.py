@@ -1,5 +1,6 @@
-"""The report's sections, each a list of blocks built from the tables: summary, verdict,
-check, launch, decode, tuning, collectives and provenance."""
+"""The report's sections, each a list of blocks built from the tables: the answer (summary),
+the machine that ran the sweep, verdict, check, launch, decode, tuning, collectives and
+provenance."""
 
 from __future__ import annotations
 
@@ -20,7 +21,17 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import devices, fmt_value
-from tilesweep.report.headlines import check_headline, headlines
+from tilesweep.report.headlines import (
+    answer,
+    check_headline,
+    fitting_layouts,
+    launch_headlines,
+    legend,
+    machine_headlines,
+    never_fits_line,
+    tie_column,
+    worded,
+)
 from tilesweep.report.tune_analysis import tune_summary, tune_targets
 from tilesweep.tables import (
     BEST_PER_BATCH_COLUMNS,
@@ -48,32 +59,55 @@ def _when(provenance: dict, key: str) -> str:
     return f" Measured {when}." if when else ""
 
 
-def summary_blocks(launch, decode, verdict, check) -> list[Block]:
-    """Return the summary's blocks: headlines and the verdict pivot."""
-    lines = headlines(launch, decode, verdict)
-    checked = check_headline(check)
-    if checked:
-        lines.append(checked)
+def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:
+    """Return the verdict pivot of the given rows (ties worded), with its legend beside it
+    when it has rows."""
+    grid = verdict_pivot(worded(verdict))
+    return Table(
+        grid,
+        title=title,
+        note="Per layout and batch (concurrent sequences): what bounds one decode step of the "
+        "named deployment and by how much, then ms per output token and tokens/s.",
+        empty=empty,
+        style="verdict",
+        legend=tuple(legend()) if len(grid) else (),
+    )
+
+
+def summary_blocks(verdict: pd.DataFrame, check: pd.DataFrame, unasked: str = "") -> list[Block]:
+    """Return the answer: one sentence, the verdict grid of the layouts that fit (those that fit
+    nowhere in one line), the Pareto figure, and why the question's panel is absent (`unasked`)."""
+    fit, never = fitting_layouts(verdict)
+    none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
+    blocks: list[Block] = [Text(answer(verdict, check)), verdict_grid(fit, empty=none)]
+    line = never_fits_line(verdict, never)
+    blocks += [Text(line)] if line else []
+    blocks.append(Figure("pareto"))
+    blocks += [Text(unasked)] if unasked else []
+    return blocks
+
+
+def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
+    """Return what the sweep measured on its own machine, kept apart from the deployment's
+    verdict: the device, and the fastest decode kernels there with their bound here."""
+    lines = machine_headlines(decode)
     return [
-        Bullets(lines),
-        Table(
-            verdict_pivot(verdict),
-            note="What bounds one decode step of the named deployment, per layout and batch "
-            "(concurrent sequences): the part (memory, math, communication, launch: kernels x "
-            "their measured fixed cost) that takes most of the step, its margin over the next "
-            "one (mixed: within 1.2x; "
-            "kernel-limited: under 50% of both roofs), then ms per output token and tokens/s. "
-            "A layout that does not fit in memory gets no speed verdict.",
-            empty="(no verdict rows)",
-            style="verdict",
+        Text(
+            f"Measured on {devices(ok_rows(decode))}, the machine that ran the sweep: facts "
+            "about its own kernels against its own ceilings. They feed the parts the verdict "
+            f"composes for {hardware} (see the check section); they are not that verdict."
         ),
+        *([Bullets(lines)] if lines else [Text("(no decode measurement on this machine)")]),
     ]
 
 
 def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
-    """Return the verdict section's blocks: what it is composed from, the figure, the rows."""
+    """Return the verdict section's blocks: what it is composed from, the figure, the rows
+    (with a `tie` column beside the margin) and the first row's inputs."""
     sources = ", ".join(sorted(verdict["source"].astype(str).unique())) if len(verdict) else ""
     inputs = verdict["inputs"].iloc[0] if len(verdict) and "inputs" in verdict else ""
+    at = REPORT_VERDICT_COLUMNS.index("margin") + 1
+    columns = [*REPORT_VERDICT_COLUMNS[:at], "tie", *REPORT_VERDICT_COLUMNS[at:]]
     return [
         Text(
             "One whole decode step per output token (every layer's attention over its KV cache, "
@@ -83,13 +117,24 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
             f"target's memory. Sources of these rows: {sources or 'none'}."
         ),
         Figure("verdict_split"),
-        Table(verdict, REPORT_VERDICT_COLUMNS, style="source"),
+        Table(
+            tie_column(verdict),
+            columns,
+            style="source",
+            legend=(
+                *legend(),
+                ("share", "the top part's share of the step"),
+                ("source", "composed: parts at fitted efficiencies; model: roofline alone"),
+            ),
+        ),
         Code("Inputs of the first row, and where each comes from", inputs.replace("; ", "\n")),
     ]
 
 
 def check_blocks(check: pd.DataFrame) -> list[Block]:
-    """Return the check section's blocks: the figure and the composed-vs-measured rows."""
+    """Return the check section's blocks: how far off in one line, the figure and the
+    composed-vs-measured rows."""
+    checked = check_headline(check)
     return [
         Text(
             "Real decode steps of a depth-reduced model with every layer type at full width, "
@@ -101,13 +146,15 @@ def check_blocks(check: pd.DataFrame) -> list[Block]:
             "larger layout run alone, collectives left out) and every other layout is held "
             "out; collectives come from the fit on collectives timed in CUDA graphs here."
         ),
+        *([Bullets([checked])] if checked else []),
         Figure("check_error"),
         Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
     ]
 
 
 def launch_blocks(launch: pd.DataFrame, provenance: dict) -> list[Block]:
-    """Return the launch section's blocks: counts, the figure, per target failures, estimates."""
+    """Return the launch section's blocks: findings, counts, the figure, per target failures
+    and estimates."""
     blocks: list[Block] = [
         Text(
             "Shared memory per block as the compiler (Triton) or CUTLASS's own types account "
@@ -118,6 +165,7 @@ def launch_blocks(launch: pd.DataFrame, provenance: dict) -> list[Block]:
     ]
     if launch.empty or "target" not in launch:
         return [*blocks, Text("(no launch checks)")]
+    blocks += [Bullets(launch_headlines(launch))]
     blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
     errors = estimate_errors(launch)
     from tilesweep.report.launch_figure import LIMITS
@@ -125,7 +173,7 @@ def launch_blocks(launch: pd.DataFrame, provenance: dict) -> list[Block]:
     for target, part in launch.groupby("target", sort=False):
         rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}
         limits = ", ".join(
-            f"{label} {fmt_value(rec[col])} B" for col, label, _ in LIMITS if col in rec
+            f"{label} {fmt_value(rec[col])} B" for col, label, *_ in LIMITS if col in rec
         )
         fails = launch_failures(part)
         blocks += [

@@ -15,6 +15,7 @@ from tilesweep.stages.verdict import read_panel
 
 # Each figure's category in `snakemake --report` (every name of report.document.FIGURES).
 FIGURE_CATEGORIES = {
+    "pareto": "Verdict",
     "launch_smem": "Launch",
     "decode_time": "Decode",
     "decode_roofline": "Decode",

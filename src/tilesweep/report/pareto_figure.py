@@ -1,0 +1,157 @@
+"""The Pareto figure: tokens/s per GPU against tokens/s per user (1,000 / TPOT in ms), one point
+per layout and batch that fits in memory, with the frontier (the points no other point beats on
+both) drawn: the view a deployment is chosen from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from tilesweep.report.plotting import empty, floats, whole
+
+# At most this many layouts get a series of their own; the legend counts the rest.
+MAX_SERIES = 6
+COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+# An axis whose values span more than this factor is drawn on a log scale.
+LOG_SPAN = 20.0
+
+
+def pareto_points(verdict: pd.DataFrame) -> pd.DataFrame:
+    """Return one row per layout and batch that fits with a finite TPOT and tokens/s per GPU:
+    layout, batch, tpot_ms, per_user (1,000 / TPOT), per_gpu (tokens/s per GPU) and source."""
+    need = {"layout", "batch", "tpot_ms", "tokens_per_s_per_gpu", "fits_memory"}
+    cols = ["layout", "batch", "tpot_ms", "per_user", "per_gpu", "source"]
+    if verdict.empty or not need <= set(verdict):
+        return pd.DataFrame(columns=cols)
+    tpot, per_gpu = floats(verdict, "tpot_ms"), floats(verdict, "tokens_per_s_per_gpu")
+    keep = (verdict["fits_memory"] == "yes") & (tpot > 0) & np.isfinite(tpot)
+    keep &= np.isfinite(per_gpu)
+    rows = verdict[keep]
+    return pd.DataFrame(
+        {
+            "layout": rows["layout"].astype(str),
+            "batch": rows["batch"],
+            "tpot_ms": tpot[keep],
+            "per_user": 1000.0 / tpot[keep],
+            "per_gpu": per_gpu[keep],
+            "source": rows["source"].astype(str) if "source" in rows else "",
+        }
+    ).reset_index(drop=True)
+
+
+def frontier(points: pd.DataFrame, x: str = "per_user", y: str = "per_gpu") -> pd.DataFrame:
+    """Return the points no other point dominates (at least as high on both x and y, higher on
+    one), sorted by x; equal points are all kept."""
+    if points.empty:
+        return points
+    xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
+    geq = (xs[None, :] >= xs[:, None]) & (ys[None, :] >= ys[:, None])
+    gt = (xs[None, :] > xs[:, None]) | (ys[None, :] > ys[:, None])
+    dominated = (geq & gt).any(axis=1)
+    return points[~dominated].sort_values([x, y], ascending=[True, False])
+
+
+def shown_layouts(points: pd.DataFrame, limit: int = MAX_SERIES) -> tuple[list[str], list[str]]:
+    """Return (the layouts drawn, the rest): those with a point on the frontier first, then by
+    their best tokens/s per GPU, at most `limit` drawn."""
+    if points.empty:
+        return [], []
+    on_front = set(frontier(points)["layout"])
+    best = points.groupby("layout", sort=False)["per_gpu"].max()
+    order = sorted(best.index, key=lambda lay: (lay not in on_front, -best[lay]))
+    return order[:limit], order[limit:]
+
+
+def _scale(axis, set_scale, values: pd.Series) -> None:
+    """Put an axis on a log scale, ticks at 1, 2 and 5 times a power of ten with plain labels,
+    when its values span over LOG_SPAN; else keep it linear."""
+    low, high = values.min(), values.max()
+    if low > 0 and high / low > LOG_SPAN:
+        set_scale("log")
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
+
+def pareto(verdict: pd.DataFrame) -> Figure:
+    """Return tokens/s per GPU against tokens/s per user, one series per layout (at most six,
+    the rest named below), each point labelled with its batch, and the frontier drawn."""
+    points = pareto_points(verdict)
+    if points.empty:
+        return empty("no layout fits in memory at any batch: nothing to trade off", "Pareto")
+    drawn, rest = shown_layouts(points)
+    front = frontier(points)
+    fig = Figure(figsize=(9.5, 5.0))
+    ax = fig.add_subplot()
+    ax.plot(front["per_user"], front["per_gpu"], "-", color="black", lw=1.4, zorder=1)
+    for i, layout in enumerate(drawn):
+        part = points[points["layout"] == layout].sort_values("batch")
+        color, marker = COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]
+        ax.plot(part["per_user"], part["per_gpu"], "-", color=color, lw=0.8, alpha=0.5)
+        model = part["source"] == "model"
+        for rows, face in ((part[~model], color), (part[model], "none")):
+            ax.scatter(
+                rows["per_user"],
+                rows["per_gpu"],
+                s=42,
+                marker=marker,
+                color=color,
+                facecolors=face,
+                zorder=3,
+                label=None,
+            )
+        for rec in part.to_dict("records"):
+            xy = (rec["per_user"], rec["per_gpu"])
+            ax.annotate(
+                f"{whole(rec['batch'])}",
+                xy,
+                xytext=(5, 4),
+                textcoords="offset points",
+                fontsize=9,
+                color=color,
+            )
+    _scale(ax.xaxis, ax.set_xscale, points["per_user"])
+    _scale(ax.yaxis, ax.set_yscale, points["per_gpu"])
+    ax.margins(0.12)
+    ax.grid(alpha=0.3)
+    ax.set_xlabel("tokens/s per user (1,000 / TPOT in ms)")
+    ax.set_ylabel("tokens/s per GPU")
+    first = verdict.iloc[0]
+    ax.set_title(
+        f"{first.get('model', '?')} on {first.get('hardware', '?')}: throughput per GPU against "
+        "speed per user (labels: batch)",
+        fontsize="medium",
+    )
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=COLORS[i % len(COLORS)],
+            marker=MARKERS[i % len(MARKERS)],
+            lw=0.8,
+            label=layout,
+        )
+        for i, layout in enumerate(drawn)
+    ]
+    handles.append(Line2D([], [], color="black", lw=1.4, label="frontier (not dominated)"))
+    if (points["source"] == "model").any():
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="#555555",
+                marker="o",
+                mfc="none",
+                lw=0,
+                label="hollow: model (roofline only)",
+            )
+        )
+    if rest:
+        handles.append(Line2D([], [], lw=0, label=f"+{len(rest)} more layouts: verdict table"))
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
+    fig.set_layout_engine("constrained")
+    return fig

@@ -1,0 +1,217 @@
+"""The report's first screen: the answer in one sentence, the tie rule, the grid of the layouts
+that fit, the Pareto frontier, and in-page links that all land on an element."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_report_html import browse, settings_stub
+
+from tilesweep.config import compose
+from tilesweep.report import contents, headlines
+from tilesweep.report import html as report_html
+from tilesweep.report import markdown as report_md
+from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
+from tilesweep.report.plotting import png
+
+CHECK = pd.DataFrame(
+    {
+        "layout": ["tp1", "tp1", "tp2", "tp2"],
+        "batch": [1, 8, 1, 8],
+        "held_out": [False, True, True, True],
+        "composed_error_pct": [0.5, -4.0, 7.0, 2.0],
+        "device": "NVIDIA H200",
+    }
+)
+
+
+def row(layout: str, world: int, batch: int, tpot: float | None, split=(4.0, 1.0, 0.5, 0.2)):
+    """Return one verdict row: it fits when tpot is given, its bound from the split."""
+    fits = tpot is not None
+    memory, math, comm, other = split
+    parts = sorted(split, reverse=True)
+    return {
+        "model": "m",
+        "hardware": "gpu",
+        "layout": layout,
+        "world": world,
+        "batch": batch,
+        "fits_memory": "yes" if fits else "no",
+        "mem_short_gb": np.nan if fits else 12.5,
+        "tpot_ms": tpot if fits else np.nan,
+        "tokens_per_s": batch * 1000 / tpot if fits else np.nan,
+        "tokens_per_s_per_gpu": batch * 1000 / tpot / world if fits else np.nan,
+        "memory_ms": memory,
+        "math_ms": math,
+        "comm_ms": comm,
+        "other_ms": other,
+        "bound": "memory" if fits else "does-not-fit",
+        "margin": f"{parts[0] / parts[1]:.1f}x" if fits else np.nan,
+        "source": "composed" if fits else "model",
+    }
+
+
+def hand_verdict() -> pd.DataFrame:
+    """Return a small verdict: tp2 wins at batches 1 and 8, tp1 at 64, none at 512; tp4 fits
+    at no batch."""
+    rows = [
+        row("tp1", 1, 1, 10.0),
+        row("tp1", 1, 8, 12.0),
+        row("tp1", 1, 64, 20.0),
+        row("tp1", 1, 512, None),
+        row("tp2", 2, 1, 8.0),
+        row("tp2", 2, 8, 9.0),
+        row("tp2", 2, 64, None),
+        row("tp2", 2, 512, None),
+        *(row("tp4", 4, b, None) for b in (1, 8, 64, 512)),
+    ]
+    return pd.DataFrame(rows)
+
+
+# ---- the answer ------------------------------------------------------------------------------
+
+
+def test_the_answer_names_the_winner_per_batch_range_its_tpot_and_how_sure():
+    text = headlines.answer(hand_verdict(), CHECK)
+    assert text.startswith("m on gpu, fastest layout: tp2 (2 GPUs) at batches 1 and 8, ")
+    assert "8 to 9 ms per output token (TPOT), 125 to 889 tokens/s, memory-bound, 4.0x" in text
+    assert "; tp1 (1 GPUs) at batch 64, 20 ms, 3,200 tokens/s, memory-bound, 4.0x" in text
+    assert "no layout fits in memory at batch 512" in text
+    # How sure: the held-out rows of the check only (the calibration row's +0.5% is left out).
+    assert "-4% to +7% off 3 whole steps measured on NVIDIA H200" in text
+    assert text.endswith(").") and ". " not in text  # one sentence
+
+
+def test_the_answer_says_when_nothing_checks_it():
+    verdict = hand_verdict()
+    assert "unchecked: no whole step was measured" in headlines.answer(verdict, pd.DataFrame())
+    modelled = verdict.assign(source="model")
+    nowhere = verdict.assign(fits_memory="no")
+    assert headlines.answer(nowhere, CHECK) == (
+        "m on gpu: no layout of the grid fits in memory at batches 1 to 512, so none is fastest."
+    )
+    assert "roofline alone (source: model)" in headlines.answer(modelled, CHECK)
+
+
+def test_the_grid_shows_the_layouts_that_fit_and_sums_up_the_rest_in_one_line():
+    data = contents.build(settings_stub(), *[pd.DataFrame()] * 3, hand_verdict(), {}, check=CHECK)
+    first = data.sections[0]
+    assert first.key == "summary"
+    grid = next(b for b in first.blocks if hasattr(b, "frame"))
+    assert list(grid.frame["layout"]) == ["tp1", "tp2"]  # tp4 fits nowhere: not a row
+    assert {word for word, _ in grid.legend} >= {"mixed", "kernel-limited", "launch", "tie"}
+    text = report_md.render(data)
+    assert "Fit in memory at no batch, so not in the grid: tp4 (12.5 GB short)." in text
+    assert text.index("| tp1 | 1 |") < text.index("- **mixed**") < text.index("`pareto`")
+    page = report_html.render(data)
+    assert '<div class="with-legend"><div class="scroll"><table>' in page
+
+
+# ---- the tie rule ---------------------------------------------------------------------------
+
+
+def test_a_margin_within_5_percent_of_the_mixed_line_is_a_tie():
+    assert headlines.is_tie(1.2 * 1.05, 1.2) and headlines.is_tie(1.2 * 0.95, 1.2)
+    assert not headlines.is_tie(1.27, 1.2) and not headlines.is_tie(1.13, 1.2)
+    assert not headlines.is_tie(float("nan"), 1.2)
+    tied = row("tp1", 1, 1, 10.0, split=(1.21, 1.0, 0.1, 0.1))  # 1.21x: bound `memory`
+    clear = row("tp1", 1, 8, 10.0, split=(1.5, 1.0, 0.1, 0.1))
+    mixed = dict(tied, bound="mixed", memory_ms=1.16)  # 1.16x: mixed, but only just
+    limited = dict(tied, bound="kernel-limited")  # decided before the mixed line
+    assert [headlines.bound_tie(r) for r in (tied, clear, mixed, limited)] == [
+        True, False, True, False
+    ]  # fmt: skip
+    worded = headlines.worded(pd.DataFrame([tied, clear, mixed]))
+    assert list(worded["margin"]) == ["1.21x tie", "1.5x", "1.16x tie"]
+    assert "a tie at the 1.2x mixed line" in headlines.bound_words(tied)
+    with_tie = headlines.tie_column(pd.DataFrame([tied, clear]))
+    assert list(with_tie.columns).index("tie") == list(with_tie.columns).index("margin") + 1
+    assert list(with_tie["tie"]) == ["1.21x, within 5% of the 1.2x mixed line", ""]
+
+
+def test_a_winner_within_5_percent_of_the_runner_up_is_called_a_tie():
+    verdict = pd.DataFrame([row("tp1", 1, 1, 10.0), row("tp2", 2, 1, 10.3)])
+    assert "a tie with tp2 (1.03x its tokens/s)" in headlines.answer(verdict, CHECK)
+    verdict = pd.DataFrame([row("tp1", 1, 1, 10.0), row("tp2", 2, 1, 11.0)])
+    assert "a tie" not in headlines.answer(verdict, CHECK)
+
+
+# ---- the Pareto figure -------------------------------------------------------------------
+
+
+def dominated_by_brute_force(points: pd.DataFrame) -> set[int]:
+    """Return the index of every point some other point beats on one axis and ties or beats
+    on the other."""
+    out = set()
+    for i, p in points.iterrows():
+        for j, q in points.iterrows():
+            ge = q["per_user"] >= p["per_user"] and q["per_gpu"] >= p["per_gpu"]
+            if i != j and ge and (q["per_user"], q["per_gpu"]) != (p["per_user"], p["per_gpu"]):
+                out.add(i)
+    return out
+
+
+def test_the_frontier_is_exactly_the_points_no_other_point_dominates():
+    points = pd.DataFrame(
+        {
+            "layout": list("abcdefg"),
+            "per_user": [10.0, 20.0, 30.0, 15.0, 30.0, 20.0, 5.0],
+            "per_gpu": [100.0, 60.0, 10.0, 50.0, 5.0, 60.0, 100.0],
+        }
+    )
+    # d is beaten by b; e by c (same x, lower y); g by a (same y, lower x); b and f are equal.
+    assert list(frontier(points)["layout"]) == ["a", "b", "f", "c"]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        random = pd.DataFrame(
+            {"per_user": rng.integers(1, 8, 15).astype(float), "per_gpu": rng.integers(1, 8, 15)}
+        )
+        expected = set(random.index) - dominated_by_brute_force(random)
+        assert set(frontier(random).index) == expected
+    assert frontier(points.iloc[0:0]).empty
+
+
+def test_the_pareto_figure_takes_the_rows_that_fit_and_at_most_six_layouts():
+    points = pareto_points(hand_verdict())
+    assert sorted(zip(points["layout"], points["batch"], strict=True)) == [
+        ("tp1", 1), ("tp1", 8), ("tp1", 64), ("tp2", 1), ("tp2", 8)
+    ]  # fmt: skip
+    assert points.loc[points["layout"] == "tp2", "per_user"].tolist() == [125.0, 1000 / 9]
+    many = pd.DataFrame([row(f"l{i}", 1, 1, 10.0 + i) for i in range(9)])
+    drawn, rest = shown_layouts(pareto_points(many))
+    assert drawn == ["l0", "l1", "l2", "l3", "l4", "l5"] and rest == ["l6", "l7", "l8"]
+    for verdict in (hand_verdict(), many, pd.DataFrame()):
+        assert png(pareto(verdict))[:4] == b"\x89PNG"
+
+
+# ---- in-page links ---------------------------------------------------------------------------
+
+
+def links_and_ids(page: str) -> tuple[set[str], set[str]]:
+    """Return the targets of a page's in-page links and the ids of its elements."""
+    return set(re.findall(r'href="#([^"]*)"', page)), set(re.findall(r'\bid="([^"]*)"', page))
+
+
+def test_a_deployment_the_question_does_not_ask_about_links_to_no_missing_section():
+    settings = dict(compose(["hardware=h200"]), model={"name": "glm5"})
+    data = contents.build(settings, *[pd.DataFrame()] * 3, hand_verdict(), {})
+    page = report_html.render(data)
+    links, ids = links_and_ids(page)
+    assert links and links <= ids
+    assert '<a href="#brief">' not in page  # the panel is absent, so is its link
+    assert "Not answered here: The brief&#x27;s question" in page
+
+
+@pytest.mark.slow
+def test_every_in_page_link_of_the_swept_report_resolves_in_chromium(tiny_sweep, tmp_path):
+    page = tiny_sweep / "results" / "report.html"
+    dom = browse(page, tmp_path / "profile", "--window-size=1280,900", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    links, ids = links_and_ids(dom.stdout)
+    assert "brief" in links and "summary" in links
+    assert links <= ids, f"links to no element: {sorted(links - ids)}"
+    first = dom.stdout.index('<section id="summary">')
+    assert first < dom.stdout.index('<section id="brief">') < dom.stdout.index('id="machine"')
