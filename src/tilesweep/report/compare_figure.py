@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tilesweep.report.plotting import empty, floats, log_axes
+from tilesweep.report.plotting import TEXT_PT, empty, enforce_series, floats, log_axes, reference
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
@@ -27,7 +27,7 @@ def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
         t: numeric[numeric["table"].astype(str) == t].nlargest(top, "_size").reset_index(drop=True)
         for t in tables
     }
-    heights = [max(1.6, 0.22 * len(shown[t]) + 0.9) for t in tables]
+    heights = [max(1.8, 0.2 * len(shown[t]) + 1.1) for t in tables]
     fig = Figure(figsize=(9, sum(heights)))
     axes = fig.subplots(len(tables), 1, squeeze=False, height_ratios=heights)[:, 0]
     for ax, table in zip(axes, tables, strict=True):
@@ -35,15 +35,20 @@ def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
         total = int((numeric["table"].astype(str) == table).sum())
         y = np.arange(len(part))
         beyond = part["beyond"].astype(bool).to_numpy()
-        colors = np.where(beyond, "#c0392b", "#8a8a8a")
-        ax.scatter(floats(part, "ratio"), y, c=colors, s=14, zorder=3)
-        ax.axvline(1.0, color="black", lw=0.8)
+        ratio = floats(part, "ratio").to_numpy()
+        for mask, color, label in (
+            (beyond, "#c0392b", "beyond noise"),
+            (~beyond, "#8a8a8a", "within noise"),
+        ):
+            if mask.any():
+                ax.scatter(ratio[mask], y[mask], c=color, s=14, zorder=3, label=label)
+        reference(ax.axvline(1.0, color="black", lw=0.8))
         labels = (part["label"].astype(str) + "  " + part["metric"].astype(str)).tolist()
-        ax.set_yticks(y, labels, fontsize=6)
+        ax.set_yticks(y, labels, fontsize=TEXT_PT)
         ax.invert_yaxis()
         log_axes(ax, y=False)
         title = f"{table}: B / A, the {len(part)} largest moves of {total} (red: beyond noise)"
-        ax.set_title(title, fontsize="medium", loc="left")
+        ax.set_title(title, fontsize=TEXT_PT + 2, loc="left")
         ax.grid(axis="x", alpha=0.3, which="both")
     fig.set_layout_engine("constrained")
-    return fig
+    return enforce_series(fig)

@@ -1,5 +1,7 @@
 """The decode figures: time and bandwidth against tokens per expert, and the measured
-roofline, in facets of at most eight runners."""
+roofline; one block of panels per dtype, each showing at most MAX_SERIES runners (those fastest
+somewhere, then the nearest the fastest, and the fastest torch baseline; the rest are in the
+decode table, as the block's legend says)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,33 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FixedLocator, NullFormatter
 
-from tilesweep.report.plotting import empty, floats, log_axes, ok_or_all, whole
+from tilesweep.report.plotting import (
+    MAX_SERIES,
+    PAGE_WIDTH_IN,
+    TEXT_PT,
+    empty,
+    enforce_series,
+    floats,
+    log_axes,
+    ok_or_all,
+    reference,
+    say,
+    top_series,
+    whole,
+)
+
+ROOF_COLOR = "#c0392b"
+# A point of the decode sweep: the runners compared there are timed on the same problem.
+POINT = ["op", "routing", "tokens_per_expert"]
+
+
+def _is_baseline(runner: str) -> bool:
+    """Return whether a runner is a torch baseline (not a kernel of the grid or an engine)."""
+    from tilesweep import backends
+
+    return backends.runner_kind(runner) == "baseline"
 
 
 def _runner_styles(runners: list[str]) -> dict[str, dict]:
@@ -19,199 +45,305 @@ def _runner_styles(runners: list[str]) -> dict[str, dict]:
     baselines in greys."""
     from matplotlib import colormaps
 
-    from tilesweep import backends
-
-    tiles = [r for r in runners if backends.runner_kind(r) != "baseline"]
-    others = [r for r in runners if backends.runner_kind(r) == "baseline"]
-    cmap = colormaps["tab10" if len(tiles) <= 10 else "tab20"]
+    tiles = [r for r in runners if not _is_baseline(r)]
+    others = [r for r in runners if _is_baseline(r)]
+    cmap = colormaps["tab10"]
     styles = {r: {"color": cmap(i % cmap.N), "marker": "o"} for i, r in enumerate(tiles)}
-    greys = ["#000000", "#555555", "#999999", "#bbbbbb"]
+    greys = ["#000000", "#666666", "#999999", "#bbbbbb"]
     markers = ["s", "^", "v", "P"]
     for i, r in enumerate(others):
         styles[r] = {"color": greys[i % len(greys)], "marker": markers[i % len(markers)]}
-    return styles
+    return {r: styles[r] for r in runners}
 
 
-def _short_runner(runner: str) -> str:
-    """Return a runner name without the backend prefix of grid kernels."""
+def _label(runner: str, dtype: str) -> str:
+    """Return a runner's legend label: without the backend prefix of grid kernels, nor the
+    dtype its block already names."""
     from tilesweep.report.analysis import short_runner
 
-    return short_runner(runner)
+    short = short_runner(runner)
+    return short.removeprefix(f"{dtype}-") if short != runner else short
 
 
-MAX_RUNNERS_PER_AXIS = 8
+def rank_runners(rows: pd.DataFrame) -> list[str]:
+    """Return the runners of timed decode rows, best first: those fastest at more points
+    (op, routing, tokens per expert) first, then by their median time over the fastest's at
+    the points they were timed at."""
+    timed = rows[floats(rows, "time_ms") > 0]
+    if timed.empty:
+        return []
+    keys = [k for k in POINT if k in timed]
+    time = floats(timed, "time_ms")
+    best = time.groupby([timed[k] for k in keys]).transform("min") if keys else time.min()
+    score = pd.DataFrame(
+        {"runner": timed["runner"].astype(str), "ratio": time / best, "won": time == best}
+    )
+    per = score.groupby("runner").agg(won=("won", "sum"), ratio=("ratio", "median"))
+    return per.sort_values(["won", "ratio"], ascending=[False, True]).index.tolist()
 
 
-def runner_facets(frame: pd.DataFrame, most: int = MAX_RUNNERS_PER_AXIS) -> list[tuple[str, list]]:
-    """Return (title, runners) per facet: per dtype, the runners in groups of at most `most`.
-
-    A dtype's runners share one facet when they fit; otherwise each backend (triton, cutlass,
-    torch baselines) gets its own, split further into chunks of `most`.
-    """
-    facets = []
-    for dtype in dict.fromkeys(frame["dtype"].astype(str)) if "dtype" in frame else ["?"]:
-        part = frame[frame["dtype"].astype(str) == dtype] if "dtype" in frame else frame
-        runners = sorted(part["runner"].astype(str).unique())
-        if len(runners) <= most:
-            facets.append((dtype, runners))
-            continue
-        for family in dict.fromkeys(r.split(":")[0].split("_")[0] for r in runners):
-            mine = [r for r in runners if r.split(":")[0].split("_")[0] == family]
-            chunks = [mine[i : i + most] for i in range(0, len(mine), most)]
-            for i, chunk in enumerate(chunks):
-                more = f" ({i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
-                facets.append((f"{dtype}, {family}{more}", chunk))
-    return facets
+def shown_runners(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Return (shown, left out) runners of a dtype's decode rows: at most MAX_SERIES of
+    rank_runners, the fastest torch baseline always among them."""
+    ranked = rank_runners(rows)
+    baselines = [r for r in ranked if _is_baseline(r)]
+    return top_series(ranked, MAX_SERIES, keep=baselines[:1])
 
 
-def _positive(values: pd.Series) -> bool:
-    """Return whether a column has a positive number, so a log axis can show it."""
-    return bool((values > 0).any())
+def _selection(shown: list[str], left: list[str]) -> str:
+    """Return the legend title that says which runners a block shows and where the rest are."""
+    if not left:
+        return f"all {len(shown)} runners timed"
+    baseline = ", and the fastest torch baseline" if any(map(_is_baseline, shown)) else ""
+    return (
+        f"{len(shown)} of {len(shown) + len(left)} runners: the fastest somewhere, then the "
+        f"nearest the fastest{baseline};\nthe other {len(left)} are in the decode table"
+    )
+
+
+def _num(value: float) -> str:
+    """Return a measured figure for a label: 4,220 or 24 or 0.000954."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, str]:
+    """Return (a measured ceiling, '') when no achieved figure of the same kind is above it;
+    (NaN, the gap's note) when one is, or when the ceiling is missing."""
+    value = floats(rows, col).dropna().median()
+    name = {"ceiling_copy_gbs": "copy bandwidth", "ceiling_matmul_tflops": "matmul peak"}[col]
+    unit = {"ceiling_copy_gbs": "GB/s", "ceiling_matmul_tflops": "TFLOPS"}[col]
+    if math.isnan(value):
+        return math.nan, f"no measured {name}: no roof drawn"
+    top = achieved.max()
+    if not math.isnan(top) and top > value:
+        return math.nan, (
+            f"the measured {name}, {_num(value)} {unit}, is below the {_num(top)} {unit} these "
+            "runs reached: a gap in the ceilings, not drawn as a roof"
+        )
+    return value, ""
+
+
+def _columns(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """Return the (op, routing) panels of a dtype's rows, ops outer, routings as timed."""
+    ops = list(dict.fromkeys(rows["op"].astype(str)))
+    routings = list(dict.fromkeys(rows["routing"].astype(str)))
+    routings = sorted(routings, key=lambda r: (r != "uniform", r))
+    have = set(zip(rows["op"].astype(str), rows["routing"].astype(str), strict=True))
+    return [(op, r) for op in ops for r in routings if (op, r) in have]
+
+
+def _dtypes(ok: pd.DataFrame) -> list[str]:
+    """Return the dtypes of decode rows in table order ('?' when there is no dtype column)."""
+    return list(dict.fromkeys(ok["dtype"].astype(str))) if "dtype" in ok else ["?"]
+
+
+def _of_dtype(ok: pd.DataFrame, dtype: str) -> pd.DataFrame:
+    """Return the rows of one dtype (every row when there is no dtype column)."""
+    return ok[ok["dtype"].astype(str) == dtype] if "dtype" in ok else ok
+
+
+def _tpe_ticks(ax, values: pd.Series) -> None:
+    """Label the tokens-per-expert axis at every other timed value, so labels never touch."""
+    ticks = sorted(v for v in pd.unique(values.dropna()) if v > 0)
+    if ticks:
+        ax.xaxis.set_major_locator(FixedLocator(ticks[::2] if len(ticks) > 5 else ticks))
+        ax.xaxis.set_minor_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def decode_time(decode: pd.DataFrame) -> Figure:
-    """Return time and achieved bandwidth against tokens-per-expert: one row pair per facet of
-    at most eight runners (see runner_facets), one column per op, a legend per facet.
+    """Return time and achieved bandwidth against tokens per expert: one block per dtype, a
+    column per op and routing, the time row and the bandwidth row each on one y scale.
 
-    Error bars span p10..p90; the dashed line in the bandwidth row is the measured copy
-    bandwidth (the memory roof); zipf routing is drawn dashed.
+    Each block shows at most MAX_SERIES runners (shown_runners) and says so; error bars span
+    p10..p90; the dashed red line is the measured copy bandwidth, unless a run beat it (then
+    the legend states the gap instead).
     """
     ok = ok_or_all(decode)
-    if ok.empty or "time_ms" not in ok:
+    if ok.empty or "time_ms" not in ok or "op" not in ok:
         return empty("no decode measurements (nothing timed on this device)", "Decode")
     if "routing" not in ok:
         return empty("decode rows without a routing column", "Decode")
-    ops = list(dict.fromkeys(ok["op"].astype(str)))
-    facets = runner_facets(ok)
-    fig = Figure(figsize=(4.6 * len(ops) + 3.4, 5.4 * len(facets)))
-    axes = fig.subplots(2 * len(facets), len(ops), squeeze=False)
-    for f, (title, runners) in enumerate(facets):
-        styles = _runner_styles(runners)
-        rows = ok[ok["runner"].astype(str).isin(runners)]
-        if "dtype" in ok:
-            rows = rows[rows["dtype"].astype(str) == title.split(",")[0]]
-        t_ax, b_ax = axes[2 * f], axes[2 * f + 1]
-        for j, op in enumerate(ops):
-            part = rows[rows["op"].astype(str) == op]
-            for (runner, routing), line in part.groupby(["runner", "routing"], sort=True):
-                line = line.sort_values("tokens_per_expert")
-                x = floats(line, "tokens_per_expert")
-                tm = floats(line, "time_ms")
-                lo, hi = floats(line, "time_p10_ms"), floats(line, "time_p90_ms")
-                err = np.vstack(
-                    [(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)]
-                )
-                style = dict(styles[runner], ls="--" if routing == "zipf" else "-", ms=4)
-                t_ax[j].errorbar(x, tm, yerr=err, capsize=2, **style)
-                b_ax[j].plot(x, floats(line, "gbs"), **style)
-            roof = floats(part, "ceiling_copy_gbs").dropna()
-            if not roof.empty:
-                b_ax[j].axhline(roof.median(), color="#c0392b", ls="--", lw=1)
-                b_ax[j].set_ylim(top=max(b_ax[j].get_ylim()[1], roof.median() * 1.4))
-                b_ax[j].annotate(
-                    f"measured copy {roof.median():,.3g} GB/s",
-                    (0.98, roof.median()),
-                    xycoords=("axes fraction", "data"),
-                    ha="right",
-                    va="bottom",
-                    fontsize="x-small",
-                    color="#c0392b",
-                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-                )
-            t_ax[j].set_title(f"{title}: {op}", fontsize="medium")
-            t_ax[j].set_ylabel("time per grouped GEMM (ms)")
-            b_ax[j].set_ylabel("achieved bandwidth (GB/s)")
-            b_ax[j].set_xlabel("tokens per expert")
-            for ax, col in ((t_ax[j], "time_ms"), (b_ax[j], "gbs")):
-                log_axes(ax, x_base=2, y=_positive(floats(part, col)))
-                ax.grid(alpha=0.3, which="both")
-        handles = [
-            Line2D([], [], color=s["color"], marker=s["marker"], label=_short_runner(r))
-            for r, s in styles.items()
-        ]
-        if (rows["routing"].astype(str) == "zipf").any():
-            handles.append(Line2D([], [], color="#333333", ls="--", label="zipf routing"))
-        t_ax[-1].legend(
-            handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small"
-        )
+    ok = ok[floats(ok, "time_ms") > 0]
+    if ok.empty:
+        return empty("no decode row has a time", "Decode")
+    dtypes = _dtypes(ok)
+    fig = Figure(figsize=(PAGE_WIDTH_IN, 6.4 * len(dtypes)))
+    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
+    for sub, dtype in zip(subs, dtypes, strict=True):
+        _time_block(sub, _of_dtype(ok, dtype), dtype)
     fig.set_layout_engine("constrained")
-    return fig
+    return enforce_series(fig)
+
+
+def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
+    """Draw one dtype's time and bandwidth panels, and its legend, on a subfigure."""
+    shown, left = shown_runners(rows)
+    styles = _runner_styles(shown)
+    columns = _columns(rows)
+    axes = sub.subplots(2, len(columns), squeeze=False, sharex=True, sharey="row")
+    copy, gap = _ceiling(rows, "ceiling_copy_gbs", floats(rows, "gbs"))
+    has_gbs = bool((floats(rows, "gbs") > 0).any())
+    for j, (op, routing) in enumerate(columns):
+        t_ax, b_ax = axes[0, j], axes[1, j]
+        part = rows[(rows["op"].astype(str) == op) & (rows["routing"].astype(str) == routing)]
+        log_axes(t_ax, x_base=2)
+        log_axes(b_ax, x_base=2, y=has_gbs)
+        for runner in shown:
+            line = part[part["runner"].astype(str) == runner].sort_values("tokens_per_expert")
+            if line.empty:
+                continue
+            x, tm = floats(line, "tokens_per_expert"), floats(line, "time_ms")
+            lo, hi = floats(line, "time_p10_ms"), floats(line, "time_p90_ms")
+            err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
+            style = dict(styles[runner], ms=4, label=_label(runner, dtype))
+            t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)
+            if has_gbs:
+                b_ax.plot(x, floats(line, "gbs"), **style)
+        if has_gbs and not math.isnan(copy):
+            reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
+            if j == 0:
+                b_ax.annotate(
+                    f"measured copy {_num(copy)} GB/s",
+                    (0.02, copy),
+                    xycoords=("axes fraction", "data"),
+                    va="bottom",
+                    fontsize=TEXT_PT,
+                    color=ROOF_COLOR,
+                )
+        t_ax.set_title(f"{op}, {routing} routing", fontsize=TEXT_PT + 2)
+        b_ax.set_xlabel("tokens per expert")
+        _tpe_ticks(b_ax, floats(rows, "tokens_per_expert"))
+        for ax in (t_ax, b_ax):
+            ax.grid(alpha=0.3, which="both")
+        if not has_gbs:
+            say(b_ax, "no bandwidth: these rows carry no bytes moved")
+    if has_gbs and not math.isnan(copy):
+        top = max(axes[1, 0].get_ylim()[1], copy * 1.3)
+        axes[1, 0].set_ylim(top=top)
+    axes[0, 0].set_ylabel("time per grouped GEMM (ms)")
+    axes[1, 0].set_ylabel("achieved bandwidth (GB/s)")
+    handles = [
+        Line2D([], [], color=s["color"], marker=s["marker"], label=_label(r, dtype))
+        for r, s in styles.items()
+    ]
+    title = _selection(shown, left) + (f"\n{gap}" if gap and has_gbs else "")
+    sub.suptitle(dtype, fontsize=TEXT_PT + 4, x=0.01, ha="left")
+    sub.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=3,
+        fontsize=TEXT_PT + 1,
+        title=title,
+        title_fontsize=TEXT_PT + 1,
+    )
 
 
 def decode_roofline(decode: pd.DataFrame) -> Figure:
-    """Return the measured roofline per facet of at most eight runners (see runner_facets), with
-    every timed decode GEMM on it.
+    """Return the measured roofline, one row per dtype and a panel per op, with the uniform
+    routing's timed decode GEMMs of the runners decode_time shows on it.
 
-    The roof is min(measured matmul peak, measured copy bandwidth x intensity). Tokens per
-    expert label the top axis, once per gate_up point, so no two labels share a place.
+    The roof is min(measured matmul peak, measured copy bandwidth x intensity); a ceiling that
+    a run beat is not drawn, and the legend says so. Tokens per expert label the top axis.
     """
     ok = ok_or_all(decode)
-    need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype"}
+    need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
         return empty("no decode measurements to place on a roofline", "Roofline")
-    ok = ok[ok["routing"].astype(str) == "uniform"] if "routing" in ok else ok
-    facets = runner_facets(ok)
-    ncols = min(2, len(facets))
-    nrows = math.ceil(len(facets) / ncols)
-    fig = Figure(figsize=(7.2 * ncols, 5.4 * nrows))
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax, (title, runners) in zip(axes, facets, strict=False):
-        dtype = title.split(",")[0]
-        part = ok[(ok["dtype"].astype(str) == dtype) & ok["runner"].astype(str).isin(runners)]
-        styles = _runner_styles(runners)
-        bw = floats(part, "ceiling_copy_gbs").median()
-        peak = floats(part, "ceiling_matmul_tflops").median()
-        inten = floats(part, "intensity").dropna()
-        if not (math.isnan(bw) or math.isnan(peak)) and not inten.empty:
-            ridge = peak * 1e3 / bw
-            xs = np.geomspace(min(inten.min(), ridge) / 4, max(inten.max(), ridge) * 4, 200)
-            ax.plot(xs, np.minimum(peak, bw * xs / 1e3), color="#c0392b", lw=2)
-            ax.text(  # top left lies above the roof, where no point can be
-                0.02,
-                0.98,
-                f"ridge {ridge:,.1f} FLOP/B\n{bw:,.0f} GB/s, {peak:,.3g} TFLOPS",
-                transform=ax.transAxes,
-                va="top",
-                fontsize="x-small",
-                color="#c0392b",
-            )
-        for (runner, op), pts in part.groupby(["runner", "op"], sort=True):
-            ax.plot(
-                floats(pts, "intensity"),
-                floats(pts, "tflops"),
-                ls="",
-                color=styles[runner]["color"],
-                marker="o" if op == "gate_up" else "s",
-                ms=5,
-                alpha=0.85,
-            )
-        log_axes(ax, y=_positive(floats(part, "tflops")))
+    ok = ok[(floats(ok, "tflops") > 0) & (floats(ok, "intensity") > 0)]
+    if ok.empty:
+        return empty("no decode row has a FLOP rate and an intensity", "Roofline")
+    dtypes = _dtypes(ok)
+    fig = Figure(figsize=(PAGE_WIDTH_IN, 5.6 * len(dtypes)))
+    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
+    for sub, dtype in zip(subs, dtypes, strict=True):
+        _roofline_block(sub, _of_dtype(ok, dtype), dtype)
+    fig.set_layout_engine("constrained")
+    return enforce_series(fig)
+
+
+def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
+    """Draw one dtype's roofline panels, one per op, and its legend, on a subfigure."""
+    shown, left = shown_runners(rows)
+    styles = _runner_styles(shown)
+    uniform = rows[rows["routing"].astype(str) == "uniform"] if "routing" in rows else rows
+    uniform = uniform if not uniform.empty else rows
+    ops = list(dict.fromkeys(uniform["op"].astype(str)))
+    axes = sub.subplots(1, len(ops), squeeze=False, sharex=True, sharey=True)[0]
+    inten = floats(rows, "intensity")
+    implied_gbs = floats(rows, "tflops") * 1e3 / inten
+    bw, bw_gap = _ceiling(rows, "ceiling_copy_gbs", implied_gbs)
+    peak, peak_gap = _ceiling(rows, "ceiling_matmul_tflops", floats(rows, "tflops"))
+    lo, hi = inten.min(), inten.max()
+    if not (math.isnan(bw) or math.isnan(peak)):
+        ridge = peak * 1e3 / bw
+        lo, hi = min(lo, ridge), max(hi, ridge)
+    xs = np.geomspace(lo / 4, hi * 4, 200)
+    roof = np.full_like(xs, np.inf)
+    if not math.isnan(peak):
+        roof = np.minimum(roof, peak)
+    if not math.isnan(bw):
+        roof = np.minimum(roof, bw * xs / 1e3)
+    for ax, op in zip(axes, ops, strict=True):
+        part = uniform[uniform["op"].astype(str) == op]
+        log_axes(ax)
+        if np.isfinite(roof).any():
+            reference(ax.plot(xs, roof, color=ROOF_COLOR, lw=2)[0])
+        for runner in shown:
+            pts = part[part["runner"].astype(str) == runner]
+            if not pts.empty:
+                ax.plot(
+                    floats(pts, "intensity"),
+                    floats(pts, "tflops"),
+                    ls="",
+                    ms=6,
+                    alpha=0.85,
+                    label=_label(runner, dtype),
+                    **styles[runner],
+                )
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-        ax.set_ylabel("achieved TFLOPS")
-        ax.set_title(f"{title}: measured roofline", fontsize="medium")
+        ax.set_title(f"{op}, uniform routing", fontsize=TEXT_PT + 2)
         ax.grid(alpha=0.3, which="both")
-        gate_up = part[part["op"].astype(str) == "gate_up"]
-        ticks = gate_up.groupby("tokens_per_expert")["intensity"].median().dropna()
+        ticks = part.groupby("tokens_per_expert")["intensity"].median().dropna()
         ticks = ticks[ticks > 0]
         if not ticks.empty:
             top = ax.twiny()
             top.set_xscale("log")
             top.set_xlim(ax.get_xlim())
-            top.set_xticks(ticks.to_numpy(float), [str(whole(v)) for v in ticks.index])
+            every = ticks.iloc[::2] if len(ticks) > 5 else ticks
+            top.set_xticks(every.to_numpy(float), [str(whole(v)) for v in every.index])
             top.xaxis.set_minor_formatter(NullFormatter())
-            top.tick_params(labelsize="x-small")
-            top.set_xlabel("tokens per expert (gate_up)", fontsize="small")
-        handles = [
-            Line2D([], [], color=s["color"], marker="o", ls="", label=_short_runner(r))
-            for r, s in styles.items()
-        ]
-        handles += [
-            Line2D([], [], color="#333333", marker="o", ls="", label="gate_up"),
-            Line2D([], [], color="#333333", marker="s", ls="", label="down"),
-            Line2D([], [], color="#c0392b", lw=2, label="measured roof"),
-        ]
-        ax.legend(handles=handles, loc="lower right", fontsize="x-small")
-    for ax in axes[len(facets) :]:
-        ax.axis("off")
-    fig.set_layout_engine("constrained")
-    return fig
+            top.tick_params(labelsize=TEXT_PT + 1)
+            top.set_xlabel("tokens per expert", fontsize=TEXT_PT + 1)
+    axes[0].set_ylabel("achieved TFLOPS")
+    if not (math.isnan(bw) or math.isnan(peak)):
+        axes[0].text(
+            0.02,
+            0.98,  # top left lies above the roof, where no point can be
+            f"ridge {peak * 1e3 / bw:,.1f} FLOP/B\n{_num(bw)} GB/s, {_num(peak)} TFLOPS",
+            transform=axes[0].transAxes,
+            va="top",
+            fontsize=TEXT_PT,
+            color=ROOF_COLOR,
+        )
+    handles = [
+        Line2D([], [], color=s["color"], marker=s["marker"], ls="", label=_label(r, dtype))
+        for r, s in styles.items()
+    ]
+    if np.isfinite(roof).any():
+        what = {
+            (True, True): "measured roof",
+            (True, False): "measured copy bandwidth only",
+            (False, True): "measured matmul peak only",
+        }[(not math.isnan(bw), not math.isnan(peak))]
+        handles.append(Line2D([], [], color=ROOF_COLOR, lw=2, label=what))
+    notes = [_selection(shown, left), *(g for g in (bw_gap, peak_gap) if g)]
+    sub.suptitle(f"{dtype}: measured roofline", fontsize=TEXT_PT + 4, x=0.01, ha="left")
+    sub.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=4,
+        fontsize=TEXT_PT + 1,
+        title="\n".join(notes),
+        title_fontsize=TEXT_PT + 1,
+    )

@@ -8,7 +8,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from tilesweep.report.plotting import empty, floats, kernel_label
+from tilesweep.report.plotting import (
+    REFERENCE,
+    TEXT_PT,
+    empty,
+    enforce_series,
+    floats,
+    kernel_label,
+)
 
 FIT_COLORS = {"default": "#3a8a3a", "optin": "#e09b00", "no": "#c0392b", "unknown": "#9a9a9a"}
 FIT_LABELS = {
@@ -17,64 +24,84 @@ FIT_LABELS = {
     "no": "does not fit",
     "unknown": "unknown",
 }
+# The target's limits: column, label, line style, colour and width. The opt-in per-block limit
+# and the per-SM capacity lie 1 KiB apart on SM120 (and SM90), so the per-SM line is a wide pale
+# band under the dashed opt-in line, and each line is named above the panel on its own tier.
 LIMITS = (
-    ("smem_default_bytes", "default per block", ":"),
-    ("smem_limit_bytes", "opt-in per block", "--"),
-    ("smem_per_sm_bytes", "per SM", "-"),
+    ("smem_default_bytes", "default per block", ":", "#555555", 1.5),
+    ("smem_limit_bytes", "opt-in per block", "--", "#1f5fbf", 1.5),
+    ("smem_per_sm_bytes", "per SM", "-", "#b07cc6", 4.0),
 )
+# The height of one tier of limit names above a panel, in points.
+TIER_PT = TEXT_PT + 3
 
 
-def launch_smem(launch: pd.DataFrame) -> Figure:
-    """Return bars of shared memory per kernel, one panel per target, with its limit lines.
+def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
+    """Return the launch table's targets in table order, `first` (the deployment's hardware)
+    ahead of the rest when the table has it."""
+    targets = list(dict.fromkeys(launch["target"].astype(str)))
+    return sorted(targets, key=lambda t: t != first)
+
+
+def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
+    """Return bars of shared memory per kernel, one panel per target on one x scale, the
+    deployment's hardware (`first`) on top, with the target's limit lines.
 
     Bars are the compiler's (Triton) or CUTLASS's number, coloured by whether the kernel fits;
     CUTLASS bars are split into mainloop and the rest (epilogue); a black diamond is the hand
-    estimate; vertical lines are the target's default, opt-in and per-SM limits.
+    estimate; vertical lines are the target's default, opt-in and per-SM limits, each named.
     """
     if launch.empty or "target" not in launch:
         return empty("no launch checks in this sweep", "Shared memory per tile")
-    targets = list(dict.fromkeys(launch["target"].astype(str)))
-    heights = [max(2.0, 0.32 * (launch["target"] == t).sum() + 1.2) for t in targets]
+    targets = target_order(launch, first)
+    heights = [max(2.2, 0.3 * (launch["target"] == t).sum() + 1.4) for t in targets]
     fig = Figure(figsize=(9, sum(heights)))
-    axes = fig.subplots(len(targets), 1, squeeze=False, height_ratios=heights)[:, 0]
-    for ax, target in zip(axes, targets, strict=True):
+    axes = fig.subplots(len(targets), 1, squeeze=False, height_ratios=heights, sharex=True)
+    for ax, target in zip(axes[:, 0], targets, strict=True):
         part = launch[launch["target"].astype(str) == target].reset_index(drop=True)
-        _smem_panel(ax, part, target)
+        _smem_panel(ax, part, target, deployed=target == first)
     handles = [Patch(color=c, label=FIT_LABELS[k]) for k, c in FIT_COLORS.items()]
     handles += [
         Patch(facecolor="white", edgecolor="#333333", hatch="///", label="epilogue + rest"),
         Line2D([], [], marker="D", color="black", ls="", label="hand estimate"),
     ]
-    handles += [Line2D([], [], color="#333333", ls=ls, label=lab) for _, lab, ls in LIMITS]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize="small")
+    handles += [Line2D([], [], color=c, ls=ls, lw=w, label=lab) for _, lab, ls, c, w in LIMITS]
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
     fig.set_layout_engine("constrained")
-    return fig
+    return enforce_series(fig)
 
 
-def _smem_panel(ax, part: pd.DataFrame, target: str) -> None:
+def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> None:
     """Draw one target's shared-memory bars, estimates and limit lines on ax."""
     rows = part.to_dict("records")
     labels = [kernel_label(r) for r in rows]
     y = np.arange(len(rows))
     smem = floats(part, "smem_bytes").to_numpy() / 1024
     mainloop = floats(part, "mainloop_smem_bytes").to_numpy() / 1024
-    colors = [FIT_COLORS.get(str(r.get("fits")), FIT_COLORS["unknown"]) for r in rows]
+    fits = np.array(
+        [str(r.get("fits")) if str(r.get("fits")) in FIT_COLORS else "unknown" for r in rows]
+    )
     split = ~np.isnan(mainloop) & ~np.isnan(smem)
-    whole = np.where(split, mainloop, smem)
-    ax.barh(y, np.nan_to_num(whole), color=colors, height=0.7)
+    whole = np.nan_to_num(np.where(split, mainloop, smem))
+    for key, color in FIT_COLORS.items():
+        mine = fits == key
+        if mine.any():
+            ax.barh(y[mine], whole[mine], color=color, height=0.7, label=FIT_LABELS[key])
     if split.any():
         ax.barh(
             y[split],
             (smem - mainloop)[split],
             left=mainloop[split],
-            color=[c for c, s in zip(colors, split, strict=True) if s],
+            color=[FIT_COLORS[f] for f in fits[split]],
             edgecolor="#333333",
             hatch="///",
             height=0.7,
             linewidth=0.3,
+            label="epilogue + rest",
         )
     model = floats(part, "smem_model_bytes").to_numpy() / 1024
-    ax.plot(model, y, "D", color="black", markersize=4, ls="")
+    if not np.isnan(model).all():
+        ax.plot(model, y, "D", color="black", markersize=4, ls="", label="hand estimate")
     for i, r in enumerate(rows):
         if np.isnan(smem[i]):
             ax.annotate(
@@ -83,16 +110,51 @@ def _smem_panel(ax, part: pd.DataFrame, target: str) -> None:
                 xytext=(8, 0),
                 textcoords="offset points",
                 va="center",
-                fontsize="x-small",
+                fontsize=TEXT_PT,
                 color="#555555",
             )
-    for col, _label, ls in LIMITS:
+    tiers = _limit_lines(ax, part)
+    ax.set_yticks(y, labels, fontsize=TEXT_PT + 1)
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    arch = str(part["arch"].iloc[0]) if "arch" in part else ""
+    note = " (the deployment's hardware)" if deployed else ""
+    ax.set_title(
+        f"{target} ({arch}){note}", fontsize=TEXT_PT + 3, loc="left", pad=6 + tiers * TIER_PT
+    )
+    ax.set_xlabel("shared memory per block (KiB)")
+    ax.xaxis.set_tick_params(labelbottom=True)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _limit_lines(ax, part: pd.DataFrame) -> int:
+    """Draw the target's limits as vertical lines, each named above the axis on its own tier
+    (two limits 1 KiB apart keep both names); return the number of tiers."""
+    found = []
+    for col, label, ls, color, width in LIMITS:
         values = floats(part, col).dropna()
         if not values.empty:
-            ax.axvline(values.iloc[0] / 1024, color="#333333", ls=ls, lw=1)
-    ax.set_yticks(y, labels, fontsize="small")
-    ax.invert_yaxis()
-    arch = str(part["arch"].iloc[0]) if "arch" in part else ""
-    ax.set_title(f"{target} ({arch})", fontsize="medium", loc="left")
-    ax.set_xlabel("shared memory per block (KiB)")
-    ax.grid(axis="x", alpha=0.3)
+            found.append((values.iloc[0] / 1024, label, ls, color, width))
+    found.sort(key=lambda f: f[0])
+    for tier, (kib, label, ls, color, width) in enumerate(found):
+        # The wide per-SM band lies under the dashed opt-in line: where they coincide both show.
+        zorder = 3 if ls == "-" else 4
+        ax.axvline(kib, color=color, ls=ls, lw=width, zorder=zorder, gid=REFERENCE)
+        ax.annotate(
+            f"{label} {kib:,.0f} KiB",
+            (kib, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, 2 + tier * TIER_PT),
+            textcoords="offset points",
+            va="bottom",
+            fontsize=TEXT_PT,
+            color=color,
+            annotation_clip=False,
+        )
+    return len(found)
+
+
+def deployment_target(verdict: pd.DataFrame) -> str | None:
+    """Return the hardware the verdict is for (its one `hardware` value; the launch table's
+    target name), or None when the verdict names none or several."""
+    names = list(dict.fromkeys(verdict["hardware"].astype(str))) if "hardware" in verdict else []
+    return names[0] if len(names) == 1 else None

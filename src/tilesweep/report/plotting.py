@@ -1,11 +1,17 @@
-"""What every report figure shares: PNG output, the empty figure that says why, log axes with
-plain labels, and cell helpers. Figures are built without pyplot (no global state, Agg canvas).
+"""What every report figure shares: PNG output, the empty figure that says why, the series limit
+and its check, log axes with plain labels, and cell helpers. Figures are built without pyplot
+(no global state, Agg canvas).
+
+Every figure is drawn to read at a 1,280 px page: at most MAX_SERIES data series per axis
+(small multiples, or the top ones with the rest left to the table and a note saying so), no
+wider than the report's column (PAGE_WIDTH_IN at DPI), and no text under TEXT_PT.
 """
 
 from __future__ import annotations
 
 import io
 import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -14,6 +20,16 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, FuncFormatter, NullFormatter
 
 DPI = 100
+# The most data series one axis carries; a reference line (a limit, a roof) is not a series.
+MAX_SERIES = 6
+# The report's column at a 1,280 px page (report/html.py: 1,200 px less its padding and the
+# image's border, 1,164 px), in inches at DPI, less a margin for the saved figure's own edge:
+# a figure this wide is shown at its own size, so TEXT_PT holds.
+PAGE_WIDTH_IN = 11.5
+# The smallest text on a figure, in points: 8 pt at DPI 100 is 11 px.
+TEXT_PT = 8
+# The gid of an artist that marks a reference (a limit, a roof, a floor), not a data series.
+REFERENCE = "reference"
 
 
 def png(fig: Figure) -> bytes:
@@ -33,6 +49,58 @@ def empty(message: str, title: str = "") -> Figure:
         ax.set_title(title)
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555")
     return fig
+
+
+def reference(artist):
+    """Return artist marked as a reference line (not counted as a series)."""
+    artist.set_gid(REFERENCE)
+    return artist
+
+
+def _labelled(artist) -> bool:
+    """Return whether an artist carries a series label (not '', not '_...', not a reference)."""
+    label = str(artist.get_label() or "")
+    gid = artist.get_gid() if hasattr(artist, "get_gid") else None
+    return bool(label) and not label.startswith("_") and gid != REFERENCE
+
+
+def series_labels(ax) -> list[str]:
+    """Return the labels of ax's data series: its labelled lines, collections and containers
+    (error bars, bars), not reference lines nor artists labelled '_...'."""
+    artists = [*ax.get_lines(), *ax.collections, *ax.containers]
+    return [str(a.get_label()) for a in artists if _labelled(a)]
+
+
+def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
+    """Return fig, after checking that none of its axes carries more than `most` series;
+    raise ValueError naming the axis that does (a figure's own selection went wrong)."""
+    for ax in fig.get_axes():
+        labels = series_labels(ax)
+        if len(labels) > most:
+            raise ValueError(
+                f"axis {ax.get_title()!r} carries {len(labels)} series, more than {most}: "
+                + ", ".join(labels)
+            )
+    return fig
+
+
+def top_series(
+    ranked: Sequence[str], most: int = MAX_SERIES, keep: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
+    """Return (shown, left out) of `ranked` (best first): `keep` always shown, then the best of
+    the rest up to `most` in all; shown keeps the ranked order."""
+    kept = [k for k in dict.fromkeys(keep) if k in ranked][:most]
+    chosen = {*kept, *[r for r in ranked if r not in kept][: most - len(kept)]}
+    shown = [r for r in ranked if r in chosen]
+    return shown, [r for r in ranked if r not in chosen]
+
+
+def say(ax, message: str) -> None:
+    """Turn ax into a text panel that states why it has nothing to plot."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555",
+            transform=ax.transAxes, fontsize=TEXT_PT + 1)  # fmt: skip
 
 
 def floats(frame: pd.DataFrame, col: str) -> pd.Series:

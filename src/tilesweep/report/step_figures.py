@@ -4,13 +4,23 @@ check of composed against measured steps."""
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from tilesweep.report.plotting import empty, floats, log_axes, whole
+from tilesweep.report.plotting import (
+    PAGE_WIDTH_IN,
+    TEXT_PT,
+    empty,
+    enforce_series,
+    floats,
+    log_axes,
+    reference,
+    whole,
+)
 
 SHARE_COLORS = {
     "memory_ms": "#4878d0",
@@ -26,68 +36,189 @@ SHARE_LABELS = {
 }
 
 
+# The most bars one row of the split carries before it wraps (the page's width).
+BARS_PER_ROW = 16
+
+
+def _unfit(verdict: pd.DataFrame) -> pd.Series:
+    """Return, per verdict row, whether its layout does not fit in memory at its batch."""
+    if "fits_memory" not in verdict:
+        return pd.Series(False, index=verdict.index)
+    return verdict["fits_memory"].astype(str) == "no"
+
+
+def _drawn(verdict: pd.DataFrame) -> pd.Series:
+    """Return, per verdict row, whether it has a split to draw: it fits and has a time."""
+    total = sum((floats(verdict, c).fillna(0) for c in SHARE_COLORS if c in verdict), 0.0)
+    return ~_unfit(verdict) & (total > 0)
+
+
+def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[str]:
+    """Return the sentences that name each layout left out, why and at which batches."""
+    notes = []
+    for reason, mask in (
+        ("does not fit in memory", ~drawn & _unfit(verdict)),
+        ("has no composed time (see the verdict table)", ~drawn & ~_unfit(verdict)),
+    ):
+        groups: dict[tuple, list[str]] = {}
+        for layout, rows in verdict[mask].groupby(verdict["layout"].astype(str), sort=False):
+            where = tuple(sorted(whole(b) for b in floats(rows, "batch").dropna()))
+            groups.setdefault(where, []).append(layout)
+        parts = [
+            f"{', '.join(names)} at "
+            + ("every batch" if len(where) == len(batches) else f"batch {_listed(where)}")
+            for where, names in groups.items()
+        ]
+        if parts:
+            notes.append(f"No bar where a layout {reason}: " + "; ".join(parts) + ".")
+    bare = [whole(b) for b in batches if not drawn[floats(verdict, "batch") == b].any()]
+    if bare:
+        notes.append(f"No layout has a bar at batch {_listed(bare)}.")
+    return notes
+
+
+def _listed(values) -> str:
+    """Return values as a comma-separated list."""
+    return ", ".join(str(v) for v in values)
+
+
 def verdict_split(verdict: pd.DataFrame) -> Figure:
     """Return stacked bars of each layout's step split (memory, math, communication, other) in
-    ms per output token, one panel per batch; a layout that does not fit is marked, not drawn."""
+    ms per output token, grouped by batch on one y scale; a layout that does not fit at a
+    batch has no bar there, and the legend names it."""
     shares = [c for c in SHARE_COLORS if c in verdict]
     if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
         return empty("no verdict rows", "Verdict")
     batches = sorted(pd.unique(floats(verdict, "batch").dropna()))
     layouts = list(dict.fromkeys(verdict["layout"].astype(str)))
-    ncols = min(3, len(batches))
-    nrows = math.ceil(len(batches) / ncols)
-    width = min(4.2, max(3.2, 0.45 * len(layouts) + 1.2))
-    fig = Figure(figsize=(width * ncols, 3.2 * nrows + 0.8))
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax, batch in zip(axes, batches, strict=False):
-        part = verdict[floats(verdict, "batch") == batch]
-        pos = {name: i for i, name in enumerate(layouts)}
-        x = np.array([pos[str(n)] for n in part["layout"]], dtype=float)
-        bottom = np.zeros(len(part))
-        for col in shares:
-            vals = floats(part, col).fillna(0).to_numpy()
-            ax.bar(x, vals, 0.75, bottom=bottom, color=SHARE_COLORS[col], linewidth=0)
-            bottom += vals
-        top = max(bottom.max() if len(bottom) else 0.0, 1e-9)
-        for xi, rec in zip(x, part.to_dict("records"), strict=True):
-            if rec.get("fits_memory") == "no":
-                ax.text(xi, 0.02 * top, "does not fit", rotation=90, ha="center", va="bottom",
-                        fontsize="x-small", color="#a00000")  # fmt: skip
-        ax.set_xticks(range(len(layouts)), layouts, rotation=45, ha="right", fontsize="small")
-        ax.set_title(f"batch {whole(batch)} (concurrent sequences)", fontsize="medium")
-        ax.set_ylabel("ms per output token")
-        ax.margins(y=0.08)
-        ax.grid(axis="y", alpha=0.3)
-    for ax in axes[len(batches) :]:
-        ax.axis("off")
+    drawn = _drawn(verdict)
+    notes = _not_drawn(verdict, drawn, batches)
+    if not drawn.any():
+        return empty(" ".join(notes), "Verdict")
+    groups = []  # (batch, its drawn rows in the config's layout order)
+    for batch in batches:
+        part = verdict[drawn & (floats(verdict, "batch") == batch)]
+        order = part["layout"].astype(str).map(layouts.index)
+        if not part.empty:
+            groups.append((batch, part.iloc[np.argsort(order.to_numpy(), kind="stable")]))
+    bars = sum(len(part) for _, part in groups)
+    per_row = math.ceil(bars / math.ceil(bars / BARS_PER_ROW))  # rows of even length
+    rows, count = [[]], 0
+    for group in groups:
+        if rows[-1] and count + len(group[1]) > per_row:
+            rows.append([])
+            count = 0
+        rows[-1].append(group)
+        count += len(group[1])
+    fig = Figure(figsize=(PAGE_WIDTH_IN, 3.6 * len(rows) + 1.2))
+    axes = fig.subplots(len(rows), 1, squeeze=False, sharey=True)[:, 0]
+    spans = [_split_row(ax, row, shares) for ax, row in zip(axes, rows, strict=True)]
+    for ax in axes:  # one bar width on every row
+        ax.set_xlim(-0.75, max(spans) - 0.75)
     handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize="small")
+    title = "\n".join(textwrap.fill(n, 150) for n in notes) or None
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=4,
+        fontsize=TEXT_PT + 1,
+        title=title,
+        title_fontsize=TEXT_PT + 1,
+    )
     fig.set_layout_engine("constrained")
-    return fig
+    return enforce_series(fig)
+
+
+def _split_row(ax, groups: list, shares: list[str]) -> float:
+    """Draw one row of the split: each batch's layouts side by side, a gap between batches;
+    return the row's span in bar slots."""
+    x, names, centres, edges, pos = [], [], [], [], 0.0
+    for _batch, part in groups:
+        here = pos + np.arange(len(part))
+        x += list(here)
+        names += part["layout"].astype(str).tolist()
+        centres.append(here.mean())
+        edges.append(pos - 0.75)
+        pos += len(part) + 0.5
+    frame = pd.concat([part for _, part in groups])
+    x = np.array(x)
+    bottom = np.zeros(len(frame))
+    for col in shares:
+        vals = floats(frame, col).fillna(0).to_numpy()
+        ax.bar(
+            x,
+            vals,
+            0.75,
+            bottom=bottom,
+            color=SHARE_COLORS[col],
+            linewidth=0,
+            label=SHARE_LABELS[col],
+        )
+        bottom += vals
+    for xi, total in zip(x, bottom, strict=True):
+        ax.annotate(
+            f"{total:.1f}" if total < 100 else f"{total:,.0f}",
+            (xi, total),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=TEXT_PT,
+        )
+    for edge in edges[1:]:
+        reference(ax.axvline(edge, color="#999999", lw=0.8))
+    ax.set_xticks(x, names, rotation=35, ha="right", fontsize=TEXT_PT + 1)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(centres, [f"batch {whole(b)}" for b, _ in groups])
+    top.tick_params(length=0, labelsize=TEXT_PT + 2)
+    ax.set_ylabel("ms per output token")
+    ax.margins(y=0.12)
+    ax.grid(axis="y", alpha=0.3)
+    return pos
+
+
+# The most whole-step panels side by side before they wrap (the page's width).
+CHECK_COLUMNS = 4
 
 
 def check_error(check: pd.DataFrame) -> Figure:
     """Return composed against measured whole-step time per layout and batch, with the
-    measured p10..p90 band and the composed and roofline-only errors."""
+    measured p10..p90 band and the roofline alone; every panel on one y scale."""
     if check.empty or "measured_ms" not in check:
         return empty("no measured whole steps", "Check of the method")
     layouts = list(dict.fromkeys(check["layout"].astype(str)))
-    fig = Figure(figsize=(min(12.0, 3.0 * len(layouts) + 1.0), 3.6))
-    axes = fig.subplots(1, len(layouts), squeeze=False).ravel()
-    for ax, layout in zip(axes, layouts, strict=True):
+    nrows = math.ceil(len(layouts) / CHECK_COLUMNS)
+    ncols = math.ceil(len(layouts) / nrows)
+    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 2.9 * ncols + 0.6), 3.0 * nrows + 0.6))
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
+    for ax, layout in zip(axes, layouts, strict=False):
         part = check[check["layout"].astype(str) == layout].sort_values("batch")
         b = floats(part, "batch")
-        ax.fill_between(b, floats(part, "measured_p10_ms"), floats(part, "measured_p90_ms"),
-                        color="#999999", alpha=0.3, label="measured p10..p90")  # fmt: skip
+        log_axes(ax, x_base=2)
+        ax.fill_between(
+            b,
+            floats(part, "measured_p10_ms"),
+            floats(part, "measured_p90_ms"),
+            color="#999999",
+            alpha=0.3,
+            label="measured p10..p90",
+        )
         ax.plot(b, floats(part, "measured_ms"), "k-o", ms=3, label="measured (median)")
         ax.plot(b, floats(part, "composed_ms"), "-s", color="#4878d0", ms=3, label="composed")
         ax.plot(b, floats(part, "roofline_ms"), ":", color="#ee854a", label="roofline only")
         held = bool(part["held_out"].iloc[0]) if "held_out" in part else True
-        ax.set_title(f"{layout}{' (held out)' if held else ' (calibration)'}", fontsize="medium")
-        log_axes(ax, x_base=2)
-        ax.set_xlabel("batch (sequences)")
-        ax.set_ylabel("ms per step")
+        ax.set_title(f"{layout}{' (held out)' if held else ' (calibration)'}", fontsize=TEXT_PT + 2)
+        ax.grid(alpha=0.3, which="both")
+    for i, ax in enumerate(axes):
+        if i >= len(layouts):
+            ax.axis("off")
+            continue
+        if i % ncols == 0:
+            ax.set_ylabel("ms per step")
+        if i + ncols >= len(layouts):
+            ax.set_xlabel("batch (sequences)")
+            ax.xaxis.set_tick_params(labelbottom=True)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize="small")
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
     fig.set_layout_engine("constrained")
-    return fig
+    return enforce_series(fig)
