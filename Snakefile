@@ -14,6 +14,7 @@ from tilesweep.errors import ConfigError
 from tilesweep.sweep_lock import hold
 from tilesweep.grid import canonical as grid_json
 from tilesweep.pipeline import Sweep, parse_overrides
+from tilesweep.progress import attach as show_progress
 from tilesweep.report_paths import MEASURED_TABLES, example_overrides
 from tilesweep.provenance import package_version, toolchain_key
 from tilesweep.stages.report import FIGURE_CATEGORIES
@@ -36,6 +37,8 @@ R = SWEEP.results
 STAGE5 = SWEEP.stage5(EXAMPLE)
 if workflow.is_main_process:
     print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
+    # A line per stage with the time left, in place of Snakemake's block per job (progress.py).
+    show_progress(workflow)
 REBUILDS = rebuilds(R) if not EXAMPLE else {}
 if workflow.is_main_process and not EXAMPLE:
     # One sweep at a time on a results folder: a kernel-held lock that dies with this process

@@ -1,0 +1,327 @@
+"""The run's console: one line per stage (Snakemake rule) as its jobs start and finish, with the
+time left estimated from the jobs' own durations, in place of Snakemake's block per job.
+
+The Snakefile's main process attaches `Console` to Snakemake's logger, so it reads the events the
+scheduler logs (a job starts, finishes, fails) under any executor, local or SLURM, with no flag.
+A stage's estimate is its jobs still to run at the mean time of its jobs finished in this run,
+shared among as many as were seen running at once; before one has finished, the mean of the
+durations Snakemake recorded for that rule in an earlier run (`.snakemake/metadata`, start to
+output), else "no estimate yet". Snakemake's own lines for each job stay in its log file; errors,
+warnings and messages it prints without an event still reach the console."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from snakemake_interface_logger_plugins.common import LogEvent
+
+PREFIX = "[tilesweep]"
+# A stage's running line prints at most this often; its first finished job and its end always do.
+EVERY_S = 30.0
+# Per-job events whose lines Console replaces on the console (the log file keeps them).
+REPLACED = {
+    LogEvent.WORKFLOW_STARTED,
+    LogEvent.JOB_INFO,
+    LogEvent.GROUP_INFO,
+    LogEvent.SHELLCMD,
+    LogEvent.JOB_STARTED,
+    LogEvent.JOB_FINISHED,
+    LogEvent.PROGRESS,
+}
+# Plain lines Snakemake logs once per scheduling round, or after the end of a clean run (which
+# then ends naming the report): Console's first and last lines say the same.
+ROUND_LINES = ("Select jobs to execute...",)
+CLOSING_LINES = ("Complete log(s): ", "Elapsed time: ")
+
+
+def clock(seconds: float) -> str:
+    """Return a duration as the console writes it: `<1s`, `42s`, `3m10s`, `1h05m`."""
+    if seconds < 1:
+        return "<1s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def jobs(n: int, noun: str = "job") -> str:
+    """Return `1 job` or `n jobs` (or another noun)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def time_left(pending: int, running_ages: Iterable[float], mean_s: float, at_once: int) -> float:
+    """Return the seconds a stage has left: its pending jobs at the mean job time plus what the
+    mean leaves of each running job (none once a job has run past it), spread over the jobs seen
+    running at once."""
+    work = pending * mean_s + sum(max(mean_s - age, 0.0) for age in running_ages)
+    return work / max(at_once, 1)
+
+
+def recorded_job_times(metadata: str | os.PathLike) -> dict[str, list[float]]:
+    """Return, per rule, the job durations (start to output) Snakemake recorded in earlier runs
+    under `.snakemake/metadata`, one per job (a job's outputs share one record's times)."""
+    seen: set[tuple[str, float, float]] = set()
+    times: dict[str, list[float]] = {}
+    try:
+        entries = list(os.scandir(metadata))
+    except OSError:
+        return times
+    for entry in entries:
+        try:
+            with open(entry.path) as handle:
+                record = json.load(handle)
+            rule, start, end = record["rule"], float(record["starttime"]), float(record["endtime"])
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if record.get("incomplete") or end < start or (rule, start, end) in seen:
+            continue
+        seen.add((rule, start, end))
+        times.setdefault(rule, []).append(end - start)
+    return times
+
+
+@dataclass
+class Stage:
+    """One rule's jobs in this run: how many, which run since when, how long the finished took."""
+
+    name: str
+    total: int = 0
+    durations: list[float] = field(default_factory=list)
+    failed: int = 0
+    running: dict[int, float] = field(default_factory=dict)  # jobid -> start time
+    at_once: int = 0
+    began: float | None = None
+    last_line: float | None = None
+
+    @property
+    def ended(self) -> int:
+        """Return how many of its jobs finished, failed ones included."""
+        return len(self.durations) + self.failed
+
+    @property
+    def complete(self) -> bool:
+        """Return whether every planned job of the stage has ended."""
+        return self.ended >= self.total and not self.running
+
+    def count(self) -> str:
+        """Return `ended/total`, with the failed ones named."""
+        failed = f" ({self.failed} failed)" if self.failed else ""
+        return f"{self.ended}/{self.total}{failed}"
+
+    def estimate(self, now: float, earlier: list[float] | None) -> str:
+        """Return `~T left (why)` from this run's finished jobs, else from earlier durations,
+        else `no estimate yet`."""
+        if self.durations:
+            times, where = self.durations, "this run"
+        elif earlier:
+            times, where = earlier, "an earlier run"
+        else:
+            return "no estimate yet"
+        mean = sum(times) / len(times)
+        pending = max(self.total - self.ended - len(self.running), 0)
+        ages = [now - t for t in self.running.values()]
+        left = time_left(pending, ages, mean, self.at_once)
+        return f"~{clock(left)} left (mean job {clock(mean)} in {where}, {self.at_once} at once)"
+
+
+class Console(logging.Handler):
+    """Snakemake log handler that writes the stage lines to a stream."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        metadata: str | os.PathLike = ".snakemake/metadata",
+        log_files: Iterable[str] = (),
+        hidden: Iterable[str] = ("all",),
+        every_s: float = EVERY_S,
+    ):
+        super().__init__()
+        self.stream = stream
+        self.metadata = metadata
+        self.log_files = list(log_files)
+        self.hidden = set(hidden)
+        self.every_s = every_s
+        self.stages: dict[str, Stage] = {}
+        self.rule_of: dict[int, str] = {}
+        self.starting: list[str] = []
+        self.batch: set = set()  # job ids of the last "Execute N jobs" yet to log their start
+        self.earlier: dict[str, list[float]] | None = None
+        self.began: float | None = None
+        self.failed = False
+        self.broken = False
+        self._lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Update the stages from one Snakemake event; write the lines it calls for."""
+        if self.broken:
+            return
+        try:
+            with self._lock:
+                for line in self.lines(record):
+                    self.stream.write(f"{PREFIX} {line}\n")
+                self.stream.flush()
+        except Exception as err:  # a stream or event it cannot read: Snakemake's lines come back
+            self.broken = True
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write(f"{PREFIX} stage lines stopped ({type(err).__name__}: {err})\n")
+
+    def lines(self, record: logging.LogRecord) -> list[str]:
+        """Return the console lines one event calls for (most call for none)."""
+        event = getattr(record, "event", None)
+        now = record.created
+        if record.levelno >= logging.ERROR:
+            self.failed = True
+        if event == LogEvent.JOB_STARTED:
+            self.batch = set(getattr(record, "jobs", ()))
+        if event == LogEvent.JOB_INFO:
+            self._start(record.rule_name, record.jobid, now)
+            self.batch.discard(record.jobid)
+            return self._announce(now) if not self.batch else []
+        # A batch's jobs (a group job's too) have all logged their start by the next other event.
+        out = [] if event in (LogEvent.SHELLCMD, LogEvent.GROUP_INFO) else self._announce(now)
+        if event == LogEvent.RUN_INFO and isinstance(getattr(record, "stats", None), dict):
+            out.append(self._plan(record.stats, now))
+        elif event == LogEvent.JOB_FINISHED:
+            out += self._end(record.job_id, now, failed=False)
+        elif event == LogEvent.JOB_ERROR:
+            out += self._end(record.jobid, now, failed=True)
+        elif event == LogEvent.PROGRESS and record.done >= record.total:
+            out.append(self._finale(record.total, now))
+        return out
+
+    def hides(self, record: logging.LogRecord) -> bool:
+        """Return whether Snakemake's console handler should leave out a record Console speaks
+        for (the log file keeps it)."""
+        if self.broken:
+            return False
+        if record.levelno >= logging.ERROR:
+            self.failed = True  # Snakemake's handler sees a record before this one does
+        event = getattr(record, "event", None)
+        if event in REPLACED or (event == LogEvent.RUN_INFO and hasattr(record, "stats")):
+            return True
+        message = record.getMessage() if record.msg is not None else ""
+        if message in ROUND_LINES:
+            return True
+        return not self.failed and message.startswith(CLOSING_LINES)
+
+    def filter_for(self, handler: logging.Handler) -> None:
+        """Make Snakemake's console handler leave out what Console replaces."""
+        handler.addFilter(lambda record: not self.hides(record))
+
+    def _stage(self, name: str) -> Stage:
+        if name not in self.stages:
+            self.stages[name] = Stage(name)
+        return self.stages[name]
+
+    def _plan(self, stats: dict, now: float) -> str:
+        self.began = now
+        for name, count in stats.items():
+            if name != "total":
+                self._stage(name).total = int(count)
+        shown = [s for s in self.stages.values() if s.name not in self.hidden]
+        log = f"; Snakemake's full log: {', '.join(self.log_files)}" if self.log_files else ""
+        return f"{jobs(stats.get('total', 0))} in {jobs(len(shown), 'stage')}{log}"
+
+    def _start(self, rule: str, jobid: int, now: float) -> None:
+        stage = self._stage(rule)
+        self.rule_of[jobid] = rule
+        stage.running[jobid] = now
+        stage.at_once = max(stage.at_once, len(stage.running))
+        stage.total = max(stage.total, stage.ended + len(stage.running))
+        if stage.began is None:
+            stage.began = now
+            if rule not in self.hidden:
+                self.starting.append(rule)
+
+    def _announce(self, now: float) -> list[str]:
+        """Return a line per stage whose first jobs started in the last batch."""
+        out = []
+        for rule in self.starting:
+            stage = self.stages[rule]
+            if self.earlier is None:
+                self.earlier = recorded_job_times(self.metadata)
+            estimate = stage.estimate(now, self.earlier.get(rule))
+            out.append(f"{rule} started: {jobs(stage.total)}, {estimate}")
+            stage.last_line = now
+        self.starting = []
+        return out
+
+    def _end(self, jobid: int, now: float, failed: bool) -> list[str]:
+        rule = self.rule_of.get(jobid)
+        if rule is None:
+            return []
+        stage = self.stages[rule]
+        start = stage.running.pop(jobid, None)
+        if start is None:
+            return []  # an end already counted
+        if failed:
+            stage.failed += 1
+        else:
+            stage.durations.append(now - start)
+        first = stage.ended == 1
+        due = stage.last_line is None or now - stage.last_line >= self.every_s
+        if rule in self.hidden or not (first or failed or due or stage.complete):
+            return []
+        stage.last_line = now
+        elapsed = clock(now - stage.began) if stage.began is not None else "0s"
+        if stage.complete:
+            n = len(stage.durations)
+            mean = f", mean job {clock(sum(stage.durations) / n)}" if n > 1 else ""
+            failures = f" ({stage.failed} failed)" if stage.failed else ""
+            head = f"{rule} done: {jobs(stage.total)}{failures} in {elapsed}{mean}"
+        else:
+            earlier = (self.earlier or {}).get(rule)
+            head = f"{rule} {stage.count()} jobs, {elapsed} elapsed, {stage.estimate(now, earlier)}"
+        return [f"{head}; {self._others(rule)}"]
+
+    def _others(self, rule: str) -> str:
+        """Return the other stages in one clause: those running with their counts, those to
+        come with their jobs, and how many are done."""
+        running, to_come, done = [], [], 0
+        for stage in self.stages.values():
+            if stage.name == rule or stage.name in self.hidden:
+                continue
+            if stage.complete:
+                done += 1
+            elif stage.began is None:
+                to_come.append(f"{stage.name} ({stage.total})")
+            else:
+                running.append(f"{stage.name} {stage.count()}")
+        parts = [
+            *(["running " + ", ".join(running)] if running else []),
+            *(["to come " + ", ".join(to_come)] if to_come else []),
+            *([f"{done} done"] if done else []),
+        ]
+        return "other stages: " + ("; ".join(parts) if parts else "none")
+
+    def _finale(self, total: int, now: float) -> str:
+        took = f" in {clock(now - self.began)}" if self.began is not None else ""
+        return f"all {total} jobs done{took}"
+
+
+def attach(workflow, hidden: Iterable[str] = ("all",)) -> Console | None:
+    """Attach a Console to Snakemake's logger for a real run of the main process (not a dry run,
+    not a cluster job), quieting Snakemake's per-job console lines unless --verbose; return it."""
+    settings = workflow.output_settings
+    if not workflow.is_main_process or settings is None or settings.dryrun:
+        return None
+    from snakemake.logging import logger
+
+    shown = [h for h in logger.handlers if h.name == "DefaultStreamHandler"]
+    stream = getattr(shown[0], "stream", sys.stderr) if shown else sys.stderr
+    console = Console(stream, log_files=workflow.logger_manager.get_logfile(), hidden=hidden)
+    logger.addHandler(console)
+    if not settings.verbose:
+        for handler in shown:
+            console.filter_for(handler)
+    return console
