@@ -63,14 +63,14 @@ def draw_figures(
     when given)."""
     from tilesweep.report.collective_figure import collective_bandwidth
     from tilesweep.report.decode_figures import decode_roofline, decode_time
-    from tilesweep.report.launch_figure import launch_smem
+    from tilesweep.report.launch_figure import deployment_target, launch_smem
     from tilesweep.report.pareto_figure import pareto
     from tilesweep.report.plotting import png
     from tilesweep.report.step_figures import check_error, verdict_split
 
     drawers = {
         "pareto": lambda: pareto(verdict),
-        "launch_smem": lambda: launch_smem(launch),
+        "launch_smem": lambda: launch_smem(launch, first=deployment_target(verdict)),
         "decode_time": lambda: decode_time(decode),
         "decode_roofline": lambda: decode_roofline(decode),
         "collective_bandwidth": lambda: collective_bandwidth(

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from tilesweep.report.plotting import empty, floats, whole
+from tilesweep.report.plotting import empty, enforce_series, floats, whole
 
 # At most this many layouts get a series of their own; the legend counts the rest.
 MAX_SERIES = 6
@@ -154,4 +154,4 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         handles.append(Line2D([], [], lw=0, label=f"+{len(rest)} more layouts: verdict table"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
     fig.set_layout_engine("constrained")
-    return fig
+    return enforce_series(fig)
