@@ -14,7 +14,7 @@ source "$(dirname "$0")/gpu_env.sh" || exit 1
 # with torch's ops (bench.step_kernels=torch), and the layout tables say so in step_kernels.
 attn=()
 if ! PYTHONPATH="$PWD/src:${TILESWEEP_SITE:-/tmp/tilesweep-site}" timeout 180 python3 -m pytest -q \
-  -p no:cacheprovider tests/test_mla_decode.py tests/test_step_fused.py 2>&1 | tail -15 | tee "$out/mla_check.log" |
+  -p no:cacheprovider tests/test_mla_decode.py tests/test_step_fused.py -k gpu 2>&1 | tail -15 | tee "$out/mla_check.log" |
   grep -q " passed"; then
   attn=(bench.step_kernels=torch)
 fi
