@@ -69,7 +69,7 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
         "seed": bench["seed"],
         "runner": runner,
         "mode": bench["step_mode"] if cuda else "eager",
-        "fused": bench["step_kernels"] == "fused",
+        "fused": bench.get("step_kernels", "fused") == "fused",
     }
     return {
         "layout": layout,
