@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -60,6 +61,8 @@ def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
         cols["datasheet_tflops"] = sheet["matmul_tflops"].get(dtype)
     if row.get("status") == "ok":
         above = []  # a rate above its measured ceiling is no fraction: the ceiling is wrong there
+        # The columns exist either way (NaN), so tables of two runs have the same columns.
+        cols.update(frac_copy_bw=math.nan, frac_matmul_peak=math.nan, frac_roofline=math.nan)
         if row["gbs"] > bw * ABOVE_CEILING:
             above.append(f"{row['gbs']:.3g} GB/s above the measured copy bandwidth {bw:.3g}")
         else:
