@@ -19,17 +19,20 @@ gen = torch.Generator().manual_seed(3)
 out = {}
 # (sequences, heads, tokens, lat, rope, indexed): splits, heads not a multiple of BLOCK_H,
 # widths that are not powers of two, the DSA indexer's top tokens.
-for n, heads, tokens, lat, rope, indexed in [
-    (2, 5, 70, 32, 16, False), (3, 20, 40, 24, 8, True), (1, 3, 200, 16, 4, True),
+# Each case under the default configuration and under one with latent slices and bigger blocks.
+configs = [None, mla.Config(block_h=32, block_t=16, lat_split=2, num_warps=8, num_stages=1)]
+for (n, heads, tokens, lat, rope, indexed), c in [
+    (case, c) for case in [(2, 5, 70, 32, 16, False), (3, 20, 40, 24, 8, True),
+    (1, 3, 200, 16, 4, True)] for c in configs
 ]:
     q = torch.randn(n, heads, lat + rope, generator=gen)
     cache = torch.randn(n, tokens, lat + rope, generator=gen)
     idx = None
     if indexed:
         idx = torch.stack([torch.randperm(tokens, generator=gen)[: tokens // 2] for _ in range(n)])
-    got = mla.mla_decode(torch, q, cache, lat, 0.3, indices=idx)
+    got = mla.mla_decode(torch, q, cache, lat, 0.3, indices=idx, config=c)
     ref = mla.reference(torch, q, cache, lat, 0.3, indices=idx)
-    out[f"{n},{heads},{tokens},{indexed}"] = float((got - ref).abs().max())
+    out[f"{n},{heads},{tokens},{indexed},{c}"] = float((got - ref).abs().max())
 print(json.dumps(out))
 """
 
@@ -37,6 +40,7 @@ print(json.dumps(out))
 def test_plan_splits_tokens_until_the_device_is_busy():
     assert mla.plan(1, 8, 1024) == (1, 32, 32)  # one sequence: split 32 ways
     assert mla.plan(512, 64, 1024) == (4, 1, 1024)  # enough programs: no split
+    assert mla.plan(8, 64, 1024, 64, 32, 2) == (2, 16, 64)  # two latent slices per head block
     hb, splits, chunk = mla.plan(3, 20, 100)
     assert hb == 2 and splits * chunk >= 100 and (splits - 1) * chunk < 100
 
@@ -48,7 +52,7 @@ def test_fused_matches_torch_under_the_interpreter():
         [sys.executable, "-c", CASES], env=env, capture_output=True, text=True, check=True
     )
     errors = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(errors) == 3
+    assert len(errors) == 6
     assert max(errors.values()) < 1e-4, errors
 
 
