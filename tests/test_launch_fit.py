@@ -133,3 +133,17 @@ def test_light_kinds_take_the_empty_kernel_cost_and_the_rest_the_gemv_intercept(
     assert timer(parts[1], HW)["launch_ms"] == pytest.approx(2 * 1.1e-3)  # 4 launches, 2 norms
     without = launch_fit.fit_step(rows, {1: (parts, 1), 8: (parts, 1)}, HW, 5.0, {})
     assert without["groups"]["norm"]["per_kernel_us"] == 5.0  # none measured: one cost for all
+
+
+def test_math_is_not_used_to_absorb_a_few_percent_of_a_memory_bound_part():
+    # Memory-bound at both batches, measured 3% above the memory term at the larger one: a
+    # second efficiency could fit that exactly, and would then bind where rows per weight grow.
+    cost = 0.002
+    obs = [_obs(0.3, 0.01, 4, 1.0, 1.0, cost), _obs(9.0, 0.8, 4, 1.0, 1.0, cost)]
+    obs[1]["ms"] *= 1.03
+    e_bw, e_math, note = launch_fit.fit_pair(obs, cost)
+    assert e_math == launch_fit.GRID[-1]
+    assert "math never binds" in note
+    # On more rows per weight the math term stays at the roof's rate, not 10x below it.
+    more_rows = {"roof_memory_ms": 2.3, "roof_math_ms": 0.4, "launches": 4, "ms": 0.0}
+    assert launch_fit.predict_ms(more_rows, e_bw, e_math, cost) < 2.6

@@ -72,3 +72,12 @@ def test_fused_matches_torch_on_a_gpu_in_bf16():
         got = mla.mla_decode(torch, q, cache, 512, 576**-0.5, indices=idx).float()
         ref = mla.reference(torch, q, cache, 512, 576**-0.5, indices=idx).float()
         assert (got - ref).abs().max().item() < 2e-2 * ref.abs().max().item()
+
+
+def test_the_tuned_configuration_follows_heads_and_sequences():
+    assert mla.choose(8, 1) == mla.Config(16, 32, 1, 4, 2)
+    assert mla.choose(16, 100) == mla.Config(16, 64, 1, 4, 2)
+    assert mla.choose(64, 1) == mla.Config(16, 64, 1, 8, 2)
+    assert mla.choose(64, 512) == mla.Config(64, 64, 1, 8, 2)  # 64 heads share one program
+    assert mla.choose(40, 512) == mla.choose(64, 512)
+    assert mla.choose(256, 8) == mla.choose(128, 8)  # above every key: the widest

@@ -67,6 +67,12 @@ def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float,
     return float(distinct[pick, worst].mean()), float(rows[pick, worst].mean())
 
 
+def attention_kind(model: dict) -> str:
+    """Return the part kind of the attention core: MLA's (one latent head shared by every query
+    head) and GQA's are different kernels, so a fit on one never stands for the other."""
+    return "attention" if model["attention"]["kind"] == "mla" else "attention_gqa"
+
+
 def stage_parts(
     model: dict, dep: dict, layout: dict, stage: dict, micro: int, first: bool, last: bool
 ) -> list[dict]:
@@ -99,7 +105,8 @@ def stage_parts(
             continue
         core = attention_core(model, dep, heads, sliding)
         name = "attention_sliding" if sliding else "attention"
-        parts.append(core_part(name, "attention", core["kv_bytes"], core["flops"], count))
+        kind = attention_kind(model)
+        parts.append(core_part(name, kind, core["kv_bytes"], core["flops"], count))
         if core["index_flops"]:
             parts.append(
                 core_part(
