@@ -38,13 +38,15 @@ FIGURES = {
     "decode_time": (
         "decode time and bandwidth against tokens per expert",
         "Time per grouped GEMM and achieved bandwidth against tokens per expert, one row of "
-        "panels per dtype and group of at most eight runners; the dashed red line is the "
-        "measured copy bandwidth.",
+        "panels per dtype, at most six runners per axis (the fastest, with the best torch "
+        "baseline; the rest are in the decode table); the dashed red line is the measured copy "
+        "bandwidth.",
     ),
     "decode_roofline": (
         "decode roofline",
-        "Achieved TFLOPS against arithmetic intensity on the measured roofline, per dtype and "
-        "group of runners; the top axis gives the tokens per expert of each gate_up point.",
+        "Achieved TFLOPS against arithmetic intensity on the measured roofline, per dtype, at "
+        "most six runners per axis; the top axis gives the tokens per expert of each gate_up "
+        "point.",
     ),
     "collective_bandwidth": (
         "collective bus bandwidth and time against message size",
