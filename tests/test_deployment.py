@@ -71,6 +71,30 @@ def test_a_layout_that_does_not_fit_gets_no_speed_verdict(brief):
     assert fits.tpot_ms.notna().all() and (fits.bound != "does-not-fit").all()
 
 
+def test_every_fitting_row_sits_above_its_physical_floor(brief):
+    df = compose_deployment(brief)
+    fits = df[df.fits_memory == "yes"]
+    assert len(fits) and fits.floor_ms.gt(0).all()
+    assert (fits.tpot_ms >= fits.floor_ms * (1 - 1e-9)).all()
+    assert fits.x_floor.to_numpy() == pytest.approx((fits.tpot_ms / fits.floor_ms).to_numpy())
+    # The floor is the roofline step with no per-kernel cost: a larger kernel gap raises the
+    # TPOT of a roofline verdict, never its floor.
+    gappy = copy.deepcopy(brief)
+    gappy["deployment"]["kernel_gap_us"] = 50.0
+    wide = compose_deployment(gappy)
+    wide = wide[wide.fits_memory == "yes"]
+    assert wide.floor_ms.to_numpy() == pytest.approx(fits.floor_ms.to_numpy())
+    assert (wide.tpot_ms.to_numpy() > fits.tpot_ms.to_numpy()).all()
+    # Collectives are on the floor's path: TP8 at batch 1 has more floor than its weights alone.
+    row = fits[(fits.layout == "tp8-pp1-ep1") & (fits.batch == 1)].iloc[0]
+    step = compose_step(
+        brief["model"], dict(brief["deployment"], kernel_gap_us=0.0), _hw(brief),
+        {"tp": 8, "pp": 1, "ep": 1}, 1,
+    )  # fmt: skip
+    assert row.floor_ms == pytest.approx(step["tpot_ms"])
+    assert step["split"]["communication"] > 0
+
+
 def test_pp_tpot_is_more_than_a_stage_and_throughput_uses_pp_micro_batches(brief):
     layout = {"tp": 4, "pp": 2, "ep": 1}
     step = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 32)

@@ -95,9 +95,9 @@ LAUNCH_COLUMNS = [
 VERDICT_COLUMNS = [
     "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
     "weight_dtype", "kv_dtype", "fits_memory", "mem_needed_gb", "mem_short_gb", "max_batch_fit",
-    "max_context_fit", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "memory_ms", "math_ms",
-    "comm_ms", "other_ms", "memory_share", "math_share", "comm_share", "other_share", "bound",
-    "margin", "share", "source", "inputs",
+    "max_context_fit", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms", "x_floor",
+    "memory_ms", "math_ms", "comm_ms", "other_ms", "memory_share", "math_share", "comm_share",
+    "other_share", "bound", "margin", "share", "source", "inputs",
 ]  # fmt: skip
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
 SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms"]

@@ -156,6 +156,26 @@ def compose_step(
     }
 
 
+def floor_ms(
+    model: dict,
+    dep: dict,
+    hw: dict,
+    layout: dict,
+    batch: int,
+    measured_floors: dict | None = None,
+    layer_overrides: dict | None = None,
+) -> float:
+    """Return the step's physical floor in ms: every part at its roofline on the target's
+    datasheet figures (bytes over bandwidth or flops over peak, the larger), no per-kernel cost,
+    and the collectives as the interconnect model times them (latency + bytes / bus bandwidth),
+    over the same path as the composed step (pipeline stages, hops, micro-batches)."""
+    bare = {**dep, "kernel_gap_us": 0.0}
+    step = compose_step(
+        model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
+    )
+    return step["tpot_ms"]
+
+
 def _inputs(settings: dict, hw: dict, ic_label: str, timer_label: str) -> str:
     """Return a '; '-joined string naming every input of a row and where it comes from."""
     dep, model = settings["deployment"], settings["model"]
@@ -231,11 +251,14 @@ def compose_deployment(
             )
             split, tpot = step["split"], step["tpot_ms"]
             verdict = decide_bound(split, step["achieved"])
+            floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
             row.update(
                 {
                     "tpot_ms": tpot,
                     "tokens_per_s": batch / tpot * 1e3,
                     "tokens_per_s_per_gpu": batch / tpot * 1e3 / world,
+                    "floor_ms": floor,
+                    "x_floor": tpot / floor if floor > 0 else math.nan,
                     "memory_ms": split["memory"],
                     "math_ms": split["math"],
                     "comm_ms": split["communication"],

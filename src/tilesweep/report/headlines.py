@@ -179,11 +179,26 @@ def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool
         if finite(r.get("runner_up_tokens_per_s"))
         and is_tie(r["tokens_per_s"] / r["runner_up_tokens_per_s"], 1.0)
     ]
-    tpot = _span([r["tpot_ms"] for r in rows], "ms") + (" per output token (TPOT)" if first else "")
+    floor = _floor_words(rows)
+    tpot = _span([r["tpot_ms"] for r in rows], "ms") + (
+        f" per output token (TPOT{'; ' + floor if floor else ''})"
+        if first
+        else (f" ({floor})" if floor else "")
+    )
     return (
         f"{winner} ({fmt_value(rows[0]['world'])} GPUs) at {_batches(batches)}, {tpot}, "
         f"{_span([r['tokens_per_s'] for r in rows], 'tokens/s')}, " + ", ".join(bounds + ties)
     )
+
+
+def _floor_words(rows: list[dict]) -> str:
+    """Return '3.27x its 4.88 ms roofline floor': TPOT over the step's physical floor (the
+    verdict's floor_ms, its denominator), or '' where a row has none."""
+    ratios = [r.get("x_floor") for r in rows]
+    if not all(finite(x) for x in ratios):
+        return ""
+    floors = _span([r["floor_ms"] for r in rows], "ms")
+    return f"{_span(ratios, 'x').replace(' x', 'x')} its {floors} roofline floor"
 
 
 def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
@@ -241,6 +256,8 @@ LEGEND = {
     "does not fit (N GB short)": "weights per rank, KV cache and the runtime reserve exceed "
     "the GPU's memory by N GB; no speed verdict",
     "ms/token, tok/s": "time per output token (TPOT) and tokens/s of all the batch's sequences",
+    "x floor": "TPOT over the step's physical floor (floor_ms): every part at the target's "
+    "datasheet bandwidth or peak, whichever binds, no per-kernel cost, collectives as modelled",
 }
 
 
