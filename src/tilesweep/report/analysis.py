@@ -213,7 +213,7 @@ def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
     """Return one row per layout, one column per batch; a cell is the bound and its margin (or
-    why it does not fit) and, on its second line, ms per token and tokens/s."""
+    why it does not fit) and, on its second line, ms per token, tokens/s and TPOT over its floor."""
     if verdict.empty or "bound" not in verdict:
         return pd.DataFrame()
     batches = sorted(verdict["batch"].dropna().unique())
@@ -232,6 +232,8 @@ def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
                     f"\n{fmt_value(rec['tpot_ms'])} ms/token, "
                     f"{fmt_value(rec['tokens_per_s'])} tok/s"
                 )
+                if finite(rec.get("x_floor")):
+                    cell += f", {rec['x_floor']:.1f}x floor"
             row[f"batch {batch}"] = cell
         rows.append(row)
     return pd.DataFrame(rows)

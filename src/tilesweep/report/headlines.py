@@ -256,8 +256,9 @@ LEGEND = {
     "does not fit (N GB short)": "weights per rank, KV cache and the runtime reserve exceed "
     "the GPU's memory by N GB; no speed verdict",
     "ms/token, tok/s": "time per output token (TPOT) and tokens/s of all the batch's sequences",
-    "x floor": "TPOT over the step's physical floor (floor_ms): every part at the target's "
-    "datasheet bandwidth or peak, whichever binds, no per-kernel cost, collectives as modelled",
+    "x floor": "TPOT over the step's physical floor (floor_ms in the verdict table): every part "
+    "at the target's datasheet bandwidth or peak, whichever binds, no per-kernel cost, and the "
+    "collectives as modelled",
 }
 
 
