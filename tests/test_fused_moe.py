@@ -273,6 +273,67 @@ def _spec(**over) -> dict:
     }
 
 
+def _engine_named(path) -> bool:
+    """Return whether a path lies where, or is named as, an engine reads its config files: a
+    vllm/ or sglang/ folder, a triton_<version>/ folder, or the engines' exact file name."""
+    from tilesweep.measure.engine_check import NAME
+
+    folders = path.parts[:-1]
+    return (
+        any(part in ("vllm", "sglang") or part.startswith("triton_") for part in folders)
+        or NAME.fullmatch(path.name) is not None
+    )
+
+
+def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
+    tmp_path, monkeypatch
+):
+    """Issue 25: the project kernel's picks are no engine export. A sweep writes them under
+    tune/project_kernel/, never under tuned/ (the engine-kernel exports), with names no engine
+    reads and a README saying which files to use; engine-check can still time one, the GPU
+    step's runner still finds the kept example's, and that example holds them nowhere else."""
+    from conftest import ROOT
+
+    from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL, moe_table, project_kernel_file
+    from tilesweep.measure.engine_check import read_file
+    from tilesweep.pipeline import Sweep
+    from tilesweep.stages import tune
+
+    sweep = Sweep(["device=h200x8"], ROOT / "conf")
+    results = sweep.results
+    folders = [p for p in sweep.tuned_outputs() if not p.endswith(".csv")]
+    assert folders == [str(results / "tune" / PROJECT_KERNEL / d) for d in sweep.tune_dtypes()]
+    exports = [p for p in sweep.engine_tune_outputs() if not p.endswith(".csv")]
+    assert exports and all(p.startswith(str(results / "tuned" / "engine_")) for p in exports)
+
+    tuned = {(4, 32): {"1": {**CONFIG}}, (8, 64): {"1": {**CONFIG}, "8": {**CONFIG}}}
+    for dtype in ("bf16", "fp8"):
+        out = tmp_path / PROJECT_KERNEL / dtype
+        tune.write_configs(out, tuned, "NVIDIA H200", dtype, "3.6.0")
+        written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+        assert written and not any(_engine_named(p) for p in written), written
+        assert "NOT engine config files" in (out / "README.txt").read_text()
+        shape, configs = read_file(out / project_kernel_file(8, 64, "NVIDIA H200", dtype))
+        assert (shape["experts"], shape["n"], set(configs)) == (8, 64, {1, 8})
+
+    example = ROOT / "docs" / "examples" / "h200"
+    for run in ("tune_work", "tune_layouts"):
+        assert not (example / run / "tuned").exists()
+        kept = [p.relative_to(example) for p in (example / run).rglob("*.json")]
+        assert not any(_engine_named(p) for p in kept)
+        assert len(list((example / run / PROJECT_KERNEL).rglob(f"{PROJECT_KERNEL}_E=*.json")))
+    settings = sweep.settings
+    monkeypatch.chdir(ROOT)  # bench.step_moe_tables: paths from the project's root
+    for tp, n in ((1, 2048), (8, 256)):
+        table = moe_table(
+            settings["bench"], settings["backend"]["fused_moe"], settings["model"],
+            {"tp": tp, "ep": 1}, "NVIDIA H200",
+        )  # fmt: skip
+        name = project_kernel_file(256, n, "NVIDIA H200", "bf16")
+        assert table["source"].endswith(f"/{PROJECT_KERNEL}/bf16/{name}"), table["source"]
+        assert "1" in table["configs"] and "triton_version" not in table["configs"]
+
+
 def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     import logging
 
@@ -298,10 +359,8 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert set(both[both["tuned"]]["source"]) == {"finalist"}
     assert all(space.is_engine_config(c) for t in tuned.values() for c in t.values())
     tune.write_configs(tmp_path / "configs", tuned, "NVIDIA H200", "bf16", "3.6.0")
-    for folder in ("vllm", "sglang/triton_3_6_0"):
-        file = tmp_path / "configs" / folder / "E=4,N=32,device_name=NVIDIA_H200.json"
-        loaded = json.loads(file.read_text())
-        assert loaded == {"triton_version": "3.6.0", **tuned[(4, 32)]}
+    file = tmp_path / "configs" / "project_kernel_E=4,N=32,device_name=NVIDIA_H200.json"
+    assert json.loads(file.read_text()) == {"triton_version": "3.6.0", **tuned[(4, 32)]}
     engine = table[table["runner"] == "engine:vllm"]
     assert (engine["status"] == "skipped").all() and engine["reason"].str.contains("vllm").all()
     # A rerun finds everything journalled and adds nothing.
@@ -423,7 +482,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
     )  # fmt: skip
     timed = engine_rows(settings, tune)
     assert list(timed["kernel"]) == [
-        "fused_experts, the exported table",
+        "fused_experts, the project kernel's tuned table",
         "fused_experts, the engine's default",
     ]
     assert list(timed["tokens"]) == [64, 64] and set(timed["source"]) == {"measured"}

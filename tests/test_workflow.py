@@ -209,16 +209,19 @@ def test_cpu_benchmarks_never_overlap_another_job(tiny_sweep):
 def test_a_kept_example_is_re_rendered_by_snakemake_alone(tmp_path):
     """`--config example=FOLDER` runs only the tuning replay, verdict, figure and report rules,
     on the folder's own measured tables and journals and with its own overrides; nothing is
-    measured, and a deleted tune table and its config files come back byte for byte."""
+    measured, and a deleted tune table and the project kernel's picks come back byte for byte
+    (under project_kernel/, with their README, never in an engine's layout)."""
     import filecmp
     import shutil
+
+    from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
 
     source = ROOT / "docs" / "examples" / "h200"
     kept = tmp_path / "h200"
     shutil.copytree(source, kept)
     (kept / "report.md").unlink()
     (kept / "tune_work" / "tune_bf16.csv").unlink()
-    shutil.rmtree(kept / "tune_work" / "tuned" / "bf16")
+    shutil.rmtree(kept / "tune_work" / PROJECT_KERNEL / "bf16")
     plan = snakemake(tmp_path, "-n", "--forceall", "--config", f"example={kept}")
     rules = ("tune_replay", "verdict", "figures", "report")
     assert {rule for rule in rules if f"rule {rule}:" in plan.stdout} == set(rules)
@@ -226,9 +229,11 @@ def test_a_kept_example_is_re_rendered_by_snakemake_alone(tmp_path):
     snakemake(tmp_path, "--cores", "2", "--config", f"example={kept}")
     table = Path("tune_work", "tune_bf16.csv")
     assert filecmp.cmp(kept / table, source / table, shallow=False)
-    configs = Path("tune_work", "tuned", "bf16", "vllm")
-    for made in (source / configs).iterdir():
-        assert filecmp.cmp(kept / configs / made.name, made, shallow=False)
+    configs = Path("tune_work", PROJECT_KERNEL, "bf16")
+    made = sorted(p.name for p in (kept / configs).glob("[!.]*"))  # not Snakemake's timestamp
+    assert made == sorted(p.name for p in (source / configs).glob("[!.]*"))
+    for name in made:
+        assert filecmp.cmp(kept / configs / name, source / configs / name, shallow=False)
     text = (kept / "report.md").read_text()
     assert "re-rendered from the GPU run's tables" in text
     assert sorted(p.stem for p in (kept / "plots").glob("*.png")) == sorted(FIGURE_CATEGORIES)

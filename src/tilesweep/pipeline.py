@@ -374,11 +374,19 @@ class Sweep:
         ]
 
     def tuned_outputs(self) -> list[str]:
-        """Return the tuning outputs: one table and one config folder per tuned dtype."""
+        """Return the tuning outputs: one table and one folder of the project kernel's picks
+        per tuned dtype."""
         out = []
         for dtype in self.tune_dtypes():
-            out += [self.path("tune", f"{dtype}.csv"), self.path("tuned", dtype)]
+            out += [self.path("tune", f"{dtype}.csv"), self.project_kernel_dir(dtype)]
         return out
+
+    def project_kernel_dir(self, dtype: str) -> str:
+        """Return the folder of the project kernel's picks for one dtype (a pattern with
+        dtype='{dtype}'): under tune/, never under tuned/, which holds the engines' files."""
+        from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
+
+        return self.path("tune", PROJECT_KERNEL, dtype)
 
     def engine_tune_outputs(self) -> list[str]:
         """Return the engine-kernel tuning outputs: one summary and one folder per engine, on a

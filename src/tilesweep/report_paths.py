@@ -11,7 +11,7 @@ MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 EXAMPLE_OVERRIDES = "overrides.yaml"
 # A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
 # every folder of journals there (<run>/<dtype>/spec.json) is replayed into <run>/tune_<dtype>.csv
-# and <run>/tuned/<dtype>/ (workflow/rules/tune_replay.smk).
+# and the project kernel's picks, <run>/project_kernel/<dtype>/ (workflow/rules/tune_replay.smk).
 EXAMPLE_TUNE = "tune_work"
 
 
@@ -65,9 +65,12 @@ class Stage5:
         self.parquet = not example
 
     def replayed(self, run: str, dtype: str) -> tuple[str, str]:
-        """Return the tune table and the config folder a kept example's journals replay into."""
+        """Return the tune table and the folder of the project kernel's picks a kept example's
+        journals replay into (patterns with run='{run}', dtype='{dtype}')."""
+        from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
+
         base = Path(self.example) / run
-        return str(base / f"tune_{dtype}.csv"), str(base / "tuned" / dtype)
+        return str(base / f"tune_{dtype}.csv"), str(base / PROJECT_KERNEL / dtype)
 
     def journal(self, run: str, dtype: str) -> str:
         """Return a kept run's journal: journal.jsonl, else the compressed journal.jsonl.gz."""

@@ -1,5 +1,6 @@
 # Stage 3b: the project's fused-MoE kernel tuned in the serving engines' conditions (GPU only):
-# one job per dtype, exported as vLLM / SGLang config files (see src/tilesweep/stages/tune.py).
+# one job per dtype; its picks go to tune/project_kernel/<dtype>/ for the whole step's runner,
+# never named or laid out as an engine's file (see src/tilesweep/stages/tune.py).
 
 
 rule tune_configs:
@@ -7,7 +8,7 @@ rule tune_configs:
         ceilings=rules.measure_device.output.record,
     output:
         table=f"{R}/tune/{{dtype}}.csv",
-        configs=directory(f"{R}/tuned/{{dtype}}"),
+        configs=directory(SWEEP.project_kernel_dir("{dtype}")),
     log:
         f"{R}/logs/tune_configs/{{dtype}}.log",
     wildcard_constraints:
@@ -29,7 +30,8 @@ rule tune_configs:
 
 
 # The engines' own kernels: config files searched and picked in vLLM's and SGLang's fused-MoE
-# kernels (GPU only; see src/tilesweep/stages/tune_engine.py), one job per engine.
+# kernels (GPU only; see src/tilesweep/stages/tune_engine.py), one job per engine: the exported
+# files, the only ones under tuned/.
 rule tune_engine:
     input:
         ceilings=rules.measure_device.output.record,

@@ -1,6 +1,7 @@
 # A kept example's tuning runs replayed from their journals (no GPU): every
 # FOLDER/<run>/<dtype>/ with spec.json, the journal and versions.json, and FOLDER/<run>/ceilings.json,
-# gives <run>/tune_<dtype>.csv and <run>/tuned/<dtype>/ with the current evaluation and pick.
+# gives <run>/tune_<dtype>.csv and the project kernel's picks, <run>/project_kernel/<dtype>/,
+# with the current evaluation and pick.
 
 
 rule tune_replay:
@@ -10,8 +11,8 @@ rule tune_replay:
         ceilings=f"{EXAMPLE}/{{run}}/ceilings.json",
         journal=lambda w: STAGE5.journal(w.run, w.dtype),
     output:
-        table=f"{EXAMPLE}/{{run}}/tune_{{dtype}}.csv",
-        configs=directory(f"{EXAMPLE}/{{run}}/tuned/{{dtype}}"),
+        table=STAGE5.replayed("{run}", "{dtype}")[0],
+        configs=directory(STAGE5.replayed("{run}", "{dtype}")[1]),
     log:
         f"{R}/logs/tune_replay/{{run}}_{{dtype}}.log",
     wildcard_constraints:

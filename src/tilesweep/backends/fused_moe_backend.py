@@ -1,5 +1,7 @@
 """The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
-one tuning job per dtype on a GPU machine (stages/tune.py), exported as engine config files."""
+one tuning job per dtype on a GPU machine (stages/tune.py), its picks kept for the whole step's
+runner under a name no engine reads (the engines' files are tuned in their own kernels:
+stages/tune_engine.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,19 @@ from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, registe
 from tilesweep.settings.strict import Section
 
 NAME = "fused_moe"
+# The folder, and the file-name prefix, of the project kernel's tuned picks (tune/<this>/<dtype>/
+# of a sweep's results, <run>/<this>/<dtype>/ of a kept example): never an engine's folder or
+# file name, so that no engine takes a table timed in another kernel for its own.
+PROJECT_KERNEL = "project_kernel"
+
+
+def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> str:
+    """Return the file name of the project kernel's picks for one (local experts, shard width):
+    the engines' name behind PROJECT_KERNEL, e.g.
+    'project_kernel_E=256,N=2048,device_name=NVIDIA_H200.json'."""
+    from tilesweep.plan.fused_moe_space import config_file_name
+
+    return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
 
 class Space(Section):
@@ -98,16 +113,15 @@ class FusedMoeSettings(Section):
 
 def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, device: str) -> dict:
     """Return the fused-MoE configs the GPU step's experts use on one rank of a layout: the
-    first tuned table in bench.step_moe_tables for (local experts, shard width, device), read
-    whole, else the vLLM default rules of backend.fused_moe, with where they came from."""
+    first of the project kernel's tuned tables in bench.step_moe_tables for (local experts,
+    shard width, device), read whole, else the vLLM default rules of backend.fused_moe, with
+    where they came from."""
     import json
     from pathlib import Path
 
-    from tilesweep.plan.fused_moe_space import config_file_name
-
     experts = model["routed_experts"] // layout["ep"]
     n = model["moe_intermediate"] // layout["tp"]
-    name = config_file_name(experts, n, device, "bf16")
+    name = project_kernel_file(experts, n, device, "bf16")
     for folder in settings_bench["step_moe_tables"]:
         path = Path(folder, name)
         if path.is_file():
@@ -153,7 +167,7 @@ class FusedMoeStep(StepRunner):
     """The project's fused-MoE kernel runs the whole step's routed experts on a GPU."""
 
     step_runners = (NAME,)
-    fused = True  # the step's own path: fused gate-up and down weights, the tuned table
+    fused = True  # the step's own path: fused gate-up and down weights, its own tuned table
     default_on_gpu = True
 
     def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:

@@ -1,5 +1,5 @@
-"""The `engine` runner: the serving engine's own fused-MoE Triton kernel, timed with the exported
-(tuned) config and with the engine's default, where the engine can be imported.
+"""The `engine` runner: the serving engine's own fused-MoE Triton kernel, timed with the project
+kernel's tuned config and with the engine's default, where the engine can be imported.
 
 vLLM: `fused_experts` under `override_config` (both expert GEMMs with the activation, the
 alignment and the top-k sum: the engine's whole MoE, so it is compared with itself only).
@@ -83,7 +83,7 @@ def engine_runner(spec: dict, log):
 
 
 def _best(spec: dict, rows: list[dict]) -> dict | None:
-    """Return the config the exported table names for a batch: plan/fused_moe_space.pick over
+    """Return the config the project kernel's table names for a batch: fused_moe_space.pick over
     the batch's timed configs of the engines' space (both GEMMs summed, every routing, guarded
     by spec['guard_default']'s default), as stages/tune picks it from the journal, at a key and
     at an extra batch past the keys alike."""

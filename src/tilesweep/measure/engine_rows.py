@@ -12,16 +12,16 @@ ENGINE_COLUMNS = [
 ]  # fmt: skip
 ENGINE_KERNELS = {
     "engine": "fused_experts",
-    "engine:tuned": "fused_experts, the exported table",
+    "engine:tuned": "fused_experts, the project kernel's tuned table",
     "engine:default": "fused_experts, the engine's default",
 }
 
 
 def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
     """Return decode.csv's rows for the engines' own fused-MoE kernels: the tune step's timings
-    of each engine's kernel with the exported table and with its default, side by side, where
-    it ran; else one skipped row per engine saying why. `mine`: the fused-MoE backend's
-    settings."""
+    of each engine's kernel with the project kernel's tuned table and with its default, side by
+    side, where it ran; else one skipped row per engine saying why. `mine`: the fused-MoE
+    backend's settings."""
     from tilesweep import backends
     from tilesweep.measure.engine_moe import installed
 

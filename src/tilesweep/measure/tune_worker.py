@@ -322,7 +322,7 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
                 rows.append({**row, "status": "unsupported", "reason": str(exc)})
             except Exception as exc:
                 rows.append({**row, "status": "runtime", "reason": last_line(exc)})
-        # The engine's kernel, once every routing is timed: with the pick the exported table makes
+        # The engine's kernel, once every routing is timed: with the project kernel's tuned pick
         for routing, batches in batches_by_routing.items():
             rows.extend(engine(problem, weights, batches[m], rows, m, routing))
             batches[m].refs.clear()  # this batch is done: free its fp32 references

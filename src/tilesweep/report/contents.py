@@ -32,7 +32,7 @@ SECTIONS = (
     ("power", "Power as evidence"),
     ("launch", "Which kernels launch"),
     ("decode", "Decode: expert GEMMs against tokens per expert"),
-    ("tune", "Fused-MoE kernel tuned in the engines' conditions"),
+    ("tune", "The project's fused-MoE kernel tuned in the engines' conditions"),
     ("collectives", "Collectives"),
     ("provenance", "Provenance"),
 )

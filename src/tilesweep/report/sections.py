@@ -292,8 +292,9 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
 
 
 def tune_blocks(tune: pd.DataFrame) -> list[Block]:
-    """Return the tuning section's blocks: per batch, the tuned config against each engine
-    default and the torch baseline (both GEMMs summed), and why configs could not run."""
+    """Return the tuning section's blocks: per batch, the project kernel's tuned config against
+    each engine default and the torch baseline (both GEMMs summed), and why configs could not
+    run; none of it is exported (the engines' files are tuned in their own kernels)."""
     if tune.empty:
         return [
             Text(
@@ -308,7 +309,12 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             "The project's fused-MoE kernel (kernels/fused_moe.py: routed pairs gathered through "
             "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
             "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
-            "own search space at their batch keys, measured on the device at hand. Times are "
+            "own search space at their batch keys, measured on the device at hand. 'tuned' is "
+            "its pick in the engines' space: a table for this kernel (tune/project_kernel/, read "
+            "by the whole step's runner), not an engine's config file, since a pick can be "
+            "slower in an engine's own kernel. The files to drop into vLLM or SGLang are those "
+            "tuned and picked in each engine's own kernel and checked against its default "
+            "(rule tune_engine, tuned/engine_<engine>/). Times are "
             "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
             "config's time over the tuned config's time on the same kernel and routed batch; "
             "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
@@ -318,8 +324,8 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             "config once the project's variants beyond the engines' space (TMA weight loads, "
             "a persistent grid, split-K, tiny batches sorted by expert) may be picked, one config "
             "per batch for every routing; 'fastest' is the fastest config timed at that batch "
-            "and routing, of any source. Variants are never exported, as the engines' kernels "
-            "cannot run them."
+            "and routing, of any source. Neither is exported, and no engine's kernel can run "
+            "the variants."
         ),
         Table(
             tune_targets(summary),
@@ -332,7 +338,12 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
             "from 1 to 32.",
         ),
-        Table(summary, TUNE_SUMMARY_COLUMNS, title="Tuned config per batch", empty="(none)"),
+        Table(
+            summary,
+            TUNE_SUMMARY_COLUMNS,
+            title="The project kernel's tuned config per batch (not exported)",
+            empty="(none)",
+        ),
     ]
     if len(failed):
         frame = failed.rename("rows").reset_index()

@@ -1,5 +1,5 @@
-"""Stage tune: the project's fused-MoE kernel tuned in the serving engines' conditions, and the
-tuned tables exported as the engines' own config files.
+"""Stage tune: the project's fused-MoE kernel tuned in the serving engines' conditions, its
+picks kept for the whole step's runner and never exported as an engine's config file.
 
 One job per dtype on a GPU machine. The work runs in a worker process (measure/tune_worker.py)
 that journals every finished item; this module supervises it: a worker that outlives an item's
@@ -9,9 +9,12 @@ same way, since the journal lives beside the outputs and is not one of them.
 
 Outputs: `results/tune/<dtype>.csv` (every timed config, default, baseline and engine row at
 every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
-fractions) and `results/tuned/<dtype>/` with `vllm/E=..,N=..,device_name=..[,dtype=..].json`
-and the same files under `sglang/triton_<version>/`, one per (local experts, shard N) that the
-grid's layouts put on a GPU.
+fractions; `tuned` marks the pick in the engines' space, `best` the pick with the kernel's own
+variants) and `results/tune/project_kernel/<dtype>/` with
+`project_kernel_E=..,N=..,device_name=..[,dtype=..].json`, one per (local experts, shard N) that
+the grid's layouts put on a GPU, and a README.txt. The kernel is not the engines': the files to
+drop into vLLM or SGLang are tuned and picked in each engine's own kernel (stages/tune_engine.py,
+`results/tuned/engine_<engine>/`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.cells import write_cell_table
 from tilesweep.io import atomic_path, read_json, write_text
 from tilesweep.measure.tune_worker import (
@@ -41,6 +45,22 @@ from tilesweep.tables import TUNE_COLUMNS, Status
 NAME = "fused_moe"
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.
 VERSIONS = "versions.json"
+# What a folder of the project kernel's picks holds, in the folder itself (README.txt).
+PROJECT_KERNEL_README = f"""\
+The project's fused-MoE kernel (src/tilesweep/kernels/fused_moe.py): its tuned pick per batch M,
+in the engines' search space and launch conditions, one file per (local experts E, shard width N).
+
+These are NOT engine config files. The kernel is the project's, not vLLM's or SGLang's, and a
+pick can be slower in an engine's own kernel; the names start with {PROJECT_KERNEL}_ so that no
+engine picks one up. The GPU whole step's runner reads them (bench.step_moe_tables). In the tune
+table they are the rows marked `tuned`; `best` adds the kernel's own variants (TMA, persistent,
+split-K, SORT), which no engine can run.
+
+The files to drop into vLLM or SGLang are those tuned and picked in each engine's own kernel and
+checked against its default on fresh data: tuned/engine_<engine>/<engine>-<version>/ of a
+sweep's results (rule tune_engine), or `tilesweep engine-tune --out DIR`. `tilesweep engine-check
+FILE` times any file, one of these included, against an engine's default in its own kernel.
+"""
 
 
 def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
@@ -272,12 +292,12 @@ def _mark_pick(
     the smallest gate_up + down time summed over every routing timed (a table picked on one
     routing loses to the engine's default on another), at the engines' batch keys and at the
     extra batches past them alike (an extra batch's finalists are its nearest key's, timed at
-    the batch itself; the exported table carries it as one more key, which the engines reach
-    by the same nearest-key rule). With `guard` (a default's source), only configs no slower
-    than that default on any routing qualify, so the default itself always does. `tuned` (the
-    engines' space: the finalists and the engines' own defaults, guarded by
-    spec['guard_default']'s default) is the exported table; `best` adds the project's
-    variants, unguarded."""
+    the batch itself; the project kernel's table carries it as one more key, which the step's
+    runner reaches by the engines' nearest-key rule). With `guard` (a default's source), only
+    configs no slower than that default on any routing qualify, so the default itself always
+    does. `tuned` (the engines' space: the finalists and the engines' own defaults, guarded by
+    spec['guard_default']'s default) is the project kernel's table (write_configs; never an
+    engine's file); `best` adds the project's variants, unguarded."""
     from tilesweep import backends
 
     table[column] = False
@@ -319,8 +339,8 @@ def _speedups(table: pd.DataFrame, engines) -> pd.DataFrame:
 
 
 def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict[str, dict]]:
-    """Return {(experts, n): {str(M): config}} of the tuned picks at every batch timed: the
-    engines' keys and the extra batches past them."""
+    """Return {(experts, n): {str(M): config}} of the project kernel's tuned picks at every
+    batch timed: the engines' keys and the extra batches past them."""
     out: dict[tuple[int, int], dict[str, dict]] = {}
     picks = table[
         table["tuned"] & (table["op"] == "both") & (table["routing"] == spec["routing"][0])
@@ -332,14 +352,13 @@ def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict
 
 
 def write_configs(out_dir: Path, tuned: dict, device_name: str, dtype: str, triton: str) -> None:
-    """Write each problem's table as vLLM names and lays it out, and again in SGLang's
-    per-Triton folder."""
+    """Write each problem's table in the engines' format under a name no engine reads
+    (project_kernel_file), with a README.txt saying what they are and which files to use."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sglang = out_dir / "sglang" / f"triton_{triton.replace('.', '_')}"
+    write_text(out_dir / "README.txt", PROJECT_KERNEL_README)
     for (experts, n), configs in tuned.items():
-        name = space.config_file_name(experts, n, device_name, dtype)
-        for folder in (out_dir / "vllm", sglang):
-            write_text(folder / name, space.engine_file_text(configs, triton))
+        name = project_kernel_file(experts, n, device_name, dtype)
+        write_text(out_dir / name, space.engine_file_text(configs, triton))
 
 
 def tune_fused_moe(
@@ -351,7 +370,7 @@ def tune_fused_moe(
     work_dir: str,
     log_path: str | None = None,
 ) -> None:
-    """Tune one dtype on the GPU at hand; write the tune table and the engines' config files."""
+    """Tune one dtype on the GPU at hand; write the tune table and the project kernel's picks."""
     from tilesweep.hardware import catalog_name
     from tilesweep.provenance import device_info, package_version
 
@@ -370,13 +389,13 @@ def tune_fused_moe(
         rows, files = write_outputs(
             spec, records, read_json(ceilings_path), versions, table_path, configs_dir
         )
-        log.info("%s: %d rows, %d tuned tables", dtype, rows, files)
+        log.info("%s: %d rows, %d project-kernel tables (not for engines)", dtype, rows, files)
 
 
 def write_outputs(
     spec: dict, records: dict, ceilings: dict, versions: dict, table_path, configs_dir
 ) -> tuple[int, int]:
-    """Write the tune table and the engines' config files from a worker's journal records;
+    """Write the tune table and the project kernel's picks from a worker's journal records;
     return (rows, config files). `versions` holds the driver and Triton that timed them."""
     dtype = spec["dtype"]
     peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
@@ -395,8 +414,8 @@ def write_outputs(
 def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=None) -> None:
     """Re-evaluate a kept tuning run from its journals (no GPU): FOLDER/<dtype>/spec.json, its
     journal (journal.jsonl, or journal.jsonl.gz as kept in docs/examples), versions.json, and
-    FOLDER/ceilings.json; write the tune table and the config files with the current
-    evaluation and pick, every time as measured."""
+    FOLDER/ceilings.json; write the tune table and the project kernel's picks with the
+    current evaluation and pick, every time as measured."""
     import gzip
     import tempfile
 
@@ -420,4 +439,6 @@ def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=
             raise ConfigError(f"{journal}: no journalled item to replay")
         ceilings = read_json(Path(folder) / "ceilings.json")
         rows, files = write_outputs(spec, records, ceilings, versions, table_path, configs_dir)
-        log.info("%s: %d items, %d rows, %d tuned tables", dtype, len(records), rows, files)
+        log.info(
+            "%s: %d items, %d rows, %d project-kernel tables", dtype, len(records), rows, files
+        )
