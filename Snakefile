@@ -15,7 +15,7 @@ from tilesweep.sweep_lock import hold
 from tilesweep.grid import canonical as grid_json
 from tilesweep.pipeline import Sweep, parse_overrides
 from tilesweep.progress import attach as show_progress
-from tilesweep.report_paths import MEASURED_TABLES, example_overrides
+from tilesweep.report_paths import MEASURED_TABLES, VERDICT_TABLES, example_overrides
 from tilesweep.provenance import package_version, toolchain_key
 from tilesweep.stages.report import FIGURE_CATEGORIES
 
@@ -49,7 +49,7 @@ if workflow.is_main_process and not EXAMPLE:
         sys.exit(f"tilesweep: {err}")
     # A per-cell output emptied, cut short or deleted since its job wrote it counts one more
     # rebuild, a param of its job: Snakemake's params trigger reruns it (cells.py).
-    JOINED = [STAGE5.table(n) for n in (*MEASURED_TABLES, "verdict", "check")]
+    JOINED = [STAGE5.table(n) for n in (*MEASURED_TABLES, *VERDICT_TABLES)]
     FOUND = damaged(
         SWEEP.cell_outputs() + JOINED, Path(STAGE5.table("launch")).exists()
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tilesweep import question
+from tilesweep import question, references
 from tilesweep.errors import ConfigError
 from tilesweep.settings import DSA_KEYS, GQA_KEYS, MLA_KEYS, SLIDING_KEYS, check_settings
 
@@ -55,7 +55,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None =
     finally:
         GlobalHydra.instance().clear()
     settings["catalog"] = load_catalog(conf_dir)
-    validate(settings)
+    validate(settings, conf_dir)
     return settings
 
 
@@ -70,10 +70,11 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
     return catalog
 
 
-def validate(settings: dict) -> None:
+def validate(settings: dict, conf_dir: Path = CONF_DIR) -> None:
     """Raise ConfigError naming the first bad key and value; return None when all is well."""
     check_settings(settings)
     question.validate(settings.get("question"), settings["catalog"])
+    references.validate(settings.get("references"), conf_dir)
     _check_values(settings)
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 # The measured tables the tables step joins from the per-cell outputs.
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
+# The tables the verdict step writes from them: the verdict, its check against the measured whole
+# steps, and the engines' own figures beside the verdict composed for each (conf/references).
+VERDICT_TABLES = ("verdict", "check", "engines")
 # A kept example's own record of the overrides it was made with.
 EXAMPLE_OVERRIDES = "overrides.yaml"
 # A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
@@ -84,8 +87,7 @@ class Stage5:
     def outputs(self) -> list[str]:
         """Return what `all` asks for in example mode: the re-rendered tables and reports."""
         return [
-            self.table("verdict"),
-            self.table("check"),
+            *(self.table(name) for name in VERDICT_TABLES),
             str(self.reports / "report.md"),
             str(self.reports / "report.html"),
             *(p for run, dtype in self.journals for p in self.replayed(run, dtype)),

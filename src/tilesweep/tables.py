@@ -121,6 +121,14 @@ CHECK_COLUMNS = [
     "composed_label", "device", "gaps",
 ]  # fmt: skip
 
+# ---- engines' own figures beside the verdict composed for them (conf/references) -----------
+
+ENGINE_COLUMNS = [
+    "engine", "version", "model", "hardware", "layout", "batch", "context_len", "weight_dtype",
+    "speculative", "engine_tpot_ms", "composed_tpot_ms", "composed_over_engine", "floor_ms",
+    "engine_over_floor", "bound", "fits_memory", "composed_source", "cited",
+]  # fmt: skip
+
 # ---- the question's panel: winners per batch and the half/double sensitivity band ----------
 
 WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
@@ -244,6 +252,7 @@ REPORT_VERDICT_COLUMNS = [
     c for c in VERDICT_COLUMNS if c not in {"tp", "pp", "ep", "context_len", "inputs"}
 ]
 REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
+REPORT_ENGINE_COLUMNS = [c for c in ENGINE_COLUMNS if c not in {"version", "fits_memory"}]
 TUNE_SUMMARY_COLUMNS = [
     "dtype", "experts", "n", "routing", "m", "tokens_per_expert", "config", "time_ms",
     "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "read_fraction",

@@ -20,13 +20,13 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from tilesweep import question
+from tilesweep import question, references
 from tilesweep.plan import calibration
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import compose_deployment
 from tilesweep.plan.launch_fit import launch_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
-from tilesweep.tables import CHECK_COLUMNS, VERDICT_COLUMNS
+from tilesweep.tables import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
 
 
 def target_spec(settings: dict) -> dict:
@@ -131,8 +131,11 @@ def deployment_table(
     collective: pd.DataFrame,
     steps: pd.DataFrame,
     ceilings: dict,
+    fitted: tuple | None = None,
 ) -> pd.DataFrame:
-    """Return the composed deployment (plan.deployment.COLUMNS) for the target at every batch."""
+    """Return the composed deployment (plan.deployment.COLUMNS) for the target at every batch;
+    `fitted` is verdict_fit's (fit, per-kernel cost, label) where the caller made it (a fit is
+    made on the sweep's own model, never on another config's)."""
     dep = settings["deployment"]
     model = deployment_model(settings["model"], dep)
     settings = dict(settings, model=model)
@@ -144,11 +147,11 @@ def deployment_table(
     target = dict(target_spec(settings))
     floors = None
     if at_target(settings, ceilings) and here_numbers:
-        fitted = f"fitted on the collectives measured on {device}"
-        target["interconnect_model"] = {"default": fitted, "topologies": {fitted: here_numbers}}
+        named = f"fitted on the collectives measured on {device}"
+        target["interconnect_model"] = {"default": named, "topologies": {named: here_numbers}}
         floors = here_floors
     hw_here = calibration.device_hardware(ceilings, device, here_numbers) if ceilings else {}
-    fit, cost, label = verdict_fit(settings, steps, ceilings, hw_here)
+    fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here)
     frames = []
     for batch in dep["batches"]:
         one = dict(settings, hardware=target, deployment=dict(dep, batches=[batch]))
@@ -182,6 +185,57 @@ def deployment_table(
     return out.sort_values(["world", "layout", "batch"], kind="stable").reset_index(drop=True)[
         VERDICT_COLUMNS
     ]
+
+
+def engine_table(
+    settings: dict,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    steps: pd.DataFrame,
+    ceilings: dict,
+) -> pd.DataFrame:
+    """Return one row per engine figure the config cites (conf/references): the engine's
+    measured TPOT beside the verdict composed for the same model, layout, batch and context on
+    the engine's GPU, with the same fit the sweep's verdict uses (tables.ENGINE_COLUMNS)."""
+    from tilesweep.config import compose
+
+    figures = references.of(settings).figures
+    if not figures:
+        return pd.DataFrame(columns=ENGINE_COLUMNS)
+    device = ceilings.get("device", "none") if ceilings else "none"
+    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
+    here_numbers, _ = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
+    hw_here = calibration.device_hardware(ceilings, device, here_numbers) if ceilings else {}
+    fitted = verdict_fit(settings, steps, ceilings, hw_here)
+    rows = []
+    for fig in figures:
+        one = deployment_table(
+            compose(fig.overrides()), decode, collective, steps, ceilings, fitted
+        ).iloc[0]
+        composed = one["tpot_ms"]
+        rows.append(
+            {
+                "engine": fig.engine,
+                "version": fig.version,
+                "model": fig.model,
+                "hardware": fig.hardware,
+                "layout": fig.layout_name(),
+                "batch": fig.batch,
+                "context_len": fig.context_len,
+                "weight_dtype": one["weight_dtype"],
+                "speculative": fig.speculative,
+                "engine_tpot_ms": fig.tpot_ms,
+                "composed_tpot_ms": composed,
+                "composed_over_engine": composed / fig.tpot_ms,
+                "floor_ms": one["floor_ms"],
+                "engine_over_floor": fig.tpot_ms / one["floor_ms"],
+                "bound": one["bound"],
+                "fits_memory": one["fits_memory"],
+                "composed_source": one["source"],
+                "cited": fig.source,
+            }
+        )
+    return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
 
 
 def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, model: dict):

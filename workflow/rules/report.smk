@@ -37,6 +37,7 @@ rule report:
         tune=STAGE5.measured["tune"],
         verdict=rules.verdict.output.verdict,
         check=rules.verdict.output.check,
+        engines=rules.verdict.output.engines,
         panel=rules.verdict.output.panel,
         figures=list(rules.figures.output),
         provenance=STAGE5.provenance,

@@ -1,6 +1,6 @@
 # Stage 5b: the verdict composed from the measured tables, its check against the measured whole
-# steps, the launch-aware fit and the question's panel (from a sweep's tables, or a kept
-# example's with --config example=FOLDER).
+# steps, the engines' own figures beside it, the launch-aware fit and the question's panel (from
+# a sweep's tables, or a kept example's with --config example=FOLDER).
 
 
 rule verdict:
@@ -14,14 +14,13 @@ rule verdict:
         **(
             {
                 f"{n}_parquet": update(STAGE5.table(n, "parquet"))
-                for n in ("verdict", "check")
+                for n in VERDICT_TABLES
             }
             if STAGE5.parquet
             else {}
         ),
         # update(): a failing job leaves the previous verdict in place (Snakemake restores it).
-        verdict=update(STAGE5.table("verdict")),
-        check=update(STAGE5.table("check")),
+        **{n: update(STAGE5.table(n)) for n in VERDICT_TABLES},
         fit=update(STAGE5.table("fit", "json")),
         panel=update(STAGE5.table("question", "json")),
     log:

@@ -105,6 +105,7 @@ def build(
     power: pd.DataFrame | None = None,
     panel: dict | None = None,
     tune: pd.DataFrame | None = None,
+    engines: pd.DataFrame | None = None,
 ) -> ReportData:
     """Return the one ReportData both reports render; figures are drawn unless given. The
     question's section is there when `panel` is (the deployment is the one it asks about).
@@ -112,6 +113,7 @@ def build(
     `provenance` may hold 'measured': {section: when} beside versions and the commit.
     """
     check = pd.DataFrame() if check is None else check
+    engines = pd.DataFrame() if engines is None else engines
     power = pd.DataFrame() if power is None else power
     model = settings.get("model", {})
     dep = settings.get("deployment", {})
@@ -127,10 +129,10 @@ def build(
     why = "" if panel else unasked(asked, model.get("name", "?"), hardware)
     blocks = {
         **{key: question_blocks(asked, panel, launch, power) for key, _ in named},
-        "summary": summary_blocks(verdict, check, why),
+        "summary": summary_blocks(verdict, check, why, engines),
         "machine": machine_blocks(decode, hardware),
         "verdict": verdict_blocks(verdict),
-        "check": check_blocks(check),
+        "check": check_blocks(check, engines),
         "power": power_blocks(power, asked),
         "launch": launch_blocks(launch, provenance),
         "decode": decode_blocks(decode, provenance),

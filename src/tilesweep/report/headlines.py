@@ -239,6 +239,24 @@ def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     return f"{target}, fastest layout: " + "; ".join(words) + f" ({how_sure(verdict, check)})."
 
 
+def engine_line(engines: pd.DataFrame) -> str:
+    """Return the composition against engines' own published figures in one line, each ratio
+    with its denominator, or '' where none is cited."""
+    rows = engines[numeric(engines, "composed_over_engine").notna()] if len(engines) else engines
+    if rows.empty:
+        return ""
+    parts = [
+        f"{r['engine']} on {fmt_value(r['layout'])} of {r['hardware']} for {r['model']} at "
+        f"batch {fmt_value(r['batch'])}: {fmt_value(r['engine_tpot_ms'])} ms measured, "
+        f"{fmt_value(r['composed_tpot_ms'])} ms composed ({r['composed_over_engine']:.2f}x)"
+        for r in rows.to_dict("records")
+    ]
+    return (
+        "Against engines' own published TPOT (cited in the check section; composed over "
+        "measured): " + "; ".join(parts) + "."
+    )
+
+
 # ---- the legend of the badge words -----------------------------------------------------------
 
 LEGEND = {

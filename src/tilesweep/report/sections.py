@@ -24,6 +24,7 @@ from tilesweep.report.formatting import devices, fmt_value
 from tilesweep.report.headlines import (
     answer,
     check_headline,
+    engine_line,
     fitting_layouts,
     launch_headlines,
     legend,
@@ -43,6 +44,7 @@ from tilesweep.tables import (
     LAUNCH_FAILURE_COLUMNS,
     NOT_TIMED_COLUMNS,
     REPORT_CHECK_COLUMNS,
+    REPORT_ENGINE_COLUMNS,
     REPORT_LAUNCH_COLUMNS,
     REPORT_VERDICT_COLUMNS,
     TUNE_SUMMARY_COLUMNS,
@@ -74,12 +76,21 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
     )
 
 
-def summary_blocks(verdict: pd.DataFrame, check: pd.DataFrame, unasked: str = "") -> list[Block]:
-    """Return the answer: one sentence, the verdict grid of the layouts that fit (those that fit
-    nowhere in one line), the Pareto figure, and why the question's panel is absent (`unasked`)."""
+def summary_blocks(
+    verdict: pd.DataFrame,
+    check: pd.DataFrame,
+    unasked: str = "",
+    engines: pd.DataFrame | None = None,
+) -> list[Block]:
+    """Return the answer: one sentence, the composition against engines' own figures in one
+    line, the verdict grid of the layouts that fit (those that fit nowhere in one line), the
+    Pareto figure, and why the question's panel is absent (`unasked`)."""
     fit, never = fitting_layouts(verdict)
     none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
-    blocks: list[Block] = [Text(answer(verdict, check)), verdict_grid(fit, empty=none)]
+    against = engine_line(engines if engines is not None else pd.DataFrame())
+    blocks: list[Block] = [Text(answer(verdict, check))]
+    blocks += [Text(against)] if against else []
+    blocks.append(verdict_grid(fit, empty=none))
     line = never_fits_line(verdict, never)
     blocks += [Text(line)] if line else []
     blocks.append(Figure("pareto"))
@@ -131,9 +142,9 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     ]
 
 
-def check_blocks(check: pd.DataFrame) -> list[Block]:
-    """Return the check section's blocks: how far off in one line, the figure and the
-    composed-vs-measured rows."""
+def check_blocks(check: pd.DataFrame, engines: pd.DataFrame | None = None) -> list[Block]:
+    """Return the check section's blocks: how far off in one line, the figure, the
+    composed-vs-measured rows, and the engines' own figures beside the composition."""
     checked = check_headline(check)
     return [
         Text(
@@ -149,6 +160,28 @@ def check_blocks(check: pd.DataFrame) -> list[Block]:
         *([Bullets([checked])] if checked else []),
         Figure("check_error"),
         Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
+        *engine_blocks(engines if engines is not None else pd.DataFrame()),
+    ]
+
+
+def engine_blocks(engines: pd.DataFrame) -> list[Block]:
+    """Return the engines' own figures (cited in conf/references) beside the verdict composed
+    for each: a heading, what the columns mean, and the rows; nothing where none is cited."""
+    if engines.empty:
+        return []
+    return [
+        Heading("Against engines' own figures (cited, not measured here)"),
+        Text(
+            "Each row is a time per output token an engine measured and published "
+            "(conf/references, source in `cited`), beside this sweep's composition of the same "
+            "model, checkpoint formats, layout, batch and mean context on the engine's GPUs, with "
+            "the fit the verdict uses. composed_over_engine is composed_tpot_ms over "
+            "engine_tpot_ms (below 1: the composition is faster than the engine measured); "
+            "engine_over_floor is the engine's TPOT over the composition's roofline floor. "
+            "Engines add what no part here models: scheduling between steps, sampling, and "
+            "their own kernels."
+        ),
+        Table(engines, REPORT_ENGINE_COLUMNS),
     ]
 
 

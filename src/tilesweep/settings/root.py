@@ -29,6 +29,7 @@ class RootSettings(Section):
     deployment: DeploymentSettings
     catalog: dict[str, Any]  # every conf/hardware file by name, each a HardwareSpec
     question: dict[str, Any] = None  # the case study's question, validated where it is read
+    references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)
 
 
 def check_settings(settings: Any) -> None:

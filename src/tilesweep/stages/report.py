@@ -68,7 +68,7 @@ def write_report(
 ) -> None:
     """Write report.md and report.html from the tables, the panel and the drawn figures."""
     settings = json.loads(settings_json)
-    names = ("launch", "decode", "collective", "verdict", "check", "power", "tune")
+    names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:
         t = _tables(inputs, names)
         figures = {Path(p).stem: Path(p).read_bytes() for p in inputs["figures"]}
@@ -82,6 +82,7 @@ def write_report(
             provenance(inputs),
             figures=figures,
             check=t["check"],
+            engines=t["engines"],
             power=t["power"],
             tune=t["tune"],
             panel=panel,

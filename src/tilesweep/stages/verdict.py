@@ -1,5 +1,6 @@
 """Stage 5b: the verdict, composed from the measured tables, its check against the measured
-whole steps, the launch-aware fit it used, and the question's panel when one is configured."""
+whole steps, the engines' own figures beside the verdict composed for each, the launch-aware fit
+it used, and the question's panel when one is configured."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from tilesweep.io import concat_tables, read_json, read_json_named, write_table,
 from tilesweep.stages import logged
 from tilesweep.stages.tables import arrow_safe
 
-TABLES = ("verdict", "check")
 PANEL = ("rows", "winners", "band")
 
 
 def composer(inputs: dict[str, list[str]]):
-    """Return (compose, steps, collective, ceilings): compose(settings) gives the verdict rows
-    from the measured tables (the project's own decode rows, not the engines' whole-MoE ones)."""
+    """Return (compose, decode, steps, collective, ceilings): compose(settings) gives the verdict
+    rows from the measured tables (the project's own decode rows, not the engines' whole-MoE
+    ones)."""
     decode = concat_tables(list(inputs["decode"]))
     if "op" in decode:
         decode = decode[decode["op"] != "whole_moe"].reset_index(drop=True)
@@ -33,7 +34,7 @@ def composer(inputs: dict[str, list[str]]):
     def compose(varied: dict) -> pd.DataFrame:
         return verdict.deployment_table(varied, decode, collective, steps, ceilings)
 
-    return compose, steps, collective, ceilings
+    return compose, decode, steps, collective, ceilings
 
 
 def panel_json(panel: dict | None) -> str:
@@ -55,15 +56,16 @@ def read_panel(path: str) -> dict | None:
 def write_verdict(
     settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
-    """Write the verdict and its check (CSV, and Parquet where asked), the fit (JSON) and the
-    question's panel (JSON)."""
+    """Write the verdict, its check and the engines' figures beside it (CSV, and Parquet where
+    asked), the fit (JSON) and the question's panel (JSON)."""
     settings = json.loads(settings_json)
     with logged(log_path) as log:
-        compose, steps, collective, ceilings = composer(inputs)
+        compose, decode, steps, collective, ceilings = composer(inputs)
         fit = verdict.fit_record(settings, steps, ceilings)
         tables = {
             "verdict": compose(settings),
             "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
+            "engines": verdict.engine_table(settings, decode, collective, steps, ceilings),
         }
         panel = verdict.question_panel(settings, compose)
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))

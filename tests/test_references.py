@@ -1,0 +1,107 @@
+"""Engines' own published figures (conf/references): validated before any job, and set beside
+the verdict composed for the same model, layout, batch and context on the engine's GPUs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tilesweep import references, verdict
+from tilesweep.config import compose
+from tilesweep.errors import ConfigError
+from tilesweep.report.headlines import engine_line
+from tilesweep.tables import ENGINE_COLUMNS
+
+CPU_HERE = {"device": "cpu (x86_64, 2 threads)", "device_kind": "cpu", "copy_gbs": 12.0,
+            "matmul_tflops": {"bf16": 0.3}}  # fmt: skip
+ONE = {
+    "engine": "E",
+    "version": "1",
+    "model": "deepseek_v3",
+    "hardware": "h200",
+    "deployment": "fp8_all",
+    "layout": {"tp": 8, "pp": 1, "ep": 1},
+    "batch": 8,
+    "context_len": 1536,
+    "speculative": "none",
+    "tpot_ms": 12.8,
+    "source": "a test",
+}
+
+
+def _with(**change) -> list[str]:
+    """Return overrides citing one figure, ONE with `change` applied."""
+    fig = {**ONE, **change}
+    lay = fig["layout"]
+    layout = ",".join(f"{k}:{v}" for k, v in lay.items())
+    body = ",".join(
+        f"{k}:{{{layout}}}" if k == "layout" else f"{k}:{v!r}".replace("'", '"')
+        for k, v in fig.items()
+    )
+    return [f"references.figures=[{{{body}}}]"]
+
+
+def test_the_published_figures_validate_and_name_their_sources():
+    figures = references.of(compose([])).figures
+    assert figures, "conf/references/published.yaml cites at least one figure"
+    assert all(f.source and f.tpot_ms > 0 for f in figures)
+    assert references.of(compose(["references=none"])).figures == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model": "gpt5"}, "references.figures[0].model='gpt5': unknown model; valid:"),
+        ({"hardware": "h300"}, "references.figures[0].hardware='h300': unknown hardware"),
+        ({"deployment": "int4"}, "references.figures[0].deployment='int4': unknown deployment"),
+        ({"tpot_ms": -1.0}, "references.figures[0].tpot_ms=-1.0"),
+        ({"batch": 0}, "references.figures[0].batch=0"),
+    ],
+)
+def test_a_bad_figure_is_one_line_before_any_job(change, message):
+    with pytest.raises(ConfigError) as err:
+        compose(_with(**change))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_an_unknown_key_is_refused():
+    with pytest.raises(ConfigError, match=r"references\.figures\[0\]\.gpus: unknown key"):
+        compose(_with(gpus=8))
+
+
+def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
+    settings = compose(_with())
+    table = verdict.engine_table(settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE)
+    assert list(table.columns) == ENGINE_COLUMNS and len(table) == 1
+    row = table.iloc[0]
+    # Composed as the verdict composes that deployment: the same figure from deployment_table.
+    alone = compose(references.of(settings).figures[0].overrides())
+    direct = verdict.deployment_table(
+        alone, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    ).iloc[0]
+    assert (row.model, row.hardware, row.layout, row.batch) == ("deepseek_v3", "h200",
+                                                                "tp8-pp1-ep1", 8)  # fmt: skip
+    assert row.composed_tpot_ms == pytest.approx(direct.tpot_ms)
+    assert row.composed_over_engine == pytest.approx(direct.tpot_ms / 12.8)
+    assert row.engine_over_floor == pytest.approx(12.8 / direct.floor_ms)
+    assert row.composed_source == "composed"  # the shipped H200 fit, not the bare roofline
+    # The sweep's own deployment is untouched: GLM-5 on the RTX PRO 6000 stays the verdict's.
+    assert settings["model"]["name"] == "glm5"
+
+
+def test_no_figures_no_rows_and_no_line():
+    table = verdict.engine_table(
+        compose(["references=none"]), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    )
+    assert table.empty and list(table.columns) == ENGINE_COLUMNS
+    assert engine_line(table) == ""
+
+
+def test_the_answer_line_names_each_ratio_and_its_denominator():
+    table = verdict.engine_table(
+        compose(_with()), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    )
+    line = engine_line(table)
+    ratio = table.iloc[0].composed_over_engine
+    assert "12.8 ms measured" in line and f"({ratio:.2f}x)" in line
+    assert "composed over measured" in line
