@@ -147,3 +147,38 @@ def test_math_is_not_used_to_absorb_a_few_percent_of_a_memory_bound_part():
     # On more rows per weight the math term stays at the roof's rate, not 10x below it.
     more_rows = {"roof_memory_ms": 2.3, "roof_math_ms": 0.4, "launches": 4, "ms": 0.0}
     assert launch_fit.predict_ms(more_rows, e_bw, e_math, cost) < 2.6
+
+
+def test_an_unidentified_efficiency_takes_the_devices_never_one_slower_than_measured():
+    cost = 0.002
+    # Memory-bound at both batches: e_math is not identified and takes the device-wide value.
+    obs = [_obs(1.0, 0.01, 10, 0.7, 0.5, cost), _obs(2.0, 0.02, 10, 0.7, 0.5, cost)]
+    e_bw, e_math, note = launch_fit.fit_pair(obs, cost, fallback=(0.9, 0.3))
+    assert e_bw == pytest.approx(0.7, rel=0.03) and e_math == pytest.approx(0.3)
+    assert "e_math not identified" in note and "device-wide" in note
+    # A device value that would make the math term alone slower than measured is raised to the
+    # least the measurements allow.
+    _, e_math, _ = launch_fit.fit_pair(obs, cost, fallback=(0.9, 0.001))
+    least = max(o["roof_math_ms"] / (o["ms"] - o["launches"] * cost) for o in obs)
+    assert e_math == pytest.approx(least)
+    for o in obs:
+        assert launch_fit.predict_ms(o, 0.7, e_math, cost) <= o["ms"] * 1.03
+
+
+def test_one_informative_batch_is_read_with_the_devices_efficiencies():
+    # An attention-like part: launch-bound at the small batch, and at the large one explained
+    # either by a memory term alone at e_bw 0.39 or by math at the device's e_math 0.25; with the
+    # device-wide pair the fit takes the device's reading rather than an implausibly slow stream.
+    cost = 0.005
+    small = {"roof_memory_ms": 1e-6, "roof_math_ms": 0.0, "launches": 6, "ms": 0.030}
+    large = {"roof_memory_ms": 0.43, "roof_math_ms": 0.275, "launches": 6, "ms": 1.14}
+    alone = launch_fit.fit_pair([small, large], cost)
+    assert alone[0] == pytest.approx(0.387, rel=0.03) and alone[1] == launch_fit.GRID[-1]
+    e_bw, e_math, note = launch_fit.fit_pair([small, large], cost, fallback=(1.0, 0.25))
+    assert e_math == pytest.approx(0.25, rel=0.01) and e_bw == pytest.approx(1.0)
+    assert "e_bw and e_math not identified" in note
+    assert launch_fit.predict_ms(large, e_bw, e_math, cost) == pytest.approx(1.14, rel=0.02)
+    # With 8x fewer heads (the same bytes, an eighth of the flops) the part is now memory-bound.
+    fewer = dict(large, roof_math_ms=0.275 / 8)
+    assert launch_fit.predict_ms(fewer, e_bw, e_math, cost) < 0.6 * large["ms"]
+    assert launch_fit.predict_ms(fewer, *alone[:2], cost) == pytest.approx(1.14, rel=0.02)

@@ -118,44 +118,137 @@ def predict_ms(obs: dict, e_bw: float, e_math: float, per_kernel_ms: float) -> f
     )
 
 
-def fit_pair(observations: list[dict], per_kernel_ms: float) -> tuple[float, float, str]:
+def fit_pair(
+    observations: list[dict], per_kernel_ms: float, fallback: tuple[float, float] | None = None
+) -> tuple[float, float, str]:
     """Return (e_bw, e_math, note) minimising the squared log error over the observations.
 
     The memory term alone is tried first (e_math at its largest): where it explains every
     observation within PARSIMONY, math is not used. Two batches and two efficiencies can always
     be fitted exactly, and a math efficiency chosen only to absorb a few percent of a part that
     is memory-bound at both batches would then bind, wrongly, on a model with more rows per
-    weight (it did for the experts of Qwen3-235B-A22B at 512 sequences: twice the time)."""
+    weight (it did for the experts of Qwen3-235B-A22B at 512 sequences: twice the time).
+
+    An efficiency the observations cannot identify (its term never binds at the fit batches)
+    is, with `fallback` (the device-wide pair), the device's own for that term rather than the
+    largest: a part no batch measured in that regime is taken to run as the device's kernels do
+    there, labelled so, and the other efficiency is refitted with it fixed. Without a fallback
+    (the device-wide fit itself) it is left at the largest, so nothing is slowed by a guess."""
     e_bw, err = _memory_only(observations, per_kernel_ms)
     if err <= PARSIMONY:
-        binds_math = any(
-            o["roof_math_ms"] / GRID[-1] > o["roof_memory_ms"] / e_bw for o in observations
-        )
-        note = (
-            f"math never binds at the fit batches (the memory term alone fits within "
-            f"{PARSIMONY:.0%}): e_math not identified"
-        )
-        return e_bw, float(GRID[-1]), note if not binds_math else ""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
-    fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
-    bw, mt = GRID[None, :, None], GRID[None, None, :]
-    pred = fixed + np.maximum(mem / bw, flop / mt)
-    err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
-    total = err.sum(axis=0)
-    # Ties (a term that never binds): the largest efficiency, so nothing is slowed by a guess.
-    flipped = total[::-1, ::-1]
-    i, j = np.unravel_index(np.argmin(flipped), flipped.shape)
-    e_bw, e_math = float(GRID[::-1][i]), float(GRID[::-1][j])
-    binds_mem = any(o["roof_memory_ms"] / e_bw >= o["roof_math_ms"] / e_math for o in observations)
-    binds_math = any(o["roof_math_ms"] / e_math > o["roof_memory_ms"] / e_bw for o in observations)
+        if fallback is None:
+            binds_math = any(
+                o["roof_math_ms"] / GRID[-1] > o["roof_memory_ms"] / e_bw for o in observations
+            )
+            note = (
+                f"math never binds at the fit batches (the memory term alone fits within "
+                f"{PARSIMONY:.0%}): e_math not identified"
+            )
+            return e_bw, float(GRID[-1]), note if not binds_math else ""
+        return _with_fallback(observations, per_kernel_ms, fallback, e_math=fallback[1])
+    e_bw, e_math = _grid_fit(observations, per_kernel_ms)
+    binds_mem, binds_math = _binding(observations, e_bw, e_math)
+    if fallback is not None and not binds_math:
+        return _with_fallback(observations, per_kernel_ms, fallback, e_math=fallback[1])
+    if fallback is not None and not binds_mem:
+        return _with_fallback(observations, per_kernel_ms, fallback, e_bw=fallback[0])
     notes = []
     if not binds_mem:
         notes.append("memory never binds at the fit batches: e_bw not identified")
     if not binds_math:
         notes.append("math never binds at the fit batches: e_math not identified")
     return e_bw, e_math, "; ".join(notes)
+
+
+def _grid_fit(
+    observations: list[dict],
+    per_kernel_ms: float,
+    bw_grid: np.ndarray = GRID,
+    math_grid: np.ndarray = GRID,
+) -> tuple[float, float]:
+    """Return the (e_bw, e_math) of the grids minimising the squared log error (ties: the
+    largest of each, so nothing is slowed by a guess)."""
+    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
+    flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
+    fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None, None]
+    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
+    bw, mt = bw_grid[None, :, None], math_grid[None, None, :]
+    pred = fixed + np.maximum(mem / bw, flop / mt)
+    err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
+    total = err.sum(axis=0)
+    flipped = total[::-1, ::-1]
+    i, j = np.unravel_index(np.argmin(flipped), flipped.shape)
+    return float(bw_grid[::-1][i]), float(math_grid[::-1][j])
+
+
+def _binding(observations: list[dict], e_bw: float, e_math: float) -> tuple[bool, bool]:
+    """Return (memory binds at some observation, math binds at some observation)."""
+    mem = [o["roof_memory_ms"] / e_bw for o in observations]
+    flop = [o["roof_math_ms"] / e_math for o in observations]
+    return (
+        any(m >= f for m, f in zip(mem, flop, strict=True)),
+        any(f > m for m, f in zip(mem, flop, strict=True)),
+    )
+
+
+def _with_fallback(
+    observations: list[dict],
+    per_kernel_ms: float,
+    fallback: tuple[float, float],
+    e_bw: float | None = None,
+    e_math: float | None = None,
+) -> tuple[float, float, str]:
+    """Return (e_bw, e_math, note) with one efficiency fixed at the device's and the other
+    refitted, or the device's too where the device's pair already explains every observation
+    within PARSIMONY (or the other term never binds). A device value is raised to the least
+    efficiency the observations allow (where that term alone would take the measured time), so
+    a taken value never makes a part slower than it was measured."""
+    least_bw = _least(observations, per_kernel_ms, "roof_memory_ms")
+    least_math = _least(observations, per_kernel_ms, "roof_math_ms")
+    device = (max(fallback[0], least_bw), max(fallback[1], least_math))
+    fixed_bw = e_bw is not None
+    e_bw = device[0] if fixed_bw else e_bw
+    e_math = e_math if fixed_bw else device[1]
+    taken = ["e_bw" if fixed_bw else "e_math"]
+    if _worst(observations, per_kernel_ms, *device) <= PARSIMONY:
+        e_bw, e_math = device
+        taken = ["e_bw", "e_math"]
+    else:
+        bw_grid = np.array([e_bw]) if fixed_bw else GRID
+        math_grid = GRID if fixed_bw else np.array([e_math])
+        e_bw, e_math = _grid_fit(observations, per_kernel_ms, bw_grid, math_grid)
+        binds_mem, binds_math = _binding(observations, e_bw, e_math)
+        if fixed_bw and not binds_math:
+            e_math = device[1]
+            taken.append("e_math")
+        elif not fixed_bw and not binds_mem:
+            e_bw = device[0]
+            taken.append("e_bw")
+    return (
+        e_bw,
+        e_math,
+        f"{' and '.join(sorted(taken))} not identified at the fit batches: the device-wide "
+        "value (raised where the measurements allow no less)",
+    )
+
+
+def _worst(observations: list[dict], per_kernel_ms: float, e_bw: float, e_math: float) -> float:
+    """Return the largest relative error of the prediction at these efficiencies."""
+    return max(
+        abs(predict_ms(o, e_bw, e_math, per_kernel_ms) / max(o["ms"], 1e-9) - 1)
+        for o in observations
+    )
+
+
+def _least(observations: list[dict], per_kernel_ms: float, term: str) -> float:
+    """Return the least efficiency of a term the observations allow: where that term alone
+    would take the whole measured time past the launches (0 where it has no work)."""
+    least = 0.0
+    for o in observations:
+        left = o["ms"] - o["launches"] * per_kernel_ms
+        if o[term] > 0 and left > 0:
+            least = max(least, o[term] / left)
+    return least
 
 
 def _memory_only(observations: list[dict], per_kernel_ms: float) -> tuple[float, float]:
@@ -197,27 +290,27 @@ def fit_step(
                 for key in ("ms", "launches", "roof_memory_ms", "roof_math_ms")
             }
         )
+    pooled_ms = per_kernel_us * 1e-3
+    e_bw, e_math, note = fit_pair(pooled, pooled_ms) if pooled else (1.0, 1.0, "no rows")
     groups = {}
     for name, observations in sorted(by_group.items()):
         light = light_us is not None and set(observations[0]["kinds"]) <= set(LIGHT_KINDS)
         cost_us = light_us if light else per_kernel_us
         per_kernel_ms = cost_us * 1e-3
-        e_bw, e_math, note = fit_pair(observations, per_kernel_ms)
+        g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, (e_bw, e_math))
         launches = [o["launches"] / o["occurrences"] for o in observations]
         groups[name] = {
             "kinds": observations[0]["kinds"],
-            "e_bw": e_bw,
-            "e_math": e_math,
+            "e_bw": g_bw,
+            "e_math": g_math,
             "launches_per_occurrence": float(np.median(launches)),
             "per_kernel_us": cost_us,
-            "note": note,
+            "note": g_note,
             "fit_error_pct": [
-                100 * (predict_ms(o, e_bw, e_math, per_kernel_ms) / o["ms"] - 1)
+                100 * (predict_ms(o, g_bw, g_math, per_kernel_ms) / o["ms"] - 1)
                 for o in observations
             ],
         }
-    pooled_ms = per_kernel_us * 1e-3
-    e_bw, e_math, note = fit_pair(pooled, pooled_ms) if pooled else (1.0, 1.0, "no rows")
     return {
         **labels,
         "fit_batches": sorted(int(r["batch"]) for r in rows),
