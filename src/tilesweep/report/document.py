@@ -21,7 +21,8 @@ FIGURES = {
         "step split per layout and batch",
         "Time per output token split into memory-bound parts, math-bound parts, communication "
         "and launch (kernels x their measured fixed cost), per layout and batch of the named "
-        "deployment, as composed (see each row's source).",
+        "deployment, as composed (see each row's source); the black tick is the step's "
+        "roofline floor (floor_ms).",
     ),
     "check_error": (
         "composed against measured whole steps",

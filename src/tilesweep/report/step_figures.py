@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from tilesweep.report.plotting import (
@@ -116,11 +117,13 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     for ax in axes:  # one bar width on every row
         ax.set_xlim(-0.75, max(spans) - 0.75)
     handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
+    if "floor_ms" in verdict and floats(verdict[drawn], "floor_ms").notna().any():
+        handles.append(Line2D([], [], color="black", lw=1.6, label="roofline floor (floor_ms)"))
     title = "\n".join(textwrap.fill(n, 150) for n in notes) or None
     fig.legend(
         handles=handles,
         loc="outside lower center",
-        ncols=4,
+        ncols=len(handles),
         fontsize=TEXT_PT + 1,
         title=title,
         title_fontsize=TEXT_PT + 1,
@@ -155,6 +158,10 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
             label=SHARE_LABELS[col],
         )
         bottom += vals
+    if "floor_ms" in frame:  # each bar's physical floor (the verdict's floor_ms) as a tick
+        for xi, floor in zip(x, floats(frame, "floor_ms"), strict=True):
+            if floor == floor:
+                reference(ax.hlines(floor, xi - 0.375, xi + 0.375, color="black", lw=1.6))
     for xi, total in zip(x, bottom, strict=True):
         ax.annotate(
             f"{total:.1f}" if total < 100 else f"{total:,.0f}",
