@@ -67,6 +67,24 @@ def test_override_reaches_the_grid():
         ("grid.warps=[]", "grid.warps=[]: give at least one"),
         ("backend.cutlass.stages=[]", "backend.cutlass.stages=[]: give 'auto'"),
         ("backend.cutlass.dtype_by_arch.sm_90=fp16", "dtype_by_arch.sm_90='fp16': allowed"),
+        (
+            "backend.cutlass.extra_stages.0.arch=sm_121",
+            "backend.cutlass.extra_stages[0].arch='sm_121': must be 'sm_90', 'sm_100' or 'sm_120'",
+        ),
+        (
+            "backend.cutlass.extra_stages.0.stages=[0]",
+            "backend.cutlass.extra_stages[0].stages[0]=0: must be greater than or equal to 1",
+        ),
+        (
+            "backend.cutlass.extra_stages.0.stages=[auto]",
+            "backend.cutlass.extra_stages[0].stages[0]='auto': expected an integer",
+        ),
+        ("backend.cutlass.extra_stages.0.stages=[]", "extra_stages[0].stages=[]: give at least 1"),
+        (
+            "backend.cutlass.extra_stages.0.epilogues=[fused]",
+            "backend.cutlass.extra_stages[0].epilogues[0]='fused': must be 'default' or 'finalize'",
+        ),
+        ("backend.cutlass.extra_stages=[{arch:sm_120}]", "extra_stages[0]: missing key 'tiles'"),
         ("model.shared_experts=-1", "model.shared_experts=-1: must be at least 0"),
         ("bench.collective_sweep_factor=0", "bench.collective_sweep_factor=0: must be at least 1"),
         ("bench.step_moe_layers=0", "bench.step_moe_layers=0: must be at least 1"),
@@ -162,6 +180,7 @@ def test_nan_and_inf_in_a_hardware_file_are_refused(tmp_path, value):
         "backend.triton.colour",
         "backend.torch.colour",
         "backend.cutlass.colour",
+        "backend.cutlass.extra_stages[0].colour",
         "backend.fused_moe.colour",
         "backend.fused_moe.space.colour",
     ],

@@ -16,11 +16,39 @@ def test_build_cells_cover_every_backend_arch_and_tile():
     cutlass = builds[builds["backend"] == "cutlass"]
     assert set(triton["arch"]) == {"sm_90", "sm_100", "sm_120"}
     assert len(triton) == 3 * tiles  # one dtype, one stage count, one warp count
-    assert len(cutlass) == 3 * tiles * 2  # two epilogues per tile per arch
+    # two epilogues per tile per arch, and the brief's four tiles (finalize, 3 stages) on sm_120
+    assert len(cutlass) == 3 * tiles * 2 + 4
     assert set(cutlass[cutlass["arch"] == "sm_100"]["dtype"]) == {"nvfp4"}
     assert set(cutlass[cutlass["arch"] == "sm_120"]["dtype"]) == {"nvfp4"}
     assert set(cutlass[cutlass["arch"] == "sm_90"]["dtype"]) == {"fp8"}
     assert builds["build_id"].is_unique
+
+
+def _explicit(builds):
+    """Return the CUTLASS cells with an explicit stage count, as (arch, tile, epilogue, stages)."""
+    rows = builds[(builds["backend"] == "cutlass") & (builds["stages"] != "auto")]
+    return sorted(
+        (r["arch"], (r["tile_m"], r["tile_n"], r["tile_k"]), r["epilogue"], r["stages"])
+        for r in rows.to_dict("records")
+    )
+
+
+def test_explicit_stage_cells_are_only_where_extra_stages_names_them():
+    brief = [(128, 128, 128), (128, 128, 256), (128, 256, 128), (256, 128, 128)]
+    assert _explicit(grid.build_cells(compose())) == [
+        ("sm_120", tile, "finalize", 3) for tile in brief
+    ]
+    # No sm_120 target, no explicit cells; a grid without some of the tiles narrows them.
+    assert _explicit(grid.build_cells(compose(["grid.targets=[h200,b200]"]))) == []
+    narrowed = compose(["grid.tiles=[{m:16,n:64,k:128},{m:128,n:256,k:128}]"])
+    assert _explicit(grid.build_cells(narrowed)) == [("sm_120", (128, 256, 128), "finalize", 3)]
+    # A cell `stages` already holds is accounted once.
+    both = grid.build_cells(compose(["backend.cutlass.stages=[auto,3]"]))
+    assert both["build_id"].is_unique
+    sm120 = both[(both["backend"] == "cutlass") & (both["arch"] == "sm_120")]
+    assert len(sm120) == len(compose()["grid"]["tiles"]) * 2 * 2  # the extras add nothing new
+    none = grid.build_cells(compose(["backend.cutlass.extra_stages=[]"]))
+    assert _explicit(none) == []
 
 
 def test_launch_cells_pair_each_target_with_its_arch():

@@ -8,7 +8,7 @@ import pytest
 from tilesweep import question, verdict
 from tilesweep.config import compose
 from tilesweep.errors import ConfigError
-from tilesweep.report import contents
+from tilesweep.report import contents, question_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 
@@ -47,6 +47,7 @@ def test_the_brief_loads_as_the_default_question():
         ("+question.colour=red", "question.colour='red': unknown key"),
         ("question.layouts=[{tp:8,pp:1}]", "question.layouts[0].ep: Field required"),
         ("question.hardware=tpu", "question.hardware='tpu': unknown hardware; valid: "),
+        ("question.tiles.shapes.0.ran=maybe", "question.tiles.shapes[0].ran='maybe': Input should"),
     ],
 )
 def test_a_bad_question_is_refused_in_one_line_naming_the_key(override, message):
@@ -56,15 +57,16 @@ def test_a_bad_question_is_refused_in_one_line_naming_the_key(override, message)
     assert "\n" not in str(err.value)
 
 
-def report_of(settings: dict) -> tuple[str, str]:
+def report_of(settings: dict, launch: pd.DataFrame | None = None) -> tuple[str, str]:
     """Return the Markdown and HTML reports of a settings' composed verdict (no figures drawn)."""
 
     def roofline(varied: dict) -> pd.DataFrame:
         return verdict.deployment_table(varied, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU)
 
     empty = pd.DataFrame()
+    launch = empty if launch is None else launch
     data = contents.build(
-        settings, empty, empty, empty, roofline(settings), {}, figures=dict.fromkeys(
+        settings, launch, empty, empty, roofline(settings), {}, figures=dict.fromkeys(
             ("launch_smem", "decode_time", "decode_roofline", "collective_bandwidth",
              "verdict_split", "check_error"), b""),
         power=POWER, panel=verdict.question_panel(settings, roofline),
@@ -94,3 +96,87 @@ def test_with_no_question_nothing_of_the_brief_appears():
         assert phrase not in shown, phrase
     assert "brief" not in page.split("<summary>Resolved config</summary>")[0]
     assert "Power as evidence" in text  # the section stays, without an outside reading
+
+
+def sm120_launch(limit: int, *cells: tuple) -> pd.DataFrame:
+    """Return CUTLASS launch rows on the brief's GPU, one per (tile, epilogue, stages asked,
+    stages, bytes), checked against an opt-in limit of `limit` bytes as check_launch does."""
+    rows = []
+    for (m, n, k), epilogue, asked, stages, smem in cells:
+        over = smem > limit
+        rows.append(
+            {"backend": "cutlass", "target": "rtx_pro_6000", "dtype": "nvfp4", "tile_m": m,
+             "tile_n": n, "tile_k": k, "epilogue": epilogue, "stages_requested": asked,
+             "stages": stages, "smem_bytes": smem, "smem_limit_bytes": limit,
+             "overshoot_bytes": max(0, smem - limit), "fits": "no" if over else "optin",
+             "status": "launch" if over else "ok", "reason": ""}
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# Finalize-epilogue cells of the brief's four tiles, auto and 3 stages asked (the bytes as CUTLASS's
+# types gave them on sm_120; any bytes would do: the sentences are built from the rows).
+BRIEF_CELLS = [
+    ((128, 128, 128), "finalize", "auto", 4, 101_376),
+    ((128, 128, 128), "finalize", 3, 3, 82_944),
+    ((128, 128, 256), "finalize", "auto", 2, 101_376),
+    ((128, 128, 256), "finalize", 3, 3, 138_240),
+    ((128, 256, 128), "finalize", "auto", 2, 82_944),
+    ((128, 256, 128), "finalize", 3, 3, 110_592),
+    ((256, 128, 128), "finalize", "auto", 2, 82_944),
+    ((256, 128, 128), "finalize", 3, 3, 110_592),
+]
+
+
+def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
+    asked = question.of(compose([]))
+    said = question_sections.tile_failure_findings(sm120_launch(101_376, *BRIEF_CELLS), asked)
+    assert said == [
+        "128x128x256, finalize epilogue, 3 stages asked: 138,240 B, 36,864 B over the 101,376 B "
+        "opt-in limit: would fail initialize, yet the brief saw this tile run, so its kernel asked "
+        "for less; with auto stages the build picks 2 (101,376 B) and it fits after opt-in.",
+        "128x256x128, finalize epilogue, 3 stages asked: 110,592 B, 9,216 B over the 101,376 B "
+        "opt-in limit: reproduces the brief's initialize failure; with auto stages the build picks "
+        "2 (82,944 B) and it fits after opt-in.",
+        "256x128x128, finalize epilogue, 3 stages asked: 110,592 B, 9,216 B over the 101,376 B "
+        "opt-in limit: reproduces the brief's initialize failure; with auto stages the build picks "
+        "2 (82,944 B) and it fits after opt-in.",
+        "No accounted setting matches all 4 of the brief's observations (which tiles ran, which "
+        "failed); closest, 3 of 4: finalize epilogue, 3 stages asked (misses 128x128x256).",
+    ]
+    truth = question_sections.tile_launch_truth(sm120_launch(101_376, *BRIEF_CELLS), asked)
+    column = dict(zip(truth["tile"] + "/" + truth["stages"].astype(str),
+                      truth["reproduces_brief_failure"], strict=True))  # fmt: skip
+    assert column["128x256x128/3"] == "yes: over the opt-in limit"
+    assert column["128x128x256/3"] == "no: over the opt-in limit, but the brief saw it run"
+    assert column["128x256x128/2"] == "no"
+
+
+def test_the_tile_findings_follow_the_rows_not_fixed_numbers():
+    asked = question.of(compose([]))
+    # The stage count as a CSV reads it back ("3"), and a limit every cell fits under.
+    launch = sm120_launch(140_000, *BRIEF_CELLS).assign(
+        stages_requested=lambda f: f["stages_requested"].astype(str)
+    )
+    said = question_sections.tile_failure_findings(launch, asked)
+    assert said[:2] == [
+        f"{tile}: every accounted combination fits, so none reproduces the brief's initialize "
+        "failure."
+        for tile in ("128x256x128", "256x128x128")
+    ]
+    assert said[2].startswith("No accounted setting matches all 4 of the brief's observations")
+    # Only auto cells, as before the explicit ones: two combinations of two tiles, both fit.
+    auto = sm120_launch(101_376, *[c for c in BRIEF_CELLS if c[2] == "auto"])
+    assert "closest, 2 of 4" in question_sections.tile_failure_findings(auto, asked)[-1]
+    # A bigger overshoot, read from the row.
+    big = [(t, e, a, s, b + 1_000 if a == 3 else b) for t, e, a, s, b in BRIEF_CELLS]
+    said = question_sections.tile_failure_findings(sm120_launch(101_376, *big), asked)
+    assert said[1].startswith("128x256x128, finalize epilogue, 3 stages asked: 111,592 B, 10,216 B")
+    assert question_sections.tile_failure_findings(pd.DataFrame(), asked) == []
+
+
+def test_the_tile_findings_appear_in_both_reports():
+    text, page = report_of(compose([]), sm120_launch(101_376, *BRIEF_CELLS))
+    sentence = "9,216 B over the 101,376 B opt-in limit: reproduces the brief&#x27;s initialize"
+    assert sentence.replace("&#x27;", "'") in text
+    assert sentence in page

@@ -38,6 +38,7 @@ KEYS = sorted(k for k in leaf_keys() if k not in ("hardware", "catalog", "questi
     "model",
     "grid",
     "backend.cutlass.stages",
+    "backend.cutlass.extra_stages",
     "backend.triton.enabled",
     "results_dir",
     "grid.nonsense",

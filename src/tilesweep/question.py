@@ -32,11 +32,12 @@ class Layout(_Strict):
 
 
 class Tile(_Strict):
-    """One output tile and its K step."""
+    """One output tile and its K step, and whether the question saw it run (unset: not said)."""
 
     m: PositiveInt
     n: PositiveInt
     k: PositiveInt
+    ran: bool | None = None
 
 
 class Tiles(_Strict):

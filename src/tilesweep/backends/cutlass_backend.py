@@ -6,23 +6,41 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from tilesweep.backends import Backend, Builder, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import SM90Program
+from tilesweep.cutlass.cells import EPILOGUES
 from tilesweep.settings.strict import Section
+from tilesweep.settings.sweep_space import Tile
 
 NAME = "cutlass"
 ARCHS = ("sm_90", "sm_100", "sm_120")
 
 
+def _combinations(settings: dict, arch: str) -> list[tuple[dict, int | str, str]]:
+    """Return (tile, stages, epilogue) of every cell on one architecture: the grid's tiles x
+    `stages` x `epilogues`, then each `extra_stages` entry of this architecture over the grid's
+    tiles it names (a tile the grid lacks adds nothing), each combination once."""
+    conf = settings["backend"][NAME]
+    tiles = settings["grid"]["tiles"]
+    out = list(itertools.product(tiles, conf["stages"], conf["epilogues"]))
+    for extra in conf["extra_stages"]:
+        if extra["arch"] == arch:
+            named = [t for t in tiles if t in extra["tiles"]]
+            for combination in itertools.product(named, extra["stages"], extra["epilogues"]):
+                if combination not in out:
+                    out.append(combination)
+    return out
+
+
 def cells(settings: dict, arch: str) -> list[dict]:
     """Return the CUTLASS accounting cells for one architecture."""
-    conf = settings["backend"][NAME]
-    dtype = conf["dtype_by_arch"].get(arch, "none")
+    dtype = settings["backend"][NAME]["dtype_by_arch"].get(arch, "none")
     out = []
-    for tile, stages, epilogue in itertools.product(
-        settings["grid"]["tiles"], conf["stages"], conf["epilogues"]
-    ):
+    for tile, stages, epilogue in _combinations(settings, arch):
         cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)
         if arch not in ARCHS or dtype == "none":
             cell["unsupported"] = f"the CUTLASS backend covers {', '.join(ARCHS)}; not {arch}"
@@ -84,13 +102,25 @@ class CutlassBuilder(Builder):
         return int(threads)
 
 
+class ExtraStages(Section):
+    """One backend.cutlass.extra_stages entry: explicit stage counts accounted on one
+    architecture, for the grid's tiles it names and the epilogues it names."""
+
+    arch: Literal[ARCHS]
+    tiles: list[Tile] = Field(min_length=1)
+    epilogues: list[Literal[tuple(EPILOGUES)]] = Field(min_length=1)
+    stages: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+
+
 class CutlassSettings(Section):
-    """backend.cutlass: on or off, operand type per architecture, epilogues, stage counts."""
+    """backend.cutlass: on or off, operand type per architecture, epilogues, stage counts, and
+    explicit stage counts for a few tiles of one architecture."""
 
     enabled: bool
     dtype_by_arch: dict[str, str]
     epilogues: list[str]
     stages: list[int | str]  # "auto" or stage counts
+    extra_stages: list[ExtraStages]
 
 
 @register

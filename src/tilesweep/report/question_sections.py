@@ -76,6 +76,7 @@ def question_blocks(
     truth = tile_launch_truth(launch, asked) if asked.tiles else pd.DataFrame()
     if not truth.empty:
         blocks.append(Table(truth, title=asked.tiles.title, note=asked.tiles.note))
+        blocks.append(Bullets(tile_failure_findings(launch, asked)))
     judged = _judged(power, asked)
     if not judged.empty:
         blocks.append(
@@ -100,7 +101,7 @@ def _asked_rows(launch: pd.DataFrame, tiles: Tiles, hardware: str) -> pd.DataFra
 def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     """Return the question's tiles on its hardware (from its tiles' backend): epilogue, stage
     count asked and chosen, shared memory, limit, and whether each reproduces the question's
-    launch failure (over the opt-in limit)."""
+    launch failure (over the opt-in limit on a tile the question did not see run)."""
     need = {"backend", "target", "tile_m", "tile_n", "tile_k", "smem_bytes", "fits"}
     if launch.empty or not need <= set(launch):
         return pd.DataFrame()
@@ -108,17 +109,20 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     reproduces = f"reproduces_{asked.name}_failure"
+    tiles = [
+        f"{m}x{n}x{k}"
+        for m, n, k in zip(rows["tile_m"], rows["tile_n"], rows["tile_k"], strict=True)
+    ]
+    ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
+    over = f"no: over the opt-in limit, but the {asked.name} saw it run"
     out = rows.assign(
-        tile=[
-            f"{m}x{n}x{k}"
-            for m, n, k in zip(rows["tile_m"], rows["tile_n"], rows["tile_k"], strict=True)
-        ],
+        tile=tiles,
         **{
             reproduces: [
-                "yes: over the opt-in limit"
+                (over if ran.get(t) else "yes: over the opt-in limit")
                 if f == "no"
                 else ("no" if f in ("default", "optin") else f"unknown ({s})")
-                for f, s in zip(rows["fits"], rows["status"], strict=True)
+                for t, f, s in zip(tiles, rows["fits"], rows["status"], strict=True)
             ]
         },
     )
@@ -129,3 +133,116 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     return (
         out[[c for c in cols if c in out]].sort_values(["tile", "epilogue"]).reset_index(drop=True)
     )
+
+
+def _stages_asked(value: object) -> str:
+    """Return a launch row's requested stage count as text ("auto" or "3"), however the table
+    read it back (3, 3.0, "3" or "auto")."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def _combination(row: dict) -> str:
+    """Return a launch row's tile, epilogue and stages asked, in words."""
+    asked = _stages_asked(row["stages_requested"])
+    stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
+    return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
+
+
+def _fit_words(row: dict) -> str:
+    """Return how a row that fits fits: by default, or after the opt-in."""
+    return "it fits after opt-in" if row["fits"] == "optin" else "it fits"
+
+
+def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
+    """Return the sentence for one combination over the opt-in limit: its bytes and overshoot,
+    what it means for the question's observation of its tile, and what auto stages do."""
+    said = (
+        f"{_combination(row)}: {int(row['smem_bytes']):,} B, {int(row['overshoot_bytes']):,} B "
+        f"over the {int(row['smem_limit_bytes']):,} B opt-in limit: "
+    )
+    if ran is False:
+        said += f"reproduces the {name}'s initialize failure"
+    elif ran is True:
+        said += (
+            f"would fail initialize, yet the {name} saw this tile run, so its kernel asked for less"
+        )
+    else:
+        said += "would fail initialize"
+    if auto is not None and row["asked"] != "auto":
+        if auto["fits"] == "no":
+            said += f"; with auto stages it is over too ({int(auto['smem_bytes']):,} B)"
+        else:
+            picked = int(auto["stages"])
+            said += (
+                f"; with auto stages the build picks {picked} ({int(auto['smem_bytes']):,} B) "
+                f"and {_fit_words(auto)}"
+            )
+    return said + "."
+
+
+def _settings_matched(rows: pd.DataFrame, ran: dict[str, bool], name: str) -> str | None:
+    """Return which setting (epilogue x stages asked) matches every tile the question saw run or
+    fail, or the closest ones and the tiles they miss; None when the question saw nothing."""
+    if not ran:
+        return None
+    tally = []
+    for (epilogue, asked), group in rows.groupby(["epilogue", "asked"], sort=True):
+        fits = {t: f != "no" for t, f in zip(group["tile"], group["fits"], strict=True)}
+        if set(ran) <= set(fits):
+            missed = [t for t in ran if fits[t] != ran[t]]
+            stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
+            tally.append((len(ran) - len(missed), f"{epilogue} epilogue, {stages}", missed))
+    if not tally:
+        return None
+    best = max(score for score, _, _ in tally)
+    closest = [(label, missed) for score, label, missed in tally if score == best]
+    if best == len(ran):
+        names = "; ".join(label for label, _ in closest)
+        return (
+            f"Matching all {len(ran)} of the {name}'s observations (which tiles ran, which "
+            f"failed): {names}."
+        )
+    misses = "; ".join(f"{label} (misses {', '.join(missed)})" for label, missed in closest)
+    return (
+        f"No accounted setting matches all {len(ran)} of the {name}'s observations (which tiles "
+        f"ran, which failed); closest, {best} of {len(ran)}: {misses}."
+    )
+
+
+def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
+    """Return one sentence per combination (tile x epilogue x stages asked) of the question's
+    tiles over its hardware's opt-in limit, with its bytes, overshoot and what auto stages do;
+    a sentence for each tile the question saw fail that no combination reproduces; and which
+    setting matches every tile the question saw run or fail. Built from the launch rows."""
+    need = {"backend", "target", "tile_m", "tile_n", "tile_k", "epilogue", "stages_requested",
+            "stages", "smem_bytes", "smem_limit_bytes", "overshoot_bytes", "fits"}  # fmt: skip
+    if launch.empty or not need <= set(launch) or not asked.tiles:
+        return []
+    rows = _asked_rows(launch, asked.tiles, asked.hardware)
+    rows = rows[rows["fits"].isin(["default", "optin", "no"])]  # checked: no build failure
+    if rows.empty:
+        return []
+    rows = rows.assign(
+        tile=[f"{m}x{n}x{k}" for m, n, k in zip(rows["tile_m"], rows["tile_n"], rows["tile_k"],
+                                                strict=True)],
+        asked=[_stages_asked(v) for v in rows["stages_requested"]],
+    ).sort_values(["tile", "epilogue", "asked"])  # fmt: skip
+    ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
+    records = rows.to_dict("records")
+    auto = {(r["tile"], r["epilogue"]): r for r in records if r["asked"] == "auto"}
+    said = [
+        _over_limit(r, auto.get((r["tile"], r["epilogue"])), ran.get(r["tile"]), asked.name)
+        for r in records
+        if r["fits"] == "no"
+    ]
+    over = {r["tile"] for r in records if r["fits"] == "no"}
+    for tile, saw in ran.items():
+        if saw is False and tile not in over and tile in set(rows["tile"]):
+            said.append(
+                f"{tile}: every accounted combination fits, so none reproduces the {asked.name}'s "
+                "initialize failure."
+            )
+    matched = _settings_matched(rows, {t: v for t, v in ran.items() if v is not None}, asked.name)
+    return said + ([matched] if matched else [])

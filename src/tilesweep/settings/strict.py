@@ -57,6 +57,8 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         return f"{parent}: missing key {key!r}" if parent else f"missing key {key!r}"
     if kind == "finite_number":
         return f"{path}={node!r}: must be a finite number"
+    if kind == "too_short":
+        return f"{path}={node!r}: give at least {first['ctx']['min_length']}"
     if tail:  # a union: every member that refused the value says what it expected
         base = first["loc"][: len(first["loc"]) - len(tail)]
         same = [e for e in errors if e["loc"][: len(base)] == base]
