@@ -125,6 +125,16 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
     return {**fit, "ceilings": {k: ceilings.get(k) for k in keep}}
 
 
+def _here(collective: pd.DataFrame, ceilings: dict) -> tuple[str, dict, dict, dict]:
+    """Return (the device at hand, its measured interconnect, its latency floors, its hardware
+    dict from its ceilings): NCCL rows on a GPU, gloo rows on the CPU."""
+    device = ceilings.get("device", "none") if ceilings else "none"
+    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
+    numbers, floors = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
+    hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else {}
+    return device, numbers, floors, hw_here
+
+
 def deployment_table(
     settings: dict,
     decode: pd.DataFrame,
@@ -139,18 +149,13 @@ def deployment_table(
     dep = settings["deployment"]
     model = deployment_model(settings["model"], dep)
     settings = dict(settings, model=model)
-    device = ceilings.get("device", "none") if ceilings else "none"
-    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    here_numbers, here_floors = calibration.measured_interconnect(
-        collective, "nccl" if gpu_here else "gloo"
-    )
+    device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
     target = dict(target_spec(settings))
     floors = None
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
         target["interconnect_model"] = {"default": named, "topologies": {named: here_numbers}}
         floors = here_floors
-    hw_here = calibration.device_hardware(ceilings, device, here_numbers) if ceilings else {}
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here)
     frames = []
     for batch in dep["batches"]:
@@ -202,11 +207,7 @@ def engine_table(
     figures = references.of(settings).figures
     if not figures:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
-    device = ceilings.get("device", "none") if ceilings else "none"
-    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    here_numbers, _ = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
-    hw_here = calibration.device_hardware(ceilings, device, here_numbers) if ceilings else {}
-    fitted = verdict_fit(settings, steps, ceilings, hw_here)
+    fitted = verdict_fit(settings, steps, ceilings, _here(collective, ceilings)[3])
     rows = []
     for fig in figures:
         one = deployment_table(
