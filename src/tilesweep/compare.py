@@ -22,7 +22,7 @@ from tilesweep.tables import SPLIT_COLUMNS, TABLE_KEYS
 # The tables compared, with the columns that identify a row (those present in both runs are used).
 KEYS = {
     name: TABLE_KEYS[name]
-    for name in ("launch", "decode", "collective", "verdict", "check", "power", "tune")
+    for name in ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
 }
 # Values compared with their spread (or the relative threshold), per table.
 MEASURES = {
@@ -30,6 +30,7 @@ MEASURES = {
     "collective": ["time_ms"],
     "verdict": ["tpot_ms", *SPLIT_COLUMNS],
     "check": ["measured_ms", "composed_ms"],
+    "engines": ["composed_tpot_ms"],
     "power": ["power_frac_median"],
     "tune": ["time_ms"],
 }
@@ -40,6 +41,7 @@ EXACT = {
     "collective": ["status"],
     "verdict": ["fits_memory", "bound"],
     "check": [],
+    "engines": ["fits_memory", "bound"],
     "power": ["status"],
     "tune": ["status", "tuned"],
 }

@@ -44,6 +44,7 @@ TABLE_KEYS = {
     "collective": ["layout", "collective", "backend", "group", "bytes"],
     "verdict": ["model", "hardware", "layout", "batch"],
     "check": ["layout", "batch"],
+    "engines": ["engine", "version", "model", "hardware", "layout", "batch", "context_len"],
     "power": ["load"],
     "tune": ["dtype", "experts", "n", "m", "routing", "runner", "source", "config", "op"],
 }
