@@ -215,25 +215,25 @@ def test_cutlass_rows_match_only_auto_stage_default_epilogue_tiles_of_the_same_s
 
 def test_one_function_gives_the_cutlass_schedule_to_the_accounting_and_the_decode_job():
     from tilesweep.backends import cutlass_gpu
-    from tilesweep.cutlass import cells, source
+    from tilesweep.cutlass import cell_spec, source
 
-    assert cells.kernel_schedule("sm_90", 64) == "pingpong"
-    assert cells.kernel_schedule("sm_90", 128) == "cooperative"
-    assert cells.kernel_schedule("sm_90", 256) == "cooperative"
-    assert cells.kernel_schedule("sm_120", 64) == "cooperative"
-    assert cells.kernel_schedule("sm_100", 128) == "1sm"
+    assert cell_spec.kernel_schedule("sm_90", 64) == "pingpong"
+    assert cell_spec.kernel_schedule("sm_90", 128) == "cooperative"
+    assert cell_spec.kernel_schedule("sm_90", 256) == "cooperative"
+    assert cell_spec.kernel_schedule("sm_120", 64) == "cooperative"
+    assert cell_spec.kernel_schedule("sm_100", 128) == "1sm"
     # the accounting compiles the schedule the function gives ...
     raw = dict(arch="sm_90", dtype="fp8", tile_m=64, tile_n=128, tile_k=128)
-    cell, bad = cells.normalize(raw)
+    cell, bad = cell_spec.normalize(raw)
     assert bad is None and cell["schedule"] == "pingpong"
     body = source.cell_body(cell, "c0")
     assert "KernelPtrArrayTmaWarpSpecializedPingpong" in body
     assert "epilogue::PtrArrayTmaWarpSpecializedPingpong" in body
     assert "Cooperative" not in body
-    big, _ = cells.normalize({**raw, "tile_m": 128})
+    big, _ = cell_spec.normalize({**raw, "tile_m": 128})
     assert big["schedule"] == "cooperative"
     assert "KernelPtrArrayTmaWarpSpecializedCooperative" in source.cell_body(big, "c0")
-    _, bad = cells.normalize({**raw, "schedule": "stream-k"})
+    _, bad = cell_spec.normalize({**raw, "schedule": "stream-k"})
     assert bad == "unknown schedule 'stream-k' for sm_90 (known: cooperative, pingpong)"
     # ... and the decode job asks the SM90 program for each tile with that same schedule
     requests, records = cutlass_gpu.tile_requests(["64x128x128", "128x256x128_s5", "odd"])

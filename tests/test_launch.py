@@ -96,6 +96,6 @@ def test_a_cutlass_launch_row_carries_the_schedule_and_threads_its_build_compile
 
 
 def test_the_schedule_is_a_declared_launch_column():
-    from tilesweep.tables import LAUNCH_COLUMNS
+    from tilesweep.columns import LAUNCH_COLUMNS
 
     assert LAUNCH_COLUMNS.index("schedule") == LAUNCH_COLUMNS.index("epilogue") + 1

@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
+from tilesweep.columns import POWER_COLUMNS
 from tilesweep.measure import power_load
 from tilesweep.stages import power
-from tilesweep.tables import POWER_COLUMNS
 
 SPEC = json.dumps(
     {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep import question, verdict
+from tilesweep import deployment_verdict, question
 from tilesweep.config import compose
 from tilesweep.errors import ConfigError
 from tilesweep.report import contents, question_sections
@@ -61,7 +61,9 @@ def report_of(settings: dict, launch: pd.DataFrame | None = None) -> tuple[str, 
     """Return the Markdown and HTML reports of a settings' composed verdict (no figures drawn)."""
 
     def roofline(varied: dict) -> pd.DataFrame:
-        return verdict.deployment_table(varied, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU)
+        return deployment_verdict.deployment_table(
+            varied, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU
+        )
 
     empty = pd.DataFrame()
     launch = empty if launch is None else launch
@@ -69,7 +71,7 @@ def report_of(settings: dict, launch: pd.DataFrame | None = None) -> tuple[str, 
         settings, launch, empty, empty, roofline(settings), {}, figures=dict.fromkeys(
             ("launch_smem", "decode_time", "decode_roofline", "collective_bandwidth",
              "verdict_split", "check_error"), b""),
-        power=POWER, panel=verdict.question_panel(settings, roofline),
+        power=POWER, panel=deployment_verdict.question_panel(settings, roofline),
     )  # fmt: skip
     return report_md.render(data), report_html.render(data)
 

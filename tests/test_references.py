@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep import references, verdict
+from tilesweep import deployment_verdict, references
+from tilesweep.columns import ENGINE_COLUMNS
 from tilesweep.config import compose
 from tilesweep.errors import ConfigError
 from tilesweep.report.headlines import engine_line
-from tilesweep.tables import ENGINE_COLUMNS
 
 CPU_HERE = {"device": "cpu (x86_64, 2 threads)", "device_kind": "cpu", "copy_gbs": 12.0,
             "matmul_tflops": {"bf16": 0.3}}  # fmt: skip
@@ -71,12 +71,14 @@ def test_an_unknown_key_is_refused():
 
 def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
     settings = compose(_with())
-    table = verdict.engine_table(settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE)
+    table = deployment_verdict.engine_table(
+        settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    )
     assert list(table.columns) == ENGINE_COLUMNS and len(table) == 1
     row = table.iloc[0]
     # Composed as the verdict composes that deployment: the same figure from deployment_table.
     alone = compose(references.of(settings).figures[0].overrides())
-    direct = verdict.deployment_table(
+    direct = deployment_verdict.deployment_table(
         alone, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     ).iloc[0]
     assert (row.model, row.hardware, row.layout, row.batch) == ("deepseek_v3", "h200",
@@ -90,7 +92,7 @@ def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
 
 
 def test_no_figures_no_rows_and_no_line():
-    table = verdict.engine_table(
+    table = deployment_verdict.engine_table(
         compose(["references=none"]), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     assert table.empty and list(table.columns) == ENGINE_COLUMNS
@@ -98,7 +100,7 @@ def test_no_figures_no_rows_and_no_line():
 
 
 def test_the_answer_line_names_each_ratio_and_its_denominator():
-    table = verdict.engine_table(
+    table = deployment_verdict.engine_table(
         compose(_with()), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     line = engine_line(table)

@@ -17,7 +17,7 @@ import pytest
 from conftest import snakemake
 from matplotlib import image as mpimg
 
-from tilesweep import verdict
+from tilesweep import deployment_verdict
 from tilesweep.config import compose
 from tilesweep.report import analysis, contents
 from tilesweep.report import html as report_html
@@ -232,12 +232,14 @@ def launch_rows() -> pd.DataFrame:
 
 def verdict_rows() -> pd.DataFrame:
     """Return the brief's composed verdict (roofline, a CPU at hand): rows that fit and not."""
-    return verdict.deployment_table(BRIEF, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU)
+    return deployment_verdict.deployment_table(
+        BRIEF, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU
+    )
 
 
 def brief_panel() -> dict:
     """Return the question's panel for verdict_rows()."""
-    return verdict.question_panel(BRIEF, lambda s: verdict.deployment_table(
+    return deployment_verdict.question_panel(BRIEF, lambda s: deployment_verdict.deployment_table(
         s, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU))  # fmt: skip
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tilesweep.columns import SETTLED, Status, fastest_runner, status_of
 from tilesweep.isolate import Isolated
-from tilesweep.tables import SETTLED, Status, fastest_runner, status_of
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tilesweep"
 # A status literal as the code writes it: "status": "x", status = "x" ... else "y", base_row(.., "x"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep import verdict
+from tilesweep import deployment_verdict
+from tilesweep.columns import CHECK_COLUMNS, VERDICT_COLUMNS
 from tilesweep.config import compose
-from tilesweep.tables import CHECK_COLUMNS, VERDICT_COLUMNS
 
 H200_HERE = {
     "device": "NVIDIA H200",
@@ -59,7 +59,9 @@ def whole_step_rows(model: dict, layouts=("tp1-pp1-ep1", "tp2-pp1-ep1"), batches
 
 def test_a_cpu_at_hand_without_a_shipped_fit_leaves_the_target_at_its_roofline():
     bare = compose(["deployment.fit_file="])
-    table = verdict.deployment_table(bare, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE)
+    table = deployment_verdict.deployment_table(
+        bare, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    )
     assert list(table.columns) == VERDICT_COLUMNS
     assert set(table["hardware"]) == {"rtx_pro_6000"}  # the target, not the machine at hand
     assert set(table["source"]) == {"model"}
@@ -68,7 +70,7 @@ def test_a_cpu_at_hand_without_a_shipped_fit_leaves_the_target_at_its_roofline()
 
 
 def test_a_cpu_at_hand_composes_with_the_shipped_fit_and_says_so(brief):
-    table = verdict.deployment_table(
+    table = deployment_verdict.deployment_table(
         brief, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     fits = table[table["fits_memory"] == "yes"]
@@ -80,20 +82,24 @@ def test_a_cpu_at_hand_composes_with_the_shipped_fit_and_says_so(brief):
 def test_an_eager_step_never_calibrates_a_verdict(brief):
     steps = whole_step_rows(brief["model"]).assign(timing="eager")
     bare = compose(["deployment.fit_file="])
-    table = verdict.deployment_table(bare, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE)
+    table = deployment_verdict.deployment_table(
+        bare, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE
+    )
     assert set(table["source"]) == {"model"}
 
 
 def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
     steps = whole_step_rows(brief["model"])
-    table = verdict.deployment_table(brief, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE)
+    table = deployment_verdict.deployment_table(
+        brief, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE
+    )
     fits = table[table["fits_memory"] == "yes"]
     assert not fits.empty and set(fits["source"]) == {"composed"}
     assert fits["inputs"].str.contains("launch-aware fit on NVIDIA H200").all()
     assert fits["inputs"].str.contains(r"at batches \[32, 64\]").all()
     # nvfp4 experts with no fp8 kernel measured: said so.
     assert fits["inputs"].str.contains("no fp8 decode measurement here; the bf16 step").all()
-    roof = verdict.deployment_table(
+    roof = deployment_verdict.deployment_table(
         compose(["deployment.fit_file="]), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     slower = fits.merge(roof, on=["layout", "batch"], suffixes=("", "_roof"))
@@ -111,7 +117,7 @@ def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
                                 ("triton:b", 16, 0.1, 0.7))
         ]
     )  # fmt: skip
-    table = verdict.deployment_table(brief, decode, pd.DataFrame(), steps, H200_HERE)
+    table = deployment_verdict.deployment_table(brief, decode, pd.DataFrame(), steps, H200_HERE)
     one = table[(table["batch"] == 1) & (table["fits_memory"] == "yes")]
     assert one["inputs"].str.contains(r"best fp8 kernel triton:b at t=1, e_bw 0.80").all()
 
@@ -131,16 +137,20 @@ def test_measured_interconnect_is_used_only_on_the_target(brief):
             for b, ms in ((4096, 0.02), (1 << 20, 0.03), (1 << 26, 0.4))
         ]
     )
-    elsewhere = verdict.deployment_table(
+    elsewhere = deployment_verdict.deployment_table(
         brief, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE
     )
     assert elsewhere["inputs"].str.contains("pcie5/").all()  # the RTX PRO 6000's own model
     h200 = compose(["hardware=h200"])
-    here = verdict.deployment_table(h200, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE)
+    here = deployment_verdict.deployment_table(
+        h200, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE
+    )
     assert here["inputs"].str.contains("fitted on the collectives measured on NVIDIA H200").all()
     # gloo ranks on the host CPU (a one-GPU machine) say nothing of the GPUs' interconnect.
     on_cpu = collective.assign(backend="gloo")
-    again = verdict.deployment_table(h200, pd.DataFrame(), on_cpu, pd.DataFrame(), H200_HERE)
+    again = deployment_verdict.deployment_table(
+        h200, pd.DataFrame(), on_cpu, pd.DataFrame(), H200_HERE
+    )
     assert again["inputs"].str.contains(r"interconnect=nvlink4/nvswitch \(hardware").all()
 
 
@@ -161,7 +171,7 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
             for b, ms in ((4096, 0.02), (1 << 20, 0.03), (1 << 26, 0.4))
         ]
     )
-    check = verdict.check_table(steps, collective, H200_HERE, model)
+    check = deployment_verdict.check_table(steps, collective, H200_HERE, model)
     assert list(check.columns) == CHECK_COLUMNS
     tp1 = check[check["layout"] == "tp1-pp1-ep1"]
     assert not tp1["held_out"].any() and check[check["layout"] != "tp1-pp1-ep1"]["held_out"].all()
@@ -179,20 +189,20 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
 
 def roofline(settings: dict) -> pd.DataFrame:
     """Return the composed deployment at the roofline, a CPU at hand."""
-    return verdict.deployment_table(
+    return deployment_verdict.deployment_table(
         settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
 
 
 def test_the_question_panel_is_there_only_for_the_question(brief):
     tiny = compose(["experiment=tiny"])  # its grid has no 8-GPU layout: the panel adds them
-    panel = verdict.question_panel(tiny, roofline)
+    panel = deployment_verdict.question_panel(tiny, roofline)
     assert panel is not None and set(panel["rows"]["world"]) == {8}
     assert set(panel["rows"]["layout"]) == {"tp8-pp1-ep1", "tp4-pp2-ep1", "tp1-pp1-ep8"}
     assert sorted(panel["winners"]["batch"]) == sorted(brief["deployment"]["batches"])
-    assert verdict.question_panel(compose(["model=deepseek_v3"]), roofline) is None
-    assert verdict.question_panel(compose(["hardware=h200"]), roofline) is None
-    assert verdict.question_panel(compose(["question=none"]), roofline) is None
+    assert deployment_verdict.question_panel(compose(["model=deepseek_v3"]), roofline) is None
+    assert deployment_verdict.question_panel(compose(["hardware=h200"]), roofline) is None
+    assert deployment_verdict.question_panel(compose(["question=none"]), roofline) is None
 
 
 def test_a_question_about_another_deployment_gets_its_own_panel():
@@ -207,6 +217,6 @@ def test_a_question_about_another_deployment_gets_its_own_panel():
             "question.layouts=[{tp:4,pp:1,ep:1},{tp:1,pp:1,ep:4}]",
         ]
     )
-    panel = verdict.question_panel(settings, roofline)
+    panel = deployment_verdict.question_panel(settings, roofline)
     assert panel is not None and set(panel["rows"]["world"]) == {4}
     assert {"tp4-pp1-ep1", "tp1-pp1-ep4"} <= set(panel["rows"]["layout"])

@@ -172,8 +172,8 @@ def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
     from pathlib import Path
 
+    from tilesweep.columns import Status
     from tilesweep.failures import failed_outputs, results_folder
-    from tilesweep.tables import Status
 
     known = sorted(str(s) for s in Status)
     for status in args.status or []:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
 from tilesweep.errors import ConfigError
 from tilesweep.report.formatting import fmt_value
-from tilesweep.tables import SPLIT_COLUMNS, TABLE_KEYS
 
 # The tables compared, with the columns that identify a row (those present in both runs are used).
 KEYS = {

@@ -344,7 +344,7 @@ def _check_bench(bench: dict) -> None:
     for key in ("kernel_timeout_s", "step_timeout_s", "power_seconds", "power_period_s"):
         if bench[key] <= 0:
             raise ConfigError(f"bench.{key}={bench[key]}: must be more than 0 seconds")
-    from tilesweep.tables import COLLECTIVE_TIMINGS
+    from tilesweep.columns import COLLECTIVE_TIMINGS
 
     if bench["collective_timing"] not in COLLECTIVE_TIMINGS:
         raise ConfigError(

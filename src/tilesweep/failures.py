@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.tables import SETTLED, Status, status_of
+from tilesweep.columns import SETTLED, Status, status_of
 
 # Where per-cell outputs with rows lie (a launch check that does not fit is a result, not a
 # failure; tune/.work holds the tuner's own journal, not outputs).

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from tilesweep.backends import Backend, Builder, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import SM90Program
-from tilesweep.cutlass.cells import EPILOGUES
+from tilesweep.cutlass.cell_spec import EPILOGUES
 from tilesweep.settings.strict import Section
 from tilesweep.settings.sweep_space import Tile
 

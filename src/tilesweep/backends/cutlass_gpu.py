@@ -3,8 +3,8 @@
 The program `gpu/cutlass_sm90_grouped.cu` is built by `gpu/build_cutlass.sh` (nvcc and the
 nvidia-cutlass headers; no GPU needed, so it can be built on one machine and carried to another).
 Each of its JSON lines becomes a decode-table row, so CUTLASS tiles sit beside the Triton ones.
-Every tile is asked for with the kernel schedule that `cutlass.cells.kernel_schedule` gives it, the
-one the launch check accounts; a tile the program compiles with another schedule is a
+Every tile is asked for with the kernel schedule that `cutlass.cell_spec.kernel_schedule` gives
+it, the one the launch check accounts; a tile the program compiles with another schedule is a
 `constraint` row, never timed under the other schedule's name.
 """
 
@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from tilesweep.backends.roles import DecodeRunner
-from tilesweep.cutlass.cells import kernel_schedule
+from tilesweep.cutlass.cell_spec import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
 
 REPO = Path(__file__).resolve().parents[3]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilesweep.cutlass.cache import cache_key, read_cache, write_cache
-from tilesweep.cutlass.cells import normalize
+from tilesweep.cutlass.cell_spec import normalize
 from tilesweep.cutlass.diagnostics import attribute_errors, first_error, has_diagnostic
 from tilesweep.cutlass.rows import base_row, ok_row, timed
 from tilesweep.cutlass.source import cell_body, tu_source

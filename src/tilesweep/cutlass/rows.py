@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from tilesweep.cutlass.cells import requested_tags
+from tilesweep.cutlass.cell_spec import requested_tags
 
 NUMERIC_FIELDS = (
     "smem_bytes",

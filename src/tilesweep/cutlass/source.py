@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from string import Template
 
-from tilesweep.cutlass.cells import ARCHS, DTYPES, EPILOGUES
+from tilesweep.cutlass.cell_spec import ARCHS, DTYPES, EPILOGUES
 from tilesweep.cutlass.toolchain import BASE_FLAGS
 
 # The C++ this module reads, relative to the package: pipeline.code_hash hashes them with it.

@@ -23,7 +23,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from tilesweep.cutlass.cells import ARCHS
+from tilesweep.cutlass.cell_spec import ARCHS
 
 COMPILE_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 60

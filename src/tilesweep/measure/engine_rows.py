@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep.tables import Status
+from tilesweep.columns import Status
 
 ENGINE_COLUMNS = [
     "runner", "kernel", "dtype", "op", "n", "experts", "routing", "tokens_per_expert", "tokens",

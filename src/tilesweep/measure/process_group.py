@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tilesweep.columns import COLLECTIVE_TIMINGS, Status
 from tilesweep.plan.messages import BYTES_PER_ELEMENT
-from tilesweep.tables import COLLECTIVE_TIMINGS, Status
 
 # NVLink multicast stays off: on shared hosts it can take GPUs out of service.
 SAFE_NCCL_ENV = {

@@ -15,11 +15,11 @@ import math
 
 import pandas as pd
 
+from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.plan.deployment import compose_step
 from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run
 from tilesweep.plan.part_timers import roofline_timer
-from tilesweep.tables import CHECK_COLUMNS
 
 # Measured communication parts (timed apart in the step; not compute).
 COMM_PARTS = (

@@ -26,13 +26,13 @@ import math
 
 import pandas as pd
 
+from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.plan.architecture import ACT_BYTES
 from tilesweep.plan.bound import decide_bound
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
-from tilesweep.tables import VERDICT_COLUMNS
 
 COLUMNS = VERDICT_COLUMNS
 

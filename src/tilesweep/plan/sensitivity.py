@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from tilesweep.columns import BAND_COLUMNS, WINNER_COLUMNS
 from tilesweep.plan.deployment import compose_deployment
-from tilesweep.tables import BAND_COLUMNS, WINNER_COLUMNS
 
 # The inputs scaled, with what a factor means for each.
 INPUTS = {

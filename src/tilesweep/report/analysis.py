@@ -8,15 +8,7 @@ import math
 
 import pandas as pd
 
-from tilesweep.report.formatting import (
-    column,
-    finite,
-    fmt_value,
-    numeric,
-    status_text,
-    verdict_cell,
-)
-from tilesweep.tables import (
+from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     BEST_PER_BATCH_KEYS,
     DECODE_TARGET_COLUMNS,
@@ -24,6 +16,14 @@ from tilesweep.tables import (
     NOT_TIMED_COLUMNS,
     Status,
     fastest_runner,
+)
+from tilesweep.report.formatting import (
+    column,
+    finite,
+    fmt_value,
+    numeric,
+    status_text,
+    verdict_cell,
 )
 
 

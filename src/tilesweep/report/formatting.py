@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 import pandas as pd
 
-from tilesweep.tables import Status
+from tilesweep.columns import Status
 
 
 def fmt_value(v: object, digits: int = 3) -> str:

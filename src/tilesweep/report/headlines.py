@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.report.analysis import best_per_batch, estimate_errors, fit_counts, launch_failures
 from tilesweep.report.formatting import devices, finite, fmt_value, numeric
-from tilesweep.tables import SPLIT_COLUMNS
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
 # a step over the next against the `mixed` line (plan/bound.py), and the winning layout's

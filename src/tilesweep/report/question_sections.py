@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.columns import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 from tilesweep.question import Question, Tiles
 from tilesweep.report.document import Block, Bullets, Table, Text
 from tilesweep.report.sections import verdict_grid
-from tilesweep.tables import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 
 
 def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:

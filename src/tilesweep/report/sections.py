@@ -8,6 +8,23 @@ import json
 
 import pandas as pd
 
+from tilesweep.columns import (
+    BEST_PER_BATCH_COLUMNS,
+    COLLECTIVE_REPORT_COLUMNS,
+    DECODE_TARGET_COLUMNS,
+    ESTIMATE_COLUMNS,
+    FIT_COUNT_COLUMNS,
+    LATENCY_FLOOR_COLUMNS,
+    LAUNCH_FAILURE_COLUMNS,
+    NOT_TIMED_COLUMNS,
+    REPORT_CHECK_COLUMNS,
+    REPORT_ENGINE_COLUMNS,
+    REPORT_LAUNCH_COLUMNS,
+    REPORT_VERDICT_COLUMNS,
+    TUNE_SUMMARY_COLUMNS,
+    TUNE_TARGET_COLUMNS,
+    Status,
+)
 from tilesweep.report.analysis import (
     best_per_batch,
     decode_targets,
@@ -34,23 +51,6 @@ from tilesweep.report.headlines import (
     worded,
 )
 from tilesweep.report.tune_analysis import tune_summary, tune_targets
-from tilesweep.tables import (
-    BEST_PER_BATCH_COLUMNS,
-    COLLECTIVE_REPORT_COLUMNS,
-    DECODE_TARGET_COLUMNS,
-    ESTIMATE_COLUMNS,
-    FIT_COUNT_COLUMNS,
-    LATENCY_FLOOR_COLUMNS,
-    LAUNCH_FAILURE_COLUMNS,
-    NOT_TIMED_COLUMNS,
-    REPORT_CHECK_COLUMNS,
-    REPORT_ENGINE_COLUMNS,
-    REPORT_LAUNCH_COLUMNS,
-    REPORT_VERDICT_COLUMNS,
-    TUNE_SUMMARY_COLUMNS,
-    TUNE_TARGET_COLUMNS,
-    Status,
-)
 
 PROVENANCE_KEYS = ("device", "driver", "cuda_runtime", "torch", "triton", "cutlass", "commit")
 

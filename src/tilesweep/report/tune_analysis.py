@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep import backends
-from tilesweep.tables import TUNE_SUMMARY_COLUMNS, TUNE_TARGET_COLUMNS, Status
+from tilesweep.columns import TUNE_SUMMARY_COLUMNS, TUNE_TARGET_COLUMNS, Status
 
 
 def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:

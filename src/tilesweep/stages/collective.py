@@ -8,8 +8,8 @@ import json
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
+from tilesweep.columns import Status
 from tilesweep.stages import logged
-from tilesweep.tables import Status
 
 
 def _sizes(bench: dict) -> list[int]:

@@ -8,8 +8,8 @@ import json
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
+from tilesweep.columns import STEP_COLUMNS, Status
 from tilesweep.stages import logged
-from tilesweep.tables import STEP_COLUMNS, Status
 
 
 def _machine(world: int, bench: dict) -> tuple[bool, bool, str]:

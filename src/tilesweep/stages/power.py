@@ -9,8 +9,8 @@ import json
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
+from tilesweep.columns import POWER_COLUMNS, consistency_columns
 from tilesweep.stages import logged
-from tilesweep.tables import POWER_COLUMNS, consistency_columns
 
 
 def measure_power(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:

@@ -12,10 +12,10 @@ import pandas as pd
 
 from tilesweep import backends
 from tilesweep.cells import concat_cells, read_cell_json, write_cell_table
+from tilesweep.columns import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 from tilesweep.hardware import catalog_name
 from tilesweep.io import write_table, write_text
 from tilesweep.stages import logged
-from tilesweep.tables import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 
 # The per-cell outputs each table joins, and the tables (each also written as Parquet).
 TABLES = ("launch", "decode", "collective", "layout", "power", "tune")

@@ -30,6 +30,7 @@ import pandas as pd
 
 from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.cells import write_cell_table
+from tilesweep.columns import TUNE_COLUMNS, Status
 from tilesweep.io import atomic_path, read_json, write_text
 from tilesweep.measure.tune_worker import (
     FINAL,
@@ -40,7 +41,6 @@ from tilesweep.measure.tune_worker import (
 )
 from tilesweep.plan import fused_moe_space as space
 from tilesweep.stages import logged
-from tilesweep.tables import TUNE_COLUMNS, Status
 
 NAME = "fused_moe"
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.

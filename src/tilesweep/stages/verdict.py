@@ -9,7 +9,7 @@ import json
 
 import pandas as pd
 
-from tilesweep import verdict
+from tilesweep import deployment_verdict
 from tilesweep.cells import write_cell_table
 from tilesweep.io import concat_tables, read_json, read_json_named, write_table, write_text
 from tilesweep.stages import logged
@@ -32,7 +32,7 @@ def composer(inputs: dict[str, list[str]]):
         ceilings = read_json_named(path)
 
     def compose(varied: dict) -> pd.DataFrame:
-        return verdict.deployment_table(varied, decode, collective, steps, ceilings)
+        return deployment_verdict.deployment_table(varied, decode, collective, steps, ceilings)
 
     return compose, decode, steps, collective, ceilings
 
@@ -61,13 +61,15 @@ def write_verdict(
     settings = json.loads(settings_json)
     with logged(log_path) as log:
         compose, decode, steps, collective, ceilings = composer(inputs)
-        fit = verdict.fit_record(settings, steps, ceilings)
+        fit = deployment_verdict.fit_record(settings, steps, ceilings)
         tables = {
             "verdict": compose(settings),
-            "check": verdict.check_table(steps, collective, ceilings, settings["model"]),
-            "engines": verdict.engine_table(settings, decode, collective, steps, ceilings),
+            "check": deployment_verdict.check_table(steps, collective, ceilings, settings["model"]),
+            "engines": deployment_verdict.engine_table(
+                settings, decode, collective, steps, ceilings
+            ),
         }
-        panel = verdict.question_panel(settings, compose)
+        panel = deployment_verdict.question_panel(settings, compose)
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
     if outputs.get("fit"):
         write_text(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True) + "\n")

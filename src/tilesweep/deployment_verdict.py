@@ -21,12 +21,12 @@ from collections.abc import Callable
 import pandas as pd
 
 from tilesweep import question, references
+from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
 from tilesweep.plan import calibration
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import compose_deployment
 from tilesweep.plan.launch_fit import launch_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
-from tilesweep.tables import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
 
 
 def target_spec(settings: dict) -> dict:
@@ -201,7 +201,7 @@ def engine_table(
 ) -> pd.DataFrame:
     """Return one row per engine figure the config cites (conf/references): the engine's
     measured TPOT beside the verdict composed for the same model, layout, batch and context on
-    the engine's GPU, with the same fit the sweep's verdict uses (tables.ENGINE_COLUMNS)."""
+    the engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
     from tilesweep.config import compose
 
     figures = references.of(settings).figures
