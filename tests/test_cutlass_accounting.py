@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep.cutlass import accounting, cache, cells, diagnostics, toolchain
+from tilesweep.cutlass import accounting, cache, cell_spec, diagnostics, toolchain
 
 NEEDS_TOOLS = pytest.mark.skipif(
     toolchain.find_nvcc() is None or toolchain.cutlass_include_dir() is None,
@@ -163,8 +163,8 @@ def test_an_unknown_schedule_is_skipped_not_raised(tmp_path, monkeypatch):
 
 
 def test_cache_key_depends_on_cell_and_toolchain():
-    a, _ = cells.normalize(sm120(128, 128))
-    b, _ = cells.normalize(sm120(128, 128, stages=3))
+    a, _ = cell_spec.normalize(sm120(128, 128))
+    b, _ = cell_spec.normalize(sm120(128, 128, stages=3))
     key = cache.cache_key(a, "4.2.0", "nvcc 13.0")
     assert key == cache.cache_key(dict(a), "4.2.0", "nvcc 13.0")
     assert key != cache.cache_key(b, "4.2.0", "nvcc 13.0")
