@@ -137,9 +137,7 @@ def fit_pair(
     e_bw, err = _memory_only(observations, per_kernel_ms)
     if err <= PARSIMONY:
         if fallback is None:
-            binds_math = any(
-                o["roof_math_ms"] / GRID[-1] > o["roof_memory_ms"] / e_bw for o in observations
-            )
+            binds_math = _binding(observations, e_bw, float(GRID[-1]))[1]
             note = (
                 f"math never binds at the fit batches (the memory term alone fits within "
                 f"{PARSIMONY:.0%}): e_math not identified"

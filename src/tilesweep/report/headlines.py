@@ -239,10 +239,12 @@ def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     return f"{target}, fastest layout: " + "; ".join(words) + f" ({how_sure(verdict, check)})."
 
 
-def engine_line(engines: pd.DataFrame) -> str:
+def engine_line(engines: pd.DataFrame | None) -> str:
     """Return the composition against engines' own published figures in one line, each ratio
     with its denominator, or '' where none is cited."""
-    rows = engines[numeric(engines, "composed_over_engine").notna()] if len(engines) else engines
+    if engines is None or engines.empty:
+        return ""
+    rows = engines[numeric(engines, "composed_over_engine").notna()]
     if rows.empty:
         return ""
     parts = [

@@ -87,7 +87,7 @@ def summary_blocks(
     Pareto figure, and why the question's panel is absent (`unasked`)."""
     fit, never = fitting_layouts(verdict)
     none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
-    against = engine_line(engines if engines is not None else pd.DataFrame())
+    against = engine_line(engines)
     blocks: list[Block] = [Text(answer(verdict, check))]
     blocks += [Text(against)] if against else []
     blocks.append(verdict_grid(fit, empty=none))
@@ -160,14 +160,14 @@ def check_blocks(check: pd.DataFrame, engines: pd.DataFrame | None = None) -> li
         *([Bullets([checked])] if checked else []),
         Figure("check_error"),
         Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
-        *engine_blocks(engines if engines is not None else pd.DataFrame()),
+        *engine_blocks(engines),
     ]
 
 
-def engine_blocks(engines: pd.DataFrame) -> list[Block]:
+def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
     """Return the engines' own figures (cited in conf/references) beside the verdict composed
     for each: a heading, what the columns mean, and the rows; nothing where none is cited."""
-    if engines.empty:
+    if engines is None or engines.empty:
         return []
     return [
         Heading("Against engines' own figures (cited, not measured here)"),
