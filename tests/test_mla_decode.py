@@ -33,6 +33,12 @@ for (n, heads, tokens, lat, rope, indexed), c in [
     got = mla.mla_decode(torch, q, cache, lat, 0.3, indices=idx, config=c)
     ref = mla.reference(torch, q, cache, lat, 0.3, indices=idx)
     out[f"{n},{heads},{tokens},{indexed},{c}"] = float((got - ref).abs().max())
+    # The two query parts as separate views with their own strides (no concatenated copy).
+    wide = torch.randn(heads, n, lat + rope + 5, generator=gen).transpose(0, 1)
+    q_abs, q_rope = wide[..., :lat], wide[..., lat + 5 :]
+    got = mla.mla_decode(torch, q_abs, cache, lat, 0.3, indices=idx, config=c, q_rope=q_rope)
+    ref = mla.reference(torch, torch.cat([q_abs, q_rope], -1), cache, lat, 0.3, indices=idx)
+    out[f"{n},{heads},{tokens},{indexed},{c},split"] = float((got - ref).abs().max())
 print(json.dumps(out))
 """
 
@@ -52,7 +58,7 @@ def test_fused_matches_torch_under_the_interpreter():
         [sys.executable, "-c", CASES], env=env, capture_output=True, text=True, check=True
     )
     errors = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(errors) == 6
+    assert len(errors) == 12
     assert max(errors.values()) < 1e-4, errors
 
 
@@ -72,6 +78,11 @@ def test_fused_matches_torch_on_a_gpu_in_bf16():
         got = mla.mla_decode(torch, q, cache, 512, 576**-0.5, indices=idx).float()
         ref = mla.reference(torch, q, cache, 512, 576**-0.5, indices=idx).float()
         assert (got - ref).abs().max().item() < 2e-2 * ref.abs().max().item()
+        # As the step passes them: the absorbed part and the rope part as separate views.
+        split = mla.mla_decode(
+            torch, q[..., :512], cache, 512, 576**-0.5, indices=idx, q_rope=q[..., 512:]
+        ).float()
+        assert torch.equal(split, got)
 
 
 def test_the_tuned_configuration_follows_heads_and_sequences():

@@ -40,6 +40,18 @@ def run(device, dtype, gen):
             * wt.float().unsqueeze(-1)).sum(1)
     got = f.index_scores(torch, iq, keys, wt).float()
     out["index_scores"] = float((got - want).abs().max() / want.abs().max())
+    # Column slices of a merged projection's output, read in place (row stride != width).
+    merged = rnd(3, 90)
+    x, wt = merged[:, 10:60], rnd(50)
+    want = torch.nn.functional.rms_norm(x.float(), (50,), wt.float(), 1e-6)
+    got = f.rms_norm(torch, x, wt).float()
+    out["rms_norm_slice"] = float((got - want).abs().max() / want.abs().max())
+    iq_wide, w_wide = rnd(2, 5 * 24 + 7), rnd(2, 11)
+    iq, wt = iq_wide[:, 7:].view(2, 5, 24), w_wide[:, 3:8]
+    want = (torch.relu(torch.einsum("nhd,ntd->nht", iq.float(), keys.float()))
+            * wt.float().unsqueeze(-1)).sum(1)
+    got = f.index_scores(torch, iq, keys, wt).float()
+    out["index_scores_slices"] = float((got - want).abs().max() / want.abs().max())
     return out
 
 device = DEVICE
@@ -59,7 +71,7 @@ def _errors(device: str, dtype: str, env: dict) -> dict:
 @pytest.mark.slow
 def test_fused_kernels_match_torch_under_the_interpreter():
     errors = _errors("cpu", "float32", {**os.environ, "TRITON_INTERPRET": "1"})
-    assert len(errors) == 5
+    assert len(errors) == 7
     assert max(errors.values()) < 1e-5, errors
 
 

@@ -34,6 +34,7 @@ TARGET_PROGRAMS = 264
 @triton.jit
 def _split(
     q_ptr,
+    qr_ptr,
     cache_ptr,
     idx_ptr,
     acc_ptr,
@@ -45,6 +46,8 @@ def _split(
     sm_scale,
     stride_qn,
     stride_qh,
+    stride_rn,
+    stride_rh,
     stride_cn,
     stride_ct,
     stride_in,
@@ -72,7 +75,8 @@ def _split(
     rmask = dr < ROPE
     q_base = q_ptr + seq * stride_qn + h[:, None] * stride_qh
     q_lat = tl.load(q_base + dl[None, :], mask=hmask[:, None] & lmask[None, :], other=0.0)
-    q_rope = tl.load(q_base + LAT + dr[None, :], mask=hmask[:, None] & rmask[None, :], other=0.0)
+    qr_base = qr_ptr + seq * stride_rn + h[:, None] * stride_rh
+    q_rope = tl.load(qr_base + dr[None, :], mask=hmask[:, None] & rmask[None, :], other=0.0)
     m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     s = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, BLOCK_V), tl.float32)
@@ -200,12 +204,19 @@ def mla_decode(
     indices=None,
     out=None,
     config: Config | None = None,
+    q_rope=None,
 ):
     """Return the attention output [n, heads, lat] of query [n, heads, lat + rope] over cache
     [n, tokens, lat + rope] (or only the tokens `indices` [n, k] names); two Triton launches.
-    `config`: the launch configuration (else the tuned one for these heads)."""
-    n, heads, dim = query.shape
-    rope = dim - lat
+    `config`: the launch configuration (else the tuned one for these heads). With `q_rope`
+    [n, heads, rope], query is the absorbed part alone [n, heads, lat] and the two are read where
+    they lie (any strides along sequences and heads): no concatenated copy is made."""
+    if q_rope is None:
+        query, q_rope = query[..., :lat], query[..., lat:]
+    if query.stride(-1) != 1 or q_rope.stride(-1) != 1:
+        raise ValueError("mla_decode: query rows must have unit stride along their values")
+    n, heads, _ = query.shape
+    rope = q_rope.shape[-1]
     tokens = indices.shape[1] if indices is not None else cache.shape[1]
     c = config or choose(heads, n)
     hb, splits, chunk = plan(n, heads, tokens, c.block_h, c.block_t, c.lat_split)
@@ -218,8 +229,9 @@ def mla_decode(
         out = torch.empty((n, heads, lat), dtype=query.dtype, device=query.device)
     idx = indices if indices is not None else cache  # unused pointer when there are no indices
     _split[(hb, splits, n)](
-        query, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale,
-        query.stride(0), query.stride(1), cache.stride(0), cache.stride(1),
+        query, q_rope, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale,
+        query.stride(0), query.stride(1), q_rope.stride(0), q_rope.stride(1),
+        cache.stride(0), cache.stride(1),
         indices.stride(0) if indices is not None else 0,
         LAT=lat, LAT_SPLIT=c.lat_split, BLOCK_V=block_v, ROPE=rope, BLOCK_LAT=block_lat,
         BLOCK_ROPE=max(16, triton.next_power_of_2(rope)), BLOCK_H=c.block_h, BLOCK_T=c.block_t,

@@ -3,6 +3,8 @@ where torch would launch two to four.
 
 - `add_rms_norm`: the residual add and the next RMSNorm (vLLM's fused_add_rms_norm): h += y in
   place, then the normalised h times the weight;
+- `rms_norm`: an RMSNorm of rows read where they lie (a column slice of a merged projection's
+  output, as MLA's q_a norm reads it): one launch, no contiguous copy first;
 - `silu_and_mul`: the gated activation of a gate/up product (vLLM's silu_and_mul);
 - `topk_softmax`: the router's top-k logits and their softmax, written as the routing weights
   (vLLM's topk_softmax);
@@ -37,6 +39,29 @@ def add_rms_norm(torch, h, y, weight, eps: float = 1e-6):
     out = torch.empty_like(h)
     if n:
         _add_rms_norm[(n,)](h, y, weight, out, cols, eps, BLOCK=triton.next_power_of_2(cols))
+    return out
+
+
+@triton.jit
+def _rms_norm(x_ptr, w_ptr, out_ptr, cols, stride_x, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < cols
+    v = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(v * v, 0) / cols + eps)
+    w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * cols + c, (v * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm(torch, x, weight, eps: float = 1e-6):
+    """Return RMSNorm(x) x weight as a new contiguous [n, cols]; one launch. x: [n, cols] with
+    unit stride along its columns (any row stride)."""
+    n, cols = x.shape
+    if x.stride(1) != 1:
+        raise ValueError("rms_norm: rows must have unit stride along their columns")
+    out = torch.empty((n, cols), dtype=x.dtype, device=x.device)
+    if n:
+        _rms_norm[(n,)](x, weight, out, cols, x.stride(0), eps, BLOCK=triton.next_power_of_2(cols))
     return out
 
 
@@ -94,7 +119,7 @@ def topk_softmax(torch, logits, k: int, out):
 
 @triton.jit
 def _index_scores(q_ptr, k_ptr, w_ptr, out_ptr, heads, tokens, dim, stride_qn, stride_qh,
-                  stride_kn, stride_kt, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+                  stride_kn, stride_kt, stride_wn, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_D: tl.constexpr):  # fmt: skip
     seq = tl.program_id(1)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -106,14 +131,15 @@ def _index_scores(q_ptr, k_ptr, w_ptr, out_ptr, heads, tokens, dim, stride_qn, s
     k = tl.load(k_ptr + seq * stride_kn + t[:, None].to(tl.int64) * stride_kt + d[None, :],
                 mask=tmask[:, None] & dmask[None, :], other=0.0)  # fmt: skip
     s = tl.maximum(tl.dot(q, tl.trans(k)), 0.0)
-    w = tl.load(w_ptr + seq * heads + h, mask=hmask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + seq * stride_wn + h, mask=hmask, other=0.0).to(tl.float32)
     total = tl.sum(s * w[:, None], 0)
     tl.store(out_ptr + seq * tokens + t, total.to(out_ptr.dtype.element_ty), mask=tmask)
 
 
 def index_scores(torch, iq, keys, weights):
     """Return [n, tokens]: sum over heads of weights[n, h] x relu(iq[n, h] . keys[n, t]); one
-    launch. iq: [n, heads, dim], keys: [n, tokens, dim], weights: [n, heads] (contiguous)."""
+    launch. iq: [n, heads, dim], keys: [n, tokens, dim], weights: [n, heads] (unit stride along
+    heads; any row stride, as a slice of a merged projection's output)."""
     n, heads, dim = iq.shape
     tokens = keys.shape[1]
     out = torch.empty((n, tokens), dtype=iq.dtype, device=iq.device)
@@ -121,7 +147,8 @@ def index_scores(torch, iq, keys, weights):
     if n:
         _index_scores[(triton.cdiv(tokens, block_t), n)](
             iq, keys, weights, out, heads, tokens, dim, iq.stride(0), iq.stride(1),
-            keys.stride(0), keys.stride(1), BLOCK_H=max(16, triton.next_power_of_2(heads)),
-            BLOCK_T=block_t, BLOCK_D=max(16, triton.next_power_of_2(dim)),
+            keys.stride(0), keys.stride(1), weights.stride(0),
+            BLOCK_H=max(16, triton.next_power_of_2(heads)), BLOCK_T=block_t,
+            BLOCK_D=max(16, triton.next_power_of_2(dim)),
         )  # fmt: skip
     return out

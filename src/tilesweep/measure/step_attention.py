@@ -21,9 +21,12 @@ def kernels_label(a: dict, fused: bool) -> str:
     """Return what runs around the step's GEMMs (the layout table's `step_kernels`)."""
     core = "torch scaled_dot_product_attention" if a["kind"] != "mla" else "torch bmm-softmax-bmm"
     if not fused:
-        return f"torch ops ({core})"
+        return f"torch ops ({core}; projections sharing an input merged)"
     core = "triton mla_decode" if a["kind"] == "mla" else core
-    return f"fused ({core}; triton add_rms_norm, silu_and_mul, topk_softmax, index_scores)"
+    return (
+        f"fused ({core}; triton add_rms_norm, rms_norm, silu_and_mul, topk_softmax, "
+        "index_scores; projections sharing an input merged)"
+    )
 
 
 def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool = False):
@@ -46,24 +49,47 @@ def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: 
         return out.reshape(n, heads * hd) @ w["o"].t()
 
 
+def _split_cols(t, widths: dict, names: list[str]) -> dict:
+    """Return {name: the column slice of t} for consecutive column blocks named in order."""
+    out, at = {}, 0
+    for name in names:
+        out[name] = t[:, at : at + widths[name]]
+        at += widths[name]
+    return out
+
+
 def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool):
     """Return MLA's absorbed-form attention output (attention over the indexer's best tokens
-    where the model has one)."""
+    where the model has one). The projections sharing an input are one GEMM each (x_proj,
+    qlat_proj: step_weights), and their outputs are read in place as column slices."""
     n = x.shape[0]
     nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
     heads = w["uk"].shape[0]
+    widths, dsa = w["widths"], "iq" in w["widths"]
     with clock.part("attn_proj"):
-        q_lat = rms(torch, x @ w["q_a"].t(), w["q_norm"])
-        q = (q_lat @ w["q_b"].t()).view(n, heads, nope + rope)
-        cache["lat"][:, -1].copy_(x @ w["kv_a"].t())  # this token's latent and rope key
+        xa = _split_cols(
+            x @ w["x_proj"].t(), widths, ["q_a", "kv_a"] + (["ik", "iw"] if dsa else [])
+        )
+        if fused:
+            from tilesweep.kernels.step_fused import rms_norm
+
+            q_lat = rms_norm(torch, xa["q_a"], w["q_norm"])
+            clock.add_launches(1)
+        else:
+            q_lat = rms(torch, xa["q_a"], w["q_norm"])
+        qa = _split_cols(q_lat @ w["qlat_proj"].t(), widths, ["q_b"] + (["iq"] if dsa else []))
+        q = qa["q_b"].view(n, heads, nope + rope)
+        cache["lat"][:, -1].copy_(xa["kv_a"])  # this token's latent and rope key
         q_abs = torch.einsum("nhd,hdc->nhc", q[..., :nope], w["uk"])
-        query = torch.cat([q_abs, q[..., nope:]], dim=-1)
+        q_rope = q[..., nope:]
+        # The fused kernel reads both parts where they lie; torch's bmm takes one query tensor.
+        query = None if fused else torch.cat([q_abs, q_rope], dim=-1)
     keys, top = cache["lat"], None
-    if "iq" in w:
+    if dsa:
         with clock.part("attn_index"):
-            cache["idx"][:, -1].copy_(x @ w["ik"].t())
-            iq = (q_lat @ w["iq"].t()).view(n, a["index_n_heads"], a["index_head_dim"])
-            weights = x @ w["iw"].t()
+            cache["idx"][:, -1].copy_(xa["ik"])
+            iq = qa["iq"].view(n, a["index_n_heads"], a["index_head_dim"])
+            weights = xa["iw"]
             if fused:
                 from tilesweep.kernels.step_fused import index_scores
 
@@ -81,7 +107,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
         from tilesweep.kernels.mla_decode import mla_decode
 
         with clock.part("attn_core"):
-            out = mla_decode(torch, query, keys, lat, scale, indices=top)
+            out = mla_decode(torch, q_abs, keys, lat, scale, indices=top, q_rope=q_rope)
             clock.add_launches(2)
     else:
         with clock.part("attn_core"):

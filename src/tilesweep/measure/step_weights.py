@@ -43,25 +43,31 @@ class WeightMaker:
 
 
 def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
-    """Return one layer's attention weights on a rank: its heads' share under TP."""
+    """Return one layer's attention weights on a rank: its heads' share under TP.
+
+    MLA's projections that read the same input are one weight, as engines merge them (vLLM's
+    fused_qkv_a_proj): `x_proj` = q_a | kv_a (| the DSA indexer's key and head weights) read the
+    layer's input, `qlat_proj` = q_b (| the indexer's query) read the normalised q latent; `widths`
+    says where each output lies. The indexer's weights are whole on every TP rank."""
     a, hidden = model["attention"], model["hidden"]
     heads = max(1, a["heads"] // tp)
     if a["kind"] == "mla":
         nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
-        w = {
-            "q_a": make.w(a["q_lora_rank"], hidden, k=hidden),
-            "q_norm": make.ones(a["q_lora_rank"]),
-            "q_b": make.w(heads * (nope + rope), a["q_lora_rank"], k=a["q_lora_rank"]),
-            "kv_a": make.w(lat + rope, hidden, k=hidden),
+        ql = a["q_lora_rank"]
+        x_rows = {"q_a": ql, "kv_a": lat + rope}
+        q_rows = {"q_b": heads * (nope + rope)}
+        if a.get("index_topk"):
+            x_rows.update({"ik": a["index_head_dim"], "iw": a["index_n_heads"]})
+            q_rows["iq"] = a["index_n_heads"] * a["index_head_dim"]
+        return {
+            "x_proj": make.w(sum(x_rows.values()), hidden, k=hidden),
+            "q_norm": make.ones(ql),
+            "qlat_proj": make.w(sum(q_rows.values()), ql, k=ql),
             "uk": make.w(heads, nope, lat, k=nope),
             "uv": make.w(heads, lat, a["v_head_dim"], k=lat),
             "o": make.w(hidden, heads * a["v_head_dim"], k=heads * a["v_head_dim"]),
+            "widths": {**x_rows, **q_rows},
         }
-        if a.get("index_topk"):
-            w["iq"] = make.w(a["index_n_heads"] * a["index_head_dim"], a["q_lora_rank"], k=1)
-            w["ik"] = make.w(a["index_head_dim"], hidden, k=hidden)
-            w["iw"] = make.w(a["index_n_heads"], hidden, k=hidden)
-        return w
     kv_heads, hd = max(1, a["kv_heads"] // tp), a["head_dim"]
     return {
         "qkv": make.w((heads + 2 * kv_heads) * hd, hidden, k=hidden),

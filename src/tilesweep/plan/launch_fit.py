@@ -26,7 +26,10 @@ from tilesweep.plan.step_parts import stage_parts
 MEASURED_KINDS = {
     "attn_proj": ("attention_proj",),
     "attn_out": ("attention_proj",),
-    "attn_index": ("indexer_proj", "indexer"),
+    # The indexer's projections run in attn_proj's merged GEMMs (kind attention_proj); attn_index
+    # is its cache write, token scores and top-k. A fit made before the merge has a group
+    # `indexer_proj+indexer`, still found for the indexer kind.
+    "attn_index": ("indexer",),
     "attn_core": ("attention", "attention_gqa"),
     "dense_mlp": ("dense_gemm",),
     "shared_expert": ("shared_gemm",),

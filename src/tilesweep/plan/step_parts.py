@@ -37,6 +37,14 @@ def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
     }
 
 
+def _merged(part: dict | None, extra: dict | None) -> dict | None:
+    """Return `part` with `extra`'s bytes and flops added: weights read by the same GEMMs (the
+    step merges projections that share an input). Math is timed at `part`'s dtype."""
+    if part is None or extra is None:
+        return part or extra
+    return dict(part, bytes=part["bytes"] + extra["bytes"], flops=part["flops"] + extra["flops"])
+
+
 # Routings sampled for the expected busiest EP rank (fixed seed: the same answer every run); fewer
 # for large batches, whose busiest rank varies less.
 ROUTING_SAMPLES = 256
@@ -94,8 +102,12 @@ def stage_parts(
         }
 
     parts = [
-        _linear_part(model, dep, "attention", tp, s, "attention_proj", layers),
-        _linear_part(model, dep, "indexer", 1, s, "indexer_proj", layers),
+        # The DSA indexer's projections (whole on every TP rank) run inside the attention's
+        # merged GEMMs (x_proj, qlat_proj in measure/step_weights): one part, their kernels.
+        _merged(
+            _linear_part(model, dep, "attention", tp, s, "attention_proj", layers),
+            _linear_part(model, dep, "indexer", 1, s, "attention_proj", layers),
+        ),
         _linear_part(model, dep, "dense_mlp", tp, s, "dense_gemm", stage["dense"]),
         _linear_part(model, dep, "shared_experts", tp, s, "shared_gemm", stage["moe"]),
         _linear_part(model, dep, "router", 1, s, "router", stage["moe"]),
