@@ -92,3 +92,20 @@ def test_the_tuned_configuration_follows_heads_and_sequences():
     assert mla.choose(64, 512) == mla.Config(64, 64, 1, 8, 2)  # 64 heads share one program
     assert mla.choose(40, 512) == mla.choose(64, 512)
     assert mla.choose(256, 8) == mla.choose(128, 8)  # above every key: the widest
+
+
+@pytest.mark.gpu
+def test_sequences_past_two_to_the_31_elements_of_cache():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    # 3,700 sequences x 1,024 tokens x 576 values: the last sequences start past 2**31 elements
+    # (an int32 offset wraps there; the 8,192-sequence step hit it on 2026-12-04).
+    n, tokens = 3700, 1024
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    cache = torch.randn(n, tokens, 576, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q = torch.randn(n, 8, 576, device="cuda", generator=gen, dtype=torch.bfloat16)
+    got = mla.mla_decode(torch, q, cache, 512, 576**-0.5)[-2:].float()
+    ref = mla.reference(torch, q[-2:], cache[-2:], 512, 576**-0.5).float()
+    assert (got - ref).abs().max().item() < 2e-2 * ref.abs().max().item()

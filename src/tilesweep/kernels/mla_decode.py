@@ -64,7 +64,7 @@ def _split(
     hb = tl.program_id(0) // LAT_SPLIT
     vs = tl.program_id(0) % LAT_SPLIT
     split = tl.program_id(1)
-    seq = tl.program_id(2)
+    seq = tl.program_id(2).to(tl.int64)  # seq x cache stride passes 2**31 at 3,641 x 1,024 x 576
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     dl = tl.arange(0, BLOCK_LAT)
     dv = vs * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -127,7 +127,7 @@ def _combine(
     BLOCK_S: tl.constexpr,
 ):
     head = tl.program_id(0)
-    seq = tl.program_id(1)
+    seq = tl.program_id(1).to(tl.int64)
     sp = tl.arange(0, BLOCK_S)
     dl = tl.arange(0, BLOCK_LAT)
     smask = sp < splits

@@ -121,7 +121,7 @@ def topk_softmax(torch, logits, k: int, out):
 def _index_scores(q_ptr, k_ptr, w_ptr, out_ptr, heads, tokens, dim, stride_qn, stride_qh,
                   stride_kn, stride_kt, stride_wn, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_D: tl.constexpr):  # fmt: skip
-    seq = tl.program_id(1)
+    seq = tl.program_id(1).to(tl.int64)  # offsets past 2**31 at thousands of sequences
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)

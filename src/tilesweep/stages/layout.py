@@ -4,6 +4,7 @@ full width) at every batch that fits here: NCCL on GPUs, gloo on the CPU."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 
@@ -81,6 +82,17 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
     }, skipped
 
 
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
+def failure_reason(text: str) -> str:
+    """Return the line of a rank's traceback that names the error (the last `SomeError: ...`
+    line; CUDA appends advice lines after it), else its last line ('' for none)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    named = [line for line in lines if _ERROR_LINE.match(line)]
+    return (named or lines or [""])[-1]
+
+
 def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
     """Measure one layout's whole decode step at every batch; write and return the table."""
     from tilesweep.measure.whole_step import run_whole_step, step_rows
@@ -122,8 +134,8 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
                 rows += [{**base, **r} for r in step_rows(ranks, run_spec, layout["layout"])]
             except Exception as exc:  # a failed or hung layout is a row per batch, not a crash
                 status = Status.TIMEOUT if isinstance(exc, TimeoutError) else Status.RUNTIME
-                msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-                log.info("layout %s failed: %s", layout["layout"], msg)
+                msg = failure_reason(str(exc)) or repr(exc)
+                log.info("layout %s failed: %s\n%s", layout["layout"], msg, exc)
                 rows += [{**base, "batch": b, "status": status, "reason": msg} for b in batches]
         for row in rows:
             log.info("batch %s: %s %s", row["batch"], row["status"], row.get("step_ms", ""))
