@@ -187,6 +187,19 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
     assert (tp2["composed_ms"] > tp1_at / 2 + 2 * 3 * 0.02).all()  # half the compute + all-reduces
 
 
+def test_the_fit_is_made_on_the_batches_asked_for_and_never_on_another(brief):
+    model = brief["model"]
+    steps = whole_step_rows(model, batches=(8, 32, 64))
+    check = deployment_verdict.check_table(steps, pd.DataFrame(), H200_HERE, model, [32])
+    assert (check["calibrated_on"] == "tp1-pp1-ep1 at batches [32] (cuda-graph)").all()
+    fitted = check[~check["held_out"]]
+    assert list(zip(fitted["layout"], fitted["batch"], strict=True)) == [("tp1-pp1-ep1", 32)]
+    # A batch never measured is not replaced by a neighbour: no fit, a labelled gap.
+    none = deployment_verdict.check_table(steps, pd.DataFrame(), H200_HERE, model, [16])
+    assert none["composed_ms"].isna().all()
+    assert none["gaps"].str.contains("no TP1 cuda-graph whole step").all()
+
+
 def roofline(settings: dict) -> pd.DataFrame:
     """Return the composed deployment at the roofline, a CPU at hand."""
     return deployment_verdict.deployment_table(

@@ -245,6 +245,14 @@ def _check_deployment(dep: dict) -> None:
     for i, b in enumerate(dep["batches"]):
         if b < 1:
             raise ConfigError(f"deployment.batches[{i}]={b}: must be at least 1")
+    if len(dep["fit_batches"]) > 2 or len(set(dep["fit_batches"])) != len(dep["fit_batches"]):
+        raise ConfigError(
+            f"deployment.fit_batches={dep['fit_batches']}: at most two distinct batches "
+            "([] for the smallest and the largest measured)"
+        )
+    for i, b in enumerate(dep["fit_batches"]):
+        if b < 1:
+            raise ConfigError(f"deployment.fit_batches[{i}]={b}: must be at least 1")
     check_choices([dep["attention"]], ("dsa", "dense"), "deployment.attention")
     for key in ("runtime_reserve_gb", "kernel_gap_us"):
         if dep[key] < 0:

@@ -95,7 +95,10 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     if ceilings and ceilings.get("device_kind") == "cuda":
         cost = per_kernel_us(ceilings)
         light = light_kernel_us(ceilings)
-        fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device, light_us=light)
+        fit = calibration.step_fit(
+            steps, settings["model"], hw_here, cost, device, light_us=light,
+            batches=settings["deployment"].get("fit_batches"),
+        )  # fmt: skip
         if fit is not None:
             return fit, cost, calibration.fit_label(fit)
     path = settings["deployment"].get("fit_file")
@@ -118,7 +121,10 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
     hw_here = calibration.device_hardware(ceilings, device, None)
     cost = per_kernel_us(ceilings)
     light = light_kernel_us(ceilings)
-    fit = calibration.step_fit(steps, settings["model"], hw_here, cost, device, light_us=light)
+    fit = calibration.step_fit(
+        steps, settings["model"], hw_here, cost, device, light_us=light,
+        batches=settings["deployment"].get("fit_batches"),
+    )  # fmt: skip
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
     keep = ("device", "driver", "torch", "triton", "commit", "copy_gbs", "matmul_tflops", "launch")
@@ -239,8 +245,15 @@ def engine_table(
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
 
 
-def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, model: dict):
-    """Return the check of the method on the device at hand (plan.CHECK_COLUMNS)."""
+def check_table(
+    steps: pd.DataFrame,
+    collective: pd.DataFrame,
+    ceilings: dict,
+    model: dict,
+    fit_batches: list[int] | None = None,
+):
+    """Return the check of the method on the device at hand (plan.CHECK_COLUMNS), the fit made
+    on `fit_batches` (deployment.fit_batches)."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
@@ -255,6 +268,7 @@ def check_table(steps: pd.DataFrame, collective: pd.DataFrame, ceilings: dict, m
         device,
         per_kernel_us(ceilings),
         light_us=light_kernel_us(ceilings),
+        fit_batches=fit_batches,
     )
 
 

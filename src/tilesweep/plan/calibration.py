@@ -105,11 +105,13 @@ def step_fit(
     device: str,
     timing: str = "cuda-graph",
     light_us: float | None = None,
+    batches: list[int] | None = None,
 ) -> dict | None:
-    """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at the smallest and
-    the largest such batch (at most two), or None when there is no such step or no per-kernel
-    cost. `light_us`: the per-kernel cost of the light kinds (launch_fit.LIGHT_KINDS), where
-    measured."""
+    """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at `batches`
+    (deployment.fit_batches: at most two; none given: the smallest and the largest such batch),
+    or None when there is no such step, none of the batches asked for was measured, or no
+    per-kernel cost. `light_us`: the per-kernel cost of the light kinds
+    (launch_fit.LIGHT_KINDS), where measured."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:
         return None
     ok = steps[
@@ -120,8 +122,12 @@ def step_fit(
     ]
     if ok.empty:
         return None
-    batches = sorted({int(b) for b in ok["batch"]})
-    chosen = sorted({batches[0], batches[-1]})
+    measured = sorted({int(b) for b in ok["batch"]})
+    chosen = sorted({measured[0], measured[-1]})
+    if batches:  # only the batches asked for: one that was not measured is never replaced
+        chosen = sorted({int(b) for b in batches} & set(measured))
+        if not chosen:
+            return None
     rows = [r for r in ok.to_dict("records") if int(r["batch"]) in chosen]
     rows = list({int(r["batch"]): r for r in rows}.values())
     parts_of = {}
@@ -172,6 +178,7 @@ def step_check(
     per_kernel_us: float | None = None,
     fit: dict | None = None,
     light_us: float | None = None,
+    fit_batches: list[int] | None = None,
 ) -> pd.DataFrame:
     """Return one row per measured whole step: measured, roofline-only and composed (the
     launch-aware fit on TP1 at two batches; collectives from the measured fit) times for the
@@ -184,8 +191,15 @@ def step_check(
     else:
         fits = {
             t: step_fit(
-                steps, model, hw, per_kernel_us, device, t, light_us if t == "cuda-graph" else None
-            )
+                steps,
+                model,
+                hw,
+                per_kernel_us,
+                device,
+                t,
+                light_us if t == "cuda-graph" else None,
+                fit_batches,
+            )  # fmt: skip
             for t in TIMINGS
         }
     timing = _timing(steps)
@@ -202,7 +216,8 @@ def step_check(
         gaps = list(raw["gaps"])
         composed, label, calibrated = math.nan, "", ""
         if used is None:
-            gaps.append(f"no TP1 {how} whole step (or no per-kernel cost) to fit on")
+            at = f" at deployment.fit_batches={fit_batches}" if fit_batches else ""
+            gaps.append(f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on")
         else:
             timer = launch_timer(used, per_kernel_us, fit_label(used))
             label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")

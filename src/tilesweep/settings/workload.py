@@ -65,4 +65,5 @@ class DeploymentSettings(Section):
     runtime_reserve_gb: float
     kernel_gap_us: float
     fit_file: str
+    fit_batches: list[int]
     attention: str

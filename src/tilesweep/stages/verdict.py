@@ -64,7 +64,13 @@ def write_verdict(
         fit = deployment_verdict.fit_record(settings, steps, ceilings)
         tables = {
             "verdict": compose(settings),
-            "check": deployment_verdict.check_table(steps, collective, ceilings, settings["model"]),
+            "check": deployment_verdict.check_table(
+                steps,
+                collective,
+                ceilings,
+                settings["model"],
+                settings["deployment"].get("fit_batches"),
+            ),  # fmt: skip
             "engines": deployment_verdict.engine_table(
                 settings, decode, collective, steps, ceilings
             ),
