@@ -193,3 +193,14 @@ def test_fused_and_torch_kernels_give_the_same_step(attention):
         assert err.item() < 3e-2  # bf16 rounding in a different order, nothing more
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_the_kernels_label_names_only_what_the_models_step_launches():
+    from tilesweep.measure.step_attention import kernels_label
+
+    gqa, dsa = kernels_label(GQA, True), kernels_label(MLA, True)
+    assert "index_scores" not in gqa and ", rms_norm" not in gqa and "merged" not in gqa
+    assert "index_scores" in dsa and "mla_decode" in dsa and "projections sharing" in dsa
+    dense_mla = {k: v for k, v in MLA.items() if not k.startswith("index_")}
+    assert "index_scores" not in kernels_label(dense_mla, True)
+    assert kernels_label(GQA, False) == "torch ops (torch scaled_dot_product_attention)"

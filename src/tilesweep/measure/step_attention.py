@@ -18,15 +18,17 @@ def rms(torch, x, w):
 
 
 def kernels_label(a: dict, fused: bool) -> str:
-    """Return what runs around the step's GEMMs (the layout table's `step_kernels`)."""
-    core = "torch scaled_dot_product_attention" if a["kind"] != "mla" else "torch bmm-softmax-bmm"
+    """Return what runs around the step's GEMMs (the layout table's `step_kernels`): only the
+    kernels this model's step launches."""
+    mla, dsa = a["kind"] == "mla", bool(a.get("index_topk"))
+    merged = "; projections sharing an input merged" if mla else ""
     if not fused:
-        return f"torch ops ({core}; projections sharing an input merged)"
-    core = "triton mla_decode" if a["kind"] == "mla" else core
-    return (
-        f"fused ({core}; triton add_rms_norm, rms_norm, silu_and_mul, topk_softmax, "
-        "index_scores; projections sharing an input merged)"
-    )
+        core = "torch bmm-softmax-bmm" if mla else "torch scaled_dot_product_attention"
+        return f"torch ops ({core}{merged})"
+    core = "triton mla_decode" if mla else "torch scaled_dot_product_attention"
+    small = ["add_rms_norm"] + (["rms_norm"] if mla else []) + ["silu_and_mul", "topk_softmax"]
+    small += ["index_scores"] if dsa else []
+    return f"fused ({core}; triton {', '.join(small)}{merged})"
 
 
 def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool = False):
