@@ -85,6 +85,21 @@ def test_the_answer_names_the_winner_per_batch_range_its_tpot_and_how_sure():
     assert text.endswith(").") and ". " not in text  # one sentence
 
 
+def test_how_sure_keeps_steps_beyond_the_largest_fit_batch_apart():
+    check = pd.concat(
+        [CHECK, pd.DataFrame({"layout": ["tp2"], "batch": [64], "held_out": [True],
+                              "composed_error_pct": [29.0], "device": "NVIDIA H200"})]
+    ).assign(calibrated_on="tp1 at batches [1, 8] (cuda-graph)")  # fmt: skip
+    text = headlines.how_sure(hand_verdict(), check)
+    assert (
+        "-4% to +7% off 3 whole steps measured on NVIDIA H200 that it was not calibrated on" in text
+    )
+    assert (
+        "up to its largest fit batch (8), and +29% off 1 whole step beyond it (extrapolated)"
+        in (text)
+    )
+
+
 def test_the_answer_says_when_nothing_checks_it():
     verdict = hand_verdict()
     assert "unchecked: no whole step was measured" in headlines.answer(verdict, pd.DataFrame())

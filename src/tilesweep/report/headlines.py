@@ -4,6 +4,8 @@ one-line findings on the kernels against their targets and on the machine that r
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from tilesweep.columns import SPLIT_COLUMNS
@@ -211,16 +213,47 @@ def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     if check.empty or "composed_error_pct" not in check:
         return f"{sure}, unchecked: no whole step was measured to check the composition against"
     held = check[check["held_out"].astype(bool)] if "held_out" in check else check.iloc[0:0]
+    largest = _largest_fit_batch(check)
+    beyond = held.iloc[0:0]
+    if largest is not None and "batch" in held:
+        batch = numeric(held, "batch")
+        held, beyond = held[batch <= largest], held[batch > largest]
     err = numeric(held, "composed_error_pct").dropna()
     if err.empty:
         return f"{sure}, unchecked: no held-out whole step on {devices(check)}"
-    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
-    spread = low if low == high else f"{low} to {high}"
-    steps = f"{len(err)} whole step{'s' if len(err) > 1 else ''}"
-    return (
-        f"{sure}; the composition is {spread} off {steps} measured on {devices(check)} that "
-        "it was not calibrated on, per the check table"
+    out = (
+        f"{sure}; the composition is {_spread(err)} off {_steps(err)} measured on "
+        f"{devices(check)} that it was not calibrated on"
     )
+    far = numeric(beyond, "composed_error_pct").dropna()
+    if not far.empty:
+        out += (
+            f" up to its largest fit batch ({largest}), and {_spread(far)} off {_steps(far)} "
+            "beyond it (extrapolated)"
+        )
+    return out + ", per the check table"
+
+
+def _largest_fit_batch(check: pd.DataFrame) -> int | None:
+    """Return the largest batch the check's fit was made on (its `calibrated_on`), if named."""
+    found = [
+        int(b)
+        for text in check.get("calibrated_on", pd.Series(dtype=str)).dropna().astype(str)
+        for m in re.finditer(r"at batches \[([\d, ]+)\]", text)
+        for b in m.group(1).split(",")
+    ]
+    return max(found) if found else None
+
+
+def _spread(err: pd.Series) -> str:
+    """Return '-14% to +1%' (or one figure) for a set of percentage errors."""
+    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
+    return low if low == high else f"{low} to {high}"
+
+
+def _steps(err: pd.Series) -> str:
+    """Return '33 whole steps'."""
+    return f"{len(err)} whole step{'s' if len(err) > 1 else ''}"
 
 
 def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
