@@ -55,8 +55,9 @@ def test_plan_splits_tokens_until_the_device_is_busy():
 def test_fused_matches_torch_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run(
-        [sys.executable, "-c", CASES], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", CASES], env=env, capture_output=True, text=True, check=False
     )
+    assert run.returncode == 0, run.stderr[-4000:]  # the interpreter's own error, not a bare exit
     errors = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(errors) == 12
     assert max(errors.values()) < 1e-4, errors
