@@ -182,3 +182,25 @@ def test_one_informative_batch_is_read_with_the_devices_efficiencies():
     fewer = dict(large, roof_math_ms=0.275 / 8)
     assert launch_fit.predict_ms(fewer, e_bw, e_math, cost) < 0.6 * large["ms"]
     assert launch_fit.predict_ms(fewer, *alone[:2], cost) == pytest.approx(1.14, rel=0.02)
+
+
+def test_the_indexers_projections_are_read_by_the_attentions_merged_gemms():
+    """The step merges the DSA indexer's projections into the attention's GEMMs (one per
+    input), so the composition has one attention_proj part per layer holding both, whole on
+    every TP rank for the indexer, and no part of its own for them."""
+    from tilesweep.config import compose
+    from tilesweep.plan.step_parts import _linear_part, stage_parts
+
+    s = compose([])
+    model, dep = s["model"], s["deployment"]
+    stage = {"dense": 1, "moe": 2, "sliding": 0}
+    for tp in (1, 8):
+        parts = stage_parts(model, dep, {"tp": tp, "pp": 1, "ep": 1}, stage, 4, True, True)
+        kinds = [p["kind"] for p in parts]
+        assert "indexer_proj" not in kinds and kinds.count("attention_proj") == 1
+        proj = parts[kinds.index("attention_proj")]
+        att = _linear_part(model, dep, "attention", tp, 4, "attention_proj", 3)
+        idx = _linear_part(model, dep, "indexer", 1, 4, "attention_proj", 3)
+        assert proj["bytes"] == pytest.approx(att["bytes"] + idx["bytes"])
+        assert proj["flops"] == pytest.approx(att["flops"] + idx["flops"]) and proj["count"] == 3
+    assert launch_fit.MEASURED_KINDS["attn_index"] == ("indexer",)
