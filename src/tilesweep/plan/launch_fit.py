@@ -3,11 +3,13 @@
 Each part of a step takes
     launches x per-kernel cost + max(bytes / (e_bw x bandwidth), flops / (e_math x peak)),
 where `launches` is the number of kernels the part launches (counted in the measured step), the
-per-kernel cost is measured on the device (a CUDA graph of tiny kernels), and the two efficiencies
-of each group of parts are fitted on the measured step at a few batches only (the smallest and the
-largest by default): the pair minimising the squared log error over those batches, the larger
-value where a term never binds (then it is not identified, and the note says so). Parts with no
-group measured take the device-wide pair, fitted on the step's compute time as a whole.
+per-kernel cost is measured on the device: each group's kernels at the smallest fit batch, where
+they have almost nothing to read, never below an empty kernel in a CUDA graph (kernel_cost_us);
+and the two efficiencies of each group of parts are fitted on the measured step at a few batches
+only (deployment.fit_batches; the smallest and the largest by default): the pair minimising the
+squared log error over those batches, the device's value where a term never binds (then it is not
+identified, and the note says so). Parts with no group measured take the device-wide pair, fitted
+on the step's compute time as a whole, and count the kernels the composition knows they launch.
 
 The fit is plain data (`fit_step` returns a JSON-able dict), so a fit made on one device can be
 shipped and applied to another target (labelled as such).
@@ -42,10 +44,6 @@ MEASURED_KINDS = {
     "embedding": ("embedding",),
     "lm_head": ("lm_head",),
 }
-# Kinds whose kernels read only small activations already in L2 (norms, the embedding row, the
-# router's top-k and softmax): each costs what an empty kernel costs inside a CUDA graph, not
-# the fixed cost of a kernel that streams weights from DRAM (the GEMV intercept).
-LIGHT_KINDS = ("norm", "embedding", "router")
 # Efficiencies searched (log grid): from 0.2% to twice the roof (a part served from cache).
 GRID = np.geomspace(0.002, 2.0, 301)
 POOLED = "device-wide"
@@ -264,6 +262,24 @@ def _memory_only(observations: list[dict], per_kernel_ms: float) -> tuple[float,
     return float(GRID[i]), float(np.abs(pred[:, i] / ms[:, 0] - 1).max())
 
 
+def kernel_cost_us(observations: list[dict], floor_us: float, e_bw: float, e_math: float) -> float:
+    """Return a group's cost per launch, measured on the target: what each of its kernels takes
+    at the smallest fit batch once the part's bytes and flops are taken out at the device-wide
+    efficiencies, and never less than `floor_us` (an empty kernel in a CUDA graph).
+
+    Neither device constant is a kernel's cost in a step. An empty kernel (about 1.1 us on an
+    H200) does no DRAM round trip; a norm, a top-k or a cache write of one sequence does, and
+    syncs its block: 6-11 us each. The GEMV chain's intercept (about 5.2 us, weights partly in
+    L2) is more than a streaming GEMM's own cost in the step (3-4 us), whose prologue overlaps
+    the previous kernel; adding it in full to the bytes made one TP8 rank's projections at one
+    sequence a third too slow, and its fit read more bandwidth than HBM has."""
+    small = min(observations, key=lambda o: o["roof_memory_ms"] + o["roof_math_ms"])
+    if not small["launches"]:
+        return floor_us
+    work = max(small["roof_memory_ms"] / e_bw, small["roof_math_ms"] / e_math)
+    return max(floor_us, 1e3 * (small["ms"] - work) / small["launches"])
+
+
 def fit_step(
     rows: list[dict],
     parts_of: dict,
@@ -276,8 +292,10 @@ def fit_step(
     kinds its efficiencies and launches per occurrence, and the device-wide pair.
 
     `parts_of[batch]` is (the composition's parts of the model as run, micro-batch repeats);
-    `labels` says what ran (device, layout, timing, model), copied into the fit. `light_us`, where
-    measured, is the per-kernel cost of the LIGHT_KINDS groups (else they take per_kernel_us)."""
+    `labels` says what ran (device, layout, timing, model), copied into the fit. `per_kernel_us`
+    (the GEMV chain's intercept) serves the device-wide fit; each group's own cost per launch is
+    read at the smallest fit batch (kernel_cost_us), never below `light_us` (an empty kernel in a
+    graph, where measured; else per_kernel_us)."""
     by_group: dict[str, list[dict]] = {}
     pooled = []
     for row in rows:
@@ -295,8 +313,8 @@ def fit_step(
     e_bw, e_math, note = fit_pair(pooled, pooled_ms) if pooled else (1.0, 1.0, "no rows")
     groups = {}
     for name, observations in sorted(by_group.items()):
-        light = light_us is not None and set(observations[0]["kinds"]) <= set(LIGHT_KINDS)
-        cost_us = light_us if light else per_kernel_us
+        floor_us = light_us if light_us is not None else per_kernel_us
+        cost_us = kernel_cost_us(observations, floor_us, e_bw, e_math)
         per_kernel_ms = cost_us * 1e-3
         g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, (e_bw, e_math))
         launches = [o["launches"] / o["occurrences"] for o in observations]
@@ -306,6 +324,7 @@ def fit_step(
             "e_math": g_math,
             "launches_per_occurrence": float(np.median(launches)),
             "per_kernel_us": cost_us,
+            "floor_kernel_us": floor_us,
             "note": g_note,
             "fit_error_pct": [
                 100 * (predict_ms(o, g_bw, g_math, per_kernel_ms) / o["ms"] - 1)
@@ -344,7 +363,9 @@ def launch_timer(fit: dict, per_kernel_us: float, label: str):
         bound_mem = not flop > mem
         out["memory_ms"] = mem if bound_mem else 0.0
         out["math_ms"] = 0.0 if bound_mem else flop
-        launches = group["launches_per_occurrence"] if group else 0.0
+        # A part no measured group covers (an EP rank's permutation, absent from the TP1 step
+        # the fit is made on) counts the kernels the composition knows it runs.
+        launches = group["launches_per_occurrence"] if group else part.get("launches", 0.0)
         cost = group.get("per_kernel_us", per_kernel_us) * 1e-3 if group else cost_ms
         out["launch_ms"] = launches * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"

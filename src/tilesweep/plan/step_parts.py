@@ -45,6 +45,12 @@ def _merged(part: dict | None, extra: dict | None) -> dict | None:
     return dict(part, bytes=part["bytes"] + extra["bytes"], flops=part["flops"] + extra["flops"])
 
 
+# Kernels an EP rank runs beside the expert GEMMs, per MoE layer, that a rank holding every
+# expert does not: it gathers its sent rows in routing order (one), and weights and scatter-adds
+# the rows that come back into a zeroed output (three, where one sum suffices without EP). The
+# fused-MoE kernel gathers and sums in place only when every expert is local (measure/step_moe).
+EP_PERMUTE_LAUNCHES = 3
+
 # Routings sampled for the expected busiest EP rank (fixed seed: the same answer every run); fewer
 # for large batches, whose busiest rank varies less.
 ROUTING_SAMPLES = 256
@@ -148,6 +154,21 @@ def stage_parts(
                 "count": stage["moe"],
             }
         )
+        if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
+            sent = s * k  # this rank's tokens' rows, out and back
+            parts.append(
+                {
+                    "name": "ep_permute",
+                    "kind": "expert_permute",
+                    # gather (read, write), weight (read, write), scatter-add (read); zero and
+                    # accumulate the output (write, read, write)
+                    "bytes": (5 * sent + 3 * s) * h * ACT_BYTES,
+                    "flops": 2.0 * sent * h,
+                    "dtype": "bf16",
+                    "count": stage["moe"],
+                    "launches": EP_PERMUTE_LAUNCHES,
+                }
+            )
     parts.append(
         {
             "name": "norms",
