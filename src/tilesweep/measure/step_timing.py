@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from tilesweep.measure import kernel_profile
 from tilesweep.measure.step_clock import PartClock
 from tilesweep.measure.step_shapes import micro_batches
 
@@ -35,6 +36,10 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
             out["graph_error"] = str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
     if graphed:
         times, _ = time_steps(rank, mbs, slot, repeats, whole)
+        where = kernel_profile.folder()
+        if where is not None:  # a diagnostic only: the kernels of one replay
+            name = f"{rank.layout['layout']}_rank{rank.rank}_b{batch}"
+            kernel_profile.profile_graph(torch, whole, name, where)
         part_samples = []
         for _ in range(repeats):
             rank.sync()

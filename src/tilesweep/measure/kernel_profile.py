@@ -1,0 +1,60 @@
+"""A diagnostic: the kernels a captured decode step runs, as the profiler sees graph replays.
+
+Set TILESWEEP_KERNEL_PROFILE to a folder and every graphed whole step (step_timing.run_batch)
+also writes `kernels_<layout>_rank<r>_b<batch>.csv` there: each kernel of one replay in launch
+order, with its start (from the replay's first kernel) and duration in microseconds, averaged
+over a few replays. It says which kernels a step's time goes to, and how much is gaps between
+them; no table of the sweep reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+ENV = "TILESWEEP_KERNEL_PROFILE"
+REPLAYS = 5
+
+
+def folder() -> Path | None:
+    """Return the folder kernel profiles go to, or None when none was asked for."""
+    where = os.environ.get(ENV)
+    return Path(where) if where else None
+
+
+def profile_graph(torch, graph, name: str, where: Path) -> Path:
+    """Replay `graph` REPLAYS times under the profiler; write and return its kernel table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(REPLAYS):
+            graph.replay()
+            torch.cuda.synchronize()
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
+    per = len(kernels) // REPLAYS
+    rows = []
+    for i in range(per):
+        runs = [kernels[r * per + i] for r in range(REPLAYS)]
+        first = [kernels[r * per] for r in range(REPLAYS)]
+        rows.append(
+            {
+                "index": i,
+                "kernel": runs[0].name[:160],
+                "start_us": sum(k.time_range.start - f.time_range.start
+                                for k, f in zip(runs, first, strict=True)) / REPLAYS,
+                "us": sum(k.time_range.elapsed_us() for k in runs) / REPLAYS,
+            }
+        )  # fmt: skip
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"kernels_{name}.csv"
+    tmp = path.with_suffix(".tmp")
+    pd.DataFrame(rows).to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
