@@ -1,10 +1,10 @@
 """A diagnostic: the kernels a captured decode step runs, as the profiler sees graph replays.
 
 Set TILESWEEP_KERNEL_PROFILE to a folder and every graphed whole step (step_timing.run_batch)
-also writes `kernels_<layout>_rank<r>_b<batch>.csv` there: each kernel of one replay in launch
-order, with its start (from the replay's first kernel) and duration in microseconds, averaged
-over a few replays. It says which kernels a step's time goes to, and how much is gaps between
-them; no table of the sweep reads it.
+also writes `kernels_<layout>_rank<r>_b<batch>.csv` there (TILESWEEP_KERNEL_PROFILE_BATCHES=1,64:
+only at those batches): each kernel of one replay in launch order, with its start (from the
+replay's first kernel) and duration in microseconds, averaged over a few replays. It says which
+kernels a step's time goes to, and how much is gaps between them; no table of the sweep reads it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,13 @@ ENV = "TILESWEEP_KERNEL_PROFILE"
 REPLAYS = 5
 
 
-def folder() -> Path | None:
-    """Return the folder kernel profiles go to, or None when none was asked for."""
+def folder(batch: int) -> Path | None:
+    """Return the folder the kernel profile of a step of `batch` sequences goes to, or None
+    when none was asked for (TILESWEEP_KERNEL_PROFILE_BATCHES, comma-separated: only those)."""
     where = os.environ.get(ENV)
+    only = os.environ.get(f"{ENV}_BATCHES", "")
+    if only and str(batch) not in only.split(","):
+        return None
     return Path(where) if where else None
 
 

@@ -36,7 +36,7 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
             out["graph_error"] = str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
     if graphed:
         times, _ = time_steps(rank, mbs, slot, repeats, whole)
-        where = kernel_profile.folder()
+        where = kernel_profile.folder(batch)
         if where is not None:  # a diagnostic only: the kernels of one replay
             name = f"{rank.layout['layout']}_rank{rank.rank}_b{batch}"
             kernel_profile.profile_graph(torch, whole, name, where)

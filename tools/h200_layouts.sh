@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Re-measure what the example's check and verdict rest on, on one H200, in one device call of
+# about 7 minutes: the device's ceilings and per-kernel cost, the graphed whole step of GLM-5
+# (conf/experiment/h200_example.yaml) for every layout at every batch (TP1 and one rank of each
+# other layout emulated), then the steps of DeepSeek-V3 (TP1) and Qwen3-235B-A22B (TP1 and one
+# TP4 rank), which the fit never sees, and the GPU tests of the step's kernels. The kernels of
+# each graphed GLM-5 step at 1 and 64 sequences (TILESWEEP_KERNEL_PROFILE) come back beside them.
+# Carry .whl (tools/fetch_wheels.py). Then, here:
+#   tools/import_example.sh FILES_AT/glm5/results.tgz docs/examples/h200 experiment=h200_example \
+#     'deployment.batches=[1,8,64,512]'   (and the two models' layout tables: README, "Regenerated")
+# Usage (on the GPU machine): tools/h200_layouts.sh OUT_DIR
+set -uo pipefail
+out=${1:?usage: tools/h200_layouts.sh OUT_DIR}
+mkdir -p "$out"
+layouts="tp1-pp1-ep1 tp2-pp1-ep1 tp1-pp1-ep2 tp1-pp2-ep1 tp8-pp1-ep1 tp4-pp2-ep1 tp1-pp1-ep8"
+targets="results/device/ceilings.json"
+for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done
+TILESWEEP_KERNEL_PROFILE="$PWD/results/kernels" TILESWEEP_KERNEL_PROFILE_BATCHES=1,64 TILESWEEP_TARGETS="$targets" \
+  TILESWEEP_TIMEOUT=${GLM5_TIMEOUT:-330} "$(dirname "$0")/device_sweep.sh" "$out/glm5" \
+  experiment=h200_example 'deployment.batches=[1,8,64,512]' backend.fused_moe.enabled=false
+rm -rf results
+TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv" \
+  TILESWEEP_TIMEOUT=${DSV3_TIMEOUT:-100} "$(dirname "$0")/device_sweep.sh" "$out/dsv3" \
+  experiment=h200_step model=deepseek_v3 'grid.layouts=[{tp:1,pp:1,ep:1}]'
+rm -rf results
+TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv results/layout/tp4-pp1-ep1.csv" \
+  TILESWEEP_TIMEOUT=${QWEN3_TIMEOUT:-100} "$(dirname "$0")/device_sweep.sh" "$out/qwen3" \
+  experiment=h200_step model=qwen3_235b_a22b 'grid.layouts=[{tp:1,pp:1,ep:1},{tp:4,pp:1,ep:1}]' \
+  'grid.tokens_per_expert=[4]'
+rm -rf results
+# shellcheck source=tools/gpu_env.sh
+source "$(dirname "$0")/gpu_env.sh" || exit 1
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_mla_decode.py \
+  tests/test_step_fused.py tests/test_whole_step.py -k "gpu or graphed or fused" 2>&1 |
+  tail -5 | tee "$out/gpu_tests.log"
