@@ -6,24 +6,26 @@
 # TP4 rank), which the fit never sees, and the GPU tests of the step's kernels. The kernels of
 # each graphed GLM-5 step at 1 and 64 sequences (TILESWEEP_KERNEL_PROFILE) come back beside them.
 # Carry .whl (tools/fetch_wheels.py). Then, here:
-#   tools/import_example.sh FILES_AT/glm5/results.tgz docs/examples/h200 experiment=h200_example \
+#   tar xzf FILES_AT/runs.tgz; tools/import_example.sh glm5/results.tgz docs/examples/h200 experiment=h200_example \
 #     'deployment.batches=[1,8,64,512]'   (and the two models' layout tables: README, "Regenerated")
+# LAYOUT_MODELS (default "glm5 dsv3 qwen3") picks the models.
 # Usage (on the GPU machine): tools/h200_layouts.sh OUT_DIR
 set -uo pipefail
+only=" ${LAYOUT_MODELS:-glm5 dsv3 qwen3} "
 out=${1:?usage: tools/h200_layouts.sh OUT_DIR}
 mkdir -p "$out"
 layouts="tp1-pp1-ep1 tp2-pp1-ep1 tp1-pp1-ep2 tp1-pp2-ep1 tp8-pp1-ep1 tp4-pp2-ep1 tp1-pp1-ep8"
 targets="results/device/ceilings.json"
 for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done
-TILESWEEP_KERNEL_PROFILE="$PWD/results/kernels" TILESWEEP_KERNEL_PROFILE_BATCHES=1,64 TILESWEEP_TARGETS="$targets" \
+[[ $only == *" glm5 "* ]] && TILESWEEP_KERNEL_PROFILE="$PWD/results/kernels" TILESWEEP_KERNEL_PROFILE_BATCHES=1,64 TILESWEEP_TARGETS="$targets" \
   TILESWEEP_TIMEOUT=${GLM5_TIMEOUT:-330} "$(dirname "$0")/device_sweep.sh" "$out/glm5" \
   experiment=h200_example 'deployment.batches=[1,8,64,512]' backend.fused_moe.enabled=false
 rm -rf results
-TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv" \
+[[ $only == *" dsv3 "* ]] && TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv" \
   TILESWEEP_TIMEOUT=${DSV3_TIMEOUT:-100} "$(dirname "$0")/device_sweep.sh" "$out/dsv3" \
   experiment=h200_step model=deepseek_v3 'grid.layouts=[{tp:1,pp:1,ep:1}]'
 rm -rf results
-TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv results/layout/tp4-pp1-ep1.csv" \
+[[ $only == *" qwen3 "* ]] && TILESWEEP_TARGETS="results/device/ceilings.json results/layout/tp1-pp1-ep1.csv results/layout/tp4-pp1-ep1.csv" \
   TILESWEEP_TIMEOUT=${QWEN3_TIMEOUT:-100} "$(dirname "$0")/device_sweep.sh" "$out/qwen3" \
   experiment=h200_step model=qwen3_235b_a22b 'grid.layouts=[{tp:1,pp:1,ep:1},{tp:4,pp:1,ep:1}]' \
   'grid.tokens_per_expert=[4]'
@@ -33,3 +35,6 @@ source "$(dirname "$0")/gpu_env.sh" || exit 1
 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_mla_decode.py \
   tests/test_step_fused.py tests/test_whole_step.py -k "gpu or graphed or fused" 2>&1 |
   tail -5 | tee "$out/gpu_tests.log"
+# The device tool brings back at most 8 files: one archive of the three runs (tables, logs).
+mkdir -p "$out/glm5" "$out/dsv3" "$out/qwen3"
+tar czf "$out/runs.tgz" -C "$out" glm5 dsv3 qwen3 gpu_tests.log && rm -rf "$out/glm5" "$out/dsv3" "$out/qwen3"
