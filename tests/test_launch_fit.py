@@ -233,3 +233,47 @@ def test_the_indexers_projections_are_read_by_the_attentions_merged_gemms():
         assert proj["bytes"] == pytest.approx(att["bytes"] + idx["bytes"])
         assert proj["flops"] == pytest.approx(att["flops"] + idx["flops"]) and proj["count"] == 3
     assert launch_fit.MEASURED_KINDS["attn_index"] == ("indexer",)
+
+
+def test_the_overlap_adds_the_unhidden_share_of_the_smaller_term():
+    """A part whose bytes and flops take about as long as each other is neither their max nor
+    their sum: `overlap` of the smaller term is added, in the fit and in the composition."""
+    cost = 0.002
+    obs = {"roof_memory_ms": 1.0, "roof_math_ms": 0.5, "launches": 2}
+    assert launch_fit.predict_ms(obs, 1.0, 1.0, cost) == pytest.approx(1.004)
+    assert launch_fit.predict_ms(obs, 1.0, 1.0, cost, overlap=0.4) == pytest.approx(1.204)
+    fit = dict(_fit({"g": {"kinds": ["dense_gemm"], "e_bw": 1.0, "e_math": 1.0,
+                           "launches_per_occurrence": 1.0, "note": ""}}), overlap=0.4)  # fmt: skip
+    part = {"name": "mlp", "kind": "dense_gemm", "bytes": 1e9, "flops": 25e9, "dtype": "bf16",
+            "count": 1}  # fmt: skip
+    t = launch_fit.launch_timer(fit, 2.0, "composed (test)")(part, HW)
+    assert t["memory_ms"] == pytest.approx(1.0)  # 1 GB at 1,000 GB/s: the bound term
+    assert t["math_ms"] == pytest.approx(0.4 * 0.25)  # 25 GFLOP at 100 TFLOP/s, 40% unhidden
+    assert launch_fit.launch_timer(_fit(fit["groups"]), 2.0, "x")(part, HW)["math_ms"] == 0.0
+
+
+def test_the_stream_never_reads_faster_than_the_device_was_measured_to():
+    """Measured faster than its bytes allow at the device's read bandwidth, a part's excess is
+    its kernels' cost, never a stream above the device's measured read."""
+    cost = 0.001
+    obs = [_obs(1.0, 0.01, 10, 1.3, 1.0, cost), _obs(2.0, 0.02, 10, 1.3, 1.0, cost)]
+    free, _, _ = launch_fit.fit_pair(obs, cost)
+    capped, _, _ = launch_fit.fit_pair(obs, cost, bw_max=1.06)
+    assert free == pytest.approx(1.3, rel=0.03) and capped <= 1.06
+
+
+def test_the_devices_overlap_is_read_from_products_around_the_ridge():
+    from tilesweep.measure.ceilings import overlap_alpha
+
+    def point(mem, math_, alpha, fixed=5.0):
+        return {
+            "mem_us": mem,
+            "math_us": math_,
+            "us": fixed + max(mem, math_) + alpha * min(mem, math_),
+        }
+
+    pts = [point(30, 10, 0.5), point(30, 20, 0.5), point(31, 40, 0.5), point(32, 80, 0.9)]
+    assert overlap_alpha(pts, 5.0) == pytest.approx(0.5)
+    assert overlap_alpha([point(30, 10, 1.7)], 5.0) == 1.0  # clipped: never more than serial
+    assert overlap_alpha([point(30, 10, -0.3)], 5.0) == 0.0
+    assert overlap_alpha([], 5.0) is None

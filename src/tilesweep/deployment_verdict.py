@@ -75,12 +75,20 @@ def per_kernel_us(ceilings: dict) -> float | None:
     return launch.get("eager_us")
 
 
-def light_kernel_us(ceilings: dict) -> float | None:
-    """Return the measured cost of an empty kernel inside a CUDA graph in us (the per-kernel cost
-    of the kinds that read only small activations, launch_fit.LIGHT_KINDS); None off a GPU."""
-    if (ceilings or {}).get("device_kind") != "cuda":
+def graph_terms(ceilings: dict) -> dict | None:
+    """Return the device's measured terms of a fit on graphed steps (launch_fit.fit_step): the
+    cost of an empty kernel inside a CUDA graph (`light_us`), how much of a product's smaller
+    roofline term its larger one does not hide (`overlap`), and the read bandwidth over the copy
+    bandwidth (`bw_max`); None off a GPU. A term the ceilings lack is None."""
+    ceilings = ceilings or {}
+    if ceilings.get("device_kind") != "cuda":
         return None
-    return ((ceilings or {}).get("launch") or {}).get("graph_us")
+    read, copy = ceilings.get("read_gbs"), ceilings.get("copy_gbs")
+    return {
+        "light_us": (ceilings.get("launch") or {}).get("graph_us"),
+        "overlap": (ceilings.get("overlap") or {}).get("alpha"),
+        "bw_max": read / copy if read and copy else None,
+    }
 
 
 def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: dict):
@@ -94,9 +102,8 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     device = ceilings.get("device", "none") if ceilings else "none"
     if ceilings and ceilings.get("device_kind") == "cuda":
         cost = per_kernel_us(ceilings)
-        light = light_kernel_us(ceilings)
         fit = calibration.step_fit(
-            steps, settings["model"], hw_here, cost, device, light_us=light,
+            steps, settings["model"], hw_here, cost, device, terms=graph_terms(ceilings),
             batches=settings["deployment"].get("fit_batches"),
         )  # fmt: skip
         if fit is not None:
@@ -120,9 +127,8 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
         return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
     hw_here = calibration.device_hardware(ceilings, device, None)
     cost = per_kernel_us(ceilings)
-    light = light_kernel_us(ceilings)
     fit = calibration.step_fit(
-        steps, settings["model"], hw_here, cost, device, light_us=light,
+        steps, settings["model"], hw_here, cost, device, terms=graph_terms(ceilings),
         batches=settings["deployment"].get("fit_batches"),
     )  # fmt: skip
     if fit is None:
@@ -267,7 +273,7 @@ def check_table(
         floors,
         device,
         per_kernel_us(ceilings),
-        light_us=light_kernel_us(ceilings),
+        terms=graph_terms(ceilings),
         fit_batches=fit_batches,
     )
 

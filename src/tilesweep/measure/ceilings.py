@@ -3,6 +3,8 @@ rate per dtype."""
 
 from __future__ import annotations
 
+import statistics
+
 from tilesweep.hardware import catalog_name
 from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
 
@@ -136,6 +138,66 @@ def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
     return float(intercept), points
 
 
+# The overlap probe: bf16 products of M rows by a K x N weight (larger than any L2, two
+# alternating), at M around the H200's ridge (memory and math terms of the same order).
+OVERLAP_ROWS = (64, 128, 256, 512)
+OVERLAP_KN = 8192
+OVERLAP_CALLS = 10
+
+
+def overlap_alpha(points: list[dict], fixed_us: float) -> float | None:
+    """Return how much of the smaller roofline term a product adds to the larger: the median over
+    the points of (time - fixed - max(mem, math)) / min(mem, math), clipped to [0, 1] (0: the two
+    overlap fully, the roofline's max; 1: one after the other). Each point gives `us`, `mem_us`
+    (its bytes at the measured read bandwidth) and `math_us` (its flops at the measured rate)."""
+    alphas = []
+    for p in points:
+        low, high = sorted((p["mem_us"], p["math_us"]))
+        if low > 0:
+            alphas.append((p["us"] - fixed_us - high) / low)
+    if not alphas:
+        return None
+    mid = statistics.median(alphas)
+    return min(1.0, max(0.0, mid))
+
+
+def _overlap(repeats: int, read_gbs: float, bf16_tflops: float | None, fixed_us: float) -> dict:
+    """Return {alpha, points, method}: the overlap of memory and math in one product, measured
+    on graphed bf16 products around the ridge (overlap_alpha)."""
+    import torch
+
+    if not bf16_tflops:
+        return {"alpha": None, "points": [], "method": "no bf16 product rate measured"}
+    k = n = OVERLAP_KN
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    points = []
+    for m in OVERLAP_ROWS:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
+
+        def chain(x=x, outs=outs, ws=ws):
+            for i in range(OVERLAP_CALLS):
+                torch.matmul(x, ws[i % 2].t(), out=outs[i % 2])
+
+        ms, _ = time_gpu([chain], repeats, 2)
+        nbytes = 2 * (k * n + m * k + m * n)
+        points.append(
+            {
+                "rows": m,
+                "us": summarize(ms)["time_ms"] * 1e3 / OVERLAP_CALLS,
+                "mem_us": nbytes / (read_gbs * 1e9) * 1e6,
+                "math_us": 2 * m * k * n / (bf16_tflops * 1e12) * 1e6,
+            }
+        )
+    return {
+        "alpha": overlap_alpha(points, fixed_us),
+        "points": points,
+        "method": f"graphed bf16 products [M x {k}] @ [{k} x {n}], M = {list(OVERLAP_ROWS)}, "
+        "two weights alternating; bytes at read_gbs, flops at matmul_tflops.bf16, beyond the "
+        "GEMV intercept (launch.fixed_us)",
+    }
+
+
 def launch_us(cuda: bool, repeats: int) -> dict:
     """Return the fixed cost of one kernel in microseconds: {graph_us, fixed_us, eager_us, ...}.
 
@@ -211,6 +273,9 @@ def measure(catalog: dict[str, dict]) -> dict:
         "copy_bytes": copy_bytes,
         "launch": launch_us(cuda, repeats),
     }
+    fixed = ceilings["launch"].get("fixed_us")
+    if cuda and fixed is not None:
+        ceilings["overlap"] = _overlap(repeats, read_gbs, ceilings["matmul_tflops"]["bf16"], fixed)
     name = catalog_name(info["device"], catalog) if cuda else None
     sheet = catalog.get(name) if name else None
     return {

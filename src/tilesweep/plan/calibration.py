@@ -104,14 +104,14 @@ def step_fit(
     per_kernel_us: float | None,
     device: str,
     timing: str = "cuda-graph",
-    light_us: float | None = None,
+    terms: dict | None = None,
     batches: list[int] | None = None,
 ) -> dict | None:
     """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at `batches`
     (deployment.fit_batches: at most two; none given: the smallest and the largest such batch),
     or None when there is no such step, none of the batches asked for was measured, or no
-    per-kernel cost. `light_us`: the per-kernel cost of the light kinds
-    (launch_fit.LIGHT_KINDS), where measured."""
+    per-kernel cost. `terms`: the device's measured terms of a graphed fit (light_us, overlap,
+    bw_max: deployment_verdict.graph_terms), where measured."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:
         return None
     ok = steps[
@@ -143,7 +143,7 @@ def step_fit(
         "model": model["name"],
         "step": rows[0]["measured_label"],
     }
-    return fit_step(rows, parts_of, hw, per_kernel_us, labels, light_us)
+    return fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
 
 
 def fit_label(fit: dict, where: str = "") -> str:
@@ -177,7 +177,7 @@ def step_check(
     device: str,
     per_kernel_us: float | None = None,
     fit: dict | None = None,
-    light_us: float | None = None,
+    terms: dict | None = None,
     fit_batches: list[int] | None = None,
 ) -> pd.DataFrame:
     """Return one row per measured whole step: measured, roofline-only and composed (the
@@ -197,7 +197,7 @@ def step_check(
                 per_kernel_us,
                 device,
                 t,
-                light_us if t == "cuda-graph" else None,
+                terms if t == "cuda-graph" else None,
                 fit_batches,
             )  # fmt: skip
             for t in TIMINGS

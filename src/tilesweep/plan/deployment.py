@@ -62,11 +62,13 @@ def _stage_time(
         acc["math"] += c * t["math_ms"]
         # Launch-aware timers give each part's fixed cost; others take the deployment's gap.
         acc["other"] += c * t.get("launch_ms", dep["kernel_gap_us"] * 1e-3)
-        if t["memory_ms"] > 0:
-            acc["mem_kernel"] += c * t["memory_ms"]
+        # A part's kernel time (both terms: the bound one and the other's unhidden share)
+        # against its binding roofline term.
+        if t["memory_ms"] > 0 and t["memory_ms"] >= t["math_ms"]:
+            acc["mem_kernel"] += c * (t["memory_ms"] + t["math_ms"])
             acc["roof_memory"] += c * t["roof_memory_ms"]
         else:
-            acc["math_kernel"] += c * t["math_ms"]
+            acc["math_kernel"] += c * (t["math_ms"] + t["memory_ms"])
             acc["roof_math"] += c * t["roof_math_ms"]
     for coll in stage_collectives(model, layout, stage, micro, first):
         ms, _ = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)

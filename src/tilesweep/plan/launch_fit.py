@@ -1,7 +1,8 @@
 """The launch-aware composition and its fit on a measured whole step.
 
 Each part of a step takes
-    launches x per-kernel cost + max(bytes / (e_bw x bandwidth), flops / (e_math x peak)),
+    launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
+    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak),
 where `launches` is the number of kernels the part launches (counted in the measured step), the
 per-kernel cost is measured on the device: each group's kernels at the smallest fit batch, where
 they have almost nothing to read, never below an empty kernel in a CUDA graph (kernel_cost_us);
@@ -10,6 +11,12 @@ only (deployment.fit_batches; the smallest and the largest by default): the pair
 squared log error over those batches, the device's value where a term never binds (then it is not
 identified, and the note says so). Parts with no group measured take the device-wide pair, fitted
 on the step's compute time as a whole, and count the kernels the composition knows they launch.
+`overlap` is the device's (measure/ceilings: 0 is the roofline's max, the two terms hidden under
+each other; 1 is one after the other): a GEMM of 64 rows on an H200 is neither, and with the max
+alone the parts of one EP8 rank at 512 sequences (64 per rank) composed 11-15% short. e_bw never
+exceeds the device's measured read bandwidth (`e_bw_max`, over the copy bandwidth the efficiencies
+are relative to): where a part's small-batch time is more than its bytes at that rate, the rest is
+its kernels' cost, not a faster stream.
 
 The fit is plain data (`fit_step` returns a JSON-able dict), so a fit made on one device can be
 shipped and applied to another target (labelled as such).
@@ -112,15 +119,26 @@ def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[st
     return out
 
 
-def predict_ms(obs: dict, e_bw: float, e_math: float, per_kernel_ms: float) -> float:
+def roof(mem, flop, overlap: float):
+    """Return the time of a part's memory and math terms (numbers or numpy arrays): the larger,
+    plus `overlap` of the smaller."""
+    return np.maximum(mem, flop) + overlap * np.minimum(mem, flop)
+
+
+def predict_ms(
+    obs: dict, e_bw: float, e_math: float, per_kernel_ms: float, overlap: float = 0.0
+) -> float:
     """Return the launch-aware time of one observation at these efficiencies."""
-    return obs["launches"] * per_kernel_ms + max(
-        obs["roof_memory_ms"] / e_bw, obs["roof_math_ms"] / e_math
-    )
+    mem, flop = obs["roof_memory_ms"] / e_bw, obs["roof_math_ms"] / e_math
+    return obs["launches"] * per_kernel_ms + float(roof(mem, flop, overlap))
 
 
 def fit_pair(
-    observations: list[dict], per_kernel_ms: float, fallback: tuple[float, float] | None = None
+    observations: list[dict],
+    per_kernel_ms: float,
+    fallback: tuple[float, float] | None = None,
+    overlap: float = 0.0,
+    bw_max: float | None = None,
 ) -> tuple[float, float, str]:
     """Return (e_bw, e_math, note) minimising the squared log error over the observations.
 
@@ -134,8 +152,10 @@ def fit_pair(
     is, with `fallback` (the device-wide pair), the device's own for that term rather than the
     largest: a part no batch measured in that regime is taken to run as the device's kernels do
     there, labelled so, and the other efficiency is refitted with it fixed. Without a fallback
-    (the device-wide fit itself) it is left at the largest, so nothing is slowed by a guess."""
-    e_bw, err = _memory_only(observations, per_kernel_ms)
+    (the device-wide fit itself) it is left at the largest, so nothing is slowed by a guess.
+    `overlap` is the device's (roof); e_bw is searched up to `bw_max` where given."""
+    bw_grid = GRID if bw_max is None else GRID[np.less_equal(GRID, bw_max)]
+    e_bw, err = _memory_only(observations, per_kernel_ms, bw_grid, overlap)
     if err <= PARSIMONY:
         if fallback is None:
             binds_math = _binding(observations, e_bw, float(GRID[-1]))[1]
@@ -144,13 +164,19 @@ def fit_pair(
                 f"{PARSIMONY:.0%}): e_math not identified"
             )
             return e_bw, float(GRID[-1]), note if not binds_math else ""
-        return _with_fallback(observations, per_kernel_ms, fallback, e_math=fallback[1])
-    e_bw, e_math = _grid_fit(observations, per_kernel_ms)
+        return _with_fallback(
+            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
+        )
+    e_bw, e_math = _grid_fit(observations, per_kernel_ms, overlap, bw_grid)
     binds_mem, binds_math = _binding(observations, e_bw, e_math)
     if fallback is not None and not binds_math:
-        return _with_fallback(observations, per_kernel_ms, fallback, e_math=fallback[1])
+        return _with_fallback(
+            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
+        )
     if fallback is not None and not binds_mem:
-        return _with_fallback(observations, per_kernel_ms, fallback, e_bw=fallback[0])
+        return _with_fallback(
+            observations, per_kernel_ms, fallback, overlap, bw_grid, e_bw=fallback[0]
+        )
     notes = []
     if not binds_mem:
         notes.append("memory never binds at the fit batches: e_bw not identified")
@@ -162,6 +188,7 @@ def fit_pair(
 def _grid_fit(
     observations: list[dict],
     per_kernel_ms: float,
+    overlap: float = 0.0,
     bw_grid: np.ndarray = GRID,
     math_grid: np.ndarray = GRID,
 ) -> tuple[float, float]:
@@ -172,7 +199,7 @@ def _grid_fit(
     fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None, None]
     ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
     bw, mt = bw_grid[None, :, None], math_grid[None, None, :]
-    pred = fixed + np.maximum(mem / bw, flop / mt)
+    pred = fixed + roof(mem / bw, flop / mt, overlap)
     err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
     total = err.sum(axis=0)
     flipped = total[::-1, ::-1]
@@ -194,6 +221,8 @@ def _with_fallback(
     observations: list[dict],
     per_kernel_ms: float,
     fallback: tuple[float, float],
+    overlap: float,
+    bw_grid: np.ndarray,
     e_bw: float | None = None,
     e_math: float | None = None,
 ) -> tuple[float, float, str]:
@@ -209,13 +238,13 @@ def _with_fallback(
     e_bw = device[0] if fixed_bw else e_bw
     e_math = e_math if fixed_bw else device[1]
     taken = ["e_bw" if fixed_bw else "e_math"]
-    if _worst(observations, per_kernel_ms, *device) <= PARSIMONY:
+    if _worst(observations, per_kernel_ms, *device, overlap) <= PARSIMONY:
         e_bw, e_math = device
         taken = ["e_bw", "e_math"]
     else:
-        bw_grid = np.array([e_bw]) if fixed_bw else GRID
+        bw_grid = np.array([e_bw]) if fixed_bw else bw_grid
         math_grid = GRID if fixed_bw else np.array([e_math])
-        e_bw, e_math = _grid_fit(observations, per_kernel_ms, bw_grid, math_grid)
+        e_bw, e_math = _grid_fit(observations, per_kernel_ms, overlap, bw_grid, math_grid)
         binds_mem, binds_math = _binding(observations, e_bw, e_math)
         if fixed_bw and not binds_math:
             e_math = device[1]
@@ -231,10 +260,12 @@ def _with_fallback(
     )
 
 
-def _worst(observations: list[dict], per_kernel_ms: float, e_bw: float, e_math: float) -> float:
+def _worst(
+    observations: list[dict], per_kernel_ms: float, e_bw: float, e_math: float, overlap: float
+) -> float:
     """Return the largest relative error of the prediction at these efficiencies."""
     return max(
-        abs(predict_ms(o, e_bw, e_math, per_kernel_ms) / max(o["ms"], 1e-9) - 1)
+        abs(predict_ms(o, e_bw, e_math, per_kernel_ms, overlap) / max(o["ms"], 1e-9) - 1)
         for o in observations
     )
 
@@ -250,19 +281,24 @@ def _least(observations: list[dict], per_kernel_ms: float, term: str) -> float:
     return least
 
 
-def _memory_only(observations: list[dict], per_kernel_ms: float) -> tuple[float, float]:
-    """Return (e_bw, largest relative error) of the fit with the memory term alone."""
+def _memory_only(
+    observations: list[dict], per_kernel_ms: float, bw_grid: np.ndarray, overlap: float
+) -> tuple[float, float]:
+    """Return (e_bw, largest relative error) of the fit with the memory term alone (math at
+    the largest efficiency, still adding its overlap)."""
     mem = np.array([o["roof_memory_ms"] for o in observations])[:, None]
     flop = np.array([o["roof_math_ms"] for o in observations])[:, None]
     fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None]
     ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None]
-    pred = fixed + np.maximum(mem / GRID[None, :], flop / GRID[-1])
+    pred = fixed + roof(mem / bw_grid[None, :], flop / GRID[-1], overlap)
     total = ((np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2).sum(axis=0)
-    i = len(GRID) - 1 - int(np.argmin(total[::-1]))  # ties: the largest efficiency
-    return float(GRID[i]), float(np.abs(pred[:, i] / ms[:, 0] - 1).max())
+    i = len(bw_grid) - 1 - int(np.argmin(total[::-1]))  # ties: the largest efficiency
+    return float(bw_grid[i]), float(np.abs(pred[:, i] / ms[:, 0] - 1).max())
 
 
-def kernel_cost_us(observations: list[dict], floor_us: float, e_bw: float, e_math: float) -> float:
+def kernel_cost_us(
+    observations: list[dict], floor_us: float, e_bw: float, e_math: float, overlap: float = 0.0
+) -> float:
     """Return a group's cost per launch, measured on the target: what each of its kernels takes
     at the smallest fit batch once the part's bytes and flops are taken out at the device-wide
     efficiencies, and never less than `floor_us` (an empty kernel in a CUDA graph).
@@ -276,7 +312,7 @@ def kernel_cost_us(observations: list[dict], floor_us: float, e_bw: float, e_mat
     small = min(observations, key=lambda o: o["roof_memory_ms"] + o["roof_math_ms"])
     if not small["launches"]:
         return floor_us
-    work = max(small["roof_memory_ms"] / e_bw, small["roof_math_ms"] / e_math)
+    work = float(roof(small["roof_memory_ms"] / e_bw, small["roof_math_ms"] / e_math, overlap))
     return max(floor_us, 1e3 * (small["ms"] - work) / small["launches"])
 
 
@@ -287,6 +323,8 @@ def fit_step(
     per_kernel_us: float,
     labels: dict,
     light_us: float | None = None,
+    overlap: float | None = None,
+    bw_max: float | None = None,
 ) -> dict:
     """Return the fit (JSON-able) of the measured rows (one per fit batch): per group of part
     kinds its efficiencies and launches per occurrence, and the device-wide pair.
@@ -295,7 +333,9 @@ def fit_step(
     `labels` says what ran (device, layout, timing, model), copied into the fit. `per_kernel_us`
     (the GEMV chain's intercept) serves the device-wide fit; each group's own cost per launch is
     read at the smallest fit batch (kernel_cost_us), never below `light_us` (an empty kernel in a
-    graph, where measured; else per_kernel_us)."""
+    graph, where measured; else per_kernel_us). `overlap` and `bw_max` are the device's (module
+    docstring; none measured: 0, the roofline's max, and no bound)."""
+    lap = overlap or 0.0
     by_group: dict[str, list[dict]] = {}
     pooled = []
     for row in rows:
@@ -310,13 +350,15 @@ def fit_step(
             }
         )
     pooled_ms = per_kernel_us * 1e-3
-    e_bw, e_math, note = fit_pair(pooled, pooled_ms) if pooled else (1.0, 1.0, "no rows")
+    e_bw, e_math, note = (
+        fit_pair(pooled, pooled_ms, None, lap, bw_max) if pooled else (1.0, 1.0, "no rows")
+    )
     groups = {}
     for name, observations in sorted(by_group.items()):
         floor_us = light_us if light_us is not None else per_kernel_us
-        cost_us = kernel_cost_us(observations, floor_us, e_bw, e_math)
+        cost_us = kernel_cost_us(observations, floor_us, e_bw, e_math, lap)
         per_kernel_ms = cost_us * 1e-3
-        g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, (e_bw, e_math))
+        g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, (e_bw, e_math), lap, bw_max)
         launches = [o["launches"] / o["occurrences"] for o in observations]
         groups[name] = {
             "kinds": observations[0]["kinds"],
@@ -327,7 +369,7 @@ def fit_step(
             "floor_kernel_us": floor_us,
             "note": g_note,
             "fit_error_pct": [
-                100 * (predict_ms(o, g_bw, g_math, per_kernel_ms) / o["ms"] - 1)
+                100 * (predict_ms(o, g_bw, g_math, per_kernel_ms, lap) / o["ms"] - 1)
                 for o in observations
             ],
         }
@@ -336,6 +378,8 @@ def fit_step(
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
         "light_kernel_us": light_us,
+        "overlap": lap,
+        "e_bw_max": bw_max,
         "groups": groups,
         POOLED: {"e_bw": e_bw, "e_math": e_math, "note": note},
     }
@@ -347,6 +391,7 @@ def launch_timer(fit: dict, per_kernel_us: float, label: str):
     by_kind = {k: g for g in fit["groups"].values() for k in g["kinds"]}
     pooled = fit[POOLED]
     cost_ms = per_kernel_us * 1e-3
+    lap = fit.get("overlap") or 0.0  # a fit made before the overlap was measured: the max
 
     def timer(part: dict, hw: dict) -> dict:
         out = roofline_timer(part, hw)
@@ -360,9 +405,10 @@ def launch_timer(fit: dict, per_kernel_us: float, label: str):
         )
         if out["gap"]:
             mem = flop = math.nan
+        # The bound term in full, and the share of the other the device does not hide (roof).
         bound_mem = not flop > mem
-        out["memory_ms"] = mem if bound_mem else 0.0
-        out["math_ms"] = 0.0 if bound_mem else flop
+        out["memory_ms"] = mem if bound_mem else lap * mem
+        out["math_ms"] = lap * flop if bound_mem else flop
         # A part no measured group covers (an EP rank's permutation, absent from the TP1 step
         # the fit is made on) counts the kernels the composition knows it runs.
         launches = group["launches_per_occurrence"] if group else part.get("launches", 0.0)
