@@ -4,7 +4,8 @@ check table (every row held out).
 Usage: python tools/check_transfer.py FIT_JSON STEPS_CSV CEILINGS_JSON OUT_CSV [overrides...]
   e.g. python tools/check_transfer.py docs/examples/h200/fit.json \
        docs/examples/h200/layout_deepseek_v3.csv docs/examples/h200/ceilings.json \
-       docs/examples/h200/check_deepseek_v3.csv model=deepseek_v3
+       docs/examples/h200/check_deepseek_v3.csv model=deepseek_v3 \
+       deployment.attention_table=docs/examples/h200/mla_tune/mla_tune.csv
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pandas as pd
 
 from tilesweep.config import compose
 from tilesweep.io import read_json, write_table
-from tilesweep.plan import calibration
+from tilesweep.plan import attention_table, calibration
 
 
 def main() -> int:
@@ -29,7 +30,10 @@ def main() -> int:
     device = ceilings.get("device", "unknown")
     hw = calibration.device_hardware(ceilings, device, None)
     steps = pd.read_csv(steps_path)
-    check = calibration.step_check(steps, settings["model"], hw, {}, device, fit=fit)
+    table = attention_table.load(settings["deployment"]["attention_table"])
+    check = calibration.step_check(
+        steps, settings["model"], hw, {}, device, fit=fit, attention=table
+    )
     write_table(out, check)
     cols = ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct", "held_out"]
     print(check[cols].to_string(index=False))

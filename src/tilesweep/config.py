@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tilesweep import question, references
 from tilesweep.errors import ConfigError
+from tilesweep.io import project_path
 from tilesweep.settings import DSA_KEYS, GQA_KEYS, MLA_KEYS, SLIDING_KEYS, check_settings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -254,6 +255,11 @@ def _check_deployment(dep: dict) -> None:
         if b < 1:
             raise ConfigError(f"deployment.fit_batches[{i}]={b}: must be at least 1")
     check_choices([dep["attention"]], ("dsa", "dense"), "deployment.attention")
+    if dep["attention_table"] and not project_path(dep["attention_table"]).is_file():
+        raise ConfigError(
+            f"deployment.attention_table={dep['attention_table']!r}: no such file "
+            '(tools/h200_mla_tune.py writes one; "" for none)'
+        )
     for key in ("runtime_reserve_gb", "kernel_gap_us"):
         if dep[key] < 0:
             raise ConfigError(f"deployment.{key}={dep[key]}: must be at least 0")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from tilesweep import question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
-from tilesweep.plan import calibration
+from tilesweep.plan import attention_table, calibration
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import compose_deployment
 from tilesweep.plan.launch_fit import launch_timer
@@ -169,6 +169,10 @@ def deployment_table(
         target["interconnect_model"] = {"default": named, "topologies": {named: here_numbers}}
         floors = here_floors
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here)
+    # The attention kernel's own times where the target is the device that measured them.
+    table = attention_table.load(dep.get("attention_table", ""))
+    here = at_target(settings, ceilings)
+    own = attention_table.for_device(table, device, model, dep) if here else None
     frames = []
     for batch in dep["batches"]:
         one = dict(settings, hardware=target, deployment=dict(dep, batches=[batch]))
@@ -193,7 +197,7 @@ def deployment_table(
                         f"expert GEMMs ({dep['weight_dtype']}): {why}; the bf16 step's "
                         "efficiency applied to their bytes"
                     )
-            kwargs["timer"] = launch_timer(use, cost, label)
+            kwargs["timer"] = launch_timer(use, cost, label, own)
         table = compose_deployment(one, **kwargs)
         if notes:
             table["inputs"] = table["inputs"] + "; " + "; ".join(notes)
@@ -257,9 +261,11 @@ def check_table(
     ceilings: dict,
     model: dict,
     fit_batches: list[int] | None = None,
+    attention: str = "",
 ):
     """Return the check of the method on the device at hand (plan.CHECK_COLUMNS), the fit made
-    on `fit_batches` (deployment.fit_batches)."""
+    on `fit_batches` (deployment.fit_batches), the attention kernel's own times from the table
+    at `attention` (deployment.attention_table) where it covers a part."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
@@ -275,6 +281,7 @@ def check_table(
         per_kernel_us(ceilings),
         terms=graph_terms(ceilings),
         fit_batches=fit_batches,
+        attention=attention_table.load(attention),
     )
 
 

@@ -111,7 +111,8 @@ def cached_tokens(model: dict, context_len: int, sliding: bool) -> int:
 
 
 def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -> dict[str, float]:
-    """Return per-sequence {flops, kv_bytes, index_flops, index_bytes} of one layer's attention."""
+    """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of one layer's
+    attention (attended: the cached tokens each query reads)."""
     att, ctx = model["attention"], deployment["context_len"]
     cache = kv_bytes_per_token_layer(model, deployment)
     tokens = cached_tokens(model, ctx, sliding)
@@ -123,6 +124,7 @@ def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -
             * (2 * (att["kv_lora_rank"] + att["qk_rope_head_dim"]) + 2 * att["kv_lora_rank"])
         )
         out = {
+            "attended": attended,
             "flops": flops,
             "kv_bytes": attended * cache["kv"],
             "index_flops": 0.0,
@@ -135,6 +137,7 @@ def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -
     hd = att["head_dim"]
     kv_heads = max(heads * att["kv_heads"] / att["heads"], 1.0)
     return {
+        "attended": tokens,
         "flops": heads * tokens * 4 * hd,
         "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(deployment["kv_dtype"]),
         "index_flops": 0.0,

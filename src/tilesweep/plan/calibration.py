@@ -16,6 +16,7 @@ import math
 import pandas as pd
 
 from tilesweep.columns import CHECK_COLUMNS
+from tilesweep.plan import attention_table
 from tilesweep.plan.deployment import compose_step
 from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run
@@ -179,11 +180,13 @@ def step_check(
     fit: dict | None = None,
     terms: dict | None = None,
     fit_batches: list[int] | None = None,
+    attention: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Return one row per measured whole step: measured, roofline-only and composed (the
     launch-aware fit on TP1 at two batches; collectives from the measured fit) times for the
     same reduced model, with the errors. Steps timed eagerly are checked against a fit on eager
-    steps, labelled so; they never calibrate a verdict."""
+    steps, labelled so; they never calibrate a verdict. `attention`: the attention kernel's own
+    times (plan/attention_table), used on `device` where they cover a part."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
@@ -219,8 +222,11 @@ def step_check(
             at = f" at deployment.fit_batches={fit_batches}" if fit_batches else ""
             gaps.append(f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on")
         else:
-            timer = launch_timer(used, per_kernel_us, fit_label(used))
+            own = attention_table.for_device(attention, device, as_run, dep)
+            timer = launch_timer(used, per_kernel_us, fit_label(used), own)
             label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
+            if own is not None:
+                label += "; attention core: the kernel's own time where its tune table has it"
             calibrated = f"tp1-pp1-ep1 at batches {used['fit_batches']} ({how})"
             if emu:
                 composed = rank_compute_ms(row, model, hw, timer)

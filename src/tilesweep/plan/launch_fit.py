@@ -385,9 +385,11 @@ def fit_step(
     }
 
 
-def launch_timer(fit: dict, per_kernel_us: float, label: str):
+def launch_timer(fit: dict, per_kernel_us: float, label: str, kernel_ms=None):
     """Return a part timer applying a fit: launches x per-kernel cost plus the part's roofline
-    terms over its group's efficiencies (the device-wide pair for a kind no group covers)."""
+    terms over its group's efficiencies (the device-wide pair for a kind no group covers).
+    `kernel_ms(part)`, where given, is a part's own kernel time measured on the target (ms per
+    occurrence, its launches included, or None): such a part takes it instead (attention_table)."""
     by_kind = {k: g for g in fit["groups"].values() for k in g["kinds"]}
     pooled = fit[POOLED]
     cost_ms = per_kernel_us * 1e-3
@@ -415,6 +417,10 @@ def launch_timer(fit: dict, per_kernel_us: float, label: str):
         cost = group.get("per_kernel_us", per_kernel_us) * 1e-3 if group else cost_ms
         out["launch_ms"] = launches * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
+        own = kernel_ms(part) if kernel_ms is not None and not out["gap"] else None
+        if own is not None:  # the kernel's own time: memory-bound by the roofline's reading
+            out.update(memory_ms=own, math_ms=0.0, launch_ms=0.0)
+            out["source"] = f"{label}; {part['kind']}: the kernel's own measured time"
         return out
 
     return timer

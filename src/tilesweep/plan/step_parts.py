@@ -124,7 +124,9 @@ def stage_parts(
         core = attention_core(model, dep, heads, sliding)
         name = "attention_sliding" if sliding else "attention"
         kind = attention_kind(model)
-        parts.append(core_part(name, kind, core["kv_bytes"], core["flops"], count))
+        # What the attention kernel's own table (plan/attention_table) is keyed by.
+        shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
+        parts.append({**core_part(name, kind, core["kv_bytes"], core["flops"], count), **shape})
         if core["index_flops"]:
             parts.append(
                 core_part(

@@ -66,4 +66,5 @@ class DeploymentSettings(Section):
     kernel_gap_us: float
     fit_file: str
     fit_batches: list[int]
+    attention_table: str
     attention: str

@@ -70,6 +70,7 @@ def write_verdict(
                 ceilings,
                 settings["model"],
                 settings["deployment"].get("fit_batches"),
+                settings["deployment"].get("attention_table", ""),
             ),  # fmt: skip
             "engines": deployment_verdict.engine_table(
                 settings, decode, collective, steps, ceilings
