@@ -11,12 +11,13 @@ only (deployment.fit_batches; the smallest and the largest by default): the pair
 squared log error over those batches, the device's value where a term never binds (then it is not
 identified, and the note says so). Parts with no group measured take the device-wide pair, fitted
 on the step's compute time as a whole, and count the kernels the composition knows they launch.
-`overlap` is the device's (measure/ceilings: 0 is the roofline's max, the two terms hidden under
-each other; 1 is one after the other): a GEMM of 64 rows on an H200 is neither, and with the max
-alone the parts of one EP8 rank at 512 sequences (64 per rank) composed 11-15% short. e_bw never
-exceeds the device's measured read bandwidth (`e_bw_max`, over the copy bandwidth the efficiencies
-are relative to): where a part's small-batch time is more than its bytes at that rate, the rest is
-its kernels' cost, not a faster stream.
+`overlap` is the device's, measured (measure/ceilings: 0 is the roofline's max, each term hidden
+under the other; 1 is one after the other): 0.03 on an H200, whose bf16 products of 64 to 512 rows
+hide the smaller term almost entirely, so the max holds there. e_bw never exceeds the device's
+measured read bandwidth (`e_bw_max`, over the copy bandwidth the efficiencies are relative to):
+where a part's small-batch time is more than its bytes at that rate, the rest is its kernels'
+cost, not a faster stream. A part whose own kernel was timed on the target (attention_table)
+takes that time instead.
 
 The fit is plain data (`fit_step` returns a JSON-able dict), so a fit made on one device can be
 shipped and applied to another target (labelled as such).
