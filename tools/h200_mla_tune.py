@@ -4,6 +4,8 @@ TP8 8; DeepSeek-V3 TP1 128) x sequences x indexed tokens, and write one row per 
 configuration (time, p10/p90, bandwidth of the latent rows read, error against torch in fp32).
 The fastest per heads chooses kernels.mla_decode.TUNED.
 Usage (on the GPU machine): python tools/h200_mla_tune.py OUT_CSV [--budget-s 240]
+  [--sequences 2048 8192 --heads 8 16 64 128 --tuned-only]: other shapes, and only the
+  configuration kernels.mla_decode.choose picks for each (what the whole step runs there).
 """
 
 from __future__ import annotations
@@ -93,19 +95,26 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--budget-s", type=float, default=240.0)
+    ap.add_argument("--sequences", type=int, nargs="+", default=list(SEQUENCES))
+    ap.add_argument("--heads", type=int, nargs="+", default=list(HEADS))
+    ap.add_argument("--tuned-only", action="store_true")
     args = ap.parse_args()
     start = time.monotonic()
     gen = torch.Generator(device="cuda").manual_seed(0)
     scale = (LAT + ROPE) ** -0.5
     device = torch.cuda.get_device_name(0)
-    shapes = [(n, h, t, k) for h in HEADS for n in SEQUENCES for t, k in TOKENS]
-    shapes += [(LONG[1], h, *LONG[0]) for h in (8, 64)]
+    shapes = [(n, h, t, k) for h in args.heads for n in args.sequences for t, k in TOKENS]
+    if not args.tuned_only:
+        shapes += [(LONG[1], h, *LONG[0]) for h in (8, 64) if h in args.heads]
     rows, usable = [], {}
-    for heads in HEADS:
+    for heads in args.heads:
         q, cache, idx = case(3, heads, 1024, 1024, gen)
         ref = mla.reference(torch, q, cache, LAT, scale, idx).float()
         usable[heads] = []
-        for c in configs(heads):
+        tried = configs(heads)
+        if args.tuned_only:  # what the step runs at each of the asked sequences
+            tried = list(dict.fromkeys(mla.choose(heads, n) for n in args.sequences))
+        for c in tried:
             base = {
                 "heads": heads,
                 **c.__dict__,
@@ -127,6 +136,8 @@ def main() -> int:
               f"after {time.monotonic() - start:.0f} s", flush=True)  # fmt: skip
     for n, heads, tokens, top in shapes:
         for c, base, err in usable[heads]:
+            if args.tuned_only and c != mla.choose(heads, n):
+                continue
             row = {**base, "sequences": n, "tokens": tokens, "top": top, "rel_error": err}
             if time.monotonic() - start > args.budget_s:
                 rows.append({**row, "status": "skipped", "reason": "time budget spent"})
