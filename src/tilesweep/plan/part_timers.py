@@ -2,9 +2,10 @@
 
 Part timers return each part's memory and math time and a `source` label: `roofline_timer` gives
 max(bytes/bandwidth, flops/peak) as `model (roofline)`; `plan.launch_fit.launch_timer` adds each
-part's launches x the measured per-kernel cost and divides the roofline terms by fitted
-efficiencies (`other` is then the launch time); `derated_timer` divides by a fraction of roofline
-measured for the part's kind. A missing peak is a NaN gap with its reason, never another dtype's.
+part's launches x its group's measured cost per kernel and divides the roofline terms by fitted
+efficiencies (`other` is then the launch time), or takes a kernel's own measured time;
+`derated_timer` divides by a fraction of roofline measured for the part's kind. A missing peak
+is a NaN gap with its reason, never another dtype's.
 """
 
 from __future__ import annotations

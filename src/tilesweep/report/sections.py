@@ -151,11 +151,13 @@ def check_blocks(check: pd.DataFrame, engines: pd.DataFrame | None = None) -> li
             "Real decode steps of a depth-reduced model with every layer type at full width, "
             "captured in one CUDA graph on a GPU (as engines run decode; eager on a CPU, "
             "labelled) and timed on the device at hand, against the composition of the same "
-            "model from its parts: launches x the measured per-kernel cost plus each part "
-            "group's roofline terms over efficiencies fitted on the TP1 step at its smallest "
-            "and largest batch only, so every other batch, every emulated rank (one rank of a "
-            "larger layout run alone, collectives left out) and every other layout is held "
-            "out; collectives come from the fit on collectives timed in CUDA graphs here."
+            "model from its parts: launches x each part group's cost per kernel plus its "
+            "roofline terms over efficiencies, both read on the TP1 step at its two fit batches "
+            "only (deployment.fit_batches), so every other batch, every emulated rank (one rank "
+            "of a larger layout run alone, collectives left out) and every other layout is held "
+            "out; an attention core the kernel's own tune table covers takes its measured time "
+            "(deployment.attention_table); collectives come from the fit on collectives timed "
+            "in CUDA graphs here."
         ),
         *([Bullets([checked])] if checked else []),
         Figure("check_error"),
