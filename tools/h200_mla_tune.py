@@ -4,8 +4,9 @@ TP8 8; DeepSeek-V3 TP1 128) x sequences x indexed tokens, and write one row per 
 configuration (time, p10/p90, bandwidth of the latent rows read, error against torch in fp32).
 The fastest per heads chooses kernels.mla_decode.TUNED.
 Usage (on the GPU machine): python tools/h200_mla_tune.py OUT_CSV [--budget-s 240]
-  [--sequences 2048 8192 --heads 8 16 64 128 --tuned-only]: other shapes, and only the
-  configuration kernels.mla_decode.choose picks for each (what the whole step runs there).
+  [--sequences 2048 8192 --heads 8 16 64 128 --tokens 8192 2048 --tuned-only]: other shapes
+  (--tokens: cached and indexed tokens per sequence), and only the configuration
+  kernels.mla_decode.choose picks for each (what the whole step runs there).
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ def main() -> int:
     ap.add_argument("--sequences", type=int, nargs="+", default=list(SEQUENCES))
     ap.add_argument("--heads", type=int, nargs="+", default=list(HEADS))
     ap.add_argument("--tuned-only", action="store_true")
+    ap.add_argument("--tokens", type=int, nargs=2, metavar=("CACHED", "TOP"),
+                    help="cached and indexed tokens per sequence (default 1024 1024)")  # fmt: skip
     args = ap.parse_args()
     start = time.monotonic()
     gen = torch.Generator(device="cuda").manual_seed(0)
     scale = (LAT + ROPE) ** -0.5
     device = torch.cuda.get_device_name(0)
-    shapes = [(n, h, t, k) for h in args.heads for n in args.sequences for t, k in TOKENS]
+    tokens = [tuple(args.tokens)] if args.tokens else TOKENS
+    shapes = [(n, h, t, k) for h in args.heads for n in args.sequences for t, k in tokens]
     if not args.tuned_only:
         shapes += [(LONG[1], h, *LONG[0]) for h in (8, 64) if h in args.heads]
     rows, usable = [], {}
