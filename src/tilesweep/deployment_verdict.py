@@ -111,7 +111,7 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     path = settings["deployment"].get("fit_file")
     if path and project_path(path).is_file():
         fit = json.loads(project_path(path).read_text())
-        where = f"; shipped as {path}, per-kernel cost {fit['per_kernel_us']:.2f} us from there"
+        where = f"; shipped as {path}, its costs per kernel and efficiencies"
         return fit, fit["per_kernel_us"], calibration.fit_label(fit, where)
     why = f"no whole step timed in CUDA graphs on {device}" + (
         f" and no deployment.fit_file at {path!r}" if path else ""
