@@ -106,23 +106,16 @@ class StepRank:
         as `part`: one fused kernel on a GPU (the engines' fused_add_rms_norm), else torch's add
         (as `residual`) and rms_norm."""
         torch = self.torch
-        if y is not None and self.fused:
-            from tilesweep.kernels.step_fused import add_rms_norm
+        if self.fused:  # one kernel: with y added first, or (the first norm) without
+            from tilesweep.kernels.step_fused import add_rms_norm, rms_norm
 
             with clock.part(part):
-                out = add_rms_norm(torch, h, y, weight)
+                out = rms_norm(torch, h, weight) if y is None else add_rms_norm(torch, h, y, weight)
                 clock.add_launches(1)
             return out
         if y is not None:
             with clock.part("residual"):
                 h.add_(y)
-        if self.fused:  # the first norm (nothing to add yet): the same kernel without y
-            from tilesweep.kernels.step_fused import rms_norm
-
-            with clock.part(part):
-                out = rms_norm(torch, h, weight)
-                clock.add_launches(1)
-            return out
         with clock.part(part):
             return rms(torch, h, weight)
 

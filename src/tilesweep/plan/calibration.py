@@ -222,7 +222,9 @@ def step_check(
             at = f" at deployment.fit_batches={fit_batches}" if fit_batches else ""
             gaps.append(f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on")
         else:
-            own = attention_table.for_device(attention, device, as_run, dep)
+            # The kernel's own times were taken in CUDA graphs: never for an eager check.
+            graphed = how == "cuda-graph"
+            own = attention_table.for_device(attention, device, as_run, dep) if graphed else None
             timer = launch_timer(used, per_kernel_us, fit_label(used), own)
             label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
             if own is not None:
