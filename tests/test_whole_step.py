@@ -167,6 +167,37 @@ def test_graphed_and_eager_steps_pick_the_same_tokens():
         torch.distributed.destroy_process_group()
 
 
+def test_launch_columns_say_what_the_graph_launch_adds():
+    graphed = {"launched_ms": [1.2, 1.3, 1.4], "launch_exposed": 0}
+    cols = whole_step.launch_columns(graphed, [1.0, 1.1, 1.2])
+    assert cols["graph_launch_ms"] == pytest.approx(0.2) and cols["launch_exposed"] == 0
+    # An eager step has no graph to launch: both columns stay empty.
+    assert whole_step.launch_columns({}, [1.0]) == {"graph_launch_ms": None, "launch_exposed": None}
+
+
+@pytest.mark.gpu
+def test_fronted_replays_are_queued_before_their_start_fires():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("fronting is for CUDA-graph replays; the CPU step runs eagerly")
+    one = spec({"tp": 1, "pp": 1, "ep": 1}, GQA, batches=(4,))
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
+    )
+    try:
+        me = StepRank(torch, torch.distributed, 0, one, True)
+        mbs = [me.micro_batch(4)]
+        whole, _, _, slot = step_timing.capture(me, mbs, 0)
+        times, _, exposed = step_timing.time_steps(me, mbs, slot, 5, whole)
+        assert len(times) == 5 and exposed == 0
+        # Unfronted replays are never counted as exposed: they are the launch-included times.
+        _, _, unfronted = step_timing.time_steps(me, mbs, slot, 5, whole, front=False)
+        assert unfronted == 0
+    finally:
+        torch.distributed.destroy_process_group()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("attention", [MLA, GQA], ids=["mla", "gqa"])
 def test_fused_and_torch_kernels_give_the_same_step(attention):

@@ -109,8 +109,8 @@ STEP_COLUMNS = [
     "layout", "tp", "pp", "ep", "batch", "sequences_run", "status", "reason", "step_ms",
     "step_p10_ms", "step_p90_ms", "repeats", "context_len", "dense_layers_run",
     "moe_layers_run", "routed_experts_run", "top_k_run", "vocab_run", "runner", "timing",
-    "eager_step_ms", "emulated", "launches", "moe_config", "step_kernels", "graph_error",
-    "finite", "measured_label", "device", "source",
+    "eager_step_ms", "graph_launch_ms", "launch_exposed", "emulated", "launches", "moe_config",
+    "step_kernels", "graph_error", "finite", "measured_label", "device", "source",
 ]  # fmt: skip
 
 # ---- the check of the method: composed vs measured whole steps on the device at hand --------

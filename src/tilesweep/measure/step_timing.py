@@ -25,7 +25,7 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
         rank.sync()
         slot = rank.one_step(mbs, slot, off)
     launches, slot = count_launches(rank, mbs, slot)
-    eager, slot = time_steps(rank, mbs, slot, repeats, None)
+    eager, slot, _ = time_steps(rank, mbs, slot, repeats, None)
     out = {"batch": batch, "micro_batches": [mb["n"] for mb in mbs], "launches": launches}
     graphed = rank.cuda and rank.step_spec.get("mode", "graph") == "graph"
     if graphed:
@@ -35,7 +35,8 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
             graphed = False
             out["graph_error"] = str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
     if graphed:
-        times, _ = time_steps(rank, mbs, slot, repeats, whole)
+        times, _, exposed = time_steps(rank, mbs, slot, repeats, whole)
+        launched, _, _ = time_steps(rank, mbs, slot, repeats, whole, front=False)
         where = kernel_profile.folder(batch)
         if where is not None:  # a diagnostic only: the kernels of one replay
             name = f"{rank.layout['layout']}_rank{rank.rank}_b{batch}"
@@ -45,7 +46,8 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
             rank.sync()
             parted.replay()
             part_samples.append(clock.collect())
-        out.update(whole_ms=times, eager_ms=eager, timing="cuda-graph")
+        out.update(whole_ms=times, eager_ms=eager, timing="cuda-graph", launch_exposed=exposed,
+                   launched_ms=launched)  # fmt: skip
         del whole, parted
     else:
         part_clock, part_samples = PartClock(torch, rank.cuda), []
@@ -76,22 +78,40 @@ def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], in
     return counter.counts, slot
 
 
-def time_steps(rank, mbs: list[dict], slot: int, repeats: int, graph) -> tuple[list, int]:
-    """Return (the slowest rank's ms per step over repeats, next slot): graph replays when a
-    graph is given, else eager steps."""
+# A GPU-side wait queued before each timed graph replay: about 1 ms at the H200's clock, far
+# longer than the CPU takes to queue a replay, so the start event fires only once the whole graph
+# is queued behind it and the CPU's launch of the graph is not timed.
+FRONT_CYCLES = 2_000_000
+
+
+def time_steps(
+    rank, mbs: list[dict], slot: int, repeats: int, graph, front: bool = True
+) -> tuple[list, int, int]:
+    """Return (the slowest rank's ms per step over repeats, next slot, samples whose launch may
+    be in the time): graph replays when a graph is given, else eager steps.
+
+    A graph replay is fronted (`front`) by a GPU-side wait, so each sample is the GPU's time for
+    the step alone, as it runs back to back in a decode loop; a sample counts as exposed when the
+    wait had ended before the replay was queued. Unfronted, a replay's time also holds the CPU's
+    launch of the graph (from a few to ~90 us on the H200, varying between runs). Eager steps
+    are never fronted: launching is what an eager step costs."""
     torch = rank.torch
     off = PartClock(torch, rank.cuda, mode="off")
-    times = []
+    times, exposed = [], 0
+    fronted = front and graph is not None and rank.cuda
     for _ in range(repeats):
         rank.sync()
         if rank.cuda:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            if fronted:
+                torch.cuda._sleep(FRONT_CYCLES)
             start.record()
             if graph is None:
                 slot = rank.one_step(mbs, slot, off)
             else:
                 graph.replay()
+            exposed += int(fronted and start.query())
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
@@ -101,7 +121,7 @@ def time_steps(rank, mbs: list[dict], slot: int, repeats: int, graph) -> tuple[l
             times.append((time.perf_counter() - began) * 1e3)
     slowest = torch.tensor(times, dtype=torch.float64, device=rank.device)
     rank.dist.all_reduce(slowest, op=rank.dist.ReduceOp.MAX)
-    return slowest.tolist(), slot
+    return slowest.tolist(), slot, exposed
 
 
 def capture(rank, mbs: list[dict], slot: int):

@@ -139,6 +139,7 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
             "emulated": bool(spec.get("emulate")),
             "timing": ranks[0]["batches"][index]["timing"],
             "eager_step_ms": percentile(ranks[0]["batches"][index]["eager_ms"], 0.5),
+            **launch_columns(ranks[0]["batches"][index], whole),
             "graph_error": ranks[0]["batches"][index].get("graph_error", ""),
             "moe_config": ranks[0]["batches"][index].get("moe_config", ""),
             "step_kernels": ranks[0]["batches"][index].get("step_kernels", ""),
@@ -162,3 +163,16 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
         row["reason"] = "" if row["finite"] else "non-finite activations after the step"
         rows.append(row)
     return rows
+
+
+def launch_columns(result: dict, whole: list[float]) -> dict:
+    """Return what the CPU's launch of the step's graph adds when the GPU waits for it
+    (`graph_launch_ms`: unfronted replays' median less the fronted median; empty when eager) and
+    how many fronted samples it may still be in (`launch_exposed`)."""
+    launched = result.get("launched_ms")
+    if not launched:
+        return {"graph_launch_ms": None, "launch_exposed": None}
+    return {
+        "graph_launch_ms": percentile(launched, 0.5) - percentile(whole, 0.5),
+        "launch_exposed": result.get("launch_exposed", 0),
+    }
