@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tilesweep.measure import kernel_profile
+from tilesweep.measure import kernel_profile, timing
 from tilesweep.measure.step_clock import PartClock
 from tilesweep.measure.step_shapes import micro_batches
 
@@ -78,12 +78,6 @@ def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], in
     return counter.counts, slot
 
 
-# A GPU-side wait queued before each timed graph replay: about 1 ms at the H200's clock, far
-# longer than the CPU takes to queue a replay, so the start event fires only once the whole graph
-# is queued behind it and the CPU's launch of the graph is not timed.
-FRONT_CYCLES = 2_000_000
-
-
 def time_steps(
     rank, mbs: list[dict], slot: int, repeats: int, graph, front: bool = True
 ) -> tuple[list, int, int]:
@@ -105,7 +99,7 @@ def time_steps(
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             if fronted:
-                torch.cuda._sleep(FRONT_CYCLES)
+                timing.front()
             start.record()
             if graph is None:
                 slot = rank.one_step(mbs, slot, off)
