@@ -176,7 +176,7 @@ def test_launch_columns_say_what_the_graph_launch_adds():
 
 
 @pytest.mark.gpu
-def test_fronted_replays_are_queued_before_their_start_fires():
+def test_fronted_graphed_replays_are_queued_before_their_start_fires():
     import torch
 
     if not torch.cuda.is_available():

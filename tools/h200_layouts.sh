@@ -3,8 +3,10 @@
 # about 7 minutes: the device's ceilings and per-kernel cost, the graphed whole step of GLM-5
 # (conf/experiment/h200_example.yaml) for every layout at every batch (TP1 and one rank of each
 # other layout emulated), then the steps of DeepSeek-V3 (TP1) and Qwen3-235B-A22B (TP1 and one
-# TP4 rank), which the fit never sees, and the GPU tests of the step's kernels. The kernels of
-# each graphed GLM-5 step at 1 and 64 sequences (TILESWEEP_KERNEL_PROFILE) come back beside them.
+# TP4 rank), which the fit never sees, and the GPU tests of the step's kernels. PROFILE_BATCHES
+# (e.g. 1,64; default none) also brings back the kernels of each graphed GLM-5 step at those
+# batches (TILESWEEP_KERNEL_PROFILE); off by default, so no kept time is taken in a process that
+# ran the profiler.
 # Carry .whl (tools/fetch_wheels.py). Then, here:
 #   tar xzf FILES_AT/runs.tgz; tools/import_example.sh glm5/results.tgz docs/examples/h200 experiment=h200_example \
 #     'deployment.batches=[1,8,64,512]'   (and the two models' layout tables: README, "Regenerated")
@@ -17,7 +19,9 @@ mkdir -p "$out"
 layouts="tp1-pp1-ep1 tp2-pp1-ep1 tp1-pp1-ep2 tp1-pp2-ep1 tp8-pp1-ep1 tp4-pp2-ep1 tp1-pp1-ep8"
 targets="results/device/ceilings.json"
 for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done
-[[ $only == *" glm5 "* ]] && TILESWEEP_KERNEL_PROFILE="$PWD/results/kernels" TILESWEEP_KERNEL_PROFILE_BATCHES=1,64 TILESWEEP_TARGETS="$targets" \
+profile=()
+[[ -n ${PROFILE_BATCHES:-} ]] && profile=(TILESWEEP_KERNEL_PROFILE="$PWD/results/kernels" TILESWEEP_KERNEL_PROFILE_BATCHES="$PROFILE_BATCHES")
+[[ $only == *" glm5 "* ]] && env "${profile[@]}" TILESWEEP_TARGETS="$targets" \
   TILESWEEP_TIMEOUT=${GLM5_TIMEOUT:-330} "$(dirname "$0")/device_sweep.sh" "$out/glm5" \
   experiment=h200_example 'deployment.batches=[1,8,64,512]' backend.fused_moe.enabled=false
 rm -rf results
