@@ -7,8 +7,12 @@
 # device budget brings nothing back (2026-12-04: 334 s were left and the sweep wrote nothing).
 # Carry .whl and gpu/bin (tools/fetch_wheels.py, gpu/build_cutlass.sh). Then, here:
 #   tools/import_example.sh FILES_AT/ex/results.tgz docs/examples/h200
+# OMIT_LAYOUTS=1 leaves out the whole steps and what needs them (tables, verdict, report): launch,
+# decode, collectives, ceilings and power alone, about 4 minutes, for layouts measured in another
+# call (tools/h200_layouts.sh); join the two runs' per-cell outputs with the `tables` rule here.
 # Usage (on the GPU machine): tools/h200_example.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: tools/h200_example.sh OUT_DIR}
+[[ ${OMIT_LAYOUTS:-0} == 1 ]] && export TILESWEEP_TARGETS="--omit-from bench_layout"
 TILESWEEP_TIMEOUT=${TILESWEEP_TIMEOUT:-540} "$(dirname "$0")/device_sweep.sh" "$out" \
   experiment=h200_example 'deployment.batches=[1,8,64,512]' backend.fused_moe.enabled=false
