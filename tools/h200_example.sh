@@ -7,9 +7,10 @@
 # device budget brings nothing back (2026-12-04: 334 s were left and the sweep wrote nothing).
 # Carry .whl and gpu/bin (tools/fetch_wheels.py, gpu/build_cutlass.sh). Then, here:
 #   tools/import_example.sh FILES_AT/ex/results.tgz docs/examples/h200
-# OMIT_LAYOUTS=1 leaves out the whole steps and what needs them (tables, verdict, report): launch,
-# decode, collectives, ceilings and power alone (327 s on 2026-12-04), for layouts measured in another
-# call (tools/h200_layouts.sh); join the two runs' per-cell outputs with the `tables` rule here.
+# OMIT_LAYOUTS=1 leaves out the whole steps and what needs them (tables, verdict, report):
+# launch, decode, collectives, ceilings and power alone (327 s on 2026-12-04), for layouts
+# measured in another call (tools/h200_layouts.sh); join the two runs' per-cell outputs with the
+# `tables` rule here.
 # Usage (on the GPU machine): tools/h200_example.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: tools/h200_example.sh OUT_DIR}
