@@ -17,6 +17,7 @@ H200_HERE = {
     "copy_gbs": 4200.0,
     "matmul_tflops": {"bf16": 800.0, "fp8": 1400.0},
     "launch": {"graph_us": 1.1, "fixed_us": 5.0, "eager_us": 8.0},
+    "datasheet": {"copy_gbs": 4800, "matmul_tflops": {"bf16": 989, "fp8": 1979}},
 }
 CPU_HERE = {"device": "cpu (x86_64, 2 threads)", "device_kind": "cpu", "copy_gbs": 12.0,
             "matmul_tflops": {"bf16": 0.3}}  # fmt: skip
@@ -119,7 +120,12 @@ def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
     )  # fmt: skip
     table = deployment_verdict.deployment_table(brief, decode, pd.DataFrame(), steps, H200_HERE)
     one = table[(table["batch"] == 1) & (table["fits_memory"] == "yes")]
-    assert one["inputs"].str.contains(r"best fp8 kernel triton:b at t=1, e_bw 0.80").all()
+    # 0.8 of the measured copy bandwidth (4,200 GB/s) is 0.70 of the datasheet's 4,800.
+    assert (
+        one["inputs"]
+        .str.contains(r"best fp8 kernel triton:b at t=1 \(of the datasheet\), e_bw 0.70")
+        .all()
+    )
 
 
 def test_measured_interconnect_is_used_only_on_the_target(brief):

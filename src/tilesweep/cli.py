@@ -1,7 +1,8 @@
 """The `tilesweep` command: `compare A B` (what changed between two sweeps), `failed` (which
 per-cell results hold failed rows), `engine-check FILE` (an engine config file against the
 engine's default, in the engine's own kernel, on the GPU at hand) and `engine-tune` (config
-files searched and picked in the engines' own kernels, never slower than their defaults)."""
+files searched and picked in the engines' own kernels, never slower than their defaults) and
+`verdict OVERRIDES --out DIR` (the verdict for any deployment from a fit file, no sweep)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,64 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--keys", help="batch keys M, comma-separated (default: conf batch_keys)")
     tune.add_argument("--extra", action="append", default=[], help="another tuner's file")
     tune.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
+    verdict = sub.add_parser(
+        "verdict",
+        help="the verdict for any deployment from a fit file, without a sweep",
+        description=(
+            "Compose the verdict (verdict.csv: time per token, tokens/s, split, bound, floor per "
+            "layout x batch) and the engines' figures beside it (engines.csv) for the hardware, "
+            "model, deployment, engine, layouts and batches the Hydra overrides name, from a fit "
+            "file (deployment.fit_file; default: the shipped H200 fit). No sweep runs: the "
+            "collectives come from the hardware file. Same columns as the verdict rule's."
+        ),
+    )
+    verdict.add_argument("--out", required=True, help="folder for verdict.csv and engines.csv")
+    verdict.add_argument(
+        "--no-engines", action="store_true", help="skip engines.csv (the cited engine figures)"
+    )
+    verdict.add_argument("overrides", nargs="*", help="Hydra overrides (hardware=h200 ...)")
     return top
+
+
+def verdict_command(args: argparse.Namespace) -> int:
+    """Run `tilesweep verdict`; return the exit status."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from tilesweep import deployment_verdict
+    from tilesweep.config import compose
+    from tilesweep.io import write_table
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out={args.out!r}: exists and is not a folder")
+    settings = compose(args.overrides)
+    empty = pd.DataFrame()
+    table = deployment_verdict.deployment_table(settings, empty, empty, empty, {})
+    engines = (
+        None
+        if args.no_engines
+        else deployment_verdict.engine_table(settings, empty, empty, empty, {})
+    )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--out={args.out!r}: cannot create the folder ({exc.strerror})"
+        ) from None
+    write_table(out / "verdict.csv", table)
+    if engines is not None:
+        write_table(out / "engines.csv", engines)
+    show = table[table["fits_memory"] == "yes"]
+    cols = ["layout", "batch", "tpot_ms", "tokens_per_s_per_gpu", "x_floor", "bound"]
+    sys.stdout.write(
+        (show[cols].to_string(index=False) if not show.empty else "no layout fits in memory")
+        + f"\nWrote {out / 'verdict.csv'}"
+        + (f" and {out / 'engines.csv'}" if engines is not None else "")
+        + "\n"
+    )
+    return 0
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -216,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             return engine_check_command(args)
         if args.command == "engine-tune":
             return engine_tune_command(args)
+        if args.command == "verdict":
+            return verdict_command(args)
     except ConfigError as err:
         sys.stderr.write(f"tilesweep: {err}\n")
         return 2

@@ -95,13 +95,15 @@ LAUNCH_COLUMNS = [
 
 VERDICT_COLUMNS = [
     "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
-    "weight_dtype", "kv_dtype", "fits_memory", "mem_needed_gb", "mem_short_gb", "max_batch_fit",
-    "max_context_fit", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms", "x_floor",
-    "memory_ms", "math_ms", "comm_ms", "other_ms", "memory_share", "math_share", "comm_share",
-    "other_share", "bound", "margin", "share", "source", "inputs",
+    "input_len", "output_len", "engine", "weight_dtype", "kv_dtype", "fits_memory",
+    "mem_needed_gb", "mem_short_gb", "max_batch_fit", "max_context_fit", "tpot_ms",
+    "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms", "x_floor", "memory_ms", "math_ms",
+    "comm_ms", "other_ms", "host_ms", "prefill_ms", "memory_share", "math_share", "comm_share",
+    "other_share", "host_share", "peak_part_of_datasheet", "bound", "margin", "share", "source",
+    "inputs",
 ]  # fmt: skip
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
-SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms"]
+SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]
 
 # ---- the measured whole steps (results/layout/<layout>.csv; parts as part_<name>_ms) --------
 
@@ -125,9 +127,11 @@ CHECK_COLUMNS = [
 # ---- engines' own figures beside the verdict composed for them (conf/references) -----------
 
 ENGINE_COLUMNS = [
-    "engine", "version", "model", "hardware", "layout", "batch", "context_len", "weight_dtype",
-    "speculative", "engine_tpot_ms", "composed_tpot_ms", "composed_over_engine", "floor_ms",
-    "engine_over_floor", "bound", "fits_memory", "composed_source", "cited",
+    "engine", "version", "model", "hardware", "layout", "batch", "input_len", "output_len",
+    "context_len", "weight_dtype", "speculative", "statistic", "role", "engine_tpot_ms",
+    "composed_tpot_ms", "composed_over_engine", "error_pct", "in_band", "floor_ms",
+    "engine_over_floor", "host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list",
+    "composed_source", "gap", "cited",
 ]  # fmt: skip
 
 # ---- the question's panel: winners per batch and the half/double sensitivity band ----------
@@ -253,7 +257,11 @@ REPORT_VERDICT_COLUMNS = [
     c for c in VERDICT_COLUMNS if c not in {"tp", "pp", "ep", "context_len", "inputs"}
 ]
 REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
-REPORT_ENGINE_COLUMNS = [c for c in ENGINE_COLUMNS if c not in {"version", "fits_memory"}]
+REPORT_ENGINE_COLUMNS = [
+    c
+    for c in ENGINE_COLUMNS
+    if c not in {"version", "fits_memory", "context_len", "speculative", "composed_source"}
+]
 TUNE_SUMMARY_COLUMNS = [
     "dtype", "experts", "n", "routing", "m", "tokens_per_expert", "config", "time_ms",
     "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "read_fraction",

@@ -19,6 +19,8 @@ from tilesweep.settings import DSA_KEYS, GQA_KEYS, MLA_KEYS, SLIDING_KEYS, check
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 ALLOWED_DTYPES = ("bf16", "fp8", "nvfp4")
+# Weight formats a deployment may store (mxfp4 only as weights: no kernel of the grid runs it).
+_ALLOWED_WEIGHT_DTYPES = (*ALLOWED_DTYPES, "mxfp4")
 ALLOWED_EPILOGUES = ("default", "finalize")
 _ALLOWED_ROUTING = ("uniform", "zipf")
 _MAX_TOKENS_PER_EXPERT = 65536
@@ -226,9 +228,15 @@ def _check_architecture(model: dict) -> None:
 
 def _check_deployment(dep: dict) -> None:
     """Raise ConfigError for deployment settings outside their allowed values."""
-    if dep["weight_dtype"] not in ALLOWED_DTYPES:
+    if dep["weight_dtype"] not in _ALLOWED_WEIGHT_DTYPES:
         raise ConfigError(
-            f"deployment.weight_dtype={dep['weight_dtype']!r}: allowed: {', '.join(ALLOWED_DTYPES)}"
+            f"deployment.weight_dtype={dep['weight_dtype']!r}: allowed: "
+            f"{', '.join(_ALLOWED_WEIGHT_DTYPES)}"
+        )
+    if dep.get("compute_dtype") not in ("", *ALLOWED_DTYPES):
+        raise ConfigError(
+            f"deployment.compute_dtype={dep.get('compute_dtype')!r}: allowed: '' (the weight "
+            f"dtype), {', '.join(ALLOWED_DTYPES)}"
         )
     if dep["kv_dtype"] not in _ALLOWED_KV_DTYPES:
         raise ConfigError(
@@ -254,7 +262,7 @@ def _check_deployment(dep: dict) -> None:
     for i, b in enumerate(dep["fit_batches"]):
         if b < 1:
             raise ConfigError(f"deployment.fit_batches[{i}]={b}: must be at least 1")
-    check_choices([dep["attention"]], ("dsa", "dense"), "deployment.attention")
+    check_choices([dep["attention"]], ("auto", "dsa", "dense"), "deployment.attention")
     if dep["attention_table"] and not project_path(dep["attention_table"]).is_file():
         raise ConfigError(
             f"deployment.attention_table={dep['attention_table']!r}: no such file "

@@ -16,16 +16,17 @@ else the interconnect model of the target's hardware file. Every row and part sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pandas as pd
 
 from tilesweep import question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
-from tilesweep.plan import attention_table, calibration
+from tilesweep.plan import attention_table, calibration, engine_profile
 from tilesweep.plan.architecture import deployment_model
-from tilesweep.plan.deployment import compose_deployment
-from tilesweep.plan.launch_fit import launch_timer
+from tilesweep.plan.deployment import compose_deployment, serving_load
+from tilesweep.plan.launch_fit import launch_timer, on_datasheet
 from tilesweep.plan.sensitivity import sensitivity, winners
 
 
@@ -43,6 +44,43 @@ def at_target(settings: dict, ceilings: dict) -> bool:
 def _nearest(values: list[int], want: float) -> int:
     """Return the value closest to want (ties: the smaller)."""
     return min(values, key=lambda v: (abs(v - want), v))
+
+
+def engine_deployment(settings: dict) -> tuple[dict, dict | None]:
+    """Return (the deployment as the engine runs it, the engine's settings): `attention: auto`
+    resolved to the engine's mode on the target's architecture, the mean context of a serving
+    load (input_len + output_len / 2) where one is set, and `attention_label` saying which."""
+    dep = dict(settings["deployment"])
+    engine = settings.get("engine")
+    arch = target_spec(settings).get("arch", "")
+    if dep.get("attention", "auto") == "auto":
+        mode, why = engine_profile.attention_mode(engine or {"name": "lean"}, arch)
+        dep["attention"] = mode
+        dep["attention_label"] = f"attention: {mode} ({why})"
+    else:
+        dep["attention_label"] = f"attention: {dep['attention']} (deployment.attention)"
+    i, o = serving_load(dep)
+    if i:
+        dep["context_len"] = i + o // 2
+    return dep, engine
+
+
+def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
+    """Return the target with the engine's all-reduce: where the engine runs its one-shot custom
+    all-reduce in its CUDA graph, the hardware file's one-shot figures are enabled."""
+    if not engine or not engine.get("custom_allreduce"):
+        return target
+    block = target.get("interconnect_model")
+    if not block:
+        return target
+    tops = {}
+    for name, top in block["topologies"].items():
+        ar = top.get("all_reduce")
+        if ar and ar.get("one_shot"):
+            ar = dict(ar, one_shot=dict(ar["one_shot"], enabled=True))
+            top = dict(top, all_reduce=ar)
+        tops[name] = top
+    return dict(target, interconnect_model=dict(block, topologies=tops))
 
 
 def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple[float, str]:
@@ -63,6 +101,43 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
     at_t = ok[ok["tokens_per_expert"] == t]
     best = at_t.loc[at_t["time_ms"].idxmin()]
     return float(best["frac_roofline"]), f"best fp8 kernel {best['runner']} at t={t}"
+
+
+def datasheet_for(device: str, catalog: dict) -> dict | None:
+    """Return the conf/hardware spec whose `device_names` holds `device` (the name a GPU
+    reports), or None where conf/hardware has no such GPU."""
+    for spec in catalog.values():
+        if device in (spec.get("device_names") or []):
+            return spec
+    return None
+
+
+def fit_on_datasheet(fit: dict | None, label: str, catalog: dict) -> tuple[dict | None, str]:
+    """Return (the fit with its efficiencies as fractions of its device's datasheet, label), or
+    (None, why) where the fit's device has no datasheet in conf/hardware (then the verdict is the
+    target's roofline alone, labelled; a measured rate is never set against a datasheet)."""
+    if fit is None:
+        return None, label
+    sheet = datasheet_for(fit.get("device", ""), catalog)
+    if sheet is None:
+        return None, (
+            f"the fit on {fit.get('device')!r} has no datasheet in conf/hardware (device_names) to "
+            "put its efficiencies on the target's: not used"
+        )
+    fit, how = on_datasheet(fit, sheet)
+    return fit, f"{label}; {how}"
+
+
+def _fraction_on_datasheet(frac: float, why: str, ceilings: dict) -> tuple[float, str]:
+    """Return (a decode kernel's fraction of its measured roofline as a fraction of its device's
+    datasheet bandwidth, at most 1, label), or (NaN, why) where the device has no datasheet."""
+    if frac != frac:
+        return frac, why
+    sheet = (ceilings or {}).get("datasheet") or {}
+    copy = (ceilings or {}).get("copy_gbs")
+    if not sheet.get("copy_gbs") or not copy:
+        return math.nan, f"{why}: no datasheet bandwidth for its device, not used"
+    return min(1.0, frac * copy / sheet["copy_gbs"]), f"{why} (of the datasheet)"
 
 
 def per_kernel_us(ceilings: dict) -> float | None:
@@ -158,17 +233,19 @@ def deployment_table(
     """Return the composed deployment (plan.deployment.COLUMNS) for the target at every batch;
     `fitted` is verdict_fit's (fit, per-kernel cost, label) where the caller made it (a fit is
     made on the sweep's own model, never on another config's)."""
-    dep = settings["deployment"]
+    dep, engine_conf = engine_deployment(settings)
     model = deployment_model(settings["model"], dep)
-    settings = dict(settings, model=model)
+    settings = dict(settings, model=model, deployment=dep)
+    engine = engine_profile.profile(engine_conf, model)
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
-    target = dict(target_spec(settings))
+    target = with_engine_allreduce(dict(target_spec(settings)), engine_conf)
     floors = None
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
         target["interconnect_model"] = {"default": named, "topologies": {named: here_numbers}}
         floors = here_floors
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here)
+    fit, label = fit_on_datasheet(fit, label, settings["catalog"])
     # The attention kernel's own times where the target is the device that measured them.
     table = attention_table.load(dep.get("attention_table", ""))
     here = at_target(settings, ceilings)
@@ -177,7 +254,7 @@ def deployment_table(
     for batch in dep["batches"]:
         one = dict(settings, hardware=target, deployment=dict(dep, batches=[batch]))
         notes = []
-        kwargs = {"measured_floors": floors}
+        kwargs = {"measured_floors": floors, "engine": engine}
         if fit is None:
             notes.append(f"parts at the target's roofline: {label}")
         else:
@@ -188,6 +265,7 @@ def deployment_table(
             if dep["weight_dtype"] != "bf16" and expert:
                 per_expert = batch * model["top_k"] / model["routed_experts"]
                 f8, why = fp8_expert_fraction(decode, per_expert)
+                f8, why = _fraction_on_datasheet(f8, why, ceilings)
                 if f8 == f8:
                     use = dict(fit, groups=dict(fit["groups"]))
                     use["groups"][expert] = dict(fit["groups"][expert], e_bw=f8)
@@ -197,8 +275,9 @@ def deployment_table(
                         f"expert GEMMs ({dep['weight_dtype']}): {why}; the bf16 step's "
                         "efficiency applied to their bytes"
                     )
-            kwargs["timer"] = launch_timer(use, cost, label, own)
+            kwargs["timer"] = launch_timer(use, cost, label, own, engine.launches)
         table = compose_deployment(one, **kwargs)
+        notes.append(dep["attention_label"])
         if notes:
             table["inputs"] = table["inputs"] + "; " + "; ".join(notes)
         frames.append(table)
@@ -230,6 +309,8 @@ def engine_table(
             compose(fig.overrides()), decode, collective, steps, ceilings, fitted
         ).iloc[0]
         composed = one["tpot_ms"]
+        ratio = composed / fig.tpot_ms
+        inputs = str(one["inputs"])
         rows.append(
             {
                 "engine": fig.engine,
@@ -238,21 +319,47 @@ def engine_table(
                 "hardware": fig.hardware,
                 "layout": fig.layout_name(),
                 "batch": fig.batch,
-                "context_len": fig.context_len,
+                "input_len": fig.input_len,
+                "output_len": fig.output_len,
+                "context_len": one["context_len"],
                 "weight_dtype": one["weight_dtype"],
                 "speculative": fig.speculative,
+                "statistic": fig.statistic,
+                "role": fig.role,
                 "engine_tpot_ms": fig.tpot_ms,
                 "composed_tpot_ms": composed,
-                "composed_over_engine": composed / fig.tpot_ms,
+                "composed_over_engine": ratio,
+                "error_pct": 100 * (ratio - 1),
+                "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
                 "floor_ms": one["floor_ms"],
                 "engine_over_floor": fig.tpot_ms / one["floor_ms"],
+                "host_ms": one["host_ms"],
+                "prefill_ms": one["prefill_ms"],
                 "bound": one["bound"],
                 "fits_memory": one["fits_memory"],
+                "kernel_list": _between(inputs, "kernel list: ", "; host:"),
                 "composed_source": one["source"],
+                "gap": _gap(one),
                 "cited": fig.source,
             }
         )
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """Return the part of `text` between `start` and `end` ('' where `start` is absent)."""
+    if start not in text:
+        return ""
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def _gap(row: pd.Series) -> str:
+    """Return why a composed engine row has no time ('' where it has one)."""
+    if row["fits_memory"] != "yes":
+        return f"does not fit in memory ({row['mem_short_gb']:.3g} GB short per GPU)"
+    if row["tpot_ms"] == row["tpot_ms"]:
+        return ""
+    return _between(str(row["inputs"]), "gaps: ", "; ") or str(row["bound"])
 
 
 def check_table(

@@ -6,12 +6,17 @@ tilesweep."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from tilesweep.errors import ConfigError
 from tilesweep.settings.strict import Section, check
+
+# The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
+# verdict as an engine runs it).
+BAND = (0.75, 1.33)
 
 
 class Layout(Section):
@@ -34,21 +39,47 @@ class Figure(Section):
     deployment: str = Field(min_length=1)  # conf/deployment option: the checkpoint's formats
     layout: Layout
     batch: PositiveInt  # concurrent requests
-    context_len: PositiveInt  # mean tokens in each request's KV cache over the generation
+    # The serving benchmark's prompt and output tokens per request (the mean context follows);
+    # 0 and 0 with context_len: a decode-only figure at that context.
+    input_len: int = Field(0, ge=0)
+    output_len: int = Field(0, ge=0)
+    context_len: int = Field(0, ge=0)  # decode-only figures: tokens in each KV cache
     speculative: str = Field(min_length=1)  # speculative decoding, as the source ran it
-    tpot_ms: PositiveFloat  # mean time per output token, as the source measured it
+    tpot_ms: PositiveFloat  # time per output token, as the source measured it
+    statistic: str = Field("mean", pattern=r"^(mean|median)$")  # which TPOT the source gives
+    # conf/engine option whose kernel list and host time compose it (the engine, lower case,
+    # without '-', by default: SGLang -> sglang, TensorRT-LLM -> tensorrtllm).
+    engine_config: str = ""
+    # train: a figure a term fitted to engine figures (conf/engine host.source: fitted) was fitted
+    # on; test: one no fitted term saw (the corpus's error is reported on these only).
+    role: str = Field("test", pattern=r"^(train|test)$")
     source: str = Field(min_length=1)  # where the figure is published, and what it is
+    quote: str = ""  # the source's own words with the figure
+    note: str = ""  # what the source leaves unsaid, and how the figure was read
+
+    def engine_name(self) -> str:
+        """Return the conf/engine option that composes this figure."""
+        return self.engine_config or self.engine.lower().replace("-", "")
 
     def overrides(self) -> list[str]:
         """Return the config overrides that compose this figure's deployment."""
         lay = self.layout
+        load = (
+            [f"deployment.input_len={self.input_len}", f"deployment.output_len={self.output_len}"]
+            if self.input_len and self.output_len
+            else [f"deployment.context_len={self.context_len}"]
+        )
         return [
             f"model={self.model}",
             f"hardware={self.hardware}",
             f"deployment={self.deployment}",
+            f"engine={self.engine_name()}",
             f"deployment.batches=[{self.batch}]",
-            f"deployment.context_len={self.context_len}",
+            *load,
             f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts}}}]",
+            # The figure's verdict times no kernel of the grid: one tile that divides any model.
+            "grid.tiles=[{m:16,n:16,k:16}]",
+            "references=none",
         ]
 
     def layout_name(self) -> str:
@@ -76,10 +107,16 @@ def validate(value: object, conf_dir: Path) -> None:
     """Raise ConfigError for a bad `references` section or a figure naming a model, hardware or
     deployment option that conf/ does not have."""
     for i, fig in enumerate(parse(value).figures):
+        if not (fig.input_len and fig.output_len) and not fig.context_len:
+            raise ConfigError(
+                f"references.figures[{i}]: give input_len and output_len (a serving load) or "
+                "context_len (a decode-only figure)"
+            )
         for group, name in (
             ("model", fig.model),
             ("hardware", fig.hardware),
             ("deployment", fig.deployment),
+            ("engine", fig.engine_name()),
         ):
             options = sorted(p.stem for p in (Path(conf_dir) / group).glob("*.yaml"))
             if name not in options:
@@ -92,3 +129,30 @@ def validate(value: object, conf_dir: Path) -> None:
 def of(settings: dict) -> References:
     """Return the engines' figures a resolved config names."""
     return parse(settings.get("references"))
+
+
+def corpus_summary(engines) -> dict:
+    """Return the composition's error over the engine figures no fitted term saw (role test):
+    rows, rows composed, rows in BAND, median and largest |error| in %, the ratio's range, the
+    gaps, and the train rows (a fitted term's), from an engines table (columns.ENGINE_COLUMNS)."""
+    if engines is None or engines.empty or "role" not in engines:
+        return {"rows": 0}
+    test = engines[engines["role"] == "test"]
+    done = test[test["composed_over_engine"].notna()]
+    err = (done["composed_over_engine"] - 1).abs() * 100
+    ratio = done["composed_over_engine"]
+    return {
+        "rows": int(len(engines)),
+        "test_rows": int(len(test)),
+        "train_rows": int((engines["role"] == "train").sum()),
+        "composed": int(len(done)),
+        "in_band": int(((ratio >= BAND[0]) & (ratio <= BAND[1])).sum()),
+        "median_abs_error_pct": float(err.median()) if len(done) else math.nan,
+        "max_abs_error_pct": float(err.max()) if len(done) else math.nan,
+        "ratio_min": float(ratio.min()) if len(done) else math.nan,
+        "ratio_max": float(ratio.max()) if len(done) else math.nan,
+        "gaps": int(len(test) - len(done)),
+        "engines": sorted(set(done["engine"])),
+        "hardware": sorted(set(done["hardware"])),
+        "models": sorted(set(done["model"])),
+    }

@@ -24,7 +24,13 @@ from __future__ import annotations
 import math
 
 ACT_BYTES = 2  # bf16 activations
-_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / (128 * 128), "nvfp4": 0.5 + 1.0 / 16}
+# mxfp4: 4-bit values and one 8-bit (e8m0) scale per 32 (the OCP MX format gpt-oss ships in).
+_BYTES = {
+    "bf16": 2.0,
+    "fp8": 1.0 + 4.0 / (128 * 128),
+    "nvfp4": 0.5 + 1.0 / 16,
+    "mxfp4": 0.5 + 1.0 / 32,
+}
 
 
 def bytes_per_weight(dtype: str) -> float:
@@ -42,6 +48,16 @@ def kv_element_bytes(kv_dtype: str) -> float:
 def group_dtype(group: str, deployment: dict) -> str:
     """Return the dtype a weight group is stored in: the deployment's if quantized, else bf16."""
     return deployment["weight_dtype"] if group in deployment["quantized"] else "bf16"
+
+
+def math_dtype(group: str, deployment: dict) -> str:
+    """Return the dtype a weight group's products run in: the deployment's `compute_dtype` for
+    its quantised groups where set (a weight-only format, dequantised to it: Marlin's w4a16 runs
+    MXFP4 on GPUs without FP4 tensor cores), else the stored dtype."""
+    stored = group_dtype(group, deployment)
+    if group in deployment["quantized"] and deployment.get("compute_dtype"):
+        return deployment["compute_dtype"]
+    return stored
 
 
 def linears(model: dict) -> dict[str, list[tuple[str, int, int, bool]]]:

@@ -6,8 +6,9 @@ Rules, in order:
    under 50% of both their roofs (achieved fraction of bandwidth and of math peak): then neither
    roof explains the time, the kernels do;
 3. `mixed` when the top two parts are within 1.2x of each other;
-4. else the dominant part's name (`launch` for `other`: the kernels' fixed cost, launches x the
-   measured per-kernel cost; a pipeline bubble is never `other`, the bound is over the path).
+4. else the dominant part's name (`host`: the engine's time between steps; `launch` for
+   `other`: the kernels' fixed cost, launches x the measured per-kernel cost; a pipeline bubble is
+   never `other`, the bound is over the path).
 The margin is top / second as a ratio with one decimal ("1.3x"); the share is top / step.
 """
 
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import math
 
-PARTS = ("memory", "math", "communication", "other")
-# The bound a part names: `other` is the kernels' fixed cost (launches x per-kernel cost).
+PARTS = ("memory", "math", "communication", "other", "host")
+# The bound a part names: `other` is the kernels' fixed cost (launches x per-kernel cost); `host`
+# the engine's time between steps that is not GPU work.
 BOUND_NAMES = {"other": "launch"}
 MIXED_WITHIN = 1.2
 KERNEL_LIMITED_BELOW = 0.5

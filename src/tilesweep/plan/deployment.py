@@ -29,6 +29,7 @@ import pandas as pd
 from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.plan.architecture import ACT_BYTES
 from tilesweep.plan.bound import decide_bound
+from tilesweep.plan.engine_profile import EngineProfile, lean
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
@@ -37,10 +38,32 @@ from tilesweep.plan.step_parts import stage_collectives, stage_parts
 COLUMNS = VERDICT_COLUMNS
 
 
+# Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
+# another sequence's KV cache (its attention over its own prompt is not counted).
+DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
+
+
+def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts) -> list[dict]:
+    """Return the parts one rank of a stage runs for a micro-batch of `micro` decoding sequences
+    and `prefill` prompt rows through the linear layers and experts, with an engine's extra
+    kernels (`extra_parts(stage, first, last)`, plan.engine_profile) where given."""
+    parts = stage_parts(model, dep, layout, stage, micro, first, last)
+    if prefill:
+        loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
+        parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
+            p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
+        ]
+    if extra_parts is not None:
+        parts = parts + extra_parts(stage, first, last)
+    return parts
+
+
 def _stage_time(
-    model, dep, hw, layout, stage, micro, first, last, timer, numbers, measured
-) -> dict:
-    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps} in ms."""
+    model, dep, hw, layout, stage, micro, first, last, timer, numbers, measured,
+    prefill=0, extra_parts=None,
+) -> dict:  # fmt: skip
+    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}
+    in ms; `peak` is the largest fraction of its target's datasheet roofline any part reaches."""
     acc = {
         "memory": 0.0,
         "math": 0.0,
@@ -52,9 +75,13 @@ def _stage_time(
         "math_kernel": 0.0,
     }
     sources, gaps = set(), []
-    for part in stage_parts(model, dep, layout, stage, micro, first, last):
+    peak = 0.0
+    for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts):
         t = timer(part, hw)
         c = part["count"]
+        kernel = t["memory_ms"] + t["math_ms"]
+        if kernel > 0:
+            peak = max(peak, max(t["roof_memory_ms"], t["roof_math_ms"] or 0.0) / kernel)
         sources.add(t["source"])
         if t["gap"]:
             gaps.append(f"{part['name']}: {t['gap']}")
@@ -76,7 +103,7 @@ def _stage_time(
         if math.isnan(ms):
             gaps.append(f"{coll['name']}: no interconnect model")
     acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
-    acc["sources"], acc["gaps"] = sources, gaps
+    acc["sources"], acc["gaps"], acc["peak"] = sources, gaps, peak
     return acc
 
 
@@ -90,8 +117,12 @@ def compose_step(
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
     topology: str | None = None,
+    prefill: int = 0,
+    extra_parts=None,
 ) -> dict:
-    """Return one layout x batch's step: tpot_ms, tokens/s, split (ms), bound inputs and labels."""
+    """Return one layout x batch's step: tpot_ms, tokens/s, split (ms), bound inputs and labels.
+    `prefill`: prompt rows each micro-batch carries through the linear layers and experts (a
+    serving load's arriving requests); `extra_parts`: an engine's extra kernels (_parts)."""
     numbers, ic_label = topology_numbers(hw, topology)
     pp = layout["pp"]
     per_stage = (layer_overrides or {}).get("per_stage")
@@ -103,8 +134,20 @@ def compose_step(
     micro = math.ceil(batch / m)
     times = [
         _stage_time(
-            model, dep, hw, layout, st, micro, i == 0, i == pp - 1, timer, numbers, measured_floors
-        )
+            model,
+            dep,
+            hw,
+            layout,
+            st,
+            micro,
+            i == 0,
+            i == pp - 1,
+            timer,
+            numbers,
+            measured_floors,
+            math.ceil(prefill / m),
+            extra_parts,
+        )  # fmt: skip
         for i, st in enumerate(stages)
     ]
     hop = back = 0.0
@@ -153,9 +196,48 @@ def compose_step(
         "achieved": achieved,
         "source": "composed" if any(s.startswith("composed") for s in sources) else "model",
         "part_sources": sorted(sources),
+        "peak_fraction": max(t["peak"] for t in times),
         "gaps": gaps,
         "interconnect": ic_label,
     }
+
+
+def serving_load(dep: dict) -> tuple[int, int]:
+    """Return (input_len, output_len) of the deployment's serving load, (0, 0) for decode only."""
+    i, o = int(dep.get("input_len") or 0), int(dep.get("output_len") or 0)
+    return (i, o) if i > 0 and o > 0 else (0, 0)
+
+
+def loaded_step(
+    model, dep, hw, layout, batch, timer, measured_floors, layer_overrides, extra_parts=None
+) -> tuple[dict, float]:
+    """Return (the decode step, its prefill share in ms): with a serving load (input_len I,
+    output_len O), each of the other batch - 1 requests arrives once every O steps and its
+    prompt's I rows run through the linear layers and experts in one step (chunked with the
+    decoding batch, as engines chunk a prompt of up to a few thousand tokens), so a request's
+    TPOT carries (batch - 1) / O of the time that step adds; its own prompt is its time to first
+    token, never its TPOT. The prefill's split is added to the step's, in the same proportion."""
+    step = compose_step(
+        model, dep, hw, layout, batch, timer, measured_floors, layer_overrides,
+        extra_parts=extra_parts,
+    )  # fmt: skip
+    i, o = serving_load(dep)
+    if not i or batch < 2:
+        return step, 0.0
+    with_prompt = compose_step(
+        model, dep, hw, layout, batch, timer, measured_floors, layer_overrides,
+        prefill=i, extra_parts=extra_parts,
+    )  # fmt: skip
+    share = (batch - 1) / o
+    add = {k: share * (with_prompt["split"][k] - step["split"][k]) for k in step["split"]}
+    prefill = sum(add.values())
+    step = dict(
+        step,
+        tpot_ms=step["tpot_ms"] + prefill,
+        split={k: v + add[k] for k, v in step["split"].items()},
+        peak_fraction=max(step["peak_fraction"], with_prompt["peak_fraction"]),
+    )
+    return step, prefill
 
 
 def floor_ms(
@@ -172,7 +254,7 @@ def floor_ms(
     and the collectives as the interconnect model times them (latency + bytes / bus bandwidth),
     over the same path as the composed step (pipeline stages, hops, micro-batches)."""
     bare = {**dep, "kernel_gap_us": 0.0}
-    step = compose_step(
+    step, _ = loaded_step(
         model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
     )
     return step["tpot_ms"]
@@ -206,8 +288,13 @@ def compose_deployment(
     timer: Timer = roofline_timer,
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
+    engine: EngineProfile | None = None,
 ) -> pd.DataFrame:
-    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound."""
+    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound.
+    `engine` (plan.engine_profile) adds its extra kernels and its host time per step; none: the
+    project's own step, no host time."""
+    engine = engine or lean()
+    load_in, load_out = serving_load(settings["deployment"])
     target = settings["hardware"]  # the composed group (a spec dict) or a name in the catalog
     hw = settings["catalog"][target] if isinstance(target, str) else target
     model, dep = settings["model"], settings["deployment"]
@@ -228,6 +315,9 @@ def compose_deployment(
                 "world": world,
                 "batch": batch,
                 "context_len": dep["context_len"],
+                "input_len": load_in,
+                "output_len": load_out,
+                "engine": engine.name,
                 "weight_dtype": dep["weight_dtype"],
                 "kv_dtype": dep["kv_dtype"],
                 "fits_memory": "yes" if fit["fits"] else "no",
@@ -248,11 +338,16 @@ def compose_deployment(
                 )
                 rows.append(row)
                 continue
-            step = compose_step(
-                model, dep, hw, layout, batch, timer, measured_floors, layer_overrides
-            )
-            split, tpot = step["split"], step["tpot_ms"]
+            step, prefill = loaded_step(
+                model, dep, hw, layout, batch, timer, measured_floors, layer_overrides,
+                engine.extra_parts,
+            )  # fmt: skip
+            split = dict(step["split"], host=engine.host_ms)
+            tpot = step["tpot_ms"] + engine.host_ms
             verdict = decide_bound(split, step["achieved"])
+            if math.isnan(tpot) and not verdict["bound"].startswith("gap"):
+                # A missing hop (no send/recv figures) is on the path, not in any part.
+                verdict = {"bound": "gap (communication unknown)", "share": math.nan, "margin": ""}
             floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
             row.update(
                 {
@@ -265,14 +360,26 @@ def compose_deployment(
                     "math_ms": split["math"],
                     "comm_ms": split["communication"],
                     "other_ms": split["other"],
+                    "host_ms": split["host"],
+                    "prefill_ms": prefill,
                     "memory_share": split["memory"] / tpot,
                     "math_share": split["math"] / tpot,
                     "comm_share": split["communication"] / tpot,
                     "other_share": split["other"] / tpot,
+                    "host_share": split["host"] / tpot,
+                    "peak_part_of_datasheet": step["peak_fraction"],
                     **verdict,
                     "source": step["source"],
                     "inputs": _inputs(
                         settings, hw, step["interconnect"], ", ".join(step["part_sources"])
+                    )
+                    + f"; kernel list: {engine.label}; host: {engine.host_label}"
+                    + "; load: "
+                    + (
+                        f"serving, {load_in} in / {load_out} out per request (the other "
+                        f"requests' prompts: {prefill:.3g} ms a step)"
+                        if load_in
+                        else "decode only (no arriving prompts)"
                     )
                     + ("; gaps: " + ", ".join(step["gaps"]) if step["gaps"] else ""),
                 }

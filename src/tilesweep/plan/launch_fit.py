@@ -376,6 +376,11 @@ def fit_step(
         }
     return {
         **labels,
+        # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
+        "reference": {
+            "memory_bandwidth_gbs": hw["memory_bandwidth_gbs"],
+            "peak_tflops": dict(hw.get("peak_tflops") or {}),
+        },
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
         "light_kernel_us": light_us,
@@ -386,11 +391,80 @@ def fit_step(
     }
 
 
-def launch_timer(fit: dict, per_kernel_us: float, label: str, kernel_ms=None):
+# The dtype the fit's whole steps ran in (measure/whole_step): its math efficiency is a fraction
+# of the device's rate in this dtype.
+FIT_DTYPE = "bf16"
+
+
+def fit_reference(fit: dict) -> dict | None:
+    """Return {memory_bandwidth_gbs, peak_tflops} the fit's efficiencies are fractions of (the
+    fit device's measured copy bandwidth and matrix rates), or None where the fit records none.
+    A fit shipped before `reference` was recorded carries the same figures in its ceilings."""
+    ref = fit.get("reference")
+    if ref:
+        return ref
+    ceil = fit.get("ceilings") or {}
+    if ceil.get("copy_gbs"):
+        return {
+            "memory_bandwidth_gbs": ceil["copy_gbs"],
+            "peak_tflops": dict(ceil.get("matmul_tflops") or {}),
+        }
+    return None
+
+
+def on_datasheet(fit: dict, datasheet: dict) -> tuple[dict, str]:
+    """Return (the fit with every efficiency a fraction of the fit device's datasheet, label).
+
+    A fit's efficiencies are fractions of what its device measured (copy bandwidth, bf16 matrix
+    rate); a verdict applies them to the target's datasheet. Both ends must use one reference:
+    e_bw x (measured copy / datasheet bandwidth) is the fraction of the datasheet the fit device
+    reached, and that fraction is what the target is taken to reach of its own datasheet; e_math
+    likewise with the bf16 rates. No efficiency exceeds 1: a decode step reads its weights from
+    HBM (every other layer runs in between), so no part of a verdict runs above its target's
+    datasheet bandwidth or peak, whatever a cached small part did on the fit device."""
+    ref = fit_reference(fit)
+    ds_bw = datasheet.get("memory_bandwidth_gbs")
+    ds_math = (datasheet.get("peak_tflops") or {}).get(FIT_DTYPE)
+    if not ref or not ds_bw:
+        raise ValueError(
+            f"the fit on {fit.get('device')} records no reference bandwidth, or its device has "
+            "no datasheet bandwidth: its efficiencies cannot be put on the target's datasheet"
+        )
+    k_bw = ref["memory_bandwidth_gbs"] / ds_bw
+    ref_math = (ref.get("peak_tflops") or {}).get(FIT_DTYPE)
+    k_math = ref_math / ds_math if ref_math and ds_math else 1.0
+
+    def scaled(e: dict) -> dict:
+        return dict(e, e_bw=min(1.0, e["e_bw"] * k_bw), e_math=min(1.0, e["e_math"] * k_math))
+
+    out = dict(fit, groups={n: scaled(g) for n, g in fit["groups"].items()})
+    out[POOLED] = scaled(fit[POOLED])
+    if fit.get("e_bw_max"):
+        out["e_bw_max"] = min(1.0, fit["e_bw_max"] * k_bw)
+    out["reference"] = {
+        "memory_bandwidth_gbs": ds_bw,
+        "peak_tflops": dict(datasheet.get("peak_tflops") or {}),
+        "datasheet_of": datasheet.get("name"),
+    }
+    label = (
+        f"efficiencies as fractions of the datasheet on both ends ({fit.get('device')}: measured "
+        f"copy {ref['memory_bandwidth_gbs']:.0f} of {ds_bw:.0f} GB/s"
+        + (f", {FIT_DTYPE} {ref_math:.0f} of {ds_math:.0f} TFLOP/s" if ref_math and ds_math else "")
+        + "), at most 1"
+    )
+    return out, label
+
+
+def launch_timer(
+    fit: dict, per_kernel_us: float, label: str, kernel_ms=None, launches: dict | None = None
+):
     """Return a part timer applying a fit: launches x per-kernel cost plus the part's roofline
     terms over its group's efficiencies (the device-wide pair for a kind no group covers).
     `kernel_ms(part)`, where given, is a part's own kernel time measured on the target (ms per
-    occurrence, its launches included, or None): such a part takes it instead (attention_table)."""
+    occurrence, its launches included, or None): such a part takes it instead (attention_table).
+    `launches` ({part kind: kernels per occurrence}, an engine's list: plan.engine_profile), where
+    given, replaces the measured step's count for the kinds it names; each kernel still costs its
+    group's measured cost per kernel."""
     by_kind = {k: g for g in fit["groups"].values() for k in g["kinds"]}
     pooled = fit[POOLED]
     cost_ms = per_kernel_us * 1e-3
@@ -414,9 +488,11 @@ def launch_timer(fit: dict, per_kernel_us: float, label: str, kernel_ms=None):
         out["math_ms"] = lap * flop if bound_mem else flop
         # A part no measured group covers (an EP rank's permutation, absent from the TP1 step
         # the fit is made on) counts the kernels the composition knows it runs.
-        launches = group["launches_per_occurrence"] if group else part.get("launches", 0.0)
+        n = group["launches_per_occurrence"] if group else part.get("launches", 0.0)
+        if launches is not None and part["kind"] in launches:
+            n = launches[part["kind"]]
         cost = group.get("per_kernel_us", per_kernel_us) * 1e-3 if group else cost_ms
-        out["launch_ms"] = launches * cost
+        out["launch_ms"] = n * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
         own = kernel_ms(part) if kernel_ms is not None and not out["gap"] else None
         if own is not None:  # the kernel's own time: memory-bound by the roofline's reading

@@ -16,6 +16,7 @@ from tilesweep.plan.architecture import (
     expert_params,
     group_dtype,
     linears,
+    math_dtype,
 )
 
 
@@ -32,7 +33,7 @@ def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
         "kind": kind,
         "bytes": params * bytes_per_weight(dtype) + rows * acts * ACT_BYTES,
         "flops": 2.0 * rows * params,
-        "dtype": dtype,
+        "dtype": math_dtype(group, dep),
         "count": count,
     }
 
@@ -152,7 +153,7 @@ def stage_parts(
                 "kind": "expert_gemm",
                 "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
                 "flops": 2.0 * rows * w,
-                "dtype": dtype,
+                "dtype": math_dtype("routed_experts", dep),
                 "count": stage["moe"],
             }
         )
@@ -201,7 +202,7 @@ def stage_parts(
                 "kind": "lm_head",
                 "bytes": w * bytes_per_weight(dtype) + s * (h + model["vocab"] / tp) * ACT_BYTES,
                 "flops": 2.0 * s * w,
-                "dtype": dtype,
+                "dtype": math_dtype("lm_head", dep),
                 "count": 1,
             }
         )

@@ -273,22 +273,27 @@ def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
 
 
 def engine_line(engines: pd.DataFrame | None) -> str:
-    """Return the composition against engines' own published figures in one line, each ratio
-    with its denominator, or '' where none is cited."""
-    if engines is None or engines.empty:
+    """Return the composition against engines' own published figures in one line: over the
+    figures no fitted term saw, how many fall within the band, the median and largest error, the
+    ratio's range (composed over measured) and the gaps; '' where none is cited."""
+    from tilesweep.references import BAND, corpus_summary
+
+    got = corpus_summary(engines)
+    if not got.get("composed"):
         return ""
-    rows = engines[numeric(engines, "composed_over_engine").notna()]
-    if rows.empty:
-        return ""
-    parts = [
-        f"{r['engine']} on {fmt_value(r['layout'])} of {r['hardware']} for {r['model']} at "
-        f"batch {fmt_value(r['batch'])}: {fmt_value(r['engine_tpot_ms'])} ms measured, "
-        f"{fmt_value(r['composed_tpot_ms'])} ms composed ({r['composed_over_engine']:.2f}x)"
-        for r in rows.to_dict("records")
-    ]
+    fitted = (
+        f"; {got['train_rows']} further figures trained a fitted term and are not counted"
+        if got["train_rows"]
+        else ""
+    )
+    gaps = f"; {got['gaps']} not composed (a labelled gap each)" if got["gaps"] else ""
     return (
-        "Against engines' own published TPOT (cited in the check section; composed over "
-        "measured): " + "; ".join(parts) + "."
+        f"Against {got['test_rows']} engine figures no fitted term saw "
+        f"({', '.join(got['engines'])} on {', '.join(got['hardware'])}; "
+        f"{', '.join(got['models'])}), composed over measured TPOT: {got['in_band']} of "
+        f"{got['composed']} within {BAND[0]}-{BAND[1]}x, median |error| "
+        f"{got['median_abs_error_pct']:.1f}%, range {got['ratio_min']:.2f}-{got['ratio_max']:.2f}x"
+        f"{gaps}{fitted} (every row in the check section)."
     )
 
 

@@ -176,13 +176,15 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
         Text(
             "Each row is a time per output token an engine measured and published "
             "(conf/references, source in `cited`), beside this sweep's composition of the same "
-            "model, checkpoint formats, layout, batch and mean context on the engine's GPUs, with "
-            "the fit the verdict uses. composed_over_engine is composed_tpot_ms over "
-            "engine_tpot_ms (below 1: the composition is faster than the engine measured); "
+            "model, checkpoint formats, layout, concurrency and serving load (input and output "
+            "tokens per request) on the engine's GPUs, with the fit the verdict uses and that "
+            "engine's own kernel list and host time (conf/engine; `kernel_list`). "
+            "composed_over_engine is composed_tpot_ms over engine_tpot_ms (below 1: the "
+            "composition is faster than the engine measured); error_pct is that ratio less 1; "
             "engine_over_floor is the engine's TPOT over the composition's roofline floor. "
-            "Engines add what no part here models: scheduling between steps, sampling, and "
-            "their own kernels."
+            "`role` test: no fitted term saw the figure; train: a fitted term was fitted on it."
         ),
+        Text(engine_line(engines)),
         Table(engines, REPORT_ENGINE_COLUMNS),
     ]
 

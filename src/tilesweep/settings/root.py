@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from tilesweep.errors import ConfigError
 from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.strict import Section, check
 from tilesweep.settings.sweep_space import GridSettings
@@ -27,6 +28,7 @@ class RootSettings(Section):
     backend: dict[str, Any]  # one section per registered backend, by its settings_model
     bench: BenchSettings
     deployment: DeploymentSettings
+    engine: EngineSettings
     catalog: dict[str, Any]  # every conf/hardware file by name, each a HardwareSpec
     question: dict[str, Any] = None  # the case study's question, validated where it is read
     references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from tilesweep.settings.strict import Section
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -68,3 +70,6 @@ class DeploymentSettings(Section):
     fit_batches: list[int]
     attention_table: str
     attention: str
+    compute_dtype: str  # the quantised layers' math dtype ("": their weight dtype)
+    input_len: int = Field(ge=0)  # prompt tokens per request of a serving load; 0: decode only
+    output_len: int = Field(ge=0)  # generated tokens per request; 0: decode only

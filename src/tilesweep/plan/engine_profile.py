@@ -1,0 +1,116 @@
+"""An engine's decode step as the composition counts it: which model family a model is, how many
+kernels each part kind launches in that engine (its own list, conf/engine), the small kernels the
+project's step does not run, the host time between steps, and the attention mode it runs on a
+GPU architecture. The engine `lean` (no families) is the project's own measured step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The layer lists a part kind's launches are read from, by the layers its part occurs in
+# (plan.step_parts: one part per layer of its type).
+LAYER_KINDS = {
+    "per_layer": ("norm", "attention_proj", "attention", "attention_gqa", "indexer"),
+    "per_moe_layer": ("router", "expert_gemm", "shared_gemm"),
+    "per_dense_layer": ("dense_gemm",),
+    "per_step": ("embedding", "lm_head"),
+}
+# The part kind that stands for an engine's extra kernels (no fit group covers it: each costs the
+# fit's device-wide per-kernel cost).
+EXTRA = "engine_extra"
+
+
+def family(model: dict) -> str:
+    """Return the model family an engine's kernel list is keyed by: mla_dsa_moe (MLA with the DSA
+    indexer, as the deployment runs it), mla_moe, gqa_moe."""
+    att = model["attention"]
+    if att["kind"] == "mla":
+        return "mla_dsa_moe" if att.get("index_topk") else "mla_moe"
+    return "gqa_moe"
+
+
+def attention_mode(engine: dict, arch: str) -> tuple[str, str]:
+    """Return (dsa | dense, label) as the engine runs attention on `arch`: its per-architecture
+    entry, else its `default`, else dsa (the checkpoint's)."""
+    by_arch = engine.get("attention_by_arch") or {}
+    if arch in by_arch:
+        return by_arch[arch], f"{engine['name']} on {arch}"
+    if "default" in by_arch:
+        return by_arch["default"], f"{engine['name']}'s default"
+    return "dsa", "the checkpoint's"
+
+
+@dataclass
+class EngineProfile:
+    """The engine terms of one composed deployment: launches per part occurrence by kind (None:
+    the fit's own, the project's step), the extra kernels per layer type and per step, the host
+    time and the labels that name them."""
+
+    name: str
+    label: str
+    launches: dict[str, float] | None
+    extra: dict[str, float] = field(default_factory=dict)
+    host_ms: float = 0.0
+    host_label: str = "none"
+
+    def extra_parts(self, stage: dict, first: bool, last: bool) -> list[dict]:
+        """Return the engine's extra kernels on one stage as bytes-free parts (count: layers)."""
+        layers = stage["dense"] + stage["moe"]
+        counts = {
+            "per_layer": layers,
+            "per_moe_layer": stage["moe"],
+            "per_dense_layer": stage["dense"],
+            "per_step": 1 if last else 0,
+        }
+        out = []
+        for where, n in self.extra.items():
+            if n and counts[where]:
+                out.append(
+                    {
+                        "name": f"{self.name}_{where}_extra",
+                        "kind": EXTRA,
+                        "bytes": 0.0,
+                        "flops": 0.0,
+                        "dtype": "bf16",
+                        "count": counts[where],
+                        "launches": n,
+                    }
+                )
+        return out
+
+
+def lean() -> EngineProfile:
+    """Return the project's own step: the fit's launches, no extra kernels, no host time."""
+    return EngineProfile("lean", "the project's own step (lean)", None)
+
+
+def profile(engine: dict | None, model: dict) -> EngineProfile:
+    """Return the EngineProfile of `engine` (conf/engine, validated) for `model`; the lean step
+    where the engine has no list (`lean`); raise ValueError where it lacks the model's family."""
+    if not engine or not engine.get("families"):
+        prof = lean()
+    else:
+        fam = family(model)
+        lists = engine["families"].get(fam)
+        if lists is None:
+            raise ValueError(
+                f"engine {engine['name']} has no kernel list for the {fam} family of "
+                f"{model['name']} (has {', '.join(sorted(engine['families']))})"
+            )
+        launches: dict[str, float] = {}
+        extra: dict[str, float] = {}
+        for where, kinds in LAYER_KINDS.items():
+            for k in lists[where]:
+                if k["kind"] == "allreduce":
+                    continue  # timed by the interconnect model
+                if k["kind"] in kinds:
+                    launches[k["kind"]] = launches.get(k["kind"], 0.0) + k["count"]
+                else:
+                    extra[where] = extra.get(where, 0.0) + k["count"]
+        label = f"engine-faithful kernel count ({engine['name']} {engine['version']} {fam} list)"
+        prof = EngineProfile(engine["name"], label, launches, extra)
+    if engine:
+        host = engine["host"]
+        prof.host_ms = host["ms"]
+        prof.host_label = f"{host['ms']:g} ms per step ({host['source']}: {host['cite']})"
+    return prof

@@ -1,0 +1,72 @@
+"""The `engine` group: the serving engine a verdict is for, as data read from its own code: the
+kernels one decode layer and one step launch, its host time between steps, its attention mode per
+GPU architecture and its all-reduce. `lean` is the project's own step (what the hardware could do);
+an engine's list makes the verdict what that engine gets (tilesweep.plan.engine_profile)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tilesweep.settings.strict import Section
+
+# Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
+# `allreduce` (timed by the interconnect model, listed for completeness and never counted twice)
+# and `extra` (small kernels the project's step does not run: activation quantisation, sampling,
+# metadata; each costs one small kernel).
+KernelKind = Literal[
+    "norm",
+    "attention_proj",
+    "attention",
+    "attention_gqa",
+    "indexer",
+    "router",
+    "expert_gemm",
+    "shared_gemm",
+    "dense_gemm",
+    "embedding",
+    "lm_head",
+    "allreduce",
+    "extra",
+]
+
+
+class Kernel(Section):
+    """One kernel (or a run of the same kernel) of an engine's decode layer or step."""
+
+    name: str = Field(min_length=1)
+    kind: KernelKind
+    count: float = Field(ge=0)  # launches per layer (or per step); a fraction: conditional
+    cite: str = Field(min_length=1)  # file and line (or function) of the engine's code
+    note: str = ""
+
+
+class Family(Section):
+    """The kernels an engine launches for one model family at decode: per decoder layer (its
+    attention side and norms), per MoE layer, per dense layer, and once per step."""
+
+    per_layer: list[Kernel]
+    per_moe_layer: list[Kernel]
+    per_dense_layer: list[Kernel]
+    per_step: list[Kernel]
+
+
+class Host(Section):
+    """The time between two decode steps that is not GPU work (scheduler, sampling's host side,
+    the graph's launch), per step, and where it comes from."""
+
+    ms: float = Field(ge=0)
+    source: Literal["cited", "measured", "fitted", "none"]
+    cite: str = Field(min_length=1)
+
+
+class EngineSettings(Section):
+    """The engine the verdict is composed for (conf/engine)."""
+
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)  # the code the kernel lists were read from
+    families: dict[str, Family]  # mla_dsa_moe, mla_moe, gqa_moe; none: the project's own step
+    host: Host
+    attention_by_arch: dict[str, Literal["dsa", "dense"]]  # arch (sm_90) -> mode; `default` too
+    custom_allreduce: bool  # small all-reduces take the hardware file's one-shot figures
