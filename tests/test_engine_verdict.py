@@ -167,3 +167,18 @@ def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path):
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("tilesweep: ") and done.stderr.count("\n") == 1
         assert "Traceback" not in done.stderr
+
+
+def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():
+    figures = references.of(compose([])).figures
+    first = figures[1]
+    other = next(
+        f for f in figures[2:]
+        if (f.model, f.hardware, f.deployment, f.engine_name())
+        == (first.model, first.hardware, first.deployment, first.engine_name())
+        and (f.batch, f.input_len) != (first.batch, first.input_len)
+    )  # fmt: skip
+    shared = deployment_verdict.figure_settings(compose(first.overrides()), other)
+    own = compose(other.overrides())
+    for key in ("deployment", "grid", "model", "engine", "hardware"):
+        assert shared[key] == own[key], key

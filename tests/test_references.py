@@ -15,7 +15,7 @@ from tilesweep.report.headlines import engine_line
 CPU_HERE = {"device": "cpu (x86_64, 2 threads)", "device_kind": "cpu", "copy_gbs": 12.0,
             "matmul_tflops": {"bf16": 0.3}}  # fmt: skip
 ONE = {
-    "engine": "E",
+    "engine": "SGLang",
     "version": "1",
     "model": "deepseek_v3",
     "hardware": "h200",
@@ -56,6 +56,9 @@ def test_the_published_figures_validate_and_name_their_sources():
         ({"deployment": "int4"}, "references.figures[0].deployment='int4': unknown deployment"),
         ({"tpot_ms": -1.0}, "references.figures[0].tpot_ms=-1.0"),
         ({"batch": 0}, "references.figures[0].batch=0"),
+        ({"engine": "Nosuch"}, "references.figures[0].engine='nosuch': unknown engine; valid:"),
+        ({"context_len": 0}, "references.figures[0]: give input_len and output_len"),
+        ({"role": "both"}, "references.figures[0].role='both'"),
     ],
 )
 def test_a_bad_figure_is_one_line_before_any_job(change, message):
@@ -99,11 +102,21 @@ def test_no_figures_no_rows_and_no_line():
     assert engine_line(table) == ""
 
 
-def test_the_answer_line_names_each_ratio_and_its_denominator():
+def test_the_answer_line_gives_the_corpus_error_and_its_denominator():
     table = deployment_verdict.engine_table(
         compose(_with()), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     line = engine_line(table)
     ratio = table.iloc[0].composed_over_engine
-    assert "12.8 ms measured" in line and f"({ratio:.2f}x)" in line
-    assert "composed over measured" in line
+    assert "Against 1 engine figures no fitted term saw" in line
+    assert f"range {ratio:.2f}-{ratio:.2f}x" in line and "composed over measured" in line
+    assert table.iloc[0].error_pct == pytest.approx(100 * (ratio - 1))
+
+
+def test_train_rows_are_left_out_of_the_error():
+    table = deployment_verdict.engine_table(
+        compose(_with(role="train")), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+    )
+    got = references.corpus_summary(table)
+    assert got["train_rows"] == 1 and got["test_rows"] == 0 and got["composed"] == 0
+    assert engine_line(table) == ""

@@ -236,7 +236,7 @@ def deployment_table(
     dep, engine_conf = engine_deployment(settings)
     model = deployment_model(settings["model"], dep)
     settings = dict(settings, model=model, deployment=dep)
-    engine = engine_profile.profile(engine_conf, model)
+    engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"])
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
     target = with_engine_allreduce(dict(target_spec(settings)), engine_conf)
     floors = None
@@ -304,9 +304,13 @@ def engine_table(
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     fitted = verdict_fit(settings, steps, ceilings, _here(collective, ceilings)[3])
     rows = []
+    groups: dict[tuple, dict] = {}  # one Hydra compose per model x GPU x formats x engine
     for fig in figures:
+        key = (fig.model, fig.hardware, fig.deployment, fig.engine_name())
+        if key not in groups:
+            groups[key] = compose(fig.overrides())
         one = deployment_table(
-            compose(fig.overrides()), decode, collective, steps, ceilings, fitted
+            figure_settings(groups[key], fig), decode, collective, steps, ceilings, fitted
         ).iloc[0]
         composed = one["tpot_ms"]
         ratio = composed / fig.tpot_ms
@@ -344,6 +348,20 @@ def engine_table(
             }
         )
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+
+
+def figure_settings(base: dict, fig: references.Figure) -> dict:
+    """Return the settings composing one cited figure: `base` (composed from the overrides of a
+    figure of the same model, GPU, formats and engine) with this figure's batch, serving load and
+    layout, which its model validated; the same as composing its own overrides."""
+    dep = dict(base["deployment"], batches=[fig.batch])
+    if fig.input_len and fig.output_len:
+        dep.update(input_len=fig.input_len, output_len=fig.output_len)
+    else:
+        dep.update(input_len=0, output_len=0, context_len=fig.context_len)
+    lay = fig.layout
+    layout = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "experts": lay.experts}
+    return dict(base, deployment=dep, grid=dict(base["grid"], layouts=[layout]))
 
 
 def _between(text: str, start: str, end: str) -> str:

@@ -84,11 +84,19 @@ def lean() -> EngineProfile:
     return EngineProfile("lean", "the project's own step (lean)", None)
 
 
-def profile(engine: dict | None, model: dict) -> EngineProfile:
-    """Return the EngineProfile of `engine` (conf/engine, validated) for `model`; the lean step
-    where the engine has no list (`lean`); raise ValueError where it lacks the model's family."""
+def profile(engine: dict | None, model: dict, weight_dtype: str = "bf16") -> EngineProfile:
+    """Return the EngineProfile of `engine` (conf/engine, validated) for `model` in `weight_dtype`
+    (a kernel listed `only_for` other dtypes does not run); the lean step where the engine has no
+    list (`lean`, or an engine whose code was not read: labelled so); raise ValueError where it
+    lacks the model's family."""
     if not engine or not engine.get("families"):
         prof = lean()
+        if engine and engine["name"] != "lean":
+            prof.name = engine["name"]
+            prof.label = (
+                f"no kernel list read for {engine['name']} {engine['version']}: the project's own "
+                "step's count"
+            )
     else:
         fam = family(model)
         lists = engine["families"].get(fam)
@@ -101,6 +109,8 @@ def profile(engine: dict | None, model: dict) -> EngineProfile:
         extra: dict[str, float] = {}
         for where, kinds in LAYER_KINDS.items():
             for k in lists[where]:
+                if k.get("only_for") and weight_dtype not in k["only_for"]:
+                    continue
                 if k["kind"] == "allreduce":
                     continue  # timed by the interconnect model
                 if k["kind"] in kinds:

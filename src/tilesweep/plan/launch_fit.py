@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from tilesweep.plan.engine_profile import EXTRA
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_parts import stage_parts
 
@@ -464,7 +465,9 @@ def launch_timer(
     occurrence, its launches included, or None): such a part takes it instead (attention_table).
     `launches` ({part kind: kernels per occurrence}, an engine's list: plan.engine_profile), where
     given, replaces the measured step's count for the kinds it names; each kernel still costs its
-    group's measured cost per kernel."""
+    group's measured cost per kernel, and an engine's small kernels the step does not run (kind
+    EXTRA: activation quantisation, pads, copies) an empty kernel's cost in a CUDA graph
+    (`light_kernel_us`, measured with the fit)."""
     by_kind = {k: g for g in fit["groups"].values() for k in g["kinds"]}
     pooled = fit[POOLED]
     cost_ms = per_kernel_us * 1e-3
@@ -492,6 +495,8 @@ def launch_timer(
         if launches is not None and part["kind"] in launches:
             n = launches[part["kind"]]
         cost = group.get("per_kernel_us", per_kernel_us) * 1e-3 if group else cost_ms
+        if part["kind"] == EXTRA:  # an engine's small kernel: an empty kernel's graphed cost
+            cost = (fit.get("light_kernel_us") or per_kernel_us) * 1e-3
         out["launch_ms"] = n * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
         own = kernel_ms(part) if kernel_ms is not None and not out["gap"] else None

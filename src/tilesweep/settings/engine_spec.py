@@ -39,6 +39,8 @@ class Kernel(Section):
     kind: KernelKind
     count: float = Field(ge=0)  # launches per layer (or per step); a fraction: conditional
     cite: str = Field(min_length=1)  # file and line (or function) of the engine's code
+    # weight dtypes it runs for (activation quantisation: quantised layers only); empty: all
+    only_for: list[Literal["bf16", "fp8", "nvfp4", "mxfp4"]] = []
     note: str = ""
 
 
