@@ -75,12 +75,19 @@ def test_an_engines_kernel_list_replaces_the_lean_steps_count():
     settings = compose(["model=deepseek_v3", "references=none"])
     lean = engine_profile.profile(compose(["engine=lean"])["engine"], settings["model"])
     assert lean.launches is None and lean.host_ms == 0
-    for name in ("sglang", "vllm", "tensorrtllm"):
+    for name in ("sglang", "vllm"):
         engine = compose([f"engine={name}", "references=none"])["engine"]
-        prof = engine_profile.profile(engine, settings["model"])
-        assert prof.launches, name
-        assert "engine-faithful kernel count" in prof.label
+        fp8 = engine_profile.profile(engine, settings["model"], "fp8")
+        bf16 = engine_profile.profile(engine, settings["model"], "bf16")
+        assert fp8.launches and "engine-faithful kernel count" in fp8.label
         assert engine_profile.family(settings["model"]) in engine["families"]
+        # activation quantisation runs only for quantised weights
+        assert sum(fp8.extra.values()) > sum(bf16.extra.values())
+        for family in engine["families"].values():
+            for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
+                assert all(k["cite"] for k in family[where])
+    unread = engine_profile.profile(compose(["engine=tensorrtllm"])["engine"], settings["model"])
+    assert unread.launches is None and "no kernel list read for tensorrtllm" in unread.label
 
 
 def test_the_engine_adds_its_kernels_and_host_time():
@@ -90,7 +97,25 @@ def test_the_engine_adds_its_kernels_and_host_time():
     sglang = verdict([*base, "engine=sglang"]).iloc[0]
     assert lean["host_ms"] == 0 and lean["engine"] == "lean"
     assert sglang["host_ms"] == compose(["engine=sglang"])["engine"]["host"]["ms"]
-    assert sglang["tpot_ms"] > lean["tpot_ms"]
+    vllm = verdict([*base, "engine=vllm"]).iloc[0]
+    assert vllm["host_ms"] == compose(["engine=vllm"])["engine"]["host"]["ms"] > 0
+    assert "all-reduce: sglang's one-shot custom all-reduce" in sglang["inputs"]
+    assert "all-reduce: NCCL" in lean["inputs"]
+    # The engine's own count, not the project's: more kernels a layer than the lean step's,
+    # its small ones at a small kernel's cost.
+    settings = compose(["model=deepseek_v3", "engine=sglang"])
+    prof = engine_profile.profile(settings["engine"], settings["model"], "fp8")
+    per_moe_layer = (
+        sum(v for k, v in prof.launches.items() if k not in ("dense_gemm", "embedding", "lm_head"))
+        + prof.extra["per_layer"] + prof.extra["per_moe_layer"]
+    )  # fmt: skip
+    lean_moe_layer = sum(
+        g["launches_per_occurrence"] for g in FIT["groups"].values()
+        if set(g["kinds"]) & {"norm", "attention_proj", "attention", "router", "expert_gemm",
+                              "shared_gemm"}
+    )  # fmt: skip
+    assert per_moe_layer > lean_moe_layer
+    assert sglang["other_ms"] != lean["other_ms"]
     assert "kernel list: engine-faithful kernel count (sglang" in sglang["inputs"]
     assert sglang["tpot_ms"] == pytest.approx(
         sglang[["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]].sum()
@@ -182,3 +207,19 @@ def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():
     own = compose(other.overrides())
     for key in ("deployment", "grid", "model", "engine", "hardware"):
         assert shared[key] == own[key], key
+
+
+def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():
+    settings = compose([])
+    engines = deployment_verdict.engine_table(settings, EMPTY, EMPTY, EMPTY, {})
+    for name in ("sglang", "vllm", "tensorrtllm"):
+        host = compose([f"engine={name}"])["engine"]["host"]
+        label = {"sglang": "SGLang", "vllm": "vLLM", "tensorrtllm": "TensorRT-LLM"}[name]
+        train = engines[(engines["engine"] == label) & (engines["role"] == "train")]
+        if host["source"] == "fitted":
+            assert not train.empty
+            assert references.fit_host_ms(engines, label) == pytest.approx(host["ms"], abs=0.01)
+        else:
+            assert train.empty  # no fitted term: no row is kept out of the error
+    got = references.corpus_summary(engines)
+    assert got["train_rows"] == int((engines["role"] == "train").sum())

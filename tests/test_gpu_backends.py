@@ -143,3 +143,14 @@ def test_attach_measured_launch_finds_the_kernel_run_here(tmp_path):
     assert int(row["measured_smem_bytes"]) == int(row["smem_bytes"]), json.dumps(
         {k: str(row[k]) for k in ("smem_bytes", "smem_dynamic_bytes", "smem_static_bytes")}
     )
+
+
+def test_the_small_kernel_and_host_loop_probes_measure_on_the_gpu():
+    from tilesweep.measure.ceilings import launch_us
+
+    got = launch_us(True, 5)
+    # A small decode kernel does a DRAM round trip an empty one does not: never cheaper, and
+    # far from the GEMV's fixed cost of tens of microseconds.
+    assert got["graph_us"] * 0.8 <= got["small_us"] < 50
+    loop = got["host_loop"]
+    assert loop["host_us"] >= 0 and loop["loop_us"] >= loop["graph_us"] * 0.9

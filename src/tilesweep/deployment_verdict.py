@@ -26,7 +26,7 @@ from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
 from tilesweep.plan import attention_table, calibration, engine_profile
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import compose_deployment, serving_load
-from tilesweep.plan.launch_fit import launch_timer, on_datasheet
+from tilesweep.plan.launch_fit import launch_timer, on_datasheet, small_kernel_us
 from tilesweep.plan.sensitivity import sensitivity, winners
 
 
@@ -67,8 +67,13 @@ def engine_deployment(settings: dict) -> tuple[dict, dict | None]:
 
 def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     """Return the target with the engine's all-reduce: where the engine runs its one-shot custom
-    all-reduce in its CUDA graph, the hardware file's one-shot figures are enabled."""
+    all-reduce in its CUDA graph, the hardware file's one-shot figures are enabled, on NVLink
+    only (vLLM's and SGLang's custom all-reduce needs every pair of GPUs on NVLink beyond two
+    GPUs: vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink; on PCIe they
+    fall back to NCCL, and a PCIe one-shot figure in a hardware file is another build's)."""
     if not engine or not engine.get("custom_allreduce"):
+        return target
+    if "nvlink" not in str(target.get("interconnect", "")):
         return target
     block = target.get("interconnect_model")
     if not block:
@@ -182,7 +187,7 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
             batches=settings["deployment"].get("fit_batches"),
         )  # fmt: skip
         if fit is not None:
-            return fit, cost, calibration.fit_label(fit)
+            return with_ceilings(fit, ceilings), cost, calibration.fit_label(fit)
     path = settings["deployment"].get("fit_file")
     if path and project_path(path).is_file():
         fit = json.loads(project_path(path).read_text())
@@ -208,8 +213,17 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
     )  # fmt: skip
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
-    keep = ("device", "driver", "torch", "triton", "commit", "copy_gbs", "matmul_tflops", "launch")
-    return {**fit, "ceilings": {k: ceilings.get(k) for k in keep}}
+    return with_ceilings(fit, ceilings)
+
+
+# The ceilings a fit carries: its provenance and the device constants the verdict reads from it.
+FIT_CEILINGS = ("device", "driver", "torch", "triton", "commit", "copy_gbs", "matmul_tflops",
+                "launch")  # fmt: skip
+
+
+def with_ceilings(fit: dict, ceilings: dict) -> dict:
+    """Return the fit with the ceilings it was made beside (FIT_CEILINGS)."""
+    return {**fit, "ceilings": {k: ceilings.get(k) for k in FIT_CEILINGS}}
 
 
 def _here(collective: pd.DataFrame, ceilings: dict) -> tuple[str, dict, dict, dict]:
@@ -238,12 +252,21 @@ def deployment_table(
     settings = dict(settings, model=model, deployment=dep)
     engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"])
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
-    target = with_engine_allreduce(dict(target_spec(settings)), engine_conf)
+    plain = dict(target_spec(settings))
+    target = with_engine_allreduce(plain, engine_conf)
+    allreduce = (
+        f"all-reduce: {engine.name}'s one-shot custom all-reduce up to its max_bytes "
+        f"(hardware[{plain['name']}] one_shot figures, cited), NCCL above"
+        if target is not plain
+        else "all-reduce: NCCL (the hardware file's figures)"
+    )
     floors = None
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
-        target["interconnect_model"] = {"default": named, "topologies": {named: here_numbers}}
+        target = dict(target, interconnect_model={"default": named,
+                                                  "topologies": {named: here_numbers}})  # fmt: skip
         floors = here_floors
+        allreduce = f"all-reduce: measured here ({device}; NCCL)"
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here)
     fit, label = fit_on_datasheet(fit, label, settings["catalog"])
     # The attention kernel's own times where the target is the device that measured them.
@@ -278,6 +301,9 @@ def deployment_table(
             kwargs["timer"] = launch_timer(use, cost, label, own, engine.launches)
         table = compose_deployment(one, **kwargs)
         notes.append(dep["attention_label"])
+        notes.append(allreduce)
+        if fit is not None and engine.launches is not None:
+            notes.append(small_kernel_us(fit)[1])
         if notes:
             table["inputs"] = table["inputs"] + "; " + "; ".join(notes)
         frames.append(table)

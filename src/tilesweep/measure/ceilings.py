@@ -198,6 +198,93 @@ def _overlap(repeats: int, read_gbs: float, bf16_tflops: float | None, fixed_us:
     }
 
 
+# The small-kernel probe: the elementwise, reduction and copy kernels an engine runs beside its
+# GEMMs at decode (activation quantisation, pads, activations, rotary, cache writes), on a
+# decode-sized activation (SMALL_ROWS x SMALL_WIDTH bf16), each depending on the one before.
+SMALL_ROWS, SMALL_WIDTH = 8, 7168
+SMALL_KERNELS = 240
+
+
+def _small_kernel_us(repeats: int) -> float:
+    """Return the cost of one small decode kernel in a CUDA graph, in us: a graphed chain of
+    SMALL_KERNELS dependent elementwise, reduction, cast and copy ops on a decode-sized activation
+    (what an engine's kernel list calls `extra`), replayed and timed with events."""
+    import torch
+
+    x = torch.randn(SMALL_ROWS, SMALL_WIDTH, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    scale = torch.empty(SMALL_ROWS, SMALL_WIDTH // 128, device="cuda", dtype=torch.float32)
+    padded = torch.empty(SMALL_ROWS + 1, SMALL_WIDTH, device="cuda", dtype=torch.bfloat16)
+    ops = (
+        lambda: torch.nn.functional.silu(x, inplace=False).mul_(0.5),  # 2 kernels
+        lambda: torch.amax(x.view(SMALL_ROWS, -1, 128).abs(), dim=2, out=scale),  # 2 kernels
+        lambda: y.copy_(x),
+        lambda: padded[:SMALL_ROWS].copy_(y),
+        lambda: x.add_(y, alpha=1e-3),
+    )
+    kernels = (2, 2, 1, 1, 1)
+
+    def chain():
+        for _ in range(SMALL_KERNELS // sum(kernels)):
+            for op in ops:
+                op()
+
+    ms, _ = time_gpu([chain], repeats, 2)
+    launched = (SMALL_KERNELS // sum(kernels)) * sum(kernels)
+    return summarize(ms)["time_ms"] * 1e3 / launched
+
+
+def _host_loop_us(repeats: int) -> dict:
+    """Return the host time a minimal serving loop adds between two graphed decode steps, in
+    us: each step replays a small graph, samples the next token on the GPU (argmax), brings it to
+    the CPU (as a scheduler must, to stop or stream it) and writes the next input; the loop's
+    time per step less the graph's own GPU time. A lower bound of an engine's host term: no
+    scheduler, no detokenisation, no Python request bookkeeping."""
+    import time
+
+    import torch
+
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    tok = torch.zeros(1, dtype=torch.long, device="cuda")
+    emb = torch.randn(32000, 4096, device="cuda", dtype=torch.bfloat16)
+    logits = torch.empty(1, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        h = emb[tok]
+        for _ in range(8):
+            h = torch.matmul(h, w)
+        logits.copy_(h)
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    gpu_ms, _ = time_gpu([graph.replay], repeats, 2)
+    steps = 200
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            graph.replay()
+            nxt = torch.argmax(logits, dim=-1)
+            tok.copy_(nxt.view(1) % 32000)
+            int(nxt.item())  # the scheduler reads the token: one sync a step
+        samples.append((time.perf_counter() - start) * 1e3 / steps)
+    loop = summarize(samples)["time_ms"]
+    gpu = summarize(gpu_ms)["time_ms"]
+    return {
+        "host_us": max(0.0, (loop - gpu) * 1e3),
+        "loop_us": loop * 1e3,
+        "graph_us": gpu * 1e3,
+        "method": f"{steps} steps: graph replay, argmax, token to the CPU, next input; loop time "
+        "per step less the graph's GPU time (cuda-graph, events)",
+    }
+
+
 def launch_us(cuda: bool, repeats: int) -> dict:
     """Return the fixed cost of one kernel in microseconds: {graph_us, fixed_us, eager_us, ...}.
 
@@ -231,10 +318,14 @@ def launch_us(cuda: bool, repeats: int) -> dict:
     return {
         "graph_us": graph,
         "fixed_us": fixed,
+        "small_us": _small_kernel_us(repeats),
         "eager_us": eager,
         "gemv_points": points,
+        "host_loop": _host_loop_us(repeats),
         "method": f"{LAUNCH_KERNELS} one-element additions ({method}, events); fixed: the "
-        f"intercept of {GEMV_CALLS}-GEMV graphs, 1 x 4096 @ 4096 x {list(GEMV_WIDTHS)} bf16",
+        f"intercept of {GEMV_CALLS}-GEMV graphs, 1 x 4096 @ 4096 x {list(GEMV_WIDTHS)} bf16; "
+        f"small: {SMALL_KERNELS} dependent elementwise, reduction and copy kernels on "
+        f"{SMALL_ROWS} x {SMALL_WIDTH} bf16 in one graph",
     }
 
 

@@ -456,6 +456,19 @@ def on_datasheet(fit: dict, datasheet: dict) -> tuple[dict, str]:
     return out, label
 
 
+def small_kernel_us(fit: dict) -> tuple[float, str]:
+    """Return (the cost of one small decode kernel in a CUDA graph on the fit's device, in us,
+    label): measured by the ceilings' small-kernel probe where the fit's ceilings have it, else
+    an empty kernel's graphed time (light_kernel_us; a lower figure), else the fit's per-kernel
+    cost, each said so."""
+    launch = (fit.get("ceilings") or {}).get("launch") or {}
+    if launch.get("small_us"):
+        return launch["small_us"], "small kernels: measured probe (ceilings launch.small_us)"
+    if fit.get("light_kernel_us"):
+        return fit["light_kernel_us"], "small kernels: an empty kernel's graphed time (lower)"
+    return fit["per_kernel_us"], "small kernels: the fit's per-kernel cost"
+
+
 def launch_timer(
     fit: dict, per_kernel_us: float, label: str, kernel_ms=None, launches: dict | None = None
 ):
@@ -495,8 +508,8 @@ def launch_timer(
         if launches is not None and part["kind"] in launches:
             n = launches[part["kind"]]
         cost = group.get("per_kernel_us", per_kernel_us) * 1e-3 if group else cost_ms
-        if part["kind"] == EXTRA:  # an engine's small kernel: an empty kernel's graphed cost
-            cost = (fit.get("light_kernel_us") or per_kernel_us) * 1e-3
+        if part["kind"] == EXTRA:  # an engine's small kernel: a small kernel's graphed cost
+            cost = small_kernel_us(fit)[0] * 1e-3
         out["launch_ms"] = n * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
         own = kernel_ms(part) if kernel_ms is not None and not out["gap"] else None

@@ -27,11 +27,13 @@ def is_tie(ratio: float, threshold: float, within: float = TIE_WITHIN) -> bool:
 
 
 def part_ratio(rec: dict) -> float:
-    """Return a verdict row's top part over its next part (memory, math, communication, launch)
+    """Return a verdict row's top part over its next part (memory, math, communication, launch,
+    host)
     from its split, unrounded; the row's one-decimal margin where it has no split; NaN without
     either."""
     parts = sorted((float(rec[c]) for c in SPLIT_COLUMNS if finite(rec.get(c))), reverse=True)
-    if len(parts) == len(SPLIT_COLUMNS):
+    # A table from before the host term has the four others: its split is whole without it.
+    if all(finite(rec.get(c)) for c in SPLIT_COLUMNS if c != "host_ms"):
         return parts[0] / parts[1] if parts[1] > 0 else float("inf")
     margin = rec.get("margin")
     text = margin[:-1] if isinstance(margin, str) and margin.endswith("x") else ""
