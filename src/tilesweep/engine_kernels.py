@@ -55,7 +55,8 @@ NAMERS = {
 # Each format's (dtype, block_shape) as the engine passes them to get_config_file_name (vLLM:
 # block_shape None unless blocked; SGLang: [block_n, block_k], zeros unless blocked).
 NAME_ARGS = {
-    "vllm": {"bf16": (None, None), "fp8": ("fp8_w8a8", None), "fp8_block": ("fp8_w8a8", [128, 128])},
+    "vllm": {"bf16": (None, None), "fp8": ("fp8_w8a8", None),
+             "fp8_block": ("fp8_w8a8", [128, 128])},
     "sglang": {"bf16": (None, [0, 0]), "fp8": ("fp8_w8a8", [0, 0]),
                "fp8_block": ("fp8_w8a8", [128, 128])},
 }  # fmt: skip
@@ -66,9 +67,9 @@ HEADER = (
     "import triton\nimport triton.language as tl\n"
 )
 NAMES_HEADER = (
-    "# Taken verbatim from the engine's wheel by tilesweep's engine_kernels.extract: the functions\n"
-    "# that name a fused-MoE config file. Executed by engine_kernels.config_file_name with the\n"
-    "# device's name given. Not part of tilesweep.\n\n"
+    "# Taken verbatim from the engine's wheel by tilesweep's engine_kernels.extract: the\n"
+    "# functions that name a fused-MoE config file. Executed by engine_kernels.config_file_name\n"
+    "# with the device's name given. Not part of tilesweep.\n\n"
 )
 
 
@@ -296,8 +297,8 @@ def shipped_table(engine: str, version: str, name: str, triton_version: str,
     else:
         own = f"triton_{triton_version.replace('.', '_')}"
         found = {rel.split("/")[0] for rel in tables if rel.startswith("triton_")}
-        others = sorted((d for d in found if d != own),
-                        key=lambda d: tuple(int(x) for x in d[7:].split("_")), reverse=True)  # fmt: skip
+        newest = sorted(found, key=lambda d: tuple(int(x) for x in d[7:].split("_")), reverse=True)
+        others = [d for d in newest if d != own]
         candidates = [f"{d}/{name}" for d in (own, *others)]
     for rel in candidates:
         if rel in tables:
