@@ -153,13 +153,16 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
             source_bytes = archive.read(module)
         except KeyError:
             raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
+        functions = jit_functions(source_bytes.decode())
+        if kernel not in functions:
+            raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
         out = Path(folder) / f"{engine}-{version}"
         out.mkdir(parents=True, exist_ok=True)
-        names = _extract_names(engine, archive, out)
+        try:
+            names = _extract_names(engine, archive, out)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{wheel.name}: its config file naming is not found ({exc})") from None
         tables = _extract_tables(engine, archive, out)
-    functions = jit_functions(source_bytes.decode())
-    if kernel not in functions:
-        raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
     text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
     with atomic_path(out / "kernel.py") as tmp:
         tmp.write_text(text)
@@ -316,3 +319,24 @@ def nearest(table: dict, m: int) -> dict:
     """Return the config an engine runs at batch M from a table: the nearest key's (both
     engines: min over keys of |key - M|, the first on a tie)."""
     return table[min(table, key=lambda k: abs(k - m))]
+
+
+# The devices and (E, N) the vendored name table covers (tests/data/engine_names.json).
+NAME_DEVICES = ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3")
+NAME_SHAPES = ((256, 256), (256, 2048), (128, 768))
+
+
+def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
+    """Return the names the engine's own get_config_file_name gives every format, device of
+    NAME_DEVICES and shape of NAME_SHAPES, with the SHA-256 of the functions that made them
+    (names.py) and of the modules they come from: strings a test holds the exporter to where
+    the wheel is not at hand."""
+    _, manifest = _manifest(engine, version, folder)
+    names = [
+        {"experts": e, "n": n, "format": fmt, "device": device,
+         "name": config_file_name(engine, version, e, n, fmt, device, folder)}
+        for device in NAME_DEVICES for e, n in NAME_SHAPES for fmt in NAME_ARGS[engine]
+    ]  # fmt: skip
+    return {"engine": engine, "version": version, "wheel": manifest["wheel"],
+            "names_py_sha256": manifest["names_py_sha256"], "functions": manifest["names"],
+            "names": names}  # fmt: skip

@@ -123,10 +123,14 @@ def baseline_of(engine: str, version: str, path: str | Path, shape: dict, settin
     file's device."""
     from tilesweep import engine_kernels
 
-    device = NAME.search(Path(path).name).group(3).replace("_", " ")
     name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
-                                           shape["format"], device)  # fmt: skip
+                                           shape["format"], device_of(path))  # fmt: skip
     return engine_kernels.shipped_table(engine, version, name, triton_version)
+
+
+def device_of(path: str | Path) -> str:
+    """Return the device a config file is named for, as torch names it ("NVIDIA H200")."""
+    return NAME.search(Path(path).name).group(3).replace("_", " ")
 
 
 def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> dict:

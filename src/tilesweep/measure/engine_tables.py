@@ -33,6 +33,7 @@ DROPIN_COLUMNS = [
 ]  # fmt: skip
 PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
 HELD_OUT_DRAW = 3  # the draw that only checks
+PICKS = "picks_"  # a tuning's picks: the engine's file name behind this
 HELD_OUT_FLOOR = 0.99  # a kept key below this on the held-out draw is withheld
 
 
@@ -45,12 +46,13 @@ def dropin_path(engine: str, version: str, name: str, triton_version: str) -> st
 
 def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tuple, Path]:
     """Return {(format, E, N): path} of a tuner's picks for an engine version in kept example
-    folders (<folder>/<engine>-<version>/tuned/E=*.json), the first folder winning."""
+    folders (<folder>/<engine>-<version>/picks_E=*.json: the engine's name behind `picks_`, so
+    that no engine loads a tuning's picks by mistake), the first folder winning."""
     from tilesweep.measure.engine_check import read_file
 
     out = {}
     for folder in folders:
-        for path in sorted(Path(folder).glob(f"{engine}-{version}/tuned/E=*.json")):
+        for path in sorted(Path(folder).glob(f"{engine}-{version}/{PICKS}E=*.json")):
             shape, _ = read_file(path)
             out.setdefault((shape["format"], shape["experts"], shape["n"]), path)
     return out
@@ -100,7 +102,7 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
     version = fused["engine_versions"][engine]
     rules = fused["engine_defaults"][engine]
     shape, configs = engine_check.read_file(path)
-    device = engine_check.NAME.search(path.name).group(3).replace("_", " ")
+    device = engine_check.device_of(path)
     name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
                                            shape["format"], device)  # fmt: skip
     shipped, where = engine_check.baseline_of(engine, version, path, shape, settings,
