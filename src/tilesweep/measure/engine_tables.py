@@ -86,9 +86,11 @@ def compile_jobs(settings: dict, work: list[tuple[str, Path]], triton_version: s
 
 
 def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats: int,
-                check_experts: int | None, log=print) -> tuple[dict, list]:  # fmt: skip
+                check_experts: int | None, log=print,
+                device: str = "cuda") -> tuple[dict, list]:  # fmt: skip
     """Check one candidate on the pick draws and the held-out draw, write the exported file
-    (where any key is kept) under out_dir; return (its drop-in row, the check tables)."""
+    (where any key is kept) under out_dir; return (its drop-in row, the check tables). Device
+    "cpu": Triton's interpreter, for tests, never for numbers."""
     import hashlib
     import json
 
@@ -102,16 +104,16 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
     version = fused["engine_versions"][engine]
     rules = fused["engine_defaults"][engine]
     shape, configs = engine_check.read_file(path)
-    device = engine_check.device_of(path)
+    device_name = engine_check.device_of(path)
     name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
-                                           shape["format"], device)  # fmt: skip
+                                           shape["format"], device_name)  # fmt: skip
     shipped, where = engine_check.baseline_of(engine, version, path, shape, settings,
                                               triton.__version__)  # fmt: skip
     checks = []
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
-        check = engine_check.check_file(str(path), settings, repeats, engine=engine,
-                                        seed_shift=draw, check_experts=check_experts)  # fmt: skip
+        check = engine_check.check_file(str(path), settings, repeats, device, engine, draw,
+                                        check_experts=check_experts)  # fmt: skip
         checks.append(check)
         log(engine_check.summary(checks[-1]))
     keep = engine_check.decide(checks)
@@ -129,9 +131,10 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
         trial = out_dir / "held_out" / engine / name
         write_text(trial, text)
         log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
-        held = engine_check.check_file(str(trial), settings, repeats, engine=engine,
-                                       seed_shift=HELD_OUT_DRAW, keys=kept,
-                                       check_experts=check_experts)  # fmt: skip
+        held = engine_check.check_file(
+            str(trial), settings, repeats, device, engine, HELD_OUT_DRAW, keys=kept,
+            check_experts=check_experts,
+        )  # fmt: skip
         checks.append(held)
         log(engine_check.summary(held))
         files = held[held["config_from"] == "file"]
