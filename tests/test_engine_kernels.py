@@ -449,3 +449,22 @@ def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
     rows = pd.read_csv(summary)
     assert rows["status"].tolist() == ["skipped"] and "GPU" in rows["reason"][0]
     assert configs.is_dir() and not (tmp_path / "engine_vllm.partial").exists()
+
+
+TABLES = ROOT / "docs/examples/h200/engine_tables"
+
+
+@pytest.mark.skipif(not TABLES.is_dir(), reason="tools/import_engine_tables.sh not run yet")
+def test_every_kept_drop_in_is_listed_with_its_ratios_and_contents():
+    import hashlib
+
+    rows = pd.read_csv(TABLES / "dropins.csv")
+    exported = rows[rows["status"] == "exported"]
+    files = {
+        p.relative_to(TABLES / "export").as_posix(): p for p in TABLES.rglob("export/**/*.json")
+    }
+    assert set(exported["path"]) == set(files)
+    for row in exported.itertuples():
+        assert hashlib.sha256(files[row.path].read_bytes()).hexdigest() == row.sha256
+        assert row.worst_x_baseline >= engine_tables.HELD_OUT_FLOOR
+        assert row.timing.startswith("decode (cold L2")
