@@ -116,6 +116,7 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
                                         check_experts=check_experts)  # fmt: skip
         checks.append(check)
         log(engine_check.summary(checks[-1]))
+        _release()
     keep = engine_check.decide(checks)
     table = engine_check.export_table(configs, keep, shipped, rules, shape)
     triton_kept = json.loads(path.read_text()).get("triton_version", "")
@@ -183,6 +184,17 @@ def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) ->
             "geomean_x_default_m_ge_1024": geomean(big_default)}  # fmt: skip
 
 
+def _release() -> None:
+    """Hand the cached device memory of a file's weight copies back before the next file."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repeats: int,
         budget_s: float, check_experts: int | None = 16, workers: int = 0,
         log=print) -> pd.DataFrame:  # fmt: skip
@@ -193,7 +205,9 @@ def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repea
 
     import triton
 
+    from tilesweep.errors import last_line
     from tilesweep.io import write_table
+    from tilesweep.measure import engine_check
     from tilesweep.measure.engine_timing import warm_all
 
     start = time.monotonic()
@@ -207,16 +221,24 @@ def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repea
         left = budget_s - (time.monotonic() - start)
         need = max(spent) if spent else 0.0
         if left < need:
-            from tilesweep.measure.engine_check import read_file
-
-            shape, _ = read_file(path)
+            shape, _ = engine_check.read_file(path)
             rows.append({"engine": engine, "format": shape["format"], "experts": shape["experts"],
                          "n": shape["n"], "candidate": str(path), "status":
                          f"not re-checked: {left:.0f} s of the budget left, a file took "
                          f"{need:.0f} s; withheld"})  # fmt: skip
             continue
         t0 = time.monotonic()
-        row, checks = decide_file(engine, path, settings, out_dir, repeats, check_experts, log)
+        try:
+            row, checks = decide_file(engine, path, settings, out_dir, repeats, check_experts, log)
+        except Exception as exc:  # one file's failure is its row; the others still run
+            shape, _ = engine_check.read_file(path)
+            rows.append({"engine": engine, "format": shape["format"],
+                         "experts": shape["experts"], "n": shape["n"], "candidate": str(path),
+                         "status": f"error, withheld: {last_line(exc)}"})  # fmt: skip
+            log(f"{engine} {path.name}: {last_line(exc)}")
+            continue
+        finally:
+            _release()
         spent.append(time.monotonic() - t0)
         stem = f"{engine}-{row['version']}_{row['format']}_E={row['experts']},N={row['n']}"
         write_table(out_dir / "checks" / f"{stem}.csv", pd.concat(checks, ignore_index=True))
