@@ -1,14 +1,17 @@
 """Tune where it is used: an engine config file searched, timed and picked in that engine's own
 fused-MoE kernel (`tilesweep engine-tune`), one file per engine, version and format.
 
-At every batch key M: the engine's default config, its one-step neighbours in the engines'
-search space (each launch parameter changed alone) and any extra candidates (another tuner's
-config for that key) are screened on uniform routing; from the best screened config a second
-round of neighbours is screened; the `finalists` best and the default are then timed on every
-routing with `final_repeats` graph replays. The fastest finalist (summed over routings) is
-exported only where it beats the default on every routing by more than the noise (its p90
-below the default's p10); otherwise the default's config is exported. The table says, per key
-and routing, which config was exported, by how much it won, and why.
+At every batch key M: the config the engine runs today (its shipped table's, else its default
+rule's; with a shipped table the default rule's config is screened too), its one-step neighbours
+in the engines' search space (each launch parameter changed alone) and any extra candidates
+(another tuner's config for that key) are screened on uniform routing; from the best screened
+config a second round of neighbours is screened; the `finalists` best and the baseline are then
+timed on every routing with `final_repeats` graph replays, decode-true (cold L2). The fastest
+finalist (summed over routings) is picked only where it beats the baseline on every routing by
+more than the noise (its p90 below the baseline's p10); otherwise the baseline's config. The
+picks (`picks_<name>`) are then decided into a drop-in file on two fresh draws and checked on a
+third (measure/engine_tables.decide_file). In the tune table `default`, `is_default` and
+`x_default` name that baseline.
 """
 
 from __future__ import annotations
