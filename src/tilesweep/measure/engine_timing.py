@@ -83,8 +83,10 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
 
     from tilesweep.measure.timing import calls_to_fill, summarize, time_gpu
 
-    probe, _ = time_gpu(list(calls), 3, 1)
-    rounds = max(1, calls_to_fill(statistics.median(probe), fill_ms, max_calls) // len(calls))
+    rounds = 1
+    if len(calls) < max_calls:  # else one rotation already holds the most calls a replay may
+        probe, _ = time_gpu(list(calls), 3, 1)
+        rounds = max(1, calls_to_fill(statistics.median(probe), fill_ms, max_calls) // len(calls))
     samples, method = time_gpu(list(calls) * rounds, repeats, 1)
     return {**summarize(samples), "timing": method, "calls_per_replay": len(calls) * rounds}
 
