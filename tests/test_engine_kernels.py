@@ -468,3 +468,43 @@ def test_every_kept_drop_in_is_listed_with_its_ratios_and_contents():
         assert hashlib.sha256(files[row.path].read_bytes()).hexdigest() == row.sha256
         assert row.worst_x_baseline >= engine_tables.HELD_OUT_FLOOR
         assert row.timing.startswith("decode (cold L2")
+
+
+DECIDE = """
+import json, sys
+from pathlib import Path
+from tilesweep.config import compose
+from tilesweep.measure import engine_tables
+out = Path(sys.argv[1])
+settings = compose(["model.hidden=256", "model.top_k=2"])
+config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+          "num_warps": 4, "num_stages": 2}
+pick = out / "picks_E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+pick.write_text(json.dumps({"1": config}))
+row, checks = engine_tables.decide_file("vllm", pick, settings, out, 3, 2, device="cpu")
+print(json.dumps({k: str(v) for k, v in row.items()}))
+print(json.dumps([c["config_from"].tolist() for c in checks]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not KEPT.is_dir(), reason="needs tools/fetch_engine_kernels.py's vLLM 0.33.0")
+def test_a_candidate_is_decided_on_two_draws_in_vllms_own_kernel(tmp_path):
+    # Triton's interpreter: the flow and the names, never numbers.
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", DECIDE, str(tmp_path)], env=env,
+                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-2])
+    labels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (
+        row["file_name"]
+        == "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    )
+    assert row["baseline"] == "default" and row["timing"] == "cpu (Triton interpreter)"
+    assert len(labels) >= 2 and set(labels[0]) == {"file", "baseline", "baseline_again"}
+    exported = list((tmp_path / "export").rglob("*.json"))
+    if row["status"] == "exported":
+        assert [p.relative_to(tmp_path / "export").as_posix() for p in exported] == [row["path"]]
+    else:
+        assert exported == [] and row["path"] in ("", "nan")
