@@ -157,6 +157,8 @@ class EngineTimer:
             return
         if timing == "decode":
             props = torch.cuda.get_device_properties(device)
+            if not getattr(props, "L2_cache_size", 0):
+                raise LookupError(f"{props.name}: no L2 size reported; decode timing needs it")
             self.l2_bytes = int(props.L2_cache_size)
             free, _ = torch.cuda.mem_get_info(device)
             count = weight_copies(problem, fmt, self.l2_bytes, free)
