@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 python3 -c 'import torch, triton; p = torch.cuda.get_device_properties(0)
 print(f"torch {torch.__version__}, triton {triton.__version__}, L2 {p.L2_cache_size} bytes")' |
   tee "$out/tables.log"
-timeout "${TILESWEEP_TABLES_LIMIT_S:-380}" python3 tools/engine_tables.py --out "$out/tables" \
+timeout -k 10 "${TILESWEEP_TABLES_LIMIT_S:-370}" python3 tools/engine_tables.py --out "$out/tables" \
   --budget-s "${TILESWEEP_TABLES_BUDGET_S:-300}" "$@" 2>&1 | tee -a "$out/tables.log"
 echo "engine tables: $(($(date +%s) - start)) s" | tee -a "$out/tables.log"
 cp "$out/tables/dropins.csv" "$out/dropins.csv" 2>/dev/null

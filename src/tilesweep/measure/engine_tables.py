@@ -198,9 +198,10 @@ def _release() -> None:
 def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repeats: int,
         budget_s: float, check_experts: int | None = 16, workers: int = 0,
         log=print) -> pd.DataFrame:  # fmt: skip
-    """Decide every (engine, candidate) in order within budget_s seconds (compiling all first,
-    in parallel); write dropins.csv and the check tables under out_dir; return the drop-ins.
-    A candidate not reached in time is a row that says so, never an exported file."""
+    """Decide every (engine, candidate) in order within budget_s seconds, each file's configs
+    compiled first in a pool of processes that idles while it is timed; write dropins.csv and
+    the check tables under out_dir; return the drop-ins. A candidate not started in time (the
+    longest file so far would not fit what is left) is a row that says so, never a file."""
     import os
 
     import triton
@@ -208,43 +209,42 @@ def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repea
     from tilesweep.errors import last_line
     from tilesweep.io import write_table
     from tilesweep.measure import engine_check
-    from tilesweep.measure.engine_timing import warm_all
+    from tilesweep.measure.engine_timing import compile_pool, warm_all
 
     start = time.monotonic()
     out_dir = Path(out_dir)
-    jobs = compile_jobs(settings, work, triton.__version__)
-    refused = warm_all(jobs, workers or max(1, (os.cpu_count() or 2) - 1))
-    log(f"compiled {len(jobs)} (config, M) in {time.monotonic() - start:.0f} s; "
-        f"{len(refused)} refused")  # fmt: skip
     rows, spent = [], []
-    for engine, path in work:
-        left = budget_s - (time.monotonic() - start)
-        need = max(spent) if spent else 0.0
-        if left < need:
+    with compile_pool(workers or max(1, (os.cpu_count() or 2) - 1)) as pool:
+        for engine, path in work:
             shape, _ = engine_check.read_file(path)
-            rows.append({"engine": engine, "format": shape["format"], "experts": shape["experts"],
-                         "n": shape["n"], "candidate": str(path), "status":
-                         f"not re-checked: {left:.0f} s of the budget left, a file took "
-                         f"{need:.0f} s; withheld"})  # fmt: skip
-            continue
-        t0 = time.monotonic()
-        try:
-            row, checks = decide_file(engine, path, settings, out_dir, repeats, check_experts, log)
-        except Exception as exc:  # one file's failure is its row; the others still run
-            shape, _ = engine_check.read_file(path)
-            rows.append({"engine": engine, "format": shape["format"],
-                         "experts": shape["experts"], "n": shape["n"], "candidate": str(path),
-                         "status": f"error, withheld: {last_line(exc)}"})  # fmt: skip
-            log(f"{engine} {path.name}: {last_line(exc)}")
-            continue
-        finally:
-            _release()
-        spent.append(time.monotonic() - t0)
-        stem = f"{engine}-{row['version']}_{row['format']}_E={row['experts']},N={row['n']}"
-        write_table(out_dir / "checks" / f"{stem}.csv", pd.concat(checks, ignore_index=True))
-        rows.append(row)
-        log(f"{stem}: {row['status']} ({spent[-1]:.0f} s)")
-        write_table(out_dir / "dropins.csv", pd.DataFrame(rows).reindex(columns=DROPIN_COLUMNS))
+            gap = {"engine": engine, "format": shape["format"], "experts": shape["experts"],
+                   "n": shape["n"], "candidate": str(path)}  # fmt: skip
+            left = budget_s - (time.monotonic() - start)
+            need = max(spent) if spent else 0.0
+            if left < need:
+                rows.append({**gap, "status": f"not re-checked: {left:.0f} s of the budget "
+                             f"left, a file took {need:.0f} s; withheld"})  # fmt: skip
+                continue
+            t0 = time.monotonic()
+            try:
+                jobs = compile_jobs(settings, [(engine, path)], triton.__version__)
+                refused = warm_all(jobs, pool)
+                log(f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
+                    f"{time.monotonic() - t0:.0f} s, {len(refused)} refused")  # fmt: skip
+                row, checks = decide_file(engine, path, settings, out_dir, repeats,
+                                          check_experts, log)  # fmt: skip
+            except Exception as exc:  # one file's failure is its row; the others still run
+                rows.append({**gap, "status": f"error, withheld: {last_line(exc)}"})
+                log(f"{engine} {path.name}: {last_line(exc)}")
+                continue
+            finally:
+                _release()
+            spent.append(time.monotonic() - t0)
+            stem = f"{engine}-{row['version']}_{row['format']}_E={row['experts']},N={row['n']}"
+            write_table(out_dir / "checks" / f"{stem}.csv", pd.concat(checks, ignore_index=True))
+            rows.append(row)
+            log(f"{stem}: {row['status']} ({spent[-1]:.0f} s)")
+            write_table(out_dir / "dropins.csv", pd.DataFrame(rows).reindex(columns=DROPIN_COLUMNS))
     frame = pd.DataFrame(rows).reindex(columns=DROPIN_COLUMNS)
     write_table(out_dir / "dropins.csv", frame)
     return frame

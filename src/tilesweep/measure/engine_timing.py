@@ -263,17 +263,16 @@ def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers
     return failed
 
 
-def warm_all(jobs: list[tuple], workers: int) -> dict:
-    """Compile (engine, version, problem, fmt, config, M) jobs of several problems in one pool
-    of processes, in order; return {index: error} of those refused."""
+def compile_pool(workers: int):
+    """Return a pool of spawned processes for warm_all (one per worker; reused across calls)."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
+    return cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn"))
+
+
+def warm_all(jobs: list[tuple], pool) -> dict:
+    """Compile (engine, version, problem, fmt, config, M) jobs of any problems in a pool of
+    processes (compile_pool); return {index: error} of those refused."""
     work = [(i, *job[:4], effective(job[4], job[3]), job[5]) for i, job in enumerate(jobs)]
-    failed = {}
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        for index, err in pool.map(_warm_one, work, chunksize=1):
-            if err:
-                failed[index] = err
-    return failed
+    return {index: err for index, err in pool.map(_warm_one, work, chunksize=1) if err}
