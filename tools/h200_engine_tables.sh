@@ -10,8 +10,11 @@
 # tune: a full tune of 12 files does not fit the 7 minutes. Files are decided fp8_block first,
 # then bf16, then fp8, TP8 before TP1; one not started within the budget is withheld and says
 # so in dropins.csv (run again with e.g. --format fp8 to decide the rest).
-# Carry .whl and .engine_kernels (tools/fetch_engine_kernels.py: kernels, shipped tables and
-# get_config_file_name, with hashes); the Triton cache is kept in .triton_cache between calls.
+# Each file's configs are compiled (15 processes) just before it is timed. Carry .whl
+# (tools/fetch_wheels.py) and .engine_kernels (tools/fetch_engine_kernels.py at this commit or
+# later: kernels, shipped tables and get_config_file_name, with hashes; an older extraction
+# lacks the tables and is refused before anything runs); the Triton cache is kept in
+# .triton_cache between calls.
 # Usage (on the GPU machine, repo root): tools/h200_engine_tables.sh OUT_DIR [engine_tables args]
 # Writes OUT_DIR/gpus.csv, tables.log, dropins.csv and engine_tables.tgz (exports, checks).
 set -uo pipefail
@@ -22,6 +25,19 @@ start=$(date +%s)
 # shellcheck source=tools/gpu_env.sh
 source "$(dirname "$0")/gpu_env.sh" || exit 1
 export TRITON_CACHE_DIR="$PWD/.triton_cache"
+python3 - <<'PY' || exit 1
+import json
+from pathlib import Path
+
+from tilesweep.config import compose
+
+for engine, version in compose([])["backend"]["fused_moe"]["engine_versions"].items():
+    manifest = Path(f".engine_kernels/{engine}-{version}/manifest.json")
+    got = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    if "tables" not in got or "names_py_sha256" not in got:
+        raise SystemExit(f"{manifest}: missing or without shipped tables; run "
+                         "tools/fetch_engine_kernels.py of this commit and carry .engine_kernels")
+PY
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpus.csv"
 python3 -c 'import torch, triton; p = torch.cuda.get_device_properties(0)
 print(f"torch {torch.__version__}, triton {triton.__version__}, L2 {p.L2_cache_size} bytes")' |
