@@ -182,8 +182,6 @@ def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda
                              "baseline": "shipped" if shipped else "default",
                              "baseline_from": where, **done[slug]})  # fmt: skip
             batch.refs.clear()
-        if log:
-            log(f"  M={m} checked")
     del timer
     return judge(pd.DataFrame(rows).reindex(columns=CHECK_COLUMNS))
 

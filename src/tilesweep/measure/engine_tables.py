@@ -113,7 +113,7 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
         check = engine_check.check_file(str(path), settings, repeats, device, engine, draw,
-                                        check_experts=check_experts)  # fmt: skip
+                                        check_experts=check_experts, log=log)  # fmt: skip
         checks.append(check)
         log(engine_check.summary(checks[-1]))
         _release()
@@ -134,7 +134,7 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
         log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
         held = engine_check.check_file(
             str(trial), settings, repeats, device, engine, HELD_OUT_DRAW, keys=kept,
-            check_experts=check_experts,
+            check_experts=check_experts, log=log,
         )  # fmt: skip
         checks.append(held)
         log(engine_check.summary(held))
