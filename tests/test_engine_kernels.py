@@ -508,3 +508,18 @@ def test_a_candidate_is_decided_on_two_draws_in_vllms_own_kernel(tmp_path):
         assert [p.relative_to(tmp_path / "export").as_posix() for p in exported] == [row["path"]]
     else:
         assert exported == [] and row["path"] in ("", "nan")
+
+
+def test_the_gpu_script_finds_a_candidate_for_every_engine_format_and_glm5_shape():
+    from tilesweep.config import compose
+
+    settings = compose([])
+    versions = settings["backend"]["fused_moe"]["engine_versions"]
+    kept = [ROOT / "docs/examples/h200/engine_tune", ROOT / "docs/examples/h200/engine_tune_fp8"]
+    for engine, version in versions.items():
+        found = engine_tables.candidates(kept, engine, version)
+        assert set(found) == {
+            (f, 256, n) for f in ("bf16", "fp8", "fp8_block") for n in (256, 2048)
+        }
+        for (_, _, n), path in found.items():
+            assert len(read_file(path)[1]) == 18  # every batch key M = 1-4,096
