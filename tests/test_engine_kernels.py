@@ -16,11 +16,13 @@ import torch
 
 from tilesweep import engine_kernels
 from tilesweep.errors import ConfigError
-from tilesweep.measure import engine_tune, vllm_kernel
-from tilesweep.measure.engine_case import FILE_DTYPE
+from tilesweep.measure import engine_check, engine_tables, engine_tune, vllm_kernel
 from tilesweep.measure.engine_check import judge, read_file
 
 ROOT = Path(__file__).resolve().parents[1]
+# The names vLLM's and SGLang's own get_config_file_name give every format (made by
+# `tools/fetch_engine_kernels.py --names tests/data/engine_names.json` from the pinned wheels).
+NAMES = json.loads((ROOT / "tests/data/engine_names.json").read_text())
 MODULE = """
 import torch
 from vllm.platforms import current_platform  # never executed: only the kernels are taken
@@ -41,7 +43,25 @@ def fused_moe_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(y_ptr + offs, scale_row(tl.load(x_ptr + offs, mask=mask), 2.0), mask=mask)
+
+
+def get_config_file_name(E: int, N: int, dtype: str | None, block_shape=None) -> str:
+    device_name = get_device_name_as_file_name()
+    dtype_selector = "" if not dtype else f",dtype={dtype}"
+    block = ("" if not block_shape else f",block_shape={block_shape}").replace(" ", "")
+    return f"E={E},N={N},device_name={device_name}{dtype_selector}{block}.json"
 """
+PLATFORM = """
+import re
+
+
+@cache
+def get_device_name_as_file_name(device_id: int = 0) -> str:
+    from vllm.platforms import current_platform
+
+    return re.sub(r"[\\s/]+", "_", current_platform.get_device_name(device_id))
+"""
+TABLE = {"1": {"BLOCK_SIZE_M": 16}, "64": {"BLOCK_SIZE_M": 64}, "triton_version": "3.6.0"}
 
 
 def _wheel(tmp_path: Path, version: str = "9.9.1") -> Path:
@@ -49,6 +69,9 @@ def _wheel(tmp_path: Path, version: str = "9.9.1") -> Path:
     path = tmp_path / f"vllm-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr(engine_kernels.MODULES["vllm"][0], MODULE)
+        archive.writestr(engine_kernels.NAMERS["vllm"][0][0], PLATFORM)
+        archive.writestr(engine_kernels.TABLES["vllm"] + "E=8,N=16,device_name=X.json",
+                         json.dumps(TABLE))  # fmt: skip
         archive.writestr("vllm/__init__.py", "")
     return path
 
@@ -66,6 +89,32 @@ def test_the_kernels_are_extracted_with_their_hashes_and_nothing_else(tmp_path):
 
     assert manifest["kernel_py_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     assert manifest["module_sha256"] == hashlib.sha256(MODULE.encode()).hexdigest()
+    # The shipped tables and the naming functions come along, hashed.
+    table = json.dumps(TABLE).encode()
+    assert manifest["tables"] == {"E=8,N=16,device_name=X.json": hashlib.sha256(table).hexdigest()}
+    names = (out / "names.py").read_bytes()
+    assert manifest["names_py_sha256"] == hashlib.sha256(names).hexdigest()
+    assert b"def get_config_file_name" in names and b"def get_device_name_as_file_name" in names
+
+
+def test_files_are_named_by_the_engines_own_function_and_its_shipped_table_found(tmp_path):
+    kept = tmp_path / "kept"
+    engine_kernels.extract("vllm", _wheel(tmp_path), kept)
+    name = engine_kernels.config_file_name("vllm", "9.9.1", 8, 16, "fp8_block", "Big GPU", kept)
+    assert name == "E=8,N=16,device_name=Big_GPU,dtype=fp8_w8a8,block_shape=[128,128].json"
+    assert "vllm.platforms" not in sys.modules  # the platform it was given is gone again
+    table, where = engine_kernels.shipped_table("vllm", "9.9.1", "E=8,N=16,device_name=X.json",
+                                                "3.6.0", kept)  # fmt: skip
+    assert table == {1: {"BLOCK_SIZE_M": 16}, 64: {"BLOCK_SIZE_M": 64}}
+    assert where.startswith(engine_kernels.TABLES["vllm"] + "E=8,N=16,device_name=X.json (sha256")
+    assert engine_kernels.nearest(table, 20) == {"BLOCK_SIZE_M": 16}
+    assert engine_kernels.nearest(table, 40) == {"BLOCK_SIZE_M": 64}
+    none, why = engine_kernels.shipped_table("vllm", "9.9.1", "E=9.json", "3.6.0", kept)
+    assert none is None and "default rule" in why
+    shipped = kept / "vllm-9.9.1" / "configs" / "E=8,N=16,device_name=X.json"
+    shipped.write_text("{}")
+    with pytest.raises(LookupError, match="differs from its manifest"):
+        engine_kernels.shipped_table("vllm", "9.9.1", shipped.name, "3.6.0", kept)
 
 
 def test_a_wheel_without_the_kernel_or_of_another_engine_is_refused(tmp_path):
@@ -176,14 +225,12 @@ def test_an_engine_config_file_is_read_by_its_name(tmp_path):
     shape, configs = read_file(path)
     assert shape == {"experts": 256, "n": 2048, "format": "fp8"}
     assert configs == {1: {"BLOCK_SIZE_M": 16}}
-    # The engines' own names of each format, as both write them, read back to that format.
-    for fmt in FILE_DTYPE:
-        name = engine_tune.file_name(FILE_DTYPE[fmt], 256, 256, "NVIDIA H200")
-        (tmp_path / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16}}))
-        assert read_file(tmp_path / name)[0] == {"experts": 256, "n": 256, "format": fmt}
-    assert engine_tune.file_name(FILE_DTYPE["fp8_block"], 256, 256, "NVIDIA H200") == (
-        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
-    )
+    # The engines' own names of each format (vendored from their functions), read back to it.
+    for entry in NAMES:
+        for row in entry["names"]:
+            (tmp_path / row["name"]).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16}}))
+            got = read_file(tmp_path / row["name"])[0]
+            assert got == {"experts": row["experts"], "n": row["n"], "format": row["format"]}
     other = tmp_path / "E=8,N=16,device_name=X,dtype=int8_w8a16.json"
     other.write_text("{}")
     with pytest.raises(ConfigError, match="not a format launched here"):
@@ -234,20 +281,142 @@ def test_neighbours_change_one_parameter_and_block_fp8_takes_k_at_the_block():
     assert all(c["BLOCK_SIZE_K"] <= 128 for c in block) and len(block) == 4
 
 
-def test_the_check_calls_a_key_holding_the_defaults_config_the_same_kernel():
-    rows = []
-    for label, config, median in (("file", "a", 1.0), ("default", "a", 0.98),
-                                  ("file", "b", 0.9), ("default", "a", 1.0),
-                                  ("file", "c", 1.1), ("default", "a", 1.0)):  # fmt: skip
-        m = {"a": 1, "b": 2, "c": 4}[config if label == "file" else rows[-1]["config"]]
-        rows.append({"m": m, "routing": "uniform", "config_from": label, "config": config,
-                     "rel_err": 0.001, **_timed(median, 0.005)})  # fmt: skip
-    columns = ["x_default_measured", "x_default", "outcome"]  # empty, as check_file makes them
-    table = judge(pd.DataFrame(rows).reindex(columns=[*rows[0], *columns]))
+def _key(m: int, timings: list[tuple[str, str, float]], baseline: str = "default") -> list:
+    """Return one key's check rows (uniform routing) from (label, config, median)."""
+    return [{"m": m, "routing": "uniform", "config_from": label, "config": config,
+             "rel_err": 0.001, "baseline": baseline, **_timed(median, 0.005)}
+            for label, config, median in timings]  # fmt: skip
+
+
+def test_the_check_judges_against_the_baseline_beyond_its_noise_band():
+    rows = [
+        # the file holds the baseline's config: the same kernel, ratio 1; the two timings of
+        # that one config are the noise band (1.0 against 0.98)
+        *_key(1, [("file", "a", 1.0), ("baseline", "a", 1.0), ("baseline_again", "a", 0.98)]),
+        # faster beyond the spreads and the band: won
+        *_key(2, [("file", "b", 0.9), ("baseline", "a", 1.0), ("baseline_again", "a", 1.0)]),
+        # slower: lost
+        *_key(4, [("file", "c", 1.1), ("baseline", "a", 1.0), ("baseline_again", "a", 1.0)]),
+        # faster beyond the spreads but inside a 15% band between two timings of one config
+        *_key(8, [("file", "b", 0.9), ("baseline", "a", 1.0), ("baseline_again", "a", 1.15)]),
+        # against a shipped table, the default rule timed beside it
+        *_key(16, [("file", "b", 0.9), ("baseline", "s", 1.0), ("baseline_again", "s", 1.0),
+                   ("default", "d", 0.8)], "shipped"),
+    ]  # fmt: skip
+    table = judge(pd.DataFrame(rows).reindex(columns=engine_check.CHECK_COLUMNS))
     files = table[table["config_from"] == "file"].set_index("m")
-    assert files.loc[1, "outcome"] == "same config" and files.loc[1, "x_default"] == 1.0
-    assert files.loc[1, "x_default_measured"] == pytest.approx(0.98)  # the noise of one config
+    assert files.loc[1, "outcome"] == "same config" and files.loc[1, "x_baseline"] == 1.0
+    assert files.loc[1, "noise_band"] == pytest.approx(1 / 0.98 - 1)
     assert files.loc[2, "outcome"] == "won" and files.loc[4, "outcome"] == "lost"
+    assert files.loc[8, "outcome"] == "tie" and files.loc[8, "noise_band"] == pytest.approx(0.15)
+    assert files.loc[16, "x_shipped"] == pytest.approx(1 / 0.9)
+    assert files.loc[16, "x_default"] == pytest.approx(0.8 / 0.9)
+    assert pd.isna(files.loc[2, "x_shipped"])  # no shipped table: a gap, not the default
+    # Two draws: a key keeps the file's config only where it won on both.
+    other = table.copy()
+    other.loc[(other["m"] == 2) & (other["config_from"] == "file"), "outcome"] = "tie"
+    assert engine_check.decide([table, table])[2] and not engine_check.decide([table, other])[2]
+
+
+def test_an_export_is_the_engines_current_table_with_only_the_won_keys_changed():
+    shape = {"experts": 256, "n": 256, "format": "fp8_block"}
+    from tilesweep.plan.fused_moe_space import SPACE_KEYS
+
+    rules = {key: [{"value": 7}] for key in SPACE_KEYS}
+    picks = {1: {"pick": 1}, 64: {"pick": 64}}
+    shipped = {1: {"shipped": 1}, 48: {"shipped": 48}, 4096: {"shipped": 4096}}
+    out = engine_check.export_table(picks, {1: False, 64: True}, shipped, rules, shape)
+    assert out == {"1": {"shipped": 1}, "48": {"shipped": 48}, "64": {"pick": 64},
+                   "4096": {"shipped": 4096}}  # fmt: skip
+    out = engine_check.export_table(picks, {1: True}, None, rules, shape)
+    assert out["1"] == {"pick": 1} and out["64"]["BLOCK_SIZE_M"] == 7  # the default rule's
+
+
+def test_exported_names_are_the_engines_own_for_every_format_engine_and_version():
+    from tilesweep.config import compose
+
+    pinned = compose([])["backend"]["fused_moe"]["engine_versions"]
+    vendored = {(t["engine"], t["version"]): t for t in NAMES}
+    assert set(vendored) == set(pinned.items())  # regenerate the data when a pin moves
+    for table in NAMES:
+        got = {(r["format"], r["device"], r["experts"], r["n"]): r["name"] for r in table["names"]}
+        assert {f for f, *_ in got} == {"bf16", "fp8", "fp8_block"}
+        block = got["fp8_block", "NVIDIA H200", 256, 256]
+        if table["engine"] == "vllm":  # vLLM 0.33 strips the space; H200 NVL loads H200's
+            assert block.endswith("block_shape=[128,128].json")
+            assert got["bf16", "NVIDIA H200 NVL", 256, 256] == got["bf16", "NVIDIA H200", 256, 256]
+        else:
+            assert block.endswith("block_shape=[128, 128].json")
+        # Where the wheel is extracted here, the engine's own function still says the same.
+        kept = ROOT / engine_kernels.FOLDER / f"{table['engine']}-{table['version']}"
+        if kept.is_dir():
+            assert engine_kernels.name_table(table["engine"], table["version"],
+                                             ROOT / engine_kernels.FOLDER) == table  # fmt: skip
+    # Every drop-in kept in the example is named so, in the engine's own folder layout.
+    names = {(t["engine"], t["version"]): {r["name"] for r in t["names"]} for t in NAMES}
+    for path in (ROOT / "docs/examples/h200").rglob("E=*.json"):
+        owner = next((p for p in path.parents if "-" in p.name and p.name.split("-")[0]
+                      in engine_kernels.MODULES), None)  # fmt: skip
+        if owner is None:
+            continue  # not an engine's folder (e.g. a check's own copies)
+        engine, version = owner.name.split("-", 1)
+        assert path.name in names[engine, version], path
+        triton = path.parent.name.removeprefix("triton_").replace("_", ".")
+        want = engine_tables.dropin_path(engine, version, path.name, triton)
+        assert path.relative_to(owner.parent).as_posix() == want
+
+
+def test_no_engine_file_name_is_kept_twice_with_other_contents():
+    seen = {}
+    for path in (ROOT / "docs/examples/h200").rglob("E=*.json"):
+        owner = next((p.name for p in path.parents if p.name.split("-")[0]
+                      in engine_kernels.MODULES), "")  # fmt: skip
+        seen.setdefault((owner, path.name), set()).add(path.read_bytes())
+    assert all(len(contents) == 1 for contents in seen.values()), [
+        key for key, contents in seen.items() if len(contents) > 1
+    ]
+
+
+def test_sglang_loads_the_table_of_its_triton_else_the_newest_other(tmp_path):
+    path = tmp_path / "sglang-9.0.0-py3-none-any.whl"
+    sglang_module = engine_kernels.MODULES["sglang"][0]
+    namer = engine_kernels.NAMERS["sglang"][0][0]
+    name = "E=8,N=16,device_name=X.json"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(sglang_module, MODULE)
+        archive.writestr(
+            namer,
+            "def get_config_file_name(E, N, dtype, block_shape=None):\n"
+            "    return f'E={E},N={N},device_name={get_device_name()}.json'\n",
+        )
+        for triton_dir in ("triton_3_1_0", "triton_3_4_0", "triton_3_10_0"):
+            table = {"1": {"from": triton_dir}}
+            archive.writestr(f"{engine_kernels.TABLES['sglang']}{triton_dir}/{name}",
+                             json.dumps(table))  # fmt: skip
+    kept = tmp_path / "kept"
+    engine_kernels.extract("sglang", path, kept)
+    assert engine_kernels.config_file_name("sglang", "9.0.0", 8, 16, "bf16", "X", kept) == name
+    own, where = engine_kernels.shipped_table("sglang", "9.0.0", name, "3.4.0", kept)
+    assert own == {1: {"from": "triton_3_4_0"}} and "triton_3_4_0/" in where
+    newest, _ = engine_kernels.shipped_table("sglang", "9.0.0", name, "3.6.0", kept)
+    assert newest == {1: {"from": "triton_3_10_0"}}  # by version, not by string
+
+
+def test_decode_timing_rotates_enough_weight_copies_to_pass_the_l2_three_times():
+    from tilesweep.measure import engine_timing as et
+
+    for n, fmt in ((256, "fp8_block"), (256, "bf16"), (2048, "bf16"), (2048, "fp8")):
+        problem = {"experts": 256, "n": n, "hidden": 6144, "top_k": 8}
+        for l2 in (50 << 20, 60 << 20, 126 << 20):
+            copies = et.weight_copies(problem, fmt, l2)
+            assert copies >= 2 and et.l2_multiple(problem, fmt, l2, copies) >= et.L2_MULTIPLE
+            assert et.l2_multiple(problem, fmt, l2, copies - 1) < et.L2_MULTIPLE or copies == 2
+    # Capped by the device's free memory, and then the label and the reach say so.
+    problem = {"experts": 256, "n": 256, "hidden": 6144, "top_k": 8}
+    one = 256 * sum(et.expert_bytes(problem, "fp8").values())
+    assert et.weight_copies(problem, "fp8", 60 << 20, free_bytes=int(4 * one / 0.6) + 4096) == 4
+    assert et.timing_label("decode", 4) == "decode (cold L2, 4 weight copies)"
+    assert et.timing_label("warm", 1) == "warm L2"
 
 
 def test_the_engines_block_fp8_defaults_are_their_rules():
@@ -282,17 +451,75 @@ def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
     assert configs.is_dir() and not (tmp_path / "engine_vllm.partial").exists()
 
 
-def test_kept_engine_exports_are_rebuilt_from_their_checks_byte_for_byte(tmp_path):
-    import shutil
+TABLES = ROOT / "docs/examples/h200/engine_tables"
 
+
+@pytest.mark.skipif(not TABLES.is_dir(), reason="tools/import_engine_tables.sh not run yet")
+def test_every_kept_drop_in_is_listed_with_its_ratios_and_contents():
+    import hashlib
+
+    rows = pd.read_csv(TABLES / "dropins.csv")
+    exported = rows[rows["status"] == "exported"]
+    files = {
+        p.relative_to(TABLES / "export").as_posix(): p for p in TABLES.rglob("export/**/*.json")
+    }
+    assert set(exported["path"]) == set(files)
+    for row in exported.itertuples():
+        assert hashlib.sha256(files[row.path].read_bytes()).hexdigest() == row.sha256
+        assert row.worst_x_baseline >= engine_tables.HELD_OUT_FLOOR
+        assert row.timing.startswith("decode (cold L2")
+
+
+DECIDE = """
+import json, sys
+from pathlib import Path
+from tilesweep.config import compose
+from tilesweep.measure import engine_tables
+out = Path(sys.argv[1])
+settings = compose(["model.hidden=256", "model.top_k=2"])
+config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+          "num_warps": 4, "num_stages": 2}
+pick = out / "picks_E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+pick.write_text(json.dumps({"1": config}))
+row, checks = engine_tables.decide_file("vllm", pick, settings, out, 3, 2, device="cpu")
+print(json.dumps({k: str(v) for k, v in row.items()}))
+print(json.dumps([c["config_from"].tolist() for c in checks]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not KEPT.is_dir(), reason="needs tools/fetch_engine_kernels.py's vLLM 0.33.0")
+def test_a_candidate_is_decided_on_two_draws_in_vllms_own_kernel(tmp_path):
+    # Triton's interpreter: the flow and the names, never numbers.
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", DECIDE, str(tmp_path)], env=env,
+                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-2])
+    labels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (
+        row["file_name"]
+        == "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    )
+    assert row["baseline"] == "default" and row["timing"] == "cpu (Triton interpreter)"
+    assert len(labels) >= 2 and set(labels[0]) == {"file", "baseline", "baseline_again"}
+    exported = list((tmp_path / "export").rglob("*.json"))
+    if row["status"] == "exported":
+        assert [p.relative_to(tmp_path / "export").as_posix() for p in exported] == [row["path"]]
+    else:
+        assert exported == [] and row["path"] in ("", "nan")
+
+
+def test_the_gpu_script_finds_a_candidate_for_every_engine_format_and_glm5_shape():
     from tilesweep.config import compose
 
-    kept = ROOT / "docs/examples/h200/engine_tune"
-    copy = tmp_path / "engine_tune"
-    shutil.copytree(kept, copy)
-    for export in copy.glob("*-*/E=*.json"):
-        export.unlink()
-    engine_tune.rebuild_exports(copy, compose([]))
-    for export in kept.glob("*-*/E=*.json"):
-        assert (copy / export.parent.name / export.name).read_bytes() == export.read_bytes()
-    assert (copy / "summary.csv").read_bytes() == (kept / "summary.csv").read_bytes()
+    settings = compose([])
+    versions = settings["backend"]["fused_moe"]["engine_versions"]
+    kept = [ROOT / "docs/examples/h200/engine_tune", ROOT / "docs/examples/h200/engine_tune_fp8"]
+    for engine, version in versions.items():
+        found = engine_tables.candidates(kept, engine, version)
+        assert set(found) == {
+            (f, 256, n) for f in ("bf16", "fp8", "fp8_block") for n in (256, 2048)
+        }
+        for path in found.values():
+            assert len(read_file(path)[1]) == 18  # every batch key M = 1-4,096

@@ -1,8 +1,11 @@
 """Fetch the engines' wheels named in config (backend.fused_moe.engine_versions, pinned) and
 extract their fused-MoE Triton kernels, with hashes, into .engine_kernels/<engine>-<version>/
-(ignored by git; carry it to the GPU machine). Needs pip and a package registry.
+(ignored by git; carry it to the GPU machine), with the engines' shipped config tables and
+their get_config_file_name. Needs pip and a package registry. --names PATH also writes the names
+the engines' own functions give every format (engine_kernels.name_table; the test data
+tests/data/engine_names.json is made so).
 
-Usage: python tools/fetch_engine_kernels.py [--wheels DIR] [--out DIR] [OVERRIDE ...]
+Usage: python tools/fetch_engine_kernels.py [--wheels DIR] [--out DIR] [--names PATH] [OVERRIDE ...]
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ import sys
 from pathlib import Path
 
 from tilesweep.config import compose
-from tilesweep.engine_kernels import FOLDER, extract
+from tilesweep.engine_kernels import FOLDER, extract, name_table
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheels", type=Path, default=Path(".engine_wheels"))  # not carried
     parser.add_argument("--out", type=Path, default=Path(FOLDER))
+    parser.add_argument("--names", type=Path, help="write the engines' names of every format")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     versions = compose(args.overrides)["backend"]["fused_moe"]["engine_versions"]
@@ -30,3 +34,10 @@ if __name__ == "__main__":
             subprocess.run([*cmd, f"{engine}=={version}", "-d", str(args.wheels)], check=True)
             wheel = next(args.wheels.glob(f"{engine}-{version}-*.whl"))
         print(f"{engine} {version}: {extract(engine, wheel, args.out)}")
+    if args.names:
+        import json
+
+        tables = [name_table(e, v, args.out) for e, v in versions.items()]
+        args.names.parent.mkdir(parents=True, exist_ok=True)
+        args.names.write_text(json.dumps(tables, indent=1) + "\n")
+        print(f"names: {args.names}")

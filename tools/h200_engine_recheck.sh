@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Superseded by tools/h200_engine_tables.sh (issue 38): the exports it reads were removed; kept
+# as the record of how the older checks in docs/examples/h200/engine_tune/ were made.
 # An independent check of the kept exported engine files (docs/examples/h200/engine_tune): each
 # file timed against its engine's default in that engine's own kernel on fresh weights and
 # routing (bench.seed differs from the tuning and from its own held-out check), then the

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Superseded by tools/h200_engine_tables.sh (issue 38): the exports it reads were removed; kept
+# as the record of how the older checks in docs/examples/h200/engine_tune/ were made.
 # The one kept engine file that lost a key on the independent recheck (SGLang bf16 TP8, M=128
 # under Zipf, bench.seed=7) made safe from that recheck (`engine-check --safe-out`: a key keeps
 # its tuned config only where it won on every routing), then every kept file and the safe one

@@ -59,12 +59,13 @@ def parser() -> argparse.ArgumentParser:
     failed.add_argument("--status", action="append", help="only this status (repeatable)")
     check = sub.add_parser(
         "engine-check",
-        help="time an engine config file against the engine's default, in the engine's kernel",
+        help="time an engine config file against the engine's current table, in its kernel",
         description=(
             "On the GPU at hand, time every batch key of a vLLM / SGLang fused-MoE config file "
-            "(any tuner's) against the engine's default config, in the engine's own Triton "
-            "kernel (tools/fetch_engine_kernels.py), under uniform and Zipf routing; a key is "
-            "won, lost or a tie within the p10-p90 noise."
+            "(any tuner's) against what the engine runs today (its shipped table, else its "
+            "default rule; the default reported beside it), in the engine's own Triton kernel "
+            "(tools/fetch_engine_kernels.py), decode-true (cold L2), under uniform and Zipf "
+            "routing; a key is won, lost or a tie within the noise."
         ),
     )
     check.add_argument("file", help="E=..,N=..,device_name=..[,dtype=..].json")
@@ -72,10 +73,17 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--safe-out",
         help="write the file as it may be exported: a key's config only where it won on every "
-        "routing, else the engine's default",
+        "routing, else the engine's current config",
     )
     check.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
     check.add_argument("--engine", default="vllm", help="whose kernel and default (vllm, sglang)")
+    check.add_argument(
+        "--timing",
+        choices=["decode", "warm"],
+        default="decode",
+        help="decode: cold L2 over rotated weight copies (default); warm: one weight set, as the "
+        "engines' own tuners time",
+    )
     check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
     tune = sub.add_parser(
         "engine-tune",
@@ -211,7 +219,7 @@ def engine_check_command(args: argparse.Namespace) -> int:
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
     settings = compose(args.overrides)
-    table = check_file(args.file, settings, args.repeats, engine=args.engine)
+    table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
     if args.safe_out:
         kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
         sys.stdout.write(

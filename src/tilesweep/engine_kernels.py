@@ -7,11 +7,19 @@ SHA-256, the module's path and SHA-256, the functions taken and the SHA-256 of `
 folder is ignored by git: nothing of the engines' is kept in this repository, and it travels to
 a GPU machine with the other wheels. `load` returns the kernel from such a folder (checked
 against its manifest), or from the installed engine where it imports.
+
+`extract` also keeps what decides which table the engine runs today: its shipped fused-MoE config
+tables (`configs/`, as laid out in the wheel: vLLM's flat folder, SGLang's `triton_X_Y_Z/`
+folders), each with its SHA-256 in the manifest, and the source of its `get_config_file_name`
+(`names.py`, with the helper that names the device), so that a file is named by the engine's own
+function (`config_file_name`) and compared with the table the engine would load
+(`shipped_table`).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -28,11 +36,40 @@ MODULES = {
     "vllm": ("vllm/model_executor/layers/fused_moe/fused_moe.py", "fused_moe_kernel"),
     "sglang": ("sglang/kernels/ops/moe/fused_moe_triton_kernels.py", "fused_moe_kernel"),
 }
+# Where each engine keeps its shipped fused-MoE config tables inside its wheel.
+TABLES = {
+    "vllm": "vllm/model_executor/layers/fused_moe/configs/",
+    "sglang": "sglang/srt/layers/moe/moe_runner/triton_utils/configs/",
+}
+# The functions that name a config file: (module inside the wheel, function), in order.
+NAMERS = {
+    "vllm": (
+        ("vllm/utils/platform_utils.py", "get_device_name_as_file_name"),
+        ("vllm/model_executor/layers/fused_moe/fused_moe.py", "get_config_file_name"),
+    ),
+    "sglang": (
+        ("sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
+         "get_config_file_name"),
+    ),
+}  # fmt: skip
+# Each format's (dtype, block_shape) as the engine passes them to get_config_file_name (vLLM:
+# block_shape None unless blocked; SGLang: [block_n, block_k], zeros unless blocked).
+NAME_ARGS = {
+    "vllm": {"bf16": (None, None), "fp8": ("fp8_w8a8", None),
+             "fp8_block": ("fp8_w8a8", [128, 128])},
+    "sglang": {"bf16": (None, [0, 0]), "fp8": ("fp8_w8a8", [0, 0]),
+               "fp8_block": ("fp8_w8a8", [128, 128])},
+}  # fmt: skip
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
 HEADER = (
     "# Taken verbatim from {wheel} ({module}) by tilesweep's engine_kernels.extract: every\n"
     "# @triton.jit function of that module, nothing else. Not part of tilesweep.\n"
     "import triton\nimport triton.language as tl\n"
+)
+NAMES_HEADER = (
+    "# Taken verbatim from the engine's wheel by tilesweep's engine_kernels.extract: the\n"
+    "# functions that name a fused-MoE config file. Executed by engine_kernels.config_file_name\n"
+    "# with the device's name given. Not part of tilesweep.\n\n"
 )
 
 
@@ -58,6 +95,45 @@ def jit_functions(source: str) -> dict[str, str]:
     return out
 
 
+def function_source(source: str, name: str) -> str:
+    """Return the source of one top-level function of a module (decorators included), or raise
+    ValueError."""
+    lines = source.splitlines(keepends=True)
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+            return "".join(lines[start : node.end_lineno])
+    raise ValueError(f"no function {name}")
+
+
+def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
+    """Write names.py (the engine's file-naming functions, verbatim); return its manifest part."""
+    parts, sources = [], {}
+    for module, name in NAMERS[engine]:
+        text = archive.read(module).decode()
+        parts.append(f"# {module}\n{function_source(text, name)}")
+        sources[name] = {"module": module, "module_sha256": _sha256(text.encode())}
+    text = NAMES_HEADER + "\n\n".join(parts)
+    with atomic_path(out / "names.py") as tmp:
+        tmp.write_text(text)
+    return {"names": sources, "names_py_sha256": _sha256(text.encode())}
+
+
+def _extract_tables(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
+    """Write the wheel's shipped fused-MoE config tables under out/configs/ (the wheel's layout
+    below its configs folder); return {relative path: SHA-256}."""
+    prefix, tables = TABLES[engine], {}
+    for member in sorted(archive.namelist()):
+        if member.startswith(prefix) and member.endswith(".json") and "E=" in member:
+            rel = member[len(prefix) :]
+            data = archive.read(member)
+            target = out / "configs" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            tables[rel] = _sha256(data)
+    return tables
+
+
 def wheel_version(wheel: Path) -> tuple[str, str]:
     """Return (distribution, version) from a wheel's file name."""
     dist, version = wheel.name.split("-")[:2]
@@ -77,12 +153,17 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
             source_bytes = archive.read(module)
         except KeyError:
             raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
-    functions = jit_functions(source_bytes.decode())
-    if kernel not in functions:
-        raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
+        functions = jit_functions(source_bytes.decode())
+        if kernel not in functions:
+            raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
+        out = Path(folder) / f"{engine}-{version}"
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            names = _extract_names(engine, archive, out)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{wheel.name}: its config file naming is not found ({exc})") from None
+        tables = _extract_tables(engine, archive, out)
     text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
-    out = Path(folder) / f"{engine}-{version}"
-    out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "kernel.py") as tmp:
         tmp.write_text(text)
     manifest = {
@@ -95,6 +176,9 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
         "functions": sorted(functions),
         "kernel": kernel,
         "kernel_py_sha256": _sha256(text.encode()),
+        **names,
+        "tables_prefix": TABLES[engine],
+        "tables": tables,
     }
     with atomic_path(out / "manifest.json") as tmp:
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -131,3 +215,128 @@ def load(engine: str, version: str, folder: str | Path = FOLDER):
     raise LookupError(
         f"no {kept} (tools/fetch_engine_kernels.py makes it) and {engine} is not installed"
     )
+
+
+def _manifest(engine: str, version: str, folder: str | Path) -> tuple[Path, dict]:
+    """Return (folder/<engine>-<version>, its manifest), or raise LookupError."""
+    kept = Path(folder) / f"{engine}-{version}"
+    if not (kept / "manifest.json").is_file():
+        raise LookupError(f"no {kept} (tools/fetch_engine_kernels.py makes it)")
+    return kept, json.loads((kept / "manifest.json").read_text())
+
+
+class _Platform:
+    """The one thing the engines' naming functions ask of the platform: the device's name."""
+
+    def __init__(self, device_name: str):
+        self.device_name = device_name
+
+    def get_device_name(self, device_id: int = 0) -> str:
+        """Return the device's name as torch reports it (e.g. "NVIDIA H200")."""
+        return self.device_name
+
+
+def config_file_name(engine: str, version: str, experts: int, n: int, fmt: str,
+                     device_name: str, folder: str | Path = FOLDER) -> str:  # fmt: skip
+    """Return the file name the engine looks up for (E, N, format) on a device named
+    `device_name` (torch.cuda.get_device_name's form), by running the engine's own
+    get_config_file_name from the extracted wheel (names.py, checked against its manifest)."""
+    import functools
+    import re
+    import typing
+
+    kept, manifest = _manifest(engine, version, folder)
+    text = (kept / "names.py").read_bytes()
+    if "names_py_sha256" not in manifest or _sha256(text) != manifest["names_py_sha256"]:
+        raise LookupError(f"{kept / 'names.py'}: missing or differs from its manifest")
+    platform = _Platform(device_name)
+    space = {**vars(typing), "re": re, "os": __import__("os"), "functools": functools}
+    space.update(cache=functools.cache, lru_cache=functools.lru_cache)
+    space.update(current_platform=platform, get_device_name=platform.get_device_name)
+    exec(compile(text, str(kept / "names.py"), "exec"), space)  # the engine's own code
+    dtype, block = NAME_ARGS[engine][fmt]
+    with _platform_module(platform):  # vLLM's helper imports vllm.platforms when called
+        return space["get_config_file_name"](experts, n, dtype, block)
+
+
+@contextlib.contextmanager
+def _platform_module(platform: _Platform):
+    """Let `from vllm.platforms import current_platform` resolve to `platform` for the duration
+    (the modules it replaces, or their absence, are put back after)."""
+    import types
+
+    saved = {key: sys.modules.get(key) for key in ("vllm", "vllm.platforms")}
+    module = types.ModuleType("vllm.platforms")
+    module.current_platform = platform
+    sys.modules["vllm"] = saved["vllm"] or types.ModuleType("vllm")
+    sys.modules["vllm.platforms"] = module
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = value
+
+
+def table_names(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
+    """Return {relative path: SHA-256} of the engine's shipped config tables (extracted)."""
+    return _manifest(engine, version, folder)[1].get("tables", {})
+
+
+def shipped_table(engine: str, version: str, name: str, triton_version: str,
+                  folder: str | Path = FOLDER) -> tuple[dict | None, str]:  # fmt: skip
+    """Return ({M: config} or None, where) of the table the engine would load today for a file
+    name from its own wheel: vLLM's configs/<name>; SGLang's configs/triton_<T>/<name> for the
+    running Triton T, else the newest other triton_* folder that holds it (its get_moe_configs).
+    `where` names the file and its SHA-256, or says that the engine takes its default rule."""
+    kept, manifest = _manifest(engine, version, folder)
+    tables = manifest.get("tables")
+    if tables is None:
+        raise LookupError(f"{kept}: no shipped tables extracted; run fetch_engine_kernels again")
+    if engine == "vllm":
+        candidates = [name]
+    else:
+        own = f"triton_{triton_version.replace('.', '_')}"
+        found = {rel.split("/")[0] for rel in tables if rel.startswith("triton_")}
+        newest = sorted(found, key=lambda d: tuple(int(x) for x in d[7:].split("_")), reverse=True)
+        others = [d for d in newest if d != own]
+        candidates = [f"{d}/{name}" for d in (own, *others)]
+    for rel in candidates:
+        if rel in tables:
+            data = (kept / "configs" / rel).read_bytes()
+            if _sha256(data) != tables[rel]:
+                raise LookupError(f"{kept / 'configs' / rel}: differs from its manifest")
+            configs = json.loads(data)
+            configs.pop("triton_version", None)
+            where = f"{manifest['tables_prefix']}{rel} (sha256 {tables[rel][:12]})"
+            return {int(k): v for k, v in configs.items()}, where
+    return None, f"no shipped table {name}: the default rule"
+
+
+def nearest(table: dict, m: int) -> dict:
+    """Return the config an engine runs at batch M from a table: the nearest key's (both
+    engines: min over keys of |key - M|, the first on a tie)."""
+    return table[min(table, key=lambda k: abs(k - m))]
+
+
+# The devices and (E, N) the vendored name table covers (tests/data/engine_names.json).
+NAME_DEVICES = ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3")
+NAME_SHAPES = ((256, 256), (256, 2048), (128, 768))
+
+
+def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
+    """Return the names the engine's own get_config_file_name gives every format, device of
+    NAME_DEVICES and shape of NAME_SHAPES, with the SHA-256 of the functions that made them
+    (names.py) and of the modules they come from: strings a test holds the exporter to where
+    the wheel is not at hand."""
+    _, manifest = _manifest(engine, version, folder)
+    names = [
+        {"experts": e, "n": n, "format": fmt, "device": device,
+         "name": config_file_name(engine, version, e, n, fmt, device, folder)}
+        for device in NAME_DEVICES for e, n in NAME_SHAPES for fmt in NAME_ARGS[engine]
+    ]  # fmt: skip
+    return {"engine": engine, "version": version, "wheel": manifest["wheel"],
+            "names_py_sha256": manifest["names_py_sha256"], "functions": manifest["names"],
+            "names": names}  # fmt: skip

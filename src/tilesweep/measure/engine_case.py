@@ -121,9 +121,12 @@ def make_batch(problem, weights: EngineWeights, m, routing, alpha, device, gen, 
     return EngineBatch(m, ids, topw, a, a_scale, c)
 
 
-def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str):
+def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str,
+              experts: int | None = None):  # fmt: skip
     """Return the fp32 reference of one GEMM: each routed pair's (dequantised) row of A times its
-    expert's (dequantised) weights, times its routing weight for the down GEMM."""
+    expert's (dequantised) weights, times its routing weight for the down GEMM; with `experts`,
+    only the pairs routed to that many experts (the lowest ids the batch reaches) are computed
+    and the rest of the rows are NaN (compare with `reference_rows`)."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()
@@ -132,8 +135,10 @@ def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: s
     a = batch.a[gemm].float()
     if weights.fmt != "bf16":
         a = _dequantize(batch.a[gemm], batch.a_scale[gemm], weights.fmt, rows_only=True)
-    out = torch.empty(flat.numel(), gemm_shapes(problem)[gemm][0], device=flat.device)
-    for e in torch.unique(flat).tolist():
+    out = torch.full((flat.numel(), gemm_shapes(problem)[gemm][0]), float("nan"),
+                     device=flat.device)  # fmt: skip
+    reached = torch.unique(flat).tolist()
+    for e in reached[:experts] if experts else reached:
         sel = (flat == e).nonzero().squeeze(1)
         w = weights.w[gemm][e].float()
         if weights.fmt != "bf16":
@@ -142,3 +147,8 @@ def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: s
     if gemm == "down":
         out = out * batch.topk_weights[:, None]
     return out
+
+
+def reference_rows(ref):
+    """Return the rows of a (possibly partial) reference that were computed."""
+    return ref[:, 0].isfinite().nonzero().squeeze(1)

@@ -1,14 +1,22 @@
-"""Time an engine config file (any tuner's) against the engine's default, in the engine's own
-kernel, on the GPU at hand: `tilesweep engine-check FILE [--engine vllm|sglang]`.
+"""Time an engine config file (any tuner's) against what the engine runs today, in the engine's
+own kernel, on the GPU at hand: `tilesweep engine-check FILE [--engine vllm|sglang]`.
 
-At every batch key M of the file and under uniform and Zipf routing, both expert GEMMs run with
-the file's config and with the engine's default (conf engine_defaults: vLLM's or SGLang's
-get_default_config rules for the file's format), each checked against an fp32 reference and
-timed in CUDA-graph replays (measure/engine_timing.py). A key is `won` when the file's p90
-(both GEMMs summed) is below the default's p10, `lost` when its p10 is above the default's p90,
-else a `tie` within the noise; `wrong result` when either misses the reference. The file's
-format is read from its name: bf16, `dtype=fp8_w8a8` (fp8 per tensor) or
-`dtype=fp8_w8a8,block_shape=[128, 128]` (fp8 with 128 x 128 block scales)."""
+The baseline of a key is the engine's current table: the table it ships for the file's name in
+the pinned wheel (engine_kernels.shipped_table: vLLM's configs/, SGLang's configs/triton_X_Y_Z/
+for the running Triton, else its newest other folder holding that name), at the key nearest M as
+the engine picks it; else its default rule (conf engine_defaults: vLLM's or SGLang's
+get_default_config). At every batch key M of the file and under uniform and Zipf routing, both
+expert GEMMs run with the file's config, the baseline's (twice: two timings of one config are
+the key's noise band), and the default rule's where a shipped table is the baseline, each
+checked against an fp32 reference and timed decode-true (cold L2 over rotated weight copies;
+measure/engine_timing.py) unless `timing="warm"`.
+
+A key is `won` where the file's p90 (both GEMMs summed) is below the baseline's p10 and its
+ratio beats the noise band, `lost` where the mirror holds, else a `tie`; `same config` where the
+file holds the baseline's config (the engine runs the same kernel: ratio 1); `wrong result`
+where either missed the reference. The file's format is read from its name: bf16,
+`dtype=fp8_w8a8` (fp8 per tensor) or `dtype=fp8_w8a8,block_shape=[128,128]` (either spelling:
+vLLM 0.33 writes it without the space, SGLang with it)."""
 
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.errors import ConfigError
+from tilesweep.errors import ConfigError, last_line
 from tilesweep.plan import fused_moe_space as space
 
 NAME = re.compile(
@@ -27,10 +35,14 @@ NAME = re.compile(
     r"\.json$"
 )
 CHECK_COLUMNS = [
-    "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "config_from",
-    "config", "time_ms", "time_p10_ms", "time_p90_ms", "rel_err", "x_default_measured",
-    "x_default", "outcome",
+    "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "draw",
+    "timing", "weight_copies", "l2_bytes", "l2_multiple", "config_from", "config", "time_ms",
+    "time_p10_ms", "time_p90_ms", "rel_err", "baseline", "baseline_from", "x_baseline",
+    "x_baseline_measured", "x_shipped", "x_default", "noise_band", "outcome",
 ]  # fmt: skip
+# The timings of one key: the file, the baseline, the baseline again (the noise band), and the
+# default rule where the baseline is a shipped table.
+LABELS = ("file", "baseline", "baseline_again", "default")
 
 
 def file_format(dtype: str | None, block: tuple | None) -> str:
@@ -76,7 +88,15 @@ def problem_of(shape: dict, settings: dict) -> dict:
             "top_k": model["top_k"]}  # fmt: skip
 
 
-def timer_for(engine: str, shape: dict, settings: dict, device: str = "cuda", seed_shift: int = 0):
+def timer_for(
+    engine: str,
+    shape: dict,
+    settings: dict,
+    device: str = "cuda",
+    seed_shift: int = 0,
+    timing: str = "decode",
+    check_experts: int | None = None,
+):
     """Return the EngineTimer of a file's problem in an engine's kernel, or raise ConfigError."""
     import torch
 
@@ -91,100 +111,209 @@ def timer_for(engine: str, shape: dict, settings: dict, device: str = "cuda", se
     try:
         return EngineTimer(engine, fused["engine_versions"][engine], problem_of(shape, settings),
                            shape["format"], bench["seed"] + seed_shift, bench["zipf_alpha"],
-                           device)  # fmt: skip
+                           device, timing, check_experts)  # fmt: skip
     except LookupError as exc:
         raise ConfigError(str(exc)) from None
 
 
+def baseline_of(engine: str, version: str, path: str | Path, shape: dict, settings: dict,
+                triton_version: str) -> tuple[dict | None, str]:  # fmt: skip
+    """Return (the engine's shipped table for a file's key, or None; where) as the engine would
+    load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
+    file's device."""
+    from tilesweep import engine_kernels
+
+    name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
+                                           shape["format"], device_of(path))  # fmt: skip
+    return engine_kernels.shipped_table(engine, version, name, triton_version)
+
+
+def device_of(path: str | Path) -> str:
+    """Return the device a config file is named for, as torch names it ("NVIDIA H200")."""
+    return NAME.search(Path(path).name).group(3).replace("_", " ")
+
+
+def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> dict:
+    """Return the config the engine runs at batch M today: its shipped table's nearest key,
+    else its default rule's."""
+    from tilesweep import engine_kernels
+
+    if shipped:
+        return engine_kernels.nearest(shipped, m)
+    return space.engine_default(rules, m, shape["experts"], shape["format"])
+
+
 def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda",
-               engine: str = "vllm", seed_shift: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Return one row per (M, routing, file or default): times, error and the key's outcome
-    (device "cpu": Triton's interpreter, for tests, not for numbers)."""
+               engine: str = "vllm", seed_shift: int = 0, timing: str = "decode",
+               keys: list[int] | None = None, check_experts: int | None = None,
+               log=None) -> pd.DataFrame:  # fmt: skip
+    """Return one row per (M, routing, timing label): times, error, ratios against the baseline
+    (shipped table, else default rule) and the default, the key's noise band and outcome
+    (device "cpu": Triton's interpreter, for tests, not for numbers). `keys`: only these M
+    of the file; a config timed once serves every label that holds it (the baseline's second
+    timing excepted)."""
+    import triton
+
     from tilesweep.measure.engine_timing import effective
 
     shape, configs = read_file(path)
-    timer = timer_for(engine, shape, settings, device, seed_shift)
+    timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
     rules = settings["backend"]["fused_moe"]["engine_defaults"][engine]
+    shipped, where = baseline_of(engine, timer.version, path, shape, settings, triton.__version__)
     rows = []
-    for m in sorted(configs):
+    for m in sorted(k for k in configs if keys is None or k in keys):
         default = space.engine_default(rules, m, shape["experts"], shape["format"])
+        base = baseline_config(shipped, rules, m, shape)
+        labelled = [("file", configs[m]), ("baseline", base), ("baseline_again", base)]
+        if shipped:
+            labelled.append(("default", default))
         for routing in ("uniform", "zipf"):
             batch = timer.batch(m, routing)
-            for label, config in (("file", configs[m]), ("default", default)):
-                timed = timer.time(config, batch, repeats)
+            done = {}
+            for label, config in labelled:
+                slug = space.config_slug(effective(config, shape["format"]))
+                if slug not in done or label == "baseline_again":
+                    done[slug] = _timed(timer, config, batch, repeats, log)
                 rows.append({"engine": engine, "version": timer.version,
                              "kernel_from": timer.kernel_from, "format": shape["format"],
                              "experts": shape["experts"], "n": shape["n"], "m": m,
-                             "routing": routing, "config_from": label,
-                             "config": space.config_slug(effective(config, shape["format"])),
-                             **timed})  # fmt: skip
+                             "routing": routing, "draw": settings["bench"]["seed"] + seed_shift,
+                             **timer.provenance(), "config_from": label, "config": slug,
+                             "baseline": "shipped" if shipped else "default",
+                             "baseline_from": where, **done[slug]})  # fmt: skip
             batch.refs.clear()
-    return judge(pd.DataFrame(rows, columns=CHECK_COLUMNS))
+    del timer
+    return judge(pd.DataFrame(rows).reindex(columns=CHECK_COLUMNS))
+
+
+def _timed(timer, config: dict, batch, repeats: int, log) -> dict:
+    """Return a config's timing, or NaN times and an infinite error where the launch was refused
+    (the key's outcome is then `wrong result`: nothing is compared with a config that did not
+    run)."""
+    try:
+        return timer.time(config, batch, repeats)
+    except Exception as exc:  # a refused launch is this config's result
+        if log:
+            log(f"  {space.config_slug(config)} at M={batch.m}: {last_line(exc)}")
+        nan = float("nan")
+        return {"time_ms": nan, "time_p10_ms": nan, "time_p90_ms": nan, "rel_err": float("inf")}
+
+
+def _ratio(a: float, b: float) -> float:
+    """Return a / b, NaN where either is missing."""
+    return a / b if pd.notna(a) and pd.notna(b) and b else float("nan")
 
 
 def judge(table: pd.DataFrame) -> pd.DataFrame:
-    """Return the check's rows with each key's outcome: `same config` where the file holds the
-    default's config (the engine runs the same kernel: x_default 1, and x_default_measured is
-    the noise between two timings of one config), else won / lost / tie by the p10-p90 of
-    both timings, or `wrong result` where either missed the fp32 reference."""
+    """Return the check's rows with each key's ratios and outcome. x_baseline: the baseline's
+    time over this row's (1 where the row holds the baseline's config: the engine runs the same
+    kernel; x_baseline_measured keeps the timing's own ratio); x_shipped and x_default likewise
+    against each baseline that was timed (NaN where none: no shipped table); noise_band: how far
+    two timings of the baseline's one config differ (max(a/b, b/a) - 1). The file's outcome:
+    `same config`, `won` (p90 below the baseline's p10 and x_baseline above 1 + noise band),
+    `lost` (the mirror), else `tie`; `wrong result` where any timing missed the reference."""
     from tilesweep.measure.fused_moe_case import TOLERANCE
 
     table = table.copy()
-    measured, ratio, outcomes = {}, {}, {}
+    cols = {c: {} for c in ("x_baseline", "x_baseline_measured", "x_shipped", "x_default",
+                            "noise_band", "outcome")}  # fmt: skip
     for _, pair in table.groupby(["m", "routing"], sort=False):
-        f = pair[pair["config_from"] == "file"].iloc[0]
-        d = pair[pair["config_from"] == "default"].iloc[0]
-        outcome = "won" if f["time_p90_ms"] < d["time_p10_ms"] else (
-            "lost" if f["time_p10_ms"] > d["time_p90_ms"] else "tie")  # fmt: skip
-        same = f["config"] == d["config"]
-        if same:
+        by = {row["config_from"]: row for _, row in pair.iterrows()}
+        f, b = by["file"], by["baseline"]
+        again = by.get("baseline_again", b)
+        noise = max(_ratio(b["time_ms"], again["time_ms"]), _ratio(again["time_ms"], b["time_ms"]))
+        noise = noise - 1 if pd.notna(noise) else 0.0
+        shipped = b if b["baseline"] == "shipped" else None
+        default = by.get("default", b if b["baseline"] == "default" else None)
+        x = _ratio(b["time_ms"], f["time_ms"])
+        if f["config"] == b["config"]:
             outcome = "same config"
-        if max(f["rel_err"], d["rel_err"]) > TOLERANCE["bf16"]:
+        elif f["time_p90_ms"] < b["time_p10_ms"] and x > 1 + noise:
+            outcome = "won"
+        elif f["time_p10_ms"] > b["time_p90_ms"] and x < 1 / (1 + noise):
+            outcome = "lost"
+        else:
+            outcome = "tie"
+        if pair["rel_err"].max() > TOLERANCE["bf16"] or pair["rel_err"].isna().any():
             outcome = "wrong result"  # against the fp32 reference: no timing counts
-        for index in pair.index:
-            measured[index] = d["time_ms"] / table.at[index, "time_ms"]
-            ratio[index] = 1.0 if same else measured[index]
-            outcomes[index] = outcome
+        for index, row in pair.iterrows():
+            measured = _ratio(b["time_ms"], row["time_ms"])
+            cols["x_baseline_measured"][index] = measured
+            cols["x_baseline"][index] = 1.0 if row["config"] == b["config"] else measured
+            for col, ref in (("x_shipped", shipped), ("x_default", default)):
+                same = ref is not None and row["config"] == ref["config"]
+                value = float("nan") if ref is None else _ratio(ref["time_ms"], row["time_ms"])
+                cols[col][index] = 1.0 if same else value
+            cols["noise_band"][index] = noise
+            cols["outcome"][index] = outcome
     # whole columns at once: a column of missing values is float, and takes no words
-    table["x_default_measured"] = pd.Series(measured, dtype=float)
-    table["x_default"] = pd.Series(ratio, dtype=float)
-    table["outcome"] = pd.Series(outcomes, dtype=object)
+    for col, values in cols.items():
+        table[col] = pd.Series(values, dtype=object if col == "outcome" else float)
     return table
 
 
-def safe_file(table: pd.DataFrame, path: str, settings: dict, out: str,
-              engine: str = "vllm") -> tuple[int, int]:  # fmt: skip
-    """Write the file as it may be exported: each key's config where it won on every routing
-    (beyond the p10-p90 noise), else the engine's default config; return (kept, replaced)."""
+def decide(checks: list[pd.DataFrame]) -> dict[int, bool]:
+    """Return {M: keep the file's config} from checks on separate draws: kept only where the
+    file won (beyond the noise band and the p10-p90 spread) on every routing of every draw."""
+    files = pd.concat(checks)
+    files = files[files["config_from"] == "file"]
+    return {int(m): set(o) == {"won"} for m, o in files.groupby("m")["outcome"]}
+
+
+def export_table(configs: dict, keep: dict, shipped: dict | None, rules: dict,
+                 shape: dict) -> dict[str, dict]:  # fmt: skip
+    """Return the table a file may be exported as: the engine's shipped table (every key of it,
+    where there is one), with each of the file's keys at the file's config where `keep` says so,
+    else at the config the engine runs there today (shipped table's nearest key, else default
+    rule), so that no key runs other than it does today unless it won."""
+    out = {int(k): v for k, v in (shipped or {}).items()}
+    for m, config in configs.items():
+        out[m] = config if keep.get(m, False) else baseline_config(shipped, rules, m, shape)
+    return {str(m): out[m] for m in sorted(out)}
+
+
+def safe_file(tables: pd.DataFrame | list, path: str, settings: dict, out: str,
+              engine: str = "vllm", triton_version: str | None = None,
+              ) -> tuple[int, int]:  # fmt: skip
+    """Write the file as it may be exported (export_table of `decide` over the checks given:
+    one table or a list of draws); return (keys kept, keys at the baseline)."""
     from tilesweep.io import write_text
 
+    checks = tables if isinstance(tables, list) else [tables]
     shape, configs = read_file(path)
     triton = json.loads(Path(path).read_text()).get("triton_version", "")
     rules = settings["backend"]["fused_moe"]["engine_defaults"][engine]
-    files = table[table["config_from"] == "file"]
-    won = files.groupby("m")["outcome"].agg(lambda o: set(o) == {"won"})
-    safe, kept = {}, 0
-    for m, config in configs.items():
-        if bool(won.get(m, False)):
-            safe[str(m)], kept = config, kept + 1
-        else:
-            safe[str(m)] = space.engine_default(rules, m, shape["experts"], shape["format"])
-    write_text(out, space.engine_file_text(safe, triton))
+    version = settings["backend"]["fused_moe"]["engine_versions"][engine]
+    if triton_version is None:
+        import triton as _triton
+
+        triton_version = _triton.__version__
+    shipped, _ = baseline_of(engine, version, path, shape, settings, triton_version)
+    keep = decide(checks)
+    write_text(out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape),
+                                           triton))  # fmt: skip
+    kept = sum(keep.get(m, False) for m in configs)
     return kept, len(configs) - kept
 
 
+def geomean(values) -> float:
+    """Return the geometric mean of positive values (NaN for none)."""
+    values = [v for v in values if pd.notna(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
 def summary(table: pd.DataFrame) -> str:
-    """Return the check's lines: per routing, the lowest file/default ratio and where, the
-    outcomes, and the geometric mean over M >= 1,024."""
+    """Return the check's lines: per routing, the lowest file/baseline ratio and where, the
+    geometric mean over M >= 1,024, the widest noise band and the outcomes."""
     out = []
     files = table[table["config_from"] == "file"]
     for routing, grp in files.groupby("routing"):
-        worst = grp.loc[grp["x_default"].idxmin()]
-        big = grp[grp["m"] >= 1024]["x_default"]
-        geo = math.exp(big.map(math.log).mean()) if len(big) else float("nan")
+        worst = grp.loc[grp["x_baseline"].idxmin()]
+        geo = geomean(grp[grp["m"] >= 1024]["x_baseline"])
         counts = grp["outcome"].value_counts().to_dict()
         out.append(
-            f"{routing}: lowest {worst['x_default']:.3f}x the default at M={int(worst['m'])}; "
-            f"geomean over M>=1024 {geo:.3f}x; {counts}"
+            f"{routing}: lowest {worst['x_baseline']:.3f}x the {worst['baseline']} baseline at "
+            f"M={int(worst['m'])}; geomean over M>=1024 {geo:.3f}x; noise band up to "
+            f"{grp['noise_band'].max():.3f}; {counts} ({worst['timing']})"
         )
     return "\n".join(out)

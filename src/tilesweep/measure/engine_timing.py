@@ -1,7 +1,16 @@
 """Both expert GEMMs of one problem timed in an engine's own fused-MoE kernel, launched as that
 engine launches it (measure/vllm_kernel.py, measure/sglang_kernel.py), in one weight format
-(measure/engine_case.py): CUDA-graph replays of up to 10 back-to-back calls, as the engines'
-tuners time them, each checked against an fp32 reference first.
+(measure/engine_case.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
+against an fp32 reference first, under one of two timings (the `timing` label of every row):
+
+- `decode` (the default): decode-true, cold L2. A decode step runs every other layer between two
+  calls of one layer's experts, so their weights come from memory. The timer holds enough
+  copies of the weights (clones: one result, other addresses), rotated call after call in the
+  graph, that the bytes touched between two uses of one copy are at least
+  `L2_MULTIPLE` times the device's L2 (read from the device at run time); labelled
+  `decode (cold L2, N weight copies)`.
+- `warm`: every call on one weight set, as the engines' own tuners time it (the touched experts
+  of a small batch stay in L2); labelled `warm L2`, for comparing with those tuners.
 
 Compiling is the slow part of trying a config in a kernel whose tile sizes are compile-time
 constants; `warm` compiles a list of (config, M) in parallel processes into Triton's on-disk
@@ -20,6 +29,66 @@ from tilesweep.plan import fused_moe_space as space
 
 LAUNCHERS = {"vllm": "tilesweep.measure.vllm_kernel", "sglang": "tilesweep.measure.sglang_kernel"}
 GEMMS = ("gate_up", "down")
+TIMINGS = ("decode", "warm")
+L2_MULTIPLE = 3  # bytes touched between two uses of one weight copy, in units of the L2
+MEMORY_SHARE = 0.6  # the most of the free device memory the weight copies may take
+
+
+def expert_bytes(problem: dict, fmt: str) -> dict:
+    """Return {gemm: bytes of one expert's weights and scales} in a format."""
+    from tilesweep.measure.engine_case import BLOCK
+
+    out = {}
+    for gemm, (n, k) in space.gemm_shapes(problem).items():
+        weights = n * k * (2 if fmt == "bf16" else 1)
+        scales = {"bf16": 0, "fp8": 4, "fp8_block": 4 * -(-n // BLOCK) * -(-k // BLOCK)}[fmt]
+        out[gemm] = weights + scales
+    return out
+
+
+def weight_copies(problem: dict, fmt: str, l2_bytes: int, free_bytes: int | None = None) -> int:
+    """Return how many weight copies a decode-true timing rotates: the fewest C with
+    (C - 1) x (bytes one call touches at M = 1: top_k experts of the smaller GEMM) at least
+    L2_MULTIPLE x the L2, and at least 2; capped so that all copies fit in MEMORY_SHARE of the
+    free memory (the label then says how many, and l2_multiple how far they reach)."""
+    per_expert = expert_bytes(problem, fmt)
+    touched = problem["top_k"] * min(per_expert.values())
+    copies = max(2, 1 + math.ceil(L2_MULTIPLE * l2_bytes / touched))
+    if free_bytes is not None:
+        one = problem["experts"] * sum(per_expert.values())
+        copies = max(1, min(copies, int(MEMORY_SHARE * free_bytes // one)))
+    return copies
+
+
+def l2_multiple(problem: dict, fmt: str, l2_bytes: int, copies: int) -> float:
+    """Return the bytes touched between two uses of one weight copy at M = 1 (the least of any
+    batch), in units of the L2."""
+    touched = problem["top_k"] * min(expert_bytes(problem, fmt).values())
+    return (copies - 1) * touched / l2_bytes if copies > 1 else touched / l2_bytes
+
+
+def timing_label(timing: str, copies: int) -> str:
+    """Return the label a timing's rows carry."""
+    if timing == "warm":
+        return "warm L2"
+    return f"decode (cold L2, {copies} weight copies)"
+
+
+def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float = 1.0) -> dict:
+    """Return median/p10/p90 ms per call of `calls` (one per weight copy) replayed in order in
+    one CUDA graph, the rotation repeated whole as often as fills about fill_ms (at most
+    max_calls calls, never fewer than one rotation), so that two uses of one copy are always a
+    whole rotation apart, also across replays."""
+    import statistics
+
+    from tilesweep.measure.timing import calls_to_fill, summarize, time_gpu
+
+    rounds = 1
+    if len(calls) < max_calls:  # else one rotation already holds the most calls a replay may
+        probe, _ = time_gpu(list(calls), 3, 1)
+        rounds = max(1, calls_to_fill(statistics.median(probe), fill_ms, max_calls) // len(calls))
+    samples, method = time_gpu(list(calls) * rounds, repeats, 1)
+    return {**summarize(samples), "timing": method, "calls_per_replay": len(calls) * rounds}
 
 
 def launcher(engine: str):
@@ -56,10 +125,15 @@ def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
 
 
 class EngineTimer:
-    """One problem (experts, n, hidden, top_k) in one format, in one engine's kernel."""
+    """One problem (experts, n, hidden, top_k) in one format, in one engine's kernel, under one
+    timing (`decode`: cold L2 over rotated weight copies; `warm`: one weight set). Every launch
+    is checked against the fp32 reference, of all routed pairs or, with `check_experts`, of the
+    pairs routed to that many experts (a batch reaches up to all of them; the reference of a
+    large batch costs more than its timings)."""
 
     def __init__(self, engine: str, version: str, problem: dict, fmt: str, seed: int,
-                 alpha: float, device: str = "cuda"):  # fmt: skip
+                 alpha: float, device: str = "cuda", timing: str = "decode",
+                 check_experts: int | None = None):  # fmt: skip
         import torch
 
         from tilesweep.engine_kernels import load
@@ -74,6 +148,34 @@ class EngineTimer:
         half = torch.float16 if device == "cpu" else None  # the interpreter has no bf16 stores
         self.dtype = half
         self.weights = engine_case.make_weights(problem, fmt, device, self.gen, dtype=half)
+        if timing not in TIMINGS:
+            raise ValueError(f"timing {timing!r}: expected one of {', '.join(TIMINGS)}")
+        self.timing, self.copies, self.l2_bytes = timing, [self.weights], None
+        self.check_experts = check_experts
+        if device == "cpu":  # Triton's interpreter: for tests, never for numbers
+            self.label = "cpu (Triton interpreter)"
+            return
+        if timing == "decode":
+            props = torch.cuda.get_device_properties(device)
+            if not getattr(props, "L2_cache_size", 0):
+                raise LookupError(f"{props.name}: no L2 size reported; decode timing needs it")
+            self.l2_bytes = int(props.L2_cache_size)
+            free, _ = torch.cuda.mem_get_info(device)
+            count = weight_copies(problem, fmt, self.l2_bytes, free)
+            for _ in range(count - 1):  # clones: the same result at other addresses
+                w = self.weights
+                self.copies.append(engine_case.EngineWeights(
+                    fmt, {g: t.clone() for g, t in w.w.items()},
+                    {g: None if t is None else t.clone() for g, t in w.scale.items()}))  # fmt: skip
+        self.label = timing_label(timing, len(self.copies))
+
+    def provenance(self) -> dict:
+        """Return the timing's columns: its label, the weight copies, the L2 size and how far
+        the copies reach (bytes touched between two uses of one copy at M = 1, in L2s)."""
+        l2 = self.l2_bytes
+        reach = l2_multiple(self.problem, self.fmt, l2, len(self.copies)) if l2 else None
+        return {"timing": self.label, "weight_copies": len(self.copies), "l2_bytes": l2,
+                "l2_multiple": reach}  # fmt: skip
 
     def batch(self, m: int, routing: str):
         """Return a fresh routed batch of m tokens."""
@@ -99,9 +201,18 @@ class EngineTimer:
             batch.c[gemm].fill_(float("nan"))
             call()
             if gemm not in batch.refs:
-                batch.refs[gemm] = engine_case.reference(self.problem, self.weights, batch, gemm)
-            worst = max(worst, rel_error(batch.c[gemm], batch.refs[gemm]))
-            t = time_call(call, repeats, 2, graph=True, max_calls=10, fill_ms=1.0)
+                ref = engine_case.reference(self.problem, self.weights, batch, gemm,
+                                            self.check_experts)  # fmt: skip
+                rows = engine_case.reference_rows(ref)
+                batch.refs[gemm] = (rows, ref[rows])
+            rows, ref = batch.refs[gemm]
+            worst = max(worst, rel_error(batch.c[gemm][rows], ref))
+            if self.timing == "decode" and self.device != "cpu":
+                calls = [_gemm_call(self.kernel, self.lx, self.problem, w, batch, blocks,
+                                    config, gemm, self.fmt) for w in self.copies]  # fmt: skip
+                t = time_rotation(calls, repeats)
+            else:
+                t = time_call(call, repeats, 2, graph=True, max_calls=10, fill_ms=1.0)
             for key in total:
                 total[key] += t[key]
         return {**total, "rel_err": worst if math.isfinite(worst) else float("inf")}
@@ -150,3 +261,18 @@ def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers
                 config, m = jobs[index]
                 failed[space.config_slug(effective(config, fmt)), m] = err
     return failed
+
+
+def compile_pool(workers: int):
+    """Return a pool of spawned processes for warm_all (one per worker; reused across calls)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    return cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn"))
+
+
+def warm_all(jobs: list[tuple], pool) -> dict:
+    """Compile (engine, version, problem, fmt, config, M) jobs of any problems in a pool of
+    processes (compile_pool); return {index: error} of those refused."""
+    work = [(i, *job[:4], effective(job[4], job[3]), job[5]) for i, job in enumerate(jobs)]
+    return {index: err for index, err in pool.map(_warm_one, work, chunksize=1) if err}

@@ -1,14 +1,17 @@
 """Tune where it is used: an engine config file searched, timed and picked in that engine's own
 fused-MoE kernel (`tilesweep engine-tune`), one file per engine, version and format.
 
-At every batch key M: the engine's default config, its one-step neighbours in the engines'
-search space (each launch parameter changed alone) and any extra candidates (another tuner's
-config for that key) are screened on uniform routing; from the best screened config a second
-round of neighbours is screened; the `finalists` best and the default are then timed on every
-routing with `final_repeats` graph replays. The fastest finalist (summed over routings) is
-exported only where it beats the default on every routing by more than the noise (its p90
-below the default's p10); otherwise the default's config is exported. The table says, per key
-and routing, which config was exported, by how much it won, and why.
+At every batch key M: the config the engine runs today (its shipped table's, else its default
+rule's; with a shipped table the default rule's config is screened too), its one-step neighbours
+in the engines' search space (each launch parameter changed alone) and any extra candidates
+(another tuner's config for that key) are screened on uniform routing; from the best screened
+config a second round of neighbours is screened; the `finalists` best and the baseline are then
+timed on every routing with `final_repeats` graph replays, decode-true (cold L2). The fastest
+finalist (summed over routings) is picked only where it beats the baseline on every routing by
+more than the noise (its p90 below the baseline's p10); otherwise the baseline's config. The
+picks (`picks_<name>`) are then decided into a drop-in file on two fresh draws and checked on a
+third (measure/engine_tables.decide_file). In the tune table `default`, `is_default` and
+`x_default` name that baseline.
 """
 
 from __future__ import annotations
@@ -62,16 +65,23 @@ def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, s
 
 
 def tune_problem(timer, keys: list[int], rules: dict, values: dict, tune: dict,
-                 extra: dict | None = None, log=print) -> tuple[pd.DataFrame, dict]:  # fmt: skip
-    """Return (rows, {M: exported config}) for one problem in one engine's kernel (`tune`:
+                 extra: dict | None = None, log=print,
+                 shipped: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+    """Return (rows, {M: picked config}) for one problem in one engine's kernel (`tune`:
     backend.fused_moe.engine_tune; `values`: the search space; `rules`: the engine's default
-    heuristic; `extra`: {M: [configs]} screened beside the neighbours)."""
+    heuristic; `extra`: {M: [configs]} screened beside the neighbours). The baseline a pick must
+    beat (`default` in the rows: is_default, x_default) is what the engine runs today: its
+    `shipped` table's nearest key where there is one (the default rule's config is then
+    screened as one more candidate), else its default rule."""
+    from tilesweep.measure.engine_check import baseline_config
     from tilesweep.measure.engine_timing import effective
 
     fmt, problem = timer.fmt, timer.problem
-    defaults = {m: effective(space.engine_default(rules, m, problem["experts"], fmt), fmt)
-                for m in keys}  # fmt: skip
-    first = {m: [defaults[m], *neighbours(defaults[m], values, fmt),
+    shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
+    defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
+    rule = {m: [effective(space.engine_default(rules, m, problem["experts"], fmt), fmt)]
+            if shipped else [] for m in keys}  # fmt: skip
+    first = {m: [defaults[m], *rule[m], *neighbours(defaults[m], values, fmt),
                  *[effective(c, fmt) for c in (extra or {}).get(m, [])]] for m in keys}  # fmt: skip
     rows, screens = [], {m: {} for m in keys}
     _screen_round(timer, first, screens, rows, defaults, tune, log)
@@ -182,11 +192,6 @@ def _finals(timer, m, screened, default, rows, tune, log) -> dict:
     return next(c for c in finalists if space.config_slug(c) == chosen)
 
 
-def file_name(engine_file_dtype: str, experts: int, n: int, device_name: str) -> str:
-    """Return the engines' config file name for a format's dtype selector."""
-    return f"E={experts},N={n},device_name={device_name.replace(' ', '_')}{engine_file_dtype}.json"
-
-
 def extra_candidates(paths: list[str], shape: dict) -> dict:
     """Return {M: [configs]} from other tuners' files of the same shape and format."""
     from tilesweep.measure.engine_check import read_file
@@ -202,21 +207,23 @@ def extra_candidates(paths: list[str], shape: dict) -> dict:
 
 def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tuple[int, int]],
         out_dir: str, keys: list[int] | None = None, extra: list[str] = (), log=print):  # fmt: skip
-    """Tune every (engine, format, shape), write each engine's file, its tune table and the
-    check of the exported file on fresh data (engine-check's rows); return the summary."""
+    """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
+    else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
+    drop-in file from the picks decode-true on two draws and a held-out one
+    (measure/engine_tables.decide_file); return the drop-in rows with the tuning's counts."""
+    import os
     import time
 
     import torch
+    import triton
 
+    from tilesweep import engine_kernels
     from tilesweep.io import write_table, write_text
-    from tilesweep.measure import engine_check
-    from tilesweep.measure.engine_case import FILE_DTYPE
+    from tilesweep.measure import engine_check, engine_tables
 
     fused = settings["backend"]["fused_moe"]
     tune = {**fused["engine_tune"]}
     if not tune["compile_workers"]:
-        import os
-
         tune["compile_workers"] = max(1, (os.cpu_count() or 2) - 1)
     keys = sorted(keys or fused["batch_keys"])
     if not torch.cuda.is_available():
@@ -232,32 +239,33 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
             for experts, n in shapes:
                 shape = {"experts": experts, "n": n, "format": fmt}
                 start = time.monotonic()
+                name = engine_kernels.config_file_name(engine, version, experts, n, fmt,
+                                                       device_name)  # fmt: skip
+                shipped, _ = engine_kernels.shipped_table(engine, version, name,
+                                                          triton.__version__)  # fmt: skip
                 timer = engine_check.timer_for(engine, shape, settings)
                 table, picks = tune_problem(
                     timer, keys, fused["engine_defaults"][engine], fused["space"], tune,
-                    extra_candidates(list(extra), shape), log,
+                    extra_candidates(list(extra), shape), log, shipped,
                 )  # fmt: skip
-                name = file_name(FILE_DTYPE[fmt], experts, n, device_name)
                 text = space.engine_file_text({str(m): c for m, c in picks.items()},
                                               _triton_version())  # fmt: skip
-                write_text(folder / "tuned" / name, text)
-                stem = f"{fmt}_E={experts},N={n}"
-                write_table(folder / f"tune_{stem}.csv", table)
+                picked = folder / f"{engine_tables.PICKS}{name}"
+                write_text(picked, text)
+                write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
                 tuned_s = time.monotonic() - start
+                screened = int((table["phase"] == "screen").sum())
                 del timer
                 torch.cuda.empty_cache()
-                check = engine_check.check_file(str(folder / "tuned" / name), settings,
-                                                tune["final_repeats"], engine=engine,
-                                                seed_shift=1)  # fmt: skip
-                write_table(folder / f"check_{stem}.csv", check)
-                engine_check.safe_file(check, str(folder / "tuned" / name), settings,
-                                       str(folder / name), engine)  # fmt: skip
-                summary.extend(summary_rows(engine, version, fmt, experts, n, table, [check],
-                                            folder / name, tuned_s))  # fmt: skip
+                row, checks = engine_tables.decide_file(
+                    engine, picked, settings, Path(out_dir), tune["final_repeats"], None, log
+                )
+                write_table(folder / f"check_{fmt}_E={experts},N={n}.csv",
+                            pd.concat(checks, ignore_index=True))  # fmt: skip
+                summary.append({**row, "screened": screened, "tune_s": round(tuned_s, 1)})
                 torch.cuda.empty_cache()
-                log(engine_check.summary(check))
                 # after every problem, so a run cut short keeps what it finished
-                write_table(Path(out_dir) / "summary.csv", pd.DataFrame(summary))
+                write_table(Path(out_dir) / "dropins.csv", pd.DataFrame(summary))
     return pd.DataFrame(summary)
 
 
@@ -266,67 +274,3 @@ def _triton_version() -> str:
     import triton
 
     return triton.__version__
-
-
-def summary_rows(engine, version, fmt, experts, n, table, checks, export, tuned_s) -> list[dict]:
-    """Return one summary row per routing: keys tuned (the tuning's pick is not the default),
-    keys exported tuned (they also won every held-out check on every routing), the held-out
-    checks' lowest ratio over the tuned file and its geometric mean over M >= 1,024, and the
-    exported file's lowest ratio on those checks (a key left at the default runs the same
-    kernel: 1)."""
-    import json
-    import math
-
-    finals = table[(table["phase"] == "final") & table["exported"]]
-    tuned_keys = int((~finals.drop_duplicates("m")["is_default"].astype(bool)).sum())
-    exported = json.loads(Path(export).read_text())
-    exported.pop("triton_version", None)
-    rows = pd.concat(checks, ignore_index=True)
-    files = rows[rows["config_from"] == "file"].copy()
-    defaults = rows[rows["config_from"] == "default"].drop_duplicates("m").set_index("m")
-    kept = {int(m) for m, c in exported.items()
-            if space.config_slug(c) != defaults.loc[int(m), "config"]}  # fmt: skip
-    files["x_export"] = [r.x_default if r.m in kept else 1.0 for r in files.itertuples()]
-    out = []
-    for routing, grp in files.groupby("routing"):
-        big = grp[grp["m"] >= 1024]["x_default"]
-        worst = grp.loc[grp["x_default"].idxmin()]
-        out.append({
-            "engine": engine, "version": version, "format": fmt, "experts": experts, "n": n,
-            "routing": routing, "keys": grp["m"].nunique(), "keys_tuned": tuned_keys,
-            "keys_exported_tuned": len(kept), "checks": len(checks),
-            "check_lowest_x_default": worst["x_default"], "check_lowest_at_m": int(worst["m"]),
-            "check_geomean_m_ge_1024": math.exp(big.map(math.log).mean()) if len(big) else None,
-            "check_lost": int((grp["outcome"] == "lost").sum()),
-            "export_lowest_x_default": grp["x_export"].min(),
-            "export_geomean_m_ge_1024": math.exp(
-                grp[grp["m"] >= 1024]["x_export"].map(math.log).mean()) if len(big) else None,
-            "screened": int((table["phase"] == "screen").sum()), "tune_s": round(tuned_s, 1),
-        })  # fmt: skip
-    return out
-
-
-def rebuild_exports(folder: str | Path, settings: dict) -> pd.DataFrame:
-    """Rebuild the exported files and summary of an engine-tune output folder from its kept
-    tuned files and check tables (no GPU): a key keeps its tuned config only where it won every
-    check (check*_<format>_E=..,N=...csv) on every routing, else the engine's default."""
-    from tilesweep.io import write_table
-    from tilesweep.measure import engine_check
-
-    folder = Path(folder)
-    summary = []
-    for tuned in sorted(folder.glob("*-*/tuned/E=*.json")):
-        engine, version = tuned.parent.parent.name.split("-", 1)
-        shape, _ = engine_check.read_file(tuned)
-        stem = f"{shape['format']}_E={shape['experts']},N={shape['n']}"
-        checks = [pd.read_csv(p) for p in sorted(tuned.parent.parent.glob(f"check*_{stem}.csv"))]
-        if not checks:
-            continue
-        export = tuned.parent.parent / tuned.name
-        engine_check.safe_file(pd.concat(checks), str(tuned), settings, str(export), engine)
-        table = pd.read_csv(tuned.parent.parent / f"tune_{stem}.csv")
-        summary.extend(summary_rows(engine, version, shape["format"], shape["experts"],
-                                    shape["n"], table, checks, export, float("nan")))  # fmt: skip
-    frame = pd.DataFrame(summary)
-    write_table(folder / "summary.csv", frame)
-    return frame

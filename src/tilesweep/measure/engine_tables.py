@@ -1,0 +1,250 @@
+"""Drop-in engine config files, decided decode-true against what the engine runs today
+(`tools/engine_tables.py`): for each candidate file (a tuner's picks for one engine, format and
+(E, N)), every key is checked on two draws (fresh weights and routing, bench.seed + 1 and + 2)
+against the engine's current table (its shipped table, else its default rule), timed with cold
+L2 (measure/engine_timing.py); a key keeps the candidate's config only where it won beyond the
+noise on every routing of both draws, else it takes the config the engine runs there today
+(measure/engine_check.export_table). The file so made is checked once more on a draw not used
+to pick (bench.seed + 3), at the keys whose config differs from the baseline's (elsewhere the
+engine runs the same kernel: 1x); a key that loses there beyond 1% is withheld too. A file with
+no key left is not exported.
+
+Each exported file is named by the engine's own get_config_file_name (engine_kernels) and laid
+out where the engine looks for it: vLLM `vllm-<version>/<name>` (VLLM_TUNED_CONFIG_FOLDER),
+SGLang `sglang-<version>/configs/triton_<T>/<name>` (SGLANG_MOE_CONFIG_DIR) for the Triton T it
+was timed with. `dropins.csv` lists every file decided, exported or not, with its worst and
+geometric-mean ratio against the baseline on the held-out draw.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep.plan import fused_moe_space as space
+
+DROPIN_COLUMNS = [
+    "path", "engine", "version", "format", "experts", "n", "file_name", "status", "baseline",
+    "baseline_from", "keys", "keys_kept", "keys_withheld_held_out", "held_out_draw", "timing",
+    "worst_x_baseline", "worst_at_m", "worst_routing", "geomean_x_baseline_m_ge_1024",
+    "worst_x_default", "geomean_x_default_m_ge_1024", "noise_band_max", "candidate", "sha256",
+]  # fmt: skip
+PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
+HELD_OUT_DRAW = 3  # the draw that only checks
+PICKS = "picks_"  # a tuning's picks: the engine's file name behind this
+HELD_OUT_FLOOR = 0.99  # a kept key below this on the held-out draw is withheld
+
+
+def dropin_path(engine: str, version: str, name: str, triton_version: str) -> str:
+    """Return where a file goes below an export folder, as the engine looks for it."""
+    if engine == "sglang":
+        return f"sglang-{version}/configs/triton_{triton_version.replace('.', '_')}/{name}"
+    return f"{engine}-{version}/{name}"
+
+
+def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tuple, Path]:
+    """Return {(format, E, N): path} of a tuner's picks for an engine version in kept example
+    folders (<folder>/<engine>-<version>/picks_E=*.json: the engine's name behind `picks_`, so
+    that no engine loads a tuning's picks by mistake), the first folder winning."""
+    from tilesweep.measure.engine_check import read_file
+
+    out = {}
+    for folder in folders:
+        for path in sorted(Path(folder).glob(f"{engine}-{version}/{PICKS}E=*.json")):
+            shape, _ = read_file(path)
+            out.setdefault((shape["format"], shape["experts"], shape["n"]), path)
+    return out
+
+
+def compile_jobs(settings: dict, work: list[tuple[str, Path]], triton_version: str) -> list:
+    """Return the (engine, version, problem, fmt, config, M) compile jobs of every candidate's,
+    baseline's and default's config at every key, without repeats."""
+    from tilesweep.measure import engine_check
+    from tilesweep.measure.engine_timing import effective
+
+    fused = settings["backend"]["fused_moe"]
+    jobs, seen = [], set()
+    for engine, path in work:
+        version = fused["engine_versions"][engine]
+        shape, configs = engine_check.read_file(path)
+        problem = engine_check.problem_of(shape, settings)
+        rules = fused["engine_defaults"][engine]
+        shipped, _ = engine_check.baseline_of(engine, version, path, shape, settings,
+                                              triton_version)  # fmt: skip
+        for m, config in configs.items():
+            default = space.engine_default(rules, m, shape["experts"], shape["format"])
+            base = engine_check.baseline_config(shipped, rules, m, shape)
+            for cand in (config, base, default):
+                cand = effective(cand, shape["format"])
+                key = (engine, shape["format"], shape["n"], space.config_slug(cand), m)
+                if key not in seen:
+                    seen.add(key)
+                    jobs.append((engine, version, problem, shape["format"], cand, m))
+    return jobs
+
+
+def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats: int,
+                check_experts: int | None, log=print,
+                device: str = "cuda") -> tuple[dict, list]:  # fmt: skip
+    """Check one candidate on the pick draws and the held-out draw, write the exported file
+    (where any key is kept) under out_dir; return (its drop-in row, the check tables). Device
+    "cpu": Triton's interpreter, for tests, never for numbers."""
+    import hashlib
+    import json
+
+    import triton
+
+    from tilesweep import engine_kernels
+    from tilesweep.io import write_text
+    from tilesweep.measure import engine_check
+
+    fused = settings["backend"]["fused_moe"]
+    version = fused["engine_versions"][engine]
+    rules = fused["engine_defaults"][engine]
+    shape, configs = engine_check.read_file(path)
+    device_name = engine_check.device_of(path)
+    name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
+                                           shape["format"], device_name)  # fmt: skip
+    shipped, where = engine_check.baseline_of(engine, version, path, shape, settings,
+                                              triton.__version__)  # fmt: skip
+    checks = []
+    for draw in PICK_DRAWS:
+        log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
+        check = engine_check.check_file(str(path), settings, repeats, device, engine, draw,
+                                        check_experts=check_experts, log=log)  # fmt: skip
+        checks.append(check)
+        log(engine_check.summary(checks[-1]))
+        _release()
+    keep = engine_check.decide(checks)
+    table = engine_check.export_table(configs, keep, shipped, rules, shape)
+    triton_kept = json.loads(path.read_text()).get("triton_version", "")
+    text = space.engine_file_text(table, triton_kept)
+    row = {"engine": engine, "version": version, "format": shape["format"],
+           "experts": shape["experts"], "n": shape["n"], "file_name": name,
+           "baseline": "shipped" if shipped else "default", "baseline_from": where,
+           "keys": len(configs), "candidate": str(path), "held_out_draw": HELD_OUT_DRAW,
+           "noise_band_max": max(c["noise_band"].max() for c in checks)}  # fmt: skip
+    kept = sorted(m for m, k in keep.items() if k)
+    withheld = []
+    if kept:
+        trial = out_dir / "held_out" / engine / name
+        write_text(trial, text)
+        log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
+        held = engine_check.check_file(
+            str(trial), settings, repeats, device, engine, HELD_OUT_DRAW, keys=kept,
+            check_experts=check_experts, log=log,
+        )  # fmt: skip
+        checks.append(held)
+        log(engine_check.summary(held))
+        files = held[held["config_from"] == "file"]
+        for m, grp in files.groupby("m"):
+            lost = grp["outcome"].eq("wrong result").any() or grp["x_baseline"].min() < (
+                HELD_OUT_FLOOR
+            )
+            if lost:
+                withheld.append(int(m))
+                keep[int(m)] = False
+        if withheld:
+            table = engine_check.export_table(configs, keep, shipped, rules, shape)
+            text = space.engine_file_text(table, triton_kept)
+        row.update(_held_out_ratios(files, configs, withheld))
+    row["keys_kept"] = len(kept) - len(withheld)
+    row["keys_withheld_held_out"] = " ".join(str(m) for m in withheld)
+    row["timing"] = checks[0]["timing"].iloc[0]
+    if row["keys_kept"]:
+        rel = dropin_path(engine, version, name, triton.__version__)
+        write_text(out_dir / "export" / rel, text)
+        row.update(path=rel, status="exported", sha256=hashlib.sha256(text.encode()).hexdigest())
+    else:
+        row.update(path="", status="not exported: no key beat the engine's current table on "
+                   "both draws and the held-out one", sha256="")  # fmt: skip
+        row.update(worst_x_baseline=1.0, geomean_x_baseline_m_ge_1024=1.0)
+    return row, checks
+
+
+def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) -> dict:
+    """Return the held-out draw's worst and geometric-mean ratios of the exported file against
+    the baseline and the default: kept keys as timed, every other key 1 against the baseline
+    (the engine runs the same kernel), the default's ratio there where it was timed."""
+    from tilesweep.measure.engine_check import geomean
+
+    timed = files[~files["m"].isin(withheld)]
+    per_key = {(m, r): 1.0 for m in configs for r in ("uniform", "zipf")}
+    for r in timed.itertuples():
+        per_key[int(r.m), r.routing] = r.x_baseline
+    worst = min(per_key, key=per_key.get)
+    big = [v for (m, _), v in per_key.items() if m >= 1024]
+    default = timed["x_default"].dropna()
+    big_default = timed[timed["m"] >= 1024]["x_default"]
+    return {"worst_x_baseline": per_key[worst], "worst_at_m": worst[0],
+            "worst_routing": worst[1], "geomean_x_baseline_m_ge_1024": geomean(big),
+            "worst_x_default": default.min() if len(default) else float("nan"),
+            "geomean_x_default_m_ge_1024": geomean(big_default)}  # fmt: skip
+
+
+def _release() -> None:
+    """Hand the cached device memory of a file's weight copies back before the next file."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repeats: int,
+        budget_s: float, check_experts: int | None = 16, workers: int = 0,
+        log=print) -> pd.DataFrame:  # fmt: skip
+    """Decide every (engine, candidate) in order within budget_s seconds, each file's configs
+    compiled first in a pool of processes that idles while it is timed; write dropins.csv and
+    the check tables under out_dir; return the drop-ins. A candidate not started in time (the
+    longest file so far would not fit what is left) is a row that says so, never a file."""
+    import os
+
+    import triton
+
+    from tilesweep.errors import last_line
+    from tilesweep.io import write_table
+    from tilesweep.measure import engine_check
+    from tilesweep.measure.engine_timing import compile_pool, warm_all
+
+    start = time.monotonic()
+    out_dir = Path(out_dir)
+    rows, spent = [], []
+    with compile_pool(workers or max(1, (os.cpu_count() or 2) - 1)) as pool:
+        for engine, path in work:
+            shape, _ = engine_check.read_file(path)
+            gap = {"engine": engine, "format": shape["format"], "experts": shape["experts"],
+                   "n": shape["n"], "candidate": str(path)}  # fmt: skip
+            left = budget_s - (time.monotonic() - start)
+            need = max(spent) if spent else 0.0
+            if left < need:
+                rows.append({**gap, "status": f"not re-checked: {left:.0f} s of the budget "
+                             f"left, a file took {need:.0f} s; withheld"})  # fmt: skip
+                continue
+            t0 = time.monotonic()
+            try:
+                jobs = compile_jobs(settings, [(engine, path)], triton.__version__)
+                refused = warm_all(jobs, pool)
+                log(f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
+                    f"{time.monotonic() - t0:.0f} s, {len(refused)} refused")  # fmt: skip
+                row, checks = decide_file(engine, path, settings, out_dir, repeats,
+                                          check_experts, log)  # fmt: skip
+            except Exception as exc:  # one file's failure is its row; the others still run
+                rows.append({**gap, "status": f"error, withheld: {last_line(exc)}"})
+                log(f"{engine} {path.name}: {last_line(exc)}")
+                continue
+            finally:
+                _release()
+            spent.append(time.monotonic() - t0)
+            stem = f"{engine}-{row['version']}_{row['format']}_E={row['experts']},N={row['n']}"
+            write_table(out_dir / "checks" / f"{stem}.csv", pd.concat(checks, ignore_index=True))
+            rows.append(row)
+            log(f"{stem}: {row['status']} ({spent[-1]:.0f} s)")
+            write_table(out_dir / "dropins.csv", pd.DataFrame(rows).reindex(columns=DROPIN_COLUMNS))
+    frame = pd.DataFrame(rows).reindex(columns=DROPIN_COLUMNS)
+    write_table(out_dir / "dropins.csv", frame)
+    return frame
