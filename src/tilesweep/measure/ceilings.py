@@ -213,7 +213,7 @@ def _small_kernel_us(repeats: int) -> float:
 
     x = torch.randn(SMALL_ROWS, SMALL_WIDTH, device="cuda", dtype=torch.bfloat16)
     y = torch.empty_like(x)
-    scale = torch.empty(SMALL_ROWS, SMALL_WIDTH // 128, device="cuda", dtype=torch.float32)
+    scale = torch.empty(SMALL_ROWS, SMALL_WIDTH // 128, device="cuda", dtype=torch.bfloat16)
     padded = torch.empty(SMALL_ROWS + 1, SMALL_WIDTH, device="cuda", dtype=torch.bfloat16)
     ops = (
         lambda: torch.nn.functional.silu(x, inplace=False).mul_(0.5),  # 2 kernels
