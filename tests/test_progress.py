@@ -165,5 +165,8 @@ def test_a_sweeps_console_is_a_line_per_stage_with_estimates_and_ends_naming_the
     assert not any(ln.startswith(("Finished jobid", "localrule ", "rule ")) for ln in console)
     assert len(console) < 40, proc.stderr
     assert re.fullmatch(r"\[tilesweep\] all \d+ jobs done in \S+", console[-1]), console[-1]
-    last = proc.stdout.strip().splitlines()[-1]
-    assert last == "tilesweep: the answer is in results/report.html (report.md beside it)"
+    # stdout ends with the report's path, then the answer card (answer.json's, as both reports).
+    out = proc.stdout.strip().splitlines()
+    named = out.index("tilesweep: the report is results/report.html (report.md beside it)")
+    assert out[named + 1].startswith("tilesweep: The answer: ")
+    assert out[-1].startswith("tilesweep: Rests on: "), out[-1]

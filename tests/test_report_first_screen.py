@@ -3,6 +3,7 @@ that fit, the Pareto frontier, and in-page links that all land on an element."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 from test_report_html import browse, settings_stub
 
+from tilesweep import answer_card
 from tilesweep.config import compose
 from tilesweep.report import contents, headlines
 from tilesweep.report import html as report_html
@@ -230,3 +232,108 @@ def test_every_in_page_link_of_the_swept_report_resolves_in_chromium(tiny_sweep,
     assert links <= ids, f"links to no element: {sorted(links - ids)}"
     first = dom.stdout.index('<section id="summary">')
     assert first < dom.stdout.index('<section id="brief">') < dom.stdout.index('id="machine"')
+
+
+# ---- the answer card -------------------------------------------------------------------------
+
+FIT = "launch-aware fit on NVIDIA H200, tp1 cuda-graph step of m at batches [1, 64]"
+INPUTS = (
+    "memory_bandwidth_gbs=4800 (hardware[gpu]); interconnect=nvlink4/nvswitch "
+    "(hardware[gpu].interconnect_model); part times: composed (" + FIT + "; shipped as "
+    "docs/fit.json, its costs per kernel and efficiencies); routing: random top-k; "
+    "expert GEMMs (nvfp4): no nvfp4 kernel timed; the bf16 step's efficiency applied to their "
+    "bytes"
+)
+ENGINES = pd.DataFrame(
+    [{"engine": "SGLang", "model": "m", "hardware": "gpu", "layout": "tp2", "batch": 1,
+      "engine_tpot_ms": 20.0, "composed_tpot_ms": 9.2, "composed_over_engine": 0.46}]
+)  # fmt: skip
+
+
+def carded_verdict() -> pd.DataFrame:
+    """Return hand_verdict with each row's inputs naming the fit and a roofline floor."""
+    verdict = hand_verdict().assign(inputs=INPUTS)
+    return verdict.assign(x_floor=np.where(verdict["fits_memory"] == "yes", 2.0, np.nan))
+
+
+def test_the_card_names_per_batch_the_fastest_layout_that_fits_with_its_figures():
+    card = answer_card.build({}, carded_verdict(), CHECK, ENGINES)
+    assert [(p.batch, p.layout) for p in card.picks] == [(1, "tp2"), (8, "tp2"), (64, "tp1")]
+    tp2 = card.picks[0]
+    assert tp2.tpot_ms == 8.0 and tp2.tokens_per_s_per_user == 125.0 and tp2.gpus == 2
+    assert tp2.tokens_per_s_per_gpu == pytest.approx(62.5) and tp2.x_floor == 2.0
+    assert card.no_fit_batches == [512]
+    assert card.headline.startswith("m on gpu: the most tokens/s per GPU: tp1 (1 GPU) at batch 64")
+
+
+def test_the_cards_rests_on_line_names_the_fit_the_verdict_used_and_the_rest():
+    verdict = carded_verdict()
+    card = answer_card.build({}, verdict, CHECK, ENGINES)
+    # The fit label verdict.csv's inputs carry, with where it was shipped from.
+    label = answer_card.fit_labels(verdict["inputs"].iloc[4])
+    assert label == [FIT + "; shipped as docs/fit.json, its costs per kernel and efficiencies"]
+    assert label[0] in card.rests_on
+    assert "the bf16 step's efficiency applied to their bytes" in card.rests_on
+    assert "collectives modelled from hardware[gpu].interconnect_model" in card.rests_on
+    assert "(0.46x)" in card.rests_on and "SGLang" in card.rests_on
+    # A check made on another fit (a CPU's own) is said to say nothing of this one.
+    assert "check: none of this fit" in card.rests_on
+    same = CHECK.assign(composed_label=f"composed ({FIT})")
+    assert (
+        "check: composed -4% to +7% off 3 held-out" in answer_card.build({}, verdict, same).rests_on
+    )
+
+
+def test_the_target_picks_the_most_tokens_per_gpu_that_meets_it_or_says_by_how_much_none_does():
+    verdict = carded_verdict()
+    asked = {"question": {"tpot_target_ms": 10.0}}
+    card = answer_card.build(asked, verdict, CHECK)
+    # tp1 at 8 (12 ms) misses; tp2 at 8 (9 ms, 444 tok/s/GPU) beats tp1 at 1 (10 ms, 100).
+    assert card.target.met and (card.target.pick.layout, card.target.pick.batch) == ("tp2", 8)
+    assert card.headline.startswith("m on gpu: At TPOT <= 10 ms, the most tokens/s per GPU: tp2")
+    floor = answer_card.build({"question": {"min_tokens_per_s_per_user": 100}}, verdict)
+    assert (floor.target.pick.layout, floor.target.pick.batch) == ("tp2", 8)  # 111 tok/s/user
+    missed = answer_card.build({"question": {"tpot_target_ms": 5.0}}, verdict)
+    assert not missed.target.met and missed.target.miss_ms == pytest.approx(3.0)
+    assert "No layout and batch meets TPOT <= 5 ms: the closest, tp2 (2 GPUs) at batch 1" in (
+        missed.headline
+    )
+    assert "is 3 ms over the 5 ms it allows" in missed.headline
+    nothing = answer_card.build(asked, verdict.assign(fits_memory="no"))
+    assert "no layout fits in memory at any batch, so none meets it" in nothing.headline
+
+
+def test_a_target_is_declared_in_the_config_with_its_range():
+    from tilesweep.errors import ConfigError
+
+    assert compose(["question.tpot_target_ms=30"])["question"]["tpot_target_ms"] == 30
+    assert compose([])["question"]["tpot_target_ms"] is None
+    for bad in ("question.tpot_target_ms=0", "question.min_tokens_per_s_per_user=-1"):
+        with pytest.raises(ConfigError, match="greater than 0"):
+            compose([bad])
+
+
+def test_the_card_opens_both_reports_and_answer_json_holds_its_fields(tmp_path):
+    data = contents.build(settings_stub(), *[pd.DataFrame()] * 3, carded_verdict(), {},
+                          check=CHECK, engines=ENGINES)  # fmt: skip
+    text, page = report_md.render(data), report_html.render(data)
+    # The first thing after the title, in both.
+    assert text.split("\n\n")[1].startswith("**The answer.** m on gpu: ")
+    assert text.index("**The answer.**") < text.index("## ") and FIT in text.split("## ")[0]
+    body = page[page.index("<body>") :]
+    assert re.match(r"<body><header><h1>[^<]*</h1></header><section id=\"answer\"", body)
+    assert "| 64 | tp1 | 1 | 20 | 50 | 3,200 | memory | 2x |" in text
+    path = tmp_path / "answer.json"
+    answer_card.write(data.card, path)
+    saved = json.loads(path.read_text())
+    assert set(saved) >= {"model", "hardware", "headline", "picks", "rests_on", "target"}
+    assert set(saved["picks"][0]) == set(answer_card.PICK_FIELDS)
+    assert answer_card.console_lines(path) == data.card.lines()
+    assert data.card.lines()[-1].startswith("Rests on: parts composed from the " + FIT)
+
+
+@pytest.mark.slow
+def test_the_swept_answer_json_is_the_card_both_reports_open_with(tiny_sweep):
+    results = tiny_sweep / "results"
+    card = answer_card.AnswerCard.from_dict(json.loads((results / "answer.json").read_text()))
+    assert card.headline in (results / "report.md").read_text().split("## ")[0]

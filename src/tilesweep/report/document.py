@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from tilesweep.answer_card import AnswerCard
+
 # Every figure: its file name under plots/, its alt text and its caption.
 FIGURES = {
     "pareto": (
@@ -142,13 +144,14 @@ class Section:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything both reports show: title, intro, sections, the figures' PNG bytes and the
-    sections the HTML page's navigation names."""
+    """Everything both reports show: title, the answer card (first on screen), intro, sections,
+    the figures' PNG bytes and the sections the HTML page's navigation names."""
 
     title: str
     intro: str
     provenance: dict
     sections: list[Section]
+    card: AnswerCard | None = None
     figures: dict[str, bytes] = field(default_factory=dict)
     nav: list[tuple[str, str]] = field(default_factory=list)  # (key, label) the page links to
 

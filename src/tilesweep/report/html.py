@@ -9,6 +9,7 @@ import html
 
 import pandas as pd
 
+from tilesweep.answer_card import AnswerCard
 from tilesweep.report.document import (
     Bullets,
     Code,
@@ -47,6 +48,9 @@ td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
 dl.legend{flex:1 1 20em;margin:.6em 0;font-size:.8em;color:#333}
 dl.legend dt{font-weight:600;display:inline}dl.legend dd{display:inline;margin:0}
 dl.legend dd:after{content:"";display:block;margin-bottom:.25em}
+.card{border:2px solid #4878d0;border-radius:6px;padding:.4em 1em .2em;margin:.6em 0 1em;
+background:#f7faff}.card p{margin:.4em 0}.card .rests{font-size:.85em;color:#333}
+.card table{margin:.4em 0;font-size:.9em}
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
 font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
@@ -156,6 +160,18 @@ BLOCKS = {
 }
 
 
+def card_html(card: AnswerCard) -> str:
+    """Return the answer card: its headline, the picks per batch, where nothing fits, and what
+    it rests on."""
+    table_html = table(card.table(), empty="(no layout fits in memory)")
+    none = f"<p>{esc(card.no_fit_line())}</p>" if card.no_fit_batches else ""
+    return (
+        f'<section id="answer" class="card"><p><strong>The answer.</strong> '
+        f"{esc(card.headline)}</p>{table_html}{none}"
+        f'<p class="rests"><strong>Rests on:</strong> {esc(card.rests_on)}</p></section>'
+    )
+
+
 def render(data: ReportData) -> str:
     """Return the whole report as one self-contained HTML page; its navigation links only to
     the sections it holds."""
@@ -173,7 +189,9 @@ def render(data: ReportData) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(data.title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{esc(data.title)}</h1><p>{esc(data.intro)}</p><nav>{nav}</nav></header>"
+        f"<header><h1>{esc(data.title)}</h1></header>"
+        + (card_html(data.card) if data.card is not None else "")
+        + f"<p>{esc(data.intro)}</p><nav>{nav}</nav>"
         + "".join(body)
         + "</body></html>\n"
     )

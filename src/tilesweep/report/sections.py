@@ -39,9 +39,7 @@ from tilesweep.report.analysis import (
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import devices, fmt_value
 from tilesweep.report.headlines import (
-    answer,
     check_headline,
-    engine_line,
     fitting_layouts,
     launch_headlines,
     legend,
@@ -76,21 +74,13 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
     )
 
 
-def summary_blocks(
-    verdict: pd.DataFrame,
-    check: pd.DataFrame,
-    unasked: str = "",
-    engines: pd.DataFrame | None = None,
-) -> list[Block]:
-    """Return the answer: one sentence, the composition against engines' own figures in one
-    line, the verdict grid of the layouts that fit (those that fit nowhere in one line), the
-    Pareto figure, and why the question's panel is absent (`unasked`)."""
+def summary_blocks(verdict: pd.DataFrame, unasked: str = "") -> list[Block]:
+    """Return the verdict at a glance (the answer card above it names the picks): the verdict
+    grid of the layouts that fit (those that fit nowhere in one line), the Pareto figure, and
+    why the question's panel is absent (`unasked`)."""
     fit, never = fitting_layouts(verdict)
     none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
-    against = engine_line(engines)
-    blocks: list[Block] = [Text(answer(verdict, check))]
-    blocks += [Text(against)] if against else []
-    blocks.append(verdict_grid(fit, empty=none))
+    blocks: list[Block] = [verdict_grid(fit, empty=none)]
     line = never_fits_line(verdict, never)
     blocks += [Text(line)] if line else []
     blocks.append(Figure("pareto"))
