@@ -3,6 +3,7 @@ that fit, the Pareto frontier, and in-page links that all land on an element."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -13,7 +14,7 @@ from test_report_html import browse, settings_stub
 
 from tilesweep import answer_card
 from tilesweep.config import compose
-from tilesweep.report import contents, headlines
+from tilesweep.report import analysis, contents, headlines
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
@@ -337,3 +338,69 @@ def test_the_swept_answer_json_is_the_card_both_reports_open_with(tiny_sweep):
     results = tiny_sweep / "results"
     card = answer_card.AnswerCard.from_dict(json.loads((results / "answer.json").read_text()))
     assert card.headline in (results / "report.md").read_text().split("## ")[0]
+
+
+# ---- the launch check and the timed kernels ---------------------------------------------------
+
+
+def timed_and_checked() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return (launch rows, decode rows): two Triton tiles checked and timed, a CUTLASS program
+    timed but not checked, one of whose tiles failed to launch where timed, and a baseline."""
+    launch = pd.DataFrame(
+        {"target": "h200", "arch": "sm_90", "backend": "triton", "fits": "default",
+         "status": "ok", "kernel": ["bf16-m16n64k64-s2-w4-default",
+                                    "bf16-m32n64k64-s2-w4-default"]}
+    )  # fmt: skip
+    runners = [
+        ("triton:bf16-m16n64k64-s2-w4-default", "ok", ""),
+        ("triton:bf16-m32n64k64-s2-w4-default", "ok", ""),
+        ("cutlass:128x128x128", "ok", ""),
+        ("cutlass:128x256x128_s5", "launch", "initialize Error Internal: needs 280,576 B"),
+        ("torch_bmm", "ok", ""),
+    ]
+    decode = pd.DataFrame(
+        [{"runner": r, "status": s, "reason": why, "device": "NVIDIA H200", "dtype": "bf16",
+          "op": "down", "routing": "uniform", "tokens_per_expert": 1,
+          "time_ms": 0.1 if s == "ok" else np.nan} for r, s, why in runners]
+    )  # fmt: skip
+    return launch, decode
+
+
+def test_the_launch_section_names_every_timed_kernel_it_does_not_cover_and_each_failure():
+    launch, decode = timed_and_checked()
+    coverage = analysis.launch_coverage(launch, decode)
+    # The project's own timed kernels, never the library baseline.
+    assert "torch_bmm" not in set(coverage["runner"])
+    data = contents.build(settings_stub(), launch, decode, pd.DataFrame(), hand_verdict(), {})
+    for text in (report_md.render(data), html.unescape(report_html.render(data))):
+        launch_text = text[text.index("Which kernels launch") :]
+        checked = set("triton:" + launch["kernel"])
+        for runner in coverage["runner"]:
+            # No contradiction: each timed kernel is in the launch table or named as lacking.
+            lacks = re.search(r"it lacks \d+, timed on [^:]+: ([^\n<]+)\.", launch_text)
+            assert runner in checked or (lacks and runner in lacks.group(1)), runner
+        assert "The launch check covers 2 of the 4 kernels timed in decode" in launch_text
+        assert (
+            "Failed to launch where timed: cutlass:128x256x128_s5 on NVIDIA H200 (1 rows): "
+            "initialize Error Internal: needs 280,576 B" in launch_text
+        )
+    everything = analysis.launch_coverage(
+        pd.concat([launch, pd.DataFrame({"target": "h200", "backend": "cutlass", "fits": "no",
+                   "kernel": ["128x128x128", "128x256x128_s5"]})]), decode,
+    )  # fmt: skip
+    assert (everything["in_launch_check"] == "yes").all()
+    assert headlines.coverage_lines(everything)[0] == (
+        "The launch check covers all 4 kernels timed in decode."
+    )
+
+
+def test_every_cell_colour_of_the_verdict_grid_has_its_key_and_launch_is_not_does_not_fit():
+    verdict = hand_verdict()
+    verdict.loc[0, "bound"] = "launch"
+    verdict.loc[1, "bound"] = "mixed"
+    page = report_html.render(contents.build(settings_stub(), *[pd.DataFrame()] * 3, verdict, {}))
+    cells = set(re.findall(r'<td class="v-([\w-]+)"', page))
+    keys = set(re.findall(r'<span class="swatch v-([\w-]+)"', page))
+    assert {"launch", "mixed", "memory", "does"} <= cells <= keys
+    colour = dict(re.findall(r"\.v-([\w-]+)\{background:([^;}]+)", report_html.CSS))
+    assert colour["launch"] != colour["does"] and len(set(colour.values())) == len(colour)

@@ -362,7 +362,7 @@ def _fit_words(inputs: str) -> str:
     return "parts at the target's roofline alone (no fit named in the verdict's inputs)"
 
 
-def _collective_words(inputs: str) -> str:
+def collective_words(inputs: str) -> str:
     """Return whether the collectives are modelled or measured, and where from."""
     for item in input_items(inputs):
         if _key(item) == "interconnect":
@@ -483,7 +483,7 @@ def rests_on(
     parts = [_fit_words(inputs)]
     parts += [x for x in (_varying(chosen, key) for key in NAMED_ITEMS) if x]
     parts += _column_words(chosen)
-    parts.append(_collective_words(inputs))
+    parts.append(collective_words(inputs))
     parts.append(_check_words(pd.DataFrame() if check is None else check, labels))
     parts.append(_engine_words(engines, model, hardware))
     return "; ".join(parts) + "."

@@ -134,12 +134,12 @@ def build(
         "summary": summary_blocks(verdict, why),
         "machine": machine_blocks(decode, hardware),
         "verdict": verdict_blocks(verdict),
-        "check": check_blocks(check, engines),
+        "check": check_blocks(check, engines, verdict),
         "power": power_blocks(power, asked),
-        "launch": launch_blocks(launch, provenance),
+        "launch": launch_blocks(launch, provenance, decode),
         "decode": decode_blocks(decode, provenance),
         "tune": tune_blocks(pd.DataFrame() if tune is None else tune),
-        "collectives": collective_blocks(collective, provenance),
+        "collectives": collective_blocks(collective, provenance, decode, verdict),
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }
     drawn = dict(figures or {})

@@ -28,9 +28,10 @@ FIGURES = {
     ),
     "check_error": (
         "composed against measured whole steps",
-        "Measured whole decode steps of the depth-reduced model on the device at hand (median, "
-        "p10..p90 band) against the composition of the same model from its parts (calibrated "
-        "on TP1 only) and against the roofline alone.",
+        "Per layout and batch, how far the composition of the depth-reduced model from its parts "
+        "(blue; calibrated on TP1 only) and the roofline alone (orange, dotted) lie from the "
+        "measured whole decode step on the device at hand, in percent of its median (0: exact; "
+        "dashed: +-10%); grey: the measured p10..p90 band around that median.",
     ),
     "launch_smem": (
         "shared memory per kernel and target",

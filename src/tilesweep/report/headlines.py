@@ -331,7 +331,8 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
     for target, part in counts.groupby("target", sort=False):
         total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
         lines.append(
-            f"{target}: of {total} kernels, {int(part['default'].sum())} fit by default, "
+            f"{target}: of {total} kernels in the launch check, "
+            f"{int(part['default'].sum())} fit by default, "
             f"{int(part['optin'].sum())} only after opt-in, {int(part['no'].sum())} do not fit"
             + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
             + "."
@@ -395,3 +396,29 @@ def check_headline(check: pd.DataFrame) -> str | None:
         f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
         f"{len(err)} points."
     )
+
+
+def coverage_lines(coverage: pd.DataFrame) -> list[str]:
+    """Return what the launch check covers of the kernels timed in decode, in words from the
+    coverage table (analysis.launch_coverage): how many it has, which timed kernels it lacks,
+    and each timed kernel that failed to launch where it was timed, with the reason."""
+    if coverage.empty:
+        return []
+    lacking = coverage[coverage["in_launch_check"] != "yes"]
+    n = len(coverage)
+    if lacking.empty:
+        lines = [f"The launch check covers all {n} kernels timed in decode."]
+    else:
+        where = ", ".join(sorted(set(lacking["device"].astype(str))))
+        lines = [
+            f"The launch check covers {n - len(lacking)} of the {n} kernels timed in decode; "
+            f"it lacks {len(lacking)}, timed on {where} with no launch accounting here: "
+            + ", ".join(lacking["runner"].astype(str))
+            + "."
+        ]
+    for rec in coverage[coverage["rows_failed_launch"] > 0].to_dict("records"):
+        lines.append(
+            f"Failed to launch where timed: {rec['runner']} on {rec['device']} "
+            f"({rec['rows_failed_launch']} rows): {rec['reason'] or 'reason missing'}."
+        )
+    return lines

@@ -37,9 +37,12 @@ td.wrap{white-space:normal;min-width:20em;overflow-wrap:anywhere}
 tr.src-model td{background:repeating-linear-gradient(135deg,#fff,#fff 6px,#f3f3f3 6px,
 #f3f3f3 12px);color:#555;font-style:italic}
 tr.src-measured td{background:#fff}
-td.v-memory{background:#dce6f8}td.v-math{background:#fbe1d2}td.v-communication{background:#dff3dd}
-td.v-mixed{background:#f3ecd2}td.v-kernel-limited{background:#f6d6d6}td.v-does{background:#ddd}td.v-other{background:#e8e8e8}td.v-launch{background:#e8e8e8}
-td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
+.v-memory{background:#dce6f8}.v-math{background:#fbe1d2}.v-communication{background:#dff3dd}
+.v-mixed{background:#f3ecd2}.v-kernel-limited{background:#f6d6d6}.v-other{background:#e8e8e8}
+.v-launch{background:#e6dcf5}.v-does{background:repeating-linear-gradient(135deg,#ddd,#ddd 5px,
+#f4f4f4 5px,#f4f4f4 10px);color:#555}.v-unknown{background:#eee}
+.swatch{display:inline-block;width:.9em;height:.9em;border:1px solid #999;margin-right:.2em;
+vertical-align:-.1em}td small{display:block;color:#555;font-size:.85em}
 .badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.8em;font-style:normal}
 .badge.model{background:#eee;border:1px dashed #888}.badge.measured{background:#333;color:#fff}
 .badge.composed{background:#cfe0f5;border:1px solid #4878d0}
@@ -125,9 +128,24 @@ def _bullets(item: Bullets) -> str:
     return f'<ul class="headlines">{lines}</ul>' if lines else ""
 
 
-def _legend(items: tuple[tuple[str, str], ...]) -> str:
-    """Return a table's legend as a definition list: each word, then what it means."""
-    rows = "".join(f"<dt>{esc(word)}:</dt> <dd>{esc(meaning)}</dd>" for word, meaning in items)
+# The cell colours of the verdict grid each legend word stands for (its colour key).
+SWATCHES = {
+    "memory, math, communication": ("memory", "math", "communication"),
+    "launch": ("launch",),
+    "mixed": ("mixed",),
+    "kernel-limited": ("kernel-limited",),
+    "does not fit (N GB short)": ("does",),
+}
+
+
+def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
+    """Return a table's legend as a definition list: each word (with its cell colour in the
+    verdict grid), then what it means."""
+    rows = ""
+    for word, meaning in items:
+        kinds = SWATCHES.get(word, ()) if style == "verdict" else ()
+        keys = "".join(f'<span class="swatch v-{k}"></span>' for k in kinds)
+        rows += f"<dt>{keys}{esc(word)}:</dt> <dd>{esc(meaning)}</dd>"
     return f'<dl class="legend">{rows}</dl>'
 
 
@@ -137,7 +155,7 @@ def _table(item: Table) -> str:
     note = f"<p>{esc(item.note)}</p>" if item.note else ""
     body = table(item.frame, item.shown(), item.style, empty=item.empty)
     if item.legend:
-        body = f'<div class="with-legend">{body}{_legend(item.legend)}</div>'
+        body = f'<div class="with-legend">{body}{_legend(item.legend, item.style)}</div>'
     body = note + body
     if item.collapsed:
         return f"<details><summary>{esc(item.title)}</summary>{body}</details>"
