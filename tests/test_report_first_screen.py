@@ -324,6 +324,7 @@ def test_the_card_opens_both_reports_and_answer_json_holds_its_fields(tmp_path):
     body = page[page.index("<body>") :]
     assert re.match(r"<body><header><h1>[^<]*</h1></header><section id=\"answer\"", body)
     assert "| 64 | tp1 | 1 | 20 | 50 | 3,200 | memory | 2x |" in text
+    assert "`" not in page  # names in backticks are set as <code>, never shown raw
     path = tmp_path / "answer.json"
     answer_card.write(data.card, path)
     saved = json.loads(path.read_text())
@@ -404,3 +405,19 @@ def test_every_cell_colour_of_the_verdict_grid_has_its_key_and_launch_is_not_doe
     assert {"launch", "mixed", "memory", "does"} <= cells <= keys
     colour = dict(re.findall(r"\.v-([\w-]+)\{background:([^;}]+)", report_html.CSS))
     assert colour["launch"] != colour["does"] and len(set(colour.values())) == len(colour)
+
+
+def test_pareto_labels_never_overlap_even_where_points_coincide():
+    crowded = pd.DataFrame(
+        [row("tp4", 8, 8, 17.71), row("tp8", 8, 8, 17.72), row("tp2", 2, 8, 17.0),
+         row("tp4", 8, 1, 13.0), row("tp8", 8, 1, 12.9), row("ep8", 8, 64, 37.8),
+         row("ep8", 8, 8, 17.8)]
+    )  # fmt: skip
+    fig = pareto(crowded)
+    png(fig)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
+    assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[:i])
+    # tp4, tp8 and ep8 at batch 8 sit on one spot: one label "8" for all three.
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("8") == 2 and texts.count("1") == 2

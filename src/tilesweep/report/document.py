@@ -108,9 +108,11 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """One of FIGURES, by name."""
+    """One of FIGURES, by name; `text`, where given, is its caption generated from what its
+    panels draw, in place of the general one."""
 
     name: str
+    text: str = ""
 
     @property
     def alt(self) -> str:
@@ -119,8 +121,8 @@ class Figure:
 
     @property
     def caption(self) -> str:
-        """Return the figure's caption."""
-        return FIGURES[self.name][1]
+        """Return the figure's caption: the generated one, else the general one."""
+        return self.text or FIGURES[self.name][1]
 
 
 @dataclass(frozen=True)

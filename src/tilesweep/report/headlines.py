@@ -356,24 +356,27 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
 
 
 def machine_headlines(decode: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings measured on the machine that ran the sweep: the fastest
-    decode kernel at the smallest and largest tokens per expert, its fraction of this machine's
-    copy bandwidth and its bound here."""
+    """Return one-sentence findings measured on the machine that ran the sweep: per op and dtype
+    the fastest decode kernel at the smallest and largest tokens per expert, its fraction of this
+    machine's copy bandwidth and its bound here."""
     lines = []
     best = best_per_batch(decode)
     if best.empty:
         return lines
     uniform = best[best["routing"].astype(str) == "uniform"]
     uniform = uniform if not uniform.empty else best
-    for op, part in uniform.groupby("op", sort=False):
+    keys = ["op", "dtype"] if "dtype" in uniform else ["op"]
+    for key, part in uniform.groupby(keys, sort=False):
+        op, dtype = (key[0], key[1]) if len(keys) == 2 else (key[0], "")
         ends = part.sort_values("tokens_per_expert").iloc[[0, -1]].drop_duplicates()
+        of = f" {dtype} kernel" if dtype else ""
         for rec in ends.to_dict("records"):
             frac = rec.get("frac_copy_bw")
             frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
             lines.append(
-                f"Decode {op}, {int(rec['tokens_per_expert'])} tokens per expert: fastest "
-                f"{rec['best_runner']}, {rec['time_ms']:.3g} ms{frac_txt}, "
-                f"{rec.get('bound') or 'unknown'}-bound here."
+                f"Decode {op}{f' ({dtype})' if dtype else ''}, {int(rec['tokens_per_expert'])} "
+                f"tokens per expert: fastest{of} {rec['best_runner']}, {rec['time_ms']:.3g} "
+                f"ms{frac_txt}, {rec.get('bound') or 'unknown'}-bound here."
             )
     return lines
 

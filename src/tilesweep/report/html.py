@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 import pandas as pd
 
@@ -76,6 +77,11 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def prose(text: object) -> str:
+    """Return text as HTML-escaped prose, each `name` in backticks set as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
+
+
 def img(png: bytes, alt: str) -> str:
     """Return an <img> element holding the PNG inline as base64."""
     data = base64.b64encode(png).decode("ascii")
@@ -124,7 +130,7 @@ def table(
 
 def _bullets(item: Bullets) -> str:
     """Return a list of findings as <ul>, nothing when there are none."""
-    lines = "".join(f"<li>{esc(x)}</li>" for x in item.items)
+    lines = "".join(f"<li>{prose(x)}</li>" for x in item.items)
     return f'<ul class="headlines">{lines}</ul>' if lines else ""
 
 
@@ -145,14 +151,14 @@ def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
     for word, meaning in items:
         kinds = SWATCHES.get(word, ()) if style == "verdict" else ()
         keys = "".join(f'<span class="swatch v-{k}"></span>' for k in kinds)
-        rows += f"<dt>{keys}{esc(word)}:</dt> <dd>{esc(meaning)}</dd>"
+        rows += f"<dt>{keys}{esc(word)}:</dt> <dd>{prose(meaning)}</dd>"
     return f'<dl class="legend">{rows}</dl>'
 
 
 def _table(item: Table) -> str:
     """Return a table block: its title (a <details> summary when collapsed), note and table,
     with its legend beside it."""
-    note = f"<p>{esc(item.note)}</p>" if item.note else ""
+    note = f"<p>{prose(item.note)}</p>" if item.note else ""
     body = table(item.frame, item.shown(), item.style, empty=item.empty)
     if item.legend:
         body = f'<div class="with-legend">{body}{_legend(item.legend, item.style)}</div>'
@@ -164,12 +170,12 @@ def _table(item: Table) -> str:
 
 # How each kind of block is written; figures need the PNG bytes, so they get the ReportData.
 BLOCKS = {
-    Text: lambda item, data: f"<p>{esc(item.text)}</p>",
+    Text: lambda item, data: f"<p>{prose(item.text)}</p>",
     Bullets: lambda item, data: _bullets(item),
     Heading: lambda item, data: f"<h3>{esc(item.text)}</h3>",
     Figure: lambda item, data: (
         f"<figure>{img(data.figures[item.name], item.alt)}"
-        f"<figcaption>{esc(item.caption)}</figcaption></figure>"
+        f"<figcaption>{prose(item.caption)}</figcaption></figure>"
     ),
     Code: lambda item, data: (
         f"<details><summary>{esc(item.title)}</summary><pre>{esc(item.text)}</pre></details>"

@@ -41,6 +41,7 @@ from tilesweep.report.analysis import (
     ok_rows,
     verdict_pivot,
 )
+from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import column, devices, fmt_value, numeric
 from tilesweep.report.headlines import (
@@ -292,7 +293,7 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
             "figure); bound is from arithmetic intensity against the ridge point of the "
             f"measured ceilings.{_when(provenance, 'decode')}"
         ),
-        Figure("decode_time"),
+        Figure("decode_time", decode_time_caption(decode)),
         Figure("decode_roofline"),
         Table(
             best_per_batch(decode),
@@ -381,6 +382,17 @@ def _distinct(frames: list[pd.DataFrame], key: str) -> str:
     return ", ".join(sorted(values)) or "unknown"
 
 
+def _job_span(frame: pd.DataFrame) -> str:
+    """Return when a table's rows were measured from their own job times (job_start_utc to
+    job_end_utc, UTC), or '' where they carry none."""
+    start = column(frame, "job_start_utc").dropna().astype(str)
+    end = column(frame, "job_end_utc").dropna().astype(str)
+    if start.empty:
+        return ""
+    last = end.max() if not end.empty else start.max()
+    return f"{start.min()} to {last} (the rows' job times)"
+
+
 def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
     """Return the provenance section's blocks: devices, versions, when, and the config."""
     measured_on = [ok_rows(decode), ok_rows(collective)]
@@ -399,8 +411,12 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
         for key, label in (("decode", "decode"), ("layout", "layout steps"))
         if key in when
     )
+    # A kept example is re-rendered without its run's provenance file: its rows' own job times
+    # where they carry them, else a gap that says so.
+    gap = "not kept with the tables" if provenance.get("note") else "unknown"
+    when = {"decode": _job_span(decode), **when} if _job_span(decode) else when
     when_rows = [
-        {"figure": name, "measured": measured or "unknown", "on": device}
+        {"figure": name, "measured": measured or gap, "on": device}
         for name, measured, device in (
             ("launch_smem", when.get("launch"), "host compiler, checked against target tables"),
             ("decode_time, decode_roofline", when.get("decode"), devices(ok_rows(decode))),
