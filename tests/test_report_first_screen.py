@@ -421,3 +421,25 @@ def test_pareto_labels_never_overlap_even_where_points_coincide():
     # tp4, tp8 and ep8 at batch 8 sit on one spot: one label "8" for all three.
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts.count("8") == 2 and texts.count("1") == 2
+
+
+def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():
+    launch, decode = timed_and_checked()
+    decode = decode.assign(device_kind="cuda")
+    gloo = pd.DataFrame(
+        {"collective": "all_reduce", "group": 2, "backend": "gloo", "bytes": [1024, 4096],
+         "time_ms": [0.1, 0.2], "status": "ok", "device": "cpu (x86_64, 2 threads)",
+         "device_kind": "cpu"}
+    )  # fmt: skip
+    verdict = carded_verdict()
+    data = contents.build(settings_stub(), launch, decode, gloo, verdict, {})
+    section = next(s for s in data.sections if s.key == "collectives")
+    text = " ".join(b.text for b in section.blocks if hasattr(b, "text"))
+    assert "Not this GPU run's collectives: these ran on cpu (x86_64, 2 threads) over gloo" in text
+    assert "modelled from hardware[gpu].interconnect_model (nvlink4/nvswitch)" in text
+    assert "collective_bandwidth" not in data.figure_names()
+    assert all(t.collapsed and "on the CPU (gloo)" in t.title for t in section.blocks
+               if hasattr(t, "frame"))  # fmt: skip
+    # The check section says where the verdict's collectives come from, from the same inputs.
+    check = next(s for s in data.sections if s.key == "check")
+    assert "The verdict's own collectives: modelled from hardware[gpu]" in check.blocks[0].text

@@ -66,10 +66,23 @@ def _when(provenance: dict, key: str) -> str:
     return f" Measured {when}." if when else ""
 
 
+# What a layout's name says (grid.layout_slug), beside the verdict grid.
+LAYOUT_WORDS = (
+    ("tpT-ppP-epE", "tensor parallel T, pipeline stages P, expert parallel E; T x P x E GPUs"),
+)
+XEP = (
+    "-xep",
+    "attention tensor parallel over the layout's GPUs, the MoE layers' whole experts spread "
+    "over the same GPUs (expert parallel, as engines run EP)",
+)
+
+
 def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:
     """Return the verdict pivot of the given rows (ties worded), with its legend beside it
     when it has rows."""
     grid = verdict_pivot(worded(verdict))
+    names = grid["layout"].astype(str) if "layout" in grid else pd.Series(dtype=str)
+    words = [*LAYOUT_WORDS, *((XEP,) if names.str.endswith("-xep").any() else ())]
     return Table(
         grid,
         title=title,
@@ -77,7 +90,7 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
         "named deployment and by how much, then ms per output token and tokens/s.",
         empty=empty,
         style="verdict",
-        legend=tuple(legend()) if len(grid) else (),
+        legend=(*words, *legend()) if len(grid) else (),
     )
 
 
