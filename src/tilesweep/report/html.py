@@ -54,7 +54,8 @@ dl.legend dt{font-weight:600;display:inline}dl.legend dd{display:inline;margin:0
 dl.legend dd:after{content:"";display:block;margin-bottom:.25em}
 .card{border:2px solid #4878d0;border-radius:6px;padding:.4em 1em .2em;margin:.6em 0 1em;
 background:#f7faff}.card p{margin:.4em 0}.card .rests{font-size:.85em;color:#333}
-.card table{margin:.4em 0;font-size:.9em}
+.card table{margin:.4em 0;font-size:.9em}.card td.text{text-align:right}
+.card td.text:nth-child(2),.card td.text:nth-child(7){text-align:left}
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
 font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
@@ -187,7 +188,7 @@ BLOCKS = {
 def card_html(card: AnswerCard) -> str:
     """Return the answer card: its headline, the picks per batch, where nothing fits, and what
     it rests on."""
-    table_html = table(card.table(), empty="(no layout fits in memory)")
+    table_html = table(card.table()) if card.picks else ""
     none = f"<p>{esc(card.no_fit_line())}</p>" if card.no_fit_batches else ""
     return (
         f'<section id="answer" class="card"><p><strong>The answer.</strong> '
