@@ -9,6 +9,7 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
+from tilesweep import answer_card
 from tilesweep.cells import damaged, mark_rebuilds, rebuild_param, rebuilds
 from tilesweep.errors import ConfigError
 from tilesweep.sweep_lock import hold
@@ -105,6 +106,9 @@ rule all:
 
 
 onsuccess:
+    # The answer card ends the console (answer_card.py): the same card opens both reports.
     print(
-        f"tilesweep: the answer is in {STAGE5.reports / 'report.html'} (report.md beside it)"
+        f"tilesweep: the report is {STAGE5.reports / 'report.html'} (report.md beside it)"
     )
+    for line in answer_card.console_lines(STAGE5.reports / "answer.json"):
+        print(f"tilesweep: {line}")

@@ -99,10 +99,27 @@ def test_a_stage_says_it_started_once_its_batch_has_started_then_counts_down(tmp
         "[tilesweep] 5 jobs in 2 stages; Snakemake's full log: run.log",
         "[tilesweep] build_kernel started: 3 jobs, no estimate yet",
         "[tilesweep] build_kernel 1/3 jobs, 10s elapsed, ~5s left (mean job 10s in this run, "
-        "2 at once); other stages: to come tables (1)",
+        "2 at once); other stages: to come tables (1); whole run ~5s left (2 at once), not "
+        "counting tables (no job time yet)",
         "[tilesweep] build_kernel done: 3 jobs (1 failed) in 20s, mean job 11s; "
-        "other stages: to come tables (1)",
+        "other stages: to come tables (1); whole run, not counting tables (no job time yet)",
     ]
+
+
+def test_the_whole_run_estimate_sums_every_stage_left_at_its_measured_job_time(tmp_path):
+    console = Console(io.StringIO(), metadata=tmp_path, every_s=0)
+    console.earlier = {"tables": [4.0], "report": [2.0]}
+    stats = {"bench": 4, "tables": 1, "report": 1, "all": 1, "total": 7}
+    lines = feed(
+        console,
+        record(0.0, LogEvent.RUN_INFO, stats=stats),
+        record(0.0, LogEvent.JOB_STARTED, jobs=[1, 2]),
+        record(0.0, LogEvent.JOB_INFO, jobid=1, rule_name="bench"),
+        record(0.0, LogEvent.JOB_INFO, jobid=2, rule_name="bench"),
+        record(10.0, LogEvent.JOB_FINISHED, job_id=1),
+    )
+    # bench: 2 pending at 10 s and the running one 0 s left; tables 4 s, report 2 s, over 2.
+    assert lines[-1].endswith("; whole run ~13s left (2 at once)"), lines[-1]
 
 
 def test_the_last_job_ends_the_run_in_one_line_and_the_closing_lines_give_way(tmp_path):
@@ -165,5 +182,8 @@ def test_a_sweeps_console_is_a_line_per_stage_with_estimates_and_ends_naming_the
     assert not any(ln.startswith(("Finished jobid", "localrule ", "rule ")) for ln in console)
     assert len(console) < 40, proc.stderr
     assert re.fullmatch(r"\[tilesweep\] all \d+ jobs done in \S+", console[-1]), console[-1]
-    last = proc.stdout.strip().splitlines()[-1]
-    assert last == "tilesweep: the answer is in results/report.html (report.md beside it)"
+    # stdout ends with the report's path, then the answer card (answer.json's, as both reports).
+    out = proc.stdout.strip().splitlines()
+    named = out.index("tilesweep: the report is results/report.html (report.md beside it)")
+    assert out[named + 1].startswith("tilesweep: The answer: ")
+    assert out[-1].startswith("tilesweep: Rests on: "), out[-1]

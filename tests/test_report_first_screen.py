@@ -3,6 +3,8 @@ that fit, the Pareto frontier, and in-page links that all land on an element."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 
 import numpy as np
@@ -10,8 +12,9 @@ import pandas as pd
 import pytest
 from test_report_html import browse, settings_stub
 
+from tilesweep import answer_card
 from tilesweep.config import compose
-from tilesweep.report import contents, headlines
+from tilesweep.report import analysis, contents, headlines
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
@@ -230,3 +233,213 @@ def test_every_in_page_link_of_the_swept_report_resolves_in_chromium(tiny_sweep,
     assert links <= ids, f"links to no element: {sorted(links - ids)}"
     first = dom.stdout.index('<section id="summary">')
     assert first < dom.stdout.index('<section id="brief">') < dom.stdout.index('id="machine"')
+
+
+# ---- the answer card -------------------------------------------------------------------------
+
+FIT = "launch-aware fit on NVIDIA H200, tp1 cuda-graph step of m at batches [1, 64]"
+INPUTS = (
+    "memory_bandwidth_gbs=4800 (hardware[gpu]); interconnect=nvlink4/nvswitch "
+    "(hardware[gpu].interconnect_model); part times: composed (" + FIT + "; shipped as "
+    "docs/fit.json, its costs per kernel and efficiencies); routing: random top-k; "
+    "expert GEMMs (nvfp4): no nvfp4 kernel timed; the bf16 step's efficiency applied to their "
+    "bytes"
+)
+ENGINES = pd.DataFrame(
+    [{"engine": "SGLang", "model": "m", "hardware": "gpu", "layout": "tp2", "batch": 1,
+      "engine_tpot_ms": 20.0, "composed_tpot_ms": 9.2, "composed_over_engine": 0.46}]
+)  # fmt: skip
+
+
+def carded_verdict() -> pd.DataFrame:
+    """Return hand_verdict with each row's inputs naming the fit and a roofline floor."""
+    verdict = hand_verdict().assign(inputs=INPUTS)
+    return verdict.assign(x_floor=np.where(verdict["fits_memory"] == "yes", 2.0, np.nan))
+
+
+def test_the_card_names_per_batch_the_fastest_layout_that_fits_with_its_figures():
+    card = answer_card.build({}, carded_verdict(), CHECK, ENGINES)
+    assert [(p.batch, p.layout) for p in card.picks] == [(1, "tp2"), (8, "tp2"), (64, "tp1")]
+    tp2 = card.picks[0]
+    assert tp2.tpot_ms == 8.0 and tp2.tokens_per_s_per_user == 125.0 and tp2.gpus == 2
+    assert tp2.tokens_per_s_per_gpu == pytest.approx(62.5) and tp2.x_floor == 2.0
+    assert card.no_fit_batches == [512]
+    assert card.headline.startswith("m on gpu: the most tokens/s per GPU: tp1 (1 GPU) at batch 64")
+
+
+def test_the_cards_rests_on_line_names_the_fit_the_verdict_used_and_the_rest():
+    verdict = carded_verdict()
+    card = answer_card.build({}, verdict, CHECK, ENGINES)
+    # The fit label verdict.csv's inputs carry, with where it was shipped from.
+    label = answer_card.fit_labels(verdict["inputs"].iloc[4])
+    assert label == [FIT + "; shipped as docs/fit.json, its costs per kernel and efficiencies"]
+    assert label[0] in card.rests_on
+    assert "the bf16 step's efficiency applied to their bytes" in card.rests_on
+    assert "collectives modelled from hardware[gpu].interconnect_model" in card.rests_on
+    assert "(0.46x)" in card.rests_on and "SGLang" in card.rests_on
+    # A check made on another fit (a CPU's own) is said to say nothing of this one.
+    assert "check: none of this fit" in card.rests_on
+    same = CHECK.assign(composed_label=f"composed ({FIT})")
+    assert (
+        "check: composed -4% to +7% off 3 held-out" in answer_card.build({}, verdict, same).rests_on
+    )
+
+
+def test_the_target_picks_the_most_tokens_per_gpu_that_meets_it_or_says_by_how_much_none_does():
+    verdict = carded_verdict()
+    asked = {"question": {"tpot_target_ms": 10.0}}
+    card = answer_card.build(asked, verdict, CHECK)
+    # tp1 at 8 (12 ms) misses; tp2 at 8 (9 ms, 444 tok/s/GPU) beats tp1 at 1 (10 ms, 100).
+    assert card.target.met and (card.target.pick.layout, card.target.pick.batch) == ("tp2", 8)
+    assert card.headline.startswith("m on gpu: At TPOT <= 10 ms, the most tokens/s per GPU: tp2")
+    floor = answer_card.build({"question": {"min_tokens_per_s_per_user": 100}}, verdict)
+    assert (floor.target.pick.layout, floor.target.pick.batch) == ("tp2", 8)  # 111 tok/s/user
+    missed = answer_card.build({"question": {"tpot_target_ms": 5.0}}, verdict)
+    assert not missed.target.met and missed.target.miss_ms == pytest.approx(3.0)
+    assert "No layout and batch meets TPOT <= 5 ms: the closest, tp2 (2 GPUs) at batch 1" in (
+        missed.headline
+    )
+    assert "is 3 ms over the 5 ms it allows" in missed.headline
+    nothing = answer_card.build(asked, verdict.assign(fits_memory="no"))
+    assert "no layout fits in memory at any batch, so none meets it" in nothing.headline
+
+
+def test_a_target_is_declared_in_the_config_with_its_range():
+    from tilesweep.errors import ConfigError
+
+    assert compose(["question.tpot_target_ms=30"])["question"]["tpot_target_ms"] == 30
+    assert compose([])["question"]["tpot_target_ms"] is None
+    for bad in ("question.tpot_target_ms=0", "question.min_tokens_per_s_per_user=-1"):
+        with pytest.raises(ConfigError, match="greater than 0"):
+            compose([bad])
+
+
+def test_the_card_opens_both_reports_and_answer_json_holds_its_fields(tmp_path):
+    data = contents.build(settings_stub(), *[pd.DataFrame()] * 3, carded_verdict(), {},
+                          check=CHECK, engines=ENGINES)  # fmt: skip
+    text, page = report_md.render(data), report_html.render(data)
+    # The first thing after the title, in both.
+    assert text.split("\n\n")[1].startswith("**The answer.** m on gpu: ")
+    assert text.index("**The answer.**") < text.index("## ") and FIT in text.split("## ")[0]
+    body = page[page.index("<body>") :]
+    assert re.match(r"<body><header><h1>[^<]*</h1></header><section id=\"answer\"", body)
+    assert "| 64 | tp1 | 1 | 20 | 50 | 3,200 | memory | 2x |" in text
+    assert "`" not in page  # names in backticks are set as <code>, never shown raw
+    path = tmp_path / "answer.json"
+    answer_card.write(data.card, path)
+    saved = json.loads(path.read_text())
+    assert set(saved) >= {"model", "hardware", "headline", "picks", "rests_on", "target"}
+    assert set(saved["picks"][0]) == set(answer_card.PICK_FIELDS)
+    assert answer_card.console_lines(path) == data.card.lines()
+    assert data.card.lines()[-1].startswith("Rests on: parts composed from the " + FIT)
+
+
+@pytest.mark.slow
+def test_the_swept_answer_json_is_the_card_both_reports_open_with(tiny_sweep):
+    results = tiny_sweep / "results"
+    card = answer_card.AnswerCard.from_dict(json.loads((results / "answer.json").read_text()))
+    assert card.headline in (results / "report.md").read_text().split("## ")[0]
+
+
+# ---- the launch check and the timed kernels ---------------------------------------------------
+
+
+def timed_and_checked() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return (launch rows, decode rows): two Triton tiles checked and timed, a CUTLASS program
+    timed but not checked, one of whose tiles failed to launch where timed, and a baseline."""
+    launch = pd.DataFrame(
+        {"target": "h200", "arch": "sm_90", "backend": "triton", "fits": "default",
+         "status": "ok", "kernel": ["bf16-m16n64k64-s2-w4-default",
+                                    "bf16-m32n64k64-s2-w4-default"]}
+    )  # fmt: skip
+    runners = [
+        ("triton:bf16-m16n64k64-s2-w4-default", "ok", ""),
+        ("triton:bf16-m32n64k64-s2-w4-default", "ok", ""),
+        ("cutlass:128x128x128", "ok", ""),
+        ("cutlass:128x256x128_s5", "launch", "initialize Error Internal: needs 280,576 B"),
+        ("torch_bmm", "ok", ""),
+    ]
+    decode = pd.DataFrame(
+        [{"runner": r, "status": s, "reason": why, "device": "NVIDIA H200", "dtype": "bf16",
+          "op": "down", "routing": "uniform", "tokens_per_expert": 1,
+          "time_ms": 0.1 if s == "ok" else np.nan} for r, s, why in runners]
+    )  # fmt: skip
+    return launch, decode
+
+
+def test_the_launch_section_names_every_timed_kernel_it_does_not_cover_and_each_failure():
+    launch, decode = timed_and_checked()
+    coverage = analysis.launch_coverage(launch, decode)
+    # The project's own timed kernels, never the library baseline.
+    assert "torch_bmm" not in set(coverage["runner"])
+    data = contents.build(settings_stub(), launch, decode, pd.DataFrame(), hand_verdict(), {})
+    for text in (report_md.render(data), html.unescape(report_html.render(data))):
+        launch_text = text[text.index("Which kernels launch") :]
+        checked = set("triton:" + launch["kernel"])
+        for runner in coverage["runner"]:
+            # No contradiction: each timed kernel is in the launch table or named as lacking.
+            lacks = re.search(r"it lacks \d+, timed on [^:]+: ([^\n<]+)\.", launch_text)
+            assert runner in checked or (lacks and runner in lacks.group(1)), runner
+        assert "The launch check covers 2 of the 4 kernels timed in decode" in launch_text
+        assert (
+            "Failed to launch where timed: cutlass:128x256x128_s5 on NVIDIA H200 (1 rows): "
+            "initialize Error Internal: needs 280,576 B" in launch_text
+        )
+    everything = analysis.launch_coverage(
+        pd.concat([launch, pd.DataFrame({"target": "h200", "backend": "cutlass", "fits": "no",
+                   "kernel": ["128x128x128", "128x256x128_s5"]})]), decode,
+    )  # fmt: skip
+    assert (everything["in_launch_check"] == "yes").all()
+    assert headlines.coverage_lines(everything)[0] == (
+        "The launch check covers all 4 kernels timed in decode."
+    )
+
+
+def test_every_cell_colour_of_the_verdict_grid_has_its_key_and_launch_is_not_does_not_fit():
+    verdict = hand_verdict()
+    verdict.loc[0, "bound"] = "launch"
+    verdict.loc[1, "bound"] = "mixed"
+    page = report_html.render(contents.build(settings_stub(), *[pd.DataFrame()] * 3, verdict, {}))
+    cells = set(re.findall(r'<td class="v-([\w-]+)"', page))
+    keys = set(re.findall(r'<span class="swatch v-([\w-]+)"', page))
+    assert {"launch", "mixed", "memory", "does"} <= cells <= keys
+    colour = dict(re.findall(r"\.v-([\w-]+)\{background:([^;}]+)", report_html.CSS))
+    assert colour["launch"] != colour["does"] and len(set(colour.values())) == len(colour)
+
+
+def test_pareto_labels_never_overlap_even_where_points_coincide():
+    crowded = pd.DataFrame(
+        [row("tp4", 8, 8, 17.71), row("tp8", 8, 8, 17.72), row("tp2", 2, 8, 17.0),
+         row("tp4", 8, 1, 13.0), row("tp8", 8, 1, 12.9), row("ep8", 8, 64, 37.8),
+         row("ep8", 8, 8, 17.8)]
+    )  # fmt: skip
+    fig = pareto(crowded)
+    png(fig)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
+    assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[:i])
+    # tp4, tp8 and ep8 at batch 8 sit on one spot: one label "8" for all three.
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("8") == 2 and texts.count("1") == 2
+
+
+def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():
+    launch, decode = timed_and_checked()
+    decode = decode.assign(device_kind="cuda")
+    gloo = pd.DataFrame(
+        {"collective": "all_reduce", "group": 2, "backend": "gloo", "bytes": [1024, 4096],
+         "time_ms": [0.1, 0.2], "status": "ok", "device": "cpu (x86_64, 2 threads)",
+         "device_kind": "cpu"}
+    )  # fmt: skip
+    verdict = carded_verdict()
+    data = contents.build(settings_stub(), launch, decode, gloo, verdict, {})
+    section = next(s for s in data.sections if s.key == "collectives")
+    text = " ".join(b.text for b in section.blocks if hasattr(b, "text"))
+    assert "Not this GPU run's collectives: these ran on cpu (x86_64, 2 threads) over gloo" in text
+    assert "modelled from hardware[gpu].interconnect_model (nvlink4/nvswitch)" in text
+    assert "collective_bandwidth" not in data.figure_names()
+    assert all(t.collapsed and "on the CPU (gloo)" in t.title for t in section.blocks
+               if hasattr(t, "frame"))  # fmt: skip
+    # The check section says where the verdict's collectives come from, from the same inputs.
+    check = next(s for s in data.sections if s.key == "check")
+    assert "The verdict's own collectives: modelled from hardware[gpu]" in check.blocks[0].text

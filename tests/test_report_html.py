@@ -281,7 +281,10 @@ def test_launch_failures_and_estimates():
     counts = analysis.fit_counts(launch).iloc[0]
     assert (counts["default"], counts["optin"], counts["no"]) == (1, 1, 1)
     page = page_of(launch, *[pd.DataFrame()] * 3)
-    assert "rtx_pro_6000: of 3 kernels, 1 fit by default, 1 only after opt-in, 1 do not fit" in page
+    assert (
+        "rtx_pro_6000: of 3 kernels in the launch check, 1 fit by default, 1 only after opt-in, "
+        "1 do not fit" in page
+    )
 
 
 def test_best_per_batch_compares_the_best_tile_with_the_best_baseline():

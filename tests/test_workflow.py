@@ -78,8 +78,9 @@ def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
     first = ("## The brief's question", "## Verdict for the deployment", "## Which kernels launch")
     for section in (*first, "## Decode", "## Collectives", "## Power as evidence"):
         assert section in report
-    # The answer first, then the brief's panel, then the machine that ran the sweep.
-    assert report.index("## The answer") < report.index("## The brief's question")
+    # The answer card first, the verdict at a glance, the brief's panel, then the machine.
+    assert report.index("**The answer.**") < report.index("## The verdict at a glance")
+    assert report.index("## The verdict at a glance") < report.index("## The brief's question")
     assert report.index("## The brief's question") < report.index("## The machine that ran")
 
 

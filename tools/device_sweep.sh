@@ -14,13 +14,18 @@ mkdir -p "$out"
 # shellcheck source=tools/gpu_env.sh
 source "$(dirname "$0")/gpu_env.sh" || exit 1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$out/gpus.csv"
-overrides=$(printf '"%s",' "$@")
+# No overrides: no --config at all (an empty list item would reach Hydra as `overrides=[""]`).
+config=()
+if [ $# -gt 0 ]; then
+  overrides=$(printf '"%s",' "$@")
+  config=(--config "overrides=[${overrides%,}]")
+fi
 start=$(date +%s)
 # shellcheck disable=SC2086  # the targets are words on purpose
 # -k: Snakemake waits for its running jobs after the TERM; kill it 20 s later, so the archive
 # below is always written (on 2026-12-02 a TERM-ed sweep outlived the device call's limit).
 timeout -k 20 "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake ${TILESWEEP_TARGETS:-} --cores all --keep-going \
-  --config "overrides=[${overrides%,}]" \
+  ${config[@]+"${config[@]}"} \
   >"$out/snakemake.log" 2>&1
 rc=$?
 echo "snakemake exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/snakemake.log"

@@ -3,11 +3,16 @@
 The GPU machine already has torch, triton, numpy, pandas and friends (its own builds must win), so
 only what snakemake, hydra-core and nvidia-cutlass need beyond that is fetched, at the versions
 installed here. Pure-Python packages are built into wheels here; compiled ones are downloaded
-for cp312 manylinux. Usage: python tools/fetch_wheels.py [DEST]   (default .whl)
+for cp312 manylinux. Usage: python tools/fetch_wheels.py [--list] [DEST]   (default .whl)
+
+The versions are those of the project's environment: run with any python, it re-runs itself in
+the project's .venv (`make bootstrap` makes it) when the running one lacks the pipeline's
+packages. --list prints the packages it would fetch and fetches nothing.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -104,12 +109,44 @@ def is_pure(name: str) -> bool:
     return "Root-Is-Purelib: true" in wheel
 
 
+def installed(names: tuple[str, ...]) -> bool:
+    """Return whether every named distribution is installed in the running interpreter."""
+    try:
+        for name in names:
+            distribution(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def project_python() -> Path:
+    """Return the project's environment's interpreter (.venv beside tools/, as make makes it)."""
+    return Path(__file__).resolve().parents[1] / os.environ.get("VENV", ".venv") / "bin" / "python"
+
+
 def main() -> int:
     """Fetch the wheels; return the process exit code."""
-    dest = Path(sys.argv[1] if len(sys.argv) > 1 else ".whl")
-    dest.mkdir(parents=True, exist_ok=True)
+    if not installed((*ROOTS, *ALONE)):
+        venv = project_python()
+        if venv.is_file() and Path(sys.prefix).resolve() != venv.parents[1].resolve():
+            return subprocess.run([str(venv), __file__, *sys.argv[1:]]).returncode
+        missing = [n for n in (*ROOTS, *ALONE) if not installed((n,))]
+        print(
+            f"fetch_wheels: {', '.join(missing)} not installed for {sys.executable}, and no "
+            f"project environment at {venv}: run `make bootstrap` first (the wheels are fetched "
+            "at the versions installed there)",
+            file=sys.stderr,
+        )
+        return 1
+    args = [a for a in sys.argv[1:] if a != "--list"]
+    listing = "--list" in sys.argv[1:]
+    dest = Path(args[0] if args else ".whl")
     wanted = {n: v for n, v in closure(ROOTS).items() if n not in PRESENT}
     wanted.update({norm(n): distribution(n).version for n in ALONE})
+    if listing:
+        print("\n".join(f"{n}=={v}" for n, v in sorted(wanted.items())))
+        return 0
+    dest.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip"]
     for name, ver in sorted(wanted.items()):
         spec = f"{name}=={ver}"

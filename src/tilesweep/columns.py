@@ -370,3 +370,23 @@ POWER_COLUMNS = [
     "device",
     "source",
 ]
+
+# ---- the report's key verdict columns and the launch check's coverage of the timed kernels ----
+
+# The verdict columns the report shows first (the rest behind a details element);
+# tokens_per_s_per_user is 1,000 / tpot_ms, added by the report.
+REPORT_KEY_VERDICT_COLUMNS = [
+    "layout", "batch", "tpot_ms", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "bound",
+    "x_floor", "margin", "source",
+]  # fmt: skip
+# The rows that do not fit: what they need and lack.
+VERDICT_NO_FIT_COLUMNS = [
+    "layout", "batch", "world", "mem_needed_gb", "mem_short_gb", "max_batch_fit", "max_context_fit",
+    "source",
+]  # fmt: skip
+# Per kernel timed in decode (a backend's own, not a library baseline): whether the launch check
+# has it, and how its timed rows ended on the device that ran them.
+LAUNCH_COVERAGE_COLUMNS = [
+    "runner", "backend", "in_launch_check", "device", "rows_timed", "rows_failed_launch",
+    "smem_runtime_bytes", "reason",
+]  # fmt: skip

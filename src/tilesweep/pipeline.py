@@ -429,6 +429,7 @@ class Sweep:
             *(str(stage.tables / f"{t}.csv") for t in tables),
             str(stage.reports / "report.md"),
             str(stage.reports / "report.html"),
+            str(stage.reports / "answer.json"),
             *self.tuned_outputs(),
             *self.engine_tune_outputs(),
             self.path("power", "power.csv"),

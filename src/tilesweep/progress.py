@@ -157,6 +157,7 @@ class Console(logging.Handler):
         self.batch: set = set()  # job ids of the last "Execute N jobs" yet to log their start
         self.earlier: dict[str, list[float]] | None = None
         self.began: float | None = None
+        self.most_at_once = 0  # the most jobs of any stages seen running at once
         self.failed = False
         self.broken = False
         self._lock = threading.Lock()
@@ -237,6 +238,8 @@ class Console(logging.Handler):
         self.rule_of[jobid] = rule
         stage.running[jobid] = now
         stage.at_once = max(stage.at_once, len(stage.running))
+        running = sum(len(s.running) for s in self.stages.values())
+        self.most_at_once = max(self.most_at_once, running)
         stage.total = max(stage.total, stage.ended + len(stage.running))
         if stage.began is None:
             stage.began = now
@@ -282,7 +285,29 @@ class Console(logging.Handler):
         else:
             earlier = (self.earlier or {}).get(rule)
             head = f"{rule} {stage.count()} jobs, {elapsed} elapsed, {stage.estimate(now, earlier)}"
-        return [f"{head}; {self._others(rule)}"]
+        whole = self.whole_run(now)
+        return [f"{head}; {self._others(rule)}" + (f"; {whole}" if whole else "")]
+
+    def whole_run(self, now: float) -> str:
+        """Return the whole run's time left: every unfinished stage's jobs at the mean job time
+        measured for its rule (this run's, else an earlier run's), spread over the most jobs seen
+        running at once, and the stages with no measured time yet; '' when none is left."""
+        work, unknown = 0.0, []
+        for stage in self.stages.values():
+            if stage.name in self.hidden or stage.complete:
+                continue
+            times = stage.durations or (self.earlier or {}).get(stage.name)
+            if not times:
+                unknown.append(stage.name)
+                continue
+            mean = sum(times) / len(times)
+            pending = max(stage.total - stage.ended - len(stage.running), 0)
+            work += pending * mean + sum(max(mean - (now - t), 0.0) for t in stage.running.values())
+        if not work and not unknown:
+            return ""
+        most = max(self.most_at_once, 1)
+        text = f"whole run ~{clock(work / most)} left ({most} at once)" if work else "whole run"
+        return text + (f", not counting {', '.join(unknown)} (no job time yet)" if unknown else "")
 
     def _others(self, rule: str) -> str:
         """Return the other stages in one clause: those running with their counts, those to

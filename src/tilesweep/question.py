@@ -103,9 +103,47 @@ class Question(_Strict):
         return [lay.model_dump() for lay in self.layouts]
 
 
+class Target(_Strict):
+    """What the answer card is asked to meet (either may be unset): a time per output token, and
+    tokens/s per user (1,000 / TPOT in ms); the card then names the layout and batch with the most
+    tokens/s per GPU that meets both, or the closest miss and by how much."""
+
+    tpot_target_ms: float | None = Field(default=None, gt=0, le=100_000)
+    min_tokens_per_s_per_user: float | None = Field(default=None, gt=0, le=1_000_000)
+
+
+# The `question` keys that ask the answer card for a target (Target), apart from the case study.
+TARGET_KEYS = tuple(Target.model_fields)
+
+
+def _error(exc: ValidationError) -> ConfigError:
+    """Return a ConfigError naming the first bad key of a `question` section in one line."""
+    error = exc.errors()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key"
+    shown = "" if error["type"] in ("missing", "value_error") else f"={error['input']!r}"
+    return ConfigError(f"question{where}{shown}: {message}")
+
+
+def target(value: object) -> Target:
+    """Return the target a config's `question` section asks (both unset where it asks none);
+    raise ConfigError naming a bad key."""
+    if not isinstance(value, dict):
+        return Target()
+    try:
+        return Target.model_validate({k: value[k] for k in TARGET_KEYS if k in value})
+    except ValidationError as exc:
+        raise _error(exc) from None
+
+
 def parse(value: object) -> Question | None:
-    """Return the Question a config's `question` section describes, None for none (absent or
-    empty); raise ConfigError naming the first bad key in one line."""
+    """Return the Question a config's `question` section describes (its target keys aside), None
+    for none (absent, or empty but for the target); raise ConfigError naming the first bad key in
+    one line."""
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k not in TARGET_KEYS}
     if value is None or value == {}:
         return None
     if not isinstance(value, dict):
@@ -113,17 +151,13 @@ def parse(value: object) -> Question | None:
     try:
         return Question.model_validate(value)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown key"
-        shown = "" if error["type"] in ("missing", "value_error") else f"={error['input']!r}"
-        raise ConfigError(f"question{where}{shown}: {message}") from None
+        raise _error(exc) from None
 
 
 def validate(value: object, catalog: dict) -> None:
-    """Raise ConfigError for a bad `question` section or one about hardware no file describes."""
+    """Raise ConfigError for a bad `question` section (its target included) or one about hardware
+    no file describes."""
+    target(value)
     question = parse(value)
     if question is not None and question.hardware not in catalog:
         valid = ", ".join(catalog)

@@ -90,5 +90,6 @@ class Stage5:
             *(self.table(name) for name in VERDICT_TABLES),
             str(self.reports / "report.md"),
             str(self.reports / "report.html"),
+            str(self.reports / "answer.json"),
             *(p for run, dtype in self.journals for p in self.replayed(run, dtype)),
         ]

@@ -1,5 +1,6 @@
 # Stage 5c: the figures (PNG, registered for `snakemake --report`, captioned from
-# workflow/report/) and the reports: report.md and the self-contained report.html.
+# workflow/report/) and the reports: report.md and the self-contained report.html, both opened by
+# the answer card, which is also written as answer.json.
 
 
 rule figures:
@@ -43,6 +44,8 @@ rule report:
         provenance=STAGE5.provenance,
     output:
         report=update(str(STAGE5.reports / "report.md")),
+        # The answer card both reports open with, and the console's last lines.
+        answer=update(str(STAGE5.reports / "answer.json")),
         html=report(
             update(str(STAGE5.reports / "report.html")),
             caption="../report/report_html.rst",

@@ -13,6 +13,7 @@ from tilesweep.columns import (
     BEST_PER_BATCH_KEYS,
     DECODE_TARGET_COLUMNS,
     FIT_COUNT_COLUMNS,
+    LAUNCH_COVERAGE_COLUMNS,
     NOT_TIMED_COLUMNS,
     Status,
     fastest_runner,
@@ -32,6 +33,17 @@ def _kinds(runners: pd.Series) -> pd.Series:
     from tilesweep import backends
 
     return runners.astype(str).map(backends.runner_kind)
+
+
+def _own_kernel(runner: str) -> bool:
+    """Return whether a runner is one of the project's own kernels (a tile or a program), the
+    kind the launch check accounts."""
+    from tilesweep import backends
+
+    try:
+        return backends.runner_kind(runner) in ("tile", "program")
+    except ValueError:
+        return False
 
 
 def short_runner(runner: str) -> str:
@@ -237,3 +249,38 @@ def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
             row[f"batch {batch}"] = cell
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
+    """Return, per kernel of the project's own timed in decode (a backend's tile or program;
+    library baselines and engines' kernels have no launch accounting and are left out), whether
+    the launch table holds it
+    (backend:kernel) and how its rows ended where they were timed: timed, or failed to launch,
+    with the first failure's reason (LAUNCH_COVERAGE_COLUMNS)."""
+    if decode.empty or "runner" not in decode:
+        return pd.DataFrame(columns=LAUNCH_COVERAGE_COLUMNS)
+    checked = set()
+    if not launch.empty and {"backend", "kernel"} <= set(launch.columns):
+        checked = set(launch["backend"].astype(str) + ":" + launch["kernel"].astype(str))
+    runners = decode[decode["runner"].astype(str).map(_own_kernel)]
+    status = column(runners, "status").map(status_text)
+    rows = []
+    for runner, part in runners.groupby(runners["runner"].astype(str), sort=True):
+        st = status[part.index]
+        failed = part[st == Status.LAUNCH]
+        reasons = column(failed, "reason", "").dropna().astype(str)
+        smem = numeric(failed if len(failed) else part, "smem_runtime_bytes").dropna()
+        rows.append(
+            {
+                "runner": runner,
+                "backend": runner.split(":", 1)[0],
+                "in_launch_check": "yes" if runner in checked else "no",
+                "device": ", ".join(sorted(set(column(part, "device", "").dropna().astype(str)))),
+                "rows_timed": int((st == Status.OK).sum()),
+                "rows_failed_launch": len(failed),
+                "smem_runtime_bytes": smem.max() if len(smem) else float("nan"),
+                "reason": reasons.iloc[0] if len(reasons) else "",
+            }
+        )
+    out = pd.DataFrame(rows, columns=LAUNCH_COVERAGE_COLUMNS)
+    return out[(out["rows_timed"] + out["rows_failed_launch"]) > 0].reset_index(drop=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep import question
+from tilesweep import answer_card, question
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.document import FIGURES, ReportData, Section
 from tilesweep.report.question_sections import power_blocks, question_blocks
@@ -25,7 +25,7 @@ from tilesweep.report.sections import (
 # is there, comes right after the first: its key is the question's name and its title the
 # question's.
 SECTIONS = (
-    ("summary", "The answer: the deployment's verdict"),
+    ("summary", "The verdict at a glance: every layout that fits"),
     ("machine", "The machine that ran the sweep (its own measurements, not the verdict)"),
     ("verdict", "Verdict for the deployment: where a decode step's time goes"),
     ("check", "How far to trust the composition: measured whole steps"),
@@ -38,7 +38,7 @@ SECTIONS = (
 )
 # The short names the page's navigation links by (one line at 1,280 px).
 NAV = {
-    "summary": "Answer",
+    "summary": "At a glance",
     "machine": "This machine",
     "verdict": "Verdict",
     "check": "Check",
@@ -106,9 +106,11 @@ def build(
     panel: dict | None = None,
     tune: pd.DataFrame | None = None,
     engines: pd.DataFrame | None = None,
+    card: answer_card.AnswerCard | None = None,
 ) -> ReportData:
-    """Return the one ReportData both reports render; figures are drawn unless given. The
-    question's section is there when `panel` is (the deployment is the one it asks about).
+    """Return the one ReportData both reports render, opened by the answer card (built from the
+    verdict, check and engines unless given); figures are drawn unless given. The question's
+    section is there when `panel` is (the deployment is the one it asks about).
 
     `provenance` may hold 'measured': {section: when} beside versions and the commit.
     """
@@ -129,15 +131,15 @@ def build(
     why = "" if panel else unasked(asked, model.get("name", "?"), hardware)
     blocks = {
         **{key: question_blocks(asked, panel, launch, power) for key, _ in named},
-        "summary": summary_blocks(verdict, check, why, engines),
+        "summary": summary_blocks(verdict, why),
         "machine": machine_blocks(decode, hardware),
         "verdict": verdict_blocks(verdict),
-        "check": check_blocks(check, engines),
+        "check": check_blocks(check, engines, verdict),
         "power": power_blocks(power, asked),
-        "launch": launch_blocks(launch, provenance),
+        "launch": launch_blocks(launch, provenance, decode),
         "decode": decode_blocks(decode, provenance),
         "tune": tune_blocks(pd.DataFrame() if tune is None else tune),
-        "collectives": collective_blocks(collective, provenance),
+        "collectives": collective_blocks(collective, provenance, decode, verdict),
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }
     drawn = dict(figures or {})
@@ -148,7 +150,10 @@ def build(
     sections = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
     # The question's link: its title up to the colon ("The brief's question").
     short = {**NAV, **{key: t.split(":")[0] for key, t in named}}
+    if card is None:
+        card = answer_card.build(settings, verdict, check, engines)
     return ReportData(
+        card=card,
         title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
         intro=intro,
         provenance=provenance,

@@ -176,6 +176,35 @@ def decode_time(decode: pd.DataFrame) -> Figure:
     return enforce_series(fig)
 
 
+def decode_time_caption(decode: pd.DataFrame) -> str:
+    """Return decode_time's caption from what its panels draw: per dtype, whether the measured
+    copy bandwidth is drawn as a line, and why not where it is not."""
+    ok = ok_or_all(decode)
+    if ok.empty or not {"time_ms", "op", "routing"} <= set(ok.columns):
+        return "No decode measurement to draw."
+    ok = ok[floats(ok, "time_ms") > 0]
+    lines, missing = [], []
+    for dtype in _dtypes(ok):
+        rows = _of_dtype(ok, dtype)
+        copy, gap = _ceiling(rows, "ceiling_copy_gbs", floats(rows, "gbs"))
+        if not (floats(rows, "gbs") > 0).any():
+            missing.append(f"{dtype} panels: its rows carry no bytes moved")
+        elif math.isnan(copy):
+            missing.append(f"{dtype} panels: {gap}")
+        else:
+            lines.append(dtype)
+    text = (
+        "Time per grouped GEMM (error bars p10..p90) and achieved bandwidth against tokens per "
+        "expert, one row of panels per dtype, at most six runners per axis (the fastest, with "
+        "the best torch baseline; the rest are in the decode table)."
+    )
+    if lines:
+        text += f" Dashed red: the measured copy bandwidth, on the {', '.join(lines)} panels."
+    if missing:
+        text += " No copy-bandwidth line on " + "; ".join(f"the {m}" for m in missing) + "."
+    return text
+
+
 def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     """Draw one dtype's time and bandwidth panels, and its legend, on a subfigure."""
     shown, left = shown_runners(rows)

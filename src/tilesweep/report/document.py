@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from tilesweep.answer_card import AnswerCard
+
 # Every figure: its file name under plots/, its alt text and its caption.
 FIGURES = {
     "pareto": (
@@ -26,9 +28,10 @@ FIGURES = {
     ),
     "check_error": (
         "composed against measured whole steps",
-        "Measured whole decode steps of the depth-reduced model on the device at hand (median, "
-        "p10..p90 band) against the composition of the same model from its parts (calibrated "
-        "on TP1 only) and against the roofline alone.",
+        "Per layout and batch, how far the composition of the depth-reduced model from its parts "
+        "(blue; calibrated on TP1 only) and the roofline alone (orange, dotted) lie from the "
+        "measured whole decode step on the device at hand, in percent of its median (0: exact; "
+        "dashed: +-10%); grey: the measured p10..p90 band around that median.",
     ),
     "launch_smem": (
         "shared memory per kernel and target",
@@ -105,9 +108,11 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """One of FIGURES, by name."""
+    """One of FIGURES, by name; `text`, where given, is its caption generated from what its
+    panels draw, in place of the general one."""
 
     name: str
+    text: str = ""
 
     @property
     def alt(self) -> str:
@@ -116,8 +121,8 @@ class Figure:
 
     @property
     def caption(self) -> str:
-        """Return the figure's caption."""
-        return FIGURES[self.name][1]
+        """Return the figure's caption: the generated one, else the general one."""
+        return self.text or FIGURES[self.name][1]
 
 
 @dataclass(frozen=True)
@@ -142,13 +147,14 @@ class Section:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything both reports show: title, intro, sections, the figures' PNG bytes and the
-    sections the HTML page's navigation names."""
+    """Everything both reports show: title, the answer card (first on screen), intro, sections,
+    the figures' PNG bytes and the sections the HTML page's navigation names."""
 
     title: str
     intro: str
     provenance: dict
     sections: list[Section]
+    card: AnswerCard | None = None
     figures: dict[str, bytes] = field(default_factory=dict)
     nav: list[tuple[str, str]] = field(default_factory=list)  # (key, label) the page links to
 

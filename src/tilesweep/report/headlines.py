@@ -338,7 +338,8 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
     for target, part in counts.groupby("target", sort=False):
         total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
         lines.append(
-            f"{target}: of {total} kernels, {int(part['default'].sum())} fit by default, "
+            f"{target}: of {total} kernels in the launch check, "
+            f"{int(part['default'].sum())} fit by default, "
             f"{int(part['optin'].sum())} only after opt-in, {int(part['no'].sum())} do not fit"
             + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
             + "."
@@ -362,24 +363,27 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
 
 
 def machine_headlines(decode: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings measured on the machine that ran the sweep: the fastest
-    decode kernel at the smallest and largest tokens per expert, its fraction of this machine's
-    copy bandwidth and its bound here."""
+    """Return one-sentence findings measured on the machine that ran the sweep: per op and dtype
+    the fastest decode kernel at the smallest and largest tokens per expert, its fraction of this
+    machine's copy bandwidth and its bound here."""
     lines = []
     best = best_per_batch(decode)
     if best.empty:
         return lines
     uniform = best[best["routing"].astype(str) == "uniform"]
     uniform = uniform if not uniform.empty else best
-    for op, part in uniform.groupby("op", sort=False):
+    keys = ["op", "dtype"] if "dtype" in uniform else ["op"]
+    for key, part in uniform.groupby(keys, sort=False):
+        op, dtype = (key[0], key[1]) if len(keys) == 2 else (key[0], "")
         ends = part.sort_values("tokens_per_expert").iloc[[0, -1]].drop_duplicates()
+        of = f" {dtype} kernel" if dtype else ""
         for rec in ends.to_dict("records"):
             frac = rec.get("frac_copy_bw")
             frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
             lines.append(
-                f"Decode {op}, {int(rec['tokens_per_expert'])} tokens per expert: fastest "
-                f"{rec['best_runner']}, {rec['time_ms']:.3g} ms{frac_txt}, "
-                f"{rec.get('bound') or 'unknown'}-bound here."
+                f"Decode {op}{f' ({dtype})' if dtype else ''}, {int(rec['tokens_per_expert'])} "
+                f"tokens per expert: fastest{of} {rec['best_runner']}, {rec['time_ms']:.3g} "
+                f"ms{frac_txt}, {rec.get('bound') or 'unknown'}-bound here."
             )
     return lines
 
@@ -402,3 +406,29 @@ def check_headline(check: pd.DataFrame) -> str | None:
         f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
         f"{len(err)} points."
     )
+
+
+def coverage_lines(coverage: pd.DataFrame) -> list[str]:
+    """Return what the launch check covers of the kernels timed in decode, in words from the
+    coverage table (analysis.launch_coverage): how many it has, which timed kernels it lacks,
+    and each timed kernel that failed to launch where it was timed, with the reason."""
+    if coverage.empty:
+        return []
+    lacking = coverage[coverage["in_launch_check"] != "yes"]
+    n = len(coverage)
+    if lacking.empty:
+        lines = [f"The launch check covers all {n} kernels timed in decode."]
+    else:
+        where = ", ".join(sorted(set(lacking["device"].astype(str))))
+        lines = [
+            f"The launch check covers {n - len(lacking)} of the {n} kernels timed in decode; "
+            f"it lacks {len(lacking)}, timed on {where} with no launch accounting here: "
+            + ", ".join(lacking["runner"].astype(str))
+            + "."
+        ]
+    for rec in coverage[coverage["rows_failed_launch"] > 0].to_dict("records"):
+        lines.append(
+            f"Failed to launch where timed: {rec['runner']} on {rec['device']} "
+            f"({rec['rows_failed_launch']} rows): {rec['reason'] or 'reason missing'}."
+        )
+    return lines

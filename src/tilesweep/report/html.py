@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 import pandas as pd
 
+from tilesweep.answer_card import AnswerCard
 from tilesweep.report.document import (
     Bullets,
     Code,
@@ -36,9 +38,12 @@ td.wrap{white-space:normal;min-width:20em;overflow-wrap:anywhere}
 tr.src-model td{background:repeating-linear-gradient(135deg,#fff,#fff 6px,#f3f3f3 6px,
 #f3f3f3 12px);color:#555;font-style:italic}
 tr.src-measured td{background:#fff}
-td.v-memory{background:#dce6f8}td.v-math{background:#fbe1d2}td.v-communication{background:#dff3dd}
-td.v-mixed{background:#f3ecd2}td.v-kernel-limited{background:#f6d6d6}td.v-does{background:#ddd}td.v-other{background:#e8e8e8}td.v-launch{background:#e8e8e8}
-td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
+.v-memory{background:#dce6f8}.v-math{background:#fbe1d2}.v-communication{background:#dff3dd}
+.v-mixed{background:#f3ecd2}.v-kernel-limited{background:#f6d6d6}.v-other{background:#e8e8e8}
+.v-launch{background:#e6dcf5}.v-does{background:repeating-linear-gradient(135deg,#ddd,#ddd 5px,
+#f4f4f4 5px,#f4f4f4 10px);color:#555}.v-unknown{background:#eee}
+.swatch{display:inline-block;width:.9em;height:.9em;border:1px solid #999;margin-right:.2em;
+vertical-align:-.1em}td small{display:block;color:#555;font-size:.85em}
 .badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.8em;font-style:normal}
 .badge.model{background:#eee;border:1px dashed #888}.badge.measured{background:#333;color:#fff}
 .badge.composed{background:#cfe0f5;border:1px solid #4878d0}
@@ -47,6 +52,10 @@ td.v-unknown{background:#eee}td small{display:block;color:#555;font-size:.85em}
 dl.legend{flex:1 1 20em;margin:.6em 0;font-size:.8em;color:#333}
 dl.legend dt{font-weight:600;display:inline}dl.legend dd{display:inline;margin:0}
 dl.legend dd:after{content:"";display:block;margin-bottom:.25em}
+.card{border:2px solid #4878d0;border-radius:6px;padding:.4em 1em .2em;margin:.6em 0 1em;
+background:#f7faff}.card p{margin:.4em 0}.card .rests{font-size:.85em;color:#333}
+.card table{margin:.4em 0;font-size:.9em}.card td.text{text-align:right}
+.card td.text:nth-child(2),.card td.text:nth-child(7){text-align:left}
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
 font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
@@ -67,6 +76,11 @@ VERDICT_CLASSES = (
 def esc(value: object) -> str:
     """Return value as HTML-escaped text."""
     return html.escape(str(value), quote=True)
+
+
+def prose(text: object) -> str:
+    """Return text as HTML-escaped prose, each `name` in backticks set as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
 
 
 def img(png: bytes, alt: str) -> str:
@@ -117,23 +131,38 @@ def table(
 
 def _bullets(item: Bullets) -> str:
     """Return a list of findings as <ul>, nothing when there are none."""
-    lines = "".join(f"<li>{esc(x)}</li>" for x in item.items)
+    lines = "".join(f"<li>{prose(x)}</li>" for x in item.items)
     return f'<ul class="headlines">{lines}</ul>' if lines else ""
 
 
-def _legend(items: tuple[tuple[str, str], ...]) -> str:
-    """Return a table's legend as a definition list: each word, then what it means."""
-    rows = "".join(f"<dt>{esc(word)}:</dt> <dd>{esc(meaning)}</dd>" for word, meaning in items)
+# The cell colours of the verdict grid each legend word stands for (its colour key).
+SWATCHES = {
+    "memory, math, communication": ("memory", "math", "communication"),
+    "launch": ("launch",),
+    "mixed": ("mixed",),
+    "kernel-limited": ("kernel-limited",),
+    "does not fit (N GB short)": ("does",),
+}
+
+
+def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
+    """Return a table's legend as a definition list: each word (with its cell colour in the
+    verdict grid), then what it means."""
+    rows = ""
+    for word, meaning in items:
+        kinds = SWATCHES.get(word, ()) if style == "verdict" else ()
+        keys = "".join(f'<span class="swatch v-{k}"></span>' for k in kinds)
+        rows += f"<dt>{keys}{esc(word)}:</dt> <dd>{prose(meaning)}</dd>"
     return f'<dl class="legend">{rows}</dl>'
 
 
 def _table(item: Table) -> str:
     """Return a table block: its title (a <details> summary when collapsed), note and table,
     with its legend beside it."""
-    note = f"<p>{esc(item.note)}</p>" if item.note else ""
+    note = f"<p>{prose(item.note)}</p>" if item.note else ""
     body = table(item.frame, item.shown(), item.style, empty=item.empty)
     if item.legend:
-        body = f'<div class="with-legend">{body}{_legend(item.legend)}</div>'
+        body = f'<div class="with-legend">{body}{_legend(item.legend, item.style)}</div>'
     body = note + body
     if item.collapsed:
         return f"<details><summary>{esc(item.title)}</summary>{body}</details>"
@@ -142,18 +171,30 @@ def _table(item: Table) -> str:
 
 # How each kind of block is written; figures need the PNG bytes, so they get the ReportData.
 BLOCKS = {
-    Text: lambda item, data: f"<p>{esc(item.text)}</p>",
+    Text: lambda item, data: f"<p>{prose(item.text)}</p>",
     Bullets: lambda item, data: _bullets(item),
     Heading: lambda item, data: f"<h3>{esc(item.text)}</h3>",
     Figure: lambda item, data: (
         f"<figure>{img(data.figures[item.name], item.alt)}"
-        f"<figcaption>{esc(item.caption)}</figcaption></figure>"
+        f"<figcaption>{prose(item.caption)}</figcaption></figure>"
     ),
     Code: lambda item, data: (
         f"<details><summary>{esc(item.title)}</summary><pre>{esc(item.text)}</pre></details>"
     ),
     Table: lambda item, data: _table(item),
 }
+
+
+def card_html(card: AnswerCard) -> str:
+    """Return the answer card: its headline, the picks per batch, where nothing fits, and what
+    it rests on."""
+    table_html = table(card.table()) if card.picks else ""
+    none = f"<p>{esc(card.no_fit_line())}</p>" if card.no_fit_batches else ""
+    return (
+        f'<section id="answer" class="card"><p><strong>The answer.</strong> '
+        f"{esc(card.headline)}</p>{table_html}{none}"
+        f'<p class="rests"><strong>Rests on:</strong> {esc(card.rests_on)}</p></section>'
+    )
 
 
 def render(data: ReportData) -> str:
@@ -173,7 +214,9 @@ def render(data: ReportData) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(data.title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{esc(data.title)}</h1><p>{esc(data.intro)}</p><nav>{nav}</nav></header>"
+        f"<header><h1>{esc(data.title)}</h1></header>"
+        + (card_html(data.card) if data.card is not None else "")
+        + f"<p>{esc(data.intro)}</p><nav>{nav}</nav>"
         + "".join(body)
         + "</body></html>\n"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.answer_card import AnswerCard
 from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData, Table, Text
 from tilesweep.report.formatting import fmt_value
 
@@ -58,10 +59,23 @@ BLOCKS = {
 }
 
 
+def card_md(card: AnswerCard) -> str:
+    """Return the answer card: its headline, the picks per batch, where nothing fits, and what
+    it rests on."""
+    out = [f"**The answer.** {card.headline}\n"]
+    table = card.table()
+    if not table.empty:
+        out.append(md_table(table, list(table.columns)))
+    out += [card.no_fit_line() + "\n"] if card.no_fit_batches else []
+    out.append(f"_Rests on_: {card.rests_on}\n")
+    return "\n".join(out)
+
+
 def render(data: ReportData) -> str:
-    """Return the whole report as Markdown."""
+    """Return the whole report as Markdown: the title, the answer card, then the rest."""
     out = [
         f"# {data.title}\n",
+        *([card_md(data.card)] if data.card is not None else []),
         data.intro + "\n",
         "Provenance: " + provenance_line(data.provenance) + "\n",
     ]

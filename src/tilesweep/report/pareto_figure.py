@@ -87,6 +87,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     front = frontier(points)
     fig = Figure(figsize=(9.5, 5.0))
     ax = fig.add_subplot()
+    labels: list[tuple[str, tuple[float, float], str]] = []
     ax.plot(front["per_user"], front["per_gpu"], "-", color="black", lw=1.4, zorder=1)
     for i, layout in enumerate(drawn):
         part = points[points["layout"] == layout].sort_values("batch")
@@ -104,16 +105,10 @@ def pareto(verdict: pd.DataFrame) -> Figure:
                 zorder=3,
                 label=None,
             )
-        for rec in part.to_dict("records"):
-            xy = (rec["per_user"], rec["per_gpu"])
-            ax.annotate(
-                f"{whole(rec['batch'])}",
-                xy,
-                xytext=(5, 4),
-                textcoords="offset points",
-                fontsize=9,
-                color=color,
-            )
+        labels += [
+            (f"{whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
+            for r in part.to_dict("records")
+        ]
     _scale(ax.xaxis, ax.set_xscale, points["per_user"])
     _scale(ax.yaxis, ax.set_yscale, points["per_gpu"])
     ax.margins(0.12)
@@ -154,4 +149,50 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         handles.append(Line2D([], [], lw=0, label=f"+{len(rest)} more layouts: verdict table"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
     fig.set_layout_engine("constrained")
+    place_labels(fig, ax, labels)
     return enforce_series(fig)
+
+
+# Where a point's label may go, in points from the point, in the order tried.
+LABEL_OFFSETS = ((5, 4), (5, -12), (-7, 4), (-7, -12), (5, 14), (-7, 14), (5, -22), (-7, -22))
+
+
+def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], str]]) -> None:
+    """Annotate each point with its label where it overlaps no label placed before it and no
+    other point (the first free place of LABEL_OFFSETS); points drawn on top of each other with
+    the same label share one label, in dark grey where their colours differ."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()  # the layout settles: display positions hold from here
+    renderer = fig.canvas.get_renderer()
+    where = {i: ax.transData.transform(xy) for i, (_, xy, _) in enumerate(labels)}
+    merged: list[tuple[str, tuple[float, float], str, list[int]]] = []
+    for i, (text, xy, color) in enumerate(labels):
+        same = next(
+            (m for m in merged if m[0] == text and np.hypot(*(where[i] - where[m[3][0]])) < 6),
+            None,
+        )
+        if same is None:
+            merged.append((text, xy, color, [i]))
+        else:
+            same[3].append(i)
+            if same[2] != color:
+                merged[merged.index(same)] = (same[0], same[1], "#333333", same[3])
+    radius = 5.0 * fig.dpi / 72.0
+    placed = []
+    for text, xy, color, members in merged:
+        others = [where[j] for j in where if j not in members]
+        for k, (dx, dy) in enumerate(LABEL_OFFSETS):
+            side = "left" if dx > 0 else "right"
+            note = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points",
+                               fontsize=9, color=color, ha=side)  # fmt: skip
+            box = note.get_window_extent(renderer)
+            hits = any(box.overlaps(b) for b in placed) or any(
+                box.x0 - radius < x < box.x1 + radius and box.y0 - radius < y < box.y1 + radius
+                for x, y in others
+            )
+            if not hits or k == len(LABEL_OFFSETS) - 1:
+                placed.append(box)
+                break
+            note.remove()

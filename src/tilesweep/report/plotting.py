@@ -111,15 +111,20 @@ def floats(frame: pd.DataFrame, col: str) -> pd.Series:
 
 
 class _MinorLogLabels(Formatter):
-    """Labels minor log ticks at 2x and 5x a power of ten, when the axis spans < 1.5 decades."""
+    """Labels minor log ticks at 2x, 3x and 5x a power of ten when the axis spans < 1.5 decades,
+    and every minor tick (2x to 9x) when it spans under a factor of 4, so a narrow axis is
+    labelled where its data is."""
 
     def __call__(self, x: float, pos: int | None = None) -> str:
-        """Return the tick's label: plain like 0.2 or 50, or empty."""
+        """Return the tick's label: plain like 0.2 or 50 (3,000 with a separator), or empty."""
         lo, hi = sorted(self.axis.get_view_interval())
         if lo <= 0 or hi / lo > 30 or x <= 0:
             return ""
         mantissa = x / 10 ** math.floor(math.log10(x))
-        return f"{x:g}" if min(abs(mantissa - 2), abs(mantissa - 5)) < 1e-6 else ""
+        every = hi / lo < 4
+        if every or min(abs(mantissa - m) for m in (2, 3, 5)) < 1e-6:
+            return f"{x:,.0f}" if x >= 1000 else f"{x:g}"
+        return ""
 
 
 def log_axes(ax, x_base: int = 10, y: bool = True) -> None:

@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 
+from tilesweep.answer_card import collective_words
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     COLLECTIVE_REPORT_COLUMNS,
@@ -15,14 +16,17 @@ from tilesweep.columns import (
     ESTIMATE_COLUMNS,
     FIT_COUNT_COLUMNS,
     LATENCY_FLOOR_COLUMNS,
+    LAUNCH_COVERAGE_COLUMNS,
     LAUNCH_FAILURE_COLUMNS,
     NOT_TIMED_COLUMNS,
     REPORT_CHECK_COLUMNS,
     REPORT_ENGINE_COLUMNS,
+    REPORT_KEY_VERDICT_COLUMNS,
     REPORT_LAUNCH_COLUMNS,
     REPORT_VERDICT_COLUMNS,
     TUNE_SUMMARY_COLUMNS,
     TUNE_TARGET_COLUMNS,
+    VERDICT_NO_FIT_COLUMNS,
     Status,
 )
 from tilesweep.report.analysis import (
@@ -31,17 +35,18 @@ from tilesweep.report.analysis import (
     estimate_errors,
     fit_counts,
     latency_floors,
+    launch_coverage,
     launch_failures,
     not_timed,
     ok_rows,
     verdict_pivot,
 )
+from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
-from tilesweep.report.formatting import devices, fmt_value
+from tilesweep.report.formatting import column, devices, fmt_value, numeric
 from tilesweep.report.headlines import (
-    answer,
     check_headline,
-    engine_line,
+    coverage_lines,
     fitting_layouts,
     launch_headlines,
     legend,
@@ -61,10 +66,23 @@ def _when(provenance: dict, key: str) -> str:
     return f" Measured {when}." if when else ""
 
 
+# What a layout's name says (grid.layout_slug), beside the verdict grid.
+LAYOUT_WORDS = (
+    ("tpT-ppP-epE", "tensor parallel T, pipeline stages P, expert parallel E; T x P x E GPUs"),
+)
+XEP = (
+    "-xep",
+    "attention tensor parallel over the layout's GPUs, the MoE layers' whole experts spread "
+    "over the same GPUs (expert parallel, as engines run EP)",
+)
+
+
 def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:
     """Return the verdict pivot of the given rows (ties worded), with its legend beside it
     when it has rows."""
     grid = verdict_pivot(worded(verdict))
+    names = grid["layout"].astype(str) if "layout" in grid else pd.Series(dtype=str)
+    words = [*LAYOUT_WORDS, *((XEP,) if names.str.endswith("-xep").any() else ())]
     return Table(
         grid,
         title=title,
@@ -72,25 +90,17 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
         "named deployment and by how much, then ms per output token and tokens/s.",
         empty=empty,
         style="verdict",
-        legend=tuple(legend()) if len(grid) else (),
+        legend=(*words, *legend()) if len(grid) else (),
     )
 
 
-def summary_blocks(
-    verdict: pd.DataFrame,
-    check: pd.DataFrame,
-    unasked: str = "",
-    engines: pd.DataFrame | None = None,
-) -> list[Block]:
-    """Return the answer: one sentence, the composition against engines' own figures in one
-    line, the verdict grid of the layouts that fit (those that fit nowhere in one line), the
-    Pareto figure, and why the question's panel is absent (`unasked`)."""
+def summary_blocks(verdict: pd.DataFrame, unasked: str = "") -> list[Block]:
+    """Return the verdict at a glance (the answer card above it names the picks): the verdict
+    grid of the layouts that fit (those that fit nowhere in one line), the Pareto figure, and
+    why the question's panel is absent (`unasked`)."""
     fit, never = fitting_layouts(verdict)
     none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
-    against = engine_line(engines)
-    blocks: list[Block] = [Text(answer(verdict, check))]
-    blocks += [Text(against)] if against else []
-    blocks.append(verdict_grid(fit, empty=none))
+    blocks: list[Block] = [verdict_grid(fit, empty=none)]
     line = never_fits_line(verdict, never)
     blocks += [Text(line)] if line else []
     blocks.append(Figure("pareto"))
@@ -113,12 +123,27 @@ def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
 
 
 def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
-    """Return the verdict section's blocks: what it is composed from, the figure, the rows
-    (with a `tie` column beside the margin) and the first row's inputs."""
+    """Return the verdict section's blocks: what it is composed from, the figure, the key
+    columns of the rows that fit (with a `tie` column beside the margin), the rows that do not
+    fit and every column behind details elements, and the first fitting row's inputs."""
     sources = ", ".join(sorted(verdict["source"].astype(str).unique())) if len(verdict) else ""
-    inputs = verdict["inputs"].iloc[0] if len(verdict) and "inputs" in verdict else ""
+    frame = tie_column(verdict)
+    if "tpot_ms" in frame:
+        frame = frame.assign(tokens_per_s_per_user=1000.0 / numeric(frame, "tpot_ms"))
+    fits = (
+        frame["fits_memory"].astype(str) == "yes"
+        if "fits_memory" in frame
+        else pd.Series(True, index=frame.index)
+    )
+    at = REPORT_KEY_VERDICT_COLUMNS.index("margin") + 1
+    key = [*REPORT_KEY_VERDICT_COLUMNS[:at], "tie", *REPORT_KEY_VERDICT_COLUMNS[at:]]
     at = REPORT_VERDICT_COLUMNS.index("margin") + 1
-    columns = [*REPORT_VERDICT_COLUMNS[:at], "tie", *REPORT_VERDICT_COLUMNS[at:]]
+    every = [*REPORT_VERDICT_COLUMNS[:at], "tie", *REPORT_VERDICT_COLUMNS[at:]]
+    first = frame[fits].iloc[0] if fits.any() else None
+    inputs = str(first["inputs"]) if first is not None and "inputs" in frame else ""
+    which = (
+        f"{first['layout']} at batch {fmt_value(first['batch'])}" if first is not None else "none"
+    )
     return [
         Text(
             "One whole decode step per output token (every layer's attention over its KV cache, "
@@ -129,20 +154,51 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
         ),
         Figure("verdict_split"),
         Table(
-            tie_column(verdict),
-            columns,
+            frame[fits],
+            key,
+            title=f"The {int(fits.sum())} layout x batch rows that fit in memory",
+            empty="(no row fits in memory)",
             style="source",
             legend=(
                 *legend(),
-                ("share", "the top part's share of the step"),
+                ("tokens_per_s_per_user", "1,000 / tpot_ms: one sequence's tokens/s"),
                 ("source", "composed: parts at fitted efficiencies; model: roofline alone"),
             ),
         ),
-        Code("Inputs of the first row, and where each comes from", inputs.replace("; ", "\n")),
+        Table(
+            frame[~fits],
+            VERDICT_NO_FIT_COLUMNS,
+            title=f"The {int((~fits).sum())} rows that do not fit in memory (no speed verdict)",
+            empty="(every row fits)",
+            style="source",
+            collapsed=True,
+        ),
+        Table(
+            pd.concat([frame[fits], frame[~fits]]),
+            every,
+            title="Every column of every row, the rows that fit first",
+            collapsed=True,
+        ),
+        Code(
+            f"Inputs of the first row that fits ({which}), and where each comes from",
+            inputs.replace("; ", "\n"),
+        ),  # fmt: skip
     ]
 
 
-def check_blocks(check: pd.DataFrame, engines: pd.DataFrame | None = None) -> list[Block]:
+def verdict_collectives(verdict: pd.DataFrame | None) -> str:
+    """Return where the verdict's collectives come from, read from its first fitting row's
+    inputs (answer_card.collective_words), or that it has no row that fits."""
+    if verdict is None or verdict.empty or "inputs" not in verdict:
+        return "no verdict row names its collectives"
+    fits = verdict[column(verdict, "fits_memory", "yes").astype(str) == "yes"]
+    rows = fits if len(fits) else verdict
+    return collective_words(str(rows["inputs"].iloc[0])).removeprefix("collectives ")
+
+
+def check_blocks(
+    check: pd.DataFrame, engines: pd.DataFrame | None = None, verdict: pd.DataFrame | None = None
+) -> list[Block]:
     """Return the check section's blocks: how far off in one line, the figure, the
     composed-vs-measured rows, and the engines' own figures beside the composition."""
     checked = check_headline(check)
@@ -156,8 +212,8 @@ def check_blocks(check: pd.DataFrame, engines: pd.DataFrame | None = None) -> li
             "only (deployment.fit_batches), so every other batch, every emulated rank (one rank "
             "of a larger layout run alone, collectives left out) and every other layout is held "
             "out; an attention core the kernel's own tune table covers takes its measured time "
-            "(deployment.attention_table); collectives come from the fit on collectives timed "
-            "in CUDA graphs here."
+            "(deployment.attention_table). The verdict's own collectives: "
+            f"{verdict_collectives(verdict)}."
         ),
         *([Bullets([checked])] if checked else []),
         Figure("check_error"),
@@ -189,8 +245,11 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
     ]
 
 
-def launch_blocks(launch: pd.DataFrame, provenance: dict) -> list[Block]:
-    """Return the launch section's blocks: findings, counts, the figure, per target failures
+def launch_blocks(
+    launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
+) -> list[Block]:
+    """Return the launch section's blocks: findings, what it covers of the kernels timed in
+    decode (and which timed kernels failed to launch), counts, the figure, per target failures
     and estimates."""
     blocks: list[Block] = [
         Text(
@@ -200,9 +259,18 @@ def launch_blocks(launch: pd.DataFrame, provenance: dict) -> list[Block]:
             f"target's table.{_when(provenance, 'launch')}"
         )
     ]
+    coverage = launch_coverage(launch, pd.DataFrame() if decode is None else decode)
+    covered = coverage_lines(coverage)
+    table = Table(
+        coverage,
+        LAUNCH_COVERAGE_COLUMNS,
+        title="Kernels timed in decode, and whether the launch check has them",
+    )
     if launch.empty or "target" not in launch:
-        return [*blocks, Text("(no launch checks)")]
-    blocks += [Bullets(launch_headlines(launch))]
+        found = [Bullets(covered), table] if covered else []
+        return [*blocks, Text("(no launch checks)"), *found]
+    blocks += [Bullets(launch_headlines(launch) + covered)]
+    blocks += [table] if covered else []
     blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
     errors = estimate_errors(launch)
     from tilesweep.report.launch_figure import LIMITS
@@ -240,7 +308,7 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
             "figure); bound is from arithmetic intensity against the ridge point of the "
             f"measured ceilings.{_when(provenance, 'decode')}"
         ),
-        Figure("decode_time"),
+        Figure("decode_time", decode_time_caption(decode)),
         Figure("decode_roofline"),
         Table(
             best_per_batch(decode),
@@ -268,14 +336,50 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
     return blocks
 
 
-def collective_blocks(collective: pd.DataFrame, provenance: dict) -> list[Block]:
-    """Return the collectives section's blocks: the figure, latency floors, every measurement."""
+def collective_blocks(
+    collective: pd.DataFrame,
+    provenance: dict,
+    decode: pd.DataFrame | None = None,
+    verdict: pd.DataFrame | None = None,
+) -> list[Block]:
+    """Return the collectives section's blocks: the figure, latency floors, every measurement.
+    In a GPU run whose collectives ran on the CPU (gloo), they are labelled as such, kept behind
+    details elements and left out of the figure: they are not the GPUs' collectives."""
+    ok = ok_rows(collective)
+    on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
+    kinds = set(column(ok, "device_kind", "").dropna().astype(str))
+    gpu_run = "cuda" in set(column(ok_rows(decode if decode is not None else pd.DataFrame()),
+                                   "device_kind", "").dropna().astype(str))  # fmt: skip
+    cpu_only = bool(kinds) and kinds <= {"cpu"}
+    floors = latency_floors(collective)
+    if gpu_run and cpu_only:
+        backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
+        return [
+            Text(
+                f"Not this GPU run's collectives: these ran on {devices(ok)} over {backends}, "
+                "a test of the method only, so the page draws no figure of them. The verdict's "
+                f"collectives: {verdict_collectives(verdict)}.{_when(provenance, 'collective')}"
+            ),
+            Table(
+                floors,
+                LATENCY_FLOOR_COLUMNS,
+                title=f"Latency floor on the CPU ({backends})",
+                collapsed=True,
+            ),
+            Table(
+                ok,
+                COLLECTIVE_REPORT_COLUMNS,
+                title=f"Every timed message on the CPU ({backends})",
+                empty="(no measurements)",
+                collapsed=True,
+            ),
+        ]
     return [
-        Text(f"Measured on {devices(ok_rows(collective))}.{_when(provenance, 'collective')}"),
+        Text(f"{on} The verdict's collectives: {verdict_collectives(verdict)}."),
         Figure("collective_bandwidth"),
-        Table(latency_floors(collective), LATENCY_FLOOR_COLUMNS, title="Latency floor"),
+        Table(floors, LATENCY_FLOOR_COLUMNS, title="Latency floor"),
         Table(
-            ok_rows(collective),
+            ok,
             COLLECTIVE_REPORT_COLUMNS,
             title="Every timed message",
             empty="(no measurements)",
@@ -291,6 +395,17 @@ def _distinct(frames: list[pd.DataFrame], key: str) -> str:
         if key in frame:
             values |= set(frame[key].dropna().astype(str))
     return ", ".join(sorted(values)) or "unknown"
+
+
+def _job_span(frame: pd.DataFrame) -> str:
+    """Return when a table's rows were measured from their own job times (job_start_utc to
+    job_end_utc, UTC), or '' where they carry none."""
+    start = column(frame, "job_start_utc").dropna().astype(str)
+    end = column(frame, "job_end_utc").dropna().astype(str)
+    if start.empty:
+        return ""
+    last = end.max() if not end.empty else start.max()
+    return f"{start.min()} to {last} (the rows' job times)"
 
 
 def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
@@ -311,8 +426,12 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
         for key, label in (("decode", "decode"), ("layout", "layout steps"))
         if key in when
     )
+    # A kept example is re-rendered without its run's provenance file: its rows' own job times
+    # where they carry them, else a gap that says so.
+    gap = "not kept with the tables" if provenance.get("note") else "unknown"
+    when = {"decode": _job_span(decode), **when} if _job_span(decode) else when
     when_rows = [
-        {"figure": name, "measured": measured or "unknown", "on": device}
+        {"figure": name, "measured": measured or gap, "on": device}
         for name, measured, device in (
             ("launch_smem", when.get("launch"), "host compiler, checked against target tables"),
             ("decode_time, decode_roofline", when.get("decode"), devices(ok_rows(decode))),

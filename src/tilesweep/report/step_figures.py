@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import NullFormatter
 
 from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
@@ -18,7 +19,6 @@ from tilesweep.report.plotting import (
     empty,
     enforce_series,
     floats,
-    log_axes,
     reference,
     whole,
 )
@@ -188,44 +188,55 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
 CHECK_COLUMNS = 4
 
 
+def _pct(part: pd.DataFrame, col: str) -> pd.Series:
+    """Return a time column as percent off the measured median of the same step."""
+    return (floats(part, col) / floats(part, "measured_ms") - 1.0) * 100.0
+
+
 def check_error(check: pd.DataFrame) -> Figure:
-    """Return composed against measured whole-step time per layout and batch, with the
-    measured p10..p90 band and the roofline alone; every panel on one y scale."""
+    """Return the composition's error against the measured whole step, in percent, per layout
+    and batch: composed (and the roofline alone) over the measured median, with the measured
+    p10..p90 band around that median; every panel on one y scale, zero and +-10% drawn."""
     if check.empty or "measured_ms" not in check:
         return empty("no measured whole steps", "Check of the method")
     layouts = list(dict.fromkeys(check["layout"].astype(str)))
     nrows = math.ceil(len(layouts) / CHECK_COLUMNS)
     ncols = math.ceil(len(layouts) / nrows)
-    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 2.9 * ncols + 0.6), 3.0 * nrows + 0.6))
+    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 2.9 * ncols + 0.6), 2.8 * nrows + 0.7))
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
+    batches = sorted(set(floats(check, "batch").dropna()))
     for ax, layout in zip(axes, layouts, strict=False):
         part = check[check["layout"].astype(str) == layout].sort_values("batch")
         b = floats(part, "batch")
-        log_axes(ax, x_base=2)
-        ax.fill_between(
-            b,
-            floats(part, "measured_p10_ms"),
-            floats(part, "measured_p90_ms"),
-            color="#999999",
-            alpha=0.3,
-            label="measured p10..p90",
-        )
-        ax.plot(b, floats(part, "measured_ms"), "k-o", ms=3, label="measured (median)")
-        ax.plot(b, floats(part, "composed_ms"), "-s", color="#4878d0", ms=3, label="composed")
-        ax.plot(b, floats(part, "roofline_ms"), ":", color="#ee854a", label="roofline only")
+        ax.set_xscale("log", base=2)
+        ax.fill_between(b, _pct(part, "measured_p10_ms"), _pct(part, "measured_p90_ms"),
+                        color="#999999", alpha=0.35, label="measured p10..p90")  # fmt: skip
+        for y in (-10.0, 10.0):
+            reference(ax.axhline(y, color="#888888", lw=0.8, ls="--"))
+        reference(ax.axhline(0.0, color="k", lw=0.9))
+        ax.plot(b, _pct(part, "composed_ms"), "-s", color="#4878d0", ms=3, label="composed")
+        ax.plot(b, _pct(part, "roofline_ms"), ":", color="#ee854a", label="roofline only")
         held = bool(part["held_out"].iloc[0]) if "held_out" in part else True
         ax.set_title(f"{layout}{' (held out)' if held else ' (calibration)'}", fontsize=TEXT_PT + 2)
-        ax.grid(alpha=0.3, which="both")
+        ax.grid(alpha=0.3, which="major")
+    ticks: list[float] = []
+    for x in (x for x in batches if x > 0):  # batches at least 2.5 octaves apart: no overlap
+        if not ticks or math.log2(x / ticks[-1]) >= 2.5:
+            ticks.append(x)
     for i, ax in enumerate(axes):
         if i >= len(layouts):
             ax.axis("off")
             continue
+        ax.set_xticks(ticks, [f"{whole(t):,}" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         if i % ncols == 0:
-            ax.set_ylabel("ms per step")
+            ax.set_ylabel("% off the measured step")
         if i + ncols >= len(layouts):
             ax.set_xlabel("batch (sequences)")
             ax.xaxis.set_tick_params(labelbottom=True)
     handles, labels = axes[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], color="#888888", lw=0.8, ls="--"))
+    labels.append("+-10%")
     fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
     fig.set_layout_engine("constrained")
     return enforce_series(fig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tilesweep import answer_card
 from tilesweep.io import atomic_path, concat_tables, read_json, write_text
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import contents as report_data
@@ -66,13 +67,15 @@ def provenance(inputs: dict[str, list[str]]) -> dict:
 def write_report(
     settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
-    """Write report.md and report.html from the tables, the panel and the drawn figures."""
+    """Write report.md and report.html from the tables, the panel and the drawn figures, both
+    opened by the answer card, and the card itself as answer.json."""
     settings = json.loads(settings_json)
     names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:
         t = _tables(inputs, names)
         figures = {Path(p).stem: Path(p).read_bytes() for p in inputs["figures"]}
         panel = read_panel(inputs["panel"][0]) if inputs.get("panel") else None
+        card = answer_card.build(settings, t["verdict"], t["check"], t["engines"])
         data = report_data.build(
             settings,
             t["launch"],
@@ -86,8 +89,11 @@ def write_report(
             power=t["power"],
             tune=t["tune"],
             panel=panel,
+            card=card,
         )
         text, page = report_md.render(data), report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
     write_text(outputs["report"], text)
     write_text(outputs["html"], page)
+    if outputs.get("answer"):
+        answer_card.write(card, outputs["answer"])
