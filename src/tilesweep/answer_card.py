@@ -455,7 +455,18 @@ def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> st
         for r in rows.head(2).to_dict("records")
     ]
     more = f" (+{len(rows) - 2} more in engines.csv)" if len(rows) > 2 else ""
-    return "engine check: " + "; ".join(parts) + more if parts else "engine check: none cited"
+    from tilesweep.references import BAND, corpus_summary
+
+    got = corpus_summary(engines)
+    corpus = (
+        f"{got['in_band']} of {got['composed']} held-out engine figures within "
+        f"{BAND[0]}-{BAND[1]}x (median |error| {got['median_abs_error_pct']:.0f}%); "
+        if got.get("composed")
+        else ""
+    )
+    return (
+        "engine check: " + corpus + "; ".join(parts) + more if parts else "engine check: none cited"
+    )
 
 
 def rests_on(
