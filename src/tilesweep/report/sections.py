@@ -46,8 +46,8 @@ from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Tab
 from tilesweep.report.formatting import column, devices, fmt_value, numeric
 from tilesweep.report.headlines import (
     check_headline,
-    engine_line,
     coverage_lines,
+    engine_line,
     fitting_layouts,
     launch_headlines,
     legend,
