@@ -67,9 +67,12 @@ def test_a_device_that_names_no_machine_is_refused(value, said):
 
 
 def test_the_named_device_decides_the_job_set():
-    cpu = Sweep(["experiment=tiny", "device=cpu"], ROOT / "conf")
-    gpus = Sweep(["experiment=tiny", "device=h200x8"], ROOT / "conf")
+    tune = "backend.fused_moe.tune=true"
+    cpu = Sweep(["experiment=tiny", "device=cpu", tune], ROOT / "conf")
+    gpus = Sweep(["experiment=tiny", "device=h200x8", tune], ROOT / "conf")
     assert cpu.tune_dtypes() == [] and gpus.tune_dtypes() != []
+    # tuning is opt-in: a first GPU run plans none
+    assert Sweep(["experiment=tiny", "device=h200x8"], ROOT / "conf").tune_dtypes() == []
     # one engine-kernel tuning job per engine, on GPU machines only
     assert cpu.engine_tune_outputs() == []
     assert {Path(p).name for p in gpus.engine_tune_outputs()} == {

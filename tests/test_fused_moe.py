@@ -299,7 +299,7 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
     from tilesweep.pipeline import Sweep
     from tilesweep.stages import tune
 
-    sweep = Sweep(["device=h200x8"], ROOT / "conf")
+    sweep = Sweep(["device=h200x8", "backend.fused_moe.tune=true"], ROOT / "conf")
     results = sweep.results
     folders = [p for p in sweep.tuned_outputs() if not p.endswith(".csv")]
     assert folders == [str(results / "tune" / PROJECT_KERNEL / d) for d in sweep.tune_dtypes()]

@@ -42,7 +42,7 @@ def _edit(copy, module: str) -> None:
 
 def test_editing_the_cutlass_accounting_stales_no_measurement(package_copy):
     # Planned for eight H200s: tuning, the CUTLASS SM90 program and every layout are jobs.
-    plan = ["device=h200x8"]
+    plan = ["device=h200x8", "backend.fused_moe.tune=true"]
     sweep = Sweep(plan, ROOT / "conf")
     assert sweep.tune_dtypes() and any(j.startswith("cutlass") for j in sweep.decode_jobs)
     before = _codes(sweep)

@@ -86,6 +86,9 @@ class FusedMoeSettings(Section):
     """backend.fused_moe: what is tuned, how it is timed and picked, and the engines' defaults."""
 
     enabled: bool
+    # Tune on a GPU machine (minutes per dtype and engine): opt-in, so a first GPU run ends with
+    # its answer within minutes; the shipped drop-in files stand meanwhile.
+    tune: bool
     dtypes: list[str]
     batch_keys: list[int]
     space: Space
@@ -139,8 +142,10 @@ class FusedMoeTuner(Tuner):
     """One tuning job per configured dtype where a GPU is at hand (stages/tune.py)."""
 
     def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
-        """Return the dtypes tuned on this machine: every configured one where a GPU is here."""
-        return list(settings["backend"][NAME]["dtypes"]) if gpus else []
+        """Return the dtypes tuned on this machine: every configured one where a GPU is here
+        and tuning is asked for (backend.fused_moe.tune)."""
+        section = settings["backend"][NAME]
+        return list(section["dtypes"]) if gpus and section["tune"] else []
 
     def tune_inputs(self, settings: dict) -> dict:
         """Return its backend section: the space, timing, pick and engines' defaults."""
