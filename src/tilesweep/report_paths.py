@@ -80,6 +80,32 @@ class Stage5:
         plain = Path(self.example) / run / dtype / "journal.jsonl"
         return str(plain if plain.exists() else plain.with_suffix(".jsonl.gz"))
 
+    def verdict_inputs(self) -> dict[str, list[str]]:
+        """Return what the verdict step reads, by name (its named inputs)."""
+        return {
+            "decode": self.measured["decode"],
+            "collective": self.measured["collective"],
+            "layout": self.measured["layout"],
+            "ceilings": self.ceilings,
+            "shipped_fit": self.shipped_fit,
+        }
+
+    def checked(self) -> list[str]:
+        """Return every output of the joining steps that a later step reads, each written with
+        its record (cells.py): the tables (CSV and Parquet), provenance, the verdict's fit and
+        panel, and the figures."""
+        from tilesweep.stages.report import FIGURE_CATEGORIES
+
+        names = (*MEASURED_TABLES, *VERDICT_TABLES)
+        return [
+            *(self.table(n) for n in names),
+            *(self.table(n, "parquet") for n in names),
+            *self.provenance,
+            self.table("fit", "json"),
+            self.table("question", "json"),
+            *(str(self.plots / f"{name}.png") for name in FIGURE_CATEGORIES),
+        ]
+
     def table(self, name: str, ext: str = "csv") -> str:
         """Return the path of one table this stage writes."""
         return str(self.tables / f"{name}.{ext}")

@@ -23,6 +23,7 @@ rule figures:
     conda:
         "../envs/tilesweep.yaml"
     params:
+        rebuilds=grid_json(REBUILDS),
         code=SWEEP.rule_code("report"),
     script:
         "../scripts/draw_figures.py"

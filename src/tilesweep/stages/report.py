@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tilesweep.io import atomic_path, concat_tables, read_json, write_text
+from tilesweep.cells import read_cell_bytes, read_cell_json, write_cell_bytes
+from tilesweep.io import concat_tables, write_text
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import contents as report_data
 from tilesweep.report import html as report_html
@@ -42,8 +43,7 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
         )
         log.info("figures: %s", sorted(drawn))
     for name, png in drawn.items():
-        with atomic_path(outputs[name]) as tmp:
-            tmp.write_bytes(png)
+        write_cell_bytes(outputs[name], png)  # with its record: the Snakefile checks it
 
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
@@ -55,7 +55,7 @@ def provenance(inputs: dict[str, list[str]]) -> dict:
         "torch": package_version("torch"),
         "nvidia-cutlass": package_version("nvidia-cutlass"),
     }
-    saved = [read_json(p) for p in inputs.get("provenance", [])]
+    saved = [read_cell_json(p) for p in inputs.get("provenance", [])]
     if saved:
         out["measured"] = saved[0].get("measured", {})
     else:
@@ -71,7 +71,7 @@ def write_report(
     names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:
         t = _tables(inputs, names)
-        figures = {Path(p).stem: Path(p).read_bytes() for p in inputs["figures"]}
+        figures = {Path(p).stem: read_cell_bytes(p) for p in inputs["figures"]}
         panel = read_panel(inputs["panel"][0]) if inputs.get("panel") else None
         data = report_data.build(
             settings,
