@@ -157,8 +157,8 @@ def check_command_config(config: dict) -> None:
 
 
 # The top-level settings of conf/config.yaml, which go in overrides, never in --config.
-_SETTING_KEYS = ("results_dir", "max_jobs", "hardware", "model", "grid", "backend", "bench",
-                 "deployment", "question", "references", "experiment")  # fmt: skip
+_SETTING_KEYS = ("results_dir", "max_jobs", "read_outside", "hardware", "model", "grid", "backend",
+                 "bench", "deployment", "question", "references", "experiment")  # fmt: skip
 
 
 def parse_overrides(raw: object) -> list[str]:
@@ -217,12 +217,25 @@ class Sweep:
             for job in backend.decoder.decode_jobs(self.settings, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
+        self._check_step_runner()
         self._codes: dict[tuple[str, ...], str] = {}
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
         self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
+
+    def _check_step_runner(self) -> None:
+        """Raise ConfigError when bench.step_runner names a runner the step cannot run with
+        this grid's kernels (every whole-step row would fail)."""
+        from tilesweep.errors import ConfigError
+
+        runner = self.settings["bench"]["step_runner"]
+        found = backends.step_backend(runner) if runner != "auto" else None
+        kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
+        why = found.stepper.runner_fault(runner, kernels) if found else None
+        if why:
+            raise ConfigError(f"bench.step_runner={runner!r}: {why}")
 
     def rule_code(self, rule: str, key: str | None = None) -> str:
         """Return the code hash of one rule's jobs (a param): the stage module it calls, what
