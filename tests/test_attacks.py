@@ -324,7 +324,7 @@ def test_a_dry_run_writes_nothing(tmp_path):
 
 # Issue 41's plan-time attacks, each an override: refused in one line naming the key.
 PLAN_REFUSED = [
-    ("device=h200x100000000000000000000", "the GPU count must be between 1 and 1024"),
+    ("device=h200x100000000000000000000", "the GPU count must be at least 1 and at most 1024"),
     ("hardware=[h200,b200]", "hardware=[h200,b200]: a hardware option is one name, not a list"),
     ("model=[glm5,deepseek_v3]", "model=[glm5,deepseek_v3]: a model option is one name"),
     ("deployment.fit_file=docs/examples/h200/ceilings.json", "fit_file='docs/examples/h200/ceil"),
@@ -441,7 +441,7 @@ COMMAND_REFUSED = [
     (("results_dir=elsewhere",), "results_dir='elsewhere': not a --config key; write overrides="),
     (("max_jobs=1",), "max_jobs=1: not a --config key; write overrides='[\"max_jobs=1\"]'"),
     (("example=[1]",), "example=['1']: expected one string"),
-    (("device=h200x100000000000000000000",), "the GPU count must be between 1 and 1024"),
+    (("device=h200x100000000000000000000",), "the GPU count must be at least 1 and at most 1024"),
 ]
 
 

@@ -387,8 +387,8 @@ def _check_bench(bench: dict) -> None:
     for key in ("kernel_timeout_s", "step_timeout_s", "power_seconds", "power_period_s"):
         if not 0 < bench[key] <= _MAX_SECONDS:
             raise ConfigError(
-                f"bench.{key}={bench[key]}: must be more than 0 and at most {_MAX_SECONDS:,} "
-                "seconds (a week)"
+                f"bench.{key}={bench[key]}: must be more than 0 seconds and at most "
+                f"{_MAX_SECONDS:,} (a week)"
             )
     from tilesweep.columns import COLLECTIVE_TIMINGS
 

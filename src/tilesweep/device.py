@@ -72,7 +72,9 @@ def resolve(setting: object, catalog: dict[str, dict]) -> Device:
             f"device={setting!r}: no conf/hardware/{hardware}.yaml; known: {', '.join(catalog)}"
         )
     if not 1 <= count <= MAX_GPUS:
-        raise ConfigError(f"device={setting!r}: the GPU count must be between 1 and {MAX_GPUS}")
+        raise ConfigError(
+            f"device={setting!r}: the GPU count must be at least 1 and at most {MAX_GPUS}"
+        )
     names = catalog[hardware].get("device_names") or []
     if not names:
         raise ConfigError(
