@@ -67,13 +67,11 @@ if workflow.is_main_process and not EXAMPLE:
         SWEEP.cell_outputs() + STAGE5.checked(), Path(STAGE5.table("launch")).exists()
     )
     if not FOUND:
-        STALE = (
-            stale_join(STAGE5.provenance[0], sum(SWEEP.table_inputs().values(), [])),
-            stale_join(
-                STAGE5.table("verdict"), sum(STAGE5.verdict_inputs().values(), [])
-            ),
-        )
-        FOUND = [s for s in STALE if s]
+        JOINS = [
+            (STAGE5.provenance[0], sum(SWEEP.table_inputs().values(), [])),
+            *STAGE5.joins(),
+        ]
+        FOUND = [s for s in (stale_join(out, ins) for out, ins in JOINS) if s]
     for line in rebuild_lines(FOUND):
         print(f"tilesweep: {line}", file=sys.stderr)
     mark_rebuilds(R, FOUND, REBUILDS, write=not DRY_RUN)

@@ -295,6 +295,8 @@ def test_a_restored_join_is_rejoined_and_no_row_is_lost(swept):
     cell = "bf16-m16n64k64-s2-w4-default"
     tables = work / "results" / "tables"
     older = {p.name: p.read_bytes() for p in tables.iterdir() if p.is_file()}
+    drawn = ["plots/pareto.png", "plots/pareto.png.sum", "report.md", "report.md.sum"]
+    older_report = {rel: (work / "results" / rel).read_bytes() for rel in drawn}
     (work / "results" / "decode" / f"{cell}.csv").unlink()
     failed = _failing_join(work)
     assert failed.returncode != 0 and "planted fault in the tables step" in failed.stderr
@@ -313,6 +315,14 @@ def test_a_restored_join_is_rejoined_and_no_row_is_lost(swept):
     snakemake(work, "--cores", "2", overrides=TINY)
     assert _cell_rows_joined(work, cell)[0] == _cell_rows_joined(work, cell)[1]
     assert _rows(work) == rows
+    # An older figure and report put back: drawn from other tables than these, they are redrawn.
+    for rel, data in older_report.items():
+        (work / "results" / rel).write_bytes(data)
+    plan = snakemake(work, "-n", overrides=TINY)
+    for rel in ("plots/pareto.png", "report.md"):
+        assert f"results/{rel}: joined from other contents" in plan.stderr
+    snakemake(work, "--cores", "2", overrides=TINY)
+    assert (work / "results" / "report.md").read_bytes() != older_report["report.md"]
     assert "Nothing to be done" in snakemake(work, "-n", overrides=TINY).stdout
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tilesweep.cells import read_cell_bytes, read_cell_json, write_cell_bytes
-from tilesweep.io import concat_tables, write_text
+from tilesweep.cells import content_key, read_cell_bytes, read_cell_json, write_cell_bytes
+from tilesweep.io import concat_tables
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import contents as report_data
 from tilesweep.report import html as report_html
@@ -42,8 +42,11 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
             t["launch"], t["decode"], t["collective"], t["verdict"], t["check"]
         )
         log.info("figures: %s", sorted(drawn))
+    # Each with its record (the Snakefile checks them), holding the content key of the tables
+    # drawn from (cells.stale_join).
+    joined = content_key([p for paths in inputs.values() for p in paths])
     for name, png in drawn.items():
-        write_cell_bytes(outputs[name], png)  # with its record: the Snakefile checks it
+        write_cell_bytes(outputs[name], png, inputs=joined)
 
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
@@ -89,5 +92,6 @@ def write_report(
         )
         text, page = report_md.render(data), report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
-    write_text(outputs["report"], text)
-    write_text(outputs["html"], page)
+    joined = content_key([p for paths in inputs.values() for p in paths])
+    write_cell_bytes(outputs["report"], text.encode(), inputs=joined)  # see write_figures
+    write_cell_bytes(outputs["html"], page.encode(), inputs=joined)
