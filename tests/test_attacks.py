@@ -523,3 +523,26 @@ def test_the_command_line_tools_refuse_bad_files(tmp_path, capsys):
         assert cli(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "a JSON list; expected {batch M: config}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"per_kernel_us": 1.0, "groups": {', "not JSON"),
+        ("[1, 2, 3]", "not a fit (a JSON list, not an object)"),
+        ('{"gap": "no GPU at hand"}', "holds no fit, only why none was made (no GPU at hand)"),
+        ('{"per_kernel_us": [1], "groups": {}, "device": "x"}', "not a fit: no per_kernel_us"),
+        ('{"per_kernel_us": 1e999, "groups": {}, "device": "x"}', "not a finite cost"),
+    ],
+    ids=["corrupt", "list", "gap", "cost-list", "cost-inf"],
+)
+def test_a_fit_file_that_is_not_a_fit_is_refused(tmp_path, text, message):
+    """A fit file in results_dir (allowed there) that is corrupt, a list, a CPU run's gap or a
+    fit with an unusable cost: refused in one line before any job, not a traceback in one."""
+    from tilesweep.pipeline import Sweep
+
+    fit = tmp_path / "fit.json"
+    fit.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        Sweep([*TINY, "device=cpu", f"results_dir={tmp_path}", f"deployment.fit_file={fit}"], None)
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
