@@ -10,11 +10,18 @@ min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from tilesweep import answer_card
-from tilesweep.cells import damaged, mark_rebuilds, rebuild_param, rebuilds
+from tilesweep.cells import (
+    damaged,
+    mark_rebuilds,
+    rebuild_lines,
+    rebuild_param,
+    rebuilds,
+    stale_join,
+)
 from tilesweep.errors import ConfigError
-from tilesweep.sweep_lock import hold
+from tilesweep.sweep_lock import hold, probe
 from tilesweep.grid import canonical as grid_json
-from tilesweep.pipeline import Sweep, parse_overrides
+from tilesweep.pipeline import Sweep, check_command_config, parse_overrides
 from tilesweep.progress import attach as show_progress
 from tilesweep.report_paths import MEASURED_TABLES, VERDICT_TABLES, example_overrides
 from tilesweep.provenance import package_version, toolchain_key
@@ -22,7 +29,10 @@ from tilesweep.stages.report import FIGURE_CATEGORIES
 
 # `--config example=docs/examples/h200` re-renders a kept example from its own tables.
 EXAMPLE = config.get("example")
+# `snakemake -n` (known while the Snakefile is read, unlike workflow.dryrun): it writes nothing.
+DRY_RUN = bool(workflow.output_settings.dryrun)
 try:
+    check_command_config(config)
     # `--config device=h200x8` (as the SLURM profile sets it) comes before the user's overrides,
     # and a kept example's own overrides before both.
     PLANNED = [f"device={config['device']}"] if "device" in config else []
@@ -31,37 +41,41 @@ try:
         KEPT + PLANNED + parse_overrides(config.get("overrides")),
         Path(workflow.basedir) / "conf",
     )
+    R = SWEEP.results
+    STAGE5 = SWEEP.stage5(EXAMPLE)
+    REBUILDS = rebuilds(R) if not EXAMPLE else {}
+    if workflow.is_main_process and not EXAMPLE:
+        # One sweep at a time on a results folder: a kernel-held lock that dies with this
+        # process (sweep_lock.py; the profiles turn Snakemake's own lock files off). A dry run
+        # only asks whether another run holds it, and writes nothing.
+        if DRY_RUN:
+            probe(R)
+        else:
+            hold(R)
 except ConfigError as err:
     sys.exit(f"tilesweep: {err}")
 
-R = SWEEP.results
-STAGE5 = SWEEP.stage5(EXAMPLE)
 if workflow.is_main_process:
     print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
     # A line per stage with the time left, in place of Snakemake's block per job (progress.py).
     show_progress(workflow)
-REBUILDS = rebuilds(R) if not EXAMPLE else {}
 if workflow.is_main_process and not EXAMPLE:
-    # One sweep at a time on a results folder: a kernel-held lock that dies with this process
-    # (sweep_lock.py; the profiles turn Snakemake's own lock files off).
-    try:
-        hold(R)
-    except ConfigError as err:
-        sys.exit(f"tilesweep: {err}")
-    # A per-cell output emptied, cut short or deleted since its job wrote it counts one more
-    # rebuild, a param of its job: Snakemake's params trigger reruns it (cells.py).
-    JOINED = [STAGE5.table(n) for n in (*MEASURED_TABLES, *VERDICT_TABLES)]
+    # An output a later step reads, emptied, cut short or deleted since its job wrote it, counts
+    # one more rebuild, a param of its job: Snakemake's params trigger reruns it (cells.py). A
+    # join made from other contents than its inputs hold now (a failing join's restored tables)
+    # is rejoined the same way: its content key decides, not mtimes.
     FOUND = damaged(
-        SWEEP.cell_outputs() + JOINED, Path(STAGE5.table("launch")).exists()
+        SWEEP.cell_outputs() + STAGE5.checked(), Path(STAGE5.table("launch")).exists()
     )
-    for path, why in FOUND[:5]:
-        print(f"tilesweep: {path}: {why}; its job reruns", file=sys.stderr)
-    if len(FOUND) > 5:
-        print(
-            f"tilesweep: and {len(FOUND) - 5} more cells like these rerun",
-            file=sys.stderr,
-        )
-    mark_rebuilds(R, FOUND, REBUILDS)
+    if not FOUND:
+        JOINS = [
+            (STAGE5.provenance[0], sum(SWEEP.table_inputs().values(), [])),
+            *STAGE5.joins(),
+        ]
+        FOUND = [s for s in (stale_join(out, ins) for out, ins in JOINS) if s]
+    for line in rebuild_lines(FOUND):
+        print(f"tilesweep: {line}", file=sys.stderr)
+    mark_rebuilds(R, FOUND, REBUILDS, write=not DRY_RUN)
 
 
 DEVICE = SWEEP.device.identity()

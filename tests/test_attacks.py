@@ -51,6 +51,17 @@ def _damage(path: Path, how: str) -> None:
         path.unlink()
     elif how == "record deleted":
         Path(f"{path}.sum").unlink()
+    elif how == "a folder":
+        path.unlink()
+        path.mkdir()
+        (path / "inside").write_text("x")
+
+
+def _state(path: Path) -> object:
+    """Return a file's bytes, 'a folder', or None when nothing is there."""
+    if path.is_dir():
+        return "a folder"
+    return path.read_bytes() if path.exists() else None
 
 
 LONG = pytest.mark.skipif(not FUZZ, reason="one of the longer attacks: TILESWEEP_ATTACK_FUZZ=N")
@@ -60,6 +71,11 @@ REBUILT = [
     ("results/layout/tp1-pp1-ep1.csv", "same size"),
     ("results/decode/baselines.csv", "deleted"),
     ("results/tables/layout.csv", "deleted"),
+    ("results/tables/decode.parquet", "cut mid-line"),
+    ("results/tables/provenance.json", "deleted"),
+    ("results/plots/pareto.png", "cut mid-line"),
+    ("results/build/triton/sm_90/bf16-m16n64k64-s2-w4-default/kernel.cubin", "deleted"),
+    ("results/decode/baselines.csv", "a folder"),
     pytest.param("results/decode/baselines.csv", "cut at a line", marks=LONG),
     pytest.param("results/device/ceilings.json", "cut mid-line", marks=LONG),
     pytest.param("results/tables/decode.csv", "cut at a line", marks=LONG),
@@ -78,10 +94,14 @@ def test_a_damaged_output_is_rebuilt_and_no_row_is_lost(swept, rel, how):
     work, rows = swept
     path = work / rel
     _damage(path, how)
-    damaged = path.read_bytes() if path.exists() else None
+    damaged = _state(path)
+    ledger = _state(work / "results" / ".rebuilds.json")
     plan = snakemake(work, "-n", overrides=TINY)
-    assert f"tilesweep: {rel}: " in plan.stderr and "its job reruns" in plan.stderr
-    assert (path.read_bytes() if path.exists() else None) == damaged  # a dry run removes nothing
+    # A file written beside a cell (a build's cubin) is named through the cell's record.
+    named = rel if path.name != "kernel.cubin" else str(Path(rel).with_name("build.json"))
+    assert f"tilesweep: {named}: " in plan.stderr and "its job reruns" in plan.stderr
+    assert _state(path) == damaged  # a dry run removes nothing
+    assert _state(work / "results" / ".rebuilds.json") == ledger  # and writes no ledger
     snakemake(work, "--cores", "2", overrides=TINY)
     assert _rows(work) == rows
     assert "Nothing to be done" in snakemake(work, "-n", overrides=TINY).stdout
@@ -241,3 +261,288 @@ def test_a_yaml_error_in_a_hardware_file_is_one_line_naming_it(tmp_path):
         compose(["hardware=h200"], conf)
     text = str(err.value)
     assert "\n" not in text and f"{conf / 'hardware' / 'h200.yaml'}, line 2: not valid YAML" in text
+
+
+def _cell_rows_joined(work: Path, cell: str) -> tuple[list, list]:
+    """Return one decode cell's job stamps as the cell holds them and as the table joined them."""
+    rows = pd.read_csv(work / "results" / "decode" / f"{cell}.csv")
+    table = pd.read_csv(work / "results" / "tables" / "decode.csv")
+    joined = table[table["kernel"] == rows["kernel"].iloc[0]]
+    joined = joined[joined["runner"].isin(rows["runner"])]
+    return sorted(rows["job_start_utc"]), sorted(joined["job_start_utc"])
+
+
+def _failing_join(work: Path) -> subprocess.CompletedProcess:
+    """Run the sweep with the tables step failing mid-way (a planted fault); return it."""
+    env = {
+        **os.environ,
+        "TILESWEEP_PLUGINS": "plugins.planted_faults",
+        "TILESWEEP_FAULT_JOIN": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--cores", "2"]
+    cmd += ["--config", 'overrides=["experiment=tiny"]']
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+
+
+@pytest.mark.slow
+def test_a_restored_join_is_rejoined_and_no_row_is_lost(swept):
+    """Issue 41's data loss: a rebuilt cell, then a failing join whose previous tables Snakemake
+    restores (newer by mtime than the cell). The next run rejoins, since the tables record the
+    content key of the cells they joined; the same holds for an older join put back by hand
+    after a healthy run (Snakemake's params then match: only the content key can tell)."""
+    work, rows = swept
+    cell = "bf16-m16n64k64-s2-w4-default"
+    tables = work / "results" / "tables"
+    older = {p.name: p.read_bytes() for p in tables.iterdir() if p.is_file()}
+    drawn = ["plots/pareto.png", "plots/pareto.png.sum", "report.md", "report.md.sum"]
+    older_report = {rel: (work / "results" / rel).read_bytes() for rel in drawn}
+    (work / "results" / "decode" / f"{cell}.csv").unlink()
+    failed = _failing_join(work)
+    assert failed.returncode != 0 and "planted fault in the tables step" in failed.stderr
+    assert "Restored previous version of results/tables/decode.csv" in failed.stderr
+    cell_rows, joined = _cell_rows_joined(work, cell)
+    assert cell_rows != joined  # the restored table holds the cell's old rows
+    snakemake(work, "--cores", "2", overrides=TINY)
+    assert _cell_rows_joined(work, cell)[0] == _cell_rows_joined(work, cell)[1]
+    assert _rows(work) == rows
+    # An older join put back after a healthy run, newer by mtime than every cell.
+    for name, data in older.items():
+        (tables / name).write_bytes(data)
+    assert _cell_rows_joined(work, cell)[0] != _cell_rows_joined(work, cell)[1]
+    plan = snakemake(work, "-n", overrides=TINY)
+    assert "results/tables/provenance.json: joined from other contents" in plan.stderr
+    snakemake(work, "--cores", "2", overrides=TINY)
+    assert _cell_rows_joined(work, cell)[0] == _cell_rows_joined(work, cell)[1]
+    assert _rows(work) == rows
+    # An older figure and report put back: drawn from other tables than these, they are redrawn.
+    for rel, data in older_report.items():
+        (work / "results" / rel).write_bytes(data)
+    plan = snakemake(work, "-n", overrides=TINY)
+    for rel in ("plots/pareto.png", "report.md"):
+        assert f"results/{rel}: joined from other contents" in plan.stderr
+    snakemake(work, "--cores", "2", overrides=TINY)
+    assert (work / "results" / "report.md").read_bytes() != older_report["report.md"]
+    assert "Nothing to be done" in snakemake(work, "-n", overrides=TINY).stdout
+
+
+def test_a_dry_run_writes_nothing(tmp_path):
+    """`snakemake -n` makes no results folder, no lock file and no ledger."""
+    snakemake(tmp_path, "-n", overrides=TINY)
+    assert not (tmp_path / "results").exists()
+
+
+# Issue 41's plan-time attacks, each an override: refused in one line naming the key.
+PLAN_REFUSED = [
+    ("device=h200x100000000000000000000", "the GPU count must be at least 1 and at most 1024"),
+    ("hardware=[h200,b200]", "hardware=[h200,b200]: a hardware option is one name, not a list"),
+    ("model=[glm5,deepseek_v3]", "model=[glm5,deepseek_v3]: a model option is one name"),
+    ("deployment.fit_file=docs/examples/h200/ceilings.json", "fit_file='docs/examples/h200/ceil"),
+    ("deployment.fit_file=conf/config.yaml", "deployment.fit_file='conf/config.yaml': not JSON"),
+    ("deployment.fit_file=docs/examples/h200/decode.csv", "decode.csv': not JSON"),
+    ("deployment.fit_file=docs/examples/h200/question.json", "question.json': not a fit"),
+    ("deployment.fit_file=/etc/passwd", "fit_file='/etc/passwd': outside the checkout"),
+    ("deployment.fit_file=../../../../etc/hostname", "hostname': outside the checkout"),
+    ("deployment.fit_file=no/such/fit.json", "fit_file='no/such/fit.json': no such file"),
+    ("deployment.attention_table=conf/config.yaml", "config.yaml': not a CSV table"),
+    ("deployment.attention_table=docs/examples/h200/decode.csv", "not an attention table"),
+    ("deployment.attention_table=/etc/hostname", "attention_table='/etc/hostname': outside"),
+    ("bench.kernel_timeout_s=1e10", "bench.kernel_timeout_s=10000000000.0: must be more than 0"),
+    ("bench.kernel_timeout_s=1e300", "bench.kernel_timeout_s=1e+300: must be more than 0"),
+    ("bench.step_runner=triton:nonexistent", "bench.step_runner='triton:nonexistent': no such"),
+    ("grid.layouts=[{tp:128,pp:1,ep:1}]", "grid.layouts[0].tp=128: does not divide model.atten"),
+    ("question.model=nosuch", "question.model='nosuch': unknown model; valid: deepseek_v3"),
+    ("references.figures.0.layout.tp=3", "references.figures[0].layout.tp=3: does not divide"),
+    ("+backend.fused_moe.engine_versions.evil=x", "engine_versions.evil: unknown engine"),
+    ("results_dir=" + "r" * 300, "results_dir=rrr"),
+]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"), PLAN_REFUSED, ids=[o[:60] for o, _ in PLAN_REFUSED]
+)
+def test_a_bad_plan_is_refused_in_one_line(override, message):
+    """Each is planned as the Snakefile plans it (Sweep), which turns a ConfigError into its one
+    line; any other exception would be a traceback, and fails here."""
+    from tilesweep.pipeline import Sweep
+
+    with pytest.raises(ConfigError) as err:
+        Sweep([*TINY, "device=cpu", override], ROOT / "conf")
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_a_deployment_file_outside_is_read_only_when_asked(tmp_path):
+    """A fit outside the checkout and results_dir is refused, and read with read_outside=true."""
+    from tilesweep.pipeline import Sweep
+
+    fit = tmp_path / "fit.json"
+    fit.write_bytes((ROOT / "docs" / "examples" / "h200" / "fit.json").read_bytes())
+    with pytest.raises(ConfigError, match="outside the checkout and results_dir"):
+        Sweep([*TINY, "device=cpu", f"deployment.fit_file={fit}"], ROOT / "conf")
+    sweep = Sweep([*TINY, "device=cpu", f"deployment.fit_file={fit}", "read_outside=true"], None)
+    assert sweep.shipped_fit() == [str(fit)]
+    inside = Sweep(
+        [*TINY, "device=cpu", f"results_dir={tmp_path}", f"deployment.fit_file={fit}"], None
+    )
+    assert inside.shipped_fit() == [str(fit)]
+
+
+HARDWARE_FILES = [
+    ("name: h200\narch: [sm_90\n", "h200.yaml, line 2: not valid YAML"),
+    (bytes(range(256)) * 4, "h200.yaml"),
+    ("name: h200\narch: ${nosuch}\n", "h200.yaml"),
+    ("[1, 2, 3]\n", "hardware[h200]"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), HARDWARE_FILES, ids=["yaml", "binary", "ref", "list"])
+def test_a_broken_hardware_file_is_one_line_naming_it(tmp_path, text, message):
+    """A hardware file that is not YAML, is binary, names a missing interpolation or is not a
+    mapping: one line naming it, whichever hardware the sweep plans for."""
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    target = conf / "hardware" / "h200.yaml"
+    target.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as err:
+        compose(["hardware=b200"], conf)
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_a_hardware_file_naming_another_gpu_is_refused(tmp_path):
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    target = conf / "hardware" / "h200.yaml"
+    target.write_text(target.read_text().replace("name: h200", "name: b200", 1))
+    with pytest.raises(ConfigError, match=r"hardware\[h200\].name='b200': differs from its file"):
+        compose([], conf)
+
+
+def test_a_repeated_reference_figure_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    path = conf / "references" / "published.yaml"
+    refs = OmegaConf.to_container(OmegaConf.load(path))
+    refs["figures"].append(dict(refs["figures"][0], source="elsewhere"))
+    path.write_text(OmegaConf.to_yaml(refs))
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    assert f"references.figures[{len(refs['figures']) - 1}]: repeats references.figures[0]" in (
+        str(err.value)
+    )
+
+
+def _snakemake_config(work: Path, *config: str, dry: bool = True) -> subprocess.CompletedProcess:
+    """Run snakemake with raw `--config` items; return the finished process."""
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--cores", "1"]
+    cmd += ["-n"] if dry else []
+    return subprocess.run([*cmd, "--config", *config], capture_output=True, text=True, cwd=work)
+
+
+COMMAND_REFUSED = [
+    (('override=["experiment=tiny"]',), "not a --config key; valid: overrides, example, device"),
+    (("results_dir=elsewhere",), "results_dir='elsewhere': not a --config key; write overrides="),
+    (("max_jobs=1",), "max_jobs=1: not a --config key; write overrides='[\"max_jobs=1\"]'"),
+    (("example=[1]",), "example=['1']: expected one string"),
+    (("device=h200x100000000000000000000",), "the GPU count must be at least 1 and at most 1024"),
+]
+
+
+def test_bad_config_keys_are_refused_in_one_line(tmp_path):
+    for config, message in COMMAND_REFUSED:
+        proc = _snakemake_config(tmp_path, *config)
+        _assert_refused(proc, message)
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_unwritable_results_dir_is_refused_in_one_line(tmp_path):
+    for where, message in [
+        ("/proc/1/results", "results_dir=/proc/1/results: cannot write the sweep's lock there"),
+        ("r" * 300, "results_dir=rrr"),
+    ]:
+        proc = _snakemake_config(tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]')
+        if where.startswith("/proc"):
+            proc = _snakemake_config(
+                tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]', dry=False
+            )
+        _assert_refused(proc, message)
+
+
+def test_an_unreadable_rebuild_ledger_is_one_line(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / ".rebuilds.json").write_text("{not json")
+    proc = snakemake(tmp_path, "-n", overrides=TINY, check=False)
+    _assert_refused(proc, "results/.rebuilds.json: unreadable; delete it")
+
+
+def test_the_command_line_tools_refuse_bad_files(tmp_path, capsys):
+    """compare's --out and ceilings, failed's records and engine-check's files: one line each,
+    or (a missing --out folder, a build record that is not one) handled."""
+    run = tmp_path / "run"
+    (run / "tables").mkdir(parents=True)
+    (run / "device").mkdir()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = [
+        (["compare", str(run), str(run), "--out", str(a_file)], f"--out={a_file}: a file"),
+        (["compare", str(run), str(run), "--out", "o" * 5000], "cannot write there"),
+    ]
+    for argv, message in cases:
+        assert cli(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert cli(["compare", str(run), str(run), "--out", str(tmp_path / "new" / "folder")]) == 0
+    assert (tmp_path / "new" / "folder" / "changes.csv").exists()
+    capsys.readouterr()
+    for ceilings, message in [
+        ("[1, 2]", "ceilings.json: not a JSON object (a list)"),
+        ('{"matmul_tflops": [1, 2]}', "matmul_tflops=[1, 2]: not a mapping"),
+    ]:
+        (run / "device" / "ceilings.json").write_text(ceilings)
+        assert cli(["compare", str(run), str(run)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    (run / "device" / "ceilings.json").unlink()
+    build = run / "build" / "triton" / "sm_90" / "k"
+    build.mkdir(parents=True)
+    for record in ("[1, 2]", '"text"', '{"cells": 5}'):
+        (build / "build.json").write_text(record)
+        assert cli(["failed", str(run)]) == 0
+        assert str(build / "build.json") in capsys.readouterr().out
+    engine_file = tmp_path / "E=8,N=128,device_name=NVIDIA_H200.json"
+    engine_file.write_text("[1, 2]")
+    for argv in (["engine-check", str(engine_file)], ["engine-tune", "--out", str(tmp_path / "t"),
+                                                       "--extra", str(engine_file)]):  # fmt: skip
+        assert cli(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "a JSON list; expected {batch M: config}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"per_kernel_us": 1.0, "groups": {', "not JSON"),
+        ("[1, 2, 3]", "not a fit (a JSON list, not an object)"),
+        ('{"gap": "no GPU at hand"}', "holds no fit, only why none was made (no GPU at hand)"),
+        ('{"per_kernel_us": [1], "groups": {}, "device": "x"}', "not a fit: no per_kernel_us"),
+        ('{"per_kernel_us": 1e999, "groups": {}, "device": "x"}', "not a finite cost"),
+    ],
+    ids=["corrupt", "list", "gap", "cost-list", "cost-inf"],
+)
+def test_a_fit_file_that_is_not_a_fit_is_refused(tmp_path, text, message):
+    """A fit file in results_dir (allowed there) that is corrupt, a list, a CPU run's gap or a
+    fit with an unusable cost: refused in one line before any job, not a traceback in one."""
+    from tilesweep.pipeline import Sweep
+
+    fit = tmp_path / "fit.json"
+    fit.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        Sweep([*TINY, "device=cpu", f"results_dir={tmp_path}", f"deployment.fit_file={fit}"], None)
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)

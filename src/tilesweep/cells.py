@@ -28,9 +28,18 @@ def summary_path(path: str | os.PathLike) -> Path:
     return Path(f"{path}{SUFFIX}")
 
 
-def _write(path: str | os.PathLike, data: bytes, columns: list[str], rows: int) -> None:
+def _write(
+    path: str | os.PathLike,
+    data: bytes,
+    columns: list[str],
+    rows: int,
+    inputs: str | None = None,
+    files: dict[str, str] | None = None,
+) -> None:
     """Write a cell's bytes, then its record, each atomically (a kill between the two leaves a
-    record that no longer matches: the cell is rebuilt)."""
+    record that no longer matches: the cell is rebuilt). A join's record also holds `inputs`,
+    the content_key of what it joined (stale_join reads it); a cell that wrote files beside it
+    that a later step reads (a build's cubin) holds their SHA-256 by name in `files`."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     record = {
@@ -39,20 +48,50 @@ def _write(path: str | os.PathLike, data: bytes, columns: list[str], rows: int) 
         "columns": columns,
         "rows": rows,
     }
+    if inputs is not None:
+        record["inputs"] = inputs
+    if files:
+        record["files"] = files
     with atomic_path(summary_path(path)) as tmp:
         tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
 
 
-def write_cell_table(path: str | os.PathLike, frame: pd.DataFrame) -> None:
-    """Write one cell's table as CSV (a header even when it has no row), with its record."""
+def write_cell_table(
+    path: str | os.PathLike, frame: pd.DataFrame, inputs: str | None = None
+) -> None:
+    """Write one cell's table as CSV (a header even when it has no row), with its record (and
+    a join's content key of its inputs)."""
     data = frame.to_csv(index=False).encode()
-    _write(path, data, [str(c) for c in frame.columns], len(frame))
+    _write(path, data, [str(c) for c in frame.columns], len(frame), inputs)
 
 
-def write_cell_json(path: str | os.PathLike, record: dict) -> None:
-    """Write one cell's JSON record (indented, keys sorted), with its record."""
+def write_cell_parquet(path: str | os.PathLike, frame: pd.DataFrame) -> None:
+    """Write one joined table as Parquet, with its record (a later step, or a user, reads it)."""
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    _write(path, buf.getvalue(), [str(c) for c in frame.columns], len(frame))
+
+
+def write_cell_bytes(path: str | os.PathLike, data: bytes, inputs: str | None = None) -> None:
+    """Write one output of opaque bytes (a figure, a compiled kernel, a JSON text), with its
+    record (and a join's content key of its inputs)."""
+    _write(path, data, [], 1, inputs)
+
+
+def read_cell_bytes(path: str | os.PathLike) -> bytes:
+    """Return one output's bytes, checked against its record; else raise CellError naming it."""
+    return _checked_bytes(path)[0]
+
+
+def write_cell_json(
+    path: str | os.PathLike, record: dict, inputs: str | None = None, files: list[str] = ()
+) -> None:
+    """Write one cell's JSON record (indented, keys sorted), with its record (and a join's
+    content key of its inputs, and the SHA-256 of the files it wrote beside it, by name)."""
     data = (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode()
-    _write(path, data, sorted(str(k) for k in record), 1)
+    folder = Path(path).parent
+    sums = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files}
+    _write(path, data, sorted(str(k) for k in record), 1, inputs, sums)
 
 
 def damage(path: str | os.PathLike) -> str | None:
@@ -73,6 +112,21 @@ def damage(path: str | os.PathLike) -> str | None:
         return f"{have} bytes where its job wrote {size}"
     if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
         return "its content differs from what its job wrote (SHA-256)"
+    return _companion_damage(path, record.get("files"))
+
+
+def _companion_damage(path: Path, files: object) -> str | None:
+    """Return what is wrong with the files a cell's job wrote beside it (None when nothing)."""
+    if not files:
+        return None
+    if not isinstance(files, dict):
+        return f"its {SUFFIX} record is unreadable"
+    for name, digest in sorted(files.items()):
+        beside = path.parent / str(name)
+        if not beside.is_file():
+            return f"{name} beside it is missing"
+        if hashlib.sha256(beside.read_bytes()).hexdigest() != digest:
+            return f"{name} beside it differs from what its job wrote (SHA-256)"
     return None
 
 
@@ -124,6 +178,51 @@ def concat_cells(paths: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def content_key(paths: list[str]) -> str:
+    """Return a key of what the files hold (path and SHA-256 each, in sorted order): the hash
+    a cell's record holds, else the file's own (a shipped file), else "missing"."""
+    digest = hashlib.sha256()
+    for path in sorted(os.path.normpath(p) for p in paths):
+        try:
+            sha = json.loads(summary_path(path).read_text())["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            try:
+                sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            except OSError:
+                sha = "missing"
+        digest.update(f"{path}\0{sha}\n".encode())
+    return digest.hexdigest()
+
+
+def stale_join(output: str | os.PathLike, paths: list[str]) -> tuple[str, str] | None:
+    """Return (output, why) when a join's output was joined from other contents than its input
+    files hold now (its record's `inputs` differs from their content_key): a failing join whose
+    previous outputs Snakemake restored, or an older join put back. Mtimes cannot say this (a
+    restored table is newer than the cell it lacks). None when the join is current, written
+    by an older tilesweep (no key), or damaged (then it is rebuilt anyway)."""
+    if damage(output) is not None:
+        return None
+    try:
+        joined = json.loads(summary_path(output).read_text()).get("inputs")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if joined is None or joined == content_key(paths):
+        return None
+    return str(output), "joined from other contents than its inputs hold now"
+
+
+def rebuild_lines(found: list[tuple[str, str]], named: int = 5) -> list[str]:
+    """Return the lines that name every output to rebuild: the first `named` one a line with
+    its fault, the rest grouped by fault, every path named."""
+    lines = [f"{path}: {why}; its job reruns" for path, why in found[:named]]
+    rest: dict[str, list[str]] = {}
+    for path, why in found[named:]:
+        rest.setdefault(why, []).append(path)
+    for why, paths in rest.items():
+        lines.append(f"{len(paths)} more rerun, each {why}: {', '.join(paths)}")
+    return lines
+
+
 def damaged(paths: list[str], joined_exist: bool) -> list[tuple[str, str]]:
     """Return (path, what is wrong) for every planned cell to rebuild: damaged ones, and missing
     ones once the joined tables exist (a run would otherwise keep the tables without them)."""
@@ -147,12 +246,14 @@ def rebuilds(results: str | os.PathLike) -> dict[str, int]:
         raise ConfigError(f"{Path(results, LEDGER)}: unreadable; delete it") from None
 
 
-def mark_rebuilds(results: str | os.PathLike, found: list[tuple[str, str]], counts: dict) -> None:
+def mark_rebuilds(
+    results: str | os.PathLike, found: list[tuple[str, str]], counts: dict, write: bool = True
+) -> None:
     """Count one more rebuild for each damaged cell in counts (the ledger as read), and write
-    the ledger."""
-    if found:
-        for path, _ in found:
-            counts[path] = counts.get(path, 0) + 1
+    the ledger unless told not to (a dry run shows the reruns and writes nothing)."""
+    for path, _ in found:
+        counts[path] = counts.get(path, 0) + 1
+    if found and write:
         Path(results).mkdir(parents=True, exist_ok=True)
         with atomic_path(Path(results, LEDGER)) as tmp:
             tmp.write_text(json.dumps(counts, indent=1, sort_keys=True) + "\n")

@@ -105,7 +105,32 @@ def load_run(path: str | Path) -> Run:
         ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{ceilings_path}: not readable JSON ({exc})") from None
+    if not isinstance(ceilings, dict):
+        raise ConfigError(f"{ceilings_path}: not a JSON object (a {type(ceilings).__name__})")
+    peaks = ceilings.get("matmul_tflops")
+    if peaks is not None and not isinstance(peaks, dict):
+        raise ConfigError(
+            f"{ceilings_path}: matmul_tflops={peaks!r:.80}: not a mapping of dtype to TFLOP/s"
+        )
     return Run(root, tables, ceilings)
+
+
+def check_out(out: str | Path) -> None:
+    """Raise ConfigError in one line when the --out folder cannot be made or written: a file
+    there, a name the file system refuses, a parent that cannot be written."""
+    from tilesweep.errors import ConfigError
+
+    out = Path(out)
+    shown = str(out) if len(str(out)) <= 120 else f"{str(out)[:60]}...({len(str(out))} chars)"
+    try:
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out={shown}: a file, not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".tilesweep-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out={shown}: cannot write there ({exc.strerror})") from None
 
 
 def _key_text(value: object) -> str:
@@ -397,8 +422,8 @@ def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Pat
     from tilesweep.report.compare_figure import compare_ratios
     from tilesweep.report.plotting import png
 
+    check_out(out)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]
     write_table(paths[0], changes)
     write_text(paths[1], text)

@@ -13,8 +13,16 @@ from pathlib import Path
 
 from tilesweep import question, references
 from tilesweep.errors import ConfigError
-from tilesweep.io import project_path
-from tilesweep.settings import DSA_KEYS, GQA_KEYS, MLA_KEYS, SLIDING_KEYS, check_settings
+from tilesweep.io import PROJECT_ROOT, project_path
+from tilesweep.settings import (
+    DSA_KEYS,
+    GQA_KEYS,
+    MLA_KEYS,
+    SLIDING_KEYS,
+    ModelSettings,
+    check,
+    check_settings,
+)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -35,6 +43,8 @@ _MODEL_MAX = {
     "moe_layers": 1 << 12,
 }
 _ALLOWED_KV_DTYPES = ("bf16", "fp8")
+# The longest a timeout or a reading may be: a week (timers overflow far beyond it).
+_MAX_SECONDS = 7 * 24 * 3600
 _ALLOWED_QUANTIZED = ("routed_experts", "shared_experts", "dense_mlp", "attention", "lm_head")
 
 
@@ -68,7 +78,18 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
 
     catalog = {}
     for path in sorted((Path(conf_dir) / "hardware").glob("*.yaml")):
-        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        try:
+            spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        except Exception as exc:  # YAML, binary bytes, an interpolation that names nothing
+            why = _one_line(exc).removeprefix("bad config: ")
+            raise ConfigError(
+                why if str(path) in why else f"{path}: not a usable file ({why})"
+            ) from None
+        if isinstance(spec, dict) and "name" in spec and spec["name"] != path.stem:
+            raise ConfigError(
+                f"hardware[{path.stem}].name={spec['name']!r}: differs from its file name "
+                f"{path.name}; rows are labelled with the name, so the two must agree"
+            )
         catalog[path.stem] = spec
     return catalog
 
@@ -79,6 +100,9 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> None:
     question.validate(settings.get("question"), settings["catalog"])
     references.validate(settings.get("references"), conf_dir)
     _check_values(settings)
+    _check_question_model(settings, conf_dir)
+    _check_reference_figures(settings, conf_dir)
+    _check_files(settings)
 
 
 def _one_line(exc: Exception) -> str:
@@ -105,11 +129,16 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
     for item in overrides:
         key, sep, value = item.partition("=")
         group = key.lstrip("+~")
-        if sep and group in groups and ("/" in value or "\\" in value or ".." in value):
+        if not sep or group not in groups:
+            continue
+        options = ", ".join(sorted(p.stem for p in (conf_dir / group).glob("*.yaml")))
+        if "/" in value or "\\" in value or ".." in value:
             raise ConfigError(
-                f"{item}: a {group} option names a file in conf/{group}/ "
-                f"(one of: {', '.join(sorted(p.stem for p in (conf_dir / group).glob('*.yaml')))})"
+                f"{item}: a {group} option names a file in conf/{group}/ (one of: {options})"
             )
+        if value.strip().startswith(("[", "{")) or "," in value:
+            # Hydra would merge the files into one hybrid (b200 with h200's figures).
+            raise ConfigError(f"{item}: a {group} option is one name, not a list; valid: {options}")
 
 
 # Lists whose values name distinct cells: a repeat would time the same cell twice.
@@ -364,8 +393,11 @@ def _check_bench(bench: dict) -> None:
         if bench[key] < low:
             raise ConfigError(f"bench.{key}={bench[key]}: must be at least {low}")
     for key in ("kernel_timeout_s", "step_timeout_s", "power_seconds", "power_period_s"):
-        if bench[key] <= 0:
-            raise ConfigError(f"bench.{key}={bench[key]}: must be more than 0 seconds")
+        if not 0 < bench[key] <= _MAX_SECONDS:
+            raise ConfigError(
+                f"bench.{key}={bench[key]}: must be more than 0 seconds and at most "
+                f"{_MAX_SECONDS:,} (a week)"
+            )
     from tilesweep.columns import COLLECTIVE_TIMINGS
 
     if bench["collective_timing"] not in COLLECTIVE_TIMINGS:
@@ -447,6 +479,12 @@ def _check_layout(layout: dict, where: str, model: dict) -> None:
             f"{where}.tp={layout['tp']}: does not divide "
             f"model.moe_intermediate={model['moe_intermediate']}"
         )
+    heads = model["attention"]["heads"]
+    if heads % layout["tp"]:
+        raise ConfigError(
+            f"{where}.tp={layout['tp']}: does not divide model.attention.heads={heads} "
+            "(each TP rank holds whole attention heads)"
+        )
     if model["routed_experts"] % layout["ep"]:
         raise ConfigError(
             f"{where}.ep={layout['ep']}: does not divide "
@@ -456,3 +494,127 @@ def _check_layout(layout: dict, where: str, model: dict) -> None:
         raise ConfigError(
             f"{where}.pp={layout['pp']}: more stages than model.moe_layers={model['moe_layers']}"
         )
+
+
+def _check_question_model(settings: dict, conf_dir: Path) -> None:
+    """Raise ConfigError for a question about a model conf/model does not have (its panel would
+    never appear)."""
+    asked = question.of(settings)
+    options = sorted(p.stem for p in (Path(conf_dir) / "model").glob("*.yaml"))
+    if asked is not None and asked.model not in options:
+        raise ConfigError(
+            f"question.model={asked.model!r}: unknown model; valid: {', '.join(options)}"
+        )
+
+
+def _check_reference_figures(settings: dict, conf_dir: Path) -> None:
+    """Raise ConfigError for a cited figure given twice, or one whose layout its model cannot be
+    split into (named by the figure's key, not the grid's)."""
+    from omegaconf import OmegaConf
+
+    seen: list[dict] = []
+    for i, fig in enumerate(references.of(settings).figures):
+        where = f"references.figures[{i}]"
+        key = fig.model_dump(exclude={"source", "tpot_ms", "speculative"})
+        if key in seen:
+            raise ConfigError(
+                f"{where}: repeats references.figures[{seen.index(key)}] (same engine, version, "
+                "model, hardware, deployment, layout, batch and context); give each figure once"
+            )
+        seen.append(key)
+        try:
+            model = OmegaConf.to_container(
+                OmegaConf.load(Path(conf_dir) / "model" / f"{fig.model}.yaml"), resolve=True
+            )
+            check(ModelSettings, model, f"model[{fig.model}]")
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{where}.model={fig.model!r}: {_one_line(exc)}") from None
+        _check_layout(fig.layout.model_dump(), f"{where}.layout", model)
+
+
+def _check_files(settings: dict) -> None:
+    """Raise ConfigError for a deployment file (fit_file, attention_table) that is missing, not
+    of its kind (a fit: a JSON object with a per-kernel cost; a table: a CSV with the tune's
+    columns), or outside the checkout and results_dir unless read_outside is true."""
+    dep = settings["deployment"]
+    allowed = [PROJECT_ROOT, Path(settings["results_dir"]).resolve()]
+    hints = {
+        "fit_file": "a kept GPU run's tables/fit.json",
+        "attention_table": "tools/h200_mla_tune.py writes one",
+    }
+    for key, fault in (("fit_file", _fit_fault), ("attention_table", _attention_fault)):
+        value = dep.get(key)
+        if not value:
+            continue
+        where = f"deployment.{key}={value!r}"
+        path = project_path(value)
+        if not path.is_file():
+            raise ConfigError(f'{where}: no such file ({hints[key]}; "" for none)')
+        inside = any(path.resolve().is_relative_to(a) for a in allowed)
+        if not inside and not settings.get("read_outside", False):
+            raise ConfigError(
+                f"{where}: outside the checkout and results_dir; copy it into either, or set "
+                "read_outside=true to read it where it is"
+            )
+        why = fault(path)
+        if why:
+            raise ConfigError(f"{where}: {why} ({hints[key]})")
+
+
+# What the verdict reads of a shipped fit: a per-kernel cost and the fitted groups.
+_FIT_KEYS = {"per_kernel_us": (int, float), "groups": dict, "device": str}
+_MAX_FIT_BYTES = 1 << 24
+
+
+def _fit_fault(path: Path) -> str | None:
+    """Return why a file is not a launch-aware fit, or None when it is one."""
+    import json
+    import math
+
+    with path.open("rb") as handle:
+        data = handle.read(_MAX_FIT_BYTES + 1)
+    if len(data) > _MAX_FIT_BYTES:
+        return f"over {_MAX_FIT_BYTES:,} bytes: not a fit"
+    try:
+        fit = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return "not JSON"
+    if not isinstance(fit, dict):
+        return f"not a fit (a JSON {type(fit).__name__}, not an object)"
+    if "gap" in fit and "per_kernel_us" not in fit:
+        return f"holds no fit, only why none was made ({str(fit['gap'])[:120]})"
+    for key, kind in _FIT_KEYS.items():
+        value = fit.get(key)
+        if key not in fit or isinstance(value, bool) or not isinstance(value, kind):
+            return f"not a fit: no {key} ({_kind_name(kind)})"
+    if not math.isfinite(fit["per_kernel_us"]) or fit["per_kernel_us"] < 0:
+        return f"per_kernel_us={fit['per_kernel_us']}: not a finite cost"
+    return None
+
+
+def _kind_name(kind) -> str:
+    """Return what a type tuple or type is, in words."""
+    return {dict: "a mapping", str: "a string"}.get(kind, "a number")
+
+
+# What the verdict reads of an attention table (plan/attention_table.py).
+_ATTENTION_COLUMNS = ("status", "device", "heads", "sequences", "top", "ms")
+
+
+def _attention_fault(path: Path) -> str | None:
+    """Return why a file is not an attention tune table, or None when it is one."""
+    import pandas as pd
+
+    try:
+        rows = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError):
+        return "not a CSV table"
+    missing = [c for c in _ATTENTION_COLUMNS if c not in rows.columns]
+    if missing:
+        return f"not an attention table: no column {', '.join(missing)}"
+    for col in ("heads", "sequences", "top", "ms"):
+        if not pd.api.types.is_numeric_dtype(rows[col]):
+            return f"not an attention table: column {col} is not numbers"
+    return None

@@ -40,6 +40,10 @@ class Device:
         return f"cpu:{platform.processor() or platform.machine()}"
 
 
+# The most GPUs one machine (one node of a cluster profile) is planned with.
+MAX_GPUS = 1024
+
+
 def resolve(setting: object, catalog: dict[str, dict]) -> Device:
     """Return the Device a `device` setting names; raise ConfigError (one line) for a value
     that names no machine, or when `auto` cannot ask the machine."""
@@ -67,8 +71,10 @@ def resolve(setting: object, catalog: dict[str, dict]) -> Device:
         raise ConfigError(
             f"device={setting!r}: no conf/hardware/{hardware}.yaml; known: {', '.join(catalog)}"
         )
-    if count < 1:
-        raise ConfigError(f"device={setting!r}: the GPU count must be at least 1")
+    if not 1 <= count <= MAX_GPUS:
+        raise ConfigError(
+            f"device={setting!r}: the GPU count must be at least 1 and at most {MAX_GPUS}"
+        )
     names = catalog[hardware].get("device_names") or []
     if not names:
         raise ConfigError(

@@ -37,7 +37,14 @@ def _records(path: Path) -> list[tuple[str, str]]:
             record = json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError):
             return [(Status.MISSING, "the file is not readable JSON")]
-        rows = list(record["cells"].values()) if "cells" in record else [record]
+        if not isinstance(record, dict):
+            return [
+                (Status.MISSING, f"the file holds a JSON {type(record).__name__}, not a record")
+            ]
+        cells = record.get("cells", [record]) if "cells" in record else [record]
+        rows = list(cells.values()) if isinstance(cells, dict) else cells
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            return [(Status.MISSING, "its cells are not records")]
     else:
         try:
             frame = pd.read_csv(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are for everyone who may read
     try:
         yield Path(tmp)
+        if path.is_dir() and not path.is_symlink():
+            # A folder put where this file goes (an attack, a slip): the file is this job's
+            # output, so the folder goes, or every rerun would fail to write it.
+            shutil.rmtree(path)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

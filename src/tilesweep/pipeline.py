@@ -129,6 +129,38 @@ def _module_path(obj: object) -> str:
     return str(Path(sys.modules[name].__file__).resolve())
 
 
+# What `snakemake --config KEY=VALUE` takes; every other setting goes in overrides.
+COMMAND_KEYS = {
+    "overrides": "Hydra overrides, overrides='[\"key=value\"]'",
+    "example": "a kept example folder to re-render",
+    "device": "the machine the jobs are planned for (auto, cpu, h200x8)",
+}
+
+
+def check_command_config(config: dict) -> None:
+    """Raise ConfigError in one line for a `--config` key other than COMMAND_KEYS (a setting
+    given there would otherwise be ignored), or an example or device that is not one string."""
+    from tilesweep.errors import ConfigError
+
+    for key, value in config.items():
+        if key not in COMMAND_KEYS:
+            hint = f"; write overrides='[\"{key}={value}\"]'" if key in _SETTING_KEYS else ""
+            raise ConfigError(
+                f"{key}={value!r}: not a --config key{hint}; valid: {', '.join(COMMAND_KEYS)}"
+            )
+    for key in ("example", "device"):
+        if key in config and (not isinstance(config[key], str) or not config[key].strip()):
+            raise ConfigError(f"{key}={config[key]!r}: expected one string ({COMMAND_KEYS[key]})")
+    example = config.get("example")
+    if example is not None and not Path(example).is_dir():
+        raise ConfigError(f"example={example}: not a folder (a kept example is a folder)")
+
+
+# The top-level settings of conf/config.yaml, which go in overrides, never in --config.
+_SETTING_KEYS = ("results_dir", "max_jobs", "read_outside", "hardware", "model", "grid", "backend",
+                 "bench", "deployment", "question", "references", "experiment")  # fmt: skip
+
+
 def parse_overrides(raw: object) -> list[str]:
     """Return the Hydra overrides given as `--config overrides=[...]` (a list or one string)."""
     if raw is None:
@@ -162,9 +194,15 @@ class Sweep:
         self.device = device.resolve(self.settings["device"], self.settings["catalog"])
         gpus = self.device.gpus
         self.results = Path(self.settings["results_dir"])
-        if self.results.exists() and not self.results.is_dir():
-            from tilesweep.errors import ConfigError
+        from tilesweep.errors import ConfigError
 
+        try:
+            is_file = self.results.exists() and not self.results.is_dir()
+        except OSError as exc:  # a name too long for the file system, a loop of links
+            raise ConfigError(
+                f"results_dir={self.results}: not a usable folder ({exc.strerror})"
+            ) from None
+        if is_file:
             raise ConfigError(f"results_dir={self.results}: a file, not a folder")
         grid.check_size(self.settings)
         self.builds = grid.build_cells(self.settings)
@@ -179,12 +217,25 @@ class Sweep:
             for job in backend.decoder.decode_jobs(self.settings, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
+        self._check_step_runner()
         self._codes: dict[tuple[str, ...], str] = {}
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
         self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
+
+    def _check_step_runner(self) -> None:
+        """Raise ConfigError when bench.step_runner names a runner the step cannot run with
+        this grid's kernels (every whole-step row would fail)."""
+        from tilesweep.errors import ConfigError
+
+        runner = self.settings["bench"]["step_runner"]
+        found = backends.step_backend(runner) if runner != "auto" else None
+        kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
+        why = found.stepper.runner_fault(runner, kernels) if found else None
+        if why:
+            raise ConfigError(f"bench.step_runner={runner!r}: {why}")
 
     def rule_code(self, rule: str, key: str | None = None) -> str:
         """Return the code hash of one rule's jobs (a param): the stage module it calls, what
@@ -296,6 +347,17 @@ class Sweep:
             self.path("power", "power.csv"),
             *(p for p in self.tuned_outputs() if p.endswith(".csv")),
         ]
+
+    def table_inputs(self) -> dict[str, list[str]]:
+        """Return the per-cell outputs the tables step joins, by table (its named inputs)."""
+        return {
+            "launch": self.launch_outputs(),
+            "decode": self.decode_outputs(),
+            "collective": self.collective_outputs(),
+            "layout": self.layout_outputs(),
+            "power": [self.path("power", "power.csv")],
+            "tune": [p for p in self.tuned_outputs() if p.endswith(".csv")],
+        }
 
     def decode_outputs(self) -> list[str]:
         """Return every decode benchmark output path (one per job of each enabled backend)."""

@@ -80,6 +80,65 @@ class Stage5:
         plain = Path(self.example) / run / dtype / "journal.jsonl"
         return str(plain if plain.exists() else plain.with_suffix(".jsonl.gz"))
 
+    def verdict_inputs(self) -> dict[str, list[str]]:
+        """Return what the verdict step reads, by name (its named inputs)."""
+        return {
+            "decode": self.measured["decode"],
+            "collective": self.measured["collective"],
+            "layout": self.measured["layout"],
+            "ceilings": self.ceilings,
+            "shipped_fit": self.shipped_fit,
+        }
+
+    def figure_inputs(self) -> dict[str, list[str]]:
+        """Return what the figures step reads, by name (its named inputs)."""
+        return {
+            **{n: self.measured[n] for n in ("launch", "decode", "collective")},
+            "verdict": [self.table("verdict")],
+            "check": [self.table("check")],
+        }
+
+    def figures(self) -> list[str]:
+        """Return the figures the figures step draws."""
+        from tilesweep.stages.report import FIGURE_CATEGORIES
+
+        return [str(self.plots / f"{name}.png") for name in FIGURE_CATEGORIES]
+
+    def report_inputs(self) -> dict[str, list[str]]:
+        """Return what the report step reads, by name (its named inputs)."""
+        return {
+            **{n: self.measured[n] for n in ("launch", "decode", "collective", "power", "tune")},
+            **{n: [self.table(n)] for n in VERDICT_TABLES},
+            "panel": [self.table("question", "json")],
+            "figures": self.figures(),
+            "provenance": self.provenance,
+        }
+
+    def joins(self) -> list[tuple[str, list[str]]]:
+        """Return each joining step's output that records the content key of its inputs, with
+        those inputs (cells.stale_join): the verdict, the first figure and report.md (the
+        tables' own is the sweep's: Sweep.table_inputs)."""
+        flat = lambda named: [p for paths in named.values() for p in paths]  # noqa: E731
+        return [
+            (self.table("verdict"), flat(self.verdict_inputs())),
+            (self.figures()[0], flat(self.figure_inputs())),
+            (str(self.reports / "report.md"), flat(self.report_inputs())),
+        ]
+
+    def checked(self) -> list[str]:
+        """Return every output of the joining steps that a later step reads, each written with
+        its record (cells.py): the tables (CSV and Parquet), provenance, the verdict's fit and
+        panel, and the figures."""
+        names = (*MEASURED_TABLES, *VERDICT_TABLES)
+        return [
+            *(self.table(n) for n in names),
+            *(self.table(n, "parquet") for n in names),
+            *self.provenance,
+            self.table("fit", "json"),
+            self.table("question", "json"),
+            *self.figures(),
+        ]
+
     def table(self, name: str, ext: str = "csv") -> str:
         """Return the path of one table this stage writes."""
         return str(self.tables / f"{name}.{ext}")

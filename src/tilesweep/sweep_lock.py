@@ -29,8 +29,14 @@ def hold(results: str | os.PathLike) -> None:
     key = str(folder.resolve())
     if key in _held:
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"results_dir={folder}: cannot write the sweep's lock there ({exc.strerror}); "
+            "give a results_dir this user can write"
+        ) from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -44,6 +50,25 @@ def hold(results: str | os.PathLike) -> None:
     record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
     os.pwrite(fd, json.dumps(record).encode(), 0)
     _held[key] = fd
+
+
+def probe(results: str | os.PathLike) -> None:
+    """Raise ConfigError, as hold() does, when another run holds the results folder's lock;
+    write nothing (a dry run): no lock file made, none rewritten."""
+    path = Path(results) / NAME
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:  # no lock file: no run has held this folder (or it cannot be read)
+        return
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise ConfigError(
+            f"{Path(results)}: another sweep is running on this results folder ({_holder(fd)}); "
+            "wait for it to end, or give this one another results_dir"
+        ) from None
+    finally:
+        os.close(fd)  # closing drops a lock this process took: nothing is held, nothing written
 
 
 def _holder(fd: int) -> str:

@@ -5,11 +5,7 @@
 
 rule figures:
     input:
-        launch=STAGE5.measured["launch"],
-        decode=STAGE5.measured["decode"],
-        collective=STAGE5.measured["collective"],
-        verdict=rules.verdict.output.verdict,
-        check=rules.verdict.output.check,
+        **STAGE5.figure_inputs(),
     output:
         **{
             name: report(
@@ -24,6 +20,7 @@ rule figures:
     conda:
         "../envs/tilesweep.yaml"
     params:
+        rebuilds=grid_json(REBUILDS),
         code=SWEEP.rule_code("report"),
     script:
         "../scripts/draw_figures.py"
@@ -31,17 +28,7 @@ rule figures:
 
 rule report:
     input:
-        launch=STAGE5.measured["launch"],
-        decode=STAGE5.measured["decode"],
-        collective=STAGE5.measured["collective"],
-        power=STAGE5.measured["power"],
-        tune=STAGE5.measured["tune"],
-        verdict=rules.verdict.output.verdict,
-        check=rules.verdict.output.check,
-        engines=rules.verdict.output.engines,
-        panel=rules.verdict.output.panel,
-        figures=list(rules.figures.output),
-        provenance=STAGE5.provenance,
+        **STAGE5.report_inputs(),
     output:
         report=update(str(STAGE5.reports / "report.md")),
         # The answer card both reports open with, and the console's last lines.
@@ -56,6 +43,7 @@ rule report:
     conda:
         "../envs/tilesweep.yaml"
     params:
+        rebuilds=grid_json(REBUILDS),
         settings=SWEEP.settings_json(),
         code=SWEEP.rule_code("report"),
     script:

@@ -3,12 +3,7 @@
 
 rule tables:
     input:
-        launch=SWEEP.launch_outputs(),
-        decode=SWEEP.decode_outputs(),
-        collective=SWEEP.collective_outputs(),
-        layout=SWEEP.layout_outputs(),
-        power=[f"{R}/power/power.csv"],
-        tune=[p for p in SWEEP.tuned_outputs() if p.endswith(".csv")],
+        **SWEEP.table_inputs(),
     output:
         # update(): a failing job leaves the previous tables in place (Snakemake restores them).
         **{name: update(STAGE5.table(name)) for name in MEASURED_TABLES},

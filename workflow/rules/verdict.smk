@@ -5,11 +5,7 @@
 
 rule verdict:
     input:
-        decode=STAGE5.measured["decode"],
-        collective=STAGE5.measured["collective"],
-        layout=STAGE5.measured["layout"],
-        ceilings=STAGE5.ceilings,
-        shipped_fit=STAGE5.shipped_fit,
+        **STAGE5.verdict_inputs(),
     output:
         **(
             {

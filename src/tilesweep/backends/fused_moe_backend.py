@@ -200,6 +200,12 @@ class FusedMoeBackend(Backend):
         check_choices(mine["dtypes"], tuple(ENGINE_DTYPE), f"backend.{NAME}.dtypes")
         check_choices(mine["routing"], ("uniform", "zipf"), f"backend.{NAME}.routing")
         check_choices(mine["engines"], ENGINES, f"backend.{NAME}.engines")
+        for engine in mine["engine_versions"]:  # each plans an engine-tuning job
+            if engine not in ENGINES:
+                raise ConfigError(
+                    f"backend.{NAME}.engine_versions.{engine}: unknown engine; "
+                    f"valid: {', '.join(ENGINES)}"
+                )
         for key, values in mine["space"].items():
             if not values or any(v <= 0 for v in values):
                 raise ConfigError(f"backend.{NAME}.space.{key}={values}: positive values needed")

@@ -125,6 +125,11 @@ class StepRunner:
         """Return how step-capable runners are written, for error messages."""
         return list(self.step_runners)
 
+    def runner_fault(self, runner: str, kernels: dict) -> str | None:
+        """Return why the step cannot run this runner with the grid's kernels (by slug), found
+        before any job; None when it can."""
+        return None
+
     def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
         """Return what the step's runner reads beyond the model (its tuned configs on one rank
         of a layout, say), so that a change to it reruns the step; {} when nothing."""

@@ -273,6 +273,16 @@ class TritonStep(StepRunner):
         """Return the form of a Triton step runner."""
         return [f"{NAME}:<kernel slug>"]
 
+    def runner_fault(self, runner: str, kernels: dict) -> str | None:
+        """Return why the step cannot run a Triton runner: its kernel is not a bf16 grid kernel."""
+        slug = DECODE.runner_kernel(runner)
+        bf16 = sorted(k for k, row in kernels.items() if row.get("dtype") == "bf16")
+        if slug not in kernels:
+            return f"no such kernel in the grid; bf16 kernels: {', '.join(bf16) or 'none'}"
+        if kernels[slug]["dtype"] != "bf16":
+            return f"the step runs bf16 kernels only; bf16 kernels: {', '.join(bf16) or 'none'}"
+        return None
+
 
 DECODE = TritonDecode()
 

@@ -74,6 +74,8 @@ def read_file(path: str | Path) -> tuple[dict, dict]:
         configs = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(configs, dict):
+        raise ConfigError(f"{path}: a JSON {type(configs).__name__}; expected {{batch M: config}}")
     configs.pop("triton_version", None)
     if not configs or not all(k.isdigit() and isinstance(v, dict) for k, v in configs.items()):
         raise ConfigError(f"{path}: expected {{batch M: config}} entries")

@@ -22,6 +22,7 @@ class RootSettings(Section):
     results_dir: str
     device: str  # auto, cpu or <hardware>x<count>: checked by tilesweep.device
     max_jobs: int  # the most jobs a sweep may plan (grid.check_size)
+    read_outside: bool  # whether deployment files may lie outside the checkout and results_dir
     hardware: HardwareSpec
     model: ModelSettings
     grid: GridSettings

@@ -29,7 +29,14 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
         "job_start_utc": job_start,
         "job_end_utc": utc_now(),
     }
-    write_cell_json(record_path, record)
+    # The compiled binary is checked with the record: a deleted or edited one rebuilds the cell.
+    binary = record.get("binary")
+    beside = (
+        [binary]
+        if isinstance(binary, str) and (Path(record_path).parent / binary).is_file()
+        else []
+    )
+    write_cell_json(record_path, record, files=beside)
     return record
 
 

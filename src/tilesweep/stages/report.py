@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from tilesweep import answer_card
-from tilesweep.io import atomic_path, concat_tables, read_json, write_text
+from tilesweep.cells import content_key, read_cell_bytes, read_cell_json, write_cell_bytes
+from tilesweep.io import concat_tables
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import contents as report_data
 from tilesweep.report import html as report_html
@@ -42,9 +43,11 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
             t["launch"], t["decode"], t["collective"], t["verdict"], t["check"]
         )
         log.info("figures: %s", sorted(drawn))
+    # Each with its record (the Snakefile checks them), holding the content key of the tables
+    # drawn from (cells.stale_join).
+    joined = content_key([p for paths in inputs.values() for p in paths])
     for name, png in drawn.items():
-        with atomic_path(outputs[name]) as tmp:
-            tmp.write_bytes(png)
+        write_cell_bytes(outputs[name], png, inputs=joined)
 
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
@@ -56,7 +59,7 @@ def provenance(inputs: dict[str, list[str]]) -> dict:
         "torch": package_version("torch"),
         "nvidia-cutlass": package_version("nvidia-cutlass"),
     }
-    saved = [read_json(p) for p in inputs.get("provenance", [])]
+    saved = [read_cell_json(p) for p in inputs.get("provenance", [])]
     if saved:
         out["measured"] = saved[0].get("measured", {})
     else:
@@ -73,7 +76,7 @@ def write_report(
     names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:
         t = _tables(inputs, names)
-        figures = {Path(p).stem: Path(p).read_bytes() for p in inputs["figures"]}
+        figures = {Path(p).stem: read_cell_bytes(p) for p in inputs["figures"]}
         panel = read_panel(inputs["panel"][0]) if inputs.get("panel") else None
         card = answer_card.build(settings, t["verdict"], t["check"], t["engines"])
         data = report_data.build(
@@ -93,7 +96,8 @@ def write_report(
         )
         text, page = report_md.render(data), report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
-    write_text(outputs["report"], text)
-    write_text(outputs["html"], page)
+    joined = content_key([p for paths in inputs.values() for p in paths])
+    write_cell_bytes(outputs["report"], text.encode(), inputs=joined)  # see write_figures
+    write_cell_bytes(outputs["html"], page.encode(), inputs=joined)
     if outputs.get("answer"):
         answer_card.write(card, outputs["answer"])

@@ -11,10 +11,16 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from tilesweep import backends
-from tilesweep.cells import concat_cells, read_cell_json, write_cell_table
+from tilesweep.cells import (
+    concat_cells,
+    content_key,
+    read_cell_json,
+    write_cell_json,
+    write_cell_parquet,
+    write_cell_table,
+)
 from tilesweep.columns import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 from tilesweep.hardware import catalog_name
-from tilesweep.io import write_table, write_text
 from tilesweep.stages import logged
 
 # The per-cell outputs each table joins, and the tables (each also written as Parquet).
@@ -141,7 +147,8 @@ def write_tables(
     settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
     """Write each measured table as CSV and Parquet, and `provenance` (JSON): when each table's
-    cells were measured."""
+    cells were measured. Each with its record; provenance's holds the content key of the
+    cells joined (cells.stale_join compares it with what they hold before the next run)."""
     settings = json.loads(settings_json)
     with logged(log_path) as log:
         tables = measured_tables(settings, inputs)
@@ -150,5 +157,6 @@ def write_tables(
     for name, frame in tables.items():
         write_cell_table(outputs[name], frame)  # with its record: the Snakefile checks it
         if outputs.get(f"{name}_parquet"):
-            write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
-    write_text(outputs["provenance"], json.dumps({"measured": when}, indent=1) + "\n")
+            write_cell_parquet(outputs[f"{name}_parquet"], arrow_safe(frame))
+    joined = [p for paths in inputs.values() for p in paths]
+    write_cell_json(outputs["provenance"], {"measured": when}, inputs=content_key(joined))

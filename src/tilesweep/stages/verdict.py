@@ -10,8 +10,8 @@ import json
 import pandas as pd
 
 from tilesweep import deployment_verdict
-from tilesweep.cells import write_cell_table
-from tilesweep.io import concat_tables, read_json, read_json_named, write_table, write_text
+from tilesweep.cells import content_key, write_cell_bytes, write_cell_parquet, write_cell_table
+from tilesweep.io import concat_tables, read_json, read_json_named
 from tilesweep.stages import logged
 from tilesweep.stages.tables import arrow_safe
 
@@ -78,10 +78,15 @@ def write_verdict(
         }
         panel = deployment_verdict.question_panel(settings, compose)
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
+    # Each with its record (the Snakefile checks them); the verdict's also holds the content key
+    # of the tables it was composed from (cells.stale_join).
+    joined = content_key([p for paths in inputs.values() for p in paths])
     if outputs.get("fit"):
-        write_text(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True) + "\n")
+        write_cell_bytes(
+            outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
+        )
     for name, frame in tables.items():
-        write_cell_table(outputs[name], frame)  # with its record: the Snakefile checks it
+        write_cell_table(outputs[name], frame, inputs=joined if name == "verdict" else None)
         if outputs.get(f"{name}_parquet"):
-            write_table(outputs[f"{name}_parquet"], arrow_safe(frame))
-    write_text(outputs["panel"], panel_json(panel))
+            write_cell_parquet(outputs[f"{name}_parquet"], arrow_safe(frame))
+    write_cell_bytes(outputs["panel"], panel_json(panel).encode())
