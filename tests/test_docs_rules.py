@@ -1,4 +1,5 @@
-"""Every rule a document or profile names exists in the workflow."""
+"""Every rule a document or profile names exists in the workflow, and every script a document
+names exists."""
 
 from __future__ import annotations
 
@@ -66,3 +67,14 @@ def test_the_cluster_doc_is_read():
     # The parser finds the SLURM table's and the Kubernetes profile's rules.
     names = rules_in_doc((ROOT / "docs" / "cluster.md").read_text())
     assert {"build_kernel", "bench_layout", "tables"} <= names
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_a_doc_names_only_scripts_that_exist(doc):
+    named = set(re.findall(r"\b((?:tools|gpu)/[\w.-]+\.(?:sh|py))\b", doc.read_text()))
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"{doc.relative_to(ROOT)} names scripts that do not exist: {missing}"
