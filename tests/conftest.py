@@ -28,6 +28,17 @@ def snakemake(
     return proc
 
 
+# Fixtures that run a real sweep: every test that takes one is slow (make test-fast leaves it out).
+SWEEP_FIXTURES = {"tiny_sweep", "second_sweep", "slurm_sweep"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark slow every test that takes a fixture running a real sweep."""
+    for item in items:
+        if SWEEP_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory) -> Path:
     """Return a work folder holding one finished tiny sweep (experiment=tiny)."""

@@ -168,6 +168,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.slow  # runs snakemake
 @pytest.mark.parametrize(("override", "message"), REFUSED, ids=[o for o, _ in REFUSED])
 def test_a_bad_value_is_refused_in_one_line_before_any_job(tmp_path, override, message):
     proc = snakemake(tmp_path, "--cores", "1", overrides=[*TINY, override], check=False)
@@ -183,6 +184,7 @@ def _assert_refused(proc: subprocess.CompletedProcess, message: str) -> None:
     assert any(message in ln for ln in lines), proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # runs snakemake
 def test_bad_command_line_values_are_refused_in_one_line(tmp_path):
     some_file = tmp_path / "a_file"
     some_file.write_text("x")
@@ -197,6 +199,7 @@ def test_bad_command_line_values_are_refused_in_one_line(tmp_path):
         _assert_refused(proc, message)
 
 
+@pytest.mark.slow  # runs snakemake
 def test_a_second_sweep_on_the_same_results_is_refused(tmp_path):
     """While one run holds the results folder (here: a process holding its lock), another run,
     a dry run included, stops in one line naming the holder; nothing is cleared."""

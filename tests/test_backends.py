@@ -371,3 +371,24 @@ def test_a_backends_own_model_checks_its_section(toy):
     settings["backend"]["toy"]["colour"] = "red"
     with pytest.raises(ConfigError, match=r"^backend\.toy\.colour: unknown key; allowed: enabled$"):
         validate(settings)
+
+
+def test_a_new_architecture_is_its_hardware_file():
+    """Triton builds every architecture a hardware file declares from cc 80 on; CUTLASS covers
+    those whose types cutlass.cell_spec declares, and says so for the others."""
+    from tilesweep.backends import cutlass_backend
+    from tilesweep.cutlass import cell_spec
+
+    assert tuple(cell_spec.ARCHS) == cutlass_backend.ARCHS
+    settings = compose()
+    h200 = settings["catalog"]["h200"]
+    settings["catalog"]["next"] = {**h200, "name": "next", "arch": "sm_110", "cc": 110}
+    settings["catalog"]["old"] = {**h200, "name": "old", "arch": "sm_75", "cc": 75}
+    settings["grid"]["targets"] = ["next", "old"]
+    builds = grid.build_cells(settings)
+    why = builds.get("unsupported", pd.Series(index=builds.index, dtype=object))
+    triton = builds["backend"] == "triton"
+    new, old = builds["arch"] == "sm_110", builds["arch"] == "sm_75"
+    assert why[triton & new & (builds["dtype"] != "nvfp4")].isna().all()  # built
+    assert why[triton & old].str.contains("needs cc 80 or newer").all()
+    assert why[(builds["backend"] == "cutlass") & new].str.contains("sm_90, sm_100, sm_120").all()

@@ -48,7 +48,10 @@ def test_cpu_plans_no_gpu_even_where_nvidia_smi_answers(smi_path):
 
 @pytest.mark.parametrize(
     ("body", "said"),
-    [("echo 'NVML: driver not loaded' >&2; exit 9", "exit 9"), ("sleep 40", "within 30 s")],
+    [
+        ("echo 'NVML: driver not loaded' >&2; exit 9", "exit 9"),
+        pytest.param("sleep 40", "within 30 s", marks=pytest.mark.slow),  # waits out the 30 s
+    ],
 )
 def test_a_failed_query_is_an_error_never_a_cpu_plan(smi_path, body, said):
     _fake_smi(smi_path, body)

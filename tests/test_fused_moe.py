@@ -136,7 +136,15 @@ VARIANTS = [
 VARIANT_IDS = ["engine", "tma", "persistent", "tma-persistent", "split3", "tma-split2", "sort"]
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize(
+    "variant",
+    # The engine's own kernel in the fast tier; each variant is a few seconds more of interpreter.
+    [
+        pytest.param(v, marks=() if i == "engine" else pytest.mark.slow)
+        for v, i in zip(VARIANTS, VARIANT_IDS, strict=True)
+    ],
+    ids=VARIANT_IDS,
+)
 def test_kernel_matches_fp32_reference_in_the_interpreter(variant):
     config = {**CONFIG, **variant}
     out = _interpreted(f"CONFIG = {config!r}\n{KERNEL_CHECK}")
@@ -334,6 +342,7 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
         assert "1" in table["configs"] and "triton_version" not in table["configs"]
 
 
+@pytest.mark.slow  # tunes in worker processes
 def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     import logging
 
@@ -378,6 +387,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert any(r["status"] == "timeout" for r in records.values())
 
 
+@pytest.mark.slow  # a fresh process per item
 def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     import logging
 

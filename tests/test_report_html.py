@@ -34,7 +34,6 @@ SECTIONS = [key for key, _ in contents.SECTIONS]
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
 BRIEF = compose([])  # the default sweep's deployment: GLM-5 NVFP4 on RTX PRO 6000
 CPU = {"device": "cpu", "device_kind": "cpu", "copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.2}}
-CHROMIUM_APT = "apt-get update && apt-get install -y chromium"
 # Appended to a copy of the report: records, once the page has loaded, how many images decoded.
 IMAGE_CHECK = """<script>
 window.addEventListener("load", () => {
@@ -122,23 +121,15 @@ def test_snakemake_report_registers_the_figures(tiny_sweep, tmp_path):
 
 
 def chromium() -> str:
-    """Return a headless-capable Chromium binary, installing Debian's package if allowed."""
+    """Return a headless-capable Chromium binary; skip the test when none is on PATH."""
     names = [os.environ.get("TILESWEEP_CHROMIUM", ""), "chromium", "chromium-browser"]
     found = next((shutil.which(n) for n in names if n and shutil.which(n)), None)
-    if found:
-        return found
-    why = "not on PATH"
-    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        proc = subprocess.run(
-            ["bash", "-c", CHROMIUM_APT], capture_output=True, text=True, timeout=900
+    if not found:
+        pytest.skip(
+            "chromium is not on PATH (or TILESWEEP_CHROMIUM): `make bootstrap` installs it "
+            "as root on Debian, or run `apt-get install chromium`"
         )
-        found = shutil.which("chromium")
-        if found:
-            return found
-        why = f"`{CHROMIUM_APT}` failed: {proc.stderr.strip()[-300:]}"
-    elif shutil.which("apt-get"):
-        why = "not on PATH, and installing it needs root"
-    pytest.skip(f"chromium is absent and could not be installed ({why}); run `{CHROMIUM_APT}`")
+    return found
 
 
 def browse(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import string
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ values = st.one_of(
 overrides = st.lists(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), values), max_size=3)
 
 
+@pytest.mark.slow  # plans a sweep per random example
 @settings(
     max_examples=HUNT or 80,
     derandomize=not HUNT,

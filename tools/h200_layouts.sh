@@ -9,7 +9,7 @@
 # ran the profiler.
 # Carry .whl (tools/fetch_wheels.py). Then, here:
 #   tar xzf FILES_AT/runs.tgz; tools/import_example.sh glm5/results.tgz docs/examples/h200 experiment=h200_example \
-#     'deployment.batches=[1,8,64,512]'   (and the two models' layout tables: README, "Regenerated")
+#     'deployment.batches=[1,8,64,512]'   (the other tables: docs/examples/h200/README.md, "How it was made")
 # LAYOUT_MODELS (default "glm5 dsv3 qwen3") picks the models.
 # Usage (on the GPU machine): tools/h200_layouts.sh OUT_DIR
 set -uo pipefail

@@ -12,12 +12,13 @@ from pydantic import Field
 
 from tilesweep.backends import Backend, Builder, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import SM90Program
+from tilesweep.cutlass.cell_spec import ARCHS as CUTLASS_ARCHS
 from tilesweep.cutlass.cell_spec import EPILOGUES
 from tilesweep.settings.strict import Section
 from tilesweep.settings.sweep_space import Tile
 
 NAME = "cutlass"
-ARCHS = ("sm_90", "sm_100", "sm_120")
+ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.cell_spec declares
 
 
 def _combinations(settings: dict, arch: str) -> list[tuple[dict, int | str, str]]:
