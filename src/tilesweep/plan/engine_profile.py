@@ -122,5 +122,8 @@ def profile(engine: dict | None, model: dict, weight_dtype: str = "bf16") -> Eng
     if engine:
         host = engine["host"]
         prof.host_ms = host["ms"]
-        prof.host_label = f"{host['ms']:g} ms per step ({host['source']}: {host['cite']})"
+        prof.host_label = (
+            f"{host['ms']:g} ms per step ({host['source']}; its source: conf/engine/"
+            f"{engine['name']}.yaml host.cite)"
+        )
     return prof
