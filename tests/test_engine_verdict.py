@@ -223,3 +223,13 @@ def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():
             assert train.empty  # no fitted term: no row is kept out of the error
     got = references.corpus_summary(engines)
     assert got["train_rows"] == int((engines["role"] == "train").sum())
+
+
+def test_the_kept_report_lists_every_drop_in_file_with_its_ratios():
+    kept = ROOT / "docs/examples/h200"
+    dropins = pd.read_csv(kept / "engine_tables/dropins.csv")
+    report = (kept / "report.md").read_text()
+    section = report.split("## Files to drop into vLLM and SGLang", 1)[1].split("\n## ", 1)[0]
+    for path in dropins["path"]:
+        assert path in section, path
+    assert "worst_x_baseline" in section and "geomean_x_baseline_m_ge_1024" in section

@@ -390,3 +390,10 @@ LAUNCH_COVERAGE_COLUMNS = [
     "runner", "backend", "in_launch_check", "device", "rows_timed", "rows_failed_launch",
     "smem_runtime_bytes", "reason",
 ]  # fmt: skip
+
+# ---- the drop-in engine files (measure/engine_tables: dropins.csv) the report lists -----------
+
+REPORT_DROPIN_COLUMNS = [
+    "path", "engine", "version", "format", "status", "baseline", "keys_kept",
+    "worst_x_baseline", "worst_at_m", "geomean_x_baseline_m_ge_1024", "worst_x_default",
+]  # fmt: skip

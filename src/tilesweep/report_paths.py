@@ -53,6 +53,9 @@ class Stage5:
             ]
             self.ceilings = [str(folder / "ceilings.json")]
             self.provenance: list[str] = []
+            # The drop-in engine files it keeps (tools/import_engine_tables.sh), where it has them.
+            kept = folder / "engine_tables" / "dropins.csv"
+            self.dropins = [str(kept)] if kept.is_file() else []
         else:
             self.tables, self.plots = sweep.results / "tables", sweep.results / "plots"
             self.reports = sweep.results
@@ -60,6 +63,7 @@ class Stage5:
             self.ceilings = [sweep.path("device", "ceilings.json")]
             self.provenance = [str(self.tables / "provenance.json")]
             self.journals = []
+            self.dropins = []  # a sweep's engine tuning (opt-in) lists its own in tuned/
         fit = sweep.shipped_fit()
         # A kept example's own fit is the verdict's output there, never its input.
         self.shipped_fit = [
@@ -112,6 +116,7 @@ class Stage5:
             "panel": [self.table("question", "json")],
             "figures": self.figures(),
             "provenance": self.provenance,
+            "dropins": self.dropins,
         }
 
     def joins(self) -> list[tuple[str, list[str]]]:

@@ -13,6 +13,7 @@ from tilesweep.report.sections import (
     check_blocks,
     collective_blocks,
     decode_blocks,
+    dropin_blocks,
     launch_blocks,
     machine_blocks,
     provenance_blocks,
@@ -33,6 +34,7 @@ SECTIONS = (
     ("launch", "Which kernels launch"),
     ("decode", "Decode: expert GEMMs against tokens per expert"),
     ("tune", "The project's fused-MoE kernel tuned in the engines' conditions"),
+    ("dropins", "Files to drop into vLLM and SGLang"),
     ("collectives", "Collectives"),
     ("provenance", "Provenance"),
 )
@@ -46,6 +48,7 @@ NAV = {
     "launch": "Launch",
     "decode": "Decode",
     "tune": "Tuning",
+    "dropins": "Drop-ins",
     "collectives": "Collectives",
     "provenance": "Provenance",
 }
@@ -107,6 +110,7 @@ def build(
     tune: pd.DataFrame | None = None,
     engines: pd.DataFrame | None = None,
     card: answer_card.AnswerCard | None = None,
+    dropins: pd.DataFrame | None = None,
 ) -> ReportData:
     """Return the one ReportData both reports render, opened by the answer card (built from the
     verdict, check and engines unless given); figures are drawn unless given. The question's
@@ -139,6 +143,7 @@ def build(
         "launch": launch_blocks(launch, provenance, decode),
         "decode": decode_blocks(decode, provenance),
         "tune": tune_blocks(pd.DataFrame() if tune is None else tune),
+        "dropins": dropin_blocks(pd.DataFrame() if dropins is None else dropins),
         "collectives": collective_blocks(collective, provenance, decode, verdict),
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }

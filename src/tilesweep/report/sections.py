@@ -20,6 +20,7 @@ from tilesweep.columns import (
     LAUNCH_FAILURE_COLUMNS,
     NOT_TIMED_COLUMNS,
     REPORT_CHECK_COLUMNS,
+    REPORT_DROPIN_COLUMNS,
     REPORT_ENGINE_COLUMNS,
     REPORT_KEY_VERDICT_COLUMNS,
     REPORT_LAUNCH_COLUMNS,
@@ -445,6 +446,28 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
         Table(pd.DataFrame(rows), ["what", "value"]),
         Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),
         Code("Resolved config", json.dumps(settings, indent=2, sort_keys=True, default=str)),
+    ]
+
+
+def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
+    """Return the drop-in engine files (dropins.csv of measure/engine_tables): each file's path,
+    engine and version, and its worst and geometric-mean ratio against the engine's current
+    table on the held-out draw; nothing where none is kept."""
+    if dropins.empty:
+        return []
+    done = dropins[dropins["status"] == "exported"] if "status" in dropins else dropins
+    worst = pd.to_numeric(done.get("worst_x_baseline"), errors="coerce")
+    return [
+        Text(
+            f"{len(done)} of {len(dropins)} files exported, each named by its engine's own "
+            "get_config_file_name and decided decode-true (cold L2 over rotated weight copies, "
+            "CUDA-graph replays) against what the engine runs today: its shipped table where "
+            "its wheel has one (`baseline` shipped), else its default rule. A key keeps its "
+            "tuned config only where it won beyond the noise on two draws; the ratios are the "
+            "held-out third draw's (above 1: the file is faster), worst over every batch M and "
+            f"both routings (lowest {worst.min():.3f}x), geometric mean over M >= 1,024."
+        ),
+        Table(dropins, [c for c in REPORT_DROPIN_COLUMNS if c in dropins]),
     ]
 
 

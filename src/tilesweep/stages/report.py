@@ -78,6 +78,7 @@ def write_report(
         t = _tables(inputs, names)
         figures = {Path(p).stem: read_cell_bytes(p) for p in inputs["figures"]}
         panel = read_panel(inputs["panel"][0]) if inputs.get("panel") else None
+        dropins = concat_tables(list(inputs.get("dropins", [])))
         card = answer_card.build(settings, t["verdict"], t["check"], t["engines"])
         data = report_data.build(
             settings,
@@ -93,6 +94,7 @@ def write_report(
             tune=t["tune"],
             panel=panel,
             card=card,
+            dropins=dropins,
         )
         text, page = report_md.render(data), report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
