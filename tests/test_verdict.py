@@ -98,8 +98,11 @@ def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
     assert not fits.empty and set(fits["source"]) == {"composed"}
     assert fits["inputs"].str.contains("launch-aware fit on NVIDIA H200").all()
     assert fits["inputs"].str.contains(r"at batches \[32, 64\]").all()
-    # nvfp4 experts with no fp8 kernel measured: said so.
-    assert fits["inputs"].str.contains("no fp8 decode measurement here; the bf16 step").all()
+    # nvfp4 experts on SM120 take the target's own cited band, never the H200's bf16 figure.
+    assert fits["inputs"].str.contains("grouped_gemm_efficiency").all()
+    assert (fits["tpot_low_ms"] <= fits["tpot_ms"]).all()
+    assert (fits["tpot_ms"] <= fits["tpot_high_ms"]).all()
+    assert not fits["inputs"].str.contains("the bf16 step's efficiency").any()
     roof = deployment_verdict.deployment_table(
         compose(["deployment.fit_file="]), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
@@ -118,7 +121,8 @@ def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
                                 ("triton:b", 16, 0.1, 0.7))
         ]
     )  # fmt: skip
-    table = deployment_verdict.deployment_table(brief, decode, pd.DataFrame(), steps, H200_HERE)
+    fp8 = compose(["deployment=fp8_all"])  # no cited fp8 band on the target: the kernel's
+    table = deployment_verdict.deployment_table(fp8, decode, pd.DataFrame(), steps, H200_HERE)
     one = table[(table["batch"] == 1) & (table["fits_memory"] == "yes")]
     # 0.8 of the measured copy bandwidth (4,200 GB/s) is 0.70 of the datasheet's 4,800.
     assert (

@@ -97,10 +97,10 @@ VERDICT_COLUMNS = [
     "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
     "input_len", "output_len", "engine", "weight_dtype", "kv_dtype", "fits_memory",
     "mem_needed_gb", "mem_short_gb", "max_batch_fit", "max_context_fit", "tpot_ms",
-    "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms", "x_floor", "memory_ms", "math_ms",
-    "comm_ms", "other_ms", "host_ms", "prefill_ms", "memory_share", "math_share", "comm_share",
-    "other_share", "host_share", "peak_part_of_datasheet", "bound", "margin", "share", "source",
-    "inputs",
+    "tpot_low_ms", "tpot_high_ms", "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms",
+    "x_floor", "memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms", "prefill_ms",
+    "memory_share", "math_share", "comm_share", "other_share", "host_share",
+    "peak_part_of_datasheet", "bound", "margin", "share", "source", "inputs",
 ]  # fmt: skip
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
 SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]

@@ -277,6 +277,7 @@ def deployment_table(
     for batch in dep["batches"]:
         one = dict(settings, hardware=target, deployment=dict(dep, batches=[batch]))
         notes = []
+        ends = {}  # the TPOT at the ends of a cited efficiency band (tpot_low_ms, tpot_high_ms)
         kwargs = {"measured_floors": floors, "engine": engine}
         if fit is None:
             notes.append(f"parts at the target's roofline: {label}")
@@ -285,7 +286,32 @@ def deployment_table(
             expert = next(
                 (n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None
             )
-            if dep["weight_dtype"] != "bf16" and expert:
+            band = (target.get("grouped_gemm_efficiency") or {}).get(dep["weight_dtype"])
+            if band and expert:
+                # The target's own cited band for this format's grouped GEMM: never another
+                # GPU's or dtype's figure; the row at its geometric middle, the band beside.
+                def with_expert(e_bw: float, group: str = expert) -> dict:
+                    changed = dict(fit, groups=dict(fit["groups"]))
+                    changed["groups"][group] = dict(fit["groups"][group], e_bw=e_bw)
+                    return changed
+
+                middle = math.sqrt(band["low"] * band["high"])
+                use = with_expert(middle)
+                notes.append(
+                    f"expert GEMMs ({dep['weight_dtype']}): e_bw {middle:.3f} of the datasheet, "
+                    f"the geometric middle of hardware[{target['name']}].grouped_gemm_efficiency "
+                    f"[{band['low']:g}, {band['high']:g}] ({band['cite']}); tpot_low_ms and "
+                    "tpot_high_ms span the band"
+                )
+                ends = {
+                    "tpot_low_ms": launch_timer(
+                        with_expert(band["high"]), cost, label, own, engine.launches
+                    ),
+                    "tpot_high_ms": launch_timer(
+                        with_expert(band["low"]), cost, label, own, engine.launches
+                    ),
+                }
+            elif dep["weight_dtype"] != "bf16" and expert:
                 per_expert = batch * model["top_k"] / model["routed_experts"]
                 f8, why = fp8_expert_fraction(decode, per_expert)
                 f8, why = _fraction_on_datasheet(f8, why, ceilings)
@@ -300,6 +326,8 @@ def deployment_table(
                     )
             kwargs["timer"] = launch_timer(use, cost, label, own, engine.launches)
         table = compose_deployment(one, **kwargs)
+        for column, timer in ends.items():
+            table[column] = compose_deployment(one, **dict(kwargs, timer=timer))["tpot_ms"]
         notes.append(dep["attention_label"])
         notes.append(allreduce)
         if fit is not None and engine.launches is not None:

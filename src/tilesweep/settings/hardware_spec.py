@@ -62,6 +62,14 @@ class InterconnectModel(Section):
     topologies: dict[str, Topology]
 
 
+class EfficiencyBand(Section):
+    """A cited band of a kernel's fraction of its datasheet roofline on this device."""
+
+    low: Annotated[float, Field(gt=0, le=1)]
+    high: Annotated[float, Field(gt=0, le=1)]
+    cite: str = Field(min_length=1)
+
+
 class HardwareSpec(Section):
     """A device's shared-memory, register and thread limits, peaks, power and interconnect."""
 
@@ -86,3 +94,7 @@ class HardwareSpec(Section):
     interconnect: str
     interconnect_gbs: PositiveNumber
     interconnect_model: InterconnectModel = None
+    # The fraction of the datasheet roofline a format's grouped (MoE) GEMM reaches at decode on
+    # this device, as cited measurements bound it (by weight dtype): the verdict's expert GEMMs
+    # take its geometric middle and show the band (tpot_low_ms, tpot_high_ms).
+    grouped_gemm_efficiency: dict[str, EfficiencyBand] = None
