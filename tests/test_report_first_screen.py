@@ -329,7 +329,7 @@ def test_the_card_opens_both_reports_and_answer_json_holds_its_fields(tmp_path):
     answer_card.write(data.card, path)
     saved = json.loads(path.read_text())
     assert set(saved) >= {"model", "hardware", "headline", "picks", "rests_on", "target"}
-    assert set(saved["picks"][0]) == set(answer_card.PICK_FIELDS)
+    assert set(saved["picks"][0]) == {*answer_card.PICK_FIELDS, "tpot_range_ms"}
     assert answer_card.console_lines(path) == data.card.lines()
     assert data.card.lines()[-1].startswith("Rests on: parts composed from the " + FIT)
 

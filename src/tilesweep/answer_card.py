@@ -81,16 +81,27 @@ class Pick:
     tokens_per_s_per_gpu: float
     bound: str
     x_floor: float | None
+    # The TPOT at the ends of a cited efficiency band the row rests on (verdict tpot_low_ms /
+    # tpot_high_ms), where it has one.
+    tpot_range_ms: tuple[float, float] | None = None
 
     def words(self) -> str:
         """Return the pick in words: 'tp8 (8 GPUs) at batch 8: TPOT 17.7 ms, ...'."""
         floor = f", {_num(self.x_floor)}x floor" if _finite(self.x_floor) else ""
         return (
             f"{self.layout} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}) at batch "
-            f"{self.batch}: TPOT {_num(self.tpot_ms)} ms, {_num(self.tokens_per_s_per_user)} "
+            f"{self.batch}: TPOT {_num(self.tpot_ms)} ms{self.range_words()}, "
+            f"{_num(self.tokens_per_s_per_user)} "
             f"tok/s per user, {_num(self.tokens_per_s_per_gpu)} tok/s per GPU, "
             f"{bound_word(self.bound)}{floor}"
         )
+
+    def range_words(self) -> str:
+        """Return ' (low-high over the cited band)' where the row has a band, else ''."""
+        if not self.tpot_range_ms:
+            return ""
+        low, high = self.tpot_range_ms
+        return f" ({_num(low)}-{_num(high)} over the cited band)"
 
     def cells(self) -> dict[str, str]:
         """Return the pick's figures as the card table's text cells, by header."""
@@ -99,6 +110,8 @@ class Pick:
         for name in PICK_FIELDS:
             value = values[name]
             text = _num(value) if isinstance(value, float) else str(value)
+            if name == "tpot_ms" and self.tpot_range_ms:
+                text += f" ({_num(self.tpot_range_ms[0])}-{_num(self.tpot_range_ms[1])})"
             out[PICK_HEADERS[name]] = text + ("x" if name == "x_floor" and _finite(value) else "")
         return out
 
@@ -256,6 +269,11 @@ def pick_of(rec: dict) -> Pick:
         tokens_per_s_per_gpu=per_gpu,
         bound=str(rec.get("bound") or "bound missing"),
         x_floor=float(rec["x_floor"]) if _finite(rec.get("x_floor")) else None,
+        tpot_range_ms=(
+            (float(rec["tpot_low_ms"]), float(rec["tpot_high_ms"]))
+            if _finite(rec.get("tpot_low_ms")) and _finite(rec.get("tpot_high_ms"))
+            else None
+        ),
     )
 
 
