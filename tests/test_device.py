@@ -88,7 +88,11 @@ def test_the_named_device_decides_the_job_set():
 def test_a_cpu_machine_plans_the_gpu_sweep_it_is_told_to(tmp_path):
     """A login node without GPUs (this machine) plans the GPU jobs when the device names them:
     the SLURM profile's way, here given on the command line."""
-    cpu = snakemake(tmp_path, "-n", "--config", "device=cpu", 'overrides=["experiment=tiny"]')
-    h200 = snakemake(tmp_path, "-n", "--config", "device=h200x8", 'overrides=["experiment=tiny"]')
+    tune = 'overrides=["experiment=tiny","backend.fused_moe.tune=true"]'
+    cpu = snakemake(tmp_path, "-n", "--config", "device=cpu", tune)
+    h200 = snakemake(tmp_path, "-n", "--config", "device=h200x8", tune)
     assert "tune_configs" not in cpu.stdout and "tune_engine" not in cpu.stdout
     assert "tune_configs" in h200.stdout and "tune_engine" in h200.stdout
+    # tuning is opt-in: without it the GPU plan has no tuning job
+    plain = snakemake(tmp_path, "-n", "--config", "device=h200x8", 'overrides=["experiment=tiny"]')
+    assert "tune_configs" not in plain.stdout and "bench_layout" in plain.stdout
