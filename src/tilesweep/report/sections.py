@@ -452,9 +452,15 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
     """Return the drop-in engine files (dropins.csv of measure/engine_tables): each file's path,
     engine and version, and its worst and geometric-mean ratio against the engine's current
-    table on the held-out draw; nothing where none is kept."""
+    table on the held-out draw; where none is kept, where they come from."""
     if dropins.empty:
-        return []
+        return [
+            Text(
+                "No drop-in engine files in this run: a GPU sweep writes them when it tunes "
+                "(backend.fused_moe.tune=true, results/tuned/), and a kept example lists its own "
+                "(engine_tables/dropins.csv)."
+            )
+        ]
     done = dropins[dropins["status"] == "exported"] if "status" in dropins else dropins
     worst = pd.to_numeric(done.get("worst_x_baseline"), errors="coerce")
     return [
