@@ -46,6 +46,11 @@ def _nearest(values: list[int], want: float) -> int:
     return min(values, key=lambda v: (abs(v - want), v))
 
 
+def with_group_bw(fit: dict, group: str, e_bw: float) -> dict:
+    """Return the fit with one group's e_bw replaced (the fit itself untouched)."""
+    return dict(fit, groups={**fit["groups"], group: dict(fit["groups"][group], e_bw=e_bw)})
+
+
 def engine_deployment(settings: dict) -> tuple[dict, dict | None]:
     """Return (the deployment as the engine runs it, the engine's settings): `attention: auto`
     resolved to the engine's mode on the target's architecture, the mean context of a serving
@@ -290,13 +295,8 @@ def deployment_table(
             if band and expert:
                 # The target's own cited band for this format's grouped GEMM: never another
                 # GPU's or dtype's figure; the row at its geometric middle, the band beside.
-                def with_expert(e_bw: float, group: str = expert) -> dict:
-                    changed = dict(fit, groups=dict(fit["groups"]))
-                    changed["groups"][group] = dict(fit["groups"][group], e_bw=e_bw)
-                    return changed
-
                 middle = math.sqrt(band["low"] * band["high"])
-                use = with_expert(middle)
+                use = with_group_bw(fit, expert, middle)
                 notes.append(
                     f"expert GEMMs ({dep['weight_dtype']}): e_bw {middle:.3f} of the datasheet, "
                     f"the geometric middle of hardware[{target['name']}].grouped_gemm_efficiency "
@@ -305,10 +305,18 @@ def deployment_table(
                 )
                 ends = {
                     "tpot_low_ms": launch_timer(
-                        with_expert(band["high"]), cost, label, own, engine.launches
+                        with_group_bw(fit, expert, band["high"]),
+                        cost,
+                        label,
+                        own,
+                        engine.launches,
                     ),
                     "tpot_high_ms": launch_timer(
-                        with_expert(band["low"]), cost, label, own, engine.launches
+                        with_group_bw(fit, expert, band["low"]),
+                        cost,
+                        label,
+                        own,
+                        engine.launches,
                     ),
                 }
             elif dep["weight_dtype"] != "bf16" and expert:
@@ -316,8 +324,7 @@ def deployment_table(
                 f8, why = fp8_expert_fraction(decode, per_expert)
                 f8, why = _fraction_on_datasheet(f8, why, ceilings)
                 if f8 == f8:
-                    use = dict(fit, groups=dict(fit["groups"]))
-                    use["groups"][expert] = dict(fit["groups"][expert], e_bw=f8)
+                    use = with_group_bw(fit, expert, f8)
                     notes.append(f"expert GEMMs ({dep['weight_dtype']}): {why}, e_bw {f8:.2f}")
                 else:
                     notes.append(
