@@ -1,5 +1,6 @@
 """tilesweep: which kernel configurations launch, how fast they decode, what bounds them."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tilesweep.cells import (
     rebuild_lines,
     rebuild_param,
     rebuilds,
+    rebuilds_of,
     stale_join,
 )
 from tilesweep.errors import ConfigError
@@ -23,7 +25,13 @@ from tilesweep.sweep_lock import hold, probe
 from tilesweep.grid import canonical as grid_json
 from tilesweep.pipeline import Sweep, check_command_config, parse_overrides
 from tilesweep.progress import attach as show_progress
-from tilesweep.report_paths import MEASURED_TABLES, VERDICT_TABLES, example_overrides
+from tilesweep.plan.calibration import FIT_LAYOUT
+from tilesweep.report_paths import (
+    CHECK_TABLES,
+    COMPOSED_TABLES,
+    MEASURED_TABLES,
+    example_overrides,
+)
 from tilesweep.provenance import package_version, toolchain_key
 from tilesweep.stages.report import FIGURE_CATEGORIES
 
@@ -58,7 +66,10 @@ except ConfigError as err:
 if workflow.is_main_process:
     print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)
     # A line per stage with the time left, in place of Snakemake's block per job (progress.py).
-    show_progress(workflow)
+    # The answer card as soon as the verdict step ends, before the check and the report.
+    show_progress(
+        workflow, when_done={"verdict": lambda: answer_card.early_lines(STAGE5.card)}
+    )
 if workflow.is_main_process and not EXAMPLE:
     # An output a later step reads, emptied, cut short or deleted since its job wrote it, counts
     # one more rebuild, a param of its job: Snakemake's params trigger reruns it (cells.py). A
@@ -83,9 +94,16 @@ GPUS = len(SWEEP.device.gpus)
 TOOLCHAIN = toolchain_key(SWEEP.device.drivers)
 # Snakemake lowers a job's threads to --cores: a rule asking this many gets the whole machine.
 ALL_CORES = 4096
+# On a GPU machine a CPU-heavy job (the CUTLASS accounting) leaves two cores to the GPU jobs,
+# whose priority is the answer, instead of waiting for all of them to end.
+BESIDE_GPU_JOBS = max(1, (os.cpu_count() or 2) - 2)
 # The settings the power loads read (the rest of the config does not rerun them).
 POWER_BENCH_KEYS = ("power_seconds", "power_period_s")
 POWER_MODEL_KEYS = ("hidden", "moe_intermediate", "routed_experts")
+# The priority of the verdict and of the measurements it reads: the answer card comes before the
+# measurements only the check and the report need (the other whole steps, power, the CUTLASS
+# accounting).
+ANSWER_FIRST = 50
 # GPU benchmarks never share a GPU: cap the `gpu` resource at the planned GPUs unless the user
 # (or a cluster profile) set it.
 if "gpu" not in workflow.global_resources:

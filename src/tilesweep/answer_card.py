@@ -513,7 +513,8 @@ def rests_on(
     parts += [x for x in (_varying(chosen, key) for key in NAMED_ITEMS) if x]
     parts += _column_words(chosen)
     parts.append(collective_words(inputs))
-    parts.append(_check_words(pd.DataFrame() if check is None else check, labels))
+    if check is not None:  # None: composed before the whole steps were checked (card_json)
+        parts.append(_check_words(check, labels))
     parts.append(_engine_words(engines, model, hardware))
     return "; ".join(parts) + "."
 
@@ -550,11 +551,30 @@ def target_of(settings: dict):
     return question.target(settings.get("question"))
 
 
+def card_json(card: AnswerCard) -> str:
+    """Return the card as JSON text (answer.json's, and the verdict step's card before its
+    check)."""
+    return json.dumps(card.to_dict(), indent=1) + "\n"
+
+
 def write(card: AnswerCard, path: str | Path) -> None:
     """Write the card as answer.json."""
     from tilesweep.io import write_text
 
-    write_text(str(path), json.dumps(card.to_dict(), indent=1) + "\n")
+    write_text(str(path), card_json(card))
+
+
+# What the console adds under the card the verdict step writes, before the check has run.
+CHECK_TO_COME = (
+    "Check: the composition's check against the measured whole steps comes with the report "
+    "(it waits for every whole step; the answer does not)."
+)
+
+
+def early_lines(path: str | Path) -> list[str]:
+    """Return the console's lines for the card the verdict step wrote, before its check."""
+    lines = console_lines(path)
+    return lines + [CHECK_TO_COME] if lines and lines[0].startswith("The answer") else lines
 
 
 def console_lines(path: str | Path) -> list[str]:

@@ -259,6 +259,13 @@ def mark_rebuilds(
             tmp.write_text(json.dumps(counts, indent=1, sort_keys=True) + "\n")
 
 
+def rebuilds_of(counts: dict, paths: list[str]) -> dict[str, int]:
+    """Return the rebuild counts of these paths alone (a joining step's param that only its own
+    inputs and outputs rerun)."""
+    keep = {os.path.normpath(p) for p in paths}
+    return {k: v for k, v in counts.items() if os.path.normpath(k) in keep}
+
+
 def rebuild_param(pattern: str, counts: dict):
     """Return a cell rule's param: its job's rebuild count, from its wildcards alone (pattern
     is the rule's output with {wildcards}), so that Snakemake's params trigger compares it."""

@@ -381,6 +381,17 @@ class Sweep:
             if (r["world"] <= cap or bench["step_emulate"]) and r["experts"] == "tp"
         ]  # the measured step splits experts over TP only: experts=ep layouts are composed
 
+    def fit_layout_outputs(self) -> list[str]:
+        """Return the measured whole steps a GPU sweep's verdict fits on (the one-GPU layout,
+        calibration.FIT_LAYOUT, where the grid has it); none off a GPU, where the verdict
+        composes with the shipped fit and so does not wait for a whole step."""
+        from tilesweep.plan.calibration import FIT_LAYOUT
+
+        if not self.device.gpus:
+            return []
+        path = self.path("layout", f"{FIT_LAYOUT}.csv")
+        return [path] if path in self.layout_outputs() else []
+
     def shipped_fit(self) -> list[str]:
         """Return the shipped launch-aware fit the verdict may read (deployment.fit_file), as a
         list of the one path when it exists, so that a changed fit reruns the aggregate."""
@@ -481,6 +492,18 @@ class Sweep:
     def settings_json(self) -> str:
         """Return the whole resolved config as canonical JSON (the aggregate's param)."""
         return grid.canonical(self.settings)
+
+    def check_settings_json(self) -> str:
+        """Return what the check step reads of the config (its param, so that a change to the
+        grid's tiles or the target does not rerun it): the model and the fit's and the attention
+        table's deployment keys."""
+        dep = self.settings["deployment"]
+        return grid.canonical(
+            {
+                "model": self.settings["model"],
+                "deployment": {k: dep.get(k) for k in ("fit_batches", "attention_table")},
+            }
+        )
 
     def final_outputs(self) -> list[str]:
         """Return what a full sweep ends in: the tables, the verdict, the reports, the tuning

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -144,6 +144,7 @@ class Console(logging.Handler):
         log_files: Iterable[str] = (),
         hidden: Iterable[str] = ("all",),
         every_s: float = EVERY_S,
+        when_done: Mapping[str, Callable[[], list[str]]] | None = None,
     ):
         super().__init__()
         self.stream = stream
@@ -151,6 +152,8 @@ class Console(logging.Handler):
         self.log_files = list(log_files)
         self.hidden = set(hidden)
         self.every_s = every_s
+        # Lines a stage's end calls for (the answer card when the verdict is done), by rule.
+        self.when_done = dict(when_done or {})
         self.stages: dict[str, Stage] = {}
         self.rule_of: dict[int, str] = {}
         self.starting: list[str] = []
@@ -286,7 +289,11 @@ class Console(logging.Handler):
             earlier = (self.earlier or {}).get(rule)
             head = f"{rule} {stage.count()} jobs, {elapsed} elapsed, {stage.estimate(now, earlier)}"
         whole = self.whole_run(now)
-        return [f"{head}; {self._others(rule)}" + (f"; {whole}" if whole else "")]
+        out = [f"{head}; {self._others(rule)}" + (f"; {whole}" if whole else "")]
+        if stage.complete and not stage.failed and rule in self.when_done:
+            into = clock(now - self.began) if self.began is not None else "?"
+            out += [f"{rule} ended {into} into the run:", *self.when_done.pop(rule)()]
+        return out
 
     def whole_run(self, now: float) -> str:
         """Return the whole run's time left: every unfinished stage's jobs at the mean job time
@@ -334,9 +341,14 @@ class Console(logging.Handler):
         return f"all {total} jobs done{took}"
 
 
-def attach(workflow, hidden: Iterable[str] = ("all",)) -> Console | None:
+def attach(
+    workflow,
+    hidden: Iterable[str] = ("all",),
+    when_done: Mapping[str, Callable[[], list[str]]] | None = None,
+) -> Console | None:
     """Attach a Console to Snakemake's logger for a real run of the main process (not a dry run,
-    not a cluster job), quieting Snakemake's per-job console lines unless --verbose; return it."""
+    not a cluster job), quieting Snakemake's per-job console lines unless --verbose; return it.
+    `when_done`: lines to print when a rule's last job has ended, by rule."""
     settings = workflow.output_settings
     if not workflow.is_main_process or settings is None or settings.dryrun:
         return None
@@ -344,7 +356,12 @@ def attach(workflow, hidden: Iterable[str] = ("all",)) -> Console | None:
 
     shown = [h for h in logger.handlers if h.name == "DefaultStreamHandler"]
     stream = getattr(shown[0], "stream", sys.stderr) if shown else sys.stderr
-    console = Console(stream, log_files=workflow.logger_manager.get_logfile(), hidden=hidden)
+    console = Console(
+        stream,
+        log_files=workflow.logger_manager.get_logfile(),
+        hidden=hidden,
+        when_done=when_done,
+    )
     logger.addHandler(console)
     if not settings.verbose:
         for handler in shown:

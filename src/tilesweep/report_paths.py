@@ -7,9 +7,13 @@ from pathlib import Path
 
 # The measured tables the tables step joins from the per-cell outputs.
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
-# The tables the verdict step writes from them: the verdict, its check against the measured whole
-# steps, and the engines' own figures beside the verdict composed for each (conf/references).
+# The tables composed from them: the verdict and the engines' own figures beside the verdict
+# composed for each (conf/references), written by the verdict step; the check of the composition
+# against the measured whole steps, written by the check step (it waits for every whole step, the
+# verdict and its answer card do not).
 VERDICT_TABLES = ("verdict", "check", "engines")
+COMPOSED_TABLES = ("verdict", "engines")
+CHECK_TABLES = ("check",)
 # A kept example's own record of the overrides it was made with.
 EXAMPLE_OVERRIDES = "overrides.yaml"
 # A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
@@ -45,6 +49,8 @@ class Stage5:
             folder = Path(example)
             self.tables, self.plots, self.reports = folder, folder / "plots", folder
             self.measured = {n: [str(folder / f"{n}.csv")] for n in MEASURED_TABLES[:-1]}
+            self.composed_from = {n: self.measured[n] for n in ("decode", "collective", "layout")}
+            self.checked_from = {n: self.measured[n] for n in ("layout", "collective")}
             self.journals = sorted(
                 (p.parent.parent.name, p.parent.name) for p in folder.glob("*/*/spec.json")
             )
@@ -60,6 +66,19 @@ class Stage5:
             self.tables, self.plots = sweep.results / "tables", sweep.results / "plots"
             self.reports = sweep.results
             self.measured = {n: [str(self.tables / f"{n}.csv")] for n in MEASURED_TABLES}
+            # The verdict reads the per-cell outputs it needs, not the joined tables, so that its
+            # answer does not wait for the measurements it does not use (every whole step but
+            # the one a GPU's fit is made on, power, the CUTLASS accounting).
+            self.composed_from = {
+                "decode": sweep.decode_outputs(),
+                "collective": sweep.collective_outputs(),
+                "layout": sweep.fit_layout_outputs(),
+            }
+            # The check reads every whole step (and the collectives), each cell's own output.
+            self.checked_from = {
+                "layout": sweep.layout_outputs(),
+                "collective": sweep.collective_outputs(),
+            }
             self.ceilings = [sweep.path("device", "ceilings.json")]
             self.provenance = [str(self.tables / "provenance.json")]
             self.journals = []
@@ -84,15 +103,26 @@ class Stage5:
         plain = Path(self.example) / run / dtype / "journal.jsonl"
         return str(plain if plain.exists() else plain.with_suffix(".jsonl.gz"))
 
+    @property
+    def per_cell(self) -> bool:
+        """Return whether the verdict and the check read per-cell outputs (a sweep) or joined
+        tables (a kept example)."""
+        return not self.example
+
     def verdict_inputs(self) -> dict[str, list[str]]:
         """Return what the verdict step reads, by name (its named inputs)."""
-        return {
-            "decode": self.measured["decode"],
-            "collective": self.measured["collective"],
-            "layout": self.measured["layout"],
-            "ceilings": self.ceilings,
-            "shipped_fit": self.shipped_fit,
-        }
+        return {**self.composed_from, "ceilings": self.ceilings, "shipped_fit": self.shipped_fit}
+
+    def check_inputs(self) -> dict[str, list[str]]:
+        """Return what the check step reads, by name (its named inputs): every measured whole
+        step and the collectives."""
+        return {**self.checked_from, "ceilings": self.ceilings}
+
+    @property
+    def card(self) -> str:
+        """Return the answer card the verdict step writes (before the check): the console shows
+        it when the verdict is done; the report adds the check and writes answer.json."""
+        return self.table("card", "json")
 
     def figure_inputs(self) -> dict[str, list[str]]:
         """Return what the figures step reads, by name (its named inputs)."""
@@ -114,6 +144,7 @@ class Stage5:
             **{n: self.measured[n] for n in ("launch", "decode", "collective", "power", "tune")},
             **{n: [self.table(n)] for n in VERDICT_TABLES},
             "panel": [self.table("question", "json")],
+            "card": [self.card],
             "figures": self.figures(),
             "provenance": self.provenance,
             "dropins": self.dropins,
@@ -126,6 +157,7 @@ class Stage5:
         flat = lambda named: [p for paths in named.values() for p in paths]  # noqa: E731
         return [
             (self.table("verdict"), flat(self.verdict_inputs())),
+            (self.table("check"), flat(self.check_inputs())),
             (self.figures()[0], flat(self.figure_inputs())),
             (str(self.reports / "report.md"), flat(self.report_inputs())),
         ]
@@ -141,6 +173,7 @@ class Stage5:
             *self.provenance,
             self.table("fit", "json"),
             self.table("question", "json"),
+            self.card,
             *self.figures(),
         ]
 

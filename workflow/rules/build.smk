@@ -33,7 +33,7 @@ rule build_batch:
         f"{R}/logs/build_batch/{{backend}}/{{arch}}.log",
     conda:
         "../envs/tilesweep.yaml"
-    threads: ALL_CORES
+    threads: ALL_CORES if GPUS == 0 else BESIDE_GPU_JOBS
     params:
         rebuild=rebuild_param(f"{R}/build/{{backend}}/{{arch}}/batch.json", REBUILDS),
         cells=lambda w: SWEEP.batch_cells(w.backend, w.arch),

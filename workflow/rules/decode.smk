@@ -8,6 +8,8 @@ rule measure_device:
         record=f"{R}/device/ceilings.json",
     log:
         f"{R}/logs/measure_device.log",
+    # The verdict reads it: before the measurements the answer does not need.
+    priority: ANSWER_FIRST
     conda:
         "../envs/tilesweep.yaml"
     # On a CPU a benchmark takes every core, so no other job perturbs its timings.
@@ -31,6 +33,8 @@ rule bench_decode:
         table=f"{R}/decode/{{kernel}}.csv",
     log:
         f"{R}/logs/bench_decode/{{kernel}}.log",
+    # The verdict reads it: before the measurements the answer does not need.
+    priority: ANSWER_FIRST
     conda:
         "../envs/tilesweep.yaml"
     # On a CPU a benchmark takes every core, so no other job perturbs its timings.

@@ -23,6 +23,8 @@ from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run
 from tilesweep.plan.part_timers import roofline_timer
 
 # Measured communication parts (timed apart in the step; not compute).
+# The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
+FIT_LAYOUT = "tp1-pp1-ep1"
 COMM_PARTS = (
     "attn_all_reduce",
     "ffn_all_reduce",
@@ -116,7 +118,7 @@ def step_fit(
     if steps.empty or "layout" not in steps or per_kernel_us is None:
         return None
     ok = steps[
-        (steps["layout"] == "tp1-pp1-ep1")
+        (steps["layout"] == FIT_LAYOUT)
         & (steps["status"] == "ok")
         & ~_emulated(steps)
         & (_timing(steps) == timing)
@@ -139,7 +141,7 @@ def step_fit(
         )
     labels = {
         "device": device,
-        "layout": "tp1-pp1-ep1",
+        "layout": FIT_LAYOUT,
         "timing": timing,
         "model": model["name"],
         "step": rows[0]["measured_label"],
@@ -229,7 +231,7 @@ def step_check(
             label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
             if own is not None:
                 label += "; attention core: the kernel's own time where its tune table has it"
-            calibrated = f"tp1-pp1-ep1 at batches {used['fit_batches']} ({how})"
+            calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
             if emu:
                 composed = rank_compute_ms(row, model, hw, timer)
             else:
@@ -238,7 +240,7 @@ def step_check(
         measured = row["step_ms"]
         fitted_here = (
             used is not None and used["model"] == model["name"] and not emu
-            and row["layout"] == "tp1-pp1-ep1" and batch in used["fit_batches"]
+            and row["layout"] == FIT_LAYOUT and batch in used["fit_batches"]
         )  # fmt: skip
         # An emulated rank has no collectives: its roofline is its compute alone.
         roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]

@@ -1,6 +1,7 @@
-"""Stage 5b: the verdict, composed from the measured tables, its check against the measured
-whole steps, the engines' own figures beside the verdict composed for each, the launch-aware fit
-it used, and the question's panel when one is configured."""
+"""Stage 5b: the verdict, composed from the measured tables, the engines' own figures beside the
+verdict composed for each, the launch-aware fit it used, the question's panel when one is
+configured and the answer card; then the check of the composition against the measured whole
+steps (its own step: it waits for every whole step, the answer does not)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import json
 
 import pandas as pd
 
-from tilesweep import deployment_verdict
-from tilesweep.cells import content_key, write_cell_bytes, write_cell_parquet, write_cell_table
+from tilesweep import answer_card, deployment_verdict
+from tilesweep.cells import (
+    concat_cells,
+    content_key,
+    write_cell_bytes,
+    write_cell_parquet,
+    write_cell_table,
+)
 from tilesweep.io import concat_tables, read_json, read_json_named
 from tilesweep.stages import logged
 from tilesweep.stages.tables import arrow_safe
@@ -18,18 +25,25 @@ from tilesweep.stages.tables import arrow_safe
 PANEL = ("rows", "winners", "band")
 
 
-def composer(inputs: dict[str, list[str]]):
-    """Return (compose, decode, steps, collective, ceilings): compose(settings) gives the verdict
-    rows from the measured tables (the project's own decode rows, not the engines' whole-MoE
-    ones)."""
-    decode = concat_tables(list(inputs["decode"]))
-    if "op" in decode:
-        decode = decode[decode["op"] != "whole_moe"].reset_index(drop=True)
-    collective = concat_tables(list(inputs["collective"]))
-    steps = concat_tables(list(inputs["layout"]))
+def _ceilings(inputs: dict[str, list[str]]) -> dict:
+    """Return the device's measured ceilings among the inputs, or {}."""
     ceilings = {}
     for path in inputs.get("ceilings", []):
         ceilings = read_json_named(path)
+    return ceilings
+
+
+def composer(inputs: dict[str, list[str]], per_cell: bool = False):
+    """Return (compose, decode, steps, collective, ceilings): compose(settings) gives the verdict
+    rows from the measured tables, joined or (`per_cell`) each cell's own output (the project's
+    own decode rows, not the engines' whole-MoE ones)."""
+    read = concat_cells if per_cell else concat_tables
+    decode = read(list(inputs["decode"]))
+    if "op" in decode:
+        decode = decode[decode["op"] != "whole_moe"].reset_index(drop=True)
+    collective = read(list(inputs["collective"]))
+    steps = read(list(inputs["layout"]))
+    ceilings = _ceilings(inputs)
 
     def compose(varied: dict) -> pd.DataFrame:
         return deployment_verdict.deployment_table(varied, decode, collective, steps, ceilings)
@@ -54,29 +68,26 @@ def read_panel(path: str) -> dict | None:
 
 
 def write_verdict(
-    settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
+    settings_json: str,
+    inputs: dict[str, list[str]],
+    outputs: dict,
+    log_path: str | None = None,
+    per_cell: bool = False,
 ) -> None:
-    """Write the verdict, its check and the engines' figures beside it (CSV, and Parquet where
-    asked), the fit (JSON) and the question's panel (JSON)."""
+    """Write the verdict and the engines' figures beside it (CSV, and Parquet where asked), the
+    fit (JSON), the question's panel (JSON) and the answer card before its check (JSON)."""
     settings = json.loads(settings_json)
     with logged(log_path) as log:
-        compose, decode, steps, collective, ceilings = composer(inputs)
+        compose, decode, steps, collective, ceilings = composer(inputs, per_cell)
         fit = deployment_verdict.fit_record(settings, steps, ceilings)
         tables = {
             "verdict": compose(settings),
-            "check": deployment_verdict.check_table(
-                steps,
-                collective,
-                ceilings,
-                settings["model"],
-                settings["deployment"].get("fit_batches"),
-                settings["deployment"].get("attention_table", ""),
-            ),  # fmt: skip
             "engines": deployment_verdict.engine_table(
                 settings, decode, collective, steps, ceilings
             ),
         }
         panel = deployment_verdict.question_panel(settings, compose)
+        card = answer_card.build(settings, tables["verdict"], engines=tables["engines"])
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
     # Each with its record (the Snakefile checks them); the verdict's also holds the content key
     # of the tables it was composed from (cells.stale_join).
@@ -85,8 +96,41 @@ def write_verdict(
         write_cell_bytes(
             outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
         )
+    _write_tables(tables, outputs, joined, keyed="verdict")
+    write_cell_bytes(outputs["panel"], panel_json(panel).encode())
+    if outputs.get("card"):
+        write_cell_bytes(outputs["card"], answer_card.card_json(card).encode())
+
+
+def write_check(
+    settings_json: str,
+    inputs: dict[str, list[str]],
+    outputs: dict,
+    log_path: str | None = None,
+    per_cell: bool = False,
+) -> None:
+    """Write the check of the composition against every measured whole step (CSV, and Parquet
+    where asked), from the joined tables or (`per_cell`) each cell's own output."""
+    settings = json.loads(settings_json)
+    read = concat_cells if per_cell else concat_tables
+    with logged(log_path) as log:
+        check = deployment_verdict.check_table(
+            read(list(inputs["layout"])),
+            read(list(inputs["collective"])),
+            _ceilings(inputs),
+            settings["model"],
+            settings["deployment"].get("fit_batches"),
+            settings["deployment"].get("attention_table", ""),
+        )  # fmt: skip
+        log.info("check rows: %d", len(check))
+    joined = content_key([p for paths in inputs.values() for p in paths])
+    _write_tables({"check": check}, outputs, joined, keyed="check")
+
+
+def _write_tables(tables: dict, outputs: dict, joined: str, keyed: str) -> None:
+    """Write each table with its record (CSV, and Parquet where asked); `keyed`'s record also
+    holds the content key of the inputs it was made from."""
     for name, frame in tables.items():
-        write_cell_table(outputs[name], frame, inputs=joined if name == "verdict" else None)
+        write_cell_table(outputs[name], frame, inputs=joined if name == keyed else None)
         if outputs.get(f"{name}_parquet"):
             write_cell_parquet(outputs[f"{name}_parquet"], arrow_safe(frame))
-    write_cell_bytes(outputs["panel"], panel_json(panel).encode())
