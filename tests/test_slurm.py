@@ -216,6 +216,7 @@ def test_slurm_jobs_ask_for_the_profiles_partitions_and_gpus(slurm_sweep, slurm_
         "cpu_batch": ("tsbuild", "N/A"),
         "tables": ("tsbuild", "N/A"),
         "verdict": ("tsbuild", "N/A"),
+        "check_steps": ("tsbuild", "N/A"),
         "figures": ("tsbuild", "N/A"),
         "report": ("tsbuild", "N/A"),
         "tune_configs": ("tsgpu", "gres:gpu:1"),
