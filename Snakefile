@@ -104,6 +104,8 @@ POWER_MODEL_KEYS = ("hidden", "moe_intermediate", "routed_experts")
 # measurements only the check and the report need (the other whole steps, power, the CUTLASS
 # accounting).
 ANSWER_FIRST = 50
+# The decode jobs the verdict reads (the others come after the answer).
+ANSWER_DECODE = frozenset(SWEEP.answer_decode_jobs()) if not EXAMPLE else frozenset()
 # GPU benchmarks never share a GPU: cap the `gpu` resource at the planned GPUs unless the user
 # (or a cluster profile) set it.
 if "gpu" not in workflow.global_resources:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 
+import pandas as pd
 import pytest
 from conftest import ROOT, snakemake
 from snakemake_interface_logger_plugins.common import LogEvent
@@ -23,7 +24,10 @@ def test_a_cpu_sweeps_verdict_waits_for_no_whole_step_and_no_joined_table():
     sweep = Sweep(["experiment=tiny", "device=cpu"], ROOT / "conf")
     inputs = sweep.stage5().verdict_inputs()
     assert inputs["layout"] == []
-    assert inputs["decode"] == sweep.decode_outputs()
+    # only the decode job timing the operand type the verdict reads (the baselines' fp8 one)
+    assert (
+        inputs["decode"] == sweep.answer_decode_outputs() == [sweep.path("decode", "baselines.csv")]
+    )
     assert inputs["collective"] == sweep.collective_outputs()
     joined = str(sweep.results / "tables")
     assert not any(p.startswith(joined) for paths in inputs.values() for p in paths)
@@ -36,6 +40,37 @@ def test_a_gpu_sweeps_verdict_waits_only_for_the_step_its_fit_is_made_on():
     assert stage.verdict_inputs()["layout"] == [sweep.path("layout", f"{FIT_LAYOUT}.csv")]
     # the check reads every whole step
     assert stage.check_inputs()["layout"] == sweep.layout_outputs()
+
+
+def test_a_gpu_sweeps_verdict_waits_only_for_the_decode_jobs_timing_fp8():
+    sweep = Sweep(["device=h200x1", "grid.dtypes=[bf16,fp8]"], ROOT / "conf")
+    jobs = sweep.answer_decode_jobs()
+    assert set(jobs) < set(sweep.decode_jobs)
+    assert {"baselines", "cutlass-sm90-fp8"} <= set(jobs)
+    assert all(j.startswith("fp8-") for j in set(jobs) - {"baselines", "cutlass-sm90-fp8"})
+    assert not any(j.startswith("bf16-") for j in jobs)
+    assert sweep.stage5().verdict_inputs()["decode"] == sweep.answer_decode_outputs()
+
+
+def test_the_verdict_composed_from_its_operand_types_rows_alone_is_the_same():
+    """The kept H200 example's verdict and engine rows, composed from every decode row and from
+    the fp8 rows alone: the same (what the answer does not wait for, it does not read)."""
+    from tilesweep import deployment_verdict
+    from tilesweep.report_paths import example_overrides
+    from tilesweep.stages.verdict import composer
+
+    folder = "docs/examples/h200"
+    sweep = Sweep(example_overrides(folder), ROOT / "conf")
+    _, decode, steps, collective, ceilings = composer(sweep.stage5(folder).verdict_inputs())
+    fp8 = decode[decode["dtype"] == deployment_verdict.DECODE_DTYPE]
+    assert 0 < len(fp8) < len(decode)
+    settings = dict(
+        sweep.settings, deployment=dict(sweep.settings["deployment"], weight_dtype="fp8")
+    )
+    every = deployment_verdict.deployment_table(settings, decode, collective, steps, ceilings)
+    alone = deployment_verdict.deployment_table(settings, fp8, collective, steps, ceilings)
+    assert "best fp8 kernel" in " ".join(every["inputs"])
+    pd.testing.assert_frame_equal(every, alone)
 
 
 def test_a_kept_example_composes_from_its_joined_tables():
@@ -60,6 +95,7 @@ def test_on_a_gpu_the_answer_needs_one_whole_step_and_nothing_the_check_alone_ne
     )
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, flags=re.M))
     assert counts.get("bench_layout") == "1"
+    assert counts.get("bench_decode") == "1"  # the one timing fp8 (the baselines), no bf16 tile
     assert counts.get("verdict") == "1"
     for later in ("tables", "check_steps", "build_batch", "measure_power", "report"):
         assert later not in counts, later

@@ -93,6 +93,11 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     return dict(target, interconnect_model=dict(block, topologies=tops))
 
 
+# The operand type of the decode rows the verdict reads (fp8_expert_fraction); a sweep's verdict
+# waits only for the decode jobs that time it (pipeline.Sweep.answer_decode_outputs).
+DECODE_DTYPE = "fp8"
+
+
 def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple[float, str]:
     """Return (fraction of roofline, label) of the best fp8 decode kernel at the nearest tokens
     per expert (uniform routing), or (NaN, reason)."""
@@ -101,7 +106,7 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
         return float("nan"), "no fp8 decode measurement here"
     ok = decode[
         (decode["status"] == "ok")
-        & (decode["dtype"] == "fp8")
+        & (decode["dtype"] == DECODE_DTYPE)
         & (decode["routing"] == "uniform")
         & decode["frac_roofline"].notna()
     ]

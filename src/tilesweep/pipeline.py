@@ -363,6 +363,21 @@ class Sweep:
         """Return every decode benchmark output path (one per job of each enabled backend)."""
         return [self.path("decode", f"{name}.csv") for name in self.decode_jobs]
 
+    def answer_decode_jobs(self) -> list[str]:
+        """Return the decode jobs whose rows the verdict reads: those timing its operand type
+        (deployment_verdict.DECODE_DTYPE); the other kernels' jobs come after the answer."""
+        from tilesweep.deployment_verdict import DECODE_DTYPE
+
+        return [
+            job
+            for job, backend in self._decode_owner.items()
+            if DECODE_DTYPE in backend.decoder.row_dtypes(self._by_kernel.get(job, {"kernel": job}))
+        ]
+
+    def answer_decode_outputs(self) -> list[str]:
+        """Return the output paths of answer_decode_jobs."""
+        return [self.path("decode", f"{name}.csv") for name in self.answer_decode_jobs()]
+
     def collective_outputs(self) -> list[str]:
         """Return every collective benchmark output path (one per layout; an experts=ep layout
         needs its TP twin's collectives, which are timed once)."""

@@ -68,9 +68,10 @@ class Stage5:
             self.measured = {n: [str(self.tables / f"{n}.csv")] for n in MEASURED_TABLES}
             # The verdict reads the per-cell outputs it needs, not the joined tables, so that its
             # answer does not wait for the measurements it does not use (every whole step but
-            # the one a GPU's fit is made on, power, the CUTLASS accounting).
+            # the one a GPU's fit is made on, the decode kernels of other operand types, power,
+            # the CUTLASS accounting).
             self.composed_from = {
-                "decode": sweep.decode_outputs(),
+                "decode": sweep.answer_decode_outputs(),
                 "collective": sweep.collective_outputs(),
                 "layout": sweep.fit_layout_outputs(),
             }

@@ -33,8 +33,9 @@ rule bench_decode:
         table=f"{R}/decode/{{kernel}}.csv",
     log:
         f"{R}/logs/bench_decode/{{kernel}}.log",
-    # The verdict reads it: before the measurements the answer does not need.
-    priority: ANSWER_FIRST
+    # The jobs the verdict reads (its operand type's) come before the measurements the answer
+    # does not need; the other kernels' jobs after it.
+    priority: lambda w: ANSWER_FIRST if w.kernel in ANSWER_DECODE else 0
     conda:
         "../envs/tilesweep.yaml"
     # On a CPU a benchmark takes every core, so no other job perturbs its timings.

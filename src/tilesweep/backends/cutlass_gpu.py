@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "gpu" / "build_cutlass.sh"
 BINARY = REPO / "gpu" / "bin" / "cutlass_sm90_grouped"
 ARCH = "sm_90"  # the program is built for sm_90a and runs on an SM90 device only
+DTYPE = "fp8"  # its operand type
 TILE_NAME = re.compile(r"^(\d+)x(\d+)x(\d+)")
 
 
@@ -102,7 +103,7 @@ def to_row(rec: dict) -> dict:
     row = {
         "runner": f"cutlass:{rec.get('tile', '?')}",
         "kernel": f"cutlass-sm90-fp8-{rec.get('tile', '?')}",
-        "dtype": "fp8",
+        "dtype": DTYPE,
         "tokens_per_expert": rec.get("tokens"),
         "experts": rec.get("groups"),
         "n": rec.get("n"),
@@ -211,6 +212,10 @@ class SM90Program(DecodeRunner):
     def owns_job(self, kernel: dict) -> bool:
         """Return whether the decode job is the SM90 program."""
         return kernel.get("kernel") == PROGRAM_JOB
+
+    def row_dtypes(self, kernel: dict) -> frozenset[str]:
+        """Return the program's operand type (FP8)."""
+        return frozenset({DTYPE})
 
     def bench(self, spec: dict, ceilings: dict, log) -> list[dict] | None:
         """Return the SM90 program's rows at every batch."""

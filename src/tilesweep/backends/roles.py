@@ -63,6 +63,11 @@ class DecodeRunner:
         """Return whether a decode job (its bench cell's kernel) is this runner's."""
         return False
 
+    def row_dtypes(self, kernel: dict) -> frozenset[str]:
+        """Return the operand types of the rows a decode job (its bench cell's kernel) times,
+        so that a step reading only some types' rows waits for only those jobs."""
+        return frozenset({kernel["dtype"]}) if kernel.get("dtype") else frozenset()
+
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
         """Return the runners one decode job times."""
         return []

@@ -143,6 +143,10 @@ class TorchDecode(DecodeRunner):
         """Return whether the decode job is the baselines job."""
         return kernel.get("kernel") == JOB
 
+    def row_dtypes(self, kernel: dict) -> frozenset[str]:
+        """Return every baseline's operand type (the job times them all)."""
+        return frozenset(dtype for dtype, _ in RUNNERS.values())
+
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
         """Return every baseline with its types, and why one is not timed on this device."""
         return [
