@@ -69,6 +69,23 @@ def test_launch_timer_adds_the_launches_and_divides_the_roof():
     assert t["source"] == "composed (test)"
 
 
+@pytest.mark.parametrize("flops", [0.0, 3e10, 3e11])
+def test_the_fit_and_the_verdict_time_a_part_by_one_formula(flops):
+    """The fit's prediction (predict_ms) and the verdict's timer (launch_timer) of one part at
+    the same efficiencies, overlap and cost per kernel are the same number."""
+    group = {"kinds": ["norm"], "e_bw": 0.4, "e_math": 0.3, "launches_per_occurrence": 3.0,
+             "per_kernel_us": 4.0, "note": ""}  # fmt: skip
+    fit = dict(_fit({"norm": group}), overlap=0.2)
+    part = {"name": "norms", "kind": "norm", "bytes": 2e9, "flops": flops, "dtype": "bf16",
+            "count": 1}  # fmt: skip
+    t = launch_fit.launch_timer(fit, 2.0, "composed (test)")(part, HW)
+    obs = {"roof_memory_ms": 2.0, "roof_math_ms": flops / 1e11, "launches": 3.0}
+    predicted = launch_fit.predict_ms(obs, 0.4, 0.3, 4e-3, 0.2)
+    assert t["launch_ms"] + t["memory_ms"] + t["math_ms"] == pytest.approx(predicted, rel=1e-12)
+    mem, flop = 2.0 / 0.4, flops / 1e11 / 0.3
+    assert predicted == pytest.approx(12e-3 + max(mem, flop) + 0.2 * min(mem, flop), rel=1e-12)
+
+
 def test_a_kind_no_group_covers_takes_the_device_wide_fit_and_says_so():
     timer = launch_fit.launch_timer(_fit({}), 2.0, "composed (test)")
     part = {"name": "lm_head", "kind": "lm_head", "bytes": 1e9, "flops": 1e12, "dtype": "bf16",

@@ -49,6 +49,18 @@ TABLE_KEYS = {
     "tune": ["dtype", "experts", "n", "m", "routing", "runner", "source", "config", "op"],
 }
 
+# ---- provenance: where every row came from (tilesweep.provenance writes these keys) ---------
+
+# A measured row's (provenance.stamp): the device it ran on, the versions that shaped it and the
+# commit, in the order the report and `tilesweep compare` list them.
+PROVENANCE_KEYS = ("device", "driver", "cuda_runtime", "torch", "triton", "cutlass", "commit")
+# A build or launch row's (provenance.build_stamp): compiled on the host, it names its toolchain
+# (the versions in one string) and no device that ran it.
+TOOLCHAIN_KEY = "toolchain"
+BUILD_PROVENANCE_KEYS = ("device", TOOLCHAIN_KEY, "commit")
+# Every provenance key a run's tables hold, in the order `tilesweep compare` lists changes.
+RUN_PROVENANCE_KEYS = (*PROVENANCE_KEYS[:-1], TOOLCHAIN_KEY, "commit")
+
 LAUNCH_COLUMNS = [
     "backend",
     "target",
@@ -85,9 +97,7 @@ LAUNCH_COLUMNS = [
     "epilogue_smem_bytes",
     "kernel",
     "source",
-    "device",
-    "toolchain",
-    "commit",
+    *BUILD_PROVENANCE_KEYS,
 ]
 
 

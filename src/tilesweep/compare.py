@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
+from tilesweep.columns import RUN_PROVENANCE_KEYS, SPLIT_COLUMNS, TABLE_KEYS, TOOLCHAIN_KEY
 from tilesweep.errors import ConfigError
 from tilesweep.report.formatting import fmt_value
 
@@ -45,16 +45,6 @@ EXACT = {
     "power": ["status"],
     "tune": ["status", "tuned"],
 }
-PROVENANCE = (
-    "device",
-    "driver",
-    "cuda_runtime",
-    "torch",
-    "triton",
-    "cutlass",
-    "toolchain",
-    "commit",
-)
 CEILINGS = ("copy_gbs", "matmul_tflops")
 COLUMNS = [
     "table",
@@ -343,7 +333,7 @@ def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
     def values(run: Run, field: str) -> str:
         found: set[str] = set()
         # Launch rows are compiled on the host: they name a toolchain and commit, not a device.
-        skip = {"launch"} if field not in ("toolchain", "commit") else set()
+        skip = {"launch"} if field not in (TOOLCHAIN_KEY, "commit") else set()
         for name, frame in run.tables.items():
             if field in frame and name not in skip:
                 found |= set(frame[field].dropna().astype(str))
@@ -352,7 +342,7 @@ def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
         return ", ".join(sorted(found)) or "-"
 
     out = []
-    for field in PROVENANCE:
+    for field in RUN_PROVENANCE_KEYS:
         va, vb = values(a, field), values(b, field)
         if va != vb:
             out.append((field, va, vb))

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tilesweep import gpu_archs
 from tilesweep.backends import (
     Backend,
     Builder,
@@ -21,10 +22,8 @@ from tilesweep.backends import (
 from tilesweep.settings.strict import Section
 
 NAME = "triton"
-# The oldest compute capability each path builds for: an architecture is declared once, by its
-# conf/hardware file's `arch` and `cc`, and Triton builds any of them from these on.
-MIN_CC = 80  # the grouped GEMM's bf16 tensor-core dots (Ampere)
-FP8_MIN_CC = 89  # fp8 tensor cores (Ada)
+# What each architecture's tensor cores run is declared once, in conf/architectures.yaml
+# (gpu_archs): Triton builds a dtype's tiles wherever its tensor cores run that dtype.
 NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 _OPERAND = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
 # Arguments a real launch specialises as 16-divisible: every pointer (torch allocations are
@@ -171,21 +170,26 @@ def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:
 def cells(settings: dict, arch: str, cc: int) -> list[dict]:
     """Return the Triton kernel cells built for one architecture."""
     grid = settings["grid"]
+    runs = gpu_archs.tensor_dtypes(arch, cc)
     out = []
     combos = itertools.product(
         grid["dtypes"], grid["tiles"], grid["stages"], grid["warps"], grid["epilogues"]
     )
     for dtype, tile, stages, warps, epilogue in combos:
         cell = kernel_cell(NAME, arch, dtype, tile, stages, warps, epilogue)
-        if cc < MIN_CC:
-            cell["unsupported"] = f"Triton's GEMM needs cc {MIN_CC} or newer; {arch} is {cc}"
+        if "bf16" not in runs:  # the grouped GEMM's bf16 tensor-core dots
+            cell["unsupported"] = (
+                f"Triton's GEMM needs cc {gpu_archs.first('bf16')[1]} or newer; {arch} is {cc}"
+            )
         elif dtype == "nvfp4":
             cell["unsupported"] = (
-                "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs sm_100 or "
-                "newer); the CUTLASS backend accounts NVFP4 tiles"
+                "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs "
+                f"{gpu_archs.first('nvfp4')[0]} or newer); the CUTLASS backend accounts NVFP4 tiles"
             )
-        elif dtype == "fp8" and cc < FP8_MIN_CC:
-            cell["unsupported"] = f"fp8 tensor cores need sm_89 or newer; {arch} has none"
+        elif dtype not in runs:
+            cell["unsupported"] = (
+                f"{dtype} tensor cores need {gpu_archs.first(dtype)[0]} or newer; {arch} has none"
+            )
         out.append(cell)
     return out
 
@@ -198,7 +202,7 @@ def skip_reason(dtype: str, cuda: bool) -> str | None:
         import torch
 
         major, minor = torch.cuda.get_device_capability()
-        if major < 10:
+        if 10 * major + minor < gpu_archs.first("nvfp4")[1]:
             return f"unsupported on this device: sm_{major}{minor} has no FP4 tensor cores"
         return "no NVFP4 Triton kernel in this backend yet; see the CUTLASS rows"
     return None

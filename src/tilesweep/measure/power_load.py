@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tilesweep.measure.timing import PowerSampler
+from tilesweep.measure.timing import PowerSampler, percentile
 
 # What each load is built to be bound by (the row's `expected_bound`).
 LOADS = {
@@ -42,12 +42,8 @@ def quantiles(values: list[float]) -> dict:
     """Return median, p10 and p90 of a list (NaN-free), or Nones when it is empty."""
     if not values:
         return {"median": None, "p10": None, "p90": None}
-    ordered = sorted(values)
-
-    def pct(q: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-    return {"median": statistics.median(ordered), "p10": pct(0.1), "p90": pct(0.9)}
+    p10, p90 = percentile(values, 0.1), percentile(values, 0.9)
+    return {"median": statistics.median(values), "p10": p10, "p90": p90}
 
 
 def sample_row(sampler: PowerSampler, seconds: float) -> dict:

@@ -9,19 +9,22 @@ import time
 from collections.abc import Callable
 
 
+def percentile(values: list[float], q: float) -> float:
+    """Return the q-quantile (0..1) of values by nearest rank (index round(q x (n - 1)) of the
+    sorted values, Python's rounding); NaN for none. Every p10/p90 of the project is this one."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
 def summarize(samples_ms: list[float]) -> dict:
     """Return the median, p10 and p90 of timing samples in milliseconds."""
-    ordered = sorted(samples_ms)
-    n = len(ordered)
-
-    def pct(q: float) -> float:
-        return ordered[min(n - 1, max(0, round(q * (n - 1))))]
-
     return {
-        "time_ms": statistics.median(ordered),
-        "time_p10_ms": pct(0.1),
-        "time_p90_ms": pct(0.9),
-        "repeats": n,
+        "time_ms": statistics.median(samples_ms),
+        "time_p10_ms": percentile(samples_ms, 0.1),
+        "time_p90_ms": percentile(samples_ms, 0.9),
+        "repeats": len(samples_ms),
     }
 
 

@@ -33,7 +33,6 @@ and the FFN or MoE (`step_moe`) under a `step_clock.PartClock`; `step_timing` me
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -43,6 +42,7 @@ from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
 from tilesweep.measure.step_rank import StepRank
 from tilesweep.measure.step_shapes import emulated_rank, local_sequences
 from tilesweep.measure.step_timing import run_batch
+from tilesweep.measure.timing import percentile
 
 
 def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: str) -> None:
@@ -84,14 +84,6 @@ def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list
                         proc.kill()
                 raise TimeoutError(f"whole step ran past {timeout_s:.0f} s; its ranks were killed")
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Return the q-quantile (0..1) of values by nearest rank; NaN for none."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:

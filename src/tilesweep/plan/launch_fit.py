@@ -1,6 +1,6 @@
 """The launch-aware composition and its fit on a measured whole step.
 
-Each part of a step takes
+Each part of a step takes (plan.part_timers.part_ms, the one place it is written)
     launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
     mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak),
 where `launches` is the number of kernels the part launches (counted in the measured step), the
@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from tilesweep.plan.engine_profile import EXTRA
-from tilesweep.plan.part_timers import roofline_timer
+from tilesweep.plan.part_timers import part_ms, part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
 
 # Which composition part kinds each measured whole-step part covers.
@@ -121,18 +121,14 @@ def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[st
     return out
 
 
-def roof(mem, flop, overlap: float):
-    """Return the time of a part's memory and math terms (numbers or numpy arrays): the larger,
-    plus `overlap` of the smaller."""
-    return np.maximum(mem, flop) + overlap * np.minimum(mem, flop)
-
-
 def predict_ms(
     obs: dict, e_bw: float, e_math: float, per_kernel_ms: float, overlap: float = 0.0
 ) -> float:
     """Return the launch-aware time of one observation at these efficiencies."""
-    mem, flop = obs["roof_memory_ms"] / e_bw, obs["roof_math_ms"] / e_math
-    return obs["launches"] * per_kernel_ms + float(roof(mem, flop, overlap))
+    return float(
+        part_ms(obs["launches"], per_kernel_ms, obs["roof_memory_ms"], obs["roof_math_ms"],
+                e_bw, e_math, overlap)
+    )  # fmt: skip
 
 
 def fit_pair(
@@ -198,10 +194,10 @@ def _grid_fit(
     largest of each, so nothing is slowed by a guess)."""
     mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
     flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
-    fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None, None]
+    launches = np.array([o["launches"] for o in observations])[:, None, None]
     ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
     bw, mt = bw_grid[None, :, None], math_grid[None, None, :]
-    pred = fixed + roof(mem / bw, flop / mt, overlap)
+    pred = part_ms(launches, per_kernel_ms, mem, flop, bw, mt, overlap)
     err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
     total = err.sum(axis=0)
     flipped = total[::-1, ::-1]
@@ -290,9 +286,9 @@ def _memory_only(
     the largest efficiency, still adding its overlap)."""
     mem = np.array([o["roof_memory_ms"] for o in observations])[:, None]
     flop = np.array([o["roof_math_ms"] for o in observations])[:, None]
-    fixed = np.array([o["launches"] * per_kernel_ms for o in observations])[:, None]
+    launches = np.array([o["launches"] for o in observations])[:, None]
     ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None]
-    pred = fixed + roof(mem / bw_grid[None, :], flop / GRID[-1], overlap)
+    pred = part_ms(launches, per_kernel_ms, mem, flop, bw_grid[None, :], GRID[-1], overlap)
     total = ((np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2).sum(axis=0)
     i = len(bw_grid) - 1 - int(np.argmin(total[::-1]))  # ties: the largest efficiency
     return float(bw_grid[i]), float(np.abs(pred[:, i] / ms[:, 0] - 1).max())
@@ -314,7 +310,8 @@ def kernel_cost_us(
     small = min(observations, key=lambda o: o["roof_memory_ms"] + o["roof_math_ms"])
     if not small["launches"]:
         return floor_us
-    work = float(roof(small["roof_memory_ms"] / e_bw, small["roof_math_ms"] / e_math, overlap))
+    memory, flop = part_terms(small["roof_memory_ms"], small["roof_math_ms"], e_bw, e_math, overlap)
+    work = float(memory + flop)
     return max(floor_us, 1e3 * (small["ms"] - work) / small["launches"])
 
 
@@ -490,18 +487,9 @@ def launch_timer(
         out = roofline_timer(part, hw)
         group = by_kind.get(part["kind"])
         e = group or pooled
-        mem = out["roof_memory_ms"] / e["e_bw"]
-        flop = (
-            out["roof_math_ms"] / e["e_math"]
-            if out["roof_math_ms"] == out["roof_math_ms"]
-            else math.nan
-        )
-        if out["gap"]:
-            mem = flop = math.nan
-        # The bound term in full, and the share of the other the device does not hide (roof).
-        bound_mem = not flop > mem
-        out["memory_ms"] = mem if bound_mem else lap * mem
-        out["math_ms"] = lap * flop if bound_mem else flop
+        roofs = (out["roof_memory_ms"], out["roof_math_ms"]) if not out["gap"] else (math.nan,) * 2
+        memory, flop = part_terms(*roofs, e["e_bw"], e["e_math"], lap)
+        out["memory_ms"], out["math_ms"] = float(memory), float(flop)
         # A part no measured group covers (an EP rank's permutation, absent from the TP1 step
         # the fit is made on) counts the kernels the composition knows it runs.
         n = group["launches_per_occurrence"] if group else part.get("launches", 0.0)

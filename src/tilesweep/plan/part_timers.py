@@ -6,12 +6,21 @@ part's launches x its group's measured cost per kernel and divides the roofline 
 efficiencies (`other` is then the launch time), or takes a kernel's own measured time;
 `derated_timer` divides by a fraction of roofline measured for the part's kind. A missing peak
 is a NaN gap with its reason, never another dtype's.
+
+The launch-aware time of a part is written once, here (`part_terms`, `part_ms`):
+    launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
+    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak);
+the fit (plan.launch_fit) searches efficiencies with it and the verdict composes with it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+import numpy as np
+
+from tilesweep.plan import roofline
 
 ROOFLINE = "model (roofline)"
 
@@ -20,7 +29,7 @@ Timer = Callable[[dict, dict], dict]
 
 def roofline_timer(part: dict, hw: dict) -> dict:
     """Return {memory_ms, math_ms, roof_memory_ms, roof_math_ms, source, gap} at the roofline."""
-    mem = part["bytes"] / (hw["memory_bandwidth_gbs"] * 1e9) * 1e3
+    mem = roofline.memory_ms(part["bytes"], hw["memory_bandwidth_gbs"])
     peak = hw["peak_tflops"].get(part["dtype"])
     if part["flops"] and not peak:
         gap = f"no peak_tflops.{part['dtype']} for hardware[{hw['name']}]"
@@ -32,7 +41,7 @@ def roofline_timer(part: dict, hw: dict) -> dict:
             "source": ROOFLINE,
             "gap": gap,
         }
-    flop = part["flops"] / (peak * 1e12) * 1e3 if part["flops"] else 0.0
+    flop = roofline.math_ms(part["flops"], peak) if part["flops"] else 0.0
     bound_mem = mem >= flop
     return {
         "memory_ms": mem if bound_mem else 0.0,
@@ -42,6 +51,22 @@ def roofline_timer(part: dict, hw: dict) -> dict:
         "source": ROOFLINE,
         "gap": "",
     }
+
+
+def part_terms(roof_memory_ms, roof_math_ms, e_bw, e_math, overlap: float):
+    """Return (memory_ms, math_ms) of a part at these efficiencies (numbers or numpy arrays):
+    each roofline term over its efficiency, the binding one in full (memory on a tie, or where
+    math is NaN) and `overlap` of the other (the share the device does not hide)."""
+    mem, flop = roof_memory_ms / e_bw, roof_math_ms / e_math
+    bound_mem = np.logical_not(flop > mem)
+    return np.where(bound_mem, mem, overlap * mem), np.where(bound_mem, overlap * flop, flop)
+
+
+def part_ms(launches, per_kernel_ms, roof_memory_ms, roof_math_ms, e_bw, e_math, overlap: float):
+    """Return a part's launch-aware time in ms (numbers or numpy arrays): launches x per-kernel
+    cost, plus its roofline terms over these efficiencies (part_terms)."""
+    memory, flop = part_terms(roof_memory_ms, roof_math_ms, e_bw, e_math, overlap)
+    return launches * per_kernel_ms + (memory + flop)
 
 
 def derated_timer(fractions: dict[str, float], device: str) -> Timer:

@@ -19,12 +19,14 @@ from tilesweep.columns import (
     LAUNCH_COVERAGE_COLUMNS,
     LAUNCH_FAILURE_COLUMNS,
     NOT_TIMED_COLUMNS,
+    PROVENANCE_KEYS,
     REPORT_CHECK_COLUMNS,
     REPORT_DROPIN_COLUMNS,
     REPORT_ENGINE_COLUMNS,
     REPORT_KEY_VERDICT_COLUMNS,
     REPORT_LAUNCH_COLUMNS,
     REPORT_VERDICT_COLUMNS,
+    TOOLCHAIN_KEY,
     TUNE_SUMMARY_COLUMNS,
     TUNE_TARGET_COLUMNS,
     VERDICT_NO_FIT_COLUMNS,
@@ -58,8 +60,6 @@ from tilesweep.report.headlines import (
     worded,
 )
 from tilesweep.report.tune_analysis import tune_summary, tune_targets
-
-PROVENANCE_KEYS = ("device", "driver", "cuda_runtime", "torch", "triton", "cutlass", "commit")
 
 
 def _when(provenance: dict, key: str) -> str:
@@ -416,7 +416,9 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
     rows = [
         {"what": f"measured rows: {k}", "value": _distinct(measured_on, k)} for k in PROVENANCE_KEYS
     ]
-    rows.append({"what": "launch checks: toolchain", "value": _distinct([launch], "toolchain")})
+    rows.append(
+        {"what": f"launch checks: {TOOLCHAIN_KEY}", "value": _distinct([launch], TOOLCHAIN_KEY)}
+    )
     rows += [
         {"what": f"report built with: {k}", "value": v}
         for k, v in provenance.items()
