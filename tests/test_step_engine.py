@@ -256,7 +256,7 @@ def test_the_engine_extras_launch_inside_the_step_under_the_interpreter():
     (their launches are counted on a GPU only: the interpreter runs torch ops for a kernel)."""
     code = """
 import json, torch
-from tests.test_whole_step import MLA, spec
+from test_whole_step import MLA, spec
 from tilesweep.measure import step_timing, whole_step
 from tilesweep.measure.step_clock import PartClock
 from tilesweep.measure.step_rank import StepRank
@@ -321,7 +321,7 @@ def test_the_engine_list_is_graphed_and_measured_beside_the_lean_step_on_a_gpu(s
 
     if not torch.cuda.is_available():
         pytest.skip("the engine's list runs on a GPU only")
-    from tests.test_whole_step import MLA, spec
+    from test_whole_step import MLA, spec
 
     one = spec({"tp": 1, "pp": 1, "ep": 1}, MLA, batches=(4,))
     one["step"].update(runner="torch_grouped_mm", mode="graph", kernel_lists=["lean", "engine"])
