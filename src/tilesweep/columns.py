@@ -43,7 +43,7 @@ TABLE_KEYS = {
     "decode": ["runner", "dtype", "op", "routing", "tokens_per_expert"],
     "collective": ["layout", "collective", "backend", "group", "bytes"],
     "verdict": ["model", "hardware", "layout", "batch"],
-    "check": ["layout", "batch"],
+    "check": ["layout", "batch", "kernel_list"],
     "engines": ["engine", "version", "model", "hardware", "layout", "batch", "context_len"],
     "power": ["load"],
     "tune": ["dtype", "experts", "n", "m", "routing", "runner", "source", "config", "op"],
@@ -122,13 +122,16 @@ STEP_COLUMNS = [
     "step_p10_ms", "step_p90_ms", "repeats", "context_len", "dense_layers_run",
     "moe_layers_run", "routed_experts_run", "top_k_run", "vocab_run", "runner", "timing",
     "eager_step_ms", "graph_launch_ms", "launch_exposed", "emulated", "launches", "moe_config",
-    "step_kernels", "graph_error", "finite", "measured_label", "device", "source",
+    "step_kernels", "kernel_list", "kernels_per_layer", "extra_per_layer", "extra_per_moe_layer",
+    "extra_per_dense_layer", "extra_per_step", "graph_error", "finite", "measured_label",
+    "device", "source",
 ]  # fmt: skip
 
 # ---- the check of the method: composed vs measured whole steps on the device at hand --------
 
 CHECK_COLUMNS = [
-    "model", "layout", "tp", "pp", "ep", "batch", "context_len", "measured_ms",
+    "model", "layout", "tp", "pp", "ep", "batch", "kernel_list", "kernels_per_layer",
+    "context_len", "measured_ms",
     "measured_p10_ms", "measured_p90_ms", "roofline_ms", "roofline_error_pct", "composed_ms",
     "composed_error_pct", "calibrated_on", "held_out", "timing", "measured_label",
     "composed_label", "device", "gaps",

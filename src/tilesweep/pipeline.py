@@ -440,12 +440,23 @@ class Sweep:
             runner = backends.default_step_runner(True) if runner == "auto" else runner
             layout_row = self._by_layout[layout]
             inputs = backends.step_inputs(self.settings, runner, layout_row, gpus[0])
+        # The engine's list only where asked for: a lean step's key is what it was before the
+        # setting existed, and the engine and weight dtype rerun only the engine's steps.
+        lean = bench.get("step_kernel_list", "lean") == "lean"
+        if not lean:
+            inputs["engine"] = self.settings["engine"]
+            inputs["weight_dtype"] = self.settings["deployment"]["weight_dtype"]
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
                 "model": self.settings["model"],
                 "batches": self.step_batches(),
-                "bench": {k: v for k, v in bench.items() if k in keep or k.startswith("step_")},
+                "bench": {
+                    k: v
+                    for k, v in bench.items()
+                    if (k in keep or k.startswith("step_"))
+                    and not (k == "step_kernel_list" and lean)
+                },
                 "kernels": kernels,
                 **inputs,
             }

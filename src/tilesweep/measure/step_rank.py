@@ -3,9 +3,11 @@ of the weights, and one decode step over its micro-batches (layers, LM head, PP 
 
 from __future__ import annotations
 
+from tilesweep.measure import step_extras
 from tilesweep.measure.step_attention import attention, kernels_label, rms
 from tilesweep.measure.step_buffers import micro_batch
 from tilesweep.measure.step_clock import PartClock
+from tilesweep.measure.step_extras import LAYER_PART, STEP_PART
 from tilesweep.measure.step_moe import ffn
 from tilesweep.measure.step_shapes import (
     MEMORY_SHARE,
@@ -28,6 +30,9 @@ class StepRank:
         # The engines' fused kernels around the GEMMs on a GPU (step.fused), else torch's ops.
         self.fused = cuda and bool(self.step_spec.get("fused", True))
         self.kernels_label = kernels_label(spec["model"]["attention"], self.fused)
+        # The engine's small kernels the step launches besides its own (measure.step_extras):
+        # None runs the lean step; use_kernel_list switches.
+        self.extras: dict | None = None
         # One rank of a larger layout emulated alone: its shards and its batch share, on the
         # one device at hand, with its collectives and pipeline hand-offs left out.
         self.emulated = bool(spec.get("emulate"))
@@ -59,6 +64,11 @@ class StepRank:
         self.embed = weights.get("embed")
         self.final_norm, self.lm_head = weights.get("final_norm"), weights.get("lm_head")
 
+    def use_kernel_list(self, name: str) -> None:
+        """Run the lean step (`lean`) or the lean step plus the engine's extra kernels
+        (`engine`: the spec's step.engine_list) from the next step on."""
+        self.extras = self.step_spec["engine_list"] if name == step_extras.ENGINE else None
+
     def micro_batch(self, n: int) -> dict:
         """Return the buffers and caches of one micro-batch of n sequences on this rank."""
         return micro_batch(self, n)
@@ -83,6 +93,8 @@ class StepRank:
         pending = None  # fused: the last FFN output, added into h by the next norm's kernel
         for index, (layer, cache) in enumerate(zip(self.layers, mb["caches"], strict=True)):
             xn = self._add_norm(h, pending, layer["norm1"], clock)
+            if self.extras is not None:
+                step_extras.launch(self, xn, self.extras["layers"][index], clock, LAYER_PART)
             attn = attention(
                 torch, self.model["attention"], xn, layer["attn"], cache, clock, self.fused
             )
@@ -128,6 +140,8 @@ class StepRank:
             logits = xn @ self.lm_head.t()
             best, ids = logits.float().max(dim=1)
             ids += self.at["tp_index"] * self.lm_head.shape[0]
+        if self.extras is not None:
+            step_extras.launch(self, xn, self.extras["step"], clock, STEP_PART)
         if self.tp_group is not None:
             with clock.part("lm_head_gather"):
                 both = torch.stack([best, ids.float()])

@@ -38,11 +38,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from tilesweep.measure import step_extras
 from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
+from tilesweep.measure.step_extras import ENGINE
 from tilesweep.measure.step_rank import StepRank
 from tilesweep.measure.step_shapes import emulated_rank, local_sequences
 from tilesweep.measure.step_timing import run_batch
 from tilesweep.measure.timing import percentile
+
+# The engine's list (bench.step_kernel_list=engine): its results beside the lean step's, and why
+# they failed where they did.
+ENGINE_KEY, ENGINE_ERROR = "engine_batches", "engine_error"
 
 
 def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: str) -> None:
@@ -53,6 +59,14 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
         step = spec["step"]
         batches = [run_batch(me, b, step["warmup"], step["repeats"]) for b in step["batches"]]
         result = {"rank": rank, **me.at, "batches": batches}
+        if ENGINE in step.get("kernel_lists", ()):  # the same step with the engine's extras
+            me.use_kernel_list(ENGINE)
+            try:
+                result[ENGINE_KEY] = [
+                    run_batch(me, b, step["warmup"], step["repeats"]) for b in step["batches"]
+                ]
+            except Exception as exc:  # the lean rows stand; the engine's are failure rows
+                result[ENGINE_ERROR] = (str(exc).strip().splitlines() or [repr(exc)])[-1][:300]
         me.sync()
     finally:
         dist.destroy_process_group()
@@ -87,9 +101,34 @@ def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list
 
 
 def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
-    """Return one table row per batch: the whole step's p10/p50/p90 (the slowest rank's), each
-    part's median on the rank that spent longest in compute, and what was run."""
-    step, model = spec["step"], spec["model"]
+    """Return one table row per batch and kernel list run (lean; the engine's list after it
+    where the spec asks for it): the whole step's p10/p50/p90 (the slowest rank's), each part's
+    median on the rank that spent longest in compute, and what was run."""
+    label = measured_label(spec)
+    rows = _list_rows(ranks, spec, layout_name, "batches", label, step_extras.lean_columns())
+    step = spec["step"]
+    if ENGINE not in step.get("kernel_lists", ()):
+        return rows
+    engine = step["engine_list"]
+    columns = step_extras.row_columns(engine)
+    error = next((r[ENGINE_ERROR] for r in ranks if ENGINE_ERROR in r), "")
+    if error:
+        return rows + [
+            {"layout": layout_name, "batch": b, "status": "runtime", "reason": error, **columns}
+            for b in step["batches"]
+        ]
+    run = engine["run"]
+    label += (
+        f"; with the {engine['list']}'s extra kernels as stand-ins: {run['per_layer']:g} per "
+        f"layer, {run['per_moe_layer']:g} more per MoE layer, {run['per_dense_layer']:g} more per "
+        f"dense layer, {run['per_step']:g} per step (measure/step_extras)"
+    )
+    return rows + _list_rows(ranks, spec, layout_name, ENGINE_KEY, label, columns)
+
+
+def measured_label(spec: dict) -> str:
+    """Return the label of the measured rows of a spec: what ran, and on how many ranks."""
+    step = spec["step"]
     shape = (
         f"{step['dense_layers']} dense + {step['moe_layers']} MoE layers per stage, "
         f"context {step['context_len']}, bf16"
@@ -102,14 +141,23 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
         )
     else:
         label = f"measured ({shape})"
+    return label
+
+
+def _list_rows(
+    ranks: list[dict], spec: dict, layout_name: str, key: str, label: str, columns: dict
+) -> list[dict]:
+    """Return the rows of one kernel list's results (ranks' `key`), with its `columns`."""
+    step, model = spec["step"], spec["model"]
+    layers = step["dense_layers"] + step["moe_layers"]
     rows = []
     for index, batch in enumerate(step["batches"]):
-        skipped = ranks[0]["batches"][index].get("skipped")
+        skipped = ranks[0][key][index].get("skipped")
         if skipped:
             rows.append({"layout": layout_name, "batch": batch, "status": "skipped",
-                         "reason": skipped})  # fmt: skip
+                         "reason": skipped, **columns})  # fmt: skip
             continue
-        whole = ranks[0]["batches"][index]["whole_ms"]  # already the max over ranks
+        whole = ranks[0][key][index]["whole_ms"]  # already the max over ranks
         row = {
             "layout": layout_name,
             **{k: spec["layout"][k] for k in ("tp", "pp", "ep")},
@@ -126,26 +174,26 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
             "step_p10_ms": percentile(whole, 0.1),
             "step_p90_ms": percentile(whole, 0.9),
             "repeats": len(whole),
-            "finite": all(r["batches"][index]["finite"] for r in ranks),
+            "finite": all(r[key][index]["finite"] for r in ranks),
             "measured_label": label,
             "emulated": bool(spec.get("emulate")),
-            "timing": ranks[0]["batches"][index]["timing"],
-            "eager_step_ms": percentile(ranks[0]["batches"][index]["eager_ms"], 0.5),
-            **launch_columns(ranks[0]["batches"][index], whole),
-            "graph_error": ranks[0]["batches"][index].get("graph_error", ""),
-            "moe_config": ranks[0]["batches"][index].get("moe_config", ""),
-            "step_kernels": ranks[0]["batches"][index].get("step_kernels", ""),
+            "timing": ranks[0][key][index]["timing"],
+            "eager_step_ms": percentile(ranks[0][key][index]["eager_ms"], 0.5),
+            **launch_columns(ranks[0][key][index], whole),
+            "graph_error": ranks[0][key][index].get("graph_error", ""),
+            "moe_config": ranks[0][key][index].get("moe_config", ""),
+            "step_kernels": ranks[0][key][index].get("step_kernels", ""),
         }
-        launches = max(
-            (r["batches"][index]["launches"] for r in ranks), key=lambda c: sum(c.values())
-        )
+        launches = max((r[key][index]["launches"] for r in ranks), key=lambda c: sum(c.values()))
         row["launches"] = sum(launches.values())
+        ran = sum(1 for n in ranks[0][key][index]["micro_batches"] if n)
+        row.update(columns, kernels_per_layer=step_extras.kernels_per_layer(launches, layers, ran))
         row.update({f"launches_{name}": n for name, n in sorted(launches.items())})
         per_rank = []
         for rank in ranks:
-            names = {n for sample in rank["batches"][index]["parts"] for n in sample}
+            names = {n for sample in rank[key][index]["parts"] for n in sample}
             medians = {
-                n: percentile([s.get(n, 0.0) for s in rank["batches"][index]["parts"]], 0.5)
+                n: percentile([s.get(n, 0.0) for s in rank[key][index]["parts"]], 0.5)
                 for n in names
             }
             per_rank.append(medians)

@@ -16,10 +16,10 @@ import math
 import pandas as pd
 
 from tilesweep.columns import CHECK_COLUMNS
-from tilesweep.plan import attention_table
+from tilesweep.plan import attention_table, engine_profile
 from tilesweep.plan.deployment import compose_step
 from tilesweep.plan.interconnect import fit_measured
-from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run
+from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 
 # Measured communication parts (timed apart in the step; not compute).
@@ -94,6 +94,14 @@ def _timing(steps: pd.DataFrame) -> pd.Series:
     return pd.Series("eager", index=steps.index)
 
 
+def _lean(steps: pd.DataFrame) -> pd.Series:
+    """Return whether each row ran the project's own step (rows of older runs, which have no
+    kernel_list, did); an engine list's rows never calibrate."""
+    if "kernel_list" in steps:
+        return steps["kernel_list"].fillna(engine_profile.LEAN) == engine_profile.LEAN
+    return pd.Series(True, index=steps.index)
+
+
 def _emulated(steps: pd.DataFrame) -> pd.Series:
     if "emulated" in steps:
         return steps["emulated"].fillna(False).astype(bool)
@@ -121,6 +129,7 @@ def step_fit(
         (steps["layout"] == FIT_LAYOUT)
         & (steps["status"] == "ok")
         & ~_emulated(steps)
+        & _lean(steps)
         & (_timing(steps) == timing)
     ]
     if ok.empty:
@@ -159,17 +168,27 @@ def fit_label(fit: dict, where: str = "") -> str:
 
 def rank_compute_ms(row: dict, model: dict, hw: dict, timer) -> float:
     """Return the composed compute time of the one rank an emulated step ran (its stage's parts
-    for every micro-batch it runs; no collectives)."""
+    for every micro-batch it runs, with the engine's extra kernels where the row ran an engine's
+    list; no collectives)."""
     as_run, dep, over = _step_model(row, model)
     layout = _layout(row)
     parts, m = parts_as_run(
         as_run, dep, layout, over["per_stage"], _sequences(row), layout["pp"] - 1
     )
+    engine = engine_profile.as_run(row)
+    if engine is not None:
+        stage = dict(over["per_stage"], sliding=0)
+        parts = parts + engine.extra_parts(stage, layout["pp"] == 1, True)
     total = 0.0
     for part in parts:
         t = timer(part, hw)
         total += part["count"] * (t["memory_ms"] + t["math_ms"] + t.get("launch_ms", 0.0))
     return m * total
+
+
+def _extra_text(extra: dict) -> str:
+    """Return an engine's extra kernels per layer type as text."""
+    return ", ".join(f"{n:g} {where.replace('_', ' ')}" for where, n in extra.items())
 
 
 def step_check(
@@ -216,7 +235,10 @@ def step_check(
         layout = _layout(row)
         batch = int(row["batch"])
         ran = _sequences(row)
-        raw = compose_step(as_run, dep, hw, layout, ran, roofline_timer, floors, over)
+        engine = engine_profile.as_run(row)
+        extra = engine.extra_parts if engine is not None else None
+        raw = compose_step(as_run, dep, hw, layout, ran, roofline_timer, floors, over,
+                           extra_parts=extra)  # fmt: skip
         used = fits.get(how)
         gaps = list(raw["gaps"])
         composed, label, calibrated = math.nan, "", ""
@@ -231,16 +253,23 @@ def step_check(
             label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
             if own is not None:
                 label += "; attention core: the kernel's own time where its tune table has it"
+            if engine is not None:
+                label += (
+                    f"; {engine.name}: the fit's kernels for the step's own parts and the "
+                    f"engine's extra kernels as run ({_extra_text(engine.extra)}), "
+                    f"{small_kernel_us(used)[1]}"
+                )
             calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
             if emu:
                 composed = rank_compute_ms(row, model, hw, timer)
             else:
-                step = compose_step(as_run, dep, hw, layout, ran, timer, floors, over)
+                step = compose_step(as_run, dep, hw, layout, ran, timer, floors, over,
+                                    extra_parts=extra)  # fmt: skip
                 composed, gaps = step["tpot_ms"], gaps + step["gaps"]
         measured = row["step_ms"]
         fitted_here = (
             used is not None and used["model"] == model["name"] and not emu
-            and row["layout"] == FIT_LAYOUT and batch in used["fit_batches"]
+            and row["layout"] == FIT_LAYOUT and batch in used["fit_batches"] and engine is None
         )  # fmt: skip
         # An emulated rank has no collectives: its roofline is its compute alone.
         roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]
@@ -250,6 +279,8 @@ def step_check(
                 "layout": row["layout"],
                 **layout,
                 "batch": batch,
+                "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
+                "kernels_per_layer": row.get("kernels_per_layer", math.nan),
                 "context_len": row["context_len"],
                 "measured_ms": measured,
                 "measured_p10_ms": row["step_p10_ms"],

@@ -15,6 +15,15 @@ LAYER_KINDS = {
     "per_dense_layer": ("dense_gemm",),
     "per_step": ("embedding", "lm_head"),
 }
+# The columns of a measured whole-step row that hold the engine's extra kernels it ran, per layer
+# of each type (per step), by the list they come from (measure.step_extras; 0 in a lean row).
+EXTRA_COLUMNS = {
+    "per_layer": "extra_per_layer",
+    "per_moe_layer": "extra_per_moe_layer",
+    "per_dense_layer": "extra_per_dense_layer",
+    "per_step": "extra_per_step",
+}
+LEAN = "lean"
 # The part kind that stands for an engine's extra kernels (no fit group covers it: each costs the
 # fit's device-wide per-kernel cost).
 EXTRA = "engine_extra"
@@ -79,9 +88,55 @@ class EngineProfile:
         return out
 
 
+def _running(kernels: list[dict], weight_dtype: str) -> list[dict]:
+    """Return the kernels of a list that run in `weight_dtype` and are not all-reduces (those
+    are timed by the interconnect model)."""
+    return [
+        k
+        for k in kernels
+        if not (k.get("only_for") and weight_dtype not in k["only_for"])
+        and k["kind"] != "allreduce"
+    ]
+
+
+def extra_kernels(engine: dict, model: dict, weight_dtype: str = "bf16") -> dict[str, list]:
+    """Return {per_layer | per_moe_layer | per_dense_layer | per_step: the kernels of `engine`'s
+    list for `model`'s family that run in `weight_dtype` and that no part kind of that list
+    covers (its small kernels: kind `extra`, or a kind that does not occur there)}; raise
+    ValueError where the engine has no list, or none for the model's family."""
+    fam = family(model)
+    if not engine or not engine.get("families"):
+        name = engine["name"] if engine else "none"
+        raise ValueError(f"engine {name} lists no kernels (the project's own step's count)")
+    lists = engine["families"].get(fam)
+    if lists is None:
+        raise ValueError(
+            f"engine {engine['name']} has no kernel list for the {fam} family of "
+            f"{model['name']} (has {', '.join(sorted(engine['families']))})"
+        )
+    return {
+        where: [k for k in _running(lists[where], weight_dtype) if k["kind"] not in kinds]
+        for where, kinds in LAYER_KINDS.items()
+    }
+
+
+def as_run(row: dict) -> EngineProfile | None:
+    """Return the engine's extra kernels a measured whole-step row ran (its EXTRA_COLUMNS, as
+    run) as an EngineProfile whose other parts launch what the fit measured, or None for a lean
+    row (a row of a run before kernel lists were recorded is lean)."""
+    name = row.get("kernel_list")
+    if not isinstance(name, str) or name in ("", LEAN):
+        return None
+    extra = {}
+    for where, column in EXTRA_COLUMNS.items():
+        value = row.get(column)
+        extra[where] = float(value) if value is not None and value == value else 0.0
+    return EngineProfile(name, name, None, extra)
+
+
 def lean() -> EngineProfile:
     """Return the project's own step: the fit's launches, no extra kernels, no host time."""
-    return EngineProfile("lean", "the project's own step (lean)", None)
+    return EngineProfile(LEAN, "the project's own step (lean)", None)
 
 
 def profile(engine: dict | None, model: dict, weight_dtype: str = "bf16") -> EngineProfile:
@@ -106,17 +161,15 @@ def profile(engine: dict | None, model: dict, weight_dtype: str = "bf16") -> Eng
                 f"{model['name']} (has {', '.join(sorted(engine['families']))})"
             )
         launches: dict[str, float] = {}
-        extra: dict[str, float] = {}
         for where, kinds in LAYER_KINDS.items():
-            for k in lists[where]:
-                if k.get("only_for") and weight_dtype not in k["only_for"]:
-                    continue
-                if k["kind"] == "allreduce":
-                    continue  # timed by the interconnect model
+            for k in _running(lists[where], weight_dtype):
                 if k["kind"] in kinds:
                     launches[k["kind"]] = launches.get(k["kind"], 0.0) + k["count"]
-                else:
-                    extra[where] = extra.get(where, 0.0) + k["count"]
+        extra = {
+            where: sum(k["count"] for k in listed)
+            for where, listed in extra_kernels(engine, model, weight_dtype).items()
+            if listed
+        }
         label = f"engine-faithful kernel count ({engine['name']} {engine['version']} {fam} list)"
         prof = EngineProfile(engine["name"], label, launches, extra)
     if engine:

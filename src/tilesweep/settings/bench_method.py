@@ -35,6 +35,7 @@ class BenchSettings(Section):
     step_runner: str
     step_mode: str
     step_kernels: Literal["fused", "torch"] = "fused"
+    step_kernel_list: Literal["lean", "engine"] = "lean"
     step_emulate: bool
     step_moe_tables: list[str]
     step_cpu_context_len: int

@@ -10,6 +10,8 @@ import pandas as pd
 
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import STEP_COLUMNS, Status
+from tilesweep.measure import step_extras
+from tilesweep.measure.step_extras import ENGINE, LEAN
 from tilesweep.stages import logged
 
 
@@ -71,7 +73,10 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
         "runner": runner,
         "mode": bench["step_mode"] if cuda else "eager",
         "fused": bench.get("step_kernels", "fused") == "fused",
+        "kernel_lists": [LEAN],
     }
+    if bench.get("step_kernel_list", LEAN) == ENGINE:
+        skipped += engine_list(spec, step, model, cuda)
     return {
         "layout": layout,
         "model": model,
@@ -80,6 +85,49 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
         "moe_table": spec.get("moe_table", {}),
         "emulate": emulate,
     }, skipped
+
+
+# Why the engine's list is not run on the CPU (bench.step_kernel_list=engine).
+ENGINE_CPU = (
+    "bench.step_kernel_list=engine runs on a GPU only: the engine's extra kernels are Triton and "
+    "torch kernels launched inside the step's CUDA graph, and the CPU step is eager torch ops; "
+    "the lean step beside it is measured"
+)
+
+
+def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
+    """Add the engine's list to `step` (bench.step_kernel_list=engine: the spec's engine and
+    weight dtype, expanded over the step's layers by measure.step_extras); return skipped rows
+    for every batch where it cannot run here (the CPU, or an engine with no list for the
+    model), with the reason."""
+    name = (spec.get("engine") or {}).get("name", "none")
+    try:
+        expanded = step_extras.expand(
+            spec.get("engine") or {}, model, spec.get("weight_dtype", "bf16"),
+            step["dense_layers"], step["moe_layers"],
+        )  # fmt: skip
+    except ValueError as exc:
+        columns = {"kernel_list": f"engine-faithful ({name}: no list)"}
+        why = f"bench.step_kernel_list=engine: {exc}"
+    else:
+        columns = step_extras.row_columns(expanded)
+        if cuda:
+            step["kernel_lists"].append(ENGINE)
+            step["engine_list"] = expanded
+            return []
+        why = ENGINE_CPU
+    return [
+        {"batch": b, "status": Status.SKIPPED, "reason": why, **columns} for b in spec["batches"]
+    ]
+
+
+def list_columns(run_spec: dict) -> list[dict]:
+    """Return the kernel-list columns of each list the spec runs (lean, then the engine's)."""
+    step = run_spec["step"]
+    out = [step_extras.lean_columns()]
+    if ENGINE in step["kernel_lists"]:
+        out.append(step_extras.row_columns(step["engine_list"]))
+    return out
 
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
@@ -103,6 +151,7 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
     world = layout["world"]
     cuda, emulate, why = _machine(world, bench)
     run_spec, skipped = step_spec(spec, cuda, emulate)
+    lists = list_columns(run_spec)
     base = {
         "layout": layout["layout"],
         "tp": layout["tp"],
@@ -113,11 +162,12 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
         "backend": "nccl" if cuda else "gloo",
         **stamp(),
     }
-    rows = [{**base, **s} for s in skipped]
+    rows = [{**base, **lists[0], **s} for s in skipped]
     with logged(log_path) as log:
         batches = run_spec["step"]["batches"]
         if why:
-            rows += [{**base, "batch": b, "status": Status.SKIPPED, "reason": why} for b in batches]
+            rows += [{**base, "batch": b, "status": Status.SKIPPED, "reason": why, **cols}
+                     for cols in lists for b in batches]  # fmt: skip
             batches = []
         log.info(
             "layout %s on %d %s ranks%s: batches %s",
@@ -136,7 +186,8 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
                 status = Status.TIMEOUT if isinstance(exc, TimeoutError) else Status.RUNTIME
                 msg = failure_reason(str(exc)) or repr(exc)
                 log.info("layout %s failed: %s\n%s", layout["layout"], msg, exc)
-                rows += [{**base, "batch": b, "status": status, "reason": msg} for b in batches]
+                rows += [{**base, "batch": b, "status": status, "reason": msg, **cols}
+                         for cols in lists for b in batches]  # fmt: skip
         for row in rows:
             log.info("batch %s: %s %s", row["batch"], row["status"], row.get("step_ms", ""))
     frame = pd.DataFrame(rows).sort_values("batch", kind="stable").reset_index(drop=True)

@@ -1,0 +1,39 @@
+"""Per-token-group fp8 quantisation of an activation, in Triton: the small kernel engines launch
+before each fp8 block-scaled GEMM (SGLang's and vLLM's per_token_group_quant_fp8): every group of
+`group` consecutive columns of a row is scaled by its largest magnitude over the format's largest
+value, and written as fp8 with one float32 scale per group."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _token_group_quant(x_ptr, q_ptr, s_ptr, cols, groups, fmax, eps, GROUP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    c = g * GROUP + tl.arange(0, GROUP)
+    mask = c < cols
+    x = tl.load(x_ptr + row * cols + c, mask=mask, other=0.0).to(tl.float32)
+    scale = tl.maximum(tl.max(tl.abs(x), 0), eps) / fmax
+    q = tl.clamp(x / scale, -fmax, fmax)
+    tl.store(q_ptr + row * cols + c, q.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + row * groups + g, scale)
+
+
+def token_group_quant(torch, x, group: int = 128, eps: float = 1e-10, out_dtype=None):
+    """Return (fp8 e4m3 values [n, cols], float32 scales [n, ceil(cols / group)]) of x [n, cols]
+    (contiguous), each group of `group` columns of a row scaled by its own absolute maximum;
+    one launch. `group` is a power of two. `out_dtype` (float32, say) stores the scaled values
+    in another type instead (Triton's CPU interpreter rounds to fp8 wrongly)."""
+    n, cols = x.shape
+    groups = triton.cdiv(cols, group)
+    fp8 = torch.float8_e4m3fn
+    q = torch.empty((n, cols), dtype=out_dtype or fp8, device=x.device)
+    scales = torch.empty((n, groups), dtype=torch.float32, device=x.device)
+    if n:
+        _token_group_quant[(n, groups)](
+            x, q, scales, cols, groups, torch.finfo(fp8).max, eps, GROUP=group
+        )
+    return q, scales

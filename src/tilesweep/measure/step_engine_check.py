@@ -1,0 +1,138 @@
+"""The whole decode step with an engine's kernel list beside the lean one, measured on the one
+GPU at hand and composed from the shipped fit:
+`python -m tilesweep.measure.step_engine_check OUT [OVERRIDES...]` (tools/engine_step.sh).
+
+The configured model (conf/config.yaml's default unless overridden) runs its depth-reduced whole
+step at TP1 (bench.step_* as a sweep runs it, CUDA graphs on a GPU) at batches 1, 8 and 32 twice:
+the project's lean step, then the same step with the deployment's engine's extra kernels
+(bench.step_kernel_list=engine; measure.step_extras). Each row is composed from the fit shipped in
+deployment.fit_file on that fit's own device figures (plan.calibration.step_check: a lean row with
+the fit's kernels, an engine row with its extra kernels as run). OUT/engine_step.csv holds, per
+kernel list and batch: the measured step (p10, p50, p90), kernels per layer, the composed time and
+its error, and measured (composed) engine over measured (composed) lean at that batch. Any failure
+is a row with its reason; the CSV is always written."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tilesweep.columns import Status
+
+BATCHES = (1, 8, 32)
+LAYOUT = "tp1-pp1-ep1"
+OVERRIDES = (
+    "grid.layouts=[{tp:1,pp:1,ep:1}]",
+    "bench.step_kernel_list=engine",
+    "bench.step_timeout_s=200",  # the step's ranks are killed past this: rows say so
+)
+COLUMNS = [
+    "kernel_list", "batch", "status", "reason", "step_ms", "step_p10_ms", "step_p90_ms",
+    "kernels_per_layer", "extra_per_layer", "extra_per_moe_layer", "extra_per_dense_layer",
+    "extra_per_step", "composed_ms", "composed_error_pct", "engine_over_lean",
+    "composed_engine_over_lean", "timing", "device", "model", "measured_label", "composed_label",
+    "gaps",
+]  # fmt: skip
+SHOWN = ["kernel_list", "batch", "status", "step_ms", "kernels_per_layer", "composed_ms",
+         "engine_over_lean", "composed_engine_over_lean"]  # fmt: skip
+
+
+def settings_and_cell(overrides: list[str]) -> tuple[dict, str]:
+    """Return (the composed settings, the whole-step cell of the TP1 layout at BATCHES), as the
+    sweep's bench_layout job would get it."""
+    from tilesweep import grid
+    from tilesweep.pipeline import Sweep
+
+    sweep = Sweep([*OVERRIDES, *overrides], None)
+    cell = json.loads(sweep.layout_step_cell(LAYOUT))
+    cell["batches"] = list(BATCHES)
+    return sweep.settings, grid.canonical(cell)
+
+
+def composed(steps: pd.DataFrame, settings: dict) -> pd.DataFrame:
+    """Return the check rows of the measured steps, composed from deployment.fit_file on the
+    fit's own device figures (its ceilings), no collectives (TP1)."""
+    from tilesweep.io import project_path
+    from tilesweep.plan import calibration
+
+    fit = json.loads(project_path(settings["deployment"]["fit_file"]).read_text())
+    hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
+    return calibration.step_check(steps, settings["model"], hw, {}, fit["device"], fit=fit)
+
+
+def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
+    """Return the output table: each measured row with its composed time, and each list's step
+    over the lean step's at the same batch (measured and composed)."""
+    out = steps.copy()
+    if not check.empty:
+        keep = check[["kernel_list", "batch", "composed_ms", "composed_error_pct",
+                      "composed_label", "gaps"]]  # fmt: skip
+        out = out.merge(keep, on=["kernel_list", "batch"], how="left")
+    lean = out[out["kernel_list"] == "lean"].set_index("batch")
+    ratios = {"step_ms": "engine_over_lean", "composed_ms": "composed_engine_over_lean"}
+    for col, over in ratios.items():
+        if col not in out:
+            out[over] = math.nan
+            continue
+        base = out["batch"].map(lean[col]) if col in lean else math.nan
+        out[over] = pd.to_numeric(out[col], errors="coerce") / pd.to_numeric(base, errors="coerce")
+    order = out["kernel_list"].ne("lean").astype(int)
+    out = out.assign(_order=order).sort_values(["_order", "batch"], kind="stable")
+    return out.reindex(columns=COLUMNS).reset_index(drop=True)
+
+
+def failed(reason: str, lists: tuple[str, ...] = ("lean", "engine")) -> pd.DataFrame:
+    """Return one failure row per kernel list and batch, with the reason."""
+    rows = [{"kernel_list": k, "batch": b, "status": Status.RUNTIME, "reason": reason}
+            for k in lists for b in BATCHES]  # fmt: skip
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def run(out: Path, overrides: list[str]) -> pd.DataFrame:
+    """Measure, compose and write OUT/engine_step.csv; return the table (failures as rows)."""
+    from tilesweep.errors import last_line
+    from tilesweep.stages.layout import bench_layout
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        settings, cell = settings_and_cell(overrides)
+    except Exception as exc:  # a config that does not compose: every row says why
+        frame = failed(f"config: {last_line(exc)}")
+    else:
+        try:
+            steps = bench_layout(cell, str(out / f"layout_{LAYOUT}.csv"), str(out / "layout.log"))
+        except Exception as exc:  # bench_layout makes rows of a step's failure; this is the rest
+            frame = failed(f"measure: {last_line(exc)}")
+        else:
+            try:
+                check = composed(steps, settings)
+            except Exception as exc:  # the measured rows stand, without a composed time
+                check = pd.DataFrame()
+                steps = steps.assign(gaps=f"compose: {last_line(exc)}")
+            frame = table(steps, check)
+    frame.to_csv(out / "engine_step.csv", index=False)
+    return frame
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check (argv: OUT [OVERRIDES...]), print a short table; 0 once the CSV is written."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    frame = run(Path(args[0]), args[1:])
+    with pd.option_context("display.width", 200, "display.max_colwidth", 48):
+        print(frame[SHOWN].to_string(index=False))
+    bad = frame[frame["status"] != Status.OK]
+    for _, row in bad.drop_duplicates("reason").iterrows():
+        print(f"{row['kernel_list']} batch {row['batch']}: {row['status']}: {row['reason']}")
+    print(f"wrote {Path(args[0]) / 'engine_step.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

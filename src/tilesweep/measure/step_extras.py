@@ -1,0 +1,135 @@
+"""An engine's small kernels in the measured whole step (bench.step_kernel_list=engine).
+
+The deployment's engine (conf/engine) lists, per decode layer and per step, kernels the project's
+lean step does not run (plan.engine_profile.extra_kernels: activation quantisation, rotary, cache
+writes, pads, sampling, metadata). With `engine` the step launches them too, as real small GPU
+kernels of the layer's activation size inside the same CUDA graph, so the measured step holds the
+engine's kernel count:
+
+- a kernel whose listed name names a quantisation (`quant`) runs as an fp8 per-token-group
+  quantisation of the layer's normalised input (kernels.token_group_quant: n x hidden bf16 read,
+  fp8 and one scale per 128 columns written), as the engines quantise before each fp8 GEMM;
+- any other runs as one copy of that input (n x hidden bf16; at least the bytes of a rotary, a
+  cache write of one token or a pad of the routing ids at decode).
+
+A layer's extras run after its attention input norm (part `engine_extra`); the per-step extras
+once per micro-batch on the last stage, after the LM head (part `engine_extra_step`). A listed
+count that is not whole (a kernel that runs at some batches only) is spread over the step's
+layers of that type, per stand-in: each runs the whole part, and one more runs on the first k of
+them, k such that the step's total is the nearest whole number to count x layers (halves up);
+per step, the nearest whole number (halves up). The row records
+the counts as listed and as run, and the check composes the counts as run.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilesweep.plan.engine_profile import EXTRA_COLUMNS as COLUMNS
+from tilesweep.plan.engine_profile import LEAN, extra_kernels
+
+QUANT, COPY = "quant", "copy"
+LAYER_PART, STEP_PART = "engine_extra", "engine_extra_step"
+# The parts of a step outside its layers: per step, not per layer (kernels_per_layer). `unnamed`
+# is the hand-back of the picked tokens after the LM head.
+STEP_PARTS = ("embedding", "lm_head", "lm_head_gather", "unnamed", STEP_PART)
+# The kernel lists (bench.step_kernel_list): the project's own step, and the engine's beside it.
+ENGINE = "engine"
+
+
+def half_up(x: float) -> int:
+    """Return the nearest whole number to x >= 0, halves up."""
+    return math.floor(x + 0.5)
+
+
+def spread(count: float, layers: int) -> list[int]:
+    """Return the kernels each of `layers` layers runs for a listed count per layer: the whole
+    part on every layer, one more on the first k, the total the nearest whole number to
+    count x layers (halves up)."""
+    base = math.floor(count)
+    more = half_up(count * layers) - base * layers
+    return [base + (1 if i < more else 0) for i in range(layers)]
+
+
+def standin(kernel: dict) -> str:
+    """Return the stand-in a listed kernel runs as: QUANT where its name names a quantisation,
+    else COPY."""
+    return QUANT if "quant" in kernel["name"].lower() else COPY
+
+
+def short_version(engine: dict) -> str:
+    """Return an engine's version without its parenthesised provenance (`0.5.23`)."""
+    return engine["version"].split(" (")[0].strip()
+
+
+def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -> dict:
+    """Return the engine's extra kernels as a stage of `dense` then `moe` layers runs them:
+    {label, layers: [{quant, copy}] per layer in order, step: {quant, copy}, listed: {where:
+    count per layer (per step)}, run: {where: mean per layer of that type as run}}; raise
+    ValueError where the engine lists no kernels for the model (plan.engine_profile)."""
+    kernels = extra_kernels(engine, model, weight_dtype)
+    layers = [{QUANT: 0, COPY: 0} for _ in range(dense + moe)]
+    where_layers = {
+        "per_layer": range(dense + moe),
+        "per_dense_layer": range(dense),
+        "per_moe_layer": range(dense, dense + moe),
+    }
+    run = {}
+    for where, at in where_layers.items():
+        total = 0
+        for kind in (QUANT, COPY):
+            count = sum(k["count"] for k in kernels[where] if standin(k) == kind)
+            for i, n in zip(at, spread(count, len(at)), strict=True):
+                layers[i][kind] += n
+                total += n
+        run[where] = total / len(at) if len(at) else 0.0
+    step = {
+        kind: half_up(sum(k["count"] for k in kernels["per_step"] if standin(k) == kind))
+        for kind in (QUANT, COPY)
+    }
+    run["per_step"] = float(sum(step.values()))
+    listed = f"{engine['name']} {short_version(engine)} kernel list"
+    return {
+        "label": f"engine-faithful ({listed})",
+        "list": listed,
+        "layers": layers,
+        "step": step,
+        "listed": {where: float(sum(k["count"] for k in ks)) for where, ks in kernels.items()},
+        "run": run,
+    }
+
+
+def lean_columns() -> dict:
+    """Return the kernel-list columns of a lean row: no extra kernels."""
+    return {"kernel_list": LEAN, **{col: 0.0 for col in COLUMNS.values()}}
+
+
+def row_columns(expanded: dict) -> dict:
+    """Return the kernel-list columns of an engine row: its label and its extras as run."""
+    return {"kernel_list": expanded["label"],
+            **{col: expanded["run"][where] for where, col in COLUMNS.items()}}  # fmt: skip
+
+
+def kernels_per_layer(launches: dict[str, int], layers: int, micro_batches: int) -> float:
+    """Return the kernels one layer launches in a step, the mean over its layers: the step's
+    launches less those outside its layers (STEP_PARTS), over layers x micro-batches run."""
+    if not layers or not micro_batches:
+        return math.nan
+    inside = sum(n for part, n in launches.items() if part not in STEP_PARTS)
+    return inside / (layers * micro_batches)
+
+
+def launch(rank, x, counts: dict, clock, part: str) -> None:
+    """Launch the stand-ins of `counts` ({quant, copy}) on x [n, hidden] (contiguous), timed as
+    `part`; their outputs are dropped, as only their launches and bytes are measured."""
+    torch = rank.torch
+    if not counts[QUANT] and not counts[COPY]:
+        return
+    from tilesweep.kernels.token_group_quant import token_group_quant
+
+    with clock.part(part):
+        for _ in range(counts[QUANT]):
+            token_group_quant(torch, x)
+            clock.add_launches(1)
+        for _ in range(counts[COPY]):
+            torch.empty_like(x).copy_(x)
