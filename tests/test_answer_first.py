@@ -26,7 +26,9 @@ def test_a_cpu_sweeps_verdict_waits_for_no_whole_step_and_no_joined_table():
     assert inputs["layout"] == []
     # only the decode job timing the operand type the verdict reads (the baselines' fp8 one)
     assert (
-        inputs["decode"] == sweep.answer_decode_outputs() == [sweep.path("decode", "baselines.csv")]
+        inputs["decode"]
+        == sweep.answer_decode_outputs()
+        == [sweep.path("decode", "baselines-fp8.csv")]
     )
     assert inputs["collective"] == sweep.collective_outputs()
     joined = str(sweep.results / "tables")
@@ -46,8 +48,8 @@ def test_a_gpu_sweeps_verdict_waits_only_for_the_decode_jobs_timing_fp8():
     sweep = Sweep(["device=h200x1", "grid.dtypes=[bf16,fp8]"], ROOT / "conf")
     jobs = sweep.answer_decode_jobs()
     assert set(jobs) < set(sweep.decode_jobs)
-    assert {"baselines", "cutlass-sm90-fp8"} <= set(jobs)
-    assert all(j.startswith("fp8-") for j in set(jobs) - {"baselines", "cutlass-sm90-fp8"})
+    assert {"baselines-fp8", "cutlass-sm90-fp8"} <= set(jobs) and "baselines" not in jobs
+    assert all(j.startswith("fp8-") for j in set(jobs) - {"baselines-fp8", "cutlass-sm90-fp8"})
     assert not any(j.startswith("bf16-") for j in jobs)
     assert sweep.stage5().verdict_inputs()["decode"] == sweep.answer_decode_outputs()
 
@@ -95,7 +97,7 @@ def test_on_a_gpu_the_answer_needs_one_whole_step_and_nothing_the_check_alone_ne
     )
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, flags=re.M))
     assert counts.get("bench_layout") == "1"
-    assert counts.get("bench_decode") == "1"  # the one timing fp8 (the baselines), no bf16 tile
+    assert counts.get("bench_decode") == "1"  # the one timing fp8 (baselines-fp8), no bf16 job
     assert counts.get("verdict") == "1"
     for later in ("tables", "check_steps", "build_batch", "measure_power", "report"):
         assert later not in counts, later

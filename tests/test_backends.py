@@ -273,7 +273,12 @@ def test_the_fp8_baseline_is_listed_beside_the_bf16_ones_and_skipped_on_a_cpu(mo
     torch_backend = backends.get("torch").decoder
     assert backends.backend_of("torch_scaled_grouped_mm").name == "torch"
     assert not backends.step_capable("torch_scaled_grouped_mm")  # the step runs bf16
-    runners = {r.name: r for r in torch_backend.runners({"kernel": "baselines"}, False)}
+    jobs = {"baselines": {"bf16"}, "baselines-fp8": {"fp8"}}  # one job per operand type
+    assert set(torch_backend.decode_jobs({}, None, ())) == set(jobs)
+    for job, dtypes in jobs.items():
+        assert {r.dtype for r in torch_backend.runners({"kernel": job}, False)} == dtypes
+        assert torch_backend.row_dtypes({"kernel": job}) == dtypes
+    runners = {r.name: r for r in torch_backend.runners({}, False)}
     scaled = runners["torch_scaled_grouped_mm"]
     assert (scaled.dtype, scaled.out_dtype) == ("fp8", "bf16")
     assert scaled.skip == "torch._scaled_grouped_mm runs on CUDA devices only (sm_90 or newer)"
@@ -296,22 +301,27 @@ def test_the_baselines_job_records_the_fp8_baseline_as_unsupported_on_a_cpu(tmp_
     from tilesweep.stages.decode import bench_decode
 
     settings = compose(["experiment=tiny", "grid.tokens_per_expert=[1]"])
-    spec = grid.canonical(
-        {
-            "kernel": {"kernel": "baselines"},
-            "model": {**settings["model"], "hidden": 128, "moe_intermediate": 64},
-            "tokens_per_expert": [1],
-            "bench": {**settings["bench"], "routing": ["uniform"]},
-        }
-    )
     ceilings = tmp_path / "ceilings.json"
     write_json(ceilings, {"copy_gbs": 1.0, "matmul_tflops": {"bf16": 0.1}, "properties": {}})
-    frame = bench_decode(spec, str(ceilings), str(tmp_path / "baselines.csv"))
-    scaled = frame[frame["runner"] == "torch_scaled_grouped_mm"]
+    frames = {}
+    for job in ("baselines", "baselines-fp8"):
+        spec = grid.canonical(
+            {
+                "kernel": {"kernel": job},
+                "model": {**settings["model"], "hidden": 128, "moe_intermediate": 64},
+                "tokens_per_expert": [1],
+                "bench": {**settings["bench"], "routing": ["uniform"]},
+            }
+        )
+        frames[job] = bench_decode(spec, str(ceilings), str(tmp_path / f"{job}.csv"))
+    scaled = frames["baselines-fp8"]
+    assert set(scaled["runner"]) == {"torch_scaled_grouped_mm"}
     assert len(scaled) == 2  # gate_up and down
     assert set(scaled["status"]) == {"unsupported"} and set(scaled["dtype"]) == {"fp8"}
     assert scaled["reason"].str.contains("CUDA devices only").all()
-    assert set(frame[frame["runner"] == "torch_matmul"]["status"]) == {"ok"}
+    bf16 = frames["baselines"]
+    assert set(bf16["dtype"]) == {"bf16"}
+    assert set(bf16[bf16["runner"] == "torch_matmul"]["status"]) == {"ok"}
 
 
 def test_build_records_carry_their_own_provenance(tmp_path, monkeypatch):

@@ -114,7 +114,7 @@ def test_changing_one_batch_reruns_benchmarks_not_builds(tiny_sweep, copy_of):
     work = copy_of(tiny_sweep)
     jobs = planned_jobs(work, [*TINY, "grid.tokens_per_expert=[1,32]"])
     assert "build_kernel" not in jobs and "check_launch" not in jobs
-    assert jobs["bench_decode"] == 3  # two Triton kernels and the baselines
+    assert jobs["bench_decode"] == 4  # two Triton kernels and the baselines' two (bf16, fp8)
     assert jobs["bench_collective"] >= 1
     assert all(jobs[rule] == 1 for rule in STAGE5)
 

@@ -9,7 +9,9 @@ from tilesweep.backends import Backend, DecodeRunner, Runner, StepRunner, regist
 from tilesweep.settings.strict import Section
 
 NAME = "torch"
-JOB = "baselines"
+# One decode job per operand type, so that what reads only one type's rows (the verdict reads
+# fp8's) waits only for that job.
+JOBS = {"baselines": "bf16", "baselines-fp8": "fp8"}
 # Every baseline with its operand and output types: each is checked against the fp32 reference of
 # its own operand type, and the report compares it with the kernels of that type.
 RUNNERS = {
@@ -130,28 +132,39 @@ def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable:
 
 
 class TorchDecode(DecodeRunner):
-    """One decode job timing every baseline, bf16 and fp8."""
+    """The baselines' decode jobs: one per operand type (JOBS), each timing its type's."""
 
     runner_names = tuple(RUNNERS)
     kind = "baseline"
 
     def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
-        """Return the one baselines job."""
-        return [JOB]
+        """Return the baselines' jobs, one per operand type."""
+        return list(JOBS)
 
     def owns_job(self, kernel: dict) -> bool:
-        """Return whether the decode job is the baselines job."""
-        return kernel.get("kernel") == JOB
+        """Return whether the decode job is one of the baselines' jobs."""
+        return kernel.get("kernel") in JOBS
 
     def row_dtypes(self, kernel: dict) -> frozenset[str]:
-        """Return every baseline's operand type (the job times them all)."""
-        return frozenset(dtype for dtype, _ in RUNNERS.values())
+        """Return the operand type of a baselines job (every type for no job)."""
+        return frozenset(r.dtype for r in self._of(kernel))
 
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
-        """Return every baseline with its types, and why one is not timed on this device."""
+        """Return the baselines of a job's operand type (every one for no job) with their
+        types, and why one is not timed on this device."""
         return [
-            Runner(name, dtype, out, skip_reason(name, cuda))
+            Runner(r.name, r.dtype, r.out_dtype, skip_reason(r.name, cuda))
+            for r in self._of(kernel)
+        ]
+
+    @staticmethod
+    def _of(kernel: dict) -> list[Runner]:
+        """Return the baselines a job times (no skip reasons yet)."""
+        want = JOBS.get(kernel.get("kernel"))
+        return [
+            Runner(name, dtype, out, None)
             for name, (dtype, out) in RUNNERS.items()
+            if want in (None, dtype)
         ]
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
