@@ -170,11 +170,11 @@ def test_a_sweeps_console_is_a_line_per_stage_with_estimates_and_ends_naming_the
     console = proc.stderr.splitlines()
     ours = [ln for ln in console if ln.startswith("[tilesweep] ")]
     assert any(
-        re.search(r"bench_decode started: 3 jobs, ~\S+ left \(mean job \S+ in an earlier run", ln)
+        re.search(r"bench_decode started: 4 jobs, ~\S+ left \(mean job \S+ in an earlier run", ln)
         for ln in ours
     ), ours
     assert any(
-        re.search(r"bench_decode 1/3 jobs, \S+ elapsed, ~\S+ left \(mean job \S+ in this run", ln)
+        re.search(r"bench_decode 1/4 jobs, \S+ elapsed, ~\S+ left \(mean job \S+ in this run", ln)
         for ln in ours
     ), ours
     for stage in ("bench_decode", "tables", "verdict", "figures", "report"):
