@@ -334,3 +334,13 @@ def test_the_engine_list_is_graphed_and_measured_beside_the_lean_step_on_a_gpu(s
     extras = 9 * 3 + 7 * 2 + 3
     assert rows[1]["launches_engine_extra"] == extras and rows[1]["launches_engine_extra_step"] == 8
     assert rows[1]["kernels_per_layer"] - rows[0]["kernels_per_layer"] == pytest.approx(extras / 3)
+
+
+def test_the_check_runs_one_rank_of_a_named_layout_and_refuses_another_name():
+    from tilesweep.measure import step_engine_check as check
+
+    _, cell = check.settings_and_cell([], "tp8-pp1-ep1")
+    assert json.loads(cell)["layout"]["layout"] == "tp8-pp1-ep1"  # one rank of eight
+    with pytest.raises(ValueError, match="tpT-ppP-epE"):
+        check.layout_override("tp8")
+    assert check.main(["unused", "--layout=8gpus"]) == 2  # refused before anything runs

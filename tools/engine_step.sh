@@ -3,7 +3,8 @@
 # at hand: the default model (conf/config.yaml) at TP1, batches 1, 8 and 32, each list measured in
 # CUDA graphs and composed from the shipped fit (deployment.fit_file); about 2-4 minutes.
 # Writes OUT/engine_step.csv (and the step's own table and log) and prints a short table; any
-# failure is a row with its reason. Extra arguments are Hydra overrides (engine=vllm, model=...).
+# failure is a row with its reason. Extra arguments are Hydra overrides (engine=vllm, model=...) and
+# --layout=tp8-pp1-ep1 (one rank of that layout, emulated alone; default TP1).
 # ENGINE_STEP_TESTS=1 also runs tests/test_step_engine.py's GPU tests after it (about a minute).
 # Usage (on the GPU machine, .whl carried): tools/engine_step.sh OUT_DIR [OVERRIDES...]
 set -uo pipefail

@@ -1,9 +1,12 @@
 """The whole decode step with an engine's kernel list beside the lean one, measured on the one
 GPU at hand and composed from the shipped fit:
-`python -m tilesweep.measure.step_engine_check OUT [OVERRIDES...]` (tools/engine_step.sh).
+`python -m tilesweep.measure.step_engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`
+(tools/engine_step.sh).
 
 The configured model (conf/config.yaml's default unless overridden) runs its depth-reduced whole
-step at TP1 (bench.step_* as a sweep runs it, CUDA graphs on a GPU) at batches 1, 8 and 32 twice:
+step at TP1, or one rank of the layout given (emulated alone, as a sweep's bench_layout runs it:
+no collectives), with bench.step_* as a sweep runs it (CUDA graphs on a GPU), at batches 1, 8 and
+32 twice:
 the project's lean step, then the same step with the deployment's engine's extra kernels
 (bench.step_kernel_list=engine; measure.step_extras). Each row is composed from the fit shipped in
 deployment.fit_file on that fit's own device figures (plan.calibration.step_check: a lean row with
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -25,8 +29,8 @@ from tilesweep.columns import Status
 
 BATCHES = (1, 8, 32)
 LAYOUT = "tp1-pp1-ep1"
+_LAYOUT_NAME = re.compile(r"tp(\d+)-pp(\d+)-ep(\d+)")
 OVERRIDES = (
-    "grid.layouts=[{tp:1,pp:1,ep:1}]",
     "bench.step_kernel_list=engine",
     "bench.step_timeout_s=200",  # the step's ranks are killed past this: rows say so
 )
@@ -41,21 +45,31 @@ SHOWN = ["kernel_list", "batch", "status", "step_ms", "kernels_per_layer", "comp
          "engine_over_lean", "composed_engine_over_lean"]  # fmt: skip
 
 
-def settings_and_cell(overrides: list[str]) -> tuple[dict, str]:
-    """Return (the composed settings, the whole-step cell of the TP1 layout at BATCHES), as the
+def layout_override(layout: str) -> str:
+    """Return the grid.layouts override of one layout named tpT-ppP-epE; raise ValueError for
+    another name."""
+    match = _LAYOUT_NAME.fullmatch(layout)
+    if not match:
+        raise ValueError(f"--layout={layout!r}: name a layout tpT-ppP-epE (e.g. tp8-pp1-ep1)")
+    tp, pp, ep = match.groups()
+    return f"grid.layouts=[{{tp:{tp},pp:{pp},ep:{ep}}}]"
+
+
+def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[dict, str]:
+    """Return (the composed settings, the whole-step cell of the layout at BATCHES), as the
     sweep's bench_layout job would get it."""
     from tilesweep import grid
     from tilesweep.pipeline import Sweep
 
-    sweep = Sweep([*OVERRIDES, *overrides], None)
-    cell = json.loads(sweep.layout_step_cell(LAYOUT))
+    sweep = Sweep([layout_override(layout), *OVERRIDES, *overrides], None)
+    cell = json.loads(sweep.layout_step_cell(layout))
     cell["batches"] = list(BATCHES)
     return sweep.settings, grid.canonical(cell)
 
 
 def composed(steps: pd.DataFrame, settings: dict) -> pd.DataFrame:
     """Return the check rows of the measured steps, composed from deployment.fit_file on the
-    fit's own device figures (its ceilings), no collectives (TP1)."""
+    fit's own device figures (its ceilings), no collectives (TP1, or one rank run alone)."""
     from tilesweep.io import project_path
     from tilesweep.plan import calibration
 
@@ -92,19 +106,19 @@ def failed(reason: str, lists: tuple[str, ...] = ("lean", "engine")) -> pd.DataF
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
 
 
-def run(out: Path, overrides: list[str]) -> pd.DataFrame:
+def run(out: Path, overrides: list[str], layout: str = LAYOUT) -> pd.DataFrame:
     """Measure, compose and write OUT/engine_step.csv; return the table (failures as rows)."""
     from tilesweep.errors import last_line
     from tilesweep.stages.layout import bench_layout
 
     out.mkdir(parents=True, exist_ok=True)
     try:
-        settings, cell = settings_and_cell(overrides)
+        settings, cell = settings_and_cell(overrides, layout)
     except Exception as exc:  # a config that does not compose: every row says why
         frame = failed(f"config: {last_line(exc)}")
     else:
         try:
-            steps = bench_layout(cell, str(out / f"layout_{LAYOUT}.csv"), str(out / "layout.log"))
+            steps = bench_layout(cell, str(out / f"layout_{layout}.csv"), str(out / "layout.log"))
         except Exception as exc:  # bench_layout makes rows of a step's failure; this is the rest
             frame = failed(f"measure: {last_line(exc)}")
         else:
@@ -119,12 +133,21 @@ def run(out: Path, overrides: list[str]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the check (argv: OUT [OVERRIDES...]), print a short table; 0 once the CSV is written."""
+    """Run the check (argv: OUT [--layout=NAME] [OVERRIDES...]), print a short table; 0 once the
+    CSV is written."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+        print(" ".join(__doc__.splitlines()[2:4]).strip(), file=sys.stderr)
         return 2
-    frame = run(Path(args[0]), args[1:])
+    layouts = [a.removeprefix("--layout=") for a in args[1:] if a.startswith("--layout=")]
+    overrides = [a for a in args[1:] if not a.startswith("--layout=")]
+    try:
+        layout = layouts[-1] if layouts else LAYOUT
+        layout_override(layout)
+    except ValueError as exc:
+        print(f"step_engine_check: {exc}", file=sys.stderr)
+        return 2
+    frame = run(Path(args[0]), overrides, layout)
     with pd.option_context("display.width", 200, "display.max_colwidth", 48):
         print(frame[SHOWN].to_string(index=False))
     bad = frame[frame["status"] != Status.OK]
