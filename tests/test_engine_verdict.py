@@ -75,7 +75,7 @@ def test_an_engines_kernel_list_replaces_the_lean_steps_count():
     settings = compose(["model=deepseek_v3", "references=none"])
     lean = engine_profile.profile(compose(["engine=lean"])["engine"], settings["model"])
     assert lean.launches is None and lean.host_ms == 0
-    for name in ("sglang", "vllm"):
+    for name in ("sglang", "vllm", "tensorrtllm"):
         engine = compose([f"engine={name}", "references=none"])["engine"]
         fp8 = engine_profile.profile(engine, settings["model"], "fp8")
         bf16 = engine_profile.profile(engine, settings["model"], "bf16")
@@ -86,8 +86,10 @@ def test_an_engines_kernel_list_replaces_the_lean_steps_count():
         for family in engine["families"].values():
             for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
                 assert all(k["cite"] for k in family[where])
-    unread = engine_profile.profile(compose(["engine=tensorrtllm"])["engine"], settings["model"])
-    assert unread.launches is None and "no kernel list read for tensorrtllm" in unread.label
+    # An engine whose code was not read (no families): the lean step's count, labelled.
+    unread = dict(compose(["engine=sglang"])["engine"], name="other", version="x", families={})
+    unread = engine_profile.profile(unread, settings["model"])
+    assert unread.launches is None and "no kernel list read for other" in unread.label
 
 
 def test_the_engine_adds_its_kernels_and_host_time():

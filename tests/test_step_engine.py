@@ -85,9 +85,10 @@ def test_a_listed_fraction_runs_as_its_nearest_whole_total():
 
 
 def test_an_engine_without_a_list_is_refused():
-    trt = compose(["engine=tensorrtllm"])
+    settings = compose([])
+    unread = dict(settings["engine"], name="other", families={})
     with pytest.raises(ValueError, match="lists no kernels"):
-        step_extras.expand(trt["engine"], trt["model"], "nvfp4", 1, 2)
+        step_extras.expand(unread, settings["model"], "nvfp4", 1, 2)
 
 
 def _cell(settings: dict, kernel_list: str) -> dict:
@@ -122,7 +123,8 @@ def test_on_a_gpu_the_engine_list_runs_beside_the_lean_step(settings):
     lean_spec, _ = layout_stage.step_spec(_cell(settings, "lean"), cuda=True)
     assert lean_spec["step"]["kernel_lists"] == ["lean"] and "engine_list" not in lean_spec["step"]
     # An engine with no list: its rows are skipped with the reason, the lean step runs.
-    trt = dict(_cell(settings, "engine"), engine=compose(["engine=tensorrtllm"])["engine"])
+    unread = dict(settings["engine"], name="other", families={})
+    trt = dict(_cell(settings, "engine"), engine=unread)
     trt_spec, trt_skipped = layout_stage.step_spec(trt, cuda=True)
     assert trt_spec["step"]["kernel_lists"] == ["lean"]
     assert {r["status"] for r in trt_skipped} == {"skipped"}
