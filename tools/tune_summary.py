@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.report.tune_analysis import tune_summary, tune_targets
+from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -177,8 +177,8 @@ def _ints(text: str, what: str) -> list[int]:
 def engine_tune_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-tune`; return the exit status."""
     from tilesweep.config import compose
-    from tilesweep.measure import engine_tune
-    from tilesweep.measure.engine_timing import LAUNCHERS
+    from tilesweep.fused_moe import engine_tune
+    from tilesweep.fused_moe.engine_timing import LAUNCHERS
 
     settings = compose(args.overrides)
     fused = settings["backend"]["fused_moe"]
@@ -197,7 +197,7 @@ def engine_tune_command(args: argparse.Namespace) -> int:
     if any(len(s) != 2 for s in shapes):
         raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
     keys = _ints(args.keys, "--keys") if args.keys else None
-    from tilesweep.measure.engine_check import read_file
+    from tilesweep.fused_moe.engine_check import read_file
 
     for path in args.extra:
         read_file(path)  # a bad file is refused before anything starts
@@ -213,7 +213,7 @@ def engine_tune_command(args: argparse.Namespace) -> int:
 def engine_check_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-check`; return the exit status."""
     from tilesweep.config import compose
-    from tilesweep.measure.engine_check import check_file, read_file, safe_file, summary
+    from tilesweep.fused_moe.engine_check import check_file, read_file, safe_file, summary
 
     read_file(args.file)  # a bad file is refused before anything starts
     if args.repeats < 3:

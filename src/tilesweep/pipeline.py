@@ -107,8 +107,8 @@ RULE_STAGES = {
     "launch": "stages/launch.py",
     "device": "stages/decode.py",
     "decode": "stages/decode.py",
-    "tune": "stages/tune.py",
-    "tune_engine": "stages/tune_engine.py",
+    "tune": "fused_moe/tune.py",
+    "tune_engine": "fused_moe/engine_stage.py",
     "collective": "stages/collective.py",
     "layout": "stages/layout.py",
     "power": "stages/power.py",
@@ -483,7 +483,7 @@ class Sweep:
     def project_kernel_dir(self, dtype: str) -> str:
         """Return the folder of the project kernel's picks for one dtype (a pattern with
         dtype='{dtype}'): under tune/, never under tuned/, which holds the engines' files."""
-        from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
+        from tilesweep.fused_moe.backend import PROJECT_KERNEL
 
         return self.path("tune", PROJECT_KERNEL, dtype)
 

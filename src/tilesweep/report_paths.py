@@ -94,7 +94,7 @@ class Stage5:
     def replayed(self, run: str, dtype: str) -> tuple[str, str]:
         """Return the tune table and the folder of the project kernel's picks a kept example's
         journals replay into (patterns with run='{run}', dtype='{dtype}')."""
-        from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
+        from tilesweep.fused_moe.backend import PROJECT_KERNEL
 
         base = Path(self.example) / run
         return str(base / f"tune_{dtype}.csv"), str(base / PROJECT_KERNEL / dtype)

@@ -1,6 +1,6 @@
 # Stage 3b: the project's fused-MoE kernel tuned in the serving engines' conditions (GPU only):
 # one job per dtype; its picks go to tune/project_kernel/<dtype>/ for the whole step's runner,
-# never named or laid out as an engine's file (see src/tilesweep/stages/tune.py).
+# never named or laid out as an engine's file (see src/tilesweep/fused_moe/tune.py).
 
 
 rule tune_configs:
@@ -30,7 +30,7 @@ rule tune_configs:
 
 
 # The engines' own kernels: config files searched and picked in vLLM's and SGLang's fused-MoE
-# kernels (GPU only; see src/tilesweep/stages/tune_engine.py), one job per engine: the exported
+# kernels (GPU only; see src/tilesweep/fused_moe/engine_stage.py), one job per engine: the exported
 # files, the only ones under tuned/.
 rule tune_engine:
     input:

@@ -7,7 +7,9 @@ runners, which decode rows ran a launch row's kernel), `stepper` (routed experts
 whole step) and `tuner` (tuning jobs). The rest of the package asks the registry by role; nothing
 else branches on a backend's or a runner's name.
 
-Adding a backend is one module here (discovered on import) and one file in conf/backends/. Extra
+Adding a backend is one module here (discovered on import), or a package of its own with a
+`backend` module (src/tilesweep/<package>/backend.py, discovered the same way: the fused-MoE
+kernel and its tuner are one), and one file in conf/backends/. Extra
 plugin modules (the tests' planted faults) load from TILESWEEP_PLUGINS, a comma-separated list of
 importable module names, so that production registers nothing of them.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+from pathlib import Path
 
 from tilesweep.backends.roles import Builder, DecodeRunner, Runner, StepRunner, Tuner
 
@@ -78,11 +81,16 @@ def unregister(name: str) -> None:
 
 
 def _discover() -> None:
-    """Import every module of this package, so each registers its backend, then the extra
-    plugin modules TILESWEEP_PLUGINS names."""
+    """Import every module of this package, so each registers its backend, then the `backend`
+    module of every tilesweep package that has one (a product with its own package), then the
+    extra plugin modules TILESWEEP_PLUGINS names."""
     for info in pkgutil.iter_modules(__path__):
         if info.name != "roles":
             importlib.import_module(f"{__name__}.{info.name}")
+    top = Path(__path__[0]).parent
+    for info in pkgutil.iter_modules([str(top)]):
+        if info.ispkg and (top / info.name / "backend.py").is_file():
+            importlib.import_module(f"tilesweep.{info.name}.backend")
     for name in filter(None, os.environ.get("TILESWEEP_PLUGINS", "").split(",")):
         importlib.import_module(name.strip())
 

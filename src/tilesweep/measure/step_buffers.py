@@ -9,7 +9,7 @@ from tilesweep.measure.step_weights import random_bf16
 def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
     """Return (config, where it came from) for a fused-MoE GEMM of M rows: the tuned table's
     nearest batch key (as the engines pick), else the engines' default rules."""
-    from tilesweep.plan.fused_moe_space import engine_default, nearest_key
+    from tilesweep.fused_moe.space import engine_default, nearest_key
 
     configs = table.get("configs")
     if configs:
@@ -91,7 +91,7 @@ def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> di
     """Return the fused-MoE kernel's routing for one micro-batch: the pairs' experts (fixed,
     balanced), their row blocks (aligned once here: the step's graph replays them), and the
     config the tuned table or the engines' default picks for the GEMMs' M."""
-    from tilesweep.kernels import fused_moe as fm
+    from tilesweep.fused_moe import kernel as fm
 
     torch, top_k = rank.torch, rank.model["top_k"]
     if rank.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k

@@ -66,7 +66,7 @@ def gated(rank, gu, clock: PartClock, out=None):
 def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
     """Run the routed experts through the project's fused-MoE kernel; return the combined
     output per token (EP: None, combined after the all-to-all)."""
-    from tilesweep.kernels import fused_moe as fm
+    from tilesweep.fused_moe import kernel as fm
 
     f = mb["fused"]
     ep1 = rank.layout["ep"] == 1

@@ -59,7 +59,7 @@ from tilesweep.report.headlines import (
     tie_column,
     worded,
 )
-from tilesweep.report.tune_analysis import tune_summary, tune_targets
+from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 
 
 def _when(provenance: dict, key: str) -> str:
@@ -494,7 +494,7 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
     failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
     blocks: list[Block] = [
         Text(
-            "The project's fused-MoE kernel (kernels/fused_moe.py: routed pairs gathered through "
+            "The project's fused-MoE kernel (fused_moe/kernel.py: routed pairs gathered through "
             "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
             "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
             "own search space at their batch keys, measured on the device at hand. 'tuned' is "

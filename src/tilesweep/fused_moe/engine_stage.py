@@ -1,5 +1,5 @@
 """Stage tune_engine: config files tuned and picked in one serving engine's own fused-MoE kernel
-(measure/engine_tune.py), for every expert problem the grid's layouts put on a GPU and every
+(fused_moe/engine_tune.py), for every expert problem the grid's layouts put on a GPU and every
 format of backend.fused_moe.engine_tune, each checked on fresh data; one job per engine on a
 GPU machine.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 from tilesweep.stages import logged
 
 SUMMARY_GAP = ["engine", "version", "status", "reason"]
@@ -30,7 +30,7 @@ def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir:
                 log_path: str | None = None) -> None:  # fmt: skip
     """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
     from tilesweep.errors import ConfigError
-    from tilesweep.measure import engine_tune
+    from tilesweep.fused_moe import engine_tune
 
     settings = json.loads(settings_json)
     fused = settings["backend"]["fused_moe"]

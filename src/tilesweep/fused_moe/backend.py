@@ -1,7 +1,7 @@
 """The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
-one tuning job per dtype on a GPU machine (stages/tune.py), its picks kept for the whole step's
+one tuning job per dtype on a GPU machine (fused_moe/tune.py), its picks kept for the whole step's
 runner under a name no engine reads (the engines' files are tuned in their own kernels:
-stages/tune_engine.py)."""
+fused_moe/engine_stage.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> s
     """Return the file name of the project kernel's picks for one (local experts, shard width):
     the engines' name behind PROJECT_KERNEL, e.g.
     'project_kernel_E=256,N=2048,device_name=NVIDIA_H200.json'."""
-    from tilesweep.plan.fused_moe_space import config_file_name
+    from tilesweep.fused_moe.space import config_file_name
 
     return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
@@ -139,7 +139,7 @@ def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, devi
 
 
 class FusedMoeTuner(Tuner):
-    """One tuning job per configured dtype where a GPU is at hand (stages/tune.py)."""
+    """One tuning job per configured dtype where a GPU is at hand (fused_moe/tune.py)."""
 
     def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
         """Return the dtypes tuned on this machine: every configured one where a GPU is here
@@ -163,7 +163,7 @@ class FusedMoeRows(DecodeRunner):
 
     def table_rows(self, settings: dict, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
-        from tilesweep.measure.engine_rows import engine_rows
+        from tilesweep.fused_moe.engine_rows import engine_rows
 
         return engine_rows(settings.get("backend", {}).get(NAME) or {}, tune)
 
@@ -193,8 +193,8 @@ class FusedMoeBackend(Backend):
         """Raise ConfigError for tuning settings that cannot describe a search."""
         from tilesweep.config import check_choices
         from tilesweep.errors import ConfigError
-        from tilesweep.measure.engine_moe import ENGINES
-        from tilesweep.plan.fused_moe_space import ENGINE_DTYPE, engine_default, is_engine_config
+        from tilesweep.fused_moe.engine_moe import ENGINES
+        from tilesweep.fused_moe.space import ENGINE_DTYPE, engine_default, is_engine_config
 
         mine = settings["backend"][NAME]
         check_choices(mine["dtypes"], tuple(ENGINE_DTYPE), f"backend.{NAME}.dtypes")

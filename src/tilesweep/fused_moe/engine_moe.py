@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
 ENGINES = ("vllm", "sglang")
 
