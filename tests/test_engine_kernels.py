@@ -14,9 +14,14 @@ import pandas as pd
 import pytest
 import torch
 
-from tilesweep.fused_moe import engine_kernels
 from tilesweep.errors import ConfigError
-from tilesweep.fused_moe import engine_check, engine_tables, engine_tune, vllm_kernel
+from tilesweep.fused_moe import (
+    engine_check,
+    engine_kernels,
+    engine_tables,
+    engine_tune,
+    vllm_kernel,
+)
 from tilesweep.fused_moe.engine_check import judge, read_file
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -297,22 +297,25 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
     tmp_path, monkeypatch
 ):
     """Issue 25: the project kernel's picks are no engine export. A sweep writes them under
-    tune/project_kernel/, never under tuned/ (the engine-kernel exports), with names no engine
-    reads and a README saying which files to use; engine-check can still time one, the GPU
+    tune/fused_moe/project_kernel/, never under tuned/ (the engine-kernel exports), with names no
+    engine reads and a README saying which files to use; engine-check can still time one, the GPU
     step's runner still finds the kept example's, and that example holds them nowhere else."""
     from conftest import ROOT
 
+    from tilesweep.fused_moe import tune
     from tilesweep.fused_moe.backend import PROJECT_KERNEL, moe_table, project_kernel_file
     from tilesweep.fused_moe.engine_check import read_file
     from tilesweep.pipeline import Sweep
-    from tilesweep.stages import tune
 
     sweep = Sweep(["device=h200x8", "backend.fused_moe.tune=true"], ROOT / "conf")
     results = sweep.results
     folders = [p for p in sweep.tuned_outputs() if not p.endswith(".csv")]
-    assert folders == [str(results / "tune" / PROJECT_KERNEL / d) for d in sweep.tune_dtypes()]
-    exports = [p for p in sweep.engine_tune_outputs() if not p.endswith(".csv")]
-    assert exports and all(p.startswith(str(results / "tuned" / "engine_")) for p in exports)
+    picks = [str(results / "tune" / "fused_moe" / PROJECT_KERNEL / d) for d in sweep.tune_dtypes()]
+    assert folders[: len(picks)] == picks
+    exports = folders[len(picks) :]
+    assert exports and all(
+        p.startswith(str(results / "tuned" / "fused_moe" / "engine_")) for p in exports
+    )
 
     tuned = {(4, 32): {"1": {**CONFIG}}, (8, 64): {"1": {**CONFIG}, "8": {**CONFIG}}}
     for dtype in ("bf16", "fp8"):
@@ -346,8 +349,8 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
 def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     import logging
 
+    from tilesweep.fused_moe import tune
     from tilesweep.fused_moe.tune_worker import append_journal, read_journal
-    from tilesweep.stages import tune
 
     log = logging.getLogger("test")
     env = {"TRITON_INTERPRET": "1"}
@@ -391,7 +394,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
 def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     import logging
 
-    from tilesweep.stages import tune
+    from tilesweep.fused_moe import tune
 
     spec = _spec(items_per_worker=1, batch_keys=[8], final_batches=[8])
     records = tune.supervise(
@@ -417,7 +420,7 @@ def test_a_half_written_journal_line_is_ignored(tmp_path):
 def test_the_tuned_pick_minimises_the_time_summed_over_routings():
     import pandas as pd
 
-    from tilesweep.stages import tune
+    from tilesweep.fused_moe import tune
 
     spec = {"routing": ["uniform", "zipf"], "batch_keys": [64], "engine_defaults": {"vllm": {}}}
     rows = [  # config a wins on uniform by a hair and loses on zipf by far: b is the pick

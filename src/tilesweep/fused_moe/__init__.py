@@ -4,8 +4,8 @@ serving engines' own fused-MoE kernels taken from their wheels (engine_kernels.p
 vllm_kernel.py, sglang_kernel.py) with the check, search and tables run in them (engine_*.py),
 its backend registration (backend.py: the tuner, decode-row and step-runner roles), its CLI
 verbs (commands.py) and its report analysis (tune_analysis.py). Its rules are
-workflow/rules/fused_moe.smk and fused_moe_replay.smk, its config group conf/backends/fused_moe.yaml,
-its outputs results/tune/fused_moe/ and results/tuned/fused_moe/.
+workflow/rules/fused_moe.smk and fused_moe_replay.smk, its config group
+conf/backends/fused_moe.yaml, its outputs results/tune/fused_moe/ and results/tuned/fused_moe/.
 
 The core (pipeline, report_paths, cli, stages, measure) reaches it only through the roles of
 tilesweep.backends; nothing there imports this package."""

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 
 from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe.space import gemm_shapes, scale_mode
 from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
 from tilesweep.measure.gemm_case import rel_error
-from tilesweep.fused_moe.space import gemm_shapes, scale_mode
 
 FP8_MAX = 448.0
 # Relative L2 error allowed against the fp32 reference (fp32 operands: the interpreter in tests;

@@ -3,12 +3,12 @@
 format of backend.fused_moe.engine_tune, each checked on fresh data; one job per engine on a
 GPU machine.
 
-Outputs: `results/tune/engine_<engine>.csv` (the drop-in rows of measure/engine_tables: per
+Outputs: `results/tune/fused_moe/engine_<engine>.csv` (the drop-in rows of engine_tables: per
 problem and format, the keys kept, the held-out draw's worst and geometric-mean ratio against
-the engine's current table, with the tuning's counts) and `results/tuned/engine_<engine>/` with
-`export/` (the drop-in files under the engine's own names and layout), `<engine>-<version>/`
-(the tuning's picks as `picks_<name>`, the tune and check tables). Where the engine's kernel is
-not at hand the summary says why.
+the engine's current table, with the tuning's counts) and
+`results/tuned/fused_moe/engine_<engine>/` with `export/` (the drop-in files under the engine's
+own names and layout), `<engine>-<version>/` (the tuning's picks as `picks_<name>`, the tune and
+check tables). Where the engine's kernel is not at hand the summary says why.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 against the engine's current table (its shipped table, else its default rule), timed with cold
 L2 (fused_moe/engine_timing.py); a key keeps the candidate's config only where it won beyond the
 noise on every routing of both draws, else it takes the config the engine runs there today
-(measure/engine_check.export_table). The file so made is checked once more on a draw not used
+(fused_moe/engine_check.export_table). The file so made is checked once more on a draw not used
 to pick (bench.seed + 3), at the keys whose config differs from the baseline's (elsewhere the
 engine runs the same kernel: 1x); a key that loses there beyond 1% is withheld too. A file with
 no key left is not exported.
@@ -96,9 +96,8 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
 
     import triton
 
-    from tilesweep.fused_moe import engine_kernels
+    from tilesweep.fused_moe import engine_check, engine_kernels
     from tilesweep.io import write_text
-    from tilesweep.fused_moe import engine_check
 
     fused = settings["backend"]["fused_moe"]
     version = fused["engine_versions"][engine]
@@ -207,9 +206,9 @@ def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repea
     import triton
 
     from tilesweep.errors import last_line
-    from tilesweep.io import write_table
     from tilesweep.fused_moe import engine_check
     from tilesweep.fused_moe.engine_timing import compile_pool, warm_all
+    from tilesweep.io import write_table
 
     start = time.monotonic()
     out_dir = Path(out_dir)

@@ -27,7 +27,10 @@ import math
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
 
-LAUNCHERS = {"vllm": "tilesweep.fused_moe.vllm_kernel", "sglang": "tilesweep.fused_moe.sglang_kernel"}
+LAUNCHERS = {
+    "vllm": "tilesweep.fused_moe.vllm_kernel",
+    "sglang": "tilesweep.fused_moe.sglang_kernel",
+}
 GEMMS = ("gate_up", "down")
 TIMINGS = ("decode", "warm")
 L2_MULTIPLE = 3  # bytes touched between two uses of one weight copy, in units of the L2
@@ -136,8 +139,8 @@ class EngineTimer:
                  check_experts: int | None = None):  # fmt: skip
         import torch
 
-        from tilesweep.fused_moe.engine_kernels import load
         from tilesweep.fused_moe import engine_case
+        from tilesweep.fused_moe.engine_kernels import load
 
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
@@ -224,8 +227,8 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
     try:
         import torch
 
-        from tilesweep.fused_moe.engine_kernels import load
         from tilesweep.fused_moe import engine_case
+        from tilesweep.fused_moe.engine_kernels import load
 
         kernel, _ = load(engine, version)
         lx = launcher(engine)

@@ -10,7 +10,7 @@ timed on every routing with `final_repeats` graph replays, decode-true (cold L2)
 finalist (summed over routings) is picked only where it beats the baseline on every routing by
 more than the noise (its p90 below the baseline's p10); otherwise the baseline's config. The
 picks (`picks_<name>`) are then decided into a drop-in file on two fresh draws and checked on a
-third (measure/engine_tables.decide_file). In the tune table `default`, `is_default` and
+third (fused_moe/engine_tables.decide_file). In the tune table `default`, `is_default` and
 `x_default` name that baseline.
 """
 
@@ -121,8 +121,8 @@ def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
 
 def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict, tune, log):
     """Compile (in parallel) and screen every key's candidates on the first routing."""
-    from tilesweep.fused_moe.engine_timing import effective, warm
     from tilesweep.fused_moe.case import TOLERANCE
+    from tilesweep.fused_moe.engine_timing import effective, warm
 
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
     if timer.device == "cuda":
@@ -210,16 +210,15 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
     """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
     else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
     drop-in file from the picks decode-true on two draws and a held-out one
-    (measure/engine_tables.decide_file); return the drop-in rows with the tuning's counts."""
+    (fused_moe/engine_tables.decide_file); return the drop-in rows with the tuning's counts."""
     import os
     import time
 
     import torch
     import triton
 
-    from tilesweep.fused_moe import engine_kernels
+    from tilesweep.fused_moe import engine_check, engine_kernels, engine_tables
     from tilesweep.io import write_table, write_text
-    from tilesweep.fused_moe import engine_check, engine_tables
 
     fused = settings["backend"]["fused_moe"]
     tune = {**fused["engine_tune"]}

@@ -1,4 +1,4 @@
-"""Stage tune: the project's fused-MoE kernel tuned in the serving engines' conditions, its
+"""Stage tune_configs (and tune_replay): the project's fused-MoE kernel tuned in the serving engines' conditions, its
 picks kept for the whole step's runner and never exported as an engine's config file.
 
 One job per dtype on a GPU machine. The work runs in a worker process (fused_moe/tune_worker.py)
@@ -7,14 +7,14 @@ time limit is killed (the item is recorded as a timeout), one that dies records 
 both cases a new worker resumes after the last journalled item. A rerun of the job resumes the
 same way, since the journal lives beside the outputs and is not one of them.
 
-Outputs: `results/tune/<dtype>.csv` (every timed config, default, baseline and engine row at
+Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine row at
 every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
 fractions; `tuned` marks the pick in the engines' space, `best` the pick with the kernel's own
-variants) and `results/tune/project_kernel/<dtype>/` with
+variants) and `results/tune/fused_moe/project_kernel/<dtype>/` with
 `project_kernel_E=..,N=..,device_name=..[,dtype=..].json`, one per (local experts, shard N) that
 the grid's layouts put on a GPU, and a README.txt. The kernel is not the engines': the files to
-drop into vLLM or SGLang are tuned and picked in each engine's own kernel (fused_moe/engine_stage.py,
-`results/tuned/engine_<engine>/`).
+drop into vLLM or SGLang are tuned and picked in each engine's own kernel
+(fused_moe/engine_stage.py, `results/tuned/fused_moe/engine_<engine>/`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import TUNE_COLUMNS, Status
-from tilesweep.io import atomic_path, read_json, write_text
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.fused_moe.tune_worker import (
     FINAL,
     SCREEN,
@@ -39,7 +39,7 @@ from tilesweep.fused_moe.tune_worker import (
     read_journal,
     refusal_status,
 )
-from tilesweep.fused_moe import space
+from tilesweep.io import atomic_path, read_json, write_text
 from tilesweep.stages import logged
 
 NAME = "fused_moe"

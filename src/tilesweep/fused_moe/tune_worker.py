@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from tilesweep.errors import last_line
-from tilesweep.measure.timing import time_call
 from tilesweep.fused_moe import space
+from tilesweep.measure.timing import time_call
 
 SCREEN = "screen"
 FINAL = "final"

@@ -32,6 +32,7 @@ from tilesweep.columns import (
     VERDICT_NO_FIT_COLUMNS,
     Status,
 )
+from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 from tilesweep.report.analysis import (
     best_per_batch,
     decode_targets,
@@ -59,7 +60,6 @@ from tilesweep.report.headlines import (
     tie_column,
     worded,
 )
-from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 
 
 def _when(provenance: dict, key: str) -> str:
@@ -452,14 +452,14 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
 
 
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
-    """Return the drop-in engine files (dropins.csv of measure/engine_tables): each file's path,
+    """Return the drop-in engine files (dropins.csv of fused_moe/engine_tables): each file's path,
     engine and version, and its worst and geometric-mean ratio against the engine's current
     table on the held-out draw; where none is kept, where they come from."""
     if dropins.empty:
         return [
             Text(
                 "No drop-in engine files in this run: a GPU sweep writes them when it tunes "
-                "(backend.fused_moe.tune=true, results/tuned/), and a kept example lists its own "
+                "(backend.fused_moe.tune=true, results/tuned/fused_moe/), and a kept example lists its own "
                 "(engine_tables/dropins.csv)."
             )
         ]
@@ -498,11 +498,11 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
             "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
             "own search space at their batch keys, measured on the device at hand. 'tuned' is "
-            "its pick in the engines' space: a table for this kernel (tune/project_kernel/, read "
+            "its pick in the engines' space: a table for this kernel (tune/fused_moe/project_kernel/, read "
             "by the whole step's runner), not an engine's config file, since a pick can be "
             "slower in an engine's own kernel. The files to drop into vLLM or SGLang are those "
             "tuned and picked in each engine's own kernel and checked against its default "
-            "(rule tune_engine, tuned/engine_<engine>/). Times are "
+            "(rule tune_engine, tuned/fused_moe/engine_<engine>/). Times are "
             "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
             "config's time over the tuned config's time on the same kernel and routed batch; "
             "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
