@@ -326,7 +326,8 @@ def fastest_runner(
 
 
 # The power table (results/power/power.csv): one row per sustained load.
-# results/tune/fused_moe/<dtype>.csv and tables/tune.csv: the fused-MoE kernel in the engines' conditions.
+# results/tune/fused_moe/<dtype>.csv and tables/tune.csv: the fused-MoE kernel in the engines'
+# conditions.
 TUNE_COLUMNS = [
     "dtype",
     "experts",

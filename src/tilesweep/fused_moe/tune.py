@@ -1,5 +1,6 @@
-"""Stage tune_configs (and tune_replay): the project's fused-MoE kernel tuned in the serving engines' conditions, its
-picks kept for the whole step's runner and never exported as an engine's config file.
+"""Stage tune_configs (and tune_replay): the project's fused-MoE kernel tuned in the serving
+engines' conditions, its picks kept for the whole step's runner and never exported as an
+engine's config file.
 
 One job per dtype on a GPU machine. The work runs in a worker process (fused_moe/tune_worker.py)
 that journals every finished item; this module supervises it: a worker that outlives an item's
@@ -7,8 +8,8 @@ time limit is killed (the item is recorded as a timeout), one that dies records 
 both cases a new worker resumes after the last journalled item. A rerun of the job resumes the
 same way, since the journal lives beside the outputs and is not one of them.
 
-Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine row at
-every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
+Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine
+row at every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
 fractions; `tuned` marks the pick in the engines' space, `best` the pick with the kernel's own
 variants) and `results/tune/fused_moe/project_kernel/<dtype>/` with
 `project_kernel_E=..,N=..,device_name=..[,dtype=..].json`, one per (local experts, shard N) that

@@ -459,8 +459,8 @@ def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
         return [
             Text(
                 "No drop-in engine files in this run: a GPU sweep writes them when it tunes "
-                "(backend.fused_moe.tune=true, results/tuned/fused_moe/), and a kept example lists its own "
-                "(engine_tables/dropins.csv)."
+                "(backend.fused_moe.tune=true, results/tuned/fused_moe/), and a kept example "
+                "lists its own (engine_tables/dropins.csv)."
             )
         ]
     done = dropins[dropins["status"] == "exported"] if "status" in dropins else dropins
@@ -498,11 +498,12 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
             "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
             "own search space at their batch keys, measured on the device at hand. 'tuned' is "
-            "its pick in the engines' space: a table for this kernel (tune/fused_moe/project_kernel/, read "
-            "by the whole step's runner), not an engine's config file, since a pick can be "
-            "slower in an engine's own kernel. The files to drop into vLLM or SGLang are those "
-            "tuned and picked in each engine's own kernel and checked against its default "
-            "(rule tune_engine, tuned/fused_moe/engine_<engine>/). Times are "
+            "its pick in the engines' space: a table for this kernel "
+            "(tune/fused_moe/project_kernel/, read by the whole step's runner), not an engine's "
+            "config file, since a pick can be slower in an engine's own kernel. The files to "
+            "drop into vLLM or SGLang are those tuned and picked in each engine's own kernel "
+            "and checked against its default (rule tune_engine, "
+            "tuned/fused_moe/engine_<engine>/). Times are "
             "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
             "config's time over the tuned config's time on the same kernel and routed batch; "
             "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
