@@ -133,6 +133,20 @@ def test_the_core_does_not_import_the_fused_moe_package():
     assert not found, f"core modules import the fused-MoE package: {found}"
 
 
+def test_nothing_outside_the_package_imports_it():
+    """The registry imports its backend module by discovery (no import statement), and the
+    report takes its sections from the tuner role: no module outside imports the package."""
+    graph = _graph()
+    inside = (PRODUCT, f"{PRODUCT}.")
+    found = {
+        m: sorted(i for i in graph[m] if i == PRODUCT or i.startswith(f"{PRODUCT}."))
+        for m in graph
+        if not (m == PRODUCT or m.startswith(inside[1]))
+    }
+    found = {m: i for m, i in found.items() if i}
+    assert not found, f"modules outside the fused-MoE package import it: {found}"
+
+
 def test_the_core_names_no_fused_moe_engine_or_tuner():
     modules = _modules()
     found = {m: _product_names(modules[m]) for m in _core(modules)}

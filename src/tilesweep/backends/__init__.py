@@ -208,6 +208,11 @@ def example_outputs(folder) -> list[str]:
     return [p for b in registered() if b.tuner for p in b.tuner.example_outputs(Path(folder))]
 
 
+def report_sections(tables: dict) -> list[tuple[str, str, str, list]]:
+    """Return every tuner's report sections (key, title, short name, blocks), in listing order."""
+    return [s for b in registered() if b.tuner for s in b.tuner.report_sections(tables)]
+
+
 def command_parsers(sub) -> None:
     """Add every backend's own subcommands to the CLI's subparsers (each with its handler)."""
     for b in registered():

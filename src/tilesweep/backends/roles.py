@@ -186,6 +186,12 @@ class Tuner:
         """Return what re-rendering a kept example writes for it (its replayed tuning)."""
         return []
 
+    def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
+        """Return its report sections, each (key, title, the navigation's short name, blocks),
+        from the tables the report reads (DataFrames by name: `tune`, `dropins`); they follow
+        the decode section."""
+        return []
+
 
 class Commands:
     """Adds `tilesweep` subcommands of a backend's own (the CLI's verbs for its product)."""

@@ -231,6 +231,12 @@ class FusedMoeTuner(Tuner):
             "dropins": [str(kept)] if kept.is_file() else [],
         }
 
+    def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
+        """Return the tuning and drop-in sections (report_sections.py)."""
+        from tilesweep.fused_moe.report_sections import report_sections
+
+        return report_sections(tables)
+
     def example_outputs(self, folder: Path) -> list[str]:
         """Return every replayed tune table and picks folder of a kept example's journals."""
         return [p for run, dtype in journals(folder) for p in replayed(folder, run, dtype)]
