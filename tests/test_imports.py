@@ -123,12 +123,14 @@ def test_the_core_is_what_the_issue_names_and_the_product_is_a_package():
     assert _product_names(modules[f"{PRODUCT}.backend"])
 
 
+def _in_product(module: str) -> bool:
+    """Return whether a module is the fused-MoE package or one of its modules."""
+    return module == PRODUCT or module.startswith(f"{PRODUCT}.")
+
+
 def test_the_core_does_not_import_the_fused_moe_package():
     graph = _graph()
-    found = {
-        m: sorted(i for i in graph[m] if i == PRODUCT or i.startswith(f"{PRODUCT}."))
-        for m in _core(graph)
-    }
+    found = {m: sorted(filter(_in_product, graph[m])) for m in _core(graph)}
     found = {m: i for m, i in found.items() if i}
     assert not found, f"core modules import the fused-MoE package: {found}"
 
@@ -137,12 +139,7 @@ def test_nothing_outside_the_package_imports_it():
     """The registry imports its backend module by discovery (no import statement), and the
     report takes its sections from the tuner role: no module outside imports the package."""
     graph = _graph()
-    inside = (PRODUCT, f"{PRODUCT}.")
-    found = {
-        m: sorted(i for i in graph[m] if i == PRODUCT or i.startswith(f"{PRODUCT}."))
-        for m in graph
-        if not (m == PRODUCT or m.startswith(inside[1]))
-    }
+    found = {m: sorted(filter(_in_product, graph[m])) for m in graph if not _in_product(m)}
     found = {m: i for m, i in found.items() if i}
     assert not found, f"modules outside the fused-MoE package import it: {found}"
 
