@@ -48,6 +48,14 @@ NAV = {
 }
 
 
+def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
+    """Return every report section's (key, title) in order, the question's aside: SECTIONS with
+    the tuners' own (backends.report_sections, as `tuned` holds them) after the decode one."""
+    tuned = backends.report_sections({}) if tuned is None else tuned
+    after = [key for key, _ in SECTIONS].index("decode") + 1
+    return (*SECTIONS[:after], *((key, t) for key, t, _, _ in tuned), *SECTIONS[after:])
+
+
 def draw_figures(
     launch: pd.DataFrame,
     decode: pd.DataFrame,
@@ -148,15 +156,9 @@ def build(
         {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}
     )
     blocks.update({key: b for key, _, _, b in tuned})
-    after = [key for key, _ in SECTIONS].index("decode") + 1
-    order = (
-        SECTIONS[0],
-        *named,
-        *SECTIONS[1:after],
-        *((key, t) for key, t, _, _ in tuned),
-        *SECTIONS[after:],
-    )
-    sections = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
+    everyone = sections(tuned)
+    order = (everyone[0], *named, *everyone[1:])
+    shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
     # The question's link: its title up to the colon ("The brief's question").
     short = {**NAV, **{key: s for key, _, s, _ in tuned}}
     short |= {key: t.split(":")[0] for key, t in named}
@@ -167,7 +169,7 @@ def build(
         title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
         intro=intro,
         provenance=provenance,
-        sections=sections,
-        nav=[(s.key, short.get(s.key, s.title)) for s in sections],
+        sections=shown,
+        nav=[(s.key, short.get(s.key, s.title)) for s in shown],
         figures=drawn,
     )
