@@ -117,7 +117,7 @@ if not EXAMPLE:
     include: "workflow/rules/build.smk"
     include: "workflow/rules/launch.smk"
     include: "workflow/rules/decode.smk"
-    include: "workflow/rules/tune.smk"
+    include: "workflow/rules/fused_moe.smk"
     include: "workflow/rules/collective.smk"
     include: "workflow/rules/layout.smk"
     include: "workflow/rules/power.smk"
@@ -126,7 +126,7 @@ if not EXAMPLE:
 
 if EXAMPLE:
 
-    include: "workflow/rules/tune_replay.smk"
+    include: "workflow/rules/fused_moe_replay.smk"
 
 
 include: "workflow/rules/verdict.smk"

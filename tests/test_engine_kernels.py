@@ -14,10 +14,15 @@ import pandas as pd
 import pytest
 import torch
 
-from tilesweep import engine_kernels
 from tilesweep.errors import ConfigError
-from tilesweep.measure import engine_check, engine_tables, engine_tune, vllm_kernel
-from tilesweep.measure.engine_check import judge, read_file
+from tilesweep.fused_moe import (
+    engine_check,
+    engine_kernels,
+    engine_tables,
+    engine_tune,
+    vllm_kernel,
+)
+from tilesweep.fused_moe.engine_check import judge, read_file
 
 ROOT = Path(__file__).resolve().parents[1]
 # The names vLLM's and SGLang's own get_config_file_name give every format (made by
@@ -129,7 +134,7 @@ def test_a_wheel_without_the_kernel_or_of_another_engine_is_refused(tmp_path):
 
 LOAD_AND_RUN = """
 import json, sys, torch
-from tilesweep import engine_kernels
+from tilesweep.fused_moe import engine_kernels
 kernel, where = engine_kernels.load("vllm", "9.9.1", sys.argv[1])
 x = torch.arange(10, dtype=torch.float32)
 y = torch.zeros(10)
@@ -181,8 +186,8 @@ def test_vllm_blocks_are_laid_out_as_vllm_lays_them_out():
 KEPT = ROOT / engine_kernels.FOLDER / "vllm-0.33.0"
 VLLM_RUN = """
 import json, torch
-from tilesweep.engine_kernels import load
-from tilesweep.measure import engine_case as ec, vllm_kernel as vk
+from tilesweep.fused_moe.engine_kernels import load
+from tilesweep.fused_moe import engine_case as ec, vllm_kernel as vk
 from tilesweep.measure.gemm_case import rel_error
 kernel, _ = load("vllm", "0.33.0")
 out = {}
@@ -320,7 +325,7 @@ def test_the_check_judges_against_the_baseline_beyond_its_noise_band():
 
 def test_an_export_is_the_engines_current_table_with_only_the_won_keys_changed():
     shape = {"experts": 256, "n": 256, "format": "fp8_block"}
-    from tilesweep.plan.fused_moe_space import SPACE_KEYS
+    from tilesweep.fused_moe.space import SPACE_KEYS
 
     rules = {key: [{"value": 7}] for key in SPACE_KEYS}
     picks = {1: {"pick": 1}, 64: {"pick": 64}}
@@ -403,7 +408,7 @@ def test_sglang_loads_the_table_of_its_triton_else_the_newest_other(tmp_path):
 
 
 def test_decode_timing_rotates_enough_weight_copies_to_pass_the_l2_three_times():
-    from tilesweep.measure import engine_timing as et
+    from tilesweep.fused_moe import engine_timing as et
 
     for n, fmt in ((256, "fp8_block"), (256, "bf16"), (2048, "bf16"), (2048, "fp8")):
         problem = {"experts": 256, "n": n, "hidden": 6144, "top_k": 8}
@@ -421,7 +426,7 @@ def test_decode_timing_rotates_enough_weight_copies_to_pass_the_l2_three_times()
 
 def test_the_engines_block_fp8_defaults_are_their_rules():
     from tilesweep.config import compose
-    from tilesweep.plan import fused_moe_space as space
+    from tilesweep.fused_moe import space
 
     rules = compose([])["backend"]["fused_moe"]["engine_defaults"]
     vllm = {m: space.engine_default(rules["vllm"], m, 256, "fp8_block") for m in (1, 8, 16, 64, 65)}
@@ -441,7 +446,7 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
 
 def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
     from tilesweep.config import compose
-    from tilesweep.stages.tune_engine import tune_engine
+    from tilesweep.fused_moe.engine_stage import tune_engine
 
     settings = json.dumps(compose(["experiment=tiny"]))
     summary, configs = tmp_path / "engine_vllm.csv", tmp_path / "engine_vllm"
@@ -474,7 +479,7 @@ DECIDE = """
 import json, sys
 from pathlib import Path
 from tilesweep.config import compose
-from tilesweep.measure import engine_tables
+from tilesweep.fused_moe import engine_tables
 out = Path(sys.argv[1])
 settings = compose(["model.hidden=256", "model.top_k=2"])
 config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
 CONFIG = {
     "BLOCK_SIZE_M": 16,
@@ -25,7 +25,7 @@ CONFIG = {
 
 
 def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
-    from tilesweep.kernels.fused_moe import align_blocks
+    from tilesweep.fused_moe.kernel import align_blocks
 
     ids = torch.tensor([[0, 2], [2, 1], [0, 2], [3, 2]])
     sorted_ids, experts, post = align_blocks(ids, 4, 5)
@@ -40,7 +40,7 @@ def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
 
 
 def test_direct_blocks_give_each_pair_its_own_block():
-    from tilesweep.kernels.fused_moe import direct_blocks
+    from tilesweep.fused_moe.kernel import direct_blocks
 
     ids = torch.tensor([[3, 1]])
     sorted_ids, experts, post = direct_blocks(ids, 16)
@@ -50,7 +50,7 @@ def test_direct_blocks_give_each_pair_its_own_block():
 
 
 def test_sort_streams_an_expert_once_where_the_direct_path_has_a_block_per_pair():
-    from tilesweep.measure import fused_moe_case as case
+    from tilesweep.fused_moe import case
 
     problem = {"experts": 64, "n": 32, "hidden": 64, "top_k": 2}
     assert space.is_direct(8, problem, 4) and not space.is_direct(9, problem, 4)
@@ -74,8 +74,8 @@ def _interpreted(code: str) -> dict:
 
 KERNEL_CHECK = """
 import json, torch
-from tilesweep.measure import fused_moe_case as case
-from tilesweep.kernels import fused_moe as fm
+from tilesweep.fused_moe import case
+from tilesweep.fused_moe import kernel as fm
 problem = {"experts": 6, "n": 48, "hidden": 64, "top_k": 2}
 gen = torch.Generator().manual_seed(1)
 w = case.make_weights(problem, "fp32", "cpu", gen)
@@ -162,7 +162,7 @@ def test_kernel_matches_fp32_reference_in_the_interpreter(variant):
 def test_kernel_matches_fp32_reference_on_the_gpu(dtype, direct):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    from tilesweep.measure import fused_moe_case as case
+    from tilesweep.fused_moe import case
 
     problem = {"experts": 64, "n": 256, "hidden": 512, "top_k": 4}
     gen = torch.Generator(device="cuda").manual_seed(3)
@@ -284,7 +284,7 @@ def _spec(**over) -> dict:
 def _engine_named(path) -> bool:
     """Return whether a path lies where, or is named as, an engine reads its config files: a
     vllm/ or sglang/ folder, a triton_<version>/ folder, or the engines' exact file name."""
-    from tilesweep.measure.engine_check import NAME
+    from tilesweep.fused_moe.engine_check import NAME
 
     folders = path.parts[:-1]
     return (
@@ -297,22 +297,25 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
     tmp_path, monkeypatch
 ):
     """Issue 25: the project kernel's picks are no engine export. A sweep writes them under
-    tune/project_kernel/, never under tuned/ (the engine-kernel exports), with names no engine
-    reads and a README saying which files to use; engine-check can still time one, the GPU
+    tune/fused_moe/project_kernel/, never under tuned/ (the engine-kernel exports), with names no
+    engine reads and a README saying which files to use; engine-check can still time one, the GPU
     step's runner still finds the kept example's, and that example holds them nowhere else."""
     from conftest import ROOT
 
-    from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL, moe_table, project_kernel_file
-    from tilesweep.measure.engine_check import read_file
+    from tilesweep.fused_moe import tune
+    from tilesweep.fused_moe.backend import PROJECT_KERNEL, moe_table, project_kernel_file
+    from tilesweep.fused_moe.engine_check import read_file
     from tilesweep.pipeline import Sweep
-    from tilesweep.stages import tune
 
     sweep = Sweep(["device=h200x8", "backend.fused_moe.tune=true"], ROOT / "conf")
     results = sweep.results
     folders = [p for p in sweep.tuned_outputs() if not p.endswith(".csv")]
-    assert folders == [str(results / "tune" / PROJECT_KERNEL / d) for d in sweep.tune_dtypes()]
-    exports = [p for p in sweep.engine_tune_outputs() if not p.endswith(".csv")]
-    assert exports and all(p.startswith(str(results / "tuned" / "engine_")) for p in exports)
+    picks = [str(results / "tune" / "fused_moe" / PROJECT_KERNEL / d) for d in sweep.tune_dtypes()]
+    assert folders[: len(picks)] == picks
+    exports = folders[len(picks) :]
+    assert exports and all(
+        p.startswith(str(results / "tuned" / "fused_moe" / "engine_")) for p in exports
+    )
 
     tuned = {(4, 32): {"1": {**CONFIG}}, (8, 64): {"1": {**CONFIG}, "8": {**CONFIG}}}
     for dtype in ("bf16", "fp8"):
@@ -346,8 +349,8 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
 def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     import logging
 
-    from tilesweep.measure.tune_worker import append_journal, read_journal
-    from tilesweep.stages import tune
+    from tilesweep.fused_moe import tune
+    from tilesweep.fused_moe.tune_worker import append_journal, read_journal
 
     log = logging.getLogger("test")
     env = {"TRITON_INTERPRET": "1"}
@@ -391,7 +394,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
 def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     import logging
 
-    from tilesweep.stages import tune
+    from tilesweep.fused_moe import tune
 
     spec = _spec(items_per_worker=1, batch_keys=[8], final_batches=[8])
     records = tune.supervise(
@@ -405,7 +408,7 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
 
 
 def test_a_half_written_journal_line_is_ignored(tmp_path):
-    from tilesweep.measure.tune_worker import append_journal, read_journal
+    from tilesweep.fused_moe.tune_worker import append_journal, read_journal
 
     path = tmp_path / "j.jsonl"
     append_journal(path, {"key": "a", "phase": "screen"})
@@ -417,7 +420,7 @@ def test_a_half_written_journal_line_is_ignored(tmp_path):
 def test_the_tuned_pick_minimises_the_time_summed_over_routings():
     import pandas as pd
 
-    from tilesweep.stages import tune
+    from tilesweep.fused_moe import tune
 
     spec = {"routing": ["uniform", "zipf"], "batch_keys": [64], "engine_defaults": {"vllm": {}}}
     rows = [  # config a wins on uniform by a hair and loses on zipf by far: b is the pick
@@ -501,7 +504,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
 
 
 def test_the_engine_runner_times_the_config_the_exported_table_names():
-    from tilesweep.measure.engine_moe import _best
+    from tilesweep.fused_moe.engine_moe import _best
 
     spec = {"routing": ["uniform", "zipf"], "engine_defaults": {"vllm": {}}}
 
@@ -549,7 +552,7 @@ def test_stream_read_sums_every_element_once_on_the_gpu():
 def test_tune_targets_take_the_lowest_figure_over_each_range():
     import pandas as pd
 
-    from tilesweep.report.tune_analysis import tune_targets
+    from tilesweep.fused_moe.tune_analysis import tune_targets
 
     # E=32, top-8: M tokens give M / 4 tokens per expert.
     rows = [
@@ -592,7 +595,7 @@ def test_engine_files_are_laid_out_as_the_engines_write_theirs():
 def test_the_fastest_config_is_taken_per_batch_and_routing_of_any_source():
     import pandas as pd
 
-    from tilesweep.report.tune_analysis import tune_summary
+    from tilesweep.fused_moe.tune_analysis import tune_summary
 
     def row(config, source, routing, ms, **over):
         return {"dtype": "bf16", "experts": 256, "n": 2048, "m": 8192, "routing": routing,

@@ -30,7 +30,7 @@ from tilesweep.report.plotting import png
 from tilesweep.report.step_figures import check_error, verdict_split
 from tilesweep.stages.tables import arrow_safe
 
-SECTIONS = [key for key, _ in contents.SECTIONS]
+SECTIONS = [key for key, _ in contents.sections()]
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
 BRIEF = compose([])  # the default sweep's deployment: GLM-5 NVFP4 on RTX PRO 6000
 CPU = {"device": "cpu", "device_kind": "cpu", "copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.2}}
@@ -163,7 +163,7 @@ def test_report_renders_in_headless_chromium(tiny_sweep, tmp_path):
         "--dump-dom",
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    for key, title in contents.SECTIONS:
+    for key, title in contents.sections():
         assert re.search(rf'<section id="{key}"><h2>{re.escape(title)}', dom.stdout), key
     count = re.search(r'<div id="image-check">(\d+)/(\d+)</div>', dom.stdout)
     assert count, "the page's load event never fired"
@@ -349,7 +349,7 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
     html_titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]+)</h2>", page)]
     question = BRIEF["question"]["title"]
-    titles = [title for _, title in contents.SECTIONS]
+    titles = [title for _, title in contents.sections()]
     assert md_titles == html_titles == [titles[0], question, *titles[1:]]  # the answer first
     for item in data.tables():
         if item.title:

@@ -18,7 +18,7 @@ ACCOUNTING = "cutlass/accounting.py"
 def _codes(sweep: Sweep) -> dict[tuple[str, str], str]:
     """Return the code param of every job of the sweep, by (rule, key)."""
     codes = {("decode", job): sweep.rule_code("decode", job) for job in sweep.decode_jobs}
-    for rule in ("device", "tune", "collective", "layout", "power", "verdict", "report"):
+    for rule in ("device", "tune_configs", "collective", "layout", "power", "verdict", "report"):
         codes[(rule, "")] = sweep.rule_code(rule)
     for backend in sorted(set(sweep.builds["backend"])):
         codes[("build", backend)] = sweep.rule_code("build", backend)
@@ -50,7 +50,9 @@ def test_editing_the_cutlass_accounting_stales_no_measurement(package_copy):
     after = _codes(Sweep(plan, ROOT / "conf"))  # a new Snakefile read
     stale = sorted(key for key in before if before[key] != after[key])
     assert ("build", "cutlass") in stale and ("launch", "cutlass") in stale
-    measuring = [k for k in stale if k[0] in ("decode", "tune", "collective", "layout", "power")]
+    measuring = [
+        k for k in stale if k[0] in ("decode", "tune_configs", "collective", "layout", "power")
+    ]
     assert measuring == [], f"the accounting edit stales {measuring}"
     assert ("build", "triton") not in stale
 

@@ -215,7 +215,7 @@ def test_a_kept_example_is_re_rendered_by_snakemake_alone(tmp_path):
     import filecmp
     import shutil
 
-    from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
+    from tilesweep.fused_moe.backend import PROJECT_KERNEL
 
     source = ROOT / "docs" / "examples" / "h200"
     kept = tmp_path / "h200"

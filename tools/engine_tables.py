@@ -1,6 +1,6 @@
 """Decide drop-in engine config files decode-true against what each engine runs today (its
 shipped table, else its default rule), from the kept example's tuned picks, on the GPU at hand
-(measure/engine_tables.py): two picking draws, one held-out draw, files named and laid out as
+(fused_moe/engine_tables.py): two picking draws, one held-out draw, files named and laid out as
 the engines load them, and dropins.csv.
 
 Usage: python tools/engine_tables.py --out DIR [--budget-s S] [--repeats R] [--engine E ...]
@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from tilesweep.config import compose
-from tilesweep.measure import engine_tables
+from tilesweep.fused_moe import engine_tables
 
 FORMATS = ("fp8_block", "bf16", "fp8")  # the order files are decided in: the one that lost first
 KEPT = ("docs/examples/h200/engine_tune", "docs/examples/h200/engine_tune_fp8")

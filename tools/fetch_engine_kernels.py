@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from tilesweep.config import compose
-from tilesweep.engine_kernels import FOLDER, extract, name_table
+from tilesweep.fused_moe.engine_kernels import FOLDER, extract, name_table
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

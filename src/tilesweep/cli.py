@@ -1,8 +1,7 @@
 """The `tilesweep` command: `compare A B` (what changed between two sweeps), `failed` (which
-per-cell results hold failed rows), `engine-check FILE` (an engine config file against the
-engine's default, in the engine's own kernel, on the GPU at hand) and `engine-tune` (config
-files searched and picked in the engines' own kernels, never slower than their defaults) and
-`verdict OVERRIDES --out DIR` (the verdict for any deployment from a fit file, no sweep)."""
+per-cell results hold failed rows) and `verdict OVERRIDES --out DIR` (the verdict for any
+deployment from a fit file, no sweep), and each registered backend's own subcommands
+(backends.roles.Commands)."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import math
 import os
 import sys
 
+from tilesweep import backends
 from tilesweep.errors import ConfigError
 
 
@@ -57,52 +57,8 @@ def parser() -> argparse.ArgumentParser:
     )
     failed.add_argument("results", nargs="?", default="results", help="results folder")
     failed.add_argument("--status", action="append", help="only this status (repeatable)")
-    check = sub.add_parser(
-        "engine-check",
-        help="time an engine config file against the engine's current table, in its kernel",
-        description=(
-            "On the GPU at hand, time every batch key of a vLLM / SGLang fused-MoE config file "
-            "(any tuner's) against what the engine runs today (its shipped table, else its "
-            "default rule; the default reported beside it), in the engine's own Triton kernel "
-            "(tools/fetch_engine_kernels.py), decode-true (cold L2), under uniform and Zipf "
-            "routing; a key is won, lost or a tie within the noise."
-        ),
-    )
-    check.add_argument("file", help="E=..,N=..,device_name=..[,dtype=..].json")
-    check.add_argument("--out", help="write the rows here (CSV)")
-    check.add_argument(
-        "--safe-out",
-        help="write the file as it may be exported: a key's config only where it won on every "
-        "routing, else the engine's current config",
-    )
-    check.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
-    check.add_argument("--engine", default="vllm", help="whose kernel and default (vllm, sglang)")
-    check.add_argument(
-        "--timing",
-        choices=["decode", "warm"],
-        default="decode",
-        help="decode: cold L2 over rotated weight copies (default); warm: one weight set, as the "
-        "engines' own tuners time",
-    )
-    check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
-    tune = sub.add_parser(
-        "engine-tune",
-        help="search and pick engine config files in the engines' own kernels",
-        description=(
-            "On the GPU at hand, for each engine, format and (E, N): screen the engine's default "
-            "and its neighbours in its own kernel at every batch key, time the finalists on "
-            "uniform and Zipf routing, export a config only where it beats the default beyond "
-            "the p10-p90 noise (else the default's), then check the exported file on fresh data "
-            "(backend.fused_moe.engine_tune)."
-        ),
-    )
-    tune.add_argument("--out", required=True, help="folder: <engine>-<version>/ files and tables")
-    tune.add_argument("--engine", action="append", help="vllm, sglang (default: both)")
-    tune.add_argument("--format", action="append", help="bf16, fp8, fp8_block (default: conf)")
-    tune.add_argument("--shape", action="append", help="E,N (default: the model at TP1)")
-    tune.add_argument("--keys", help="batch keys M, comma-separated (default: conf batch_keys)")
-    tune.add_argument("--extra", action="append", default=[], help="another tuner's file")
-    tune.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
+    # Each backend's own verbs (a product with its own package adds its CLI this way).
+    backends.command_parsers(sub)
     verdict = sub.add_parser(
         "verdict",
         help="the verdict for any deployment from a fit file, without a sweep",
@@ -163,77 +119,6 @@ def verdict_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str, what: str) -> list[int]:
-    """Return comma-separated positive integers, or raise ConfigError naming the argument."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise ConfigError(f"{what}={text!r}: expected comma-separated integers") from None
-    if not values or min(values) < 1:
-        raise ConfigError(f"{what}={text!r}: expected positive integers")
-    return values
-
-
-def engine_tune_command(args: argparse.Namespace) -> int:
-    """Run `tilesweep engine-tune`; return the exit status."""
-    from tilesweep.config import compose
-    from tilesweep.measure import engine_tune
-    from tilesweep.measure.engine_timing import LAUNCHERS
-
-    settings = compose(args.overrides)
-    fused = settings["backend"]["fused_moe"]
-    engines = args.engine or list(fused["engine_versions"])
-    for engine in engines:
-        if engine not in LAUNCHERS or engine not in fused["engine_versions"]:
-            raise ConfigError(f"--engine {engine}: expected one of {', '.join(LAUNCHERS)}")
-    formats = args.format or list(fused["engine_tune"]["formats"])
-    for fmt in formats:
-        if fmt not in ("bf16", "fp8", "fp8_block"):
-            raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
-    model = settings["model"]
-    shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
-        (model["routed_experts"], model["moe_intermediate"])
-    ]
-    if any(len(s) != 2 for s in shapes):
-        raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
-    keys = _ints(args.keys, "--keys") if args.keys else None
-    from tilesweep.measure.engine_check import read_file
-
-    for path in args.extra:
-        read_file(path)  # a bad file is refused before anything starts
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError("engine-tune times the engines' kernels on a GPU; none is here")
-    summary = engine_tune.run(settings, engines, formats, shapes, args.out, keys, args.extra)
-    sys.stdout.write(summary.to_string(index=False) + "\n")
-    return 0
-
-
-def engine_check_command(args: argparse.Namespace) -> int:
-    """Run `tilesweep engine-check`; return the exit status."""
-    from tilesweep.config import compose
-    from tilesweep.measure.engine_check import check_file, read_file, safe_file, summary
-
-    read_file(args.file)  # a bad file is refused before anything starts
-    if args.repeats < 3:
-        raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
-    settings = compose(args.overrides)
-    table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
-    if args.safe_out:
-        kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
-        sys.stdout.write(
-            f"{args.safe_out}: {kept} keys kept (won on every routing), {replaced} take the "
-            "engine's default\n"
-        )
-    if args.out:
-        from tilesweep.io import write_table
-
-        write_table(args.out, table)
-    sys.stdout.write(summary(table) + "\n")
-    return 0
-
-
 def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
     from pathlib import Path
@@ -280,10 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             return compare_command(args)
         if args.command == "failed":
             return failed_command(args)
-        if args.command == "engine-check":
-            return engine_check_command(args)
-        if args.command == "engine-tune":
-            return engine_tune_command(args)
+        if hasattr(args, "handler"):  # a backend's own subcommand
+            return args.handler(args)
         if args.command == "verdict":
             return verdict_command(args)
     except ConfigError as err:

@@ -326,7 +326,8 @@ def fastest_runner(
 
 
 # The power table (results/power/power.csv): one row per sustained load.
-# results/tune/<dtype>.csv and tables/tune.csv: the fused-MoE kernel in the engines' conditions.
+# results/tune/fused_moe/<dtype>.csv and tables/tune.csv: the fused-MoE kernel in the engines'
+# conditions.
 TUNE_COLUMNS = [
     "dtype",
     "experts",
@@ -404,7 +405,7 @@ LAUNCH_COVERAGE_COLUMNS = [
     "smem_runtime_bytes", "reason",
 ]  # fmt: skip
 
-# ---- the drop-in engine files (measure/engine_tables: dropins.csv) the report lists -----------
+# ---- the drop-in engine files (fused_moe/engine_tables: dropins.csv) the report lists -----------
 
 REPORT_DROPIN_COLUMNS = [
     "path", "engine", "version", "format", "status", "baseline", "keys_kept",

@@ -101,14 +101,13 @@ def code_hash(*modules: str) -> str:
     return digest.hexdigest()[:16]
 
 
-# The stage module each rule calls (src/tilesweep/stages/).
+# The stage module each core rule calls (src/tilesweep/stages/); a tuner's rules call the modules
+# its role names (Tuner.rule_modules).
 RULE_STAGES = {
     "build": "stages/build.py",
     "launch": "stages/launch.py",
     "device": "stages/decode.py",
     "decode": "stages/decode.py",
-    "tune": "stages/tune.py",
-    "tune_engine": "stages/tune_engine.py",
     "collective": "stages/collective.py",
     "layout": "stages/layout.py",
     "power": "stages/power.py",
@@ -242,14 +241,15 @@ class Sweep:
         that imports, and the backend modules the job runs, and nothing else, so that an edit
         to one backend (say, the CUTLASS accounting) reruns only the jobs that run it. `key` is
         the backend of a build or launch job and the job of a decode job."""
-        stage = RULE_STAGES[rule]
+        tuner = backends.rule_tuner(rule) if rule not in RULE_STAGES else None
+        stage = tuner.rule_modules[rule] if tuner else RULE_STAGES[rule]
         registered = backends.registered()
-        if rule in ("build", "launch"):
+        if tuner:
+            runs = [tuner]
+        elif rule in ("build", "launch"):
             runs = [backends.builder(key)]
         elif rule == "decode":
             runs = [self._decode_owner[key].decoder] if key in self._decode_owner else []
-        elif rule in ("tune", "tune_engine"):
-            runs = [b.tuner for b in registered if b.tuner]
         elif rule == "layout":
             runs = [b.stepper for b in registered if b.stepper]
         elif rule == "tables":  # which decode rows ran a launch row's kernel, the extra rows
@@ -345,7 +345,7 @@ class Sweep:
             *self.collective_outputs(),
             *self.layout_outputs(),
             self.path("power", "power.csv"),
-            *(p for p in self.tuned_outputs() if p.endswith(".csv")),
+            *self.tune_tables(),
         ]
 
     def table_inputs(self) -> dict[str, list[str]]:
@@ -356,7 +356,7 @@ class Sweep:
             "collective": self.collective_outputs(),
             "layout": self.layout_outputs(),
             "power": [self.path("power", "power.csv")],
-            "tune": [p for p in self.tuned_outputs() if p.endswith(".csv")],
+            "tune": self.tune_tables(),
         }
 
     def decode_outputs(self) -> list[str]:
@@ -472,34 +472,14 @@ class Sweep:
             for d in b.tuner.tune_jobs(self.settings, gpus)
         ]
 
+    def tune_tables(self) -> list[str]:
+        """Return the tuners' tables the tables step joins (one per tuned dtype, say)."""
+        return [self.path(p) for p in backends.tune_tables(self.settings, self.device.gpus)]
+
     def tuned_outputs(self) -> list[str]:
-        """Return the tuning outputs: one table and one folder of the project kernel's picks
-        per tuned dtype."""
-        out = []
-        for dtype in self.tune_dtypes():
-            out += [self.path("tune", f"{dtype}.csv"), self.project_kernel_dir(dtype)]
-        return out
-
-    def project_kernel_dir(self, dtype: str) -> str:
-        """Return the folder of the project kernel's picks for one dtype (a pattern with
-        dtype='{dtype}'): under tune/, never under tuned/, which holds the engines' files."""
-        from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
-
-        return self.path("tune", PROJECT_KERNEL, dtype)
-
-    def engine_tune_outputs(self) -> list[str]:
-        """Return the engine-kernel tuning outputs: one summary and one folder per engine, on a
-        GPU machine where the fused-MoE backend tunes (its engine_versions)."""
-        if not self.tune_dtypes():
-            return []
-        fused = self.settings["backend"].get("fused_moe", {})
-        out = []
-        for engine in fused.get("engine_versions", {}):
-            out += [
-                self.path("tune", f"engine_{engine}.csv"),
-                self.path("tuned", f"engine_{engine}"),
-            ]
-        return out
+        """Return everything the enabled tuners write on this machine, keyed by backend under
+        tune/ and tuned/ (their own rules make them)."""
+        return [self.path(p) for p in backends.tune_outputs(self.settings, self.device.gpus)]
 
     def tune_settings_json(self) -> str:
         """Return the canonical JSON of what tuning reads: the model, the layouts (their TP and
@@ -542,7 +522,6 @@ class Sweep:
             str(stage.reports / "report.html"),
             str(stage.reports / "answer.json"),
             *self.tuned_outputs(),
-            *self.engine_tune_outputs(),
             self.path("power", "power.csv"),
         ]
 

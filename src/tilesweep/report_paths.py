@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tilesweep import backends
+
 # The measured tables the tables step joins from the per-cell outputs.
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 # The tables composed from them: the verdict and the engines' own figures beside the verdict
@@ -16,10 +18,6 @@ COMPOSED_TABLES = ("verdict", "engines")
 CHECK_TABLES = ("check",)
 # A kept example's own record of the overrides it was made with.
 EXAMPLE_OVERRIDES = "overrides.yaml"
-# A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
-# every folder of journals there (<run>/<dtype>/spec.json) is replayed into <run>/tune_<dtype>.csv
-# and the project kernel's picks, <run>/project_kernel/<dtype>/ (workflow/rules/tune_replay.smk).
-EXAMPLE_TUNE = "tune_work"
 
 
 def example_overrides(folder: str) -> list[str]:
@@ -41,7 +39,9 @@ class Stage5:
     """Where the verdict, figure and report steps read and write: a sweep's results (tables/,
     plots/, the reports at the top), or a kept example folder (`--config example=FOLDER`),
     whose measured tables (launch, decode, collective, layout, power, ceilings) and tuning journals
-    lie beside the verdict, figures and reports re-rendered from them."""
+    lie beside the verdict, figures and reports re-rendered from them. What a kept example holds
+    of a tuner's work (its tune tables, the engine files it keeps, the tuning it replays) comes
+    from the tuner's role (backends.example_inputs, example_outputs)."""
 
     def __init__(self, sweep, example: str | None = None):
         self.example = example
@@ -51,17 +51,11 @@ class Stage5:
             self.measured = {n: [str(folder / f"{n}.csv")] for n in MEASURED_TABLES[:-1]}
             self.composed_from = {n: self.measured[n] for n in ("decode", "collective", "layout")}
             self.checked_from = {n: self.measured[n] for n in ("layout", "collective")}
-            self.journals = sorted(
-                (p.parent.parent.name, p.parent.name) for p in folder.glob("*/*/spec.json")
-            )
-            self.measured["tune"] = [
-                self.replayed(run, dtype)[0] for run, dtype in self.journals if run == EXAMPLE_TUNE
-            ]
+            kept = backends.example_inputs(folder)
+            self.measured["tune"] = kept.get("tune", [])
             self.ceilings = [str(folder / "ceilings.json")]
             self.provenance: list[str] = []
-            # The drop-in engine files it keeps (tools/import_engine_tables.sh), where it has them.
-            kept = folder / "engine_tables" / "dropins.csv"
-            self.dropins = [str(kept)] if kept.is_file() else []
+            self.dropins = kept.get("dropins", [])
         else:
             self.tables, self.plots = sweep.results / "tables", sweep.results / "plots"
             self.reports = sweep.results
@@ -82,27 +76,13 @@ class Stage5:
             }
             self.ceilings = [sweep.path("device", "ceilings.json")]
             self.provenance = [str(self.tables / "provenance.json")]
-            self.journals = []
-            self.dropins = []  # a sweep's engine tuning (opt-in) lists its own in tuned/
+            self.dropins = []  # a sweep's tuners (opt-in) list their own under tuned/
         fit = sweep.shipped_fit()
         # A kept example's own fit is the verdict's output there, never its input.
         self.shipped_fit = [
             f for f in fit if Path(f).resolve() != (self.tables / "fit.json").resolve()
         ]
         self.parquet = not example
-
-    def replayed(self, run: str, dtype: str) -> tuple[str, str]:
-        """Return the tune table and the folder of the project kernel's picks a kept example's
-        journals replay into (patterns with run='{run}', dtype='{dtype}')."""
-        from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL
-
-        base = Path(self.example) / run
-        return str(base / f"tune_{dtype}.csv"), str(base / PROJECT_KERNEL / dtype)
-
-    def journal(self, run: str, dtype: str) -> str:
-        """Return a kept run's journal: journal.jsonl, else the compressed journal.jsonl.gz."""
-        plain = Path(self.example) / run / dtype / "journal.jsonl"
-        return str(plain if plain.exists() else plain.with_suffix(".jsonl.gz"))
 
     @property
     def per_cell(self) -> bool:
@@ -189,5 +169,5 @@ class Stage5:
             str(self.reports / "report.md"),
             str(self.reports / "report.html"),
             str(self.reports / "answer.json"),
-            *(p for run, dtype in self.journals for p in self.replayed(run, dtype)),
+            *backends.example_outputs(self.example),
         ]

@@ -1,6 +1,6 @@
 """Snakemake script: replay one kept tuning run's journals into its tune table and config files."""
 
-from tilesweep.stages.tune import replay
+from tilesweep.fused_moe.tune import replay
 
 replay(
     snakemake.input.spec.rsplit("/", 2)[0],

@@ -1,6 +1,6 @@
 """Snakemake script: tune the fused-MoE kernel for one dtype; write its table and config files."""
 
-from tilesweep.stages.tune import tune_fused_moe
+from tilesweep.fused_moe.tune import tune_fused_moe
 
 if __name__ == "__main__":  # spawned children re-import this file
     tune_fused_moe(

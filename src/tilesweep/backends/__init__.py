@@ -4,10 +4,13 @@ A registration names the backend, the config key that enables it (`backend.<name
 in `conf/backends/<name>.yaml`) with its settings' model, and the roles it plays, each a narrow
 protocol of `backends.roles`: `builder` (cells, builds, launch threads), `decoder` (decode jobs,
 runners, which decode rows ran a launch row's kernel), `stepper` (routed experts inside the
-whole step) and `tuner` (tuning jobs). The rest of the package asks the registry by role; nothing
+whole step), `tuner` (tuning jobs, their rules' stage modules and outputs) and `commands` (its
+own `tilesweep` subcommands). The rest of the package asks the registry by role; nothing
 else branches on a backend's or a runner's name.
 
-Adding a backend is one module here (discovered on import) and one file in conf/backends/. Extra
+Adding a backend is one module here (discovered on import), or a package of its own with a
+`backend` module (src/tilesweep/<package>/backend.py, discovered the same way: the fused-MoE
+kernel and its tuner are one), and one file in conf/backends/. Extra
 plugin modules (the tests' planted faults) load from TILESWEEP_PLUGINS, a comma-separated list of
 importable module names, so that production registers nothing of them.
 """
@@ -17,10 +20,11 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+from pathlib import Path
 
-from tilesweep.backends.roles import Builder, DecodeRunner, Runner, StepRunner, Tuner
+from tilesweep.backends.roles import Builder, Commands, DecodeRunner, Runner, StepRunner, Tuner
 
-__all__ = ["Backend", "Builder", "DecodeRunner", "Runner", "StepRunner", "Tuner"]
+__all__ = ["Backend", "Builder", "Commands", "DecodeRunner", "Runner", "StepRunner", "Tuner"]
 
 
 class Backend:
@@ -33,6 +37,7 @@ class Backend:
     decoder: DecodeRunner | None = None
     stepper: StepRunner | None = None
     tuner: Tuner | None = None
+    commands: Commands | None = None
 
     def enabled(self, settings: dict) -> bool:
         """Return whether the config turns this backend on."""
@@ -78,11 +83,16 @@ def unregister(name: str) -> None:
 
 
 def _discover() -> None:
-    """Import every module of this package, so each registers its backend, then the extra
-    plugin modules TILESWEEP_PLUGINS names."""
+    """Import every module of this package, so each registers its backend, then the `backend`
+    module of every tilesweep package that has one (a product with its own package), then the
+    extra plugin modules TILESWEEP_PLUGINS names."""
     for info in pkgutil.iter_modules(__path__):
         if info.name != "roles":
             importlib.import_module(f"{__name__}.{info.name}")
+    top = Path(__path__[0]).parent
+    for info in pkgutil.iter_modules([str(top)]):
+        if info.ispkg and (top / info.name / "backend.py").is_file():
+            importlib.import_module(f"tilesweep.{info.name}.backend")
     for name in filter(None, os.environ.get("TILESWEEP_PLUGINS", "").split(",")):
         importlib.import_module(name.strip())
 
@@ -155,12 +165,6 @@ def default_step_runner(cuda: bool) -> str:
     raise ValueError(f"no backend runs the step by default on the {'GPU' if cuda else 'CPU'}")
 
 
-def is_fused_step(runner: str) -> bool:
-    """Return whether a step runner takes the step's own fused path."""
-    found = step_backend(runner)
-    return bool(found and found.stepper.fused)
-
-
 def step_inputs(settings: dict, runner: str, layout: dict, device: str) -> dict:
     """Return what the step's runner reads on one rank of a layout beyond the model ({})."""
     found = step_backend(runner)
@@ -170,6 +174,50 @@ def step_inputs(settings: dict, runner: str, layout: dict, device: str) -> dict:
 def tune_inputs(settings: dict) -> dict:
     """Return each enabled tuner's own settings, by backend name."""
     return {b.name: b.tuner.tune_inputs(settings) for b in enabled(settings) if b.tuner}
+
+
+def tune_tables(settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    """Return the enabled tuners' tables the tables step joins (results-relative paths)."""
+    return [p for b in enabled(settings) if b.tuner for p in b.tuner.tune_tables(settings, gpus)]
+
+
+def tune_outputs(settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    """Return everything the enabled tuners write on this machine (results-relative paths)."""
+    return [p for b in enabled(settings) if b.tuner for p in b.tuner.tune_outputs(settings, gpus)]
+
+
+def rule_tuner(rule: str) -> Tuner | None:
+    """Return the tuner whose rule this is (its rule_modules name it), or None."""
+    for b in registered():
+        if b.tuner and rule in b.tuner.rule_modules:
+            return b.tuner
+    return None
+
+
+def example_inputs(folder) -> dict[str, list[str]]:
+    """Return what a kept example's report reads of every tuner's work, by report input name."""
+    out: dict[str, list[str]] = {}
+    for b in registered():
+        for name, paths in (b.tuner.example_inputs(Path(folder)) if b.tuner else {}).items():
+            out.setdefault(name, []).extend(paths)
+    return out
+
+
+def example_outputs(folder) -> list[str]:
+    """Return what re-rendering a kept example writes for every tuner (its replayed tuning)."""
+    return [p for b in registered() if b.tuner for p in b.tuner.example_outputs(Path(folder))]
+
+
+def report_sections(tables: dict) -> list[tuple[str, str, str, list]]:
+    """Return every tuner's report sections (key, title, short name, blocks), in listing order."""
+    return [s for b in registered() if b.tuner for s in b.tuner.report_sections(tables)]
+
+
+def command_parsers(sub) -> None:
+    """Add every backend's own subcommands to the CLI's subparsers (each with its handler)."""
+    for b in registered():
+        if b.commands:
+            b.commands.add_parsers(sub)
 
 
 def table_rows(settings: dict, tune):

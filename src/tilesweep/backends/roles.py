@@ -1,10 +1,13 @@
-"""The four roles a backend may play, each a narrow protocol: a builder makes kernel cells and
+"""The roles a backend may play, each a narrow protocol: a builder makes kernel cells and
 builds them, a decode runner times decode jobs, a step runner runs the MoE part of the whole
-step, a tuner adds tuning jobs. A backend implements the roles it has, beside its registration;
-defaults describe a role that adds nothing."""
+step, a tuner adds tuning jobs (with its own rules and outputs), and commands add its CLI
+verbs. A backend implements the roles it has, beside its registration; defaults describe a role
+that adds nothing."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import NamedTuple
 
 
@@ -135,6 +138,12 @@ class StepRunner:
         before any job; None when it can."""
         return None
 
+    def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
+        """Return a fused runner's routing and kernel for one micro-batch of n sequences on a
+        StepRank (slots routed rows, counts per local expert): its config, the config's source,
+        row blocks, top_k, pairs and `invoke`, the call each expert GEMM makes."""
+        raise ValueError("this step runner has no fused path")
+
     def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
         """Return what the step's runner reads beyond the model (its tuned configs on one rank
         of a layout, say), so that a change to it reruns the step; {} when nothing."""
@@ -142,7 +151,13 @@ class StepRunner:
 
 
 class Tuner:
-    """Adds tuning jobs (one per dtype) on a machine with GPUs."""
+    """Adds tuning jobs (one per dtype) on a machine with GPUs. Its rules are its own (a rule
+    file of its package); the core asks it only for the paths below, each relative to the
+    results folder and keyed by its backend's name (tune/<backend>/...)."""
+
+    # The stage module (relative to the package) each of its rules calls, for the rules' code
+    # hash (Sweep.rule_code).
+    rule_modules: dict[str, str] = {}
 
     def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
         """Return the tuning jobs added on a machine with these GPUs."""
@@ -152,3 +167,36 @@ class Tuner:
         """Return the settings its tuning jobs read beyond the model, layouts, routing skew,
         seed and hardware catalog (its own backend section), so that only they rerun it."""
         return {}
+
+    def tune_tables(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return its per-job tables the tables step joins into tune.csv (results-relative)."""
+        return []
+
+    def tune_outputs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return everything its jobs write on this machine (results-relative), its tables
+        first: what a full sweep asks for."""
+        return self.tune_tables(settings, gpus)
+
+    def example_inputs(self, folder: Path) -> dict[str, list[str]]:
+        """Return what a kept example's report reads of its tuning, by report input name
+        (`tune`: its tune tables; `dropins`: the engine files it keeps), each a path."""
+        return {}
+
+    def example_outputs(self, folder: Path) -> list[str]:
+        """Return what re-rendering a kept example writes for it (its replayed tuning)."""
+        return []
+
+    def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
+        """Return its report sections, each (key, title, the navigation's short name, blocks),
+        from the tables the report reads (DataFrames by name: `tune`, `dropins`); they follow
+        the decode section."""
+        return []
+
+
+class Commands:
+    """Adds `tilesweep` subcommands of a backend's own (the CLI's verbs for its product)."""
+
+    def add_parsers(self, sub: argparse._SubParsersAction) -> None:
+        """Add its subcommands to the CLI's subparsers, each naming the call that runs it
+        (`set_defaults(handler=...)`: a function of the parsed arguments that returns the exit
+        status and raises ConfigError for a bad argument)."""

@@ -6,21 +6,6 @@ from __future__ import annotations
 from tilesweep.measure.step_weights import random_bf16
 
 
-def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
-    """Return (config, where it came from) for a fused-MoE GEMM of M rows: the tuned table's
-    nearest batch key (as the engines pick), else the engines' default rules."""
-    from tilesweep.plan.fused_moe_space import engine_default, nearest_key
-
-    configs = table.get("configs")
-    if configs:
-        key = nearest_key([int(k) for k in configs], m)
-        return dict(configs[str(key)]), f"{table['source']} at M={key}"
-    rules = table.get("rules")
-    if not rules:
-        raise ValueError("the fused-MoE step runner needs a tuned table or default rules")
-    return engine_default(rules, m, experts, "bf16"), f"{table['source']} at M={m}"
-
-
 def micro_batch(rank, n: int) -> dict:
     """Return the buffers and caches of one micro-batch of n sequences on a StepRank."""
     from tilesweep import backends
@@ -70,10 +55,11 @@ def micro_batch(rank, n: int) -> dict:
         mb["recv"] = torch.empty_like(mb["send"]) if exchange else mb["send"]
         mb["back"] = torch.empty_like(mb["expert_out"]) if exchange else mb["expert_out"]
         runner = rank.step_spec["runner"]
-        if backends.is_fused_step(runner):
-            mb["fused"] = fused_setup(rank, n, slots, counts, experts)
+        stepper = backends.step_backend(runner).stepper
+        if stepper.fused:  # the step runner's own routing and kernel (StepRunner.fused_setup)
+            mb["fused"] = stepper.fused_setup(rank, n, slots, counts, experts)
             return mb
-        mb["run"] = backends.step_backend(runner).stepper.step_runner(runner, counts, rank.kernels)
+        mb["run"] = stepper.step_runner(runner, counts, rank.kernels)
         ones = torch.ones(max(slots, 1), device=dev)
         mb["problems"] = [
             (
@@ -85,27 +71,3 @@ def micro_batch(rank, n: int) -> dict:
             for layer in rank.layers
         ]
     return mb
-
-
-def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
-    """Return the fused-MoE kernel's routing for one micro-batch: the pairs' experts (fixed,
-    balanced), their row blocks (aligned once here: the step's graph replays them), and the
-    config the tuned table or the engines' default picks for the GEMMs' M."""
-    from tilesweep.kernels import fused_moe as fm
-
-    torch, top_k = rank.torch, rank.model["top_k"]
-    if rank.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k
-        pairs, m, k = n * top_k, n, top_k
-        ids = (torch.arange(pairs) % experts).view(n, top_k)
-    else:  # after the dispatch, one row per pair of this rank's experts: top-k 1
-        pairs, m, k = slots, slots, 1
-        ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(counts)).view(-1, 1)
-    config, source = moe_config(rank.moe_table, m, experts)
-    ids = ids.to(rank.device)
-    direct = pairs * rank.moe_table.get("sparsity", 4) <= experts
-    blocks = (
-        fm.direct_blocks(ids, config["BLOCK_SIZE_M"])
-        if direct
-        else fm.align_blocks(ids, config["BLOCK_SIZE_M"], experts)
-    )
-    return {"config": config, "source": source, "blocks": blocks, "top_k": k, "pairs": pairs}

@@ -64,18 +64,17 @@ def gated(rank, gu, clock: PartClock, out=None):
 
 
 def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
-    """Run the routed experts through the project's fused-MoE kernel; return the combined
-    output per token (EP: None, combined after the all-to-all)."""
-    from tilesweep.kernels import fused_moe as fm
-
+    """Run the routed experts through the fused step runner's kernel (its `invoke`, set up by
+    StepRunner.fused_setup); return the combined output per token (EP: None, combined after the
+    all-to-all)."""
     f = mb["fused"]
     ep1 = rank.layout["ep"] == 1
     a = x if ep1 else mb["recv"]
     with clock.part("expert_gemms"):
-        fm.invoke(a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"],
+        f["invoke"](a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"],
                   top_k=f["top_k"], gather=ep1)  # fmt: skip
         gated(rank, mb["gu"], clock, out=mb["act"])
-        fm.invoke(mb["act"], layer["e_down"], mb["expert_out"], f["blocks"], f["config"],
+        f["invoke"](mb["act"], layer["e_down"], mb["expert_out"], f["blocks"], f["config"],
                   top_k=f["top_k"], gather=False,
                   topk_weights=mb["wflat"][: f["pairs"]] if ep1 else None)  # fmt: skip
         clock.add_launches(2)

@@ -45,7 +45,7 @@ class WeightMaker:
 def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
     """Return one layer's attention weights on a rank: its heads' share under TP.
 
-    MLA's projections that read the same input are one weight, as engines merge them (vLLM's
+    MLA's projections that read the same input are one weight, as engines merge them (their
     fused_qkv_a_proj): `x_proj` = q_a | kv_a (| the DSA indexer's key and head weights) read the
     layer's input, `qlat_proj` = q_b (| the indexer's query) read the normalised q latent; `widths`
     says where each output lies. The indexer's weights are whole on every TP rank."""

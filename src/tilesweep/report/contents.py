@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep import answer_card, question
+from tilesweep import answer_card, backends, question
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.document import FIGURES, ReportData, Section
 from tilesweep.report.question_sections import power_blocks, question_blocks
@@ -13,18 +13,16 @@ from tilesweep.report.sections import (
     check_blocks,
     collective_blocks,
     decode_blocks,
-    dropin_blocks,
     launch_blocks,
     machine_blocks,
     provenance_blocks,
     summary_blocks,
-    tune_blocks,
     verdict_blocks,
 )
 
 # The sections every report has, in order; the question's own (conf/question), when its panel
 # is there, comes right after the first: its key is the question's name and its title the
-# question's.
+# question's. The tuners' own sections (backends.report_sections) come after the decode one.
 SECTIONS = (
     ("summary", "The verdict at a glance: every layout that fits"),
     ("machine", "The machine that ran the sweep (its own measurements, not the verdict)"),
@@ -33,8 +31,6 @@ SECTIONS = (
     ("power", "Power as evidence"),
     ("launch", "Which kernels launch"),
     ("decode", "Decode: expert GEMMs against tokens per expert"),
-    ("tune", "The project's fused-MoE kernel tuned in the engines' conditions"),
-    ("dropins", "Files to drop into vLLM and SGLang"),
     ("collectives", "Collectives"),
     ("provenance", "Provenance"),
 )
@@ -47,11 +43,17 @@ NAV = {
     "power": "Power",
     "launch": "Launch",
     "decode": "Decode",
-    "tune": "Tuning",
-    "dropins": "Drop-ins",
     "collectives": "Collectives",
     "provenance": "Provenance",
 }
+
+
+def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
+    """Return every report section's (key, title) in order, the question's aside: SECTIONS with
+    the tuners' own (backends.report_sections, as `tuned` holds them) after the decode one."""
+    tuned = backends.report_sections({}) if tuned is None else tuned
+    after = [key for key, _ in SECTIONS].index("decode") + 1
+    return (*SECTIONS[:after], *((key, t) for key, t, _, _ in tuned), *SECTIONS[after:])
 
 
 def draw_figures(
@@ -142,8 +144,6 @@ def build(
         "power": power_blocks(power, asked),
         "launch": launch_blocks(launch, provenance, decode),
         "decode": decode_blocks(decode, provenance),
-        "tune": tune_blocks(pd.DataFrame() if tune is None else tune),
-        "dropins": dropin_blocks(pd.DataFrame() if dropins is None else dropins),
         "collectives": collective_blocks(collective, provenance, decode, verdict),
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }
@@ -151,10 +151,17 @@ def build(
     missing = [name for name in FIGURES if name not in drawn]
     if missing:
         drawn.update(draw_figures(launch, decode, collective, verdict, check, missing))
-    order = (SECTIONS[0], *named, *SECTIONS[1:])
-    sections = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
+    empty = pd.DataFrame()
+    tuned = backends.report_sections(
+        {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}
+    )
+    blocks.update({key: b for key, _, _, b in tuned})
+    everyone = sections(tuned)
+    order = (everyone[0], *named, *everyone[1:])
+    shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
     # The question's link: its title up to the colon ("The brief's question").
-    short = {**NAV, **{key: t.split(":")[0] for key, t in named}}
+    short = {**NAV, **{key: s for key, _, s, _ in tuned}}
+    short |= {key: t.split(":")[0] for key, t in named}
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)
     return ReportData(
@@ -162,7 +169,7 @@ def build(
         title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
         intro=intro,
         provenance=provenance,
-        sections=sections,
-        nav=[(s.key, short.get(s.key, s.title)) for s in sections],
+        sections=shown,
+        nav=[(s.key, short.get(s.key, s.title)) for s in shown],
         figures=drawn,
     )

@@ -1,6 +1,6 @@
 """The report's sections, each a list of blocks built from the tables: the answer (summary),
-the machine that ran the sweep, verdict, check, launch, decode, tuning, collectives and
-provenance."""
+the machine that ran the sweep, verdict, check, launch, decode, collectives and provenance (a
+tuner's own sections come from its role: Tuner.report_sections)."""
 
 from __future__ import annotations
 
@@ -21,16 +21,12 @@ from tilesweep.columns import (
     NOT_TIMED_COLUMNS,
     PROVENANCE_KEYS,
     REPORT_CHECK_COLUMNS,
-    REPORT_DROPIN_COLUMNS,
     REPORT_ENGINE_COLUMNS,
     REPORT_KEY_VERDICT_COLUMNS,
     REPORT_LAUNCH_COLUMNS,
     REPORT_VERDICT_COLUMNS,
     TOOLCHAIN_KEY,
-    TUNE_SUMMARY_COLUMNS,
-    TUNE_TARGET_COLUMNS,
     VERDICT_NO_FIT_COLUMNS,
-    Status,
 )
 from tilesweep.report.analysis import (
     best_per_batch,
@@ -59,7 +55,6 @@ from tilesweep.report.headlines import (
     tie_column,
     worded,
 )
-from tilesweep.report.tune_analysis import tune_summary, tune_targets
 
 
 def _when(provenance: dict, key: str) -> str:
@@ -449,93 +444,3 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
         Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),
         Code("Resolved config", json.dumps(settings, indent=2, sort_keys=True, default=str)),
     ]
-
-
-def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
-    """Return the drop-in engine files (dropins.csv of measure/engine_tables): each file's path,
-    engine and version, and its worst and geometric-mean ratio against the engine's current
-    table on the held-out draw; where none is kept, where they come from."""
-    if dropins.empty:
-        return [
-            Text(
-                "No drop-in engine files in this run: a GPU sweep writes them when it tunes "
-                "(backend.fused_moe.tune=true, results/tuned/), and a kept example lists its own "
-                "(engine_tables/dropins.csv)."
-            )
-        ]
-    done = dropins[dropins["status"] == "exported"] if "status" in dropins else dropins
-    worst = pd.to_numeric(done.get("worst_x_baseline"), errors="coerce")
-    return [
-        Text(
-            f"{len(done)} of {len(dropins)} files exported, each named by its engine's own "
-            "get_config_file_name and decided decode-true (cold L2 over rotated weight copies, "
-            "CUDA-graph replays) against what the engine runs today: its shipped table where "
-            "its wheel has one (`baseline` shipped), else its default rule. A key keeps its "
-            "tuned config only where it won beyond the noise on two draws; the ratios are the "
-            "held-out third draw's (above 1: the file is faster), worst over every batch M and "
-            f"both routings (lowest {worst.min():.3f}x), geometric mean over M >= 1,024."
-        ),
-        Table(dropins, [c for c in REPORT_DROPIN_COLUMNS if c in dropins]),
-    ]
-
-
-def tune_blocks(tune: pd.DataFrame) -> list[Block]:
-    """Return the tuning section's blocks: per batch, the project kernel's tuned config against
-    each engine default and the torch baseline (both GEMMs summed), and why configs could not
-    run; none of it is exported (the engines' files are tuned in their own kernels)."""
-    if tune.empty:
-        return [
-            Text(
-                "Not tuned: the fused-MoE kernel is tuned on a GPU machine only (rule "
-                "tune_configs), and this sweep ran none."
-            )
-        ]
-    summary = tune_summary(tune)
-    failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
-    blocks: list[Block] = [
-        Text(
-            "The project's fused-MoE kernel (kernels/fused_moe.py: routed pairs gathered through "
-            "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
-            "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
-            "own search space at their batch keys, measured on the device at hand. 'tuned' is "
-            "its pick in the engines' space: a table for this kernel (tune/project_kernel/, read "
-            "by the whole step's runner), not an engine's config file, since a pick can be "
-            "slower in an engine's own kernel. The files to drop into vLLM or SGLang are those "
-            "tuned and picked in each engine's own kernel and checked against its default "
-            "(rule tune_engine, tuned/engine_<engine>/). Times are "
-            "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
-            "config's time over the tuned config's time on the same kernel and routed batch; "
-            "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
-            "gather is free) over the tuned kernel's; copy fraction is the fewest bytes over "
-            "the time, over the measured copy bandwidth (bytes read plus written), read "
-            "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
-            "config once the project's variants beyond the engines' space (TMA weight loads, "
-            "a persistent grid, split-K, tiny batches sorted by expert) may be picked, one config "
-            "per batch for every routing; 'fastest' is the fastest config timed at that batch "
-            "and routing, of any source. Neither is exported, and no engine's kernel can run "
-            "the variants."
-        ),
-        Table(
-            tune_targets(summary),
-            TUNE_TARGET_COLUMNS,
-            title="Against the tuning targets, per problem and routing",
-            note="Each figure is the lowest over its range. x vLLM: at every batch timed, and at "
-            "M >= 1,024 (tuned, then best); read fraction for 1.15x: the highest fraction of the "
-            "measured read-only bandwidth that 1.15x over the vLLM default would need at M >= "
-            "1,024; x torch: the best config, then the fastest, at 1-256 tokens per expert; copy "
-            "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
-            "from 1 to 32.",
-        ),
-        Table(
-            summary,
-            TUNE_SUMMARY_COLUMNS,
-            title="The project kernel's tuned config per batch (not exported)",
-            empty="(none)",
-        ),
-    ]
-    if len(failed):
-        frame = failed.rename("rows").reset_index()
-        note = "screen: configs of the space that could not run (reasons in tune.csv); engine: "
-        note += "the engine runner where the engine is not installed"
-        blocks.append(Table(frame, list(frame.columns), title="Rows without a time", note=note))
-    return blocks

@@ -1,5 +1,5 @@
-"""SGLang's own fused-MoE Triton kernel (tilesweep.engine_kernels.load), launched for one expert
-GEMM as SGLang 0.5.23's default Triton MoE path launches it (the fused_experts /
+"""SGLang's own fused-MoE Triton kernel (tilesweep.fused_moe.engine_kernels.load), launched for one
+expert GEMM as SGLang 0.5.23's default Triton MoE path launches it (the fused_experts /
 _fused_moe_kernel_sequence path of srt/layers/moe/moe_runner/triton_utils/fused_moe.py), in bf16
 (fp16 too), fp8 w8a8 per tensor and fp8 w8a8 with 128 x 128 block scales:
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import triton
 
-from tilesweep.kernels.fused_moe import align_blocks
+from tilesweep.fused_moe.kernel import align_blocks
 
 SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
 SMALL_BATCH_MAX_BUCKETS = 64  # moe_align_block_size._CUDA_SMALL_BATCH_MAX_BUCKETS

@@ -1,14 +1,14 @@
 """Stage tune_engine: config files tuned and picked in one serving engine's own fused-MoE kernel
-(measure/engine_tune.py), for every expert problem the grid's layouts put on a GPU and every
+(fused_moe/engine_tune.py), for every expert problem the grid's layouts put on a GPU and every
 format of backend.fused_moe.engine_tune, each checked on fresh data; one job per engine on a
 GPU machine.
 
-Outputs: `results/tune/engine_<engine>.csv` (the drop-in rows of measure/engine_tables: per
+Outputs: `results/tune/fused_moe/engine_<engine>.csv` (the drop-in rows of engine_tables: per
 problem and format, the keys kept, the held-out draw's worst and geometric-mean ratio against
-the engine's current table, with the tuning's counts) and `results/tuned/engine_<engine>/` with
-`export/` (the drop-in files under the engine's own names and layout), `<engine>-<version>/`
-(the tuning's picks as `picks_<name>`, the tune and check tables). Where the engine's kernel is
-not at hand the summary says why.
+the engine's current table, with the tuning's counts) and
+`results/tuned/fused_moe/engine_<engine>/` with `export/` (the drop-in files under the engine's
+own names and layout), `<engine>-<version>/` (the tuning's picks as `picks_<name>`, the tune and
+check tables). Where the engine's kernel is not at hand the summary says why.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 from tilesweep.stages import logged
 
 SUMMARY_GAP = ["engine", "version", "status", "reason"]
@@ -30,7 +30,7 @@ def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir:
                 log_path: str | None = None) -> None:  # fmt: skip
     """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
     from tilesweep.errors import ConfigError
-    from tilesweep.measure import engine_tune
+    from tilesweep.fused_moe import engine_tune
 
     settings = json.loads(settings_json)
     fused = settings["backend"]["fused_moe"]

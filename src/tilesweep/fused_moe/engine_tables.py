@@ -2,9 +2,9 @@
 (`tools/engine_tables.py`): for each candidate file (a tuner's picks for one engine, format and
 (E, N)), every key is checked on two draws (fresh weights and routing, bench.seed + 1 and + 2)
 against the engine's current table (its shipped table, else its default rule), timed with cold
-L2 (measure/engine_timing.py); a key keeps the candidate's config only where it won beyond the
+L2 (fused_moe/engine_timing.py); a key keeps the candidate's config only where it won beyond the
 noise on every routing of both draws, else it takes the config the engine runs there today
-(measure/engine_check.export_table). The file so made is checked once more on a draw not used
+(fused_moe/engine_check.export_table). The file so made is checked once more on a draw not used
 to pick (bench.seed + 3), at the keys whose config differs from the baseline's (elsewhere the
 engine runs the same kernel: 1x); a key that loses there beyond 1% is withheld too. A file with
 no key left is not exported.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
 DROPIN_COLUMNS = [
     "path", "engine", "version", "format", "experts", "n", "file_name", "status", "baseline",
@@ -48,7 +48,7 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
     """Return {(format, E, N): path} of a tuner's picks for an engine version in kept example
     folders (<folder>/<engine>-<version>/picks_E=*.json: the engine's name behind `picks_`, so
     that no engine loads a tuning's picks by mistake), the first folder winning."""
-    from tilesweep.measure.engine_check import read_file
+    from tilesweep.fused_moe.engine_check import read_file
 
     out = {}
     for folder in folders:
@@ -61,8 +61,8 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
 def compile_jobs(settings: dict, work: list[tuple[str, Path]], triton_version: str) -> list:
     """Return the (engine, version, problem, fmt, config, M) compile jobs of every candidate's,
     baseline's and default's config at every key, without repeats."""
-    from tilesweep.measure import engine_check
-    from tilesweep.measure.engine_timing import effective
+    from tilesweep.fused_moe import engine_check
+    from tilesweep.fused_moe.engine_timing import effective
 
     fused = settings["backend"]["fused_moe"]
     jobs, seen = [], set()
@@ -96,9 +96,8 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
 
     import triton
 
-    from tilesweep import engine_kernels
+    from tilesweep.fused_moe import engine_check, engine_kernels
     from tilesweep.io import write_text
-    from tilesweep.measure import engine_check
 
     fused = settings["backend"]["fused_moe"]
     version = fused["engine_versions"][engine]
@@ -168,7 +167,7 @@ def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) ->
     """Return the held-out draw's worst and geometric-mean ratios of the exported file against
     the baseline and the default: kept keys as timed, every other key 1 against the baseline
     (the engine runs the same kernel), the default's ratio there where it was timed."""
-    from tilesweep.measure.engine_check import geomean
+    from tilesweep.fused_moe.engine_check import geomean
 
     timed = files[~files["m"].isin(withheld)]
     per_key = {(m, r): 1.0 for m in configs for r in ("uniform", "zipf")}
@@ -207,9 +206,9 @@ def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repea
     import triton
 
     from tilesweep.errors import last_line
+    from tilesweep.fused_moe import engine_check
+    from tilesweep.fused_moe.engine_timing import compile_pool, warm_all
     from tilesweep.io import write_table
-    from tilesweep.measure import engine_check
-    from tilesweep.measure.engine_timing import compile_pool, warm_all
 
     start = time.monotonic()
     out_dir = Path(out_dir)

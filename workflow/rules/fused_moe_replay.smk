@@ -1,7 +1,9 @@
-# A kept example's tuning runs replayed from their journals (no GPU): every
+# A kept example's fused-MoE tuning runs replayed from their journals (no GPU): every
 # FOLDER/<run>/<dtype>/ with spec.json, the journal and versions.json, and FOLDER/<run>/ceilings.json,
 # gives <run>/tune_<dtype>.csv and the project kernel's picks, <run>/project_kernel/<dtype>/,
-# with the current evaluation and pick.
+# with the current evaluation and pick (src/tilesweep/fused_moe/tune.py).
+
+from tilesweep.fused_moe import backend as fused_moe
 
 
 rule tune_replay:
@@ -9,10 +11,10 @@ rule tune_replay:
         spec=f"{EXAMPLE}/{{run}}/{{dtype}}/spec.json",
         versions=f"{EXAMPLE}/{{run}}/{{dtype}}/versions.json",
         ceilings=f"{EXAMPLE}/{{run}}/ceilings.json",
-        journal=lambda w: STAGE5.journal(w.run, w.dtype),
+        journal=lambda w: fused_moe.journal(EXAMPLE, w.run, w.dtype),
     output:
-        table=STAGE5.replayed("{run}", "{dtype}")[0],
-        configs=directory(STAGE5.replayed("{run}", "{dtype}")[1]),
+        table=fused_moe.replayed(EXAMPLE, "{run}", "{dtype}")[0],
+        configs=directory(fused_moe.replayed(EXAMPLE, "{run}", "{dtype}")[1]),
     log:
         f"{R}/logs/tune_replay/{{run}}_{{dtype}}.log",
     wildcard_constraints:
@@ -21,6 +23,6 @@ rule tune_replay:
     conda:
         "../envs/tilesweep.yaml"
     params:
-        code=SWEEP.rule_code("tune"),
+        code=SWEEP.rule_code("tune_replay"),
     script:
         "../scripts/replay_tune.py"

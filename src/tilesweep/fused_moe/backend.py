@@ -1,29 +1,79 @@
 """The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
-one tuning job per dtype on a GPU machine (stages/tune.py), its picks kept for the whole step's
+one tuning job per dtype on a GPU machine (fused_moe/tune.py), its picks kept for the whole step's
 runner under a name no engine reads (the engines' files are tuned in their own kernels:
-stages/tune_engine.py)."""
+fused_moe/engine_stage.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
+from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.settings.strict import Section
 
 NAME = "fused_moe"
-# The folder, and the file-name prefix, of the project kernel's tuned picks (tune/<this>/<dtype>/
-# of a sweep's results, <run>/<this>/<dtype>/ of a kept example): never an engine's folder or
-# file name, so that no engine takes a table timed in another kernel for its own.
+# The folder, and the file-name prefix, of the project kernel's tuned picks
+# (tune/fused_moe/<this>/<dtype>/ of a sweep's results, <run>/<this>/<dtype>/ of a kept example):
+# never an engine's folder or file name, so that no engine takes a table timed in another kernel
+# for its own.
 PROJECT_KERNEL = "project_kernel"
+# A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
+# every folder of journals there (<run>/<dtype>/spec.json) is replayed into <run>/tune_<dtype>.csv
+# and the project kernel's picks, <run>/project_kernel/<dtype>/ (workflow/rules/
+# fused_moe_replay.smk).
+EXAMPLE_TUNE = "tune_work"
+
+
+def tune_table(dtype: str) -> str:
+    """Return one dtype's tune table, relative to the results folder (a pattern with
+    dtype='{dtype}')."""
+    return f"tune/{NAME}/{dtype}.csv"
+
+
+def project_kernel_dir(dtype: str) -> str:
+    """Return the folder of the project kernel's picks for one dtype, relative to the results
+    folder: under tune/, never under tuned/, which holds the engines' files."""
+    return f"tune/{NAME}/{PROJECT_KERNEL}/{dtype}"
+
+
+def engine_summary(engine: str) -> str:
+    """Return one engine's tuning summary, relative to the results folder."""
+    return f"tune/{NAME}/engine_{engine}.csv"
+
+
+def engine_files(engine: str) -> str:
+    """Return the folder of one engine's exported config files, relative to the results
+    folder: the only files under tuned/."""
+    return f"tuned/{NAME}/engine_{engine}"
+
+
+def journals(folder: Path) -> list[tuple[str, str]]:
+    """Return (run, dtype) of every tuning journal a kept example holds
+    (<run>/<dtype>/spec.json)."""
+    return sorted((p.parent.parent.name, p.parent.name) for p in Path(folder).glob("*/*/spec.json"))
+
+
+def replayed(folder, run: str, dtype: str) -> tuple[str, str]:
+    """Return the tune table and the folder of the project kernel's picks a kept example's
+    journals replay into (patterns with run='{run}', dtype='{dtype}')."""
+    base = Path(folder) / run
+    return str(base / f"tune_{dtype}.csv"), str(base / PROJECT_KERNEL / dtype)
+
+
+def journal(folder, run: str, dtype: str) -> str:
+    """Return a kept run's journal: journal.jsonl, else the compressed journal.jsonl.gz."""
+    plain = Path(folder) / run / dtype / "journal.jsonl"
+    return str(plain if plain.exists() else plain.with_suffix(".jsonl.gz"))
 
 
 def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> str:
     """Return the file name of the project kernel's picks for one (local experts, shard width):
     the engines' name behind PROJECT_KERNEL, e.g.
     'project_kernel_E=256,N=2048,device_name=NVIDIA_H200.json'."""
-    from tilesweep.plan.fused_moe_space import config_file_name
+    from tilesweep.fused_moe.space import config_file_name
 
     return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
@@ -139,7 +189,15 @@ def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, devi
 
 
 class FusedMoeTuner(Tuner):
-    """One tuning job per configured dtype where a GPU is at hand (stages/tune.py)."""
+    """One tuning job per configured dtype where a GPU is at hand (fused_moe/tune.py), one
+    engine-kernel tuning job per engine of engine_versions beside them (fused_moe/engine_stage.py),
+    and a kept example's journals replayed (workflow/rules/fused_moe*.smk)."""
+
+    rule_modules = {
+        "tune_configs": "fused_moe/tune.py",
+        "tune_engine": "fused_moe/engine_stage.py",
+        "tune_replay": "fused_moe/tune.py",
+    }
 
     def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
         """Return the dtypes tuned on this machine: every configured one where a GPU is here
@@ -150,6 +208,38 @@ class FusedMoeTuner(Tuner):
     def tune_inputs(self, settings: dict) -> dict:
         """Return its backend section: the space, timing, pick and engines' defaults."""
         return settings["backend"].get(NAME, {})
+
+    def tune_tables(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return one tune table per tuned dtype."""
+        return [tune_table(d) for d in self.tune_jobs(settings, gpus)]
+
+    def tune_outputs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+        """Return each tuned dtype's table and picks, then, where it tunes at all, each engine's
+        summary and exported files (backend.fused_moe.engine_versions)."""
+        dtypes = self.tune_jobs(settings, gpus)
+        out = [p for d in dtypes for p in (tune_table(d), project_kernel_dir(d))]
+        for engine in settings["backend"][NAME]["engine_versions"] if dtypes else ():
+            out += [engine_summary(engine), engine_files(engine)]
+        return out
+
+    def example_inputs(self, folder: Path) -> dict[str, list[str]]:
+        """Return a kept example's replayed tune tables of its EXAMPLE_TUNE run, and the drop-in
+        engine files it keeps (tools/import_engine_tables.sh), where it has them."""
+        kept = folder / "engine_tables" / "dropins.csv"
+        return {
+            "tune": [replayed(folder, r, d)[0] for r, d in journals(folder) if r == EXAMPLE_TUNE],
+            "dropins": [str(kept)] if kept.is_file() else [],
+        }
+
+    def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
+        """Return the tuning and drop-in sections (report_sections.py)."""
+        from tilesweep.fused_moe.report_sections import report_sections
+
+        return report_sections(tables)
+
+    def example_outputs(self, folder: Path) -> list[str]:
+        """Return every replayed tune table and picks folder of a kept example's journals."""
+        return [p for run, dtype in journals(folder) for p in replayed(folder, run, dtype)]
 
 
 class FusedMoeRows(DecodeRunner):
@@ -163,7 +253,7 @@ class FusedMoeRows(DecodeRunner):
 
     def table_rows(self, settings: dict, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
-        from tilesweep.measure.engine_rows import engine_rows
+        from tilesweep.fused_moe.engine_rows import engine_rows
 
         return engine_rows(settings.get("backend", {}).get(NAME) or {}, tune)
 
@@ -174,6 +264,12 @@ class FusedMoeStep(StepRunner):
     step_runners = (NAME,)
     fused = True  # the step's own path: fused gate-up and down weights, its own tuned table
     default_on_gpu = True
+
+    def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
+        """Return the project kernel's routing, config and call for one micro-batch (step.py)."""
+        from tilesweep.fused_moe.step import fused_setup
+
+        return fused_setup(rank, n, slots, counts, experts)
 
     def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
         """Return the tuned configs one rank of the layout runs (moe_table)."""
@@ -193,8 +289,8 @@ class FusedMoeBackend(Backend):
         """Raise ConfigError for tuning settings that cannot describe a search."""
         from tilesweep.config import check_choices
         from tilesweep.errors import ConfigError
-        from tilesweep.measure.engine_moe import ENGINES
-        from tilesweep.plan.fused_moe_space import ENGINE_DTYPE, engine_default, is_engine_config
+        from tilesweep.fused_moe.engine_moe import ENGINES
+        from tilesweep.fused_moe.space import ENGINE_DTYPE, engine_default, is_engine_config
 
         mine = settings["backend"][NAME]
         check_choices(mine["dtypes"], tuple(ENGINE_DTYPE), f"backend.{NAME}.dtypes")
@@ -254,3 +350,4 @@ class FusedMoeBackend(Backend):
     tuner = FusedMoeTuner()
     decoder = FusedMoeRows()
     stepper = FusedMoeStep()
+    commands = FusedMoeCommands()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tilesweep.measure.fused_moe_case import FP8_MAX, make_routing
-from tilesweep.plan.fused_moe_space import gemm_shapes
+from tilesweep.fused_moe.case import FP8_MAX, make_routing
+from tilesweep.fused_moe.space import gemm_shapes
 
 FORMATS = ("bf16", "fp8", "fp8_block")
 BLOCK = 128  # the block side of fp8_block

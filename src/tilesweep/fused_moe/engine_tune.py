@@ -10,7 +10,7 @@ timed on every routing with `final_repeats` graph replays, decode-true (cold L2)
 finalist (summed over routings) is picked only where it beats the baseline on every routing by
 more than the noise (its p90 below the baseline's p10); otherwise the baseline's config. The
 picks (`picks_<name>`) are then decided into a drop-in file on two fresh draws and checked on a
-third (measure/engine_tables.decide_file). In the tune table `default`, `is_default` and
+third (fused_moe/engine_tables.decide_file). In the tune table `default`, `is_default` and
 `x_default` name that baseline.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import last_line
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
 TUNE_COLUMNS = [
     "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "phase",
@@ -33,7 +33,7 @@ TUNE_COLUMNS = [
 def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
     """Return the configs one launch parameter away from `config` within the search space
     (`values`: {key: [values]}), each as the engine runs it, without duplicates."""
-    from tilesweep.measure.engine_timing import effective
+    from tilesweep.fused_moe.engine_timing import effective
 
     out, seen = [], {space.config_slug(effective(config, fmt))}
     for key in space.SPACE_KEYS:
@@ -73,8 +73,8 @@ def tune_problem(timer, keys: list[int], rules: dict, values: dict, tune: dict,
     beat (`default` in the rows: is_default, x_default) is what the engine runs today: its
     `shipped` table's nearest key where there is one (the default rule's config is then
     screened as one more candidate), else its default rule."""
-    from tilesweep.measure.engine_check import baseline_config
-    from tilesweep.measure.engine_timing import effective
+    from tilesweep.fused_moe.engine_check import baseline_config
+    from tilesweep.fused_moe.engine_timing import effective
 
     fmt, problem = timer.fmt, timer.problem
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
@@ -121,8 +121,8 @@ def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
 
 def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict, tune, log):
     """Compile (in parallel) and screen every key's candidates on the first routing."""
-    from tilesweep.measure.engine_timing import effective, warm
-    from tilesweep.measure.fused_moe_case import TOLERANCE
+    from tilesweep.fused_moe.case import TOLERANCE
+    from tilesweep.fused_moe.engine_timing import effective, warm
 
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
     if timer.device == "cuda":
@@ -194,7 +194,7 @@ def _finals(timer, m, screened, default, rows, tune, log) -> dict:
 
 def extra_candidates(paths: list[str], shape: dict) -> dict:
     """Return {M: [configs]} from other tuners' files of the same shape and format."""
-    from tilesweep.measure.engine_check import read_file
+    from tilesweep.fused_moe.engine_check import read_file
 
     out = {}
     for path in paths:
@@ -210,16 +210,15 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
     """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
     else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
     drop-in file from the picks decode-true on two draws and a held-out one
-    (measure/engine_tables.decide_file); return the drop-in rows with the tuning's counts."""
+    (fused_moe/engine_tables.decide_file); return the drop-in rows with the tuning's counts."""
     import os
     import time
 
     import torch
     import triton
 
-    from tilesweep import engine_kernels
+    from tilesweep.fused_moe import engine_check, engine_kernels, engine_tables
     from tilesweep.io import write_table, write_text
-    from tilesweep.measure import engine_check, engine_tables
 
     fused = settings["backend"]["fused_moe"]
     tune = {**fused["engine_tune"]}

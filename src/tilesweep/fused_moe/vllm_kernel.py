@@ -1,5 +1,5 @@
-"""vLLM's own fused-MoE Triton kernel (tilesweep.engine_kernels.load), launched for one expert
-GEMM as vLLM 0.33 launches it (fused_moe.py: _prepare_expert_assignment and
+"""vLLM's own fused-MoE Triton kernel (tilesweep.fused_moe.engine_kernels.load), launched for one
+expert GEMM as vLLM 0.33 launches it (fused_moe.py: _prepare_expert_assignment and
 invoke_fused_moe_triton_kernel), in bf16, fp8 w8a8 per tensor and fp8 w8a8 with block scales:
 
 - the naive path where M x top_k x 4 <= E: no alignment, one row block per routed pair
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import triton
 
-from tilesweep.kernels.fused_moe import align_blocks
+from tilesweep.fused_moe.kernel import align_blocks
 
 SPARSITY = 4  # vLLM's SPARSITY_FACTOR
 

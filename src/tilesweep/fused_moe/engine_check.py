@@ -9,7 +9,7 @@ get_default_config). At every batch key M of the file and under uniform and Zipf
 expert GEMMs run with the file's config, the baseline's (twice: two timings of one config are
 the key's noise band), and the default rule's where a shipped table is the baseline, each
 checked against an fp32 reference and timed decode-true (cold L2 over rotated weight copies;
-measure/engine_timing.py) unless `timing="warm"`.
+fused_moe/engine_timing.py) unless `timing="warm"`.
 
 A key is `won` where the file's p90 (both GEMMs summed) is below the baseline's p10 and its
 ratio beats the noise band, `lost` where the mirror holds, else a `tie`; `same config` where the
@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import ConfigError, last_line
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
 NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
@@ -102,7 +102,7 @@ def timer_for(
     """Return the EngineTimer of a file's problem in an engine's kernel, or raise ConfigError."""
     import torch
 
-    from tilesweep.measure.engine_timing import EngineTimer
+    from tilesweep.fused_moe.engine_timing import EngineTimer
 
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
@@ -123,7 +123,7 @@ def baseline_of(engine: str, version: str, path: str | Path, shape: dict, settin
     """Return (the engine's shipped table for a file's key, or None; where) as the engine would
     load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
     file's device."""
-    from tilesweep import engine_kernels
+    from tilesweep.fused_moe import engine_kernels
 
     name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
                                            shape["format"], device_of(path))  # fmt: skip
@@ -138,7 +138,7 @@ def device_of(path: str | Path) -> str:
 def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> dict:
     """Return the config the engine runs at batch M today: its shipped table's nearest key,
     else its default rule's."""
-    from tilesweep import engine_kernels
+    from tilesweep.fused_moe import engine_kernels
 
     if shipped:
         return engine_kernels.nearest(shipped, m)
@@ -156,7 +156,7 @@ def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda
     timing excepted)."""
     import triton
 
-    from tilesweep.measure.engine_timing import effective
+    from tilesweep.fused_moe.engine_timing import effective
 
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
@@ -214,7 +214,7 @@ def judge(table: pd.DataFrame) -> pd.DataFrame:
     two timings of the baseline's one config differ (max(a/b, b/a) - 1). The file's outcome:
     `same config`, `won` (p90 below the baseline's p10 and x_baseline above 1 + noise band),
     `lost` (the mirror), else `tie`; `wrong result` where any timing missed the reference."""
-    from tilesweep.measure.fused_moe_case import TOLERANCE
+    from tilesweep.fused_moe.case import TOLERANCE
 
     table = table.copy()
     cols = {c: {} for c in ("x_baseline", "x_baseline_measured", "x_shipped", "x_default",

@@ -17,7 +17,7 @@ SPACE_KEYS = (
     "num_warps",
     "num_stages",
 )
-# Keys of the project's kernel variants beyond the engines' space (kernels/fused_moe.py), each
+# Keys of the project's kernel variants beyond the engines' space (fused_moe/kernel.py), each
 # with its largest value that is still the engines' kernel: TMA weight loads (1: on), a
 # persistent grid of P programs per multiprocessor (0: one program per tile), split-K over up
 # to S programs per tile (never more than a GEMM's K blocks; 1: none) and SORT (1: routed pairs

@@ -1,20 +1,21 @@
-"""Stage tune: the project's fused-MoE kernel tuned in the serving engines' conditions, its
-picks kept for the whole step's runner and never exported as an engine's config file.
+"""Stage tune_configs (and tune_replay): the project's fused-MoE kernel tuned in the serving
+engines' conditions, its picks kept for the whole step's runner and never exported as an
+engine's config file.
 
-One job per dtype on a GPU machine. The work runs in a worker process (measure/tune_worker.py)
+One job per dtype on a GPU machine. The work runs in a worker process (fused_moe/tune_worker.py)
 that journals every finished item; this module supervises it: a worker that outlives an item's
 time limit is killed (the item is recorded as a timeout), one that dies records a crash, and in
 both cases a new worker resumes after the last journalled item. A rerun of the job resumes the
 same way, since the journal lives beside the outputs and is not one of them.
 
-Outputs: `results/tune/<dtype>.csv` (every timed config, default, baseline and engine row at
-every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
+Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine
+row at every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
 fractions; `tuned` marks the pick in the engines' space, `best` the pick with the kernel's own
-variants) and `results/tune/project_kernel/<dtype>/` with
+variants) and `results/tune/fused_moe/project_kernel/<dtype>/` with
 `project_kernel_E=..,N=..,device_name=..[,dtype=..].json`, one per (local experts, shard N) that
 the grid's layouts put on a GPU, and a README.txt. The kernel is not the engines': the files to
-drop into vLLM or SGLang are tuned and picked in each engine's own kernel (stages/tune_engine.py,
-`results/tuned/engine_<engine>/`).
+drop into vLLM or SGLang are tuned and picked in each engine's own kernel
+(fused_moe/engine_stage.py, `results/tuned/fused_moe/engine_<engine>/`).
 """
 
 from __future__ import annotations
@@ -28,18 +29,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.backends.fused_moe_backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import TUNE_COLUMNS, Status
-from tilesweep.io import atomic_path, read_json, write_text
-from tilesweep.measure.tune_worker import (
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
+from tilesweep.fused_moe.tune_worker import (
     FINAL,
     SCREEN,
     append_journal,
     read_journal,
     refusal_status,
 )
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.io import atomic_path, read_json, write_text
 from tilesweep.stages import logged
 
 NAME = "fused_moe"
@@ -47,7 +48,7 @@ NAME = "fused_moe"
 VERSIONS = "versions.json"
 # What a folder of the project kernel's picks holds, in the folder itself (README.txt).
 PROJECT_KERNEL_README = f"""\
-The project's fused-MoE kernel (src/tilesweep/kernels/fused_moe.py): its tuned pick per batch M,
+The project's fused-MoE kernel (src/tilesweep/fused_moe/kernel.py): its tuned pick per batch M,
 in the engines' search space and launch conditions, one file per (local experts E, shard width N).
 
 These are NOT engine config files. The kernel is the project's, not vLLM's or SGLang's, and a
@@ -116,7 +117,7 @@ def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts
     spec_path, journal, heartbeat = (work_dir / n for n in ("spec.json", "journal.jsonl", "beat"))
     with atomic_path(spec_path) as tmp:
         tmp.write_text(json.dumps(spec, sort_keys=True, indent=1))
-    cmd = [sys.executable, "-m", "tilesweep.measure.tune_worker", str(spec_path)]
+    cmd = [sys.executable, "-m", "tilesweep.fused_moe.tune_worker", str(spec_path)]
     cmd += [str(journal), str(heartbeat)]
     attempt = 0
     while attempt < restarts:

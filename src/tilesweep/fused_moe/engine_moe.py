@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
 ENGINES = ("vllm", "sglang")
 
@@ -85,7 +85,7 @@ def engine_runner(spec: dict, log):
 def _best(spec: dict, rows: list[dict]) -> dict | None:
     """Return the config the project kernel's table names for a batch: fused_moe_space.pick over
     the batch's timed configs of the engines' space (both GEMMs summed, every routing, guarded
-    by spec['guard_default']'s default), as stages/tune picks it from the journal, at a key and
+    by spec['guard_default']'s default), as fused_moe/tune picks it from the journal, at a key and
     at an extra batch past the keys alike."""
     sources = space.engine_sources(spec["engine_defaults"])
     times, configs, guard = {}, {}, {}

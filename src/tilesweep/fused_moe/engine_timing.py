@@ -1,6 +1,6 @@
 """Both expert GEMMs of one problem timed in an engine's own fused-MoE kernel, launched as that
-engine launches it (measure/vllm_kernel.py, measure/sglang_kernel.py), in one weight format
-(measure/engine_case.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
+engine launches it (fused_moe/vllm_kernel.py, fused_moe/sglang_kernel.py), in one weight format
+(fused_moe/engine_case.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
 against an fp32 reference first, under one of two timings (the `timing` label of every row):
 
 - `decode` (the default): decode-true, cold L2. A decode step runs every other layer between two
@@ -25,9 +25,12 @@ import importlib
 import math
 
 from tilesweep.errors import last_line
-from tilesweep.plan import fused_moe_space as space
+from tilesweep.fused_moe import space
 
-LAUNCHERS = {"vllm": "tilesweep.measure.vllm_kernel", "sglang": "tilesweep.measure.sglang_kernel"}
+LAUNCHERS = {
+    "vllm": "tilesweep.fused_moe.vllm_kernel",
+    "sglang": "tilesweep.fused_moe.sglang_kernel",
+}
 GEMMS = ("gate_up", "down")
 TIMINGS = ("decode", "warm")
 L2_MULTIPLE = 3  # bytes touched between two uses of one weight copy, in units of the L2
@@ -36,7 +39,7 @@ MEMORY_SHARE = 0.6  # the most of the free device memory the weight copies may t
 
 def expert_bytes(problem: dict, fmt: str) -> dict:
     """Return {gemm: bytes of one expert's weights and scales} in a format."""
-    from tilesweep.measure.engine_case import BLOCK
+    from tilesweep.fused_moe.engine_case import BLOCK
 
     out = {}
     for gemm, (n, k) in space.gemm_shapes(problem).items():
@@ -102,7 +105,7 @@ def effective(config: dict, fmt: str) -> dict:
     """Return the config as it is tried: for fp8_block, BLOCK_SIZE_K cut to the scale block
     (vLLM cuts it so; SGLang does not, and a wider step would sum across scale groups, so its
     candidates are taken at the block), so two configs that run the same are one."""
-    from tilesweep.measure.engine_case import BLOCK
+    from tilesweep.fused_moe.engine_case import BLOCK
 
     if fmt == "fp8_block" and config["BLOCK_SIZE_K"] > BLOCK:
         return {**config, "BLOCK_SIZE_K": BLOCK}
@@ -111,7 +114,7 @@ def effective(config: dict, fmt: str) -> dict:
 
 def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
     """Return a call that runs one GEMM of a batch in the engine's kernel."""
-    from tilesweep.measure.engine_case import block_shape
+    from tilesweep.fused_moe.engine_case import block_shape
 
     top_k = problem["top_k"] if gemm == "gate_up" else 1
     topw = None if gemm == "gate_up" else batch.topk_weights
@@ -136,8 +139,8 @@ class EngineTimer:
                  check_experts: int | None = None):  # fmt: skip
         import torch
 
-        from tilesweep.engine_kernels import load
-        from tilesweep.measure import engine_case
+        from tilesweep.fused_moe import engine_case
+        from tilesweep.fused_moe.engine_kernels import load
 
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
@@ -179,7 +182,7 @@ class EngineTimer:
 
     def batch(self, m: int, routing: str):
         """Return a fresh routed batch of m tokens."""
-        from tilesweep.measure import engine_case
+        from tilesweep.fused_moe import engine_case
 
         return engine_case.make_batch(self.problem, self.weights, m, routing, self.alpha,
                                       self.device, self.gen, dtype=self.dtype)  # fmt: skip
@@ -187,7 +190,7 @@ class EngineTimer:
     def time(self, config: dict, batch, repeats: int) -> dict:
         """Return both GEMMs' summed median, p10 and p90 ms and the worse relative error (inf
         where the result is not finite); raise what the launch raises (a refusal)."""
-        from tilesweep.measure import engine_case
+        from tilesweep.fused_moe import engine_case
         from tilesweep.measure.gemm_case import rel_error
         from tilesweep.measure.timing import time_call
 
@@ -224,8 +227,8 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
     try:
         import torch
 
-        from tilesweep.engine_kernels import load
-        from tilesweep.measure import engine_case
+        from tilesweep.fused_moe import engine_case
+        from tilesweep.fused_moe.engine_kernels import load
 
         kernel, _ = load(engine, version)
         lx = launcher(engine)

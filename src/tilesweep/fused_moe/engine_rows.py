@@ -23,7 +23,7 @@ def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
     side, where it ran; else one skipped row per engine saying why. `mine`: the fused-MoE
     backend's settings."""
     from tilesweep import backends
-    from tilesweep.measure.engine_moe import installed
+    from tilesweep.fused_moe.engine_moe import installed
 
     if not mine.get("enabled"):
         return pd.DataFrame(columns=ENGINE_COLUMNS)

@@ -2,7 +2,7 @@
 count and top-k, routed batches of M tokens (uniform or Zipf-skewed), both expert GEMMs, fresh
 random data checked against an fp32 reference, and the same-dtype torch baseline beside them.
 
-Runs in the tuning worker process (stages/tune.py starts it); on a CPU the kernel runs under
+Runs in the tuning worker process (fused_moe/tune.py starts it); on a CPU the kernel runs under
 Triton's interpreter (TRITON_INTERPRET=1, set by the caller), which tests use on tiny problems.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tilesweep.kernels import fused_moe as fm
+from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe.space import gemm_shapes, scale_mode
 from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
 from tilesweep.measure.gemm_case import rel_error
-from tilesweep.plan.fused_moe_space import gemm_shapes, scale_mode
 
 FP8_MAX = 448.0
 # Relative L2 error allowed against the fp32 reference (fp32 operands: the interpreter in tests;

@@ -5,7 +5,7 @@ of both, the engines' default configs, the torch baseline and (where installed) 
 kernel precisely.
 
 Each finished item is one line appended to a journal (flushed and synced), so a worker that is
-killed or crashes loses only the item in flight: stages/tune.py restarts it, records that item
+killed or crashes loses only the item in flight: fused_moe/tune.py restarts it, records that item
 as a timeout or crash, and the new worker skips everything already in the journal. Before each
 item the worker writes a heartbeat, which is how the parent knows what was in flight.
 
@@ -13,7 +13,7 @@ With spec['items_per_worker'] = N the worker exits after N items (heartbeat 'yie
 parent starts a fresh one, so N = 1 runs every config's screen and every batch's finals in a
 process of its own; compile outcomes are journalled once and read by the workers that follow.
 
-Usage: python -m tilesweep.measure.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json
+Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from tilesweep.errors import last_line
+from tilesweep.fused_moe import space
 from tilesweep.measure.timing import time_call
-from tilesweep.plan import fused_moe_space as space
 
 SCREEN = "screen"
 FINAL = "final"
@@ -139,8 +139,8 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
     try:
         import torch
 
-        from tilesweep.kernels import fused_moe as fm
-        from tilesweep.measure.fused_moe_case import torch_dtype
+        from tilesweep.fused_moe import kernel as fm
+        from tilesweep.fused_moe.case import torch_dtype
 
         dev = "cuda"
         e, n, k, rows = 2, 256, 512, 4
@@ -197,7 +197,7 @@ def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
 
 def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, heartbeat, done):
     """Screen the configs on one problem: correctness at one batch, then every batch key."""
-    from tilesweep.measure import fused_moe_case as case
+    from tilesweep.fused_moe import case
 
     dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
     shapes = space.gemm_shapes(problem)
@@ -258,7 +258,7 @@ def _finalists(
 
 def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
     """Time finalists, engine defaults, the baseline and the engine at every final batch."""
-    from tilesweep.measure import fused_moe_case as case
+    from tilesweep.fused_moe import case
 
     dtype = spec["dtype"]
     shapes = space.gemm_shapes(problem)
@@ -358,8 +358,8 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
     """Compile, screen, screen the variants and time the finals of every problem."""
     import torch
 
-    from tilesweep.measure import fused_moe_case as case
-    from tilesweep.measure.engine_moe import engine_runner
+    from tilesweep.fused_moe import case
+    from tilesweep.fused_moe.engine_moe import engine_runner
 
     done = read_journal(journal.path)
 

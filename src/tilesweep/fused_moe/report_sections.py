@@ -1,0 +1,123 @@
+"""The fused-MoE package's report sections (Tuner.report_sections): its kernel tuned in the
+engines' conditions, and the drop-in engine files tuned in the engines' own kernels."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep.columns import (
+    REPORT_DROPIN_COLUMNS,
+    TUNE_SUMMARY_COLUMNS,
+    TUNE_TARGET_COLUMNS,
+    Status,
+)
+from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
+from tilesweep.report.document import Block, Table, Text
+
+# Its sections, after the decode section: key, title, the navigation's short name.
+SECTIONS = (
+    ("tune", "The project's fused-MoE kernel tuned in the engines' conditions", "Tuning"),
+    ("dropins", "Files to drop into vLLM and SGLang", "Drop-ins"),
+)
+
+
+def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str, list[Block]]]:
+    """Return its sections (key, title, short name, blocks) from the report's tune and dropins
+    tables (empty where absent)."""
+    empty = pd.DataFrame()
+    blocks = {
+        "tune": tune_blocks(tables.get("tune", empty)),
+        "dropins": dropin_blocks(tables.get("dropins", empty)),
+    }
+    return [(key, title, short, blocks[key]) for key, title, short in SECTIONS]
+
+
+def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
+    """Return the drop-in engine files (dropins.csv of fused_moe/engine_tables): each file's path,
+    engine and version, and its worst and geometric-mean ratio against the engine's current
+    table on the held-out draw; where none is kept, where they come from."""
+    if dropins.empty:
+        return [
+            Text(
+                "No drop-in engine files in this run: a GPU sweep writes them when it tunes "
+                "(backend.fused_moe.tune=true, results/tuned/fused_moe/), and a kept example "
+                "lists its own (engine_tables/dropins.csv)."
+            )
+        ]
+    done = dropins[dropins["status"] == "exported"] if "status" in dropins else dropins
+    worst = pd.to_numeric(done.get("worst_x_baseline"), errors="coerce")
+    return [
+        Text(
+            f"{len(done)} of {len(dropins)} files exported, each named by its engine's own "
+            "get_config_file_name and decided decode-true (cold L2 over rotated weight copies, "
+            "CUDA-graph replays) against what the engine runs today: its shipped table where "
+            "its wheel has one (`baseline` shipped), else its default rule. A key keeps its "
+            "tuned config only where it won beyond the noise on two draws; the ratios are the "
+            "held-out third draw's (above 1: the file is faster), worst over every batch M and "
+            f"both routings (lowest {worst.min():.3f}x), geometric mean over M >= 1,024."
+        ),
+        Table(dropins, [c for c in REPORT_DROPIN_COLUMNS if c in dropins]),
+    ]
+
+
+def tune_blocks(tune: pd.DataFrame) -> list[Block]:
+    """Return the tuning section's blocks: per batch, the project kernel's tuned config against
+    each engine default and the torch baseline (both GEMMs summed), and why configs could not
+    run; none of it is exported (the engines' files are tuned in their own kernels)."""
+    if tune.empty:
+        return [
+            Text(
+                "Not tuned: the fused-MoE kernel is tuned on a GPU machine only (rule "
+                "tune_configs), and this sweep ran none."
+            )
+        ]
+    summary = tune_summary(tune)
+    failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
+    blocks: list[Block] = [
+        Text(
+            "The project's fused-MoE kernel (fused_moe/kernel.py: routed pairs gathered through "
+            "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
+            "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
+            "own search space at their batch keys, measured on the device at hand. 'tuned' is "
+            "its pick in the engines' space: a table for this kernel "
+            "(tune/fused_moe/project_kernel/, read by the whole step's runner), not an engine's "
+            "config file, since a pick can be slower in an engine's own kernel. The files to "
+            "drop into vLLM or SGLang are those tuned and picked in each engine's own kernel "
+            "and checked against its default (rule tune_engine, "
+            "tuned/fused_moe/engine_<engine>/). Times are "
+            "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
+            "config's time over the tuned config's time on the same kernel and routed batch; "
+            "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
+            "gather is free) over the tuned kernel's; copy fraction is the fewest bytes over "
+            "the time, over the measured copy bandwidth (bytes read plus written), read "
+            "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
+            "config once the project's variants beyond the engines' space (TMA weight loads, "
+            "a persistent grid, split-K, tiny batches sorted by expert) may be picked, one config "
+            "per batch for every routing; 'fastest' is the fastest config timed at that batch "
+            "and routing, of any source. Neither is exported, and no engine's kernel can run "
+            "the variants."
+        ),
+        Table(
+            tune_targets(summary),
+            TUNE_TARGET_COLUMNS,
+            title="Against the tuning targets, per problem and routing",
+            note="Each figure is the lowest over its range. x vLLM: at every batch timed, and at "
+            "M >= 1,024 (tuned, then best); read fraction for 1.15x: the highest fraction of the "
+            "measured read-only bandwidth that 1.15x over the vLLM default would need at M >= "
+            "1,024; x torch: the best config, then the fastest, at 1-256 tokens per expert; copy "
+            "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
+            "from 1 to 32.",
+        ),
+        Table(
+            summary,
+            TUNE_SUMMARY_COLUMNS,
+            title="The project kernel's tuned config per batch (not exported)",
+            empty="(none)",
+        ),
+    ]
+    if len(failed):
+        frame = failed.rename("rows").reset_index()
+        note = "screen: configs of the space that could not run (reasons in tune.csv); engine: "
+        note += "the engine runner where the engine is not installed"
+        blocks.append(Table(frame, list(frame.columns), title="Rows without a time", note=note))
+    return blocks

@@ -1,0 +1,51 @@
+"""The fused-MoE step runner's part of the measured whole step (StepRunner.fused_setup): the
+routing of one micro-batch to the project kernel's row blocks, and the config its tuned table
+(or the engines' default rules) picks for the GEMMs' M."""
+
+from __future__ import annotations
+
+from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe.space import engine_default, nearest_key
+
+
+def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
+    """Return (config, where it came from) for a fused-MoE GEMM of M rows: the tuned table's
+    nearest batch key (as the engines pick), else the engines' default rules."""
+    configs = table.get("configs")
+    if configs:
+        key = nearest_key([int(k) for k in configs], m)
+        return dict(configs[str(key)]), f"{table['source']} at M={key}"
+    rules = table.get("rules")
+    if not rules:
+        raise ValueError("the fused-MoE step runner needs a tuned table or default rules")
+    return engine_default(rules, m, experts, "bf16"), f"{table['source']} at M={m}"
+
+
+def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
+    """Return the fused-MoE kernel's routing for one micro-batch: the pairs' experts (fixed,
+    balanced), their row blocks (aligned once here: the step's graph replays them), and the
+    config the tuned table or the engines' default picks for the GEMMs' M, and the kernel call
+    the step's expert GEMMs make (`invoke`)."""
+    torch, top_k = rank.torch, rank.model["top_k"]
+    if rank.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k
+        pairs, m, k = n * top_k, n, top_k
+        ids = (torch.arange(pairs) % experts).view(n, top_k)
+    else:  # after the dispatch, one row per pair of this rank's experts: top-k 1
+        pairs, m, k = slots, slots, 1
+        ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(counts)).view(-1, 1)
+    config, source = moe_config(rank.moe_table, m, experts)
+    ids = ids.to(rank.device)
+    direct = pairs * rank.moe_table.get("sparsity", 4) <= experts
+    blocks = (
+        fm.direct_blocks(ids, config["BLOCK_SIZE_M"])
+        if direct
+        else fm.align_blocks(ids, config["BLOCK_SIZE_M"], experts)
+    )
+    return {
+        "config": config,
+        "source": source,
+        "blocks": blocks,
+        "top_k": k,
+        "pairs": pairs,
+        "invoke": fm.invoke,
+    }
