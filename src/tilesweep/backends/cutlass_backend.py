@@ -15,7 +15,8 @@ from tilesweep.backends.cutlass_gpu import SM90Program
 from tilesweep.cutlass.cell_spec import ARCHS as CUTLASS_ARCHS
 from tilesweep.cutlass.cell_spec import EPILOGUES
 from tilesweep.settings.strict import Section, refuse
-from tilesweep.settings.sweep_space import Dtype, Epilogue, Tile
+from tilesweep.settings.sweep_space import Epilogue, Tile
+from tilesweep.settings.workload import Dtype
 
 NAME = "cutlass"
 ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.cell_spec declares

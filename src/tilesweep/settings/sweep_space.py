@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from tilesweep.settings.strict import PowerOfTwo, Section, distinct, refuse
+from tilesweep.settings.workload import Dtype, ModelSettings
 
-if TYPE_CHECKING:
-    from tilesweep.settings.workload import ModelSettings
-
-# Operand types a grid kernel runs (mxfp4 is a deployment weight type only: no grid kernel runs it).
-Dtype = Literal["bf16", "fp8", "nvfp4"]
 Epilogue = Literal["default", "finalize"]
 # Beyond these no GPU has the registers, threads or memory (32 warps = 1,024 threads a block).
 MAX_STAGES, MAX_WARPS, MAX_TOKENS_PER_EXPERT = 16, 32, 65536

@@ -7,13 +7,14 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tilesweep.settings.strict import Section, distinct, refuse
-from tilesweep.settings.sweep_space import Dtype
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 GQA_KEYS = ("kv_heads", "head_dim")
 DSA_KEYS = ("index_n_heads", "index_head_dim", "index_topk")
 SLIDING_KEYS = ("sliding_window", "sliding_layers")
 _KIND_KEYS = {"mla": MLA_KEYS, "gqa": GQA_KEYS}
+# Operand types a grid kernel runs (mxfp4 is a deployment weight type only: no grid kernel runs it).
+Dtype = Literal["bf16", "fp8", "nvfp4"]
 
 AtLeastOne = Annotated[int, Field(ge=1)]
 AtLeastZero = Annotated[int, Field(ge=0)]
