@@ -33,13 +33,10 @@ class Refused(ValueError):
 
     def line(self, where: str) -> str:
         """Return the one-line message with the key placed under where."""
-        key = self.key if not where or not self.key or self.key[0] == "[" else f".{self.key}"
-        path = f"{where}{key}" if where else self.key.lstrip(".")
-        return (
-            f"{path}: {self.why}"
-            if self.value is _NO_VALUE
-            else f"{path}={self.value!r}: {self.why}"
-        )
+        dot = "." if where and self.key and not self.key.startswith("[") else ""
+        path = f"{where}{dot}{self.key}"
+        said = "" if self.value is _NO_VALUE else f"={self.value!r}"
+        return f"{path}{said}: {self.why}"
 
 
 def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
@@ -103,7 +100,7 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     path, node, tail = _walk(first["loc"], data, where)
     kind = first["type"]
     if kind == "extra_forbidden":
-        allowed = ", ".join(sorted(_fields(_annotation_at(model, first["loc"][:-1]))))
+        allowed = ", ".join(sorted(_fields(_declared_at(model, first["loc"][:-1])[0])))
         return f"{path}: unknown key" + (f"; allowed: {allowed}" if allowed else "")
     if kind == "missing":
         parent, _, key = path.rpartition(".")
@@ -122,7 +119,7 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         choices = _choices(declared[0])
         return f"{path}={node!r}: allowed: {choices or first['ctx']['expected']}"
     if kind in _RANGES:
-        return f"{path}={node!r}: {_range_words(declared[1])}"
+        return f"{path}={node!r}: {_range_words(declared[1], first['msg'])}"
     if tail:  # a union: every member that refused the value says what it expected
         base = first["loc"][: len(first["loc"]) - len(tail)]
         same = [e for e in errors if e["loc"][: len(base)] == base]
@@ -139,18 +136,14 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
 _RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
-def _range_words(bounds: dict) -> str:
-    """Return a declared range in words: between 1 and 16, at least 0, more than 0."""
-    low = (
-        ("ge", bounds["ge"]) if "ge" in bounds else ("gt", bounds["gt"]) if "gt" in bounds else None
-    )
-    high = (
-        ("le", bounds["le"]) if "le" in bounds else ("lt", bounds["lt"]) if "lt" in bounds else None
-    )
-    if low and high and low[0] == "ge" and high[0] == "le":
-        return f"must be between {low[1]:,} and {high[1]:,}"
+def _range_words(bounds: dict, said: str) -> str:
+    """Return a declared range in words (between 1 and 16, at least 0, more than 0), or what
+    pydantic said where none is declared at the key."""
+    if {"ge", "le"} <= bounds.keys():
+        return f"must be between {bounds['ge']:,} and {bounds['le']:,}"
     words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
-    return "must be " + " and ".join(f"{words[op]} {v:,}" for op, v in filter(None, (low, high)))
+    parts = [f"{word} {bounds[op]:,}" for op, word in words.items() if op in bounds]
+    return "must be " + " and ".join(parts) if parts else said.replace("Input should be", "must be")
 
 
 def _choices(tp: Any) -> str:
@@ -214,21 +207,6 @@ def _walk(loc: tuple, data: Any, where: str) -> tuple[str, Any, tuple]:
         else:
             return path, node, tuple(loc[i:])
     return path, node, ()
-
-
-def _annotation_at(model: Any, loc: tuple) -> Any:
-    """Return the type the models declare at loc (a model class, a list or dict type)."""
-    node = model
-    for part in loc:
-        node = _unwrap(node)
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            field = node.model_fields.get(part)
-            node = field.annotation if field else None
-        elif typing.get_origin(node) in (list, dict):
-            node = typing.get_args(node)[-1]
-        else:
-            return None
-    return _unwrap(node)
 
 
 def _unwrap(tp: Any) -> Any:
