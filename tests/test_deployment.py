@@ -282,7 +282,7 @@ def test_bound_margin_share_and_does_not_fit():
         ("deployment.weight_dtype=fp4", "deployment.weight_dtype='fp4': allowed: bf16, fp8, nvfp4"),
         ("deployment.kv_dtype=nvfp4", "deployment.kv_dtype='nvfp4': allowed: bf16, fp8"),
         ("deployment.context_len=0", "deployment.context_len=0: must be at least 1"),
-        ("deployment.batches=[]", "deployment.batches=[]: give at least one batch"),
+        ("deployment.batches=[]", "deployment.batches=[]: give at least one"),
         ("deployment.batches=[8,0]", "deployment.batches[1]=0: must be at least 1"),
         (
             "deployment.runtime_reserve_gb=-1",
@@ -358,7 +358,7 @@ def test_checkpoint_options_follow_the_named_checkpoint():
     "layout, message",
     [
         ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
-        ("{tp:1,pp:1,ep:8,experts:ep}", "experts=ep: spreads whole experts over the TP group"),
+        ("{tp:1,pp:1,ep:8,experts:ep}", "experts='ep': spreads whole experts over the TP group"),
     ],
 )
 def test_bad_expert_layouts_are_one_line_errors(layout, message):

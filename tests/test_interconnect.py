@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from tilesweep.config import CONF_DIR, _check_interconnect_model, load_catalog, validate
+from tilesweep.config import CONF_DIR, load_catalog, validate
 from tilesweep.errors import ConfigError
 from tilesweep.plan.interconnect import (
     COLLECTIVES,
@@ -21,6 +21,7 @@ from tilesweep.plan.interconnect import (
     topology_numbers,
     wire_factor,
 )
+from tilesweep.settings import HardwareSpec, check
 
 NUMBERS = {
     "all_reduce": {
@@ -179,7 +180,7 @@ def catalog():
 
 def test_every_hardware_files_interconnect_model_validates_and_names_its_default(catalog):
     for name, spec in catalog.items():
-        _check_interconnect_model(spec.get("interconnect_model"), f"hardware[{name}]")
+        check(HardwareSpec, spec, f"hardware[{name}]")
         numbers, label = topology_numbers(spec)
         if spec.get("interconnect_model") is None:
             assert numbers is None and "no interconnect_model" in label
@@ -228,7 +229,7 @@ def settings():
             float("inf"),
             "busbw_gbs=inf: must be a finite",
         ),
-        (("all_reduce", "by_gpus", 8, "busbw_gbs"), 0, "busbw_gbs=0: must be a finite number more"),
+        (("all_reduce", "by_gpus", 8, "busbw_gbs"), 0, "busbw_gbs=0: must be more than 0"),
         (("all_to_all", "by_gpus", 8, "latency_us"), float("inf"), "latency_us=inf: must be"),
         (
             ("all_reduce", "one_shot", "by_gpus", 8, "latency_us"),

@@ -30,15 +30,9 @@ from tilesweep.plan.launch_fit import launch_timer, on_datasheet, small_kernel_u
 from tilesweep.plan.sensitivity import sensitivity, winners
 
 
-def target_spec(settings: dict) -> dict:
-    """Return the hardware spec the verdict is for."""
-    target = settings["hardware"]
-    return settings["catalog"][target] if isinstance(target, str) else target
-
-
 def at_target(settings: dict, ceilings: dict) -> bool:
     """Return whether the benchmark device is the target the config names."""
-    return bool(ceilings) and ceilings.get("catalog_name") == target_spec(settings)["name"]
+    return bool(ceilings) and ceilings.get("catalog_name") == settings["hardware"]["name"]
 
 
 def _nearest(values: list[int], want: float) -> int:
@@ -57,7 +51,7 @@ def engine_deployment(settings: dict) -> tuple[dict, dict | None]:
     load (input_len + output_len / 2) where one is set, and `attention_label` saying which."""
     dep = dict(settings["deployment"])
     engine = settings.get("engine")
-    arch = target_spec(settings).get("arch", "")
+    arch = settings["hardware"].get("arch", "")
     if dep.get("attention", "auto") == "auto":
         mode, why = engine_profile.attention_mode(engine or {"name": "lean"}, arch)
         dep["attention"] = mode
@@ -262,7 +256,7 @@ def deployment_table(
     settings = dict(settings, model=model, deployment=dep)
     engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"])
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
-    plain = dict(target_spec(settings))
+    plain = dict(settings["hardware"])
     target = with_engine_allreduce(plain, engine_conf)
     allreduce = (
         f"all-reduce: {engine.name}'s one-shot custom all-reduce up to its max_bytes "
@@ -482,7 +476,7 @@ def question_panel(settings: dict, compose: Callable[[dict], pd.DataFrame]) -> d
     as the verdict is, the winner per batch and the sensitivity band; None otherwise."""
     asked = question.of(settings)
     if asked is None or not asked.asks_about(
-        settings["model"]["name"], target_spec(settings)["name"]
+        settings["model"]["name"], settings["hardware"]["name"]
     ):
         return None
     layouts = asked.layout_dicts()

@@ -8,14 +8,15 @@ import itertools
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from tilesweep.backends import Backend, Builder, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import SM90Program
 from tilesweep.cutlass.cell_spec import ARCHS as CUTLASS_ARCHS
 from tilesweep.cutlass.cell_spec import EPILOGUES
-from tilesweep.settings.strict import Section
-from tilesweep.settings.sweep_space import Tile
+from tilesweep.settings.strict import Section, refuse
+from tilesweep.settings.sweep_space import Epilogue, Tile
+from tilesweep.settings.workload import Dtype
 
 NAME = "cutlass"
 ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.cell_spec declares
@@ -103,6 +104,16 @@ class CutlassBuilder(Builder):
         return int(threads)
 
 
+def _stage_counts(stages: list[int | str]) -> list[int | str]:
+    """Return stages when it holds "auto" or stage counts of at least 1, at least one."""
+    if not stages:
+        raise refuse("", "give 'auto' or at least one stage count", stages)
+    for i, value in enumerate(stages):
+        if value != "auto" and not (isinstance(value, int) and value >= 1):
+            raise refuse(f"[{i}]", "must be 'auto' or an integer >= 1", value)
+    return stages
+
+
 class ExtraStages(Section):
     """One backend.cutlass.extra_stages entry: explicit stage counts accounted on one
     architecture, for the grid's tiles it names and the epilogues it names."""
@@ -118,9 +129,9 @@ class CutlassSettings(Section):
     explicit stage counts for a few tiles of one architecture."""
 
     enabled: bool
-    dtype_by_arch: dict[str, str]
-    epilogues: list[str]
-    stages: list[int | str]  # "auto" or stage counts
+    dtype_by_arch: dict[str, Literal[Dtype, "none"]]
+    epilogues: list[Epilogue] = Field(min_length=1)
+    stages: Annotated[list[int | str], AfterValidator(_stage_counts)]  # "auto" or stage counts
     extra_stages: list[ExtraStages]
 
 
@@ -134,29 +145,3 @@ class CutlassBackend(Backend):
     settings_model = CutlassSettings
     builder = CutlassBuilder()
     decoder = SM90Program()
-
-    def validate(self, settings: dict) -> None:
-        """Raise ConfigError for stage counts, epilogues or operand types CUTLASS cannot build."""
-        from tilesweep.config import ALLOWED_DTYPES, ALLOWED_EPILOGUES, check_choices
-        from tilesweep.errors import ConfigError
-
-        conf = settings["backend"][NAME]
-        check_choices(conf["epilogues"], ALLOWED_EPILOGUES, "backend.cutlass.epilogues")
-        if not conf["stages"]:
-            raise ConfigError("backend.cutlass.stages=[]: give 'auto' or at least one stage count")
-        for arch, dtype in conf["dtype_by_arch"].items():
-            if dtype not in (*ALLOWED_DTYPES, "none"):
-                raise ConfigError(
-                    f"backend.cutlass.dtype_by_arch.{arch}={dtype!r}: allowed: "
-                    f"{', '.join(ALLOWED_DTYPES)}, none"
-                )
-        for i, stages in enumerate(conf["stages"]):
-            if (
-                isinstance(stages, str)
-                and stages != "auto"
-                or isinstance(stages, int)
-                and stages < 1
-            ):
-                raise ConfigError(
-                    f"backend.cutlass.stages[{i}]={stages!r}: must be 'auto' or an integer >= 1"
-                )

@@ -295,8 +295,7 @@ def compose_deployment(
     project's own step, no host time."""
     engine = engine or lean()
     load_in, load_out = serving_load(settings["deployment"])
-    target = settings["hardware"]  # the composed group (a spec dict) or a name in the catalog
-    hw = settings["catalog"][target] if isinstance(target, str) else target
+    hw = settings["hardware"]  # the composed spec (settings.RootSettings.hardware)
     model, dep = settings["model"], settings["deployment"]
     rows = []
     for layout in settings["grid"]["layouts"]:

@@ -76,8 +76,7 @@ def sensitivity(
     """Return, per input x layout x batch, TPOT and bound with the input at half and at double,
     beside the base bound, and the winning layout at each end (BAND_COLUMNS). `compose` turns
     settings into the deployment table (by default the roofline composition)."""
-    target = settings["hardware"]
-    hw = settings["catalog"][target] if isinstance(target, str) else target
+    hw = settings["hardware"]
     base = compose(settings)
     ends = {}
     for name in INPUTS:

@@ -3,7 +3,9 @@
 pydantic rather than Hydra structured configs: it is already installed (snakemake needs it), and
 in strict mode it refuses NaN and infinity, unknown keys and wrong types (a bool for an int)
 with the failing location, where OmegaConf's structured configs let NaN and infinity through.
-Each backend declares its own section's model beside its code (`Backend.settings_model`).
+Ranges and choices are declared in the models (`Field`, `Literal`), rules across keys as model
+validators, and a refused value is one line naming its dotted key (strict.explain). Each backend
+declares its own section's model beside its code (`Backend.settings_model`).
 """
 
 from tilesweep.settings.bench_method import BenchSettings

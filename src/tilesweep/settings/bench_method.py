@@ -2,48 +2,72 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from tilesweep.settings.strict import Section
+from pydantic import Field, model_validator
+
+from tilesweep.columns import COLLECTIVE_TIMINGS
+from tilesweep.settings.strict import Section, distinct, refuse
+
+# The longest a timeout or a reading may be: a week (timers overflow far beyond it).
+WEEK_S = 7 * 24 * 3600
+
+
+def _at_least(low: int) -> type[int]:
+    """Return an integer type of at least low."""
+    return Annotated[int, Field(ge=low)]
+
+
+Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
+Positive = Annotated[float, Field(gt=0)]
 
 
 class BenchSettings(Section):
     """Repeats, warm-up, routing, message sizes, step sizes, timeouts and power sampling."""
 
-    warmup: int
-    repeats: int
-    cpu_repeats: int
-    gpu_experts: int
-    cpu_experts: int
-    routing: list[str]
-    zipf_alpha: float
-    seed: int
-    kernel_timeout_s: float
-    collective_world_cap: int
-    collective_repeats: int
-    collective_extra_sizes: list[int]
-    cpu_collective_max_bytes: int
-    collective_sweep_min_bytes: int
-    collective_sweep_max_bytes: int
-    collective_sweep_factor: int
-    collective_timing: str
-    collective_graph_calls: int
-    collective_graph_fill_ms: float
-    step_dense_layers: int
-    step_moe_layers: int
-    step_context_len: int
-    step_runner: str
-    step_mode: str
+    warmup: _at_least(0)
+    repeats: _at_least(1)
+    cpu_repeats: _at_least(1)
+    gpu_experts: _at_least(1)
+    cpu_experts: _at_least(1)
+    routing: distinct(Literal["uniform", "zipf"])
+    zipf_alpha: Positive
+    seed: _at_least(0)
+    kernel_timeout_s: Seconds
+    collective_world_cap: _at_least(1)
+    collective_repeats: _at_least(1)
+    collective_extra_sizes: list[_at_least(4)]  # bytes
+    cpu_collective_max_bytes: _at_least(4)
+    collective_sweep_min_bytes: _at_least(4)
+    collective_sweep_max_bytes: _at_least(4)
+    collective_sweep_factor: _at_least(1)
+    collective_timing: Literal[COLLECTIVE_TIMINGS]
+    collective_graph_calls: _at_least(1)
+    collective_graph_fill_ms: Positive
+    step_dense_layers: _at_least(0)
+    step_moe_layers: _at_least(1)
+    step_context_len: _at_least(1)
+    step_runner: str  # auto or a backend with a step runner: checked by settings.root
+    step_mode: Literal["graph", "eager"]
     step_kernels: Literal["fused", "torch"] = "fused"
     step_kernel_list: Literal["lean", "engine"] = "lean"
     step_emulate: bool
     step_moe_tables: list[str]
-    step_cpu_context_len: int
-    step_cpu_experts: int
-    step_cpu_vocab: int
-    step_cpu_max_batch: int
-    step_cpu_world_cap: int
-    step_timeout_s: float
-    power_seconds: float
-    decode_power_seconds: float
-    power_period_s: float
+    step_cpu_context_len: _at_least(1)
+    step_cpu_experts: _at_least(1)
+    step_cpu_vocab: _at_least(1)
+    step_cpu_max_batch: _at_least(1)
+    step_cpu_world_cap: _at_least(1)
+    step_timeout_s: Seconds
+    power_seconds: Seconds
+    decode_power_seconds: Annotated[float, Field(ge=0)]
+    power_period_s: Seconds
+
+    @model_validator(mode="after")
+    def _sweep_in_order(self) -> BenchSettings:
+        """Refuse a collective sweep whose largest message is below its smallest."""
+        low, high = self.collective_sweep_min_bytes, self.collective_sweep_max_bytes
+        if high < low:
+            why = f"less than collective_sweep_min_bytes={low}"
+            raise refuse("collective_sweep_max_bytes", why, high)
+        return self

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.strict import Section
+from tilesweep.settings.strict import Section, refuse
 
 Positive = Annotated[int, Field(gt=0)]
 PositiveNumber = Annotated[float, Field(gt=0)]
@@ -14,31 +14,41 @@ PositiveNumber = Annotated[float, Field(gt=0)]
 Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 
 
+def _gpu_counts(by_gpus: dict) -> dict:
+    """Return by_gpus when it has figures and each key is a GPU count of at least 2."""
+    if not by_gpus:
+        raise refuse("", "no GPU counts; give figures for at least one")
+    for n in by_gpus:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise refuse(f"{n!r}", "a GPU count must be an integer of at least 2")
+    return by_gpus
+
+
 class Figures(Section):
     """One collective at one GPU count: small-message time and large-message bus bandwidth."""
 
-    latency_us: float
-    busbw_gbs: float
+    latency_us: float = Field(ge=0)
+    busbw_gbs: float = Field(gt=0)
 
 
 class OneShotFigures(Section):
     """The one-shot custom all-reduce at one GPU count: its time and largest message."""
 
-    latency_us: float
-    max_bytes: int
+    latency_us: float = Field(ge=0)
+    max_bytes: int = Field(ge=1)
 
 
 class OneShot(Section):
     """The engines' one-shot custom all-reduce for small messages, off unless enabled."""
 
     enabled: bool
-    by_gpus: dict[Any, OneShotFigures]  # GPU counts: checked by _check_by_gpus
+    by_gpus: Annotated[dict[Any, OneShotFigures], AfterValidator(_gpu_counts)]
 
 
 class Collective(Section):
     """One collective's figures, by GPU count."""
 
-    by_gpus: dict[Any, Figures]  # GPU counts: checked by _check_by_gpus
+    by_gpus: Annotated[dict[Any, Figures], AfterValidator(_gpu_counts)]  # by GPU count
 
 
 class AllReduce(Collective):
@@ -54,12 +64,30 @@ class Topology(Section):
     all_to_all: Collective = None
     send_recv: Collective = None
 
+    @model_validator(mode="after")
+    def _figures(self) -> Topology:
+        """Refuse a topology with no figures, or a send/recv over more than one hop."""
+        if not self.model_fields_set:
+            raise refuse("", "no figures; give all_reduce, all_to_all or send_recv")
+        for n in self.send_recv.by_gpus if self.send_recv else ():
+            if n != 2:
+                raise refuse(f"send_recv.by_gpus.{n}", "send_recv is one hop between 2 GPUs")
+        return self
+
 
 class InterconnectModel(Section):
     """Collective figures per topology (tilesweep.plan.interconnect), and the default one."""
 
     default: str
     topologies: dict[str, Topology]
+
+    @model_validator(mode="after")
+    def _default_known(self) -> InterconnectModel:
+        """Refuse a default that names no topology."""
+        if self.default not in self.topologies:
+            why = f"not among topologies {', '.join(self.topologies)}"
+            raise refuse("default", why, self.default)
+        return self
 
 
 class EfficiencyBand(Section):

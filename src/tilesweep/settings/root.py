@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from tilesweep.errors import ConfigError
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.strict import Section, check
+from tilesweep.settings.strict import Refused, Section, check, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
@@ -34,13 +34,50 @@ class RootSettings(Section):
     question: dict[str, Any] = None  # the case study's question, validated where it is read
     references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)
 
+    @model_validator(mode="after")
+    def _groups_fit(self) -> RootSettings:
+        """Refuse a target the catalog lacks, or a tile or layout the model cannot be split by."""
+        for i, name in enumerate(self.grid.targets):
+            if name not in self.catalog:
+                why = f"unknown hardware; valid: {', '.join(self.catalog)}"
+                raise refuse(f"grid.targets[{i}]", why, name)
+        for key in ("tiles", "layouts"):
+            for i, item in enumerate(getattr(self.grid, key)):
+                try:
+                    item.fit(self.model)
+                except Refused as exc:
+                    raise refuse(f"grid.{key}[{i}].{exc.key}", exc.why, exc.value) from None
+        return self
+
 
 def check_settings(settings: Any) -> None:
-    """Raise ConfigError naming the first key whose type or name the models refuse."""
+    """Raise ConfigError naming the first key whose type, range or choice the models refuse, or
+    that does not fit another group."""
     check(RootSettings, settings)
     for name, spec in settings["catalog"].items():
         check(HardwareSpec, spec, f"hardware[{name}]")
     check_backends(settings["backend"])
+    check_runners(settings)
+
+
+def check_runners(settings: dict) -> None:
+    """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
+    backend with a step runner, or a backend refuses its own section's values."""
+    from tilesweep import backends
+
+    if not any(b.builder for b in backends.enabled(settings)):
+        builders = [b.name for b in backends.builders()]
+        raise ConfigError(
+            f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
+            "disabled; enable at least one to have kernels"
+        )
+    runner = settings["bench"]["step_runner"]
+    if runner != "auto" and not backends.step_capable(runner):
+        allowed = ["auto", *backends.step_runner_help()]
+        raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
+    for b in backends.registered():
+        if b.name in settings["backend"]:
+            b.validate(settings)
 
 
 def check_backends(section: dict) -> None:

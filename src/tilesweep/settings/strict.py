@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from tilesweep.errors import ConfigError
 
@@ -18,6 +18,56 @@ class Section(BaseModel):
     other wrong type (pydantic does not validate defaults)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+_NO_VALUE = object()
+
+
+class Refused(ValueError):
+    """A value a validator refuses: its key below the validated node ("" for the node itself,
+    "[2]" or "tiles[0].k" below it), the value, and why in words."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        super().__init__(why)
+        self.key, self.value, self.why = key, value, why
+
+    def line(self, where: str) -> str:
+        """Return the one-line message with the key placed under where."""
+        dot = "." if where and self.key and not self.key.startswith("[") else ""
+        path = f"{where}{dot}{self.key}"
+        said = "" if self.value is _NO_VALUE else f"={self.value!r}"
+        return f"{path}{said}: {self.why}"
+
+
+def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
+    """Return the error a validator raises for the value at key (no value: the key alone)."""
+    return Refused(key, value, why)
+
+
+def _power_of_two(value: int) -> int:
+    """Return value when it is a power of two; else raise."""
+    if value & (value - 1):
+        raise refuse("", "must be a power of two", value)
+    return value
+
+
+def _once_each(values: list) -> list:
+    """Return values when none repeats (each names a cell, which would be run twice)."""
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            first = values.index(value)
+            if isinstance(value, BaseModel):
+                value = value.model_dump(exclude_unset=True)
+            raise refuse(f"[{i}]", f"repeats item [{first}]; give each value once", value)
+    return values
+
+
+PowerOfTwo = AfterValidator(_power_of_two)
+
+
+def distinct(item: Any) -> Any:
+    """Return the type of a list of at least one item, none repeated."""
+    return Annotated[list[item], Field(min_length=1), AfterValidator(_once_each)]
 
 
 # What each pydantic type error expects, in the words of the messages.
@@ -50,15 +100,26 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     path, node, tail = _walk(first["loc"], data, where)
     kind = first["type"]
     if kind == "extra_forbidden":
-        allowed = ", ".join(sorted(_fields(_annotation_at(model, first["loc"][:-1]))))
+        allowed = ", ".join(sorted(_fields(_declared_at(model, first["loc"][:-1])[0])))
         return f"{path}: unknown key" + (f"; allowed: {allowed}" if allowed else "")
     if kind == "missing":
         parent, _, key = path.rpartition(".")
         return f"{parent}: missing key {key!r}" if parent else f"missing key {key!r}"
     if kind == "finite_number":
         return f"{path}={node!r}: must be a finite number"
+    if kind == "value_error" and isinstance(first.get("ctx", {}).get("error"), Refused):
+        return first["ctx"]["error"].line(path)
+    declared = _declared_at(model, first["loc"])
     if kind == "too_short":
-        return f"{path}={node!r}: give at least {first['ctx']['min_length']}"
+        least = first["ctx"]["min_length"]
+        choices = _choices(_item_type(declared[0]))
+        said = f"give at least {'one' if least == 1 else least}"
+        return f"{path}={node!r}: {said}" + (f"; allowed: {choices}" if choices else "")
+    if kind == "literal_error":
+        choices = _choices(declared[0])
+        return f"{path}={node!r}: allowed: {choices or first['ctx']['expected']}"
+    if kind in _RANGES:
+        return f"{path}={node!r}: {_range_words(declared[1], first['msg'])}"
     if tail:  # a union: every member that refused the value says what it expected
         base = first["loc"][: len(first["loc"]) - len(tail)]
         same = [e for e in errors if e["loc"][: len(base)] == base]
@@ -70,6 +131,67 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         said = first["msg"].replace("Input should be", "must be").replace("String should", "must")
         return f"{path}={node!r}: {said}"
     return f"{path}={node!r}: {first['msg']}"
+
+
+_RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _range_words(bounds: dict, said: str) -> str:
+    """Return a declared range in words (between 1 and 16, at least 0, more than 0), or what
+    pydantic said where none is declared at the key."""
+    if {"ge", "le"} <= bounds.keys():
+        return f"must be between {bounds['ge']:,} and {bounds['le']:,}"
+    words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
+    parts = [f"{word} {bounds[op]:,}" for op, word in words.items() if op in bounds]
+    return "must be " + " and ".join(parts) if parts else said.replace("Input should be", "must be")
+
+
+def _choices(tp: Any) -> str:
+    """Return a Literal type's values as the messages list them ('' for an empty string)."""
+    if typing.get_origin(tp) is not typing.Literal:
+        return ""
+    return ", ".join(str(v) if v != "" else "''" for v in typing.get_args(tp))
+
+
+def _item_type(tp: Any) -> Any:
+    """Return the type of a list's items, the type itself for anything else."""
+    return _declared(typing.get_args(tp)[0])[0] if typing.get_origin(tp) is list else tp
+
+
+def _declared(tp: Any) -> tuple[Any, dict]:
+    """Return a type without its Annotated wrapper, and the bounds declared on it."""
+    bounds: dict = {}
+    while typing.get_origin(tp) is typing.Annotated:
+        tp, *extra = typing.get_args(tp)
+        bounds.update(_bounds(extra))
+    return tp, bounds
+
+
+def _bounds(metadata: list) -> dict:
+    """Return the ge/gt/le/lt bounds among a field's metadata (FieldInfo or annotated_types)."""
+    out = {}
+    for item in metadata:
+        for meta in getattr(item, "metadata", [item]):
+            out.update({k: getattr(meta, k) for k in ("ge", "gt", "le", "lt") if hasattr(meta, k)})
+    return out
+
+
+def _declared_at(model: Any, loc: tuple) -> tuple[Any, dict]:
+    """Return the type the models declare at loc and the bounds declared on it."""
+    tp, bounds = model, {}
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(part)
+            if field is None:
+                return None, {}
+            tp, bounds = _declared(field.annotation)
+            bounds.update(_bounds(field.metadata))
+        elif typing.get_origin(tp) in (list, dict):
+            tp, bounds = _declared(typing.get_args(tp)[-1])
+        else:
+            return None, {}
+    return _unwrap(tp), bounds
 
 
 def _walk(loc: tuple, data: Any, where: str) -> tuple[str, Any, tuple]:
@@ -85,21 +207,6 @@ def _walk(loc: tuple, data: Any, where: str) -> tuple[str, Any, tuple]:
         else:
             return path, node, tuple(loc[i:])
     return path, node, ()
-
-
-def _annotation_at(model: Any, loc: tuple) -> Any:
-    """Return the type the models declare at loc (a model class, a list or dict type)."""
-    node = model
-    for part in loc:
-        node = _unwrap(node)
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            field = node.model_fields.get(part)
-            node = field.annotation if field else None
-        elif typing.get_origin(node) in (list, dict):
-            node = typing.get_args(node)[-1]
-        else:
-            return None
-    return _unwrap(node)
 
 
 def _unwrap(tp: Any) -> Any:

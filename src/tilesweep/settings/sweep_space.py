@@ -2,36 +2,85 @@
 
 from __future__ import annotations
 
-from tilesweep.settings.strict import Section
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from tilesweep.settings.strict import PowerOfTwo, Section, distinct, refuse
+from tilesweep.settings.workload import Dtype, ModelSettings
+
+Epilogue = Literal["default", "finalize"]
+# Beyond these no GPU has the registers, threads or memory (32 warps = 1,024 threads a block).
+MAX_STAGES, MAX_WARPS, MAX_TOKENS_PER_EXPERT = 16, 32, 65536
+# A tile side: a power of two, at least the 16 rows or columns of one MMA.
+TileSide = Annotated[int, Field(ge=16), PowerOfTwo]
+AtLeastOne = Annotated[int, Field(ge=1)]
 
 
 class Tile(Section):
     """One output tile of a grouped GEMM, and its reduction step."""
 
-    m: int
-    n: int
-    k: int
+    m: TileSide
+    n: TileSide
+    k: TileSide
+
+    def fit(self, model: ModelSettings) -> None:
+        """Raise Refused (key below the tile) when k does not divide the model's reductions."""
+        for dim in ("hidden", "moe_intermediate"):
+            if getattr(model, dim) % self.k:
+                raise refuse("k", f"does not divide model.{dim}={getattr(model, dim)}", self.k)
 
 
 class Layout(Section):
     """One split of the model over devices: tensor, pipeline and expert parallel degrees; world
     restates their product, and experts=ep spreads whole experts over the TP group."""
 
-    tp: int
-    pp: int
-    ep: int
+    tp: AtLeastOne
+    pp: AtLeastOne
+    ep: AtLeastOne
     world: int = None
-    experts: str = None
+    experts: Literal["tp", "ep"] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Layout:
+        """Refuse a world that is not tp*pp*ep, or experts=ep without a TP group to spread on."""
+        if self.experts == "ep" and (self.ep != 1 or self.tp < 2):
+            raise refuse(
+                "experts", "spreads whole experts over the TP group; give tp >= 2 and ep: 1", "ep"
+            )
+        world = self.tp * self.pp * self.ep
+        if "world" in self.model_fields_set and self.world != world:
+            why = f"tp*pp*ep = {self.tp}*{self.pp}*{self.ep} = {world} devices"
+            raise refuse("world", why, self.world)
+        return self
+
+    def fit(self, model: ModelSettings) -> None:
+        """Raise Refused (key below the layout) when the model cannot be split this way."""
+        tp, experts = self.tp, model.routed_experts
+        if self.experts == "ep" and experts % tp:
+            raise refuse("tp", f"does not divide model.routed_experts={experts} (experts=ep)", tp)
+        if model.moe_intermediate % tp:
+            raise refuse(
+                "tp", f"does not divide model.moe_intermediate={model.moe_intermediate}", tp
+            )
+        heads = model.attention.heads
+        if heads % tp:
+            why = "(each TP rank holds whole attention heads)"
+            raise refuse("tp", f"does not divide model.attention.heads={heads} {why}", tp)
+        if experts % self.ep:
+            raise refuse("ep", f"does not divide model.routed_experts={experts}", self.ep)
+        if self.pp > model.moe_layers:
+            raise refuse("pp", f"more stages than model.moe_layers={model.moe_layers}", self.pp)
 
 
 class GridSettings(Section):
     """Tiles x stages x warps x batches x targets x layouts to sweep."""
 
-    targets: list[str]
-    dtypes: list[str]
-    tiles: list[Tile]
-    stages: list[int]
-    warps: list[int]
-    epilogues: list[str]
-    tokens_per_expert: list[int]
-    layouts: list[Layout]
+    targets: distinct(str)  # names in conf/hardware: checked against the catalog by the root
+    dtypes: distinct(Dtype)
+    tiles: distinct(Tile)
+    stages: distinct(Annotated[int, Field(ge=1, le=MAX_STAGES)])
+    warps: distinct(Annotated[int, Field(ge=1, le=MAX_WARPS), PowerOfTwo])
+    epilogues: distinct(Epilogue)
+    tokens_per_expert: distinct(Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_EXPERT)])
+    layouts: distinct(Layout)

@@ -2,39 +2,72 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated, Literal
 
-from tilesweep.settings.strict import Section
+from pydantic import Field, model_validator
+
+from tilesweep.settings.strict import Section, distinct, refuse
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 GQA_KEYS = ("kv_heads", "head_dim")
 DSA_KEYS = ("index_n_heads", "index_head_dim", "index_topk")
 SLIDING_KEYS = ("sliding_window", "sliding_layers")
+_KIND_KEYS = {"mla": MLA_KEYS, "gqa": GQA_KEYS}
+# Operand types a grid kernel runs (mxfp4 is a deployment weight type only: no grid kernel runs it).
+Dtype = Literal["bf16", "fp8", "nvfp4"]
+
+AtLeastOne = Annotated[int, Field(ge=1)]
+AtLeastZero = Annotated[int, Field(ge=0)]
+
+
+def _up_to(high: int) -> type[int]:
+    """Return an integer type from 1 to high."""
+    return Annotated[int, Field(ge=1, le=high)]
 
 
 class Attention(Section):
     """Attention: MLA or GQA sizes, with a DSA indexer and sliding-window layers where the model
-    has them. Which keys a kind needs is checked on the values (config._check_architecture); a
-    key left out stays unset, and null is refused like any other wrong type."""
+    has them. A kind needs its own keys and refuses the other kind's; a key left out stays
+    unset, and null is refused like any other wrong type."""
 
-    kind: str
-    heads: int
+    kind: Literal["mla", "gqa"]
+    heads: AtLeastOne
     # MLA
-    q_lora_rank: int = None
-    kv_lora_rank: int = None
-    qk_nope_head_dim: int = None
-    qk_rope_head_dim: int = None
-    v_head_dim: int = None
+    q_lora_rank: AtLeastOne = None
+    kv_lora_rank: AtLeastOne = None
+    qk_nope_head_dim: AtLeastOne = None
+    qk_rope_head_dim: AtLeastOne = None
+    v_head_dim: AtLeastOne = None
     # GQA
-    kv_heads: int = None
-    head_dim: int = None
+    kv_heads: AtLeastOne = None
+    head_dim: AtLeastOne = None
     # DSA indexer
-    index_n_heads: int = None
-    index_head_dim: int = None
-    index_topk: int = None
+    index_n_heads: AtLeastOne = None
+    index_head_dim: AtLeastOne = None
+    index_topk: AtLeastOne = None
     # sliding-window attention on some layers
-    sliding_window: int = None
-    sliding_layers: int = None
+    sliding_window: AtLeastOne = None
+    sliding_layers: AtLeastOne = None
+
+    @model_validator(mode="after")
+    def _keys_of_kind(self) -> Attention:
+        """Refuse a kind's key left out, the other kind's key given, or half an optional group."""
+        given = self.model_fields_set
+        for key in _KIND_KEYS[self.kind]:
+            if key not in given:
+                raise refuse("", f"missing key {key!r} for kind {self.kind}")
+        other = _KIND_KEYS["gqa" if self.kind == "mla" else "mla"]
+        for key in other:
+            if key in given:
+                raise refuse(key, f"not a {self.kind} key", getattr(self, key))
+        for group in (DSA_KEYS, SLIDING_KEYS):
+            present = [k for k in group if k in given]
+            if present and len(present) < len(group):
+                missing = next(k for k in group if k not in given)
+                raise refuse("", f"missing key {missing!r} (given {present[0]!r})")
+        if self.kind == "gqa" and self.heads % self.kv_heads:
+            raise refuse("kv_heads", f"does not divide heads={self.heads}", self.kv_heads)
+        return self
 
 
 class ModelSettings(Section):
@@ -42,34 +75,61 @@ class ModelSettings(Section):
     step (tilesweep.plan)."""
 
     name: str
-    hidden: int
-    moe_intermediate: int
-    routed_experts: int
-    top_k: int
-    shared_experts: int
-    moe_layers: int
-    dense_layers: int
-    dense_intermediate: int
-    vocab: int
+    hidden: _up_to(1 << 20)
+    moe_intermediate: _up_to(1 << 20)
+    routed_experts: _up_to(1 << 16)
+    top_k: _up_to(1 << 10)
+    shared_experts: AtLeastZero
+    moe_layers: _up_to(1 << 12)
+    dense_layers: AtLeastZero
+    dense_intermediate: int  # at least 1 where there are dense layers
+    vocab: AtLeastOne
     tied_embeddings: bool
     attention: Attention
     source: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSettings:
+        """Refuse more routed experts per token than experts, dense layers without a width, or
+        more sliding-window layers than layers."""
+        if self.top_k > self.routed_experts:
+            raise refuse("top_k", f"more than routed_experts={self.routed_experts}", self.top_k)
+        if self.dense_layers and self.dense_intermediate < 1:
+            why = f"must be at least 1 when dense_layers={self.dense_layers}"
+            raise refuse("dense_intermediate", why, self.dense_intermediate)
+        layers = self.dense_layers + self.moe_layers
+        sliding = self.attention.sliding_layers
+        if sliding is not None and sliding > layers:
+            raise refuse("attention.sliding_layers", f"more than the {layers} layers", sliding)
+        return self
 
 
 class DeploymentSettings(Section):
     """Weight and KV formats, context and concurrency the verdict describes."""
 
-    weight_dtype: str
-    quantized: list[str]
-    kv_dtype: str
-    context_len: int
-    batches: list[int]
-    runtime_reserve_gb: float
-    kernel_gap_us: float
-    fit_file: str
-    fit_batches: list[int]
-    attention_table: str
-    attention: str
-    compute_dtype: str  # the quantised layers' math dtype ("": their weight dtype)
+    # mxfp4 only as weights: no kernel of the grid runs it
+    weight_dtype: Literal["bf16", "fp8", "nvfp4", "mxfp4"]
+    quantized: list[
+        Literal["routed_experts", "shared_experts", "dense_mlp", "attention", "lm_head"]
+    ]
+    kv_dtype: Literal["bf16", "fp8"]
+    context_len: AtLeastOne
+    batches: distinct(AtLeastOne)
+    runtime_reserve_gb: float = Field(ge=0)
+    kernel_gap_us: float = Field(ge=0)
+    fit_file: str  # its content: config._check_files
+    fit_batches: list[AtLeastOne]  # at most two distinct; []: the smallest and largest measured
+    attention_table: str  # its content: config._check_files
+    attention: Literal["auto", "dsa", "dense"]
+    compute_dtype: Literal["", Dtype]  # the quantised layers' math dtype ("": their weight dtype)
     input_len: int = Field(ge=0)  # prompt tokens per request of a serving load; 0: decode only
     output_len: int = Field(ge=0)  # generated tokens per request; 0: decode only
+
+    @model_validator(mode="after")
+    def _two_fit_batches(self) -> DeploymentSettings:
+        """Refuse more than two fit batches, or the same one twice."""
+        fit = self.fit_batches
+        if len(fit) > 2 or len(set(fit)) != len(fit):
+            why = "at most two distinct batches ([] for the smallest and the largest measured)"
+            raise refuse("fit_batches", why, fit)
+        return self
