@@ -12,6 +12,8 @@ import sys
 import pytest
 import torch
 
+from tilesweep.config import compose
+from tilesweep.errors import ConfigError
 from tilesweep.fused_moe import space
 
 CONFIG = {
@@ -630,3 +632,22 @@ def test_a_graph_replay_holds_as_many_calls_as_fill_its_time():
     entry = time_call(lambda: None, 3, 1, graph=True, max_calls=10)  # no GPU: one call each
     assert entry["calls_per_replay"] == 1 and entry["repeats"] == 3
     assert space.graph_amortisation({}) == {"max_calls": 1, "fill_ms": 1.0}  # older journals
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("backend.fused_moe.space.num_warps=[0]", "space.num_warps[0]=0: must be at least 1"),
+        ("backend.fused_moe.dtypes=[fp4]", "dtypes[0]='fp4': allowed: bf16, fp8"),
+        ("backend.fused_moe.routing=[]", "routing=[]: give at least one"),
+        ("backend.fused_moe.guard_default=trt", "guard_default='trt': not one of engine_defaults"),
+        ("backend.fused_moe.graph_fill_ms=0", "graph_fill_ms=0: must be more than 0"),
+        ("backend.fused_moe.variants=[{SPLIT_K:1}]", "variants[0]={'SPLIT_K': 1}: names no"),
+        ("backend.fused_moe.items_per_worker=-1", "items_per_worker=-1: must be at least 0"),
+        ("backend.fused_moe.variant_tiles=0", "variant_tiles=0: must be at least 1 when variants"),
+    ],
+)
+def test_the_tuners_settings_are_refused_by_its_model_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    assert str(err.value).startswith(f"backend.fused_moe.{message}")

@@ -116,16 +116,6 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
             raise ConfigError(f"{item}: a {group} option is one name, not a list; valid: {options}")
 
 
-def check_choices(values: list[str], allowed: tuple[str, ...], where: str) -> None:
-    """Raise ConfigError for the first value outside allowed, or for an empty list (for a
-    backend's checks of choices known only at run time; the models declare the others)."""
-    if not values:
-        raise ConfigError(f"{where}=[]: choose at least one of {', '.join(allowed)}")
-    for i, v in enumerate(values):
-        if v not in allowed:
-            raise ConfigError(f"{where}[{i}]={v!r}: allowed: {', '.join(allowed)}")
-
-
 def _check_question_model(settings: dict, conf_dir: Path) -> None:
     """Raise ConfigError for a question about a model conf/model does not have (its panel would
     never appear)."""

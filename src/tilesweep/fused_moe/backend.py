@@ -6,13 +6,15 @@ fused_moe/engine_stage.py)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 from tilesweep.fused_moe.commands import FusedMoeCommands
-from tilesweep.settings.strict import Section
+from tilesweep.fused_moe.engine_moe import ENGINES
+from tilesweep.fused_moe.space import ENGINE_DTYPE
+from tilesweep.settings.strict import Section, distinct, refuse
 
 NAME = "fused_moe"
 # The folder, and the file-name prefix, of the project kernel's tuned picks
@@ -78,15 +80,21 @@ def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> s
     return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
 
-class Space(Section):
-    """The tuners' search space: the values tried for each launch parameter."""
+Positive = Annotated[int, Field(ge=1)]
+Engine = Literal[ENGINES]
+EngineDtype = Literal[tuple(ENGINE_DTYPE)]
 
-    BLOCK_SIZE_M: list[int]
-    BLOCK_SIZE_N: list[int]
-    BLOCK_SIZE_K: list[int]
-    GROUP_SIZE_M: list[int]
-    num_warps: list[int]
-    num_stages: list[int]
+
+class Space(Section):
+    """The tuners' search space: the values tried for each launch parameter (at least one, each
+    at least 1)."""
+
+    BLOCK_SIZE_M: distinct(Positive)
+    BLOCK_SIZE_N: distinct(Positive)
+    BLOCK_SIZE_K: distinct(Positive)
+    GROUP_SIZE_M: distinct(Positive)
+    num_warps: distinct(Positive)
+    num_stages: distinct(Positive)
 
 
 class Rule(Section):
@@ -112,12 +120,23 @@ class EngineDefaults(Section):
 
 
 class Variant(Section):
-    """One of the project's kernel variants beyond the engines' space."""
+    """One of the project's kernel variants beyond the engines' space (TMA: 1, PERSISTENT:
+    programs per multiprocessor, SPLIT_K: 2 or more programs per tile, SORT: 1)."""
 
-    TMA: int = None
-    PERSISTENT: int = None
-    SPLIT_K: int = None
-    SORT: int = None
+    TMA: int = Field(None, ge=0)
+    PERSISTENT: int = Field(None, ge=0)
+    SPLIT_K: int = Field(None, ge=0)
+    SORT: int = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _names_one(self) -> Variant:
+        """Refuse a variant that leaves every key off (the engines' own kernel)."""
+        from tilesweep.fused_moe.space import is_engine_config
+
+        given = self.model_dump(exclude_unset=True)
+        if is_engine_config(given):
+            raise refuse("", "names no variant (every key off: the engines' own kernel)", given)
+        return self
 
 
 class EngineTune(Section):
@@ -139,29 +158,56 @@ class FusedMoeSettings(Section):
     # Tune on a GPU machine (minutes per dtype and engine): opt-in, so a first GPU run ends with
     # its answer within minutes; the shipped drop-in files stand meanwhile.
     tune: bool
-    dtypes: list[str]
-    batch_keys: list[int]
+    dtypes: distinct(EngineDtype)
+    batch_keys: distinct(Positive)
     space: Space
-    routing: list[str]
-    direct_sparsity: int
-    screen_repeats: int
-    final_repeats: int
-    graph_calls: int
-    graph_fill_ms: float
-    finalists: int
+    routing: distinct(Literal["uniform", "zipf"])
+    direct_sparsity: int = Field(ge=1)
+    screen_repeats: int = Field(ge=1)
+    final_repeats: int = Field(ge=1)
+    graph_calls: int = Field(ge=1)
+    graph_fill_ms: float = Field(gt=0)
+    finalists: int = Field(ge=1)
     guard_default: str
     variants: list[Variant]
     variant_tiles: int
     variant_finalists: int
     config_timeout_s: float
-    items_per_worker: int
+    items_per_worker: int = Field(ge=0)  # 0: one worker; else the items each worker runs
     compile_timeout_s: float
     compile_workers: int
-    engines: list[str]
-    engine_versions: dict[str, str]
+    engines: distinct(Engine)
+    engine_versions: dict[str, str]  # each plans an engine-tuning job
     engine_tune: EngineTune
     extra_tokens_per_expert: list[int]
     engine_defaults: dict[str, EngineDefaults]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FusedMoeSettings:
+        """Refuse an engine version of no known engine, a guard default no engine default names,
+        variants screened on no tile, and an engine default whose rules give no value for a
+        tuned dtype."""
+        from tilesweep.fused_moe.space import engine_default
+
+        for engine in self.engine_versions:
+            if engine not in ENGINES:
+                why = f"unknown engine; valid: {', '.join(ENGINES)}"
+                raise refuse(f"engine_versions.{engine}", why)
+        if self.guard_default not in self.engine_defaults:
+            why = f"not one of engine_defaults ({', '.join(self.engine_defaults)})"
+            raise refuse("guard_default", why, self.guard_default)
+        if self.variants and min(self.variant_tiles, self.variant_finalists) < 1:
+            why = "must be at least 1 when variants are screened (variants: [] turns them off)"
+            key = "variant_tiles" if self.variant_tiles < 1 else "variant_finalists"
+            raise refuse(key, why, getattr(self, key))
+        raw = {e: d.model_dump(exclude_unset=True) for e, d in self.engine_defaults.items()}
+        for engine, rules in raw.items():
+            for dtype in self.dtypes:
+                try:
+                    engine_default(rules, 1, 1, dtype)
+                except ValueError as exc:
+                    raise refuse(f"engine_defaults.{engine}", str(exc)) from None
+        return self
 
 
 def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, device: str) -> dict:
@@ -284,68 +330,6 @@ class FusedMoeBackend(Backend):
     name = NAME
     order = 3
     settings_model = FusedMoeSettings
-
-    def validate(self, settings: dict) -> None:
-        """Raise ConfigError for tuning settings that cannot describe a search."""
-        from tilesweep.config import check_choices
-        from tilesweep.errors import ConfigError
-        from tilesweep.fused_moe.engine_moe import ENGINES
-        from tilesweep.fused_moe.space import ENGINE_DTYPE, engine_default, is_engine_config
-
-        mine = settings["backend"][NAME]
-        check_choices(mine["dtypes"], tuple(ENGINE_DTYPE), f"backend.{NAME}.dtypes")
-        check_choices(mine["routing"], ("uniform", "zipf"), f"backend.{NAME}.routing")
-        check_choices(mine["engines"], ENGINES, f"backend.{NAME}.engines")
-        for engine in mine["engine_versions"]:  # each plans an engine-tuning job
-            if engine not in ENGINES:
-                raise ConfigError(
-                    f"backend.{NAME}.engine_versions.{engine}: unknown engine; "
-                    f"valid: {', '.join(ENGINES)}"
-                )
-        for key, values in mine["space"].items():
-            if not values or any(v <= 0 for v in values):
-                raise ConfigError(f"backend.{NAME}.space.{key}={values}: positive values needed")
-        for key in ("batch_keys", "dtypes", "routing"):
-            if not mine[key] or (key == "batch_keys" and min(mine[key]) < 1):
-                raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: needs at least one value")
-        if mine["graph_fill_ms"] <= 0:
-            raise ConfigError(f"backend.{NAME}.graph_fill_ms={mine['graph_fill_ms']}: must be > 0")
-        for key in (
-            "screen_repeats",
-            "final_repeats",
-            "finalists",
-            "direct_sparsity",
-            "graph_calls",
-        ):
-            if mine[key] < 1:
-                raise ConfigError(f"backend.{NAME}.{key}={mine[key]}: must be at least 1")
-        if mine["items_per_worker"] < 0:
-            raise ConfigError(
-                f"backend.{NAME}.items_per_worker={mine['items_per_worker']}: 0 (one worker) "
-                "or the items each worker process runs"
-            )
-        if mine["guard_default"] not in mine["engine_defaults"]:
-            raise ConfigError(
-                f"backend.{NAME}.guard_default={mine['guard_default']!r}: not one of "
-                f"engine_defaults ({', '.join(mine['engine_defaults'])})"
-            )
-        for variant in mine["variants"]:
-            if is_engine_config(variant) or min(variant.values()) < 0:
-                raise ConfigError(
-                    f"backend.{NAME}.variants: {variant} names no variant (TMA: 1, PERSISTENT: "
-                    "programs per multiprocessor, SPLIT_K: 2 or more programs per tile, SORT: 1)"
-                )
-        if mine["variants"] and min(mine["variant_tiles"], mine["variant_finalists"]) < 1:
-            raise ConfigError(
-                f"backend.{NAME}.variant_tiles and variant_finalists must be at least 1 when "
-                "variants are screened (variants: [] turns them off)"
-            )
-        for engine, rules in mine["engine_defaults"].items():
-            for dtype in mine["dtypes"]:
-                try:
-                    engine_default(rules, 1, 1, dtype)
-                except ValueError as exc:
-                    raise ConfigError(f"backend.{NAME}.engine_defaults.{engine}: {exc}") from None
 
     tuner = FusedMoeTuner()
     decoder = FusedMoeRows()
