@@ -51,7 +51,9 @@ rule tune_engine:
     resources:
         gpu=min(GPUS, 1),
     params:
-        rebuild=rebuild_param(SWEEP.path(fused_moe.engine_summary("{engine}")), REBUILDS),
+        rebuild=rebuild_param(
+            SWEEP.path(fused_moe.engine_summary("{engine}")), REBUILDS
+        ),
         settings=SWEEP.tune_settings_json(),
         device=DEVICE,
         toolchain=TOOLCHAIN,
