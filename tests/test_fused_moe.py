@@ -335,7 +335,7 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
         kept = [p.relative_to(example) for p in (example / run).rglob("*.json")]
         assert not any(_engine_named(p) for p in kept)
         assert len(list((example / run / PROJECT_KERNEL).rglob(f"{PROJECT_KERNEL}_E=*.json")))
-    settings = sweep.settings
+    settings = sweep.settings.as_dict()
     monkeypatch.chdir(ROOT)  # bench.step_moe_tables: paths from the project's root
     for tp, n in ((1, 2048), (8, 256)):
         table = moe_table(

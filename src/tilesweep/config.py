@@ -16,12 +16,20 @@ from pathlib import Path
 from tilesweep import question, references
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
-from tilesweep.settings import Layout, ModelSettings, check, check_settings
+from tilesweep.settings import Layout, ModelSettings, RootSettings, check, check_settings
 from tilesweep.settings.strict import Refused
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 _YAML_AT = re.compile(r'in "(.+)", line (\d+), column \d+')
+
+
+def compose_settings(
+    overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None
+) -> RootSettings:
+    """Return the composed config, validated once, as the typed settings object passed down
+    (its as_dict() is compose()'s plain containers, for JSON)."""
+    return RootSettings.model_validate(compose(overrides, conf_dir))
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None) -> dict:

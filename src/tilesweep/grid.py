@@ -27,8 +27,18 @@ def layout_slug(layout: dict) -> str:
 
 
 def canonical(cell: dict) -> str:
-    """Return a cell as canonical JSON: the only form passed to rules as a param."""
-    return json.dumps(cell, sort_keys=True, separators=(",", ":"))
+    """Return a cell as canonical JSON: the only form passed to rules as a param. A settings
+    model in it is written as its plain containers (RootSettings.as_dict), key for key."""
+    return json.dumps(cell, sort_keys=True, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: object) -> object:
+    """Return a settings model as the plain containers it was validated from."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def check_size(settings: dict) -> None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tilesweep import backends, device, grid
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The fields that name a kernel configuration, as grid.build_cells writes them.
@@ -188,11 +188,14 @@ class Sweep:
     """The composed config and every cell, computed once per Snakefile read."""
 
     def __init__(self, overrides: list[str], conf_dir: Path | None):
-        self.settings = compose(overrides, conf_dir)
+        self.settings = compose_settings(overrides, conf_dir)
+        # Plain containers for the modules that still take the config as a mapping (grid,
+        # backends); the rules' params are canonical JSON of the typed settings.
+        config = self.settings.as_dict()
         # The machine the jobs are planned for: decided once, by the `device` setting.
-        self.device = device.resolve(self.settings["device"], self.settings["catalog"])
+        self.device = device.resolve(self.settings.device, self.settings.catalog)
         gpus = self.device.gpus
-        self.results = Path(self.settings["results_dir"])
+        self.results = Path(self.settings.results_dir)
         from tilesweep.errors import ConfigError
 
         try:
@@ -203,22 +206,23 @@ class Sweep:
             ) from None
         if is_file:
             raise ConfigError(f"results_dir={self.results}: a file, not a folder")
-        grid.check_size(self.settings)
-        self.builds = grid.build_cells(self.settings)
-        self.launches = grid.launch_cells(self.settings, self.builds)
-        self.kernels = grid.bench_kernels(self.settings, self.builds)
+        grid.check_size(config)
+        self.builds = grid.build_cells(config)
+        self.launches = grid.launch_cells(config, self.builds)
+        self.kernels = grid.bench_kernels(config, self.builds)
         # Each enabled backend's decode jobs on this machine (the CUTLASS SM90 program only
         # where an SM90 device of the catalog is at hand).
         self._decode_owner = {
             job: backend
-            for backend in backends.enabled(self.settings)
+            for backend in backends.enabled(config)
             if backend.decoder
-            for job in backend.decoder.decode_jobs(self.settings, self.kernels, gpus)
+            for job in backend.decoder.decode_jobs(config, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
         self._check_step_runner()
         self._codes: dict[tuple[str, ...], str] = {}
-        self.layouts = grid.layouts(self.settings)
+        self.layouts = grid.layouts(config)
+        self._config = config
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
         self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
@@ -229,7 +233,7 @@ class Sweep:
         this grid's kernels (every whole-step row would fail)."""
         from tilesweep.errors import ConfigError
 
-        runner = self.settings["bench"]["step_runner"]
+        runner = self.settings.bench.step_runner
         found = backends.step_backend(runner) if runner != "auto" else None
         kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         why = found.stepper.runner_fault(runner, kernels) if found else None
@@ -273,7 +277,7 @@ class Sweep:
     def launch_cell(self, backend: str, target: str, kernel: str) -> str:
         """Return the canonical JSON of one launch check: the target's spec and the kernel."""
         row = self._by_launch[f"{backend}/{target}/{kernel}"]
-        spec = self.settings["catalog"][target]
+        spec = self.settings.catalog[target]
         keep = ("backend", "target", "arch", *KERNEL_FIELDS, "kernel")
         return grid.canonical({"cell": {k: row[k] for k in keep}, "hardware": spec})
 
@@ -283,9 +287,9 @@ class Sweep:
         return grid.canonical(
             {
                 "kernel": row,
-                "model": self.settings["model"],
-                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
-                "bench": self.settings["bench"],
+                "model": self.settings.model,
+                "tokens_per_expert": self.settings.grid.tokens_per_expert,
+                "bench": self.settings.bench,
             }
         )
 
@@ -294,9 +298,9 @@ class Sweep:
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
-                "model": self.settings["model"],
-                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
-                "bench": self.settings["bench"],
+                "model": self.settings.model,
+                "tokens_per_expert": self.settings.grid.tokens_per_expert,
+                "bench": self.settings.bench,
             }
         )
 
@@ -321,7 +325,7 @@ class Sweep:
 
     def build_record(self, backend: str, target: str, kernel: str) -> str:
         """Return the build output a launch check of this kernel on this target reads."""
-        arch = self.settings["catalog"][target]["arch"]
+        arch = self.settings.catalog[target].arch
         if backends.builder(backend).build_per == "arch":
             return self.path("build", backend, arch, "batch.json")
         return self.path("build", backend, arch, kernel, "build.json")
@@ -388,12 +392,12 @@ class Sweep:
         """Return every measured whole-step output path: one per layout that fits here, and
         one per larger layout when bench.step_emulate runs one of its ranks alone."""
         gpus = len(self.device.gpus)
-        bench = self.settings["bench"]
-        cap = gpus if gpus else bench["step_cpu_world_cap"]
+        bench = self.settings.bench
+        cap = gpus if gpus else bench.step_cpu_world_cap
         return [
             self.path("layout", f"{r['layout']}.csv")
             for r in self.layouts.to_dict("records")
-            if (r["world"] <= cap or bench["step_emulate"]) and r["experts"] == "tp"
+            if (r["world"] <= cap or bench.step_emulate) and r["experts"] == "tp"
         ]  # the measured step splits experts over TP only: experts=ep layouts are composed
 
     def fit_layout_outputs(self) -> list[str]:
@@ -412,48 +416,48 @@ class Sweep:
         list of the one path when it exists, so that a changed fit reruns the aggregate."""
         from tilesweep.io import project_path
 
-        path = self.settings["deployment"]["fit_file"]
+        path = self.settings.deployment.fit_file
         return [str(project_path(path))] if path and project_path(path).is_file() else []
 
     def step_batches(self) -> list[int]:
         """Return the whole step's batches (sequences): the deployment's, and the grid's tokens
         per expert as tokens_per_expert x experts / top_k sequences."""
-        model = self.settings["model"]
+        model = self.settings.model
         per_expert = {
-            max(1, t * model["routed_experts"] // model["top_k"])
-            for t in self.settings["grid"]["tokens_per_expert"]
+            max(1, t * model.routed_experts // model.top_k)
+            for t in self.settings.grid.tokens_per_expert
         }
-        return sorted(set(self.settings["deployment"]["batches"]) | per_expert)
+        return sorted(set(self.settings.deployment.batches) | per_expert)
 
     def layout_step_cell(self, layout: str) -> str:
         """Return the canonical JSON of one measured whole-step job: layout, model, batches,
         the benchmark keys it reads and, on a GPU machine, the grid's kernels (a step runner
         may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
-        bench = self.settings["bench"]
+        bench = self.settings.bench
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
         kernels, inputs = {}, {}
         gpus = self.device.gpus
         if gpus and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         if gpus:  # what the GPU step's runner reads, so that a changed tuned table reruns it
-            runner = bench["step_runner"]
+            runner = bench.step_runner
             runner = backends.default_step_runner(True) if runner == "auto" else runner
             layout_row = self._by_layout[layout]
-            inputs = backends.step_inputs(self.settings, runner, layout_row, gpus[0])
+            inputs = backends.step_inputs(self._config, runner, layout_row, gpus[0])
         # The engine's list only where asked for: a lean step's key is what it was before the
         # setting existed, and the engine and weight dtype rerun only the engine's steps.
-        lean = bench.get("step_kernel_list", "lean") == "lean"
+        lean = bench.step_kernel_list == "lean"
         if not lean:
-            inputs["engine"] = self.settings["engine"]
-            inputs["weight_dtype"] = self.settings["deployment"]["weight_dtype"]
+            inputs["engine"] = self.settings.engine
+            inputs["weight_dtype"] = self.settings.deployment.weight_dtype
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
-                "model": self.settings["model"],
+                "model": self.settings.model,
                 "batches": self.step_batches(),
                 "bench": {
                     k: v
-                    for k, v in bench.items()
+                    for k, v in self._config["bench"].items()
                     if (k in keep or k.startswith("step_"))
                     and not (k == "step_kernel_list" and lean)
                 },
@@ -467,19 +471,19 @@ class Sweep:
         gpus = self.device.gpus
         return [
             d
-            for b in backends.enabled(self.settings)
+            for b in backends.enabled(self._config)
             if b.tuner
-            for d in b.tuner.tune_jobs(self.settings, gpus)
+            for d in b.tuner.tune_jobs(self._config, gpus)
         ]
 
     def tune_tables(self) -> list[str]:
         """Return the tuners' tables the tables step joins (one per tuned dtype, say)."""
-        return [self.path(p) for p in backends.tune_tables(self.settings, self.device.gpus)]
+        return [self.path(p) for p in backends.tune_tables(self._config, self.device.gpus)]
 
     def tuned_outputs(self) -> list[str]:
         """Return everything the enabled tuners write on this machine, keyed by backend under
         tune/ and tuned/ (their own rules make them)."""
-        return [self.path(p) for p in backends.tune_outputs(self.settings, self.device.gpus)]
+        return [self.path(p) for p in backends.tune_outputs(self._config, self.device.gpus)]
 
     def tune_settings_json(self) -> str:
         """Return the canonical JSON of what tuning reads: the model, the layouts (their TP and
@@ -487,11 +491,11 @@ class Sweep:
         s = self.settings
         return grid.canonical(
             {
-                "model": s["model"],
-                "grid": {"layouts": s["grid"]["layouts"]},
-                "backend": backends.tune_inputs(s),
-                "bench": {k: s["bench"][k] for k in ("zipf_alpha", "seed")},
-                "catalog": s["catalog"],
+                "model": s.model,
+                "grid": {"layouts": s.grid.layouts},
+                "backend": backends.tune_inputs(self._config),
+                "bench": {"zipf_alpha": s.bench.zipf_alpha, "seed": s.bench.seed},
+                "catalog": s.catalog,
             }
         )
 
@@ -503,11 +507,14 @@ class Sweep:
         """Return what the check step reads of the config (its param, so that a change to the
         grid's tiles or the target does not rerun it): the model and the fit's and the attention
         table's deployment keys."""
-        dep = self.settings["deployment"]
+        dep = self.settings.deployment
         return grid.canonical(
             {
-                "model": self.settings["model"],
-                "deployment": {k: dep.get(k) for k in ("fit_batches", "attention_table")},
+                "model": self.settings.model,
+                "deployment": {
+                    "fit_batches": dep.fit_batches,
+                    "attention_table": dep.attention_table,
+                },
             }
         )
 

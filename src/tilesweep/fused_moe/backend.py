@@ -14,7 +14,7 @@ from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, registe
 from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.engine_moe import ENGINES
 from tilesweep.fused_moe.space import ENGINE_DTYPE
-from tilesweep.settings.strict import Section, distinct, refuse
+from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 NAME = "fused_moe"
 # The folder, and the file-name prefix, of the project kernel's tuned picks
@@ -166,15 +166,15 @@ class FusedMoeSettings(Section):
     screen_repeats: int = Field(ge=1)
     final_repeats: int = Field(ge=1)
     graph_calls: int = Field(ge=1)
-    graph_fill_ms: float = Field(gt=0)
+    graph_fill_ms: Number = Field(gt=0)
     finalists: int = Field(ge=1)
     guard_default: str
     variants: list[Variant]
     variant_tiles: int
     variant_finalists: int
-    config_timeout_s: float
+    config_timeout_s: Number
     items_per_worker: int = Field(ge=0)  # 0: one worker; else the items each worker runs
-    compile_timeout_s: float
+    compile_timeout_s: Number
     compile_workers: int
     engines: distinct(Engine)
     engine_versions: dict[str, str]  # each plans an engine-tuning job

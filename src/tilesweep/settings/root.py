@@ -30,7 +30,7 @@ class RootSettings(Section):
     bench: BenchSettings
     deployment: DeploymentSettings
     engine: EngineSettings
-    catalog: dict[str, Any]  # every conf/hardware file by name, each a HardwareSpec
+    catalog: dict[str, HardwareSpec]  # every conf/hardware file by name
     question: dict[str, Any] = None  # the case study's question, validated where it is read
     references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)
 
@@ -49,13 +49,18 @@ class RootSettings(Section):
                     raise refuse(f"grid.{key}[{i}].{exc.key}", exc.why, exc.value) from None
         return self
 
+    def as_dict(self) -> dict:
+        """Return the settings as the plain containers compose() gives, key for key (the source
+        of the rules' JSON params): keys left out stay out, integers stay integers."""
+        return self.model_dump(exclude_unset=True)
+
 
 def check_settings(settings: Any) -> None:
     """Raise ConfigError naming the first key whose type, range or choice the models refuse, or
     that does not fit another group."""
-    check(RootSettings, settings)
-    for name, spec in settings["catalog"].items():
+    for name, spec in settings["catalog"].items():  # first: a bad spec is named by its file
         check(HardwareSpec, spec, f"hardware[{name}]")
+    check(RootSettings, settings)
     check_backends(settings["backend"])
     check_runners(settings)
 
