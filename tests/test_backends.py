@@ -13,7 +13,7 @@ from tilesweep.config import compose
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
-from tilesweep.settings import Section
+from tilesweep.settings import RootSettings, Section
 
 
 class ToySettings(Section):
@@ -101,7 +101,8 @@ def test_a_toy_backend_appears_in_cells_slugs_and_decode_jobs(toy, tmp_path):
 
 def test_sweep_paths_follow_the_backend_not_its_name(toy, monkeypatch):
     monkeypatch.setattr(
-        "tilesweep.pipeline.compose", lambda overrides, conf_dir: _with_toy(compose(overrides))
+        "tilesweep.pipeline.compose_settings",
+        lambda overrides, conf_dir: RootSettings.model_validate(_with_toy(compose(overrides))),
     )
     sweep = Sweep(["experiment=tiny"], None)
     assert any(p.endswith("decode/toy-job.csv") for p in sweep.decode_outputs())

@@ -17,7 +17,7 @@ from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 
 class RootSettings(Section):
-    """What compose() returns: conf/config.yaml's keys, one per group, and the catalog."""
+    """What compose_settings() returns: conf/config.yaml's keys, one per group, and the catalog."""
 
     results_dir: str
     device: str  # auto, cpu or <hardware>x<count>: checked by tilesweep.device
