@@ -64,7 +64,11 @@ def _old_tune_json(plain: dict) -> str:
         {
             "model": plain["model"],
             "grid": {"layouts": plain["grid"]["layouts"]},
-            "backend": backends.tune_inputs(plain),
+            "backend": {  # each enabled tuner's own section
+                b.name: plain["backend"][b.name]
+                for b in backends.registered()
+                if b.tuner and plain["backend"].get(b.name, {}).get("enabled")
+            },
             "bench": {k: plain["bench"][k] for k in ("zipf_alpha", "seed")},
             "catalog": plain["catalog"],
         }

@@ -189,9 +189,6 @@ class Sweep:
 
     def __init__(self, overrides: list[str], conf_dir: Path | None):
         self.settings = compose_settings(overrides, conf_dir)
-        # Plain containers for the modules that still take the config as a mapping (grid,
-        # backends); the rules' params are canonical JSON of the typed settings.
-        config = self.settings.as_dict()
         # The machine the jobs are planned for: decided once, by the `device` setting.
         self.device = device.resolve(self.settings.device, self.settings.catalog)
         gpus = self.device.gpus
@@ -206,23 +203,22 @@ class Sweep:
             ) from None
         if is_file:
             raise ConfigError(f"results_dir={self.results}: a file, not a folder")
-        grid.check_size(config)
-        self.builds = grid.build_cells(config)
-        self.launches = grid.launch_cells(config, self.builds)
-        self.kernels = grid.bench_kernels(config, self.builds)
+        grid.check_size(self.settings)
+        self.builds = grid.build_cells(self.settings)
+        self.launches = grid.launch_cells(self.settings, self.builds)
+        self.kernels = grid.bench_kernels(self.settings, self.builds)
         # Each enabled backend's decode jobs on this machine (the CUTLASS SM90 program only
         # where an SM90 device of the catalog is at hand).
         self._decode_owner = {
             job: backend
-            for backend in backends.enabled(config)
+            for backend in backends.enabled(self.settings)
             if backend.decoder
-            for job in backend.decoder.decode_jobs(config, self.kernels, gpus)
+            for job in backend.decoder.decode_jobs(self.settings, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
         self._check_step_runner()
         self._codes: dict[tuple[str, ...], str] = {}
-        self.layouts = grid.layouts(config)
-        self._config = config
+        self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
         self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
@@ -443,7 +439,7 @@ class Sweep:
             runner = bench.step_runner
             runner = backends.default_step_runner(True) if runner == "auto" else runner
             layout_row = self._by_layout[layout]
-            inputs = backends.step_inputs(self._config, runner, layout_row, gpus[0])
+            inputs = backends.step_inputs(self.settings, runner, layout_row, gpus[0])
         # The engine's list only where asked for: a lean step's key is what it was before the
         # setting existed, and the engine and weight dtype rerun only the engine's steps.
         lean = bench.step_kernel_list == "lean"
@@ -457,7 +453,7 @@ class Sweep:
                 "batches": self.step_batches(),
                 "bench": {
                     k: v
-                    for k, v in self._config["bench"].items()
+                    for k, v in bench.model_dump(exclude_unset=True).items()
                     if (k in keep or k.startswith("step_"))
                     and not (k == "step_kernel_list" and lean)
                 },
@@ -471,19 +467,19 @@ class Sweep:
         gpus = self.device.gpus
         return [
             d
-            for b in backends.enabled(self._config)
+            for b in backends.enabled(self.settings)
             if b.tuner
-            for d in b.tuner.tune_jobs(self._config, gpus)
+            for d in b.tuner.tune_jobs(self.settings, gpus)
         ]
 
     def tune_tables(self) -> list[str]:
         """Return the tuners' tables the tables step joins (one per tuned dtype, say)."""
-        return [self.path(p) for p in backends.tune_tables(self._config, self.device.gpus)]
+        return [self.path(p) for p in backends.tune_tables(self.settings, self.device.gpus)]
 
     def tuned_outputs(self) -> list[str]:
         """Return everything the enabled tuners write on this machine, keyed by backend under
         tune/ and tuned/ (their own rules make them)."""
-        return [self.path(p) for p in backends.tune_outputs(self._config, self.device.gpus)]
+        return [self.path(p) for p in backends.tune_outputs(self.settings, self.device.gpus)]
 
     def tune_settings_json(self) -> str:
         """Return the canonical JSON of what tuning reads: the model, the layouts (their TP and
@@ -493,7 +489,7 @@ class Sweep:
             {
                 "model": s.model,
                 "grid": {"layouts": s.grid.layouts},
-                "backend": backends.tune_inputs(self._config),
+                "backend": backends.tune_inputs(self.settings),
                 "bench": {"zipf_alpha": s.bench.zipf_alpha, "seed": s.bench.seed},
                 "catalog": s.catalog,
             }

@@ -62,10 +62,10 @@ def check_settings(settings: Any) -> None:
         check(HardwareSpec, spec, f"hardware[{name}]")
     check(RootSettings, settings)
     check_backends(settings["backend"])
-    check_runners(settings)
+    check_runners(RootSettings.model_validate(settings))
 
 
-def check_runners(settings: dict) -> None:
+def check_runners(settings: RootSettings) -> None:
     """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
     backend with a step runner, or a backend refuses its own section's values."""
     from tilesweep import backends
@@ -76,12 +76,12 @@ def check_runners(settings: dict) -> None:
             f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
             "disabled; enable at least one to have kernels"
         )
-    runner = settings["bench"]["step_runner"]
+    runner = settings.bench.step_runner
     if runner != "auto" and not backends.step_capable(runner):
         allowed = ["auto", *backends.step_runner_help()]
         raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
     for b in backends.registered():
-        if b.name in settings["backend"]:
+        if b.name in settings.backend:
             b.validate(settings)
 
 
