@@ -10,7 +10,7 @@ import pandas as pd
 from tilesweep import backends
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings
+    from tilesweep.settings.root import RootSettings
 
 
 def kernel_slug(cell: dict) -> str:

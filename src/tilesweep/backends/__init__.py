@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from tilesweep.backends.roles import Builder, Commands, DecodeRunner, Runner, StepRunner, Tuner
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings, Tile
+    from tilesweep.settings.root import RootSettings
+    from tilesweep.settings.sweep_space import Tile
 
 __all__ = ["Backend", "Builder", "Commands", "DecodeRunner", "Runner", "StepRunner", "Tuner"]
 

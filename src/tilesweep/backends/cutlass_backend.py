@@ -19,7 +19,7 @@ from tilesweep.settings.sweep_space import Epilogue, Tile
 from tilesweep.settings.workload import Dtype
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings
+    from tilesweep.settings.root import RootSettings
 
 NAME = "cutlass"
 ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.cell_spec declares

@@ -21,7 +21,7 @@ from tilesweep.cutlass.cell_spec import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings
+    from tilesweep.settings.root import RootSettings
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "gpu" / "build_cutlass.sh"

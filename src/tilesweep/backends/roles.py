@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings
+    from tilesweep.settings.root import RootSettings
 
 
 class Runner(NamedTuple):

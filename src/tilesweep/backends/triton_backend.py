@@ -23,7 +23,7 @@ from tilesweep.backends import (
 from tilesweep.settings.strict import Section
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings
+    from tilesweep.settings.root import RootSettings
 
 NAME = "triton"
 # What each architecture's tensor cores run is declared once, in conf/architectures.yaml

@@ -17,7 +17,9 @@ from tilesweep.fused_moe.space import ENGINE_DTYPE
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 if TYPE_CHECKING:
-    from tilesweep.settings import BenchSettings, ModelSettings, RootSettings
+    from tilesweep.settings.bench_method import BenchSettings
+    from tilesweep.settings.root import RootSettings
+    from tilesweep.settings.workload import ModelSettings
 
 NAME = "fused_moe"
 # The folder, and the file-name prefix, of the project kernel's tuned picks

@@ -7,11 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, model_validator
 
-from tilesweep.errors import ConfigError
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.strict import Refused, Section, check, refuse
+from tilesweep.settings.strict import Refused, Section, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
@@ -53,47 +52,6 @@ class RootSettings(Section):
         """Return the settings as the plain containers compose() gives, key for key (the source
         of the rules' JSON params): keys left out stay out, integers stay integers."""
         return self.model_dump(exclude_unset=True)
-
-
-def check_settings(settings: Any) -> None:
-    """Raise ConfigError naming the first key whose type, range or choice the models refuse, or
-    that does not fit another group."""
-    for name, spec in settings["catalog"].items():  # first: a bad spec is named by its file
-        check(HardwareSpec, spec, f"hardware[{name}]")
-    check(RootSettings, settings)
-    check_backends(settings["backend"])
-    check_runners(RootSettings.model_validate(settings))
-
-
-def check_runners(settings: RootSettings) -> None:
-    """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
-    backend with a step runner, or a backend refuses its own section's values."""
-    from tilesweep import backends
-
-    if not any(b.builder for b in backends.enabled(settings)):
-        builders = [b.name for b in backends.builders()]
-        raise ConfigError(
-            f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
-            "disabled; enable at least one to have kernels"
-        )
-    runner = settings.bench.step_runner
-    if runner != "auto" and not backends.step_capable(runner):
-        allowed = ["auto", *backends.step_runner_help()]
-        raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
-    for b in backends.registered():
-        if b.name in settings.backend:
-            b.validate(settings)
-
-
-def check_backends(section: dict) -> None:
-    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
-    from tilesweep import backends
-
-    known = {b.name: b for b in backends.registered() if b.settings_model}
-    for name, value in section.items():
-        if name not in known:
-            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
-        check(known[name].settings_model, value, f"backend.{name}")
 
 
 def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[str]:
