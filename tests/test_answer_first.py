@@ -66,9 +66,8 @@ def test_the_verdict_composed_from_its_operand_types_rows_alone_is_the_same():
     _, decode, steps, collective, ceilings = composer(sweep.stage5(folder).verdict_inputs())
     fp8 = decode[decode["dtype"] == deployment_verdict.DECODE_DTYPE]
     assert 0 < len(fp8) < len(decode)
-    settings = dict(
-        sweep.settings, deployment=dict(sweep.settings["deployment"], weight_dtype="fp8")
-    )
+    plain = sweep.settings.as_dict()
+    settings = dict(plain, deployment=dict(plain["deployment"], weight_dtype="fp8"))
     every = deployment_verdict.deployment_table(settings, decode, collective, steps, ceilings)
     alone = deployment_verdict.deployment_table(settings, fp8, collective, steps, ceilings)
     assert "best fp8 kernel" in " ".join(every["inputs"])

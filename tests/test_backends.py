@@ -13,7 +13,7 @@ from tilesweep.config import compose
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
-from tilesweep.settings import Section
+from tilesweep.settings import RootSettings, Section, Tile
 
 
 class ToySettings(Section):
@@ -27,8 +27,7 @@ class ToyBuilder(Builder):
 
     def cells(self, settings, arch, cc):
         return [
-            kernel_cell("toy", arch, "bf16", tile, 1, 1, "default")
-            for tile in settings["grid"]["tiles"]
+            kernel_cell("toy", arch, "bf16", tile, 1, 1, "default") for tile in settings.grid.tiles
         ]
 
     def kernel_tail(self, cell):
@@ -82,6 +81,11 @@ def _with_toy(settings: dict) -> dict:
     return settings
 
 
+def _typed(settings: dict) -> RootSettings:
+    """Return a composed config changed by hand as the typed settings the grid takes."""
+    return RootSettings.model_validate(settings)
+
+
 def test_every_shipped_backend_is_registered_and_named_by_a_config_file():
     names = {b.name for b in backends.registered()}
     assert {"triton", "cutlass", "torch"} <= names
@@ -91,17 +95,18 @@ def test_every_shipped_backend_is_registered_and_named_by_a_config_file():
 
 def test_a_toy_backend_appears_in_cells_slugs_and_decode_jobs(toy, tmp_path):
     settings = _with_toy(compose(["experiment=tiny"]))
-    builds = grid.build_cells(settings)
+    builds = grid.build_cells(_typed(settings))
     mine = builds[builds["backend"] == "toy"]
     # one cell per tile and architecture of the tiny grid (sm_90 and sm_120)
     assert len(mine) == 2 * len(settings["grid"]["tiles"])
     assert mine["kernel"].str.endswith("-toy-default").all()
-    assert set(grid.bench_kernels(settings, builds)["backend"]) == {"triton", "toy"}
+    assert set(grid.bench_kernels(_typed(settings), builds)["backend"]) == {"triton", "toy"}
 
 
 def test_sweep_paths_follow_the_backend_not_its_name(toy, monkeypatch):
     monkeypatch.setattr(
-        "tilesweep.pipeline.compose", lambda overrides, conf_dir: _with_toy(compose(overrides))
+        "tilesweep.pipeline.compose_settings",
+        lambda overrides, conf_dir: RootSettings.model_validate(_with_toy(compose(overrides))),
     )
     sweep = Sweep(["experiment=tiny"], None)
     assert any(p.endswith("decode/toy-job.csv") for p in sweep.decode_outputs())
@@ -335,7 +340,7 @@ def test_build_records_carry_their_own_provenance(tmp_path, monkeypatch):
                                               "smem_static_bytes": 1024, "num_warps": 4,
                                               "regs": 32},
     )  # fmt: skip
-    cell = kernel_cell("triton", "sm_90", "bf16", {"m": 16, "n": 64, "k": 64}, 2, 4, "default")
+    cell = kernel_cell("triton", "sm_90", "bf16", Tile(m=16, n=64, k=64), 2, 4, "default")
     cell["kernel"] = grid.kernel_slug(cell)
     record = build.build_kernel(grid.canonical(cell), str(tmp_path / "b" / "build.json"))
     assert record["device"] == HOST_DEVICE
@@ -362,13 +367,13 @@ def test_a_record_without_status_is_a_labelled_failure():
     from tilesweep.stages.launch import launch_row
 
     hw = compose()["catalog"]["h200"]
-    cell = kernel_cell("triton", "sm_90", "bf16", {"m": 16, "n": 64, "k": 64}, 2, 4, "default")
+    cell = kernel_cell("triton", "sm_90", "bf16", Tile(m=16, n=64, k=64), 2, 4, "default")
     row = launch_row({**cell, "target": "h200", "kernel": "k"}, hw, {"smem_bytes": None})
     assert (row["status"], row["reason"]) == ("compile", "the build record carries no status")
 
 
 def test_canonical_toy_cell_json_roundtrips():
-    cell = kernel_cell("toy", "sm_90", "bf16", {"m": 16, "n": 64, "k": 64}, 1, 1, "default")
+    cell = kernel_cell("toy", "sm_90", "bf16", Tile(m=16, n=64, k=64), 1, 1, "default")
     assert json.loads(grid.canonical(cell)) == cell
 
 
@@ -395,7 +400,7 @@ def test_a_new_architecture_is_its_hardware_file():
     settings["catalog"]["next"] = {**h200, "name": "next", "arch": "sm_110", "cc": 110}
     settings["catalog"]["old"] = {**h200, "name": "old", "arch": "sm_75", "cc": 75}
     settings["grid"]["targets"] = ["next", "old"]
-    builds = grid.build_cells(settings)
+    builds = grid.build_cells(_typed(settings))
     why = builds.get("unsupported", pd.Series(index=builds.index, dtype=object))
     triton = builds["backend"] == "triton"
     new, old = builds["arch"] == "sm_110", builds["arch"] == "sm_75"

@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT
 
 from tilesweep import backends, grid
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.stages.build import build_kernel
 from tilesweep.stages.launch import launch_row
@@ -71,10 +71,10 @@ def test_the_doc_holds_the_three_steps():
 def test_the_recipe_registers_a_backend_with_validated_settings(recipe):
     conf, name, section = recipe
     assert name in [b.name for b in backends.registered()]
-    settings = compose(["experiment=tiny"], conf_dir=conf)
-    assert settings["backend"][name] == section
+    settings = compose_settings(["experiment=tiny"], conf_dir=conf)
+    assert settings.backend[name] == section
     assert name in [b.name for b in backends.enabled(settings)]
-    off = compose(["experiment=tiny", f"backend.{name}.enabled=false"], conf_dir=conf)
+    off = compose_settings(["experiment=tiny", f"backend.{name}.enabled=false"], conf_dir=conf)
     assert name not in [b.name for b in backends.enabled(off)]
     with pytest.raises(ConfigError, match=rf"backend\.{name}\.warps: unknown key"):
         compose(["experiment=tiny", f"+backend.{name}.warps=4"], conf_dir=conf)
@@ -82,16 +82,16 @@ def test_the_recipe_registers_a_backend_with_validated_settings(recipe):
 
 def test_the_recipe_backend_is_built_and_launch_checked(recipe, tmp_path):
     conf, name, _ = recipe
-    settings = compose(["experiment=tiny"], conf_dir=conf)
+    settings = compose_settings(["experiment=tiny"], conf_dir=conf)
     launches = grid.launch_cells(settings)
     mine = launches[launches["backend"] == name]
     assert len(mine) > 0
-    assert set(mine["target"]) == set(settings["grid"]["targets"])
+    assert set(mine["target"]) == set(settings.grid.targets)
     cell = mine.iloc[0].to_dict()
     build_cell = {k: cell[k] for k in grid.build_cells(settings).columns}
     record = build_kernel(json.dumps(build_cell), str(tmp_path / "build" / "build.json"))
     assert record["status"] == "ok" and record["source"] == "model"
-    row = launch_row(cell, settings["catalog"][cell["target"]], record)
+    row = launch_row(cell, settings.as_dict()["catalog"][cell["target"]], record)
     assert row["status"] in {"ok", "launch"} and row["smem_bytes"] == record["smem_bytes"]
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, snakemake
 
 from tilesweep import device
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.pipeline import Sweep
 from tilesweep.provenance import query_gpus
@@ -31,7 +31,7 @@ def smi_path(tmp_path, monkeypatch):
     query_gpus.cache_clear()
 
 
-CATALOG = compose([])["catalog"]
+CATALOG = compose_settings([]).catalog
 
 
 def test_a_named_machine_plans_its_gpus_without_asking():

@@ -10,11 +10,12 @@ from tilesweep import gpu_archs, grid
 from tilesweep.backends import cutlass_backend
 from tilesweep.config import compose
 from tilesweep.cutlass import cell_spec
+from tilesweep.settings import RootSettings
 
 
 def _triton_why(settings: dict, arch: str) -> dict[str, str | None]:
     """Return {dtype: why the Triton cells of `arch` are not built, None where they are}."""
-    builds = grid.build_cells(settings)
+    builds = grid.build_cells(RootSettings.model_validate(settings))
     rows = builds[(builds["backend"] == "triton") & (builds["arch"] == arch)]
     why = rows.get("unsupported", pd.Series(index=rows.index, dtype=object))
     return {d: (None if pd.isna(w) else w) for d, w in zip(rows["dtype"], why, strict=True)}
@@ -56,7 +57,7 @@ def test_a_new_architecture_in_the_table_reaches_the_backends(monkeypatch):
     why = _triton_why(settings, "sm_95")
     assert why["bf16"] is None
     assert why["fp8"] == "fp8 tensor cores need sm_89 or newer; sm_95 has none"
-    builds = grid.build_cells(settings)
+    builds = grid.build_cells(RootSettings.model_validate(settings))
     cutlass = builds[builds["backend"] == "cutlass"]
     assert cutlass["unsupported"].str.contains("covers sm_90, sm_100, sm_120; not sm_95").all()
 

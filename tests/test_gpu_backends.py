@@ -15,6 +15,7 @@ from tilesweep.backends import kernel_cell
 from tilesweep.grid import canonical, kernel_slug
 from tilesweep.hardware import catalog_name
 from tilesweep.io import write_json
+from tilesweep.settings import Tile
 
 pytestmark = [
     pytest.mark.gpu,
@@ -48,7 +49,7 @@ def _here() -> tuple[str, int]:
 
 def _kernel(dtype: str, m: int, n: int, k: int, stages: int = 2, epilogue: str = "default"):
     arch, _ = _here()
-    cell = kernel_cell("triton", arch, dtype, {"m": m, "n": n, "k": k}, stages, 4, epilogue)
+    cell = kernel_cell("triton", arch, dtype, Tile(m=m, n=n, k=k), stages, 4, epilogue)
     return {**cell, "kernel": kernel_slug(cell)}
 
 

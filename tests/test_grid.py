@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from tilesweep import grid
-from tilesweep.config import compose
+from tilesweep.config import compose_settings as compose
 
 
 def test_build_cells_cover_every_backend_arch_and_tile():
     settings = compose()
     builds = grid.build_cells(settings)
-    tiles = len(settings["grid"]["tiles"])
+    tiles = len(settings.grid.tiles)
     triton = builds[builds["backend"] == "triton"]
     cutlass = builds[builds["backend"] == "cutlass"]
     assert set(triton["arch"]) == {"sm_90", "sm_100", "sm_120"}
@@ -46,7 +46,7 @@ def test_explicit_stage_cells_are_only_where_extra_stages_names_them():
     both = grid.build_cells(compose(["backend.cutlass.stages=[auto,3]"]))
     assert both["build_id"].is_unique
     sm120 = both[(both["backend"] == "cutlass") & (both["arch"] == "sm_120")]
-    assert len(sm120) == len(compose()["grid"]["tiles"]) * 2 * 2  # the extras add nothing new
+    assert len(sm120) == len(compose().grid.tiles) * 2 * 2  # the extras add nothing new
     none = grid.build_cells(compose(["backend.cutlass.extra_stages=[]"]))
     assert _explicit(none) == []
 
@@ -58,9 +58,7 @@ def test_launch_cells_pair_each_target_with_its_arch():
     sm120 = launches[launches["arch"] == "sm_120"]
     assert set(sm120["target"]) == {"rtx_pro_6000", "rtx_5090"}
     # rtx_pro_6000 and rtx_5090 share one sm_120 build
-    assert grid.build_cells(settings)["arch"].value_counts()["sm_120"] == len(
-        settings["grid"]["tiles"]
-    )
+    assert grid.build_cells(settings)["arch"].value_counts()["sm_120"] == len(settings.grid.tiles)
 
 
 def test_slug_is_readable_and_stable():
@@ -91,7 +89,7 @@ def test_fp8_on_ampere_is_a_recorded_constraint_not_a_dropped_cell():
     settings = compose(["grid.targets=[a100]", "grid.dtypes=[bf16,fp8]", "backend=triton"])
     builds = grid.build_cells(settings)
     fp8 = builds[builds["dtype"] == "fp8"]
-    assert len(fp8) == len(settings["grid"]["tiles"])
+    assert len(fp8) == len(settings.grid.tiles)
     assert fp8["unsupported"].str.contains("sm_89").all()
 
 

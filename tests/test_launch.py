@@ -70,8 +70,9 @@ def test_exactly_at_the_limit_fits():
 def _cutlass_cell(tile_m: int) -> dict:
     """Return an sm_90 CUTLASS fp8 cell on the H200, as the launch check gets it."""
     from tilesweep.backends import kernel_cell
+    from tilesweep.settings import Tile
 
-    cell = kernel_cell("cutlass", "sm_90", "fp8", {"m": tile_m, "n": 128, "k": 128}, "auto", 0,
+    cell = kernel_cell("cutlass", "sm_90", "fp8", Tile(m=tile_m, n=128, k=128), "auto", 0,
                        "default")  # fmt: skip
     return {**cell, "target": "h200", "kernel": f"fp8-m{tile_m}n128k128-sauto-c1x1-default"}
 

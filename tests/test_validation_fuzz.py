@@ -86,8 +86,8 @@ def test_random_overrides_are_accepted_or_named(items):
         assert text and "\n" not in text
         assert "Traceback" not in text
         return
-    grid = sweep.settings["grid"]
-    assert grid["tiles"] and grid["tokens_per_expert"] and grid["layouts"]
+    grid = sweep.settings.grid
+    assert grid.tiles and grid.tokens_per_expert and grid.layouts
     outputs = (
         sweep.final_outputs()
         + sweep.launch_outputs()

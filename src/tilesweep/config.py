@@ -16,12 +16,20 @@ from pathlib import Path
 from tilesweep import question, references
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
-from tilesweep.settings import Layout, ModelSettings, check, check_settings
+from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings, check
 from tilesweep.settings.strict import Refused
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 _YAML_AT = re.compile(r'in "(.+)", line (\d+), column \d+')
+
+
+def compose_settings(
+    overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None
+) -> RootSettings:
+    """Return the composed config, validated once, as the typed settings object passed down
+    (its as_dict() is compose()'s plain containers, for JSON)."""
+    return RootSettings.model_validate(compose(overrides, conf_dir))
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None) -> dict:
@@ -78,6 +86,47 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> None:
     _check_question_model(settings, conf_dir)
     _check_reference_figures(settings, conf_dir)
     _check_files(settings)
+
+
+def check_settings(settings: dict) -> None:
+    """Raise ConfigError naming the first key whose type, range or choice the models refuse, or
+    that does not fit another group."""
+    for name, spec in settings["catalog"].items():  # first: a bad spec is named by its file
+        check(HardwareSpec, spec, f"hardware[{name}]")
+    check(RootSettings, settings)
+    check_backends(settings["backend"])
+    check_runners(RootSettings.model_validate(settings))
+
+
+def check_runners(settings: RootSettings) -> None:
+    """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
+    backend with a step runner, or a backend refuses its own section's values."""
+    from tilesweep import backends
+
+    if not any(b.builder for b in backends.enabled(settings)):
+        builders = [b.name for b in backends.builders()]
+        raise ConfigError(
+            f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
+            "disabled; enable at least one to have kernels"
+        )
+    runner = settings.bench.step_runner
+    if runner != "auto" and not backends.step_capable(runner):
+        allowed = ["auto", *backends.step_runner_help()]
+        raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
+    for b in backends.registered():
+        if b.name in settings.backend:
+            b.validate(settings)
+
+
+def check_backends(section: dict) -> None:
+    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
+    from tilesweep import backends
+
+    known = {b.name: b for b in backends.registered() if b.settings_model}
+    for name, value in section.items():
+        if name not in known:
+            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
+        check(known[name].settings_model, value, f"backend.{name}")
 
 
 def _one_line(exc: Exception) -> str:

@@ -11,8 +11,12 @@ from __future__ import annotations
 import platform
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tilesweep.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tilesweep.settings import HardwareSpec
 
 _NAMED = re.compile(r"^(?P<hardware>[a-z0-9_]+)x(?P<count>[0-9]+)$")
 _ALLOWED = "auto, cpu, or <hardware>x<count> such as h200x8"
@@ -44,7 +48,7 @@ class Device:
 MAX_GPUS = 1024
 
 
-def resolve(setting: object, catalog: dict[str, dict]) -> Device:
+def resolve(setting: object, catalog: dict[str, HardwareSpec]) -> Device:
     """Return the Device a `device` setting names; raise ConfigError (one line) for a value
     that names no machine, or when `auto` cannot ask the machine."""
     from tilesweep.provenance import GpuQueryError, query_gpus
@@ -75,7 +79,7 @@ def resolve(setting: object, catalog: dict[str, dict]) -> Device:
         raise ConfigError(
             f"device={setting!r}: the GPU count must be at least 1 and at most {MAX_GPUS}"
         )
-    names = catalog[hardware].get("device_names") or []
+    names = catalog[hardware].device_names
     if not names:
         raise ConfigError(
             f"device={setting!r}: conf/hardware/{hardware}.yaml lists no device_names to plan for"

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tilesweep import backends
+
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
 
 
 def kernel_slug(cell: dict) -> str:
@@ -27,26 +31,36 @@ def layout_slug(layout: dict) -> str:
 
 
 def canonical(cell: dict) -> str:
-    """Return a cell as canonical JSON: the only form passed to rules as a param."""
-    return json.dumps(cell, sort_keys=True, separators=(",", ":"))
+    """Return a cell as canonical JSON: the only form passed to rules as a param. A settings
+    model in it is written as its plain containers (RootSettings.as_dict), key for key."""
+    return json.dumps(cell, sort_keys=True, separators=(",", ":"), default=_plain)
 
 
-def check_size(settings: dict) -> None:
+def _plain(value: object) -> object:
+    """Return a settings model as the plain containers it was validated from."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def check_size(settings: RootSettings) -> None:
     """Raise ConfigError, before any cell is made, when the grid would plan more jobs than
     max_jobs: kernel configurations x (a build per architecture + a launch check per target + a
     decode job), an upper bound."""
     from tilesweep.errors import ConfigError
 
-    grid, limit = settings["grid"], settings["max_jobs"]
+    grid, limit = settings.grid, settings.max_jobs
     if limit < 1:
         raise ConfigError(f"max_jobs={limit}: must be at least 1")
-    archs = {settings["catalog"][t]["arch"] for t in grid["targets"]}
-    dims = {k: len(grid[k]) for k in ("tiles", "stages", "warps", "dtypes", "epilogues")}
+    archs = {settings.catalog[t].arch for t in grid.targets}
+    dims = {k: len(getattr(grid, k)) for k in ("tiles", "stages", "warps", "dtypes", "epilogues")}
     builders = sum(1 for b in backends.enabled(settings) if b.builder)
     configs = builders
     for n in dims.values():
         configs *= n
-    jobs = configs * (len(archs) + len(grid["targets"]) + 1) + len(grid["layouts"]) * 2
+    jobs = configs * (len(archs) + len(grid.targets) + 1) + len(grid.layouts) * 2
     if jobs > limit:
         shape = " x ".join(f"{n} {k}" for k, n in dims.items())
         raise ConfigError(
@@ -56,12 +70,12 @@ def check_size(settings: dict) -> None:
         )
 
 
-def build_cells(settings: dict) -> pd.DataFrame:
+def build_cells(settings: RootSettings) -> pd.DataFrame:
     """Return one row per kernel to build: backend x architecture x kernel configuration."""
-    catalog = settings["catalog"]
+    catalog = settings.catalog
     archs = {}
-    for name in settings["grid"]["targets"]:
-        archs.setdefault(catalog[name]["arch"], catalog[name]["cc"])
+    for name in settings.grid.targets:
+        archs.setdefault(catalog[name].arch, catalog[name].cc)
     rows: list[dict] = []
     for arch, cc in sorted(archs.items()):
         for backend in backends.enabled(settings):
@@ -75,13 +89,12 @@ def build_cells(settings: dict) -> pd.DataFrame:
     return frame.drop_duplicates("build_id").reset_index(drop=True)
 
 
-def launch_cells(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataFrame:
+def launch_cells(settings: RootSettings, builds: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return one row per kernel and target: each is launch-checked against that target."""
     builds = build_cells(settings) if builds is None else builds
-    catalog = settings["catalog"]
     rows = []
-    for target in settings["grid"]["targets"]:
-        arch = catalog[target]["arch"]
+    for target in settings.grid.targets:
+        arch = settings.catalog[target].arch
         for row in builds[builds["arch"] == arch].to_dict("records"):
             rows.append({**row, "target": target})
     frame = pd.DataFrame(rows)
@@ -90,7 +103,7 @@ def launch_cells(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataF
     return frame
 
 
-def bench_kernels(settings: dict, builds: pd.DataFrame | None = None) -> pd.DataFrame:
+def bench_kernels(settings: RootSettings, builds: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return the kernels built one job each, which the decode benchmark times one job each."""
     builds = build_cells(settings) if builds is None else builds
     if builds.empty:
@@ -102,10 +115,10 @@ def bench_kernels(settings: dict, builds: pd.DataFrame | None = None) -> pd.Data
     return kernels
 
 
-def layouts(settings: dict) -> pd.DataFrame:
+def layouts(settings: RootSettings) -> pd.DataFrame:
     """Return one row per parallel layout, with its world size and slug."""
     rows = []
-    for layout in settings["grid"]["layouts"]:
+    for layout in (lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts):
         world = layout["tp"] * layout["pp"] * layout["ep"]
         rows.append(
             {
@@ -120,9 +133,9 @@ def layouts(settings: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).drop_duplicates("layout").reset_index(drop=True)
 
 
-def cell_count(settings: dict) -> int:
+def cell_count(settings: RootSettings) -> int:
     """Return the number of grid cells: kernels x batches x targets x layouts."""
-    grid = settings["grid"]
-    kernels = len(grid["dtypes"]) * len(grid["tiles"]) * len(grid["stages"]) * len(grid["warps"])
-    kernels *= len(grid["epilogues"])
-    return kernels * len(grid["tokens_per_expert"]) * len(grid["targets"]) * len(grid["layouts"])
+    grid = settings.grid
+    kernels = len(grid.dtypes) * len(grid.tiles) * len(grid.stages) * len(grid.warps)
+    kernels *= len(grid.epilogues)
+    return kernels * len(grid.tokens_per_expert) * len(grid.targets) * len(grid.layouts)

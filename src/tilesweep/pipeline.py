@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tilesweep import backends, device, grid
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The fields that name a kernel configuration, as grid.build_cells writes them.
@@ -188,11 +188,11 @@ class Sweep:
     """The composed config and every cell, computed once per Snakefile read."""
 
     def __init__(self, overrides: list[str], conf_dir: Path | None):
-        self.settings = compose(overrides, conf_dir)
+        self.settings = compose_settings(overrides, conf_dir)
         # The machine the jobs are planned for: decided once, by the `device` setting.
-        self.device = device.resolve(self.settings["device"], self.settings["catalog"])
+        self.device = device.resolve(self.settings.device, self.settings.catalog)
         gpus = self.device.gpus
-        self.results = Path(self.settings["results_dir"])
+        self.results = Path(self.settings.results_dir)
         from tilesweep.errors import ConfigError
 
         try:
@@ -229,7 +229,7 @@ class Sweep:
         this grid's kernels (every whole-step row would fail)."""
         from tilesweep.errors import ConfigError
 
-        runner = self.settings["bench"]["step_runner"]
+        runner = self.settings.bench.step_runner
         found = backends.step_backend(runner) if runner != "auto" else None
         kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         why = found.stepper.runner_fault(runner, kernels) if found else None
@@ -273,7 +273,7 @@ class Sweep:
     def launch_cell(self, backend: str, target: str, kernel: str) -> str:
         """Return the canonical JSON of one launch check: the target's spec and the kernel."""
         row = self._by_launch[f"{backend}/{target}/{kernel}"]
-        spec = self.settings["catalog"][target]
+        spec = self.settings.catalog[target]
         keep = ("backend", "target", "arch", *KERNEL_FIELDS, "kernel")
         return grid.canonical({"cell": {k: row[k] for k in keep}, "hardware": spec})
 
@@ -283,9 +283,9 @@ class Sweep:
         return grid.canonical(
             {
                 "kernel": row,
-                "model": self.settings["model"],
-                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
-                "bench": self.settings["bench"],
+                "model": self.settings.model,
+                "tokens_per_expert": self.settings.grid.tokens_per_expert,
+                "bench": self.settings.bench,
             }
         )
 
@@ -294,9 +294,9 @@ class Sweep:
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
-                "model": self.settings["model"],
-                "tokens_per_expert": self.settings["grid"]["tokens_per_expert"],
-                "bench": self.settings["bench"],
+                "model": self.settings.model,
+                "tokens_per_expert": self.settings.grid.tokens_per_expert,
+                "bench": self.settings.bench,
             }
         )
 
@@ -321,7 +321,7 @@ class Sweep:
 
     def build_record(self, backend: str, target: str, kernel: str) -> str:
         """Return the build output a launch check of this kernel on this target reads."""
-        arch = self.settings["catalog"][target]["arch"]
+        arch = self.settings.catalog[target].arch
         if backends.builder(backend).build_per == "arch":
             return self.path("build", backend, arch, "batch.json")
         return self.path("build", backend, arch, kernel, "build.json")
@@ -388,12 +388,12 @@ class Sweep:
         """Return every measured whole-step output path: one per layout that fits here, and
         one per larger layout when bench.step_emulate runs one of its ranks alone."""
         gpus = len(self.device.gpus)
-        bench = self.settings["bench"]
-        cap = gpus if gpus else bench["step_cpu_world_cap"]
+        bench = self.settings.bench
+        cap = gpus if gpus else bench.step_cpu_world_cap
         return [
             self.path("layout", f"{r['layout']}.csv")
             for r in self.layouts.to_dict("records")
-            if (r["world"] <= cap or bench["step_emulate"]) and r["experts"] == "tp"
+            if (r["world"] <= cap or bench.step_emulate) and r["experts"] == "tp"
         ]  # the measured step splits experts over TP only: experts=ep layouts are composed
 
     def fit_layout_outputs(self) -> list[str]:
@@ -412,48 +412,48 @@ class Sweep:
         list of the one path when it exists, so that a changed fit reruns the aggregate."""
         from tilesweep.io import project_path
 
-        path = self.settings["deployment"]["fit_file"]
+        path = self.settings.deployment.fit_file
         return [str(project_path(path))] if path and project_path(path).is_file() else []
 
     def step_batches(self) -> list[int]:
         """Return the whole step's batches (sequences): the deployment's, and the grid's tokens
         per expert as tokens_per_expert x experts / top_k sequences."""
-        model = self.settings["model"]
+        model = self.settings.model
         per_expert = {
-            max(1, t * model["routed_experts"] // model["top_k"])
-            for t in self.settings["grid"]["tokens_per_expert"]
+            max(1, t * model.routed_experts // model.top_k)
+            for t in self.settings.grid.tokens_per_expert
         }
-        return sorted(set(self.settings["deployment"]["batches"]) | per_expert)
+        return sorted(set(self.settings.deployment.batches) | per_expert)
 
     def layout_step_cell(self, layout: str) -> str:
         """Return the canonical JSON of one measured whole-step job: layout, model, batches,
         the benchmark keys it reads and, on a GPU machine, the grid's kernels (a step runner
         may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
-        bench = self.settings["bench"]
+        bench = self.settings.bench
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
         kernels, inputs = {}, {}
         gpus = self.device.gpus
         if gpus and not self.kernels.empty:
             kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         if gpus:  # what the GPU step's runner reads, so that a changed tuned table reruns it
-            runner = bench["step_runner"]
+            runner = bench.step_runner
             runner = backends.default_step_runner(True) if runner == "auto" else runner
             layout_row = self._by_layout[layout]
             inputs = backends.step_inputs(self.settings, runner, layout_row, gpus[0])
         # The engine's list only where asked for: a lean step's key is what it was before the
         # setting existed, and the engine and weight dtype rerun only the engine's steps.
-        lean = bench.get("step_kernel_list", "lean") == "lean"
+        lean = bench.step_kernel_list == "lean"
         if not lean:
-            inputs["engine"] = self.settings["engine"]
-            inputs["weight_dtype"] = self.settings["deployment"]["weight_dtype"]
+            inputs["engine"] = self.settings.engine
+            inputs["weight_dtype"] = self.settings.deployment.weight_dtype
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
-                "model": self.settings["model"],
+                "model": self.settings.model,
                 "batches": self.step_batches(),
                 "bench": {
                     k: v
-                    for k, v in bench.items()
+                    for k, v in bench.model_dump(exclude_unset=True).items()
                     if (k in keep or k.startswith("step_"))
                     and not (k == "step_kernel_list" and lean)
                 },
@@ -487,11 +487,11 @@ class Sweep:
         s = self.settings
         return grid.canonical(
             {
-                "model": s["model"],
-                "grid": {"layouts": s["grid"]["layouts"]},
-                "backend": backends.tune_inputs(s),
-                "bench": {k: s["bench"][k] for k in ("zipf_alpha", "seed")},
-                "catalog": s["catalog"],
+                "model": s.model,
+                "grid": {"layouts": s.grid.layouts},
+                "backend": backends.tune_inputs(self.settings),
+                "bench": {"zipf_alpha": s.bench.zipf_alpha, "seed": s.bench.seed},
+                "catalog": s.catalog,
             }
         )
 
@@ -503,11 +503,14 @@ class Sweep:
         """Return what the check step reads of the config (its param, so that a change to the
         grid's tiles or the target does not rerun it): the model and the fit's and the attention
         table's deployment keys."""
-        dep = self.settings["deployment"]
+        dep = self.settings.deployment
         return grid.canonical(
             {
-                "model": self.settings["model"],
-                "deployment": {k: dep.get(k) for k in ("fit_batches", "attention_table")},
+                "model": self.settings.model,
+                "deployment": {
+                    "fit_batches": dep.fit_batches,
+                    "attention_table": dep.attention_table,
+                },
             }
         )
 

@@ -18,7 +18,7 @@ rule measure_device:
         gpu=min(GPUS, 1),
     params:
         rebuild=rebuild_param(f"{R}/device/ceilings.json", REBUILDS),
-        catalog=grid_json(SWEEP.settings["catalog"]),
+        catalog=grid_json(SWEEP.settings.catalog),
         device=DEVICE,
         toolchain=TOOLCHAIN,
         code=SWEEP.rule_code("device"),

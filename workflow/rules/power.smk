@@ -15,8 +15,12 @@ rule measure_power:
         rebuild=rebuild_param(f"{R}/power/power.csv", REBUILDS),
         cell=grid_json(
             {
-                "bench": {k: SWEEP.settings["bench"][k] for k in POWER_BENCH_KEYS},
-                "model": {k: SWEEP.settings["model"][k] for k in POWER_MODEL_KEYS},
+                "bench": {
+                    k: getattr(SWEEP.settings.bench, k) for k in POWER_BENCH_KEYS
+                },
+                "model": {
+                    k: getattr(SWEEP.settings.model, k) for k in POWER_MODEL_KEYS
+                },
             }
         ),
         device=DEVICE,

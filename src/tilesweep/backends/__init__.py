@@ -21,8 +21,13 @@ import importlib
 import os
 import pkgutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tilesweep.backends.roles import Builder, Commands, DecodeRunner, Runner, StepRunner, Tuner
+
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
+    from tilesweep.settings.sweep_space import Tile
 
 __all__ = ["Backend", "Builder", "Commands", "DecodeRunner", "Runner", "StepRunner", "Tuner"]
 
@@ -39,25 +44,25 @@ class Backend:
     tuner: Tuner | None = None
     commands: Commands | None = None
 
-    def enabled(self, settings: dict) -> bool:
+    def enabled(self, settings: RootSettings) -> bool:
         """Return whether the config turns this backend on."""
-        return bool(settings.get("backend", {}).get(self.name, {}).get("enabled", False))
+        return bool(settings.backend.get(self.name, {}).get("enabled", False))
 
-    def validate(self, settings: dict) -> None:
+    def validate(self, settings: RootSettings) -> None:
         """Raise ConfigError for settings of this backend that cannot describe a sweep."""
 
 
 def kernel_cell(
-    backend: str, arch: str, dtype: str, tile: dict, stages: int | str, warps: int, epilogue: str
+    backend: str, arch: str, dtype: str, tile: Tile, stages: int | str, warps: int, epilogue: str
 ) -> dict:
     """Return one kernel cell as the grid's rows hold it."""
     return {
         "backend": backend,
         "arch": arch,
         "dtype": dtype,
-        "tile_m": tile["m"],
-        "tile_n": tile["n"],
-        "tile_k": tile["k"],
+        "tile_m": tile.m,
+        "tile_n": tile.n,
+        "tile_k": tile.k,
         "stages": stages,
         "warps": warps,
         "epilogue": epilogue,
@@ -112,7 +117,7 @@ def get(name: str) -> Backend:
         ) from None
 
 
-def enabled(settings: dict) -> list[Backend]:
+def enabled(settings: RootSettings) -> list[Backend]:
     """Return the backends the config turns on, in listing order."""
     return [b for b in registered() if b.enabled(settings)]
 
@@ -165,23 +170,23 @@ def default_step_runner(cuda: bool) -> str:
     raise ValueError(f"no backend runs the step by default on the {'GPU' if cuda else 'CPU'}")
 
 
-def step_inputs(settings: dict, runner: str, layout: dict, device: str) -> dict:
+def step_inputs(settings: RootSettings, runner: str, layout: dict, device: str) -> dict:
     """Return what the step's runner reads on one rank of a layout beyond the model ({})."""
     found = step_backend(runner)
     return found.stepper.step_inputs(settings, layout, device) if found else {}
 
 
-def tune_inputs(settings: dict) -> dict:
+def tune_inputs(settings: RootSettings) -> dict:
     """Return each enabled tuner's own settings, by backend name."""
     return {b.name: b.tuner.tune_inputs(settings) for b in enabled(settings) if b.tuner}
 
 
-def tune_tables(settings: dict, gpus: tuple[str, ...]) -> list[str]:
+def tune_tables(settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
     """Return the enabled tuners' tables the tables step joins (results-relative paths)."""
     return [p for b in enabled(settings) if b.tuner for p in b.tuner.tune_tables(settings, gpus)]
 
 
-def tune_outputs(settings: dict, gpus: tuple[str, ...]) -> list[str]:
+def tune_outputs(settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
     """Return everything the enabled tuners write on this machine (results-relative paths)."""
     return [p for b in enabled(settings) if b.tuner for p in b.tuner.tune_outputs(settings, gpus)]
 

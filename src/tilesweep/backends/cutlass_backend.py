@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -18,29 +18,32 @@ from tilesweep.settings.strict import Section, refuse
 from tilesweep.settings.sweep_space import Epilogue, Tile
 from tilesweep.settings.workload import Dtype
 
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
+
 NAME = "cutlass"
 ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.cell_spec declares
 
 
-def _combinations(settings: dict, arch: str) -> list[tuple[dict, int | str, str]]:
+def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | str, str]]:
     """Return (tile, stages, epilogue) of every cell on one architecture: the grid's tiles x
     `stages` x `epilogues`, then each `extra_stages` entry of this architecture over the grid's
     tiles it names (a tile the grid lacks adds nothing), each combination once."""
-    conf = settings["backend"][NAME]
-    tiles = settings["grid"]["tiles"]
+    conf = settings.backend[NAME]
+    tiles = settings.grid.tiles
     out = list(itertools.product(tiles, conf["stages"], conf["epilogues"]))
     for extra in conf["extra_stages"]:
         if extra["arch"] == arch:
-            named = [t for t in tiles if t in extra["tiles"]]
+            named = [t for t in tiles if t.model_dump() in extra["tiles"]]
             for combination in itertools.product(named, extra["stages"], extra["epilogues"]):
                 if combination not in out:
                     out.append(combination)
     return out
 
 
-def cells(settings: dict, arch: str) -> list[dict]:
+def cells(settings: RootSettings, arch: str) -> list[dict]:
     """Return the CUTLASS accounting cells for one architecture."""
-    dtype = settings["backend"][NAME]["dtype_by_arch"].get(arch, "none")
+    dtype = settings.backend[NAME]["dtype_by_arch"].get(arch, "none")
     out = []
     for tile, stages, epilogue in _combinations(settings, arch):
         cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)
@@ -77,7 +80,7 @@ class CutlassBuilder(Builder):
     build_per = "arch"
     source = "cutlass-types"
 
-    def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
+    def cells(self, settings: RootSettings, arch: str, cc: int) -> list[dict]:
         """Return the CUTLASS accounting cells for one architecture."""
         return cells(settings, arch)
 

@@ -14,10 +14,14 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tilesweep.backends.roles import DecodeRunner
 from tilesweep.cutlass.cell_spec import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
+
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "gpu" / "build_cutlass.sh"
@@ -198,11 +202,11 @@ class SM90Program(DecodeRunner):
     runner_names = ("cutlass",)
     kind = "program"
 
-    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+    def decode_jobs(self, settings: RootSettings, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the SM90 program's job when a GPU here is an SM90 device of the catalog."""
         from tilesweep.hardware import catalog_name
 
-        catalog = settings["catalog"]
+        catalog = settings.as_dict()["catalog"]  # catalog_name also reads the tables' JSON
         for gpu in gpus:
             name = catalog_name(gpu, catalog)
             if name and catalog[name]["arch"] == ARCH:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
 
 
 class Runner(NamedTuple):
@@ -27,7 +30,7 @@ class Builder:
     build_per: str = "kernel"  # "kernel": one build job per cell; "arch": one batch per arch
     source: str = "compiler"  # what a build record's numbers come from
 
-    def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
+    def cells(self, settings: RootSettings, arch: str, cc: int) -> list[dict]:
         """Return the build cells for one architecture (with `unsupported` reasons)."""
         return []
 
@@ -58,7 +61,7 @@ class DecodeRunner:
     kind: str = "tile"
     runner_kinds: dict[str, str] = {}
 
-    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+    def decode_jobs(self, settings: RootSettings, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the decode-benchmark jobs added on a machine with these GPUs."""
         return []
 
@@ -144,7 +147,7 @@ class StepRunner:
         row blocks, top_k, pairs and `invoke`, the call each expert GEMM makes."""
         raise ValueError("this step runner has no fused path")
 
-    def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
+    def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
         """Return what the step's runner reads beyond the model (its tuned configs on one rank
         of a layout, say), so that a change to it reruns the step; {} when nothing."""
         return {}
@@ -159,20 +162,20 @@ class Tuner:
     # hash (Sweep.rule_code).
     rule_modules: dict[str, str] = {}
 
-    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    def tune_jobs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return the tuning jobs added on a machine with these GPUs."""
         return []
 
-    def tune_inputs(self, settings: dict) -> dict:
+    def tune_inputs(self, settings: RootSettings) -> dict:
         """Return the settings its tuning jobs read beyond the model, layouts, routing skew,
         seed and hardware catalog (its own backend section), so that only they rerun it."""
         return {}
 
-    def tune_tables(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    def tune_tables(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return its per-job tables the tables step joins into tune.csv (results-relative)."""
         return []
 
-    def tune_outputs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    def tune_outputs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return everything its jobs write on this machine (results-relative), its tables
         first: what a full sweep asks for."""
         return self.tune_tables(settings, gpus)

@@ -8,6 +8,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tilesweep import gpu_archs
 from tilesweep.backends import (
@@ -20,6 +21,9 @@ from tilesweep.backends import (
     register,
 )
 from tilesweep.settings.strict import Section
+
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
 
 NAME = "triton"
 # What each architecture's tensor cores run is declared once, in conf/architectures.yaml
@@ -167,14 +171,12 @@ def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:
     return {"status": "ok", "reason": "", **numbers}
 
 
-def cells(settings: dict, arch: str, cc: int) -> list[dict]:
+def cells(settings: RootSettings, arch: str, cc: int) -> list[dict]:
     """Return the Triton kernel cells built for one architecture."""
-    grid = settings["grid"]
+    grid = settings.grid
     runs = gpu_archs.tensor_dtypes(arch, cc)
     out = []
-    combos = itertools.product(
-        grid["dtypes"], grid["tiles"], grid["stages"], grid["warps"], grid["epilogues"]
-    )
+    combos = itertools.product(grid.dtypes, grid.tiles, grid.stages, grid.warps, grid.epilogues)
     for dtype, tile, stages, warps, epilogue in combos:
         cell = kernel_cell(NAME, arch, dtype, tile, stages, warps, epilogue)
         if "bf16" not in runs:  # the grouped GEMM's bf16 tensor-core dots
@@ -213,7 +215,7 @@ class TritonBuilder(Builder):
 
     build_per = "kernel"
 
-    def cells(self, settings: dict, arch: str, cc: int) -> list[dict]:
+    def cells(self, settings: RootSettings, arch: str, cc: int) -> list[dict]:
         """Return the Triton kernel cells built for one architecture."""
         return cells(settings, arch, cc)
 

@@ -6,7 +6,7 @@ fused_moe/engine_stage.py)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -14,7 +14,12 @@ from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, registe
 from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.engine_moe import ENGINES
 from tilesweep.fused_moe.space import ENGINE_DTYPE
-from tilesweep.settings.strict import Section, distinct, refuse
+from tilesweep.settings.strict import Number, Section, distinct, refuse
+
+if TYPE_CHECKING:
+    from tilesweep.settings.bench_method import BenchSettings
+    from tilesweep.settings.root import RootSettings
+    from tilesweep.settings.workload import ModelSettings
 
 NAME = "fused_moe"
 # The folder, and the file-name prefix, of the project kernel's tuned picks
@@ -166,15 +171,15 @@ class FusedMoeSettings(Section):
     screen_repeats: int = Field(ge=1)
     final_repeats: int = Field(ge=1)
     graph_calls: int = Field(ge=1)
-    graph_fill_ms: float = Field(gt=0)
+    graph_fill_ms: Number = Field(gt=0)
     finalists: int = Field(ge=1)
     guard_default: str
     variants: list[Variant]
     variant_tiles: int
     variant_finalists: int
-    config_timeout_s: float
+    config_timeout_s: Number
     items_per_worker: int = Field(ge=0)  # 0: one worker; else the items each worker runs
-    compile_timeout_s: float
+    compile_timeout_s: Number
     compile_workers: int
     engines: distinct(Engine)
     engine_versions: dict[str, str]  # each plans an engine-tuning job
@@ -210,7 +215,9 @@ class FusedMoeSettings(Section):
         return self
 
 
-def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, device: str) -> dict:
+def moe_table(
+    bench: BenchSettings, fused: dict, model: ModelSettings, layout: dict, device: str
+) -> dict:
     """Return the fused-MoE configs the GPU step's experts use on one rank of a layout: the
     first of the project kernel's tuned tables in bench.step_moe_tables for (local experts,
     shard width, device), read whole, else the vLLM default rules of backend.fused_moe, with
@@ -218,10 +225,10 @@ def moe_table(settings_bench: dict, fused: dict, model: dict, layout: dict, devi
     import json
     from pathlib import Path
 
-    experts = model["routed_experts"] // layout["ep"]
-    n = model["moe_intermediate"] // layout["tp"]
+    experts = model.routed_experts // layout["ep"]
+    n = model.moe_intermediate // layout["tp"]
     name = project_kernel_file(experts, n, device, "bf16")
-    for folder in settings_bench["step_moe_tables"]:
+    for folder in bench.step_moe_tables:
         path = Path(folder, name)
         if path.is_file():
             configs = json.loads(path.read_text())
@@ -245,26 +252,26 @@ class FusedMoeTuner(Tuner):
         "tune_replay": "fused_moe/tune.py",
     }
 
-    def tune_jobs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    def tune_jobs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return the dtypes tuned on this machine: every configured one where a GPU is here
         and tuning is asked for (backend.fused_moe.tune)."""
-        section = settings["backend"][NAME]
+        section = settings.backend[NAME]
         return list(section["dtypes"]) if gpus and section["tune"] else []
 
-    def tune_inputs(self, settings: dict) -> dict:
+    def tune_inputs(self, settings: RootSettings) -> dict:
         """Return its backend section: the space, timing, pick and engines' defaults."""
-        return settings["backend"].get(NAME, {})
+        return settings.backend.get(NAME, {})
 
-    def tune_tables(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    def tune_tables(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return one tune table per tuned dtype."""
         return [tune_table(d) for d in self.tune_jobs(settings, gpus)]
 
-    def tune_outputs(self, settings: dict, gpus: tuple[str, ...]) -> list[str]:
+    def tune_outputs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return each tuned dtype's table and picks, then, where it tunes at all, each engine's
         summary and exported files (backend.fused_moe.engine_versions)."""
         dtypes = self.tune_jobs(settings, gpus)
         out = [p for d in dtypes for p in (tune_table(d), project_kernel_dir(d))]
-        for engine in settings["backend"][NAME]["engine_versions"] if dtypes else ():
+        for engine in settings.backend[NAME]["engine_versions"] if dtypes else ():
             out += [engine_summary(engine), engine_files(engine)]
         return out
 
@@ -317,10 +324,10 @@ class FusedMoeStep(StepRunner):
 
         return fused_setup(rank, n, slots, counts, experts)
 
-    def step_inputs(self, settings: dict, layout: dict, device: str) -> dict:
+    def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
         """Return the tuned configs one rank of the layout runs (moe_table)."""
-        fused = settings["backend"][NAME]
-        return {"moe_table": moe_table(settings["bench"], fused, settings["model"], layout, device)}
+        fused = settings.backend[NAME]
+        return {"moe_table": moe_table(settings.bench, fused, settings.model, layout, device)}
 
 
 @register

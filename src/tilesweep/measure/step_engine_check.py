@@ -22,10 +22,14 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tilesweep.columns import Status
+
+if TYPE_CHECKING:
+    from tilesweep.settings import RootSettings
 
 BATCHES = (1, 8, 32)
 LAYOUT = "tp1-pp1-ep1"
@@ -55,7 +59,7 @@ def layout_override(layout: str) -> str:
     return f"grid.layouts=[{{tp:{tp},pp:{pp},ep:{ep}}}]"
 
 
-def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[dict, str]:
+def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootSettings, str]:
     """Return (the composed settings, the whole-step cell of the layout at BATCHES), as the
     sweep's bench_layout job would get it."""
     from tilesweep import grid
@@ -67,15 +71,17 @@ def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[dict,
     return sweep.settings, grid.canonical(cell)
 
 
-def composed(steps: pd.DataFrame, settings: dict) -> pd.DataFrame:
+def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
     """Return the check rows of the measured steps, composed from deployment.fit_file on the
     fit's own device figures (its ceilings), no collectives (TP1, or one rank run alone)."""
     from tilesweep.io import project_path
     from tilesweep.plan import calibration
 
-    fit = json.loads(project_path(settings["deployment"]["fit_file"]).read_text())
+    fit = json.loads(project_path(settings.deployment.fit_file).read_text())
     hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-    return calibration.step_check(steps, settings["model"], hw, {}, fit["device"], fit=fit)
+    return calibration.step_check(
+        steps, settings.as_dict()["model"], hw, {}, fit["device"], fit=fit
+    )
 
 
 def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:

@@ -10,7 +10,7 @@ declares its own section's model beside its code (`Backend.settings_model`).
 
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.root import RootSettings, check_backends, check_settings, leaf_keys
+from tilesweep.settings.root import RootSettings, leaf_keys
 from tilesweep.settings.strict import Section, check
 from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
 from tilesweep.settings.workload import (
@@ -39,7 +39,5 @@ __all__ = [
     "Section",
     "Tile",
     "check",
-    "check_backends",
-    "check_settings",
     "leaf_keys",
 ]

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tilesweep.columns import COLLECTIVE_TIMINGS
-from tilesweep.settings.strict import Section, distinct, refuse
+from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 # The longest a timeout or a reading may be: a week (timers overflow far beyond it).
 WEEK_S = 7 * 24 * 3600
@@ -18,8 +18,8 @@ def _at_least(low: int) -> type[int]:
     return Annotated[int, Field(ge=low)]
 
 
-Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
-Positive = Annotated[float, Field(gt=0)]
+Seconds = Annotated[Number, Field(gt=0, le=WEEK_S)]
+Positive = Annotated[Number, Field(gt=0)]
 
 
 class BenchSettings(Section):
@@ -60,7 +60,7 @@ class BenchSettings(Section):
     step_cpu_world_cap: _at_least(1)
     step_timeout_s: Seconds
     power_seconds: Seconds
-    decode_power_seconds: Annotated[float, Field(ge=0)]
+    decode_power_seconds: Annotated[Number, Field(ge=0)]
     power_period_s: Seconds
 
     @model_validator(mode="after")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tilesweep.settings.strict import Section
+from tilesweep.settings.strict import Number, Section
 
 # Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
 # `allreduce` (timed by the interconnect model, listed for completeness and never counted twice)
@@ -37,7 +37,7 @@ class Kernel(Section):
 
     name: str = Field(min_length=1)
     kind: KernelKind
-    count: float = Field(ge=0)  # launches per layer (or per step); a fraction: conditional
+    count: Number = Field(ge=0)  # launches per layer (or per step); a fraction: conditional
     cite: str = Field(min_length=1)  # file and line (or function) of the engine's code
     # weight dtypes it runs for (activation quantisation: quantised layers only); empty: all
     only_for: list[Literal["bf16", "fp8", "nvfp4", "mxfp4"]] = []
@@ -58,7 +58,7 @@ class Host(Section):
     """The time between two decode steps that is not GPU work (scheduler, sampling's host side,
     the graph's launch), per step, and where it comes from."""
 
-    ms: float = Field(ge=0)
+    ms: Number = Field(ge=0)
     source: Literal["cited", "measured", "fitted", "none"]
     cite: str = Field(min_length=1)
 

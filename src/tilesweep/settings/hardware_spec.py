@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.strict import Section, refuse
+from tilesweep.settings.strict import Number, Section, refuse
 
 Positive = Annotated[int, Field(gt=0)]
-PositiveNumber = Annotated[float, Field(gt=0)]
+PositiveNumber = Annotated[Number, Field(gt=0)]
 # A CUDA architecture as the compilers name it (sm_90, sm_90a, sm_120): also a folder name.
 Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 
@@ -27,14 +27,14 @@ def _gpu_counts(by_gpus: dict) -> dict:
 class Figures(Section):
     """One collective at one GPU count: small-message time and large-message bus bandwidth."""
 
-    latency_us: float = Field(ge=0)
-    busbw_gbs: float = Field(gt=0)
+    latency_us: Number = Field(ge=0)
+    busbw_gbs: Number = Field(gt=0)
 
 
 class OneShotFigures(Section):
     """The one-shot custom all-reduce at one GPU count: its time and largest message."""
 
-    latency_us: float = Field(ge=0)
+    latency_us: Number = Field(ge=0)
     max_bytes: int = Field(ge=1)
 
 
@@ -93,8 +93,8 @@ class InterconnectModel(Section):
 class EfficiencyBand(Section):
     """A cited band of a kernel's fraction of its datasheet roofline on this device."""
 
-    low: Annotated[float, Field(gt=0, le=1)]
-    high: Annotated[float, Field(gt=0, le=1)]
+    low: Annotated[Number, Field(gt=0, le=1)]
+    high: Annotated[Number, Field(gt=0, le=1)]
     cite: str = Field(min_length=1)
 
 

@@ -7,17 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, model_validator
 
-from tilesweep.errors import ConfigError
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.strict import Refused, Section, check, refuse
+from tilesweep.settings.strict import Refused, Section, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 
 class RootSettings(Section):
-    """What compose() returns: conf/config.yaml's keys, one per group, and the catalog."""
+    """What compose_settings() returns: conf/config.yaml's keys, one per group, and the catalog."""
 
     results_dir: str
     device: str  # auto, cpu or <hardware>x<count>: checked by tilesweep.device
@@ -30,7 +29,7 @@ class RootSettings(Section):
     bench: BenchSettings
     deployment: DeploymentSettings
     engine: EngineSettings
-    catalog: dict[str, Any]  # every conf/hardware file by name, each a HardwareSpec
+    catalog: dict[str, HardwareSpec]  # every conf/hardware file by name
     question: dict[str, Any] = None  # the case study's question, validated where it is read
     references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)
 
@@ -49,46 +48,10 @@ class RootSettings(Section):
                     raise refuse(f"grid.{key}[{i}].{exc.key}", exc.why, exc.value) from None
         return self
 
-
-def check_settings(settings: Any) -> None:
-    """Raise ConfigError naming the first key whose type, range or choice the models refuse, or
-    that does not fit another group."""
-    check(RootSettings, settings)
-    for name, spec in settings["catalog"].items():
-        check(HardwareSpec, spec, f"hardware[{name}]")
-    check_backends(settings["backend"])
-    check_runners(settings)
-
-
-def check_runners(settings: dict) -> None:
-    """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
-    backend with a step runner, or a backend refuses its own section's values."""
-    from tilesweep import backends
-
-    if not any(b.builder for b in backends.enabled(settings)):
-        builders = [b.name for b in backends.builders()]
-        raise ConfigError(
-            f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
-            "disabled; enable at least one to have kernels"
-        )
-    runner = settings["bench"]["step_runner"]
-    if runner != "auto" and not backends.step_capable(runner):
-        allowed = ["auto", *backends.step_runner_help()]
-        raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
-    for b in backends.registered():
-        if b.name in settings["backend"]:
-            b.validate(settings)
-
-
-def check_backends(section: dict) -> None:
-    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
-    from tilesweep import backends
-
-    known = {b.name: b for b in backends.registered() if b.settings_model}
-    for name, value in section.items():
-        if name not in known:
-            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
-        check(known[name].settings_model, value, f"backend.{name}")
+    def as_dict(self) -> dict:
+        """Return the settings as the plain containers compose() gives, key for key (the source
+        of the rules' JSON params): keys left out stay out, integers stay integers."""
+        return self.model_dump(exclude_unset=True)
 
 
 def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[str]:

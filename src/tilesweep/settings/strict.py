@@ -6,7 +6,7 @@ import types
 import typing
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
 from tilesweep.errors import ConfigError
 
@@ -19,6 +19,17 @@ class Section(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
+
+def _as_written(value: Any, handler: Any) -> Any:
+    """Return an integer given for a number as that integer once the number's checks pass (strict
+    pydantic would turn 900 into 900.0), anything else as pydantic validates it."""
+    checked = handler(value)
+    return value if type(value) is int else checked
+
+
+# A number (`float` refuses bools, NaN and infinity) that keeps an integer as the YAML wrote it,
+# so that a dumped config writes the same JSON as the composed one (rule params are rerun keys).
+Number = Annotated[float, WrapValidator(_as_written)]
 
 _NO_VALUE = object()
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tilesweep.settings.strict import Section, distinct, refuse
+from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 GQA_KEYS = ("kv_heads", "head_dim")
@@ -115,8 +115,8 @@ class DeploymentSettings(Section):
     kv_dtype: Literal["bf16", "fp8"]
     context_len: AtLeastOne
     batches: distinct(AtLeastOne)
-    runtime_reserve_gb: float = Field(ge=0)
-    kernel_gap_us: float = Field(ge=0)
+    runtime_reserve_gb: Number = Field(ge=0)
+    kernel_gap_us: Number = Field(ge=0)
     fit_file: str  # its content: config._check_files
     fit_batches: list[AtLeastOne]  # at most two distinct; []: the smallest and largest measured
     attention_table: str  # its content: config._check_files
