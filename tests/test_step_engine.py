@@ -346,3 +346,26 @@ def test_the_check_runs_one_rank_of_a_named_layout_and_refuses_another_name():
     with pytest.raises(ValueError, match="tpT-ppP-epE"):
         check.layout_override("tp8")
     assert check.main(["unused", "--layout=8gpus"]) == 2  # refused before anything runs
+
+
+def test_the_check_composes_for_the_gpu_that_ran_the_step_not_the_fits():
+    from tilesweep.config import compose_settings
+    from tilesweep.measure import step_engine_check as check
+
+    typed = compose_settings(["engine=sglang", f"deployment.fit_file={FIT}"])
+    kept = _kept_steps().assign(kernel_list="lean")
+    own = check.composed(kept, typed).set_index("batch")
+    h100 = check.composed(kept.assign(device="NVIDIA H100 80GB HBM3"), typed).set_index("batch")
+    assert own["composed_for"].str.contains("the fit's own ceilings").all()
+    assert h100["composed_for"].str.contains("for h100").all()
+    assert h100["composed_label"].str.contains("datasheet on both ends").all()
+    # Memory-bound parts slow by at most the datasheet ratio on the fit's reference (H200's
+    # measured copy 4,252 over 4,800 GB/s, then the H100's 3,350); launches cost the same.
+    with open(FIT) as f:
+        fit = json.load(f)
+    bound = 4800 / 3350 * fit["ceilings"]["copy_gbs"] / 4252
+    ratio = h100["composed_ms"] / own["composed_ms"]
+    assert ((ratio > 1.05) & (ratio <= bound * 1.001)).all(), ratio.to_dict()
+    elsewhere = check.composed(kept.assign(device="NVIDIA Unknown GPU"), typed)
+    assert elsewhere["gaps"].str.contains("no conf/hardware file").all()
+    assert (elsewhere["composed_ms"].to_numpy() == own["composed_ms"].to_numpy()).all()

@@ -43,7 +43,7 @@ COLUMNS = [
     "kernels_per_layer", "extra_per_layer", "extra_per_moe_layer", "extra_per_dense_layer",
     "extra_per_step", "composed_ms", "composed_error_pct", "engine_over_lean",
     "composed_engine_over_lean", "timing", "device", "model", "measured_label", "composed_label",
-    "gaps",
+    "composed_for", "gaps",
 ]  # fmt: skip
 SHOWN = ["kernel_list", "batch", "status", "step_ms", "kernels_per_layer", "composed_ms",
          "engine_over_lean", "composed_engine_over_lean"]  # fmt: skip
@@ -72,16 +72,36 @@ def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootS
 
 
 def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
-    """Return the check rows of the measured steps, composed from deployment.fit_file on the
-    fit's own device figures (its ceilings), no collectives (TP1, or one rank run alone)."""
+    """Return the check rows of the measured steps, composed from deployment.fit_file for the
+    device that ran them, with no collectives (TP1, or one rank run alone). On the fit's own
+    device the fit is applied to its own measured figures (its ceilings); on another GPU of
+    conf/hardware its efficiencies are put on the datasheet of both ends, as a verdict for a GPU
+    never measured does (deployment_verdict.fit_on_datasheet), so the row tests that transfer."""
+    from tilesweep.deployment_verdict import fit_on_datasheet
+    from tilesweep.hardware import catalog_name
     from tilesweep.io import project_path
     from tilesweep.plan import calibration
 
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
-    hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-    return calibration.step_check(
-        steps, settings.as_dict()["model"], hw, {}, fit["device"], fit=fit
-    )
+    whole = settings.as_dict()
+    catalog = whole["catalog"]
+    ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
+    device = str(ran.iloc[0]) if len(ran) else fit["device"]
+    here = catalog_name(device, catalog)
+    if here is None or here == catalog_name(fit["device"], catalog):
+        hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
+        check = calibration.step_check(steps, whole["model"], hw, {}, fit["device"], fit=fit)
+        where = f"on {fit['device']}'s measured figures (the fit's own ceilings)"
+        if here is None and device != fit["device"]:
+            gap = f"{device} has no conf/hardware file: composed on the fit device's figures"
+            check["gaps"] = [g + "; " + gap if g else gap for g in check["gaps"].fillna("")]
+        return check.assign(composed_for=where)
+    moved, how = fit_on_datasheet(fit, "", catalog)
+    if moved is None:
+        raise ValueError(how)
+    check = calibration.step_check(steps, whole["model"], catalog[here], {}, device, fit=moved)
+    where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
+    return check.assign(composed_label=check["composed_label"] + f"; {where}", composed_for=where)
 
 
 def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
@@ -90,7 +110,7 @@ def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
     out = steps.copy()
     if not check.empty:
         keep = check[["kernel_list", "batch", "composed_ms", "composed_error_pct",
-                      "composed_label", "gaps"]]  # fmt: skip
+                      "composed_label", "composed_for", "gaps"]]  # fmt: skip
         out = out.merge(keep, on=["kernel_list", "batch"], how="left")
     lean = out[out["kernel_list"] == "lean"].set_index("batch")
     ratios = {"step_ms": "engine_over_lean", "composed_ms": "composed_engine_over_lean"}
