@@ -9,8 +9,10 @@ no collectives), with bench.step_* as a sweep runs it (CUDA graphs on a GPU), at
 32 twice:
 the project's lean step, then the same step with the deployment's engine's extra kernels
 (bench.step_kernel_list=engine; measure.step_extras). Each row is composed from the fit shipped in
-deployment.fit_file on that fit's own device figures (plan.calibration.step_check: a lean row with
-the fit's kernels, an engine row with its extra kernels as run). OUT/engine_step.csv holds, per
+deployment.fit_file for the GPU that ran it (plan.calibration.step_check: a lean row with the
+fit's kernels, an engine row with its extra kernels as run): on the fit's own device with its
+measured figures, on another GPU of conf/hardware with the fit's efficiencies put on both
+datasheets (column composed_for). OUT/engine_step.csv holds, per
 kernel list and batch: the measured step (p10, p50, p90), kernels per layer, the composed time and
 its error, and measured (composed) engine over measured (composed) lean at that batch. Any failure
 is a row with its reason; the CSV is always written."""
