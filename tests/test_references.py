@@ -120,3 +120,35 @@ def test_train_rows_are_left_out_of_the_error():
     got = references.corpus_summary(table)
     assert got["train_rows"] == 1 and got["test_rows"] == 0 and got["composed"] == 0
     assert engine_line(table) == ""
+
+
+def _figures(*rows: tuple) -> pd.DataFrame:
+    """Return an engines table of one deployment at (layout, batch, TPOT, composed) rows."""
+    base = {c: "" for c in ENGINE_COLUMNS} | {"input_len": 1024, "output_len": 1024,
+                                              "context_len": 1536, "role": "test"}  # fmt: skip
+    table = pd.DataFrame(
+        [
+            base | {"layout": lay, "batch": b, "engine_tpot_ms": t, "composed_over_engine": c}
+            for lay, b, t, c in rows
+        ]  # fmt: skip
+    )
+    table["source_check"] = references.source_checks(table)
+    return table
+
+
+def test_a_figure_slower_than_its_deployment_at_more_concurrency_is_flagged_not_dropped():
+    table = _figures(
+        ("tp8", 4, 22.73, 0.50),  # its source has 12.8 ms at concurrency 8: contradicted
+        ("tp8", 8, 12.80, 1.10),
+        ("tp8", 16, 12.00, 1.05),  # 6% faster than at 8: within the noise allowed
+        ("ep8", 2, 30.00, 1.00),  # another layout: not the same deployment
+    )
+    flagged = table["source_check"].str.startswith("contradicted")
+    assert flagged.tolist() == [True, False, False, False]
+    assert "12.8 ms at concurrency 8" in table["source_check"][0]
+    got = references.corpus_summary(table)
+    assert got["composed"] == 4 and got["in_band"] == 3 and got["contradicted"] == 1
+    kept = got["uncontradicted"]
+    assert kept["composed"] == 3 and kept["in_band"] == 3 and kept["ratio_min"] == 1.0
+    line = engine_line(table)
+    assert "1 contradicted" in line and "without which 3 of 3 are within the band" in line

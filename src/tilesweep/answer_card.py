@@ -478,7 +478,9 @@ def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> st
     got = corpus_summary(engines)
     corpus = (
         f"{got['in_band']} of {got['composed']} held-out engine figures within "
-        f"{BAND[0]}-{BAND[1]}x (median |error| {got['median_abs_error_pct']:.0f}%); "
+        f"{BAND[0]}-{BAND[1]}x (median |error| {got['median_abs_error_pct']:.0f}%"
+        + (f"; {got['contradicted']} contradicted by its own source" if got["contradicted"] else "")
+        + "); "
         if got.get("composed")
         else ""
     )

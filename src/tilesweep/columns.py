@@ -144,7 +144,7 @@ ENGINE_COLUMNS = [
     "context_len", "weight_dtype", "speculative", "statistic", "role", "engine_tpot_ms",
     "composed_tpot_ms", "composed_over_engine", "error_pct", "in_band", "floor_ms",
     "engine_over_floor", "host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list",
-    "composed_source", "gap", "cited",
+    "composed_source", "gap", "source_check", "cited",
 ]  # fmt: skip
 
 # ---- the question's panel: winners per batch and the half/double sensitivity band ----------

@@ -407,7 +407,9 @@ def engine_table(
                 "cited": fig.source,
             }
         )
-    return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+    table = pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+    table["source_check"] = references.source_checks(table)
+    return table
 
 
 def figure_settings(base: dict, fig: references.Figure) -> dict:

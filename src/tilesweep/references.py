@@ -131,26 +131,76 @@ def of(settings: dict) -> References:
     return parse(settings.get("references"))
 
 
+# The keys that make two figures the same deployment under the same load: only their
+# concurrency differs.
+SAME_DEPLOYMENT = [
+    "engine", "version", "model", "hardware", "weight_dtype", "layout", "input_len",
+    "output_len", "context_len", "speculative", "statistic",
+]  # fmt: skip
+# How much faster a figure at a higher concurrency may be before it contradicts a figure at a
+# lower one: a decode step over more sequences does at least the same work, so an engine's TPOT
+# does not fall as concurrency rises beyond run-to-run noise.
+FASTER_AT_MORE = 0.10
+
+
+def source_checks(engines) -> list[str]:
+    """Return, per row of an engines table, why the corpus contradicts that figure (a figure of
+    the same deployment and load at a higher concurrency more than FASTER_AT_MORE faster), or ''.
+    Such a figure measured something besides the deployment (a runner, a warm-up): it stays in
+    the table with its error, and the corpus's error is also given without it."""
+    out = []
+    for _, row in engines.iterrows():
+        same = (engines[SAME_DEPLOYMENT] == row[SAME_DEPLOYMENT]).all(axis=1)
+        limit = (1 - FASTER_AT_MORE) * row["engine_tpot_ms"]
+        faster = engines[same & (engines["batch"] > row["batch"])
+                         & (engines["engine_tpot_ms"] < limit)]  # fmt: skip
+        if faster.empty:
+            out.append("")
+            continue
+        best = faster.sort_values("batch").iloc[0]  # the nearest concurrency above
+        out.append(
+            f"contradicted: the same deployment and load measured {best['engine_tpot_ms']:g} ms "
+            f"at concurrency {best['batch']} against {row['engine_tpot_ms']:g} ms at "
+            f"{row['batch']} (TPOT does not fall as concurrency rises)"
+        )
+    return out
+
+
+def _error(done) -> dict:
+    """Return rows in BAND, median and largest |error| in % and the ratio's range of composed
+    rows."""
+    err = (done["composed_over_engine"] - 1).abs() * 100
+    ratio = done["composed_over_engine"]
+    some = len(done) > 0
+    return {
+        "in_band": int(((ratio >= BAND[0]) & (ratio <= BAND[1])).sum()),
+        "median_abs_error_pct": float(err.median()) if some else math.nan,
+        "max_abs_error_pct": float(err.max()) if some else math.nan,
+        "ratio_min": float(ratio.min()) if some else math.nan,
+        "ratio_max": float(ratio.max()) if some else math.nan,
+    }
+
+
 def corpus_summary(engines) -> dict:
     """Return the composition's error over the engine figures no fitted term saw (role test):
     rows, rows composed, rows in BAND, median and largest |error| in %, the ratio's range, the
-    gaps, and the train rows (a fitted term's), from an engines table (columns.ENGINE_COLUMNS)."""
+    gaps, and the train rows (a fitted term's), from an engines table (columns.ENGINE_COLUMNS);
+    `uncontradicted` gives the same error without the figures their own corpus contradicts
+    (column source_check)."""
     if engines is None or engines.empty or "role" not in engines:
         return {"rows": 0}
     test = engines[engines["role"] == "test"]
     done = test[test["composed_over_engine"].notna()]
-    err = (done["composed_over_engine"] - 1).abs() * 100
-    ratio = done["composed_over_engine"]
+    checked = done["source_check"].fillna("") if "source_check" in done else ""
+    kept = done[checked == ""] if len(done) else done
     return {
         "rows": int(len(engines)),
         "test_rows": int(len(test)),
         "train_rows": int((engines["role"] == "train").sum()),
         "composed": int(len(done)),
-        "in_band": int(((ratio >= BAND[0]) & (ratio <= BAND[1])).sum()),
-        "median_abs_error_pct": float(err.median()) if len(done) else math.nan,
-        "max_abs_error_pct": float(err.max()) if len(done) else math.nan,
-        "ratio_min": float(ratio.min()) if len(done) else math.nan,
-        "ratio_max": float(ratio.max()) if len(done) else math.nan,
+        **_error(done),
+        "contradicted": int(len(done) - len(kept)),
+        "uncontradicted": {"composed": int(len(kept)), **_error(kept)},
         "gaps": int(len(test) - len(done)),
         "engines": sorted(set(done["engine"])),
         "hardware": sorted(set(done["hardware"])),

@@ -289,6 +289,14 @@ def engine_line(engines: pd.DataFrame | None) -> str:
         else ""
     )
     gaps = f"; {got['gaps']} not composed (a labelled gap each)" if got["gaps"] else ""
+    kept = got["uncontradicted"]
+    if got["contradicted"] and kept["composed"]:
+        gaps += (
+            f"; {got['contradicted']} contradicted by a faster figure of the same deployment at "
+            f"a higher concurrency (column source_check), without which {kept['in_band']} of "
+            f"{kept['composed']} are within the band, median |error| "
+            f"{kept['median_abs_error_pct']:.1f}%"
+        )
     return (
         f"Against {got['test_rows']} engine figures no fitted term saw "
         f"({', '.join(got['engines'])} on {', '.join(got['hardware'])}; "
