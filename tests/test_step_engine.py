@@ -359,6 +359,7 @@ def test_the_check_composes_for_the_gpu_that_ran_the_step_not_the_fits():
     assert own["composed_for"].str.contains("the fit's own ceilings").all()
     assert h100["composed_for"].str.contains("for h100").all()
     assert h100["composed_label"].str.contains("datasheet on both ends").all()
+    assert h100["held_out"].all() and not own["held_out"].all()  # the fit saw no H100 step
     # Memory-bound parts slow by at most the datasheet ratio on the fit's reference (H200's
     # measured copy 4,252 over 4,800 GB/s, then the H100's 3,350); launches cost the same.
     with open(FIT) as f:

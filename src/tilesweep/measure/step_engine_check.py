@@ -75,24 +75,35 @@ def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootS
 
 def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
     """Return the check rows of the measured steps, composed from deployment.fit_file for the
-    device that ran them, with no collectives (TP1, or one rank run alone). On the fit's own
-    device the fit is applied to its own measured figures (its ceilings); on another GPU of
-    conf/hardware its efficiencies are put on the datasheet of both ends, as a verdict for a GPU
-    never measured does (deployment_verdict.fit_on_datasheet), so the row tests that transfer."""
-    from tilesweep.deployment_verdict import fit_on_datasheet
-    from tilesweep.hardware import catalog_name
+    device that ran them (compose_for), with no collectives (TP1, or one rank run alone)."""
     from tilesweep.io import project_path
-    from tilesweep.plan import calibration
 
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
     whole = settings.as_dict()
-    catalog = whole["catalog"]
+    return compose_for(steps, fit, whole["model"], whole["catalog"])
+
+
+def compose_for(
+    steps: pd.DataFrame, fit: dict, model: dict, catalog: dict, attention=None
+) -> pd.DataFrame:
+    """Return plan.calibration.step_check's rows of measured steps composed from `fit` for the
+    GPU that ran them (the steps' `device`), with the column composed_for saying how. On the
+    fit's own device the fit is applied to its own measured figures (its ceilings); on another
+    GPU of conf/hardware its efficiencies are put on the datasheet of both ends, as a verdict for
+    a GPU never measured does (deployment_verdict.fit_on_datasheet), so each row tests that
+    transfer; a GPU conf/hardware lacks is composed on the fit's device, with a gap."""
+    from tilesweep.deployment_verdict import fit_on_datasheet
+    from tilesweep.hardware import catalog_name
+    from tilesweep.plan import calibration
+
     ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
     device = str(ran.iloc[0]) if len(ran) else fit["device"]
     here = catalog_name(device, catalog)
     if here is None or here == catalog_name(fit["device"], catalog):
         hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-        check = calibration.step_check(steps, whole["model"], hw, {}, fit["device"], fit=fit)
+        check = calibration.step_check(
+            steps, model, hw, {}, fit["device"], fit=fit, attention=attention
+        )
         where = f"on {fit['device']}'s measured figures (the fit's own ceilings)"
         if here is None and device != fit["device"]:
             gap = f"{device} has no conf/hardware file: composed on the fit device's figures"
@@ -101,9 +112,12 @@ def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
     moved, how = fit_on_datasheet(fit, "", catalog)
     if moved is None:
         raise ValueError(how)
-    check = calibration.step_check(steps, whole["model"], catalog[here], {}, device, fit=moved)
+    check = calibration.step_check(
+        steps, model, catalog[here], {}, device, fit=moved, attention=attention
+    )
     where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
-    return check.assign(composed_label=check["composed_label"] + f"; {where}", composed_for=where)
+    label = check["composed_label"] + f"; {where}"
+    return check.assign(composed_label=label, composed_for=where, held_out=True)  # another GPU
 
 
 def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
