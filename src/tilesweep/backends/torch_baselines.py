@@ -51,6 +51,28 @@ def skip_reason(name: str, cuda: bool) -> str | None:
     return None
 
 
+def _torch_op(torch, name: str) -> Callable:
+    """Return the torch function a baseline calls (TORCH_OPS); NotImplementedError where this
+    torch build lacks it."""
+    op = getattr(torch, TORCH_OPS[name], None)
+    if op is None:
+        raise NotImplementedError(f"torch.{TORCH_OPS[name]} is not in this torch build")
+    return op
+
+
+def _row_ends(torch) -> Callable:
+    """Return a call giving a problem's int32 cumulative row ends on its device, made on the
+    first call and kept (setup, not timed)."""
+    kept: dict[str, object] = {}
+
+    def row_ends(p):
+        if "offs" not in kept:
+            kept["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
+        return kept["offs"]
+
+    return row_ends
+
+
 def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable:
     """Return a call computing the grouped GEMM with a torch baseline."""
     import torch
@@ -92,36 +114,26 @@ def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable:
 
         return call
     if name == "torch_grouped_mm":
-        grouped = getattr(torch, "_grouped_mm", None)
-        if grouped is None:
-            raise NotImplementedError("torch._grouped_mm is not in this torch build")
-        offs: dict[str, object] = {}
+        grouped, row_ends = _torch_op(torch, name), _row_ends(torch)
 
         def call(p):
-            if "offs" not in offs:
-                offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
-            p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=offs["offs"]))
+            p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
             return p.c
 
         return call
     if name == "torch_scaled_grouped_mm":
-        scaled = getattr(torch, "_scaled_grouped_mm", None)
-        if scaled is None:
-            raise NotImplementedError("torch._scaled_grouped_mm is not in this torch build")
-        offs = {}
+        scaled, row_ends = _torch_op(torch, name), _row_ends(torch)
 
         def call(p):
             # Rowwise scaling: A (tokens x K, row-major) with one fp32 scale per row, B as
             # experts x K x N column-major (the transposed view of experts x N x K) with one fp32
             # scale per expert and output channel; offsets are int32 cumulative row ends.
-            if "offs" not in offs:
-                offs["offs"] = torch.tensor(p.offsets[1:], dtype=torch.int32, device=p.a.device)
             out = scaled(
                 p.a,
                 p.b.transpose(-2, -1),
                 p.a_scale,
                 p.b_scale,
-                offs=offs["offs"],
+                offs=row_ends(p),
                 out_dtype=torch.bfloat16,
             )
             p.c.copy_(out)

@@ -250,6 +250,21 @@ def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
     return sorted_ids, expert_ids.to(torch.int32), num_post_pad
 
 
+def buffered_blocks(topk_ids, block_m: int, experts: int, size: int):
+    """Return align_blocks' (sorted_ids, expert_ids, num_post_pad) in an engine's buffers: size
+    rows of sorted ids, the sentinel past the used ones, and an expert id (-1 past the used
+    blocks) per row block of them."""
+    import torch
+
+    sorted_ids, expert_ids, post_pad = align_blocks(topk_ids, block_m, experts)
+    device = sorted_ids.device
+    padded = torch.full((size,), topk_ids.numel(), dtype=torch.int32, device=device)
+    padded[: sorted_ids.numel()] = sorted_ids
+    ids = torch.full((triton.cdiv(size, block_m),), -1, dtype=torch.int32, device=device)
+    ids[: expert_ids.numel()] = expert_ids
+    return padded, ids, post_pad
+
+
 def direct_blocks(topk_ids, block_m: int, expert_map=None):
     """Return (sorted_ids, expert_ids, num_post_pad) for the tiny-batch path: no sort, each routed
     pair owns one row block (its first row; the rest are the sentinel)."""

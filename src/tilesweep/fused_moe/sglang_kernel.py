@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import triton
 
-from tilesweep.fused_moe.kernel import align_blocks
+from tilesweep.fused_moe.kernel import buffered_blocks
 
 SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
 SMALL_BATCH_MAX_BUCKETS = 64  # moe_align_block_size._CUDA_SMALL_BATCH_MAX_BUCKETS
@@ -69,20 +69,12 @@ def blocks(topk_ids, block_m: int, experts: int):
     """Return (sorted_ids, expert_ids, num_tokens_post_padded) as SGLang 0.5.23 hands them to
     the kernel for this batch and BLOCK_SIZE_M (sorted_ids never None: SGLang has no naive
     path)."""
-    import torch
-
-    pairs, device = topk_ids.numel(), topk_ids.device
-    sorted_ids, expert_ids, post_pad = align_blocks(topk_ids, block_m, experts)
-    size = buffer_size(pairs, block_m, experts)
+    size = buffer_size(topk_ids.numel(), block_m, experts)
     # The whole buffer holds the sentinel, as pad_sorted_token_ids=True has sgl_kernel fill it
     # (moe_align_small_numel leaves the part past num_tokens_post_padded unwritten; never read).
-    padded = torch.full((size,), pairs, dtype=torch.int32, device=device)
-    padded[: sorted_ids.numel()] = sorted_ids
     # SGLang leaves expert ids past the used blocks unwritten (torch.empty, pad_expert_ids off);
     # the kernel never reads them (those programs return first). -1 here, as vLLM fills them.
-    ids = torch.full((triton.cdiv(size, block_m),), -1, dtype=torch.int32, device=device)
-    ids[: expert_ids.numel()] = expert_ids
-    return padded, ids, post_pad
+    return buffered_blocks(topk_ids, block_m, experts, size)
 
 
 def _sm90(device) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import triton
 
-from tilesweep.fused_moe.kernel import align_blocks
+from tilesweep.fused_moe.kernel import buffered_blocks
 
 SPARSITY = 4  # vLLM's SPARSITY_FACTOR
 
@@ -37,15 +37,10 @@ def vllm_blocks(topk_ids, block_m: int, experts: int):
     if m * top_k * SPARSITY <= experts:
         flat = topk_ids.reshape(-1).to(torch.int32)
         return None, flat, torch.tensor([pairs * block_m], dtype=torch.int32, device=device)
-    sorted_ids, expert_ids, post_pad = align_blocks(topk_ids, block_m, experts)
     size = pairs + experts * (block_m - 1)
     if pairs < experts:
         size = min(pairs * block_m, size)
-    padded = torch.full((size,), pairs, dtype=torch.int32, device=device)
-    padded[: sorted_ids.numel()] = sorted_ids
-    ids = torch.full((triton.cdiv(size, block_m),), -1, dtype=torch.int32, device=device)
-    ids[: expert_ids.numel()] = expert_ids
-    return padded, ids, post_pad
+    return buffered_blocks(topk_ids, block_m, experts, size)
 
 
 def swap_ab(config: dict, fp8: bool) -> bool:

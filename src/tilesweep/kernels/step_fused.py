@@ -19,6 +19,15 @@ import triton.language as tl
 
 
 @triton.jit
+def _store_rms_norm(v, w_ptr, out_ptr, row, cols, c, mask, eps):
+    """Store RMSNorm(v) x weight into out's row `row` (v: that row in fp32; inlined into the
+    callers, so each compiles as if written out)."""
+    inv = 1.0 / tl.sqrt(tl.sum(v * v, 0) / cols + eps)
+    w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * cols + c, (v * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _add_rms_norm(h_ptr, y_ptr, w_ptr, out_ptr, cols, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK)
@@ -27,10 +36,7 @@ def _add_rms_norm(h_ptr, y_ptr, w_ptr, out_ptr, cols, eps, BLOCK: tl.constexpr):
     y = tl.load(y_ptr + row * cols + c, mask=mask, other=0.0).to(tl.float32)
     s = (h + y).to(h_ptr.dtype.element_ty)  # the residual stream keeps its dtype, as unfused
     tl.store(h_ptr + row * cols + c, s, mask=mask)
-    v = s.to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(v * v, 0) / cols + eps)
-    w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * cols + c, (v * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+    _store_rms_norm(s.to(tl.float32), w_ptr, out_ptr, row, cols, c, mask, eps)
 
 
 def add_rms_norm(torch, h, y, weight, eps: float = 1e-6):
@@ -48,9 +54,7 @@ def _rms_norm(x_ptr, w_ptr, out_ptr, cols, stride_x, eps, BLOCK: tl.constexpr):
     c = tl.arange(0, BLOCK)
     mask = c < cols
     v = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(v * v, 0) / cols + eps)
-    w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * cols + c, (v * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+    _store_rms_norm(v, w_ptr, out_ptr, row, cols, c, mask, eps)
 
 
 def rms_norm(torch, x, weight, eps: float = 1e-6):

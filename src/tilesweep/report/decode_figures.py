@@ -142,6 +142,18 @@ def _of_dtype(ok: pd.DataFrame, dtype: str) -> pd.DataFrame:
     return ok[ok["dtype"].astype(str) == dtype] if "dtype" in ok else ok
 
 
+def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
+    """Return a figure of one subfigure per dtype, block_height_in tall, each drawn by
+    draw(subfigure, the dtype's rows, dtype)."""
+    dtypes = _dtypes(ok)
+    fig = Figure(figsize=(PAGE_WIDTH_IN, block_height_in * len(dtypes)))
+    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
+    for sub, dtype in zip(subs, dtypes, strict=True):
+        draw(sub, _of_dtype(ok, dtype), dtype)
+    fig.set_layout_engine("constrained")
+    return enforce_series(fig)
+
+
 def _tpe_ticks(ax, values: pd.Series) -> None:
     """Label the tokens-per-expert axis at every other timed value, so labels never touch."""
     ticks = sorted(v for v in pd.unique(values.dropna()) if v > 0)
@@ -167,13 +179,7 @@ def decode_time(decode: pd.DataFrame) -> Figure:
     ok = ok[floats(ok, "time_ms") > 0]
     if ok.empty:
         return empty("no decode row has a time", "Decode")
-    dtypes = _dtypes(ok)
-    fig = Figure(figsize=(PAGE_WIDTH_IN, 6.4 * len(dtypes)))
-    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
-    for sub, dtype in zip(subs, dtypes, strict=True):
-        _time_block(sub, _of_dtype(ok, dtype), dtype)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return _dtype_blocks(ok, 6.4, _time_block)
 
 
 def decode_time_caption(decode: pd.DataFrame) -> str:
@@ -282,13 +288,7 @@ def decode_roofline(decode: pd.DataFrame) -> Figure:
     ok = ok[(floats(ok, "tflops") > 0) & (floats(ok, "intensity") > 0)]
     if ok.empty:
         return empty("no decode row has a FLOP rate and an intensity", "Roofline")
-    dtypes = _dtypes(ok)
-    fig = Figure(figsize=(PAGE_WIDTH_IN, 5.6 * len(dtypes)))
-    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
-    for sub, dtype in zip(subs, dtypes, strict=True):
-        _roofline_block(sub, _of_dtype(ok, dtype), dtype)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return _dtype_blocks(ok, 5.6, _roofline_block)
 
 
 def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
