@@ -73,3 +73,51 @@ def test_the_parts_carry_what_the_table_is_keyed_by():
 def test_a_missing_table_is_a_one_line_error_before_any_job():
     with pytest.raises(ConfigError, match="deployment.attention_table"):
         compose(["deployment.attention_table=no/such/table.csv"])
+
+
+def _kernel_table(e_bw: float, e_math: float, heads=(8, 64), overlap: float = 0.0):
+    """Return a table of steady times a kernel at these efficiencies would take on a device of
+    1,000 GB/s and 100 bf16 TFLOP/s (the composition's own part time), and that reference."""
+    ref = {"memory_bandwidth_gbs": 1000.0, "peak_tflops": {"bf16": 100.0}}
+    rows = []
+    for h in heads:
+        for s in (512, 2048):
+            mem = s * 1024 * 576 * 2 / 1e9  # ms at 1,000 GB/s
+            flop = s * h * 1024 * (2 * 576 + 2 * 512) / 1e11  # ms at 100 TFLOP/s
+            m, f = mem / e_bw, flop / e_math
+            ms = max(m, f) + overlap * min(m, f)
+            rows.append({"device": DEVICE, "heads": h, "sequences": s, "top": 1024, "ms": ms})
+    return pd.DataFrame(rows).astype({"heads": float, "sequences": float, "top": float}), ref
+
+
+def test_head_counts_separate_the_kernels_memory_and_math_terms():
+    table, ref = _kernel_table(0.6, 0.3)
+    got = attention_table.identify(table, DEVICE, ref, 0.0)
+    assert got["e_bw"] == pytest.approx(0.6, abs=0.005)
+    assert got["e_math"] == pytest.approx(0.3, abs=0.005)
+    assert got["cases"] == 4 and got["heads"] == [8, 64] and got["rms_log_error_pct"] < 1
+    one_head_count, _ = _kernel_table(0.6, 0.3, heads=(64,))
+    assert attention_table.identify(one_head_count, DEVICE, ref, 0.0) is None
+
+
+def test_a_fit_made_beside_the_table_takes_the_kernels_efficiencies_for_attention_only():
+    s = compose([])
+    model, dep = s["model"], dict(s["deployment"], kv_dtype="bf16")
+    table, ref = _kernel_table(0.6, 0.3)
+    group = {"e_bw": 0.35, "e_math": 0.62, "kinds": ["attention"], "note": ""}
+    fit = {"device": DEVICE, "reference": ref, "overlap": 0.0,
+           "groups": {"attention": group, "norm": dict(group, kinds=["norm"])}}  # fmt: skip
+    got = attention_table.with_kernel_efficiencies(fit, table, model, dep)
+    att = got["groups"]["attention"]
+    assert (att["e_bw"], att["e_math"]) == pytest.approx((0.6, 0.3), abs=0.005)
+    assert "kernel's own times" in att["note"] and "0.350 / 0.620" in att["note"]
+    assert got["groups"]["norm"] == fit["groups"]["norm"] and fit["groups"]["attention"] is group
+    # Another device's table, or an fp8 cache, leaves the fit as it was.
+    assert (
+        attention_table.with_kernel_efficiencies(dict(fit, device="GPU Y"), table, model, dep)[
+            "groups"
+        ]["attention"]
+        is group
+    )
+    fp8 = dict(dep, kv_dtype="fp8")
+    assert attention_table.with_kernel_efficiencies(fit, table, model, fp8) is fit

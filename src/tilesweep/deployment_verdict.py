@@ -189,6 +189,7 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
         fit = calibration.step_fit(
             steps, settings["model"], hw_here, cost, device, terms=graph_terms(ceilings),
             batches=settings["deployment"].get("fit_batches"),
+            attention=attention_table.load(settings["deployment"].get("attention_table", "")),
         )  # fmt: skip
         if fit is not None:
             return with_ceilings(fit, ceilings), cost, calibration.fit_label(fit)
@@ -214,6 +215,7 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
     fit = calibration.step_fit(
         steps, settings["model"], hw_here, cost, device, terms=graph_terms(ceilings),
         batches=settings["deployment"].get("fit_batches"),
+        attention=attention_table.load(settings["deployment"].get("attention_table", "")),
     )  # fmt: skip
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}

@@ -9,6 +9,12 @@ rank) the kernel takes 0.66x its 64-head time at 512 sequences, where the fit re
 (memory) or 0.39x (math). The table is read only on the device that measured it, for MLA with the
 latent width it was measured at and a bf16 cache, within its measured heads and sequences (log
 interpolation), at its measured indexed tokens; elsewhere the part keeps the fit.
+
+The same table also identifies what the fit cannot: the kernel's memory and math efficiency
+(identify). Its head counts change the kernel's flops per byte read, so its steady times
+(STEADY_SEQUENCES and more) separate the two terms. A fit made beside the table takes them for its
+attention group (with_kernel_efficiencies), so a GPU that never ran the kernel, composed from the
+fit on its datasheet, gets the kernel's own balance of the two.
 """
 
 from __future__ import annotations
@@ -17,12 +23,20 @@ import functools
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from tilesweep.io import project_path
+from tilesweep.plan.part_timers import part_terms
 
 # The latent row the table's kernel reads (tools/h200_mla_tune.py: LAT, ROPE).
 LATENT = (512, 64)
+# The fewest sequences at which the table's times are the kernel's steady rate: at 512 and more
+# a kernel's launch is under 1% of its time on the H200 (7 us of at least 247 us).
+STEADY_SEQUENCES = 512
+# The efficiencies searched, as fractions of the fit device's measured copy bandwidth and bf16
+# rate (what a fit's efficiencies are fractions of: launch_fit.fit_reference).
+_GRID = np.round(np.arange(0.01, 1.2001, 0.005), 3)
 
 
 @functools.lru_cache(maxsize=4)
@@ -67,17 +81,23 @@ def lookup(table: pd.DataFrame, device: str, heads: float, sequences: float, tok
     return _between(by_heads, heads)
 
 
+def serves(table: pd.DataFrame | None, device: str, model: dict, dep: dict) -> bool:
+    """Return whether the table has times on `device` for this model's attention core: MLA with
+    the latent width the kernel was measured at, over a bf16 cache."""
+    att = model["attention"]
+    if table is None or att["kind"] != "mla" or dep["kv_dtype"] != "bf16":
+        return False
+    if (att["kv_lora_rank"], att["qk_rope_head_dim"]) != LATENT:
+        return False
+    return bool((table["device"] == device).any())
+
+
 def for_device(
     table: pd.DataFrame | None, device: str, model: dict, dep: dict
 ) -> Callable[[dict], float | None] | None:
     """Return part -> ms per occurrence from the table for an attention core part on `device`,
     or None where the table cannot serve this model and deployment at all."""
-    att = model["attention"]
-    if table is None or att["kind"] != "mla" or dep["kv_dtype"] != "bf16":
-        return None
-    if (att["kv_lora_rank"], att["qk_rope_head_dim"]) != LATENT:
-        return None
-    if not (table["device"] == device).any():
+    if not serves(table, device, model, dep):
         return None
 
     def at(part: dict) -> float | None:
@@ -86,3 +106,62 @@ def for_device(
         return lookup(table, device, part["heads"], part["sequences"], part["tokens"])
 
     return at
+
+
+def identify(table: pd.DataFrame, device: str, reference: dict, overlap: float) -> dict | None:
+    """Return the kernel's {e_bw, e_math} on `device` (fractions of `reference`'s bandwidth and
+    bf16 rate), the least squared log error of the composition's part time (part_terms, with the
+    device's overlap) over the table's steady cases, with that error and what it was fitted on;
+    None where the steady cases have fewer than two head counts (the terms are not separable)."""
+    lat, rope = LATENT
+    mine = table[(table["device"] == device) & (table["sequences"] >= STEADY_SEQUENCES)]
+    if mine["heads"].nunique() < 2:
+        return None
+    rate = (reference.get("peak_tflops") or {}).get("bf16")
+    if not rate or not reference.get("memory_bandwidth_gbs"):
+        return None
+    # The part's roofline terms as plan.architecture.attention_core counts them (bf16 cache).
+    attended = mine["top"]
+    roof_memory = (
+        mine["sequences"] * attended * (lat + rope) * 2 / (reference["memory_bandwidth_gbs"] * 1e6)
+    )
+    flops = mine["sequences"] * mine["heads"] * attended * (2 * (lat + rope) + 2 * lat)
+    roof_math = flops / (rate * 1e9)
+    measured = np.log(mine["ms"].to_numpy())[:, None, None]
+    e_bw, e_math = _GRID[None, :, None], _GRID[None, None, :]
+    memory, math_ = part_terms(
+        roof_memory.to_numpy()[:, None, None], roof_math.to_numpy()[:, None, None],
+        e_bw, e_math, overlap,
+    )  # fmt: skip
+    err = ((np.log(memory + math_) - measured) ** 2).sum(axis=0)
+    i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+    return {
+        "e_bw": float(_GRID[i]),
+        "e_math": float(_GRID[j]),
+        "rms_log_error_pct": float(100 * math.sqrt(err[i, j] / len(mine))),
+        "cases": int(len(mine)),
+        "heads": sorted(int(h) for h in mine["heads"].unique()),
+        "sequences": sorted(int(n) for n in mine["sequences"].unique()),
+    }
+
+
+def with_kernel_efficiencies(fit: dict, table: pd.DataFrame | None, model: dict, dep: dict):
+    """Return the fit with its attention group's efficiencies identified from the table's steady
+    times on the fit's device (identify), where the table serves the model; else the fit as is.
+    The step fit sees one head count, so it cannot split the attention core's time between its
+    memory and math terms; the kernel's own times over head counts can."""
+    group = (fit.get("groups") or {}).get("attention")
+    if group is None or not serves(table, fit["device"], model, dep):
+        return fit
+    ref = fit.get("reference") or {}
+    got = identify(table, fit["device"], ref, fit.get("overlap") or 0.0)
+    if got is None:
+        return fit
+    note = (
+        f"e_bw and e_math from the kernel's own times ({got['cases']} steady cases, heads "
+        f"{got['heads']}, {got['sequences'][0]}-{got['sequences'][-1]} sequences; rms error "
+        f"{got['rms_log_error_pct']:.1f}%), not the step fit's {group['e_bw']:.3f} / "
+        f"{group['e_math']:.3f}, which one head count cannot separate"
+    )
+    kernel = dict(group, e_bw=got["e_bw"], e_math=got["e_math"], note=note, kernel_table=got)
+    return dict(fit, groups=dict(fit["groups"], attention=kernel))

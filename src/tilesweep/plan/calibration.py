@@ -117,12 +117,15 @@ def step_fit(
     timing: str = "cuda-graph",
     terms: dict | None = None,
     batches: list[int] | None = None,
+    attention: pd.DataFrame | None = None,
 ) -> dict | None:
     """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at `batches`
     (deployment.fit_batches: at most two; none given: the smallest and the largest such batch),
     or None when there is no such step, none of the batches asked for was measured, or no
     per-kernel cost. `terms`: the device's measured terms of a graphed fit (light_us, overlap,
-    bw_max: deployment_verdict.graph_terms), where measured."""
+    bw_max: deployment_verdict.graph_terms), where measured. `attention`: the attention kernel's
+    own times (plan/attention_table), which identify the attention group's efficiencies where
+    they cover this device and model."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:
         return None
     ok = steps[
@@ -155,7 +158,9 @@ def step_fit(
         "model": model["name"],
         "step": rows[0]["measured_label"],
     }
-    return fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
+    fit = fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
+    as_run, dep, _ = _step_model(rows[0], model)
+    return attention_table.with_kernel_efficiencies(fit, attention, as_run, dep)
 
 
 def fit_label(fit: dict, where: str = "") -> str:
@@ -223,6 +228,7 @@ def step_check(
                 t,
                 terms if t == "cuda-graph" else None,
                 fit_batches,
+                attention if t == "cuda-graph" else None,
             )  # fmt: skip
             for t in TIMINGS
         }
