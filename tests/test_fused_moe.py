@@ -481,10 +481,10 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
     import pandas as pd
 
     from tilesweep import backends
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
 
     engine_rows = backends.get("fused_moe").decoder.table_rows
-    settings = compose()
+    settings = compose_settings()
     skipped = engine_rows(settings, pd.DataFrame())  # no tuning here: one row per engine
     assert set(skipped["runner"]) == {"engine:vllm", "engine:sglang"}
     assert (skipped["status"] == "skipped").all() and skipped["reason"].str.len().gt(0).all()
@@ -501,7 +501,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
         "fused_experts, the engine's default",
     ]
     assert list(timed["tokens"]) == [64, 64] and set(timed["source"]) == {"measured"}
-    off = compose(["backend.fused_moe.enabled=false"])
+    off = compose_settings(["backend.fused_moe.enabled=false"])
     assert engine_rows(off, pd.DataFrame()).empty
 
 

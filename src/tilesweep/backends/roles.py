@@ -110,7 +110,7 @@ class DecodeRunner:
         or None when the decode benchmark cannot run it."""
         return None
 
-    def table_rows(self, settings: dict, tune):
+    def table_rows(self, settings: RootSettings, tune):
         """Return extra rows this backend adds to decode.csv from the tune table (a DataFrame),
         or None."""
         return None

@@ -98,7 +98,7 @@ def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
             gap = f"{device} has no conf/hardware file: composed on the fit device's figures"
             check["gaps"] = [g + "; " + gap if g else gap for g in check["gaps"].fillna("")]
         return check.assign(composed_for=where)
-    moved, how = fit_on_datasheet(fit, "", catalog)
+    moved, how = fit_on_datasheet(fit, "", settings.catalog)
     if moved is None:
         raise ValueError(how)
     check = calibration.step_check(steps, whole["model"], catalog[here], {}, device, fit=moved)

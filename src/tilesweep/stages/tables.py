@@ -4,7 +4,6 @@ collective, the measured whole steps (layout), power and tune."""
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 
@@ -21,6 +20,7 @@ from tilesweep.cells import (
 )
 from tilesweep.columns import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 from tilesweep.hardware import catalog_name
+from tilesweep.settings import RootSettings
 from tilesweep.stages import logged
 
 # The per-cell outputs each table joins, and the tables (each also written as Parquet).
@@ -123,12 +123,14 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return frame if not frame.empty else pd.DataFrame(columns=columns)
 
 
-def measured_tables(settings: dict, inputs: dict[str, list[str]]) -> dict[str, pd.DataFrame]:
+def measured_tables(
+    settings: RootSettings, inputs: dict[str, list[str]]
+) -> dict[str, pd.DataFrame]:
     """Return the measured tables from the per-cell outputs, by name (TABLES)."""
     decode = concat_cells(list(inputs["decode"]))
-    launch = attach_measured_launch(
-        launch_table(list(inputs["launch"])), decode, settings["catalog"]
-    )
+    # hardware.catalog_name still reads the catalog as plain containers.
+    catalog = {name: spec.model_dump(exclude_unset=True) for name, spec in settings.catalog.items()}
+    launch = attach_measured_launch(launch_table(list(inputs["launch"])), decode, catalog)
     tune = _with_columns(concat_cells(list(inputs.get("tune", []))), TUNE_COLUMNS)
     extra = backends.table_rows(settings, tune)
     return {
@@ -149,7 +151,7 @@ def write_tables(
     """Write each measured table as CSV and Parquet, and `provenance` (JSON): when each table's
     cells were measured. Each with its record; provenance's holds the content key of the
     cells joined (cells.stale_join compares it with what they hold before the next run)."""
-    settings = json.loads(settings_json)
+    settings = RootSettings.from_json(settings_json)
     with logged(log_path) as log:
         tables = measured_tables(settings, inputs)
         log.info("rows: %s", {n: len(f) for n, f in tables.items()})
