@@ -86,7 +86,7 @@ def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
 
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
     whole = settings.as_dict()
-    catalog = whole["catalog"]
+    catalog = settings.catalog
     ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
     device = str(ran.iloc[0]) if len(ran) else fit["device"]
     here = catalog_name(device, catalog)
@@ -98,10 +98,11 @@ def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
             gap = f"{device} has no conf/hardware file: composed on the fit device's figures"
             check["gaps"] = [g + "; " + gap if g else gap for g in check["gaps"].fillna("")]
         return check.assign(composed_for=where)
-    moved, how = fit_on_datasheet(fit, "", settings.catalog)
+    moved, how = fit_on_datasheet(fit, "", catalog)
     if moved is None:
         raise ValueError(how)
-    check = calibration.step_check(steps, whole["model"], catalog[here], {}, device, fit=moved)
+    sheet = catalog[here].model_dump(exclude_unset=True)
+    check = calibration.step_check(steps, whole["model"], sheet, {}, device, fit=moved)
     where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
     return check.assign(composed_label=check["composed_label"] + f"; {where}", composed_for=where)
 

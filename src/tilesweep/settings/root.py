@@ -61,6 +61,13 @@ class RootSettings(Section):
         return cls.model_validate(_gpu_counts_as_ints(json.loads(text)))
 
 
+def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
+    """Return the hardware catalog a rule's JSON param holds (grid.canonical of
+    RootSettings.catalog), each spec validated, its GPU counts integers again."""
+    plain = _gpu_counts_as_ints(json.loads(text))
+    return {name: HardwareSpec.model_validate(spec) for name, spec in plain.items()}
+
+
 def _gpu_counts_as_ints(node: Any, key: str = "") -> Any:
     """Return node with every `by_gpus` mapping's keys as integers, in ascending order (the
     catalog's, as YAML writes it) where all are digits; anything else as it is (the model names a

@@ -20,7 +20,7 @@ from tilesweep.cells import (
 )
 from tilesweep.columns import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 from tilesweep.hardware import catalog_name
-from tilesweep.settings import RootSettings
+from tilesweep.settings import HardwareSpec, RootSettings
 from tilesweep.stages import logged
 
 # The per-cell outputs each table joins, and the tables (each also written as Parquet).
@@ -45,7 +45,7 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
     )
 
 
-def _measured_on(decode: pd.DataFrame, catalog: dict) -> pd.Series:
+def _measured_on(decode: pd.DataFrame, catalog: dict[str, HardwareSpec]) -> pd.Series:
     """Return, per decode row, the conf/hardware name of the device that measured it ('' if
     no hardware file lists the device's name)."""
     return decode["device"].astype(str).map(lambda d: catalog_name(d, catalog) or "")
@@ -65,7 +65,7 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
 
 
 def attach_measured_launch(
-    launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict
+    launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict[str, HardwareSpec]
 ) -> pd.DataFrame:
     """Return the launch table with what a real launch on the benchmark device showed.
 
@@ -128,9 +128,7 @@ def measured_tables(
 ) -> dict[str, pd.DataFrame]:
     """Return the measured tables from the per-cell outputs, by name (TABLES)."""
     decode = concat_cells(list(inputs["decode"]))
-    # hardware.catalog_name still reads the catalog as plain containers.
-    catalog = {name: spec.model_dump(exclude_unset=True) for name, spec in settings.catalog.items()}
-    launch = attach_measured_launch(launch_table(list(inputs["launch"])), decode, catalog)
+    launch = attach_measured_launch(launch_table(list(inputs["launch"])), decode, settings.catalog)
     tune = _with_columns(concat_cells(list(inputs.get("tune", []))), TUNE_COLUMNS)
     extra = backends.table_rows(settings, tune)
     return {
