@@ -14,6 +14,7 @@ from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys
 from tilesweep.settings.strict import Section, check
 from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
+from tilesweep.settings.tuning import TuneSettings, Tuning
 from tilesweep.settings.workload import (
     DSA_KEYS,
     GQA_KEYS,
@@ -40,6 +41,8 @@ __all__ = [
     "RootSettings",
     "Section",
     "Tile",
+    "TuneSettings",
+    "Tuning",
     "catalog_from_json",
     "check",
     "leaf_keys",

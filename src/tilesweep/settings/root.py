@@ -58,25 +58,25 @@ class RootSettings(Section):
     def from_json(cls, text: str) -> RootSettings:
         """Return the settings a rule's JSON param holds (grid.canonical of as_dict()), validated
         once more: the GPU counts JSON wrote as strings (`by_gpus` keys) made integers again."""
-        return cls.model_validate(_gpu_counts_as_ints(json.loads(text)))
+        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
     """Return the hardware catalog a rule's JSON param holds (grid.canonical of
     RootSettings.catalog), each spec validated, its GPU counts integers again."""
-    plain = _gpu_counts_as_ints(json.loads(text))
+    plain = gpu_counts_as_ints(json.loads(text))
     return {name: HardwareSpec.model_validate(spec) for name, spec in plain.items()}
 
 
-def _gpu_counts_as_ints(node: Any, key: str = "") -> Any:
+def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
     """Return node with every `by_gpus` mapping's keys as integers, in ascending order (the
     catalog's, as YAML writes it) where all are digits; anything else as it is (the model names a
     bad key)."""
     if isinstance(node, list):
-        return [_gpu_counts_as_ints(v) for v in node]
+        return [gpu_counts_as_ints(v) for v in node]
     if not isinstance(node, dict):
         return node
-    items = [(k, _gpu_counts_as_ints(v, k)) for k, v in node.items()]
+    items = [(k, gpu_counts_as_ints(v, k)) for k, v in node.items()]
     if key == "by_gpus" and all(isinstance(k, str) and k.isdigit() for k, _ in items):
         items = sorted((int(k), v) for k, v in items)
     return dict(items)
