@@ -66,8 +66,8 @@ def test_the_verdict_composed_from_its_operand_types_rows_alone_is_the_same():
     _, decode, steps, collective, ceilings = composer(sweep.stage5(folder).verdict_inputs())
     fp8 = decode[decode["dtype"] == deployment_verdict.DECODE_DTYPE]
     assert 0 < len(fp8) < len(decode)
-    plain = sweep.settings.as_dict()
-    settings = dict(plain, deployment=dict(plain["deployment"], weight_dtype="fp8"))
+    dep = sweep.settings.deployment.model_copy(update={"weight_dtype": "fp8"})
+    settings = sweep.settings.model_copy(update={"deployment": dep})
     every = deployment_verdict.deployment_table(settings, decode, collective, steps, ceilings)
     alone = deployment_verdict.deployment_table(settings, fp8, collective, steps, ceilings)
     assert "best fp8 kernel" in " ".join(every["inputs"])

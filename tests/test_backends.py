@@ -9,7 +9,7 @@ import pytest
 
 from tilesweep import backends, grid
 from tilesweep.backends import Backend, Builder, DecodeRunner, Runner, kernel_cell, register
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
@@ -174,7 +174,7 @@ def test_toy_runners_become_rows_with_the_status_their_launcher_raised(toy, tmp_
 def test_attach_measured_launch_asks_the_backend_which_rows_ran_the_kernel():
     from tilesweep.stages.tables import attach_measured_launch
 
-    catalog = compose()["catalog"]
+    catalog = compose_settings().catalog
     launch = pd.DataFrame(
         [
             {"backend": "triton", "target": "h200", "kernel": "k1", "smem_bytes": 50176,

@@ -8,10 +8,17 @@ import pytest
 import torch
 
 from tilesweep.backends.torch_baselines import baseline_runner
+from tilesweep.config import compose_settings
 from tilesweep.measure import gemm_case as decode
 from tilesweep.plan import expert_shapes, roofline
 
 MODEL = {"hidden": 256, "moe_intermediate": 128}
+SETTINGS = compose_settings([])
+
+
+def bench(**change):
+    """Return the default bench group with some keys changed."""
+    return SETTINGS.bench.model_copy(update=change)
 
 
 def test_zipf_routing_keeps_the_total_and_skews():
@@ -60,7 +67,6 @@ def test_baselines_match_the_reference_on_random_data(name):
     gen = torch.Generator().manual_seed(1)
     counts = expert_shapes.expert_counts(3, 4, "zipf", 1.2)
     n, k = expert_shapes.expert_ops(MODEL)["gate_up"]
-    settings = {"bench": {"repeats": 2, "warmup": 1, "cpu_repeats": 2}}
     row = decode.measure_case(
         name,
         lambda: baseline_runner(name, counts, "bf16"),
@@ -69,7 +75,7 @@ def test_baselines_match_the_reference_on_random_data(name):
         k,
         "bf16",
         torch.bfloat16,
-        settings,
+        bench(repeats=2, warmup=1, cpu_repeats=2),
         False,
         0,
         gen,
@@ -96,9 +102,9 @@ def test_a_wrong_kernel_is_a_correctness_row():
         p.c.fill_(1.0)
         return p.c
 
-    settings = {"bench": {"repeats": 1, "warmup": 0, "cpu_repeats": 1}}
+    quick = bench(repeats=1, warmup=0, cpu_repeats=1)
     row = decode.measure_case(
-        "wrong", lambda: wrong, counts, n, k, "bf16", torch.bfloat16, settings, False, 0, gen
+        "wrong", lambda: wrong, counts, n, k, "bf16", torch.bfloat16, quick, False, 0, gen
     )
     assert row["status"] == "correctness"
     assert "time_ms" not in row
@@ -107,7 +113,8 @@ def test_a_wrong_kernel_is_a_correctness_row():
 def test_a_grouped_gemm_never_has_more_experts_than_the_model():
     from tilesweep.stages.decode import group_size
 
-    bench = {"gpu_experts": 32, "cpu_experts": 2}
-    assert group_size(bench, {"routed_experts": 8}, cuda=True) == 8  # Mixtral: 8 experts
-    assert group_size(bench, {"routed_experts": 256}, cuda=True) == 32
-    assert group_size(bench, {"routed_experts": 256}, cuda=False) == 2
+    method = bench(gpu_experts=32, cpu_experts=2)
+    mixtral, wide = (SETTINGS.model.model_copy(update={"routed_experts": n}) for n in (8, 256))
+    assert group_size(method, mixtral, cuda=True) == 8  # Mixtral: 8 experts
+    assert group_size(method, wide, cuda=True) == 32
+    assert group_size(method, wide, cuda=False) == 2

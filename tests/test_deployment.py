@@ -22,6 +22,7 @@ from tilesweep.plan.interconnect import (
 from tilesweep.plan.memory_fit import memory_fit, stage_layers
 from tilesweep.plan.part_timers import derated_timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives
+from tilesweep.settings import RootSettings
 
 BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"
 
@@ -29,6 +30,11 @@ BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8
 @pytest.fixture(scope="module")
 def brief():
     return compose([BRIEF_LAYOUTS])
+
+
+def composed(settings: dict, **how):
+    """Return the deployment table of compose()'s plain settings, validated."""
+    return compose_deployment(RootSettings.model_validate(settings), **how)
 
 
 def _hw(settings):
@@ -62,7 +68,7 @@ def test_largest_batch_that_fits_fits_and_one_more_does_not(brief):
 
 
 def test_a_layout_that_does_not_fit_gets_no_speed_verdict(brief):
-    df = compose_deployment(brief)
+    df = composed(brief)
     assert list(df.columns) == COLUMNS
     nofit = df[df.fits_memory == "no"]
     assert len(nofit) and (nofit.bound == "does-not-fit").all()
@@ -72,7 +78,7 @@ def test_a_layout_that_does_not_fit_gets_no_speed_verdict(brief):
 
 
 def test_every_fitting_row_sits_above_its_physical_floor(brief):
-    df = compose_deployment(brief)
+    df = composed(brief)
     fits = df[df.fits_memory == "yes"]
     assert len(fits) and fits.floor_ms.gt(0).all()
     assert (fits.tpot_ms >= fits.floor_ms * (1 - 1e-9)).all()
@@ -81,7 +87,7 @@ def test_every_fitting_row_sits_above_its_physical_floor(brief):
     # TPOT of a roofline verdict, never its floor.
     gappy = copy.deepcopy(brief)
     gappy["deployment"]["kernel_gap_us"] = 50.0
-    wide = compose_deployment(gappy)
+    wide = composed(gappy)
     wide = wide[wide.fits_memory == "yes"]
     assert wide.floor_ms.to_numpy() == pytest.approx(fits.floor_ms.to_numpy())
     assert (wide.tpot_ms.to_numpy() > fits.tpot_ms.to_numpy()).all()
@@ -150,10 +156,8 @@ def test_a_part_without_a_measured_fraction_is_never_labelled_composed(brief):
     out = timer(part, _hw(brief))
     assert out["source"] == "composed (x0.80 of roofline, measured on NVIDIA H200)"
     assert out["memory_ms"] == pytest.approx(roofline_timer(part, _hw(brief))["memory_ms"] / 0.8)
-    assert (compose_deployment(brief).dropna(subset=["tpot_ms"]).source == "model").all()
-    assert (
-        compose_deployment(brief, timer=timer).dropna(subset=["tpot_ms"]).source == "composed"
-    ).all()
+    assert (composed(brief).dropna(subset=["tpot_ms"]).source == "model").all()
+    assert (composed(brief, timer=timer).dropna(subset=["tpot_ms"]).source == "composed").all()
 
 
 def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
@@ -170,7 +174,7 @@ def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
     out = roofline_timer(part, hw)
     assert math.isnan(out["math_ms"]) and "peak_tflops.nvfp4" in out["gap"]
     settings = dict(brief, hardware=hw)
-    row = compose_deployment(settings).iloc[0]
+    row = composed(settings).iloc[0]
     assert math.isnan(row.tpot_ms) and "gap" in row.bound and "peak_tflops.nvfp4" in row.inputs
 
 
@@ -308,7 +312,7 @@ def test_every_model_composes_a_step(model):
     settings = compose(
         [f"model={model}", "grid.tiles=[{m:16,n:64,k:64}]", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
     )
-    df = compose_deployment(settings)
+    df = composed(settings)
     assert len(df) == len(settings["deployment"]["batches"])
     assert df.inputs.str.contains("interconnect=pcie5/switch").all()
 
@@ -325,7 +329,7 @@ def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
     big_tp, big_x = (compose_step(model, dep, hw, lay, 4096) for lay in (tp8, xep))
     # Every expert hit: the same weight bytes; only the busiest rank's extra rows remain.
     assert big_x["split"]["memory"] == pytest.approx(big_tp["split"]["memory"], rel=0.15)
-    table = compose_deployment(dict(brief, grid=dict(brief["grid"], layouts=[xep])))
+    table = composed(dict(brief, grid=dict(brief["grid"], layouts=[xep])))
     assert set(table["layout"]) == {"tp8-pp1-ep1-xep"}
 
 

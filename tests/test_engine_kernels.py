@@ -445,10 +445,10 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
 
 
 def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
-    from tilesweep.config import compose
     from tilesweep.fused_moe.engine_stage import tune_engine
+    from tilesweep.pipeline import Sweep
 
-    settings = json.dumps(compose(["experiment=tiny"]))
+    settings = Sweep(["experiment=tiny"], None).tune_settings_json()  # the rule's param
     summary, configs = tmp_path / "engine_vllm.csv", tmp_path / "engine_vllm"
     tune_engine(settings, "vllm", str(summary), str(configs))
     rows = pd.read_csv(summary)
@@ -478,10 +478,10 @@ def test_every_kept_drop_in_is_listed_with_its_ratios_and_contents():
 DECIDE = """
 import json, sys
 from pathlib import Path
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 from tilesweep.fused_moe import engine_tables
 out = Path(sys.argv[1])
-settings = compose(["model.hidden=256", "model.top_k=2"])
+settings = compose_settings(["model.hidden=256", "model.top_k=2"])
 config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
           "num_warps": 4, "num_stages": 2}
 pick = out / "picks_E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"

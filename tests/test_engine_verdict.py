@@ -15,7 +15,7 @@ import pytest
 
 from tilesweep import deployment_verdict, references
 from tilesweep.cli import main
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.plan import engine_profile
 from tilesweep.plan.launch_fit import on_datasheet
 
@@ -26,7 +26,7 @@ FIT = json.loads((ROOT / "docs/examples/h200/fit.json").read_text())
 
 def verdict(overrides: list[str]) -> pd.DataFrame:
     """Return the verdict composed from the shipped fit, as a CPU machine composes it."""
-    settings = compose([*overrides, "references=none"])
+    settings = compose_settings([*overrides, "references=none"])
     return deployment_verdict.deployment_table(settings, EMPTY, EMPTY, EMPTY, {})
 
 
@@ -159,7 +159,7 @@ def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why():
     assert len({f.model for f in figures}) >= 2
     assert len({f.engine for f in figures}) >= 2
     assert all(f.source and (f.input_len or f.context_len) for f in figures)
-    engines = deployment_verdict.engine_table(compose([]), EMPTY, EMPTY, EMPTY, {})
+    engines = deployment_verdict.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
     assert len(engines) == len(figures)
     missing = engines[engines["composed_tpot_ms"].isna()]
     assert (missing["gap"].str.len() > 0).all()  # a labelled gap, never a silent NaN
@@ -205,15 +205,14 @@ def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():
         == (first.model, first.hardware, first.deployment, first.engine_name())
         and (f.batch, f.input_len) != (first.batch, first.input_len)
     )  # fmt: skip
-    shared = deployment_verdict.figure_settings(compose(first.overrides()), other)
-    own = compose(other.overrides())
+    shared = deployment_verdict.figure_settings(compose_settings(first.overrides()), other)
+    own = compose_settings(other.overrides())
     for key in ("deployment", "grid", "model", "engine", "hardware"):
-        assert shared[key] == own[key], key
+        assert shared.as_dict()[key] == own.as_dict()[key], key
 
 
 def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():
-    settings = compose([])
-    engines = deployment_verdict.engine_table(settings, EMPTY, EMPTY, EMPTY, {})
+    engines = deployment_verdict.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
     for name in ("sglang", "vllm", "tensorrtllm"):
         host = compose([f"engine={name}"])["engine"]["host"]
         label = {"sglang": "SGLang", "vllm": "vLLM", "tensorrtllm": "TensorRT-LLM"}[name]

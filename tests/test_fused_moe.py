@@ -228,8 +228,13 @@ def test_constraints_name_why_a_config_cannot_run():
 
 
 def test_problems_follow_the_layouts_and_files_are_named_as_the_engines_name_them():
-    model = {"routed_experts": 256, "moe_intermediate": 2048, "hidden": 6144, "top_k": 8}
-    layouts = [{"tp": 1, "ep": 1}, {"tp": 2, "ep": 1}, {"tp": 1, "ep": 8}, {"tp": 8, "ep": 1}]
+    from tilesweep.config import compose_settings
+    from tilesweep.settings import Layout
+
+    glm5 = {"routed_experts": 256, "moe_intermediate": 2048, "hidden": 6144, "top_k": 8}
+    model = compose_settings().model.model_copy(update=glm5)
+    degrees = [(1, 1), (2, 1), (1, 8), (8, 1)]
+    layouts = [Layout(tp=tp, pp=1, ep=ep) for tp, ep in degrees]
     got = {(p["experts"], p["n"]) for p in space.problems(model, layouts)}
     assert got == {(256, 2048), (256, 1024), (32, 2048), (256, 256)}
     assert space.config_file_name(256, 2048, "NVIDIA H200", "bf16") == (
@@ -481,10 +486,10 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
     import pandas as pd
 
     from tilesweep import backends
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
 
     engine_rows = backends.get("fused_moe").decoder.table_rows
-    settings = compose()
+    settings = compose_settings()
     skipped = engine_rows(settings, pd.DataFrame())  # no tuning here: one row per engine
     assert set(skipped["runner"]) == {"engine:vllm", "engine:sglang"}
     assert (skipped["status"] == "skipped").all() and skipped["reason"].str.len().gt(0).all()
@@ -501,7 +506,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
         "fused_experts, the engine's default",
     ]
     assert list(timed["tokens"]) == [64, 64] and set(timed["source"]) == {"measured"}
-    off = compose(["backend.fused_moe.enabled=false"])
+    off = compose_settings(["backend.fused_moe.enabled=false"])
     assert engine_rows(off, pd.DataFrame()).empty
 
 

@@ -15,7 +15,7 @@ from tilesweep.backends import kernel_cell
 from tilesweep.grid import canonical, kernel_slug
 from tilesweep.hardware import catalog_name
 from tilesweep.io import write_json
-from tilesweep.settings import Tile
+from tilesweep.settings import HardwareSpec, Tile
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,8 +33,16 @@ MODEL = {
 }
 
 
-def _catalog() -> dict:
-    return {p.stem: yaml.safe_load(p.read_text()) for p in (CONF / "hardware").glob("*.yaml")}
+def _catalog() -> dict[str, HardwareSpec]:
+    return {
+        p.stem: HardwareSpec.model_validate(yaml.safe_load(p.read_text()))
+        for p in (CONF / "hardware").glob("*.yaml")
+    }
+
+
+def _model() -> dict:
+    """Return a whole model (a decode job validates its cell's): glm5's, toy-sized (MODEL)."""
+    return {**yaml.safe_load((CONF / "model" / "glm5.yaml").read_text()), **MODEL}
 
 
 def _bench() -> dict:
@@ -131,7 +139,7 @@ def test_attach_measured_launch_finds_the_kernel_run_here(tmp_path):
     ceilings = tmp_path / "ceilings.json"
     write_json(ceilings, {"copy_gbs": 1000.0, "matmul_tflops": {"bf16": 100.0}, "properties": {}})
     bench_spec = canonical(
-        {"kernel": kernel, "model": MODEL, "tokens_per_expert": [1, 16], "bench": _bench()}
+        {"kernel": kernel, "model": _model(), "tokens_per_expert": [1, 16], "bench": _bench()}
     )
     decode_path = tmp_path / "decode.csv"
     frame = bench_decode(bench_spec, str(ceilings), str(decode_path))

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from tilesweep.config import CONF_DIR, compose, load_catalog
+from tilesweep.config import CONF_DIR, compose_settings
 from tilesweep.hardware import catalog_name
 
 
 @pytest.fixture(scope="module")
 def catalog():
-    return compose()["catalog"]
+    return compose_settings().catalog
 
 
 @pytest.mark.parametrize(
@@ -41,8 +41,8 @@ def test_device_names_find_the_hardware_file(catalog, device, name):
 
 def test_every_hardware_file_names_its_devices(catalog):
     for name, spec in catalog.items():
-        assert spec["device_names"], name
-        for device in spec["device_names"]:
+        assert spec.device_names, name
+        for device in spec.device_names:
             assert catalog_name(device, catalog) == name
 
 
@@ -54,9 +54,9 @@ def test_a_new_hardware_file_needs_no_code(tmp_path):
         'device_names: ["NVIDIA H200"]', 'device_names: ["NVIDIA GH200 144G HBM3e"]'
     )
     (conf / "hardware" / "gh200.yaml").write_text(text)
-    settings = compose(["grid.targets=[gh200]"], conf)
-    assert catalog_name("NVIDIA GH200 144G HBM3e", load_catalog(conf)) == "gh200"
-    assert settings["catalog"]["gh200"]["arch"] == "sm_90"
+    settings = compose_settings(["grid.targets=[gh200]"], conf)
+    assert catalog_name("NVIDIA GH200 144G HBM3e", settings.catalog) == "gh200"
+    assert settings.catalog["gh200"].arch == "sm_90"
 
 
 def test_a_missing_fp8_peak_is_a_labelled_gap_not_the_bf16_one():

@@ -11,6 +11,7 @@ from tilesweep.errors import ConfigError
 from tilesweep.report import contents, question_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
+from tilesweep.settings import RootSettings
 
 CPU = {"device": "cpu", "device_kind": "cpu", "copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.2}}
 POWER = pd.DataFrame(
@@ -60,18 +61,19 @@ def test_a_bad_question_is_refused_in_one_line_naming_the_key(override, message)
 def report_of(settings: dict, launch: pd.DataFrame | None = None) -> tuple[str, str]:
     """Return the Markdown and HTML reports of a settings' composed verdict (no figures drawn)."""
 
-    def roofline(varied: dict) -> pd.DataFrame:
+    def roofline(varied: RootSettings) -> pd.DataFrame:
         return deployment_verdict.deployment_table(
             varied, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU
         )
 
     empty = pd.DataFrame()
     launch = empty if launch is None else launch
+    typed = RootSettings.model_validate(settings)
     data = contents.build(
-        settings, launch, empty, empty, roofline(settings), {}, figures=dict.fromkeys(
+        settings, launch, empty, empty, roofline(typed), {}, figures=dict.fromkeys(
             ("launch_smem", "decode_time", "decode_roofline", "collective_bandwidth",
              "verdict_split", "check_error"), b""),
-        power=POWER, panel=deployment_verdict.question_panel(settings, roofline),
+        power=POWER, panel=deployment_verdict.question_panel(typed, roofline),
     )  # fmt: skip
     return report_md.render(data), report_html.render(data)
 

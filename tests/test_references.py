@@ -8,7 +8,7 @@ import pytest
 
 from tilesweep import deployment_verdict, references
 from tilesweep.columns import ENGINE_COLUMNS
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.report.headlines import engine_line
 
@@ -73,14 +73,14 @@ def test_an_unknown_key_is_refused():
 
 
 def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
-    settings = compose(_with())
+    settings = compose_settings(_with())
     table = deployment_verdict.engine_table(
         settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     assert list(table.columns) == ENGINE_COLUMNS and len(table) == 1
     row = table.iloc[0]
     # Composed as the verdict composes that deployment: the same figure from deployment_table.
-    alone = compose(references.of(settings).figures[0].overrides())
+    alone = compose_settings(references.of(settings).figures[0].overrides())
     direct = deployment_verdict.deployment_table(
         alone, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     ).iloc[0]
@@ -91,12 +91,16 @@ def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
     assert row.engine_over_floor == pytest.approx(12.8 / direct.floor_ms)
     assert row.composed_source == "composed"  # the shipped H200 fit, not the bare roofline
     # The sweep's own deployment is untouched: GLM-5 on the RTX PRO 6000 stays the verdict's.
-    assert settings["model"]["name"] == "glm5"
+    assert settings.model.name == "glm5"
 
 
 def test_no_figures_no_rows_and_no_line():
     table = deployment_verdict.engine_table(
-        compose(["references=none"]), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+        compose_settings(["references=none"]),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        CPU_HERE,
     )
     assert table.empty and list(table.columns) == ENGINE_COLUMNS
     assert engine_line(table) == ""
@@ -104,7 +108,7 @@ def test_no_figures_no_rows_and_no_line():
 
 def test_the_answer_line_gives_the_corpus_error_and_its_denominator():
     table = deployment_verdict.engine_table(
-        compose(_with()), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+        compose_settings(_with()), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     line = engine_line(table)
     ratio = table.iloc[0].composed_over_engine
@@ -115,7 +119,11 @@ def test_the_answer_line_gives_the_corpus_error_and_its_denominator():
 
 def test_train_rows_are_left_out_of_the_error():
     table = deployment_verdict.engine_table(
-        compose(_with(role="train")), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+        compose_settings(_with(role="train")),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        CPU_HERE,
     )
     got = references.corpus_summary(table)
     assert got["train_rows"] == 1 and got["test_rows"] == 0 and got["composed"] == 0

@@ -28,6 +28,7 @@ from tilesweep.report.document import FIGURES
 from tilesweep.report.launch_figure import launch_smem
 from tilesweep.report.plotting import png
 from tilesweep.report.step_figures import check_error, verdict_split
+from tilesweep.settings import RootSettings
 from tilesweep.stages.tables import arrow_safe
 
 SECTIONS = [key for key, _ in contents.sections()]
@@ -224,13 +225,14 @@ def launch_rows() -> pd.DataFrame:
 def verdict_rows() -> pd.DataFrame:
     """Return the brief's composed verdict (roofline, a CPU at hand): rows that fit and not."""
     return deployment_verdict.deployment_table(
-        BRIEF, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU
+        RootSettings.model_validate(BRIEF), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU
     )
 
 
 def brief_panel() -> dict:
     """Return the question's panel for verdict_rows()."""
-    return deployment_verdict.question_panel(BRIEF, lambda s: deployment_verdict.deployment_table(
+    typed = RootSettings.model_validate(BRIEF)
+    return deployment_verdict.question_panel(typed, lambda s: deployment_verdict.deployment_table(
         s, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU))  # fmt: skip
 
 

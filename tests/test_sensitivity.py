@@ -5,14 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 from tilesweep.plan import sensitivity
 
 
 @pytest.fixture(scope="module")
 def brief():
     """Return the default (the brief's) settings and their composed deployment."""
-    settings = compose([])
+    settings = compose_settings([])
     from tilesweep.plan.deployment import compose_deployment
 
     return settings, compose_deployment(settings)
@@ -36,7 +36,7 @@ def test_winner_is_the_fastest_layout_that_fits():
 
 def test_scaling_touches_only_the_named_input(brief):
     settings, _ = brief
-    hw = settings["catalog"]["rtx_pro_6000"]
+    hw = settings.catalog["rtx_pro_6000"].model_dump(exclude_unset=True)
     slow = sensitivity.scaled_hardware(hw, "interconnect_bandwidth", 0.5)
     late = sensitivity.scaled_hardware(hw, "interconnect_latency", 2.0)
     for name, topology in slow["interconnect_model"]["topologies"].items():

@@ -8,7 +8,7 @@ import pytest
 
 from tilesweep import deployment_verdict
 from tilesweep.columns import CHECK_COLUMNS, VERDICT_COLUMNS
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 
 H200_HERE = {
     "device": "NVIDIA H200",
@@ -24,9 +24,9 @@ CPU_HERE = {"device": "cpu (x86_64, 2 threads)", "device_kind": "cpu", "copy_gbs
 
 
 @pytest.fixture(scope="module")
-def brief() -> dict:
+def brief():
     """Return the default settings: the brief's GLM-5 NVFP4 deployment on RTX PRO 6000."""
-    return compose([])
+    return compose_settings([])
 
 
 def whole_step_rows(model: dict, layouts=("tp1-pp1-ep1", "tp2-pp1-ep1"), batches=(32, 64)):
@@ -59,7 +59,7 @@ def whole_step_rows(model: dict, layouts=("tp1-pp1-ep1", "tp2-pp1-ep1"), batches
 
 
 def test_a_cpu_at_hand_without_a_shipped_fit_leaves_the_target_at_its_roofline():
-    bare = compose(["deployment.fit_file="])
+    bare = compose_settings(["deployment.fit_file="])
     table = deployment_verdict.deployment_table(
         bare, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
@@ -67,7 +67,7 @@ def test_a_cpu_at_hand_without_a_shipped_fit_leaves_the_target_at_its_roofline()
     assert set(table["hardware"]) == {"rtx_pro_6000"}  # the target, not the machine at hand
     assert set(table["source"]) == {"model"}
     assert table["inputs"].str.contains("no whole step timed in CUDA graphs").all()
-    assert len(table) == len(bare["grid"]["layouts"]) * len(bare["deployment"]["batches"])
+    assert len(table) == len(bare.grid.layouts) * len(bare.deployment.batches)
 
 
 def test_a_cpu_at_hand_composes_with_the_shipped_fit_and_says_so(brief):
@@ -81,8 +81,8 @@ def test_a_cpu_at_hand_composes_with_the_shipped_fit_and_says_so(brief):
 
 
 def test_an_eager_step_never_calibrates_a_verdict(brief):
-    steps = whole_step_rows(brief["model"]).assign(timing="eager")
-    bare = compose(["deployment.fit_file="])
+    steps = whole_step_rows(brief.as_dict()["model"]).assign(timing="eager")
+    bare = compose_settings(["deployment.fit_file="])
     table = deployment_verdict.deployment_table(
         bare, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE
     )
@@ -90,7 +90,7 @@ def test_an_eager_step_never_calibrates_a_verdict(brief):
 
 
 def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
-    steps = whole_step_rows(brief["model"])
+    steps = whole_step_rows(brief.as_dict()["model"])
     table = deployment_verdict.deployment_table(
         brief, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE
     )
@@ -104,7 +104,11 @@ def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
     assert (fits["tpot_ms"] <= fits["tpot_high_ms"]).all()
     assert not fits["inputs"].str.contains("the bf16 step's efficiency").any()
     roof = deployment_verdict.deployment_table(
-        compose(["deployment.fit_file="]), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
+        compose_settings(["deployment.fit_file="]),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        CPU_HERE,
     )
     slower = fits.merge(roof, on=["layout", "batch"], suffixes=("", "_roof"))
     assert (slower["tpot_ms"] > slower["tpot_ms_roof"]).all()  # launches and efficiencies: slower
@@ -112,7 +116,7 @@ def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
 
 
 def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
-    steps = whole_step_rows(brief["model"])
+    steps = whole_step_rows(brief.as_dict()["model"])
     decode = pd.DataFrame(
         [
             {"runner": r, "status": "ok", "dtype": "fp8", "routing": "uniform", "op": "gate_up",
@@ -121,7 +125,7 @@ def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
                                 ("triton:b", 16, 0.1, 0.7))
         ]
     )  # fmt: skip
-    fp8 = compose(["deployment=fp8_all"])  # no cited fp8 band on the target: the kernel's
+    fp8 = compose_settings(["deployment=fp8_all"])  # no cited fp8 band on the target: the kernel's
     table = deployment_verdict.deployment_table(fp8, decode, pd.DataFrame(), steps, H200_HERE)
     one = table[(table["batch"] == 1) & (table["fits_memory"] == "yes")]
     # 0.8 of the measured copy bandwidth (4,200 GB/s) is 0.70 of the datasheet's 4,800.
@@ -151,7 +155,7 @@ def test_measured_interconnect_is_used_only_on_the_target(brief):
         brief, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE
     )
     assert elsewhere["inputs"].str.contains("pcie5/").all()  # the RTX PRO 6000's own model
-    h200 = compose(["hardware=h200"])
+    h200 = compose_settings(["hardware=h200"])
     here = deployment_verdict.deployment_table(
         h200, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE
     )
@@ -165,7 +169,7 @@ def test_measured_interconnect_is_used_only_on_the_target(brief):
 
 
 def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
-    model = brief["model"]
+    model = brief.as_dict()["model"]
     steps = whole_step_rows(model)
     collective = pd.DataFrame(
         [
@@ -198,7 +202,7 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
 
 
 def test_the_fit_is_made_on_the_batches_asked_for_and_never_on_another(brief):
-    model = brief["model"]
+    model = brief.as_dict()["model"]
     steps = whole_step_rows(model, batches=(8, 32, 64))
     check = deployment_verdict.check_table(steps, pd.DataFrame(), H200_HERE, model, [32])
     assert (check["calibrated_on"] == "tp1-pp1-ep1 at batches [32] (cuda-graph)").all()
@@ -210,7 +214,7 @@ def test_the_fit_is_made_on_the_batches_asked_for_and_never_on_another(brief):
     assert none["gaps"].str.contains("no TP1 cuda-graph whole step").all()
 
 
-def roofline(settings: dict) -> pd.DataFrame:
+def roofline(settings) -> pd.DataFrame:
     """Return the composed deployment at the roofline, a CPU at hand."""
     return deployment_verdict.deployment_table(
         settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
@@ -218,19 +222,19 @@ def roofline(settings: dict) -> pd.DataFrame:
 
 
 def test_the_question_panel_is_there_only_for_the_question(brief):
-    tiny = compose(["experiment=tiny"])  # its grid has no 8-GPU layout: the panel adds them
+    # The tiny grid has no 8-GPU layout: the panel adds them.
+    tiny = compose_settings(["experiment=tiny"])
     panel = deployment_verdict.question_panel(tiny, roofline)
     assert panel is not None and set(panel["rows"]["world"]) == {8}
     assert set(panel["rows"]["layout"]) == {"tp8-pp1-ep1", "tp4-pp2-ep1", "tp1-pp1-ep8"}
-    assert sorted(panel["winners"]["batch"]) == sorted(brief["deployment"]["batches"])
-    assert deployment_verdict.question_panel(compose(["model=deepseek_v3"]), roofline) is None
-    assert deployment_verdict.question_panel(compose(["hardware=h200"]), roofline) is None
-    assert deployment_verdict.question_panel(compose(["question=none"]), roofline) is None
+    assert sorted(panel["winners"]["batch"]) == sorted(brief.deployment.batches)
+    for other in ("model=deepseek_v3", "hardware=h200", "question=none"):
+        assert deployment_verdict.question_panel(compose_settings([other]), roofline) is None
 
 
 def test_a_question_about_another_deployment_gets_its_own_panel():
     # The question is data: asked about DeepSeek-V3 on four H200, the panel follows it.
-    settings = compose(
+    settings = compose_settings(
         [
             "model=deepseek_v3",
             "hardware=h200",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 from tilesweep.io import read_json, write_table
 from tilesweep.measure.step_engine_check import compose_for
 from tilesweep.plan import attention_table, calibration
@@ -27,19 +27,18 @@ from tilesweep.plan import attention_table, calibration
 def main() -> int:
     """Write the held-out check of a fit; return the exit status."""
     fit_path, steps_path, ceilings_path, out = sys.argv[1:5]
-    settings = compose(sys.argv[5:])
+    settings = compose_settings(sys.argv[5:])
+    model = settings.model.model_dump(exclude_unset=True)
     fit = json.loads(Path(fit_path).read_text())
     steps = pd.read_csv(steps_path)
-    table = attention_table.load(settings["deployment"]["attention_table"])
+    table = attention_table.load(settings.deployment.attention_table)
     if ceilings_path == "datasheet":
-        check = compose_for(steps, fit, settings["model"], settings["catalog"], table)
+        check = compose_for(steps, fit, model, settings.catalog, table)
     else:
         ceilings = read_json(ceilings_path)
         device = ceilings.get("device", "unknown")
         hw = calibration.device_hardware(ceilings, device, None)
-        check = calibration.step_check(
-            steps, settings["model"], hw, {}, device, fit=fit, attention=table
-        )
+        check = calibration.step_check(steps, model, hw, {}, device, fit=fit, attention=table)
     write_table(out, check)
     cols = ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct", "held_out"]
     print(check[cols].to_string(index=False))

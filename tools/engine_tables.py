@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tilesweep.config import compose
+from tilesweep.config import compose_settings
 from tilesweep.fused_moe import engine_tables
 
 FORMATS = ("fp8_block", "bf16", "fp8")  # the order files are decided in: the one that lost first
@@ -30,8 +30,8 @@ if __name__ == "__main__":
     parser.add_argument("--from", dest="folders", action="append", help="kept tune folders")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    settings = compose(args.overrides)
-    versions = settings["backend"]["fused_moe"]["engine_versions"]
+    settings = compose_settings(args.overrides)
+    versions = settings.backend["fused_moe"]["engine_versions"]
     engines = args.engine or list(versions)
     formats = args.format or list(FORMATS)
     shapes = {tuple(int(v) for v in s.split(",")) for s in args.shape or []}

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.settings import RootSettings
+
 # The figures one pick carries (answer.json's `picks` keys, the card table's columns).
 PICK_FIELDS = (
     "batch",
@@ -522,7 +524,7 @@ def rests_on(
 
 
 def build(
-    settings: dict,
+    settings: RootSettings | dict,
     verdict: pd.DataFrame,
     check: pd.DataFrame | None = None,
     engines: pd.DataFrame | None = None,
@@ -536,9 +538,14 @@ def build(
     if target is not None and target.pick is not None and target.pick not in basis:
         basis = [target.pick, *basis]
     first = verdict.iloc[0] if len(verdict) else {}
+    if isinstance(settings, RootSettings):
+        model, hardware = settings.model.name, settings.hardware.name
+    else:  # the plain containers the report reads
+        model = settings.get("model", {}).get("name", "?")
+        hardware = settings.get("hardware", {}).get("name", "?")
     return AnswerCard(
-        model=str(first.get("model", settings.get("model", {}).get("name", "?"))),
-        hardware=str(first.get("hardware", settings.get("hardware", {}).get("name", "?"))),
+        model=str(first.get("model", model)),
+        hardware=str(first.get("hardware", hardware)),
         picks=picks,
         no_fit_batches=none,
         target=target,
@@ -546,10 +553,13 @@ def build(
     )
 
 
-def target_of(settings: dict):
-    """Return the question's target (tilesweep.question.Target) a resolved config asks."""
+def target_of(settings: RootSettings | dict):
+    """Return the question's target (tilesweep.question.Target) a resolved config asks (the
+    settings object, or the plain containers the report reads)."""
     from tilesweep import question
 
+    if isinstance(settings, RootSettings):
+        return question.target(settings.question)
     return question.target(settings.get("question"))
 
 

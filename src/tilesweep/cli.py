@@ -85,13 +85,13 @@ def verdict_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from tilesweep import deployment_verdict
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
     from tilesweep.io import write_table
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={args.out!r}: exists and is not a folder")
-    settings = compose(args.overrides)
+    settings = compose_settings(args.overrides)
     empty = pd.DataFrame()
     table = deployment_verdict.deployment_table(settings, empty, empty, empty, {})
     engines = (

@@ -29,17 +29,27 @@ def compose_settings(
 ) -> RootSettings:
     """Return the composed config, validated once, as the typed settings object passed down
     (its as_dict() is compose()'s plain containers, for JSON)."""
-    return RootSettings.model_validate(compose(overrides, conf_dir))
+    conf_dir = Path(conf_dir or CONF_DIR).resolve()
+    return validate(_compose_raw(overrides, conf_dir), conf_dir)
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None) -> dict:
-    """Return the composed, resolved and validated config as plain containers."""
+    """Return the composed, resolved and validated config as plain containers (what tests and
+    tools read; the pipeline takes compose_settings())."""
+    conf_dir = Path(conf_dir or CONF_DIR).resolve()
+    settings = _compose_raw(overrides, conf_dir)
+    validate(settings, conf_dir)
+    return settings
+
+
+def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict:
+    """Return the Hydra composition of conf_dir, resolved, with the hardware catalog: the plain
+    containers before validation."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    conf_dir = Path(conf_dir or CONF_DIR).resolve()
     overrides = [str(o) for o in overrides]
     _check_group_choices(overrides, conf_dir)
     GlobalHydra.instance().clear()
@@ -52,7 +62,6 @@ def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None =
     finally:
         GlobalHydra.instance().clear()
     settings["catalog"] = load_catalog(conf_dir)
-    validate(settings, conf_dir)
     return settings
 
 
@@ -78,24 +87,29 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
     return catalog
 
 
-def validate(settings: dict, conf_dir: Path = CONF_DIR) -> None:
-    """Raise ConfigError naming the first bad key and value; return None when all is well."""
-    check_settings(settings)
-    question.validate(settings.get("question"), settings["catalog"])
-    references.validate(settings.get("references"), conf_dir)
-    _check_question_model(settings, conf_dir)
-    _check_reference_figures(settings, conf_dir)
-    _check_files(settings)
+def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
+    """Return the composed config validated, as the settings object; raise ConfigError naming
+    the first bad key and value."""
+    checked = check_settings(settings)
+    question.validate(checked.question, checked.catalog)
+    references.validate(checked.references, conf_dir)
+    _check_question_model(checked, conf_dir)
+    _check_reference_figures(checked, conf_dir)
+    _check_files(checked)
+    return checked
 
 
-def check_settings(settings: dict) -> None:
-    """Raise ConfigError naming the first key whose type, range or choice the models refuse, or
-    that does not fit another group."""
-    for name, spec in settings["catalog"].items():  # first: a bad spec is named by its file
+def check_settings(settings: dict) -> RootSettings:
+    """Return the composed config as the settings object; raise ConfigError naming the first key
+    whose type, range or choice the models refuse, or that does not fit another group. It reads
+    the plain containers first: a bad hardware spec is named by its file, and a backend section
+    by its backend's own model (RootSettings keeps each section as the mapping it checked)."""
+    for name, spec in settings["catalog"].items():
         check(HardwareSpec, spec, f"hardware[{name}]")
-    check(RootSettings, settings)
+    checked = check(RootSettings, settings)
     check_backends(settings["backend"])
-    check_runners(RootSettings.model_validate(settings))
+    check_runners(checked)
+    return checked
 
 
 def check_runners(settings: RootSettings) -> None:
@@ -165,7 +179,7 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
             raise ConfigError(f"{item}: a {group} option is one name, not a list; valid: {options}")
 
 
-def _check_question_model(settings: dict, conf_dir: Path) -> None:
+def _check_question_model(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for a question about a model conf/model does not have (its panel would
     never appear)."""
     asked = question.of(settings)
@@ -176,7 +190,7 @@ def _check_question_model(settings: dict, conf_dir: Path) -> None:
         )
 
 
-def _check_reference_figures(settings: dict, conf_dir: Path) -> None:
+def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for a cited figure given twice, or one whose layout its model cannot be
     split into (named by the figure's key, not the grid's)."""
     from omegaconf import OmegaConf
@@ -208,18 +222,18 @@ def _check_reference_figures(settings: dict, conf_dir: Path) -> None:
             raise ConfigError(exc.line(f"{where}.layout")) from None
 
 
-def _check_files(settings: dict) -> None:
+def _check_files(settings: RootSettings) -> None:
     """Raise ConfigError for a deployment file (fit_file, attention_table) that is missing, not
     of its kind (a fit: a JSON object with a per-kernel cost; a table: a CSV with the tune's
     columns), or outside the checkout and results_dir unless read_outside is true."""
-    dep = settings["deployment"]
-    allowed = [PROJECT_ROOT, Path(settings["results_dir"]).resolve()]
+    dep = settings.deployment
+    allowed = [PROJECT_ROOT, Path(settings.results_dir).resolve()]
     hints = {
         "fit_file": "a kept GPU run's tables/fit.json",
         "attention_table": "tools/h200_mla_tune.py writes one",
     }
     for key, fault in (("fit_file", _fit_fault), ("attention_table", _attention_fault)):
-        value = dep.get(key)
+        value = getattr(dep, key)
         if not value:
             continue
         where = f"deployment.{key}={value!r}"
@@ -227,7 +241,7 @@ def _check_files(settings: dict) -> None:
         if not path.is_file():
             raise ConfigError(f'{where}: no such file ({hints[key]}; "" for none)')
         inside = any(path.resolve().is_relative_to(a) for a in allowed)
-        if not inside and not settings.get("read_outside", False):
+        if not inside and not settings.read_outside:
             raise ConfigError(
                 f"{where}: outside the checkout and results_dir; copy it into either, or set "
                 "read_outside=true to read it where it is"

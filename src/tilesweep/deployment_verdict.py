@@ -25,14 +25,15 @@ from tilesweep import question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
 from tilesweep.plan import attention_table, calibration, engine_profile
 from tilesweep.plan.architecture import deployment_model
-from tilesweep.plan.deployment import compose_deployment, serving_load
+from tilesweep.plan.deployment import Composition, compose_parts, serving_load
 from tilesweep.plan.launch_fit import launch_timer, on_datasheet, small_kernel_us
 from tilesweep.plan.sensitivity import sensitivity, winners
+from tilesweep.settings import HardwareSpec, Layout, RootSettings
 
 
-def at_target(settings: dict, ceilings: dict) -> bool:
+def at_target(settings: RootSettings, ceilings: dict) -> bool:
     """Return whether the benchmark device is the target the config names."""
-    return bool(ceilings) and ceilings.get("catalog_name") == settings["hardware"]["name"]
+    return bool(ceilings) and ceilings.get("catalog_name") == settings.hardware.name
 
 
 def _nearest(values: list[int], want: float) -> int:
@@ -45,15 +46,15 @@ def with_group_bw(fit: dict, group: str, e_bw: float) -> dict:
     return dict(fit, groups={**fit["groups"], group: dict(fit["groups"][group], e_bw=e_bw)})
 
 
-def engine_deployment(settings: dict) -> tuple[dict, dict | None]:
-    """Return (the deployment as the engine runs it, the engine's settings): `attention: auto`
-    resolved to the engine's mode on the target's architecture, the mean context of a serving
-    load (input_len + output_len / 2) where one is set, and `attention_label` saying which."""
-    dep = dict(settings["deployment"])
-    engine = settings.get("engine")
-    arch = settings["hardware"].get("arch", "")
+def engine_deployment(settings: RootSettings) -> tuple[dict, dict]:
+    """Return (the deployment as the engine runs it, the engine's settings), as the plan's plain
+    containers: `attention: auto` resolved to the engine's mode on the target's architecture,
+    the mean context of a serving load (input_len + output_len / 2) where one is set, and
+    `attention_label` saying which."""
+    dep = settings.deployment.model_dump(exclude_unset=True)
+    engine = settings.engine.model_dump(exclude_unset=True)
     if dep.get("attention", "auto") == "auto":
-        mode, why = engine_profile.attention_mode(engine or {"name": "lean"}, arch)
+        mode, why = engine_profile.attention_mode(engine, settings.hardware.arch)
         dep["attention"] = mode
         dep["attention_label"] = f"attention: {mode} ({why})"
     else:
@@ -112,16 +113,18 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
     return float(best["frac_roofline"]), f"best fp8 kernel {best['runner']} at t={t}"
 
 
-def datasheet_for(device: str, catalog: dict) -> dict | None:
+def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> dict | None:
     """Return the conf/hardware spec whose `device_names` holds `device` (the name a GPU
-    reports), or None where conf/hardware has no such GPU."""
+    reports), as plain containers, or None where conf/hardware has no such GPU."""
     for spec in catalog.values():
-        if device in (spec.get("device_names") or []):
-            return spec
+        if device in spec.device_names:
+            return spec.model_dump(exclude_unset=True)
     return None
 
 
-def fit_on_datasheet(fit: dict | None, label: str, catalog: dict) -> tuple[dict | None, str]:
+def fit_on_datasheet(
+    fit: dict | None, label: str, catalog: dict[str, HardwareSpec]
+) -> tuple[dict | None, str]:
     """Return (the fit with its efficiencies as fractions of its device's datasheet, label), or
     (None, why) where the fit's device has no datasheet in conf/hardware (then the verdict is the
     target's roofline alone, labelled; a measured rate is never set against a datasheet)."""
@@ -175,10 +178,16 @@ def graph_terms(ceilings: dict) -> dict | None:
     }
 
 
-def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: dict):
+def verdict_fit(
+    settings: RootSettings,
+    steps: pd.DataFrame,
+    ceilings: dict,
+    hw_here: dict,
+    model: dict | None = None,
+):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
-    on the TP1 step timed in CUDA graphs here, else the fit shipped in deployment.fit_file, else
-    (None, None, why)."""
+    on the TP1 step timed in CUDA graphs here (on `model`, the model as deployed; by default the
+    settings' own), else the fit shipped in deployment.fit_file, else (None, None, why)."""
     import json
 
     from tilesweep.io import project_path
@@ -187,13 +196,13 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     if ceilings and ceilings.get("device_kind") == "cuda":
         cost = per_kernel_us(ceilings)
         fit = calibration.step_fit(
-            steps, settings["model"], hw_here, cost, device, terms=graph_terms(ceilings),
-            batches=settings["deployment"].get("fit_batches"),
-            attention=attention_table.load(settings["deployment"].get("attention_table", "")),
+            steps, model or settings.model.model_dump(exclude_unset=True), hw_here, cost, device,
+            terms=graph_terms(ceilings), batches=settings.deployment.fit_batches,
+            attention=attention_table.load(settings.deployment.attention_table),
         )  # fmt: skip
         if fit is not None:
             return with_ceilings(fit, ceilings), cost, calibration.fit_label(fit)
-    path = settings["deployment"].get("fit_file")
+    path = settings.deployment.fit_file
     if path and project_path(path).is_file():
         fit = json.loads(project_path(path).read_text())
         where = f"; shipped as {path}, its costs per kernel and efficiencies"
@@ -204,7 +213,7 @@ def verdict_fit(settings: dict, steps: pd.DataFrame, ceilings: dict, hw_here: di
     return None, None, why
 
 
-def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
+def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> dict:
     """Return the launch-aware fit made here (the graphed TP1 step) with the sweep's provenance,
     or {"gap": why} where none can be made; this is the file `deployment.fit_file` ships."""
     device = ceilings.get("device", "none") if ceilings else "none"
@@ -213,9 +222,9 @@ def fit_record(settings: dict, steps: pd.DataFrame, ceilings: dict) -> dict:
     hw_here = calibration.device_hardware(ceilings, device, None)
     cost = per_kernel_us(ceilings)
     fit = calibration.step_fit(
-        steps, settings["model"], hw_here, cost, device, terms=graph_terms(ceilings),
-        batches=settings["deployment"].get("fit_batches"),
-        attention=attention_table.load(settings["deployment"].get("attention_table", "")),
+        steps, settings.model.model_dump(exclude_unset=True), hw_here, cost, device,
+        terms=graph_terms(ceilings), batches=settings.deployment.fit_batches,
+        attention=attention_table.load(settings.deployment.attention_table),
     )  # fmt: skip
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
@@ -243,7 +252,7 @@ def _here(collective: pd.DataFrame, ceilings: dict) -> tuple[str, dict, dict, di
 
 
 def deployment_table(
-    settings: dict,
+    settings: RootSettings,
     decode: pd.DataFrame,
     collective: pd.DataFrame,
     steps: pd.DataFrame,
@@ -254,11 +263,10 @@ def deployment_table(
     `fitted` is verdict_fit's (fit, per-kernel cost, label) where the caller made it (a fit is
     made on the sweep's own model, never on another config's)."""
     dep, engine_conf = engine_deployment(settings)
-    model = deployment_model(settings["model"], dep)
-    settings = dict(settings, model=model, deployment=dep)
+    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
     engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"])
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
-    plain = dict(settings["hardware"])
+    plain = settings.hardware.model_dump(exclude_unset=True)
     target = with_engine_allreduce(plain, engine_conf)
     allreduce = (
         f"all-reduce: {engine.name}'s one-shot custom all-reduce up to its max_bytes "
@@ -273,15 +281,16 @@ def deployment_table(
                                                   "topologies": {named: here_numbers}})  # fmt: skip
         floors = here_floors
         allreduce = f"all-reduce: measured here ({device}; NCCL)"
-    fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here)
-    fit, label = fit_on_datasheet(fit, label, settings["catalog"])
+    fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here, model)
+    fit, label = fit_on_datasheet(fit, label, settings.catalog)
     # The attention kernel's own times where the target is the device that measured them.
-    table = attention_table.load(dep.get("attention_table", ""))
+    table = attention_table.load(settings.deployment.attention_table)
     here = at_target(settings, ceilings)
     own = attention_table.for_device(table, device, model, dep) if here else None
+    layouts = [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts]
     frames = []
     for batch in dep["batches"]:
-        one = dict(settings, hardware=target, deployment=dict(dep, batches=[batch]))
+        one = Composition(model, dict(dep, batches=[batch]), target, layouts)
         notes = []
         ends = {}  # the TPOT at the ends of a cited efficiency band (tpot_low_ms, tpot_high_ms)
         kwargs = {"measured_floors": floors, "engine": engine}
@@ -333,9 +342,9 @@ def deployment_table(
                         "efficiency applied to their bytes"
                     )
             kwargs["timer"] = launch_timer(use, cost, label, own, engine.launches)
-        table = compose_deployment(one, **kwargs)
+        table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
-            table[column] = compose_deployment(one, **dict(kwargs, timer=timer))["tpot_ms"]
+            table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]
         notes.append(dep["attention_label"])
         notes.append(allreduce)
         if fit is not None and engine.launches is not None:
@@ -350,7 +359,7 @@ def deployment_table(
 
 
 def engine_table(
-    settings: dict,
+    settings: RootSettings,
     decode: pd.DataFrame,
     collective: pd.DataFrame,
     steps: pd.DataFrame,
@@ -359,18 +368,18 @@ def engine_table(
     """Return one row per engine figure the config cites (conf/references): the engine's
     measured TPOT beside the verdict composed for the same model, layout, batch and context on
     the engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
 
     figures = references.of(settings).figures
     if not figures:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     fitted = verdict_fit(settings, steps, ceilings, _here(collective, ceilings)[3])
     rows = []
-    groups: dict[tuple, dict] = {}  # one Hydra compose per model x GPU x formats x engine
+    groups: dict[tuple, RootSettings] = {}  # one Hydra compose per model x GPU x formats x engine
     for fig in figures:
         key = (fig.model, fig.hardware, fig.deployment, fig.engine_name())
         if key not in groups:
-            groups[key] = compose(fig.overrides())
+            groups[key] = compose_settings(fig.overrides())
         one = deployment_table(
             figure_settings(groups[key], fig), decode, collective, steps, ceilings, fitted
         ).iloc[0]
@@ -414,18 +423,20 @@ def engine_table(
     return table
 
 
-def figure_settings(base: dict, fig: references.Figure) -> dict:
+def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
     """Return the settings composing one cited figure: `base` (composed from the overrides of a
     figure of the same model, GPU, formats and engine) with this figure's batch, serving load and
     layout, which its model validated; the same as composing its own overrides."""
-    dep = dict(base["deployment"], batches=[fig.batch])
-    if fig.input_len and fig.output_len:
-        dep.update(input_len=fig.input_len, output_len=fig.output_len)
-    else:
-        dep.update(input_len=0, output_len=0, context_len=fig.context_len)
+    load = (
+        {"input_len": fig.input_len, "output_len": fig.output_len}
+        if fig.input_len and fig.output_len
+        else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
+    )
+    dep = base.deployment.model_copy(update={"batches": [fig.batch], **load})
     lay = fig.layout
-    layout = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "experts": lay.experts}
-    return dict(base, deployment=dep, grid=dict(base["grid"], layouts=[layout]))
+    layout = Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep, experts=lay.experts)
+    grid = base.grid.model_copy(update={"layouts": [layout]})
+    return base.model_copy(update={"deployment": dep, "grid": grid})
 
 
 def _between(text: str, start: str, end: str) -> str:
@@ -474,21 +485,22 @@ def check_table(
     )
 
 
-def question_panel(settings: dict, compose: Callable[[dict], pd.DataFrame]) -> dict | None:
+def question_panel(
+    settings: RootSettings, compose: Callable[[RootSettings], pd.DataFrame]
+) -> dict | None:
     """Return the question's panel when a question is configured and the deployment is the one it
     asks about (conf/question): its layouts and the grid's other layouts of as many GPUs, composed
     as the verdict is, the winner per batch and the sensitivity band; None otherwise."""
     asked = question.of(settings)
-    if asked is None or not asked.asks_about(
-        settings["model"]["name"], settings["hardware"]["name"]
-    ):
+    if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
     layouts = asked.layout_dicts()
-    for lay in settings["grid"]["layouts"]:
-        lay = {k: lay[k] for k in ("tp", "pp", "ep")}
+    for lay in settings.grid.layouts:
+        lay = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
         if lay["tp"] * lay["pp"] * lay["ep"] == asked.gpus and lay not in layouts:
             layouts.append(lay)
-    panel = dict(settings, grid=dict(settings["grid"], layouts=layouts))
+    grid = settings.grid.model_copy(update={"layouts": [Layout(**lay) for lay in layouts]})
+    panel = settings.model_copy(update={"grid": grid})
     rows = compose(panel)
     return {
         "rows": rows,

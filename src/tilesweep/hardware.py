@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tilesweep.settings import HardwareSpec
 
 
 def reported_name(device: str) -> str:
@@ -11,13 +15,11 @@ def reported_name(device: str) -> str:
     return re.sub(r"\s+x\d+$", "", name).strip()
 
 
-def catalog_name(device: str, catalog: dict[str, dict]) -> str | None:
+def catalog_name(device: str, catalog: dict[str, HardwareSpec]) -> str | None:
     """Return the conf/hardware name whose `device_names` hold the device's name, else None."""
     want = reported_name(device).casefold()
     found = [
-        name
-        for name, spec in catalog.items()
-        if want in (n.casefold() for n in spec.get("device_names") or ())
+        name for name, spec in catalog.items() if want in (n.casefold() for n in spec.device_names)
     ]
     if len(found) > 1:
         raise ValueError(f"device {want!r} is listed by several hardware files: {found}")

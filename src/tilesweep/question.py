@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from tilesweep.errors import ConfigError
+from tilesweep.settings import RootSettings
 
 
 class _Strict(BaseModel):
@@ -166,6 +167,9 @@ def validate(value: object, catalog: dict) -> None:
         )
 
 
-def of(settings: dict) -> Question | None:
-    """Return the question a resolved config names, or None."""
-    return parse(settings.get("question"))
+def of(settings: RootSettings | dict) -> Question | None:
+    """Return the question a resolved config names (the settings object, or the plain containers
+    the report reads), or None."""
+    return parse(
+        settings.question if isinstance(settings, RootSettings) else settings.get("question")
+    )

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from tilesweep.errors import ConfigError
+from tilesweep.settings import RootSettings
 from tilesweep.settings.strict import Section, check
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
@@ -126,8 +127,11 @@ def validate(value: object, conf_dir: Path) -> None:
                 )
 
 
-def of(settings: dict) -> References:
-    """Return the engines' figures a resolved config names."""
+def of(settings: RootSettings | dict) -> References:
+    """Return the engines' figures a resolved config names (the settings object, or the plain
+    containers the report reads)."""
+    if isinstance(settings, RootSettings):
+        return parse(settings.references)
     return parse(settings.get("references"))
 
 

@@ -35,7 +35,7 @@ class FaultDecode(DecodeRunner):
 
         return fault_kernels.runner(runner.removeprefix(PREFIX), cuda)
 
-    def table_rows(self, settings: dict, tune):
+    def table_rows(self, settings, tune):
         """Fail the tables step when TILESWEEP_FAULT_JOIN is set (a join that breaks mid-way)."""
         if os.environ.get("TILESWEEP_FAULT_JOIN"):
             raise RuntimeError("planted fault in the tables step")

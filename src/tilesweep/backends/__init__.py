@@ -225,7 +225,7 @@ def command_parsers(sub) -> None:
             b.commands.add_parsers(sub)
 
 
-def table_rows(settings: dict, tune):
+def table_rows(settings: RootSettings, tune):
     """Return the extra decode.csv rows every backend adds from the tune table (DataFrames)."""
     rows = [b.decoder.table_rows(settings, tune) for b in registered() if b.decoder]
     return [r for r in rows if r is not None and len(r)]

@@ -21,6 +21,7 @@ from tilesweep.cutlass.cell_spec import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
 
 if TYPE_CHECKING:
+    from tilesweep.settings import DecodeCell
     from tilesweep.settings.root import RootSettings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -149,16 +150,16 @@ def to_row(rec: dict) -> dict:
     }
 
 
-def program_rows(spec: dict, log) -> list[dict]:
+def program_rows(cell: DecodeCell, log) -> list[dict]:
     """Return decode rows from the SM90 FP8 program at every batch (traffic, no roofline)."""
     from tilesweep.plan.expert_shapes import expert_ops, traffic
 
-    bench, model = spec["bench"], spec["model"]
-    experts = min(bench["gpu_experts"], model["routed_experts"])
+    bench, model = cell.bench, cell.model
+    experts = min(bench.gpu_experts, model.routed_experts)
     rows = []
     binary, note = ensure_binary()
     log.info("CUTLASS program: %s (%s)", binary, note)
-    for op, (n, k) in expert_ops(model).items():
+    for op, (n, k) in expert_ops(model.model_dump(exclude_unset=True)).items():
         if binary is None:
             rows.append({"runner": "cutlass", "op": op, "status": "unsupported", "reason": note})
             continue
@@ -167,16 +168,16 @@ def program_rows(spec: dict, log) -> list[dict]:
             n,
             k,
             experts,
-            spec["tokens_per_expert"],
-            bench["repeats"],
-            bench["kernel_timeout_s"],
+            cell.tokens_per_expert,
+            bench.repeats,
+            bench.kernel_timeout_s,
         )
         for rec in records:
             row = {
                 **to_row(rec),
                 "op": op,
                 "routing": "uniform",
-                "model": model["name"],
+                "model": model.name,
             }
             if row.get("tokens_per_expert"):
                 counts = [row["tokens_per_expert"]] * row["experts"]
@@ -206,10 +207,9 @@ class SM90Program(DecodeRunner):
         """Return the SM90 program's job when a GPU here is an SM90 device of the catalog."""
         from tilesweep.hardware import catalog_name
 
-        catalog = settings.as_dict()["catalog"]  # catalog_name also reads the tables' JSON
         for gpu in gpus:
-            name = catalog_name(gpu, catalog)
-            if name and catalog[name]["arch"] == ARCH:
+            name = catalog_name(gpu, settings.catalog)
+            if name and settings.catalog[name].arch == ARCH:
                 return [PROGRAM_JOB]
         return []
 
@@ -221,9 +221,9 @@ class SM90Program(DecodeRunner):
         """Return the program's operand type (FP8)."""
         return frozenset({DTYPE})
 
-    def bench(self, spec: dict, ceilings: dict, log) -> list[dict] | None:
+    def bench(self, cell: DecodeCell, ceilings: dict, log) -> list[dict] | None:
         """Return the SM90 program's rows at every batch."""
-        return program_rows(spec, log)
+        return program_rows(cell, log)
 
     def measured_rows(self, launch_row: dict, decode):
         """Return the program's rows for an auto-stage, default-epilogue tile that built, timed

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from tilesweep.settings import DecodeCell
     from tilesweep.settings.root import RootSettings
 
 
@@ -78,9 +79,10 @@ class DecodeRunner:
         """Return the runners one decode job times."""
         return []
 
-    def bench(self, spec: dict, ceilings: dict, log) -> list[dict] | None:
-        """Return decode rows measured by the backend's own program, or None when the generic
-        per-runner benchmark times `runners`."""
+    def bench(self, cell: DecodeCell, ceilings: dict, log) -> list[dict] | None:
+        """Return decode rows measured by the backend's own program for one decode job's cell
+        (stages.decode.DecodeCell), or None when the generic per-runner benchmark times
+        `runners`."""
         return None
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
@@ -110,7 +112,7 @@ class DecodeRunner:
         or None when the decode benchmark cannot run it."""
         return None
 
-    def table_rows(self, settings: dict, tune):
+    def table_rows(self, settings: RootSettings, tune):
         """Return extra rows this backend adds to decode.csv from the tune table (a DataFrame),
         or None."""
         return None

@@ -304,11 +304,11 @@ class FusedMoeRows(DecodeRunner):
     kind = "fused"
     runner_kinds = {"engine": "engine"}
 
-    def table_rows(self, settings: dict, tune):
+    def table_rows(self, settings: RootSettings, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
         from tilesweep.fused_moe.engine_rows import engine_rows
 
-        return engine_rows(settings.get("backend", {}).get(NAME) or {}, tune)
+        return engine_rows(settings.backend.get(NAME) or {}, tune)
 
 
 class FusedMoeStep(StepRunner):

@@ -84,12 +84,12 @@ def _ints(text: str, what: str) -> list[int]:
 
 def engine_tune_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-tune`; return the exit status."""
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
     from tilesweep.fused_moe import engine_tune
     from tilesweep.fused_moe.engine_timing import LAUNCHERS
 
-    settings = compose(args.overrides)
-    fused = settings["backend"]["fused_moe"]
+    settings = compose_settings(args.overrides)
+    fused = settings.backend["fused_moe"]
     engines = args.engine or list(fused["engine_versions"])
     for engine in engines:
         if engine not in LAUNCHERS or engine not in fused["engine_versions"]:
@@ -98,9 +98,9 @@ def engine_tune_command(args: argparse.Namespace) -> int:
     for fmt in formats:
         if fmt not in ("bf16", "fp8", "fp8_block"):
             raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
-    model = settings["model"]
+    model = settings.model
     shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
-        (model["routed_experts"], model["moe_intermediate"])
+        (model.routed_experts, model.moe_intermediate)
     ]
     if any(len(s) != 2 for s in shapes):
         raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
@@ -120,13 +120,13 @@ def engine_tune_command(args: argparse.Namespace) -> int:
 
 def engine_check_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-check`; return the exit status."""
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
     from tilesweep.fused_moe.engine_check import check_file, read_file, safe_file, summary
 
     read_file(args.file)  # a bad file is refused before anything starts
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
-    settings = compose(args.overrides)
+    settings = compose_settings(args.overrides)
     table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
     if args.safe_out:
         kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
+from tilesweep.settings import Tuning
 
 NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
@@ -83,17 +84,17 @@ def read_file(path: str | Path) -> tuple[dict, dict]:
     return shape, {int(k): v for k, v in configs.items()}
 
 
-def problem_of(shape: dict, settings: dict) -> dict:
+def problem_of(shape: dict, settings: Tuning) -> dict:
     """Return the problem a file's shape stands for in the composed model."""
-    model = settings["model"]
-    return {"experts": shape["experts"], "n": shape["n"], "hidden": model["hidden"],
-            "top_k": model["top_k"]}  # fmt: skip
+    model = settings.model
+    return {"experts": shape["experts"], "n": shape["n"], "hidden": model.hidden,
+            "top_k": model.top_k}  # fmt: skip
 
 
 def timer_for(
     engine: str,
     shape: dict,
-    settings: dict,
+    settings: Tuning,
     device: str = "cuda",
     seed_shift: int = 0,
     timing: str = "decode",
@@ -106,19 +107,19 @@ def timer_for(
 
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
-    fused = settings["backend"]["fused_moe"]
+    fused = settings.backend["fused_moe"]
     if engine not in fused["engine_versions"]:
         raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
-    bench = settings["bench"]
+    bench = settings.bench
     try:
         return EngineTimer(engine, fused["engine_versions"][engine], problem_of(shape, settings),
-                           shape["format"], bench["seed"] + seed_shift, bench["zipf_alpha"],
+                           shape["format"], bench.seed + seed_shift, bench.zipf_alpha,
                            device, timing, check_experts)  # fmt: skip
     except LookupError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def baseline_of(engine: str, version: str, path: str | Path, shape: dict, settings: dict,
+def baseline_of(engine: str, version: str, path: str | Path, shape: dict, settings: Tuning,
                 triton_version: str) -> tuple[dict | None, str]:  # fmt: skip
     """Return (the engine's shipped table for a file's key, or None; where) as the engine would
     load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
@@ -145,7 +146,7 @@ def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> d
     return space.engine_default(rules, m, shape["experts"], shape["format"])
 
 
-def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda",
+def check_file(path: str, settings: Tuning, repeats: int = 20, device: str = "cuda",
                engine: str = "vllm", seed_shift: int = 0, timing: str = "decode",
                keys: list[int] | None = None, check_experts: int | None = None,
                log=None) -> pd.DataFrame:  # fmt: skip
@@ -160,7 +161,7 @@ def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda
 
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
-    rules = settings["backend"]["fused_moe"]["engine_defaults"][engine]
+    rules = settings.backend["fused_moe"]["engine_defaults"][engine]
     shipped, where = baseline_of(engine, timer.version, path, shape, settings, triton.__version__)
     rows = []
     for m in sorted(k for k in configs if keys is None or k in keys):
@@ -179,7 +180,7 @@ def check_file(path: str, settings: dict, repeats: int = 20, device: str = "cuda
                 rows.append({"engine": engine, "version": timer.version,
                              "kernel_from": timer.kernel_from, "format": shape["format"],
                              "experts": shape["experts"], "n": shape["n"], "m": m,
-                             "routing": routing, "draw": settings["bench"]["seed"] + seed_shift,
+                             "routing": routing, "draw": settings.bench.seed + seed_shift,
                              **timer.provenance(), "config_from": label, "config": slug,
                              "baseline": "shipped" if shipped else "default",
                              "baseline_from": where, **done[slug]})  # fmt: skip
@@ -274,7 +275,7 @@ def export_table(configs: dict, keep: dict, shipped: dict | None, rules: dict,
     return {str(m): out[m] for m in sorted(out)}
 
 
-def safe_file(tables: pd.DataFrame | list, path: str, settings: dict, out: str,
+def safe_file(tables: pd.DataFrame | list, path: str, settings: Tuning, out: str,
               engine: str = "vllm", triton_version: str | None = None,
               ) -> tuple[int, int]:  # fmt: skip
     """Write the file as it may be exported (export_table of `decide` over the checks given:
@@ -284,8 +285,8 @@ def safe_file(tables: pd.DataFrame | list, path: str, settings: dict, out: str,
     checks = tables if isinstance(tables, list) else [tables]
     shape, configs = read_file(path)
     triton = json.loads(Path(path).read_text()).get("triton_version", "")
-    rules = settings["backend"]["fused_moe"]["engine_defaults"][engine]
-    version = settings["backend"]["fused_moe"]["engine_versions"][engine]
+    fused = settings.backend["fused_moe"]
+    rules, version = fused["engine_defaults"][engine], fused["engine_versions"][engine]
     if triton_version is None:
         import triton as _triton
 

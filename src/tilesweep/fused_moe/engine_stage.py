@@ -13,7 +13,6 @@ check tables). Where the engine's kernel is not at hand the summary says why.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pandas as pd
 
 from tilesweep.cells import write_cell_table
 from tilesweep.fused_moe import space
+from tilesweep.settings import TuneSettings
 from tilesweep.stages import logged
 
 SUMMARY_GAP = ["engine", "version", "status", "reason"]
@@ -32,10 +32,10 @@ def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir:
     from tilesweep.errors import ConfigError
     from tilesweep.fused_moe import engine_tune
 
-    settings = json.loads(settings_json)
-    fused = settings["backend"]["fused_moe"]
+    settings = TuneSettings.from_json(settings_json)
+    fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]
-    problems = space.problems(settings["model"], settings["grid"]["layouts"])
+    problems = space.problems(settings.model, settings.grid.layouts)
     shapes = [(p["experts"], p["n"]) for p in problems]
     work = Path(f"{configs_dir}.partial")  # swapped in whole: nothing half-written is kept
     shutil.rmtree(work, ignore_errors=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.fused_moe import space
+from tilesweep.settings import Tuning
 
 DROPIN_COLUMNS = [
     "path", "engine", "version", "format", "experts", "n", "file_name", "status", "baseline",
@@ -58,13 +59,13 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
     return out
 
 
-def compile_jobs(settings: dict, work: list[tuple[str, Path]], triton_version: str) -> list:
+def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version: str) -> list:
     """Return the (engine, version, problem, fmt, config, M) compile jobs of every candidate's,
     baseline's and default's config at every key, without repeats."""
     from tilesweep.fused_moe import engine_check
     from tilesweep.fused_moe.engine_timing import effective
 
-    fused = settings["backend"]["fused_moe"]
+    fused = settings.backend["fused_moe"]
     jobs, seen = [], set()
     for engine, path in work:
         version = fused["engine_versions"][engine]
@@ -85,7 +86,7 @@ def compile_jobs(settings: dict, work: list[tuple[str, Path]], triton_version: s
     return jobs
 
 
-def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats: int,
+def decide_file(engine: str, path: Path, settings: Tuning, out_dir: Path, repeats: int,
                 check_experts: int | None, log=print,
                 device: str = "cuda") -> tuple[dict, list]:  # fmt: skip
     """Check one candidate on the pick draws and the held-out draw, write the exported file
@@ -99,7 +100,7 @@ def decide_file(engine: str, path: Path, settings: dict, out_dir: Path, repeats:
     from tilesweep.fused_moe import engine_check, engine_kernels
     from tilesweep.io import write_text
 
-    fused = settings["backend"]["fused_moe"]
+    fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]
     rules = fused["engine_defaults"][engine]
     shape, configs = engine_check.read_file(path)
@@ -194,7 +195,7 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
-def run(settings: dict, work: list[tuple[str, Path]], out_dir: str | Path, repeats: int,
+def run(settings: Tuning, work: list[tuple[str, Path]], out_dir: str | Path, repeats: int,
         budget_s: float, check_experts: int | None = 16, workers: int = 0,
         log=print) -> pd.DataFrame:  # fmt: skip
     """Decide every (engine, candidate) in order within budget_s seconds, each file's configs

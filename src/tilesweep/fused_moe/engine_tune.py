@@ -22,6 +22,7 @@ import pandas as pd
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.settings import Tuning
 
 TUNE_COLUMNS = [
     "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "phase",
@@ -205,7 +206,7 @@ def extra_candidates(paths: list[str], shape: dict) -> dict:
     return out
 
 
-def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tuple[int, int]],
+def run(settings: Tuning, engines: list[str], formats: list[str], shapes: list[tuple[int, int]],
         out_dir: str, keys: list[int] | None = None, extra: list[str] = (), log=print):  # fmt: skip
     """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
     else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
@@ -220,7 +221,7 @@ def run(settings: dict, engines: list[str], formats: list[str], shapes: list[tup
     from tilesweep.fused_moe import engine_check, engine_kernels, engine_tables
     from tilesweep.io import write_table, write_text
 
-    fused = settings["backend"]["fused_moe"]
+    fused = settings.backend["fused_moe"]
     tune = {**fused["engine_tune"]}
     if not tune["compile_workers"]:
         tune["compile_workers"] = max(1, (os.cpu_count() or 2) - 1)

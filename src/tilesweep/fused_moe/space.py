@@ -8,6 +8,10 @@ import itertools
 import json
 import math
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tilesweep.settings import Layout, ModelSettings
 
 SPACE_KEYS = (
     "BLOCK_SIZE_M",
@@ -201,18 +205,18 @@ def nearest_key(keys: list[int], m: int) -> int:
     return min(sorted(keys), key=lambda key: abs(key - m))
 
 
-def problems(model: dict, layouts: list[dict]) -> list[dict]:
+def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
     """Return the distinct expert-GEMM problems the layouts put on one GPU: local experts E and
     shard intermediate N (the engines' N: the intermediate size over the TP degree)."""
     seen, out = set(), []
     for layout in layouts:
-        tp, ep = layout["tp"], layout["ep"]
-        e = model["routed_experts"] // ep
-        n = model["moe_intermediate"] // tp
-        if (e, n) in seen or model["moe_intermediate"] % tp or model["routed_experts"] % ep:
+        tp, ep = layout.tp, layout.ep
+        e = model.routed_experts // ep
+        n = model.moe_intermediate // tp
+        if (e, n) in seen or model.moe_intermediate % tp or model.routed_experts % ep:
             continue
         seen.add((e, n))
-        out.append({"experts": e, "n": n, "hidden": model["hidden"], "top_k": model["top_k"]})
+        out.append({"experts": e, "n": n, "hidden": model.hidden, "top_k": model.top_k})
     return sorted(out, key=lambda p: (-p["experts"], -p["n"]))
 
 

@@ -41,6 +41,7 @@ from tilesweep.fused_moe.tune_worker import (
     refusal_status,
 )
 from tilesweep.io import atomic_path, read_json, write_text
+from tilesweep.settings import TuneSettings, Tuning
 from tilesweep.stages import logged
 
 NAME = "fused_moe"
@@ -64,10 +65,10 @@ FILE` times any file, one of these included, against an engine's default in its 
 """
 
 
-def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
+def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dict:
     """Return the worker's spec for one dtype: problems, space, batches and method."""
-    mine = settings["backend"][NAME]
-    problems = space.problems(settings["model"], settings["grid"]["layouts"])
+    mine = settings.backend[NAME]
+    problems = space.problems(settings.model, settings.grid.layouts)
     extra = sorted(
         {
             space.batch_for_tokens_per_expert(t, p)
@@ -85,8 +86,8 @@ def tune_spec(settings: dict, dtype: str, smem_limit: int, device: str) -> dict:
         "final_batches": sorted(set(mine["batch_keys"]) | set(extra)),
         "check_batch": min(mine["batch_keys"], key=lambda m: abs(m - 64)),
         "routing": list(mine["routing"]),
-        "zipf_alpha": settings["bench"]["zipf_alpha"],
-        "seed": settings["bench"]["seed"],
+        "zipf_alpha": settings.bench.zipf_alpha,
+        "seed": settings.bench.seed,
         "direct_sparsity": mine["direct_sparsity"],
         "screen_repeats": mine["screen_repeats"],
         "final_repeats": mine["final_repeats"],
@@ -375,14 +376,14 @@ def tune_fused_moe(
     from tilesweep.hardware import catalog_name
     from tilesweep.provenance import device_info, package_version
 
-    settings = json.loads(settings_json)
+    settings = TuneSettings.from_json(settings_json)
     with logged(log_path) as log:
         info = device_info()
-        hw_name = catalog_name(info["device"], settings["catalog"])
+        hw_name = catalog_name(info["device"], settings.catalog)
         if info["device_kind"] != "cuda" or hw_name is None:
             raise RuntimeError(f"tuning needs a GPU of conf/hardware; here: {info['device']}")
-        hardware = settings["catalog"][hw_name]
-        spec = tune_spec(settings, dtype, hardware["smem_per_block_optin"], info["device"])
+        hardware = settings.catalog[hw_name]
+        spec = tune_spec(settings, dtype, hardware.smem_per_block_optin, info["device"])
         records = supervise(spec, Path(work_dir), log)
         versions = {"driver": info["driver"], "triton": package_version("triton")}
         with atomic_path(Path(work_dir) / VERSIONS) as tmp:  # so the journals can be replayed

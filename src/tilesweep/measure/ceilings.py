@@ -4,9 +4,13 @@ rate per dtype."""
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 from tilesweep.hardware import catalog_name
 from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
+
+if TYPE_CHECKING:
+    from tilesweep.settings import HardwareSpec
 
 
 def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
@@ -329,7 +333,7 @@ def launch_us(cuda: bool, repeats: int) -> dict:
     }
 
 
-def measure(catalog: dict[str, dict]) -> dict:
+def measure(catalog: dict[str, HardwareSpec]) -> dict:
     """Return measured ceilings of the device at hand, with the datasheet's beside them."""
     import torch
 
@@ -375,9 +379,9 @@ def measure(catalog: dict[str, dict]) -> dict:
         "properties": measured_props,
         "catalog_name": name,
         "datasheet": {
-            "copy_gbs": sheet["memory_bandwidth_gbs"],
-            "matmul_tflops": sheet["peak_tflops"],
-            "l2_bytes": sheet.get("l2_bytes"),
+            "copy_gbs": sheet.memory_bandwidth_gbs,
+            "matmul_tflops": dict(sheet.peak_tflops),
+            "l2_bytes": sheet.l2_bytes,
         }
         if sheet
         else None,

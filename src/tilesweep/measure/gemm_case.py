@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tilesweep.measure.timing import PowerSampler, summarize, time_cpu, time_gpu
 from tilesweep.plan.expert_shapes import tile_schedule, traffic
+
+if TYPE_CHECKING:
+    from tilesweep.settings import BenchSettings
 
 # CUfunction_attribute value of CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (cuda.h): static shared memory.
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
@@ -241,14 +245,13 @@ def measure_case(
     k: int,
     dtype: str,
     out_dtype,
-    settings: dict,
+    bench: BenchSettings,
     cuda: bool,
     l2_bytes: int | None,
     gen,
 ) -> dict:
     """Return timing, correctness and power for one kernel at one routing and batch."""
     device = "cuda" if cuda else "cpu"
-    bench = settings["bench"]
     out_bytes = 4 if str(out_dtype).endswith("float32") else 2
     info = traffic(counts, n, k, dtype, out_bytes)
     sets = _rotation_sets(info["weight_bytes"], cuda, l2_bytes)
@@ -267,10 +270,10 @@ def measure_case(
         }
     fns = [lambda p=p: call(p) for p in problems]
     if cuda:
-        samples, method = time_gpu(fns, bench["repeats"], bench["warmup"])
-        row.update(sustained_power(fns, bench["decode_power_seconds"]))
+        samples, method = time_gpu(fns, bench.repeats, bench.warmup)
+        row.update(sustained_power(fns, bench.decode_power_seconds))
     else:
-        samples = time_cpu(fns[0], bench["cpu_repeats"], min(bench["warmup"], 1))
+        samples = time_cpu(fns[0], bench.cpu_repeats, min(bench.warmup, 1))
         method = "cpu-perf-counter"
     stats = summarize(samples)
     seconds = stats["time_ms"] * 1e-3

@@ -31,7 +31,7 @@ import pandas as pd
 from tilesweep.columns import Status
 
 if TYPE_CHECKING:
-    from tilesweep.settings import RootSettings
+    from tilesweep.settings import HardwareSpec, RootSettings
 
 BATCHES = (1, 8, 32)
 LAYOUT = "tp1-pp1-ep1"
@@ -79,12 +79,12 @@ def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
     from tilesweep.io import project_path
 
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
-    whole = settings.as_dict()
-    return compose_for(steps, fit, whole["model"], whole["catalog"])
+    model = settings.model.model_dump(exclude_unset=True)
+    return compose_for(steps, fit, model, settings.catalog)
 
 
 def compose_for(
-    steps: pd.DataFrame, fit: dict, model: dict, catalog: dict, attention=None
+    steps: pd.DataFrame, fit: dict, model: dict, catalog: dict[str, HardwareSpec], attention=None
 ) -> pd.DataFrame:
     """Return plan.calibration.step_check's rows of measured steps composed from `fit` for the
     GPU that ran them (the steps' `device`), with the column composed_for saying how. On the
@@ -112,9 +112,8 @@ def compose_for(
     moved, how = fit_on_datasheet(fit, "", catalog)
     if moved is None:
         raise ValueError(how)
-    check = calibration.step_check(
-        steps, model, catalog[here], {}, device, fit=moved, attention=attention
-    )
+    sheet = catalog[here].model_dump(exclude_unset=True)
+    check = calibration.step_check(steps, model, sheet, {}, device, fit=moved, attention=attention)
     where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
     label = check["composed_label"] + f"; {where}"
     return check.assign(composed_label=label, composed_for=where, held_out=True)  # another GPU

@@ -23,6 +23,8 @@ Parts come from `step_parts`; their times from a part timer (`part_timers`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -35,7 +37,32 @@ from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
 
+if TYPE_CHECKING:
+    from tilesweep.settings import RootSettings
+
 COLUMNS = VERDICT_COLUMNS
+
+
+@dataclass(frozen=True)
+class Composition:
+    """What one deployment table is composed from, resolved, as the plan's plain containers: the
+    model as deployed (architecture.deployment_model), the deployment (the verdict adds its
+    resolved attention and labels), the target's hardware spec and the layouts."""
+
+    model: dict
+    deployment: dict
+    hardware: dict
+    layouts: list[dict]
+
+    @classmethod
+    def of(cls, settings: RootSettings) -> Composition:
+        """Return the composition the settings name, as they are (no engine or fit applied)."""
+        return cls(
+            settings.model.model_dump(exclude_unset=True),
+            settings.deployment.model_dump(exclude_unset=True),
+            settings.hardware.model_dump(exclude_unset=True),
+            [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts],
+        )
 
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
@@ -260,9 +287,9 @@ def floor_ms(
     return step["tpot_ms"]
 
 
-def _inputs(settings: dict, hw: dict, ic_label: str, timer_label: str) -> str:
+def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> str:
     """Return a '; '-joined string naming every input of a row and where it comes from."""
-    dep, model = settings["deployment"], settings["model"]
+    dep, model = parts.deployment, parts.model
     name = hw["name"]
     return "; ".join(
         [
@@ -283,8 +310,14 @@ def _inputs(settings: dict, hw: dict, ic_label: str, timer_label: str) -> str:
     )
 
 
-def compose_deployment(
-    settings: dict,
+def compose_deployment(settings: RootSettings, **how) -> pd.DataFrame:
+    """Return the deployment table of the settings as they are (compose_parts; `how` is its
+    timer, measured floors, layer overrides and engine)."""
+    return compose_parts(Composition.of(settings), **how)
+
+
+def compose_parts(
+    parts: Composition,
     timer: Timer = roofline_timer,
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
@@ -294,11 +327,10 @@ def compose_deployment(
     `engine` (plan.engine_profile) adds its extra kernels and its host time per step; none: the
     project's own step, no host time."""
     engine = engine or lean()
-    load_in, load_out = serving_load(settings["deployment"])
-    hw = settings["hardware"]  # the composed spec (settings.RootSettings.hardware)
-    model, dep = settings["model"], settings["deployment"]
+    load_in, load_out = serving_load(parts.deployment)
+    hw, model, dep = parts.hardware, parts.model, parts.deployment
     rows = []
-    for layout in settings["grid"]["layouts"]:
+    for layout in parts.layouts:
         tp, pp, ep = layout["tp"], layout["pp"], layout["ep"]
         world = tp * pp * ep
         for batch in dep["batches"]:
@@ -332,7 +364,7 @@ def compose_deployment(
                 row.update(
                     {
                         "source": "model",
-                        "inputs": _inputs(settings, hw, ic_label, "none (does not fit)"),
+                        "inputs": _inputs(parts, hw, ic_label, "none (does not fit)"),
                     }
                 )
                 rows.append(row)
@@ -370,7 +402,7 @@ def compose_deployment(
                     **verdict,
                     "source": step["source"],
                     "inputs": _inputs(
-                        settings, hw, step["interconnect"], ", ".join(step["part_sources"])
+                        parts, hw, step["interconnect"], ", ".join(step["part_sources"])
                     )
                     + f"; kernel list: {engine.label}; host: {engine.host_label}"
                     + "; load: "

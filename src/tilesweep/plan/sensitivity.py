@@ -15,6 +15,7 @@ import pandas as pd
 
 from tilesweep.columns import BAND_COLUMNS, WINNER_COLUMNS
 from tilesweep.plan.deployment import compose_deployment
+from tilesweep.settings import HardwareSpec, RootSettings
 
 # The inputs scaled, with what a factor means for each.
 INPUTS = {
@@ -69,21 +70,20 @@ def scaled_hardware(hw: dict, name: str, factor: float) -> dict:
 
 
 def sensitivity(
-    settings: dict,
-    compose: Callable[[dict], pd.DataFrame] = compose_deployment,
+    settings: RootSettings,
+    compose: Callable[[RootSettings], pd.DataFrame] = compose_deployment,
     world: int | None = None,
 ) -> pd.DataFrame:
     """Return, per input x layout x batch, TPOT and bound with the input at half and at double,
     beside the base bound, and the winning layout at each end (BAND_COLUMNS). `compose` turns
     settings into the deployment table (by default the roofline composition)."""
-    hw = settings["hardware"]
+    hw = settings.hardware.model_dump(exclude_unset=True)
     base = compose(settings)
     ends = {}
     for name in INPUTS:
         for factor in FACTORS:
-            ends[(name, factor)] = compose(
-                dict(settings, hardware=scaled_hardware(hw, name, factor))
-            )
+            scaled = HardwareSpec.model_validate(scaled_hardware(hw, name, factor))
+            ends[(name, factor)] = compose(settings.model_copy(update={"hardware": scaled}))
     rows = []
     for name in INPUTS:
         half, double = ends[(name, 0.5)], ends[(name, 2.0)]

@@ -9,10 +9,12 @@ declares its own section's model beside its code (`Backend.settings_model`).
 """
 
 from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.decode_cell import DecodeCell
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.root import RootSettings, leaf_keys
+from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys
 from tilesweep.settings.strict import Section, check
 from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
+from tilesweep.settings.tuning import TuneSettings, Tuning
 from tilesweep.settings.workload import (
     DSA_KEYS,
     GQA_KEYS,
@@ -30,6 +32,7 @@ __all__ = [
     "SLIDING_KEYS",
     "Attention",
     "BenchSettings",
+    "DecodeCell",
     "DeploymentSettings",
     "GridSettings",
     "HardwareSpec",
@@ -38,6 +41,9 @@ __all__ = [
     "RootSettings",
     "Section",
     "Tile",
+    "TuneSettings",
+    "Tuning",
+    "catalog_from_json",
     "check",
     "leaf_keys",
 ]

@@ -3,6 +3,7 @@ and every backend's own section."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, model_validator
@@ -52,6 +53,33 @@ class RootSettings(Section):
         """Return the settings as the plain containers compose() gives, key for key (the source
         of the rules' JSON params): keys left out stay out, integers stay integers."""
         return self.model_dump(exclude_unset=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RootSettings:
+        """Return the settings a rule's JSON param holds (grid.canonical of as_dict()), validated
+        once more: the GPU counts JSON wrote as strings (`by_gpus` keys) made integers again."""
+        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
+
+
+def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
+    """Return the hardware catalog a rule's JSON param holds (grid.canonical of
+    RootSettings.catalog), each spec validated, its GPU counts integers again."""
+    plain = gpu_counts_as_ints(json.loads(text))
+    return {name: HardwareSpec.model_validate(spec) for name, spec in plain.items()}
+
+
+def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
+    """Return node with every `by_gpus` mapping's keys as integers, in ascending order (the
+    catalog's, as YAML writes it) where all are digits; anything else as it is (the model names a
+    bad key)."""
+    if isinstance(node, list):
+        return [gpu_counts_as_ints(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    items = [(k, gpu_counts_as_ints(v, k)) for k, v in node.items()]
+    if key == "by_gpus" and all(isinstance(k, str) and k.isdigit() for k, _ in items):
+        items = sorted((int(k), v) for k, v in items)
+    return dict(items)
 
 
 def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[str]:

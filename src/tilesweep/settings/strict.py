@@ -95,10 +95,10 @@ _EXPECTED = {
 }
 
 
-def check(model: type[Section], data: Any, where: str = "") -> None:
-    """Raise ConfigError naming the first key of data that model refuses; return None if none."""
+def check(model: type[Section], data: Any, where: str = "") -> Section:
+    """Return data validated by model; raise ConfigError naming the first key it refuses."""
     try:
-        model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(explain(exc, data, model, where)) from None
 

@@ -13,6 +13,7 @@ from tilesweep.cells import read_cell_json, write_cell_json, write_cell_table
 from tilesweep.errors import LaunchError
 from tilesweep.gpu_slot import gpu_slot
 from tilesweep.plan import roofline
+from tilesweep.settings import BenchSettings, DecodeCell, ModelSettings, catalog_from_json
 from tilesweep.stages import logged, utc_now
 
 
@@ -26,7 +27,7 @@ def _measure_device(
 
     torch.set_num_threads(threads)
     with logged(log_path) as log:
-        record = measure(json.loads(catalog_json))
+        record = measure(catalog_from_json(catalog_json))
         log.info("ceilings %s", record)
     write_cell_json(record_path, record)
     return record
@@ -78,21 +79,21 @@ def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
     return cols
 
 
-def group_size(bench: dict, model: dict, cuda: bool) -> int:
+def group_size(bench: BenchSettings, model: ModelSettings, cuda: bool) -> int:
     """Return the experts per timed grouped GEMM: the bench setting, at most the model's experts."""
-    return min(bench["gpu_experts"] if cuda else bench["cpu_experts"], model["routed_experts"])
+    return min(bench.gpu_experts if cuda else bench.cpu_experts, model.routed_experts)
 
 
-def _cases(settings: dict, cuda: bool):
+def _cases(cell: DecodeCell, cuda: bool):
     """Yield (op, n, k, routing, tokens_per_expert, counts) for every case of the sweep."""
     from tilesweep.plan.expert_shapes import expert_counts, expert_ops
 
-    bench = settings["bench"]
-    experts = group_size(bench, settings["model"], cuda)
-    for op, (n, k) in expert_ops(settings["model"]).items():
-        for routing in bench["routing"]:
-            for t in settings["tokens_per_expert"]:
-                counts = expert_counts(t, experts, routing, bench["zipf_alpha"], bench["seed"])
+    bench = cell.bench
+    experts = group_size(bench, cell.model, cuda)
+    for op, (n, k) in expert_ops(cell.model.model_dump(exclude_unset=True)).items():
+        for routing in bench.routing:
+            for t in cell.tokens_per_expert:
+                counts = expert_counts(t, experts, routing, bench.zipf_alpha, bench.seed)
                 yield op, n, k, routing, t, counts
 
 
@@ -110,7 +111,7 @@ def l2_for_rotation(ceilings: dict) -> tuple[int | None, str]:
 
 def _measure_runner(
     backend: backends.Backend,
-    spec: dict,
+    cell: DecodeCell,
     runner: str,
     dtype: str,
     out: str,
@@ -128,9 +129,9 @@ def _measure_runner(
     cuda = torch.cuda.is_available()
     l2, l2_source = l2_for_rotation(ceilings)
     out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[out]
-    gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(spec["bench"]["seed"])
-    kernel = spec["kernel"]
-    for op, n, k, routing, t, counts in _cases(spec, cuda):
+    gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(cell.bench.seed)
+    kernel = cell.kernel
+    for op, n, k, routing, t, counts in _cases(cell, cuda):
         try:
             result = measure_case(
                 runner,
@@ -140,7 +141,7 @@ def _measure_runner(
                 k,
                 dtype,
                 out_dtype,
-                spec,
+                cell.bench,
                 cuda,
                 l2,
                 gen,
@@ -197,16 +198,16 @@ def _bench_decode(
     from tilesweep.isolate import Isolated, run_isolated
     from tilesweep.provenance import cell_hash, stamp
 
-    spec = json.loads(cell_json)
-    kernel, cuda = spec["kernel"], torch.cuda.is_available()
+    cell = DecodeCell.from_json(cell_json)
+    kernel, cuda = cell.kernel, torch.cuda.is_available()
     ceilings = read_cell_json(ceilings_path)
     prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
-    timeout = spec["bench"]["kernel_timeout_s"]
+    timeout = cell.bench.kernel_timeout_s
     job_start = utc_now()
     backend = backends.decode_backend(kernel).decoder
     rows = []
     with logged(log_path) as log, tempfile.TemporaryDirectory() as tmp:
-        own = backend.bench(spec, ceilings, log)
+        own = backend.bench(cell, ceilings, log)
         if own is not None:  # the backend's own program measured every case
             for row in own:
                 if "flops" in row:
@@ -220,7 +221,7 @@ def _bench_decode(
                     run_isolated(
                         _measure_runner,
                         backend,
-                        spec,
+                        cell,
                         runner,
                         dtype,
                         out,
@@ -233,7 +234,7 @@ def _bench_decode(
                     failure = {"status": exc.kind, "reason": f"{runner}: {exc.message}"}
                     log.warning("%s failed: %s", runner, exc.message)
             done = _read_progress(progress)
-            for op, n, k, routing, t, counts in _cases(spec, cuda):
+            for op, n, k, routing, t, counts in _cases(cell, cuda):
                 base = {
                     "runner": runner,
                     "kernel": kernel["kernel"],
@@ -245,7 +246,7 @@ def _bench_decode(
                     "tokens_per_expert": t,
                     "experts": len(counts),
                     "max_tokens_per_expert": max(counts),
-                    "model": spec["model"]["name"],
+                    "model": cell.model.name,
                 }
                 if skip is not None:
                     result = {"status": "unsupported", "reason": skip}

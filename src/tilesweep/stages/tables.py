@@ -4,7 +4,6 @@ collective, the measured whole steps (layout), power and tune."""
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 
@@ -21,6 +20,7 @@ from tilesweep.cells import (
 )
 from tilesweep.columns import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
 from tilesweep.hardware import catalog_name
+from tilesweep.settings import HardwareSpec, RootSettings
 from tilesweep.stages import logged
 
 # The per-cell outputs each table joins, and the tables (each also written as Parquet).
@@ -45,7 +45,7 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
     )
 
 
-def _measured_on(decode: pd.DataFrame, catalog: dict) -> pd.Series:
+def _measured_on(decode: pd.DataFrame, catalog: dict[str, HardwareSpec]) -> pd.Series:
     """Return, per decode row, the conf/hardware name of the device that measured it ('' if
     no hardware file lists the device's name)."""
     return decode["device"].astype(str).map(lambda d: catalog_name(d, catalog) or "")
@@ -65,7 +65,7 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
 
 
 def attach_measured_launch(
-    launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict
+    launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict[str, HardwareSpec]
 ) -> pd.DataFrame:
     """Return the launch table with what a real launch on the benchmark device showed.
 
@@ -123,12 +123,12 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return frame if not frame.empty else pd.DataFrame(columns=columns)
 
 
-def measured_tables(settings: dict, inputs: dict[str, list[str]]) -> dict[str, pd.DataFrame]:
+def measured_tables(
+    settings: RootSettings, inputs: dict[str, list[str]]
+) -> dict[str, pd.DataFrame]:
     """Return the measured tables from the per-cell outputs, by name (TABLES)."""
     decode = concat_cells(list(inputs["decode"]))
-    launch = attach_measured_launch(
-        launch_table(list(inputs["launch"])), decode, settings["catalog"]
-    )
+    launch = attach_measured_launch(launch_table(list(inputs["launch"])), decode, settings.catalog)
     tune = _with_columns(concat_cells(list(inputs.get("tune", []))), TUNE_COLUMNS)
     extra = backends.table_rows(settings, tune)
     return {
@@ -149,7 +149,7 @@ def write_tables(
     """Write each measured table as CSV and Parquet, and `provenance` (JSON): when each table's
     cells were measured. Each with its record; provenance's holds the content key of the
     cells joined (cells.stale_join compares it with what they hold before the next run)."""
-    settings = json.loads(settings_json)
+    settings = RootSettings.from_json(settings_json)
     with logged(log_path) as log:
         tables = measured_tables(settings, inputs)
         log.info("rows: %s", {n: len(f) for n, f in tables.items()})

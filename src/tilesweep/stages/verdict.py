@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -19,7 +20,8 @@ from tilesweep.cells import (
     write_cell_table,
 )
 from tilesweep.io import concat_tables, read_json, read_json_named
-from tilesweep.stages import logged
+from tilesweep.settings import RootSettings
+from tilesweep.stages import logged, named_files
 from tilesweep.stages.tables import arrow_safe
 
 PANEL = ("rows", "winners", "band")
@@ -45,7 +47,7 @@ def composer(inputs: dict[str, list[str]], per_cell: bool = False):
     steps = read(list(inputs["layout"]))
     ceilings = _ceilings(inputs)
 
-    def compose(varied: dict) -> pd.DataFrame:
+    def compose(varied: RootSettings) -> pd.DataFrame:
         return deployment_verdict.deployment_table(varied, decode, collective, steps, ceilings)
 
     return compose, decode, steps, collective, ceilings
@@ -67,18 +69,41 @@ def read_panel(path: str) -> dict | None:
             for k in PANEL}  # fmt: skip
 
 
-def write_verdict(
-    settings_json: str,
-    inputs: dict[str, list[str]],
-    outputs: dict,
-    log_path: str | None = None,
-    per_cell: bool = False,
-) -> None:
+@dataclass(frozen=True)
+class StepJob:
+    """One job of the verdict's steps: its settings param (JSON), named inputs and outputs, log,
+    and whether it reads each cell's own output rather than the joined tables."""
+
+    settings_json: str
+    inputs: dict[str, list[str]]
+    outputs: dict
+    log_path: str | None = None
+    per_cell: bool = False
+
+    @classmethod
+    def of(cls, job) -> StepJob:
+        """Return the step job a Snakemake script is given (its `snakemake` object)."""
+        return cls(
+            job.params.settings,
+            named_files(job.input),
+            dict(job.output.items()),
+            job.log[0],
+            job.params.per_cell,
+        )
+
+    def read(self, name: str) -> pd.DataFrame:
+        """Return one named input's table: joined, or each cell's own output (per_cell)."""
+        paths = list(self.inputs[name])
+        return concat_cells(paths) if self.per_cell else concat_tables(paths)
+
+
+def write_verdict(job: StepJob) -> None:
     """Write the verdict and the engines' figures beside it (CSV, and Parquet where asked), the
     fit (JSON), the question's panel (JSON) and the answer card before its check (JSON)."""
-    settings = json.loads(settings_json)
-    with logged(log_path) as log:
-        compose, decode, steps, collective, ceilings = composer(inputs, per_cell)
+    settings = RootSettings.from_json(job.settings_json)
+    inputs, outputs = job.inputs, job.outputs
+    with logged(job.log_path) as log:
+        compose, decode, steps, collective, ceilings = composer(inputs, job.per_cell)
         fit = deployment_verdict.fit_record(settings, steps, ceilings)
         tables = {
             "verdict": compose(settings),
@@ -91,45 +116,36 @@ def write_verdict(
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
     # Each with its record (the Snakefile checks them); the verdict's also holds the content key
     # of the tables it was composed from (cells.stale_join).
-    joined = content_key([p for paths in inputs.values() for p in paths])
     if outputs.get("fit"):
         write_cell_bytes(
             outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
         )
-    _write_tables(tables, outputs, joined, keyed="verdict")
+    _write_tables(tables, outputs, inputs, keyed="verdict")
     write_cell_bytes(outputs["panel"], panel_json(panel).encode())
     if outputs.get("card"):
         write_cell_bytes(outputs["card"], answer_card.card_json(card).encode())
 
 
-def write_check(
-    settings_json: str,
-    inputs: dict[str, list[str]],
-    outputs: dict,
-    log_path: str | None = None,
-    per_cell: bool = False,
-) -> None:
+def write_check(job: StepJob) -> None:
     """Write the check of the composition against every measured whole step (CSV, and Parquet
-    where asked), from the joined tables or (`per_cell`) each cell's own output."""
-    settings = json.loads(settings_json)
-    read = concat_cells if per_cell else concat_tables
-    with logged(log_path) as log:
+    where asked), from the joined tables or (`per_cell`) each cell's own output. Its param is
+    not the settings but what the check reads of them (Sweep.check_settings_json: the model as
+    plain containers, the fit's batches and the attention table), so that no other key reruns
+    it."""
+    reads = json.loads(job.settings_json)
+    with logged(job.log_path) as log:
         check = deployment_verdict.check_table(
-            read(list(inputs["layout"])),
-            read(list(inputs["collective"])),
-            _ceilings(inputs),
-            settings["model"],
-            settings["deployment"].get("fit_batches"),
-            settings["deployment"].get("attention_table", ""),
+            job.read("layout"), job.read("collective"), _ceilings(job.inputs), reads["model"],
+            reads["deployment"]["fit_batches"], reads["deployment"]["attention_table"],
         )  # fmt: skip
         log.info("check rows: %d", len(check))
-    joined = content_key([p for paths in inputs.values() for p in paths])
-    _write_tables({"check": check}, outputs, joined, keyed="check")
+    _write_tables({"check": check}, job.outputs, job.inputs, keyed="check")
 
 
-def _write_tables(tables: dict, outputs: dict, joined: str, keyed: str) -> None:
+def _write_tables(tables: dict, outputs: dict, inputs: dict[str, list[str]], keyed: str) -> None:
     """Write each table with its record (CSV, and Parquet where asked); `keyed`'s record also
     holds the content key of the inputs it was made from."""
+    joined = content_key([p for paths in inputs.values() for p in paths])
     for name, frame in tables.items():
         write_cell_table(outputs[name], frame, inputs=joined if name == keyed else None)
         if outputs.get(f"{name}_parquet"):

@@ -1,0 +1,50 @@
+"""What the tuning rules' param holds: the groups of the settings that tuning reads."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from tilesweep.settings.bench_method import Positive
+from tilesweep.settings.hardware_spec import HardwareSpec
+from tilesweep.settings.root import RootSettings, gpu_counts_as_ints
+from tilesweep.settings.strict import Section
+from tilesweep.settings.sweep_space import Layout
+from tilesweep.settings.workload import ModelSettings
+
+
+class TuneGrid(Section):
+    """The grid's layouts: their TP and EP degrees set the problems tuned."""
+
+    layouts: list[Layout]
+
+
+class TuneBench(Section):
+    """The routing skew and the seed of the tuning draws."""
+
+    zipf_alpha: Positive
+    seed: Annotated[int, Field(ge=0)]
+
+
+class TuneSettings(Section):
+    """The tuning rules' param (pipeline.Sweep.tune_settings_json) read back: the groups of
+    RootSettings that tuning reads, under the same names, so that a function of a tuner takes
+    either (its CLI verbs pass the whole RootSettings)."""
+
+    model: ModelSettings
+    grid: TuneGrid
+    backend: dict[str, Any]  # each enabled tuner's own section (backends.tune_inputs)
+    bench: TuneBench
+    catalog: dict[str, HardwareSpec]
+
+    @classmethod
+    def from_json(cls, text: str) -> TuneSettings:
+        """Return the settings a tuning rule's JSON param holds, validated, the catalog's GPU
+        counts integers again."""
+        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
+
+
+# What a tuner's functions read: the whole settings (its CLI verbs) or a tuning rule's param.
+Tuning = RootSettings | TuneSettings
