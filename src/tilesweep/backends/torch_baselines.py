@@ -4,9 +4,13 @@ scaled fp8 grouped matmul beside the fp8 kernels, timed in one decode job."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tilesweep.backends import Backend, DecodeRunner, Runner, StepRunner, register
 from tilesweep.settings.strict import Section
+
+if TYPE_CHECKING:
+    from tilesweep.settings.root import RootSettings
 
 NAME = "torch"
 # One decode job per operand type, so that what reads only one type's rows (the verdict reads
@@ -149,7 +153,7 @@ class TorchDecode(DecodeRunner):
     runner_names = tuple(RUNNERS)
     kind = "baseline"
 
-    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+    def decode_jobs(self, settings: RootSettings, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the baselines' jobs, one per operand type."""
         return list(JOBS)
 

@@ -234,7 +234,7 @@ class TritonDecode(DecodeRunner):
     runner_prefix = NAME
     kind = "tile"
 
-    def decode_jobs(self, settings: dict, kernels, gpus: tuple[str, ...]) -> list[str]:
+    def decode_jobs(self, settings: RootSettings, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return one decode job per Triton kernel (timed on a GPU, recorded as skipped on CPU)."""
         if kernels is None or kernels.empty:
             return []
