@@ -58,6 +58,14 @@ def snakemake(work: Path, *args: str) -> float:
     return time.perf_counter() - start
 
 
+def grid_cells() -> int:
+    """Return the number of cells OVERRIDES compose to (tests/test_grid.py checks it)."""
+    from tilesweep import grid
+    from tilesweep.config import compose_settings
+
+    return grid.cell_count(compose_settings(OVERRIDES))
+
+
 def main() -> int:
     """Run the benchmark; return 0 when the target is met, 1 otherwise."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -67,10 +75,7 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="tilesweep-noop-"))
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "src"))
-    from tilesweep import grid
-    from tilesweep.config import compose
-
-    cells = grid.cell_count(compose(OVERRIDES))
+    cells = grid_cells()
     print(f"grid: {cells:,} cells (tiles x batches x targets x layouts), work folder {work}")
     first = snakemake(work)
     print(f"full sweep: {first:.1f} s")
