@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.settings import RootSettings
+from tilesweep.settings import group as settings_group
 
 # The figures one pick carries (answer.json's `picks` keys, the card table's columns).
 PICK_FIELDS = (
@@ -558,9 +559,7 @@ def target_of(settings: RootSettings | dict):
     settings object, or the plain containers the report reads)."""
     from tilesweep import question
 
-    if isinstance(settings, RootSettings):
-        return question.target(settings.question)
-    return question.target(settings.get("question"))
+    return question.target(settings_group(settings, "question"))
 
 
 def card_json(card: AnswerCard) -> str:

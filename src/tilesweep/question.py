@@ -16,6 +16,7 @@ from pydantic import (
 
 from tilesweep.errors import ConfigError
 from tilesweep.settings import RootSettings
+from tilesweep.settings import group as settings_group
 
 
 class _Strict(BaseModel):
@@ -170,6 +171,4 @@ def validate(value: object, catalog: dict) -> None:
 def of(settings: RootSettings | dict) -> Question | None:
     """Return the question a resolved config names (the settings object, or the plain containers
     the report reads), or None."""
-    return parse(
-        settings.question if isinstance(settings, RootSettings) else settings.get("question")
-    )
+    return parse(settings_group(settings, "question"))

@@ -13,6 +13,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from tilesweep.errors import ConfigError
 from tilesweep.settings import RootSettings
+from tilesweep.settings import group as settings_group
 from tilesweep.settings.strict import Section, check
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
@@ -130,9 +131,7 @@ def validate(value: object, conf_dir: Path) -> None:
 def of(settings: RootSettings | dict) -> References:
     """Return the engines' figures a resolved config names (the settings object, or the plain
     containers the report reads)."""
-    if isinstance(settings, RootSettings):
-        return parse(settings.references)
-    return parse(settings.get("references"))
+    return parse(settings_group(settings, "references"))
 
 
 # The keys that make two figures the same deployment under the same load: only their

@@ -61,6 +61,12 @@ class RootSettings(Section):
         return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 
+def group(settings: RootSettings | dict, key: str) -> Any:
+    """Return one top-level group of the settings object, or of the plain containers the report
+    reads (None where it is not set)."""
+    return getattr(settings, key) if isinstance(settings, RootSettings) else settings.get(key)
+
+
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
     """Return the hardware catalog a rule's JSON param holds (grid.canonical of
     RootSettings.catalog), each spec validated, its GPU counts integers again."""

@@ -35,11 +35,17 @@ def _ceilings(inputs: dict[str, list[str]]) -> dict:
     return ceilings
 
 
+def _reader(per_cell: bool):
+    """Return what joins a named input's paths: each cell's own output (per_cell), or the
+    joined tables."""
+    return concat_cells if per_cell else concat_tables
+
+
 def composer(inputs: dict[str, list[str]], per_cell: bool = False):
     """Return (compose, decode, steps, collective, ceilings): compose(settings) gives the verdict
     rows from the measured tables, joined or (`per_cell`) each cell's own output (the project's
     own decode rows, not the engines' whole-MoE ones)."""
-    read = concat_cells if per_cell else concat_tables
+    read = _reader(per_cell)
     decode = read(list(inputs["decode"]))
     if "op" in decode:
         decode = decode[decode["op"] != "whole_moe"].reset_index(drop=True)
@@ -93,8 +99,7 @@ class StepJob:
 
     def read(self, name: str) -> pd.DataFrame:
         """Return one named input's table: joined, or each cell's own output (per_cell)."""
-        paths = list(self.inputs[name])
-        return concat_cells(paths) if self.per_cell else concat_tables(paths)
+        return _reader(self.per_cell)(list(self.inputs[name]))
 
 
 def write_verdict(job: StepJob) -> None:
