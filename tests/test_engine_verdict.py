@@ -16,6 +16,7 @@ import pytest
 from tilesweep import deployment_verdict, references
 from tilesweep.cli import main
 from tilesweep.config import compose, compose_settings
+from tilesweep.io import PROJECT_ROOT
 from tilesweep.plan import engine_profile
 from tilesweep.plan.launch_fit import on_datasheet
 
@@ -183,17 +184,55 @@ def test_tilesweep_verdict_writes_tp8_rows_in_seconds(tmp_path, capsys):
 
 def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path):
     (tmp_path / "file").write_text("x")
+    (tmp_path / "taken" / "verdict.csv").mkdir(parents=True)
+    (tmp_path / "taken" / "verdict.csv" / "kept").write_text("mine")
+    kept = PROJECT_ROOT / "docs/examples/h200/verdict.csv"
+    before = kept.read_bytes()
     cases = [
-        ["verdict", "hardware=h300", "--out", str(tmp_path / "v")],
-        ["verdict", "--out", str(tmp_path / "file")],
+        (["verdict", "hardware=h300", "--out", str(tmp_path / "v")], "unknown"),
+        (["verdict", "--out", str(tmp_path / "file")], "a file, not a folder"),
+        (["verdict", "--out", ""], "empty"),
+        (["verdict", "--out", str(tmp_path / "taken")], "is a folder, where a file goes"),
+        (["verdict", "--out", "docs/examples/h200"], "--force"),
+        (["verdict", "--out", "/proc/self"], "cannot write there"),
     ]
-    for argv in cases:
+    for argv, why in cases:
         done = subprocess.run(
-            [sys.executable, "-m", "tilesweep.cli", *argv], capture_output=True, text=True
+            [sys.executable, "-m", "tilesweep.cli", *argv],
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
         )
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("tilesweep: ") and done.stderr.count("\n") == 1
-        assert "Traceback" not in done.stderr
+        assert why in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "taken" / "verdict.csv" / "kept").read_text() == "mine"
+    assert kept.read_bytes() == before
+
+
+def test_tilesweep_verdict_prints_the_card_and_writes_nothing_without_out(tmp_path, capsys):
+    rc = main(["verdict", "--no-engines", "deployment.batches=[1,8]", "question.tpot_target_ms=30"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.startswith("The answer: ") and "TPOT <= 30 ms" in out and "Rests on: " in out
+    assert "Wrote" not in out
+
+
+def test_import_engine_tables_refuses_a_bad_folder_before_touching_the_kept_tables(tmp_path):
+    kept = PROJECT_ROOT / "docs/examples/h200/engine_tables"
+    before = sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "engine_tables.tgz").write_bytes(b"not an archive")
+    (tmp_path / "bad" / "tables.log").write_text("")
+    script = PROJECT_ROOT / "tools/import_engine_tables.sh"
+    for args in ([], ["/nonexistent"], [str(tmp_path / "empty")], [str(tmp_path / "bad")]):
+        done = subprocess.run(
+            ["bash", str(script), *args], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*")) == before
+    assert not list(tmp_path.glob("docs")) and not list(kept.parent.glob(".engine_tables.*"))
 
 
 def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():

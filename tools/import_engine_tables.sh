@@ -5,28 +5,43 @@
 # dropins.csv, the log and the device. A later call's folder may be given too (e.g. the files a
 # second call with --format fp8 decided): its drop-ins are added and dropins.csv's rows of the
 # files it decided replace the first call's "not re-checked" rows.
+# Every argument is checked before anything is touched; the new tree is built beside the kept
+# one and swapped in only when complete (a bad argument leaves the kept tree as it was).
 # Usage: tools/import_engine_tables.sh FILES_AT [MORE_FILES_AT ...]
 set -euo pipefail
-dest=docs/examples/h200/engine_tables
-first=${1:?usage: tools/import_engine_tables.sh FILES_AT [MORE_FILES_AT ...]}
-rm -rf "$dest"
-mkdir -p "$dest"
-cp "$first/gpus.csv" "$dest/gpus.csv"
+root=$(cd "$(dirname "$0")/.." && pwd)
+usage="usage: tools/import_engine_tables.sh FILES_AT [MORE_FILES_AT ...]"
+[ $# -ge 1 ] || { echo "import_engine_tables: $usage" >&2; exit 2; }
+for src in "$@"; do
+  for need in engine_tables.tgz tables.log; do
+    [ -f "$src/$need" ] || { echo "import_engine_tables: $src: no $need there; nothing changed" >&2; exit 2; }
+  done
+  tar -tzf "$src/engine_tables.tgz" tables/dropins.csv >/dev/null 2>&1 ||
+    { echo "import_engine_tables: $src/engine_tables.tgz: not a tables archive (no tables/dropins.csv); nothing changed" >&2; exit 2; }
+done
+[ -f "$1/gpus.csv" ] || { echo "import_engine_tables: $1: no gpus.csv there; nothing changed" >&2; exit 2; }
+dest="$root/docs/examples/h200/engine_tables"
+parent=$(dirname "$dest")
+[ -d "$parent" ] || { echo "import_engine_tables: $parent: missing; nothing changed" >&2; exit 2; }
+new=$(mktemp -d "$parent/.engine_tables.new.XXXXXX")
+old="$parent/.engine_tables.old.$$"
+trap 'rm -rf "$new" "$old"' EXIT
+cp "$1/gpus.csv" "$new/gpus.csv"
+mkdir -p "$new/export" "$new/checks"
 call=0
 for src in "$@"; do
   call=$((call + 1))
-  tmp=$(mktemp -d)
+  tmp="$new/.unpack_$call"
+  mkdir "$tmp"
   tar -xzf "$src/engine_tables.tgz" -C "$tmp"
-  mkdir -p "$dest/export" "$dest/checks"
-  cp -r "$tmp/tables/export/." "$dest/export/" 2>/dev/null || true
-  cp -r "$tmp/tables/checks/." "$dest/checks/"
-  cp "$src/tables.log" "$dest/tables_$call.log"
-  cp "$tmp/tables/dropins.csv" "$tmp/dropins_$call.csv"
-  mv "$tmp/dropins_$call.csv" "$dest/.dropins_$call.csv"
+  if [ -d "$tmp/tables/export" ]; then cp -r "$tmp/tables/export/." "$new/export/"; fi
+  cp -r "$tmp/tables/checks/." "$new/checks/"
+  cp "$src/tables.log" "$new/tables_$call.log"
+  cp "$tmp/tables/dropins.csv" "$new/.dropins_$call.csv"
   rm -rf "$tmp"
 done
 # One row per file: a later call's row replaces an earlier one for the same file.
-PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" python3 - "$dest" <<'PY'
+PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" python3 - "$new" <<'PY'
 import sys
 from pathlib import Path
 
@@ -49,3 +64,7 @@ for path in (dest / "export").rglob("*.json"):  # a file a later call decided no
         path.unlink()
 print(rows[["engine", "format", "n", "status", "worst_x_baseline"]].to_string(index=False))
 PY
+# The swap: the kept tree aside, the new one in, then the old one gone.
+if [ -e "$dest" ]; then mv "$dest" "$old"; fi
+mv "$new" "$dest"
+echo "import_engine_tables: $dest replaced from $*"

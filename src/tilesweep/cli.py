@@ -66,11 +66,20 @@ def parser() -> argparse.ArgumentParser:
             "Compose the verdict (verdict.csv: time per token, tokens/s, split, bound, floor per "
             "layout x batch) and the engines' figures beside it (engines.csv) for the hardware, "
             "model, deployment, engine, layouts and batches the Hydra overrides name, from a fit "
-            "file (deployment.fit_file; default: the shipped H200 fit). No sweep runs: the "
-            "collectives come from the hardware file. Same columns as the verdict rule's."
+            "file (deployment.fit_file; default: the shipped H200 fit), and print the answer "
+            "card (question.tpot_target_ms and question.min_tokens_per_s_per_user set its "
+            "target). No sweep runs: the collectives come from the hardware file. Same columns "
+            "as the verdict rule's; nothing is written unless --out is given."
         ),
     )
-    verdict.add_argument("--out", required=True, help="folder for verdict.csv and engines.csv")
+    verdict.add_argument(
+        "--out", help="folder to write verdict.csv and engines.csv into (default: print only)"
+    )
+    verdict.add_argument(
+        "--force",
+        action="store_true",
+        help="let --out overwrite files inside the checkout's tracked folders (the kept examples)",
+    )
     verdict.add_argument(
         "--no-engines", action="store_true", help="skip engines.csv (the cited engine figures)"
     )
@@ -79,18 +88,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def verdict_command(args: argparse.Namespace) -> int:
-    """Run `tilesweep verdict`; return the exit status."""
-    from pathlib import Path
-
+    """Run `tilesweep verdict`: print the answer card, and write the tables where --out names a
+    folder; return the exit status."""
     import pandas as pd
 
-    from tilesweep import deployment_verdict
+    from tilesweep import answer_card, deployment_verdict
     from tilesweep.config import compose_settings
-    from tilesweep.io import write_table
+    from tilesweep.io import check_out_folder, write_table
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out={args.out!r}: exists and is not a folder")
+    files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
+    out = None if args.out is None else check_out_folder(args.out, files, args.force)
     settings = compose_settings(args.overrides)
     empty = pd.DataFrame()
     table = deployment_verdict.deployment_table(settings, empty, empty, empty, {})
@@ -99,23 +106,15 @@ def verdict_command(args: argparse.Namespace) -> int:
         if args.no_engines
         else deployment_verdict.engine_table(settings, empty, empty, empty, {})
     )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"--out={args.out!r}: cannot create the folder ({exc.strerror})"
-        ) from None
-    write_table(out / "verdict.csv", table)
-    if engines is not None:
-        write_table(out / "engines.csv", engines)
-    show = table[table["fits_memory"] == "yes"]
-    cols = ["layout", "batch", "tpot_ms", "tokens_per_s_per_gpu", "x_floor", "bound"]
-    sys.stdout.write(
-        (show[cols].to_string(index=False) if not show.empty else "no layout fits in memory")
-        + f"\nWrote {out / 'verdict.csv'}"
-        + (f" and {out / 'engines.csv'}" if engines is not None else "")
-        + "\n"
-    )
+    card = answer_card.build(settings, table, engines=engines)
+    lines = card.lines()
+    if out is not None:
+        write_table(out / "verdict.csv", table)
+        if engines is not None:
+            write_table(out / "engines.csv", engines)
+        wrote = " and ".join(str(out / name) for name in files)
+        lines.append(f"Wrote {wrote}")
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 

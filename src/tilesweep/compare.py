@@ -105,22 +105,12 @@ def load_run(path: str | Path) -> Run:
     return Run(root, tables, ceilings)
 
 
-def check_out(out: str | Path) -> None:
-    """Raise ConfigError in one line when the --out folder cannot be made or written: a file
-    there, a name the file system refuses, a parent that cannot be written."""
-    from tilesweep.errors import ConfigError
+def check_out(out: str | Path, force: bool = False) -> None:
+    """Raise ConfigError in one line when the --out folder cannot take the comparison
+    (io.check_out_folder)."""
+    from tilesweep.io import check_out_folder
 
-    out = Path(out)
-    shown = str(out) if len(str(out)) <= 120 else f"{str(out)[:60]}...({len(str(out))} chars)"
-    try:
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out={shown}: a file, not a folder")
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".tilesweep-write-check"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"--out={shown}: cannot write there ({exc.strerror})") from None
+    check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
 def _key_text(value: object) -> str:
@@ -412,7 +402,6 @@ def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Pat
     from tilesweep.report.compare_figure import compare_ratios
     from tilesweep.report.plotting import png
 
-    check_out(out)
     out = Path(out)
     paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]
     write_table(paths[0], changes)

@@ -177,6 +177,8 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
         if value.strip().startswith(("[", "{")) or "," in value:
             # Hydra would merge the files into one hybrid (b200 with h200's figures).
             raise ConfigError(f"{item}: a {group} option is one name, not a list; valid: {options}")
+        if key == group and not (conf_dir / group / f"{value.strip()}.yaml").is_file():
+            raise ConfigError(f"{group}={value.strip()!r}: unknown {group}; valid: {options}")
 
 
 def _check_question_model(settings: RootSettings, conf_dir: Path) -> None:

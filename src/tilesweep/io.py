@@ -88,6 +88,52 @@ def read_json_named(path: str | os.PathLike) -> object:
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout
+# The checkout's tracked folders: an --out inside one would overwrite kept files (docs/examples).
+TRACKED_FOLDERS = ("benchmarks", "conf", "docs", "gpu", "profiles", "src", "tests", "tools",
+                   "workflow", ".git")  # fmt: skip
+
+
+def _shown(path: str) -> str:
+    """Return a path as an error message shows it (a long one cut, its length named)."""
+    return path if len(path) <= 120 else f"{path[:60]}...({len(path)} chars)"
+
+
+def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False) -> Path:
+    """Return the --out folder, made and writable, or raise ConfigError in one line: an empty
+    name, a file there, one of `files` there as a folder (an output never deletes a folder it did
+    not write), a folder of the checkout's tracked ones (the kept examples) unless `force`, a
+    name the file system refuses or a place that cannot be written."""
+    from tilesweep.errors import ConfigError
+
+    shown = _shown(str(out))
+    if not str(out).strip():
+        raise ConfigError("--out='': empty; name a folder")
+    folder = Path(out)
+    resolved = folder.resolve()
+    inside = [PROJECT_ROOT, *(PROJECT_ROOT / name for name in TRACKED_FOLDERS)]
+    if not force and (
+        resolved == PROJECT_ROOT
+        or any(resolved.is_relative_to(p) for p in inside[1:])
+    ):
+        raise ConfigError(
+            f"--out={shown}: inside the checkout's tracked files ({resolved}); name another "
+            "folder, or pass --force to overwrite them"
+        )
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"--out={shown}: a file, not a folder")
+        for name in files:
+            if (folder / name).is_dir():
+                raise ConfigError(
+                    f"--out={shown}: {name} there is a folder, where a file goes; move it away"
+                )
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".tilesweep-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out={shown}: cannot write there ({exc.strerror})") from None
+    return folder
 
 
 def project_path(path: str) -> Path:
