@@ -202,7 +202,7 @@ def test_no_composed_collective_is_below_its_floor(brief):
 
 
 @pytest.mark.parametrize("hardware", ["rtx_pro_6000", "rtx_5090", "h100", "h200", "b200", "a100"])
-@pytest.mark.parametrize("topology", [None, "switch", "root_complex", "host_staged"])
+@pytest.mark.parametrize("topology", [None, "switch", "dual_socket", "switch_free", "host_staged"])
 def test_more_bytes_never_less_time_and_a_count_without_figures_is_a_gap(hardware, topology):
     hw = compose([f"hardware={hardware}"])["hardware"]
     numbers, _ = topology_numbers(hw, topology)

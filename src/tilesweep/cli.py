@@ -158,7 +158,14 @@ def compare_command(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (2 for a bad argument or folder)."""
-    args = parser().parse_args(argv)
+    top = parser()
+    args, extra = top.parse_known_args(argv)
+    # Hydra overrides after an option (`verdict --no-engines hardware=h200`): argparse leaves
+    # them unparsed; they are the verdict's overrides too. Anything else is an error.
+    if extra and getattr(args, "command", None) == "verdict" and all("=" in e for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        top.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "compare":
             return compare_command(args)

@@ -96,7 +96,21 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     _check_question_model(checked, conf_dir)
     _check_reference_figures(checked, conf_dir)
     _check_files(checked)
+    _check_topology(checked)
     return checked
+
+
+def _check_topology(settings: RootSettings) -> None:
+    """Raise ConfigError for a deployment.topology the target's hardware file does not have."""
+    named = settings.deployment.topology
+    if not named:
+        return
+    block = settings.hardware.interconnect_model
+    have = sorted(block.topologies) if block else []
+    if named not in have:
+        where = f"hardware[{settings.hardware.name}]"
+        valid = f"valid: {', '.join(have)}" if have else "it has no interconnect_model"
+        raise ConfigError(f"deployment.topology={named!r}: not a topology of {where}; {valid}")
 
 
 def check_settings(settings: dict) -> RootSettings:

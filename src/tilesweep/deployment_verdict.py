@@ -23,7 +23,7 @@ import pandas as pd
 
 from tilesweep import question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
-from tilesweep.plan import attention_table, calibration, engine_profile
+from tilesweep.plan import attention_table, calibration, engine_profile, grouped_efficiency
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import Composition, compose_parts, serving_load
 from tilesweep.plan.launch_fit import launch_timer, on_datasheet, small_kernel_us
@@ -86,6 +86,46 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
             top = dict(top, all_reduce=ar)
         tops[name] = top
     return dict(target, interconnect_model=dict(block, topologies=tops))
+
+
+def with_topology(target: dict, named: str) -> tuple[dict, list[str], str]:
+    """Return (the target with the topology its collectives take, the other topologies its band
+    spans, a note naming them): `named` (deployment.topology) alone where given, else the hardware
+    file's default with its `plausible` ones beside."""
+    block = target.get("interconnect_model")
+    if not block:
+        return target, [], ""
+    if named:
+        target = dict(target, interconnect_model=dict(block, default=named))
+        return target, [], f"topology: {named} (deployment.topology)"
+    others = [t for t in block.get("plausible") or [] if t != block["default"]]
+    if not others:
+        return target, [], ""
+    note = (
+        f"topology: {block['default']} (hardware[{target['name']}] default); tpot_low_ms and "
+        f"tpot_high_ms also span {', '.join(others)} (deployment.topology names one)"
+    )
+    return target, others, note
+
+
+def _span_topologies(
+    table: pd.DataFrame, one: Composition, kwargs: dict, ends: dict, target: dict, others: list
+) -> None:
+    """Widen a composed row's band (tpot_low_ms, tpot_high_ms) over the other topologies its
+    host may have: each composed at the band's ends (or its middle where it has no ends); a
+    topology with no figures for the row's GPU count adds nothing."""
+    block = target["interconnect_model"]
+    low = table.get("tpot_low_ms", table["tpot_ms"]).copy()
+    high = table.get("tpot_high_ms", table["tpot_ms"]).copy()
+    for name in others:
+        moved = dict(target, interconnect_model=dict(block, default=name))
+        there = Composition(one.model, one.deployment, moved, one.layouts)
+        for timer in list(ends.values()) or [None]:
+            kw = kwargs if timer is None else dict(kwargs, timer=timer)
+            got = compose_parts(there, **kw)["tpot_ms"]
+            low = low.where(~(got < low), got)
+            high = high.where(~(got > high), got)
+    table["tpot_low_ms"], table["tpot_high_ms"] = low, high
 
 
 # The operand type of the decode rows the verdict reads (fp8_expert_fraction); a sweep's verdict
@@ -267,7 +307,9 @@ def deployment_table(
     engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"])
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
     plain = settings.hardware.model_dump(exclude_unset=True)
-    target = with_engine_allreduce(plain, engine_conf)
+    target, spanned, topology_note = with_topology(
+        with_engine_allreduce(plain, engine_conf), dep.get("topology", "")
+    )
     allreduce = (
         f"all-reduce: {engine.name}'s one-shot custom all-reduce up to its max_bytes "
         f"(hardware[{plain['name']}] one_shot figures, cited), NCCL above"
@@ -281,6 +323,7 @@ def deployment_table(
                                                   "topologies": {named: here_numbers}})  # fmt: skip
         floors = here_floors
         allreduce = f"all-reduce: measured here ({device}; NCCL)"
+        spanned, topology_note = [], ""
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, hw_here, model)
     fit, label = fit_on_datasheet(fit, label, settings.catalog)
     # The attention kernel's own times where the target is the device that measured them.
@@ -301,32 +344,22 @@ def deployment_table(
             expert = next(
                 (n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None
             )
-            band = (target.get("grouped_gemm_efficiency") or {}).get(dep["weight_dtype"])
-            if band and expert:
-                # The target's own cited band for this format's grouped GEMM: never another
-                # GPU's or dtype's figure; the row at its geometric middle, the band beside.
-                middle = math.sqrt(band["low"] * band["high"])
-                use = with_group_bw(fit, expert, middle)
-                notes.append(
-                    f"expert GEMMs ({dep['weight_dtype']}): e_bw {middle:.3f} of the datasheet, "
-                    f"the geometric middle of hardware[{target['name']}].grouped_gemm_efficiency "
-                    f"[{band['low']:g}, {band['high']:g}] ({band['cite']}); tpot_low_ms and "
-                    "tpot_high_ms span the band"
+            curve = (target.get("grouped_gemm_efficiency") or {}).get(dep["weight_dtype"])
+            if curve and expert:
+                # The target's own cited band for this format's grouped GEMM at this batch's
+                # tokens per expert: never another GPU's or dtype's figure; the row at its
+                # geometric middle, the band beside.
+                band = grouped_efficiency.band_at(
+                    curve, batch * model["top_k"] / model["routed_experts"]
                 )
+                use = with_group_bw(fit, expert, band.middle)
+                notes.append(band.words(dep["weight_dtype"], target["name"]))
                 ends = {
                     "tpot_low_ms": launch_timer(
-                        with_group_bw(fit, expert, band["high"]),
-                        cost,
-                        label,
-                        own,
-                        engine.launches,
+                        with_group_bw(fit, expert, band.high), cost, label, own, engine.launches
                     ),
                     "tpot_high_ms": launch_timer(
-                        with_group_bw(fit, expert, band["low"]),
-                        cost,
-                        label,
-                        own,
-                        engine.launches,
+                        with_group_bw(fit, expert, band.low), cost, label, own, engine.launches
                     ),
                 }
             elif dep["weight_dtype"] != "bf16" and expert:
@@ -345,6 +378,10 @@ def deployment_table(
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]
+        if spanned:
+            _span_topologies(table, one, kwargs, ends, target, spanned)
+        if topology_note:
+            notes.append(topology_note)
         notes.append(dep["attention_label"])
         notes.append(allreduce)
         if fit is not None and engine.launches is not None:

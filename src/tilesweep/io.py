@@ -112,8 +112,7 @@ def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False)
     resolved = folder.resolve()
     inside = [PROJECT_ROOT, *(PROJECT_ROOT / name for name in TRACKED_FOLDERS)]
     if not force and (
-        resolved == PROJECT_ROOT
-        or any(resolved.is_relative_to(p) for p in inside[1:])
+        resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in inside[1:])
     ):
         raise ConfigError(
             f"--out={shown}: inside the checkout's tracked files ({resolved}); name another "

@@ -80,22 +80,63 @@ class InterconnectModel(Section):
 
     default: str
     topologies: dict[str, Topology]
+    # The topologies a verdict that names none spans in its band (deployment.topology: "").
+    plausible: list[str] = []
 
     @model_validator(mode="after")
     def _default_known(self) -> InterconnectModel:
-        """Refuse a default that names no topology."""
+        """Refuse a default, or a plausible topology, that names no topology."""
         if self.default not in self.topologies:
             why = f"not among topologies {', '.join(self.topologies)}"
             raise refuse("default", why, self.default)
+        for name in self.plausible:
+            if name not in self.topologies:
+                why = f"not among topologies {', '.join(self.topologies)}"
+                raise refuse("plausible", why, name)
         return self
+
+
+Fraction = Annotated[Number, Field(gt=0, le=1)]
 
 
 class EfficiencyBand(Section):
     """A cited band of a kernel's fraction of its datasheet roofline on this device."""
 
-    low: Annotated[Number, Field(gt=0, le=1)]
-    high: Annotated[Number, Field(gt=0, le=1)]
+    low: Fraction
+    high: Fraction
     cite: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EfficiencyBand:
+        """Refuse a band whose low end is above its high end."""
+        if self.low > self.high:
+            raise refuse("low", f"above high={self.high:g}: a band is low <= high", self.low)
+        return self
+
+
+class EfficiencyPoint(EfficiencyBand):
+    """The band at one number of tokens per expert, each end named by the kernel that set it."""
+
+    tokens_per_expert: PositiveNumber
+    low_kernel: str = Field(min_length=1)
+    high_kernel: str = Field(min_length=1)
+
+
+class EfficiencyCurve(Section):
+    """A format's grouped (MoE) GEMM efficiency at decode on this device, as a function of
+    tokens per expert (`points`, ascending; held flat past the ends, and said so), from the
+    kernels the engines run here; `beside`: another kernel's figure shown, never composed."""
+
+    points: list[EfficiencyPoint] = Field(min_length=1)
+    beside: EfficiencyBand = None
+
+    @model_validator(mode="after")
+    def _ascending(self) -> EfficiencyCurve:
+        """Refuse points not in strictly ascending tokens per expert."""
+        ts = [pt.tokens_per_expert for pt in self.points]
+        if any(b <= a for a, b in zip(ts, ts[1:], strict=False)):
+            raise refuse("points", "tokens_per_expert must ascend strictly", ts)
+        return self
 
 
 class HardwareSpec(Section):
@@ -122,7 +163,8 @@ class HardwareSpec(Section):
     interconnect: str
     interconnect_gbs: PositiveNumber
     interconnect_model: InterconnectModel = None
-    # The fraction of the datasheet roofline a format's grouped (MoE) GEMM reaches at decode on
-    # this device, as cited measurements bound it (by weight dtype): the verdict's expert GEMMs
-    # take its geometric middle and show the band (tpot_low_ms, tpot_high_ms).
-    grouped_gemm_efficiency: dict[str, EfficiencyBand] = None
+    # The fraction of the datasheet bandwidth a format's grouped (MoE) GEMM reaches at decode on
+    # this device, by weight dtype, as cited kernel figures bound it per tokens per expert: the
+    # verdict's expert GEMMs take the band's geometric middle and show its ends (tpot_low_ms,
+    # tpot_high_ms).
+    grouped_gemm_efficiency: dict[str, EfficiencyCurve] = None

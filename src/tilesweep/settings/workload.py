@@ -124,6 +124,20 @@ class DeploymentSettings(Section):
     compute_dtype: Literal["", Dtype]  # the quantised layers' math dtype ("": their weight dtype)
     input_len: int = Field(ge=0)  # prompt tokens per request of a serving load; 0: decode only
     output_len: int = Field(ge=0)  # generated tokens per request; 0: decode only
+    # The host's PCIe topology the collectives take (a name under the hardware file's
+    # interconnect_model.topologies); "": its default, the band spanning its `plausible` ones.
+    topology: str = ""
+
+    @model_validator(mode="after")
+    def _whole_load(self) -> DeploymentSettings:
+        """Refuse half a serving load: a prompt length without an output length, or the reverse."""
+        if bool(self.input_len) != bool(self.output_len):
+            why = (
+                f"with output_len={self.output_len}: a serving load gives both (0 and 0 for "
+                "decode only at context_len)"
+            )
+            raise refuse("input_len", why, self.input_len)
+        return self
 
     @model_validator(mode="after")
     def _two_fit_batches(self) -> DeploymentSettings:
