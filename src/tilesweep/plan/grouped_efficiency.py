@@ -26,10 +26,11 @@ class Band:
 
     def words(self, dtype: str, hardware: str) -> str:
         """Return the band for a row's inputs: its middle, its ends and their kernels."""
+        ends = f"{self.low:.3g} ({self.low_kernel}), {self.high:.3g} ({self.high_kernel})"
         return (
             f"expert GEMMs ({dtype}): e_bw {self.middle:.3f} of the datasheet, the geometric "
-            f"middle of hardware[{hardware}].grouped_gemm_efficiency [{self.low:.3g} ({self.low_kernel}), {self.high:.3g} ({self.high_kernel})] "
-            f"{self.where} ({self.cite}); tpot_low_ms and tpot_high_ms span the band"
+            f"middle of hardware[{hardware}].grouped_gemm_efficiency [{ends}] {self.where} "
+            f"({self.cite}); tpot_low_ms and tpot_high_ms span the band"
         )
 
 
