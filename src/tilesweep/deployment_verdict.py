@@ -405,7 +405,7 @@ def engine_table(
     """Return one row per engine figure the config cites (conf/references): the engine's
     measured TPOT beside the verdict composed for the same model, layout, batch and context on
     the engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
-    from tilesweep.config import compose_settings
+    from tilesweep.config import compose_groups
 
     figures = references.of(settings).figures
     if not figures:
@@ -416,7 +416,7 @@ def engine_table(
     for fig in figures:
         key = (fig.model, fig.hardware, fig.deployment, fig.engine_name())
         if key not in groups:
-            groups[key] = compose_settings(fig.overrides())
+            groups[key] = compose_groups(fig.groups(), FIGURE_BASE)
         one = deployment_table(
             figure_settings(groups[key], fig), decode, collective, steps, ceilings, fitted
         ).iloc[0]
@@ -458,6 +458,11 @@ def engine_table(
     table = pd.DataFrame(rows, columns=ENGINE_COLUMNS)
     table["source_check"] = references.source_checks(table)
     return table
+
+
+# What every cited figure's settings start from (the defaults, no figures of their own, one tile
+# and one layout that divide any model); figure_settings sets the figure's layout and load.
+FIGURE_BASE = ("references=none", "grid.tiles=[{m:16,n:16,k:16}]", "grid.layouts=[{tp:1,pp:1,ep:1}]")
 
 
 def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:

@@ -84,6 +84,15 @@ class Figure(Section):
             "references=none",
         ]
 
+    def groups(self) -> dict[str, str]:
+        """Return the config group options that compose this figure (config.FIGURE_GROUPS)."""
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "deployment": self.deployment,
+            "engine": self.engine_name(),
+        }
+
     def layout_name(self) -> str:
         """Return the layout as the verdict table names it (tp8-pp1-ep1, ...-xep)."""
         lay = self.layout
