@@ -99,6 +99,9 @@ def verdict_command(args: argparse.Namespace) -> int:
     files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
     out = None if args.out is None else check_out_folder(args.out, files, args.force)
     settings = compose_settings(args.overrides)
+    why = deployment_verdict.refusal(settings)
+    if why:
+        raise ConfigError(why)
     empty = pd.DataFrame()
     table = deployment_verdict.deployment_table(settings, empty, empty, empty, {})
     engines = (

@@ -65,6 +65,33 @@ def engine_deployment(settings: RootSettings) -> tuple[dict, dict]:
     return dep, engine
 
 
+def refusal(settings: RootSettings) -> str | None:
+    """Return why the named deployment cannot be composed, in one line naming the fix, or None:
+    an engine whose kernel lists lack the model's family, or a format the target has no tensor
+    cores for. The sweep and `tilesweep verdict` refuse it before anything runs."""
+    dep, engine_conf = engine_deployment(settings)
+    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
+    families = engine_conf.get("families") or {}
+    fam = engine_profile.family(model)
+    if families and fam not in families:
+        have = ", ".join(sorted(families))
+        return (
+            f"engine={engine_conf['name']}: no kernel list for the {fam} family of "
+            f"{model['name']} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
+            "the project's own step"
+        )
+    hw = settings.hardware
+    math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
+    if hw.peak_tflops.get(math_dtype) is None:
+        fix = "deployment=fp8_all" if hw.peak_tflops.get("fp8") else "deployment=bf16"
+        return (
+            f"hardware={hw.name} has no {math_dtype} peak ({hw.arch} has no {math_dtype} tensor "
+            f"cores): use {fix}, or deployment.compute_dtype=bf16 for weights dequantised in the "
+            "kernel"
+        )
+    return None
+
+
 def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     """Return the target with the engine's all-reduce: where the engine runs its one-shot custom
     all-reduce in its CUDA graph, the hardware file's one-shot figures are enabled, on NVLink

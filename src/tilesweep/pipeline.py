@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tilesweep import backends, device, grid
+from tilesweep import backends, deployment_verdict, device, grid
 from tilesweep.config import compose_settings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -204,6 +204,9 @@ class Sweep:
         if is_file:
             raise ConfigError(f"results_dir={self.results}: a file, not a folder")
         grid.check_size(self.settings)
+        why = deployment_verdict.refusal(self.settings)
+        if why:
+            raise ConfigError(why)
         self.builds = grid.build_cells(self.settings)
         self.launches = grid.launch_cells(self.settings, self.builds)
         self.kernels = grid.bench_kernels(self.settings, self.builds)
