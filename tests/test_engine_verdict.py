@@ -15,7 +15,7 @@ import pytest
 
 from tilesweep import deployment_verdict, references
 from tilesweep.cli import main
-from tilesweep.config import compose, compose_settings
+from tilesweep.config import compose, compose_groups, compose_settings
 from tilesweep.io import PROJECT_ROOT
 from tilesweep.plan import engine_profile
 from tilesweep.plan.launch_fit import on_datasheet
@@ -248,6 +248,51 @@ def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():
     own = compose_settings(other.overrides())
     for key in ("deployment", "grid", "model", "engine", "hardware"):
         assert shared.as_dict()[key] == own.as_dict()[key], key
+
+
+@pytest.mark.slow
+def test_a_figure_composed_from_its_group_files_equals_a_hydra_compose_of_its_groups():
+    # One figure of each group (model x GPU x formats x engine): the group files read after one
+    # Hydra compose give the settings a Hydra compose of the figure's own overrides gives.
+    groups = {}
+    for fig in references.of(compose([])).figures:
+        groups.setdefault(tuple(fig.groups().values()), fig)
+    assert len(groups) >= 10
+    for fig in groups.values():
+        fast = deployment_verdict.figure_settings(
+            compose_groups(fig.groups(), deployment_verdict.FIGURE_BASE), fig
+        )
+        own = compose_settings(fig.overrides())
+        for key in ("deployment", "model", "engine", "hardware"):
+            assert fast.as_dict()[key] == own.as_dict()[key], (fig.groups(), key)
+        assert fast.grid.layouts == own.grid.layouts
+
+
+def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_fix():
+    refused = {
+        ("engine=tensorrtllm",): "no kernel list for the mla_dsa_moe family",
+        ("model=qwen3_235b_a22b", "engine=tensorrtllm"): "gqa_moe family",
+        ("hardware=h200",): "use deployment=fp8_all",
+        ("hardware=a100",): "use deployment=bf16",
+    }
+    for overrides, why in refused.items():
+        line = deployment_verdict.refusal(compose_settings(list(overrides)))
+        assert line and why in line and "\n" not in line, overrides
+    composes = [
+        [],
+        ["hardware=b200"],
+        ["hardware=h200", "deployment=fp8_all"],
+        ["model=deepseek_v3", "engine=tensorrtllm", "deployment=fp8_all"],
+    ]
+    for overrides in composes:
+        assert deployment_verdict.refusal(compose_settings(overrides)) is None, overrides
+    done = subprocess.run(
+        [sys.executable, "-m", "tilesweep.cli", "verdict", "engine=tensorrtllm"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "engine=tensorrtllm: no kernel list" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():

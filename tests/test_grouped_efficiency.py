@@ -1,0 +1,91 @@
+"""The grouped (MoE) GEMM efficiency band a hardware file cites, read at a batch's tokens per
+expert, and the PCIe host topologies a default verdict spans."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from tilesweep import deployment_verdict
+from tilesweep.config import compose_settings
+from tilesweep.errors import ConfigError
+from tilesweep.plan.grouped_efficiency import band_at
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.strict import check
+
+CURVE = {
+    "points": [
+        {"tokens_per_expert": 0.25, "low": 0.4, "high": 0.5, "low_kernel": "a", "high_kernel": "b",
+         "cite": "one"},
+        {"tokens_per_expert": 4, "low": 0.6, "high": 0.7, "low_kernel": "c", "high_kernel": "d",
+         "cite": "two"},
+    ]
+}  # fmt: skip
+EMPTY = pd.DataFrame()
+
+
+def test_the_band_is_read_at_a_point_between_points_and_held_past_the_ends():
+    at = band_at(CURVE, 4)
+    assert (at.low, at.high, at.low_kernel) == (0.6, 0.7, "c") and "at 4 tokens" in at.where
+    mid = band_at(CURVE, 1)  # half way in log tokens
+    assert mid.low == pytest.approx(math.sqrt(0.4 * 0.6))
+    assert mid.high == pytest.approx(math.sqrt(0.5 * 0.7)) and "between 0.25 and 4" in mid.where
+    below, above = band_at(CURVE, 0.01), band_at(CURVE, 64)
+    assert (below.low, below.high) == (0.4, 0.5) and "none cited below" in below.where
+    assert (above.low, above.high) == (0.6, 0.7) and "none cited above" in above.where
+    assert at.middle == pytest.approx(math.sqrt(0.6 * 0.7))
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"low": 0.8}, "a band is low <= high"),
+        ({"low": float("nan")}, r"hardware\[rtx_pro_6000\]"),
+        ({"high": 1.5}, r"hardware\[rtx_pro_6000\]"),
+        ({"tokens_per_expert": 8}, "ascend"),
+    ],
+)
+def test_a_curve_out_of_range_or_order_is_refused(change, why):
+    spec = compose_settings([]).hardware.model_dump(exclude_unset=True)
+    points = spec["grouped_gemm_efficiency"]["nvfp4"]["points"]
+    points[0] = dict(points[0], **change)
+    with pytest.raises(ConfigError, match=why):
+        check(HardwareSpec, spec, "hardware[rtx_pro_6000]")
+
+
+def test_the_brief_machine_takes_the_engines_kernels_and_names_each_end():
+    settings = compose_settings(
+        ["deployment.batches=[1,64]", "deployment.context_len=1024",
+         "grid.layouts=[{tp:8,pp:1,ep:1}]", "deployment.topology=switch"]
+    )  # fmt: skip
+    rows = deployment_verdict.deployment_table(settings, EMPTY, EMPTY, EMPTY, {})
+    assert rows["inputs"].str.contains("b12x").all()
+    assert rows["inputs"].str.contains("topology: switch").all()
+    assert (rows["tpot_low_ms"] <= rows["tpot_ms"]).all()
+    assert (rows["tpot_ms"] <= rows["tpot_high_ms"]).all()
+    # More tokens per expert stream the experts better: batch 64's band sits higher.
+    assert "at 2 tokens per expert" in rows.iloc[1]["inputs"]
+
+
+def test_a_default_verdict_spans_the_plausible_topologies_and_a_named_one_alone():
+    base = ["deployment.batches=[1]", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    spans = deployment_verdict.deployment_table(compose_settings(base), EMPTY, EMPTY, EMPTY, {})
+    each = {
+        name: deployment_verdict.deployment_table(
+            compose_settings([*base, f"deployment.topology={name}"]), EMPTY, EMPTY, EMPTY, {}
+        ).iloc[0]
+        for name in ("switch", "dual_socket", "switch_free")
+    }
+    row = spans.iloc[0]
+    assert "also span dual_socket, switch_free" in row["inputs"]
+    assert row["tpot_ms"] == pytest.approx(each["switch"]["tpot_ms"])
+    assert row["tpot_low_ms"] == pytest.approx(min(r["tpot_low_ms"] for r in each.values()))
+    assert row["tpot_high_ms"] == pytest.approx(max(r["tpot_high_ms"] for r in each.values()))
+    assert each["dual_socket"]["comm_ms"] > each["switch"]["comm_ms"]
+
+
+def test_a_topology_the_hardware_lacks_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="valid: dual_socket, host_staged, switch, switch_free"):
+        compose_settings(["deployment.topology=nvswitch"])
