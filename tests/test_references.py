@@ -160,3 +160,22 @@ def test_a_figure_slower_than_its_deployment_at_more_concurrency_is_flagged_not_
     assert kept["composed"] == 3 and kept["in_band"] == 3 and kept["ratio_min"] == 1.0
     line = engine_line(table)
     assert "1 contradicted" in line and "without which 3 of 3 are within the band" in line
+
+
+def test_the_card_says_how_far_to_trust_a_pick_from_its_family_or_the_corpus_spread():
+    engines = pd.DataFrame(
+        {
+            "model": ["m", "m", "other"],
+            "hardware": ["gpu", "gpu", "gpu"],
+            "engine": ["SGLang", "SGLang", "vLLM"],
+            "role": ["test", "test", "test"],
+            "composed_over_engine": [0.9, 1.5, 1.0],
+            "in_band": [True, False, True],
+        }
+    )
+    families = references.family_errors(engines)
+    assert list(families["figures"]) == [2, 1] and list(families["in_band"]) == [1, 1]
+    own = references.trust_words(engines, "m", "gpu", "sglang")
+    assert "2 cited SGLang figures of m on gpu" in own and "0.90-1.50" in own
+    unseen = references.trust_words(engines, "m", "gpu", "vllm")
+    assert "no cited figure of m on gpu with vllm" in unseen and "2 families" in unseen

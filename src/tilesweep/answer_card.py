@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import references
 from tilesweep.settings import RootSettings
 from tilesweep.settings import group as settings_group
 
@@ -148,7 +149,12 @@ class Target:
     def words(self) -> str:
         """Return what meets the target in one sentence, or by how much the closest misses."""
         if self.met and self.pick:
-            return f"At {self.asked()}, the most tokens/s per GPU: {self.pick.words()}."
+            floor = (
+                " (question.min_tokens_per_s_per_user=null removes the per-user floor)"
+                if self.min_tokens_per_s_per_user
+                else ""
+            )
+            return f"At {self.asked()}, the most tokens/s per GPU: {self.pick.words()}{floor}."
         if self.pick is None:
             return f"At {self.asked()}: no layout fits in memory at any batch, so none meets it."
         over = f"{_num(self.miss_ms)} ms over the {_num(self.limit_ms)} ms it allows"
@@ -173,6 +179,7 @@ class AnswerCard:
     no_fit_batches: list[int] = field(default_factory=list)
     target: Target | None = None
     rests_on: str = ""
+    trust: str = ""  # how far to trust the picks: the engine corpus' error on their family
 
     @property
     def headline(self) -> str:
@@ -207,6 +214,7 @@ class AnswerCard:
             out.append("  ".join(h.rjust(w) for h, w in width.items()))
             out += ["  ".join(r[h].rjust(w) for h, w in width.items()) for r in rows]
         out += [self.no_fit_line()] if self.no_fit_batches else []
+        out += [self.trust] if self.trust else []
         out.append("Rests on: " + self.rests_on)
         return out
 
@@ -235,6 +243,7 @@ class AnswerCard:
             no_fit_batches=list(saved.get("no_fit_batches", [])),
             target=target,
             rests_on=saved.get("rests_on", ""),
+            trust=saved.get("trust", ""),
         )
 
 
@@ -476,7 +485,7 @@ def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> st
         for r in rows.head(2).to_dict("records")
     ]
     more = f" (+{len(rows) - 2} more in engines.csv)" if len(rows) > 2 else ""
-    from tilesweep.references import BAND, corpus_summary
+    BAND, corpus_summary = references.BAND, references.corpus_summary
 
     got = corpus_summary(engines)
     corpus = (
@@ -541,9 +550,12 @@ def build(
     first = verdict.iloc[0] if len(verdict) else {}
     if isinstance(settings, RootSettings):
         model, hardware = settings.model.name, settings.hardware.name
+        engine = settings.engine.name
     else:  # the plain containers the report reads
         model = settings.get("model", {}).get("name", "?")
         hardware = settings.get("hardware", {}).get("name", "?")
+        engine = settings.get("engine", {}).get("name", "?")
+    trust = references.trust_words(engines, model, hardware, engine) if picks else ""
     return AnswerCard(
         model=str(first.get("model", model)),
         hardware=str(first.get("hardware", hardware)),
@@ -551,6 +563,7 @@ def build(
         no_fit_batches=none,
         target=target,
         rests_on=rests_on(verdict, basis, check, engines),
+        trust=trust,
     )
 
 

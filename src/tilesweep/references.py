@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from tilesweep.errors import ConfigError
@@ -218,6 +219,62 @@ def corpus_summary(engines) -> dict:
         "hardware": sorted(set(done["hardware"])),
         "models": sorted(set(done["model"])),
     }
+
+
+FAMILY = ("model", "hardware", "engine")  # one family of engine figures: model x GPU x engine
+
+
+def family_errors(engines) -> pd.DataFrame:
+    """Return the composition's error per family (FAMILY) over the test figures it composed:
+    figures, in BAND, median composed/engine, its range and median |error| in %."""
+    cols = [*FAMILY, "figures", "in_band", "median_ratio", "low_ratio", "high_ratio",
+            "median_abs_error_pct"]  # fmt: skip
+    if engines is None or engines.empty or "role" not in engines:
+        return pd.DataFrame(columns=cols)
+    done = engines[(engines["role"] == "test") & engines["composed_over_engine"].notna()]
+    rows = []
+    for key, part in done.groupby(list(FAMILY), sort=True):
+        ratio = part["composed_over_engine"].astype(float)
+        rows.append(
+            {
+                **dict(zip(FAMILY, key, strict=True)),
+                "figures": len(part),
+                "in_band": int(part["in_band"].astype(bool).sum()),
+                "median_ratio": float(ratio.median()),
+                "low_ratio": float(ratio.min()),
+                "high_ratio": float(ratio.max()),
+                "median_abs_error_pct": float((100 * (ratio - 1)).abs().median()),
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def trust_words(engines, model: str, hardware: str, engine: str) -> str:
+    """Return how far to trust a verdict of one family, in one sentence: the corpus' error on
+    that family's figures where it has any, else its spread over the families it has (named as
+    such: this family was never checked)."""
+    table = family_errors(engines)
+    if table.empty:
+        return "How far to trust it: no engine figure composed to check it against."
+    same = table[
+        (table["model"] == model)
+        & (table["hardware"] == hardware)
+        & (table["engine"].str.lower().str.replace("-", "") == engine)
+    ]
+    if not same.empty:
+        r = same.iloc[0]
+        return (
+            f"How far to trust it: on the {r['figures']} cited {r['engine']} figures of {model} on "
+            f"{hardware}, composed/engine {r['low_ratio']:.2f}-{r['high_ratio']:.2f} (median "
+            f"{r['median_ratio']:.2f}), {r['in_band']} within {BAND[0]}-{BAND[1]}x."
+        )
+    figures, inside = int(table["figures"].sum()), int(table["in_band"].sum())
+    return (
+        f"How far to trust it: no cited figure of {model} on {hardware} with {engine}; over the "
+        f"{len(table)} families the corpus has, composed/engine ranges "
+        f"{table['low_ratio'].min():.2f}-{table['high_ratio'].max():.2f} ({inside} of {figures} "
+        f"within {BAND[0]}-{BAND[1]}x), a family never seen may stray as far."
+    )
 
 
 def fit_host_ms(engines, engine: str) -> float:
