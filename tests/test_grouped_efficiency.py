@@ -89,3 +89,14 @@ def test_a_default_verdict_spans_the_plausible_topologies_and_a_named_one_alone(
 def test_a_topology_the_hardware_lacks_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="valid: dual_socket, host_staged, switch, switch_free"):
         compose_settings(["deployment.topology=nvswitch"])
+
+
+def test_an_engine_kernel_of_one_architecture_counts_only_there():
+    from tilesweep.plan import engine_profile
+
+    settings = compose_settings([])
+    engine = settings.engine.model_dump(exclude_unset=True)
+    model = settings.model.model_dump(exclude_unset=True)
+    on = engine_profile.profile(engine, model, "nvfp4", "sm_120").extra["per_layer"]
+    off = engine_profile.profile(engine, model, "nvfp4", "sm_90").extra["per_layer"]
+    assert on == off + 2  # SGLang's two add + RMSNorm kernels, fused into the all-reduce elsewhere

@@ -331,7 +331,7 @@ def deployment_table(
     made on the sweep's own model, never on another config's)."""
     dep, engine_conf = engine_deployment(settings)
     model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
-    engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"])
+    engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"], settings.hardware.arch)
     device, here_numbers, here_floors, hw_here = _here(collective, ceilings)
     plain = settings.hardware.model_dump(exclude_unset=True)
     target, spanned, topology_note = with_topology(

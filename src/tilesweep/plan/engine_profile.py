@@ -88,18 +88,21 @@ class EngineProfile:
         return out
 
 
-def _running(kernels: list[dict], weight_dtype: str) -> list[dict]:
-    """Return the kernels of a list that run in `weight_dtype` and are not all-reduces (those
-    are timed by the interconnect model)."""
+def _running(kernels: list[dict], weight_dtype: str, arch: str | None = None) -> list[dict]:
+    """Return the kernels of a list that run in `weight_dtype` on `arch` (None: only those of
+    every arch) and are not all-reduces (those are timed by the interconnect model)."""
     return [
         k
         for k in kernels
         if not (k.get("only_for") and weight_dtype not in k["only_for"])
+        and not (k.get("only_arch") and arch not in k["only_arch"])
         and k["kind"] != "allreduce"
     ]
 
 
-def extra_kernels(engine: dict, model: dict, weight_dtype: str = "bf16") -> dict[str, list]:
+def extra_kernels(
+    engine: dict, model: dict, weight_dtype: str = "bf16", arch: str | None = None
+) -> dict[str, list]:
     """Return {per_layer | per_moe_layer | per_dense_layer | per_step: the kernels of `engine`'s
     list for `model`'s family that run in `weight_dtype` and that no part kind of that list
     covers (its small kernels: kind `extra`, or a kind that does not occur there)}; raise
@@ -115,7 +118,7 @@ def extra_kernels(engine: dict, model: dict, weight_dtype: str = "bf16") -> dict
             f"{model['name']} (has {', '.join(sorted(engine['families']))})"
         )
     return {
-        where: [k for k in _running(lists[where], weight_dtype) if k["kind"] not in kinds]
+        where: [k for k in _running(lists[where], weight_dtype, arch) if k["kind"] not in kinds]
         for where, kinds in LAYER_KINDS.items()
     }
 
@@ -139,7 +142,9 @@ def lean() -> EngineProfile:
     return EngineProfile(LEAN, "the project's own step (lean)", None)
 
 
-def profile(engine: dict | None, model: dict, weight_dtype: str = "bf16") -> EngineProfile:
+def profile(
+    engine: dict | None, model: dict, weight_dtype: str = "bf16", arch: str | None = None
+) -> EngineProfile:
     """Return the EngineProfile of `engine` (conf/engine, validated) for `model` in `weight_dtype`
     (a kernel listed `only_for` other dtypes does not run); the lean step where the engine has no
     list (`lean`, or an engine whose code was not read: labelled so); raise ValueError where it
@@ -162,12 +167,12 @@ def profile(engine: dict | None, model: dict, weight_dtype: str = "bf16") -> Eng
             )
         launches: dict[str, float] = {}
         for where, kinds in LAYER_KINDS.items():
-            for k in _running(lists[where], weight_dtype):
+            for k in _running(lists[where], weight_dtype, arch):
                 if k["kind"] in kinds:
                     launches[k["kind"]] = launches.get(k["kind"], 0.0) + k["count"]
         extra = {
             where: sum(k["count"] for k in listed)
-            for where, listed in extra_kernels(engine, model, weight_dtype).items()
+            for where, listed in extra_kernels(engine, model, weight_dtype, arch).items()
             if listed
         }
         label = f"engine-faithful kernel count ({engine['name']} {engine['version']} {fam} list)"

@@ -5,7 +5,7 @@ an engine's list makes the verdict what that engine gets (tilesweep.plan.engine_
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -41,6 +41,9 @@ class Kernel(Section):
     cite: str = Field(min_length=1)  # file and line (or function) of the engine's code
     # weight dtypes it runs for (activation quantisation: quantised layers only); empty: all
     only_for: list[Literal["bf16", "fp8", "nvfp4", "mxfp4"]] = []
+    # GPU architectures it launches on (sm_120: a fusion the engine enables elsewhere only);
+    # empty: all. A step measured on the device at hand runs only the kernels of every arch.
+    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
     note: str = ""
 
 
