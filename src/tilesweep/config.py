@@ -124,6 +124,15 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
                 f"{path.name}; rows are labelled with the name, so the two must agree"
             )
         catalog[path.stem] = spec
+    claimed: dict[str, str] = {}
+    for name, spec in catalog.items():
+        for device in spec.get("device_names") or [] if isinstance(spec, dict) else []:
+            if device in claimed:
+                raise ConfigError(
+                    f"hardware[{name}].device_names: {device!r} is hardware[{claimed[device]}]'s "
+                    "too; a device name belongs to one file, or a run on it reads the wrong one"
+                )
+            claimed[device] = name
     return catalog
 
 
@@ -137,7 +146,29 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     _check_reference_figures(checked, conf_dir)
     _check_files(checked)
     _check_topology(checked)
+    _check_engine_name(checked, conf_dir)
     return checked
+
+
+def _check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
+    """Raise ConfigError for an engine file whose name is not its file's (the figures and rows
+    are labelled with the name, so another engine's would borrow its label)."""
+    from omegaconf import OmegaConf
+
+    name = settings.engine.name
+    files = {p.stem for p in (Path(conf_dir) / "engine").glob("*.yaml")}
+    if name not in files:
+        raise ConfigError(
+            f"engine.name={name!r}: no conf/engine/{name}.yaml; an engine file's name is its file "
+            f"name ({', '.join(sorted(files))})"
+        )
+    own = OmegaConf.load(Path(conf_dir) / "engine" / f"{name}.yaml")
+    if own.get("version") != settings.engine.version:
+        raise ConfigError(
+            f"engine.name={name!r}: conf/engine/{name}.yaml is another engine (version "
+            f"{own.get('version')!r}, not {settings.engine.version!r}); an engine file's name "
+            "is its file name"
+        )
 
 
 def _check_topology(settings: RootSettings) -> None:
@@ -335,6 +366,39 @@ def _fit_fault(path: Path) -> str | None:
             return f"not a fit: no {key} ({_kind_name(kind)})"
     if not math.isfinite(fit["per_kernel_us"]) or fit["per_kernel_us"] < 0:
         return f"per_kernel_us={fit['per_kernel_us']}: not a finite cost"
+    if not fit["groups"]:
+        return "not a fit: no groups"
+    for name, group in fit["groups"].items():
+        why = _group_fault(group)
+        if why:
+            return f"groups.{name}: {why}"
+    return None
+
+
+# What the composition reads of each fitted group: its efficiencies (fractions, at most a little
+# over 1 before they are put on a datasheet), its per-kernel cost and launches, and its kinds.
+_GROUP_NUMBERS = {"e_bw": (0.0, 2.0), "e_math": (0.0, 2.0), "per_kernel_us": (0.0, 1e6),
+                  "launches_per_occurrence": (0.0, 1e6)}  # fmt: skip
+
+
+def _group_fault(group: object) -> str | None:
+    """Return why one fitted group is not usable (a missing, negative, NaN or absurd piece),
+    or None."""
+    import math
+
+    if not isinstance(group, dict):
+        return "not a mapping"
+    for key, (low, high) in _GROUP_NUMBERS.items():
+        value = group.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"no {key} (a number)"
+        if not math.isfinite(value) or not low <= value <= high:
+            return f"{key}={value}: outside {low:g}..{high:g}"
+    if key_kinds := group.get("kinds"):
+        if not isinstance(key_kinds, list) or not all(isinstance(k, str) for k in key_kinds):
+            return "kinds: not a list of part kinds"
+    else:
+        return "no kinds (the part kinds it covers)"
     return None
 
 
@@ -361,4 +425,8 @@ def _attention_fault(path: Path) -> str | None:
     for col in ("heads", "sequences", "top", "ms"):
         if not pd.api.types.is_numeric_dtype(rows[col]):
             return f"not an attention table: column {col} is not numbers"
+        ok = rows["status"].astype(str) == "ok"
+        bad = rows.loc[ok, col]
+        if (~bad.map(lambda v: v == v and abs(v) != float("inf")) | (bad < 0)).any():
+            return f"column {col} holds a negative, NaN or infinite value on an ok row"
     return None
