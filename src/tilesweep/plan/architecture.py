@@ -161,6 +161,42 @@ def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -
     }
 
 
+def causal_pairs(tokens: float, window: float) -> float:
+    """Return the (query, key) pairs of a causal prompt of `tokens` tokens where each query
+    reads at most `window` keys (itself included): a sliding window, or DSA's top-k."""
+    w = min(float(window), float(tokens))
+    return w * (w + 1) / 2 + (tokens - w) * w
+
+
+def prompt_attention(model: dict, deployment: dict, heads: float, sliding: bool) -> dict:
+    """Return one layer's attention over one prompt of deployment.input_len tokens, per rank
+    holding `heads` query heads: {flops, bytes} of the attention kernel (in bf16: prefill runs
+    MLA unabsorbed, each head's q.k over qk_nope + qk_rope and p.v over v_head) and
+    {index_flops, index_bytes} of the DSA indexer's scores over every earlier token (fp8, whole on
+    every rank, as at decode), 0 where the deployment runs no indexer."""
+    att, n = model["attention"], float(deployment["input_len"])
+    window = att["sliding_window"] if sliding else n
+    if att["kind"] == "mla":
+        qk = att["qk_nope_head_dim"] + att["qk_rope_head_dim"]
+        v = att["v_head_dim"]
+        topk = att.get("index_topk")
+        pairs = causal_pairs(n, min(window, topk) if topk else window)
+    else:
+        qk = v = att["head_dim"]
+        topk, pairs = None, causal_pairs(n, window)
+    out = {
+        "flops": heads * pairs * 2 * (qk + v),
+        "bytes": heads * n * 2 * (qk + v) * ACT_BYTES,  # q, k, v read and o written once
+        "index_flops": 0.0,
+        "index_bytes": 0.0,
+    }
+    if topk:
+        d = att["index_n_heads"] * att["index_head_dim"]
+        out["index_flops"] = 2.0 * d * causal_pairs(n, n)
+        out["index_bytes"] = n * (d + att["index_head_dim"])  # fp8 queries and keys
+    return out
+
+
 def total_weight_bytes(model: dict, deployment: dict) -> float:
     """Return the bytes of every weight of the model in the deployment's dtypes (no sharding)."""
     groups = linears(model)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tilesweep.columns import VERDICT_COLUMNS
-from tilesweep.plan.architecture import ACT_BYTES
+from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
 from tilesweep.plan.bound import decide_bound
 from tilesweep.plan.engine_profile import EngineProfile, lean
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
@@ -70,19 +70,62 @@ class Composition:
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
 
 
-def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts) -> list[dict]:
+def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw=None) -> list:
     """Return the parts one rank of a stage runs for a micro-batch of `micro` decoding sequences
-    and `prefill` prompt rows through the linear layers and experts, with an engine's extra
-    kernels (`extra_parts(stage, first, last)`, plan.engine_profile) where given."""
+    and `prefill` prompt rows through the linear layers and experts and the prompt's own
+    attention (prompt_parts), with an engine's extra kernels (`extra_parts(stage, first, last)`,
+    plan.engine_profile) where given."""
     parts = stage_parts(model, dep, layout, stage, micro, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
         parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
             p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
         ]
+        parts += prompt_parts(model, dep, layout, stage, prefill, hw or {})
     if extra_parts is not None:
         parts = parts + extra_parts(stage, first, last)
     return parts
+
+
+# The part kinds of a prompt's own attention (no fit group covers them: each takes the hardware
+# file's cited prefill-attention efficiency, hardware.prompt_attention).
+PROMPT_KINDS = ("prompt_attention", "prompt_indexer")
+
+
+def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
+    """Return the attention one rank runs over `rows` rows of an arriving prompt (a share
+    rows / input_len of the whole prompt's causal attention, and of its DSA indexer where the
+    deployment runs one), at the target's cited prefill-attention efficiency; none where the
+    hardware file cites none (the row's inputs say so)."""
+    cited = hw.get("prompt_attention")
+    if not cited or not dep.get("input_len"):
+        return []
+    share = rows / dep["input_len"]
+    heads = model["attention"]["heads"] / layout["tp"]
+    layers = stage["dense"] + stage["moe"]
+    out = []
+    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
+        if not count:
+            continue
+        core = prompt_attention(model, dep, heads, sliding)
+        for kind, flops, nbytes, dtype in (
+            ("prompt_attention", core["flops"], core["bytes"], "bf16"),
+            ("prompt_indexer", core["index_flops"], core["index_bytes"], "fp8"),
+        ):
+            if flops:
+                out.append(
+                    {
+                        "name": kind + ("_sliding" if sliding else ""),
+                        "kind": kind,
+                        "bytes": share * nbytes,
+                        "flops": share * flops,
+                        "dtype": dtype,
+                        "count": count,
+                        "launches": 1.0,
+                        "e_math": cited["e_math"],
+                    }
+                )
+    return out
 
 
 def _stage_time(
@@ -103,7 +146,7 @@ def _stage_time(
     }
     sources, gaps = set(), []
     peak = 0.0
-    for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts):
+    for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw):
         t = timer(part, hw)
         c = part["count"]
         kernel = t["memory_ms"] + t["math_ms"]
@@ -227,6 +270,17 @@ def compose_step(
         "gaps": gaps,
         "interconnect": ic_label,
     }
+
+
+def _prompt_words(hw: dict) -> str:
+    """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
+    cited = hw.get("prompt_attention")
+    if not cited:
+        return (
+            f"their attention not charged: hardware[{hw.get('name')}] cites no prompt_attention "
+            "efficiency"
+        )
+    return f"their attention at e_math {cited['e_math']:g} ({cited['cite']})"
 
 
 def serving_load(dep: dict) -> tuple[int, int]:
@@ -408,7 +462,7 @@ def compose_parts(
                     + "; load: "
                     + (
                         f"serving, {load_in} in / {load_out} out per request (the other "
-                        f"requests' prompts: {prefill:.3g} ms a step)"
+                        f"requests' prompts: {prefill:.3g} ms a step; {_prompt_words(hw)})"
                         if load_in
                         else "decode only (no arriving prompts)"
                     )

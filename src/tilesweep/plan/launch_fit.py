@@ -487,6 +487,8 @@ def launch_timer(
         out = roofline_timer(part, hw)
         group = by_kind.get(part["kind"])
         e = group or pooled
+        if "e_math" in part:  # a cited kernel efficiency the part carries (a prompt's attention)
+            e = dict(pooled, e_math=part["e_math"])
         roofs = (out["roof_memory_ms"], out["roof_math_ms"]) if not out["gap"] else (math.nan,) * 2
         memory, flop = part_terms(*roofs, e["e_bw"], e["e_math"], lap)
         out["memory_ms"], out["math_ms"] = float(memory), float(flop)
@@ -500,6 +502,8 @@ def launch_timer(
             cost = small_kernel_us(fit)[0] * 1e-3
         out["launch_ms"] = n * cost
         out["source"] = label if group else f"{label}; {part['kind']}: the device-wide fit"
+        if "e_math" in part:
+            out["source"] = f"{label}; {part['kind']}: its cited e_math, the device-wide e_bw"
         own = kernel_ms(part) if kernel_ms is not None and not out["gap"] else None
         if own is not None:  # the kernel's own time: memory-bound by the roofline's reading
             out.update(memory_ms=own, math_ms=0.0, launch_ms=0.0)

@@ -139,6 +139,13 @@ class EfficiencyCurve(Section):
         return self
 
 
+class PromptAttention(Section):
+    """A prefill attention kernel's cited fraction of this device's dense bf16 peak."""
+
+    e_math: Fraction
+    cite: str = Field(min_length=1)
+
+
 class HardwareSpec(Section):
     """A device's shared-memory, register and thread limits, peaks, power and interconnect."""
 
@@ -168,3 +175,6 @@ class HardwareSpec(Section):
     # verdict's expert GEMMs take the band's geometric middle and show its ends (tpot_low_ms,
     # tpot_high_ms).
     grouped_gemm_efficiency: dict[str, EfficiencyCurve] = None
+    # The fraction of the bf16 peak a prefill attention kernel reaches (FlashAttention's own
+    # figure on this device): a serving load's arriving prompts run their attention at it.
+    prompt_attention: PromptAttention = None
