@@ -180,6 +180,8 @@ class AnswerCard:
     target: Target | None = None
     rests_on: str = ""
     trust: str = ""  # how far to trust the picks: the engine corpus' error on their family
+    # What the picks rest on, as data (columns.PROVENANCE_COLUMNS of the first pick's row).
+    provenance: dict = field(default_factory=dict)
 
     @property
     def headline(self) -> str:
@@ -244,6 +246,7 @@ class AnswerCard:
             target=target,
             rests_on=saved.get("rests_on", ""),
             trust=saved.get("trust", ""),
+            provenance=dict(saved.get("provenance") or {}),
         )
 
 
@@ -564,7 +567,23 @@ def build(
         target=target,
         rests_on=rests_on(verdict, basis, check, engines),
         trust=trust,
+        provenance=_provenance(verdict, basis),
     )
+
+
+def _provenance(verdict: pd.DataFrame, picks: list[Pick]) -> dict:
+    """Return the provenance columns of the first pick's verdict row ({} where there is none)."""
+    from tilesweep.columns import PROVENANCE_COLUMNS
+
+    if not picks or verdict.empty or "layout" not in verdict:
+        return {}
+    first = picks[0]
+    rows = verdict[(verdict["layout"].astype(str) == first.layout)
+                   & (_col(verdict, "batch") == first.batch)]  # fmt: skip
+    if rows.empty:
+        return {}
+    row = rows.iloc[0]
+    return {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}
 
 
 def target_of(settings: RootSettings | dict):

@@ -103,6 +103,11 @@ LAUNCH_COLUMNS = [
 
 # ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
 
+# What a verdict row rests on, as data (the `inputs` column keeps every figure's source too):
+# the fit, the expert GEMMs' efficiency, the engine's kernel list, the host rule, the
+# collectives (and PCIe topology), and the load.
+PROVENANCE_COLUMNS = ["fit_source", "expert_efficiency", "kernel_list", "host_rule",
+                      "collectives", "load"]  # fmt: skip
 VERDICT_COLUMNS = [
     "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
     "input_len", "output_len", "engine", "weight_dtype", "kv_dtype", "fits_memory",
@@ -110,7 +115,8 @@ VERDICT_COLUMNS = [
     "tpot_low_ms", "tpot_high_ms", "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms",
     "x_floor", "memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms", "prefill_ms",
     "memory_share", "math_share", "comm_share", "other_share", "host_share",
-    "peak_part_of_datasheet", "bound", "margin", "share", "source", "inputs",
+    "peak_part_of_datasheet", "bound", "margin", "share", "source", *PROVENANCE_COLUMNS,
+    "inputs",
 ]  # fmt: skip
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
 SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]
@@ -267,7 +273,9 @@ LATENCY_FLOOR_COLUMNS = [
 ]
 # The verdict as the reports show it: less the layout's factors and the long provenance.
 REPORT_VERDICT_COLUMNS = [
-    c for c in VERDICT_COLUMNS if c not in {"tp", "pp", "ep", "context_len", "inputs"}
+    c
+    for c in VERDICT_COLUMNS
+    if c not in {"tp", "pp", "ep", "context_len", "inputs", *PROVENANCE_COLUMNS}
 ]
 REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
 REPORT_ENGINE_COLUMNS = [

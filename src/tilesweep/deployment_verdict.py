@@ -362,6 +362,7 @@ def deployment_table(
     for batch in dep["batches"]:
         one = Composition(model, dict(dep, batches=[batch]), target, layouts)
         notes = []
+        expert_words = ""  # what the expert GEMMs' efficiency rests on (column expert_efficiency)
         ends = {}  # the TPOT at the ends of a cited efficiency band (tpot_low_ms, tpot_high_ms)
         kwargs = {"measured_floors": floors, "engine": engine}
         if fit is None:
@@ -380,7 +381,8 @@ def deployment_table(
                     curve, batch * model["top_k"] / model["routed_experts"]
                 )
                 use = with_group_bw(fit, expert, band.middle)
-                notes.append(band.words(dep["weight_dtype"], target["name"]))
+                expert_words = band.words(dep["weight_dtype"], target["name"])
+                notes.append(expert_words)
                 ends = {
                     "tpot_low_ms": launch_timer(
                         with_group_bw(fit, expert, band.high), cost, label, own, engine.launches
@@ -395,12 +397,13 @@ def deployment_table(
                 f8, why = _fraction_on_datasheet(f8, why, ceilings)
                 if f8 == f8:
                     use = with_group_bw(fit, expert, f8)
-                    notes.append(f"expert GEMMs ({dep['weight_dtype']}): {why}, e_bw {f8:.2f}")
+                    expert_words = f"expert GEMMs ({dep['weight_dtype']}): {why}, e_bw {f8:.2f}"
                 else:
-                    notes.append(
+                    expert_words = (
                         f"expert GEMMs ({dep['weight_dtype']}): {why}; the bf16 step's "
                         "efficiency applied to their bytes"
                     )
+                notes.append(expert_words)
             kwargs["timer"] = launch_timer(use, cost, label, own, engine.launches)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
@@ -409,6 +412,16 @@ def deployment_table(
             _span_topologies(table, one, kwargs, ends, target, spanned)
         if topology_note:
             notes.append(topology_note)
+        i, o = serving_load(dep)
+        table = table.assign(
+            fit_source=label,
+            expert_efficiency=expert_words,
+            kernel_list=engine.label,
+            host_rule=engine.host_label,
+            collectives="; ".join(x for x in (allreduce, topology_note) if x),
+            load=f"serving, {i} in / {o} out per request" if i else
+            f"decode only, {dep['context_len']} tokens of context",
+        )  # fmt: skip
         notes.append(dep["attention_label"])
         notes.append(allreduce)
         if fit is not None and engine.launches is not None:
@@ -449,7 +462,6 @@ def engine_table(
         ).iloc[0]
         composed = one["tpot_ms"]
         ratio = composed / fig.tpot_ms
-        inputs = str(one["inputs"])
         rows.append(
             {
                 "engine": fig.engine,
@@ -476,7 +488,7 @@ def engine_table(
                 "prefill_ms": one["prefill_ms"],
                 "bound": one["bound"],
                 "fits_memory": one["fits_memory"],
-                "kernel_list": _between(inputs, "kernel list: ", "; host:"),
+                "kernel_list": one["kernel_list"],
                 "composed_source": one["source"],
                 "gap": _gap(one),
                 "cited": fig.source,
