@@ -108,9 +108,25 @@ def collective_time(
     )
     one_shot = block.get("one_shot") or {}
     shot = _for_gpus(one_shot.get("by_gpus"), n) if one_shot.get("enabled") else None
-    if shot is not None and nbytes <= shot["max_bytes"] and shot["latency_us"] * 1e-3 < ms:
-        return shot["latency_us"] * 1e-3, f"model: one-shot all-reduce (<= {shot['max_bytes']} B)"
+    if shot is not None and nbytes <= shot["max_bytes"]:
+        us = _custom_us(shot, nbytes)
+        if us * 1e-3 < ms:
+            return us * 1e-3, f"model: the engine's custom all-reduce (<= {shot['max_bytes']} B)"
     return ms, "model"
+
+
+def _custom_us(shot: dict, nbytes: float) -> float:
+    """Return the custom all-reduce's time in us for a message: on the line through its cited
+    points (at the first's below it), else its one figure for every size up to max_bytes."""
+    points = shot.get("points") or []
+    if not points:
+        return float(shot["latency_us"])
+    if nbytes <= points[0][0]:
+        return float(points[0][1])
+    for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
+        if nbytes <= b1:
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+    return float(points[-1][1])
 
 
 def collective_ms(collective: str, n: int, nbytes: float, numbers: dict | None) -> float:

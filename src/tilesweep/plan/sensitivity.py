@@ -66,6 +66,7 @@ def scaled_hardware(hw: dict, name: str, factor: float) -> dict:
             if key == "latency_us":  # a one-shot all-reduce's time is its latency
                 for figures in (block.get("one_shot") or {}).get("by_gpus", {}).values():
                     figures[key] *= factor
+                    figures["points"] = [[b, t * factor] for b, t in figures.get("points") or []]
     return out
 
 

@@ -32,10 +32,23 @@ class Figures(Section):
 
 
 class OneShotFigures(Section):
-    """The one-shot custom all-reduce at one GPU count: its time and largest message."""
+    """The engines' custom all-reduce at one GPU count: its time and largest message, and where
+    cited, its time by message size (`points`: [bytes, us] pairs, ascending; the time between
+    two is read on the line through them, below the first at the first's)."""
 
     latency_us: Number = Field(ge=0)
     max_bytes: int = Field(ge=1)
+    points: list[
+        Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=2, max_length=2)]
+    ] = []
+
+    @model_validator(mode="after")
+    def _points_ascend(self) -> OneShotFigures:
+        """Refuse points out of order, or past max_bytes."""
+        sizes = [b for b, _ in self.points]
+        if sizes != sorted(set(sizes)) or (sizes and sizes[-1] > self.max_bytes):
+            raise refuse("points", "bytes must ascend, each at most max_bytes", sizes)
+        return self
 
 
 class OneShot(Section):
