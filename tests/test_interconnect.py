@@ -250,3 +250,27 @@ def test_a_bad_figure_is_refused_in_one_line(settings, path, value, message):
     text = str(err.value)
     assert message in text and "\n" not in text
     assert text.startswith("hardware[h200].interconnect_model.topologies.nvswitch")
+
+
+def test_the_engines_custom_all_reduce_is_read_by_size_and_taken_where_faster_than_nccl():
+    numbers = {
+        "all_reduce": {
+            "by_gpus": {8: {"latency_us": 20.0, "busbw_gbs": 370.0}},
+            "one_shot": {
+                "enabled": True,
+                "by_gpus": {
+                    8: {"latency_us": 7.8, "max_bytes": 1 << 20,
+                        "points": [[32768, 7.8], [262144, 16.7], [1 << 20, 33.8]]}
+                },
+            },
+        }
+    }  # fmt: skip
+    small, _ = collective_time("all_reduce", 8, 1024, numbers)
+    mid, label = collective_time("all_reduce", 8, (32768 + 262144) / 2, numbers)
+    assert small == pytest.approx(7.8e-3) and mid == pytest.approx((7.8 + 16.7) / 2 * 1e-3)
+    assert "custom all-reduce" in label
+    nccl_at_1mb = 20.0 + 2 * 7 / 8 * (1 << 20) / 370e9 * 1e6
+    big, label = collective_time("all_reduce", 8, 1 << 20, numbers)
+    assert big == pytest.approx(min(33.8, nccl_at_1mb) * 1e-3) and label == "model"
+    past, _ = collective_time("all_reduce", 8, 4 << 20, numbers)  # past max_bytes: NCCL's
+    assert past == pytest.approx((20.0 + 2 * 7 / 8 * (4 << 20) / 370e9 * 1e6) * 1e-3)
