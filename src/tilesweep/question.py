@@ -166,6 +166,16 @@ def validate(value: object, catalog: dict) -> None:
         raise ConfigError(
             f"question.hardware={question.hardware!r}: unknown hardware; valid: {valid}"
         )
+    tiles = getattr(question, "tiles", None) if question is not None else None
+    if tiles is not None:
+        from tilesweep import backends  # the registry imports the backends' heavy modules
+
+        known = sorted(b.name for b in backends.registered())
+        if tiles.backend not in known:
+            raise ConfigError(
+                f"question.tiles.backend={tiles.backend!r}: no such backend (its launch rows "
+                f"hold the tiles); valid: {', '.join(known)}"
+            )
 
 
 def of(settings: RootSettings | dict) -> Question | None:
