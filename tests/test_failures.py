@@ -82,3 +82,10 @@ def test_a_missing_status_is_a_failure_with_its_reason(tmp_path):
         "the file has no status column",
     ]
     assert [p.name for p in failed_outputs(res, {"missing"})] == ["c.json", "a.csv", "b.csv"]
+
+
+def test_a_record_replaced_by_a_folder_is_listed_as_failed(tmp_path):
+    res = tmp_path / "results"
+    (res / "decode" / "cell.csv").mkdir(parents=True)
+    (res / "decode" / "cell.csv" / "inside").write_text("x")
+    assert failed_outputs(res) == [res / "decode" / "cell.csv"]

@@ -79,7 +79,13 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
     for stage in STAGES:
         for path in sorted((Path(results) / stage).rglob("*")):
             hidden = any(p.startswith(".") for p in path.relative_to(Path(results)).parts)
-            if path.suffix not in (".json", ".csv") or not path.is_file() or hidden:
+            if path.suffix not in (".json", ".csv") or hidden:
+                continue
+            if path.is_dir():  # a record replaced by a folder: nothing of it can be read
+                found.append({"path": path, "status": str(Status.MISSING),
+                              "reason": "a folder where the record goes"})  # fmt: skip
+                continue
+            if not path.is_file():
                 continue
             for status, reason in _records(path):
                 if status in SETTLED or (statuses is not None and status not in statuses):
