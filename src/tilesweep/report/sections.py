@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 
+from tilesweep import references
 from tilesweep.answer_card import collective_words
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
@@ -238,6 +239,11 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
             "`role` test: no fitted term saw the figure; train: a fitted term was fitted on it."
         ),
         Text(engine_line(engines)),
+        Text(
+            "The error per family (model x GPU x engine) over the test figures composed: "
+            "in_band of figures within 0.75-1.33x, composed/engine's median and range."
+        ),
+        Table(references.family_errors(engines), list(references.family_errors(None).columns)),
         Table(engines, REPORT_ENGINE_COLUMNS),
     ]
 
