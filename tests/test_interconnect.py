@@ -82,7 +82,7 @@ def test_one_shot_only_when_enabled_only_up_to_max_bytes_and_only_when_faster():
     on = copy.deepcopy(NUMBERS)
     on["all_reduce"]["one_shot"]["enabled"] = True
     t, label = collective_time("all_reduce", 8, 4096, on)
-    assert t == pytest.approx(8e-3) and "one-shot" in label
+    assert t == pytest.approx(8e-3) and "custom all-reduce" in label
     assert collective_time("all_reduce", 8, 4096, NUMBERS)[1] == "model"  # disabled
     t, label = collective_time("all_reduce", 8, 65536, on)  # over max_bytes: NCCL's figure
     assert label == "model" and t == pytest.approx(collective_ms("all_reduce", 8, 65536, NUMBERS))

@@ -45,12 +45,15 @@ def test_sglangs_glm5_list_expands_over_one_dense_and_two_moe_layers(settings):
     x = step_extras.expand(settings["engine"], settings["model"], "nvfp4", 1, 2)
     assert x["label"] == SGLANG
     # conf/engine/sglang.yaml, mla_dsa_moe: per layer 3 + 2 + 1 quantisations (the fused indexer
-    # q kernel names its quant) and 3 others; per dense layer 3 (named quantisations); per MoE
-    # layer 4 pads and 3 (a1/a2 quantisation, silu_and_mul); per step 8, none a quantisation.
+    # q kernel names its quant) and 2 others (rotary, the cache write; the page-table transform
+    # runs inside top-k); per dense layer 3 (named quantisations); per MoE layer 2 (post-process
+    # and cat: GLM-5's gate writes the shared-expert column, so the two pads never launch) and 3
+    # (a1/a2 quantisation, silu_and_mul); per step 8, none a quantisation. The two add + RMSNorm
+    # kernels of sm_120 are not in a step measured here (only_arch).
     assert x["layers"] == [
-        {"quant": 9, "copy": 3},
-        {"quant": 9, "copy": 7},
-        {"quant": 9, "copy": 7},
+        {"quant": 9, "copy": 2},
+        {"quant": 9, "copy": 4},
+        {"quant": 9, "copy": 4},
     ]
     assert x["step"] == {"quant": 0, "copy": 8}
     assert (
@@ -109,7 +112,7 @@ def test_on_the_cpu_the_engine_rows_say_why_they_were_not_run(settings):
     engine_rows = [r for r in skipped if r.get("kernel_list") == SGLANG]
     assert [r["batch"] for r in engine_rows] == [1, 8, 32]
     assert all(r["status"] == "skipped" and "GPU only" in r["reason"] for r in engine_rows)
-    assert engine_rows[0]["extra_per_layer"] == 9.0
+    assert engine_rows[0]["extra_per_layer"] == 8.0
     # The lean step still runs (its batches over the CPU cap skipped, as before).
     assert run_spec["step"]["batches"] == [1, 8]
 
@@ -167,13 +170,13 @@ def _spec(settings: dict) -> dict:
 def test_rows_name_their_kernel_list_and_count_kernels_per_layer(settings):
     spec = _spec(settings)
     lean = {"embedding": 1, "attn_proj": 30, "expert_gemms": 12, "lm_head": 3, "unnamed": 2}
-    engine = dict(lean, engine_extra=9 + 3 + 2 * (9 + 7), engine_extra_step=8)
+    engine = dict(lean, engine_extra=8 + 3 + 2 * (8 + 5), engine_extra_step=8)
     ranks = [{"batches": [_result(lean, [4])], "engine_batches": [_result(engine, [4])]}]
     rows = whole_step.step_rows(ranks, spec, "tp1-pp1-ep1")
     assert [r["kernel_list"] for r in rows] == ["lean", SGLANG]
     assert rows[0]["kernels_per_layer"] == pytest.approx(42 / 3)  # outside: embedding, head
-    assert rows[1]["kernels_per_layer"] == pytest.approx((42 + 44) / 3)
-    assert rows[0]["extra_per_layer"] == 0.0 and rows[1]["extra_per_moe_layer"] == 7.0
+    assert rows[1]["kernels_per_layer"] == pytest.approx((42 + 37) / 3)
+    assert rows[0]["extra_per_layer"] == 0.0 and rows[1]["extra_per_moe_layer"] == 5.0
     assert "sglang 0.5.23 kernel list's extra kernels" in rows[1]["measured_label"]
     assert "extra kernels" not in rows[0]["measured_label"]
     # A failed engine list: its rows are failures with the reason; the lean rows stand.
