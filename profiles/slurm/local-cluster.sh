@@ -82,8 +82,9 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
-# Keep finished jobs visible to squeue for 5 minutes: the plugin's squeue status checks need it.
-MinJobAge=300
+# Keep finished jobs visible to squeue for an hour: the plugin's squeue status checks need it, and
+# the test reads every job of a whole sweep back (at 5 minutes a slow sweep lost its first job).
+MinJobAge=3600
 # Refuse a job that can never fit at submission, instead of leaving it pending forever.
 EnforcePartLimits=ALL
 StateSaveLocation=$DIR/state
