@@ -369,8 +369,10 @@ def test_a_bad_plan_is_refused_in_one_line(override, message):
     line; any other exception would be a traceback, and fails here."""
     from tilesweep.pipeline import Sweep
 
+    # The tiny experiment cites no engine figures: a figure's override needs the corpus back.
+    cited = ["references=published"] if override.startswith("references.") else []
     with pytest.raises(ConfigError) as err:
-        Sweep([*TINY, "device=cpu", override], ROOT / "conf")
+        Sweep([*TINY, *cited, "device=cpu", override], ROOT / "conf")
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
 
 
