@@ -394,11 +394,11 @@ def _group_fault(group: object) -> str | None:
             return f"no {key} (a number)"
         if not math.isfinite(value) or not low <= value <= high:
             return f"{key}={value}: outside {low:g}..{high:g}"
-    if key_kinds := group.get("kinds"):
-        if not isinstance(key_kinds, list) or not all(isinstance(k, str) for k in key_kinds):
-            return "kinds: not a list of part kinds"
-    else:
+    kinds = group.get("kinds")
+    if not kinds:
         return "no kinds (the part kinds it covers)"
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        return "kinds: not a list of part kinds"
     return None
 
 

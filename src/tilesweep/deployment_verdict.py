@@ -358,6 +358,12 @@ def deployment_table(
     here = at_target(settings, ceilings)
     own = attention_table.for_device(table, device, model, dep) if here else None
     layouts = [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts]
+    i, o = serving_load(dep)  # the load every row of the table shares (column load)
+    load_words = (
+        f"serving, {i} in / {o} out per request"
+        if i
+        else f"decode only, {dep['context_len']} tokens of context"
+    )
     frames = []
     for batch in dep["batches"]:
         one = Composition(model, dict(dep, batches=[batch]), target, layouts)
@@ -412,16 +418,14 @@ def deployment_table(
             _span_topologies(table, one, kwargs, ends, target, spanned)
         if topology_note:
             notes.append(topology_note)
-        i, o = serving_load(dep)
         table = table.assign(
             fit_source=label,
             expert_efficiency=expert_words,
             kernel_list=engine.label,
             host_rule=engine.host_label,
             collectives="; ".join(x for x in (allreduce, topology_note) if x),
-            load=f"serving, {i} in / {o} out per request" if i else
-            f"decode only, {dep['context_len']} tokens of context",
-        )  # fmt: skip
+            load=load_words,
+        )
         notes.append(dep["attention_label"])
         notes.append(allreduce)
         if fit is not None and engine.launches is not None:
