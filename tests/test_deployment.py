@@ -333,6 +333,61 @@ def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
     assert set(table["layout"]) == {"tp8-pp1-ep1-xep"}
 
 
+def test_moe_split_layouts_as_engines_serve_them(brief):
+    """Attention TP4 with MoE TP2 x EP2; DP attention with an EP8 MoE beside TP2 attention; DP8
+    attention with a TP8 MoE (gathered): each named, split and communicating as its engine does."""
+    from tilesweep.plan.sharding import gathers, layout_name, moe_split
+
+    mixed = {"tp": 4, "pp": 1, "ep": 1, "moe_tp": 2}
+    dp_ep = {"tp": 2, "pp": 1, "ep": 4, "moe_tp": 1}
+    dp_tp = {"tp": 1, "pp": 1, "ep": 8, "moe_tp": 8}
+    names = [layout_name(lay) for lay in (mixed, dp_ep, dp_tp)]
+    assert names == ["tp4-pp1-ep1-moe2x2", "tp2-pp1-ep4-moe1x8", "tp1-pp1-ep8-moe8x1"]
+    assert [moe_split(lay) for lay in (mixed, dp_ep, dp_tp)] == [(2, 2), (1, 8), (8, 1)]
+    # The defaults name as before: MoE TP = attention TP, and experts=ep is MoE TP 1.
+    assert layout_name({"tp": 8, "pp": 1, "ep": 1, "experts": "ep"}) == "tp8-pp1-ep1-xep"
+    assert layout_name({"tp": 8, "pp": 1, "ep": 1, "moe_tp": 8}) == "tp8-pp1-ep1"
+    stage = {"dense": 3, "moe": 75, "sliding": 0}
+    # One attention group: the TP all-reduces carry the MoE's sums; nothing is gathered.
+    assert not gathers(mixed)
+    assert [c["name"] for c in stage_collectives(brief["model"], mixed, stage, 8)] == [
+        "tp_all_reduce"
+    ]
+    # DP attention beside another MoE split: the attention's all-reduce, then per MoE layer one
+    # gather and scatter of the whole micro-batch over the stage, and no all-to-all.
+    got = {c["name"]: c for c in stage_collectives(brief["model"], dp_ep, stage, 8)}
+    assert set(got) == {"tp_all_reduce", "moe_gather_scatter"}
+    assert got["tp_all_reduce"]["count"] == 2 * 78 - 75
+    assert got["moe_gather_scatter"]["n"] == 8 and got["moe_gather_scatter"]["count"] == 75
+    assert got["moe_gather_scatter"]["bytes"] == 8 * brief["model"]["hidden"] * 2
+    got = {c["name"] for c in stage_collectives(brief["model"], dp_tp, stage, 8)}
+    assert got == {"moe_gather_scatter"}  # TP1 attention: no all-reduce of its own
+    model, dep, hw = brief["model"], brief["deployment"], _hw(brief)
+    plain, split = (
+        compose_step(model, dep, hw, lay, 8) for lay in ({"tp": 4, "pp": 1, "ep": 1}, mixed)
+    )
+    # Whole experts over two ranks: each rank reads more of each expert it runs.
+    assert split["split"]["memory"] > plain["split"]["memory"]
+    table = composed(dict(brief, grid=dict(brief["grid"], layouts=[mixed, dp_tp])))
+    assert set(table["layout"]) == {"tp4-pp1-ep1-moe2x2", "tp1-pp1-ep8-moe8x1"}
+
+
+def test_a_grid_without_collective_figures_is_refused_in_one_line():
+    from tilesweep.config import compose_settings
+    from tilesweep.deployment_verdict import refusal
+
+    settings = compose_settings(
+        ["hardware=l40s", "deployment=fp8_all", "model=mixtral_8x7b",
+         "grid.layouts=[{tp:4,pp:1,ep:1},{tp:8,pp:1,ep:1}]"]
+    )  # fmt: skip
+    why = refusal(settings)
+    assert why.startswith("hardware=l40s: tp4-pp1-ep1 (and 1 more layouts) cannot be composed")
+    assert "conf/hardware/l40s.yaml" in why and "\n" not in why
+    # A grid with one layout it has figures for is composed; the others are labelled gaps.
+    fine = compose_settings(["hardware=l40s", "deployment=fp8_all", "model=mixtral_8x7b"])
+    assert refusal(fine) is None
+
+
 def test_checkpoint_options_follow_the_named_checkpoint():
     from tilesweep.plan.architecture import deployment_model, total_weight_bytes
 
@@ -363,6 +418,9 @@ def test_checkpoint_options_follow_the_named_checkpoint():
     [
         ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
         ("{tp:1,pp:1,ep:8,experts:ep}", "experts='ep': spreads whole experts over the TP group"),
+        ("{tp:4,pp:1,ep:1,moe_tp:3}", "moe_tp=3: does not divide a stage.s tp.ep = 4.1 = 4 ranks"),
+        ("{tp:8,pp:1,ep:1,experts:ep,moe_tp:2}", "moe_tp=2: must be 1 with experts=ep"),
+        ("{tp:2,pp:1,ep:4,moe_tp:0}", "moe_tp=0: must be at least 1"),
     ],
 )
 def test_bad_expert_layouts_are_one_line_errors(layout, message):

@@ -178,6 +178,8 @@ class AnswerCard:
     picks: list[Pick]
     no_fit_batches: list[int] = field(default_factory=list)
     target: Target | None = None
+    # Layouts that fit in memory but compose no TPOT (a labelled gap: `layout (bound)`).
+    gaps: list[str] = field(default_factory=list)
     rests_on: str = ""
     trust: str = ""  # how far to trust the picks: the engine corpus' error on their family
     # What the picks rest on, as data (columns.PROVENANCE_COLUMNS of the first pick's row).
@@ -188,10 +190,13 @@ class AnswerCard:
         """Return the card's first sentence: the target's answer, else the pick with the most
         tokens/s per GPU, else that nothing fits."""
         head = f"{self.model} on {self.hardware}"
+        if self.target is not None and self.target.pick is None:
+            why = f"no layout {self.unusable()} at any batch, so none meets it"
+            return f"{head}: At {self.target.asked()}: {why}."
         if self.target is not None:
             return f"{head}: {self.target.words()}"
         if not self.picks:
-            return f"{head}: no layout of the grid fits in memory at any batch."
+            return f"{head}: no layout of the grid {self.unusable()} at any batch."
         best = max(self.picks, key=lambda p: p.tokens_per_s_per_gpu)
         return f"{head}: the most tokens/s per GPU: {best.words()}."
 
@@ -204,7 +209,14 @@ class AnswerCard:
         if not self.no_fit_batches:
             return ""
         names = ", ".join(str(b) for b in self.no_fit_batches)
-        return f"No layout fits in memory at batch {names}."
+        return f"No layout {self.unusable()} at batch {names}."
+
+    def unusable(self) -> str:
+        """Return why no layout answers at a batch, in words: none fits in memory, or those that
+        fit are gaps (named)."""
+        if not self.gaps:
+            return "fits in memory"
+        return f"both fits in memory and composes ({'; '.join(self.gaps)})"
 
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""
@@ -244,6 +256,7 @@ class AnswerCard:
             picks=picks,
             no_fit_batches=list(saved.get("no_fit_batches", [])),
             target=target,
+            gaps=list(saved.get("gaps", [])),
             rests_on=saved.get("rests_on", ""),
             trust=saved.get("trust", ""),
             provenance=dict(saved.get("provenance") or {}),
@@ -290,6 +303,22 @@ def pick_of(rec: dict) -> Pick:
             else None
         ),
     )
+
+
+def gap_layouts(verdict: pd.DataFrame) -> list[str]:
+    """Return, per reason, the layouts that fit in memory at some batch but compose no TPOT
+    there: `communication unknown: tp2-pp1-ep1, tp4-pp2-ep1`, in the verdict's order."""
+    if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
+        return []
+    tpot = _col(verdict, "tpot_ms")
+    rows = verdict[(verdict["fits_memory"].astype(str) == "yes") & tpot.isna()]
+    by_reason: dict[str, list[str]] = {}
+    for rec in rows.to_dict("records"):
+        reason = str(rec.get("bound") or "gap").removeprefix("gap (").removesuffix(")")
+        names = by_reason.setdefault(reason, [])
+        if str(rec["layout"]) not in names:
+            names.append(str(rec["layout"]))
+    return [f"{reason}: {', '.join(names)}" for reason, names in by_reason.items()]
 
 
 def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
@@ -521,7 +550,7 @@ def rests_on(
         if str(r["layout"]) == p.layout and int(r["batch"]) == p.batch
     ]
     if not chosen:
-        return "nothing: no layout fits in memory"
+        return "nothing: no layout is composed"
     inputs = str(chosen[0].get("inputs") or "")
     labels = fit_labels(inputs)
     model = str(chosen[0].get("model", "?"))
@@ -565,6 +594,7 @@ def build(
         picks=picks,
         no_fit_batches=none,
         target=target,
+        gaps=gap_layouts(verdict),
         rests_on=rests_on(verdict, basis, check, engines),
         trust=trust,
         provenance=_provenance(verdict, basis),

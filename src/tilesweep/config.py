@@ -301,7 +301,7 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
             raise
         except Exception as exc:
             raise ConfigError(f"{where}.model={fig.model!r}: {_one_line(exc)}") from None
-        layout = fig.layout.model_dump()
+        layout = fig.layout.model_dump(exclude_none=True)
         check(Layout, layout, f"{where}.layout")
         try:
             Layout.model_validate(layout).fit(ModelSettings.model_validate(model))

@@ -23,11 +23,19 @@ import pandas as pd
 
 from tilesweep import question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
-from tilesweep.plan import attention_table, calibration, engine_profile, grouped_efficiency
+from tilesweep.plan import (
+    attention_table,
+    calibration,
+    engine_profile,
+    grouped_efficiency,
+    interconnect,
+)
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import Composition, compose_parts, serving_load
 from tilesweep.plan.launch_fit import launch_timer, on_datasheet, small_kernel_us
 from tilesweep.plan.sensitivity import sensitivity, winners
+from tilesweep.plan.sharding import layout_name
+from tilesweep.plan.step_parts import stage_collectives
 from tilesweep.settings import HardwareSpec, Layout, RootSettings
 
 
@@ -67,8 +75,9 @@ def engine_deployment(settings: RootSettings) -> tuple[dict, dict]:
 
 def refusal(settings: RootSettings) -> str | None:
     """Return why the named deployment cannot be composed, in one line naming the fix, or None:
-    an engine whose kernel lists lack the model's family, or a format the target has no tensor
-    cores for. The sweep and `tilesweep verdict` refuse it before anything runs."""
+    an engine whose kernel lists lack the model's family, a format the target has no tensor
+    cores for, or a grid none of whose layouts the target has collective figures for. The sweep
+    and `tilesweep verdict` refuse it before anything runs."""
     dep, engine_conf = engine_deployment(settings)
     model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
     families = engine_conf.get("families") or {}
@@ -89,7 +98,43 @@ def refusal(settings: RootSettings) -> str | None:
             f"cores): use {fix}, or deployment.compute_dtype=bf16 for weights dequantised in the "
             "kernel"
         )
-    return None
+    return _no_collectives(settings, model)
+
+
+def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
+    """Return the first collective a layout runs that the target's interconnect figures lack (in
+    words), or ''."""
+    numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
+    stage = {"dense": 1, "moe": 1, "sliding": 0}
+    needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
+    needs += [("send_recv", 2)] if layout["pp"] > 1 else []
+    for collective, n in needs:
+        t, why = interconnect.collective_time(collective, n, 0.0, numbers)
+        if math.isnan(t):
+            return f"{why} ({label})" if numbers is not None else label
+    return ""
+
+
+def _no_collectives(settings: RootSettings, model: dict) -> str | None:
+    """Return a one-line refusal where no layout of the grid has the collective figures it runs
+    on the target (every row would be a gap), naming the fix; else None."""
+    hw = settings.hardware.model_dump(exclude_unset=True)
+    if settings.deployment.topology:
+        hw["topology"] = settings.deployment.topology
+    missing = {}
+    for lay in settings.grid.layouts:
+        layout = lay.model_dump(exclude_unset=True)
+        why = _collectives_missing(hw, layout, model)
+        if not why:
+            return None
+        missing[layout_name(layout)] = why
+    name, why = next(iter(missing.items()))
+    more = f" (and {len(missing) - 1} more layouts)" if len(missing) > 1 else ""
+    return (
+        f"hardware={hw['name']}: {name}{more} cannot be composed: {why}; add cited figures to "
+        f"conf/hardware/{hw['name']}.yaml interconnect_model, or list a layout it has figures "
+        "for in grid.layouts"
+    )
 
 
 def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
@@ -522,8 +567,7 @@ def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
     dep = base.deployment.model_copy(update={"batches": [fig.batch], **load})
-    lay = fig.layout
-    layout = Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep, experts=lay.experts)
+    layout = Layout(**fig.layout.model_dump(exclude_none=True))
     grid = base.grid.model_copy(update={"layouts": [layout]})
     return base.model_copy(update={"deployment": dep, "grid": grid})
 

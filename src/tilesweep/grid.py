@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tilesweep import backends
+from tilesweep.plan.sharding import layout_name, moe_split
 
 if TYPE_CHECKING:
     from tilesweep.settings.root import RootSettings
@@ -24,10 +25,10 @@ def kernel_slug(cell: dict) -> str:
 
 
 def layout_slug(layout: dict) -> str:
-    """Return a readable name for a parallel layout, e.g. tp4-pp2-ep1 (tp8-pp1-ep1-xep: attention
-    TP8 with whole experts spread over the same eight GPUs)."""
-    slug = f"tp{layout['tp']}-pp{layout['pp']}-ep{layout['ep']}"
-    return slug + ("-xep" if layout.get("experts") == "ep" else "")
+    """Return a readable name for a parallel layout (plan.sharding.layout_name): tp4-pp2-ep1,
+    tp8-pp1-ep1-xep (attention TP8 with whole experts over the same eight GPUs),
+    tp4-pp1-ep1-moe2x2 (attention TP4, MoE TP2 x EP2)."""
+    return layout_name(layout)
 
 
 def canonical(cell: dict) -> str:
@@ -125,7 +126,9 @@ def layouts(settings: RootSettings) -> pd.DataFrame:
                 "tp": layout["tp"],
                 "pp": layout["pp"],
                 "ep": layout["ep"],
-                "experts": layout.get("experts", "tp"),
+                # tp: the MoE split as attention's (the measured step's); ep: any other.
+                "experts": "tp" if moe_split(layout)[0] == layout["tp"] else "ep",
+                "moe_tp": moe_split(layout)[0],
                 "world": world,
                 "layout": layout_slug(layout),
             }

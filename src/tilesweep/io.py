@@ -135,6 +135,35 @@ def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False)
     return folder
 
 
+def check_results_dir(path: str) -> Path:
+    """Return results_dir as a path, or raise ConfigError in one line before any job: empty, the
+    checkout itself or one of its tracked folders (a sweep would write over kept files), a file,
+    below a file, or a name the file system refuses."""
+    from tilesweep.errors import ConfigError
+
+    shown = _shown(str(path))
+    if not str(path).strip():
+        raise ConfigError("results_dir='': empty; name a folder (results by default)")
+    folder = Path(path)
+    try:
+        resolved = folder.resolve()
+        tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
+        if resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in tracked):
+            raise ConfigError(
+                f"results_dir={shown}: the checkout or one of its tracked folders ({resolved}); "
+                "a sweep writes there: name another folder (results by default)"
+            )
+        for above in [resolved, *resolved.parents]:
+            if above.exists():
+                if not above.is_dir():
+                    what = "a file" if above == resolved else f"below the file {above}"
+                    raise ConfigError(f"results_dir={shown}: {what}, not a folder")
+                break
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        raise ConfigError(f"results_dir={shown}: not a usable folder ({exc.strerror})") from None
+    return folder
+
+
 def project_path(path: str) -> Path:
     """Return a config path (a shipped data file) as a path: relative ones from the checkout,
     so a sweep run in another working folder finds the same file."""

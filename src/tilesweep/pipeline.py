@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tilesweep import backends, deployment_verdict, device, grid
 from tilesweep.config import compose_settings
+from tilesweep.io import check_results_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The fields that name a kernel configuration, as grid.build_cells writes them.
@@ -192,17 +193,9 @@ class Sweep:
         # The machine the jobs are planned for: decided once, by the `device` setting.
         self.device = device.resolve(self.settings.device, self.settings.catalog)
         gpus = self.device.gpus
-        self.results = Path(self.settings.results_dir)
+        self.results = check_results_dir(self.settings.results_dir)
         from tilesweep.errors import ConfigError
 
-        try:
-            is_file = self.results.exists() and not self.results.is_dir()
-        except OSError as exc:  # a name too long for the file system, a loop of links
-            raise ConfigError(
-                f"results_dir={self.results}: not a usable folder ({exc.strerror})"
-            ) from None
-        if is_file:
-            raise ConfigError(f"results_dir={self.results}: a file, not a folder")
         grid.check_size(self.settings)
         why = deployment_verdict.refusal(self.settings)
         if why:

@@ -13,6 +13,7 @@ import pandas as pd
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from tilesweep.errors import ConfigError
+from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
 from tilesweep.settings import group as settings_group
 from tilesweep.settings.strict import Section, check
@@ -23,13 +24,15 @@ BAND = (0.75, 1.33)
 
 
 class Layout(Section):
-    """The engine's parallel layout: tensor, pipeline and expert parallel degrees, and whether
-    its experts were spread whole over the TP group (engines' EP for MoE)."""
+    """The engine's parallel layout: attention TP, pipeline and attention DP (ep) degrees, and
+    how its MoE layers split the stage (settings.sweep_space.Layout): experts=ep spreads whole
+    experts over the TP group; moe_tp sets MoE TP (unset: as the attention's)."""
 
     tp: PositiveInt
     pp: PositiveInt
     ep: PositiveInt
     experts: str = Field("tp", pattern=r"^(tp|ep)$")
+    moe_tp: PositiveInt | None = None
 
 
 class Figure(Section):
@@ -79,7 +82,8 @@ class Figure(Section):
             f"engine={self.engine_name()}",
             f"deployment.batches=[{self.batch}]",
             *load,
-            f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts}}}]",
+            f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts}"
+            + (f",moe_tp:{lay.moe_tp}}}]" if lay.moe_tp else "}]"),
             # The figure's verdict times no kernel of the grid: one tile that divides any model.
             "grid.tiles=[{m:16,n:16,k:16}]",
             "references=none",
@@ -95,9 +99,8 @@ class Figure(Section):
         }
 
     def layout_name(self) -> str:
-        """Return the layout as the verdict table names it (tp8-pp1-ep1, ...-xep)."""
-        lay = self.layout
-        return f"tp{lay.tp}-pp{lay.pp}-ep{lay.ep}" + ("-xep" if lay.experts == "ep" else "")
+        """Return the layout as the verdict table names it (plan.sharding.layout_name)."""
+        return layout_name(self.layout.model_dump())
 
 
 class References(Section):

@@ -1,10 +1,12 @@
 """A whole decode step per layout x batch, composed from parts timed by a pluggable part timer.
 
-Layout (tp, pp, ep): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is memory_fit's: heads,
-dense MLP, shared experts and LM head over TP; routed experts over tp*ep; with ep > 1 the EP ranks
-run attention data-parallel on ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after
-attention and after the MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k
-routed rows; PP send/recv of the micro-batch's hidden states at each stage boundary. Parts run one
+Layout (tp, pp, ep, MoE split): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is
+memory_fit's: heads, dense MLP, shared experts and LM head over TP; routed experts over tp*ep as
+MoE TP x MoE EP (sharding.moe_split); with ep > 1 the groups run attention data-parallel on
+ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after attention and after the
+MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k routed rows, or, where
+DP attention meets another MoE split, a gather and scatter of the micro-batch over the stage; PP
+send/recv of the micro-batch's hidden states at each stage boundary. Parts run one
 after another (no overlap of communication with compute is modelled).
 
 Pipeline: `batch` concurrent sequences are split into m = min(pp, batch) micro-batches of
@@ -35,6 +37,7 @@ from tilesweep.plan.engine_profile import EngineProfile, lean
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
+from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
 
 if TYPE_CHECKING:
@@ -392,8 +395,7 @@ def compose_parts(
             row = {
                 "model": model["name"],
                 "hardware": hw["name"],
-                "layout": f"tp{tp}-pp{pp}-ep{ep}"
-                + ("-xep" if layout.get("experts") == "ep" else ""),
+                "layout": layout_name(layout),
                 "tp": tp,
                 "pp": pp,
                 "ep": ep,

@@ -1,6 +1,7 @@
 """What one rank of a pipeline stage runs for one micro-batch, as parts with bytes and flops
 (weights read, activations, attention over the KV cache, routed experts under EP routing) and
-as collectives (TP all-reduce, EP all-to-all). Sharding is memory_fit's."""
+as collectives (TP all-reduce, EP all-to-all, DP attention's gather and scatter around a MoE
+split another way). Sharding is memory_fit's; the MoE split sharding.moe_split's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tilesweep.plan.architecture import (
     linears,
     math_dtype,
 )
+from tilesweep.plan.sharding import gathers, moe_split
 
 
 def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
@@ -143,9 +145,9 @@ def stage_parts(
             )
     if stage["moe"]:
         e, k = model["routed_experts"], model["top_k"]
-        # experts: ep spreads whole experts over the TP group (attention TP, experts EP on the
-        # same GPUs): each rank runs every token of the group through its e / tp experts.
-        spread, split = (tp * ep, 1) if layout.get("experts") == "ep" else (ep, tp)
+        # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
+        # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
+        split, spread = moe_split(layout)
         if dep.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
             rows = micro * k / spread
             active = min(e / spread, rows)
@@ -221,22 +223,38 @@ def stage_collectives(
 ) -> list[dict]:
     """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
     TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
-    parallel embedding; EP all-to-all dispatch and combine."""
+    parallel embedding; EP all-to-all dispatch and combine. Where DP attention meets a MoE split
+    another way (sharding.gathers), each MoE layer gathers the stage's tokens and scatters the
+    sums back in place of the all-to-all and the MoE's TP all-reduce: an all-gather and a
+    reduce-scatter of the micro-batch over the stage, timed as one all-reduce of it (the ring
+    all-reduce is those two steps)."""
     tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
     s = math.ceil(micro / ep)
     layers = stage["dense"] + stage["moe"]
+    gather = gathers(layout) and stage["moe"]
     out = []
-    if tp > 1:
+    reduces = 2 * layers + (1 if first else 0) - (stage["moe"] if gather else 0)
+    if tp > 1 and reduces:
         out.append(
             {
                 "name": "tp_all_reduce",
                 "collective": "all_reduce",
                 "n": tp,
                 "bytes": s * h * ACT_BYTES,
-                "count": 2 * layers + (1 if first else 0),
+                "count": reduces,
             }
         )
-    if ep > 1 and stage["moe"]:
+    if gather:
+        out.append(
+            {
+                "name": "moe_gather_scatter",
+                "collective": "all_reduce",
+                "n": tp * ep,
+                "bytes": micro * h * ACT_BYTES,
+                "count": stage["moe"],
+            }
+        )
+    elif ep > 1 and stage["moe"]:
         out.append(
             {
                 "name": "ep_all_to_all",

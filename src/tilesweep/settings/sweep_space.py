@@ -32,23 +32,33 @@ class Tile(Section):
 
 
 class Layout(Section):
-    """One split of the model over devices: tensor, pipeline and expert parallel degrees; world
-    restates their product, and experts=ep spreads whole experts over the TP group."""
+    """One split of the model over devices: attention TP (tp) x attention DP (ep) per pipeline
+    stage (pp); world restates tp*pp*ep. The MoE layers split the stage's tp*ep ranks as MoE TP
+    x MoE EP: by default MoE TP = tp; experts=ep spreads whole experts over the TP group (MoE TP
+    1); moe_tp sets MoE TP to any divisor of tp*ep (e.g. tp 4, moe_tp 2: MoE TP2 x EP2)."""
 
     tp: AtLeastOne
     pp: AtLeastOne
     ep: AtLeastOne
     world: int = None
     experts: Literal["tp", "ep"] = None
+    moe_tp: AtLeastOne = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Layout:
-        """Refuse a world that is not tp*pp*ep, or experts=ep without a TP group to spread on."""
+        """Refuse a world that is not tp*pp*ep, experts=ep without a TP group to spread on, or a
+        MoE TP that does not divide the stage's ranks."""
         if self.experts == "ep" and (self.ep != 1 or self.tp < 2):
             raise refuse(
                 "experts", "spreads whole experts over the TP group; give tp >= 2 and ep: 1", "ep"
             )
-        world = self.tp * self.pp * self.ep
+        if self.experts == "ep" and self.moe_tp not in (None, 1):
+            raise refuse("moe_tp", "must be 1 with experts=ep (whole experts)", self.moe_tp)
+        ranks = self.tp * self.ep
+        if self.moe_tp is not None and ranks % self.moe_tp:
+            why = f"does not divide a stage's tp*ep = {self.tp}*{self.ep} = {ranks} ranks"
+            raise refuse("moe_tp", why, self.moe_tp)
+        world = ranks * self.pp
         if "world" in self.model_fields_set and self.world != world:
             why = f"tp*pp*ep = {self.tp}*{self.pp}*{self.ep} = {world} devices"
             raise refuse("world", why, self.world)
@@ -57,18 +67,25 @@ class Layout(Section):
     def fit(self, model: ModelSettings) -> None:
         """Raise Refused (key below the layout) when the model cannot be split this way."""
         tp, experts = self.tp, model.routed_experts
-        if self.experts == "ep" and experts % tp:
-            raise refuse("tp", f"does not divide model.routed_experts={experts} (experts=ep)", tp)
-        if model.moe_intermediate % tp:
-            raise refuse(
-                "tp", f"does not divide model.moe_intermediate={model.moe_intermediate}", tp
-            )
+        # MoE TP as plan.sharding.moe_split reads it from the layout's dict.
+        moe_tp = self.moe_tp or (1 if self.experts == "ep" else tp)
+        moe_ep = tp * self.ep // moe_tp
+        if experts % moe_ep:
+            if self.moe_tp is not None:
+                why = f"gives MoE EP {moe_ep}, which does not divide model.routed_experts={experts}"
+                raise refuse("moe_tp", why, self.moe_tp)
+            if self.experts == "ep":
+                why = f"does not divide model.routed_experts={experts} (experts=ep)"
+                raise refuse("tp", why, tp)
+            raise refuse("ep", f"does not divide model.routed_experts={experts}", self.ep)
+        for split, name in ((tp, "tp"), (moe_tp, "moe_tp")):
+            if model.moe_intermediate % split:
+                why = f"does not divide model.moe_intermediate={model.moe_intermediate}"
+                raise refuse(name, why, split)
         heads = model.attention.heads
         if heads % tp:
             why = "(each TP rank holds whole attention heads)"
             raise refuse("tp", f"does not divide model.attention.heads={heads} {why}", tp)
-        if experts % self.ep:
-            raise refuse("ep", f"does not divide model.routed_experts={experts}", self.ep)
         if self.pp > model.moe_layers:
             raise refuse("pp", f"more stages than model.moe_layers={model.moe_layers}", self.pp)
 
