@@ -10,6 +10,7 @@ from tilesweep import gpu_archs, grid
 from tilesweep.backends import cutlass_backend
 from tilesweep.config import compose
 from tilesweep.cutlass import cell_spec
+from tilesweep.errors import ConfigError
 from tilesweep.settings import RootSettings
 
 
@@ -74,5 +75,16 @@ def test_the_first_architecture_of_a_dtype_moves_with_the_table(monkeypatch):
 def test_a_bad_row_is_refused_naming_it(tmp_path, row):
     path = tmp_path / "architectures.yaml"
     path.write_text(row + "\n")
-    with pytest.raises(ValueError, match=r"^architectures\.yaml: sm_99: "):
+    with pytest.raises(ConfigError, match=r"^conf/architectures\.yaml: sm_99: "):
         gpu_archs.load(path)
+
+
+@pytest.mark.parametrize(
+    "text", ["sm_90: [unclosed", "", "- sm_90", "sm_90: {cc: 90, tensor_dtypes: bf16}"]
+)
+def test_a_broken_table_is_one_line_before_any_job(tmp_path, text):
+    path = tmp_path / "architectures.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=r"^conf/architectures\.yaml: ") as err:
+        gpu_archs.load(path)
+    assert "\n" not in str(err.value)

@@ -11,14 +11,18 @@ Usage: python tools/fetch_engine_kernels.py [--wheels DIR] [--out DIR] [--names 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from tilesweep.config import compose
+from tilesweep.errors import tool_main
 from tilesweep.fused_moe.engine_kernels import FOLDER, extract, name_table
 
-if __name__ == "__main__":
+
+def main() -> int:
+    """Fetch and extract the engines' kernels; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheels", type=Path, default=Path(".engine_wheels"))  # not carried
     parser.add_argument("--out", type=Path, default=Path(FOLDER))
@@ -35,9 +39,12 @@ if __name__ == "__main__":
             wheel = next(args.wheels.glob(f"{engine}-{version}-*.whl"))
         print(f"{engine} {version}: {extract(engine, wheel, args.out)}")
     if args.names:
-        import json
-
         tables = [name_table(e, v, args.out) for e, v in versions.items()]
         args.names.parent.mkdir(parents=True, exist_ok=True)
         args.names.write_text(json.dumps(tables, indent=1) + "\n")
         print(f"names: {args.names}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(tool_main("fetch_engine_kernels", main))

@@ -16,6 +16,8 @@ set -uo pipefail
 only=" ${LAYOUT_MODELS:-glm5 dsv3 qwen3} "
 out=${1:?usage: tools/h200_layouts.sh OUT_DIR}
 mkdir -p "$out"
+# It clears results/ between models: refuse a checkout that already holds a sweep's results.
+[ -e results ] && { echo "${0##*/}: results/ exists here (a sweep's); move it away first, this script clears it between models" >&2; exit 2; }
 layouts="tp1-pp1-ep1 tp2-pp1-ep1 tp1-pp1-ep2 tp1-pp2-ep1 tp8-pp1-ep1 tp4-pp2-ep1 tp1-pp1-ep8"
 targets="results/device/ceilings.json"
 for lay in $layouts; do targets="$targets results/layout/$lay.csv"; done

@@ -9,6 +9,8 @@
 # Usage (on the GPU machine, .whl carried): tools/h200_step.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: tools/h200_step.sh OUT_DIR}
+# It clears results/ between models: refuse a checkout that already holds a sweep's results.
+[ -e results ] && { echo "${0##*/}: results/ exists here (a sweep's); move it away first, this script clears it between models" >&2; exit 2; }
 models=" ${STEP_MODELS:-glm5 dsv3 qwen3} "
 mkdir -p "$out/glm5" "$out/dsv3" "$out/qwen3"
 # shellcheck source=tools/gpu_env.sh

@@ -18,6 +18,11 @@ for src in "$@"; do
   done
   tar -tzf "$src/engine_tables.tgz" tables/dropins.csv >/dev/null 2>&1 ||
     { echo "import_engine_tables: $src/engine_tables.tgz: not a tables archive (no tables/dropins.csv); nothing changed" >&2; exit 2; }
+  tar -tzf "$src/engine_tables.tgz" | grep -q '^tables/checks/' ||
+    { echo "import_engine_tables: $src/engine_tables.tgz: no tables/checks/ in it; nothing changed" >&2; exit 2; }
+  if tar -tvzf "$src/engine_tables.tgz" | grep -q '^[lh]'; then
+    echo "import_engine_tables: $src/engine_tables.tgz: holds links; a kept tree takes plain files only; nothing changed" >&2; exit 2
+  fi
 done
 [ -f "$1/gpus.csv" ] || { echo "import_engine_tables: $1: no gpus.csv there; nothing changed" >&2; exit 2; }
 dest="$root/docs/examples/h200/engine_tables"
@@ -41,7 +46,9 @@ for src in "$@"; do
   rm -rf "$tmp"
 done
 # One row per file: a later call's row replaces an earlier one for the same file.
-PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" python3 - "$new" <<'PY'
+py="$root/.venv/bin/python"
+[ -x "$py" ] || py=python3
+PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$new" <<'PY' || exit 2
 import sys
 from pathlib import Path
 
@@ -51,7 +58,18 @@ from tilesweep.fused_moe.engine_tables import DROPIN_COLUMNS
 
 dest = Path(sys.argv[1])
 parts = sorted(dest.glob(".dropins_*.csv"), key=lambda p: int(p.stem.split("_")[1]))
-rows = pd.concat([pd.read_csv(p) for p in parts], ignore_index=True)
+need = {"status", "engine", "format", "experts", "n", "path"}
+frames = []
+for part in parts:
+    try:
+        frame = pd.read_csv(part)
+    except Exception as exc:  # noqa: BLE001 - any unreadable table is one line
+        sys.exit(f"import_engine_tables: a dropins.csv is not a table ({exc}); nothing changed")
+    if not need <= set(frame.columns):
+        missing = ", ".join(sorted(need - set(frame.columns)))
+        sys.exit(f"import_engine_tables: a dropins.csv lacks {missing}; nothing changed")
+    frames.append(frame)
+rows = pd.concat(frames, ignore_index=True)
 decided = ~rows["status"].astype(str).str.startswith("not re-checked")
 rows = rows.assign(decided=decided).sort_values("decided", kind="stable")
 rows = rows.drop_duplicates(["engine", "format", "experts", "n"], keep="last").sort_index()

@@ -2,7 +2,7 @@
 over the engines' defaults and the torch baseline, copy and read-only fractions, the best config
 with the project's variants; with --csv, also write those rows (every column) to a file.
 
-Usage: python tools/tune_summary.py [RESULTS_DIR] [--csv OUT.csv]
+Usage: python tools/tune_summary.py [RESULTS_DIR] [--csv OUT.csv [--force]]
   RESULTS_DIR holds tune/fused_moe/<dtype>.csv (a sweep's results), or tune_<dtype>.csv (an
   example).
 """
@@ -10,24 +10,37 @@ Usage: python tools/tune_summary.py [RESULTS_DIR] [--csv OUT.csv]
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.errors import ConfigError, tool_main
 from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
+from tilesweep.io import check_out_file, write_table
 
-if __name__ == "__main__":
+
+def main() -> int:
+    """Print (and with --csv write) the tuned summary; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", default="results", type=Path)
-    parser.add_argument("--csv", type=Path, help="also write the summary rows here")
+    parser.add_argument("--csv", help="also write the summary rows here")
+    parser.add_argument("--force", action="store_true", help="--csv may overwrite a kept file")
     args = parser.parse_args()
+    out = check_out_file(args.csv, args.force, "--csv") if args.csv is not None else None
     swept = sorted((args.results / "tune" / "fused_moe").glob("*.csv"))
     paths = swept or sorted(args.results.glob("tune_*.csv"))
     if not paths:
-        raise SystemExit(f"no tune tables under {args.results}")
-    summary = tune_summary(pd.concat([pd.read_csv(p) for p in paths], ignore_index=True))
-    if args.csv:
-        summary.to_csv(args.csv, index=False)
+        raise ConfigError(f"no tune tables under {args.results}")
+    tables = [pd.read_csv(p) for p in paths if p.is_file()]
+    need = {"tuned", "dtype", "experts", "n", "m"}
+    for path, table in zip(paths, tables, strict=True):
+        if not need <= set(table.columns):
+            missing = ", ".join(sorted(need - set(table.columns)))
+            raise ConfigError(f"{path}: not a tune table (no {missing} column)")
+    summary = tune_summary(pd.concat(tables, ignore_index=True))
+    if out is not None:
+        write_table(out, summary)
     cols = ["dtype", "experts", "n", "routing", "m", "config", "time_ms", "x_vllm", "x_sglang"]
     cols += ["x_torch", "copy_fraction", "read_fraction", "best_config", "best_x_vllm"]
     cols += ["best_x_torch"]
@@ -35,3 +48,8 @@ if __name__ == "__main__":
         print(summary[cols].round(3).to_string(index=False))
         print("\nAgainst the tuning targets (the lowest figure over each range):")
         print(tune_targets(summary).round(3).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(tool_main("tune_summary", main))

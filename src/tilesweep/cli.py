@@ -125,13 +125,14 @@ def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
     from pathlib import Path
 
-    from tilesweep.columns import Status
+    from tilesweep.columns import SETTLED, Status
     from tilesweep.failures import failed_outputs, results_folder
 
-    known = sorted(str(s) for s in Status)
+    known = sorted(str(s) for s in Status if s not in SETTLED)
     for status in args.status or []:
         if status not in known:
-            raise ConfigError(f"--status={status!r}: not a status; one of {', '.join(known)}")
+            what = "a settled status, not a failure" if status in SETTLED else "not a status"
+            raise ConfigError(f"--status={status!r}: {what}; one of {', '.join(known)}")
     folder = results_folder(Path(args.results))
     for path in failed_outputs(folder, set(args.status) if args.status else None):
         sys.stdout.write(f"{path}\n")

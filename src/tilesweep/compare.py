@@ -85,15 +85,19 @@ def load_run(path: str | Path) -> Run:
     tables = {}
     for name in KEYS:
         csv = root / "tables" / f"{name}.csv"
+        if csv.exists() and (not csv.is_file() or not _plain_file(csv)):
+            raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
         try:
             tables[name] = pd.read_csv(csv) if csv.exists() else pd.DataFrame()
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             raise ConfigError(f"{csv}: not a readable table ({why})") from None
     ceilings_path = root / "device" / "ceilings.json"
+    if ceilings_path.exists() and not _plain_file(ceilings_path):
+        raise ConfigError(f"{ceilings_path}: not a plain file (a folder, a pipe or a device)")
     try:
         ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"{ceilings_path}: not readable JSON ({exc})") from None
     if not isinstance(ceilings, dict):
         raise ConfigError(f"{ceilings_path}: not a JSON object (a {type(ceilings).__name__})")
@@ -103,6 +107,13 @@ def load_run(path: str | Path) -> Run:
             f"{ceilings_path}: matmul_tflops={peaks!r:.80}: not a mapping of dtype to TFLOP/s"
         )
     return Run(root, tables, ceilings)
+
+
+def _plain_file(path: Path) -> bool:
+    """Return whether a path is a regular file (a FIFO would block a read forever)."""
+    import stat
+
+    return stat.S_ISREG(path.stat().st_mode)
 
 
 def check_out(out: str | Path, force: bool = False) -> None:

@@ -15,7 +15,7 @@ import functools
 import re
 from pathlib import Path
 
-from tilesweep import question, references
+from tilesweep import gpu_archs, question, references
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
 from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings, check
@@ -139,6 +139,7 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
 def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     """Return the composed config validated, as the settings object; raise ConfigError naming
     the first bad key and value."""
+    gpu_archs.architectures()  # conf/architectures.yaml: a broken table is one line here
     checked = check_settings(settings)
     question.validate(checked.question, checked.catalog)
     references.validate(checked.references, conf_dir)
@@ -169,6 +170,24 @@ def _check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
             f"{own.get('version')!r}, not {settings.engine.version!r}); an engine file's name "
             "is its file name"
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _engine_families(folder: str, name: str) -> frozenset | None:
+    """Return the model families an engine file lists kernels for (empty: the project's own
+    step, any model), or None where there is no such file or it is not a mapping."""
+    from omegaconf import OmegaConf
+
+    path = Path(folder) / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception:  # noqa: BLE001 - the engine group's own check names the fault
+        return None
+    if not isinstance(data, dict):
+        return None
+    return frozenset(data.get("families") or {})
 
 
 def _check_topology(settings: RootSettings) -> None:
@@ -301,6 +320,23 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
             raise
         except Exception as exc:
             raise ConfigError(f"{where}.model={fig.model!r}: {_one_line(exc)}") from None
+        families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
+        fam = (
+            "gqa_moe"
+            if model["attention"]["kind"] != "mla"
+            else ("mla_dsa_moe" if model["attention"].get("index_topk") else "mla_moe")
+        )  # plan.engine_profile.family of the model as its file gives it
+        if families is None:
+            raise ConfigError(
+                f"{where}.engine={fig.engine!r}: no conf/engine/{fig.engine_name()}.yaml; name its "
+                "engine file in engine_config"
+            )
+        if families and fam not in families:
+            raise ConfigError(
+                f"{where}.engine={fig.engine!r}: conf/engine/{fig.engine_name()}.yaml has no "
+                f"kernel list for the {fam} family of {fig.model} (it has "
+                f"{', '.join(sorted(families))})"
+            )
         layout = fig.layout.model_dump(exclude_none=True)
         check(Layout, layout, f"{where}.layout")
         try:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from tilesweep import question, references
+from tilesweep import gpu_archs, question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
 from tilesweep.plan import (
     attention_table,
@@ -91,12 +91,18 @@ def refusal(settings: RootSettings) -> str | None:
         )
     hw = settings.hardware
     math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
-    if hw.peak_tflops.get(math_dtype) is None:
-        fix = "deployment=fp8_all" if hw.peak_tflops.get("fp8") else "deployment=bf16"
+    runs = gpu_archs.tensor_dtypes(hw.arch, hw.cc)
+    if hw.peak_tflops.get(math_dtype) is None or math_dtype not in runs:
+        fp8 = hw.peak_tflops.get("fp8") and "fp8" in runs and math_dtype != "fp8"
+        fix = "deployment=fp8_all" if fp8 else "deployment=bf16"
+        why = (
+            f"{hw.arch} has no {math_dtype} tensor cores (conf/architectures.yaml)"
+            if math_dtype not in runs
+            else f"peak_tflops.{math_dtype} is not set in conf/hardware/{hw.name}.yaml"
+        )
         return (
-            f"hardware={hw.name} has no {math_dtype} peak ({hw.arch} has no {math_dtype} tensor "
-            f"cores): use {fix}, or deployment.compute_dtype=bf16 for weights dequantised in the "
-            "kernel"
+            f"hardware={hw.name} has no {math_dtype} peak ({why}): use {fix}, or "
+            "deployment.compute_dtype=bf16 for weights dequantised in the kernel"
         )
     return _no_collectives(settings, model)
 

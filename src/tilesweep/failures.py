@@ -35,7 +35,7 @@ def _records(path: Path) -> list[tuple[str, str]]:
     if path.suffix == ".json":
         try:
             record = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return [(Status.MISSING, "the file is not readable JSON")]
         if not isinstance(record, dict):
             return [
@@ -77,7 +77,12 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
     """
     found = []
     for stage in STAGES:
-        for path in sorted((Path(results) / stage).rglob("*")):
+        folder = Path(results) / stage
+        if folder.exists() and not folder.is_dir():  # a stage's folder replaced by a file
+            found.append({"path": folder, "status": str(Status.MISSING),
+                          "reason": "a file where the stage's folder goes"})  # fmt: skip
+            continue
+        for path in sorted(folder.rglob("*")):
             hidden = any(p.startswith(".") for p in path.relative_to(Path(results)).parts)
             if path.suffix not in (".json", ".csv") or hidden:
                 continue
@@ -85,7 +90,13 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
                 found.append({"path": path, "status": str(Status.MISSING),
                               "reason": "a folder where the record goes"})  # fmt: skip
                 continue
-            if not path.is_file():
+            if path.is_symlink() and not path.exists():
+                found.append({"path": path, "status": str(Status.MISSING),
+                              "reason": "a link to nothing where the record goes"})  # fmt: skip
+                continue
+            if not path.is_file():  # a pipe or a device: never read (it could block)
+                found.append({"path": path, "status": str(Status.MISSING),
+                              "reason": "not a plain file where the record goes"})  # fmt: skip
                 continue
             for status, reason in _records(path):
                 if status in SETTLED or (statuses is not None and status not in statuses):

@@ -7,8 +7,11 @@ listed architecture at or below its compute capability runs: an unlisted sm_110 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+
+from tilesweep.errors import ConfigError
 
 TABLE_FILE = Path(__file__).resolve().parents[2] / "conf" / "architectures.yaml"
 
@@ -22,37 +25,65 @@ class Architecture:
 
 
 def load(path: Path = TABLE_FILE) -> dict[str, Architecture]:
-    """Return {arch: Architecture} read from the table file; raise ValueError naming
-    the row and key where a row is not {cc: int, tensor_dtypes: list}."""
+    """Return {arch: Architecture} read from the table file; raise ConfigError in one line naming
+    the file, row and key where it is not YAML or a row is not {cc: int, tensor_dtypes: list of
+    names}."""
     from omegaconf import OmegaConf
 
-    rows = OmegaConf.to_container(OmegaConf.load(path))
+    where = f"conf/{path.name}"
+    try:
+        rows = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as exc:  # noqa: BLE001 - not YAML, unreadable: one line either way
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{where}: not a readable YAML table ({first})") from None
+    if not isinstance(rows, dict) or not rows:
+        raise ConfigError(
+            f"{where}: must map each architecture (sm_90, ...) to cc and tensor_dtypes"
+        )
     out = {}
     for arch, row in rows.items():
         if not isinstance(row, dict) or set(row) != {"cc", "tensor_dtypes"}:
-            raise ValueError(f"{path.name}: {arch}: must have exactly cc and tensor_dtypes")
-        if not isinstance(row["cc"], int) or not isinstance(row["tensor_dtypes"], list):
-            raise ValueError(f"{path.name}: {arch}: cc must be an int, tensor_dtypes a list")
-        out[arch] = Architecture(row["cc"], tuple(row["tensor_dtypes"]))
+            raise ConfigError(f"{where}: {arch}: must have exactly cc and tensor_dtypes")
+        dtypes = row["tensor_dtypes"]
+        if (
+            not isinstance(row["cc"], int)
+            or isinstance(row["cc"], bool)
+            or not isinstance(dtypes, list)
+            or not all(isinstance(d, str) for d in dtypes)
+        ):
+            raise ConfigError(f"{where}: {arch}: cc must be an int, tensor_dtypes a list of names")
+        out[arch] = Architecture(row["cc"], tuple(dtypes))
     return out
 
 
-ARCHITECTURES = load()
+@functools.cache
+def architectures() -> dict[str, Architecture]:
+    """Return the table, read once (config.validate reads it first, so a broken file is refused
+    in one line before any job)."""
+    return load()
+
+
+def __getattr__(name: str) -> object:
+    """Return ARCHITECTURES (the table, read on first use) as a module attribute."""
+    if name == "ARCHITECTURES":
+        return architectures()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:
     """Return the operand types the tensor cores of `arch` (compute capability `cc`) run: its row's,
     else the newest listed architecture's at or below `cc` (none below the oldest)."""
-    if arch in ARCHITECTURES:
-        return ARCHITECTURES[arch].tensor_dtypes
-    below = [a for a in ARCHITECTURES.values() if a.cc <= cc]
+    table = architectures()
+    if arch in table:
+        return table[arch].tensor_dtypes
+    below = [a for a in table.values() if a.cc <= cc]
     return max(below, key=lambda a: a.cc).tensor_dtypes if below else ()
 
 
 def first(dtype: str) -> tuple[str, int]:
     """Return (arch, compute capability) of the oldest listed architecture whose tensor cores run
     `dtype`; raise LookupError where none does."""
-    runs = [(spec.cc, arch) for arch, spec in ARCHITECTURES.items() if dtype in spec.tensor_dtypes]
+    runs = [(spec.cc, a) for a, spec in architectures().items() if dtype in spec.tensor_dtypes]
     if not runs:
         raise LookupError(f"no architecture in {TABLE_FILE.name} runs {dtype} on its tensor cores")
     cc, arch = min(runs)

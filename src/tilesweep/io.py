@@ -135,6 +135,33 @@ def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False)
     return folder
 
 
+def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
+    """Return an output file's path, or raise ConfigError in one line before anything is written:
+    an empty name, a folder there, a parent that is not a folder, or a file of the checkout's
+    tracked folders (the kept examples) unless `force`."""
+    from tilesweep.errors import ConfigError
+
+    shown = _shown(str(out))
+    if not str(out).strip():
+        raise ConfigError(f"{flag}='': empty; name a file")
+    path = Path(out)
+    try:
+        resolved = path.resolve()
+        if path.is_dir():
+            raise ConfigError(f"{flag}={shown}: a folder, where a file goes")
+        if not path.parent.is_dir():
+            raise ConfigError(f"{flag}={shown}: its folder {path.parent} does not exist")
+    except OSError as exc:
+        raise ConfigError(f"{flag}={shown}: not a usable path ({exc.strerror})") from None
+    tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
+    if not force and any(resolved.is_relative_to(p) for p in tracked):
+        raise ConfigError(
+            f"{flag}={shown}: inside the checkout's tracked files ({resolved}); name another "
+            "file, or pass --force to overwrite it"
+        )
+    return path
+
+
 def check_results_dir(path: str) -> Path:
     """Return results_dir as a path, or raise ConfigError in one line before any job: empty, the
     checkout itself or one of its tracked folders (a sweep would write over kept files), a file,

@@ -32,7 +32,17 @@ def example_overrides(folder: str) -> list[str]:
         raise ConfigError(
             f"example={folder}: no {EXAMPLE_OVERRIDES} there (a kept example has one)"
         )
-    return [str(o) for o in OmegaConf.to_container(OmegaConf.load(path)).get("overrides", [])]
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as exc:  # noqa: BLE001 - not YAML: one line, whatever the parser raised
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"example={folder}: {EXAMPLE_OVERRIDES} is not YAML ({first})") from None
+    overrides = saved.get("overrides", []) if isinstance(saved, dict) else None
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(
+            f"example={folder}: {EXAMPLE_OVERRIDES} must hold `overrides:`, a list of strings"
+        )
+    return overrides
 
 
 class Stage5:
