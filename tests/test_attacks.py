@@ -358,6 +358,14 @@ PLAN_REFUSED = [
     ("references.figures.0.layout.tp=3", "references.figures[0].layout.tp=3: does not divide"),
     ("+backend.fused_moe.engine_versions.evil=x", "engine_versions.evil: unknown engine"),
     ("results_dir=" + "r" * 300, "results_dir=rrr"),
+    # Round four: a sweep never writes into the checkout's own or kept files.
+    ("results_dir=", "results_dir='': empty"),
+    ("results_dir=.", "results_dir=.: the checkout or one of its tracked folders"),
+    ("results_dir=conf", "results_dir=conf: the checkout or one of its tracked folders"),
+    ("results_dir=docs/examples/h200", "results_dir=docs/examples/h200: the checkout or one"),
+    ("results_dir=results/../src", "results_dir=results/../src: the checkout or one"),
+    ("results_dir=README.md/sub", "below the file"),
+    ("grid.layouts=[{tp:4,pp:1,ep:1,moe_tp:3}]", "grid.layouts[0].moe_tp=3: does not divide"),
 ]
 
 
@@ -551,3 +559,163 @@ def test_a_fit_file_that_is_not_a_fit_is_refused(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
         Sweep([*TINY, "device=cpu", f"results_dir={tmp_path}", f"deployment.fit_file={fit}"], None)
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def _tracked_state() -> str:
+    """Return git's view of the tracked files (a data loss shows as a change)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return out.stdout
+
+
+TOOL_CASES = [
+    (["tools/engine_tables.py", "--out", "docs/examples/h200/engine_tables", "--budget-s", "1"],
+     "inside the checkout's tracked files"),
+    (["tools/engine_tables.py", "--out", "OUT", "--engine", "nosuch"], "--engine='nosuch'"),
+    (["tools/engine_tables.py", "--out", "OUT", "--shape", "abc"], "--shape='abc'"),
+    (["tools/engine_tables.py", "--out", "OUT", "--format", "nosuch"], "--format='nosuch'"),
+    (["tools/engine_tables.py", "--out", "OUT", "--from", "/nonexistent"], "not a folder"),
+    (["tools/engine_tables.py", "--out", "OUT", "--budget-s", "-1"], "must be a finite number"),
+    (["tools/engine_tables.py", "--out", "OUT", "hardware=nosuch"], "unknown hardware"),
+    (["tools/engine_tables.py", "--out", ""], "--out='': empty"),
+    (["tools/tune_summary.py", "docs/examples/h200/tune_work", "--csv",
+      "docs/examples/h200/layout.csv"], "inside the checkout's tracked files"),
+    (["tools/tune_summary.py", "docs/examples/h200/tune_work", "--csv", "docs"], "a folder"),
+    (["tools/tune_summary.py", "OUT"], "no tune tables under"),
+    (["tools/check_transfer.py"], "usage:"),
+    (["tools/check_transfer.py", "docs/examples/h200/fit.json",
+      "docs/examples/h200/layout_deepseek_v3.csv", "docs/examples/h200/ceilings.json",
+      "docs/examples/h200/check.csv", "model=deepseek_v3"], "inside the checkout's tracked"),
+    (["tools/check_transfer.py", "docs/examples/h200/ceilings.json",
+      "docs/examples/h200/layout_deepseek_v3.csv", "docs/examples/h200/ceilings.json",
+      "OUT/x.csv"], "not a launch-aware fit"),
+    (["tools/check_transfer.py", "docs/examples/h200/fit.json",
+      "docs/examples/h200/decode.csv", "datasheet", "OUT/x.csv"], "not a whole-step table"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), TOOL_CASES, ids=[" ".join(a)[:70] for a, _ in TOOL_CASES]
+)
+def test_a_tool_refuses_bad_arguments_in_one_line_and_keeps_kept_files(tmp_path, argv, message):
+    """The drop-in and example tools: a bad argument or a kept file as the output is one line
+    (no traceback), and no tracked file changes."""
+    import sys
+
+    before = _tracked_state()
+    argv = [a.replace("OUT", str(tmp_path)) for a in argv]
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert _tracked_state() == before
+
+
+def _archive(tmp_path: Path, drop: str = "", junk: str = "") -> Path:
+    """Return a results.tgz made from the kept example's tables, less or with one damaged."""
+    import tarfile
+
+    base = tmp_path / "r" / "results"
+    (base / "tables").mkdir(parents=True)
+    (base / "device").mkdir()
+    kept = ROOT / "docs" / "examples" / "h200"
+    for name in ("launch", "decode", "collective", "layout", "power"):
+        if name != drop:
+            shutil.copy(kept / f"{name}.csv", base / "tables" / f"{name}.csv")
+    if junk:
+        (base / "tables" / f"{junk}.csv").write_text("junk,launch\n")
+    shutil.copy(kept / "ceilings.json", base / "device" / "ceilings.json")
+    path = tmp_path / f"r{drop}{junk}.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(base, arcname="results")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [("missing", "no such file"), ("no-power", "no power table"), ("junk", "has no rows"),
+     ("not-tar", "not a gzipped tar archive"), ("bad-override", "import_example:")],
+)  # fmt: skip
+def test_import_example_checks_everything_before_it_touches_the_example(tmp_path, how, message):
+    """A bad archive or override leaves the kept example as it was, in one line (it used to
+    copy tables over the kept ones before it checked them)."""
+    tgz = {
+        "missing": tmp_path / "none.tgz",
+        "no-power": _archive(tmp_path, drop="power") if how == "no-power" else None,
+        "junk": _archive(tmp_path, junk="power") if how == "junk" else None,
+        "not-tar": ROOT / "README.md",
+        "bad-override": _archive(tmp_path) if how == "bad-override" else None,
+    }[how]
+    extra = ['a"b: [x'] if how == "bad-override" else []
+    before = _tracked_state()
+    proc = subprocess.run(["bash", "tools/import_example.sh", str(tgz), "docs/examples/h200",
+                           *extra], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert _tracked_state() == before
+
+
+def test_compare_and_failed_see_what_replaced_a_record(tmp_path, tiny_sweep, capsys):
+    """A folder or a pipe where compare reads a table is one line (a pipe never blocks it);
+    failed names a dangling link, a pipe and a stage's folder replaced by a file."""
+    b = tmp_path / "b"
+    shutil.copytree(tiny_sweep / "results", b, symlinks=True)
+    table = b / "tables" / "decode.csv"
+    table.unlink()
+    table.mkdir()
+    assert cli(["compare", str(tiny_sweep / "results"), str(b)]) == 2
+    assert "not a plain file" in capsys.readouterr().err
+    table.rmdir()
+    os.mkfifo(table)
+    assert cli(["compare", str(tiny_sweep / "results"), str(b)]) == 2
+    assert "not a plain file" in capsys.readouterr().err
+    record = next((b / "decode").rglob("*.csv"))
+    record.unlink()
+    record.symlink_to(tmp_path / "nothing.csv")
+    fifo = next((b / "collective").rglob("*.csv"))
+    fifo.unlink()
+    os.mkfifo(fifo)
+    shutil.rmtree(b / "power")
+    (b / "power").write_text("x")
+    assert cli(["failed", str(b)]) == 0
+    out = capsys.readouterr().out
+    assert str(record) in out and str(fifo) in out and str(b / "power") in out, out
+    assert cli(["failed", str(b), "--status", "ok"]) == 2
+    assert "a settled status, not a failure" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("overrides: 5\n", "must hold `overrides:`, a list of strings"),
+        ("overrides: [x\n", "not YAML"),
+    ],
+)
+def test_a_damaged_example_overrides_file_is_one_line(tmp_path, text, message):
+    from tilesweep.report_paths import example_overrides
+
+    (tmp_path / "overrides.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        example_overrides(str(tmp_path))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_cited_figure_whose_engine_lacks_its_family_is_refused_at_plan_time(tmp_path):
+    """A GLM-5 figure credited to TensorRT-LLM (whose file lists DeepSeek's family only) is
+    refused when the config is composed, not a traceback in the verdict's job."""
+    from omegaconf import OmegaConf
+
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    path = conf / "references" / "published.yaml"
+    refs = OmegaConf.to_container(OmegaConf.load(path))
+    first = next(i for i, f in enumerate(refs["figures"]) if f["model"] == "glm5")
+    refs["figures"][first]["engine"] = "TensorRT-LLM"
+    path.write_text(OmegaConf.to_yaml(refs))
+    with pytest.raises(ConfigError) as err:
+        compose(["references=published"], conf)
+    assert f"references.figures[{first}].engine='TensorRT-LLM'" in str(err.value)
+    assert "no kernel list for the mla_dsa_moe family of glm5" in str(err.value)

@@ -386,6 +386,16 @@ def test_a_grid_without_collective_figures_is_refused_in_one_line():
     # A grid with one layout it has figures for is composed; the others are labelled gaps.
     fine = compose_settings(["hardware=l40s", "deployment=fp8_all", "model=mixtral_8x7b"])
     assert refusal(fine) is None
+    # ...and the card blames the gap, not memory, where layouts fit but compose nothing.
+    import pandas as pd
+
+    from tilesweep import answer_card
+    from tilesweep.deployment_verdict import deployment_table
+
+    empty = pd.DataFrame()
+    card = answer_card.build(fine, deployment_table(fine, empty, empty, empty, {}))
+    assert "no layout both fits in memory and composes (communication unknown: " in card.headline
+    assert "tp8-pp1-ep1" in card.no_fit_line() and "fits in memory at" not in card.headline
 
 
 def test_checkpoint_options_follow_the_named_checkpoint():
