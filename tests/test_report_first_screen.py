@@ -328,8 +328,11 @@ def test_the_card_opens_both_reports_and_answer_json_holds_its_fields(tmp_path):
     path = tmp_path / "answer.json"
     answer_card.write(data.card, path)
     saved = json.loads(path.read_text())
-    assert set(saved) >= {"model", "hardware", "headline", "picks", "rests_on", "target"}
-    assert set(saved["picks"][0]) == {*answer_card.PICK_FIELDS, "tpot_range_ms"}
+    assert set(saved) >= {"model", "hardware", "headline", "picks", "rests_on", "target",
+                          "header", "provenance", "check_error_pct", "commit", "gaps"}  # fmt: skip
+    assert set(saved["picks"][0]) == {*answer_card.PICK_FIELDS, "tpot_range_ms", "runner_up",
+                                      "runner_up_tpot_ms", "margin_pct"}  # fmt: skip
+    assert saved["commit"] and saved["check_error_pct"] is not None
     assert answer_card.console_lines(path) == data.card.lines()
     assert data.card.lines()[-1].startswith("Rests on: parts composed from the " + FIT)
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 from tilesweep import references
+from tilesweep.provenance import git_commit
 from tilesweep.settings import RootSettings
 from tilesweep.settings import group as settings_group
 
@@ -44,10 +45,20 @@ PICK_HEADERS = {
     "tokens_per_s_per_gpu": "tok/s/GPU",
     "bound": "bound",
     "x_floor": "x floor",
+    "runner_up": "runner-up",
 }
 # Items of a verdict row's `inputs` (key before ':' or '=') the card names when present: the
 # efficiency the expert GEMMs take, and the kernel list and host term where the verdict has them.
 NAMED_ITEMS = ("expert GEMMs", "kernel list", "kernels", "host")
+# The clauses of `rests_on` the console's short form keeps (after the fit's).
+SHORT_RESTS = ("expert GEMMs", "kernel list", "collectives", "check:", "engine check")
+
+
+def _clip(text: str, limit: int) -> str:
+    """Return text cut at a word before `limit` characters, with an ellipsis where cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;(") + " ..."
 
 
 def _finite(value: object) -> bool:
@@ -88,6 +99,16 @@ class Pick:
     # The TPOT at the ends of a cited efficiency band the row rests on (verdict tpot_low_ms /
     # tpot_high_ms), where it has one.
     tpot_range_ms: tuple[float, float] | None = None
+    # The next-best layout at this batch and its TPOT (none where one layout fits).
+    runner_up: str = ""
+    runner_up_tpot_ms: float | None = None
+
+    @property
+    def margin_pct(self) -> float | None:
+        """Return how much slower the runner-up is, in percent of this pick's TPOT."""
+        if self.runner_up_tpot_ms is None:
+            return None
+        return 100.0 * (self.runner_up_tpot_ms / self.tpot_ms - 1.0)
 
     def words(self) -> str:
         """Return the pick in words: 'tp8 (8 GPUs) at batch 8: TPOT 17.7 ms, ...'."""
@@ -117,6 +138,10 @@ class Pick:
             if name == "tpot_ms" and self.tpot_range_ms:
                 text += f" ({_num(self.tpot_range_ms[0])}-{_num(self.tpot_range_ms[1])})"
             out[PICK_HEADERS[name]] = text + ("x" if name == "x_floor" and _finite(value) else "")
+        margin = self.margin_pct
+        out[PICK_HEADERS["runner_up"]] = (
+            f"{self.runner_up} +{_num(margin)}%" if self.runner_up and margin is not None else "-"
+        )
         return out
 
 
@@ -184,6 +209,9 @@ class AnswerCard:
     trust: str = ""  # how far to trust the picks: the engine corpus' error on their family
     # What the picks rest on, as data (columns.PROVENANCE_COLUMNS of the first pick's row).
     provenance: dict = field(default_factory=dict)
+    # The check's held-out error range (composed vs measured whole steps, %), where checked.
+    check_error_pct: tuple[float, float] | None = None
+    commit: str = ""  # the commit that composed it (provenance.git_commit)
 
     @property
     def headline(self) -> str:
@@ -218,24 +246,52 @@ class AnswerCard:
             return "fits in memory"
         return f"both fits in memory and composes ({'; '.join(self.gaps)})"
 
+    def header(self) -> str:
+        """Return what the answer is for, in one line: model and GPUs, engine and its version,
+        formats, load and the fit its parts come from (the provenance of its first pick)."""
+        p = self.provenance
+        gpus = f"{self.picks[0].gpus}x {self.hardware}" if self.picks else self.hardware
+        parts = [f"{self.model} on {gpus}"]
+        parts += [str(p["engine"])] if p.get("engine") else []
+        parts += [str(p["formats"])] if p.get("formats") else []
+        parts += [str(p["load"])] if p.get("load") else []
+        if p.get("fit_file"):
+            parts.append(f"fit {p['fit_file']}")
+        elif p.get("fit_source"):
+            parts.append("fit: " + _clip(str(p["fit_source"]).split("; ")[0], 70))
+        return "For: " + " | ".join(parts)
+
+    def short_rests(self) -> str:
+        """Return what the answer rests on in a few plain clauses (each cut short; the whole
+        list is `rests_on`, in answer.json and the report)."""
+        clauses = self.rests_on.rstrip(".").split("; ")
+        keep = [clauses[0]] + [
+            c for c in clauses[1:] if c.startswith(SHORT_RESTS)
+        ]  # fmt: skip
+        return "; ".join(_clip(c, 100) for c in dict.fromkeys(keep)) + "."
+
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""
         width = {h: max([len(h), *(len(c[h]) for c in self.table().to_dict("records"))])
                  for h in PICK_HEADERS.values()}  # fmt: skip
         rows = [p.cells() for p in self.picks]
         out = ["The answer: " + self.headline]
+        out += [self.header()] if self.picks else []
         if rows:
             out.append("  ".join(h.rjust(w) for h, w in width.items()))
             out += ["  ".join(r[h].rjust(w) for h, w in width.items()) for r in rows]
         out += [self.no_fit_line()] if self.no_fit_batches else []
         out += [self.trust] if self.trust else []
-        out.append("Rests on: " + self.rests_on)
+        out.append("Rests on: " + self.short_rests())
         return out
 
     def to_dict(self) -> dict:
         """Return the card as answer.json holds it."""
         out = asdict(self)
         out["headline"] = self.headline
+        out["header"] = self.header() if self.picks else ""
+        for pick, saved in zip(self.picks, out["picks"], strict=True):
+            saved["margin_pct"] = pick.margin_pct
         if self.target is not None:
             out["target"]["limit_ms"] = self.target.limit_ms
             out["target"]["words"] = self.target.words()
@@ -244,7 +300,14 @@ class AnswerCard:
     @classmethod
     def from_dict(cls, saved: dict) -> AnswerCard:
         """Return the card answer.json holds."""
-        picks = [Pick(**{k: p[k] for k in PICK_FIELDS}) for p in saved.get("picks", [])]
+        extra = ("tpot_range_ms", "runner_up", "runner_up_tpot_ms")
+        picks = [
+            Pick(
+                **{k: p[k] for k in PICK_FIELDS},
+                **{k: tuple(p[k]) if isinstance(p[k], list) else p[k] for k in extra if k in p},
+            )
+            for p in saved.get("picks", [])
+        ]
         target = saved.get("target")
         if target:
             pick = Pick(**{k: target["pick"][k] for k in PICK_FIELDS}) if target["pick"] else None
@@ -260,6 +323,10 @@ class AnswerCard:
             rests_on=saved.get("rests_on", ""),
             trust=saved.get("trust", ""),
             provenance=dict(saved.get("provenance") or {}),
+            check_error_pct=tuple(saved["check_error_pct"])
+            if saved.get("check_error_pct")
+            else None,
+            commit=saved.get("commit", ""),
         )
 
 
@@ -331,8 +398,14 @@ def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
         if rows.empty:
             none.append(int(batch))
             continue
-        best = rows.loc[_col(rows, "tpot_ms").idxmin()]
-        picks.append(pick_of(best.to_dict()))
+        ranked = rows.assign(_t=_col(rows, "tpot_ms")).sort_values("_t")
+        best = pick_of(ranked.iloc[0].to_dict())
+        others = ranked[ranked["layout"].astype(str) != best.layout]
+        if not others.empty:
+            second = others.iloc[0]
+            best = replace(best, runner_up=str(second["layout"]),
+                           runner_up_tpot_ms=float(second["tpot_ms"]))  # fmt: skip
+        picks.append(best)
     return picks, none
 
 
@@ -557,7 +630,9 @@ def rests_on(
     hardware = str(chosen[0].get("hardware", "?"))
     parts = [_fit_words(inputs)]
     parts += [x for x in (_varying(chosen, key) for key in NAMED_ITEMS) if x]
-    parts += _column_words(chosen)
+    named = {p.split(":")[0] for p in parts}
+    parts += [w for w in _column_words(chosen) if " ".join(w.split()[:2]) not in named
+              and w.split()[0] not in named]  # fmt: skip
     parts.append(collective_words(inputs))
     if check is not None:  # None: composed before the whole steps were checked (card_json)
         parts.append(_check_words(check, labels))
@@ -582,11 +657,12 @@ def build(
     first = verdict.iloc[0] if len(verdict) else {}
     if isinstance(settings, RootSettings):
         model, hardware = settings.model.name, settings.hardware.name
-        engine = settings.engine.name
+        engine, version = settings.engine.name, settings.engine.version
     else:  # the plain containers the report reads
         model = settings.get("model", {}).get("name", "?")
         hardware = settings.get("hardware", {}).get("name", "?")
         engine = settings.get("engine", {}).get("name", "?")
+        version = settings.get("engine", {}).get("version", "")
     trust = references.trust_words(engines, model, hardware, engine) if picks else ""
     return AnswerCard(
         model=str(first.get("model", model)),
@@ -595,9 +671,11 @@ def build(
         no_fit_batches=none,
         target=target,
         gaps=gap_layouts(verdict),
+        check_error_pct=_check_range(check),
+        commit=git_commit(),
         rests_on=rests_on(verdict, basis, check, engines),
         trust=trust,
-        provenance=_provenance(verdict, basis),
+        provenance=_with_fit(_with_engine(_provenance(verdict, basis), engine, version), settings),
     )
 
 
@@ -613,7 +691,40 @@ def _provenance(verdict: pd.DataFrame, picks: list[Pick]) -> dict:
     if rows.empty:
         return {}
     row = rows.iloc[0]
-    return {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}
+    out = {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}
+    if "weight_dtype" in row and "kv_dtype" in row:
+        out["formats"] = f"{row['weight_dtype']} weights, {row['kv_dtype']} KV cache"
+    if "engine" in row and row["engine"] == row["engine"]:
+        out["engine"] = str(row["engine"])
+    return out
+
+
+def _with_engine(provenance: dict, engine: str, version: str) -> dict:
+    """Return the provenance with the engine named with its version (the card's header)."""
+    if not provenance:
+        return provenance
+    name = provenance.get("engine", engine)
+    return {**provenance, "engine": f"engine {name} {version.split(' (')[0]}".strip()}
+
+
+def _check_range(check: pd.DataFrame | None) -> tuple[float, float] | None:
+    """Return the held-out check's composed error range in percent, or None."""
+    if check is None or check.empty or "composed_error_pct" not in check:
+        return None
+    held = check
+    if "held_out" in check:
+        held = check[check["held_out"].astype(str).str.lower() == "true"]
+    err = pd.to_numeric(held["composed_error_pct"], errors="coerce").dropna()
+    return (round(float(err.min()), 2), round(float(err.max()), 2)) if len(err) else None
+
+
+def _with_fit(provenance: dict, settings: RootSettings | dict) -> dict:
+    """Return the provenance with the shipped fit file its parts come from, where one is set."""
+    dep = settings_group(settings, "deployment")
+    fit = dep.get("fit_file") if isinstance(dep, dict) else getattr(dep, "fit_file", "")
+    if not provenance or not fit or "shipped as" not in provenance.get("fit_source", ""):
+        return provenance
+    return {**provenance, "fit_file": str(fit)}
 
 
 def target_of(settings: RootSettings | dict):
@@ -657,3 +768,53 @@ def console_lines(path: str | Path) -> list[str]:
         return AnswerCard.from_dict(json.loads(Path(path).read_text())).lines()
     except (OSError, ValueError, KeyError, TypeError) as err:
         return [f"no answer card at {path} ({type(err).__name__}: {err})"]
+
+
+def _row_cells(rec: dict) -> str:
+    """Return one verdict row as the card's words: layout, batch, TPOT and its band, rates."""
+    pick = pick_of(rec)
+    band = pick.tpot_range_ms
+    band_words = f" ({_num(band[0])}-{_num(band[1])})" if band else ""
+    return (
+        f"{pick.layout} at batch {pick.batch}: TPOT {_num(pick.tpot_ms)} ms{band_words}, "
+        f"{_num(pick.tokens_per_s_per_user)} tok/s per user, "
+        f"{_num(pick.tokens_per_s_per_gpu)} tok/s per GPU, {pick.bound}"
+    )
+
+
+def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]:
+    """Return the n composed rows with the most tokens/s per GPU that meet the target (all rows
+    where none is asked), best first, as numbered lines under a heading."""
+    fits = fitting_rows(verdict)
+    limit = target.limit_ms if target is not None else None
+    if limit:
+        fits = fits[_col(fits, "tpot_ms") <= limit + 1e-9]
+    where = f" at {target.asked()}" if target is not None and limit else ""
+    if fits.empty:
+        return [f"Top {n}{where}: no composed row meets it."]
+    ranked = fits.assign(_g=_col(fits, "tokens_per_s_per_gpu")).sort_values(
+        ["_g", "tpot_ms"], ascending=[False, True]
+    )
+    rows = ranked.head(n).to_dict("records")
+    return [f"Top {len(rows)} by tokens/s per GPU{where}:"] + [
+        f"  {i}. {_row_cells(r)}" for i, r in enumerate(rows, 1)
+    ]
+
+
+def pareto_lines(verdict: pd.DataFrame) -> list[str]:
+    """Return the Pareto frontier of the composed rows (no other row has both more tokens/s
+    per user and more tokens/s per GPU), fastest per user first, as lines under a heading."""
+    fits = fitting_rows(verdict)
+    if fits.empty:
+        return ["Pareto frontier: no composed row."]
+    user = 1000.0 / _col(fits, "tpot_ms")
+    gpu = _col(fits, "tokens_per_s_per_gpu")
+    order = sorted(range(len(fits)), key=lambda i: (-user.iloc[i], -gpu.iloc[i]))
+    front, best_gpu = [], -math.inf
+    for i in order:
+        if gpu.iloc[i] > best_gpu:
+            front.append(fits.iloc[i].to_dict())
+            best_gpu = gpu.iloc[i]
+    return ["Pareto frontier (tok/s per user against tok/s per GPU; fastest per user first):"] + [
+        f"  {_row_cells(r)}" for r in front
+    ]

@@ -83,6 +83,18 @@ def parser() -> argparse.ArgumentParser:
     verdict.add_argument(
         "--no-engines", action="store_true", help="skip engines.csv (the cited engine figures)"
     )
+    verdict.add_argument(
+        "--top",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N layout x batch rows with the most tokens/s per GPU under the target",
+    )
+    verdict.add_argument(
+        "--pareto",
+        action="store_true",
+        help="also print the Pareto frontier of tokens/s per user against tokens/s per GPU",
+    )
     verdict.add_argument("overrides", nargs="*", help="Hydra overrides (hardware=h200 ...)")
     return top
 
@@ -96,6 +108,8 @@ def verdict_command(args: argparse.Namespace) -> int:
     from tilesweep.config import compose_settings
     from tilesweep.io import check_out_folder, write_table
 
+    if args.top < 0:
+        raise ConfigError(f"--top={args.top}: must be at least 0")
     files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
     out = None if args.out is None else check_out_folder(args.out, files, args.force)
     settings = compose_settings(args.overrides)
@@ -111,6 +125,10 @@ def verdict_command(args: argparse.Namespace) -> int:
     )
     card = answer_card.build(settings, table, engines=engines)
     lines = card.lines()
+    if args.top:
+        lines += answer_card.top_lines(table, args.top, card.target)
+    if args.pareto:
+        lines += answer_card.pareto_lines(table)
     if out is not None:
         write_table(out / "verdict.csv", table)
         if engines is not None:
