@@ -366,6 +366,13 @@ PLAN_REFUSED = [
     ("results_dir=results/../src", "results_dir=results/../src: the checkout or one"),
     ("results_dir=README.md/sub", "below the file"),
     ("grid.layouts=[{tp:4,pp:1,ep:1,moe_tp:3}]", "grid.layouts[0].moe_tp=3: does not divide"),
+    # Figures beyond any GPU, names no kernel knows, formats the checkpoint does not have.
+    ("hardware.memory_bandwidth_gbs=1e-300", "outside any GPU's range [1, 100000]"),
+    ("+hardware.peak_tflops.fp16x=100", "'fp16x' is not one of bf16"),
+    ("hardware.smem_per_block_default=1000000000", "shared memory must order default <= optin"),
+    ("engine.host.ms=1e300", "engine.host.ms=1e+300: must be between 0 and 1,000"),
+    ("references.figures.0.tpot_ms=1e-300", "references.figures[0].tpot_ms=1e-300"),
+    ("references.figures.0.output_len=0", "references.figures[0].input_len"),
 ]
 
 

@@ -297,11 +297,12 @@ def test_bound_margin_share_and_does_not_fit():
         ("model.attention.kind=mha", "model.attention.kind='mha': allowed: mla, gqa"),
         ("model.dense_layers=-1", "model.dense_layers=-1: must be at least 0"),
         ("~model.attention.index_topk", "model.attention: missing key 'index_topk'"),
+        ("deployment=bf16|deployment.compute_dtype=nvfp4", "narrower than weight_dtype=bf16"),
     ],
 )
 def test_bad_deployment_values_are_one_line_errors(override, message):
     with pytest.raises(ConfigError) as err:
-        compose([override])
+        compose(override.split("|"))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 

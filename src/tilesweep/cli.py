@@ -165,7 +165,7 @@ def compare_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threshold={args.threshold}: must be a finite number, at least 0")
     if args.limit < 0:
         raise ConfigError(f"--limit={args.limit}: must be at least 0")
-    if args.out:
+    if args.out is not None:
         compare.check_out(args.out)  # before the comparison: a bad folder is one line
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     changes = compare.compare_runs(run_a, run_b, args.threshold)

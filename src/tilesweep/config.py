@@ -404,6 +404,12 @@ def _fit_fault(path: Path) -> str | None:
         return f"per_kernel_us={fit['per_kernel_us']}: not a finite cost"
     if not fit["groups"]:
         return "not a fit: no groups"
+    for key, (low, high) in _FIT_NUMBERS.items():
+        value = fit.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{key}={value!r}: not a number"
+        if not math.isfinite(value) or not low <= value <= high:
+            return f"{key}={value}: outside {low:g}..{high:g}"
     for name, group in fit["groups"].items():
         why = _group_fault(group)
         if why:
@@ -411,6 +417,13 @@ def _fit_fault(path: Path) -> str | None:
     return None
 
 
+# What the composition reads of a fit beside its groups (absent: the first bound, unused): the
+# share of launch cost hidden by overlap, the largest efficiency and the light kernels' cost.
+_FIT_NUMBERS = {"overlap": (0.0, 0.99), "e_bw_max": (0.01, 2.0), "light_kernel_us": (0.0, 1e6)}
+# The part kinds a group may cover (plan.step_parts and the engines' kernel kinds).
+_PART_KINDS = ("attention", "attention_gqa", "attention_proj", "dense_gemm", "embedding",
+               "expert_gemm", "expert_permute", "indexer", "lm_head", "norm", "router",
+               "shared_gemm", "extra")  # fmt: skip
 # What the composition reads of each fitted group: its efficiencies (fractions, at most a little
 # over 1 before they are put on a datasheet), its per-kernel cost and launches, and its kinds.
 _GROUP_NUMBERS = {"e_bw": (0.0, 2.0), "e_math": (0.0, 2.0), "per_kernel_us": (0.0, 1e6),
@@ -435,6 +448,9 @@ def _group_fault(group: object) -> str | None:
         return "no kinds (the part kinds it covers)"
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
         return "kinds: not a list of part kinds"
+    unknown = [k for k in kinds if k not in _PART_KINDS]
+    if unknown:
+        return f"kinds: {unknown[0]!r} is not a part kind ({', '.join(_PART_KINDS)})"
     return None
 
 

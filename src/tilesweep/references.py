@@ -10,13 +10,13 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
 from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
 from tilesweep.settings import group as settings_group
-from tilesweep.settings.strict import Section, check
+from tilesweep.settings.strict import Section, check, refuse
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
@@ -51,7 +51,8 @@ class Figure(Section):
     output_len: int = Field(0, ge=0)
     context_len: int = Field(0, ge=0)  # decode-only figures: tokens in each KV cache
     speculative: str = Field(min_length=1)  # speculative decoding, as the source ran it
-    tpot_ms: PositiveFloat  # time per output token, as the source measured it
+    # time per output token, as the source measured it (0.1 ms - 100 s: any real decode step)
+    tpot_ms: float = Field(ge=0.1, le=1e5)
     statistic: str = Field("mean", pattern=r"^(mean|median)$")  # which TPOT the source gives
     # conf/engine option whose kernel list and host time compose it (the engine, lower case,
     # without '-', by default: SGLang -> sglang, TensorRT-LLM -> tensorrtllm).
@@ -62,6 +63,17 @@ class Figure(Section):
     source: str = Field(min_length=1)  # where the figure is published, and what it is
     quote: str = ""  # the source's own words with the figure
     note: str = ""  # what the source leaves unsaid, and how the figure was read
+
+    @model_validator(mode="after")
+    def _one_load(self) -> Figure:
+        """Refuse half a serving load, and a context beside a load (the load sets the context)."""
+        if bool(self.input_len) != bool(self.output_len):
+            why = f"with output_len={self.output_len}: a serving figure gives both"
+            raise refuse("input_len", why, self.input_len)
+        if self.input_len and self.context_len:
+            why = "beside input_len and output_len: a serving load sets the context; give one"
+            raise refuse("context_len", why, self.context_len)
+        return self
 
     def engine_name(self) -> str:
         """Return the conf/engine option that composes this figure."""

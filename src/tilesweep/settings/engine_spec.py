@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from tilesweep.settings.strict import Number, Section
+from tilesweep.settings.strict import Number, Section, refuse
 
 # Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
 # `allreduce` (timed by the interconnect model, listed for completeness and never counted twice)
@@ -37,7 +37,8 @@ class Kernel(Section):
 
     name: str = Field(min_length=1)
     kind: KernelKind
-    count: Number = Field(ge=0)  # launches per layer (or per step); a fraction: conditional
+    # launches per layer (or per step); a fraction: conditional; no step launches 1,000 of one
+    count: Number = Field(ge=0, le=1000)
     cite: str = Field(min_length=1)  # file and line (or function) of the engine's code
     # weight dtypes it runs for (activation quantisation: quantised layers only); empty: all
     only_for: list[Literal["bf16", "fp8", "nvfp4", "mxfp4"]] = []
@@ -56,12 +57,19 @@ class Family(Section):
     per_dense_layer: list[Kernel]
     per_step: list[Kernel]
 
+    @model_validator(mode="after")
+    def _lists_something(self) -> Family:
+        """Refuse a family with no kernel at all: it would pass as an engine-faithful count."""
+        if not (self.per_layer or self.per_moe_layer or self.per_dense_layer or self.per_step):
+            raise refuse("per_layer", "every kernel list is empty; list the engine's kernels", [])
+        return self
+
 
 class Host(Section):
     """The time between two decode steps that is not GPU work (scheduler, sampling's host side,
     the graph's launch), per step, and where it comes from."""
 
-    ms: Number = Field(ge=0)
+    ms: Number = Field(ge=0, le=1000)  # per step: a second of host time is no decode step
     source: Literal["cited", "measured", "fitted", "none"]
     cite: str = Field(min_length=1)
 
@@ -73,5 +81,7 @@ class EngineSettings(Section):
     version: str = Field(min_length=1)  # the code the kernel lists were read from
     families: dict[str, Family]  # mla_dsa_moe, mla_moe, gqa_moe; none: the project's own step
     host: Host
-    attention_by_arch: dict[str, Literal["dsa", "dense"]]  # arch (sm_90) -> mode; `default` too
+    attention_by_arch: dict[
+        Annotated[str, Field(pattern=r"^(sm_[0-9]{2,3}a?|default)$")], Literal["dsa", "dense"]
+    ]  # arch (sm_90) -> mode; `default` too
     custom_allreduce: bool  # small all-reduces take the hardware file's one-shot figures

@@ -110,6 +110,9 @@ class InterconnectModel(Section):
 
 
 Fraction = Annotated[Number, Field(gt=0, le=1)]
+# The math dtypes a peak may be given for, and the weight dtypes a grouped GEMM runs.
+PEAK_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp32")
+WEIGHT_DTYPES = ("bf16", "fp8", "nvfp4", "mxfp4")
 
 
 class EfficiencyBand(Section):
@@ -191,3 +194,31 @@ class HardwareSpec(Section):
     # The fraction of the bf16 peak a prefill attention kernel reaches (FlashAttention's own
     # figure on this device): a serving load's arriving prompts run their attention at it.
     prompt_attention: PromptAttention = None
+
+    @model_validator(mode="after")
+    def _plausible(self) -> HardwareSpec:
+        """Refuse a dtype name no kernel knows, shared-memory limits out of order, and figures
+        beyond any GPU (a bandwidth or peak of 1e-300 or 1e300 composes nonsense, not a gap)."""
+        for dtype in self.peak_tflops:
+            if dtype not in PEAK_DTYPES:
+                raise refuse(
+                    "peak_tflops", f"{dtype!r} is not one of {', '.join(PEAK_DTYPES)}", dtype
+                )
+        for dtype in self.grouped_gemm_efficiency or {}:
+            if dtype not in WEIGHT_DTYPES:
+                why = f"{dtype!r} is not a weight dtype ({', '.join(WEIGHT_DTYPES)})"
+                raise refuse("grouped_gemm_efficiency", why, dtype)
+        if not self.smem_per_block_default <= self.smem_per_block_optin <= self.smem_per_sm:
+            why = (
+                f"shared memory must order default <= optin <= per SM "
+                f"({self.smem_per_block_default}, {self.smem_per_block_optin}, {self.smem_per_sm})"
+            )
+            raise refuse("smem_per_block_default", why, self.smem_per_block_default)
+        checks = [("memory_bandwidth_gbs", self.memory_bandwidth_gbs, 1, 1e5),
+                  ("memory_gb", self.memory_gb, 0.1, 1e5),
+                  ("interconnect_gbs", self.interconnect_gbs, 0.1, 1e5)]  # fmt: skip
+        checks += [(f"peak_tflops.{k}", v, 0.01, 1e5) for k, v in self.peak_tflops.items() if v]
+        for key, value, low, high in checks:
+            if not low <= value <= high:
+                raise refuse(key, f"outside any GPU's range [{low:g}, {high:g}]", value)
+        return self

@@ -140,6 +140,19 @@ class DeploymentSettings(Section):
         return self
 
     @model_validator(mode="after")
+    def _compute_not_narrower(self) -> DeploymentSettings:
+        """Refuse a math dtype narrower than the weights it runs (bf16 weights in nvfp4 math
+        would be a quantisation the checkpoint does not have)."""
+        width = {"nvfp4": 4, "mxfp4": 4, "fp8": 8, "bf16": 16}
+        if self.compute_dtype and width[self.compute_dtype] < width[self.weight_dtype]:
+            why = (
+                f"narrower than weight_dtype={self.weight_dtype}: the math runs the weights' "
+                "format or a wider one"
+            )
+            raise refuse("compute_dtype", why, self.compute_dtype)
+        return self
+
+    @model_validator(mode="after")
     def _two_fit_batches(self) -> DeploymentSettings:
         """Refuse more than two fit batches, or the same one twice."""
         fit = self.fit_batches
