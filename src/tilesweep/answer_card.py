@@ -250,7 +250,12 @@ class AnswerCard:
         """Return what the answer is for, in one line: model and GPUs, engine and its version,
         formats, load and the fit its parts come from (the provenance of its first pick)."""
         p = self.provenance
-        gpus = f"{self.picks[0].gpus}x {self.hardware}" if self.picks else self.hardware
+        shown = [*self.picks, *([self.target.pick] if self.target and self.target.pick else [])]
+        counts = sorted({p.gpus for p in shown})
+        gpus = (
+            f"{counts[0]}x {self.hardware}" if len(counts) == 1
+            else f"{self.hardware} ({', '.join(map(str, counts))} GPUs by layout)"
+        )  # fmt: skip
         parts = [f"{self.model} on {gpus}"]
         parts += [str(p["engine"])] if p.get("engine") else []
         parts += [str(p["formats"])] if p.get("formats") else []
