@@ -373,6 +373,11 @@ PLAN_REFUSED = [
     ("engine.host.ms=1e300", "engine.host.ms=1e+300: must be between 0 and 1,000"),
     ("references.figures.0.tpot_ms=1e-300", "references.figures[0].tpot_ms=1e-300"),
     ("references.figures.0.output_len=0", "references.figures[0].input_len"),
+    # Hydra's parse errors, named by the override and the form it takes.
+    ("deployment.batches=[1,2", "override 'deployment.batches=[1,2': not key=value as Hydra"),
+    ("deployment..batches=[1]", "override 'deployment..batches=[1]': not key=value"),
+    ("{", "override '{': not key=value"),
+    ("=", "override '=': no key before '='"),
 ]
 
 

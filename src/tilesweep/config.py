@@ -91,6 +91,7 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
     from omegaconf import OmegaConf
 
     overrides = [str(o) for o in overrides]
+    _check_override_syntax(overrides)
     _check_group_choices(overrides, conf_dir)
     GlobalHydra.instance().clear()
     try:
@@ -103,6 +104,26 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
         GlobalHydra.instance().clear()
     settings["catalog"] = load_catalog(conf_dir)
     return settings
+
+
+def _check_override_syntax(overrides: list[str]) -> None:
+    """Raise ConfigError naming the first override Hydra cannot parse, with the form it takes
+    (Hydra's own words name a grammar rule, not the override)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for item in overrides:
+        if "=" in item and not item.split("=", 1)[0].lstrip("+~"):
+            raise ConfigError(f"override {item!r}: no key before '='; give key=value")
+        try:
+            parser.parse_override(item)
+        except Exception:  # noqa: BLE001 - any parse failure is this override's form
+            shown = item if len(item) <= 80 else item[:77] + "..."
+            raise ConfigError(
+                f"override {shown!r}: not key=value as Hydra reads it (a dotted key, '='; lists "
+                "as [a,b], mappings as {k:v}, balanced brackets; quote a value holding spaces or "
+                "brackets)"
+            ) from None
 
 
 def load_catalog(conf_dir: Path) -> dict[str, dict]:
