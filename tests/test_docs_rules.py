@@ -9,8 +9,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-# The documents that describe the current workflow (docs/restructure-compare.md records a
-# comparison of old commits, whose rules it names as they were then).
+# The documents that describe the current workflow.
 DOCS = [
     ROOT / "README.md",
     ROOT / "docs" / "cluster.md",

@@ -388,9 +388,13 @@ def machine_headlines(decode: pd.DataFrame) -> list[str]:
         for rec in ends.to_dict("records"):
             frac = rec.get("frac_copy_bw")
             frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
+            if finite(frac) and frac > 1:  # a read-only kernel outruns the copy's read+write
+                frac_txt += " (a read-mostly kernel can pass the copy kernel's rate)"
+            tokens = int(rec["tokens_per_expert"])
             lines.append(
-                f"Decode {op}{f' ({dtype})' if dtype else ''}, {int(rec['tokens_per_expert'])} "
-                f"tokens per expert: fastest{of} {rec['best_runner']}, {rec['time_ms']:.3g} "
+                f"Decode {op}{f' ({dtype})' if dtype else ''}, {tokens} "
+                f"token{'' if tokens == 1 else 's'} per expert: fastest{of} {rec['best_runner']}, "
+                f"{rec['time_ms']:.3g} "
                 f"ms{frac_txt}, {rec.get('bound') or 'unknown'}-bound here."
             )
     return lines
