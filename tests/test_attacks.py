@@ -378,6 +378,7 @@ PLAN_REFUSED = [
     ("deployment..batches=[1]", "override 'deployment..batches=[1]': not key=value"),
     ("{", "override '{': not key=value"),
     ("=", "override '=': no key before '='"),
+    ("hardware.cc=90", "hardware.cc=90: sm_120 is compute capability 120"),
 ]
 
 

@@ -230,11 +230,23 @@ def check_settings(settings: dict) -> RootSettings:
     the plain containers first: a bad hardware spec is named by its file, and a backend section
     by its backend's own model (RootSettings keeps each section as the mapping it checked)."""
     for name, spec in settings["catalog"].items():
-        check(HardwareSpec, spec, f"hardware[{name}]")
+        _check_cc(check(HardwareSpec, spec, f"hardware[{name}]"), f"hardware[{name}]")
     checked = check(RootSettings, settings)
+    _check_cc(checked.hardware, "hardware")
     check_backends(settings["backend"])
     check_runners(checked)
     return checked
+
+
+def _check_cc(spec: HardwareSpec, where: str) -> None:
+    """Raise ConfigError where a hardware spec's compute capability is not its architecture's
+    (conf/architectures.yaml; an architecture the table does not list is taken as given)."""
+    row = gpu_archs.architectures().get(spec.arch.removesuffix("a"))
+    if row is not None and row.cc != spec.cc:
+        raise ConfigError(
+            f"{where}.cc={spec.cc}: {spec.arch} is compute capability {row.cc} "
+            "(conf/architectures.yaml)"
+        )
 
 
 def check_runners(settings: RootSettings) -> None:

@@ -360,7 +360,8 @@ def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> st
             f"quantized={','.join(dep['quantized'])} (deployment)",
             f"kv_dtype={dep['kv_dtype']} context_len={dep['context_len']} (deployment)",
             f"runtime_reserve_gb={dep['runtime_reserve_gb']} (deployment)",
-            f"kernel_gap_us={dep['kernel_gap_us']} (deployment)",
+            f"kernel_gap_us={dep['kernel_gap_us']} (deployment; only where the fit gives a part "
+            "no launch cost)",
             f"part times: {timer_label}",
             "routing: random top-k (expected distinct experts; EP: the busiest rank)",
         ]
