@@ -59,4 +59,6 @@ def test_each_verdict_row_carries_its_provenance_as_columns_and_the_card_as_fiel
     assert fits["collectives"].str.contains("topology: switch").all()
     card = answer_card.build(settings, verdict)
     saved = answer_card.AnswerCard.from_dict(card.to_dict())
-    assert saved.provenance == card.provenance and set(card.provenance) == set(PROVENANCE_COLUMNS)
+    assert saved.provenance == card.provenance
+    # The verdict's provenance columns, and the card header's engine, formats and fit file.
+    assert set(card.provenance) == {*PROVENANCE_COLUMNS, "engine", "formats", "fit_file"}
