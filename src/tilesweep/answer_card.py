@@ -551,10 +551,7 @@ def _check_words(check: pd.DataFrame, labels: list[str]) -> str:
     the check tests another fit (one made on another device) and so says nothing of this one."""
     if check is None or check.empty or "composed_error_pct" not in check:
         return "check: no whole step measured"
-    held = check
-    if "held_out" in check:
-        held = check[check["held_out"].astype(str).str.lower() == "true"]
-    err = pd.to_numeric(held["composed_error_pct"], errors="coerce").dropna()
+    err = _held_out_errors(check)
     device = ", ".join(sorted(set(check.get("device", pd.Series(["?"])).dropna().astype(str))))
     checked = (
         set(check["composed_label"].dropna().astype(str)) if "composed_label" in check else set()
@@ -712,14 +709,19 @@ def _with_engine(provenance: dict, engine: str, version: str) -> dict:
     return {**provenance, "engine": f"engine {name} {version.split(' (')[0]}".strip()}
 
 
+def _held_out_errors(check: pd.DataFrame) -> pd.Series:
+    """Return the composed error (%) of the check's held-out rows (every row where unmarked)."""
+    held = check
+    if "held_out" in check:
+        held = check[check["held_out"].astype(str).str.lower() == "true"]
+    return pd.to_numeric(held["composed_error_pct"], errors="coerce").dropna()
+
+
 def _check_range(check: pd.DataFrame | None) -> tuple[float, float] | None:
     """Return the held-out check's composed error range in percent, or None."""
     if check is None or check.empty or "composed_error_pct" not in check:
         return None
-    held = check
-    if "held_out" in check:
-        held = check[check["held_out"].astype(str).str.lower() == "true"]
-    err = pd.to_numeric(held["composed_error_pct"], errors="coerce").dropna()
+    err = _held_out_errors(check)
     return (round(float(err.min()), 2), round(float(err.max()), 2)) if len(err) else None
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from tilesweep import gpu_archs, question, references
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
+from tilesweep.plan import engine_profile
 from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings, check
 from tilesweep.settings.strict import Refused
 
@@ -354,11 +355,7 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
         except Exception as exc:
             raise ConfigError(f"{where}.model={fig.model!r}: {_one_line(exc)}") from None
         families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
-        fam = (
-            "gqa_moe"
-            if model["attention"]["kind"] != "mla"
-            else ("mla_dsa_moe" if model["attention"].get("index_topk") else "mla_moe")
-        )  # plan.engine_profile.family of the model as its file gives it
+        fam = engine_profile.family(model)  # the model as its file gives it
         if families is None:
             raise ConfigError(
                 f"{where}.engine={fig.engine!r}: no conf/engine/{fig.engine_name()}.yaml; name its "
