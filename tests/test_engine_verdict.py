@@ -93,6 +93,24 @@ def test_an_engines_kernel_list_replaces_the_lean_steps_count():
     assert unread.launches is None and "no kernel list read for other" in unread.label
 
 
+def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights():
+    model = compose(["model=qwen3_235b_a22b", "references=none"])["model"]
+    assert engine_profile.family(model) == "gqa_moe"
+    for name in ("sglang", "vllm", "tensorrtllm"):
+        engine = compose([f"engine={name}", "references=none"])["engine"]
+        fp8 = engine_profile.profile(engine, model, "fp8")
+        bf16 = engine_profile.profile(engine, model, "bf16")
+        assert "engine-faithful kernel count" in fp8.label, name
+        assert sum(fp8.extra.values()) > sum(bf16.extra.values()), name
+        assert fp8.launches["attention_gqa"] > 0 and fp8.launches["expert_gemm"] >= 4, name
+    # TensorRT-LLM's bf16 MoE runs its gated activation as a kernel of its own; under fp8 block
+    # scales the runner quantises each GEMM's input around it (3 kernels in place of 1).
+    engine = compose(["engine=tensorrtllm", "references=none"])["engine"]
+    moe = engine["families"]["gqa_moe"]["per_moe_layer"]
+    assert [k["count"] for k in moe if k.get("only_for") == ["fp8"]] == [3]
+    assert [k["count"] for k in moe if k.get("only_for") == ["bf16"]] == [1]
+
+
 def test_the_engine_adds_its_kernels_and_host_time():
     base = ["hardware=h200", "model=deepseek_v3", "deployment=fp8_all", "deployment.batches=[1]",
             "grid.layouts=[{tp:8,pp:1,ep:1}]"]  # fmt: skip
@@ -274,7 +292,7 @@ def test_a_figure_composed_from_its_group_files_equals_a_hydra_compose_of_its_gr
 def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_fix():
     refused = {
         ("engine=tensorrtllm",): "no kernel list for the mla_dsa_moe family",
-        ("model=qwen3_235b_a22b", "engine=tensorrtllm"): "gqa_moe family",
+        ("model=glm5", "engine=tensorrtllm", "hardware=h200", "deployment=fp8_all"): "mla_dsa_moe",
         ("hardware=h200",): "use deployment=fp8_all",
         ("hardware=a100",): "use deployment=bf16",
     }
@@ -286,6 +304,7 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
         ["hardware=b200"],
         ["hardware=h200", "deployment=fp8_all"],
         ["model=deepseek_v3", "engine=tensorrtllm", "deployment=fp8_all"],
+        ["model=qwen3_235b_a22b", "engine=tensorrtllm", "hardware=h200", "deployment=fp8_all"],
     ]
     for overrides in composes:
         assert deployment_verdict.refusal(compose_settings(overrides)) is None, overrides
