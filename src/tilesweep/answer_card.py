@@ -253,9 +253,10 @@ class AnswerCard:
         shown = [*self.picks, *([self.target.pick] if self.target and self.target.pick else [])]
         counts = sorted({p.gpus for p in shown})
         gpus = (
-            f"{counts[0]}x {self.hardware}" if len(counts) == 1
+            f"{counts[0]}x {self.hardware}"
+            if len(counts) == 1
             else f"{self.hardware} ({', '.join(map(str, counts))} GPUs by layout)"
-        )  # fmt: skip
+        )
         parts = [f"{self.model} on {gpus}"]
         parts += [str(p["engine"])] if p.get("engine") else []
         parts += [str(p["formats"])] if p.get("formats") else []
@@ -270,15 +271,15 @@ class AnswerCard:
         """Return what the answer rests on in a few plain clauses (each cut short; the whole
         list is `rests_on`, in answer.json and the report)."""
         clauses = self.rests_on.rstrip(".").split("; ")
-        keep = [clauses[0]] + [
-            c for c in clauses[1:] if c.startswith(SHORT_RESTS)
-        ]  # fmt: skip
+        keep = [clauses[0]] + [c for c in clauses[1:] if c.startswith(SHORT_RESTS)]
         return "; ".join(_clip(c, 100) for c in dict.fromkeys(keep)) + "."
 
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""
-        width = {h: max([len(h), *(len(c[h]) for c in self.table().to_dict("records"))])
-                 for h in PICK_HEADERS.values()}  # fmt: skip
+        width = {
+            h: max([len(h), *(len(c[h]) for c in self.table().to_dict("records"))])
+            for h in PICK_HEADERS.values()
+        }
         rows = [p.cells() for p in self.picks]
         out = ["The answer: " + self.headline]
         out += [self.header()] if self.picks else []
@@ -408,8 +409,9 @@ def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
         others = ranked[ranked["layout"].astype(str) != best.layout]
         if not others.empty:
             second = others.iloc[0]
-            best = replace(best, runner_up=str(second["layout"]),
-                           runner_up_tpot_ms=float(second["tpot_ms"]))  # fmt: skip
+            best = replace(
+                best, runner_up=str(second["layout"]), runner_up_tpot_ms=float(second["tpot_ms"])
+            )
         picks.append(best)
     return picks, none
 
@@ -633,8 +635,11 @@ def rests_on(
     parts = [_fit_words(inputs)]
     parts += [x for x in (_varying(chosen, key) for key in NAMED_ITEMS) if x]
     named = {p.split(":")[0] for p in parts}
-    parts += [w for w in _column_words(chosen) if " ".join(w.split()[:2]) not in named
-              and w.split()[0] not in named]  # fmt: skip
+    parts += [
+        w
+        for w in _column_words(chosen)
+        if " ".join(w.split()[:2]) not in named and w.split()[0] not in named
+    ]
     parts.append(collective_words(inputs))
     if check is not None:  # None: composed before the whole steps were checked (card_json)
         parts.append(_check_words(check, labels))
@@ -688,8 +693,9 @@ def _provenance(verdict: pd.DataFrame, picks: list[Pick]) -> dict:
     if not picks or verdict.empty or "layout" not in verdict:
         return {}
     first = picks[0]
-    rows = verdict[(verdict["layout"].astype(str) == first.layout)
-                   & (_col(verdict, "batch") == first.batch)]  # fmt: skip
+    rows = verdict[
+        (verdict["layout"].astype(str) == first.layout) & (_col(verdict, "batch") == first.batch)
+    ]
     if rows.empty:
         return {}
     row = rows.iloc[0]

@@ -1,5 +1,6 @@
-"""Every table's columns, keys and statuses, declared once, and the one rule for the fastest
-correct runner."""
+"""Every table's columns, keys and statuses, declared once (the long column lists in
+data/columns.yaml, exposed here under their names), and the one rule for the fastest correct
+runner."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 import pandas as pd
+
+from tilesweep import package_data
 
 
 class Status(StrEnum):
@@ -103,63 +106,31 @@ LAUNCH_COLUMNS = [
 
 # ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
 
+_LISTS = package_data.column_lists("tilesweep.columns")  # data/columns.yaml
 # What a verdict row rests on, as data (the `inputs` column keeps every figure's source too):
 # the fit, the expert GEMMs' efficiency, the engine's kernel list, the host rule, the
 # collectives (and PCIe topology), and the load.
-PROVENANCE_COLUMNS = ["fit_source", "expert_efficiency", "kernel_list", "host_rule",
-                      "collectives", "load"]  # fmt: skip
-VERDICT_COLUMNS = [
-    "model", "hardware", "layout", "tp", "pp", "ep", "world", "batch", "context_len",
-    "input_len", "output_len", "engine", "weight_dtype", "kv_dtype", "fits_memory",
-    "mem_needed_gb", "mem_short_gb", "max_batch_fit", "max_context_fit", "tpot_ms",
-    "tpot_low_ms", "tpot_high_ms", "tokens_per_s", "tokens_per_s_per_gpu", "floor_ms",
-    "x_floor", "memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms", "prefill_ms",
-    "memory_share", "math_share", "comm_share", "other_share", "host_share",
-    "peak_part_of_datasheet", "bound", "margin", "share", "source", *PROVENANCE_COLUMNS,
-    "inputs",
-]  # fmt: skip
+PROVENANCE_COLUMNS = _LISTS["PROVENANCE_COLUMNS"]
+VERDICT_COLUMNS = _LISTS["VERDICT_COLUMNS"]
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
 SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]
 
 # ---- the measured whole steps (results/layout/<layout>.csv; parts as part_<name>_ms) --------
 
-STEP_COLUMNS = [
-    "layout", "tp", "pp", "ep", "batch", "sequences_run", "status", "reason", "step_ms",
-    "step_p10_ms", "step_p90_ms", "repeats", "context_len", "dense_layers_run",
-    "moe_layers_run", "routed_experts_run", "top_k_run", "vocab_run", "runner", "timing",
-    "eager_step_ms", "graph_launch_ms", "launch_exposed", "emulated", "launches", "moe_config",
-    "step_kernels", "kernel_list", "kernels_per_layer", "extra_per_layer", "extra_per_moe_layer",
-    "extra_per_dense_layer", "extra_per_step", "graph_error", "finite", "measured_label",
-    "device", "source",
-]  # fmt: skip
+STEP_COLUMNS = _LISTS["STEP_COLUMNS"]
 
 # ---- the check of the method: composed vs measured whole steps on the device at hand --------
 
-CHECK_COLUMNS = [
-    "model", "layout", "tp", "pp", "ep", "batch", "kernel_list", "kernels_per_layer",
-    "context_len", "measured_ms",
-    "measured_p10_ms", "measured_p90_ms", "roofline_ms", "roofline_error_pct", "composed_ms",
-    "composed_error_pct", "calibrated_on", "held_out", "timing", "measured_label",
-    "composed_label", "device", "gaps",
-]  # fmt: skip
+CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
 
 # ---- engines' own figures beside the verdict composed for them (conf/references) -----------
 
-ENGINE_COLUMNS = [
-    "engine", "version", "model", "hardware", "layout", "batch", "input_len", "output_len",
-    "context_len", "weight_dtype", "speculative", "statistic", "role", "engine_tpot_ms",
-    "composed_tpot_ms", "composed_over_engine", "error_pct", "in_band", "floor_ms",
-    "engine_over_floor", "host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list",
-    "composed_source", "gap", "source_check", "cited",
-]  # fmt: skip
+ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]
 
 # ---- the question's panel: winners per batch and the half/double sensitivity band ----------
 
 WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
-BAND_COLUMNS = [
-    "input", "layout", "batch", "base_bound", "tpot_half_ms", "bound_half", "tpot_double_ms",
-    "bound_double", "winner_half", "winner_double",
-]  # fmt: skip
+BAND_COLUMNS = _LISTS["BAND_COLUMNS"]
 
 # ---- the tables the reports show (both reports render these lists) ------------------------
 
@@ -283,23 +254,9 @@ REPORT_ENGINE_COLUMNS = [
     for c in ENGINE_COLUMNS
     if c not in {"version", "fits_memory", "context_len", "speculative", "composed_source"}
 ]
-TUNE_SUMMARY_COLUMNS = [
-    "dtype", "experts", "n", "routing", "m", "tokens_per_expert", "config", "time_ms",
-    "x_vllm", "x_vllm_legacy", "x_sglang", "x_torch", "copy_fraction", "read_fraction",
-    "math_fraction", "best_config", "best_x_vllm", "best_x_torch", "fastest_config",
-    "fastest_x_vllm", "fastest_x_torch", "fastest_copy_fraction",
-]  # fmt: skip
-TUNE_TARGET_COLUMNS = [
-    "dtype", "experts", "n", "routing", "x_vllm_min", "x_vllm_min_m1024", "best_x_vllm_min_m1024",
-    "read_fraction_for_1_15x_m1024", "best_x_torch_min_tpe_1_256",
-    "fastest_x_torch_min_tpe_1_256", "copy_fraction_min_tpe_32", "copy_fraction_min_tpe_1_32",
-    "fastest_copy_fraction_min_tpe_32", "fastest_copy_fraction_min_tpe_1_32",
-]  # fmt: skip
-REPORT_POWER_COLUMNS = [
-    "load", "expected_bound", "status", "power_frac_p10", "power_frac_median", "power_frac_p90",
-    "power_w_median", "power_limit_w", "power_samples", "sample_hz", "sm_clock_mhz_median",
-    "achieved", "achieved_unit", "reason",
-]  # fmt: skip
+TUNE_SUMMARY_COLUMNS = _LISTS["TUNE_SUMMARY_COLUMNS"]
+TUNE_TARGET_COLUMNS = _LISTS["TUNE_TARGET_COLUMNS"]
+REPORT_POWER_COLUMNS = _LISTS["REPORT_POWER_COLUMNS"]
 
 
 def consistency_columns(reader: str) -> list[str]:
@@ -397,25 +354,13 @@ POWER_COLUMNS = [
 
 # The verdict columns the report shows first (the rest behind a details element);
 # tokens_per_s_per_user is 1,000 / tpot_ms, added by the report.
-REPORT_KEY_VERDICT_COLUMNS = [
-    "layout", "batch", "tpot_ms", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "bound",
-    "x_floor", "margin", "source",
-]  # fmt: skip
+REPORT_KEY_VERDICT_COLUMNS = _LISTS["REPORT_KEY_VERDICT_COLUMNS"]
 # The rows that do not fit: what they need and lack.
-VERDICT_NO_FIT_COLUMNS = [
-    "layout", "batch", "world", "mem_needed_gb", "mem_short_gb", "max_batch_fit", "max_context_fit",
-    "source",
-]  # fmt: skip
+VERDICT_NO_FIT_COLUMNS = _LISTS["VERDICT_NO_FIT_COLUMNS"]
 # Per kernel timed in decode (a backend's own, not a library baseline): whether the launch check
 # has it, and how its timed rows ended on the device that ran them.
-LAUNCH_COVERAGE_COLUMNS = [
-    "runner", "backend", "in_launch_check", "device", "rows_timed", "rows_failed_launch",
-    "smem_runtime_bytes", "reason",
-]  # fmt: skip
+LAUNCH_COVERAGE_COLUMNS = _LISTS["LAUNCH_COVERAGE_COLUMNS"]
 
 # ---- the drop-in engine files (fused_moe/engine_tables: dropins.csv) the report lists -----------
 
-REPORT_DROPIN_COLUMNS = [
-    "path", "engine", "version", "format", "status", "baseline", "keys_kept",
-    "worst_x_baseline", "worst_at_m", "geomean_x_baseline_m_ge_1024", "worst_x_default",
-]  # fmt: skip
+REPORT_DROPIN_COLUMNS = _LISTS["REPORT_DROPIN_COLUMNS"]

@@ -59,8 +59,11 @@ def compose_groups(
         try:
             node = OmegaConf.load(conf_dir / group / f"{option}.yaml")
             if "defaults" in node:
-                bases = [OmegaConf.load(conf_dir / group / f"{b}.yaml")
-                         for b in node.pop("defaults") if b != "_self_"]  # fmt: skip
+                bases = [
+                    OmegaConf.load(conf_dir / group / f"{b}.yaml")
+                    for b in node.pop("defaults")
+                    if b != "_self_"
+                ]
                 node = OmegaConf.merge(*bases, node)
             raw[group] = OmegaConf.to_container(node, resolve=True)
         except Exception as exc:  # YAML, a missing base file: one line, as compose gives
@@ -451,13 +454,29 @@ def _fit_fault(path: Path) -> str | None:
 # share of launch cost hidden by overlap, the largest efficiency and the light kernels' cost.
 _FIT_NUMBERS = {"overlap": (0.0, 0.99), "e_bw_max": (0.01, 2.0), "light_kernel_us": (0.0, 1e6)}
 # The part kinds a group may cover (plan.step_parts and the engines' kernel kinds).
-_PART_KINDS = ("attention", "attention_gqa", "attention_proj", "dense_gemm", "embedding",
-               "expert_gemm", "expert_permute", "indexer", "lm_head", "norm", "router",
-               "shared_gemm", "extra")  # fmt: skip
+_PART_KINDS = (
+    "attention",
+    "attention_gqa",
+    "attention_proj",
+    "dense_gemm",
+    "embedding",
+    "expert_gemm",
+    "expert_permute",
+    "indexer",
+    "lm_head",
+    "norm",
+    "router",
+    "shared_gemm",
+    "extra",
+)
 # What the composition reads of each fitted group: its efficiencies (fractions, at most a little
 # over 1 before they are put on a datasheet), its per-kernel cost and launches, and its kinds.
-_GROUP_NUMBERS = {"e_bw": (0.0, 2.0), "e_math": (0.0, 2.0), "per_kernel_us": (0.0, 1e6),
-                  "launches_per_occurrence": (0.0, 1e6)}  # fmt: skip
+_GROUP_NUMBERS = {
+    "e_bw": (0.0, 2.0),
+    "e_math": (0.0, 2.0),
+    "per_kernel_us": (0.0, 1e6),
+    "launches_per_occurrence": (0.0, 1e6),
+}
 
 
 def _group_fault(group: object) -> str | None:

@@ -314,10 +314,15 @@ def verdict_fit(
     if ceilings and ceilings.get("device_kind") == "cuda":
         cost = per_kernel_us(ceilings)
         fit = calibration.step_fit(
-            steps, model or settings.model.model_dump(exclude_unset=True), hw_here, cost, device,
-            terms=graph_terms(ceilings), batches=settings.deployment.fit_batches,
+            steps,
+            model or settings.model.model_dump(exclude_unset=True),
+            hw_here,
+            cost,
+            device,
+            terms=graph_terms(ceilings),
+            batches=settings.deployment.fit_batches,
             attention=attention_table.load(settings.deployment.attention_table),
-        )  # fmt: skip
+        )
         if fit is not None:
             return with_ceilings(fit, ceilings), cost, calibration.fit_label(fit)
     path = settings.deployment.fit_file
@@ -340,18 +345,31 @@ def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> d
     hw_here = calibration.device_hardware(ceilings, device, None)
     cost = per_kernel_us(ceilings)
     fit = calibration.step_fit(
-        steps, settings.model.model_dump(exclude_unset=True), hw_here, cost, device,
-        terms=graph_terms(ceilings), batches=settings.deployment.fit_batches,
+        steps,
+        settings.model.model_dump(exclude_unset=True),
+        hw_here,
+        cost,
+        device,
+        terms=graph_terms(ceilings),
+        batches=settings.deployment.fit_batches,
         attention=attention_table.load(settings.deployment.attention_table),
-    )  # fmt: skip
+    )
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
     return with_ceilings(fit, ceilings)
 
 
 # The ceilings a fit carries: its provenance and the device constants the verdict reads from it.
-FIT_CEILINGS = ("device", "driver", "torch", "triton", "commit", "copy_gbs", "matmul_tflops",
-                "launch")  # fmt: skip
+FIT_CEILINGS = (
+    "device",
+    "driver",
+    "torch",
+    "triton",
+    "commit",
+    "copy_gbs",
+    "matmul_tflops",
+    "launch",
+)
 
 
 def with_ceilings(fit: dict, ceilings: dict) -> dict:
@@ -397,8 +415,9 @@ def deployment_table(
     floors = None
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
-        target = dict(target, interconnect_model={"default": named,
-                                                  "topologies": {named: here_numbers}})  # fmt: skip
+        target = dict(
+            target, interconnect_model={"default": named, "topologies": {named: here_numbers}}
+        )
         floors = here_floors
         allreduce = f"all-reduce: measured here ({device}; NCCL)"
         spanned, topology_note = [], ""

@@ -79,24 +79,44 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
     for stage in STAGES:
         folder = Path(results) / stage
         if folder.exists() and not folder.is_dir():  # a stage's folder replaced by a file
-            found.append({"path": folder, "status": str(Status.MISSING),
-                          "reason": "a file where the stage's folder goes"})  # fmt: skip
+            found.append(
+                {
+                    "path": folder,
+                    "status": str(Status.MISSING),
+                    "reason": "a file where the stage's folder goes",
+                }
+            )
             continue
         for path in sorted(folder.rglob("*")):
             hidden = any(p.startswith(".") for p in path.relative_to(Path(results)).parts)
             if path.suffix not in (".json", ".csv") or hidden:
                 continue
             if path.is_dir():  # a record replaced by a folder: nothing of it can be read
-                found.append({"path": path, "status": str(Status.MISSING),
-                              "reason": "a folder where the record goes"})  # fmt: skip
+                found.append(
+                    {
+                        "path": path,
+                        "status": str(Status.MISSING),
+                        "reason": "a folder where the record goes",
+                    }
+                )
                 continue
             if path.is_symlink() and not path.exists():
-                found.append({"path": path, "status": str(Status.MISSING),
-                              "reason": "a link to nothing where the record goes"})  # fmt: skip
+                found.append(
+                    {
+                        "path": path,
+                        "status": str(Status.MISSING),
+                        "reason": "a link to nothing where the record goes",
+                    }
+                )
                 continue
             if not path.is_file():  # a pipe or a device: never read (it could block)
-                found.append({"path": path, "status": str(Status.MISSING),
-                              "reason": "not a plain file where the record goes"})  # fmt: skip
+                found.append(
+                    {
+                        "path": path,
+                        "status": str(Status.MISSING),
+                        "reason": "not a plain file where the record goes",
+                    }
+                )
                 continue
             for status, reason in _records(path):
                 if status in SETTLED or (statuses is not None and status not in statuses):

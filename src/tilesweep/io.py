@@ -89,8 +89,18 @@ def read_json_named(path: str | os.PathLike) -> object:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout
 # The checkout's tracked folders: an --out inside one would overwrite kept files (docs/examples).
-TRACKED_FOLDERS = ("benchmarks", "conf", "docs", "gpu", "profiles", "src", "tests", "tools",
-                   "workflow", ".git")  # fmt: skip
+TRACKED_FOLDERS = (
+    "benchmarks",
+    "conf",
+    "docs",
+    "gpu",
+    "profiles",
+    "src",
+    "tests",
+    "tools",
+    "workflow",
+    ".git",
+)
 
 
 def _shown(path: str) -> str:

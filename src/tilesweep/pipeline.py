@@ -157,8 +157,20 @@ def check_command_config(config: dict) -> None:
 
 
 # The top-level settings of conf/config.yaml, which go in overrides, never in --config.
-_SETTING_KEYS = ("results_dir", "max_jobs", "read_outside", "hardware", "model", "grid", "backend",
-                 "bench", "deployment", "question", "references", "experiment")  # fmt: skip
+_SETTING_KEYS = (
+    "results_dir",
+    "max_jobs",
+    "read_outside",
+    "hardware",
+    "model",
+    "grid",
+    "backend",
+    "bench",
+    "deployment",
+    "question",
+    "references",
+    "experiment",
+)
 
 
 def parse_overrides(raw: object) -> list[str]:

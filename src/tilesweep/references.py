@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import Field, PositiveInt, model_validator
 
+from tilesweep import package_data
 from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
@@ -159,12 +160,10 @@ def of(settings: RootSettings | dict) -> References:
     return parse(settings_group(settings, "references"))
 
 
+_LISTS = package_data.column_lists("tilesweep.references")  # data/columns.yaml
 # The keys that make two figures the same deployment under the same load: only their
 # concurrency differs.
-SAME_DEPLOYMENT = [
-    "engine", "version", "model", "hardware", "weight_dtype", "layout", "input_len",
-    "output_len", "context_len", "speculative", "statistic",
-]  # fmt: skip
+SAME_DEPLOYMENT = _LISTS["SAME_DEPLOYMENT"]
 # How much faster a figure at a higher concurrency may be before it contradicts a figure at a
 # lower one: a decode step over more sequences does at least the same work, so an engine's TPOT
 # does not fall as concurrency rises beyond run-to-run noise.
@@ -180,8 +179,9 @@ def source_checks(engines) -> list[str]:
     for _, row in engines.iterrows():
         same = (engines[SAME_DEPLOYMENT] == row[SAME_DEPLOYMENT]).all(axis=1)
         limit = (1 - FASTER_AT_MORE) * row["engine_tpot_ms"]
-        faster = engines[same & (engines["batch"] > row["batch"])
-                         & (engines["engine_tpot_ms"] < limit)]  # fmt: skip
+        faster = engines[
+            same & (engines["batch"] > row["batch"]) & (engines["engine_tpot_ms"] < limit)
+        ]
         if faster.empty:
             out.append("")
             continue
@@ -242,8 +242,15 @@ FAMILY = ("model", "hardware", "engine")  # one family of engine figures: model 
 def family_errors(engines) -> pd.DataFrame:
     """Return the composition's error per family (FAMILY) over the test figures it composed:
     figures, in BAND, median composed/engine, its range and median |error| in %."""
-    cols = [*FAMILY, "figures", "in_band", "median_ratio", "low_ratio", "high_ratio",
-            "median_abs_error_pct"]  # fmt: skip
+    cols = [
+        *FAMILY,
+        "figures",
+        "in_band",
+        "median_ratio",
+        "low_ratio",
+        "high_ratio",
+        "median_abs_error_pct",
+    ]
     if engines is None or engines.empty or "role" not in engines:
         return pd.DataFrame(columns=cols)
     done = engines[(engines["role"] == "test") & engines["composed_over_engine"].notna()]

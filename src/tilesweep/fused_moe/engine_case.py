@@ -95,8 +95,9 @@ def make_weights(problem: dict, fmt: str, device: str, gen, dtype=None) -> Engin
         for first in range(0, problem["experts"], 16):
             count = min(16, problem["experts"] - first)
             full = torch.randn(count, n, k, generator=gen, device=device) / math.sqrt(k)
-            parts.append((full.to(dtype or torch.bfloat16), None) if fmt == "bf16" else
-                         _quantize(full, fmt))  # fmt: skip
+            parts.append(
+                (full.to(dtype or torch.bfloat16), None) if fmt == "bf16" else _quantize(full, fmt)
+            )
             del full
         w[gemm] = torch.cat([p[0] for p in parts])
         scale[gemm] = None if fmt == "bf16" else torch.cat([p[1] for p in parts])
@@ -121,8 +122,9 @@ def make_batch(problem, weights: EngineWeights, m, routing, alpha, device, gen, 
     return EngineBatch(m, ids, topw, a, a_scale, c)
 
 
-def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str,
-              experts: int | None = None):  # fmt: skip
+def reference(
+    problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str, experts: int | None = None
+):
     """Return the fp32 reference of one GEMM: each routed pair's (dequantised) row of A times its
     expert's (dequantised) weights, times its routing weight for the down GEMM; with `experts`,
     only the pairs routed to that many experts (the lowest ids the batch reaches) are computed
@@ -135,8 +137,9 @@ def reference(problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: s
     a = batch.a[gemm].float()
     if weights.fmt != "bf16":
         a = _dequantize(batch.a[gemm], batch.a_scale[gemm], weights.fmt, rows_only=True)
-    out = torch.full((flat.numel(), gemm_shapes(problem)[gemm][0]), float("nan"),
-                     device=flat.device)  # fmt: skip
+    out = torch.full(
+        (flat.numel(), gemm_shapes(problem)[gemm][0]), float("nan"), device=flat.device
+    )
     reached = torch.unique(flat).tolist()
     for e in reached[:experts] if experts else reached:
         sel = (flat == e).nonzero().squeeze(1)

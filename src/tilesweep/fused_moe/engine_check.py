@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
 from tilesweep.settings import Tuning
@@ -35,12 +36,8 @@ NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
     r"\.json$"
 )
-CHECK_COLUMNS = [
-    "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "draw",
-    "timing", "weight_copies", "l2_bytes", "l2_multiple", "config_from", "config", "time_ms",
-    "time_p10_ms", "time_p90_ms", "rel_err", "baseline", "baseline_from", "x_baseline",
-    "x_baseline_measured", "x_shipped", "x_default", "noise_band", "outcome",
-]  # fmt: skip
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_check", "tilesweep.fused_moe")
+CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
 # The timings of one key: the file, the baseline, the baseline again (the noise band), and the
 # default rule where the baseline is a shipped table.
 LABELS = ("file", "baseline", "baseline_again", "default")
@@ -87,8 +84,12 @@ def read_file(path: str | Path) -> tuple[dict, dict]:
 def problem_of(shape: dict, settings: Tuning) -> dict:
     """Return the problem a file's shape stands for in the composed model."""
     model = settings.model
-    return {"experts": shape["experts"], "n": shape["n"], "hidden": model.hidden,
-            "top_k": model.top_k}  # fmt: skip
+    return {
+        "experts": shape["experts"],
+        "n": shape["n"],
+        "hidden": model.hidden,
+        "top_k": model.top_k,
+    }
 
 
 def timer_for(
@@ -112,22 +113,32 @@ def timer_for(
         raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
     bench = settings.bench
     try:
-        return EngineTimer(engine, fused["engine_versions"][engine], problem_of(shape, settings),
-                           shape["format"], bench.seed + seed_shift, bench.zipf_alpha,
-                           device, timing, check_experts)  # fmt: skip
+        return EngineTimer(
+            engine,
+            fused["engine_versions"][engine],
+            problem_of(shape, settings),
+            shape["format"],
+            bench.seed + seed_shift,
+            bench.zipf_alpha,
+            device,
+            timing,
+            check_experts,
+        )
     except LookupError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def baseline_of(engine: str, version: str, path: str | Path, shape: dict, settings: Tuning,
-                triton_version: str) -> tuple[dict | None, str]:  # fmt: skip
+def baseline_of(
+    engine: str, version: str, path: str | Path, shape: dict, settings: Tuning, triton_version: str
+) -> tuple[dict | None, str]:
     """Return (the engine's shipped table for a file's key, or None; where) as the engine would
     load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
     file's device."""
     from tilesweep.fused_moe import engine_kernels
 
-    name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
-                                           shape["format"], device_of(path))  # fmt: skip
+    name = engine_kernels.config_file_name(
+        engine, version, shape["experts"], shape["n"], shape["format"], device_of(path)
+    )
     return engine_kernels.shipped_table(engine, version, name, triton_version)
 
 
@@ -146,10 +157,18 @@ def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> d
     return space.engine_default(rules, m, shape["experts"], shape["format"])
 
 
-def check_file(path: str, settings: Tuning, repeats: int = 20, device: str = "cuda",
-               engine: str = "vllm", seed_shift: int = 0, timing: str = "decode",
-               keys: list[int] | None = None, check_experts: int | None = None,
-               log=None) -> pd.DataFrame:  # fmt: skip
+def check_file(
+    path: str,
+    settings: Tuning,
+    repeats: int = 20,
+    device: str = "cuda",
+    engine: str = "vllm",
+    seed_shift: int = 0,
+    timing: str = "decode",
+    keys: list[int] | None = None,
+    check_experts: int | None = None,
+    log=None,
+) -> pd.DataFrame:
     """Return one row per (M, routing, timing label): times, error, ratios against the baseline
     (shipped table, else default rule) and the default, the key's noise band and outcome
     (device "cpu": Triton's interpreter, for tests, not for numbers). `keys`: only these M
@@ -177,13 +196,25 @@ def check_file(path: str, settings: Tuning, repeats: int = 20, device: str = "cu
                 slug = space.config_slug(effective(config, shape["format"]))
                 if slug not in done or label == "baseline_again":
                     done[slug] = _timed(timer, config, batch, repeats, log)
-                rows.append({"engine": engine, "version": timer.version,
-                             "kernel_from": timer.kernel_from, "format": shape["format"],
-                             "experts": shape["experts"], "n": shape["n"], "m": m,
-                             "routing": routing, "draw": settings.bench.seed + seed_shift,
-                             **timer.provenance(), "config_from": label, "config": slug,
-                             "baseline": "shipped" if shipped else "default",
-                             "baseline_from": where, **done[slug]})  # fmt: skip
+                rows.append(
+                    {
+                        "engine": engine,
+                        "version": timer.version,
+                        "kernel_from": timer.kernel_from,
+                        "format": shape["format"],
+                        "experts": shape["experts"],
+                        "n": shape["n"],
+                        "m": m,
+                        "routing": routing,
+                        "draw": settings.bench.seed + seed_shift,
+                        **timer.provenance(),
+                        "config_from": label,
+                        "config": slug,
+                        "baseline": "shipped" if shipped else "default",
+                        "baseline_from": where,
+                        **done[slug],
+                    }
+                )
             batch.refs.clear()
     del timer
     return judge(pd.DataFrame(rows).reindex(columns=CHECK_COLUMNS))
@@ -218,8 +249,17 @@ def judge(table: pd.DataFrame) -> pd.DataFrame:
     from tilesweep.fused_moe.case import TOLERANCE
 
     table = table.copy()
-    cols = {c: {} for c in ("x_baseline", "x_baseline_measured", "x_shipped", "x_default",
-                            "noise_band", "outcome")}  # fmt: skip
+    cols = {
+        c: {}
+        for c in (
+            "x_baseline",
+            "x_baseline_measured",
+            "x_shipped",
+            "x_default",
+            "noise_band",
+            "outcome",
+        )
+    }
     for _, pair in table.groupby(["m", "routing"], sort=False):
         by = {row["config_from"]: row for _, row in pair.iterrows()}
         f, b = by["file"], by["baseline"]
@@ -263,8 +303,9 @@ def decide(checks: list[pd.DataFrame]) -> dict[int, bool]:
     return {int(m): set(o) == {"won"} for m, o in files.groupby("m")["outcome"]}
 
 
-def export_table(configs: dict, keep: dict, shipped: dict | None, rules: dict,
-                 shape: dict) -> dict[str, dict]:  # fmt: skip
+def export_table(
+    configs: dict, keep: dict, shipped: dict | None, rules: dict, shape: dict
+) -> dict[str, dict]:
     """Return the table a file may be exported as: the engine's shipped table (every key of it,
     where there is one), with each of the file's keys at the file's config where `keep` says so,
     else at the config the engine runs there today (shipped table's nearest key, else default
@@ -275,9 +316,14 @@ def export_table(configs: dict, keep: dict, shipped: dict | None, rules: dict,
     return {str(m): out[m] for m in sorted(out)}
 
 
-def safe_file(tables: pd.DataFrame | list, path: str, settings: Tuning, out: str,
-              engine: str = "vllm", triton_version: str | None = None,
-              ) -> tuple[int, int]:  # fmt: skip
+def safe_file(
+    tables: pd.DataFrame | list,
+    path: str,
+    settings: Tuning,
+    out: str,
+    engine: str = "vllm",
+    triton_version: str | None = None,
+) -> tuple[int, int]:
     """Write the file as it may be exported (export_table of `decide` over the checks given:
     one table or a list of draws); return (keys kept, keys at the baseline)."""
     from tilesweep.io import write_text
@@ -293,8 +339,9 @@ def safe_file(tables: pd.DataFrame | list, path: str, settings: Tuning, out: str
         triton_version = _triton.__version__
     shipped, _ = baseline_of(engine, version, path, shape, settings, triton_version)
     keep = decide(checks)
-    write_text(out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape),
-                                           triton))  # fmt: skip
+    write_text(
+        out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape), triton)
+    )
     kept = sum(keep.get(m, False) for m in configs)
     return kept, len(configs) - kept
 

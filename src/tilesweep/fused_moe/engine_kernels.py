@@ -48,18 +48,26 @@ NAMERS = {
         ("vllm/model_executor/layers/fused_moe/fused_moe.py", "get_config_file_name"),
     ),
     "sglang": (
-        ("sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
-         "get_config_file_name"),
+        (
+            "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
+            "get_config_file_name",
+        ),
     ),
-}  # fmt: skip
+}
 # Each format's (dtype, block_shape) as the engine passes them to get_config_file_name (vLLM:
 # block_shape None unless blocked; SGLang: [block_n, block_k], zeros unless blocked).
 NAME_ARGS = {
-    "vllm": {"bf16": (None, None), "fp8": ("fp8_w8a8", None),
-             "fp8_block": ("fp8_w8a8", [128, 128])},
-    "sglang": {"bf16": (None, [0, 0]), "fp8": ("fp8_w8a8", [0, 0]),
-               "fp8_block": ("fp8_w8a8", [128, 128])},
-}  # fmt: skip
+    "vllm": {
+        "bf16": (None, None),
+        "fp8": ("fp8_w8a8", None),
+        "fp8_block": ("fp8_w8a8", [128, 128]),
+    },
+    "sglang": {
+        "bf16": (None, [0, 0]),
+        "fp8": ("fp8_w8a8", [0, 0]),
+        "fp8_block": ("fp8_w8a8", [128, 128]),
+    },
+}
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
 HEADER = (
     "# Taken verbatim from {wheel} ({module}) by tilesweep's engine_kernels.extract: every\n"
@@ -236,8 +244,15 @@ class _Platform:
         return self.device_name
 
 
-def config_file_name(engine: str, version: str, experts: int, n: int, fmt: str,
-                     device_name: str, folder: str | Path = FOLDER) -> str:  # fmt: skip
+def config_file_name(
+    engine: str,
+    version: str,
+    experts: int,
+    n: int,
+    fmt: str,
+    device_name: str,
+    folder: str | Path = FOLDER,
+) -> str:
     """Return the file name the engine looks up for (E, N, format) on a device named
     `device_name` (torch.cuda.get_device_name's form), by running the engine's own
     get_config_file_name from the extracted wheel (names.py, checked against its manifest)."""
@@ -285,8 +300,9 @@ def table_names(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
     return _manifest(engine, version, folder)[1].get("tables", {})
 
 
-def shipped_table(engine: str, version: str, name: str, triton_version: str,
-                  folder: str | Path = FOLDER) -> tuple[dict | None, str]:  # fmt: skip
+def shipped_table(
+    engine: str, version: str, name: str, triton_version: str, folder: str | Path = FOLDER
+) -> tuple[dict | None, str]:
     """Return ({M: config} or None, where) of the table the engine would load today for a file
     name from its own wheel: vLLM's configs/<name>; SGLang's configs/triton_<T>/<name> for the
     running Triton T, else the newest other triton_* folder that holds it (its get_moe_configs).
@@ -333,10 +349,22 @@ def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
     the wheel is not at hand."""
     _, manifest = _manifest(engine, version, folder)
     names = [
-        {"experts": e, "n": n, "format": fmt, "device": device,
-         "name": config_file_name(engine, version, e, n, fmt, device, folder)}
-        for device in NAME_DEVICES for e, n in NAME_SHAPES for fmt in NAME_ARGS[engine]
-    ]  # fmt: skip
-    return {"engine": engine, "version": version, "wheel": manifest["wheel"],
-            "names_py_sha256": manifest["names_py_sha256"], "functions": manifest["names"],
-            "names": names}  # fmt: skip
+        {
+            "experts": e,
+            "n": n,
+            "format": fmt,
+            "device": device,
+            "name": config_file_name(engine, version, e, n, fmt, device, folder),
+        }
+        for device in NAME_DEVICES
+        for e, n in NAME_SHAPES
+        for fmt in NAME_ARGS[engine]
+    ]
+    return {
+        "engine": engine,
+        "version": version,
+        "wheel": manifest["wheel"],
+        "names_py_sha256": manifest["names_py_sha256"],
+        "functions": manifest["names"],
+        "names": names,
+    }

@@ -69,9 +69,12 @@ def engine_runner(spec: dict, log):
                 calls = _vllm_calls(problem, weights, batch, tuned, spec["dtype"])
                 for label, call in calls.items():
                     timing = time_call(
-                        call, spec["final_repeats"], 2, graph=True,
+                        call,
+                        spec["final_repeats"],
+                        2,
+                        graph=True,
                         **space.graph_amortisation(spec),
-                    )  # fmt: skip
+                    )
                     out.append({**base, "config_from": label, "status": "ok", "whole": timing})
             except NotImplementedError as exc:
                 out.append({**base, "status": "unsupported", "reason": str(exc)})

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import Status
 
-ENGINE_COLUMNS = [
-    "runner", "kernel", "dtype", "op", "n", "experts", "routing", "tokens_per_expert", "tokens",
-    "time_ms", "time_p10_ms", "time_p90_ms", "status", "reason", "device", "source",
-]  # fmt: skip
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_rows", "tilesweep.fused_moe")
+ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]
 ENGINE_KERNELS = {
     "engine": "fused_experts",
     "engine:tuned": "fused_experts, the project kernel's tuned table",
@@ -45,7 +44,13 @@ def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
             else "no tuned table to time it with: tune_configs runs on GPU machines only"
         )
         rows.append(
-            {"runner": f"engine:{engine}", "kernel": "fused_experts", "op": "whole_moe",
-             "status": "skipped", "reason": why, "source": ""}
-        )  # fmt: skip
+            {
+                "runner": f"engine:{engine}",
+                "kernel": "fused_experts",
+                "op": "whole_moe",
+                "status": "skipped",
+                "reason": why,
+                "source": "",
+            }
+        )
     return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)

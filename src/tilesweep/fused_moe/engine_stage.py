@@ -26,8 +26,13 @@ from tilesweep.stages import logged
 SUMMARY_GAP = ["engine", "version", "status", "reason"]
 
 
-def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir: str,
-                log_path: str | None = None) -> None:  # fmt: skip
+def tune_engine(
+    settings_json: str,
+    engine: str,
+    summary_path: str,
+    configs_dir: str,
+    log_path: str | None = None,
+) -> None:
     """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
     from tilesweep.errors import ConfigError
     from tilesweep.fused_moe import engine_tune
@@ -41,8 +46,14 @@ def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir:
     shutil.rmtree(work, ignore_errors=True)
     with logged(log_path) as log:
         try:
-            summary = engine_tune.run(settings, [engine], list(fused["engine_tune"]["formats"]),
-                                      shapes, str(work), log=log.info)  # fmt: skip
+            summary = engine_tune.run(
+                settings,
+                [engine],
+                list(fused["engine_tune"]["formats"]),
+                shapes,
+                str(work),
+                log=log.info,
+            )
             summary.insert(2, "status", "ok")
         except (ConfigError, LookupError) as exc:  # no kernel of that engine here: a result
             log.warning("%s", exc)

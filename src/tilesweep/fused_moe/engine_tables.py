@@ -23,15 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.fused_moe import space
 from tilesweep.settings import Tuning
 
-DROPIN_COLUMNS = [
-    "path", "engine", "version", "format", "experts", "n", "file_name", "status", "baseline",
-    "baseline_from", "keys", "keys_kept", "keys_withheld_held_out", "held_out_draw", "timing",
-    "worst_x_baseline", "worst_at_m", "worst_routing", "geomean_x_baseline_m_ge_1024",
-    "worst_x_default", "geomean_x_default_m_ge_1024", "noise_band_max", "candidate", "sha256",
-]  # fmt: skip
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_tables", "tilesweep.fused_moe")
+DROPIN_COLUMNS = _LISTS["DROPIN_COLUMNS"]
 PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
 HELD_OUT_DRAW = 3  # the draw that only checks
 PICKS = "picks_"  # a tuning's picks: the engine's file name behind this
@@ -72,8 +69,9 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
         shape, configs = engine_check.read_file(path)
         problem = engine_check.problem_of(shape, settings)
         rules = fused["engine_defaults"][engine]
-        shipped, _ = engine_check.baseline_of(engine, version, path, shape, settings,
-                                              triton_version)  # fmt: skip
+        shipped, _ = engine_check.baseline_of(
+            engine, version, path, shape, settings, triton_version
+        )
         for m, config in configs.items():
             default = space.engine_default(rules, m, shape["experts"], shape["format"])
             base = engine_check.baseline_config(shipped, rules, m, shape)
@@ -86,9 +84,16 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
     return jobs
 
 
-def decide_file(engine: str, path: Path, settings: Tuning, out_dir: Path, repeats: int,
-                check_experts: int | None, log=print,
-                device: str = "cuda") -> tuple[dict, list]:  # fmt: skip
+def decide_file(
+    engine: str,
+    path: Path,
+    settings: Tuning,
+    out_dir: Path,
+    repeats: int,
+    check_experts: int | None,
+    log=print,
+    device: str = "cuda",
+) -> tuple[dict, list]:
     """Check one candidate on the pick draws and the held-out draw, write the exported file
     (where any key is kept) under out_dir; return (its drop-in row, the check tables). Device
     "cpu": Triton's interpreter, for tests, never for numbers."""
@@ -105,15 +110,18 @@ def decide_file(engine: str, path: Path, settings: Tuning, out_dir: Path, repeat
     rules = fused["engine_defaults"][engine]
     shape, configs = engine_check.read_file(path)
     device_name = engine_check.device_of(path)
-    name = engine_kernels.config_file_name(engine, version, shape["experts"], shape["n"],
-                                           shape["format"], device_name)  # fmt: skip
-    shipped, where = engine_check.baseline_of(engine, version, path, shape, settings,
-                                              triton.__version__)  # fmt: skip
+    name = engine_kernels.config_file_name(
+        engine, version, shape["experts"], shape["n"], shape["format"], device_name
+    )
+    shipped, where = engine_check.baseline_of(
+        engine, version, path, shape, settings, triton.__version__
+    )
     checks = []
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
-        check = engine_check.check_file(str(path), settings, repeats, device, engine, draw,
-                                        check_experts=check_experts, log=log)  # fmt: skip
+        check = engine_check.check_file(
+            str(path), settings, repeats, device, engine, draw, check_experts=check_experts, log=log
+        )
         checks.append(check)
         log(engine_check.summary(checks[-1]))
         _release()
@@ -121,11 +129,20 @@ def decide_file(engine: str, path: Path, settings: Tuning, out_dir: Path, repeat
     table = engine_check.export_table(configs, keep, shipped, rules, shape)
     triton_kept = json.loads(path.read_text()).get("triton_version", "")
     text = space.engine_file_text(table, triton_kept)
-    row = {"engine": engine, "version": version, "format": shape["format"],
-           "experts": shape["experts"], "n": shape["n"], "file_name": name,
-           "baseline": "shipped" if shipped else "default", "baseline_from": where,
-           "keys": len(configs), "candidate": str(path), "held_out_draw": HELD_OUT_DRAW,
-           "noise_band_max": max(c["noise_band"].max() for c in checks)}  # fmt: skip
+    row = {
+        "engine": engine,
+        "version": version,
+        "format": shape["format"],
+        "experts": shape["experts"],
+        "n": shape["n"],
+        "file_name": name,
+        "baseline": "shipped" if shipped else "default",
+        "baseline_from": where,
+        "keys": len(configs),
+        "candidate": str(path),
+        "held_out_draw": HELD_OUT_DRAW,
+        "noise_band_max": max(c["noise_band"].max() for c in checks),
+    }
     kept = sorted(m for m, k in keep.items() if k)
     withheld = []
     if kept:
@@ -133,9 +150,16 @@ def decide_file(engine: str, path: Path, settings: Tuning, out_dir: Path, repeat
         write_text(trial, text)
         log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
         held = engine_check.check_file(
-            str(trial), settings, repeats, device, engine, HELD_OUT_DRAW, keys=kept,
-            check_experts=check_experts, log=log,
-        )  # fmt: skip
+            str(trial),
+            settings,
+            repeats,
+            device,
+            engine,
+            HELD_OUT_DRAW,
+            keys=kept,
+            check_experts=check_experts,
+            log=log,
+        )
         checks.append(held)
         log(engine_check.summary(held))
         files = held[held["config_from"] == "file"]
@@ -158,8 +182,12 @@ def decide_file(engine: str, path: Path, settings: Tuning, out_dir: Path, repeat
         write_text(out_dir / "export" / rel, text)
         row.update(path=rel, status="exported", sha256=hashlib.sha256(text.encode()).hexdigest())
     else:
-        row.update(path="", status="not exported: no key beat the engine's current table on "
-                   "both draws and the held-out one", sha256="")  # fmt: skip
+        row.update(
+            path="",
+            status="not exported: no key beat the engine's current table on "
+            "both draws and the held-out one",
+            sha256="",
+        )
         row.update(worst_x_baseline=1.0, geomean_x_baseline_m_ge_1024=1.0)
     return row, checks
 
@@ -178,10 +206,14 @@ def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) ->
     big = [v for (m, _), v in per_key.items() if m >= 1024]
     default = timed["x_default"].dropna()
     big_default = timed[timed["m"] >= 1024]["x_default"]
-    return {"worst_x_baseline": per_key[worst], "worst_at_m": worst[0],
-            "worst_routing": worst[1], "geomean_x_baseline_m_ge_1024": geomean(big),
-            "worst_x_default": default.min() if len(default) else float("nan"),
-            "geomean_x_default_m_ge_1024": geomean(big_default)}  # fmt: skip
+    return {
+        "worst_x_baseline": per_key[worst],
+        "worst_at_m": worst[0],
+        "worst_routing": worst[1],
+        "geomean_x_baseline_m_ge_1024": geomean(big),
+        "worst_x_default": default.min() if len(default) else float("nan"),
+        "geomean_x_default_m_ge_1024": geomean(big_default),
+    }
 
 
 def _release() -> None:
@@ -195,9 +227,16 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
-def run(settings: Tuning, work: list[tuple[str, Path]], out_dir: str | Path, repeats: int,
-        budget_s: float, check_experts: int | None = 16, workers: int = 0,
-        log=print) -> pd.DataFrame:  # fmt: skip
+def run(
+    settings: Tuning,
+    work: list[tuple[str, Path]],
+    out_dir: str | Path,
+    repeats: int,
+    budget_s: float,
+    check_experts: int | None = 16,
+    workers: int = 0,
+    log=print,
+) -> pd.DataFrame:
     """Decide every (engine, candidate) in order within budget_s seconds, each file's configs
     compiled first in a pool of processes that idles while it is timed; write dropins.csv and
     the check tables under out_dir; return the drop-ins. A candidate not started in time (the
@@ -217,22 +256,35 @@ def run(settings: Tuning, work: list[tuple[str, Path]], out_dir: str | Path, rep
     with compile_pool(workers or max(1, (os.cpu_count() or 2) - 1)) as pool:
         for engine, path in work:
             shape, _ = engine_check.read_file(path)
-            gap = {"engine": engine, "format": shape["format"], "experts": shape["experts"],
-                   "n": shape["n"], "candidate": str(path)}  # fmt: skip
+            gap = {
+                "engine": engine,
+                "format": shape["format"],
+                "experts": shape["experts"],
+                "n": shape["n"],
+                "candidate": str(path),
+            }
             left = budget_s - (time.monotonic() - start)
             need = max(spent) if spent else 0.0
             if left < need:
-                rows.append({**gap, "status": f"not re-checked: {left:.0f} s of the budget "
-                             f"left, a file took {need:.0f} s; withheld"})  # fmt: skip
+                rows.append(
+                    {
+                        **gap,
+                        "status": f"not re-checked: {left:.0f} s of the budget "
+                        f"left, a file took {need:.0f} s; withheld",
+                    }
+                )
                 continue
             t0 = time.monotonic()
             try:
                 jobs = compile_jobs(settings, [(engine, path)], triton.__version__)
                 refused = warm_all(jobs, pool)
-                log(f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
-                    f"{time.monotonic() - t0:.0f} s, {len(refused)} refused")  # fmt: skip
-                row, checks = decide_file(engine, path, settings, out_dir, repeats,
-                                          check_experts, log)  # fmt: skip
+                log(
+                    f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
+                    f"{time.monotonic() - t0:.0f} s, {len(refused)} refused"
+                )
+                row, checks = decide_file(
+                    engine, path, settings, out_dir, repeats, check_experts, log
+                )
             except Exception as exc:  # one file's failure is its row; the others still run
                 rows.append({**gap, "status": f"error, withheld: {last_line(exc)}"})
                 log(f"{engine} {path.name}: {last_line(exc)}")

@@ -120,9 +120,19 @@ def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
     topw = None if gemm == "gate_up" else batch.topk_weights
 
     def call():
-        return lx.launch(kernel, batch.a[gemm], weights.w[gemm], batch.c[gemm], blocks, config,
-                         top_k=top_k, topk_weights=topw, a_scale=batch.a_scale[gemm],
-                         b_scale=weights.scale[gemm], block_shape=block_shape(fmt))  # fmt: skip
+        return lx.launch(
+            kernel,
+            batch.a[gemm],
+            weights.w[gemm],
+            batch.c[gemm],
+            blocks,
+            config,
+            top_k=top_k,
+            topk_weights=topw,
+            a_scale=batch.a_scale[gemm],
+            b_scale=weights.scale[gemm],
+            block_shape=block_shape(fmt),
+        )
 
     return call
 
@@ -134,9 +144,18 @@ class EngineTimer:
     pairs routed to that many experts (a batch reaches up to all of them; the reference of a
     large batch costs more than its timings)."""
 
-    def __init__(self, engine: str, version: str, problem: dict, fmt: str, seed: int,
-                 alpha: float, device: str = "cuda", timing: str = "decode",
-                 check_experts: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        engine: str,
+        version: str,
+        problem: dict,
+        fmt: str,
+        seed: int,
+        alpha: float,
+        device: str = "cuda",
+        timing: str = "decode",
+        check_experts: int | None = None,
+    ):
         import torch
 
         from tilesweep.fused_moe import engine_case
@@ -167,9 +186,13 @@ class EngineTimer:
             count = weight_copies(problem, fmt, self.l2_bytes, free)
             for _ in range(count - 1):  # clones: the same result at other addresses
                 w = self.weights
-                self.copies.append(engine_case.EngineWeights(
-                    fmt, {g: t.clone() for g, t in w.w.items()},
-                    {g: None if t is None else t.clone() for g, t in w.scale.items()}))  # fmt: skip
+                self.copies.append(
+                    engine_case.EngineWeights(
+                        fmt,
+                        {g: t.clone() for g, t in w.w.items()},
+                        {g: None if t is None else t.clone() for g, t in w.scale.items()},
+                    )
+                )
         self.label = timing_label(timing, len(self.copies))
 
     def provenance(self) -> dict:
@@ -177,15 +200,27 @@ class EngineTimer:
         the copies reach (bytes touched between two uses of one copy at M = 1, in L2s)."""
         l2 = self.l2_bytes
         reach = l2_multiple(self.problem, self.fmt, l2, len(self.copies)) if l2 else None
-        return {"timing": self.label, "weight_copies": len(self.copies), "l2_bytes": l2,
-                "l2_multiple": reach}  # fmt: skip
+        return {
+            "timing": self.label,
+            "weight_copies": len(self.copies),
+            "l2_bytes": l2,
+            "l2_multiple": reach,
+        }
 
     def batch(self, m: int, routing: str):
         """Return a fresh routed batch of m tokens."""
         from tilesweep.fused_moe import engine_case
 
-        return engine_case.make_batch(self.problem, self.weights, m, routing, self.alpha,
-                                      self.device, self.gen, dtype=self.dtype)  # fmt: skip
+        return engine_case.make_batch(
+            self.problem,
+            self.weights,
+            m,
+            routing,
+            self.alpha,
+            self.device,
+            self.gen,
+            dtype=self.dtype,
+        )
 
     def time(self, config: dict, batch, repeats: int) -> dict:
         """Return both GEMMs' summed median, p10 and p90 ms and the worse relative error (inf
@@ -199,20 +234,34 @@ class EngineTimer:
         total = {"time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0}
         worst = 0.0
         for gemm in GEMMS:
-            call = _gemm_call(self.kernel, self.lx, self.problem, self.weights, batch, blocks,
-                              config, gemm, self.fmt)  # fmt: skip
+            call = _gemm_call(
+                self.kernel,
+                self.lx,
+                self.problem,
+                self.weights,
+                batch,
+                blocks,
+                config,
+                gemm,
+                self.fmt,
+            )
             batch.c[gemm].fill_(float("nan"))
             call()
             if gemm not in batch.refs:
-                ref = engine_case.reference(self.problem, self.weights, batch, gemm,
-                                            self.check_experts)  # fmt: skip
+                ref = engine_case.reference(
+                    self.problem, self.weights, batch, gemm, self.check_experts
+                )
                 rows = engine_case.reference_rows(ref)
                 batch.refs[gemm] = (rows, ref[rows])
             rows, ref = batch.refs[gemm]
             worst = max(worst, rel_error(batch.c[gemm][rows], ref))
             if self.timing == "decode" and self.device != "cpu":
-                calls = [_gemm_call(self.kernel, self.lx, self.problem, w, batch, blocks,
-                                    config, gemm, self.fmt) for w in self.copies]  # fmt: skip
+                calls = [
+                    _gemm_call(
+                        self.kernel, self.lx, self.problem, w, batch, blocks, config, gemm, self.fmt
+                    )
+                    for w in self.copies
+                ]
                 t = time_rotation(calls, repeats)
             else:
                 t = time_call(call, repeats, 2, graph=True, max_calls=10, fill_ms=1.0)
@@ -254,8 +303,9 @@ def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    work = [(i, engine, version, problem, fmt, effective(c, fmt), m) for i, (c, m) in
-            enumerate(jobs)]  # fmt: skip
+    work = [
+        (i, engine, version, problem, fmt, effective(c, fmt), m) for i, (c, m) in enumerate(jobs)
+    ]
     failed = {}
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:

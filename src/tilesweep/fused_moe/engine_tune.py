@@ -20,15 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
 from tilesweep.settings import Tuning
 
-TUNE_COLUMNS = [
-    "engine", "version", "kernel_from", "format", "experts", "n", "m", "routing", "phase",
-    "config", "is_default", "status", "reason", "time_ms", "time_p10_ms", "time_p90_ms",
-    "rel_err", "x_default", "exported",
-]  # fmt: skip
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_tune", "tilesweep.fused_moe")
+TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 
 
 def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
@@ -59,15 +57,23 @@ def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, s
         return default, "the default is the fastest"
     base = timed[default]
     if all(timed[best][r]["time_p90_ms"] < base[r]["time_p10_ms"] for r in routings):
-        gains = ", ".join(f"{r} {base[r]['time_ms'] / timed[best][r]['time_ms']:.3f}x"
-                          for r in routings)  # fmt: skip
+        gains = ", ".join(
+            f"{r} {base[r]['time_ms'] / timed[best][r]['time_ms']:.3f}x" for r in routings
+        )
         return best, f"beats the default beyond the p10-p90 noise ({gains})"
     return default, f"{best} is within the noise of the default on some routing"
 
 
-def tune_problem(timer, keys: list[int], rules: dict, values: dict, tune: dict,
-                 extra: dict | None = None, log=print,
-                 shipped: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+def tune_problem(
+    timer,
+    keys: list[int],
+    rules: dict,
+    values: dict,
+    tune: dict,
+    extra: dict | None = None,
+    log=print,
+    shipped: dict | None = None,
+) -> tuple[pd.DataFrame, dict]:
     """Return (rows, {M: picked config}) for one problem in one engine's kernel (`tune`:
     backend.fused_moe.engine_tune; `values`: the search space; `rules`: the engine's default
     heuristic; `extra`: {M: [configs]} screened beside the neighbours). The baseline a pick must
@@ -80,18 +86,30 @@ def tune_problem(timer, keys: list[int], rules: dict, values: dict, tune: dict,
     fmt, problem = timer.fmt, timer.problem
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
-    rule = {m: [effective(space.engine_default(rules, m, problem["experts"], fmt), fmt)]
-            if shipped else [] for m in keys}  # fmt: skip
-    first = {m: [defaults[m], *rule[m], *neighbours(defaults[m], values, fmt),
-                 *[effective(c, fmt) for c in (extra or {}).get(m, [])]] for m in keys}  # fmt: skip
+    rule = {
+        m: [effective(space.engine_default(rules, m, problem["experts"], fmt), fmt)]
+        if shipped
+        else []
+        for m in keys
+    }
+    first = {
+        m: [
+            defaults[m],
+            *rule[m],
+            *neighbours(defaults[m], values, fmt),
+            *[effective(c, fmt) for c in (extra or {}).get(m, [])],
+        ]
+        for m in keys
+    }
     rows, screens = [], {m: {} for m in keys}
     _screen_round(timer, first, screens, rows, defaults, tune, log)
     second = {}
     for m in keys:
         best = _best(screens[m])
         if best is not None:
-            second[m] = [c for c in neighbours(best, values, fmt)
-                         if space.config_slug(c) not in screens[m]]  # fmt: skip
+            second[m] = [
+                c for c in neighbours(best, values, fmt) if space.config_slug(c) not in screens[m]
+            ]
     if tune["rounds"] > 1:
         _screen_round(timer, second, screens, rows, defaults, tune, log)
     picks = {}
@@ -111,13 +129,27 @@ def _best(screened: dict, count: int = 1):
 def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
     """Return one table row."""
     t = t or {}
-    return {"engine": timer.engine, "version": timer.version, "kernel_from": timer.kernel_from,
-            "format": timer.fmt, "experts": timer.problem["experts"], "n": timer.problem["n"],
-            "m": m, "routing": routing, "phase": phase, "config": space.config_slug(config),
-            "is_default": space.config_slug(config) == space.config_slug(default),
-            "status": status, "reason": reason, "time_ms": t.get("time_ms"),
-            "time_p10_ms": t.get("time_p10_ms"), "time_p90_ms": t.get("time_p90_ms"),
-            "rel_err": t.get("rel_err"), "x_default": None, "exported": False}  # fmt: skip
+    return {
+        "engine": timer.engine,
+        "version": timer.version,
+        "kernel_from": timer.kernel_from,
+        "format": timer.fmt,
+        "experts": timer.problem["experts"],
+        "n": timer.problem["n"],
+        "m": m,
+        "routing": routing,
+        "phase": phase,
+        "config": space.config_slug(config),
+        "is_default": space.config_slug(config) == space.config_slug(default),
+        "status": status,
+        "reason": reason,
+        "time_ms": t.get("time_ms"),
+        "time_p10_ms": t.get("time_p10_ms"),
+        "time_p90_ms": t.get("time_p90_ms"),
+        "rel_err": t.get("rel_err"),
+        "x_default": None,
+        "exported": False,
+    }
 
 
 def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict, tune, log):
@@ -127,12 +159,15 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
 
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
     if timer.device == "cuda":
-        refused = warm(timer.engine, timer.version, timer.problem, timer.fmt, jobs,
-                       tune["compile_workers"])  # fmt: skip
+        refused = warm(
+            timer.engine, timer.version, timer.problem, timer.fmt, jobs, tune["compile_workers"]
+        )
     else:
         refused = {}
-    log(f"{timer.engine} {timer.fmt} N={timer.problem['n']}: screening {len(jobs)} "
-        f"(config, M), {len(refused)} refused at compile or launch")  # fmt: skip
+    log(
+        f"{timer.engine} {timer.fmt} N={timer.problem['n']}: screening {len(jobs)} "
+        f"(config, M), {len(refused)} refused at compile or launch"
+    )
     routing = tune["routing"][0]
     for m, cs in cands.items():
         batch = timer.batch(m, routing)
@@ -206,8 +241,16 @@ def extra_candidates(paths: list[str], shape: dict) -> dict:
     return out
 
 
-def run(settings: Tuning, engines: list[str], formats: list[str], shapes: list[tuple[int, int]],
-        out_dir: str, keys: list[int] | None = None, extra: list[str] = (), log=print):  # fmt: skip
+def run(
+    settings: Tuning,
+    engines: list[str],
+    formats: list[str],
+    shapes: list[tuple[int, int]],
+    out_dir: str,
+    keys: list[int] | None = None,
+    extra: list[str] = (),
+    log=print,
+):
     """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
     else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
     drop-in file from the picks decode-true on two draws and a held-out one
@@ -239,17 +282,24 @@ def run(settings: Tuning, engines: list[str], formats: list[str], shapes: list[t
             for experts, n in shapes:
                 shape = {"experts": experts, "n": n, "format": fmt}
                 start = time.monotonic()
-                name = engine_kernels.config_file_name(engine, version, experts, n, fmt,
-                                                       device_name)  # fmt: skip
-                shipped, _ = engine_kernels.shipped_table(engine, version, name,
-                                                          triton.__version__)  # fmt: skip
+                name = engine_kernels.config_file_name(
+                    engine, version, experts, n, fmt, device_name
+                )
+                shipped, _ = engine_kernels.shipped_table(engine, version, name, triton.__version__)
                 timer = engine_check.timer_for(engine, shape, settings)
                 table, picks = tune_problem(
-                    timer, keys, fused["engine_defaults"][engine], fused["space"], tune,
-                    extra_candidates(list(extra), shape), log, shipped,
-                )  # fmt: skip
-                text = space.engine_file_text({str(m): c for m, c in picks.items()},
-                                              _triton_version())  # fmt: skip
+                    timer,
+                    keys,
+                    fused["engine_defaults"][engine],
+                    fused["space"],
+                    tune,
+                    extra_candidates(list(extra), shape),
+                    log,
+                    shipped,
+                )
+                text = space.engine_file_text(
+                    {str(m): c for m, c in picks.items()}, _triton_version()
+                )
                 picked = folder / f"{engine_tables.PICKS}{name}"
                 write_text(picked, text)
                 write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
@@ -260,8 +310,10 @@ def run(settings: Tuning, engines: list[str], formats: list[str], shapes: list[t
                 row, checks = engine_tables.decide_file(
                     engine, picked, settings, Path(out_dir), tune["final_repeats"], None, log
                 )
-                write_table(folder / f"check_{fmt}_E={experts},N={n}.csv",
-                            pd.concat(checks, ignore_index=True))  # fmt: skip
+                write_table(
+                    folder / f"check_{fmt}_E={experts},N={n}.csv",
+                    pd.concat(checks, ignore_index=True),
+                )
                 summary.append({**row, "screened": screened, "tune_s": round(tuned_s, 1)})
                 torch.cuda.empty_cache()
                 # after every problem, so a run cut short keeps what it finished

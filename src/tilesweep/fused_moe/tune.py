@@ -141,9 +141,15 @@ def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts
             reason = f"worker {status} (exit {proc.returncode}) during this item, attempt {attempt}"
             append_journal(
                 journal,
-                {"key": key, "phase": phase, "problem": int(problem), "what": what,
-                 "status": str(kind), "reason": reason},
-            )  # fmt: skip
+                {
+                    "key": key,
+                    "phase": phase,
+                    "problem": int(problem),
+                    "what": what,
+                    "status": str(kind),
+                    "reason": reason,
+                },
+            )
         log.warning("worker %s at %s; restarting", status, key)
     raise RuntimeError(f"the tuning worker failed {restarts} times")
 

@@ -158,9 +158,18 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
         w = torch.ones(rows, device=dev)
         for weights in (None, w):  # mul_routed is a runtime flag: one compile serves both
             fm.invoke(
-                a, b, c, (ids, exp, post), config, top_k=1, gather=False,
-                topk_weights=weights, scale=scale, a_scale=a_s, b_scale=b_s,
-            )  # fmt: skip
+                a,
+                b,
+                c,
+                (ids, exp, post),
+                config,
+                top_k=1,
+                gather=False,
+                topk_weights=weights,
+                scale=scale,
+                a_scale=a_s,
+                b_scale=b_s,
+            )
         torch.cuda.synchronize()
         return space.config_slug(config), None
     except Exception as exc:  # a compile or launch refusal is a result: its last line
@@ -326,8 +335,16 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
         for routing, batches in batches_by_routing.items():
             rows.extend(engine(problem, weights, batches[m], rows, m, routing))
             batches[m].refs.clear()  # this batch is done: free its fp32 references
-        journal.append({"key": key, "phase": FINAL, "problem": p_idx, "m": m,
-                        "screened": m in screened, "rows": rows})  # fmt: skip
+        journal.append(
+            {
+                "key": key,
+                "phase": FINAL,
+                "problem": p_idx,
+                "m": m,
+                "screened": m in screened,
+                "rows": rows,
+            }
+        )
 
 
 def _compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
@@ -389,14 +406,21 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
         for routing in spec["routing"]:
             batches[routing] = {
                 m: case.make_batch(
-                    problem, weights, m, routing, spec["zipf_alpha"], device, gen,
+                    problem,
+                    weights,
+                    m,
+                    routing,
+                    spec["zipf_alpha"],
+                    device,
+                    gen,
                     direct=space.is_direct(m, problem, spec["direct_sparsity"]),
                 )
                 for m in sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
-            }  # fmt: skip
+            }
         uniform = batches[spec["routing"][0]]
-        _screen(spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat,
-                done)  # fmt: skip
+        _screen(
+            spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat, done
+        )
         done = read_journal(journal.path)
         variants = variant_configs(spec, done, p_idx)
         if device == "cuda" and any(

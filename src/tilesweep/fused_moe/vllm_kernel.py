@@ -68,8 +68,20 @@ def _scale_strides(a_scale, b_scale) -> tuple[int, ...]:
 blocks = vllm_blocks  # the launchers' common name
 
 
-def launch(kernel, a, b, c, blocks, config: dict, *, top_k: int, topk_weights=None,
-           a_scale=None, b_scale=None, block_shape=None):  # fmt: skip
+def launch(
+    kernel,
+    a,
+    b,
+    c,
+    blocks,
+    config: dict,
+    *,
+    top_k: int,
+    topk_weights=None,
+    a_scale=None,
+    b_scale=None,
+    block_shape=None,
+):
     """Launch vLLM's kernel for one GEMM: c[pair] = A[row(pair)] @ B[expert(pair)]^T (scaled
     back for fp8), times the routing weight when topk_weights is given (the down GEMM, top_k 1
     as vLLM calls it)."""
@@ -91,8 +103,9 @@ def launch(kernel, a, b, c, blocks, config: dict, *, top_k: int, topk_weights=No
     grid = (triton.cdiv(em, bm) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
     launch_config = {key: v for key, v in config.items() if key not in ("BLOCK_SIZE_K", "SPLIT_K")}
     fp8 = b.dtype == torch.float8_e4m3fn
-    block_k = config["BLOCK_SIZE_K"] if block_shape is None else min(config["BLOCK_SIZE_K"],
-                                                                     *block_shape)  # fmt: skip
+    block_k = (
+        config["BLOCK_SIZE_K"] if block_shape is None else min(config["BLOCK_SIZE_K"], *block_shape)
+    )
     compute = tl.float16 if c.dtype == torch.float16 else tl.bfloat16
     kernel[grid](
         a,

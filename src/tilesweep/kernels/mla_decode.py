@@ -229,18 +229,49 @@ def mla_decode(
         out = torch.empty((n, heads, lat), dtype=query.dtype, device=query.device)
     idx = indices if indices is not None else cache  # unused pointer when there are no indices
     _split[(hb, splits, n)](
-        query, q_rope, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale,
-        query.stride(0), query.stride(1), q_rope.stride(0), q_rope.stride(1),
-        cache.stride(0), cache.stride(1),
+        query,
+        q_rope,
+        cache,
+        idx,
+        acc,
+        ml,
+        heads,
+        tokens,
+        chunk,
+        splits,
+        sm_scale,
+        query.stride(0),
+        query.stride(1),
+        q_rope.stride(0),
+        q_rope.stride(1),
+        cache.stride(0),
+        cache.stride(1),
         indices.stride(0) if indices is not None else 0,
-        LAT=lat, LAT_SPLIT=c.lat_split, BLOCK_V=block_v, ROPE=rope, BLOCK_LAT=block_lat,
-        BLOCK_ROPE=max(16, triton.next_power_of_2(rope)), BLOCK_H=c.block_h, BLOCK_T=c.block_t,
-        HAS_IDX=indices is not None, num_warps=c.num_warps, num_stages=c.num_stages,
-    )  # fmt: skip
+        LAT=lat,
+        LAT_SPLIT=c.lat_split,
+        BLOCK_V=block_v,
+        ROPE=rope,
+        BLOCK_LAT=block_lat,
+        BLOCK_ROPE=max(16, triton.next_power_of_2(rope)),
+        BLOCK_H=c.block_h,
+        BLOCK_T=c.block_t,
+        HAS_IDX=indices is not None,
+        num_warps=c.num_warps,
+        num_stages=c.num_stages,
+    )
     _combine[(heads, n)](
-        acc, ml, out, heads, splits, out.stride(0), out.stride(1),
-        LAT=lat, BLOCK_LAT=block_lat, BLOCK_S=triton.next_power_of_2(splits), num_warps=4,
-    )  # fmt: skip
+        acc,
+        ml,
+        out,
+        heads,
+        splits,
+        out.stride(0),
+        out.stride(1),
+        LAT=lat,
+        BLOCK_LAT=block_lat,
+        BLOCK_S=triton.next_power_of_2(splits),
+        num_warps=4,
+    )
     return out
 
 

@@ -93,8 +93,9 @@ def silu_and_mul(torch, gu, out=None):
 
 
 @triton.jit
-def _topk_softmax(logits_ptr, out_ptr, experts, K: tl.constexpr, BLOCK_E: tl.constexpr,
-                  BLOCK_K: tl.constexpr):  # fmt: skip
+def _topk_softmax(
+    logits_ptr, out_ptr, experts, K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr
+):
     row = tl.program_id(0)
     e = tl.arange(0, BLOCK_E)
     x = tl.load(logits_ptr + row * experts + e, mask=e < experts, other=float("-inf"))
@@ -116,24 +117,50 @@ def topk_softmax(torch, logits, k: int, out):
     launch. logits: [n, experts]."""
     n, experts = logits.shape
     if n:
-        _topk_softmax[(n,)](logits, out, experts, K=k, BLOCK_E=triton.next_power_of_2(experts),
-                            BLOCK_K=max(2, triton.next_power_of_2(k)))  # fmt: skip
+        _topk_softmax[(n,)](
+            logits,
+            out,
+            experts,
+            K=k,
+            BLOCK_E=triton.next_power_of_2(experts),
+            BLOCK_K=max(2, triton.next_power_of_2(k)),
+        )
     return out
 
 
 @triton.jit
-def _index_scores(q_ptr, k_ptr, w_ptr, out_ptr, heads, tokens, dim, stride_qn, stride_qh,
-                  stride_kn, stride_kt, stride_wn, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
-                  BLOCK_D: tl.constexpr):  # fmt: skip
+def _index_scores(
+    q_ptr,
+    k_ptr,
+    w_ptr,
+    out_ptr,
+    heads,
+    tokens,
+    dim,
+    stride_qn,
+    stride_qh,
+    stride_kn,
+    stride_kt,
+    stride_wn,
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     seq = tl.program_id(1).to(tl.int64)  # offsets past 2**31 at thousands of sequences
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
     hmask, tmask, dmask = h < heads, t < tokens, d < dim
-    q = tl.load(q_ptr + seq * stride_qn + h[:, None] * stride_qh + d[None, :],
-                mask=hmask[:, None] & dmask[None, :], other=0.0)  # fmt: skip
-    k = tl.load(k_ptr + seq * stride_kn + t[:, None].to(tl.int64) * stride_kt + d[None, :],
-                mask=tmask[:, None] & dmask[None, :], other=0.0)  # fmt: skip
+    q = tl.load(
+        q_ptr + seq * stride_qn + h[:, None] * stride_qh + d[None, :],
+        mask=hmask[:, None] & dmask[None, :],
+        other=0.0,
+    )
+    k = tl.load(
+        k_ptr + seq * stride_kn + t[:, None].to(tl.int64) * stride_kt + d[None, :],
+        mask=tmask[:, None] & dmask[None, :],
+        other=0.0,
+    )
     s = tl.maximum(tl.dot(q, tl.trans(k)), 0.0)
     w = tl.load(w_ptr + seq * stride_wn + h, mask=hmask, other=0.0).to(tl.float32)
     total = tl.sum(s * w[:, None], 0)
@@ -150,9 +177,20 @@ def index_scores(torch, iq, keys, weights):
     block_t = 64
     if n:
         _index_scores[(triton.cdiv(tokens, block_t), n)](
-            iq, keys, weights, out, heads, tokens, dim, iq.stride(0), iq.stride(1),
-            keys.stride(0), keys.stride(1), weights.stride(0),
-            BLOCK_H=max(16, triton.next_power_of_2(heads)), BLOCK_T=block_t,
+            iq,
+            keys,
+            weights,
+            out,
+            heads,
+            tokens,
+            dim,
+            iq.stride(0),
+            iq.stride(1),
+            keys.stride(0),
+            keys.stride(1),
+            weights.stride(0),
+            BLOCK_H=max(16, triton.next_power_of_2(heads)),
+            BLOCK_T=block_t,
             BLOCK_D=max(16, triton.next_power_of_2(dim)),
-        )  # fmt: skip
+        )
     return out

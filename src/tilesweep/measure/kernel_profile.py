@@ -51,11 +51,14 @@ def profile_graph(torch, graph, name: str, where: Path) -> Path:
             {
                 "index": i,
                 "kernel": runs[0].name[:160],
-                "start_us": sum(k.time_range.start - f.time_range.start
-                                for k, f in zip(runs, first, strict=True)) / REPLAYS,
+                "start_us": sum(
+                    k.time_range.start - f.time_range.start
+                    for k, f in zip(runs, first, strict=True)
+                )
+                / REPLAYS,
                 "us": sum(k.time_range.elapsed_us() for k in runs) / REPLAYS,
             }
-        )  # fmt: skip
+        )
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"kernels_{name}.csv"
     tmp = path.with_suffix(".tmp")

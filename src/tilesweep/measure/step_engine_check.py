@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import Status
 
 if TYPE_CHECKING:
@@ -40,15 +41,9 @@ OVERRIDES = (
     "bench.step_kernel_list=engine",
     "bench.step_timeout_s=200",  # the step's ranks are killed past this: rows say so
 )
-COLUMNS = [
-    "kernel_list", "batch", "status", "reason", "step_ms", "step_p10_ms", "step_p90_ms",
-    "kernels_per_layer", "extra_per_layer", "extra_per_moe_layer", "extra_per_dense_layer",
-    "extra_per_step", "composed_ms", "composed_error_pct", "engine_over_lean",
-    "composed_engine_over_lean", "timing", "device", "model", "measured_label", "composed_label",
-    "composed_for", "gaps",
-]  # fmt: skip
-SHOWN = ["kernel_list", "batch", "status", "step_ms", "kernels_per_layer", "composed_ms",
-         "engine_over_lean", "composed_engine_over_lean"]  # fmt: skip
+_LISTS = package_data.column_lists("tilesweep.measure.step_engine_check")  # data/columns.yaml
+COLUMNS = _LISTS["COLUMNS"]
+SHOWN = _LISTS["SHOWN"]
 
 
 def layout_override(layout: str) -> str:
@@ -124,8 +119,17 @@ def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
     over the lean step's at the same batch (measured and composed)."""
     out = steps.copy()
     if not check.empty:
-        keep = check[["kernel_list", "batch", "composed_ms", "composed_error_pct",
-                      "composed_label", "composed_for", "gaps"]]  # fmt: skip
+        keep = check[
+            [
+                "kernel_list",
+                "batch",
+                "composed_ms",
+                "composed_error_pct",
+                "composed_label",
+                "composed_for",
+                "gaps",
+            ]
+        ]
         out = out.merge(keep, on=["kernel_list", "batch"], how="left")
     lean = out[out["kernel_list"] == "lean"].set_index("batch")
     ratios = {"step_ms": "engine_over_lean", "composed_ms": "composed_engine_over_lean"}
@@ -142,8 +146,11 @@ def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
 
 def failed(reason: str, lists: tuple[str, ...] = ("lean", "engine")) -> pd.DataFrame:
     """Return one failure row per kernel list and batch, with the reason."""
-    rows = [{"kernel_list": k, "batch": b, "status": Status.RUNTIME, "reason": reason}
-            for k in lists for b in BATCHES]  # fmt: skip
+    rows = [
+        {"kernel_list": k, "batch": b, "status": Status.RUNTIME, "reason": reason}
+        for k in lists
+        for b in BATCHES
+    ]
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
 
 

@@ -106,8 +106,10 @@ def lean_columns() -> dict:
 
 def row_columns(expanded: dict) -> dict:
     """Return the kernel-list columns of an engine row: its label and its extras as run."""
-    return {"kernel_list": expanded["label"],
-            **{col: expanded["run"][where] for where, col in COLUMNS.items()}}  # fmt: skip
+    return {
+        "kernel_list": expanded["label"],
+        **{col: expanded["run"][where] for where, col in COLUMNS.items()},
+    }
 
 
 def kernels_per_layer(launches: dict[str, int], layers: int, micro_batches: int) -> float:

@@ -71,12 +71,20 @@ def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
     ep1 = rank.layout["ep"] == 1
     a = x if ep1 else mb["recv"]
     with clock.part("expert_gemms"):
-        f["invoke"](a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"],
-                  top_k=f["top_k"], gather=ep1)  # fmt: skip
+        f["invoke"](
+            a, layer["e_gate_up"], mb["gu"], f["blocks"], f["config"], top_k=f["top_k"], gather=ep1
+        )
         gated(rank, mb["gu"], clock, out=mb["act"])
-        f["invoke"](mb["act"], layer["e_down"], mb["expert_out"], f["blocks"], f["config"],
-                  top_k=f["top_k"], gather=False,
-                  topk_weights=mb["wflat"][: f["pairs"]] if ep1 else None)  # fmt: skip
+        f["invoke"](
+            mb["act"],
+            layer["e_down"],
+            mb["expert_out"],
+            f["blocks"],
+            f["config"],
+            top_k=f["top_k"],
+            gather=False,
+            topk_weights=mb["wflat"][: f["pairs"]] if ep1 else None,
+        )
         clock.add_launches(2)
     if ep1:
         with clock.part("combine_sum"):

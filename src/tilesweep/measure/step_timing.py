@@ -46,8 +46,13 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
             rank.sync()
             parted.replay()
             part_samples.append(clock.collect())
-        out.update(whole_ms=times, eager_ms=eager, timing="cuda-graph", launch_exposed=exposed,
-                   launched_ms=launched)  # fmt: skip
+        out.update(
+            whole_ms=times,
+            eager_ms=eager,
+            timing="cuda-graph",
+            launch_exposed=exposed,
+            launched_ms=launched,
+        )
         del whole, parted
     else:
         part_clock, part_samples = PartClock(torch, rank.cuda), []

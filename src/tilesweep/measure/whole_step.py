@@ -154,8 +154,15 @@ def _list_rows(
     for index, batch in enumerate(step["batches"]):
         skipped = ranks[0][key][index].get("skipped")
         if skipped:
-            rows.append({"layout": layout_name, "batch": batch, "status": "skipped",
-                         "reason": skipped, **columns})  # fmt: skip
+            rows.append(
+                {
+                    "layout": layout_name,
+                    "batch": batch,
+                    "status": "skipped",
+                    "reason": skipped,
+                    **columns,
+                }
+            )
             continue
         whole = ranks[0][key][index]["whole_ms"]  # already the max over ranks
         row = {

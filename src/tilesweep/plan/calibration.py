@@ -229,7 +229,7 @@ def step_check(
                 terms if t == "cuda-graph" else None,
                 fit_batches,
                 attention if t == "cuda-graph" else None,
-            )  # fmt: skip
+            )
             for t in TIMINGS
         }
     timing = _timing(steps)
@@ -243,8 +243,9 @@ def step_check(
         ran = _sequences(row)
         engine = engine_profile.as_run(row)
         extra = engine.extra_parts if engine is not None else None
-        raw = compose_step(as_run, dep, hw, layout, ran, roofline_timer, floors, over,
-                           extra_parts=extra)  # fmt: skip
+        raw = compose_step(
+            as_run, dep, hw, layout, ran, roofline_timer, floors, over, extra_parts=extra
+        )
         used = fits.get(how)
         gaps = list(raw["gaps"])
         composed, label, calibrated = math.nan, "", ""
@@ -269,14 +270,19 @@ def step_check(
             if emu:
                 composed = rank_compute_ms(row, model, hw, timer)
             else:
-                step = compose_step(as_run, dep, hw, layout, ran, timer, floors, over,
-                                    extra_parts=extra)  # fmt: skip
+                step = compose_step(
+                    as_run, dep, hw, layout, ran, timer, floors, over, extra_parts=extra
+                )
                 composed, gaps = step["tpot_ms"], gaps + step["gaps"]
         measured = row["step_ms"]
         fitted_here = (
-            used is not None and used["model"] == model["name"] and not emu
-            and row["layout"] == FIT_LAYOUT and batch in used["fit_batches"] and engine is None
-        )  # fmt: skip
+            used is not None
+            and used["model"] == model["name"]
+            and not emu
+            and row["layout"] == FIT_LAYOUT
+            and batch in used["fit_batches"]
+            and engine is None
+        )
         # An emulated rank has no collectives: its roofline is its compute alone.
         roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]
         rows.append(

@@ -132,9 +132,20 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
 
 
 def _stage_time(
-    model, dep, hw, layout, stage, micro, first, last, timer, numbers, measured,
-    prefill=0, extra_parts=None,
-) -> dict:  # fmt: skip
+    model,
+    dep,
+    hw,
+    layout,
+    stage,
+    micro,
+    first,
+    last,
+    timer,
+    numbers,
+    measured,
+    prefill=0,
+    extra_parts=None,
+) -> dict:
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}
     in ms; `peak` is the largest fraction of its target's datasheet roofline any part reaches."""
     acc = {
@@ -220,7 +231,7 @@ def compose_step(
             measured_floors,
             math.ceil(prefill / m),
             extra_parts,
-        )  # fmt: skip
+        )
         for i, st in enumerate(stages)
     ]
     hop = back = 0.0
@@ -228,8 +239,9 @@ def compose_step(
         hop_bytes = math.ceil(micro / layout["ep"]) * model["hidden"] * ACT_BYTES
         hop, _ = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
         # The ring's return hop: the last stage hands the picked tokens back to the first.
-        back, _ = floored_ms("send_recv", 2, math.ceil(micro / layout["ep"]) * 8, numbers,
-                             measured_floors)  # fmt: skip
+        back, _ = floored_ms(
+            "send_recv", 2, math.ceil(micro / layout["ep"]) * 8, numbers, measured_floors
+        )
     hops = (pp - 1) * hop + (back if pp > 1 else 0.0)
     path = sum(t["time"] for t in times) + hops
     slow = max(times, key=lambda t: t["time"])
@@ -302,16 +314,31 @@ def loaded_step(
     TPOT carries (batch - 1) / O of the time that step adds; its own prompt is its time to first
     token, never its TPOT. The prefill's split is added to the step's, in the same proportion."""
     step = compose_step(
-        model, dep, hw, layout, batch, timer, measured_floors, layer_overrides,
+        model,
+        dep,
+        hw,
+        layout,
+        batch,
+        timer,
+        measured_floors,
+        layer_overrides,
         extra_parts=extra_parts,
-    )  # fmt: skip
+    )
     i, o = serving_load(dep)
     if not i or batch < 2:
         return step, 0.0
     with_prompt = compose_step(
-        model, dep, hw, layout, batch, timer, measured_floors, layer_overrides,
-        prefill=i, extra_parts=extra_parts,
-    )  # fmt: skip
+        model,
+        dep,
+        hw,
+        layout,
+        batch,
+        timer,
+        measured_floors,
+        layer_overrides,
+        prefill=i,
+        extra_parts=extra_parts,
+    )
     share = (batch - 1) / o
     add = {k: share * (with_prompt["split"][k] - step["split"][k]) for k in step["split"]}
     prefill = sum(add.values())
@@ -427,9 +454,16 @@ def compose_parts(
                 rows.append(row)
                 continue
             step, prefill = loaded_step(
-                model, dep, hw, layout, batch, timer, measured_floors, layer_overrides,
+                model,
+                dep,
+                hw,
+                layout,
+                batch,
+                timer,
+                measured_floors,
+                layer_overrides,
                 engine.extra_parts,
-            )  # fmt: skip
+            )
             split = dict(step["split"], host=engine.host_ms)
             tpot = step["tpot_ms"] + engine.host_ms
             verdict = decide_bound(split, step["achieved"])

@@ -126,9 +126,16 @@ def predict_ms(
 ) -> float:
     """Return the launch-aware time of one observation at these efficiencies."""
     return float(
-        part_ms(obs["launches"], per_kernel_ms, obs["roof_memory_ms"], obs["roof_math_ms"],
-                e_bw, e_math, overlap)
-    )  # fmt: skip
+        part_ms(
+            obs["launches"],
+            per_kernel_ms,
+            obs["roof_memory_ms"],
+            obs["roof_math_ms"],
+            e_bw,
+            e_math,
+            overlap,
+        )
+    )
 
 
 def fit_pair(

@@ -214,9 +214,11 @@ class HardwareSpec(Section):
                 f"({self.smem_per_block_default}, {self.smem_per_block_optin}, {self.smem_per_sm})"
             )
             raise refuse("smem_per_block_default", why, self.smem_per_block_default)
-        checks = [("memory_bandwidth_gbs", self.memory_bandwidth_gbs, 1, 1e5),
-                  ("memory_gb", self.memory_gb, 0.1, 1e5),
-                  ("interconnect_gbs", self.interconnect_gbs, 0.1, 1e5)]  # fmt: skip
+        checks = [
+            ("memory_bandwidth_gbs", self.memory_bandwidth_gbs, 1, 1e5),
+            ("memory_gb", self.memory_gb, 0.1, 1e5),
+            ("interconnect_gbs", self.interconnect_gbs, 0.1, 1e5),
+        ]
         checks += [(f"peak_tflops.{k}", v, 0.01, 1e5) for k, v in self.peak_tflops.items() if v]
         for key, value, low, high in checks:
             if not low <= value <= high:

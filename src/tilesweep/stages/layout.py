@@ -103,9 +103,12 @@ def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
     name = (spec.get("engine") or {}).get("name", "none")
     try:
         expanded = step_extras.expand(
-            spec.get("engine") or {}, model, spec.get("weight_dtype", "bf16"),
-            step["dense_layers"], step["moe_layers"],
-        )  # fmt: skip
+            spec.get("engine") or {},
+            model,
+            spec.get("weight_dtype", "bf16"),
+            step["dense_layers"],
+            step["moe_layers"],
+        )
     except ValueError as exc:
         columns = {"kernel_list": f"engine-faithful ({name}: no list)"}
         why = f"bench.step_kernel_list=engine: {exc}"
@@ -166,8 +169,11 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
     with logged(log_path) as log:
         batches = run_spec["step"]["batches"]
         if why:
-            rows += [{**base, "batch": b, "status": Status.SKIPPED, "reason": why, **cols}
-                     for cols in lists for b in batches]  # fmt: skip
+            rows += [
+                {**base, "batch": b, "status": Status.SKIPPED, "reason": why, **cols}
+                for cols in lists
+                for b in batches
+            ]
             batches = []
         log.info(
             "layout %s on %d %s ranks%s: batches %s",
@@ -186,8 +192,11 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
                 status = Status.TIMEOUT if isinstance(exc, TimeoutError) else Status.RUNTIME
                 msg = failure_reason(str(exc)) or repr(exc)
                 log.info("layout %s failed: %s\n%s", layout["layout"], msg, exc)
-                rows += [{**base, "batch": b, "status": status, "reason": msg, **cols}
-                         for cols in lists for b in batches]  # fmt: skip
+                rows += [
+                    {**base, "batch": b, "status": status, "reason": msg, **cols}
+                    for cols in lists
+                    for b in batches
+                ]
         for row in rows:
             log.info("batch %s: %s %s", row["batch"], row["status"], row.get("step_ms", ""))
     frame = pd.DataFrame(rows).sort_values("batch", kind="stable").reset_index(drop=True)

@@ -71,8 +71,9 @@ def read_panel(path: str) -> dict | None:
     saved = read_json(path)
     if not saved:
         return None
-    return {k: pd.read_csv(io.StringIO(saved[k])) if saved[k].strip() else pd.DataFrame()
-            for k in PANEL}  # fmt: skip
+    return {
+        k: pd.read_csv(io.StringIO(saved[k])) if saved[k].strip() else pd.DataFrame() for k in PANEL
+    }
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,13 @@ def write_check(job: StepJob) -> None:
     reads = json.loads(job.settings_json)
     with logged(job.log_path) as log:
         check = deployment_verdict.check_table(
-            job.read("layout"), job.read("collective"), _ceilings(job.inputs), reads["model"],
-            reads["deployment"]["fit_batches"], reads["deployment"]["attention_table"],
-        )  # fmt: skip
+            job.read("layout"),
+            job.read("collective"),
+            _ceilings(job.inputs),
+            reads["model"],
+            reads["deployment"]["fit_batches"],
+            reads["deployment"]["attention_table"],
+        )
         log.info("check rows: %d", len(check))
     _write_tables({"check": check}, job.outputs, job.inputs, keyed="check")
 
