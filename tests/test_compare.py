@@ -76,6 +76,20 @@ def test_decode_time_within_the_spread_is_noise_and_outside_is_not():
     assert one_repeat[one_repeat["metric"] == "time_ms"].iloc[0]["basis"] == "threshold"
 
 
+def test_a_damaged_spread_or_time_never_hides_a_change():
+    """A p90 of 1e308 (or inf, or a p10 below zero) is no spread: the change falls to the
+    threshold; a negative or infinite time always differs, said so."""
+    a = decode_rows(1.00, 0.95, 1.10)
+    for p10, p90 in ((0.5, 1e308), (0.5, math.inf), (-5.0, 6.0), (2.0, 3.0)):
+        got = compare.compare_table("decode", a, decode_rows(1.50, p10, p90), 0.1)
+        row = got[got["metric"] == "time_ms"].iloc[0]
+        assert (row["beyond"], row["basis"]) == (True, "threshold"), (p10, p90)
+    for bad in (-1.0, math.inf):
+        got = compare.compare_table("decode", a, decode_rows(bad, 0.95, 1.10), 0.1)
+        row = got[got["metric"] == "time_ms"].iloc[0]
+        assert row["beyond"] and row["basis"] == "not a time (negative or infinite)", bad
+
+
 def test_any_launch_change_counts_and_new_rows_are_listed():
     a = pd.DataFrame(
         {

@@ -150,21 +150,33 @@ def _float(value: object) -> float:
         return math.nan
 
 
+# The widest p90 a timing's spread may have, as a multiple of its median (compare._spread).
+SPREAD_MAX = 10.0
+
+
 def _spread(row: pd.Series, metric: str, side: str) -> float:
     """Return p90 - p10 of a metric on one side, NaN when the run recorded no spread."""
     stem = metric[: -len("_ms")] if metric.endswith("_ms") else metric
     lo = _float(row.get(f"{stem}_p10_ms_{side}"))
     hi = _float(row.get(f"{stem}_p90_ms_{side}"))
     repeats = _float(row.get(f"repeats_{side}"))
-    if math.isnan(lo) or math.isnan(hi) or hi <= lo or (not math.isnan(repeats) and repeats < 2):
+    value = _float(row.get(f"{metric}_{side}"))
+    # A spread that cannot be a timing's (negative, not around its own median, or its p90 more
+    # than SPREAD_MAX times the median: a damaged record) is no spread: it must not hide a
+    # change behind a huge noise band.
+    plausible = 0 <= lo <= value <= hi <= SPREAD_MAX * value
+    if not plausible or hi <= lo or (not math.isnan(repeats) and repeats < 2):
         return math.nan
     return hi - lo
 
 
 def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold: float) -> tuple:
-    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule."""
+    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule; a
+    time that cannot be one (negative or infinite) always differs, said so."""
     if math.isnan(a) or math.isnan(b):
         return (math.isnan(a) != math.isnan(b)), "presence"
+    if not (0 <= a < math.inf and 0 <= b < math.inf):
+        return True, "not a time (negative or infinite)"
     if not (math.isnan(noise_a) or math.isnan(noise_b)):
         return abs(b - a) > max(noise_a, noise_b), "spread"
     if a == 0:
