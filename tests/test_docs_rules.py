@@ -75,5 +75,33 @@ def test_the_cluster_doc_is_read():
 )
 def test_a_doc_names_only_scripts_that_exist(doc):
     named = set(re.findall(r"\b((?:tools|gpu)/[\w.-]+\.(?:sh|py))\b", doc.read_text()))
-    missing = sorted(p for p in named if not (ROOT / p).exists())
+    missing = sorted(p for p in named if not (ROOT / p).exists() and p not in RETIRED)
     assert not missing, f"{doc.relative_to(ROOT)} names scripts that do not exist: {missing}"
+
+
+# Scripts folded into tools/gpu.sh, each with the task that runs it now (None: superseded, no
+# task). A changelog, a log of past runs, names them as they ran; another doc only beside the task.
+RETIRED = {
+    "tools/device_sweep.sh": "tools/gpu.sh sweep",
+    "tools/answer_time.sh": "tools/gpu.sh answer-time",
+    "tools/engine_step.sh": "tools/gpu.sh engine-step",
+    "tools/h200_example.sh": "tools/gpu.sh example",
+    "tools/h200_layouts.sh": "tools/gpu.sh layouts",
+    "tools/h200_step.sh": "tools/gpu.sh step",
+    "tools/h200_engine_tables.sh": "tools/gpu.sh engine-tables",
+    "tools/h200_engine_tune.sh": "tools/gpu.sh engine-tune",
+    "tools/h200_engine_check.sh": "tools/gpu.sh engine-check",
+    "tools/h200_engine_recheck.sh": None,
+    "tools/h200_engine_safe.sh": None,
+}
+
+
+def test_retired_scripts_are_gone_and_named_only_as_history():
+    assert not [p for p in RETIRED if (ROOT / p).exists()]
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for doc in (d for d in docs if d.name != "CHANGELOG.md"):
+        for paragraph in doc.read_text().split("\n\n"):
+            for script in (p for p in RETIRED if p in paragraph):
+                task = RETIRED[script] or "(superseded)"
+                beside = "tools/gpu.sh" in paragraph and task.split()[-1] in paragraph
+                assert beside, f"{doc.relative_to(ROOT)}: {script} without {task}"

@@ -1,5 +1,5 @@
 """The README's commands for a GPU machine without a registry work as written: the wheels
-command from any python (no traceback), the device script with no override."""
+command from any python (no traceback), the GPU entry point's sweep with no override."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_fetch_wheels_outside_the_venv_reruns_in_it_or_says_what_to_do(tmp_path)
     assert not (repo / ".whl").exists()  # --list fetches nothing
 
 
-def test_the_device_script_with_no_override_passes_no_config(tmp_path):
+def test_the_gpu_sweep_with_no_override_passes_no_config(tmp_path):
     repo = _copy_tools(tmp_path)
     stubs = tmp_path / "bin"
     stubs.mkdir()
@@ -52,7 +52,7 @@ def test_the_device_script_with_no_override_passes_no_config(tmp_path):
     ):
         out = tmp_path / f"out{len(args)}"
         proc = subprocess.run(
-            ["bash", "tools/device_sweep.sh", str(out), *args],
+            ["bash", "tools/gpu.sh", "sweep", str(out), *args],
             cwd=repo, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bring tools/h200_engine_tables.sh's output (the folder its files came back to: gpus.csv,
+# Bring `tools/gpu.sh engine-tables`'s output (the folder its files came back to: gpus.csv,
 # tables.log, dropins.csv, engine_tables.tgz) into docs/examples/h200/engine_tables/ (no GPU):
 # export/ (the drop-in files, laid out as the engines load them), checks/ (every draw's rows),
 # dropins.csv, the log and the device. A later call's folder may be given too (e.g. the files a

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring a GPU run's measured tables into a kept example folder and re-render it here (no GPU):
 # the joined tables (launch, decode, collective, layout, power) and the device's ceilings from
-# the run's results.tgz (tools/device_sweep.sh writes it), the overrides it ran with, then
+# the run's results.tgz (tools/gpu.sh sweep writes it), the overrides it ran with, then
 # `snakemake --forceall --config example=FOLDER` (verdict, check, engines, figures, reports).
 # Every argument is checked before anything is touched (the archive, each table read as a table,
 # the ceilings as JSON, the overrides composed); the folder's files are kept aside and put back

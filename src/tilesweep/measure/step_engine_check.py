@@ -1,7 +1,7 @@
 """The whole decode step with an engine's kernel list beside the lean one, measured on the one
 GPU at hand and composed from the shipped fit:
 `python -m tilesweep.measure.step_engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`
-(tools/engine_step.sh).
+(tools/gpu.sh engine-step).
 
 The configured model (conf/config.yaml's default unless overridden) runs its depth-reduced whole
 step at TP1, or one rank of the layout given (emulated alone, as a sweep's bench_layout runs it:

@@ -1,0 +1,83 @@
+"""tools/gpu.sh, the GPU machine's one entry point, without a GPU: its help lists every task,
+a bad task or a missing OUT_DIR is one line and touches nothing, and a task that runs sweeps
+reaches them through the sweep task (python3 and nvidia-smi stubbed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["sweep", "answer-time", "engine-step", "example", "layouts", "step",
+         "engine-tables", "engine-tune", "engine-check"]  # fmt: skip
+
+
+def gpu_sh(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Return tools/gpu.sh's finished process for these arguments."""
+    return subprocess.run(["bash", str(ROOT / "tools/gpu.sh"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_help_lists_every_task_one_line_each():
+    proc = gpu_sh("--help")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("usage: tools/gpu.sh TASK OUT_DIR")
+    listed = [line.split()[0] for line in lines[2:]]
+    assert listed == TASKS
+    assert not any("h200" in task for task in listed)  # tasks are not named for a GPU kind
+    bare = gpu_sh()  # no arguments: the same list, as a usage error
+    assert bare.returncode == 2 and bare.stdout == "" and bare.stderr == proc.stdout
+
+
+def test_an_unknown_task_is_refused_in_one_line(tmp_path):
+    proc = gpu_sh("h200_layouts", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "unknown task 'h200_layouts'" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_usage_error_is_one_line_and_creates_nothing(task, tmp_path):
+    for args in ([task], [task, "--format"]):  # no OUT_DIR; an option where OUT_DIR goes
+        proc = gpu_sh(*args, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stdout == "" and proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith(f"usage: tools/gpu.sh {task} OUT_DIR"), proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_task_without_arguments_refuses_extra_ones(tmp_path):
+    proc = gpu_sh("engine-check", str(tmp_path / "out"), "--engine", "vllm", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: tools/gpu.sh engine-check OUT_DIR")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("task", ["layouts", "step"])
+def test_a_task_that_clears_results_refuses_a_checkout_holding_them(task, tmp_path):
+    (tmp_path / "results").mkdir()
+    proc = gpu_sh(task, str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 2 and "results/ exists here" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_layouts_runs_its_sweeps_through_the_sweep_task(tmp_path):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in (("python3", 'echo "ARGS: $*"'), ("nvidia-smi", "echo gpu")):
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", LAYOUT_MODELS="dsv3")
+    proc = gpu_sh("layouts", "out", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpu_tests.log", "runs.tgz"]
+    with tarfile.open(tmp_path / "out/runs.tgz") as tgz:
+        log = tgz.extractfile("dsv3/snakemake.log").read().decode()
+        assert "glm5/snakemake.log" not in tgz.getnames()  # LAYOUT_MODELS left it out
+    assert "results/device/ceilings.json results/layout/tp1-pp1-ep1.csv --cores all" in log
+    assert '"experiment=h200_step","model=deepseek_v3"' in log
