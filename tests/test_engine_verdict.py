@@ -93,6 +93,23 @@ def test_an_engines_kernel_list_replaces_the_lean_steps_count():
     assert unread.launches is None and "no kernel list read for other" in unread.label
 
 
+def test_fit_batches_that_nothing_fits_at_are_refused_or_named():
+    """`tilesweep verdict` times no step: deployment.fit_batches is refused in one line there;
+    a sweep that composes from the shipped fit says the batches were not applied."""
+    settings = compose_settings(["deployment.fit_batches=[1,64]", "references=none"])
+    assert "tilesweep verdict times no step" in deployment_verdict.unused_fit_batches(settings)
+    assert deployment_verdict.unused_fit_batches(compose_settings([])) is None
+    empty = pd.DataFrame()
+    _, _, label = deployment_verdict.verdict_fit(settings, empty, {}, {})
+    assert "deployment.fit_batches=[1, 64] not applied" in label
+    done = subprocess.run(
+        [sys.executable, "-m", "tilesweep.cli", "verdict", "--no-engines",
+         "deployment.fit_batches=[1,64]"], capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "composes from the shipped fit" in done.stderr
+
+
 def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights():
     model = compose(["model=qwen3_235b_a22b", "references=none"])["model"]
     assert engine_profile.family(model) == "gqa_moe"

@@ -107,6 +107,18 @@ def refusal(settings: RootSettings) -> str | None:
     return _no_collectives(settings, model)
 
 
+def unused_fit_batches(settings: RootSettings) -> str | None:
+    """Return a one-line refusal where deployment.fit_batches is set for a verdict that fits
+    nothing (`tilesweep verdict` composes from the shipped fit: it times no step), else None."""
+    if not settings.deployment.fit_batches:
+        return None
+    return (
+        f"deployment.fit_batches={settings.deployment.fit_batches}: tilesweep verdict times no "
+        f"step and composes from the shipped fit ({settings.deployment.fit_file}); a sweep on a "
+        "GPU fits at these batches"
+    )
+
+
 def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
     """Return the first collective a layout runs that the target's interconnect figures lack (in
     words), or ''."""
@@ -329,6 +341,11 @@ def verdict_fit(
     if path and project_path(path).is_file():
         fit = json.loads(project_path(path).read_text())
         where = f"; shipped as {path}, its costs per kernel and efficiencies"
+        if settings.deployment.fit_batches:
+            where += (
+                f"; deployment.fit_batches={settings.deployment.fit_batches} not applied: the "
+                f"shipped fit was made at batches {fit.get('fit_batches')}"
+            )
         return fit, fit["per_kernel_us"], calibration.fit_label(fit, where)
     why = f"no whole step timed in CUDA graphs on {device}" + (
         f" and no deployment.fit_file at {path!r}" if path else ""
