@@ -274,3 +274,16 @@ def test_the_engines_custom_all_reduce_is_read_by_size_and_taken_where_faster_th
     assert big == pytest.approx(min(33.8, nccl_at_1mb) * 1e-3) and label == "model"
     past, _ = collective_time("all_reduce", 8, 4 << 20, numbers)  # past max_bytes: NCCL's
     assert past == pytest.approx((20.0 + 2 * 7 / 8 * (4 << 20) / 370e9 * 1e6) * 1e-3)
+
+
+def test_every_files_custom_all_reduce_is_off_until_the_engine_asks_and_ends_at_max_bytes(catalog):
+    for name, spec in catalog.items():
+        numbers, _ = topology_numbers(spec)
+        one_shot = ((numbers or {}).get("all_reduce") or {}).get("one_shot")
+        if not one_shot:
+            continue
+        assert one_shot["enabled"] is False, name  # conf/engine custom_allreduce switches it on
+        for n, shot in one_shot["by_gpus"].items():
+            sizes = [size for size, _ in shot.get("points") or []]
+            assert sizes == sorted(sizes), (name, n)
+            assert not sizes or sizes[-1] <= shot["max_bytes"], (name, n)
