@@ -4,6 +4,7 @@ that fit, the Pareto frontier, and in-page links that all land on an element."""
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 
@@ -203,6 +204,68 @@ def test_the_pareto_figure_takes_the_rows_that_fit_and_at_most_six_layouts():
     assert drawn == ["l0", "l1", "l2", "l3", "l4", "l5"] and rest == ["l6", "l7", "l8"]
     for verdict in (hand_verdict(), many, pd.DataFrame()):
         assert png(pareto(verdict))[:4] == b"\x89PNG"
+
+
+def coincident_verdict() -> pd.DataFrame:
+    """Return the kept H200 example's shape: two layouts at one point at batch 8 (TP8 and
+    TP4+PP2), TP8's line along the frontier, a third layout and close labels."""
+    rows = [
+        row("tp1-pp1-ep8", 8, 1, 19.0), row("tp1-pp1-ep8", 8, 8, 24.6),
+        row("tp1-pp1-ep8", 8, 64, 41.4), row("tp4-pp2-ep1", 8, 1, 12.2),
+        row("tp4-pp2-ep1", 8, 8, 17.5), row("tp4-pp2-ep1", 8, 64, 50.3),
+        row("tp8-pp1-ep1", 8, 1, 11.4), row("tp8-pp1-ep1", 8, 8, 17.52),
+        row("tp8-pp1-ep1-xep", 8, 1, 13.7), row("tp8-pp1-ep1-xep", 8, 8, 21.0),
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def label_boxes(fig) -> list:
+    """Return the window extents of the point labels of a drawn Pareto figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.get_axes()
+    return [t.get_window_extent(renderer) for t in ax.texts]
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1, 2])
+def test_the_pareto_labels_never_overlap(seed):
+    verdict = coincident_verdict()
+    if seed is not None:  # a crowded grid: 5 layouts x 6 batches, some points close together
+        rng = np.random.default_rng(seed)
+        verdict = pd.DataFrame([
+            row(f"l{i}", 8, b, float(rng.uniform(10, 12) * (1 + b / 64)))
+            for i in range(5) for b in (1, 2, 4, 8, 16, 32)
+        ])  # fmt: skip
+    fig = pareto(verdict)
+    boxes = label_boxes(fig)
+    # Every point has a label; coincident points share one that says how many it stands for.
+    texts = [t.get_text() for t in fig.get_axes()[0].texts]
+    shared = [int(m) for t in texts for m in re.findall(r"\((\d+) layouts\)", t)]
+    assert len(texts) - len(shared) + sum(shared) == len(pareto_points(verdict))
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+
+
+def test_coincident_pareto_points_share_one_label_and_both_markers_show():
+    fig = pareto(coincident_verdict())
+    label_boxes(fig)
+    (ax,) = fig.get_axes()
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("8 (2 layouts)") == 1 and len(texts) == 9
+    sizes = sorted(s for c in ax.collections for s in c.get_sizes())
+    assert sizes[0] < sizes[-1]  # the later of the two coincident points drawn inside
+
+
+def test_the_pareto_frontier_is_a_line_of_its_own():
+    fig = pareto(coincident_verdict())
+    (ax,) = fig.get_axes()
+    (front,) = [line for line in ax.get_lines() if line.get_gid() == "frontier"]
+    layouts = [line for line in ax.get_lines() if line.get_gid() != "frontier"]
+    assert len(layouts) == 4
+    for line in layouts:
+        assert line.get_color() != front.get_color()
+        assert front.get_linewidth() > 3 * line.get_linewidth()
+        assert front.get_zorder() < line.get_zorder()  # under every layout's own line
 
 
 # ---- in-page links ---------------------------------------------------------------------------
@@ -421,9 +484,9 @@ def test_pareto_labels_never_overlap_even_where_points_coincide():
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
     assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[:i])
-    # tp4, tp8 and ep8 at batch 8 sit on one spot: one label "8" for all three.
+    # tp4, tp8 and ep8 at batch 8 sit on one spot: one label for all three, saying so.
     texts = [t.get_text() for t in fig.axes[0].texts]
-    assert texts.count("8") == 2 and texts.count("1") == 2
+    assert texts.count("8 (3 layouts)") == 1 and texts.count("8") == 1 and texts.count("1") == 2
 
 
 def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():

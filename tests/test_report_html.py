@@ -395,3 +395,38 @@ def test_html_tables_scroll_in_their_own_box_and_the_page_does_not():
     tables = page.count("<table>")
     assert tables > 5 and page.count('<div class="scroll"><table>') == tables
     assert ".scroll{overflow-x:auto" in page and "max-width:1200px" in page
+
+
+# ---- wide tables: the columns each exists for come first -------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "h200"
+
+
+def example_page() -> str:
+    """Return the HTML page of the kept H200 example's check and engine tables (figures stubbed)."""
+    check = pd.read_csv(EXAMPLE / "check.csv")
+    engines = pd.read_csv(EXAMPLE / "engines.csv")
+    empty = pd.DataFrame()
+    stub = {name: png(verdict_split(empty)) for name in FIGURES}
+    data = contents.build(settings_stub(), empty, empty, empty, empty, {}, figures=stub,
+                          check=check, engines=engines)  # fmt: skip
+    return report_html.render(data)
+
+
+def headers(page: str) -> list[list[str]]:
+    """Return each table's header cells, in page order."""
+    return [
+        re.findall(r"<th>([^<]*)</th>", head) for head in re.findall(r"<thead>(.*?)</thead>", page)
+    ]
+
+
+def test_the_wide_tables_list_their_key_columns_first():
+    heads = headers(example_page())
+    (check,) = [h for h in heads if "measured_ms" in h and "composed_ms" in h]
+    (engines,) = [h for h in heads if "engine_tpot_ms" in h and "cited" in h]
+    assert len(check) > 15 and len(engines) > 20  # wide: they scroll at 1,280 px
+    assert check[:5] == ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct"]
+    assert engines[:8] == [
+        "engine", "model", "hardware", "layout", "batch", "engine_tpot_ms", "composed_tpot_ms",
+        "composed_over_engine",
+    ]  # fmt: skip

@@ -16,8 +16,10 @@ FIGURES = {
         "tokens/s per GPU against tokens/s per user, per layout and batch that fits",
         "Each point is one layout at one batch that fits in memory, as the verdict composes it: "
         "tokens/s per user (1,000 / TPOT in ms) across, tokens/s per GPU (all sequences' "
-        "tokens/s over the layout's GPUs) up; its label is the batch. The black line joins the "
-        "points no other point beats on both (the frontier): a deployment is chosen on it.",
+        "tokens/s over the layout's GPUs) up; its label is the batch. The wide grey line joins "
+        "the points no other point beats on both (the frontier): a deployment is chosen on it. "
+        "Points of two layouts that coincide are drawn one inside the other, under one label "
+        "that says how many layouts it stands for.",
     ),
     "verdict_split": (
         "step split per layout and batch",
