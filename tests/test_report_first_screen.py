@@ -448,8 +448,9 @@ def test_the_launch_section_names_every_timed_kernel_it_does_not_cover_and_each_
             assert runner in checked or (lacks and runner in lacks.group(1)), runner
         assert "The launch check covers 2 of the 4 kernels timed in decode" in launch_text
         assert (
-            "Failed to launch where timed: cutlass:128x256x128_s5 on NVIDIA H200 (1 rows): "
-            "initialize Error Internal: needs 280,576 B" in launch_text
+            "Failed to launch where timed: cutlass:128x256x128_s5 on NVIDIA H200 (1 row; not a "
+            "kernel of the launch check, so not in its counts above): initialize Error Internal: "
+            "needs 280,576 B" in launch_text
         )
     everything = analysis.launch_coverage(
         pd.concat([launch, pd.DataFrame({"target": "h200", "backend": "cutlass", "fits": "no",
@@ -509,3 +510,47 @@ def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():
     # The check section says where the verdict's collectives come from, from the same inputs.
     check = next(s for s in data.sections if s.key == "check")
     assert "The verdict's own collectives: modelled from hardware[gpu]" in check.blocks[0].text
+
+
+def test_report_text_counts_in_proper_plurals_and_ends_a_reason_with_one_stop():
+    launch, decode = timed_and_checked()
+    launch = launch.assign(reason="Tile_M must be a multiple of 64.", fits="no", status="compile")
+    data = contents.build(settings_stub(), launch, decode, pd.DataFrame(), hand_verdict(), {})
+    text = report_md.render(data)
+    assert not re.search(r"(?<![\d.,])1 (rows|kernels|points|GPUs|tokens|runners|layouts)\b", text)
+    assert "(1 row;" in text
+    assert not re.search(r"[^.]\.\.(\s|$)", text)  # no 'of 64..', p10..p90 stays
+    assert "multiple of 64." in text
+
+
+def test_the_grid_and_the_card_label_tokens_per_s_per_gpu_alike():
+    verdict = hand_verdict()
+    page = report_md.render(contents.build(settings_stub(), *[pd.DataFrame()] * 3, verdict, {}))
+    grid = analysis.verdict_pivot(verdict)
+    # tp2 at batch 8: 9 ms, 888.9 tok/s in all over 2 GPUs, 444 per GPU (the card's unit).
+    cell = grid.loc[grid["layout"] == "tp2", "batch 8"].item()
+    assert "444 tok/s/GPU (889 all GPUs)" in cell
+    assert "| tok/s/GPU |" in page and "**tok/s/GPU (N all GPUs)**" in page
+
+
+def test_the_reports_say_what_the_answer_rests_on_in_at_most_three_short_lines():
+    data = contents.build(settings_stub(), *[pd.DataFrame()] * 3, carded_verdict(), {},
+                          check=CHECK, engines=ENGINES)  # fmt: skip
+    text, page = report_md.render(data), report_html.render(data)
+    card = text.split("## ")[0]
+    lines = re.findall(r"^- (.*)$", card[card.index("_Rests on_:") :], flags=re.M)
+    items = re.findall(r"<li>(.*?)</li>", page[page.index('class="rests"') :].split("</ul>")[0])
+    assert 1 <= len(lines) <= 3 and [html.unescape(i) for i in items] == lines
+    assert all(len(line) <= 105 for line in lines)
+    assert lines[0].startswith("parts composed from the launch-aware fit")
+    assert lines[1].startswith("check: ") and lines[2].startswith("engine check: ")
+    assert data.card.rests_on not in text  # the whole list stays in answer.json
+
+
+def test_the_short_rests_keep_a_clause_whole_across_a_bracketed_semicolon():
+    assert answer_card.clauses("a (b; c); d [e; f]; g") == ["a (b; c)", "d [e; f]", "g"]
+    card = answer_card.AnswerCard(
+        model="m", hardware="gpu", picks=[], no_fit_batches=[],
+        rests_on="fit X; engine check: 3 of 4 within (median 5%; 1 contradicted); SGLang ...",
+    )  # fmt: skip
+    assert card.short_rests() == "fit X; engine check: 3 of 4 within (median 5%; 1 contradicted)."

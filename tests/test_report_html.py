@@ -19,7 +19,7 @@ from matplotlib import image as mpimg
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose
-from tilesweep.report import analysis, contents
+from tilesweep.report import analysis, contents, sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.collective_figure import collective_bandwidth
@@ -430,3 +430,25 @@ def test_the_wide_tables_list_their_key_columns_first():
         "engine", "model", "hardware", "layout", "batch", "engine_tpot_ms", "composed_tpot_ms",
         "composed_over_engine",
     ]  # fmt: skip
+
+
+# ---- provenance: when, in human dates, and which gap is which --------------------------------
+
+
+def test_provenance_gives_job_times_as_dates_and_says_which_tables_keep_none():
+    decode = pd.DataFrame(
+        {"device": "NVIDIA H200", "status": "ok",
+         "job_start_utc": ["2026-12-04T13:51:42.034371+00:00", "2026-12-04T13:52:00.1+00:00"],
+         "job_end_utc": ["2026-12-04T13:53:01.5+00:00", "2026-12-04T13:55:21.632969+00:00"]}
+    )  # fmt: skip
+    check = pd.DataFrame({"layout": ["tp1"], "device": "NVIDIA H200"})
+    empty = pd.DataFrame()
+    blocks = sections.provenance_blocks({}, empty, decode, empty, check, {"note": "re-rendered"})
+    when = {r["figure"]: r["measured"] for r in blocks[1].frame.to_dict("records")}
+    assert when["decode_time, decode_roofline"] == (
+        "2026-12-04 13:51 UTC to 2026-12-04 13:55 UTC (the rows' job times)"
+    )
+    assert when["check_error"] == "not kept with the tables"  # rows, but no time on them
+    assert when["collective_bandwidth"] == when["launch_smem"] == "no rows measured"
+    text = report_md.render(contents.build(settings_stub(), empty, decode, empty, empty, {}))
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", text)  # never raw microseconds

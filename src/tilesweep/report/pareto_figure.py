@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import empty, enforce_series, floats, whole
 
 # At most this many layouts get a series of their own; the legend counts the rest.
@@ -155,7 +156,8 @@ def pareto(verdict: pd.DataFrame) -> Figure:
             )
         )
     if rest:
-        handles.append(Line2D([], [], lw=0, label=f"+{len(rest)} more layouts: verdict table"))
+        more = plural(len(rest), "more layout")
+        handles.append(Line2D([], [], lw=0, label=f"+{more}: verdict table"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
     fig.set_layout_engine("constrained")
     place_labels(fig, ax, labels)
