@@ -306,6 +306,20 @@ TUNE_SUMMARY_COLUMNS = [
     "math_fraction", "best_config", "best_x_vllm", "best_x_torch", "fastest_config",
     "fastest_x_vllm", "fastest_x_torch", "fastest_copy_fraction",
 ]  # fmt: skip
+# The tuning section's short table: a tuned batch's config and its figures against the others.
+TUNE_TOP_COLUMNS = [
+    "dtype",
+    "experts",
+    "n",
+    "routing",
+    "m",
+    "config",
+    "time_ms",
+    "x_vllm",
+    "x_sglang",
+    "x_torch",
+    "copy_fraction",
+]
 TUNE_TARGET_COLUMNS = [
     "dtype", "experts", "n", "routing", "x_vllm_min", "x_vllm_min_m1024", "best_x_vllm_min_m1024",
     "read_fraction_for_1_15x_m1024", "best_x_torch_min_tpe_1_256",

@@ -35,6 +35,14 @@ FIGURES = {
         "measured whole decode step on the device at hand, in percent of its median (0: exact; "
         "dashed: +-10%); grey: the measured p10..p90 band around that median.",
     ),
+    "engine_tpot": (
+        "composed against engines' measured TPOT, log-log, per GPU",
+        "Each point is a time per output token an engine measured and published (across) beside "
+        "this sweep's composition of the same deployment (up), log-log, one panel per GPU; marker: "
+        "the engine, colour: the model. Grey: composed/engine within 0.75-1.33x, the band the "
+        "engine check counts; dashed: equal. Figures the composition has no time for are in the "
+        "table only.",
+    ),
     "launch_smem": (
         "shared memory per kernel and target",
         "Bars: shared memory per block (colour: fits by default / after opt-in / not); hatched: "
@@ -110,16 +118,17 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """One of FIGURES, by name; `text`, where given, is its caption generated from what its
-    panels draw, in place of the general one."""
+    """One of FIGURES (or a tuner's own, which gives its alt text), by name; `text`, where
+    given, is its caption generated from what its panels draw, in place of the general one."""
 
     name: str
     text: str = ""
+    alt_text: str = ""
 
     @property
     def alt(self) -> str:
         """Return the figure's alt text."""
-        return FIGURES[self.name][0]
+        return self.alt_text or FIGURES[self.name][0]
 
     @property
     def caption(self) -> str:

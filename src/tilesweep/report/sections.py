@@ -252,6 +252,7 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
             "in_band of figures within 0.75-1.33x, composed/engine's median and range."
         ),
         Table(references.family_errors(engines), list(references.family_errors(None).columns)),
+        Figure("engine_tpot"),
         Table(engines, REPORT_ENGINE_COLUMNS),
     ]
 
