@@ -3,6 +3,7 @@ that fit, the Pareto frontier, and in-page links that all land on an element."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import itertools
 import json
@@ -82,7 +83,7 @@ def test_the_answer_names_the_winner_per_batch_range_its_tpot_and_how_sure():
     text = headlines.answer(hand_verdict(), CHECK)
     assert text.startswith("m on gpu, fastest layout: tp2 (2 GPUs) at batches 1 and 8, ")
     assert "8 to 9 ms per output token (TPOT), 125 to 889 tokens/s, memory-bound, 4.0x" in text
-    assert "; tp1 (1 GPUs) at batch 64, 20 ms, 3,200 tokens/s, memory-bound, 4.0x" in text
+    assert "; tp1 (1 GPU) at batch 64, 20 ms, 3,200 tokens/s, memory-bound, 4.0x" in text
     assert "no layout fits in memory at batch 512" in text
     # How sure: the held-out rows of the check only (the calibration row's +0.5% is left out).
     assert "-4% to +7% off 3 whole steps measured on NVIDIA H200" in text
@@ -554,3 +555,9 @@ def test_the_short_rests_keep_a_clause_whole_across_a_bracketed_semicolon():
         rests_on="fit X; engine check: 3 of 4 within (median 5%; 1 contradicted); SGLang ...",
     )  # fmt: skip
     assert card.short_rests() == "fit X; engine check: 3 of 4 within (median 5%; 1 contradicted)."
+    # Cut short before a bracket it would leave open, and no stop after the ellipsis.
+    long = "engine check: 182 of 209 held-out engine figures within 0.75-1.33x (median |error| 11%"
+    card = dataclasses.replace(card, rests_on=f"fit X; {long}; 1 contradicted by its own source)")
+    assert card.short_rests() == (
+        "fit X; engine check: 182 of 209 held-out engine figures within 0.75-1.33x ..."
+    )

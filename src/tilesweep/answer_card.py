@@ -57,10 +57,16 @@ REPORT_RESTS = ("check:", "engine check")
 
 
 def _clip(text: str, limit: int) -> str:
-    """Return text cut at a word before `limit` characters, with an ellipsis where cut."""
+    """Return text cut at a word before `limit` characters (before a bracket it would leave
+    open), with an ellipsis where cut."""
     if len(text) <= limit:
         return text
-    return text[:limit].rsplit(" ", 1)[0].rstrip(",;(") + " ..."
+    cut = text[:limit].rsplit(" ", 1)[0]
+    opened = [i for i, c in enumerate(cut) if c in "(["]
+    closed = sum(c in ")]" for c in cut)
+    if len(opened) > closed and opened[closed] > 0:  # the first bracket left open
+        cut = cut[: opened[closed]]
+    return cut.rstrip(",;( ") + " ..."
 
 
 def clauses(text: str) -> list[str]:
@@ -288,7 +294,8 @@ class AnswerCard:
 
     def short_rests(self) -> str:
         """Return what the answer rests on in a few plain clauses, on one line (the console's)."""
-        return "; ".join(self.rests_lines()) + "."
+        line = "; ".join(self.rests_lines())
+        return line if line.endswith("...") else line + "."
 
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""

@@ -132,7 +132,7 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             TUNE_TOP_COLUMNS,
             title=f"The {plural(min(TOP_ROWS, len(summary)), 'batch', 'batches')} the tuned "
             f"config gains most on over the vLLM default, of {len(summary)} tuned (not "
-            "exported; every batch is in the figure and in tune.csv)",
+            "exported; every batch is in the figure and the tune table)",
             empty="(none)",
         ),
     ]
