@@ -29,7 +29,7 @@ FIGURES = {
         "The project kernel's tuned config against the vLLM default config (blue) and the "
         "torch grouped GEMM (orange), per batch M: their time over the tuned config's on the "
         "same routed batch (above 1: the tuned config is faster), one panel per dtype and "
-        "problem, a line style per routing; log scales.",
+        "problem, a line style per routing; batches on a log scale.",
         tune_speedup,
     ),
 }

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
 from tilesweep.fused_moe.tune_analysis import tune_summary
 from tilesweep.report.plotting import PAGE_WIDTH_IN, empty, enforce_series, floats, reference
@@ -44,7 +45,7 @@ def tune_speedup(tables: dict[str, pd.DataFrame]) -> Figure:
                         color=color, lw=1.2, label=f"{label}, {routing}")  # fmt: skip
         reference(ax.axhline(1.0, color="#555555", lw=0.8))
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
         ax.grid(alpha=0.3, which="both")
         ax.set_title(f"{dtype}, {experts} experts, n={n}", fontsize="medium")
         ax.set_xlabel("batch M (tokens)")

@@ -4,6 +4,8 @@ and published (engines.csv), log-log, one panel per GPU and one marker per engin
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -25,7 +27,7 @@ from tilesweep.report.plotting import (
 COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
 # One marker per engine, the same in every panel.
 MARKERS = ("o", "s", "^", "D", "v", "P")
-PANELS_PER_ROW = 4
+PANELS_PER_ROW = 3
 
 
 def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
@@ -50,9 +52,9 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
     gpus = list(points["hardware"].value_counts().index)
     marker = {e: MARKERS[i % len(MARKERS)] for i, e in enumerate(sorted(set(points["engine"])))}
     color = {m: COLORS[i % len(COLORS)] for i, m in enumerate(sorted(set(points["model"])))}
-    ncols = min(PANELS_PER_ROW, len(gpus))
+    ncols = min(PANELS_PER_ROW, math.ceil(math.sqrt(len(gpus))))
     nrows = -(-len(gpus) // ncols)
-    fig = Figure(figsize=(PAGE_WIDTH_IN, 3.0 * nrows + 0.6))
+    fig = Figure(figsize=(PAGE_WIDTH_IN * 0.75, 3.3 * nrows + 0.4))
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     values = np.concatenate([points["engine_tpot_ms"], points["composed_tpot_ms"]])
     low, high = values.min() / 1.3, values.max() * 1.3
@@ -79,8 +81,11 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
         inside = part["composed_tpot_ms"] / part["engine_tpot_ms"]
         within = int(((inside >= BAND[0]) & (inside <= BAND[1])).sum())
         ax.set_title(f"{gpu}: {within} of {plural(len(part), 'figure')} in band", fontsize="medium")
-        ax.set_xlabel("engine's measured TPOT (ms)")
-        ax.set_ylabel("composed TPOT (ms)")
+    for i, ax in enumerate(axes[: len(gpus)]):
+        if i + ncols >= len(gpus):  # the lowest panel of its column
+            ax.set_xlabel("engine's measured TPOT (ms)")
+        if i % ncols == 0:
+            ax.set_ylabel("composed TPOT (ms)")
     for ax in axes[len(gpus) :]:
         ax.set_visible(False)
     handles = [Line2D([], [], color="#555555", marker=m, lw=0, label=e) for e, m in marker.items()]

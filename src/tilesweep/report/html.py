@@ -97,7 +97,8 @@ def _cell(column: str, value: object, style: str, digits: int) -> str:
         head, _, numbers = text.partition("\n")
         word = head.split(" ")[0]
         kind = word if word in VERDICT_CLASSES else "unknown"
-        return f'<td class="v-{kind}">{esc(head)}<small>{esc(numbers)}</small></td>'
+        lines = "<br>".join(esc(line) for line in numbers.split("\n"))
+        return f'<td class="v-{kind}">{esc(head)}<small>{lines}</small></td>'
     body = esc(text)
     if column == "source" and text in ("model", "measured", "composed"):
         body = f'<span class="badge {text}">{body}</span>'

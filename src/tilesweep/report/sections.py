@@ -92,8 +92,8 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
         grid,
         title=title,
         note="Per layout and batch (concurrent sequences): what bounds one decode step of the "
-        "named deployment and by how much, then ms per output token, tokens/s per GPU (as in the "
-        "answer card) and of all the layout's GPUs.",
+        "named deployment and by how much, then ms per output token and TPOT over its floor, then "
+        "tokens/s per GPU (as in the answer card) and of all the layout's GPUs.",
         empty=empty,
         style="verdict",
         legend=(*words, *legend()) if len(grid) else (),
