@@ -656,3 +656,36 @@ def test_the_tuners_settings_are_refused_by_its_model_naming_the_key(override, m
     with pytest.raises(ConfigError) as err:
         compose([override])
     assert str(err.value).startswith(f"backend.fused_moe.{message}")
+
+
+def test_the_tuning_section_is_a_figure_and_a_short_table_not_every_batch():
+    import pandas as pd
+
+    from tilesweep.columns import TUNE_TOP_COLUMNS
+    from tilesweep.fused_moe.report_sections import TOP_ROWS, tune_blocks
+    from tilesweep.fused_moe.tune_figure import tune_speedup
+    from tilesweep.report.document import Figure, Table
+
+    tune = pd.DataFrame(
+        [{"dtype": d, "experts": 256, "n": 2048, "m": m, "routing": r, "op": "both",
+          "status": "ok", "runner": "fused_moe", "source": "finalist", "config": f"c{m}",
+          "time_ms": 0.1 * m, "over_vllm_default": 1.0 + m / 1000, "over_baseline": 1.5,
+          "over_sglang_default": 1.1, "copy_fraction": 0.8, "tuned": True, "best": False}
+         for d in ("bf16", "fp8") for r in ("uniform", "zipf") for m in (1, 8, 64, 512, 4096)]
+    )  # fmt: skip
+    blocks = tune_blocks(tune)
+    figures = [b for b in blocks if isinstance(b, Figure)]
+    assert [f.name for f in figures] == ["tune_speedup"] and figures[0].alt and figures[0].caption
+    tables = [b for b in blocks if isinstance(b, Table)]
+    assert all(len(t.frame) <= TOP_ROWS for t in tables)  # 20 tuned batches: the top 8 shown
+    (top,) = [t for t in tables if "gains most" in t.title]
+    assert top.shown() == TUNE_TOP_COLUMNS and "of 20 tuned" in top.title
+    assert top.frame["m"].tolist()[:4] == [4096, 4096, 4096, 4096]  # the largest x vLLM first
+    fig = tune_speedup({"tune": tune})
+    axes = [ax for ax in fig.get_axes() if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [
+        "bf16, 256 experts, n=2048",
+        "fp8, 256 experts, n=2048",
+    ]
+    assert all(len(ax.get_lines()) == 5 for ax in axes)  # 2 ratios x 2 routings, and the 1 line
+    assert tune_speedup({"tune": pd.DataFrame()}).get_axes()[0].texts  # says it is not tuned

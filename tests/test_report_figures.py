@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import itertools
 import struct
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.text import Text
 
+from tilesweep.references import BAND
+from tilesweep.report import sections
 from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.compare_figure import compare_ratios
 from tilesweep.report.decode_figures import decode_roofline, decode_time, shown_runners
+from tilesweep.report.document import Figure
+from tilesweep.report.engine_figure import engine_points, engine_tpot
 from tilesweep.report.launch_figure import deployment_target, launch_smem
 from tilesweep.report.plotting import (
     DPI,
@@ -352,3 +357,43 @@ def test_compare_ratios_is_readable_with_many_changes():
         }
     )
     assert_readable(compare_ratios(changes))
+
+
+def test_the_engine_figure_is_log_log_with_the_band_and_a_marker_per_engine():
+    engines = pd.DataFrame(
+        [{"engine": e, "model": m, "hardware": h, "engine_tpot_ms": t, "composed_tpot_ms": c}
+         for e, m, h, t, c in [
+             ("SGLang", "glm5", "h200", 10.0, 9.0), ("SGLang", "glm5", "h200", 20.0, 30.0),
+             ("vLLM", "glm5", "h200", 15.0, 14.0), ("vLLM", "qwen3", "b200", 5.0, 2.0),
+             ("SGLang", "qwen3", "b200", 8.0, float("nan")),  # not composed: table only
+         ]]
+    )  # fmt: skip
+    assert len(engine_points(engines)) == 4
+    fig = engine_tpot(engines)
+    axes = [ax for ax in fig.get_axes() if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [
+        "h200: 2 of 3 figures in band", "b200: 0 of 1 figure in band"
+    ]  # fmt: skip
+    markers = {}
+    for ax in axes:
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+        (band,) = [c for c in ax.collections if not c.get_label() or c.get_label()[0] == "_"]
+        xs, ys = band.get_paths()[0].vertices.T
+        ratios = sorted(set(np.round(ys[xs > 0] / xs[xs > 0], 2)))
+        assert ratios[0] == BAND[0] and ratios[-1] == BAND[1]
+        for points in ax.collections:
+            if points is not band:
+                engine = points.get_label().split()[0]
+                markers.setdefault(engine, set()).add(points.get_paths()[0].vertices.tobytes())
+    assert set(markers) == {"SGLang", "vLLM"} and all(len(m) == 1 for m in markers.values())
+    assert len({next(iter(m)) for m in markers.values()}) == 2  # a marker of its own each
+    assert png(engine_tpot(pd.DataFrame()))[:4] == b"\x89PNG"
+
+
+def test_the_engine_figure_stands_in_the_engines_part_of_the_check_section():
+    kept = Path(__file__).resolve().parents[1] / "docs" / "examples" / "h200" / "engines.csv"
+    engines = pd.read_csv(kept).head(6)
+    blocks = sections.engine_blocks(engines)
+    names = [type(b).__name__ for b in blocks]
+    assert Figure("engine_tpot") in blocks
+    assert names.index("Figure") < len(names) - 1 and names[-1] == "Table"

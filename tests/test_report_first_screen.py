@@ -3,7 +3,9 @@ that fit, the Pareto frontier, and in-page links that all land on an element."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import itertools
 import json
 import re
 
@@ -81,7 +83,7 @@ def test_the_answer_names_the_winner_per_batch_range_its_tpot_and_how_sure():
     text = headlines.answer(hand_verdict(), CHECK)
     assert text.startswith("m on gpu, fastest layout: tp2 (2 GPUs) at batches 1 and 8, ")
     assert "8 to 9 ms per output token (TPOT), 125 to 889 tokens/s, memory-bound, 4.0x" in text
-    assert "; tp1 (1 GPUs) at batch 64, 20 ms, 3,200 tokens/s, memory-bound, 4.0x" in text
+    assert "; tp1 (1 GPU) at batch 64, 20 ms, 3,200 tokens/s, memory-bound, 4.0x" in text
     assert "no layout fits in memory at batch 512" in text
     # How sure: the held-out rows of the check only (the calibration row's +0.5% is left out).
     assert "-4% to +7% off 3 whole steps measured on NVIDIA H200" in text
@@ -203,6 +205,68 @@ def test_the_pareto_figure_takes_the_rows_that_fit_and_at_most_six_layouts():
     assert drawn == ["l0", "l1", "l2", "l3", "l4", "l5"] and rest == ["l6", "l7", "l8"]
     for verdict in (hand_verdict(), many, pd.DataFrame()):
         assert png(pareto(verdict))[:4] == b"\x89PNG"
+
+
+def coincident_verdict() -> pd.DataFrame:
+    """Return the kept H200 example's shape: two layouts at one point at batch 8 (TP8 and
+    TP4+PP2), TP8's line along the frontier, a third layout and close labels."""
+    rows = [
+        row("tp1-pp1-ep8", 8, 1, 19.0), row("tp1-pp1-ep8", 8, 8, 24.6),
+        row("tp1-pp1-ep8", 8, 64, 41.4), row("tp4-pp2-ep1", 8, 1, 12.2),
+        row("tp4-pp2-ep1", 8, 8, 17.5), row("tp4-pp2-ep1", 8, 64, 50.3),
+        row("tp8-pp1-ep1", 8, 1, 11.4), row("tp8-pp1-ep1", 8, 8, 17.52),
+        row("tp8-pp1-ep1-xep", 8, 1, 13.7), row("tp8-pp1-ep1-xep", 8, 8, 21.0),
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def label_boxes(fig) -> list:
+    """Return the window extents of the point labels of a drawn Pareto figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.get_axes()
+    return [t.get_window_extent(renderer) for t in ax.texts]
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1, 2])
+def test_the_pareto_labels_never_overlap(seed):
+    verdict = coincident_verdict()
+    if seed is not None:  # a crowded grid: 5 layouts x 6 batches, some points close together
+        rng = np.random.default_rng(seed)
+        verdict = pd.DataFrame([
+            row(f"l{i}", 8, b, float(rng.uniform(10, 12) * (1 + b / 64)))
+            for i in range(5) for b in (1, 2, 4, 8, 16, 32)
+        ])  # fmt: skip
+    fig = pareto(verdict)
+    boxes = label_boxes(fig)
+    # Every point has a label; coincident points share one that says how many it stands for.
+    texts = [t.get_text() for t in fig.get_axes()[0].texts]
+    shared = [int(m) for t in texts for m in re.findall(r"\((\d+) layouts\)", t)]
+    assert len(texts) - len(shared) + sum(shared) == len(pareto_points(verdict))
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+
+
+def test_coincident_pareto_points_share_one_label_and_both_markers_show():
+    fig = pareto(coincident_verdict())
+    label_boxes(fig)
+    (ax,) = fig.get_axes()
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("8 (2 layouts)") == 1 and len(texts) == 9
+    sizes = sorted(s for c in ax.collections for s in c.get_sizes())
+    assert sizes[0] < sizes[-1]  # the later of the two coincident points drawn inside
+
+
+def test_the_pareto_frontier_is_a_line_of_its_own():
+    fig = pareto(coincident_verdict())
+    (ax,) = fig.get_axes()
+    (front,) = [line for line in ax.get_lines() if line.get_gid() == "frontier"]
+    layouts = [line for line in ax.get_lines() if line.get_gid() != "frontier"]
+    assert len(layouts) == 4
+    for line in layouts:
+        assert line.get_color() != front.get_color()
+        assert front.get_linewidth() > 3 * line.get_linewidth()
+        assert front.get_zorder() < line.get_zorder()  # under every layout's own line
 
 
 # ---- in-page links ---------------------------------------------------------------------------
@@ -385,8 +449,9 @@ def test_the_launch_section_names_every_timed_kernel_it_does_not_cover_and_each_
             assert runner in checked or (lacks and runner in lacks.group(1)), runner
         assert "The launch check covers 2 of the 4 kernels timed in decode" in launch_text
         assert (
-            "Failed to launch where timed: cutlass:128x256x128_s5 on NVIDIA H200 (1 rows): "
-            "initialize Error Internal: needs 280,576 B" in launch_text
+            "Failed to launch where timed: cutlass:128x256x128_s5 on NVIDIA H200 (1 row; not a "
+            "kernel of the launch check, so not in its counts above): initialize Error Internal: "
+            "needs 280,576 B" in launch_text
         )
     everything = analysis.launch_coverage(
         pd.concat([launch, pd.DataFrame({"target": "h200", "backend": "cutlass", "fits": "no",
@@ -421,9 +486,9 @@ def test_pareto_labels_never_overlap_even_where_points_coincide():
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
     assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[:i])
-    # tp4, tp8 and ep8 at batch 8 sit on one spot: one label "8" for all three.
+    # tp4, tp8 and ep8 at batch 8 sit on one spot: one label for all three, saying so.
     texts = [t.get_text() for t in fig.axes[0].texts]
-    assert texts.count("8") == 2 and texts.count("1") == 2
+    assert texts.count("8 (3 layouts)") == 1 and texts.count("8") == 1 and texts.count("1") == 2
 
 
 def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():
@@ -446,3 +511,54 @@ def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():
     # The check section says where the verdict's collectives come from, from the same inputs.
     check = next(s for s in data.sections if s.key == "check")
     assert "The verdict's own collectives: modelled from hardware[gpu]" in check.blocks[0].text
+
+
+def test_report_text_counts_in_proper_plurals_and_ends_a_reason_with_one_stop():
+    launch, decode = timed_and_checked()
+    launch = launch.assign(reason="Tile_M must be a multiple of 64.", fits="no", status="compile")
+    data = contents.build(settings_stub(), launch, decode, pd.DataFrame(), hand_verdict(), {})
+    text = report_md.render(data)
+    assert not re.search(r"(?<![\d.,])1 (rows|kernels|points|GPUs|tokens|runners|layouts)\b", text)
+    assert "(1 row;" in text
+    assert not re.search(r"[^.]\.\.(\s|$)", text)  # no 'of 64..', p10..p90 stays
+    assert "multiple of 64." in text
+
+
+def test_the_grid_and_the_card_label_tokens_per_s_per_gpu_alike():
+    verdict = hand_verdict()
+    page = report_md.render(contents.build(settings_stub(), *[pd.DataFrame()] * 3, verdict, {}))
+    grid = analysis.verdict_pivot(verdict)
+    # tp2 at batch 8: 9 ms, 888.9 tok/s in all over 2 GPUs, 444 per GPU (the card's unit).
+    cell = grid.loc[grid["layout"] == "tp2", "batch 8"].item()
+    assert "444 tok/s/GPU (889 all GPUs)" in cell.split("\n")
+    assert max(map(len, cell.split("\n"))) <= 32  # short lines: the grid fits 1,280 px
+    assert "| tok/s/GPU |" in page and "**tok/s/GPU (N all GPUs)**" in page
+
+
+def test_the_reports_say_what_the_answer_rests_on_in_at_most_three_short_lines():
+    data = contents.build(settings_stub(), *[pd.DataFrame()] * 3, carded_verdict(), {},
+                          check=CHECK, engines=ENGINES)  # fmt: skip
+    text, page = report_md.render(data), report_html.render(data)
+    card = text.split("## ")[0]
+    lines = re.findall(r"^- (.*)$", card[card.index("_Rests on_:") :], flags=re.M)
+    items = re.findall(r"<li>(.*?)</li>", page[page.index('class="rests"') :].split("</ul>")[0])
+    assert 1 <= len(lines) <= 3 and [html.unescape(i) for i in items] == lines
+    assert all(len(line) <= 105 for line in lines)
+    assert lines[0].startswith("parts composed from the launch-aware fit")
+    assert lines[1].startswith("check: ") and lines[2].startswith("engine check: ")
+    assert data.card.rests_on not in text  # the whole list stays in answer.json
+
+
+def test_the_short_rests_keep_a_clause_whole_across_a_bracketed_semicolon():
+    assert answer_card.clauses("a (b; c); d [e; f]; g") == ["a (b; c)", "d [e; f]", "g"]
+    card = answer_card.AnswerCard(
+        model="m", hardware="gpu", picks=[], no_fit_batches=[],
+        rests_on="fit X; engine check: 3 of 4 within (median 5%; 1 contradicted); SGLang ...",
+    )  # fmt: skip
+    assert card.short_rests() == "fit X; engine check: 3 of 4 within (median 5%; 1 contradicted)."
+    # Cut short before a bracket it would leave open, and no stop after the ellipsis.
+    long = "engine check: 182 of 209 held-out engine figures within 0.75-1.33x (median |error| 11%"
+    card = dataclasses.replace(card, rests_on=f"fit X; {long}; 1 contradicted by its own source)")
+    assert card.short_rests() == (
+        "fit X; engine check: 182 of 209 held-out engine figures within 0.75-1.33x ..."
+    )

@@ -19,7 +19,7 @@ from matplotlib import image as mpimg
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose
-from tilesweep.report import analysis, contents
+from tilesweep.report import analysis, contents, sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.collective_figure import collective_bandwidth
@@ -251,7 +251,9 @@ def test_report_escapes_text_and_keeps_going_with_empty_tables():
     # the page links to no section it does not hold.
     assert '<section id="brief">' not in page and '<a href="#brief">' not in page
     assert set(re.findall(r'href="#([^"]+)"', page)) <= set(re.findall(r'id="([^"]+)"', page))
-    assert len(png_images(page)) == len(FIGURES)  # launch, and the rest saying "empty"
+    # launch, and the rest saying "empty"; the engines' figure stands in their part, absent
+    # without cited figures
+    assert len(png_images(page)) == len(FIGURES) - 1
 
 
 def test_report_labels_every_verdict_row_with_its_source():
@@ -343,9 +345,10 @@ def decode_rows() -> pd.DataFrame:
 
 def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     empty = pd.DataFrame()
+    engines = pd.read_csv(EXAMPLE / "engines.csv").head(6)  # the engines' part and figure
     data = contents.build(
         settings_stub(), launch_rows(), decode_rows(), empty, verdict_rows(), {},
-        panel=brief_panel(),
+        panel=brief_panel(), engines=engines,
     )  # fmt: skip
     text, page = report_md.render(data), report_html.render(data)
     md_titles = re.findall(r"^## (.+)$", text, flags=re.M)
@@ -395,3 +398,60 @@ def test_html_tables_scroll_in_their_own_box_and_the_page_does_not():
     tables = page.count("<table>")
     assert tables > 5 and page.count('<div class="scroll"><table>') == tables
     assert ".scroll{overflow-x:auto" in page and "max-width:1200px" in page
+
+
+# ---- wide tables: the columns each exists for come first -------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "h200"
+
+
+def example_page() -> str:
+    """Return the HTML page of the kept H200 example's check and engine tables (figures stubbed)."""
+    check = pd.read_csv(EXAMPLE / "check.csv")
+    engines = pd.read_csv(EXAMPLE / "engines.csv")
+    empty = pd.DataFrame()
+    stub = {name: png(verdict_split(empty)) for name in FIGURES}
+    data = contents.build(settings_stub(), empty, empty, empty, empty, {}, figures=stub,
+                          check=check, engines=engines)  # fmt: skip
+    return report_html.render(data)
+
+
+def headers(page: str) -> list[list[str]]:
+    """Return each table's header cells, in page order."""
+    return [
+        re.findall(r"<th>([^<]*)</th>", head) for head in re.findall(r"<thead>(.*?)</thead>", page)
+    ]
+
+
+def test_the_wide_tables_list_their_key_columns_first():
+    heads = headers(example_page())
+    (check,) = [h for h in heads if "measured_ms" in h and "composed_ms" in h]
+    (engines,) = [h for h in heads if "engine_tpot_ms" in h and "cited" in h]
+    assert len(check) > 15 and len(engines) > 20  # wide: they scroll at 1,280 px
+    assert check[:5] == ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct"]
+    assert engines[:8] == [
+        "engine", "model", "hardware", "layout", "batch", "engine_tpot_ms", "composed_tpot_ms",
+        "composed_over_engine",
+    ]  # fmt: skip
+
+
+# ---- provenance: when, in human dates, and which gap is which --------------------------------
+
+
+def test_provenance_gives_job_times_as_dates_and_says_which_tables_keep_none():
+    decode = pd.DataFrame(
+        {"device": "NVIDIA H200", "status": "ok",
+         "job_start_utc": ["2026-12-04T13:51:42.034371+00:00", "2026-12-04T13:52:00.1+00:00"],
+         "job_end_utc": ["2026-12-04T13:53:01.5+00:00", "2026-12-04T13:55:21.632969+00:00"]}
+    )  # fmt: skip
+    check = pd.DataFrame({"layout": ["tp1"], "device": "NVIDIA H200"})
+    empty = pd.DataFrame()
+    blocks = sections.provenance_blocks({}, empty, decode, empty, check, {"note": "re-rendered"})
+    when = {r["figure"]: r["measured"] for r in blocks[1].frame.to_dict("records")}
+    assert when["decode_time, decode_roofline"] == (
+        "2026-12-04 13:51 UTC to 2026-12-04 13:55 UTC (the rows' job times)"
+    )
+    assert when["check_error"] == "not kept with the tables"  # rows, but no time on them
+    assert when["collective_bandwidth"] == when["launch_smem"] == "no rows measured"
+    text = report_md.render(contents.build(settings_stub(), empty, decode, empty, empty, {}))
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", text)  # never raw microseconds

@@ -52,13 +52,32 @@ PICK_HEADERS = {
 NAMED_ITEMS = ("expert GEMMs", "kernel list", "kernels", "host")
 # The clauses of `rests_on` the console's short form keeps (after the fit's).
 SHORT_RESTS = ("expert GEMMs", "kernel list", "collectives", "check:", "engine check")
+# The clauses the report's card keeps (after the fit's): one line each, three in all.
+REPORT_RESTS = ("check:", "engine check")
 
 
 def _clip(text: str, limit: int) -> str:
-    """Return text cut at a word before `limit` characters, with an ellipsis where cut."""
+    """Return text cut at a word before `limit` characters (before a bracket it would leave
+    open), with an ellipsis where cut."""
     if len(text) <= limit:
         return text
-    return text[:limit].rsplit(" ", 1)[0].rstrip(",;(") + " ..."
+    cut = text[:limit].rsplit(" ", 1)[0]
+    opened = [i for i, c in enumerate(cut) if c in "(["]
+    closed = sum(c in ")]" for c in cut)
+    if len(opened) > closed and opened[closed] > 0:  # the first bracket left open
+        cut = cut[: opened[closed]]
+    return cut.rstrip(",;( ") + " ..."
+
+
+def clauses(text: str) -> list[str]:
+    """Return the '; '-separated clauses of a line, a '; ' inside brackets kept in its clause."""
+    out, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return [*out, text[start:]]
 
 
 def _finite(value: object) -> bool:
@@ -267,12 +286,17 @@ class AnswerCard:
             parts.append("fit: " + _clip(str(p["fit_source"]).split("; ")[0], 70))
         return "For: " + " | ".join(parts)
 
+    def rests_lines(self, keep: tuple[str, ...] = SHORT_RESTS) -> list[str]:
+        """Return what the answer rests on as short clauses: the fit's, then those starting with
+        one of `keep`, each cut short (the whole list is `rests_on`, in answer.json)."""
+        parts = clauses(self.rests_on.rstrip("."))
+        kept = [parts[0], *(c for c in parts[1:] if c.startswith(keep))]
+        return [_clip(c, 100) for c in dict.fromkeys(kept)]
+
     def short_rests(self) -> str:
-        """Return what the answer rests on in a few plain clauses (each cut short; the whole
-        list is `rests_on`, in answer.json and the report)."""
-        clauses = self.rests_on.rstrip(".").split("; ")
-        keep = [clauses[0]] + [c for c in clauses[1:] if c.startswith(SHORT_RESTS)]
-        return "; ".join(_clip(c, 100) for c in dict.fromkeys(keep)) + "."
+        """Return what the answer rests on in a few plain clauses, on one line (the console's)."""
+        line = "; ".join(self.rests_lines())
+        return line if line.endswith("...") else line + "."
 
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""

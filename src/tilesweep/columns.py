@@ -248,13 +248,44 @@ REPORT_VERDICT_COLUMNS = [
     for c in VERDICT_COLUMNS
     if c not in {"tp", "pp", "ep", "context_len", "inputs", *PROVENANCE_COLUMNS}
 ]
-REPORT_CHECK_COLUMNS = [c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model"}]
-REPORT_ENGINE_COLUMNS = [
+# The columns each wide table exists for, first, so a 1,280 px page shows them before it
+# scrolls: the check's measured against composed step, the engines' figure against the
+# composition of it.
+REPORT_CHECK_KEY_COLUMNS = ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct"]
+REPORT_CHECK_COLUMNS = REPORT_CHECK_KEY_COLUMNS + [
+    c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model", *REPORT_CHECK_KEY_COLUMNS}
+]
+REPORT_ENGINE_KEY_COLUMNS = [
+    "engine",
+    "model",
+    "hardware",
+    "layout",
+    "batch",
+    "engine_tpot_ms",
+    "composed_tpot_ms",
+    "composed_over_engine",
+]
+REPORT_ENGINE_COLUMNS = REPORT_ENGINE_KEY_COLUMNS + [
     c
     for c in ENGINE_COLUMNS
     if c not in {"version", "fits_memory", "context_len", "speculative", "composed_source"}
+    and c not in REPORT_ENGINE_KEY_COLUMNS
 ]
 TUNE_SUMMARY_COLUMNS = _LISTS["TUNE_SUMMARY_COLUMNS"]
+# The tuning section's short table: a tuned batch's config and its figures against the others.
+TUNE_TOP_COLUMNS = [
+    "dtype",
+    "experts",
+    "n",
+    "routing",
+    "m",
+    "config",
+    "time_ms",
+    "x_vllm",
+    "x_sglang",
+    "x_torch",
+    "copy_fraction",
+]
 TUNE_TARGET_COLUMNS = _LISTS["TUNE_TARGET_COLUMNS"]
 REPORT_POWER_COLUMNS = _LISTS["REPORT_POWER_COLUMNS"]
 

@@ -121,6 +121,8 @@ class Stage5:
             **{n: self.measured[n] for n in ("launch", "decode", "collective")},
             "verdict": [self.table("verdict")],
             "check": [self.table("check")],
+            "engines": [self.table("engines")],
+            "tune": self.measured["tune"],
         }
 
     def figures(self) -> list[str]:

@@ -218,6 +218,11 @@ def report_sections(tables: dict) -> list[tuple[str, str, str, list]]:
     return [s for b in registered() if b.tuner for s in b.tuner.report_sections(tables)]
 
 
+def report_figures() -> dict[str, tuple]:
+    """Return every tuner's report figures by name (Tuner.report_figures), in listing order."""
+    return {n: f for b in registered() if b.tuner for n, f in b.tuner.report_figures().items()}
+
+
 def command_parsers(sub) -> None:
     """Add every backend's own subcommands to the CLI's subparsers (each with its handler)."""
     for b in registered():

@@ -197,6 +197,12 @@ class Tuner:
         the decode section."""
         return []
 
+    def report_figures(self) -> dict[str, tuple]:
+        """Return its report figures by name, each (category in `snakemake --report`, alt text,
+        caption, draw: the tables as report_sections gets them -> a matplotlib Figure); its
+        sections show them by name."""
+        return {}
+
 
 class Commands:
     """Adds `tilesweep` subcommands of a backend's own (the CLI's verbs for its product)."""

@@ -290,6 +290,13 @@ class FusedMoeTuner(Tuner):
 
         return report_sections(tables)
 
+    def report_figures(self) -> dict[str, tuple]:
+        """Return the tuning section's figure (report_sections.FIGURES)."""
+        # Deferred: its drawing brings matplotlib, which only a report needs.
+        from tilesweep.fused_moe.report_sections import FIGURES
+
+        return FIGURES
+
     def example_outputs(self, folder: Path) -> list[str]:
         """Return every replayed tune table and picks folder of a kept example's journals."""
         return [p for run, dtype in journals(folder) for p in replayed(folder, run, dtype)]

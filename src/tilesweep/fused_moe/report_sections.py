@@ -7,18 +7,34 @@ import pandas as pd
 
 from tilesweep.columns import (
     REPORT_DROPIN_COLUMNS,
-    TUNE_SUMMARY_COLUMNS,
     TUNE_TARGET_COLUMNS,
+    TUNE_TOP_COLUMNS,
     Status,
 )
 from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
-from tilesweep.report.document import Block, Table, Text
+from tilesweep.fused_moe.tune_figure import tune_speedup
+from tilesweep.report.document import Block, Figure, Table, Text
+from tilesweep.report.formatting import plural
 
 # Its sections, after the decode section: key, title, the navigation's short name.
 SECTIONS = (
     ("tune", "The project's fused-MoE kernel tuned in the engines' conditions", "Tuning"),
     ("dropins", "Files to drop into vLLM and SGLang", "Drop-ins"),
 )
+# Its figure: category in `snakemake --report`, alt text, caption and how it is drawn.
+FIGURES = {
+    "tune_speedup": (
+        "Tuning",
+        "tuned config against the vLLM default and torch, per batch",
+        "The project kernel's tuned config against the vLLM default config (blue) and the "
+        "torch grouped GEMM (orange), per batch M: their time over the tuned config's on the "
+        "same routed batch (above 1: the tuned config is faster), one panel per dtype and "
+        "problem, a line style per routing; batches on a log scale.",
+        tune_speedup,
+    ),
+}
+# The tuning section's short table: the batches the tuned config gains most on.
+TOP_ROWS = 8
 
 
 def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str, list[Block]]]:
@@ -108,10 +124,15 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
             "from 1 to 32.",
         ),
+        Figure(
+            "tune_speedup", text=FIGURES["tune_speedup"][2], alt_text=FIGURES["tune_speedup"][1]
+        ),
         Table(
-            summary,
-            TUNE_SUMMARY_COLUMNS,
-            title="The project kernel's tuned config per batch (not exported)",
+            summary.sort_values("x_vllm", ascending=False).head(TOP_ROWS),
+            TUNE_TOP_COLUMNS,
+            title=f"The {plural(min(TOP_ROWS, len(summary)), 'batch', 'batches')} the tuned "
+            f"config gains most on over the vLLM default, of {len(summary)} tuned (not "
+            "exported; every batch is in the figure and the tune table)",
             empty="(none)",
         ),
     ]

@@ -225,7 +225,8 @@ def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
     """Return one row per layout, one column per batch; a cell is the bound and its margin (or
-    why it does not fit) and, on its second line, ms per token, tokens/s and TPOT over its floor."""
+    why it does not fit), then ms per token and TPOT over its floor, then tokens/s per GPU (the
+    answer card's unit) and of all its GPUs together."""
     if verdict.empty or "bound" not in verdict:
         return pd.DataFrame()
     batches = sorted(verdict["batch"].dropna().unique())
@@ -240,12 +241,14 @@ def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
                 continue
             cell = verdict_cell(rec)
             if finite(rec.get("tpot_ms")):
-                cell += (
-                    f"\n{fmt_value(rec['tpot_ms'])} ms/token, "
-                    f"{fmt_value(rec['tokens_per_s'])} tok/s"
-                )
+                cell += f"\n{fmt_value(rec['tpot_ms'])} ms/token"
                 if finite(rec.get("x_floor")):
                     cell += f", {rec['x_floor']:.1f}x floor"
+                if finite(rec.get("tokens_per_s_per_gpu")):
+                    cell += f"\n{fmt_value(rec['tokens_per_s_per_gpu'])} tok/s/GPU "
+                    cell += f"({fmt_value(rec['tokens_per_s'])} all GPUs)"
+                else:
+                    cell += f"\n{fmt_value(rec['tokens_per_s'])} tok/s all GPUs"
             row[f"batch {batch}"] = cell
         rows.append(row)
     return pd.DataFrame(rows)

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
@@ -64,7 +65,8 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
         mine = sorted({tuple(k) for k in part[keys].itertuples(index=False)})
         shown, left = top_series([_series_name(k) for k in mine])
         if left:
-            notes.append(f"{name}: {len(left)} more groups in the table ({', '.join(left)})")
+            more = plural(len(left), "more group")
+            notes.append(f"{name}: {more} in the table ({', '.join(left)})")
         for key in (k for k in mine if _series_name(k) in shown):
             line = part[(part[keys].astype(str) == [str(k) for k in key]).all(axis=1)]
             _draw(ax_bw, ax_t, line, key, colors[key], floors)

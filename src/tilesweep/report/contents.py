@@ -63,11 +63,14 @@ def draw_figures(
     verdict: pd.DataFrame,
     check: pd.DataFrame,
     names: list[str] | None = None,
+    engines: pd.DataFrame | None = None,
+    tune: pd.DataFrame | None = None,
 ) -> dict[str, bytes]:
-    """Return the report figures as PNG bytes, by name (the names in FIGURES; `names` only,
-    when given)."""
+    """Return the report figures as PNG bytes, by name (the names in FIGURES and the tuners'
+    own, backends.report_figures; `names` only, when given)."""
     from tilesweep.report.collective_figure import collective_bandwidth
     from tilesweep.report.decode_figures import decode_roofline, decode_time
+    from tilesweep.report.engine_figure import engine_tpot
     from tilesweep.report.launch_figure import deployment_target, launch_smem
     from tilesweep.report.pareto_figure import pareto
     from tilesweep.report.plotting import png
@@ -83,8 +86,17 @@ def draw_figures(
         ),
         "verdict_split": lambda: verdict_split(verdict),
         "check_error": lambda: check_error(check),
+        "engine_tpot": lambda: engine_tpot(pd.DataFrame() if engines is None else engines),
     }
-    return {name: png(drawers[name]()) for name in (FIGURES if names is None else names)}
+    tables = {"tune": pd.DataFrame() if tune is None else tune}
+    for name, (_, _, _, draw) in backends.report_figures().items():
+        drawers[name] = lambda draw=draw: draw(tables)
+    return {name: png(drawers[name]()) for name in (all_figures() if names is None else names)}
+
+
+def all_figures() -> list[str]:
+    """Return the name of every figure a report may show: FIGURES, then the tuners' own."""
+    return [*FIGURES, *backends.report_figures()]
 
 
 def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
@@ -148,9 +160,11 @@ def build(
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }
     drawn = dict(figures or {})
-    missing = [name for name in FIGURES if name not in drawn]
+    missing = [name for name in all_figures() if name not in drawn]
     if missing:
-        drawn.update(draw_figures(launch, decode, collective, verdict, check, missing))
+        drawn.update(
+            draw_figures(launch, decode, collective, verdict, check, missing, engines, tune)
+        )
     empty = pd.DataFrame()
     tuned = backends.report_sections(
         {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
 
+from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     MAX_SERIES,
     PAGE_WIDTH_IN,
@@ -93,11 +94,12 @@ def shown_runners(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
 def _selection(shown: list[str], left: list[str]) -> str:
     """Return the legend title that says which runners a block shows and where the rest are."""
     if not left:
-        return f"all {len(shown)} runners timed"
+        return f"all {plural(len(shown), 'runner')} timed"
     baseline = ", and the fastest torch baseline" if any(map(_is_baseline, shown)) else ""
     return (
         f"{len(shown)} of {len(shown) + len(left)} runners: the fastest somewhere, then the "
-        f"nearest the fastest{baseline};\nthe other {len(left)} are in the decode table"
+        f"nearest the fastest{baseline};\nthe other {len(left)} "
+        f"{'is' if len(left) == 1 else 'are'} in the decode table"
     )
 
 

@@ -16,8 +16,10 @@ FIGURES = {
         "tokens/s per GPU against tokens/s per user, per layout and batch that fits",
         "Each point is one layout at one batch that fits in memory, as the verdict composes it: "
         "tokens/s per user (1,000 / TPOT in ms) across, tokens/s per GPU (all sequences' "
-        "tokens/s over the layout's GPUs) up; its label is the batch. The black line joins the "
-        "points no other point beats on both (the frontier): a deployment is chosen on it.",
+        "tokens/s over the layout's GPUs) up; its label is the batch. The wide grey line joins "
+        "the points no other point beats on both (the frontier): a deployment is chosen on it. "
+        "Points of two layouts that coincide are drawn one inside the other, under one label "
+        "that says how many layouts it stands for.",
     ),
     "verdict_split": (
         "step split per layout and batch",
@@ -32,6 +34,14 @@ FIGURES = {
         "(blue; calibrated on TP1 only) and the roofline alone (orange, dotted) lie from the "
         "measured whole decode step on the device at hand, in percent of its median (0: exact; "
         "dashed: +-10%); grey: the measured p10..p90 band around that median.",
+    ),
+    "engine_tpot": (
+        "composed against engines' measured TPOT, log-log, per GPU",
+        "Each point is a time per output token an engine measured and published (across) beside "
+        "this sweep's composition of the same deployment (up), log-log, one panel per GPU; marker: "
+        "the engine, colour: the model. Grey: composed/engine within 0.75-1.33x, the band the "
+        "engine check counts; dashed: equal. Figures the composition has no time for are in the "
+        "table only.",
     ),
     "launch_smem": (
         "shared memory per kernel and target",
@@ -108,16 +118,17 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """One of FIGURES, by name; `text`, where given, is its caption generated from what its
-    panels draw, in place of the general one."""
+    """One of FIGURES (or a tuner's own, which gives its alt text), by name; `text`, where
+    given, is its caption generated from what its panels draw, in place of the general one."""
 
     name: str
     text: str = ""
+    alt_text: str = ""
 
     @property
     def alt(self) -> str:
         """Return the figure's alt text."""
-        return FIGURES[self.name][0]
+        return self.alt_text or FIGURES[self.name][0]
 
     @property
     def caption(self) -> str:

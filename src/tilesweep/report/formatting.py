@@ -28,6 +28,20 @@ def fmt_value(v: object, digits: int = 3) -> str:
     return str(v)
 
 
+def utc_minute(value: object) -> str:
+    """Return a timestamp (ISO-8601 text or a Timestamp) as 'YYYY-MM-DD HH:MM UTC', or '' where
+    it is not one."""
+    stamp = pd.to_datetime(value, utc=True, errors="coerce")
+    return "" if pd.isna(stamp) else stamp.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def plural(count: object, word: str, words: str | None = None) -> str:
+    """Return '1 token' or '8 tokens': the count as a cell, then the word, plural unless the
+    count is one (`words` where the plural is not word + 's')."""
+    one = isinstance(count, numbers.Real) and float(count) == 1
+    return f"{fmt_value(count)} {word if one else (words or word + 's')}"
+
+
 def column(frame: pd.DataFrame, name: str, default: object = None) -> pd.Series:
     """Return a column, or a column of `default` when the table lacks it."""
     if name in frame:

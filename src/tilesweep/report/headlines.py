@@ -11,7 +11,7 @@ import pandas as pd
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.report.analysis import best_per_batch, estimate_errors, fit_counts, launch_failures
-from tilesweep.report.formatting import devices, finite, fmt_value, numeric
+from tilesweep.report.formatting import devices, finite, fmt_value, numeric, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
 # a step over the next against the `mixed` line (plan/bound.py), and the winning layout's
@@ -190,7 +190,7 @@ def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool
         else (f" ({floor})" if floor else "")
     )
     return (
-        f"{winner} ({fmt_value(rows[0]['world'])} GPUs) at {_batches(batches)}, {tpot}, "
+        f"{winner} ({plural(rows[0]['world'], 'GPU')}) at {_batches(batches)}, {tpot}, "
         f"{_span([r['tokens_per_s'] for r in rows], 'tokens/s')}, " + ", ".join(bounds + ties)
     )
 
@@ -323,7 +323,9 @@ LEGEND = {
     "mixed and the single bound are equally fair words",
     "does not fit (N GB short)": "weights per rank, KV cache and the runtime reserve exceed "
     "the GPU's memory by N GB; no speed verdict",
-    "ms/token, tok/s": "time per output token (TPOT) and tokens/s of all the batch's sequences",
+    "ms/token": "time per output token (TPOT)",
+    "tok/s/GPU (N all GPUs)": "tokens/s of all the batch's sequences over the layout's GPUs, "
+    "as the answer card gives it; N: the same tokens/s, of all the layout's GPUs together",
     "x floor": "TPOT over the step's physical floor (floor_ms in the verdict table): every part "
     "at the target's datasheet bandwidth or peak, whichever binds, no per-kernel cost, and the "
     "collectives as modelled",
@@ -346,7 +348,7 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
     for target, part in counts.groupby("target", sort=False):
         total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
         lines.append(
-            f"{target}: of {total} kernels in the launch check, "
+            f"{target}: of {plural(total, 'kernel')} in the launch check, "
             f"{int(part['default'].sum())} fit by default, "
             f"{int(part['optin'].sum())} only after opt-in, {int(part['no'].sum())} do not fit"
             + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
@@ -356,7 +358,8 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
     if not fails.empty:
         worst = fails.loc[numeric(fails, "overshoot_bytes").fillna(-1).idxmax()]
         lines.append(
-            f"Largest miss: {worst.get('target')} {worst.get('kernel')}: {worst['reason']}."
+            f"Largest miss: {worst.get('target')} {worst.get('kernel')}: "
+            f"{str(worst['reason']).rstrip('.')}."
         )
     errors = estimate_errors(launch)
     if not errors.empty:
@@ -365,7 +368,7 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
             lines.append(
                 f"Hand shared-memory estimate vs the compiler/CUTLASS: median error "
                 f"{pct.median():+.0f}% (from {pct.min():+.0f}% to {pct.max():+.0f}%, "
-                f"{len(pct)} kernels)."
+                f"{plural(len(pct), 'kernel')})."
             )
     return lines
 
@@ -416,7 +419,7 @@ def check_headline(check: pd.DataFrame) -> str | None:
     return (
         f"Composed vs measured whole steps on {device} ({layouts}; calibrated on TP1 only): "
         f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
-        f"{len(err)} points."
+        f"{plural(len(err), 'point')}."
     )
 
 
@@ -429,18 +432,26 @@ def coverage_lines(coverage: pd.DataFrame) -> list[str]:
     lacking = coverage[coverage["in_launch_check"] != "yes"]
     n = len(coverage)
     if lacking.empty:
-        lines = [f"The launch check covers all {n} kernels timed in decode."]
+        lines = [f"The launch check covers all {plural(n, 'kernel')} timed in decode."]
     else:
         where = ", ".join(sorted(set(lacking["device"].astype(str))))
         lines = [
-            f"The launch check covers {n - len(lacking)} of the {n} kernels timed in decode; "
+            f"The launch check covers {n - len(lacking)} of the {plural(n, 'kernel')} timed in "
+            "decode; "
             f"it lacks {len(lacking)}, timed on {where} with no launch accounting here: "
             + ", ".join(lacking["runner"].astype(str))
             + "."
         ]
     for rec in coverage[coverage["rows_failed_launch"] > 0].to_dict("records"):
+        # Said beside the launch check's own counts ('0 do not fit'): whether they hold it.
+        counted = (
+            "the launch check holds it too"
+            if rec["in_launch_check"] == "yes"
+            else "not a kernel of the launch check, so not in its counts above"
+        )
         lines.append(
             f"Failed to launch where timed: {rec['runner']} on {rec['device']} "
-            f"({rec['rows_failed_launch']} rows): {rec['reason'] or 'reason missing'}."
+            f"({plural(rec['rows_failed_launch'], 'row')}; {counted}): "
+            f"{(rec['reason'] or 'reason missing').rstrip('.')}."
         )
     return lines

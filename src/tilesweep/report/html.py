@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from tilesweep.answer_card import AnswerCard
+from tilesweep.answer_card import REPORT_RESTS, AnswerCard
 from tilesweep.report.document import (
     Bullets,
     Code,
@@ -54,6 +54,7 @@ dl.legend dt{font-weight:600;display:inline}dl.legend dd{display:inline;margin:0
 dl.legend dd:after{content:"";display:block;margin-bottom:.25em}
 .card{border:2px solid #4878d0;border-radius:6px;padding:.4em 1em .2em;margin:.6em 0 1em;
 background:#f7faff}.card p{margin:.4em 0}.card .rests{font-size:.85em;color:#333}
+.card .rests ul{margin:.1em 0 .3em;padding-left:1.4em}
 .card table{margin:.4em 0;font-size:.9em}.card td.text{text-align:right}
 .card td.text:nth-child(2),.card td.text:nth-child(7){text-align:left}
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
@@ -96,7 +97,8 @@ def _cell(column: str, value: object, style: str, digits: int) -> str:
         head, _, numbers = text.partition("\n")
         word = head.split(" ")[0]
         kind = word if word in VERDICT_CLASSES else "unknown"
-        return f'<td class="v-{kind}">{esc(head)}<small>{esc(numbers)}</small></td>'
+        lines = "<br>".join(esc(line) for line in numbers.split("\n"))
+        return f'<td class="v-{kind}">{esc(head)}<small>{lines}</small></td>'
     body = esc(text)
     if column == "source" and text in ("model", "measured", "composed"):
         body = f'<span class="badge {text}">{body}</span>'
@@ -193,7 +195,9 @@ def card_html(card: AnswerCard) -> str:
     return (
         f'<section id="answer" class="card"><p><strong>The answer.</strong> '
         f"{esc(card.headline)}</p>{table_html}{none}"
-        f'<p class="rests"><strong>Rests on:</strong> {esc(card.rests_on)}</p></section>'
+        '<div class="rests"><strong>Rests on:</strong><ul>'
+        + "".join(f"<li>{esc(line)}</li>" for line in card.rests_lines(REPORT_RESTS))
+        + "</ul></div></section>"
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep.answer_card import AnswerCard
+from tilesweep.answer_card import REPORT_RESTS, AnswerCard
 from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData, Table, Text
 from tilesweep.report.formatting import fmt_value
 
@@ -67,7 +67,9 @@ def card_md(card: AnswerCard) -> str:
     if not table.empty:
         out.append(md_table(table, list(table.columns)))
     out += [card.no_fit_line() + "\n"] if card.no_fit_batches else []
-    out.append(f"_Rests on_: {card.rests_on}\n")
+    out.append(
+        "_Rests on_:\n\n" + "".join(f"- {line}\n" for line in card.rests_lines(REPORT_RESTS))
+    )
     return "\n".join(out)
 
 

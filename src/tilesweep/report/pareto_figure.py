@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import empty, enforce_series, floats, whole
 
 # At most this many layouts get a series of their own; the legend counts the rest.
@@ -18,6 +19,13 @@ COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # An axis whose values span more than this factor is drawn on a log scale.
 LOG_SPAN = 20.0
+# How the frontier is drawn: wide, grey and under the layouts' own lines, so a layout whose line
+# runs along it stays visible on top of it.
+FRONTIER = {"color": "#9a9a9a", "lw": 7.0, "alpha": 0.45, "solid_capstyle": "round"}
+# Points closer than this fraction on both axes coincide: each later one is drawn smaller,
+# inside the one before (a square with a triangle in it), so neither hides the other.
+SAME_POINT = 0.01
+MARKER_SIZE = 42.0
 
 
 def pareto_points(verdict: pd.DataFrame) -> pd.DataFrame:
@@ -88,21 +96,23 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(9.5, 5.0))
     ax = fig.add_subplot()
     labels: list[tuple[str, tuple[float, float], str]] = []
-    ax.plot(front["per_user"], front["per_gpu"], "-", color="black", lw=1.4, zorder=1)
+    # The frontier under everything, wide and grey: a line of its own, never one layout's.
+    ax.plot(front["per_user"], front["per_gpu"], **FRONTIER, zorder=1, gid="frontier")
+    sizes = marker_sizes(points, drawn)
     for i, layout in enumerate(drawn):
         part = points[points["layout"] == layout].sort_values("batch")
         color, marker = COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]
-        ax.plot(part["per_user"], part["per_gpu"], "-", color=color, lw=0.8, alpha=0.5)
+        ax.plot(part["per_user"], part["per_gpu"], "-", color=color, lw=0.8, alpha=0.5, zorder=2)
         model = part["source"] == "model"
         for rows, face in ((part[~model], color), (part[model], "none")):
             ax.scatter(
                 rows["per_user"],
                 rows["per_gpu"],
-                s=42,
+                s=sizes[rows.index],
                 marker=marker,
                 color=color,
                 facecolors=face,
-                zorder=3,
+                zorder=3 + i,
                 label=None,
             )
         labels += [
@@ -132,7 +142,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         )
         for i, layout in enumerate(drawn)
     ]
-    handles.append(Line2D([], [], color="black", lw=1.4, label="frontier (not dominated)"))
+    handles.append(Line2D([], [], **FRONTIER, label="frontier (not dominated)"))
     if (points["source"] == "model").any():
         handles.append(
             Line2D(
@@ -146,21 +156,56 @@ def pareto(verdict: pd.DataFrame) -> Figure:
             )
         )
     if rest:
-        handles.append(Line2D([], [], lw=0, label=f"+{len(rest)} more layouts: verdict table"))
+        more = plural(len(rest), "more layout")
+        handles.append(Line2D([], [], lw=0, label=f"+{more}: verdict table"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
     fig.set_layout_engine("constrained")
     place_labels(fig, ax, labels)
     return enforce_series(fig)
 
 
-# Where a point's label may go, in points from the point, in the order tried.
-LABEL_OFFSETS = ((5, 4), (5, -12), (-7, 4), (-7, -12), (5, 14), (-7, 14), (5, -22), (-7, -22))
+def marker_sizes(points: pd.DataFrame, drawn: list[str]) -> pd.Series:
+    """Return each point's marker area: MARKER_SIZE, shrunk by 0.4 for every point of a layout
+    drawn before it that it coincides with (within SAME_POINT on both axes)."""
+    sizes = pd.Series(MARKER_SIZE, index=points.index)
+    order = {layout: i for i, layout in enumerate(drawn)}
+    ranked = points[points["layout"].isin(order)]
+    ranked = ranked.assign(rank=ranked["layout"].map(order)).sort_values("rank")
+    seen: list[tuple[float, float]] = []
+    for idx, x, y in zip(ranked.index, ranked["per_user"], ranked["per_gpu"], strict=True):
+        under = sum(abs(x - a) <= SAME_POINT * abs(a) and abs(y - b) <= SAME_POINT * abs(b)
+                    for a, b in seen)  # fmt: skip
+        sizes[idx] = MARKER_SIZE * 0.4**under
+        seen.append((x, y))
+    return sizes
+
+
+# Where a point's label may go, in points from the point, in the order tried: the nearest ring
+# first, then rings further out (a label never lands on another; it may land on a point only
+# where no free place is left).
+LABEL_OFFSETS = tuple(
+    (dx * ring, dy * ring)
+    for ring in (1, 2, 3, 4)
+    for dx, dy in ((5, 4), (5, -12), (-7, 4), (-7, -12), (5, 14), (-7, 14), (5, -22), (-7, -22))
+)
+
+
+def _free(box, placed: list, points: list, radius: float) -> bool:
+    """Return whether a label's box overlaps no placed label's box and lies at least `radius`
+    (display units) from every one of `points`."""
+    if any(box.overlaps(b) for b in placed):
+        return False
+    return not any(
+        box.x0 - radius < x < box.x1 + radius and box.y0 - radius < y < box.y1 + radius
+        for x, y in points
+    )
 
 
 def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], str]]) -> None:
     """Annotate each point with its label where it overlaps no label placed before it and no
-    other point (the first free place of LABEL_OFFSETS); points drawn on top of each other with
-    the same label share one label, in dark grey where their colours differ."""
+    other point (the first free place of LABEL_OFFSETS; else the first that overlaps no label);
+    points drawn on top of each other with the same label share one label, in dark grey and
+    saying how many layouts it stands for where their colours differ."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -182,17 +227,17 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
     radius = 5.0 * fig.dpi / 72.0
     placed = []
     for text, xy, color, members in merged:
+        if len(members) > 1 and color == "#333333":
+            text = f"{text} ({len(members)} layouts)"
         others = [where[j] for j in where if j not in members]
-        for k, (dx, dy) in enumerate(LABEL_OFFSETS):
+
+        tries = [(strict, dx, dy) for strict in (True, False) for dx, dy in LABEL_OFFSETS]
+        for strict, dx, dy in tries:
             side = "left" if dx > 0 else "right"
             note = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points",
                                fontsize=9, color=color, ha=side)  # fmt: skip
             box = note.get_window_extent(renderer)
-            hits = any(box.overlaps(b) for b in placed) or any(
-                box.x0 - radius < x < box.x1 + radius and box.y0 - radius < y < box.y1 + radius
-                for x, y in others
-            )
-            if not hits or k == len(LABEL_OFFSETS) - 1:
+            if _free(box, placed, others if strict else [], radius):
                 placed.append(box)
                 break
             note.remove()

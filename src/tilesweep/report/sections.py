@@ -43,7 +43,14 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, fmt_value, numeric
+from tilesweep.report.formatting import (
+    column,
+    devices,
+    fmt_value,
+    numeric,
+    plural,
+    utc_minute,
+)
 from tilesweep.report.headlines import (
     check_headline,
     coverage_lines,
@@ -85,7 +92,8 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
         grid,
         title=title,
         note="Per layout and batch (concurrent sequences): what bounds one decode step of the "
-        "named deployment and by how much, then ms per output token and tokens/s.",
+        "named deployment and by how much, then ms per output token and TPOT over its floor, then "
+        "tokens/s per GPU (as in the answer card) and of all the layout's GPUs.",
         empty=empty,
         style="verdict",
         legend=(*words, *legend()) if len(grid) else (),
@@ -154,7 +162,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
         Table(
             frame[fits],
             key,
-            title=f"The {int(fits.sum())} layout x batch rows that fit in memory",
+            title=f"The {plural(int(fits.sum()), 'layout x batch row')} that fit in memory",
             empty="(no row fits in memory)",
             style="source",
             legend=(
@@ -166,7 +174,8 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
         Table(
             frame[~fits],
             VERDICT_NO_FIT_COLUMNS,
-            title=f"The {int((~fits).sum())} rows that do not fit in memory (no speed verdict)",
+            title=f"The {plural(int((~fits).sum()), 'row')} that do not fit in memory "
+            "(no speed verdict)",
             empty="(every row fits)",
             style="source",
             collapsed=True,
@@ -244,6 +253,7 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
             "in_band of figures within 0.75-1.33x, composed/engine's median and range."
         ),
         Table(references.family_errors(engines), list(references.family_errors(None).columns)),
+        Figure("engine_tpot"),
         Table(engines, REPORT_ENGINE_COLUMNS),
     ]
 
@@ -298,7 +308,9 @@ def launch_blocks(
                 ESTIMATE_COLUMNS,
                 title="Hand estimate against the compiler's or CUTLASS's number",
             ),
-            Table(part, REPORT_LAUNCH_COLUMNS, title=f"All {len(part)} rows", collapsed=True),
+            Table(
+                part, REPORT_LAUNCH_COLUMNS, title=f"All {plural(len(part), 'row')}", collapsed=True
+            ),
         ]
     return blocks
 
@@ -402,13 +414,13 @@ def _distinct(frames: list[pd.DataFrame], key: str) -> str:
 
 def _job_span(frame: pd.DataFrame) -> str:
     """Return when a table's rows were measured from their own job times (job_start_utc to
-    job_end_utc, UTC), or '' where they carry none."""
-    start = column(frame, "job_start_utc").dropna().astype(str)
-    end = column(frame, "job_end_utc").dropna().astype(str)
+    job_end_utc, to the minute, UTC), or '' where they carry none."""
+    start = pd.to_datetime(column(frame, "job_start_utc"), utc=True, errors="coerce").dropna()
+    end = pd.to_datetime(column(frame, "job_end_utc"), utc=True, errors="coerce").dropna()
     if start.empty:
         return ""
-    last = end.max() if not end.empty else start.max()
-    return f"{start.min()} to {last} (the rows' job times)"
+    first, last = utc_minute(start.min()), utc_minute(end.max() if not end.empty else start.max())
+    return f"{first if first == last else f'{first} to {last}'} (the rows' job times)"
 
 
 def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
@@ -432,19 +444,39 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
         if key in when
     )
     # A kept example is re-rendered without its run's provenance file: its rows' own job times
-    # where they carry them, else a gap that says so.
+    # where they carry them, else a gap that says so (a table without rows has no time to keep).
     gap = "not kept with the tables" if provenance.get("note") else "unknown"
     when = {"decode": _job_span(decode), **when} if _job_span(decode) else when
     when_rows = [
-        {"figure": name, "measured": measured or gap, "on": device}
-        for name, measured, device in (
-            ("launch_smem", when.get("launch"), "host compiler, checked against target tables"),
-            ("decode_time, decode_roofline", when.get("decode"), devices(ok_rows(decode))),
-            ("collective_bandwidth", when.get("collective"), devices(ok_rows(collective))),
-            ("check_error", layout_when, devices(check)),
-            ("verdict_split", "composed at aggregation", "none: composed for the target"),
+        {
+            "figure": name,
+            "measured": measured or (gap if not table.empty else "no rows measured"),
+            "on": device,
+        }
+        for name, measured, table, device in (
+            (
+                "launch_smem",
+                when.get("launch"),
+                launch,
+                "host compiler, checked against target tables",
+            ),
+            ("decode_time, decode_roofline", when.get("decode"), decode, devices(ok_rows(decode))),
+            (
+                "collective_bandwidth",
+                when.get("collective"),
+                collective,
+                devices(ok_rows(collective)),
+            ),
+            ("check_error", layout_when, check, devices(check)),
         )
     ]
+    when_rows.append(
+        {
+            "figure": "verdict_split",
+            "measured": "composed at aggregation",
+            "on": "none: composed for the target",
+        }
+    )
     return [
         Table(pd.DataFrame(rows), ["what", "value"]),
         Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tilesweep import answer_card
+from tilesweep import answer_card, backends
 from tilesweep.cells import content_key, read_cell_bytes, read_cell_json, write_cell_bytes
 from tilesweep.io import concat_tables
 from tilesweep.provenance import git_commit, package_version
@@ -15,7 +15,8 @@ from tilesweep.report import markdown as report_md
 from tilesweep.stages import logged
 from tilesweep.stages.verdict import read_panel
 
-# Each figure's category in `snakemake --report` (every name of report.document.FIGURES).
+# Each figure's category in `snakemake --report` (every name of report.document.FIGURES, then
+# the tuners' own: backends.report_figures).
 FIGURE_CATEGORIES = {
     "pareto": "Verdict",
     "launch_smem": "Launch",
@@ -24,6 +25,8 @@ FIGURE_CATEGORIES = {
     "collective_bandwidth": "Collectives",
     "verdict_split": "Verdict",
     "check_error": "Verdict",
+    "engine_tpot": "Verdict",
+    **{name: figure[0] for name, figure in backends.report_figures().items()},
 }
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # A kept example is re-rendered from a GPU run's tables, without that run's provenance file.
@@ -38,10 +41,10 @@ def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
 def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None) -> None:
     """Draw every report figure from the tables and write each as PNG."""
     with logged(log_path) as log:
-        t = _tables(inputs, ("launch", "decode", "collective", "verdict", "check"))
-        drawn = report_data.draw_figures(
-            t["launch"], t["decode"], t["collective"], t["verdict"], t["check"]
-        )
+        names = ("launch", "decode", "collective", "verdict", "check", "engines", "tune")
+        t = _tables(inputs, names)
+        tables = [t[n] for n in ("launch", "decode", "collective", "verdict", "check")]
+        drawn = report_data.draw_figures(*tables, engines=t["engines"], tune=t["tune"])
         log.info("figures: %s", sorted(drawn))
     # Each with its record (the Snakefile checks them), holding the content key of the tables
     # drawn from (cells.stale_join).
