@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
-from tilesweep.fused_moe import space
+from tilesweep.errors import ConfigError
+from tilesweep.fused_moe import engine_tune, space
 from tilesweep.settings import TuneSettings
 from tilesweep.stages import logged
 
@@ -29,9 +30,6 @@ SUMMARY_GAP = ["engine", "version", "status", "reason"]
 def tune_engine(settings_json: str, engine: str, summary_path: str, configs_dir: str,
                 log_path: str | None = None) -> None:  # fmt: skip
     """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
-    from tilesweep.errors import ConfigError
-    from tilesweep.fused_moe import engine_tune
-
     settings = TuneSettings.from_json(settings_json)
     fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tilesweep.columns import COLLECTIVE_TIMINGS, Status
+from tilesweep.measure.timing import calls_to_fill, capture_graph, time_events
 from tilesweep.plan.messages import BYTES_PER_ELEMENT
 
 # NVLink multicast stays off: on shared hosts it can take GPUs out of service.
@@ -54,8 +55,6 @@ def _graph_times(
     plan["max_calls"] calls, the same count on every rank), then replays of that many back-to-back
     calls are timed with CUDA events. A failed capture on any rank is the row's status and reason
     on rank 0, with no number."""
-    from tilesweep.measure.timing import calls_to_fill, capture_graph, time_events
-
     rank = dist.get_rank()
 
     def capture(calls: int):
