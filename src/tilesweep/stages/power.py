@@ -8,10 +8,10 @@ import json
 
 import pandas as pd
 
+from tilesweep import provenance
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import POWER_COLUMNS
 from tilesweep.measure import power_load
-from tilesweep.provenance import gpu_names, stamp
 from tilesweep.stages import logged
 
 
@@ -20,7 +20,7 @@ def measure_power(cell_json: str, table_path: str, log_path: str | None = None) 
     spec = json.loads(cell_json)
     bench, model = spec["bench"], spec["model"]
     seconds, period = bench["power_seconds"], bench["power_period_s"]
-    gpus = len(gpu_names())
+    gpus = len(provenance.gpu_names())
     with logged(log_path) as log:
         if gpus == 0:
             rows = [
@@ -37,7 +37,7 @@ def measure_power(cell_json: str, table_path: str, log_path: str | None = None) 
             rows += power_load.collective_loads(model, seconds, period, gpus)
         for row in rows:
             log.info("%s: %s %s", row["load"], row["status"], row.get("power_frac_median"))
-    frame = pd.DataFrame(rows).assign(**stamp())
+    frame = pd.DataFrame(rows).assign(**provenance.stamp())
     frame.loc[frame["status"] != "ok", "source"] = "not measured"
     frame = frame.reindex(columns=[*POWER_COLUMNS, *(c for c in frame if c not in POWER_COLUMNS)])
     write_cell_table(table_path, frame)
