@@ -1,6 +1,24 @@
 """The import graph among tilesweep's modules, imports inside functions included, has no cycle;
 the core meets the fused-MoE package (src/tilesweep/fused_moe/) only through the backend roles:
-it neither imports the package nor names the product's kernel, engines or tuner."""
+it neither imports the package nor names the product's kernel, engines or tuner.
+
+No hidden edges (issue 51): an import of the package's own modules sits at the top of its file,
+unless a comment on its line or above its run of imports names the heavy or optional dependency it
+defers (triton, matplotlib) or the cycle it breaks; fewer than MAX_DEFERRED such imports remain.
+
+Floors (FLOORS), bottom to top; a module imports only modules on its own floor or below:
+  base      errors, columns, io, settings/, hardware, provenance, device, cells, ... (no logic
+            of the sweep: names, files, typed settings, what the machine is)
+  registry  backends (the registry) and backends.roles: every floor asks it by role; its
+            discovery imports the backends' modules on import, which is no import statement
+  plan      plan/, references, kernels/, cutlass/ (models and kernels, no measurement)
+  measure   measure/ (timing, the whole step, power loads)
+  backends  backends/* (each backend's module: builds and runners over measure/)
+  verdict   question, config, grid, deployment_verdict, answer_card
+  report    report/ (documents, sections, figures)
+  stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
+  top       report_paths, pipeline, compare, cli, and measure.step_engine_check: a command
+            (`python -m`) that composes a sweep and runs a stage, whose file sits in measure/"""
 
 from __future__ import annotations
 
@@ -20,6 +38,23 @@ CORE_PACKAGES = ("tilesweep.stages", "tilesweep.measure")
 PRODUCT_NAMES = re.compile(
     r"fused[_-]moe|vllm|sglang|tune_engine|engine_tune|engine_kernels|project_kernel", re.I
 )
+# Imports of the package's own modules inside functions: fewer than this, each with its reason.
+MAX_DEFERRED = 40
+# The floors, bottom to top (the module docstring says what each holds): names relative to
+# tilesweep, `x.*` for every module under x; a module's own name beats a `x.*`, a longer `x.*`
+# a shorter one.
+FLOORS = (
+    ("base", "errors columns gpu_archs io sweep_lock progress isolate failures cells settings "
+             "settings.* hardware provenance gpu_slot device package_data"),
+    ("registry", "backends backends.roles"),
+    ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
+    ("measure", "measure measure.*"),
+    ("backends", "backends.*"),
+    ("verdict", "question config grid deployment_verdict answer_card"),
+    ("report", "report report.*"),
+    ("stages", "stages stages.* fused_moe fused_moe.*"),
+    ("top", "report_paths pipeline compare cli measure.step_engine_check"),
+)  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:
@@ -161,3 +196,117 @@ def test_the_package_registers_through_the_roles():
     mine = found[0]
     assert mine.tuner and mine.stepper and mine.decoder and mine.commands
     assert backends.rule_tuner("tune_configs") is mine.tuner
+
+
+def _deferred(path: Path, text: str | None = None) -> list:
+    """Return the imports of tilesweep modules inside functions of one module, as (line, the
+    import's first line, whether a comment names its reason): a comment on its line, or on the
+    line above it or above the run of imports it ends."""
+    text = path.read_text() if text is None else text
+    lines = text.splitlines()
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    found: dict[int, ast.stmt] = {}
+    for fn in ast.walk(ast.parse(text, str(path))):
+        for node in ast.walk(fn) if isinstance(fn, funcs) else ():
+            if isinstance(node, ast.Import | ast.ImportFrom) and _own(node):
+                found[node.lineno] = node
+    ends = {
+        n.end_lineno: n
+        for n in ast.walk(ast.parse(text, str(path)))
+        if isinstance(n, ast.Import | ast.ImportFrom)
+    }
+    out = []
+    for line in sorted(found):
+        above = line - 1
+        while above in ends:  # the run of imports this one ends (a deferred torch, say)
+            above = ends[above].lineno - 1
+        said = "#" in lines[line - 1] or (above >= 1 and lines[above - 1].strip().startswith("#"))
+        out.append((line, lines[line - 1].strip(), said))
+    return out
+
+
+def _own(node: ast.Import | ast.ImportFrom) -> bool:
+    """Return whether an import statement names one of the package's own modules."""
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.level) or (node.module or "").split(".")[0] == "tilesweep"
+    return any(a.name.split(".")[0] == "tilesweep" for a in node.names)
+
+
+def _all_deferred() -> dict[str, list]:
+    """Return {module: its deferred imports of tilesweep modules} for every module with one."""
+    found = {m: _deferred(p) for m, p in _modules().items()}
+    return {m: d for m, d in found.items() if d}
+
+
+def _floor(module: str) -> int:
+    """Return the index in FLOORS of a tilesweep module's floor; KeyError for one on none."""
+    if module == "tilesweep":
+        return 0  # the package's __init__: its version, nothing else
+    name = module.removeprefix("tilesweep.")
+    exact = [i for i, (_, names) in enumerate(FLOORS) if name in names.split()]
+    if exact:
+        return exact[0]
+    under = [
+        (len(p), i)
+        for i, (_, names) in enumerate(FLOORS)
+        for p in names.split()
+        if p.endswith(".*") and name.startswith(p[:-1])
+    ]
+    if not under:
+        raise KeyError(f"{module} is on no floor: add it to FLOORS")
+    return max(under)[1]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Return every import of a module on a higher floor, as 'a (floor) -> b (floor)'."""
+    out = []
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            if _floor(b) > _floor(a):
+                out.append(f"{a} ({FLOORS[_floor(a)][0]}) -> {b} ({FLOORS[_floor(b)][0]})")
+    return out
+
+
+def test_the_deferred_import_finder_sees_imports_and_their_reasons():
+    text = (
+        "from tilesweep import b\n\n\ndef f():\n    import json\n\n    from tilesweep import b\n"
+        "\n\ndef g():\n    # triton: b compiles at import\n    import torch\n"
+        "    from tilesweep import b\n    from . import b  # cycle: b imports a\n"
+    )
+    found = _deferred(Path("a.py"), text)
+    assert [(line, said) for line, _, said in found] == [(7, False), (13, True), (14, True)]
+
+
+def test_the_floors_place_every_module_and_find_an_upward_import():
+    graph = _graph()
+    assert {_floor(m) for m in graph} == set(range(len(FLOORS)))
+    assert _floor("tilesweep.backends") < _floor("tilesweep.measure.timing")
+    assert _floor("tilesweep.measure.timing") < _floor("tilesweep.backends.triton_backend")
+    assert _floor("tilesweep.measure.step_engine_check") == len(FLOORS) - 1
+    toy = {"tilesweep.io": {"tilesweep.cli"}, "tilesweep.cli": {"tilesweep.io"}}
+    assert _upward(toy) == ["tilesweep.io (base) -> tilesweep.cli (top)"]
+
+
+def test_few_imports_of_own_modules_hide_inside_functions():
+    found = _all_deferred()
+    count = sum(len(d) for d in found.values())
+    assert count > 0  # the finder sees the ones that remain
+    shown = {m: [line for line, *_ in d] for m, d in found.items()}
+    assert count < MAX_DEFERRED, f"{count} imports of tilesweep modules in functions: {shown}"
+
+
+def test_every_import_inside_a_function_says_why():
+    found = {
+        m: [f"{line}: {text}" for line, text, said in d if not said]
+        for m, d in _all_deferred().items()
+    }
+    found = {m: d for m, d in found.items() if d}
+    assert not found, (
+        "imports inside functions without a comment naming the heavy dependency or the cycle: "
+        f"{found}"
+    )
+
+
+def test_no_module_imports_one_on_a_higher_floor():
+    found = _upward(_graph())
+    assert not found, "imports up a floor:\n" + "\n".join(found)

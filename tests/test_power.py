@@ -80,7 +80,7 @@ def test_brief_reading_is_judged_against_each_band():
             },
         ]
     )
-    judged = power.reading_consistency(table, 0.39, "brief")
+    judged = power_load.reading_consistency(table, 0.39, "brief")
     assert list(judged.columns) == ["load", "expected_bound", "band", "brief", "consistent"]
     out = judged.set_index("load")["consistent"]
     assert out["decode_gemm"] == "consistent"

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import references
+from tilesweep import question, references
+from tilesweep.columns import PROVENANCE_COLUMNS
+from tilesweep.io import write_text
 from tilesweep.provenance import git_commit
 from tilesweep.settings import RootSettings
 from tilesweep.settings import group as settings_group
@@ -712,8 +714,6 @@ def build(
 
 def _provenance(verdict: pd.DataFrame, picks: list[Pick]) -> dict:
     """Return the provenance columns of the first pick's verdict row ({} where there is none)."""
-    from tilesweep.columns import PROVENANCE_COLUMNS
-
     if not picks or verdict.empty or "layout" not in verdict:
         return {}
     first = picks[0]
@@ -767,8 +767,6 @@ def _with_fit(provenance: dict, settings: RootSettings | dict) -> dict:
 def target_of(settings: RootSettings | dict):
     """Return the question's target (tilesweep.question.Target) a resolved config asks (the
     settings object, or the plain containers the report reads)."""
-    from tilesweep import question
-
     return question.target(settings_group(settings, "question"))
 
 
@@ -780,8 +778,6 @@ def card_json(card: AnswerCard) -> str:
 
 def write(card: AnswerCard, path: str | Path) -> None:
     """Write the card as answer.json."""
-    from tilesweep.io import write_text
-
     write_text(str(path), card_json(card))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.errors import CellError
+from tilesweep.errors import CellError, ConfigError
 from tilesweep.io import atomic_path
 
 SUFFIX = ".sum"
@@ -241,8 +241,6 @@ def rebuilds(results: str | os.PathLike) -> dict[str, int]:
     except FileNotFoundError:
         return {}
     except (ValueError, AttributeError, TypeError):
-        from tilesweep.errors import ConfigError
-
         raise ConfigError(f"{Path(results, LEDGER)}: unreadable; delete it") from None
 
 

@@ -10,8 +10,12 @@ import math
 import os
 import sys
 
-from tilesweep import backends
+from tilesweep import answer_card, backends, compare, deployment_verdict
+from tilesweep.columns import SETTLED, Status
+from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
+from tilesweep.failures import failed_outputs, results_folder
+from tilesweep.io import check_out_folder, write_table
 
 
 def parser() -> argparse.ArgumentParser:
@@ -104,10 +108,6 @@ def verdict_command(args: argparse.Namespace) -> int:
     folder; return the exit status."""
     import pandas as pd
 
-    from tilesweep import answer_card, deployment_verdict
-    from tilesweep.config import compose_settings
-    from tilesweep.io import check_out_folder, write_table
-
     if args.top < 0:
         raise ConfigError(f"--top={args.top}: must be at least 0")
     files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
@@ -143,9 +143,6 @@ def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
     from pathlib import Path
 
-    from tilesweep.columns import SETTLED, Status
-    from tilesweep.failures import failed_outputs, results_folder
-
     known = sorted(str(s) for s in Status if s not in SETTLED)
     for status in args.status or []:
         if status not in known:
@@ -159,8 +156,6 @@ def failed_command(args: argparse.Namespace) -> int:
 
 def compare_command(args: argparse.Namespace) -> int:
     """Run `tilesweep compare`; return the exit status."""
-    from tilesweep import compare
-
     if not math.isfinite(args.threshold) or args.threshold < 0:
         raise ConfigError(f"--threshold={args.threshold}: must be a finite number, at least 0")
     if args.limit < 0:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from tilesweep.columns import RUN_PROVENANCE_KEYS, SPLIT_COLUMNS, TABLE_KEYS, TOOLCHAIN_KEY
 from tilesweep.errors import ConfigError
+from tilesweep.io import check_out_folder, write_table, write_text
 from tilesweep.report.formatting import fmt_value
 
 # The tables compared, with the columns that identify a row (those present in both runs are used).
@@ -119,8 +120,6 @@ def _plain_file(path: Path) -> bool:
 def check_out(out: str | Path, force: bool = False) -> None:
     """Raise ConfigError in one line when the --out folder cannot take the comparison
     (io.check_out_folder)."""
-    from tilesweep.io import check_out_folder
-
     check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
@@ -421,7 +420,8 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
 
 def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
     """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
-    from tilesweep.io import write_table, write_text
+    # matplotlib (via report.compare_figure, report.plotting): drawn only here; compare loads
+    # without it
     from tilesweep.report.compare_figure import compare_ratios
     from tilesweep.report.plotting import png
 

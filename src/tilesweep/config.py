@@ -256,6 +256,7 @@ def _check_cc(spec: HardwareSpec, where: str) -> None:
 def check_runners(settings: RootSettings) -> None:
     """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
     backend with a step runner, or a backend refuses its own section's values."""
+    # cycle: the registry's discovery imports fused_moe.commands, which imports config
     from tilesweep import backends
 
     if not any(b.builder for b in backends.enabled(settings)):
@@ -275,6 +276,7 @@ def check_runners(settings: RootSettings) -> None:
 
 def check_backends(section: dict) -> None:
     """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
+    # cycle: the registry's discovery imports fused_moe.commands, which imports config
     from tilesweep import backends
 
     known = {b.name: b for b in backends.registered() if b.settings_model}

@@ -23,6 +23,8 @@ import pandas as pd
 
 from tilesweep import gpu_archs, question, references
 from tilesweep.columns import CHECK_COLUMNS, ENGINE_COLUMNS, VERDICT_COLUMNS
+from tilesweep.config import compose_groups
+from tilesweep.io import project_path
 from tilesweep.plan import (
     attention_table,
     calibration,
@@ -320,8 +322,6 @@ def verdict_fit(
     settings' own), else the fit shipped in deployment.fit_file, else (None, None, why)."""
     import json
 
-    from tilesweep.io import project_path
-
     device = ceilings.get("device", "none") if ceilings else "none"
     if ceilings and ceilings.get("device_kind") == "cuda":
         cost = per_kernel_us(ceilings)
@@ -536,8 +536,6 @@ def engine_table(
     """Return one row per engine figure the config cites (conf/references): the engine's
     measured TPOT beside the verdict composed for the same model, layout, batch and context on
     the engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
-    from tilesweep.config import compose_groups
-
     figures = references.of(settings).figures
     if not figures:
         return pd.DataFrame(columns=ENGINE_COLUMNS)

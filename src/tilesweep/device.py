@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tilesweep.errors import ConfigError
+from tilesweep.provenance import GpuQueryError, query_gpus
 
 if TYPE_CHECKING:
     from tilesweep.settings import HardwareSpec
@@ -51,8 +52,6 @@ MAX_GPUS = 1024
 def resolve(setting: object, catalog: dict[str, HardwareSpec]) -> Device:
     """Return the Device a `device` setting names; raise ConfigError (one line) for a value
     that names no machine, or when `auto` cannot ask the machine."""
-    from tilesweep.provenance import GpuQueryError, query_gpus
-
     if not isinstance(setting, str):
         raise ConfigError(f"device={setting!r}: expected a string: {_ALLOWED}")
     if setting == "cpu":

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.columns import SETTLED, Status, status_of
+from tilesweep.errors import ConfigError
 
 # Where per-cell outputs with rows lie (a launch check that does not fit is a result, not a
 # failure; tune/.work holds the tuner's own journal, not outputs).
@@ -18,8 +19,6 @@ FAILED_ROW_COLUMNS = ["path", "status", "reason"]
 def results_folder(path: Path) -> Path:
     """Return the results folder at path (path itself, or path/results, holding any stage's
     outputs), or raise ConfigError: a folder with none is never read as 'nothing failed'."""
-    from tilesweep.errors import ConfigError
-
     for candidate in (path, path / "results"):
         if any((candidate / stage).is_dir() for stage in STAGES):
             return candidate

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tilesweep import backends
+from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name, moe_split
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ def check_size(settings: RootSettings) -> None:
     """Raise ConfigError, before any cell is made, when the grid would plan more jobs than
     max_jobs: kernel configurations x (a build per architecture + a launch check per target + a
     decode job), an upper bound."""
-    from tilesweep.errors import ConfigError
-
     grid, limit = settings.grid, settings.max_jobs
     if limit < 1:
         raise ConfigError(f"max_jobs={limit}: must be at least 1")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.errors import CellError, ConfigError
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -64,8 +66,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def concat_tables(paths: list[str]) -> pd.DataFrame:
     """Return the concatenation of joined CSV tables; one that is empty or not CSV raises
     CellError naming it (a table is never passed over)."""
-    from tilesweep.errors import CellError
-
     frames = []
     for p in paths:
         try:
@@ -79,8 +79,6 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
 
 def read_json_named(path: str | os.PathLike) -> object:
     """Return the parsed JSON in path, or raise CellError naming the file."""
-    from tilesweep.errors import CellError
-
     try:
         return json.loads(Path(path).read_text())
     except (ValueError, UnicodeDecodeError) as exc:
@@ -113,8 +111,6 @@ def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False)
     name, a file there, one of `files` there as a folder (an output never deletes a folder it did
     not write), a folder of the checkout's tracked ones (the kept examples) unless `force`, a
     name the file system refuses or a place that cannot be written."""
-    from tilesweep.errors import ConfigError
-
     shown = _shown(str(out))
     if not str(out).strip():
         raise ConfigError("--out='': empty; name a folder")
@@ -149,8 +145,6 @@ def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
     """Return an output file's path, or raise ConfigError in one line before anything is written:
     an empty name, a folder there, a parent that is not a folder, or a file of the checkout's
     tracked folders (the kept examples) unless `force`."""
-    from tilesweep.errors import ConfigError
-
     shown = _shown(str(out))
     if not str(out).strip():
         raise ConfigError(f"{flag}='': empty; name a file")
@@ -176,8 +170,6 @@ def check_results_dir(path: str) -> Path:
     """Return results_dir as a path, or raise ConfigError in one line before any job: empty, the
     checkout itself or one of its tracked folders (a sweep would write over kept files), a file,
     below a file, or a name the file system refuses."""
-    from tilesweep.errors import ConfigError
-
     shown = _shown(str(path))
     if not str(path).strip():
         raise ConfigError("results_dir='': empty; name a folder (results by default)")

@@ -9,7 +9,11 @@ from pathlib import Path
 
 from tilesweep import backends, deployment_verdict, device, grid
 from tilesweep.config import compose_settings
-from tilesweep.io import check_results_dir
+from tilesweep.deployment_verdict import DECODE_DTYPE
+from tilesweep.errors import ConfigError
+from tilesweep.io import check_results_dir, project_path
+from tilesweep.plan.calibration import FIT_LAYOUT
+from tilesweep.report_paths import Stage5
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The fields that name a kernel configuration, as grid.build_cells writes them.
@@ -140,8 +144,6 @@ COMMAND_KEYS = {
 def check_command_config(config: dict) -> None:
     """Raise ConfigError in one line for a `--config` key other than COMMAND_KEYS (a setting
     given there would otherwise be ignored), or an example or device that is not one string."""
-    from tilesweep.errors import ConfigError
-
     for key, value in config.items():
         if key not in COMMAND_KEYS:
             hint = f"; write overrides='[\"{key}={value}\"]'" if key in _SETTING_KEYS else ""
@@ -180,8 +182,6 @@ def parse_overrides(raw: object) -> list[str]:
     if isinstance(raw, str):
         raw = raw.strip()
         if raw.startswith("["):
-            from tilesweep.errors import ConfigError
-
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:
@@ -191,8 +191,6 @@ def parse_overrides(raw: object) -> list[str]:
         else:
             raw = [raw]
     if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
-        from tilesweep.errors import ConfigError
-
         raise ConfigError(f"overrides={raw!r}: not a list of strings; write overrides='[\"k=v\"]'")
     return raw
 
@@ -206,7 +204,6 @@ class Sweep:
         self.device = device.resolve(self.settings.device, self.settings.catalog)
         gpus = self.device.gpus
         self.results = check_results_dir(self.settings.results_dir)
-        from tilesweep.errors import ConfigError
 
         grid.check_size(self.settings)
         why = deployment_verdict.refusal(self.settings)
@@ -235,8 +232,6 @@ class Sweep:
     def _check_step_runner(self) -> None:
         """Raise ConfigError when bench.step_runner names a runner the step cannot run with
         this grid's kernels (every whole-step row would fail)."""
-        from tilesweep.errors import ConfigError
-
         runner = self.settings.bench.step_runner
         found = backends.step_backend(runner) if runner != "auto" else None
         kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
@@ -374,8 +369,6 @@ class Sweep:
     def answer_decode_jobs(self) -> list[str]:
         """Return the decode jobs whose rows the verdict reads: those timing its operand type
         (deployment_verdict.DECODE_DTYPE); the other kernels' jobs come after the answer."""
-        from tilesweep.deployment_verdict import DECODE_DTYPE
-
         return [
             job
             for job, backend in self._decode_owner.items()
@@ -408,8 +401,6 @@ class Sweep:
         """Return the measured whole steps a GPU sweep's verdict fits on (the one-GPU layout,
         calibration.FIT_LAYOUT, where the grid has it); none off a GPU, where the verdict
         composes with the shipped fit and so does not wait for a whole step."""
-        from tilesweep.plan.calibration import FIT_LAYOUT
-
         if not self.device.gpus:
             return []
         path = self.path("layout", f"{FIT_LAYOUT}.csv")
@@ -418,8 +409,6 @@ class Sweep:
     def shipped_fit(self) -> list[str]:
         """Return the shipped launch-aware fit the verdict may read (deployment.fit_file), as a
         list of the one path when it exists, so that a changed fit reruns the aggregate."""
-        from tilesweep.io import project_path
-
         path = self.settings.deployment.fit_file
         return [str(project_path(path))] if path and project_path(path).is_file() else []
 
@@ -538,6 +527,4 @@ class Sweep:
 
     def stage5(self, example: str | None = None):
         """Return where the verdict, figures and reports read and write (report_paths.Stage5)."""
-        from tilesweep.report_paths import Stage5
-
         return Stage5(self, example)

@@ -168,7 +168,8 @@ def validate(value: object, catalog: dict) -> None:
         )
     tiles = getattr(question, "tiles", None) if question is not None else None
     if tiles is not None:
-        from tilesweep import backends  # the registry imports the backends' heavy modules
+        # cycle: the registry's discovery imports fused_moe.commands -> config -> question
+        from tilesweep import backends
 
         known = sorted(b.name for b in backends.registered())
         if tiles.backend not in known:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tilesweep import backends
+from tilesweep.errors import ConfigError
 
 # The measured tables the tables step joins from the per-cell outputs.
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
@@ -24,8 +25,6 @@ def example_overrides(folder: str) -> list[str]:
     """Return the overrides a kept example was made with (its overrides.yaml), so that
     `--config example=FOLDER` alone re-renders it with the same config."""
     from omegaconf import OmegaConf
-
-    from tilesweep.errors import ConfigError
 
     path = Path(folder) / EXAMPLE_OVERRIDES
     if not path.is_file():
@@ -127,6 +126,7 @@ class Stage5:
 
     def figures(self) -> list[str]:
         """Return the figures the figures step draws."""
+        # matplotlib (via stages.report): drawn only here; the module loads without it
         from tilesweep.stages.report import FIGURE_CATEGORIES
 
         return [str(self.plots / f"{name}.png") for name in FIGURE_CATEGORIES]

@@ -12,8 +12,10 @@ from pydantic import AfterValidator, Field
 
 from tilesweep.backends import Backend, Builder, kernel_cell, register
 from tilesweep.backends.cutlass_gpu import SM90Program
+from tilesweep.cutlass.accounting import account
 from tilesweep.cutlass.cell_spec import ARCHS as CUTLASS_ARCHS
 from tilesweep.cutlass.cell_spec import EPILOGUES
+from tilesweep.provenance import package_version
 from tilesweep.settings.strict import Section, refuse
 from tilesweep.settings.sweep_space import Epilogue, Tile
 from tilesweep.settings.workload import Dtype
@@ -55,8 +57,6 @@ def cells(settings: RootSettings, arch: str) -> list[dict]:
 
 def account_cells(cells: list[dict], out_dir: Path, jobs: int = 1) -> list[dict]:
     """Return one accounting result per cell, in order; unsupported cells are not compiled."""
-    from tilesweep.cutlass.accounting import account
-
     workdir = Path(out_dir).parents[1] / "cutlass-work"
     todo = [c for c in cells if not c.get("unsupported")]
     results = iter(account(todo, workdir, jobs=jobs) if todo else [])
@@ -94,8 +94,6 @@ class CutlassBuilder(Builder):
 
     def toolchain(self) -> str:
         """Return the nvidia-cutlass version whose headers were compiled."""
-        from tilesweep.provenance import package_version
-
         return f"nvidia-cutlass {package_version('nvidia-cutlass')}"
 
     def launch_threads(self, build: dict) -> int:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from tilesweep.backends.roles import DecodeRunner
 from tilesweep.cutlass.cell_spec import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
+from tilesweep.hardware import catalog_name
+from tilesweep.plan.expert_shapes import expert_ops, traffic
 
 if TYPE_CHECKING:
     from tilesweep.settings import DecodeCell
@@ -152,8 +154,6 @@ def to_row(rec: dict) -> dict:
 
 def program_rows(cell: DecodeCell, log) -> list[dict]:
     """Return decode rows from the SM90 FP8 program at every batch (traffic, no roofline)."""
-    from tilesweep.plan.expert_shapes import expert_ops, traffic
-
     bench, model = cell.bench, cell.model
     experts = min(bench.gpu_experts, model.routed_experts)
     rows = []
@@ -205,8 +205,6 @@ class SM90Program(DecodeRunner):
 
     def decode_jobs(self, settings: RootSettings, kernels, gpus: tuple[str, ...]) -> list[str]:
         """Return the SM90 program's job when a GPU here is an SM90 device of the catalog."""
-        from tilesweep.hardware import catalog_name
-
         for gpu in gpus:
             name = catalog_name(gpu, settings.catalog)
             if name and settings.catalog[name].arch == ARCH:

@@ -20,6 +20,8 @@ from tilesweep.backends import (
     kernel_cell,
     register,
 )
+from tilesweep.isolate import Isolated, run_isolated
+from tilesweep.measure.gemm_case import triton_runner
 from tilesweep.settings.strict import Section
 
 if TYPE_CHECKING:
@@ -124,6 +126,7 @@ def compile_kernel(cell: dict):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    # triton (via kernels.triton_grouped_gemm): this module loads without it
     from tilesweep.kernels.triton_grouped_gemm import grouped_gemm
 
     sig = signature(cell)
@@ -159,8 +162,6 @@ def _build_in_child(cell: dict, out_dir: str) -> dict:
 
 def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:
     """Return a build record for one cell: status ok/compile/timeout and the compiler's numbers."""
-    from tilesweep.isolate import Isolated, run_isolated
-
     if cell.get("unsupported"):
         return {"status": "unsupported", "reason": cell["unsupported"]}
     try:
@@ -252,8 +253,6 @@ class TritonDecode(DecodeRunner):
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
         """Return the call that launches the kernel on a problem."""
-        from tilesweep.measure.gemm_case import triton_runner
-
         return triton_runner(kernel, counts)
 
     def measured_rows(self, launch_row: dict, decode):

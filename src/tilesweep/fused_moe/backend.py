@@ -13,7 +13,12 @@ from pydantic import Field, model_validator
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.engine_moe import ENGINES
-from tilesweep.fused_moe.space import ENGINE_DTYPE
+from tilesweep.fused_moe.space import (
+    ENGINE_DTYPE,
+    config_file_name,
+    engine_default,
+    is_engine_config,
+)
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 if TYPE_CHECKING:
@@ -80,8 +85,6 @@ def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> s
     """Return the file name of the project kernel's picks for one (local experts, shard width):
     the engines' name behind PROJECT_KERNEL, e.g.
     'project_kernel_E=256,N=2048,device_name=NVIDIA_H200.json'."""
-    from tilesweep.fused_moe.space import config_file_name
-
     return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
 
@@ -136,8 +139,6 @@ class Variant(Section):
     @model_validator(mode="after")
     def _names_one(self) -> Variant:
         """Refuse a variant that leaves every key off (the engines' own kernel)."""
-        from tilesweep.fused_moe.space import is_engine_config
-
         given = self.model_dump(exclude_unset=True)
         if is_engine_config(given):
             raise refuse("", "names no variant (every key off: the engines' own kernel)", given)
@@ -192,8 +193,6 @@ class FusedMoeSettings(Section):
         """Refuse an engine version of no known engine, a guard default no engine default names,
         variants screened on no tile, and an engine default whose rules give no value for a
         tuned dtype."""
-        from tilesweep.fused_moe.space import engine_default
-
         for engine in self.engine_versions:
             if engine not in ENGINES:
                 why = f"unknown engine; valid: {', '.join(ENGINES)}"
@@ -286,6 +285,7 @@ class FusedMoeTuner(Tuner):
 
     def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
         """Return the tuning and drop-in sections (report_sections.py)."""
+        # cycle: report_sections reaches the registry, whose discovery imports this module
         from tilesweep.fused_moe.report_sections import report_sections
 
         return report_sections(tables)
@@ -313,6 +313,7 @@ class FusedMoeRows(DecodeRunner):
 
     def table_rows(self, settings: RootSettings, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
+        # cycle: engine_rows imports the registry, whose discovery imports this module
         from tilesweep.fused_moe.engine_rows import engine_rows
 
         return engine_rows(settings.backend.get(NAME) or {}, tune)
@@ -327,6 +328,7 @@ class FusedMoeStep(StepRunner):
 
     def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
         """Return the project kernel's routing, config and call for one micro-batch (step.py)."""
+        # triton (via fused_moe.step): this module loads without it
         from tilesweep.fused_moe.step import fused_setup
 
         return fused_setup(rank, n, slots, counts, experts)

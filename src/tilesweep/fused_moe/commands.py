@@ -9,7 +9,12 @@ import argparse
 import sys
 
 from tilesweep.backends import Commands
+from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
+from tilesweep.fused_moe import engine_tune
+from tilesweep.fused_moe.engine_check import check_file, read_file, safe_file, summary
+from tilesweep.fused_moe.engine_timing import LAUNCHERS
+from tilesweep.io import write_table
 
 
 class FusedMoeCommands(Commands):
@@ -84,10 +89,6 @@ def _ints(text: str, what: str) -> list[int]:
 
 def engine_tune_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-tune`; return the exit status."""
-    from tilesweep.config import compose_settings
-    from tilesweep.fused_moe import engine_tune
-    from tilesweep.fused_moe.engine_timing import LAUNCHERS
-
     settings = compose_settings(args.overrides)
     fused = settings.backend["fused_moe"]
     engines = args.engine or list(fused["engine_versions"])
@@ -105,7 +106,6 @@ def engine_tune_command(args: argparse.Namespace) -> int:
     if any(len(s) != 2 for s in shapes):
         raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
     keys = _ints(args.keys, "--keys") if args.keys else None
-    from tilesweep.fused_moe.engine_check import read_file
 
     for path in args.extra:
         read_file(path)  # a bad file is refused before anything starts
@@ -120,9 +120,6 @@ def engine_tune_command(args: argparse.Namespace) -> int:
 
 def engine_check_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-check`; return the exit status."""
-    from tilesweep.config import compose_settings
-    from tilesweep.fused_moe.engine_check import check_file, read_file, safe_file, summary
-
     read_file(args.file)  # a bad file is refused before anything starts
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
@@ -135,8 +132,6 @@ def engine_check_command(args: argparse.Namespace) -> int:
             "engine's default\n"
         )
     if args.out:
-        from tilesweep.io import write_table
-
         write_table(args.out, table)
     sys.stdout.write(summary(table) + "\n")
     return 0

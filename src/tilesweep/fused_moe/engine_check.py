@@ -29,7 +29,9 @@ import pandas as pd
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
-from tilesweep.fused_moe import space
+from tilesweep.fused_moe import engine_kernels, space
+from tilesweep.fused_moe.engine_timing import EngineTimer, effective
+from tilesweep.io import write_text
 from tilesweep.settings import Tuning
 
 NAME = re.compile(
@@ -104,8 +106,6 @@ def timer_for(
     """Return the EngineTimer of a file's problem in an engine's kernel, or raise ConfigError."""
     import torch
 
-    from tilesweep.fused_moe.engine_timing import EngineTimer
-
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
     fused = settings.backend["fused_moe"]
@@ -134,8 +134,6 @@ def baseline_of(
     """Return (the engine's shipped table for a file's key, or None; where) as the engine would
     load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
     file's device."""
-    from tilesweep.fused_moe import engine_kernels
-
     name = engine_kernels.config_file_name(
         engine, version, shape["experts"], shape["n"], shape["format"], device_of(path)
     )
@@ -150,8 +148,6 @@ def device_of(path: str | Path) -> str:
 def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> dict:
     """Return the config the engine runs at batch M today: its shipped table's nearest key,
     else its default rule's."""
-    from tilesweep.fused_moe import engine_kernels
-
     if shipped:
         return engine_kernels.nearest(shipped, m)
     return space.engine_default(rules, m, shape["experts"], shape["format"])
@@ -175,8 +171,6 @@ def check_file(
     of the file; a config timed once serves every label that holds it (the baseline's second
     timing excepted)."""
     import triton
-
-    from tilesweep.fused_moe.engine_timing import effective
 
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
@@ -246,6 +240,7 @@ def judge(table: pd.DataFrame) -> pd.DataFrame:
     two timings of the baseline's one config differ (max(a/b, b/a) - 1). The file's outcome:
     `same config`, `won` (p90 below the baseline's p10 and x_baseline above 1 + noise band),
     `lost` (the mirror), else `tie`; `wrong result` where any timing missed the reference."""
+    # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe.case import TOLERANCE
 
     table = table.copy()
@@ -326,8 +321,6 @@ def safe_file(
 ) -> tuple[int, int]:
     """Write the file as it may be exported (export_table of `decide` over the checks given:
     one table or a list of draws); return (keys kept, keys at the baseline)."""
-    from tilesweep.io import write_text
-
     checks = tables if isinstance(tables, list) else [tables]
     shape, configs = read_file(path)
     triton = json.loads(Path(path).read_text()).get("triton_version", "")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 
+from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.measure.timing import time_call
 
 ENGINES = ("vllm", "sglang")
 
@@ -47,8 +49,6 @@ def _vllm_calls(problem: dict, weights, batch, tuned: dict, dtype: str):
 def engine_runner(spec: dict, log):
     """Return a function (problem, weights, batch, rows, m, routing) -> engine rows for one
     batch: timed where the engine is installed, else one skipped row per engine."""
-    from tilesweep.errors import last_line
-    from tilesweep.measure.timing import time_call
 
     def rows_for(problem, weights, batch, rows, m, routing):
         out = []

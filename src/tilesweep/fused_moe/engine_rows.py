@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep import package_data
+from tilesweep import backends, package_data
 from tilesweep.columns import Status
+from tilesweep.fused_moe.engine_moe import installed
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engine_rows", "tilesweep.fused_moe")
 ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]
@@ -21,9 +22,6 @@ def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
     of each engine's kernel with the project kernel's tuned table and with its default, side by
     side, where it ran; else one skipped row per engine saying why. `mine`: the fused-MoE
     backend's settings."""
-    from tilesweep import backends
-    from tilesweep.fused_moe.engine_moe import installed
-
     if not mine.get("enabled"):
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     timed = pd.DataFrame()

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.cells import write_cell_table
-from tilesweep.fused_moe import space
+from tilesweep.errors import ConfigError
+from tilesweep.fused_moe import engine_tune, space
 from tilesweep.settings import TuneSettings
 from tilesweep.stages import logged
 
@@ -34,9 +35,6 @@ def tune_engine(
     log_path: str | None = None,
 ) -> None:
     """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
-    from tilesweep.errors import ConfigError
-    from tilesweep.fused_moe import engine_tune
-
     settings = TuneSettings.from_json(settings_json)
     fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]

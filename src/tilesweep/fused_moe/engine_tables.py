@@ -24,7 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep import package_data
-from tilesweep.fused_moe import space
+from tilesweep.errors import last_line
+from tilesweep.fused_moe import engine_check, engine_kernels, space
+from tilesweep.fused_moe.engine_check import geomean, read_file
+from tilesweep.fused_moe.engine_timing import compile_pool, effective, warm_all
+from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engine_tables", "tilesweep.fused_moe")
@@ -46,8 +50,6 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
     """Return {(format, E, N): path} of a tuner's picks for an engine version in kept example
     folders (<folder>/<engine>-<version>/picks_E=*.json: the engine's name behind `picks_`, so
     that no engine loads a tuning's picks by mistake), the first folder winning."""
-    from tilesweep.fused_moe.engine_check import read_file
-
     out = {}
     for folder in folders:
         for path in sorted(Path(folder).glob(f"{engine}-{version}/{PICKS}E=*.json")):
@@ -59,9 +61,6 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
 def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version: str) -> list:
     """Return the (engine, version, problem, fmt, config, M) compile jobs of every candidate's,
     baseline's and default's config at every key, without repeats."""
-    from tilesweep.fused_moe import engine_check
-    from tilesweep.fused_moe.engine_timing import effective
-
     fused = settings.backend["fused_moe"]
     jobs, seen = [], set()
     for engine, path in work:
@@ -101,9 +100,6 @@ def decide_file(
     import json
 
     import triton
-
-    from tilesweep.fused_moe import engine_check, engine_kernels
-    from tilesweep.io import write_text
 
     fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]
@@ -196,8 +192,6 @@ def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) ->
     """Return the held-out draw's worst and geometric-mean ratios of the exported file against
     the baseline and the default: kept keys as timed, every other key 1 against the baseline
     (the engine runs the same kernel), the default's ratio there where it was timed."""
-    from tilesweep.fused_moe.engine_check import geomean
-
     timed = files[~files["m"].isin(withheld)]
     per_key = {(m, r): 1.0 for m in configs for r in ("uniform", "zipf")}
     for r in timed.itertuples():
@@ -244,11 +238,6 @@ def run(
     import os
 
     import triton
-
-    from tilesweep.errors import last_line
-    from tilesweep.fused_moe import engine_check
-    from tilesweep.fused_moe.engine_timing import compile_pool, warm_all
-    from tilesweep.io import write_table
 
     start = time.monotonic()
     out_dir = Path(out_dir)

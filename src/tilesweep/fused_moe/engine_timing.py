@@ -26,6 +26,9 @@ import math
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engine_kernels import load
+from tilesweep.measure.gemm_case import rel_error
+from tilesweep.measure.timing import calls_to_fill, summarize, time_call, time_gpu
 
 LAUNCHERS = {
     "vllm": "tilesweep.fused_moe.vllm_kernel",
@@ -39,6 +42,7 @@ MEMORY_SHARE = 0.6  # the most of the free device memory the weight copies may t
 
 def expert_bytes(problem: dict, fmt: str) -> dict:
     """Return {gemm: bytes of one expert's weights and scales} in a format."""
+    # triton (via fused_moe.engine_case): this module loads without it
     from tilesweep.fused_moe.engine_case import BLOCK
 
     out = {}
@@ -84,8 +88,6 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
     whole rotation apart, also across replays."""
     import statistics
 
-    from tilesweep.measure.timing import calls_to_fill, summarize, time_gpu
-
     rounds = 1
     if len(calls) < max_calls:  # else one rotation already holds the most calls a replay may
         probe, _ = time_gpu(list(calls), 3, 1)
@@ -105,6 +107,7 @@ def effective(config: dict, fmt: str) -> dict:
     """Return the config as it is tried: for fp8_block, BLOCK_SIZE_K cut to the scale block
     (vLLM cuts it so; SGLang does not, and a wider step would sum across scale groups, so its
     candidates are taken at the block), so two configs that run the same are one."""
+    # triton (via fused_moe.engine_case): this module loads without it
     from tilesweep.fused_moe.engine_case import BLOCK
 
     if fmt == "fp8_block" and config["BLOCK_SIZE_K"] > BLOCK:
@@ -114,6 +117,7 @@ def effective(config: dict, fmt: str) -> dict:
 
 def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
     """Return a call that runs one GEMM of a batch in the engine's kernel."""
+    # triton (via fused_moe.engine_case): this module loads without it
     from tilesweep.fused_moe.engine_case import block_shape
 
     top_k = problem["top_k"] if gemm == "gate_up" else 1
@@ -158,8 +162,8 @@ class EngineTimer:
     ):
         import torch
 
+        # triton (via fused_moe.engine_case): this module loads without it
         from tilesweep.fused_moe import engine_case
-        from tilesweep.fused_moe.engine_kernels import load
 
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
@@ -209,6 +213,7 @@ class EngineTimer:
 
     def batch(self, m: int, routing: str):
         """Return a fresh routed batch of m tokens."""
+        # triton (via fused_moe.engine_case): this module loads without it
         from tilesweep.fused_moe import engine_case
 
         return engine_case.make_batch(
@@ -225,9 +230,8 @@ class EngineTimer:
     def time(self, config: dict, batch, repeats: int) -> dict:
         """Return both GEMMs' summed median, p10 and p90 ms and the worse relative error (inf
         where the result is not finite); raise what the launch raises (a refusal)."""
+        # triton (via fused_moe.engine_case): this module loads without it
         from tilesweep.fused_moe import engine_case
-        from tilesweep.measure.gemm_case import rel_error
-        from tilesweep.measure.timing import time_call
 
         config = effective(config, self.fmt)
         blocks = self.lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], self.problem["experts"])
@@ -276,8 +280,8 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
     try:
         import torch
 
+        # triton (via fused_moe.engine_case): this module loads without it
         from tilesweep.fused_moe import engine_case
-        from tilesweep.fused_moe.engine_kernels import load
 
         kernel, _ = load(engine, version)
         lx = launcher(engine)

@@ -21,8 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep import package_data
-from tilesweep.errors import last_line
-from tilesweep.fused_moe import space
+from tilesweep.errors import ConfigError, last_line
+from tilesweep.fused_moe import engine_check, engine_kernels, engine_tables, space
+from tilesweep.fused_moe.engine_check import baseline_config, read_file
+from tilesweep.fused_moe.engine_timing import effective, warm
+from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engine_tune", "tilesweep.fused_moe")
@@ -32,8 +35,6 @@ TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
     """Return the configs one launch parameter away from `config` within the search space
     (`values`: {key: [values]}), each as the engine runs it, without duplicates."""
-    from tilesweep.fused_moe.engine_timing import effective
-
     out, seen = [], {space.config_slug(effective(config, fmt))}
     for key in space.SPACE_KEYS:
         for value in values[key]:
@@ -80,9 +81,6 @@ def tune_problem(
     beat (`default` in the rows: is_default, x_default) is what the engine runs today: its
     `shipped` table's nearest key where there is one (the default rule's config is then
     screened as one more candidate), else its default rule."""
-    from tilesweep.fused_moe.engine_check import baseline_config
-    from tilesweep.fused_moe.engine_timing import effective
-
     fmt, problem = timer.fmt, timer.problem
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
@@ -154,8 +152,8 @@ def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
 
 def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict, tune, log):
     """Compile (in parallel) and screen every key's candidates on the first routing."""
+    # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe.case import TOLERANCE
-    from tilesweep.fused_moe.engine_timing import effective, warm
 
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
     if timer.device == "cuda":
@@ -230,8 +228,6 @@ def _finals(timer, m, screened, default, rows, tune, log) -> dict:
 
 def extra_candidates(paths: list[str], shape: dict) -> dict:
     """Return {M: [configs]} from other tuners' files of the same shape and format."""
-    from tilesweep.fused_moe.engine_check import read_file
-
     out = {}
     for path in paths:
         theirs, configs = read_file(path)
@@ -261,17 +257,12 @@ def run(
     import torch
     import triton
 
-    from tilesweep.fused_moe import engine_check, engine_kernels, engine_tables
-    from tilesweep.io import write_table, write_text
-
     fused = settings.backend["fused_moe"]
     tune = {**fused["engine_tune"]}
     if not tune["compile_workers"]:
         tune["compile_workers"] = max(1, (os.cpu_count() or 2) - 1)
     keys = sorted(keys or fused["batch_keys"])
     if not torch.cuda.is_available():
-        from tilesweep.errors import ConfigError
-
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
     device_name = torch.cuda.get_device_name()
     summary = []

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import backends
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import TUNE_COLUMNS, Status
+from tilesweep.errors import ConfigError
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.fused_moe.tune_worker import (
@@ -40,7 +42,9 @@ from tilesweep.fused_moe.tune_worker import (
     read_journal,
     refusal_status,
 )
+from tilesweep.hardware import catalog_name
 from tilesweep.io import atomic_path, read_json, write_text
+from tilesweep.provenance import device_info, package_version
 from tilesweep.settings import TuneSettings, Tuning
 from tilesweep.stages import logged
 
@@ -306,8 +310,6 @@ def _mark_pick(
     does. `tuned` (the engines' space: the finalists and the engines' own defaults, guarded by
     spec['guard_default']'s default) is the project kernel's table (write_configs; never an
     engine's file); `best` adds the project's variants, unguarded."""
-    from tilesweep import backends
-
     table[column] = False
     project = table["runner"].astype(str).map(backends.runner_kind) == "fused"
     both = table[
@@ -379,9 +381,6 @@ def tune_fused_moe(
     log_path: str | None = None,
 ) -> None:
     """Tune one dtype on the GPU at hand; write the tune table and the project kernel's picks."""
-    from tilesweep.hardware import catalog_name
-    from tilesweep.provenance import device_info, package_version
-
     settings = TuneSettings.from_json(settings_json)
     with logged(log_path) as log:
         info = device_info()
@@ -426,8 +425,6 @@ def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=
     current evaluation and pick, every time as measured."""
     import gzip
     import tempfile
-
-    from tilesweep.errors import ConfigError
 
     work = Path(folder) / dtype
     with logged(log_path) as log:

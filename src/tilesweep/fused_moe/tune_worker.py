@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engine_moe import engine_runner
 from tilesweep.measure.timing import time_call
 
 SCREEN = "screen"
@@ -139,6 +140,7 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
     try:
         import torch
 
+        # triton (via fused_moe.kernel, fused_moe.case): this module loads without it
         from tilesweep.fused_moe import kernel as fm
         from tilesweep.fused_moe.case import torch_dtype
 
@@ -206,6 +208,7 @@ def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
 
 def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, heartbeat, done):
     """Screen the configs on one problem: correctness at one batch, then every batch key."""
+    # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe import case
 
     dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
@@ -267,6 +270,7 @@ def _finalists(
 
 def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
     """Time finalists, engine defaults, the baseline and the engine at every final batch."""
+    # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe import case
 
     dtype = spec["dtype"]
@@ -375,8 +379,8 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
     """Compile, screen, screen the variants and time the finals of every problem."""
     import torch
 
+    # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe import case
-    from tilesweep.fused_moe.engine_moe import engine_runner
 
     done = read_journal(journal.path)
 

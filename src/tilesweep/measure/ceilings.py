@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tilesweep.hardware import catalog_name
 from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
+from tilesweep.provenance import stamp
 
 if TYPE_CHECKING:
     from tilesweep.settings import HardwareSpec
@@ -56,6 +57,7 @@ def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
     if not cuda:
         samples = time_cpu(ways["sum"], repeats, 1)
         return nbytes / (summarize(samples)["time_ms"] * 1e-3) / 1e9, "sum (cpu clock)"
+    # triton (via kernels.stream_read): this module loads without it
     from tilesweep.kernels.stream_read import stream_read
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -336,8 +338,6 @@ def launch_us(cuda: bool, repeats: int) -> dict:
 def measure(catalog: dict[str, HardwareSpec]) -> dict:
     """Return measured ceilings of the device at hand, with the datasheet's beside them."""
     import torch
-
-    from tilesweep.provenance import stamp
 
     cuda = torch.cuda.is_available()
     info = stamp()

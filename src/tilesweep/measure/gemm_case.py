@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tilesweep.errors import LaunchError
 from tilesweep.measure.timing import PowerSampler, summarize, time_cpu, time_gpu
 from tilesweep.plan.expert_shapes import tile_schedule, traffic
 
@@ -158,6 +159,7 @@ def triton_runner(kernel: dict, counts: list[int]) -> Callable[[Problem], object
     import torch
     import triton
 
+    # triton (via kernels.triton_grouped_gemm): this module loads without it
     from tilesweep.kernels.triton_grouped_gemm import grouped_gemm
 
     ex, st, en = tile_schedule(counts, kernel["tile_m"])
@@ -168,8 +170,6 @@ def triton_runner(kernel: dict, counts: list[int]) -> Callable[[Problem], object
 
     def call(p: Problem):
         from triton.runtime.errors import OutOfResources
-
-        from tilesweep.errors import LaunchError
 
         n, k = p.b.shape[1], p.b.shape[2]
         grid = (max(num_tiles, 1), triton.cdiv(n, kernel["tile_n"]))

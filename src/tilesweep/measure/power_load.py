@@ -1,5 +1,6 @@
 """Sustained loads for the power evidence: each runs for a few seconds on the device at hand while
-NVML samples its power, so a power reading can be set against the bound that drew it.
+NVML samples its power, so a power reading can be set against the bound that drew it
+(reading_consistency).
 
 Loads (GPU only; a CPU machine has no NVML power to read):
 - `idle`: nothing launched;
@@ -21,6 +22,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
+
+from tilesweep.columns import consistency_columns
+from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
 from tilesweep.measure.timing import PowerSampler, percentile
 
 # What each load is built to be bound by (the row's `expected_bound`).
@@ -138,8 +143,6 @@ def single_gpu_loads(model: dict, seconds: float, period_s: float) -> list[dict]
 
 def _collective_worker(rank: int, world: int, port: int, spec: dict, out_path: str) -> None:
     """Run the two all-reduce loads on one rank; rank 0 samples its GPU and writes the rows."""
-    from tilesweep.measure.process_group import init_rank
-
     torch, dist = init_rank(rank, world, port, True)
     sync = torch.cuda.synchronize
     small = torch.randn(SMALL_MESSAGE_TOKENS * spec["hidden"], device="cuda", dtype=torch.bfloat16)
@@ -191,8 +194,6 @@ def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) ->
         ]
     import torch.multiprocessing as mp
 
-    from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port
-
     os.environ.update(SAFE_NCCL_ENV)
     spec = {"hidden": model["hidden"], "seconds": seconds, "period_s": period_s}
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,3 +206,27 @@ def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) ->
             start_method="spawn",
         )
         return json.loads(Path(out).read_text())
+
+
+def reading_consistency(power: pd.DataFrame, frac: float, reader: str) -> pd.DataFrame:
+    """Return, per measured load, whether a reading of `frac` of the power limit (the reader's,
+    e.g. the brief's) lies inside its p10..p90 band of measured fractions, and how far outside it
+    lies where it does not; the reading's column is named after the reader."""
+    columns = consistency_columns(reader)
+    if power.empty or "status" not in power:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for rec in power[power["status"] == "ok"].to_dict("records"):
+        low, high = rec["power_frac_p10"], rec["power_frac_p90"]
+        if low is None or high is None or low != low or high != high:
+            verdict = "no samples"
+        elif low <= frac <= high:
+            verdict = "consistent"
+        else:
+            side = "below" if frac < low else "above"
+            gap = (low - frac) if frac < low else (frac - high)
+            verdict = f"not consistent: the {reader}'s reading is {gap:.0%} of the limit {side} it"
+        band = f"{low:.0%}..{high:.0%}" if verdict != "no samples" else ""
+        values = [rec["load"], rec["expected_bound"], band, f"{frac:.0%}", verdict]
+        rows.append(dict(zip(columns, values, strict=True)))
+    return pd.DataFrame(rows)

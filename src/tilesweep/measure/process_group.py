@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tilesweep.columns import COLLECTIVE_TIMINGS, Status
+from tilesweep.measure import timing
 from tilesweep.plan.messages import BYTES_PER_ELEMENT
 
 # NVLink multicast stays off: on shared hosts it can take GPUs out of service.
@@ -54,8 +55,6 @@ def _graph_times(
     plan["max_calls"] calls, the same count on every rank), then replays of that many back-to-back
     calls are timed with CUDA events. A failed capture on any rank is the row's status and reason
     on rank 0, with no number."""
-    from tilesweep.measure.timing import calls_to_fill, capture_graph, time_events
-
     rank = dist.get_rank()
 
     def capture(calls: int):
@@ -64,7 +63,7 @@ def _graph_times(
         graph, error = None, ""
         if inside:
             try:
-                graph = capture_graph([op] * calls, capture_error_mode="thread_local")
+                graph = timing.capture_graph([op] * calls, capture_error_mode="thread_local")
             except Exception as exc:  # any capture failure becomes the row's reason
                 error = f"rank {rank}: {_one_line(exc)}"
         failures = [e for e in _agree(dist, cpu_group, error) if e]
@@ -80,8 +79,8 @@ def _graph_times(
     calls = 0
     if not error:
         if inside:  # size the replay from a few one-call replays
-            one = statistics.median(time_events(graph.replay, 3))
-            calls = calls_to_fill(one, plan["fill_ms"], plan["max_calls"])
+            one = statistics.median(timing.time_events(graph.replay, 3))
+            calls = timing.calls_to_fill(one, plan["fill_ms"], plan["max_calls"])
         calls = max(_agree(dist, cpu_group, calls))  # every rank captures the same count
         if calls > 1:
             graph = None
@@ -91,7 +90,7 @@ def _graph_times(
     if error:
         out.update(status=Status.RUNTIME, reason=error, calls_per_replay=0)
     elif inside:
-        out["samples"] = [ms / calls for ms in time_events(graph.replay, repeats)]
+        out["samples"] = [ms / calls for ms in timing.time_events(graph.replay, repeats)]
     if inside:
         torch.cuda.synchronize()
     del graph

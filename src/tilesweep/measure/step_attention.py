@@ -73,6 +73,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
             x @ w["x_proj"].t(), widths, ["q_a", "kv_a"] + (["ik", "iw"] if dsa else [])
         )
         if fused:
+            # triton (via kernels.step_fused): this module loads without it
             from tilesweep.kernels.step_fused import rms_norm
 
             q_lat = rms_norm(torch, xa["q_a"], w["q_norm"])
@@ -93,6 +94,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
             iq = qa["iq"].view(n, a["index_n_heads"], a["index_head_dim"])
             weights = xa["iw"]
             if fused:
+                # triton (via kernels.step_fused): this module loads without it
                 from tilesweep.kernels.step_fused import index_scores
 
                 total = index_scores(torch, iq, cache["idx"], weights)
@@ -109,6 +111,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
                 keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
     scale = (nope + rope) ** -0.5
     if fused:
+        # triton (via kernels.mla_decode): this module loads without it
         from tilesweep.kernels.mla_decode import mla_decode
 
         with clock.part("attn_core"):

@@ -3,14 +3,13 @@ balanced routing of its rows to the rank's experts, and the expert GEMMs' runner
 
 from __future__ import annotations
 
+from tilesweep import backends
+from tilesweep.measure.gemm_case import Problem
 from tilesweep.measure.step_weights import random_bf16
 
 
 def micro_batch(rank, n: int) -> dict:
     """Return the buffers and caches of one micro-batch of n sequences on a StepRank."""
-    from tilesweep import backends
-    from tilesweep.measure.gemm_case import Problem
-
     torch, m, layout, dev = rank.torch, rank.model, rank.layout, rank.device
     a, ctx, hidden = m["attention"], rank.step_spec["context_len"], m["hidden"]
     bf16 = torch.bfloat16

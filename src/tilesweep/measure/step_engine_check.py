@@ -28,8 +28,15 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tilesweep import package_data
+from tilesweep import grid, package_data
 from tilesweep.columns import Status
+from tilesweep.deployment_verdict import fit_on_datasheet
+from tilesweep.errors import last_line
+from tilesweep.hardware import catalog_name
+from tilesweep.io import project_path
+from tilesweep.pipeline import Sweep
+from tilesweep.plan import calibration
+from tilesweep.stages.layout import bench_layout
 
 if TYPE_CHECKING:
     from tilesweep.settings import HardwareSpec, RootSettings
@@ -59,9 +66,6 @@ def layout_override(layout: str) -> str:
 def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootSettings, str]:
     """Return (the composed settings, the whole-step cell of the layout at BATCHES), as the
     sweep's bench_layout job would get it."""
-    from tilesweep import grid
-    from tilesweep.pipeline import Sweep
-
     sweep = Sweep([layout_override(layout), *OVERRIDES, *overrides], None)
     cell = json.loads(sweep.layout_step_cell(layout))
     cell["batches"] = list(BATCHES)
@@ -71,8 +75,6 @@ def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootS
 def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
     """Return the check rows of the measured steps, composed from deployment.fit_file for the
     device that ran them (compose_for), with no collectives (TP1, or one rank run alone)."""
-    from tilesweep.io import project_path
-
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
     model = settings.model.model_dump(exclude_unset=True)
     return compose_for(steps, fit, model, settings.catalog)
@@ -87,10 +89,6 @@ def compose_for(
     GPU of conf/hardware its efficiencies are put on the datasheet of both ends, as a verdict for
     a GPU never measured does (deployment_verdict.fit_on_datasheet), so each row tests that
     transfer; a GPU conf/hardware lacks is composed on the fit's device, with a gap."""
-    from tilesweep.deployment_verdict import fit_on_datasheet
-    from tilesweep.hardware import catalog_name
-    from tilesweep.plan import calibration
-
     ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
     device = str(ran.iloc[0]) if len(ran) else fit["device"]
     here = catalog_name(device, catalog)
@@ -156,9 +154,6 @@ def failed(reason: str, lists: tuple[str, ...] = ("lean", "engine")) -> pd.DataF
 
 def run(out: Path, overrides: list[str], layout: str = LAYOUT) -> pd.DataFrame:
     """Measure, compose and write OUT/engine_step.csv; return the table (failures as rows)."""
-    from tilesweep.errors import last_line
-    from tilesweep.stages.layout import bench_layout
-
     out.mkdir(parents=True, exist_ok=True)
     try:
         settings, cell = settings_and_cell(overrides, layout)

@@ -127,6 +127,7 @@ def launch(rank, x, counts: dict, clock, part: str) -> None:
     torch = rank.torch
     if not counts[QUANT] and not counts[COPY]:
         return
+    # triton (via kernels.token_group_quant): this module loads without it
     from tilesweep.kernels.token_group_quant import token_group_quant
 
     with clock.part(part):

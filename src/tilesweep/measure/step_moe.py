@@ -15,6 +15,7 @@ def ffn(rank, x, layer: dict, mb: dict, index: int, clock: PartClock):
     with clock.part("router"):
         logits = x @ layer["router"].t()
         if rank.fused:
+            # triton (via kernels.step_fused): this module loads without it
             from tilesweep.kernels.step_fused import topk_softmax
 
             topk_softmax(torch, logits, rank.model["top_k"], mb["wflat"][: mb["top"]])
@@ -52,6 +53,7 @@ def gated(rank, gu, clock: PartClock, out=None):
     silu_and_mul), else torch's silu and mul."""
     torch = rank.torch
     if rank.fused:
+        # triton (via kernels.step_fused): this module loads without it
         from tilesweep.kernels.step_fused import silu_and_mul
 
         clock.add_launches(1)

@@ -119,6 +119,7 @@ class StepRank:
         (as `residual`) and rms_norm."""
         torch = self.torch
         if self.fused:  # one kernel: with y added first, or (the first norm) without
+            # triton (via kernels.step_fused): this module loads without it
             from tilesweep.kernels.step_fused import add_rms_norm, rms_norm
 
             with clock.part(part):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from tilesweep.measure import kernel_profile, timing
+from tilesweep.measure.launch_count import make_counter
 from tilesweep.measure.step_clock import PartClock
 from tilesweep.measure.step_shapes import micro_batches
 
@@ -74,8 +75,6 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
 def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], int]:
     """Return ({part: launches in one step}, next slot) from one eager step under a
     LaunchCounter."""
-    from tilesweep.measure.launch_count import make_counter
-
     counter = make_counter()
     rank.sync()
     with counter:

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from tilesweep import backends
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     BEST_PER_BATCH_KEYS,
@@ -18,6 +19,7 @@ from tilesweep.columns import (
     Status,
     fastest_runner,
 )
+from tilesweep.plan.messages import fit_alpha_beta
 from tilesweep.report.formatting import (
     column,
     finite,
@@ -30,16 +32,12 @@ from tilesweep.report.formatting import (
 
 def _kinds(runners: pd.Series) -> pd.Series:
     """Return each runner's kind as its backend names it ('tile', 'baseline', ...)."""
-    from tilesweep import backends
-
     return runners.astype(str).map(backends.runner_kind)
 
 
 def _own_kernel(runner: str) -> bool:
     """Return whether a runner is one of the project's own kernels (a tile or a program), the
     kind the launch check accounts."""
-    from tilesweep import backends
-
     try:
         return backends.runner_kind(runner) in ("tile", "program")
     except ValueError:
@@ -48,8 +46,6 @@ def _own_kernel(runner: str) -> bool:
 
 def short_runner(runner: str) -> str:
     """Return a runner's name without its backend prefix where it names a grid kernel."""
-    from tilesweep import backends
-
     return (
         backends.runner_kernel(runner) if backends.runner_kind(runner) == "tile" else None
     ) or runner
@@ -154,7 +150,6 @@ def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
     ok = ok[ok["collective"].astype(str) != "none"]
     if ok.empty:
         return pd.DataFrame()
-    from tilesweep.plan.messages import fit_alpha_beta
 
     rows = []
     for (kind, group), part in ok.groupby(["collective", "group"], sort=True):

@@ -7,7 +7,13 @@ import pandas as pd
 
 from tilesweep import answer_card, backends, question
 from tilesweep.report.analysis import latency_floors
+from tilesweep.report.collective_figure import collective_bandwidth
+from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, ReportData, Section
+from tilesweep.report.engine_figure import engine_tpot
+from tilesweep.report.launch_figure import deployment_target, launch_smem
+from tilesweep.report.pareto_figure import pareto
+from tilesweep.report.plotting import png
 from tilesweep.report.question_sections import power_blocks, question_blocks
 from tilesweep.report.sections import (
     check_blocks,
@@ -19,6 +25,7 @@ from tilesweep.report.sections import (
     summary_blocks,
     verdict_blocks,
 )
+from tilesweep.report.step_figures import check_error, verdict_split
 
 # The sections every report has, in order; the question's own (conf/question), when its panel
 # is there, comes right after the first: its key is the question's name and its title the
@@ -68,14 +75,6 @@ def draw_figures(
 ) -> dict[str, bytes]:
     """Return the report figures as PNG bytes, by name (the names in FIGURES and the tuners'
     own, backends.report_figures; `names` only, when given)."""
-    from tilesweep.report.collective_figure import collective_bandwidth
-    from tilesweep.report.decode_figures import decode_roofline, decode_time
-    from tilesweep.report.engine_figure import engine_tpot
-    from tilesweep.report.launch_figure import deployment_target, launch_smem
-    from tilesweep.report.pareto_figure import pareto
-    from tilesweep.report.plotting import png
-    from tilesweep.report.step_figures import check_error, verdict_split
-
     drawers = {
         "pareto": lambda: pareto(verdict),
         "launch_smem": lambda: launch_smem(launch, first=deployment_target(verdict)),

@@ -13,6 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
 
+from tilesweep import backends
+from tilesweep.report.analysis import short_runner
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     MAX_SERIES,
@@ -36,8 +38,6 @@ POINT = ["op", "routing", "tokens_per_expert"]
 
 def _is_baseline(runner: str) -> bool:
     """Return whether a runner is a torch baseline (not a kernel of the grid or an engine)."""
-    from tilesweep import backends
-
     return backends.runner_kind(runner) == "baseline"
 
 
@@ -60,8 +60,6 @@ def _runner_styles(runners: list[str]) -> dict[str, dict]:
 def _label(runner: str, dtype: str) -> str:
     """Return a runner's legend label: without the backend prefix of grid kernels, nor the
     dtype its block already names."""
-    from tilesweep.report.analysis import short_runner
-
     short = short_runner(runner)
     return short.removeprefix(f"{dtype}-") if short != runner else short
 

@@ -10,6 +10,8 @@ import pandas as pd
 
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
+from tilesweep.plan.sensitivity import winners
+from tilesweep.references import BAND, corpus_summary
 from tilesweep.report.analysis import best_per_batch, estimate_errors, fit_counts, launch_failures
 from tilesweep.report.formatting import devices, finite, fmt_value, numeric, plural
 
@@ -263,7 +265,6 @@ def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     gives the most tokens/s, its TPOT and tokens/s, what bounds it and ties, then how sure."""
     if verdict.empty or "tokens_per_s" not in verdict:
         return "No verdict: the deployment table has no rows."
-    from tilesweep.plan.sensitivity import winners
 
     target = f"{verdict['model'].iloc[0]} on {verdict['hardware'].iloc[0]}"
     runs = _runs(winners(verdict))
@@ -278,8 +279,6 @@ def engine_line(engines: pd.DataFrame | None) -> str:
     """Return the composition against engines' own published figures in one line: over the
     figures no fitted term saw, how many fall within the band, the median and largest error, the
     ratio's range (composed over measured) and the gaps; '' where none is cited."""
-    from tilesweep.references import BAND, corpus_summary
-
     got = corpus_summary(engines)
     if not got.get("composed"):
         return ""

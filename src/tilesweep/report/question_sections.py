@@ -7,6 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep.columns import REPORT_POWER_COLUMNS, WINNER_COLUMNS
+from tilesweep.measure.power_load import reading_consistency
+from tilesweep.plan.sensitivity import changes
 from tilesweep.question import Question, Tiles
 from tilesweep.report.document import Block, Bullets, Table, Text
 from tilesweep.report.sections import verdict_grid
@@ -15,8 +17,6 @@ from tilesweep.report.sections import verdict_grid
 def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:
     """Return the question's power reading judged against each measured load (empty without a
     question or a reading)."""
-    from tilesweep.stages.power import reading_consistency
-
     if asked is None or asked.power is None:
         return pd.DataFrame()
     return reading_consistency(power, asked.power.fraction, asked.name)
@@ -55,8 +55,6 @@ def question_blocks(
 ) -> list[Block]:
     """Return the question's panel: its layouts, the winner per batch, what would change the
     answer, its tiles' launch truth on its hardware, and what power can tell."""
-    from tilesweep.plan.sensitivity import changes
-
     rows = panel["rows"]
     sources = ", ".join(sorted(rows["source"].astype(str).unique())) if len(rows) else "none"
     blocks: list[Block] = [

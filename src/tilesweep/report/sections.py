@@ -63,6 +63,7 @@ from tilesweep.report.headlines import (
     tie_column,
     worded,
 )
+from tilesweep.report.launch_figure import LIMITS
 
 
 def _when(provenance: dict, key: str) -> str:
@@ -286,7 +287,6 @@ def launch_blocks(
     blocks += [table] if covered else []
     blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
     errors = estimate_errors(launch)
-    from tilesweep.report.launch_figure import LIMITS
 
     for target, part in launch.groupby("target", sort=False):
         rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}

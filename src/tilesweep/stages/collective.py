@@ -9,13 +9,21 @@ import pandas as pd
 
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import Status
+from tilesweep.measure.process_group import run_plan
+from tilesweep.measure.timing import summarize
+from tilesweep.plan.messages import (
+    LATENCY_FLOOR_BYTES,
+    bus_factor,
+    fit_alpha_beta,
+    step_messages,
+    sweep_sizes,
+)
+from tilesweep.provenance import cpu_device, stamp
 from tilesweep.stages import logged
 
 
 def _sizes(bench: dict) -> list[int]:
     """Return the sweep's message sizes plus the extra sizes, sorted and unique."""
-    from tilesweep.plan.messages import sweep_sizes
-
     swept = sweep_sizes(
         bench["collective_sweep_min_bytes"],
         bench["collective_sweep_max_bytes"],
@@ -26,8 +34,6 @@ def _sizes(bench: dict) -> list[int]:
 
 def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[dict]]:
     """Return (collectives to time, rows recorded without timing) for one layout."""
-    from tilesweep.plan.messages import step_messages
-
     layout, model, bench = spec["layout"], spec["model"], spec["bench"]
     cap = None if cuda else bench["cpu_collective_max_bytes"]
     plan, skipped = [], []
@@ -74,8 +80,6 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
 
 def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the table with, per collective and group, the latency floor and the alpha-beta fit."""
-    from tilesweep.plan.messages import LATENCY_FLOOR_BYTES, bus_factor, fit_alpha_beta
-
     frame = frame.copy()
     for col in ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs"):
         frame[col] = float("nan")
@@ -99,9 +103,6 @@ def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
 def _timed_row(item: dict, result: dict) -> dict:
     """Return a timed collective's columns from run_plan's result: the time statistics, bandwidths,
     timing and replay size when it ran, else its status and reason with no number."""
-    from tilesweep.measure.timing import summarize
-    from tilesweep.plan.messages import bus_factor
-
     how = {"timing": result["timing"], "calls_per_replay": result["calls_per_replay"]}
     if result["status"] != "ok":
         return {**how, "status": result["status"], "reason": result["reason"]}
@@ -122,9 +123,6 @@ def _timed_row(item: dict, result: dict) -> dict:
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
     """Time one layout's collectives over NCCL (GPUs) or gloo (CPU); write the table."""
     import torch
-
-    from tilesweep.measure.process_group import run_plan
-    from tilesweep.provenance import cpu_device, stamp
 
     spec = json.loads(cell_json)
     layout, bench = spec["layout"], spec["bench"]

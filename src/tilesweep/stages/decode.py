@@ -12,7 +12,12 @@ from tilesweep import backends
 from tilesweep.cells import read_cell_json, write_cell_json, write_cell_table
 from tilesweep.errors import LaunchError
 from tilesweep.gpu_slot import gpu_slot
+from tilesweep.isolate import Isolated, run_isolated
+from tilesweep.measure.ceilings import measure
+from tilesweep.measure.gemm_case import measure_case
 from tilesweep.plan import roofline
+from tilesweep.plan.expert_shapes import expert_counts, expert_ops
+from tilesweep.provenance import cell_hash, stamp
 from tilesweep.settings import BenchSettings, DecodeCell, ModelSettings, catalog_from_json
 from tilesweep.stages import logged, utc_now
 
@@ -22,8 +27,6 @@ def _measure_device(
 ) -> dict:
     """Measure the device's copy bandwidth and matrix rates; write and return them."""
     import torch
-
-    from tilesweep.measure.ceilings import measure
 
     torch.set_num_threads(threads)
     with logged(log_path) as log:
@@ -86,8 +89,6 @@ def group_size(bench: BenchSettings, model: ModelSettings, cuda: bool) -> int:
 
 def _cases(cell: DecodeCell, cuda: bool):
     """Yield (op, n, k, routing, tokens_per_expert, counts) for every case of the sweep."""
-    from tilesweep.plan.expert_shapes import expert_counts, expert_ops
-
     bench = cell.bench
     experts = group_size(bench, cell.model, cuda)
     for op, (n, k) in expert_ops(cell.model.model_dump(exclude_unset=True)).items():
@@ -122,8 +123,6 @@ def _measure_runner(
     """Measure one of a backend's runners at every case, appending each row to `progress` (runs
     in a child, which gets the backend from the parent)."""
     import torch
-
-    from tilesweep.measure.gemm_case import measure_case
 
     torch.set_num_threads(threads)
     cuda = torch.cuda.is_available()
@@ -194,9 +193,6 @@ def _bench_decode(
     import tempfile
 
     import torch
-
-    from tilesweep.isolate import Isolated, run_isolated
-    from tilesweep.provenance import cell_hash, stamp
 
     cell = DecodeCell.from_json(cell_json)
     kernel, cuda = cell.kernel, torch.cuda.is_available()

@@ -8,10 +8,13 @@ import re
 
 import pandas as pd
 
+from tilesweep import backends
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import STEP_COLUMNS, Status
 from tilesweep.measure import step_extras
 from tilesweep.measure.step_extras import ENGINE, LEAN
+from tilesweep.measure.whole_step import run_whole_step, step_rows
+from tilesweep.provenance import stamp
 from tilesweep.stages import logged
 
 
@@ -56,7 +59,6 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
             skipped.append({"batch": batch, "status": Status.SKIPPED, "reason": reason})
         else:
             batches.append(batch)
-    from tilesweep import backends
 
     runner = bench["step_runner"]
     if runner == "auto":
@@ -146,9 +148,6 @@ def failure_reason(text: str) -> str:
 
 def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
     """Measure one layout's whole decode step at every batch; write and return the table."""
-    from tilesweep.measure.whole_step import run_whole_step, step_rows
-    from tilesweep.provenance import stamp
-
     spec = json.loads(cell_json)
     layout, bench = spec["layout"], spec["bench"]
     world = layout["world"]
