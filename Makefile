@@ -46,8 +46,12 @@ sweep: $(BIN)/.installed
 lint: lint-fast
 	$(BIN)/snakemake --lint --cores 1 >/dev/null
 
+# Tests run on every core (pytest-xdist, one worker a core); each worker makes its own tiny
+# sweep. PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= auto
+
 unit: bootstrap
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 # The fast tier needs only the Python packages and skips `snakemake --lint`, which plans the
 # default sweep.
@@ -57,7 +61,7 @@ lint-fast: $(BIN)/.installed
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 
 unit-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow"
 
 test: lint unit
 
