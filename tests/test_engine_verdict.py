@@ -256,6 +256,43 @@ def test_tilesweep_verdict_prints_the_card_and_writes_nothing_without_out(tmp_pa
     assert "Wrote" not in out
 
 
+def test_import_engine_tables_takes_a_good_archive_and_refuses_a_climbing_one(tmp_path):
+    """The kept tables as a device call brings them back import whole (a check in a pipe once
+    refused every archive under pipefail); a member path with '..' is refused in one line."""
+    import shutil
+    import tarfile
+
+    root = tmp_path / "root"
+    (root / "tools").mkdir(parents=True)
+    (root / "docs" / "examples" / "h200").mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "tools/import_engine_tables.sh", root / "tools")
+    (root / "src").symlink_to(PROJECT_ROOT / "src")
+    (root / ".venv").symlink_to(Path(sys.executable).parents[1])
+    kept = PROJECT_ROOT / "docs/examples/h200/engine_tables"
+    for name, extra in (("good", None), ("climb", "tables/../../escape.csv")):
+        folder = tmp_path / name
+        folder.mkdir()
+        with tarfile.open(folder / "engine_tables.tgz", "w:gz") as tar:
+            tar.add(kept / "dropins.csv", "tables/dropins.csv")
+            tar.add(kept / "checks", "tables/checks")
+            if extra:
+                tar.add(kept / "dropins.csv", extra)
+        (folder / "tables.log").write_text("log\n")
+        (folder / "gpus.csv").write_text("name\nNVIDIA H200\n")
+    script = root / "tools/import_engine_tables.sh"
+    done = subprocess.run(["bash", str(script), str(tmp_path / "climb")], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 2 and "climbs out" in done.stderr, done.stderr
+    done = subprocess.run(["bash", str(script), str(tmp_path / "good")], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = root / "docs/examples/h200/engine_tables"
+    assert (got / "dropins.csv").is_file() and (got / "gpus.csv").is_file()
+    assert sorted(p.name for p in (got / "checks").iterdir()) == sorted(
+        p.name for p in (kept / "checks").iterdir()
+    )
+
+
 def test_import_engine_tables_refuses_a_bad_folder_before_touching_the_kept_tables(tmp_path):
     kept = PROJECT_ROOT / "docs/examples/h200/engine_tables"
     before = sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*"))

@@ -18,10 +18,17 @@ for src in "$@"; do
   done
   tar -tzf "$src/engine_tables.tgz" tables/dropins.csv >/dev/null 2>&1 ||
     { echo "import_engine_tables: $src/engine_tables.tgz: not a tables archive (no tables/dropins.csv); nothing changed" >&2; exit 2; }
-  tar -tzf "$src/engine_tables.tgz" | grep -q '^tables/checks/' ||
+  # The listings are read whole before grep looks (grep -q in a pipe stops early, and under
+  # pipefail tar's SIGPIPE would fail the check on a good archive).
+  names=$(tar -tzf "$src/engine_tables.tgz")
+  long=$(tar -tvzf "$src/engine_tables.tgz")
+  grep -q '^tables/checks/' <<<"$names" ||
     { echo "import_engine_tables: $src/engine_tables.tgz: no tables/checks/ in it; nothing changed" >&2; exit 2; }
-  if tar -tvzf "$src/engine_tables.tgz" | grep -q '^[lh]'; then
+  if grep -q '^[lh]' <<<"$long"; then
     echo "import_engine_tables: $src/engine_tables.tgz: holds links; a kept tree takes plain files only; nothing changed" >&2; exit 2
+  fi
+  if grep -qE '(^|/)\.\.(/|$)' <<<"$names"; then
+    echo "import_engine_tables: $src/engine_tables.tgz: a member's path climbs out (..); nothing changed" >&2; exit 2
   fi
 done
 [ -f "$1/gpus.csv" ] || { echo "import_engine_tables: $1: no gpus.csv there; nothing changed" >&2; exit 2; }
