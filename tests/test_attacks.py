@@ -379,6 +379,11 @@ PLAN_REFUSED = [
     ("{", "override '{': not key=value"),
     ("=", "override '=': no key before '='"),
     ("hardware.cc=90", "hardware.cc=90: sm_120 is compute capability 120"),
+    # Round four's replay: absurd values that reached the answer unchecked.
+    ("hardware.arch=sm_999", "hardware.arch=sm_999: not an architecture"),
+    ("deployment.kernel_gap_us=1e300", "deployment.kernel_gap_us=1e+300: must be between 0 and"),
+    ("hardware.grouped_gemm_efficiency.nvfp4.points.0.low=1e-300", "must be between 0.001 and 1"),
+    ("references.figures.0.batch=1000000000000", "references.figures[0].batch=1000000000000"),
 ]
 
 
@@ -463,6 +468,32 @@ def test_a_repeated_reference_figure_is_refused(tmp_path):
     assert f"references.figures[{len(refs['figures']) - 1}]: repeats references.figures[0]" in (
         str(err.value)
     )
+
+
+def test_an_empty_references_file_and_a_crawling_collective_are_refused(tmp_path):
+    """An empty references file is not 'no figures' (references=none is); a collective's bus
+    bandwidth below any link's (1e-300 GB/s) is refused, naming the figure."""
+    import yaml
+
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "references" / "published.yaml").write_text("")
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    assert "references: the file holds no `figures:` list" in str(err.value)
+    (conf / "references" / "published.yaml").unlink()
+    shutil.copy(ROOT / "conf/references/none.yaml", conf / "references" / "published.yaml")
+    path = conf / "hardware" / "rtx_pro_6000.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec["interconnect_model"]["topologies"]["switch"]["all_reduce"]["by_gpus"][8]["busbw_gbs"] = (
+        1e-300
+    )
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    assert "by_gpus.8.busbw_gbs=1e-300: must be between 0.1 and" in str(err.value)
 
 
 def _snakemake_config(work: Path, *config: str, dry: bool = True) -> subprocess.CompletedProcess:

@@ -218,7 +218,7 @@ def settings():
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (("all_reduce", "by_gpus", 2, "latency_us"), -1.0, "by_gpus.2.latency_us=-1.0: must be a"),
+        (("all_reduce", "by_gpus", 2, "latency_us"), -1.0, "by_gpus.2.latency_us=-1.0: must be between 0 and"),
         (
             ("all_reduce", "by_gpus", 2, "busbw_gbs"),
             float("nan"),
@@ -229,7 +229,7 @@ def settings():
             float("inf"),
             "busbw_gbs=inf: must be a finite",
         ),
-        (("all_reduce", "by_gpus", 8, "busbw_gbs"), 0, "busbw_gbs=0: must be more than 0"),
+        (("all_reduce", "by_gpus", 8, "busbw_gbs"), 0, "busbw_gbs=0: must be between 0.1 and"),
         (("all_to_all", "by_gpus", 8, "latency_us"), float("inf"), "latency_us=inf: must be"),
         (
             ("all_reduce", "one_shot", "by_gpus", 8, "latency_us"),

@@ -243,10 +243,16 @@ def check_settings(settings: dict) -> RootSettings:
 
 
 def _check_cc(spec: HardwareSpec, where: str) -> None:
-    """Raise ConfigError where a hardware spec's compute capability is not its architecture's
-    (conf/architectures.yaml; an architecture the table does not list is taken as given)."""
-    row = gpu_archs.architectures().get(spec.arch.removesuffix("a"))
-    if row is not None and row.cc != spec.cc:
+    """Raise ConfigError where a hardware spec's architecture is not one conf/architectures.yaml
+    lists, or its compute capability is not that architecture's."""
+    table = gpu_archs.architectures()
+    row = table.get(spec.arch.removesuffix("a"))
+    if row is None:
+        raise ConfigError(
+            f"{where}.arch={spec.arch}: not an architecture conf/architectures.yaml lists "
+            f"({', '.join(table)}); add it there first"
+        )
+    if row.cc != spec.cc:
         raise ConfigError(
             f"{where}.cc={spec.cc}: {spec.arch} is compute capability {row.cc} "
             "(conf/architectures.yaml)"

@@ -45,7 +45,7 @@ class Figure(Section):
     hardware: str = Field(min_length=1)  # conf/hardware name
     deployment: str = Field(min_length=1)  # conf/deployment option: the checkpoint's formats
     layout: Layout
-    batch: PositiveInt  # concurrent requests
+    batch: int = Field(ge=1, le=100_000)  # concurrent requests
     # The serving benchmark's prompt and output tokens per request (the mean context follows);
     # 0 and 0 with context_len: a decode-only figure at that context.
     input_len: int = Field(0, ge=0)
@@ -134,6 +134,11 @@ def parse(value: object) -> References:
 def validate(value: object, conf_dir: Path) -> None:
     """Raise ConfigError for a bad `references` section or a figure naming a model, hardware or
     deployment option that conf/ does not have."""
+    if value == {}:
+        raise ConfigError(
+            "references: the file holds no `figures:` list; references=none sets none beside "
+            "the verdict"
+        )
     for i, fig in enumerate(parse(value).figures):
         if not (fig.input_len and fig.output_len) and not fig.context_len:
             raise ConfigError(

@@ -25,10 +25,11 @@ def _gpu_counts(by_gpus: dict) -> dict:
 
 
 class Figures(Section):
-    """One collective at one GPU count: small-message time and large-message bus bandwidth."""
+    """One collective at one GPU count: small-message time and large-message bus bandwidth
+    (0.1 GB/s, below any PCIe link, to 100 TB/s; at most a second)."""
 
-    latency_us: Number = Field(ge=0)
-    busbw_gbs: Number = Field(gt=0)
+    latency_us: Number = Field(ge=0, le=1e6)
+    busbw_gbs: Number = Field(ge=0.1, le=1e5)
 
 
 class OneShotFigures(Section):
@@ -115,11 +116,16 @@ PEAK_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp32")
 WEIGHT_DTYPES = ("bf16", "fp8", "nvfp4", "mxfp4")
 
 
+# The least fraction of its roofline a cited kernel figure may be: below 0.1% no kernel streams
+# (the case study's failed CUTLASS tiles reached 0.79%); a smaller figure is a typo.
+EFFICIENCY_FLOOR = 1e-3
+
+
 class EfficiencyBand(Section):
     """A cited band of a kernel's fraction of its datasheet roofline on this device."""
 
-    low: Fraction
-    high: Fraction
+    low: Annotated[Number, Field(ge=EFFICIENCY_FLOOR, le=1)]
+    high: Annotated[Number, Field(ge=EFFICIENCY_FLOOR, le=1)]
     cite: str = Field(min_length=1)
 
     @model_validator(mode="after")

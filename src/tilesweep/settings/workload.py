@@ -116,7 +116,7 @@ class DeploymentSettings(Section):
     context_len: AtLeastOne
     batches: distinct(AtLeastOne)
     runtime_reserve_gb: Number = Field(ge=0)
-    kernel_gap_us: Number = Field(ge=0)
+    kernel_gap_us: Number = Field(ge=0, le=1000)  # at most a millisecond between two kernels
     fit_file: str  # its content: config._check_files
     fit_batches: list[AtLeastOne]  # at most two distinct; []: the smallest and largest measured
     attention_table: str  # its content: config._check_files
