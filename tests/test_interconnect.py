@@ -218,7 +218,11 @@ def settings():
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (("all_reduce", "by_gpus", 2, "latency_us"), -1.0, "by_gpus.2.latency_us=-1.0: must be between 0 and"),
+        (
+            ("all_reduce", "by_gpus", 2, "latency_us"),
+            -1.0,
+            "by_gpus.2.latency_us=-1.0: must be between 0 and",
+        ),
         (
             ("all_reduce", "by_gpus", 2, "busbw_gbs"),
             float("nan"),
