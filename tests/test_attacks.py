@@ -381,6 +381,7 @@ PLAN_REFUSED = [
     ("hardware.cc=90", "hardware.cc=90: sm_120 is compute capability 120"),
     # Round four's replay: absurd values that reached the answer unchecked.
     ("hardware.arch=sm_999", "hardware.arch=sm_999: not an architecture"),
+    ("results_dir=/", "results_dir=/: / is a file system's root"),
     ("deployment.kernel_gap_us=1e300", "deployment.kernel_gap_us=1e+300: must be between 0 and"),
     ("hardware.grouped_gemm_efficiency.nvfp4.points.0.low=1e-300", "must be between 0.001 and 1"),
     ("references.figures.0.batch=1000000000000", "references.figures[0].batch=1000000000000"),

@@ -177,6 +177,11 @@ def check_results_dir(path: str) -> Path:
     try:
         resolved = folder.resolve()
         tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
+        if resolved == resolved.parent or resolved in (Path.home(), PROJECT_ROOT.parent):
+            raise ConfigError(
+                f"results_dir={shown}: {resolved} is a file system's root or a home or parent "
+                "folder, not a sweep's own; name a folder of its own (results by default)"
+            )
         if resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in tracked):
             raise ConfigError(
                 f"results_dir={shown}: the checkout or one of its tracked folders ({resolved}); "
