@@ -20,8 +20,8 @@ for src in "$@"; do
     { echo "import_engine_tables: $src/engine_tables.tgz: not a tables archive (no tables/dropins.csv); nothing changed" >&2; exit 2; }
   # The listings are read whole before grep looks (grep -q in a pipe stops early, and under
   # pipefail tar's SIGPIPE would fail the check on a good archive).
-  names=$(tar -tzf "$src/engine_tables.tgz")
-  long=$(tar -tvzf "$src/engine_tables.tgz")
+  names=$(tar -tzf "$src/engine_tables.tgz" 2>/dev/null)
+  long=$(tar -tvzf "$src/engine_tables.tgz" 2>/dev/null)
   grep -q '^tables/checks/' <<<"$names" ||
     { echo "import_engine_tables: $src/engine_tables.tgz: no tables/checks/ in it; nothing changed" >&2; exit 2; }
   if grep -q '^[lh]' <<<"$long"; then
@@ -31,7 +31,7 @@ for src in "$@"; do
     echo "import_engine_tables: $src/engine_tables.tgz: a member's path climbs out (..); nothing changed" >&2; exit 2
   fi
 done
-[ -f "$1/gpus.csv" ] || { echo "import_engine_tables: $1: no gpus.csv there; nothing changed" >&2; exit 2; }
+[ -s "$1/gpus.csv" ] || { echo "import_engine_tables: $1: no gpus.csv there, or an empty one; nothing changed" >&2; exit 2; }
 dest="$root/docs/examples/h200/engine_tables"
 parent=$(dirname "$dest")
 [ -d "$parent" ] || { echo "import_engine_tables: $parent: missing; nothing changed" >&2; exit 2; }
