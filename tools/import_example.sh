@@ -25,6 +25,8 @@ py="$root/.venv/bin/python"
   fail "$folder: no overrides.yaml there and none given"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+names=$(tar tzf "$tgz" 2>/dev/null) || fail "$tgz: not a gzipped tar archive"
+! grep -qE '(^|/)\.\.(/|$)' <<<"$names" || fail "$tgz: a member's path climbs out (..)"
 tar xzf "$tgz" -C "$tmp" 2>/dev/null || fail "$tgz: not a gzipped tar archive"
 files=(tables/launch.csv tables/decode.csv tables/collective.csv tables/layout.csv
   tables/power.csv device/ceilings.json)
