@@ -497,6 +497,24 @@ def test_an_empty_references_file_and_a_crawling_collective_are_refused(tmp_path
     assert "by_gpus.8.busbw_gbs=1e-300: must be between 0.1 and" in str(err.value)
 
 
+def test_an_engine_kernel_on_an_unlisted_architecture_is_refused(tmp_path):
+    """An engine file's `only_arch` naming an architecture conf/architectures.yaml lacks would
+    never launch anywhere: refused in one line naming the kernel."""
+    import yaml
+
+    from tilesweep.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    path = conf / "engine" / "sglang.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec["families"]["mla_dsa_moe"]["per_layer"][0]["only_arch"] = ["sm_999"]
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    assert "engine.families.mla_dsa_moe.per_layer[0].only_arch=sm_999: not an" in str(err.value)
+
+
 def _snakemake_config(work: Path, *config: str, dry: bool = True) -> subprocess.CompletedProcess:
     """Run snakemake with raw `--config` items; return the finished process."""
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--cores", "1"]

@@ -70,7 +70,13 @@ def test_the_first_architecture_of_a_dtype_moves_with_the_table(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "row", ["sm_99: {cc: 99}", "sm_99: {cc: '9.9', tensor_dtypes: [bf16]}", "sm_99: 99"]
+    "row",
+    [
+        "sm_99: {cc: 99}",
+        "sm_99: {cc: '9.9', tensor_dtypes: [bf16]}",
+        "sm_99: 99",
+        "sm_99: {cc: 99, tensor_dtypes: [bf16, fp3]}",
+    ],
 )
 def test_a_bad_row_is_refused_naming_it(tmp_path, row):
     path = tmp_path / "architectures.yaml"

@@ -188,6 +188,16 @@ def _check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
             f"engine.name={name!r}: no conf/engine/{name}.yaml; an engine file's name is its file "
             f"name ({', '.join(sorted(files))})"
         )
+    table = gpu_archs.architectures()
+    for family, lists in settings.engine.families.items():
+        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
+            for i, kernel in enumerate(getattr(lists, where)):
+                unknown = [a for a in kernel.only_arch if a.removesuffix("a") not in table]
+                if unknown:
+                    raise ConfigError(
+                        f"engine.families.{family}.{where}[{i}].only_arch={unknown[0]}: not an "
+                        f"architecture conf/architectures.yaml lists ({', '.join(table)})"
+                    )
     own = OmegaConf.load(Path(conf_dir) / "engine" / f"{name}.yaml")
     if own.get("version") != settings.engine.version:
         raise ConfigError(

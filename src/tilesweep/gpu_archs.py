@@ -16,6 +16,10 @@ from tilesweep.errors import ConfigError
 TABLE_FILE = Path(__file__).resolve().parents[2] / "conf" / "architectures.yaml"
 
 
+# The operand types a tensor core row may name (the weight and math dtypes the kernels know).
+TENSOR_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
+
+
 @dataclass(frozen=True)
 class Architecture:
     """One GPU architecture: its compute capability and its tensor cores' operand types."""
@@ -52,6 +56,12 @@ def load(path: Path = TABLE_FILE) -> dict[str, Architecture]:
             or not all(isinstance(d, str) for d in dtypes)
         ):
             raise ConfigError(f"{where}: {arch}: cc must be an int, tensor_dtypes a list of names")
+        unknown = [d for d in dtypes if d not in TENSOR_DTYPES]
+        if unknown:
+            raise ConfigError(
+                f"{where}: {arch}: tensor_dtypes {unknown[0]!r} is not one of "
+                f"{', '.join(TENSOR_DTYPES)}"
+            )
         out[arch] = Architecture(row["cc"], tuple(dtypes))
     return out
 
