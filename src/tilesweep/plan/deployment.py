@@ -313,32 +313,12 @@ def loaded_step(
     decoding batch, as engines chunk a prompt of up to a few thousand tokens), so a request's
     TPOT carries (batch - 1) / O of the time that step adds; its own prompt is its time to first
     token, never its TPOT. The prefill's split is added to the step's, in the same proportion."""
-    step = compose_step(
-        model,
-        dep,
-        hw,
-        layout,
-        batch,
-        timer,
-        measured_floors,
-        layer_overrides,
-        extra_parts=extra_parts,
-    )
+    args = (model, dep, hw, layout, batch, timer, measured_floors, layer_overrides)
+    step = compose_step(*args, extra_parts=extra_parts)
     i, o = serving_load(dep)
     if not i or batch < 2:
         return step, 0.0
-    with_prompt = compose_step(
-        model,
-        dep,
-        hw,
-        layout,
-        batch,
-        timer,
-        measured_floors,
-        layer_overrides,
-        prefill=i,
-        extra_parts=extra_parts,
-    )
+    with_prompt = compose_step(*args, prefill=i, extra_parts=extra_parts)
     share = (batch - 1) / o
     add = {k: share * (with_prompt["split"][k] - step["split"][k]) for k in step["split"]}
     prefill = sum(add.values())
