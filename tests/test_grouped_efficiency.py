@@ -11,7 +11,7 @@ import pytest
 from tilesweep import deployment_verdict
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
-from tilesweep.plan.grouped_efficiency import band_at
+from tilesweep.plan.grouped_efficiency import band_at, fixed_cost_scaled, shaped_timer
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.strict import check
 
@@ -36,6 +36,49 @@ def test_the_band_is_read_at_a_point_between_points_and_held_past_the_ends():
     assert (below.low, below.high) == (0.4, 0.5) and "none cited below" in below.where
     assert (above.low, above.high) == (0.6, 0.7) and "none cited above" in above.where
     assert at.middle == pytest.approx(math.sqrt(0.6 * 0.7))
+
+
+SIZED = {
+    "points": [
+        dict(CURVE["points"][0], low_expert_mb=1.0, high_expert_mb=2.0),
+        dict(CURVE["points"][1], low_expert_mb=1.0, high_expert_mb=1.0),
+    ]
+}
+
+
+def test_a_fixed_cost_per_expert_streams_a_larger_expert_better_and_a_smaller_worse():
+    assert fixed_cost_scaled(0.4, 1.0, 1.0) == pytest.approx(0.4)
+    # time = cost + bytes / datasheet: at 0.4, 1 MB costs 1.5 MB's streaming more
+    assert fixed_cost_scaled(0.4, 1.0, 2.0) == pytest.approx(2.0 / 3.5)
+    assert fixed_cost_scaled(0.4, 2.0, 1.0) < 0.4
+
+
+def test_a_sized_band_is_bounded_at_the_layouts_expert_and_held_inside_the_cited_sizes():
+    assert band_at(SIZED, 4) == band_at(CURVE, 4)  # no size asked: the band as cited
+    at = band_at(SIZED, 4, expert_mb=2.0)  # both kernels timed on 1 MB: larger streams better
+    assert at.low == 0.6 and "as cited at 1 MB" in at.low_kernel
+    assert at.high == pytest.approx(fixed_cost_scaled(0.7, 1.0, 2.0))
+    assert "fixed cost" in at.high_kernel and "2 MB an expert" in at.where
+    held = band_at(SIZED, 4, expert_mb=16.0)  # past the largest size a kernel was timed on
+    assert held.high == at.high and "held at 2 MB" in held.where
+    # One end timed on a larger expert: scaled down it bounds the band from below as well.
+    mixed = band_at(SIZED, 0.25, expert_mb=1.5)
+    assert mixed.low == 0.4 and mixed.high == 0.5
+    assert fixed_cost_scaled(0.5, 2.0, 1.5) < 0.5
+
+
+def test_a_shaped_timer_times_each_expert_part_at_its_own_size_and_others_at_none():
+    asked = []
+
+    def make(e):
+        asked.append(e)
+        return lambda part, hw: {"e": e}
+
+    timer = shaped_timer(SIZED, 4, "high", make)
+    assert timer({"kind": "expert_gemm", "expert_mb": 2.0}, {})["e"] == band_at(SIZED, 4, 2.0).high
+    assert timer({"kind": "norm", "expert_mb": 2.0}, {})["e"] == 0.7
+    timer({"kind": "expert_gemm", "expert_mb": 2.0}, {})
+    assert len(asked) == 2  # one timer made per expert size
 
 
 @pytest.mark.parametrize(

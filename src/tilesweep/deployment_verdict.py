@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import pandas as pd
 
@@ -470,20 +471,25 @@ def deployment_table(
                 # The target's own cited band for this format's grouped GEMM at this batch's
                 # tokens per expert: never another GPU's or dtype's figure; the row at its
                 # geometric middle, the band beside.
-                band = grouped_efficiency.band_at(
-                    curve, batch * model["top_k"] / model["routed_experts"]
-                )
-                use = with_group_bw(fit, expert, band.middle)
+                # Each layout's expert GEMMs take the band at its own expert size.
+                per_expert = batch * model["top_k"] / model["routed_experts"]
+                band = grouped_efficiency.band_at(curve, per_expert)
                 expert_words = band.words(dep["weight_dtype"], target["name"])
+                if grouped_efficiency.sized(curve):
+                    expert_words += (
+                        "; each layout's expert GEMMs take the band bounded at the bytes of "
+                        "its own expert (the same fraction, and a fixed cost per expert)"
+                    )
                 notes.append(expert_words)
-                ends = {
-                    "tpot_low_ms": launch_timer(
-                        with_group_bw(fit, expert, band.high), cost, label, own, engine.launches
-                    ),
-                    "tpot_high_ms": launch_timer(
-                        with_group_bw(fit, expert, band.low), cost, label, own, engine.launches
-                    ),
-                }
+
+                def make(e, fit=fit, expert=expert):
+                    return launch_timer(
+                        with_group_bw(fit, expert, e), cost, label, own, engine.launches
+                    )
+
+                shaped = partial(grouped_efficiency.shaped_timer, curve, per_expert, make=make)
+                kwargs["timer"] = shaped(end="middle")
+                ends = {"tpot_low_ms": shaped(end="high"), "tpot_high_ms": shaped(end="low")}
             elif dep["weight_dtype"] != "bf16" and expert:
                 per_expert = batch * model["top_k"] / model["routed_experts"]
                 f8, why = fp8_expert_fraction(decode, per_expert)
@@ -497,7 +503,7 @@ def deployment_table(
                         "efficiency applied to their bytes"
                     )
                 notes.append(expert_words)
-            kwargs["timer"] = launch_timer(use, cost, label, own, engine.launches)
+            kwargs.setdefault("timer", launch_timer(use, cost, label, own, engine.launches))
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]

@@ -1,9 +1,17 @@
 """A format's grouped (MoE) GEMM efficiency at decode on a device, as the hardware file cites it
 (`grouped_gemm_efficiency`): the band of the engines' own kernels at a number of tokens per
-expert, interpolated in log tokens between cited points and held flat past the ends (said so)."""
+expert, interpolated in log tokens between cited points and held flat past the ends (said so).
+
+Where a point names the bytes of one expert each end's kernel was timed on (`low_expert_mb`,
+`high_expert_mb`) and a layout's expert is another size, each end is bounded two ways: the same
+fraction of the datasheet (all of the kernel's shortfall scales with bytes), and a fixed cost per
+expert (none of it does: time = cost + bytes / datasheet, the cost read off the cited time). Larger
+experts stream no worse, so the first bounds a larger expert from below and the second from above
+(the other way round for a smaller one); the band spans both ends' bounds, each end named."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -39,10 +47,52 @@ def _log_mix(a: float, b: float, w: float) -> float:
     return math.exp((1 - w) * math.log(a) + w * math.log(b))
 
 
-def band_at(curve: dict, tokens_per_expert: float) -> Band:
+def fixed_cost_scaled(e: float, cited_mb: float, expert_mb: float) -> float:
+    """Return a kernel's fraction of the datasheet at `expert_mb` an expert, from `e` at
+    `cited_mb`, were its whole shortfall a fixed cost per expert."""
+    return 1.0 / (1.0 + cited_mb / expert_mb * (1.0 / e - 1.0))
+
+
+def _scaled(pt: dict, expert_mb: float | None) -> dict:
+    """Return the point with its band bounded at `expert_mb` an expert (itself where the point
+    names no expert size, or none is asked)."""
+    if expert_mb is None or not (pt.get("low_expert_mb") and pt.get("high_expert_mb")):
+        return pt
+    bounds = []  # (efficiency, words) of each end's two bounds
+    for end in ("low", "high"):
+        e, kernel, cited = pt[end], pt[f"{end}_kernel"], pt[f"{end}_expert_mb"]
+        bounds.append((e, f"{kernel}, as cited at {cited:.3g} MB an expert"))
+        if not math.isclose(cited, expert_mb):
+            fixed = fixed_cost_scaled(e, cited, expert_mb)
+            bounds.append((fixed, f"{kernel} at {expert_mb:.3g} MB an expert, a fixed cost each"))
+    (low, low_kernel), (high, high_kernel) = min(bounds), max(bounds)
+    return dict(pt, low=low, high=high, low_kernel=low_kernel, high_kernel=high_kernel)
+
+
+def sized(curve: dict) -> bool:
+    """Return whether any point of the curve names the expert size its kernels were timed on."""
+    return any(pt.get("low_expert_mb") for pt in curve["points"])
+
+
+def band_at(curve: dict, tokens_per_expert: float, expert_mb: float | None = None) -> Band:
     """Return the band of a curve (hardware_spec.EfficiencyCurve as plain containers) at
-    `tokens_per_expert` (the batch's routed tokens over the routed experts)."""
-    points = curve["points"]
+    `tokens_per_expert` (the batch's routed tokens over the routed experts) and, where given,
+    `expert_mb` (the bytes of one expert a rank streams, MB)."""
+    sizes = [pt.get(f"{end}_expert_mb") for pt in curve["points"] for end in ("low", "high")]
+    sizes = [mb for mb in sizes if mb]
+    if expert_mb is None or not sizes:  # none asked, or none cited: the band as cited
+        return _band_over(curve["points"], tokens_per_expert)
+    # Held inside the sizes the kernels were timed on, as tokens are inside the cited points.
+    use = min(max(expert_mb, min(sizes)), max(sizes))
+    band = _band_over([_scaled(pt, use) for pt in curve["points"]], tokens_per_expert)
+    where = f"{band.where}, {expert_mb:.3g} MB an expert"
+    if not math.isclose(use, expert_mb):
+        where += f" (held at {use:.3g} MB, the nearest size a cited kernel was timed on)"
+    return dataclasses.replace(band, where=where)
+
+
+def _band_over(points: list[dict], tokens_per_expert: float) -> Band:
+    """Return the band of ascending points at `tokens_per_expert`."""
     t = max(float(tokens_per_expert), 1e-9)
     first, last = points[0], points[-1]
     for pt in points:
@@ -74,3 +124,18 @@ def _band(a: dict, b: dict, w: float, where: str) -> Band:
         where=where,
         cite=cite,
     )
+
+
+def shaped_timer(curve: dict, tokens_per_expert: float, end: str, make):
+    """Return a part timer that times each expert GEMM part with `make(e_bw)` (a timer from the
+    fit with the expert group's e_bw replaced) at the band's `end` ("low", "middle" or "high")
+    for that part's expert size (`expert_mb`), and every other part at the band with no size."""
+    made = {}
+
+    def timer(part: dict, hw: dict) -> dict:
+        mb = part.get("expert_mb") if part["kind"] == "expert_gemm" else None
+        if mb not in made:
+            made[mb] = make(getattr(band_at(curve, tokens_per_expert, mb), end))
+        return made[mb](part, hw)
+
+    return timer

@@ -164,6 +164,7 @@ def stage_parts(
                 "flops": 2.0 * rows * w,
                 "dtype": math_dtype("routed_experts", dep),
                 "count": stage["moe"],
+                "expert_mb": w * bytes_per_weight(dtype) / 1e6,  # one expert's slice a rank reads
             }
         )
         if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back

@@ -142,6 +142,10 @@ class EfficiencyPoint(EfficiencyBand):
     tokens_per_expert: PositiveNumber
     low_kernel: str = Field(min_length=1)
     high_kernel: str = Field(min_length=1)
+    # The bytes of one expert (MB, with its scales) each end's kernel was timed on: where given,
+    # a layout whose expert is another size takes the band scaled to it (plan.grouped_efficiency).
+    low_expert_mb: PositiveNumber | None = None
+    high_expert_mb: PositiveNumber | None = None
 
 
 class EfficiencyCurve(Section):
