@@ -291,3 +291,19 @@ def test_every_files_custom_all_reduce_is_off_until_the_engine_asks_and_ends_at_
             sizes = [size for size, _ in shot.get("points") or []]
             assert sizes == sorted(sizes), (name, n)
             assert not sizes or sizes[-1] <= shot["max_bytes"], (name, n)
+
+
+def test_every_files_custom_all_reduce_points_respect_the_link(catalog):
+    """A cited one-shot time is physical: it grows with the message, and no point moves the
+    message faster than the GPU's link (busbw, 2(n-1)/n x bytes / time, below interconnect_gbs)."""
+    for name, spec in catalog.items():
+        numbers, _ = topology_numbers(spec)
+        one_shot = ((numbers or {}).get("all_reduce") or {}).get("one_shot")
+        if not one_shot or not spec.get("interconnect_gbs"):
+            continue
+        for n, shot in one_shot["by_gpus"].items():
+            times = [t for _, t in shot.get("points") or []]
+            assert times == sorted(times), (name, n, times)
+            for size, t in shot.get("points") or []:
+                busbw_gbs = 2 * (n - 1) / n * size / (t * 1e-6) / 1e9
+                assert busbw_gbs < spec["interconnect_gbs"], (name, n, size, busbw_gbs)
