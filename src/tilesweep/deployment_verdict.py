@@ -477,8 +477,8 @@ def deployment_table(
                 expert_words = band.words(dep["weight_dtype"], target["name"])
                 if grouped_efficiency.sized(curve):
                     expert_words += (
-                        "; each layout's expert GEMMs take the band bounded at the bytes of "
-                        "its own expert (the same fraction, and a fixed cost per expert)"
+                        "; each layout's expert GEMMs take the band scaled to the bytes of "
+                        "its own expert at a fixed cost per expert"
                     )
                 notes.append(expert_words)
 

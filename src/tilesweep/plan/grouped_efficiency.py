@@ -3,11 +3,9 @@
 expert, interpolated in log tokens between cited points and held flat past the ends (said so).
 
 Where a point names the bytes of one expert each end's kernel was timed on (`low_expert_mb`,
-`high_expert_mb`) and a layout's expert is another size, each end is bounded two ways: the same
-fraction of the datasheet (all of the kernel's shortfall scales with bytes), and a fixed cost per
-expert (none of it does: time = cost + bytes / datasheet, the cost read off the cited time). Larger
-experts stream no worse, so the first bounds a larger expert from below and the second from above
-(the other way round for a smaller one); the band spans both ends' bounds, each end named."""
+`high_expert_mb`) and a layout's expert is another size, each end is scaled to it at a fixed cost
+per expert: time = cost + bytes / datasheet, the cost read off the cited time, so a larger expert
+streams better. The hardware file says what checks it (the same kernel cited at two sizes)."""
 
 from __future__ import annotations
 
@@ -54,18 +52,19 @@ def fixed_cost_scaled(e: float, cited_mb: float, expert_mb: float) -> float:
 
 
 def _scaled(pt: dict, expert_mb: float | None) -> dict:
-    """Return the point with its band bounded at `expert_mb` an expert (itself where the point
+    """Return the point with each end scaled to `expert_mb` an expert (itself where the point
     names no expert size, or none is asked)."""
     if expert_mb is None or not (pt.get("low_expert_mb") and pt.get("high_expert_mb")):
         return pt
-    bounds = []  # (efficiency, words) of each end's two bounds
+    ends = []  # (efficiency at expert_mb, the kernel and how it was read)
     for end in ("low", "high"):
         e, kernel, cited = pt[end], pt[f"{end}_kernel"], pt[f"{end}_expert_mb"]
-        bounds.append((e, f"{kernel}, as cited at {cited:.3g} MB an expert"))
-        if not math.isclose(cited, expert_mb):
-            fixed = fixed_cost_scaled(e, cited, expert_mb)
-            bounds.append((fixed, f"{kernel} at {expert_mb:.3g} MB an expert, a fixed cost each"))
-    (low, low_kernel), (high, high_kernel) = min(bounds), max(bounds)
+        if math.isclose(cited, expert_mb):
+            ends.append((e, f"{kernel}, timed at {cited:.3g} MB an expert"))
+        else:
+            words = f"{kernel}, from {cited:.3g} to {expert_mb:.3g} MB an expert at a fixed cost"
+            ends.append((fixed_cost_scaled(e, cited, expert_mb), words))
+    (low, low_kernel), (high, high_kernel) = min(ends), max(ends)
     return dict(pt, low=low, high=high, low_kernel=low_kernel, high_kernel=high_kernel)
 
 
