@@ -43,6 +43,11 @@ def _deployment(settings: RootSettings, hardware: str) -> str:
 
 @pytest.fixture(scope="module")
 def matrix() -> dict[tuple[str, str, str, int], tuple[str, object]]:
+    """Return walk()'s matrix, composed once for the module."""
+    return walk()
+
+
+def walk() -> dict[tuple[str, str, str, int], tuple[str, object]]:
     """Return {(hardware, engine, model, tp): ('refused', line) or ('table', verdict rows)}: one
     compose per deployment format, each group's validated spec put in as `figure_settings` puts a
     figure's (test_an_assembled_cell_equals_its_compose checks that this equals a compose)."""

@@ -110,7 +110,7 @@ def arch_gap(engine: dict, model: dict, arch: str) -> str:
     cores = [k for k in lists["per_layer"] if k["kind"] in ("attention", "attention_gqa")]
     if not cores or any(not k.get("only_arch") or arch in k["only_arch"] for k in cores):
         return ""
-    runs = sorted({a for k in cores for a in k["only_arch"]})
+    runs = sorted({a for k in cores for a in k["only_arch"]}, key=lambda a: int(a[3:].rstrip("a")))
     return (
         f"engine {engine['name']}'s {family(model)} list has no attention kernel on {arch} (it "
         f"runs on {', '.join(runs)}: only_arch in conf/engine/{engine['name']}.yaml)"
