@@ -13,6 +13,7 @@ import yaml
 
 from tilesweep import deployment_verdict, gpu_archs
 from tilesweep.config import compose_groups, compose_settings
+from tilesweep.plan import engine_profile
 from tilesweep.settings import Layout, RootSettings
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -147,3 +148,18 @@ def test_tensorrtllm_composes_glm5_where_its_dsa_runs_and_refuses_it_elsewhere(m
     what, line = matrix[("a100", "tensorrtllm", "glm5", 8)]
     assert what == "refused" and "no attention kernel on sm_80" in line
     assert "conf/engine/tensorrtllm.yaml" in line
+
+
+def test_tensorrtllm_runs_one_dsa_attention_path_per_architecture():
+    """sm_90 FlashMLA's sparse kernel, sm_100 the TRTLLM-gen kernel, sm_120 FlashInfer's split
+    kernel and its merge (with the norms NCCL's all-reduce leaves unfused); the indexer's four
+    kernels on every one of them."""
+    engine, model = _load("engine", "tensorrtllm"), _load("model", "glm5")
+    extra = {}
+    for arch, attention in {"sm_90": 1, "sm_100": 1, "sm_120": 2}.items():
+        prof = engine_profile.profile(engine, model, "nvfp4", arch)
+        assert prof.launches["attention"] == attention and prof.launches["indexer"] == 4, arch
+        extra[arch] = prof.extra["per_layer"]
+    assert extra["sm_120"] > extra["sm_100"] < extra["sm_90"]
+    assert engine_profile.arch_gap(engine, model, "sm_120") == ""
+    assert "sm_90, sm_100, sm_120" in engine_profile.arch_gap(engine, model, "sm_89")
