@@ -765,14 +765,19 @@ def test_a_damaged_example_overrides_file_is_one_line(tmp_path, text, message):
 
 
 def test_a_cited_figure_whose_engine_lacks_its_family_is_refused_at_plan_time(tmp_path):
-    """A GLM-5 figure credited to TensorRT-LLM (whose file lists DeepSeek's family only) is
-    refused when the config is composed, not a traceback in the verdict's job."""
+    """A GLM-5 figure credited to TensorRT-LLM, in a conf whose tensorrtllm file lacks the
+    mla_dsa_moe list, is refused when the config is composed, not a traceback in the verdict's
+    job."""
     from omegaconf import OmegaConf
 
     from tilesweep.config import compose
 
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
+    engine = conf / "engine" / "tensorrtllm.yaml"
+    spec = OmegaConf.to_container(OmegaConf.load(engine))
+    del spec["families"]["mla_dsa_moe"]
+    engine.write_text(OmegaConf.to_yaml(spec))
     path = conf / "references" / "published.yaml"
     refs = OmegaConf.to_container(OmegaConf.load(path))
     first = next(i for i, f in enumerate(refs["figures"]) if f["model"] == "glm5")

@@ -345,30 +345,38 @@ def test_a_figure_composed_from_its_group_files_equals_a_hydra_compose_of_its_gr
 
 def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_fix():
     refused = {
-        ("engine=tensorrtllm",): "no kernel list for the mla_dsa_moe family",
-        ("model=glm5", "engine=tensorrtllm", "hardware=h200", "deployment=fp8_all"): "mla_dsa_moe",
+        ("hardware=a100", "engine=tensorrtllm", "deployment=bf16"): "no attention kernel on sm_80",
         ("hardware=h200",): "use deployment=fp8_all",
         ("hardware=a100",): "use deployment=bf16",
     }
     for overrides, why in refused.items():
         line = deployment_verdict.refusal(compose_settings(list(overrides)))
         assert line and why in line and "\n" not in line, overrides
+    # An engine file without the model's family (every engine in conf now has all three).
+    settings = compose_settings(["engine=tensorrtllm"])
+    families = {k: v for k, v in settings.engine.families.items() if k != "mla_dsa_moe"}
+    bare = settings.model_copy(
+        update={"engine": settings.engine.model_copy(update={"families": families})}
+    )
+    line = deployment_verdict.refusal(bare)
+    assert "no kernel list for the mla_dsa_moe family" in line and "\n" not in line
     composes = [
         [],
         ["hardware=b200"],
         ["hardware=h200", "deployment=fp8_all"],
+        ["engine=tensorrtllm"],
+        ["model=glm5", "engine=tensorrtllm", "hardware=h200", "deployment=fp8_all"],
         ["model=deepseek_v3", "engine=tensorrtllm", "deployment=fp8_all"],
         ["model=qwen3_235b_a22b", "engine=tensorrtllm", "hardware=h200", "deployment=fp8_all"],
     ]
     for overrides in composes:
         assert deployment_verdict.refusal(compose_settings(overrides)) is None, overrides
     done = subprocess.run(
-        [sys.executable, "-m", "tilesweep.cli", "verdict", "engine=tensorrtllm"],
-        capture_output=True,
-        text=True,
-    )
+        [sys.executable, "-m", "tilesweep.cli", "verdict", "engine=tensorrtllm", "hardware=a100",
+         "deployment=bf16"], capture_output=True, text=True,
+    )  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "engine=tensorrtllm: no kernel list" in done.stderr and "Traceback" not in done.stderr
+    assert "no attention kernel on sm_80" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():

@@ -93,6 +93,12 @@ def refusal(settings: RootSettings) -> str | None:
             "the project's own step"
         )
     hw = settings.hardware
+    gap = engine_profile.arch_gap(engine_conf, model, hw.arch)
+    if gap:
+        return (
+            f"hardware={hw.name}, engine={engine_conf['name']}: {gap}; use a GPU of those, or "
+            "engine=lean for the project's own step"
+        )
     math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
     runs = gpu_archs.tensor_dtypes(hw.arch, hw.cc)
     if hw.peak_tflops.get(math_dtype) is None or math_dtype not in runs:

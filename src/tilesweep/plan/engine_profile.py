@@ -100,6 +100,23 @@ def _running(kernels: list[dict], weight_dtype: str, arch: str | None = None) ->
     ]
 
 
+def arch_gap(engine: dict, model: dict, arch: str) -> str:
+    """Return why `engine`'s list for `model`'s family has no attention kernel on `arch` (each is
+    `only_arch` other architectures: the engine's code has no path there), or '' where it has one,
+    or where the engine has no list for the family."""
+    lists = (engine.get("families") or {}).get(family(model))
+    if lists is None:
+        return ""
+    cores = [k for k in lists["per_layer"] if k["kind"] in ("attention", "attention_gqa")]
+    if not cores or any(not k.get("only_arch") or arch in k["only_arch"] for k in cores):
+        return ""
+    runs = sorted({a for k in cores for a in k["only_arch"]}, key=lambda a: int(a[3:].rstrip("a")))
+    return (
+        f"engine {engine['name']}'s {family(model)} list has no attention kernel on {arch} (it "
+        f"runs on {', '.join(runs)}: only_arch in conf/engine/{engine['name']}.yaml)"
+    )
+
+
 def extra_kernels(
     engine: dict, model: dict, weight_dtype: str = "bf16", arch: str | None = None
 ) -> dict[str, list]:
