@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tilesweep.fused_moe import engine_kernels
-from tilesweep.fused_moe import sglang_kernel as sk
+from tilesweep.fused_moe.engines import sglang as sk
+from tilesweep.fused_moe.engines import wheels
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ROOT / engine_kernels.FOLDER / "sglang-0.5.23"
+KEPT = ROOT / wheels.FOLDER / "sglang-0.5.23"
 
 
 def test_blocks_are_laid_out_as_sglang_lays_them_out():
@@ -82,8 +82,8 @@ def test_configs_and_scales_sglang_cannot_take_are_refused():
 
 RUN = """
 import json, torch
-from tilesweep.fused_moe.engine_kernels import load
-from tilesweep.fused_moe import sglang_kernel as sk
+from tilesweep.fused_moe.engines.wheels import load
+from tilesweep.fused_moe.engines import sglang as sk
 kernel, _ = load("sglang", "0.5.23")
 FP8 = torch.float8_e4m3fn
 

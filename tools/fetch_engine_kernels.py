@@ -2,7 +2,7 @@
 extract their fused-MoE Triton kernels, with hashes, into .engine_kernels/<engine>-<version>/
 (ignored by git; carry it to the GPU machine), with the engines' shipped config tables and
 their get_config_file_name. Needs pip and a package registry. --names PATH also writes the names
-the engines' own functions give every format (engine_kernels.name_table; the test data
+the engines' own functions give every format (wheels.name_table; the test data
 tests/data/engine_names.json is made so).
 
 Usage: python tools/fetch_engine_kernels.py [--wheels DIR] [--out DIR] [--names PATH] [OVERRIDE ...]
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tilesweep.config import compose
 from tilesweep.errors import tool_main
-from tilesweep.fused_moe.engine_kernels import FOLDER, extract, name_table
+from tilesweep.fused_moe.engines.wheels import FOLDER, extract, name_table
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
 one tuning job per dtype on a GPU machine (fused_moe/tune.py), its picks kept for the whole step's
 runner under a name no engine reads (the engines' files are tuned in their own kernels:
-fused_moe/engine_stage.py)."""
+fused_moe/engines/stage.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 from tilesweep.fused_moe.commands import FusedMoeCommands
-from tilesweep.fused_moe.engine_moe import ENGINES
+from tilesweep.fused_moe.engines.runner import ENGINES
 from tilesweep.fused_moe.space import (
     ENGINE_DTYPE,
     config_file_name,
@@ -242,12 +242,12 @@ def moe_table(
 
 class FusedMoeTuner(Tuner):
     """One tuning job per configured dtype where a GPU is at hand (fused_moe/tune.py), one
-    engine-kernel tuning job per engine of engine_versions beside them (fused_moe/engine_stage.py),
+    engine-kernel tuning job per engine of engine_versions beside them (fused_moe/engines/stage.py),
     and a kept example's journals replayed (workflow/rules/fused_moe*.smk)."""
 
     rule_modules = {
         "tune_configs": "fused_moe/tune.py",
-        "tune_engine": "fused_moe/engine_stage.py",
+        "tune_engine": "fused_moe/engines/stage.py",
         "tune_replay": "fused_moe/tune.py",
     }
 
@@ -314,7 +314,7 @@ class FusedMoeRows(DecodeRunner):
     def table_rows(self, settings: RootSettings, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
         # cycle: engine_rows imports the registry, whose discovery imports this module
-        from tilesweep.fused_moe.engine_rows import engine_rows
+        from tilesweep.fused_moe.engines.decode_rows import engine_rows
 
         return engine_rows(settings.backend.get(NAME) or {}, tune)
 

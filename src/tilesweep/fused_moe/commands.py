@@ -11,9 +11,9 @@ import sys
 from tilesweep.backends import Commands
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
-from tilesweep.fused_moe import engine_tune
-from tilesweep.fused_moe.engine_check import check_file, read_file, safe_file, summary
-from tilesweep.fused_moe.engine_timing import LAUNCHERS
+from tilesweep.fused_moe.engines import search
+from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
+from tilesweep.fused_moe.engines.timer import LAUNCHERS
 from tilesweep.io import write_table
 
 
@@ -113,7 +113,7 @@ def engine_tune_command(args: argparse.Namespace) -> int:
 
     if not torch.cuda.is_available():
         raise ConfigError("engine-tune times the engines' kernels on a GPU; none is here")
-    summary = engine_tune.run(settings, engines, formats, shapes, args.out, keys, args.extra)
+    summary = search.run(settings, engines, formats, shapes, args.out, keys, args.extra)
     sys.stdout.write(summary.to_string(index=False) + "\n")
     return 0
 

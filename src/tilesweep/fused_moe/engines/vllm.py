@@ -1,4 +1,4 @@
-"""vLLM's own fused-MoE Triton kernel (tilesweep.fused_moe.engine_kernels.load), launched for one
+"""vLLM's own fused-MoE Triton kernel (tilesweep.fused_moe.engines.wheels.load), launched for one
 expert GEMM as vLLM 0.33 launches it (fused_moe.py: _prepare_expert_assignment and
 invoke_fused_moe_triton_kernel), in bf16, fp8 w8a8 per tensor and fp8 w8a8 with block scales:
 

@@ -1,4 +1,4 @@
-"""SGLang's own fused-MoE Triton kernel (tilesweep.fused_moe.engine_kernels.load), launched for one
+"""SGLang's own fused-MoE Triton kernel (tilesweep.fused_moe.engines.wheels.load), launched for one
 expert GEMM as SGLang 0.5.23's default Triton MoE path launches it (the fused_experts /
 _fused_moe_kernel_sequence path of srt/layers/moe/moe_runner/triton_utils/fused_moe.py), in bf16
 (fp16 too), fp8 w8a8 per tensor and fp8 w8a8 with 128 x 128 block scales:

@@ -70,13 +70,13 @@ NAME_ARGS = {
 }
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
 HEADER = (
-    "# Taken verbatim from {wheel} ({module}) by tilesweep's engine_kernels.extract: every\n"
+    "# Taken verbatim from {wheel} ({module}) by tilesweep's wheels.extract: every\n"
     "# @triton.jit function of that module, nothing else. Not part of tilesweep.\n"
     "import triton\nimport triton.language as tl\n"
 )
 NAMES_HEADER = (
-    "# Taken verbatim from the engine's wheel by tilesweep's engine_kernels.extract: the\n"
-    "# functions that name a fused-MoE config file. Executed by engine_kernels.config_file_name\n"
+    "# Taken verbatim from the engine's wheel by tilesweep's wheels.extract: the\n"
+    "# functions that name a fused-MoE config file. Executed by wheels.config_file_name\n"
     "# with the device's name given. Not part of tilesweep.\n\n"
 )
 
