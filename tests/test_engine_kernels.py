@@ -16,6 +16,8 @@ import torch
 
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe.engines import check, dropins, search, vllm, wheels
+from tilesweep.fused_moe.engines.base import data
+from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.engines.check import judge, read_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,9 +69,9 @@ def _wheel(tmp_path: Path, version: str = "9.9.1") -> Path:
     """Write a small vllm wheel holding MODULE where vLLM keeps its fused-MoE kernel."""
     path = tmp_path / f"vllm-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(wheels.MODULES["vllm"][0], MODULE)
-        archive.writestr(wheels.NAMERS["vllm"][0][0], PLATFORM)
-        archive.writestr(wheels.TABLES["vllm"] + "E=8,N=16,device_name=X.json",
+        archive.writestr(data("vllm").kernel.module, MODULE)
+        archive.writestr(data("vllm").namers[0].module, PLATFORM)
+        archive.writestr(data("vllm").tables.folder + "E=8,N=16,device_name=X.json",
                          json.dumps(TABLE))  # fmt: skip
         archive.writestr("vllm/__init__.py", "")
     return path
@@ -105,7 +107,7 @@ def test_files_are_named_by_the_engines_own_function_and_its_shipped_table_found
     table, where = wheels.shipped_table("vllm", "9.9.1", "E=8,N=16,device_name=X.json",
                                                 "3.6.0", kept)  # fmt: skip
     assert table == {1: {"BLOCK_SIZE_M": 16}, 64: {"BLOCK_SIZE_M": 64}}
-    assert where.startswith(wheels.TABLES["vllm"] + "E=8,N=16,device_name=X.json (sha256")
+    assert where.startswith(data("vllm").tables.folder + "E=8,N=16,device_name=X.json (sha256")
     assert wheels.nearest(table, 20) == {"BLOCK_SIZE_M": 16}
     assert wheels.nearest(table, 40) == {"BLOCK_SIZE_M": 64}
     none, why = wheels.shipped_table("vllm", "9.9.1", "E=9.json", "3.6.0", kept)
@@ -119,7 +121,7 @@ def test_files_are_named_by_the_engines_own_function_and_its_shipped_table_found
 def test_a_wheel_without_the_kernel_or_of_another_engine_is_refused(tmp_path):
     bare = tmp_path / "vllm-1.0.0-py3-none-any.whl"
     with zipfile.ZipFile(bare, "w") as archive:
-        archive.writestr(wheels.MODULES["vllm"][0], "def f():\n    pass\n")
+        archive.writestr(data("vllm").kernel.module, "def f():\n    pass\n")
     with pytest.raises(ValueError, match="has no @triton.jit fused_moe_kernel"):
         wheels.extract("vllm", bare, tmp_path)
     with pytest.raises(ValueError, match="a vllm wheel, not sglang"):
@@ -182,6 +184,7 @@ VLLM_RUN = """
 import json, torch
 from tilesweep.fused_moe.engines.wheels import load
 from tilesweep.fused_moe.engines import formats as ec, vllm as vk
+from tilesweep.fused_moe.engines.base import get
 from tilesweep.measure.gemm_case import rel_error
 kernel, _ = load("vllm", "0.33.0")
 out = {}
@@ -196,7 +199,7 @@ for fmt in ("bf16", "fp8", "fp8_block"):
         blocks = vk.vllm_blocks(batch.topk_ids, 16, experts)
         for gemm, top_k in (("gate_up", 2), ("down", 1)):
             weights = None if gemm == "gate_up" else batch.topk_weights
-            vk.launch(kernel, batch.a[gemm], w.w[gemm], batch.c[gemm], blocks, config,
+            get("vllm").launch(kernel, batch.a[gemm], w.w[gemm], batch.c[gemm], blocks, config,
                       top_k=top_k, topk_weights=weights, a_scale=batch.a_scale[gemm],
                       b_scale=w.scale[gemm], block_shape=ec.block_shape(fmt))
             ref = ec.reference(problem, w, batch, gemm)
@@ -355,7 +358,7 @@ def test_exported_names_are_the_engines_own_for_every_format_engine_and_version(
     names = {(t["engine"], t["version"]): {r["name"] for r in t["names"]} for t in NAMES}
     for path in (ROOT / "docs/examples/h200").rglob("E=*.json"):
         owner = next((p for p in path.parents if "-" in p.name and p.name.split("-")[0]
-                      in wheels.MODULES), None)  # fmt: skip
+                      in engine_names()), None)  # fmt: skip
         if owner is None:
             continue  # not an engine's folder (e.g. a check's own copies)
         engine, version = owner.name.split("-", 1)
@@ -369,7 +372,7 @@ def test_no_engine_file_name_is_kept_twice_with_other_contents():
     seen = {}
     for path in (ROOT / "docs/examples/h200").rglob("E=*.json"):
         owner = next((p.name for p in path.parents if p.name.split("-")[0]
-                      in wheels.MODULES), "")  # fmt: skip
+                      in engine_names()), "")  # fmt: skip
         seen.setdefault((owner, path.name), set()).add(path.read_bytes())
     assert all(len(contents) == 1 for contents in seen.values()), [
         key for key, contents in seen.items() if len(contents) > 1
@@ -378,8 +381,8 @@ def test_no_engine_file_name_is_kept_twice_with_other_contents():
 
 def test_sglang_loads_the_table_of_its_triton_else_the_newest_other(tmp_path):
     path = tmp_path / "sglang-9.0.0-py3-none-any.whl"
-    sglang_module = wheels.MODULES["sglang"][0]
-    namer = wheels.NAMERS["sglang"][0][0]
+    sglang_module = data("sglang").kernel.module
+    namer = data("sglang").namers[0].module
     name = "E=8,N=16,device_name=X.json"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr(sglang_module, MODULE)
@@ -390,7 +393,7 @@ def test_sglang_loads_the_table_of_its_triton_else_the_newest_other(tmp_path):
         )
         for triton_dir in ("triton_3_1_0", "triton_3_4_0", "triton_3_10_0"):
             table = {"1": {"from": triton_dir}}
-            archive.writestr(f"{wheels.TABLES['sglang']}{triton_dir}/{name}",
+            archive.writestr(f"{data('sglang').tables.folder}{triton_dir}/{name}",
                              json.dumps(table))  # fmt: skip
     kept = tmp_path / "kept"
     wheels.extract("sglang", path, kept)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tilesweep.config import compose
 from tilesweep.errors import tool_main
+from tilesweep.fused_moe.engines.base import data
 from tilesweep.fused_moe.engines.wheels import FOLDER, extract, name_table
 
 
@@ -32,11 +33,13 @@ def main() -> int:
     versions = compose(args.overrides)["backend"]["fused_moe"]["engine_versions"]
     args.wheels.mkdir(parents=True, exist_ok=True)
     for engine, version in versions.items():
-        wheel = next(args.wheels.glob(f"{engine}-{version}-*.whl"), None)
+        dist = data(engine).distribution  # engines/<engine>.yaml
+        pattern = f"{dist.replace('-', '_')}-{version}-*.whl"  # a wheel's name: dashes as _
+        wheel = next(args.wheels.glob(pattern), None)
         if wheel is None:  # the wheel alone: its dependencies are not needed to read a file
             cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-            subprocess.run([*cmd, f"{engine}=={version}", "-d", str(args.wheels)], check=True)
-            wheel = next(args.wheels.glob(f"{engine}-{version}-*.whl"))
+            subprocess.run([*cmd, f"{dist}=={version}", "-d", str(args.wheels)], check=True)
+            wheel = next(args.wheels.glob(pattern))
         print(f"{engine} {version}: {extract(engine, wheel, args.out)}")
     if args.names:
         tables = [name_table(e, v, args.out) for e, v in versions.items()]

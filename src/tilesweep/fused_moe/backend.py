@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 from tilesweep.fused_moe.commands import FusedMoeCommands
-from tilesweep.fused_moe.engines.runner import ENGINES
+from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.space import (
     ENGINE_DTYPE,
     config_file_name,
@@ -89,7 +89,6 @@ def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> s
 
 
 Positive = Annotated[int, Field(ge=1)]
-Engine = Literal[ENGINES]
 EngineDtype = Literal[tuple(ENGINE_DTYPE)]
 
 
@@ -182,7 +181,7 @@ class FusedMoeSettings(Section):
     items_per_worker: int = Field(ge=0)  # 0: one worker; else the items each worker runs
     compile_timeout_s: Number
     compile_workers: int
-    engines: distinct(Engine)
+    engines: distinct(str)  # each a known engine (engines/<name>.yaml or registered)
     engine_versions: dict[str, str]  # each plans an engine-tuning job
     engine_tune: EngineTune
     extra_tokens_per_expert: list[int]
@@ -193,10 +192,11 @@ class FusedMoeSettings(Section):
         """Refuse an engine version of no known engine, a guard default no engine default names,
         variants screened on no tile, and an engine default whose rules give no value for a
         tuned dtype."""
-        for engine in self.engine_versions:
-            if engine not in ENGINES:
-                why = f"unknown engine; valid: {', '.join(ENGINES)}"
-                raise refuse(f"engine_versions.{engine}", why)
+        known = engine_names()
+        for key, listed in (("engine_versions", self.engine_versions), ("engines", self.engines)):
+            for engine in listed:
+                if engine not in known:
+                    raise refuse(f"{key}.{engine}", f"unknown engine; valid: {', '.join(known)}")
         if self.guard_default not in self.engine_defaults:
             why = f"not one of engine_defaults ({', '.join(self.engine_defaults)})"
             raise refuse("guard_default", why, self.guard_default)

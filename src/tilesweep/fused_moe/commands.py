@@ -12,8 +12,8 @@ from tilesweep.backends import Commands
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe.engines import search
+from tilesweep.fused_moe.engines.base import names
 from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
-from tilesweep.fused_moe.engines.timer import LAUNCHERS
 from tilesweep.io import write_table
 
 
@@ -93,8 +93,8 @@ def engine_tune_command(args: argparse.Namespace) -> int:
     fused = settings.backend["fused_moe"]
     engines = args.engine or list(fused["engine_versions"])
     for engine in engines:
-        if engine not in LAUNCHERS or engine not in fused["engine_versions"]:
-            raise ConfigError(f"--engine {engine}: expected one of {', '.join(LAUNCHERS)}")
+        if engine not in names() or engine not in fused["engine_versions"]:
+            raise ConfigError(f"--engine {engine}: expected one of {', '.join(names())}")
     formats = args.format or list(fused["engine_tune"]["formats"])
     for fmt in formats:
         if fmt not in ("bf16", "fp8", "fp8_block"):

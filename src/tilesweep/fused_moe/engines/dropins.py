@@ -10,10 +10,11 @@ engine runs the same kernel: 1x); a key that loses there beyond 1% is withheld t
 no key left is not exported.
 
 Each exported file is named by the engine's own get_config_file_name (engine_kernels) and laid
-out where the engine looks for it: vLLM `vllm-<version>/<name>` (VLLM_TUNED_CONFIG_FOLDER),
-SGLang `sglang-<version>/configs/triton_<T>/<name>` (SGLANG_MOE_CONFIG_DIR) for the Triton T it
-was timed with. `dropins.csv` lists every file decided, exported or not, with its worst and
-geometric-mean ratio against the baseline on the held-out draw.
+out where the engine looks for it (its data file's `dropin`): vLLM `vllm-<version>/<name>`
+(VLLM_TUNED_CONFIG_FOLDER), SGLang `sglang-<version>/configs/triton_<T>/<name>`
+(SGLANG_MOE_CONFIG_DIR) for the Triton T it was timed with. `dropins.csv` lists every file
+decided, exported or not, with its worst and geometric-mean ratio against the baseline on the
+held-out draw.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tilesweep import package_data
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.engines import check, wheels
+from tilesweep.fused_moe.engines.base import data
 from tilesweep.fused_moe.engines.check import geomean, read_file
 from tilesweep.fused_moe.engines.timer import compile_pool, effective, warm_all
 from tilesweep.io import write_table, write_text
@@ -41,10 +43,10 @@ HELD_OUT_FLOOR = 0.99  # a kept key below this on the held-out draw is withheld
 
 
 def dropin_path(engine: str, version: str, name: str, triton_version: str) -> str:
-    """Return where a file goes below an export folder, as the engine looks for it."""
-    if engine == "sglang":
-        return f"sglang-{version}/configs/triton_{triton_version.replace('.', '_')}/{name}"
-    return f"{engine}-{version}/{name}"
+    """Return where a file goes below an export folder, as the engine looks for it (its data
+    file's `dropin`)."""
+    triton = triton_version.replace(".", "_")
+    return data(engine).dropin.format(engine=engine, version=version, triton=triton, name=name)
 
 
 def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tuple, Path]:

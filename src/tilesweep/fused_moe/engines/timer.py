@@ -1,5 +1,5 @@
 """Both expert GEMMs of one problem timed in an engine's own fused-MoE kernel, launched as that
-engine launches it (fused_moe/engines/vllm.py, fused_moe/engines/sglang.py), in one weight format
+engine launches it (its module in fused_moe/engines/, e.g. vllm.py), in one weight format
 (fused_moe/engines/formats.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
 against an fp32 reference first, under one of two timings (the `timing` label of every row):
 
@@ -21,19 +21,15 @@ the timing process only loads them.
 
 from __future__ import annotations
 
-import importlib
 import math
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines.base import get
 from tilesweep.fused_moe.engines.wheels import load
 from tilesweep.measure.gemm_case import rel_error
 from tilesweep.measure.timing import calls_to_fill, summarize, time_call, time_gpu
 
-LAUNCHERS = {
-    "vllm": "tilesweep.fused_moe.engines.vllm",
-    "sglang": "tilesweep.fused_moe.engines.sglang",
-}
 GEMMS = ("gate_up", "down")
 TIMINGS = ("decode", "warm")
 L2_MULTIPLE = 3  # bytes touched between two uses of one weight copy, in units of the L2
@@ -94,13 +90,6 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
         rounds = max(1, calls_to_fill(statistics.median(probe), fill_ms, max_calls) // len(calls))
     samples, method = time_gpu(list(calls) * rounds, repeats, 1)
     return {**summarize(samples), "timing": method, "calls_per_replay": len(calls) * rounds}
-
-
-def launcher(engine: str):
-    """Return the module that lays out and launches an engine's kernel."""
-    if engine not in LAUNCHERS:
-        raise LookupError(f"no launcher for engine {engine!r} (known: {', '.join(LAUNCHERS)})")
-    return importlib.import_module(LAUNCHERS[engine])
 
 
 def effective(config: dict, fmt: str) -> dict:
@@ -167,7 +156,7 @@ class EngineTimer:
 
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
-        self.lx = launcher(engine)
+        self.lx = get(engine)
         self.device, self.alpha = device, alpha
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
@@ -282,7 +271,7 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
         from tilesweep.fused_moe.engines import formats
 
         kernel, _ = load(engine, version)
-        lx = launcher(engine)
+        lx = get(engine)
         # top_k experts only (the weights' strides do not depend on their count), laid out
         # for the real count, which sets the path, the buffer sizes and so Triton's
         # specialisation of the kernel's integer arguments.
