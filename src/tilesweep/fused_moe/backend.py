@@ -189,14 +189,17 @@ class FusedMoeSettings(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> FusedMoeSettings:
-        """Refuse an engine version of no known engine, a guard default no engine default names,
-        variants screened on no tile, and an engine default whose rules give no value for a
-        tuned dtype."""
+        """Refuse an engine not known or without its default rules, a guard default no engine
+        default names, variants screened on no tile, and an engine default whose rules give no
+        value for a tuned dtype."""
         known = engine_names()
         for key, listed in (("engine_versions", self.engine_versions), ("engines", self.engines)):
             for engine in listed:
                 if engine not in known:
                     raise refuse(f"{key}.{engine}", f"unknown engine; valid: {', '.join(known)}")
+        for engine in self.engine_versions:
+            if engine not in self.engine_defaults:
+                raise refuse(f"engine_defaults.{engine}", "missing: engine_versions names it")
         if self.guard_default not in self.engine_defaults:
             why = f"not one of engine_defaults ({', '.join(self.engine_defaults)})"
             raise refuse("guard_default", why, self.guard_default)
