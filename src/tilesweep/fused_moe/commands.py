@@ -12,7 +12,7 @@ from tilesweep.backends import Commands
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe.engines import search
-from tilesweep.fused_moe.engines.base import names
+from tilesweep.fused_moe.engines.base import FORMATS, names
 from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
 from tilesweep.io import write_table
 
@@ -97,7 +97,7 @@ def engine_tune_command(args: argparse.Namespace) -> int:
             raise ConfigError(f"--engine {engine}: expected one of {', '.join(names())}")
     formats = args.format or list(fused["engine_tune"]["formats"])
     for fmt in formats:
-        if fmt not in ("bf16", "fp8", "fp8_block"):
+        if fmt not in FORMATS:
             raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
     model = settings.model
     shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
