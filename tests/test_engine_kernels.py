@@ -15,14 +15,10 @@ import pytest
 import torch
 
 from tilesweep.errors import ConfigError
-from tilesweep.fused_moe import (
-    engine_check,
-    engine_kernels,
-    engine_tables,
-    engine_tune,
-    vllm_kernel,
-)
-from tilesweep.fused_moe.engine_check import judge, read_file
+from tilesweep.fused_moe.engines import check, dropins, search, vllm, wheels
+from tilesweep.fused_moe.engines.base import data
+from tilesweep.fused_moe.engines.base import names as engine_names
+from tilesweep.fused_moe.engines.check import judge, read_file
 
 ROOT = Path(__file__).resolve().parents[1]
 # The names vLLM's and SGLang's own get_config_file_name give every format (made by
@@ -73,16 +69,16 @@ def _wheel(tmp_path: Path, version: str = "9.9.1") -> Path:
     """Write a small vllm wheel holding MODULE where vLLM keeps its fused-MoE kernel."""
     path = tmp_path / f"vllm-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(engine_kernels.MODULES["vllm"][0], MODULE)
-        archive.writestr(engine_kernels.NAMERS["vllm"][0][0], PLATFORM)
-        archive.writestr(engine_kernels.TABLES["vllm"] + "E=8,N=16,device_name=X.json",
+        archive.writestr(data("vllm").kernel.module, MODULE)
+        archive.writestr(data("vllm").namers[0].module, PLATFORM)
+        archive.writestr(data("vllm").tables.folder + "E=8,N=16,device_name=X.json",
                          json.dumps(TABLE))  # fmt: skip
         archive.writestr("vllm/__init__.py", "")
     return path
 
 
 def test_the_kernels_are_extracted_with_their_hashes_and_nothing_else(tmp_path):
-    out = engine_kernels.extract("vllm", _wheel(tmp_path), tmp_path / "kept")
+    out = wheels.extract("vllm", _wheel(tmp_path), tmp_path / "kept")
     assert out == tmp_path / "kept" / "vllm-9.9.1"
     text = (out / "kernel.py").read_text()
     assert "def fused_moe_kernel" in text and "def scale_row" in text
@@ -104,38 +100,38 @@ def test_the_kernels_are_extracted_with_their_hashes_and_nothing_else(tmp_path):
 
 def test_files_are_named_by_the_engines_own_function_and_its_shipped_table_found(tmp_path):
     kept = tmp_path / "kept"
-    engine_kernels.extract("vllm", _wheel(tmp_path), kept)
-    name = engine_kernels.config_file_name("vllm", "9.9.1", 8, 16, "fp8_block", "Big GPU", kept)
+    wheels.extract("vllm", _wheel(tmp_path), kept)
+    name = wheels.config_file_name("vllm", "9.9.1", 8, 16, "fp8_block", "Big GPU", kept)
     assert name == "E=8,N=16,device_name=Big_GPU,dtype=fp8_w8a8,block_shape=[128,128].json"
     assert "vllm.platforms" not in sys.modules  # the platform it was given is gone again
-    table, where = engine_kernels.shipped_table("vllm", "9.9.1", "E=8,N=16,device_name=X.json",
+    table, where = wheels.shipped_table("vllm", "9.9.1", "E=8,N=16,device_name=X.json",
                                                 "3.6.0", kept)  # fmt: skip
     assert table == {1: {"BLOCK_SIZE_M": 16}, 64: {"BLOCK_SIZE_M": 64}}
-    assert where.startswith(engine_kernels.TABLES["vllm"] + "E=8,N=16,device_name=X.json (sha256")
-    assert engine_kernels.nearest(table, 20) == {"BLOCK_SIZE_M": 16}
-    assert engine_kernels.nearest(table, 40) == {"BLOCK_SIZE_M": 64}
-    none, why = engine_kernels.shipped_table("vllm", "9.9.1", "E=9.json", "3.6.0", kept)
+    assert where.startswith(data("vllm").tables.folder + "E=8,N=16,device_name=X.json (sha256")
+    assert wheels.nearest(table, 20) == {"BLOCK_SIZE_M": 16}
+    assert wheels.nearest(table, 40) == {"BLOCK_SIZE_M": 64}
+    none, why = wheels.shipped_table("vllm", "9.9.1", "E=9.json", "3.6.0", kept)
     assert none is None and "default rule" in why
     shipped = kept / "vllm-9.9.1" / "configs" / "E=8,N=16,device_name=X.json"
     shipped.write_text("{}")
     with pytest.raises(LookupError, match="differs from its manifest"):
-        engine_kernels.shipped_table("vllm", "9.9.1", shipped.name, "3.6.0", kept)
+        wheels.shipped_table("vllm", "9.9.1", shipped.name, "3.6.0", kept)
 
 
 def test_a_wheel_without_the_kernel_or_of_another_engine_is_refused(tmp_path):
     bare = tmp_path / "vllm-1.0.0-py3-none-any.whl"
     with zipfile.ZipFile(bare, "w") as archive:
-        archive.writestr(engine_kernels.MODULES["vllm"][0], "def f():\n    pass\n")
+        archive.writestr(data("vllm").kernel.module, "def f():\n    pass\n")
     with pytest.raises(ValueError, match="has no @triton.jit fused_moe_kernel"):
-        engine_kernels.extract("vllm", bare, tmp_path)
+        wheels.extract("vllm", bare, tmp_path)
     with pytest.raises(ValueError, match="a vllm wheel, not sglang"):
-        engine_kernels.extract("sglang", _wheel(tmp_path), tmp_path)
+        wheels.extract("sglang", _wheel(tmp_path), tmp_path)
 
 
 LOAD_AND_RUN = """
 import json, sys, torch
-from tilesweep.fused_moe import engine_kernels
-kernel, where = engine_kernels.load("vllm", "9.9.1", sys.argv[1])
+from tilesweep.fused_moe.engines import wheels
+kernel, where = wheels.load("vllm", "9.9.1", sys.argv[1])
 x = torch.arange(10, dtype=torch.float32)
 y = torch.zeros(10)
 kernel[(3,)](x, y, 10, BLOCK=4)
@@ -145,7 +141,7 @@ print(json.dumps({"type": type(kernel).__name__, "where": where, "y": y.tolist()
 
 def test_an_extracted_kernel_loads_and_runs_and_a_changed_one_is_refused(tmp_path):
     kept = tmp_path / "kept"
-    engine_kernels.extract("vllm", _wheel(tmp_path), kept)
+    wheels.extract("vllm", _wheel(tmp_path), kept)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", LOAD_AND_RUN, str(kept)], env=env, capture_output=True, text=True
@@ -159,35 +155,36 @@ def test_an_extracted_kernel_loads_and_runs_and_a_changed_one_is_refused(tmp_pat
     kernel_py = kept / "vllm-9.9.1" / "kernel.py"
     kernel_py.write_text(kernel_py.read_text() + "\n# edited\n")
     with pytest.raises(LookupError, match="differs from its manifest"):
-        engine_kernels.load("vllm", "9.9.1", kept)
+        wheels.load("vllm", "9.9.1", kept)
     with pytest.raises(LookupError, match="tools/fetch_engine_kernels.py makes it"):
-        engine_kernels.load("vllm", "9.9.2", kept)
+        wheels.load("vllm", "9.9.2", kept)
 
 
 def test_vllm_blocks_are_laid_out_as_vllm_lays_them_out():
     # M x top_k x 4 <= E: the naive path, one row block per routed pair and no alignment.
     ids = torch.tensor([[3, 1]], dtype=torch.int32)
-    sorted_ids, experts, post = vllm_kernel.vllm_blocks(ids, 16, 64)
+    sorted_ids, experts, post = vllm.vllm_blocks(ids, 16, 64)
     assert sorted_ids is None and experts.tolist() == [3, 1] and post.tolist() == [2 * 16]
     # Else: sorted by expert, each run padded to BLOCK_SIZE_M with the sentinel (pairs), the
     # buffers sized pairs + E x (BLOCK_SIZE_M - 1) and -1 past the used blocks.
     ids = torch.tensor([[0, 2], [2, 1], [0, 2]], dtype=torch.int32)
-    sorted_ids, experts, post = vllm_kernel.vllm_blocks(ids, 4, 3)
+    sorted_ids, experts, post = vllm.vllm_blocks(ids, 4, 3)
     assert sorted_ids.numel() == 6 + 3 * 3 and int(post) == 12
     assert sorted_ids[:12].tolist() == [0, 4, 6, 6, 3, 6, 6, 6, 1, 2, 5, 6]
     assert (sorted_ids[12:] == 6).all()
     assert experts.tolist() == [0, 1, 2, -1]
     # Fewer pairs than experts: the buffers are pairs x BLOCK_SIZE_M.
     ids = torch.tensor([[5, 7], [1, 5]], dtype=torch.int32)
-    sorted_ids, _, _ = vllm_kernel.vllm_blocks(ids, 8, 12)
+    sorted_ids, _, _ = vllm.vllm_blocks(ids, 8, 12)
     assert sorted_ids.numel() == 4 * 8
 
 
-KEPT = ROOT / engine_kernels.FOLDER / "vllm-0.33.0"
+KEPT = ROOT / wheels.FOLDER / "vllm-0.33.0"
 VLLM_RUN = """
 import json, torch
-from tilesweep.fused_moe.engine_kernels import load
-from tilesweep.fused_moe import engine_case as ec, vllm_kernel as vk
+from tilesweep.fused_moe.engines.wheels import load
+from tilesweep.fused_moe.engines import formats as ec, vllm as vk
+from tilesweep.fused_moe.engines.base import get
 from tilesweep.measure.gemm_case import rel_error
 kernel, _ = load("vllm", "0.33.0")
 out = {}
@@ -202,7 +199,7 @@ for fmt in ("bf16", "fp8", "fp8_block"):
         blocks = vk.vllm_blocks(batch.topk_ids, 16, experts)
         for gemm, top_k in (("gate_up", 2), ("down", 1)):
             weights = None if gemm == "gate_up" else batch.topk_weights
-            vk.launch(kernel, batch.a[gemm], w.w[gemm], batch.c[gemm], blocks, config,
+            get("vllm").launch(kernel, batch.a[gemm], w.w[gemm], batch.c[gemm], blocks, config,
                       top_k=top_k, topk_weights=weights, a_scale=batch.a_scale[gemm],
                       b_scale=w.scale[gemm], block_shape=ec.block_shape(fmt))
             ref = ec.reference(problem, w, batch, gemm)
@@ -260,18 +257,18 @@ def test_a_config_is_exported_only_where_it_beats_the_default_beyond_the_noise()
     # Faster on both routings, beyond both spreads: exported.
     finals = {default: {r: _timed(1.0, 0.01) for r in routings},
               "fast": {r: _timed(0.9, 0.01) for r in routings}}  # fmt: skip
-    assert engine_tune.export_pick(finals, default, routings)[0] == "fast"
+    assert search.export_pick(finals, default, routings)[0] == "fast"
     # Faster in the median but inside the noise on one routing: the default is exported.
     finals["fast"]["zipf"] = _timed(0.985, 0.01)
-    chosen, why = engine_tune.export_pick(finals, default, routings)
+    chosen, why = search.export_pick(finals, default, routings)
     assert chosen == default and "within the noise" in why
     # Much faster on one routing, slower on the other: the default.
     finals["fast"] = {"uniform": _timed(0.5, 0.01), "zipf": _timed(1.2, 0.01)}
-    assert engine_tune.export_pick(finals, default, routings)[0] == default
+    assert search.export_pick(finals, default, routings)[0] == default
     # A config not timed on every routing never counts; an untimed default is exported.
     finals["fast"] = {"uniform": _timed(0.5, 0.01)}
-    assert engine_tune.export_pick(finals, default, routings)[0] == default
-    assert engine_tune.export_pick({"fast": finals["fast"]}, default, ["uniform"])[0] == default
+    assert search.export_pick(finals, default, routings)[0] == default
+    assert search.export_pick({"fast": finals["fast"]}, default, ["uniform"])[0] == default
 
 
 def test_neighbours_change_one_parameter_and_block_fp8_takes_k_at_the_block():
@@ -279,10 +276,10 @@ def test_neighbours_change_one_parameter_and_block_fp8_takes_k_at_the_block():
               "num_warps": 4, "num_stages": 3}  # fmt: skip
     values = {"BLOCK_SIZE_M": [16, 32], "BLOCK_SIZE_N": [64, 128], "BLOCK_SIZE_K": [64, 128, 256],
               "GROUP_SIZE_M": [1], "num_warps": [4, 8], "num_stages": [3]}  # fmt: skip
-    near = engine_tune.neighbours(config, values, "bf16")
+    near = search.neighbours(config, values, "bf16")
     assert len(near) == 5  # M 32, N 128, K 64, K 256, 8 warps
     assert all(sum(c[k] != config[k] for k in config) == 1 for c in near)
-    block = engine_tune.neighbours(config, values, "fp8_block")
+    block = search.neighbours(config, values, "fp8_block")
     assert all(c["BLOCK_SIZE_K"] <= 128 for c in block) and len(block) == 4
 
 
@@ -308,7 +305,7 @@ def test_the_check_judges_against_the_baseline_beyond_its_noise_band():
         *_key(16, [("file", "b", 0.9), ("baseline", "s", 1.0), ("baseline_again", "s", 1.0),
                    ("default", "d", 0.8)], "shipped"),
     ]  # fmt: skip
-    table = judge(pd.DataFrame(rows).reindex(columns=engine_check.CHECK_COLUMNS))
+    table = judge(pd.DataFrame(rows).reindex(columns=check.CHECK_COLUMNS))
     files = table[table["config_from"] == "file"].set_index("m")
     assert files.loc[1, "outcome"] == "same config" and files.loc[1, "x_baseline"] == 1.0
     assert files.loc[1, "noise_band"] == pytest.approx(1 / 0.98 - 1)
@@ -320,7 +317,7 @@ def test_the_check_judges_against_the_baseline_beyond_its_noise_band():
     # Two draws: a key keeps the file's config only where it won on both.
     other = table.copy()
     other.loc[(other["m"] == 2) & (other["config_from"] == "file"), "outcome"] = "tie"
-    assert engine_check.decide([table, table])[2] and not engine_check.decide([table, other])[2]
+    assert check.decide([table, table])[2] and not check.decide([table, other])[2]
 
 
 def test_an_export_is_the_engines_current_table_with_only_the_won_keys_changed():
@@ -330,10 +327,10 @@ def test_an_export_is_the_engines_current_table_with_only_the_won_keys_changed()
     rules = {key: [{"value": 7}] for key in SPACE_KEYS}
     picks = {1: {"pick": 1}, 64: {"pick": 64}}
     shipped = {1: {"shipped": 1}, 48: {"shipped": 48}, 4096: {"shipped": 4096}}
-    out = engine_check.export_table(picks, {1: False, 64: True}, shipped, rules, shape)
+    out = check.export_table(picks, {1: False, 64: True}, shipped, rules, shape)
     assert out == {"1": {"shipped": 1}, "48": {"shipped": 48}, "64": {"pick": 64},
                    "4096": {"shipped": 4096}}  # fmt: skip
-    out = engine_check.export_table(picks, {1: True}, None, rules, shape)
+    out = check.export_table(picks, {1: True}, None, rules, shape)
     assert out["1"] == {"pick": 1} and out["64"]["BLOCK_SIZE_M"] == 7  # the default rule's
 
 
@@ -353,21 +350,21 @@ def test_exported_names_are_the_engines_own_for_every_format_engine_and_version(
         else:
             assert block.endswith("block_shape=[128, 128].json")
         # Where the wheel is extracted here, the engine's own function still says the same.
-        kept = ROOT / engine_kernels.FOLDER / f"{table['engine']}-{table['version']}"
+        kept = ROOT / wheels.FOLDER / f"{table['engine']}-{table['version']}"
         if kept.is_dir():
-            assert engine_kernels.name_table(table["engine"], table["version"],
-                                             ROOT / engine_kernels.FOLDER) == table  # fmt: skip
+            assert wheels.name_table(table["engine"], table["version"],
+                                             ROOT / wheels.FOLDER) == table  # fmt: skip
     # Every drop-in kept in the example is named so, in the engine's own folder layout.
     names = {(t["engine"], t["version"]): {r["name"] for r in t["names"]} for t in NAMES}
     for path in (ROOT / "docs/examples/h200").rglob("E=*.json"):
         owner = next((p for p in path.parents if "-" in p.name and p.name.split("-")[0]
-                      in engine_kernels.MODULES), None)  # fmt: skip
+                      in engine_names()), None)  # fmt: skip
         if owner is None:
             continue  # not an engine's folder (e.g. a check's own copies)
         engine, version = owner.name.split("-", 1)
         assert path.name in names[engine, version], path
         triton = path.parent.name.removeprefix("triton_").replace("_", ".")
-        want = engine_tables.dropin_path(engine, version, path.name, triton)
+        want = dropins.dropin_path(engine, version, path.name, triton)
         assert path.relative_to(owner.parent).as_posix() == want
 
 
@@ -375,7 +372,7 @@ def test_no_engine_file_name_is_kept_twice_with_other_contents():
     seen = {}
     for path in (ROOT / "docs/examples/h200").rglob("E=*.json"):
         owner = next((p.name for p in path.parents if p.name.split("-")[0]
-                      in engine_kernels.MODULES), "")  # fmt: skip
+                      in engine_names()), "")  # fmt: skip
         seen.setdefault((owner, path.name), set()).add(path.read_bytes())
     assert all(len(contents) == 1 for contents in seen.values()), [
         key for key, contents in seen.items() if len(contents) > 1
@@ -384,8 +381,8 @@ def test_no_engine_file_name_is_kept_twice_with_other_contents():
 
 def test_sglang_loads_the_table_of_its_triton_else_the_newest_other(tmp_path):
     path = tmp_path / "sglang-9.0.0-py3-none-any.whl"
-    sglang_module = engine_kernels.MODULES["sglang"][0]
-    namer = engine_kernels.NAMERS["sglang"][0][0]
+    sglang_module = data("sglang").kernel.module
+    namer = data("sglang").namers[0].module
     name = "E=8,N=16,device_name=X.json"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr(sglang_module, MODULE)
@@ -396,19 +393,19 @@ def test_sglang_loads_the_table_of_its_triton_else_the_newest_other(tmp_path):
         )
         for triton_dir in ("triton_3_1_0", "triton_3_4_0", "triton_3_10_0"):
             table = {"1": {"from": triton_dir}}
-            archive.writestr(f"{engine_kernels.TABLES['sglang']}{triton_dir}/{name}",
+            archive.writestr(f"{data('sglang').tables.folder}{triton_dir}/{name}",
                              json.dumps(table))  # fmt: skip
     kept = tmp_path / "kept"
-    engine_kernels.extract("sglang", path, kept)
-    assert engine_kernels.config_file_name("sglang", "9.0.0", 8, 16, "bf16", "X", kept) == name
-    own, where = engine_kernels.shipped_table("sglang", "9.0.0", name, "3.4.0", kept)
+    wheels.extract("sglang", path, kept)
+    assert wheels.config_file_name("sglang", "9.0.0", 8, 16, "bf16", "X", kept) == name
+    own, where = wheels.shipped_table("sglang", "9.0.0", name, "3.4.0", kept)
     assert own == {1: {"from": "triton_3_4_0"}} and "triton_3_4_0/" in where
-    newest, _ = engine_kernels.shipped_table("sglang", "9.0.0", name, "3.6.0", kept)
+    newest, _ = wheels.shipped_table("sglang", "9.0.0", name, "3.6.0", kept)
     assert newest == {1: {"from": "triton_3_10_0"}}  # by version, not by string
 
 
 def test_decode_timing_rotates_enough_weight_copies_to_pass_the_l2_three_times():
-    from tilesweep.fused_moe import engine_timing as et
+    from tilesweep.fused_moe.engines import timer as et
 
     for n, fmt in ((256, "fp8_block"), (256, "bf16"), (2048, "bf16"), (2048, "fp8")):
         problem = {"experts": 256, "n": n, "hidden": 6144, "top_k": 8}
@@ -445,7 +442,7 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
 
 
 def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
-    from tilesweep.fused_moe.engine_stage import tune_engine
+    from tilesweep.fused_moe.engines.stage import tune_engine
     from tilesweep.pipeline import Sweep
 
     settings = Sweep(["experiment=tiny"], None).tune_settings_json()  # the rule's param
@@ -471,7 +468,7 @@ def test_every_kept_drop_in_is_listed_with_its_ratios_and_contents():
     assert set(exported["path"]) == set(files)
     for row in exported.itertuples():
         assert hashlib.sha256(files[row.path].read_bytes()).hexdigest() == row.sha256
-        assert row.worst_x_baseline >= engine_tables.HELD_OUT_FLOOR
+        assert row.worst_x_baseline >= dropins.HELD_OUT_FLOOR
         assert row.timing.startswith("decode (cold L2")
 
 
@@ -479,14 +476,14 @@ DECIDE = """
 import json, sys
 from pathlib import Path
 from tilesweep.config import compose_settings
-from tilesweep.fused_moe import engine_tables
+from tilesweep.fused_moe.engines import dropins
 out = Path(sys.argv[1])
 settings = compose_settings(["model.hidden=256", "model.top_k=2"])
 config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
           "num_warps": 4, "num_stages": 2}
 pick = out / "picks_E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
 pick.write_text(json.dumps({"1": config}))
-row, checks = engine_tables.decide_file("vllm", pick, settings, out, 3, 2, device="cpu")
+row, checks = dropins.decide_file("vllm", pick, settings, out, 3, 2, device="cpu")
 print(json.dumps({k: str(v) for k, v in row.items()}))
 print(json.dumps([c["config_from"].tolist() for c in checks]))
 """
@@ -522,7 +519,7 @@ def test_the_gpu_script_finds_a_candidate_for_every_engine_format_and_glm5_shape
     versions = settings["backend"]["fused_moe"]["engine_versions"]
     kept = [ROOT / "docs/examples/h200/engine_tune", ROOT / "docs/examples/h200/engine_tune_fp8"]
     for engine, version in versions.items():
-        found = engine_tables.candidates(kept, engine, version)
+        found = dropins.candidates(kept, engine, version)
         assert set(found) == {
             (f, 256, n) for f in ("bf16", "fp8", "fp8_block") for n in (256, 2048)
         }

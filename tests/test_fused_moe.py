@@ -291,7 +291,7 @@ def _spec(**over) -> dict:
 def _engine_named(path) -> bool:
     """Return whether a path lies where, or is named as, an engine reads its config files: a
     vllm/ or sglang/ folder, a triton_<version>/ folder, or the engines' exact file name."""
-    from tilesweep.fused_moe.engine_check import NAME
+    from tilesweep.fused_moe.engines.check import NAME
 
     folders = path.parts[:-1]
     return (
@@ -311,7 +311,7 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
 
     from tilesweep.fused_moe import tune
     from tilesweep.fused_moe.backend import PROJECT_KERNEL, moe_table, project_kernel_file
-    from tilesweep.fused_moe.engine_check import read_file
+    from tilesweep.fused_moe.engines.check import read_file
     from tilesweep.pipeline import Sweep
 
     sweep = Sweep(["device=h200x8", "backend.fused_moe.tune=true"], ROOT / "conf")
@@ -511,7 +511,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
 
 
 def test_the_engine_runner_times_the_config_the_exported_table_names():
-    from tilesweep.fused_moe.engine_moe import _best
+    from tilesweep.fused_moe.engines.runner import _best
 
     spec = {"routing": ["uniform", "zipf"], "engine_defaults": {"vllm": {}}}
 

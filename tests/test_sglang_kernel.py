@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tilesweep.fused_moe import engine_kernels
-from tilesweep.fused_moe import sglang_kernel as sk
+from tilesweep.fused_moe.engines import sglang as sk
+from tilesweep.fused_moe.engines import wheels
+from tilesweep.fused_moe.engines.base import get
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ROOT / engine_kernels.FOLDER / "sglang-0.5.23"
+KEPT = ROOT / wheels.FOLDER / "sglang-0.5.23"
 
 
 def test_blocks_are_laid_out_as_sglang_lays_them_out():
@@ -62,28 +63,29 @@ def test_swap_ab_and_pdl_follow_sglangs_rules(monkeypatch):
 
 
 def test_configs_and_scales_sglang_cannot_take_are_refused():
-    fp8 = torch.float8_e4m3fn
+    fp8, launch = torch.float8_e4m3fn, get("sglang").launch
     a, b = torch.zeros(2, 256).to(fp8), torch.zeros(3, 128, 256).to(fp8)
     c = torch.zeros(4, 128, dtype=torch.float16)
     blocks = sk.blocks(torch.tensor([[0, 1], [2, 0]], dtype=torch.int32), 16, 3)
     config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 256, "GROUP_SIZE_M": 1}
     a_s, b_s = torch.ones(2, 2), torch.ones(3, 1, 2)
     with pytest.raises(ValueError, match="straddle"):
-        sk.launch(None, a, b, c, blocks, config, top_k=2, a_scale=a_s, b_scale=b_s,
+        launch(None, a, b, c, blocks, config, top_k=2, a_scale=a_s, b_scale=b_s,
                   block_shape=[128, 128])  # fmt: skip
     with pytest.raises(ValueError, match="per-tensor scales"):
-        sk.launch(None, a, b, c, blocks, config, top_k=2, a_scale=torch.ones(2), b_scale=b_s)
+        launch(None, a, b, c, blocks, config, top_k=2, a_scale=torch.ones(2), b_scale=b_s)
     with pytest.raises(ValueError, match="SPLIT_K"):
-        sk.launch(None, a, b, c, blocks, {**config, "SPLIT_K": 2}, top_k=2,
+        launch(None, a, b, c, blocks, {**config, "SPLIT_K": 2}, top_k=2,
                   a_scale=torch.ones(1), b_scale=torch.ones(3))  # fmt: skip
     with pytest.raises(ValueError, match="no naive path"):
-        sk.launch(None, a, b, c, (None, *blocks[1:]), config, top_k=2)
+        launch(None, a, b, c, (None, *blocks[1:]), config, top_k=2)
 
 
 RUN = """
 import json, torch
-from tilesweep.fused_moe.engine_kernels import load
-from tilesweep.fused_moe import sglang_kernel as sk
+from tilesweep.fused_moe.engines.wheels import load
+from tilesweep.fused_moe.engines import sglang as sk
+from tilesweep.fused_moe.engines.base import get
 kernel, _ = load("sglang", "0.5.23")
 FP8 = torch.float8_e4m3fn
 
@@ -123,7 +125,7 @@ def run(experts, m, top_k, n, k, fmt, config, down=False):
         kw = {"a_scale": a_s, "b_scale": b_s, "block_shape": [128, 128]}
     blocks = sk.blocks(ids, config["BLOCK_SIZE_M"], experts)
     c = torch.full((pairs, n), float("nan"), dtype=torch.float16)
-    sk.launch(kernel, a_in, b_in, c, blocks, config, top_k=1 if down else top_k,
+    get("sglang").launch(kernel, a_in, b_in, c, blocks, config, top_k=1 if down else top_k,
               topk_weights=weights, **kw)
     rows_of = torch.arange(pairs) if down else torch.arange(pairs) // top_k
     ref = torch.einsum("pk,pnk->pn", a_ref[rows_of], b_ref[ids.reshape(-1).long()])

@@ -1,6 +1,6 @@
 """Decide drop-in engine config files decode-true against what each engine runs today (its
 shipped table, else its default rule), from the kept example's tuned picks, on the GPU at hand
-(fused_moe/engine_tables.py): two picking draws, one held-out draw, files named and laid out as
+(fused_moe/engines/dropins.py): two picking draws, one held-out draw, files named and laid out as
 the engines load them, and dropins.csv.
 
 Usage: python tools/engine_tables.py --out DIR [--force] [--budget-s S] [--repeats R]
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError, tool_main
-from tilesweep.fused_moe import engine_tables
+from tilesweep.fused_moe.engines import dropins
 from tilesweep.io import check_out_folder
 
 FORMATS = ("fp8_block", "bf16", "fp8")  # the order files are decided in: the one that lost first
@@ -65,7 +65,7 @@ def main() -> int:
     check_out_folder(args.out, ("dropins.csv",), args.force)
     work = []
     for fmt in formats:
-        found = {e: engine_tables.candidates(args.folders or KEPT, e, versions[e]) for e in engines}
+        found = {e: dropins.candidates(args.folders or KEPT, e, versions[e]) for e in engines}
         keys = sorted({k for f in found.values() for k in f if k[0] == fmt}, key=lambda k: k[2])
         for _, experts, n in keys:  # TP8 (small N) first: the keys the issue found lost
             if shapes and (experts, n) not in shapes:
@@ -75,7 +75,7 @@ def main() -> int:
     if not work:
         raise ConfigError("no tuned file matches the --engine, --format, --shape and --from given")
     print("candidates:", *(f"{e} {p}" for e, p in work), sep="\n  ", flush=True)
-    frame = engine_tables.run(settings, work, args.out, args.repeats, args.budget_s,
+    frame = dropins.run(settings, work, args.out, args.repeats, args.budget_s,
                               args.check_experts, log=lambda s: print(s, flush=True))  # fmt: skip
     cols = ["engine", "format", "n", "status", "keys_kept", "worst_x_baseline",
             "geomean_x_baseline_m_ge_1024"]  # fmt: skip

@@ -2,7 +2,7 @@
 extract their fused-MoE Triton kernels, with hashes, into .engine_kernels/<engine>-<version>/
 (ignored by git; carry it to the GPU machine), with the engines' shipped config tables and
 their get_config_file_name. Needs pip and a package registry. --names PATH also writes the names
-the engines' own functions give every format (engine_kernels.name_table; the test data
+the engines' own functions give every format (wheels.name_table; the test data
 tests/data/engine_names.json is made so).
 
 Usage: python tools/fetch_engine_kernels.py [--wheels DIR] [--out DIR] [--names PATH] [OVERRIDE ...]
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tilesweep.config import compose
 from tilesweep.errors import tool_main
-from tilesweep.fused_moe.engine_kernels import FOLDER, extract, name_table
+from tilesweep.fused_moe.engines.base import data
+from tilesweep.fused_moe.engines.wheels import FOLDER, extract, name_table
 
 
 def main() -> int:
@@ -32,11 +33,13 @@ def main() -> int:
     versions = compose(args.overrides)["backend"]["fused_moe"]["engine_versions"]
     args.wheels.mkdir(parents=True, exist_ok=True)
     for engine, version in versions.items():
-        wheel = next(args.wheels.glob(f"{engine}-{version}-*.whl"), None)
+        dist = data(engine).distribution  # engines/<engine>.yaml
+        pattern = f"{dist.replace('-', '_')}-{version}-*.whl"  # a wheel's name: dashes as _
+        wheel = next(args.wheels.glob(pattern), None)
         if wheel is None:  # the wheel alone: its dependencies are not needed to read a file
             cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-            subprocess.run([*cmd, f"{engine}=={version}", "-d", str(args.wheels)], check=True)
-            wheel = next(args.wheels.glob(f"{engine}-{version}-*.whl"))
+            subprocess.run([*cmd, f"{dist}=={version}", "-d", str(args.wheels)], check=True)
+            wheel = next(args.wheels.glob(pattern))
         print(f"{engine} {version}: {extract(engine, wheel, args.out)}")
     if args.names:
         tables = [name_table(e, v, args.out) for e, v in versions.items()]

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.fused_moe.engine_tables import DROPIN_COLUMNS
+from tilesweep.fused_moe.engines.dropins import DROPIN_COLUMNS
 
 dest = Path(sys.argv[1])
 parts = sorted(dest.glob(".dropins_*.csv"), key=lambda p: int(p.stem.split("_")[1]))

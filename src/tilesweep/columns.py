@@ -392,6 +392,6 @@ VERDICT_NO_FIT_COLUMNS = _LISTS["VERDICT_NO_FIT_COLUMNS"]
 # has it, and how its timed rows ended on the device that ran them.
 LAUNCH_COVERAGE_COLUMNS = _LISTS["LAUNCH_COVERAGE_COLUMNS"]
 
-# ---- the drop-in engine files (fused_moe/engine_tables: dropins.csv) the report lists -----------
+# ---- the drop-in engine files (fused_moe/engines/dropins: dropins.csv) the report lists ----------
 
 REPORT_DROPIN_COLUMNS = _LISTS["REPORT_DROPIN_COLUMNS"]

@@ -1,7 +1,7 @@
 """The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
 one tuning job per dtype on a GPU machine (fused_moe/tune.py), its picks kept for the whole step's
 runner under a name no engine reads (the engines' files are tuned in their own kernels:
-fused_moe/engine_stage.py)."""
+fused_moe/engines/stage.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
 from tilesweep.fused_moe.commands import FusedMoeCommands
-from tilesweep.fused_moe.engine_moe import ENGINES
+from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.space import (
     ENGINE_DTYPE,
     config_file_name,
@@ -89,7 +89,6 @@ def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> s
 
 
 Positive = Annotated[int, Field(ge=1)]
-Engine = Literal[ENGINES]
 EngineDtype = Literal[tuple(ENGINE_DTYPE)]
 
 
@@ -182,7 +181,7 @@ class FusedMoeSettings(Section):
     items_per_worker: int = Field(ge=0)  # 0: one worker; else the items each worker runs
     compile_timeout_s: Number
     compile_workers: int
-    engines: distinct(Engine)
+    engines: distinct(str)  # each a known engine (engines/<name>.yaml or registered)
     engine_versions: dict[str, str]  # each plans an engine-tuning job
     engine_tune: EngineTune
     extra_tokens_per_expert: list[int]
@@ -190,13 +189,17 @@ class FusedMoeSettings(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> FusedMoeSettings:
-        """Refuse an engine version of no known engine, a guard default no engine default names,
-        variants screened on no tile, and an engine default whose rules give no value for a
-        tuned dtype."""
+        """Refuse an engine not known or without its default rules, a guard default no engine
+        default names, variants screened on no tile, and an engine default whose rules give no
+        value for a tuned dtype."""
+        known = engine_names()
+        for key, listed in (("engine_versions", self.engine_versions), ("engines", self.engines)):
+            for engine in listed:
+                if engine not in known:
+                    raise refuse(f"{key}.{engine}", f"unknown engine; valid: {', '.join(known)}")
         for engine in self.engine_versions:
-            if engine not in ENGINES:
-                why = f"unknown engine; valid: {', '.join(ENGINES)}"
-                raise refuse(f"engine_versions.{engine}", why)
+            if engine not in self.engine_defaults:
+                raise refuse(f"engine_defaults.{engine}", "missing: engine_versions names it")
         if self.guard_default not in self.engine_defaults:
             why = f"not one of engine_defaults ({', '.join(self.engine_defaults)})"
             raise refuse("guard_default", why, self.guard_default)
@@ -242,12 +245,12 @@ def moe_table(
 
 class FusedMoeTuner(Tuner):
     """One tuning job per configured dtype where a GPU is at hand (fused_moe/tune.py), one
-    engine-kernel tuning job per engine of engine_versions beside them (fused_moe/engine_stage.py),
+    engine-kernel tuning job per engine of engine_versions beside them (fused_moe/engines/stage.py),
     and a kept example's journals replayed (workflow/rules/fused_moe*.smk)."""
 
     rule_modules = {
         "tune_configs": "fused_moe/tune.py",
-        "tune_engine": "fused_moe/engine_stage.py",
+        "tune_engine": "fused_moe/engines/stage.py",
         "tune_replay": "fused_moe/tune.py",
     }
 
@@ -314,7 +317,7 @@ class FusedMoeRows(DecodeRunner):
     def table_rows(self, settings: RootSettings, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
         # cycle: engine_rows imports the registry, whose discovery imports this module
-        from tilesweep.fused_moe.engine_rows import engine_rows
+        from tilesweep.fused_moe.engines.decode_rows import engine_rows
 
         return engine_rows(settings.backend.get(NAME) or {}, tune)
 

@@ -11,9 +11,9 @@ import sys
 from tilesweep.backends import Commands
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
-from tilesweep.fused_moe import engine_tune
-from tilesweep.fused_moe.engine_check import check_file, read_file, safe_file, summary
-from tilesweep.fused_moe.engine_timing import LAUNCHERS
+from tilesweep.fused_moe.engines import search
+from tilesweep.fused_moe.engines.base import FORMATS, names
+from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
 from tilesweep.io import write_table
 
 
@@ -93,11 +93,11 @@ def engine_tune_command(args: argparse.Namespace) -> int:
     fused = settings.backend["fused_moe"]
     engines = args.engine or list(fused["engine_versions"])
     for engine in engines:
-        if engine not in LAUNCHERS or engine not in fused["engine_versions"]:
-            raise ConfigError(f"--engine {engine}: expected one of {', '.join(LAUNCHERS)}")
+        if engine not in names() or engine not in fused["engine_versions"]:
+            raise ConfigError(f"--engine {engine}: expected one of {', '.join(names())}")
     formats = args.format or list(fused["engine_tune"]["formats"])
     for fmt in formats:
-        if fmt not in ("bf16", "fp8", "fp8_block"):
+        if fmt not in FORMATS:
             raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
     model = settings.model
     shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
@@ -113,7 +113,7 @@ def engine_tune_command(args: argparse.Namespace) -> int:
 
     if not torch.cuda.is_available():
         raise ConfigError("engine-tune times the engines' kernels on a GPU; none is here")
-    summary = engine_tune.run(settings, engines, formats, shapes, args.out, keys, args.extra)
+    summary = search.run(settings, engines, formats, shapes, args.out, keys, args.extra)
     sys.stdout.write(summary.to_string(index=False) + "\n")
     return 0
 

@@ -49,7 +49,7 @@ def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str
 
 
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
-    """Return the drop-in engine files (dropins.csv of fused_moe/engine_tables): each file's path,
+    """Return the drop-in engine files (dropins.csv of fused_moe/engines/dropins): each file's path,
     engine and version, and its worst and geometric-mean ratio against the engine's current
     table on the held-out draw; where none is kept, where they come from."""
     if dropins.empty:

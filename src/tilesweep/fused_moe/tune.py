@@ -15,7 +15,7 @@ variants) and `results/tune/fused_moe/project_kernel/<dtype>/` with
 `project_kernel_E=..,N=..,device_name=..[,dtype=..].json`, one per (local experts, shard N) that
 the grid's layouts put on a GPU, and a README.txt. The kernel is not the engines': the files to
 drop into vLLM or SGLang are tuned and picked in each engine's own kernel
-(fused_moe/engine_stage.py, `results/tuned/fused_moe/engine_<engine>/`).
+(fused_moe/engines/stage.py, `results/tuned/fused_moe/engine_<engine>/`).
 """
 
 from __future__ import annotations

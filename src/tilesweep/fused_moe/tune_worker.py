@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
-from tilesweep.fused_moe.engine_moe import engine_runner
+from tilesweep.fused_moe.engines.runner import engine_runner
 from tilesweep.measure.timing import time_call
 
 SCREEN = "screen"

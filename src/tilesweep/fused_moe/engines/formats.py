@@ -16,14 +16,7 @@ from dataclasses import dataclass, field
 from tilesweep.fused_moe.case import FP8_MAX, make_routing
 from tilesweep.fused_moe.space import gemm_shapes
 
-FORMATS = ("bf16", "fp8", "fp8_block")
 BLOCK = 128  # the block side of fp8_block
-# The engines' file name of each format (vLLM's and SGLang's get_config_file_name).
-FILE_DTYPE = {
-    "bf16": "",
-    "fp8": ",dtype=fp8_w8a8",
-    "fp8_block": ",dtype=fp8_w8a8,block_shape=[128, 128]",
-}
 
 
 @dataclass

@@ -10,7 +10,7 @@ timed on every routing with `final_repeats` graph replays, decode-true (cold L2)
 finalist (summed over routings) is picked only where it beats the baseline on every routing by
 more than the noise (its p90 below the baseline's p10); otherwise the baseline's config. The
 picks (`picks_<name>`) are then decided into a drop-in file on two fresh draws and checked on a
-third (fused_moe/engine_tables.decide_file). In the tune table `default`, `is_default` and
+third (fused_moe/engines/dropins.decide_file). In the tune table `default`, `is_default` and
 `x_default` name that baseline.
 """
 
@@ -22,13 +22,14 @@ import pandas as pd
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
-from tilesweep.fused_moe import engine_check, engine_kernels, engine_tables, space
-from tilesweep.fused_moe.engine_check import baseline_config, read_file
-from tilesweep.fused_moe.engine_timing import effective, warm
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines import check, dropins, wheels
+from tilesweep.fused_moe.engines.check import baseline_config, read_file
+from tilesweep.fused_moe.engines.timer import effective, warm
 from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_tune", "tilesweep.fused_moe")
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.search", "tilesweep.fused_moe")
 TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 
 
@@ -250,7 +251,7 @@ def run(
     """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
     else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
     drop-in file from the picks decode-true on two draws and a held-out one
-    (fused_moe/engine_tables.decide_file); return the drop-in rows with the tuning's counts."""
+    (fused_moe/engines/dropins.decide_file); return the drop-in rows with the tuning's counts."""
     import os
     import time
 
@@ -273,11 +274,9 @@ def run(
             for experts, n in shapes:
                 shape = {"experts": experts, "n": n, "format": fmt}
                 start = time.monotonic()
-                name = engine_kernels.config_file_name(
-                    engine, version, experts, n, fmt, device_name
-                )
-                shipped, _ = engine_kernels.shipped_table(engine, version, name, triton.__version__)
-                timer = engine_check.timer_for(engine, shape, settings)
+                name = wheels.config_file_name(engine, version, experts, n, fmt, device_name)
+                shipped, _ = wheels.shipped_table(engine, version, name, triton.__version__)
+                timer = check.timer_for(engine, shape, settings)
                 table, picks = tune_problem(
                     timer,
                     keys,
@@ -291,14 +290,14 @@ def run(
                 text = space.engine_file_text(
                     {str(m): c for m, c in picks.items()}, _triton_version()
                 )
-                picked = folder / f"{engine_tables.PICKS}{name}"
+                picked = folder / f"{dropins.PICKS}{name}"
                 write_text(picked, text)
                 write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
                 tuned_s = time.monotonic() - start
                 screened = int((table["phase"] == "screen").sum())
                 del timer
                 torch.cuda.empty_cache()
-                row, checks = engine_tables.decide_file(
+                row, checks = dropins.decide_file(
                     engine, picked, settings, Path(out_dir), tune["final_repeats"], None, log
                 )
                 write_table(

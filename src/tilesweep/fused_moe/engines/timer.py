@@ -1,6 +1,6 @@
 """Both expert GEMMs of one problem timed in an engine's own fused-MoE kernel, launched as that
-engine launches it (fused_moe/vllm_kernel.py, fused_moe/sglang_kernel.py), in one weight format
-(fused_moe/engine_case.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
+engine launches it (its module in fused_moe/engines/, e.g. vllm.py), in one weight format
+(fused_moe/engines/formats.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
 against an fp32 reference first, under one of two timings (the `timing` label of every row):
 
 - `decode` (the default): decode-true, cold L2. A decode step runs every other layer between two
@@ -21,19 +21,15 @@ the timing process only loads them.
 
 from __future__ import annotations
 
-import importlib
 import math
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
-from tilesweep.fused_moe.engine_kernels import load
+from tilesweep.fused_moe.engines.base import get
+from tilesweep.fused_moe.engines.wheels import load
 from tilesweep.measure.gemm_case import rel_error
 from tilesweep.measure.timing import calls_to_fill, summarize, time_call, time_gpu
 
-LAUNCHERS = {
-    "vllm": "tilesweep.fused_moe.vllm_kernel",
-    "sglang": "tilesweep.fused_moe.sglang_kernel",
-}
 GEMMS = ("gate_up", "down")
 TIMINGS = ("decode", "warm")
 L2_MULTIPLE = 3  # bytes touched between two uses of one weight copy, in units of the L2
@@ -42,8 +38,8 @@ MEMORY_SHARE = 0.6  # the most of the free device memory the weight copies may t
 
 def expert_bytes(problem: dict, fmt: str) -> dict:
     """Return {gemm: bytes of one expert's weights and scales} in a format."""
-    # triton (via fused_moe.engine_case): this module loads without it
-    from tilesweep.fused_moe.engine_case import BLOCK
+    # triton (via fused_moe.engines.formats): this module loads without it
+    from tilesweep.fused_moe.engines.formats import BLOCK
 
     out = {}
     for gemm, (n, k) in space.gemm_shapes(problem).items():
@@ -96,19 +92,12 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
     return {**summarize(samples), "timing": method, "calls_per_replay": len(calls) * rounds}
 
 
-def launcher(engine: str):
-    """Return the module that lays out and launches an engine's kernel."""
-    if engine not in LAUNCHERS:
-        raise LookupError(f"no launcher for engine {engine!r} (known: {', '.join(LAUNCHERS)})")
-    return importlib.import_module(LAUNCHERS[engine])
-
-
 def effective(config: dict, fmt: str) -> dict:
     """Return the config as it is tried: for fp8_block, BLOCK_SIZE_K cut to the scale block
     (vLLM cuts it so; SGLang does not, and a wider step would sum across scale groups, so its
     candidates are taken at the block), so two configs that run the same are one."""
-    # triton (via fused_moe.engine_case): this module loads without it
-    from tilesweep.fused_moe.engine_case import BLOCK
+    # triton (via fused_moe.engines.formats): this module loads without it
+    from tilesweep.fused_moe.engines.formats import BLOCK
 
     if fmt == "fp8_block" and config["BLOCK_SIZE_K"] > BLOCK:
         return {**config, "BLOCK_SIZE_K": BLOCK}
@@ -117,8 +106,8 @@ def effective(config: dict, fmt: str) -> dict:
 
 def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
     """Return a call that runs one GEMM of a batch in the engine's kernel."""
-    # triton (via fused_moe.engine_case): this module loads without it
-    from tilesweep.fused_moe.engine_case import block_shape
+    # triton (via fused_moe.engines.formats): this module loads without it
+    from tilesweep.fused_moe.engines.formats import block_shape
 
     top_k = problem["top_k"] if gemm == "gate_up" else 1
     topw = None if gemm == "gate_up" else batch.topk_weights
@@ -162,18 +151,18 @@ class EngineTimer:
     ):
         import torch
 
-        # triton (via fused_moe.engine_case): this module loads without it
-        from tilesweep.fused_moe import engine_case
+        # triton (via fused_moe.engines.formats): this module loads without it
+        from tilesweep.fused_moe.engines import formats
 
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
-        self.lx = launcher(engine)
+        self.lx = get(engine)
         self.device, self.alpha = device, alpha
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
         half = torch.float16 if device == "cpu" else None  # the interpreter has no bf16 stores
         self.dtype = half
-        self.weights = engine_case.make_weights(problem, fmt, device, self.gen, dtype=half)
+        self.weights = formats.make_weights(problem, fmt, device, self.gen, dtype=half)
         if timing not in TIMINGS:
             raise ValueError(f"timing {timing!r}: expected one of {', '.join(TIMINGS)}")
         self.timing, self.copies, self.l2_bytes = timing, [self.weights], None
@@ -191,7 +180,7 @@ class EngineTimer:
             for _ in range(count - 1):  # clones: the same result at other addresses
                 w = self.weights
                 self.copies.append(
-                    engine_case.EngineWeights(
+                    formats.EngineWeights(
                         fmt,
                         {g: t.clone() for g, t in w.w.items()},
                         {g: None if t is None else t.clone() for g, t in w.scale.items()},
@@ -213,10 +202,10 @@ class EngineTimer:
 
     def batch(self, m: int, routing: str):
         """Return a fresh routed batch of m tokens."""
-        # triton (via fused_moe.engine_case): this module loads without it
-        from tilesweep.fused_moe import engine_case
+        # triton (via fused_moe.engines.formats): this module loads without it
+        from tilesweep.fused_moe.engines import formats
 
-        return engine_case.make_batch(
+        return formats.make_batch(
             self.problem,
             self.weights,
             m,
@@ -230,8 +219,8 @@ class EngineTimer:
     def time(self, config: dict, batch, repeats: int) -> dict:
         """Return both GEMMs' summed median, p10 and p90 ms and the worse relative error (inf
         where the result is not finite); raise what the launch raises (a refusal)."""
-        # triton (via fused_moe.engine_case): this module loads without it
-        from tilesweep.fused_moe import engine_case
+        # triton (via fused_moe.engines.formats): this module loads without it
+        from tilesweep.fused_moe.engines import formats
 
         config = effective(config, self.fmt)
         blocks = self.lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], self.problem["experts"])
@@ -252,10 +241,8 @@ class EngineTimer:
             batch.c[gemm].fill_(float("nan"))
             call()
             if gemm not in batch.refs:
-                ref = engine_case.reference(
-                    self.problem, self.weights, batch, gemm, self.check_experts
-                )
-                rows = engine_case.reference_rows(ref)
+                ref = formats.reference(self.problem, self.weights, batch, gemm, self.check_experts)
+                rows = formats.reference_rows(ref)
                 batch.refs[gemm] = (rows, ref[rows])
             rows, ref = batch.refs[gemm]
             worst = max(worst, rel_error(batch.c[gemm][rows], ref))
@@ -280,18 +267,18 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
     try:
         import torch
 
-        # triton (via fused_moe.engine_case): this module loads without it
-        from tilesweep.fused_moe import engine_case
+        # triton (via fused_moe.engines.formats): this module loads without it
+        from tilesweep.fused_moe.engines import formats
 
         kernel, _ = load(engine, version)
-        lx = launcher(engine)
+        lx = get(engine)
         # top_k experts only (the weights' strides do not depend on their count), laid out
         # for the real count, which sets the path, the buffer sizes and so Triton's
         # specialisation of the kernel's integer arguments.
         few = {**problem, "experts": problem["top_k"]}
         gen = torch.Generator(device="cuda").manual_seed(0)
-        weights = engine_case.make_weights(few, fmt, "cuda", gen)
-        batch = engine_case.make_batch(few, weights, m, "uniform", 1.0, "cuda", gen)
+        weights = formats.make_weights(few, fmt, "cuda", gen)
+        batch = formats.make_batch(few, weights, m, "uniform", 1.0, "cuda", gen)
         blocks = lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], problem["experts"])
         for gemm in GEMMS:
             _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt)()

@@ -1,7 +1,7 @@
-"""SGLang's own fused-MoE Triton kernel (tilesweep.fused_moe.engine_kernels.load), launched for one
-expert GEMM as SGLang 0.5.23's default Triton MoE path launches it (the fused_experts /
-_fused_moe_kernel_sequence path of srt/layers/moe/moe_runner/triton_utils/fused_moe.py), in bf16
-(fp16 too), fp8 w8a8 per tensor and fp8 w8a8 with 128 x 128 block scales:
+"""SGLang's own fused-MoE Triton kernel (engines.wheels.load; its wheel's paths in sglang.yaml),
+launched for one expert GEMM as SGLang 0.5.23's default Triton MoE path launches it (the
+fused_experts / _fused_moe_kernel_sequence path of srt/layers/moe/moe_runner/triton_utils/
+fused_moe.py), in bf16 (fp16 too), fp8 w8a8 per tensor and fp8 w8a8 with 128 x 128 block scales:
 
 - the layout is always sorted (SGLang has no vLLM-style naive path and its kernel always reads
   sorted_token_ids): moe_align_block_size (srt/layers/moe/moe_runner/triton_utils/
@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import triton
 
+from tilesweep.fused_moe.engines.base import Engine, Launch, register
+from tilesweep.fused_moe.engines.base import swap_ab as swap_ab_rule
 from tilesweep.fused_moe.kernel import buffered_blocks
 
 SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
@@ -91,7 +93,7 @@ def _sm90(device) -> bool:
 def swap_ab(config: dict, device, fp8: bool) -> bool:
     """Return SGLang's swap_ab: fp8 w8a8 only, then should_enable_swap_ab (SM90, batch-invariant
     mode off as by default, BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64)."""
-    return fp8 and _sm90(device) and config["BLOCK_SIZE_M"] < 64 and config["BLOCK_SIZE_N"] >= 64
+    return swap_ab_rule(config, fp8, _sm90(device))
 
 
 def pdl(a) -> dict:
@@ -152,85 +154,74 @@ def _scales(a, b, a_scale, b_scale, block_shape, config: dict) -> dict:
     return out
 
 
-def launch(
-    kernel,
-    a,
-    b,
-    c,
-    blocks,
-    config: dict,
-    *,
-    top_k: int,
-    topk_weights=None,
-    a_scale=None,
-    b_scale=None,
-    block_shape=None,
-):
-    """Launch SGLang's kernel for one GEMM: c[pair] = A[row(pair)] @ B[expert(pair)]^T (fp8:
-    dequantised by the scales), times the routing weight when topk_weights is given (the down
-    GEMM, top_k 1 as SGLang calls it). c is [pairs, N] in the model dtype (bf16 or fp16)."""
-    import torch
-    import triton.language as tl
+@register
+class SGLang(Engine):
+    """SGLang 0.5.23's default Triton MoE launch: always sorted, the whole buffer as EM."""
 
-    sorted_ids, expert_ids, post_pad = blocks
-    if sorted_ids is None:
-        raise ValueError("SGLang's kernel always reads sorted_token_ids (no naive path)")
-    fp8 = a.dtype == torch.float8_e4m3fn
-    scales = _scales(a, b, a_scale, b_scale, block_shape, config)
-    launch_config = _kernel_config(config)
-    n, k = b.shape[1], b.shape[2]
-    em = sorted_ids.numel()
-    grid = (triton.cdiv(em, config["BLOCK_SIZE_M"]) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
-    # compute_type follows the model's activations (the output), bf16 or else fp16.
-    compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
-    kernel[grid](
-        a_ptr=a,
-        a_desc=None,  # a_use_tma off (the TMA down path needs a tuned down config)
-        b_ptr=b,
-        b_desc=None,  # b_use_tma off (USE_TMA only from a tuned config file)
-        bias_ptr=None,
-        c_ptr=c,
-        # SGLang passes the [M, top_k] weights to both GEMMs; read only under MUL_ROUTED_WEIGHT.
-        topk_weights_ptr=topk_weights,
-        sorted_token_ids_ptr=sorted_ids,
-        expert_ids_ptr=expert_ids,
-        num_tokens_post_padded_ptr=post_pad,
-        add_mask_ptr=None,
-        N=n,
-        K=k,  # B.shape[2] - padded_size, padding off
-        EM=em,
-        num_valid_tokens=c.shape[0],  # topk_ids.numel(): the routed pairs
-        stride_am=a.stride(0),
-        stride_ak=a.stride(1),
-        stride_be=b.stride(0),
-        stride_bk=b.stride(2),
-        stride_bn=b.stride(1),
-        stride_bias_e=0,
-        stride_bias_n=0,
-        stride_cm=c.stride(-2),
-        stride_cn=c.stride(-1),
-        **scales,
-        MUL_ROUTED_WEIGHT=topk_weights is not None,
-        top_k=top_k,
-        compute_type=compute_type,
-        use_fp8_w8a8=fp8,
-        use_int8_w8a8=False,
-        use_int8_w8a16=False,
-        per_channel_quant=False,
-        even_Ks=k % config["BLOCK_SIZE_K"] == 0,
-        c_sorted=False,
-        swap_ab=swap_ab(config, a.device, fp8),
-        FUSE_ADD_TO_OUTPUT=False,
-        MASK_OUTPUT=False,
-        FUSE_SUM_ALL_REDUCE=False,
-        # SGLang: 1 for gate_up (its default), the router's top-k for down; read only by the
-        # FUSE_* / MASK_OUTPUT stores, all off, so one value compiles the same kernel.
-        ROUTER_TOPK=1,
-        FUSE_SWIGLU=False,
-        A_OUTPUT_SLICES=1,
-        A_OUTPUT_SLICE_WIDTH=0,
-        A_OUTPUT_SLICE_K=0,
-        **pdl(a),
-        **launch_config,
-    )
-    return c
+    name = "sglang"
+
+    def blocks(self, topk_ids, block_m: int, experts: int):
+        """Return SGLang's layout (blocks)."""
+        return blocks(topk_ids, block_m, experts)
+
+    def arguments(self, launch: Launch, em: int) -> tuple[tuple, dict]:
+        """Return SGLang's arguments, by name as invoke_fused_moe_kernel passes them; raise
+        ValueError for a layout, config or scales SGLang's kernel cannot take."""
+        import torch  # heavy: loaded at the first layout or launch
+        import triton.language as tl
+
+        a, b, c, config = launch.a, launch.b, launch.c, launch.config
+        fp8 = a.dtype == torch.float8_e4m3fn
+        scales = _scales(a, b, launch.a_scale, launch.b_scale, launch.block_shape, config)
+        kwargs = {
+            "a_ptr": a,
+            "a_desc": None,  # a_use_tma off (the TMA down path needs a tuned down config)
+            "b_ptr": b,
+            "b_desc": None,  # b_use_tma off (USE_TMA only from a tuned config file)
+            "bias_ptr": None,
+            "c_ptr": c,
+            # SGLang passes the [M, top_k] weights to both GEMMs; read only under MUL_ROUTED_WEIGHT.
+            "topk_weights_ptr": launch.topk_weights,
+            "sorted_token_ids_ptr": launch.sorted_ids,
+            "expert_ids_ptr": launch.expert_ids,
+            "num_tokens_post_padded_ptr": launch.post_pad,
+            "add_mask_ptr": None,
+            "N": launch.n,
+            "K": launch.k,  # B.shape[2] - padded_size, padding off
+            "EM": em,
+            "num_valid_tokens": c.shape[0],  # topk_ids.numel(): the routed pairs
+            "stride_am": a.stride(0),
+            "stride_ak": a.stride(1),
+            "stride_be": b.stride(0),
+            "stride_bk": b.stride(2),
+            "stride_bn": b.stride(1),
+            "stride_bias_e": 0,
+            "stride_bias_n": 0,
+            "stride_cm": c.stride(-2),
+            "stride_cn": c.stride(-1),
+            **scales,
+            "MUL_ROUTED_WEIGHT": launch.topk_weights is not None,
+            "top_k": launch.top_k,
+            # compute_type follows the model's activations (the output), bf16 or else fp16.
+            "compute_type": tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16,
+            "use_fp8_w8a8": fp8,
+            "use_int8_w8a8": False,
+            "use_int8_w8a16": False,
+            "per_channel_quant": False,
+            "even_Ks": launch.k % config["BLOCK_SIZE_K"] == 0,
+            "c_sorted": False,
+            "swap_ab": swap_ab(config, a.device, fp8),
+            "FUSE_ADD_TO_OUTPUT": False,
+            "MASK_OUTPUT": False,
+            "FUSE_SUM_ALL_REDUCE": False,
+            # SGLang: 1 for gate_up (its default), the router's top-k for down; read only by the
+            # FUSE_* / MASK_OUTPUT stores, all off, so one value compiles the same kernel.
+            "ROUTER_TOPK": 1,
+            "FUSE_SWIGLU": False,
+            "A_OUTPUT_SLICES": 1,
+            "A_OUTPUT_SLICE_WIDTH": 0,
+            "A_OUTPUT_SLICE_K": 0,
+            **pdl(a),
+            **_kernel_config(config),
+        }
+        return (), kwargs

@@ -1,5 +1,6 @@
 """The serving engines' own fused-MoE Triton kernels, taken from their released wheels.
 
+Where each engine's wheel keeps these is its data file (`<engine>.yaml`, engines.base.data).
 `extract` reads one module of an engine's wheel (the file that holds its `fused_moe_kernel`)
 and writes, into `<folder>/<engine>-<version>/`, every `@triton.jit` function of that module
 verbatim (`kernel.py`, which imports only triton) and `manifest.json`: the wheel's name and
@@ -25,58 +26,22 @@ import importlib
 import importlib.util
 import json
 import sys
+import types
 import zipfile
 from pathlib import Path
 
+from tilesweep.fused_moe.engines.base import data as engine_data
 from tilesweep.io import atomic_path
 
-# Where each engine keeps its fused-MoE Triton kernel (the module inside its wheel, the kernel's
-# name), as of the versions pinned in conf/backends/fused_moe.yaml.
-MODULES = {
-    "vllm": ("vllm/model_executor/layers/fused_moe/fused_moe.py", "fused_moe_kernel"),
-    "sglang": ("sglang/kernels/ops/moe/fused_moe_triton_kernels.py", "fused_moe_kernel"),
-}
-# Where each engine keeps its shipped fused-MoE config tables inside its wheel.
-TABLES = {
-    "vllm": "vllm/model_executor/layers/fused_moe/configs/",
-    "sglang": "sglang/srt/layers/moe/moe_runner/triton_utils/configs/",
-}
-# The functions that name a config file: (module inside the wheel, function), in order.
-NAMERS = {
-    "vllm": (
-        ("vllm/utils/platform_utils.py", "get_device_name_as_file_name"),
-        ("vllm/model_executor/layers/fused_moe/fused_moe.py", "get_config_file_name"),
-    ),
-    "sglang": (
-        (
-            "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
-            "get_config_file_name",
-        ),
-    ),
-}
-# Each format's (dtype, block_shape) as the engine passes them to get_config_file_name (vLLM:
-# block_shape None unless blocked; SGLang: [block_n, block_k], zeros unless blocked).
-NAME_ARGS = {
-    "vllm": {
-        "bf16": (None, None),
-        "fp8": ("fp8_w8a8", None),
-        "fp8_block": ("fp8_w8a8", [128, 128]),
-    },
-    "sglang": {
-        "bf16": (None, [0, 0]),
-        "fp8": ("fp8_w8a8", [0, 0]),
-        "fp8_block": ("fp8_w8a8", [128, 128]),
-    },
-}
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
 HEADER = (
-    "# Taken verbatim from {wheel} ({module}) by tilesweep's engine_kernels.extract: every\n"
+    "# Taken verbatim from {wheel} ({module}) by tilesweep's wheels.extract: every\n"
     "# @triton.jit function of that module, nothing else. Not part of tilesweep.\n"
     "import triton\nimport triton.language as tl\n"
 )
 NAMES_HEADER = (
-    "# Taken verbatim from the engine's wheel by tilesweep's engine_kernels.extract: the\n"
-    "# functions that name a fused-MoE config file. Executed by engine_kernels.config_file_name\n"
+    "# Taken verbatim from the engine's wheel by tilesweep's wheels.extract: the\n"
+    "# functions that name a fused-MoE config file. Executed by wheels.config_file_name\n"
     "# with the device's name given. Not part of tilesweep.\n\n"
 )
 
@@ -117,7 +82,8 @@ def function_source(source: str, name: str) -> str:
 def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
     """Write names.py (the engine's file-naming functions, verbatim); return its manifest part."""
     parts, sources = [], {}
-    for module, name in NAMERS[engine]:
+    for namer in engine_data(engine).namers:
+        module, name = namer.module, namer.function
         text = archive.read(module).decode()
         parts.append(f"# {module}\n{function_source(text, name)}")
         sources[name] = {"module": module, "module_sha256": _sha256(text.encode())}
@@ -130,7 +96,7 @@ def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
 def _extract_tables(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
     """Write the wheel's shipped fused-MoE config tables under out/configs/ (the wheel's layout
     below its configs folder); return {relative path: SHA-256}."""
-    prefix, tables = TABLES[engine], {}
+    prefix, tables = engine_data(engine).tables.folder, {}
     for member in sorted(archive.namelist()):
         if member.startswith(prefix) and member.endswith(".json") and "E=" in member:
             rel = member[len(prefix) :]
@@ -152,9 +118,10 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
     """Extract an engine's Triton kernels from its wheel into folder/<engine>-<version>/;
     return that folder. Raise ValueError when the wheel lacks the module or the kernel."""
     wheel = Path(wheel)
-    module, kernel = MODULES[engine]
+    spec = engine_data(engine)
+    module, kernel = spec.kernel.module, spec.kernel.function
     dist, version = wheel_version(wheel)
-    if dist != engine:
+    if dist != spec.distribution.lower().replace("_", "-"):
         raise ValueError(f"{wheel.name}: a {dist} wheel, not {engine}")
     with zipfile.ZipFile(wheel) as archive:
         try:
@@ -185,7 +152,7 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
         "kernel": kernel,
         "kernel_py_sha256": _sha256(text.encode()),
         **names,
-        "tables_prefix": TABLES[engine],
+        "tables_prefix": spec.tables.folder,
         "tables": tables,
     }
     with atomic_path(out / "manifest.json") as tmp:
@@ -197,7 +164,8 @@ def load(engine: str, version: str, folder: str | Path = FOLDER):
     """Return (kernel, where): the engine's fused-MoE JIT function from folder/<engine>-<version>
     (its kernel.py checked against its manifest), else from the installed engine if it is that
     version. Raise LookupError saying why neither is at hand."""
-    module, name = MODULES[engine]
+    spec = engine_data(engine)
+    module, name = spec.kernel.module, spec.kernel.function
     kept = Path(folder) / f"{engine}-{version}"
     if (kept / "manifest.json").is_file():
         manifest = json.loads((kept / "manifest.json").read_text())
@@ -213,8 +181,8 @@ def load(engine: str, version: str, folder: str | Path = FOLDER):
         digest = manifest["module_sha256"][:12]
         where = f"{manifest['wheel']} ({manifest['module']}, sha256 {digest})"
         return getattr(sys.modules[mod_name], name), where
-    if importlib.util.find_spec(engine) is not None:
-        installed = importlib.import_module(engine)
+    if importlib.util.find_spec(spec.package) is not None:
+        installed = importlib.import_module(spec.package)
         have = getattr(installed, "__version__", "unknown")
         if have == version:
             dotted = module.removesuffix(".py").replace("/", ".")
@@ -269,22 +237,28 @@ def config_file_name(
     space.update(cache=functools.cache, lru_cache=functools.lru_cache)
     space.update(current_platform=platform, get_device_name=platform.get_device_name)
     exec(compile(text, str(kept / "names.py"), "exec"), space)  # the engine's own code
-    dtype, block = NAME_ARGS[engine][fmt]
-    with _platform_module(platform):  # vLLM's helper imports vllm.platforms when called
+    spec = engine_data(engine)
+    dtype, block = spec.name_args[fmt]
+    block = None if block is None else list(block)
+    with _platform_module(platform, spec.platform_module):  # imported by its helper when called
         return space["get_config_file_name"](experts, n, dtype, block)
 
 
 @contextlib.contextmanager
-def _platform_module(platform: _Platform):
-    """Let `from vllm.platforms import current_platform` resolve to `platform` for the duration
-    (the modules it replaces, or their absence, are put back after)."""
-    import types
-
-    saved = {key: sys.modules.get(key) for key in ("vllm", "vllm.platforms")}
-    module = types.ModuleType("vllm.platforms")
+def _platform_module(platform: _Platform, dotted: str | None):
+    """Let `from <dotted> import current_platform` (e.g. vllm.platforms) resolve to `platform`
+    for the duration (the modules it replaces, or their absence, are put back after)."""
+    if dotted is None:
+        yield
+        return
+    parts = dotted.split(".")
+    keys = [".".join(parts[: i + 1]) for i in range(len(parts))]
+    saved = {key: sys.modules.get(key) for key in keys}
+    for key in keys[:-1]:
+        sys.modules[key] = saved[key] or types.ModuleType(key)
+    module = types.ModuleType(dotted)
     module.current_platform = platform
-    sys.modules["vllm"] = saved["vllm"] or types.ModuleType("vllm")
-    sys.modules["vllm.platforms"] = module
+    sys.modules[dotted] = module
     try:
         yield
     finally:
@@ -304,14 +278,15 @@ def shipped_table(
     engine: str, version: str, name: str, triton_version: str, folder: str | Path = FOLDER
 ) -> tuple[dict | None, str]:
     """Return ({M: config} or None, where) of the table the engine would load today for a file
-    name from its own wheel: vLLM's configs/<name>; SGLang's configs/triton_<T>/<name> for the
-    running Triton T, else the newest other triton_* folder that holds it (its get_moe_configs).
+    name from its own wheel: configs/<name> (vLLM); with tables per Triton version (SGLang),
+    configs/triton_<T>/<name> for the running Triton T, else the newest other triton_* folder
+    that holds it (SGLang's get_moe_configs).
     `where` names the file and its SHA-256, or says that the engine takes its default rule."""
     kept, manifest = _manifest(engine, version, folder)
     tables = manifest.get("tables")
     if tables is None:
         raise LookupError(f"{kept}: no shipped tables extracted; run fetch_engine_kernels again")
-    if engine == "vllm":
+    if not engine_data(engine).tables.per_triton:
         candidates = [name]
     else:
         own = f"triton_{triton_version.replace('.', '_')}"
@@ -358,7 +333,7 @@ def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
         }
         for device in NAME_DEVICES
         for e, n in NAME_SHAPES
-        for fmt in NAME_ARGS[engine]
+        for fmt in engine_data(engine).name_args
     ]
     return {
         "engine": engine,

@@ -1,49 +1,18 @@
 """The `engine` runner: the serving engine's own fused-MoE Triton kernel, timed with the project
 kernel's tuned config and with the engine's default, where the engine can be imported.
 
-vLLM: `fused_experts` under `override_config` (both expert GEMMs with the activation, the
-alignment and the top-k sum: the engine's whole MoE, so it is compared with itself only).
-Where vLLM is not installed, every row says it was skipped and why; SGLang likewise.
+An engine's `whole_moe_calls` (vLLM: `fused_experts` under `override_config`, both expert GEMMs
+with the activation, the alignment and the top-k sum: the engine's whole MoE, so it is compared
+with itself only). Where an engine is not installed, or times no whole MoE call, its row says it
+was skipped and why.
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines.base import get, installed
 from tilesweep.measure.timing import time_call
-
-ENGINES = ("vllm", "sglang")
-
-
-def installed(engine: str) -> bool:
-    """Return whether an engine's package can be imported here."""
-    return importlib.util.find_spec(engine) is not None
-
-
-def _vllm_calls(problem: dict, weights, batch, tuned: dict, dtype: str):
-    """Return {label: call} timing vLLM's fused_experts with the tuned config and its default."""
-    from vllm.model_executor.layers.fused_moe import fused_experts, override_config
-    from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config
-
-    if dtype != "bf16":
-        raise NotImplementedError("the engine runner times vLLM's bf16 path only")
-    x = batch.a["gate_up"]
-    w1, w2 = weights.w["gate_up"], weights.w["down"]
-    ids = batch.topk_ids
-    topw = batch.topk_weights.view(ids.shape)
-    m, k = x.shape
-    default = get_default_config(m, problem["experts"], problem["n"], k, problem["top_k"], None)
-
-    def run(config):
-        def call():
-            with override_config(config):
-                return fused_experts(x, w1, w2, topw, ids)
-
-        return call
-
-    return {"tuned": run(tuned), "default": run(default)}
 
 
 def engine_runner(spec: dict, log):
@@ -57,8 +26,11 @@ def engine_runner(spec: dict, log):
             if not installed(engine):
                 out.append({**base, "status": "skipped", "reason": f"{engine} is not installed"})
                 continue
-            if engine != "vllm":
-                reason = f"the engine runner drives vLLM only; {engine} is installed but untimed"
+            whole_moe = get(engine).whole_moe_calls
+            if whole_moe is None:
+                reason = (
+                    f"the engine runner times no whole MoE call of {engine}; installed, untimed"
+                )
                 out.append({**base, "status": "skipped", "reason": reason})
                 continue
             tuned = _best(spec, rows)
@@ -66,7 +38,7 @@ def engine_runner(spec: dict, log):
                 out.append({**base, "status": "skipped", "reason": "no tuned config at this M"})
                 continue
             try:
-                calls = _vllm_calls(problem, weights, batch, tuned, spec["dtype"])
+                calls = whole_moe(problem, weights, batch, tuned, spec["dtype"])
                 for label, call in calls.items():
                     timing = time_call(
                         call,

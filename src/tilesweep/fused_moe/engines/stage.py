@@ -1,5 +1,5 @@
 """Stage tune_engine: config files tuned and picked in one serving engine's own fused-MoE kernel
-(fused_moe/engine_tune.py), for every expert problem the grid's layouts put on a GPU and every
+(fused_moe/engines/search.py), for every expert problem the grid's layouts put on a GPU and every
 format of backend.fused_moe.engine_tune, each checked on fresh data; one job per engine on a
 GPU machine.
 
@@ -20,7 +20,8 @@ import pandas as pd
 
 from tilesweep.cells import write_cell_table
 from tilesweep.errors import ConfigError
-from tilesweep.fused_moe import engine_tune, space
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines import search
 from tilesweep.settings import TuneSettings
 from tilesweep.stages import logged
 
@@ -44,7 +45,7 @@ def tune_engine(
     shutil.rmtree(work, ignore_errors=True)
     with logged(log_path) as log:
         try:
-            summary = engine_tune.run(
+            summary = search.run(
                 settings,
                 [engine],
                 list(fused["engine_tune"]["formats"]),

@@ -2,14 +2,14 @@
 own kernel, on the GPU at hand: `tilesweep engine-check FILE [--engine vllm|sglang]`.
 
 The baseline of a key is the engine's current table: the table it ships for the file's name in
-the pinned wheel (engine_kernels.shipped_table: vLLM's configs/, SGLang's configs/triton_X_Y_Z/
+the pinned wheel (wheels.shipped_table: vLLM's configs/, SGLang's configs/triton_X_Y_Z/
 for the running Triton, else its newest other folder holding that name), at the key nearest M as
 the engine picks it; else its default rule (conf engine_defaults: vLLM's or SGLang's
 get_default_config). At every batch key M of the file and under uniform and Zipf routing, both
 expert GEMMs run with the file's config, the baseline's (twice: two timings of one config are
 the key's noise band), and the default rule's where a shipped table is the baseline, each
 checked against an fp32 reference and timed decode-true (cold L2 over rotated weight copies;
-fused_moe/engine_timing.py) unless `timing="warm"`.
+fused_moe/engines/timer.py) unless `timing="warm"`.
 
 A key is `won` where the file's p90 (both GEMMs summed) is below the baseline's p10 and its
 ratio beats the noise band, `lost` where the mirror holds, else a `tie`; `same config` where the
@@ -29,8 +29,9 @@ import pandas as pd
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
-from tilesweep.fused_moe import engine_kernels, space
-from tilesweep.fused_moe.engine_timing import EngineTimer, effective
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines import wheels
+from tilesweep.fused_moe.engines.timer import EngineTimer, effective
 from tilesweep.io import write_text
 from tilesweep.settings import Tuning
 
@@ -38,7 +39,7 @@ NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
     r"\.json$"
 )
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_check", "tilesweep.fused_moe")
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.check", "tilesweep.fused_moe")
 CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
 # The timings of one key: the file, the baseline, the baseline again (the noise band), and the
 # default rule where the baseline is a shipped table.
@@ -134,10 +135,10 @@ def baseline_of(
     """Return (the engine's shipped table for a file's key, or None; where) as the engine would
     load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
     file's device."""
-    name = engine_kernels.config_file_name(
+    name = wheels.config_file_name(
         engine, version, shape["experts"], shape["n"], shape["format"], device_of(path)
     )
-    return engine_kernels.shipped_table(engine, version, name, triton_version)
+    return wheels.shipped_table(engine, version, name, triton_version)
 
 
 def device_of(path: str | Path) -> str:
@@ -149,7 +150,7 @@ def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> d
     """Return the config the engine runs at batch M today: its shipped table's nearest key,
     else its default rule's."""
     if shipped:
-        return engine_kernels.nearest(shipped, m)
+        return wheels.nearest(shipped, m)
     return space.engine_default(rules, m, shape["experts"], shape["format"])
 
 

@@ -2,18 +2,19 @@
 (`tools/engine_tables.py`): for each candidate file (a tuner's picks for one engine, format and
 (E, N)), every key is checked on two draws (fresh weights and routing, bench.seed + 1 and + 2)
 against the engine's current table (its shipped table, else its default rule), timed with cold
-L2 (fused_moe/engine_timing.py); a key keeps the candidate's config only where it won beyond the
+L2 (fused_moe/engines/timer.py); a key keeps the candidate's config only where it won beyond the
 noise on every routing of both draws, else it takes the config the engine runs there today
-(fused_moe/engine_check.export_table). The file so made is checked once more on a draw not used
+(fused_moe/engines/check.export_table). The file so made is checked once more on a draw not used
 to pick (bench.seed + 3), at the keys whose config differs from the baseline's (elsewhere the
 engine runs the same kernel: 1x); a key that loses there beyond 1% is withheld too. A file with
 no key left is not exported.
 
 Each exported file is named by the engine's own get_config_file_name (engine_kernels) and laid
-out where the engine looks for it: vLLM `vllm-<version>/<name>` (VLLM_TUNED_CONFIG_FOLDER),
-SGLang `sglang-<version>/configs/triton_<T>/<name>` (SGLANG_MOE_CONFIG_DIR) for the Triton T it
-was timed with. `dropins.csv` lists every file decided, exported or not, with its worst and
-geometric-mean ratio against the baseline on the held-out draw.
+out where the engine looks for it (its data file's `dropin`): vLLM `vllm-<version>/<name>`
+(VLLM_TUNED_CONFIG_FOLDER), SGLang `sglang-<version>/configs/triton_<T>/<name>`
+(SGLANG_MOE_CONFIG_DIR) for the Triton T it was timed with. `dropins.csv` lists every file
+decided, exported or not, with its worst and geometric-mean ratio against the baseline on the
+held-out draw.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ import pandas as pd
 
 from tilesweep import package_data
 from tilesweep.errors import last_line
-from tilesweep.fused_moe import engine_check, engine_kernels, space
-from tilesweep.fused_moe.engine_check import geomean, read_file
-from tilesweep.fused_moe.engine_timing import compile_pool, effective, warm_all
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines import check, wheels
+from tilesweep.fused_moe.engines.base import data
+from tilesweep.fused_moe.engines.check import geomean, read_file
+from tilesweep.fused_moe.engines.timer import compile_pool, effective, warm_all
 from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_tables", "tilesweep.fused_moe")
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.dropins", "tilesweep.fused_moe")
 DROPIN_COLUMNS = _LISTS["DROPIN_COLUMNS"]
 PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
 HELD_OUT_DRAW = 3  # the draw that only checks
@@ -40,10 +43,10 @@ HELD_OUT_FLOOR = 0.99  # a kept key below this on the held-out draw is withheld
 
 
 def dropin_path(engine: str, version: str, name: str, triton_version: str) -> str:
-    """Return where a file goes below an export folder, as the engine looks for it."""
-    if engine == "sglang":
-        return f"sglang-{version}/configs/triton_{triton_version.replace('.', '_')}/{name}"
-    return f"{engine}-{version}/{name}"
+    """Return where a file goes below an export folder, as the engine looks for it (its data
+    file's `dropin`)."""
+    triton = triton_version.replace(".", "_")
+    return data(engine).dropin.format(engine=engine, version=version, triton=triton, name=name)
 
 
 def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tuple, Path]:
@@ -65,15 +68,13 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
     jobs, seen = [], set()
     for engine, path in work:
         version = fused["engine_versions"][engine]
-        shape, configs = engine_check.read_file(path)
-        problem = engine_check.problem_of(shape, settings)
+        shape, configs = check.read_file(path)
+        problem = check.problem_of(shape, settings)
         rules = fused["engine_defaults"][engine]
-        shipped, _ = engine_check.baseline_of(
-            engine, version, path, shape, settings, triton_version
-        )
+        shipped, _ = check.baseline_of(engine, version, path, shape, settings, triton_version)
         for m, config in configs.items():
             default = space.engine_default(rules, m, shape["experts"], shape["format"])
-            base = engine_check.baseline_config(shipped, rules, m, shape)
+            base = check.baseline_config(shipped, rules, m, shape)
             for cand in (config, base, default):
                 cand = effective(cand, shape["format"])
                 key = (engine, shape["format"], shape["n"], space.config_slug(cand), m)
@@ -104,25 +105,23 @@ def decide_file(
     fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]
     rules = fused["engine_defaults"][engine]
-    shape, configs = engine_check.read_file(path)
-    device_name = engine_check.device_of(path)
-    name = engine_kernels.config_file_name(
+    shape, configs = check.read_file(path)
+    device_name = check.device_of(path)
+    name = wheels.config_file_name(
         engine, version, shape["experts"], shape["n"], shape["format"], device_name
     )
-    shipped, where = engine_check.baseline_of(
-        engine, version, path, shape, settings, triton.__version__
-    )
+    shipped, where = check.baseline_of(engine, version, path, shape, settings, triton.__version__)
     checks = []
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
-        check = engine_check.check_file(
+        drawn = check.check_file(
             str(path), settings, repeats, device, engine, draw, check_experts=check_experts, log=log
         )
-        checks.append(check)
-        log(engine_check.summary(checks[-1]))
+        checks.append(drawn)
+        log(check.summary(checks[-1]))
         _release()
-    keep = engine_check.decide(checks)
-    table = engine_check.export_table(configs, keep, shipped, rules, shape)
+    keep = check.decide(checks)
+    table = check.export_table(configs, keep, shipped, rules, shape)
     triton_kept = json.loads(path.read_text()).get("triton_version", "")
     text = space.engine_file_text(table, triton_kept)
     row = {
@@ -145,7 +144,7 @@ def decide_file(
         trial = out_dir / "held_out" / engine / name
         write_text(trial, text)
         log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
-        held = engine_check.check_file(
+        held = check.check_file(
             str(trial),
             settings,
             repeats,
@@ -157,7 +156,7 @@ def decide_file(
             log=log,
         )
         checks.append(held)
-        log(engine_check.summary(held))
+        log(check.summary(held))
         files = held[held["config_from"] == "file"]
         for m, grp in files.groupby("m"):
             lost = grp["outcome"].eq("wrong result").any() or grp["x_baseline"].min() < (
@@ -167,7 +166,7 @@ def decide_file(
                 withheld.append(int(m))
                 keep[int(m)] = False
         if withheld:
-            table = engine_check.export_table(configs, keep, shipped, rules, shape)
+            table = check.export_table(configs, keep, shipped, rules, shape)
             text = space.engine_file_text(table, triton_kept)
         row.update(_held_out_ratios(files, configs, withheld))
     row["keys_kept"] = len(kept) - len(withheld)
@@ -244,7 +243,7 @@ def run(
     rows, spent = [], []
     with compile_pool(workers or max(1, (os.cpu_count() or 2) - 1)) as pool:
         for engine, path in work:
-            shape, _ = engine_check.read_file(path)
+            shape, _ = check.read_file(path)
             gap = {
                 "engine": engine,
                 "format": shape["format"],

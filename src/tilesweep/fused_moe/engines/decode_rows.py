@@ -6,9 +6,9 @@ import pandas as pd
 
 from tilesweep import backends, package_data
 from tilesweep.columns import Status
-from tilesweep.fused_moe.engine_moe import installed
+from tilesweep.fused_moe.engines.base import installed
 
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engine_rows", "tilesweep.fused_moe")
+_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.decode_rows", "tilesweep.fused_moe")
 ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]
 ENGINE_KERNELS = {
     "engine": "fused_experts",
