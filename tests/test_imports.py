@@ -17,7 +17,7 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
   verdict   question, config, grid, deployment_verdict, answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
-  top       report_paths, pipeline, compare, cli, and measure.step_engine_check: a command
+  top       report_paths, pipeline, compare, cli, and measure.step.engine_check: a command
             (`python -m`) that composes a sweep and runs a stage, whose file sits in measure/"""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ FLOORS = (
     ("verdict", "question config grid deployment_verdict answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
-    ("top", "report_paths pipeline compare cli measure.step_engine_check"),
+    ("top", "report_paths pipeline compare cli measure.step.engine_check"),
 )  # fmt: skip
 
 
@@ -282,7 +282,7 @@ def test_the_floors_place_every_module_and_find_an_upward_import():
     assert {_floor(m) for m in graph} == set(range(len(FLOORS)))
     assert _floor("tilesweep.backends") < _floor("tilesweep.measure.timing")
     assert _floor("tilesweep.measure.timing") < _floor("tilesweep.backends.triton_backend")
-    assert _floor("tilesweep.measure.step_engine_check") == len(FLOORS) - 1
+    assert _floor("tilesweep.measure.step.engine_check") == len(FLOORS) - 1
     toy = {"tilesweep.io": {"tilesweep.cli"}, "tilesweep.cli": {"tilesweep.io"}}
     assert _upward(toy) == ["tilesweep.io (base) -> tilesweep.cli (top)"]
 

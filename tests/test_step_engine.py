@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from tilesweep.config import compose
-from tilesweep.measure import step_extras, whole_step
+from tilesweep.measure import whole_step
+from tilesweep.measure.step import extras as step_extras
 from tilesweep.plan import calibration, engine_profile
 from tilesweep.plan.launch_fit import small_kernel_us
 from tilesweep.stages import layout as layout_stage
@@ -262,10 +263,11 @@ def test_the_engine_extras_launch_inside_the_step_under_the_interpreter():
     code = """
 import json, torch
 from test_whole_step import MLA, spec
-from tilesweep.measure import step_timing, whole_step
-from tilesweep.measure.step_clock import PartClock
-from tilesweep.measure.step_rank import StepRank
-from tilesweep.measure.step_shapes import micro_batches
+from tilesweep.measure import whole_step
+from tilesweep.measure.step import timing as step_timing
+from tilesweep.measure.step.clock import PartClock
+from tilesweep.measure.step.rank import StepRank
+from tilesweep.measure.step.shapes import micro_batches
 one = spec({"tp": 1, "pp": 1, "ep": 1}, MLA, batches=(4,))
 copies = {"layers": [{"quant": 0, "copy": 1}, {"quant": 0, "copy": 3}, {"quant": 0, "copy": 3}],
           "step": {"quant": 0, "copy": 2}}
@@ -344,7 +346,7 @@ def test_the_engine_list_is_graphed_and_measured_beside_the_lean_step_on_a_gpu(s
 
 
 def test_the_check_runs_one_rank_of_a_named_layout_and_refuses_another_name():
-    from tilesweep.measure import step_engine_check as check
+    from tilesweep.measure.step import engine_check as check
 
     _, cell = check.settings_and_cell([], "tp8-pp1-ep1")
     assert json.loads(cell)["layout"]["layout"] == "tp8-pp1-ep1"  # one rank of eight
@@ -355,7 +357,7 @@ def test_the_check_runs_one_rank_of_a_named_layout_and_refuses_another_name():
 
 def test_the_check_composes_for_the_gpu_that_ran_the_step_not_the_fits():
     from tilesweep.config import compose_settings
-    from tilesweep.measure import step_engine_check as check
+    from tilesweep.measure.step import engine_check as check
 
     typed = compose_settings(["engine=sglang", f"deployment.fit_file={FIT}"])
     kept = _kept_steps().assign(kernel_list="lean")

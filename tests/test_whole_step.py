@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep.measure import step_shapes, step_timing, whole_step
-from tilesweep.measure.step_clock import PartClock
-from tilesweep.measure.step_rank import StepRank
+from tilesweep.measure import whole_step
+from tilesweep.measure.step import shapes as step_shapes
+from tilesweep.measure.step import timing as step_timing
+from tilesweep.measure.step.clock import PartClock
+from tilesweep.measure.step.rank import StepRank
 
 MLA = {
     "kind": "mla",
@@ -227,7 +229,7 @@ def test_fused_and_torch_kernels_give_the_same_step(attention):
 
 
 def test_the_kernels_label_names_only_what_the_models_step_launches():
-    from tilesweep.measure.step_attention import kernels_label
+    from tilesweep.measure.step.attention import kernels_label
 
     gqa, dsa = kernels_label(GQA, True), kernels_label(MLA, True)
     assert "index_scores" not in gqa and ", rms_norm" not in gqa and "merged" not in gqa

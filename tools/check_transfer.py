@@ -22,7 +22,7 @@ import pandas as pd
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError, tool_main
 from tilesweep.io import check_out_file, read_json, write_table
-from tilesweep.measure.step_engine_check import compose_for
+from tilesweep.measure.step.engine_check import compose_for
 from tilesweep.plan import attention_table, calibration
 
 

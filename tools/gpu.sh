@@ -115,7 +115,7 @@ task_engine_step() {
   source "$tools/gpu_env.sh" || exit 1
   nvidia-smi --query-gpu=name,driver_version --format=csv 2>&1 | tee "$out/gpus.csv"
   start=$(date +%s)
-  timeout 280 python3 -m tilesweep.measure.step_engine_check "$out" engine=sglang "$@" 2>&1 |
+  timeout 280 python3 -m tilesweep.measure.step.engine_check "$out" engine=sglang "$@" 2>&1 |
     tee "$out/engine_step.log"
   rc=${PIPESTATUS[0]}
   if [[ ! -s "$out/engine_step.csv" ]]; then # killed before it wrote: one row says so

@@ -25,9 +25,9 @@ and picks the next token. Batch = concurrent sequences, each producing one token
 A step is timed whole (device events around `pp` slots after a barrier; the slowest rank's time),
 p10/p50/p90 over repeats; separate repeats time each part for the breakdown.
 
-Here: the ranks' processes and the table rows. A rank (`step_rank`) holds its weights
-(`step_weights`) and micro-batches (`step_buffers`) and runs the attention (`step_attention`)
-and the FFN or MoE (`step_moe`) under a `step_clock.PartClock`; `step_timing` measures it.
+Here: the ranks' processes and the table rows. A rank (`step.rank`) holds its weights
+(`step.weights`) and micro-batches (`step.buffers`) and runs the attention (`step.attention`)
+and the FFN or MoE (`step.moe`) under a `step.clock.PartClock`; `step.timing` measures it.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilesweep.measure import step_extras
 from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
-from tilesweep.measure.step_extras import ENGINE
-from tilesweep.measure.step_rank import StepRank
-from tilesweep.measure.step_shapes import emulated_rank, local_sequences
-from tilesweep.measure.step_timing import run_batch
+from tilesweep.measure.step import extras as step_extras
+from tilesweep.measure.step.extras import ENGINE
+from tilesweep.measure.step.rank import StepRank
+from tilesweep.measure.step.shapes import emulated_rank, local_sequences
+from tilesweep.measure.step.timing import run_batch
 from tilesweep.measure.timing import percentile
 
 # The engine's list (bench.step_kernel_list=engine): its results beside the lean step's, and why
@@ -121,7 +121,7 @@ def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
     label += (
         f"; with the {engine['list']}'s extra kernels as stand-ins: {run['per_layer']:g} per "
         f"layer, {run['per_moe_layer']:g} more per MoE layer, {run['per_dense_layer']:g} more per "
-        f"dense layer, {run['per_step']:g} per step (measure/step_extras)"
+        f"dense layer, {run['per_step']:g} per step (measure/step/extras)"
     )
     return rows + _list_rows(ranks, spec, layout_name, ENGINE_KEY, label, columns)
 

@@ -16,7 +16,7 @@ LAYER_KINDS = {
     "per_step": ("embedding", "lm_head"),
 }
 # The columns of a measured whole-step row that hold the engine's extra kernels it ran, per layer
-# of each type (per step), by the list they come from (measure.step_extras; 0 in a lean row).
+# of each type (per step), by the list they come from (measure.step.extras; 0 in a lean row).
 EXTRA_COLUMNS = {
     "per_layer": "extra_per_layer",
     "per_moe_layer": "extra_per_moe_layer",

@@ -51,7 +51,7 @@ def _merged(part: dict | None, extra: dict | None) -> dict | None:
 # Kernels an EP rank runs beside the expert GEMMs, per MoE layer, that a rank holding every
 # expert does not: it gathers its sent rows in routing order (one), and weights and scatter-adds
 # the rows that come back into a zeroed output (three, where one sum suffices without EP). The
-# fused-MoE kernel gathers and sums in place only when every expert is local (measure/step_moe).
+# fused-MoE kernel gathers and sums in place only when every expert is local (measure/step/moe).
 EP_PERMUTE_LAUNCHES = 3
 
 # Routings sampled for the expected busiest EP rank (fixed seed: the same answer every run); fewer
@@ -119,7 +119,7 @@ def stage_parts(
 
     parts = [
         # The DSA indexer's projections (whole on every TP rank) run inside the attention's
-        # merged GEMMs (x_proj, qlat_proj in measure/step_weights): one part, their kernels.
+        # merged GEMMs (x_proj, qlat_proj in measure/step/weights): one part, their kernels.
         _merged(
             _linear_part(model, dep, "attention", tp, s, "attention_proj", layers),
             _linear_part(model, dep, "indexer", 1, s, "attention_proj", layers),

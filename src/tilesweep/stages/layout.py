@@ -11,8 +11,8 @@ import pandas as pd
 from tilesweep import backends
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import STEP_COLUMNS, Status
-from tilesweep.measure import step_extras
-from tilesweep.measure.step_extras import ENGINE, LEAN
+from tilesweep.measure.step import extras as step_extras
+from tilesweep.measure.step.extras import ENGINE, LEAN
 from tilesweep.measure.whole_step import run_whole_step, step_rows
 from tilesweep.provenance import stamp
 from tilesweep.stages import logged
@@ -99,7 +99,7 @@ ENGINE_CPU = (
 
 def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
     """Add the engine's list to `step` (bench.step_kernel_list=engine: the spec's engine and
-    weight dtype, expanded over the step's layers by measure.step_extras); return skipped rows
+    weight dtype, expanded over the step's layers by measure.step.extras); return skipped rows
     for every batch where it cannot run here (the CPU, or an engine with no list for the
     model), with the reason."""
     name = (spec.get("engine") or {}).get("name", "none")

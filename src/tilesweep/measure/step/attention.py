@@ -9,7 +9,7 @@ element-wise ops (the core over a gathered copy of the keys)."""
 
 from __future__ import annotations
 
-from tilesweep.measure.step_clock import PartClock
+from tilesweep.measure.step.clock import PartClock
 
 
 def rms(torch, x, w):

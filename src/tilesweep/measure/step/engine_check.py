@@ -1,6 +1,6 @@
 """The whole decode step with an engine's kernel list beside the lean one, measured on the one
 GPU at hand and composed from the shipped fit:
-`python -m tilesweep.measure.step_engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`
+`python -m tilesweep.measure.step.engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`
 (tools/gpu.sh engine-step).
 
 The configured model (conf/config.yaml's default unless overridden) runs its depth-reduced whole
@@ -8,7 +8,7 @@ step at TP1, or one rank of the layout given (emulated alone, as a sweep's bench
 no collectives), with bench.step_* as a sweep runs it (CUDA graphs on a GPU), at batches 1, 8 and
 32 twice:
 the project's lean step, then the same step with the deployment's engine's extra kernels
-(bench.step_kernel_list=engine; measure.step_extras). Each row is composed from the fit shipped in
+(bench.step_kernel_list=engine; measure.step.extras). Each row is composed from the fit shipped in
 deployment.fit_file for the GPU that ran it (plan.calibration.step_check: a lean row with the
 fit's kernels, an engine row with its extra kernels as run): on the fit's own device with its
 measured figures, on another GPU of conf/hardware with the fit's efficiencies put on both
@@ -48,7 +48,7 @@ OVERRIDES = (
     "bench.step_kernel_list=engine",
     "bench.step_timeout_s=200",  # the step's ranks are killed past this: rows say so
 )
-_LISTS = package_data.column_lists("tilesweep.measure.step_engine_check")  # data/columns.yaml
+_LISTS = package_data.column_lists("tilesweep.measure.step.engine_check")  # data/columns.yaml
 COLUMNS = _LISTS["COLUMNS"]
 SHOWN = _LISTS["SHOWN"]
 

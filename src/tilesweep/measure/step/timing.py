@@ -7,8 +7,8 @@ import time
 
 from tilesweep.measure import kernel_profile, timing
 from tilesweep.measure.launch_count import make_counter
-from tilesweep.measure.step_clock import PartClock
-from tilesweep.measure.step_shapes import micro_batches
+from tilesweep.measure.step.clock import PartClock
+from tilesweep.measure.step.shapes import micro_batches
 
 
 def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:

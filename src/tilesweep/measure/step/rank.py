@@ -3,19 +3,19 @@ of the weights, and one decode step over its micro-batches (layers, LM head, PP 
 
 from __future__ import annotations
 
-from tilesweep.measure import step_extras
-from tilesweep.measure.step_attention import attention, kernels_label, rms
-from tilesweep.measure.step_buffers import micro_batch
-from tilesweep.measure.step_clock import PartClock
-from tilesweep.measure.step_extras import LAYER_PART, STEP_PART
-from tilesweep.measure.step_moe import ffn
-from tilesweep.measure.step_shapes import (
+from tilesweep.measure.step import extras as step_extras
+from tilesweep.measure.step.attention import attention, kernels_label, rms
+from tilesweep.measure.step.buffers import micro_batch
+from tilesweep.measure.step.clock import PartClock
+from tilesweep.measure.step.extras import LAYER_PART, STEP_PART
+from tilesweep.measure.step.moe import ffn
+from tilesweep.measure.step.shapes import (
     MEMORY_SHARE,
     cache_bytes_per_sequence,
     emulated_rank,
     local_sequences,
 )
-from tilesweep.measure.step_weights import WeightMaker, stage_weights
+from tilesweep.measure.step.weights import WeightMaker, stage_weights
 from tilesweep.plan.sharding import coords, group_ranks
 
 
@@ -30,7 +30,7 @@ class StepRank:
         # The engines' fused kernels around the GEMMs on a GPU (step.fused), else torch's ops.
         self.fused = cuda and bool(self.step_spec.get("fused", True))
         self.kernels_label = kernels_label(spec["model"]["attention"], self.fused)
-        # The engine's small kernels the step launches besides its own (measure.step_extras):
+        # The engine's small kernels the step launches besides its own (measure.step.extras):
         # None runs the lean step; use_kernel_list switches.
         self.extras: dict | None = None
         # One rank of a larger layout emulated alone: its shards and its batch share, on the

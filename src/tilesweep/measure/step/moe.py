@@ -3,7 +3,7 @@ permute, EP dispatch, expert GEMMs, combine, shared expert), on a StepRank."""
 
 from __future__ import annotations
 
-from tilesweep.measure.step_clock import PartClock
+from tilesweep.measure.step.clock import PartClock
 
 
 def ffn(rank, x, layer: dict, mb: dict, index: int, clock: PartClock):

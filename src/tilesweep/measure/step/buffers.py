@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tilesweep import backends
 from tilesweep.measure.gemm_case import Problem
-from tilesweep.measure.step_weights import random_bf16
+from tilesweep.measure.step.weights import random_bf16
 
 
 def micro_batch(rank, n: int) -> dict:
