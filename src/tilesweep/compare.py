@@ -194,7 +194,7 @@ def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
     tolerance, changed; said so."""
     finite_a, finite_b = math.isfinite(a), math.isfinite(b)
     if finite_a != finite_b:
-        return True, "relative error not a number (inf or NaN) in one run: a wrong or damaged result"
+        return True, "relative error not a number (inf or NaN) in one run: wrong or damaged"
     if not finite_a:
         return False, "relative error not a number in both runs"
     tol = TOLERANCE.get(str(dtype), max(TOLERANCE.values()))
