@@ -110,6 +110,20 @@ def test_fit_batches_that_nothing_fits_at_are_refused_or_named():
     assert "composes from the shipped fit" in done.stderr
 
 
+def test_an_attention_table_the_verdict_command_cannot_use_is_refused_naming_its_device(capsys):
+    """C311: `tilesweep verdict` measures nothing, so an attention table (read only on the
+    device that measured it) would go unused: refused in one line naming the table's device."""
+    table = "docs/examples/h200/mla_tune/mla_tune.csv"
+    settings = compose_settings([f"deployment.attention_table={table}", "hardware=rtx_pro_6000"])
+    why = deployment_verdict.unused_attention_table(settings)
+    assert "measured on NVIDIA H200" in why and "hardware=rtx_pro_6000" in why
+    assert deployment_verdict.unused_attention_table(compose_settings([])) is None
+    args = ["verdict", "--no-engines", f"deployment.attention_table={table}"]
+    assert main([*args, "hardware=rtx_pro_6000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "would go unused" in err
+
+
 def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights():
     model = compose(["model=qwen3_235b_a22b", "references=none"])["model"]
     assert engine_profile.family(model) == "gqa_moe"

@@ -113,7 +113,11 @@ def verdict_command(args: argparse.Namespace) -> int:
     files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
     out = None if args.out is None else check_out_folder(args.out, files, args.force)
     settings = compose_settings(args.overrides)
-    why = deployment_verdict.refusal(settings) or deployment_verdict.unused_fit_batches(settings)
+    why = (
+        deployment_verdict.refusal(settings)
+        or deployment_verdict.unused_fit_batches(settings)
+        or deployment_verdict.unused_attention_table(settings)
+    )
     if why:
         raise ConfigError(why)
     empty = pd.DataFrame()
