@@ -16,6 +16,7 @@ import pytest
 from tilesweep import deployment_verdict, references
 from tilesweep.cli import main
 from tilesweep.config import compose, compose_groups, compose_settings
+from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT
 from tilesweep.plan import engine_profile
 from tilesweep.plan.launch_fit import on_datasheet
@@ -260,6 +261,22 @@ def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path):
         assert why in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "taken" / "verdict.csv" / "kept").read_text() == "mine"
     assert kept.read_bytes() == before
+
+
+def test_force_writes_only_into_a_kept_example_never_the_project_source(capsys):
+    """N008: --force is for the kept examples only: --force --out conf/hardware (or src, tests,
+    workflow, tools, docs/examples itself) is refused in one line and writes nothing."""
+    from tilesweep.io import check_out_file, check_out_folder
+
+    before = sorted(p.name for p in (PROJECT_ROOT / "conf/hardware").iterdir())
+    for where in ("conf/hardware", "src", "tests", "workflow", "tools", "docs/examples"):
+        assert main(["verdict", "--no-engines", "--force", "--out", where]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a kept example" in err, where
+        with pytest.raises(ConfigError, match="--force writes only under docs/examples"):
+            check_out_file(f"{where}/x.csv", force=True)
+    assert sorted(p.name for p in (PROJECT_ROOT / "conf/hardware").iterdir()) == before
+    assert check_out_folder("docs/examples/h200", force=True) == Path("docs/examples/h200")
 
 
 def test_tilesweep_verdict_prints_the_card_and_writes_nothing_without_out(tmp_path, capsys):
