@@ -279,6 +279,22 @@ def test_force_writes_only_into_a_kept_example_never_the_project_source(capsys):
     assert check_out_folder("docs/examples/h200", force=True) == Path("docs/examples/h200")
 
 
+def test_the_verdict_composes_a_model_the_sweep_tiles_do_not_divide(capsys):
+    """gpt_oss_120b's hidden=2880 is no multiple of the default tiles' k=128: the sweep refuses
+    it (it would time those tiles), the verdict (which times no tile) composes it."""
+    with pytest.raises(ConfigError, match=r"grid.tiles\[0\].k=128: does not divide model.hidden"):
+        compose_settings(["model=gpt_oss_120b"])
+    assert main(["verdict", "--no-engines", "model=gpt_oss_120b", "deployment.batches=[1]"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("The answer: gpt_oss_120b on ") and "TPOT" in out
+    # A tile the user names is still checked.
+    assert (
+        main(["verdict", "--no-engines", "model=gpt_oss_120b", "grid.tiles=[{m:16,n:16,k:128}]"])
+        == 2
+    )
+    assert "does not divide model.hidden=2880" in capsys.readouterr().err
+
+
 def test_tilesweep_verdict_prints_the_card_and_writes_nothing_without_out(tmp_path, capsys):
     rc = main(["verdict", "--no-engines", "deployment.batches=[1,8]", "question.tpot_target_ms=30"])
     out = capsys.readouterr().out

@@ -112,7 +112,12 @@ def verdict_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top={args.top}: must be at least 0")
     files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
     out = None if args.out is None else check_out_folder(args.out, files, args.force)
-    settings = compose_settings(args.overrides)
+    overrides = list(args.overrides)
+    if not any(o.lstrip("+~").split("=")[0] == "grid.tiles" for o in overrides):
+        # The sweep's tiles are not the verdict's: a model whose reductions a swept tile's k
+        # does not divide (gpt_oss_120b's hidden=2880 and k=128) still composes.
+        overrides.insert(0, deployment_verdict.ANY_TILE)
+    settings = compose_settings(overrides)
     why = (
         deployment_verdict.refusal(settings)
         or deployment_verdict.unused_fit_batches(settings)
