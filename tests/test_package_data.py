@@ -80,8 +80,43 @@ def test_a_bad_column_file_is_refused_in_one_line(text, says):
 
 
 def test_a_module_without_lists_is_refused():
-    with pytest.raises(ValueError, match="no lists for tilesweep.nowhere"):
+    with pytest.raises(package_data.BrokenPackageData, match="no lists for tilesweep.nowhere"):
         package_data.column_lists("tilesweep.nowhere")
+    lists = package_data.column_lists("tilesweep.columns")
+    with pytest.raises(package_data.BrokenPackageData, match="tilesweep.columns: no list NOPE"):
+        lists["NOPE"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (b"", "expected a mapping of module to lists, got None"),
+        (b"a: [\n", "not YAML (line 2"),
+        (b"\xff\xfe\x00", "not text (bytes that are not UTF-8)"),
+        (b"m:\n  A: [a, *nosuch]\n", "not YAML"),
+        (None, "unreadable (No such file or directory)"),
+    ],
+)
+def test_a_damaged_column_file_ends_any_entry_point_in_one_line(tmp_path, damage, says):
+    """P01-P16 (issue 50, round five): a package's data/columns.yaml emptied, not YAML, not text,
+    with an undefined alias or deleted is one line naming the file (a SystemExit, so the command,
+    the Snakefile, a job's script and a tool all end so), never a traceback."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "brokenpkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    if damage is not None:
+        (pkg / "data" / "columns.yaml").write_bytes(damage)
+    code = (
+        "from tilesweep import package_data; package_data.column_lists('brokenpkg.m', 'brokenpkg')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "brokenpkg/data/columns.yaml: " in proc.stderr
+    assert says in proc.stderr
 
 
 def test_every_data_file_ships_with_the_package():
