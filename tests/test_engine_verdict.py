@@ -125,6 +125,17 @@ def test_an_attention_table_the_verdict_command_cannot_use_is_refused_naming_its
     assert err.count("\n") == 1 and "would go unused" in err
 
 
+def test_a_family_whose_moe_layers_launch_no_expert_gemm_is_refused():
+    """T13 (issue 50, round five): tensorrtllm's gqa_moe per_moe_layer emptied composed a step
+    with no expert kernels counted; an MoE family must list its expert GEMMs."""
+    from tilesweep.config import validate
+
+    settings = compose(["engine=tensorrtllm", "model=qwen3_235b_a22b", "references=none"])
+    settings["engine"]["families"]["gqa_moe"]["per_moe_layer"] = []
+    with pytest.raises(ConfigError, match="gqa_moe.per_moe_layer=.*lists no expert_gemm kernel"):
+        validate(settings)
+
+
 def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights():
     model = compose(["model=qwen3_235b_a22b", "references=none"])["model"]
     assert engine_profile.family(model) == "gqa_moe"

@@ -120,3 +120,15 @@ def test_a_task_off_a_gpu_machine_or_without_wheels_is_one_line_and_creates_noth
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "no carried wheels in .whl/" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def test_an_out_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path):
+    """G14/G15/G22 (issue 50, round five): an OUT_DIR that is a file, or under a folder that
+    cannot be written, is refused in one line before anything is made."""
+    (tmp_path / "afile").write_text("mine")
+    proc_why = "cannot be written (/proc is not a writable folder)"
+    for out, why in ((tmp_path / "afile", "is a file, not a folder"), (Path("/proc/x"), proc_why)):
+        proc = gpu_sh("sweep", str(out), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -378,6 +378,20 @@ check_args() {
   [[ -z $want ]] || { echo "$usage ($want needs a value)" >&2; exit 2; }
 }
 
+# Refuse, in one line and exit 2, an OUT_DIR that is a file, or that cannot be made or written
+# (its nearest existing folder not writable), before anything is made.
+check_out_dir() {
+  local task=$1 out=$2 up probe
+  [[ -e $out && ! -d $out ]] && { echo "gpu.sh $task: OUT_DIR=$out is a file, not a folder" >&2; exit 2; }
+  up=$out
+  while [[ ! -e $up ]]; do up=$(dirname "$up"); done
+  # A probe folder made and removed at once (root passes `-w` on a read-only file system).
+  if [[ ! -d $up ]] || ! probe=$(mktemp -d "$up/.gpu-sh-probe.XXXXXX" 2>/dev/null) || ! rmdir "$probe"; then
+    echo "gpu.sh $task: OUT_DIR=$out cannot be written ($up is not a writable folder)" >&2
+    exit 2
+  fi
+}
+
 # Refuse, in one line and exit 2, a machine a task cannot run on: no nvidia-smi (not a GPU
 # machine), or neither the carried wheels (.whl) nor Snakemake and Hydra installed.
 need_gpu_machine() {
@@ -403,6 +417,7 @@ main() {
     if [[ $# -lt 2 || -z $2 || $2 == -* ]]; then echo "$usage" >&2; exit 2; fi
     if [[ -z $args && $# -gt 2 ]]; then echo "$usage (no arguments after OUT_DIR; got: ${*:3})" >&2; exit 2; fi
     check_args "$usage" "$name" "${@:3}"
+    check_out_dir "$name" "$2"
     [[ $name == layouts || $name == step ]] && refuse_results "$name"
     need_gpu_machine "$name"
     shift
