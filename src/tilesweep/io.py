@@ -74,6 +74,10 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             msg = f"{p}: not a readable table ({why}); rerun the step that writes it"
             raise CellError(msg) from None
+        except OSError as exc:  # a folder where the table goes, a missing or unreadable file
+            why = "a folder, not a table" if Path(p).is_dir() else exc.strerror or exc
+            msg = f"{p}: not a readable table ({why}); rerun the step that writes it"
+            raise CellError(msg) from None
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
