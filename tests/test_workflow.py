@@ -281,6 +281,9 @@ def test_the_report_refuses_a_damaged_kept_table_naming_it(tmp_path):
             _tables({name: [str(path)]}, (name,))
     good = _tables({"verdict": [str(kept / "verdict.csv")]}, ("verdict",))
     assert len(good["verdict"]) == len(pd.read_csv(kept / "verdict.csv"))
+    pd.read_csv(kept / "verdict.csv").assign(tpot_ms=float("inf")).to_csv(verdict, index=False)
+    with pytest.raises(CellError, match="tpot_ms=.?inf.? is not a finite number of at least 0"):
+        _tables({"verdict": [str(verdict)]}, ("verdict",))
     (tmp_path / "check.csv").mkdir()
     with pytest.raises(CellError, match="check.csv: not a readable table .a folder, not a table"):
         _tables({"check": [str(tmp_path / "check.csv")]}, ("check",))

@@ -78,9 +78,15 @@ def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
             raise CellError(f"{where}: {why}; rerun the step that writes it")
         for col in (c for c in NEEDED.get(name, ()) if c in NUMERIC and c in table):
             text = table[col].dropna()
-            bad = text[pd.to_numeric(text, errors="coerce").isna()]
-            if len(bad):
-                why = f"{col}={bad.iloc[0]!r:.40} is not a number"
+            value = pd.to_numeric(text, errors="coerce")
+            bad = text[value.isna()]
+            # A time (ms) or a batch is finite and not negative: inf is no TPOT.
+            odd = text[value.notna() & ~value.between(0, float("1e300"))]
+            if len(bad) or len(odd):
+                shown = bad.iloc[0] if len(bad) else odd.iloc[0]
+                what = "a number" if len(bad) else "a finite number of at least 0"
+                shown = repr(shown)[:40] if isinstance(shown, str) else float(shown)
+                why = f"{col}={shown} is not {what}"
                 raise CellError(f"{where}: {why}; rerun the step that writes it")
         out[name] = table
     return out
