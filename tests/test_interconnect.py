@@ -296,7 +296,7 @@ def test_every_files_custom_all_reduce_is_off_until_the_engine_asks_and_ends_at_
 @pytest.mark.parametrize(
     ("edit", "says"),
     [
-        (lambda s: s["by_gpus"][8].update(latency_us=1e300), "latency_us=1e+300: must be between 0 and"),
+        (lambda s: s["by_gpus"][8].update(latency_us=1e300), "latency_us=1e+300: must be between"),
         (lambda s: s["by_gpus"][4]["points"][1].__setitem__(1, 1e9), "a time above a second"),
     ],
 )
