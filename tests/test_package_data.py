@@ -143,8 +143,10 @@ def test_a_column_renamed_in_the_data_file_is_one_line_naming_the_trace(tmp_path
     import sys
 
     shutil.copytree(SRC, tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("conf", "docs"):
-        (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "conf").symlink_to(ROOT / "conf")
+    kept = tmp_path / "docs" / "examples" / "h200"
+    kept.mkdir(parents=True)  # the fit must lie inside the checkout: a copy, not a link
+    shutil.copy(ROOT / "docs" / "examples" / "h200" / "fit.json", kept)
     data = tmp_path / "src" / "tilesweep" / "data" / "columns.yaml"
     data.write_text(data.read_text().replace("max_context_fit, tpot_ms,", "max_context_fit, tpot,"))
     argv = [
