@@ -675,6 +675,19 @@ def test_a_tool_refuses_bad_arguments_in_one_line_and_keeps_kept_files(tmp_path,
     assert _tracked_state() == before
 
 
+def test_tune_summary_names_a_table_that_is_not_text(tmp_path):
+    """C264/C265: a tune table of bytes that are not UTF-8 is one line naming the file and
+    saying it is not text, never a bare UnicodeDecodeError."""
+    import sys
+
+    (tmp_path / "tune_bf16.csv").write_bytes(b"\x00\xa9\xff\xfe binary\n")
+    proc = subprocess.run([sys.executable, "tools/tune_summary.py", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"{tmp_path / 'tune_bf16.csv'}: not text" in proc.stderr
+    assert "UnicodeDecodeError" not in proc.stderr
+
+
 def _archive(tmp_path: Path, drop: str = "", junk: str = "") -> Path:
     """Return a results.tgz made from the kept example's tables, less or with one damaged."""
     import tarfile

@@ -90,6 +90,22 @@ def test_a_damaged_spread_or_time_never_hides_a_change():
         assert row["beyond"] and row["basis"] == "not a time (negative or infinite)", bad
 
 
+def test_a_relative_error_gone_to_inf_or_nan_counts_as_changed_and_is_named():
+    """C081/C085: a decode row whose rel_err went from 0.0017 to inf (or NaN) changed, named as
+    a wrong or damaged result; one that crossed the dtype's tolerance changed too; noise in a
+    passing error did not."""
+    a = decode_rows(1.00, 0.95, 1.10).assign(rel_err=0.0017)
+    for bad in (math.inf, math.nan, -math.inf):
+        got = compare.compare_table("decode", a, a.assign(rel_err=bad), 0.1)
+        row = got[got["metric"] == "rel_err"].iloc[0]
+        assert row["beyond"] and "not a number (inf or NaN)" in row["basis"], bad
+    crossed = compare.compare_table("decode", a, a.assign(rel_err=0.5), 0.1)
+    assert crossed[crossed["metric"] == "rel_err"].iloc[0]["beyond"]
+    noise = compare.compare_table("decode", a, a.assign(rel_err=0.0019), 0.1)
+    assert not noise[noise["metric"] == "rel_err"].iloc[0]["beyond"]
+    assert not noise["beyond"].any()
+
+
 def test_any_launch_change_counts_and_new_rows_are_listed():
     a = pd.DataFrame(
         {

@@ -439,3 +439,24 @@ def test_bad_expert_layouts_are_one_line_errors(layout, message):
 
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         compose([f"grid.layouts=[{layout}]"])
+
+
+def test_a_missing_all_reduce_count_keeps_its_layouts_as_gap_rows_naming_count_and_file(brief):
+    """C141/C147: a hardware file without the all-reduce figure of 8 GPUs keeps the 8-GPU
+    layouts as gap rows whose bound names the count and the file, and the card says so."""
+    from tilesweep import answer_card
+
+    cut = copy.deepcopy(brief)
+    switch = cut["hardware"]["interconnect_model"]["topologies"]["switch"]
+    del switch["all_reduce"]["by_gpus"][8]
+    table = composed(cut)
+    tp8 = table[(table["layout"] == "tp8-pp1-ep1") & (table["fits_memory"] == "yes")]
+    assert len(tp8) and tp8["tpot_ms"].isna().all()
+    bound = "gap (communication unknown: no all_reduce figures for 8 GPUs"
+    assert tp8["bound"].str.startswith(bound).all()
+    assert tp8["bound"].str.contains("in conf/hardware/rtx_pro_6000.yaml").all()
+    settings = RootSettings.model_validate(cut)
+    card = answer_card.build(settings, table)
+    assert card.picks and all(p.layout != "tp8-pp1-ep1" for p in card.picks)
+    line = card.gap_line()
+    assert line in card.lines() and "tp8-pp1-ep1" in line and "8 GPUs" in line

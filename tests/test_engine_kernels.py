@@ -128,6 +128,20 @@ def test_a_wheel_without_the_kernel_or_of_another_engine_is_refused(tmp_path):
         wheels.extract("sglang", _wheel(tmp_path), tmp_path)
 
 
+def test_a_wheel_that_is_not_a_zip_is_refused_naming_it(tmp_path):
+    """C275: a damaged wheel (not a zip, or cut short) is a ValueError naming the wheel file and
+    saying it is damaged, never a bare BadZipFile."""
+    junk = tmp_path / "vllm-0.33.0-cp38-abi3-manylinux1_x86_64.whl"
+    junk.write_bytes(b"not a zip at all")
+    with pytest.raises(ValueError, match=r"vllm-0\.33\.0-.*\.whl: not a zip file, so a damaged"):
+        wheels.extract("vllm", junk, tmp_path / "out")
+    cut = tmp_path / "vllm-1.0.0-py3-none-any.whl"
+    cut.write_bytes(_wheel(tmp_path).read_bytes()[:60])
+    with pytest.raises(ValueError, match="vllm-1.0.0-py3-none-any.whl: .*damaged"):
+        wheels.extract("vllm", cut, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 LOAD_AND_RUN = """
 import json, sys, torch
 from tilesweep.fused_moe.engines import wheels

@@ -16,6 +16,7 @@ import pytest
 from tilesweep import deployment_verdict, references
 from tilesweep.cli import main
 from tilesweep.config import compose, compose_groups, compose_settings
+from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT
 from tilesweep.plan import engine_profile
 from tilesweep.plan.launch_fit import on_datasheet
@@ -108,6 +109,31 @@ def test_fit_batches_that_nothing_fits_at_are_refused_or_named():
     )  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "composes from the shipped fit" in done.stderr
+
+
+def test_an_attention_table_the_verdict_command_cannot_use_is_refused_naming_its_device(capsys):
+    """C311: `tilesweep verdict` measures nothing, so an attention table (read only on the
+    device that measured it) would go unused: refused in one line naming the table's device."""
+    table = "docs/examples/h200/mla_tune/mla_tune.csv"
+    settings = compose_settings([f"deployment.attention_table={table}", "hardware=rtx_pro_6000"])
+    why = deployment_verdict.unused_attention_table(settings)
+    assert "measured on NVIDIA H200" in why and "hardware=rtx_pro_6000" in why
+    assert deployment_verdict.unused_attention_table(compose_settings([])) is None
+    args = ["verdict", "--no-engines", f"deployment.attention_table={table}"]
+    assert main([*args, "hardware=rtx_pro_6000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "would go unused" in err
+
+
+def test_a_family_whose_moe_layers_launch_no_expert_gemm_is_refused():
+    """T13 (issue 50, round five): tensorrtllm's gqa_moe per_moe_layer emptied composed a step
+    with no expert kernels counted; an MoE family must list its expert GEMMs."""
+    from tilesweep.config import validate
+
+    settings = compose(["engine=tensorrtllm", "model=qwen3_235b_a22b", "references=none"])
+    settings["engine"]["families"]["gqa_moe"]["per_moe_layer"] = []
+    with pytest.raises(ConfigError, match="gqa_moe.per_moe_layer=.*lists no expert_gemm kernel"):
+        validate(settings)
 
 
 def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights():
@@ -246,6 +272,38 @@ def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path):
         assert why in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "taken" / "verdict.csv" / "kept").read_text() == "mine"
     assert kept.read_bytes() == before
+
+
+def test_force_writes_only_into_a_kept_example_never_the_project_source(capsys):
+    """N008: --force is for the kept examples only: --force --out conf/hardware (or src, tests,
+    workflow, tools, docs/examples itself) is refused in one line and writes nothing."""
+    from tilesweep.io import check_out_file, check_out_folder
+
+    before = sorted(p.name for p in (PROJECT_ROOT / "conf/hardware").iterdir())
+    for where in ("conf/hardware", "src", "tests", "workflow", "tools", "docs/examples"):
+        assert main(["verdict", "--no-engines", "--force", "--out", where]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a kept example" in err, where
+        with pytest.raises(ConfigError, match="--force writes only under docs/examples"):
+            check_out_file(f"{where}/x.csv", force=True)
+    assert sorted(p.name for p in (PROJECT_ROOT / "conf/hardware").iterdir()) == before
+    assert check_out_folder("docs/examples/h200", force=True) == Path("docs/examples/h200")
+
+
+def test_the_verdict_composes_a_model_the_sweep_tiles_do_not_divide(capsys):
+    """gpt_oss_120b's hidden=2880 is no multiple of the default tiles' k=128: the sweep refuses
+    it (it would time those tiles), the verdict (which times no tile) composes it."""
+    with pytest.raises(ConfigError, match=r"grid.tiles\[0\].k=128: does not divide model.hidden"):
+        compose_settings(["model=gpt_oss_120b"])
+    assert main(["verdict", "--no-engines", "model=gpt_oss_120b", "deployment.batches=[1]"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("The answer: gpt_oss_120b on ") and "TPOT" in out
+    # A tile the user names is still checked.
+    assert (
+        main(["verdict", "--no-engines", "model=gpt_oss_120b", "grid.tiles=[{m:16,n:16,k:128}]"])
+        == 2
+    )
+    assert "does not divide model.hidden=2880" in capsys.readouterr().err
 
 
 def test_tilesweep_verdict_prints_the_card_and_writes_nothing_without_out(tmp_path, capsys):

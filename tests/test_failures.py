@@ -89,3 +89,23 @@ def test_a_record_replaced_by_a_folder_is_listed_as_failed(tmp_path):
     (res / "decode" / "cell.csv").mkdir(parents=True)
     (res / "decode" / "cell.csv" / "inside").write_text("x")
     assert failed_outputs(res) == [res / "decode" / "cell.csv"]
+
+
+def test_a_cell_cut_to_its_header_is_listed_as_damaged(tmp_path):
+    """N044: a cell's CSV cut to its header (its .sum says its job wrote a row), or a header-only
+    CSV with no record, is failed and named; a cell whose record says it holds no row is not."""
+    from tilesweep.cells import write_cell_table
+
+    res = tmp_path / "results"
+    (res / "collective").mkdir(parents=True)
+    cut, bare, none = (res / "collective" / f"{n}.csv" for n in ("cut", "bare", "none"))
+    write_cell_table(cut, pd.DataFrame({"status": ["ok"], "time_ms": [1.0]}))
+    cut.write_text(cut.read_text().splitlines()[0] + "\n")
+    bare.write_text("status,time_ms\n")
+    write_cell_table(none, pd.DataFrame({"status": [], "time_ms": []}))
+    rows = failed_rows(res)
+    reasons = dict(zip((p.name for p in rows["path"]), rows["reason"], strict=True))
+    assert set(reasons) == {"cut.csv", "bare.csv"}
+    assert reasons["cut.csv"].startswith("damaged: ")
+    assert "bytes where its job wrote" in reasons["cut.csv"]
+    assert "a header and no rows" in reasons["bare.csv"]

@@ -81,3 +81,54 @@ def test_layouts_runs_its_sweeps_through_the_sweep_task(tmp_path):
         assert "glm5/snakemake.log" not in tgz.getnames()  # LAYOUT_MODELS left it out
     assert "results/device/ceilings.json results/layout/tp1-pp1-ep1.csv --cores all" in log
     assert '"experiment=h200_step","model=deepseek_v3"' in log
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["engine-tables", "OUT", "--bogus"], "(unknown option: --bogus)"),
+        (["engine-tables", "OUT", "--out=elsewhere"], "(unknown option: --out)"),
+        (["engine-tables", "OUT", "--engine"], "(--engine needs a value)"),
+        (["engine-tune", "OUT", "--keys"], "(--keys needs a value)"),
+        (["engine-tune", "OUT", "-x"], "(unknown option: -x)"),
+        (["sweep", "OUT", "experiment"], "(not a Hydra override, KEY=VALUE: experiment)"),
+        (["answer-time", "OUT", "--cores", "4"], "(unknown option: --cores)"),
+        (["engine-step", "OUT", "--layuot=tp8-pp1-ep1"], "(unknown option: --layuot)"),
+    ],
+)
+def test_an_argument_a_task_does_not_take_is_refused_before_anything_runs(args, why, tmp_path):
+    """N058: a bad argument after OUT_DIR is one line naming it, exit 2, before pip or any
+    folder (off a GPU machine pip's own error once came first and named neither)."""
+    proc = gpu_sh(*(a.replace("OUT", str(tmp_path / "out")) for a in args), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"usage: tools/gpu.sh {args[0]} OUT_DIR") and why in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_task_off_a_gpu_machine_or_without_wheels_is_one_line_and_creates_nothing(tmp_path):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    env = dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin")  # the machine's own: no nvidia-smi
+    proc = gpu_sh("engine-tables", "out", "--engine", "vllm", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no nvidia-smi here: run it on the GPU machine" in proc.stderr
+    (stubs / "nvidia-smi").write_text("#!/bin/sh\necho gpu\n")
+    (stubs / "nvidia-smi").chmod(0o755)
+    (stubs / "python3").write_text("#!/bin/sh\nexit 1\n")  # no snakemake, no hydra
+    (stubs / "python3").chmod(0o755)
+    proc = gpu_sh("sweep", "out", "experiment=tiny", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no carried wheels in .whl/" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def test_an_out_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path):
+    """G14/G15/G22 (issue 50, round five): an OUT_DIR that is a file, or under a folder that
+    cannot be written, is refused in one line before anything is made."""
+    (tmp_path / "afile").write_text("mine")
+    proc_why = "cannot be written (/proc is not a writable folder)"
+    for out, why in ((tmp_path / "afile", "is a file, not a folder"), (Path("/proc/x"), proc_why)):
+        proc = gpu_sh("sweep", str(out), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

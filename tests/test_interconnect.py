@@ -307,3 +307,23 @@ def test_every_files_custom_all_reduce_points_respect_the_link(catalog):
             for size, t in shot.get("points") or []:
                 busbw_gbs = 2 * (n - 1) / n * size / (t * 1e-6) / 1e9
                 assert busbw_gbs < spec["interconnect_gbs"], (name, n, size, busbw_gbs)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda s: s["by_gpus"][8].update(latency_us=1e300), "latency_us=1e+300: must be between"),
+        (lambda s: s["by_gpus"][4]["points"][1].__setitem__(1, 1e9), "a time above a second"),
+    ],
+)
+def test_an_absurd_one_shot_time_is_refused_like_ncclls(edit, says):
+    """O10 (issue 50, round five): a one-shot time of 1e300 us (or a point at 1e9 us) was
+    accepted where an NCCL figure of the same is refused; now both stop at a second."""
+    from tilesweep.config import compose
+
+    settings = compose(["hardware=h200", "references=none"])
+    top = settings["hardware"]["interconnect_model"]["topologies"]["nvswitch"]
+    edit(top["all_reduce"]["one_shot"])
+    with pytest.raises(ConfigError, match="one_shot.by_gpus") as caught:
+        validate(settings)
+    assert says in str(caught.value)

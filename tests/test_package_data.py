@@ -4,6 +4,7 @@ package, and src keeps few hand-aligned statements (`# fmt: skip`, issue 51)."""
 from __future__ import annotations
 
 import importlib
+import os
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
@@ -80,8 +81,43 @@ def test_a_bad_column_file_is_refused_in_one_line(text, says):
 
 
 def test_a_module_without_lists_is_refused():
-    with pytest.raises(ValueError, match="no lists for tilesweep.nowhere"):
+    with pytest.raises(package_data.BrokenPackageData, match="no lists for tilesweep.nowhere"):
         package_data.column_lists("tilesweep.nowhere")
+    lists = package_data.column_lists("tilesweep.columns")
+    with pytest.raises(package_data.BrokenPackageData, match="tilesweep.columns: no list NOPE"):
+        lists["NOPE"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (b"", "expected a mapping of module to lists, got None"),
+        (b"a: [\n", "not YAML (line 2"),
+        (b"\xff\xfe\x00", "not text (bytes that are not UTF-8)"),
+        (b"m:\n  A: [a, *nosuch]\n", "not YAML"),
+        (None, "unreadable (No such file or directory)"),
+    ],
+)
+def test_a_damaged_column_file_ends_any_entry_point_in_one_line(tmp_path, damage, says):
+    """P01-P16 (issue 50, round five): a package's data/columns.yaml emptied, not YAML, not text,
+    with an undefined alias or deleted is one line naming the file (a SystemExit, so the command,
+    the Snakefile, a job's script and a tool all end so), never a traceback."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "brokenpkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    if damage is not None:
+        (pkg / "data" / "columns.yaml").write_bytes(damage)
+    code = (
+        "from tilesweep import package_data; package_data.column_lists('brokenpkg.m', 'brokenpkg')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "brokenpkg/data/columns.yaml: " in proc.stderr
+    assert says in proc.stderr
 
 
 def test_every_data_file_ships_with_the_package():
@@ -96,3 +132,35 @@ def test_every_data_file_ships_with_the_package():
         for path in files:
             rel = path.relative_to(folder).as_posix()
             assert any(fnmatch(rel, p) for p in declared.get(package, [])), rel
+
+
+def test_a_column_renamed_in_the_data_file_is_one_line_naming_the_trace(tmp_path):
+    """P06 (issue 50, round five): a checkout whose data/columns.yaml renames a column the code
+    reads (tpot_ms) broke `tilesweep verdict` with a KeyError traceback; an error the command
+    did not expect is one line, the full trace in a file it names."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(SRC, tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "conf").symlink_to(ROOT / "conf")
+    kept = tmp_path / "docs" / "examples" / "h200"
+    kept.mkdir(parents=True)  # the fit must lie inside the checkout: a copy, not a link
+    shutil.copy(ROOT / "docs" / "examples" / "h200" / "fit.json", kept)
+    data = tmp_path / "src" / "tilesweep" / "data" / "columns.yaml"
+    data.write_text(data.read_text().replace("max_context_fit, tpot_ms,", "max_context_fit, tpot,"))
+    argv = [
+        sys.executable,
+        "-m",
+        "tilesweep.cli",
+        "verdict",
+        "--no-engines",
+        "deployment.batches=[1]",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "unexpected error, KeyError: 'tpot_ms'" in proc.stderr
+    trace = Path(proc.stderr.rsplit("the full trace: ", 1)[1].rstrip(")\n"))
+    assert "Traceback (most recent call last)" in trace.read_text()
+    trace.unlink()

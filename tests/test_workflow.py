@@ -256,3 +256,38 @@ def test_no_fraction_stands_on_a_ceiling_below_what_the_device_measured(tiny_swe
         assert above[frac].isna().all()
         # (astype: with no row above its ceiling the empty column is float, not text)
         assert above["roofline_gap"].astype(str).str.contains("above the measured").all()
+
+
+def test_the_report_refuses_a_damaged_kept_table_naming_it(tmp_path):
+    """R01-R08 (issue 50, round five): a kept example's table (no .sum record, only parsed)
+    with no verdict row, without a column the report reads, or with text where a number goes,
+    and a question panel that is not JSON, are refused naming the file; the report once said
+    'no layout fits' of an empty verdict and drew a batch 'abc'."""
+    from tilesweep.errors import CellError
+    from tilesweep.stages.report import _tables
+    from tilesweep.stages.verdict import read_panel
+
+    kept = ROOT / "docs" / "examples" / "h200"
+    verdict, decode, engines = (tmp_path / f"{n}.csv" for n in ("verdict", "decode", "engines"))
+    verdict.write_text((kept / "verdict.csv").read_text().splitlines()[0] + "\n")
+    pd.read_csv(kept / "decode.csv").drop(columns=["time_ms"]).to_csv(decode, index=False)
+    pd.read_csv(kept / "engines.csv").assign(batch="abc").to_csv(engines, index=False)
+    for name, path, says in (
+        ("verdict", verdict, "no rows (a verdict has one per layout and batch)"),
+        ("decode", decode, "no time_ms column"),
+        ("engines", engines, "batch='abc' is not a number"),
+    ):
+        with pytest.raises(CellError, match=re.escape(f"{path}: {says}")):
+            _tables({name: [str(path)]}, (name,))
+    good = _tables({"verdict": [str(kept / "verdict.csv")]}, ("verdict",))
+    assert len(good["verdict"]) == len(pd.read_csv(kept / "verdict.csv"))
+    pd.read_csv(kept / "verdict.csv").assign(tpot_ms=float("inf")).to_csv(verdict, index=False)
+    with pytest.raises(CellError, match="tpot_ms=.?inf.? is not a finite number of at least 0"):
+        _tables({"verdict": [str(verdict)]}, ("verdict",))
+    (tmp_path / "check.csv").mkdir()
+    with pytest.raises(CellError, match="check.csv: not a readable table .a folder, not a table"):
+        _tables({"check": [str(tmp_path / "check.csv")]}, ("check",))
+    panel = tmp_path / "question.json"
+    panel.write_text("{not json")
+    with pytest.raises(CellError, match="question.json: not readable JSON"):
+        read_panel(str(panel))

@@ -345,6 +345,64 @@ task_engine_check() {
   done
 }
 
+# The options a task's extra arguments may hold: "those taking a value|flags"; every other
+# argument must be a Hydra override (KEY=VALUE, +KEY=VALUE, ~KEY). tools/engine_tables.py and
+# `tilesweep engine-tune` check the values themselves; gpu.sh sets their --out.
+task_options() {
+  case $1 in
+    engine-tables) echo "--budget-s --repeats --check-experts --engine --format --shape --from|--force" ;;
+    engine-tune) echo "--engine --format --shape --keys --extra|" ;;
+    engine-step) echo "--layout|" ;;
+    *) echo "|" ;;
+  esac
+}
+
+# Refuse, in one line and exit 2, an argument after OUT_DIR that the task does not take (before
+# anything is created or installed: off a GPU machine pip's own lines named none of it).
+check_args() {
+  local usage=$1 task=$2 opts flags arg want=""
+  shift 2
+  IFS='|' read -r opts flags <<<"$(task_options "$task")"
+  for arg in "$@"; do
+    if [[ -n $want ]]; then want=""; continue; fi # the value of the option before it
+    case $arg in
+      --*=*) [[ " $opts " == *" ${arg%%=*} "* ]] || { echo "$usage (unknown option: ${arg%%=*})" >&2; exit 2; } ;;
+      --*)
+        if [[ " $opts " == *" $arg "* ]]; then want=$arg
+        elif [[ " $flags " != *" $arg "* ]]; then echo "$usage (unknown option: $arg)" >&2; exit 2; fi ;;
+      -*) echo "$usage (unknown option: $arg)" >&2; exit 2 ;;
+      [~+]* | *=*) ;;
+      *) echo "$usage (not a Hydra override, KEY=VALUE: $arg)" >&2; exit 2 ;;
+    esac
+  done
+  [[ -z $want ]] || { echo "$usage ($want needs a value)" >&2; exit 2; }
+}
+
+# Refuse, in one line and exit 2, an OUT_DIR that is a file, or that cannot be made or written
+# (its nearest existing folder not writable), before anything is made.
+check_out_dir() {
+  local task=$1 out=$2 up probe
+  [[ -e $out && ! -d $out ]] && { echo "gpu.sh $task: OUT_DIR=$out is a file, not a folder" >&2; exit 2; }
+  up=$out
+  while [[ ! -e $up ]]; do up=$(dirname "$up"); done
+  # A probe folder made and removed at once (root passes `-w` on a read-only file system).
+  if [[ ! -d $up ]] || ! probe=$(mktemp -d "$up/.gpu-sh-probe.XXXXXX" 2>/dev/null) || ! rmdir "$probe"; then
+    echo "gpu.sh $task: OUT_DIR=$out cannot be written ($up is not a writable folder)" >&2
+    exit 2
+  fi
+}
+
+# Refuse, in one line and exit 2, a machine a task cannot run on: no nvidia-smi (not a GPU
+# machine), or neither the carried wheels (.whl) nor Snakemake and Hydra installed.
+need_gpu_machine() {
+  command -v nvidia-smi >/dev/null 2>&1 ||
+    { echo "gpu.sh $1: no nvidia-smi here: run it on the GPU machine (tools/gpu.sh --help)" >&2; exit 2; }
+  if ! python3 -c 'import snakemake, hydra' 2>/dev/null && ! compgen -G ".whl/*.whl" >/dev/null; then
+    echo "gpu.sh $1: no carried wheels in .whl/ here ($PWD): run python tools/fetch_wheels.py .whl where pip works and carry .whl" >&2
+    exit 2
+  fi
+}
+
 # Dispatch: every argument is checked before a task touches anything.
 main() {
   local task=${1:-} row name args line
@@ -358,6 +416,10 @@ main() {
     local usage="usage: tools/gpu.sh $name OUT_DIR${args:+ $args}"
     if [[ $# -lt 2 || -z $2 || $2 == -* ]]; then echo "$usage" >&2; exit 2; fi
     if [[ -z $args && $# -gt 2 ]]; then echo "$usage (no arguments after OUT_DIR; got: ${*:3})" >&2; exit 2; fi
+    check_args "$usage" "$name" "${@:3}"
+    check_out_dir "$name" "$2"
+    [[ $name == layouts || $name == step ]] && refuse_results "$name"
+    need_gpu_machine "$name"
     shift
     "task_${name//-/_}" "$@"
     exit

@@ -20,6 +20,17 @@ from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 from tilesweep.io import check_out_file, write_table
 
 
+def _read(path: Path) -> pd.DataFrame:
+    """Return one tune table, or raise ConfigError naming the file that is not a text CSV."""
+    try:
+        return pd.read_csv(path)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not text (bytes that are not UTF-8), so not a CSV") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        why = "empty" if isinstance(exc, pd.errors.EmptyDataError) else "not a readable CSV"
+        raise ConfigError(f"{path}: {why}, so not a tune table") from None
+
+
 def main() -> int:
     """Print (and with --csv write) the tuned summary; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,7 +43,8 @@ def main() -> int:
     paths = swept or sorted(args.results.glob("tune_*.csv"))
     if not paths:
         raise ConfigError(f"no tune tables under {args.results}")
-    tables = [pd.read_csv(p) for p in paths if p.is_file()]
+    paths = [p for p in paths if p.is_file()]
+    tables = [_read(p) for p in paths]
     need = {"tuned", "dtype", "experts", "n", "m"}
     for path, table in zip(paths, tables, strict=True):
         if not need <= set(table.columns):

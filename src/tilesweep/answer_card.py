@@ -267,6 +267,13 @@ class AnswerCard:
             return "fits in memory"
         return f"both fits in memory and composes ({'; '.join(self.gaps)})"
 
+    def gap_line(self) -> str:
+        """Return the layouts that fit in memory but compose no TPOT, left out of the picks, with
+        why, in one line ('' where none is)."""
+        if not self.gaps:
+            return ""
+        return f"Not composed (left out of the picks): {'; '.join(self.gaps)}."
+
     def header(self) -> str:
         """Return what the answer is for, in one line: model and GPUs, engine and its version,
         formats, load and the fit its parts come from (the provenance of its first pick)."""
@@ -313,6 +320,7 @@ class AnswerCard:
             out.append("  ".join(h.rjust(w) for h, w in width.items()))
             out += ["  ".join(r[h].rjust(w) for h, w in width.items()) for r in rows]
         out += [self.no_fit_line()] if self.no_fit_batches else []
+        out += [self.gap_line()] if self.gaps and self.picks else []
         out += [self.trust] if self.trust else []
         out.append("Rests on: " + self.short_rests())
         return out

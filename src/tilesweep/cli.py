@@ -112,8 +112,17 @@ def verdict_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top={args.top}: must be at least 0")
     files = ("verdict.csv",) + (() if args.no_engines else ("engines.csv",))
     out = None if args.out is None else check_out_folder(args.out, files, args.force)
-    settings = compose_settings(args.overrides)
-    why = deployment_verdict.refusal(settings) or deployment_verdict.unused_fit_batches(settings)
+    overrides = list(args.overrides)
+    if not any(o.lstrip("+~").split("=")[0] == "grid.tiles" for o in overrides):
+        # The sweep's tiles are not the verdict's: a model whose reductions a swept tile's k
+        # does not divide (gpt_oss_120b's hidden=2880 and k=128) still composes.
+        overrides.insert(0, deployment_verdict.ANY_TILE)
+    settings = compose_settings(overrides)
+    why = (
+        deployment_verdict.refusal(settings)
+        or deployment_verdict.unused_fit_batches(settings)
+        or deployment_verdict.unused_attention_table(settings)
+    )
     if why:
         raise ConfigError(why)
     empty = pd.DataFrame()
@@ -198,7 +207,30 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as err:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
+        sys.stderr.write(f"tilesweep: {unexpected(err)}\n")
+        return 1
     return 2
+
+
+def unexpected(err: Exception) -> str:
+    """Return the one line a command shows for an error it did not expect (a bug, or files of
+    the installed package changed), with the full trace written to a file it names."""
+    import tempfile
+    import traceback
+
+    from tilesweep.errors import last_line
+
+    text = "".join(traceback.format_exception(err))
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix="tilesweep-trace-", suffix=".txt", delete=False
+        ) as handle:
+            handle.write(text)
+        where = f"the full trace: {handle.name}"
+    except OSError:
+        where = "no trace file could be written"
+    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
 
 
 if __name__ == "__main__":

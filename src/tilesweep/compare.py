@@ -18,6 +18,7 @@ import pandas as pd
 from tilesweep.columns import RUN_PROVENANCE_KEYS, SPLIT_COLUMNS, TABLE_KEYS, TOOLCHAIN_KEY
 from tilesweep.errors import ConfigError
 from tilesweep.io import check_out_folder, write_table, write_text
+from tilesweep.measure.gemm_case import TOLERANCE
 from tilesweep.report.formatting import fmt_value
 
 # The tables compared, with the columns that identify a row (those present in both runs are used).
@@ -38,7 +39,7 @@ MEASURES = {
 # Values any change of which counts, per table.
 EXACT = {
     "launch": ["status", "fits", "smem_bytes"],
-    "decode": ["status", "bound"],
+    "decode": ["status", "bound", "rotation_sets", "max_tokens_per_expert"],
     "collective": ["status"],
     "verdict": ["fits_memory", "bound"],
     "check": [],
@@ -46,6 +47,10 @@ EXACT = {
     "power": ["status"],
     "tune": ["status", "tuned"],
 }
+# Relative errors against the reference, per table: changed when one run's is not a number (inf
+# or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
+# dtype's tolerance (measure.gemm_case.TOLERANCE).
+CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
 CEILINGS = ("copy_gbs", "matmul_tflops")
 COLUMNS = [
     "table",
@@ -183,6 +188,19 @@ def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold
     return abs(b - a) / abs(a) > threshold, "threshold"
 
 
+def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
+    """Return (beyond, basis) of two runs' relative errors against the reference: a value that
+    is not a number (inf or NaN) where the other is, or the two on either side of the dtype's
+    tolerance, changed; said so."""
+    finite_a, finite_b = math.isfinite(a), math.isfinite(b)
+    if finite_a != finite_b:
+        return True, "relative error not a number (inf or NaN) in one run: wrong or damaged"
+    if not finite_a:
+        return False, "relative error not a number in both runs"
+    tol = TOLERANCE.get(str(dtype), max(TOLERANCE.values()))
+    return (a <= tol) != (b <= tol), f"relative error against the tolerance {tol:g}"
+
+
 def _same(a: object, b: object) -> bool:
     """Return whether two cells hold the same value (NaN equals NaN, 1 equals 1.0)."""
     fa, fb = _float(a), _float(b)
@@ -277,6 +295,26 @@ def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float)
                     "beyond": beyond,
                 }
             )
+        for col in CHECKED.get(name, []):
+            if f"{col}_a" not in row or f"{col}_b" not in row:
+                continue
+            va, vb = _float(row[f"{col}_a"]), _float(row[f"{col}_b"])
+            raw_a, raw_b = _key_text(row[f"{col}_a"]), _key_text(row[f"{col}_b"])
+            if raw_a == "" and raw_b == "":
+                continue  # neither run checked this row (a failed launch)
+            beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
+            rows.append(
+                {
+                    "table": name,
+                    "label": label,
+                    "metric": col,
+                    "a": va,
+                    "b": vb,
+                    "ratio": vb / va if va and math.isfinite(va) else math.nan,
+                    "basis": basis,
+                    "beyond": beyond,
+                }
+            )
         for col in EXACT.get(name, []):
             if f"{col}_a" not in row or f"{col}_b" not in row:
                 continue
@@ -365,6 +403,8 @@ def _cell(value: object) -> str:
     """Return a value for the console: numbers to 4 significant figures, whole above 1,000."""
     if isinstance(value, str) or math.isnan(_float(value)):
         return _key_text(value)
+    if math.isfinite(_float(value)) and abs(_float(value)) >= 1e15:
+        return f"{_float(value):.4g}"  # not 300 digits for a damaged 1e308
     return fmt_value(value, 4)
 
 

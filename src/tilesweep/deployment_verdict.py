@@ -128,6 +128,23 @@ def unused_fit_batches(settings: RootSettings) -> str | None:
     )
 
 
+def unused_attention_table(settings: RootSettings) -> str | None:
+    """Return a one-line refusal where deployment.attention_table is set for `tilesweep verdict`,
+    which would leave it unused (the table is read only on the device that measured it, in a
+    sweep there; the verdict command measures nothing), naming the table's devices; else None."""
+    path = settings.deployment.attention_table
+    if not path:
+        return None
+    table = attention_table.load(path)
+    devices = sorted({str(d) for d in table["device"]}) if table is not None else []
+    measured = f"measured on {', '.join(devices)}" if devices else "with no case that ran"
+    return (
+        f"deployment.attention_table={path!r} ({measured}): tilesweep verdict measures nothing, "
+        f"so the table would go unused for hardware={settings.hardware.name} (it is read only "
+        'on the device that measured it, in a sweep there); set deployment.attention_table=""'
+    )
+
+
 def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
     """Return the first collective a layout runs that the target's interconnect figures lack (in
     words), or ''."""
@@ -602,9 +619,12 @@ def engine_table(
 
 # What every cited figure's settings start from (the defaults, no figures of their own, one tile
 # and one layout that divide any model); figure_settings sets the figure's layout and load.
+# The verdict times no kernel tile: one that divides any model stands in for the sweep's tiles,
+# whose check (k divides the model's reductions) the verdict does not need.
+ANY_TILE = "grid.tiles=[{m:16,n:16,k:16}]"
 FIGURE_BASE = (
     "references=none",
-    "grid.tiles=[{m:16,n:16,k:16}]",
+    ANY_TILE,
     "grid.layouts=[{tp:1,pp:1,ep:1}]",
 )
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.cells import damage, summary_path
 from tilesweep.columns import SETTLED, Status, status_of
 from tilesweep.errors import ConfigError
 
@@ -51,6 +52,9 @@ def _records(path: Path) -> list[tuple[str, str]]:
             return [(Status.MISSING, "the file is empty or not a readable CSV")]
         if "status" not in frame:
             return [(Status.MISSING, "the file has no status column")]
+        if frame.empty and not summary_path(path).exists():
+            why = "a header and no rows, and no .sum record that its job wrote none"
+            return [(Status.MISSING, why)]
         rows = frame.to_dict("records")
     out = []
     for row in rows:
@@ -115,6 +119,12 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
                         "status": str(Status.MISSING),
                         "reason": "not a plain file where the record goes",
                     }
+                )
+                continue
+            why = damage(path) if summary_path(path).exists() else None
+            if why is not None:  # cut to its header, emptied, edited: not what its job wrote
+                found.append(
+                    {"path": path, "status": str(Status.MISSING), "reason": f"damaged: {why}"}
                 )
                 continue
             for status, reason in _records(path):

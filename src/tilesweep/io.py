@@ -74,6 +74,10 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             msg = f"{p}: not a readable table ({why}); rerun the step that writes it"
             raise CellError(msg) from None
+        except OSError as exc:  # a folder where the table goes, a missing or unreadable file
+            why = "a folder, not a table" if Path(p).is_dir() else exc.strerror or exc
+            msg = f"{p}: not a readable table ({why}); rerun the step that writes it"
+            raise CellError(msg) from None
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -98,7 +102,35 @@ TRACKED_FOLDERS = (
     "tools",
     "workflow",
     ".git",
+    ".ci",
 )
+# The only tracked folder --force may write into: the kept examples (a rerendered example).
+FORCE_FOLDER = PROJECT_ROOT / "docs" / "examples"
+
+
+def _tracked_refusal(resolved: Path, flag: str, shown: str, force: bool, what: str) -> None:
+    """Raise ConfigError in one line where an output path lies in the checkout's tracked files:
+    without `force` anywhere there; with it, anywhere but the kept examples (docs/examples):
+    --force never writes into the project's source, config, tests, workflow or tools."""
+    tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
+    inside = resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in tracked)
+    if not inside:
+        return
+    if not force:
+        raise ConfigError(
+            f"{flag}={shown}: inside the checkout's tracked files ({resolved}); name another "
+            f"{what}, or pass --force to overwrite a kept example (docs/examples)"
+        )
+    depth = 1 if what == "folder" else 2  # an example's folder, or a file inside one
+    if (
+        not resolved.is_relative_to(FORCE_FOLDER)
+        or len(resolved.relative_to(FORCE_FOLDER).parts) < depth
+    ):
+        raise ConfigError(
+            f"{flag}={shown}: inside the project's own tracked files ({resolved}), not a kept "
+            "example; --force writes only under docs/examples/<example>; name another "
+            f"{what}"
+        )
 
 
 def _shown(path: str) -> str:
@@ -116,14 +148,7 @@ def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False)
         raise ConfigError("--out='': empty; name a folder")
     folder = Path(out)
     resolved = folder.resolve()
-    inside = [PROJECT_ROOT, *(PROJECT_ROOT / name for name in TRACKED_FOLDERS)]
-    if not force and (
-        resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in inside[1:])
-    ):
-        raise ConfigError(
-            f"--out={shown}: inside the checkout's tracked files ({resolved}); name another "
-            "folder, or pass --force to overwrite them"
-        )
+    _tracked_refusal(resolved, "--out", shown, force, "folder")
     try:
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"--out={shown}: a file, not a folder")
@@ -157,12 +182,7 @@ def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
             raise ConfigError(f"{flag}={shown}: its folder {path.parent} does not exist")
     except OSError as exc:
         raise ConfigError(f"{flag}={shown}: not a usable path ({exc.strerror})") from None
-    tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
-    if not force and any(resolved.is_relative_to(p) for p in tracked):
-        raise ConfigError(
-            f"{flag}={shown}: inside the checkout's tracked files ({resolved}); name another "
-            "file, or pass --force to overwrite it"
-        )
+    _tracked_refusal(resolved, flag, shown, force, "file")
     return path
 
 

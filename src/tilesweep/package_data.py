@@ -20,7 +20,13 @@ def _flat(items: list) -> list:
 def parse_columns(text: str, where: str) -> dict[str, dict[str, tuple[str, ...]]]:
     """Return a column file's lists by module and name, checked, or raise a one-line ValueError
     that names the file (`where`) and the list."""
-    data = yaml.safe_load(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{where}: not YAML ({line}{problem})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a mapping of module to lists, got {data!r}")
     out = {}
@@ -45,17 +51,50 @@ def parse_columns(text: str, where: str) -> dict[str, dict[str, tuple[str, ...]]
     return out
 
 
+class BrokenPackageData(SystemExit):
+    """A data file the package ships, damaged (emptied, not YAML, not text, deleted, a list
+    missing): nothing can run, so the process ends with one line naming the file, from any
+    entry point (the command, the Snakefile, a job's script, a tool), never a traceback."""
+
+    def __init__(self, why: str):
+        super().__init__(
+            f"tilesweep: {why}; the installed package is damaged (reinstall it, or "
+            "git checkout its data/ folder)"
+        )
+
+
 @functools.cache
 def column_file(package: str) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Return `package`'s data/columns.yaml, read once and checked (parse_columns)."""
-    text = importlib.resources.files(package).joinpath(COLUMNS_FILE).read_text("utf-8")
-    return parse_columns(text, f"{package.replace('.', '/')}/{COLUMNS_FILE}")
+    """Return `package`'s data/columns.yaml, read once and checked (parse_columns); a damaged
+    one ends the process in one line (BrokenPackageData)."""
+    where = f"{package.replace('.', '/')}/{COLUMNS_FILE}"
+    try:
+        text = importlib.resources.files(package).joinpath(COLUMNS_FILE).read_text("utf-8")
+        return parse_columns(text, where)
+    except UnicodeDecodeError:
+        raise BrokenPackageData(f"{where}: not text (bytes that are not UTF-8)") from None
+    except OSError as exc:
+        raise BrokenPackageData(f"{where}: unreadable ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise BrokenPackageData(str(exc)) from None
+
+
+class _Lists(dict):
+    """One module's column lists by name: a name the file lacks is one line naming the file."""
+
+    where = ""
+
+    def __missing__(self, key: str):
+        raise BrokenPackageData(f"{self.where}: no list {key}")
 
 
 def column_lists(module: str, package: str = "tilesweep") -> dict[str, list[str]]:
     """Return the column lists `package`'s data/columns.yaml declares for `module`, by name, each
-    a fresh list."""
+    a fresh list (a name it lacks, or a module with none, ends the process in one line)."""
     lists = column_file(package)
+    where = f"{package.replace('.', '/')}/{COLUMNS_FILE}"
     if module not in lists:
-        raise ValueError(f"{package.replace('.', '/')}/{COLUMNS_FILE}: no lists for {module}")
-    return {key: list(items) for key, items in lists[module].items()}
+        raise BrokenPackageData(f"{where}: no lists for {module}")
+    out = _Lists({key: list(items) for key, items in lists[module].items()})
+    out.where = f"{where}: {module}"
+    return out

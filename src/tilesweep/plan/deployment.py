@@ -131,6 +131,24 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     return out
 
 
+def _comm_gap(why: str, hw: dict) -> str:
+    """Return why a collective has no time, naming the file its figures would come from: 'no
+    all_reduce figures for 8 GPUs (has 2, 4) in conf/hardware/rtx_pro_6000.yaml'."""
+    where = (
+        "the collectives measured here"
+        if hw.get("interconnect") == "measured"
+        else f"conf/hardware/{hw.get('name')}.yaml"
+    )
+    return f"{why.split(';')[0]} in {where}"
+
+
+def comm_gap_bound(gaps: list[str]) -> str:
+    """Return the bound of a row whose step has no communication time: 'gap (communication
+    unknown: <the first collective's reason>)', the reason naming the GPU count and the file."""
+    reason = next((g.split(": ", 1)[1] for g in gaps if ": " in g), "")
+    return f"gap (communication unknown: {reason})" if reason else "gap (communication unknown)"
+
+
 def _stage_time(
     model,
     dep,
@@ -158,7 +176,7 @@ def _stage_time(
         "mem_kernel": 0.0,
         "math_kernel": 0.0,
     }
-    sources, gaps = set(), []
+    sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
     for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw):
         t = timer(part, hw)
@@ -182,12 +200,13 @@ def _stage_time(
             acc["math_kernel"] += c * (t["math_ms"] + t["memory_ms"])
             acc["roof_math"] += c * t["roof_math_ms"]
     for coll in stage_collectives(model, layout, stage, micro, first):
-        ms, _ = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)
+        ms, why = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)
         acc["comm"] += coll["count"] * ms
         if math.isnan(ms):
-            gaps.append(f"{coll['name']}: no interconnect model")
+            comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
     acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
-    acc["sources"], acc["gaps"], acc["peak"] = sources, gaps, peak
+    acc["sources"], acc["gaps"], acc["peak"] = sources, gaps + comm_gaps, peak
+    acc["comm_gaps"] = comm_gaps
     return acc
 
 
@@ -235,9 +254,10 @@ def compose_step(
         for i, st in enumerate(stages)
     ]
     hop = back = 0.0
+    hop_why = ""
     if pp > 1:
         hop_bytes = math.ceil(micro / layout["ep"]) * model["hidden"] * ACT_BYTES
-        hop, _ = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
+        hop, hop_why = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
         # The ring's return hop: the last stage hands the picked tokens back to the first.
         back, _ = floored_ms(
             "send_recv", 2, math.ceil(micro / layout["ep"]) * 8, numbers, measured_floors
@@ -270,8 +290,10 @@ def compose_step(
         achieved = {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
     sources = set().union(*(t["sources"] for t in times))
     gaps = [g for t in times for g in t["gaps"]]
+    comm_gaps = [g for t in times for g in t["comm_gaps"]]
     if math.isnan(hop) or math.isnan(back):
-        gaps.append("pp_send_recv: no interconnect model")
+        comm_gaps.append(f"pp_send_recv: {_comm_gap(hop_why, hw)}")
+        gaps.append(comm_gaps[-1])
     return {
         "tpot_ms": tpot,
         "stage_ms": [t["time"] for t in times],
@@ -283,6 +305,7 @@ def compose_step(
         "part_sources": sorted(sources),
         "peak_fraction": max(t["peak"] for t in times),
         "gaps": gaps,
+        "comm_gaps": comm_gaps,
         "interconnect": ic_label,
     }
 
@@ -447,9 +470,12 @@ def compose_parts(
             split = dict(step["split"], host=engine.host_ms)
             tpot = step["tpot_ms"] + engine.host_ms
             verdict = decide_bound(split, step["achieved"])
-            if math.isnan(tpot) and not verdict["bound"].startswith("gap"):
-                # A missing hop (no send/recv figures) is on the path, not in any part.
-                verdict = {"bound": "gap (communication unknown)", "share": math.nan, "margin": ""}
+            comm_gap = verdict["bound"] == "gap (communication unknown)"
+            if comm_gap or (math.isnan(tpot) and not verdict["bound"].startswith("gap")):
+                # A missing hop (no send/recv figures) is on the path, not in any part; the
+                # bound names the collective's missing GPU count and the file it is missing from.
+                bound = comm_gap_bound(step["comm_gaps"])
+                verdict = {"bound": bound, "share": math.nan, "margin": ""}
             floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
             row.update(
                 {

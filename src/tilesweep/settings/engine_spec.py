@@ -62,6 +62,9 @@ class Family(Section):
         """Refuse a family with no kernel at all: it would pass as an engine-faithful count."""
         if not (self.per_layer or self.per_moe_layer or self.per_dense_layer or self.per_step):
             raise refuse("per_layer", "every kernel list is empty; list the engine's kernels", [])
+        if not any(k.kind == "expert_gemm" and k.count > 0 for k in self.per_moe_layer):
+            why = "lists no expert_gemm kernel: every MoE layer runs its experts' GEMMs"
+            raise refuse("per_moe_layer", why, [k.name for k in self.per_moe_layer])
         return self
 
 

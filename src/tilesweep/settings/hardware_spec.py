@@ -37,7 +37,7 @@ class OneShotFigures(Section):
     cited, its time by message size (`points`: [bytes, us] pairs, ascending; the time between
     two is read on the line through them, below the first at the first's)."""
 
-    latency_us: Number = Field(ge=0)
+    latency_us: Number = Field(ge=0, le=1e6)  # at most a second, as Figures
     max_bytes: int = Field(ge=1)
     points: list[
         Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=2, max_length=2)]
@@ -49,6 +49,9 @@ class OneShotFigures(Section):
         sizes = [b for b, _ in self.points]
         if sizes != sorted(set(sizes)) or (sizes and sizes[-1] > self.max_bytes):
             raise refuse("points", "bytes must ascend, each at most max_bytes", sizes)
+        slow = [us for _, us in self.points if us > 1e6]
+        if slow:
+            raise refuse("points", "a time above a second (1e6 us) is no all-reduce's", slow[0])
         return self
 
 

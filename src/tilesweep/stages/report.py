@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from tilesweep import answer_card, backends
 from tilesweep.cells import content_key, read_cell_bytes, read_cell_json, write_cell_bytes
+from tilesweep.errors import CellError
 from tilesweep.io import concat_tables
 from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import contents as report_data
@@ -33,9 +36,60 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 RERENDERED = "re-rendered from the GPU run's tables; versions above are the renderer's"
 
 
+# The columns the report reads of each table that has rows; a table without one is refused
+# naming the file (a kept example's tables have no .sum record: they are only parsed).
+NEEDED = {
+    "verdict": ("layout", "batch", "fits_memory", "tpot_ms", "bound"),
+    "decode": ("status", "time_ms"),
+    "launch": ("status",),
+    "collective": ("status", "time_ms"),
+    "check": ("layout", "batch", "measured_ms", "composed_ms"),
+    "engines": ("layout", "batch", "engine_tpot_ms", "composed_tpot_ms"),
+    "power": ("status",),
+}
+
+
+# The columns of NEEDED that hold numbers (a cell of text there is a damaged table).
+NUMERIC = {
+    "batch",
+    "tpot_ms",
+    "time_ms",
+    "measured_ms",
+    "composed_ms",
+    "engine_tpot_ms",
+    "composed_tpot_ms",
+}
+
+
 def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
-    """Return each named table, read from its input files (a list each; empty when none)."""
-    return {name: concat_tables(list(inputs.get(name, []))) for name in names}
+    """Return each named table, read from its input files (a list each; empty when none); a
+    table with rows that lacks a column the report reads, or a verdict with no row (it has one
+    per layout and batch), raises CellError naming the file."""
+    out = {}
+    for name in names:
+        paths = list(inputs.get(name, []))
+        table = concat_tables(paths)
+        where = ", ".join(paths) or name
+        if name == "verdict" and paths and table.empty:
+            raise CellError(f"{where}: no rows (a verdict has one per layout and batch); rerun it")
+        missing = [c for c in NEEDED.get(name, ()) if not table.empty and c not in table]
+        if missing:
+            why = f"no {', '.join(missing)} column"
+            raise CellError(f"{where}: {why}; rerun the step that writes it")
+        for col in (c for c in NEEDED.get(name, ()) if c in NUMERIC and c in table):
+            text = table[col].dropna()
+            value = pd.to_numeric(text, errors="coerce")
+            bad = text[value.isna()]
+            # A time (ms) or a batch is finite and not negative: inf is no TPOT.
+            odd = text[value.notna() & ~value.between(0, float("1e300"))]
+            if len(bad) or len(odd):
+                shown = bad.iloc[0] if len(bad) else odd.iloc[0]
+                what = "a number" if len(bad) else "a finite number of at least 0"
+                shown = repr(shown)[:40] if isinstance(shown, str) else float(shown)
+                why = f"{col}={shown} is not {what}"
+                raise CellError(f"{where}: {why}; rerun the step that writes it")
+        out[name] = table
+    return out
 
 
 def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None) -> None:

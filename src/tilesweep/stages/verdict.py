@@ -19,7 +19,8 @@ from tilesweep.cells import (
     write_cell_parquet,
     write_cell_table,
 )
-from tilesweep.io import concat_tables, read_json, read_json_named
+from tilesweep.errors import CellError
+from tilesweep.io import concat_tables, read_json_named
 from tilesweep.settings import RootSettings
 from tilesweep.stages import logged, named_files
 from tilesweep.stages.tables import arrow_safe
@@ -67,13 +68,21 @@ def panel_json(panel: dict | None) -> str:
 
 
 def read_panel(path: str) -> dict | None:
-    """Return the panel panel_json wrote (frames read back as every table is), or None."""
-    saved = read_json(path)
+    """Return the panel panel_json wrote (frames read back as every table is), or None; one
+    that is not JSON, not a record of the panel's tables or holds an unreadable one raises
+    CellError naming the file."""
+    saved = read_json_named(path)
     if not saved:
         return None
-    return {
-        k: pd.read_csv(io.StringIO(saved[k])) if saved[k].strip() else pd.DataFrame() for k in PANEL
-    }
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), str) for k in PANEL):
+        raise CellError(f"{path}: not the question's panel (a record of {', '.join(PANEL)})")
+    try:
+        return {
+            k: pd.read_csv(io.StringIO(saved[k])) if saved[k].strip() else pd.DataFrame()
+            for k in PANEL
+        }
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise CellError(f"{path}: a panel table is not readable ({exc})") from None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import json
 import sys
 import types
 import zipfile
+import zlib
 from pathlib import Path
 
 from tilesweep.fused_moe.engines.base import data as engine_data
@@ -123,12 +124,21 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
     dist, version = wheel_version(wheel)
     if dist != spec.distribution.lower().replace("_", "-"):
         raise ValueError(f"{wheel.name}: a {dist} wheel, not {engine}")
-    with zipfile.ZipFile(wheel) as archive:
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, EOFError):
+        raise ValueError(
+            f"{wheel}: not a zip file, so a damaged or cut-short wheel; delete it and fetch again"
+        ) from None
+    with archive:
         try:
             source_bytes = archive.read(module)
+            source = source_bytes.decode()
         except KeyError:
             raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
-        functions = jit_functions(source_bytes.decode())
+        except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{wheel}: damaged ({module} unreadable: {exc})") from None
+        functions = jit_functions(source)
         if kernel not in functions:
             raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
         out = Path(folder) / f"{engine}-{version}"
@@ -137,7 +147,12 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
             names = _extract_names(engine, archive, out)
         except (KeyError, ValueError) as exc:
             raise ValueError(f"{wheel.name}: its config file naming is not found ({exc})") from None
-        tables = _extract_tables(engine, archive, out)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise ValueError(f"{wheel}: damaged (a member unreadable: {exc})") from None
+        try:
+            tables = _extract_tables(engine, archive, out)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise ValueError(f"{wheel}: damaged (a config table unreadable: {exc})") from None
     text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
     with atomic_path(out / "kernel.py") as tmp:
         tmp.write_text(text)
