@@ -90,10 +90,9 @@ task_answer_time() {
   start=$(date +%s)
   while [ ! -f "$card" ] && kill -0 "$sweep" 2>/dev/null; do sleep 2; done
   echo "card: $([ -f "$card" ] && echo written || echo none) after $(($(date +%s) - start)) s" | tee "$out/answer_time.txt"
-  # Stop the rest of the sweep (Snakemake waits for its running jobs; killed 20 s later).
-  pkill -TERM -f -- "-m snakemake" || true
-  sleep 20
-  pkill -KILL -f -- "-m snakemake" || true
+  # Stop the rest of this sweep only: TERM its `timeout`, which passes it to Snakemake (waiting
+  # for its running jobs) and KILLs it 20 s later (-k 20); never another Snakemake on the machine.
+  pkill -TERM -P "$sweep" -x timeout || true
   wait "$sweep"
   cp "$card" "$out/" 2>/dev/null || true
   grep -A14 "verdict ended" "$out/snakemake.log" | tee -a "$out/answer_time.txt"
