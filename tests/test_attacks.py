@@ -177,8 +177,21 @@ REFUSED = [
 ]
 
 
-@pytest.mark.slow  # runs snakemake
 @pytest.mark.parametrize(("override", "message"), REFUSED, ids=[o for o, _ in REFUSED])
+def test_a_bad_value_is_refused_in_one_line(override, message):
+    """Each is planned as the Snakefile plans it (Sweep, with no device given); the test below
+    runs snakemake on two of them: the Snakefile turns the refusal into its line before any job."""
+    from tilesweep.pipeline import Sweep
+
+    with pytest.raises(ConfigError) as err:
+        Sweep([*TINY, override], ROOT / "conf")
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+@pytest.mark.slow  # runs snakemake
+@pytest.mark.parametrize(
+    ("override", "message"), [REFUSED[0], REFUSED[-1]], ids=[REFUSED[0][0], REFUSED[-1][0]]
+)
 def test_a_bad_value_is_refused_in_one_line_before_any_job(tmp_path, override, message):
     proc = snakemake(tmp_path, "--cores", "1", overrides=[*TINY, override], check=False)
     _assert_refused(proc, message)
