@@ -208,6 +208,7 @@ def _assert_refused(proc: subprocess.CompletedProcess, message: str) -> None:
 
 @pytest.mark.slow  # runs snakemake
 def test_bad_command_line_values_are_refused_in_one_line(tmp_path):
+    """Each is planned as the Snakefile plans it; snakemake itself refuses the first."""
     some_file = tmp_path / "a_file"
     some_file.write_text("x")
     cases = [
@@ -216,9 +217,12 @@ def test_bad_command_line_values_are_refused_in_one_line(tmp_path):
         ('overrides=["nosuch=1"]', "nosuch"),
     ]
     for config, message in cases:
-        cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
-        proc = subprocess.run([*cmd, "--config", config], capture_output=True, text=True)
-        _assert_refused(proc, message)
+        with pytest.raises(ConfigError) as err:
+            _plan_config(config)
+        assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    proc = subprocess.run([*cmd, "--config", cases[0][0]], capture_output=True, text=True)
+    _assert_refused(proc, cases[0][1])
 
 
 @pytest.mark.slow  # runs snakemake
@@ -553,10 +557,28 @@ COMMAND_REFUSED = [
 ]
 
 
+def _plan_config(*entries: str) -> None:
+    """Plan `--config ENTRIES` in this process as the Snakefile plans it: the entries read as
+    Snakemake reads them, checked, then the overrides (the device's first) composed by Sweep."""
+    from snakemake.cli import parse_config
+
+    from tilesweep.pipeline import Sweep, check_command_config, parse_overrides
+
+    config = parse_config(list(entries))
+    check_command_config(config)
+    planned = [f"device={config['device']}"] if "device" in config else []
+    Sweep(planned + parse_overrides(config.get("overrides")), ROOT / "conf")
+
+
 def test_bad_config_keys_are_refused_in_one_line(tmp_path):
+    """Each is planned as the Snakefile plans it; snakemake itself refuses the first (and, in
+    test_bad_command_line_values_are_refused_in_one_line, another) before any job."""
     for config, message in COMMAND_REFUSED:
-        proc = _snakemake_config(tmp_path, *config)
-        _assert_refused(proc, message)
+        with pytest.raises(ConfigError) as err:
+            _plan_config(*config)
+        assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+    proc = _snakemake_config(tmp_path, *COMMAND_REFUSED[0][0])
+    _assert_refused(proc, COMMAND_REFUSED[0][1])
     assert not (tmp_path / "results").exists()
 
 
