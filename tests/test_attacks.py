@@ -587,11 +587,11 @@ def test_an_unwritable_results_dir_is_refused_in_one_line(tmp_path):
         ("/proc/1/results", "results_dir=/proc/1/results: cannot write the sweep's lock there"),
         ("r" * 300, "results_dir=rrr"),
     ]:
-        proc = _snakemake_config(tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]')
-        if where.startswith("/proc"):
-            proc = _snakemake_config(
-                tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]', dry=False
-            )
+        # A dry run writes no lock, so the lock's folder is refused by a real run only.
+        dry = not where.startswith("/proc")
+        proc = _snakemake_config(
+            tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]', dry=dry
+        )
         _assert_refused(proc, message)
 
 
