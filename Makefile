@@ -46,12 +46,13 @@ sweep: $(BIN)/.installed
 lint: lint-fast
 	$(BIN)/snakemake --lint --cores 1 >/dev/null
 
-# Tests run on every core (pytest-xdist, one worker a core); each worker makes its own tiny
-# sweep. PYTEST_WORKERS=0 runs them in one process.
+# Tests run on every core (pytest-xdist, one worker a core); the tests that read the tiny sweep
+# run on one worker (conftest.py groups them), which makes it once. PYTEST_WORKERS=0 runs them
+# all in one process.
 PYTEST_WORKERS ?= auto
 
 unit: bootstrap
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The fast tier needs only the Python packages and skips `snakemake --lint`, which plans the
 # default sweep.

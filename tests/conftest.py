@@ -33,10 +33,15 @@ SWEEP_FIXTURES = {"tiny_sweep", "second_sweep", "slurm_sweep"}
 
 
 def pytest_collection_modifyitems(items):
-    """Mark slow every test that takes a fixture running a real sweep."""
+    """Mark slow every test that takes a fixture running a real sweep, and put every test that
+    reads the session's tiny sweep in one xdist group: under `--dist loadgroup` (make test) one
+    worker makes the sweep and the others run the rest, instead of each worker sweeping."""
     for item in items:
-        if SWEEP_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if SWEEP_FIXTURES & names:
             item.add_marker(pytest.mark.slow)
+        if names & {"tiny_sweep", "slurm_sweep"}:  # the SLURM run is compared with it
+            item.add_marker(pytest.mark.xdist_group("tiny_sweep"))
 
 
 @pytest.fixture(scope="session")

@@ -29,10 +29,11 @@ def _rows(work: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory) -> tuple[Path, dict[str, int]]:
-    """Return a finished tiny sweep (its own, since the attacks change it) and its row counts."""
-    work = tmp_path_factory.mktemp("attacked")
-    snakemake(work, "--cores", "2", overrides=TINY)
+def swept(tiny_sweep, tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """Return a finished tiny sweep (a copy of the session's, since the attacks change it, with
+    Snakemake's records) and its row counts."""
+    work = tmp_path_factory.mktemp("attacked") / "work"
+    shutil.copytree(tiny_sweep, work, symlinks=True)
     return work, _rows(work)
 
 
@@ -65,42 +66,50 @@ def _state(path: Path) -> object:
 
 
 LONG = pytest.mark.skipif(not FUZZ, reason="one of the longer attacks: TILESWEEP_ATTACK_FUZZ=N")
+CUBIN = "results/build/triton/sm_90/bf16-m16n64k64-s2-w4-default/kernel.cubin"
+# Each round's damages run one sweep. A round damages several outputs only where their jobs are
+# apart (no one's rerun would rerun another's), so each is still rebuilt for its own damage; an
+# output of the join or after it has a round of its own, since any cell's rerun rejoins.
 REBUILT = [
-    ("results/decode/baselines.csv", "empty"),
-    ("results/collective/tp2-pp1-ep1.csv", "cut mid-line"),
-    ("results/layout/tp1-pp1-ep1.csv", "same size"),
-    ("results/decode/baselines.csv", "deleted"),
-    ("results/tables/layout.csv", "deleted"),
-    ("results/tables/decode.parquet", "cut mid-line"),
-    ("results/tables/provenance.json", "deleted"),
-    ("results/plots/pareto.png", "cut mid-line"),
-    ("results/build/triton/sm_90/bf16-m16n64k64-s2-w4-default/kernel.cubin", "deleted"),
-    ("results/decode/baselines.csv", "a folder"),
-    pytest.param("results/decode/baselines.csv", "cut at a line", marks=LONG),
-    pytest.param("results/device/ceilings.json", "cut mid-line", marks=LONG),
-    pytest.param("results/tables/decode.csv", "cut at a line", marks=LONG),
-    pytest.param("results/layout/tp2-pp1-ep1.csv", "record deleted", marks=LONG),
+    [
+        ("results/decode/baselines.csv", "empty"),
+        ("results/collective/tp2-pp1-ep1.csv", "cut mid-line"),
+        ("results/layout/tp1-pp1-ep1.csv", "same size"),
+        (CUBIN, "deleted"),
+    ],
+    [("results/decode/baselines.csv", "deleted")],
+    [("results/tables/layout.csv", "deleted")],
+    [("results/tables/decode.parquet", "cut mid-line")],
+    [("results/tables/provenance.json", "deleted")],
+    [("results/plots/pareto.png", "cut mid-line")],
+    [("results/decode/baselines.csv", "a folder")],
+    pytest.param([("results/decode/baselines.csv", "cut at a line")], marks=LONG),
+    pytest.param([("results/device/ceilings.json", "cut mid-line")], marks=LONG),
+    pytest.param([("results/tables/decode.csv", "cut at a line")], marks=LONG),
+    pytest.param([("results/layout/tp2-pp1-ep1.csv", "record deleted")], marks=LONG),
 ]
 
 
 def _label(case) -> str:
-    rel, how = case.values if hasattr(case, "values") else case
-    return f"{rel}-{how}"
+    damages = case.values[0] if hasattr(case, "values") else case
+    return "+".join(f"{rel}-{how}" for rel, how in damages)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("rel", "how"), REBUILT, ids=[_label(c) for c in REBUILT])
-def test_a_damaged_output_is_rebuilt_and_no_row_is_lost(swept, rel, how):
+@pytest.mark.parametrize("damages", REBUILT, ids=[_label(c) for c in REBUILT])
+def test_a_damaged_output_is_rebuilt_and_no_row_is_lost(swept, damages):
     work, rows = swept
-    path = work / rel
-    _damage(path, how)
-    damaged = _state(path)
+    for rel, how in damages:
+        _damage(work / rel, how)
+    states = {rel: _state(work / rel) for rel, _ in damages}
     ledger = _state(work / "results" / ".rebuilds.json")
     plan = snakemake(work, "-n", overrides=TINY)
-    # A file written beside a cell (a build's cubin) is named through the cell's record.
-    named = rel if path.name != "kernel.cubin" else str(Path(rel).with_name("build.json"))
-    assert f"tilesweep: {named}: " in plan.stderr and "its job reruns" in plan.stderr
-    assert _state(path) == damaged  # a dry run removes nothing
+    for rel, _ in damages:
+        # A file written beside a cell (a build's cubin) is named through the cell's record.
+        named = rel if Path(rel).name != "kernel.cubin" else str(Path(rel).with_name("build.json"))
+        lines = [ln for ln in plan.stderr.splitlines() if ln.startswith(f"tilesweep: {named}: ")]
+        assert len(lines) == 1 and lines[0].endswith("; its job reruns"), plan.stderr[-2000:]
+    assert {rel: _state(work / rel) for rel, _ in damages} == states  # a dry run removes nothing
     assert _state(work / "results" / ".rebuilds.json") == ledger  # and writes no ledger
     snakemake(work, "--cores", "2", overrides=TINY)
     assert _rows(work) == rows
@@ -168,8 +177,21 @@ REFUSED = [
 ]
 
 
-@pytest.mark.slow  # runs snakemake
 @pytest.mark.parametrize(("override", "message"), REFUSED, ids=[o for o, _ in REFUSED])
+def test_a_bad_value_is_refused_in_one_line(override, message):
+    """Each is planned as the Snakefile plans it (Sweep, with no device given); the test below
+    runs snakemake on two of them: the Snakefile turns the refusal into its line before any job."""
+    from tilesweep.pipeline import Sweep
+
+    with pytest.raises(ConfigError) as err:
+        Sweep([*TINY, override], ROOT / "conf")
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+@pytest.mark.slow  # runs snakemake
+@pytest.mark.parametrize(
+    ("override", "message"), [REFUSED[0], REFUSED[-1]], ids=[REFUSED[0][0], REFUSED[-1][0]]
+)
 def test_a_bad_value_is_refused_in_one_line_before_any_job(tmp_path, override, message):
     proc = snakemake(tmp_path, "--cores", "1", overrides=[*TINY, override], check=False)
     _assert_refused(proc, message)
@@ -186,6 +208,7 @@ def _assert_refused(proc: subprocess.CompletedProcess, message: str) -> None:
 
 @pytest.mark.slow  # runs snakemake
 def test_bad_command_line_values_are_refused_in_one_line(tmp_path):
+    """Each is planned as the Snakefile plans it; snakemake itself refuses the first."""
     some_file = tmp_path / "a_file"
     some_file.write_text("x")
     cases = [
@@ -194,9 +217,12 @@ def test_bad_command_line_values_are_refused_in_one_line(tmp_path):
         ('overrides=["nosuch=1"]', "nosuch"),
     ]
     for config, message in cases:
-        cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
-        proc = subprocess.run([*cmd, "--config", config], capture_output=True, text=True)
-        _assert_refused(proc, message)
+        with pytest.raises(ConfigError) as err:
+            _plan_config(config)
+        assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    proc = subprocess.run([*cmd, "--config", cases[0][0]], capture_output=True, text=True)
+    _assert_refused(proc, cases[0][1])
 
 
 @pytest.mark.slow  # runs snakemake
@@ -531,10 +557,28 @@ COMMAND_REFUSED = [
 ]
 
 
+def _plan_config(*entries: str) -> None:
+    """Plan `--config ENTRIES` in this process as the Snakefile plans it: the entries read as
+    Snakemake reads them, checked, then the overrides (the device's first) composed by Sweep."""
+    from snakemake.cli import parse_config
+
+    from tilesweep.pipeline import Sweep, check_command_config, parse_overrides
+
+    config = parse_config(list(entries))
+    check_command_config(config)
+    planned = [f"device={config['device']}"] if "device" in config else []
+    Sweep(planned + parse_overrides(config.get("overrides")), ROOT / "conf")
+
+
 def test_bad_config_keys_are_refused_in_one_line(tmp_path):
+    """Each is planned as the Snakefile plans it; snakemake itself refuses the first (and, in
+    test_bad_command_line_values_are_refused_in_one_line, another) before any job."""
     for config, message in COMMAND_REFUSED:
-        proc = _snakemake_config(tmp_path, *config)
-        _assert_refused(proc, message)
+        with pytest.raises(ConfigError) as err:
+            _plan_config(*config)
+        assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+    proc = _snakemake_config(tmp_path, *COMMAND_REFUSED[0][0])
+    _assert_refused(proc, COMMAND_REFUSED[0][1])
     assert not (tmp_path / "results").exists()
 
 
@@ -543,11 +587,11 @@ def test_an_unwritable_results_dir_is_refused_in_one_line(tmp_path):
         ("/proc/1/results", "results_dir=/proc/1/results: cannot write the sweep's lock there"),
         ("r" * 300, "results_dir=rrr"),
     ]:
-        proc = _snakemake_config(tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]')
-        if where.startswith("/proc"):
-            proc = _snakemake_config(
-                tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]', dry=False
-            )
+        # A dry run writes no lock, so the lock's folder is refused by a real run only.
+        dry = not where.startswith("/proc")
+        proc = _snakemake_config(
+            tmp_path, f'overrides=["experiment=tiny","results_dir={where}"]', dry=dry
+        )
         _assert_refused(proc, message)
 
 
@@ -660,18 +704,25 @@ TOOL_CASES = [
 @pytest.mark.parametrize(
     ("argv", "message"), TOOL_CASES, ids=[" ".join(a)[:70] for a, _ in TOOL_CASES]
 )
-def test_a_tool_refuses_bad_arguments_in_one_line_and_keeps_kept_files(tmp_path, argv, message):
+def test_a_tool_refuses_bad_arguments_in_one_line_and_keeps_kept_files(
+    tmp_path, argv, message, monkeypatch, capsys
+):
     """The drop-in and example tools: a bad argument or a kept file as the output is one line
-    (no traceback), and no tracked file changes."""
+    (no traceback), and no tracked file changes. Each runs as `python tools/X.py` runs it (its
+    `__main__`, from the checkout), in this process: an exception other than its refusal would
+    end the test here as it would print a traceback there."""
+    import runpy
     import sys
 
     before = _tracked_state()
     argv = [a.replace("OUT", str(tmp_path)) for a in argv]
-    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    assert proc.returncode != 0, proc.stdout
-    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
-    assert message in proc.stderr, proc.stderr
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(argv[0], run_name="__main__")
+    out, err = capsys.readouterr()
+    assert done.value.code not in (0, None), out
+    assert err.count("\n") == 1 and message in err, err
     assert _tracked_state() == before
 
 

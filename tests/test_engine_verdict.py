@@ -94,7 +94,7 @@ def test_an_engines_kernel_list_replaces_the_lean_steps_count():
     assert unread.launches is None and "no kernel list read for other" in unread.label
 
 
-def test_fit_batches_that_nothing_fits_at_are_refused_or_named():
+def test_fit_batches_that_nothing_fits_at_are_refused_or_named(capsys):
     """`tilesweep verdict` times no step: deployment.fit_batches is refused in one line there;
     a sweep that composes from the shipped fit says the batches were not applied."""
     settings = compose_settings(["deployment.fit_batches=[1,64]", "references=none"])
@@ -103,12 +103,9 @@ def test_fit_batches_that_nothing_fits_at_are_refused_or_named():
     empty = pd.DataFrame()
     _, _, label = deployment_verdict.verdict_fit(settings, empty, {}, {})
     assert "deployment.fit_batches=[1, 64] not applied" in label
-    done = subprocess.run(
-        [sys.executable, "-m", "tilesweep.cli", "verdict", "--no-engines",
-         "deployment.fit_batches=[1,64]"], capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "composes from the shipped fit" in done.stderr
+    assert main(["verdict", "--no-engines", "deployment.fit_batches=[1,64]"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "composes from the shipped fit" in err, err
 
 
 def test_an_attention_table_the_verdict_command_cannot_use_is_refused_naming_its_device(capsys):
@@ -246,7 +243,9 @@ def test_tilesweep_verdict_writes_tp8_rows_in_seconds(tmp_path, capsys):
     print(f"tilesweep verdict took {took:.1f} s")  # the target (under a minute) is a benchmark
 
 
-def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path):
+def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    """Each as `tilesweep verdict` runs from the checkout, in this process (main): an exception
+    other than its refusal would end the test here as it would print a traceback there."""
     (tmp_path / "file").write_text("x")
     (tmp_path / "taken" / "verdict.csv").mkdir(parents=True)
     (tmp_path / "taken" / "verdict.csv" / "kept").write_text("mine")
@@ -260,16 +259,12 @@ def test_tilesweep_verdict_refuses_bad_input_in_one_line(tmp_path):
         (["verdict", "--out", "docs/examples/h200"], "--force"),
         (["verdict", "--out", "/proc/self"], "cannot write there"),
     ]
+    monkeypatch.chdir(PROJECT_ROOT)
     for argv, why in cases:
-        done = subprocess.run(
-            [sys.executable, "-m", "tilesweep.cli", *argv],
-            capture_output=True,
-            text=True,
-            cwd=PROJECT_ROOT,
-        )
-        assert done.returncode == 2, done.stderr
-        assert done.stderr.startswith("tilesweep: ") and done.stderr.count("\n") == 1
-        assert why in done.stderr and "Traceback" not in done.stderr
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("tilesweep: ") and err.count("\n") == 1, err
+        assert why in err, err
     assert (tmp_path / "taken" / "verdict.csv" / "kept").read_text() == "mine"
     assert kept.read_bytes() == before
 
