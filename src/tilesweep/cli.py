@@ -13,7 +13,7 @@ import sys
 from tilesweep import answer_card, backends, compare, deployment_verdict
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
-from tilesweep.errors import ConfigError
+from tilesweep.errors import ConfigError, last_line
 from tilesweep.failures import failed_outputs, results_folder
 from tilesweep.io import check_out_folder, write_table
 
@@ -218,8 +218,6 @@ def unexpected(err: Exception) -> str:
     the installed package changed), with the full trace written to a file it names."""
     import tempfile
     import traceback
-
-    from tilesweep.errors import last_line
 
     text = "".join(traceback.format_exception(err))
     try:
