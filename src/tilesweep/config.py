@@ -357,6 +357,7 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
     from omegaconf import OmegaConf
 
     seen: list[dict] = []
+    models: dict[str, tuple[dict, ModelSettings]] = {}  # each model file read and checked once
     for i, fig in enumerate(references.of(settings).figures):
         where = f"references.figures[{i}]"
         key = fig.model_dump(exclude={"source", "tpot_ms", "speculative"})
@@ -366,15 +367,18 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 "model, hardware, deployment, layout, batch and context); give each figure once"
             )
         seen.append(key)
-        try:
-            model = OmegaConf.to_container(
-                OmegaConf.load(Path(conf_dir) / "model" / f"{fig.model}.yaml"), resolve=True
-            )
-            check(ModelSettings, model, f"model[{fig.model}]")
-        except ConfigError:
-            raise
-        except Exception as exc:
-            raise ConfigError(f"{where}.model={fig.model!r}: {_one_line(exc)}") from None
+        if fig.model not in models:
+            try:
+                model = OmegaConf.to_container(
+                    OmegaConf.load(Path(conf_dir) / "model" / f"{fig.model}.yaml"), resolve=True
+                )
+                check(ModelSettings, model, f"model[{fig.model}]")
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise ConfigError(f"{where}.model={fig.model!r}: {_one_line(exc)}") from None
+            models[fig.model] = (model, ModelSettings.model_validate(model))
+        model, typed = models[fig.model]
         families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
         fam = engine_profile.family(model)  # the model as its file gives it
         if families is None:
@@ -391,7 +395,7 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
         layout = fig.layout.model_dump(exclude_none=True)
         check(Layout, layout, f"{where}.layout")
         try:
-            Layout.model_validate(layout).fit(ModelSettings.model_validate(model))
+            Layout.model_validate(layout).fit(typed)
         except Refused as exc:
             raise ConfigError(exc.line(f"{where}.layout")) from None
 
