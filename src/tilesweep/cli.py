@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from tilesweep import answer_card, backends, compare, deployment_verdict
+from tilesweep import answer_card, backends, compare, deployment_verdict, engine_figures
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
@@ -119,9 +119,7 @@ def verdict_command(args: argparse.Namespace) -> int:
     empty = pd.DataFrame()
     table = deployment_verdict.deployment_table(settings, empty, empty, empty, {})
     engines = (
-        None
-        if args.no_engines
-        else deployment_verdict.engine_table(settings, empty, empty, empty, {})
+        None if args.no_engines else engine_figures.engine_table(settings, empty, empty, empty, {})
     )
     card = answer_card.build(settings, table, engines=engines)
     lines = card.lines()

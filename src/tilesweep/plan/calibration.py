@@ -123,7 +123,7 @@ def step_fit(
     (deployment.fit_batches: at most two; none given: the smallest and the largest such batch),
     or None when there is no such step, none of the batches asked for was measured, or no
     per-kernel cost. `terms`: the device's measured terms of a graphed fit (light_us, overlap,
-    bw_max: deployment_verdict.graph_terms), where measured. `attention`: the attention kernel's
+    bw_max: deployment_fit.graph_terms), where measured. `attention`: the attention kernel's
     own times (plan/attention_table), which identify the attention group's efficiencies where
     they cover this device and model."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:
