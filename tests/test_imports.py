@@ -15,7 +15,7 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
   measure   measure/ (timing, the whole step, power loads)
   backends  backends/* (each backend's module: builds and runners over measure/)
   verdict   question, config, grid, deployment_fit, deployment_verdict, engine_figures,
-            answer_card
+            answer_picks, answer_rests, answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
   top       report_paths, pipeline, compare, cli, and measure.step_engine_check: a command
@@ -52,7 +52,7 @@ FLOORS = (
     ("measure", "measure measure.*"),
     ("backends", "backends.*"),
     ("verdict", "question config grid deployment_fit deployment_verdict engine_figures "
-                "answer_card"),
+                "answer_picks answer_rests answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
     ("top", "report_paths pipeline compare cli measure.step_engine_check"),

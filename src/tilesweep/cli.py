@@ -10,7 +10,14 @@ import math
 import os
 import sys
 
-from tilesweep import answer_card, backends, compare, deployment_verdict, engine_figures
+from tilesweep import (
+    answer_card,
+    answer_picks,
+    backends,
+    compare,
+    deployment_verdict,
+    engine_figures,
+)
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
@@ -124,9 +131,9 @@ def verdict_command(args: argparse.Namespace) -> int:
     card = answer_card.build(settings, table, engines=engines)
     lines = card.lines()
     if args.top:
-        lines += answer_card.top_lines(table, args.top, card.target)
+        lines += answer_picks.top_lines(table, args.top, card.target)
     if args.pareto:
-        lines += answer_card.pareto_lines(table)
+        lines += answer_picks.pareto_lines(table)
     if out is not None:
         write_table(out / "verdict.csv", table)
         if engines is not None:

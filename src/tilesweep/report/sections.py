@@ -9,7 +9,7 @@ import json
 import pandas as pd
 
 from tilesweep import references
-from tilesweep.answer_card import collective_words
+from tilesweep.answer_rests import collective_words
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     COLLECTIVE_REPORT_COLUMNS,
@@ -196,7 +196,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
 
 def verdict_collectives(verdict: pd.DataFrame | None) -> str:
     """Return where the verdict's collectives come from, read from its first fitting row's
-    inputs (answer_card.collective_words), or that it has no row that fits."""
+    inputs (answer_rests.collective_words), or that it has no row that fits."""
     if verdict is None or verdict.empty or "inputs" not in verdict:
         return "no verdict row names its collectives"
     fits = verdict[column(verdict, "fits_memory", "yes").astype(str) == "yes"]
