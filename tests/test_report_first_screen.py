@@ -16,7 +16,7 @@ from test_report_html import browse, settings_stub
 
 from tilesweep import answer_card, answer_picks, answer_rests
 from tilesweep.config import compose
-from tilesweep.report import analysis, contents, headlines
+from tilesweep.report import analysis, contents, headlines, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
@@ -458,7 +458,7 @@ def test_the_launch_section_names_every_timed_kernel_it_does_not_cover_and_each_
                    "kernel": ["128x128x128", "128x256x128_s5"]})]), decode,
     )  # fmt: skip
     assert (everything["in_launch_check"] == "yes").all()
-    assert headlines.coverage_lines(everything)[0] == (
+    assert measurement_sections.coverage_lines(everything)[0] == (
         "The launch check covers all 4 kernels timed in decode."
     )
 
