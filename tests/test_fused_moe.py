@@ -357,12 +357,12 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     import logging
 
     from tilesweep.fused_moe import tune
-    from tilesweep.fused_moe.tune_worker import append_journal, read_journal
+    from tilesweep.fused_moe.journal import append_journal, read_journal, supervise
 
     log = logging.getLogger("test")
     env = {"TRITON_INTERPRET": "1"}
     spec = _spec()
-    records = tune.supervise(spec, tmp_path, log, env=env)
+    records = supervise(spec, tmp_path, log, env=env)
     screens = [r for r in records.values() if r["phase"] == "screen"]
     assert {r["status"] for r in screens} == {"ok", "constraint"}  # BLOCK_SIZE_K 128 > K=32
     table = tune.evaluate(spec, records, 100.0, 1.0)
@@ -384,7 +384,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert (engine["status"] == "skipped").all() and engine["reason"].str.contains("vllm").all()
     # A rerun finds everything journalled and adds nothing.
     lines = (tmp_path / "journal.jsonl").read_text().count("\n")
-    tune.supervise(spec, tmp_path, log, env=env)
+    supervise(spec, tmp_path, log, env=env)
     assert (tmp_path / "journal.jsonl").read_text().count("\n") == lines
     # A worker killed in an item: the item is journalled as a timeout, the rest resumes.
     journal = tmp_path / "journal.jsonl"
@@ -393,7 +393,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     for rec in kept[1:]:
         append_journal(journal, rec)
     slow = _spec(config_timeout_s=0.01)
-    records = tune.supervise(slow, tmp_path, log, env=env, restarts=20)
+    records = supervise(slow, tmp_path, log, env=env, restarts=20)
     assert any(r["status"] == "timeout" for r in records.values())
 
 
@@ -402,11 +402,10 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     import logging
 
     from tilesweep.fused_moe import tune
+    from tilesweep.fused_moe.journal import supervise
 
     spec = _spec(items_per_worker=1, batch_keys=[8], final_batches=[8])
-    records = tune.supervise(
-        spec, tmp_path, logging.getLogger("test"), env={"TRITON_INTERPRET": "1"}
-    )
+    records = supervise(spec, tmp_path, logging.getLogger("test"), env={"TRITON_INTERPRET": "1"})
     items = [r for r in records.values() if r["phase"] in ("screen", "final")]
     assert len(items) >= 4 and {r["phase"] for r in items} == {"screen", "final"}
     assert len({r["pid"] for r in items}) == len(items)  # one process per item
@@ -415,7 +414,7 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
 
 
 def test_a_half_written_journal_line_is_ignored(tmp_path):
-    from tilesweep.fused_moe.tune_worker import append_journal, read_journal
+    from tilesweep.fused_moe.journal import append_journal, read_journal
 
     path = tmp_path / "j.jsonl"
     append_journal(path, {"key": "a", "phase": "screen"})

@@ -1,6 +1,6 @@
 """The fused-MoE product inside tilesweep, one package: the project's fused-MoE Triton kernel
-(kernel.py) and its search space (space.py), its tuner (tune.py, tune_worker.py, case.py), the
-serving engines' own fused-MoE kernels taken from their wheels (engine_kernels.py,
+(kernel.py, routing.py) and its search space (space.py), its tuner (tune.py, tune_worker.py,
+journal.py, precompile.py, case.py), the serving engines' own fused-MoE kernels taken from their wheels (engine_kernels.py,
 vllm_kernel.py, sglang_kernel.py) with the check, search and tables run in them (engine_*.py),
 its backend registration (backend.py: the tuner, decode-row, step-runner and commands roles),
 the whole step's fused path (step.py), its CLI verbs (commands.py) and its report sections
