@@ -27,7 +27,7 @@ CONFIG = {
 
 
 def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
-    from tilesweep.fused_moe.kernel import align_blocks
+    from tilesweep.fused_moe.routing import align_blocks
 
     ids = torch.tensor([[0, 2], [2, 1], [0, 2], [3, 2]])
     sorted_ids, experts, post = align_blocks(ids, 4, 5)
@@ -42,7 +42,7 @@ def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
 
 
 def test_direct_blocks_give_each_pair_its_own_block():
-    from tilesweep.fused_moe.kernel import direct_blocks
+    from tilesweep.fused_moe.routing import direct_blocks
 
     ids = torch.tensor([[3, 1]])
     sorted_ids, experts, post = direct_blocks(ids, 16)
@@ -77,7 +77,7 @@ def _interpreted(code: str) -> dict:
 KERNEL_CHECK = """
 import json, torch
 from tilesweep.fused_moe import case
-from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe import kernel as fm, routing
 problem = {"experts": 6, "n": 48, "hidden": 64, "top_k": 2}
 gen = torch.Generator().manual_seed(1)
 w = case.make_weights(problem, "fp32", "cpu", gen)
@@ -88,7 +88,7 @@ for direct in (False, True):
     out[f"direct={direct}"] = [err, bad]
 # expert -1 (another rank's expert) writes zeros
 b = case.make_batch(problem, w, 3, "uniform", 1.2, "cpu", gen, direct=False)
-blk = fm.align_blocks(b.topk_ids, 16, 6, expert_map=torch.tensor([-1, 1, 2, 3, 4, 5]))
+blk = routing.align_blocks(b.topk_ids, 16, 6, expert_map=torch.tensor([-1, 1, 2, 3, 4, 5]))
 c = b.c["gate_up"].fill_(float("nan"))
 fm.invoke(b.a["gate_up"], w.w["gate_up"], c, blk, CONFIG, top_k=2, gather=True)
 remote = (b.topk_ids.reshape(-1) == 0)
@@ -97,7 +97,7 @@ out["remote_count"] = int(remote.sum())
 # every scale mode against its dequantised product, fp32 operands standing in for fp8
 a, bw = torch.randn(4, 256, generator=gen), torch.randn(2, 64, 256, generator=gen)
 ids = torch.tensor([[0], [1], [1], [0]])
-blk = fm.align_blocks(ids, 16, 2)
+blk = routing.align_blocks(ids, 16, 2)
 ref_plain = torch.stack([a[p] @ bw[ids[p, 0]].T for p in range(4)])
 scales = {
     "tensor": (torch.tensor([0.5]), torch.tensor([2.0, 3.0])),

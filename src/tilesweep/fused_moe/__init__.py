@@ -1,10 +1,10 @@
 """The fused-MoE product inside tilesweep, one package: the project's fused-MoE Triton kernel
 (kernel.py, routing.py) and its search space (space.py), its tuner (tune.py, tune_worker.py,
-journal.py, precompile.py, case.py), the serving engines' own fused-MoE kernels taken from their wheels (engine_kernels.py,
-vllm_kernel.py, sglang_kernel.py) with the check, search and tables run in them (engine_*.py),
-its backend registration (backend.py: the tuner, decode-row, step-runner and commands roles),
-the whole step's fused path (step.py), its CLI verbs (commands.py) and its report sections
-(report_sections.py, tune_analysis.py). Its rules are
+journal.py, precompile.py, case.py), the serving engines' own fused-MoE kernels taken from
+their wheels (engine_kernels.py, vllm_kernel.py, sglang_kernel.py) with the check, search and
+tables run in them (engine_*.py), its backend registration (backend.py: the tuner, decode-row,
+step-runner and commands roles), the whole step's fused path (step.py), its CLI verbs
+(commands.py) and its report sections (report_sections.py, tune_analysis.py). Its rules are
 workflow/rules/fused_moe.smk and fused_moe_replay.smk, its config group
 conf/backends/fused_moe.yaml, its outputs results/tune/fused_moe/ and results/tuned/fused_moe/.
 

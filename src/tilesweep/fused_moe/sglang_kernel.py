@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import triton
 
-from tilesweep.fused_moe.kernel import buffered_blocks
+from tilesweep.fused_moe.routing import buffered_blocks
 
 SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
 SMALL_BATCH_MAX_BUCKETS = 64  # moe_align_block_size._CUDA_SMALL_BATCH_MAX_BUCKETS

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import triton
 
-from tilesweep.fused_moe.kernel import buffered_blocks
+from tilesweep.fused_moe.routing import buffered_blocks
 
 SPARSITY = 4  # vLLM's SPARSITY_FACTOR
 
