@@ -15,6 +15,7 @@ from tilesweep import (
     answer_picks,
     backends,
     compare,
+    compare_report,
     deployment_verdict,
     engine_figures,
 )
@@ -169,10 +170,10 @@ def compare_command(args: argparse.Namespace) -> int:
         compare.check_out(args.out)  # before the comparison: a bad folder is one line
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     changes = compare.compare_runs(run_a, run_b, args.threshold)
-    text = compare.format_changes(changes, run_a, run_b, args.threshold, args.limit)
+    text = compare_report.format_changes(changes, run_a, run_b, args.threshold, args.limit)
     sys.stdout.write(text)
     if args.out:
-        paths = compare.write_outputs(changes, text, args.out)
+        paths = compare_report.write_outputs(changes, text, args.out)
         sys.stdout.write("Wrote " + ", ".join(str(p) for p in paths) + "\n")
     beyond = bool(changes["beyond"].astype(bool).any()) if not changes.empty else False
     return 1 if args.fail_on_change and beyond else 0
