@@ -45,32 +45,10 @@ SCALE_MODES = {
 @triton.jit
 def _tile(
     tile,
-    a_ptr,
-    b_ptr,
+    ptrs,
     b_desc,
-    c_ptr,
-    a_scale_ptr,
-    b_scale_ptr,
-    topk_weights_ptr,
-    sorted_ids_ptr,
-    expert_ids_ptr,
-    num_post_pad,
-    N,
-    K,
-    em,
-    num_valid,
-    a_row_div,
-    mul_routed,
-    group_m,
-    stride_am,
-    stride_be,
-    stride_bn,
-    stride_cm,
-    stride_asm,
-    stride_ask,
-    stride_bse,
-    stride_bsn,
-    stride_bsk,
+    sizes,
+    strides,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -82,7 +60,13 @@ def _tile(
     SPLIT_K: tl.constexpr,
 ):
     """Compute one BLOCK_SIZE_M x BLOCK_SIZE_N output tile (tile: its swizzled index), or with
-    SPLIT_K > 1 the part of its reduction that program_id(1) owns, added into an fp32 output."""
+    SPLIT_K > 1 the part of its reduction that program_id(1) owns, added into an fp32 output;
+    ptrs, sizes and strides are fused_moe_kernel's, in its order."""
+    a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr = ptrs[:7]
+    expert_ids_ptr = ptrs[7]
+    num_post_pad, N, K, em, num_valid, a_row_div, mul_routed, group_m = sizes
+    stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask = strides[:6]
+    stride_bse, stride_bsn, stride_bsk = strides[6:]
     num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     in_group = group_m * num_pid_n
@@ -205,38 +189,20 @@ def fused_moe_kernel(
 ):
     """One program per output tile, or (PERSISTENT) a fixed grid whose programs stride over
     the tiles; the grid's second axis (SPLIT_K) splits each tile's reduction."""
-    num_post_pad = tl.load(num_post_pad_ptr)
+    ptrs = (a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr)
+    ptrs += (expert_ids_ptr,)
+    sizes = (tl.load(num_post_pad_ptr), N, K, em, num_valid, a_row_div, mul_routed, group_m)
+    strides = (stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask)
+    strides += (stride_bse, stride_bsn, stride_bsk)
     if PERSISTENT:
         tiles = tl.cdiv(em, BLOCK_SIZE_M) * tl.cdiv(N, BLOCK_SIZE_N)
         for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
             _tile(
                 tile,
-                a_ptr,
-                b_ptr,
+                ptrs,
                 b_desc,
-                c_ptr,
-                a_scale_ptr,
-                b_scale_ptr,
-                topk_weights_ptr,
-                sorted_ids_ptr,
-                expert_ids_ptr,
-                num_post_pad,
-                N,
-                K,
-                em,
-                num_valid,
-                a_row_div,
-                mul_routed,
-                group_m,
-                stride_am,
-                stride_be,
-                stride_bn,
-                stride_cm,
-                stride_asm,
-                stride_ask,
-                stride_bse,
-                stride_bsn,
-                stride_bsk,
+                sizes,
+                strides,
                 BLOCK_SIZE_M,
                 BLOCK_SIZE_N,
                 BLOCK_SIZE_K,
@@ -250,32 +216,10 @@ def fused_moe_kernel(
     else:
         _tile(
             tl.program_id(0),
-            a_ptr,
-            b_ptr,
+            ptrs,
             b_desc,
-            c_ptr,
-            a_scale_ptr,
-            b_scale_ptr,
-            topk_weights_ptr,
-            sorted_ids_ptr,
-            expert_ids_ptr,
-            num_post_pad,
-            N,
-            K,
-            em,
-            num_valid,
-            a_row_div,
-            mul_routed,
-            group_m,
-            stride_am,
-            stride_be,
-            stride_bn,
-            stride_cm,
-            stride_asm,
-            stride_ask,
-            stride_bse,
-            stride_bsn,
-            stride_bsk,
+            sizes,
+            strides,
             BLOCK_SIZE_M,
             BLOCK_SIZE_N,
             BLOCK_SIZE_K,

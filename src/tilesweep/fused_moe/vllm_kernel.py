@@ -107,28 +107,15 @@ def launch(
         config["BLOCK_SIZE_K"] if block_shape is None else min(config["BLOCK_SIZE_K"], *block_shape)
     )
     compute = tl.float16 if c.dtype == torch.float16 else tl.bfloat16
+    ptrs = (a, b, c3, None, a_scale, b_scale, topk_weights, sorted_ids, expert_ids, post_pad)
+    strides = (*a.stride()[:2], b.stride(0), b.stride(2), b.stride(1), *c3.stride()[1:3])
     kernel[grid](
-        a,
-        b,
-        c3,
-        None,
-        a_scale,
-        b_scale,
-        topk_weights,
-        sorted_ids,
-        expert_ids,
-        post_pad,
+        *ptrs,
         n,
         k,
         em,
         num_tokens,
-        a.stride(0),
-        a.stride(1),
-        b.stride(0),
-        b.stride(2),
-        b.stride(1),
-        c3.stride(1),
-        c3.stride(2),
+        *strides,
         *_scale_strides(a_scale, b_scale),
         0,
         0,
