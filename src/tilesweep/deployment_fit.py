@@ -68,6 +68,22 @@ def graph_terms(ceilings: dict) -> dict | None:
     }
 
 
+def _graphed_fit(settings, steps, ceilings, hw_here, model: dict | None = None) -> dict | None:
+    """Return the launch-aware fit on the TP1 step timed in CUDA graphs on the GPU at hand (on
+    `model`; by default the settings' own), with the ceilings it was made beside, or None."""
+    fit = calibration.step_fit(
+        steps,
+        model or settings.model.model_dump(exclude_unset=True),
+        hw_here,
+        per_kernel_us(ceilings),
+        ceilings.get("device", "none"),
+        terms=graph_terms(ceilings),
+        batches=settings.deployment.fit_batches,
+        attention=attention_table.load(settings.deployment.attention_table),
+    )
+    return None if fit is None else with_ceilings(fit, ceilings)
+
+
 def verdict_fit(
     settings: RootSettings,
     steps: pd.DataFrame,
@@ -80,19 +96,9 @@ def verdict_fit(
     settings' own), else the fit shipped in deployment.fit_file, else (None, None, why)."""
     device = ceilings.get("device", "none") if ceilings else "none"
     if ceilings and ceilings.get("device_kind") == "cuda":
-        cost = per_kernel_us(ceilings)
-        fit = calibration.step_fit(
-            steps,
-            model or settings.model.model_dump(exclude_unset=True),
-            hw_here,
-            cost,
-            device,
-            terms=graph_terms(ceilings),
-            batches=settings.deployment.fit_batches,
-            attention=attention_table.load(settings.deployment.attention_table),
-        )
+        fit = _graphed_fit(settings, steps, ceilings, hw_here, model)
         if fit is not None:
-            return with_ceilings(fit, ceilings), cost, calibration.fit_label(fit)
+            return fit, per_kernel_us(ceilings), calibration.fit_label(fit)
     path = settings.deployment.fit_file
     if path and project_path(path).is_file():
         fit = json.loads(project_path(path).read_text())
@@ -116,20 +122,10 @@ def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> d
     if not ceilings or ceilings.get("device_kind") != "cuda":
         return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
     hw_here = calibration.device_hardware(ceilings, device, None)
-    cost = per_kernel_us(ceilings)
-    fit = calibration.step_fit(
-        steps,
-        settings.model.model_dump(exclude_unset=True),
-        hw_here,
-        cost,
-        device,
-        terms=graph_terms(ceilings),
-        batches=settings.deployment.fit_batches,
-        attention=attention_table.load(settings.deployment.attention_table),
-    )
+    fit = _graphed_fit(settings, steps, ceilings, hw_here)
     if fit is None:
         return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
-    return with_ceilings(fit, ceilings)
+    return fit
 
 
 # The ceilings a fit carries: its provenance and the device constants the verdict reads from it.
