@@ -3,10 +3,10 @@ engines' conditions, its picks kept for the whole step's runner and never export
 engine's config file.
 
 One job per dtype on a GPU machine. The work runs in a worker process (fused_moe/tune_worker.py)
-that journals every finished item; this module supervises it: a worker that outlives an item's
-time limit is killed (the item is recorded as a timeout), one that dies records a crash, and in
-both cases a new worker resumes after the last journalled item. A rerun of the job resumes the
-same way, since the journal lives beside the outputs and is not one of them.
+that journals every finished item, supervised (fused_moe/journal.py): a worker that outlives an
+item's time limit is killed (the item is recorded as a timeout), one that dies records a crash,
+and in both cases a new worker resumes after the last journalled item. A rerun of the job resumes
+the same way, since the journal lives beside the outputs and is not one of them.
 
 Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine
 row at every batch and routing, with speed-ups over the engines' defaults, bandwidth and math

@@ -4,8 +4,8 @@ persistent, split-K, sorted tiny batches) of the best screened tiles, then times
 of both, the engines' default configs, the torch baseline and (where installed) the engine's own
 kernel precisely.
 
-Each finished item is one line appended to a journal (flushed and synced), so a worker that is
-killed or crashes loses only the item in flight: fused_moe/tune.py restarts it, records that item
+Each finished item is one line appended to a journal (fused_moe/journal.py), so a worker that is
+killed or crashes loses only the item in flight: the supervisor restarts it, records that item
 as a timeout or crash, and the new worker skips everything already in the journal. Before each
 item the worker writes a heartbeat, which is how the parent knows what was in flight.
 
