@@ -22,17 +22,8 @@ from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 
-# Measured communication parts (timed apart in the step; not compute).
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
-COMM_PARTS = (
-    "attn_all_reduce",
-    "ffn_all_reduce",
-    "dispatch",
-    "combine",
-    "pp_send_recv",
-    "lm_head_gather",
-)
 
 
 def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> dict:
