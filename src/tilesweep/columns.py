@@ -66,7 +66,8 @@ BUILD_PROVENANCE_KEYS = ("device", TOOLCHAIN_KEY, "commit")
 # Every provenance key a run's tables hold, in the order `tilesweep compare` lists changes.
 RUN_PROVENANCE_KEYS = (*PROVENANCE_KEYS[:-1], TOOLCHAIN_KEY, "commit")
 
-LAUNCH_COLUMNS = [*_LISTS["LAUNCH_COLUMNS"], *BUILD_PROVENANCE_KEYS]
+LAUNCH_COLUMNS = _LISTS["LAUNCH_COLUMNS"]
+assert LAUNCH_COLUMNS[-3:] == list(BUILD_PROVENANCE_KEYS), "data/columns.yaml LAUNCH_COLUMNS"
 
 
 # ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
