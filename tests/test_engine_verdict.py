@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict, references
+from tilesweep import deployment_fit, deployment_verdict, engine_figures, references
 from tilesweep.cli import main
 from tilesweep.config import compose, compose_groups, compose_settings
 from tilesweep.errors import ConfigError
@@ -101,7 +101,7 @@ def test_fit_batches_that_nothing_fits_at_are_refused_or_named(capsys):
     assert "tilesweep verdict times no step" in deployment_verdict.unused_fit_batches(settings)
     assert deployment_verdict.unused_fit_batches(compose_settings([])) is None
     empty = pd.DataFrame()
-    _, _, label = deployment_verdict.verdict_fit(settings, empty, {}, {})
+    _, _, label = deployment_fit.verdict_fit(settings, empty, {}, {})
     assert "deployment.fit_batches=[1, 64] not applied" in label
     assert main(["verdict", "--no-engines", "deployment.fit_batches=[1,64]"]) == 2
     err = capsys.readouterr().err
@@ -221,7 +221,7 @@ def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why():
     assert len({f.model for f in figures}) >= 2
     assert len({f.engine for f in figures}) >= 2
     assert all(f.source and (f.input_len or f.context_len) for f in figures)
-    engines = deployment_verdict.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
     assert len(engines) == len(figures)
     missing = engines[engines["composed_tpot_ms"].isna()]
     assert (missing["gap"].str.len() > 0).all()  # a labelled gap, never a silent NaN
@@ -372,7 +372,7 @@ def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():
         == (first.model, first.hardware, first.deployment, first.engine_name())
         and (f.batch, f.input_len) != (first.batch, first.input_len)
     )  # fmt: skip
-    shared = deployment_verdict.figure_settings(compose_settings(first.overrides()), other)
+    shared = engine_figures.figure_settings(compose_settings(first.overrides()), other)
     own = compose_settings(other.overrides())
     for key in ("deployment", "grid", "model", "engine", "hardware"):
         assert shared.as_dict()[key] == own.as_dict()[key], key
@@ -387,8 +387,8 @@ def test_a_figure_composed_from_its_group_files_equals_a_hydra_compose_of_its_gr
         groups.setdefault(tuple(fig.groups().values()), fig)
     assert len(groups) >= 10
     for fig in groups.values():
-        fast = deployment_verdict.figure_settings(
-            compose_groups(fig.groups(), deployment_verdict.FIGURE_BASE), fig
+        fast = engine_figures.figure_settings(
+            compose_groups(fig.groups(), engine_figures.FIGURE_BASE), fig
         )
         own = compose_settings(fig.overrides())
         for key in ("deployment", "model", "engine", "hardware"):
@@ -433,7 +433,7 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
 
 
 def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():
-    engines = deployment_verdict.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
     for name in ("sglang", "vllm", "tensorrtllm"):
         host = compose([f"engine={name}"])["engine"]["host"]
         label = {"sglang": "SGLang", "vllm": "vLLM", "tensorrtllm": "TensorRT-LLM"}[name]

@@ -27,7 +27,7 @@ CONFIG = {
 
 
 def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
-    from tilesweep.fused_moe.kernel import align_blocks
+    from tilesweep.fused_moe.routing import align_blocks
 
     ids = torch.tensor([[0, 2], [2, 1], [0, 2], [3, 2]])
     sorted_ids, experts, post = align_blocks(ids, 4, 5)
@@ -42,7 +42,7 @@ def test_align_blocks_pads_each_expert_and_keeps_every_pair_once():
 
 
 def test_direct_blocks_give_each_pair_its_own_block():
-    from tilesweep.fused_moe.kernel import direct_blocks
+    from tilesweep.fused_moe.routing import direct_blocks
 
     ids = torch.tensor([[3, 1]])
     sorted_ids, experts, post = direct_blocks(ids, 16)
@@ -77,7 +77,7 @@ def _interpreted(code: str) -> dict:
 KERNEL_CHECK = """
 import json, torch
 from tilesweep.fused_moe import case
-from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe import kernel as fm, routing
 problem = {"experts": 6, "n": 48, "hidden": 64, "top_k": 2}
 gen = torch.Generator().manual_seed(1)
 w = case.make_weights(problem, "fp32", "cpu", gen)
@@ -88,7 +88,7 @@ for direct in (False, True):
     out[f"direct={direct}"] = [err, bad]
 # expert -1 (another rank's expert) writes zeros
 b = case.make_batch(problem, w, 3, "uniform", 1.2, "cpu", gen, direct=False)
-blk = fm.align_blocks(b.topk_ids, 16, 6, expert_map=torch.tensor([-1, 1, 2, 3, 4, 5]))
+blk = routing.align_blocks(b.topk_ids, 16, 6, expert_map=torch.tensor([-1, 1, 2, 3, 4, 5]))
 c = b.c["gate_up"].fill_(float("nan"))
 fm.invoke(b.a["gate_up"], w.w["gate_up"], c, blk, CONFIG, top_k=2, gather=True)
 remote = (b.topk_ids.reshape(-1) == 0)
@@ -97,7 +97,7 @@ out["remote_count"] = int(remote.sum())
 # every scale mode against its dequantised product, fp32 operands standing in for fp8
 a, bw = torch.randn(4, 256, generator=gen), torch.randn(2, 64, 256, generator=gen)
 ids = torch.tensor([[0], [1], [1], [0]])
-blk = fm.align_blocks(ids, 16, 2)
+blk = routing.align_blocks(ids, 16, 2)
 ref_plain = torch.stack([a[p] @ bw[ids[p, 0]].T for p in range(4)])
 scales = {
     "tensor": (torch.tensor([0.5]), torch.tensor([2.0, 3.0])),
@@ -357,12 +357,12 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     import logging
 
     from tilesweep.fused_moe import tune
-    from tilesweep.fused_moe.tune_worker import append_journal, read_journal
+    from tilesweep.fused_moe.journal import append_journal, read_journal, supervise
 
     log = logging.getLogger("test")
     env = {"TRITON_INTERPRET": "1"}
     spec = _spec()
-    records = tune.supervise(spec, tmp_path, log, env=env)
+    records = supervise(spec, tmp_path, log, env=env)
     screens = [r for r in records.values() if r["phase"] == "screen"]
     assert {r["status"] for r in screens} == {"ok", "constraint"}  # BLOCK_SIZE_K 128 > K=32
     table = tune.evaluate(spec, records, 100.0, 1.0)
@@ -384,7 +384,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert (engine["status"] == "skipped").all() and engine["reason"].str.contains("vllm").all()
     # A rerun finds everything journalled and adds nothing.
     lines = (tmp_path / "journal.jsonl").read_text().count("\n")
-    tune.supervise(spec, tmp_path, log, env=env)
+    supervise(spec, tmp_path, log, env=env)
     assert (tmp_path / "journal.jsonl").read_text().count("\n") == lines
     # A worker killed in an item: the item is journalled as a timeout, the rest resumes.
     journal = tmp_path / "journal.jsonl"
@@ -393,7 +393,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     for rec in kept[1:]:
         append_journal(journal, rec)
     slow = _spec(config_timeout_s=0.01)
-    records = tune.supervise(slow, tmp_path, log, env=env, restarts=20)
+    records = supervise(slow, tmp_path, log, env=env, restarts=20)
     assert any(r["status"] == "timeout" for r in records.values())
 
 
@@ -402,11 +402,10 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     import logging
 
     from tilesweep.fused_moe import tune
+    from tilesweep.fused_moe.journal import supervise
 
     spec = _spec(items_per_worker=1, batch_keys=[8], final_batches=[8])
-    records = tune.supervise(
-        spec, tmp_path, logging.getLogger("test"), env={"TRITON_INTERPRET": "1"}
-    )
+    records = supervise(spec, tmp_path, logging.getLogger("test"), env={"TRITON_INTERPRET": "1"})
     items = [r for r in records.values() if r["phase"] in ("screen", "final")]
     assert len(items) >= 4 and {r["phase"] for r in items} == {"screen", "final"}
     assert len({r["pid"] for r in items}) == len(items)  # one process per item
@@ -415,7 +414,7 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
 
 
 def test_a_half_written_journal_line_is_ignored(tmp_path):
-    from tilesweep.fused_moe.tune_worker import append_journal, read_journal
+    from tilesweep.fused_moe.journal import append_journal, read_journal
 
     path = tmp_path / "j.jsonl"
     append_journal(path, {"key": "a", "phase": "screen"})

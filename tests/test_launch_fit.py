@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tilesweep.plan import launch_fit
+from tilesweep.plan import launch_fit, pair_fit
 
 
 def _obs(mem, flop, launches, e_bw, e_math, cost_ms):
@@ -18,7 +18,7 @@ def _obs(mem, flop, launches, e_bw, e_math, cost_ms):
 def test_fit_recovers_both_efficiencies_when_each_binds_once():
     cost = 0.002
     obs = [_obs(1.0, 0.05, 40, 0.8, 0.5, cost), _obs(1.5, 4.0, 40, 0.8, 0.5, cost)]
-    e_bw, e_math, note = launch_fit.fit_pair(obs, cost)
+    e_bw, e_math, note = pair_fit.fit_pair(obs, cost)
     assert e_bw == pytest.approx(0.8, rel=0.03)
     assert e_math == pytest.approx(0.5, rel=0.03)
     assert note == ""
@@ -27,17 +27,17 @@ def test_fit_recovers_both_efficiencies_when_each_binds_once():
 def test_an_efficiency_that_never_binds_is_named_and_left_at_its_largest():
     cost = 0.002
     obs = [_obs(1.0, 0.01, 10, 0.7, 0.5, cost), _obs(2.0, 0.02, 10, 0.7, 0.5, cost)]
-    e_bw, e_math, note = launch_fit.fit_pair(obs, cost)
+    e_bw, e_math, note = pair_fit.fit_pair(obs, cost)
     assert e_bw == pytest.approx(0.7, rel=0.03)
-    assert e_math == launch_fit.GRID[-1]
+    assert e_math == pair_fit.GRID[-1]
     assert "math never binds" in note
 
 
 def test_launches_alone_explain_a_tiny_part():
     cost = 0.002
     obs = [_obs(1e-5, 0.0, 5, 0.5, 1.0, cost), _obs(2e-5, 0.0, 5, 0.5, 1.0, cost)]
-    e_bw, _, _ = launch_fit.fit_pair(obs, cost)
-    pred = [launch_fit.predict_ms(o, e_bw, 1.0, cost) for o in obs]
+    e_bw, _, _ = pair_fit.fit_pair(obs, cost)
+    pred = [pair_fit.predict_ms(o, e_bw, 1.0, cost) for o in obs]
     assert pred == pytest.approx([o["ms"] for o in obs], rel=0.02)
 
 
@@ -80,7 +80,7 @@ def test_the_fit_and_the_verdict_time_a_part_by_one_formula(flops):
             "count": 1}  # fmt: skip
     t = launch_fit.launch_timer(fit, 2.0, "composed (test)")(part, HW)
     obs = {"roof_memory_ms": 2.0, "roof_math_ms": flops / 1e11, "launches": 3.0}
-    predicted = launch_fit.predict_ms(obs, 0.4, 0.3, 4e-3, 0.2)
+    predicted = pair_fit.predict_ms(obs, 0.4, 0.3, 4e-3, 0.2)
     assert t["launch_ms"] + t["memory_ms"] + t["math_ms"] == pytest.approx(predicted, rel=1e-12)
     mem, flop = 2.0 / 0.4, flops / 1e11 / 0.3
     assert predicted == pytest.approx(12e-3 + max(mem, flop) + 0.2 * min(mem, flop), rel=1e-12)
@@ -187,28 +187,28 @@ def test_math_is_not_used_to_absorb_a_few_percent_of_a_memory_bound_part():
     cost = 0.002
     obs = [_obs(0.3, 0.01, 4, 1.0, 1.0, cost), _obs(9.0, 0.8, 4, 1.0, 1.0, cost)]
     obs[1]["ms"] *= 1.03
-    e_bw, e_math, note = launch_fit.fit_pair(obs, cost)
-    assert e_math == launch_fit.GRID[-1]
+    e_bw, e_math, note = pair_fit.fit_pair(obs, cost)
+    assert e_math == pair_fit.GRID[-1]
     assert "math never binds" in note
     # On more rows per weight the math term stays at the roof's rate, not 10x below it.
     more_rows = {"roof_memory_ms": 2.3, "roof_math_ms": 0.4, "launches": 4, "ms": 0.0}
-    assert launch_fit.predict_ms(more_rows, e_bw, e_math, cost) < 2.6
+    assert pair_fit.predict_ms(more_rows, e_bw, e_math, cost) < 2.6
 
 
 def test_an_unidentified_efficiency_takes_the_devices_never_one_slower_than_measured():
     cost = 0.002
     # Memory-bound at both batches: e_math is not identified and takes the device-wide value.
     obs = [_obs(1.0, 0.01, 10, 0.7, 0.5, cost), _obs(2.0, 0.02, 10, 0.7, 0.5, cost)]
-    e_bw, e_math, note = launch_fit.fit_pair(obs, cost, fallback=(0.9, 0.3))
+    e_bw, e_math, note = pair_fit.fit_pair(obs, cost, fallback=(0.9, 0.3))
     assert e_bw == pytest.approx(0.7, rel=0.03) and e_math == pytest.approx(0.3)
     assert "e_math not identified" in note and "device-wide" in note
     # A device value that would make the math term alone slower than measured is raised to the
     # least the measurements allow.
-    _, e_math, _ = launch_fit.fit_pair(obs, cost, fallback=(0.9, 0.001))
+    _, e_math, _ = pair_fit.fit_pair(obs, cost, fallback=(0.9, 0.001))
     least = max(o["roof_math_ms"] / (o["ms"] - o["launches"] * cost) for o in obs)
     assert e_math == pytest.approx(least)
     for o in obs:
-        assert launch_fit.predict_ms(o, 0.7, e_math, cost) <= o["ms"] * 1.03
+        assert pair_fit.predict_ms(o, 0.7, e_math, cost) <= o["ms"] * 1.03
 
 
 def test_one_informative_batch_is_read_with_the_devices_efficiencies():
@@ -218,16 +218,16 @@ def test_one_informative_batch_is_read_with_the_devices_efficiencies():
     cost = 0.005
     small = {"roof_memory_ms": 1e-6, "roof_math_ms": 0.0, "launches": 6, "ms": 0.030}
     large = {"roof_memory_ms": 0.43, "roof_math_ms": 0.275, "launches": 6, "ms": 1.14}
-    alone = launch_fit.fit_pair([small, large], cost)
-    assert alone[0] == pytest.approx(0.387, rel=0.03) and alone[1] == launch_fit.GRID[-1]
-    e_bw, e_math, note = launch_fit.fit_pair([small, large], cost, fallback=(1.0, 0.25))
+    alone = pair_fit.fit_pair([small, large], cost)
+    assert alone[0] == pytest.approx(0.387, rel=0.03) and alone[1] == pair_fit.GRID[-1]
+    e_bw, e_math, note = pair_fit.fit_pair([small, large], cost, fallback=(1.0, 0.25))
     assert e_math == pytest.approx(0.25, rel=0.01) and e_bw == pytest.approx(1.0)
     assert "e_bw and e_math not identified" in note
-    assert launch_fit.predict_ms(large, e_bw, e_math, cost) == pytest.approx(1.14, rel=0.02)
+    assert pair_fit.predict_ms(large, e_bw, e_math, cost) == pytest.approx(1.14, rel=0.02)
     # With 8x fewer heads (the same bytes, an eighth of the flops) the part is now memory-bound.
     fewer = dict(large, roof_math_ms=0.275 / 8)
-    assert launch_fit.predict_ms(fewer, e_bw, e_math, cost) < 0.6 * large["ms"]
-    assert launch_fit.predict_ms(fewer, *alone[:2], cost) == pytest.approx(1.14, rel=0.02)
+    assert pair_fit.predict_ms(fewer, e_bw, e_math, cost) < 0.6 * large["ms"]
+    assert pair_fit.predict_ms(fewer, *alone[:2], cost) == pytest.approx(1.14, rel=0.02)
 
 
 def test_the_indexers_projections_are_read_by_the_attentions_merged_gemms():
@@ -257,8 +257,8 @@ def test_the_overlap_adds_the_unhidden_share_of_the_smaller_term():
     their sum: `overlap` of the smaller term is added, in the fit and in the composition."""
     cost = 0.002
     obs = {"roof_memory_ms": 1.0, "roof_math_ms": 0.5, "launches": 2}
-    assert launch_fit.predict_ms(obs, 1.0, 1.0, cost) == pytest.approx(1.004)
-    assert launch_fit.predict_ms(obs, 1.0, 1.0, cost, overlap=0.4) == pytest.approx(1.204)
+    assert pair_fit.predict_ms(obs, 1.0, 1.0, cost) == pytest.approx(1.004)
+    assert pair_fit.predict_ms(obs, 1.0, 1.0, cost, overlap=0.4) == pytest.approx(1.204)
     fit = dict(_fit({"g": {"kinds": ["dense_gemm"], "e_bw": 1.0, "e_math": 1.0,
                            "launches_per_occurrence": 1.0, "note": ""}}), overlap=0.4)  # fmt: skip
     part = {"name": "mlp", "kind": "dense_gemm", "bytes": 1e9, "flops": 25e9, "dtype": "bf16",
@@ -274,8 +274,8 @@ def test_the_stream_never_reads_faster_than_the_device_was_measured_to():
     its kernels' cost, never a stream above the device's measured read."""
     cost = 0.001
     obs = [_obs(1.0, 0.01, 10, 1.3, 1.0, cost), _obs(2.0, 0.02, 10, 1.3, 1.0, cost)]
-    free, _, _ = launch_fit.fit_pair(obs, cost)
-    capped, _, _ = launch_fit.fit_pair(obs, cost, bw_max=1.06)
+    free, _, _ = pair_fit.fit_pair(obs, cost)
+    capped, _, _ = pair_fit.fit_pair(obs, cost, bw_max=1.06)
     assert free == pytest.approx(1.3, rel=0.03) and capped <= 1.06
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict, references
+from tilesweep import deployment_verdict, engine_figures, references
 from tilesweep.columns import ENGINE_COLUMNS
 from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
@@ -74,7 +74,7 @@ def test_an_unknown_key_is_refused():
 
 def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
     settings = compose_settings(_with())
-    table = deployment_verdict.engine_table(
+    table = engine_figures.engine_table(
         settings, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     assert list(table.columns) == ENGINE_COLUMNS and len(table) == 1
@@ -95,7 +95,7 @@ def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
 
 
 def test_no_figures_no_rows_and_no_line():
-    table = deployment_verdict.engine_table(
+    table = engine_figures.engine_table(
         compose_settings(["references=none"]),
         pd.DataFrame(),
         pd.DataFrame(),
@@ -107,7 +107,7 @@ def test_no_figures_no_rows_and_no_line():
 
 
 def test_the_answer_line_gives_the_corpus_error_and_its_denominator():
-    table = deployment_verdict.engine_table(
+    table = engine_figures.engine_table(
         compose_settings(_with()), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     )
     line = engine_line(table)
@@ -118,7 +118,7 @@ def test_the_answer_line_gives_the_corpus_error_and_its_denominator():
 
 
 def test_train_rows_are_left_out_of_the_error():
-    table = deployment_verdict.engine_table(
+    table = engine_figures.engine_table(
         compose_settings(_with(role="train")),
         pd.DataFrame(),
         pd.DataFrame(),

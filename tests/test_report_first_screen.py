@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from test_report_html import browse, settings_stub
 
-from tilesweep import answer_card
+from tilesweep import answer_card, answer_picks, answer_rests
 from tilesweep.config import compose
-from tilesweep.report import analysis, contents, headlines
+from tilesweep.report import analysis, contents, headlines, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
@@ -335,7 +335,7 @@ def test_the_cards_rests_on_line_names_the_fit_the_verdict_used_and_the_rest():
     verdict = carded_verdict()
     card = answer_card.build({}, verdict, CHECK, ENGINES)
     # The fit label verdict.csv's inputs carry, with where it was shipped from.
-    label = answer_card.fit_labels(verdict["inputs"].iloc[4])
+    label = answer_rests.fit_labels(verdict["inputs"].iloc[4])
     assert label == [FIT + "; shipped as docs/fit.json, its costs per kernel and efficiencies"]
     assert label[0] in card.rests_on
     assert "the bf16 step's efficiency applied to their bytes" in card.rests_on
@@ -394,7 +394,7 @@ def test_the_card_opens_both_reports_and_answer_json_holds_its_fields(tmp_path):
     saved = json.loads(path.read_text())
     assert set(saved) >= {"model", "hardware", "headline", "picks", "rests_on", "target",
                           "header", "provenance", "check_error_pct", "commit", "gaps"}  # fmt: skip
-    assert set(saved["picks"][0]) == {*answer_card.PICK_FIELDS, "tpot_range_ms", "runner_up",
+    assert set(saved["picks"][0]) == {*answer_picks.PICK_FIELDS, "tpot_range_ms", "runner_up",
                                       "runner_up_tpot_ms", "margin_pct"}  # fmt: skip
     assert saved["commit"] and saved["check_error_pct"] is not None
     assert answer_card.console_lines(path) == data.card.lines()
@@ -458,7 +458,7 @@ def test_the_launch_section_names_every_timed_kernel_it_does_not_cover_and_each_
                    "kernel": ["128x128x128", "128x256x128_s5"]})]), decode,
     )  # fmt: skip
     assert (everything["in_launch_check"] == "yes").all()
-    assert headlines.coverage_lines(everything)[0] == (
+    assert measurement_sections.coverage_lines(everything)[0] == (
         "The launch check covers all 4 kernels timed in decode."
     )
 
@@ -550,7 +550,7 @@ def test_the_reports_say_what_the_answer_rests_on_in_at_most_three_short_lines()
 
 
 def test_the_short_rests_keep_a_clause_whole_across_a_bracketed_semicolon():
-    assert answer_card.clauses("a (b; c); d [e; f]; g") == ["a (b; c)", "d [e; f]", "g"]
+    assert answer_picks.clauses("a (b; c); d [e; f]; g") == ["a (b; c)", "d [e; f]", "g"]
     card = answer_card.AnswerCard(
         model="m", hardware="gpu", picks=[], no_fit_batches=[],
         rests_on="fit X; engine check: 3 of 4 within (median 5%; 1 contradicted); SGLang ...",

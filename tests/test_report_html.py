@@ -19,7 +19,7 @@ from matplotlib import image as mpimg
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose
-from tilesweep.report import analysis, contents, sections
+from tilesweep.report import analysis, contents, provenance_section
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.collective_figure import collective_bandwidth
@@ -446,7 +446,8 @@ def test_provenance_gives_job_times_as_dates_and_says_which_tables_keep_none():
     )  # fmt: skip
     check = pd.DataFrame({"layout": ["tp1"], "device": "NVIDIA H200"})
     empty = pd.DataFrame()
-    blocks = sections.provenance_blocks({}, empty, decode, empty, check, {"note": "re-rendered"})
+    note = {"note": "re-rendered"}
+    blocks = provenance_section.provenance_blocks({}, empty, decode, empty, check, note)
     when = {r["figure"]: r["measured"] for r in blocks[1].frame.to_dict("records")}
     assert when["decode_time, decode_roofline"] == (
         "2026-12-04 13:51 UTC to 2026-12-04 13:55 UTC (the rows' job times)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict
+from tilesweep import deployment_fit, deployment_verdict
 from tilesweep.columns import CHECK_COLUMNS, VERDICT_COLUMNS
 from tilesweep.config import compose_settings
 
@@ -185,7 +185,7 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
             for b, ms in ((4096, 0.02), (1 << 20, 0.03), (1 << 26, 0.4))
         ]
     )
-    check = deployment_verdict.check_table(steps, collective, H200_HERE, model)
+    check = deployment_fit.check_table(steps, collective, H200_HERE, model)
     assert list(check.columns) == CHECK_COLUMNS
     tp1 = check[check["layout"] == "tp1-pp1-ep1"]
     assert not tp1["held_out"].any() and check[check["layout"] != "tp1-pp1-ep1"]["held_out"].all()
@@ -204,12 +204,12 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
 def test_the_fit_is_made_on_the_batches_asked_for_and_never_on_another(brief):
     model = brief.as_dict()["model"]
     steps = whole_step_rows(model, batches=(8, 32, 64))
-    check = deployment_verdict.check_table(steps, pd.DataFrame(), H200_HERE, model, [32])
+    check = deployment_fit.check_table(steps, pd.DataFrame(), H200_HERE, model, [32])
     assert (check["calibrated_on"] == "tp1-pp1-ep1 at batches [32] (cuda-graph)").all()
     fitted = check[~check["held_out"]]
     assert list(zip(fitted["layout"], fitted["batch"], strict=True)) == [("tp1-pp1-ep1", 32)]
     # A batch never measured is not replaced by a neighbour: no fit, a labelled gap.
-    none = deployment_verdict.check_table(steps, pd.DataFrame(), H200_HERE, model, [16])
+    none = deployment_fit.check_table(steps, pd.DataFrame(), H200_HERE, model, [16])
     assert none["composed_ms"].isna().all()
     assert none["gaps"].str.contains("no TP1 cuda-graph whole step").all()
 

@@ -10,7 +10,15 @@ import math
 import os
 import sys
 
-from tilesweep import answer_card, backends, compare, deployment_verdict
+from tilesweep import (
+    answer_card,
+    answer_picks,
+    backends,
+    compare,
+    compare_report,
+    deployment_verdict,
+    engine_figures,
+)
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError, last_line
@@ -116,7 +124,7 @@ def verdict_command(args: argparse.Namespace) -> int:
     if not any(o.lstrip("+~").split("=")[0] == "grid.tiles" for o in overrides):
         # The sweep's tiles are not the verdict's: a model whose reductions a swept tile's k
         # does not divide (gpt_oss_120b's hidden=2880 and k=128) still composes.
-        overrides.insert(0, deployment_verdict.ANY_TILE)
+        overrides.insert(0, engine_figures.ANY_TILE)
     settings = compose_settings(overrides)
     why = (
         deployment_verdict.refusal(settings)
@@ -128,16 +136,14 @@ def verdict_command(args: argparse.Namespace) -> int:
     empty = pd.DataFrame()
     table = deployment_verdict.deployment_table(settings, empty, empty, empty, {})
     engines = (
-        None
-        if args.no_engines
-        else deployment_verdict.engine_table(settings, empty, empty, empty, {})
+        None if args.no_engines else engine_figures.engine_table(settings, empty, empty, empty, {})
     )
     card = answer_card.build(settings, table, engines=engines)
     lines = card.lines()
     if args.top:
-        lines += answer_card.top_lines(table, args.top, card.target)
+        lines += answer_picks.top_lines(table, args.top, card.target)
     if args.pareto:
-        lines += answer_card.pareto_lines(table)
+        lines += answer_picks.pareto_lines(table)
     if out is not None:
         write_table(out / "verdict.csv", table)
         if engines is not None:
@@ -173,10 +179,10 @@ def compare_command(args: argparse.Namespace) -> int:
         compare.check_out(args.out)  # before the comparison: a bad folder is one line
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     changes = compare.compare_runs(run_a, run_b, args.threshold)
-    text = compare.format_changes(changes, run_a, run_b, args.threshold, args.limit)
+    text = compare_report.format_changes(changes, run_a, run_b, args.threshold, args.limit)
     sys.stdout.write(text)
     if args.out:
-        paths = compare.write_outputs(changes, text, args.out)
+        paths = compare_report.write_outputs(changes, text, args.out)
         sys.stdout.write("Wrote " + ", ".join(str(p) for p in paths) + "\n")
     beyond = bool(changes["beyond"].astype(bool).any()) if not changes.empty else False
     return 1 if args.fail_on_change and beyond else 0

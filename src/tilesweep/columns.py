@@ -40,6 +40,8 @@ def status_of(value: object) -> Status:
     return Status(str(value))
 
 
+_LISTS = package_data.column_lists("tilesweep.columns")  # data/columns.yaml
+
 # Columns that identify a row of each aggregated table (results/tables/<name>.csv).
 TABLE_KEYS = {
     "launch": ["backend", "target", "kernel"],
@@ -64,49 +66,12 @@ BUILD_PROVENANCE_KEYS = ("device", TOOLCHAIN_KEY, "commit")
 # Every provenance key a run's tables hold, in the order `tilesweep compare` lists changes.
 RUN_PROVENANCE_KEYS = (*PROVENANCE_KEYS[:-1], TOOLCHAIN_KEY, "commit")
 
-LAUNCH_COLUMNS = [
-    "backend",
-    "target",
-    "arch",
-    "dtype",
-    "tile_m",
-    "tile_n",
-    "tile_k",
-    "stages_requested",
-    "stages",
-    "warps",
-    "epilogue",
-    "schedule",
-    "smem_bytes",
-    "smem_dynamic_bytes",
-    "smem_static_bytes",
-    "smem_model_bytes",
-    "smem_model_error_bytes",
-    "smem_model_error_pct",
-    "smem_limit_bytes",
-    "smem_default_bytes",
-    "smem_per_sm_bytes",
-    "fits",
-    "status",
-    "reason",
-    "overshoot_bytes",
-    "blocks_per_sm",
-    "blocks_per_sm_smem",
-    "blocks_per_sm_regs",
-    "regs",
-    "local_bytes",
-    "threads",
-    "mainloop_smem_bytes",
-    "epilogue_smem_bytes",
-    "kernel",
-    "source",
-    *BUILD_PROVENANCE_KEYS,
-]
+LAUNCH_COLUMNS = _LISTS["LAUNCH_COLUMNS"]
+assert LAUNCH_COLUMNS[-3:] == list(BUILD_PROVENANCE_KEYS), "data/columns.yaml LAUNCH_COLUMNS"
 
 
 # ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
 
-_LISTS = package_data.column_lists("tilesweep.columns")  # data/columns.yaml
 # What a verdict row rests on, as data (the `inputs` column keeps every figure's source too):
 # the fit, the expert GEMMs' efficiency, the engine's kernel list, the host rule, the
 # collectives (and PCIe topology), and the load.
@@ -134,114 +99,20 @@ BAND_COLUMNS = _LISTS["BAND_COLUMNS"]
 
 # ---- the tables the reports show (both reports render these lists) ------------------------
 
-REPORT_LAUNCH_COLUMNS = [
-    "backend",
-    "kernel",
-    "dtype",
-    "tile_m",
-    "tile_n",
-    "tile_k",
-    "stages",
-    "epilogue",
-    "smem_bytes",
-    "smem_model_bytes",
-    "smem_limit_bytes",
-    "overshoot_bytes",
-    "fits",
-    "blocks_per_sm",
-    "regs",
-    "status",
-    "reason",
-    "measured_smem_bytes",
-    "measured_launch",
-]
+REPORT_LAUNCH_COLUMNS = _LISTS["REPORT_LAUNCH_COLUMNS"]
 FIT_COUNT_COLUMNS = ["target", "backend", "default", "optin", "no", "unknown"]
-LAUNCH_FAILURE_COLUMNS = [
-    "backend",
-    "kernel",
-    "smem_bytes",
-    "smem_limit_bytes",
-    "overshoot_bytes",
-    "fits",
-    "status",
-    "reason",
-]
-ESTIMATE_COLUMNS = [
-    "backend",
-    "tile_m",
-    "tile_n",
-    "tile_k",
-    "stages",
-    "epilogue",
-    "smem_model_bytes",
-    "smem_bytes",
-    "smem_model_error_pct",
-    "smem_model_error_bytes",
-    "mainloop_smem_bytes",
-    "epilogue_smem_bytes",
-    "measured_smem_bytes",
-    "measured_launch",
-    "source",
-]
-BEST_PER_BATCH_KEYS = ["dtype", "op", "routing", "tokens_per_expert"]
-BEST_PER_BATCH_COLUMNS = [
-    *BEST_PER_BATCH_KEYS,
-    "best_runner",
-    "time_ms",
-    "tflops",
-    "gbs",
-    "frac_copy_bw",
-    "frac_matmul_peak",
-    "intensity",
-    "bound",
-    "best_tile",
-    "tile_ms",
-    "best_baseline",
-    "baseline_ms",
-    "speedup_vs_baseline",
-]
-DECODE_TARGET_COLUMNS = [
-    "dtype",
-    "op",
-    "tokens_per_expert",
-    "best_tile",
-    "time_ms",
-    "frac_copy_bw",
-    "fastest_baseline",
-    "baseline_ms",
-    "baseline_over_tile",
-    "vs_baseline",
-    "copy_90pct",
-]
+LAUNCH_FAILURE_COLUMNS = _LISTS["LAUNCH_FAILURE_COLUMNS"]
+ESTIMATE_COLUMNS = _LISTS["ESTIMATE_COLUMNS"]
+BEST_PER_BATCH_KEYS = _LISTS["BEST_PER_BATCH_KEYS"]
+BEST_PER_BATCH_COLUMNS = _LISTS["BEST_PER_BATCH_COLUMNS"]
+DECODE_TARGET_COLUMNS = _LISTS["DECODE_TARGET_COLUMNS"]
 NOT_TIMED_COLUMNS = ["runner", "dtype", "status", "reason", "rows"]
-COLLECTIVE_REPORT_COLUMNS = [
-    "layout",
-    "collective",
-    "backend",
-    "timing",
-    "group",
-    "layout_group",
-    "bytes",
-    "tokens_per_expert",
-    "time_ms",
-    "calls_per_replay",
-    "algbw_gbs",
-    "busbw_gbs",
-]
+COLLECTIVE_REPORT_COLUMNS = _LISTS["COLLECTIVE_REPORT_COLUMNS"]
 # A collective row's `timing`: inside a CUDA graph of `calls_per_replay` back-to-back calls (NCCL,
 # as engines run decode's collectives) or one eager launch per call (bench.collective_timing:
 # eager on NCCL, and gloo always). Only cuda-graph NCCL rows calibrate the interconnect.
 COLLECTIVE_TIMINGS = ("cuda-graph", "eager")
-LATENCY_FLOOR_COLUMNS = [
-    "collective",
-    "group",
-    "backend",
-    "smallest_bytes",
-    "floor_ms",
-    "latency_ms",
-    "fitted_gbs",
-    "peak_busbw_gbs",
-]
+LATENCY_FLOOR_COLUMNS = _LISTS["LATENCY_FLOOR_COLUMNS"]
 # The verdict as the reports show it: less the layout's factors and the long provenance.
 REPORT_VERDICT_COLUMNS = [
     c
@@ -255,16 +126,7 @@ REPORT_CHECK_KEY_COLUMNS = ["layout", "batch", "measured_ms", "composed_ms", "co
 REPORT_CHECK_COLUMNS = REPORT_CHECK_KEY_COLUMNS + [
     c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model", *REPORT_CHECK_KEY_COLUMNS}
 ]
-REPORT_ENGINE_KEY_COLUMNS = [
-    "engine",
-    "model",
-    "hardware",
-    "layout",
-    "batch",
-    "engine_tpot_ms",
-    "composed_tpot_ms",
-    "composed_over_engine",
-]
+REPORT_ENGINE_KEY_COLUMNS = _LISTS["REPORT_ENGINE_KEY_COLUMNS"]
 REPORT_ENGINE_COLUMNS = REPORT_ENGINE_KEY_COLUMNS + [
     c
     for c in ENGINE_COLUMNS
@@ -272,20 +134,7 @@ REPORT_ENGINE_COLUMNS = REPORT_ENGINE_KEY_COLUMNS + [
     and c not in REPORT_ENGINE_KEY_COLUMNS
 ]
 TUNE_SUMMARY_COLUMNS = _LISTS["TUNE_SUMMARY_COLUMNS"]
-# The tuning section's short table: a tuned batch's config and its figures against the others.
-TUNE_TOP_COLUMNS = [
-    "dtype",
-    "experts",
-    "n",
-    "routing",
-    "m",
-    "config",
-    "time_ms",
-    "x_vllm",
-    "x_sglang",
-    "x_torch",
-    "copy_fraction",
-]
+TUNE_TOP_COLUMNS = _LISTS["TUNE_TOP_COLUMNS"]
 TUNE_TARGET_COLUMNS = _LISTS["TUNE_TARGET_COLUMNS"]
 REPORT_POWER_COLUMNS = _LISTS["REPORT_POWER_COLUMNS"]
 
@@ -321,65 +170,9 @@ def fastest_runner(
     return ordered.groupby(by, sort=False).head(1).sort_values(by).reset_index(drop=True)
 
 
-# The power table (results/power/power.csv): one row per sustained load.
-# results/tune/fused_moe/<dtype>.csv and tables/tune.csv: the fused-MoE kernel in the engines'
-# conditions.
-TUNE_COLUMNS = [
-    "dtype",
-    "experts",
-    "n",
-    "m",
-    "tokens_per_expert",
-    "routing",
-    "runner",
-    "source",
-    "config",
-    "tuned",
-    "best",
-    "op",
-    "status",
-    "reason",
-    "time_ms",
-    "time_p10_ms",
-    "time_p90_ms",
-    "calls_per_replay",
-    "bytes",
-    "flops",
-    "gbs",
-    "tflops",
-    "copy_fraction",
-    "read_fraction",
-    "math_fraction",
-    "over_vllm_default",
-    "over_vllm_legacy_default",
-    "over_sglang_default",
-    "over_baseline",
-    "device",
-]
+TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 
-POWER_COLUMNS = [
-    "load",
-    "expected_bound",
-    "status",
-    "reason",
-    "seconds",
-    "power_samples",
-    "sample_hz",
-    "power_limit_w",
-    "power_w_median",
-    "power_w_p10",
-    "power_w_p90",
-    "power_frac_median",
-    "power_frac_p10",
-    "power_frac_p90",
-    "sm_clock_mhz_median",
-    "throttled_frac",
-    "achieved",
-    "achieved_unit",
-    "message_bytes",
-    "device",
-    "source",
-]
+POWER_COLUMNS = _LISTS["POWER_COLUMNS"]
 
 # ---- the report's key verdict columns and the launch check's coverage of the timed kernels ----
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.columns import RUN_PROVENANCE_KEYS, SPLIT_COLUMNS, TABLE_KEYS, TOOLCHAIN_KEY
+from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
 from tilesweep.errors import ConfigError
-from tilesweep.io import check_out_folder, write_table, write_text
+from tilesweep.io import check_out_folder
 from tilesweep.measure.gemm_case import TOLERANCE
-from tilesweep.report.formatting import fmt_value
 
 # The tables compared, with the columns that identify a row (those present in both runs are used).
 KEYS = {
@@ -128,7 +127,7 @@ def check_out(out: str | Path, force: bool = False) -> None:
     check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
-def _key_text(value: object) -> str:
+def key_text(value: object) -> str:
     """Return a key cell as stable text: whole floats as integers, NaN empty."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
@@ -140,13 +139,13 @@ def _key_text(value: object) -> str:
 def _with_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Return the frame with a `_key` label built from the key columns (repeats numbered)."""
     frame = frame.copy()
-    label = frame[keys].apply(lambda r: " ".join(_key_text(v) for v in r), axis=1)
+    label = frame[keys].apply(lambda r: " ".join(key_text(v) for v in r), axis=1)
     repeat = label.groupby(label).cumcount()
     frame["_key"] = label.where(repeat == 0, label + " #" + (repeat + 1).astype(str))
     return frame
 
 
-def _float(value: object) -> float:
+def as_float(value: object) -> float:
     """Return value as a float, NaN when it is not a number."""
     try:
         return float(value)
@@ -161,10 +160,10 @@ SPREAD_MAX = 10.0
 def _spread(row: pd.Series, metric: str, side: str) -> float:
     """Return p90 - p10 of a metric on one side, NaN when the run recorded no spread."""
     stem = metric[: -len("_ms")] if metric.endswith("_ms") else metric
-    lo = _float(row.get(f"{stem}_p10_ms_{side}"))
-    hi = _float(row.get(f"{stem}_p90_ms_{side}"))
-    repeats = _float(row.get(f"repeats_{side}"))
-    value = _float(row.get(f"{metric}_{side}"))
+    lo = as_float(row.get(f"{stem}_p10_ms_{side}"))
+    hi = as_float(row.get(f"{stem}_p90_ms_{side}"))
+    repeats = as_float(row.get(f"repeats_{side}"))
+    value = as_float(row.get(f"{metric}_{side}"))
     # A spread that cannot be a timing's (negative, not around its own median, or its p90 more
     # than SPREAD_MAX times the median: a damaged record) is no spread: it must not hide a
     # change behind a huge noise band.
@@ -203,12 +202,12 @@ def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
 
 def _same(a: object, b: object) -> bool:
     """Return whether two cells hold the same value (NaN equals NaN, 1 equals 1.0)."""
-    fa, fb = _float(a), _float(b)
+    fa, fb = as_float(a), as_float(b)
     if not (math.isnan(fa) and math.isnan(fb)) and not (math.isnan(fa) or math.isnan(fb)):
         return fa == fb
-    if _key_text(a) == "" and _key_text(b) == "":
+    if key_text(a) == "" and key_text(b) == "":
         return True
-    return _key_text(a) == _key_text(b)
+    return key_text(a) == key_text(b)
 
 
 def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
@@ -232,21 +231,67 @@ def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
     ]
 
 
+def _only(name: str, label: str, side: str, metric: str) -> dict:
+    """Return the row saying what one run only has (a table's rows, or one row)."""
+    return {
+        "table": name,
+        "label": label,
+        "metric": metric,
+        "a": "present" if side == "A" else "absent",
+        "b": "present" if side == "B" else "absent",
+        "basis": f"only in {side}",
+        "beyond": True,
+    }
+
+
+def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> list[dict]:
+    """Return one row per measured (MEASURES), checked (CHECKED) and exact (EXACT) value of a
+    row in both runs."""
+    out = []
+    for metric in MEASURES.get(name, []):
+        if f"{metric}_a" not in row or f"{metric}_b" not in row:
+            continue
+        va, vb = as_float(row[f"{metric}_a"]), as_float(row[f"{metric}_b"])
+        if math.isnan(va) and math.isnan(vb):
+            continue
+        na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
+        beyond, basis = measure_change(va, vb, na, nb, threshold)
+        ratio = vb / va if va else math.nan
+        out.append(
+            {"table": name, "label": label, "metric": metric, "a": va, "b": vb, "ratio": ratio}
+            | {"noise_a": na, "noise_b": nb, "basis": basis, "beyond": beyond}
+        )
+    for col in CHECKED.get(name, []):
+        if f"{col}_a" not in row or f"{col}_b" not in row:
+            continue
+        if key_text(row[f"{col}_a"]) == "" and key_text(row[f"{col}_b"]) == "":
+            continue  # neither run checked this row (a failed launch)
+        va, vb = as_float(row[f"{col}_a"]), as_float(row[f"{col}_b"])
+        beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
+        ratio = vb / va if va and math.isfinite(va) else math.nan
+        out.append(
+            {"table": name, "label": label, "metric": col, "a": va, "b": vb, "ratio": ratio}
+            | {"basis": basis, "beyond": beyond}
+        )
+    for col in EXACT.get(name, []):
+        if f"{col}_a" not in row or f"{col}_b" not in row:
+            continue
+        va, vb = row[f"{col}_a"], row[f"{col}_b"]
+        fa, fb = as_float(va), as_float(vb)
+        ratio = fb / fa if not (math.isnan(fa) or math.isnan(fb)) and fa else math.nan
+        out.append(
+            {"table": name, "label": label, "metric": col, "a": va, "b": vb, "ratio": ratio}
+            | {"basis": "exact", "beyond": not _same(va, vb)}
+        )
+    return out
+
+
 def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Return one row per compared value of one table (see COLUMNS), rows only in one run too;
     a table with rows in one run only is one row (metric 'table')."""
     if a.empty != b.empty:
         side, rows = ("B", len(b)) if a.empty else ("A", len(a))
-        only = {
-            "table": name,
-            "label": f"{rows} rows",
-            "metric": "table",
-            "a": "present" if side == "A" else "absent",
-            "b": "present" if side == "B" else "absent",
-            "basis": f"only in {side}",
-            "beyond": True,
-        }
-        return pd.DataFrame([only], columns=COLUMNS)
+        return pd.DataFrame([_only(name, f"{rows} rows", side, "table")], columns=COLUMNS)
     if a.empty and b.empty:
         return pd.DataFrame(columns=COLUMNS)
     schema = _schema_change(name, a, b)
@@ -258,80 +303,11 @@ def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float)
     )
     rows = list(schema)
     for _, row in merged.sort_values("_key").iterrows():
-        label = row["_key"]
         if row["_merge"] != "both":
             side = "A" if row["_merge"] == "left_only" else "B"
-            rows.append(
-                {
-                    "table": name,
-                    "label": label,
-                    "metric": "row",
-                    "a": "present" if side == "A" else "absent",
-                    "b": "present" if side == "B" else "absent",
-                    "basis": f"only in {side}",
-                    "beyond": True,
-                }
-            )
-            continue
-        for metric in MEASURES.get(name, []):
-            if f"{metric}_a" not in row or f"{metric}_b" not in row:
-                continue
-            va, vb = _float(row[f"{metric}_a"]), _float(row[f"{metric}_b"])
-            if math.isnan(va) and math.isnan(vb):
-                continue
-            na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
-            beyond, basis = measure_change(va, vb, na, nb, threshold)
-            rows.append(
-                {
-                    "table": name,
-                    "label": label,
-                    "metric": metric,
-                    "a": va,
-                    "b": vb,
-                    "ratio": vb / va if va else math.nan,
-                    "noise_a": na,
-                    "noise_b": nb,
-                    "basis": basis,
-                    "beyond": beyond,
-                }
-            )
-        for col in CHECKED.get(name, []):
-            if f"{col}_a" not in row or f"{col}_b" not in row:
-                continue
-            va, vb = _float(row[f"{col}_a"]), _float(row[f"{col}_b"])
-            raw_a, raw_b = _key_text(row[f"{col}_a"]), _key_text(row[f"{col}_b"])
-            if raw_a == "" and raw_b == "":
-                continue  # neither run checked this row (a failed launch)
-            beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
-            rows.append(
-                {
-                    "table": name,
-                    "label": label,
-                    "metric": col,
-                    "a": va,
-                    "b": vb,
-                    "ratio": vb / va if va and math.isfinite(va) else math.nan,
-                    "basis": basis,
-                    "beyond": beyond,
-                }
-            )
-        for col in EXACT.get(name, []):
-            if f"{col}_a" not in row or f"{col}_b" not in row:
-                continue
-            va, vb = row[f"{col}_a"], row[f"{col}_b"]
-            numeric = not (math.isnan(_float(va)) or math.isnan(_float(vb)))
-            rows.append(
-                {
-                    "table": name,
-                    "label": label,
-                    "metric": col,
-                    "a": va,
-                    "b": vb,
-                    "ratio": _float(vb) / _float(va) if numeric and _float(va) else math.nan,
-                    "basis": "exact",
-                    "beyond": not _same(va, vb),
-                }
-            )
+            rows.append(_only(name, row["_key"], side, "row"))
+        else:
+            rows += _value_changes(name, row["_key"], row, threshold)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -348,7 +324,7 @@ def compare_ceilings(a: dict, b: dict, threshold: float) -> pd.DataFrame:
             )
         )
     for metric, va, vb in pairs:
-        va, vb = _float(va), _float(vb)
+        va, vb = as_float(va), as_float(vb)
         if math.isnan(va) and math.isnan(vb):
             continue
         beyond, basis = measure_change(va, vb, math.nan, math.nan, threshold)
@@ -375,99 +351,3 @@ def compare_runs(a: Run, b: Run, threshold: float = 0.10) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=COLUMNS)
     return pd.concat(parts, ignore_index=True)
-
-
-def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
-    """Return (field, A's values, B's values) for provenance fields that differ between runs."""
-
-    def values(run: Run, field: str) -> str:
-        found: set[str] = set()
-        # Launch rows are compiled on the host: they name a toolchain and commit, not a device.
-        skip = {"launch"} if field not in (TOOLCHAIN_KEY, "commit") else set()
-        for name, frame in run.tables.items():
-            if field in frame and name not in skip:
-                found |= set(frame[field].dropna().astype(str))
-        if field in run.ceilings and run.ceilings[field] is not None:
-            found.add(str(run.ceilings[field]))
-        return ", ".join(sorted(found)) or "-"
-
-    out = []
-    for field in RUN_PROVENANCE_KEYS:
-        va, vb = values(a, field), values(b, field)
-        if va != vb:
-            out.append((field, va, vb))
-    return out
-
-
-def _cell(value: object) -> str:
-    """Return a value for the console: numbers to 4 significant figures, whole above 1,000."""
-    if isinstance(value, str) or math.isnan(_float(value)):
-        return _key_text(value)
-    if math.isfinite(_float(value)) and abs(_float(value)) >= 1e15:
-        return f"{_float(value):.4g}"  # not 300 digits for a damaged 1e308
-    return fmt_value(value, 4)
-
-
-def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limit: int = 40) -> str:
-    """Return the console summary: provenance differences, then per table what moved."""
-    lines = [f"A: {a.path}", f"B: {b.path}"]
-    prov = provenance_changes(a, b)
-    if prov:
-        lines.append("Provenance that differs:")
-        lines += [f"  {field}: {va}  ->  {vb}" for field, va, vb in prov]
-    else:
-        lines.append("Provenance: same device, versions and commit.")
-    lines.append(
-        f"Beyond noise: timed values whose medians differ by more than both runs' p10..p90; "
-        f"values without a spread, by more than {threshold:.0%}; labels and launch shared "
-        "memory, any change."
-    )
-    if changes.empty:
-        lines.append("Nothing to compare: neither run has tables.")
-        return "\n".join(lines) + "\n"
-    for table, part in changes.groupby("table", sort=False):
-        if (part["metric"] == "table").any():  # the table has rows in one run only
-            rec = part.iloc[0]
-            lines.append(f"\n{table}: {rec['basis']} ({rec['label']}); nothing to compare")
-            continue
-        only = part[part["metric"] == "row"]
-        values = part[part["metric"] != "row"]
-        beyond = values[values["beyond"].astype(bool)]
-        head = f"\n{table}: {len(beyond)} of {len(values)} values changed beyond the noise"
-        for side in ("A", "B"):
-            count = int((only["basis"] == f"only in {side}").sum())
-            head += f"; {count} rows only in {side}" if count else ""
-        lines.append(head)
-        order = beyond.assign(
-            _size=beyond["ratio"].map(lambda r: abs(math.log(r)) if _float(r) > 0 else math.inf)
-        ).sort_values("_size", ascending=False)
-        for rec in order.head(limit).to_dict("records"):
-            ratio = _float(rec["ratio"])
-            ratio_txt = f"  x{ratio:.3g}" if not math.isnan(ratio) else ""
-            lines.append(
-                f"  {rec['label']}  {rec['metric']}: {_cell(rec['a'])} -> {_cell(rec['b'])}"
-                f"{ratio_txt}  [{rec['basis']}]"
-            )
-        if len(order) > limit:
-            lines.append(f"  ... and {len(order) - limit} more (see changes.csv with --out)")
-        for side in ("A", "B"):
-            labels = list(only.loc[only["basis"] == f"only in {side}", "label"])
-            if labels:
-                more = f" ... and {len(labels) - 5} more" if len(labels) > 5 else ""
-                lines.append(f"  only in {side}: {', '.join(labels[:5])}{more}")
-    return "\n".join(lines) + "\n"
-
-
-def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
-    """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
-    # matplotlib (via report.compare_figure, report.plotting): drawn only here; compare loads
-    # without it
-    from tilesweep.report.compare_figure import compare_ratios
-    from tilesweep.report.plotting import png
-
-    out = Path(out)
-    paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]
-    write_table(paths[0], changes)
-    write_text(paths[1], text)
-    paths[2].write_bytes(png(compare_ratios(changes)))
-    return paths

@@ -42,15 +42,6 @@ def cutlass_include_dir() -> Path | None:
     return inc if (inc / "cutlass" / "version.h").is_file() else None
 
 
-def cutlass_util_include_dir() -> Path | None:
-    """Return CUTLASS's tools/util/include next to the include dir, if present."""
-    inc = cutlass_include_dir()
-    if inc is None:
-        return None
-    util = inc.parent / "tools" / "util" / "include"
-    return util if util.is_dir() else None
-
-
 def _pypi_nvcc() -> str | None:
     """Return an nvcc shipped by the PyPI nvidia-cuda-nvcc packages, if one is installed."""
     spec = importlib.util.find_spec("nvidia")

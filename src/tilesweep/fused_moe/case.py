@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe import routing
 from tilesweep.fused_moe.space import gemm_shapes, scale_mode
 from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
 from tilesweep.measure.gemm_case import rel_error
@@ -127,9 +128,9 @@ def blocks(batch: Batch, block_m: int, experts: int, sort: bool = False):
     direct = batch.direct and not sort
     if (block_m, direct) not in batch.blocks:
         batch.blocks[block_m, direct] = (
-            fm.direct_blocks(batch.topk_ids, block_m)
+            routing.direct_blocks(batch.topk_ids, block_m)
             if direct
-            else fm.align_blocks(batch.topk_ids, block_m, experts)
+            else routing.align_blocks(batch.topk_ids, block_m, experts)
         )
     return batch.blocks[block_m, direct]
 

@@ -28,6 +28,7 @@ to stream the weights).
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -44,32 +45,10 @@ SCALE_MODES = {
 @triton.jit
 def _tile(
     tile,
-    a_ptr,
-    b_ptr,
+    ptrs,
     b_desc,
-    c_ptr,
-    a_scale_ptr,
-    b_scale_ptr,
-    topk_weights_ptr,
-    sorted_ids_ptr,
-    expert_ids_ptr,
-    num_post_pad,
-    N,
-    K,
-    em,
-    num_valid,
-    a_row_div,
-    mul_routed,
-    group_m,
-    stride_am,
-    stride_be,
-    stride_bn,
-    stride_cm,
-    stride_asm,
-    stride_ask,
-    stride_bse,
-    stride_bsn,
-    stride_bsk,
+    sizes,
+    strides,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -81,7 +60,13 @@ def _tile(
     SPLIT_K: tl.constexpr,
 ):
     """Compute one BLOCK_SIZE_M x BLOCK_SIZE_N output tile (tile: its swizzled index), or with
-    SPLIT_K > 1 the part of its reduction that program_id(1) owns, added into an fp32 output."""
+    SPLIT_K > 1 the part of its reduction that program_id(1) owns, added into an fp32 output;
+    ptrs, sizes and strides are fused_moe_kernel's, in its order."""
+    a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr = ptrs[:7]
+    expert_ids_ptr = ptrs[7]
+    num_post_pad, N, K, em, num_valid, a_row_div, mul_routed, group_m = sizes
+    stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask = strides[:6]
+    stride_bse, stride_bsn, stride_bsk = strides[6:]
     num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     in_group = group_m * num_pid_n
@@ -204,38 +189,20 @@ def fused_moe_kernel(
 ):
     """One program per output tile, or (PERSISTENT) a fixed grid whose programs stride over
     the tiles; the grid's second axis (SPLIT_K) splits each tile's reduction."""
-    num_post_pad = tl.load(num_post_pad_ptr)
+    ptrs = (a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr)
+    ptrs += (expert_ids_ptr,)
+    sizes = (tl.load(num_post_pad_ptr), N, K, em, num_valid, a_row_div, mul_routed, group_m)
+    strides = (stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask)
+    strides += (stride_bse, stride_bsn, stride_bsk)
     if PERSISTENT:
         tiles = tl.cdiv(em, BLOCK_SIZE_M) * tl.cdiv(N, BLOCK_SIZE_N)
         for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
             _tile(
                 tile,
-                a_ptr,
-                b_ptr,
+                ptrs,
                 b_desc,
-                c_ptr,
-                a_scale_ptr,
-                b_scale_ptr,
-                topk_weights_ptr,
-                sorted_ids_ptr,
-                expert_ids_ptr,
-                num_post_pad,
-                N,
-                K,
-                em,
-                num_valid,
-                a_row_div,
-                mul_routed,
-                group_m,
-                stride_am,
-                stride_be,
-                stride_bn,
-                stride_cm,
-                stride_asm,
-                stride_ask,
-                stride_bse,
-                stride_bsn,
-                stride_bsk,
+                sizes,
+                strides,
                 BLOCK_SIZE_M,
                 BLOCK_SIZE_N,
                 BLOCK_SIZE_K,
@@ -249,32 +216,10 @@ def fused_moe_kernel(
     else:
         _tile(
             tl.program_id(0),
-            a_ptr,
-            b_ptr,
+            ptrs,
             b_desc,
-            c_ptr,
-            a_scale_ptr,
-            b_scale_ptr,
-            topk_weights_ptr,
-            sorted_ids_ptr,
-            expert_ids_ptr,
-            num_post_pad,
-            N,
-            K,
-            em,
-            num_valid,
-            a_row_div,
-            mul_routed,
-            group_m,
-            stride_am,
-            stride_be,
-            stride_bn,
-            stride_cm,
-            stride_asm,
-            stride_ask,
-            stride_bse,
-            stride_bsn,
-            stride_bsk,
+            sizes,
+            strides,
             BLOCK_SIZE_M,
             BLOCK_SIZE_N,
             BLOCK_SIZE_K,
@@ -287,60 +232,6 @@ def fused_moe_kernel(
         )
 
 
-def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
-    """Return (sorted_ids, expert_ids, num_post_pad): routed pairs sorted by expert, each expert's
-    run padded to a multiple of block_m with the sentinel id (pairs). `expert_map` maps a global
-    expert to its local index on this rank (-1: elsewhere)."""
-    import torch
-
-    flat = topk_ids.reshape(-1).to(torch.int64)
-    pairs, device = flat.numel(), flat.device
-    counts = torch.bincount(flat, minlength=experts)
-    padded = (counts + block_m - 1) // block_m * block_m
-    starts = torch.cumsum(padded, 0) - padded
-    firsts = torch.cumsum(counts, 0) - counts
-    order = torch.argsort(flat, stable=True)
-    by_expert = flat[order]
-    rank = torch.arange(pairs, device=device) - firsts[by_expert]
-    total = int(padded.sum().item())
-    sorted_ids = torch.full((total,), pairs, dtype=torch.int32, device=device)
-    sorted_ids[starts[by_expert] + rank] = order.to(torch.int32)
-    expert_ids = torch.repeat_interleave(torch.arange(experts, device=device), padded // block_m)
-    if expert_map is not None:
-        expert_ids = expert_map.to(device)[expert_ids]
-    num_post_pad = torch.tensor([total], dtype=torch.int32, device=device)
-    return sorted_ids, expert_ids.to(torch.int32), num_post_pad
-
-
-def buffered_blocks(topk_ids, block_m: int, experts: int, size: int):
-    """Return align_blocks' (sorted_ids, expert_ids, num_post_pad) in an engine's buffers: size
-    rows of sorted ids, the sentinel past the used ones, and an expert id (-1 past the used
-    blocks) per row block of them."""
-    import torch
-
-    sorted_ids, expert_ids, post_pad = align_blocks(topk_ids, block_m, experts)
-    device = sorted_ids.device
-    padded = torch.full((size,), topk_ids.numel(), dtype=torch.int32, device=device)
-    padded[: sorted_ids.numel()] = sorted_ids
-    ids = torch.full((triton.cdiv(size, block_m),), -1, dtype=torch.int32, device=device)
-    ids[: expert_ids.numel()] = expert_ids
-    return padded, ids, post_pad
-
-
-def direct_blocks(topk_ids, block_m: int, expert_map=None):
-    """Return (sorted_ids, expert_ids, num_post_pad) for the tiny-batch path: no sort, each routed
-    pair owns one row block (its first row; the rest are the sentinel)."""
-    import torch
-
-    flat = topk_ids.reshape(-1).to(torch.int64)
-    pairs, device = flat.numel(), flat.device
-    sorted_ids = torch.full((pairs, block_m), pairs, dtype=torch.int32, device=device)
-    sorted_ids[:, 0] = torch.arange(pairs, dtype=torch.int32, device=device)
-    expert_ids = flat if expert_map is None else expert_map.to(device)[flat]
-    num_post_pad = torch.tensor([pairs * block_m], dtype=torch.int32, device=device)
-    return sorted_ids.reshape(-1), expert_ids.to(torch.int32), num_post_pad
-
-
 # Programs per multiprocessor's worth of the persistent grid on a CPU (Triton's interpreter), so
 # that tests see programs stride over several tiles.
 INTERPRETER_SMS = 2
@@ -348,8 +239,6 @@ INTERPRETER_SMS = 2
 
 def _sm_count(device) -> int:
     """Return the multiprocessors of a device (INTERPRETER_SMS on a CPU)."""
-    import torch
-
     if device.type != "cuda":
         return INTERPRETER_SMS
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -383,11 +272,8 @@ def invoke(
     block_shape: tuple[int, int] = (128, 128),
 ):
     """Launch one fused-MoE GEMM: c[pair] = A[row(pair)] @ B[expert(pair)]^T (times the routing
-    weight when topk_weights is given); return c. `gather`: A has one row per token (gate/up).
-    With SPLIT_K = S > 1, min(S, K blocks) programs per tile add their partial sums into a
-    zeroed fp32 workspace, which is then copied into c."""
-    import torch
-
+    weight when topk_weights is given); return c. `gather`: A has one row per token (gate/up);
+    SPLIT_K > 1 adds partial sums into a zeroed fp32 workspace, then copied into c."""
     sorted_ids, expert_ids, num_post_pad = blocks
     n, k = b.shape[1], b.shape[2]
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
@@ -404,33 +290,16 @@ def invoke(
     persistent = config.get("PERSISTENT", 0)
     grid = (min(tiles, persistent * _sm_count(c.device)) if persistent else tiles, split_k)
     tma = bool(config.get("TMA", 0))
+    desc = weight_descriptor(b, bn, bk) if tma else b
+    weights = topk_weights if topk_weights is not None else dummy
+    ptrs = (a, b, desc, out, a_s, b_s, weights, sorted_ids, expert_ids, num_post_pad)
+    sizes = (n, k, em, c.shape[0], top_k if gather else 1, int(topk_weights is not None))
+    strides = (a.stride(0), b.stride(0), b.stride(1), c.stride(0), *a_st[:2], *b_st[:3])
     fused_moe_kernel[grid](
-        a,
-        b,
-        weight_descriptor(b, bn, bk) if tma else b,
-        out,
-        a_s,
-        b_s,
-        topk_weights if topk_weights is not None else dummy,
-        sorted_ids,
-        expert_ids,
-        num_post_pad,
-        n,
-        k,
-        em,
-        c.shape[0],
-        top_k if gather else 1,
-        int(topk_weights is not None),
+        *ptrs,
+        *sizes,
         config.get("GROUP_SIZE_M", 1),
-        a.stride(0),
-        b.stride(0),
-        b.stride(1),
-        c.stride(0),
-        a_st[0],
-        a_st[1],
-        b_st[0],
-        b_st[1],
-        b_st[2],
+        *strides,
         BLOCK_SIZE_M=bm,
         BLOCK_SIZE_N=bn,
         BLOCK_SIZE_K=bk,

@@ -5,6 +5,7 @@ routing of one micro-batch to the project kernel's row blocks, and the config it
 from __future__ import annotations
 
 from tilesweep.fused_moe import kernel as fm
+from tilesweep.fused_moe import routing
 from tilesweep.fused_moe.space import engine_default, nearest_key
 
 
@@ -37,9 +38,9 @@ def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> di
     ids = ids.to(rank.device)
     direct = pairs * rank.moe_table.get("sparsity", 4) <= experts
     blocks = (
-        fm.direct_blocks(ids, config["BLOCK_SIZE_M"])
+        routing.direct_blocks(ids, config["BLOCK_SIZE_M"])
         if direct
-        else fm.align_blocks(ids, config["BLOCK_SIZE_M"], experts)
+        else routing.align_blocks(ids, config["BLOCK_SIZE_M"], experts)
     )
     return {
         "config": config,

@@ -3,10 +3,10 @@ engines' conditions, its picks kept for the whole step's runner and never export
 engine's config file.
 
 One job per dtype on a GPU machine. The work runs in a worker process (fused_moe/tune_worker.py)
-that journals every finished item; this module supervises it: a worker that outlives an item's
-time limit is killed (the item is recorded as a timeout), one that dies records a crash, and in
-both cases a new worker resumes after the last journalled item. A rerun of the job resumes the
-same way, since the journal lives beside the outputs and is not one of them.
+that journals every finished item, supervised (fused_moe/journal.py): a worker that outlives an
+item's time limit is killed (the item is recorded as a timeout), one that dies records a crash,
+and in both cases a new worker resumes after the last journalled item. A rerun of the job resumes
+the same way, since the journal lives beside the outputs and is not one of them.
 
 Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine
 row at every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -35,13 +32,8 @@ from tilesweep.columns import TUNE_COLUMNS, Status
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
-from tilesweep.fused_moe.tune_worker import (
-    FINAL,
-    SCREEN,
-    append_journal,
-    read_journal,
-    refusal_status,
-)
+from tilesweep.fused_moe.journal import FINAL, SCREEN, read_journal, supervise
+from tilesweep.fused_moe.precompile import refusal_status
 from tilesweep.hardware import catalog_name
 from tilesweep.io import atomic_path, read_json, write_text
 from tilesweep.provenance import device_info, package_version
@@ -110,84 +102,6 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
         "engine_defaults": mine["engine_defaults"],
         "smem_limit_bytes": smem_limit,
     }
-
-
-def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts: int = 50):
-    """Run the worker until every item is journalled; return the journal's records.
-
-    An item (the heartbeat's key) that outlives its limit is killed and journalled as a
-    timeout; a worker that dies journals its item as a crash; either way a new worker resumes.
-    """
-    work_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, journal, heartbeat = (work_dir / n for n in ("spec.json", "journal.jsonl", "beat"))
-    with atomic_path(spec_path) as tmp:
-        tmp.write_text(json.dumps(spec, sort_keys=True, indent=1))
-    cmd = [sys.executable, "-m", "tilesweep.fused_moe.tune_worker", str(spec_path)]
-    cmd += [str(journal), str(heartbeat)]
-    attempt = 0
-    while attempt < restarts:
-        heartbeat.unlink(missing_ok=True)
-        proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
-        status = _watch(proc, heartbeat, spec)
-        key = _beat_key(heartbeat)
-        if status == "done":
-            return read_journal(journal)
-        if status == "yield":  # its quota of items is journalled: a fresh worker goes on
-            continue
-        attempt += 1
-        if key in (None, "done") and status == "exit":
-            raise RuntimeError(f"the tuning worker exited with {proc.returncode} before starting")
-        if key == "compile":
-            raise RuntimeError(f"compiling the search space: worker {status} ({proc.returncode})")
-        if key not in read_journal(journal):
-            kind = Status.TIMEOUT if status == "timeout" else Status.CRASH
-            phase, problem, what = key.split("|", 2)
-            reason = f"worker {status} (exit {proc.returncode}) during this item, attempt {attempt}"
-            append_journal(
-                journal,
-                {
-                    "key": key,
-                    "phase": phase,
-                    "problem": int(problem),
-                    "what": what,
-                    "status": str(kind),
-                    "reason": reason,
-                },
-            )
-        log.warning("worker %s at %s; restarting", status, key)
-    raise RuntimeError(f"the tuning worker failed {restarts} times")
-
-
-def _beat_key(heartbeat: Path) -> str | None:
-    """Return the key of the item the worker last started (None before its first)."""
-    try:
-        return json.loads(heartbeat.read_text())["key"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _watch(proc, heartbeat: Path, spec: dict) -> str:
-    """Wait for the worker: 'done' (clean exit, all done), 'yield' (clean exit after its quota
-    of items), 'exit' (died), 'timeout' (killed)."""
-    while True:
-        try:
-            rc = proc.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            rc = None
-        if rc is not None:
-            ended = _beat_key(heartbeat) if rc == 0 else None
-            return ended if ended in ("done", "yield") else "exit"
-        try:
-            beat = json.loads(heartbeat.read_text())
-        except (OSError, ValueError):
-            continue
-        if beat["key"] in ("done", "yield"):  # the worker is exiting
-            continue
-        limit = spec["compile_timeout_s"] if beat["key"] == "compile" else spec["config_timeout_s"]
-        if time.time() - beat["time"] > limit:
-            proc.kill()
-            proc.wait()
-            return "timeout"
 
 
 def _timed(entry: dict | None) -> tuple[float | None, float | None, float | None]:

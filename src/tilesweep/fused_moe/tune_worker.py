@@ -4,8 +4,8 @@ persistent, split-K, sorted tiny batches) of the best screened tiles, then times
 of both, the engines' default configs, the torch baseline and (where installed) the engine's own
 kernel precisely.
 
-Each finished item is one line appended to a journal (flushed and synced), so a worker that is
-killed or crashes loses only the item in flight: fused_moe/tune.py restarts it, records that item
+Each finished item is one line appended to a journal (fused_moe/journal.py), so a worker that is
+killed or crashes loses only the item in flight: the supervisor restarts it, records that item
 as a timeout or crash, and the new worker skips everything already in the journal. Before each
 item the worker writes a heartbeat, which is how the parent knows what was in flight.
 
@@ -19,73 +19,15 @@ Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBE
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.engines.runner import engine_runner
+from tilesweep.fused_moe.journal import FINAL, SCREEN, Journal, Yield, beat, item_key, read_journal
+from tilesweep.fused_moe.precompile import compile_once, refusal_status, screened
 from tilesweep.measure.timing import time_call
-
-SCREEN = "screen"
-FINAL = "final"
-
-
-def item_key(phase: str, problem: int, what: str) -> str:
-    """Return the journal key of one work item."""
-    return f"{phase}|{problem}|{what}"
-
-
-def read_journal(path: str | Path) -> dict[str, dict]:
-    """Return the journal's finished items by key (a trailing half-written line is ignored)."""
-    done = {}
-    path = Path(path)
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        done[rec["key"]] = rec
-    return done
-
-
-def append_journal(path: str | Path, rec: dict) -> None:
-    """Append one finished item to the journal, durably."""
-    with open(path, "a") as stream:
-        stream.write(json.dumps(rec, sort_keys=True) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())
-
-
-class Yield(Exception):
-    """Raised when a worker has journalled its quota of items: it exits for a fresh one."""
-
-
-class Journal:
-    """The worker's journal: appends items (with the worker's pid) and, with a quota, ends the
-    worker after that many items, so that each item can run in a fresh process."""
-
-    def __init__(self, path: str | Path, quota: int = 0):
-        self.path, self.quota, self.items = path, quota, 0
-
-    def append(self, rec: dict, counts: bool = True) -> None:
-        """Journal one finished item (with the worker's pid and the wall time it ended at);
-        raise Yield once the quota is spent."""
-        append_journal(self.path, {**rec, "pid": os.getpid(), "ended": round(time.time(), 3)})
-        self.items += counts
-        if counts and self.quota and self.items >= self.quota:
-            raise Yield
-
-
-def beat(path: str | Path, key: str) -> None:
-    """Record which item the worker starts now (atomically replaced)."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps({"key": key, "time": time.time()}))
-    tmp.replace(path)
 
 
 def candidates(spec: dict) -> list[dict]:
@@ -100,97 +42,6 @@ def candidates(spec: dict) -> list[dict]:
                     slugs.add(space.config_slug(cfg))
                     configs.append(cfg)
     return configs
-
-
-def screened(spec: dict, configs: list[dict]) -> list[dict]:
-    """Return the configs screened at every batch key: GROUP_SIZE_M only changes which row
-    blocks run together, so each tile is screened at the space's first group size and the
-    finalists are then timed at every group size."""
-    first = spec["space"]["GROUP_SIZE_M"][0]
-    return [c for c in configs if c["GROUP_SIZE_M"] == first]
-
-
-def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
-    """Return one config per distinct compiled kernel (GROUP_SIZE_M is a run-time argument),
-    leaving out those a constraint already rules out."""
-    out, seen = [], set()
-    for config in screened(spec, configs):
-        key = space.tile_key(space.config_slug(config))
-        if key in seen:
-            continue
-        seen.add(key)
-        limit = spec["smem_limit_bytes"]
-        if not space.problems_constraint(config, spec["dtype"], limit, spec["problems"]):
-            out.append(config)
-    return out
-
-
-def refusal_status(reason: str, compiled: bool) -> str:
-    """Return the status of a config that cannot be screened: a shared-memory refusal at its
-    first launch (Triton's OutOfResources) is a launch result, any other failure of the
-    compile step a compile error, and a rule the config breaks a constraint."""
-    if reason.startswith("OutOfResources"):
-        return "launch"
-    return "compile" if compiled else "constraint"
-
-
-def _compile_one(args: tuple) -> tuple[str, str | None]:
-    """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
-    config, dtype = args
-    try:
-        import torch
-
-        # triton (via fused_moe.kernel, fused_moe.case): this module loads without it
-        from tilesweep.fused_moe import kernel as fm
-        from tilesweep.fused_moe.case import torch_dtype
-
-        dev = "cuda"
-        e, n, k, rows = 2, 256, 512, 4
-        op = torch_dtype(dtype)
-        a = torch.zeros(rows, k, device=dev).to(op)
-        b = torch.zeros(e, n, k, device=dev).to(op)
-        c = torch.zeros(rows, n, device=dev, dtype=torch.bfloat16)
-        bm = config["BLOCK_SIZE_M"]
-        ids = torch.zeros(bm, dtype=torch.int32, device=dev)
-        exp = torch.zeros(1, dtype=torch.int32, device=dev)
-        post = torch.tensor([bm], dtype=torch.int32, device=dev)
-        scale = space.scale_mode(dtype)
-        a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
-        b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
-        w = torch.ones(rows, device=dev)
-        for weights in (None, w):  # mul_routed is a runtime flag: one compile serves both
-            fm.invoke(
-                a,
-                b,
-                c,
-                (ids, exp, post),
-                config,
-                top_k=1,
-                gather=False,
-                topk_weights=weights,
-                scale=scale,
-                a_scale=a_s,
-                b_scale=b_s,
-            )
-        torch.cuda.synchronize()
-        return space.config_slug(config), None
-    except Exception as exc:  # a compile or launch refusal is a result: its last line
-        return space.config_slug(config), f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
-
-
-def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, str]:
-    """Return {slug: error} for configs that fail to compile, compiling in parallel processes."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    failed = {}
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
-            if err:
-                failed[space.tile_key(slug)] = err
-    log(f"compiled {len(configs)} configs, {len(failed)} refused")
-    return failed
 
 
 def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
@@ -268,98 +119,82 @@ def _finalists(
     return [cfg for _, _, cfg in sorted(scored)[:count]]
 
 
-def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
-    """Time finalists, engine defaults, the baseline and the engine at every final batch."""
+def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) -> list[tuple]:
+    """Return the (source, config) pairs timed at final batch m: the finalists of the engines'
+    space and of the variants at every group size, then each engine's default."""
+    near = space.nearest_key(spec["batch_keys"], m)
+    direct = space.is_direct(m, problem, spec["direct_sparsity"])
+    picks = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
+    count = spec["variant_finalists"]
+    picks += [("variant", c) for c in _finalists(done, p_idx, near, count, True, direct)]
+    entries = [
+        (source, {**c, "GROUP_SIZE_M": g})
+        for source, c in picks
+        for g in spec["space"]["GROUP_SIZE_M"]
+    ]
+    for engine_name, rules in spec["engine_defaults"].items():
+        cfg = space.engine_default(rules, m, problem["experts"], spec["dtype"])
+        entries.append((f"{engine_name}-default", cfg))
+    return entries
+
+
+def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
+    """Return one row per entry and one for the torch baseline, each timed in CUDA graphs on
+    both GEMMs at one batch and routing (or its status and reason)."""
     # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe import case
 
-    dtype = spec["dtype"]
-    shapes = space.gemm_shapes(problem)
-    screened = set(spec["batch_keys"])
+    def timed(call) -> dict:
+        return time_call(
+            call, spec["final_repeats"], 2, graph=True, **space.graph_amortisation(spec)
+        )
+
+    touched = int(batch.topk_ids.unique().numel())
+    rows = []
+    for source, config in entries:
+        row = {"source": source, "routing": routing, "config": config, "touched": touched}
+        row["slug"] = space.config_slug(config)
+        try:
+            _, bad = case.check(config, problem, weights, batch)
+            if bad:
+                rows.append({**row, "status": "correctness", "reason": bad})
+                continue
+            for gemm in space.gemm_shapes(problem):
+                row[gemm] = timed(case.fused_call(config, problem, weights, batch, gemm))
+            rows.append({**row, "status": "ok"})
+        except Exception as exc:
+            rows.append({**row, "status": "launch", "reason": last_line(exc)})
+    name = case.baseline_name(spec["dtype"])
+    row = {"source": "baseline", "runner": name, "routing": routing, "touched": touched}
+    try:
+        for gemm in space.gemm_shapes(problem):
+            row[gemm] = timed(case.baseline_call(problem, weights, batch, gemm))
+        rows.append({**row, "status": "ok"})
+    except NotImplementedError as exc:
+        rows.append({**row, "status": "unsupported", "reason": str(exc)})
+    except Exception as exc:
+        rows.append({**row, "status": "runtime", "reason": last_line(exc)})
+    return rows
+
+
+def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
+    """Time finalists, engine defaults, the baseline and the engine at every final batch."""
+    screened_keys = set(spec["batch_keys"])
     for m in spec["final_batches"]:
         key = item_key(FINAL, p_idx, str(m))
         if key in done:
             continue
         beat(heartbeat, key)
-        near = space.nearest_key(spec["batch_keys"], m)
-        picks = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
-        direct = space.is_direct(m, problem, spec["direct_sparsity"])
-        picks += [
-            ("variant", c)
-            for c in _finalists(
-                done, p_idx, near, spec["variant_finalists"], variants=True, direct=direct
-            )
-        ]
-        entries = [
-            (source, {**c, "GROUP_SIZE_M": g})
-            for source, c in picks
-            for g in spec["space"]["GROUP_SIZE_M"]
-        ]
-        for engine_name, rules in spec["engine_defaults"].items():
-            cfg = space.engine_default(rules, m, problem["experts"], dtype)
-            entries.append((f"{engine_name}-default", cfg))
+        entries = _final_entries(spec, problem, p_idx, m, done)
         rows = []
         for routing, batches in batches_by_routing.items():
-            batch = batches[m]
-            touched = int(batch.topk_ids.unique().numel())
-            for source, config in entries:
-                row = {"source": source, "routing": routing, "config": config, "touched": touched}
-                row["slug"] = space.config_slug(config)
-                try:
-                    _, bad = case.check(config, problem, weights, batch)
-                    if bad:
-                        rows.append({**row, "status": "correctness", "reason": bad})
-                        continue
-                    for gemm in shapes:
-                        call = case.fused_call(config, problem, weights, batch, gemm)
-                        row[gemm] = time_call(
-                            call,
-                            spec["final_repeats"],
-                            2,
-                            graph=True,
-                            **space.graph_amortisation(spec),
-                        )
-                    rows.append({**row, "status": "ok"})
-                except Exception as exc:
-                    rows.append({**row, "status": "launch", "reason": last_line(exc)})
-            name = case.baseline_name(dtype)
-            row = {"source": "baseline", "runner": name, "routing": routing, "touched": touched}
-            try:
-                for gemm in shapes:
-                    call = case.baseline_call(problem, weights, batch, gemm)
-                    row[gemm] = time_call(
-                        call, spec["final_repeats"], 2, graph=True, **space.graph_amortisation(spec)
-                    )
-                rows.append({**row, "status": "ok"})
-            except NotImplementedError as exc:
-                rows.append({**row, "status": "unsupported", "reason": str(exc)})
-            except Exception as exc:
-                rows.append({**row, "status": "runtime", "reason": last_line(exc)})
+            rows += _timed_rows(spec, problem, weights, batches[m], entries, routing)
         # The engine's kernel, once every routing is timed: with the project kernel's tuned pick
         for routing, batches in batches_by_routing.items():
             rows.extend(engine(problem, weights, batches[m], rows, m, routing))
             batches[m].refs.clear()  # this batch is done: free its fp32 references
-        journal.append(
-            {
-                "key": key,
-                "phase": FINAL,
-                "problem": p_idx,
-                "m": m,
-                "screened": m in screened,
-                "rows": rows,
-            }
-        )
-
-
-def _compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
-    """Return {tile: error} of the configs' compiles: compiled in a pool the first time, and
-    journalled, so that a fresh worker (after a quota, a crash or a kill) reads them instead."""
-    if key in done:
-        return done[key]["failed"]
-    beat(heartbeat, "compile")
-    failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
-    journal.append({"key": key, "phase": "compile", "failed": failed}, counts=False)
-    return failed
+        record = {"key": key, "phase": FINAL, "problem": p_idx, "m": m, "rows": rows}
+        journal.append({**record, "screened": m in screened_keys})
 
 
 def main(spec_path: str, journal_path: str, heartbeat: str) -> None:
@@ -373,6 +208,30 @@ def main(spec_path: str, journal_path: str, heartbeat: str) -> None:
         beat(heartbeat, "yield")
         return
     beat(heartbeat, "done")
+
+
+def _batches(spec: dict, problem: dict, weights, device: str, gen) -> dict:
+    """Return {routing: {batch: its routed batch}} at every batch key and final batch."""
+    # triton (via fused_moe.case): this module loads without it
+    from tilesweep.fused_moe import case
+
+    ms = sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
+    return {
+        routing: {
+            m: case.make_batch(
+                problem,
+                weights,
+                m,
+                routing,
+                spec["zipf_alpha"],
+                device,
+                gen,
+                direct=space.is_direct(m, problem, spec["direct_sparsity"]),
+            )
+            for m in ms
+        }
+        for routing in spec["routing"]
+    }
 
 
 def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
@@ -398,7 +257,7 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
     failed = {}
     if device == "cuda" and any(k not in done for k in screens):
         key = item_key("compile", 0, "space")
-        failed = _compile_once(spec, configs, key, done, journal, heartbeat, log)
+        failed = compile_once(spec, configs, key, done, journal, heartbeat, log)
     gen = torch.Generator(device=device)
     engine = engine_runner(spec, log)
     for p_idx, problem in enumerate(spec["problems"]):
@@ -406,21 +265,7 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
             continue  # every item of this problem is journalled
         gen.manual_seed(spec["seed"] + p_idx)
         weights = case.make_weights(problem, spec["dtype"], device, gen)
-        batches = {}
-        for routing in spec["routing"]:
-            batches[routing] = {
-                m: case.make_batch(
-                    problem,
-                    weights,
-                    m,
-                    routing,
-                    spec["zipf_alpha"],
-                    device,
-                    gen,
-                    direct=space.is_direct(m, problem, spec["direct_sparsity"]),
-                )
-                for m in sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
-            }
+        batches = _batches(spec, problem, weights, device, gen)
         uniform = batches[spec["routing"][0]]
         _screen(
             spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat, done
@@ -431,7 +276,7 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
             item_key(SCREEN, p_idx, space.config_slug(c)) not in done for c in variants
         ):
             key = item_key("compile", p_idx, "variants")
-            failed |= _compile_once(spec, variants, key, done, journal, heartbeat, log)
+            failed |= compile_once(spec, variants, key, done, journal, heartbeat, log)
         _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)
         done = read_journal(journal.path)
         _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)

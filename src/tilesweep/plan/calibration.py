@@ -22,17 +22,8 @@ from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 
-# Measured communication parts (timed apart in the step; not compute).
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
-COMM_PARTS = (
-    "attn_all_reduce",
-    "ffn_all_reduce",
-    "dispatch",
-    "combine",
-    "pp_send_recv",
-    "lm_head_gather",
-)
 
 
 def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> dict:
@@ -123,7 +114,7 @@ def step_fit(
     (deployment.fit_batches: at most two; none given: the smallest and the largest such batch),
     or None when there is no such step, none of the batches asked for was measured, or no
     per-kernel cost. `terms`: the device's measured terms of a graphed fit (light_us, overlap,
-    bw_max: deployment_verdict.graph_terms), where measured. `attention`: the attention kernel's
+    bw_max: deployment_fit.graph_terms), where measured. `attention`: the attention kernel's
     own times (plan/attention_table), which identify the attention group's efficiencies where
     they cover this device and model."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:

@@ -47,18 +47,6 @@ def wire_factor(collective: str, n: int) -> float:
     return 0.0 if n == 1 else bus_factor(collective, n)
 
 
-def _steps_and_wire(collective: str, n: int) -> tuple[int, float]:
-    """Return (ring latency steps, wire-bytes factor) of a collective over n GPUs.
-
-    The model no longer counts ring steps; this stays only for plan.calibration's older fit until
-    it calls fit_measured."""
-    _check(collective, n)
-    if n == 1:
-        return 0, 0.0
-    steps = {"all_reduce": 2 * (n - 1), "all_to_all": n - 1, "send_recv": 1}[collective]
-    return steps, wire_factor(collective, n)
-
-
 def _for_gpus(by_gpus: dict | None, n: int) -> dict | None:
     """Return the figures of n GPUs in a by_gpus mapping (int keys; str keys after a JSON trip)."""
     if not by_gpus:

@@ -30,7 +30,8 @@ import math
 import numpy as np
 
 from tilesweep.plan.engine_profile import EXTRA
-from tilesweep.plan.part_timers import part_ms, part_terms, roofline_timer
+from tilesweep.plan.pair_fit import fit_pair, predict_ms
+from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
 
 # Which composition part kinds each measured whole-step part covers.
@@ -53,11 +54,7 @@ MEASURED_KINDS = {
     "embedding": ("embedding",),
     "lm_head": ("lm_head",),
 }
-# Efficiencies searched (log grid): from 0.2% to twice the roof (a part served from cache).
-GRID = np.geomspace(0.002, 2.0, 301)
 POOLED = "device-wide"
-# The memory term alone is kept where it explains every fit batch this closely (fit_pair).
-PARSIMONY = 0.05
 
 
 def _groups() -> dict[tuple[str, ...], list[str]]:
@@ -121,186 +118,6 @@ def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[st
     return out
 
 
-def predict_ms(
-    obs: dict, e_bw: float, e_math: float, per_kernel_ms: float, overlap: float = 0.0
-) -> float:
-    """Return the launch-aware time of one observation at these efficiencies."""
-    return float(
-        part_ms(
-            obs["launches"],
-            per_kernel_ms,
-            obs["roof_memory_ms"],
-            obs["roof_math_ms"],
-            e_bw,
-            e_math,
-            overlap,
-        )
-    )
-
-
-def fit_pair(
-    observations: list[dict],
-    per_kernel_ms: float,
-    fallback: tuple[float, float] | None = None,
-    overlap: float = 0.0,
-    bw_max: float | None = None,
-) -> tuple[float, float, str]:
-    """Return (e_bw, e_math, note) minimising the squared log error over the observations.
-
-    The memory term alone is tried first (e_math at its largest): where it explains every
-    observation within PARSIMONY, math is not used. Two batches and two efficiencies can always
-    be fitted exactly, and a math efficiency chosen only to absorb a few percent of a part that
-    is memory-bound at both batches would then bind, wrongly, on a model with more rows per
-    weight (it did for the experts of Qwen3-235B-A22B at 512 sequences: twice the time).
-
-    An efficiency the observations cannot identify (its term never binds at the fit batches)
-    is, with `fallback` (the device-wide pair), the device's own for that term rather than the
-    largest: a part no batch measured in that regime is taken to run as the device's kernels do
-    there, labelled so, and the other efficiency is refitted with it fixed. Without a fallback
-    (the device-wide fit itself) it is left at the largest, so nothing is slowed by a guess.
-    `overlap` is the device's (roof); e_bw is searched up to `bw_max` where given."""
-    bw_grid = GRID if bw_max is None else GRID[np.less_equal(GRID, bw_max)]
-    e_bw, err = _memory_only(observations, per_kernel_ms, bw_grid, overlap)
-    if err <= PARSIMONY:
-        if fallback is None:
-            binds_math = _binding(observations, e_bw, float(GRID[-1]))[1]
-            note = (
-                f"math never binds at the fit batches (the memory term alone fits within "
-                f"{PARSIMONY:.0%}): e_math not identified"
-            )
-            return e_bw, float(GRID[-1]), note if not binds_math else ""
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
-        )
-    e_bw, e_math = _grid_fit(observations, per_kernel_ms, overlap, bw_grid)
-    binds_mem, binds_math = _binding(observations, e_bw, e_math)
-    if fallback is not None and not binds_math:
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
-        )
-    if fallback is not None and not binds_mem:
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_bw=fallback[0]
-        )
-    notes = []
-    if not binds_mem:
-        notes.append("memory never binds at the fit batches: e_bw not identified")
-    if not binds_math:
-        notes.append("math never binds at the fit batches: e_math not identified")
-    return e_bw, e_math, "; ".join(notes)
-
-
-def _grid_fit(
-    observations: list[dict],
-    per_kernel_ms: float,
-    overlap: float = 0.0,
-    bw_grid: np.ndarray = GRID,
-    math_grid: np.ndarray = GRID,
-) -> tuple[float, float]:
-    """Return the (e_bw, e_math) of the grids minimising the squared log error (ties: the
-    largest of each, so nothing is slowed by a guess)."""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
-    launches = np.array([o["launches"] for o in observations])[:, None, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
-    bw, mt = bw_grid[None, :, None], math_grid[None, None, :]
-    pred = part_ms(launches, per_kernel_ms, mem, flop, bw, mt, overlap)
-    err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
-    total = err.sum(axis=0)
-    flipped = total[::-1, ::-1]
-    i, j = np.unravel_index(np.argmin(flipped), flipped.shape)
-    return float(bw_grid[::-1][i]), float(math_grid[::-1][j])
-
-
-def _binding(observations: list[dict], e_bw: float, e_math: float) -> tuple[bool, bool]:
-    """Return (memory binds at some observation, math binds at some observation)."""
-    mem = [o["roof_memory_ms"] / e_bw for o in observations]
-    flop = [o["roof_math_ms"] / e_math for o in observations]
-    return (
-        any(m >= f for m, f in zip(mem, flop, strict=True)),
-        any(f > m for m, f in zip(mem, flop, strict=True)),
-    )
-
-
-def _with_fallback(
-    observations: list[dict],
-    per_kernel_ms: float,
-    fallback: tuple[float, float],
-    overlap: float,
-    bw_grid: np.ndarray,
-    e_bw: float | None = None,
-    e_math: float | None = None,
-) -> tuple[float, float, str]:
-    """Return (e_bw, e_math, note) with one efficiency fixed at the device's and the other
-    refitted, or the device's too where the device's pair already explains every observation
-    within PARSIMONY (or the other term never binds). A device value is raised to the least
-    efficiency the observations allow (where that term alone would take the measured time), so
-    a taken value never makes a part slower than it was measured."""
-    least_bw = _least(observations, per_kernel_ms, "roof_memory_ms")
-    least_math = _least(observations, per_kernel_ms, "roof_math_ms")
-    device = (max(fallback[0], least_bw), max(fallback[1], least_math))
-    fixed_bw = e_bw is not None
-    e_bw = device[0] if fixed_bw else e_bw
-    e_math = e_math if fixed_bw else device[1]
-    taken = ["e_bw" if fixed_bw else "e_math"]
-    if _worst(observations, per_kernel_ms, *device, overlap) <= PARSIMONY:
-        e_bw, e_math = device
-        taken = ["e_bw", "e_math"]
-    else:
-        bw_grid = np.array([e_bw]) if fixed_bw else bw_grid
-        math_grid = GRID if fixed_bw else np.array([e_math])
-        e_bw, e_math = _grid_fit(observations, per_kernel_ms, overlap, bw_grid, math_grid)
-        binds_mem, binds_math = _binding(observations, e_bw, e_math)
-        if fixed_bw and not binds_math:
-            e_math = device[1]
-            taken.append("e_math")
-        elif not fixed_bw and not binds_mem:
-            e_bw = device[0]
-            taken.append("e_bw")
-    return (
-        e_bw,
-        e_math,
-        f"{' and '.join(sorted(taken))} not identified at the fit batches: the device-wide "
-        "value (raised where the measurements allow no less)",
-    )
-
-
-def _worst(
-    observations: list[dict], per_kernel_ms: float, e_bw: float, e_math: float, overlap: float
-) -> float:
-    """Return the largest relative error of the prediction at these efficiencies."""
-    return max(
-        abs(predict_ms(o, e_bw, e_math, per_kernel_ms, overlap) / max(o["ms"], 1e-9) - 1)
-        for o in observations
-    )
-
-
-def _least(observations: list[dict], per_kernel_ms: float, term: str) -> float:
-    """Return the least efficiency of a term the observations allow: where that term alone
-    would take the whole measured time past the launches (0 where it has no work)."""
-    least = 0.0
-    for o in observations:
-        left = o["ms"] - o["launches"] * per_kernel_ms
-        if o[term] > 0 and left > 0:
-            least = max(least, o[term] / left)
-    return least
-
-
-def _memory_only(
-    observations: list[dict], per_kernel_ms: float, bw_grid: np.ndarray, overlap: float
-) -> tuple[float, float]:
-    """Return (e_bw, largest relative error) of the fit with the memory term alone (math at
-    the largest efficiency, still adding its overlap)."""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None]
-    launches = np.array([o["launches"] for o in observations])[:, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None]
-    pred = part_ms(launches, per_kernel_ms, mem, flop, bw_grid[None, :], GRID[-1], overlap)
-    total = ((np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2).sum(axis=0)
-    i = len(bw_grid) - 1 - int(np.argmin(total[::-1]))  # ties: the largest efficiency
-    return float(bw_grid[i]), float(np.abs(pred[:, i] / ms[:, 0] - 1).max())
-
-
 def kernel_cost_us(
     observations: list[dict], floor_us: float, e_bw: float, e_math: float, overlap: float = 0.0
 ) -> float:
@@ -320,6 +137,45 @@ def kernel_cost_us(
     memory, flop = part_terms(small["roof_memory_ms"], small["roof_math_ms"], e_bw, e_math, overlap)
     work = float(memory + flop)
     return max(floor_us, 1e3 * (small["ms"] - work) / small["launches"])
+
+
+def _observations(rows: list[dict], parts_of: dict, hw: dict) -> tuple[dict, list[dict]]:
+    """Return ({group: its observations, one per fit batch}, the device-wide observations: every
+    group's summed per batch)."""
+    by_group: dict[str, list[dict]] = {}
+    pooled = []
+    keys = ("ms", "launches", "roof_memory_ms", "roof_math_ms")
+    for row in rows:
+        parts, repeats = parts_of[int(row["batch"])]
+        obs = observe(row, parts, hw, repeats)
+        for name, o in obs.items():
+            by_group.setdefault(name, []).append(o)
+        pooled.append({key: sum(o[key] for o in obs.values()) for key in keys})
+    return by_group, pooled
+
+
+def _group_fit(
+    observations: list[dict], floor_us: float, pooled: tuple, lap: float, bw_max: float | None
+) -> dict:
+    """Return one group's fit: its efficiencies (the device-wide pair where a term never binds),
+    launches per occurrence, its cost per launch (kernel_cost_us) and error per fit batch."""
+    cost_us = kernel_cost_us(observations, floor_us, *pooled, lap)
+    per_kernel_ms = cost_us * 1e-3
+    g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, pooled, lap, bw_max)
+    launches = [o["launches"] / o["occurrences"] for o in observations]
+    return {
+        "kinds": observations[0]["kinds"],
+        "e_bw": g_bw,
+        "e_math": g_math,
+        "launches_per_occurrence": float(np.median(launches)),
+        "per_kernel_us": cost_us,
+        "floor_kernel_us": floor_us,
+        "note": g_note,
+        "fit_error_pct": [
+            100 * (predict_ms(o, g_bw, g_math, per_kernel_ms, lap) / o["ms"] - 1)
+            for o in observations
+        ],
+    }
 
 
 def fit_step(
@@ -342,43 +198,17 @@ def fit_step(
     graph, where measured; else per_kernel_us). `overlap` and `bw_max` are the device's (module
     docstring; none measured: 0, the roofline's max, and no bound)."""
     lap = overlap or 0.0
-    by_group: dict[str, list[dict]] = {}
-    pooled = []
-    for row in rows:
-        parts, repeats = parts_of[int(row["batch"])]
-        obs = observe(row, parts, hw, repeats)
-        for name, o in obs.items():
-            by_group.setdefault(name, []).append(o)
-        pooled.append(
-            {
-                key: sum(o[key] for o in obs.values())
-                for key in ("ms", "launches", "roof_memory_ms", "roof_math_ms")
-            }
-        )
-    pooled_ms = per_kernel_us * 1e-3
+    by_group, pooled = _observations(rows, parts_of, hw)
     e_bw, e_math, note = (
-        fit_pair(pooled, pooled_ms, None, lap, bw_max) if pooled else (1.0, 1.0, "no rows")
+        fit_pair(pooled, per_kernel_us * 1e-3, None, lap, bw_max)
+        if pooled
+        else (1.0, 1.0, "no rows")
     )
-    groups = {}
-    for name, observations in sorted(by_group.items()):
-        floor_us = light_us if light_us is not None else per_kernel_us
-        cost_us = kernel_cost_us(observations, floor_us, e_bw, e_math, lap)
-        per_kernel_ms = cost_us * 1e-3
-        g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, (e_bw, e_math), lap, bw_max)
-        launches = [o["launches"] / o["occurrences"] for o in observations]
-        groups[name] = {
-            "kinds": observations[0]["kinds"],
-            "e_bw": g_bw,
-            "e_math": g_math,
-            "launches_per_occurrence": float(np.median(launches)),
-            "per_kernel_us": cost_us,
-            "floor_kernel_us": floor_us,
-            "note": g_note,
-            "fit_error_pct": [
-                100 * (predict_ms(o, g_bw, g_math, per_kernel_ms, lap) / o["ms"] - 1)
-                for o in observations
-            ],
-        }
+    floor_us = light_us if light_us is not None else per_kernel_us
+    groups = {
+        name: _group_fit(observations, floor_us, (e_bw, e_math), lap, bw_max)
+        for name, observations in sorted(by_group.items())
+    }
     return {
         **labels,
         # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.

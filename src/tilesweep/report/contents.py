@@ -12,19 +12,17 @@ from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, ReportData, Section
 from tilesweep.report.engine_figure import engine_tpot
 from tilesweep.report.launch_figure import deployment_target, launch_smem
-from tilesweep.report.pareto_figure import pareto
-from tilesweep.report.plotting import png
-from tilesweep.report.question_sections import power_blocks, question_blocks
-from tilesweep.report.sections import (
-    check_blocks,
+from tilesweep.report.measurement_sections import (
     collective_blocks,
     decode_blocks,
     launch_blocks,
     machine_blocks,
-    provenance_blocks,
-    summary_blocks,
-    verdict_blocks,
 )
+from tilesweep.report.pareto_figure import pareto
+from tilesweep.report.plotting import png
+from tilesweep.report.provenance_section import provenance_blocks
+from tilesweep.report.question_sections import power_blocks, question_blocks
+from tilesweep.report.sections import check_blocks, summary_blocks, verdict_blocks
 from tilesweep.report.step_figures import check_error, verdict_split
 
 # The sections every report has, in order; the question's own (conf/question), when its panel

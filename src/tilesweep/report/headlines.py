@@ -12,7 +12,6 @@ from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.plan.sensitivity import winners
 from tilesweep.references import BAND, corpus_summary
-from tilesweep.report.analysis import best_per_batch, estimate_errors, fit_counts, launch_failures
 from tilesweep.report.formatting import devices, finite, fmt_value, numeric, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
@@ -339,69 +338,6 @@ def legend() -> list[tuple[str, str]]:
 # ---- findings on the kernels and on the machine that ran the sweep ---------------------------
 
 
-def launch_headlines(launch: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings on the kernels against their targets' limits: what fits per
-    target, the largest miss, and how the hand estimate does."""
-    lines = []
-    counts = fit_counts(launch)
-    for target, part in counts.groupby("target", sort=False):
-        total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
-        lines.append(
-            f"{target}: of {plural(total, 'kernel')} in the launch check, "
-            f"{int(part['default'].sum())} fit by default, "
-            f"{int(part['optin'].sum())} only after opt-in, {int(part['no'].sum())} do not fit"
-            + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
-            + "."
-        )
-    fails = launch_failures(launch)
-    if not fails.empty:
-        worst = fails.loc[numeric(fails, "overshoot_bytes").fillna(-1).idxmax()]
-        lines.append(
-            f"Largest miss: {worst.get('target')} {worst.get('kernel')}: "
-            f"{str(worst['reason']).rstrip('.')}."
-        )
-    errors = estimate_errors(launch)
-    if not errors.empty:
-        pct = errors["smem_model_error_pct"].dropna()
-        if not pct.empty:
-            lines.append(
-                f"Hand shared-memory estimate vs the compiler/CUTLASS: median error "
-                f"{pct.median():+.0f}% (from {pct.min():+.0f}% to {pct.max():+.0f}%, "
-                f"{plural(len(pct), 'kernel')})."
-            )
-    return lines
-
-
-def machine_headlines(decode: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings measured on the machine that ran the sweep: per op and dtype
-    the fastest decode kernel at the smallest and largest tokens per expert, its fraction of this
-    machine's copy bandwidth and its bound here."""
-    lines = []
-    best = best_per_batch(decode)
-    if best.empty:
-        return lines
-    uniform = best[best["routing"].astype(str) == "uniform"]
-    uniform = uniform if not uniform.empty else best
-    keys = ["op", "dtype"] if "dtype" in uniform else ["op"]
-    for key, part in uniform.groupby(keys, sort=False):
-        op, dtype = (key[0], key[1]) if len(keys) == 2 else (key[0], "")
-        ends = part.sort_values("tokens_per_expert").iloc[[0, -1]].drop_duplicates()
-        of = f" {dtype} kernel" if dtype else ""
-        for rec in ends.to_dict("records"):
-            frac = rec.get("frac_copy_bw")
-            frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
-            if finite(frac) and frac > 1:  # a read-only kernel outruns the copy's read+write
-                frac_txt += " (a read-mostly kernel can pass the copy kernel's rate)"
-            tokens = int(rec["tokens_per_expert"])
-            lines.append(
-                f"Decode {op}{f' ({dtype})' if dtype else ''}, {tokens} "
-                f"token{'' if tokens == 1 else 's'} per expert: fastest{of} {rec['best_runner']}, "
-                f"{rec['time_ms']:.3g} "
-                f"ms{frac_txt}, {rec.get('bound') or 'unknown'}-bound here."
-            )
-    return lines
-
-
 def check_headline(check: pd.DataFrame) -> str | None:
     """Return one line on how far composed whole steps lie from measured ones, on the layouts
     the calibration was not taken from, or None without any."""
@@ -420,37 +356,3 @@ def check_headline(check: pd.DataFrame) -> str | None:
         f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
         f"{plural(len(err), 'point')}."
     )
-
-
-def coverage_lines(coverage: pd.DataFrame) -> list[str]:
-    """Return what the launch check covers of the kernels timed in decode, in words from the
-    coverage table (analysis.launch_coverage): how many it has, which timed kernels it lacks,
-    and each timed kernel that failed to launch where it was timed, with the reason."""
-    if coverage.empty:
-        return []
-    lacking = coverage[coverage["in_launch_check"] != "yes"]
-    n = len(coverage)
-    if lacking.empty:
-        lines = [f"The launch check covers all {plural(n, 'kernel')} timed in decode."]
-    else:
-        where = ", ".join(sorted(set(lacking["device"].astype(str))))
-        lines = [
-            f"The launch check covers {n - len(lacking)} of the {plural(n, 'kernel')} timed in "
-            "decode; "
-            f"it lacks {len(lacking)}, timed on {where} with no launch accounting here: "
-            + ", ".join(lacking["runner"].astype(str))
-            + "."
-        ]
-    for rec in coverage[coverage["rows_failed_launch"] > 0].to_dict("records"):
-        # Said beside the launch check's own counts ('0 do not fit'): whether they hold it.
-        counted = (
-            "the launch check holds it too"
-            if rec["in_launch_check"] == "yes"
-            else "not a kernel of the launch check, so not in its counts above"
-        )
-        lines.append(
-            f"Failed to launch where timed: {rec['runner']} on {rec['device']} "
-            f"({plural(rec['rows_failed_launch'], 'row')}; {counted}): "
-            f"{(rec['reason'] or 'reason missing').rstrip('.')}."
-        )
-    return lines

@@ -4,73 +4,36 @@ tuner's own sections come from its role: Tuner.report_sections)."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from tilesweep import references
-from tilesweep.answer_card import collective_words
+from tilesweep.answer_rests import collective_words
 from tilesweep.columns import (
-    BEST_PER_BATCH_COLUMNS,
-    COLLECTIVE_REPORT_COLUMNS,
-    DECODE_TARGET_COLUMNS,
-    ESTIMATE_COLUMNS,
-    FIT_COUNT_COLUMNS,
-    LATENCY_FLOOR_COLUMNS,
-    LAUNCH_COVERAGE_COLUMNS,
-    LAUNCH_FAILURE_COLUMNS,
-    NOT_TIMED_COLUMNS,
-    PROVENANCE_KEYS,
     REPORT_CHECK_COLUMNS,
     REPORT_ENGINE_COLUMNS,
     REPORT_KEY_VERDICT_COLUMNS,
-    REPORT_LAUNCH_COLUMNS,
     REPORT_VERDICT_COLUMNS,
-    TOOLCHAIN_KEY,
     VERDICT_NO_FIT_COLUMNS,
 )
 from tilesweep.report.analysis import (
-    best_per_batch,
-    decode_targets,
-    estimate_errors,
-    fit_counts,
-    latency_floors,
-    launch_coverage,
-    launch_failures,
-    not_timed,
-    ok_rows,
     verdict_pivot,
 )
-from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import (
     column,
-    devices,
     fmt_value,
     numeric,
     plural,
-    utc_minute,
 )
 from tilesweep.report.headlines import (
     check_headline,
-    coverage_lines,
     engine_line,
     fitting_layouts,
-    launch_headlines,
     legend,
-    machine_headlines,
     never_fits_line,
     tie_column,
     worded,
 )
-from tilesweep.report.launch_figure import LIMITS
-
-
-def _when(provenance: dict, key: str) -> str:
-    """Return ' Measured <when>.' for a section, or nothing when unknown."""
-    when = provenance.get("measured", {}).get(key)
-    return f" Measured {when}." if when else ""
-
 
 # What a layout's name says (grid.layout_slug), beside the verdict grid.
 LAYOUT_WORDS = (
@@ -115,18 +78,10 @@ def summary_blocks(verdict: pd.DataFrame, unasked: str = "") -> list[Block]:
     return blocks
 
 
-def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
-    """Return what the sweep measured on its own machine, kept apart from the deployment's
-    verdict: the device, and the fastest decode kernels there with their bound here."""
-    lines = machine_headlines(decode)
-    return [
-        Text(
-            f"Measured on {devices(ok_rows(decode))}, the machine that ran the sweep: facts "
-            "about its own kernels against its own ceilings. They feed the parts the verdict "
-            f"composes for {hardware} (see the check section); they are not that verdict."
-        ),
-        *([Bullets(lines)] if lines else [Text("(no decode measurement on this machine)")]),
-    ]
+def _with_tie(columns: list[str]) -> list[str]:
+    """Return the columns with `tie` beside `margin`."""
+    at = columns.index("margin") + 1
+    return [*columns[:at], "tie", *columns[at:]]
 
 
 def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
@@ -142,10 +97,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
         if "fits_memory" in frame
         else pd.Series(True, index=frame.index)
     )
-    at = REPORT_KEY_VERDICT_COLUMNS.index("margin") + 1
-    key = [*REPORT_KEY_VERDICT_COLUMNS[:at], "tie", *REPORT_KEY_VERDICT_COLUMNS[at:]]
-    at = REPORT_VERDICT_COLUMNS.index("margin") + 1
-    every = [*REPORT_VERDICT_COLUMNS[:at], "tie", *REPORT_VERDICT_COLUMNS[at:]]
+    key, every = _with_tie(REPORT_KEY_VERDICT_COLUMNS), _with_tie(REPORT_VERDICT_COLUMNS)
     first = frame[fits].iloc[0] if fits.any() else None
     inputs = str(first["inputs"]) if first is not None and "inputs" in frame else ""
     which = (
@@ -196,7 +148,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
 
 def verdict_collectives(verdict: pd.DataFrame | None) -> str:
     """Return where the verdict's collectives come from, read from its first fitting row's
-    inputs (answer_card.collective_words), or that it has no row that fits."""
+    inputs (answer_rests.collective_words), or that it has no row that fits."""
     if verdict is None or verdict.empty or "inputs" not in verdict:
         return "no verdict row names its collectives"
     fits = verdict[column(verdict, "fits_memory", "yes").astype(str) == "yes"]
@@ -256,229 +208,4 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
         Table(references.family_errors(engines), list(references.family_errors(None).columns)),
         Figure("engine_tpot"),
         Table(engines, REPORT_ENGINE_COLUMNS),
-    ]
-
-
-def launch_blocks(
-    launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
-) -> list[Block]:
-    """Return the launch section's blocks: findings, what it covers of the kernels timed in
-    decode (and which timed kernels failed to launch), counts, the figure, per target failures
-    and estimates."""
-    blocks: list[Block] = [
-        Text(
-            "Shared memory per block as the compiler (Triton) or CUTLASS's own types account "
-            "it, against each target's limits; smem_model_bytes is the hand estimate. Nothing "
-            "here ran on the target: kernels are compiled on this host and checked against the "
-            f"target's table.{_when(provenance, 'launch')}"
-        )
-    ]
-    coverage = launch_coverage(launch, pd.DataFrame() if decode is None else decode)
-    covered = coverage_lines(coverage)
-    table = Table(
-        coverage,
-        LAUNCH_COVERAGE_COLUMNS,
-        title="Kernels timed in decode, and whether the launch check has them",
-    )
-    if launch.empty or "target" not in launch:
-        found = [Bullets(covered), table] if covered else []
-        return [*blocks, Text("(no launch checks)"), *found]
-    blocks += [Bullets(launch_headlines(launch) + covered)]
-    blocks += [table] if covered else []
-    blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
-    errors = estimate_errors(launch)
-
-    for target, part in launch.groupby("target", sort=False):
-        rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}
-        limits = ", ".join(
-            f"{label} {fmt_value(rec[col])} B" for col, label, *_ in LIMITS if col in rec
-        )
-        fails = launch_failures(part)
-        blocks += [
-            Heading(f"{target} ({rec.get('arch', 'arch missing')})"),
-            Text(f"Limits: {limits or 'none recorded'}."),
-            Table(
-                fails,
-                LAUNCH_FAILURE_COLUMNS,
-                title="What fails and why",
-                empty="Every kernel fits on this target.",
-            ),
-            Table(
-                errors[errors["target"] == target] if not errors.empty else errors,
-                ESTIMATE_COLUMNS,
-                title="Hand estimate against the compiler's or CUTLASS's number",
-            ),
-            Table(
-                part, REPORT_LAUNCH_COLUMNS, title=f"All {plural(len(part), 'row')}", collapsed=True
-            ),
-        ]
-    return blocks
-
-
-def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
-    """Return the decode section's blocks: figures, best per batch, targets, what was not timed."""
-    blocks: list[Block] = [
-        Text(
-            f"Measured on {devices(ok_rows(decode))}. Times are medians (p10..p90 in the "
-            "figure); bound is from arithmetic intensity against the ridge point of the "
-            f"measured ceilings.{_when(provenance, 'decode')}"
-        ),
-        Figure("decode_time", decode_time_caption(decode)),
-        Figure("decode_roofline"),
-        Table(
-            best_per_batch(decode),
-            BEST_PER_BATCH_COLUMNS,
-            title="Best per batch, and the best tile against the baselines",
-            note="Per dtype: a tile is compared with the torch baselines of its own dtype.",
-            empty="(no measurements)",
-        ),
-    ]
-    targets = decode_targets(decode)
-    if not targets.empty:
-        blocks.append(
-            Table(
-                targets,
-                DECODE_TARGET_COLUMNS,
-                title="Decode targets",
-                note="The best Triton tile at each batch is at least as fast as the fastest "
-                "torch baseline; at 32 tokens per expert or fewer it also reaches 90% of the "
-                "measured copy bandwidth. Misses say by how much.",
-            )
-        )
-    skipped = not_timed(decode)
-    if not skipped.empty:
-        blocks.append(Table(skipped, NOT_TIMED_COLUMNS, title="Not timed"))
-    return blocks
-
-
-def collective_blocks(
-    collective: pd.DataFrame,
-    provenance: dict,
-    decode: pd.DataFrame | None = None,
-    verdict: pd.DataFrame | None = None,
-) -> list[Block]:
-    """Return the collectives section's blocks: the figure, latency floors, every measurement.
-    In a GPU run whose collectives ran on the CPU (gloo), they are labelled as such, kept behind
-    details elements and left out of the figure: they are not the GPUs' collectives."""
-    ok = ok_rows(collective)
-    on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
-    kinds = set(column(ok, "device_kind", "").dropna().astype(str))
-    gpu_run = "cuda" in set(column(ok_rows(decode if decode is not None else pd.DataFrame()),
-                                   "device_kind", "").dropna().astype(str))  # fmt: skip
-    cpu_only = bool(kinds) and kinds <= {"cpu"}
-    floors = latency_floors(collective)
-    if gpu_run and cpu_only:
-        backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
-        return [
-            Text(
-                f"Not this GPU run's collectives: these ran on {devices(ok)} over {backends}, "
-                "a test of the method only, so the page draws no figure of them. The verdict's "
-                f"collectives: {verdict_collectives(verdict)}.{_when(provenance, 'collective')}"
-            ),
-            Table(
-                floors,
-                LATENCY_FLOOR_COLUMNS,
-                title=f"Latency floor on the CPU ({backends})",
-                collapsed=True,
-            ),
-            Table(
-                ok,
-                COLLECTIVE_REPORT_COLUMNS,
-                title=f"Every timed message on the CPU ({backends})",
-                empty="(no measurements)",
-                collapsed=True,
-            ),
-        ]
-    return [
-        Text(f"{on} The verdict's collectives: {verdict_collectives(verdict)}."),
-        Figure("collective_bandwidth"),
-        Table(floors, LATENCY_FLOOR_COLUMNS, title="Latency floor"),
-        Table(
-            ok,
-            COLLECTIVE_REPORT_COLUMNS,
-            title="Every timed message",
-            empty="(no measurements)",
-            collapsed=True,
-        ),
-    ]
-
-
-def _distinct(frames: list[pd.DataFrame], key: str) -> str:
-    """Return the distinct values of a column across tables, comma-separated, or 'unknown'."""
-    values: set[str] = set()
-    for frame in frames:
-        if key in frame:
-            values |= set(frame[key].dropna().astype(str))
-    return ", ".join(sorted(values)) or "unknown"
-
-
-def _job_span(frame: pd.DataFrame) -> str:
-    """Return when a table's rows were measured from their own job times (job_start_utc to
-    job_end_utc, to the minute, UTC), or '' where they carry none."""
-    start = pd.to_datetime(column(frame, "job_start_utc"), utc=True, errors="coerce").dropna()
-    end = pd.to_datetime(column(frame, "job_end_utc"), utc=True, errors="coerce").dropna()
-    if start.empty:
-        return ""
-    first, last = utc_minute(start.min()), utc_minute(end.max() if not end.empty else start.max())
-    return f"{first if first == last else f'{first} to {last}'} (the rows' job times)"
-
-
-def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
-    """Return the provenance section's blocks: devices, versions, when, and the config."""
-    measured_on = [ok_rows(decode), ok_rows(collective)]
-    rows = [
-        {"what": f"measured rows: {k}", "value": _distinct(measured_on, k)} for k in PROVENANCE_KEYS
-    ]
-    rows.append(
-        {"what": f"launch checks: {TOOLCHAIN_KEY}", "value": _distinct([launch], TOOLCHAIN_KEY)}
-    )
-    rows += [
-        {"what": f"report built with: {k}", "value": v}
-        for k, v in provenance.items()
-        if k != "measured"
-    ]
-    when = provenance.get("measured", {})
-    layout_when = "; ".join(
-        f"{label}: {when[key]}"
-        for key, label in (("decode", "decode"), ("layout", "layout steps"))
-        if key in when
-    )
-    # A kept example is re-rendered without its run's provenance file: its rows' own job times
-    # where they carry them, else a gap that says so (a table without rows has no time to keep).
-    gap = "not kept with the tables" if provenance.get("note") else "unknown"
-    when = {"decode": _job_span(decode), **when} if _job_span(decode) else when
-    when_rows = [
-        {
-            "figure": name,
-            "measured": measured or (gap if not table.empty else "no rows measured"),
-            "on": device,
-        }
-        for name, measured, table, device in (
-            (
-                "launch_smem",
-                when.get("launch"),
-                launch,
-                "host compiler, checked against target tables",
-            ),
-            ("decode_time, decode_roofline", when.get("decode"), decode, devices(ok_rows(decode))),
-            (
-                "collective_bandwidth",
-                when.get("collective"),
-                collective,
-                devices(ok_rows(collective)),
-            ),
-            ("check_error", layout_when, check, devices(check)),
-        )
-    ]
-    when_rows.append(
-        {
-            "figure": "verdict_split",
-            "measured": "composed at aggregation",
-            "on": "none: composed for the target",
-        }
-    )
-    return [
-        Table(pd.DataFrame(rows), ["what", "value"]),
-        Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),
-        Code("Resolved config", json.dumps(settings, indent=2, sort_keys=True, default=str)),
     ]

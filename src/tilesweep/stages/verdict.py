@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tilesweep import answer_card, deployment_verdict
+from tilesweep import answer_card, deployment_fit, deployment_verdict, engine_figures
 from tilesweep.cells import (
     concat_cells,
     content_key,
@@ -119,12 +119,10 @@ def write_verdict(job: StepJob) -> None:
     inputs, outputs = job.inputs, job.outputs
     with logged(job.log_path) as log:
         compose, decode, steps, collective, ceilings = composer(inputs, job.per_cell)
-        fit = deployment_verdict.fit_record(settings, steps, ceilings)
+        fit = deployment_fit.fit_record(settings, steps, ceilings)
         tables = {
             "verdict": compose(settings),
-            "engines": deployment_verdict.engine_table(
-                settings, decode, collective, steps, ceilings
-            ),
+            "engines": engine_figures.engine_table(settings, decode, collective, steps, ceilings),
         }
         panel = deployment_verdict.question_panel(settings, compose)
         card = answer_card.build(settings, tables["verdict"], engines=tables["engines"])
@@ -149,7 +147,7 @@ def write_check(job: StepJob) -> None:
     it."""
     reads = json.loads(job.settings_json)
     with logged(job.log_path) as log:
-        check = deployment_verdict.check_table(
+        check = deployment_fit.check_table(
             job.read("layout"),
             job.read("collective"),
             _ceilings(job.inputs),

@@ -34,7 +34,7 @@ import triton
 
 from tilesweep.fused_moe.engines.base import Engine, Launch, register
 from tilesweep.fused_moe.engines.base import swap_ab as swap_ab_rule
-from tilesweep.fused_moe.kernel import buffered_blocks
+from tilesweep.fused_moe.routing import buffered_blocks
 
 SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
 SMALL_BATCH_MAX_BUCKETS = 64  # moe_align_block_size._CUDA_SMALL_BATCH_MAX_BUCKETS

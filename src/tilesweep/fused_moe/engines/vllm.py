@@ -22,7 +22,7 @@ runner times vLLM's whole `fused_experts` under `override_config` where vLLM is 
 from __future__ import annotations
 
 from tilesweep.fused_moe.engines.base import Engine, Launch, register, swap_ab
-from tilesweep.fused_moe.kernel import buffered_blocks
+from tilesweep.fused_moe.routing import buffered_blocks
 
 SPARSITY = 4  # vLLM's SPARSITY_FACTOR
 

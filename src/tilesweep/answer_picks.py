@@ -1,0 +1,341 @@
+"""The answer card's picks: per batch the layout that fits in memory with the most tokens/s, the
+pick that meets a target (or the closest miss), and the figures and words each one carries."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import pandas as pd
+
+# The figures one pick carries (answer.json's `picks` keys, the card table's columns).
+PICK_FIELDS = (
+    "batch",
+    "layout",
+    "gpus",
+    "tpot_ms",
+    "tokens_per_s_per_user",
+    "tokens_per_s_per_gpu",
+    "bound",
+    "x_floor",
+)
+
+
+# The card table's header for each pick field.
+PICK_HEADERS = {
+    "batch": "batch",
+    "layout": "layout",
+    "gpus": "GPUs",
+    "tpot_ms": "TPOT ms",
+    "tokens_per_s_per_user": "tok/s/user",
+    "tokens_per_s_per_gpu": "tok/s/GPU",
+    "bound": "bound",
+    "x_floor": "x floor",
+    "runner_up": "runner-up",
+}
+
+
+def clip(text: str, limit: int) -> str:
+    """Return text cut at a word before `limit` characters (before a bracket it would leave
+    open), with an ellipsis where cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    opened = [i for i, c in enumerate(cut) if c in "(["]
+    closed = sum(c in ")]" for c in cut)
+    if len(opened) > closed and opened[closed] > 0:  # the first bracket left open
+        cut = cut[: opened[closed]]
+    return cut.rstrip(",;( ") + " ..."
+
+
+def clauses(text: str) -> list[str]:
+    """Return the '; '-separated clauses of a line, a '; ' inside brackets kept in its clause."""
+    out, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return [*out, text[start:]]
+
+
+def finite(value: object) -> bool:
+    """Return whether a value is a finite number."""
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def number(value: object, digits: int = 3) -> str:
+    """Return a figure to `digits` significant digits, thousands separated ('1,694', '17.7')."""
+    if not finite(value):
+        return "n/a"
+    x = float(value)
+    if abs(x) >= 10 ** (digits - 1):
+        return f"{x:,.0f}"
+    return f"{float(f'{x:.{digits}g}'):g}"
+
+
+def bound_word(bound: str) -> str:
+    """Return a bound as the card words it: 'memory-bound', 'mixed', 'kernel-limited'."""
+    return f"{bound}-bound" if bound in ("memory", "math", "communication", "launch") else bound
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One layout at one batch that fits in memory, with the card's figures."""
+
+    batch: int
+    layout: str
+    gpus: int
+    tpot_ms: float
+    tokens_per_s_per_user: float
+    tokens_per_s_per_gpu: float
+    bound: str
+    x_floor: float | None
+    # The TPOT at the ends of a cited efficiency band the row rests on (verdict tpot_low_ms /
+    # tpot_high_ms), where it has one.
+    tpot_range_ms: tuple[float, float] | None = None
+    # The next-best layout at this batch and its TPOT (none where one layout fits).
+    runner_up: str = ""
+    runner_up_tpot_ms: float | None = None
+
+    @property
+    def margin_pct(self) -> float | None:
+        """Return how much slower the runner-up is, in percent of this pick's TPOT."""
+        if self.runner_up_tpot_ms is None:
+            return None
+        return 100.0 * (self.runner_up_tpot_ms / self.tpot_ms - 1.0)
+
+    def words(self) -> str:
+        """Return the pick in words: 'tp8 (8 GPUs) at batch 8: TPOT 17.7 ms, ...'."""
+        floor = f", {number(self.x_floor)}x floor" if finite(self.x_floor) else ""
+        return (
+            f"{self.layout} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}) at batch "
+            f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.range_words()}, "
+            f"{number(self.tokens_per_s_per_user)} "
+            f"tok/s per user, {number(self.tokens_per_s_per_gpu)} tok/s per GPU, "
+            f"{bound_word(self.bound)}{floor}"
+        )
+
+    def range_words(self) -> str:
+        """Return ' (low-high over the cited band)' where the row has a band, else ''."""
+        if not self.tpot_range_ms:
+            return ""
+        low, high = self.tpot_range_ms
+        return f" ({number(low)}-{number(high)} over the cited band)"
+
+    def cells(self) -> dict[str, str]:
+        """Return the pick's figures as the card table's text cells, by header."""
+        values = asdict(self)
+        out = {}
+        for name in PICK_FIELDS:
+            value = values[name]
+            text = number(value) if isinstance(value, float) else str(value)
+            if name == "tpot_ms" and self.tpot_range_ms:
+                text += f" ({number(self.tpot_range_ms[0])}-{number(self.tpot_range_ms[1])})"
+            out[PICK_HEADERS[name]] = text + ("x" if name == "x_floor" and finite(value) else "")
+        margin = self.margin_pct
+        out[PICK_HEADERS["runner_up"]] = (
+            f"{self.runner_up} +{number(margin)}%" if self.runner_up and margin is not None else "-"
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """A TPOT target and a tokens/s-per-user floor (either may be unset), and what meets them:
+    the pick with the most tokens/s per GPU, or the closest miss and by how much."""
+
+    tpot_ms: float | None
+    min_tokens_per_s_per_user: float | None
+    met: bool
+    pick: Pick | None
+    miss_ms: float | None = None
+
+    @property
+    def limit_ms(self) -> float:
+        """Return the TPOT both bounds allow: the target, and 1,000 / the per-user floor."""
+        floor = self.min_tokens_per_s_per_user
+        limits = [self.tpot_ms] if self.tpot_ms else []
+        limits += [1000.0 / floor] if floor else []
+        return min(limits)
+
+    def asked(self) -> str:
+        """Return the target in words: 'TPOT <= 30 ms and >= 40 tok/s per user'."""
+        parts = [f"TPOT <= {number(self.tpot_ms)} ms"] if self.tpot_ms else []
+        if self.min_tokens_per_s_per_user:
+            parts.append(f">= {number(self.min_tokens_per_s_per_user)} tok/s per user")
+        return " and ".join(parts)
+
+    def words(self) -> str:
+        """Return what meets the target in one sentence, or by how much the closest misses."""
+        if self.met and self.pick:
+            floor = (
+                " (question.min_tokens_per_s_per_user=null removes the per-user floor)"
+                if self.min_tokens_per_s_per_user
+                else ""
+            )
+            return f"At {self.asked()}, the most tokens/s per GPU: {self.pick.words()}{floor}."
+        if self.pick is None:
+            return f"At {self.asked()}: no layout fits in memory at any batch, so none meets it."
+        over = f"{number(self.miss_ms)} ms over the {number(self.limit_ms)} ms it allows"
+        if self.min_tokens_per_s_per_user:
+            short = self.min_tokens_per_s_per_user - self.pick.tokens_per_s_per_user
+            if short > 0:
+                over += f", {number(short)} tok/s per user short"
+        return (
+            f"No layout and batch meets {self.asked()}: the closest, {self.pick.words()}, is "
+            f"{over}."
+        )
+
+
+def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
+    """Return a column as numbers (NaN where absent or not a number)."""
+    if name not in frame:
+        return pd.Series(float("nan"), index=frame.index)
+    return pd.to_numeric(frame[name], errors="coerce")
+
+
+def fitting_rows(verdict: pd.DataFrame) -> pd.DataFrame:
+    """Return the verdict rows that fit in memory and have a TPOT: the only candidates."""
+    if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
+        return verdict.iloc[0:0]
+    tpot = numeric(verdict, "tpot_ms")
+    return verdict[(verdict["fits_memory"].astype(str) == "yes") & (tpot > 0)]
+
+
+def pick_of(rec: dict) -> Pick:
+    """Return the card's figures of one verdict row."""
+    tpot = float(rec["tpot_ms"])
+    world = int(rec["world"]) if finite(rec.get("world")) else 1
+    batch = int(rec["batch"])
+    per_gpu = rec.get("tokens_per_s_per_gpu")
+    per_gpu = float(per_gpu) if finite(per_gpu) else batch * 1000.0 / tpot / world
+    return Pick(
+        batch=batch,
+        layout=str(rec["layout"]),
+        gpus=world,
+        tpot_ms=tpot,
+        tokens_per_s_per_user=1000.0 / tpot,
+        tokens_per_s_per_gpu=per_gpu,
+        bound=str(rec.get("bound") or "bound missing"),
+        x_floor=float(rec["x_floor"]) if finite(rec.get("x_floor")) else None,
+        tpot_range_ms=(
+            (float(rec["tpot_low_ms"]), float(rec["tpot_high_ms"]))
+            if finite(rec.get("tpot_low_ms")) and finite(rec.get("tpot_high_ms"))
+            else None
+        ),
+    )
+
+
+def gap_layouts(verdict: pd.DataFrame) -> list[str]:
+    """Return, per reason, the layouts that fit in memory at some batch but compose no TPOT
+    there: `communication unknown: tp2-pp1-ep1, tp4-pp2-ep1`, in the verdict's order."""
+    if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
+        return []
+    tpot = numeric(verdict, "tpot_ms")
+    rows = verdict[(verdict["fits_memory"].astype(str) == "yes") & tpot.isna()]
+    by_reason: dict[str, list[str]] = {}
+    for rec in rows.to_dict("records"):
+        reason = str(rec.get("bound") or "gap").removeprefix("gap (").removesuffix(")")
+        names = by_reason.setdefault(reason, [])
+        if str(rec["layout"]) not in names:
+            names.append(str(rec["layout"]))
+    return [f"{reason}: {', '.join(names)}" for reason, names in by_reason.items()]
+
+
+def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
+    """Return (per batch the fitting layout with the most tokens/s, i.e. the lowest TPOT at that
+    batch; the batches at which no layout fits)."""
+    fits = fitting_rows(verdict)
+    picks, none = [], []
+    for batch in sorted(numeric(verdict, "batch").dropna().astype(int).unique()):
+        rows = fits[numeric(fits, "batch") == batch]
+        if rows.empty:
+            none.append(int(batch))
+            continue
+        ranked = rows.assign(_t=numeric(rows, "tpot_ms")).sort_values("_t")
+        best = pick_of(ranked.iloc[0].to_dict())
+        others = ranked[ranked["layout"].astype(str) != best.layout]
+        if not others.empty:
+            second = others.iloc[0]
+            best = replace(
+                best, runner_up=str(second["layout"]), runner_up_tpot_ms=float(second["tpot_ms"])
+            )
+        picks.append(best)
+    return picks, none
+
+
+def choose(
+    verdict: pd.DataFrame, tpot_ms: float | None, min_per_user: float | None
+) -> Target | None:
+    """Return the target's answer: among the fitting rows within both bounds, the one with the
+    most tokens/s per GPU; else the row closest to the TPOT they allow, and by how much it misses.
+    None where neither bound is set."""
+    if not tpot_ms and not min_per_user:
+        return None
+    fits = fitting_rows(verdict)
+    empty = Target(tpot_ms, min_per_user, met=False, pick=None)
+    if fits.empty:
+        return empty
+    limit = empty.limit_ms
+    tpot = numeric(fits, "tpot_ms")
+    meets = fits[tpot <= limit + 1e-9]
+    if not meets.empty:
+        picks = [pick_of(r) for r in meets.to_dict("records")]
+        best = max(picks, key=lambda p: (p.tokens_per_s_per_gpu, -p.tpot_ms))
+        return Target(tpot_ms, min_per_user, met=True, pick=best)
+    closest = pick_of(fits.loc[tpot.idxmin()].to_dict())
+    return Target(tpot_ms, min_per_user, met=False, pick=closest, miss_ms=closest.tpot_ms - limit)
+
+
+def _row_cells(rec: dict) -> str:
+    """Return one verdict row as the card's words: layout, batch, TPOT and its band, rates."""
+    pick = pick_of(rec)
+    band = pick.tpot_range_ms
+    band_words = f" ({number(band[0])}-{number(band[1])})" if band else ""
+    return (
+        f"{pick.layout} at batch {pick.batch}: TPOT {number(pick.tpot_ms)} ms{band_words}, "
+        f"{number(pick.tokens_per_s_per_user)} tok/s per user, "
+        f"{number(pick.tokens_per_s_per_gpu)} tok/s per GPU, {pick.bound}"
+    )
+
+
+def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]:
+    """Return the n composed rows with the most tokens/s per GPU that meet the target (all rows
+    where none is asked), best first, as numbered lines under a heading."""
+    fits = fitting_rows(verdict)
+    limit = target.limit_ms if target is not None else None
+    if limit:
+        fits = fits[numeric(fits, "tpot_ms") <= limit + 1e-9]
+    where = f" at {target.asked()}" if target is not None and limit else ""
+    if fits.empty:
+        return [f"Top {n}{where}: no composed row meets it."]
+    ranked = fits.assign(_g=numeric(fits, "tokens_per_s_per_gpu")).sort_values(
+        ["_g", "tpot_ms"], ascending=[False, True]
+    )
+    rows = ranked.head(n).to_dict("records")
+    return [f"Top {len(rows)} by tokens/s per GPU{where}:"] + [
+        f"  {i}. {_row_cells(r)}" for i, r in enumerate(rows, 1)
+    ]
+
+
+def pareto_lines(verdict: pd.DataFrame) -> list[str]:
+    """Return the Pareto frontier of the composed rows (no other row has both more tokens/s
+    per user and more tokens/s per GPU), fastest per user first, as lines under a heading."""
+    fits = fitting_rows(verdict)
+    if fits.empty:
+        return ["Pareto frontier: no composed row."]
+    user = 1000.0 / numeric(fits, "tpot_ms")
+    gpu = numeric(fits, "tokens_per_s_per_gpu")
+    order = sorted(range(len(fits)), key=lambda i: (-user.iloc[i], -gpu.iloc[i]))
+    front, best_gpu = [], -math.inf
+    for i in order:
+        if gpu.iloc[i] > best_gpu:
+            front.append(fits.iloc[i].to_dict())
+            best_gpu = gpu.iloc[i]
+    return ["Pareto frontier (tok/s per user against tok/s per GPU; fastest per user first):"] + [
+        f"  {_row_cells(r)}" for r in front
+    ]

@@ -1,0 +1,186 @@
+"""The fit a verdict composes with, and the check of that method: the launch-aware fit on the TP1
+whole step timed in CUDA graphs on the GPU at hand (plan.launch_fit), else the fit shipped in
+`deployment.fit_file`, else none; each put on its device's datasheet before it meets a target."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from tilesweep.columns import CHECK_COLUMNS
+from tilesweep.io import project_path
+from tilesweep.plan import attention_table, calibration
+from tilesweep.plan.launch_fit import on_datasheet
+from tilesweep.settings import HardwareSpec, RootSettings
+
+
+def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> dict | None:
+    """Return the conf/hardware spec whose `device_names` holds `device` (the name a GPU
+    reports), as plain containers, or None where conf/hardware has no such GPU."""
+    for spec in catalog.values():
+        if device in spec.device_names:
+            return spec.model_dump(exclude_unset=True)
+    return None
+
+
+def fit_on_datasheet(
+    fit: dict | None, label: str, catalog: dict[str, HardwareSpec]
+) -> tuple[dict | None, str]:
+    """Return (the fit with its efficiencies as fractions of its device's datasheet, label), or
+    (None, why) where the fit's device has no datasheet in conf/hardware (then the verdict is the
+    target's roofline alone, labelled; a measured rate is never set against a datasheet)."""
+    if fit is None:
+        return None, label
+    sheet = datasheet_for(fit.get("device", ""), catalog)
+    if sheet is None:
+        return None, (
+            f"the fit on {fit.get('device')!r} has no datasheet in conf/hardware (device_names) to "
+            "put its efficiencies on the target's: not used"
+        )
+    fit, how = on_datasheet(fit, sheet)
+    return fit, f"{label}; {how}"
+
+
+def per_kernel_us(ceilings: dict) -> float | None:
+    """Return the measured per-kernel cost of the device at hand in us: on a GPU the fixed cost
+    of a decode-sized kernel inside a CUDA graph (measure.ceilings.launch_us), on the CPU one
+    eager op; None where the ceilings have none."""
+    launch = (ceilings or {}).get("launch") or {}
+    if (ceilings or {}).get("device_kind") == "cuda":
+        return launch.get("fixed_us")
+    return launch.get("eager_us")
+
+
+def graph_terms(ceilings: dict) -> dict | None:
+    """Return the device's measured terms of a fit on graphed steps (launch_fit.fit_step): the
+    cost of an empty kernel inside a CUDA graph (`light_us`), how much of a product's smaller
+    roofline term its larger one does not hide (`overlap`), and the read bandwidth over the copy
+    bandwidth (`bw_max`); None off a GPU. A term the ceilings lack is None."""
+    ceilings = ceilings or {}
+    if ceilings.get("device_kind") != "cuda":
+        return None
+    read, copy = ceilings.get("read_gbs"), ceilings.get("copy_gbs")
+    return {
+        "light_us": (ceilings.get("launch") or {}).get("graph_us"),
+        "overlap": (ceilings.get("overlap") or {}).get("alpha"),
+        "bw_max": read / copy if read and copy else None,
+    }
+
+
+def _graphed_fit(settings, steps, ceilings, hw_here, model: dict | None = None) -> dict | None:
+    """Return the launch-aware fit on the TP1 step timed in CUDA graphs on the GPU at hand (on
+    `model`; by default the settings' own), with the ceilings it was made beside, or None."""
+    fit = calibration.step_fit(
+        steps,
+        model or settings.model.model_dump(exclude_unset=True),
+        hw_here,
+        per_kernel_us(ceilings),
+        ceilings.get("device", "none"),
+        terms=graph_terms(ceilings),
+        batches=settings.deployment.fit_batches,
+        attention=attention_table.load(settings.deployment.attention_table),
+    )
+    return None if fit is None else with_ceilings(fit, ceilings)
+
+
+def verdict_fit(
+    settings: RootSettings,
+    steps: pd.DataFrame,
+    ceilings: dict,
+    hw_here: dict,
+    model: dict | None = None,
+):
+    """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
+    on the TP1 step timed in CUDA graphs here (on `model`, the model as deployed; by default the
+    settings' own), else the fit shipped in deployment.fit_file, else (None, None, why)."""
+    device = ceilings.get("device", "none") if ceilings else "none"
+    if ceilings and ceilings.get("device_kind") == "cuda":
+        fit = _graphed_fit(settings, steps, ceilings, hw_here, model)
+        if fit is not None:
+            return fit, per_kernel_us(ceilings), calibration.fit_label(fit)
+    path = settings.deployment.fit_file
+    if path and project_path(path).is_file():
+        fit = json.loads(project_path(path).read_text())
+        where = f"; shipped as {path}, its costs per kernel and efficiencies"
+        if settings.deployment.fit_batches:
+            where += (
+                f"; deployment.fit_batches={settings.deployment.fit_batches} not applied: the "
+                f"shipped fit was made at batches {fit.get('fit_batches')}"
+            )
+        return fit, fit["per_kernel_us"], calibration.fit_label(fit, where)
+    why = f"no whole step timed in CUDA graphs on {device}" + (
+        f" and no deployment.fit_file at {path!r}" if path else ""
+    )
+    return None, None, why
+
+
+def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> dict:
+    """Return the launch-aware fit made here (the graphed TP1 step) with the sweep's provenance,
+    or {"gap": why} where none can be made; this is the file `deployment.fit_file` ships."""
+    device = ceilings.get("device", "none") if ceilings else "none"
+    if not ceilings or ceilings.get("device_kind") != "cuda":
+        return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
+    hw_here = calibration.device_hardware(ceilings, device, None)
+    fit = _graphed_fit(settings, steps, ceilings, hw_here)
+    if fit is None:
+        return {"gap": f"no TP1 whole step timed in CUDA graphs on {device}, or no per-kernel cost"}
+    return fit
+
+
+# The ceilings a fit carries: its provenance and the device constants the verdict reads from it.
+FIT_CEILINGS = (
+    "device",
+    "driver",
+    "torch",
+    "triton",
+    "commit",
+    "copy_gbs",
+    "matmul_tflops",
+    "launch",
+)
+
+
+def with_ceilings(fit: dict, ceilings: dict) -> dict:
+    """Return the fit with the ceilings it was made beside (FIT_CEILINGS)."""
+    return {**fit, "ceilings": {k: ceilings.get(k) for k in FIT_CEILINGS}}
+
+
+def measured_here(collective: pd.DataFrame, ceilings: dict) -> tuple[str, dict, dict, dict]:
+    """Return (the device at hand, its measured interconnect, its latency floors, its hardware
+    dict from its ceilings): NCCL rows on a GPU, gloo rows on the CPU."""
+    device = ceilings.get("device", "none") if ceilings else "none"
+    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
+    numbers, floors = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
+    hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else {}
+    return device, numbers, floors, hw_here
+
+
+def check_table(
+    steps: pd.DataFrame,
+    collective: pd.DataFrame,
+    ceilings: dict,
+    model: dict,
+    fit_batches: list[int] | None = None,
+    attention: str = "",
+):
+    """Return the check of the method on the device at hand (plan.CHECK_COLUMNS), the fit made
+    on `fit_batches` (deployment.fit_batches), the attention kernel's own times from the table
+    at `attention` (deployment.attention_table) where it covers a part."""
+    if not ceilings or steps.empty:
+        return pd.DataFrame(columns=CHECK_COLUMNS)
+    backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
+    numbers, floors = calibration.measured_interconnect(collective, backend)
+    device = ceilings.get("device", "unknown")
+    hw_here = calibration.device_hardware(ceilings, device, numbers)
+    return calibration.step_check(
+        steps,
+        model,
+        hw_here,
+        floors,
+        device,
+        per_kernel_us(ceilings),
+        terms=graph_terms(ceilings),
+        fit_batches=fit_batches,
+        attention=attention_table.load(attention),
+    )

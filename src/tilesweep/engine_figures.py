@@ -1,0 +1,119 @@
+"""The engine check: one row per engine figure the config cites (conf/references), the engine's
+measured TPOT beside the verdict composed for the same model, layout, batch and context on the
+engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep import references
+from tilesweep.columns import ENGINE_COLUMNS
+from tilesweep.config import compose_groups
+from tilesweep.deployment_fit import measured_here, verdict_fit
+from tilesweep.deployment_verdict import deployment_table
+from tilesweep.settings import Layout, RootSettings
+
+
+def engine_table(
+    settings: RootSettings,
+    decode: pd.DataFrame,
+    collective: pd.DataFrame,
+    steps: pd.DataFrame,
+    ceilings: dict,
+) -> pd.DataFrame:
+    """Return one row per engine figure the config cites (conf/references): the engine's
+    measured TPOT beside the verdict composed for the same model, layout, batch and context on
+    the engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
+    figures = references.of(settings).figures
+    if not figures:
+        return pd.DataFrame(columns=ENGINE_COLUMNS)
+    fitted = verdict_fit(settings, steps, ceilings, measured_here(collective, ceilings)[3])
+    rows = []
+    groups: dict[tuple, RootSettings] = {}  # one Hydra compose per model x GPU x formats x engine
+    for fig in figures:
+        key = (fig.model, fig.hardware, fig.deployment, fig.engine_name())
+        if key not in groups:
+            groups[key] = compose_groups(fig.groups(), FIGURE_BASE)
+        one = deployment_table(
+            figure_settings(groups[key], fig), decode, collective, steps, ceilings, fitted
+        ).iloc[0]
+        composed = one["tpot_ms"]
+        ratio = composed / fig.tpot_ms
+        rows.append(
+            {
+                "engine": fig.engine,
+                "version": fig.version,
+                "model": fig.model,
+                "hardware": fig.hardware,
+                "layout": fig.layout_name(),
+                "batch": fig.batch,
+                "input_len": fig.input_len,
+                "output_len": fig.output_len,
+                "context_len": one["context_len"],
+                "weight_dtype": one["weight_dtype"],
+                "speculative": fig.speculative,
+                "statistic": fig.statistic,
+                "role": fig.role,
+                "engine_tpot_ms": fig.tpot_ms,
+                "composed_tpot_ms": composed,
+                "composed_over_engine": ratio,
+                "error_pct": 100 * (ratio - 1),
+                "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
+                "floor_ms": one["floor_ms"],
+                "engine_over_floor": fig.tpot_ms / one["floor_ms"],
+                "host_ms": one["host_ms"],
+                "prefill_ms": one["prefill_ms"],
+                "bound": one["bound"],
+                "fits_memory": one["fits_memory"],
+                "kernel_list": one["kernel_list"],
+                "composed_source": one["source"],
+                "gap": _gap(one),
+                "cited": fig.source,
+            }
+        )
+    table = pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+    table["source_check"] = references.source_checks(table)
+    return table
+
+
+# The verdict times no kernel tile: one that divides any model stands in for the sweep's tiles,
+# whose check (k divides the model's reductions) the verdict does not need.
+ANY_TILE = "grid.tiles=[{m:16,n:16,k:16}]"
+# What every cited figure's settings start from (the defaults, no figures of their own, one tile
+# and one layout that divide any model); figure_settings sets the figure's layout and load.
+FIGURE_BASE = (
+    "references=none",
+    ANY_TILE,
+    "grid.layouts=[{tp:1,pp:1,ep:1}]",
+)
+
+
+def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
+    """Return the settings composing one cited figure: `base` (composed from the overrides of a
+    figure of the same model, GPU, formats and engine) with this figure's batch, serving load and
+    layout, which its model validated; the same as composing its own overrides."""
+    load = (
+        {"input_len": fig.input_len, "output_len": fig.output_len}
+        if fig.input_len and fig.output_len
+        else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
+    )
+    dep = base.deployment.model_copy(update={"batches": [fig.batch], **load})
+    layout = Layout(**fig.layout.model_dump(exclude_none=True))
+    grid = base.grid.model_copy(update={"layouts": [layout]})
+    return base.model_copy(update={"deployment": dep, "grid": grid})
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """Return the part of `text` between `start` and `end` ('' where `start` is absent)."""
+    if start not in text:
+        return ""
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def _gap(row: pd.Series) -> str:
+    """Return why a composed engine row has no time ('' where it has one)."""
+    if row["fits_memory"] != "yes":
+        return f"does not fit in memory ({row['mem_short_gb']:.3g} GB short per GPU)"
+    if row["tpot_ms"] == row["tpot_ms"]:
+        return ""
+    return _between(str(row["inputs"]), "gaps: ", "; ") or str(row["bound"])

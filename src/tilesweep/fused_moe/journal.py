@@ -1,0 +1,155 @@
+"""The tuning worker's journal and heartbeat, and the supervisor that runs the worker: each
+finished item is one line appended to the journal (flushed and synced), and before each item the
+worker writes a heartbeat naming it; a worker that outlives an item's time limit is killed (the
+item journalled as a timeout), one that dies journals a crash, and a new worker resumes after the
+last journalled item."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tilesweep.columns import Status
+from tilesweep.io import atomic_path
+
+SCREEN = "screen"
+
+
+FINAL = "final"
+
+
+def item_key(phase: str, problem: int, what: str) -> str:
+    """Return the journal key of one work item."""
+    return f"{phase}|{problem}|{what}"
+
+
+def read_journal(path: str | Path) -> dict[str, dict]:
+    """Return the journal's finished items by key (a trailing half-written line is ignored)."""
+    done = {}
+    path = Path(path)
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done[rec["key"]] = rec
+    return done
+
+
+def append_journal(path: str | Path, rec: dict) -> None:
+    """Append one finished item to the journal, durably."""
+    with open(path, "a") as stream:
+        stream.write(json.dumps(rec, sort_keys=True) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+class Yield(Exception):
+    """Raised when a worker has journalled its quota of items: it exits for a fresh one."""
+
+
+class Journal:
+    """The worker's journal: appends items (with the worker's pid) and, with a quota, ends the
+    worker after that many items, so that each item can run in a fresh process."""
+
+    def __init__(self, path: str | Path, quota: int = 0):
+        self.path, self.quota, self.items = path, quota, 0
+
+    def append(self, rec: dict, counts: bool = True) -> None:
+        """Journal one finished item (with the worker's pid and the wall time it ended at);
+        raise Yield once the quota is spent."""
+        append_journal(self.path, {**rec, "pid": os.getpid(), "ended": round(time.time(), 3)})
+        self.items += counts
+        if counts and self.quota and self.items >= self.quota:
+            raise Yield
+
+
+def beat(path: str | Path, key: str) -> None:
+    """Record which item the worker starts now (atomically replaced)."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps({"key": key, "time": time.time()}))
+    tmp.replace(path)
+
+
+def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts: int = 50):
+    """Run the worker until every item is journalled; return the journal's records.
+
+    An item (the heartbeat's key) that outlives its limit is killed and journalled as a
+    timeout; a worker that dies journals its item as a crash; either way a new worker resumes.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, journal, heartbeat = (work_dir / n for n in ("spec.json", "journal.jsonl", "beat"))
+    with atomic_path(spec_path) as tmp:
+        tmp.write_text(json.dumps(spec, sort_keys=True, indent=1))
+    cmd = [sys.executable, "-m", "tilesweep.fused_moe.tune_worker", str(spec_path)]
+    cmd += [str(journal), str(heartbeat)]
+    attempt = 0
+    while attempt < restarts:
+        heartbeat.unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
+        status = _watch(proc, heartbeat, spec)
+        key = _beat_key(heartbeat)
+        if status == "done":
+            return read_journal(journal)
+        if status == "yield":  # its quota of items is journalled: a fresh worker goes on
+            continue
+        attempt += 1
+        if key in (None, "done") and status == "exit":
+            raise RuntimeError(f"the tuning worker exited with {proc.returncode} before starting")
+        if key == "compile":
+            raise RuntimeError(f"compiling the search space: worker {status} ({proc.returncode})")
+        if key not in read_journal(journal):
+            kind = Status.TIMEOUT if status == "timeout" else Status.CRASH
+            phase, problem, what = key.split("|", 2)
+            reason = f"worker {status} (exit {proc.returncode}) during this item, attempt {attempt}"
+            append_journal(
+                journal,
+                {
+                    "key": key,
+                    "phase": phase,
+                    "problem": int(problem),
+                    "what": what,
+                    "status": str(kind),
+                    "reason": reason,
+                },
+            )
+        log.warning("worker %s at %s; restarting", status, key)
+    raise RuntimeError(f"the tuning worker failed {restarts} times")
+
+
+def _beat_key(heartbeat: Path) -> str | None:
+    """Return the key of the item the worker last started (None before its first)."""
+    try:
+        return json.loads(heartbeat.read_text())["key"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _watch(proc, heartbeat: Path, spec: dict) -> str:
+    """Wait for the worker: 'done' (clean exit, all done), 'yield' (clean exit after its quota
+    of items), 'exit' (died), 'timeout' (killed)."""
+    while True:
+        try:
+            rc = proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc is not None:
+            ended = _beat_key(heartbeat) if rc == 0 else None
+            return ended if ended in ("done", "yield") else "exit"
+        try:
+            beat = json.loads(heartbeat.read_text())
+        except (OSError, ValueError):
+            continue
+        if beat["key"] in ("done", "yield"):  # the worker is exiting
+            continue
+        limit = spec["compile_timeout_s"] if beat["key"] == "compile" else spec["config_timeout_s"]
+        if time.time() - beat["time"] > limit:
+            proc.kill()
+            proc.wait()
+            return "timeout"

@@ -1,0 +1,111 @@
+"""The tuning worker's compile step: one config per distinct compiled kernel of the search space,
+compiled into Triton's cache in a pool of processes before anything is timed, its refusals kept
+as results (a shared-memory refusal is a launch status, any other failure a compile one)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+
+from tilesweep.fused_moe import space
+from tilesweep.fused_moe.journal import beat
+
+
+def screened(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return the configs screened at every batch key: GROUP_SIZE_M only changes which row
+    blocks run together, so each tile is screened at the space's first group size and the
+    finalists are then timed at every group size."""
+    first = spec["space"]["GROUP_SIZE_M"][0]
+    return [c for c in configs if c["GROUP_SIZE_M"] == first]
+
+
+def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return one config per distinct compiled kernel (GROUP_SIZE_M is a run-time argument),
+    leaving out those a constraint already rules out."""
+    out, seen = [], set()
+    for config in screened(spec, configs):
+        key = space.tile_key(space.config_slug(config))
+        if key in seen:
+            continue
+        seen.add(key)
+        limit = spec["smem_limit_bytes"]
+        if not space.problems_constraint(config, spec["dtype"], limit, spec["problems"]):
+            out.append(config)
+    return out
+
+
+def refusal_status(reason: str, compiled: bool) -> str:
+    """Return the status of a config that cannot be screened: a shared-memory refusal at its
+    first launch (Triton's OutOfResources) is a launch result, any other failure of the
+    compile step a compile error, and a rule the config breaks a constraint."""
+    if reason.startswith("OutOfResources"):
+        return "launch"
+    return "compile" if compiled else "constraint"
+
+
+def _compile_one(args: tuple) -> tuple[str, str | None]:
+    """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
+    config, dtype = args
+    try:
+        import torch
+
+        # triton (via fused_moe.kernel, fused_moe.case): this module loads without it
+        from tilesweep.fused_moe import kernel as fm
+        from tilesweep.fused_moe.case import torch_dtype
+
+        dev = "cuda"
+        e, n, k, rows = 2, 256, 512, 4
+        op = torch_dtype(dtype)
+        a = torch.zeros(rows, k, device=dev).to(op)
+        b = torch.zeros(e, n, k, device=dev).to(op)
+        c = torch.zeros(rows, n, device=dev, dtype=torch.bfloat16)
+        bm = config["BLOCK_SIZE_M"]
+        ids = torch.zeros(bm, dtype=torch.int32, device=dev)
+        exp = torch.zeros(1, dtype=torch.int32, device=dev)
+        post = torch.tensor([bm], dtype=torch.int32, device=dev)
+        scale = space.scale_mode(dtype)
+        a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
+        b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
+        w = torch.ones(rows, device=dev)
+        for weights in (None, w):  # mul_routed is a runtime flag: one compile serves both
+            fm.invoke(
+                a,
+                b,
+                c,
+                (ids, exp, post),
+                config,
+                top_k=1,
+                gather=False,
+                topk_weights=weights,
+                scale=scale,
+                a_scale=a_s,
+                b_scale=b_s,
+            )
+        torch.cuda.synchronize()
+        return space.config_slug(config), None
+    except Exception as exc:  # a compile or launch refusal is a result: its last line
+        return space.config_slug(config), f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
+
+
+def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, str]:
+    """Return {slug: error} for configs that fail to compile, compiling in parallel processes."""
+
+    failed = {}
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+        for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
+            if err:
+                failed[space.tile_key(slug)] = err
+    log(f"compiled {len(configs)} configs, {len(failed)} refused")
+    return failed
+
+
+def compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
+    """Return {tile: error} of the configs' compiles: compiled in a pool the first time, and
+    journalled, so that a fresh worker (after a quota, a crash or a kill) reads them instead."""
+    if key in done:
+        return done[key]["failed"]
+    beat(heartbeat, "compile")
+    failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
+    journal.append({"key": key, "phase": "compile", "failed": failed}, counts=False)
+    return failed

@@ -1,0 +1,71 @@
+"""The collectives a target's host runs: the engine's one-shot all-reduce where it has one, the
+topology named or the hardware file's default, and the band widened over the plausible others."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep.plan.deployment import Composition, compose_parts
+
+
+def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
+    """Return the target with the engine's all-reduce: where the engine runs its one-shot custom
+    all-reduce in its CUDA graph, the hardware file's one-shot figures are enabled, on NVLink
+    only (vLLM's and SGLang's custom all-reduce needs every pair of GPUs on NVLink beyond two
+    GPUs: vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink; on PCIe they
+    fall back to NCCL, and a PCIe one-shot figure in a hardware file is another build's)."""
+    if not engine or not engine.get("custom_allreduce"):
+        return target
+    if "nvlink" not in str(target.get("interconnect", "")):
+        return target
+    block = target.get("interconnect_model")
+    if not block:
+        return target
+    tops = {}
+    for name, top in block["topologies"].items():
+        ar = top.get("all_reduce")
+        if ar and ar.get("one_shot"):
+            ar = dict(ar, one_shot=dict(ar["one_shot"], enabled=True))
+            top = dict(top, all_reduce=ar)
+        tops[name] = top
+    return dict(target, interconnect_model=dict(block, topologies=tops))
+
+
+def with_topology(target: dict, named: str) -> tuple[dict, list[str], str]:
+    """Return (the target with the topology its collectives take, the other topologies its band
+    spans, a note naming them): `named` (deployment.topology) alone where given, else the hardware
+    file's default with its `plausible` ones beside."""
+    block = target.get("interconnect_model")
+    if not block:
+        return target, [], ""
+    if named:
+        target = dict(target, interconnect_model=dict(block, default=named))
+        return target, [], f"topology: {named} (deployment.topology)"
+    others = [t for t in block.get("plausible") or [] if t != block["default"]]
+    if not others:
+        return target, [], ""
+    note = (
+        f"topology: {block['default']} (hardware[{target['name']}] default); tpot_low_ms and "
+        f"tpot_high_ms also span {', '.join(others)} (deployment.topology names one)"
+    )
+    return target, others, note
+
+
+def span_topologies(
+    table: pd.DataFrame, one: Composition, kwargs: dict, ends: dict, target: dict, others: list
+) -> None:
+    """Widen a composed row's band (tpot_low_ms, tpot_high_ms) over the other topologies its
+    host may have: each composed at the band's ends (or its middle where it has no ends); a
+    topology with no figures for the row's GPU count adds nothing."""
+    block = target["interconnect_model"]
+    low = table.get("tpot_low_ms", table["tpot_ms"]).copy()
+    high = table.get("tpot_high_ms", table["tpot_ms"]).copy()
+    for name in others:
+        moved = dict(target, interconnect_model=dict(block, default=name))
+        there = Composition(one.model, one.deployment, moved, one.layouts)
+        for timer in list(ends.values()) or [None]:
+            kw = kwargs if timer is None else dict(kwargs, timer=timer)
+            got = compose_parts(there, **kw)["tpot_ms"]
+            low = low.where(~(got < low), got)
+            high = high.where(~(got > high), got)
+    table["tpot_low_ms"], table["tpot_high_ms"] = low, high

@@ -1,0 +1,304 @@
+"""The report's sections on what the sweep measured on its own machine, kept apart from the
+deployment's verdict: the machine, which kernels launch, decode and collectives, each with its
+one-line findings against the targets."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tilesweep.columns import (
+    BEST_PER_BATCH_COLUMNS,
+    COLLECTIVE_REPORT_COLUMNS,
+    DECODE_TARGET_COLUMNS,
+    ESTIMATE_COLUMNS,
+    FIT_COUNT_COLUMNS,
+    LATENCY_FLOOR_COLUMNS,
+    LAUNCH_COVERAGE_COLUMNS,
+    LAUNCH_FAILURE_COLUMNS,
+    NOT_TIMED_COLUMNS,
+    REPORT_LAUNCH_COLUMNS,
+)
+from tilesweep.report.analysis import (
+    best_per_batch,
+    decode_targets,
+    estimate_errors,
+    fit_counts,
+    latency_floors,
+    launch_coverage,
+    launch_failures,
+    not_timed,
+    ok_rows,
+)
+from tilesweep.report.decode_figures import decode_time_caption
+from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
+from tilesweep.report.formatting import (
+    column,
+    devices,
+    finite,
+    fmt_value,
+    numeric,
+    plural,
+)
+from tilesweep.report.launch_figure import LIMITS
+from tilesweep.report.sections import verdict_collectives
+
+
+def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
+    """Return what the sweep measured on its own machine, kept apart from the deployment's
+    verdict: the device, and the fastest decode kernels there with their bound here."""
+    lines = machine_headlines(decode)
+    return [
+        Text(
+            f"Measured on {devices(ok_rows(decode))}, the machine that ran the sweep: facts "
+            "about its own kernels against its own ceilings. They feed the parts the verdict "
+            f"composes for {hardware} (see the check section); they are not that verdict."
+        ),
+        *([Bullets(lines)] if lines else [Text("(no decode measurement on this machine)")]),
+    ]
+
+
+def launch_blocks(
+    launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
+) -> list[Block]:
+    """Return the launch section's blocks: findings, what it covers of the kernels timed in
+    decode (and which timed kernels failed to launch), counts, the figure, per target failures
+    and estimates."""
+    blocks: list[Block] = [
+        Text(
+            "Shared memory per block as the compiler (Triton) or CUTLASS's own types account "
+            "it, against each target's limits; smem_model_bytes is the hand estimate. Nothing "
+            "here ran on the target: kernels are compiled on this host and checked against the "
+            f"target's table.{_when(provenance, 'launch')}"
+        )
+    ]
+    coverage = launch_coverage(launch, pd.DataFrame() if decode is None else decode)
+    covered = coverage_lines(coverage)
+    table = Table(
+        coverage,
+        LAUNCH_COVERAGE_COLUMNS,
+        title="Kernels timed in decode, and whether the launch check has them",
+    )
+    if launch.empty or "target" not in launch:
+        found = [Bullets(covered), table] if covered else []
+        return [*blocks, Text("(no launch checks)"), *found]
+    blocks += [Bullets(launch_headlines(launch) + covered)]
+    blocks += [table] if covered else []
+    blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
+    errors = estimate_errors(launch)
+
+    for target, part in launch.groupby("target", sort=False):
+        rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}
+        limits = ", ".join(
+            f"{label} {fmt_value(rec[col])} B" for col, label, *_ in LIMITS if col in rec
+        )
+        fails = launch_failures(part)
+        blocks += [
+            Heading(f"{target} ({rec.get('arch', 'arch missing')})"),
+            Text(f"Limits: {limits or 'none recorded'}."),
+            Table(
+                fails,
+                LAUNCH_FAILURE_COLUMNS,
+                title="What fails and why",
+                empty="Every kernel fits on this target.",
+            ),
+            Table(
+                errors[errors["target"] == target] if not errors.empty else errors,
+                ESTIMATE_COLUMNS,
+                title="Hand estimate against the compiler's or CUTLASS's number",
+            ),
+            Table(
+                part, REPORT_LAUNCH_COLUMNS, title=f"All {plural(len(part), 'row')}", collapsed=True
+            ),
+        ]
+    return blocks
+
+
+def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
+    """Return the decode section's blocks: figures, best per batch, targets, what was not timed."""
+    blocks: list[Block] = [
+        Text(
+            f"Measured on {devices(ok_rows(decode))}. Times are medians (p10..p90 in the "
+            "figure); bound is from arithmetic intensity against the ridge point of the "
+            f"measured ceilings.{_when(provenance, 'decode')}"
+        ),
+        Figure("decode_time", decode_time_caption(decode)),
+        Figure("decode_roofline"),
+        Table(
+            best_per_batch(decode),
+            BEST_PER_BATCH_COLUMNS,
+            title="Best per batch, and the best tile against the baselines",
+            note="Per dtype: a tile is compared with the torch baselines of its own dtype.",
+            empty="(no measurements)",
+        ),
+    ]
+    targets = decode_targets(decode)
+    if not targets.empty:
+        blocks.append(
+            Table(
+                targets,
+                DECODE_TARGET_COLUMNS,
+                title="Decode targets",
+                note="The best Triton tile at each batch is at least as fast as the fastest "
+                "torch baseline; at 32 tokens per expert or fewer it also reaches 90% of the "
+                "measured copy bandwidth. Misses say by how much.",
+            )
+        )
+    skipped = not_timed(decode)
+    if not skipped.empty:
+        blocks.append(Table(skipped, NOT_TIMED_COLUMNS, title="Not timed"))
+    return blocks
+
+
+def collective_blocks(
+    collective: pd.DataFrame,
+    provenance: dict,
+    decode: pd.DataFrame | None = None,
+    verdict: pd.DataFrame | None = None,
+) -> list[Block]:
+    """Return the collectives section's blocks: the figure, latency floors, every measurement.
+    In a GPU run whose collectives ran on the CPU (gloo), they are labelled as such, kept behind
+    details elements and left out of the figure: they are not the GPUs' collectives."""
+    ok = ok_rows(collective)
+    on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
+    kinds = set(column(ok, "device_kind", "").dropna().astype(str))
+    gpu_run = "cuda" in set(column(ok_rows(decode if decode is not None else pd.DataFrame()),
+                                   "device_kind", "").dropna().astype(str))  # fmt: skip
+    cpu_only = bool(kinds) and kinds <= {"cpu"}
+    floors = latency_floors(collective)
+    if gpu_run and cpu_only:
+        backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
+        return [
+            Text(
+                f"Not this GPU run's collectives: these ran on {devices(ok)} over {backends}, "
+                "a test of the method only, so the page draws no figure of them. The verdict's "
+                f"collectives: {verdict_collectives(verdict)}.{_when(provenance, 'collective')}"
+            ),
+            Table(
+                floors,
+                LATENCY_FLOOR_COLUMNS,
+                title=f"Latency floor on the CPU ({backends})",
+                collapsed=True,
+            ),
+            Table(
+                ok,
+                COLLECTIVE_REPORT_COLUMNS,
+                title=f"Every timed message on the CPU ({backends})",
+                empty="(no measurements)",
+                collapsed=True,
+            ),
+        ]
+    return [
+        Text(f"{on} The verdict's collectives: {verdict_collectives(verdict)}."),
+        Figure("collective_bandwidth"),
+        Table(floors, LATENCY_FLOOR_COLUMNS, title="Latency floor"),
+        Table(
+            ok,
+            COLLECTIVE_REPORT_COLUMNS,
+            title="Every timed message",
+            empty="(no measurements)",
+            collapsed=True,
+        ),
+    ]
+
+
+def launch_headlines(launch: pd.DataFrame) -> list[str]:
+    """Return one-sentence findings on the kernels against their targets' limits: what fits per
+    target, the largest miss, and how the hand estimate does."""
+    lines = []
+    counts = fit_counts(launch)
+    for target, part in counts.groupby("target", sort=False):
+        total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
+        lines.append(
+            f"{target}: of {plural(total, 'kernel')} in the launch check, "
+            f"{int(part['default'].sum())} fit by default, "
+            f"{int(part['optin'].sum())} only after opt-in, {int(part['no'].sum())} do not fit"
+            + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
+            + "."
+        )
+    fails = launch_failures(launch)
+    if not fails.empty:
+        worst = fails.loc[numeric(fails, "overshoot_bytes").fillna(-1).idxmax()]
+        lines.append(
+            f"Largest miss: {worst.get('target')} {worst.get('kernel')}: "
+            f"{str(worst['reason']).rstrip('.')}."
+        )
+    errors = estimate_errors(launch)
+    if not errors.empty:
+        pct = errors["smem_model_error_pct"].dropna()
+        if not pct.empty:
+            lines.append(
+                f"Hand shared-memory estimate vs the compiler/CUTLASS: median error "
+                f"{pct.median():+.0f}% (from {pct.min():+.0f}% to {pct.max():+.0f}%, "
+                f"{plural(len(pct), 'kernel')})."
+            )
+    return lines
+
+
+def machine_headlines(decode: pd.DataFrame) -> list[str]:
+    """Return one-sentence findings measured on the machine that ran the sweep: per op and dtype
+    the fastest decode kernel at the smallest and largest tokens per expert, its fraction of this
+    machine's copy bandwidth and its bound here."""
+    lines = []
+    best = best_per_batch(decode)
+    if best.empty:
+        return lines
+    uniform = best[best["routing"].astype(str) == "uniform"]
+    uniform = uniform if not uniform.empty else best
+    keys = ["op", "dtype"] if "dtype" in uniform else ["op"]
+    for key, part in uniform.groupby(keys, sort=False):
+        op, dtype = (key[0], key[1]) if len(keys) == 2 else (key[0], "")
+        ends = part.sort_values("tokens_per_expert").iloc[[0, -1]].drop_duplicates()
+        of = f" {dtype} kernel" if dtype else ""
+        for rec in ends.to_dict("records"):
+            frac = rec.get("frac_copy_bw")
+            frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
+            if finite(frac) and frac > 1:  # a read-only kernel outruns the copy's read+write
+                frac_txt += " (a read-mostly kernel can pass the copy kernel's rate)"
+            tokens = int(rec["tokens_per_expert"])
+            lines.append(
+                f"Decode {op}{f' ({dtype})' if dtype else ''}, {tokens} "
+                f"token{'' if tokens == 1 else 's'} per expert: fastest{of} {rec['best_runner']}, "
+                f"{rec['time_ms']:.3g} "
+                f"ms{frac_txt}, {rec.get('bound') or 'unknown'}-bound here."
+            )
+    return lines
+
+
+def coverage_lines(coverage: pd.DataFrame) -> list[str]:
+    """Return what the launch check covers of the kernels timed in decode, in words from the
+    coverage table (analysis.launch_coverage): how many it has, which timed kernels it lacks,
+    and each timed kernel that failed to launch where it was timed, with the reason."""
+    if coverage.empty:
+        return []
+    lacking = coverage[coverage["in_launch_check"] != "yes"]
+    n = len(coverage)
+    if lacking.empty:
+        lines = [f"The launch check covers all {plural(n, 'kernel')} timed in decode."]
+    else:
+        where = ", ".join(sorted(set(lacking["device"].astype(str))))
+        lines = [
+            f"The launch check covers {n - len(lacking)} of the {plural(n, 'kernel')} timed in "
+            "decode; "
+            f"it lacks {len(lacking)}, timed on {where} with no launch accounting here: "
+            + ", ".join(lacking["runner"].astype(str))
+            + "."
+        ]
+    for rec in coverage[coverage["rows_failed_launch"] > 0].to_dict("records"):
+        # Said beside the launch check's own counts ('0 do not fit'): whether they hold it.
+        counted = (
+            "the launch check holds it too"
+            if rec["in_launch_check"] == "yes"
+            else "not a kernel of the launch check, so not in its counts above"
+        )
+        lines.append(
+            f"Failed to launch where timed: {rec['runner']} on {rec['device']} "
+            f"({plural(rec['rows_failed_launch'], 'row')}; {counted}): "
+            f"{(rec['reason'] or 'reason missing').rstrip('.')}."
+        )
+    return lines
+
+
+def _when(provenance: dict, key: str) -> str:
+    """Return ' Measured <when>.' for a section, or nothing when unknown."""
+    when = provenance.get("measured", {}).get(key)
+    return f" Measured {when}." if when else ""
