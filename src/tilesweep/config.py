@@ -359,7 +359,7 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
     seen: list[dict] = []
     for i, fig in enumerate(references.of(settings).figures):
         where = f"references.figures[{i}]"
-        key = fig.model_dump(exclude={"source", "tpot_ms", "speculative"})
+        key = {k: v for k, v in fig if k not in ("source", "tpot_ms", "speculative")}
         if key in seen:
             raise ConfigError(
                 f"{where}: repeats references.figures[{seen.index(key)}] (same engine, version, "
@@ -388,6 +388,8 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 f"kernel list for the {fam} family of {fig.model} (it has "
                 f"{', '.join(sorted(families))})"
             )
+        # The figure's layout checked as the grid's Layout model checks one, from its mapping
+        # (check names the refused key in it).
         layout = fig.layout.model_dump(exclude_none=True)
         check(Layout, layout, f"{where}.layout")
         try:

@@ -557,7 +557,7 @@ def engine_table(
                 "version": fig.version,
                 "model": fig.model,
                 "hardware": fig.hardware,
-                "layout": fig.layout_name(),
+                "layout": references.figure_layout_name(fig),
                 "batch": fig.batch,
                 "input_len": fig.input_len,
                 "output_len": fig.output_len,
@@ -667,7 +667,7 @@ def question_panel(
     asked = question.of(settings)
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
-    layouts = asked.layout_dicts()
+    layouts = [{"tp": lay.tp, "pp": lay.pp, "ep": lay.ep} for lay in asked.layouts]
     for lay in settings.grid.layouts:
         lay = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
         if lay["tp"] * lay["pp"] * lay["ep"] == asked.gpus and lay not in layouts:

@@ -11,7 +11,7 @@ declares its own section's model beside its code (`Backend.settings_model`).
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.decode_cell import DecodeCell
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.root import RootSettings, catalog_from_json, group, leaf_keys
+from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys
 from tilesweep.settings.strict import Section, check
 from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
 from tilesweep.settings.tuning import TuneSettings, Tuning
@@ -45,6 +45,5 @@ __all__ = [
     "Tuning",
     "catalog_from_json",
     "check",
-    "group",
     "leaf_keys",
 ]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.engine_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
+from tilesweep.settings.question_group import QuestionGroup
 from tilesweep.settings.strict import Refused, Section, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
@@ -31,8 +33,14 @@ class RootSettings(Section):
     deployment: DeploymentSettings
     engine: EngineSettings
     catalog: dict[str, HardwareSpec]  # every conf/hardware file by name
-    question: dict[str, Any] = None  # the case study's question, validated where it is read
-    references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)
+    question: QuestionGroup = None  # the case study's question and the answer card's target
+    references: References = None  # engines' figures
+
+    @field_validator("question", mode="before")
+    @classmethod
+    def _question(cls, value: Any) -> QuestionGroup:
+        """Return the question group, refused in its own one-line words (question_group)."""
+        return QuestionGroup.parse(value)
 
     @model_validator(mode="after")
     def _groups_fit(self) -> RootSettings:
@@ -59,12 +67,6 @@ class RootSettings(Section):
         """Return the settings a rule's JSON param holds (grid.canonical of as_dict()), validated
         once more: the GPU counts JSON wrote as strings (`by_gpus` keys) made integers again."""
         return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
-
-
-def group(settings: RootSettings | dict, key: str) -> Any:
-    """Return one top-level group of the settings object, or of the plain containers the report
-    reads (None where it is not set)."""
-    return getattr(settings, key) if isinstance(settings, RootSettings) else settings.get(key)
 
 
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:

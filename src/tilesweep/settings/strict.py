@@ -118,8 +118,11 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         return f"{parent}: missing key {key!r}" if parent else f"missing key {key!r}"
     if kind == "finite_number":
         return f"{path}={node!r}: must be a finite number"
-    if kind == "value_error" and isinstance(first.get("ctx", {}).get("error"), Refused):
-        return first["ctx"]["error"].line(path)
+    said = first.get("ctx", {}).get("error")
+    if kind == "value_error" and isinstance(said, Refused):
+        return said.line(path)
+    if kind == "value_error" and isinstance(said, ConfigError):  # a group's own one-line words
+        return str(said)
     declared = _declared_at(model, first["loc"])
     if kind == "too_short":
         least = first["ctx"]["min_length"]
