@@ -5,7 +5,6 @@ models are the `question` group's (tilesweep.settings.question_group)."""
 
 from __future__ import annotations
 
-from tilesweep import backends
 from tilesweep.errors import ConfigError
 from tilesweep.settings import RootSettings
 from tilesweep.settings.question_group import (
@@ -45,6 +44,9 @@ def validate(group: QuestionGroup | None, catalog: dict) -> None:
         )
     tiles = question.tiles if question is not None else None
     if tiles is not None:
+        # cycle: the registry's discovery imports fused_moe.commands -> config -> question
+        from tilesweep import backends
+
         known = sorted(b.name for b in backends.registered())
         if tiles.backend not in known:
             raise ConfigError(
