@@ -54,8 +54,8 @@ class RootSettings(Section):
     )
     deployment: DeploymentSettings = Field(
         description="weight and KV formats (NVFP4 by default), context or serving load "
-        "(`input_len`, `output_len`), batches, attention (`auto`: the engine's), the host's PCIe `topology` (`\"\"`: the "
-        "hardware file's default, the band spanning its plausible ones), the shipped fit, "
+        "(`input_len`, `output_len`), batches, attention (`auto`: the engine's), the host's "
+        "PCIe `topology` (`\"\"`: the hardware file's default, the band spanning its plausible ones), the shipped fit, "
         "`fit_batches` (the TP1 batches the launch-aware fit is made on)"
     )
     engine: EngineSettings = Field(
