@@ -19,7 +19,7 @@ from tilesweep import gpu_archs, question, references
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
 from tilesweep.plan import engine_profile
-from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings, check
+from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings, check
 from tilesweep.settings.strict import Refused
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -388,12 +388,8 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 f"kernel list for the {fam} family of {fig.model} (it has "
                 f"{', '.join(sorted(families))})"
             )
-        # The figure's layout checked as the grid's Layout model checks one, from its mapping
-        # (check names the refused key in it).
-        layout = fig.layout.model_dump(exclude_none=True)
-        check(Layout, layout, f"{where}.layout")
         try:
-            Layout.model_validate(layout).fit(ModelSettings.model_validate(model))
+            fig.layout.fit(ModelSettings.model_validate(model))
         except Refused as exc:
             raise ConfigError(exc.line(f"{where}.layout")) from None
 

@@ -607,8 +607,7 @@ def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
     dep = base.deployment.model_copy(update={"batches": [fig.batch], **load})
-    layout = Layout(**fig.layout.model_dump(exclude_none=True))
-    grid = base.grid.model_copy(update={"layouts": [layout]})
+    grid = base.grid.model_copy(update={"layouts": [fig.layout]})
     return base.model_copy(update={"deployment": dep, "grid": grid})
 
 

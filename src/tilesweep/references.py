@@ -15,9 +15,9 @@ from tilesweep import package_data
 from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
-from tilesweep.settings.engine_figures import Figure, FigureLayout, References
+from tilesweep.settings.engine_figures import Figure, References
 
-__all__ = ["BAND", "Figure", "FigureLayout", "References", "figure_layout_name", "of", "validate"]
+__all__ = ["BAND", "Figure", "References", "figure_layout_name", "of", "validate"]
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
@@ -26,7 +26,8 @@ BAND = (0.75, 1.33)
 
 def figure_layout_name(fig: Figure) -> str:
     """Return a figure's layout as the verdict table names it (plan.sharding.layout_name)."""
-    return layout_name(fig.layout.model_dump())  # the sharding helpers read layout mappings
+    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
+    return layout_name(fig.layout.model_dump(exclude_unset=True))
 
 
 def validate(value: References | None, conf_dir: Path) -> None:

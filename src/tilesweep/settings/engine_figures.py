@@ -3,23 +3,10 @@ serving engine timed for a model, layout, batch and context on a named GPU, with
 
 from __future__ import annotations
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
 from tilesweep.settings.strict import Number, Section, refuse
-
-
-class FigureLayout(Section):
-    """The engine's parallel layout: attention TP, pipeline and attention DP (ep) degrees, and
-    how its MoE layers split the stage (settings.sweep_space.Layout): experts=ep spreads whole
-    experts over the TP group; moe_tp sets MoE TP (unset: as the attention's)."""
-
-    tp: PositiveInt = Field(description="attention tensor-parallel degree")
-    pp: PositiveInt = Field(description="pipeline stages")
-    ep: PositiveInt = Field(description="attention data-parallel degree")
-    experts: str = Field(
-        "tp", pattern=r"^(tp|ep)$", description="ep: whole experts spread over the TP group"
-    )
-    moe_tp: PositiveInt | None = Field(None, description="MoE TP; unset: the attention's")
+from tilesweep.settings.sweep_space import Layout
 
 
 class Figure(Section):
@@ -32,7 +19,10 @@ class Figure(Section):
     deployment: str = Field(
         min_length=1, description="the conf/deployment option: the checkpoint's formats"
     )
-    layout: FigureLayout = Field(description="the engine's parallel layout")
+    layout: Layout = Field(
+        description="the engine's parallel layout, as the grid's layouts are given (experts=ep "
+        "spreads whole experts over the TP group; moe_tp sets MoE TP)"
+    )
     batch: int = Field(ge=1, le=100_000, description="concurrent requests")
     input_len: int = Field(
         0, ge=0, description="a serving benchmark's prompt tokens per request (0: decode-only)"
@@ -93,7 +83,7 @@ class Figure(Section):
             f"engine={self.engine_name()}",
             f"deployment.batches=[{self.batch}]",
             *load,
-            f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts}"
+            f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts or 'tp'}"
             + (f",moe_tp:{lay.moe_tp}}}]" if lay.moe_tp else "}]"),
             # The figure's verdict times no kernel of the grid: one tile that divides any model.
             "grid.tiles=[{m:16,n:16,k:16}]",
