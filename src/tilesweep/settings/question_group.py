@@ -148,14 +148,13 @@ class QuestionGroup(_Strict):
         only those are given, the case study); raise ConfigError naming the first bad key."""
         if isinstance(value, QuestionGroup):
             return value
-        given = value if isinstance(value, dict) else {}
-        case = {k: v for k, v in given.items() if k not in TARGET_KEYS}
+        if not isinstance(value, dict):
+            raise ConfigError(f"question={value!r}: expected a mapping")
+        case = {k: v for k, v in value.items() if k not in TARGET_KEYS}
         try:
-            target = Target.model_validate({k: given[k] for k in TARGET_KEYS if k in given})
+            target = Target.model_validate({k: value[k] for k in TARGET_KEYS if k in value})
         except ValidationError as exc:
             raise _error(exc) from None
-        if value is not None and not isinstance(value, dict):
-            raise ConfigError(f"question={value!r}: expected a mapping")
         try:
             return cls(target=target, case=Question.model_validate(case) if case else None)
         except ValidationError as exc:
