@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, snakemake
 from snakemake_interface_logger_plugins.common import LogEvent
 from test_progress import feed, record
-from test_report_first_screen import CHECK, ENGINES, carded_verdict
+from test_report_first_screen import CHECK, ENGINES, NO_QUESTION, carded_verdict
 
 from tilesweep import answer_card
 from tilesweep.pipeline import Sweep
@@ -123,7 +123,7 @@ def test_the_console_shows_the_lines_a_stage_calls_for_once_when_its_last_job_en
 
 
 def test_the_card_before_its_check_says_the_check_comes_with_the_report(tmp_path):
-    early = answer_card.build({}, carded_verdict(), engines=ENGINES)
+    early = answer_card.build(NO_QUESTION, carded_verdict(), engines=ENGINES)
     path = tmp_path / "card.json"
     path.write_text(answer_card.card_json(early))
     lines = answer_card.early_lines(path)
@@ -132,6 +132,6 @@ def test_the_card_before_its_check_says_the_check_comes_with_the_report(tmp_path
     assert "; check:" not in early.rests_on and "engine check: SGLang" in early.rests_on
     # With the check (the report's card, answer.json): the same picks and headline, the check
     # named.
-    checked = answer_card.build({}, carded_verdict(), CHECK, ENGINES)
+    checked = answer_card.build(NO_QUESTION, carded_verdict(), CHECK, ENGINES)
     assert checked.picks == early.picks and checked.headline == early.headline
     assert "check: none of this fit" in checked.rests_on

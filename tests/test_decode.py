@@ -12,8 +12,8 @@ from tilesweep.config import compose_settings
 from tilesweep.measure import gemm_case as decode
 from tilesweep.plan import expert_shapes, roofline
 
-MODEL = {"hidden": 256, "moe_intermediate": 128}
 SETTINGS = compose_settings([])
+MODEL = SETTINGS.model.model_copy(update={"hidden": 256, "moe_intermediate": 128})
 
 
 def bench(**change):

@@ -15,7 +15,7 @@ from tilesweep.backends import kernel_cell
 from tilesweep.grid import canonical, kernel_slug
 from tilesweep.hardware import catalog_name
 from tilesweep.io import write_json
-from tilesweep.settings import HardwareSpec, Tile
+from tilesweep.settings import HardwareSpec, ModelSettings, Tile
 
 pytestmark = [
     pytest.mark.gpu,
@@ -76,7 +76,7 @@ def test_triton_grouped_gemm_matches_the_fp32_reference(dtype, tile, op):
 
     if dtype == "fp8" and _here()[1] < 89:
         pytest.skip("fp8 needs sm_89 or newer")
-    n, k = expert_ops(MODEL)[op]
+    n, k = expert_ops(ModelSettings.model_validate(_model()))[op]
     counts = [1, 5, 0, 17]  # uneven, one empty expert, one spanning two M tiles of 16
     kernel = _kernel(dtype, *tile)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -106,7 +106,7 @@ def test_the_scaled_grouped_mm_baseline_matches_the_fp32_reference(op):
     why = skip_reason("torch_scaled_grouped_mm", True)
     if why is not None:
         pytest.skip(why)
-    n, k = expert_ops(MODEL)[op]
+    n, k = expert_ops(ModelSettings.model_validate(_model()))[op]
     counts = [1, 5, 0, 17]  # uneven, with one empty expert
     gen = torch.Generator(device="cuda").manual_seed(0)
     problem = make_problem(counts, n, k, "fp8", torch.bfloat16, "cuda", gen)

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tilesweep import deployment_verdict, question
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.report import contents, question_sections
 from tilesweep.report import html as report_html
@@ -23,18 +23,14 @@ POWER = pd.DataFrame(
 
 
 def test_the_brief_loads_as_the_default_question():
-    asked = question.of(compose([]))
+    asked = question.of(compose_settings([]))
     assert asked is not None and asked.asks_about("glm5", "rtx_pro_6000")
     assert asked.power.fraction == 235 / 600
-    assert asked.layout_dicts() == [
-        {"tp": 8, "pp": 1, "ep": 1},
-        {"tp": 4, "pp": 2, "ep": 1},
-        {"tp": 1, "pp": 1, "ep": 8},
-    ]
+    assert [(lay.tp, lay.pp, lay.ep) for lay in asked.layouts] == [(8, 1, 1), (4, 2, 1), (1, 1, 8)]
     assert {(t.m, t.n, t.k) for t in asked.tiles.shapes} == {
         (128, 128, 128), (128, 128, 256), (128, 256, 128), (256, 128, 128)
     }  # fmt: skip
-    assert question.of(compose(["question=none"])) is None
+    assert question.of(compose_settings(["question=none"])) is None
 
 
 @pytest.mark.parametrize(
@@ -70,7 +66,7 @@ def report_of(settings: dict, launch: pd.DataFrame | None = None) -> tuple[str, 
     launch = empty if launch is None else launch
     typed = RootSettings.model_validate(settings)
     data = contents.build(
-        settings, launch, empty, empty, roofline(typed), {}, figures=dict.fromkeys(
+        typed, launch, empty, empty, roofline(typed), {}, figures=dict.fromkeys(
             ("launch_smem", "decode_time", "decode_roofline", "collective_bandwidth",
              "verdict_split", "check_error"), b""),
         power=POWER, panel=deployment_verdict.question_panel(typed, roofline),
@@ -133,7 +129,7 @@ BRIEF_CELLS = [
 
 
 def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
-    asked = question.of(compose([]))
+    asked = question.of(compose_settings([]))
     said = question_sections.tile_failure_findings(sm120_launch(101_376, *BRIEF_CELLS), asked)
     assert said == [
         "128x128x256, finalize epilogue, 3 stages asked: 138,240 B, 36,864 B over the 101,376 B "
@@ -157,7 +153,7 @@ def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
 
 
 def test_the_tile_findings_follow_the_rows_not_fixed_numbers():
-    asked = question.of(compose([]))
+    asked = question.of(compose_settings([]))
     # The stage count as a CSV reads it back ("3"), and a limit every cell fits under.
     launch = sm120_launch(140_000, *BRIEF_CELLS).assign(
         stages_requested=lambda f: f["stages_requested"].astype(str)

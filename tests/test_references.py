@@ -42,10 +42,10 @@ def _with(**change) -> list[str]:
 
 
 def test_the_published_figures_validate_and_name_their_sources():
-    figures = references.of(compose([])).figures
+    figures = references.of(compose_settings([])).figures
     assert figures, "conf/references/published.yaml cites at least one figure"
     assert all(f.source and f.tpot_ms > 0 for f in figures)
-    assert references.of(compose(["references=none"])).figures == []
+    assert references.of(compose_settings(["references=none"])).figures == []
 
 
 @pytest.mark.parametrize(

@@ -15,12 +15,20 @@ import pytest
 from test_report_html import browse, settings_stub
 
 from tilesweep import answer_card, answer_picks, answer_rests
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.report import analysis, contents, headlines, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
 from tilesweep.report.plotting import png
+
+
+def asking(*overrides: str):
+    """Return settings with no case study, asking the answer card the target overrides set."""
+    return compose_settings(["question=none", *overrides])
+
+
+NO_QUESTION = asking()  # settings whose question asks the card nothing
 
 CHECK = pd.DataFrame(
     {
@@ -278,7 +286,7 @@ def links_and_ids(page: str) -> tuple[set[str], set[str]]:
 
 
 def test_a_deployment_the_question_does_not_ask_about_links_to_no_missing_section():
-    settings = dict(compose(["hardware=h200"]), model={"name": "glm5"})
+    settings = compose_settings(["hardware=h200"])
     data = contents.build(settings, *[pd.DataFrame()] * 3, hand_verdict(), {})
     page = report_html.render(data)
     links, ids = links_and_ids(page)
@@ -322,7 +330,7 @@ def carded_verdict() -> pd.DataFrame:
 
 
 def test_the_card_names_per_batch_the_fastest_layout_that_fits_with_its_figures():
-    card = answer_card.build({}, carded_verdict(), CHECK, ENGINES)
+    card = answer_card.build(NO_QUESTION, carded_verdict(), CHECK, ENGINES)
     assert [(p.batch, p.layout) for p in card.picks] == [(1, "tp2"), (8, "tp2"), (64, "tp1")]
     tp2 = card.picks[0]
     assert tp2.tpot_ms == 8.0 and tp2.tokens_per_s_per_user == 125.0 and tp2.gpus == 2
@@ -333,7 +341,7 @@ def test_the_card_names_per_batch_the_fastest_layout_that_fits_with_its_figures(
 
 def test_the_cards_rests_on_line_names_the_fit_the_verdict_used_and_the_rest():
     verdict = carded_verdict()
-    card = answer_card.build({}, verdict, CHECK, ENGINES)
+    card = answer_card.build(NO_QUESTION, verdict, CHECK, ENGINES)
     # The fit label verdict.csv's inputs carry, with where it was shipped from.
     label = answer_rests.fit_labels(verdict["inputs"].iloc[4])
     assert label == [FIT + "; shipped as docs/fit.json, its costs per kernel and efficiencies"]
@@ -345,20 +353,21 @@ def test_the_cards_rests_on_line_names_the_fit_the_verdict_used_and_the_rest():
     assert "check: none of this fit" in card.rests_on
     same = CHECK.assign(composed_label=f"composed ({FIT})")
     assert (
-        "check: composed -4% to +7% off 3 held-out" in answer_card.build({}, verdict, same).rests_on
+        "check: composed -4% to +7% off 3 held-out"
+        in answer_card.build(NO_QUESTION, verdict, same).rests_on
     )
 
 
 def test_the_target_picks_the_most_tokens_per_gpu_that_meets_it_or_says_by_how_much_none_does():
     verdict = carded_verdict()
-    asked = {"question": {"tpot_target_ms": 10.0}}
+    asked = asking("question.tpot_target_ms=10.0")
     card = answer_card.build(asked, verdict, CHECK)
     # tp1 at 8 (12 ms) misses; tp2 at 8 (9 ms, 444 tok/s/GPU) beats tp1 at 1 (10 ms, 100).
     assert card.target.met and (card.target.pick.layout, card.target.pick.batch) == ("tp2", 8)
     assert card.headline.startswith("m on gpu: At TPOT <= 10 ms, the most tokens/s per GPU: tp2")
-    floor = answer_card.build({"question": {"min_tokens_per_s_per_user": 100}}, verdict)
+    floor = answer_card.build(asking("question.min_tokens_per_s_per_user=100"), verdict)
     assert (floor.target.pick.layout, floor.target.pick.batch) == ("tp2", 8)  # 111 tok/s/user
-    missed = answer_card.build({"question": {"tpot_target_ms": 5.0}}, verdict)
+    missed = answer_card.build(asking("question.tpot_target_ms=5.0"), verdict)
     assert not missed.target.met and missed.target.miss_ms == pytest.approx(3.0)
     assert "No layout and batch meets TPOT <= 5 ms: the closest, tp2 (2 GPUs) at batch 1" in (
         missed.headline

@@ -18,7 +18,7 @@ from conftest import snakemake
 from matplotlib import image as mpimg
 
 from tilesweep import deployment_verdict
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.report import analysis, contents, provenance_section
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
@@ -33,6 +33,7 @@ from tilesweep.stages.tables import arrow_safe
 
 SECTIONS = [key for key, _ in contents.sections()]
 TABLES = ("launch", "decode", "collective", "verdict", "check", "power")
+TYPED_BRIEF = compose_settings(["references=none"])  # the stub held no engine figures
 BRIEF = compose([])  # the default sweep's deployment: GLM-5 NVFP4 on RTX PRO 6000
 CPU = {"device": "cpu", "device_kind": "cpu", "copy_gbs": 10.0, "matmul_tflops": {"bf16": 0.2}}
 # Appended to a copy of the report: records, once the page has loaded, how many images decoded.
@@ -52,20 +53,10 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def settings_stub() -> dict:
-    """Return the parts of a resolved config the HTML report reads."""
-    return {
-        "model": {
-            "name": "m",
-            "hidden": 64,
-            "moe_intermediate": 32,
-            "routed_experts": 4,
-            "top_k": 2,
-        },
-        "hardware": {"name": "rtx_pro_6000"},
-        "grid": {"targets": ["rtx_pro_6000"]},
-        "question": BRIEF["question"],
-    }
+def settings_stub() -> RootSettings:
+    """Return the settings the HTML report reads: the default sweep's, with the brief's
+    question."""
+    return TYPED_BRIEF
 
 
 def png_images(page: str) -> list[bytes]:
@@ -446,8 +437,9 @@ def test_provenance_gives_job_times_as_dates_and_says_which_tables_keep_none():
     )  # fmt: skip
     check = pd.DataFrame({"layout": ["tp1"], "device": "NVIDIA H200"})
     empty = pd.DataFrame()
-    note = {"note": "re-rendered"}
-    blocks = provenance_section.provenance_blocks({}, empty, decode, empty, check, note)
+    blocks = provenance_section.provenance_blocks(
+        settings_stub(), empty, decode, empty, check, {"note": "re-rendered"}
+    )
     when = {r["figure"]: r["measured"] for r in blocks[1].frame.to_dict("records")}
     assert when["decode_time, decode_roofline"] == (
         "2026-12-04 13:51 UTC to 2026-12-04 13:55 UTC (the rows' job times)"

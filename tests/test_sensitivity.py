@@ -36,21 +36,25 @@ def test_winner_is_the_fastest_layout_that_fits():
 
 def test_scaling_touches_only_the_named_input(brief):
     settings, _ = brief
-    hw = settings.catalog["rtx_pro_6000"].model_dump(exclude_unset=True)
+    hw = settings.catalog["rtx_pro_6000"]
     slow = sensitivity.scaled_hardware(hw, "interconnect_bandwidth", 0.5)
     late = sensitivity.scaled_hardware(hw, "interconnect_latency", 2.0)
-    for name, topology in slow["interconnect_model"]["topologies"].items():
-        for kind, block in topology.items():
-            base = hw["interconnect_model"]["topologies"][name][kind]
-            for n, figures in block["by_gpus"].items():
-                assert figures["busbw_gbs"] == base["by_gpus"][n]["busbw_gbs"] / 2
-                assert figures["latency_us"] == base["by_gpus"][n]["latency_us"]
-                later = late["interconnect_model"]["topologies"][name][kind]["by_gpus"][n]
-                assert later["latency_us"] == 2 * figures["latency_us"]
-    shot = late["interconnect_model"]["topologies"]["switch"]["all_reduce"]["one_shot"]
-    base_shot = hw["interconnect_model"]["topologies"]["switch"]["all_reduce"]["one_shot"]
-    assert shot["by_gpus"][8]["latency_us"] == 2 * base_shot["by_gpus"][8]["latency_us"]
-    assert slow["memory_bandwidth_gbs"] == hw["memory_bandwidth_gbs"]
+    for name, topology in slow.interconnect_model.topologies.items():
+        for kind in topology.model_fields_set:
+            base = getattr(hw.interconnect_model.topologies[name], kind)
+            for n, figures in getattr(topology, kind).by_gpus.items():
+                assert figures.busbw_gbs == base.by_gpus[n].busbw_gbs / 2
+                assert figures.latency_us == base.by_gpus[n].latency_us
+                later = getattr(late.interconnect_model.topologies[name], kind).by_gpus[n]
+                assert later.latency_us == 2 * figures.latency_us
+    shot = late.interconnect_model.topologies["switch"].all_reduce.one_shot
+    base_shot = hw.interconnect_model.topologies["switch"].all_reduce.one_shot
+    assert shot.by_gpus[8].latency_us == 2 * base_shot.by_gpus[8].latency_us
+    assert shot.by_gpus[8].points == [[b, 2 * t] for b, t in base_shot.by_gpus[8].points]
+    assert slow.memory_bandwidth_gbs == hw.memory_bandwidth_gbs
+    assert sensitivity.scaled_hardware(hw, "memory_bandwidth", 2.0).memory_bandwidth_gbs == (
+        2 * hw.memory_bandwidth_gbs
+    )
     with pytest.raises(ValueError, match="allowed"):
         sensitivity.scaled_hardware(hw, "power", 2.0)
 

@@ -35,7 +35,6 @@ from tilesweep.columns import PROVENANCE_COLUMNS
 from tilesweep.io import write_text
 from tilesweep.provenance import git_commit
 from tilesweep.settings import RootSettings
-from tilesweep.settings import group as settings_group
 
 # The clauses of `rests_on` the console's short form keeps (after the fit's).
 SHORT_RESTS = ("expert GEMMs", "kernel list", "collectives", "check:", "engine check")
@@ -200,7 +199,7 @@ class AnswerCard:
 
 
 def build(
-    settings: RootSettings | dict,
+    settings: RootSettings,
     verdict: pd.DataFrame,
     check: pd.DataFrame | None = None,
     engines: pd.DataFrame | None = None,
@@ -214,14 +213,8 @@ def build(
     if target is not None and target.pick is not None and target.pick not in basis:
         basis = [target.pick, *basis]
     first = verdict.iloc[0] if len(verdict) else {}
-    if isinstance(settings, RootSettings):
-        model, hardware = settings.model.name, settings.hardware.name
-        engine, version = settings.engine.name, settings.engine.version
-    else:  # the plain containers the report reads
-        model = settings.get("model", {}).get("name", "?")
-        hardware = settings.get("hardware", {}).get("name", "?")
-        engine = settings.get("engine", {}).get("name", "?")
-        version = settings.get("engine", {}).get("version", "")
+    model, hardware = settings.model.name, settings.hardware.name
+    engine, version = settings.engine.name, settings.engine.version
     trust = references.trust_words(engines, model, hardware, engine) if picks else ""
     return AnswerCard(
         model=str(first.get("model", model)),
@@ -265,19 +258,17 @@ def _with_engine(provenance: dict, engine: str, version: str) -> dict:
     return {**provenance, "engine": f"engine {name} {version.split(' (')[0]}".strip()}
 
 
-def _with_fit(provenance: dict, settings: RootSettings | dict) -> dict:
+def _with_fit(provenance: dict, settings: RootSettings) -> dict:
     """Return the provenance with the shipped fit file its parts come from, where one is set."""
-    dep = settings_group(settings, "deployment")
-    fit = dep.get("fit_file") if isinstance(dep, dict) else getattr(dep, "fit_file", "")
+    fit = settings.deployment.fit_file
     if not provenance or not fit or "shipped as" not in provenance.get("fit_source", ""):
         return provenance
     return {**provenance, "fit_file": str(fit)}
 
 
-def target_of(settings: RootSettings | dict):
-    """Return the question's target (tilesweep.question.Target) a resolved config asks (the
-    settings object, or the plain containers the report reads)."""
-    return question.target(settings_group(settings, "question"))
+def target_of(settings: RootSettings) -> question.Target:
+    """Return the question's target a resolved config asks."""
+    return question.target(settings)
 
 
 def card_json(card: AnswerCard) -> str:

@@ -19,7 +19,7 @@ from tilesweep import gpu_archs, question, references
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
 from tilesweep.plan import engine_profile
-from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings, check
+from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings, check
 from tilesweep.settings.strict import Refused
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -360,7 +360,7 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
     models: dict[str, tuple[dict, ModelSettings]] = {}  # each model file read and checked once
     for i, fig in enumerate(references.of(settings).figures):
         where = f"references.figures[{i}]"
-        key = fig.model_dump(exclude={"source", "tpot_ms", "speculative"})
+        key = {k: v for k, v in fig if k not in ("source", "tpot_ms", "speculative")}
         if key in seen:
             raise ConfigError(
                 f"{where}: repeats references.figures[{seen.index(key)}] (same engine, version, "
@@ -392,10 +392,8 @@ def _check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 f"kernel list for the {fam} family of {fig.model} (it has "
                 f"{', '.join(sorted(families))})"
             )
-        layout = fig.layout.model_dump(exclude_none=True)
-        check(Layout, layout, f"{where}.layout")
         try:
-            Layout.model_validate(layout).fit(typed)
+            fig.layout.fit(typed)
         except Refused as exc:
             raise ConfigError(exc.line(f"{where}.layout")) from None
 

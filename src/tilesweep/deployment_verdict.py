@@ -377,7 +377,7 @@ def question_panel(
     asked = question.of(settings)
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
-    layouts = asked.layout_dicts()
+    layouts = [{"tp": lay.tp, "pp": lay.pp, "ep": lay.ep} for lay in asked.layouts]
     for lay in settings.grid.layouts:
         lay = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
         if lay["tp"] * lay["pp"] * lay["ep"] == asked.gpus and lay not in layouts:

@@ -11,7 +11,7 @@ from tilesweep.columns import ENGINE_COLUMNS
 from tilesweep.config import compose_groups
 from tilesweep.deployment_fit import measured_here, verdict_fit
 from tilesweep.deployment_verdict import deployment_table
-from tilesweep.settings import Layout, RootSettings
+from tilesweep.settings import RootSettings
 
 
 def engine_table(
@@ -45,7 +45,7 @@ def engine_table(
                 "version": fig.version,
                 "model": fig.model,
                 "hardware": fig.hardware,
-                "layout": fig.layout_name(),
+                "layout": references.figure_layout_name(fig),
                 "batch": fig.batch,
                 "input_len": fig.input_len,
                 "output_len": fig.output_len,
@@ -98,8 +98,7 @@ def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
     dep = base.deployment.model_copy(update={"batches": [fig.batch], **load})
-    layout = Layout(**fig.layout.model_dump(exclude_none=True))
-    grid = base.grid.model_copy(update={"layouts": [layout]})
+    grid = base.grid.model_copy(update={"layouts": [fig.layout]})
     return base.model_copy(update={"deployment": dep, "grid": grid})
 
 

@@ -118,6 +118,7 @@ def bench_kernels(settings: RootSettings, builds: pd.DataFrame | None = None) ->
 def layouts(settings: RootSettings) -> pd.DataFrame:
     """Return one row per parallel layout, with its world size and slug."""
     rows = []
+    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
     for layout in (lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts):
         world = layout["tp"] * layout["pp"] * layout["ep"]
         rows.append(

@@ -448,6 +448,7 @@ class Sweep:
                 "layout": self._by_layout[layout],
                 "model": self.settings.model,
                 "batches": self.step_batches(),
+                # model_dump writes the rule's JSON param (its rerun key), as canonical() does
                 "bench": {
                     k: v
                     for k, v in bench.model_dump(exclude_unset=True).items()

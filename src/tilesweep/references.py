@@ -10,136 +10,35 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from pydantic import Field, PositiveInt, model_validator
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
-from tilesweep.settings import group as settings_group
-from tilesweep.settings.strict import Section, check, refuse
+from tilesweep.settings.engine_figures import Figure, References
+
+__all__ = ["BAND", "Figure", "References", "figure_layout_name", "of", "validate"]
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
 BAND = (0.75, 1.33)
 
 
-class Layout(Section):
-    """The engine's parallel layout: attention TP, pipeline and attention DP (ep) degrees, and
-    how its MoE layers split the stage (settings.sweep_space.Layout): experts=ep spreads whole
-    experts over the TP group; moe_tp sets MoE TP (unset: as the attention's)."""
-
-    tp: PositiveInt
-    pp: PositiveInt
-    ep: PositiveInt
-    experts: str = Field("tp", pattern=r"^(tp|ep)$")
-    moe_tp: PositiveInt | None = None
+def figure_layout_name(fig: Figure) -> str:
+    """Return a figure's layout as the verdict table names it (plan.sharding.layout_name)."""
+    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
+    return layout_name(fig.layout.model_dump(exclude_unset=True))
 
 
-class Figure(Section):
-    """One engine measurement: who measured what, where, and the time per output token."""
-
-    engine: str = Field(min_length=1)
-    version: str = Field(min_length=1)
-    model: str = Field(min_length=1)  # conf/model name
-    hardware: str = Field(min_length=1)  # conf/hardware name
-    deployment: str = Field(min_length=1)  # conf/deployment option: the checkpoint's formats
-    layout: Layout
-    batch: int = Field(ge=1, le=100_000)  # concurrent requests
-    # The serving benchmark's prompt and output tokens per request (the mean context follows);
-    # 0 and 0 with context_len: a decode-only figure at that context.
-    input_len: int = Field(0, ge=0)
-    output_len: int = Field(0, ge=0)
-    context_len: int = Field(0, ge=0)  # decode-only figures: tokens in each KV cache
-    speculative: str = Field(min_length=1)  # speculative decoding, as the source ran it
-    # time per output token, as the source measured it (0.1 ms - 100 s: any real decode step)
-    tpot_ms: float = Field(ge=0.1, le=1e5)
-    statistic: str = Field("mean", pattern=r"^(mean|median)$")  # which TPOT the source gives
-    # conf/engine option whose kernel list and host time compose it (the engine, lower case,
-    # without '-', by default: SGLang -> sglang, TensorRT-LLM -> tensorrtllm).
-    engine_config: str = ""
-    # train: a figure a term fitted to engine figures (conf/engine host.source: fitted) was fitted
-    # on; test: one no fitted term saw (the corpus's error is reported on these only).
-    role: str = Field("test", pattern=r"^(train|test)$")
-    source: str = Field(min_length=1)  # where the figure is published, and what it is
-    quote: str = ""  # the source's own words with the figure
-    note: str = ""  # what the source leaves unsaid, and how the figure was read
-
-    @model_validator(mode="after")
-    def _one_load(self) -> Figure:
-        """Refuse half a serving load, and a context beside a load (the load sets the context)."""
-        if bool(self.input_len) != bool(self.output_len):
-            why = f"with output_len={self.output_len}: a serving figure gives both"
-            raise refuse("input_len", why, self.input_len)
-        if self.input_len and self.context_len:
-            why = "beside input_len and output_len: a serving load sets the context; give one"
-            raise refuse("context_len", why, self.context_len)
-        return self
-
-    def engine_name(self) -> str:
-        """Return the conf/engine option that composes this figure."""
-        return self.engine_config or self.engine.lower().replace("-", "")
-
-    def overrides(self) -> list[str]:
-        """Return the config overrides that compose this figure's deployment."""
-        lay = self.layout
-        load = (
-            [f"deployment.input_len={self.input_len}", f"deployment.output_len={self.output_len}"]
-            if self.input_len and self.output_len
-            else [f"deployment.context_len={self.context_len}"]
-        )
-        return [
-            f"model={self.model}",
-            f"hardware={self.hardware}",
-            f"deployment={self.deployment}",
-            f"engine={self.engine_name()}",
-            f"deployment.batches=[{self.batch}]",
-            *load,
-            f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts}"
-            + (f",moe_tp:{lay.moe_tp}}}]" if lay.moe_tp else "}]"),
-            # The figure's verdict times no kernel of the grid: one tile that divides any model.
-            "grid.tiles=[{m:16,n:16,k:16}]",
-            "references=none",
-        ]
-
-    def groups(self) -> dict[str, str]:
-        """Return the config group options that compose this figure (config.FIGURE_GROUPS)."""
-        return {
-            "model": self.model,
-            "hardware": self.hardware,
-            "deployment": self.deployment,
-            "engine": self.engine_name(),
-        }
-
-    def layout_name(self) -> str:
-        """Return the layout as the verdict table names it (plan.sharding.layout_name)."""
-        return layout_name(self.layout.model_dump())
-
-
-class References(Section):
-    """The engines' figures a report sets beside its verdict (see conf/references)."""
-
-    figures: list[Figure] = []
-
-
-def parse(value: object) -> References:
-    """Return the References a config's `references` section describes (none: no figures);
-    raise ConfigError naming the first bad key in one line."""
-    if value is None or value == {}:
-        return References()
-    check(References, value, "references")
-    return References.model_validate(value)
-
-
-def validate(value: object, conf_dir: Path) -> None:
-    """Raise ConfigError for a bad `references` section or a figure naming a model, hardware or
-    deployment option that conf/ does not have."""
-    if value == {}:
+def validate(value: References | None, conf_dir: Path) -> None:
+    """Raise ConfigError for a `references` section without its figures list, or a figure naming
+    a model, hardware or deployment option that conf/ does not have."""
+    if value is not None and "figures" not in value.model_fields_set:
         raise ConfigError(
             "references: the file holds no `figures:` list; references=none sets none beside "
             "the verdict"
         )
-    for i, fig in enumerate(parse(value).figures):
+    for i, fig in enumerate(value.figures if value is not None else ()):
         if not (fig.input_len and fig.output_len) and not fig.context_len:
             raise ConfigError(
                 f"references.figures[{i}]: give input_len and output_len (a serving load) or "
@@ -159,10 +58,9 @@ def validate(value: object, conf_dir: Path) -> None:
                 )
 
 
-def of(settings: RootSettings | dict) -> References:
-    """Return the engines' figures a resolved config names (the settings object, or the plain
-    containers the report reads)."""
-    return parse(settings_group(settings, "references"))
+def of(settings: RootSettings) -> References:
+    """Return the engines' figures a resolved config names (none: no figures)."""
+    return settings.references or References()
 
 
 _LISTS = package_data.column_lists("tilesweep.references")  # data/columns.yaml

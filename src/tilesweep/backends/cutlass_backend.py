@@ -36,6 +36,7 @@ def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | s
     out = list(itertools.product(tiles, conf["stages"], conf["epilogues"]))
     for extra in conf["extra_stages"]:
         if extra["arch"] == arch:
+            # Remaining model_dump (issue 51): backend sections stay the mappings checked.
             named = [t for t in tiles if t.model_dump() in extra["tiles"]]
             for combination in itertools.product(named, extra["stages"], extra["epilogues"]):
                 if combination not in out:

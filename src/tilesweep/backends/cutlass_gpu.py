@@ -159,7 +159,7 @@ def program_rows(cell: DecodeCell, log) -> list[dict]:
     rows = []
     binary, note = ensure_binary()
     log.info("CUTLASS program: %s (%s)", binary, note)
-    for op, (n, k) in expert_ops(model.model_dump(exclude_unset=True)).items():
+    for op, (n, k) in expert_ops(model).items():
         if binary is None:
             rows.append({"runner": "cutlass", "op": op, "status": "unsupported", "reason": note})
             continue

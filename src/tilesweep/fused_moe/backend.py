@@ -138,7 +138,7 @@ class Variant(Section):
     @model_validator(mode="after")
     def _names_one(self) -> Variant:
         """Refuse a variant that leaves every key off (the engines' own kernel)."""
-        given = self.model_dump(exclude_unset=True)
+        given = self.model_dump(exclude_unset=True)  # an engine config is the engines' mapping
         if is_engine_config(given):
             raise refuse("", "names no variant (every key off: the engines' own kernel)", given)
         return self
@@ -207,6 +207,7 @@ class FusedMoeSettings(Section):
             why = "must be at least 1 when variants are screened (variants: [] turns them off)"
             key = "variant_tiles" if self.variant_tiles < 1 else "variant_finalists"
             raise refuse(key, why, getattr(self, key))
+        # model_dump: engine_default reads the engines' own rule mappings, as their files hold them
         raw = {e: d.model_dump(exclude_unset=True) for e, d in self.engine_defaults.items()}
         for engine, rules in raw.items():
             for dtype in self.dtypes:

@@ -60,6 +60,8 @@ class Composition:
     @classmethod
     def of(cls, settings: RootSettings) -> Composition:
         """Return the composition the settings name, as they are (no engine or fit applied)."""
+        # Remaining model_dump (issue 51): plan's composers read the groups as mappings, as the
+        # measured steps' JSON cells give them to the same functions; typing them is plan-wide.
         return cls(
             settings.model.model_dump(exclude_unset=True),
             settings.deployment.model_dump(exclude_unset=True),

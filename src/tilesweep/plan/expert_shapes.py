@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+from tilesweep.settings import ModelSettings
 
-def expert_ops(model: dict, tp: int = 1) -> dict[str, tuple[int, int]]:
+
+def expert_ops(model: ModelSettings, tp: int = 1) -> dict[str, tuple[int, int]]:
     """Return the (N, K) of each expert GEMM: gate/up fused, then down; split over tp ranks."""
-    inter = model["moe_intermediate"] // tp
-    return {"gate_up": (2 * inter, model["hidden"]), "down": (model["hidden"], inter)}
+    inter = model.moe_intermediate // tp
+    return {"gate_up": (2 * inter, model.hidden), "down": (model.hidden, inter)}
 
 
 def expert_counts(

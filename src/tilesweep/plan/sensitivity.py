@@ -8,7 +8,6 @@ whether the winner changes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import pandas as pd
@@ -16,6 +15,7 @@ import pandas as pd
 from tilesweep.columns import BAND_COLUMNS, WINNER_COLUMNS
 from tilesweep.plan.deployment import compose_deployment
 from tilesweep.settings import HardwareSpec, RootSettings
+from tilesweep.settings.hardware_spec import Topology
 
 # The inputs scaled, with what a factor means for each.
 INPUTS = {
@@ -50,24 +50,46 @@ def winners(deployment: pd.DataFrame, world: int | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=WINNER_COLUMNS)
 
 
-def scaled_hardware(hw: dict, name: str, factor: float) -> dict:
+def scaled_hardware(hw: HardwareSpec, name: str, factor: float) -> HardwareSpec:
     """Return a copy of a hardware spec with one input (an INPUTS key) scaled by factor."""
     if name not in INPUTS:
         raise ValueError(f"input={name!r}: allowed: {', '.join(INPUTS)}")
-    out = copy.deepcopy(hw)
     if name == "memory_bandwidth":
-        out["memory_bandwidth_gbs"] = hw["memory_bandwidth_gbs"] * factor
-        return out
+        return hw.model_copy(update={"memory_bandwidth_gbs": hw.memory_bandwidth_gbs * factor})
+    block = hw.interconnect_model
+    if block is None:
+        return hw
     key = "busbw_gbs" if name == "interconnect_bandwidth" else "latency_us"
-    for topology in (out.get("interconnect_model") or {}).get("topologies", {}).values():
-        for block in topology.values():
-            for figures in block["by_gpus"].values():
-                figures[key] *= factor
-            if key == "latency_us":  # a one-shot all-reduce's time is its latency
-                for figures in (block.get("one_shot") or {}).get("by_gpus", {}).values():
-                    figures[key] *= factor
-                    figures["points"] = [[b, t * factor] for b, t in figures.get("points") or []]
-    return out
+    topologies = {t: _scaled_topology(topo, key, factor) for t, topo in block.topologies.items()}
+    scaled = block.model_copy(update={"topologies": topologies})
+    return hw.model_copy(update={"interconnect_model": scaled})
+
+
+def _scaled_topology(topology: Topology, key: str, factor: float) -> Topology:
+    """Return a topology with one figure (busbw_gbs or latency_us) of every collective scaled;
+    a one-shot all-reduce's time is its latency, so its points scale with it."""
+    update = {}
+    for kind in topology.model_fields_set:
+        block = getattr(topology, kind)
+        by_gpus = {
+            n: f.model_copy(update={key: getattr(f, key) * factor})
+            for n, f in block.by_gpus.items()
+        }
+        changed = {"by_gpus": by_gpus}
+        shot = getattr(block, "one_shot", None)
+        if key == "latency_us" and shot is not None:
+            shots = {
+                n: f.model_copy(
+                    update={
+                        "latency_us": f.latency_us * factor,
+                        "points": [[b, t * factor] for b, t in f.points],
+                    }
+                )
+                for n, f in shot.by_gpus.items()
+            }
+            changed["one_shot"] = shot.model_copy(update={"by_gpus": shots})
+        update[kind] = block.model_copy(update=changed)
+    return topology.model_copy(update=update)
 
 
 def sensitivity(
@@ -78,12 +100,11 @@ def sensitivity(
     """Return, per input x layout x batch, TPOT and bound with the input at half and at double,
     beside the base bound, and the winning layout at each end (BAND_COLUMNS). `compose` turns
     settings into the deployment table (by default the roofline composition)."""
-    hw = settings.hardware.model_dump(exclude_unset=True)
     base = compose(settings)
     ends = {}
     for name in INPUTS:
         for factor in FACTORS:
-            scaled = HardwareSpec.model_validate(scaled_hardware(hw, name, factor))
+            scaled = scaled_hardware(settings.hardware, name, factor)
             ends[(name, factor)] = compose(settings.model_copy(update={"hardware": scaled}))
     rows = []
     for name in INPUTS:

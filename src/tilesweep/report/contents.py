@@ -24,6 +24,7 @@ from tilesweep.report.provenance_section import provenance_blocks
 from tilesweep.report.question_sections import power_blocks, question_blocks
 from tilesweep.report.sections import check_blocks, summary_blocks, verdict_blocks
 from tilesweep.report.step_figures import check_error, verdict_split
+from tilesweep.settings import RootSettings
 
 # The sections every report has, in order; the question's own (conf/question), when its panel
 # is there, comes right after the first: its key is the question's name and its title the
@@ -108,7 +109,7 @@ def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
 
 
 def build(
-    settings: dict,
+    settings: RootSettings,
     launch: pd.DataFrame,
     decode: pd.DataFrame,
     collective: pd.DataFrame,
@@ -132,18 +133,16 @@ def build(
     check = pd.DataFrame() if check is None else check
     engines = pd.DataFrame() if engines is None else engines
     power = pd.DataFrame() if power is None else power
-    model = settings.get("model", {})
-    dep = settings.get("deployment", {})
-    targets = ", ".join(settings.get("grid", {}).get("targets", [])) or "none"
-    hardware = settings.get("hardware", {}).get("name", "hardware missing")
+    model, dep = settings.model, settings.deployment
+    targets = ", ".join(settings.grid.targets)
+    hardware = settings.hardware.name
     intro = (
-        f"Deployment: {model.get('name', '?')} with {dep.get('weight_dtype', '?')} weights and "
-        f"{dep.get('kv_dtype', '?')} KV cache, context {dep.get('context_len', '?')}, on "
-        f"{hardware}; launch targets {targets}."
+        f"Deployment: {model.name} with {dep.weight_dtype} weights and {dep.kv_dtype} KV cache, "
+        f"context {dep.context_len}, on {hardware}; launch targets {targets}."
     )
     asked = question.of(settings)
     named = ((asked.name, asked.title),) if asked and panel else ()
-    why = "" if panel else unasked(asked, model.get("name", "?"), hardware)
+    why = "" if panel else unasked(asked, model.name, hardware)
     blocks = {
         **{key: question_blocks(asked, panel, launch, power) for key, _ in named},
         "summary": summary_blocks(verdict, why),
@@ -177,7 +176,7 @@ def build(
         card = answer_card.build(settings, verdict, check, engines)
     return ReportData(
         card=card,
-        title=f"tilesweep report: {model.get('name', '?')} on {hardware}",
+        title=f"tilesweep report: {model.name} on {hardware}",
         intro=intro,
         provenance=provenance,
         sections=shown,

@@ -99,5 +99,6 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
     return [
         Table(pd.DataFrame(rows), ["what", "value"]),
         Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),
-        Code("Resolved config", json.dumps(settings, indent=2, sort_keys=True, default=str)),
+        # as_dict: the resolved config written out for the reader, as the rules' params hold it
+        Code("Resolved config", json.dumps(settings.as_dict(), indent=2, sort_keys=True)),
     ]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.engine_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
+from tilesweep.settings.question_group import QuestionGroup
 from tilesweep.settings.strict import Refused, Section, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
@@ -19,20 +21,67 @@ from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 class RootSettings(Section):
     """What compose_settings() returns: conf/config.yaml's keys, one per group, and the catalog."""
 
-    results_dir: str
-    device: str  # auto, cpu or <hardware>x<count>: checked by tilesweep.device
-    max_jobs: int  # the most jobs a sweep may plan (grid.check_size)
-    read_outside: bool  # whether deployment files may lie outside the checkout and results_dir
-    hardware: HardwareSpec
-    model: ModelSettings
-    grid: GridSettings
-    backend: dict[str, Any]  # one section per registered backend, by its settings_model
-    bench: BenchSettings
-    deployment: DeploymentSettings
-    engine: EngineSettings
-    catalog: dict[str, HardwareSpec]  # every conf/hardware file by name
-    question: dict[str, Any] = None  # the case study's question, validated where it is read
-    references: dict[str, Any] = None  # engines' figures (tilesweep.references validates them)
+    results_dir: str = Field(
+        description="folder, relative to the working directory, that every rule writes under"
+    )
+    device: str = Field(
+        description="the machine the jobs are planned for: `auto` asks `nvidia-smi` once (a "
+        "failed query stops the run with one line), `cpu` plans a CPU sweep, `h200x8` plans for "
+        "eight H200s from any machine"
+    )
+    max_jobs: int = Field(
+        description="the most jobs a sweep may plan; a larger grid is refused before the DAG is "
+        "built, with the count"
+    )
+    read_outside: bool = Field(
+        description="whether `deployment.fit_file` and `deployment.attention_table` may name "
+        "files outside the checkout and `results_dir`"
+    )
+    hardware: HardwareSpec = Field(
+        description="the GPU the verdict is for; every file is also a launch-check target"
+    )
+    model: ModelSettings = Field(description="shapes, experts, attention, layers")
+    grid: GridSettings = Field(
+        description="tiles, stages, warps, dtypes, tokens per expert, targets, layouts"
+    )
+    backend: dict[str, Any] = Field(
+        description="which kernel backends build and run, one section each (its model beside "
+        "its code); `backend.cutlass.extra_stages`: explicit stage counts for a few tiles of one "
+        "arch (default: the brief's four tiles, finalize, 3 stages, on sm_120)"
+    )
+    bench: BenchSettings = Field(
+        description="repeats, routing skew, message sizes, time limits, the whole step"
+    )
+    deployment: DeploymentSettings = Field(
+        description="weight and KV formats (NVFP4 by default), context or serving load "
+        "(`input_len`, `output_len`), batches, attention (`auto`: the engine's), the host's "
+        'PCIe `topology` (`""`: the hardware file\'s default, the band spanning its '
+        "plausible ones), the shipped fit, `fit_batches` (the TP1 batches the launch-aware fit "
+        "is made on)"
+    )
+    engine: EngineSettings = Field(
+        description="whose decode step the verdict composes: its kernels per layer (cited file "
+        "and line; `tensorrtllm` holds DeepSeek-V3/R1, GLM-5 and Qwen3 MoE lists), host "
+        "time per step, attention per architecture, custom all-reduce"
+    )
+    catalog: dict[str, HardwareSpec] = Field(
+        description="every conf/hardware file by name (not a group: read from the folder)"
+    )
+    question: QuestionGroup = Field(
+        None,
+        description="the case study the report answers, and the answer card's target: "
+        "`question.tpot_target_ms` (unset), `question.min_tokens_per_s_per_user` (20 by default: "
+        "the interactive floor the headline answers under; `null` removes it)",
+    )
+    references: References = Field(
+        None, description="engines' own measured TPOT, cited, composed beside the verdict"
+    )
+
+    @field_validator("question", mode="before")
+    @classmethod
+    def _question(cls, value: Any) -> QuestionGroup:
+        """Return the question group, refused in its own one-line words (question_group)."""
+        return QuestionGroup.parse(value)
 
     @model_validator(mode="after")
     def _groups_fit(self) -> RootSettings:
@@ -61,12 +110,6 @@ class RootSettings(Section):
         return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 
-def group(settings: RootSettings | dict, key: str) -> Any:
-    """Return one top-level group of the settings object, or of the plain containers the report
-    reads (None where it is not set)."""
-    return getattr(settings, key) if isinstance(settings, RootSettings) else settings.get(key)
-
-
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
     """Return the hardware catalog a rule's JSON param holds (grid.canonical of
     RootSettings.catalog), each spec validated, its GPU counts integers again."""
@@ -90,11 +133,12 @@ def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
 
 def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[str]:
     """Return the dotted key of every field, descending into nested groups (not into lists,
-    mappings or the hardware spec)."""
+    mappings, the hardware spec, the question or the references)."""
     keys = []
     for name, field in model.model_fields.items():
         tp = field.annotation
-        if isinstance(tp, type) and issubclass(tp, BaseModel) and tp is not HardwareSpec:
+        whole = (HardwareSpec, QuestionGroup, References)  # a file, and two lists of items
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and tp not in whole:
             keys += leaf_keys(tp, f"{prefix}{name}.")
         else:
             keys.append(f"{prefix}{name}")

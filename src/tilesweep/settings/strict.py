@@ -67,7 +67,7 @@ def _once_each(values: list) -> list:
     for i, value in enumerate(values):
         if value in values[:i]:
             first = values.index(value)
-            if isinstance(value, BaseModel):
+            if isinstance(value, BaseModel):  # model_dump: the message shows it as written
                 value = value.model_dump(exclude_unset=True)
             raise refuse(f"[{i}]", f"repeats item [{first}]; give each value once", value)
     return values
@@ -118,8 +118,11 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         return f"{parent}: missing key {key!r}" if parent else f"missing key {key!r}"
     if kind == "finite_number":
         return f"{path}={node!r}: must be a finite number"
-    if kind == "value_error" and isinstance(first.get("ctx", {}).get("error"), Refused):
-        return first["ctx"]["error"].line(path)
+    said = first.get("ctx", {}).get("error")
+    if kind == "value_error" and isinstance(said, Refused):
+        return said.line(path)
+    if kind == "value_error" and isinstance(said, ConfigError):  # a group's own one-line words
+        return str(said)
     declared = _declared_at(model, first["loc"])
     if kind == "too_short":
         least = first["ctx"]["min_length"]

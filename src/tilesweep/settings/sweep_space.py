@@ -37,12 +37,14 @@ class Layout(Section):
     x MoE EP: by default MoE TP = tp; experts=ep spreads whole experts over the TP group (MoE TP
     1); moe_tp sets MoE TP to any divisor of tp*ep (e.g. tp 4, moe_tp 2: MoE TP2 x EP2)."""
 
-    tp: AtLeastOne
-    pp: AtLeastOne
-    ep: AtLeastOne
-    world: int = None
-    experts: Literal["tp", "ep"] = None
-    moe_tp: AtLeastOne = None
+    tp: AtLeastOne = Field(description="attention tensor-parallel degree")
+    pp: AtLeastOne = Field(description="pipeline stages")
+    ep: AtLeastOne = Field(description="attention data-parallel degree")
+    world: int = Field(None, description="devices, restating tp*pp*ep")
+    experts: Literal["tp", "ep"] = Field(
+        None, description="ep: whole experts spread over the TP group (MoE TP 1)"
+    )
+    moe_tp: AtLeastOne = Field(None, description="MoE TP, a divisor of tp*ep; unset: tp")
 
     @model_validator(mode="after")
     def _consistent(self) -> Layout:

@@ -91,7 +91,7 @@ def _cases(cell: DecodeCell, cuda: bool):
     """Yield (op, n, k, routing, tokens_per_expert, counts) for every case of the sweep."""
     bench = cell.bench
     experts = group_size(bench, cell.model, cuda)
-    for op, (n, k) in expert_ops(cell.model.model_dump(exclude_unset=True)).items():
+    for op, (n, k) in expert_ops(cell.model).items():
         for routing in bench.routing:
             for t in cell.tokens_per_expert:
                 counts = expert_counts(t, experts, routing, bench.zipf_alpha, bench.seed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +14,7 @@ from tilesweep.provenance import git_commit, package_version
 from tilesweep.report import contents as report_data
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
+from tilesweep.settings import RootSettings
 from tilesweep.stages import logged
 from tilesweep.stages.verdict import read_panel
 
@@ -129,7 +129,7 @@ def write_report(
 ) -> None:
     """Write report.md and report.html from the tables, the panel and the drawn figures, both
     opened by the answer card, and the card itself as answer.json."""
-    settings = json.loads(settings_json)
+    settings = RootSettings.from_json(settings_json)
     names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:
         t = _tables(inputs, names)

@@ -1,0 +1,106 @@
+"""The `references` group (conf/references): engines' own measured decode figures, each what a
+serving engine timed for a model, layout, batch and context on a named GPU, with its source."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from tilesweep.settings.strict import Number, Section, refuse
+from tilesweep.settings.sweep_space import Layout
+
+
+class Figure(Section):
+    """One engine measurement: who measured what, where, and the time per output token."""
+
+    engine: str = Field(min_length=1, description="the serving engine, as its source names it")
+    version: str = Field(min_length=1, description="the engine's version")
+    model: str = Field(min_length=1, description="the conf/model name")
+    hardware: str = Field(min_length=1, description="the conf/hardware name")
+    deployment: str = Field(
+        min_length=1, description="the conf/deployment option: the checkpoint's formats"
+    )
+    layout: Layout = Field(
+        description="the engine's parallel layout, as the grid's layouts are given (experts=ep "
+        "spreads whole experts over the TP group; moe_tp sets MoE TP)"
+    )
+    batch: int = Field(ge=1, le=100_000, description="concurrent requests")
+    input_len: int = Field(
+        0, ge=0, description="a serving benchmark's prompt tokens per request (0: decode-only)"
+    )
+    output_len: int = Field(
+        0, ge=0, description="a serving benchmark's output tokens per request (0: decode-only)"
+    )
+    context_len: int = Field(0, ge=0, description="a decode-only figure's tokens in each KV cache")
+    speculative: str = Field(min_length=1, description="speculative decoding, as the source ran it")
+    tpot_ms: Number = Field(
+        ge=0.1, le=1e5, description="time per output token as the source measured it (ms)"
+    )
+    statistic: str = Field(
+        "mean", pattern=r"^(mean|median)$", description="which TPOT the source gives"
+    )
+    engine_config: str = Field(
+        "",
+        description="the conf/engine option that composes it; '': the engine, lower case, "
+        "without '-' (TensorRT-LLM -> tensorrtllm)",
+    )
+    role: str = Field(
+        "test",
+        pattern=r"^(train|test)$",
+        description="train: a fitted term was fitted on it; test: none saw it (the corpus's "
+        "error is reported on these)",
+    )
+    source: str = Field(min_length=1, description="where the figure is published, and what it is")
+    quote: str = Field("", description="the source's own words with the figure")
+    note: str = Field("", description="what the source leaves unsaid, and how it was read")
+
+    @model_validator(mode="after")
+    def _one_load(self) -> Figure:
+        """Refuse half a serving load, and a context beside a load (the load sets the context)."""
+        if bool(self.input_len) != bool(self.output_len):
+            why = f"with output_len={self.output_len}: a serving figure gives both"
+            raise refuse("input_len", why, self.input_len)
+        if self.input_len and self.context_len:
+            why = "beside input_len and output_len: a serving load sets the context; give one"
+            raise refuse("context_len", why, self.context_len)
+        return self
+
+    def engine_name(self) -> str:
+        """Return the conf/engine option that composes this figure."""
+        return self.engine_config or self.engine.lower().replace("-", "")
+
+    def overrides(self) -> list[str]:
+        """Return the config overrides that compose this figure's deployment."""
+        lay = self.layout
+        load = (
+            [f"deployment.input_len={self.input_len}", f"deployment.output_len={self.output_len}"]
+            if self.input_len and self.output_len
+            else [f"deployment.context_len={self.context_len}"]
+        )
+        return [
+            f"model={self.model}",
+            f"hardware={self.hardware}",
+            f"deployment={self.deployment}",
+            f"engine={self.engine_name()}",
+            f"deployment.batches=[{self.batch}]",
+            *load,
+            f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts or 'tp'}"
+            + (f",moe_tp:{lay.moe_tp}}}]" if lay.moe_tp else "}]"),
+            # The figure's verdict times no kernel of the grid: one tile that divides any model.
+            "grid.tiles=[{m:16,n:16,k:16}]",
+            "references=none",
+        ]
+
+    def groups(self) -> dict[str, str]:
+        """Return the config group options that compose this figure (config.FIGURE_GROUPS)."""
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "deployment": self.deployment,
+            "engine": self.engine_name(),
+        }
+
+
+class References(Section):
+    """The engines' figures a report sets beside its verdict (see conf/references)."""
+
+    figures: list[Figure] = Field([], description="each engine figure, cited")
