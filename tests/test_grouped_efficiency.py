@@ -99,6 +99,8 @@ def test_a_shaped_timer_times_each_expert_part_at_its_own_size_and_others_at_non
         ({"low": float("nan")}, r"hardware\[rtx_pro_6000\]"),
         ({"high": 1.5}, r"hardware\[rtx_pro_6000\]"),
         ({"tokens_per_expert": 8}, "ascend"),
+        ({"high_expert_mb": None}, "both ends' expert sizes or neither"),
+        ({"low_expert_mb": -1.0}, "greater than 0"),
     ],
 )
 def test_a_curve_out_of_range_or_order_is_refused(change, why):

@@ -150,6 +150,14 @@ class EfficiencyPoint(EfficiencyBand):
     low_expert_mb: PositiveNumber | None = None
     high_expert_mb: PositiveNumber | None = None
 
+    @model_validator(mode="after")
+    def _both_sized(self) -> EfficiencyPoint:
+        """Refuse a point that names the expert size of one end only (it would go unscaled)."""
+        if (self.low_expert_mb is None) != (self.high_expert_mb is None):
+            given = "low_expert_mb" if self.high_expert_mb is None else "high_expert_mb"
+            raise refuse(given, "give both ends' expert sizes or neither", getattr(self, given))
+        return self
+
 
 class EfficiencyCurve(Section):
     """A format's grouped (MoE) GEMM efficiency at decode on this device, as a function of
