@@ -7,7 +7,7 @@ from conftest import ROOT
 from pydantic import BaseModel
 
 from tilesweep.settings import RootSettings, doc
-from tilesweep.settings.engine_figures import References
+from tilesweep.settings.cited_figures import References
 from tilesweep.settings.question_group import QuestionGroup
 
 

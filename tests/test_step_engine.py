@@ -264,7 +264,7 @@ def test_the_engine_extras_launch_inside_the_step_under_the_interpreter():
 import json, torch
 from test_whole_step import MLA, spec
 from tilesweep.measure import whole_step
-from tilesweep.measure.step import timing as step_timing
+from tilesweep.measure.step import graph_timing as step_timing
 from tilesweep.measure.step.clock import PartClock
 from tilesweep.measure.step.rank import StepRank
 from tilesweep.measure.step.shapes import micro_batches

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tilesweep.measure import whole_step
+from tilesweep.measure.step import graph_timing as step_timing
 from tilesweep.measure.step import shapes as step_shapes
-from tilesweep.measure.step import timing as step_timing
 from tilesweep.measure.step.clock import PartClock
 from tilesweep.measure.step.rank import StepRank
 

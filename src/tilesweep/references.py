@@ -15,7 +15,7 @@ from tilesweep import package_data
 from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
-from tilesweep.settings.engine_figures import Figure, References
+from tilesweep.settings.cited_figures import Figure, References
 
 __all__ = ["BAND", "Figure", "References", "figure_layout_name", "of", "validate"]
 

@@ -1,6 +1,6 @@
 """A diagnostic: the kernels a captured decode step runs, as the profiler sees graph replays.
 
-Set TILESWEEP_KERNEL_PROFILE to a folder and every graphed whole step (step.timing.run_batch)
+Set TILESWEEP_KERNEL_PROFILE to a folder and every graphed whole step (step.graph_timing.run_batch)
 also writes `kernels_<layout>_rank<r>_b<batch>.csv` there (TILESWEEP_KERNEL_PROFILE_BATCHES=1,64:
 only at those batches): each kernel of one replay in launch order, with its start (from the
 replay's first kernel) and duration in microseconds, averaged over a few replays. It says which

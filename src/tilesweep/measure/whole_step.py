@@ -27,7 +27,7 @@ p10/p50/p90 over repeats; separate repeats time each part for the breakdown.
 
 Here: the ranks' processes and the table rows. A rank (`step.rank`) holds its weights
 (`step.weights`) and micro-batches (`step.buffers`) and runs the attention (`step.attention`)
-and the FFN or MoE (`step.moe`) under a `step.clock.PartClock`; `step.timing` measures it.
+and the FFN or MoE (`step.moe`) under a `step.clock.PartClock`; `step.graph_timing` measures it.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from pathlib import Path
 from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
 from tilesweep.measure.step import extras as step_extras
 from tilesweep.measure.step.extras import ENGINE
+from tilesweep.measure.step.graph_timing import run_batch
 from tilesweep.measure.step.rank import StepRank
 from tilesweep.measure.step.shapes import emulated_rank, local_sequences
-from tilesweep.measure.step.timing import run_batch
 from tilesweep.measure.timing import percentile
 
 # The engine's list (bench.step_kernel_list=engine): its results beside the lean step's, and why

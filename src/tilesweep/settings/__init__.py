@@ -10,8 +10,8 @@ descriptions make README.md's configuration table (`python -m tilesweep.settings
 """
 
 from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.cited_figures import Figure, References
 from tilesweep.settings.decode_cell import DecodeCell
-from tilesweep.settings.engine_figures import Figure, References
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import Question, QuestionGroup, Target
 from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys

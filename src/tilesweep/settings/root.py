@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from tilesweep.settings.bench_method import BenchSettings
-from tilesweep.settings.engine_figures import References
+from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import QuestionGroup
