@@ -455,3 +455,19 @@ def test_the_kept_report_lists_every_drop_in_file_with_its_ratios():
     for path in dropins["path"]:
         assert path in section, path
     assert "worst_x_baseline" in section and "geomean_x_baseline_m_ge_1024" in section
+
+
+def test_an_engine_kernel_no_figure_times_is_a_labelled_gap_and_runs_on_its_arch_only():
+    """SGLang with b12x 0.6.0's MoE (conf/engine/sglang_b12x.yaml): below 128 routed pairs its
+    rows are SGLang's; from 128 (16 GLM-5 sequences) the untimed dynamic kernel leaves a gap
+    naming it; on a GPU its kernels do not run on, one line."""
+    lay = "grid.layouts=[{tp:8,pp:1,ep:1}]"
+    plain = verdict(["deployment.batches=[8,16]", lay])
+    b12x = verdict(["engine=sglang_b12x", "deployment.batches=[8,16]", lay])
+    assert b12x["tpot_ms"].iloc[0] == pytest.approx(plain["tpot_ms"].iloc[0])
+    assert b12x["tpot_ms"].iloc[1] != b12x["tpot_ms"].iloc[1]  # NaN, not another kernel's time
+    assert b12x["bound"].iloc[1].startswith("gap")
+    assert "b12x 0.6.0's dynamic TP MoE kernel from 128 routed pairs" in b12x["inputs"].iloc[1]
+    assert plain["tpot_ms"].iloc[1] > 0
+    why = deployment_verdict.refusal(compose_settings(["engine=sglang_b12x", "hardware=h200"]))
+    assert why and "runs on sm_120 only" in why and "\n" not in why

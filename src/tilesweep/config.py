@@ -48,7 +48,6 @@ def compose_groups(
     Hydra compose of `overrides` (kept for the process), then each group read from its file and
     the whole validated again; the same settings as composing the group options with the
     overrides, at a fraction of a Hydra compose each (the engine corpus composes many)."""
-    from omegaconf import OmegaConf
 
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     _check_group_choices([f"{g}={v}" for g, v in choices.items()], conf_dir)
@@ -57,18 +56,22 @@ def compose_groups(
         if group not in FIGURE_GROUPS:
             raise ConfigError(f"{group}={option!r}: not one of {', '.join(FIGURE_GROUPS)}")
         try:
-            node = OmegaConf.load(conf_dir / group / f"{option}.yaml")
-            if "defaults" in node:
-                bases = [
-                    OmegaConf.load(conf_dir / group / f"{b}.yaml")
-                    for b in node.pop("defaults")
-                    if b != "_self_"
-                ]
-                node = OmegaConf.merge(*bases, node)
-            raw[group] = OmegaConf.to_container(node, resolve=True)
+            raw[group] = group_file(conf_dir, group, option)
         except Exception as exc:  # YAML, a missing base file: one line, as compose gives
             raise ConfigError(_one_line(exc)) from None
     return validate(raw, conf_dir)
+
+
+def group_file(conf_dir: Path, group: str, option: str) -> dict:
+    """Return a group option's file as plain containers, over the options its `defaults` list
+    names (as Hydra composes it; a derived engine or deployment file)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(Path(conf_dir) / group / f"{option}.yaml")
+    if "defaults" in node:
+        bases = [group_file(conf_dir, group, b) for b in node.pop("defaults") if b != "_self_"]
+        node = OmegaConf.merge(*bases, node)
+    return OmegaConf.to_container(node, resolve=True)
 
 
 @functools.lru_cache(maxsize=4)
@@ -103,10 +106,18 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
             cfg = hydra_compose(config_name="config", overrides=overrides)
         settings = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # Hydra and OmegaConf raise many types; each becomes one line
+        indexed = [o for o in overrides if o.startswith("references.figures.")]
+        if indexed:  # the corpus is read after Hydra (references.figures_from)
+            raise ConfigError(
+                f"{indexed[0]}: the figures are read from references.figures_from, not "
+                "overridden one by one; edit that file, or give inline figures with "
+                "references=none references.figures=[...]"
+            ) from None
         raise ConfigError(_one_line(exc)) from None
     finally:
         GlobalHydra.instance().clear()
     settings["catalog"] = load_catalog(conf_dir)
+    references.read_figures_from(settings, conf_dir)
     return settings
 
 
@@ -211,13 +222,11 @@ def _check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
 def _engine_families(folder: str, name: str) -> frozenset | None:
     """Return the model families an engine file lists kernels for (empty: the project's own
     step, any model), or None where there is no such file or it is not a mapping."""
-    from omegaconf import OmegaConf
-
     path = Path(folder) / f"{name}.yaml"
     if not path.is_file():
         return None
     try:
-        data = OmegaConf.to_container(OmegaConf.load(path))
+        data = group_file(path.parents[1], "engine", name)
     except Exception:  # noqa: BLE001 - the engine group's own check names the fault
         return None
     if not isinstance(data, dict):

@@ -34,6 +34,7 @@ from tilesweep.plan import (
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import Composition, compose_parts, serving_load
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
+from tilesweep.plan.part_timers import roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
@@ -284,6 +285,20 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -
     return make(fit), words, {}
 
 
+def _untimed(engine_conf: dict, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
+    """Make the parts of each kernel the engine runs at `routed_pairs` that no figure times
+    (engine.untimed) gaps naming it, in kwargs' timer and in each end of the band (returned)."""
+    for item in engine_conf.get("untimed") or []:
+        if routed_pairs >= item["from_routed_pairs"]:
+            why = (
+                f"{item['kernel']} from {item['from_routed_pairs']} routed pairs ({item['cite']}): "
+                "no kernel-level figure times it"
+            )
+            kwargs["timer"] = untimed_timer(kwargs.get("timer", roofline_timer), item["kind"], why)
+            ends = {c: untimed_timer(t, item["kind"], why) for c, t in ends.items()}
+    return ends
+
+
 def _own_attention(settings: RootSettings, ceilings: dict, device: str, model: dict, dep: dict):
     """Return the attention kernel's own times where the target is the device that measured
     them (plan.attention_table), else None."""
@@ -354,6 +369,7 @@ def deployment_table(
                 fit, target, dep, model, batch, decode, ceilings, make
             )
             notes += [expert_words] if expert_words else []
+        ends = _untimed(engine_conf, batch * model["top_k"], kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]
