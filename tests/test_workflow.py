@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT, snakemake
 
 from tilesweep import pipeline
+from tilesweep.plan import row_inputs
 from tilesweep.stages.report import FIGURE_CATEGORIES
 
 TINY = ["experiment=tiny"]
@@ -57,7 +58,11 @@ def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
     # The layouts that fit are composed with the fit shipped from the kept H200 run, and say so.
     fitting = verdict[verdict["fits_memory"] == "yes"]
     assert set(fitting["source"]) <= {"composed"}
-    assert fitting["inputs"].str.contains("shipped as docs/examples/h200/fit.json").all()
+    assert (
+        row_inputs.column_words(fitting)
+        .str.contains("shipped as docs/examples/h200/fit.json")
+        .all()
+    )
     assert set(verdict[verdict["fits_memory"] == "no"]["source"]) <= {"model"}
     assert set(verdict["bound"]) <= {
         "memory",

@@ -37,6 +37,7 @@ from tilesweep.plan.engine_profile import EngineProfile, lean
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
+from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
 
@@ -376,27 +377,39 @@ def floor_ms(
     return step["tpot_ms"]
 
 
-def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> str:
-    """Return a '; '-joined string naming every input of a row and where it comes from."""
+def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> dict[str, str]:
+    """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
     dep, model = parts.deployment, parts.model
-    name = hw["name"]
-    return "; ".join(
-        [
-            f"memory_bandwidth_gbs={hw['memory_bandwidth_gbs']} (hardware[{name}])",
-            f"peak_tflops={hw['peak_tflops']} (hardware[{name}])",
-            f"memory_gb={hw['memory_gb']} (hardware[{name}])",
-            f"interconnect={ic_label}"
-            + ("" if "measured on" in ic_label else f" (hardware[{name}].interconnect_model)"),
-            f"model={model['name']} ({model['source']})",
-            f"weight_dtype={dep['weight_dtype']} (deployment)",
-            f"quantized={','.join(dep['quantized'])} (deployment)",
-            f"kv_dtype={dep['kv_dtype']} context_len={dep['context_len']} (deployment)",
-            f"runtime_reserve_gb={dep['runtime_reserve_gb']} (deployment)",
-            f"kernel_gap_us={dep['kernel_gap_us']} (deployment; only where the fit gives a part "
-            "no launch cost)",
-            f"part times: {timer_label}",
-            "routing: random top-k (expected distinct experts; EP: the busiest rank)",
-        ]
+    sheet = f"(hardware[{hw['name']}])"
+    items = {
+        "memory_bandwidth_gbs": f"{hw['memory_bandwidth_gbs']} {sheet}",
+        "peak_tflops": f"{hw['peak_tflops']} {sheet}",
+        "memory_gb": f"{hw['memory_gb']} {sheet}",
+        "interconnect": ic_label,
+    }
+    if "measured on" not in ic_label:
+        items["interconnect from"] = f"hardware[{hw['name']}].interconnect_model"
+    return items | {
+        "model": f"{model['name']} ({model['source']})",
+        "weight_dtype": f"{dep['weight_dtype']} (deployment)",
+        "quantized": f"{','.join(dep['quantized'])} (deployment)",
+        "kv_dtype": f"{dep['kv_dtype']} (deployment)",
+        "context_len": f"{dep['context_len']} (deployment)",
+        "runtime_reserve_gb": f"{dep['runtime_reserve_gb']} (deployment)",
+        "kernel_gap_us": f"{dep['kernel_gap_us']} (deployment; only where the fit gives a part "
+        "no launch cost)",
+        "part times": timer_label,
+        "routing": "random top-k (expected distinct experts; EP: the busiest rank)",
+    }
+
+
+def _load_item(load_in: int, load_out: int, prefill: float, hw: dict) -> str:
+    """Return the serving load a row carries and what the other requests' prompts add, in words."""
+    if not load_in:
+        return "decode only (no arriving prompts)"
+    return (
+        f"serving, {load_in} in / {load_out} out per request (the other requests' prompts: "
+        f"{prefill:.3g} ms a step; {_prompt_words(hw)})"
     )
 
 
@@ -412,10 +425,12 @@ def compose_parts(
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
     engine: EngineProfile | None = None,
+    rests: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound.
     `engine` (plan.engine_profile) adds its extra kernels and its host time per step; none: the
-    project's own step, no host time."""
+    project's own step, no host time. `rests` (item -> text) ends every row's inputs."""
+    rests = rests or {}
     engine = engine or lean()
     load_in, load_out = serving_load(parts.deployment)
     hw, model, dep = parts.hardware, parts.model, parts.deployment
@@ -453,7 +468,9 @@ def compose_parts(
                 row.update(
                     {
                         "source": "model",
-                        "inputs": _inputs(parts, hw, ic_label, "none (does not fit)"),
+                        "inputs_json": dumps(
+                            _inputs(parts, hw, ic_label, "none (does not fit)") | rests
+                        ),
                     }
                 )
                 rows.append(row)
@@ -500,18 +517,16 @@ def compose_parts(
                     "peak_part_of_datasheet": step["peak_fraction"],
                     **verdict,
                     "source": step["source"],
-                    "inputs": _inputs(
-                        parts, hw, step["interconnect"], ", ".join(step["part_sources"])
-                    )
-                    + f"; kernel list: {engine.label}; host: {engine.host_label}"
-                    + "; load: "
-                    + (
-                        f"serving, {load_in} in / {load_out} out per request (the other "
-                        f"requests' prompts: {prefill:.3g} ms a step; {_prompt_words(hw)})"
-                        if load_in
-                        else "decode only (no arriving prompts)"
-                    )
-                    + ("; gaps: " + ", ".join(step["gaps"]) if step["gaps"] else ""),
+                    "inputs_json": dumps(
+                        _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"]))
+                        | {
+                            "kernel list": engine.label,
+                            "host": engine.host_label,
+                            "load": _load_item(load_in, load_out, prefill, hw),
+                        }
+                        | ({"gaps": ", ".join(step["gaps"])} if step["gaps"] else {})
+                        | rests
+                    ),
                 }
             )
             rows.append(row)
