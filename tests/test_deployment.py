@@ -13,7 +13,7 @@ from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
 from tilesweep.plan.architecture import total_weight_bytes
 from tilesweep.plan.bound import decide_bound, margin_text
-from tilesweep.plan.deployment import COLUMNS, compose_deployment, compose_step
+from tilesweep.plan.deployment import COLUMNS, compose_deployment
 from tilesweep.plan.interconnect import (
     collective_ms,
     floored_ms,
@@ -23,6 +23,7 @@ from tilesweep.plan.interconnect import (
 from tilesweep.plan.memory_fit import memory_fit, stage_layers
 from tilesweep.plan.part_timers import derated_timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives
+from tilesweep.plan.step_time import compose_step
 from tilesweep.settings import RootSettings
 
 BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"

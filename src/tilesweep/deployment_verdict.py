@@ -34,11 +34,12 @@ from tilesweep.plan import (
     row_inputs,
 )
 from tilesweep.plan.architecture import deployment_model
-from tilesweep.plan.deployment import Composition, compose_parts, serving_load
+from tilesweep.plan.deployment import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
+from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
 from tilesweep.settings import Layout, RootSettings
 

@@ -17,10 +17,10 @@ import pandas as pd
 
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.plan import attention_table, engine_profile
-from tilesweep.plan.deployment import compose_step
 from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
+from tilesweep.plan.step_time import compose_step
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
