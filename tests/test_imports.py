@@ -18,9 +18,9 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
             deployment_verdict, engine_figures, answer_picks, answer_rests, answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
-  top       report_paths, pipeline, compare, compare_report, cli, and measure.step.engine_check: a
-            command (`python -m`) that composes a sweep and runs a stage, whose file sits in
-            measure/"""
+  top       report_paths, pipeline (rerun_keys, command_config), compare, compare_report, cli,
+            and measure.step.engine_check: a command (`python -m`) that composes a sweep and
+            runs a stage, whose file sits in measure/"""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ FLOORS = (
                 "deployment_verdict engine_figures answer_picks answer_rests answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
-    ("top", "report_paths pipeline compare compare_report cli measure.step.engine_check"),
+    ("top", "report_paths pipeline rerun_keys command_config compare compare_report cli "
+            "measure.step.engine_check"),
 )  # fmt: skip
 
 
