@@ -11,6 +11,7 @@ from tilesweep.columns import ENGINE_COLUMNS
 from tilesweep.config import compose_groups
 from tilesweep.deployment_fit import measured_here, verdict_fit
 from tilesweep.deployment_verdict import deployment_table
+from tilesweep.plan import row_inputs
 from tilesweep.settings import RootSettings
 
 
@@ -102,17 +103,10 @@ def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
     return base.model_copy(update={"deployment": dep, "grid": grid})
 
 
-def _between(text: str, start: str, end: str) -> str:
-    """Return the part of `text` between `start` and `end` ('' where `start` is absent)."""
-    if start not in text:
-        return ""
-    return text.split(start, 1)[1].split(end, 1)[0]
-
-
 def _gap(row: pd.Series) -> str:
     """Return why a composed engine row has no time ('' where it has one)."""
     if row["fits_memory"] != "yes":
         return f"does not fit in memory ({row['mem_short_gb']:.3g} GB short per GPU)"
     if row["tpot_ms"] == row["tpot_ms"]:
         return ""
-    return _between(str(row["inputs"]), "gaps: ", "; ") or str(row["bound"])
+    return row_inputs.of(row).get("gaps") or str(row["bound"])
