@@ -214,14 +214,14 @@ def test_attention_follows_the_engine_on_the_targets_architecture():
     assert "attention: dsa (deployment.attention)" in row_inputs.row_words(pinned)
 
 
-def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why():
+def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why(corpus_engines):
     figures = references.of(compose_settings([])).figures
     assert len(figures) >= 30
     assert len({f.hardware for f in figures}) >= 3
     assert len({f.model for f in figures}) >= 2
     assert len({f.engine for f in figures}) >= 2
     assert all(f.source and (f.input_len or f.context_len) for f in figures)
-    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+    engines = corpus_engines
     assert len(engines) == len(figures)
     missing = engines[engines["composed_tpot_ms"].isna()]
     assert (missing["gap"].str.len() > 0).all()  # a labelled gap, never a silent NaN
@@ -432,8 +432,8 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
     assert "no attention kernel on sm_80" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():
-    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only(corpus_engines):
+    engines = corpus_engines
     for name in ("sglang", "vllm", "tensorrtllm"):
         host = compose([f"engine={name}"])["engine"]["host"]
         label = {"sglang": "SGLang", "vllm": "vLLM", "tensorrtllm": "TensorRT-LLM"}[name]
