@@ -219,3 +219,18 @@ def test_a_figures_file_with_a_key_twice_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match="duplicate key engine"):
         compose([], conf)
+
+
+def test_the_engine_check_says_whether_each_figure_lies_inside_the_verdicts_band(corpus_engines):
+    done = corpus_engines[corpus_engines["composed_tpot_ms"].notna()]
+    assert done["inside_tpot_band"].isna().equals(done["tpot_low_ms"].isna())
+    done = done[done["tpot_low_ms"].notna()]  # rows with a band (the rest have none to be in)
+    assert len(done) > 30
+    low, high, tpot = done["tpot_low_ms"], done["tpot_high_ms"], done["engine_tpot_ms"]
+    assert (done["inside_tpot_band"] == ((low <= tpot) & (tpot <= high))).all()
+    assert (
+        (low <= done["composed_tpot_ms"] + 1e-9) & (done["composed_tpot_ms"] <= high + 1e-9)
+    ).all()
+    families = references.family_errors(corpus_engines)
+    assert families["inside_tpot_band"].sum() == done["inside_tpot_band"].sum()
+    assert families["with_tpot_band"].sum() == len(done)

@@ -60,6 +60,9 @@ def engine_table(
                 "composed_over_engine": ratio,
                 "error_pct": 100 * (ratio - 1),
                 "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
+                "tpot_low_ms": one["tpot_low_ms"],
+                "tpot_high_ms": one["tpot_high_ms"],
+                "inside_tpot_band": _inside(one["tpot_low_ms"], fig.tpot_ms, one["tpot_high_ms"]),
                 "floor_ms": one["floor_ms"],
                 "engine_over_floor": fig.tpot_ms / one["floor_ms"],
                 "host_ms": one["host_ms"],
@@ -110,3 +113,9 @@ def _gap(row: pd.Series) -> str:
     if row["tpot_ms"] == row["tpot_ms"]:
         return ""
     return row_inputs.of(row).get("gaps") or str(row["bound"])
+
+
+def _inside(low: float, tpot: float, high: float) -> bool | None:
+    """Return whether an engine's TPOT lies inside the verdict's band, None where the row has
+    no band (no cited band, one topology)."""
+    return None if low != low or high != high else bool(low <= tpot <= high)
