@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tilesweep import backends, deployment_verdict, device, grid
+from tilesweep import backends, deployment_refusals, device, grid
 from tilesweep.config import compose_settings
 from tilesweep.deployment_verdict import DECODE_DTYPE
 from tilesweep.errors import ConfigError
@@ -60,7 +60,7 @@ class Sweep:
         self.results = check_results_dir(self.settings.results_dir)
 
         grid.check_size(self.settings)
-        why = deployment_verdict.refusal(self.settings)
+        why = deployment_refusals.refusal(self.settings)
         if why:
             raise ConfigError(why)
         self.builds = grid.build_cells(self.settings)
