@@ -39,7 +39,7 @@ def verdict(overrides: list[str]) -> pd.DataFrame:
 
 
 def test_the_fit_goes_on_the_datasheet_and_never_above_it():
-    h200 = compose(["references=none"])["catalog"]["h200"]
+    h200 = compose_settings(["references=none"]).catalog["h200"]
     fit, label = on_datasheet(FIT, h200)
     copy = FIT["ceilings"]["copy_gbs"]
     # e_bw 1.026 of the measured copy bandwidth (4,252 GB/s) is 0.909 of the datasheet's 4,800.
