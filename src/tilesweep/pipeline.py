@@ -137,24 +137,19 @@ class Sweep:
     def bench_cell(self, kernel: str) -> str:
         """Return the canonical JSON of one decode benchmark job: kernel, model, batches, method."""
         row = dict(self._by_kernel[kernel]) if kernel in self._by_kernel else {"kernel": kernel}
-        return grid.canonical(
-            {
-                "kernel": row,
-                "model": self.settings.model,
-                "tokens_per_expert": self.settings.grid.tokens_per_expert,
-                "bench": self.settings.bench,
-            }
-        )
+        return self._measured(kernel=row)
 
     def collective_cell(self, layout: str) -> str:
         """Return the canonical JSON of one collective benchmark: layout, model, batches."""
+        return self._measured(layout=self._by_layout[layout])
+
+    def _measured(self, **what: dict) -> str:
+        """Return the canonical JSON of a benchmark of `what` on the model, at the grid's tokens
+        per expert, by the bench's method."""
+        ours = self.settings
+        per_expert = ours.grid.tokens_per_expert
         return grid.canonical(
-            {
-                "layout": self._by_layout[layout],
-                "model": self.settings.model,
-                "tokens_per_expert": self.settings.grid.tokens_per_expert,
-                "bench": self.settings.bench,
-            }
+            {**what, "model": ours.model, "tokens_per_expert": per_expert, "bench": ours.bench}
         )
 
     def batch_cells(self, backend: str, arch: str) -> str:
