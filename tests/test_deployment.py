@@ -381,7 +381,7 @@ def test_moe_split_layouts_as_engines_serve_them(brief):
 
 def test_a_grid_without_collective_figures_is_refused_in_one_line():
     from tilesweep.config import compose_settings
-    from tilesweep.deployment_verdict import refusal
+    from tilesweep.deployment_refusals import refusal
 
     settings = compose_settings(
         ["hardware=l40s", "deployment=fp8_all", "model=mixtral_8x7b",

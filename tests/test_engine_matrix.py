@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict, gpu_archs
+from tilesweep import deployment_refusals, deployment_verdict, gpu_archs
 from tilesweep.config import compose_groups, compose_settings, group_file
 from tilesweep.plan import engine_profile, row_inputs
 from tilesweep.settings import Layout, RootSettings
@@ -68,7 +68,7 @@ def walk() -> dict[tuple[str, str, str, int], tuple[str, object]]:
                     settings = _assemble(
                         base, any_base.catalog[hardware], model_spec, engine_spec, tp
                     )
-                    why = deployment_verdict.refusal(settings)
+                    why = deployment_refusals.refusal(settings)
                     key = (hardware, engine, model, tp)
                     if why:
                         out[key] = ("refused", why)

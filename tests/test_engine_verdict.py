@@ -13,7 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_fit, deployment_verdict, engine_figures, references
+from tilesweep import (
+    deployment_fit,
+    deployment_refusals,
+    deployment_verdict,
+    engine_figures,
+    references,
+)
 from tilesweep.cli import main
 from tilesweep.config import compose, compose_groups, compose_settings
 from tilesweep.errors import ConfigError
@@ -33,7 +39,7 @@ def verdict(overrides: list[str]) -> pd.DataFrame:
 
 
 def test_the_fit_goes_on_the_datasheet_and_never_above_it():
-    h200 = compose(["references=none"])["catalog"]["h200"]
+    h200 = compose_settings(["references=none"]).catalog["h200"]
     fit, label = on_datasheet(FIT, h200)
     copy = FIT["ceilings"]["copy_gbs"]
     # e_bw 1.026 of the measured copy bandwidth (4,252 GB/s) is 0.909 of the datasheet's 4,800.
@@ -98,8 +104,8 @@ def test_fit_batches_that_nothing_fits_at_are_refused_or_named(capsys):
     """`tilesweep verdict` times no step: deployment.fit_batches is refused in one line there;
     a sweep that composes from the shipped fit says the batches were not applied."""
     settings = compose_settings(["deployment.fit_batches=[1,64]", "references=none"])
-    assert "tilesweep verdict times no step" in deployment_verdict.unused_fit_batches(settings)
-    assert deployment_verdict.unused_fit_batches(compose_settings([])) is None
+    assert "tilesweep verdict times no step" in deployment_refusals.unused_fit_batches(settings)
+    assert deployment_refusals.unused_fit_batches(compose_settings([])) is None
     empty = pd.DataFrame()
     _, _, label = deployment_fit.verdict_fit(settings, empty, {}, {})
     assert "deployment.fit_batches=[1, 64] not applied" in label
@@ -113,9 +119,9 @@ def test_an_attention_table_the_verdict_command_cannot_use_is_refused_naming_its
     device that measured it) would go unused: refused in one line naming the table's device."""
     table = "docs/examples/h200/mla_tune/mla_tune.csv"
     settings = compose_settings([f"deployment.attention_table={table}", "hardware=rtx_pro_6000"])
-    why = deployment_verdict.unused_attention_table(settings)
+    why = deployment_refusals.unused_attention_table(settings)
     assert "measured on NVIDIA H200" in why and "hardware=rtx_pro_6000" in why
-    assert deployment_verdict.unused_attention_table(compose_settings([])) is None
+    assert deployment_refusals.unused_attention_table(compose_settings([])) is None
     args = ["verdict", "--no-engines", f"deployment.attention_table={table}"]
     assert main([*args, "hardware=rtx_pro_6000"]) == 2
     err = capsys.readouterr().err
@@ -403,7 +409,7 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
         ("hardware=a100",): "use deployment=bf16",
     }
     for overrides, why in refused.items():
-        line = deployment_verdict.refusal(compose_settings(list(overrides)))
+        line = deployment_refusals.refusal(compose_settings(list(overrides)))
         assert line and why in line and "\n" not in line, overrides
     # An engine file without the model's family (every engine in conf now has all three).
     settings = compose_settings(["engine=tensorrtllm"])
@@ -411,7 +417,7 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
     bare = settings.model_copy(
         update={"engine": settings.engine.model_copy(update={"families": families})}
     )
-    line = deployment_verdict.refusal(bare)
+    line = deployment_refusals.refusal(bare)
     assert "no kernel list for the mla_dsa_moe family" in line and "\n" not in line
     composes = [
         [],
@@ -423,7 +429,7 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
         ["model=qwen3_235b_a22b", "engine=tensorrtllm", "hardware=h200", "deployment=fp8_all"],
     ]
     for overrides in composes:
-        assert deployment_verdict.refusal(compose_settings(overrides)) is None, overrides
+        assert deployment_refusals.refusal(compose_settings(overrides)) is None, overrides
     done = subprocess.run(
         [sys.executable, "-m", "tilesweep.cli", "verdict", "engine=tensorrtllm", "hardware=a100",
          "deployment=bf16"], capture_output=True, text=True,
@@ -470,5 +476,5 @@ def test_an_engine_kernel_no_figure_times_is_a_labelled_gap_and_runs_on_its_arch
     gaps = row_inputs.of(b12x.iloc[1])["gaps"]
     assert "b12x 0.6.0's dynamic TP MoE kernel from 128 routed pairs" in gaps
     assert plain["tpot_ms"].iloc[1] > 0
-    why = deployment_verdict.refusal(compose_settings(["engine=sglang_b12x", "hardware=h200"]))
+    why = deployment_refusals.refusal(compose_settings(["engine=sglang_b12x", "hardware=h200"]))
     assert why and "runs on sm_120 only" in why and "\n" not in why

@@ -15,7 +15,8 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
   measure   measure/ (timing, the whole step, power loads)
   backends  backends/* (each backend's module: builds and runners over measure/)
   verdict   question, config (config_checks, deployment_files), grid, deployment_fit,
-            deployment_verdict, engine_figures, answer_picks, answer_rests, answer_card
+            deployment_verdict, deployment_refusals, engine_figures, answer_picks, answer_rests,
+            answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
   top       report_paths, pipeline (rerun_keys, command_config), compare, compare_report, cli,
@@ -53,7 +54,8 @@ FLOORS = (
     ("measure", "measure measure.*"),
     ("backends", "backends.*"),
     ("verdict", "question config config_checks deployment_files grid deployment_fit "
-                "deployment_verdict engine_figures answer_picks answer_rests answer_card"),
+                "deployment_verdict deployment_refusals engine_figures answer_picks answer_rests "
+                "answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
     ("top", "report_paths pipeline rerun_keys command_config compare compare_report cli "

@@ -16,6 +16,7 @@ from tilesweep import (
     backends,
     compare,
     compare_report,
+    deployment_refusals,
     deployment_verdict,
     engine_figures,
 )
@@ -127,9 +128,9 @@ def verdict_command(args: argparse.Namespace) -> int:
         overrides.insert(0, engine_figures.ANY_TILE)
     settings = compose_settings(overrides)
     why = (
-        deployment_verdict.refusal(settings)
-        or deployment_verdict.unused_fit_batches(settings)
-        or deployment_verdict.unused_attention_table(settings)
+        deployment_refusals.refusal(settings)
+        or deployment_refusals.unused_fit_batches(settings)
+        or deployment_refusals.unused_attention_table(settings)
     )
     if why:
         raise ConfigError(why)

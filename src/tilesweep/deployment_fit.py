@@ -15,13 +15,10 @@ from tilesweep.plan.launch_fit import on_datasheet
 from tilesweep.settings import HardwareSpec, RootSettings
 
 
-def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> dict | None:
+def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> HardwareSpec | None:
     """Return the conf/hardware spec whose `device_names` holds `device` (the name a GPU
-    reports), as plain containers, or None where conf/hardware has no such GPU."""
-    for spec in catalog.values():
-        if device in spec.device_names:
-            return spec.model_dump(exclude_unset=True)
-    return None
+    reports), or None where conf/hardware has no such GPU."""
+    return next((spec for spec in catalog.values() if device in spec.device_names), None)
 
 
 def fit_on_datasheet(

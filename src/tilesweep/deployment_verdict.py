@@ -22,7 +22,7 @@ from functools import partial
 
 import pandas as pd
 
-from tilesweep import gpu_archs, question
+from tilesweep import question
 from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.deployment_fit import fit_on_datasheet, measured_here, verdict_fit
 from tilesweep.plan import (
@@ -30,7 +30,6 @@ from tilesweep.plan import (
     calibration,
     engine_profile,
     grouped_efficiency,
-    interconnect,
     row_inputs,
 )
 from tilesweep.plan.architecture import deployment_model
@@ -38,8 +37,6 @@ from tilesweep.plan.deployment import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
-from tilesweep.plan.sharding import layout_name
-from tilesweep.plan.step_parts import stage_collectives
 from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
 from tilesweep.settings import Layout, RootSettings
@@ -77,111 +74,6 @@ def engine_deployment(settings: RootSettings) -> tuple[dict, dict]:
     if i:
         dep["context_len"] = i + o // 2
     return dep, engine
-
-
-def refusal(settings: RootSettings) -> str | None:
-    """Return why the named deployment cannot be composed, in one line naming the fix, or None:
-    an engine whose kernel lists lack the model's family, a format the target has no tensor
-    cores for, or a grid none of whose layouts the target has collective figures for. The sweep
-    and `tilesweep verdict` refuse it before anything runs."""
-    dep, engine_conf = engine_deployment(settings)
-    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
-    families = engine_conf.get("families") or {}
-    fam = engine_profile.family(model)
-    if families and fam not in families:
-        have = ", ".join(sorted(families))
-        return (
-            f"engine={engine_conf['name']}: no kernel list for the {fam} family of "
-            f"{model['name']} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
-            "the project's own step"
-        )
-    hw = settings.hardware
-    gap = engine_profile.arch_gap(engine_conf, model, hw.arch)
-    if gap:
-        return (
-            f"hardware={hw.name}, engine={engine_conf['name']}: {gap}; use a GPU of those, or "
-            "engine=lean for the project's own step"
-        )
-    math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
-    runs = gpu_archs.tensor_dtypes(hw.arch, hw.cc)
-    if hw.peak_tflops.get(math_dtype) is None or math_dtype not in runs:
-        fp8 = hw.peak_tflops.get("fp8") and "fp8" in runs and math_dtype != "fp8"
-        fix = "deployment=fp8_all" if fp8 else "deployment=bf16"
-        why = (
-            f"{hw.arch} has no {math_dtype} tensor cores (conf/architectures.yaml)"
-            if math_dtype not in runs
-            else f"peak_tflops.{math_dtype} is not set in conf/hardware/{hw.name}.yaml"
-        )
-        return (
-            f"hardware={hw.name} has no {math_dtype} peak ({why}): use {fix}, or "
-            "deployment.compute_dtype=bf16 for weights dequantised in the kernel"
-        )
-    return _no_collectives(settings, model)
-
-
-def unused_fit_batches(settings: RootSettings) -> str | None:
-    """Return a one-line refusal where deployment.fit_batches is set for a verdict that fits
-    nothing (`tilesweep verdict` composes from the shipped fit: it times no step), else None."""
-    if not settings.deployment.fit_batches:
-        return None
-    return (
-        f"deployment.fit_batches={settings.deployment.fit_batches}: tilesweep verdict times no "
-        f"step and composes from the shipped fit ({settings.deployment.fit_file}); a sweep on a "
-        "GPU fits at these batches"
-    )
-
-
-def unused_attention_table(settings: RootSettings) -> str | None:
-    """Return a one-line refusal where deployment.attention_table is set for `tilesweep verdict`,
-    which would leave it unused (the table is read only on the device that measured it, in a
-    sweep there; the verdict command measures nothing), naming the table's devices; else None."""
-    path = settings.deployment.attention_table
-    if not path:
-        return None
-    table = attention_table.load(path)
-    devices = sorted({str(d) for d in table["device"]}) if table is not None else []
-    measured = f"measured on {', '.join(devices)}" if devices else "with no case that ran"
-    return (
-        f"deployment.attention_table={path!r} ({measured}): tilesweep verdict measures nothing, "
-        f"so the table would go unused for hardware={settings.hardware.name} (it is read only "
-        'on the device that measured it, in a sweep there); set deployment.attention_table=""'
-    )
-
-
-def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
-    """Return the first collective a layout runs that the target's interconnect figures lack (in
-    words), or ''."""
-    numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
-    stage = {"dense": 1, "moe": 1, "sliding": 0}
-    needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
-    needs += [("send_recv", 2)] if layout["pp"] > 1 else []
-    for collective, n in needs:
-        t, why = interconnect.collective_time(collective, n, 0.0, numbers)
-        if math.isnan(t):
-            return f"{why} ({label})" if numbers is not None else label
-    return ""
-
-
-def _no_collectives(settings: RootSettings, model: dict) -> str | None:
-    """Return a one-line refusal where no layout of the grid has the collective figures it runs
-    on the target (every row would be a gap), naming the fix; else None."""
-    hw = settings.hardware.model_dump(exclude_unset=True)
-    if settings.deployment.topology:
-        hw["topology"] = settings.deployment.topology
-    missing = {}
-    for lay in settings.grid.layouts:
-        layout = lay.model_dump(exclude_unset=True)
-        why = _collectives_missing(hw, layout, model)
-        if not why:
-            return None
-        missing[layout_name(layout)] = why
-    name, why = next(iter(missing.items()))
-    more = f" (and {len(missing) - 1} more layouts)" if len(missing) > 1 else ""
-    return (
-        f"hardware={hw['name']}: {name}{more} cannot be composed: {why}; add cited figures to "
-        f"conf/hardware/{hw['name']}.yaml interconnect_model, or list a layout it has figures "
-        "for in grid.layouts"
-    )
 
 
 # The operand type of the decode rows the verdict reads (fp8_expert_fraction); a sweep's verdict
@@ -319,6 +211,22 @@ def _load_words(dep: dict) -> str:
     )
 
 
+def _rests(fit, label: str, engine, attention: str, collectives: dict) -> tuple[dict, dict]:
+    """Return what every row of the verdict rests on beyond its own composition, as items
+    (plan.row_inputs): the fit (or why the parts are at the roofline), then the topology, the
+    attention mode, the all-reduce and the small kernels' cost."""
+    if fit is None:
+        used = {"parts at the target's roofline": label}
+    else:
+        used = {"fit": calibration.fit_words(fit)}
+        used |= {"fit file": fit["shipped"]} if fit.get("shipped") else {}
+    tail = {k: collectives[k] for k in ("topology",) if k in collectives}
+    tail |= {"attention": attention, "all-reduce": collectives["all-reduce"]}
+    if fit is not None and engine.launches is not None:
+        tail["small kernels"] = small_kernel_us(fit)[1]
+    return used, tail
+
+
 def deployment_table(
     settings: RootSettings,
     decode: pd.DataFrame,
@@ -349,17 +257,7 @@ def deployment_table(
         "collectives": row_inputs.words(collectives),
         "load": _load_words(dep),
     }
-    tail = ({"topology": topology_note} if topology_note else {}) | {
-        "attention": dep["attention_label"],
-        "all-reduce": allreduce,
-    }
-    if fit is not None and engine.launches is not None:
-        tail["small kernels"] = small_kernel_us(fit)[1]
-    if fit is None:
-        used = {"parts at the target's roofline": label}
-    else:
-        used = {"fit": calibration.fit_words(fit)}
-        used |= {"fit file": fit["shipped"]} if fit.get("shipped") else {}
+    used, tail = _rests(fit, label, engine, dep["attention_label"], collectives)
     frames = []
     for batch in dep["batches"]:
         one = Composition(model, dict(dep, batches=[batch]), target, layouts)

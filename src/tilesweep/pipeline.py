@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tilesweep import backends, deployment_verdict, device, grid
+from tilesweep import backends, deployment_refusals, device, grid
 from tilesweep.config import compose_settings
 from tilesweep.deployment_verdict import DECODE_DTYPE
 from tilesweep.errors import ConfigError
@@ -60,7 +60,7 @@ class Sweep:
         self.results = check_results_dir(self.settings.results_dir)
 
         grid.check_size(self.settings)
-        why = deployment_verdict.refusal(self.settings)
+        why = deployment_refusals.refusal(self.settings)
         if why:
             raise ConfigError(why)
         self.builds = grid.build_cells(self.settings)
@@ -137,24 +137,19 @@ class Sweep:
     def bench_cell(self, kernel: str) -> str:
         """Return the canonical JSON of one decode benchmark job: kernel, model, batches, method."""
         row = dict(self._by_kernel[kernel]) if kernel in self._by_kernel else {"kernel": kernel}
-        return grid.canonical(
-            {
-                "kernel": row,
-                "model": self.settings.model,
-                "tokens_per_expert": self.settings.grid.tokens_per_expert,
-                "bench": self.settings.bench,
-            }
-        )
+        return self._measured(kernel=row)
 
     def collective_cell(self, layout: str) -> str:
         """Return the canonical JSON of one collective benchmark: layout, model, batches."""
+        return self._measured(layout=self._by_layout[layout])
+
+    def _measured(self, **what: dict) -> str:
+        """Return the canonical JSON of a benchmark of `what` on the model, at the grid's tokens
+        per expert, by the bench's method."""
+        ours = self.settings
+        per_expert = ours.grid.tokens_per_expert
         return grid.canonical(
-            {
-                "layout": self._by_layout[layout],
-                "model": self.settings.model,
-                "tokens_per_expert": self.settings.grid.tokens_per_expert,
-                "bench": self.settings.bench,
-            }
+            {**what, "model": ours.model, "tokens_per_expert": per_expert, "bench": ours.bench}
         )
 
     def batch_cells(self, backend: str, arch: str) -> str:

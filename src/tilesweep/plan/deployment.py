@@ -99,6 +99,66 @@ def compose_deployment(settings: RootSettings, **how) -> pd.DataFrame:
     return compose_parts(Composition.of(settings), **how)
 
 
+# The split's columns (<name>_ms, <name>_share) by the part of the step each holds.
+_SPLIT = {
+    "memory": "memory",
+    "math": "math",
+    "comm": "communication",
+    "other": "other",
+    "host": "host",
+}
+
+
+def _fit_columns(parts: Composition, layout: dict, batch: int, engine: str, fit: dict) -> dict:
+    """Return a row's identity, load and memory fit columns."""
+    model, dep = parts.model, parts.deployment
+    load_in, load_out = serving_load(dep)
+    return {
+        "model": model["name"],
+        "hardware": parts.hardware["name"],
+        "layout": layout_name(layout),
+        **{k: layout[k] for k in ("tp", "pp", "ep")},
+        "world": layout["tp"] * layout["pp"] * layout["ep"],
+        "batch": batch,
+        "context_len": dep["context_len"],
+        "input_len": load_in,
+        "output_len": load_out,
+        "engine": engine,
+        "weight_dtype": dep["weight_dtype"],
+        "kv_dtype": dep["kv_dtype"],
+        "fits_memory": "yes" if fit["fits"] else "no",
+        "mem_needed_gb": fit["needed_bytes"] / 1e9,
+        "mem_short_gb": fit["short_bytes"] / 1e9,
+        "max_batch_fit": fit["max_batch_fit"],
+        "max_context_fit": fit["max_context_fit"],
+    }
+
+
+def _speed_columns(step: dict, host_ms: float, batch: int, world: int, floor: float) -> dict:
+    """Return a fitting row's speed columns: TPOT (the engine's host time added), tokens/s, the
+    floor and its multiple, the split in ms and as shares of TPOT, the bound and the source."""
+    split = dict(step["split"], host=host_ms)
+    tpot = step["tpot_ms"] + host_ms
+    verdict = decide_bound(split, step["achieved"])
+    comm_gap = verdict["bound"] == "gap (communication unknown)"
+    if comm_gap or (math.isnan(tpot) and not verdict["bound"].startswith("gap")):
+        # A missing hop (no send/recv figures) is on the path, not in any part; the bound names
+        # the collective's missing GPU count and the file it is missing from.
+        verdict = {"bound": comm_gap_bound(step["comm_gaps"]), "share": math.nan, "margin": ""}
+    return {
+        "tpot_ms": tpot,
+        "tokens_per_s": batch / tpot * 1e3,
+        "tokens_per_s_per_gpu": batch / tpot * 1e3 / world,
+        "floor_ms": floor,
+        "x_floor": tpot / floor if floor > 0 else math.nan,
+        **{f"{column}_ms": split[part] for column, part in _SPLIT.items()},
+        **{f"{column}_share": split[part] / tpot for column, part in _SPLIT.items()},
+        "peak_part_of_datasheet": step["peak_fraction"],
+        **verdict,
+        "source": step["source"],
+    }
+
+
 def compose_parts(
     parts: Composition,
     timer: Timer = roofline_timer,
@@ -114,100 +174,27 @@ def compose_parts(
     engine = engine or lean()
     load_in, load_out = serving_load(parts.deployment)
     hw, model, dep = parts.hardware, parts.model, parts.deployment
+    _, ic_label = topology_numbers(hw)
     rows = []
     for layout in parts.layouts:
-        tp, pp, ep = layout["tp"], layout["pp"], layout["ep"]
-        world = tp * pp * ep
         for batch in dep["batches"]:
             fit = memory_fit(model, dep, hw, layout, batch, layer_overrides)
-            row = {
-                "model": model["name"],
-                "hardware": hw["name"],
-                "layout": layout_name(layout),
-                "tp": tp,
-                "pp": pp,
-                "ep": ep,
-                "world": world,
-                "batch": batch,
-                "context_len": dep["context_len"],
-                "input_len": load_in,
-                "output_len": load_out,
-                "engine": engine.name,
-                "weight_dtype": dep["weight_dtype"],
-                "kv_dtype": dep["kv_dtype"],
-                "fits_memory": "yes" if fit["fits"] else "no",
-                "mem_needed_gb": fit["needed_bytes"] / 1e9,
-                "mem_short_gb": fit["short_bytes"] / 1e9,
-                "max_batch_fit": fit["max_batch_fit"],
-                "max_context_fit": fit["max_context_fit"],
-            }
-            _, ic_label = topology_numbers(hw)
+            row = _fit_columns(parts, layout, batch, engine.name, fit)
             if not fit["fits"]:
-                row.update({c: math.nan for c in COLUMNS if c not in row})
-                row.update(decide_bound({}, fits=False))
-                row.update(
-                    {
-                        "source": "model",
-                        "inputs_json": dumps(
-                            _inputs(parts, hw, ic_label, "none (does not fit)") | rests
-                        ),
-                    }
-                )
-                rows.append(row)
+                inputs = _inputs(parts, hw, ic_label, "none (does not fit)") | rests
+                row |= {c: math.nan for c in COLUMNS if c not in row}
+                row |= decide_bound({}, fits=False) | {"source": "model"}
+                rows.append(row | {"inputs_json": dumps(inputs)})
                 continue
-            step, prefill = loaded_step(
-                model,
-                dep,
-                hw,
-                layout,
-                batch,
-                timer,
-                measured_floors,
-                layer_overrides,
-                engine.extra_parts,
-            )
-            split = dict(step["split"], host=engine.host_ms)
-            tpot = step["tpot_ms"] + engine.host_ms
-            verdict = decide_bound(split, step["achieved"])
-            comm_gap = verdict["bound"] == "gap (communication unknown)"
-            if comm_gap or (math.isnan(tpot) and not verdict["bound"].startswith("gap")):
-                # A missing hop (no send/recv figures) is on the path, not in any part; the
-                # bound names the collective's missing GPU count and the file it is missing from.
-                bound = comm_gap_bound(step["comm_gaps"])
-                verdict = {"bound": bound, "share": math.nan, "margin": ""}
+            how = (timer, measured_floors, layer_overrides)
+            step, prefill = loaded_step(model, dep, hw, layout, batch, *how, engine.extra_parts)
             floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
-            row.update(
-                {
-                    "tpot_ms": tpot,
-                    "tokens_per_s": batch / tpot * 1e3,
-                    "tokens_per_s_per_gpu": batch / tpot * 1e3 / world,
-                    "floor_ms": floor,
-                    "x_floor": tpot / floor if floor > 0 else math.nan,
-                    "memory_ms": split["memory"],
-                    "math_ms": split["math"],
-                    "comm_ms": split["communication"],
-                    "other_ms": split["other"],
-                    "host_ms": split["host"],
-                    "prefill_ms": prefill,
-                    "memory_share": split["memory"] / tpot,
-                    "math_share": split["math"] / tpot,
-                    "comm_share": split["communication"] / tpot,
-                    "other_share": split["other"] / tpot,
-                    "host_share": split["host"] / tpot,
-                    "peak_part_of_datasheet": step["peak_fraction"],
-                    **verdict,
-                    "source": step["source"],
-                    "inputs_json": dumps(
-                        _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"]))
-                        | {
-                            "kernel list": engine.label,
-                            "host": engine.host_label,
-                            "load": _load_item(load_in, load_out, prefill, hw),
-                        }
-                        | ({"gaps": ", ".join(step["gaps"])} if step["gaps"] else {})
-                        | rests
-                    ),
-                }
-            )
-            rows.append(row)
+            row |= _speed_columns(step, engine.host_ms, batch, row["world"], floor)
+            inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {
+                "kernel list": engine.label,
+                "host": engine.host_label,
+                "load": _load_item(load_in, load_out, prefill, hw),
+            }
+            inputs |= {"gaps": ", ".join(step["gaps"])} if step["gaps"] else {}
+            rows.append(row | {"prefill_ms": prefill, "inputs_json": dumps(inputs | rests)})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -33,6 +33,7 @@ from tilesweep.plan.engine_profile import EXTRA
 from tilesweep.plan.pair_fit import fit_pair, predict_ms
 from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
+from tilesweep.settings import HardwareSpec
 
 # Which composition part kinds each measured whole-step part covers.
 MEASURED_KINDS = {
@@ -247,7 +248,7 @@ def fit_reference(fit: dict) -> dict | None:
     return None
 
 
-def on_datasheet(fit: dict, datasheet: dict) -> tuple[dict, str]:
+def on_datasheet(fit: dict, datasheet: HardwareSpec) -> tuple[dict, str]:
     """Return (the fit with every efficiency a fraction of the fit device's datasheet, label).
 
     A fit's efficiencies are fractions of what its device measured (copy bandwidth, bf16 matrix
@@ -258,8 +259,7 @@ def on_datasheet(fit: dict, datasheet: dict) -> tuple[dict, str]:
     HBM (every other layer runs in between), so no part of a verdict runs above its target's
     datasheet bandwidth or peak, whatever a cached small part did on the fit device."""
     ref = fit_reference(fit)
-    ds_bw = datasheet.get("memory_bandwidth_gbs")
-    ds_math = (datasheet.get("peak_tflops") or {}).get(FIT_DTYPE)
+    ds_bw, ds_math = datasheet.memory_bandwidth_gbs, datasheet.peak_tflops.get(FIT_DTYPE)
     if not ref or not ds_bw:
         raise ValueError(
             f"the fit on {fit.get('device')} records no reference bandwidth, or its device has "
@@ -278,8 +278,8 @@ def on_datasheet(fit: dict, datasheet: dict) -> tuple[dict, str]:
         out["e_bw_max"] = min(1.0, fit["e_bw_max"] * k_bw)
     out["reference"] = {
         "memory_bandwidth_gbs": ds_bw,
-        "peak_tflops": dict(datasheet.get("peak_tflops") or {}),
-        "datasheet_of": datasheet.get("name"),
+        "peak_tflops": dict(datasheet.peak_tflops),
+        "datasheet_of": datasheet.name,
     }
     label = (
         f"efficiencies as fractions of the datasheet on both ends ({fit.get('device')}: measured "

@@ -174,6 +174,34 @@ def _stage_time(
     return acc
 
 
+# The step's split by part, from each stage time's key.
+_SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "other": "other"}
+
+
+def _hops(model: dict, layout: dict, micro: int, numbers, measured_floors) -> tuple:
+    """Return (one PP hop's time, the ring's return hop's, why a hop has no time): the
+    micro-batch's hidden states to the next stage, and the picked tokens from the last stage
+    back to the first; (0, 0, '') without PP."""
+    if layout["pp"] == 1:
+        return 0.0, 0.0, ""
+    rows = math.ceil(micro / layout["ep"])
+    hop, why = floored_ms(
+        "send_recv", 2, rows * model["hidden"] * ACT_BYTES, numbers, measured_floors
+    )
+    back, _ = floored_ms("send_recv", 2, rows * 8, numbers, measured_floors)
+    return hop, back, why
+
+
+def _achieved(slow: dict) -> dict:
+    """Return the fraction of the roofline the slowest stage's kernels reach on the side that
+    bounds them (bandwidth or math), {} where neither takes time."""
+    if slow["mem_kernel"] >= slow["math_kernel"] and slow["mem_kernel"] > 0:
+        return {"bandwidth": slow["roof_memory"] / slow["mem_kernel"], "math": 0.0}
+    if slow["math_kernel"] > 0:
+        return {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
+    return {}
+
+
 def compose_step(
     model: dict,
     dep: dict,
@@ -217,16 +245,8 @@ def compose_step(
         )
         for i, st in enumerate(stages)
     ]
-    hop = back = 0.0
-    hop_why = ""
-    if pp > 1:
-        hop_bytes = math.ceil(micro / layout["ep"]) * model["hidden"] * ACT_BYTES
-        hop, hop_why = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
-        # The ring's return hop: the last stage hands the picked tokens back to the first.
-        back, _ = floored_ms(
-            "send_recv", 2, math.ceil(micro / layout["ep"]) * 8, numbers, measured_floors
-        )
-    hops = (pp - 1) * hop + (back if pp > 1 else 0.0)
+    hop, back, hop_why = _hops(model, layout, micro, numbers, measured_floors)
+    hops = (pp - 1) * hop + back
     path = sum(t["time"] for t in times) + hops
     slow = max(times, key=lambda t: t["time"])
     tpot = max(path, m * slow["time"])
@@ -234,24 +254,10 @@ def compose_step(
     # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
     # when the slowest stage does, its m micro-batches are.
     if pp > 1 and path >= m * slow["time"]:
-        split = {
-            "memory": sum(t["memory"] for t in times),
-            "math": sum(t["math"] for t in times),
-            "communication": sum(t["comm"] for t in times) + hops,
-            "other": sum(t["other"] for t in times),
-        }
+        split = {part: sum(t[key] for t in times) for part, key in _SPLIT_KEYS.items()}
+        split["communication"] += hops
     else:
-        split = {
-            "memory": m * slow["memory"],
-            "math": m * slow["math"],
-            "communication": m * slow["comm"],
-            "other": m * slow["other"],
-        }
-    achieved = {}
-    if slow["mem_kernel"] >= slow["math_kernel"] and slow["mem_kernel"] > 0:
-        achieved = {"bandwidth": slow["roof_memory"] / slow["mem_kernel"], "math": 0.0}
-    elif slow["math_kernel"] > 0:
-        achieved = {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
+        split = {part: m * slow[key] for part, key in _SPLIT_KEYS.items()}
     sources = set().union(*(t["sources"] for t in times))
     gaps = [g for t in times for g in t["gaps"]]
     comm_gaps = [g for t in times for g in t["comm_gaps"]]
@@ -264,7 +270,7 @@ def compose_step(
         "hop_ms": hop,
         "micro_batches": m,
         "split": split,
-        "achieved": achieved,
+        "achieved": _achieved(slow),
         "source": "composed" if any(s.startswith("composed") for s in sources) else "model",
         "part_sources": sorted(sources),
         "peak_fraction": max(t["peak"] for t in times),

@@ -1,0 +1,121 @@
+"""Why the named deployment cannot be composed, in one line naming the fix, before anything runs
+(the sweep and `tilesweep verdict` refuse it): an engine without the model's family, a format the
+target has no tensor cores for, a grid with no collective figures, and settings `tilesweep
+verdict` would leave unused."""
+
+from __future__ import annotations
+
+import math
+
+from tilesweep import gpu_archs
+from tilesweep.deployment_verdict import engine_deployment
+from tilesweep.plan import attention_table, engine_profile, interconnect
+from tilesweep.plan.architecture import deployment_model
+from tilesweep.plan.sharding import layout_name
+from tilesweep.plan.step_parts import stage_collectives
+from tilesweep.settings import RootSettings
+
+
+def refusal(settings: RootSettings) -> str | None:
+    """Return why the named deployment cannot be composed, in one line naming the fix, or None:
+    an engine whose kernel lists lack the model's family, a format the target has no tensor
+    cores for, or a grid none of whose layouts the target has collective figures for. The sweep
+    and `tilesweep verdict` refuse it before anything runs."""
+    dep, engine_conf = engine_deployment(settings)
+    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
+    families = engine_conf.get("families") or {}
+    fam = engine_profile.family(model)
+    if families and fam not in families:
+        have = ", ".join(sorted(families))
+        return (
+            f"engine={engine_conf['name']}: no kernel list for the {fam} family of "
+            f"{model['name']} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
+            "the project's own step"
+        )
+    hw = settings.hardware
+    gap = engine_profile.arch_gap(engine_conf, model, hw.arch)
+    if gap:
+        return (
+            f"hardware={hw.name}, engine={engine_conf['name']}: {gap}; use a GPU of those, or "
+            "engine=lean for the project's own step"
+        )
+    math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
+    runs = gpu_archs.tensor_dtypes(hw.arch, hw.cc)
+    if hw.peak_tflops.get(math_dtype) is None or math_dtype not in runs:
+        fp8 = hw.peak_tflops.get("fp8") and "fp8" in runs and math_dtype != "fp8"
+        fix = "deployment=fp8_all" if fp8 else "deployment=bf16"
+        why = (
+            f"{hw.arch} has no {math_dtype} tensor cores (conf/architectures.yaml)"
+            if math_dtype not in runs
+            else f"peak_tflops.{math_dtype} is not set in conf/hardware/{hw.name}.yaml"
+        )
+        return (
+            f"hardware={hw.name} has no {math_dtype} peak ({why}): use {fix}, or "
+            "deployment.compute_dtype=bf16 for weights dequantised in the kernel"
+        )
+    return _no_collectives(settings, model)
+
+
+def unused_fit_batches(settings: RootSettings) -> str | None:
+    """Return a one-line refusal where deployment.fit_batches is set for a verdict that fits
+    nothing (`tilesweep verdict` composes from the shipped fit: it times no step), else None."""
+    if not settings.deployment.fit_batches:
+        return None
+    return (
+        f"deployment.fit_batches={settings.deployment.fit_batches}: tilesweep verdict times no "
+        f"step and composes from the shipped fit ({settings.deployment.fit_file}); a sweep on a "
+        "GPU fits at these batches"
+    )
+
+
+def unused_attention_table(settings: RootSettings) -> str | None:
+    """Return a one-line refusal where deployment.attention_table is set for `tilesweep verdict`,
+    which would leave it unused (the table is read only on the device that measured it, in a
+    sweep there; the verdict command measures nothing), naming the table's devices; else None."""
+    path = settings.deployment.attention_table
+    if not path:
+        return None
+    table = attention_table.load(path)
+    devices = sorted({str(d) for d in table["device"]}) if table is not None else []
+    measured = f"measured on {', '.join(devices)}" if devices else "with no case that ran"
+    return (
+        f"deployment.attention_table={path!r} ({measured}): tilesweep verdict measures nothing, "
+        f"so the table would go unused for hardware={settings.hardware.name} (it is read only "
+        'on the device that measured it, in a sweep there); set deployment.attention_table=""'
+    )
+
+
+def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
+    """Return the first collective a layout runs that the target's interconnect figures lack (in
+    words), or ''."""
+    numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
+    stage = {"dense": 1, "moe": 1, "sliding": 0}
+    needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
+    needs += [("send_recv", 2)] if layout["pp"] > 1 else []
+    for collective, n in needs:
+        t, why = interconnect.collective_time(collective, n, 0.0, numbers)
+        if math.isnan(t):
+            return f"{why} ({label})" if numbers is not None else label
+    return ""
+
+
+def _no_collectives(settings: RootSettings, model: dict) -> str | None:
+    """Return a one-line refusal where no layout of the grid has the collective figures it runs
+    on the target (every row would be a gap), naming the fix; else None."""
+    hw = settings.hardware.model_dump(exclude_unset=True)
+    if settings.deployment.topology:
+        hw["topology"] = settings.deployment.topology
+    missing = {}
+    for lay in settings.grid.layouts:
+        layout = lay.model_dump(exclude_unset=True)
+        why = _collectives_missing(hw, layout, model)
+        if not why:
+            return None
+        missing[layout_name(layout)] = why
+    name, why = next(iter(missing.items()))
+    more = f" (and {len(missing) - 1} more layouts)" if len(missing) > 1 else ""
+    return (
+        f"hardware={hw['name']}: {name}{more} cannot be composed: {why}; add cited figures to "
+        f"conf/hardware/{hw['name']}.yaml interconnect_model, or list a layout it has figures "
+        "for in grid.layouts"
+    )
