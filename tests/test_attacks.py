@@ -329,6 +329,12 @@ def test_a_restored_join_is_rejoined_and_no_row_is_lost(swept):
     (work / "results" / "decode" / f"{cell}.csv").unlink()
     failed = _failing_join(work)
     assert failed.returncode != 0 and "planted fault in the tables step" in failed.stderr
+    # The job's error is one line naming the cause and its log, which holds the trace.
+    log = work / "results" / "logs" / "tables.log"
+    assert "unexpected error, RuntimeError: planted fault in the tables step" in failed.stderr
+    assert f"the full trace: {log.relative_to(work)})" in failed.stderr
+    assert "Traceback" not in failed.stderr + failed.stdout
+    assert "Traceback" in log.read_text()
     assert "Restored previous version of results/tables/decode.csv" in failed.stderr
     cell_rows, joined = _cell_rows_joined(work, cell)
     assert cell_rows != joined  # the restored table holds the cell's old rows
