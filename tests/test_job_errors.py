@@ -5,11 +5,14 @@ the line names); a refusal or a damaged input keeps its own line."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import runpy
+import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import SNAKEMAKE
 
 from tilesweep.errors import CellError, ConfigError, tool_main
 from tilesweep.stages import job
@@ -98,6 +101,33 @@ def test_a_job_refusal_keeps_its_own_line(tmp_path, capsys, error):
     assert ended.value.code == 1
     assert capsys.readouterr().err == f"tilesweep: some_rule: {error} (its log: {log})\n"
     assert "Traceback" in log.read_text()
+
+
+def test_a_plan_that_fails_as_a_bug_would_is_one_line(tmp_path):
+    """An error nobody expected while the Snakefile plans the sweep (a planted fault): one line
+    naming the cause and a file holding the trace, no traceback (a dry run: no job runs)."""
+    env = {
+        **os.environ,
+        "TILESWEEP_PLUGINS": "plugins.planted_faults",
+        "TILESWEEP_FAULT_PLAN": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    cmd += ["--config", 'overrides=["experiment=tiny"]']
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("tilesweep:")]
+    found = re.fullmatch(
+        r"tilesweep: unexpected error, RuntimeError: planted fault in the plan \(a bug, or the "
+        r"installed package changed; the full trace: (\S+)\)",
+        ours[-1] if len(ours) == 1 else "",
+    )
+    assert found, proc.stderr
+    trace = Path(found[1])
+    try:
+        assert "Traceback" in trace.read_text() and "planted fault in the plan" in trace.read_text()
+    finally:
+        trace.unlink()
 
 
 def test_a_tool_shows_one_line_and_names_its_trace_file(capsys):
