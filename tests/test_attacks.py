@@ -651,6 +651,16 @@ def test_the_command_line_tools_refuse_bad_files(tmp_path, capsys):
         assert err.count("\n") == 1 and "a JSON list; expected {batch M: config}" in err, err
 
 
+def test_engine_check_names_a_bad_engine_before_asking_for_a_gpu(tmp_path, capsys):
+    """`engine-check FILE --engine nosuch`: the bad argument is the one line, on any machine
+    (it was refused for "no GPU" first; round four's C338)."""
+    engine_file = tmp_path / "E=8,N=128,device_name=NVIDIA_H200.json"
+    engine_file.write_text('{"1": {"BLOCK_SIZE_M": 16}}')
+    assert cli(["engine-check", str(engine_file), "--engine", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err == "tilesweep: --engine nosuch: not in backend.fused_moe.engine_versions\n", err
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
