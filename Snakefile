@@ -23,7 +23,8 @@ from tilesweep.cells import (
 from tilesweep.errors import ConfigError, unexpected
 from tilesweep.sweep_lock import hold, probe
 from tilesweep.grid import canonical as grid_json
-from tilesweep.pipeline import Sweep, check_command_config, parse_overrides
+from tilesweep.command_config import check_command_config, parse_overrides
+from tilesweep.pipeline import Sweep
 from tilesweep.progress import attach as show_progress
 from tilesweep.plan.calibration import FIT_LAYOUT
 from tilesweep.report_paths import (

@@ -62,3 +62,16 @@ def copy_of(tmp_path):
         return dst
 
     return _copy
+
+
+@pytest.fixture(scope="session")
+def corpus_engines():
+    """Return the engine check of the default config's cited figures, composed from the shipped
+    fit as a CPU composes it (no measurement), once per test process."""
+    import pandas as pd
+
+    from tilesweep import engine_figures
+    from tilesweep.config import compose_settings
+
+    empty = pd.DataFrame()
+    return engine_figures.engine_table(compose_settings([]), empty, empty, empty, {})

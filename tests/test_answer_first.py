@@ -16,6 +16,7 @@ from test_report_first_screen import CHECK, ENGINES, NO_QUESTION, carded_verdict
 
 from tilesweep import answer_card
 from tilesweep.pipeline import Sweep
+from tilesweep.plan import row_inputs
 from tilesweep.plan.calibration import FIT_LAYOUT
 from tilesweep.progress import Console
 
@@ -70,7 +71,7 @@ def test_the_verdict_composed_from_its_operand_types_rows_alone_is_the_same():
     settings = sweep.settings.model_copy(update={"deployment": dep})
     every = deployment_verdict.deployment_table(settings, decode, collective, steps, ceilings)
     alone = deployment_verdict.deployment_table(settings, fp8, collective, steps, ceilings)
-    assert "best fp8 kernel" in " ".join(every["inputs"])
+    assert "best fp8 kernel" in " ".join(row_inputs.column_words(every))
     pd.testing.assert_frame_equal(every, alone)
 
 
@@ -129,9 +130,9 @@ def test_the_card_before_its_check_says_the_check_comes_with_the_report(tmp_path
     lines = answer_card.early_lines(path)
     assert lines[0].startswith("The answer")
     assert lines[-1] == answer_card.CHECK_TO_COME
-    assert "; check:" not in early.rests_on and "engine check: SGLang" in early.rests_on
+    assert "; check:" not in early.rests_line and "engine check: SGLang" in early.rests_line
     # With the check (the report's card, answer.json): the same picks and headline, the check
     # named.
     checked = answer_card.build(NO_QUESTION, carded_verdict(), CHECK, ENGINES)
     assert checked.picks == early.picks and checked.headline == early.headline
-    assert "check: none of this fit" in checked.rests_on
+    assert "check: none of this fit" in checked.rests_line

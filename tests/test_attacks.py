@@ -368,6 +368,28 @@ def test_a_dry_run_writes_nothing(tmp_path):
 
 
 # Issue 41's plan-time attacks, each an override: refused in one line naming the key.
+def _figure(**change: str) -> str:
+    """Return an override giving one inline engine figure (references=none, as the tiny
+    experiment has it), with `change` over a valid one."""
+    fig = {
+        "engine": "SGLang",
+        "version": "'1'",
+        "model": "deepseek_v3",
+        "hardware": "h200",
+        "deployment": "fp8_all",
+        "layout": "{tp:8,pp:1,ep:1}",
+        "batch": "8",
+        "context_len": "1536",
+        "speculative": "none",
+        "tpot_ms": "12.8",
+        "source": "a",
+    }
+    fig.update(change)
+    if "input_len" in change:
+        del fig["context_len"]
+    return "references.figures=[{" + ",".join(f"{k}:{v}" for k, v in fig.items()) + "}]"
+
+
 PLAN_REFUSED = [
     ("device=h200x100000000000000000000", "the GPU count must be at least 1 and at most 1024"),
     ("hardware=[h200,b200]", "hardware=[h200,b200]: a hardware option is one name, not a list"),
@@ -387,7 +409,8 @@ PLAN_REFUSED = [
     ("bench.step_runner=triton:nonexistent", "bench.step_runner='triton:nonexistent': no such"),
     ("grid.layouts=[{tp:128,pp:1,ep:1}]", "grid.layouts[0].tp=128: does not divide model.atten"),
     ("question.model=nosuch", "question.model='nosuch': unknown model; valid: deepseek_v3"),
-    ("references.figures.0.layout.tp=3", "references.figures[0].layout.tp=3: does not divide"),
+    (_figure(layout="{tp:3,pp:1,ep:1}"), "references.figures[0].layout.tp=3: does not divide"),
+    ("references.figures.0.tpot_ms=1", "references.figures.0.tpot_ms=1: the figures are read from"),
     ("+backend.fused_moe.engine_versions.evil=x", "engine_versions.evil: unknown engine"),
     ("results_dir=" + "r" * 300, "results_dir=rrr"),
     # Round four: a sweep never writes into the checkout's own or kept files.
@@ -403,8 +426,8 @@ PLAN_REFUSED = [
     ("+hardware.peak_tflops.fp16x=100", "'fp16x' is not one of bf16"),
     ("hardware.smem_per_block_default=1000000000", "shared memory must order default <= optin"),
     ("engine.host.ms=1e300", "engine.host.ms=1e+300: must be between 0 and 1,000"),
-    ("references.figures.0.tpot_ms=1e-300", "references.figures[0].tpot_ms=1e-300"),
-    ("references.figures.0.output_len=0", "references.figures[0].input_len"),
+    (_figure(tpot_ms="1e-300"), "references.figures[0].tpot_ms=1e-300"),
+    (_figure(input_len="1024", output_len="0"), "references.figures[0].input_len"),
     # Hydra's parse errors, named by the override and the form it takes.
     ("deployment.batches=[1,2", "override 'deployment.batches=[1,2': not key=value as Hydra"),
     ("deployment..batches=[1]", "override 'deployment..batches=[1]': not key=value"),
@@ -416,7 +439,7 @@ PLAN_REFUSED = [
     ("results_dir=/", "results_dir=/: / is a file system's root"),
     ("deployment.kernel_gap_us=1e300", "deployment.kernel_gap_us=1e+300: must be between 0 and"),
     ("hardware.grouped_gemm_efficiency.nvfp4.points.0.low=1e-300", "must be between 0.001 and 1"),
-    ("references.figures.0.batch=1000000000000", "references.figures[0].batch=1000000000000"),
+    (_figure(batch="1000000000000"), "references.figures[0].batch=1000000000000"),
 ]
 
 
@@ -428,8 +451,8 @@ def test_a_bad_plan_is_refused_in_one_line(override, message):
     line; any other exception would be a traceback, and fails here."""
     from tilesweep.pipeline import Sweep
 
-    # The tiny experiment cites no engine figures: a figure's override needs the corpus back.
-    cited = ["references=published"] if override.startswith("references.") else []
+    # The tiny experiment cites no engine figures: an indexed figure's override needs the corpus.
+    cited = ["references=published"] if override.startswith("references.figures.") else []
     with pytest.raises(ConfigError) as err:
         Sweep([*TINY, *cited, "device=cpu", override], ROOT / "conf")
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
@@ -492,7 +515,7 @@ def test_a_repeated_reference_figure_is_refused(tmp_path):
 
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
-    path = conf / "references" / "published.yaml"
+    path = conf / "references" / "corpus" / "published.yaml"
     refs = OmegaConf.to_container(OmegaConf.load(path))
     refs["figures"].append(dict(refs["figures"][0], source="elsewhere"))
     path.write_text(OmegaConf.to_yaml(refs))
@@ -858,7 +881,7 @@ def test_a_cited_figure_whose_engine_lacks_its_family_is_refused_at_plan_time(tm
     spec = OmegaConf.to_container(OmegaConf.load(engine))
     del spec["families"]["mla_dsa_moe"]
     engine.write_text(OmegaConf.to_yaml(spec))
-    path = conf / "references" / "published.yaml"
+    path = conf / "references" / "corpus" / "published.yaml"
     refs = OmegaConf.to_container(OmegaConf.load(path))
     first = next(i for i, f in enumerate(refs["figures"]) if f["model"] == "glm5")
     refs["figures"][first]["engine"] = "TensorRT-LLM"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tilesweep.command_config import parse_overrides
 from tilesweep.config import CONF_DIR, compose
 from tilesweep.errors import ConfigError
-from tilesweep.pipeline import parse_overrides
 
 
 def _options(group: str) -> list[str]:

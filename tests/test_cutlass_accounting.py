@@ -203,15 +203,15 @@ def test_an_edit_to_a_cpp_template_reruns_the_cutlass_build_jobs(tmp_path, monke
     the CUTLASS build jobs hash the build stage and the backend module (Sweep.rule_code)."""
     import shutil
 
-    from tilesweep import pipeline
+    from tilesweep import rerun_keys
     from tilesweep.cutlass import source
 
     def build_hash() -> str:
-        return pipeline.code_hash("stages/build.py", "backends/cutlass_backend.py")
+        return rerun_keys.code_hash("stages/build.py", "backends/cutlass_backend.py")
 
     package = tmp_path / "tilesweep"
-    shutil.copytree(pipeline.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(pipeline, "PACKAGE_DIR", package)
+    shutil.copytree(rerun_keys.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(rerun_keys, "PACKAGE_DIR", package)
     before = build_hash()
     for rel in source.DATA_FILES:
         template = package / rel

@@ -10,9 +10,10 @@ import pytest
 
 from tilesweep.config import compose
 from tilesweep.errors import ConfigError
+from tilesweep.plan import row_inputs
 from tilesweep.plan.architecture import total_weight_bytes
 from tilesweep.plan.bound import decide_bound, margin_text
-from tilesweep.plan.deployment import COLUMNS, compose_deployment, compose_step
+from tilesweep.plan.deployment import COLUMNS, compose_deployment
 from tilesweep.plan.interconnect import (
     collective_ms,
     floored_ms,
@@ -22,6 +23,7 @@ from tilesweep.plan.interconnect import (
 from tilesweep.plan.memory_fit import memory_fit, stage_layers
 from tilesweep.plan.part_timers import derated_timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives
+from tilesweep.plan.step_time import compose_step
 from tilesweep.settings import RootSettings
 
 BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"
@@ -175,7 +177,11 @@ def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
     assert math.isnan(out["math_ms"]) and "peak_tflops.nvfp4" in out["gap"]
     settings = dict(brief, hardware=hw)
     row = composed(settings).iloc[0]
-    assert math.isnan(row.tpot_ms) and "gap" in row.bound and "peak_tflops.nvfp4" in row.inputs
+    assert (
+        math.isnan(row.tpot_ms)
+        and "gap" in row.bound
+        and "peak_tflops.nvfp4" in row_inputs.row_words(row)
+    )
 
 
 def test_no_composed_collective_is_below_its_floor(brief):
@@ -315,7 +321,7 @@ def test_every_model_composes_a_step(model):
     )
     df = composed(settings)
     assert len(df) == len(settings["deployment"]["batches"])
-    assert df.inputs.str.contains("interconnect=pcie5/switch").all()
+    assert row_inputs.column_words(df).str.contains("interconnect: pcie5/switch").all()
 
 
 def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):

@@ -18,7 +18,7 @@ from tilesweep.cli import main
 from tilesweep.config import compose, compose_groups, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT
-from tilesweep.plan import engine_profile
+from tilesweep.plan import engine_profile, row_inputs
 from tilesweep.plan.launch_fit import on_datasheet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,8 +163,8 @@ def test_the_engine_adds_its_kernels_and_host_time():
     assert compose(["engine=vllm"])["engine"]["host"]["ms"] == 0.0
     vllm = verdict([*base, "engine=vllm", "engine.host.ms=0.4", "engine.host.source=cited"])
     assert vllm.iloc[0]["host_ms"] == 0.4 and "0.4 ms per step (cited" in vllm.iloc[0]["host_rule"]
-    assert "all-reduce: sglang's one-shot custom all-reduce" in sglang["inputs"]
-    assert "all-reduce: NCCL" in lean["inputs"]
+    assert "all-reduce: sglang's one-shot custom all-reduce" in row_inputs.row_words(sglang)
+    assert "all-reduce: NCCL" in row_inputs.row_words(lean)
     # The engine's own count, not the project's: more kernels a layer than the lean step's,
     # its small ones at a small kernel's cost.
     settings = compose(["model=deepseek_v3", "engine=sglang"])
@@ -180,7 +180,7 @@ def test_the_engine_adds_its_kernels_and_host_time():
     )  # fmt: skip
     assert per_moe_layer > lean_moe_layer
     assert sglang["other_ms"] != lean["other_ms"]
-    assert "kernel list: engine-faithful kernel count (sglang" in sglang["inputs"]
+    assert "kernel list: engine-faithful kernel count (sglang" in row_inputs.row_words(sglang)
     assert sglang["tpot_ms"] == pytest.approx(
         sglang[["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]].sum()
     )
@@ -194,10 +194,10 @@ def test_a_serving_load_adds_the_other_requests_prompts_and_sets_the_context():
     one, sixteen = loaded.iloc[0], loaded.iloc[1]
     assert one["prefill_ms"] == 0  # its own prompt is its time to first token, not its TPOT
     assert sixteen["prefill_ms"] > 0
-    assert "load: serving, 1024 in / 1024 out" in sixteen["inputs"]
+    assert "load: serving, 1024 in / 1024 out" in row_inputs.row_words(sixteen)
     decode = verdict([*base, "deployment.context_len=1536"])
     assert (decode["prefill_ms"] == 0).all()
-    assert decode["inputs"].str.contains("load: decode only").all()
+    assert row_inputs.column_words(decode).str.contains("load: decode only").all()
     assert sixteen["tpot_ms"] > decode.iloc[1]["tpot_ms"]
 
 
@@ -209,19 +209,19 @@ def test_attention_follows_the_engine_on_the_targets_architecture():
             assert engine_profile.attention_mode(engine, arch)[0] == mode
     row = verdict(["hardware=rtx_pro_6000", "engine=sglang", "deployment.batches=[1]"]).iloc[0]
     want = by_arch.get("sm_120", by_arch.get("default", "dsa"))
-    assert f"attention: {want} (" in row["inputs"]
+    assert f"attention: {want} (" in row_inputs.row_words(row)
     pinned = verdict(["deployment.attention=dsa", "deployment.batches=[1]"]).iloc[0]
-    assert "attention: dsa (deployment.attention)" in pinned["inputs"]
+    assert "attention: dsa (deployment.attention)" in row_inputs.row_words(pinned)
 
 
-def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why():
+def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why(corpus_engines):
     figures = references.of(compose_settings([])).figures
     assert len(figures) >= 30
     assert len({f.hardware for f in figures}) >= 3
     assert len({f.model for f in figures}) >= 2
     assert len({f.engine for f in figures}) >= 2
     assert all(f.source and (f.input_len or f.context_len) for f in figures)
-    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+    engines = corpus_engines
     assert len(engines) == len(figures)
     missing = engines[engines["composed_tpot_ms"].isna()]
     assert (missing["gap"].str.len() > 0).all()  # a labelled gap, never a silent NaN
@@ -432,8 +432,8 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
     assert "no attention kernel on sm_80" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only():
-    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+def test_a_fitted_host_term_is_what_the_code_fits_on_its_train_rows_only(corpus_engines):
+    engines = corpus_engines
     for name in ("sglang", "vllm", "tensorrtllm"):
         host = compose([f"engine={name}"])["engine"]["host"]
         label = {"sglang": "SGLang", "vllm": "vLLM", "tensorrtllm": "TensorRT-LLM"}[name]
@@ -455,3 +455,20 @@ def test_the_kept_report_lists_every_drop_in_file_with_its_ratios():
     for path in dropins["path"]:
         assert path in section, path
     assert "worst_x_baseline" in section and "geomean_x_baseline_m_ge_1024" in section
+
+
+def test_an_engine_kernel_no_figure_times_is_a_labelled_gap_and_runs_on_its_arch_only():
+    """SGLang with b12x 0.6.0's MoE (conf/engine/sglang_b12x.yaml): below 128 routed pairs its
+    rows are SGLang's; from 128 (16 GLM-5 sequences) the untimed dynamic kernel leaves a gap
+    naming it; on a GPU its kernels do not run on, one line."""
+    lay = "grid.layouts=[{tp:8,pp:1,ep:1}]"
+    plain = verdict(["deployment.batches=[8,16]", lay])
+    b12x = verdict(["engine=sglang_b12x", "deployment.batches=[8,16]", lay])
+    assert b12x["tpot_ms"].iloc[0] == pytest.approx(plain["tpot_ms"].iloc[0])
+    assert b12x["tpot_ms"].iloc[1] != b12x["tpot_ms"].iloc[1]  # NaN, not another kernel's time
+    assert b12x["bound"].iloc[1].startswith("gap")
+    gaps = row_inputs.of(b12x.iloc[1])["gaps"]
+    assert "b12x 0.6.0's dynamic TP MoE kernel from 128 routed pairs" in gaps
+    assert plain["tpot_ms"].iloc[1] > 0
+    why = deployment_verdict.refusal(compose_settings(["engine=sglang_b12x", "hardware=h200"]))
+    assert why and "runs on sm_120 only" in why and "\n" not in why

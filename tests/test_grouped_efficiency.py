@@ -11,6 +11,7 @@ import pytest
 from tilesweep import deployment_verdict
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
+from tilesweep.plan import row_inputs
 from tilesweep.plan.grouped_efficiency import band_at, fixed_cost_scaled, shaped_timer
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.strict import check
@@ -117,12 +118,12 @@ def test_the_brief_machine_takes_the_engines_kernels_and_names_each_end():
          "grid.layouts=[{tp:8,pp:1,ep:1}]", "deployment.topology=switch"]
     )  # fmt: skip
     rows = deployment_verdict.deployment_table(settings, EMPTY, EMPTY, EMPTY, {})
-    assert rows["inputs"].str.contains("b12x").all()
-    assert rows["inputs"].str.contains("topology: switch").all()
+    assert row_inputs.column_words(rows).str.contains("b12x").all()
+    assert row_inputs.column_words(rows).str.contains("topology: switch").all()
     assert (rows["tpot_low_ms"] <= rows["tpot_ms"]).all()
     assert (rows["tpot_ms"] <= rows["tpot_high_ms"]).all()
     # More tokens per expert stream the experts better: batch 64's band sits higher.
-    assert "at 2 tokens per expert" in rows.iloc[1]["inputs"]
+    assert "at 2 tokens per expert" in row_inputs.row_words(rows.iloc[1])
 
 
 def test_a_default_verdict_spans_the_plausible_topologies_and_a_named_one_alone():
@@ -135,7 +136,7 @@ def test_a_default_verdict_spans_the_plausible_topologies_and_a_named_one_alone(
         for name in ("switch", "dual_socket", "switch_free")
     }
     row = spans.iloc[0]
-    assert "also span dual_socket, switch_free" in row["inputs"]
+    assert "also span dual_socket, switch_free" in row_inputs.row_words(row)
     assert row["tpot_ms"] == pytest.approx(each["switch"]["tpot_ms"])
     assert row["tpot_low_ms"] == pytest.approx(min(r["tpot_low_ms"] for r in each.values()))
     assert row["tpot_high_ms"] == pytest.approx(max(r["tpot_high_ms"] for r in each.values()))

@@ -14,13 +14,13 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
   plan      plan/, references, kernels/, cutlass/ (models and kernels, no measurement)
   measure   measure/ (timing, the whole step, power loads)
   backends  backends/* (each backend's module: builds and runners over measure/)
-  verdict   question, config, grid, deployment_fit, deployment_verdict, engine_figures,
-            answer_picks, answer_rests, answer_card
+  verdict   question, config (config_checks, deployment_files), grid, deployment_fit,
+            deployment_verdict, engine_figures, answer_picks, answer_rests, answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
-  top       report_paths, pipeline, compare, compare_report, cli, and measure.step.engine_check: a
-            command (`python -m`) that composes a sweep and runs a stage, whose file sits in
-            measure/"""
+  top       report_paths, pipeline (rerun_keys, command_config), compare, compare_report, cli,
+            and measure.step.engine_check: a command (`python -m`) that composes a sweep and
+            runs a stage, whose file sits in measure/"""
 
 from __future__ import annotations
 
@@ -47,16 +47,17 @@ MAX_DEFERRED = 40
 # a shorter one.
 FLOORS = (
     ("base", "errors columns gpu_archs io sweep_lock progress isolate failures cells settings "
-             "settings.* hardware provenance gpu_slot device package_data"),
+             "settings.* hardware provenance gpu_slot device package_data group_files"),
     ("registry", "backends backends.roles"),
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
     ("measure", "measure measure.*"),
     ("backends", "backends.*"),
-    ("verdict", "question config grid deployment_fit deployment_verdict engine_figures "
-                "answer_picks answer_rests answer_card"),
+    ("verdict", "question config config_checks deployment_files grid deployment_fit "
+                "deployment_verdict engine_figures answer_picks answer_rests answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
-    ("top", "report_paths pipeline compare compare_report cli measure.step.engine_check"),
+    ("top", "report_paths pipeline rerun_keys command_config compare compare_report cli "
+            "measure.step.engine_check"),
 )  # fmt: skip
 
 

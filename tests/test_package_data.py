@@ -49,7 +49,7 @@ def test_each_list_of_a_column_file_is_the_module_list_of_that_name(package):
 
 def test_a_spliced_list_keeps_its_place_and_order():
     at = columns.VERDICT_COLUMNS.index("source") + 1
-    assert columns.VERDICT_COLUMNS[at:] == [*columns.PROVENANCE_COLUMNS, "inputs"]
+    assert columns.VERDICT_COLUMNS[at:] == [*columns.PROVENANCE_COLUMNS, "inputs_json"]
 
 
 def test_each_module_gets_fresh_lists():

@@ -9,6 +9,7 @@ import pytest
 from tilesweep import answer_card, deployment_verdict
 from tilesweep.columns import PROVENANCE_COLUMNS
 from tilesweep.config import compose_settings
+from tilesweep.plan import row_inputs
 from tilesweep.plan.architecture import causal_pairs, prompt_attention
 
 EMPTY = pd.DataFrame()
@@ -44,9 +45,11 @@ def test_longer_prompts_cost_a_serving_step_more_where_attention_is_cited_and_sa
     short = _row([*h200, "deployment.input_len=1024"])
     long = _row([*h200, "deployment.input_len=8192"])
     assert long["prefill_ms"] > 4 * short["prefill_ms"] > 0  # 8x the rows, and 40x the pairs
-    assert "their attention at e_math 0.75 (FlashAttention-3" in long["inputs"]
+    assert "their attention at e_math 0.75 (FlashAttention-3" in row_inputs.row_words(long)
     rtx = _row(["deployment.input_len=1024", "deployment.output_len=1024"])
-    assert "their attention not charged: hardware[rtx_pro_6000] cites no" in rtx["inputs"]
+    assert "their attention not charged: hardware[rtx_pro_6000] cites no" in row_inputs.row_words(
+        rtx
+    )
 
 
 def test_each_verdict_row_carries_its_provenance_as_columns_and_the_card_as_fields():

@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from tilesweep import engine_figures, references
-from tilesweep.config import compose_settings
+from tilesweep import references
 
 EMPTY = pd.DataFrame()
 
@@ -28,8 +27,8 @@ def test_the_example_readme_states_its_own_engines_table():
 
 
 @pytest.mark.slow
-def test_the_readme_states_what_tilesweep_verdict_composes_from_the_shipped_fit():
-    engines = engine_figures.engine_table(compose_settings([]), EMPTY, EMPTY, EMPTY, {})
+def test_the_readme_states_what_tilesweep_verdict_composes_from_the_shipped_fit(corpus_engines):
+    engines = corpus_engines
     got = references.corpus_summary(engines)
     text = (ROOT / "README.md").read_text()
     assert f"cites {got['rows']} public engine" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 
 from tilesweep import deployment_verdict, engine_figures, references
 from tilesweep.columns import ENGINE_COLUMNS
@@ -38,7 +39,7 @@ def _with(**change) -> list[str]:
         f"{k}:{{{layout}}}" if k == "layout" else f"{k}:{v!r}".replace("'", '"')
         for k, v in fig.items()
     )
-    return [f"references.figures=[{{{body}}}]"]
+    return ["references=none", f"references.figures=[{{{body}}}]"]
 
 
 def test_the_published_figures_validate_and_name_their_sources():
@@ -179,3 +180,57 @@ def test_the_card_says_how_far_to_trust_a_pick_from_its_family_or_the_corpus_spr
     assert "2 cited SGLang figures of m on gpu" in own and "0.90-1.50" in own
     unseen = references.trust_words(engines, "m", "gpu", "vllm")
     assert "no cited figure of m on gpu with vllm" in unseen and "2 families" in unseen
+
+
+def test_the_corpus_reads_as_hydra_would_read_it():
+    """figures_from reads with libyaml under OmegaConf's scalar rules: the same values as
+    OmegaConf's own parse of the file."""
+    from omegaconf import OmegaConf
+
+    path = ROOT / "conf" / "references" / "corpus" / "published.yaml"
+    raw = {"references": {"figures_from": "corpus/published.yaml", "figures": []}}
+    references.read_figures_from(raw, ROOT / "conf")
+    assert raw["references"]["figures"] == OmegaConf.to_container(OmegaConf.load(path))["figures"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["references.figures_from=../model/glm5.yaml"], "not a .yaml file under conf/references"),
+        (["references.figures_from=nosuch.yaml"], "'nosuch.yaml': cannot read it"),
+        (["references.figures_from=none.yaml"], "the file holds no `figures:` list"),
+        (["references.figures=[{engine:x}]"], "the figures are given inline too"),
+        (["references.figures.0.batch=2"], "not overridden one by one"),
+    ],
+)
+def test_a_bad_figures_file_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        compose_settings(overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_figures_file_with_a_key_twice_is_refused(tmp_path):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "references" / "corpus" / "published.yaml").write_text(
+        "figures:\n- engine: a\n  engine: b\n"
+    )
+    with pytest.raises(ConfigError, match="duplicate key engine"):
+        compose([], conf)
+
+
+def test_the_engine_check_says_whether_each_figure_lies_inside_the_verdicts_band(corpus_engines):
+    done = corpus_engines[corpus_engines["composed_tpot_ms"].notna()]
+    assert done["inside_tpot_band"].isna().equals(done["tpot_low_ms"].isna())
+    done = done[done["tpot_low_ms"].notna()]  # rows with a band (the rest have none to be in)
+    assert len(done) > 30
+    low, high, tpot = done["tpot_low_ms"], done["tpot_high_ms"], done["engine_tpot_ms"]
+    assert (done["inside_tpot_band"] == ((low <= tpot) & (tpot <= high))).all()
+    assert (
+        (low <= done["composed_tpot_ms"] + 1e-9) & (done["composed_tpot_ms"] <= high + 1e-9)
+    ).all()
+    families = references.family_errors(corpus_engines)
+    assert families["inside_tpot_band"].sum() == done["inside_tpot_band"].sum()
+    assert families["with_tpot_band"].sum() == len(done)

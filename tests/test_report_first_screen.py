@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 from test_report_html import browse, settings_stub
 
-from tilesweep import answer_card, answer_picks, answer_rests
+from tilesweep import answer_card, answer_picks
 from tilesweep.config import compose, compose_settings
+from tilesweep.plan import row_inputs
 from tilesweep.report import analysis, contents, headlines, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
@@ -310,12 +311,19 @@ def test_every_in_page_link_of_the_swept_report_resolves_in_chromium(tiny_sweep,
 # ---- the answer card -------------------------------------------------------------------------
 
 FIT = "launch-aware fit on NVIDIA H200, tp1 cuda-graph step of m at batches [1, 64]"
-INPUTS = (
-    "memory_bandwidth_gbs=4800 (hardware[gpu]); interconnect=nvlink4/nvswitch "
-    "(hardware[gpu].interconnect_model); part times: composed (" + FIT + "; shipped as "
-    "docs/fit.json, its costs per kernel and efficiencies); routing: random top-k; "
-    "expert GEMMs (nvfp4): no nvfp4 kernel timed; the bf16 step's efficiency applied to their "
-    "bytes"
+SHIPPED = "shipped as docs/fit.json, its costs per kernel and efficiencies"
+INPUTS = row_inputs.dumps(
+    {
+        "memory_bandwidth_gbs": "4800 (hardware[gpu])",
+        "interconnect": "nvlink4/nvswitch",
+        "interconnect from": "hardware[gpu].interconnect_model",
+        "part times": f"composed ({FIT}; {SHIPPED})",
+        "routing": "random top-k",
+        "fit": FIT,
+        "fit file": SHIPPED,
+        "expert GEMMs": "nvfp4, no nvfp4 kernel timed; the bf16 step's efficiency applied to "
+        "their bytes",
+    }
 )
 ENGINES = pd.DataFrame(
     [{"engine": "SGLang", "model": "m", "hardware": "gpu", "layout": "tp2", "batch": 1,
@@ -325,7 +333,7 @@ ENGINES = pd.DataFrame(
 
 def carded_verdict() -> pd.DataFrame:
     """Return hand_verdict with each row's inputs naming the fit and a roofline floor."""
-    verdict = hand_verdict().assign(inputs=INPUTS)
+    verdict = hand_verdict().assign(inputs_json=INPUTS)
     return verdict.assign(x_floor=np.where(verdict["fits_memory"] == "yes", 2.0, np.nan))
 
 
@@ -342,19 +350,22 @@ def test_the_card_names_per_batch_the_fastest_layout_that_fits_with_its_figures(
 def test_the_cards_rests_on_line_names_the_fit_the_verdict_used_and_the_rest():
     verdict = carded_verdict()
     card = answer_card.build(NO_QUESTION, verdict, CHECK, ENGINES)
-    # The fit label verdict.csv's inputs carry, with where it was shipped from.
-    label = answer_rests.fit_labels(verdict["inputs"].iloc[4])
-    assert label == [FIT + "; shipped as docs/fit.json, its costs per kernel and efficiencies"]
-    assert label[0] in card.rests_on
-    assert "the bf16 step's efficiency applied to their bytes" in card.rests_on
-    assert "collectives modelled from hardware[gpu].interconnect_model" in card.rests_on
-    assert "(0.46x)" in card.rests_on and "SGLang" in card.rests_on
+    # The fit verdict.csv's inputs carry, with where it was shipped from, and the row's items.
+    assert card.rests_on["fit"] == f"parts composed from the {FIT}"
+    assert card.rests_on["fit file"] == SHIPPED
+    assert card.inputs == row_inputs.of(verdict.iloc[0])
+    assert "the bf16 step's efficiency applied to their bytes" in card.rests_on["expert GEMMs"]
+    assert card.rests_on["collectives"].startswith(
+        "collectives modelled from hardware[gpu].interconnect_model (nvlink4/nvswitch)"
+    )
+    assert "(0.46x)" in card.rests_line and "SGLang" in card.rests_line
     # A check made on another fit (a CPU's own) is said to say nothing of this one.
-    assert "check: none of this fit" in card.rests_on
+    assert card.rests_on["check"].startswith("check: none of this fit")
     same = CHECK.assign(composed_label=f"composed ({FIT})")
     assert (
-        "check: composed -4% to +7% off 3 held-out"
-        in answer_card.build(NO_QUESTION, verdict, same).rests_on
+        answer_card.build(NO_QUESTION, verdict, same)
+        .rests_on["check"]
+        .startswith("check: composed -4% to +7% off 3 held-out")
     )
 
 
@@ -555,19 +566,21 @@ def test_the_reports_say_what_the_answer_rests_on_in_at_most_three_short_lines()
     assert all(len(line) <= 105 for line in lines)
     assert lines[0].startswith("parts composed from the launch-aware fit")
     assert lines[1].startswith("check: ") and lines[2].startswith("engine check: ")
-    assert data.card.rests_on not in text  # the whole list stays in answer.json
+    assert data.card.rests_line not in text  # the whole list stays in answer.json
 
 
-def test_the_short_rests_keep_a_clause_whole_across_a_bracketed_semicolon():
-    assert answer_picks.clauses("a (b; c); d [e; f]; g") == ["a (b; c)", "d [e; f]", "g"]
+def test_the_short_rests_keep_the_clauses_they_name_whole_and_cut_long_ones():
+    engine = "engine check: 3 of 4 within (median 5%; 1 contradicted)"
     card = answer_card.AnswerCard(
         model="m", hardware="gpu", picks=[], no_fit_batches=[],
-        rests_on="fit X; engine check: 3 of 4 within (median 5%; 1 contradicted); SGLang ...",
+        rests_on={"fit": "fit X", "engine check": engine, "engine figures": "SGLang ..."},
     )  # fmt: skip
     assert card.short_rests() == "fit X; engine check: 3 of 4 within (median 5%; 1 contradicted)."
+    assert card.rests_line == f"fit X; {engine}; SGLang ...."
     # Cut short before a bracket it would leave open, and no stop after the ellipsis.
     long = "engine check: 182 of 209 held-out engine figures within 0.75-1.33x (median |error| 11%"
-    card = dataclasses.replace(card, rests_on=f"fit X; {long}; 1 contradicted by its own source)")
+    long += "; 1 contradicted by its own source)"
+    card = dataclasses.replace(card, rests_on={"fit": "fit X", "engine check": long})
     assert card.short_rests() == (
         "fit X; engine check: 182 of 209 held-out engine figures within 0.75-1.33x ..."
     )

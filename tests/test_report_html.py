@@ -255,7 +255,7 @@ def test_report_labels_every_verdict_row_with_its_source():
     for source in ("model", "composed"):
         assert page.count(f'<tr class="src-{source}">') == (rows["source"] == source).sum()
     assert 'class="badge model"' in page and "does not fit" in page
-    assert "memory_bandwidth_gbs=1792 (hardware[rtx_pro_6000])" in page  # inputs and sources
+    assert "memory_bandwidth_gbs: 1792 (hardware[rtx_pro_6000])" in page  # inputs and sources
 
 
 def test_launch_failures_and_estimates():

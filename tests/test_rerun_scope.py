@@ -8,7 +8,7 @@ import shutil
 import pytest
 from conftest import ROOT
 
-from tilesweep import pipeline
+from tilesweep import rerun_keys
 from tilesweep.pipeline import Sweep
 
 # The CUTLASS shared-memory accounting: what build_batch runs for the CUTLASS cells.
@@ -30,8 +30,8 @@ def _codes(sweep: Sweep) -> dict[tuple[str, str], str]:
 def package_copy(tmp_path, monkeypatch):
     """A copy of the package that code hashes read, so that a test can edit it."""
     copy = tmp_path / "tilesweep"
-    shutil.copytree(pipeline.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(pipeline, "PACKAGE_DIR", copy)
+    shutil.copytree(rerun_keys.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(rerun_keys, "PACKAGE_DIR", copy)
     yield copy
 
 

@@ -9,6 +9,7 @@ import pytest
 from tilesweep import deployment_fit, deployment_verdict
 from tilesweep.columns import CHECK_COLUMNS, VERDICT_COLUMNS
 from tilesweep.config import compose_settings
+from tilesweep.plan import row_inputs
 
 H200_HERE = {
     "device": "NVIDIA H200",
@@ -66,7 +67,7 @@ def test_a_cpu_at_hand_without_a_shipped_fit_leaves_the_target_at_its_roofline()
     assert list(table.columns) == VERDICT_COLUMNS
     assert set(table["hardware"]) == {"rtx_pro_6000"}  # the target, not the machine at hand
     assert set(table["source"]) == {"model"}
-    assert table["inputs"].str.contains("no whole step timed in CUDA graphs").all()
+    assert row_inputs.column_words(table).str.contains("no whole step timed in CUDA graphs").all()
     assert len(table) == len(bare.grid.layouts) * len(bare.deployment.batches)
 
 
@@ -76,8 +77,10 @@ def test_a_cpu_at_hand_composes_with_the_shipped_fit_and_says_so(brief):
     )
     fits = table[table["fits_memory"] == "yes"]
     assert not fits.empty and set(fits["source"]) == {"composed"}
-    assert fits["inputs"].str.contains("shipped as docs/examples/h200/fit.json").all()
-    assert fits["inputs"].str.contains("launch-aware fit on NVIDIA H200").all()
+    assert (
+        row_inputs.column_words(fits).str.contains("shipped as docs/examples/h200/fit.json").all()
+    )
+    assert row_inputs.column_words(fits).str.contains("launch-aware fit on NVIDIA H200").all()
 
 
 def test_an_eager_step_never_calibrates_a_verdict(brief):
@@ -96,13 +99,13 @@ def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
     )
     fits = table[table["fits_memory"] == "yes"]
     assert not fits.empty and set(fits["source"]) == {"composed"}
-    assert fits["inputs"].str.contains("launch-aware fit on NVIDIA H200").all()
-    assert fits["inputs"].str.contains(r"at batches \[32, 64\]").all()
+    assert row_inputs.column_words(fits).str.contains("launch-aware fit on NVIDIA H200").all()
+    assert row_inputs.column_words(fits).str.contains(r"at batches \[32, 64\]").all()
     # nvfp4 experts on SM120 take the target's own cited band, never the H200's bf16 figure.
-    assert fits["inputs"].str.contains("grouped_gemm_efficiency").all()
+    assert row_inputs.column_words(fits).str.contains("grouped_gemm_efficiency").all()
     assert (fits["tpot_low_ms"] <= fits["tpot_ms"]).all()
     assert (fits["tpot_ms"] <= fits["tpot_high_ms"]).all()
-    assert not fits["inputs"].str.contains("the bf16 step's efficiency").any()
+    assert not row_inputs.column_words(fits).str.contains("the bf16 step's efficiency").any()
     roof = deployment_verdict.deployment_table(
         compose_settings(["deployment.fit_file="]),
         pd.DataFrame(),
@@ -130,7 +133,7 @@ def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
     one = table[(table["batch"] == 1) & (table["fits_memory"] == "yes")]
     # 0.8 of the measured copy bandwidth (4,200 GB/s) is 0.70 of the datasheet's 4,800.
     assert (
-        one["inputs"]
+        row_inputs.column_words(one)
         .str.contains(r"best fp8 kernel triton:b at t=1 \(of the datasheet\), e_bw 0.70")
         .all()
     )
@@ -154,18 +157,28 @@ def test_measured_interconnect_is_used_only_on_the_target(brief):
     elsewhere = deployment_verdict.deployment_table(
         brief, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE
     )
-    assert elsewhere["inputs"].str.contains("pcie5/").all()  # the RTX PRO 6000's own model
+    assert (
+        row_inputs.column_words(elsewhere).str.contains("pcie5/").all()
+    )  # the RTX PRO 6000's own model
     h200 = compose_settings(["hardware=h200"])
     here = deployment_verdict.deployment_table(
         h200, pd.DataFrame(), collective, pd.DataFrame(), H200_HERE
     )
-    assert here["inputs"].str.contains("fitted on the collectives measured on NVIDIA H200").all()
+    assert (
+        row_inputs.column_words(here)
+        .str.contains("fitted on the collectives measured on NVIDIA H200")
+        .all()
+    )
     # gloo ranks on the host CPU (a one-GPU machine) say nothing of the GPUs' interconnect.
     on_cpu = collective.assign(backend="gloo")
     again = deployment_verdict.deployment_table(
         h200, pd.DataFrame(), on_cpu, pd.DataFrame(), H200_HERE
     )
-    assert again["inputs"].str.contains(r"interconnect=nvlink4/nvswitch \(hardware").all()
+    assert (
+        row_inputs.column_words(again)
+        .str.contains("interconnect: nvlink4/nvswitch; interconnect from: hardware")
+        .all()
+    )
 
 
 def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT, snakemake
 
-from tilesweep import pipeline
+from tilesweep import rerun_keys
+from tilesweep.plan import row_inputs
 from tilesweep.stages.report import FIGURE_CATEGORIES
 
 TINY = ["experiment=tiny"]
@@ -57,7 +58,11 @@ def test_tiny_sweep_writes_all_five_outputs_with_real_numbers(tiny_sweep):
     # The layouts that fit are composed with the fit shipped from the kept H200 run, and say so.
     fitting = verdict[verdict["fits_memory"] == "yes"]
     assert set(fitting["source"]) <= {"composed"}
-    assert fitting["inputs"].str.contains("shipped as docs/examples/h200/fit.json").all()
+    assert (
+        row_inputs.column_words(fitting)
+        .str.contains("shipped as docs/examples/h200/fit.json")
+        .all()
+    )
     assert set(verdict[verdict["fits_memory"] == "no"]["source"]) <= {"model"}
     assert set(verdict["bound"]) <= {
         "memory",
@@ -157,12 +162,12 @@ def test_a_new_triton_version_rebuilds_kernels(tiny_sweep, copy_of):
 
 def test_code_hash_follows_content_not_mtime(tmp_path, monkeypatch):
     (tmp_path / "mod.py").write_text("x = 1\n")
-    monkeypatch.setattr(pipeline, "PACKAGE_DIR", tmp_path)
-    before = pipeline.code_hash("mod.py")
+    monkeypatch.setattr(rerun_keys, "PACKAGE_DIR", tmp_path)
+    before = rerun_keys.code_hash("mod.py")
     (tmp_path / "mod.py").touch()
-    assert pipeline.code_hash("mod.py") == before
+    assert rerun_keys.code_hash("mod.py") == before
     (tmp_path / "mod.py").write_text("x = 2\n")
-    assert pipeline.code_hash("mod.py") != before
+    assert rerun_keys.code_hash("mod.py") != before
 
 
 @pytest.mark.slow
@@ -179,10 +184,10 @@ def test_code_hash_follows_imports(tmp_path, monkeypatch):
     (pkg / "steps" / "a.py").write_text("from tilesweep import helper\n")
     (pkg / "helper.py").write_text("from tilesweep.deep import thing\n")
     (pkg / "deep.py").write_text("thing = 1\n")
-    monkeypatch.setattr(pipeline, "PACKAGE_DIR", pkg)
-    before = pipeline.code_hash("steps/a.py")
+    monkeypatch.setattr(rerun_keys, "PACKAGE_DIR", pkg)
+    before = rerun_keys.code_hash("steps/a.py")
     (pkg / "deep.py").write_text("thing = 2\n")
-    assert pipeline.code_hash("steps/a.py") != before
+    assert rerun_keys.code_hash("steps/a.py") != before
 
 
 @pytest.mark.slow

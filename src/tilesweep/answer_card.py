@@ -6,8 +6,9 @@ Per batch it names the layout that fits in memory and gives the most tokens/s, w
 output token (TPOT), tokens/s per user and per GPU, bound and TPOT over the roofline floor; with a
 target (question.tpot_target_ms, question.min_tokens_per_s_per_user) it names the layout and batch
 with the most tokens/s per GPU that meets it, or the closest miss and by how much. Its `rests_on`
-line names what the figures rest on, read from the verdict rows' own `inputs` and columns (by name:
-extra columns are ignored, missing ones are a labelled gap)."""
+clauses name what the figures rest on, read from the verdict rows' own items (plan.row_inputs; the
+first pick's are its `inputs`) and columns (by name: extra columns are ignored, missing ones are a
+labelled gap)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from tilesweep.answer_picks import (
     Pick,
     Target,
     choose,
-    clauses,
     clip,
     gap_layouts,
     numeric,
@@ -33,19 +33,20 @@ from tilesweep.answer_picks import (
 from tilesweep.answer_rests import check_range, rests_on
 from tilesweep.columns import PROVENANCE_COLUMNS
 from tilesweep.io import write_text
+from tilesweep.plan import row_inputs
 from tilesweep.provenance import git_commit
 from tilesweep.settings import RootSettings
 
-# The clauses of `rests_on` the console's short form keeps (after the fit's).
-SHORT_RESTS = ("expert GEMMs", "kernel list", "collectives", "check:", "engine check")
+# The clauses of `rests_on` the console's short form keeps (after the fit's), by key.
+SHORT_RESTS = ("expert GEMMs", "kernel list", "collectives", "check", "engine check")
 # The clauses the report's card keeps (after the fit's): one line each, three in all.
-REPORT_RESTS = ("check:", "engine check")
+REPORT_RESTS = ("check", "engine check")
 
 
 @dataclass(frozen=True)
 class AnswerCard:
     """The answer: the deployment, its picks per batch, the target's pick where one is asked,
-    the batches where nothing fits, and the one line naming what it rests on."""
+    the batches where nothing fits, and what it rests on, clause by clause."""
 
     model: str
     hardware: str
@@ -54,10 +55,12 @@ class AnswerCard:
     target: Target | None = None
     # Layouts that fit in memory but compose no TPOT (a labelled gap: `layout (bound)`).
     gaps: list[str] = field(default_factory=list)
-    rests_on: str = ""
+    rests_on: dict[str, str] = field(default_factory=dict)  # answer_rests.rests_on
     trust: str = ""  # how far to trust the picks: the engine corpus' error on their family
     # What the picks rest on, as data (columns.PROVENANCE_COLUMNS of the first pick's row).
     provenance: dict = field(default_factory=dict)
+    # Every input of the first pick's row with its source, item by item (plan.row_inputs).
+    inputs: dict[str, str] = field(default_factory=dict)
     # The check's held-out error range (composed vs measured whole steps, %), where checked.
     check_error_pct: tuple[float, float] | None = None
     commit: str = ""  # the commit that composed it (provenance.git_commit)
@@ -120,14 +123,19 @@ class AnswerCard:
         if p.get("fit_file"):
             parts.append(f"fit {p['fit_file']}")
         elif p.get("fit_source"):
-            parts.append("fit: " + clip(str(p["fit_source"]).split("; ")[0], 70))
+            parts.append("fit: " + clip(self.inputs.get("fit") or str(p["fit_source"]), 70))
         return "For: " + " | ".join(parts)
 
+    @property
+    def rests_line(self) -> str:
+        """Return what the answer rests on, every clause, on one line."""
+        return "; ".join(self.rests_on.values()) + "."
+
     def rests_lines(self, keep: tuple[str, ...] = SHORT_RESTS) -> list[str]:
-        """Return what the answer rests on as short clauses: the fit's, then those starting with
-        one of `keep`, each cut short (the whole list is `rests_on`, in answer.json)."""
-        parts = clauses(self.rests_on.rstrip("."))
-        kept = [parts[0], *(c for c in parts[1:] if c.startswith(keep))]
+        """Return what the answer rests on as short clauses: the fit's, then those `keep` names,
+        each cut short (the whole list is `rests_on`, in answer.json)."""
+        first, *rest = self.rests_on.items() or [("fit", "")]
+        kept = [first[1], *(words for key, words in rest if key in keep)]
         return [clip(c, 100) for c in dict.fromkeys(kept)]
 
     def short_rests(self) -> str:
@@ -188,7 +196,8 @@ class AnswerCard:
             no_fit_batches=list(saved.get("no_fit_batches", [])),
             target=target,
             gaps=list(saved.get("gaps", [])),
-            rests_on=saved.get("rests_on", ""),
+            rests_on=_clauses(saved.get("rests_on")),
+            inputs=dict(saved.get("inputs") or {}),
             trust=saved.get("trust", ""),
             provenance=dict(saved.get("provenance") or {}),
             check_error_pct=tuple(saved["check_error_pct"])
@@ -216,6 +225,8 @@ def build(
     model, hardware = settings.model.name, settings.hardware.name
     engine, version = settings.engine.name, settings.engine.version
     trust = references.trust_words(engines, model, hardware, engine) if picks else ""
+    row = _first_row(verdict, basis)
+    inputs = row_inputs.of(row) if row is not None else {}
     return AnswerCard(
         model=str(first.get("model", model)),
         hardware=str(first.get("hardware", hardware)),
@@ -227,21 +238,31 @@ def build(
         commit=git_commit(),
         rests_on=rests_on(verdict, basis, check, engines),
         trust=trust,
-        provenance=_with_fit(_with_engine(_provenance(verdict, basis), engine, version), settings),
+        provenance=_with_fit(_with_engine(_provenance(row), engine, version), settings, inputs),
+        inputs=inputs,
     )
 
 
-def _provenance(verdict: pd.DataFrame, picks: list[Pick]) -> dict:
-    """Return the provenance columns of the first pick's verdict row ({} where there is none)."""
+def _clauses(saved: dict | str | None) -> dict[str, str]:
+    """Return the rests_on clauses answer.json holds (an older card's one line as one clause)."""
+    return dict(saved) if isinstance(saved, dict) else {"fit": saved} if saved else {}
+
+
+def _first_row(verdict: pd.DataFrame, picks: list[Pick]) -> pd.Series | None:
+    """Return the first pick's verdict row, or None where there is none."""
     if not picks or verdict.empty or "layout" not in verdict:
-        return {}
+        return None
     first = picks[0]
     rows = verdict[
         (verdict["layout"].astype(str) == first.layout) & (numeric(verdict, "batch") == first.batch)
     ]
-    if rows.empty:
+    return None if rows.empty else rows.iloc[0]
+
+
+def _provenance(row: pd.Series | None) -> dict:
+    """Return the provenance columns of the first pick's verdict row ({} where there is none)."""
+    if row is None:
         return {}
-    row = rows.iloc[0]
     out = {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}
     if "weight_dtype" in row and "kv_dtype" in row:
         out["formats"] = f"{row['weight_dtype']} weights, {row['kv_dtype']} KV cache"
@@ -258,10 +279,11 @@ def _with_engine(provenance: dict, engine: str, version: str) -> dict:
     return {**provenance, "engine": f"engine {name} {version.split(' (')[0]}".strip()}
 
 
-def _with_fit(provenance: dict, settings: RootSettings) -> dict:
-    """Return the provenance with the shipped fit file its parts come from, where one is set."""
+def _with_fit(provenance: dict, settings: RootSettings, inputs: dict[str, str]) -> dict:
+    """Return the provenance with the shipped fit file its parts come from, where the row's
+    inputs say its fit was shipped."""
     fit = settings.deployment.fit_file
-    if not provenance or not fit or "shipped as" not in provenance.get("fit_source", ""):
+    if not provenance or not fit or "fit file" not in inputs:
         return provenance
     return {**provenance, "fit_file": str(fit)}
 

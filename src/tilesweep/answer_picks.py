@@ -48,17 +48,6 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip(",;( ") + " ..."
 
 
-def clauses(text: str) -> list[str]:
-    """Return the '; '-separated clauses of a line, a '; ' inside brackets kept in its clause."""
-    out, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        depth += (char in "([") - (char in ")]")
-        if depth == 0 and text.startswith("; ", i):
-            out.append(text[start:i])
-            start = i + 2
-    return [*out, text[start:]]
-
-
 def finite(value: object) -> bool:
     """Return whether a value is a finite number."""
     try:

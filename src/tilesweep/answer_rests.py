@@ -1,117 +1,60 @@
-"""What the answer card's picks rest on, in one line: the fit and where it was measured, the
+"""What the answer card's picks rest on, clause by clause: the fit and where it was measured, the
 expert GEMMs' efficiency, the kernel list and host term where named, modelled or measured
 collectives, the check of this fit and the engines' figures beside it; read from the verdict
-rows' own `inputs` and columns (by name: extra columns are ignored, missing ones are a gap)."""
+rows' own items (plan.row_inputs) and columns (by name: extra columns are ignored, missing ones
+are a gap)."""
 
 from __future__ import annotations
-
-import re
 
 import pandas as pd
 
 from tilesweep import references
 from tilesweep.answer_picks import Pick, finite, fitting_rows, number
+from tilesweep.plan import row_inputs
 
-# Items of a verdict row's `inputs` (key before ':' or '=') the card names when present: the
-# efficiency the expert GEMMs take, and the kernel list and host term where the verdict has them.
-NAMED_ITEMS = ("expert GEMMs", "kernel list", "kernels", "host")
-
-
-def input_items(text: str) -> list[str]:
-    """Return a verdict row's `inputs` split into its items: on '; ' outside brackets, so a
-    label's own '; ' (inside its parentheses) stays in it, and a clause with no key of its own
-    stays with the item before it."""
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth = max(depth - 1, 0)
-        elif ch == ";" and depth == 0 and text[i + 1 : i + 2] == " ":
-            items.append(text[start:i].strip())
-            start = i + 2
-    items.append(text[start:].strip())
-    out: list[str] = []
-    for item in (x for x in items if x):
-        # An item with no key of its own ('the bf16 step's efficiency applied ...') goes on
-        # saying the one before it.
-        if out and not re.search(r"[:=]", item):
-            out[-1] += "; " + item
-        else:
-            out.append(item)
-    return out
+# Items of a verdict row the card names when present: the efficiency the expert GEMMs take, and
+# the kernel list and host term.
+NAMED_ITEMS = ("expert GEMMs", "kernel list", "host")
+# The item a row composed at the target's roofline alone carries (why no fit is used).
+ROOFLINE = "parts at the target's roofline"
 
 
-def _key(item: str) -> str:
-    """Return an input item's key: the text before its first ':' or '='."""
-    return re.split(r"[:=]", item, maxsplit=1)[0].strip()
+def _fit_words(items: dict[str, str]) -> dict[str, str]:
+    """Return which fit the parts rest on and where it was shipped from, or that they are at the
+    roofline alone and why."""
+    if "fit" in items:
+        shipped = {"fit file": items["fit file"]} if "fit file" in items else {}
+        return {"fit": f"parts composed from the {items['fit']}"} | shipped
+    if ROOFLINE in items:
+        return {"fit": f"{ROOFLINE}: {items[ROOFLINE]}"}
+    return {"fit": f"{ROOFLINE} alone (no fit named in the verdict's inputs)"}
 
 
-def _value(item: str) -> str:
-    """Return an input item's value: the text after its first ':' or '='."""
-    parts = re.split(r"[:=]", item, maxsplit=1)
-    return parts[1].strip() if len(parts) > 1 else item
-
-
-def fit_labels(inputs: str) -> list[str]:
-    """Return the fit labels ('launch-aware fit on ... at batches [...]', with where it was
-    shipped from) a row's inputs name, each once, in order."""
-    found = []
-    for m in re.finditer(r"\((launch-aware fit on )", inputs):
-        depth, i = 1, m.end()
-        while i < len(inputs) and depth:
-            depth += {"(": 1, ")": -1}.get(inputs[i], 0)
-            i += 1
-        label = inputs[m.start() + 1 : i - 1]
-        if label not in found:
-            found.append(label)
-    return found
-
-
-def _fit_words(inputs: str) -> str:
-    """Return which fit the parts rest on, or that they are at the roofline alone and why."""
-    labels = fit_labels(inputs)
-    if labels:
-        return "parts composed from the " + " and the ".join(labels)
-    for item in input_items(inputs):
-        if item.startswith("parts at the target's roofline"):
-            return item
-    return "parts at the target's roofline alone (no fit named in the verdict's inputs)"
-
-
-def collective_words(inputs: str) -> str:
+def collective_words(items: dict[str, str]) -> str:
     """Return whether the collectives are modelled or measured, and where from."""
-    for item in input_items(inputs):
-        if _key(item) == "interconnect":
-            value = _value(item)
-            if "measured on" in value:
-                return f"collectives measured ({value})"
-            what, _, where = value.partition(" (")
-            where = f"from {where.rstrip(')')} " if where else ""
-            return f"collectives modelled {where}({what}), not measured"
-    return "collectives: not named in the verdict's inputs"
+    if "interconnect" not in items:
+        return "collectives: not named in the verdict's inputs"
+    what, where = items["interconnect"], items.get("interconnect from")
+    if where is None:
+        return f"collectives measured ({what})"
+    return f"collectives modelled from {where} ({what}), not measured"
 
 
 def _varying(rows: list[dict], key: str) -> str:
-    """Return one named input item over the picked rows: once where all agree, else per batch
-    (first and last)."""
-    values = []
-    for rec in rows:
-        found = [x for x in input_items(str(rec.get("inputs") or "")) if _key(x).startswith(key)]
-        if found:
-            values.append((rec["batch"], "; ".join(found)))
+    """Return one named item over the picked rows: once where all agree, else per batch (first
+    and last)."""
+    values = [(r["batch"], items[key]) for r in rows if key in (items := row_inputs.of(r))]
     if not values:
         return ""
-    distinct = list(dict.fromkeys(v for _, v in values))
-    if len(distinct) == 1:
-        return distinct[0]
+    if len(dict.fromkeys(v for _, v in values)) == 1:
+        return f"{key}: {values[0][1]}"
     (b0, first), (b1, last) = values[0], values[-1]
-    return f"{first} at batch {b0} ... {_value(last)} at batch {b1}"
+    return f"{key}: {first} at batch {b0} ... {last} at batch {b1}"
 
 
-def _column_words(rows: list[dict]) -> list[str]:
+def _column_words(rows: list[dict]) -> dict[str, str]:
     """Return the host term and kernel list where the verdict carries them as columns."""
-    out = []
+    out = {}
     host = [float(r["host_ms"]) for r in rows if finite(r.get("host_ms"))]
     if host:
         span = (
@@ -119,15 +62,15 @@ def _column_words(rows: list[dict]) -> list[str]:
             if min(host) == max(host)
             else f"{number(min(host))}-{number(max(host))}"
         )
-        out.append(f"host term {span} ms per step (verdict host_ms)")
+        out["host"] = f"host term {span} ms per step (verdict host_ms)"
     lists = list(dict.fromkeys(str(r["kernel_list"]) for r in rows if r.get("kernel_list")))
     lists = [x for x in lists if x and x != "nan"]
     if lists:
-        out.append("kernel list " + ", ".join(lists))
+        out["kernel list"] = "kernel list " + ", ".join(lists)
     return out
 
 
-def _check_words(check: pd.DataFrame, labels: list[str]) -> str:
+def _check_words(check: pd.DataFrame, fit: str) -> str:
     """Return what the check says of this fit: the held-out error and over which steps, or that
     the check tests another fit (one made on another device) and so says nothing of this one."""
     if check is None or check.empty or "composed_error_pct" not in check:
@@ -137,8 +80,7 @@ def _check_words(check: pd.DataFrame, labels: list[str]) -> str:
     checked = (
         set(check["composed_label"].dropna().astype(str)) if "composed_label" in check else set()
     )
-    same = any(lab.split(";")[0] in c for lab in labels for c in checked)
-    if labels and not same:
+    if fit and not any(fit in c for c in checked):
         return (
             f"check: none of this fit (the {len(check)} whole steps measured on {device} test a "
             "fit made there, not this one)"
@@ -153,11 +95,13 @@ def _check_words(check: pd.DataFrame, labels: list[str]) -> str:
     )
 
 
-def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> str:
-    """Return the engine check: the engines' published TPOT beside the composition (same model,
-    the same hardware first), each ratio named as composed over engine."""
+def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> dict[str, str]:
+    """Return the engine check: how many held-out engine figures the composition meets, and the
+    engines' published TPOT beside it (same model, the same hardware first), each ratio named as
+    composed over engine."""
+    none = {"engine check": "engine check: none cited"}
     if engines is None or engines.empty or "composed_over_engine" not in engines:
-        return "engine check: none cited"
+        return none
     rows = engines[pd.to_numeric(engines["composed_over_engine"], errors="coerce").notna()]
     if "model" in rows:
         same = rows[rows["model"].astype(str) == model]
@@ -173,20 +117,22 @@ def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> st
         for r in rows.head(2).to_dict("records")
     ]
     more = f" (+{len(rows) - 2} more in engines.csv)" if len(rows) > 2 else ""
-    BAND, corpus_summary = references.BAND, references.corpus_summary
-
-    got = corpus_summary(engines)
-    corpus = (
-        f"{got['in_band']} of {got['composed']} held-out engine figures within "
-        f"{BAND[0]}-{BAND[1]}x (median |error| {got['median_abs_error_pct']:.0f}%"
-        + (f"; {got['contradicted']} contradicted by its own source" if got["contradicted"] else "")
-        + "); "
-        if got.get("composed")
-        else ""
-    )
-    return (
-        "engine check: " + corpus + "; ".join(parts) + more if parts else "engine check: none cited"
-    )
+    if not parts:
+        return none
+    got, band = references.corpus_summary(engines), references.BAND
+    if got.get("composed"):
+        contradicted = got["contradicted"]
+        corpus = [
+            f"{got['in_band']} of {got['composed']} held-out engine figures within "
+            f"{band[0]}-{band[1]}x (median |error| {got['median_abs_error_pct']:.0f}%"
+            + (f"; {contradicted} contradicted by its own source" if contradicted else "")
+            + ")"
+        ]
+    else:
+        corpus = []
+    first, *rest = corpus + parts
+    out = {"engine check": f"engine check: {first}"}
+    return out | ({"engine figures": "; ".join(rest) + more} if rest else {})
 
 
 def rests_on(
@@ -194,10 +140,10 @@ def rests_on(
     picks: list[Pick],
     check: pd.DataFrame | None,
     engines: pd.DataFrame | None,
-) -> str:
-    """Return the one line naming what the picks rest on: the fit and where it was measured, the
-    expert GEMMs' efficiency, the kernel list and host term where named, modelled or measured
-    collectives, the check of this fit and the engines' figures beside it."""
+) -> dict[str, str]:
+    """Return what the picks rest on, clause by clause (key -> words): the fit and where it was
+    measured, the expert GEMMs' efficiency, the kernel list and host term where named, modelled or
+    measured collectives, the check of this fit and the engines' figures beside it."""
     fits = fitting_rows(verdict)
     chosen = [
         r
@@ -206,24 +152,18 @@ def rests_on(
         if str(r["layout"]) == p.layout and int(r["batch"]) == p.batch
     ]
     if not chosen:
-        return "nothing: no layout is composed"
-    inputs = str(chosen[0].get("inputs") or "")
-    labels = fit_labels(inputs)
+        return {"fit": "nothing: no layout is composed"}
+    items = row_inputs.of(chosen[0])
     model = str(chosen[0].get("model", "?"))
     hardware = str(chosen[0].get("hardware", "?"))
-    parts = [_fit_words(inputs)]
-    parts += [x for x in (_varying(chosen, key) for key in NAMED_ITEMS) if x]
-    named = {p.split(":")[0] for p in parts}
-    parts += [
-        w
-        for w in _column_words(chosen)
-        if " ".join(w.split()[:2]) not in named and w.split()[0] not in named
-    ]
-    parts.append(collective_words(inputs))
+    out = _fit_words(items)
+    out |= {key: words for key in NAMED_ITEMS if (words := _varying(chosen, key))}
+    for key, words in _column_words(chosen).items():
+        out.setdefault(key, words)
+    out["collectives"] = collective_words(items)
     if check is not None:  # None: composed before the whole steps were checked (card_json)
-        parts.append(_check_words(check, labels))
-    parts.append(_engine_words(engines, model, hardware))
-    return "; ".join(parts) + "."
+        out["check"] = _check_words(check, items.get("fit", ""))
+    return out | _engine_words(engines, model, hardware)
 
 
 def _held_out_errors(check: pd.DataFrame) -> pd.Series:

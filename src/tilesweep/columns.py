@@ -72,9 +72,9 @@ assert LAUNCH_COLUMNS[-3:] == list(BUILD_PROVENANCE_KEYS), "data/columns.yaml LA
 
 # ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
 
-# What a verdict row rests on, as data (the `inputs` column keeps every figure's source too):
-# the fit, the expert GEMMs' efficiency, the engine's kernel list, the host rule, the
-# collectives (and PCIe topology), and the load.
+# What a verdict row rests on, as data: the fit, the expert GEMMs' efficiency, the engine's kernel
+# list, the host rule, the collectives (and PCIe topology), and the load; `inputs_json` holds
+# every input with its source, item by item (plan.row_inputs).
 PROVENANCE_COLUMNS = _LISTS["PROVENANCE_COLUMNS"]
 VERDICT_COLUMNS = _LISTS["VERDICT_COLUMNS"]
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
@@ -117,7 +117,7 @@ LATENCY_FLOOR_COLUMNS = _LISTS["LATENCY_FLOOR_COLUMNS"]
 REPORT_VERDICT_COLUMNS = [
     c
     for c in VERDICT_COLUMNS
-    if c not in {"tp", "pp", "ep", "context_len", "inputs", *PROVENANCE_COLUMNS}
+    if c not in {"tp", "pp", "ep", "context_len", "inputs_json", *PROVENANCE_COLUMNS}
 ]
 # The columns each wide table exists for, first, so a 1,280 px page shows them before it
 # scrolls: the check's measured against composed step, the engines' figure against the

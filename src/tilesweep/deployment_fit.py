@@ -93,7 +93,8 @@ def verdict_fit(
 ):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
     on the TP1 step timed in CUDA graphs here (on `model`, the model as deployed; by default the
-    settings' own), else the fit shipped in deployment.fit_file, else (None, None, why)."""
+    settings' own), else the fit shipped in deployment.fit_file (its `shipped` saying so), else
+    (None, None, why)."""
     device = ceilings.get("device", "none") if ceilings else "none"
     if ceilings and ceilings.get("device_kind") == "cuda":
         fit = _graphed_fit(settings, steps, ceilings, hw_here, model)
@@ -102,13 +103,14 @@ def verdict_fit(
     path = settings.deployment.fit_file
     if path and project_path(path).is_file():
         fit = json.loads(project_path(path).read_text())
-        where = f"; shipped as {path}, its costs per kernel and efficiencies"
+        shipped = f"shipped as {path}, its costs per kernel and efficiencies"
         if settings.deployment.fit_batches:
-            where += (
+            shipped += (
                 f"; deployment.fit_batches={settings.deployment.fit_batches} not applied: the "
                 f"shipped fit was made at batches {fit.get('fit_batches')}"
             )
-        return fit, fit["per_kernel_us"], calibration.fit_label(fit, where)
+        label = calibration.fit_label(fit, f"; {shipped}")
+        return dict(fit, shipped=shipped), fit["per_kernel_us"], label
     why = f"no whole step timed in CUDA graphs on {device}" + (
         f" and no deployment.fit_file at {path!r}" if path else ""
     )

@@ -11,7 +11,7 @@ The expert GEMMs of an fp8 or nvfp4 deployment take the efficiency of the best f
 decode benchmark where there is one. A step timed eagerly never calibrates a verdict.
 Communication: the fit on the collectives measured here when the device at hand is the target,
 else the interconnect model of the target's hardware file. Every row and part says which:
-`source` (`composed` or `model`) and `inputs`.
+`source` (`composed` or `model`) and its items in `inputs_json` (plan.row_inputs).
 """
 
 from __future__ import annotations
@@ -27,16 +27,20 @@ from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.deployment_fit import fit_on_datasheet, measured_here, verdict_fit
 from tilesweep.plan import (
     attention_table,
+    calibration,
     engine_profile,
     grouped_efficiency,
     interconnect,
+    row_inputs,
 )
 from tilesweep.plan.architecture import deployment_model
-from tilesweep.plan.deployment import Composition, compose_parts, serving_load
+from tilesweep.plan.deployment import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
+from tilesweep.plan.part_timers import roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
+from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
 from tilesweep.settings import Layout, RootSettings
 
@@ -60,15 +64,15 @@ def engine_deployment(settings: RootSettings) -> tuple[dict, dict]:
     """Return (the deployment as the engine runs it, the engine's settings), as the plan's plain
     containers: `attention: auto` resolved to the engine's mode on the target's architecture,
     the mean context of a serving load (input_len + output_len / 2) where one is set, and
-    `attention_label` saying which."""
+    `attention_label` saying which (the text of a row's `attention` item)."""
     dep = settings.deployment.model_dump(exclude_unset=True)
     engine = settings.engine.model_dump(exclude_unset=True)
     if dep.get("attention", "auto") == "auto":
         mode, why = engine_profile.attention_mode(engine, settings.hardware.arch)
         dep["attention"] = mode
-        dep["attention_label"] = f"attention: {mode} ({why})"
+        dep["attention_label"] = f"{mode} ({why})"
     else:
-        dep["attention_label"] = f"attention: {dep['attention']} (deployment.attention)"
+        dep["attention_label"] = f"{dep['attention']} (deployment.attention)"
     i, o = serving_load(dep)
     if i:
         dep["context_len"] = i + o // 2
@@ -219,35 +223,36 @@ def _fraction_on_datasheet(frac: float, why: str, ceilings: dict) -> tuple[float
 
 def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> tuple:
     """Return (the target with the collectives its rows take, measured latency floors or None,
-    the all-reduce in words, the other topologies its band spans, a note naming them): the
-    collectives measured here where the device at hand is the target, else the hardware file's."""
+    the all-reduce in words (its item's text), the other topologies its band spans, a note naming
+    them): the collectives measured here where the device at hand is the target, else the
+    hardware file's."""
     device, here_numbers, here_floors, _ = here
     plain = settings.hardware.model_dump(exclude_unset=True)
     target, spanned, topology_note = with_topology(
         with_engine_allreduce(plain, engine_conf), dep.get("topology", "")
     )
     allreduce = (
-        f"all-reduce: {engine.name}'s one-shot custom all-reduce up to its max_bytes "
+        f"{engine.name}'s one-shot custom all-reduce up to its max_bytes "
         f"(hardware[{plain['name']}] one_shot figures, cited), NCCL above"
         if target is not plain
-        else "all-reduce: NCCL (the hardware file's figures)"
+        else "NCCL (the hardware file's figures)"
     )
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
         target = dict(
             target, interconnect_model={"default": named, "topologies": {named: here_numbers}}
         )
-        return target, here_floors, f"all-reduce: measured here ({device}; NCCL)", [], ""
+        return target, here_floors, f"measured here ({device}; NCCL)", [], ""
     return target, None, allreduce, spanned, topology_note
 
 
 def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -> tuple:
     """Return (the part timer with the expert GEMMs' efficiency at this batch, what it rests on
-    in words, the timers at the ends of a cited band), each timer made by `make(fit)`: the
-    target's own cited band for the format's grouped GEMM at this batch's tokens per expert
-    (never another GPU's or dtype's figure; the row at its geometric middle; each layout's
-    expert GEMMs at its own expert's size where the band names the sizes it was timed on), else
-    the best fp8 decode kernel measured here."""
+    in words (a row's `expert GEMMs` item), the timers at the ends of a cited band), each timer
+    made by `make(fit)`: the target's own cited band for the format's grouped GEMM at this
+    batch's tokens per expert (never another GPU's or dtype's figure; the row at its geometric
+    middle; each layout's expert GEMMs at its own expert's size where the band names the sizes it
+    was timed on), else the best fp8 decode kernel measured here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
     curve = (target.get("grouped_gemm_efficiency") or {}).get(dep["weight_dtype"])
     per_expert = batch * model["top_k"] / model["routed_experts"]
@@ -274,14 +279,25 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -
     if f8 == f8:
         return (
             make(with_group_bw(fit, expert, f8)),
-            f"expert GEMMs ({dep['weight_dtype']}): {why}, e_bw {f8:.2f}",
+            f"{dep['weight_dtype']}, {why}, e_bw {f8:.2f}",
             {},
         )
-    words = (
-        f"expert GEMMs ({dep['weight_dtype']}): {why}; the bf16 step's efficiency applied to "
-        "their bytes"
-    )
+    words = f"{dep['weight_dtype']}, {why}; the bf16 step's efficiency applied to their bytes"
     return make(fit), words, {}
+
+
+def _untimed(engine_conf: dict, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
+    """Make the parts of each kernel the engine runs at `routed_pairs` that no figure times
+    (engine.untimed) gaps naming it, in kwargs' timer and in each end of the band (returned)."""
+    for item in engine_conf.get("untimed") or []:
+        if routed_pairs >= item["from_routed_pairs"]:
+            why = (
+                f"{item['kernel']} from {item['from_routed_pairs']} routed pairs ({item['cite']}): "
+                "no kernel-level figure times it"
+            )
+            kwargs["timer"] = untimed_timer(kwargs.get("timer", roofline_timer), item["kind"], why)
+            ends = {c: untimed_timer(t, item["kind"], why) for c, t in ends.items()}
+    return ends
 
 
 def _own_attention(settings: RootSettings, ceilings: dict, device: str, model: dict, dep: dict):
@@ -325,24 +341,31 @@ def deployment_table(
     fit, label = fit_on_datasheet(fit, label, settings.catalog)
     own = _own_attention(settings, ceilings, here[0], model, dep)
     layouts = [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts]
+    collectives = {"all-reduce": allreduce} | ({"topology": topology_note} if topology_note else {})
     columns = {
         "fit_source": label,
         "kernel_list": engine.label,
         "host_rule": engine.host_label,
-        "collectives": "; ".join(x for x in (allreduce, topology_note) if x),
+        "collectives": row_inputs.words(collectives),
         "load": _load_words(dep),
     }
-    tail = [*([topology_note] if topology_note else []), dep["attention_label"], allreduce]
+    tail = ({"topology": topology_note} if topology_note else {}) | {
+        "attention": dep["attention_label"],
+        "all-reduce": allreduce,
+    }
     if fit is not None and engine.launches is not None:
-        tail.append(small_kernel_us(fit)[1])
+        tail["small kernels"] = small_kernel_us(fit)[1]
+    if fit is None:
+        used = {"parts at the target's roofline": label}
+    else:
+        used = {"fit": calibration.fit_words(fit)}
+        used |= {"fit file": fit["shipped"]} if fit.get("shipped") else {}
     frames = []
     for batch in dep["batches"]:
         one = Composition(model, dict(dep, batches=[batch]), target, layouts)
         kwargs = {"measured_floors": floors, "engine": engine}
-        notes, expert_words, ends = [], "", {}  # ends: tpot_low_ms, tpot_high_ms of a cited band
-        if fit is None:
-            notes.append(f"parts at the target's roofline: {label}")
-        else:
+        expert_words, ends = "", {}  # ends: tpot_low_ms, tpot_high_ms of a cited band
+        if fit is not None:
             make = partial(
                 launch_timer,
                 per_kernel_us=cost,
@@ -353,14 +376,15 @@ def deployment_table(
             kwargs["timer"], expert_words, ends = _expert_efficiency(
                 fit, target, dep, model, batch, decode, ceilings, make
             )
-            notes += [expert_words] if expert_words else []
+        expert = {"expert GEMMs": expert_words} if expert_words else {}
+        kwargs["rests"] = used | expert | tail
+        ends = _untimed(engine_conf, batch * model["top_k"], kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]
         if spanned:
             span_topologies(table, one, kwargs, ends, target, spanned)
         table = table.assign(**columns, expert_efficiency=expert_words)
-        table["inputs"] = table["inputs"] + "; " + "; ".join(notes + tail)
         frames.append(table)
     out = pd.concat(frames, ignore_index=True)
     return out.sort_values(["world", "layout", "batch"], kind="stable").reset_index(drop=True)[

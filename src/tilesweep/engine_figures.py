@@ -11,6 +11,7 @@ from tilesweep.columns import ENGINE_COLUMNS
 from tilesweep.config import compose_groups
 from tilesweep.deployment_fit import measured_here, verdict_fit
 from tilesweep.deployment_verdict import deployment_table
+from tilesweep.plan import row_inputs
 from tilesweep.settings import RootSettings
 
 
@@ -59,6 +60,9 @@ def engine_table(
                 "composed_over_engine": ratio,
                 "error_pct": 100 * (ratio - 1),
                 "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
+                "tpot_low_ms": one["tpot_low_ms"],
+                "tpot_high_ms": one["tpot_high_ms"],
+                "inside_tpot_band": _inside(one["tpot_low_ms"], fig.tpot_ms, one["tpot_high_ms"]),
                 "floor_ms": one["floor_ms"],
                 "engine_over_floor": fig.tpot_ms / one["floor_ms"],
                 "host_ms": one["host_ms"],
@@ -102,17 +106,16 @@ def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
     return base.model_copy(update={"deployment": dep, "grid": grid})
 
 
-def _between(text: str, start: str, end: str) -> str:
-    """Return the part of `text` between `start` and `end` ('' where `start` is absent)."""
-    if start not in text:
-        return ""
-    return text.split(start, 1)[1].split(end, 1)[0]
-
-
 def _gap(row: pd.Series) -> str:
     """Return why a composed engine row has no time ('' where it has one)."""
     if row["fits_memory"] != "yes":
         return f"does not fit in memory ({row['mem_short_gb']:.3g} GB short per GPU)"
     if row["tpot_ms"] == row["tpot_ms"]:
         return ""
-    return _between(str(row["inputs"]), "gaps: ", "; ") or str(row["bound"])
+    return row_inputs.of(row).get("gaps") or str(row["bound"])
+
+
+def _inside(low: float, tpot: float, high: float) -> bool | None:
+    """Return whether an engine's TPOT lies inside the verdict's band, None where the row has
+    no band (no cited band, one topology)."""
+    return None if low != low or high != high else bool(low <= tpot <= high)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 import traceback
@@ -69,3 +70,25 @@ def tool_main(name: str, main) -> int:
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
         sys.stderr.write(f"{name}: {unexpected(exc)}\n")
         return 1
+
+
+# Where a YAML parser says its error is.
+_YAML_AT = re.compile(r'in "(.+)", line (\d+), column \d+')
+
+
+def one_line(exc: Exception) -> str:
+    """Return the first meaningful line of a Hydra/OmegaConf error (a YAML error: its file and
+    line first)."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    head = lines[0] if lines else type(exc).__name__
+    where = next((m for ln in lines if (m := _YAML_AT.match(ln))), None)
+    if where:  # a YAML error: the file and line first, then what the parser says
+        said = "; ".join(ln for ln in lines if not _YAML_AT.match(ln))
+        return f"{where.group(1)}, line {where.group(2)}: not valid YAML ({said})"
+    if "Could not find" in head or "not found in" in head:
+        # Hydra lists the valid options on the next lines: keep them on one line.
+        opts = [ln.lstrip("\t ") for ln in lines[1:] if not ln.startswith("Config search path")]
+        if opts:
+            head = f"{head} {' '.join(opts)}"
+    return f"bad config: {head}"

@@ -1,10 +1,9 @@
-"""What the Snakefile needs: the composed config, the cells, output paths, code hashes."""
+"""What the Snakefile needs: the composed config, the cells, output paths and each rule's code
+hash (rerun_keys); the `--config` keys it takes are command_config's."""
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import json
+import sys
 from pathlib import Path
 
 from tilesweep import backends, deployment_verdict, device, grid
@@ -14,8 +13,8 @@ from tilesweep.errors import ConfigError
 from tilesweep.io import check_results_dir, project_path
 from tilesweep.plan.calibration import FIT_LAYOUT
 from tilesweep.report_paths import Stage5
+from tilesweep.rerun_keys import code_hash
 
-PACKAGE_DIR = Path(__file__).resolve().parent
 # The fields that name a kernel configuration, as grid.build_cells writes them.
 KERNEL_FIELDS = ("dtype", "tile_m", "tile_n", "tile_k", "stages", "warps", "epilogue")
 
@@ -23,87 +22,6 @@ KERNEL_FIELDS = ("dtype", "tile_m", "tile_n", "tile_k", "stages", "warps", "epil
 def _pick(row: dict, keys: tuple[str, ...]) -> dict:
     """Return the given keys of a grid row, leaving out absent and NaN (missing) values."""
     return {k: row[k] for k in keys if k in row and row[k] == row[k]}
-
-
-def _module_file(name: str) -> Path | None:
-    """Return the file of a tilesweep module or package named like 'tilesweep.measure.gemm_case'."""
-    parts = name.split(".")[1:]
-    if not parts:
-        init = PACKAGE_DIR / "__init__.py"
-        return init if init.is_file() else None
-    rel = Path(*parts)
-    for candidate in (PACKAGE_DIR / rel.with_suffix(".py"), PACKAGE_DIR / rel / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _data_files(tree: ast.Module) -> set[Path]:
-    """Return the package files a module lists in a module-level `DATA_FILES = (...)` tuple."""
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if any(isinstance(t, ast.Name) and t.id == "DATA_FILES" for t in targets):
-            return {PACKAGE_DIR / rel for rel in ast.literal_eval(node.value)}
-    return set()
-
-
-# _imports by (file, mtime, size): a Snakefile read hashes a dozen rules' module sets that share
-# most of their modules; each file is parsed once per process (an edited file again).
-_IMPORTS: dict[tuple, frozenset] = {}
-
-
-def _imports(path: Path) -> set[Path]:
-    """Return the tilesweep module files a module imports (at any depth in its body), and the
-    data files it declares; a data file itself imports nothing."""
-    if path.suffix != ".py":
-        return set()
-    stat = path.stat()
-    key = (path, stat.st_mtime_ns, stat.st_size)
-    if key not in _IMPORTS:
-        _IMPORTS[key] = frozenset(_parse_imports(path))
-    return set(_IMPORTS[key])
-
-
-def _parse_imports(path: Path) -> set[Path]:
-    """Return what _imports returns, parsing the module."""
-    text = path.read_text()
-    tree = ast.parse(text, str(path))
-    found = _data_files(tree)
-    # A plugin package finds its modules at run time; a rule names the plugins it runs
-    # (Sweep.rule_code), so that no rule depends on every module the package can reach.
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        for name in names:
-            if name == "tilesweep" or name.startswith("tilesweep."):
-                module = _module_file(name)
-                if module is not None:
-                    found.add(module)
-    return found
-
-
-def code_hash(*modules: str) -> str:
-    """Return a short content hash of package modules (paths relative to the package) and of
-    every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
-    reruns the rule; a touch does not. Plugins found at run time are not followed: pass the
-    ones a rule runs (Sweep.rule_code)."""
-    todo = [PACKAGE_DIR / rel for rel in modules]
-    seen: set[Path] = set()
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        todo.extend(_imports(path) - seen)
-    digest = hashlib.sha256()
-    for path in sorted(seen):
-        inside = path.is_relative_to(PACKAGE_DIR)
-        digest.update(str(path.relative_to(PACKAGE_DIR) if inside else path.name).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 # The stage module each core rule calls (src/tilesweep/stages/); a tuner's rules call the modules
@@ -125,74 +43,10 @@ RULE_STAGES = {
 def _module_path(obj: object) -> str:
     """Return the file of the module that defines obj's class: relative to the package, or
     absolute for a plugin module outside it (TILESWEEP_PLUGINS)."""
-    import sys
-
     name = type(obj).__module__
     if name.startswith("tilesweep."):
         return str(Path(*name.split(".")[1:]).with_suffix(".py"))
     return str(Path(sys.modules[name].__file__).resolve())
-
-
-# What `snakemake --config KEY=VALUE` takes; every other setting goes in overrides.
-COMMAND_KEYS = {
-    "overrides": "Hydra overrides, overrides='[\"key=value\"]'",
-    "example": "a kept example folder to re-render",
-    "device": "the machine the jobs are planned for (auto, cpu, h200x8)",
-}
-
-
-def check_command_config(config: dict) -> None:
-    """Raise ConfigError in one line for a `--config` key other than COMMAND_KEYS (a setting
-    given there would otherwise be ignored), or an example or device that is not one string."""
-    for key, value in config.items():
-        if key not in COMMAND_KEYS:
-            hint = f"; write overrides='[\"{key}={value}\"]'" if key in _SETTING_KEYS else ""
-            raise ConfigError(
-                f"{key}={value!r}: not a --config key{hint}; valid: {', '.join(COMMAND_KEYS)}"
-            )
-    for key in ("example", "device"):
-        if key in config and (not isinstance(config[key], str) or not config[key].strip()):
-            raise ConfigError(f"{key}={config[key]!r}: expected one string ({COMMAND_KEYS[key]})")
-    example = config.get("example")
-    if example is not None and not Path(example).is_dir():
-        raise ConfigError(f"example={example}: not a folder (a kept example is a folder)")
-
-
-# The top-level settings of conf/config.yaml, which go in overrides, never in --config.
-_SETTING_KEYS = (
-    "results_dir",
-    "max_jobs",
-    "read_outside",
-    "hardware",
-    "model",
-    "grid",
-    "backend",
-    "bench",
-    "deployment",
-    "question",
-    "references",
-    "experiment",
-)
-
-
-def parse_overrides(raw: object) -> list[str]:
-    """Return the Hydra overrides given as `--config overrides=[...]` (a list or one string)."""
-    if raw is None:
-        return []
-    if isinstance(raw, str):
-        raw = raw.strip()
-        if raw.startswith("["):
-            try:
-                raw = json.loads(raw)
-            except json.JSONDecodeError:
-                raise ConfigError(
-                    f"overrides={raw!r}: not a list; write overrides='[\"key=value\"]'"
-                ) from None
-        else:
-            raw = [raw]
-    if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
-        raise ConfigError(f"overrides={raw!r}: not a list of strings; write overrides='[\"k=v\"]'")
-    return raw
 
 
 class Sweep:

@@ -25,7 +25,7 @@ from string import Template
 from tilesweep.cutlass.cell_spec import ARCHS, DTYPES, EPILOGUES
 from tilesweep.cutlass.toolchain import BASE_FLAGS
 
-# The C++ this module reads, relative to the package: pipeline.code_hash hashes them with it.
+# The C++ this module reads, relative to the package: rerun_keys.code_hash hashes them with it.
 DATA_FILES = (
     "templates/cutlass/prelude.cuh",
     "templates/cutlass/reporter.cuh",

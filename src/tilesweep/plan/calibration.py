@@ -17,10 +17,10 @@ import pandas as pd
 
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.plan import attention_table, engine_profile
-from tilesweep.plan.deployment import compose_step
 from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
+from tilesweep.plan.step_time import compose_step
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
@@ -156,9 +156,14 @@ def step_fit(
 
 def fit_label(fit: dict, where: str = "") -> str:
     """Return the label of figures composed from a fit."""
+    return f"composed ({fit_words(fit)}{where})"
+
+
+def fit_words(fit: dict) -> str:
+    """Return which fit it is: its device, the step it was made on and at which batches."""
     return (
-        f"composed (launch-aware fit on {fit['device']}, {fit['layout']} {fit['timing']} step of "
-        f"{fit['model']} at batches {fit['fit_batches']}{where})"
+        f"launch-aware fit on {fit['device']}, {fit['layout']} {fit['timing']} step of "
+        f"{fit['model']} at batches {fit['fit_batches']}"
     )
 
 
@@ -255,7 +260,7 @@ def step_check(
                 label += (
                     f"; {engine.name}: the fit's kernels for the step's own parts and the "
                     f"engine's extra kernels as run ({_extra_text(engine.extra)}), "
-                    f"{small_kernel_us(used)[1]}"
+                    f"small kernels: {small_kernel_us(used)[1]}"
                 )
             calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
             if emu:

@@ -1,25 +1,6 @@
-"""A whole decode step per layout x batch, composed from parts timed by a pluggable part timer.
-
-Layout (tp, pp, ep, MoE split): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is
-memory_fit's: heads, dense MLP, shared experts and LM head over TP; routed experts over tp*ep as
-MoE TP x MoE EP (sharding.moe_split); with ep > 1 the groups run attention data-parallel on
-ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after attention and after the
-MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k routed rows, or, where
-DP attention meets another MoE split, a gather and scatter of the micro-batch over the stage; PP
-send/recv of the micro-batch's hidden states at each stage boundary. Parts run one
-after another (no overlap of communication with compute is modelled).
-
-Pipeline: `batch` concurrent sequences are split into m = min(pp, batch) micro-batches of
-ceil(batch/m) sequences. A token of one micro-batch must pass every stage and every hop, so
-  TPOT = max(sum of the stages' times + pp hops, m * slowest stage time),
-the second term being the slowest stage serving all m micro-batches once per cycle; tokens/s =
-batch / TPOT. With pp = 1 this is one stage's time.
-
-When the path sets TPOT the split is taken over the whole path (every stage's work and every hop,
-the return hop of the tokens included); else over the slowest stage's m micro-batches. EP: each
-layer waits for its busiest rank under random top-k routing (`step_parts.busiest_rank`).
-
-Parts come from `step_parts`; their times from a part timer (`part_timers`).
+"""The deployment table: one row per layout x batch of the named deployment, each a whole
+decode step (plan.step_time) with its memory fit, speed, split, bound and the inputs it rests on
+(plan.row_inputs).
 """
 
 from __future__ import annotations
@@ -31,14 +12,20 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tilesweep.columns import VERDICT_COLUMNS
-from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
 from tilesweep.plan.bound import decide_bound
 from tilesweep.plan.engine_profile import EngineProfile, lean
-from tilesweep.plan.interconnect import floored_ms, topology_numbers
-from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
+from tilesweep.plan.interconnect import topology_numbers
+from tilesweep.plan.memory_fit import memory_fit
 from tilesweep.plan.part_timers import Timer, roofline_timer
+from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
-from tilesweep.plan.step_parts import stage_collectives, stage_parts
+from tilesweep.plan.step_time import (
+    comm_gap_bound,
+    floor_ms,
+    loaded_step,
+    prompt_words,
+    serving_load,
+)
 
 if TYPE_CHECKING:
     from tilesweep.settings import RootSettings
@@ -70,333 +57,39 @@ class Composition:
         )
 
 
-# Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
-# another sequence's KV cache (its attention over its own prompt is not counted).
-DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
-
-
-def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw=None) -> list:
-    """Return the parts one rank of a stage runs for a micro-batch of `micro` decoding sequences
-    and `prefill` prompt rows through the linear layers and experts and the prompt's own
-    attention (prompt_parts), with an engine's extra kernels (`extra_parts(stage, first, last)`,
-    plan.engine_profile) where given."""
-    parts = stage_parts(model, dep, layout, stage, micro, first, last)
-    if prefill:
-        loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
-        parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
-            p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
-        ]
-        parts += prompt_parts(model, dep, layout, stage, prefill, hw or {})
-    if extra_parts is not None:
-        parts = parts + extra_parts(stage, first, last)
-    return parts
-
-
-# The part kinds of a prompt's own attention (no fit group covers them: each takes the hardware
-# file's cited prefill-attention efficiency, hardware.prompt_attention).
-PROMPT_KINDS = ("prompt_attention", "prompt_indexer")
-
-
-def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
-    """Return the attention one rank runs over `rows` rows of an arriving prompt (a share
-    rows / input_len of the whole prompt's causal attention, and of its DSA indexer where the
-    deployment runs one), at the target's cited prefill-attention efficiency; none where the
-    hardware file cites none (the row's inputs say so)."""
-    cited = hw.get("prompt_attention")
-    if not cited or not dep.get("input_len"):
-        return []
-    share = rows / dep["input_len"]
-    heads = model["attention"]["heads"] / layout["tp"]
-    layers = stage["dense"] + stage["moe"]
-    out = []
-    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
-        if not count:
-            continue
-        core = prompt_attention(model, dep, heads, sliding)
-        for kind, flops, nbytes, dtype in (
-            ("prompt_attention", core["flops"], core["bytes"], "bf16"),
-            ("prompt_indexer", core["index_flops"], core["index_bytes"], "fp8"),
-        ):
-            if flops:
-                out.append(
-                    {
-                        "name": kind + ("_sliding" if sliding else ""),
-                        "kind": kind,
-                        "bytes": share * nbytes,
-                        "flops": share * flops,
-                        "dtype": dtype,
-                        "count": count,
-                        "launches": 1.0,
-                        "e_math": cited["e_math"],
-                    }
-                )
-    return out
-
-
-def _comm_gap(why: str, hw: dict) -> str:
-    """Return why a collective has no time, naming the file its figures would come from: 'no
-    all_reduce figures for 8 GPUs (has 2, 4) in conf/hardware/rtx_pro_6000.yaml'."""
-    where = (
-        "the collectives measured here"
-        if hw.get("interconnect") == "measured"
-        else f"conf/hardware/{hw.get('name')}.yaml"
-    )
-    return f"{why.split(';')[0]} in {where}"
-
-
-def comm_gap_bound(gaps: list[str]) -> str:
-    """Return the bound of a row whose step has no communication time: 'gap (communication
-    unknown: <the first collective's reason>)', the reason naming the GPU count and the file."""
-    reason = next((g.split(": ", 1)[1] for g in gaps if ": " in g), "")
-    return f"gap (communication unknown: {reason})" if reason else "gap (communication unknown)"
-
-
-def _stage_time(
-    model,
-    dep,
-    hw,
-    layout,
-    stage,
-    micro,
-    first,
-    last,
-    timer,
-    numbers,
-    measured,
-    prefill=0,
-    extra_parts=None,
-) -> dict:
-    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}
-    in ms; `peak` is the largest fraction of its target's datasheet roofline any part reaches."""
-    acc = {
-        "memory": 0.0,
-        "math": 0.0,
-        "comm": 0.0,
-        "other": 0.0,
-        "roof_memory": 0.0,
-        "roof_math": 0.0,
-        "mem_kernel": 0.0,
-        "math_kernel": 0.0,
-    }
-    sources, gaps, comm_gaps = set(), [], []
-    peak = 0.0
-    for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw):
-        t = timer(part, hw)
-        c = part["count"]
-        kernel = t["memory_ms"] + t["math_ms"]
-        if kernel > 0:
-            peak = max(peak, max(t["roof_memory_ms"], t["roof_math_ms"] or 0.0) / kernel)
-        sources.add(t["source"])
-        if t["gap"]:
-            gaps.append(f"{part['name']}: {t['gap']}")
-        acc["memory"] += c * t["memory_ms"]
-        acc["math"] += c * t["math_ms"]
-        # Launch-aware timers give each part's fixed cost; others take the deployment's gap.
-        acc["other"] += c * t.get("launch_ms", dep["kernel_gap_us"] * 1e-3)
-        # A part's kernel time (both terms: the bound one and the other's unhidden share)
-        # against its binding roofline term.
-        if t["memory_ms"] > 0 and t["memory_ms"] >= t["math_ms"]:
-            acc["mem_kernel"] += c * (t["memory_ms"] + t["math_ms"])
-            acc["roof_memory"] += c * t["roof_memory_ms"]
-        else:
-            acc["math_kernel"] += c * (t["math_ms"] + t["memory_ms"])
-            acc["roof_math"] += c * t["roof_math_ms"]
-    for coll in stage_collectives(model, layout, stage, micro, first):
-        ms, why = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)
-        acc["comm"] += coll["count"] * ms
-        if math.isnan(ms):
-            comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
-    acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
-    acc["sources"], acc["gaps"], acc["peak"] = sources, gaps + comm_gaps, peak
-    acc["comm_gaps"] = comm_gaps
-    return acc
-
-
-def compose_step(
-    model: dict,
-    dep: dict,
-    hw: dict,
-    layout: dict,
-    batch: int,
-    timer: Timer = roofline_timer,
-    measured_floors: dict | None = None,
-    layer_overrides: dict | None = None,
-    topology: str | None = None,
-    prefill: int = 0,
-    extra_parts=None,
-) -> dict:
-    """Return one layout x batch's step: tpot_ms, tokens/s, split (ms), bound inputs and labels.
-    `prefill`: prompt rows each micro-batch carries through the linear layers and experts (a
-    serving load's arriving requests); `extra_parts`: an engine's extra kernels (_parts)."""
-    numbers, ic_label = topology_numbers(hw, topology)
-    pp = layout["pp"]
-    per_stage = (layer_overrides or {}).get("per_stage")
-    if per_stage:  # a depth-reduced model with the same layers on every stage
-        stages = [{"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}] * pp
-    else:
-        stages = stage_layers(layer_counts(model, layer_overrides), pp)
-    m = min(pp, batch)
-    micro = math.ceil(batch / m)
-    times = [
-        _stage_time(
-            model,
-            dep,
-            hw,
-            layout,
-            st,
-            micro,
-            i == 0,
-            i == pp - 1,
-            timer,
-            numbers,
-            measured_floors,
-            math.ceil(prefill / m),
-            extra_parts,
-        )
-        for i, st in enumerate(stages)
-    ]
-    hop = back = 0.0
-    hop_why = ""
-    if pp > 1:
-        hop_bytes = math.ceil(micro / layout["ep"]) * model["hidden"] * ACT_BYTES
-        hop, hop_why = floored_ms("send_recv", 2, hop_bytes, numbers, measured_floors)
-        # The ring's return hop: the last stage hands the picked tokens back to the first.
-        back, _ = floored_ms(
-            "send_recv", 2, math.ceil(micro / layout["ep"]) * 8, numbers, measured_floors
-        )
-    hops = (pp - 1) * hop + (back if pp > 1 else 0.0)
-    path = sum(t["time"] for t in times) + hops
-    slow = max(times, key=lambda t: t["time"])
-    tpot = max(path, m * slow["time"])
-    # The bound is taken over the token's whole path: when the path sets the time, every
-    # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
-    # when the slowest stage does, its m micro-batches are.
-    if pp > 1 and path >= m * slow["time"]:
-        split = {
-            "memory": sum(t["memory"] for t in times),
-            "math": sum(t["math"] for t in times),
-            "communication": sum(t["comm"] for t in times) + hops,
-            "other": sum(t["other"] for t in times),
-        }
-    else:
-        split = {
-            "memory": m * slow["memory"],
-            "math": m * slow["math"],
-            "communication": m * slow["comm"],
-            "other": m * slow["other"],
-        }
-    achieved = {}
-    if slow["mem_kernel"] >= slow["math_kernel"] and slow["mem_kernel"] > 0:
-        achieved = {"bandwidth": slow["roof_memory"] / slow["mem_kernel"], "math": 0.0}
-    elif slow["math_kernel"] > 0:
-        achieved = {"bandwidth": 0.0, "math": slow["roof_math"] / slow["math_kernel"]}
-    sources = set().union(*(t["sources"] for t in times))
-    gaps = [g for t in times for g in t["gaps"]]
-    comm_gaps = [g for t in times for g in t["comm_gaps"]]
-    if math.isnan(hop) or math.isnan(back):
-        comm_gaps.append(f"pp_send_recv: {_comm_gap(hop_why, hw)}")
-        gaps.append(comm_gaps[-1])
-    return {
-        "tpot_ms": tpot,
-        "stage_ms": [t["time"] for t in times],
-        "hop_ms": hop,
-        "micro_batches": m,
-        "split": split,
-        "achieved": achieved,
-        "source": "composed" if any(s.startswith("composed") for s in sources) else "model",
-        "part_sources": sorted(sources),
-        "peak_fraction": max(t["peak"] for t in times),
-        "gaps": gaps,
-        "comm_gaps": comm_gaps,
+def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> dict[str, str]:
+    """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
+    dep, model = parts.deployment, parts.model
+    sheet = f"(hardware[{hw['name']}])"
+    items = {
+        "memory_bandwidth_gbs": f"{hw['memory_bandwidth_gbs']} {sheet}",
+        "peak_tflops": f"{hw['peak_tflops']} {sheet}",
+        "memory_gb": f"{hw['memory_gb']} {sheet}",
         "interconnect": ic_label,
     }
+    if "measured on" not in ic_label:
+        items["interconnect from"] = f"hardware[{hw['name']}].interconnect_model"
+    return items | {
+        "model": f"{model['name']} ({model['source']})",
+        "weight_dtype": f"{dep['weight_dtype']} (deployment)",
+        "quantized": f"{','.join(dep['quantized'])} (deployment)",
+        "kv_dtype": f"{dep['kv_dtype']} (deployment)",
+        "context_len": f"{dep['context_len']} (deployment)",
+        "runtime_reserve_gb": f"{dep['runtime_reserve_gb']} (deployment)",
+        "kernel_gap_us": f"{dep['kernel_gap_us']} (deployment; only where the fit gives a part "
+        "no launch cost)",
+        "part times": timer_label,
+        "routing": "random top-k (expected distinct experts; EP: the busiest rank)",
+    }
 
 
-def _prompt_words(hw: dict) -> str:
-    """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
-    cited = hw.get("prompt_attention")
-    if not cited:
-        return (
-            f"their attention not charged: hardware[{hw.get('name')}] cites no prompt_attention "
-            "efficiency"
-        )
-    return f"their attention at e_math {cited['e_math']:g} ({cited['cite']})"
-
-
-def serving_load(dep: dict) -> tuple[int, int]:
-    """Return (input_len, output_len) of the deployment's serving load, (0, 0) for decode only."""
-    i, o = int(dep.get("input_len") or 0), int(dep.get("output_len") or 0)
-    return (i, o) if i > 0 and o > 0 else (0, 0)
-
-
-def loaded_step(
-    model, dep, hw, layout, batch, timer, measured_floors, layer_overrides, extra_parts=None
-) -> tuple[dict, float]:
-    """Return (the decode step, its prefill share in ms): with a serving load (input_len I,
-    output_len O), each of the other batch - 1 requests arrives once every O steps and its
-    prompt's I rows run through the linear layers and experts in one step (chunked with the
-    decoding batch, as engines chunk a prompt of up to a few thousand tokens), so a request's
-    TPOT carries (batch - 1) / O of the time that step adds; its own prompt is its time to first
-    token, never its TPOT. The prefill's split is added to the step's, in the same proportion."""
-    args = (model, dep, hw, layout, batch, timer, measured_floors, layer_overrides)
-    step = compose_step(*args, extra_parts=extra_parts)
-    i, o = serving_load(dep)
-    if not i or batch < 2:
-        return step, 0.0
-    with_prompt = compose_step(*args, prefill=i, extra_parts=extra_parts)
-    share = (batch - 1) / o
-    add = {k: share * (with_prompt["split"][k] - step["split"][k]) for k in step["split"]}
-    prefill = sum(add.values())
-    step = dict(
-        step,
-        tpot_ms=step["tpot_ms"] + prefill,
-        split={k: v + add[k] for k, v in step["split"].items()},
-        peak_fraction=max(step["peak_fraction"], with_prompt["peak_fraction"]),
-    )
-    return step, prefill
-
-
-def floor_ms(
-    model: dict,
-    dep: dict,
-    hw: dict,
-    layout: dict,
-    batch: int,
-    measured_floors: dict | None = None,
-    layer_overrides: dict | None = None,
-) -> float:
-    """Return the step's physical floor in ms: every part at its roofline on the target's
-    datasheet figures (bytes over bandwidth or flops over peak, the larger), no per-kernel cost,
-    and the collectives as the interconnect model times them (latency + bytes / bus bandwidth),
-    over the same path as the composed step (pipeline stages, hops, micro-batches)."""
-    bare = {**dep, "kernel_gap_us": 0.0}
-    step, _ = loaded_step(
-        model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
-    )
-    return step["tpot_ms"]
-
-
-def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> str:
-    """Return a '; '-joined string naming every input of a row and where it comes from."""
-    dep, model = parts.deployment, parts.model
-    name = hw["name"]
-    return "; ".join(
-        [
-            f"memory_bandwidth_gbs={hw['memory_bandwidth_gbs']} (hardware[{name}])",
-            f"peak_tflops={hw['peak_tflops']} (hardware[{name}])",
-            f"memory_gb={hw['memory_gb']} (hardware[{name}])",
-            f"interconnect={ic_label}"
-            + ("" if "measured on" in ic_label else f" (hardware[{name}].interconnect_model)"),
-            f"model={model['name']} ({model['source']})",
-            f"weight_dtype={dep['weight_dtype']} (deployment)",
-            f"quantized={','.join(dep['quantized'])} (deployment)",
-            f"kv_dtype={dep['kv_dtype']} context_len={dep['context_len']} (deployment)",
-            f"runtime_reserve_gb={dep['runtime_reserve_gb']} (deployment)",
-            f"kernel_gap_us={dep['kernel_gap_us']} (deployment; only where the fit gives a part "
-            "no launch cost)",
-            f"part times: {timer_label}",
-            "routing: random top-k (expected distinct experts; EP: the busiest rank)",
-        ]
+def _load_item(load_in: int, load_out: int, prefill: float, hw: dict) -> str:
+    """Return the serving load a row carries and what the other requests' prompts add, in words."""
+    if not load_in:
+        return "decode only (no arriving prompts)"
+    return (
+        f"serving, {load_in} in / {load_out} out per request (the other requests' prompts: "
+        f"{prefill:.3g} ms a step; {prompt_words(hw)})"
     )
 
 
@@ -412,10 +105,12 @@ def compose_parts(
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
     engine: EngineProfile | None = None,
+    rests: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound.
     `engine` (plan.engine_profile) adds its extra kernels and its host time per step; none: the
-    project's own step, no host time."""
+    project's own step, no host time. `rests` (item -> text) ends every row's inputs."""
+    rests = rests or {}
     engine = engine or lean()
     load_in, load_out = serving_load(parts.deployment)
     hw, model, dep = parts.hardware, parts.model, parts.deployment
@@ -453,7 +148,9 @@ def compose_parts(
                 row.update(
                     {
                         "source": "model",
-                        "inputs": _inputs(parts, hw, ic_label, "none (does not fit)"),
+                        "inputs_json": dumps(
+                            _inputs(parts, hw, ic_label, "none (does not fit)") | rests
+                        ),
                     }
                 )
                 rows.append(row)
@@ -500,18 +197,16 @@ def compose_parts(
                     "peak_part_of_datasheet": step["peak_fraction"],
                     **verdict,
                     "source": step["source"],
-                    "inputs": _inputs(
-                        parts, hw, step["interconnect"], ", ".join(step["part_sources"])
-                    )
-                    + f"; kernel list: {engine.label}; host: {engine.host_label}"
-                    + "; load: "
-                    + (
-                        f"serving, {load_in} in / {load_out} out per request (the other "
-                        f"requests' prompts: {prefill:.3g} ms a step; {_prompt_words(hw)})"
-                        if load_in
-                        else "decode only (no arriving prompts)"
-                    )
-                    + ("; gaps: " + ", ".join(step["gaps"]) if step["gaps"] else ""),
+                    "inputs_json": dumps(
+                        _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"]))
+                        | {
+                            "kernel list": engine.label,
+                            "host": engine.host_label,
+                            "load": _load_item(load_in, load_out, prefill, hw),
+                        }
+                        | ({"gaps": ", ".join(step["gaps"])} if step["gaps"] else {})
+                        | rests
+                    ),
                 }
             )
             rows.append(row)

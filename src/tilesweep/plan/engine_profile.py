@@ -103,7 +103,14 @@ def _running(kernels: list[dict], weight_dtype: str, arch: str | None = None) ->
 def arch_gap(engine: dict, model: dict, arch: str) -> str:
     """Return why `engine`'s list for `model`'s family has no attention kernel on `arch` (each is
     `only_arch` other architectures: the engine's code has no path there), or '' where it has one,
-    or where the engine has no list for the family."""
+    or where the engine has no list for the family; or why the engine runs on other
+    architectures only (its own `only_arch`: a backend built for one GPU generation)."""
+    only = engine.get("only_arch") or []
+    if only and arch not in only:
+        return (
+            f"engine {engine['name']} runs on {', '.join(only)} only (only_arch in "
+            f"conf/engine/{engine['name']}.yaml)"
+        )
     lists = (engine.get("families") or {}).get(family(model))
     if lists is None:
         return ""

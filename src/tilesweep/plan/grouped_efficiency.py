@@ -31,10 +31,10 @@ class Band:
         return math.sqrt(self.low * self.high)
 
     def words(self, dtype: str, hardware: str) -> str:
-        """Return the band for a row's inputs: its middle, its ends and their kernels."""
+        """Return the band as a row's `expert GEMMs` item: its middle, ends and their kernels."""
         ends = f"{self.low:.3g} ({self.low_kernel}), {self.high:.3g} ({self.high_kernel})"
         return (
-            f"expert GEMMs ({dtype}): e_bw {self.middle:.3f} of the datasheet, the geometric "
+            f"{dtype}, e_bw {self.middle:.3f} of the datasheet, the geometric "
             f"middle of hardware[{hardware}].grouped_gemm_efficiency [{ends}] {self.where} "
             f"({self.cite}); tpot_low_ms and tpot_high_ms span the band"
         )

@@ -297,10 +297,10 @@ def small_kernel_us(fit: dict) -> tuple[float, str]:
     cost, each said so."""
     launch = (fit.get("ceilings") or {}).get("launch") or {}
     if launch.get("small_us"):
-        return launch["small_us"], "small kernels: measured probe (ceilings launch.small_us)"
+        return launch["small_us"], "measured probe (ceilings launch.small_us)"
     if fit.get("light_kernel_us"):
-        return fit["light_kernel_us"], "small kernels: an empty kernel's graphed time (lower)"
-    return fit["per_kernel_us"], "small kernels: the fit's per-kernel cost"
+        return fit["light_kernel_us"], "an empty kernel's graphed time (lower)"
+    return fit["per_kernel_us"], "the fit's per-kernel cost"
 
 
 def launch_timer(

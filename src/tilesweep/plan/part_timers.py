@@ -53,6 +53,19 @@ def roofline_timer(part: dict, hw: dict) -> dict:
     }
 
 
+def untimed_timer(timer: Timer, kind: str, why: str) -> Timer:
+    """Return `timer` with every part of `kind` a gap naming `why`: a kernel the engine runs
+    there that no figure times is never timed as another kernel."""
+
+    def wrapped(part: dict, hw: dict) -> dict:
+        out = timer(part, hw)
+        if part["kind"] == kind:
+            out.update(memory_ms=math.nan, math_ms=math.nan, gap=why)
+        return out
+
+    return wrapped
+
+
 def part_terms(roof_memory_ms, roof_math_ms, e_bw, e_math, overlap: float):
     """Return (memory_ms, math_ms) of a part at these efficiencies (numbers or numpy arrays):
     each roofline term over its efficiency, the binding one in full (memory on a tie, or where

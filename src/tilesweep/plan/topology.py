@@ -33,19 +33,19 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
 
 def with_topology(target: dict, named: str) -> tuple[dict, list[str], str]:
     """Return (the target with the topology its collectives take, the other topologies its band
-    spans, a note naming them): `named` (deployment.topology) alone where given, else the hardware
-    file's default with its `plausible` ones beside."""
+    spans, a row's `topology` item naming them): `named` (deployment.topology) alone where given,
+    else the hardware file's default with its `plausible` ones beside."""
     block = target.get("interconnect_model")
     if not block:
         return target, [], ""
     if named:
         target = dict(target, interconnect_model=dict(block, default=named))
-        return target, [], f"topology: {named} (deployment.topology)"
+        return target, [], f"{named} (deployment.topology)"
     others = [t for t in block.get("plausible") or [] if t != block["default"]]
     if not others:
         return target, [], ""
     note = (
-        f"topology: {block['default']} (hardware[{target['name']}] default); tpot_low_ms and "
+        f"{block['default']} (hardware[{target['name']}] default); tpot_low_ms and "
         f"tpot_high_ms also span {', '.join(others)} (deployment.topology names one)"
     )
     return target, others, note

@@ -60,7 +60,7 @@ background:#f7faff}.card p{margin:.4em 0}.card .rests{font-size:.85em;color:#333
 .muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
 font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
 """
-WRAP_COLUMNS = {"reason", "inputs", "value"}
+WRAP_COLUMNS = {"reason", "inputs_json", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
 VERDICT_CLASSES = (
     "memory",

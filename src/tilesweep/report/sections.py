@@ -15,6 +15,7 @@ from tilesweep.columns import (
     REPORT_VERDICT_COLUMNS,
     VERDICT_NO_FIT_COLUMNS,
 )
+from tilesweep.plan import row_inputs
 from tilesweep.report.analysis import (
     verdict_pivot,
 )
@@ -99,7 +100,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     )
     key, every = _with_tie(REPORT_KEY_VERDICT_COLUMNS), _with_tie(REPORT_VERDICT_COLUMNS)
     first = frame[fits].iloc[0] if fits.any() else None
-    inputs = str(first["inputs"]) if first is not None and "inputs" in frame else ""
+    inputs = "\n".join(row_inputs.lines(row_inputs.of(first))) if first is not None else ""
     which = (
         f"{first['layout']} at batch {fmt_value(first['batch'])}" if first is not None else "none"
     )
@@ -139,21 +140,18 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
             title="Every column of every row, the rows that fit first",
             collapsed=True,
         ),
-        Code(
-            f"Inputs of the first row that fits ({which}), and where each comes from",
-            inputs.replace("; ", "\n"),
-        ),  # fmt: skip
+        Code(f"Inputs of the first row that fits ({which}), and where each comes from", inputs),
     ]
 
 
 def verdict_collectives(verdict: pd.DataFrame | None) -> str:
     """Return where the verdict's collectives come from, read from its first fitting row's
     inputs (answer_rests.collective_words), or that it has no row that fits."""
-    if verdict is None or verdict.empty or "inputs" not in verdict:
+    if verdict is None or verdict.empty or row_inputs.COLUMN not in verdict:
         return "no verdict row names its collectives"
     fits = verdict[column(verdict, "fits_memory", "yes").astype(str) == "yes"]
     rows = fits if len(fits) else verdict
-    return collective_words(str(rows["inputs"].iloc[0])).removeprefix("collectives ")
+    return collective_words(row_inputs.of(rows.iloc[0])).removeprefix("collectives ")
 
 
 def check_blocks(

@@ -104,3 +104,9 @@ class References(Section):
     """The engines' figures a report sets beside its verdict (see conf/references)."""
 
     figures: list[Figure] = Field([], description="each engine figure, cited")
+    figures_from: str = Field(
+        "",
+        description="a YAML file under conf/references whose `figures:` list is read as the "
+        "figures (with libyaml, once per process: the corpus is too long for Hydra's parse); "
+        "'' for none; not beside inline figures",
+    )

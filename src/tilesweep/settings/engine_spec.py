@@ -77,6 +77,17 @@ class Host(Section):
     cite: str = Field(min_length=1)
 
 
+class Untimed(Section):
+    """A kernel the engine runs from a number of routed (token, expert) pairs per step on that
+    no kernel-level figure times: the verdict's rows there are a labelled gap, never composed
+    with another kernel's efficiency."""
+
+    kind: Literal["expert_gemm"]
+    from_routed_pairs: int = Field(ge=1)  # tokens x top_k at or above which it runs
+    kernel: str = Field(min_length=1)
+    cite: str = Field(min_length=1)  # the engine's (or library's) code that selects it
+
+
 class EngineSettings(Section):
     """The engine the verdict is composed for (conf/engine)."""
 
@@ -88,3 +99,6 @@ class EngineSettings(Section):
         Annotated[str, Field(pattern=r"^(sm_[0-9]{2,3}a?|default)$")], Literal["dsa", "dense"]
     ]  # arch (sm_90) -> mode; `default` too
     custom_allreduce: bool  # small all-reduces take the hardware file's one-shot figures
+    untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
+    # GPU architectures its code runs on (a backend built for one generation); empty: all
+    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []

@@ -61,7 +61,8 @@ class RootSettings(Section):
     )
     engine: EngineSettings = Field(
         description="whose decode step the verdict composes: its kernels per layer (cited file "
-        "and line; `tensorrtllm` holds DeepSeek-V3/R1, GLM-5 and Qwen3 MoE lists), host "
+        "and line; `tensorrtllm` holds DeepSeek-V3/R1, GLM-5 and Qwen3 MoE lists; "
+        "`sglang_b12x`: SGLang with b12x 0.6.0's SM120 MoE, its untimed kernel a gap), host "
         "time per step, attention per architecture, custom all-reduce"
     )
     catalog: dict[str, HardwareSpec] = Field(

@@ -117,9 +117,9 @@ class DeploymentSettings(Section):
     batches: distinct(AtLeastOne)
     runtime_reserve_gb: Number = Field(ge=0)
     kernel_gap_us: Number = Field(ge=0, le=1000)  # at most a millisecond between two kernels
-    fit_file: str  # its content: config._check_files
+    fit_file: str  # its content: deployment_files.check_files
     fit_batches: list[AtLeastOne]  # at most two distinct; []: the smallest and largest measured
-    attention_table: str  # its content: config._check_files
+    attention_table: str  # its content: deployment_files.check_files
     attention: Literal["auto", "dsa", "dense"]
     compute_dtype: Literal["", Dtype]  # the quantised layers' math dtype ("": their weight dtype)
     input_len: int = Field(ge=0)  # prompt tokens per request of a serving load; 0: decode only

@@ -1,0 +1,197 @@
+"""The checks of a composed config that need more than its models: the hardware catalog's
+architectures, the registered backends and their sections, the engine file's name and kernels, the
+deployment's topology, and the question's and the cited figures' models in conf/model. Each
+raises ConfigError naming the first bad key and value."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from tilesweep import gpu_archs, question, references
+from tilesweep.errors import ConfigError, one_line
+from tilesweep.group_files import group_file
+from tilesweep.plan import engine_profile
+from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings, check
+from tilesweep.settings.strict import Refused
+
+
+def check_settings(settings: dict) -> RootSettings:
+    """Return the composed config as the settings object; raise ConfigError naming the first key
+    whose type, range or choice the models refuse, or that does not fit another group. It reads
+    the plain containers first: a bad hardware spec is named by its file, and a backend section
+    by its backend's own model (RootSettings keeps each section as the mapping it checked)."""
+    for name, spec in settings["catalog"].items():
+        _check_cc(check(HardwareSpec, spec, f"hardware[{name}]"), f"hardware[{name}]")
+    checked = check(RootSettings, settings)
+    _check_cc(checked.hardware, "hardware")
+    check_backends(settings["backend"])
+    check_runners(checked)
+    return checked
+
+
+def _check_cc(spec: HardwareSpec, where: str) -> None:
+    """Raise ConfigError where a hardware spec's architecture is not one conf/architectures.yaml
+    lists, or its compute capability is not that architecture's."""
+    table = gpu_archs.architectures()
+    row = table.get(spec.arch.removesuffix("a"))
+    if row is None:
+        raise ConfigError(
+            f"{where}.arch={spec.arch}: not an architecture conf/architectures.yaml lists "
+            f"({', '.join(table)}); add it there first"
+        )
+    if row.cc != spec.cc:
+        raise ConfigError(
+            f"{where}.cc={spec.cc}: {spec.arch} is compute capability {row.cc} "
+            "(conf/architectures.yaml)"
+        )
+
+
+def check_runners(settings: RootSettings) -> None:
+    """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
+    backend with a step runner, or a backend refuses its own section's values."""
+    # cycle: the registry's discovery imports fused_moe.commands, which imports config (and so this)
+    from tilesweep import backends
+
+    if not any(b.builder for b in backends.enabled(settings)):
+        builders = [b.name for b in backends.builders()]
+        raise ConfigError(
+            f"backend: {' and '.join(builders)} are {'both' if len(builders) == 2 else 'all'} "
+            "disabled; enable at least one to have kernels"
+        )
+    runner = settings.bench.step_runner
+    if runner != "auto" and not backends.step_capable(runner):
+        allowed = ["auto", *backends.step_runner_help()]
+        raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
+    for b in backends.registered():
+        if b.name in settings.backend:
+            b.validate(settings)
+
+
+def check_backends(section: dict) -> None:
+    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
+    # cycle: the registry's discovery imports fused_moe.commands, which imports config (and so this)
+    from tilesweep import backends
+
+    known = {b.name: b for b in backends.registered() if b.settings_model}
+    for name, value in section.items():
+        if name not in known:
+            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
+        check(known[name].settings_model, value, f"backend.{name}")
+
+
+def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
+    """Raise ConfigError for an engine file whose name is not its file's (the figures and rows
+    are labelled with the name, so another engine's would borrow its label)."""
+
+    name = settings.engine.name
+    files = {p.stem for p in (Path(conf_dir) / "engine").glob("*.yaml")}
+    if name not in files:
+        raise ConfigError(
+            f"engine.name={name!r}: no conf/engine/{name}.yaml; an engine file's name is its file "
+            f"name ({', '.join(sorted(files))})"
+        )
+    table = gpu_archs.architectures()
+    for family, lists in settings.engine.families.items():
+        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
+            for i, kernel in enumerate(getattr(lists, where)):
+                unknown = [a for a in kernel.only_arch if a.removesuffix("a") not in table]
+                if unknown:
+                    raise ConfigError(
+                        f"engine.families.{family}.{where}[{i}].only_arch={unknown[0]}: not an "
+                        f"architecture conf/architectures.yaml lists ({', '.join(table)})"
+                    )
+    own = group_file(conf_dir, "engine", name)
+    if own.get("version") != settings.engine.version:
+        raise ConfigError(
+            f"engine.name={name!r}: conf/engine/{name}.yaml is another engine (version "
+            f"{own.get('version')!r}, not {settings.engine.version!r}); an engine file's name "
+            "is its file name"
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _engine_families(folder: str, name: str) -> frozenset | None:
+    """Return the model families an engine file lists kernels for (empty: the project's own
+    step, any model), or None where there is no such file or it is not a mapping."""
+    path = Path(folder) / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = group_file(path.parents[1], "engine", name)
+    except Exception:  # noqa: BLE001 - the engine group's own check names the fault
+        return None
+    if not isinstance(data, dict):
+        return None
+    return frozenset(data.get("families") or {})
+
+
+def check_topology(settings: RootSettings) -> None:
+    """Raise ConfigError for a deployment.topology the target's hardware file does not have."""
+    named = settings.deployment.topology
+    if not named:
+        return
+    block = settings.hardware.interconnect_model
+    have = sorted(block.topologies) if block else []
+    if named not in have:
+        where = f"hardware[{settings.hardware.name}]"
+        valid = f"valid: {', '.join(have)}" if have else "it has no interconnect_model"
+        raise ConfigError(f"deployment.topology={named!r}: not a topology of {where}; {valid}")
+
+
+def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
+    """Raise ConfigError for a question about a model conf/model does not have (its panel would
+    never appear)."""
+    asked = question.of(settings)
+    options = sorted(p.stem for p in (Path(conf_dir) / "model").glob("*.yaml"))
+    if asked is not None and asked.model not in options:
+        raise ConfigError(
+            f"question.model={asked.model!r}: unknown model; valid: {', '.join(options)}"
+        )
+
+
+def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
+    """Raise ConfigError for a cited figure given twice, or one whose layout its model cannot be
+    split into (named by the figure's key, not the grid's)."""
+    from omegaconf import OmegaConf
+
+    seen: list[dict] = []
+    models: dict[str, tuple[dict, ModelSettings]] = {}  # each model file read and checked once
+    for i, fig in enumerate(references.of(settings).figures):
+        where = f"references.figures[{i}]"
+        key = {k: v for k, v in fig if k not in ("source", "tpot_ms", "speculative")}
+        if key in seen:
+            raise ConfigError(
+                f"{where}: repeats references.figures[{seen.index(key)}] (same engine, version, "
+                "model, hardware, deployment, layout, batch and context); give each figure once"
+            )
+        seen.append(key)
+        if fig.model not in models:
+            try:
+                model = OmegaConf.to_container(
+                    OmegaConf.load(Path(conf_dir) / "model" / f"{fig.model}.yaml"), resolve=True
+                )
+                check(ModelSettings, model, f"model[{fig.model}]")
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise ConfigError(f"{where}.model={fig.model!r}: {one_line(exc)}") from None
+            models[fig.model] = (model, ModelSettings.model_validate(model))
+        model, typed = models[fig.model]
+        families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
+        fam = engine_profile.family(model)  # the model as its file gives it
+        if families is None:
+            raise ConfigError(
+                f"{where}.engine={fig.engine!r}: no conf/engine/{fig.engine_name()}.yaml; name its "
+                "engine file in engine_config"
+            )
+        if families and fam not in families:
+            raise ConfigError(
+                f"{where}.engine={fig.engine!r}: conf/engine/{fig.engine_name()}.yaml has no "
+                f"kernel list for the {fam} family of {fig.model} (it has "
+                f"{', '.join(sorted(families))})"
+            )
+        try:
+            fig.layout.fit(typed)
+        except Refused as exc:
+            raise ConfigError(exc.line(f"{where}.layout")) from None

@@ -1,0 +1,92 @@
+"""A rule's rerun key: a content hash of the package modules it runs and of every tilesweep module
+they import, transitively (and the data files a module declares in DATA_FILES), so that an edit
+anywhere a rule's code reaches reruns it and a touch does not (Snakemake's `params` carry it)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _module_file(name: str) -> Path | None:
+    """Return the file of a tilesweep module or package named like 'tilesweep.measure.gemm_case'."""
+    parts = name.split(".")[1:]
+    if not parts:
+        init = PACKAGE_DIR / "__init__.py"
+        return init if init.is_file() else None
+    rel = Path(*parts)
+    for candidate in (PACKAGE_DIR / rel.with_suffix(".py"), PACKAGE_DIR / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _data_files(tree: ast.Module) -> set[Path]:
+    """Return the package files a module lists in a module-level `DATA_FILES = (...)` tuple."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "DATA_FILES" for t in targets):
+            return {PACKAGE_DIR / rel for rel in ast.literal_eval(node.value)}
+    return set()
+
+
+# _imports by (file, mtime, size): a Snakefile read hashes a dozen rules' module sets that share
+# most of their modules; each file is parsed once per process (an edited file again).
+_IMPORTS: dict[tuple, frozenset] = {}
+
+
+def _imports(path: Path) -> set[Path]:
+    """Return the tilesweep module files a module imports (at any depth in its body), and the
+    data files it declares; a data file itself imports nothing."""
+    if path.suffix != ".py":
+        return set()
+    stat = path.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = frozenset(_parse_imports(path))
+    return set(_IMPORTS[key])
+
+
+def _parse_imports(path: Path) -> set[Path]:
+    """Return what _imports returns, parsing the module."""
+    text = path.read_text()
+    tree = ast.parse(text, str(path))
+    found = _data_files(tree)
+    # A plugin package finds its modules at run time; a rule names the plugins it runs
+    # (Sweep.rule_code), so that no rule depends on every module the package can reach.
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name == "tilesweep" or name.startswith("tilesweep."):
+                module = _module_file(name)
+                if module is not None:
+                    found.add(module)
+    return found
+
+
+def code_hash(*modules: str) -> str:
+    """Return a short content hash of package modules (paths relative to the package) and of
+    every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
+    reruns the rule; a touch does not. Plugins found at run time are not followed: pass the
+    ones a rule runs (Sweep.rule_code)."""
+    todo = [PACKAGE_DIR / rel for rel in modules]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(_imports(path) - seen)
+    digest = hashlib.sha256()
+    for path in sorted(seen):
+        inside = path.is_relative_to(PACKAGE_DIR)
+        digest.update(str(path.relative_to(PACKAGE_DIR) if inside else path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
