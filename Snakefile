@@ -20,7 +20,7 @@ from tilesweep.cells import (
     rebuilds_of,
     stale_join,
 )
-from tilesweep.errors import ConfigError
+from tilesweep.errors import ConfigError, unexpected
 from tilesweep.sweep_lock import hold, probe
 from tilesweep.grid import canonical as grid_json
 from tilesweep.command_config import check_command_config, parse_overrides
@@ -63,6 +63,8 @@ try:
             hold(R)
 except ConfigError as err:
     sys.exit(f"tilesweep: {err}")
+except Exception as err:  # a bug: one line, its trace in a file the line names
+    sys.exit(f"tilesweep: {unexpected(err)}")
 
 if workflow.is_main_process:
     print(f"tilesweep: {SWEEP.device.summary()}", file=sys.stderr)

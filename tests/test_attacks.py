@@ -329,6 +329,12 @@ def test_a_restored_join_is_rejoined_and_no_row_is_lost(swept):
     (work / "results" / "decode" / f"{cell}.csv").unlink()
     failed = _failing_join(work)
     assert failed.returncode != 0 and "planted fault in the tables step" in failed.stderr
+    # The job's error is one line naming the cause and its log, which holds the trace.
+    log = work / "results" / "logs" / "tables.log"
+    assert "unexpected error, RuntimeError: planted fault in the tables step" in failed.stderr
+    assert f"the full trace: {log.relative_to(work)})" in failed.stderr
+    assert "Traceback" not in failed.stderr + failed.stdout
+    assert "Traceback" in log.read_text()
     assert "Restored previous version of results/tables/decode.csv" in failed.stderr
     cell_rows, joined = _cell_rows_joined(work, cell)
     assert cell_rows != joined  # the restored table holds the cell's old rows
@@ -666,6 +672,16 @@ def test_the_command_line_tools_refuse_bad_files(tmp_path, capsys):
         assert cli(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "a JSON list; expected {batch M: config}" in err, err
+
+
+def test_engine_check_names_a_bad_engine_before_asking_for_a_gpu(tmp_path, capsys):
+    """`engine-check FILE --engine nosuch`: the bad argument is the one line, on any machine
+    (it was refused for "no GPU" first; round four's C338)."""
+    engine_file = tmp_path / "E=8,N=128,device_name=NVIDIA_H200.json"
+    engine_file.write_text('{"1": {"BLOCK_SIZE_M": 16}}')
+    assert cli(["engine-check", str(engine_file), "--engine", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err == "tilesweep: --engine nosuch: not in backend.fused_moe.engine_versions\n", err
 
 
 @pytest.mark.parametrize(

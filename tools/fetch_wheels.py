@@ -176,4 +176,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:  # the project's package: a foreign python lacks it until main re-runs this in .venv
+        from tilesweep.errors import tool_main
+    except ImportError:
+        sys.exit(main())
+    sys.exit(tool_main("fetch_wheels", main))

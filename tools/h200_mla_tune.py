@@ -19,6 +19,7 @@ import time
 import pandas as pd
 import torch
 
+from tilesweep.errors import tool_main
 from tilesweep.io import write_table
 from tilesweep.kernels import mla_decode as mla
 from tilesweep.measure.timing import summarize, time_gpu
@@ -161,4 +162,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("h200_mla_tune", main))

@@ -22,7 +22,7 @@ from tilesweep import (
 )
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
-from tilesweep.errors import ConfigError, last_line
+from tilesweep.errors import ConfigError, unexpected
 from tilesweep.failures import failed_outputs, results_folder
 from tilesweep.io import check_out_folder, write_table
 
@@ -218,24 +218,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"tilesweep: {unexpected(err)}\n")
         return 1
     return 2
-
-
-def unexpected(err: Exception) -> str:
-    """Return the one line a command shows for an error it did not expect (a bug, or files of
-    the installed package changed), with the full trace written to a file it names."""
-    import tempfile
-    import traceback
-
-    text = "".join(traceback.format_exception(err))
-    try:
-        with tempfile.NamedTemporaryFile(
-            "w", prefix="tilesweep-trace-", suffix=".txt", delete=False
-        ) as handle:
-            handle.write(text)
-        where = f"the full trace: {handle.name}"
-    except OSError:
-        where = "no trace file could be written"
-    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
 
 
 if __name__ == "__main__":

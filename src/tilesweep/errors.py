@@ -1,6 +1,13 @@
 """Errors a user sees as one line."""
 
+from __future__ import annotations
+
 import re
+import sys
+import tempfile
+import traceback
+import zipfile
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -25,13 +32,33 @@ class CellError(ValueError):
     """A per-cell output that is not what its job wrote (emptied, cut short, edited)."""
 
 
+def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
+    """Return the one line shown for an error nobody expected (a bug, or files of the installed
+    package changed), after adding the full trace to `trace` (a job's log) or, without one, to a
+    new temporary file; the line names where the trace went."""
+    text = "".join(traceback.format_exception(err))
+    try:
+        if trace is None:
+            with tempfile.NamedTemporaryFile(
+                "w", prefix="tilesweep-trace-", suffix=".txt", delete=False
+            ) as handle:
+                handle.write(text)
+            trace = handle.name
+        else:
+            Path(trace).parent.mkdir(parents=True, exist_ok=True)
+            with open(trace, "a") as handle:
+                handle.write(text)
+        where = f"the full trace: {trace}"
+    except OSError:
+        where = "no trace file could be written"
+    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
+
+
 def tool_main(name: str, main) -> int:
     """Run a tools/ script's main and return its exit status: a refusal (ConfigError) or a bad
     file or argument (OSError, ValueError, KeyError, LookupError) is one line naming the tool,
-    never a traceback (a bad input is the user's to fix; the trace would name our code)."""
-    import sys
-    import zipfile
-
+    never a traceback (a bad input is the user's to fix; the trace would name our code); any
+    other error is one line too, its trace in a file the line names."""
     try:
         return int(main() or 0)
     except ConfigError as exc:
@@ -39,6 +66,9 @@ def tool_main(name: str, main) -> int:
         return 2
     except (OSError, ValueError, LookupError, RecursionError, zipfile.BadZipFile) as exc:
         sys.stderr.write(f"{name}: {last_line(exc)}\n")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
+        sys.stderr.write(f"{name}: {unexpected(exc)}\n")
         return 1
 
 

@@ -1,6 +1,7 @@
 """Planted faults (tests only, never in a grid): decode jobs `fault-oob` and `fault-hang` run a
 kernel that crashes or never returns, to prove a sweep survives them (see fault_kernels.py).
-With TILESWEEP_FAULT_JOIN set, the tables step fails mid-way. Loaded as a plugin:
+With TILESWEEP_FAULT_JOIN set, the tables step fails mid-way; with TILESWEEP_FAULT_PLAN set, the
+plan does (a bug met while the Snakefile is read). Loaded as a plugin:
 TILESWEEP_PLUGINS=plugins.planted_faults, with tests/ on the path."""
 
 from __future__ import annotations
@@ -48,3 +49,9 @@ class PlantedFaults(Backend):
 
     name = "fault"
     decoder = FaultDecode()
+
+    def enabled(self, settings) -> bool:
+        """Never on; fail as a bug would when TILESWEEP_FAULT_PLAN is set (the plan asks)."""
+        if os.environ.get("TILESWEEP_FAULT_PLAN"):
+            raise RuntimeError("planted fault in the plan")
+        return False

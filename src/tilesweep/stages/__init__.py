@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
+
+from tilesweep.errors import CellError, ConfigError, unexpected
 
 
 @contextlib.contextmanager
@@ -26,6 +30,24 @@ def logged(path: str | None) -> Iterator[logging.Logger]:
                 yield logger
         finally:
             logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def job(smk) -> Iterator[None]:
+    """Run a workflow script's call as its Snakemake job (`smk`): an error ends the job with one
+    line on stderr naming the rule and the cause, its full trace added to the job's log (a rule
+    without one: a file beside its first output, inside results_dir), never a traceback."""
+    trace = str(smk.log[0]) if len(smk.log) else f"{smk.output[0]}.trace.txt"
+    try:
+        yield
+    except (ConfigError, CellError) as err:  # a refusal or a damaged input: its own line
+        with contextlib.suppress(OSError), open(trace, "a") as handle:
+            handle.write("".join(traceback.format_exception(err)))
+        sys.stderr.write(f"tilesweep: {smk.rule}: {err} (its log: {trace})\n")
+        raise SystemExit(1) from None
+    except Exception as err:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
+        sys.stderr.write(f"tilesweep: {smk.rule}: {unexpected(err, trace)}\n")
+        raise SystemExit(1) from None
 
 
 def utc_now() -> str:

@@ -107,11 +107,11 @@ def timer_for(
     """Return the EngineTimer of a file's problem in an engine's kernel, or raise ConfigError."""
     import torch
 
+    fused = settings.backend["fused_moe"]
+    if engine not in fused["engine_versions"]:  # a bad argument first, wherever it runs
+        raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
-    fused = settings.backend["fused_moe"]
-    if engine not in fused["engine_versions"]:
-        raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
     bench = settings.bench
     try:
         return EngineTimer(
