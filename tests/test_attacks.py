@@ -591,7 +591,8 @@ def _plan_config(*entries: str) -> None:
     Snakemake reads them, checked, then the overrides (the device's first) composed by Sweep."""
     from snakemake.cli import parse_config
 
-    from tilesweep.pipeline import Sweep, check_command_config, parse_overrides
+    from tilesweep.command_config import check_command_config, parse_overrides
+    from tilesweep.pipeline import Sweep
 
     config = parse_config(list(entries))
     check_command_config(config)
