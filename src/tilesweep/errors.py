@@ -86,6 +86,13 @@ def one_line(exc: Exception) -> str:
     if where:  # a YAML error: the file and line first, then what the parser says
         said = "; ".join(ln for ln in lines if not _YAML_AT.match(ln))
         return f"{where.group(1)}, line {where.group(2)}: not valid YAML ({said})"
+    cause = exc.__cause__
+    if cause is not None and head.startswith(("Could not override", "Error merging override")):
+        # Hydra's head names the override, its cause says why: no such key, a list given a mapping
+        said = str(cause).strip().splitlines()
+        why = re.sub(r"Key '(.+)' is not in struct", r"no key '\1' there", said[0] if said else "")
+        why = why.replace("DictConfig", "a mapping").replace("ListConfig", "a list")
+        return f"bad config: {head.rstrip('.')} ({why or type(cause).__name__})"
     if "Could not find" in head or "not found in" in head:
         # Hydra lists the valid options on the next lines: keep them on one line.
         opts = [ln.lstrip("\t ") for ln in lines[1:] if not ln.startswith("Config search path")]
