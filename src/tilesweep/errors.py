@@ -36,6 +36,14 @@ def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
     """Return the one line shown for an error nobody expected (a bug, or files of the installed
     package changed), after adding the full trace to `trace` (a job's log) or, without one, to a
     new temporary file; the line names where the trace went."""
+    where = keep_trace(err, trace)
+    where = f"the full trace: {where}" if where else "no trace file could be written"
+    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
+
+
+def keep_trace(err: BaseException, trace: str | Path | None = None) -> str | None:
+    """Return where the full trace of `err` was added: `trace` (a job's log, its folder made)
+    or, without one, a new temporary file; None where none could be written."""
     text = "".join(traceback.format_exception(err))
     try:
         if trace is None:
@@ -43,15 +51,13 @@ def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
                 "w", prefix="tilesweep-trace-", suffix=".txt", delete=False
             ) as handle:
                 handle.write(text)
-            trace = handle.name
-        else:
-            Path(trace).parent.mkdir(parents=True, exist_ok=True)
-            with open(trace, "a") as handle:
-                handle.write(text)
-        where = f"the full trace: {trace}"
+            return handle.name
+        Path(trace).parent.mkdir(parents=True, exist_ok=True)
+        with open(trace, "a") as handle:
+            handle.write(text)
+        return str(trace)
     except OSError:
-        where = "no trace file could be written"
-    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
+        return None
 
 
 def tool_main(name: str, main) -> int:
