@@ -253,3 +253,25 @@ def test_a_figures_file_edited_keeping_size_and_mtime_is_read_again(tmp_path):
     path.write_text(text.replace(old, new, 1))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert compose([], conf)["references"]["figures"][0]["tpot_ms"] == pytest.approx(first + 1)
+
+
+def test_a_figures_file_that_is_a_pipe_or_an_alias_bomb_is_one_short_line(tmp_path):
+    """A FIFO blocked the read forever; a YAML alias bomb's value was a 25 MB line."""
+    import os
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    corpus = conf / "references" / "corpus" / "published.yaml"
+    corpus.unlink()
+    os.mkfifo(corpus)
+    with pytest.raises(ConfigError, match="not a plain file"):
+        compose([], conf)
+    corpus.unlink()
+    rows = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for name, inner in zip("bcdefg", "abcdef", strict=True):
+        rows.append(f"{name}: &{name} [{', '.join([f'*{inner}'] * 9)}]")
+    corpus.write_text("\n".join([*rows, f"figures: [{', '.join(['*g'] * 9)}]"]) + "\n")
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    assert "expected a mapping" in str(err.value) and len(str(err.value)) < 400

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -95,6 +96,8 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
     if not path.is_relative_to(base) or path.suffix != ".yaml":
         raise ConfigError(f"{where}: not a .yaml file under conf/references")
     try:
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):  # a FIFO blocks a read
+            raise ConfigError(f"{where}: not a plain file (a folder, a pipe or a device)")
         data = path.read_bytes()
         key = (path, hashlib.sha256(data).hexdigest())
         if key not in _READ:
