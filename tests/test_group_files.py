@@ -77,3 +77,18 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_read(conf):
     _edit(conf, B12X, "from_routed_pairs: 128", "from_routed_pairs: 256")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert group_file(conf, "engine", "sglang_b12x")["untimed"][0]["from_routed_pairs"] == 256
+
+
+@pytest.mark.parametrize("order", ["  - _self_\n  - default\n", "  - default\n"])
+def test_a_derived_file_reads_as_hydra_composes_it_wherever_self_stands(conf, order):
+    """`_self_` before a base lets the base win (it was always merged last here, so a cited
+    figure's deployment differed from the verdict's); no `_self_` is `_self_` last."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    _edit(conf, "deployment/fp8_all.yaml", "  - default\n  - _self_\n", order)
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=["deployment=fp8_all"])
+    hydra = OmegaConf.to_container(cfg.deployment, resolve=True)
+    assert group_file(conf, "deployment", "fp8_all") == hydra

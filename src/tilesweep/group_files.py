@@ -69,7 +69,8 @@ def _merged_file(
     options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
     out: dict = {}
     for base in bases:
-        if base == "_self_":
+        if base == "_self_":  # this file's keys here: bases after it win over them, as in Hydra
+            out = _merge(out, own)
             continue
         if not isinstance(base, str) or base not in options:
             raise ConfigError(
@@ -78,7 +79,7 @@ def _merged_file(
             )
         body, more = _merged_file(conf_dir, group, base, (*chain, option))
         out, interpolates = _merge(out, body), interpolates or more
-    return _merge(out, own), interpolates
+    return (out if "_self_" in bases else _merge(out, own)), interpolates
 
 
 def _parsed(path: Path) -> tuple[dict, bool]:
