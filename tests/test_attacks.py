@@ -738,6 +738,10 @@ TOOL_CASES = [
       "OUT/x.csv"], "not a launch-aware fit"),
     (["tools/check_transfer.py", "docs/examples/h200/fit.json",
       "docs/examples/h200/decode.csv", "datasheet", "OUT/x.csv"], "not a whole-step table"),
+    # h200_mla_tune checks its output before minutes of tuning (it checked at the first write).
+    (["tools/h200_mla_tune.py", "docs/examples/h200"], "a folder, where a file goes"),
+    (["tools/h200_mla_tune.py", ""], "out='': empty"),
+    (["tools/h200_mla_tune.py", "docs/examples/h200/decode.csv"], "inside the checkout's tracked"),
 ]  # fmt: skip
 
 

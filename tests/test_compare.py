@@ -198,3 +198,25 @@ def test_compare_flags_an_edited_run_and_fails_on_request(tiny_sweep, tmp_path):
 def test_compare_refuses_a_folder_without_tables(tmp_path, capsys):
     assert main(["compare", str(tmp_path), str(tmp_path)]) == 2
     assert "no tables/" in capsys.readouterr().err
+
+
+def test_compare_refuses_a_table_damaged_after_its_job_wrote_it(tmp_path, capsys):
+    """A table whose .sum record it no longer matches (edited, cut short, its record a folder)
+    is one line naming it, never compared as if it were that run's."""
+    from tilesweep.cells import summary_path, write_cell_table
+
+    old = pd.DataFrame({"engine": ["SGLang"], "batch": [8], "composed_tpot_ms": [10.0]})
+    table = tmp_path / "a" / "tables" / "engines.csv"
+    table.parent.mkdir(parents=True)
+    write_cell_table(table, old)  # an engines table of before tpot_low_ms: compared as it is
+    (tmp_path / "b" / "tables").mkdir(parents=True)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    table.write_text("engine,engine\n1,2\n")
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert f"{table}: " in err and "where its job wrote" in err and err.count("\n") == 1
+    summary_path(table).unlink()
+    summary_path(table).mkdir()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "record is unreadable" in capsys.readouterr().err

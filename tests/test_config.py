@@ -62,7 +62,11 @@ def test_override_reaches_the_grid():
         ("deployment.fit_batches=[8,8]", "deployment.fit_batches=[8, 8]: at most two distinct"),
         ("deployment.fit_batches=[0]", "deployment.fit_batches[0]=0: must be at least 1"),
         ("grid.dtypes=[fp4]", "grid.dtypes[0]='fp4': allowed: bf16, fp8"),
-        ("grid.colour=red", "bad config: Could not override 'grid.colour'"),
+        ("grid.colour=red", "bad config: Could not override 'grid.colour' (no key 'colour' there)"),
+        (
+            "references.figures={a: 1}",
+            "references.figures={a: 1} (Cannot merge a mapping with a list)",
+        ),
         ("+grid.colour=red", "grid.colour: unknown key"),
         ("grid.layouts=[{tp:1,pp:1}]", "grid.layouts[0]: missing key 'ep'"),
         ("grid.tiles=[]", "grid.tiles=[]: give at least one"),

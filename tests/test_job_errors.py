@@ -103,6 +103,21 @@ def test_a_job_refusal_keeps_its_own_line(tmp_path, capsys, error):
     assert "Traceback" in log.read_text()
 
 
+def test_a_job_refusal_names_its_log_only_where_it_was_written(tmp_path, capsys):
+    """A log in a folder not made yet is made; a log that is a folder is not claimed."""
+    log = tmp_path / "new" / "dir" / "job.log"
+    with pytest.raises(SystemExit), job(FakeJob([str(log)])):
+        raise ConfigError("x=1: must be 2")
+    assert capsys.readouterr().err.endswith(f"(its log: {log})\n")
+    assert "Traceback" in log.read_text()
+    folder = tmp_path / "job.log"
+    folder.mkdir()
+    with pytest.raises(SystemExit), job(FakeJob([str(folder)])):
+        raise ConfigError("x=1: must be 2")
+    err = capsys.readouterr().err
+    assert err == f"tilesweep: some_rule: x=1: must be 2 (its log {folder} could not be written)\n"
+
+
 def test_a_plan_that_fails_as_a_bug_would_is_one_line(tmp_path):
     """An error nobody expected while the Snakefile plans the sweep (a planted fault): one line
     naming the cause and a file holding the trace, no traceback (a dry run: no job runs)."""

@@ -38,6 +38,21 @@ def test_fetch_wheels_outside_the_venv_reruns_in_it_or_says_what_to_do(tmp_path)
     assert not (repo / ".whl").exists()  # --list fetches nothing
 
 
+def test_fetch_wheels_refuses_an_unknown_option_before_making_a_folder(tmp_path):
+    """`--nosuch DEST` was taken as the folder `--nosuch` (created, filled with wheels)."""
+    for args in (["--nosuch", "/nonexistent"], ["--list", "a", "b"], ["tools/fetch_wheels.py"]):
+        ran = subprocess.run(
+            [sys.executable, str(ROOT / "tools/fetch_wheels.py"), *args],
+            cwd=tmp_path if args[0] != "tools/fetch_wheels.py" else ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+        assert ran.stderr.strip().splitlines()[-1].startswith("fetch_wheels.py: error:")
+    assert not any(tmp_path.iterdir())
+
+
 def test_the_gpu_sweep_with_no_override_passes_no_config(tmp_path):
     repo = _copy_tools(tmp_path)
     stubs = tmp_path / "bin"

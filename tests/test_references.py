@@ -217,7 +217,7 @@ def test_a_figures_file_with_a_key_twice_is_refused(tmp_path):
     (conf / "references" / "corpus" / "published.yaml").write_text(
         "figures:\n- engine: a\n  engine: b\n"
     )
-    with pytest.raises(ConfigError, match="duplicate key engine"):
+    with pytest.raises(ConfigError, match="duplicate key engine at line 3"):
         compose([], conf)
 
 
@@ -234,3 +234,44 @@ def test_the_engine_check_says_whether_each_figure_lies_inside_the_verdicts_band
     families = references.family_errors(corpus_engines)
     assert families["inside_tpot_band"].sum() == done["inside_tpot_band"].sum()
     assert families["with_tpot_band"].sum() == len(done)
+
+
+def test_a_figures_file_edited_keeping_size_and_mtime_is_read_again(tmp_path):
+    """The per-process cache keys the figures file by its bytes, not its mtime and size."""
+    import os
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    path = conf / "references" / "corpus" / "published.yaml"
+    first = compose([], conf)["references"]["figures"][0]["tpot_ms"]
+    stat = path.stat()
+    text = path.read_text()
+    old = f"tpot_ms: {first}"
+    new = f"tpot_ms: {first + 1:.{len(str(first).split('.')[-1])}f}"
+    assert old in text and len(old) == len(new)
+    path.write_text(text.replace(old, new, 1))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert compose([], conf)["references"]["figures"][0]["tpot_ms"] == pytest.approx(first + 1)
+
+
+def test_a_figures_file_that_is_a_pipe_or_an_alias_bomb_is_one_short_line(tmp_path):
+    """A FIFO blocked the read forever; a YAML alias bomb's value was a 25 MB line."""
+    import os
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    corpus = conf / "references" / "corpus" / "published.yaml"
+    corpus.unlink()
+    os.mkfifo(corpus)
+    with pytest.raises(ConfigError, match="not a plain file"):
+        compose([], conf)
+    corpus.unlink()
+    rows = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for name, inner in zip("bcdefg", "abcdef", strict=True):
+        rows.append(f"{name}: &{name} [{', '.join([f'*{inner}'] * 9)}]")
+    corpus.write_text("\n".join([*rows, f"figures: [{', '.join(['*g'] * 9)}]"]) + "\n")
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    assert "expected a mapping" in str(err.value) and len(str(err.value)) < 400

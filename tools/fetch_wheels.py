@@ -12,6 +12,7 @@ packages. --list prints the packages it would fetch and fetches nothing.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -138,9 +139,13 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    args = [a for a in sys.argv[1:] if a != "--list"]
-    listing = "--list" in sys.argv[1:]
-    dest = Path(args[0] if args else ".whl")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print the packages; fetch nothing")
+    parser.add_argument("dest", nargs="?", default=".whl", help="folder for the wheels")
+    args = parser.parse_args()  # an unknown option is refused here, never taken as DEST
+    listing, dest = args.list, Path(args.dest)
+    if dest.exists() and not dest.is_dir():
+        parser.error(f"DEST {args.dest!r}: not a folder")
     wanted = {n: v for n, v in closure(ROOTS).items() if n not in PRESENT}
     wanted.update({norm(n): distribution(n).version for n in ALONE})
     if listing:

@@ -19,8 +19,8 @@ import time
 import pandas as pd
 import torch
 
-from tilesweep.errors import tool_main
-from tilesweep.io import write_table
+from tilesweep.errors import ConfigError, tool_main
+from tilesweep.io import check_out_file, write_table
 from tilesweep.kernels import mla_decode as mla
 from tilesweep.measure.timing import summarize, time_gpu
 
@@ -102,7 +102,11 @@ def main() -> int:
     ap.add_argument("--tuned-only", action="store_true")
     ap.add_argument("--tokens", type=int, nargs=2, metavar=("CACHED", "TOP"),
                     help="cached and indexed tokens per sequence (default 1024 1024)")  # fmt: skip
+    ap.add_argument("--force", action="store_true", help="let out overwrite a kept example's file")
     args = ap.parse_args()
+    check_out_file(args.out, args.force, "out")  # before minutes of tuning, not after
+    if not torch.cuda.is_available():
+        raise ConfigError("needs a CUDA GPU (torch sees none); run it on the GPU machine")
     start = time.monotonic()
     gen = torch.Generator(device="cuda").manual_seed(0)
     scale = (LAT + ROPE) ** -0.5

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep.cells import damage, summary_path
 from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
 from tilesweep.errors import ConfigError
 from tilesweep.io import check_out_folder
@@ -92,6 +93,7 @@ def load_run(path: str | Path) -> Run:
         csv = root / "tables" / f"{name}.csv"
         if csv.exists() and (not csv.is_file() or not _plain_file(csv)):
             raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
+        _check_record(csv)
         try:
             tables[name] = pd.read_csv(csv) if csv.exists() else pd.DataFrame()
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -112,6 +114,17 @@ def load_run(path: str | Path) -> Run:
             f"{ceilings_path}: matmul_tflops={peaks!r:.80}: not a mapping of dtype to TFLOP/s"
         )
     return Run(root, tables, ceilings)
+
+
+def _check_record(table: Path) -> None:
+    """Raise ConfigError where a table has a record (.sum) its bytes no longer match: a table
+    damaged after its job wrote it is not compared as if it were that run's."""
+    try:
+        why = damage(table) if table.exists() and summary_path(table).exists() else None
+    except OSError as exc:
+        why = f"its {summary_path(table).name} record is unreadable ({exc.strerror})"
+    if why:
+        raise ConfigError(f"{table}: {why}; rerun that sweep to rebuild it, then compare")
 
 
 def _plain_file(path: Path) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from tilesweep import config_checks, gpu_archs, question, references
 from tilesweep.deployment_files import check_files
 from tilesweep.errors import ConfigError, one_line
-from tilesweep.group_files import group_file
+from tilesweep.group_files import check_defaults, find_defaults_loop, group_file
 from tilesweep.settings import RootSettings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -53,8 +53,11 @@ def compose_groups(
             raise ConfigError(f"{group}={option!r}: not one of {', '.join(FIGURE_GROUPS)}")
         try:
             raw[group] = group_file(conf_dir, group, option)
+        except ConfigError:
+            raise
         except Exception as exc:  # YAML, a missing base file: one line, as compose gives
             raise ConfigError(one_line(exc)) from None
+    _check_chosen_files(raw, choices)
     return validate(raw, conf_dir)
 
 
@@ -79,7 +82,7 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
     overrides = [str(o) for o in overrides]
     _check_override_syntax(overrides)
@@ -87,9 +90,14 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=overrides)
+            cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if k in DERIVED_GROUPS}
+        with open_dict(cfg):
+            del cfg["hydra"]
         settings = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # Hydra and OmegaConf raise many types; each becomes one line
+        if isinstance(exc, RecursionError) or "maximum recursion depth" in str(exc):
+            find_defaults_loop(conf_dir, DERIVED_GROUPS)  # Hydra overflows on a defaults loop
         indexed = [o for o in overrides if o.startswith("references.figures.")]
         if indexed:  # the corpus is read after Hydra (references.figures_from)
             raise ConfigError(
@@ -100,9 +108,30 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
         raise ConfigError(one_line(exc)) from None
     finally:
         GlobalHydra.instance().clear()
+    for group, option in choices.items():
+        if option:
+            check_defaults(conf_dir, group, option)
+    _check_chosen_files(settings, choices)
     settings["catalog"] = load_catalog(conf_dir)
     references.read_figures_from(settings, conf_dir)
     return settings
+
+
+# The config groups whose option files derive from others of their group (a `defaults` list).
+DERIVED_GROUPS = ("engine", "deployment")
+
+
+def _check_chosen_files(raw: dict, choices: dict) -> None:
+    """Raise ConfigError for an engine option whose `name` is not its file's: rows and figures
+    are labelled with the name, so a copy keeping another engine's would borrow its label."""
+    option = choices.get("engine")
+    engine = raw.get("engine")
+    name = engine.get("name") if isinstance(engine, dict) else None
+    if option and name != option:
+        raise ConfigError(
+            f"engine={option}: conf/engine/{option}.yaml gives name={name!r}; an engine file's "
+            "name is its file name (rows are labelled with it)"
+        )
 
 
 def _check_override_syntax(overrides: list[str]) -> None:

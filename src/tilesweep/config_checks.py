@@ -92,6 +92,12 @@ def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
             f"name ({', '.join(sorted(files))})"
         )
     table = gpu_archs.architectures()
+    unknown = [a for a in settings.engine.only_arch if a.removesuffix("a") not in table]
+    if unknown:
+        raise ConfigError(
+            f"engine.only_arch={unknown[0]}: not an architecture conf/architectures.yaml lists "
+            f"({', '.join(table)})"
+        )
     for family, lists in settings.engine.families.items():
         for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
             for i, kernel in enumerate(getattr(lists, where)):

@@ -36,6 +36,14 @@ def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
     """Return the one line shown for an error nobody expected (a bug, or files of the installed
     package changed), after adding the full trace to `trace` (a job's log) or, without one, to a
     new temporary file; the line names where the trace went."""
+    where = keep_trace(err, trace)
+    where = f"the full trace: {where}" if where else "no trace file could be written"
+    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
+
+
+def keep_trace(err: BaseException, trace: str | Path | None = None) -> str | None:
+    """Return where the full trace of `err` was added: `trace` (a job's log, its folder made)
+    or, without one, a new temporary file; None where none could be written."""
     text = "".join(traceback.format_exception(err))
     try:
         if trace is None:
@@ -43,15 +51,13 @@ def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
                 "w", prefix="tilesweep-trace-", suffix=".txt", delete=False
             ) as handle:
                 handle.write(text)
-            trace = handle.name
-        else:
-            Path(trace).parent.mkdir(parents=True, exist_ok=True)
-            with open(trace, "a") as handle:
-                handle.write(text)
-        where = f"the full trace: {trace}"
+            return handle.name
+        Path(trace).parent.mkdir(parents=True, exist_ok=True)
+        with open(trace, "a") as handle:
+            handle.write(text)
+        return str(trace)
     except OSError:
-        where = "no trace file could be written"
-    return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
+        return None
 
 
 def tool_main(name: str, main) -> int:
@@ -86,6 +92,13 @@ def one_line(exc: Exception) -> str:
     if where:  # a YAML error: the file and line first, then what the parser says
         said = "; ".join(ln for ln in lines if not _YAML_AT.match(ln))
         return f"{where.group(1)}, line {where.group(2)}: not valid YAML ({said})"
+    cause = exc.__cause__
+    if cause is not None and head.startswith(("Could not override", "Error merging override")):
+        # Hydra's head names the override, its cause says why: no such key, a list given a mapping
+        said = str(cause).strip().splitlines()
+        why = re.sub(r"Key '(.+)' is not in struct", r"no key '\1' there", said[0] if said else "")
+        why = why.replace("DictConfig", "a mapping").replace("ListConfig", "a list")
+        return f"bad config: {head.rstrip('.')} ({why or type(cause).__name__})"
     if "Could not find" in head or "not found in" in head:
         # Hydra lists the valid options on the next lines: keep them on one line.
         opts = [ln.lstrip("\t ") for ln in lines[1:] if not ln.startswith("Config search path")]

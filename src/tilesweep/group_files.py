@@ -1,14 +1,19 @@
 """One config group option's file as Hydra composes it: over the options its `defaults` list
-names (a derived engine or deployment file). Each file is parsed once per process (by path,
-mtime and size): the engine check reads the same few files for every cited figure, and an
+names (a derived engine or deployment file). Each file is parsed once per process (by path and
+the hash of its bytes): the engine check reads the same few files for every cited figure, and an
 engine's kernel lists are a long pure-Python YAML parse."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from pathlib import Path
 
-# _parsed by (file, mtime, size): (its plain containers, unresolved; whether it interpolates).
+from tilesweep.errors import ConfigError
+
+# _parsed by (file, sha256 of its bytes): (its plain containers, unresolved; whether it
+# interpolates). The bytes, not the mtime: an edit that keeps the size and the mtime (a restored
+# timestamp, a coarse file system) is still read.
 _PARSED: dict[tuple, tuple[dict, bool]] = {}
 
 
@@ -23,17 +28,58 @@ def group_file(conf_dir: Path, group: str, option: str) -> dict:
     return OmegaConf.to_container(OmegaConf.create(body), resolve=True)
 
 
-def _merged_file(conf_dir: Path, group: str, option: str) -> tuple[dict, bool]:
-    """Return (the option's keys over its defaults', unresolved; whether any interpolates)."""
+def check_defaults(conf_dir: Path, group: str, option: str) -> None:
+    """Raise ConfigError for an option file whose `defaults` list (or one of its bases') is not a
+    list of this group's options, or loops back to a file already on the way."""
+    _merged_file(Path(conf_dir), group, option)
+
+
+def find_defaults_loop(conf_dir: Path, groups: tuple[str, ...]) -> None:
+    """Raise ConfigError naming the first option file of `groups` whose defaults list is not a
+    list of its group's options or loops (where Hydra's compose only overflows its stack)."""
+    for group in groups:
+        for path in sorted((Path(conf_dir) / group).glob("*.yaml")):
+            try:
+                check_defaults(conf_dir, group, path.stem)
+            except ConfigError:
+                raise
+            except Exception:  # noqa: BLE001 - not YAML: the compose's own line names it
+                continue
+
+
+def _merged_file(
+    conf_dir: Path, group: str, option: str, chain: tuple[str, ...] = ()
+) -> tuple[dict, bool]:
+    """Return (the option's keys over its defaults', unresolved; whether any interpolates);
+    `chain` holds the options that named this one, to refuse a loop."""
+    where = f"conf/{group}/{chain[0] if chain else option}.yaml"
+    if option in chain:
+        raise ConfigError(
+            f"{where}: its defaults list loops ({' -> '.join((*chain, option))}); a file derives "
+            "from other files of its group, never from itself"
+        )
     own, interpolates = _parsed(conf_dir / group / f"{option}.yaml")
     if not isinstance(own, dict):
-        raise ValueError(f"conf/{group}/{option}.yaml: not a mapping")
+        raise ConfigError(f"conf/{group}/{option}.yaml: not a mapping")
+    bases = own.pop("defaults", None) or []
+    if not isinstance(bases, list):
+        raise ConfigError(
+            f"conf/{group}/{option}.yaml: defaults={bases!r}: not a list of {group} options"
+        )
+    options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
     out: dict = {}
-    for base in own.pop("defaults", None) or []:
-        if base != "_self_":
-            body, more = _merged_file(conf_dir, group, str(base))
-            out, interpolates = _merge(out, body), interpolates or more
-    return _merge(out, own), interpolates
+    for base in bases:
+        if base == "_self_":  # this file's keys here: bases after it win over them, as in Hydra
+            out = _merge(out, own)
+            continue
+        if not isinstance(base, str) or base not in options:
+            raise ConfigError(
+                f"conf/{group}/{option}.yaml: defaults entry {base!r} is not an option of "
+                f"conf/{group} (one of: {', '.join(options)})"
+            )
+        body, more = _merged_file(conf_dir, group, base, (*chain, option))
+        out, interpolates = _merge(out, body), interpolates or more
+    return (out if "_self_" in bases else _merge(out, own)), interpolates
 
 
 def _parsed(path: Path) -> tuple[dict, bool]:
@@ -41,10 +87,10 @@ def _parsed(path: Path) -> tuple[dict, bool]:
     whether it holds an interpolation."""
     from omegaconf import OmegaConf
 
-    stat = path.stat()
-    key = (path.resolve(), stat.st_mtime_ns, stat.st_size)
+    data = path.read_bytes()
+    key = (path.resolve(), hashlib.sha256(data).hexdigest())
     if key not in _PARSED:
-        text = path.read_text()
+        text = data.decode()
         _PARSED[key] = (OmegaConf.to_container(OmegaConf.create(text)), "${" in text)
     body, interpolates = _PARSED[key]
     return copy.deepcopy(body), interpolates

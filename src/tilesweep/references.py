@@ -7,7 +7,9 @@ tilesweep."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -69,7 +71,8 @@ def validate(value: References | None, conf_dir: Path) -> None:
                 )
 
 
-# read_figures_from by (file, mtime, size): the figures of one file, parsed once per process.
+# read_figures_from by (file, sha256 of its bytes): the figures of one file, parsed once per
+# process; the bytes, not the mtime, so an edit that keeps the size and mtime is still read.
 _READ: dict[tuple, list] = {}
 
 
@@ -93,10 +96,12 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
     if not path.is_relative_to(base) or path.suffix != ".yaml":
         raise ConfigError(f"{where}: not a .yaml file under conf/references")
     try:
-        stat = path.stat()
-        key = (path, stat.st_mtime_ns, stat.st_size)
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):  # a FIFO blocks a read
+            raise ConfigError(f"{where}: not a plain file (a folder, a pipe or a device)")
+        data = path.read_bytes()
+        key = (path, hashlib.sha256(data).hexdigest())
         if key not in _READ:
-            _READ[key] = _figures_of(yaml.load(path.read_text(), Loader=_Loader), where)
+            _READ[key] = _figures_of(yaml.load(data.decode(), Loader=_Loader), where)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         text = str(exc).strip().splitlines()
         raise ConfigError(
@@ -121,12 +126,17 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
 
     def construct_mapping(self, node, deep=False):
         """Return the mapping; refuse a key given twice (OmegaConf does)."""
-        keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
-        twice = sorted({k for k in keys if keys.count(k) > 1})
-        if twice:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"found duplicate key {twice[0]}", node.start_mark
-            )
+        seen: set = set()
+        for k, _ in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"found duplicate key {k.value} at line {k.start_mark.line + 1}",
+                    k.start_mark,
+                )
+            if isinstance(k, yaml.ScalarNode):
+                seen.add(k.value)
         return super().construct_mapping(node, deep=deep)
 
 

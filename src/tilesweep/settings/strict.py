@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 import types
 import typing
 from typing import Annotated, Any
@@ -103,6 +104,20 @@ def check(model: type[Section], data: Any, where: str = "") -> Section:
         raise ConfigError(explain(exc, data, model, where)) from None
 
 
+# How a refused value is shown: whole where short, cut where long (a YAML alias bomb's value
+# was a 25 MB line).
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 4
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 12
+_REPR.maxstring = _REPR.maxlong = _REPR.maxother = 200
+
+
+def _shown(value: Any) -> str:
+    """Return a refused value as the one line shows it: repr(), cut where long."""
+    text = _REPR.repr(value)
+    return text if len(text) <= 300 else f"{text[:280]}...({len(text)} chars)"
+
+
 def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> str:
     """Return one line for the first error: the dotted key, its value and what it must be."""
     errors = exc.errors(include_url=False)
@@ -117,7 +132,7 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         parent, _, key = path.rpartition(".")
         return f"{parent}: missing key {key!r}" if parent else f"missing key {key!r}"
     if kind == "finite_number":
-        return f"{path}={node!r}: must be a finite number"
+        return f"{path}={_shown(node)}: must be a finite number"
     said = first.get("ctx", {}).get("error")
     if kind == "value_error" and isinstance(said, Refused):
         return said.line(path)
@@ -128,23 +143,23 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
         least = first["ctx"]["min_length"]
         choices = _choices(_item_type(declared[0]))
         said = f"give at least {'one' if least == 1 else least}"
-        return f"{path}={node!r}: {said}" + (f"; allowed: {choices}" if choices else "")
+        return f"{path}={_shown(node)}: {said}" + (f"; allowed: {choices}" if choices else "")
     if kind == "literal_error":
         choices = _choices(declared[0])
-        return f"{path}={node!r}: allowed: {choices or first['ctx']['expected']}"
+        return f"{path}={_shown(node)}: allowed: {choices or first['ctx']['expected']}"
     if kind in _RANGES:
-        return f"{path}={node!r}: {_range_words(declared[1], first['msg'])}"
+        return f"{path}={_shown(node)}: {_range_words(declared[1], first['msg'])}"
     if tail:  # a union: every member that refused the value says what it expected
         base = first["loc"][: len(first["loc"]) - len(tail)]
         same = [e for e in errors if e["loc"][: len(base)] == base]
         wanted = list(dict.fromkeys(_EXPECTED.get(e["type"], e["msg"]) for e in same))
-        return f"{path}={node!r}: expected {' or '.join(wanted)}"
+        return f"{path}={_shown(node)}: expected {' or '.join(wanted)}"
     if kind in _EXPECTED:
-        return f"{path}={node!r}: expected {_EXPECTED[kind]}"
+        return f"{path}={_shown(node)}: expected {_EXPECTED[kind]}"
     if first["msg"].startswith(("Input should be", "String should")):  # a range or a pattern
         said = first["msg"].replace("Input should be", "must be").replace("String should", "must")
-        return f"{path}={node!r}: {said}"
-    return f"{path}={node!r}: {first['msg']}"
+        return f"{path}={_shown(node)}: {said}"
+    return f"{path}={_shown(node)}: {first['msg']}"
 
 
 _RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from tilesweep.errors import CellError, ConfigError, unexpected
+from tilesweep.errors import CellError, ConfigError, keep_trace, unexpected
 
 
 @contextlib.contextmanager
@@ -41,9 +40,9 @@ def job(smk) -> Iterator[None]:
     try:
         yield
     except (ConfigError, CellError) as err:  # a refusal or a damaged input: its own line
-        with contextlib.suppress(OSError), open(trace, "a") as handle:
-            handle.write("".join(traceback.format_exception(err)))
-        sys.stderr.write(f"tilesweep: {smk.rule}: {err} (its log: {trace})\n")
+        kept = keep_trace(err, trace)
+        where = f"its log: {kept}" if kept else f"its log {trace} could not be written"
+        sys.stderr.write(f"tilesweep: {smk.rule}: {err} ({where})\n")
         raise SystemExit(1) from None
     except Exception as err:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
         sys.stderr.write(f"tilesweep: {smk.rule}: {unexpected(err, trace)}\n")
