@@ -132,17 +132,12 @@ def test_a_plan_that_fails_as_a_bug_would_is_one_line(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     ours = [line for line in proc.stderr.splitlines() if line.startswith("tilesweep:")]
-    found = re.fullmatch(
-        r"tilesweep: unexpected error, RuntimeError: planted fault in the plan \(a bug, or the "
-        r"installed package changed; the full trace: (\S+)\)",
+    _names_its_trace(
         ours[-1] if len(ours) == 1 else "",
+        "tilesweep",
+        "RuntimeError: planted fault in the plan",
+        proc.stderr,
     )
-    assert found, proc.stderr
-    trace = Path(found[1])
-    try:
-        assert "Traceback" in trace.read_text() and "planted fault in the plan" in trace.read_text()
-    finally:
-        trace.unlink()
 
 
 def test_a_tool_shows_one_line_and_names_its_trace_file(capsys):
@@ -153,15 +148,23 @@ def test_a_tool_shows_one_line_and_names_its_trace_file(capsys):
 
     assert tool_main("some_tool", broken) == 1
     line = capsys.readouterr().err
+    assert line.endswith("\n") and line.count("\n") == 1, line
+    _names_its_trace(line[:-1], "some_tool", "RuntimeError: planted tool", line)
+
+
+def _names_its_trace(line: str, who: str, error: str, shown: str) -> None:
+    """Assert `line` is the one-line unexpected-error message of `who` for `error`, naming a
+    trace file that holds the Python traceback (the file is removed after)."""
     found = re.fullmatch(
-        r"some_tool: unexpected error, RuntimeError: planted tool \(a bug, or the installed "
-        r"package changed; the full trace: (\S+)\)\n",
+        rf"{who}: unexpected error, {re.escape(error)} \(a bug, or the installed package "
+        r"changed; the full trace: (\S+)\)",
         line,
     )
-    assert found, line
+    assert found, shown
     trace = Path(found[1])
     try:
-        assert "Traceback" in trace.read_text() and "planted tool" in trace.read_text()
+        text = trace.read_text()
+        assert "Traceback" in text and error.split(": ", 1)[1] in text
     finally:
         trace.unlink()
 
