@@ -327,7 +327,7 @@ class HardwareSpec(Section):
                     if busbw > self.interconnect_gbs:
                         key = f"interconnect_model.topologies.{name}.all_reduce.in_graph"
                         why = (
-                            f"{algorithm} on {n} GPUs: {nbytes:g} B in {us:g} us is "
+                            f"{algorithm} on {n} GPUs: {nbytes:.0f} B in {us:g} us is "
                             f"{busbw:.0f} GB/s bus bandwidth, above the "
                             f"{self.interconnect_gbs:g} GB/s link"
                         )
