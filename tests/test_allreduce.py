@@ -121,8 +121,8 @@ def test_an_algorithm_with_no_cited_figure_takes_ncclls_and_says_so(engines):
     # Below the one cited size, that size's time (an upper figure).
     assert collective_time("all_reduce", 8, 14 * KIB, numbers)[0] == pytest.approx(8.7e-3)
     # A count the engine's table lacks for this arch takes NCCL's model and names why.
-    engine = dict(engines["sglang"], allreduce={"sm_100": {8: engines["sglang"]["allreduce"]
-                                                          ["sm_100"][8]}})  # fmt: skip
+    eight = engines["sglang"]["allreduce"]["sm_100"]["by_gpus"][8]
+    engine = dict(engines["sglang"], allreduce={"sm_100": {"by_gpus": {8: eight}}})
     numbers, _ = topology_numbers(_target("b200", engine))
     ms, label = collective_time("all_reduce", 4, 64 * KIB, numbers)
     assert ms == pytest.approx(_nccl_model_ms(numbers, 4, 64 * KIB))
@@ -160,7 +160,12 @@ def _refused(edit, hardware: str = "h200", engine: str = "sglang") -> str:
 
 
 def _steps(settings) -> list:
-    return settings["engine"]["allreduce"]["sm_90"][8]
+    return settings["engine"]["allreduce"]["sm_90"]["by_gpus"][8]
+
+
+def _series(settings, algorithm: str) -> dict:
+    """Return an algorithm's in-graph series by GPU count in the settings' h200 file."""
+    return _in_graph(settings)[algorithm]["by_gpus"]
 
 
 def _in_graph(settings) -> dict:
@@ -175,7 +180,7 @@ def _in_graph(settings) -> dict:
         (lambda s: _steps(s)[0].update(max_bytes=0), "max_bytes=0"),
         (lambda s: _steps(s)[0].update(algorithm="ring"), "algorithm='ring'"),
         (lambda s: _steps(s).clear(), "no algorithm; list at least one step"),
-        (lambda s: s["engine"]["allreduce"]["sm_90"].update({1: [dict(_steps(s)[0])]}),
+        (lambda s: s["engine"]["allreduce"]["sm_90"]["by_gpus"].update({1: [dict(_steps(s)[0])]}),
          "a GPU count must be an integer of at least 2"),
         (lambda s: s["engine"]["allreduce"].update(hopper={}), "engine.allreduce"),
     ],
@@ -188,18 +193,18 @@ def test_a_bad_engine_table_is_refused_in_one_line(edit, says):
 @pytest.mark.parametrize(
     ("edit", "says"),
     [
-        (lambda s: _in_graph(s)["one_shot"][8]["points"].reverse(), "bytes must ascend strictly"),
-        (lambda s: _in_graph(s)["one_shot"][8]["points"][1].__setitem__(1, 1.0),
+        (lambda s: _series(s, "one_shot")[8]["points"].reverse(), "bytes must ascend strictly"),
+        (lambda s: _series(s, "one_shot")[8]["points"][1].__setitem__(1, 1.0),
          "a larger message cannot take less time"),
-        (lambda s: _in_graph(s)["one_shot"][8]["points"][0].__setitem__(1, 0),
+        (lambda s: _series(s, "one_shot")[8]["points"][0].__setitem__(1, 0),
          "points[0][1]=0: must be more than 0"),
-        (lambda s: _in_graph(s)["two_shot"][8].update(source="nowhere"),
-         "two_shot.8.source='nowhere': not among sources"),
-        (lambda s: _in_graph(s)["symm_mem"].update({1: _in_graph(s)["symm_mem"][8]}),
+        (lambda s: _series(s, "two_shot")[8].update(source="nowhere"),
+         "two_shot.by_gpus.8.source='nowhere': not among sources"),
+        (lambda s: _series(s, "symm_mem").update({1: _series(s, "symm_mem")[8]}),
          "a GPU count must be"),
         (lambda s: _in_graph(s)["sources"]["vllm#24111"].pop("machine"), "missing key 'machine'"),
         # 1 MiB over 8 GPUs in 2 us is 918 GB/s of bus bandwidth: no NVLink4 GPU moves that.
-        (lambda s: _in_graph(s)["nccl"][8].update(points=[[1 << 20, 2.0]]),
+        (lambda s: _series(s, "nccl")[8].update(points=[[1 << 20, 2.0]]),
          "nccl on 8 GPUs: 1048576 B in 2 us is 918 GB/s bus bandwidth, above the 450 GB/s link"),
     ],
 )  # fmt: skip
@@ -214,7 +219,7 @@ def test_every_in_graph_point_is_below_its_link_and_names_one_machine():
         spec = _settings(f"hardware={hardware}")["hardware"]
         graph = spec["interconnect_model"]["topologies"]["nvswitch"]["all_reduce"]["in_graph"]
         for algorithm in allreduce.FALLBACK:
-            for n, series in (graph.get(algorithm) or {}).items():
+            for n, series in (graph.get(algorithm) or {"by_gpus": {}})["by_gpus"].items():
                 assert graph["sources"][series["source"]]["machine"], (hardware, algorithm, n)
                 for nbytes, us in series["points"]:
                     busbw = 2 * (n - 1) / n * nbytes / (us * 1e3)

@@ -236,9 +236,9 @@ def settings():
         (("all_reduce", "by_gpus", 8, "busbw_gbs"), 0, "busbw_gbs=0: must be between 0.1 and"),
         (("all_to_all", "by_gpus", 8, "latency_us"), float("inf"), "latency_us=inf: must be"),
         (
-            ("all_reduce", "in_graph", "one_shot", 8, "points"),
+            ("all_reduce", "in_graph", "one_shot", "by_gpus", 8, "points"),
             [[32768, float("nan")]],
-            "in_graph.one_shot.8.points",
+            "in_graph.one_shot.by_gpus.8.points",
         ),
         (("all_reduce", "by_gpus", 1), {"latency_us": 1, "busbw_gbs": 1}, "a GPU count must be"),
         (("all_reduce", "by_gpus", "8"), {"latency_us": 1, "busbw_gbs": 1}, "'8': a GPU count"),
@@ -321,8 +321,8 @@ def test_every_files_custom_all_reduce_points_respect_the_link(catalog):
         (
             "h200",
             "nvswitch",
-            lambda ar: ar["in_graph"]["one_shot"][4]["points"][1].__setitem__(1, 1e9),
-            "in_graph.one_shot.4.points=",
+            lambda ar: ar["in_graph"]["one_shot"]["by_gpus"][4]["points"][1].__setitem__(1, 1e9),
+            "in_graph.one_shot.by_gpus.4.points=",
         ),
     ],
 )

@@ -37,9 +37,9 @@ def _arch(arch: str | None) -> str:
 def engine_steps(engine: dict, arch: str | None) -> dict:
     """Return {GPU count: steps} the engine file lists for an architecture ({} where none)."""
     table = engine.get("allreduce") or {}
-    for key, by_gpus in table.items():
+    for key, steps in table.items():
         if _arch(key) == _arch(arch):
-            return dict(by_gpus)
+            return dict(steps.get("by_gpus") or {})
     return {}
 
 
@@ -55,7 +55,7 @@ def algorithm_at(steps: list[dict], nbytes: float) -> tuple[str, dict | None]:
 def series_us(in_graph: dict | None, algorithm: str, n: int, nbytes: float):
     """Return (time in us of one all-reduce of nbytes on the algorithm's cited series at n GPUs,
     its source key), or (None, why) where no series covers that size."""
-    series = _for_gpus((in_graph or {}).get(algorithm), n)
+    series = _for_gpus(((in_graph or {}).get(algorithm) or {}).get("by_gpus"), n)
     if series is None:
         return None, f"no cited {algorithm} figure at {n} GPUs"
     points = series["points"]
@@ -117,7 +117,8 @@ def describe(target: dict) -> str:
     sources = graph.get("sources") or {}
     timed = []
     for algorithm in FALLBACK:
-        for n, series in sorted((graph.get(algorithm) or {}).items(), key=lambda kv: int(kv[0])):
+        by_gpus = (graph.get(algorithm) or {}).get("by_gpus") or {}
+        for n, series in sorted(by_gpus.items(), key=lambda kv: int(kv[0])):
             src = sources.get(series["source"], {})
             machine = str(src.get("machine", "?")).split(" (")[0]
             timed.append(f"{algorithm} {n} GPUs [{series['source']}] {machine}")

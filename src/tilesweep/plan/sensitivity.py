@@ -101,9 +101,10 @@ def _scaled_in_graph(graph, factor: float):
     update = {}
     for algorithm, n, series in graph.series():
         points = [[b, t * factor] for b, t in series.points]
-        update.setdefault(algorithm, dict(getattr(graph, algorithm)))
+        update.setdefault(algorithm, dict(getattr(graph, algorithm).by_gpus))
         update[algorithm][n] = series.model_copy(update={"points": points})
-    return graph.model_copy(update=update)
+    changed = {a: getattr(graph, a).model_copy(update={"by_gpus": s}) for a, s in update.items()}
+    return graph.model_copy(update=changed)
 
 
 def sensitivity(

@@ -116,7 +116,13 @@ def _gpu_count_keys(by_gpus: dict) -> dict:
     return by_gpus
 
 
-Steps = Annotated[list[AllReduceStep], AfterValidator(_steps_ascend)]
+class AllReduceSteps(Section):
+    """An engine's all-reduce steps on one architecture, by GPU count."""
+
+    by_gpus: Annotated[
+        dict[Any, Annotated[list[AllReduceStep], AfterValidator(_steps_ascend)]],
+        AfterValidator(_gpu_count_keys),
+    ]
 
 
 class EngineSettings(Section):
@@ -133,10 +139,7 @@ class EngineSettings(Section):
     # Which algorithm its all-reduce takes by message size inside its CUDA graph, per GPU
     # architecture (sm_90) and GPU count, from its code (plan.allreduce); an arch or count not
     # listed takes NCCL's model, and says so.
-    allreduce: dict[
-        Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")],
-        Annotated[dict[Any, Steps], AfterValidator(_gpu_count_keys)],
-    ] = {}
+    allreduce: dict[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
     # GPU architectures its code runs on (a backend built for one generation); empty: all
     only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []

@@ -99,15 +99,21 @@ class InGraphSeries(Section):
         return self
 
 
+class InGraphAlgorithm(Section):
+    """One algorithm's in-graph series, by GPU count."""
+
+    by_gpus: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)]
+
+
 class InGraph(Section):
     """The engines' all-reduce algorithms timed inside CUDA graphs, per algorithm and GPU count,
     each series from one named source (plan.allreduce)."""
 
     sources: dict[str, InGraphSource] = Field(min_length=1)
-    one_shot: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)] = None
-    two_shot: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)] = None
-    symm_mem: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)] = None
-    nccl: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)] = None
+    one_shot: InGraphAlgorithm = None
+    two_shot: InGraphAlgorithm = None
+    symm_mem: InGraphAlgorithm = None
+    nccl: InGraphAlgorithm = None
 
     @model_validator(mode="after")
     def _sources_named(self) -> InGraph:
@@ -117,7 +123,7 @@ class InGraph(Section):
         for algorithm, n, series in self.series():
             if series.source not in self.sources:
                 why = f"not among sources {', '.join(self.sources)}"
-                raise refuse(f"{algorithm}.{n}.source", why, series.source)
+                raise refuse(f"{algorithm}.by_gpus.{n}.source", why, series.source)
         return self
 
     def series(self) -> list[tuple[str, int, InGraphSeries]]:
@@ -125,7 +131,8 @@ class InGraph(Section):
         return [
             (algorithm, n, series)
             for algorithm in ALLREDUCE_ALGORITHMS
-            for n, series in (getattr(self, algorithm) or {}).items()
+            if getattr(self, algorithm) is not None
+            for n, series in getattr(self, algorithm).by_gpus.items()
         ]
 
 
@@ -331,4 +338,4 @@ class HardwareSpec(Section):
                             f"{busbw:.0f} GB/s bus bandwidth, above the "
                             f"{self.interconnect_gbs:g} GB/s link"
                         )
-                        raise refuse(f"{key}.{algorithm}.{n}", why, [nbytes, us])
+                        raise refuse(f"{key}.{algorithm}.by_gpus.{n}", why, [nbytes, us])
