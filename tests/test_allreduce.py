@@ -224,3 +224,18 @@ def test_every_in_graph_point_is_below_its_link_and_names_one_machine():
                 for nbytes, us in series["points"]:
                     busbw = 2 * (n - 1) / n * nbytes / (us * 1e3)
                     assert busbw < spec["interconnect_gbs"], (hardware, algorithm, n, nbytes)
+
+
+def test_the_latency_sensitivity_scales_every_in_graph_time_and_keeps_the_sizes():
+    from tilesweep.plan import sensitivity
+    from tilesweep.settings import HardwareSpec
+
+    hw = HardwareSpec.model_validate(_settings("hardware=h200")["hardware"])
+    late = sensitivity.scaled_hardware(hw, "interconnect_latency", 2.0)
+    base = hw.interconnect_model.topologies["nvswitch"].all_reduce.in_graph
+    got = late.interconnect_model.topologies["nvswitch"].all_reduce.in_graph
+    pairs = list(zip(base.series(), got.series(), strict=True))
+    assert len(pairs) == 6 and got.sources == base.sources
+    for (alg, n, before), (alg2, n2, after) in pairs:
+        assert (alg, n) == (alg2, n2)
+        assert after.points == [[b, 2 * t] for b, t in before.points]
