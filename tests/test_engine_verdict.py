@@ -169,7 +169,9 @@ def test_the_engine_adds_its_kernels_and_host_time():
     assert compose(["engine=vllm"])["engine"]["host"]["ms"] == 0.0
     vllm = verdict([*base, "engine=vllm", "engine.host.ms=0.4", "engine.host.source=cited"])
     assert vllm.iloc[0]["host_ms"] == 0.4 and "0.4 ms per step (cited" in vllm.iloc[0]["host_rule"]
-    assert "all-reduce: sglang's one-shot custom all-reduce" in row_inputs.row_words(sglang)
+    assert "all-reduce: sglang's all-reduce on sm_90 by message size" in row_inputs.row_words(
+        sglang
+    )
     assert "all-reduce: NCCL" in row_inputs.row_words(lean)
     # The engine's own count, not the project's: more kernels a layer than the lean step's,
     # its small ones at a small kernel's cost.

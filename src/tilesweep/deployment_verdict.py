@@ -25,6 +25,7 @@ import pandas as pd
 from tilesweep import question
 from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.deployment_fit import fit_on_datasheet, measured_here, verdict_fit
+from tilesweep.plan import allreduce as engine_allreduce
 from tilesweep.plan import (
     attention_table,
     calibration,
@@ -123,12 +124,7 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
     target, spanned, topology_note = with_topology(
         with_engine_allreduce(plain, engine_conf), dep.get("topology", "")
     )
-    allreduce = (
-        f"{engine.name}'s one-shot custom all-reduce up to its max_bytes "
-        f"(hardware[{plain['name']}] one_shot figures, cited), NCCL above"
-        if target is not plain
-        else "NCCL (the hardware file's figures)"
-    )
+    allreduce = engine_allreduce.describe(target)
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
         target = dict(

@@ -18,6 +18,10 @@ all-reduce for small messages (vLLM custom_all_reduce, SGLang's), each with `lat
 time at `max_bytes`, taken for every message up to that size) and `max_bytes`. They are used only
 when the block says `enabled: true`, only up to max_bytes, and only where faster than NCCL's.
 
+Where the engine runs its own all-reduce (plan.topology.with_engine_allreduce attaches its table),
+an all_reduce takes the algorithm the engine picks at that size, timed by the hardware file's
+in-graph figures (plan.allreduce).
+
 `fit_measured` fits the same figures on the collective table measured here, per group size
 measured, and nothing for a group size not measured.
 """
@@ -28,6 +32,7 @@ import math
 
 import pandas as pd
 
+from tilesweep.plan import allreduce
 from tilesweep.plan.messages import bus_factor, fit_alpha_beta
 
 COLLECTIVES = ("all_reduce", "all_to_all", "send_recv")
@@ -94,6 +99,10 @@ def collective_time(
         figures["latency_us"] * 1e-3
         + wire_factor(collective, n) * nbytes / (figures["busbw_gbs"] * 1e9) * 1e3
     )
+    if collective == "all_reduce":
+        engine = allreduce.engine_time(block, n, nbytes, ms)
+        if engine is not None:
+            return engine
     one_shot = block.get("one_shot") or {}
     shot = _for_gpus(one_shot.get("by_gpus"), n) if one_shot.get("enabled") else None
     if shot is not None and nbytes <= shot["max_bytes"]:

@@ -88,8 +88,23 @@ def _scaled_topology(topology: Topology, key: str, factor: float) -> Topology:
                 for n, f in shot.by_gpus.items()
             }
             changed["one_shot"] = shot.model_copy(update={"by_gpus": shots})
+        graph = getattr(block, "in_graph", None)
+        if key == "latency_us" and graph is not None:
+            changed["in_graph"] = _scaled_in_graph(graph, factor)
         update[kind] = block.model_copy(update=changed)
     return topology.model_copy(update=update)
+
+
+def _scaled_in_graph(graph, factor: float):
+    """Return in-graph all-reduce series with every time scaled (an all-reduce's in-graph time is
+    latency, as a one-shot's is)."""
+    update = {}
+    for algorithm, n, series in graph.series():
+        points = [[b, t * factor] for b, t in series.points]
+        update.setdefault(algorithm, dict(getattr(graph, algorithm).by_gpus))
+        update[algorithm][n] = series.model_copy(update={"points": points})
+    changed = {a: getattr(graph, a).model_copy(update={"by_gpus": s}) for a, s in update.items()}
+    return graph.model_copy(update=changed)
 
 
 def sensitivity(

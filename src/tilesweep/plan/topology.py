@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.plan import allreduce
 from tilesweep.plan.deployment import Composition, compose_parts
 
 
 def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
-    """Return the target with the engine's all-reduce: where the engine runs its one-shot custom
-    all-reduce in its CUDA graph, the hardware file's one-shot figures are enabled, on NVLink
-    only (vLLM's and SGLang's custom all-reduce needs every pair of GPUs on NVLink beyond two
-    GPUs: vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink; on PCIe they
-    fall back to NCCL, and a PCIe one-shot figure in a hardware file is another build's)."""
+    """Return the target with the engine's all-reduce: where the engine runs its own all-reduce
+    in its CUDA graph, each topology's all_reduce carries the engine's algorithm by size for the
+    target's architecture (plan.allreduce; the hardware file's one-shot figures enabled where a
+    file still has them), on NVLink only (vLLM's and SGLang's custom all-reduce needs every pair
+    of GPUs on NVLink beyond two GPUs: vllm/distributed/device_communicators/custom_all_reduce.py,
+    full_nvlink; on PCIe they fall back to NCCL, and a PCIe one-shot figure in a hardware file is
+    another build's)."""
     if not engine or not engine.get("custom_allreduce"):
         return target
     if "nvlink" not in str(target.get("interconnect", "")):
@@ -21,13 +24,19 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     block = target.get("interconnect_model")
     if not block:
         return target
+    attached = {
+        "name": engine.get("name"),
+        "arch": target.get("arch"),
+        "steps": allreduce.engine_steps(engine, target.get("arch")),
+    }
     tops = {}
     for name, top in block["topologies"].items():
         ar = top.get("all_reduce")
         if ar and ar.get("one_shot"):
             ar = dict(ar, one_shot=dict(ar["one_shot"], enabled=True))
-            top = dict(top, all_reduce=ar)
-        tops[name] = top
+        if ar and engine.get("allreduce"):
+            ar = dict(ar, engine=attached)
+        tops[name] = dict(top, all_reduce=ar) if ar else top
     return dict(target, interconnect_model=dict(block, topologies=tops))
 
 

@@ -5,9 +5,9 @@ an engine's list makes the verdict what that engine gets (tilesweep.plan.engine_
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from tilesweep.settings.strict import Number, Section, refuse
 
@@ -88,6 +88,43 @@ class Untimed(Section):
     cite: str = Field(min_length=1)  # the engine's (or library's) code that selects it
 
 
+class AllReduceStep(Section):
+    """One algorithm of an engine's all-reduce inside its CUDA graph: it takes every message up
+    to max_bytes (inclusive) that an earlier step does not; past the last step, NCCL."""
+
+    algorithm: Literal["one_shot", "two_shot", "symm_mem", "nccl"]
+    max_bytes: int = Field(ge=1)
+    kernel: str = Field(min_length=1)  # the engine's kernel (a fused one names its fusion)
+    cite: str = Field(min_length=1)  # file:line (or function) of the code that picks it
+
+
+def _steps_ascend(steps: list[AllReduceStep]) -> list[AllReduceStep]:
+    """Return steps when there is one and their max_bytes ascend strictly."""
+    if not steps:
+        raise refuse("", "no algorithm; list at least one step (past the last: NCCL)", [])
+    sizes = [step.max_bytes for step in steps]
+    if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+        raise refuse("", "max_bytes must ascend strictly (each step takes larger messages)", sizes)
+    return steps
+
+
+def _gpu_count_keys(by_gpus: dict) -> dict:
+    """Return by_gpus when each key is a GPU count of at least 2."""
+    for n in by_gpus:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise refuse(f"{n!r}", "a GPU count must be an integer of at least 2")
+    return by_gpus
+
+
+class AllReduceSteps(Section):
+    """An engine's all-reduce steps on one architecture, by GPU count."""
+
+    by_gpus: Annotated[
+        dict[Any, Annotated[list[AllReduceStep], AfterValidator(_steps_ascend)]],
+        AfterValidator(_gpu_count_keys),
+    ]
+
+
 class EngineSettings(Section):
     """The engine the verdict is composed for (conf/engine)."""
 
@@ -98,7 +135,11 @@ class EngineSettings(Section):
     attention_by_arch: dict[
         Annotated[str, Field(pattern=r"^(sm_[0-9]{2,3}a?|default)$")], Literal["dsa", "dense"]
     ]  # arch (sm_90) -> mode; `default` too
-    custom_allreduce: bool  # small all-reduces take the hardware file's one-shot figures
+    custom_allreduce: bool  # its own all-reduce (allreduce below) on NVLink; false: NCCL's
+    # Which algorithm its all-reduce takes by message size inside its CUDA graph, per GPU
+    # architecture (sm_90) and GPU count, from its code (plan.allreduce); an arch or count not
+    # listed takes NCCL's model, and says so.
+    allreduce: dict[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
     # GPU architectures its code runs on (a backend built for one generation); empty: all
     only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []

@@ -62,6 +62,80 @@ class OneShot(Section):
     by_gpus: Annotated[dict[Any, OneShotFigures], AfterValidator(_gpu_counts)]
 
 
+# The all-reduce algorithms the engines pick by message size (conf/engine `allreduce`).
+ALLREDUCE_ALGORITHMS = ("one_shot", "two_shot", "symm_mem", "nccl")
+
+
+class InGraphSource(Section):
+    """One source of in-graph all-reduce times: the one machine they were timed on, named, the
+    kernel timed and where the figures are (`cite`)."""
+
+    machine: str = Field(min_length=1)
+    kernel: str = Field(min_length=1)
+    cite: str = Field(min_length=1)
+
+
+class InGraphSeries(Section):
+    """One algorithm's time by message size at one GPU count, inside a CUDA graph, from one
+    source (`points`: [bytes, us] pairs, bytes ascending strictly, time never falling; the time
+    between two is read on the line through them, below the first at the first's)."""
+
+    source: str = Field(min_length=1)
+    points: list[
+        Annotated[list[Annotated[Number, Field(gt=0)]], Field(min_length=2, max_length=2)]
+    ] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> InGraphSeries:
+        """Refuse sizes out of order, a time that falls as the message grows, or above 1 s."""
+        sizes = [b for b, _ in self.points]
+        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise refuse("points", "bytes must ascend strictly", sizes)
+        times = [us for _, us in self.points]
+        if any(b < a for a, b in zip(times, times[1:], strict=False)):
+            raise refuse("points", "a larger message cannot take less time", times)
+        if max(times) > 1e6:
+            raise refuse("points", "a time above a second (1e6 us) is no all-reduce's", max(times))
+        return self
+
+
+class InGraphAlgorithm(Section):
+    """One algorithm's in-graph series, by GPU count."""
+
+    by_gpus: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)]
+
+
+class InGraph(Section):
+    """The engines' all-reduce algorithms timed inside CUDA graphs, per algorithm and GPU count,
+    each series from one named source (plan.allreduce)."""
+
+    sources: dict[str, InGraphSource] = Field(min_length=1)
+    one_shot: InGraphAlgorithm = None
+    two_shot: InGraphAlgorithm = None
+    symm_mem: InGraphAlgorithm = None
+    nccl: InGraphAlgorithm = None
+
+    @model_validator(mode="after")
+    def _sources_named(self) -> InGraph:
+        """Refuse a series whose source is not among `sources`, or no series at all."""
+        if not set(self.model_fields_set) & set(ALLREDUCE_ALGORITHMS):
+            raise refuse("", f"no series; give one of {', '.join(ALLREDUCE_ALGORITHMS)}")
+        for algorithm, n, series in self.series():
+            if series.source not in self.sources:
+                why = f"not among sources {', '.join(self.sources)}"
+                raise refuse(f"{algorithm}.by_gpus.{n}.source", why, series.source)
+        return self
+
+    def series(self) -> list[tuple[str, int, InGraphSeries]]:
+        """Return (algorithm, GPU count, series) for every series given."""
+        return [
+            (algorithm, n, series)
+            for algorithm in ALLREDUCE_ALGORITHMS
+            if getattr(self, algorithm) is not None
+            for n, series in getattr(self, algorithm).by_gpus.items()
+        ]
+
+
 class Collective(Section):
     """One collective's figures, by GPU count."""
 
@@ -72,6 +146,7 @@ class AllReduce(Collective):
     """All-reduce figures, and the one-shot kernel the engines use for small messages."""
 
     one_shot: OneShot = None
+    in_graph: InGraph = None
 
 
 class Topology(Section):
@@ -244,4 +319,23 @@ class HardwareSpec(Section):
         for key, value, low, high in checks:
             if not low <= value <= high:
                 raise refuse(key, f"outside any GPU's range [{low:g}, {high:g}]", value)
+        self._in_graph_below_link()
         return self
+
+    def _in_graph_below_link(self) -> None:
+        """Refuse an in-graph all-reduce point faster than the link allows: its bus bandwidth,
+        2(n-1)/n x bytes / time, above interconnect_gbs (each GPU's one-way link)."""
+        block = self.interconnect_model
+        for name, topology in (block.topologies if block else {}).items():
+            graph = topology.all_reduce.in_graph if topology.all_reduce else None
+            for algorithm, n, series in graph.series() if graph else ():
+                for nbytes, us in series.points:
+                    busbw = 2 * (n - 1) / n * nbytes / (us * 1e3)
+                    if busbw > self.interconnect_gbs:
+                        key = f"interconnect_model.topologies.{name}.all_reduce.in_graph"
+                        why = (
+                            f"{algorithm} on {n} GPUs: {nbytes:.0f} B in {us:g} us is "
+                            f"{busbw:.0f} GB/s bus bandwidth, above the "
+                            f"{self.interconnect_gbs:g} GB/s link"
+                        )
+                        raise refuse(f"{key}.{algorithm}.by_gpus.{n}", why, [nbytes, us])

@@ -1,0 +1,141 @@
+"""An all-reduce as the engine runs it inside its CUDA graph: the engine file says which
+algorithm takes a message of a size (conf/engine `allreduce`: per GPU architecture and GPU count,
+steps of one_shot / two_shot / symm_mem / nccl up to a size each, NCCL past the last), the
+hardware file what that algorithm costs there (interconnect_model ... all_reduce.in_graph: time
+by message size per algorithm and GPU count, each series from one named machine).
+
+An algorithm with no cited series at that GPU count, or a message past its last cited size, takes
+the next slower algorithm's cited series (one_shot, then two_shot, then NCCL; symm_mem, then
+two_shot, then NCCL), and its label says so; NCCL past its cited sizes is NCCL's model (the
+topology's latency_us and busbw_gbs). Below a series' first size its first time stands (an upper
+figure). Never another engine's table: each engine file holds its own steps."""
+
+from __future__ import annotations
+
+# What an algorithm with no cited figure takes instead: the next slower, in order.
+FALLBACK = {
+    "one_shot": ("one_shot", "two_shot", "nccl"),
+    "two_shot": ("two_shot", "nccl"),
+    "symm_mem": ("symm_mem", "two_shot", "nccl"),
+    "nccl": ("nccl",),
+}
+
+
+def _for_gpus(by_gpus: dict | None, n: int):
+    """Return the entry of n GPUs in a by-GPU-count mapping (int keys; str keys after JSON)."""
+    if not by_gpus:
+        return None
+    found = by_gpus.get(n)
+    return found if found is not None else by_gpus.get(str(n))
+
+
+def _arch(arch: str | None) -> str:
+    """Return an architecture without its feature suffix (sm_90a -> sm_90)."""
+    return str(arch or "").removesuffix("a")
+
+
+def engine_steps(engine: dict, arch: str | None) -> dict:
+    """Return {GPU count: steps} the engine file lists for an architecture ({} where none)."""
+    table = engine.get("allreduce") or {}
+    for key, steps in table.items():
+        if _arch(key) == _arch(arch):
+            return dict(steps.get("by_gpus") or {})
+    return {}
+
+
+def algorithm_at(steps: list[dict], nbytes: float) -> tuple[str, dict | None]:
+    """Return (the algorithm the engine takes for a message of nbytes, its step or None past the
+    last step, where NCCL runs)."""
+    for step in steps:
+        if nbytes <= step["max_bytes"]:
+            return step["algorithm"], step
+    return "nccl", None
+
+
+def series_us(in_graph: dict | None, algorithm: str, n: int, nbytes: float):
+    """Return (time in us of one all-reduce of nbytes on the algorithm's cited series at n GPUs,
+    its source key), or (None, why) where no series covers that size."""
+    series = _for_gpus(((in_graph or {}).get(algorithm) or {}).get("by_gpus"), n)
+    if series is None:
+        return None, f"no cited {algorithm} figure at {n} GPUs"
+    points = series["points"]
+    if nbytes > points[-1][0]:
+        return None, f"{nbytes:.0f} B is past the cited {algorithm} sizes (to {points[-1][0]:g} B)"
+    if nbytes <= points[0][0]:
+        return float(points[0][1]), series["source"]
+    for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
+        if nbytes <= b1:
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0), series["source"]
+    return float(points[-1][1]), series["source"]
+
+
+def engine_time(block: dict, n: int, nbytes: float, nccl_ms: float) -> tuple[float, str] | None:
+    """Return (time in ms of one all-reduce of nbytes at n GPUs as the engine runs it, label:
+    its algorithm and the figures that timed it), or None where no engine table is attached."""
+    engine = block.get("engine")
+    if not engine:
+        return None
+    name = engine["name"]
+    steps = _for_gpus(engine.get("steps"), n)
+    if not steps:
+        why = f"{name} lists no all-reduce algorithm for {engine.get('arch')} at {n} GPUs"
+        return nccl_ms, f"NCCL's model ({why})"
+    algorithm, step = algorithm_at(steps, nbytes)
+    picked = f"{name}: {algorithm}" + (
+        f" to {step['max_bytes']} B" if step else " (past its steps)"
+    )
+    missing = []
+    for taken in FALLBACK[algorithm]:
+        us, source = series_us(block.get("in_graph"), taken, n, nbytes)
+        if us is None:
+            missing.append(source)
+            continue
+        instead = f", timed as {taken} ({'; '.join(missing)})" if taken != algorithm else ""
+        return us * 1e-3, f"{picked}{instead}: in-graph [{source}]"
+    return nccl_ms, f"{picked}, timed as NCCL's model ({'; '.join(missing)})"
+
+
+def describe(target: dict) -> str:
+    """Return the all-reduce in words for the verdict's inputs: per GPU count the engine's steps,
+    and per algorithm the machine that timed it (or that none did: the next slower stands)."""
+    block = target.get("interconnect_model") or {}
+    top = (block.get("topologies") or {}).get(block.get("default")) or {}
+    ar = top.get("all_reduce") or {}
+    engine = ar.get("engine")
+    if not engine:
+        if (ar.get("one_shot") or {}).get("enabled"):
+            return (
+                f"the engine's one-shot custom all-reduce up to its max_bytes (hardware"
+                f"[{target.get('name')}] one_shot figures, cited), NCCL above"
+            )
+        return "NCCL (the hardware file's figures)"
+    counts = []
+    for n, steps in sorted((engine.get("steps") or {}).items(), key=lambda kv: int(kv[0])):
+        parts = [f"{s['algorithm']} to {_size(s['max_bytes'])}" for s in steps]
+        counts.append(f"{n} GPUs {', '.join(parts)}, NCCL above")
+    graph = ar.get("in_graph") or {}
+    sources = graph.get("sources") or {}
+    timed = []
+    for algorithm in FALLBACK:
+        by_gpus = (graph.get(algorithm) or {}).get("by_gpus") or {}
+        for n, series in sorted(by_gpus.items(), key=lambda kv: int(kv[0])):
+            src = sources.get(series["source"], {})
+            machine = str(src.get("machine", "?")).split(" (")[0]
+            timed.append(f"{algorithm} {n} GPUs [{series['source']}] {machine}")
+    where = f"hardware[{target.get('name')}] in-graph figures: " + (
+        "; ".join(timed) if timed else "none cited (NCCL's model throughout)"
+    )
+    return (
+        f"{engine['name']}'s all-reduce on {engine.get('arch')} by message size "
+        f"({'; '.join(counts) or 'no steps for this arch: NCCL'}); {where}; an algorithm "
+        "without a cited figure at a size takes the next slower one's (one_shot, two_shot, NCCL)"
+    )
+
+
+def _size(nbytes: int) -> str:
+    """Return a byte count in words (128 KiB, 2.6 MiB)."""
+    if nbytes >= 1 << 20:
+        return f"{nbytes / (1 << 20):.3g} MiB"
+    if nbytes >= 1 << 10:
+        return f"{nbytes / (1 << 10):.3g} KiB"
+    return f"{nbytes} B"
