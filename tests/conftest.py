@@ -32,16 +32,27 @@ def snakemake(
 SWEEP_FIXTURES = {"tiny_sweep", "second_sweep", "slurm_sweep"}
 
 
+# Costly fixtures made once per worker, and the xdist group of the tests that take them: under
+# `--dist loadgroup` (make test) one worker makes each and runs its tests, instead of every
+# worker making it. The SLURM run is compared with the tiny sweep, so it joins that group.
+SHARED_FIXTURE_GROUPS = {
+    "tiny_sweep": "tiny_sweep",
+    "slurm_sweep": "tiny_sweep",
+    "compiled": "cutlass_compiled",  # test_cutlass_accounting: five CUTLASS cells through nvcc
+    "corpus_engines": "corpus_engines",  # the cited engine figures, composed
+}
+
+
 def pytest_collection_modifyitems(items):
-    """Mark slow every test that takes a fixture running a real sweep, and put every test that
-    reads the session's tiny sweep in one xdist group: under `--dist loadgroup` (make test) one
-    worker makes the sweep and the others run the rest, instead of each worker sweeping."""
+    """Mark slow every test that takes a fixture running a real sweep, and put the tests that
+    share a costly fixture in that fixture's xdist group (SHARED_FIXTURE_GROUPS)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if SWEEP_FIXTURES & names:
             item.add_marker(pytest.mark.slow)
-        if names & {"tiny_sweep", "slurm_sweep"}:  # the SLURM run is compared with it
-            item.add_marker(pytest.mark.xdist_group("tiny_sweep"))
+        group = next((SHARED_FIXTURE_GROUPS[n] for n in SHARED_FIXTURE_GROUPS if n in names), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,10 @@ def git_commit(where: str = str(Path(__file__).resolve().parent)) -> str:
     return head + ("+dirty" if dirty else "")
 
 
+# How long nvidia-smi may take to list the GPUs before the query is an error.
+SMI_TIMEOUT_S = 30
+
+
 class GpuQueryError(RuntimeError):
     """nvidia-smi is present but did not say which GPUs the machine has."""
 
@@ -51,11 +55,11 @@ def query_gpus() -> tuple[tuple[str, str], ...]:
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=SMI_TIMEOUT_S,
             check=True,
         ).stdout
     except subprocess.TimeoutExpired:
-        raise GpuQueryError("nvidia-smi did not answer within 30 s") from None
+        raise GpuQueryError(f"nvidia-smi did not answer within {SMI_TIMEOUT_S} s") from None
     except subprocess.CalledProcessError as err:
         said = (err.stderr or err.stdout or "").strip().splitlines()
         why = f": {said[0]}" if said else ""
