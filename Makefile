@@ -48,11 +48,11 @@ lint: lint-fast
 
 # Tests run on every core (pytest-xdist, one worker a core); the tests that read the tiny sweep
 # run on one worker (conftest.py groups them), which makes it once. PYTEST_WORKERS=0 runs them
-# all in one process.
+# all in one process. The 40 slowest tests are listed at the end (where the time goes).
 PYTEST_WORKERS ?= auto
 
 unit: bootstrap
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=40
 
 # The fast tier needs only the Python packages and skips `snakemake --lint`, which plans the
 # default sweep.
