@@ -68,3 +68,27 @@ def test_editing_a_backend_reruns_the_jobs_that_run_it(package_copy):
     assert triton_jobs and triton_jobs <= stale
     assert ("build", "triton") in stale and ("decode", "baselines") not in stale
     assert ("collective", "") not in stale
+
+
+def test_reading_only_the_import_statements_finds_what_the_whole_module_imports(tmp_path):
+    for path in sorted(rerun_keys.PACKAGE_DIR.rglob("*.py")):
+        assert rerun_keys._parse_imports(path) == rerun_keys._parse_imports(path, whole=True), path
+    # A statement split over lines, one inside a function and a module-level DATA_FILES.
+    module = tmp_path / "mod.py"
+    module.write_text(
+        '"""A docstring."""\nimport os\n'
+        "from tilesweep.plan import (\n    topology,\n    step_time,\n)\n\n"
+        "def f():\n    from tilesweep import \\\n        grid\n\n"
+        'DATA_FILES = (\n    "data/columns.yaml",\n)\n'
+    )
+    found = rerun_keys._parse_imports(module)
+    assert found == rerun_keys._parse_imports(module, whole=True)
+    names = {p.relative_to(rerun_keys.PACKAGE_DIR).as_posix() for p in found}
+    assert names == {
+        "__init__.py",
+        "plan/__init__.py",
+        "plan/topology.py",
+        "plan/step_time.py",
+        "grid.py",
+        "data/columns.yaml",
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -50,10 +51,42 @@ def _imports(path: Path) -> set[Path]:
     return set(_IMPORTS[key])
 
 
-def _parse_imports(path: Path) -> set[Path]:
-    """Return what _imports returns, parsing the module."""
+# The statements _parse_imports reads: a tilesweep import at any depth, and a module-level
+# DATA_FILES. Parsing only them is equal to parsing the whole module (tests/test_rerun_scope.py
+# holds it for every module of the package) and several times faster: a Snakefile read hashes
+# every rule's modules, so each `snakemake` call parses the package.
+_STATEMENT = re.compile(
+    r"^[ \t]*(?:from[ \t]+tilesweep\b|import[ \t]+tilesweep\b|DATA_FILES\b)", re.M
+)
+
+
+def _statements(text: str) -> str:
+    """Return the source of the statements _STATEMENT finds, each on its own lines, unindented
+    (a parenthesised or backslash-continued statement whole)."""
+    out = []
+    for match in _STATEMENT.finditer(text):
+        start = match.start() + len(match.group()) - len(match.group().lstrip())
+        end = start
+        depth = 0
+        while end < len(text):
+            char = text[end]
+            depth += char in "([{"
+            depth -= char in ")]}"
+            if char == "\n" and depth <= 0 and text[end - 1] != "\\":
+                break
+            end += 1
+        out.append(text[start:end])
+    return "\n".join(out)
+
+
+def _parse_imports(path: Path, whole: bool = False) -> set[Path]:
+    """Return what _imports returns, parsing the module's import and DATA_FILES statements (the
+    whole module where `whole` or where those statements do not parse alone)."""
     text = path.read_text()
-    tree = ast.parse(text, str(path))
+    try:
+        tree = ast.parse(text if whole else _statements(text), str(path))
+    except SyntaxError:
+        tree = ast.parse(text, str(path))
     found = _data_files(tree)
     # A plugin package finds its modules at run time; a rule names the plugins it runs
     # (Sweep.rule_code), so that no rule depends on every module the package can reach.
