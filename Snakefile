@@ -28,13 +28,13 @@ from tilesweep.pipeline import Sweep
 from tilesweep.progress import attach as show_progress
 from tilesweep.plan.calibration import FIT_LAYOUT
 from tilesweep.report_paths import (
+    FIGURE_CATEGORIES,
     CHECK_TABLES,
     COMPOSED_TABLES,
     MEASURED_TABLES,
     example_overrides,
 )
 from tilesweep.provenance import package_version, toolchain_key
-from tilesweep.stages.report import FIGURE_CATEGORIES
 
 # `--config example=docs/examples/h200` re-renders a kept example from its own tables.
 EXAMPLE = config.get("example")

@@ -13,7 +13,7 @@ from conftest import ROOT, snakemake
 
 from tilesweep import rerun_keys
 from tilesweep.plan import row_inputs
-from tilesweep.stages.report import FIGURE_CATEGORIES
+from tilesweep.report_paths import FIGURE_CATEGORIES
 
 TINY = ["experiment=tiny"]
 TILES = "grid.tiles=[{m:16,n:64,k:64},{m:128,n:256,k:128}]"

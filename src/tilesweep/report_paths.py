@@ -8,6 +8,20 @@ from pathlib import Path
 from tilesweep import backends
 from tilesweep.errors import ConfigError
 
+# Each figure's category in `snakemake --report` (every name of report.document.FIGURES, then
+# the tuners' own: backends.report_figures).
+FIGURE_CATEGORIES = {
+    "pareto": "Verdict",
+    "launch_smem": "Launch",
+    "decode_time": "Decode",
+    "decode_roofline": "Decode",
+    "collective_bandwidth": "Collectives",
+    "verdict_split": "Verdict",
+    "check_error": "Verdict",
+    "engine_tpot": "Verdict",
+    **{name: figure[0] for name, figure in backends.report_figures().items()},
+}
+
 # The measured tables the tables step joins from the per-cell outputs.
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 # The tables composed from them: the verdict and the engines' own figures beside the verdict
@@ -126,9 +140,6 @@ class Stage5:
 
     def figures(self) -> list[str]:
         """Return the figures the figures step draws."""
-        # matplotlib (via stages.report): drawn only here; the module loads without it
-        from tilesweep.stages.report import FIGURE_CATEGORIES
-
         return [str(self.plots / f"{name}.png") for name in FIGURE_CATEGORIES]
 
     def report_inputs(self) -> dict[str, list[str]]:

@@ -12,7 +12,6 @@ from tilesweep.columns import (
     Status,
 )
 from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
-from tilesweep.fused_moe.tune_figure import tune_speedup
 from tilesweep.report.document import Block, Figure, Table, Text
 from tilesweep.report.formatting import plural
 
@@ -21,6 +20,16 @@ SECTIONS = (
     ("tune", "The project's fused-MoE kernel tuned in the engines' conditions", "Tuning"),
     ("dropins", "Files to drop into vLLM and SGLang", "Drop-ins"),
 )
+
+
+def _tune_speedup(tables: dict[str, pd.DataFrame]):
+    """Return the tuning figure (tune_figure.tune_speedup)."""
+    # matplotlib: loaded when a figure is drawn, not by every Snakefile read that lists figures
+    from tilesweep.fused_moe.tune_figure import tune_speedup
+
+    return tune_speedup(tables)
+
+
 # Its figure: category in `snakemake --report`, alt text, caption and how it is drawn.
 FIGURES = {
     "tune_speedup": (
@@ -30,7 +39,7 @@ FIGURES = {
         "torch grouped GEMM (orange), per batch M: their time over the tuned config's on the "
         "same routed batch (above 1: the tuned config is faster), one panel per dtype and "
         "problem, a line style per routing; batches on a log scale.",
-        tune_speedup,
+        _tune_speedup,
     ),
 }
 # The tuning section's short table: the batches the tuned config gains most on.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import answer_card, backends
+from tilesweep import answer_card
 from tilesweep.cells import content_key, read_cell_bytes, read_cell_json, write_cell_bytes
 from tilesweep.errors import CellError
 from tilesweep.io import concat_tables
@@ -18,19 +18,6 @@ from tilesweep.settings import RootSettings
 from tilesweep.stages import logged
 from tilesweep.stages.verdict import read_panel
 
-# Each figure's category in `snakemake --report` (every name of report.document.FIGURES, then
-# the tuners' own: backends.report_figures).
-FIGURE_CATEGORIES = {
-    "pareto": "Verdict",
-    "launch_smem": "Launch",
-    "decode_time": "Decode",
-    "decode_roofline": "Decode",
-    "collective_bandwidth": "Collectives",
-    "verdict_split": "Verdict",
-    "check_error": "Verdict",
-    "engine_tpot": "Verdict",
-    **{name: figure[0] for name, figure in backends.report_figures().items()},
-}
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # A kept example is re-rendered from a GPU run's tables, without that run's provenance file.
 RERENDERED = "re-rendered from the GPU run's tables; versions above are the renderer's"
