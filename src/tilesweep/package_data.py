@@ -135,13 +135,14 @@ def data_texts(package: str, name: str, fields: tuple[str, ...]) -> dict[str, tu
     return out
 
 
-def data_typed(package: str, name: str, key: str, kind):
-    """Return entry `key` of a YAML mapping `package` ships, validated as `kind` (a type pydantic
-    checks, e.g. dict[str, tuple[str, int]]), or end the process in one line."""
+def data_typed(package: str, name: str, key: str | None, kind):
+    """Return entry `key` (None: all) of a YAML mapping `package` ships, validated as `kind` (a
+    type pydantic checks, e.g. dict[str, tuple[str, int]]), or end the process in one line."""
+    data = data_mapping(package, name)
     try:
-        return pydantic.TypeAdapter(kind).validate_python(data_mapping(package, name)[key])
+        return pydantic.TypeAdapter(kind).validate_python(data if key is None else data[key])
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
-        at = ".".join(str(x) for x in (key, *err["loc"]))
+        at = ".".join(str(x) for x in (*([key] if key else []), *err["loc"]))
         where = f"{package.replace('.', '/')}/{name}"
         raise BrokenPackageData(f"{where}: {at}: {err['msg']}") from None

@@ -131,6 +131,16 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         "speed per user (labels: batch)",
         fontsize="medium",
     )
+    handles = _handles(points, drawn, rest)
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
+    fig.set_layout_engine("constrained")
+    place_labels(fig, ax, labels)
+    return enforce_series(fig)
+
+
+def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
+    """Return the legend: a line per layout drawn, the frontier, the hollow model points where
+    there are any, and how many layouts only the verdict table shows."""
     handles = [
         Line2D(
             [],
@@ -158,10 +168,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     if rest:
         more = plural(len(rest), "more layout")
         handles.append(Line2D([], [], lw=0, label=f"+{more}: verdict table"))
-    fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
-    fig.set_layout_engine("constrained")
-    place_labels(fig, ax, labels)
-    return enforce_series(fig)
+    return handles
 
 
 def marker_sizes(points: pd.DataFrame, drawn: list[str]) -> pd.Series:
