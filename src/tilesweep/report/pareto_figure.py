@@ -180,8 +180,9 @@ def marker_sizes(points: pd.DataFrame, drawn: list[str]) -> pd.Series:
     ranked = ranked.assign(rank=ranked["layout"].map(order)).sort_values("rank")
     seen: list[tuple[float, float]] = []
     for idx, x, y in zip(ranked.index, ranked["per_user"], ranked["per_gpu"], strict=True):
-        under = sum(abs(x - a) <= SAME_POINT * abs(a) and abs(y - b) <= SAME_POINT * abs(b)
-                    for a, b in seen)  # fmt: skip
+        under = sum(
+            abs(x - a) <= SAME_POINT * abs(a) and abs(y - b) <= SAME_POINT * abs(b) for a, b in seen
+        )
         sizes[idx] = MARKER_SIZE * 0.4**under
         seen.append((x, y))
     return sizes
@@ -241,8 +242,15 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
         tries = [(strict, dx, dy) for strict in (True, False) for dx, dy in LABEL_OFFSETS]
         for strict, dx, dy in tries:
             side = "left" if dx > 0 else "right"
-            note = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points",
-                               fontsize=9, color=color, ha=side)  # fmt: skip
+            note = ax.annotate(
+                text,
+                xy,
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=9,
+                color=color,
+                ha=side,
+            )
             box = note.get_window_extent(renderer)
             if _free(box, placed, others if strict else [], radius):
                 placed.append(box)
