@@ -3,7 +3,9 @@ check, the device's ceilings, a decode, collective, layout, power or tune table)
 it `<file>.sum`: its bytes, SHA-256, columns and rows. A step that reads a cell checks the file
 against that record; before the DAG is built the Snakefile checks every planned cell by its
 size, so a cell that was emptied, cut short or deleted is rebuilt by the next run (Snakemake's
-own --forcerun on that file; a dry run only shows it) and never joined as it is."""
+own --forcerun on that file; a dry run only shows it) and never joined as it is. Made here
+because Snakemake reruns a job for a missing, older or incomplete output, not for one emptied or
+cut short after its job ended."""
 
 from __future__ import annotations
 

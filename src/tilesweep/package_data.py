@@ -6,6 +6,7 @@ import functools
 import importlib.resources
 import re
 
+import pydantic
 import yaml
 
 COLUMNS_FILE = "data/columns.yaml"
@@ -69,23 +70,19 @@ def column_file(package: str) -> dict[str, dict[str, tuple[str, ...]]]:
     one ends the process in one line (BrokenPackageData)."""
     where = f"{package.replace('.', '/')}/{COLUMNS_FILE}"
     try:
-        text = importlib.resources.files(package).joinpath(COLUMNS_FILE).read_text("utf-8")
-        return parse_columns(text, where)
-    except UnicodeDecodeError:
-        raise BrokenPackageData(f"{where}: not text (bytes that are not UTF-8)") from None
-    except OSError as exc:
-        raise BrokenPackageData(f"{where}: unreadable ({exc.strerror or exc})") from None
+        return parse_columns(data_file(package, COLUMNS_FILE), where)
     except ValueError as exc:
         raise BrokenPackageData(str(exc)) from None
 
 
 class _Lists(dict):
-    """One module's column lists by name: a name the file lacks is one line naming the file."""
+    """A data file's entries by name: a name the file lacks is one line naming the file."""
 
     where = ""
+    noun = "list "
 
     def __missing__(self, key: str):
-        raise BrokenPackageData(f"{self.where}: no list {key}")
+        raise BrokenPackageData(f"{self.where}: no {self.noun}{key}")
 
 
 def column_lists(module: str, package: str = "tilesweep") -> dict[str, list[str]]:
@@ -98,3 +95,54 @@ def column_lists(module: str, package: str = "tilesweep") -> dict[str, list[str]
     out = _Lists({key: list(items) for key, items in lists[module].items()})
     out.where = f"{where}: {module}"
     return out
+
+
+def data_file(package: str, name: str) -> str:
+    """Return the text of a file in `package`'s folder (e.g. `data/figures.yaml`); a
+    damaged one ends the process in one line (BrokenPackageData)."""
+    where = f"{package.replace('.', '/')}/{name}"
+    try:
+        return importlib.resources.files(package).joinpath(name).read_text("utf-8")
+    except UnicodeDecodeError:
+        raise BrokenPackageData(f"{where}: not text (bytes that are not UTF-8)") from None
+    except OSError as exc:
+        raise BrokenPackageData(f"{where}: unreadable ({exc.strerror or exc})") from None
+
+
+def data_mapping(package: str, name: str) -> dict:
+    """Return a YAML mapping `package` ships (data_file), or end the process in one line."""
+    where = f"{package.replace('.', '/')}/{name}"
+    try:
+        data = yaml.safe_load(data_file(package, name))
+    except yaml.YAMLError as exc:
+        raise BrokenPackageData(f"{where}: not YAML ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not data:
+        raise BrokenPackageData(f"{where}: expected a mapping, got {type(data).__name__}")
+    out = _Lists(data)
+    out.where, out.noun = where, ""
+    return out
+
+
+def data_texts(package: str, name: str, fields: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Return a YAML mapping of names to texts `package` ships, each entry's `fields` in order,
+    checked (every field text), or end the process in one line."""
+    out = {}
+    for key, entry in data_mapping(package, name).items():
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(f), str) for f in fields):
+            where = f"{package.replace('.', '/')}/{name}: {key}"
+            raise BrokenPackageData(f"{where}: expected {', '.join(fields)}, each a text")
+        out[str(key)] = tuple(entry[f] for f in fields)
+    return out
+
+
+def data_typed(package: str, name: str, key: str | None, kind):
+    """Return entry `key` (None: all) of a YAML mapping `package` ships, validated as `kind` (a
+    type pydantic checks, e.g. dict[str, tuple[str, int]]), or end the process in one line."""
+    data = data_mapping(package, name)
+    try:
+        return pydantic.TypeAdapter(kind).validate_python(data if key is None else data[key])
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        at = ".".join(str(x) for x in (*([key] if key else []), *err["loc"]))
+        where = f"{package.replace('.', '/')}/{name}"
+        raise BrokenPackageData(f"{where}: {at}: {err['msg']}") from None

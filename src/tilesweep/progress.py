@@ -1,5 +1,6 @@
 """The run's console: one line per stage (Snakemake rule) as its jobs start and finish, with the
 time left estimated from the jobs' own durations, in place of Snakemake's block per job.
+Made here because Snakemake reports a job count done, never a stage's time left.
 
 The Snakefile's main process attaches `Console` to Snakemake's logger, so it reads the events the
 scheduler logs (a job starts, finishes, fails) under any executor, local or SLURM, with no flag.
@@ -128,10 +129,13 @@ class Stage:
         else:
             return "no estimate yet"
         mean = sum(times) / len(times)
-        pending = max(self.total - self.ended - len(self.running), 0)
-        ages = [now - t for t in self.running.values()]
-        left = time_left(pending, ages, mean, self.at_once)
+        left = self.left(now, mean, self.at_once)
         return f"~{clock(left)} left (mean job {clock(mean)} in {where}, {self.at_once} at once)"
+
+    def left(self, now: float, mean_s: float, at_once: int = 1) -> float:
+        """Return the seconds the stage has left at mean_s a job, over at_once jobs (time_left)."""
+        pending = max(self.total - self.ended - len(self.running), 0)
+        return time_left(pending, [now - t for t in self.running.values()], mean_s, at_once)
 
 
 class Console(logging.Handler):
@@ -307,9 +311,7 @@ class Console(logging.Handler):
             if not times:
                 unknown.append(stage.name)
                 continue
-            mean = sum(times) / len(times)
-            pending = max(stage.total - stage.ended - len(stage.running), 0)
-            work += pending * mean + sum(max(mean - (now - t), 0.0) for t in stage.running.values())
+            work += stage.left(now, sum(times) / len(times))
         if not work and not unknown:
             return ""
         most = max(self.most_at_once, 1)

@@ -40,12 +40,9 @@ def hold(results: str | os.PathLike) -> None:
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        holder = _holder(fd)
+        busy = _busy(folder, fd)
         os.close(fd)
-        raise ConfigError(
-            f"{folder}: another sweep is running on this results folder ({holder}); wait for it "
-            "to end, or give this one another results_dir"
-        ) from None
+        raise busy from None
     os.ftruncate(fd, 0)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
     os.pwrite(fd, json.dumps(record).encode(), 0)
@@ -63,19 +60,20 @@ def probe(results: str | os.PathLike) -> None:
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise ConfigError(
-            f"{Path(results)}: another sweep is running on this results folder ({_holder(fd)}); "
-            "wait for it to end, or give this one another results_dir"
-        ) from None
+        raise _busy(Path(results), fd) from None
     finally:
         os.close(fd)  # closing drops a lock this process took: nothing is held, nothing written
 
 
-def _holder(fd: int) -> str:
-    """Return who holds the lock, as its holder wrote it."""
+def _busy(folder: Path, fd: int) -> ConfigError:
+    """Return the one-line refusal naming who holds the folder's lock, as its holder wrote it."""
     try:
         record = json.loads(os.pread(fd, 4096, 0) or b"{}")
         since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record["since"]))
-        return f"pid {record['pid']} on {record['host']}, since {since}"
+        holder = f"pid {record['pid']} on {record['host']}, since {since}"
     except (ValueError, KeyError, TypeError):
-        return "its holder wrote nothing readable"
+        holder = "its holder wrote nothing readable"
+    return ConfigError(
+        f"{folder}: another sweep is running on this results folder ({holder}); wait for it to "
+        "end, or give this one another results_dir"
+    )

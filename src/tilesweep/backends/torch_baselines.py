@@ -77,74 +77,96 @@ def _row_ends(torch) -> Callable:
     return row_ends
 
 
+def _matmul(torch, counts: list[int]) -> Callable:
+    """Return a loop of one torch.matmul per expert with tokens."""
+
+    def call(p):
+        for e in range(len(counts)):
+            lo, hi = p.offsets[e], p.offsets[e + 1]
+            if hi > lo:
+                torch.matmul(p.a[lo:hi], p.b[e].t(), out=p.c[lo:hi])
+        return p.c
+
+    return call
+
+
+def _bmm(torch, counts: list[int]) -> Callable:
+    """Return one torch.bmm over the experts' rows padded to the widest (padded once per
+    problem, untimed, as a bmm user keeps them), its rows copied back."""
+    experts, widest = len(counts), max(counts)
+    padded: dict[int, object] = {}
+
+    def call(p):
+        key = id(p)
+        if key not in padded:  # padding is setup, not timed: a bmm user stores it so
+            buf = torch.zeros(experts, widest, p.a.shape[1], dtype=p.a.dtype, device=p.a.device)
+            for e in range(experts):
+                lo, hi = p.offsets[e], p.offsets[e + 1]
+                buf[e, : hi - lo] = p.a[lo:hi]
+            padded[key] = (
+                buf,
+                torch.empty(experts, widest, p.b.shape[1], dtype=p.c.dtype, device=p.a.device),
+            )
+        buf, out = padded[key]
+        torch.bmm(buf, p.b.transpose(1, 2), out=out)
+        for e in range(experts):
+            lo, hi = p.offsets[e], p.offsets[e + 1]
+            p.c[lo:hi] = out[e, : hi - lo]
+        return p.c
+
+    return call
+
+
+def _grouped_mm(torch, counts: list[int]) -> Callable:
+    """Return torch's grouped GEMM over the rows sorted by expert."""
+    grouped, row_ends = _torch_op(torch, "torch_grouped_mm"), _row_ends(torch)
+
+    def call(p):
+        p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
+        return p.c
+
+    return call
+
+
+def _scaled_grouped_mm(torch, counts: list[int]) -> Callable:
+    """Return torch's fp8 grouped GEMM with rowwise scales: A (tokens x K, row-major) with one
+    fp32 scale per row, B as experts x K x N column-major (the transposed view of experts x N x
+    K) with one fp32 scale per expert and output channel; offsets are int32 cumulative row ends."""
+    scaled, row_ends = _torch_op(torch, "torch_scaled_grouped_mm"), _row_ends(torch)
+
+    def call(p):
+        out = scaled(
+            p.a,
+            p.b.transpose(-2, -1),
+            p.a_scale,
+            p.b_scale,
+            offs=row_ends(p),
+            out_dtype=torch.bfloat16,
+        )
+        p.c.copy_(out)
+        return p.c
+
+    return call
+
+
+# How each baseline's call is made, by name.
+CALLS = {
+    "torch_matmul": _matmul,
+    "torch_bmm": _bmm,
+    "torch_grouped_mm": _grouped_mm,
+    "torch_scaled_grouped_mm": _scaled_grouped_mm,
+}
+
+
 def baseline_runner(name: str, counts: list[int], dtype: str) -> Callable:
     """Return a call computing the grouped GEMM with a torch baseline."""
     import torch
 
     if name in RUNNERS and dtype != RUNNERS[name][0]:
         raise NotImplementedError(f"{name} baseline is timed for {RUNNERS[name][0]} only")
-    experts, widest = len(counts), max(counts)
-
-    if name == "torch_matmul":
-
-        def call(p):
-            for e in range(experts):
-                lo, hi = p.offsets[e], p.offsets[e + 1]
-                if hi > lo:
-                    torch.matmul(p.a[lo:hi], p.b[e].t(), out=p.c[lo:hi])
-            return p.c
-
-        return call
-    if name == "torch_bmm":
-        padded: dict[int, object] = {}
-
-        def call(p):
-            key = id(p)
-            if key not in padded:  # padding is setup, not timed: a bmm user stores it so
-                buf = torch.zeros(experts, widest, p.a.shape[1], dtype=p.a.dtype, device=p.a.device)
-                for e in range(experts):
-                    lo, hi = p.offsets[e], p.offsets[e + 1]
-                    buf[e, : hi - lo] = p.a[lo:hi]
-                padded[key] = (
-                    buf,
-                    torch.empty(experts, widest, p.b.shape[1], dtype=p.c.dtype, device=p.a.device),
-                )
-            buf, out = padded[key]
-            torch.bmm(buf, p.b.transpose(1, 2), out=out)
-            for e in range(experts):
-                lo, hi = p.offsets[e], p.offsets[e + 1]
-                p.c[lo:hi] = out[e, : hi - lo]
-            return p.c
-
-        return call
-    if name == "torch_grouped_mm":
-        grouped, row_ends = _torch_op(torch, name), _row_ends(torch)
-
-        def call(p):
-            p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
-            return p.c
-
-        return call
-    if name == "torch_scaled_grouped_mm":
-        scaled, row_ends = _torch_op(torch, name), _row_ends(torch)
-
-        def call(p):
-            # Rowwise scaling: A (tokens x K, row-major) with one fp32 scale per row, B as
-            # experts x K x N column-major (the transposed view of experts x N x K) with one fp32
-            # scale per expert and output channel; offsets are int32 cumulative row ends.
-            out = scaled(
-                p.a,
-                p.b.transpose(-2, -1),
-                p.a_scale,
-                p.b_scale,
-                offs=row_ends(p),
-                out_dtype=torch.bfloat16,
-            )
-            p.c.copy_(out)
-            return p.c
-
-        return call
-    raise ValueError(f"unknown baseline {name!r}")
+    if name not in CALLS:
+        raise ValueError(f"unknown baseline {name!r}")
+    return CALLS[name](torch, counts)
 
 
 class TorchDecode(DecodeRunner):

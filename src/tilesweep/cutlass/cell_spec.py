@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilesweep import package_data
+
 
 @dataclass(frozen=True)
 class ArchSpec:
@@ -56,66 +58,19 @@ class ArchSpec:
     dtypes: tuple[str, ...]
 
 
-ARCHS = {
-    "sm_90": ArchSpec(
-        tag="cutlass::arch::Sm90",
-        gencode="arch=compute_90a,code=sm_90a",
-        opclass="cutlass::arch::OpClassTensorOp",
-        schedules={
-            "cooperative": (
-                "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
-                "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative",
-            ),
-            "pingpong": (
-                "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong",
-                "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong",
-            ),
-        },
-        capacity="cutlass::gemm::collective::detail::sm90_smem_capacity_bytes",
-        dtypes=("fp8",),
-    ),
-    "sm_100": ArchSpec(
-        tag="cutlass::arch::Sm100",
-        gencode="arch=compute_100a,code=sm_100a",
-        opclass="cutlass::arch::OpClassBlockScaledTensorOp",
-        schedules={
-            "1sm": (
-                "cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100",
-                "cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm",
-            )
-        },
-        capacity="cutlass::arch::sm100_smem_capacity_bytes",
-        dtypes=("nvfp4",),
-    ),
-    "sm_120": ArchSpec(
-        tag="cutlass::arch::Sm120",
-        gencode="arch=compute_120a,code=sm_120a",
-        opclass="cutlass::arch::OpClassBlockScaledTensorOp",
-        schedules={
-            "cooperative": (
-                "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative",
-                "cutlass::epilogue::collective::EpilogueScheduleAuto",
-            )
-        },
-        capacity="cutlass::arch::sm120_smem_capacity_bytes",
-        dtypes=("nvfp4",),
-    ),
-}
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/cutlass.yaml",)
+ARCHS = package_data.data_typed("tilesweep", DATA_FILES[0], "archs", dict[str, ArchSpec])
 
 # The SM90 cooperative kernel's body requires tile M >= 128 (a static_assert); below it, ping-pong.
 SM90_COOPERATIVE_MIN_TILE_M = 128
 
 # dtype -> (A/B element, alignment in elements: 16 bytes)
-DTYPES = {
-    "fp8": ("cutlass::float_e4m3_t", 16),
-    "nvfp4": ("cutlass::nv_float4_t<cutlass::float_e2m1_t>", 32),
-}
-
+DTYPES = package_data.data_typed("tilesweep", DATA_FILES[0], "dtypes", dict[str, tuple[str, int]])
 # epilogue -> (C element, D element, alignment of C and D in elements: 16 bytes)
-EPILOGUES = {
-    "default": ("cutlass::bfloat16_t", "cutlass::bfloat16_t", 8),
-    "finalize": ("float", "float", 4),
-}
+EPILOGUES = package_data.data_typed(
+    "tilesweep", DATA_FILES[0], "epilogues", dict[str, tuple[str, str, int]]
+)
 
 
 def kernel_schedule(arch: str, tile_m: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import (
     REPORT_DROPIN_COLUMNS,
     TUNE_TARGET_COLUMNS,
@@ -42,6 +43,10 @@ FIGURES = {
         _tune_speedup,
     ),
 }
+# The package data this module reads (rerun_keys.code_hash hashes it with the module): the
+# section's fixed texts.
+DATA_FILES = ("fused_moe/data/report_texts.yaml",)
+TEXTS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, str])
 # The tuning section's short table: the batches the tuned config gains most on.
 TOP_ROWS = 8
 
@@ -90,48 +95,16 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
     each engine default and the torch baseline (both GEMMs summed), and why configs could not
     run; none of it is exported (the engines' files are tuned in their own kernels)."""
     if tune.empty:
-        return [
-            Text(
-                "Not tuned: the fused-MoE kernel is tuned on a GPU machine only (rule "
-                "tune_configs), and this sweep ran none."
-            )
-        ]
+        return [Text(TEXTS["untuned"])]
     summary = tune_summary(tune)
     failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
     blocks: list[Block] = [
-        Text(
-            "The project's fused-MoE kernel (fused_moe/kernel.py: routed pairs gathered through "
-            "sorted, block-padded ids over all of a rank's experts, GROUP_SIZE_M swizzle, routing "
-            "weights in the down GEMM, a direct path for tiny batches) tuned over the engines' "
-            "own search space at their batch keys, measured on the device at hand. 'tuned' is "
-            "its pick in the engines' space: a table for this kernel "
-            "(tune/fused_moe/project_kernel/, read by the whole step's runner), not an engine's "
-            "config file, since a pick can be slower in an engine's own kernel. The files to "
-            "drop into vLLM or SGLang are those tuned and picked in each engine's own kernel "
-            "and checked against its default (rule tune_engine, "
-            "tuned/fused_moe/engine_<engine>/). Times are "
-            "gate/up + down (ms, median of CUDA-graph replays); 'x vLLM' is the vLLM default "
-            "config's time over the tuned config's time on the same kernel and routed batch; "
-            "'x torch' is the same-dtype torch grouped GEMM's time (rows pre-sorted, so its "
-            "gather is free) over the tuned kernel's; copy fraction is the fewest bytes over "
-            "the time, over the measured copy bandwidth (bytes read plus written), read "
-            "fraction the same over the measured read-only bandwidth. 'best' is the fastest "
-            "config once the project's variants beyond the engines' space (TMA weight loads, "
-            "a persistent grid, split-K, tiny batches sorted by expert) may be picked, one config "
-            "per batch for every routing; 'fastest' is the fastest config timed at that batch "
-            "and routing, of any source. Neither is exported, and no engine's kernel can run "
-            "the variants."
-        ),
+        Text(TEXTS["tune_intro"]),
         Table(
             tune_targets(summary),
             TUNE_TARGET_COLUMNS,
             title="Against the tuning targets, per problem and routing",
-            note="Each figure is the lowest over its range. x vLLM: at every batch timed, and at "
-            "M >= 1,024 (tuned, then best); read fraction for 1.15x: the highest fraction of the "
-            "measured read-only bandwidth that 1.15x over the vLLM default would need at M >= "
-            "1,024; x torch: the best config, then the fastest, at 1-256 tokens per expert; copy "
-            "fraction: the tuned config, then the fastest, at 32 tokens per expert or fewer, and "
-            "from 1 to 32.",
+            note=TEXTS["targets_note"],
         ),
         Figure(
             "tune_speedup", text=FIGURES["tune_speedup"][2], alt_text=FIGURES["tune_speedup"][1]
@@ -147,7 +120,6 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
     ]
     if len(failed):
         frame = failed.rename("rows").reset_index()
-        note = "screen: configs of the space that could not run (reasons in tune.csv); engine: "
-        note += "the engine runner where the engine is not installed"
-        blocks.append(Table(frame, list(frame.columns), title="Rows without a time", note=note))
+        title = "Rows without a time"
+        blocks.append(Table(frame, list(frame.columns), title=title, note=TEXTS["failed_note"]))
     return blocks

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep import backends
+from tilesweep import backends, package_data
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import TUNE_COLUMNS, Status
 from tilesweep.errors import ConfigError
@@ -43,22 +43,12 @@ from tilesweep.stages import logged
 NAME = "fused_moe"
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.
 VERSIONS = "versions.json"
-# What a folder of the project kernel's picks holds, in the folder itself (README.txt).
-PROJECT_KERNEL_README = f"""\
-The project's fused-MoE kernel (src/tilesweep/fused_moe/kernel.py): its tuned pick per batch M,
-in the engines' search space and launch conditions, one file per (local experts E, shard width N).
-
-These are NOT engine config files. The kernel is the project's, not vLLM's or SGLang's, and a
-pick can be slower in an engine's own kernel; the names start with {PROJECT_KERNEL}_ so that no
-engine picks one up. The GPU whole step's runner reads them (bench.step_moe_tables). In the tune
-table they are the rows marked `tuned`; `best` adds the kernel's own variants (TMA, persistent,
-split-K, SORT), which no engine can run.
-
-The files to drop into vLLM or SGLang are those tuned and picked in each engine's own kernel and
-checked against its default on fresh data: tuned/engine_<engine>/<engine>-<version>/ of a
-sweep's results (rule tune_engine), or `tilesweep engine-tune --out DIR`. `tilesweep engine-check
-FILE` times any file, one of these included, against an engine's default in its own kernel.
-"""
+# What a folder of the project kernel's picks holds, in the folder itself (README.txt); the package
+# data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("fused_moe/data/project_kernel_README.txt",)
+PROJECT_KERNEL_README = package_data.data_file("tilesweep", DATA_FILES[0]).format(
+    prefix=PROJECT_KERNEL
+)
 
 
 def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dict:

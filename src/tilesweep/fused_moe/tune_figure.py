@@ -41,8 +41,16 @@ def tune_speedup(tables: dict[str, pd.DataFrame]) -> Figure:
         for routing in routings:
             rows = part[part["routing"].astype(str) == routing].sort_values("m")
             for col, label, color in RATIOS:
-                ax.plot(floats(rows, "m"), floats(rows, col), style[routing], marker="o", ms=3,
-                        color=color, lw=1.2, label=f"{label}, {routing}")  # fmt: skip
+                ax.plot(
+                    floats(rows, "m"),
+                    floats(rows, col),
+                    style[routing],
+                    marker="o",
+                    ms=3,
+                    color=color,
+                    lw=1.2,
+                    label=f"{label}, {routing}",
+                )
         reference(ax.axhline(1.0, color="#555555", lw=0.8))
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))

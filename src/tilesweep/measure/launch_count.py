@@ -9,50 +9,12 @@ outside torch's dispatcher (Triton) are added by the caller with `add`.
 
 from __future__ import annotations
 
+from tilesweep import package_data
+
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/launch_count.yaml",)
 # aten ops that return a view or metadata and launch no kernel.
-NO_LAUNCH = frozenset(
-    {
-        "view",
-        "_unsafe_view",
-        "reshape",
-        "as_strided",
-        "expand",
-        "unsqueeze",
-        "squeeze",
-        "t",
-        "transpose",
-        "permute",
-        "slice",
-        "select",
-        "narrow",
-        "split",
-        "split_with_sizes",
-        "unbind",
-        "detach",
-        "alias",
-        "lift_fresh",
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "_reshape_alias",
-        "unflatten",
-        "flatten",
-        "chunk",
-        "diagonal",
-        "view_as",
-        "expand_as",
-        "contiguous",  # a copy only when not contiguous; that copy is counted as copy_/clone
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "is_same_size",
-        "_to_copy_noop",
-        "item",
-        "_local_scalar_dense",
-        "record_stream",
-        "set_",
-    }
-)
+NO_LAUNCH = frozenset(package_data.data_mapping("tilesweep", DATA_FILES[0])["no_launch"])
 
 
 def op_name(func) -> str:

@@ -97,6 +97,35 @@ def _graph_times(
     return out
 
 
+def _eager_times(
+    dist, torch, op, inside: bool, device: str, calls: int, repeats: int, warmup: int
+) -> list[float]:
+    """Return the ms per call of `repeats` eager samples after `warmup`, every rank meeting at a
+    barrier before each: on a GPU, CUDA events around `calls` back-to-back calls; on the CPU,
+    the wall time of one call. A rank outside the group only meets the barriers."""
+    samples = []
+    for i in range(warmup + repeats):
+        dist.barrier()
+        if not inside:
+            continue
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            for _ in range(calls):
+                op()
+            end.record()
+            end.synchronize()
+            elapsed = start.elapsed_time(end) / calls
+        else:
+            t0 = time.perf_counter()
+            op()
+            elapsed = (time.perf_counter() - t0) * 1e3
+        if i >= warmup:
+            samples.append(elapsed)
+    return samples
+
+
 def _time_one(
     dist,
     torch,
@@ -140,26 +169,8 @@ def _time_one(
         result = _graph_times(dist, torch, op, inside, cpu_group, repeats, warmup, plan)
     else:
         calls = SMALL_MESSAGE_CALLS if cuda and nbytes <= SMALL_MESSAGE_BYTES else 1
-        result = {"samples": [], "calls_per_replay": calls, "status": Status.OK, "reason": ""}
-        for i in range(warmup + repeats):
-            dist.barrier()
-            if not inside:
-                continue
-            if cuda:
-                torch.cuda.synchronize(device)
-                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                start.record()
-                for _ in range(calls):
-                    op()
-                end.record()
-                end.synchronize()
-                elapsed = start.elapsed_time(end) / calls
-            else:
-                t0 = time.perf_counter()
-                op()
-                elapsed = (time.perf_counter() - t0) * 1e3
-            if i >= warmup:
-                result["samples"].append(elapsed)
+        samples = _eager_times(dist, torch, op, inside, device, calls, repeats, warmup)
+        result = {"samples": samples, "calls_per_replay": calls, "status": Status.OK, "reason": ""}
     if group is not None:
         dist.destroy_process_group(group)
     return {**result, "timing": timing} if rank == 0 else None

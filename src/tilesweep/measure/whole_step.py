@@ -164,7 +164,8 @@ def _list_rows(
                 }
             )
             continue
-        whole = ranks[0][key][index]["whole_ms"]  # already the max over ranks
+        first = ranks[0][key][index]
+        whole = first["whole_ms"]  # already the max over ranks
         row = {
             "layout": layout_name,
             **{k: spec["layout"][k] for k in ("tp", "pp", "ep")},
@@ -184,32 +185,33 @@ def _list_rows(
             "finite": all(r[key][index]["finite"] for r in ranks),
             "measured_label": label,
             "emulated": bool(spec.get("emulate")),
-            "timing": ranks[0][key][index]["timing"],
-            "eager_step_ms": percentile(ranks[0][key][index]["eager_ms"], 0.5),
-            **launch_columns(ranks[0][key][index], whole),
-            "graph_error": ranks[0][key][index].get("graph_error", ""),
-            "moe_config": ranks[0][key][index].get("moe_config", ""),
-            "step_kernels": ranks[0][key][index].get("step_kernels", ""),
+            "timing": first["timing"],
+            "eager_step_ms": percentile(first["eager_ms"], 0.5),
+            **launch_columns(first, whole),
+            "graph_error": first.get("graph_error", ""),
+            "moe_config": first.get("moe_config", ""),
+            "step_kernels": first.get("step_kernels", ""),
         }
         launches = max((r[key][index]["launches"] for r in ranks), key=lambda c: sum(c.values()))
         row["launches"] = sum(launches.values())
-        ran = sum(1 for n in ranks[0][key][index]["micro_batches"] if n)
+        ran = sum(1 for n in first["micro_batches"] if n)
         row.update(columns, kernels_per_layer=step_extras.kernels_per_layer(launches, layers, ran))
         row.update({f"launches_{name}": n for name, n in sorted(launches.items())})
-        per_rank = []
-        for rank in ranks:
-            names = {n for sample in rank[key][index]["parts"] for n in sample}
-            medians = {
-                n: percentile([s.get(n, 0.0) for s in rank[key][index]["parts"]], 0.5)
-                for n in names
-            }
-            per_rank.append(medians)
-        busiest = max(per_rank, key=lambda parts: sum(parts.values()))
+        busiest = _busiest_parts([rank[key][index]["parts"] for rank in ranks])
         row.update({f"part_{name}_ms": ms for name, ms in sorted(busiest.items())})
         row["status"] = "ok" if row["finite"] else "correctness"
         row["reason"] = "" if row["finite"] else "non-finite activations after the step"
         rows.append(row)
     return rows
+
+
+def _busiest_parts(samples_per_rank: list[list[dict]]) -> dict[str, float]:
+    """Return the median ms of each named part of the step on the rank whose parts sum most."""
+    per_rank = []
+    for samples in samples_per_rank:
+        names = {n for sample in samples for n in sample}
+        per_rank.append({n: percentile([s.get(n, 0.0) for s in samples], 0.5) for n in names})
+    return max(per_rank, key=lambda parts: sum(parts.values()))
 
 
 def launch_columns(result: dict, whole: list[float]) -> dict:

@@ -70,14 +70,7 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
         for key in (k for k in mine if _series_name(k) in shown):
             line = part[(part[keys].astype(str) == [str(k) for k in key]).all(axis=1)]
             _draw(ax_bw, ax_t, line, key, colors[key], floors)
-        ax_bw.set_title(name, fontsize=TEXT_PT + 2)
-        for ax in (ax_bw, ax_t):
-            log_axes(ax, x_base=2, y=True)
-            ax.xaxis.set_major_locator(LogLocator(base=4))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _size(v)))
-            ax.grid(alpha=0.3, which="both")
-        ax_t.set_xlabel("message size (bytes)")
-        ax_t.xaxis.set_tick_params(labelbottom=True)
+        _style(ax_bw, ax_t, name)
     for i in range(len(names), nrows * ncols):
         axes[2 * (i // ncols), i % ncols].axis("off")
         axes[2 * (i // ncols) + 1, i % ncols].axis("off")
@@ -98,6 +91,18 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
     )
     fig.set_layout_engine("constrained")
     return enforce_series(fig)
+
+
+def _style(ax_bw, ax_t, name: str) -> None:
+    """Set one collective's two panels on log axes by message size, its name above."""
+    ax_bw.set_title(name, fontsize=TEXT_PT + 2)
+    for ax in (ax_bw, ax_t):
+        log_axes(ax, x_base=2, y=True)
+        ax.xaxis.set_major_locator(LogLocator(base=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _size(v)))
+        ax.grid(alpha=0.3, which="both")
+    ax_t.set_xlabel("message size (bytes)")
+    ax_t.xaxis.set_tick_params(labelbottom=True)
 
 
 def _draw(ax_bw, ax_t, line: pd.DataFrame, key: tuple, color, floors) -> None:

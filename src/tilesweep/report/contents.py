@@ -108,6 +108,29 @@ def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
     )
 
 
+def _intro(settings: RootSettings) -> str:
+    """Return the report's opening line: the deployment and the launch targets."""
+    model, dep = settings.model, settings.deployment
+    return (
+        f"Deployment: {model.name} with {dep.weight_dtype} weights and {dep.kv_dtype} KV cache, "
+        f"context {dep.context_len}, on {settings.hardware.name}; launch targets "
+        f"{', '.join(settings.grid.targets)}."
+    )
+
+
+def _drawn(figures: dict[str, bytes] | None, *tables) -> dict[str, bytes]:
+    """Return every report figure: those given, the others drawn from the tables (launch,
+    decode, collective, verdict, check, engines, tune)."""
+    drawn = dict(figures or {})
+    missing = [name for name in all_figures() if name not in drawn]
+    if missing:
+        launch, decode, collective, verdict, check, engines, tune = tables
+        drawn.update(
+            draw_figures(launch, decode, collective, verdict, check, missing, engines, tune)
+        )
+    return drawn
+
+
 def build(
     settings: RootSettings,
     launch: pd.DataFrame,
@@ -126,20 +149,11 @@ def build(
 ) -> ReportData:
     """Return the one ReportData both reports render, opened by the answer card (built from the
     verdict, check and engines unless given); figures are drawn unless given. The question's
-    section is there when `panel` is (the deployment is the one it asks about).
-
-    `provenance` may hold 'measured': {section: when} beside versions and the commit.
-    """
-    check = pd.DataFrame() if check is None else check
-    engines = pd.DataFrame() if engines is None else engines
-    power = pd.DataFrame() if power is None else power
-    model, dep = settings.model, settings.deployment
-    targets = ", ".join(settings.grid.targets)
-    hardware = settings.hardware.name
-    intro = (
-        f"Deployment: {model.name} with {dep.weight_dtype} weights and {dep.kv_dtype} KV cache, "
-        f"context {dep.context_len}, on {hardware}; launch targets {targets}."
-    )
+    section is there when `panel` is (the deployment is the one it asks about); `provenance`
+    may hold 'measured': {section: when} beside versions and the commit."""
+    empty = pd.DataFrame()
+    check, engines, power = (empty if t is None else t for t in (check, engines, power))
+    model, hardware = settings.model, settings.hardware.name
     asked = question.of(settings)
     named = ((asked.name, asked.title),) if asked and panel else ()
     why = "" if panel else unasked(asked, model.name, hardware)
@@ -155,13 +169,6 @@ def build(
         "collectives": collective_blocks(collective, provenance, decode, verdict),
         "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
     }
-    drawn = dict(figures or {})
-    missing = [name for name in all_figures() if name not in drawn]
-    if missing:
-        drawn.update(
-            draw_figures(launch, decode, collective, verdict, check, missing, engines, tune)
-        )
-    empty = pd.DataFrame()
     tuned = backends.report_sections(
         {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}
     )
@@ -177,9 +184,9 @@ def build(
     return ReportData(
         card=card,
         title=f"tilesweep report: {model.name} on {hardware}",
-        intro=intro,
+        intro=_intro(settings),
         provenance=provenance,
         sections=shown,
         nav=[(s.key, short.get(s.key, s.title)) for s in shown],
-        figures=drawn,
+        figures=_drawn(figures, launch, decode, collective, verdict, check, engines, tune),
     )

@@ -211,6 +211,18 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
     return text
 
 
+def _time_line(t_ax, b_ax, line: pd.DataFrame, style: dict) -> None:
+    """Draw one runner's times (p10..p90 bars) and, on b_ax unless None, its bandwidth."""
+    if line.empty:
+        return
+    x, tm = floats(line, "tokens_per_expert"), floats(line, "time_ms")
+    lo, hi = floats(line, "time_p10_ms"), floats(line, "time_p90_ms")
+    err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
+    t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)
+    if b_ax is not None:
+        b_ax.plot(x, floats(line, "gbs"), **style)
+
+
 def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     """Draw one dtype's time and bandwidth panels, and its legend, on a subfigure."""
     shown, left = shown_runners(rows)
@@ -226,15 +238,8 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         log_axes(b_ax, x_base=2, y=has_gbs)
         for runner in shown:
             line = part[part["runner"].astype(str) == runner].sort_values("tokens_per_expert")
-            if line.empty:
-                continue
-            x, tm = floats(line, "tokens_per_expert"), floats(line, "time_ms")
-            lo, hi = floats(line, "time_p10_ms"), floats(line, "time_p90_ms")
-            err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
             style = dict(styles[runner], ms=4, label=_label(runner, dtype))
-            t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)
-            if has_gbs:
-                b_ax.plot(x, floats(line, "gbs"), **style)
+            _time_line(t_ax, b_ax if has_gbs else None, line, style)
         if has_gbs and not math.isnan(copy):
             reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
@@ -291,14 +296,9 @@ def decode_roofline(decode: pd.DataFrame) -> Figure:
     return _dtype_blocks(ok, 5.6, _roofline_block)
 
 
-def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
-    """Draw one dtype's roofline panels, one per op, and its legend, on a subfigure."""
-    shown, left = shown_runners(rows)
-    styles = _runner_styles(shown)
-    uniform = rows[rows["routing"].astype(str) == "uniform"] if "routing" in rows else rows
-    uniform = uniform if not uniform.empty else rows
-    ops = list(dict.fromkeys(uniform["op"].astype(str)))
-    axes = sub.subplots(1, len(ops), squeeze=False, sharex=True, sharey=True)[0]
+def _roof(rows: pd.DataFrame) -> tuple:
+    """Return (intensities, roof TFLOPS at each, (copy GB/s, its gap), (matmul TFLOPS, its gap)):
+    the measured roof over the rows' intensities and the ridge, 4x past them on either side."""
     inten = floats(rows, "intensity")
     implied_gbs = floats(rows, "tflops") * 1e3 / inten
     bw, bw_gap = _ceiling(rows, "ceiling_copy_gbs", implied_gbs)
@@ -313,6 +313,34 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         roof = np.minimum(roof, peak)
     if not math.isnan(bw):
         roof = np.minimum(roof, bw * xs / 1e3)
+    return xs, roof, (bw, bw_gap), (peak, peak_gap)
+
+
+def _tokens_axis(ax, part: pd.DataFrame) -> None:
+    """Label a roofline panel's top axis with the tokens per expert of its points."""
+    ticks = part.groupby("tokens_per_expert")["intensity"].median().dropna()
+    ticks = ticks[ticks > 0]
+    if ticks.empty:
+        return
+    top = ax.twiny()
+    top.set_xscale("log")
+    top.set_xlim(ax.get_xlim())
+    every = ticks.iloc[::2] if len(ticks) > 5 else ticks
+    top.set_xticks(every.to_numpy(float), [str(whole(v)) for v in every.index])
+    top.xaxis.set_minor_formatter(NullFormatter())
+    top.tick_params(labelsize=TEXT_PT + 1)
+    top.set_xlabel("tokens per expert", fontsize=TEXT_PT + 1)
+
+
+def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
+    """Draw one dtype's roofline panels, one per op, and its legend, on a subfigure."""
+    shown, left = shown_runners(rows)
+    styles = _runner_styles(shown)
+    uniform = rows[rows["routing"].astype(str) == "uniform"] if "routing" in rows else rows
+    uniform = uniform if not uniform.empty else rows
+    ops = list(dict.fromkeys(uniform["op"].astype(str)))
+    axes = sub.subplots(1, len(ops), squeeze=False, sharex=True, sharey=True)[0]
+    xs, roof, (bw, bw_gap), (peak, peak_gap) = _roof(rows)
     for ax, op in zip(axes, ops, strict=True):
         part = uniform[uniform["op"].astype(str) == op]
         log_axes(ax)
@@ -320,30 +348,13 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
             reference(ax.plot(xs, roof, color=ROOF_COLOR, lw=2)[0])
         for runner in shown:
             pts = part[part["runner"].astype(str) == runner]
+            style = dict(styles[runner], ls="", ms=6, alpha=0.85, label=_label(runner, dtype))
             if not pts.empty:
-                ax.plot(
-                    floats(pts, "intensity"),
-                    floats(pts, "tflops"),
-                    ls="",
-                    ms=6,
-                    alpha=0.85,
-                    label=_label(runner, dtype),
-                    **styles[runner],
-                )
+                ax.plot(floats(pts, "intensity"), floats(pts, "tflops"), **style)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_title(f"{op}, uniform routing", fontsize=TEXT_PT + 2)
         ax.grid(alpha=0.3, which="both")
-        ticks = part.groupby("tokens_per_expert")["intensity"].median().dropna()
-        ticks = ticks[ticks > 0]
-        if not ticks.empty:
-            top = ax.twiny()
-            top.set_xscale("log")
-            top.set_xlim(ax.get_xlim())
-            every = ticks.iloc[::2] if len(ticks) > 5 else ticks
-            top.set_xticks(every.to_numpy(float), [str(whole(v)) for v in every.index])
-            top.xaxis.set_minor_formatter(NullFormatter())
-            top.tick_params(labelsize=TEXT_PT + 1)
-            top.set_xlabel("tokens per expert", fontsize=TEXT_PT + 1)
+        _tokens_axis(ax, part)
     axes[0].set_ylabel("achieved TFLOPS")
     if not (math.isnan(bw) or math.isnan(peak)):
         axes[0].text(

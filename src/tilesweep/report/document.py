@@ -8,67 +8,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.answer_card import AnswerCard
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/figures.yaml",)
+
+
 # Every figure: its file name under plots/, its alt text and its caption.
-FIGURES = {
-    "pareto": (
-        "tokens/s per GPU against tokens/s per user, per layout and batch that fits",
-        "Each point is one layout at one batch that fits in memory, as the verdict composes it: "
-        "tokens/s per user (1,000 / TPOT in ms) across, tokens/s per GPU (all sequences' "
-        "tokens/s over the layout's GPUs) up; its label is the batch. The wide grey line joins "
-        "the points no other point beats on both (the frontier): a deployment is chosen on it. "
-        "Points of two layouts that coincide are drawn one inside the other, under one label "
-        "that says how many layouts it stands for.",
-    ),
-    "verdict_split": (
-        "step split per layout and batch",
-        "Time per output token split into memory-bound parts, math-bound parts, communication "
-        "and launch (kernels x their measured fixed cost), per layout and batch of the named "
-        "deployment, as composed (see each row's source); the black tick is the step's "
-        "roofline floor (floor_ms).",
-    ),
-    "check_error": (
-        "composed against measured whole steps",
-        "Per layout and batch, how far the composition of the depth-reduced model from its parts "
-        "(blue; calibrated on TP1 only) and the roofline alone (orange, dotted) lie from the "
-        "measured whole decode step on the device at hand, in percent of its median (0: exact; "
-        "dashed: +-10%); grey: the measured p10..p90 band around that median.",
-    ),
-    "engine_tpot": (
-        "composed against engines' measured TPOT, log-log, per GPU",
-        "Each point is a time per output token an engine measured and published (across) beside "
-        "this sweep's composition of the same deployment (up), log-log, one panel per GPU; marker: "
-        "the engine, colour: the model. Grey: composed/engine within 0.75-1.33x, the band the "
-        "engine check counts; dashed: equal. Figures the composition has no time for are in the "
-        "table only.",
-    ),
-    "launch_smem": (
-        "shared memory per kernel and target",
-        "Bars: shared memory per block (colour: fits by default / after opt-in / not); hatched: "
-        "the part outside CUTLASS's mainloop (epilogue and the rest); diamonds: the hand "
-        "estimate; lines: default, opt-in and per-SM limits. One panel per target.",
-    ),
-    "decode_time": (
-        "decode time and bandwidth against tokens per expert",
-        "Time per grouped GEMM and achieved bandwidth against tokens per expert, one row of "
-        "panels per dtype, at most six runners per axis (the fastest, with the best torch "
-        "baseline; the rest are in the decode table); the dashed red line is the measured copy "
-        "bandwidth.",
-    ),
-    "decode_roofline": (
-        "decode roofline",
-        "Achieved TFLOPS against arithmetic intensity on the measured roofline, per dtype, at "
-        "most six runners per axis; the top axis gives the tokens per expert of each gate_up "
-        "point.",
-    ),
-    "collective_bandwidth": (
-        "collective bus bandwidth and time against message size",
-        "Bus bandwidth and time against message size per collective and group size; dotted: the "
-        "latency floor (the smallest message's time). The table also gives the least-squares "
-        "fit time = latency + bytes / bandwidth.",
-    ),
-}
+FIGURES = package_data.data_texts("tilesweep", DATA_FILES[0], ("alt", "caption"))
 
 
 @dataclass(frozen=True)

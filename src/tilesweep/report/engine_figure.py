@@ -42,6 +42,18 @@ def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(engine_tpot_ms=measured[keep], composed_tpot_ms=composed[keep])
 
 
+def _label_axes(axes, panels: int, ncols: int) -> None:
+    """Name the axes on the panels' outer edges (x on each column's lowest, y on each row's
+    first) and hide the grid's panels past the last."""
+    for i, ax in enumerate(axes[:panels]):
+        if i + ncols >= panels:  # the lowest panel of its column
+            ax.set_xlabel("engine's measured TPOT (ms)")
+        if i % ncols == 0:
+            ax.set_ylabel("composed TPOT (ms)")
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+
+
 def engine_tpot(engines: pd.DataFrame) -> Figure:
     """Return composed against measured TPOT of the engines' own figures, log-log, one panel per
     GPU, one colour per model and one marker per engine (at most MAX_SERIES families a panel),
@@ -70,9 +82,16 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
         for (engine, model), rows in part.groupby(["engine", "model"], sort=True):
             if f"{engine} {model}" not in shown:
                 continue
-            ax.scatter(rows["engine_tpot_ms"], rows["composed_tpot_ms"], s=26, alpha=0.85,
-                       marker=marker[engine], color=color[model], zorder=3,
-                       label=f"{engine} {model}")  # fmt: skip
+            ax.scatter(
+                rows["engine_tpot_ms"],
+                rows["composed_tpot_ms"],
+                s=26,
+                alpha=0.85,
+                marker=marker[engine],
+                color=color[model],
+                zorder=3,
+                label=f"{engine} {model}",
+            )
         log_axes(ax)
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)
@@ -81,13 +100,7 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
         inside = part["composed_tpot_ms"] / part["engine_tpot_ms"]
         within = int(((inside >= BAND[0]) & (inside <= BAND[1])).sum())
         ax.set_title(f"{gpu}: {within} of {plural(len(part), 'figure')} in band", fontsize="medium")
-    for i, ax in enumerate(axes[: len(gpus)]):
-        if i + ncols >= len(gpus):  # the lowest panel of its column
-            ax.set_xlabel("engine's measured TPOT (ms)")
-        if i % ncols == 0:
-            ax.set_ylabel("composed TPOT (ms)")
-    for ax in axes[len(gpus) :]:
-        ax.set_visible(False)
+    _label_axes(axes, len(gpus), ncols)
     handles = [Line2D([], [], color="#555555", marker=m, lw=0, label=e) for e, m in marker.items()]
     handles += [Line2D([], [], color=c, marker="o", lw=0, label=m) for m, c in color.items()]
     handles.append(

@@ -10,6 +10,7 @@ import re
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.answer_card import REPORT_RESTS, AnswerCard
 from tilesweep.report.document import (
     Bullets,
@@ -22,44 +23,10 @@ from tilesweep.report.document import (
 )
 from tilesweep.report.formatting import fmt_value
 
-CSS = """
-*{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
-max-width:1200px;padding:0 1.2em 3em;color:#222;overflow-wrap:anywhere}
-h1{margin:.8em 0 .2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
-nav a{margin-right:1em}figure{margin:1em 0}figure img{max-width:100%;height:auto;
-border:1px solid #eee}figcaption{color:#555;font-size:.9em}
-.scroll{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.85em}
-th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:top;
-overflow-wrap:normal}
-th{background:#f4f4f4;text-align:center}td{white-space:nowrap}td.text{text-align:left}
-td.wrap{white-space:normal;min-width:20em;overflow-wrap:anywhere}
-tr.src-model td{background:repeating-linear-gradient(135deg,#fff,#fff 6px,#f3f3f3 6px,
-#f3f3f3 12px);color:#555;font-style:italic}
-tr.src-measured td{background:#fff}
-.v-memory{background:#dce6f8}.v-math{background:#fbe1d2}.v-communication{background:#dff3dd}
-.v-mixed{background:#f3ecd2}.v-kernel-limited{background:#f6d6d6}.v-other{background:#e8e8e8}
-.v-launch{background:#e6dcf5}.v-does{background:repeating-linear-gradient(135deg,#ddd,#ddd 5px,
-#f4f4f4 5px,#f4f4f4 10px);color:#555}.v-unknown{background:#eee}
-.swatch{display:inline-block;width:.9em;height:.9em;border:1px solid #999;margin-right:.2em;
-vertical-align:-.1em}td small{display:block;color:#555;font-size:.85em}
-.badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.8em;font-style:normal}
-.badge.model{background:#eee;border:1px dashed #888}.badge.measured{background:#333;color:#fff}
-.badge.composed{background:#cfe0f5;border:1px solid #4878d0}
-.with-legend{display:flex;flex-wrap:wrap;gap:0 1.5em;align-items:flex-start}
-.with-legend>.scroll{flex:0 1 auto;min-width:0}
-dl.legend{flex:1 1 20em;margin:.6em 0;font-size:.8em;color:#333}
-dl.legend dt{font-weight:600;display:inline}dl.legend dd{display:inline;margin:0}
-dl.legend dd:after{content:"";display:block;margin-bottom:.25em}
-.card{border:2px solid #4878d0;border-radius:6px;padding:.4em 1em .2em;margin:.6em 0 1em;
-background:#f7faff}.card p{margin:.4em 0}.card .rests{font-size:.85em;color:#333}
-.card .rests ul{margin:.1em 0 .3em;padding-left:1.4em}
-.card table{margin:.4em 0;font-size:.9em}.card td.text{text-align:right}
-.card td.text:nth-child(2),.card td.text:nth-child(7){text-align:left}
-.muted{color:#666}details{margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;
-font-size:.8em;max-height:30em}ul.headlines li{margin:.2em 0}
-"""
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("templates/report.css",)
+# The report's one style sheet, inline in its <head>.
+CSS = "\n" + package_data.data_file("tilesweep", DATA_FILES[0])
 WRAP_COLUMNS = {"reason", "inputs_json", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
 VERDICT_CLASSES = (

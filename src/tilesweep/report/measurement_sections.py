@@ -161,8 +161,11 @@ def collective_blocks(
     ok = ok_rows(collective)
     on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
     kinds = set(column(ok, "device_kind", "").dropna().astype(str))
-    gpu_run = "cuda" in set(column(ok_rows(decode if decode is not None else pd.DataFrame()),
-                                   "device_kind", "").dropna().astype(str))  # fmt: skip
+    gpu_run = "cuda" in set(
+        column(ok_rows(decode if decode is not None else pd.DataFrame()), "device_kind", "")
+        .dropna()
+        .astype(str)
+    )
     cpu_only = bool(kinds) and kinds <= {"cpu"}
     floors = latency_floors(collective)
     if gpu_run and cpu_only:

@@ -131,6 +131,16 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         "speed per user (labels: batch)",
         fontsize="medium",
     )
+    handles = _handles(points, drawn, rest)
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
+    fig.set_layout_engine("constrained")
+    place_labels(fig, ax, labels)
+    return enforce_series(fig)
+
+
+def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
+    """Return the legend: a line per layout drawn, the frontier, the hollow model points where
+    there are any, and how many layouts only the verdict table shows."""
     handles = [
         Line2D(
             [],
@@ -158,10 +168,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     if rest:
         more = plural(len(rest), "more layout")
         handles.append(Line2D([], [], lw=0, label=f"+{more}: verdict table"))
-    fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
-    fig.set_layout_engine("constrained")
-    place_labels(fig, ax, labels)
-    return enforce_series(fig)
+    return handles
 
 
 def marker_sizes(points: pd.DataFrame, drawn: list[str]) -> pd.Series:
@@ -173,8 +180,9 @@ def marker_sizes(points: pd.DataFrame, drawn: list[str]) -> pd.Series:
     ranked = ranked.assign(rank=ranked["layout"].map(order)).sort_values("rank")
     seen: list[tuple[float, float]] = []
     for idx, x, y in zip(ranked.index, ranked["per_user"], ranked["per_gpu"], strict=True):
-        under = sum(abs(x - a) <= SAME_POINT * abs(a) and abs(y - b) <= SAME_POINT * abs(b)
-                    for a, b in seen)  # fmt: skip
+        under = sum(
+            abs(x - a) <= SAME_POINT * abs(a) and abs(y - b) <= SAME_POINT * abs(b) for a, b in seen
+        )
         sizes[idx] = MARKER_SIZE * 0.4**under
         seen.append((x, y))
     return sizes
@@ -234,8 +242,15 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
         tries = [(strict, dx, dy) for strict in (True, False) for dx, dy in LABEL_OFFSETS]
         for strict, dx, dy in tries:
             side = "left" if dx > 0 else "right"
-            note = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points",
-                               fontsize=9, color=color, ha=side)  # fmt: skip
+            note = ax.annotate(
+                text,
+                xy,
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=9,
+                color=color,
+                ha=side,
+            )
             box = note.get_window_extent(renderer)
             if _free(box, placed, others if strict else [], radius):
                 placed.append(box)

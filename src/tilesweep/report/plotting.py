@@ -99,8 +99,17 @@ def say(ax, message: str) -> None:
     """Turn ax into a text panel that states why it has nothing to plot."""
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555",
-            transform=ax.transAxes, fontsize=TEXT_PT + 1)  # fmt: skip
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        wrap=True,
+        color="#555555",
+        transform=ax.transAxes,
+        fontsize=TEXT_PT + 1,
+    )
 
 
 def floats(frame: pd.DataFrame, col: str) -> pd.Series:

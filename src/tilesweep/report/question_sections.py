@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 from tilesweep.measure.power_load import reading_consistency
 from tilesweep.plan.sensitivity import changes
 from tilesweep.question import Question, Tiles
 from tilesweep.report.document import Block, Bullets, Table, Text
 from tilesweep.report.sections import verdict_grid
+
+_LISTS = package_data.column_lists("tilesweep.report.question_sections")
+TILE_TRUTH_COLUMNS, TILE_FINDING_NEEDS = _LISTS["TILE_TRUTH_COLUMNS"], _LISTS["TILE_FINDING_NEEDS"]
 
 
 def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:
@@ -96,6 +100,12 @@ def _asked_rows(launch: pd.DataFrame, tiles: Tiles, hardware: str) -> pd.DataFra
     return rows[[tuple(int(v) for v in shape) in asked for shape in shapes]]
 
 
+def _tile_names(rows: pd.DataFrame) -> list[str]:
+    """Return each launch row's tile as the question names it, e.g. '128x128x64'."""
+    shapes = rows[["tile_m", "tile_n", "tile_k"]].itertuples(index=False)
+    return [f"{m}x{n}x{k}" for m, n, k in shapes]
+
+
 def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     """Return the question's tiles on its hardware (from its tiles' backend): epilogue, stage
     count asked and chosen, shared memory, limit, and whether each reproduces the question's
@@ -107,10 +117,7 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     reproduces = f"reproduces_{asked.name}_failure"
-    tiles = [
-        f"{m}x{n}x{k}"
-        for m, n, k in zip(rows["tile_m"], rows["tile_n"], rows["tile_k"], strict=True)
-    ]
+    tiles = _tile_names(rows)
     ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
     over = f"no: over the opt-in limit, but the {asked.name} saw it run"
     out = rows.assign(
@@ -124,10 +131,7 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
             ]
         },
     )
-    cols = [
-        "tile", "dtype", "epilogue", "stages_requested", "stages", "smem_bytes",
-        "smem_limit_bytes", "overshoot_bytes", "fits", reproduces, "reason",
-    ]  # fmt: skip
+    cols = [*TILE_TRUTH_COLUMNS, reproduces, "reason"]
     return (
         out[[c for c in cols if c in out]].sort_values(["tile", "epilogue"]).reset_index(drop=True)
     )
@@ -214,8 +218,7 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
     tiles over its hardware's opt-in limit, with its bytes, overshoot and what auto stages do;
     a sentence for each tile the question saw fail that no combination reproduces; and which
     setting matches every tile the question saw run or fail. Built from the launch rows."""
-    need = {"backend", "target", "tile_m", "tile_n", "tile_k", "epilogue", "stages_requested",
-            "stages", "smem_bytes", "smem_limit_bytes", "overshoot_bytes", "fits"}  # fmt: skip
+    need = set(TILE_FINDING_NEEDS)
     if launch.empty or not need <= set(launch) or not asked.tiles:
         return []
     rows = _asked_rows(launch, asked.tiles, asked.hardware)
@@ -223,10 +226,9 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
     if rows.empty:
         return []
     rows = rows.assign(
-        tile=[f"{m}x{n}x{k}" for m, n, k in zip(rows["tile_m"], rows["tile_n"], rows["tile_k"],
-                                                strict=True)],
+        tile=_tile_names(rows),
         asked=[_stages_asked(v) for v in rows["stages_requested"]],
-    ).sort_values(["tile", "epilogue", "asked"])  # fmt: skip
+    ).sort_values(["tile", "epilogue", "asked"])
     ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
     records = rows.to_dict("records")
     auto = {(r["tile"], r["epilogue"]): r for r in records if r["asked"] == "auto"}

@@ -209,8 +209,14 @@ def check_error(check: pd.DataFrame) -> Figure:
         part = check[check["layout"].astype(str) == layout].sort_values("batch")
         b = floats(part, "batch")
         ax.set_xscale("log", base=2)
-        ax.fill_between(b, _pct(part, "measured_p10_ms"), _pct(part, "measured_p90_ms"),
-                        color="#999999", alpha=0.35, label="measured p10..p90")  # fmt: skip
+        ax.fill_between(
+            b,
+            _pct(part, "measured_p10_ms"),
+            _pct(part, "measured_p90_ms"),
+            color="#999999",
+            alpha=0.35,
+            label="measured p10..p90",
+        )
         for y in (-10.0, 10.0):
             reference(ax.axhline(y, color="#888888", lw=0.8, ls="--"))
         reference(ax.axhline(0.0, color="k", lw=0.9))

@@ -120,6 +120,47 @@ def _timed_row(item: dict, result: dict) -> dict:
     }
 
 
+# A layout on one device: one row that says it needs no collective.
+NO_COLLECTIVE = {
+    "collective": "none",
+    "group": 1,
+    "bytes": 0,
+    "per_step": 0,
+    "status": "ok",
+    "reason": "one device: no collectives",
+}
+
+
+def _run(plan: list[dict], world: int, bench: dict, cuda: bool) -> list[dict]:
+    """Return run_plan's result of each planned collective: the bench settings' repeats (a third
+    of them, at least 2, on the CPU), warm-up, timing and CUDA-graph replay size."""
+    repeats = bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
+    return run_plan(
+        plan,
+        world,
+        repeats,
+        max(1, bench["warmup"]),
+        cuda,
+        timing=bench["collective_timing"],
+        max_calls=bench["collective_graph_calls"],
+        fill_ms=bench["collective_graph_fill_ms"],
+    )
+
+
+def _log_fits(frame: pd.DataFrame, log) -> None:
+    """Log each collective and group's latency floor and fitted latency and bus bandwidth."""
+    fitted = frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
+    for rec in fitted.to_dict("records"):
+        log.info(
+            "%s(%d): latency floor %.1f us, fit alpha %.1f us, busbw %.2f GB/s",
+            rec["collective"],
+            rec["group"],
+            rec["latency_floor_us"],
+            rec["fit_latency_us"],
+            rec["fit_busbw_gbs"],
+        )
+
+
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
     """Time one layout's collectives over NCCL (GPUs) or gloo (CPU); write the table."""
     import torch
@@ -153,45 +194,12 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
         )
         rows = [{**base, **row, **prov} for row in skipped]
         if plan:
-            repeats = (
-                bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
-            )
-            results = run_plan(
-                plan,
-                world,
-                repeats,
-                max(1, bench["warmup"]),
-                cuda,
-                timing=bench["collective_timing"],
-                max_calls=bench["collective_graph_calls"],
-                fill_ms=bench["collective_graph_fill_ms"],
-            )
+            results = _run(plan, world, bench, cuda)
             for item, result in zip(plan, results, strict=True):
                 rows.append({**base, **item, **_timed_row(item, result), **prov})
         if not rows:
-            rows.append(
-                {
-                    **base,
-                    "collective": "none",
-                    "group": 1,
-                    "bytes": 0,
-                    "per_step": 0,
-                    "status": "ok",
-                    "reason": "one device: no collectives",
-                    **prov,
-                }
-            )
+            rows.append({**base, **NO_COLLECTIVE, **prov})
         frame = fit_columns(pd.DataFrame(rows))
-        for rec in (
-            frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
-        ).to_dict("records"):
-            log.info(
-                "%s(%d): latency floor %.1f us, fit alpha %.1f us, busbw %.2f GB/s",
-                rec["collective"],
-                rec["group"],
-                rec["latency_floor_us"],
-                rec["fit_latency_us"],
-                rec["fit_busbw_gbs"],
-            )
+        _log_fits(frame, log)
     write_cell_table(table_path, frame)
     return frame

@@ -175,6 +175,66 @@ def _read_progress(path: str) -> dict[tuple, dict]:
     return rows
 
 
+def _runner_rows(
+    where: tuple, runner: str, dtype: str, out, skip: str | None, progress: str, threads: int
+) -> list[dict]:
+    """Return one runner's rows at every case of a decode job: measured in its own process with
+    the job's time limit (a crash or a hang is every unmeasured case's status, what was measured
+    before it kept), or `unsupported` where the backend gave a reason to skip it. `where`:
+    (backend, cell, ceilings, provenance columns, on a GPU, log)."""
+    backend, cell, ceilings, prov, cuda, log = where
+    failure = None
+    if skip is None:
+        try:
+            run_isolated(
+                _measure_runner,
+                backend,
+                cell,
+                runner,
+                dtype,
+                out,
+                ceilings,
+                progress,
+                threads,
+                timeout=cell.bench.kernel_timeout_s,
+            )
+        except Isolated as exc:
+            failure = {"status": exc.kind, "reason": f"{runner}: {exc.message}"}
+            log.warning("%s failed: %s", runner, exc.message)
+    done = _read_progress(progress)
+    rows = []
+    for op, n, k, routing, t, counts in _cases(cell, cuda):
+        base = {
+            "runner": runner,
+            "kernel": cell.kernel["kernel"],
+            "dtype": dtype,
+            "op": op,
+            "n": n,
+            "k": k,
+            "routing": routing,
+            "tokens_per_expert": t,
+            "experts": len(counts),
+            "max_tokens_per_expert": max(counts),
+            "model": cell.model.name,
+        }
+        if skip is not None:
+            result = {"status": "unsupported", "reason": skip}
+        else:
+            result = (
+                done.get((op, routing, t))
+                or failure
+                or {"status": "runtime", "reason": "no result from the measuring process"}
+            )
+        row = {**base, **result, **prov}
+        if "flops" in row:
+            row.update(_roof_columns(row, dtype, ceilings))
+        log.info(
+            "%s %s %s t=%d: %s %s", runner, op, routing, t, row["status"], row.get("time_ms", "")
+        )
+        rows.append(row)
+    return rows
+
+
 def _bench_decode(
     cell_json: str,
     ceilings_path: str,
@@ -198,7 +258,6 @@ def _bench_decode(
     kernel, cuda = cell.kernel, torch.cuda.is_available()
     ceilings = read_cell_json(ceilings_path)
     prov = {**stamp(), "cell_hash": cell_hash(cell_json)}
-    timeout = cell.bench.kernel_timeout_s
     job_start = utc_now()
     backend = backends.decode_backend(kernel).decoder
     rows = []
@@ -210,61 +269,9 @@ def _bench_decode(
                     row.update(_roof_columns(row, row["dtype"], ceilings))
                 rows.append({**row, **prov})
         for runner, dtype, out, skip in [] if own is not None else backend.runners(kernel, cuda):
-            failure = None
             progress = f"{tmp}/{len(rows)}.jsonl"
-            if skip is None:
-                try:
-                    run_isolated(
-                        _measure_runner,
-                        backend,
-                        cell,
-                        runner,
-                        dtype,
-                        out,
-                        ceilings,
-                        progress,
-                        threads,
-                        timeout=timeout,
-                    )
-                except Isolated as exc:
-                    failure = {"status": exc.kind, "reason": f"{runner}: {exc.message}"}
-                    log.warning("%s failed: %s", runner, exc.message)
-            done = _read_progress(progress)
-            for op, n, k, routing, t, counts in _cases(cell, cuda):
-                base = {
-                    "runner": runner,
-                    "kernel": kernel["kernel"],
-                    "dtype": dtype,
-                    "op": op,
-                    "n": n,
-                    "k": k,
-                    "routing": routing,
-                    "tokens_per_expert": t,
-                    "experts": len(counts),
-                    "max_tokens_per_expert": max(counts),
-                    "model": cell.model.name,
-                }
-                if skip is not None:
-                    result = {"status": "unsupported", "reason": skip}
-                else:
-                    result = (
-                        done.get((op, routing, t))
-                        or failure
-                        or {"status": "runtime", "reason": "no result from the measuring process"}
-                    )
-                row = {**base, **result, **prov}
-                if "flops" in row:
-                    row.update(_roof_columns(row, dtype, ceilings))
-                log.info(
-                    "%s %s %s t=%d: %s %s",
-                    runner,
-                    op,
-                    routing,
-                    t,
-                    row["status"],
-                    row.get("time_ms", ""),
-                )
-                rows.append(row)
+            where = (backend, cell, ceilings, prov, cuda, log)
+            rows += _runner_rows(where, runner, dtype, out, skip, progress, threads)
     frame = pd.DataFrame(rows).assign(job_start_utc=job_start, job_end_utc=utc_now())
     write_cell_table(table_path, frame)
     return frame

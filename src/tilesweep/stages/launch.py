@@ -4,79 +4,46 @@ from __future__ import annotations
 
 import json
 
-from tilesweep import backends
+from tilesweep import backends, package_data
 from tilesweep.cells import read_cell_json, write_cell_json
 from tilesweep.plan import occupancy as launch
 from tilesweep.plan.smem_estimate import hand_estimate
 from tilesweep.provenance import HOST_DEVICE, cell_hash, git_commit
 from tilesweep.stages import logged
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/columns.yaml",)
+_LISTS = package_data.column_lists("tilesweep.stages.launch")
+CELL_KEYS, BUILD_KEYS = _LISTS["CELL_KEYS"], _LISTS["BUILD_KEYS"]
+# The brief's hand estimate's arguments, from the cell.
+ESTIMATE_KEYS = ("dtype", "tile_m", "tile_n", "tile_k", "stages", "epilogue")
+
 
 def launch_row(cell: dict, hw: dict, build: dict) -> dict:
     """Return the launch table row for one kernel on one target."""
-    stages = build.get("stages", cell["stages"])
-    estimate = (
-        hand_estimate(
-            cell["dtype"],
-            cell["tile_m"],
-            cell["tile_n"],
-            cell["tile_k"],
-            cell["stages"],
-            cell["epilogue"],
-        )
-        if cell["dtype"] != "none"
-        else None
-    )
+    no_dtype = cell["dtype"] == "none"
+    estimate = None if no_dtype else hand_estimate(*(cell[k] for k in ESTIMATE_KEYS))
     row = {
-        "backend": cell["backend"],
-        "target": cell["target"],
-        "arch": cell["arch"],
-        "dtype": cell["dtype"],
-        "tile_m": cell["tile_m"],
-        "tile_n": cell["tile_n"],
-        "tile_k": cell["tile_k"],
+        **{k: cell[k] for k in CELL_KEYS},
+        **{k: build.get(k) for k in BUILD_KEYS},
         "stages_requested": cell["stages"],
-        "stages": stages,
-        "warps": cell["warps"],
-        "epilogue": cell["epilogue"],
-        # The kernel schedule the build compiled (CUTLASS: cooperative, pingpong, ...), if any.
-        "schedule": build.get("schedule"),
-        "kernel": cell["kernel"],
-        "smem_bytes": build.get("smem_bytes"),
-        "smem_dynamic_bytes": build.get("smem_dynamic_bytes"),
-        "smem_static_bytes": build.get("smem_static_bytes"),
+        "stages": build.get("stages", cell["stages"]),
         "smem_model_bytes": estimate,
-        "regs": build.get("regs"),
-        "local_bytes": build.get("local_bytes"),
-        "mainloop_smem_bytes": build.get("mainloop_smem_bytes"),
-        "epilogue_smem_bytes": build.get("epilogue_smem_bytes"),
         "source": build.get("source", "compiler"),
         # Provenance of the build this row checks, and of the check itself (written now).
         "device": build.get("device", HOST_DEVICE),
-        "toolchain": build.get("toolchain"),
         "commit": git_commit(),
     }
+    unknown = {"smem_limit_bytes": hw["smem_per_block_optin"], "fits": "unknown"}
     if build.get("status") != "ok":
         status, reason = build.get("status"), build.get("reason", "")
         if status is None:  # a record without a status is a failure that says so
             status, reason = "compile", "the build record carries no status"
-        return {
-            **row,
-            "smem_limit_bytes": hw["smem_per_block_optin"],
-            "fits": "unknown",
-            "status": status,
-            "reason": reason,
-        }
+        return {**row, **unknown, "status": status, "reason": reason}
     try:
         threads = backends.builder(cell["backend"]).launch_threads(build)
     except ValueError as exc:  # the record lacks what the launch needs: a row that says so
-        return {
-            **row,
-            "smem_limit_bytes": hw["smem_per_block_optin"],
-            "fits": "unknown",
-            "status": "compile",
-            "reason": str(exc),
-        }
+        return {**row, **unknown, "status": "compile", "reason": str(exc)}
     result = launch.check(build["smem_bytes"], build.get("regs") or 0, threads, hw)
     if estimate is not None:
         row["smem_model_error_bytes"] = estimate - build["smem_bytes"]

@@ -19,6 +19,10 @@ held-out draw.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
 import time
 from pathlib import Path
 
@@ -40,6 +44,15 @@ PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
 HELD_OUT_DRAW = 3  # the draw that only checks
 PICKS = "picks_"  # a tuning's picks: the engine's file name behind this
 HELD_OUT_FLOOR = 0.99  # a kept key below this on the held-out draw is withheld
+# The drop-in row's columns of a file with no key left.
+NOT_EXPORTED = {
+    "path": "",
+    "status": "not exported: no key beat the engine's current table on both draws and the "
+    "held-out one",
+    "sha256": "",
+    "worst_x_baseline": 1.0,
+    "geomean_x_baseline_m_ge_1024": 1.0,
+}
 
 
 def dropin_path(engine: str, version: str, name: str, triton_version: str) -> str:
@@ -97,34 +110,95 @@ def decide_file(
     """Check one candidate on the pick draws and the held-out draw, write the exported file
     (where any key is kept) under out_dir; return (its drop-in row, the check tables). Device
     "cpu": Triton's interpreter, for tests, never for numbers."""
-    import hashlib
-    import json
-
-    import triton
+    import triton  # heavy: imported only where a file is decided
 
     fused = settings.backend["fused_moe"]
     version = fused["engine_versions"][engine]
     rules = fused["engine_defaults"][engine]
     shape, configs = check.read_file(path)
-    device_name = check.device_of(path)
-    name = wheels.config_file_name(
-        engine, version, shape["experts"], shape["n"], shape["format"], device_name
-    )
+    dims = (shape["experts"], shape["n"], shape["format"])
+    name = wheels.config_file_name(engine, version, *dims, check.device_of(path))
     shipped, where = check.baseline_of(engine, version, path, shape, settings, triton.__version__)
+
+    timed = functools.partial(
+        _timed, settings, engine, repeats=repeats, device=device, experts=check_experts, log=log
+    )
     checks = []
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
-        drawn = check.check_file(
-            str(path), settings, repeats, device, engine, draw, check_experts=check_experts, log=log
-        )
-        checks.append(drawn)
-        log(check.summary(checks[-1]))
+        checks.append(timed(path, draw))
         _release()
     keep = check.decide(checks)
     table = check.export_table(configs, keep, shipped, rules, shape)
     triton_kept = json.loads(path.read_text()).get("triton_version", "")
     text = space.engine_file_text(table, triton_kept)
-    row = {
+    row = _row(engine, version, path, shape, name, (shipped, where), configs, checks)
+    kept = sorted(m for m, k in keep.items() if k)
+    withheld: list[int] = []
+    if kept:
+        trial = out_dir / "held_out" / engine / name
+        write_text(trial, text)
+        log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
+        checks.append(timed(trial, HELD_OUT_DRAW, kept))
+        files, withheld = _withheld(checks[-1], keep)
+        if withheld:
+            table = check.export_table(configs, keep, shipped, rules, shape)
+            text = space.engine_file_text(table, triton_kept)
+        row.update(_held_out_ratios(files, configs, withheld))
+    row["keys_kept"] = len(kept) - len(withheld)
+    row["keys_withheld_held_out"] = " ".join(str(m) for m in withheld)
+    row["timing"] = checks[0]["timing"].iloc[0]
+    _export(row, text, out_dir / "export", triton.__version__)
+    return row, checks
+
+
+def _timed(
+    settings: Tuning,
+    engine: str,
+    file: Path,
+    draw: int,
+    keys: list[int] | None = None,
+    *,
+    repeats: int,
+    device: str,
+    experts: int | None,
+    log,
+) -> pd.DataFrame:
+    """Return one draw's check of a file in the engine's kernel (at `keys`, else at every key),
+    its summary logged."""
+    drawn = check.check_file(
+        str(file),
+        settings,
+        repeats,
+        device,
+        engine,
+        draw,
+        keys=keys,
+        check_experts=experts,
+        log=log,
+    )
+    log(check.summary(drawn))
+    return drawn
+
+
+def _export(row: dict, text: str, export_dir: Path, triton_version: str) -> None:
+    """Write a file that kept any key where its engine looks for it below export_dir, and fill
+    its drop-in row's path, status and SHA-256."""
+    if not row["keys_kept"]:
+        row.update(NOT_EXPORTED)
+        return
+    rel = dropin_path(row["engine"], row["version"], row["file_name"], triton_version)
+    write_text(export_dir / rel, text)
+    row.update(path=rel, status="exported", sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def _row(
+    engine: str, version: str, path: Path, shape: dict, name: str, baseline: tuple, configs, checks
+) -> dict:
+    """Return a candidate's drop-in row before its held-out draw: what it is, what it is checked
+    against ((shipped table or None, where)) and the widest noise band of its pick draws."""
+    shipped, where = baseline
+    return {
         "engine": engine,
         "version": version,
         "format": shape["format"],
@@ -138,53 +212,18 @@ def decide_file(
         "held_out_draw": HELD_OUT_DRAW,
         "noise_band_max": max(c["noise_band"].max() for c in checks),
     }
-    kept = sorted(m for m, k in keep.items() if k)
+
+
+def _withheld(held: pd.DataFrame, keep: dict) -> tuple[pd.DataFrame, list[int]]:
+    """Return (the held-out draw's rows of the file, the kept keys it got wrong or lost beyond
+    HELD_OUT_FLOOR at), marking those keys not kept."""
+    files = held[held["config_from"] == "file"]
     withheld = []
-    if kept:
-        trial = out_dir / "held_out" / engine / name
-        write_text(trial, text)
-        log(f"  held-out draw {HELD_OUT_DRAW} at the kept keys {kept}")
-        held = check.check_file(
-            str(trial),
-            settings,
-            repeats,
-            device,
-            engine,
-            HELD_OUT_DRAW,
-            keys=kept,
-            check_experts=check_experts,
-            log=log,
-        )
-        checks.append(held)
-        log(check.summary(held))
-        files = held[held["config_from"] == "file"]
-        for m, grp in files.groupby("m"):
-            lost = grp["outcome"].eq("wrong result").any() or grp["x_baseline"].min() < (
-                HELD_OUT_FLOOR
-            )
-            if lost:
-                withheld.append(int(m))
-                keep[int(m)] = False
-        if withheld:
-            table = check.export_table(configs, keep, shipped, rules, shape)
-            text = space.engine_file_text(table, triton_kept)
-        row.update(_held_out_ratios(files, configs, withheld))
-    row["keys_kept"] = len(kept) - len(withheld)
-    row["keys_withheld_held_out"] = " ".join(str(m) for m in withheld)
-    row["timing"] = checks[0]["timing"].iloc[0]
-    if row["keys_kept"]:
-        rel = dropin_path(engine, version, name, triton.__version__)
-        write_text(out_dir / "export" / rel, text)
-        row.update(path=rel, status="exported", sha256=hashlib.sha256(text.encode()).hexdigest())
-    else:
-        row.update(
-            path="",
-            status="not exported: no key beat the engine's current table on "
-            "both draws and the held-out one",
-            sha256="",
-        )
-        row.update(worst_x_baseline=1.0, geomean_x_baseline_m_ge_1024=1.0)
-    return row, checks
+    for m, grp in files.groupby("m"):
+        if grp["outcome"].eq("wrong result").any() or grp["x_baseline"].min() < HELD_OUT_FLOOR:
+            withheld.append(int(m))
+            keep[int(m)] = False
+    return files, withheld
 
 
 def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) -> dict:
@@ -220,6 +259,19 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
+def _compile(settings: Tuning, engine: str, path: Path, pool, log) -> None:
+    """Compile every config a candidate's check times, in the pool, and log how it went."""
+    import triton  # heavy: imported only where a file is decided
+
+    t0 = time.monotonic()
+    jobs = compile_jobs(settings, [(engine, path)], triton.__version__)
+    refused = warm_all(jobs, pool)
+    log(
+        f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
+        f"{time.monotonic() - t0:.0f} s, {len(refused)} refused"
+    )
+
+
 def run(
     settings: Tuning,
     work: list[tuple[str, Path]],
@@ -234,23 +286,14 @@ def run(
     compiled first in a pool of processes that idles while it is timed; write dropins.csv and
     the check tables under out_dir; return the drop-ins. A candidate not started in time (the
     longest file so far would not fit what is left) is a row that says so, never a file."""
-    import os
-
-    import triton
-
     start = time.monotonic()
     out_dir = Path(out_dir)
     rows, spent = [], []
     with compile_pool(workers or max(1, (os.cpu_count() or 2) - 1)) as pool:
         for engine, path in work:
             shape, _ = check.read_file(path)
-            gap = {
-                "engine": engine,
-                "format": shape["format"],
-                "experts": shape["experts"],
-                "n": shape["n"],
-                "candidate": str(path),
-            }
+            gap = {"engine": engine, **{k: shape[k] for k in ("format", "experts", "n")}}
+            gap["candidate"] = str(path)
             left = budget_s - (time.monotonic() - start)
             need = max(spent) if spent else 0.0
             if left < need:
@@ -264,12 +307,7 @@ def run(
                 continue
             t0 = time.monotonic()
             try:
-                jobs = compile_jobs(settings, [(engine, path)], triton.__version__)
-                refused = warm_all(jobs, pool)
-                log(
-                    f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
-                    f"{time.monotonic() - t0:.0f} s, {len(refused)} refused"
-                )
+                _compile(settings, engine, path, pool, log)
                 row, checks = decide_file(
                     engine, path, settings, out_dir, repeats, check_experts, log
                 )

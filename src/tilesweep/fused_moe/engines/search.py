@@ -16,6 +16,9 @@ third (fused_moe/engines/dropins.decide_file). In the tune table `default`, `is_
 
 from __future__ import annotations
 
+import itertools
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -238,6 +241,50 @@ def extra_candidates(paths: list[str], shape: dict) -> dict:
     return out
 
 
+def _tune_and_decide(
+    settings: Tuning, engine: str, shape: dict, how: tuple, out_dir: Path, log
+) -> dict:
+    """Tune one (engine, format, shape) against what the engine runs today, write its picks and
+    tables under out_dir/<engine>-<version>/, decide its drop-in file; return the drop-in row
+    with the tuning's counts. `how`: (batch keys, tune settings, other tuners' files, device)."""
+    import torch
+    import triton
+
+    keys, tune, extra, device_name = how
+    fused = settings.backend["fused_moe"]
+    version = fused["engine_versions"][engine]
+    folder = out_dir / f"{engine}-{version}"
+    experts, n, fmt = shape["experts"], shape["n"], shape["format"]
+    start = time.monotonic()
+    name = wheels.config_file_name(engine, version, experts, n, fmt, device_name)
+    shipped, _ = wheels.shipped_table(engine, version, name, triton.__version__)
+    timer = check.timer_for(engine, shape, settings)
+    table, picks = tune_problem(
+        timer,
+        keys,
+        fused["engine_defaults"][engine],
+        fused["space"],
+        tune,
+        extra_candidates(extra, shape),
+        log,
+        shipped,
+    )
+    text = space.engine_file_text({str(m): c for m, c in picks.items()}, _triton_version())
+    picked = folder / f"{dropins.PICKS}{name}"
+    write_text(picked, text)
+    write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
+    tuned_s = time.monotonic() - start
+    screened = int((table["phase"] == "screen").sum())
+    del timer
+    torch.cuda.empty_cache()
+    row, checks = dropins.decide_file(
+        engine, picked, settings, out_dir, tune["final_repeats"], None, log
+    )
+    write_table(folder / f"check_{fmt}_E={experts},N={n}.csv", pd.concat(checks, ignore_index=True))
+    torch.cuda.empty_cache()
+    return {**row, "screened": screened, "tune_s": round(tuned_s, 1)}
+
+
 def run(
     settings: Tuning,
     engines: list[str],
@@ -252,11 +299,7 @@ def run(
     else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
     drop-in file from the picks decode-true on two draws and a held-out one
     (fused_moe/engines/dropins.decide_file); return the drop-in rows with the tuning's counts."""
-    import os
-    import time
-
     import torch
-    import triton
 
     fused = settings.backend["fused_moe"]
     tune = {**fused["engine_tune"]}
@@ -267,47 +310,12 @@ def run(
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
     device_name = torch.cuda.get_device_name()
     summary = []
-    for engine in engines:
-        version = fused["engine_versions"][engine]
-        folder = Path(out_dir) / f"{engine}-{version}"
-        for fmt in formats:
-            for experts, n in shapes:
-                shape = {"experts": experts, "n": n, "format": fmt}
-                start = time.monotonic()
-                name = wheels.config_file_name(engine, version, experts, n, fmt, device_name)
-                shipped, _ = wheels.shipped_table(engine, version, name, triton.__version__)
-                timer = check.timer_for(engine, shape, settings)
-                table, picks = tune_problem(
-                    timer,
-                    keys,
-                    fused["engine_defaults"][engine],
-                    fused["space"],
-                    tune,
-                    extra_candidates(list(extra), shape),
-                    log,
-                    shipped,
-                )
-                text = space.engine_file_text(
-                    {str(m): c for m, c in picks.items()}, _triton_version()
-                )
-                picked = folder / f"{dropins.PICKS}{name}"
-                write_text(picked, text)
-                write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
-                tuned_s = time.monotonic() - start
-                screened = int((table["phase"] == "screen").sum())
-                del timer
-                torch.cuda.empty_cache()
-                row, checks = dropins.decide_file(
-                    engine, picked, settings, Path(out_dir), tune["final_repeats"], None, log
-                )
-                write_table(
-                    folder / f"check_{fmt}_E={experts},N={n}.csv",
-                    pd.concat(checks, ignore_index=True),
-                )
-                summary.append({**row, "screened": screened, "tune_s": round(tuned_s, 1)})
-                torch.cuda.empty_cache()
-                # after every problem, so a run cut short keeps what it finished
-                write_table(Path(out_dir) / "dropins.csv", pd.DataFrame(summary))
+    for engine, fmt, (experts, n) in itertools.product(engines, formats, shapes):
+        shape = {"experts": experts, "n": n, "format": fmt}
+        how = (keys, tune, list(extra), device_name)
+        summary.append(_tune_and_decide(settings, engine, shape, how, Path(out_dir), log))
+        # after every problem, so a run cut short keeps what it finished
+        write_table(Path(out_dir) / "dropins.csv", pd.DataFrame(summary))
     return pd.DataFrame(summary)
 
 

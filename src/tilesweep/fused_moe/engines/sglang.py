@@ -154,6 +154,33 @@ def _scales(a, b, a_scale, b_scale, block_shape, config: dict) -> dict:
     return out
 
 
+# The arguments SGLang's launch passes as constants here: no TMA descriptors (a_use_tma off, as
+# the TMA down path needs a tuned down config; b_use_tma only from a tuned config file), no bias
+# or add mask, no int8 paths, unsorted C, and none of the fused stores.
+FIXED = {
+    "a_desc": None,
+    "b_desc": None,
+    "bias_ptr": None,
+    "add_mask_ptr": None,
+    "stride_bias_e": 0,
+    "stride_bias_n": 0,
+    "use_int8_w8a8": False,
+    "use_int8_w8a16": False,
+    "per_channel_quant": False,
+    "c_sorted": False,
+    "FUSE_ADD_TO_OUTPUT": False,
+    "MASK_OUTPUT": False,
+    "FUSE_SUM_ALL_REDUCE": False,
+    # SGLang: 1 for gate_up (its default), the router's top-k for down; read only by the FUSE_* /
+    # MASK_OUTPUT stores, all off, so one value compiles the same kernel.
+    "ROUTER_TOPK": 1,
+    "FUSE_SWIGLU": False,
+    "A_OUTPUT_SLICES": 1,
+    "A_OUTPUT_SLICE_WIDTH": 0,
+    "A_OUTPUT_SLICE_K": 0,
+}
+
+
 @register
 class SGLang(Engine):
     """SGLang 0.5.23's default Triton MoE launch: always sorted, the whole buffer as EM."""
@@ -175,17 +202,13 @@ class SGLang(Engine):
         scales = _scales(a, b, launch.a_scale, launch.b_scale, launch.block_shape, config)
         kwargs = {
             "a_ptr": a,
-            "a_desc": None,  # a_use_tma off (the TMA down path needs a tuned down config)
             "b_ptr": b,
-            "b_desc": None,  # b_use_tma off (USE_TMA only from a tuned config file)
-            "bias_ptr": None,
             "c_ptr": c,
             # SGLang passes the [M, top_k] weights to both GEMMs; read only under MUL_ROUTED_WEIGHT.
             "topk_weights_ptr": launch.topk_weights,
             "sorted_token_ids_ptr": launch.sorted_ids,
             "expert_ids_ptr": launch.expert_ids,
             "num_tokens_post_padded_ptr": launch.post_pad,
-            "add_mask_ptr": None,
             "N": launch.n,
             "K": launch.k,  # B.shape[2] - padded_size, padding off
             "EM": em,
@@ -195,8 +218,6 @@ class SGLang(Engine):
             "stride_be": b.stride(0),
             "stride_bk": b.stride(2),
             "stride_bn": b.stride(1),
-            "stride_bias_e": 0,
-            "stride_bias_n": 0,
             "stride_cm": c.stride(-2),
             "stride_cn": c.stride(-1),
             **scales,
@@ -205,22 +226,9 @@ class SGLang(Engine):
             # compute_type follows the model's activations (the output), bf16 or else fp16.
             "compute_type": tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16,
             "use_fp8_w8a8": fp8,
-            "use_int8_w8a8": False,
-            "use_int8_w8a16": False,
-            "per_channel_quant": False,
             "even_Ks": launch.k % config["BLOCK_SIZE_K"] == 0,
-            "c_sorted": False,
             "swap_ab": swap_ab(config, a.device, fp8),
-            "FUSE_ADD_TO_OUTPUT": False,
-            "MASK_OUTPUT": False,
-            "FUSE_SUM_ALL_REDUCE": False,
-            # SGLang: 1 for gate_up (its default), the router's top-k for down; read only by the
-            # FUSE_* / MASK_OUTPUT stores, all off, so one value compiles the same kernel.
-            "ROUTER_TOPK": 1,
-            "FUSE_SWIGLU": False,
-            "A_OUTPUT_SLICES": 1,
-            "A_OUTPUT_SLICE_WIDTH": 0,
-            "A_OUTPUT_SLICE_K": 0,
+            **FIXED,
             **pdl(a),
             **_kernel_config(config),
         }

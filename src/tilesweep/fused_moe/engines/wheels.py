@@ -284,11 +284,6 @@ def _platform_module(platform: _Platform, dotted: str | None):
                 sys.modules[key] = value
 
 
-def table_names(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
-    """Return {relative path: SHA-256} of the engine's shipped config tables (extracted)."""
-    return _manifest(engine, version, folder)[1].get("tables", {})
-
-
 def shipped_table(
     engine: str, version: str, name: str, triton_version: str, folder: str | Path = FOLDER
 ) -> tuple[dict | None, str]:

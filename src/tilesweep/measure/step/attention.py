@@ -60,6 +60,33 @@ def _split_cols(t, widths: dict, names: list[str]) -> dict:
     return out
 
 
+def _index_top(torch, a: dict, xa: dict, iq, cache: dict, clock: PartClock, fused: bool):
+    """Return (the latent keys attention reads, the indexer's top-k token ids): this token's
+    index key cached, every cached token scored by the indexer's heads, the best index_topk
+    kept (torch gathers their keys; the fused kernel reads them in place by id)."""
+    n, keys = iq.shape[0], cache["lat"]
+    cache["idx"][:, -1].copy_(xa["ik"])
+    iq = iq.view(n, a["index_n_heads"], a["index_head_dim"])
+    weights = xa["iw"]
+    if fused:
+        # triton (via kernels.step_fused): this module loads without it
+        from tilesweep.kernels.step_fused import index_scores
+
+        total = index_scores(torch, iq, cache["idx"], weights)
+        clock.add_launches(1)
+    else:
+        scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
+        total = (scores * weights.unsqueeze(-1)).sum(1)
+    k = min(a["index_topk"], keys.shape[1])
+    # The selected set, unordered (attention sums over it): torch's sorted top-k adds a radix
+    # sort of the k picks, 15-17 us a layer on an H200 (engines' top-k kernels return the set
+    # unsorted).
+    top = total.topk(k, dim=-1, sorted=False).indices
+    if not fused:
+        keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
+    return keys, top
+
+
 def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool):
     """Return MLA's absorbed-form attention output (attention over the indexer's best tokens
     where the model has one). The projections sharing an input are one GEMM each (x_proj,
@@ -90,25 +117,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
     keys, top = cache["lat"], None
     if dsa:
         with clock.part("attn_index"):
-            cache["idx"][:, -1].copy_(xa["ik"])
-            iq = qa["iq"].view(n, a["index_n_heads"], a["index_head_dim"])
-            weights = xa["iw"]
-            if fused:
-                # triton (via kernels.step_fused): this module loads without it
-                from tilesweep.kernels.step_fused import index_scores
-
-                total = index_scores(torch, iq, cache["idx"], weights)
-                clock.add_launches(1)
-            else:
-                scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
-                total = (scores * weights.unsqueeze(-1)).sum(1)
-            k = min(a["index_topk"], keys.shape[1])
-            # The selected set, unordered (attention sums over it): torch's sorted top-k adds a
-            # radix sort of the k picks, 15-17 us a layer on an H200 (engines' top-k kernels
-            # return the set unsorted).
-            top = total.topk(k, dim=-1, sorted=False).indices
-            if not fused:
-                keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
+            keys, top = _index_top(torch, a, xa, qa["iq"], cache, clock, fused)
     scale = (nope + rope) ** -0.5
     if fused:
         # triton (via kernels.mla_decode): this module loads without it

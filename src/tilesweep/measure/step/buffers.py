@@ -3,9 +3,23 @@ balanced routing of its rows to the rank's experts, and the expert GEMMs' runner
 
 from __future__ import annotations
 
+import itertools
+
 from tilesweep import backends
 from tilesweep.measure.gemm_case import Problem
 from tilesweep.measure.step.weights import random_bf16
+
+
+def _cache_shapes(a: dict, n: int, ctx: int, tp: int) -> dict[str, tuple]:
+    """Return the shapes of one layer's KV cache for n sequences of ctx tokens: MLA's latent
+    and rope key (and the indexer's keys where it has one), else K and V of the rank's heads."""
+    if a["kind"] == "mla":
+        shapes = {"lat": (n, ctx, a["kv_lora_rank"] + a["qk_rope_head_dim"])}
+        if a.get("index_topk"):
+            shapes["idx"] = (n, ctx, a["index_head_dim"])
+        return shapes
+    kvh = max(1, a["kv_heads"] // tp)
+    return {"k": (n, kvh, ctx, a["head_dim"]), "v": (n, kvh, ctx, a["head_dim"])}
 
 
 def micro_batch(rank, n: int) -> dict:
@@ -18,13 +32,7 @@ def micro_batch(rank, n: int) -> dict:
     mb["h_in"] = random_bf16(torch, (n, hidden), dev, rank.gen)
     mb["caches"] = []
     for _ in rank.layers:
-        if a["kind"] == "mla":
-            shapes = {"lat": (n, ctx, a["kv_lora_rank"] + a["qk_rope_head_dim"])}
-            if a.get("index_topk"):
-                shapes["idx"] = (n, ctx, a["index_head_dim"])
-        else:
-            kvh = max(1, a["kv_heads"] // layout["tp"])
-            shapes = {"k": (n, kvh, ctx, a["head_dim"]), "v": (n, kvh, ctx, a["head_dim"])}
+        shapes = _cache_shapes(a, n, ctx, layout["tp"])
         cache = {key: random_bf16(torch, shape, dev, rank.gen) for key, shape in shapes.items()}
         mb["caches"].append(cache)
     if any(layer["kind"] == "moe" for layer in rank.layers):
@@ -36,9 +44,7 @@ def micro_batch(rank, n: int) -> dict:
         perm[:top] = torch.arange(top) // top_k
         base, extra = divmod(slots, experts)  # rows each local expert receives: balanced
         counts = [base + (1 if e < extra else 0) for e in range(experts)]
-        offsets = [0]
-        for c in counts:
-            offsets.append(offsets[-1] + c)
+        offsets = [0, *itertools.accumulate(counts)]
         inter = m["moe_intermediate"] // layout["tp"]
         mb.update(
             perm=perm.to(dev),
