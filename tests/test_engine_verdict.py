@@ -480,3 +480,26 @@ def test_an_engine_kernel_no_figure_times_is_a_labelled_gap_and_runs_on_its_arch
     assert plain["tpot_ms"].iloc[1] > 0
     why = deployment_refusals.refusal(compose_settings(["engine=sglang_b12x", "hardware=h200"]))
     assert why and "runs on sm_120 only" in why and "\n" not in why
+
+
+def test_an_early_2025_release_composes_with_its_own_list_host_and_archs():
+    """vLLM 0.7.4.dev181 as dstack ran DeepSeek-R1 on H200 (conf/engine/vllm_0_7.yaml): V0's
+    synchronous loop adds its cited host time, the unfused norms and absorbed projections launch
+    more kernels than 0.34's list, and a model family or GPU the release's list lacks refuses in
+    one line; SGLang 0.4.3.post2 (sglang_0_4) likewise has DeepSeek only."""
+    base = ["hardware=h200", "deployment=fp8_all", "model=deepseek_v3"]
+    base += ["deployment.batches=[8]", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    today = verdict([*base, "engine=vllm"])
+    then = verdict([*base, "engine=vllm_0_7"])
+    assert then["host_ms"].iloc[0] == pytest.approx(4.0) and today["host_ms"].iloc[0] == 0.0
+    assert then["tpot_ms"].iloc[0] - 4.0 > today["tpot_ms"].iloc[0]
+    assert "vllm_0_7 0.7.4.dev181" in then["kernel_list"].iloc[0]
+    for engine in ("vllm_0_7", "sglang_0_4"):
+        why = deployment_refusals.refusal(
+            compose_settings([f"engine={engine}", "hardware=h200", "deployment=fp8_all"])
+        )
+        assert why and "no kernel list for the mla_dsa_moe family" in why and "\n" not in why
+        why = deployment_refusals.refusal(
+            compose_settings([f"engine={engine}", "hardware=b200", "model=deepseek_v3"])
+        )
+        assert why and "runs on sm_80, sm_89, sm_90 only" in why and "\n" not in why
