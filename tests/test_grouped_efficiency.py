@@ -3,7 +3,9 @@ expert, and the PCIe host topologies a default verdict spans."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -157,3 +159,47 @@ def test_an_engine_kernel_of_one_architecture_counts_only_there():
     on = engine_profile.profile(engine, model, "nvfp4", "sm_120").extra["per_layer"]
     off = engine_profile.profile(engine, model, "nvfp4", "sm_90").extra["per_layer"]
     assert on == off + 2  # SGLang's two add + RMSNorm kernels, fused into the all-reduce elsewhere
+
+
+# [vllm#31448] on one B200: the whole Triton fused_moe call (bf16, E=128, N=768, hidden 2048,
+# top-8, default config) at 1 / 2 / 4 tokens, in us, and the bytes of one expert it streams (MB).
+TRITON_B200 = {1: 39.61, 2: 51.87, 4: 73.18}
+TRITON_B200_EXPERT_MB = 3 * 768 * 2048 * 2 / 1e6
+
+
+def test_b200_bf16_points_are_the_cited_kernel_times_net_of_the_fits_fixed_costs():
+    fit = json.loads(
+        (Path(__file__).resolve().parents[1] / "docs/examples/h200/fit.json").read_text()
+    )
+    # The call's kernels as the composition charges them: SGLang's 4.5 expert-GEMM kernels at
+    # the fit's expert group cost and silu_and_mul at a small kernel's graphed cost.
+    fixed_us = (
+        4.5 * fit["groups"]["expert_gemm"]["per_kernel_us"] + fit["ceilings"]["launch"]["small_us"]
+    )
+    spec = compose_settings(["hardware=b200"]).hardware.model_dump(exclude_unset=True)
+    points = spec["grouped_gemm_efficiency"]["bf16"]["points"]
+    assert len(points) == len(TRITON_B200)
+    for pt, (tokens, us) in zip(points, TRITON_B200.items(), strict=True):
+        distinct = 128 * (1 - (1 - 8 / 128) ** tokens)  # random top-8 routing
+        mb = distinct * TRITON_B200_EXPERT_MB
+        e = mb * 1e6 / (spec["memory_bandwidth_gbs"] * 1e9 * (us - fixed_us) * 1e-6)
+        assert pt["tokens_per_expert"] == pytest.approx(tokens * 8 / 128)
+        assert pt["low"] == pytest.approx(e, abs=1e-3) and pt["high"] == pt["low"]
+        assert pt["low_expert_mb"] == pytest.approx(TRITON_B200_EXPERT_MB, abs=0.01)
+
+
+def test_qwen3_bf16_on_b200_takes_the_triton_curve_and_streams_its_experts_slower():
+    base = ["model=qwen3_235b_a22b", "hardware=b200", "deployment=bf16", "engine=sglang",
+            "deployment.batches=[1,64]", "deployment.context_len=1024",
+            "grid.layouts=[{tp:8,pp:1,ep:1}]", "references=none"]  # fmt: skip
+    rows = deployment_verdict.deployment_table(compose_settings(base), EMPTY, EMPTY, EMPTY, {})
+    words = row_inputs.column_words(rows)
+    assert words.str.contains("Triton fused_moe, default config").all()
+    assert "held from 0.25 tokens per expert" in row_inputs.row_words(rows.iloc[1])
+    # Without the curve the experts take the H200 step's efficiency, near the datasheet.
+    spec = compose_settings(["hardware=b200"]).hardware.model_dump(exclude_unset=True)
+    spec.pop("grouped_gemm_efficiency")
+    plain = compose_settings(base)
+    plain = plain.model_copy(update={"hardware": HardwareSpec.model_validate(spec)})
+    bare = deployment_verdict.deployment_table(plain, EMPTY, EMPTY, EMPTY, {})
+    assert (rows["memory_ms"] > 1.5 * bare["memory_ms"]).all()
