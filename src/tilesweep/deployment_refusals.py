@@ -13,7 +13,7 @@ from tilesweep.plan import attention_table, engine_profile, interconnect
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
-from tilesweep.settings import RootSettings
+from tilesweep.settings import Layout, RootSettings
 
 
 def refusal(settings: RootSettings) -> str | None:
@@ -85,13 +85,13 @@ def unused_attention_table(settings: RootSettings) -> str | None:
     )
 
 
-def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
+def _collectives_missing(hw: dict, layout: Layout, model: dict) -> str:
     """Return the first collective a layout runs that the target's interconnect figures lack (in
     words), or ''."""
     numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
     stage = {"dense": 1, "moe": 1, "sliding": 0}
     needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
-    needs += [("send_recv", 2)] if layout["pp"] > 1 else []
+    needs += [("send_recv", 2)] if layout.pp > 1 else []
     for collective, n in needs:
         t, why = interconnect.collective_time(collective, n, 0.0, numbers)
         if math.isnan(t):
@@ -106,8 +106,7 @@ def _no_collectives(settings: RootSettings, model: dict) -> str | None:
     if settings.deployment.topology:
         hw["topology"] = settings.deployment.topology
     missing = {}
-    for lay in settings.grid.layouts:
-        layout = lay.model_dump(exclude_unset=True)
+    for layout in settings.grid.layouts:
         why = _collectives_missing(hw, layout, model)
         if not why:
             return None

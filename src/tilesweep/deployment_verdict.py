@@ -244,7 +244,7 @@ def deployment_table(
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, here[3], model)
     fit, label = fit_on_datasheet(fit, label, settings.catalog)
     own = _own_attention(settings, ceilings, here[0], model, dep)
-    layouts = [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts]
+    layouts = settings.grid.layouts
     collectives = {"all-reduce": allreduce} | ({"topology": topology_note} if topology_note else {})
     columns = {
         "fit_source": label,
@@ -295,12 +295,12 @@ def question_panel(
     asked = question.of(settings)
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
-    layouts = [{"tp": lay.tp, "pp": lay.pp, "ep": lay.ep} for lay in asked.layouts]
+    layouts = [Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep) for lay in asked.layouts]
     for lay in settings.grid.layouts:
-        lay = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
-        if lay["tp"] * lay["pp"] * lay["ep"] == asked.gpus and lay not in layouts:
+        lay = Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep)
+        if lay.tp * lay.pp * lay.ep == asked.gpus and lay not in layouts:
             layouts.append(lay)
-    grid = settings.grid.model_copy(update={"layouts": [Layout(**lay) for lay in layouts]})
+    grid = settings.grid.model_copy(update={"layouts": layouts})
     panel = settings.model_copy(update={"grid": grid})
     rows = compose(panel)
     return {

@@ -12,7 +12,7 @@ from tilesweep.errors import ConfigError
 from tilesweep.plan.sharding import layout_name, moe_split
 
 if TYPE_CHECKING:
-    from tilesweep.settings.root import RootSettings
+    from tilesweep.settings import Layout, RootSettings
 
 
 def kernel_slug(cell: dict) -> str:
@@ -25,7 +25,7 @@ def kernel_slug(cell: dict) -> str:
     )
 
 
-def layout_slug(layout: dict) -> str:
+def layout_slug(layout: Layout) -> str:
     """Return a readable name for a parallel layout (plan.sharding.layout_name): tp4-pp2-ep1,
     tp8-pp1-ep1-xep (attention TP8 with whole experts over the same eight GPUs),
     tp4-pp1-ep1-moe2x2 (attention TP4, MoE TP2 x EP2)."""
@@ -118,16 +118,15 @@ def bench_kernels(settings: RootSettings, builds: pd.DataFrame | None = None) ->
 def layouts(settings: RootSettings) -> pd.DataFrame:
     """Return one row per parallel layout, with its world size and slug."""
     rows = []
-    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
-    for layout in (lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts):
-        world = layout["tp"] * layout["pp"] * layout["ep"]
+    for layout in settings.grid.layouts:
+        world = layout.tp * layout.pp * layout.ep
         rows.append(
             {
-                "tp": layout["tp"],
-                "pp": layout["pp"],
-                "ep": layout["ep"],
+                "tp": layout.tp,
+                "pp": layout.pp,
+                "ep": layout.ep,
                 # tp: the MoE split as attention's (the measured step's); ep: any other.
-                "experts": "tp" if moe_split(layout)[0] == layout["tp"] else "ep",
+                "experts": "tp" if moe_split(layout)[0] == layout.tp else "ep",
                 "moe_tp": moe_split(layout)[0],
                 "world": world,
                 "layout": layout_slug(layout),

@@ -39,8 +39,7 @@ BAND = (0.75, 1.33)
 
 def figure_layout_name(fig: Figure) -> str:
     """Return a figure's layout as the verdict table names it (plan.sharding.layout_name)."""
-    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
-    return layout_name(fig.layout.model_dump(exclude_unset=True))
+    return layout_name(fig.layout)
 
 
 def validate(value: References | None, conf_dir: Path) -> None:

@@ -21,6 +21,7 @@ from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_time import compose_step
+from tilesweep.settings import Layout
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
@@ -65,8 +66,9 @@ def _step_model(row: dict, model: dict) -> tuple[dict, dict, dict]:
     return as_run, dep, {"per_stage": per_stage}
 
 
-def _layout(row: dict) -> dict:
-    return {"tp": int(row["tp"]), "pp": int(row["pp"]), "ep": int(row["ep"])}
+def _layout(row: dict) -> Layout:
+    """Return the layout a measured step row ran."""
+    return Layout(tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]))
 
 
 TIMINGS = ("cuda-graph", "eager")
@@ -174,12 +176,12 @@ def rank_compute_ms(row: dict, model: dict, hw: dict, timer) -> float:
     as_run, dep, over = _step_model(row, model)
     layout = _layout(row)
     parts, m = parts_as_run(
-        as_run, dep, layout, over["per_stage"], _sequences(row), layout["pp"] - 1
+        as_run, dep, layout, over["per_stage"], _sequences(row), layout.pp - 1
     )
     engine = engine_profile.as_run(row)
     if engine is not None:
         stage = dict(over["per_stage"], sliding=0)
-        parts = parts + engine.extra_parts(stage, layout["pp"] == 1, True)
+        parts = parts + engine.extra_parts(stage, layout.pp == 1, True)
     total = 0.0
     for part in parts:
         t = timer(part, hw)
@@ -285,7 +287,9 @@ def step_check(
             {
                 "model": model["name"],
                 "layout": row["layout"],
-                **layout,
+                "tp": layout.tp,
+                "pp": layout.pp,
+                "ep": layout.ep,
                 "batch": batch,
                 "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
                 "kernels_per_layer": row.get("kernels_per_layer", math.nan),

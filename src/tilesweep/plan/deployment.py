@@ -26,6 +26,7 @@ from tilesweep.plan.step_time import (
     prompt_words,
     serving_load,
 )
+from tilesweep.settings import Layout
 
 if TYPE_CHECKING:
     from tilesweep.settings import RootSettings
@@ -42,7 +43,7 @@ class Composition:
     model: dict
     deployment: dict
     hardware: dict
-    layouts: list[dict]
+    layouts: list[Layout]
 
     @classmethod
     def of(cls, settings: RootSettings) -> Composition:
@@ -53,7 +54,7 @@ class Composition:
             settings.model.model_dump(exclude_unset=True),
             settings.deployment.model_dump(exclude_unset=True),
             settings.hardware.model_dump(exclude_unset=True),
-            [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts],
+            settings.grid.layouts,
         )
 
 
@@ -109,7 +110,7 @@ _SPLIT = {
 }
 
 
-def _fit_columns(parts: Composition, layout: dict, batch: int, engine: str, fit: dict) -> dict:
+def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fit: dict) -> dict:
     """Return a row's identity, load and memory fit columns."""
     model, dep = parts.model, parts.deployment
     load_in, load_out = serving_load(dep)
@@ -117,8 +118,10 @@ def _fit_columns(parts: Composition, layout: dict, batch: int, engine: str, fit:
         "model": model["name"],
         "hardware": parts.hardware["name"],
         "layout": layout_name(layout),
-        **{k: layout[k] for k in ("tp", "pp", "ep")},
-        "world": layout["tp"] * layout["pp"] * layout["ep"],
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "ep": layout.ep,
+        "world": layout.tp * layout.pp * layout.ep,
         "batch": batch,
         "context_len": dep["context_len"],
         "input_len": load_in,

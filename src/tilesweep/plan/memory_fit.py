@@ -20,6 +20,7 @@ from tilesweep.plan.architecture import (
     kv_bytes_per_token_layer,
     linears,
 )
+from tilesweep.settings import Layout
 
 _MAX_CONTEXT = 1 << 24
 
@@ -61,10 +62,10 @@ def _group_bytes(model: dict, deployment: dict, group: str, tp: int) -> float:
 
 
 def rank_weight_bytes(
-    model: dict, deployment: dict, layout: dict, stage: dict, first: bool, last: bool
+    model: dict, deployment: dict, layout: Layout, stage: dict, first: bool, last: bool
 ) -> float:
     """Return the weight bytes one rank of a stage holds."""
-    tp, ep = layout["tp"], layout["ep"]
+    tp, ep = layout.tp, layout.ep
     layers = stage["dense"] + stage["moe"]
     total = layers * (
         _group_bytes(model, deployment, "attention", tp)
@@ -91,10 +92,10 @@ def rank_weight_bytes(
 
 
 def rank_kv_bytes_per_seq(
-    model: dict, deployment: dict, layout: dict, stage: dict, context_len: int
+    model: dict, deployment: dict, layout: Layout, stage: dict, context_len: int
 ) -> float:
     """Return the KV-cache bytes one sequence takes on one rank of a stage."""
-    cache = kv_bytes_per_token_layer(model, deployment, layout["tp"])
+    cache = kv_bytes_per_token_layer(model, deployment, layout.tp)
     per_token = cache["kv"] + cache["index"]
     full = stage["dense"] + stage["moe"] - stage["sliding"]
     sliding = stage["sliding"] * cached_tokens(model, context_len, True) if stage["sliding"] else 0
@@ -103,7 +104,7 @@ def rank_kv_bytes_per_seq(
 
 def _needed(model, deployment, layout, stages, batch, context_len) -> tuple[float, int]:
     """Return (max bytes needed over the stages' ranks, index of that stage)."""
-    seqs = math.ceil(batch / layout["ep"])
+    seqs = math.ceil(batch / layout.ep)
     reserve = deployment["runtime_reserve_gb"] * 1e9
     need = [
         rank_weight_bytes(model, deployment, layout, st, i == 0, i == len(stages) - 1)
@@ -129,12 +130,12 @@ def memory_fit(
     model: dict,
     deployment: dict,
     hw: dict,
-    layout: dict,
+    layout: Layout,
     batch: int,
     layer_overrides: dict | None = None,
 ) -> dict:
     """Return {fits, needed_bytes, short_bytes, capacity_bytes, max_batch_fit, max_context_fit}."""
-    stages = stage_layers(layer_counts(model, layer_overrides), layout["pp"])
+    stages = stage_layers(layer_counts(model, layer_overrides), layout.pp)
     capacity = hw["memory_gb"] * 1e9
     ctx = deployment["context_len"]
     needed, _ = _needed(model, deployment, layout, stages, batch, ctx)

@@ -20,6 +20,7 @@ from tilesweep.plan.architecture import (
     math_dtype,
 )
 from tilesweep.plan.sharding import gathers, moe_split
+from tilesweep.settings import Layout
 
 
 def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
@@ -98,10 +99,10 @@ def attention_kind(model: dict) -> str:
 
 
 def stage_parts(
-    model: dict, dep: dict, layout: dict, stage: dict, micro: int, first: bool, last: bool
+    model: dict, dep: dict, layout: Layout, stage: dict, micro: int, first: bool, last: bool
 ) -> list[dict]:
     """Return the compute parts one rank of a stage runs for one micro-batch (count = repeats)."""
-    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    tp, ep, h = layout.tp, layout.ep, model["hidden"]
     s = math.ceil(micro / ep)  # sequences whose attention this rank runs
     layers = stage["dense"] + stage["moe"]
     heads = model["attention"]["heads"] / tp
@@ -220,7 +221,7 @@ def stage_parts(
 
 
 def stage_collectives(
-    model: dict, layout: dict, stage: dict, micro: int, first: bool = False
+    model: dict, layout: Layout, stage: dict, micro: int, first: bool = False
 ) -> list[dict]:
     """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
     TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
@@ -229,7 +230,7 @@ def stage_collectives(
     sums back in place of the all-to-all and the MoE's TP all-reduce: an all-gather and a
     reduce-scatter of the micro-batch over the stage, timed as one all-reduce of it (the ring
     all-reduce is those two steps)."""
-    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    tp, ep, h = layout.tp, layout.ep, model["hidden"]
     s = math.ceil(micro / ep)
     layers = stage["dense"] + stage["moe"]
     gather = gathers(layout) and stage["moe"]

@@ -31,6 +31,7 @@ from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
+from tilesweep.settings import Layout
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt is not counted).
@@ -68,7 +69,7 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     if not cited or not dep.get("input_len"):
         return []
     share = rows / dep["input_len"]
-    heads = model["attention"]["heads"] / layout["tp"]
+    heads = model["attention"]["heads"] / layout.tp
     layers = stage["dense"] + stage["moe"]
     out = []
     for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
@@ -178,13 +179,13 @@ def _stage_time(
 _SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "other": "other"}
 
 
-def _hops(model: dict, layout: dict, micro: int, numbers, measured_floors) -> tuple:
+def _hops(model: dict, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
     """Return (one PP hop's time, the ring's return hop's, why a hop has no time): the
     micro-batch's hidden states to the next stage, and the picked tokens from the last stage
     back to the first; (0, 0, '') without PP."""
-    if layout["pp"] == 1:
+    if layout.pp == 1:
         return 0.0, 0.0, ""
-    rows = math.ceil(micro / layout["ep"])
+    rows = math.ceil(micro / layout.ep)
     hop, why = floored_ms(
         "send_recv", 2, rows * model["hidden"] * ACT_BYTES, numbers, measured_floors
     )
@@ -206,7 +207,7 @@ def compose_step(
     model: dict,
     dep: dict,
     hw: dict,
-    layout: dict,
+    layout: Layout,
     batch: int,
     timer: Timer = roofline_timer,
     measured_floors: dict | None = None,
@@ -219,7 +220,7 @@ def compose_step(
     `prefill`: prompt rows each micro-batch carries through the linear layers and experts (a
     serving load's arriving requests); `extra_parts`: an engine's extra kernels (_parts)."""
     numbers, ic_label = topology_numbers(hw, topology)
-    pp = layout["pp"]
+    pp = layout.pp
     per_stage = (layer_overrides or {}).get("per_stage")
     if per_stage:  # a depth-reduced model with the same layers on every stage
         stages = [{"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}] * pp
@@ -328,7 +329,7 @@ def floor_ms(
     model: dict,
     dep: dict,
     hw: dict,
-    layout: dict,
+    layout: Layout,
     batch: int,
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
