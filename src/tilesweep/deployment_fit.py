@@ -12,7 +12,7 @@ from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.io import project_path
 from tilesweep.plan import attention_table, calibration
 from tilesweep.plan.launch_fit import on_datasheet
-from tilesweep.settings import HardwareSpec, RootSettings
+from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings
 
 
 def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> HardwareSpec | None:
@@ -65,12 +65,14 @@ def graph_terms(ceilings: dict) -> dict | None:
     }
 
 
-def _graphed_fit(settings, steps, ceilings, hw_here, model: dict | None = None) -> dict | None:
+def _graphed_fit(
+    settings, steps, ceilings, hw_here, model: ModelSettings | None = None
+) -> dict | None:
     """Return the launch-aware fit on the TP1 step timed in CUDA graphs on the GPU at hand (on
     `model`; by default the settings' own), with the ceilings it was made beside, or None."""
     fit = calibration.step_fit(
         steps,
-        model or settings.model.model_dump(exclude_unset=True),
+        model or settings.model,
         hw_here,
         per_kernel_us(ceilings),
         ceilings.get("device", "none"),
@@ -86,7 +88,7 @@ def verdict_fit(
     steps: pd.DataFrame,
     ceilings: dict,
     hw_here: dict,
-    model: dict | None = None,
+    model: ModelSettings | None = None,
 ):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
     on the TP1 step timed in CUDA graphs here (on `model`, the model as deployed; by default the
@@ -159,7 +161,7 @@ def check_table(
     steps: pd.DataFrame,
     collective: pd.DataFrame,
     ceilings: dict,
-    model: dict,
+    model: ModelSettings,
     fit_batches: list[int] | None = None,
     attention: str = "",
 ):

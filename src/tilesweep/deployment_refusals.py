@@ -13,7 +13,7 @@ from tilesweep.plan import attention_table, engine_profile, interconnect
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
-from tilesweep.settings import Layout, RootSettings
+from tilesweep.settings import Layout, ModelSettings, RootSettings
 
 
 def refusal(settings: RootSettings) -> str | None:
@@ -22,14 +22,14 @@ def refusal(settings: RootSettings) -> str | None:
     cores for, or a grid none of whose layouts the target has collective figures for. The sweep
     and `tilesweep verdict` refuse it before anything runs."""
     dep, engine_conf = engine_deployment(settings)
-    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
+    model = deployment_model(settings.model, dep)
     families = engine_conf.get("families") or {}
     fam = engine_profile.family(model)
     if families and fam not in families:
         have = ", ".join(sorted(families))
         return (
             f"engine={engine_conf['name']}: no kernel list for the {fam} family of "
-            f"{model['name']} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
+            f"{model.name} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
             "the project's own step"
         )
     hw = settings.hardware
@@ -85,7 +85,7 @@ def unused_attention_table(settings: RootSettings) -> str | None:
     )
 
 
-def _collectives_missing(hw: dict, layout: Layout, model: dict) -> str:
+def _collectives_missing(hw: dict, layout: Layout, model: ModelSettings) -> str:
     """Return the first collective a layout runs that the target's interconnect figures lack (in
     words), or ''."""
     numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
@@ -99,7 +99,7 @@ def _collectives_missing(hw: dict, layout: Layout, model: dict) -> str:
     return ""
 
 
-def _no_collectives(settings: RootSettings, model: dict) -> str | None:
+def _no_collectives(settings: RootSettings, model: ModelSettings) -> str | None:
     """Return a one-line refusal where no layout of the grid has the collective figures it runs
     on the target (every row would be a gap), naming the fix; else None."""
     hw = settings.hardware.model_dump(exclude_unset=True)

@@ -40,7 +40,7 @@ from tilesweep.plan.part_timers import roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
-from tilesweep.settings import Layout, RootSettings
+from tilesweep.settings import Layout, ModelSettings, RootSettings
 
 
 def at_target(settings: RootSettings, ceilings: dict) -> bool:
@@ -143,7 +143,7 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -
     was timed on), else the best fp8 decode kernel measured here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
     curve = (target.get("grouped_gemm_efficiency") or {}).get(dep["weight_dtype"])
-    per_expert = batch * model["top_k"] / model["routed_experts"]
+    per_expert = batch * model.top_k / model.routed_experts
     if curve and expert:
         words = grouped_efficiency.band_at(curve, per_expert).words(
             dep["weight_dtype"], target["name"]
@@ -188,7 +188,9 @@ def _untimed(engine_conf: dict, routed_pairs: int, kwargs: dict, ends: dict) -> 
     return ends
 
 
-def _own_attention(settings: RootSettings, ceilings: dict, device: str, model: dict, dep: dict):
+def _own_attention(
+    settings: RootSettings, ceilings: dict, device: str, model: ModelSettings, dep: dict
+):
     """Return the attention kernel's own times where the target is the device that measured
     them (plan.attention_table), else None."""
     if not at_target(settings, ceilings):
@@ -235,7 +237,7 @@ def deployment_table(
     `fitted` is verdict_fit's (fit, per-kernel cost, label) where the caller made it (a fit is
     made on the sweep's own model, never on another config's)."""
     dep, engine_conf = engine_deployment(settings)
-    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
+    model = deployment_model(settings.model, dep)
     engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"], settings.hardware.arch)
     here = measured_here(collective, ceilings)
     target, floors, allreduce, spanned, topology_note = _collectives(
@@ -272,7 +274,7 @@ def deployment_table(
             )
         expert = {"expert GEMMs": expert_words} if expert_words else {}
         kwargs["rests"] = used | expert | tail
-        ends = _untimed(engine_conf, batch * model["top_k"], kwargs, ends)
+        ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]

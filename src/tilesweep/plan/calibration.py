@@ -21,7 +21,7 @@ from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_time import compose_step
-from tilesweep.settings import Layout
+from tilesweep.settings import Layout, ModelSettings
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
@@ -49,11 +49,10 @@ def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[dict,
     return fit_measured(collective, backend)
 
 
-def _step_model(row: dict, model: dict) -> tuple[dict, dict, dict]:
+def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, dict, dict]:
     """Return (model as run, deployment of the run, layer overrides) for a measured step row."""
-    as_run = dict(model)
-    as_run["routed_experts"] = int(row["routed_experts_run"])
-    as_run["vocab"] = int(row["vocab_run"])
+    ran = {"routed_experts": int(row["routed_experts_run"]), "vocab": int(row["vocab_run"])}
+    as_run = model.model_copy(update=ran)
     dep = {
         "weight_dtype": "bf16",
         "kv_dtype": "bf16",
@@ -103,7 +102,7 @@ def _emulated(steps: pd.DataFrame) -> pd.Series:
 
 def step_fit(
     steps: pd.DataFrame,
-    model: dict,
+    model: ModelSettings,
     hw: dict,
     per_kernel_us: float | None,
     device: str,
@@ -148,7 +147,7 @@ def step_fit(
         "device": device,
         "layout": FIT_LAYOUT,
         "timing": timing,
-        "model": model["name"],
+        "model": model.name,
         "step": rows[0]["measured_label"],
     }
     fit = fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
@@ -169,15 +168,13 @@ def fit_words(fit: dict) -> str:
     )
 
 
-def rank_compute_ms(row: dict, model: dict, hw: dict, timer) -> float:
+def rank_compute_ms(row: dict, model: ModelSettings, hw: dict, timer) -> float:
     """Return the composed compute time of the one rank an emulated step ran (its stage's parts
     for every micro-batch it runs, with the engine's extra kernels where the row ran an engine's
     list; no collectives)."""
     as_run, dep, over = _step_model(row, model)
     layout = _layout(row)
-    parts, m = parts_as_run(
-        as_run, dep, layout, over["per_stage"], _sequences(row), layout.pp - 1
-    )
+    parts, m = parts_as_run(as_run, dep, layout, over["per_stage"], _sequences(row), layout.pp - 1)
     engine = engine_profile.as_run(row)
     if engine is not None:
         stage = dict(over["per_stage"], sliding=0)
@@ -196,7 +193,7 @@ def _extra_text(extra: dict) -> str:
 
 def step_check(
     steps: pd.DataFrame,
-    model: dict,
+    model: ModelSettings,
     hw: dict,
     floors: dict,
     device: str,
@@ -275,7 +272,7 @@ def step_check(
         measured = row["step_ms"]
         fitted_here = (
             used is not None
-            and used["model"] == model["name"]
+            and used["model"] == model.name
             and not emu
             and row["layout"] == FIT_LAYOUT
             and batch in used["fit_batches"]
@@ -285,7 +282,7 @@ def step_check(
         roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]
         rows.append(
             {
-                "model": model["name"],
+                "model": model.name,
                 "layout": row["layout"],
                 "tp": layout.tp,
                 "pp": layout.pp,

@@ -26,7 +26,7 @@ from tilesweep.plan.step_time import (
     prompt_words,
     serving_load,
 )
-from tilesweep.settings import Layout
+from tilesweep.settings import Layout, ModelSettings
 
 if TYPE_CHECKING:
     from tilesweep.settings import RootSettings
@@ -40,7 +40,7 @@ class Composition:
     model as deployed (architecture.deployment_model), the deployment (the verdict adds its
     resolved attention and labels), the target's hardware spec and the layouts."""
 
-    model: dict
+    model: ModelSettings
     deployment: dict
     hardware: dict
     layouts: list[Layout]
@@ -51,7 +51,7 @@ class Composition:
         # Remaining model_dump (issue 51): plan's composers read the groups as mappings, as the
         # measured steps' JSON cells give them to the same functions; typing them is plan-wide.
         return cls(
-            settings.model.model_dump(exclude_unset=True),
+            settings.model,
             settings.deployment.model_dump(exclude_unset=True),
             settings.hardware.model_dump(exclude_unset=True),
             settings.grid.layouts,
@@ -71,7 +71,7 @@ def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> di
     if "measured on" not in ic_label:
         items["interconnect from"] = f"hardware[{hw['name']}].interconnect_model"
     return items | {
-        "model": f"{model['name']} ({model['source']})",
+        "model": f"{model.name} ({model.source})",
         "weight_dtype": f"{dep['weight_dtype']} (deployment)",
         "quantized": f"{','.join(dep['quantized'])} (deployment)",
         "kv_dtype": f"{dep['kv_dtype']} (deployment)",
@@ -115,7 +115,7 @@ def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fi
     model, dep = parts.model, parts.deployment
     load_in, load_out = serving_load(dep)
     return {
-        "model": model["name"],
+        "model": model.name,
         "hardware": parts.hardware["name"],
         "layout": layout_name(layout),
         "tp": layout.tp,

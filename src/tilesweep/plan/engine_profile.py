@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilesweep.settings import ModelSettings
+
 # The layer lists a part kind's launches are read from, by the layers its part occurs in
 # (plan.step_parts: one part per layer of its type).
 LAYER_KINDS = {
@@ -29,12 +31,12 @@ LEAN = "lean"
 EXTRA = "engine_extra"
 
 
-def family(model: dict) -> str:
+def family(model: ModelSettings) -> str:
     """Return the model family an engine's kernel list is keyed by: mla_dsa_moe (MLA with the DSA
     indexer, as the deployment runs it), mla_moe, gqa_moe."""
-    att = model["attention"]
-    if att["kind"] == "mla":
-        return "mla_dsa_moe" if att.get("index_topk") else "mla_moe"
+    att = model.attention
+    if att.kind == "mla":
+        return "mla_dsa_moe" if att.index_topk else "mla_moe"
     return "gqa_moe"
 
 
@@ -100,7 +102,7 @@ def _running(kernels: list[dict], weight_dtype: str, arch: str | None = None) ->
     ]
 
 
-def arch_gap(engine: dict, model: dict, arch: str) -> str:
+def arch_gap(engine: dict, model: ModelSettings, arch: str) -> str:
     """Return why `engine`'s list for `model`'s family has no attention kernel on `arch` (each is
     `only_arch` other architectures: the engine's code has no path there), or '' where it has one,
     or where the engine has no list for the family; or why the engine runs on other
@@ -125,7 +127,7 @@ def arch_gap(engine: dict, model: dict, arch: str) -> str:
 
 
 def extra_kernels(
-    engine: dict, model: dict, weight_dtype: str = "bf16", arch: str | None = None
+    engine: dict, model: ModelSettings, weight_dtype: str = "bf16", arch: str | None = None
 ) -> dict[str, list]:
     """Return {per_layer | per_moe_layer | per_dense_layer | per_step: the kernels of `engine`'s
     list for `model`'s family that run in `weight_dtype` and that no part kind of that list
@@ -139,7 +141,7 @@ def extra_kernels(
     if lists is None:
         raise ValueError(
             f"engine {engine['name']} has no kernel list for the {fam} family of "
-            f"{model['name']} (has {', '.join(sorted(engine['families']))})"
+            f"{model.name} (has {', '.join(sorted(engine['families']))})"
         )
     return {
         where: [k for k in _running(lists[where], weight_dtype, arch) if k["kind"] not in kinds]
@@ -167,7 +169,7 @@ def lean() -> EngineProfile:
 
 
 def profile(
-    engine: dict | None, model: dict, weight_dtype: str = "bf16", arch: str | None = None
+    engine: dict | None, model: ModelSettings, weight_dtype: str = "bf16", arch: str | None = None
 ) -> EngineProfile:
     """Return the EngineProfile of `engine` (conf/engine, validated) for `model` in `weight_dtype`
     (a kernel listed `only_for` other dtypes does not run); the lean step where the engine has no
@@ -187,7 +189,7 @@ def profile(
         if lists is None:
             raise ValueError(
                 f"engine {engine['name']} has no kernel list for the {fam} family of "
-                f"{model['name']} (has {', '.join(sorted(engine['families']))})"
+                f"{model.name} (has {', '.join(sorted(engine['families']))})"
             )
         launches: dict[str, float] = {}
         for where, kinds in LAYER_KINDS.items():

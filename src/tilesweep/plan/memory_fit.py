@@ -20,17 +20,17 @@ from tilesweep.plan.architecture import (
     kv_bytes_per_token_layer,
     linears,
 )
-from tilesweep.settings import Layout
+from tilesweep.settings import Layout, ModelSettings
 
 _MAX_CONTEXT = 1 << 24
 
 
-def layer_counts(model: dict, overrides: dict | None = None) -> dict:
+def layer_counts(model: ModelSettings, overrides: dict | None = None) -> dict:
     """Return {dense_layers, moe_layers, sliding_layers}, overridden for a depth-reduced model."""
     counts = {
-        "dense_layers": model["dense_layers"],
-        "moe_layers": model["moe_layers"],
-        "sliding_layers": model["attention"].get("sliding_layers", 0),
+        "dense_layers": model.dense_layers,
+        "moe_layers": model.moe_layers,
+        "sliding_layers": model.attention.sliding_layers or 0,
     }
     counts.update(overrides or {})
     return counts
@@ -53,7 +53,7 @@ def stage_layers(counts: dict, pp: int) -> list[dict]:
     return stages
 
 
-def _group_bytes(model: dict, deployment: dict, group: str, tp: int) -> float:
+def _group_bytes(model: ModelSettings, deployment: dict, group: str, tp: int) -> float:
     """Return one layer's bytes of a weight group held by one rank of a TP group."""
     bpw = bytes_per_weight(group_dtype(group, deployment))
     return (
@@ -62,7 +62,7 @@ def _group_bytes(model: dict, deployment: dict, group: str, tp: int) -> float:
 
 
 def rank_weight_bytes(
-    model: dict, deployment: dict, layout: Layout, stage: dict, first: bool, last: bool
+    model: ModelSettings, deployment: dict, layout: Layout, stage: dict, first: bool, last: bool
 ) -> float:
     """Return the weight bytes one rank of a stage holds."""
     tp, ep = layout.tp, layout.ep
@@ -78,21 +78,21 @@ def rank_weight_bytes(
     )
     total += (
         stage["moe"]
-        * model["routed_experts"]
+        * model.routed_experts
         * expert_params(model)
         * bytes_per_weight(group_dtype("routed_experts", deployment))
         / (tp * ep)
     )
-    table = model["vocab"] * model["hidden"] / tp
+    table = model.vocab * model.hidden / tp
     if first:
         total += table * 2
-    if last and not (model["tied_embeddings"] and first):
+    if last and not (model.tied_embeddings and first):
         total += table * bytes_per_weight(group_dtype("lm_head", deployment))
     return total
 
 
 def rank_kv_bytes_per_seq(
-    model: dict, deployment: dict, layout: Layout, stage: dict, context_len: int
+    model: ModelSettings, deployment: dict, layout: Layout, stage: dict, context_len: int
 ) -> float:
     """Return the KV-cache bytes one sequence takes on one rank of a stage."""
     cache = kv_bytes_per_token_layer(model, deployment, layout.tp)
@@ -127,7 +127,7 @@ def _largest(fits, low: int, high: int) -> int:
 
 
 def memory_fit(
-    model: dict,
+    model: ModelSettings,
     deployment: dict,
     hw: dict,
     layout: Layout,

@@ -20,7 +20,7 @@ from tilesweep.plan.architecture import (
     math_dtype,
 )
 from tilesweep.plan.sharding import gathers, moe_split
-from tilesweep.settings import Layout
+from tilesweep.settings import Layout, ModelSettings
 
 
 def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
@@ -92,20 +92,26 @@ def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float,
     return float(distinct[pick, worst].mean()), float(rows[pick, worst].mean())
 
 
-def attention_kind(model: dict) -> str:
+def attention_kind(model: ModelSettings) -> str:
     """Return the part kind of the attention core: MLA's (one latent head shared by every query
     head) and GQA's are different kernels, so a fit on one never stands for the other."""
-    return "attention" if model["attention"]["kind"] == "mla" else "attention_gqa"
+    return "attention" if model.attention.kind == "mla" else "attention_gqa"
 
 
 def stage_parts(
-    model: dict, dep: dict, layout: Layout, stage: dict, micro: int, first: bool, last: bool
+    model: ModelSettings,
+    dep: dict,
+    layout: Layout,
+    stage: dict,
+    micro: int,
+    first: bool,
+    last: bool,
 ) -> list[dict]:
     """Return the compute parts one rank of a stage runs for one micro-batch (count = repeats)."""
-    tp, ep, h = layout.tp, layout.ep, model["hidden"]
+    tp, ep, h = layout.tp, layout.ep, model.hidden
     s = math.ceil(micro / ep)  # sequences whose attention this rank runs
     layers = stage["dense"] + stage["moe"]
-    heads = model["attention"]["heads"] / tp
+    heads = model.attention.heads / tp
 
     def core_part(name: str, kind: str, nbytes: float, flops: float, count: int) -> dict:
         """Return a part of the attention core over this rank's s sequences, in the KV dtype."""
@@ -145,7 +151,7 @@ def stage_parts(
                 )
             )
     if stage["moe"]:
-        e, k = model["routed_experts"], model["top_k"]
+        e, k = model.routed_experts, model.top_k
         # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
         # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
         split, spread = moe_split(layout)
@@ -156,7 +162,7 @@ def stage_parts(
             active, rows = busiest_rank(e, k, spread, micro)
         w = expert_params(model) / split
         dtype = group_dtype("routed_experts", dep)
-        act_per_row = (2 * h + 2 * model["moe_intermediate"] / split) * ACT_BYTES
+        act_per_row = (2 * h + 2 * model.moe_intermediate / split) * ACT_BYTES
         parts.append(
             {
                 "name": "routed_experts",
@@ -205,13 +211,13 @@ def stage_parts(
             }
         )
     if last:
-        w = model["vocab"] * h / tp
+        w = model.vocab * h / tp
         dtype = group_dtype("lm_head", dep)
         parts.append(
             {
                 "name": "lm_head",
                 "kind": "lm_head",
-                "bytes": w * bytes_per_weight(dtype) + s * (h + model["vocab"] / tp) * ACT_BYTES,
+                "bytes": w * bytes_per_weight(dtype) + s * (h + model.vocab / tp) * ACT_BYTES,
                 "flops": 2.0 * s * w,
                 "dtype": math_dtype("lm_head", dep),
                 "count": 1,
@@ -221,7 +227,7 @@ def stage_parts(
 
 
 def stage_collectives(
-    model: dict, layout: Layout, stage: dict, micro: int, first: bool = False
+    model: ModelSettings, layout: Layout, stage: dict, micro: int, first: bool = False
 ) -> list[dict]:
     """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
     TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
@@ -230,7 +236,7 @@ def stage_collectives(
     sums back in place of the all-to-all and the MoE's TP all-reduce: an all-gather and a
     reduce-scatter of the micro-batch over the stage, timed as one all-reduce of it (the ring
     all-reduce is those two steps)."""
-    tp, ep, h = layout.tp, layout.ep, model["hidden"]
+    tp, ep, h = layout.tp, layout.ep, model.hidden
     s = math.ceil(micro / ep)
     layers = stage["dense"] + stage["moe"]
     gather = gathers(layout) and stage["moe"]
@@ -262,7 +268,7 @@ def stage_collectives(
                 "name": "ep_all_to_all",
                 "collective": "all_to_all",
                 "n": ep,
-                "bytes": s * model["top_k"] * h * ACT_BYTES,
+                "bytes": s * model.top_k * h * ACT_BYTES,
                 "count": 2 * stage["moe"],
             }
         )

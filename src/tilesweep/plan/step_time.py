@@ -31,7 +31,7 @@ from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
-from tilesweep.settings import Layout
+from tilesweep.settings import Layout, ModelSettings
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt is not counted).
@@ -69,7 +69,7 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     if not cited or not dep.get("input_len"):
         return []
     share = rows / dep["input_len"]
-    heads = model["attention"]["heads"] / layout.tp
+    heads = model.attention.heads / layout.tp
     layers = stage["dense"] + stage["moe"]
     out = []
     for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
@@ -179,16 +179,14 @@ def _stage_time(
 _SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "other": "other"}
 
 
-def _hops(model: dict, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
+def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
     """Return (one PP hop's time, the ring's return hop's, why a hop has no time): the
     micro-batch's hidden states to the next stage, and the picked tokens from the last stage
     back to the first; (0, 0, '') without PP."""
     if layout.pp == 1:
         return 0.0, 0.0, ""
     rows = math.ceil(micro / layout.ep)
-    hop, why = floored_ms(
-        "send_recv", 2, rows * model["hidden"] * ACT_BYTES, numbers, measured_floors
-    )
+    hop, why = floored_ms("send_recv", 2, rows * model.hidden * ACT_BYTES, numbers, measured_floors)
     back, _ = floored_ms("send_recv", 2, rows * 8, numbers, measured_floors)
     return hop, back, why
 
@@ -204,7 +202,7 @@ def _achieved(slow: dict) -> dict:
 
 
 def compose_step(
-    model: dict,
+    model: ModelSettings,
     dep: dict,
     hw: dict,
     layout: Layout,
@@ -326,7 +324,7 @@ def loaded_step(
 
 
 def floor_ms(
-    model: dict,
+    model: ModelSettings,
     dep: dict,
     hw: dict,
     layout: Layout,

@@ -27,6 +27,7 @@ import math
 
 from tilesweep.plan.engine_profile import EXTRA_COLUMNS as COLUMNS
 from tilesweep.plan.engine_profile import LEAN, extra_kernels
+from tilesweep.settings import ModelSettings
 
 QUANT, COPY = "quant", "copy"
 LAYER_PART, STEP_PART = "engine_extra", "engine_extra_step"
@@ -67,7 +68,7 @@ def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -
     {label, layers: [{quant, copy}] per layer in order, step: {quant, copy}, listed: {where:
     count per layer (per step)}, run: {where: mean per layer of that type as run}}; raise
     ValueError where the engine lists no kernels for the model (plan.engine_profile)."""
-    kernels = extra_kernels(engine, model, weight_dtype)
+    kernels = extra_kernels(engine, ModelSettings.model_validate(model), weight_dtype)
     layers = [{QUANT: 0, COPY: 0} for _ in range(dense + moe)]
     where_layers = {
         "per_layer": range(dense + moe),
