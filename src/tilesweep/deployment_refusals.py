@@ -21,14 +21,15 @@ def refusal(settings: RootSettings) -> str | None:
     an engine whose kernel lists lack the model's family, a format the target has no tensor
     cores for, or a grid none of whose layouts the target has collective figures for. The sweep
     and `tilesweep verdict` refuse it before anything runs."""
-    dep, engine_conf = engine_deployment(settings)
+    dep, _ = engine_deployment(settings)
+    engine_conf = settings.engine
     model = deployment_model(settings.model, dep)
-    families = engine_conf.get("families") or {}
+    families = engine_conf.families
     fam = engine_profile.family(model)
     if families and fam not in families:
         have = ", ".join(sorted(families))
         return (
-            f"engine={engine_conf['name']}: no kernel list for the {fam} family of "
+            f"engine={engine_conf.name}: no kernel list for the {fam} family of "
             f"{model.name} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
             "the project's own step"
         )
@@ -36,10 +37,10 @@ def refusal(settings: RootSettings) -> str | None:
     gap = engine_profile.arch_gap(engine_conf, model, hw.arch)
     if gap:
         return (
-            f"hardware={hw.name}, engine={engine_conf['name']}: {gap}; use a GPU of those, or "
+            f"hardware={hw.name}, engine={engine_conf.name}: {gap}; use a GPU of those, or "
             "engine=lean for the project's own step"
         )
-    math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
+    math_dtype = dep.compute_dtype or dep.weight_dtype
     runs = gpu_archs.tensor_dtypes(hw.arch, hw.cc)
     if hw.peak_tflops.get(math_dtype) is None or math_dtype not in runs:
         fp8 = hw.peak_tflops.get("fp8") and "fp8" in runs and math_dtype != "fp8"

@@ -12,6 +12,8 @@ figure). Never another engine's table: each engine file holds its own steps."""
 
 from __future__ import annotations
 
+from tilesweep.settings.engine_spec import AllReduceStep, EngineSettings
+
 # What an algorithm with no cited figure takes instead: the next slower, in order.
 FALLBACK = {
     "one_shot": ("one_shot", "two_shot", "nccl"),
@@ -34,21 +36,20 @@ def _arch(arch: str | None) -> str:
     return str(arch or "").removesuffix("a")
 
 
-def engine_steps(engine: dict, arch: str | None) -> dict:
+def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[AllReduceStep]]:
     """Return {GPU count: steps} the engine file lists for an architecture ({} where none)."""
-    table = engine.get("allreduce") or {}
-    for key, steps in table.items():
+    for key, steps in engine.allreduce.items():
         if _arch(key) == _arch(arch):
-            return dict(steps.get("by_gpus") or {})
+            return dict(steps.by_gpus)
     return {}
 
 
-def algorithm_at(steps: list[dict], nbytes: float) -> tuple[str, dict | None]:
+def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllReduceStep | None]:
     """Return (the algorithm the engine takes for a message of nbytes, its step or None past the
     last step, where NCCL runs)."""
     for step in steps:
-        if nbytes <= step["max_bytes"]:
-            return step["algorithm"], step
+        if nbytes <= step.max_bytes:
+            return step.algorithm, step
     return "nccl", None
 
 
@@ -81,9 +82,7 @@ def engine_time(block: dict, n: int, nbytes: float, nccl_ms: float) -> tuple[flo
         why = f"{name} lists no all-reduce algorithm for {engine.get('arch')} at {n} GPUs"
         return nccl_ms, f"NCCL's model ({why})"
     algorithm, step = algorithm_at(steps, nbytes)
-    picked = f"{name}: {algorithm}" + (
-        f" to {step['max_bytes']} B" if step else " (past its steps)"
-    )
+    picked = f"{name}: {algorithm}" + (f" to {step.max_bytes} B" if step else " (past its steps)")
     missing = []
     for taken in FALLBACK[algorithm]:
         us, source = series_us(block.get("in_graph"), taken, n, nbytes)
@@ -111,7 +110,7 @@ def describe(target: dict) -> str:
         return "NCCL (the hardware file's figures)"
     counts = []
     for n, steps in sorted((engine.get("steps") or {}).items(), key=lambda kv: int(kv[0])):
-        parts = [f"{s['algorithm']} to {_size(s['max_bytes'])}" for s in steps]
+        parts = [f"{s.algorithm} to {_size(s.max_bytes)}" for s in steps]
         counts.append(f"{n} GPUs {', '.join(parts)}, NCCL above")
     graph = ar.get("in_graph") or {}
     sources = graph.get("sources") or {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from tilesweep.settings import ModelSettings
+from tilesweep.settings import DeploymentSettings, ModelSettings
 
 ACT_BYTES = 2  # bf16 activations
 # mxfp4: 4-bit values and one 8-bit (e8m0) scale per 32 (the OCP MX format gpt-oss ships in).
@@ -47,18 +47,18 @@ def kv_element_bytes(kv_dtype: str) -> float:
     return {"bf16": 2.0, "fp8": 1.0}[kv_dtype]
 
 
-def group_dtype(group: str, deployment: dict) -> str:
+def group_dtype(group: str, deployment: DeploymentSettings) -> str:
     """Return the dtype a weight group is stored in: the deployment's if quantized, else bf16."""
-    return deployment["weight_dtype"] if group in deployment["quantized"] else "bf16"
+    return deployment.weight_dtype if group in deployment.quantized else "bf16"
 
 
-def math_dtype(group: str, deployment: dict) -> str:
+def math_dtype(group: str, deployment: DeploymentSettings) -> str:
     """Return the dtype a weight group's products run in: the deployment's `compute_dtype` for
     its quantised groups where set (a weight-only format, dequantised to it: Marlin's w4a16 runs
     MXFP4 on GPUs without FP4 tensor cores), else the stored dtype."""
     stored = group_dtype(group, deployment)
-    if group in deployment["quantized"] and deployment.get("compute_dtype"):
-        return deployment["compute_dtype"]
+    if group in deployment.quantized and deployment.compute_dtype:
+        return deployment.compute_dtype
     return stored
 
 
@@ -109,10 +109,10 @@ def expert_params(model: ModelSettings) -> int:
 
 
 def kv_bytes_per_token_layer(
-    model: ModelSettings, deployment: dict, tp: int = 1
+    model: ModelSettings, deployment: DeploymentSettings, tp: int = 1
 ) -> dict[str, float]:
     """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
-    att, eb = model.attention, kv_element_bytes(deployment["kv_dtype"])
+    att, eb = model.attention, kv_element_bytes(deployment.kv_dtype)
     if (
         att.kind == "mla"
     ):  # latent cache replicated across TP ranks (vLLM/SGLang without DP-attention)
@@ -131,11 +131,11 @@ def cached_tokens(model: ModelSettings, context_len: int, sliding: bool) -> int:
 
 
 def attention_core(
-    model: ModelSettings, deployment: dict, heads: float, sliding: bool
+    model: ModelSettings, deployment: DeploymentSettings, heads: float, sliding: bool
 ) -> dict[str, float]:
     """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of one layer's
     attention (attended: the cached tokens each query reads)."""
-    att, ctx = model.attention, deployment["context_len"]
+    att, ctx = model.attention, deployment.context_len
     cache = kv_bytes_per_token_layer(model, deployment)
     tokens = cached_tokens(model, ctx, sliding)
     if att.kind == "mla":
@@ -161,7 +161,7 @@ def attention_core(
     return {
         "attended": tokens,
         "flops": heads * tokens * 4 * hd,
-        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(deployment["kv_dtype"]),
+        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(deployment.kv_dtype),
         "index_flops": 0.0,
         "index_bytes": 0.0,
     }
@@ -174,13 +174,15 @@ def causal_pairs(tokens: float, window: float) -> float:
     return w * (w + 1) / 2 + (tokens - w) * w
 
 
-def prompt_attention(model: ModelSettings, deployment: dict, heads: float, sliding: bool) -> dict:
+def prompt_attention(
+    model: ModelSettings, deployment: DeploymentSettings, heads: float, sliding: bool
+) -> dict:
     """Return one layer's attention over one prompt of deployment.input_len tokens, per rank
     holding `heads` query heads: {flops, bytes} of the attention kernel (in bf16: prefill runs
     MLA unabsorbed, each head's q.k over qk_nope + qk_rope and p.v over v_head) and
     {index_flops, index_bytes} of the DSA indexer's scores over every earlier token (fp8, whole on
     every rank, as at decode), 0 where the deployment runs no indexer."""
-    att, n = model.attention, float(deployment["input_len"])
+    att, n = model.attention, float(deployment.input_len)
     window = att.sliding_window if sliding else n
     if att.kind == "mla":
         qk = att.qk_nope_head_dim + att.qk_rope_head_dim
@@ -203,7 +205,7 @@ def prompt_attention(model: ModelSettings, deployment: dict, heads: float, slidi
     return out
 
 
-def total_weight_bytes(model: ModelSettings, deployment: dict) -> float:
+def total_weight_bytes(model: ModelSettings, deployment: DeploymentSettings) -> float:
     """Return the bytes of every weight of the model in the deployment's dtypes (no sharding)."""
     groups = linears(model)
     layers = model.dense_layers + model.moe_layers
@@ -233,10 +235,10 @@ def total_weight_bytes(model: ModelSettings, deployment: dict) -> float:
 INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 
 
-def deployment_model(model: ModelSettings, deployment: dict) -> ModelSettings:
+def deployment_model(model: ModelSettings, deployment: DeploymentSettings) -> ModelSettings:
     """Return the model as the deployment runs it: with `attention: dense`, MLA over the whole
     context and no DSA indexer (its weights and index cache left out)."""
     att = model.attention
-    if deployment.get("attention", "dsa") != "dense" or att.index_topk is None:
+    if deployment.attention != "dense" or att.index_topk is None:
         return model
     return model.model_copy(update={"attention": att.model_copy(update=dict.fromkeys(INDEX_KEYS))})

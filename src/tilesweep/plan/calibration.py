@@ -21,7 +21,7 @@ from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_time import compose_step
-from tilesweep.settings import Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
@@ -49,19 +49,27 @@ def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[dict,
     return fit_measured(collective, backend)
 
 
-def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, dict, dict]:
+def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, DeploymentSettings, dict]:
     """Return (model as run, deployment of the run, layer overrides) for a measured step row."""
     ran = {"routed_experts": int(row["routed_experts_run"]), "vocab": int(row["vocab_run"])}
     as_run = model.model_copy(update=ran)
-    dep = {
-        "weight_dtype": "bf16",
-        "kv_dtype": "bf16",
-        "quantized": [],
-        "context_len": int(row["context_len"]),
-        "kernel_gap_us": 0.0,
+    # The keys a composition reads (the run's files and batches are no part of it).
+    dep = DeploymentSettings.model_construct(
+        weight_dtype="bf16",
+        kv_dtype="bf16",
+        quantized=[],
+        compute_dtype="",
+        context_len=int(row["context_len"]),
+        input_len=0,
+        output_len=0,
+        kernel_gap_us=0.0,
+        attention="dsa",
+    )
+    per_stage = {
+        "dense": int(row["dense_layers_run"]),
+        "moe": int(row["moe_layers_run"]),
         "routing": "balanced",  # the measured step routes every expert the same rows
     }
-    per_stage = {"dense": int(row["dense_layers_run"]), "moe": int(row["moe_layers_run"])}
     return as_run, dep, {"per_stage": per_stage}
 
 

@@ -26,7 +26,7 @@ from tilesweep.plan.step_time import (
     prompt_words,
     serving_load,
 )
-from tilesweep.settings import Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 if TYPE_CHECKING:
     from tilesweep.settings import RootSettings
@@ -41,7 +41,7 @@ class Composition:
     resolved attention and labels), the target's hardware spec and the layouts."""
 
     model: ModelSettings
-    deployment: dict
+    deployment: DeploymentSettings
     hardware: dict
     layouts: list[Layout]
 
@@ -72,12 +72,12 @@ def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> di
         items["interconnect from"] = f"hardware[{hw['name']}].interconnect_model"
     return items | {
         "model": f"{model.name} ({model.source})",
-        "weight_dtype": f"{dep['weight_dtype']} (deployment)",
-        "quantized": f"{','.join(dep['quantized'])} (deployment)",
-        "kv_dtype": f"{dep['kv_dtype']} (deployment)",
-        "context_len": f"{dep['context_len']} (deployment)",
-        "runtime_reserve_gb": f"{dep['runtime_reserve_gb']} (deployment)",
-        "kernel_gap_us": f"{dep['kernel_gap_us']} (deployment; only where the fit gives a part "
+        "weight_dtype": f"{dep.weight_dtype} (deployment)",
+        "quantized": f"{','.join(dep.quantized)} (deployment)",
+        "kv_dtype": f"{dep.kv_dtype} (deployment)",
+        "context_len": f"{dep.context_len} (deployment)",
+        "runtime_reserve_gb": f"{dep.runtime_reserve_gb} (deployment)",
+        "kernel_gap_us": f"{dep.kernel_gap_us} (deployment; only where the fit gives a part "
         "no launch cost)",
         "part times": timer_label,
         "routing": "random top-k (expected distinct experts; EP: the busiest rank)",
@@ -123,12 +123,12 @@ def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fi
         "ep": layout.ep,
         "world": layout.tp * layout.pp * layout.ep,
         "batch": batch,
-        "context_len": dep["context_len"],
+        "context_len": dep.context_len,
         "input_len": load_in,
         "output_len": load_out,
         "engine": engine,
-        "weight_dtype": dep["weight_dtype"],
-        "kv_dtype": dep["kv_dtype"],
+        "weight_dtype": dep.weight_dtype,
+        "kv_dtype": dep.kv_dtype,
         "fits_memory": "yes" if fit["fits"] else "no",
         "mem_needed_gb": fit["needed_bytes"] / 1e9,
         "mem_short_gb": fit["short_bytes"] / 1e9,
@@ -180,7 +180,7 @@ def compose_parts(
     _, ic_label = topology_numbers(hw)
     rows = []
     for layout in parts.layouts:
-        for batch in dep["batches"]:
+        for batch in dep.batches:
             fit = memory_fit(model, dep, hw, layout, batch, layer_overrides)
             row = _fit_columns(parts, layout, batch, engine.name, fit)
             if not fit["fits"]:

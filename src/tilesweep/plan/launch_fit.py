@@ -33,7 +33,7 @@ from tilesweep.plan.engine_profile import EXTRA
 from tilesweep.plan.pair_fit import fit_pair, predict_ms
 from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
-from tilesweep.settings import HardwareSpec, Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 # Which composition part kinds each measured whole-step part covers.
 MEASURED_KINDS = {
@@ -351,12 +351,17 @@ def launch_timer(
 
 
 def parts_as_run(
-    model: ModelSettings, dep: dict, layout: Layout, per_stage: dict, batch: int, stage: int
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    layout: Layout,
+    per_stage: dict,
+    batch: int,
+    stage: int,
 ):
     """Return (the composition's parts one rank of `stage` runs per micro-batch, micro-batches
     it runs them for) for a depth-reduced step of `batch` sequences."""
     pp = layout.pp
     m = min(pp, batch)
     micro = math.ceil(batch / m)
-    st = {"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}
+    st = dict(per_stage, sliding=0)
     return stage_parts(model, dep, layout, st, micro, stage == 0, stage == pp - 1), m

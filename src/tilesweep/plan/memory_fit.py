@@ -20,7 +20,7 @@ from tilesweep.plan.architecture import (
     kv_bytes_per_token_layer,
     linears,
 )
-from tilesweep.settings import Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 _MAX_CONTEXT = 1 << 24
 
@@ -53,7 +53,9 @@ def stage_layers(counts: dict, pp: int) -> list[dict]:
     return stages
 
 
-def _group_bytes(model: ModelSettings, deployment: dict, group: str, tp: int) -> float:
+def _group_bytes(
+    model: ModelSettings, deployment: DeploymentSettings, group: str, tp: int
+) -> float:
     """Return one layer's bytes of a weight group held by one rank of a TP group."""
     bpw = bytes_per_weight(group_dtype(group, deployment))
     return (
@@ -62,7 +64,12 @@ def _group_bytes(model: ModelSettings, deployment: dict, group: str, tp: int) ->
 
 
 def rank_weight_bytes(
-    model: ModelSettings, deployment: dict, layout: Layout, stage: dict, first: bool, last: bool
+    model: ModelSettings,
+    deployment: DeploymentSettings,
+    layout: Layout,
+    stage: dict,
+    first: bool,
+    last: bool,
 ) -> float:
     """Return the weight bytes one rank of a stage holds."""
     tp, ep = layout.tp, layout.ep
@@ -92,7 +99,11 @@ def rank_weight_bytes(
 
 
 def rank_kv_bytes_per_seq(
-    model: ModelSettings, deployment: dict, layout: Layout, stage: dict, context_len: int
+    model: ModelSettings,
+    deployment: DeploymentSettings,
+    layout: Layout,
+    stage: dict,
+    context_len: int,
 ) -> float:
     """Return the KV-cache bytes one sequence takes on one rank of a stage."""
     cache = kv_bytes_per_token_layer(model, deployment, layout.tp)
@@ -105,7 +116,7 @@ def rank_kv_bytes_per_seq(
 def _needed(model, deployment, layout, stages, batch, context_len) -> tuple[float, int]:
     """Return (max bytes needed over the stages' ranks, index of that stage)."""
     seqs = math.ceil(batch / layout.ep)
-    reserve = deployment["runtime_reserve_gb"] * 1e9
+    reserve = deployment.runtime_reserve_gb * 1e9
     need = [
         rank_weight_bytes(model, deployment, layout, st, i == 0, i == len(stages) - 1)
         + seqs * rank_kv_bytes_per_seq(model, deployment, layout, st, context_len)
@@ -128,7 +139,7 @@ def _largest(fits, low: int, high: int) -> int:
 
 def memory_fit(
     model: ModelSettings,
-    deployment: dict,
+    deployment: DeploymentSettings,
     hw: dict,
     layout: Layout,
     batch: int,
@@ -137,7 +148,7 @@ def memory_fit(
     """Return {fits, needed_bytes, short_bytes, capacity_bytes, max_batch_fit, max_context_fit}."""
     stages = stage_layers(layer_counts(model, layer_overrides), layout.pp)
     capacity = hw["memory_gb"] * 1e9
-    ctx = deployment["context_len"]
+    ctx = deployment.context_len
     needed, _ = _needed(model, deployment, layout, stages, batch, ctx)
 
     def fits_batch(b: int) -> bool:

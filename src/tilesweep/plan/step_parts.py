@@ -20,7 +20,7 @@ from tilesweep.plan.architecture import (
     math_dtype,
 )
 from tilesweep.plan.sharding import gathers, moe_split
-from tilesweep.settings import Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 
 def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
@@ -100,7 +100,7 @@ def attention_kind(model: ModelSettings) -> str:
 
 def stage_parts(
     model: ModelSettings,
-    dep: dict,
+    dep: DeploymentSettings,
     layout: Layout,
     stage: dict,
     micro: int,
@@ -120,7 +120,7 @@ def stage_parts(
             "kind": kind,
             "bytes": s * nbytes,
             "flops": s * flops,
-            "dtype": dep["kv_dtype"],
+            "dtype": dep.kv_dtype,
             "count": count,
         }
 
@@ -155,7 +155,7 @@ def stage_parts(
         # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
         # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
         split, spread = moe_split(layout)
-        if dep.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
+        if stage.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
             rows = micro * k / spread
             active = min(e / spread, rows)
         else:  # EP: every layer waits for its most loaded rank (expected, random routing)

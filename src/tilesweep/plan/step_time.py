@@ -31,7 +31,7 @@ from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
-from tilesweep.settings import Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt is not counted).
@@ -66,9 +66,9 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     deployment runs one), at the target's cited prefill-attention efficiency; none where the
     hardware file cites none (the row's inputs say so)."""
     cited = hw.get("prompt_attention")
-    if not cited or not dep.get("input_len"):
+    if not cited or not dep.input_len:
         return []
-    share = rows / dep["input_len"]
+    share = rows / dep.input_len
     heads = model.attention.heads / layout.tp
     layers = stage["dense"] + stage["moe"]
     out = []
@@ -155,7 +155,7 @@ def _stage_time(
         acc["memory"] += c * t["memory_ms"]
         acc["math"] += c * t["math_ms"]
         # Launch-aware timers give each part's fixed cost; others take the deployment's gap.
-        acc["other"] += c * t.get("launch_ms", dep["kernel_gap_us"] * 1e-3)
+        acc["other"] += c * t.get("launch_ms", dep.kernel_gap_us * 1e-3)
         # A part's kernel time (both terms: the bound one and the other's unhidden share)
         # against its binding roofline term.
         if t["memory_ms"] > 0 and t["memory_ms"] >= t["math_ms"]:
@@ -203,7 +203,7 @@ def _achieved(slow: dict) -> dict:
 
 def compose_step(
     model: ModelSettings,
-    dep: dict,
+    dep: DeploymentSettings,
     hw: dict,
     layout: Layout,
     batch: int,
@@ -221,7 +221,7 @@ def compose_step(
     pp = layout.pp
     per_stage = (layer_overrides or {}).get("per_stage")
     if per_stage:  # a depth-reduced model with the same layers on every stage
-        stages = [{"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}] * pp
+        stages = [dict(per_stage, sliding=0)] * pp
     else:
         stages = stage_layers(layer_counts(model, layer_overrides), pp)
     m = min(pp, batch)
@@ -290,9 +290,9 @@ def prompt_words(hw: dict) -> str:
     return f"their attention at e_math {cited['e_math']:g} ({cited['cite']})"
 
 
-def serving_load(dep: dict) -> tuple[int, int]:
+def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
     """Return (input_len, output_len) of the deployment's serving load, (0, 0) for decode only."""
-    i, o = int(dep.get("input_len") or 0), int(dep.get("output_len") or 0)
+    i, o = dep.input_len, dep.output_len
     return (i, o) if i > 0 and o > 0 else (0, 0)
 
 
@@ -325,7 +325,7 @@ def loaded_step(
 
 def floor_ms(
     model: ModelSettings,
-    dep: dict,
+    dep: DeploymentSettings,
     hw: dict,
     layout: Layout,
     batch: int,
@@ -336,7 +336,7 @@ def floor_ms(
     datasheet figures (bytes over bandwidth or flops over peak, the larger), no per-kernel cost,
     and the collectives as the interconnect model times them (latency + bytes / bus bandwidth),
     over the same path as the composed step (pipeline stages, hops, micro-batches)."""
-    bare = {**dep, "kernel_gap_us": 0.0}
+    bare = dep.model_copy(update={"kernel_gap_us": 0.0})
     step, _ = loaded_step(
         model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
     )

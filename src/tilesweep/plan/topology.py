@@ -7,9 +7,10 @@ import pandas as pd
 
 from tilesweep.plan import allreduce
 from tilesweep.plan.deployment import Composition, compose_parts
+from tilesweep.settings.engine_spec import EngineSettings
 
 
-def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
+def with_engine_allreduce(target: dict, engine: EngineSettings) -> dict:
     """Return the target with the engine's all-reduce: where the engine runs its own all-reduce
     in its CUDA graph, each topology's all_reduce carries the engine's algorithm by size for the
     target's architecture (plan.allreduce; the hardware file's one-shot figures enabled where a
@@ -17,7 +18,7 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     of GPUs on NVLink beyond two GPUs: vllm/distributed/device_communicators/custom_all_reduce.py,
     full_nvlink; on PCIe they fall back to NCCL, and a PCIe one-shot figure in a hardware file is
     another build's)."""
-    if not engine or not engine.get("custom_allreduce"):
+    if not engine.custom_allreduce:
         return target
     if "nvlink" not in str(target.get("interconnect", "")):
         return target
@@ -25,7 +26,7 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     if not block:
         return target
     attached = {
-        "name": engine.get("name"),
+        "name": engine.name,
         "arch": target.get("arch"),
         "steps": allreduce.engine_steps(engine, target.get("arch")),
     }
@@ -34,7 +35,7 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
         ar = top.get("all_reduce")
         if ar and ar.get("one_shot"):
             ar = dict(ar, one_shot=dict(ar["one_shot"], enabled=True))
-        if ar and engine.get("allreduce"):
+        if ar and engine.allreduce:
             ar = dict(ar, engine=attached)
         tops[name] = dict(top, all_reduce=ar) if ar else top
     return dict(target, interconnect_model=dict(block, topologies=tops))
