@@ -152,8 +152,7 @@ def test_an_engine_kernel_of_one_architecture_counts_only_there():
     from tilesweep.plan import engine_profile
 
     settings = compose_settings([])
-    engine = settings.engine.model_dump(exclude_unset=True)
-    model = settings.model.model_dump(exclude_unset=True)
+    engine, model = settings.engine, settings.model
     on = engine_profile.profile(engine, model, "nvfp4", "sm_120").extra["per_layer"]
     off = engine_profile.profile(engine, model, "nvfp4", "sm_90").extra["per_layer"]
     assert on == off + 2  # SGLang's two add + RMSNorm kernels, fused into the all-reduce elsewhere
