@@ -43,7 +43,7 @@ def _plain(value: object) -> object:
     from pydantic import BaseModel
 
     if isinstance(value, BaseModel):
-        return value.model_dump(exclude_unset=True)
+        return value.model_dump(exclude_unset=True)  # model_dump: output only (a rule's JSON)
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 

@@ -36,9 +36,10 @@ COLUMNS = VERDICT_COLUMNS
 
 @dataclass(frozen=True)
 class Composition:
-    """What one deployment table is composed from, resolved, as the plan's plain containers: the
-    model as deployed (architecture.deployment_model), the deployment (the verdict adds its
-    resolved attention and labels), the target's hardware spec and the layouts."""
+    """What one deployment table is composed from, resolved: the model as deployed
+    (architecture.deployment_model), the deployment (the verdict resolves its attention and a
+    load's context), the target's hardware spec (a mapping: its collective figures may be the
+    ones measured here) and the layouts."""
 
     model: ModelSettings
     deployment: DeploymentSettings
@@ -48,14 +49,10 @@ class Composition:
     @classmethod
     def of(cls, settings: RootSettings) -> Composition:
         """Return the composition the settings name, as they are (no engine or fit applied)."""
-        # Remaining model_dump (issue 51): plan's composers read the groups as mappings, as the
-        # measured steps' JSON cells give them to the same functions; typing them is plan-wide.
-        return cls(
-            settings.model,
-            settings.deployment.model_dump(exclude_unset=True),
-            settings.hardware.model_dump(exclude_unset=True),
-            settings.grid.layouts,
-        )
+        # Remaining model_dump (issue 51): the plan reads the hardware as a mapping, as it reads
+        # the collective figures measured here (interconnect.fit_measured).
+        hardware = settings.hardware.model_dump(exclude_unset=True)
+        return cls(settings.model, settings.deployment, hardware, settings.grid.layouts)
 
 
 def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> dict[str, str]:
