@@ -13,6 +13,7 @@ from tilesweep.io import project_path
 from tilesweep.plan import attention_table, calibration
 from tilesweep.plan.launch_fit import on_datasheet
 from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings
+from tilesweep.settings.hardware_spec import Topology
 
 
 def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> HardwareSpec | None:
@@ -87,7 +88,7 @@ def verdict_fit(
     settings: RootSettings,
     steps: pd.DataFrame,
     ceilings: dict,
-    hw_here: dict,
+    hw_here: HardwareSpec | None,
     model: ModelSettings | None = None,
 ):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
@@ -147,13 +148,15 @@ def with_ceilings(fit: dict, ceilings: dict) -> dict:
     return {**fit, "ceilings": {k: ceilings.get(k) for k in FIT_CEILINGS}}
 
 
-def measured_here(collective: pd.DataFrame, ceilings: dict) -> tuple[str, dict, dict, dict]:
+def measured_here(
+    collective: pd.DataFrame, ceilings: dict
+) -> tuple[str, Topology | None, dict, HardwareSpec | None]:
     """Return (the device at hand, its measured interconnect, its latency floors, its hardware
     dict from its ceilings): NCCL rows on a GPU, gloo rows on the CPU."""
     device = ceilings.get("device", "none") if ceilings else "none"
     gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
     numbers, floors = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
-    hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else {}
+    hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else None
     return device, numbers, floors, hw_here
 
 

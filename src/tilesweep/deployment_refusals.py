@@ -13,7 +13,7 @@ from tilesweep.plan import attention_table, engine_profile, interconnect
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
-from tilesweep.settings import Layout, ModelSettings, RootSettings
+from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings
 
 
 def refusal(settings: RootSettings) -> str | None:
@@ -86,10 +86,12 @@ def unused_attention_table(settings: RootSettings) -> str | None:
     )
 
 
-def _collectives_missing(hw: dict, layout: Layout, model: ModelSettings) -> str:
+def _collectives_missing(
+    hw: HardwareSpec, topology: str, layout: Layout, model: ModelSettings
+) -> str:
     """Return the first collective a layout runs that the target's interconnect figures lack (in
     words), or ''."""
-    numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
+    numbers, label = interconnect.topology_numbers(hw, topology or None)
     stage = {"dense": 1, "moe": 1, "sliding": 0}
     needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
     needs += [("send_recv", 2)] if layout.pp > 1 else []
@@ -103,19 +105,17 @@ def _collectives_missing(hw: dict, layout: Layout, model: ModelSettings) -> str:
 def _no_collectives(settings: RootSettings, model: ModelSettings) -> str | None:
     """Return a one-line refusal where no layout of the grid has the collective figures it runs
     on the target (every row would be a gap), naming the fix; else None."""
-    hw = settings.hardware.model_dump(exclude_unset=True)
-    if settings.deployment.topology:
-        hw["topology"] = settings.deployment.topology
+    hw, topology = settings.hardware, settings.deployment.topology
     missing = {}
     for layout in settings.grid.layouts:
-        why = _collectives_missing(hw, layout, model)
+        why = _collectives_missing(hw, topology, layout, model)
         if not why:
             return None
         missing[layout_name(layout)] = why
     name, why = next(iter(missing.items()))
     more = f" (and {len(missing) - 1} more layouts)" if len(missing) > 1 else ""
     return (
-        f"hardware={hw['name']}: {name}{more} cannot be composed: {why}; add cited figures to "
-        f"conf/hardware/{hw['name']}.yaml interconnect_model, or list a layout it has figures "
+        f"hardware={hw.name}: {name}{more} cannot be composed: {why}; add cited figures to "
+        f"conf/hardware/{hw.name}.yaml interconnect_model, or list a layout it has figures "
         "for in grid.layouts"
     )

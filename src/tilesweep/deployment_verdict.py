@@ -42,6 +42,7 @@ from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
 from tilesweep.settings import DeploymentSettings, Layout, ModelSettings, RootSettings
 from tilesweep.settings.engine_spec import EngineSettings
+from tilesweep.settings.hardware_spec import InterconnectModel
 
 
 def at_target(settings: RootSettings, ceilings: dict) -> bool:
@@ -118,16 +119,15 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
     them): the collectives measured here where the device at hand is the target, else the
     hardware file's."""
     device, here_numbers, here_floors, _ = here
-    plain = settings.hardware.model_dump(exclude_unset=True)
+    plain = settings.hardware
     target, spanned, topology_note = with_topology(
         with_engine_allreduce(plain, engine_conf), dep.topology
     )
     allreduce = engine_allreduce.describe(target)
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
-        target = dict(
-            target, interconnect_model={"default": named, "topologies": {named: here_numbers}}
-        )
+        block = InterconnectModel.model_construct(default=named, topologies={named: here_numbers})
+        target = target.model_copy(update={"interconnect_model": block})
         return target, here_floors, f"measured here ({device}; NCCL)", [], ""
     return target, None, allreduce, spanned, topology_note
 
@@ -140,12 +140,10 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -
     middle; each layout's expert GEMMs at its own expert's size where the band names the sizes it
     was timed on), else the best fp8 decode kernel measured here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
-    curve = (target.get("grouped_gemm_efficiency") or {}).get(dep.weight_dtype)
+    curve = (target.grouped_gemm_efficiency or {}).get(dep.weight_dtype)
     per_expert = batch * model.top_k / model.routed_experts
     if curve and expert:
-        words = grouped_efficiency.band_at(curve, per_expert).words(
-            dep.weight_dtype, target["name"]
-        )
+        words = grouped_efficiency.band_at(curve, per_expert).words(dep.weight_dtype, target.name)
         if grouped_efficiency.sized(curve):
             words += (
                 "; each layout's expert GEMMs take the band scaled to the bytes of its own "

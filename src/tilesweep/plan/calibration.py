@@ -21,29 +21,33 @@ from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_time import compose_step
-from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
+from tilesweep.settings.hardware_spec import InterconnectModel, Topology
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
 
 
-def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> dict:
-    """Return a hardware dict for the device at hand from its measured ceilings: copy bandwidth,
-    matrix rate per dtype (missing dtypes stay missing), and the measured interconnect."""
+def device_hardware(ceilings: dict, device: str, interconnect: Topology | None) -> HardwareSpec:
+    """Return the device at hand as a hardware spec holds it, from its measured ceilings: copy
+    bandwidth, matrix rate per dtype (missing dtypes stay missing), and the measured interconnect
+    (the keys a composition reads; measured, so not held to a file's ranges or keys)."""
     peaks = {k: v for k, v in (ceilings.get("matmul_tflops") or {}).items() if v}
-    hw = {
-        "name": device,
-        "memory_bandwidth_gbs": ceilings["copy_gbs"],
-        "peak_tflops": peaks,
-        "interconnect": "measured",
-    }
+    model = None
     if interconnect:
-        hw["interconnect_model"] = {"default": "measured", "topologies": {"measured": interconnect}}
-    return hw
+        topologies = {"measured": interconnect}
+        model = InterconnectModel.model_construct(default="measured", topologies=topologies)
+    return HardwareSpec.model_construct(
+        name=device,
+        memory_bandwidth_gbs=ceilings["copy_gbs"],
+        peak_tflops=peaks,
+        interconnect="measured",
+        interconnect_model=model,
+    )
 
 
-def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
-    """Return ({collective: {by_gpus: {n: {latency_us, busbw_gbs}}, timing}}, {collective: {n:
+def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[Topology | None, dict]:
+    """Return (the figures per collective and GPU count, None where none fit; {collective: {n:
     floor ms}}) fitted on the collectives measured here over `backend`, per GPU count measured
     (plan.interconnect.fit_measured: NCCL rows timed eagerly never calibrate)."""
     return fit_measured(collective, backend)
@@ -111,7 +115,7 @@ def _emulated(steps: pd.DataFrame) -> pd.Series:
 def step_fit(
     steps: pd.DataFrame,
     model: ModelSettings,
-    hw: dict,
+    hw: HardwareSpec,
     per_kernel_us: float | None,
     device: str,
     timing: str = "cuda-graph",
@@ -176,7 +180,7 @@ def fit_words(fit: dict) -> str:
     )
 
 
-def rank_compute_ms(row: dict, model: ModelSettings, hw: dict, timer) -> float:
+def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) -> float:
     """Return the composed compute time of the one rank an emulated step ran (its stage's parts
     for every micro-batch it runs, with the engine's extra kernels where the row ran an engine's
     list; no collectives)."""
@@ -202,7 +206,7 @@ def _extra_text(extra: dict) -> str:
 def step_check(
     steps: pd.DataFrame,
     model: ModelSettings,
-    hw: dict,
+    hw: HardwareSpec,
     floors: dict,
     device: str,
     per_kernel_us: float | None = None,

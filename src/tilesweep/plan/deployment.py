@@ -26,7 +26,7 @@ from tilesweep.plan.step_time import (
     prompt_words,
     serving_load,
 )
-from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 if TYPE_CHECKING:
     from tilesweep.settings import RootSettings
@@ -38,35 +38,34 @@ COLUMNS = VERDICT_COLUMNS
 class Composition:
     """What one deployment table is composed from, resolved: the model as deployed
     (architecture.deployment_model), the deployment (the verdict resolves its attention and a
-    load's context), the target's hardware spec (a mapping: its collective figures may be the
-    ones measured here) and the layouts."""
+    load's context), the target's hardware spec (its collective figures may be the ones measured
+    here) and the layouts."""
 
     model: ModelSettings
     deployment: DeploymentSettings
-    hardware: dict
+    hardware: HardwareSpec
     layouts: list[Layout]
 
     @classmethod
     def of(cls, settings: RootSettings) -> Composition:
         """Return the composition the settings name, as they are (no engine or fit applied)."""
-        # Remaining model_dump (issue 51): the plan reads the hardware as a mapping, as it reads
-        # the collective figures measured here (interconnect.fit_measured).
-        hardware = settings.hardware.model_dump(exclude_unset=True)
-        return cls(settings.model, settings.deployment, hardware, settings.grid.layouts)
+        return cls(settings.model, settings.deployment, settings.hardware, settings.grid.layouts)
 
 
-def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> dict[str, str]:
+def _inputs(
+    parts: Composition, hw: HardwareSpec, ic_label: str, timer_label: str
+) -> dict[str, str]:
     """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
     dep, model = parts.deployment, parts.model
-    sheet = f"(hardware[{hw['name']}])"
+    sheet = f"(hardware[{hw.name}])"
     items = {
-        "memory_bandwidth_gbs": f"{hw['memory_bandwidth_gbs']} {sheet}",
-        "peak_tflops": f"{hw['peak_tflops']} {sheet}",
-        "memory_gb": f"{hw['memory_gb']} {sheet}",
+        "memory_bandwidth_gbs": f"{hw.memory_bandwidth_gbs} {sheet}",
+        "peak_tflops": f"{hw.peak_tflops} {sheet}",
+        "memory_gb": f"{hw.memory_gb} {sheet}",
         "interconnect": ic_label,
     }
     if "measured on" not in ic_label:
-        items["interconnect from"] = f"hardware[{hw['name']}].interconnect_model"
+        items["interconnect from"] = f"hardware[{hw.name}].interconnect_model"
     return items | {
         "model": f"{model.name} ({model.source})",
         "weight_dtype": f"{dep.weight_dtype} (deployment)",
@@ -81,7 +80,7 @@ def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> di
     }
 
 
-def _load_item(load_in: int, load_out: int, prefill: float, hw: dict) -> str:
+def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec) -> str:
     """Return the serving load a row carries and what the other requests' prompts add, in words."""
     if not load_in:
         return "decode only (no arriving prompts)"
@@ -113,7 +112,7 @@ def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fi
     load_in, load_out = serving_load(dep)
     return {
         "model": model.name,
-        "hardware": parts.hardware["name"],
+        "hardware": parts.hardware.name,
         "layout": layout_name(layout),
         "tp": layout.tp,
         "pp": layout.pp,

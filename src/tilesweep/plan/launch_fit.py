@@ -85,7 +85,7 @@ def attribution(row: dict) -> float:
     return float(step) / sum(parts)
 
 
-def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[str, dict]:
+def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) -> dict[str, dict]:
     """Return per group {ms, launches, roof_memory_ms, roof_math_ms, occurrences} of one measured
     step row, beside the composition's parts of the model as run (`repeats`: micro-batches the
     rank runs through the same parts)."""
@@ -140,7 +140,7 @@ def kernel_cost_us(
     return max(floor_us, 1e3 * (small["ms"] - work) / small["launches"])
 
 
-def _observations(rows: list[dict], parts_of: dict, hw: dict) -> tuple[dict, list[dict]]:
+def _observations(rows: list[dict], parts_of: dict, hw: HardwareSpec) -> tuple[dict, list[dict]]:
     """Return ({group: its observations, one per fit batch}, the device-wide observations: every
     group's summed per batch)."""
     by_group: dict[str, list[dict]] = {}
@@ -182,7 +182,7 @@ def _group_fit(
 def fit_step(
     rows: list[dict],
     parts_of: dict,
-    hw: dict,
+    hw: HardwareSpec,
     per_kernel_us: float,
     labels: dict,
     light_us: float | None = None,
@@ -214,8 +214,8 @@ def fit_step(
         **labels,
         # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
         "reference": {
-            "memory_bandwidth_gbs": hw["memory_bandwidth_gbs"],
-            "peak_tflops": dict(hw.get("peak_tflops") or {}),
+            "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+            "peak_tflops": dict(hw.peak_tflops),
         },
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
@@ -320,7 +320,7 @@ def launch_timer(
     cost_ms = per_kernel_us * 1e-3
     lap = fit.get("overlap") or 0.0  # a fit made before the overlap was measured: the max
 
-    def timer(part: dict, hw: dict) -> dict:
+    def timer(part: dict, hw: HardwareSpec) -> dict:
         out = roofline_timer(part, hw)
         group = by_kind.get(part["kind"])
         e = group or pooled

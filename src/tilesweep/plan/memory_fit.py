@@ -20,7 +20,7 @@ from tilesweep.plan.architecture import (
     kv_bytes_per_token_layer,
     linears,
 )
-from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 _MAX_CONTEXT = 1 << 24
 
@@ -140,14 +140,14 @@ def _largest(fits, low: int, high: int) -> int:
 def memory_fit(
     model: ModelSettings,
     deployment: DeploymentSettings,
-    hw: dict,
+    hw: HardwareSpec,
     layout: Layout,
     batch: int,
     layer_overrides: dict | None = None,
 ) -> dict:
     """Return {fits, needed_bytes, short_bytes, capacity_bytes, max_batch_fit, max_context_fit}."""
     stages = stage_layers(layer_counts(model, layer_overrides), layout.pp)
-    capacity = hw["memory_gb"] * 1e9
+    capacity = hw.memory_gb * 1e9
     ctx = deployment.context_len
     needed, _ = _needed(model, deployment, layout, stages, batch, ctx)
 

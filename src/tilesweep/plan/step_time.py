@@ -31,14 +31,14 @@ from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
-from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt is not counted).
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
 
 
-def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw=None) -> list:
+def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw) -> list:
     """Return the parts one rank of a stage runs for a micro-batch of `micro` decoding sequences
     and `prefill` prompt rows through the linear layers and experts and the prompt's own
     attention (prompt_parts), with an engine's extra kernels (`extra_parts(stage, first, last)`,
@@ -49,7 +49,7 @@ def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, 
         parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
             p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
         ]
-        parts += prompt_parts(model, dep, layout, stage, prefill, hw or {})
+        parts += prompt_parts(model, dep, layout, stage, prefill, hw)
     if extra_parts is not None:
         parts = parts + extra_parts(stage, first, last)
     return parts
@@ -65,7 +65,7 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     rows / input_len of the whole prompt's causal attention, and of its DSA indexer where the
     deployment runs one), at the target's cited prefill-attention efficiency; none where the
     hardware file cites none (the row's inputs say so)."""
-    cited = hw.get("prompt_attention")
+    cited = hw.prompt_attention
     if not cited or not dep.input_len:
         return []
     share = rows / dep.input_len
@@ -90,19 +90,19 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
                         "dtype": dtype,
                         "count": count,
                         "launches": 1.0,
-                        "e_math": cited["e_math"],
+                        "e_math": cited.e_math,
                     }
                 )
     return out
 
 
-def _comm_gap(why: str, hw: dict) -> str:
+def _comm_gap(why: str, hw: HardwareSpec) -> str:
     """Return why a collective has no time, naming the file its figures would come from: 'no
     all_reduce figures for 8 GPUs (has 2, 4) in conf/hardware/rtx_pro_6000.yaml'."""
     where = (
         "the collectives measured here"
-        if hw.get("interconnect") == "measured"
-        else f"conf/hardware/{hw.get('name')}.yaml"
+        if hw.interconnect == "measured"
+        else f"conf/hardware/{hw.name}.yaml"
     )
     return f"{why.split(';')[0]} in {where}"
 
@@ -204,7 +204,7 @@ def _achieved(slow: dict) -> dict:
 def compose_step(
     model: ModelSettings,
     dep: DeploymentSettings,
-    hw: dict,
+    hw: HardwareSpec,
     layout: Layout,
     batch: int,
     timer: Timer = roofline_timer,
@@ -279,15 +279,14 @@ def compose_step(
     }
 
 
-def prompt_words(hw: dict) -> str:
+def prompt_words(hw: HardwareSpec) -> str:
     """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
-    cited = hw.get("prompt_attention")
+    cited = hw.prompt_attention
     if not cited:
         return (
-            f"their attention not charged: hardware[{hw.get('name')}] cites no prompt_attention "
-            "efficiency"
+            f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
         )
-    return f"their attention at e_math {cited['e_math']:g} ({cited['cite']})"
+    return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
 
 
 def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
@@ -326,7 +325,7 @@ def loaded_step(
 def floor_ms(
     model: ModelSettings,
     dep: DeploymentSettings,
-    hw: dict,
+    hw: HardwareSpec,
     layout: Layout,
     batch: int,
     measured_floors: dict | None = None,

@@ -108,8 +108,9 @@ def compose_for(
     moved, how = fit_on_datasheet(fit, "", catalog)
     if moved is None:
         raise ValueError(how)
-    sheet = catalog[here].model_dump(exclude_unset=True)
-    check = calibration.step_check(steps, model, sheet, {}, device, fit=moved, attention=attention)
+    check = calibration.step_check(
+        steps, model, catalog[here], {}, device, fit=moved, attention=attention
+    )
     where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
     label = check["composed_label"] + f"; {where}"
     return check.assign(composed_label=label, composed_for=where, held_out=True)  # another GPU
