@@ -9,7 +9,7 @@ import pytest
 from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import attention_table, launch_fit
-from tilesweep.settings import Layout
+from tilesweep.settings import HardwareSpec, Layout
 
 DEVICE = "GPU X"
 
@@ -47,7 +47,9 @@ def test_an_attention_part_the_table_covers_takes_the_kernels_own_time():
             "dtype": "bf16", "count": 3, **shape}  # fmt: skip
     fit = {"device": DEVICE, "groups": {}, "per_kernel_us": 2.0,
            launch_fit.POOLED: {"e_bw": 0.5, "e_math": 0.25, "note": ""}}  # fmt: skip
-    hw = {"name": "gpu", "memory_bandwidth_gbs": 1000.0, "peak_tflops": {"bf16": 100.0}}
+    hw = HardwareSpec.model_construct(
+        name="gpu", memory_bandwidth_gbs=1000.0, peak_tflops={"bf16": 100.0}
+    )
     t = launch_fit.launch_timer(fit, 2.0, "composed (test)", own)(part, hw)
     assert t["memory_ms"] == pytest.approx(0.25) and t["math_ms"] == 0 and t["launch_ms"] == 0
     assert "own measured time" in t["source"]

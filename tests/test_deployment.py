@@ -24,7 +24,7 @@ from tilesweep.plan.memory_fit import memory_fit, stage_layers
 from tilesweep.plan.part_timers import derated_timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives
 from tilesweep.plan.step_time import compose_step
-from tilesweep.settings import DeploymentSettings, Layout, ModelSettings, RootSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings, RootSettings
 
 BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"
 
@@ -39,8 +39,9 @@ def composed(settings: dict, **how):
     return compose_deployment(RootSettings.model_validate(settings), **how)
 
 
-def _hw(settings):
-    return settings["hardware"]
+def _hw(settings: dict) -> HardwareSpec:
+    """Return compose()'s hardware group as the plan reads it, validated."""
+    return HardwareSpec.model_validate(settings["hardware"])
 
 
 def _model(settings: dict) -> ModelSettings:
@@ -176,8 +177,9 @@ def test_a_part_without_a_measured_fraction_is_never_labelled_composed(brief):
 
 
 def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
-    hw = copy.deepcopy(_hw(brief))
-    hw["peak_tflops"]["nvfp4"] = None
+    plain = copy.deepcopy(brief["hardware"])
+    plain["peak_tflops"]["nvfp4"] = None
+    hw = HardwareSpec.model_validate(plain)
     part = {
         "name": "e",
         "kind": "expert_gemm",
@@ -188,7 +190,7 @@ def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
     }
     out = roofline_timer(part, hw)
     assert math.isnan(out["math_ms"]) and "peak_tflops.nvfp4" in out["gap"]
-    settings = dict(brief, hardware=hw)
+    settings = dict(brief, hardware=plain)
     row = composed(settings).iloc[0]
     assert (
         math.isnan(row.tpot_ms)
@@ -221,12 +223,13 @@ def test_no_composed_collective_is_below_its_floor(brief):
 @pytest.mark.parametrize("hardware", ["rtx_pro_6000", "rtx_5090", "h100", "h200", "b200", "a100"])
 @pytest.mark.parametrize("topology", [None, "switch", "dual_socket", "switch_free", "host_staged"])
 def test_more_bytes_never_less_time_and_a_count_without_figures_is_a_gap(hardware, topology):
-    hw = compose([f"hardware={hardware}"])["hardware"]
+    hw = _hw(compose([f"hardware={hardware}"]))
     numbers, _ = topology_numbers(hw, topology)
     if numbers is None:
         pytest.skip(f"{hardware} has no {topology} topology")
     for coll in ("all_reduce", "all_to_all", "send_recv"):
-        given = set((numbers.get(coll) or {}).get("by_gpus", {}))
+        block = getattr(numbers, coll)
+        given = set(block.by_gpus) if block else set()
         for n in range(2, 17):
             times = [collective_ms(coll, n, b, numbers) for b in (0, 1, 1024, 1 << 20, 1 << 30)]
             if n in given:
@@ -236,8 +239,7 @@ def test_more_bytes_never_less_time_and_a_count_without_figures_is_a_gap(hardwar
 
 
 def test_hardware_without_an_interconnect_model_is_a_gap():
-    hw = compose(["hardware=l40s"])["hardware"]
-    numbers, reason = topology_numbers(hw)
+    numbers, reason = topology_numbers(_hw(compose(["hardware=l40s"])))
     assert numbers is None and "no interconnect_model" in reason
     assert math.isnan(collective_ms("all_reduce", 2, 1024, numbers))
 

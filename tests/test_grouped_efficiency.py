@@ -14,16 +14,17 @@ from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
 from tilesweep.plan.grouped_efficiency import band_at, fixed_cost_scaled, shaped_timer
 from tilesweep.settings import HardwareSpec
+from tilesweep.settings.hardware_spec import EfficiencyCurve
 from tilesweep.settings.strict import check
 
-CURVE = {
+CURVE = EfficiencyCurve.model_validate({
     "points": [
         {"tokens_per_expert": 0.25, "low": 0.4, "high": 0.5, "low_kernel": "a", "high_kernel": "b",
          "cite": "one"},
         {"tokens_per_expert": 4, "low": 0.6, "high": 0.7, "low_kernel": "c", "high_kernel": "d",
          "cite": "two"},
     ]
-}  # fmt: skip
+})  # fmt: skip
 EMPTY = pd.DataFrame()
 
 
@@ -39,12 +40,14 @@ def test_the_band_is_read_at_a_point_between_points_and_held_past_the_ends():
     assert at.middle == pytest.approx(math.sqrt(0.6 * 0.7))
 
 
-SIZED = {
-    "points": [
-        dict(CURVE["points"][0], low_expert_mb=1.0, high_expert_mb=2.0),
-        dict(CURVE["points"][1], low_expert_mb=1.0, high_expert_mb=1.0),
-    ]
-}
+SIZED = CURVE.model_copy(
+    update={
+        "points": [
+            CURVE.points[0].model_copy(update={"low_expert_mb": 1.0, "high_expert_mb": 2.0}),
+            CURVE.points[1].model_copy(update={"low_expert_mb": 1.0, "high_expert_mb": 1.0}),
+        ]
+    }
+)
 
 
 def test_a_fixed_cost_per_expert_streams_a_larger_expert_better_and_a_smaller_worse():

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from tilesweep.plan import launch_fit, pair_fit
+from tilesweep.settings import HardwareSpec
 
 
 def _obs(mem, flop, launches, e_bw, e_math, cost_ms):
@@ -54,7 +55,10 @@ def _fit(groups):
     }
 
 
-HW = {"name": "gpu", "memory_bandwidth_gbs": 1000.0, "peak_tflops": {"bf16": 100.0}}
+# A device of 1,000 GB/s and 100 bf16 TFLOP/s: the keys a part timer reads.
+HW = HardwareSpec.model_construct(
+    name="gpu", memory_bandwidth_gbs=1000.0, peak_tflops={"bf16": 100.0}
+)
 
 
 def test_launch_timer_adds_the_launches_and_divides_the_roof():
