@@ -354,14 +354,14 @@ def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
 def test_moe_split_layouts_as_engines_serve_them(brief):
     """Attention TP4 with MoE TP2 x EP2; DP attention with an EP8 MoE beside TP2 attention; DP8
     attention with a TP8 MoE (gathered): each named, split and communicating as its engine does."""
-    from tilesweep.plan.sharding import gathers, layout_name, moe_split
+    from tilesweep.plan.sharding import gathers, layout_name
 
     mixed = Layout(tp=4, pp=1, ep=1, moe_tp=2)
     dp_ep = Layout(tp=2, pp=1, ep=4, moe_tp=1)
     dp_tp = Layout(tp=1, pp=1, ep=8, moe_tp=8)
     names = [layout_name(lay) for lay in (mixed, dp_ep, dp_tp)]
     assert names == ["tp4-pp1-ep1-moe2x2", "tp2-pp1-ep4-moe1x8", "tp1-pp1-ep8-moe8x1"]
-    assert [moe_split(lay) for lay in (mixed, dp_ep, dp_tp)] == [(2, 2), (1, 8), (8, 1)]
+    assert [lay.moe_split() for lay in (mixed, dp_ep, dp_tp)] == [(2, 2), (1, 8), (8, 1)]
     # The defaults name as before: MoE TP = attention TP, and experts=ep is MoE TP 1.
     assert layout_name(Layout(tp=8, pp=1, ep=1, experts="ep")) == "tp8-pp1-ep1-xep"
     assert layout_name(Layout(tp=8, pp=1, ep=1, moe_tp=8)) == "tp8-pp1-ep1"

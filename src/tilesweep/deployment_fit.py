@@ -11,6 +11,7 @@ import pandas as pd
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.io import project_path
 from tilesweep.plan import attention_table, calibration
+from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import on_datasheet
 from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings
 from tilesweep.settings.hardware_spec import Topology
@@ -155,7 +156,7 @@ def measured_here(
     dict from its ceilings): NCCL rows on a GPU, gloo rows on the CPU."""
     device = ceilings.get("device", "none") if ceilings else "none"
     gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    numbers, floors = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
+    numbers, floors = fit_measured(collective, "nccl" if gpu_here else "gloo")
     hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else None
     return device, numbers, floors, hw_here
 
@@ -174,7 +175,7 @@ def check_table(
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
-    numbers, floors = calibration.measured_interconnect(collective, backend)
+    numbers, floors = fit_measured(collective, backend)
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
     return calibration.step_check(

@@ -27,17 +27,12 @@ NAME = "cutlass"
 ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.cell_spec declares
 
 
-def _section(settings: RootSettings) -> CutlassSettings:
-    """Return backend.cutlass as its model reads it (the root keeps backend sections as given;
-    config_checks.check_backends validated this one already)."""
-    return CutlassSettings.model_validate(settings.backend[NAME])
-
-
 def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | str, str]]:
     """Return (tile, stages, epilogue) of every cell on one architecture: the grid's tiles x
     `stages` x `epilogues`, then each `extra_stages` entry of this architecture over the grid's
     tiles it names (a tile the grid lacks adds nothing), each combination once."""
-    conf = _section(settings)
+    # The root keeps backend sections as given (config_checks validated this one): read typed.
+    conf = CutlassSettings.model_validate(settings.backend[NAME])
     tiles = settings.grid.tiles
     out = list(itertools.product(tiles, conf.stages, conf.epilogues))
     for extra in conf.extra_stages:
@@ -51,7 +46,7 @@ def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | s
 
 def cells(settings: RootSettings, arch: str) -> list[dict]:
     """Return the CUTLASS accounting cells for one architecture."""
-    dtype = _section(settings).dtype_by_arch.get(arch, "none")
+    dtype = CutlassSettings.model_validate(settings.backend[NAME]).dtype_by_arch.get(arch, "none")
     out = []
     for tile, stages, epilogue in _combinations(settings, arch):
         cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)

@@ -47,18 +47,18 @@ def kv_element_bytes(kv_dtype: str) -> float:
     return {"bf16": 2.0, "fp8": 1.0}[kv_dtype]
 
 
-def group_dtype(group: str, deployment: DeploymentSettings) -> str:
+def group_dtype(group: str, dep: DeploymentSettings) -> str:
     """Return the dtype a weight group is stored in: the deployment's if quantized, else bf16."""
-    return deployment.weight_dtype if group in deployment.quantized else "bf16"
+    return dep.weight_dtype if group in dep.quantized else "bf16"
 
 
-def math_dtype(group: str, deployment: DeploymentSettings) -> str:
+def math_dtype(group: str, dep: DeploymentSettings) -> str:
     """Return the dtype a weight group's products run in: the deployment's `compute_dtype` for
     its quantised groups where set (a weight-only format, dequantised to it: Marlin's w4a16 runs
     MXFP4 on GPUs without FP4 tensor cores), else the stored dtype."""
-    stored = group_dtype(group, deployment)
-    if group in deployment.quantized and deployment.compute_dtype:
-        return deployment.compute_dtype
+    stored = group_dtype(group, dep)
+    if group in dep.quantized and dep.compute_dtype:
+        return dep.compute_dtype
     return stored
 
 
@@ -109,10 +109,10 @@ def expert_params(model: ModelSettings) -> int:
 
 
 def kv_bytes_per_token_layer(
-    model: ModelSettings, deployment: DeploymentSettings, tp: int = 1
+    model: ModelSettings, dep: DeploymentSettings, tp: int = 1
 ) -> dict[str, float]:
     """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
-    att, eb = model.attention, kv_element_bytes(deployment.kv_dtype)
+    att, eb = model.attention, kv_element_bytes(dep.kv_dtype)
     if (
         att.kind == "mla"
     ):  # latent cache replicated across TP ranks (vLLM/SGLang without DP-attention)
@@ -131,12 +131,12 @@ def cached_tokens(model: ModelSettings, context_len: int, sliding: bool) -> int:
 
 
 def attention_core(
-    model: ModelSettings, deployment: DeploymentSettings, heads: float, sliding: bool
+    model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
 ) -> dict[str, float]:
     """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of one layer's
     attention (attended: the cached tokens each query reads)."""
-    att, ctx = model.attention, deployment.context_len
-    cache = kv_bytes_per_token_layer(model, deployment)
+    att, ctx = model.attention, dep.context_len
+    cache = kv_bytes_per_token_layer(model, dep)
     tokens = cached_tokens(model, ctx, sliding)
     if att.kind == "mla":
         attended = min(att.index_topk, tokens) if att.index_topk is not None else tokens
@@ -161,7 +161,7 @@ def attention_core(
     return {
         "attended": tokens,
         "flops": heads * tokens * 4 * hd,
-        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(deployment.kv_dtype),
+        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(dep.kv_dtype),
         "index_flops": 0.0,
         "index_bytes": 0.0,
     }
@@ -175,14 +175,14 @@ def causal_pairs(tokens: float, window: float) -> float:
 
 
 def prompt_attention(
-    model: ModelSettings, deployment: DeploymentSettings, heads: float, sliding: bool
+    model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
 ) -> dict:
     """Return one layer's attention over one prompt of deployment.input_len tokens, per rank
     holding `heads` query heads: {flops, bytes} of the attention kernel (in bf16: prefill runs
     MLA unabsorbed, each head's q.k over qk_nope + qk_rope and p.v over v_head) and
     {index_flops, index_bytes} of the DSA indexer's scores over every earlier token (fp8, whole on
     every rank, as at decode), 0 where the deployment runs no indexer."""
-    att, n = model.attention, float(deployment.input_len)
+    att, n = model.attention, float(dep.input_len)
     window = att.sliding_window if sliding else n
     if att.kind == "mla":
         qk = att.qk_nope_head_dim + att.qk_rope_head_dim
@@ -205,40 +205,40 @@ def prompt_attention(
     return out
 
 
-def total_weight_bytes(model: ModelSettings, deployment: DeploymentSettings) -> float:
+def total_weight_bytes(model: ModelSettings, dep: DeploymentSettings) -> float:
     """Return the bytes of every weight of the model in the deployment's dtypes (no sharding)."""
     groups = linears(model)
     layers = model.dense_layers + model.moe_layers
     total = 0.0
     for group in ("attention", "indexer"):
         params = sum(i * o for _, i, o, _ in groups.get(group, []))
-        total += layers * params * bytes_per_weight(group_dtype(group, deployment))
+        total += layers * params * bytes_per_weight(group_dtype(group, dep))
     for group, count in (
         ("dense_mlp", model.dense_layers),
         ("shared_experts", model.moe_layers),
     ):
         params = sum(i * o for _, i, o, _ in groups[group])
-        total += count * params * bytes_per_weight(group_dtype(group, deployment))
+        total += count * params * bytes_per_weight(group_dtype(group, dep))
     total += model.moe_layers * model.hidden * model.routed_experts * 2
     total += (
         model.moe_layers
         * model.routed_experts
         * expert_params(model)
-        * bytes_per_weight(group_dtype("routed_experts", deployment))
+        * bytes_per_weight(group_dtype("routed_experts", dep))
     )
     total += model.vocab * model.hidden * 2  # embedding
     if not model.tied_embeddings:
-        total += model.vocab * model.hidden * bytes_per_weight(group_dtype("lm_head", deployment))
+        total += model.vocab * model.hidden * bytes_per_weight(group_dtype("lm_head", dep))
     return total
 
 
 INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 
 
-def deployment_model(model: ModelSettings, deployment: DeploymentSettings) -> ModelSettings:
+def deployment_model(model: ModelSettings, dep: DeploymentSettings) -> ModelSettings:
     """Return the model as the deployment runs it: with `attention: dense`, MLA over the whole
     context and no DSA indexer (its weights and index cache left out)."""
     att = model.attention
-    if deployment.attention != "dense" or att.index_topk is None:
+    if dep.attention != "dense" or att.index_topk is None:
         return model
     return model.model_copy(update={"attention": att.model_copy(update=dict.fromkeys(INDEX_KEYS))})

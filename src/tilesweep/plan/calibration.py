@@ -3,8 +3,6 @@
 - `step_fit`: the launch-aware fit (plan.launch_fit) on the TP1 whole steps timed in CUDA graphs,
   at two batches only (the smallest and largest), so every other batch, every emulated rank and
   every other layout is a held-out check.
-- `measured_interconnect`: the latency/bandwidth fit of each collective measured on the device at
-  hand, and its latency floor.
 - `step_check`: the composed prediction of the same depth-reduced model as was run, beside each
   measured whole step, with the error; eager steps are checked against an eager fit, labelled.
 """
@@ -17,7 +15,6 @@ import pandas as pd
 
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.plan import attention_table, engine_profile
-from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_time import compose_step
@@ -44,13 +41,6 @@ def device_hardware(ceilings: dict, device: str, interconnect: Topology | None) 
         interconnect="measured",
         interconnect_model=model,
     )
-
-
-def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[Topology | None, dict]:
-    """Return (the figures per collective and GPU count, None where none fit; {collective: {n:
-    floor ms}}) fitted on the collectives measured here over `backend`, per GPU count measured
-    (plan.interconnect.fit_measured: NCCL rows timed eagerly never calibrate)."""
-    return fit_measured(collective, backend)
 
 
 def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, DeploymentSettings, dict]:

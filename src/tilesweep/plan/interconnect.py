@@ -60,11 +60,6 @@ def wire_factor(collective: str, n: int) -> float:
     return 0.0 if n == 1 else bus_factor(collective, n)
 
 
-def _counts(by_gpus: dict) -> str:
-    """Return the GPU counts a by_gpus mapping has figures for, e.g. '2, 8'."""
-    return ", ".join(str(k) for k in sorted(by_gpus))
-
-
 def topology_numbers(hw: HardwareSpec, topology: str | None = None) -> tuple[Topology | None, str]:
     """Return (the topology's per-collective figures or None, label naming it or the gap)."""
     block = hw.interconnect_model
@@ -90,9 +85,10 @@ def collective_time(
         return math.nan, f"no {collective} figures in the interconnect model"
     figures = block.by_gpus.get(n)
     if figures is None:
-        return math.nan, (
-            f"no {collective} figures for {n} GPUs (has {_counts(block.by_gpus)}); "
-            "another count's are not used"
+        has = ", ".join(map(str, sorted(block.by_gpus)))
+        return (
+            math.nan,
+            f"no {collective} figures for {n} GPUs (has {has}); another count's are not used",
         )
     nbytes = max(float(nbytes), 0.0)
     ms = (

@@ -1,6 +1,7 @@
 """Where each rank sits in a layout: its pipeline stage and its place in its TP and EP groups,
 and every TP and EP group as lists of global ranks (the measured step creates them in this order);
-how a layout splits its MoE layers (MoE TP x MoE EP), and its name. The rank coordinates read the
+whether a layout gathers tokens before its MoE layers (Layout.moe_split: MoE TP x MoE EP), and
+its name. The rank coordinates read the
 measured step's spec (a mapping); the split and the name read a validated Layout."""
 
 from __future__ import annotations
@@ -33,21 +34,12 @@ def group_ranks(layout: dict) -> dict[str, list[list[int]]]:
     return groups
 
 
-def moe_split(layout: Layout) -> tuple[int, int]:
-    """Return (MoE TP, MoE EP) over a stage's tp*ep ranks. By default each expert is split over
-    the attention TP group and whole experts over the ep DP-attention groups (MoE TP = tp);
-    experts=ep spreads whole experts over the TP group (MoE TP 1); moe_tp sets it directly."""
-    ranks = layout.tp * layout.ep
-    moe_tp = layout.moe_tp or (1 if layout.experts == "ep" else layout.tp)
-    return moe_tp, ranks // moe_tp
-
-
 def gathers(layout: Layout) -> bool:
     """Return whether a stage gathers every DP-attention group's tokens before its MoE layers
     and scatters the sums back (attention DP with MoE TP other than attention TP, as SGLang's
     DP attention runs a TP or TP x EP MoE): else tokens reach experts by all-to-all (MoE TP =
     tp) or are already on every rank (one attention group)."""
-    return layout.ep > 1 and moe_split(layout)[0] != layout.tp
+    return layout.ep > 1 and layout.moe_split()[0] != layout.tp
 
 
 def layout_name(layout: Layout) -> str:
@@ -56,7 +48,7 @@ def layout_name(layout: Layout) -> str:
     EP2), tp2-pp1-ep4-moe1x8 (attention TP2 x DP4, MoE EP8)."""
     tp, ep = layout.tp, layout.ep
     name = f"tp{tp}-pp{layout.pp}-ep{ep}"
-    moe_tp, moe_ep = moe_split(layout)
+    moe_tp, moe_ep = layout.moe_split()
     if moe_tp == tp:
         return name
     if ep == 1 and moe_tp == 1:

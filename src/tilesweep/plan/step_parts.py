@@ -1,7 +1,7 @@
 """What one rank of a pipeline stage runs for one micro-batch, as parts with bytes and flops
 (weights read, activations, attention over the KV cache, routed experts under EP routing) and
 as collectives (TP all-reduce, EP all-to-all, DP attention's gather and scatter around a MoE
-split another way). Sharding is memory_fit's; the MoE split sharding.moe_split's."""
+split another way). Sharding is memory_fit's; the MoE split Layout.moe_split's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tilesweep.plan.architecture import (
     linears,
     math_dtype,
 )
-from tilesweep.plan.sharding import gathers, moe_split
+from tilesweep.plan.sharding import gathers
 from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 
@@ -154,7 +154,7 @@ def stage_parts(
         e, k = model.routed_experts, model.top_k
         # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
         # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
-        split, spread = moe_split(layout)
+        split, spread = layout.moe_split()
         if stage.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
             rows = micro * k / spread
             active = min(e / spread, rows)

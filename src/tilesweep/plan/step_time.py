@@ -2,7 +2,7 @@
 
 Layout (tp, pp, ep, MoE split): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is
 memory_fit's: heads, dense MLP, shared experts and LM head over TP; routed experts over tp*ep as
-MoE TP x MoE EP (sharding.moe_split); with ep > 1 the groups run attention data-parallel on
+MoE TP x MoE EP (Layout.moe_split); with ep > 1 the groups run attention data-parallel on
 ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after attention and after the
 MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k routed rows, or, where
 DP attention meets another MoE split, a gather and scatter of the micro-batch over the stage; PP
