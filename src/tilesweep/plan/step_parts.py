@@ -98,6 +98,90 @@ def attention_kind(model: ModelSettings) -> str:
     return "attention" if model.attention.kind == "mla" else "attention_gqa"
 
 
+def _core_part(
+    dep: DeploymentSettings, s: int, name: str, kind: str, nbytes: float, flops: float, count: int
+) -> dict:
+    """Return a part of the attention core over a rank's s sequences, in the KV dtype."""
+    return {
+        "name": name,
+        "kind": kind,
+        "bytes": s * nbytes,
+        "flops": s * flops,
+        "dtype": dep.kv_dtype,
+        "count": count,
+    }
+
+
+def _attention_parts(
+    model: ModelSettings, dep: DeploymentSettings, stage: dict, s: int, heads: float
+) -> list[dict]:
+    """Return the attention core's parts (and the DSA indexer's scores) over a rank's s
+    sequences, on its full and its sliding-window layers."""
+    parts = []
+    layers = stage["dense"] + stage["moe"]
+    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
+        if not count:
+            continue
+        core = attention_core(model, dep, heads, sliding)
+        name = "attention_sliding" if sliding else "attention"
+        kind = attention_kind(model)
+        # What the attention kernel's own table (plan/attention_table) is keyed by.
+        shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
+        part = _core_part(dep, s, name, kind, core["kv_bytes"], core["flops"], count)
+        parts.append({**part, **shape})
+        if core["index_flops"]:
+            score = (core["index_bytes"], core["index_flops"], count)
+            parts.append(_core_part(dep, s, "indexer_score", "indexer", *score))
+    return parts
+
+
+def _expert_parts(
+    model: ModelSettings, dep: DeploymentSettings, layout: Layout, stage: dict, micro: int, s: int
+) -> list[dict]:
+    """Return the routed experts' part on one rank of a stage's MoE layers, and the EP
+    permutation around it where whole experts are spread over ranks."""
+    h, parts = model.hidden, []
+    e, k = model.routed_experts, model.top_k
+    # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
+    # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
+    split, spread = layout.moe_split()
+    if stage.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
+        rows = micro * k / spread
+        active = min(e / spread, rows)
+    else:  # EP: every layer waits for its most loaded rank (expected, random routing)
+        active, rows = busiest_rank(e, k, spread, micro)
+    w = expert_params(model) / split
+    dtype = group_dtype("routed_experts", dep)
+    act_per_row = (2 * h + 2 * model.moe_intermediate / split) * ACT_BYTES
+    parts.append(
+        {
+            "name": "routed_experts",
+            "kind": "expert_gemm",
+            "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
+            "flops": 2.0 * rows * w,
+            "dtype": math_dtype("routed_experts", dep),
+            "count": stage["moe"],
+            "expert_mb": w * bytes_per_weight(dtype) / 1e6,  # one expert's slice a rank reads
+        }
+    )
+    if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
+        sent = s * k  # this rank's tokens' rows, out and back
+        parts.append(
+            {
+                "name": "ep_permute",
+                "kind": "expert_permute",
+                # gather (read, write), weight (read, write), scatter-add (read); zero and
+                # accumulate the output (write, read, write)
+                "bytes": (5 * sent + 3 * s) * h * ACT_BYTES,
+                "flops": 2.0 * sent * h,
+                "dtype": "bf16",
+                "count": stage["moe"],
+                "launches": EP_PERMUTE_LAUNCHES,
+            }
+        )
+    return parts
+
+
 def stage_parts(
     model: ModelSettings,
     dep: DeploymentSettings,
@@ -112,18 +196,6 @@ def stage_parts(
     s = math.ceil(micro / ep)  # sequences whose attention this rank runs
     layers = stage["dense"] + stage["moe"]
     heads = model.attention.heads / tp
-
-    def core_part(name: str, kind: str, nbytes: float, flops: float, count: int) -> dict:
-        """Return a part of the attention core over this rank's s sequences, in the KV dtype."""
-        return {
-            "name": name,
-            "kind": kind,
-            "bytes": s * nbytes,
-            "flops": s * flops,
-            "dtype": dep.kv_dtype,
-            "count": count,
-        }
-
     parts = [
         # The DSA indexer's projections (whole on every TP rank) run inside the attention's
         # merged GEMMs (x_proj, qlat_proj in measure/step/weights): one part, their kernels.
@@ -135,60 +207,8 @@ def stage_parts(
         _linear_part(model, dep, "shared_experts", tp, s, "shared_gemm", stage["moe"]),
         _linear_part(model, dep, "router", 1, s, "router", stage["moe"]),
     ]
-    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
-        if not count:
-            continue
-        core = attention_core(model, dep, heads, sliding)
-        name = "attention_sliding" if sliding else "attention"
-        kind = attention_kind(model)
-        # What the attention kernel's own table (plan/attention_table) is keyed by.
-        shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
-        parts.append({**core_part(name, kind, core["kv_bytes"], core["flops"], count), **shape})
-        if core["index_flops"]:
-            parts.append(
-                core_part(
-                    "indexer_score", "indexer", core["index_bytes"], core["index_flops"], count
-                )
-            )
-    if stage["moe"]:
-        e, k = model.routed_experts, model.top_k
-        # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
-        # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
-        split, spread = layout.moe_split()
-        if stage.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
-            rows = micro * k / spread
-            active = min(e / spread, rows)
-        else:  # EP: every layer waits for its most loaded rank (expected, random routing)
-            active, rows = busiest_rank(e, k, spread, micro)
-        w = expert_params(model) / split
-        dtype = group_dtype("routed_experts", dep)
-        act_per_row = (2 * h + 2 * model.moe_intermediate / split) * ACT_BYTES
-        parts.append(
-            {
-                "name": "routed_experts",
-                "kind": "expert_gemm",
-                "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
-                "flops": 2.0 * rows * w,
-                "dtype": math_dtype("routed_experts", dep),
-                "count": stage["moe"],
-                "expert_mb": w * bytes_per_weight(dtype) / 1e6,  # one expert's slice a rank reads
-            }
-        )
-        if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
-            sent = s * k  # this rank's tokens' rows, out and back
-            parts.append(
-                {
-                    "name": "ep_permute",
-                    "kind": "expert_permute",
-                    # gather (read, write), weight (read, write), scatter-add (read); zero and
-                    # accumulate the output (write, read, write)
-                    "bytes": (5 * sent + 3 * s) * h * ACT_BYTES,
-                    "flops": 2.0 * sent * h,
-                    "dtype": "bf16",
-                    "count": stage["moe"],
-                    "launches": EP_PERMUTE_LAUNCHES,
-                }
-            )
+    parts += _attention_parts(model, dep, stage, s, heads)
+    parts += _expert_parts(model, dep, layout, stage, micro, s) if stage["moe"] else []
     parts.append(
         {
             "name": "norms",
