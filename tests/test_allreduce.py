@@ -14,6 +14,9 @@ from tilesweep.errors import ConfigError
 from tilesweep.plan import allreduce
 from tilesweep.plan.interconnect import collective_time, topology_numbers
 from tilesweep.plan.topology import with_engine_allreduce
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.engine_spec import EngineSettings
+from tilesweep.settings.hardware_spec import Topology
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -30,13 +33,13 @@ def _settings(*overrides: str) -> dict:
 
 @pytest.fixture(scope="module")
 def engines():
-    return {e: _settings(f"engine={e}")["engine"] for e in ENGINES}
+    return {e: EngineSettings.model_validate(_settings(f"engine={e}")["engine"]) for e in ENGINES}
 
 
 ENGINES = ("sglang", "vllm", "tensorrtllm", "lean")
 
 
-def _picks(engine: dict, arch: str, n: int, sizes: list[int]) -> list[str]:
+def _picks(engine: EngineSettings, arch: str, n: int, sizes: list[int]) -> list[str]:
     steps = allreduce.engine_steps(engine, arch)[n]
     return [allreduce.algorithm_at(steps, size)[0] for size in sizes]
 
@@ -76,13 +79,17 @@ def test_the_lean_step_and_an_unlisted_arch_have_no_table(engines):
     assert allreduce.engine_steps(engines["sglang"], "sm_120") == {}
 
 
-def _target(hardware: str, engine: dict) -> dict:
-    return with_engine_allreduce(_settings(f"hardware={hardware}")["hardware"], engine)
+def _hardware(hardware: str) -> HardwareSpec:
+    return HardwareSpec.model_validate(_settings(f"hardware={hardware}")["hardware"])
 
 
-def _nccl_model_ms(numbers: dict, n: int, nbytes: float) -> float:
-    figures = numbers["all_reduce"]["by_gpus"][n]
-    return (figures["latency_us"] + 2 * (n - 1) / n * nbytes / (figures["busbw_gbs"] * 1e3)) * 1e-3
+def _target(hardware: str, engine: EngineSettings) -> HardwareSpec:
+    return with_engine_allreduce(_hardware(hardware), engine)
+
+
+def _nccl_model_ms(numbers: Topology, n: int, nbytes: float) -> float:
+    figures = numbers.all_reduce.by_gpus[n]
+    return (figures.latency_us + 2 * (n - 1) / n * nbytes / (figures.busbw_gbs * 1e3)) * 1e-3
 
 
 def test_an_all_reduce_takes_the_engines_algorithm_at_its_cited_in_graph_time(engines):
@@ -121,8 +128,9 @@ def test_an_algorithm_with_no_cited_figure_takes_ncclls_and_says_so(engines):
     # Below the one cited size, that size's time (an upper figure).
     assert collective_time("all_reduce", 8, 14 * KIB, numbers)[0] == pytest.approx(8.7e-3)
     # A count the engine's table lacks for this arch takes NCCL's model and names why.
-    eight = engines["sglang"]["allreduce"]["sm_100"]["by_gpus"][8]
-    engine = dict(engines["sglang"], allreduce={"sm_100": {"by_gpus": {8: eight}}})
+    sm_100 = engines["sglang"].allreduce["sm_100"]
+    only_eight = sm_100.model_copy(update={"by_gpus": {8: sm_100.by_gpus[8]}})
+    engine = engines["sglang"].model_copy(update={"allreduce": {"sm_100": only_eight}})
     numbers, _ = topology_numbers(_target("b200", engine))
     ms, label = collective_time("all_reduce", 4, 64 * KIB, numbers)
     assert ms == pytest.approx(_nccl_model_ms(numbers, 4, 64 * KIB))
@@ -130,9 +138,9 @@ def test_an_algorithm_with_no_cited_figure_takes_ncclls_and_says_so(engines):
 
 
 def test_pcie_and_the_lean_step_keep_ncclls_figures(engines):
-    hw = _settings("hardware=rtx_pro_6000")["hardware"]
+    hw = _hardware("rtx_pro_6000")
     assert with_engine_allreduce(hw, engines["sglang"]) is hw
-    h200 = _settings("hardware=h200")["hardware"]
+    h200 = _hardware("h200")
     assert with_engine_allreduce(h200, engines["lean"]) is h200
     numbers, _ = topology_numbers(h200)
     ms, label = collective_time("all_reduce", 8, 32 * KIB, numbers)
@@ -228,7 +236,6 @@ def test_every_in_graph_point_is_below_its_link_and_names_one_machine():
 
 def test_the_latency_sensitivity_scales_every_in_graph_time_and_keeps_the_sizes():
     from tilesweep.plan import sensitivity
-    from tilesweep.settings import HardwareSpec
 
     hw = HardwareSpec.model_validate(_settings("hardware=h200")["hardware"])
     late = sensitivity.scaled_hardware(hw, "interconnect_latency", 2.0)

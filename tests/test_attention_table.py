@@ -6,9 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep.config import compose
+from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import attention_table, launch_fit
+from tilesweep.settings import HardwareSpec, Layout
 
 DEVICE = "GPU X"
 
@@ -37,8 +38,8 @@ def test_lookup_interpolates_within_what_was_measured_and_nothing_beyond():
 
 
 def test_an_attention_part_the_table_covers_takes_the_kernels_own_time():
-    s = compose([])
-    model, dep = s["model"], dict(s["deployment"], kv_dtype="bf16")
+    s = compose_settings([])
+    model, dep = s.model, s.deployment.model_copy(update={"kv_dtype": "bf16"})
     own = attention_table.for_device(_table(), DEVICE, model, dep)
     assert own is not None
     shape = {"heads": 8.0, "sequences": 512, "tokens": 1024}
@@ -46,7 +47,9 @@ def test_an_attention_part_the_table_covers_takes_the_kernels_own_time():
             "dtype": "bf16", "count": 3, **shape}  # fmt: skip
     fit = {"device": DEVICE, "groups": {}, "per_kernel_us": 2.0,
            launch_fit.POOLED: {"e_bw": 0.5, "e_math": 0.25, "note": ""}}  # fmt: skip
-    hw = {"name": "gpu", "memory_bandwidth_gbs": 1000.0, "peak_tflops": {"bf16": 100.0}}
+    hw = HardwareSpec.model_construct(
+        name="gpu", memory_bandwidth_gbs=1000.0, peak_tflops={"bf16": 100.0}
+    )
     t = launch_fit.launch_timer(fit, 2.0, "composed (test)", own)(part, hw)
     assert t["memory_ms"] == pytest.approx(0.25) and t["math_ms"] == 0 and t["launch_ms"] == 0
     assert "own measured time" in t["source"]
@@ -54,19 +57,20 @@ def test_an_attention_part_the_table_covers_takes_the_kernels_own_time():
     beyond = launch_fit.launch_timer(fit, 2.0, "x", own)(other, hw)
     assert beyond["math_ms"] == pytest.approx(40.0)  # 10 ms at the roof, over e_math 0.25
     # An fp8 cache, or another device, is never served from a bf16 table measured elsewhere.
-    assert attention_table.for_device(_table(), DEVICE, model, dict(dep, kv_dtype="fp8")) is None
+    fp8 = dep.model_copy(update={"kv_dtype": "fp8"})
+    assert attention_table.for_device(_table(), DEVICE, model, fp8) is None
     assert attention_table.for_device(_table(), "GPU Y", model, dep) is None
 
 
 def test_the_parts_carry_what_the_table_is_keyed_by():
     from tilesweep.plan.step_parts import stage_parts
 
-    s = compose([])
-    model, dep = s["model"], dict(s["deployment"], context_len=1024)
+    s = compose_settings([])
+    model, dep = s.model, s.deployment.model_copy(update={"context_len": 1024})
     stage = {"dense": 1, "moe": 0, "sliding": 0}
-    parts = stage_parts(model, dep, {"tp": 8, "pp": 1, "ep": 1}, stage, 64, True, True)
+    parts = stage_parts(model, dep, Layout(tp=8, pp=1, ep=1), stage, 64, True, True)
     core = next(p for p in parts if p["kind"] == "attention")
-    assert core["heads"] == model["attention"]["heads"] / 8
+    assert core["heads"] == model.attention.heads / 8
     assert core["sequences"] == 64 and core["tokens"] == 1024
 
 
@@ -101,8 +105,8 @@ def test_head_counts_separate_the_kernels_memory_and_math_terms():
 
 
 def test_a_fit_made_beside_the_table_takes_the_kernels_efficiencies_for_attention_only():
-    s = compose([])
-    model, dep = s["model"], dict(s["deployment"], kv_dtype="bf16")
+    s = compose_settings([])
+    model, dep = s.model, s.deployment.model_copy(update={"kv_dtype": "bf16"})
     table, ref = _kernel_table(0.6, 0.3)
     group = {"e_bw": 0.35, "e_math": 0.62, "kinds": ["attention"], "note": ""}
     fit = {"device": DEVICE, "reference": ref, "overlap": 0.0,
@@ -119,5 +123,5 @@ def test_a_fit_made_beside_the_table_takes_the_kernels_efficiencies_for_attentio
         ]["attention"]
         is group
     )
-    fp8 = dict(dep, kv_dtype="fp8")
+    fp8 = dep.model_copy(update={"kv_dtype": "fp8"})
     assert attention_table.with_kernel_efficiencies(fit, table, model, fp8) is fit

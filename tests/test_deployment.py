@@ -24,7 +24,7 @@ from tilesweep.plan.memory_fit import memory_fit, stage_layers
 from tilesweep.plan.part_timers import derated_timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives
 from tilesweep.plan.step_time import compose_step
-from tilesweep.settings import RootSettings
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings, RootSettings
 
 BRIEF_LAYOUTS = "grid.layouts=[{tp:8,pp:1,ep:1},{tp:4,pp:2,ep:1},{tp:1,pp:1,ep:8}]"
 
@@ -39,21 +39,37 @@ def composed(settings: dict, **how):
     return compose_deployment(RootSettings.model_validate(settings), **how)
 
 
-def _hw(settings):
-    return settings["hardware"]
+def _hw(settings: dict) -> HardwareSpec:
+    """Return compose()'s hardware group as the plan reads it, validated."""
+    return HardwareSpec.model_validate(settings["hardware"])
+
+
+def _model(settings: dict) -> ModelSettings:
+    """Return compose()'s model group as the plan reads it, validated."""
+    return ModelSettings.model_validate(settings["model"])
+
+
+def _dep(settings: dict, **change) -> DeploymentSettings:
+    """Return compose()'s deployment group, with `change` applied, validated."""
+    return DeploymentSettings.model_validate({**settings["deployment"], **change})
+
+
+def _layouts(settings: dict) -> list[Layout]:
+    """Return compose()'s grid layouts, validated."""
+    return [Layout(**lay) for lay in settings["grid"]["layouts"]]
 
 
 def test_glm5_bf16_is_about_1_5_tb_and_fits_no_8x96gb_layout(brief):
-    dep = dict(brief["deployment"], weight_dtype="bf16")
-    assert 1.40e12 < total_weight_bytes(brief["model"], dep) < 1.55e12
-    for layout in brief["grid"]["layouts"]:
-        fit = memory_fit(brief["model"], dep, _hw(brief), layout, 1)
+    dep = _dep(brief, weight_dtype="bf16")
+    assert 1.40e12 < total_weight_bytes(_model(brief), dep) < 1.55e12
+    for layout in _layouts(brief):
+        fit = memory_fit(_model(brief), dep, _hw(brief), layout, 1)
         assert not fit["fits"] and fit["short_bytes"] > 0 and fit["max_batch_fit"] == 0
 
 
 def test_glm5_nvfp4_fits_8x96gb_at_batch_1(brief):
-    for layout in brief["grid"]["layouts"]:
-        fit = memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, 1)
+    for layout in _layouts(brief):
+        fit = memory_fit(_model(brief), _dep(brief), _hw(brief), layout, 1)
         assert fit["fits"], layout
         assert (
             fit["max_batch_fit"] >= 1
@@ -62,11 +78,11 @@ def test_glm5_nvfp4_fits_8x96gb_at_batch_1(brief):
 
 
 def test_largest_batch_that_fits_fits_and_one_more_does_not(brief):
-    layout = {"tp": 8, "pp": 1, "ep": 1}
-    fit = memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, 1)
+    layout = Layout(tp=8, pp=1, ep=1)
+    fit = memory_fit(_model(brief), _dep(brief), _hw(brief), layout, 1)
     b = fit["max_batch_fit"]
-    assert memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, b)["fits"]
-    assert not memory_fit(brief["model"], brief["deployment"], _hw(brief), layout, b + 1)["fits"]
+    assert memory_fit(_model(brief), _dep(brief), _hw(brief), layout, b)["fits"]
+    assert not memory_fit(_model(brief), _dep(brief), _hw(brief), layout, b + 1)["fits"]
 
 
 def test_a_layout_that_does_not_fit_gets_no_speed_verdict(brief):
@@ -96,33 +112,31 @@ def test_every_fitting_row_sits_above_its_physical_floor(brief):
     # Collectives are on the floor's path: TP8 at batch 1 has more floor than its weights alone.
     row = fits[(fits.layout == "tp8-pp1-ep1") & (fits.batch == 1)].iloc[0]
     step = compose_step(
-        brief["model"], dict(brief["deployment"], kernel_gap_us=0.0), _hw(brief),
-        {"tp": 8, "pp": 1, "ep": 1}, 1,
+        _model(brief), _dep(brief, kernel_gap_us=0.0), _hw(brief),
+        Layout(tp=8, pp=1, ep=1), 1,
     )  # fmt: skip
     assert row.floor_ms == pytest.approx(step["tpot_ms"])
     assert step["split"]["communication"] > 0
 
 
 def test_pp_tpot_is_more_than_a_stage_and_throughput_uses_pp_micro_batches(brief):
-    layout = {"tp": 4, "pp": 2, "ep": 1}
-    step = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 32)
+    layout = Layout(tp=4, pp=2, ep=1)
+    step = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 32)
     assert step["micro_batches"] == 2
     assert step["tpot_ms"] > max(step["stage_ms"])
     assert step["tpot_ms"] >= sum(step["stage_ms"]) + step["hop_ms"] - 1e-12
     # Each of the 2 micro-batches carries 16 of the 32 sequences: batch 32 is not a 2x-longer step.
-    one = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 16)
+    one = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 16)
     assert step["tpot_ms"] < 2 * one["tpot_ms"]
     assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
 
 
 def test_pp_at_batch_1_is_bound_over_the_whole_path_not_a_bubble(brief):
-    layout = {"tp": 4, "pp": 2, "ep": 1}
-    step = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 1)
+    layout = Layout(tp=4, pp=2, ep=1)
+    step = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 1)
     assert step["micro_batches"] == 1
     # One micro-batch crosses both stages: both stages' memory is on its path, no idle `other`.
-    tp4 = compose_step(
-        brief["model"], brief["deployment"], _hw(brief), {"tp": 4, "pp": 1, "ep": 1}, 1
-    )
+    tp4 = compose_step(_model(brief), _dep(brief), _hw(brief), Layout(tp=4, pp=1, ep=1), 1)
     assert step["split"]["memory"] == pytest.approx(tp4["split"]["memory"], rel=0.05)
     assert step["split"]["other"] < 0.4 * step["tpot_ms"]
     assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
@@ -163,8 +177,9 @@ def test_a_part_without_a_measured_fraction_is_never_labelled_composed(brief):
 
 
 def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
-    hw = copy.deepcopy(_hw(brief))
-    hw["peak_tflops"]["nvfp4"] = None
+    plain = copy.deepcopy(brief["hardware"])
+    plain["peak_tflops"]["nvfp4"] = None
+    hw = HardwareSpec.model_validate(plain)
     part = {
         "name": "e",
         "kind": "expert_gemm",
@@ -175,7 +190,7 @@ def test_a_missing_peak_is_a_gap_not_another_dtypes_peak(brief):
     }
     out = roofline_timer(part, hw)
     assert math.isnan(out["math_ms"]) and "peak_tflops.nvfp4" in out["gap"]
-    settings = dict(brief, hardware=hw)
+    settings = dict(brief, hardware=plain)
     row = composed(settings).iloc[0]
     assert (
         math.isnan(row.tpot_ms)
@@ -195,14 +210,12 @@ def test_no_composed_collective_is_below_its_floor(brief):
     measured = {"send_recv": {2: 0.037}, "all_reduce": {8: 0.5}}
     t, label = floored_ms("send_recv", 2, 12288, numbers, measured)
     assert t >= 0.037 and label == "measured floor"
-    layout = {"tp": 8, "pp": 1, "ep": 1}
+    layout = Layout(tp=8, pp=1, ep=1)
     stage = stage_layers({"dense_layers": 3, "moe_layers": 75, "sliding_layers": 0}, 1)[0]
-    for coll in stage_collectives(brief["model"], layout, stage, 8):
+    for coll in stage_collectives(_model(brief), layout, stage, 8):
         assert floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)[0] >= 0.5
-    low = compose_step(brief["model"], brief["deployment"], _hw(brief), layout, 8)
-    high = compose_step(
-        brief["model"], brief["deployment"], _hw(brief), layout, 8, measured_floors=measured
-    )
+    low = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 8)
+    high = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 8, measured_floors=measured)
     assert high["split"]["communication"] >= 2 * 78 * 0.5 - 1e-9
     assert high["split"]["communication"] > low["split"]["communication"]
 
@@ -210,12 +223,13 @@ def test_no_composed_collective_is_below_its_floor(brief):
 @pytest.mark.parametrize("hardware", ["rtx_pro_6000", "rtx_5090", "h100", "h200", "b200", "a100"])
 @pytest.mark.parametrize("topology", [None, "switch", "dual_socket", "switch_free", "host_staged"])
 def test_more_bytes_never_less_time_and_a_count_without_figures_is_a_gap(hardware, topology):
-    hw = compose([f"hardware={hardware}"])["hardware"]
+    hw = _hw(compose([f"hardware={hardware}"]))
     numbers, _ = topology_numbers(hw, topology)
     if numbers is None:
         pytest.skip(f"{hardware} has no {topology} topology")
     for coll in ("all_reduce", "all_to_all", "send_recv"):
-        given = set((numbers.get(coll) or {}).get("by_gpus", {}))
+        block = getattr(numbers, coll)
+        given = set(block.by_gpus) if block else set()
         for n in range(2, 17):
             times = [collective_ms(coll, n, b, numbers) for b in (0, 1, 1024, 1 << 20, 1 << 30)]
             if n in given:
@@ -225,22 +239,19 @@ def test_more_bytes_never_less_time_and_a_count_without_figures_is_a_gap(hardwar
 
 
 def test_hardware_without_an_interconnect_model_is_a_gap():
-    hw = compose(["hardware=l40s"])["hardware"]
-    numbers, reason = topology_numbers(hw)
+    numbers, reason = topology_numbers(_hw(compose(["hardware=l40s"])))
     assert numbers is None and "no interconnect_model" in reason
     assert math.isnan(collective_ms("all_reduce", 2, 1024, numbers))
 
 
 def test_depth_reduced_model_composes_with_every_layer_type(brief):
     reduced = {"dense_layers": 1, "moe_layers": 2}
-    full = compose_step(
-        brief["model"], brief["deployment"], _hw(brief), {"tp": 1, "pp": 1, "ep": 1}, 8
-    )
+    full = compose_step(_model(brief), _dep(brief), _hw(brief), Layout(tp=1, pp=1, ep=1), 8)
     small = compose_step(
-        brief["model"],
-        brief["deployment"],
+        _model(brief),
+        _dep(brief),
         _hw(brief),
-        {"tp": 1, "pp": 1, "ep": 1},
+        Layout(tp=1, pp=1, ep=1),
         8,
         layer_overrides=reduced,
     )
@@ -325,9 +336,9 @@ def test_every_model_composes_a_step(model):
 
 
 def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
-    tp8 = {"tp": 8, "pp": 1, "ep": 1}
-    xep = dict(tp8, experts="ep")
-    model, dep, hw = brief["model"], brief["deployment"], _hw(brief)
+    tp8 = Layout(tp=8, pp=1, ep=1)
+    xep = tp8.model_copy(update={"experts": "ep"})
+    model, dep, hw = _model(brief), _dep(brief), _hw(brief)
     one_tp, one_x = (compose_step(model, dep, hw, lay, 1) for lay in (tp8, xep))
     # One token: its 8 experts land on ~2.6 whole experts of the busiest rank, more bytes than
     # an eighth of each of 8; the collectives are the TP group's all-reduces either way.
@@ -343,35 +354,35 @@ def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
 def test_moe_split_layouts_as_engines_serve_them(brief):
     """Attention TP4 with MoE TP2 x EP2; DP attention with an EP8 MoE beside TP2 attention; DP8
     attention with a TP8 MoE (gathered): each named, split and communicating as its engine does."""
-    from tilesweep.plan.sharding import gathers, layout_name, moe_split
+    from tilesweep.plan.sharding import gathers, layout_name
 
-    mixed = {"tp": 4, "pp": 1, "ep": 1, "moe_tp": 2}
-    dp_ep = {"tp": 2, "pp": 1, "ep": 4, "moe_tp": 1}
-    dp_tp = {"tp": 1, "pp": 1, "ep": 8, "moe_tp": 8}
+    mixed = Layout(tp=4, pp=1, ep=1, moe_tp=2)
+    dp_ep = Layout(tp=2, pp=1, ep=4, moe_tp=1)
+    dp_tp = Layout(tp=1, pp=1, ep=8, moe_tp=8)
     names = [layout_name(lay) for lay in (mixed, dp_ep, dp_tp)]
     assert names == ["tp4-pp1-ep1-moe2x2", "tp2-pp1-ep4-moe1x8", "tp1-pp1-ep8-moe8x1"]
-    assert [moe_split(lay) for lay in (mixed, dp_ep, dp_tp)] == [(2, 2), (1, 8), (8, 1)]
+    assert [lay.moe_split() for lay in (mixed, dp_ep, dp_tp)] == [(2, 2), (1, 8), (8, 1)]
     # The defaults name as before: MoE TP = attention TP, and experts=ep is MoE TP 1.
-    assert layout_name({"tp": 8, "pp": 1, "ep": 1, "experts": "ep"}) == "tp8-pp1-ep1-xep"
-    assert layout_name({"tp": 8, "pp": 1, "ep": 1, "moe_tp": 8}) == "tp8-pp1-ep1"
+    assert layout_name(Layout(tp=8, pp=1, ep=1, experts="ep")) == "tp8-pp1-ep1-xep"
+    assert layout_name(Layout(tp=8, pp=1, ep=1, moe_tp=8)) == "tp8-pp1-ep1"
     stage = {"dense": 3, "moe": 75, "sliding": 0}
     # One attention group: the TP all-reduces carry the MoE's sums; nothing is gathered.
     assert not gathers(mixed)
-    assert [c["name"] for c in stage_collectives(brief["model"], mixed, stage, 8)] == [
+    assert [c["name"] for c in stage_collectives(_model(brief), mixed, stage, 8)] == [
         "tp_all_reduce"
     ]
     # DP attention beside another MoE split: the attention's all-reduce, then per MoE layer one
     # gather and scatter of the whole micro-batch over the stage, and no all-to-all.
-    got = {c["name"]: c for c in stage_collectives(brief["model"], dp_ep, stage, 8)}
+    got = {c["name"]: c for c in stage_collectives(_model(brief), dp_ep, stage, 8)}
     assert set(got) == {"tp_all_reduce", "moe_gather_scatter"}
     assert got["tp_all_reduce"]["count"] == 2 * 78 - 75
     assert got["moe_gather_scatter"]["n"] == 8 and got["moe_gather_scatter"]["count"] == 75
     assert got["moe_gather_scatter"]["bytes"] == 8 * brief["model"]["hidden"] * 2
-    got = {c["name"] for c in stage_collectives(brief["model"], dp_tp, stage, 8)}
+    got = {c["name"] for c in stage_collectives(_model(brief), dp_tp, stage, 8)}
     assert got == {"moe_gather_scatter"}  # TP1 attention: no all-reduce of its own
-    model, dep, hw = brief["model"], brief["deployment"], _hw(brief)
+    model, dep, hw = _model(brief), _dep(brief), _hw(brief)
     plain, split = (
-        compose_step(model, dep, hw, lay, 8) for lay in ({"tp": 4, "pp": 1, "ep": 1}, mixed)
+        compose_step(model, dep, hw, lay, 8) for lay in (Layout(tp=4, pp=1, ep=1), mixed)
     )
     # Whole experts over two ranks: each rank reads more of each expert it runs.
     assert split["split"]["memory"] > plain["split"]["memory"]
@@ -412,20 +423,18 @@ def test_checkpoint_options_follow_the_named_checkpoint():
     all_fp8 = compose(["deployment=fp8_all"])
     assert experts_only["deployment"]["quantized"] == ["routed_experts", "shared_experts"]
     assert all_fp8["deployment"]["weight_dtype"] == "fp8"
-    model = experts_only["model"]
+    model = _model(experts_only)
     # bf16 attention and dense MLP beside NVFP4 experts weigh more than NVFP4 everywhere.
-    everywhere = compose([])["deployment"]
-    assert total_weight_bytes(model, experts_only["deployment"]) > total_weight_bytes(
-        model, everywhere
-    )
+    everywhere = _dep(compose([]))
+    assert total_weight_bytes(model, _dep(experts_only)) > total_weight_bytes(model, everywhere)
     # Dense MLA at decode: no DSA indexer, attention over the whole context.
     dense = compose(["deployment.attention=dense"])
-    assert "index_topk" in model["attention"]
-    assert "index_topk" not in deployment_model(model, dense["deployment"])["attention"]
-    layout = {"tp": 8, "pp": 1, "ep": 1}
+    assert model.attention.index_topk is not None
+    assert deployment_model(model, _dep(dense)).attention.index_topk is None
+    layout = Layout(tp=8, pp=1, ep=1)
     sparse_step = compose_step(model, everywhere, _hw(dense), layout, 8)
     dense_step = compose_step(
-        deployment_model(model, dense["deployment"]), dense["deployment"], _hw(dense), layout, 8
+        deployment_model(model, _dep(dense)), _dep(dense), _hw(dense), layout, 8
     )
     assert dense_step["tpot_ms"] != sparse_step["tpot_ms"]
 

@@ -13,7 +13,8 @@ import pytest
 from tilesweep import deployment_refusals, deployment_verdict, gpu_archs
 from tilesweep.config import compose_groups, compose_settings, group_file
 from tilesweep.plan import engine_profile, row_inputs
-from tilesweep.settings import Layout, RootSettings
+from tilesweep.settings import Layout, ModelSettings, RootSettings
+from tilesweep.settings.engine_spec import EngineSettings
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EMPTY = pd.DataFrame()
@@ -157,7 +158,8 @@ def test_tensorrtllm_runs_one_dsa_attention_path_per_architecture():
     """sm_90 FlashMLA's sparse kernel, sm_100 the TRTLLM-gen kernel, sm_120 FlashInfer's split
     kernel and its merge (with the norms NCCL's all-reduce leaves unfused); the indexer's four
     kernels on every one of them."""
-    engine, model = _load("engine", "tensorrtllm"), _load("model", "glm5")
+    engine = EngineSettings.model_validate(_load("engine", "tensorrtllm"))
+    model = ModelSettings.model_validate(_load("model", "glm5"))
     extra = {}
     for arch, attention in {"sm_90": 1, "sm_100": 1, "sm_120": 2}.items():
         prof = engine_profile.profile(engine, model, "nvfp4", arch)

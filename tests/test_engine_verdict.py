@@ -80,23 +80,24 @@ def test_the_kept_tables_have_no_part_above_the_datasheet():
 
 
 def test_an_engines_kernel_list_replaces_the_lean_steps_count():
-    settings = compose(["model=deepseek_v3", "references=none"])
-    lean = engine_profile.profile(compose(["engine=lean"])["engine"], settings["model"])
+    model = compose_settings(["model=deepseek_v3", "references=none"]).model
+    lean = engine_profile.profile(compose_settings(["engine=lean"]).engine, model)
     assert lean.launches is None and lean.host_ms == 0
     for name in ("sglang", "vllm", "tensorrtllm"):
-        engine = compose([f"engine={name}", "references=none"])["engine"]
-        fp8 = engine_profile.profile(engine, settings["model"], "fp8")
-        bf16 = engine_profile.profile(engine, settings["model"], "bf16")
+        engine = compose_settings([f"engine={name}", "references=none"]).engine
+        fp8 = engine_profile.profile(engine, model, "fp8")
+        bf16 = engine_profile.profile(engine, model, "bf16")
         assert fp8.launches and "engine-faithful kernel count" in fp8.label
-        assert engine_profile.family(settings["model"]) in engine["families"]
+        assert engine_profile.family(model) in engine.families
         # activation quantisation runs only for quantised weights
         assert sum(fp8.extra.values()) > sum(bf16.extra.values())
-        for family in engine["families"].values():
+        for family in engine.families.values():
             for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
-                assert all(k["cite"] for k in family[where])
+                assert all(k.cite for k in getattr(family, where))
     # An engine whose code was not read (no families): the lean step's count, labelled.
-    unread = dict(compose(["engine=sglang"])["engine"], name="other", version="x", families={})
-    unread = engine_profile.profile(unread, settings["model"])
+    unread = {"name": "other", "version": "x", "families": {}}
+    unread = compose_settings(["engine=sglang"]).engine.model_copy(update=unread)
+    unread = engine_profile.profile(unread, model)
     assert unread.launches is None and "no kernel list read for other" in unread.label
 
 
@@ -140,10 +141,10 @@ def test_a_family_whose_moe_layers_launch_no_expert_gemm_is_refused():
 
 
 def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights():
-    model = compose(["model=qwen3_235b_a22b", "references=none"])["model"]
+    model = compose_settings(["model=qwen3_235b_a22b", "references=none"]).model
     assert engine_profile.family(model) == "gqa_moe"
     for name in ("sglang", "vllm", "tensorrtllm"):
-        engine = compose([f"engine={name}", "references=none"])["engine"]
+        engine = compose_settings([f"engine={name}", "references=none"]).engine
         fp8 = engine_profile.profile(engine, model, "fp8")
         bf16 = engine_profile.profile(engine, model, "bf16")
         assert "engine-faithful kernel count" in fp8.label, name
@@ -151,10 +152,10 @@ def test_every_engine_has_a_gqa_moe_list_whose_quantisation_follows_the_weights(
         assert fp8.launches["attention_gqa"] > 0 and fp8.launches["expert_gemm"] >= 4, name
     # TensorRT-LLM's bf16 MoE runs its gated activation as a kernel of its own; under fp8 block
     # scales the runner quantises each GEMM's input around it (3 kernels in place of 1).
-    engine = compose(["engine=tensorrtllm", "references=none"])["engine"]
-    moe = engine["families"]["gqa_moe"]["per_moe_layer"]
-    assert [k["count"] for k in moe if k.get("only_for") == ["fp8"]] == [3]
-    assert [k["count"] for k in moe if k.get("only_for") == ["bf16"]] == [1]
+    engine = compose_settings(["engine=tensorrtllm", "references=none"]).engine
+    moe = engine.families["gqa_moe"].per_moe_layer
+    assert [k.count for k in moe if k.only_for == ["fp8"]] == [3]
+    assert [k.count for k in moe if k.only_for == ["bf16"]] == [1]
 
 
 def test_the_engine_adds_its_kernels_and_host_time():
@@ -175,8 +176,8 @@ def test_the_engine_adds_its_kernels_and_host_time():
     assert "all-reduce: NCCL" in row_inputs.row_words(lean)
     # The engine's own count, not the project's: more kernels a layer than the lean step's,
     # its small ones at a small kernel's cost.
-    settings = compose(["model=deepseek_v3", "engine=sglang"])
-    prof = engine_profile.profile(settings["engine"], settings["model"], "fp8")
+    settings = compose_settings(["model=deepseek_v3", "engine=sglang"])
+    prof = engine_profile.profile(settings.engine, settings.model, "fp8")
     per_moe_layer = (
         sum(v for k, v in prof.launches.items() if k not in ("dense_gemm", "embedding", "lm_head"))
         + prof.extra["per_layer"] + prof.extra["per_moe_layer"]
@@ -210,8 +211,8 @@ def test_a_serving_load_adds_the_other_requests_prompts_and_sets_the_context():
 
 
 def test_attention_follows_the_engine_on_the_targets_architecture():
-    engine = compose(["engine=sglang"])["engine"]
-    by_arch = engine["attention_by_arch"]
+    engine = compose_settings(["engine=sglang"]).engine
+    by_arch = engine.attention_by_arch
     for arch, mode in by_arch.items():
         if arch != "default":
             assert engine_profile.attention_mode(engine, arch)[0] == mode

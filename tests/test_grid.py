@@ -6,6 +6,8 @@ import json
 
 from tilesweep import grid
 from tilesweep.config import compose_settings as compose
+from tilesweep.plan.sharding import layout_name
+from tilesweep.settings import Layout
 
 
 def test_build_cells_cover_every_backend_arch_and_tile():
@@ -75,7 +77,7 @@ def test_slug_is_readable_and_stable():
     assert grid.kernel_slug(cell) == "bf16-m128n256k64-s3-w4-default"
     cutlass = {**cell, "backend": "cutlass", "dtype": "fp8", "stages": "auto", "warps": 0}
     assert grid.kernel_slug(cutlass) == "fp8-m128n256k64-sauto-c1x1-default"
-    assert grid.layout_slug({"tp": 4, "pp": 2, "ep": 1}) == "tp4-pp2-ep1"
+    assert layout_name(Layout(tp=4, pp=2, ep=1)) == "tp4-pp2-ep1"
 
 
 def test_canonical_ignores_key_order():

@@ -16,16 +16,17 @@ from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
 from tilesweep.plan.grouped_efficiency import band_at, fixed_cost_scaled, shaped_timer
 from tilesweep.settings import HardwareSpec
+from tilesweep.settings.hardware_spec import EfficiencyCurve
 from tilesweep.settings.strict import check
 
-CURVE = {
+CURVE = EfficiencyCurve.model_validate({
     "points": [
         {"tokens_per_expert": 0.25, "low": 0.4, "high": 0.5, "low_kernel": "a", "high_kernel": "b",
          "cite": "one"},
         {"tokens_per_expert": 4, "low": 0.6, "high": 0.7, "low_kernel": "c", "high_kernel": "d",
          "cite": "two"},
     ]
-}  # fmt: skip
+})  # fmt: skip
 EMPTY = pd.DataFrame()
 
 
@@ -41,12 +42,14 @@ def test_the_band_is_read_at_a_point_between_points_and_held_past_the_ends():
     assert at.middle == pytest.approx(math.sqrt(0.6 * 0.7))
 
 
-SIZED = {
-    "points": [
-        dict(CURVE["points"][0], low_expert_mb=1.0, high_expert_mb=2.0),
-        dict(CURVE["points"][1], low_expert_mb=1.0, high_expert_mb=1.0),
-    ]
-}
+SIZED = CURVE.model_copy(
+    update={
+        "points": [
+            CURVE.points[0].model_copy(update={"low_expert_mb": 1.0, "high_expert_mb": 2.0}),
+            CURVE.points[1].model_copy(update={"low_expert_mb": 1.0, "high_expert_mb": 1.0}),
+        ]
+    }
+)
 
 
 def test_a_fixed_cost_per_expert_streams_a_larger_expert_better_and_a_smaller_worse():
@@ -154,8 +157,7 @@ def test_an_engine_kernel_of_one_architecture_counts_only_there():
     from tilesweep.plan import engine_profile
 
     settings = compose_settings([])
-    engine = settings.engine.model_dump(exclude_unset=True)
-    model = settings.model.model_dump(exclude_unset=True)
+    engine, model = settings.engine, settings.model
     on = engine_profile.profile(engine, model, "nvfp4", "sm_120").extra["per_layer"]
     off = engine_profile.profile(engine, model, "nvfp4", "sm_90").extra["per_layer"]
     assert on == off + 2  # SGLang's two add + RMSNorm kernels, fused into the all-reduce elsewhere

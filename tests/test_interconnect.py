@@ -22,8 +22,10 @@ from tilesweep.plan.interconnect import (
     wire_factor,
 )
 from tilesweep.settings import HardwareSpec, check
+from tilesweep.settings.hardware_spec import Topology
+from tilesweep.settings.root import gpu_counts_as_ints
 
-NUMBERS = {
+PLAIN = {
     "all_reduce": {
         "by_gpus": {
             2: {"latency_us": 6.0, "busbw_gbs": 350},
@@ -34,6 +36,7 @@ NUMBERS = {
     "all_to_all": {"by_gpus": {8: {"latency_us": 20.0, "busbw_gbs": 370}}},
     "send_recv": {"by_gpus": {2: {"latency_us": 4.0, "busbw_gbs": 370}}},
 }
+NUMBERS = Topology.model_validate(PLAIN)
 
 
 def test_time_is_the_counts_latency_plus_its_wire_bytes_over_its_bus_bandwidth():
@@ -59,7 +62,8 @@ def test_a_count_without_figures_is_a_labelled_gap_never_another_counts(collecti
 
 def test_no_model_or_no_collective_is_a_gap_with_its_reason():
     assert "no interconnect model" in collective_time("all_reduce", 2, 0, None)[1]
-    t, reason = collective_time("all_to_all", 8, 0, {"all_reduce": NUMBERS["all_reduce"]})
+    only = Topology.model_validate({"all_reduce": PLAIN["all_reduce"]})
+    t, reason = collective_time("all_to_all", 8, 0, only)
     assert math.isnan(t) and "no all_to_all figures" in reason
     with pytest.raises(ValueError, match="allowed"):
         collective_ms("all_gather", 2, 0, NUMBERS)
@@ -67,7 +71,8 @@ def test_no_model_or_no_collective_is_a_gap_with_its_reason():
 
 def test_keys_that_came_back_from_json_as_strings_still_name_their_count():
     as_json = {"send_recv": {"by_gpus": {"2": {"latency_us": 4.0, "busbw_gbs": 370}}}}
-    assert collective_ms("send_recv", 2, 0, as_json) == pytest.approx(4e-3)
+    numbers = Topology.model_validate(gpu_counts_as_ints(as_json))  # as RootSettings.from_json
+    assert collective_ms("send_recv", 2, 0, numbers) == pytest.approx(4e-3)
 
 
 def test_time_grows_with_bytes_at_every_count_with_figures():
@@ -79,8 +84,9 @@ def test_time_grows_with_bytes_at_every_count_with_figures():
 
 
 def test_one_shot_only_when_enabled_only_up_to_max_bytes_and_only_when_faster():
-    on = copy.deepcopy(NUMBERS)
-    on["all_reduce"]["one_shot"]["enabled"] = True
+    plain = copy.deepcopy(PLAIN)
+    plain["all_reduce"]["one_shot"]["enabled"] = True
+    on = Topology.model_validate(plain)
     t, label = collective_time("all_reduce", 8, 4096, on)
     assert t == pytest.approx(8e-3) and "custom all-reduce" in label
     assert collective_time("all_reduce", 8, 4096, NUMBERS)[1] == "model"  # disabled
@@ -88,8 +94,8 @@ def test_one_shot_only_when_enabled_only_up_to_max_bytes_and_only_when_faster():
     assert label == "model" and t == pytest.approx(collective_ms("all_reduce", 8, 65536, NUMBERS))
     # No one-shot figure for 2 GPUs: NCCL's, never the 8-GPU one-shot.
     assert collective_time("all_reduce", 2, 4096, on)[1] == "model"
-    slow = copy.deepcopy(on)
-    slow["all_reduce"]["one_shot"]["by_gpus"][8]["latency_us"] = 50.0
+    plain["all_reduce"]["one_shot"]["by_gpus"][8]["latency_us"] = 50.0
+    slow = Topology.model_validate(plain)
     assert collective_time("all_reduce", 8, 4096, slow)[1] == "model"  # NCCL is faster
     sizes = (0, 1024, 32768, 32769, 1 << 20)
     times = [collective_ms("all_reduce", 8, b, on) for b in sizes]
@@ -129,11 +135,11 @@ def test_the_measured_fit_gives_only_the_group_sizes_measured():
         + _rows("all_to_all", 2, "nccl", "cuda-graph", SIZES, 0.012, 300)
     )
     numbers, floors = fit_measured(table, "nccl")
-    assert set(numbers) == {"all_reduce", "all_to_all"}
-    fit = numbers["all_reduce"]["by_gpus"]
-    assert set(fit) == {2} and numbers["all_reduce"]["timing"] == "cuda-graph"
-    assert fit[2]["latency_us"] == pytest.approx(8.0, rel=1e-6)
-    assert fit[2]["busbw_gbs"] == pytest.approx(340, rel=1e-6)
+    assert numbers.model_fields_set == {"all_reduce", "all_to_all"}
+    fit = numbers.all_reduce.by_gpus
+    assert set(fit) == {2} and numbers.send_recv is None
+    assert fit[2].latency_us == pytest.approx(8.0, rel=1e-6)
+    assert fit[2].busbw_gbs == pytest.approx(340, rel=1e-6)
     assert floors["all_reduce"] == {2: pytest.approx(0.008 + 4096 / 340e9 * 1e3)}
     # The fit plugs into the model at the count measured and nowhere else.
     assert collective_ms("all_reduce", 2, 1 << 20, numbers) == pytest.approx(
@@ -144,20 +150,18 @@ def test_the_measured_fit_gives_only_the_group_sizes_measured():
 
 def test_eager_nccl_rows_never_calibrate_and_gloo_rows_fit_as_eager():
     eager = pd.DataFrame(_rows("all_reduce", 2, "nccl", "eager", SIZES, 0.028, 300))
-    assert fit_measured(eager, "nccl") == ({}, {})
+    assert fit_measured(eager, "nccl") == (None, {})
     old = eager.drop(columns="timing")  # tables from before graph timing were eager
-    assert fit_measured(old, "nccl") == ({}, {})
+    assert fit_measured(old, "nccl") == (None, {})
     mixed = pd.concat(
         [eager, pd.DataFrame(_rows("all_reduce", 2, "nccl", "cuda-graph", SIZES, 0.006, 350))]
     )
     numbers, _ = fit_measured(mixed, "nccl")
-    assert numbers["all_reduce"]["by_gpus"][2]["latency_us"] == pytest.approx(6.0, rel=1e-6)
+    assert numbers.all_reduce.by_gpus[2].latency_us == pytest.approx(6.0, rel=1e-6)
     gloo = pd.DataFrame(_rows("all_reduce", 4, "gloo", "eager", SIZES[:4], 0.2, 2))
     numbers, floors = fit_measured(gloo, "gloo")
-    assert numbers["all_reduce"]["timing"] == "eager" and set(numbers["all_reduce"]["by_gpus"]) == {
-        4
-    }
-    assert fit_measured(gloo, "nccl") == ({}, {})  # another backend's rows say nothing
+    assert set(numbers.all_reduce.by_gpus) == {4}  # gloo's rows are eager: they fit
+    assert fit_measured(gloo, "nccl") == (None, {})  # another backend's rows say nothing
 
 
 def test_a_group_size_with_one_message_size_has_a_floor_but_no_figures():
@@ -166,8 +170,10 @@ def test_a_group_size_with_one_message_size_has_a_floor_but_no_figures():
         status="runtime", time_ms=float("nan")
     )
     numbers, floors = fit_measured(pd.concat([one, failed]), "nccl")
-    assert numbers == {} and floors == {"send_recv": {2: pytest.approx(0.004 + 4096 / 370e9 * 1e3)}}
-    assert fit_measured(pd.DataFrame(), "nccl") == ({}, {})
+    assert numbers is None and floors == {
+        "send_recv": {2: pytest.approx(0.004 + 4096 / 370e9 * 1e3)}
+    }
+    assert fit_measured(pd.DataFrame(), "nccl") == (None, {})
 
 
 # ---- the hardware files' figures, as config validation sees them ---------------------------
@@ -180,13 +186,13 @@ def catalog():
 
 def test_every_hardware_files_interconnect_model_validates_and_names_its_default(catalog):
     for name, spec in catalog.items():
-        check(HardwareSpec, spec, f"hardware[{name}]")
-        numbers, label = topology_numbers(spec)
+        numbers, label = topology_numbers(check(HardwareSpec, spec, f"hardware[{name}]"))
         if spec.get("interconnect_model") is None:
             assert numbers is None and "no interconnect_model" in label
             continue
-        for block in numbers.values():
-            assert all(isinstance(n, int) and n >= 2 for n in block["by_gpus"]), name
+        for kind in numbers.model_fields_set:
+            by_gpus = getattr(numbers, kind).by_gpus
+            assert all(isinstance(n, int) and n >= 2 for n in by_gpus), name
 
 
 def test_figures_are_per_count_and_cited_in_every_hardware_file(catalog):
@@ -257,7 +263,7 @@ def test_a_bad_figure_is_refused_in_one_line(settings, path, value, message):
 
 
 def test_the_engines_custom_all_reduce_is_read_by_size_and_taken_where_faster_than_nccl():
-    numbers = {
+    numbers = Topology.model_validate({
         "all_reduce": {
             "by_gpus": {8: {"latency_us": 20.0, "busbw_gbs": 370.0}},
             "one_shot": {
@@ -268,7 +274,7 @@ def test_the_engines_custom_all_reduce_is_read_by_size_and_taken_where_faster_th
                 },
             },
         }
-    }  # fmt: skip
+    })  # fmt: skip
     small, _ = collective_time("all_reduce", 8, 1024, numbers)
     mid, label = collective_time("all_reduce", 8, (32768 + 262144) / 2, numbers)
     assert small == pytest.approx(7.8e-3) and mid == pytest.approx((7.8 + 16.7) / 2 * 1e-3)
@@ -280,31 +286,35 @@ def test_the_engines_custom_all_reduce_is_read_by_size_and_taken_where_faster_th
     assert past == pytest.approx((20.0 + 2 * 7 / 8 * (4 << 20) / 370e9 * 1e6) * 1e-3)
 
 
+def _one_shot(spec: dict):
+    """Return the one-shot all-reduce figures of a hardware file's default topology, or None."""
+    numbers, _ = topology_numbers(HardwareSpec.model_validate(spec))
+    return numbers.all_reduce.one_shot if numbers and numbers.all_reduce else None
+
+
 def test_every_files_custom_all_reduce_is_off_until_the_engine_asks_and_ends_at_max_bytes(catalog):
     for name, spec in catalog.items():
-        numbers, _ = topology_numbers(spec)
-        one_shot = ((numbers or {}).get("all_reduce") or {}).get("one_shot")
+        one_shot = _one_shot(spec)
         if not one_shot:
             continue
-        assert one_shot["enabled"] is False, name  # conf/engine custom_allreduce switches it on
-        for n, shot in one_shot["by_gpus"].items():
-            sizes = [size for size, _ in shot.get("points") or []]
+        assert one_shot.enabled is False, name  # conf/engine custom_allreduce switches it on
+        for n, shot in one_shot.by_gpus.items():
+            sizes = [size for size, _ in shot.points]
             assert sizes == sorted(sizes), (name, n)
-            assert not sizes or sizes[-1] <= shot["max_bytes"], (name, n)
+            assert not sizes or sizes[-1] <= shot.max_bytes, (name, n)
 
 
 def test_every_files_custom_all_reduce_points_respect_the_link(catalog):
     """A cited one-shot time is physical: it grows with the message, and no point moves the
     message faster than the GPU's link (busbw, 2(n-1)/n x bytes / time, below interconnect_gbs)."""
     for name, spec in catalog.items():
-        numbers, _ = topology_numbers(spec)
-        one_shot = ((numbers or {}).get("all_reduce") or {}).get("one_shot")
+        one_shot = _one_shot(spec)
         if not one_shot or not spec.get("interconnect_gbs"):
             continue
-        for n, shot in one_shot["by_gpus"].items():
-            times = [t for _, t in shot.get("points") or []]
+        for n, shot in one_shot.by_gpus.items():
+            times = [t for _, t in shot.points]
             assert times == sorted(times), (name, n, times)
-            for size, t in shot.get("points") or []:
+            for size, t in shot.points:
                 busbw_gbs = 2 * (n - 1) / n * size / (t * 1e-6) / 1e9
                 assert busbw_gbs < spec["interconnect_gbs"], (name, n, size, busbw_gbs)
 

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from tilesweep.plan import launch_fit, pair_fit
+from tilesweep.settings import HardwareSpec
 
 
 def _obs(mem, flop, launches, e_bw, e_math, cost_ms):
@@ -54,7 +55,10 @@ def _fit(groups):
     }
 
 
-HW = {"name": "gpu", "memory_bandwidth_gbs": 1000.0, "peak_tflops": {"bf16": 100.0}}
+# A device of 1,000 GB/s and 100 bf16 TFLOP/s: the keys a part timer reads.
+HW = HardwareSpec.model_construct(
+    name="gpu", memory_bandwidth_gbs=1000.0, peak_tflops={"bf16": 100.0}
+)
 
 
 def test_launch_timer_adds_the_launches_and_divides_the_roof():
@@ -162,14 +166,15 @@ def test_each_groups_cost_per_launch_is_read_at_the_smallest_batch_never_below_a
 def test_a_part_no_group_measured_counts_the_kernels_it_launches():
     """An EP rank permutes its rows out and back (kernels a TP1 step never runs): the part takes
     the device-wide efficiencies and its own launches at the device's per-kernel cost."""
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
     from tilesweep.plan.step_parts import EP_PERMUTE_LAUNCHES, stage_parts
+    from tilesweep.settings import Layout
 
-    s = compose([])
-    model, dep = s["model"], s["deployment"]
+    s = compose_settings([])
+    model, dep = s.model, s.deployment
     stage = {"dense": 0, "moe": 2, "sliding": 0}
     by_ep = {
-        ep: {p["name"]: p for p in stage_parts(model, dep, {"tp": 1, "pp": 1, "ep": ep}, stage,
+        ep: {p["name"]: p for p in stage_parts(model, dep, Layout(tp=1, pp=1, ep=ep), stage,
                                                64, True, True)}
         for ep in (1, 8)
     }  # fmt: skip
@@ -234,14 +239,15 @@ def test_the_indexers_projections_are_read_by_the_attentions_merged_gemms():
     """The step merges the DSA indexer's projections into the attention's GEMMs (one per
     input), so the composition has one attention_proj part per layer holding both, whole on
     every TP rank for the indexer, and no part of its own for them."""
-    from tilesweep.config import compose
+    from tilesweep.config import compose_settings
     from tilesweep.plan.step_parts import _linear_part, stage_parts
+    from tilesweep.settings import Layout
 
-    s = compose([])
-    model, dep = s["model"], s["deployment"]
+    s = compose_settings([])
+    model, dep = s.model, s.deployment
     stage = {"dense": 1, "moe": 2, "sliding": 0}
     for tp in (1, 8):
-        parts = stage_parts(model, dep, {"tp": tp, "pp": 1, "ep": 1}, stage, 4, True, True)
+        parts = stage_parts(model, dep, Layout(tp=tp, pp=1, ep=1), stage, 4, True, True)
         kinds = [p["kind"] for p in parts]
         assert "indexer_proj" not in kinds and kinds.count("attention_proj") == 1
         proj = parts[kinds.index("attention_proj")]

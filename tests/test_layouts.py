@@ -10,11 +10,11 @@ import pytest
 import torch
 from test_whole_step import GQA, MLA, tiny_model
 
-from tilesweep.grid import layout_slug
 from tilesweep.measure import whole_step
 from tilesweep.pipeline import Sweep
 from tilesweep.plan import sharding as plan
 from tilesweep.provenance import gpu_names
+from tilesweep.settings import Layout
 from tilesweep.stages.layout import bench_layout, model_as_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def lay(tp: int, pp: int, ep: int) -> dict:
     """Return a layout row as the grid writes it."""
     row = {"tp": tp, "pp": pp, "ep": ep, "world": tp * pp * ep}
-    return {**row, "layout": layout_slug(row)}
+    return {**row, "layout": plan.layout_name(Layout(tp=tp, pp=pp, ep=ep))}
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 2), (4, 2, 1), (1, 1, 8), (2, 1, 3)])

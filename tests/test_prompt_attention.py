@@ -23,13 +23,12 @@ def test_causal_pairs_count_each_query_up_to_its_window():
 
 def test_a_dsa_prompt_attends_its_top_k_and_its_indexer_scores_every_earlier_token():
     settings = compose_settings(["deployment.input_len=8192", "deployment.output_len=1024"])
-    model = settings.model.model_dump(exclude_unset=True)
-    dep = settings.deployment.model_dump(exclude_unset=True)
+    model, dep = settings.model, settings.deployment
     core = prompt_attention(model, dep, heads=8, sliding=False)
-    att = model["attention"]
-    per_pair = 2 * (att["qk_nope_head_dim"] + att["qk_rope_head_dim"] + att["v_head_dim"])
+    att = model.attention
+    per_pair = 2 * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
     assert core["flops"] == pytest.approx(8 * causal_pairs(8192, 2048) * per_pair)
-    index = 2 * att["index_n_heads"] * att["index_head_dim"] * causal_pairs(8192, 8192)
+    index = 2 * att.index_n_heads * att.index_head_dim * causal_pairs(8192, 8192)
     assert core["index_flops"] == pytest.approx(index)
 
 

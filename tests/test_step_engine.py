@@ -17,6 +17,8 @@ from tilesweep.measure import whole_step
 from tilesweep.measure.step import extras as step_extras
 from tilesweep.plan import calibration, engine_profile
 from tilesweep.plan.launch_fit import small_kernel_us
+from tilesweep.settings import ModelSettings
+from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.stages import layout as layout_stage
 
 FIT = "docs/examples/h200/fit.json"
@@ -27,6 +29,16 @@ SGLANG = "engine-faithful (sglang 0.5.23 kernel list)"
 @pytest.fixture(scope="module")
 def settings() -> dict:
     return compose(["engine=sglang"])  # the default model (GLM-5) in the default nvfp4
+
+
+def _model(settings: dict) -> ModelSettings:
+    """Return compose()'s model group as the plan reads it, validated."""
+    return ModelSettings.model_validate(settings["model"])
+
+
+def _engine(settings: dict) -> EngineSettings:
+    """Return compose()'s engine group as the plan reads it, validated."""
+    return EngineSettings.model_validate(settings["engine"])
 
 
 def test_a_fraction_is_spread_to_the_nearest_whole_total():
@@ -68,7 +80,7 @@ def test_sglangs_glm5_list_expands_over_one_dense_and_two_moe_layers(settings):
         }
     )
     # The same sums as the composition's profile counts for the verdict.
-    prof = engine_profile.profile(settings["engine"], settings["model"], "nvfp4")
+    prof = engine_profile.profile(_engine(settings), _model(settings), "nvfp4")
     assert prof.extra == x["listed"]
     # In bf16 the activation quantisations listed only for fp8 and nvfp4 do not run.
     bf16 = step_extras.expand(settings["engine"], settings["model"], "bf16", 1, 2)
@@ -203,7 +215,7 @@ def _check(steps: pd.DataFrame, settings: dict) -> tuple[pd.DataFrame, dict]:
     with open(FIT) as f:
         fit = json.load(f)
     hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-    return calibration.step_check(steps, settings["model"], hw, {}, fit["device"], fit=fit), fit
+    return calibration.step_check(steps, _model(settings), hw, {}, fit["device"], fit=fit), fit
 
 
 @pytest.mark.parametrize("layout", ["tp1-pp1-ep1", "tp2-pp1-ep1"], ids=["tp1", "emulated-tp2"])
@@ -229,7 +241,7 @@ def test_a_row_without_a_kernel_list_is_lean_and_only_lean_rows_are_fitted(setti
     with open(FIT) as f:
         fit = json.load(f)
     hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-    args = (settings["model"], hw, fit["per_kernel_us"], fit["device"])
+    args = (_model(settings), hw, fit["per_kernel_us"], fit["device"])
     assert calibration.step_fit(kept, *args) is not None
     assert calibration.step_fit(_as_engine(kept), *args) is None  # an engine list never fits
 

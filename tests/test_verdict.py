@@ -10,6 +10,7 @@ from tilesweep import deployment_fit, deployment_verdict
 from tilesweep.columns import CHECK_COLUMNS, VERDICT_COLUMNS
 from tilesweep.config import compose_settings
 from tilesweep.plan import row_inputs
+from tilesweep.settings import ModelSettings
 
 H200_HERE = {
     "device": "NVIDIA H200",
@@ -30,7 +31,7 @@ def brief():
     return compose_settings([])
 
 
-def whole_step_rows(model: dict, layouts=("tp1-pp1-ep1", "tp2-pp1-ep1"), batches=(32, 64)):
+def whole_step_rows(model: ModelSettings, layouts=("tp1-pp1-ep1", "tp2-pp1-ep1"), batches=(32, 64)):
     """Return measured whole-step rows (as stages/layout writes them), TP1 twice as slow as
     its roofline part by part, and TP2 measured at 0.9x TP1."""
     rows = []
@@ -47,8 +48,8 @@ def whole_step_rows(model: dict, layouts=("tp1-pp1-ep1", "tp2-pp1-ep1"), batches
                 "layout": layout, "tp": tp, "pp": 1, "ep": 1, "batch": batch, "status": "ok",
                 "reason": "", "step_ms": base * (0.9 if tp > 1 else 1.0), "step_p10_ms": base,
                 "step_p90_ms": base, "context_len": 1024, "dense_layers_run": 1,
-                "moe_layers_run": 2, "routed_experts_run": model["routed_experts"],
-                "top_k_run": model["top_k"], "vocab_run": model["vocab"],
+                "moe_layers_run": 2, "routed_experts_run": model.routed_experts,
+                "top_k_run": model.top_k, "vocab_run": model.vocab,
                 "measured_label": "measured (1 dense + 2 MoE layers per stage)",
                 "device": "NVIDIA H200", "timing": "cuda-graph", "emulated": False,
                 "sequences_run": batch,
@@ -84,7 +85,7 @@ def test_a_cpu_at_hand_composes_with_the_shipped_fit_and_says_so(brief):
 
 
 def test_an_eager_step_never_calibrates_a_verdict(brief):
-    steps = whole_step_rows(brief.as_dict()["model"]).assign(timing="eager")
+    steps = whole_step_rows(brief.model).assign(timing="eager")
     bare = compose_settings(["deployment.fit_file="])
     table = deployment_verdict.deployment_table(
         bare, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE
@@ -93,7 +94,7 @@ def test_an_eager_step_never_calibrates_a_verdict(brief):
 
 
 def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
-    steps = whole_step_rows(brief.as_dict()["model"])
+    steps = whole_step_rows(brief.model)
     table = deployment_verdict.deployment_table(
         brief, pd.DataFrame(), pd.DataFrame(), steps, H200_HERE
     )
@@ -119,7 +120,7 @@ def test_gpu_fit_makes_composed_rows_and_says_from_where(brief):
 
 
 def test_quantised_experts_take_the_best_fp8_kernel_fraction(brief):
-    steps = whole_step_rows(brief.as_dict()["model"])
+    steps = whole_step_rows(brief.model)
     decode = pd.DataFrame(
         [
             {"runner": r, "status": "ok", "dtype": "fp8", "routing": "uniform", "op": "gate_up",
@@ -182,7 +183,7 @@ def test_measured_interconnect_is_used_only_on_the_target(brief):
 
 
 def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
-    model = brief.as_dict()["model"]
+    model = brief.model
     steps = whole_step_rows(model)
     collective = pd.DataFrame(
         [
@@ -215,7 +216,7 @@ def test_check_compares_the_same_reduced_model_and_holds_out_all_but_tp1(brief):
 
 
 def test_the_fit_is_made_on_the_batches_asked_for_and_never_on_another(brief):
-    model = brief.as_dict()["model"]
+    model = brief.model
     steps = whole_step_rows(model, batches=(8, 32, 64))
     check = deployment_fit.check_table(steps, pd.DataFrame(), H200_HERE, model, [32])
     assert (check["calibrated_on"] == "tp1-pp1-ep1 at batches [32] (cuda-graph)").all()

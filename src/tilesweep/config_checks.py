@@ -177,15 +177,14 @@ def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 model = OmegaConf.to_container(
                     OmegaConf.load(Path(conf_dir) / "model" / f"{fig.model}.yaml"), resolve=True
                 )
-                check(ModelSettings, model, f"model[{fig.model}]")
+                models[fig.model] = check(ModelSettings, model, f"model[{fig.model}]")
             except ConfigError:
                 raise
             except Exception as exc:
                 raise ConfigError(f"{where}.model={fig.model!r}: {one_line(exc)}") from None
-            models[fig.model] = (model, ModelSettings.model_validate(model))
-        model, typed = models[fig.model]
+        typed = models[fig.model]
         families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
-        fam = engine_profile.family(model)  # the model as its file gives it
+        fam = engine_profile.family(typed)  # the model as its file gives it
         if families is None:
             raise ConfigError(
                 f"{where}.engine={fig.engine!r}: no conf/engine/{fig.engine_name()}.yaml; name its "

@@ -11,8 +11,10 @@ import pandas as pd
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.io import project_path
 from tilesweep.plan import attention_table, calibration
+from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import on_datasheet
-from tilesweep.settings import HardwareSpec, RootSettings
+from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings
+from tilesweep.settings.hardware_spec import Topology
 
 
 def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> HardwareSpec | None:
@@ -65,12 +67,14 @@ def graph_terms(ceilings: dict) -> dict | None:
     }
 
 
-def _graphed_fit(settings, steps, ceilings, hw_here, model: dict | None = None) -> dict | None:
+def _graphed_fit(
+    settings, steps, ceilings, hw_here, model: ModelSettings | None = None
+) -> dict | None:
     """Return the launch-aware fit on the TP1 step timed in CUDA graphs on the GPU at hand (on
     `model`; by default the settings' own), with the ceilings it was made beside, or None."""
     fit = calibration.step_fit(
         steps,
-        model or settings.model.model_dump(exclude_unset=True),
+        model or settings.model,
         hw_here,
         per_kernel_us(ceilings),
         ceilings.get("device", "none"),
@@ -85,8 +89,8 @@ def verdict_fit(
     settings: RootSettings,
     steps: pd.DataFrame,
     ceilings: dict,
-    hw_here: dict,
-    model: dict | None = None,
+    hw_here: HardwareSpec | None,
+    model: ModelSettings | None = None,
 ):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
     on the TP1 step timed in CUDA graphs here (on `model`, the model as deployed; by default the
@@ -145,13 +149,15 @@ def with_ceilings(fit: dict, ceilings: dict) -> dict:
     return {**fit, "ceilings": {k: ceilings.get(k) for k in FIT_CEILINGS}}
 
 
-def measured_here(collective: pd.DataFrame, ceilings: dict) -> tuple[str, dict, dict, dict]:
+def measured_here(
+    collective: pd.DataFrame, ceilings: dict
+) -> tuple[str, Topology | None, dict, HardwareSpec | None]:
     """Return (the device at hand, its measured interconnect, its latency floors, its hardware
     dict from its ceilings): NCCL rows on a GPU, gloo rows on the CPU."""
     device = ceilings.get("device", "none") if ceilings else "none"
     gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    numbers, floors = calibration.measured_interconnect(collective, "nccl" if gpu_here else "gloo")
-    hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else {}
+    numbers, floors = fit_measured(collective, "nccl" if gpu_here else "gloo")
+    hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else None
     return device, numbers, floors, hw_here
 
 
@@ -159,7 +165,7 @@ def check_table(
     steps: pd.DataFrame,
     collective: pd.DataFrame,
     ceilings: dict,
-    model: dict,
+    model: ModelSettings,
     fit_batches: list[int] | None = None,
     attention: str = "",
 ):
@@ -169,7 +175,7 @@ def check_table(
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
-    numbers, floors = calibration.measured_interconnect(collective, backend)
+    numbers, floors = fit_measured(collective, backend)
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
     return calibration.step_check(

@@ -13,7 +13,7 @@ from tilesweep.plan import attention_table, engine_profile, interconnect
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.sharding import layout_name
 from tilesweep.plan.step_parts import stage_collectives
-from tilesweep.settings import RootSettings
+from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings
 
 
 def refusal(settings: RootSettings) -> str | None:
@@ -21,25 +21,26 @@ def refusal(settings: RootSettings) -> str | None:
     an engine whose kernel lists lack the model's family, a format the target has no tensor
     cores for, or a grid none of whose layouts the target has collective figures for. The sweep
     and `tilesweep verdict` refuse it before anything runs."""
-    dep, engine_conf = engine_deployment(settings)
-    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
-    families = engine_conf.get("families") or {}
+    dep, _ = engine_deployment(settings)
+    engine_conf = settings.engine
+    model = deployment_model(settings.model, dep)
+    families = engine_conf.families
     fam = engine_profile.family(model)
     if families and fam not in families:
         have = ", ".join(sorted(families))
         return (
-            f"engine={engine_conf['name']}: no kernel list for the {fam} family of "
-            f"{model['name']} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
+            f"engine={engine_conf.name}: no kernel list for the {fam} family of "
+            f"{model.name} (it has {have}); use engine=sglang, engine=vllm, or engine=lean for "
             "the project's own step"
         )
     hw = settings.hardware
     gap = engine_profile.arch_gap(engine_conf, model, hw.arch)
     if gap:
         return (
-            f"hardware={hw.name}, engine={engine_conf['name']}: {gap}; use a GPU of those, or "
+            f"hardware={hw.name}, engine={engine_conf.name}: {gap}; use a GPU of those, or "
             "engine=lean for the project's own step"
         )
-    math_dtype = dep.get("compute_dtype") or dep["weight_dtype"]
+    math_dtype = dep.compute_dtype or dep.weight_dtype
     runs = gpu_archs.tensor_dtypes(hw.arch, hw.cc)
     if hw.peak_tflops.get(math_dtype) is None or math_dtype not in runs:
         fp8 = hw.peak_tflops.get("fp8") and "fp8" in runs and math_dtype != "fp8"
@@ -85,13 +86,15 @@ def unused_attention_table(settings: RootSettings) -> str | None:
     )
 
 
-def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
+def _collectives_missing(
+    hw: HardwareSpec, topology: str, layout: Layout, model: ModelSettings
+) -> str:
     """Return the first collective a layout runs that the target's interconnect figures lack (in
     words), or ''."""
-    numbers, label = interconnect.topology_numbers(hw, hw.get("topology") or None)
+    numbers, label = interconnect.topology_numbers(hw, topology or None)
     stage = {"dense": 1, "moe": 1, "sliding": 0}
     needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
-    needs += [("send_recv", 2)] if layout["pp"] > 1 else []
+    needs += [("send_recv", 2)] if layout.pp > 1 else []
     for collective, n in needs:
         t, why = interconnect.collective_time(collective, n, 0.0, numbers)
         if math.isnan(t):
@@ -99,23 +102,20 @@ def _collectives_missing(hw: dict, layout: dict, model: dict) -> str:
     return ""
 
 
-def _no_collectives(settings: RootSettings, model: dict) -> str | None:
+def _no_collectives(settings: RootSettings, model: ModelSettings) -> str | None:
     """Return a one-line refusal where no layout of the grid has the collective figures it runs
     on the target (every row would be a gap), naming the fix; else None."""
-    hw = settings.hardware.model_dump(exclude_unset=True)
-    if settings.deployment.topology:
-        hw["topology"] = settings.deployment.topology
+    hw, topology = settings.hardware, settings.deployment.topology
     missing = {}
-    for lay in settings.grid.layouts:
-        layout = lay.model_dump(exclude_unset=True)
-        why = _collectives_missing(hw, layout, model)
+    for layout in settings.grid.layouts:
+        why = _collectives_missing(hw, topology, layout, model)
         if not why:
             return None
         missing[layout_name(layout)] = why
     name, why = next(iter(missing.items()))
     more = f" (and {len(missing) - 1} more layouts)" if len(missing) > 1 else ""
     return (
-        f"hardware={hw['name']}: {name}{more} cannot be composed: {why}; add cited figures to "
-        f"conf/hardware/{hw['name']}.yaml interconnect_model, or list a layout it has figures "
+        f"hardware={hw.name}: {name}{more} cannot be composed: {why}; add cited figures to "
+        f"conf/hardware/{hw.name}.yaml interconnect_model, or list a layout it has figures "
         "for in grid.layouts"
     )

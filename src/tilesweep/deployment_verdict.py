@@ -40,7 +40,9 @@ from tilesweep.plan.part_timers import roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
-from tilesweep.settings import Layout, RootSettings
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings, RootSettings
+from tilesweep.settings.engine_spec import EngineSettings
+from tilesweep.settings.hardware_spec import InterconnectModel
 
 
 def at_target(settings: RootSettings, ceilings: dict) -> bool:
@@ -58,23 +60,20 @@ def with_group_bw(fit: dict, group: str, e_bw: float) -> dict:
     return dict(fit, groups={**fit["groups"], group: dict(fit["groups"][group], e_bw=e_bw)})
 
 
-def engine_deployment(settings: RootSettings) -> tuple[dict, dict]:
-    """Return (the deployment as the engine runs it, the engine's settings), as the plan's plain
-    containers: `attention: auto` resolved to the engine's mode on the target's architecture,
-    the mean context of a serving load (input_len + output_len / 2) where one is set, and
-    `attention_label` saying which (the text of a row's `attention` item)."""
-    dep = settings.deployment.model_dump(exclude_unset=True)
-    engine = settings.engine.model_dump(exclude_unset=True)
-    if dep.get("attention", "auto") == "auto":
-        mode, why = engine_profile.attention_mode(engine, settings.hardware.arch)
-        dep["attention"] = mode
-        dep["attention_label"] = f"{mode} ({why})"
+def engine_deployment(settings: RootSettings) -> tuple[DeploymentSettings, str]:
+    """Return (the deployment as the engine runs it, which attention it runs in words: the text
+    of a row's `attention` item): `attention: auto` resolved to the engine's mode on the target's
+    architecture, and the mean context of a serving load (input_len + output_len / 2) where one
+    is set."""
+    dep = settings.deployment
+    if dep.attention == "auto":
+        mode, why = engine_profile.attention_mode(settings.engine, settings.hardware.arch)
+        label = f"{mode} ({why})"
     else:
-        dep["attention_label"] = f"{dep['attention']} (deployment.attention)"
+        mode, label = dep.attention, f"{dep.attention} (deployment.attention)"
     i, o = serving_load(dep)
-    if i:
-        dep["context_len"] = i + o // 2
-    return dep, engine
+    load = {"context_len": i + o // 2} if i else {}
+    return dep.model_copy(update={"attention": mode, **load}), label
 
 
 # The operand type of the decode rows the verdict reads (fp8_expert_fraction); a sweep's verdict
@@ -120,16 +119,15 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
     them): the collectives measured here where the device at hand is the target, else the
     hardware file's."""
     device, here_numbers, here_floors, _ = here
-    plain = settings.hardware.model_dump(exclude_unset=True)
+    plain = settings.hardware
     target, spanned, topology_note = with_topology(
-        with_engine_allreduce(plain, engine_conf), dep.get("topology", "")
+        with_engine_allreduce(plain, engine_conf), dep.topology
     )
     allreduce = engine_allreduce.describe(target)
     if at_target(settings, ceilings) and here_numbers:
         named = f"fitted on the collectives measured on {device}"
-        target = dict(
-            target, interconnect_model={"default": named, "topologies": {named: here_numbers}}
-        )
+        block = InterconnectModel.model_construct(default=named, topologies={named: here_numbers})
+        target = target.model_copy(update={"interconnect_model": block})
         return target, here_floors, f"measured here ({device}; NCCL)", [], ""
     return target, None, allreduce, spanned, topology_note
 
@@ -142,12 +140,10 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -
     middle; each layout's expert GEMMs at its own expert's size where the band names the sizes it
     was timed on), else the best fp8 decode kernel measured here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
-    curve = (target.get("grouped_gemm_efficiency") or {}).get(dep["weight_dtype"])
-    per_expert = batch * model["top_k"] / model["routed_experts"]
+    curve = (target.grouped_gemm_efficiency or {}).get(dep.weight_dtype)
+    per_expert = batch * model.top_k / model.routed_experts
     if curve and expert:
-        words = grouped_efficiency.band_at(curve, per_expert).words(
-            dep["weight_dtype"], target["name"]
-        )
+        words = grouped_efficiency.band_at(curve, per_expert).words(dep.weight_dtype, target.name)
         if grouped_efficiency.sized(curve):
             words += (
                 "; each layout's expert GEMMs take the band scaled to the bytes of its own "
@@ -160,35 +156,41 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -
         shaped = partial(grouped_efficiency.shaped_timer, curve, per_expert, make=at)
         ends = {"tpot_low_ms": shaped(end="high"), "tpot_high_ms": shaped(end="low")}
         return shaped(end="middle"), words, ends
-    if dep["weight_dtype"] == "bf16" or not expert:
+    if dep.weight_dtype == "bf16" or not expert:
         return make(fit), "", {}
     f8, why = fp8_expert_fraction(decode, per_expert)
     f8, why = _fraction_on_datasheet(f8, why, ceilings)
     if f8 == f8:
         return (
             make(with_group_bw(fit, expert, f8)),
-            f"{dep['weight_dtype']}, {why}, e_bw {f8:.2f}",
+            f"{dep.weight_dtype}, {why}, e_bw {f8:.2f}",
             {},
         )
-    words = f"{dep['weight_dtype']}, {why}; the bf16 step's efficiency applied to their bytes"
+    words = f"{dep.weight_dtype}, {why}; the bf16 step's efficiency applied to their bytes"
     return make(fit), words, {}
 
 
-def _untimed(engine_conf: dict, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
+def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
     """Make the parts of each kernel the engine runs at `routed_pairs` that no figure times
     (engine.untimed) gaps naming it, in kwargs' timer and in each end of the band (returned)."""
-    for item in engine_conf.get("untimed") or []:
-        if routed_pairs >= item["from_routed_pairs"]:
+    for item in engine_conf.untimed:
+        if routed_pairs >= item.from_routed_pairs:
             why = (
-                f"{item['kernel']} from {item['from_routed_pairs']} routed pairs ({item['cite']}): "
+                f"{item.kernel} from {item.from_routed_pairs} routed pairs ({item.cite}): "
                 "no kernel-level figure times it"
             )
-            kwargs["timer"] = untimed_timer(kwargs.get("timer", roofline_timer), item["kind"], why)
-            ends = {c: untimed_timer(t, item["kind"], why) for c, t in ends.items()}
+            kwargs["timer"] = untimed_timer(kwargs.get("timer", roofline_timer), item.kind, why)
+            ends = {c: untimed_timer(t, item.kind, why) for c, t in ends.items()}
     return ends
 
 
-def _own_attention(settings: RootSettings, ceilings: dict, device: str, model: dict, dep: dict):
+def _own_attention(
+    settings: RootSettings,
+    ceilings: dict,
+    device: str,
+    model: ModelSettings,
+    dep: DeploymentSettings,
+):
     """Return the attention kernel's own times where the target is the device that measured
     them (plan.attention_table), else None."""
     if not at_target(settings, ceilings):
@@ -197,13 +199,13 @@ def _own_attention(settings: RootSettings, ceilings: dict, device: str, model: d
     return attention_table.for_device(table, device, model, dep)
 
 
-def _load_words(dep: dict) -> str:
+def _load_words(dep: DeploymentSettings) -> str:
     """Return the load every row of the table shares (column load), in words."""
     i, o = serving_load(dep)
     return (
         f"serving, {i} in / {o} out per request"
         if i
-        else (f"decode only, {dep['context_len']} tokens of context")
+        else (f"decode only, {dep.context_len} tokens of context")
     )
 
 
@@ -234,9 +236,10 @@ def deployment_table(
     """Return the composed deployment (plan.deployment.COLUMNS) for the target at every batch;
     `fitted` is verdict_fit's (fit, per-kernel cost, label) where the caller made it (a fit is
     made on the sweep's own model, never on another config's)."""
-    dep, engine_conf = engine_deployment(settings)
-    model = deployment_model(settings.model.model_dump(exclude_unset=True), dep)
-    engine = engine_profile.profile(engine_conf, model, dep["weight_dtype"], settings.hardware.arch)
+    dep, attention = engine_deployment(settings)
+    engine_conf = settings.engine
+    model = deployment_model(settings.model, dep)
+    engine = engine_profile.profile(engine_conf, model, dep.weight_dtype, settings.hardware.arch)
     here = measured_here(collective, ceilings)
     target, floors, allreduce, spanned, topology_note = _collectives(
         settings, ceilings, engine, engine_conf, dep, here
@@ -244,7 +247,7 @@ def deployment_table(
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, here[3], model)
     fit, label = fit_on_datasheet(fit, label, settings.catalog)
     own = _own_attention(settings, ceilings, here[0], model, dep)
-    layouts = [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts]
+    layouts = settings.grid.layouts
     collectives = {"all-reduce": allreduce} | ({"topology": topology_note} if topology_note else {})
     columns = {
         "fit_source": label,
@@ -253,10 +256,10 @@ def deployment_table(
         "collectives": row_inputs.words(collectives),
         "load": _load_words(dep),
     }
-    used, tail = _rests(fit, label, engine, dep["attention_label"], collectives)
+    used, tail = _rests(fit, label, engine, attention, collectives)
     frames = []
-    for batch in dep["batches"]:
-        one = Composition(model, dict(dep, batches=[batch]), target, layouts)
+    for batch in dep.batches:
+        one = Composition(model, dep.model_copy(update={"batches": [batch]}), target, layouts)
         kwargs = {"measured_floors": floors, "engine": engine}
         expert_words, ends = "", {}  # ends: tpot_low_ms, tpot_high_ms of a cited band
         if fit is not None:
@@ -272,7 +275,7 @@ def deployment_table(
             )
         expert = {"expert GEMMs": expert_words} if expert_words else {}
         kwargs["rests"] = used | expert | tail
-        ends = _untimed(engine_conf, batch * model["top_k"], kwargs, ends)
+        ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]
@@ -295,12 +298,12 @@ def question_panel(
     asked = question.of(settings)
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
-    layouts = [{"tp": lay.tp, "pp": lay.pp, "ep": lay.ep} for lay in asked.layouts]
+    layouts = [Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep) for lay in asked.layouts]
     for lay in settings.grid.layouts:
-        lay = {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
-        if lay["tp"] * lay["pp"] * lay["ep"] == asked.gpus and lay not in layouts:
+        lay = Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep)
+        if lay.tp * lay.pp * lay.ep == asked.gpus and lay not in layouts:
             layouts.append(lay)
-    grid = settings.grid.model_copy(update={"layouts": [Layout(**lay) for lay in layouts]})
+    grid = settings.grid.model_copy(update={"layouts": layouts})
     panel = settings.model_copy(update={"grid": grid})
     rows = compose(panel)
     return {

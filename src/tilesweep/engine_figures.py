@@ -12,6 +12,7 @@ from tilesweep.config import compose_groups
 from tilesweep.deployment_fit import measured_here, verdict_fit
 from tilesweep.deployment_verdict import deployment_table
 from tilesweep.plan import row_inputs
+from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
 
 
@@ -46,7 +47,7 @@ def engine_table(
                 "version": fig.version,
                 "model": fig.model,
                 "hardware": fig.hardware,
-                "layout": references.figure_layout_name(fig),
+                "layout": layout_name(fig.layout),
                 "batch": fig.batch,
                 "input_len": fig.input_len,
                 "output_len": fig.output_len,

@@ -9,10 +9,10 @@ import pandas as pd
 
 from tilesweep import backends
 from tilesweep.errors import ConfigError
-from tilesweep.plan.sharding import layout_name, moe_split
+from tilesweep.plan.sharding import layout_name
 
 if TYPE_CHECKING:
-    from tilesweep.settings.root import RootSettings
+    from tilesweep.settings import RootSettings
 
 
 def kernel_slug(cell: dict) -> str:
@@ -23,13 +23,6 @@ def kernel_slug(cell: dict) -> str:
         f"{cell['dtype']}-m{cell['tile_m']}n{cell['tile_n']}k{cell['tile_k']}"
         f"-s{stages}-{tail}-{cell['epilogue']}"
     )
-
-
-def layout_slug(layout: dict) -> str:
-    """Return a readable name for a parallel layout (plan.sharding.layout_name): tp4-pp2-ep1,
-    tp8-pp1-ep1-xep (attention TP8 with whole experts over the same eight GPUs),
-    tp4-pp1-ep1-moe2x2 (attention TP4, MoE TP2 x EP2)."""
-    return layout_name(layout)
 
 
 def canonical(cell: dict) -> str:
@@ -43,7 +36,7 @@ def _plain(value: object) -> object:
     from pydantic import BaseModel
 
     if isinstance(value, BaseModel):
-        return value.model_dump(exclude_unset=True)
+        return value.model_dump(exclude_unset=True)  # model_dump: output only (a rule's JSON)
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
@@ -118,19 +111,18 @@ def bench_kernels(settings: RootSettings, builds: pd.DataFrame | None = None) ->
 def layouts(settings: RootSettings) -> pd.DataFrame:
     """Return one row per parallel layout, with its world size and slug."""
     rows = []
-    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
-    for layout in (lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts):
-        world = layout["tp"] * layout["pp"] * layout["ep"]
+    for layout in settings.grid.layouts:
+        world = layout.tp * layout.pp * layout.ep
         rows.append(
             {
-                "tp": layout["tp"],
-                "pp": layout["pp"],
-                "ep": layout["ep"],
+                "tp": layout.tp,
+                "pp": layout.pp,
+                "ep": layout.ep,
                 # tp: the MoE split as attention's (the measured step's); ep: any other.
-                "experts": "tp" if moe_split(layout)[0] == layout["tp"] else "ep",
-                "moe_tp": moe_split(layout)[0],
+                "experts": "tp" if layout.moe_split()[0] == layout.tp else "ep",
+                "moe_tp": layout.moe_split()[0],
                 "world": world,
-                "layout": layout_slug(layout),
+                "layout": layout_name(layout),
             }
         )
     return pd.DataFrame(rows).drop_duplicates("layout").reset_index(drop=True)

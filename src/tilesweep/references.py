@@ -18,7 +18,6 @@ from omegaconf._utils import get_yaml_loader
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
-from tilesweep.plan.sharding import layout_name
 from tilesweep.settings import RootSettings
 from tilesweep.settings.cited_figures import Figure, References
 
@@ -26,7 +25,6 @@ __all__ = [
     "BAND",
     "Figure",
     "References",
-    "figure_layout_name",
     "of",
     "read_figures_from",
     "validate",
@@ -35,12 +33,6 @@ __all__ = [
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
 BAND = (0.75, 1.33)
-
-
-def figure_layout_name(fig: Figure) -> str:
-    """Return a figure's layout as the verdict table names it (plan.sharding.layout_name)."""
-    # Remaining model_dump (issue 51): plan.sharding reads a layout as a mapping (the step cells').
-    return layout_name(fig.layout.model_dump(exclude_unset=True))
 
 
 def validate(value: References | None, conf_dir: Path) -> None:

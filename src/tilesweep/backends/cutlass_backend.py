@@ -31,14 +31,14 @@ def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | s
     """Return (tile, stages, epilogue) of every cell on one architecture: the grid's tiles x
     `stages` x `epilogues`, then each `extra_stages` entry of this architecture over the grid's
     tiles it names (a tile the grid lacks adds nothing), each combination once."""
-    conf = settings.backend[NAME]
+    # The root keeps backend sections as given (config_checks validated this one): read typed.
+    conf = CutlassSettings.model_validate(settings.backend[NAME])
     tiles = settings.grid.tiles
-    out = list(itertools.product(tiles, conf["stages"], conf["epilogues"]))
-    for extra in conf["extra_stages"]:
-        if extra["arch"] == arch:
-            # Remaining model_dump (issue 51): backend sections stay the mappings checked.
-            named = [t for t in tiles if t.model_dump() in extra["tiles"]]
-            for combination in itertools.product(named, extra["stages"], extra["epilogues"]):
+    out = list(itertools.product(tiles, conf.stages, conf.epilogues))
+    for extra in conf.extra_stages:
+        if extra.arch == arch:
+            named = [t for t in tiles if t in extra.tiles]
+            for combination in itertools.product(named, extra.stages, extra.epilogues):
                 if combination not in out:
                     out.append(combination)
     return out
@@ -46,7 +46,7 @@ def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | s
 
 def cells(settings: RootSettings, arch: str) -> list[dict]:
     """Return the CUTLASS accounting cells for one architecture."""
-    dtype = settings.backend[NAME]["dtype_by_arch"].get(arch, "none")
+    dtype = CutlassSettings.model_validate(settings.backend[NAME]).dtype_by_arch.get(arch, "none")
     out = []
     for tile, stages, epilogue in _combinations(settings, arch):
         cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)

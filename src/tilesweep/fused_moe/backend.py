@@ -15,9 +15,9 @@ from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.space import (
     ENGINE_DTYPE,
+    VARIANT_OFF,
     config_file_name,
     engine_default,
-    is_engine_config,
 )
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
@@ -138,8 +138,8 @@ class Variant(Section):
     @model_validator(mode="after")
     def _names_one(self) -> Variant:
         """Refuse a variant that leaves every key off (the engines' own kernel)."""
-        given = self.model_dump(exclude_unset=True)  # an engine config is the engines' mapping
-        if is_engine_config(given):
+        if all((getattr(self, key) or 0) <= off for key, off in VARIANT_OFF.items()):
+            given = self.model_dump(exclude_unset=True)  # model_dump: the message shows it
             raise refuse("", "names no variant (every key off: the engines' own kernel)", given)
         return self
 

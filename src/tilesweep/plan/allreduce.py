@@ -12,6 +12,10 @@ figure). Never another engine's table: each engine file holds its own steps."""
 
 from __future__ import annotations
 
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.engine_spec import AllReduceStep, EngineSettings
+from tilesweep.settings.hardware_spec import AllReduce, Collective, InGraph
+
 # What an algorithm with no cited figure takes instead: the next slower, in order.
 FALLBACK = {
     "one_shot": ("one_shot", "two_shot", "nccl"),
@@ -21,72 +25,77 @@ FALLBACK = {
 }
 
 
-def _for_gpus(by_gpus: dict | None, n: int):
-    """Return the entry of n GPUs in a by-GPU-count mapping (int keys; str keys after JSON)."""
-    if not by_gpus:
-        return None
-    found = by_gpus.get(n)
-    return found if found is not None else by_gpus.get(str(n))
-
-
 def _arch(arch: str | None) -> str:
     """Return an architecture without its feature suffix (sm_90a -> sm_90)."""
     return str(arch or "").removesuffix("a")
 
 
-def engine_steps(engine: dict, arch: str | None) -> dict:
+def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[AllReduceStep]]:
     """Return {GPU count: steps} the engine file lists for an architecture ({} where none)."""
-    table = engine.get("allreduce") or {}
-    for key, steps in table.items():
+    for key, steps in engine.allreduce.items():
         if _arch(key) == _arch(arch):
-            return dict(steps.get("by_gpus") or {})
+            return dict(steps.by_gpus)
     return {}
 
 
-def algorithm_at(steps: list[dict], nbytes: float) -> tuple[str, dict | None]:
+def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllReduceStep | None]:
     """Return (the algorithm the engine takes for a message of nbytes, its step or None past the
     last step, where NCCL runs)."""
     for step in steps:
-        if nbytes <= step["max_bytes"]:
-            return step["algorithm"], step
+        if nbytes <= step.max_bytes:
+            return step.algorithm, step
     return "nccl", None
 
 
-def series_us(in_graph: dict | None, algorithm: str, n: int, nbytes: float):
+class EngineAllReduce(AllReduce):
+    """An all_reduce block as the engine runs it (with_engine_allreduce attaches it): the
+    hardware file's figures, and the engine's steps by GPU count on the target's architecture."""
+
+    engine: str = None
+    arch: str = None
+    steps: dict[int, list[AllReduceStep]] = {}
+
+    @classmethod
+    def of(cls, block: AllReduce, engine: EngineSettings, arch: str) -> EngineAllReduce:
+        """Return the block with the engine's steps for `arch` attached."""
+        given = {key: getattr(block, key) for key in block.model_fields_set}
+        steps = engine_steps(engine, arch)
+        return cls.model_construct(**given, engine=engine.name, arch=arch, steps=steps)
+
+
+def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
     """Return (time in us of one all-reduce of nbytes on the algorithm's cited series at n GPUs,
     its source key), or (None, why) where no series covers that size."""
-    series = _for_gpus(((in_graph or {}).get(algorithm) or {}).get("by_gpus"), n)
+    cited = getattr(in_graph, algorithm) if in_graph else None
+    series = cited.by_gpus.get(n) if cited else None
     if series is None:
         return None, f"no cited {algorithm} figure at {n} GPUs"
-    points = series["points"]
+    points = series.points
     if nbytes > points[-1][0]:
         return None, f"{nbytes:.0f} B is past the cited {algorithm} sizes (to {points[-1][0]:g} B)"
     if nbytes <= points[0][0]:
-        return float(points[0][1]), series["source"]
+        return float(points[0][1]), series.source
     for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
         if nbytes <= b1:
-            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0), series["source"]
-    return float(points[-1][1]), series["source"]
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0), series.source
+    return float(points[-1][1]), series.source
 
 
-def engine_time(block: dict, n: int, nbytes: float, nccl_ms: float) -> tuple[float, str] | None:
+def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
     """Return (time in ms of one all-reduce of nbytes at n GPUs as the engine runs it, label:
     its algorithm and the figures that timed it), or None where no engine table is attached."""
-    engine = block.get("engine")
-    if not engine:
+    if not isinstance(block, EngineAllReduce):
         return None
-    name = engine["name"]
-    steps = _for_gpus(engine.get("steps"), n)
+    name = block.engine
+    steps = block.steps.get(n)
     if not steps:
-        why = f"{name} lists no all-reduce algorithm for {engine.get('arch')} at {n} GPUs"
+        why = f"{name} lists no all-reduce algorithm for {block.arch} at {n} GPUs"
         return nccl_ms, f"NCCL's model ({why})"
     algorithm, step = algorithm_at(steps, nbytes)
-    picked = f"{name}: {algorithm}" + (
-        f" to {step['max_bytes']} B" if step else " (past its steps)"
-    )
+    picked = f"{name}: {algorithm}" + (f" to {step.max_bytes} B" if step else " (past its steps)")
     missing = []
     for taken in FALLBACK[algorithm]:
-        us, source = series_us(block.get("in_graph"), taken, n, nbytes)
+        us, source = series_us(block.in_graph, taken, n, nbytes)
         if us is None:
             missing.append(source)
             continue
@@ -95,38 +104,35 @@ def engine_time(block: dict, n: int, nbytes: float, nccl_ms: float) -> tuple[flo
     return nccl_ms, f"{picked}, timed as NCCL's model ({'; '.join(missing)})"
 
 
-def describe(target: dict) -> str:
+def describe(target: HardwareSpec) -> str:
     """Return the all-reduce in words for the verdict's inputs: per GPU count the engine's steps,
     and per algorithm the machine that timed it (or that none did: the next slower stands)."""
-    block = target.get("interconnect_model") or {}
-    top = (block.get("topologies") or {}).get(block.get("default")) or {}
-    ar = top.get("all_reduce") or {}
-    engine = ar.get("engine")
-    if not engine:
-        if (ar.get("one_shot") or {}).get("enabled"):
+    block = target.interconnect_model
+    top = block.topologies.get(block.default) if block else None
+    ar = top.all_reduce if top else None
+    if not isinstance(ar, EngineAllReduce):
+        if ar and ar.one_shot and ar.one_shot.enabled:
             return (
                 f"the engine's one-shot custom all-reduce up to its max_bytes (hardware"
-                f"[{target.get('name')}] one_shot figures, cited), NCCL above"
+                f"[{target.name}] one_shot figures, cited), NCCL above"
             )
         return "NCCL (the hardware file's figures)"
     counts = []
-    for n, steps in sorted((engine.get("steps") or {}).items(), key=lambda kv: int(kv[0])):
-        parts = [f"{s['algorithm']} to {_size(s['max_bytes'])}" for s in steps]
+    for n, steps in sorted(ar.steps.items()):
+        parts = [f"{s.algorithm} to {_size(s.max_bytes)}" for s in steps]
         counts.append(f"{n} GPUs {', '.join(parts)}, NCCL above")
-    graph = ar.get("in_graph") or {}
-    sources = graph.get("sources") or {}
     timed = []
     for algorithm in FALLBACK:
-        by_gpus = (graph.get(algorithm) or {}).get("by_gpus") or {}
-        for n, series in sorted(by_gpus.items(), key=lambda kv: int(kv[0])):
-            src = sources.get(series["source"], {})
-            machine = str(src.get("machine", "?")).split(" (")[0]
-            timed.append(f"{algorithm} {n} GPUs [{series['source']}] {machine}")
-    where = f"hardware[{target.get('name')}] in-graph figures: " + (
+        cited = getattr(ar.in_graph, algorithm) if ar.in_graph else None
+        for n, series in sorted(cited.by_gpus.items() if cited else ()):
+            src = ar.in_graph.sources.get(series.source)
+            machine = (src.machine if src else "?").split(" (")[0]
+            timed.append(f"{algorithm} {n} GPUs [{series.source}] {machine}")
+    where = f"hardware[{target.name}] in-graph figures: " + (
         "; ".join(timed) if timed else "none cited (NCCL's model throughout)"
     )
     return (
-        f"{engine['name']}'s all-reduce on {engine.get('arch')} by message size "
+        f"{ar.engine}'s all-reduce on {ar.arch} by message size "
         f"({'; '.join(counts) or 'no steps for this arch: NCCL'}); {where}; an algorithm "
         "without a cited figure at a size takes the next slower one's (one_shot, two_shot, NCCL)"
     )

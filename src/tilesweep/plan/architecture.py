@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from tilesweep.settings import DeploymentSettings, ModelSettings
+
 ACT_BYTES = 2  # bf16 activations
 # mxfp4: 4-bit values and one 8-bit (e8m0) scale per 32 (the OCP MX format gpt-oss ships in).
 _BYTES = {
@@ -45,99 +47,103 @@ def kv_element_bytes(kv_dtype: str) -> float:
     return {"bf16": 2.0, "fp8": 1.0}[kv_dtype]
 
 
-def group_dtype(group: str, deployment: dict) -> str:
+def group_dtype(group: str, dep: DeploymentSettings) -> str:
     """Return the dtype a weight group is stored in: the deployment's if quantized, else bf16."""
-    return deployment["weight_dtype"] if group in deployment["quantized"] else "bf16"
+    return dep.weight_dtype if group in dep.quantized else "bf16"
 
 
-def math_dtype(group: str, deployment: dict) -> str:
+def math_dtype(group: str, dep: DeploymentSettings) -> str:
     """Return the dtype a weight group's products run in: the deployment's `compute_dtype` for
     its quantised groups where set (a weight-only format, dequantised to it: Marlin's w4a16 runs
     MXFP4 on GPUs without FP4 tensor cores), else the stored dtype."""
-    stored = group_dtype(group, deployment)
-    if group in deployment["quantized"] and deployment.get("compute_dtype"):
-        return deployment["compute_dtype"]
+    stored = group_dtype(group, dep)
+    if group in dep.quantized and dep.compute_dtype:
+        return dep.compute_dtype
     return stored
 
 
-def linears(model: dict) -> dict[str, list[tuple[str, int, int, bool]]]:
+def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]:
     """Return {group: [(name, in, out, split over TP)]} of one layer's linear weights per group."""
-    h, att = model["hidden"], model["attention"]
+    h, att = model.hidden, model.attention
     out: dict[str, list[tuple[str, int, int, bool]]] = {}
-    if att["kind"] == "mla":
-        heads, qk = att["heads"], att["qk_nope_head_dim"] + att["qk_rope_head_dim"]
+    if att.kind == "mla":
+        heads, qk = att.heads, att.qk_nope_head_dim + att.qk_rope_head_dim
         out["attention"] = [
-            ("q_a_proj", h, att["q_lora_rank"], False),
-            ("q_b_proj", att["q_lora_rank"], heads * qk, True),
-            ("kv_a_proj", h, att["kv_lora_rank"] + att["qk_rope_head_dim"], False),
+            ("q_a_proj", h, att.q_lora_rank, False),
+            ("q_b_proj", att.q_lora_rank, heads * qk, True),
+            ("kv_a_proj", h, att.kv_lora_rank + att.qk_rope_head_dim, False),
             (
                 "kv_b_proj",
-                att["kv_lora_rank"],
-                heads * (att["qk_nope_head_dim"] + att["v_head_dim"]),
+                att.kv_lora_rank,
+                heads * (att.qk_nope_head_dim + att.v_head_dim),
                 True,
             ),
-            ("o_proj", heads * att["v_head_dim"], h, True),
+            ("o_proj", heads * att.v_head_dim, h, True),
         ]
-        if "index_topk" in att:
-            ih, ihd = att["index_n_heads"], att["index_head_dim"]
+        if att.index_topk is not None:
+            ih, ihd = att.index_n_heads, att.index_head_dim
             out["indexer"] = [
-                ("index_wq_b", att["q_lora_rank"], ih * ihd, False),
+                ("index_wq_b", att.q_lora_rank, ih * ihd, False),
                 ("index_wk", h, ihd, False),
                 ("index_weights_proj", h, ih, False),
             ]
     else:
-        heads, kv, hd = att["heads"], att["kv_heads"], att["head_dim"]
+        heads, kv, hd = att.heads, att.kv_heads, att.head_dim
         out["attention"] = [
             ("q_proj", h, heads * hd, True),
             ("k_proj", h, kv * hd, True),
             ("v_proj", h, kv * hd, True),
             ("o_proj", heads * hd, h, True),
         ]
-    f = model["dense_intermediate"]
+    f = model.dense_intermediate
     out["dense_mlp"] = [("gate_up", h, 2 * f, True), ("down", f, h, True)]
-    s = model["shared_experts"] * model["moe_intermediate"]
+    s = model.shared_experts * model.moe_intermediate
     out["shared_experts"] = [("gate_up", h, 2 * s, True), ("down", s, h, True)] if s else []
-    out["router"] = [("router", h, model["routed_experts"], False)]
+    out["router"] = [("router", h, model.routed_experts, False)]
     return out
 
 
-def expert_params(model: dict) -> int:
+def expert_params(model: ModelSettings) -> int:
     """Return the weights of one routed expert (gate, up and down)."""
-    return 3 * model["hidden"] * model["moe_intermediate"]
+    return 3 * model.hidden * model.moe_intermediate
 
 
-def kv_bytes_per_token_layer(model: dict, deployment: dict, tp: int = 1) -> dict[str, float]:
+def kv_bytes_per_token_layer(
+    model: ModelSettings, dep: DeploymentSettings, tp: int = 1
+) -> dict[str, float]:
     """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
-    att, eb = model["attention"], kv_element_bytes(deployment["kv_dtype"])
+    att, eb = model.attention, kv_element_bytes(dep.kv_dtype)
     if (
-        att["kind"] == "mla"
+        att.kind == "mla"
     ):  # latent cache replicated across TP ranks (vLLM/SGLang without DP-attention)
-        kv = (att["kv_lora_rank"] + att["qk_rope_head_dim"]) * eb
-        index = att["index_head_dim"] * eb if "index_topk" in att else 0.0
+        kv = (att.kv_lora_rank + att.qk_rope_head_dim) * eb
+        index = att.index_head_dim * eb if att.index_topk is not None else 0.0
         return {"kv": kv, "index": index}
-    kv_heads = math.ceil(att["kv_heads"] / tp)  # vLLM replicates KV heads when tp > kv_heads
-    return {"kv": 2 * kv_heads * att["head_dim"] * eb, "index": 0.0}
+    kv_heads = math.ceil(att.kv_heads / tp)  # vLLM replicates KV heads when tp > kv_heads
+    return {"kv": 2 * kv_heads * att.head_dim * eb, "index": 0.0}
 
 
-def cached_tokens(model: dict, context_len: int, sliding: bool) -> int:
+def cached_tokens(model: ModelSettings, context_len: int, sliding: bool) -> int:
     """Return the tokens a layer keeps in its KV cache at this context."""
     if sliding:
-        return min(context_len, model["attention"]["sliding_window"])
+        return min(context_len, model.attention.sliding_window)
     return context_len
 
 
-def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -> dict[str, float]:
+def attention_core(
+    model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
+) -> dict[str, float]:
     """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of one layer's
     attention (attended: the cached tokens each query reads)."""
-    att, ctx = model["attention"], deployment["context_len"]
-    cache = kv_bytes_per_token_layer(model, deployment)
+    att, ctx = model.attention, dep.context_len
+    cache = kv_bytes_per_token_layer(model, dep)
     tokens = cached_tokens(model, ctx, sliding)
-    if att["kind"] == "mla":
-        attended = min(att["index_topk"], tokens) if "index_topk" in att else tokens
+    if att.kind == "mla":
+        attended = min(att.index_topk, tokens) if att.index_topk is not None else tokens
         flops = (
             heads
             * attended
-            * (2 * (att["kv_lora_rank"] + att["qk_rope_head_dim"]) + 2 * att["kv_lora_rank"])
+            * (2 * (att.kv_lora_rank + att.qk_rope_head_dim) + 2 * att.kv_lora_rank)
         )
         out = {
             "attended": attended,
@@ -146,16 +152,16 @@ def attention_core(model: dict, deployment: dict, heads: float, sliding: bool) -
             "index_flops": 0.0,
             "index_bytes": 0.0,
         }
-        if "index_topk" in att:
-            out["index_flops"] = 2.0 * tokens * att["index_n_heads"] * att["index_head_dim"]
+        if att.index_topk is not None:
+            out["index_flops"] = 2.0 * tokens * att.index_n_heads * att.index_head_dim
             out["index_bytes"] = tokens * cache["index"]
         return out
-    hd = att["head_dim"]
-    kv_heads = max(heads * att["kv_heads"] / att["heads"], 1.0)
+    hd = att.head_dim
+    kv_heads = max(heads * att.kv_heads / att.heads, 1.0)
     return {
         "attended": tokens,
         "flops": heads * tokens * 4 * hd,
-        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(deployment["kv_dtype"]),
+        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(dep.kv_dtype),
         "index_flops": 0.0,
         "index_bytes": 0.0,
     }
@@ -168,21 +174,23 @@ def causal_pairs(tokens: float, window: float) -> float:
     return w * (w + 1) / 2 + (tokens - w) * w
 
 
-def prompt_attention(model: dict, deployment: dict, heads: float, sliding: bool) -> dict:
+def prompt_attention(
+    model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
+) -> dict:
     """Return one layer's attention over one prompt of deployment.input_len tokens, per rank
     holding `heads` query heads: {flops, bytes} of the attention kernel (in bf16: prefill runs
     MLA unabsorbed, each head's q.k over qk_nope + qk_rope and p.v over v_head) and
     {index_flops, index_bytes} of the DSA indexer's scores over every earlier token (fp8, whole on
     every rank, as at decode), 0 where the deployment runs no indexer."""
-    att, n = model["attention"], float(deployment["input_len"])
-    window = att["sliding_window"] if sliding else n
-    if att["kind"] == "mla":
-        qk = att["qk_nope_head_dim"] + att["qk_rope_head_dim"]
-        v = att["v_head_dim"]
-        topk = att.get("index_topk")
+    att, n = model.attention, float(dep.input_len)
+    window = att.sliding_window if sliding else n
+    if att.kind == "mla":
+        qk = att.qk_nope_head_dim + att.qk_rope_head_dim
+        v = att.v_head_dim
+        topk = att.index_topk
         pairs = causal_pairs(n, min(window, topk) if topk else window)
     else:
-        qk = v = att["head_dim"]
+        qk = v = att.head_dim
         topk, pairs = None, causal_pairs(n, window)
     out = {
         "flops": heads * pairs * 2 * (qk + v),
@@ -191,48 +199,46 @@ def prompt_attention(model: dict, deployment: dict, heads: float, sliding: bool)
         "index_bytes": 0.0,
     }
     if topk:
-        d = att["index_n_heads"] * att["index_head_dim"]
+        d = att.index_n_heads * att.index_head_dim
         out["index_flops"] = 2.0 * d * causal_pairs(n, n)
-        out["index_bytes"] = n * (d + att["index_head_dim"])  # fp8 queries and keys
+        out["index_bytes"] = n * (d + att.index_head_dim)  # fp8 queries and keys
     return out
 
 
-def total_weight_bytes(model: dict, deployment: dict) -> float:
+def total_weight_bytes(model: ModelSettings, dep: DeploymentSettings) -> float:
     """Return the bytes of every weight of the model in the deployment's dtypes (no sharding)."""
     groups = linears(model)
-    layers = model["dense_layers"] + model["moe_layers"]
+    layers = model.dense_layers + model.moe_layers
     total = 0.0
     for group in ("attention", "indexer"):
         params = sum(i * o for _, i, o, _ in groups.get(group, []))
-        total += layers * params * bytes_per_weight(group_dtype(group, deployment))
+        total += layers * params * bytes_per_weight(group_dtype(group, dep))
     for group, count in (
-        ("dense_mlp", model["dense_layers"]),
-        ("shared_experts", model["moe_layers"]),
+        ("dense_mlp", model.dense_layers),
+        ("shared_experts", model.moe_layers),
     ):
         params = sum(i * o for _, i, o, _ in groups[group])
-        total += count * params * bytes_per_weight(group_dtype(group, deployment))
-    total += model["moe_layers"] * model["hidden"] * model["routed_experts"] * 2
+        total += count * params * bytes_per_weight(group_dtype(group, dep))
+    total += model.moe_layers * model.hidden * model.routed_experts * 2
     total += (
-        model["moe_layers"]
-        * model["routed_experts"]
+        model.moe_layers
+        * model.routed_experts
         * expert_params(model)
-        * bytes_per_weight(group_dtype("routed_experts", deployment))
+        * bytes_per_weight(group_dtype("routed_experts", dep))
     )
-    total += model["vocab"] * model["hidden"] * 2  # embedding
-    if not model["tied_embeddings"]:
-        total += (
-            model["vocab"] * model["hidden"] * bytes_per_weight(group_dtype("lm_head", deployment))
-        )
+    total += model.vocab * model.hidden * 2  # embedding
+    if not model.tied_embeddings:
+        total += model.vocab * model.hidden * bytes_per_weight(group_dtype("lm_head", dep))
     return total
 
 
 INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 
 
-def deployment_model(model: dict, deployment: dict) -> dict:
+def deployment_model(model: ModelSettings, dep: DeploymentSettings) -> ModelSettings:
     """Return the model as the deployment runs it: with `attention: dense`, MLA over the whole
     context and no DSA indexer (its weights and index cache left out)."""
-    att = model["attention"]
-    if deployment.get("attention", "dsa") != "dense" or "index_topk" not in att:
+    att = model.attention
+    if dep.attention != "dense" or att.index_topk is None:
         return model
-    return dict(model, attention={k: v for k, v in att.items() if k not in INDEX_KEYS})
+    return model.model_copy(update={"attention": att.model_copy(update=dict.fromkeys(INDEX_KEYS))})

@@ -28,6 +28,7 @@ import pandas as pd
 
 from tilesweep.io import project_path
 from tilesweep.plan.part_timers import part_terms
+from tilesweep.settings import DeploymentSettings, ModelSettings
 
 # The latent row the table's kernel reads (tools/h200_mla_tune.py: LAT, ROPE).
 LATENT = (512, 64)
@@ -81,19 +82,21 @@ def lookup(table: pd.DataFrame, device: str, heads: float, sequences: float, tok
     return _between(by_heads, heads)
 
 
-def serves(table: pd.DataFrame | None, device: str, model: dict, dep: dict) -> bool:
+def serves(
+    table: pd.DataFrame | None, device: str, model: ModelSettings, dep: DeploymentSettings
+) -> bool:
     """Return whether the table has times on `device` for this model's attention core: MLA with
     the latent width the kernel was measured at, over a bf16 cache."""
-    att = model["attention"]
-    if table is None or att["kind"] != "mla" or dep["kv_dtype"] != "bf16":
+    att = model.attention
+    if table is None or att.kind != "mla" or dep.kv_dtype != "bf16":
         return False
-    if (att["kv_lora_rank"], att["qk_rope_head_dim"]) != LATENT:
+    if (att.kv_lora_rank, att.qk_rope_head_dim) != LATENT:
         return False
     return bool((table["device"] == device).any())
 
 
 def for_device(
-    table: pd.DataFrame | None, device: str, model: dict, dep: dict
+    table: pd.DataFrame | None, device: str, model: ModelSettings, dep: DeploymentSettings
 ) -> Callable[[dict], float | None] | None:
     """Return part -> ms per occurrence from the table for an attention core part on `device`,
     or None where the table cannot serve this model and deployment at all."""
@@ -148,7 +151,9 @@ def identify(table: pd.DataFrame, device: str, reference: dict, overlap: float) 
     }
 
 
-def with_kernel_efficiencies(fit: dict, table: pd.DataFrame | None, model: dict, dep: dict):
+def with_kernel_efficiencies(
+    fit: dict, table: pd.DataFrame | None, model: ModelSettings, dep: DeploymentSettings
+):
     """Return the fit with its attention group's efficiencies identified from the table's steady
     times on the fit's device (identify), where the table serves the model; else the fit as is.
     The step fit sees one head count, so it cannot split the attention core's time between its

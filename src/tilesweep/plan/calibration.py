@@ -3,8 +3,6 @@
 - `step_fit`: the launch-aware fit (plan.launch_fit) on the TP1 whole steps timed in CUDA graphs,
   at two batches only (the smallest and largest), so every other batch, every emulated rank and
   every other layout is a held-out check.
-- `measured_interconnect`: the latency/bandwidth fit of each collective measured on the device at
-  hand, and its latency floor.
 - `step_check`: the composed prediction of the same depth-reduced model as was run, beside each
   measured whole step, with the error; eager steps are checked against an eager fit, labelled.
 """
@@ -17,56 +15,61 @@ import pandas as pd
 
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.plan import attention_table, engine_profile
-from tilesweep.plan.interconnect import fit_measured
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_time import compose_step
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
+from tilesweep.settings.hardware_spec import InterconnectModel, Topology
 
 # The layout whose whole steps a launch-aware fit is made on: one GPU, nothing split.
 FIT_LAYOUT = "tp1-pp1-ep1"
 
 
-def device_hardware(ceilings: dict, device: str, interconnect: dict | None) -> dict:
-    """Return a hardware dict for the device at hand from its measured ceilings: copy bandwidth,
-    matrix rate per dtype (missing dtypes stay missing), and the measured interconnect."""
+def device_hardware(ceilings: dict, device: str, interconnect: Topology | None) -> HardwareSpec:
+    """Return the device at hand as a hardware spec holds it, from its measured ceilings: copy
+    bandwidth, matrix rate per dtype (missing dtypes stay missing), and the measured interconnect
+    (the keys a composition reads; measured, so not held to a file's ranges or keys)."""
     peaks = {k: v for k, v in (ceilings.get("matmul_tflops") or {}).items() if v}
-    hw = {
-        "name": device,
-        "memory_bandwidth_gbs": ceilings["copy_gbs"],
-        "peak_tflops": peaks,
-        "interconnect": "measured",
-    }
+    model = None
     if interconnect:
-        hw["interconnect_model"] = {"default": "measured", "topologies": {"measured": interconnect}}
-    return hw
+        topologies = {"measured": interconnect}
+        model = InterconnectModel.model_construct(default="measured", topologies=topologies)
+    return HardwareSpec.model_construct(
+        name=device,
+        memory_bandwidth_gbs=ceilings["copy_gbs"],
+        peak_tflops=peaks,
+        interconnect="measured",
+        interconnect_model=model,
+    )
 
 
-def measured_interconnect(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
-    """Return ({collective: {by_gpus: {n: {latency_us, busbw_gbs}}, timing}}, {collective: {n:
-    floor ms}}) fitted on the collectives measured here over `backend`, per GPU count measured
-    (plan.interconnect.fit_measured: NCCL rows timed eagerly never calibrate)."""
-    return fit_measured(collective, backend)
-
-
-def _step_model(row: dict, model: dict) -> tuple[dict, dict, dict]:
+def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, DeploymentSettings, dict]:
     """Return (model as run, deployment of the run, layer overrides) for a measured step row."""
-    as_run = dict(model)
-    as_run["routed_experts"] = int(row["routed_experts_run"])
-    as_run["vocab"] = int(row["vocab_run"])
-    dep = {
-        "weight_dtype": "bf16",
-        "kv_dtype": "bf16",
-        "quantized": [],
-        "context_len": int(row["context_len"]),
-        "kernel_gap_us": 0.0,
+    ran = {"routed_experts": int(row["routed_experts_run"]), "vocab": int(row["vocab_run"])}
+    as_run = model.model_copy(update=ran)
+    # The keys a composition reads (the run's files and batches are no part of it).
+    dep = DeploymentSettings.model_construct(
+        weight_dtype="bf16",
+        kv_dtype="bf16",
+        quantized=[],
+        compute_dtype="",
+        context_len=int(row["context_len"]),
+        input_len=0,
+        output_len=0,
+        kernel_gap_us=0.0,
+        attention="dsa",
+    )
+    per_stage = {
+        "dense": int(row["dense_layers_run"]),
+        "moe": int(row["moe_layers_run"]),
         "routing": "balanced",  # the measured step routes every expert the same rows
     }
-    per_stage = {"dense": int(row["dense_layers_run"]), "moe": int(row["moe_layers_run"])}
     return as_run, dep, {"per_stage": per_stage}
 
 
-def _layout(row: dict) -> dict:
-    return {"tp": int(row["tp"]), "pp": int(row["pp"]), "ep": int(row["ep"])}
+def _layout(row: dict) -> Layout:
+    """Return the layout a measured step row ran."""
+    return Layout(tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]))
 
 
 TIMINGS = ("cuda-graph", "eager")
@@ -101,8 +104,8 @@ def _emulated(steps: pd.DataFrame) -> pd.Series:
 
 def step_fit(
     steps: pd.DataFrame,
-    model: dict,
-    hw: dict,
+    model: ModelSettings,
+    hw: HardwareSpec,
     per_kernel_us: float | None,
     device: str,
     timing: str = "cuda-graph",
@@ -146,7 +149,7 @@ def step_fit(
         "device": device,
         "layout": FIT_LAYOUT,
         "timing": timing,
-        "model": model["name"],
+        "model": model.name,
         "step": rows[0]["measured_label"],
     }
     fit = fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
@@ -167,19 +170,17 @@ def fit_words(fit: dict) -> str:
     )
 
 
-def rank_compute_ms(row: dict, model: dict, hw: dict, timer) -> float:
+def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) -> float:
     """Return the composed compute time of the one rank an emulated step ran (its stage's parts
     for every micro-batch it runs, with the engine's extra kernels where the row ran an engine's
     list; no collectives)."""
     as_run, dep, over = _step_model(row, model)
     layout = _layout(row)
-    parts, m = parts_as_run(
-        as_run, dep, layout, over["per_stage"], _sequences(row), layout["pp"] - 1
-    )
+    parts, m = parts_as_run(as_run, dep, layout, over["per_stage"], _sequences(row), layout.pp - 1)
     engine = engine_profile.as_run(row)
     if engine is not None:
         stage = dict(over["per_stage"], sliding=0)
-        parts = parts + engine.extra_parts(stage, layout["pp"] == 1, True)
+        parts = parts + engine.extra_parts(stage, layout.pp == 1, True)
     total = 0.0
     for part in parts:
         t = timer(part, hw)
@@ -194,8 +195,8 @@ def _extra_text(extra: dict) -> str:
 
 def step_check(
     steps: pd.DataFrame,
-    model: dict,
-    hw: dict,
+    model: ModelSettings,
+    hw: HardwareSpec,
     floors: dict,
     device: str,
     per_kernel_us: float | None = None,
@@ -273,7 +274,7 @@ def step_check(
         measured = row["step_ms"]
         fitted_here = (
             used is not None
-            and used["model"] == model["name"]
+            and used["model"] == model.name
             and not emu
             and row["layout"] == FIT_LAYOUT
             and batch in used["fit_batches"]
@@ -283,9 +284,11 @@ def step_check(
         roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]
         rows.append(
             {
-                "model": model["name"],
+                "model": model.name,
                 "layout": row["layout"],
-                **layout,
+                "tp": layout.tp,
+                "pp": layout.pp,
+                "ep": layout.ep,
                 "batch": batch,
                 "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
                 "kernels_per_layer": row.get("kernels_per_layer", math.nan),

@@ -26,6 +26,7 @@ from tilesweep.plan.step_time import (
     prompt_words,
     serving_load,
 )
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 if TYPE_CHECKING:
     from tilesweep.settings import RootSettings
@@ -35,55 +36,51 @@ COLUMNS = VERDICT_COLUMNS
 
 @dataclass(frozen=True)
 class Composition:
-    """What one deployment table is composed from, resolved, as the plan's plain containers: the
-    model as deployed (architecture.deployment_model), the deployment (the verdict adds its
-    resolved attention and labels), the target's hardware spec and the layouts."""
+    """What one deployment table is composed from, resolved: the model as deployed
+    (architecture.deployment_model), the deployment (the verdict resolves its attention and a
+    load's context), the target's hardware spec (its collective figures may be the ones measured
+    here) and the layouts."""
 
-    model: dict
-    deployment: dict
-    hardware: dict
-    layouts: list[dict]
+    model: ModelSettings
+    deployment: DeploymentSettings
+    hardware: HardwareSpec
+    layouts: list[Layout]
 
     @classmethod
     def of(cls, settings: RootSettings) -> Composition:
         """Return the composition the settings name, as they are (no engine or fit applied)."""
-        # Remaining model_dump (issue 51): plan's composers read the groups as mappings, as the
-        # measured steps' JSON cells give them to the same functions; typing them is plan-wide.
-        return cls(
-            settings.model.model_dump(exclude_unset=True),
-            settings.deployment.model_dump(exclude_unset=True),
-            settings.hardware.model_dump(exclude_unset=True),
-            [lay.model_dump(exclude_unset=True) for lay in settings.grid.layouts],
-        )
+        return cls(settings.model, settings.deployment, settings.hardware, settings.grid.layouts)
 
 
-def _inputs(parts: Composition, hw: dict, ic_label: str, timer_label: str) -> dict[str, str]:
+def _inputs(
+    parts: Composition, hw: HardwareSpec, ic_label: str, timer_label: str
+) -> dict[str, str]:
     """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
     dep, model = parts.deployment, parts.model
-    sheet = f"(hardware[{hw['name']}])"
+    sheet = f"(hardware[{hw.name}])"
     items = {
-        "memory_bandwidth_gbs": f"{hw['memory_bandwidth_gbs']} {sheet}",
-        "peak_tflops": f"{hw['peak_tflops']} {sheet}",
-        "memory_gb": f"{hw['memory_gb']} {sheet}",
+        "memory_bandwidth_gbs": f"{hw.memory_bandwidth_gbs} {sheet}",
+        "peak_tflops": f"{hw.peak_tflops} {sheet}",
+        "memory_gb": f"{hw.memory_gb} {sheet}",
         "interconnect": ic_label,
     }
     if "measured on" not in ic_label:
-        items["interconnect from"] = f"hardware[{hw['name']}].interconnect_model"
+        items["interconnect from"] = f"hardware[{hw.name}].interconnect_model"
     return items | {
-        "model": f"{model['name']} ({model['source']})",
-        "weight_dtype": f"{dep['weight_dtype']} (deployment)",
-        "quantized": f"{','.join(dep['quantized'])} (deployment)",
-        "kv_dtype": f"{dep['kv_dtype']} (deployment)",
-        "context_len": f"{dep['context_len']} (deployment)",
-        "runtime_reserve_gb": f"{dep['runtime_reserve_gb']} (deployment)",
-        "kernel_gap_us": f"{dep['kernel_gap_us']} (deployment; only where the fit gives a part "
+        "model": f"{model.name} ({model.source})",
+        "weight_dtype": f"{dep.weight_dtype} (deployment)",
+        "quantized": f"{','.join(dep.quantized)} (deployment)",
+        "kv_dtype": f"{dep.kv_dtype} (deployment)",
+        "context_len": f"{dep.context_len} (deployment)",
+        "runtime_reserve_gb": f"{dep.runtime_reserve_gb} (deployment)",
+        "kernel_gap_us": f"{dep.kernel_gap_us} (deployment; only where the fit gives a part "
         "no launch cost)",
         "part times": timer_label,
         "routing": "random top-k (expected distinct experts; EP: the busiest rank)",
     }
 
 
-def _load_item(load_in: int, load_out: int, prefill: float, hw: dict) -> str:
+def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec) -> str:
     """Return the serving load a row carries and what the other requests' prompts add, in words."""
     if not load_in:
         return "decode only (no arriving prompts)"
@@ -109,23 +106,25 @@ _SPLIT = {
 }
 
 
-def _fit_columns(parts: Composition, layout: dict, batch: int, engine: str, fit: dict) -> dict:
+def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fit: dict) -> dict:
     """Return a row's identity, load and memory fit columns."""
     model, dep = parts.model, parts.deployment
     load_in, load_out = serving_load(dep)
     return {
-        "model": model["name"],
-        "hardware": parts.hardware["name"],
+        "model": model.name,
+        "hardware": parts.hardware.name,
         "layout": layout_name(layout),
-        **{k: layout[k] for k in ("tp", "pp", "ep")},
-        "world": layout["tp"] * layout["pp"] * layout["ep"],
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "ep": layout.ep,
+        "world": layout.tp * layout.pp * layout.ep,
         "batch": batch,
-        "context_len": dep["context_len"],
+        "context_len": dep.context_len,
         "input_len": load_in,
         "output_len": load_out,
         "engine": engine,
-        "weight_dtype": dep["weight_dtype"],
-        "kv_dtype": dep["kv_dtype"],
+        "weight_dtype": dep.weight_dtype,
+        "kv_dtype": dep.kv_dtype,
         "fits_memory": "yes" if fit["fits"] else "no",
         "mem_needed_gb": fit["needed_bytes"] / 1e9,
         "mem_short_gb": fit["short_bytes"] / 1e9,
@@ -177,7 +176,7 @@ def compose_parts(
     _, ic_label = topology_numbers(hw)
     rows = []
     for layout in parts.layouts:
-        for batch in dep["batches"]:
+        for batch in dep.batches:
             fit = memory_fit(model, dep, hw, layout, batch, layer_overrides)
             row = _fit_columns(parts, layout, batch, engine.name, fit)
             if not fit["fits"]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilesweep.settings import ModelSettings
+from tilesweep.settings.engine_spec import EngineSettings, Family, Kernel
+
 # The layer lists a part kind's launches are read from, by the layers its part occurs in
 # (plan.step_parts: one part per layer of its type).
 LAYER_KINDS = {
@@ -29,23 +32,23 @@ LEAN = "lean"
 EXTRA = "engine_extra"
 
 
-def family(model: dict) -> str:
+def family(model: ModelSettings) -> str:
     """Return the model family an engine's kernel list is keyed by: mla_dsa_moe (MLA with the DSA
     indexer, as the deployment runs it), mla_moe, gqa_moe."""
-    att = model["attention"]
-    if att["kind"] == "mla":
-        return "mla_dsa_moe" if att.get("index_topk") else "mla_moe"
+    att = model.attention
+    if att.kind == "mla":
+        return "mla_dsa_moe" if att.index_topk else "mla_moe"
     return "gqa_moe"
 
 
-def attention_mode(engine: dict, arch: str) -> tuple[str, str]:
+def attention_mode(engine: EngineSettings, arch: str) -> tuple[str, str]:
     """Return (dsa | dense, label) as the engine runs attention on `arch`: its per-architecture
     entry, else its `default`, else dsa (the checkpoint's)."""
-    by_arch = engine.get("attention_by_arch") or {}
+    by_arch = engine.attention_by_arch
     if arch in by_arch:
-        return by_arch[arch], f"{engine['name']} on {arch}"
+        return by_arch[arch], f"{engine.name} on {arch}"
     if "default" in by_arch:
-        return by_arch["default"], f"{engine['name']}'s default"
+        return by_arch["default"], f"{engine.name}'s default"
     return "dsa", "the checkpoint's"
 
 
@@ -88,61 +91,73 @@ class EngineProfile:
         return out
 
 
-def _running(kernels: list[dict], weight_dtype: str, arch: str | None = None) -> list[dict]:
+def _running(kernels: list[Kernel], weight_dtype: str, arch: str | None = None) -> list[Kernel]:
     """Return the kernels of a list that run in `weight_dtype` on `arch` (None: only those of
     every arch) and are not all-reduces (those are timed by the interconnect model)."""
     return [
         k
         for k in kernels
-        if not (k.get("only_for") and weight_dtype not in k["only_for"])
-        and not (k.get("only_arch") and arch not in k["only_arch"])
-        and k["kind"] != "allreduce"
+        if not (k.only_for and weight_dtype not in k.only_for)
+        and not (k.only_arch and arch not in k.only_arch)
+        and k.kind != "allreduce"
     ]
 
 
-def arch_gap(engine: dict, model: dict, arch: str) -> str:
+def arch_gap(engine: EngineSettings, model: ModelSettings, arch: str) -> str:
     """Return why `engine`'s list for `model`'s family has no attention kernel on `arch` (each is
     `only_arch` other architectures: the engine's code has no path there), or '' where it has one,
     or where the engine has no list for the family; or why the engine runs on other
     architectures only (its own `only_arch`: a backend built for one GPU generation)."""
-    only = engine.get("only_arch") or []
+    only = engine.only_arch
     if only and arch not in only:
         return (
-            f"engine {engine['name']} runs on {', '.join(only)} only (only_arch in "
-            f"conf/engine/{engine['name']}.yaml)"
+            f"engine {engine.name} runs on {', '.join(only)} only (only_arch in "
+            f"conf/engine/{engine.name}.yaml)"
         )
-    lists = (engine.get("families") or {}).get(family(model))
+    lists = engine.families.get(family(model))
     if lists is None:
         return ""
-    cores = [k for k in lists["per_layer"] if k["kind"] in ("attention", "attention_gqa")]
-    if not cores or any(not k.get("only_arch") or arch in k["only_arch"] for k in cores):
+    cores = [k for k in lists.per_layer if k.kind in ("attention", "attention_gqa")]
+    if not cores or any(not k.only_arch or arch in k.only_arch for k in cores):
         return ""
-    runs = sorted({a for k in cores for a in k["only_arch"]}, key=lambda a: int(a[3:].rstrip("a")))
+    runs = sorted({a for k in cores for a in k.only_arch}, key=lambda a: int(a[3:].rstrip("a")))
     return (
-        f"engine {engine['name']}'s {family(model)} list has no attention kernel on {arch} (it "
-        f"runs on {', '.join(runs)}: only_arch in conf/engine/{engine['name']}.yaml)"
+        f"engine {engine.name}'s {family(model)} list has no attention kernel on {arch} (it "
+        f"runs on {', '.join(runs)}: only_arch in conf/engine/{engine.name}.yaml)"
     )
 
 
+def _family_lists(engine: EngineSettings, model: ModelSettings) -> Family:
+    """Return the engine's kernel lists for the model's family; raise ValueError where it has
+    none for that family."""
+    fam = family(model)
+    lists = engine.families.get(fam)
+    if lists is None:
+        raise ValueError(
+            f"engine {engine.name} has no kernel list for the {fam} family of "
+            f"{model.name} (has {', '.join(sorted(engine.families))})"
+        )
+    return lists
+
+
 def extra_kernels(
-    engine: dict, model: dict, weight_dtype: str = "bf16", arch: str | None = None
-) -> dict[str, list]:
+    engine: EngineSettings | None,
+    model: ModelSettings,
+    weight_dtype: str = "bf16",
+    arch: str | None = None,
+) -> dict[str, list[Kernel]]:
     """Return {per_layer | per_moe_layer | per_dense_layer | per_step: the kernels of `engine`'s
     list for `model`'s family that run in `weight_dtype` and that no part kind of that list
     covers (its small kernels: kind `extra`, or a kind that does not occur there)}; raise
     ValueError where the engine has no list, or none for the model's family."""
-    fam = family(model)
-    if not engine or not engine.get("families"):
-        name = engine["name"] if engine else "none"
+    if engine is None or not engine.families:
+        name = engine.name if engine is not None else "none"
         raise ValueError(f"engine {name} lists no kernels (the project's own step's count)")
-    lists = engine["families"].get(fam)
-    if lists is None:
-        raise ValueError(
-            f"engine {engine['name']} has no kernel list for the {fam} family of "
-            f"{model['name']} (has {', '.join(sorted(engine['families']))})"
-        )
+    lists = _family_lists(engine, model)
     return {
-        where: [k for k in _running(lists[where], weight_dtype, arch) if k["kind"] not in kinds]
+        where: [
+            k for k in _running(getattr(lists, where), weight_dtype, arch) if k.kind not in kinds
+        ]
         for where, kinds in LAYER_KINDS.items()
     }
 
@@ -167,45 +182,42 @@ def lean() -> EngineProfile:
 
 
 def profile(
-    engine: dict | None, model: dict, weight_dtype: str = "bf16", arch: str | None = None
+    engine: EngineSettings,
+    model: ModelSettings,
+    weight_dtype: str = "bf16",
+    arch: str | None = None,
 ) -> EngineProfile:
-    """Return the EngineProfile of `engine` (conf/engine, validated) for `model` in `weight_dtype`
-    (a kernel listed `only_for` other dtypes does not run); the lean step where the engine has no
-    list (`lean`, or an engine whose code was not read: labelled so); raise ValueError where it
-    lacks the model's family."""
-    if not engine or not engine.get("families"):
+    """Return the EngineProfile of `engine` (conf/engine) for `model` in `weight_dtype` (a kernel
+    listed `only_for` other dtypes does not run); the lean step where the engine has no list
+    (`lean`, or an engine whose code was not read: labelled so); raise ValueError where it lacks
+    the model's family."""
+    if not engine.families:
         prof = lean()
-        if engine and engine["name"] != "lean":
-            prof.name = engine["name"]
+        if engine.name != "lean":
+            prof.name = engine.name
             prof.label = (
-                f"no kernel list read for {engine['name']} {engine['version']}: the project's own "
+                f"no kernel list read for {engine.name} {engine.version}: the project's own "
                 "step's count"
             )
     else:
-        fam = family(model)
-        lists = engine["families"].get(fam)
-        if lists is None:
-            raise ValueError(
-                f"engine {engine['name']} has no kernel list for the {fam} family of "
-                f"{model['name']} (has {', '.join(sorted(engine['families']))})"
-            )
+        lists = _family_lists(engine, model)
         launches: dict[str, float] = {}
         for where, kinds in LAYER_KINDS.items():
-            for k in _running(lists[where], weight_dtype, arch):
-                if k["kind"] in kinds:
-                    launches[k["kind"]] = launches.get(k["kind"], 0.0) + k["count"]
+            for k in _running(getattr(lists, where), weight_dtype, arch):
+                if k.kind in kinds:
+                    launches[k.kind] = launches.get(k.kind, 0.0) + k.count
         extra = {
-            where: sum(k["count"] for k in listed)
+            where: sum(k.count for k in listed)
             for where, listed in extra_kernels(engine, model, weight_dtype, arch).items()
             if listed
         }
-        label = f"engine-faithful kernel count ({engine['name']} {engine['version']} {fam} list)"
-        prof = EngineProfile(engine["name"], label, launches, extra)
-    if engine:
-        host = engine["host"]
-        prof.host_ms = host["ms"]
-        prof.host_label = (
-            f"{host['ms']:g} ms per step ({host['source']}; its source: conf/engine/"
-            f"{engine['name']}.yaml host.cite)"
-        )
+        fam = family(model)
+        label = f"engine-faithful kernel count ({engine.name} {engine.version} {fam} list)"
+        prof = EngineProfile(engine.name, label, launches, extra)
+    host = engine.host
+    prof.host_ms = host.ms
+    prof.host_label = (
+        f"{host.ms:g} ms per step ({host.source}; its source: conf/engine/"
+        f"{engine.name}.yaml host.cite)"
+    )
     return prof

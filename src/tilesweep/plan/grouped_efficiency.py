@@ -13,6 +13,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.hardware_spec import EfficiencyCurve, EfficiencyPoint
+
 
 @dataclass(frozen=True)
 class Band:
@@ -51,87 +54,91 @@ def fixed_cost_scaled(e: float, cited_mb: float, expert_mb: float) -> float:
     return 1.0 / (1.0 + cited_mb / expert_mb * (1.0 / e - 1.0))
 
 
-def _scaled(pt: dict, expert_mb: float | None) -> dict:
+def _scaled(pt: EfficiencyPoint, expert_mb: float | None) -> EfficiencyPoint:
     """Return the point with each end scaled to `expert_mb` an expert (itself where the point
     names no expert size, or none is asked)."""
-    if expert_mb is None or not (pt.get("low_expert_mb") and pt.get("high_expert_mb")):
+    if expert_mb is None or not (pt.low_expert_mb and pt.high_expert_mb):
         return pt
     ends = []  # (efficiency at expert_mb, the kernel and how it was read)
     for end in ("low", "high"):
-        e, kernel, cited = pt[end], pt[f"{end}_kernel"], pt[f"{end}_expert_mb"]
+        e, kernel = getattr(pt, end), getattr(pt, f"{end}_kernel")
+        cited = getattr(pt, f"{end}_expert_mb")
         if math.isclose(cited, expert_mb):
             ends.append((e, f"{kernel}, timed at {cited:.3g} MB an expert"))
         else:
             words = f"{kernel}, from {cited:.3g} to {expert_mb:.3g} MB an expert at a fixed cost"
             ends.append((fixed_cost_scaled(e, cited, expert_mb), words))
     (low, low_kernel), (high, high_kernel) = min(ends), max(ends)
-    return dict(pt, low=low, high=high, low_kernel=low_kernel, high_kernel=high_kernel)
+    ends = {"low": low, "high": high, "low_kernel": low_kernel, "high_kernel": high_kernel}
+    return pt.model_copy(update=ends)
 
 
-def sized(curve: dict) -> bool:
+def sized(curve: EfficiencyCurve) -> bool:
     """Return whether any point of the curve names the expert size its kernels were timed on."""
-    return any(pt.get("low_expert_mb") for pt in curve["points"])
+    return any(pt.low_expert_mb for pt in curve.points)
 
 
-def band_at(curve: dict, tokens_per_expert: float, expert_mb: float | None = None) -> Band:
-    """Return the band of a curve (hardware_spec.EfficiencyCurve as plain containers) at
+def band_at(
+    curve: EfficiencyCurve, tokens_per_expert: float, expert_mb: float | None = None
+) -> Band:
+    """Return the band of a curve (hardware_spec.EfficiencyCurve) at
     `tokens_per_expert` (the batch's routed tokens over the routed experts) and, where given,
     `expert_mb` (the bytes of one expert a rank streams, MB)."""
-    sizes = [pt.get(f"{end}_expert_mb") for pt in curve["points"] for end in ("low", "high")]
+    sizes = [getattr(pt, f"{end}_expert_mb") for pt in curve.points for end in ("low", "high")]
     sizes = [mb for mb in sizes if mb]
     if expert_mb is None or not sizes:  # none asked, or none cited: the band as cited
-        return _band_over(curve["points"], tokens_per_expert)
+        return _band_over(curve.points, tokens_per_expert)
     # Held inside the sizes the kernels were timed on, as tokens are inside the cited points.
     use = min(max(expert_mb, min(sizes)), max(sizes))
-    band = _band_over([_scaled(pt, use) for pt in curve["points"]], tokens_per_expert)
+    band = _band_over([_scaled(pt, use) for pt in curve.points], tokens_per_expert)
     where = f"{band.where}, {expert_mb:.3g} MB an expert"
     if not math.isclose(use, expert_mb):
         where += f" (held at {use:.3g} MB, the nearest size a cited kernel was timed on)"
     return dataclasses.replace(band, where=where)
 
 
-def _band_over(points: list[dict], tokens_per_expert: float) -> Band:
+def _band_over(points: list[EfficiencyPoint], tokens_per_expert: float) -> Band:
     """Return the band of ascending points at `tokens_per_expert`."""
     t = max(float(tokens_per_expert), 1e-9)
     first, last = points[0], points[-1]
     for pt in points:
-        if math.isclose(pt["tokens_per_expert"], t):
+        if math.isclose(pt.tokens_per_expert, t):
             return _band(pt, pt, 0.0, f"at {t:g} tokens per expert")
-    if t < first["tokens_per_expert"]:
-        held = f"held from {first['tokens_per_expert']:g} tokens per expert (none cited below)"
+    if t < first.tokens_per_expert:
+        held = f"held from {first.tokens_per_expert:g} tokens per expert (none cited below)"
         return _band(first, first, 0.0, f"at {t:.3g} tokens per expert, {held}")
-    if t > last["tokens_per_expert"]:
-        held = f"held from {last['tokens_per_expert']:g} tokens per expert (none cited above)"
+    if t > last.tokens_per_expert:
+        held = f"held from {last.tokens_per_expert:g} tokens per expert (none cited above)"
         return _band(last, last, 0.0, f"at {t:.3g} tokens per expert, {held}")
     for a, b in zip(points, points[1:], strict=False):
-        ta, tb = a["tokens_per_expert"], b["tokens_per_expert"]
+        ta, tb = a.tokens_per_expert, b.tokens_per_expert
         if ta < t < tb:
             w = math.log(t / ta) / math.log(tb / ta)
             return _band(a, b, w, f"at {t:.3g} tokens per expert, between {ta:g} and {tb:g}")
     raise AssertionError("unreachable: the points ascend")
 
 
-def _band(a: dict, b: dict, w: float, where: str) -> Band:
+def _band(a: EfficiencyPoint, b: EfficiencyPoint, w: float, where: str) -> Band:
     """Return the band mixed between two points (the same point for w = 0)."""
     pick = a if w < 0.5 else b
-    cite = a["cite"] if a is b else f"{a['cite']}; {b['cite']}"
+    cite = a.cite if a is b else f"{a.cite}; {b.cite}"
     return Band(
-        low=_log_mix(a["low"], b["low"], w),
-        high=_log_mix(a["high"], b["high"], w),
-        low_kernel=pick["low_kernel"],
-        high_kernel=pick["high_kernel"],
+        low=_log_mix(a.low, b.low, w),
+        high=_log_mix(a.high, b.high, w),
+        low_kernel=pick.low_kernel,
+        high_kernel=pick.high_kernel,
         where=where,
         cite=cite,
     )
 
 
-def shaped_timer(curve: dict, tokens_per_expert: float, end: str, make):
+def shaped_timer(curve: EfficiencyCurve, tokens_per_expert: float, end: str, make):
     """Return a part timer that times each expert GEMM part with `make(e_bw)` (a timer from the
     fit with the expert group's e_bw replaced) at the band's `end` ("low", "middle" or "high")
     for that part's expert size (`expert_mb`), and every other part at the band with no size."""
     made = {}
 
-    def timer(part: dict, hw: dict) -> dict:
+    def timer(part: dict, hw: HardwareSpec) -> dict:
         mb = part.get("expert_mb") if part["kind"] == "expert_gemm" else None
         if mb not in made:
             made[mb] = make(getattr(band_at(curve, tokens_per_expert, mb), end))

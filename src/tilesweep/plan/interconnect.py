@@ -34,6 +34,14 @@ import pandas as pd
 
 from tilesweep.plan import allreduce
 from tilesweep.plan.messages import bus_factor, fit_alpha_beta
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.hardware_spec import (
+    AllReduce,
+    Collective,
+    Figures,
+    OneShotFigures,
+    Topology,
+)
 
 COLLECTIVES = ("all_reduce", "all_to_all", "send_recv")
 
@@ -52,32 +60,19 @@ def wire_factor(collective: str, n: int) -> float:
     return 0.0 if n == 1 else bus_factor(collective, n)
 
 
-def _for_gpus(by_gpus: dict | None, n: int) -> dict | None:
-    """Return the figures of n GPUs in a by_gpus mapping (int keys; str keys after a JSON trip)."""
-    if not by_gpus:
-        return None
-    found = by_gpus.get(n)
-    return found if found is not None else by_gpus.get(str(n))
-
-
-def _counts(by_gpus: dict | None) -> str:
-    """Return the GPU counts a by_gpus mapping has figures for, e.g. '2, 8', or 'none'."""
-    return ", ".join(str(k) for k in sorted(int(k) for k in by_gpus)) if by_gpus else "none"
-
-
-def topology_numbers(hw: dict, topology: str | None = None) -> tuple[dict | None, str]:
+def topology_numbers(hw: HardwareSpec, topology: str | None = None) -> tuple[Topology | None, str]:
     """Return (the topology's per-collective figures or None, label naming it or the gap)."""
-    block = hw.get("interconnect_model")
+    block = hw.interconnect_model
     if not block:
-        return None, f"no interconnect_model in hardware[{hw.get('name')}]"
-    name = topology or block["default"]
-    if name not in block["topologies"]:
-        return None, f"hardware[{hw.get('name')}] has no interconnect topology {name!r}"
-    return block["topologies"][name], f"{hw.get('interconnect')}/{name}"
+        return None, f"no interconnect_model in hardware[{hw.name}]"
+    name = topology or block.default
+    if name not in block.topologies:
+        return None, f"hardware[{hw.name}] has no interconnect topology {name!r}"
+    return block.topologies[name], f"{hw.interconnect}/{name}"
 
 
 def collective_time(
-    collective: str, n: int, nbytes: float, numbers: dict | None
+    collective: str, n: int, nbytes: float, numbers: Topology | None
 ) -> tuple[float, str]:
     """Return (time in ms of one collective, label: which figures gave it, or the gap's reason)."""
     _check(collective, n)
@@ -85,39 +80,40 @@ def collective_time(
         return 0.0, "one GPU: no collective"
     if numbers is None:
         return math.nan, "no interconnect model"
-    block = numbers.get(collective)
+    block = getattr(numbers, collective)
     if not block:
         return math.nan, f"no {collective} figures in the interconnect model"
-    figures = _for_gpus(block.get("by_gpus"), n)
+    figures = block.by_gpus.get(n)
     if figures is None:
-        return math.nan, (
-            f"no {collective} figures for {n} GPUs (has {_counts(block.get('by_gpus'))}); "
-            "another count's are not used"
+        has = ", ".join(map(str, sorted(block.by_gpus)))
+        return (
+            math.nan,
+            f"no {collective} figures for {n} GPUs (has {has}); another count's are not used",
         )
     nbytes = max(float(nbytes), 0.0)
     ms = (
-        figures["latency_us"] * 1e-3
-        + wire_factor(collective, n) * nbytes / (figures["busbw_gbs"] * 1e9) * 1e3
+        figures.latency_us * 1e-3
+        + wire_factor(collective, n) * nbytes / (figures.busbw_gbs * 1e9) * 1e3
     )
     if collective == "all_reduce":
         engine = allreduce.engine_time(block, n, nbytes, ms)
         if engine is not None:
             return engine
-    one_shot = block.get("one_shot") or {}
-    shot = _for_gpus(one_shot.get("by_gpus"), n) if one_shot.get("enabled") else None
-    if shot is not None and nbytes <= shot["max_bytes"]:
+    one_shot = block.one_shot if isinstance(block, AllReduce) else None
+    shot = one_shot.by_gpus.get(n) if one_shot and one_shot.enabled else None
+    if shot is not None and nbytes <= shot.max_bytes:
         us = _custom_us(shot, nbytes)
         if us * 1e-3 < ms:
-            return us * 1e-3, f"model: the engine's custom all-reduce (<= {shot['max_bytes']} B)"
+            return us * 1e-3, f"model: the engine's custom all-reduce (<= {shot.max_bytes} B)"
     return ms, "model"
 
 
-def _custom_us(shot: dict, nbytes: float) -> float:
+def _custom_us(shot: OneShotFigures, nbytes: float) -> float:
     """Return the custom all-reduce's time in us for a message: on the line through its cited
     points (at the first's below it), else its one figure for every size up to max_bytes."""
-    points = shot.get("points") or []
+    points = shot.points
     if not points:
-        return float(shot["latency_us"])
+        return float(shot.latency_us)
     if nbytes <= points[0][0]:
         return float(points[0][1])
     for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
@@ -126,18 +122,18 @@ def _custom_us(shot: dict, nbytes: float) -> float:
     return float(points[-1][1])
 
 
-def collective_ms(collective: str, n: int, nbytes: float, numbers: dict | None) -> float:
+def collective_ms(collective: str, n: int, nbytes: float, numbers: Topology | None) -> float:
     """Return the time in ms of one collective (NaN when the model has no figures for n GPUs)."""
     return collective_time(collective, n, nbytes, numbers)[0]
 
 
-def latency_floor_ms(collective: str, n: int, numbers: dict | None) -> float:
+def latency_floor_ms(collective: str, n: int, numbers: Topology | None) -> float:
     """Return the modelled time in ms of the collective at zero bytes (its latency floor)."""
     return collective_ms(collective, n, 0.0, numbers)
 
 
 def floored_ms(
-    collective: str, n: int, nbytes: float, numbers: dict | None, measured: dict | None = None
+    collective: str, n: int, nbytes: float, numbers: Topology | None, measured: dict | None = None
 ) -> tuple[float, str]:
     """Return (time in ms never below the model's or a measured floor, label of what set it or
     the gap's reason)."""
@@ -152,20 +148,21 @@ def floored_ms(
     return t, label
 
 
-def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
-    """Return ({collective: {"by_gpus": {n: {latency_us, busbw_gbs}}, "timing"}}, {collective:
-    {n: floor ms}}) fitted on the collectives measured here over `backend`, per group size
-    measured.
+def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[Topology | None, dict]:
+    """Return (the figures per collective and GPU count as a topology of a hardware file holds
+    them, None where none fit, {collective: {n: floor ms}}) fitted on the collectives measured
+    here over `backend`, per group size measured (a fit, not a cited file: its figures are not
+    held to a file's ranges).
 
     On nccl only rows timed inside CUDA graphs count (eager NCCL pays a launch per call the engines
-    do not); gloo has no graphs, so its eager rows count and the fit says timing "eager". A table
+    do not); gloo has no graphs, so its eager rows count (the fit is an eager one). A table
     without a `timing` column predates graph timing: its rows were eager. A group size with fewer
     than two message sizes, or whose time does not grow with size, has a floor but no figures."""
-    numbers: dict = {}
+    by_kind: dict = {}
     floors: dict = {}
     needed = {"collective", "group", "bytes", "time_ms", "status", "backend"}
     if collective.empty or not needed <= set(collective.columns):
-        return numbers, floors
+        return None, floors
     timing = "cuda-graph" if backend == "nccl" else "eager"
     rows = collective[
         (collective["status"] == "ok")
@@ -186,10 +183,15 @@ def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[dict, dict]:
         alpha_ms, beta = fit_alpha_beta(list(by_size.index), list(by_size.values))
         if not math.isfinite(beta):
             continue
-        entry = numbers.setdefault(kind, {"by_gpus": {}, "timing": timing})
-        entry["by_gpus"][n] = {
-            "latency_us": alpha_ms * 1e3,
-            # beta is bytes per ms: algbw in GB/s is beta / 1e6; busbw scales it by the wire factor
-            "busbw_gbs": wire_factor(kind, n) * beta / 1e6,
-        }
-    return numbers, floors
+        # beta is bytes per ms: algbw in GB/s is beta / 1e6; busbw scales it by the wire factor
+        figures = Figures.model_construct(
+            latency_us=alpha_ms * 1e3, busbw_gbs=wire_factor(kind, n) * beta / 1e6
+        )
+        by_kind.setdefault(kind, {})[n] = figures
+    if not by_kind:
+        return None, floors
+    blocks = {
+        kind: (AllReduce if kind == "all_reduce" else Collective).model_construct(by_gpus=by_gpus)
+        for kind, by_gpus in by_kind.items()
+    }
+    return Topology.model_construct(**blocks), floors

@@ -33,7 +33,7 @@ from tilesweep.plan.engine_profile import EXTRA
 from tilesweep.plan.pair_fit import fit_pair, predict_ms
 from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
-from tilesweep.settings import HardwareSpec
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 # Which composition part kinds each measured whole-step part covers.
 MEASURED_KINDS = {
@@ -85,7 +85,7 @@ def attribution(row: dict) -> float:
     return float(step) / sum(parts)
 
 
-def observe(row: dict, parts: list[dict], hw: dict, repeats: int = 1) -> dict[str, dict]:
+def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) -> dict[str, dict]:
     """Return per group {ms, launches, roof_memory_ms, roof_math_ms, occurrences} of one measured
     step row, beside the composition's parts of the model as run (`repeats`: micro-batches the
     rank runs through the same parts)."""
@@ -140,7 +140,7 @@ def kernel_cost_us(
     return max(floor_us, 1e3 * (small["ms"] - work) / small["launches"])
 
 
-def _observations(rows: list[dict], parts_of: dict, hw: dict) -> tuple[dict, list[dict]]:
+def _observations(rows: list[dict], parts_of: dict, hw: HardwareSpec) -> tuple[dict, list[dict]]:
     """Return ({group: its observations, one per fit batch}, the device-wide observations: every
     group's summed per batch)."""
     by_group: dict[str, list[dict]] = {}
@@ -182,7 +182,7 @@ def _group_fit(
 def fit_step(
     rows: list[dict],
     parts_of: dict,
-    hw: dict,
+    hw: HardwareSpec,
     per_kernel_us: float,
     labels: dict,
     light_us: float | None = None,
@@ -214,8 +214,8 @@ def fit_step(
         **labels,
         # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
         "reference": {
-            "memory_bandwidth_gbs": hw["memory_bandwidth_gbs"],
-            "peak_tflops": dict(hw.get("peak_tflops") or {}),
+            "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+            "peak_tflops": dict(hw.peak_tflops),
         },
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
@@ -320,7 +320,7 @@ def launch_timer(
     cost_ms = per_kernel_us * 1e-3
     lap = fit.get("overlap") or 0.0  # a fit made before the overlap was measured: the max
 
-    def timer(part: dict, hw: dict) -> dict:
+    def timer(part: dict, hw: HardwareSpec) -> dict:
         out = roofline_timer(part, hw)
         group = by_kind.get(part["kind"])
         e = group or pooled
@@ -350,11 +350,18 @@ def launch_timer(
     return timer
 
 
-def parts_as_run(model: dict, dep: dict, layout: dict, per_stage: dict, batch: int, stage: int):
+def parts_as_run(
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    layout: Layout,
+    per_stage: dict,
+    batch: int,
+    stage: int,
+):
     """Return (the composition's parts one rank of `stage` runs per micro-batch, micro-batches
     it runs them for) for a depth-reduced step of `batch` sequences."""
-    pp = layout["pp"]
+    pp = layout.pp
     m = min(pp, batch)
     micro = math.ceil(batch / m)
-    st = {"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}
+    st = dict(per_stage, sliding=0)
     return stage_parts(model, dep, layout, st, micro, stage == 0, stage == pp - 1), m

@@ -20,16 +20,17 @@ from tilesweep.plan.architecture import (
     kv_bytes_per_token_layer,
     linears,
 )
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 _MAX_CONTEXT = 1 << 24
 
 
-def layer_counts(model: dict, overrides: dict | None = None) -> dict:
+def layer_counts(model: ModelSettings, overrides: dict | None = None) -> dict:
     """Return {dense_layers, moe_layers, sliding_layers}, overridden for a depth-reduced model."""
     counts = {
-        "dense_layers": model["dense_layers"],
-        "moe_layers": model["moe_layers"],
-        "sliding_layers": model["attention"].get("sliding_layers", 0),
+        "dense_layers": model.dense_layers,
+        "moe_layers": model.moe_layers,
+        "sliding_layers": model.attention.sliding_layers or 0,
     }
     counts.update(overrides or {})
     return counts
@@ -52,62 +53,69 @@ def stage_layers(counts: dict, pp: int) -> list[dict]:
     return stages
 
 
-def _group_bytes(model: dict, deployment: dict, group: str, tp: int) -> float:
+def _group_bytes(model: ModelSettings, dep: DeploymentSettings, group: str, tp: int) -> float:
     """Return one layer's bytes of a weight group held by one rank of a TP group."""
-    bpw = bytes_per_weight(group_dtype(group, deployment))
+    bpw = bytes_per_weight(group_dtype(group, dep))
     return (
         sum(i * o / (tp if split else 1) for _, i, o, split in linears(model).get(group, [])) * bpw
     )
 
 
 def rank_weight_bytes(
-    model: dict, deployment: dict, layout: dict, stage: dict, first: bool, last: bool
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    layout: Layout,
+    stage: dict,
+    first: bool,
+    last: bool,
 ) -> float:
     """Return the weight bytes one rank of a stage holds."""
-    tp, ep = layout["tp"], layout["ep"]
+    tp, ep = layout.tp, layout.ep
     layers = stage["dense"] + stage["moe"]
     total = layers * (
-        _group_bytes(model, deployment, "attention", tp)
-        + _group_bytes(model, deployment, "indexer", 1)
+        _group_bytes(model, dep, "attention", tp) + _group_bytes(model, dep, "indexer", 1)
     )
-    total += stage["dense"] * _group_bytes(model, deployment, "dense_mlp", tp)
+    total += stage["dense"] * _group_bytes(model, dep, "dense_mlp", tp)
     total += stage["moe"] * (
-        _group_bytes(model, deployment, "shared_experts", tp)
-        + _group_bytes(model, deployment, "router", 1)
+        _group_bytes(model, dep, "shared_experts", tp) + _group_bytes(model, dep, "router", 1)
     )
     total += (
         stage["moe"]
-        * model["routed_experts"]
+        * model.routed_experts
         * expert_params(model)
-        * bytes_per_weight(group_dtype("routed_experts", deployment))
+        * bytes_per_weight(group_dtype("routed_experts", dep))
         / (tp * ep)
     )
-    table = model["vocab"] * model["hidden"] / tp
+    table = model.vocab * model.hidden / tp
     if first:
         total += table * 2
-    if last and not (model["tied_embeddings"] and first):
-        total += table * bytes_per_weight(group_dtype("lm_head", deployment))
+    if last and not (model.tied_embeddings and first):
+        total += table * bytes_per_weight(group_dtype("lm_head", dep))
     return total
 
 
 def rank_kv_bytes_per_seq(
-    model: dict, deployment: dict, layout: dict, stage: dict, context_len: int
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    layout: Layout,
+    stage: dict,
+    context_len: int,
 ) -> float:
     """Return the KV-cache bytes one sequence takes on one rank of a stage."""
-    cache = kv_bytes_per_token_layer(model, deployment, layout["tp"])
+    cache = kv_bytes_per_token_layer(model, dep, layout.tp)
     per_token = cache["kv"] + cache["index"]
     full = stage["dense"] + stage["moe"] - stage["sliding"]
     sliding = stage["sliding"] * cached_tokens(model, context_len, True) if stage["sliding"] else 0
     return per_token * (full * cached_tokens(model, context_len, False) + sliding)
 
 
-def _needed(model, deployment, layout, stages, batch, context_len) -> tuple[float, int]:
+def _needed(model, dep, layout, stages, batch, context_len) -> tuple[float, int]:
     """Return (max bytes needed over the stages' ranks, index of that stage)."""
-    seqs = math.ceil(batch / layout["ep"])
-    reserve = deployment["runtime_reserve_gb"] * 1e9
+    seqs = math.ceil(batch / layout.ep)
+    reserve = dep.runtime_reserve_gb * 1e9
     need = [
-        rank_weight_bytes(model, deployment, layout, st, i == 0, i == len(stages) - 1)
-        + seqs * rank_kv_bytes_per_seq(model, deployment, layout, st, context_len)
+        rank_weight_bytes(model, dep, layout, st, i == 0, i == len(stages) - 1)
+        + seqs * rank_kv_bytes_per_seq(model, dep, layout, st, context_len)
         + reserve
         for i, st in enumerate(stages)
     ]
@@ -126,24 +134,24 @@ def _largest(fits, low: int, high: int) -> int:
 
 
 def memory_fit(
-    model: dict,
-    deployment: dict,
-    hw: dict,
-    layout: dict,
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    hw: HardwareSpec,
+    layout: Layout,
     batch: int,
     layer_overrides: dict | None = None,
 ) -> dict:
     """Return {fits, needed_bytes, short_bytes, capacity_bytes, max_batch_fit, max_context_fit}."""
-    stages = stage_layers(layer_counts(model, layer_overrides), layout["pp"])
-    capacity = hw["memory_gb"] * 1e9
-    ctx = deployment["context_len"]
-    needed, _ = _needed(model, deployment, layout, stages, batch, ctx)
+    stages = stage_layers(layer_counts(model, layer_overrides), layout.pp)
+    capacity = hw.memory_gb * 1e9
+    ctx = dep.context_len
+    needed, _ = _needed(model, dep, layout, stages, batch, ctx)
 
     def fits_batch(b: int) -> bool:
-        return _needed(model, deployment, layout, stages, b, ctx)[0] <= capacity
+        return _needed(model, dep, layout, stages, b, ctx)[0] <= capacity
 
     def fits_context(c: int) -> bool:
-        return _needed(model, deployment, layout, stages, batch, c)[0] <= capacity
+        return _needed(model, dep, layout, stages, batch, c)[0] <= capacity
 
     max_batch = _largest(fits_batch, 1, 1 << 20)
     return {

@@ -21,18 +21,19 @@ from collections.abc import Callable
 import numpy as np
 
 from tilesweep.plan import roofline
+from tilesweep.settings import HardwareSpec
 
 ROOFLINE = "model (roofline)"
 
-Timer = Callable[[dict, dict], dict]
+Timer = Callable[[dict, HardwareSpec], dict]
 
 
-def roofline_timer(part: dict, hw: dict) -> dict:
+def roofline_timer(part: dict, hw: HardwareSpec) -> dict:
     """Return {memory_ms, math_ms, roof_memory_ms, roof_math_ms, source, gap} at the roofline."""
-    mem = roofline.memory_ms(part["bytes"], hw["memory_bandwidth_gbs"])
-    peak = hw["peak_tflops"].get(part["dtype"])
+    mem = roofline.memory_ms(part["bytes"], hw.memory_bandwidth_gbs)
+    peak = hw.peak_tflops.get(part["dtype"])
     if part["flops"] and not peak:
-        gap = f"no peak_tflops.{part['dtype']} for hardware[{hw['name']}]"
+        gap = f"no peak_tflops.{part['dtype']} for hardware[{hw.name}]"
         return {
             "memory_ms": math.nan,
             "math_ms": math.nan,
@@ -57,7 +58,7 @@ def untimed_timer(timer: Timer, kind: str, why: str) -> Timer:
     """Return `timer` with every part of `kind` a gap naming `why`: a kernel the engine runs
     there that no figure times is never timed as another kernel."""
 
-    def wrapped(part: dict, hw: dict) -> dict:
+    def wrapped(part: dict, hw: HardwareSpec) -> dict:
         out = timer(part, hw)
         if part["kind"] == kind:
             out.update(memory_ms=math.nan, math_ms=math.nan, gap=why)
@@ -89,7 +90,7 @@ def derated_timer(fractions: dict[str, float], device: str) -> Timer:
         if not 0 < f < math.inf:
             raise ValueError(f"fraction of roofline for {kind!r} = {f}: must be positive")
 
-    def timer(part: dict, hw: dict) -> dict:
+    def timer(part: dict, hw: HardwareSpec) -> dict:
         out = roofline_timer(part, hw)
         f = fractions.get(part["kind"])
         if f is None:

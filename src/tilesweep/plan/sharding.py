@@ -1,8 +1,12 @@
 """Where each rank sits in a layout: its pipeline stage and its place in its TP and EP groups,
 and every TP and EP group as lists of global ranks (the measured step creates them in this order);
-how a layout splits its MoE layers (MoE TP x MoE EP), and its name."""
+whether a layout gathers tokens before its MoE layers (Layout.moe_split: MoE TP x MoE EP), and
+its name. The rank coordinates read the
+measured step's spec (a mapping); the split and the name read a validated Layout."""
 
 from __future__ import annotations
+
+from tilesweep.settings import Layout
 
 
 def coords(rank: int, layout: dict) -> dict:
@@ -30,30 +34,21 @@ def group_ranks(layout: dict) -> dict[str, list[list[int]]]:
     return groups
 
 
-def moe_split(layout: dict) -> tuple[int, int]:
-    """Return (MoE TP, MoE EP) over a stage's tp*ep ranks. By default each expert is split over
-    the attention TP group and whole experts over the ep DP-attention groups (MoE TP = tp);
-    experts=ep spreads whole experts over the TP group (MoE TP 1); moe_tp sets it directly."""
-    ranks = layout["tp"] * layout["ep"]
-    moe_tp = layout.get("moe_tp") or (1 if layout.get("experts") == "ep" else layout["tp"])
-    return moe_tp, ranks // moe_tp
-
-
-def gathers(layout: dict) -> bool:
+def gathers(layout: Layout) -> bool:
     """Return whether a stage gathers every DP-attention group's tokens before its MoE layers
     and scatters the sums back (attention DP with MoE TP other than attention TP, as SGLang's
     DP attention runs a TP or TP x EP MoE): else tokens reach experts by all-to-all (MoE TP =
     tp) or are already on every rank (one attention group)."""
-    return layout["ep"] > 1 and moe_split(layout)[0] != layout["tp"]
+    return layout.ep > 1 and layout.moe_split()[0] != layout.tp
 
 
-def layout_name(layout: dict) -> str:
+def layout_name(layout: Layout) -> str:
     """Return a layout's name: tp4-pp2-ep1 (MoE split as attention), tp8-pp1-ep1-xep (attention
     TP8, whole experts over the same eight GPUs), tp4-pp1-ep1-moe2x2 (attention TP4, MoE TP2 x
     EP2), tp2-pp1-ep4-moe1x8 (attention TP2 x DP4, MoE EP8)."""
-    tp, ep = layout["tp"], layout["ep"]
-    name = f"tp{tp}-pp{layout['pp']}-ep{ep}"
-    moe_tp, moe_ep = moe_split(layout)
+    tp, ep = layout.tp, layout.ep
+    name = f"tp{tp}-pp{layout.pp}-ep{ep}"
+    moe_tp, moe_ep = layout.moe_split()
     if moe_tp == tp:
         return name
     if ep == 1 and moe_tp == 1:

@@ -1,7 +1,7 @@
 """What one rank of a pipeline stage runs for one micro-batch, as parts with bytes and flops
 (weights read, activations, attention over the KV cache, routed experts under EP routing) and
 as collectives (TP all-reduce, EP all-to-all, DP attention's gather and scatter around a MoE
-split another way). Sharding is memory_fit's; the MoE split sharding.moe_split's."""
+split another way). Sharding is memory_fit's; the MoE split Layout.moe_split's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from tilesweep.plan.architecture import (
     linears,
     math_dtype,
 )
-from tilesweep.plan.sharding import gathers, moe_split
+from tilesweep.plan.sharding import gathers
+from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 
 def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
@@ -91,32 +92,110 @@ def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float,
     return float(distinct[pick, worst].mean()), float(rows[pick, worst].mean())
 
 
-def attention_kind(model: dict) -> str:
+def attention_kind(model: ModelSettings) -> str:
     """Return the part kind of the attention core: MLA's (one latent head shared by every query
     head) and GQA's are different kernels, so a fit on one never stands for the other."""
-    return "attention" if model["attention"]["kind"] == "mla" else "attention_gqa"
+    return "attention" if model.attention.kind == "mla" else "attention_gqa"
+
+
+def _core_part(
+    dep: DeploymentSettings, s: int, name: str, kind: str, nbytes: float, flops: float, count: int
+) -> dict:
+    """Return a part of the attention core over a rank's s sequences, in the KV dtype."""
+    return {
+        "name": name,
+        "kind": kind,
+        "bytes": s * nbytes,
+        "flops": s * flops,
+        "dtype": dep.kv_dtype,
+        "count": count,
+    }
+
+
+def _attention_parts(
+    model: ModelSettings, dep: DeploymentSettings, stage: dict, s: int, heads: float
+) -> list[dict]:
+    """Return the attention core's parts (and the DSA indexer's scores) over a rank's s
+    sequences, on its full and its sliding-window layers."""
+    parts = []
+    layers = stage["dense"] + stage["moe"]
+    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
+        if not count:
+            continue
+        core = attention_core(model, dep, heads, sliding)
+        name = "attention_sliding" if sliding else "attention"
+        kind = attention_kind(model)
+        # What the attention kernel's own table (plan/attention_table) is keyed by.
+        shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
+        part = _core_part(dep, s, name, kind, core["kv_bytes"], core["flops"], count)
+        parts.append({**part, **shape})
+        if core["index_flops"]:
+            score = (core["index_bytes"], core["index_flops"], count)
+            parts.append(_core_part(dep, s, "indexer_score", "indexer", *score))
+    return parts
+
+
+def _expert_parts(
+    model: ModelSettings, dep: DeploymentSettings, layout: Layout, stage: dict, micro: int, s: int
+) -> list[dict]:
+    """Return the routed experts' part on one rank of a stage's MoE layers, and the EP
+    permutation around it where whole experts are spread over ranks."""
+    h, parts = model.hidden, []
+    e, k = model.routed_experts, model.top_k
+    # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
+    # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
+    split, spread = layout.moe_split()
+    if stage.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
+        rows = micro * k / spread
+        active = min(e / spread, rows)
+    else:  # EP: every layer waits for its most loaded rank (expected, random routing)
+        active, rows = busiest_rank(e, k, spread, micro)
+    w = expert_params(model) / split
+    dtype = group_dtype("routed_experts", dep)
+    act_per_row = (2 * h + 2 * model.moe_intermediate / split) * ACT_BYTES
+    parts.append(
+        {
+            "name": "routed_experts",
+            "kind": "expert_gemm",
+            "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
+            "flops": 2.0 * rows * w,
+            "dtype": math_dtype("routed_experts", dep),
+            "count": stage["moe"],
+            "expert_mb": w * bytes_per_weight(dtype) / 1e6,  # one expert's slice a rank reads
+        }
+    )
+    if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
+        sent = s * k  # this rank's tokens' rows, out and back
+        parts.append(
+            {
+                "name": "ep_permute",
+                "kind": "expert_permute",
+                # gather (read, write), weight (read, write), scatter-add (read); zero and
+                # accumulate the output (write, read, write)
+                "bytes": (5 * sent + 3 * s) * h * ACT_BYTES,
+                "flops": 2.0 * sent * h,
+                "dtype": "bf16",
+                "count": stage["moe"],
+                "launches": EP_PERMUTE_LAUNCHES,
+            }
+        )
+    return parts
 
 
 def stage_parts(
-    model: dict, dep: dict, layout: dict, stage: dict, micro: int, first: bool, last: bool
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    layout: Layout,
+    stage: dict,
+    micro: int,
+    first: bool,
+    last: bool,
 ) -> list[dict]:
     """Return the compute parts one rank of a stage runs for one micro-batch (count = repeats)."""
-    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    tp, ep, h = layout.tp, layout.ep, model.hidden
     s = math.ceil(micro / ep)  # sequences whose attention this rank runs
     layers = stage["dense"] + stage["moe"]
-    heads = model["attention"]["heads"] / tp
-
-    def core_part(name: str, kind: str, nbytes: float, flops: float, count: int) -> dict:
-        """Return a part of the attention core over this rank's s sequences, in the KV dtype."""
-        return {
-            "name": name,
-            "kind": kind,
-            "bytes": s * nbytes,
-            "flops": s * flops,
-            "dtype": dep["kv_dtype"],
-            "count": count,
-        }
-
+    heads = model.attention.heads / tp
     parts = [
         # The DSA indexer's projections (whole on every TP rank) run inside the attention's
         # merged GEMMs (x_proj, qlat_proj in measure/step/weights): one part, their kernels.
@@ -128,60 +207,8 @@ def stage_parts(
         _linear_part(model, dep, "shared_experts", tp, s, "shared_gemm", stage["moe"]),
         _linear_part(model, dep, "router", 1, s, "router", stage["moe"]),
     ]
-    for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
-        if not count:
-            continue
-        core = attention_core(model, dep, heads, sliding)
-        name = "attention_sliding" if sliding else "attention"
-        kind = attention_kind(model)
-        # What the attention kernel's own table (plan/attention_table) is keyed by.
-        shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
-        parts.append({**core_part(name, kind, core["kv_bytes"], core["flops"], count), **shape})
-        if core["index_flops"]:
-            parts.append(
-                core_part(
-                    "indexer_score", "indexer", core["index_bytes"], core["index_flops"], count
-                )
-            )
-    if stage["moe"]:
-        e, k = model["routed_experts"], model["top_k"]
-        # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
-        # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
-        split, spread = moe_split(layout)
-        if dep.get("routing") == "balanced":  # as a measured step routes: equal rows per expert
-            rows = micro * k / spread
-            active = min(e / spread, rows)
-        else:  # EP: every layer waits for its most loaded rank (expected, random routing)
-            active, rows = busiest_rank(e, k, spread, micro)
-        w = expert_params(model) / split
-        dtype = group_dtype("routed_experts", dep)
-        act_per_row = (2 * h + 2 * model["moe_intermediate"] / split) * ACT_BYTES
-        parts.append(
-            {
-                "name": "routed_experts",
-                "kind": "expert_gemm",
-                "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
-                "flops": 2.0 * rows * w,
-                "dtype": math_dtype("routed_experts", dep),
-                "count": stage["moe"],
-                "expert_mb": w * bytes_per_weight(dtype) / 1e6,  # one expert's slice a rank reads
-            }
-        )
-        if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
-            sent = s * k  # this rank's tokens' rows, out and back
-            parts.append(
-                {
-                    "name": "ep_permute",
-                    "kind": "expert_permute",
-                    # gather (read, write), weight (read, write), scatter-add (read); zero and
-                    # accumulate the output (write, read, write)
-                    "bytes": (5 * sent + 3 * s) * h * ACT_BYTES,
-                    "flops": 2.0 * sent * h,
-                    "dtype": "bf16",
-                    "count": stage["moe"],
-                    "launches": EP_PERMUTE_LAUNCHES,
-                }
-            )
+    parts += _attention_parts(model, dep, stage, s, heads)
+    parts += _expert_parts(model, dep, layout, stage, micro, s) if stage["moe"] else []
     parts.append(
         {
             "name": "norms",
@@ -204,13 +231,13 @@ def stage_parts(
             }
         )
     if last:
-        w = model["vocab"] * h / tp
+        w = model.vocab * h / tp
         dtype = group_dtype("lm_head", dep)
         parts.append(
             {
                 "name": "lm_head",
                 "kind": "lm_head",
-                "bytes": w * bytes_per_weight(dtype) + s * (h + model["vocab"] / tp) * ACT_BYTES,
+                "bytes": w * bytes_per_weight(dtype) + s * (h + model.vocab / tp) * ACT_BYTES,
                 "flops": 2.0 * s * w,
                 "dtype": math_dtype("lm_head", dep),
                 "count": 1,
@@ -220,7 +247,7 @@ def stage_parts(
 
 
 def stage_collectives(
-    model: dict, layout: dict, stage: dict, micro: int, first: bool = False
+    model: ModelSettings, layout: Layout, stage: dict, micro: int, first: bool = False
 ) -> list[dict]:
     """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
     TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
@@ -229,7 +256,7 @@ def stage_collectives(
     sums back in place of the all-to-all and the MoE's TP all-reduce: an all-gather and a
     reduce-scatter of the micro-batch over the stage, timed as one all-reduce of it (the ring
     all-reduce is those two steps)."""
-    tp, ep, h = layout["tp"], layout["ep"], model["hidden"]
+    tp, ep, h = layout.tp, layout.ep, model.hidden
     s = math.ceil(micro / ep)
     layers = stage["dense"] + stage["moe"]
     gather = gathers(layout) and stage["moe"]
@@ -261,7 +288,7 @@ def stage_collectives(
                 "name": "ep_all_to_all",
                 "collective": "all_to_all",
                 "n": ep,
-                "bytes": s * model["top_k"] * h * ACT_BYTES,
+                "bytes": s * model.top_k * h * ACT_BYTES,
                 "count": 2 * stage["moe"],
             }
         )

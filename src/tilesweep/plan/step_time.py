@@ -2,7 +2,7 @@
 
 Layout (tp, pp, ep, MoE split): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is
 memory_fit's: heads, dense MLP, shared experts and LM head over TP; routed experts over tp*ep as
-MoE TP x MoE EP (sharding.moe_split); with ep > 1 the groups run attention data-parallel on
+MoE TP x MoE EP (Layout.moe_split); with ep > 1 the groups run attention data-parallel on
 ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after attention and after the
 MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k routed rows, or, where
 DP attention meets another MoE split, a gather and scatter of the micro-batch over the stage; PP
@@ -31,13 +31,14 @@ from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.step_parts import stage_collectives, stage_parts
+from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt is not counted).
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
 
 
-def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw=None) -> list:
+def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw) -> list:
     """Return the parts one rank of a stage runs for a micro-batch of `micro` decoding sequences
     and `prefill` prompt rows through the linear layers and experts and the prompt's own
     attention (prompt_parts), with an engine's extra kernels (`extra_parts(stage, first, last)`,
@@ -48,7 +49,7 @@ def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, 
         parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
             p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
         ]
-        parts += prompt_parts(model, dep, layout, stage, prefill, hw or {})
+        parts += prompt_parts(model, dep, layout, stage, prefill, hw)
     if extra_parts is not None:
         parts = parts + extra_parts(stage, first, last)
     return parts
@@ -64,11 +65,11 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     rows / input_len of the whole prompt's causal attention, and of its DSA indexer where the
     deployment runs one), at the target's cited prefill-attention efficiency; none where the
     hardware file cites none (the row's inputs say so)."""
-    cited = hw.get("prompt_attention")
-    if not cited or not dep.get("input_len"):
+    cited = hw.prompt_attention
+    if not cited or not dep.input_len:
         return []
-    share = rows / dep["input_len"]
-    heads = model["attention"]["heads"] / layout["tp"]
+    share = rows / dep.input_len
+    heads = model.attention.heads / layout.tp
     layers = stage["dense"] + stage["moe"]
     out = []
     for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
@@ -89,19 +90,19 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
                         "dtype": dtype,
                         "count": count,
                         "launches": 1.0,
-                        "e_math": cited["e_math"],
+                        "e_math": cited.e_math,
                     }
                 )
     return out
 
 
-def _comm_gap(why: str, hw: dict) -> str:
+def _comm_gap(why: str, hw: HardwareSpec) -> str:
     """Return why a collective has no time, naming the file its figures would come from: 'no
     all_reduce figures for 8 GPUs (has 2, 4) in conf/hardware/rtx_pro_6000.yaml'."""
     where = (
         "the collectives measured here"
-        if hw.get("interconnect") == "measured"
-        else f"conf/hardware/{hw.get('name')}.yaml"
+        if hw.interconnect == "measured"
+        else f"conf/hardware/{hw.name}.yaml"
     )
     return f"{why.split(';')[0]} in {where}"
 
@@ -154,7 +155,7 @@ def _stage_time(
         acc["memory"] += c * t["memory_ms"]
         acc["math"] += c * t["math_ms"]
         # Launch-aware timers give each part's fixed cost; others take the deployment's gap.
-        acc["other"] += c * t.get("launch_ms", dep["kernel_gap_us"] * 1e-3)
+        acc["other"] += c * t.get("launch_ms", dep.kernel_gap_us * 1e-3)
         # A part's kernel time (both terms: the bound one and the other's unhidden share)
         # against its binding roofline term.
         if t["memory_ms"] > 0 and t["memory_ms"] >= t["math_ms"]:
@@ -178,16 +179,14 @@ def _stage_time(
 _SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "other": "other"}
 
 
-def _hops(model: dict, layout: dict, micro: int, numbers, measured_floors) -> tuple:
+def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
     """Return (one PP hop's time, the ring's return hop's, why a hop has no time): the
     micro-batch's hidden states to the next stage, and the picked tokens from the last stage
     back to the first; (0, 0, '') without PP."""
-    if layout["pp"] == 1:
+    if layout.pp == 1:
         return 0.0, 0.0, ""
-    rows = math.ceil(micro / layout["ep"])
-    hop, why = floored_ms(
-        "send_recv", 2, rows * model["hidden"] * ACT_BYTES, numbers, measured_floors
-    )
+    rows = math.ceil(micro / layout.ep)
+    hop, why = floored_ms("send_recv", 2, rows * model.hidden * ACT_BYTES, numbers, measured_floors)
     back, _ = floored_ms("send_recv", 2, rows * 8, numbers, measured_floors)
     return hop, back, why
 
@@ -203,10 +202,10 @@ def _achieved(slow: dict) -> dict:
 
 
 def compose_step(
-    model: dict,
-    dep: dict,
-    hw: dict,
-    layout: dict,
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    hw: HardwareSpec,
+    layout: Layout,
     batch: int,
     timer: Timer = roofline_timer,
     measured_floors: dict | None = None,
@@ -219,10 +218,10 @@ def compose_step(
     `prefill`: prompt rows each micro-batch carries through the linear layers and experts (a
     serving load's arriving requests); `extra_parts`: an engine's extra kernels (_parts)."""
     numbers, ic_label = topology_numbers(hw, topology)
-    pp = layout["pp"]
+    pp = layout.pp
     per_stage = (layer_overrides or {}).get("per_stage")
     if per_stage:  # a depth-reduced model with the same layers on every stage
-        stages = [{"dense": per_stage["dense"], "moe": per_stage["moe"], "sliding": 0}] * pp
+        stages = [dict(per_stage, sliding=0)] * pp
     else:
         stages = stage_layers(layer_counts(model, layer_overrides), pp)
     m = min(pp, batch)
@@ -280,20 +279,19 @@ def compose_step(
     }
 
 
-def prompt_words(hw: dict) -> str:
+def prompt_words(hw: HardwareSpec) -> str:
     """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
-    cited = hw.get("prompt_attention")
+    cited = hw.prompt_attention
     if not cited:
         return (
-            f"their attention not charged: hardware[{hw.get('name')}] cites no prompt_attention "
-            "efficiency"
+            f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
         )
-    return f"their attention at e_math {cited['e_math']:g} ({cited['cite']})"
+    return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
 
 
-def serving_load(dep: dict) -> tuple[int, int]:
+def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
     """Return (input_len, output_len) of the deployment's serving load, (0, 0) for decode only."""
-    i, o = int(dep.get("input_len") or 0), int(dep.get("output_len") or 0)
+    i, o = dep.input_len, dep.output_len
     return (i, o) if i > 0 and o > 0 else (0, 0)
 
 
@@ -325,10 +323,10 @@ def loaded_step(
 
 
 def floor_ms(
-    model: dict,
-    dep: dict,
-    hw: dict,
-    layout: dict,
+    model: ModelSettings,
+    dep: DeploymentSettings,
+    hw: HardwareSpec,
+    layout: Layout,
     batch: int,
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
@@ -337,7 +335,7 @@ def floor_ms(
     datasheet figures (bytes over bandwidth or flops over peak, the larger), no per-kernel cost,
     and the collectives as the interconnect model times them (latency + bytes / bus bandwidth),
     over the same path as the composed step (pipeline stages, hops, micro-batches)."""
-    bare = {**dep, "kernel_gap_us": 0.0}
+    bare = dep.model_copy(update={"kernel_gap_us": 0.0})
     step, _ = loaded_step(
         model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
     )

@@ -7,9 +7,12 @@ import pandas as pd
 
 from tilesweep.plan import allreduce
 from tilesweep.plan.deployment import Composition, compose_parts
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.engine_spec import EngineSettings
+from tilesweep.settings.hardware_spec import InterconnectModel
 
 
-def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
+def with_engine_allreduce(target: HardwareSpec, engine: EngineSettings) -> HardwareSpec:
     """Return the target with the engine's all-reduce: where the engine runs its own all-reduce
     in its CUDA graph, each topology's all_reduce carries the engine's algorithm by size for the
     target's architecture (plan.allreduce; the hardware file's one-shot figures enabled where a
@@ -17,60 +20,67 @@ def with_engine_allreduce(target: dict, engine: dict | None) -> dict:
     of GPUs on NVLink beyond two GPUs: vllm/distributed/device_communicators/custom_all_reduce.py,
     full_nvlink; on PCIe they fall back to NCCL, and a PCIe one-shot figure in a hardware file is
     another build's)."""
-    if not engine or not engine.get("custom_allreduce"):
+    if not engine.custom_allreduce:
         return target
-    if "nvlink" not in str(target.get("interconnect", "")):
+    if "nvlink" not in target.interconnect:
         return target
-    block = target.get("interconnect_model")
+    block = target.interconnect_model
     if not block:
         return target
-    attached = {
-        "name": engine.get("name"),
-        "arch": target.get("arch"),
-        "steps": allreduce.engine_steps(engine, target.get("arch")),
-    }
     tops = {}
-    for name, top in block["topologies"].items():
-        ar = top.get("all_reduce")
-        if ar and ar.get("one_shot"):
-            ar = dict(ar, one_shot=dict(ar["one_shot"], enabled=True))
-        if ar and engine.get("allreduce"):
-            ar = dict(ar, engine=attached)
-        tops[name] = dict(top, all_reduce=ar) if ar else top
-    return dict(target, interconnect_model=dict(block, topologies=tops))
+    for name, top in block.topologies.items():
+        ar = top.all_reduce
+        if ar and ar.one_shot:
+            ar = ar.model_copy(
+                update={"one_shot": ar.one_shot.model_copy(update={"enabled": True})}
+            )
+        if ar and engine.allreduce:
+            ar = allreduce.EngineAllReduce.of(ar, engine, target.arch)
+        tops[name] = top.model_copy(update={"all_reduce": ar}) if ar else top
+    return _with_block(target, block.model_copy(update={"topologies": tops}))
 
 
-def with_topology(target: dict, named: str) -> tuple[dict, list[str], str]:
+def _with_block(target: HardwareSpec, block: InterconnectModel) -> HardwareSpec:
+    """Return the target with another interconnect_model."""
+    return target.model_copy(update={"interconnect_model": block})
+
+
+def with_topology(target: HardwareSpec, named: str) -> tuple[HardwareSpec, list[str], str]:
     """Return (the target with the topology its collectives take, the other topologies its band
     spans, a row's `topology` item naming them): `named` (deployment.topology) alone where given,
     else the hardware file's default with its `plausible` ones beside."""
-    block = target.get("interconnect_model")
+    block = target.interconnect_model
     if not block:
         return target, [], ""
     if named:
-        target = dict(target, interconnect_model=dict(block, default=named))
+        target = _with_block(target, block.model_copy(update={"default": named}))
         return target, [], f"{named} (deployment.topology)"
-    others = [t for t in block.get("plausible") or [] if t != block["default"]]
+    others = [t for t in block.plausible if t != block.default]
     if not others:
         return target, [], ""
     note = (
-        f"{block['default']} (hardware[{target['name']}] default); tpot_low_ms and "
+        f"{block.default} (hardware[{target.name}] default); tpot_low_ms and "
         f"tpot_high_ms also span {', '.join(others)} (deployment.topology names one)"
     )
     return target, others, note
 
 
 def span_topologies(
-    table: pd.DataFrame, one: Composition, kwargs: dict, ends: dict, target: dict, others: list
+    table: pd.DataFrame,
+    one: Composition,
+    kwargs: dict,
+    ends: dict,
+    target: HardwareSpec,
+    others: list,
 ) -> None:
     """Widen a composed row's band (tpot_low_ms, tpot_high_ms) over the other topologies its
     host may have: each composed at the band's ends (or its middle where it has no ends); a
     topology with no figures for the row's GPU count adds nothing."""
-    block = target["interconnect_model"]
+    block = target.interconnect_model
     low = table.get("tpot_low_ms", table["tpot_ms"]).copy()
     high = table.get("tpot_high_ms", table["tpot_ms"]).copy()
     for name in others:
-        moved = dict(target, interconnect_model=dict(block, default=name))
+        moved = _with_block(target, block.model_copy(update={"default": name}))
         there = Composition(one.model, one.deployment, moved, one.layouts)
         for timer in list(ends.values()) or [None]:
             kw = kwargs if timer is None else dict(kwargs, timer=timer)

@@ -36,7 +36,7 @@ from tilesweep.report.headlines import (
     worded,
 )
 
-# What a layout's name says (grid.layout_slug), beside the verdict grid.
+# What a layout's name says (plan.sharding.layout_name), beside the verdict grid.
 LAYOUT_WORDS = (
     ("tpT-ppP-epE", "tensor parallel T, pipeline stages P, expert parallel E; T x P x E GPUs"),
 )

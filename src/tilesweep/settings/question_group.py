@@ -163,5 +163,6 @@ class QuestionGroup(_Strict):
     @model_serializer(mode="plain")
     def _as_written(self) -> dict:
         """Return the one mapping the group was validated from, keys left out left out."""
+        # model_dump: output only (the rules' JSON params), never read back as a mapping
         case = self.case.model_dump(exclude_unset=True) if self.case else {}
         return {**case, **self.target.model_dump(exclude_unset=True)}

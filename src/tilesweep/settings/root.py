@@ -102,7 +102,7 @@ class RootSettings(Section):
     def as_dict(self) -> dict:
         """Return the settings as the plain containers compose() gives, key for key (the source
         of the rules' JSON params): keys left out stay out, integers stay integers."""
-        return self.model_dump(exclude_unset=True)
+        return self.model_dump(exclude_unset=True)  # model_dump: output only (JSON, the report)
 
     @classmethod
     def from_json(cls, text: str) -> RootSettings:

@@ -68,7 +68,7 @@ def _once_each(values: list) -> list:
     for i, value in enumerate(values):
         if value in values[:i]:
             first = values.index(value)
-            if isinstance(value, BaseModel):  # model_dump: the message shows it as written
+            if isinstance(value, BaseModel):  # model_dump: output only (the message shows it)
                 value = value.model_dump(exclude_unset=True)
             raise refuse(f"[{i}]", f"repeats item [{first}]; give each value once", value)
     return values

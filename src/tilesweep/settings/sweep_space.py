@@ -66,12 +66,17 @@ class Layout(Section):
             raise refuse("world", why, self.world)
         return self
 
+    def moe_split(self) -> tuple[int, int]:
+        """Return (MoE TP, MoE EP) over a stage's tp*ep ranks. By default each expert is split
+        over the attention TP group and whole experts over the ep DP-attention groups (MoE TP =
+        tp); experts=ep spreads whole experts over the TP group (MoE TP 1); moe_tp sets it."""
+        moe_tp = self.moe_tp or (1 if self.experts == "ep" else self.tp)
+        return moe_tp, self.tp * self.ep // moe_tp
+
     def fit(self, model: ModelSettings) -> None:
         """Raise Refused (key below the layout) when the model cannot be split this way."""
         tp, experts = self.tp, model.routed_experts
-        # MoE TP as plan.sharding.moe_split reads it from the layout's dict.
-        moe_tp = self.moe_tp or (1 if self.experts == "ep" else tp)
-        moe_ep = tp * self.ep // moe_tp
+        moe_tp, moe_ep = self.moe_split()
         if experts % moe_ep:
             if self.moe_tp is not None:
                 why = f"gives MoE EP {moe_ep}, which does not divide model.routed_experts={experts}"

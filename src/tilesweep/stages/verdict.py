@@ -21,7 +21,7 @@ from tilesweep.cells import (
 )
 from tilesweep.errors import CellError
 from tilesweep.io import concat_tables, read_json_named
-from tilesweep.settings import RootSettings
+from tilesweep.settings import ModelSettings, RootSettings
 from tilesweep.stages import logged, named_files
 from tilesweep.stages.tables import arrow_safe
 
@@ -151,7 +151,7 @@ def write_check(job: StepJob) -> None:
             job.read("layout"),
             job.read("collective"),
             _ceilings(job.inputs),
-            reads["model"],
+            ModelSettings.model_validate(reads["model"]),
             reads["deployment"]["fit_batches"],
             reads["deployment"]["attention_table"],
         )

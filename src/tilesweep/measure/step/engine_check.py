@@ -39,7 +39,7 @@ from tilesweep.plan import calibration
 from tilesweep.stages.layout import bench_layout
 
 if TYPE_CHECKING:
-    from tilesweep.settings import HardwareSpec, RootSettings
+    from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings
 
 BATCHES = (1, 8, 32)
 LAYOUT = "tp1-pp1-ep1"
@@ -76,12 +76,15 @@ def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
     """Return the check rows of the measured steps, composed from deployment.fit_file for the
     device that ran them (compose_for), with no collectives (TP1, or one rank run alone)."""
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
-    model = settings.model.model_dump(exclude_unset=True)
-    return compose_for(steps, fit, model, settings.catalog)
+    return compose_for(steps, fit, settings.model, settings.catalog)
 
 
 def compose_for(
-    steps: pd.DataFrame, fit: dict, model: dict, catalog: dict[str, HardwareSpec], attention=None
+    steps: pd.DataFrame,
+    fit: dict,
+    model: ModelSettings,
+    catalog: dict[str, HardwareSpec],
+    attention=None,
 ) -> pd.DataFrame:
     """Return plan.calibration.step_check's rows of measured steps composed from `fit` for the
     GPU that ran them (the steps' `device`), with the column composed_for saying how. On the
@@ -105,8 +108,9 @@ def compose_for(
     moved, how = fit_on_datasheet(fit, "", catalog)
     if moved is None:
         raise ValueError(how)
-    sheet = catalog[here].model_dump(exclude_unset=True)
-    check = calibration.step_check(steps, model, sheet, {}, device, fit=moved, attention=attention)
+    check = calibration.step_check(
+        steps, model, catalog[here], {}, device, fit=moved, attention=attention
+    )
     where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
     label = check["composed_label"] + f"; {where}"
     return check.assign(composed_label=label, composed_for=where, held_out=True)  # another GPU

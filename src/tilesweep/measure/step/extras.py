@@ -27,6 +27,8 @@ import math
 
 from tilesweep.plan.engine_profile import EXTRA_COLUMNS as COLUMNS
 from tilesweep.plan.engine_profile import LEAN, extra_kernels
+from tilesweep.settings import ModelSettings
+from tilesweep.settings.engine_spec import EngineSettings, Kernel
 
 QUANT, COPY = "quant", "copy"
 LAYER_PART, STEP_PART = "engine_extra", "engine_extra_step"
@@ -51,10 +53,10 @@ def spread(count: float, layers: int) -> list[int]:
     return [base + (1 if i < more else 0) for i in range(layers)]
 
 
-def standin(kernel: dict) -> str:
+def standin(kernel: Kernel) -> str:
     """Return the stand-in a listed kernel runs as: QUANT where its name names a quantisation,
     else COPY."""
-    return QUANT if "quant" in kernel["name"].lower() else COPY
+    return QUANT if "quant" in kernel.name.lower() else COPY
 
 
 def short_version(engine: dict) -> str:
@@ -67,7 +69,9 @@ def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -
     {label, layers: [{quant, copy}] per layer in order, step: {quant, copy}, listed: {where:
     count per layer (per step)}, run: {where: mean per layer of that type as run}}; raise
     ValueError where the engine lists no kernels for the model (plan.engine_profile)."""
-    kernels = extra_kernels(engine, model, weight_dtype)
+    # The spec's engine and model are JSON (its rerun key): validated again to be read typed.
+    typed = EngineSettings.model_validate(engine) if engine else None
+    kernels = extra_kernels(typed, ModelSettings.model_validate(model), weight_dtype)
     layers = [{QUANT: 0, COPY: 0} for _ in range(dense + moe)]
     where_layers = {
         "per_layer": range(dense + moe),
@@ -78,13 +82,13 @@ def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -
     for where, at in where_layers.items():
         total = 0
         for kind in (QUANT, COPY):
-            count = sum(k["count"] for k in kernels[where] if standin(k) == kind)
+            count = sum(k.count for k in kernels[where] if standin(k) == kind)
             for i, n in zip(at, spread(count, len(at)), strict=True):
                 layers[i][kind] += n
                 total += n
         run[where] = total / len(at) if len(at) else 0.0
     step = {
-        kind: half_up(sum(k["count"] for k in kernels["per_step"] if standin(k) == kind))
+        kind: half_up(sum(k.count for k in kernels["per_step"] if standin(k) == kind))
         for kind in (QUANT, COPY)
     }
     run["per_step"] = float(sum(step.values()))
@@ -94,7 +98,7 @@ def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -
         "list": listed,
         "layers": layers,
         "step": step,
-        "listed": {where: float(sum(k["count"] for k in ks)) for where, ks in kernels.items()},
+        "listed": {where: float(sum(k.count for k in ks)) for where, ks in kernels.items()},
         "run": run,
     }
 
