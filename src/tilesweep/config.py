@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
+import stat
 from pathlib import Path
 
 from tilesweep import config_checks, gpu_archs, question, references
@@ -86,6 +88,7 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
 
     overrides = [str(o) for o in overrides]
     _check_override_syntax(overrides)
+    check_plain_files(conf_dir)
     _check_group_choices(overrides, conf_dir)
     GlobalHydra.instance().clear()
     try:
@@ -198,6 +201,25 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     config_checks.check_topology(checked)
     config_checks.check_engine_name(checked, conf_dir)
     return checked
+
+
+def check_plain_files(conf_dir: Path) -> None:
+    """Raise ConfigError naming a config file that is not a plain file: a pipe, a device or a
+    socket (Hydra's read of it would block or never end), or a link to nothing. Every file under
+    conf/ is looked at, chosen or not, since a chosen file's defaults may name any other."""
+    for folder, _, names in os.walk(conf_dir):
+        for name in sorted(names):
+            path = Path(folder) / name
+            try:
+                mode = path.stat().st_mode
+            except OSError as exc:
+                why = "a link to nothing" if path.is_symlink() else f"unreadable ({exc.strerror})"
+                raise ConfigError(f"{path}: {why}; a config file is a plain YAML file") from None
+            if not stat.S_ISREG(mode):
+                raise ConfigError(
+                    f"{path}: not a plain file (a pipe, a device or a socket): reading it would "
+                    "block; a config file is a plain YAML file"
+                )
 
 
 def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
