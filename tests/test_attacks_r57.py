@@ -1,0 +1,201 @@
+"""Issue 50, round seven: the classes of failure its replays and fresh cases found, each a test
+(fast tier): a failing job ends in the job's own line and the console's short account, never
+Snakemake's block; an error while the Snakefile imports the package is one line; `tilesweep
+compare` holds a recorded run's tables to their records and says when a run has none; a config
+file that is a pipe is named before Hydra would block reading it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import SNAKEMAKE
+
+from tilesweep.cells import summary_path, write_cell_table
+from tilesweep.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = str(ROOT / "src")
+# Snakemake's own account of a failed job, which the console folds into its `failed` line.
+SNAKEMAKE_BLOCK = ("Error in rule", "RuleException", "WorkflowError", "Exiting because")
+
+FAILING = """
+import sys
+from tilesweep.progress import attach
+
+if workflow.is_main_process:
+    attach(workflow)
+
+rule all:
+    input: "b.txt"
+
+rule a:
+    output: "a.txt"
+    shell: "echo ok > {output}"
+
+rule b:
+    input: "a.txt"
+    output: "b.txt"
+    log: "logs/b.log"
+    shell: "{CAUSE}"
+"""
+
+
+def _run_failing(tmp_path: Path, cause: str) -> subprocess.CompletedProcess:
+    """Run a two-rule workflow whose second job fails with `cause` (a shell line) under the
+    project's console; return it."""
+    (tmp_path / "Snakefile").write_text(FAILING.replace("{CAUSE}", cause))
+    env = {**os.environ, "PYTHONPATH": SRC}
+    cmd = [SNAKEMAKE, "--cores", "1", "-s", str(tmp_path / "Snakefile")]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("cause", "said"),
+    [
+        ("echo 'tilesweep: b: the cause named here' >&2; exit 1", "exit status 1"),
+        ("kill -9 $$", "killed by SIGKILL"),
+    ],
+)
+def test_a_failed_job_ends_in_its_own_line_and_one_short_account(tmp_path, cause, said):
+    """The job's own line first, then `[tilesweep] b failed (...)` and `stopped: ...` naming
+    Snakemake's log, which keeps Snakemake's block; no `Error in rule` block, no frames."""
+    proc = _run_failing(tmp_path, cause)
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr
+    for text in (*SNAKEMAKE_BLOCK, "Traceback", 'File "'):
+        assert text not in err, err
+    assert f"[tilesweep] b failed ({said}); its log: logs/b.log" in err, err
+    stopped = [ln for ln in err.splitlines() if ln.startswith("[tilesweep] stopped: ")]
+    assert len(stopped) == 1 and "1 job failed (b)" in stopped[0], err
+    if "tilesweep: b:" in cause:
+        lines = err.splitlines()
+        assert lines.index("tilesweep: b: the cause named here") < lines.index(stopped[0])
+    log = Path(re.search(r"Snakemake's own account in (\S+)", stopped[0])[1])
+    assert "Error in rule b" in log.read_text()
+
+
+def test_verbose_keeps_snakemakes_block(tmp_path):
+    """--verbose shows Snakemake's own lines, its failure block included."""
+    (tmp_path / "Snakefile").write_text(FAILING.replace("{CAUSE}", "exit 3"))
+    env = {**os.environ, "PYTHONPATH": SRC}
+    cmd = [SNAKEMAKE, "--cores", "1", "--verbose", "-s", str(tmp_path / "Snakefile")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 1 and "Error in rule b" in proc.stderr
+
+
+def test_an_error_while_the_snakefile_imports_the_package_is_one_line(tmp_path):
+    """A plugin (or any module) that fails to import: one line naming the error and a trace
+    file, not Snakemake's frames."""
+    (tmp_path / "broken_plugin_r57.py").write_text("raise RuntimeError('planted import fault')\n")
+    env = {
+        **os.environ,
+        "TILESWEEP_PLUGINS": "broken_plugin_r57",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), SRC]),
+    }
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout and 'File "' not in proc.stderr
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("tilesweep:")]
+    assert len(ours) == 1, proc.stderr
+    found = re.fullmatch(
+        r"tilesweep: the package cannot be imported: unexpected error, RuntimeError: planted "
+        r"import fault \(a bug, or the installed package changed; the full trace: (\S+)\)",
+        ours[0],
+    )
+    assert found, ours[0]
+    trace = Path(found[1])
+    try:
+        assert "planted import fault" in trace.read_text()
+    finally:
+        trace.unlink()
+
+
+def _recorded_run(folder: Path) -> Path:
+    """Write a results folder of two recorded tables (as a sweep's jobs write them)."""
+    tables = folder / "tables"
+    tables.mkdir(parents=True)
+    engines = pd.DataFrame({"engine": ["SGLang"], "batch": [8], "composed_tpot_ms": [10.0]})
+    power = pd.DataFrame({"layout": ["tp1"], "status": ["ok"], "power_frac_median": [0.5]})
+    write_cell_table(tables / "engines.csv", engines)
+    write_cell_table(tables / "power.csv", power)
+    return folder
+
+
+def test_compare_holds_a_recorded_runs_tables_to_their_records(tmp_path, capsys):
+    """A run whose tables carry records: a table whose record is gone, or a record whose table
+    is gone, is refused in one line; a run with no record at all is compared with a note."""
+    a, b = _recorded_run(tmp_path / "a"), _recorded_run(tmp_path / "b")
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "Note:" not in capsys.readouterr().out
+    summary_path(b / "tables" / "engines.csv").unlink()
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "engines.csv: no engines.csv.sum record beside it" in err
+    write_cell_table(b / "tables" / "engines.csv", pd.read_csv(b / "tables" / "engines.csv"))
+    (b / "tables" / "power.csv").unlink()
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "power.csv: missing, though its power.csv.sum record" in err
+    for record in (b / "tables").glob("*.sum"):
+        record.unlink()
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert f"Note: B ({b}): its tables carry no .sum records" in out
+    assert "Note: A" not in out
+
+
+def _copy_conf(tmp_path: Path) -> Path:
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    return conf
+
+
+@pytest.mark.parametrize(
+    ("target", "overrides"),
+    [
+        ("engine/sglang.yaml", ["engine=sglang_b12x"]),  # a file a chosen file derives from
+        ("deployment/fp8_all.yaml", ["deployment=fp8_all", "hardware=h200"]),
+        ("engine/vllm.yaml", []),  # a file nothing chose
+    ],
+)
+def test_a_config_file_that_is_a_pipe_is_named_before_hydra_reads_it(tmp_path, target, overrides):
+    """A FIFO among the config files would block Hydra's read forever: one line names it."""
+    conf = _copy_conf(tmp_path)
+    (conf / target).unlink()
+    os.mkfifo(conf / target)
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom tilesweep.config import compose\n"
+        "from tilesweep.errors import ConfigError\n"
+        "try:\n    compose(sys.argv[2:], Path(sys.argv[1]))\n"
+        "except ConfigError as err:\n    sys.exit(f'tilesweep: {err}')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(conf), *overrides],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == (
+        f"tilesweep: {conf / target}: not a plain file (a pipe, a device or a socket): reading "
+        "it would block; a config file is a plain YAML file\n"
+    )
+
+
+def test_a_config_file_that_links_to_nothing_is_named(tmp_path):
+    from tilesweep.config import check_plain_files
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    (conf / "deployment" / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    with pytest.raises(ConfigError, match=r"gone\.yaml: a link to nothing"):
+        check_plain_files(conf)
