@@ -199,3 +199,34 @@ def test_a_config_file_that_links_to_nothing_is_named(tmp_path):
     (conf / "deployment" / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
     with pytest.raises(ConfigError, match=r"gone\.yaml: a link to nothing"):
         check_plain_files(conf)
+
+
+def test_a_cell_or_record_that_is_a_pipe_is_damage_never_a_blocking_read(tmp_path):
+    """A cell or its .sum record replaced by a pipe is named as damage (the plan rebuilds it,
+    compare and failed name it); nothing waits on the pipe."""
+    code = (
+        "import sys\nfrom tilesweep.cells import damage\n"
+        "print(damage(sys.argv[1]))\nprint(damage(sys.argv[2]))\n"
+    )
+    cell = tmp_path / "cell.csv"
+    write_cell_table(cell, pd.DataFrame({"status": ["ok"]}))
+    summary_path(cell).unlink()
+    os.mkfifo(summary_path(cell))
+    piped = tmp_path / "piped.csv"
+    write_cell_table(piped, pd.DataFrame())
+    piped.unlink()
+    os.mkfifo(piped)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(cell), str(piped)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=60,
+    )
+    assert proc.stdout.splitlines() == [
+        "its .sum record is unreadable (not a plain file)",
+        "not a plain file (a folder, a pipe or a device)",
+    ], proc.stderr
+    run = _recorded_run(tmp_path / "run")
+    os.replace(tmp_path / "cell.csv.sum", run / "tables" / "power.csv.sum")
+    assert main(["compare", str(run), str(run)]) == 2

@@ -100,6 +100,10 @@ def damage(path: str | os.PathLike) -> str | None:
     path = Path(path)
     if not path.exists():
         return "missing"
+    if not path.is_file():  # a read of a pipe or a device would block, or never end
+        return "not a plain file (a folder, a pipe or a device)"
+    if summary_path(path).exists() and not summary_path(path).is_file():
+        return f"its {SUFFIX} record is unreadable (not a plain file)"
     try:
         record = json.loads(summary_path(path).read_text())
         size, digest = int(record["bytes"]), record["sha256"]
@@ -134,6 +138,8 @@ def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict | None]:
     """Return a cell's bytes and record (None for a file written outside a sweep, with no
     record: it is only parsed), or raise CellError naming the file and the fault. Inside a
     sweep the Snakefile has already rebuilt any cell whose record is missing."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise CellError(f"{path}: not a plain file (a folder, a pipe or a device)")
     if Path(path).exists() and not summary_path(path).exists():
         return Path(path).read_bytes(), None
     why = damage(path)
