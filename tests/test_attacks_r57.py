@@ -230,3 +230,12 @@ def test_a_cell_or_record_that_is_a_pipe_is_damage_never_a_blocking_read(tmp_pat
     run = _recorded_run(tmp_path / "run")
     os.replace(tmp_path / "cell.csv.sum", run / "tables" / "power.csv.sum")
     assert main(["compare", str(run), str(run)]) == 2
+
+
+def test_a_rebuild_ledger_that_is_a_pipe_is_refused_in_one_line(tmp_path):
+    from tilesweep.cells import LEDGER, rebuilds
+    from tilesweep.errors import ConfigError
+
+    os.mkfifo(tmp_path / LEDGER)
+    with pytest.raises(ConfigError, match=r"\.rebuilds\.json: not a plain file"):
+        rebuilds(tmp_path)

@@ -242,6 +242,9 @@ def damaged(paths: list[str], joined_exist: bool) -> list[tuple[str, str]]:
 
 def rebuilds(results: str | os.PathLike) -> dict[str, int]:
     """Return the results folder's rebuild counts by cell path ({} when none)."""
+    ledger = Path(results, LEDGER)
+    if ledger.exists() and not ledger.is_file():  # a pipe would block the plan's read
+        raise ConfigError(f"{ledger}: not a plain file (a folder, a pipe or a device); delete it")
     try:
         return {str(k): int(v) for k, v in json.loads(Path(results, LEDGER).read_text()).items()}
     except FileNotFoundError:
