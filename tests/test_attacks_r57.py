@@ -239,3 +239,24 @@ def test_a_rebuild_ledger_that_is_a_pipe_is_refused_in_one_line(tmp_path):
     os.mkfifo(tmp_path / LEDGER)
     with pytest.raises(ConfigError, match=r"\.rebuilds\.json: not a plain file"):
         rebuilds(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("/dev/zero", "not a plain file (a pipe or a device)"),
+        ("docs", "a folder, not a file"),
+        ("a" * 5000, "cannot be read (File name too long)"),
+        ("nosuch_r57.json", "no such file"),
+    ],
+)
+def test_a_deployment_file_that_is_no_file_is_named_for_what_it_is(value, why):
+    """A fit file that is a device, a folder or a name too long is named as what it is, in one
+    short line (the value cut), never 'no such file' for one that exists, never a bug's line."""
+    from tilesweep.config import compose
+    from tilesweep.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        compose([f"deployment.fit_file={value}", "read_outside=true"])
+    line = str(err.value)
+    assert why in line and len(line) < 400 and "\n" not in line, line
