@@ -260,3 +260,16 @@ def test_a_deployment_file_that_is_no_file_is_named_for_what_it_is(value, why):
         compose([f"deployment.fit_file={value}", "read_outside=true"])
     line = str(err.value)
     assert why in line and len(line) < 400 and "\n" not in line, line
+
+
+@pytest.mark.parametrize("text", ["", "a: 1\n", "- x\n"])
+def test_a_root_config_without_its_defaults_list_is_named(tmp_path, text):
+    """conf/config.yaml emptied or replaced: one line naming it, not Hydra's word on an
+    override the verdict adds."""
+    from tilesweep.config import check_plain_files
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    (conf / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"config\.yaml: no `defaults` list"):
+        check_plain_files(conf)

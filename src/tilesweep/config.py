@@ -220,6 +220,23 @@ def check_plain_files(conf_dir: Path) -> None:
                     f"{path}: not a plain file (a pipe, a device or a socket): reading it would "
                     "block; a config file is a plain YAML file"
                 )
+    _check_root(Path(conf_dir) / "config.yaml")
+
+
+def _check_root(path: Path) -> None:
+    """Raise ConfigError where the root config holds no `defaults` list (emptied, or another
+    file's text): Hydra would fail later on an override naming none of its causes."""
+    import yaml
+
+    try:
+        root = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # Hydra names the file and line of a YAML error; a missing one is named too
+    if not isinstance(root, dict) or not isinstance(root.get("defaults"), list):
+        raise ConfigError(
+            f"{path}: no `defaults` list (the root config names each group's file); restore it "
+            "(git checkout conf/config.yaml)"
+        )
 
 
 def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
