@@ -192,13 +192,13 @@ def test_a_config_file_that_is_a_pipe_is_named_before_hydra_reads_it(tmp_path, t
 
 
 def test_a_config_file_that_links_to_nothing_is_named(tmp_path):
-    from tilesweep.config import check_plain_files
+    from tilesweep.config import check_conf_files
     from tilesweep.errors import ConfigError
 
     conf = _copy_conf(tmp_path)
     (conf / "deployment" / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
     with pytest.raises(ConfigError, match=r"gone\.yaml: a link to nothing"):
-        check_plain_files(conf)
+        check_conf_files(conf)
 
 
 def test_a_cell_or_record_that_is_a_pipe_is_damage_never_a_blocking_read(tmp_path):
@@ -266,10 +266,36 @@ def test_a_deployment_file_that_is_no_file_is_named_for_what_it_is(value, why):
 def test_a_root_config_without_its_defaults_list_is_named(tmp_path, text):
     """conf/config.yaml emptied or replaced: one line naming it, not Hydra's word on an
     override the verdict adds."""
-    from tilesweep.config import check_plain_files
+    from tilesweep.config import check_conf_files
     from tilesweep.errors import ConfigError
 
     conf = _copy_conf(tmp_path)
     (conf / "config.yaml").write_text(text)
     with pytest.raises(ConfigError, match=r"config\.yaml: no `defaults` list"):
-        check_plain_files(conf)
+        check_conf_files(conf)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (
+            "a: &a [1,1,1,1,1,1,1,1,1,1]\n"
+            + "".join(
+                f"b{i}: &b{i} [{','.join([('*a' if i == 0 else f'*b{i - 1}')] * 10)}]\n"
+                for i in range(9)
+            ),
+            "aliases expand past 1,000,000 values",
+        ),
+        ("a: &a [1, *a]\n", "a YAML alias inside its own anchor"),
+    ],
+)
+def test_a_config_file_whose_aliases_never_end_is_named(tmp_path, text, why):
+    """An alias bomb, or an alias inside itself, in any config file: one line naming it,
+    before OmegaConf would copy it out forever."""
+    from tilesweep.config import check_conf_files
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    (conf / "model" / "bomb.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        check_conf_files(conf)

@@ -88,7 +88,7 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
 
     overrides = [str(o) for o in overrides]
     _check_override_syntax(overrides)
-    check_plain_files(conf_dir)
+    check_conf_files(conf_dir)
     _check_group_choices(overrides, conf_dir)
     GlobalHydra.instance().clear()
     try:
@@ -203,10 +203,12 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     return checked
 
 
-def check_plain_files(conf_dir: Path) -> None:
-    """Raise ConfigError naming a config file that is not a plain file: a pipe, a device or a
-    socket (Hydra's read of it would block or never end), or a link to nothing. Every file under
-    conf/ is looked at, chosen or not, since a chosen file's defaults may name any other."""
+def check_conf_files(conf_dir: Path) -> None:
+    """Raise ConfigError naming a config file Hydra must not read: not a plain file (a pipe, a
+    device or a socket: its read would block or never end), a link to nothing, a YAML file whose
+    aliases expand past any config's size (an alias bomb: its composition would never end), or a
+    root config without its defaults list. Every file under conf/ is looked at, chosen or not,
+    since a chosen file's defaults may name any other."""
     for folder, _, names in os.walk(conf_dir):
         for name in sorted(names):
             path = Path(folder) / name
@@ -220,7 +222,51 @@ def check_plain_files(conf_dir: Path) -> None:
                     f"{path}: not a plain file (a pipe, a device or a socket): reading it would "
                     "block; a config file is a plain YAML file"
                 )
+            if name.endswith(".yaml"):
+                _check_expansion(path)
     _check_root(Path(conf_dir) / "config.yaml")
+
+
+# The most nodes a config file may expand to with its aliases resolved (the largest shipped file,
+# the figures corpus, has a few thousand).
+MAX_NODES = 1_000_000
+# Files already found to expand within MAX_NODES, by (path, size, mtime, inode).
+_EXPANDS_OK: set[tuple] = set()
+
+
+def _check_expansion(path: Path) -> None:
+    """Raise ConfigError where a YAML file's aliases expand past MAX_NODES nodes (an alias bomb,
+    which OmegaConf would copy out forever). A file without `*` has no alias and is not parsed."""
+    import yaml
+
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _EXPANDS_OK:
+        return
+    data = path.read_bytes()
+    if b"*" in data:
+        try:
+            root = yaml.compose(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except (yaml.YAMLError, ValueError):
+            return  # Hydra names the file and line of a YAML error
+        sizes: dict[int, int] = {}
+
+        def size(node) -> int:
+            if sizes.get(id(node)) == -1:
+                raise ConfigError(f"{path}: a YAML alias inside its own anchor (a loop)")
+            if id(node) not in sizes:
+                sizes[id(node)] = -1  # being counted
+                value = node.value if isinstance(node.value, list) else []
+                parts = [p for pair in value for p in (pair if isinstance(pair, tuple) else [pair])]
+                sizes[id(node)] = min(1 + sum(size(p) for p in parts), MAX_NODES + 1)
+            return sizes[id(node)]
+
+        if root is not None and size(root) > MAX_NODES:
+            raise ConfigError(
+                f"{path}: its YAML aliases expand past {MAX_NODES:,} values (an alias bomb?); "
+                "a config file spells its values out"
+            )
+    _EXPANDS_OK.add(key)
 
 
 def _check_root(path: Path) -> None:
