@@ -299,3 +299,16 @@ def test_a_config_file_whose_aliases_never_end_is_named(tmp_path, text, why):
     (conf / "model" / "bomb.yaml").write_text(text)
     with pytest.raises(ConfigError, match=re.escape(why)):
         check_conf_files(conf)
+
+
+def test_a_group_option_that_is_a_folder_is_named_not_listed_as_valid(tmp_path):
+    from tilesweep.config import compose
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    (conf / "engine" / "x.yaml").mkdir()
+    with pytest.raises(ConfigError, match=r"engine='x': .*x\.yaml is a folder, not a config file"):
+        compose(["engine=x"], conf)
+    with pytest.raises(ConfigError) as err:
+        compose(["engine=y"], conf)
+    assert "unknown engine" in str(err.value) and ", x" not in str(err.value)

@@ -294,7 +294,8 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
         group = key.lstrip("+~")
         if not sep or group not in groups:
             continue
-        options = ", ".join(sorted(p.stem for p in (conf_dir / group).glob("*.yaml")))
+        files = [p for p in (conf_dir / group).glob("*.yaml") if p.is_file()]
+        options = ", ".join(sorted(p.stem for p in files))
         if "/" in value or "\\" in value or ".." in value:
             raise ConfigError(
                 f"{item}: a {group} option names a file in conf/{group}/ (one of: {options})"
@@ -302,5 +303,8 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
         if value.strip().startswith(("[", "{")) or "," in value:
             # Hydra would merge the files into one hybrid (b200 with h200's figures).
             raise ConfigError(f"{item}: a {group} option is one name, not a list; valid: {options}")
-        if key == group and not (conf_dir / group / f"{value.strip()}.yaml").is_file():
+        chosen = conf_dir / group / f"{value.strip()}.yaml"
+        if key == group and chosen.is_dir():
+            raise ConfigError(f"{group}={value.strip()!r}: {chosen} is a folder, not a config file")
+        if key == group and not chosen.is_file():
             raise ConfigError(f"{group}={value.strip()!r}: unknown {group}; valid: {options}")
