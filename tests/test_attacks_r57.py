@@ -312,3 +312,27 @@ def test_a_group_option_that_is_a_folder_is_named_not_listed_as_valid(tmp_path):
     with pytest.raises(ConfigError) as err:
         compose(["engine=y"], conf)
     assert "unknown engine" in str(err.value) and ", x" not in str(err.value)
+
+
+def test_a_config_file_of_bytes_that_are_not_text_is_named(tmp_path):
+    from tilesweep.config import check_conf_files
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    (conf / "engine" / "sglang.yaml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=r"sglang\.yaml: not text \(bytes that are not UTF-8\)"):
+        check_conf_files(conf)
+
+
+def test_hydras_missing_default_names_the_options_without_its_search_path(tmp_path):
+    from tilesweep.config import compose
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    root = conf / "config.yaml"
+    root.write_text(root.read_text().replace("  - engine: sglang", "  - engine: nosuch", 1))
+    with pytest.raises(ConfigError) as err:
+        compose([], conf)
+    line = str(err.value)
+    assert "Could not find 'engine/nosuch'" in line and "sglang_b12x" in line, line
+    assert "provider=" not in line

@@ -244,6 +244,12 @@ def _check_expansion(path: Path) -> None:
     if key in _EXPANDS_OK:
         return
     data = path.read_bytes()
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{path}: not text (bytes that are not UTF-8); a config file is YAML"
+        ) from None
     if b"*" in data:
         try:
             root = yaml.compose(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
