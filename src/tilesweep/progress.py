@@ -190,6 +190,7 @@ class Console(logging.Handler):
         # Failed jobs of this run: the cause Snakemake gave the last one, the failed rules.
         self.cause: str | None = None
         self.failures: list[str] = []
+        self.stopped = False
         self._lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -218,7 +219,8 @@ class Console(logging.Handler):
             self.cause = failure_cause(record.getMessage())
             return []
         message = record.getMessage() if record.msg is not None else ""
-        if message == STOPPING_LINES[1] and self.failures:
+        if self._closing(record, message) and not self.stopped:
+            self.stopped = True  # after failed jobs, the first of Snakemake's closing errors
             return [self._stopped()]
         if event == LogEvent.JOB_INFO:
             self._start(record.rule_name, record.jobid, now)
@@ -251,14 +253,16 @@ class Console(logging.Handler):
         message = record.getMessage() if record.msg is not None else ""
         if message in ROUND_LINES:
             return True
-        if self.failures and (
-            message in STOPPING_LINES
-            or (event == LogEvent.ERROR and message.strip().endswith(RUN_FAILED))
-        ):
+        if self._closing(record, message) or (self.failures and message == STOPPING_LINES[0]):
             return True  # Console's `stopped` line says it in short
-        if self.failures and message.startswith(CLOSING_LINES[0]):
-            return True  # the `stopped` line names the log
         return not self.failed and message.startswith(CLOSING_LINES)
+
+    def _closing(self, record: logging.LogRecord, message: str) -> bool:
+        """Return whether a record is one of Snakemake's closing errors after failed jobs."""
+        run_failed = getattr(record, "event", None) == LogEvent.ERROR and message.strip().endswith(
+            RUN_FAILED
+        )
+        return bool(self.failures) and (message == STOPPING_LINES[1] or run_failed)
 
     def _job_exception(self, record: logging.LogRecord) -> bool:
         """Return whether a record is Snakemake's account of a running job's failure (a
