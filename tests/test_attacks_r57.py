@@ -336,3 +336,21 @@ def test_hydras_missing_default_names_the_options_without_its_search_path(tmp_pa
     line = str(err.value)
     assert "Could not find 'engine/nosuch'" in line and "sglang_b12x" in line, line
     assert "provider=" not in line
+
+
+def test_failed_names_an_output_of_a_recorded_run_that_lost_its_record(tmp_path):
+    """`tilesweep failed` on a run whose outputs carry records: one whose record is gone is
+    listed (the plan reruns it); a run with no record at all is read as it is."""
+    from tilesweep.failures import failed_rows
+
+    ok = pd.DataFrame({"kernel": ["k"], "status": ["ok"]})
+    (tmp_path / "decode").mkdir()
+    for name in ("a.csv", "b.csv"):
+        write_cell_table(tmp_path / "decode" / name, ok)
+    assert failed_rows(tmp_path).empty
+    summary_path(tmp_path / "decode" / "b.csv").unlink()
+    rows = failed_rows(tmp_path)
+    assert list(rows["path"]) == [tmp_path / "decode" / "b.csv"]
+    assert "no .sum record beside it" in rows["reason"].iloc[0]
+    summary_path(tmp_path / "decode" / "a.csv").unlink()
+    assert failed_rows(tmp_path).empty
