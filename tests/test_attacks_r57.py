@@ -354,3 +354,40 @@ def test_failed_names_an_output_of_a_recorded_run_that_lost_its_record(tmp_path)
     assert "no .sum record beside it" in rows["reason"].iloc[0]
     summary_path(tmp_path / "decode" / "a.csv").unlink()
     assert failed_rows(tmp_path).empty
+
+
+def test_a_tool_given_a_pipe_names_it_and_never_waits_on_it(tmp_path):
+    """Each tool's input file replaced by a pipe: one line naming it as not a plain file, exit 2,
+    nothing changed, no read that blocks."""
+    for folder in ("it", "ie", "ct", "ts/tune/fused_moe"):
+        (tmp_path / folder).mkdir(parents=True)
+    pipes = {
+        "it": tmp_path / "it" / "engine_tables.tgz",
+        "ie": tmp_path / "ie" / "results.tgz",
+        "ct": tmp_path / "ct" / "fit.json",
+        "ts": tmp_path / "ts" / "tune" / "fused_moe" / "x.csv",
+    }
+    for pipe in pipes.values():
+        os.mkfifo(pipe)
+    steps = ROOT / "docs" / "examples" / "h200" / "layout.csv"
+    runs = {
+        "it": ["bash", "tools/import_engine_tables.sh", str(tmp_path / "it")],
+        "ie": ["bash", "tools/import_example.sh", str(pipes["ie"]), str(tmp_path / "ie")],
+        "ct": [
+            sys.executable,
+            "tools/check_transfer.py",
+            str(pipes["ct"]),
+            str(steps),
+            "datasheet",
+            str(tmp_path / "ct" / "out.csv"),
+        ],
+        "ts": [sys.executable, "tools/tune_summary.py", str(tmp_path / "ts")],
+    }
+    env = {**os.environ, "PYTHONPATH": SRC}
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True).stdout
+    for key, cmd in runs.items():
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 2, (key, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and f"{pipes[key]}: not a plain file" in proc.stderr
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True).stdout
+    assert after == before
