@@ -391,3 +391,20 @@ def test_a_tool_given_a_pipe_names_it_and_never_waits_on_it(tmp_path):
         assert proc.stderr.count("\n") == 1 and f"{pipes[key]}: not a plain file" in proc.stderr
     after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True).stdout
     assert after == before
+
+
+def test_fetch_engine_kernels_checks_where_it_writes_before_fetching(tmp_path):
+    """An --out it cannot write is one line before any wheel is fetched (it was a bare
+    FileNotFoundError after the download, pip's warnings first)."""
+    proc = subprocess.run(
+        [sys.executable, "tools/fetch_engine_kernels.py", "--out", "/proc/self/x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "fetch_engine_kernels: --out=/proc/self/x: cannot write there (No such file or directory)\n"
+    )
