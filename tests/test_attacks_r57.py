@@ -271,7 +271,7 @@ def test_a_root_config_without_its_defaults_list_is_named(tmp_path, text):
 
     conf = _copy_conf(tmp_path)
     (conf / "config.yaml").write_text(text)
-    with pytest.raises(ConfigError, match=r"config\.yaml: no `defaults` list"):
+    with pytest.raises(ConfigError, match=r"config\.yaml: (no `defaults` list|holds nothing)"):
         check_conf_files(conf)
 
 
@@ -408,3 +408,16 @@ def test_fetch_engine_kernels_checks_where_it_writes_before_fetching(tmp_path):
     assert proc.stderr == (
         "fetch_engine_kernels: --out=/proc/self/x: cannot write there (No such file or directory)\n"
     )
+
+
+@pytest.mark.parametrize("text", ["", "# all gone\n\n", "---\n"])
+def test_a_config_file_emptied_is_named_not_read_as_defaults(tmp_path, text):
+    """conf/question/brief.yaml emptied composed silently, on other defaults (another answer):
+    one line names it."""
+    from tilesweep.config import check_conf_files
+    from tilesweep.errors import ConfigError
+
+    conf = _copy_conf(tmp_path)
+    (conf / "question" / "brief.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"brief\.yaml: holds nothing"):
+        check_conf_files(conf)
