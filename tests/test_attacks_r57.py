@@ -421,27 +421,3 @@ def test_a_config_file_emptied_is_named_not_read_as_defaults(tmp_path, text):
     (conf / "question" / "brief.yaml").write_text(text)
     with pytest.raises(ConfigError, match=r"brief\.yaml: holds nothing"):
         check_conf_files(conf)
-
-
-def test_gpu_sh_away_from_the_repository_root_is_one_line_and_creates_nothing(tmp_path):
-    """On a GPU machine with Snakemake installed, a task run from another folder ran Snakemake
-    there ('No Snakefile found', then gpu.sh's exit line): one line now, before anything."""
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    (stubs / "nvidia-smi").write_text("#!/bin/sh\necho name\necho 'NVIDIA H200'\n")
-    (stubs / "nvidia-smi").chmod(0o755)
-    env = dict(os.environ, PATH=f"{stubs}:{Path(sys.executable).parent}:/usr/bin:/bin")
-    proc = subprocess.run(
-        ["bash", str(ROOT / "tools" / "gpu.sh"), "sweep", str(tmp_path / "out")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr == (
-        f"gpu.sh sweep: {tmp_path} is not the repository root (no Snakefile, conf/): run "
-        "tools/gpu.sh from there\n"
-    )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]

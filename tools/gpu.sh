@@ -392,8 +392,7 @@ check_out_dir() {
 }
 
 # Refuse, in one line and exit 2, a machine a task cannot run on: no nvidia-smi (not a GPU
-# machine), or neither the carried wheels (.whl) nor Snakemake and Hydra installed; or a working
-# folder that is not the repository root.
+# machine), or neither the carried wheels (.whl) nor Snakemake and Hydra installed.
 need_gpu_machine() {
   command -v nvidia-smi >/dev/null 2>&1 ||
     { echo "gpu.sh $1: no nvidia-smi here: run it on the GPU machine (tools/gpu.sh --help)" >&2; exit 2; }
@@ -401,9 +400,6 @@ need_gpu_machine() {
     echo "gpu.sh $1: no carried wheels in .whl/ here ($PWD): run python tools/fetch_wheels.py .whl where pip works and carry .whl" >&2
     exit 2
   fi
-  # Snakemake and the carried wheels are looked for here: a task runs from the checkout's root.
-  [ -f Snakefile ] && [ -d conf ] ||
-    { echo "gpu.sh $1: $PWD is not the repository root (no Snakefile, conf/): run tools/gpu.sh from there" >&2; exit 2; }
 }
 
 # Dispatch: every argument is checked before a task touches anything.
