@@ -421,3 +421,21 @@ def test_a_config_file_emptied_is_named_not_read_as_defaults(tmp_path, text):
     (conf / "question" / "brief.yaml").write_text(text)
     with pytest.raises(ConfigError, match=r"brief\.yaml: holds nothing"):
         check_conf_files(conf)
+
+
+def test_a_record_or_ledger_holding_1e400_is_unreadable_not_a_bug(tmp_path, capsys):
+    """A .sum whose byte count is 1e400 (JSON's inf) was 'unexpected error, OverflowError' in
+    compare; the ledger likewise. Both are named as unreadable records."""
+    from tilesweep.cells import LEDGER, damage, rebuilds
+    from tilesweep.errors import ConfigError
+
+    run = _recorded_run(tmp_path / "run")
+    record = summary_path(run / "tables" / "power.csv")
+    record.write_text(record.read_text().replace('"bytes": ', '"bytes": 1e400, "was": ', 1))
+    assert damage(run / "tables" / "power.csv") == "its .sum record is unreadable"
+    assert main(["compare", str(run), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "power.csv: its .sum record is unreadable" in err and "unexpected" not in err
+    (tmp_path / LEDGER).write_text('{"a": 1e400}')
+    with pytest.raises(ConfigError, match="unreadable; delete it"):
+        rebuilds(tmp_path)

@@ -109,8 +109,8 @@ def damage(path: str | os.PathLike) -> str | None:
         size, digest = int(record["bytes"]), record["sha256"]
     except FileNotFoundError:
         return f"no {SUFFIX} record beside it (written by an older tilesweep, or cut short)"
-    except (ValueError, KeyError, TypeError):
-        return f"its {SUFFIX} record is unreadable"
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        return f"its {SUFFIX} record is unreadable"  # (1e400 bytes: inf, no integer)
     have = path.stat().st_size
     if have != size:
         return f"{have} bytes where its job wrote {size}"
@@ -249,7 +249,7 @@ def rebuilds(results: str | os.PathLike) -> dict[str, int]:
         return {str(k): int(v) for k, v in json.loads(Path(results, LEDGER).read_text()).items()}
     except FileNotFoundError:
         return {}
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, OverflowError, RecursionError):
         raise ConfigError(f"{Path(results, LEDGER)}: unreadable; delete it") from None
 
 
