@@ -10,31 +10,42 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from tilesweep import answer_card
-from tilesweep.cells import (
-    damaged,
-    mark_rebuilds,
-    rebuild_lines,
-    rebuild_param,
-    rebuilds,
-    rebuilds_of,
-    stale_join,
-)
-from tilesweep.errors import ConfigError, unexpected
-from tilesweep.sweep_lock import hold, probe
-from tilesweep.grid import canonical as grid_json
-from tilesweep.command_config import check_command_config, parse_overrides
-from tilesweep.pipeline import Sweep
-from tilesweep.progress import attach as show_progress
-from tilesweep.plan.calibration import FIT_LAYOUT
-from tilesweep.report_paths import (
-    FIGURE_CATEGORIES,
-    CHECK_TABLES,
-    COMPOSED_TABLES,
-    MEASURED_TABLES,
-    example_overrides,
-)
-from tilesweep.provenance import package_version, toolchain_key
+# The package, imported: a module that fails to import (a damaged install, a plugin with an
+# error, a missing dependency) is one line naming a trace file, not Snakemake's frames.
+try:
+    from tilesweep import answer_card
+    from tilesweep.cells import (
+        damaged,
+        mark_rebuilds,
+        rebuild_lines,
+        rebuild_param,
+        rebuilds,
+        rebuilds_of,
+        stale_join,
+    )
+    from tilesweep.errors import ConfigError, unexpected
+    from tilesweep.sweep_lock import hold, probe
+    from tilesweep.grid import canonical as grid_json
+    from tilesweep.command_config import check_command_config, parse_overrides
+    from tilesweep.pipeline import Sweep
+    from tilesweep.progress import attach as show_progress
+    from tilesweep.plan.calibration import FIT_LAYOUT
+    from tilesweep.report_paths import (
+        FIGURE_CATEGORIES,
+        CHECK_TABLES,
+        COMPOSED_TABLES,
+        MEASURED_TABLES,
+        example_overrides,
+    )
+    from tilesweep.provenance import package_version, toolchain_key
+except Exception as err:
+    try:
+        from tilesweep.errors import unexpected
+
+        why = unexpected(err)
+    except Exception:  # the errors module itself cannot be imported
+        why = f"{type(err).__name__}: {err}"
+    sys.exit(f"tilesweep: the package cannot be imported: {why}")
 
 # `--config example=docs/examples/h200` re-renders a kept example from its own tables.
 EXAMPLE = config.get("example")

@@ -272,9 +272,11 @@ def test_compare_names_a_table_whose_columns_differ(tiny_sweep, tmp_path, capsys
     b = tmp_path / "b"
     shutil.copytree(a / "tables", b / "tables")
     decode = pd.read_csv(b / "tables" / "decode.csv").rename(columns={"time_ms": "t_ms"})
-    decode.to_csv(b / "tables" / "decode.csv", index=False)
-    # An edited table keeps no record (compare refuses one its record contradicts).
-    (b / "tables" / "decode.csv.sum").unlink(missing_ok=True)
+    # Written with its record, as another run's job would (compare refuses a table of a recorded
+    # run whose record it contradicts or lacks).
+    from tilesweep.cells import write_cell_table
+
+    write_cell_table(b / "tables" / "decode.csv", decode)
     assert cli(["compare", str(a), str(b)]) == 0
     assert "columns in one run only" in capsys.readouterr().out
     from tilesweep import compare

@@ -101,6 +101,7 @@ def test_a_stage_says_it_started_once_its_batch_has_started_then_counts_down(tmp
         "[tilesweep] build_kernel 1/3 jobs, 10s elapsed, ~5s left (mean job 10s in this run, "
         "2 at once); other stages: to come tables (1); whole run ~5s left (2 at once), not "
         "counting tables (no job time yet)",
+        "[tilesweep] build_kernel failed",
         "[tilesweep] build_kernel done: 3 jobs (1 failed) in 20s, mean job 11s; "
         "other stages: to come tables (1); whole run, not counting tables (no job time yet)",
     ]
@@ -145,7 +146,7 @@ def test_the_last_job_ends_the_run_in_one_line_and_the_closing_lines_give_way(tm
     assert console.hides(record(0.0, LogEvent.JOB_INFO, jobid=1, rule_name="tables"))
     assert console.hides(record(0.0, msg="Select jobs to execute..."))
     assert console.hides(record(0.0, msg="Complete log(s): run.log"))
-    assert not console.hides(error(0.0, 1, "tables"))
+    assert console.hides(error(0.0, 1, "tables")), "Console's `tables failed` line says it"
     assert not console.hides(record(0.0, msg="Complete log(s): run.log")), "after an error"
     assert not console.hides(record(0.0, msg="Exiting because a job execution failed."))
 

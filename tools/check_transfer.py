@@ -33,6 +33,17 @@ def main() -> int:
         raise ConfigError(f"usage: {__doc__.split('Usage: ')[1].splitlines()[0]}")
     fit_path, steps_path, ceilings_path, out = args[:4]
     check_out_file(out, "--force" in sys.argv[1:], "OUT_CSV")
+    named = [("FIT_JSON", fit_path), ("STEPS_CSV", steps_path)]
+    for name, path in named + (
+        [] if ceilings_path == "datasheet" else [("CEILINGS_JSON", ceilings_path)]
+    ):
+        if not Path(path).is_file():  # a pipe would block the read
+            what = (
+                "not a plain file (a folder, a pipe or a device)"
+                if Path(path).exists()
+                else "no such file"
+            )
+            raise ConfigError(f"{name}={path}: {what}")
     settings = compose_settings(args[4:])
     model = settings.model.model_dump(exclude_unset=True)
     fit = json.loads(Path(fit_path).read_text())

@@ -20,6 +20,7 @@ from tilesweep.config import compose
 from tilesweep.errors import tool_main
 from tilesweep.fused_moe.engines.base import data
 from tilesweep.fused_moe.engines.wheels import FOLDER, extract, name_table
+from tilesweep.io import check_out_file, check_out_folder
 
 
 def main() -> int:
@@ -31,7 +32,11 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     versions = compose(args.overrides)["backend"]["fused_moe"]["engine_versions"]
-    args.wheels.mkdir(parents=True, exist_ok=True)
+    # Every place it writes, checked before a wheel is fetched (minutes): one line if unusable.
+    check_out_folder(str(args.out))
+    check_out_folder(str(args.wheels))
+    if args.names:
+        check_out_file(str(args.names), flag="--names")
     for engine, version in versions.items():
         dist = data(engine).distribution  # engines/<engine>.yaml
         pattern = f"{dist.replace('-', '_')}-{version}-*.whl"  # a wheel's name: dashes as _

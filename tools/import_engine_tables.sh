@@ -14,6 +14,9 @@ usage="usage: tools/import_engine_tables.sh FILES_AT [MORE_FILES_AT ...]"
 [ $# -ge 1 ] || { echo "import_engine_tables: $usage" >&2; exit 2; }
 for src in "$@"; do
   for need in engine_tables.tgz tables.log; do
+    if [ -e "$src/$need" ] && [ ! -f "$src/$need" ]; then
+      echo "import_engine_tables: $src/$need: not a plain file (a folder, a pipe or a device); nothing changed" >&2; exit 2
+    fi
     [ -f "$src/$need" ] || { echo "import_engine_tables: $src: no $need there; nothing changed" >&2; exit 2; }
   done
   tar -tzf "$src/engine_tables.tgz" tables/dropins.csv >/dev/null 2>&1 ||

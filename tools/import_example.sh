@@ -19,6 +19,7 @@ folder=$2
 shift 2
 py="$root/.venv/bin/python"
 [ -x "$py" ] || py=python3
+[ ! -e "$tgz" ] || [ -f "$tgz" ] || fail "$tgz: not a plain file (a folder, a pipe or a device)"
 [ -f "$tgz" ] || fail "$tgz: no such file"
 [ -d "$folder" ] || fail "$folder: not a folder (a kept example folder must exist)"
 [ $# -gt 0 ] || [ -f "$folder/overrides.yaml" ] ||

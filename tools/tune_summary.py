@@ -43,7 +43,9 @@ def main() -> int:
     paths = swept or sorted(args.results.glob("tune_*.csv"))
     if not paths:
         raise ConfigError(f"no tune tables under {args.results}")
-    paths = [p for p in paths if p.is_file()]
+    odd = [p for p in paths if not p.is_file()]
+    if odd:  # a pipe would block the read; a folder holds no table
+        raise ConfigError(f"{odd[0]}: not a plain file (a folder, a pipe or a device)")
     tables = [_read(p) for p in paths]
     need = {"tuned", "dtype", "experts", "n", "m"}
     for path, table in zip(paths, tables, strict=True):

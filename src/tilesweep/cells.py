@@ -102,13 +102,17 @@ def damage(path: str | os.PathLike) -> str | None:
     path = Path(path)
     if not path.exists():
         return "missing"
+    if not path.is_file():  # a read of a pipe or a device would block, or never end
+        return "not a plain file (a folder, a pipe or a device)"
+    if summary_path(path).exists() and not summary_path(path).is_file():
+        return f"its {SUFFIX} record is unreadable (not a plain file)"
     try:
         record = json.loads(summary_path(path).read_text())
         size, digest = int(record["bytes"]), record["sha256"]
     except FileNotFoundError:
         return f"no {SUFFIX} record beside it (written by an older tilesweep, or cut short)"
-    except (ValueError, KeyError, TypeError):
-        return f"its {SUFFIX} record is unreadable"
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        return f"its {SUFFIX} record is unreadable"  # (1e400 bytes: inf, no integer)
     have = path.stat().st_size
     if have != size:
         return f"{have} bytes where its job wrote {size}"
@@ -136,6 +140,8 @@ def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict | None]:
     """Return a cell's bytes and record (None for a file written outside a sweep, with no
     record: it is only parsed), or raise CellError naming the file and the fault. Inside a
     sweep the Snakefile has already rebuilt any cell whose record is missing."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise CellError(f"{path}: not a plain file (a folder, a pipe or a device)")
     if Path(path).exists() and not summary_path(path).exists():
         return Path(path).read_bytes(), None
     why = damage(path)
@@ -238,11 +244,14 @@ def damaged(paths: list[str], joined_exist: bool) -> list[tuple[str, str]]:
 
 def rebuilds(results: str | os.PathLike) -> dict[str, int]:
     """Return the results folder's rebuild counts by cell path ({} when none)."""
+    ledger = Path(results, LEDGER)
+    if ledger.exists() and not ledger.is_file():  # a pipe would block the plan's read
+        raise ConfigError(f"{ledger}: not a plain file (a folder, a pipe or a device); delete it")
     try:
         return {str(k): int(v) for k, v in json.loads(Path(results, LEDGER).read_text()).items()}
     except FileNotFoundError:
         return {}
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, OverflowError, RecursionError):
         raise ConfigError(f"{Path(results, LEDGER)}: unreadable; delete it") from None
 
 

@@ -179,6 +179,12 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.out is not None:
         compare.check_out(args.out)  # before the comparison: a bad folder is one line
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
+    for side, run in (("A", run_a), ("B", run_b)):
+        if run.unrecorded:
+            sys.stdout.write(
+                f"Note: {side} ({run.path}): its tables carry no .sum records (a run from before "
+                "tilesweep kept them, or a folder made by hand): compared as they are, unchecked.\n"
+            )
     changes = compare.compare_runs(run_a, run_b, args.threshold)
     text = compare_report.format_changes(changes, run_a, run_b, args.threshold, args.limit)
     sys.stdout.write(text)

@@ -73,6 +73,9 @@ class Run:
     path: Path
     tables: dict[str, pd.DataFrame]
     ceilings: dict
+    # Whether its tables carry no .sum records (a run from before tilesweep kept them, or a
+    # folder made by hand): compared as they are, unchecked (compare says so).
+    unrecorded: bool = False
 
 
 def results_dir(path: str | Path) -> Path:
@@ -89,11 +92,13 @@ def load_run(path: str | Path) -> Run:
     of a results folder."""
     root = results_dir(path)
     tables = {}
+    recorded = _recorded_run(root)
     for name in KEYS:
         csv = root / "tables" / f"{name}.csv"
         if csv.exists() and (not csv.is_file() or not _plain_file(csv)):
             raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
-        _check_record(csv)
+        if recorded:
+            _check_record(csv)
         try:
             tables[name] = pd.read_csv(csv) if csv.exists() else pd.DataFrame()
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -113,16 +118,36 @@ def load_run(path: str | Path) -> Run:
         raise ConfigError(
             f"{ceilings_path}: matmul_tflops={peaks!r:.80}: not a mapping of dtype to TFLOP/s"
         )
-    return Run(root, tables, ceilings)
+    return Run(root, tables, ceilings, unrecorded=not recorded)
+
+
+def _recorded_run(root: Path) -> bool:
+    """Return whether a results folder's tables carry .sum records (a sweep's since tilesweep
+    keeps them): then every table compared must match its record. A folder with none (an older
+    run, one made by hand) is compared as it is."""
+    folder = root / "tables"
+    return any(summary_path(folder / f"{name}.csv").exists() for name in KEYS)
 
 
 def _check_record(table: Path) -> None:
-    """Raise ConfigError where a table has a record (.sum) its bytes no longer match: a table
-    damaged after its job wrote it is not compared as if it were that run's."""
+    """Raise ConfigError where a table of a recorded run is not what its job wrote: its bytes
+    no longer match its record (.sum), its record is gone (the table replaced or edited after the
+    run), or the table is gone while its record stays. A table damaged after its job wrote it is
+    not compared as if it were that run's."""
+    record = summary_path(table)
+    if not (table.exists() or record.exists()):
+        return  # a table this run never made
     try:
-        why = damage(table) if table.exists() and summary_path(table).exists() else None
+        why = damage(table)
     except OSError as exc:
-        why = f"its {summary_path(table).name} record is unreadable ({exc.strerror})"
+        why = f"its {record.name} record is unreadable ({exc.strerror})"
+    if why == "missing":
+        why = f"missing, though its {record.name} record is there"
+    elif not record.exists():
+        why = (
+            f"no {record.name} record beside it, though the run's other tables have theirs "
+            "(replaced or edited after the run)"
+        )
     if why:
         raise ConfigError(f"{table}: {why}; rerun that sweep to rebuild it, then compare")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
+import stat
 from pathlib import Path
 
 from tilesweep import config_checks, gpu_archs, question, references
@@ -86,6 +88,7 @@ def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict
 
     overrides = [str(o) for o in overrides]
     _check_override_syntax(overrides)
+    check_conf_files(conf_dir)
     _check_group_choices(overrides, conf_dir)
     GlobalHydra.instance().clear()
     try:
@@ -200,6 +203,104 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     return checked
 
 
+def check_conf_files(conf_dir: Path) -> None:
+    """Raise ConfigError naming a config file Hydra must not read: not a plain file (a pipe, a
+    device or a socket: its read would block or never end), a link to nothing, a YAML file whose
+    aliases expand past any config's size (an alias bomb: its composition would never end), one
+    that holds nothing (emptied: Hydra would compose it as defaults), or a root config without
+    its defaults list. Every file under conf/ is looked at, chosen or not,
+    since a chosen file's defaults may name any other."""
+    for folder, _, names in os.walk(conf_dir):
+        for name in sorted(names):
+            path = Path(folder) / name
+            try:
+                mode = path.stat().st_mode
+            except OSError as exc:
+                why = "a link to nothing" if path.is_symlink() else f"unreadable ({exc.strerror})"
+                raise ConfigError(f"{path}: {why}; a config file is a plain YAML file") from None
+            if not stat.S_ISREG(mode):
+                raise ConfigError(
+                    f"{path}: not a plain file (a pipe, a device or a socket): reading it would "
+                    "block; a config file is a plain YAML file"
+                )
+            parts = path.relative_to(conf_dir).parts
+            # The figures corpus is read by references.py alone, which names its faults (an
+            # emptied references file too: 'no figures').
+            if name.endswith(".yaml") and parts[:2] != ("references", "corpus"):
+                _check_expansion(path, empty_ok=parts[0] == "references")
+    _check_root(Path(conf_dir) / "config.yaml")
+
+
+# The most nodes a config file may expand to with its aliases resolved (the largest shipped file,
+# the figures corpus, has a few thousand).
+MAX_NODES = 1_000_000
+# Files already found to expand within MAX_NODES, by (path, size, mtime, inode).
+_EXPANDS_OK: set[tuple] = set()
+
+
+def _check_expansion(path: Path, empty_ok: bool = False) -> None:
+    """Raise ConfigError where a YAML file's aliases expand past MAX_NODES nodes (an alias bomb,
+    which OmegaConf would copy out forever). A file without `*` has no alias and is not parsed."""
+    import yaml
+
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _EXPANDS_OK:
+        return
+    data = path.read_bytes()
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{path}: not text (bytes that are not UTF-8); a config file is YAML"
+        ) from None
+    lines = [ln.strip() for ln in data.decode().splitlines()]
+    if not empty_ok and all(not ln or ln.startswith("#") or ln in ("---", "...") for ln in lines):
+        raise ConfigError(
+            f"{path}: holds nothing (empty, or comments only); a config file holds its settings "
+            "(restore it, or remove it)"
+        )
+    if b"*" in data:
+        try:
+            root = yaml.compose(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except (yaml.YAMLError, ValueError):
+            return  # Hydra names the file and line of a YAML error
+        sizes: dict[int, int] = {}
+
+        def size(node) -> int:
+            if sizes.get(id(node)) == -1:
+                raise ConfigError(f"{path}: a YAML alias inside its own anchor (a loop)")
+            if id(node) not in sizes:
+                sizes[id(node)] = -1  # being counted
+                value = node.value if isinstance(node.value, list) else []
+                parts = [p for pair in value for p in (pair if isinstance(pair, tuple) else [pair])]
+                sizes[id(node)] = min(1 + sum(size(p) for p in parts), MAX_NODES + 1)
+            return sizes[id(node)]
+
+        if root is not None and size(root) > MAX_NODES:
+            raise ConfigError(
+                f"{path}: its YAML aliases expand past {MAX_NODES:,} values (an alias bomb?); "
+                "a config file spells its values out"
+            )
+    _EXPANDS_OK.add(key)
+
+
+def _check_root(path: Path) -> None:
+    """Raise ConfigError where the root config holds no `defaults` list (emptied, or another
+    file's text): Hydra would fail later on an override naming none of its causes."""
+    import yaml
+
+    try:
+        root = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # Hydra names the file and line of a YAML error; a missing one is named too
+    if not isinstance(root, dict) or not isinstance(root.get("defaults"), list):
+        raise ConfigError(
+            f"{path}: no `defaults` list (the root config names each group's file); restore it "
+            "(git checkout conf/config.yaml)"
+        )
+
+
 def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
     """Raise ConfigError for a config group option that is a path: every option is a file
     inside conf/<group>/, never one elsewhere (hardware=../../elsewhere/h200)."""
@@ -209,7 +310,8 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
         group = key.lstrip("+~")
         if not sep or group not in groups:
             continue
-        options = ", ".join(sorted(p.stem for p in (conf_dir / group).glob("*.yaml")))
+        files = [p for p in (conf_dir / group).glob("*.yaml") if p.is_file()]
+        options = ", ".join(sorted(p.stem for p in files))
         if "/" in value or "\\" in value or ".." in value:
             raise ConfigError(
                 f"{item}: a {group} option names a file in conf/{group}/ (one of: {options})"
@@ -217,5 +319,8 @@ def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
         if value.strip().startswith(("[", "{")) or "," in value:
             # Hydra would merge the files into one hybrid (b200 with h200's figures).
             raise ConfigError(f"{item}: a {group} option is one name, not a list; valid: {options}")
-        if key == group and not (conf_dir / group / f"{value.strip()}.yaml").is_file():
+        chosen = conf_dir / group / f"{value.strip()}.yaml"
+        if key == group and chosen.is_dir():
+            raise ConfigError(f"{group}={value.strip()!r}: {chosen} is a folder, not a config file")
+        if key == group and not chosen.is_file():
             raise ConfigError(f"{group}={value.strip()!r}: unknown {group}; valid: {options}")

@@ -3,8 +3,10 @@ exists, lies inside the checkout or results_dir (unless read_outside), and is of
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -28,10 +30,12 @@ def check_files(settings: RootSettings) -> None:
         value = getattr(dep, key)
         if not value:
             continue
-        where = f"deployment.{key}={value!r}"
+        shown = repr(value) if len(value) <= 120 else repr(value[:117] + "...")
+        where = f"deployment.{key}={shown}"
         path = project_path(value)
-        if not path.is_file():
-            raise ConfigError(f'{where}: no such file ({hints[key]}; "" for none)')
+        kind = _kind_of(path)
+        if kind:
+            raise ConfigError(f'{where}: {kind} ({hints[key]}; "" for none)')
         inside = any(path.resolve().is_relative_to(a) for a in allowed)
         if not inside and not settings.read_outside:
             raise ConfigError(
@@ -41,6 +45,22 @@ def check_files(settings: RootSettings) -> None:
         why = fault(path)
         if why:
             raise ConfigError(f"{where}: {why} ({hints[key]})")
+
+
+def _kind_of(path: Path) -> str | None:
+    """Return why a path is no file to read (None for a plain file): missing, a folder, a pipe
+    or a device (a read would block or never end), a name too long."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "no such file"
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISDIR(mode):
+        return "a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "not a plain file (a pipe or a device)"
+    return None
 
 
 # What the verdict reads of a shipped fit: a per-kernel cost and the fitted groups.

@@ -101,7 +101,11 @@ def one_line(exc: Exception) -> str:
         return f"bad config: {head.rstrip('.')} ({why or type(cause).__name__})"
     if "Could not find" in head or "not found in" in head:
         # Hydra lists the valid options on the next lines: keep them on one line.
-        opts = [ln.lstrip("\t ") for ln in lines[1:] if not ln.startswith("Config search path")]
+        opts = [
+            ln.lstrip("\t ")
+            for ln in lines[1:]
+            if not ln.startswith(("Config search path", "provider="))
+        ]
         if opts:
             head = f"{head} {' '.join(opts)}"
     return f"bad config: {head}"

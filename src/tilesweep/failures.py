@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tilesweep.cells import damage, summary_path
+from tilesweep.cells import SUFFIX, damage, summary_path
 from tilesweep.columns import SETTLED, Status, status_of
 from tilesweep.errors import ConfigError
 
@@ -79,6 +79,13 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
     a rerun would redo.
     """
     found = []
+    # A run whose outputs carry .sum records (a sweep's since tilesweep keeps them): one of its
+    # outputs without its record was replaced or cut short after its job (the plan reruns it).
+    recorded = any(
+        next((Path(results) / stage).rglob(f"*{SUFFIX}"), None) is not None
+        for stage in STAGES
+        if (Path(results) / stage).is_dir()
+    )
     for stage in STAGES:
         folder = Path(results) / stage
         if folder.exists() and not folder.is_dir():  # a stage's folder replaced by a file
@@ -122,6 +129,10 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
                 )
                 continue
             why = damage(path) if summary_path(path).exists() else None
+            unrecorded = recorded and not summary_path(path).exists()
+            # (a row that failed, or a header and no rows, says more than the missing record)
+            if unrecorded and all(status in SETTLED for status, _ in _records(path)):
+                why = f"no {SUFFIX} record beside it, though the run's other outputs have theirs"
             if why is not None:  # cut to its header, emptied, edited: not what its job wrote
                 found.append(
                     {"path": path, "status": str(Status.MISSING), "reason": f"damaged: {why}"}

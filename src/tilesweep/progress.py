@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -41,6 +42,29 @@ REPLACED = {
 # then ends naming the report): Console's first and last lines say the same.
 ROUND_LINES = ("Select jobs to execute...",)
 CLOSING_LINES = ("Complete log(s): ", "Elapsed time: ")
+# Snakemake's lines after a job failed, which Console's own failure lines say in short (the log
+# file keeps them): the job's exception (`RuleException: CalledProcessError ... Command '...'
+# returned non-zero exit status 1`), its `Error in rule` block and the run's closing error. Its
+# `Restored previous version of ...` lines stay: they say which outputs were put back.
+STOPPING_LINES = (
+    "Shutting down, this might take some time.",
+    "Exiting because a job execution failed. Look above for error messages",
+)
+RUN_FAILED = "At least one job did not complete successfully."
+_EXIT = re.compile(r"returned non-zero exit status (-?\d+)")
+_SIGNAL = re.compile(r"died with <Signals\.(\w+)")
+
+
+def failure_cause(message: str) -> str:
+    """Return why Snakemake says a job failed, in a few words: `exit status 1`, `killed by
+    SIGKILL`, else the last line of its exception (cut short)."""
+    if found := _EXIT.search(message):
+        return f"exit status {found.group(1)}"
+    if found := _SIGNAL.search(message):
+        return f"killed by {found.group(1)}"
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    last = lines[-1] if lines else "no cause given"
+    return last if len(last) <= 200 else last[:199] + "…"
 
 
 def clock(seconds: float) -> str:
@@ -167,6 +191,10 @@ class Console(logging.Handler):
         self.most_at_once = 0  # the most jobs of any stages seen running at once
         self.failed = False
         self.broken = False
+        # Failed jobs of this run: the cause Snakemake gave the last one, the failed rules.
+        self.cause: str | None = None
+        self.failures: list[str] = []
+        self.stopped = False
         self._lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -191,6 +219,13 @@ class Console(logging.Handler):
             self.failed = True
         if event == LogEvent.JOB_STARTED:
             self.batch = set(getattr(record, "jobs", ()))
+        if self._job_exception(record):
+            self.cause = failure_cause(record.getMessage())
+            return []
+        message = record.getMessage() if record.msg is not None else ""
+        if self._closing(record, message) and not self.stopped:
+            self.stopped = True  # after failed jobs, the first of Snakemake's closing errors
+            return [self._stopped()]
         if event == LogEvent.JOB_INFO:
             self._start(record.rule_name, record.jobid, now)
             self.batch.discard(record.jobid)
@@ -202,7 +237,7 @@ class Console(logging.Handler):
         elif event == LogEvent.JOB_FINISHED:
             out += self._end(record.job_id, now, failed=False)
         elif event == LogEvent.JOB_ERROR:
-            out += self._end(record.jobid, now, failed=True)
+            out += [self._failure(record), *self._end(record.jobid, now, failed=True)]
         elif event == LogEvent.PROGRESS and record.done >= record.total:
             out.append(self._finale(record.total, now))
         return out
@@ -217,10 +252,49 @@ class Console(logging.Handler):
         event = getattr(record, "event", None)
         if event in REPLACED or (event == LogEvent.RUN_INFO and hasattr(record, "stats")):
             return True
+        if event == LogEvent.JOB_ERROR or self._job_exception(record):
+            return True  # Console's `RULE failed` line says it in short
         message = record.getMessage() if record.msg is not None else ""
         if message in ROUND_LINES:
             return True
+        if self._closing(record, message) or (self.failures and message == STOPPING_LINES[0]):
+            return True  # Console's `stopped` line says it in short
         return not self.failed and message.startswith(CLOSING_LINES)
+
+    def _closing(self, record: logging.LogRecord, message: str) -> bool:
+        """Return whether a record is one of Snakemake's closing errors after failed jobs."""
+        run_failed = getattr(record, "event", None) == LogEvent.ERROR and message.strip().endswith(
+            RUN_FAILED
+        )
+        return bool(self.failures) and (message == STOPPING_LINES[1] or run_failed)
+
+    def _job_exception(self, record: logging.LogRecord) -> bool:
+        """Return whether a record is Snakemake's account of a running job's failure (a
+        RuleException while a job of this run is running), not an error of the plan."""
+        return (
+            getattr(record, "event", None) == LogEvent.ERROR
+            and getattr(record, "exception", None) == "RuleException"
+            and any(stage.running for stage in self.stages.values())
+        )
+
+    def _failure(self, record: logging.LogRecord) -> str:
+        """Return the line for a failed job: its rule, Snakemake's cause in short, its log."""
+        rule = getattr(record, "rule_name", None) or self.rule_of.get(record.jobid, "a job")
+        logs = [str(log) for log in getattr(record, "log", None) or []]
+        cause, self.cause = f" ({self.cause})" if self.cause else "", None
+        where = f"; its log: {', '.join(logs)}" if logs else ""
+        line = f"{rule} failed{cause}{where}"
+        self.failures.append(rule)
+        return line
+
+    def _stopped(self) -> str:
+        """Return the run's closing line after failed jobs."""
+        rules = sorted(set(self.failures))
+        log = f" in {', '.join(self.log_files)}" if self.log_files else " in its log file"
+        return (
+            f"stopped: {jobs(len(self.failures))} failed ({', '.join(rules)}); the cause is the "
+            f"job's `tilesweep:` line above where it printed one; Snakemake's own account{log}"
+        )
 
     def filter_for(self, handler: logging.Handler) -> None:
         """Make Snakemake's console handler leave out what Console replaces."""
