@@ -47,8 +47,9 @@ MAX_DEFERRED = 40
 # tilesweep, `x.*` for every module under x; a module's own name beats a `x.*`, a longer `x.*`
 # a shorter one.
 FLOORS = (
-    ("base", "errors columns gpu_archs io sweep_lock progress isolate failures cells settings "
-             "settings.* hardware provenance gpu_slot device package_data group_files"),
+    ("base", "errors columns gpu_archs io sweep_lock progress progress_stage isolate failures "
+             "cells settings settings.* hardware provenance gpu_slot device package_data "
+             "group_files"),
     ("registry", "backends backends.roles"),
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
     ("measure", "measure measure.*"),

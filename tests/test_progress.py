@@ -12,7 +12,8 @@ import pytest
 from conftest import snakemake
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from tilesweep.progress import Console, Stage, clock, recorded_job_times, time_left
+from tilesweep.progress import Console
+from tilesweep.progress_stage import Stage, clock, recorded_job_times, time_left
 
 
 def record(created: float, event: LogEvent | None = None, msg: str | None = None, **extra):
