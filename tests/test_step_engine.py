@@ -344,7 +344,9 @@ def test_the_engine_list_is_graphed_and_measured_beside_the_lean_step_on_a_gpu(s
 
     one = spec({"tp": 1, "pp": 1, "ep": 1}, MLA, batches=(4,))
     one["step"].update(runner="torch_grouped_mm", mode="graph", kernel_lists=["lean", "engine"])
-    tiny = dict(one["model"], name="tiny")
+    # The toy widths over GLM-5's settings: the engine's list is chosen by the model, validated
+    # whole (as the pipeline's spec carries it).
+    tiny = {**settings["model"], **one["model"], "name": "tiny"}
     one["step"]["engine_list"] = step_extras.expand(settings["engine"], tiny, "nvfp4", 1, 2)
     ranks = whole_step.run_whole_step(one, 1, True, 300)
     rows = whole_step.step_rows(ranks, one, "tp1-pp1-ep1")
