@@ -43,16 +43,19 @@ SHARED_FIXTURE_GROUPS = {
 }
 
 
-def pytest_collection_modifyitems(items):
-    """Mark slow every test that takes a fixture running a real sweep, and put the tests that
-    share a costly fixture in that fixture's xdist group (SHARED_FIXTURE_GROUPS)."""
-    for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if SWEEP_FIXTURES & names:
-            item.add_marker(pytest.mark.slow)
-        group = next((SHARED_FIXTURE_GROUPS[n] for n in SHARED_FIXTURE_GROUPS if n in names), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+# Marked as each test is collected, before any pytest_collection_modifyitems: xdist's worker
+# reads the groups in its own hook of that name. The groups need pytest < 9.2 (pyproject.toml):
+# on 9.2 xdist's loadgroup drops them silently (pytest-xdist#1386), and each worker made the tiny
+# sweep and the compiled cells itself.
+def pytest_itemcollected(item):
+    """Mark slow a test that takes a fixture running a real sweep, and put a test that takes a
+    costly shared fixture in that fixture's xdist group (SHARED_FIXTURE_GROUPS)."""
+    names = set(getattr(item, "fixturenames", ()))
+    if SWEEP_FIXTURES & names:
+        item.add_marker(pytest.mark.slow)
+    group = next((SHARED_FIXTURE_GROUPS[n] for n in SHARED_FIXTURE_GROUPS if n in names), None)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
