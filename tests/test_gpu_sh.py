@@ -73,6 +73,8 @@ def test_layouts_runs_its_sweeps_through_the_sweep_task(tmp_path):
         (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
         (stubs / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", LAYOUT_MODELS="dsv3")
+    (tmp_path / "Snakefile").touch()  # a checkout's root, as the task asks for
+    (tmp_path / "conf").mkdir()
     proc = gpu_sh("layouts", "out", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpu_tests.log", "runs.tgz"]
@@ -132,3 +134,18 @@ def test_an_out_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr
     assert (tmp_path / "afile").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_task_away_from_the_repository_root_is_one_line_and_creates_nothing(tmp_path):
+    """G17 (issue 50, round five): where python3 has Snakemake and Hydra, a task run away from
+    the repository root says so in one line, before Snakemake's 'No Snakefile found'."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in (("python3", "exit 0"), ("nvidia-smi", "echo gpu")):
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin")
+    proc = gpu_sh("sweep", "out", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "run it from the repository root" in proc.stderr and not proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]

@@ -400,6 +400,11 @@ need_gpu_machine() {
     echo "gpu.sh $1: no carried wheels in .whl/ here ($PWD): run python tools/fetch_wheels.py .whl where pip works and carry .whl" >&2
     exit 2
   fi
+  # Every task runs Snakemake or the tests on the checkout it is run from.
+  if [[ ! -f Snakefile || ! -d conf ]]; then
+    echo "gpu.sh $1: no Snakefile and conf/ here ($PWD): run it from the repository root" >&2
+    exit 2
+  fi
 }
 
 # Dispatch: every argument is checked before a task touches anything.
