@@ -13,8 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _copy_tools(tmp_path: Path) -> Path:
-    """Return a folder holding a copy of tools/ (as a fresh checkout has it)."""
+    """Return a folder holding a copy of tools/, the Snakefile and conf/ (as a fresh checkout has
+    them: tools/gpu.sh runs from a checkout's root)."""
     shutil.copytree(ROOT / "tools", tmp_path / "tools")
+    shutil.copy(ROOT / "Snakefile", tmp_path / "Snakefile")
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
     return tmp_path
 
 
