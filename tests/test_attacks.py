@@ -176,6 +176,7 @@ REFUSED = [
     ("hardware=../../elsewhere/h200", "hardware=../../elsewhere/h200: a hardware option"),
     ("deployment.batches=[1,1]", "deployment.batches[1]=1: repeats"),
     ("grid.tokens_per_expert=[1,1]", "grid.tokens_per_expert[1]=1: repeats"),
+    ("bench.repeats=1000000000", "bench.repeats=1000000000: must be between 1 and 10,000"),
     ("max_jobs=10", "over max_jobs=10: cut the grid, or raise the limit with max_jobs=N"),
 ]
 

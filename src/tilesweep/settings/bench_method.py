@@ -19,6 +19,9 @@ def _at_least(low: int) -> type[int]:
 
 
 Seconds = Annotated[Number, Field(gt=0, le=WEEK_S)]
+# The most timed runs of one measurement: past it a median moves no more, and a typo (1e9) would
+# hold a job for days.
+Repeats = Annotated[int, Field(ge=1, le=10_000)]
 Positive = Annotated[Number, Field(gt=0)]
 
 
@@ -26,8 +29,8 @@ class BenchSettings(Section):
     """Repeats, warm-up, routing, message sizes, step sizes, timeouts and power sampling."""
 
     warmup: _at_least(0)
-    repeats: _at_least(1)
-    cpu_repeats: _at_least(1)
+    repeats: Repeats
+    cpu_repeats: Repeats
     gpu_experts: _at_least(1)
     cpu_experts: _at_least(1)
     routing: distinct(Literal["uniform", "zipf"])
@@ -35,7 +38,7 @@ class BenchSettings(Section):
     seed: _at_least(0)
     kernel_timeout_s: Seconds
     collective_world_cap: _at_least(1)
-    collective_repeats: _at_least(1)
+    collective_repeats: Repeats
     collective_extra_sizes: list[_at_least(4)]  # bytes
     cpu_collective_max_bytes: _at_least(4)
     collective_sweep_min_bytes: _at_least(4)
