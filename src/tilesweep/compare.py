@@ -51,7 +51,6 @@ EXACT = {
 # or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
 # dtype's tolerance (measure.gemm_case.TOLERANCE).
 CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
-CEILINGS = ("copy_gbs", "matmul_tflops")
 COLUMNS = [
     "table",
     "label",
