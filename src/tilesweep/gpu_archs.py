@@ -73,13 +73,6 @@ def architectures() -> dict[str, Architecture]:
     return load()
 
 
-def __getattr__(name: str) -> object:
-    """Return ARCHITECTURES (the table, read on first use) as a module attribute."""
-    if name == "ARCHITECTURES":
-        return architectures()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:
     """Return the operand types the tensor cores of `arch` (compute capability `cc`) run: its row's,
     else the newest listed architecture's at or below `cc` (none below the oldest)."""

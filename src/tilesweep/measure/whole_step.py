@@ -74,11 +74,8 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
 
 
 def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
-    """Return every rank's results for the spec's batches, run over `world` processes.
-
-    Raises TimeoutError (after killing the ranks) when they run past timeout_s, and
-    torch.multiprocessing's ProcessRaisedException when a rank fails.
-    """
+    """Return every rank's results for the spec's batches, run over `world` processes; raise
+    TimeoutError (the ranks killed) past timeout_s, ProcessRaisedException when a rank fails."""
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_NCCL_ENV)

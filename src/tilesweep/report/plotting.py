@@ -28,6 +28,9 @@ MAX_SERIES = 6
 PAGE_WIDTH_IN = 11.5
 # The smallest text on a figure, in points: 8 pt at DPI 100 is 11 px.
 TEXT_PT = 8
+# The series' colours and markers, in order (one palette for every figure that cycles them).
+COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
+MARKERS = ("o", "s", "^", "D", "v", "P")
 # The gid of an artist that marks a reference (a limit, a roof, a floor), not a data series.
 REFERENCE = "reference"
 
