@@ -99,13 +99,9 @@ def _file_rows(path: Path, recorded: bool, statuses: set[str] | None) -> list[di
 
 
 def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame:
-    """Return one row (path, status, reason) per failed row of the per-cell outputs.
-
-    `statuses` narrows it to those statuses (e.g. {"timeout"}); by default every status but ok,
-    unsupported and skipped counts, a missing status included. Launch-check files (`launch/`)
-    are left out: a kernel that does not fit a target is a result, and its build file is what
-    a rerun would redo.
-    """
+    """Return one row (path, status, reason) per failed row of the per-cell outputs: of
+    `statuses`, or by default every status but the settled ones (ok, unsupported, skipped).
+    Launch checks are left out: a kernel that does not fit is a result, its build the rerun."""
     results = Path(results)
     # A run whose outputs carry .sum records (a sweep's since tilesweep keeps them): one of its
     # outputs without its record was replaced or cut short after its job (the plan reruns it).

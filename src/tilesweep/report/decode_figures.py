@@ -164,13 +164,9 @@ def _tpe_ticks(ax, values: pd.Series) -> None:
 
 
 def decode_time(decode: pd.DataFrame) -> Figure:
-    """Return time and achieved bandwidth against tokens per expert: one block per dtype, a
-    column per op and routing, the time row and the bandwidth row each on one y scale.
-
-    Each block shows at most MAX_SERIES runners (shown_runners) and says so; error bars span
-    p10..p90; the dashed red line is the measured copy bandwidth, unless a run beat it (then
-    the legend states the gap instead).
-    """
+    """Return time (p10..p90 bars) and achieved bandwidth against tokens per expert: a block per
+    dtype of at most MAX_SERIES runners, a column per op and routing, each row on one y scale;
+    dashed red, the measured copy bandwidth, unless a run beat it (the legend says the gap)."""
     ok = ok_or_all(decode)
     if ok.empty or "time_ms" not in ok or "op" not in ok:
         return empty("no decode measurements (nothing timed on this device)", "Decode")
@@ -280,12 +276,9 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
 
 
 def decode_roofline(decode: pd.DataFrame) -> Figure:
-    """Return the measured roofline, one row per dtype and a panel per op, with the uniform
-    routing's timed decode GEMMs of the runners decode_time shows on it.
-
-    The roof is min(measured matmul peak, measured copy bandwidth x intensity); a ceiling that
-    a run beat is not drawn, and the legend says so. Tokens per expert label the top axis.
-    """
+    """Return the measured roofline (min(matmul peak, copy bandwidth x intensity), a ceiling a run
+    beat left out and said) per dtype and op, with decode_time's runners' uniform-routing GEMMs on
+    it and tokens per expert on the top axis."""
     ok = ok_or_all(decode)
     need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
