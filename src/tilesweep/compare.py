@@ -1,10 +1,7 @@
-"""Compare two sweeps' results: what changed beyond the noise.
-
-A timed value changed beyond the noise when the difference of the medians exceeds the spread
-(p10..p90) of both runs. A value without a spread in either run (one repeat, or modelled) changed
-beyond the noise when it moved by more than a relative threshold. Labels (launch status, fits,
-verdict, bound) and launch shared memory change whenever they differ at all.
-"""
+"""Compare two sweeps' results: what changed beyond the noise. A timed value changed when its
+medians differ by more than both runs' p10..p90 spread; one without a spread (one repeat, or
+modelled) when it moved by more than a relative threshold; labels (launch status, fits, verdict,
+bound) and launch shared memory on any change."""
 
 from __future__ import annotations
 
@@ -129,10 +126,9 @@ def _recorded_run(root: Path) -> bool:
 
 
 def _check_record(table: Path) -> None:
-    """Raise ConfigError where a table of a recorded run is not what its job wrote: its bytes
-    no longer match its record (.sum), its record is gone (the table replaced or edited after the
-    run), or the table is gone while its record stays. A table damaged after its job wrote it is
-    not compared as if it were that run's."""
+    """Raise ConfigError where a table of a recorded run is not what its job wrote (its bytes
+    no longer match its .sum record, the record is gone, or the table is): a table damaged after
+    the run is never compared as that run's."""
     record = summary_path(table)
     if not (table.exists() or record.exists()):
         return  # a table this run never made

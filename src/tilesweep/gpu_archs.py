@@ -1,9 +1,6 @@
 """GPU architectures as data (conf/architectures.yaml): each one's compute capability and the
-operand types its tensor cores run, read by every backend that decides what to build where.
-
-An architecture the table does not list (a hardware file may name one) runs what the newest
-listed architecture at or below its compute capability runs: an unlisted sm_110 builds as sm_100.
-"""
+operand types its tensor cores run. An architecture the table does not list runs what the newest
+listed one at or below its compute capability runs (an unlisted sm_110 builds as sm_100)."""
 
 from __future__ import annotations
 

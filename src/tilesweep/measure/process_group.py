@@ -50,11 +50,9 @@ def _agree(dist, cpu_group, value):
 def _graph_times(
     dist, torch, op, inside: bool, cpu_group, repeats: int, warmup: int, plan: dict
 ) -> dict:
-    """Return rank 0's {samples (ms per call), calls_per_replay, status, reason} of op timed in
-    CUDA graphs: a probe graph of one call sizes the replay to about plan["fill_ms"] (at most
-    plan["max_calls"] calls, the same count on every rank), then replays of that many back-to-back
-    calls are timed with CUDA events. A failed capture on any rank is the row's status and reason
-    on rank 0, with no number."""
+    """Return rank 0's {samples (ms per call), calls_per_replay, status, reason} of op in CUDA
+    graphs: a one-call probe sizes the replay to about plan["fill_ms"] (at most
+    plan["max_calls"], the same on every rank); a failed capture on any rank is rank 0's status."""
     rank = dist.get_rank()
 
     def capture(calls: int):
