@@ -91,7 +91,7 @@ def load_run(path: str | Path) -> Run:
     recorded = _recorded_run(root)
     for name in KEYS:
         csv = root / "tables" / f"{name}.csv"
-        if csv.exists() and (not csv.is_file() or not _plain_file(csv)):
+        if csv.exists() and not csv.is_file():  # a FIFO would block a read forever
             raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
         if recorded:
             _check_record(csv)
@@ -101,7 +101,7 @@ def load_run(path: str | Path) -> Run:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             raise ConfigError(f"{csv}: not a readable table ({why})") from None
     ceilings_path = root / "device" / "ceilings.json"
-    if ceilings_path.exists() and not _plain_file(ceilings_path):
+    if ceilings_path.exists() and not ceilings_path.is_file():
         raise ConfigError(f"{ceilings_path}: not a plain file (a folder, a pipe or a device)")
     try:
         ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
@@ -145,13 +145,6 @@ def _check_record(table: Path) -> None:
         )
     if why:
         raise ConfigError(f"{table}: {why}; rerun that sweep to rebuild it, then compare")
-
-
-def _plain_file(path: Path) -> bool:
-    """Return whether a path is a regular file (a FIFO would block a read forever)."""
-    import stat
-
-    return stat.S_ISREG(path.stat().st_mode)
 
 
 def check_out(out: str | Path, force: bool = False) -> None:
