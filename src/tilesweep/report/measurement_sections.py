@@ -31,14 +31,7 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import (
-    column,
-    devices,
-    finite,
-    fmt_value,
-    numeric,
-    plural,
-)
+from tilesweep.report.formatting import column, devices, finite, fmt_value, numeric, plural
 from tilesweep.report.launch_figure import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
