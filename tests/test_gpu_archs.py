@@ -24,14 +24,14 @@ def _triton_why(settings: dict, arch: str) -> dict[str, str | None]:
 
 def test_every_hardware_file_names_a_listed_architecture_with_its_cc():
     for name, spec in compose()["catalog"].items():
-        assert spec["arch"] in gpu_archs.ARCHITECTURES, name
-        assert gpu_archs.ARCHITECTURES[spec["arch"]].cc == spec["cc"], name
+        assert spec["arch"] in gpu_archs.architectures(), name
+        assert gpu_archs.architectures()[spec["arch"]].cc == spec["cc"], name
 
 
 def test_cutlass_covers_listed_architectures_in_dtypes_their_tensor_cores_run():
     assert tuple(cell_spec.ARCHS) == cutlass_backend.ARCHS
     for arch, spec in cell_spec.ARCHS.items():
-        assert set(spec.dtypes) <= set(gpu_archs.ARCHITECTURES[arch].tensor_dtypes), arch
+        assert set(spec.dtypes) <= set(gpu_archs.architectures()[arch].tensor_dtypes), arch
 
 
 def test_the_table_decides_what_triton_builds_and_what_it_says():
@@ -54,7 +54,7 @@ def test_a_new_architecture_in_the_table_reaches_the_backends(monkeypatch):
     settings["grid"]["targets"] = ["next"]
     # Unlisted, sm_95 runs what the newest listed architecture below it (sm_90) runs.
     assert _triton_why(settings, "sm_95") == {"bf16": None, "fp8": None}
-    monkeypatch.setitem(gpu_archs.ARCHITECTURES, "sm_95", gpu_archs.Architecture(95, ("bf16",)))
+    monkeypatch.setitem(gpu_archs.architectures(), "sm_95", gpu_archs.Architecture(95, ("bf16",)))
     why = _triton_why(settings, "sm_95")
     assert why["bf16"] is None
     assert why["fp8"] == "fp8 tensor cores need sm_89 or newer; sm_95 has none"
@@ -64,7 +64,7 @@ def test_a_new_architecture_in_the_table_reaches_the_backends(monkeypatch):
 
 
 def test_the_first_architecture_of_a_dtype_moves_with_the_table(monkeypatch):
-    monkeypatch.setitem(gpu_archs.ARCHITECTURES, "sm_70", gpu_archs.Architecture(70, ("bf16",)))
+    monkeypatch.setitem(gpu_archs.architectures(), "sm_70", gpu_archs.Architecture(70, ("bf16",)))
     assert gpu_archs.first("bf16") == ("sm_70", 70)
     assert gpu_archs.tensor_dtypes("sm_75", 75) == ("bf16",)  # unlisted: as sm_70
 

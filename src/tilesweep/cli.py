@@ -34,6 +34,16 @@ def parser() -> argparse.ArgumentParser:
         description="Tools around a tilesweep run (the sweep itself runs through snakemake).",
     )
     sub = top.add_subparsers(dest="command", required=True)
+    _compare_parser(sub)
+    _failed_parser(sub)
+    # Each backend's own verbs (a product with its own package adds its CLI this way).
+    backends.command_parsers(sub)
+    _verdict_parser(sub)
+    return top
+
+
+def _compare_parser(sub: argparse._SubParsersAction) -> None:
+    """Add `compare`'s parser."""
     cmp = sub.add_parser(
         "compare",
         help="print and plot what changed beyond the noise between two results folders",
@@ -60,6 +70,10 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit with status 1 when anything changed beyond the noise",
     )
+
+
+def _failed_parser(sub: argparse._SubParsersAction) -> None:
+    """Add `failed`'s parser."""
     failed = sub.add_parser(
         "failed",
         help="list per-cell result files holding failed rows (to rerun just those)",
@@ -70,8 +84,10 @@ def parser() -> argparse.ArgumentParser:
     )
     failed.add_argument("results", nargs="?", default="results", help="results folder")
     failed.add_argument("--status", action="append", help="only this status (repeatable)")
-    # Each backend's own verbs (a product with its own package adds its CLI this way).
-    backends.command_parsers(sub)
+
+
+def _verdict_parser(sub: argparse._SubParsersAction) -> None:
+    """Add `verdict`'s parser."""
     verdict = sub.add_parser(
         "verdict",
         help="the verdict for any deployment from a fit file, without a sweep",
@@ -109,7 +125,6 @@ def parser() -> argparse.ArgumentParser:
         help="also print the Pareto frontier of tokens/s per user against tokens/s per GPU",
     )
     verdict.add_argument("overrides", nargs="*", help="Hydra overrides (hardware=h200 ...)")
-    return top
 
 
 def verdict_command(args: argparse.Namespace) -> int:

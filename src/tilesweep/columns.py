@@ -151,12 +151,9 @@ def consistency_columns(reader: str) -> list[str]:
 def fastest_runner(
     frame: pd.DataFrame, by: Sequence[str] = (), time: str = "time_ms"
 ) -> pd.DataFrame:
-    """Return the fastest correct row per group of `by` (one row when `by` is empty).
-
-    Correct: status ok and a finite, positive-or-zero time. Rows of any other status, or
-    without a time, never win. Ties go to the runner (then kernel) first in name order, so the
-    choice does not depend on row order. Groups without a correct row are absent.
-    """
+    """Return the fastest correct row (status ok, a finite time >= 0) per group of `by` (one row
+    when `by` is empty; a group without one is absent); ties go to the runner, then kernel, first
+    in name order, so row order never decides."""
     by = list(by)
     if frame.empty or time not in frame or "status" not in frame:
         return frame.iloc[0:0].copy() if not frame.empty else pd.DataFrame(columns=[*by, time])

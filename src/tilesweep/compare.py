@@ -1,10 +1,7 @@
-"""Compare two sweeps' results: what changed beyond the noise.
-
-A timed value changed beyond the noise when the difference of the medians exceeds the spread
-(p10..p90) of both runs. A value without a spread in either run (one repeat, or modelled) changed
-beyond the noise when it moved by more than a relative threshold. Labels (launch status, fits,
-verdict, bound) and launch shared memory change whenever they differ at all.
-"""
+"""Compare two sweeps' results: what changed beyond the noise. A timed value changed when its
+medians differ by more than both runs' p10..p90 spread; one without a spread (one repeat, or
+modelled) when it moved by more than a relative threshold; labels (launch status, fits, verdict,
+bound) and launch shared memory on any change."""
 
 from __future__ import annotations
 
@@ -51,7 +48,6 @@ EXACT = {
 # or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
 # dtype's tolerance (measure.gemm_case.TOLERANCE).
 CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
-CEILINGS = ("copy_gbs", "matmul_tflops")
 COLUMNS = [
     "table",
     "label",
@@ -95,7 +91,7 @@ def load_run(path: str | Path) -> Run:
     recorded = _recorded_run(root)
     for name in KEYS:
         csv = root / "tables" / f"{name}.csv"
-        if csv.exists() and (not csv.is_file() or not _plain_file(csv)):
+        if csv.exists() and not csv.is_file():  # a FIFO would block a read forever
             raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
         if recorded:
             _check_record(csv)
@@ -105,7 +101,7 @@ def load_run(path: str | Path) -> Run:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             raise ConfigError(f"{csv}: not a readable table ({why})") from None
     ceilings_path = root / "device" / "ceilings.json"
-    if ceilings_path.exists() and not _plain_file(ceilings_path):
+    if ceilings_path.exists() and not ceilings_path.is_file():
         raise ConfigError(f"{ceilings_path}: not a plain file (a folder, a pipe or a device)")
     try:
         ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
@@ -130,10 +126,9 @@ def _recorded_run(root: Path) -> bool:
 
 
 def _check_record(table: Path) -> None:
-    """Raise ConfigError where a table of a recorded run is not what its job wrote: its bytes
-    no longer match its record (.sum), its record is gone (the table replaced or edited after the
-    run), or the table is gone while its record stays. A table damaged after its job wrote it is
-    not compared as if it were that run's."""
+    """Raise ConfigError where a table of a recorded run is not what its job wrote (its bytes
+    no longer match its .sum record, the record is gone, or the table is): a table damaged after
+    the run is never compared as that run's."""
     record = summary_path(table)
     if not (table.exists() or record.exists()):
         return  # a table this run never made
@@ -150,13 +145,6 @@ def _check_record(table: Path) -> None:
         )
     if why:
         raise ConfigError(f"{table}: {why}; rerun that sweep to rebuild it, then compare")
-
-
-def _plain_file(path: Path) -> bool:
-    """Return whether a path is a regular file (a FIFO would block a read forever)."""
-    import stat
-
-    return stat.S_ISREG(path.stat().st_mode)
 
 
 def check_out(out: str | Path, force: bool = False) -> None:

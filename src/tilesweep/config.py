@@ -204,12 +204,9 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
 
 
 def check_conf_files(conf_dir: Path) -> None:
-    """Raise ConfigError naming a config file Hydra must not read: not a plain file (a pipe, a
-    device or a socket: its read would block or never end), a link to nothing, a YAML file whose
-    aliases expand past any config's size (an alias bomb: its composition would never end), one
-    that holds nothing (emptied: Hydra would compose it as defaults), or a root config without
-    its defaults list. Every file under conf/ is looked at, chosen or not,
-    since a chosen file's defaults may name any other."""
+    """Raise ConfigError naming a file under conf/ (chosen or not: a chosen file's defaults may
+    name any) Hydra must not read: not a plain file (its read could block), a link to nothing, a
+    YAML alias bomb, an emptied file (composed as defaults), or a root config without defaults."""
     for folder, _, names in os.walk(conf_dir):
         for name in sorted(names):
             path = Path(folder) / name

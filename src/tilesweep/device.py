@@ -1,10 +1,7 @@
-"""The machine a sweep is planned for: the `device` setting decides the job set.
-
-`auto` asks nvidia-smi once, where the Snakefile is read; a query that fails is an error, never
-a quiet CPU plan. `cpu` plans a CPU sweep on any machine. `<hardware>x<count>` (for example
-`h200x8`) plans for that many GPUs of a conf/hardware entry, wherever the Snakefile is read:
-a cluster's login node has no GPUs, so its profile names the nodes' GPUs.
-"""
+"""The machine a sweep is planned for: the `device` setting decides the job set. `auto` asks
+nvidia-smi once (a failed query is an error, never a quiet CPU plan); `cpu` plans a CPU sweep;
+`<hardware>x<count>` (`h200x8`) plans for that many GPUs of a conf/hardware entry wherever the
+Snakefile is read (a cluster's login node has no GPUs, so its profile names the nodes')."""
 
 from __future__ import annotations
 

@@ -70,78 +70,62 @@ def _records(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame:
-    """Return one row (path, status, reason) per failed row of the per-cell outputs.
+def _not_a_record(path: Path) -> str | None:
+    """Return why a path where a record goes cannot be read (a folder, a dangling link, a pipe
+    or a device, never opened: it could block), or None for a plain file."""
+    if path.is_dir():
+        return "a folder where the record goes"
+    if path.is_symlink() and not path.exists():
+        return "a link to nothing where the record goes"
+    if not path.is_file():
+        return "not a plain file where the record goes"
+    return None
 
-    `statuses` narrows it to those statuses (e.g. {"timeout"}); by default every status but ok,
-    unsupported and skipped counts, a missing status included. Launch-check files (`launch/`)
-    are left out: a kernel that does not fit a target is a result, and its build file is what
-    a rerun would redo.
-    """
-    found = []
+
+def _file_rows(path: Path, recorded: bool, statuses: set[str] | None) -> list[dict]:
+    """Return the failed rows (path, status, reason) of one per-cell output."""
+    why = damage(path) if summary_path(path).exists() else None
+    # (a row that failed, or a header and no rows, says more than the missing record)
+    unrecorded = recorded and not summary_path(path).exists()
+    if unrecorded and all(status in SETTLED for status, _ in _records(path)):
+        why = f"no {SUFFIX} record beside it, though the run's other outputs have theirs"
+    if why is not None:  # cut to its header, emptied, edited: not what its job wrote
+        return [{"path": path, "status": str(Status.MISSING), "reason": f"damaged: {why}"}]
+    return [
+        {"path": path, "status": status, "reason": reason}
+        for status, reason in _records(path)
+        if status not in SETTLED and (statuses is None or status in statuses)
+    ]
+
+
+def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame:
+    """Return one row (path, status, reason) per failed row of the per-cell outputs: of
+    `statuses`, or by default every status but the settled ones (ok, unsupported, skipped).
+    Launch checks are left out: a kernel that does not fit is a result, its build the rerun."""
+    results = Path(results)
     # A run whose outputs carry .sum records (a sweep's since tilesweep keeps them): one of its
     # outputs without its record was replaced or cut short after its job (the plan reruns it).
     recorded = any(
-        next((Path(results) / stage).rglob(f"*{SUFFIX}"), None) is not None
+        next((results / stage).rglob(f"*{SUFFIX}"), None) is not None
         for stage in STAGES
-        if (Path(results) / stage).is_dir()
+        if (results / stage).is_dir()
     )
+    found = []
     for stage in STAGES:
-        folder = Path(results) / stage
+        folder = results / stage
         if folder.exists() and not folder.is_dir():  # a stage's folder replaced by a file
-            found.append(
-                {
-                    "path": folder,
-                    "status": str(Status.MISSING),
-                    "reason": "a file where the stage's folder goes",
-                }
-            )
+            why = "a file where the stage's folder goes"
+            found.append({"path": folder, "status": str(Status.MISSING), "reason": why})
             continue
         for path in sorted(folder.rglob("*")):
-            hidden = any(p.startswith(".") for p in path.relative_to(Path(results)).parts)
+            hidden = any(p.startswith(".") for p in path.relative_to(results).parts)
             if path.suffix not in (".json", ".csv") or hidden:
                 continue
-            if path.is_dir():  # a record replaced by a folder: nothing of it can be read
-                found.append(
-                    {
-                        "path": path,
-                        "status": str(Status.MISSING),
-                        "reason": "a folder where the record goes",
-                    }
-                )
+            why = _not_a_record(path)
+            if why is not None:
+                found.append({"path": path, "status": str(Status.MISSING), "reason": why})
                 continue
-            if path.is_symlink() and not path.exists():
-                found.append(
-                    {
-                        "path": path,
-                        "status": str(Status.MISSING),
-                        "reason": "a link to nothing where the record goes",
-                    }
-                )
-                continue
-            if not path.is_file():  # a pipe or a device: never read (it could block)
-                found.append(
-                    {
-                        "path": path,
-                        "status": str(Status.MISSING),
-                        "reason": "not a plain file where the record goes",
-                    }
-                )
-                continue
-            why = damage(path) if summary_path(path).exists() else None
-            unrecorded = recorded and not summary_path(path).exists()
-            # (a row that failed, or a header and no rows, says more than the missing record)
-            if unrecorded and all(status in SETTLED for status, _ in _records(path)):
-                why = f"no {SUFFIX} record beside it, though the run's other outputs have theirs"
-            if why is not None:  # cut to its header, emptied, edited: not what its job wrote
-                found.append(
-                    {"path": path, "status": str(Status.MISSING), "reason": f"damaged: {why}"}
-                )
-                continue
-            for status, reason in _records(path):
-                if status in SETTLED or (statuses is not None and status not in statuses):
-                    continue
-                found.append({"path": path, "status": status, "reason": reason})
+            found += _file_rows(path, recorded, statuses)
     return pd.DataFrame(found, columns=FAILED_ROW_COLUMNS)
 
 

@@ -1,9 +1,6 @@
 """GPU architectures as data (conf/architectures.yaml): each one's compute capability and the
-operand types its tensor cores run, read by every backend that decides what to build where.
-
-An architecture the table does not list (a hardware file may name one) runs what the newest
-listed architecture at or below its compute capability runs: an unlisted sm_110 builds as sm_100.
-"""
+operand types its tensor cores run. An architecture the table does not list runs what the newest
+listed one at or below its compute capability runs (an unlisted sm_110 builds as sm_100)."""
 
 from __future__ import annotations
 
@@ -71,13 +68,6 @@ def architectures() -> dict[str, Architecture]:
     """Return the table, read once (config.validate reads it first, so a broken file is refused
     in one line before any job)."""
     return load()
-
-
-def __getattr__(name: str) -> object:
-    """Return ARCHITECTURES (the table, read on first use) as a module attribute."""
-    if name == "ARCHITECTURES":
-        return architectures()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:

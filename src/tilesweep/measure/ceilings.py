@@ -15,12 +15,8 @@ if TYPE_CHECKING:
 
 
 def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
-    """Return the best device copy bandwidth in GB/s (bytes read plus written) and its method.
-
-    Three ways of copying are timed, since they reach different rates: `copy_` launched eagerly,
-    `copy_` inside a CUDA graph (where it may become a copy-engine memcpy node), and an
-    elementwise kernel that reads and writes every byte through the SMs.
-    """
+    """Return the best device copy bandwidth in GB/s (bytes read plus written) and its method: eager
+    `copy_`, graphed `copy_` (maybe a copy-engine node) and an SM kernel reach different rates."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -41,13 +37,8 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
 
 
 def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
-    """Return the device's read-only bandwidth in GB/s and its method: the ceiling of a kernel
-    that only reads, such as a decode GEMM's weight stream.
-
-    On a GPU two ways are timed in CUDA graphs and the faster is kept, as for the copy: torch.sum
-    over every byte, and a Triton kernel whose programs (four per multiprocessor) each stream a
-    contiguous share and write one partial sum. On the CPU, torch.sum alone.
-    """
+    """Return the read-only bandwidth in GB/s (a decode GEMM's weight stream) and its method: the
+    faster of torch.sum and a Triton partial-sum kernel, graphed, on a GPU; torch.sum on the CPU."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -292,14 +283,10 @@ def _host_loop_us(repeats: int) -> dict:
 
 
 def launch_us(cuda: bool, repeats: int) -> dict:
-    """Return the fixed cost of one kernel in microseconds: {graph_us, fixed_us, eager_us, ...}.
-
-    `graph_us`: a CUDA graph of LAUNCH_KERNELS dependent one-element additions, replayed and
-    timed with events (the spacing of back-to-back empty kernels); `fixed_us`: the intercept of a
-    graphed chain of decode-sized bf16 GEMVs against their bytes (what a kernel that does real
-    work pays beyond its bytes: launch, ramp and memory latency), the per-kernel cost the
-    launch-aware composition uses; `eager_us`: the additions launched eagerly. On the CPU one
-    dispatched op stands for a launch (eager only)."""
+    """Return the fixed cost of one kernel in us: `graph_us` (graphed empty kernels back to
+    back), `fixed_us` (the intercept of graphed decode GEMVs against their bytes: launch, ramp
+    and memory latency, the composition's per-kernel cost) and `eager_us` (eager launches; on
+    the CPU, one dispatched op)."""
     import torch
 
     device = "cuda" if cuda else "cpu"

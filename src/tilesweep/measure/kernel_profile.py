@@ -1,11 +1,8 @@
 """A diagnostic: the kernels a captured decode step runs, as the profiler sees graph replays.
-
-Set TILESWEEP_KERNEL_PROFILE to a folder and every graphed whole step (step.graph_timing.run_batch)
-also writes `kernels_<layout>_rank<r>_b<batch>.csv` there (TILESWEEP_KERNEL_PROFILE_BATCHES=1,64:
-only at those batches): each kernel of one replay in launch order, with its start (from the
-replay's first kernel) and duration in microseconds, averaged over a few replays. It says which
-kernels a step's time goes to, and how much is gaps between them; no table of the sweep reads it.
-"""
+With TILESWEEP_KERNEL_PROFILE set to a folder (and TILESWEEP_KERNEL_PROFILE_BATCHES=1,64 to limit
+the batches) every graphed whole step also writes `kernels_<layout>_rank<r>_b<batch>.csv` there:
+each kernel of one replay in launch order, its start (from the first kernel) and duration in us,
+averaged over a few replays, so the gaps between kernels show; no table of the sweep reads it."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""Sustained loads for the power evidence: each runs for a few seconds on the device at hand while
-NVML samples its power, so a power reading can be set against the bound that drew it
-(reading_consistency).
-
-Loads (GPU only; a CPU machine has no NVML power to read):
-- `idle`: nothing launched;
-- `decode_gemm`: a bf16 decode GEMM (16 tokens against a weight larger than L2): memory-bound;
-- `math_gemm`: a large square bf16 GEMM: math-bound;
-- `launch_loop`: tiny element-wise kernels launched one by one: bound by launch overhead;
-- `allreduce_small`: NCCL all-reduce of a decode-sized message in a loop: latency-bound;
-- `allreduce_large`: NCCL all-reduce of 256 MiB: bound by interconnect bandwidth.
-The two all-reduce loads need two GPUs; with fewer they are rows that say so.
-"""
+"""Sustained loads of known bound (LOADS) for the power evidence: each runs for a few seconds on
+the device at hand while NVML samples its power, so a power reading can be set against the bound
+that drew it (reading_consistency). GPU only (a CPU has no NVML power); the two all-reduce loads
+need two GPUs, and with fewer they are rows that say so."""
 
 from __future__ import annotations
 

@@ -50,11 +50,9 @@ def _agree(dist, cpu_group, value):
 def _graph_times(
     dist, torch, op, inside: bool, cpu_group, repeats: int, warmup: int, plan: dict
 ) -> dict:
-    """Return rank 0's {samples (ms per call), calls_per_replay, status, reason} of op timed in
-    CUDA graphs: a probe graph of one call sizes the replay to about plan["fill_ms"] (at most
-    plan["max_calls"] calls, the same count on every rank), then replays of that many back-to-back
-    calls are timed with CUDA events. A failed capture on any rank is the row's status and reason
-    on rank 0, with no number."""
+    """Return rank 0's {samples (ms per call), calls_per_replay, status, reason} of op in CUDA
+    graphs: a one-call probe sizes the replay to about plan["fill_ms"] (at most
+    plan["max_calls"], the same on every rank); a failed capture on any rank is rank 0's status."""
     rank = dist.get_rank()
 
     def capture(calls: int):
@@ -136,14 +134,9 @@ def _time_one(
     plan: dict,
     cpu_group,
 ) -> dict | None:
-    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for one collective, or
-    None on other ranks.
-
-    On NCCL with plan["timing"] == "cuda-graph" each sample is one CUDA-graph replay of
-    back-to-back calls divided by their number; with "eager", CUDA events bracket back-to-back
-    eager calls (many for small messages, as nccl-tests does, so launch gaps do not hide the
-    latency). On the CPU (gloo) there are no graphs: one eager call per sample, timing "eager".
-    """
+    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for one collective
+    (None on other ranks): graph replays of back-to-back calls ("cuda-graph") or event-timed
+    eager calls ("eager", many for small messages, as nccl-tests does); gloo: one eager call."""
     kind, nbytes, n = item["collective"], item["bytes"], item["group"]
     rank, world = dist.get_rank(), dist.get_world_size()
     device = f"cuda:{rank}" if cuda else "cpu"
@@ -231,9 +224,7 @@ def run_plan(
     fill_ms: float = 1.0,
 ) -> list[dict]:
     """Return, for each planned collective run over `world` processes, rank 0's {samples (ms per
-    call), timing, calls_per_replay, status, reason}. On NCCL, timing "cuda-graph" replays graphs
-    of up to max_calls back-to-back calls (as many as fill about fill_ms) and "eager" launches
-    each call; gloo rows are always "eager"."""
+    call), timing, calls_per_replay, status, reason} (_time_one)."""
     import torch.multiprocessing as mp
 
     if timing not in COLLECTIVE_TIMINGS:

@@ -41,12 +41,8 @@ def time_cpu(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]
 
 
 def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tuple[list[float], str]:
-    """Return per-call times in ms measured with CUDA events over graph replays, and the method.
-
-    `fns` are calls over rotating buffer sets; one graph replays all of them, so each sample is
-    the replay time divided by len(fns); each replay is fronted (time_events), so the CPU's
-    launch of the graph is not in it. Falls back to eager launches if capture fails.
-    """
+    """Return per-call times in ms over fronted graph replays of all `fns` (calls over rotating
+    buffer sets; a sample is the replay over len(fns)), and the method; eager if capture fails."""
     import torch
 
     for _ in range(max(1, warmup)):
@@ -132,14 +128,10 @@ def calls_to_fill(single_ms: float, fill_ms: float, max_calls: int) -> int:
 def time_call(
     fn, repeats: int, warmup: int, graph: bool, max_calls: int = 1, fill_ms: float = 1.0
 ) -> dict:
-    """Return median/p10/p90 ms of fn: CUDA-graph replays (graph) or event-timed launches on a
-    GPU, the monotonic clock on the CPU (Triton's interpreter: for tests, not for numbers).
-
-    With max_calls > 1 a graph replay holds up to that many back-to-back calls, as many as
-    fill about fill_ms (sized from a one-call replay), and each sample is the replay over the
-    calls: a short kernel is then timed as it runs inside a decode step's graph, without one
-    graph launch per call (the engines' own tuners capture 10 calls per graph). The entry
-    says how many calls a replay held (`calls_per_replay`)."""
+    """Return median/p10/p90 ms of fn: graph replays or event-timed launches on a GPU, the
+    monotonic clock on the CPU (Triton's interpreter: for tests, not for numbers). With max_calls
+    > 1 a replay holds up to that many back-to-back calls filling about fill_ms, as a decode
+    step's graph runs a short kernel (the engines' tuners capture 10 calls per graph)."""
     import torch
 
     calls = 1

@@ -5,12 +5,8 @@ Every layer type runs at full width: per pipeline stage `dense_layers` dense lay
 per sequence; the first stage embeds the tokens, the last applies the final norm and the LM head
 and picks the next token. Batch = concurrent sequences, each producing one token per step.
 
-- Attention: MLA in its absorbed decode form (queries through the low-rank path, keys and values
-  from the cached latent), with the DSA indexer where the model has one (an index key cached per
-  token, scored over the whole context, then attention over the `index_topk` best tokens): the
-  scores and the weighted sum are batched matmuls over each sequence's latent cache, shared by all
-  heads. GQA attention is torch's scaled_dot_product_attention over the K/V cache (a fused kernel
-  on a GPU).
+- Attention: MLA in its absorbed decode form (with the DSA indexer where the model has one), or
+  GQA over the K/V cache (`step.attention`).
 - TP splits attention heads, the dense FFN and each expert's width, with an all-reduce after the
   attention and after the FFN or MoE; the MLA latent cache is replicated on the TP ranks. EP runs
   attention data-parallel (each EP rank holds batch/ep sequences) and splits the experts, with an
@@ -74,11 +70,8 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
 
 
 def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
-    """Return every rank's results for the spec's batches, run over `world` processes.
-
-    Raises TimeoutError (after killing the ranks) when they run past timeout_s, and
-    torch.multiprocessing's ProcessRaisedException when a rank fails.
-    """
+    """Return every rank's results for the spec's batches, run over `world` processes; raise
+    TimeoutError (the ranks killed) past timeout_s, ProcessRaisedException when a rank fails."""
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_NCCL_ENV)

@@ -250,11 +250,9 @@ def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
 
 
 def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
-    """Return, per kernel of the project's own timed in decode (a backend's tile or program;
-    library baselines and engines' kernels have no launch accounting and are left out), whether
-    the launch table holds it
-    (backend:kernel) and how its rows ended where they were timed: timed, or failed to launch,
-    with the first failure's reason (LAUNCH_COVERAGE_COLUMNS)."""
+    """Return, per kernel of the project's own timed in decode (library baselines and engines'
+    kernels have no launch accounting), whether the launch table holds it and how its rows ended
+    where timed: timed, or failed to launch with the first reason (LAUNCH_COVERAGE_COLUMNS)."""
     if decode.empty or "runner" not in decode:
         return pd.DataFrame(columns=LAUNCH_COVERAGE_COLUMNS)
     checked = set()

@@ -35,12 +35,9 @@ def _series_name(key: tuple) -> str:
 
 
 def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None = None) -> Figure:
-    """Return bus bandwidth and time against message size: a column per collective, a line
-    per group size (and backend), each row of panels on one y scale.
-
-    `floors` (collective, group, floor_ms) draws each latency floor as a dotted line. A
-    collective timed over more than MAX_SERIES groups shows the smallest ones and says so.
-    """
+    """Return bus bandwidth and time against message size: a column per collective, a line per
+    group (at most MAX_SERIES, the smallest, said so), each row on one y scale, `floors`
+    (collective, group, floor_ms) dotted."""
     ok = ok_or_all(collective)
     if not ok.empty and "collective" in ok:
         ok = ok[ok["collective"].astype(str) != "none"]

@@ -10,11 +10,8 @@ from tilesweep.report.plotting import TEXT_PT, empty, enforce_series, floats, lo
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
-    """Return B/A ratios per compared value, one panel per table; beyond-noise points in red.
-
-    Each panel shows the `top` values that moved most. `changes` has columns table, label,
-    metric, ratio and beyond (see tilesweep.compare).
-    """
+    """Return B/A ratios of the `top` values that moved most, one panel per table (`changes`:
+    tilesweep.compare's columns); beyond-noise points in red."""
     if changes.empty or "ratio" not in changes:
         return empty("nothing numeric to compare", "B / A")
     ratio = floats(changes, "ratio")

@@ -154,6 +154,27 @@ def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
     return enforce_series(fig)
 
 
+def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
+    """Return a block's legend handles: one per runner shown, in its colour and marker."""
+    return [
+        Line2D([], [], color=s["color"], marker=s["marker"], label=_label(r, dtype), **line)
+        for r, s in styles.items()
+    ]
+
+
+def _block_legend(sub, title: str, handles: list, notes: list[str], ncols: int) -> None:
+    """Title a dtype's block and put its legend under it, the notes as the legend's title."""
+    sub.suptitle(title, fontsize=TEXT_PT + 4, x=0.01, ha="left")
+    sub.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=ncols,
+        fontsize=TEXT_PT + 1,
+        title="\n".join(notes),
+        title_fontsize=TEXT_PT + 1,
+    )
+
+
 def _tpe_ticks(ax, values: pd.Series) -> None:
     """Label the tokens-per-expert axis at every other timed value, so labels never touch."""
     ticks = sorted(v for v in pd.unique(values.dropna()) if v > 0)
@@ -164,13 +185,9 @@ def _tpe_ticks(ax, values: pd.Series) -> None:
 
 
 def decode_time(decode: pd.DataFrame) -> Figure:
-    """Return time and achieved bandwidth against tokens per expert: one block per dtype, a
-    column per op and routing, the time row and the bandwidth row each on one y scale.
-
-    Each block shows at most MAX_SERIES runners (shown_runners) and says so; error bars span
-    p10..p90; the dashed red line is the measured copy bandwidth, unless a run beat it (then
-    the legend states the gap instead).
-    """
+    """Return time (p10..p90 bars) and achieved bandwidth against tokens per expert: a block per
+    dtype of at most MAX_SERIES runners, a column per op and routing, each row on one y scale;
+    dashed red, the measured copy bandwidth, unless a run beat it (the legend says the gap)."""
     ok = ok_or_all(decode)
     if ok.empty or "time_ms" not in ok or "op" not in ok:
         return empty("no decode measurements (nothing timed on this device)", "Decode")
@@ -263,29 +280,14 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         axes[1, 0].set_ylim(top=top)
     axes[0, 0].set_ylabel("time per grouped GEMM (ms)")
     axes[1, 0].set_ylabel("achieved bandwidth (GB/s)")
-    handles = [
-        Line2D([], [], color=s["color"], marker=s["marker"], label=_label(r, dtype))
-        for r, s in styles.items()
-    ]
-    title = _selection(shown, left) + (f"\n{gap}" if gap and has_gbs else "")
-    sub.suptitle(dtype, fontsize=TEXT_PT + 4, x=0.01, ha="left")
-    sub.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=3,
-        fontsize=TEXT_PT + 1,
-        title=title,
-        title_fontsize=TEXT_PT + 1,
-    )
+    notes = [_selection(shown, left), *([gap] if gap and has_gbs else [])]
+    _block_legend(sub, dtype, _handles(styles, dtype), notes, 3)
 
 
 def decode_roofline(decode: pd.DataFrame) -> Figure:
-    """Return the measured roofline, one row per dtype and a panel per op, with the uniform
-    routing's timed decode GEMMs of the runners decode_time shows on it.
-
-    The roof is min(measured matmul peak, measured copy bandwidth x intensity); a ceiling that
-    a run beat is not drawn, and the legend says so. Tokens per expert label the top axis.
-    """
+    """Return the measured roofline (min(matmul peak, copy bandwidth x intensity), a ceiling a run
+    beat left out and said) per dtype and op, with decode_time's runners' uniform-routing GEMMs on
+    it and tokens per expert on the top axis."""
     ok = ok_or_all(decode)
     need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
@@ -366,10 +368,7 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
             fontsize=TEXT_PT,
             color=ROOF_COLOR,
         )
-    handles = [
-        Line2D([], [], color=s["color"], marker=s["marker"], ls="", label=_label(r, dtype))
-        for r, s in styles.items()
-    ]
+    handles = _handles(styles, dtype, ls="")
     if np.isfinite(roof).any():
         what = {
             (True, True): "measured roof",
@@ -378,12 +377,4 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         }[(not math.isnan(bw), not math.isnan(peak))]
         handles.append(Line2D([], [], color=ROOF_COLOR, lw=2, label=what))
     notes = [_selection(shown, left), *(g for g in (bw_gap, peak_gap) if g)]
-    sub.suptitle(f"{dtype}: measured roofline", fontsize=TEXT_PT + 4, x=0.01, ha="left")
-    sub.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=4,
-        fontsize=TEXT_PT + 1,
-        title="\n".join(notes),
-        title_fontsize=TEXT_PT + 1,
-    )
+    _block_legend(sub, f"{dtype}: measured roofline", handles, notes, 4)

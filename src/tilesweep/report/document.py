@@ -42,13 +42,9 @@ class Heading:
 
 @dataclass(frozen=True)
 class Table:
-    """A table: the frame, the columns shown (those present), and how it is introduced.
-
-    `style` names how the HTML page marks rows: "source" (measured vs model) or "verdict" (the
-    summary pivot, cells coloured by verdict); Markdown renders every style the same way.
-    `legend` defines the words its cells use, (word, meaning) each: the HTML page sets it beside
-    the table, Markdown under it.
-    """
+    """A table: the frame, the columns shown (those present), and how it is introduced; `style`
+    marks HTML rows by "source" (measured vs model) or "verdict" (cells coloured), `legend` says
+    (word, meaning) of its cells."""
 
     frame: pd.DataFrame
     columns: list[str] | None = None

@@ -14,6 +14,8 @@ from matplotlib.lines import Line2D
 from tilesweep.references import BAND
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
+    COLORS,
+    MARKERS,
     MAX_SERIES,
     PAGE_WIDTH_IN,
     empty,
@@ -24,9 +26,6 @@ from tilesweep.report.plotting import (
     top_series,
 )
 
-COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
-# One marker per engine, the same in every panel.
-MARKERS = ("o", "s", "^", "D", "v", "P")
 PANELS_PER_ROW = 3
 
 

@@ -28,10 +28,8 @@ def is_tie(ratio: float, threshold: float, within: float = TIE_WITHIN) -> bool:
 
 
 def part_ratio(rec: dict) -> float:
-    """Return a verdict row's top part over its next part (memory, math, communication, launch,
-    host)
-    from its split, unrounded; the row's one-decimal margin where it has no split; NaN without
-    either."""
+    """Return a verdict row's top part over its next part from its split, unrounded; its
+    one-decimal margin where it has no split; NaN without either."""
     parts = sorted((float(rec[c]) for c in SPLIT_COLUMNS if finite(rec.get(c))), reverse=True)
     # A table from before the host term has the four others: its split is whole without it.
     if all(finite(rec.get(c)) for c in SPLIT_COLUMNS if c != "host_ms"):

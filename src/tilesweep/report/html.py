@@ -12,15 +12,7 @@ import pandas as pd
 
 from tilesweep import package_data
 from tilesweep.answer_card import REPORT_RESTS, AnswerCard
-from tilesweep.report.document import (
-    Bullets,
-    Code,
-    Figure,
-    Heading,
-    ReportData,
-    Table,
-    Text,
-)
+from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData, Table, Text
 from tilesweep.report.formatting import fmt_value
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).

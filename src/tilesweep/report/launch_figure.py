@@ -44,13 +44,9 @@ def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
 
 
 def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
-    """Return bars of shared memory per kernel, one panel per target on one x scale, the
-    deployment's hardware (`first`) on top, with the target's limit lines.
-
-    Bars are the compiler's (Triton) or CUTLASS's number, coloured by whether the kernel fits;
-    CUTLASS bars are split into mainloop and the rest (epilogue); a black diamond is the hand
-    estimate; vertical lines are the target's default, opt-in and per-SM limits, each named.
-    """
+    """Return bars of shared memory per kernel (the compiler's or CUTLASS's, split into mainloop
+    and epilogue for CUTLASS, coloured by fit; a diamond for the hand estimate), one panel per
+    target on one x scale, `first` on top, with the target's default, opt-in and per-SM limits."""
     if launch.empty or "target" not in launch:
         return empty("no launch checks in this sweep", "Shared memory per tile")
     targets = target_order(launch, first)

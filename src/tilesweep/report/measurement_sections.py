@@ -31,14 +31,7 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import (
-    column,
-    devices,
-    finite,
-    fmt_value,
-    numeric,
-    plural,
-)
+from tilesweep.report.formatting import column, devices, finite, fmt_value, numeric, plural
 from tilesweep.report.launch_figure import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
@@ -159,45 +152,41 @@ def collective_blocks(
     In a GPU run whose collectives ran on the CPU (gloo), they are labelled as such, kept behind
     details elements and left out of the figure: they are not the GPUs' collectives."""
     ok = ok_rows(collective)
-    on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
     kinds = set(column(ok, "device_kind", "").dropna().astype(str))
     gpu_run = "cuda" in set(
         column(ok_rows(decode if decode is not None else pd.DataFrame()), "device_kind", "")
         .dropna()
         .astype(str)
     )
-    cpu_only = bool(kinds) and kinds <= {"cpu"}
-    floors = latency_floors(collective)
-    if gpu_run and cpu_only:
+    on_cpu = ""
+    if gpu_run and kinds and kinds <= {"cpu"}:
         backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
-        return [
+        on_cpu = f" on the CPU ({backends})"
+        head = [
             Text(
                 f"Not this GPU run's collectives: these ran on {devices(ok)} over {backends}, "
                 "a test of the method only, so the page draws no figure of them. The verdict's "
                 f"collectives: {verdict_collectives(verdict)}.{_when(provenance, 'collective')}"
-            ),
-            Table(
-                floors,
-                LATENCY_FLOOR_COLUMNS,
-                title=f"Latency floor on the CPU ({backends})",
-                collapsed=True,
-            ),
-            Table(
-                ok,
-                COLLECTIVE_REPORT_COLUMNS,
-                title=f"Every timed message on the CPU ({backends})",
-                empty="(no measurements)",
-                collapsed=True,
-            ),
+            )
+        ]
+    else:
+        on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
+        head = [
+            Text(f"{on} The verdict's collectives: {verdict_collectives(verdict)}."),
+            Figure("collective_bandwidth"),
         ]
     return [
-        Text(f"{on} The verdict's collectives: {verdict_collectives(verdict)}."),
-        Figure("collective_bandwidth"),
-        Table(floors, LATENCY_FLOOR_COLUMNS, title="Latency floor"),
+        *head,
+        Table(
+            latency_floors(collective),
+            LATENCY_FLOOR_COLUMNS,
+            title=f"Latency floor{on_cpu}",
+            collapsed=bool(on_cpu),
+        ),
         Table(
             ok,
             COLLECTIVE_REPORT_COLUMNS,
-            title="Every timed message",
+            title=f"Every timed message{on_cpu}",
             empty="(no measurements)",
             collapsed=True,
         ),

@@ -11,12 +11,16 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tilesweep.report.formatting import plural
-from tilesweep.report.plotting import empty, enforce_series, floats, whole
+from tilesweep.report.plotting import (
+    COLORS,
+    MARKERS,
+    MAX_SERIES,
+    empty,
+    enforce_series,
+    floats,
+    whole,
+)
 
-# At most this many layouts get a series of their own; the legend counts the rest.
-MAX_SERIES = 6
-COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
-MARKERS = ("o", "s", "^", "D", "v", "P")
 # An axis whose values span more than this factor is drawn on a log scale.
 LOG_SPAN = 20.0
 # How the frontier is drawn: wide, grey and under the layouts' own lines, so a layout whose line

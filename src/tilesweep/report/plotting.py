@@ -1,11 +1,7 @@
-"""What every report figure shares: PNG output, the empty figure that says why, the series limit
-and its check, log axes with plain labels, and cell helpers. Figures are built without pyplot
-(no global state, Agg canvas).
-
-Every figure is drawn to read at a 1,280 px page: at most MAX_SERIES data series per axis
-(small multiples, or the top ones with the rest left to the table and a note saying so), no
-wider than the report's column (PAGE_WIDTH_IN at DPI), and no text under TEXT_PT.
-"""
+"""What every report figure shares: PNG output (no pyplot: no global state), the empty figure
+that says why, the series limit and its check, log axes with plain labels, and cell helpers.
+Every figure reads at a 1,280 px page: at most MAX_SERIES series per axis, no wider than
+PAGE_WIDTH_IN, no text under TEXT_PT."""
 
 from __future__ import annotations
 
@@ -28,6 +24,9 @@ MAX_SERIES = 6
 PAGE_WIDTH_IN = 11.5
 # The smallest text on a figure, in points: 8 pt at DPI 100 is 11 px.
 TEXT_PT = 8
+# The series' colours and markers, in order (one palette for every figure that cycles them).
+COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
+MARKERS = ("o", "s", "^", "D", "v", "P")
 # The gid of an artist that marks a reference (a limit, a roof, a floor), not a data series.
 REFERENCE = "reference"
 

@@ -7,19 +7,10 @@ import json
 
 import pandas as pd
 
-from tilesweep.columns import (
-    PROVENANCE_KEYS,
-    TOOLCHAIN_KEY,
-)
-from tilesweep.report.analysis import (
-    ok_rows,
-)
+from tilesweep.columns import PROVENANCE_KEYS, TOOLCHAIN_KEY
+from tilesweep.report.analysis import ok_rows
 from tilesweep.report.document import Block, Code, Table
-from tilesweep.report.formatting import (
-    column,
-    devices,
-    utc_minute,
-)
+from tilesweep.report.formatting import column, devices, utc_minute
 
 
 def _distinct(frames: list[pd.DataFrame], key: str) -> str:

@@ -16,16 +16,9 @@ from tilesweep.columns import (
     VERDICT_NO_FIT_COLUMNS,
 )
 from tilesweep.plan import row_inputs
-from tilesweep.report.analysis import (
-    verdict_pivot,
-)
+from tilesweep.report.analysis import verdict_pivot
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
-from tilesweep.report.formatting import (
-    column,
-    fmt_value,
-    numeric,
-    plural,
-)
+from tilesweep.report.formatting import column, fmt_value, numeric, plural
 from tilesweep.report.headlines import (
     check_headline,
     engine_line,

@@ -242,14 +242,9 @@ def _bench_decode(
     log_path: str | None = None,
     threads: int = 1,
 ) -> pd.DataFrame:
-    """Time one decode job (a kernel, the baselines, or a backend's own program) at every batch
-    and routing; write the table.
-
-    A backend with its own program (`Backend.bench`) returns its rows; otherwise each runner is
-    measured in its own process with a time limit (`bench.kernel_timeout_s`): a
-    crash, an illegal memory access or a hang becomes rows with that status, and what was
-    measured before it is kept.
-    """
+    """Time one decode job (a kernel, the baselines, or a backend's own program, `Backend.bench`)
+    at every batch and routing and write the table; each runner runs in its own process under
+    `bench.kernel_timeout_s`, so a crash or hang is rows with that status."""
     import tempfile
 
     import torch

@@ -98,10 +98,8 @@ ENGINE_CPU = (
 
 
 def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
-    """Add the engine's list to `step` (bench.step_kernel_list=engine: the spec's engine and
-    weight dtype, expanded over the step's layers by measure.step.extras); return skipped rows
-    for every batch where it cannot run here (the CPU, or an engine with no list for the
-    model), with the reason."""
+    """Add the engine's list (measure.step.extras) to `step`; return skipped rows, with the reason,
+    for every batch where it cannot run here (the CPU, or no list for the model)."""
     name = (spec.get("engine") or {}).get("name", "none")
     try:
         expanded = step_extras.expand(

@@ -67,15 +67,9 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
 def attach_measured_launch(
     launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict[str, HardwareSpec]
 ) -> pd.DataFrame:
-    """Return the launch table with what a real launch on the benchmark device showed.
-
-    Where the decode benchmark ran a kernel on a device that is one of the targets (an H200
-    for the h200 rows), `measured_launch` says whether it launched (or the device's own error)
-    and `measured_smem_bytes` the total shared memory of the launch (dynamic + static, as
-    `smem_bytes`): for Triton the dynamic bytes it was launched with plus the driver's static
-    attribute of the loaded function, for CUTLASS the SM90 program's SharedStorageSize. Which
-    decode rows ran a launch row's kernel is its backend's to say (`Backend.measured_rows`).
-    """
+    """Return the launch table with what a real launch on a target showed, where decode ran the
+    kernel on that device (`Backend.measured_rows` says which rows): `measured_launch` (launched,
+    or the device's error) and `measured_smem_bytes` (dynamic + static, as `smem_bytes`)."""
     launch = launch.copy()
     launch["measured_launch"] = None
     launch["measured_smem_bytes"] = None

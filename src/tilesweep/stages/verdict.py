@@ -141,10 +141,8 @@ def write_verdict(job: StepJob) -> None:
 
 def write_check(job: StepJob) -> None:
     """Write the check of the composition against every measured whole step (CSV, and Parquet
-    where asked), from the joined tables or (`per_cell`) each cell's own output. Its param is
-    not the settings but what the check reads of them (Sweep.check_settings_json: the model as
-    plain containers, the fit's batches and the attention table), so that no other key reruns
-    it."""
+    where asked), from the joined tables or (`per_cell`) each cell's own output; its param is
+    Sweep.check_settings_json, so no other key reruns it."""
     reads = json.loads(job.settings_json)
     with logged(job.log_path) as log:
         check = deployment_fit.check_table(

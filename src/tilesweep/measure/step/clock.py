@@ -7,13 +7,9 @@ import time
 
 
 class PartClock:
-    """Per-part times and launches of one step.
-
-    Modes: `eager`, CUDA events (perf_counter on the CPU) around each part as it runs; `graph`,
-    timing events recorded into a CUDA graph being captured (external events, one pair per part
-    occurrence), read after each replay; `count`, no times: the LaunchCounter active around the
-    step learns which part each op belongs to; `off`, nothing.
-    """
+    """Per-part times and launches of one step, by mode: `eager` (events, perf_counter on the CPU,
+    around each part), `graph` (events captured into the graph, read after each replay), `count`
+    (no times: tells the LaunchCounter each op's part) or `off`."""
 
     def __init__(self, torch, cuda: bool, mode: str = "eager", counter=None):
         self.torch, self.cuda, self.mode, self.counter = torch, cuda, mode, counter

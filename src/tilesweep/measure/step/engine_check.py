@@ -1,21 +1,12 @@
 """The whole decode step with an engine's kernel list beside the lean one, measured on the one
-GPU at hand and composed from the shipped fit:
-`python -m tilesweep.measure.step.engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`
-(tools/gpu.sh engine-step).
+GPU at hand and composed from the shipped fit (tools/gpu.sh engine-step):
+`python -m tilesweep.measure.step.engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`.
 
-The configured model (conf/config.yaml's default unless overridden) runs its depth-reduced whole
-step at TP1, or one rank of the layout given (emulated alone, as a sweep's bench_layout runs it:
-no collectives), with bench.step_* as a sweep runs it (CUDA graphs on a GPU), at batches 1, 8 and
-32 twice:
-the project's lean step, then the same step with the deployment's engine's extra kernels
-(bench.step_kernel_list=engine; measure.step.extras). Each row is composed from the fit shipped in
-deployment.fit_file for the GPU that ran it (plan.calibration.step_check: a lean row with the
-fit's kernels, an engine row with its extra kernels as run): on the fit's own device with its
-measured figures, on another GPU of conf/hardware with the fit's efficiencies put on both
-datasheets (column composed_for). OUT/engine_step.csv holds, per
-kernel list and batch: the measured step (p10, p50, p90), kernels per layer, the composed time and
-its error, and measured (composed) engine over measured (composed) lean at that batch. Any failure
-is a row with its reason; the CSV is always written."""
+The configured model's depth-reduced step runs at TP1 (or one emulated rank of the layout) at
+batches 1, 8 and 32, lean and then with the engine's extra kernels (measure.step.extras); each
+row is composed from deployment.fit_file (compose_for). OUT/engine_step.csv holds per kernel list
+and batch the measured p10/p50/p90, kernels per layer, the composed time and its error, and engine
+over lean; a failure is a row with its reason, and the CSV is always written."""
 
 from __future__ import annotations
 
@@ -87,11 +78,9 @@ def compose_for(
     attention=None,
 ) -> pd.DataFrame:
     """Return plan.calibration.step_check's rows of measured steps composed from `fit` for the
-    GPU that ran them (the steps' `device`), with the column composed_for saying how. On the
-    fit's own device the fit is applied to its own measured figures (its ceilings); on another
-    GPU of conf/hardware its efficiencies are put on the datasheet of both ends, as a verdict for
-    a GPU never measured does (deployment_verdict.fit_on_datasheet), so each row tests that
-    transfer; a GPU conf/hardware lacks is composed on the fit's device, with a gap."""
+    GPU that ran them (composed_for says how): the fit's own device on its measured figures,
+    another GPU of conf/hardware on both datasheets (deployment_verdict.fit_on_datasheet), a GPU
+    conf/hardware lacks on the fit's device, with a gap."""
     ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
     device = str(ran.iloc[0]) if len(ran) else fit["device"]
     here = catalog_name(device, catalog)

@@ -1,25 +1,19 @@
 """An engine's small kernels in the measured whole step (bench.step_kernel_list=engine).
 
-The deployment's engine (conf/engine) lists, per decode layer and per step, kernels the project's
-lean step does not run (plan.engine_profile.extra_kernels: activation quantisation, rotary, cache
-writes, pads, sampling, metadata). With `engine` the step launches them too, as real small GPU
-kernels of the layer's activation size inside the same CUDA graph, so the measured step holds the
-engine's kernel count:
+The deployment's engine lists, per decode layer and per step, kernels the lean step does not run
+(plan.engine_profile.extra_kernels: quantisation, rotary, cache writes, pads, sampling,
+metadata). With `engine` the step launches them too, inside the same CUDA graph, at the layer's
+activation size:
 
-- a kernel whose listed name names a quantisation (`quant`) runs as an fp8 per-token-group
-  quantisation of the layer's normalised input (kernels.token_group_quant: n x hidden bf16 read,
-  fp8 and one scale per 128 columns written), as the engines quantise before each fp8 GEMM;
+- a `quant` kernel runs as an fp8 per-token-group quantisation of the layer's normalised input
+  (kernels.token_group_quant), as the engines quantise before each fp8 GEMM;
 - any other runs as one copy of that input (n x hidden bf16; at least the bytes of a rotary, a
   cache write of one token or a pad of the routing ids at decode).
 
-A layer's extras run after its attention input norm (part `engine_extra`); the per-step extras
-once per micro-batch on the last stage, after the LM head (part `engine_extra_step`). A listed
-count that is not whole (a kernel that runs at some batches only) is spread over the step's
-layers of that type, per stand-in: each runs the whole part, and one more runs on the first k of
-them, k such that the step's total is the nearest whole number to count x layers (halves up);
-per step, the nearest whole number (halves up). The row records
-the counts as listed and as run, and the check composes the counts as run.
-"""
+A layer's extras run after its attention input norm (part `engine_extra`), the per-step ones once
+per micro-batch after the LM head (`engine_extra_step`); a count that is not whole is spread over
+the layers (spread). The row records the counts as listed and as run; the check composes the
+counts as run."""
 
 from __future__ import annotations
 

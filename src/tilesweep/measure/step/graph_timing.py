@@ -86,13 +86,9 @@ def time_steps(
     rank, mbs: list[dict], slot: int, repeats: int, graph, front: bool = True
 ) -> tuple[list, int, int]:
     """Return (the slowest rank's ms per step over repeats, next slot, samples whose launch may
-    be in the time): graph replays when a graph is given, else eager steps.
-
-    A graph replay is fronted (`front`) by a GPU-side wait, so each sample is the GPU's time for
-    the step alone, as it runs back to back in a decode loop; a sample counts as exposed when the
-    wait had ended before the replay was queued. Unfronted, a replay's time also holds the CPU's
-    launch of the graph (from a few to ~90 us on the H200, varying between runs). Eager steps
-    are never fronted: launching is what an eager step costs."""
+    be in the time): graph replays when a graph is given, else eager steps. A replay is fronted
+    by a GPU-side wait, so a sample is the GPU's time alone (unfronted, it holds the CPU's launch
+    of the graph: a few to ~90 us on the H200); eager steps are never fronted."""
     torch = rank.torch
     off = PartClock(torch, rank.cuda, mode="off")
     times, exposed = [], 0
