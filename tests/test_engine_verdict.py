@@ -223,6 +223,24 @@ def test_attention_follows_the_engine_on_the_targets_architecture():
     assert "attention: dsa (deployment.attention)" in row_inputs.row_words(pinned)
 
 
+def test_the_band_spans_the_other_attention_the_engines_builds_run_there():
+    base = ["hardware=rtx_pro_6000", "engine=sglang", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    base += ["deployment.batches=[1,8]", "deployment.context_len=1024"]
+    also = compose_settings(["engine=sglang"]).engine.attention_band_by_arch["sm_120"]
+    spanned = verdict(base)
+    dsa = verdict([*base, "deployment.attention=dsa"])
+    dense = verdict([*base, f"deployment.attention={also.mode}"])
+    assert (spanned["tpot_ms"] == dsa["tpot_ms"]).all()  # the point is the code's own mode
+    for end, pick in (("tpot_low_ms", min), ("tpot_high_ms", max)):
+        for i in range(len(spanned)):
+            ends = [dsa.at[i, end], dense.at[i, end], dense.at[i, "tpot_ms"]]
+            assert spanned.at[i, end] == pytest.approx(pick([spanned.at[i, end], *ends]))
+    # dense at one sequence drops the indexer's kernels and bf16 weights: the band's low end
+    assert spanned.at[0, "tpot_low_ms"] < dsa.at[0, "tpot_low_ms"]
+    assert f"also span {also.mode} (" in row_inputs.row_words(spanned.iloc[0])
+    assert f"also span {also.mode} (" not in row_inputs.row_words(dsa.iloc[0])
+
+
 def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why(corpus_engines):
     figures = references.of(compose_settings([])).figures
     assert len(figures) >= 30
