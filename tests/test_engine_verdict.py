@@ -223,6 +223,46 @@ def test_attention_follows_the_engine_on_the_targets_architecture():
     assert "attention: dsa (deployment.attention)" in row_inputs.row_words(pinned)
 
 
+def test_the_band_spans_the_other_attention_the_engines_builds_run_there():
+    base = ["hardware=rtx_pro_6000", "engine=sglang", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    base += ["deployment.batches=[1,8]", "deployment.context_len=1024"]
+    also = compose_settings(["engine=sglang"]).engine.attention_band_by_arch["sm_120"]
+    spanned = verdict(base)
+    dsa = verdict([*base, "deployment.attention=dsa"])
+    dense = verdict([*base, f"deployment.attention={also.mode}"])
+    assert (spanned["tpot_ms"] == dsa["tpot_ms"]).all()  # the point is the code's own mode
+    for end, pick in (("tpot_low_ms", min), ("tpot_high_ms", max)):
+        for i in range(len(spanned)):
+            ends = [dsa.at[i, end], dense.at[i, end], dense.at[i, "tpot_ms"]]
+            assert spanned.at[i, end] == pytest.approx(pick([spanned.at[i, end], *ends]))
+    # dense at one sequence drops the indexer's kernels and bf16 weights: the band's low end
+    assert spanned.at[0, "tpot_low_ms"] < dsa.at[0, "tpot_low_ms"]
+    assert f"also span {also.mode} (" in row_inputs.row_words(spanned.iloc[0])
+    assert f"also span {also.mode} (" not in row_inputs.row_words(dsa.iloc[0])
+
+
+def test_sglang_before_its_indexer_fusion_launches_the_split_indexer_on_every_dsa_layer():
+    glm5 = compose_settings(["model=glm5", "references=none"]).model
+    deepseek = compose_settings(["model=deepseek_v3", "references=none"]).model
+    fused, split = (
+        compose_settings([f"engine={name}", "references=none"]).engine
+        for name in ("sglang", "sglang_dsa_unfused")
+    )
+    assert split.families["mla_moe"] == fused.families["mla_moe"]  # DeepSeek-V3: no indexer
+    one = {e.name: engine_profile.profile(e, glm5, "fp8", "sm_90") for e in (fused, split)}
+    a, b = one["sglang"], one["sglang_dsa_unfused"]
+    assert b.launches["indexer"] == a.launches["indexer"] + 1  # wk and weights_proj unfused
+    assert b.extra["per_layer"] - a.extra["per_layer"] == 11  # 13 small kernels for 2 fused
+    assert (
+        engine_profile.profile(split, deepseek, "fp8").extra
+        == engine_profile.profile(fused, deepseek, "fp8").extra
+    )
+    lay = "grid.layouts=[{tp:8,pp:1,ep:1}]"
+    common = ["model=glm5", "hardware=h200", "deployment=fp8_all", lay, "deployment.batches=[4]"]
+    step = {n: verdict([*common, f"engine={n}"]).at[0, "tpot_ms"] for n in ("sglang", split.name)}
+    assert step[split.name] > step["sglang"] + 1.0  # 12 more launches a layer, 936 a step
+
+
 def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why(corpus_engines):
     figures = references.of(compose_settings([])).figures
     assert len(figures) >= 30

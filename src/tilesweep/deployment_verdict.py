@@ -69,6 +69,9 @@ def engine_deployment(settings: RootSettings) -> tuple[DeploymentSettings, str]:
     if dep.attention == "auto":
         mode, why = engine_profile.attention_mode(settings.engine, settings.hardware.arch)
         label = f"{mode} ({why})"
+        also = engine_profile.attention_also(settings.engine, settings.hardware.arch, mode)
+        if also is not None:
+            label += f"; tpot_low_ms and tpot_high_ms also span {also.mode} ({also.cite})"
     else:
         mode, label = dep.attention, f"{dep.attention} (deployment.attention)"
     i, o = serving_load(dep)
@@ -284,9 +287,35 @@ def deployment_table(
         table = table.assign(**columns, expert_efficiency=expert_words)
         frames.append(table)
     out = pd.concat(frames, ignore_index=True)
-    return out.sort_values(["world", "layout", "batch"], kind="stable").reset_index(drop=True)[
+    out = out.sort_values(["world", "layout", "batch"], kind="stable").reset_index(drop=True)
+    return _span_attention(out, settings, (decode, collective, steps, ceilings, fitted))[
         VERDICT_COLUMNS
     ]
+
+
+def _span_attention(table: pd.DataFrame, settings: RootSettings, inputs: tuple) -> pd.DataFrame:
+    """Return the table with its band (tpot_low_ms, tpot_high_ms) widened over the other
+    attention mode the engine's measured builds run on the target (engine.attention_band_by_arch),
+    composed as the whole table is (its band's ends and topologies); the point is the engine's
+    own mode. Nothing changes where the deployment names its attention or there is none."""
+    dep = settings.deployment
+    if dep.attention != "auto":
+        return table
+    mode, _ = engine_profile.attention_mode(settings.engine, settings.hardware.arch)
+    also = engine_profile.attention_also(settings.engine, settings.hardware.arch, mode)
+    if also is None:
+        return table
+    other = settings.model_copy(
+        update={"deployment": dep.model_copy(update={"attention": also.mode})}
+    )
+    there = deployment_table(other, *inputs)
+    low = table["tpot_low_ms"].fillna(table["tpot_ms"])
+    high = table["tpot_high_ms"].fillna(table["tpot_ms"])
+    for column in ("tpot_low_ms", "tpot_high_ms", "tpot_ms"):
+        got = there[column]
+        low = low.where(~(got < low), got)
+        high = high.where(~(got > high), got)
+    return table.assign(tpot_low_ms=low, tpot_high_ms=high)
 
 
 def question_panel(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tilesweep.settings import ModelSettings
-from tilesweep.settings.engine_spec import EngineSettings, Family, Kernel
+from tilesweep.settings.engine_spec import AttentionAlso, EngineSettings, Family, Kernel
 
 # The layer lists a part kind's launches are read from, by the layers its part occurs in
 # (plan.step_parts: one part per layer of its type).
@@ -50,6 +50,13 @@ def attention_mode(engine: EngineSettings, arch: str) -> tuple[str, str]:
     if "default" in by_arch:
         return by_arch["default"], f"{engine.name}'s default"
     return "dsa", "the checkpoint's"
+
+
+def attention_also(engine: EngineSettings, arch: str, mode: str) -> AttentionAlso | None:
+    """Return the other attention mode the engine's measured builds run on `arch` where it
+    differs from `mode` (the band spans it), else None."""
+    also = engine.attention_band_by_arch.get(arch)
+    return also if also is not None and also.mode != mode else None
 
 
 @dataclass

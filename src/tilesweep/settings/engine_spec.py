@@ -88,6 +88,14 @@ class Untimed(Section):
     cite: str = Field(min_length=1)  # the engine's (or library's) code that selects it
 
 
+class AttentionAlso(Section):
+    """Another attention mode an engine runs on one architecture in the builds its figures were
+    measured on (a flag or a fork's default): the verdict's band spans it beside the point."""
+
+    mode: Literal["dsa", "dense"]
+    cite: str = Field(min_length=1)  # where that build's attention is stated
+
+
 class AllReduceStep(Section):
     """One algorithm of an engine's all-reduce inside its CUDA graph: it takes every message up
     to max_bytes (inclusive) that an earlier step does not; past the last step, NCCL."""
@@ -135,6 +143,10 @@ class EngineSettings(Section):
     attention_by_arch: dict[
         Annotated[str, Field(pattern=r"^(sm_[0-9]{2,3}a?|default)$")], Literal["dsa", "dense"]
     ]  # arch (sm_90) -> mode; `default` too
+    # arch -> another mode its builds run there; tpot_low_ms-tpot_high_ms span it too
+    attention_band_by_arch: dict[
+        Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AttentionAlso
+    ] = {}
     custom_allreduce: bool  # its own all-reduce (allreduce below) on NVLink; false: NCCL's
     # Which algorithm its all-reduce takes by message size inside its CUDA graph, per GPU
     # architecture (sm_90) and GPU count, from its code (plan.allreduce); an arch or count not
