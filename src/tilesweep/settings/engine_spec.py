@@ -75,6 +75,18 @@ class Host(Section):
     ms: Number = Field(ge=0, le=1000)  # per step: a second of host time is no decode step
     source: Literal["cited", "measured", "fitted", "none"]
     cite: str = Field(min_length=1)
+    # An engine that decodes without CUDA graphs issues every kernel from the CPU: the CPU time
+    # to issue one (0: graphs, one launch a step). Its loop overlaps the GPU's queue, so only
+    # the part longer than the GPU step is exposed (plan.engine_profile.EngineProfile.host_for).
+    eager_launch_us: Number = Field(default=0, ge=0, le=1000)
+    eager_cite: str = ""  # where eager_launch_us comes from (required where it is set)
+
+    @model_validator(mode="after")
+    def _eager_cited(self) -> Host:
+        """Refuse an eager issue cost without its source."""
+        if self.eager_launch_us and not self.eager_cite:
+            raise refuse("eager_cite", "eager_launch_us is set: name its source here")
+        return self
 
 
 class Untimed(Section):
