@@ -26,6 +26,7 @@ from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT
 from tilesweep.plan import engine_profile, row_inputs
 from tilesweep.plan.launch_fit import on_datasheet
+from tilesweep.settings.engine_spec import Host
 
 ROOT = Path(__file__).resolve().parents[1]
 EMPTY = pd.DataFrame()
@@ -504,3 +505,25 @@ def test_an_early_2025_release_composes_with_its_own_list_host_and_archs():
             compose_settings([f"engine={engine}", "hardware=b200", "model=deepseek_v3"])
         )
         assert why and "runs on sm_80, sm_89, sm_90 only" in why and "\n" not in why
+
+
+def test_an_eager_release_exposes_its_cpu_issue_beyond_the_gpu_step():
+    """TensorRT-LLM's PyTorch backend at 9b931c0f (conf/engine/tensorrtllm_0_17.yaml) decodes
+    without CUDA graphs: its CPU issues every kernel of the list (all-reduces included) at
+    host.eager_launch_us, and only the part beyond the GPU step is exposed; an eager cost without
+    its source is refused."""
+    base = ["hardware=h200", "deployment=fp8_all", "model=deepseek_v3", "engine=tensorrtllm_0_17"]
+    base += ["deployment.batches=[4,32]", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    rows = verdict(base)
+    settings = compose_settings(base)
+    prof = engine_profile.profile(settings.engine, settings.model, "fp8", "sm_90")
+    stage = {"dense": settings.model.dense_layers, "moe": settings.model.moe_layers}
+    issue_ms = prof.issued(stage) * 6.31e-3
+    assert 1500 < prof.issued(stage) < 4000 and prof.eager_launch_ms == pytest.approx(6.31e-3)
+    gpu = rows["tpot_ms"] - rows["host_ms"]
+    exposed = (issue_ms - gpu).clip(lower=0)
+    assert rows["host_ms"].tolist() == pytest.approx(exposed.tolist())
+    assert rows["host_ms"].iloc[0] > 0 and rows["host_ms"].iloc[1] < rows["host_ms"].iloc[0]
+    assert prof.host_for(1e3, stage) == 0.0 and prof.host_for(0.0, stage) == pytest.approx(issue_ms)
+    with pytest.raises(ValueError, match="eager_cite"):
+        Host.model_validate({"ms": 0, "source": "none", "cite": "x", "eager_launch_us": 6.0})

@@ -85,7 +85,7 @@ class Host(Section):
     def _eager_cited(self) -> Host:
         """Refuse an eager issue cost without its source."""
         if self.eager_launch_us and not self.eager_cite:
-            raise refuse("eager_cite", "eager_launch_us is set: name its source here")
+            raise refuse("eager_cite", "eager_launch_us is set: name its source in eager_cite")
         return self
 
 
