@@ -100,6 +100,19 @@ class Untimed(Section):
     cite: str = Field(min_length=1)  # the engine's (or library's) code that selects it
 
 
+class KernelFloor(Section):
+    """The least times the calls of a GEMM kernel the engine runs take at decode, from kernel-level
+    figures of that kernel: a part of `kind` whose composed time per occurrence is below their sum
+    takes the sum (a kernel whose tiles leave most SMs idle at small batches)."""
+
+    kind: Literal["attention_proj", "shared_gemm", "dense_gemm"]
+    # per call of the kernel in one occurrence of the part: its least cited time at decode
+    # batches (us); a call whose shape no figure covers takes the kernel's least cited time
+    calls_us: list[Annotated[Number, Field(gt=0, le=10000)]] = Field(min_length=1, max_length=100)
+    kernel: str = Field(min_length=1)
+    cite: str = Field(min_length=1)  # where the per-call figures and the engine's pick come from
+
+
 class AllReduceStep(Section):
     """One algorithm of an engine's all-reduce inside its CUDA graph: it takes every message up
     to max_bytes (inclusive) that an earlier step does not; past the last step, NCCL."""
@@ -153,5 +166,6 @@ class EngineSettings(Section):
     # listed takes NCCL's model, and says so.
     allreduce: dict[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
+    kernel_floors: list[KernelFloor] = []  # cited least per-call times of its GEMM kernels
     # GPU architectures its code runs on (a backend built for one generation); empty: all
     only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
