@@ -184,11 +184,13 @@ def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends:
     return ends
 
 
-def _floored(engine_conf: EngineSettings, kwargs: dict, ends: dict) -> dict:
-    """Hold each part kind the engine names a kernel floor for (engine.kernel_floors) to at
-    least that kernel's cited per-call time x its calls, in kwargs' timer and in each end of the
+def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -> dict:
+    """Hold each part kind the engine names a kernel floor for on `arch` (engine.kernel_floors)
+    to at least the sum of its calls' cited least times, in kwargs' timer and in each end of the
     band (returned)."""
     for item in engine_conf.kernel_floors:
+        if item.only_arch and arch not in item.only_arch:
+            continue
         floor_ms = sum(item.calls_us) * 1e-3
         calls = " + ".join(f"{us:g}" for us in item.calls_us)
         why = f"{item.kind} at least {calls} us a layer ({item.kernel}; engine.kernel_floors)"
@@ -291,7 +293,7 @@ def deployment_table(
         expert = {"expert GEMMs": expert_words} if expert_words else {}
         kwargs["rests"] = used | expert | tail
         ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
-        ends = _floored(engine_conf, kwargs, ends)
+        ends = _floored(engine_conf, settings.hardware.arch, kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]

@@ -111,6 +111,8 @@ class KernelFloor(Section):
     calls_us: list[Annotated[Number, Field(gt=0, le=10000)]] = Field(min_length=1, max_length=100)
     kernel: str = Field(min_length=1)
     cite: str = Field(min_length=1)  # where the per-call figures and the engine's pick come from
+    # GPU architectures the figures and the engine's pick hold on (empty: all)
+    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
 
 
 class AllReduceStep(Section):
