@@ -135,10 +135,14 @@ def test_every_gpu_engine_and_model_composes_tp4_and_tp8_or_refuses_in_one_line(
         short = got[~fits]
         assert (short["bound"] == "does-not-fit").all() and (short["mem_short_gb"] > 0).all()
     assert not silent, silent
+    # Most of conf composes; the rest says why not. A release's own file (only_arch: the GPUs its
+    # figures ran on, one model family) refuses most cells by design and is left out of the share.
+    pinned = {e for e in _names("engine") if _load("engine", e).get("only_arch")}
+    general = {k: v for k, v in matrix.items() if k[1] not in pinned}
     composed = [
-        k for k, (what, got) in matrix.items() if what == "table" and got["tpot_ms"].notna().any()
+        k for k, (what, got) in general.items() if what == "table" and got["tpot_ms"].notna().any()
     ]
-    assert len(composed) > len(matrix) / 3  # most of conf composes; the rest says why not
+    assert len(composed) > len(general) / 3
 
 
 def test_tensorrtllm_composes_glm5_where_its_dsa_runs_and_refuses_it_elsewhere(matrix):

@@ -24,8 +24,9 @@ from tilesweep.cli import main
 from tilesweep.config import compose, compose_groups, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT
-from tilesweep.plan import engine_profile, row_inputs
+from tilesweep.plan import engine_profile, part_timers, row_inputs
 from tilesweep.plan.launch_fit import on_datasheet
+from tilesweep.settings.engine_spec import Host, KernelFloor
 
 ROOT = Path(__file__).resolve().parents[1]
 EMPTY = pd.DataFrame()
@@ -544,3 +545,60 @@ def test_an_early_2025_release_composes_with_its_own_list_host_and_archs():
             compose_settings([f"engine={engine}", "hardware=b200", "model=deepseek_v3"])
         )
         assert why and "runs on sm_80, sm_89, sm_90 only" in why and "\n" not in why
+
+
+def test_an_eager_release_exposes_its_cpu_issue_beyond_the_gpu_step():
+    """TensorRT-LLM's PyTorch backend at 9b931c0f (conf/engine/tensorrtllm_0_17.yaml) decodes
+    without CUDA graphs: its CPU issues every kernel of the list (all-reduces included) at
+    host.eager_launch_us, and only the part beyond the GPU step is exposed; an eager cost without
+    its source is refused."""
+    base = ["hardware=h200", "deployment=fp8_all", "model=deepseek_v3", "engine=tensorrtllm_0_17"]
+    base += ["deployment.batches=[4,32]", "grid.layouts=[{tp:8,pp:1,ep:1}]"]
+    rows = verdict(base)
+    settings = compose_settings(base)
+    prof = engine_profile.profile(settings.engine, settings.model, "fp8", "sm_90")
+    stage = {"dense": settings.model.dense_layers, "moe": settings.model.moe_layers}
+    issue_ms = prof.issued(stage) * 6.31e-3
+    assert 1500 < prof.issued(stage) < 4000 and prof.eager_launch_ms == pytest.approx(6.31e-3)
+    gpu = rows["tpot_ms"] - rows["host_ms"]
+    exposed = (issue_ms - gpu).clip(lower=0)
+    assert rows["host_ms"].tolist() == pytest.approx(exposed.tolist())
+    assert rows["host_ms"].iloc[0] > 0 and rows["host_ms"].iloc[1] < rows["host_ms"].iloc[0]
+    assert prof.host_for(1e3, stage) == 0.0 and prof.host_for(0.0, stage) == pytest.approx(issue_ms)
+    with pytest.raises(ValueError, match="eager_cite"):
+        Host.model_validate({"ms": 0, "source": "none", "cite": "x", "eager_launch_us": 6.0})
+
+
+def test_a_cited_kernel_floor_holds_each_layer_to_its_calls_least_times():
+    """vLLM 0.7's block-FP8 GEMMs (conf/engine/vllm_0_7.yaml kernel_floors): a part of a floored
+    kind takes at least the sum of its calls' cited least times a layer, a part already slower
+    keeps its own time, and the step grows by no more than the floors' total."""
+    base = ["hardware=h200", "deployment=fp8_all", "model=deepseek_v3", "engine=vllm_0_7"]
+    base += ["deployment.batches=[4]", "grid.layouts=[{tp:8,pp:1,ep:1}]", "references=none"]
+    settings = compose_settings(base)
+    bare = settings.model_copy(
+        update={"engine": settings.engine.model_copy(update={"kernel_floors": []})}
+    )
+    floored = deployment_verdict.deployment_table(settings, EMPTY, EMPTY, EMPTY, {})
+    plain = deployment_verdict.deployment_table(bare, EMPTY, EMPTY, EMPTY, {})
+    model = settings.model
+    layers = {"attention_proj": model.dense_layers + model.moe_layers}
+    layers |= {"shared_gemm": model.moe_layers, "dense_gemm": model.dense_layers}
+    most = sum(layers[f.kind] * sum(f.calls_us) for f in settings.engine.kernel_floors) * 1e-3
+    grew = floored["tpot_ms"].iloc[0] - plain["tpot_ms"].iloc[0]
+    assert 0 < grew < most
+    part = {"kind": "attention_proj", "bytes": 0.0, "flops": 0.0, "dtype": "bf16", "count": 1}
+    fast = part_timers.floored_timer(part_timers.roofline_timer, "attention_proj", 0.05, "why")
+    assert fast(part, settings.hardware)["memory_ms"] == pytest.approx(0.05)
+    slow = dict(part, bytes=4.8e9)  # 1 ms at the H200's 4.8 TB/s: far above the floor
+    assert fast(slow, settings.hardware)["memory_ms"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="calls_us"):
+        KernelFloor.model_validate(
+            {"kind": "attention_proj", "calls_us": [], "kernel": "k", "cite": "c"}
+        )
+    # The figures are of sm_90 kernels: on another architecture the part keeps its own time.
+    kwargs = {"timer": part_timers.roofline_timer}
+    deployment_verdict._floored(settings.engine, "sm_89", kwargs, {})
+    assert kwargs["timer"] is part_timers.roofline_timer
+    deployment_verdict._floored(settings.engine, "sm_90", kwargs, {})
+    assert kwargs["timer"](part, settings.hardware)["memory_ms"] > 0

@@ -36,7 +36,7 @@ from tilesweep.plan import (
 from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.deployment import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
-from tilesweep.plan.part_timers import roofline_timer, untimed_timer
+from tilesweep.plan.part_timers import floored_timer, roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
@@ -187,6 +187,23 @@ def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends:
     return ends
 
 
+def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -> dict:
+    """Hold each part kind the engine names a kernel floor for on `arch` (engine.kernel_floors)
+    to at least the sum of its calls' cited least times, in kwargs' timer and in each end of the
+    band (returned)."""
+    for item in engine_conf.kernel_floors:
+        if item.only_arch and arch not in item.only_arch:
+            continue
+        floor_ms = sum(item.calls_us) * 1e-3
+        calls = " + ".join(f"{us:g}" for us in item.calls_us)
+        why = f"{item.kind} at least {calls} us a layer ({item.kernel}; engine.kernel_floors)"
+        kwargs["timer"] = floored_timer(
+            kwargs.get("timer", roofline_timer), item.kind, floor_ms, why
+        )
+        ends = {c: floored_timer(t, item.kind, floor_ms, why) for c, t in ends.items()}
+    return ends
+
+
 def _own_attention(
     settings: RootSettings,
     ceilings: dict,
@@ -279,6 +296,7 @@ def deployment_table(
         expert = {"expert GEMMs": expert_words} if expert_words else {}
         kwargs["rests"] = used | expert | tail
         ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
+        ends = _floored(engine_conf, settings.hardware.arch, kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]

@@ -15,7 +15,7 @@ from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.plan.bound import decide_bound
 from tilesweep.plan.engine_profile import EngineProfile, lean
 from tilesweep.plan.interconnect import topology_numbers
-from tilesweep.plan.memory_fit import memory_fit
+from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
@@ -158,6 +158,21 @@ def _speed_columns(step: dict, host_ms: float, batch: int, world: int, floor: fl
     }
 
 
+def _host_ms(
+    engine: EngineProfile, model: ModelSettings, layout: Layout, step: dict, overrides
+) -> float:
+    """Return the host time one step exposes (EngineProfile.host_for): without CUDA graphs, on
+    the stage whose CPU issues the most kernels, against that stage's GPU time."""
+    if not engine.eager_launch_ms:
+        return engine.host_ms
+    stages = stage_layers(layer_counts(model, overrides), layout.pp)
+    last = len(stages) - 1
+    issued = [engine.issued(st, i == last) for i, st in enumerate(stages)]
+    worst = max(range(len(stages)), key=issued.__getitem__)
+    gpu = step["stage_ms"][worst] * step["micro_batches"]
+    return engine.host_for(gpu, stages[worst], worst == last)
+
+
 def compose_parts(
     parts: Composition,
     timer: Timer = roofline_timer,
@@ -188,7 +203,8 @@ def compose_parts(
             how = (timer, measured_floors, layer_overrides)
             step, prefill = loaded_step(model, dep, hw, layout, batch, *how, engine.extra_parts)
             floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
-            row |= _speed_columns(step, engine.host_ms, batch, row["world"], floor)
+            host = _host_ms(engine, model, layout, step, layer_overrides)
+            row |= _speed_columns(step, host, batch, row["world"], floor)
             inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {
                 "kernel list": engine.label,
                 "host": engine.host_label,

@@ -71,6 +71,28 @@ class EngineProfile:
     extra: dict[str, float] = field(default_factory=dict)
     host_ms: float = 0.0
     host_label: str = "none"
+    # Without CUDA graphs: the CPU time to issue one kernel (ms), and every kernel the list
+    # launches per layer of each type (per step), all-reduces included (0: graphs).
+    eager_launch_ms: float = 0.0
+    kernels: dict[str, float] = field(default_factory=dict)
+
+    def issued(self, stage: dict, last: bool = True) -> float:
+        """Return the kernels the CPU issues for one stage's step (its layers' lists, and the
+        per-step list on the last stage)."""
+        counts = {
+            "per_layer": stage["dense"] + stage["moe"],
+            "per_moe_layer": stage["moe"],
+            "per_dense_layer": stage["dense"],
+            "per_step": 1 if last else 0,
+        }
+        return sum(n * counts[where] for where, n in self.kernels.items())
+
+    def host_for(self, gpu_ms: float, stage: dict, last: bool = True) -> float:
+        """Return the host time a step exposes: the synchronous loop (host_ms) plus, without
+        CUDA graphs, the CPU's issue time beyond the GPU step it overlaps,
+        max(0, kernels x eager_launch_ms - gpu_ms)."""
+        issue = self.issued(stage, last) * self.eager_launch_ms
+        return self.host_ms + max(0.0, issue - gpu_ms)
 
     def extra_parts(self, stage: dict, first: bool, last: bool) -> list[dict]:
         """Return the engine's extra kernels on one stage as bytes-free parts (count: layers)."""
@@ -98,15 +120,18 @@ class EngineProfile:
         return out
 
 
-def _running(kernels: list[Kernel], weight_dtype: str, arch: str | None = None) -> list[Kernel]:
+def _running(
+    kernels: list[Kernel], weight_dtype: str, arch: str | None = None, collectives: bool = False
+) -> list[Kernel]:
     """Return the kernels of a list that run in `weight_dtype` on `arch` (None: only those of
-    every arch) and are not all-reduces (those are timed by the interconnect model)."""
+    every arch), without the all-reduces (those are timed by the interconnect model) unless
+    `collectives` (every kernel the CPU issues)."""
     return [
         k
         for k in kernels
         if not (k.only_for and weight_dtype not in k.only_for)
         and not (k.only_arch and arch not in k.only_arch)
-        and k.kind != "allreduce"
+        and (collectives or k.kind != "allreduce")
     ]
 
 
@@ -227,4 +252,15 @@ def profile(
         f"{host.ms:g} ms per step ({host.source}; its source: conf/engine/"
         f"{engine.name}.yaml host.cite)"
     )
+    if host.eager_launch_us and engine.families:
+        lists = _family_lists(engine, model)
+        prof.eager_launch_ms = host.eager_launch_us * 1e-3
+        prof.kernels = {
+            where: sum(k.count for k in _running(getattr(lists, where), weight_dtype, arch, True))
+            for where in LAYER_KINDS
+        }
+        prof.host_label += (
+            f", plus eager issue beyond the GPU step: max(0, kernels x {host.eager_launch_us:g} us"
+            " - GPU step) (host.eager_cite)"
+        )
     return prof

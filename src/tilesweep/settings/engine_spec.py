@@ -75,6 +75,18 @@ class Host(Section):
     ms: Number = Field(ge=0, le=1000)  # per step: a second of host time is no decode step
     source: Literal["cited", "measured", "fitted", "none"]
     cite: str = Field(min_length=1)
+    # An engine that decodes without CUDA graphs issues every kernel from the CPU: the CPU time
+    # to issue one (0: graphs, one launch a step). Its loop overlaps the GPU's queue, so only
+    # the part longer than the GPU step is exposed (plan.engine_profile.EngineProfile.host_for).
+    eager_launch_us: Number = Field(default=0, ge=0, le=1000)
+    eager_cite: str = ""  # where eager_launch_us comes from (required where it is set)
+
+    @model_validator(mode="after")
+    def _eager_cited(self) -> Host:
+        """Refuse an eager issue cost without its source."""
+        if self.eager_launch_us and not self.eager_cite:
+            raise refuse("eager_cite", "eager_launch_us is set: name its source in eager_cite")
+        return self
 
 
 class Untimed(Section):
@@ -94,6 +106,21 @@ class AttentionAlso(Section):
 
     mode: Literal["dsa", "dense"]
     cite: str = Field(min_length=1)  # where that build's attention is stated
+
+
+class KernelFloor(Section):
+    """The least times the calls of a GEMM kernel the engine runs take at decode, from kernel-level
+    figures of that kernel: a part of `kind` whose composed time per occurrence is below their sum
+    takes the sum (a kernel whose tiles leave most SMs idle at small batches)."""
+
+    kind: Literal["attention_proj", "shared_gemm", "dense_gemm"]
+    # per call of the kernel in one occurrence of the part: its least cited time at decode
+    # batches (us); a call whose shape no figure covers takes the kernel's least cited time
+    calls_us: list[Annotated[Number, Field(gt=0, le=10000)]] = Field(min_length=1, max_length=100)
+    kernel: str = Field(min_length=1)
+    cite: str = Field(min_length=1)  # where the per-call figures and the engine's pick come from
+    # GPU architectures the figures and the engine's pick hold on (empty: all)
+    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
 
 
 class AllReduceStep(Section):
@@ -153,5 +180,6 @@ class EngineSettings(Section):
     # listed takes NCCL's model, and says so.
     allreduce: dict[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
+    kernel_floors: list[KernelFloor] = []  # cited least per-call times of its GEMM kernels
     # GPU architectures its code runs on (a backend built for one generation); empty: all
     only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
