@@ -578,9 +578,9 @@ def test_the_short_rests_keep_the_clauses_they_name_whole_and_cut_long_ones():
     assert card.short_rests() == "fit X; engine check: 3 of 4 within (median 5%; 1 contradicted)."
     assert card.rests_line == f"fit X; {engine}; SGLang ...."
     # Cut short before a bracket it would leave open, and no stop after the ellipsis.
-    long = "engine check: 182 of 209 held-out engine figures within 0.75-1.33x (median |error| 11%"
+    long = "engine check: 182 of 209 cited engine figures within 0.75-1.33x (median |error| 11%"
     long += "; 1 contradicted by its own source)"
     card = dataclasses.replace(card, rests_on={"fit": "fit X", "engine check": long})
     assert card.short_rests() == (
-        "fit X; engine check: 182 of 209 held-out engine figures within 0.75-1.33x ..."
+        "fit X; engine check: 182 of 209 cited engine figures within 0.75-1.33x ..."
     )

@@ -96,7 +96,7 @@ def _check_words(check: pd.DataFrame, fit: str) -> str:
 
 
 def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> dict[str, str]:
-    """Return the engine check: how many held-out engine figures the composition meets, and the
+    """Return the engine check: how many cited engine figures the composition meets, and the
     engines' published TPOT beside it (same model, the same hardware first), each ratio named as
     composed over engine."""
     none = {"engine check": "engine check: none cited"}
@@ -123,7 +123,7 @@ def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> di
     if got.get("composed"):
         contradicted = got["contradicted"]
         corpus = [
-            f"{got['in_band']} of {got['composed']} held-out engine figures within "
+            f"{got['in_band']} of {got['composed']} cited engine figures within "
             f"{band[0]}-{band[1]}x (median |error| {got['median_abs_error_pct']:.0f}%"
             + (f"; {contradicted} contradicted by its own source" if contradicted else "")
             + ")"
