@@ -649,6 +649,10 @@ def test_a_graph_replay_holds_as_many_calls_as_fill_its_time():
         ("backend.fused_moe.variants=[{SPLIT_K:1}]", "variants[0]={'SPLIT_K': 1}: names no"),
         ("backend.fused_moe.items_per_worker=-1", "items_per_worker=-1: must be at least 0"),
         ("backend.fused_moe.variant_tiles=0", "variant_tiles=0: must be at least 1 when variants"),
+        (
+            "backend.fused_moe.engine_defaults.vllm.num_warps=[{value:4,m_max:0}]",
+            "engine_defaults.vllm: the default rules for num_warps end without a rule that",
+        ),
     ],
 )
 def test_the_tuners_settings_are_refused_by_its_model_naming_the_key(override, message):

@@ -5,6 +5,7 @@ fused_moe/engines/stage.py)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -15,9 +16,10 @@ from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.space import (
     ENGINE_DTYPE,
+    SPACE_KEYS,
     VARIANT_OFF,
+    condition_holds,
     config_file_name,
-    engine_default,
 )
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
@@ -114,6 +116,14 @@ class Rule(Section):
     dtype: str = None
     block: bool = None  # the format is fp8 with 128 x 128 block scales
 
+    def holds(self, m: int, experts: int, dtype: str) -> bool:
+        """Return whether every condition this rule sets holds (none set: always)."""
+        return all(
+            condition_holds(k, v, m, experts, dtype)
+            for k, v in self
+            if k != "value" and v is not None
+        )
+
 
 class EngineDefaults(Section):
     """An engine's default heuristic: the rules for each launch parameter."""
@@ -207,14 +217,11 @@ class FusedMoeSettings(Section):
             why = "must be at least 1 when variants are screened (variants: [] turns them off)"
             key = "variant_tiles" if self.variant_tiles < 1 else "variant_finalists"
             raise refuse(key, why, getattr(self, key))
-        # model_dump: engine_default reads the engines' own rule mappings, as their files hold them
-        raw = {e: d.model_dump(exclude_unset=True) for e, d in self.engine_defaults.items()}
-        for engine, rules in raw.items():
-            for dtype in self.dtypes:
-                try:
-                    engine_default(rules, 1, 1, dtype)
-                except ValueError as exc:
-                    raise refuse(f"engine_defaults.{engine}", str(exc)) from None
+        for engine, defaults in self.engine_defaults.items():
+            for key, dtype in itertools.product(SPACE_KEYS, self.dtypes):
+                if not any(rule.holds(1, 1, dtype) for rule in getattr(defaults, key)):
+                    why = f"the default rules for {key} end without a rule that always holds"
+                    raise refuse(f"engine_defaults.{engine}", why)
         return self
 
 

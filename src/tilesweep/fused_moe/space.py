@@ -147,18 +147,23 @@ def is_direct(m: int, problem: dict, sparsity: int) -> bool:
     return m * problem["top_k"] * sparsity <= problem["experts"]
 
 
+def condition_holds(name: str, value, m: int, experts: int, dtype: str) -> bool:
+    """Return whether one condition of a default rule holds for M tokens over E local experts
+    (`dtype: fp8` holds for both fp8 formats; `block`: whether the format has 128 x 128 blocks)."""
+    if name == "m_max":
+        return m <= value
+    if name == "m_le_e":
+        return (m <= experts) == value
+    if name == "m_per_e_over":
+        return m // experts > value
+    if name == "dtype":
+        return dtype.split("_")[0] == value
+    return (dtype == "fp8_block") == value  # block
+
+
 def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
-    """Return whether every condition of one heuristic rule holds (no condition: always).
-    `dtype: fp8` holds for both fp8 formats (per-tensor or per-channel "fp8", and "fp8_block",
-    128 x 128 block scales); `block` holds when the format's block-scaling is as given."""
-    checks = {
-        "m_max": lambda v: m <= v,
-        "m_le_e": lambda v: (m <= experts) == v,
-        "m_per_e_over": lambda v: m // experts > v,
-        "dtype": lambda v: dtype.split("_")[0] == v,
-        "block": lambda v: (dtype == "fp8_block") == v,
-    }
-    return all(checks[name](value) for name, value in rule.items() if name != "value")
+    """Return whether every condition of one heuristic rule holds (no condition: always)."""
+    return all(condition_holds(k, v, m, experts, dtype) for k, v in rule.items() if k != "value")
 
 
 def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
