@@ -1,10 +1,6 @@
-"""The fused-MoE GEMMs in the engines' conditions, on the device at hand: the model's real expert
-count and top-k, routed batches of M tokens (uniform or Zipf-skewed), both expert GEMMs, fresh
-random data checked against an fp32 reference, and the same-dtype torch baseline beside them.
-
-Runs in the tuning worker process (fused_moe/tune.py starts it); on a CPU the kernel runs under
-Triton's interpreter (TRITON_INTERPRET=1, set by the caller), which tests use on tiny problems.
-"""
+"""The fused-MoE GEMMs in the engines' conditions on the device at hand: routed batches, both expert
+GEMMs checked against fp32, and the same-dtype torch baseline. Runs in the tuning worker; on a CPU
+under Triton's interpreter (TRITON_INTERPRET=1, tests only)."""
 
 from __future__ import annotations
 
@@ -78,9 +74,7 @@ def make_weights(problem: dict, dtype: str, device: str, gen) -> Weights:
 
 
 def make_routing(m: int, experts: int, top_k: int, routing: str, alpha: float, device, gen):
-    """Return (topk_ids [m, k] int32, topk_weights [m * k] fp32) for m tokens: each token picks
-    k distinct experts, uniformly or with Zipf popularity (expert i weighs 1 / i^alpha, experts
-    in a random order)."""
+    """Return (topk_ids [m, k] int32, topk_weights [m * k] fp32): uniform or Zipf(alpha) routing."""
     import torch
 
     k = min(top_k, experts)
@@ -123,8 +117,7 @@ def make_batch(
 
 
 def blocks(batch: Batch, block_m: int, experts: int, sort: bool = False):
-    """Return (and cache) the batch's row blocks for one BLOCK_SIZE_M: one per routed pair on
-    the direct path, else sorted by expert; `sort` (the SORT variant) sorts a direct batch too."""
+    """Return (and cache) the batch's row blocks for one BLOCK_SIZE_M (direct or sorted)."""
     direct = batch.direct and not sort
     if (block_m, direct) not in batch.blocks:
         batch.blocks[block_m, direct] = (
@@ -160,8 +153,7 @@ def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm
 
 
 def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
-    """Return the fp32 reference of one GEMM of a batch: each pair's row of A (dequantised) times
-    its expert's weights (dequantised), times its routing weight for the down GEMM."""
+    """Return the fp32 reference of one GEMM of a batch (dequantised operands)."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()
@@ -185,9 +177,7 @@ def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
 
 
 def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[float, str | None]:
-    """Return the worse relative error of both GEMMs of a batch, and why it fails (None: ok).
-    The reference is computed once per batch and GEMM and kept in `batch.refs` (the caller
-    may clear it to free the memory)."""
+    """Return the worse relative error of both GEMMs and why it fails (None: ok)."""
     worst = 0.0
     for gemm in ("gate_up", "down"):
         batch.c[gemm].fill_(float("nan"))
@@ -202,10 +192,8 @@ def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[
 
 
 def baseline_call(problem: dict, weights: Weights, batch: Batch, gemm: str):
-    """Return the same-dtype torch baseline of one GEMM on the batch's rows already sorted by
-    expert (the gather and scatter are left out, in the baseline's favour): torch._grouped_mm
-    for bf16, torch._scaled_grouped_mm with row-wise scales for fp8; raise NotImplementedError
-    where this torch has none."""
+    """Return torch's grouped GEMM on the sorted rows (gather and scatter left out, in its
+    favour)."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()

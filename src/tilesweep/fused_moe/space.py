@@ -1,6 +1,5 @@
-"""Pure arithmetic of fused-MoE tuning in the engines' conditions: the search space, which configs
-can exist on a device, the engines' default heuristics, the problems per layout, and the names of
-the engines' config files."""
+"""Pure arithmetic of fused-MoE tuning: the search space, constraints, the engines' default rules,
+the problems per layout and the engines' config file names."""
 
 from __future__ import annotations
 
@@ -37,8 +36,8 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 
 def config_slug(config: dict) -> str:
-    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3', with '-tma',
-    '-p<P>', '-sk<S>' and '-sort' after it for the variants."""
+    """Return a readable identity of a config, e.g.
+    'm64n128k64-g16-w4-s3[-tma][-p2][-sk2][-sort]'."""
     slug = (
         f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
         f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
@@ -90,8 +89,8 @@ def search_space(space: dict[str, list[int]]) -> list[dict]:
 
 
 def smem_estimate(config: dict, dtype: str) -> int:
-    """Return the shared memory a config's software pipeline needs, in bytes: num_stages - 1
-    buffered A and B tiles (Triton's pipeliner keeps one stage in registers), at least one."""
+    """Return a config's shared memory in bytes: num_stages - 1 buffered A and B tiles (at least
+    1)."""
     per_stage = (
         (config["BLOCK_SIZE_M"] + config["BLOCK_SIZE_N"])
         * config["BLOCK_SIZE_K"]
@@ -130,20 +129,18 @@ def scale_mode(dtype: str) -> str:
 
 
 def tile_key(slug: str) -> str:
-    """Return the part of a config slug that names its compiled kernel (all but GROUP_SIZE_M,
-    a run-time argument, and SORT, a choice of the host's routing blocks)."""
+    """Return the part of a slug naming its compiled kernel (no GROUP_SIZE_M, no SORT)."""
     return re.sub(r"-g\d+", "", slug, count=1).removesuffix("-sort")
 
 
 def graph_amortisation(spec: dict) -> dict:
-    """Return time_call's in-graph amortisation of a tuning spec's final timings: up to
-    graph_calls calls per replay, enough to fill graph_fill_ms (specs of older runs: one)."""
+    """Return time_call's in-graph amortisation of a spec (older specs: one call per replay)."""
     return {"max_calls": spec.get("graph_calls", 1), "fill_ms": spec.get("graph_fill_ms", 1.0)}
 
 
 def is_direct(m: int, problem: dict, sparsity: int) -> bool:
-    """Return whether the engines take the tiny-batch direct path for M tokens (one row block
-    per routed pair, no sort): M * top_k * sparsity <= E (vLLM's SPARSITY_FACTOR)."""
+    """Return whether the engines take the direct path: M * top_k * sparsity <= E
+    (SPARSITY_FACTOR)."""
     return m * problem["top_k"] * sparsity <= problem["experts"]
 
 
@@ -167,9 +164,8 @@ def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
 
 
 def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
-    """Return the config an engine's default heuristic picks for M tokens over E local experts:
-    per key, the value of the first rule whose conditions hold (`rules[key]` is that list;
-    conditions m_max: M <= v, m_le_e: (M <= E) == v, m_per_e_over: M // E > v, dtype, block)."""
+    """Return the config the default rules pick for M tokens over E experts: each key's first rule
+    that holds."""
     out = {}
     for key in SPACE_KEYS:
         for rule in rules[key]:
@@ -182,23 +178,18 @@ def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
 
 
 def engine_sources(engines) -> tuple[str, ...]:
-    """Return the timed sources of the engines' space: the finalists and each engine's default
-    (the project's variants and the baseline are not among them)."""
+    """Return the timed sources of the engines' space: the finalists and each engine's default."""
     return ("finalist", *(f"{name}-default" for name in engines))
 
 
 def guard_source(spec: dict) -> str | None:
-    """Return the source of the default the tuned table must never lose to (journals of older
-    runs name none: vLLM's), or None where that engine has no default in the spec."""
+    """Return the source of the guarding default (older journals: vLLM's), or None if absent."""
     guard = spec.get("guard_default", "vllm")
     return f"{guard}-default" if guard in spec["engine_defaults"] else None
 
 
 def pick(times: dict, routings: list[str], guard: dict | None = None) -> str | None:
-    """Return the config with the smallest time summed over every routing, among the configs
-    of `times` ({config: {routing: ms}}) timed on all of them; with `guard` (a default's
-    {routing: ms}, timed on all), only configs no slower than it on any routing qualify, so the
-    default itself always does. Ties go to the smaller name; None when none qualifies."""
+    """Return the config fastest over all routings, no slower than `guard` on any (ties: name)."""
     ok = {c: t for c, t in times.items() if all(r in t for r in routings)}
     if guard and all(r in guard for r in routings):
         ok = {c: t for c, t in ok.items() if all(t[r] <= guard[r] for r in routings)}
@@ -211,8 +202,8 @@ def nearest_key(keys: list[int], m: int) -> int:
 
 
 def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
-    """Return the distinct expert-GEMM problems the layouts put on one GPU: local experts E and
-    shard intermediate N (the engines' N: the intermediate size over the TP degree)."""
+    """Return the distinct expert-GEMM problems (E, N = intermediate / TP) the layouts put on a
+    GPU."""
     seen, out = set(), []
     for layout in layouts:
         tp, ep = layout.tp, layout.ep
@@ -234,8 +225,7 @@ def gemm_shapes(problem: dict) -> dict[str, tuple[int, int]]:
 
 
 def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
-    """Return the engines' tuned-config file name, e.g.
-    'E=256,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8.json'."""
+    """Return the engines' config file name, e.g. 'E=256,N=2048,device_name=NVIDIA_H200.json'."""
     name = f"E={experts},N={n},device_name={device_name.replace(' ', '_')}"
     if ENGINE_DTYPE[dtype]:
         name += f",dtype={ENGINE_DTYPE[dtype]}"
@@ -243,8 +233,7 @@ def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
 
 
 def engine_file_text(configs: dict[str, dict], triton: str) -> str:
-    """Return a tuned table as the engines' own tuners write it: "triton_version" first, then
-    the batch keys in numeric order, each config's keys in the engines' order, 4-space indent."""
+    """Return a tuned table as the engines' tuners write it (triton_version first, keys sorted)."""
     table = {"triton_version": triton}
     for m in sorted(configs, key=int):
         table[str(m)] = {key: configs[m][key] for key in SPACE_KEYS}
@@ -252,8 +241,7 @@ def engine_file_text(configs: dict[str, dict], triton: str) -> str:
 
 
 def pair_traffic(problem: dict, gemm: str, pairs: int, touched: int, dtype: str) -> dict:
-    """Return the fewest bytes and the FLOPs of one GEMM over `pairs` routed rows that touch
-    `touched` experts: each touched expert's weights read once, A read once, C written once."""
+    """Return the fewest bytes and the FLOPs of one GEMM over `pairs` rows on `touched` experts."""
     n, k = gemm_shapes(problem)[gemm]
     b = OPERAND_BYTES[dtype]
     a_rows = pairs // problem["top_k"] if gemm == "gate_up" else pairs
