@@ -101,8 +101,7 @@ def _cuobjdump() -> str | None:
 
 
 def resource_usage(cubin: Path) -> dict:
-    """Return registers, stack, static shared and local bytes read from the cubin; raise
-    RuntimeError where no cuobjdump can read them (static shared memory would be unknown)."""
+    """Return registers, stack, static shared and local bytes from the cubin (cuobjdump)."""
     tool = _cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump (Triton's or on PATH): static shared memory unknown")

@@ -1,23 +1,9 @@
-"""A fused MLA decode attention in Triton: one query token per sequence, every query head against
-the sequence's shared latent cache, in the absorbed form engines run at decode (FlashMLA's job).
-
-Per sequence the cache holds one latent row per token, `lat` values then the rope key
-(`rope` values); a query head is `lat + rope` values (its absorbed no-rope part, then its rope
-part). Scores are query . key over both parts, a softmax over the tokens, and the output per head
-is the probability-weighted sum of the tokens' latent parts (`lat` values).
-
-Two kernels, as flash-decoding runs them:
-- `_split`: a program takes BLOCK_H heads of one sequence, one split of its tokens and one of
-  LAT_SPLIT slices of the output's latent values; it streams those tokens' rows once (the
-  programs of a sequence are neighbours, so its rows are read from DRAM once and from L2 after),
-  keeps the running max, sum and weighted sum in registers (online softmax) and writes them per
-  split. LAT_SPLIT=2 halves the accumulator's registers (what lets 64 heads share one program)
-  at the cost of computing the scores twice;
-- `_combine`: per sequence and head, the splits rescaled to the common max and summed.
-With `indices` (the DSA indexer's top tokens per sequence) only those tokens are read, straight
-from the cache by index: no gathered copy of the cache is made. Nothing of a scores matrix is ever
-written to memory.
-"""
+"""A fused MLA decode attention in Triton (FlashMLA's job): one query token per sequence, every head
+against the shared latent cache, in the absorbed form. As flash-decoding: `_split` streams one split
+of a sequence's tokens once for BLOCK_H heads with an online softmax (LAT_SPLIT=2 halves the
+accumulator's registers, so 64 heads share a program, at twice the scores), `_combine` rescales and
+sums the splits. With `indices` (DSA's top tokens) only those rows are read, by index; no scores
+matrix is written."""
 
 from __future__ import annotations
 
@@ -143,8 +129,7 @@ def _combine(
 
 @dataclass(frozen=True)
 class Config:
-    """A launch configuration of `_split`: heads and tokens per program block, latent slices
-    per program, warps and pipeline stages."""
+    """A launch configuration of `_split`: heads, tokens, latent slices, warps and stages."""
 
     block_h: int = 16
     block_t: int = 32
@@ -185,9 +170,7 @@ def plan(
     block_t: int = 32,
     lat_split: int = 1,
 ):
-    """Return (programs along heads and latent slices, splits, tokens per split) for a launch:
-    split each sequence's tokens until about TARGET_PROGRAMS programs are in flight, never below
-    one BLOCK_T per split."""
+    """Return (programs along heads and slices, splits, tokens per split) for TARGET_PROGRAMS."""
     hb = triton.cdiv(heads, block_h) * lat_split
     most = max(1, triton.cdiv(tokens, block_t))
     splits = max(1, min(most, triton.cdiv(TARGET_PROGRAMS, max(1, sequences * hb))))
@@ -206,11 +189,7 @@ def mla_decode(
     config: Config | None = None,
     q_rope=None,
 ):
-    """Return the attention output [n, heads, lat] of query [n, heads, lat + rope] over cache
-    [n, tokens, lat + rope] (or only the tokens `indices` [n, k] names); two Triton launches.
-    `config`: the launch configuration (else the tuned one for these heads). With `q_rope`
-    [n, heads, rope], query is the absorbed part alone [n, heads, lat] and the two are read where
-    they lie (any strides along sequences and heads): no concatenated copy is made."""
+    """Return the attention output [n, heads, lat] of query over cache (or `indices`' tokens)."""
     if q_rope is None:
         query, q_rope = query[..., :lat], query[..., lat:]
     if query.stride(-1) != 1 or q_rope.stride(-1) != 1:
