@@ -27,8 +27,7 @@ ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.ce
 
 
 def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | str, str]]:
-    """Return (tile, stages, epilogue) of every cell on one arch, extra_stages included, once
-    each."""
+    """Return (tile, stages, epilogue) of every cell on one arch, extra_stages included."""
     # The root keeps backend sections as given (config_checks validated this one): read typed.
     conf = CutlassSettings.model_validate(settings.backend[NAME])
     tiles = settings.grid.tiles

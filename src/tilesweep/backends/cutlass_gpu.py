@@ -214,8 +214,7 @@ class SM90Program(DecodeRunner):
         return program_rows(cell, log)
 
     def measured_rows(self, launch_row: dict, decode):
-        """Return the program's rows timed with the launch row's schedule (auto stages, default
-        epilogue)."""
+        """Return the program's rows timed with the launch row's schedule (auto stages only)."""
         if launch_row["stages_requested"] != "auto" or launch_row["status"] != "ok":
             return None
         if launch_row["epilogue"] != "default" or "schedule" not in decode:

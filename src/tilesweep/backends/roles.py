@@ -75,8 +75,7 @@ class DecodeRunner:
         return []
 
     def bench(self, cell: DecodeCell, ceilings: dict, log) -> list[dict] | None:
-        """Return the backend program's decode rows for a cell, or None for the generic
-        benchmark."""
+        """Return the backend program's decode rows for a cell, or None for the generic one."""
         return None
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
@@ -135,8 +134,7 @@ class StepRunner:
         return None
 
     def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
-        """Return a fused runner's config, its source, row blocks, top_k, pairs and `invoke`
-        call."""
+        """Return a fused runner's config, source, row blocks, top_k, pairs and `invoke` call."""
         raise ValueError("this step runner has no fused path")
 
     def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
@@ -156,8 +154,7 @@ class Tuner:
         return []
 
     def tune_inputs(self, settings: RootSettings) -> dict:
-        """Return the settings its tuning jobs read beyond the shared ones (so only they rerun
-        it)."""
+        """Return the settings its tuning jobs read beyond the shared ones (they rerun it)."""
         return {}
 
     def tune_tables(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
@@ -177,8 +174,7 @@ class Tuner:
         return []
 
     def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
-        """Return its report sections, each (key, title, short name, blocks), after the decode
-        one."""
+        """Return its report sections, each (key, title, short name, blocks)."""
         return []
 
     def report_figures(self) -> dict[str, tuple]:

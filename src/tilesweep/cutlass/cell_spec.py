@@ -16,8 +16,7 @@ from tilesweep import package_data
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """C++ spellings of one arch's builder arguments; `schedules`: name -> (mainloop, epilogue)
-    tags."""
+    """C++ spellings of one arch's builder arguments; `schedules`: name -> (mainloop, epilogue)."""
 
     tag: str
     gencode: str

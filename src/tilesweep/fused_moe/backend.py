@@ -77,8 +77,7 @@ def journal(folder, run: str, dtype: str) -> str:
 
 
 def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> str:
-    """Return the file name of the project kernel's picks: the engines' name behind
-    PROJECT_KERNEL."""
+    """Return the project kernel's picks file name: the engines' name behind PROJECT_KERNEL."""
     return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
 

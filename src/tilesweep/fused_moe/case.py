@@ -192,8 +192,7 @@ def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[
 
 
 def baseline_call(problem: dict, weights: Weights, batch: Batch, gemm: str):
-    """Return torch's grouped GEMM on the sorted rows (gather and scatter left out, in its
-    favour)."""
+    """Return torch's grouped GEMM on the sorted rows (no gather or scatter: in its favour)."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()

@@ -87,8 +87,7 @@ def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
 
 
 def tune_blocks(tune: pd.DataFrame) -> list[Block]:
-    """Return the tuning section's blocks: tuned config against each default and torch, per
-    batch."""
+    """Return the tuning section's blocks: tuned config against each default and torch."""
     if tune.empty:
         return [Text(TEXTS["untuned"])]
     summary = tune_summary(tune)

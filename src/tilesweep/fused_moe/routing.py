@@ -5,8 +5,7 @@ from __future__ import annotations
 
 
 def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
-    """Return (sorted_ids, expert_ids, num_post_pad); `expert_map`: global to local (-1:
-    elsewhere)."""
+    """Return (sorted_ids, expert_ids, num_post_pad); `expert_map`: global to local (-1)."""
     import torch
 
     flat = topk_ids.reshape(-1).to(torch.int64)
@@ -29,8 +28,7 @@ def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
 
 
 def buffered_blocks(topk_ids, block_m: int, experts: int, size: int):
-    """Return align_blocks' layout in an engine's buffers of `size` rows (sentinel and -1 past
-    use)."""
+    """Return align_blocks' layout in an engine's buffers of `size` rows."""
     import torch
 
     sorted_ids, expert_ids, post_pad = align_blocks(topk_ids, block_m, experts)

@@ -36,8 +36,7 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 
 def config_slug(config: dict) -> str:
-    """Return a readable identity of a config, e.g.
-    'm64n128k64-g16-w4-s3[-tma][-p2][-sk2][-sort]'."""
+    """Return a config's identity, e.g. 'm64n128k64-g16-w4-s3[-tma][-p2][-sk2][-sort]'."""
     slug = (
         f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
         f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
@@ -89,8 +88,7 @@ def search_space(space: dict[str, list[int]]) -> list[dict]:
 
 
 def smem_estimate(config: dict, dtype: str) -> int:
-    """Return a config's shared memory in bytes: num_stages - 1 buffered A and B tiles (at least
-    1)."""
+    """Return a config's shared memory in bytes: num_stages - 1 buffered A and B tiles."""
     per_stage = (
         (config["BLOCK_SIZE_M"] + config["BLOCK_SIZE_N"])
         * config["BLOCK_SIZE_K"]
@@ -139,14 +137,12 @@ def graph_amortisation(spec: dict) -> dict:
 
 
 def is_direct(m: int, problem: dict, sparsity: int) -> bool:
-    """Return whether the engines take the direct path: M * top_k * sparsity <= E
-    (SPARSITY_FACTOR)."""
+    """Return whether the engines take the direct path: M * top_k * sparsity <= E."""
     return m * problem["top_k"] * sparsity <= problem["experts"]
 
 
 def condition_holds(name: str, value, m: int, experts: int, dtype: str) -> bool:
-    """Return whether one condition of a default rule holds for M tokens over E local experts
-    (`dtype: fp8` holds for both fp8 formats; `block`: whether the format has 128 x 128 blocks)."""
+    """Return whether one default-rule condition holds (`dtype: fp8` covers both fp8 formats)."""
     if name == "m_max":
         return m <= value
     if name == "m_le_e":
@@ -158,18 +154,13 @@ def condition_holds(name: str, value, m: int, experts: int, dtype: str) -> bool:
     return (dtype == "fp8_block") == value  # block
 
 
-def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
-    """Return whether every condition of one heuristic rule holds (no condition: always)."""
-    return all(condition_holds(k, v, m, experts, dtype) for k, v in rule.items() if k != "value")
-
-
 def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
-    """Return the config the default rules pick for M tokens over E experts: each key's first rule
-    that holds."""
+    """Return the config the default rules pick for M tokens over E experts (first that holds)."""
     out = {}
     for key in SPACE_KEYS:
         for rule in rules[key]:
-            if _holds(rule, m, experts, dtype):
+            conditions = ((k, v) for k, v in rule.items() if k != "value")
+            if all(condition_holds(k, v, m, experts, dtype) for k, v in conditions):
                 out[key] = rule["value"]
                 break
         else:
@@ -202,8 +193,7 @@ def nearest_key(keys: list[int], m: int) -> int:
 
 
 def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
-    """Return the distinct expert-GEMM problems (E, N = intermediate / TP) the layouts put on a
-    GPU."""
+    """Return the distinct expert-GEMM problems (E, N = intermediate / TP) on one GPU."""
     seen, out = set(), []
     for layout in layouts:
         tp, ep = layout.tp, layout.ep

@@ -9,8 +9,7 @@ from tilesweep.fused_moe.space import engine_default, nearest_key
 
 
 def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
-    """Return (config, where it came from): the tuned table's nearest key, else the default
-    rules."""
+    """Return (config, where it came from): the tuned table's nearest key, else default rules."""
     configs = table.get("configs")
     if configs:
         key = nearest_key([int(k) for k in configs], m)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
+from tilesweep.settings.hardware_spec import gpu_counts
 from tilesweep.settings.strict import Number, Section, refuse
 
 # Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
@@ -101,20 +102,12 @@ def _steps_ascend(steps: list[AllReduceStep]) -> list[AllReduceStep]:
     return steps
 
 
-def _gpu_count_keys(by_gpus: dict) -> dict:
-    """Return by_gpus when each key is a GPU count of at least 2."""
-    for n in by_gpus:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-            raise refuse(f"{n!r}", "a GPU count must be an integer of at least 2")
-    return by_gpus
-
-
 class AllReduceSteps(Section):
     """An engine's all-reduce steps on one architecture, by GPU count."""
 
     by_gpus: Annotated[
         dict[Any, Annotated[list[AllReduceStep], AfterValidator(_steps_ascend)]],
-        AfterValidator(_gpu_count_keys),
+        AfterValidator(gpu_counts),
     ]
 
 

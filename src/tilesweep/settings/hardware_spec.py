@@ -14,7 +14,7 @@ PositiveNumber = Annotated[Number, Field(gt=0)]
 Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 
 
-def _gpu_counts(by_gpus: dict) -> dict:
+def gpu_counts(by_gpus: dict) -> dict:
     """Return by_gpus when it has figures and each key is a GPU count of at least 2."""
     if not by_gpus:
         raise refuse("", "no GPU counts; give figures for at least one")
@@ -56,7 +56,7 @@ class OneShot(Section):
     """The engines' one-shot custom all-reduce for small messages, off unless enabled."""
 
     enabled: bool
-    by_gpus: Annotated[dict[Any, OneShotFigures], AfterValidator(_gpu_counts)]
+    by_gpus: Annotated[dict[Any, OneShotFigures], AfterValidator(gpu_counts)]
 
 
 # The all-reduce algorithms the engines pick by message size (conf/engine `allreduce`).
@@ -96,7 +96,7 @@ class InGraphSeries(Section):
 class InGraphAlgorithm(Section):
     """One algorithm's in-graph series, by GPU count."""
 
-    by_gpus: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)]
+    by_gpus: Annotated[dict[Any, InGraphSeries], AfterValidator(gpu_counts)]
 
 
 class InGraph(Section):
@@ -132,7 +132,7 @@ class InGraph(Section):
 class Collective(Section):
     """One collective's figures, by GPU count."""
 
-    by_gpus: Annotated[dict[Any, Figures], AfterValidator(_gpu_counts)]  # by GPU count
+    by_gpus: Annotated[dict[Any, Figures], AfterValidator(gpu_counts)]  # by GPU count
 
 
 class AllReduce(Collective):
@@ -313,8 +313,7 @@ class HardwareSpec(Section):
         return self
 
     def _in_graph_below_link(self) -> None:
-        """Refuse an in-graph point whose bus bandwidth, 2(n-1)/n x bytes / time, exceeds the
-        link."""
+        """Refuse an in-graph point whose bus bandwidth, 2(n-1)/n x bytes / time, beats the link."""
         block = self.interconnect_model
         for name, topology in (block.topologies if block else {}).items():
             graph = topology.all_reduce.in_graph if topology.all_reduce else None

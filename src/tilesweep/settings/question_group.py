@@ -138,8 +138,7 @@ class QuestionGroup(_Strict):
 
     @classmethod
     def parse(cls, value: Any) -> QuestionGroup:
-        """Return the group a config's `question` mapping describes; ConfigError at the first bad
-        key."""
+        """Return the group a `question` mapping describes; ConfigError at the first bad key."""
         if isinstance(value, QuestionGroup):
             return value
         if not isinstance(value, dict):

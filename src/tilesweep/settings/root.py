@@ -104,8 +104,7 @@ class RootSettings(Section):
 
     @classmethod
     def from_json(cls, text: str) -> RootSettings:
-        """Return the settings a rule's JSON param holds, validated, `by_gpus` keys integers
-        again."""
+        """Return the settings a rule's JSON param holds, validated, `by_gpus` keys integers."""
         return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 

@@ -46,8 +46,7 @@ class Layout(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Layout:
-        """Refuse a world not tp*pp*ep, experts=ep without TP, or a MoE TP not dividing the
-        ranks."""
+        """Refuse a world not tp*pp*ep, experts=ep without TP, or a MoE TP not dividing ranks."""
         if self.experts == "ep" and (self.ep != 1 or self.tp < 2):
             raise refuse(
                 "experts", "spreads whole experts over the TP group; give tp >= 2 and ep: 1", "ep"

@@ -26,8 +26,7 @@ def _up_to(high: int) -> type[int]:
 
 
 class Attention(Section):
-    """Attention: MLA or GQA sizes, with DSA and sliding-window layers where present; a kind refuses
-    the other kind's keys."""
+    """Attention: MLA or GQA sizes, with DSA and sliding-window layers where present."""
 
     kind: Literal["mla", "gqa"]
     heads: AtLeastOne

@@ -28,9 +28,6 @@ NAME = re.compile(
 )
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.check", "tilesweep.fused_moe")
 CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
-# The timings of one key: the file, the baseline, the baseline again (the noise band), and the
-# default rule where the baseline is a shipped table.
-LABELS = ("file", "baseline", "baseline_again", "default")
 
 
 def file_format(dtype: str | None, block: tuple | None) -> str:
@@ -211,8 +208,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def judge(table: pd.DataFrame) -> pd.DataFrame:
-    """Return the check's rows with each key's ratios, noise band (max(a/b, b/a) - 1) and
-    outcome."""
+    """Return the check's rows with each key's ratios, noise band (max(a/b, b/a) - 1), outcome."""
     # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe.case import TOLERANCE
 

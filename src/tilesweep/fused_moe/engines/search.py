@@ -249,7 +249,7 @@ def _tune_and_decide(
         log,
         shipped,
     )
-    text = space.engine_file_text({str(m): c for m, c in picks.items()}, _triton_version())
+    text = space.engine_file_text({str(m): c for m, c in picks.items()}, triton.__version__)
     picked = folder / f"{dropins.PICKS}{name}"
     write_text(picked, text)
     write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
@@ -294,10 +294,3 @@ def run(
         # after every problem, so a run cut short keeps what it finished
         write_table(Path(out_dir) / "dropins.csv", pd.DataFrame(summary))
     return pd.DataFrame(summary)
-
-
-def _triton_version() -> str:
-    """Return the Triton version the files are tuned with (the engines' files say it)."""
-    import triton
-
-    return triton.__version__

@@ -14,8 +14,6 @@ from tilesweep.fused_moe.engines.base import Engine, Launch, register
 from tilesweep.fused_moe.engines.base import swap_ab as swap_ab_rule
 from tilesweep.fused_moe.routing import buffered_blocks
 
-SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
-SMALL_BATCH_MAX_BUCKETS = 64  # moe_align_block_size._CUDA_SMALL_BATCH_MAX_BUCKETS
 PDL_EARLY_ROWS = 512  # GDC_EARLY when A has at most this many rows (invoke_fused_moe_kernel)
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 LAUNCH_KEYS = ("num_warps", "num_stages")
@@ -29,20 +27,6 @@ def buffer_size(pairs: int, block_m: int, experts: int) -> int:
     if pairs < experts + 1:
         size = pairs * block_m
     return (size + 3) // 4 * 4
-
-
-def align_op(pairs: int, experts: int) -> str:
-    """Return the op SGLang lays a batch out with on CUDA (EP and LoRA off): the one-launch
-    Triton moe_align_small_numel, or sgl_kernel's moe_align_block_size: its small-batch kernel
-    below 1024 pairs over at most 64 buckets, else its generic one (as the wheel's JIT port,
-    kernels/jit/csrc/moe/moe_align_kernel.cu, dispatches; sgl_kernel's source is not in the
-    wheel). All write the same blocks; one expert's pairs are in pair order but in the generic
-    kernel, whose atomics order them as they land."""
-    if pairs <= SMALL_NUMEL_LIMIT and experts + 1 > SMALL_BATCH_MAX_BUCKETS:
-        return "moe_align_small_numel"
-    if pairs < 1024 and experts + 1 <= 64:
-        return "moe_align_block_size (small batch)"
-    return "moe_align_block_size"
 
 
 def blocks(topk_ids, block_m: int, experts: int):

@@ -7,6 +7,7 @@ same specialisation)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tilesweep.errors import last_line
@@ -81,7 +82,7 @@ def effective(config: dict, fmt: str) -> dict:
     return dict(config)
 
 
-def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
+def _gemm_call(kernel, lx, problem, fmt, batch, blocks, config, gemm, weights):
     """Return a call that runs one GEMM of a batch in the engine's kernel."""
     # triton (via fused_moe.engines.formats): this module loads without it
     from tilesweep.fused_moe.engines.formats import block_shape
@@ -197,18 +198,10 @@ class EngineTimer:
         blocks = self.lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], self.problem["experts"])
         total = {"time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0}
         worst = 0.0
+        engine = (self.kernel, self.lx, self.problem, self.fmt)
         for gemm in GEMMS:
-            call = _gemm_call(
-                self.kernel,
-                self.lx,
-                self.problem,
-                self.weights,
-                batch,
-                blocks,
-                config,
-                gemm,
-                self.fmt,
-            )
+            on = functools.partial(_gemm_call, *engine, batch, blocks, config, gemm)
+            call = on(self.weights)
             batch.c[gemm].fill_(float("nan"))
             call()
             if gemm not in batch.refs:
@@ -218,13 +211,7 @@ class EngineTimer:
             rows, ref = batch.refs[gemm]
             worst = max(worst, rel_error(batch.c[gemm][rows], ref))
             if self.timing == "decode" and self.device != "cpu":
-                calls = [
-                    _gemm_call(
-                        self.kernel, self.lx, self.problem, w, batch, blocks, config, gemm, self.fmt
-                    )
-                    for w in self.copies
-                ]
-                t = time_rotation(calls, repeats)
+                t = time_rotation([on(w) for w in self.copies], repeats)
             else:
                 t = time_call(call, repeats, 2, graph=True, max_calls=10, fill_ms=1.0)
             for key in total:
@@ -252,7 +239,7 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
         batch = formats.make_batch(few, weights, m, "uniform", 1.0, "cuda", gen)
         blocks = lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], problem["experts"])
         for gemm in GEMMS:
-            _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt)()
+            _gemm_call(kernel, lx, problem, fmt, batch, blocks, config, gemm, weights)()
         torch.cuda.synchronize()
         return index, None
     except Exception as exc:  # a compile or launch refusal is that config's result
@@ -261,20 +248,11 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
 
 def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers: int) -> dict:
     """Compile (config, M) jobs in parallel; return {(slug, M): error} of those refused."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    work = [
-        (i, engine, version, problem, fmt, effective(c, fmt), m) for i, (c, m) in enumerate(jobs)
-    ]
-    failed = {}
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        for index, err in pool.map(_warm_one, work, chunksize=2):
-            if err:
-                config, m = jobs[index]
-                failed[space.config_slug(effective(config, fmt)), m] = err
-    return failed
+    with compile_pool(workers) as pool:
+        failed = warm_all([(engine, version, problem, fmt, c, m) for c, m in jobs], pool)
+    return {
+        (space.config_slug(effective(jobs[i][0], fmt)), jobs[i][1]): e for i, e in failed.items()
+    }
 
 
 def compile_pool(workers: int):
