@@ -178,6 +178,33 @@ def plan(
     return hb, triton.cdiv(tokens, chunk), chunk
 
 
+def _query_parts(query, q_rope, lat: int):
+    """Return (absorbed part, rope part) of a query, each of unit stride along its values."""
+    if q_rope is None:
+        query, q_rope = query[..., :lat], query[..., lat:]
+    if query.stride(-1) != 1 or q_rope.stride(-1) != 1:
+        raise ValueError("mla_decode: query rows must have unit stride along their values")
+    return query, q_rope
+
+
+def _combine_splits(acc, ml, out, splits: int, lat: int, block_lat: int) -> None:
+    """Launch `_combine`: each sequence's and head's splits rescaled and summed into out."""
+    n, heads, _ = out.shape
+    _combine[(heads, n)](
+        acc,
+        ml,
+        out,
+        heads,
+        splits,
+        out.stride(0),
+        out.stride(1),
+        LAT=lat,
+        BLOCK_LAT=block_lat,
+        BLOCK_S=triton.next_power_of_2(splits),
+        num_warps=4,
+    )
+
+
 def mla_decode(
     torch,
     query,
@@ -190,10 +217,7 @@ def mla_decode(
     q_rope=None,
 ):
     """Return the attention output [n, heads, lat] of query over cache (or `indices`' tokens)."""
-    if q_rope is None:
-        query, q_rope = query[..., :lat], query[..., lat:]
-    if query.stride(-1) != 1 or q_rope.stride(-1) != 1:
-        raise ValueError("mla_decode: query rows must have unit stride along their values")
+    query, q_rope = _query_parts(query, q_rope, lat)
     n, heads, _ = query.shape
     rope = q_rope.shape[-1]
     tokens = indices.shape[1] if indices is not None else cache.shape[1]
@@ -238,19 +262,7 @@ def mla_decode(
         num_warps=c.num_warps,
         num_stages=c.num_stages,
     )
-    _combine[(heads, n)](
-        acc,
-        ml,
-        out,
-        heads,
-        splits,
-        out.stride(0),
-        out.stride(1),
-        LAT=lat,
-        BLOCK_LAT=block_lat,
-        BLOCK_S=triton.next_power_of_2(splits),
-        num_warps=4,
-    )
+    _combine_splits(acc, ml, out, splits, lat, block_lat)
     return out
 
 
