@@ -81,6 +81,14 @@ def engine_part(config: dict) -> dict:
     return {key: config[key] for key in SPACE_KEYS}
 
 
+def distinct(configs: list[dict]) -> list[dict]:
+    """Return the configs in order without repeats (the first of each slug)."""
+    out: dict[str, dict] = {}
+    for config in configs:
+        out.setdefault(config_slug(config), config)
+    return list(out.values())
+
+
 def search_space(space: dict[str, list[int]]) -> list[dict]:
     """Return every config of the space (the product of its value lists), in a fixed order."""
     values = [space[key] for key in SPACE_KEYS]

@@ -20,27 +20,19 @@ from tilesweep.measure.timing import time_call
 
 def candidates(spec: dict) -> list[dict]:
     """Return every config of the search space with the engines' defaults appended (deduped)."""
-    configs = space.search_space(spec["space"])
-    slugs = {space.config_slug(c) for c in configs}
-    for problem in spec["problems"]:
-        for m in spec["final_batches"]:
-            for rules in spec["engine_defaults"].values():
-                cfg = space.engine_default(rules, m, problem["experts"], spec["dtype"])
-                if space.config_slug(cfg) not in slugs:
-                    slugs.add(space.config_slug(cfg))
-                    configs.append(cfg)
-    return configs
+    defaults = [
+        space.engine_default(rules, m, problem["experts"], spec["dtype"])
+        for problem in spec["problems"]
+        for m in spec["final_batches"]
+        for rules in spec["engine_defaults"].values()
+    ]
+    return space.distinct([*space.search_space(spec["space"]), *defaults])
 
 
 def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
     """Return the variants to screen: each spec variant of the `variant_tiles` best tiles."""
-    tiles, seen = [], set()
-    for m in spec["batch_keys"]:
-        for config in _finalists(done, p_idx, m, spec["variant_tiles"]):
-            slug = space.config_slug(config)
-            if slug not in seen:
-                seen.add(slug)
-                tiles.append(config)
+    best = [_finalists(done, p_idx, m, spec["variant_tiles"]) for m in spec["batch_keys"]]
+    tiles = space.distinct([config for configs in best for config in configs])
     return [{**tile, **variant} for tile in tiles for variant in spec["variants"]]
 
 

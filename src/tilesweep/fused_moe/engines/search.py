@@ -28,15 +28,8 @@ TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 
 def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
     """Return the configs one launch parameter away from `config`, as the engine runs them."""
-    out, seen = [], {space.config_slug(effective(config, fmt))}
-    for key in space.SPACE_KEYS:
-        for value in values[key]:
-            cand = effective({**config, key: value}, fmt)
-            slug = space.config_slug(cand)
-            if slug not in seen:
-                seen.add(slug)
-                out.append(cand)
-    return out
+    moved = [effective({**config, k: v}, fmt) for k in space.SPACE_KEYS for v in values[k]]
+    return space.distinct([effective(config, fmt), *moved])[1:]
 
 
 def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, str]:
