@@ -4,7 +4,8 @@ MoE path does (srt/layers/moe/moe_runner/triton_utils/fused_moe.py), bf16, fp8 w
 E + 1 buckets, pads each run to BLOCK_SIZE_M and rounds the buffer to 4; EM is the whole buffer
 (kernels/ops/moe/fused_moe_triton_kernels.py: invoke_fused_moe_kernel); fp8 swap_ab by
 should_enable_swap_ab; no SPLIT_K; PDL on compute capability 9+ (kernels/jit/utils/arch.py). The
-layout is made in torch outside the timed call."""
+layout is made in torch outside the timed call: every align op SGLang dispatches to
+(moe_align_small_numel, sgl_kernel's moe_align_block_size) writes the same blocks."""
 
 from __future__ import annotations
 
