@@ -117,12 +117,7 @@ def _bmm(torch, counts: list[int]) -> Callable:
 def _grouped_mm(torch, counts: list[int]) -> Callable:
     """Return torch's grouped GEMM over the rows sorted by expert."""
     grouped, row_ends = _torch_op(torch, "torch_grouped_mm"), _row_ends(torch)
-
-    def call(p):
-        p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
-        return p.c
-
-    return call
+    return lambda p: p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
 
 
 def _scaled_grouped_mm(torch, counts: list[int]) -> Callable:
@@ -130,16 +125,9 @@ def _scaled_grouped_mm(torch, counts: list[int]) -> Callable:
     scaled, row_ends = _torch_op(torch, "torch_scaled_grouped_mm"), _row_ends(torch)
 
     def call(p):
-        out = scaled(
-            p.a,
-            p.b.transpose(-2, -1),
-            p.a_scale,
-            p.b_scale,
-            offs=row_ends(p),
-            out_dtype=torch.bfloat16,
-        )
-        p.c.copy_(out)
-        return p.c
+        b = p.b.transpose(-2, -1)
+        offs = row_ends(p)
+        return p.c.copy_(scaled(p.a, b, p.a_scale, p.b_scale, offs=offs, out_dtype=torch.bfloat16))
 
     return call
 

@@ -152,28 +152,34 @@ def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm
     return call
 
 
-def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
-    """Return the fp32 reference of one GEMM of a batch (dequantised operands)."""
+def routed_reference(problem: dict, batch, gemm: str, a, weight, experts: int | None = None):
+    """Return one GEMM's fp32 reference from A's fp32 rows and weight(e) ([N, K] fp32); with
+    `experts`, only the pairs routed to that many experts (the lowest ids reached), the rest NaN."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()
-    pairs = flat.numel()
-    rows = torch.arange(pairs, device=flat.device)
+    rows = torch.arange(flat.numel(), device=flat.device)
     a_rows = rows // problem["top_k"] if gemm == "gate_up" else rows
-    n = gemm_shapes(problem)[gemm][0]
-    out = torch.empty(pairs, n, dtype=torch.float32, device=flat.device)
-    a = batch.a[gemm].float()
+    shape = (flat.numel(), gemm_shapes(problem)[gemm][0])
+    out = torch.full(shape, float("nan"), dtype=torch.float32, device=flat.device)
+    reached = torch.unique(flat).tolist()
+    for e in reached[:experts] if experts else reached:
+        sel = (flat == e).nonzero().squeeze(1)
+        out[sel] = a[a_rows[sel]] @ weight(e).t()
+    return out * batch.topk_weights[:, None] if gemm == "down" else out
+
+
+def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
+    """Return the fp32 reference of one GEMM of a batch (dequantised operands)."""
+    a, scale = batch.a[gemm].float(), weights.scale[gemm]
     if batch.a_scale[gemm] is not None:
         a = a * batch.a_scale[gemm][:, None]
-    for e in torch.unique(flat).tolist():
-        sel = (flat == e).nonzero().squeeze(1)
+
+    def weight(e):
         w = weights.w[gemm][e].float()
-        if weights.scale[gemm] is not None:
-            w = w * weights.scale[gemm][e][:, None]
-        out[sel] = a[a_rows[sel]] @ w.t()
-    if gemm == "down":
-        out = out * batch.topk_weights[:, None]
-    return out
+        return w if scale is None else w * scale[e][:, None]
+
+    return routed_reference(problem, batch, gemm, a, weight)
 
 
 def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[float, str | None]:

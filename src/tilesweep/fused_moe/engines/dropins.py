@@ -6,7 +6,6 @@ SGLANG_MOE_CONFIG_DIR/configs/triton_<T>/)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -101,9 +100,13 @@ def decide_file(
     name = wheels.config_file_name(engine, version, *dims, check.device_of(path))
     shipped, where = check.baseline_of(engine, version, path, shape, settings, triton.__version__)
 
-    timed = functools.partial(
-        _timed, settings, engine, repeats=repeats, device=device, experts=check_experts, log=log
-    )
+    def timed(file: Path, draw: int, keys: list[int] | None = None) -> pd.DataFrame:
+        drawn = check.check_file(
+            str(file), settings, repeats, device, engine, draw, "decode", keys, check_experts, log
+        )
+        log(check.summary(drawn))  # one draw's check in the engine's kernel
+        return drawn
+
     checks = []
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
@@ -131,34 +134,6 @@ def decide_file(
     row["timing"] = checks[0]["timing"].iloc[0]
     _export(row, text, out_dir / "export", triton.__version__)
     return row, checks
-
-
-def _timed(
-    settings: Tuning,
-    engine: str,
-    file: Path,
-    draw: int,
-    keys: list[int] | None = None,
-    *,
-    repeats: int,
-    device: str,
-    experts: int | None,
-    log,
-) -> pd.DataFrame:
-    """Return one draw's check of a file in the engine's kernel, its summary logged."""
-    drawn = check.check_file(
-        str(file),
-        settings,
-        repeats,
-        device,
-        engine,
-        draw,
-        keys=keys,
-        check_experts=experts,
-        log=log,
-    )
-    log(check.summary(drawn))
-    return drawn
 
 
 def _export(row: dict, text: str, export_dir: Path, triton_version: str) -> None:

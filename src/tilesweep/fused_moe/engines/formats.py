@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tilesweep.fused_moe.case import FP8_MAX, make_routing
+from tilesweep.fused_moe.case import FP8_MAX, make_routing, routed_reference
 from tilesweep.fused_moe.space import gemm_shapes
 
 BLOCK = 128  # the block side of fp8_block
@@ -110,27 +110,15 @@ def reference(
     problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str, experts: int | None = None
 ):
     """Return one GEMM's fp32 reference; with `experts`, only those experts' rows (others NaN)."""
-    import torch
+    fmt, a = weights.fmt, batch.a[gemm].float()
+    if fmt != "bf16":
+        a = _dequantize(batch.a[gemm], batch.a_scale[gemm], fmt, rows_only=True)
 
-    flat = batch.topk_ids.reshape(-1).long()
-    rows = torch.arange(flat.numel(), device=flat.device)
-    a_rows = rows // problem["top_k"] if gemm == "gate_up" else rows
-    a = batch.a[gemm].float()
-    if weights.fmt != "bf16":
-        a = _dequantize(batch.a[gemm], batch.a_scale[gemm], weights.fmt, rows_only=True)
-    out = torch.full(
-        (flat.numel(), gemm_shapes(problem)[gemm][0]), float("nan"), device=flat.device
-    )
-    reached = torch.unique(flat).tolist()
-    for e in reached[:experts] if experts else reached:
-        sel = (flat == e).nonzero().squeeze(1)
-        w = weights.w[gemm][e].float()
-        if weights.fmt != "bf16":
-            w = _dequantize(weights.w[gemm][e], weights.scale[gemm][e], weights.fmt)
-        out[sel] = a[a_rows[sel]] @ w.t()
-    if gemm == "down":
-        out = out * batch.topk_weights[:, None]
-    return out
+    def weight(e):
+        w = weights.w[gemm][e]
+        return w.float() if fmt == "bf16" else _dequantize(w, weights.scale[gemm][e], fmt)
+
+    return routed_reference(problem, batch, gemm, a, weight, experts)
 
 
 def reference_rows(ref):

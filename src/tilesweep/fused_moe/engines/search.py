@@ -120,10 +120,7 @@ def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
         "is_default": space.config_slug(config) == space.config_slug(default),
         "status": status,
         "reason": reason,
-        "time_ms": t.get("time_ms"),
-        "time_p10_ms": t.get("time_p10_ms"),
-        "time_p90_ms": t.get("time_p90_ms"),
-        "rel_err": t.get("rel_err"),
+        **{key: t.get(key) for key in ("time_ms", "time_p10_ms", "time_p90_ms", "rel_err")},
         "x_default": None,
         "exported": False,
     }
