@@ -5,12 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep import package_data
-from tilesweep.columns import (
-    REPORT_DROPIN_COLUMNS,
-    TUNE_TARGET_COLUMNS,
-    TUNE_TOP_COLUMNS,
-    Status,
-)
+from tilesweep.columns import REPORT_DROPIN_COLUMNS, TUNE_TARGET_COLUMNS, TUNE_TOP_COLUMNS, Status
 from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 from tilesweep.report.document import Block, Figure, Table, Text
 from tilesweep.report.formatting import plural
