@@ -435,6 +435,26 @@ def test_decode_timing_rotates_enough_weight_copies_to_pass_the_l2_three_times()
     assert et.timing_label("warm", 1) == "warm L2"
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the compiles may succeed")
+def test_warm_keys_each_refused_compile_by_the_config_it_runs_and_its_batch():
+    from tilesweep.fused_moe.engines import timer as et
+
+    problem = {"experts": 8, "n": 128, "hidden": 256, "top_k": 2}
+    wide = {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 64,
+        "BLOCK_SIZE_K": 256,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 2,
+    }
+    failed = et.warm("vllm", "0.0.0", problem, "fp8_block", [(wide, 1), (wide, 4)], workers=1)
+    # no GPU (or no extracted kernel): each job a refusal, named as the block-fp8 kernel runs it
+    slug = "m16n64k128-g1-w4-s2"
+    assert set(failed) == {(slug, 1), (slug, 4)} and all(failed.values())
+
+
 def test_the_engines_block_fp8_defaults_are_their_rules():
     from tilesweep.config import compose
     from tilesweep.fused_moe import space

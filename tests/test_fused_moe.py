@@ -649,6 +649,10 @@ def test_a_graph_replay_holds_as_many_calls_as_fill_its_time():
         ("backend.fused_moe.variants=[{SPLIT_K:1}]", "variants[0]={'SPLIT_K': 1}: names no"),
         ("backend.fused_moe.items_per_worker=-1", "items_per_worker=-1: must be at least 0"),
         ("backend.fused_moe.variant_tiles=0", "variant_tiles=0: must be at least 1 when variants"),
+        (
+            "backend.fused_moe.engine_defaults.vllm.num_warps=[{value:4,m_max:0}]",
+            "engine_defaults.vllm: the default rules for num_warps end without a rule that",
+        ),
     ],
 )
 def test_the_tuners_settings_are_refused_by_its_model_naming_the_key(override, message):
@@ -688,3 +692,33 @@ def test_the_tuning_section_is_a_figure_and_a_short_table_not_every_batch():
     ]
     assert all(len(ax.get_lines()) == 5 for ax in axes)  # 2 ratios x 2 routings, and the 1 line
     assert tune_speedup({"tune": pd.DataFrame()}).get_axes()[0].texts  # says it is not tuned
+
+
+def test_the_worker_screens_the_space_then_each_new_engine_default_once():
+    from tilesweep.fused_moe import tune_worker
+
+    one = {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 64,
+        "BLOCK_SIZE_K": 64,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
+    grid = {**{k: [v] for k, v in one.items()}, "BLOCK_SIZE_N": [64, 128]}
+    same = {k: [{"value": v}] for k, v in one.items()}  # the space's first config again
+    other = {**same, "num_warps": [{"value": 8, "m_max": 4}, {"value": 2}]}  # 8 at M <= 4, else 2
+    spec = {
+        "space": grid,
+        "problems": [{"experts": 8}],
+        "final_batches": [1, 2, 64],
+        "dtype": "bf16",
+        "engine_defaults": {"a": same, "b": other},
+    }
+    slugs = [space.config_slug(c) for c in tune_worker.candidates(spec)]
+    assert slugs == [
+        "m16n64k64-g1-w4-s3",
+        "m16n128k64-g1-w4-s3",
+        "m16n64k64-g1-w8-s3",
+        "m16n64k64-g1-w2-s3",
+    ]

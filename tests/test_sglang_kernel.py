@@ -44,13 +44,6 @@ def test_blocks_are_laid_out_as_sglang_lays_them_out():
     assert sk.buffer_size(3, 16, 64) == 48 and sk.buffer_size(66, 16, 64) == 66 + 65 * 15 + 3
 
 
-def test_the_alignment_op_follows_sglangs_dispatch():
-    assert sk.align_op(64, 64) == "moe_align_small_numel"  # E + 1 buckets > 64
-    assert sk.align_op(65, 256) == "moe_align_block_size"
-    assert sk.align_op(64, 63) == "moe_align_block_size (small batch)"
-    assert sk.align_op(1024, 8) == "moe_align_block_size"
-
-
 def test_swap_ab_and_pdl_follow_sglangs_rules(monkeypatch):
     cpu = torch.device("cpu")
     small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64}

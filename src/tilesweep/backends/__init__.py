@@ -1,19 +1,7 @@
-"""Kernel backends as plugins: every module of this package may register one `Backend`.
-
-A registration names the backend, the config key that enables it (`backend.<name>.enabled`, set
-in `conf/backends/<name>.yaml`) with its settings' model, and the roles it plays, each a narrow
-protocol of `backends.roles`: `builder` (cells, builds, launch threads), `decoder` (decode jobs,
-runners, which decode rows ran a launch row's kernel), `stepper` (routed experts inside the
-whole step), `tuner` (tuning jobs, their rules' stage modules and outputs) and `commands` (its
-own `tilesweep` subcommands). The rest of the package asks the registry by role; nothing
-else branches on a backend's or a runner's name.
-
-Adding a backend is one module here (discovered on import), or a package of its own with a
-`backend` module (src/tilesweep/<package>/backend.py, discovered the same way: the fused-MoE
-kernel and its tuner are one), and one file in conf/backends/. Extra
-plugin modules (the tests' planted faults) load from TILESWEEP_PLUGINS, a comma-separated list of
-importable module names, so that production registers nothing of them.
-"""
+"""Kernel backends as plugins: each module here (or a package's `backend` module) may register one
+`Backend`, naming its config key, its settings' model and the roles it plays (backends.roles). The
+rest of the package asks the registry by role. Extra plugin modules (the tests' planted faults) load
+from TILESWEEP_PLUGINS, so production registers none of them."""
 
 from __future__ import annotations
 
@@ -88,9 +76,7 @@ def unregister(name: str) -> None:
 
 
 def _discover() -> None:
-    """Import every module of this package, so each registers its backend, then the `backend`
-    module of every tilesweep package that has one (a product with its own package), then the
-    extra plugin modules TILESWEEP_PLUGINS names."""
+    """Import every backend module here, each package's `backend` module, then TILESWEEP_PLUGINS."""
     for info in pkgutil.iter_modules(__path__):
         if info.name != "roles":
             importlib.import_module(f"{__name__}.{info.name}")
@@ -141,8 +127,7 @@ def runner_kernel(runner: str) -> str | None:
 
 
 def runner_kind(runner: str) -> str:
-    """Return what a runner is: 'tile' (a grid kernel), 'baseline', 'program', 'fused' or
-    'engine'; 'unknown' for a runner no backend owns."""
+    """Return a runner's kind: 'tile', 'baseline', 'program', 'fused', 'engine' or 'unknown'."""
     try:
         return backend_of(str(runner)).decoder.runner_kind(str(runner))
     except ValueError:

@@ -1,6 +1,5 @@
-"""CUTLASS backend: shared-memory accounting for every architecture it covers (one batch job per
-architecture, compiled from CUTLASS's own types), and the SM90 FP8 grouped-GEMM program timed on
-an SM90 device (`cutlass:<tile>` runners, whose decode role is in cutlass_gpu)."""
+"""CUTLASS backend: shared-memory accounting per architecture, and the SM90 FP8 grouped-GEMM program
+timed on an SM90 device (its decode role in cutlass_gpu)."""
 
 from __future__ import annotations
 
@@ -28,9 +27,7 @@ ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.ce
 
 
 def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | str, str]]:
-    """Return (tile, stages, epilogue) of every cell on one architecture: the grid's tiles x
-    `stages` x `epilogues`, then each `extra_stages` entry of this architecture over the grid's
-    tiles it names (a tile the grid lacks adds nothing), each combination once."""
+    """Return (tile, stages, epilogue) of every cell on one arch, extra_stages included."""
     # The root keeps backend sections as given (config_checks validated this one): read typed.
     conf = CutlassSettings.model_validate(settings.backend[NAME])
     tiles = settings.grid.tiles
@@ -98,8 +95,7 @@ class CutlassBuilder(Builder):
         return f"nvidia-cutlass {package_version('nvidia-cutlass')}"
 
     def launch_threads(self, build: dict) -> int:
-        """Return the threads per block of the kernel as accounted (its schedule's
-        MaxThreadsPerBlock, read from the compiled types)."""
+        """Return the threads per block as accounted (MaxThreadsPerBlock of the compiled types)."""
         threads = build.get("threads_per_block")
         if not threads:
             raise ValueError("the CUTLASS build record carries no threads_per_block")
@@ -117,8 +113,7 @@ def _stage_counts(stages: list[int | str]) -> list[int | str]:
 
 
 class ExtraStages(Section):
-    """One backend.cutlass.extra_stages entry: explicit stage counts accounted on one
-    architecture, for the grid's tiles it names and the epilogues it names."""
+    """One backend.cutlass.extra_stages entry: stage counts for named tiles of one architecture."""
 
     arch: Literal[ARCHS]
     tiles: list[Tile] = Field(min_length=1)
@@ -127,8 +122,7 @@ class ExtraStages(Section):
 
 
 class CutlassSettings(Section):
-    """backend.cutlass: on or off, operand type per architecture, epilogues, stage counts, and
-    explicit stage counts for a few tiles of one architecture."""
+    """backend.cutlass: on or off, operand type per arch, epilogues and stage counts."""
 
     enabled: bool
     dtype_by_arch: dict[str, Literal[Dtype, "none"]]
@@ -139,8 +133,7 @@ class CutlassSettings(Section):
 
 @register
 class CutlassBackend(Backend):
-    """CUTLASS: accounting per architecture; the SM90 program on an SM90 device (its decode
-    role lives with the program, in cutlass_gpu, apart from the accounting)."""
+    """CUTLASS: accounting per architecture; the SM90 program on an SM90 device."""
 
     name = NAME
     order = 2

@@ -1,12 +1,6 @@
-"""CUTLASS SM90 FP8 grouped GEMMs on a real H100/H200: can_implement, initialize, run, timing.
-
-The program `gpu/cutlass_sm90_grouped.cu` is built by `gpu/build_cutlass.sh` (nvcc and the
-nvidia-cutlass headers; no GPU needed, so it can be built on one machine and carried to another).
-Each of its JSON lines becomes a decode-table row, so CUTLASS tiles sit beside the Triton ones.
-Every tile is asked for with the kernel schedule that `cutlass.cell_spec.kernel_schedule` gives
-it, the one the launch check accounts; a tile the program compiles with another schedule is a
-`constraint` row, never timed under the other schedule's name.
-"""
+"""CUTLASS SM90 FP8 grouped GEMMs on a real H100/H200, by gpu/cutlass_sm90_grouped.cu (built by
+gpu/build_cutlass.sh). Each tile is asked for with the schedule the launch check accounts
+(kernel_schedule); a tile built with another is a `constraint` row, never timed under its name."""
 
 from __future__ import annotations
 
@@ -61,9 +55,7 @@ def _invoke(cmd: list[str], timeout: float) -> tuple[list[str], dict | None]:
 
 
 def tile_requests(names: list[str]) -> tuple[list[str], list[dict]]:
-    """Return each of the program's tiles as NAME@SCHEDULE, the schedule `kernel_schedule` gives
-    a tile of its height on sm_90 (what the accounting compiles), and a record for any name
-    that says no tile height."""
+    """Return each tile as NAME@SCHEDULE (kernel_schedule on sm_90), and a record of bad names."""
     requests, records = [], []
     for name in names:
         match = TILE_NAME.match(name)
@@ -79,8 +71,7 @@ def tile_requests(names: list[str]) -> tuple[list[str], list[dict]]:
 def run(
     binary: Path, n: int, k: int, groups: int, tokens: list[int], repeats: int, timeout: float
 ) -> list[dict]:
-    """Return the program's JSON records for every tile at every tokens-per-expert, each tile
-    asked for with the kernel schedule the launch check accounts for it."""
+    """Return the program's JSON records for every tile at every tokens-per-expert."""
     listing, failure = _invoke([str(binary), "--list"], timeout)
     if failure is not None:
         return [failure]
@@ -196,8 +187,7 @@ PROGRAM_JOB = "cutlass-sm90-fp8"
 
 
 class SM90Program(DecodeRunner):
-    """The SM90 FP8 grouped-GEMM program's decode job, where an SM90 device of the catalog is
-    at hand: runners `cutlass:<tile>` (and `cutlass`, the row saying why it could not run)."""
+    """The SM90 program's decode job where an SM90 device is at hand (runners `cutlass:<tile>`)."""
 
     runner_prefix = "cutlass"
     runner_names = ("cutlass",)
@@ -224,8 +214,7 @@ class SM90Program(DecodeRunner):
         return program_rows(cell, log)
 
     def measured_rows(self, launch_row: dict, decode):
-        """Return the program's rows for an auto-stage, default-epilogue tile that built, timed
-        with the launch row's kernel schedule; only those compare."""
+        """Return the program's rows timed with the launch row's schedule (auto stages only)."""
         if launch_row["stages_requested"] != "auto" or launch_row["status"] != "ok":
             return None
         if launch_row["epilogue"] != "default" or "schedule" not in decode:

@@ -1,8 +1,5 @@
-"""The roles a backend may play, each a narrow protocol: a builder makes kernel cells and
-builds them, a decode runner times decode jobs, a step runner runs the MoE part of the whole
-step, a tuner adds tuning jobs (with its own rules and outputs), and commands add its CLI
-verbs. A backend implements the roles it has, beside its registration; defaults describe a role
-that adds nothing."""
+"""The roles a backend may play, each a narrow protocol: builder, decode runner, step runner, tuner
+and commands; defaults describe a role that adds nothing."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ if TYPE_CHECKING:
 
 
 class Runner(NamedTuple):
-    """One decode-benchmark runner a job times: its name, operand and output types, and why it is
-    not timed on the device at hand (None when it is)."""
+    """One decode runner: its name, operand and output types, and why it is not timed here."""
 
     name: str
     dtype: str
@@ -71,8 +67,7 @@ class DecodeRunner:
         return False
 
     def row_dtypes(self, kernel: dict) -> frozenset[str]:
-        """Return the operand types of the rows a decode job (its bench cell's kernel) times,
-        so that a step reading only some types' rows waits for only those jobs."""
+        """Return the operand types of the rows a decode job times (steps wait for only those)."""
         return frozenset({kernel["dtype"]}) if kernel.get("dtype") else frozenset()
 
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
@@ -80,9 +75,7 @@ class DecodeRunner:
         return []
 
     def bench(self, cell: DecodeCell, ceilings: dict, log) -> list[dict] | None:
-        """Return decode rows measured by the backend's own program for one decode job's cell
-        (stages.decode.DecodeCell), or None when the generic per-runner benchmark times
-        `runners`."""
+        """Return the backend program's decode rows for a cell, or None for the generic one."""
         return None
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
@@ -108,13 +101,11 @@ class DecodeRunner:
         return self.runner_kinds.get(runner, self.kind)
 
     def measured_rows(self, launch_row: dict, decode):
-        """Return the decode rows (on the launch row's target) that ran this launch row's kernel,
-        or None when the decode benchmark cannot run it."""
+        """Return the decode rows that ran this launch row's kernel, or None where none can."""
         return None
 
     def table_rows(self, settings: RootSettings, tune):
-        """Return extra rows this backend adds to decode.csv from the tune table (a DataFrame),
-        or None."""
+        """Return extra decode.csv rows from the tune table, or None."""
         return None
 
 
@@ -139,26 +130,20 @@ class StepRunner:
         return list(self.step_runners)
 
     def runner_fault(self, runner: str, kernels: dict) -> str | None:
-        """Return why the step cannot run this runner with the grid's kernels (by slug), found
-        before any job; None when it can."""
+        """Return why the step cannot run this runner with the grid's kernels; None when it can."""
         return None
 
     def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
-        """Return a fused runner's routing and kernel for one micro-batch of n sequences on a
-        StepRank (slots routed rows, counts per local expert): its config, the config's source,
-        row blocks, top_k, pairs and `invoke`, the call each expert GEMM makes."""
+        """Return a fused runner's config, source, row blocks, top_k, pairs and `invoke` call."""
         raise ValueError("this step runner has no fused path")
 
     def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
-        """Return what the step's runner reads beyond the model (its tuned configs on one rank
-        of a layout, say), so that a change to it reruns the step; {} when nothing."""
+        """Return what the step's runner reads beyond the model (so a change reruns the step)."""
         return {}
 
 
 class Tuner:
-    """Adds tuning jobs (one per dtype) on a machine with GPUs. Its rules are its own (a rule
-    file of its package); the core asks it only for the paths below, each relative to the
-    results folder and keyed by its backend's name (tune/<backend>/...)."""
+    """Adds tuning jobs on a machine with GPUs, with its own rules; paths are tune/<backend>/..."""
 
     # The stage module (relative to the package) each of its rules calls, for the rules' code
     # hash (Sweep.rule_code).
@@ -169,8 +154,7 @@ class Tuner:
         return []
 
     def tune_inputs(self, settings: RootSettings) -> dict:
-        """Return the settings its tuning jobs read beyond the model, layouts, routing skew,
-        seed and hardware catalog (its own backend section), so that only they rerun it."""
+        """Return the settings its tuning jobs read beyond the shared ones (they rerun it)."""
         return {}
 
     def tune_tables(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
@@ -178,13 +162,11 @@ class Tuner:
         return []
 
     def tune_outputs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
-        """Return everything its jobs write on this machine (results-relative), its tables
-        first: what a full sweep asks for."""
+        """Return everything its jobs write on this machine (results-relative), its tables first."""
         return self.tune_tables(settings, gpus)
 
     def example_inputs(self, folder: Path) -> dict[str, list[str]]:
-        """Return what a kept example's report reads of its tuning, by report input name
-        (`tune`: its tune tables; `dropins`: the engine files it keeps), each a path."""
+        """Return what a kept example's report reads of its tuning, by report input name."""
         return {}
 
     def example_outputs(self, folder: Path) -> list[str]:
@@ -192,15 +174,11 @@ class Tuner:
         return []
 
     def report_sections(self, tables: dict) -> list[tuple[str, str, str, list]]:
-        """Return its report sections, each (key, title, the navigation's short name, blocks),
-        from the tables the report reads (DataFrames by name: `tune`, `dropins`); they follow
-        the decode section."""
+        """Return its report sections, each (key, title, short name, blocks)."""
         return []
 
     def report_figures(self) -> dict[str, tuple]:
-        """Return its report figures by name, each (category in `snakemake --report`, alt text,
-        caption, draw: the tables as report_sections gets them -> a matplotlib Figure); its
-        sections show them by name."""
+        """Return its report figures by name: (category, alt text, caption, draw)."""
         return {}
 
 
@@ -208,6 +186,4 @@ class Commands:
     """Adds `tilesweep` subcommands of a backend's own (the CLI's verbs for its product)."""
 
     def add_parsers(self, sub: argparse._SubParsersAction) -> None:
-        """Add its subcommands to the CLI's subparsers, each naming the call that runs it
-        (`set_defaults(handler=...)`: a function of the parsed arguments that returns the exit
-        status and raises ConfigError for a bad argument)."""
+        """Add its subcommands, each with `set_defaults(handler=...)` returning the exit status."""

@@ -1,5 +1,5 @@
-"""torch baselines: bmm, the grouped matmul and one matmul per expert in bf16, and the rowwise-
-scaled fp8 grouped matmul beside the fp8 kernels, timed in one decode job."""
+"""torch baselines (bmm, grouped matmul, one matmul per expert, fp8 rowwise-scaled grouped matmul),
+timed in one decode job."""
 
 from __future__ import annotations
 
@@ -56,8 +56,7 @@ def skip_reason(name: str, cuda: bool) -> str | None:
 
 
 def _torch_op(torch, name: str) -> Callable:
-    """Return the torch function a baseline calls (TORCH_OPS); NotImplementedError where this
-    torch build lacks it."""
+    """Return the torch function a baseline calls; NotImplementedError where this torch lacks it."""
     op = getattr(torch, TORCH_OPS[name], None)
     if op is None:
         raise NotImplementedError(f"torch.{TORCH_OPS[name]} is not in this torch build")
@@ -65,8 +64,7 @@ def _torch_op(torch, name: str) -> Callable:
 
 
 def _row_ends(torch) -> Callable:
-    """Return a call giving a problem's int32 cumulative row ends on its device, made on the
-    first call and kept (setup, not timed)."""
+    """Return a call giving a problem's int32 cumulative row ends, made once (untimed)."""
     kept: dict[str, object] = {}
 
     def row_ends(p):
@@ -91,8 +89,7 @@ def _matmul(torch, counts: list[int]) -> Callable:
 
 
 def _bmm(torch, counts: list[int]) -> Callable:
-    """Return one torch.bmm over the experts' rows padded to the widest (padded once per
-    problem, untimed, as a bmm user keeps them), its rows copied back."""
+    """Return one torch.bmm over rows padded to the widest (padded once, untimed), copied back."""
     experts, widest = len(counts), max(counts)
     padded: dict[int, object] = {}
 
@@ -120,31 +117,17 @@ def _bmm(torch, counts: list[int]) -> Callable:
 def _grouped_mm(torch, counts: list[int]) -> Callable:
     """Return torch's grouped GEMM over the rows sorted by expert."""
     grouped, row_ends = _torch_op(torch, "torch_grouped_mm"), _row_ends(torch)
-
-    def call(p):
-        p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
-        return p.c
-
-    return call
+    return lambda p: p.c.copy_(grouped(p.a, p.b.transpose(1, 2), offs=row_ends(p)))
 
 
 def _scaled_grouped_mm(torch, counts: list[int]) -> Callable:
-    """Return torch's fp8 grouped GEMM with rowwise scales: A (tokens x K, row-major) with one
-    fp32 scale per row, B as experts x K x N column-major (the transposed view of experts x N x
-    K) with one fp32 scale per expert and output channel; offsets are int32 cumulative row ends."""
+    """Return torch's fp8 grouped GEMM with rowwise scales (B column-major, int32 offsets)."""
     scaled, row_ends = _torch_op(torch, "torch_scaled_grouped_mm"), _row_ends(torch)
 
     def call(p):
-        out = scaled(
-            p.a,
-            p.b.transpose(-2, -1),
-            p.a_scale,
-            p.b_scale,
-            offs=row_ends(p),
-            out_dtype=torch.bfloat16,
-        )
-        p.c.copy_(out)
-        return p.c
+        b = p.b.transpose(-2, -1)
+        offs = row_ends(p)
+        return p.c.copy_(scaled(p.a, b, p.a_scale, p.b_scale, offs=offs, out_dtype=torch.bfloat16))
 
     return call
 
@@ -188,8 +171,7 @@ class TorchDecode(DecodeRunner):
         return frozenset(r.dtype for r in self._of(kernel))
 
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
-        """Return the baselines of a job's operand type (every one for no job) with their
-        types, and why one is not timed on this device."""
+        """Return the baselines of a job's operand type, and why one is not timed here."""
         return [
             Runner(r.name, r.dtype, r.out_dtype, skip_reason(r.name, cuda))
             for r in self._of(kernel)

@@ -35,17 +35,7 @@ _OPERAND = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
 # Arguments a real launch specialises as 16-divisible: every pointer (torch allocations are
 # 256-byte aligned) and N, K (model dimensions are multiples of 16). num_tiles is never
 # specialised (do_not_specialize), so one binary serves every batch.
-_POINTERS = (
-    "a_ptr",
-    "b_ptr",
-    "c_ptr",
-    "a_scale_ptr",
-    "b_scale_ptr",
-    "tile_expert_ptr",
-    "tile_start_ptr",
-    "tile_end_ptr",
-)
-_DIVISIBLE = (*_POINTERS, "N", "K")
+_DIVISIBLE_INTS = ("N", "K")
 
 
 def signature(cell: dict) -> dict[str, str]:
@@ -101,8 +91,7 @@ def _cuobjdump() -> str | None:
 
 
 def resource_usage(cubin: Path) -> dict:
-    """Return registers, stack, static shared and local bytes read from the cubin; raise
-    RuntimeError where no cuobjdump can read them (static shared memory would be unknown)."""
+    """Return registers, stack, static shared and local bytes from the cubin (cuobjdump)."""
     tool = _cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump (Triton's or on PATH): static shared memory unknown")
@@ -131,7 +120,8 @@ def compile_kernel(cell: dict):
 
     sig = signature(cell)
     names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in _DIVISIBLE}
+    divisible = [n for n, t in sig.items() if t.startswith("*") or n in _DIVISIBLE_INTS]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     src = ASTSource(fn=grouped_gemm, signature=sig, constexprs=constexprs(cell), attrs=attrs)
     cc = int(cell["arch"].removeprefix("sm_"))
     options = {"num_warps": cell["warps"], "num_stages": cell["stages"]}
@@ -269,12 +259,12 @@ class TritonStep(StepRunner):
 
     def step_runner(self, runner: str, counts: list[int], kernels: dict):
         """Return the step's call for a bf16 grid kernel; raise ValueError for any other."""
-        slug = DECODE.runner_kernel(runner)
-        if slug not in kernels:
-            raise ValueError(f"layout runner {runner!r}: no such kernel in the grid")
-        if kernels[slug]["dtype"] != "bf16":
-            raise ValueError(f"layout runner {runner!r}: the step runs bf16 kernels only")
-        return DECODE.make_runner(runner, kernels[slug], counts, "bf16", True)
+        fault = self.runner_fault(runner, kernels)
+        if fault:
+            raise ValueError(f"layout runner {runner!r}: {fault}")
+        return DECODE.make_runner(
+            runner, kernels[DECODE.runner_kernel(runner)], counts, "bf16", True
+        )
 
     def step_runner_help(self) -> list[str]:
         """Return the form of a Triton step runner."""

@@ -1,13 +1,7 @@
-"""Shared-memory accounting for CUTLASS grouped GEMMs, read from CUTLASS's own types: cells are
-compiled in groups of one arch, a failed group is split until each error has its cell, and each
-cell's row (`rows`) is cached (`cache`).
-
-Device check (``account(..., device_check=True)``, the default): some rejections live in the
-kernel body, which only the device pass compiles (see `source`). Cost, measured on 2 cores with
-nvcc 13.0: a host-only TU of 8 cells takes about 12 s (1.5 s per cell); with the device check one
-SM120 cell costs about 46 s of CPU and 5 GiB of memory, 4 cells 70 s and 8 GiB, 12 cells 82 s and
-9 GiB, so groups are at most 8 cells and parallel compiles are capped by available memory.
-"""
+"""Shared-memory accounting for CUTLASS grouped GEMMs: cells compiled in groups of one arch, a
+failed group split until each error has its cell, each row cached. Measured on 2 cores with nvcc
+13.0: host-only, about 1.5 s a cell; with the device check one SM120 cell 46 s and 5 GiB, 12 cells
+82 s and 9 GiB, so groups hold at most 8 cells and parallel compiles are capped by memory."""
 
 from __future__ import annotations
 
@@ -148,12 +142,8 @@ def parallel_compiles(jobs: int, device_check: bool) -> int:
 def account(
     cells: list[dict], workdir: Path, jobs: int = 1, *, device_check: bool = True
 ) -> list[dict]:
-    """Return one shared-memory accounting row per cell, in order (fields: see `rows`).
-
-    With device_check the device pass also instantiates each kernel body, so the kernel-level
-    static_asserts are checked too (about 8 s more CPU per cell in a group of 8, 35 s for a lone
-    cell); without it only the host-side types are built (about 1.5 s per cell).
-    """
+    """Return one accounting row per cell, in order; device_check also compiles each kernel body, so
+    its static_asserts fire (about 8 s more CPU a cell in a group of 8)."""
     workdir = Path(workdir).resolve()
     include, nvcc = cutlass_include_dir(), find_nvcc()
     version = cutlass_version(include) if include else None

@@ -1,10 +1,6 @@
-"""The per-cell result cache of the CUTLASS accounting.
-
-Results are cached per cell under ``workdir/cache/<key>.json``, key = sha256 of the cell's
-standalone generated source (which embeds the flags, the CUTLASS version and the device-check
-switch) plus the nvcc version string. Rows that are not a property of the cell (no nvcc, a
-timeout, a catastrophic error such as a missing header) are not cached.
-"""
+"""The per-cell result cache of the CUTLASS accounting (workdir/cache/<key>.json, key: sha256 of the
+cell's standalone source and nvcc's version); rows that are not the cell's property (no nvcc, a
+timeout, a missing header) are not cached."""
 
 from __future__ import annotations
 

@@ -1,42 +1,11 @@
-"""What a CUTLASS accounting cell is: its architecture's builder spellings, dtype, epilogue and
-kernel schedule, with defaults filled in and unsupported cells named.
-
-Schedules per arch (all ptr-array), one per cell: ``kernel_schedule(arch, tile_m)`` decides it,
-for the accounting and for the SM90 program's decode job alike, and a cell may name one itself
-(``schedule``):
-
-* ``sm_90``: ``cooperative`` (mainloop ``KernelPtrArrayTmaWarpSpecializedCooperative``, epilogue
-  ``PtrArrayTmaWarpSpecializedCooperative``) for tiles of 128 rows or more, ``pingpong``
-  (mainloop ``KernelPtrArrayTmaWarpSpecializedPingpong``, epilogue
-  ``PtrArrayTmaWarpSpecializedPingpong``) below that: the cooperative kernel's body requires
-  tile M >= 128, and the ping-pong kernel is what ``gpu/cutlass_sm90_grouped.cu`` times for a
-  64-row tile. The SM90 ``EpilogueScheduleAuto`` picks ``NoSmemWarpSpecialized``, whose
-  ``DefaultEpilogue`` rejects ptr-array strides ("StrideCD must be rank-3"), so the ptr-array TMA
-  epilogue that examples 57/68 use is named.
-* ``sm_100``: ``1sm``: mainloop ``KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100``, epilogue
-  ``PtrArrayTmaWarpSpecialized1Sm`` (example 75). The SM100 auto epilogue resolves to the
-  non-array ``TmaWarpSpecialized1Sm``, so the ptr-array one is named.
-* ``sm_120``: ``cooperative``: mainloop tag ``KernelPtrArrayTmaWarpSpecializedCooperative``,
-  which the SM120 block-scaled builder turns into
-  ``KernelPtrArrayTmaWarpSpecializedCooperativeBlockScaledSm120``; epilogue
-  ``EpilogueScheduleAuto``, which for pointer layouts resolves to
-  ``Sm120PtrArrayTmaWarpSpecialized`` (as example 79d does).
-
-Epilogues:
-
-* ``default``: ``fusion::LinearCombination<bfloat16_t, float, bfloat16_t, float>``, BF16 C and D
-  (row-major, 8-element alignment) with the schedule above.
-* ``finalize``: ``fusion::LinearCombination<float, float, float, float>``, FP32 C and D
-  (row-major, 4-element alignment), same schedule. It stands for the brief's "finalize"
-  epilogue: the MoE finalize step reads and writes a wider FP32 output (it accumulates the
-  router-weighted expert outputs, ``out = alpha * acc + beta * out``), and an FP32 C/D pair is
-  the largest epilogue staging CUTLASS's ptr-array epilogues build for that; it is the one
-  fusion that every arch's ptr-array epilogue supports (the bias/scale fusions are not
-  specialised for ptr-array on SM90/SM120). Caveat: the production TensorRT-LLM/FlashInfer
-  finalize (``ScaledAccPerRowBiasPerColScaleScatter``, not part of CUTLASS) sets ``ElementD =
-  void`` and scatters from registers, so it stages no D tile at all; this choice is an upper
-  bound for that kernel, and a faithful stand-in for the brief's FP32-staging model.
-"""
+"""What a CUTLASS accounting cell is: its arch's builder spellings, dtype, epilogue and kernel
+schedule (kernel_schedule, shared with the SM90 program's decode job). sm_90: cooperative from 128
+rows (its body requires tile M >= 128), pingpong below (what gpu/cutlass_sm90_grouped.cu times for a
+64-row tile); the ptr-array TMA epilogue is named, since EpilogueScheduleAuto's DefaultEpilogue
+rejects ptr-array strides. sm_100: 1sm (example 75). sm_120: cooperative, its auto epilogue
+resolving to Sm120PtrArrayTmaWarpSpecialized (example 79d). Epilogue `finalize` is FP32 C and D, the
+brief's finalize staging; TensorRT-LLM's real finalize stages no D tile, so it is an upper bound
+there."""
 
 from __future__ import annotations
 
@@ -47,8 +16,7 @@ from tilesweep import package_data
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """C++ spellings of one architecture's builder arguments; `schedules` maps each kernel
-    schedule's name to its (mainloop, epilogue) schedule tags."""
+    """C++ spellings of one arch's builder arguments; `schedules`: name -> (mainloop, epilogue)."""
 
     tag: str
     gencode: str
@@ -74,9 +42,7 @@ EPILOGUES = package_data.data_typed(
 
 
 def kernel_schedule(arch: str, tile_m: int) -> str:
-    """Return the kernel schedule of a CUTLASS cell of this architecture and tile height: on
-    sm_90 ping-pong below 128 rows and cooperative from 128, elsewhere the architecture's one
-    schedule. The accounting and the SM90 program's decode job both ask here."""
+    """Return a cell's kernel schedule: on sm_90 pingpong below 128 rows, else the arch's one."""
     if arch == "sm_90" and tile_m < SM90_COOPERATIVE_MIN_TILE_M:
         return "pingpong"
     return next(iter(ARCHS[arch].schedules))

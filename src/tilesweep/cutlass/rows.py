@@ -1,22 +1,7 @@
-"""One CUTLASS accounting row: the shared-memory numbers a compiled TU printed for a cell, or a
-row that says why there are none.
-
-Each row has: ``status`` ("ok" | "compile" | "crash" | "skipped"), ``reason`` (static_assert text
-or first error line), ``error_location`` (file:line of that error), ``smem_bytes``
-(``GemmKernel::SharedStorageSize``), ``mainloop_smem_bytes`` / ``epilogue_smem_bytes`` (sizeof of
-the collectives' ``TensorStorage``: operand stages, C/D staging), ``other_smem_bytes`` (the rest:
-pipeline barriers, scheduler, tensormaps, padding), ``mainloop_shared_storage_bytes`` /
-``epilogue_shared_storage_bytes`` (sizeof of the collectives' ``SharedStorage``; the latter is
-the ``StageCountAutoCarveout`` value), ``stages`` (mainloop ``DispatchPolicy::Stages``),
-``epilogue_stages`` / ``epilogue_stages_c`` (``StagesD`` / ``StagesC``), ``epilogue_tile``,
-``threads_per_block`` (the kernel's ``MaxThreadsPerBlock``), ``builder_smem_capacity`` (the
-builder's ``smXX_smem_capacity_bytes``), ``fits`` (smem_bytes <= that capacity), ``alignment_a`` /
-``alignment_b``, ``cutlass_version``, ``schedule`` (the cell's kernel schedule: ``cooperative``,
-``pingpong`` or ``1sm``), ``schedule_types`` (the requested tags and the resolved mainloop
-schedule, mainloop dispatch policy and epilogue dispatch policy type names), ``toolchain`` (nvcc
-version), ``cached``, ``compile_seconds`` and ``cells_in_tu`` (wall time of the TU that produced
-the row, and how many cells shared it), and ``cell`` (the input with defaults filled in).
-"""
+"""One CUTLASS accounting row: the shared-memory numbers a compiled TU printed for a cell
+(SharedStorageSize, the collectives' TensorStorage and SharedStorage, stages, threads, the builder's
+capacity and whether it fits), or a row saying why there are none (status compile, crash or
+skipped)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
-"""The C++ translation unit that instantiates CUTLASS's builders for a group of cells.
-
-Each cell becomes a namespace (``templates/cutlass/cell.cuh``) that instantiates
-``cutlass::gemm::collective::CollectiveBuilder`` (mainloop),
-``cutlass::epilogue::collective::CollectiveBuilder`` (epilogue) and
-``cutlass::gemm::kernel::GemmUniversal`` for a ptr-array grouped GEMM
-(``GroupProblemShape<Shape<int,int,int>>``, A row-major, B column-major, FP32 accumulate).
-``main()`` prints one JSON line per cell from the types themselves (``reporter.cuh``):
-``SharedStorageSize`` (what ``GemmUniversalAdapter`` asks for as dynamic shared memory),
-``sizeof`` of the collectives' tensor storage, the mainloop ``DispatchPolicy::Stages`` and the
-epilogue ``StagesC``/``StagesD``. The type probes they use are in ``prelude.cuh``.
-
-Without the device check the TU is wrapped in ``#ifndef __CUDA_ARCH__`` so that nvcc's device
-pass sees an empty file. With it, each cell's namespace also holds an uncalled ``__device__``
-function that calls ``Kernel::operator()``, so the device pass instantiates the body and its
-static_asserts fire (e.g. the SM90 cooperative kernel's "Cooperative kernel requires Tile Size
-to be greater than or equal to 128 along the M-dimension"); nothing is emitted.
-"""
+"""The C++ translation unit that instantiates CUTLASS's builders for a group of cells
+(templates/cutlass/), one namespace a cell, printing one JSON line per cell from the types
+themselves. Without the device check the TU is hidden from the device pass (#ifndef
+__CUDA_ARCH__); with it an uncalled __device__ function instantiates each kernel body, so its
+static_asserts fire."""
 
 from __future__ import annotations
 

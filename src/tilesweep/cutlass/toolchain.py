@@ -1,16 +1,7 @@
-"""The tools a CUTLASS accounting compile needs: nvcc, the CUTLASS headers, the flags, and
-running the compiler and the compiled host program.
-
-No GPU is needed. The numbers come from the host pass, which is what the launcher itself uses
-(``GemmUniversalAdapter::initialize`` reads ``GemmKernel::SharedStorageSize`` on the host; a
-device-side ``static_assert`` on the same value was checked to agree for sm_90a and sm_120a).
-The ``CUTLASS_ARCH_MMA_SM{90,100,120}_SUPPORTED`` macros that gate the builders are defined by
-``cutlass/arch/config.h`` from the CUDA version alone (12.0+ for SM90, 12.8+ for SM100/SM120),
-so the host pass needs no ``-arch`` or feature macro. One TU per arch chunk, flags: ``nvcc
--std=c++17 --expt-relaxed-constexpr -w -DNDEBUG -gencode=arch=compute_XXa,code=sm_XXa
--I<cutlass include>`` (XX = 90, 100 or 120; the ``a`` target matters for the device check, whose
-kernel bodies are arch-conditional).
-"""
+"""The tools a CUTLASS accounting compile needs: nvcc, the headers, the flags, running the compiler
+and the host program; no GPU. The host pass gives the numbers the launcher uses
+(GemmUniversalAdapter::initialize reads SharedStorageSize on the host; a device static_assert agreed
+on sm_90a and sm_120a), and cutlass/arch/config.h gates the builders by CUDA version alone."""
 
 from __future__ import annotations
 
@@ -119,8 +110,7 @@ def exit_description(returncode: int) -> str:
 
 
 def run_tu(exe: Path) -> tuple[dict[int, dict], str | None]:
-    """Run a compiled TU; return its JSON lines keyed by cell position, and how it failed (a
-    crash, a non-zero exit or a timeout) or None when it exited cleanly."""
+    """Run a compiled TU; return its JSON lines by cell position and how it failed (None: clean)."""
     try:
         proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -1,10 +1,9 @@
-"""The fused-MoE Triton kernel in the engines' conditions: nothing in the 32-expert decode grid,
-one tuning job per dtype on a GPU machine (fused_moe/tune.py), its picks kept for the whole step's
-runner under a name no engine reads (the engines' files are tuned in their own kernels:
-fused_moe/engines/stage.py)."""
+"""The fused-MoE backend: one tuning job per dtype on a GPU machine (tune.py), its picks kept for
+the whole step under a name no engine reads (engines' files: engines/stage.py)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -15,9 +14,10 @@ from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.space import (
     ENGINE_DTYPE,
+    SPACE_KEYS,
     VARIANT_OFF,
+    condition_holds,
     config_file_name,
-    engine_default,
 )
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
@@ -40,14 +40,12 @@ EXAMPLE_TUNE = "tune_work"
 
 
 def tune_table(dtype: str) -> str:
-    """Return one dtype's tune table, relative to the results folder (a pattern with
-    dtype='{dtype}')."""
+    """Return one dtype's tune table, relative to the results folder."""
     return f"tune/{NAME}/{dtype}.csv"
 
 
 def project_kernel_dir(dtype: str) -> str:
-    """Return the folder of the project kernel's picks for one dtype, relative to the results
-    folder: under tune/, never under tuned/, which holds the engines' files."""
+    """Return the project kernel's picks folder for one dtype (under tune/, never tuned/)."""
     return f"tune/{NAME}/{PROJECT_KERNEL}/{dtype}"
 
 
@@ -57,20 +55,17 @@ def engine_summary(engine: str) -> str:
 
 
 def engine_files(engine: str) -> str:
-    """Return the folder of one engine's exported config files, relative to the results
-    folder: the only files under tuned/."""
+    """Return the folder of one engine's exported config files (the only files under tuned/)."""
     return f"tuned/{NAME}/engine_{engine}"
 
 
 def journals(folder: Path) -> list[tuple[str, str]]:
-    """Return (run, dtype) of every tuning journal a kept example holds
-    (<run>/<dtype>/spec.json)."""
+    """Return (run, dtype) of every tuning journal a kept example holds."""
     return sorted((p.parent.parent.name, p.parent.name) for p in Path(folder).glob("*/*/spec.json"))
 
 
 def replayed(folder, run: str, dtype: str) -> tuple[str, str]:
-    """Return the tune table and the folder of the project kernel's picks a kept example's
-    journals replay into (patterns with run='{run}', dtype='{dtype}')."""
+    """Return the tune table and picks folder a kept example's journals replay into."""
     base = Path(folder) / run
     return str(base / f"tune_{dtype}.csv"), str(base / PROJECT_KERNEL / dtype)
 
@@ -82,9 +77,7 @@ def journal(folder, run: str, dtype: str) -> str:
 
 
 def project_kernel_file(experts: int, n: int, device_name: str, dtype: str) -> str:
-    """Return the file name of the project kernel's picks for one (local experts, shard width):
-    the engines' name behind PROJECT_KERNEL, e.g.
-    'project_kernel_E=256,N=2048,device_name=NVIDIA_H200.json'."""
+    """Return the project kernel's picks file name: the engines' name behind PROJECT_KERNEL."""
     return f"{PROJECT_KERNEL}_{config_file_name(experts, n, device_name, dtype)}"
 
 
@@ -93,8 +86,7 @@ EngineDtype = Literal[tuple(ENGINE_DTYPE)]
 
 
 class Space(Section):
-    """The tuners' search space: the values tried for each launch parameter (at least one, each
-    at least 1)."""
+    """The tuners' search space: the values tried for each launch parameter."""
 
     BLOCK_SIZE_M: distinct(Positive)
     BLOCK_SIZE_N: distinct(Positive)
@@ -114,6 +106,14 @@ class Rule(Section):
     dtype: str = None
     block: bool = None  # the format is fp8 with 128 x 128 block scales
 
+    def holds(self, m: int, experts: int, dtype: str) -> bool:
+        """Return whether every condition this rule sets holds (none set: always)."""
+        return all(
+            condition_holds(k, v, m, experts, dtype)
+            for k, v in self
+            if k != "value" and v is not None
+        )
+
 
 class EngineDefaults(Section):
     """An engine's default heuristic: the rules for each launch parameter."""
@@ -127,8 +127,7 @@ class EngineDefaults(Section):
 
 
 class Variant(Section):
-    """One of the project's kernel variants beyond the engines' space (TMA: 1, PERSISTENT:
-    programs per multiprocessor, SPLIT_K: 2 or more programs per tile, SORT: 1)."""
+    """One of the project's kernel variants beyond the engines' space (space.VARIANT_OFF)."""
 
     TMA: int = Field(None, ge=0)
     PERSISTENT: int = Field(None, ge=0)
@@ -189,9 +188,7 @@ class FusedMoeSettings(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> FusedMoeSettings:
-        """Refuse an engine not known or without its default rules, a guard default no engine
-        default names, variants screened on no tile, and an engine default whose rules give no
-        value for a tuned dtype."""
+        """Refuse unknown engines, missing or incomplete default rules, and unscreened variants."""
         known = engine_names()
         for key, listed in (("engine_versions", self.engine_versions), ("engines", self.engines)):
             for engine in listed:
@@ -207,24 +204,18 @@ class FusedMoeSettings(Section):
             why = "must be at least 1 when variants are screened (variants: [] turns them off)"
             key = "variant_tiles" if self.variant_tiles < 1 else "variant_finalists"
             raise refuse(key, why, getattr(self, key))
-        # model_dump: engine_default reads the engines' own rule mappings, as their files hold them
-        raw = {e: d.model_dump(exclude_unset=True) for e, d in self.engine_defaults.items()}
-        for engine, rules in raw.items():
-            for dtype in self.dtypes:
-                try:
-                    engine_default(rules, 1, 1, dtype)
-                except ValueError as exc:
-                    raise refuse(f"engine_defaults.{engine}", str(exc)) from None
+        for engine, defaults in self.engine_defaults.items():
+            for key, dtype in itertools.product(SPACE_KEYS, self.dtypes):
+                if not any(rule.holds(1, 1, dtype) for rule in getattr(defaults, key)):
+                    why = f"the default rules for {key} end without a rule that always holds"
+                    raise refuse(f"engine_defaults.{engine}", why)
         return self
 
 
 def moe_table(
     bench: BenchSettings, fused: dict, model: ModelSettings, layout: dict, device: str
 ) -> dict:
-    """Return the fused-MoE configs the GPU step's experts use on one rank of a layout: the
-    first of the project kernel's tuned tables in bench.step_moe_tables for (local experts,
-    shard width, device), read whole, else the vLLM default rules of backend.fused_moe, with
-    where they came from."""
+    """Return the configs one rank's experts run: the first tuned table found, else vLLM's rules."""
     import json
     from pathlib import Path
 
@@ -245,9 +236,7 @@ def moe_table(
 
 
 class FusedMoeTuner(Tuner):
-    """One tuning job per configured dtype where a GPU is at hand (fused_moe/tune.py), one
-    engine-kernel tuning job per engine of engine_versions beside them (fused_moe/engines/stage.py),
-    and a kept example's journals replayed (workflow/rules/fused_moe*.smk)."""
+    """Tuning jobs per dtype (tune.py) and per engine (engines/stage.py), and journal replays."""
 
     rule_modules = {
         "tune_configs": "fused_moe/tune.py",
@@ -256,8 +245,7 @@ class FusedMoeTuner(Tuner):
     }
 
     def tune_jobs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
-        """Return the dtypes tuned on this machine: every configured one where a GPU is here
-        and tuning is asked for (backend.fused_moe.tune)."""
+        """Return the dtypes tuned here: all configured ones where a GPU is here and tune is on."""
         section = settings.backend[NAME]
         return list(section["dtypes"]) if gpus and section["tune"] else []
 
@@ -270,8 +258,7 @@ class FusedMoeTuner(Tuner):
         return [tune_table(d) for d in self.tune_jobs(settings, gpus)]
 
     def tune_outputs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
-        """Return each tuned dtype's table and picks, then, where it tunes at all, each engine's
-        summary and exported files (backend.fused_moe.engine_versions)."""
+        """Return each tuned dtype's table and picks, then each engine's summary and files."""
         dtypes = self.tune_jobs(settings, gpus)
         out = [p for d in dtypes for p in (tune_table(d), project_kernel_dir(d))]
         for engine in settings.backend[NAME]["engine_versions"] if dtypes else ():
@@ -279,8 +266,7 @@ class FusedMoeTuner(Tuner):
         return out
 
     def example_inputs(self, folder: Path) -> dict[str, list[str]]:
-        """Return a kept example's replayed tune tables of its EXAMPLE_TUNE run, and the drop-in
-        engine files it keeps (tools/import_engine_tables.sh), where it has them."""
+        """Return a kept example's replayed tune tables and its drop-in list, where it has them."""
         kept = folder / "engine_tables" / "dropins.csv"
         return {
             "tune": [replayed(folder, r, d)[0] for r, d in journals(folder) if r == EXAMPLE_TUNE],
@@ -307,8 +293,7 @@ class FusedMoeTuner(Tuner):
 
 
 class FusedMoeRows(DecodeRunner):
-    """No decode job of its own: it names the tune table's runners (`fused_moe`, the project's
-    kernel; `engine:<name>`, an engine's own kernel) and adds the engines' rows to decode.csv."""
+    """No decode job: names the tune table's runners and adds the engines' rows to decode.csv."""
 
     runner_prefix = "engine"
     runner_names = (NAME,)

@@ -1,10 +1,6 @@
-"""The fused-MoE GEMMs in the engines' conditions, on the device at hand: the model's real expert
-count and top-k, routed batches of M tokens (uniform or Zipf-skewed), both expert GEMMs, fresh
-random data checked against an fp32 reference, and the same-dtype torch baseline beside them.
-
-Runs in the tuning worker process (fused_moe/tune.py starts it); on a CPU the kernel runs under
-Triton's interpreter (TRITON_INTERPRET=1, set by the caller), which tests use on tiny problems.
-"""
+"""The fused-MoE GEMMs in the engines' conditions on the device at hand: routed batches, both expert
+GEMMs checked against fp32, and the same-dtype torch baseline. Runs in the tuning worker; on a CPU
+under Triton's interpreter (TRITON_INTERPRET=1, tests only)."""
 
 from __future__ import annotations
 
@@ -78,9 +74,7 @@ def make_weights(problem: dict, dtype: str, device: str, gen) -> Weights:
 
 
 def make_routing(m: int, experts: int, top_k: int, routing: str, alpha: float, device, gen):
-    """Return (topk_ids [m, k] int32, topk_weights [m * k] fp32) for m tokens: each token picks
-    k distinct experts, uniformly or with Zipf popularity (expert i weighs 1 / i^alpha, experts
-    in a random order)."""
+    """Return (topk_ids [m, k] int32, topk_weights [m * k] fp32): uniform or Zipf(alpha) routing."""
     import torch
 
     k = min(top_k, experts)
@@ -123,8 +117,7 @@ def make_batch(
 
 
 def blocks(batch: Batch, block_m: int, experts: int, sort: bool = False):
-    """Return (and cache) the batch's row blocks for one BLOCK_SIZE_M: one per routed pair on
-    the direct path, else sorted by expert; `sort` (the SORT variant) sorts a direct batch too."""
+    """Return (and cache) the batch's row blocks for one BLOCK_SIZE_M (direct or sorted)."""
     direct = batch.direct and not sort
     if (block_m, direct) not in batch.blocks:
         batch.blocks[block_m, direct] = (
@@ -159,35 +152,38 @@ def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm
     return call
 
 
-def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
-    """Return the fp32 reference of one GEMM of a batch: each pair's row of A (dequantised) times
-    its expert's weights (dequantised), times its routing weight for the down GEMM."""
+def routed_reference(problem: dict, batch, gemm: str, a, weight, experts: int | None = None):
+    """Return one GEMM's fp32 reference from A's fp32 rows and weight(e) ([N, K] fp32); with
+    `experts`, only the pairs routed to that many experts (the lowest ids reached), the rest NaN."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()
-    pairs = flat.numel()
-    rows = torch.arange(pairs, device=flat.device)
+    rows = torch.arange(flat.numel(), device=flat.device)
     a_rows = rows // problem["top_k"] if gemm == "gate_up" else rows
-    n = gemm_shapes(problem)[gemm][0]
-    out = torch.empty(pairs, n, dtype=torch.float32, device=flat.device)
-    a = batch.a[gemm].float()
+    shape = (flat.numel(), gemm_shapes(problem)[gemm][0])
+    out = torch.full(shape, float("nan"), dtype=torch.float32, device=flat.device)
+    reached = torch.unique(flat).tolist()
+    for e in reached[:experts] if experts else reached:
+        sel = (flat == e).nonzero().squeeze(1)
+        out[sel] = a[a_rows[sel]] @ weight(e).t()
+    return out * batch.topk_weights[:, None] if gemm == "down" else out
+
+
+def reference(problem: dict, weights: Weights, batch: Batch, gemm: str):
+    """Return the fp32 reference of one GEMM of a batch (dequantised operands)."""
+    a, scale = batch.a[gemm].float(), weights.scale[gemm]
     if batch.a_scale[gemm] is not None:
         a = a * batch.a_scale[gemm][:, None]
-    for e in torch.unique(flat).tolist():
-        sel = (flat == e).nonzero().squeeze(1)
+
+    def weight(e):
         w = weights.w[gemm][e].float()
-        if weights.scale[gemm] is not None:
-            w = w * weights.scale[gemm][e][:, None]
-        out[sel] = a[a_rows[sel]] @ w.t()
-    if gemm == "down":
-        out = out * batch.topk_weights[:, None]
-    return out
+        return w if scale is None else w * scale[e][:, None]
+
+    return routed_reference(problem, batch, gemm, a, weight)
 
 
 def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[float, str | None]:
-    """Return the worse relative error of both GEMMs of a batch, and why it fails (None: ok).
-    The reference is computed once per batch and GEMM and kept in `batch.refs` (the caller
-    may clear it to free the memory)."""
+    """Return the worse relative error of both GEMMs and why it fails (None: ok)."""
     worst = 0.0
     for gemm in ("gate_up", "down"):
         batch.c[gemm].fill_(float("nan"))
@@ -202,10 +198,7 @@ def check(config: dict, problem: dict, weights: Weights, batch: Batch) -> tuple[
 
 
 def baseline_call(problem: dict, weights: Weights, batch: Batch, gemm: str):
-    """Return the same-dtype torch baseline of one GEMM on the batch's rows already sorted by
-    expert (the gather and scatter are left out, in the baseline's favour): torch._grouped_mm
-    for bf16, torch._scaled_grouped_mm with row-wise scales for fp8; raise NotImplementedError
-    where this torch has none."""
+    """Return torch's grouped GEMM on the sorted rows (no gather or scatter: in its favour)."""
     import torch
 
     flat = batch.topk_ids.reshape(-1).long()

@@ -1,7 +1,5 @@
-"""The fused-MoE package's `tilesweep` subcommands: `engine-check FILE` (an engine config file
-against the engine's default, in the engine's own kernel, on the GPU at hand) and `engine-tune`
-(config files searched and picked in the engines' own kernels, never slower than their
-defaults). The CLI adds them through the backend's Commands role."""
+"""The fused-MoE package's CLI verbs, `engine-check FILE` and `engine-tune`, added through the
+backend's Commands role."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The tuning worker's journal and heartbeat, and the supervisor that runs the worker: each
-finished item is one line appended to the journal (flushed and synced), and before each item the
-worker writes a heartbeat naming it; a worker that outlives an item's time limit is killed (the
-item journalled as a timeout), one that dies journals a crash, and a new worker resumes after the
-last journalled item."""
+"""The tuning worker's journal and heartbeat, and its supervisor: a worker past an item's time limit
+is killed (a timeout), one that dies journals a crash, and a new one resumes after the last
+journalled item."""
 
 from __future__ import annotations
 
@@ -55,15 +53,13 @@ class Yield(Exception):
 
 
 class Journal:
-    """The worker's journal: appends items (with the worker's pid) and, with a quota, ends the
-    worker after that many items, so that each item can run in a fresh process."""
+    """The worker's journal: appends items and, with a quota, ends the worker after that many."""
 
     def __init__(self, path: str | Path, quota: int = 0):
         self.path, self.quota, self.items = path, quota, 0
 
     def append(self, rec: dict, counts: bool = True) -> None:
-        """Journal one finished item (with the worker's pid and the wall time it ended at);
-        raise Yield once the quota is spent."""
+        """Journal one finished item; raise Yield once the quota is spent."""
         append_journal(self.path, {**rec, "pid": os.getpid(), "ended": round(time.time(), 3)})
         self.items += counts
         if counts and self.quota and self.items >= self.quota:
@@ -78,11 +74,7 @@ def beat(path: str | Path, key: str) -> None:
 
 
 def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts: int = 50):
-    """Run the worker until every item is journalled; return the journal's records.
-
-    An item (the heartbeat's key) that outlives its limit is killed and journalled as a
-    timeout; a worker that dies journals its item as a crash; either way a new worker resumes.
-    """
+    """Run the worker until every item is journalled; return the journal's records."""
     work_dir.mkdir(parents=True, exist_ok=True)
     spec_path, journal, heartbeat = (work_dir / n for n in ("spec.json", "journal.jsonl", "beat"))
     with atomic_path(spec_path) as tmp:
@@ -132,8 +124,7 @@ def _beat_key(heartbeat: Path) -> str | None:
 
 
 def _watch(proc, heartbeat: Path, spec: dict) -> str:
-    """Wait for the worker: 'done' (clean exit, all done), 'yield' (clean exit after its quota
-    of items), 'exit' (died), 'timeout' (killed)."""
+    """Return how the worker ended: 'done', 'yield', 'exit' (died) or 'timeout' (killed)."""
     while True:
         try:
             rc = proc.wait(timeout=0.5)

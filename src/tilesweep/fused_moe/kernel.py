@@ -1,30 +1,9 @@
-"""A fused-MoE Triton GEMM with the serving engines' launch semantics, and its host-side routing.
-
-The engines (vLLM, SGLang) run an expert GEMM over *routed pairs*: a decode step of M tokens with
-top-k routing has M * k (token, expert) pairs. The pairs are sorted by expert and each expert's
-run is padded to a multiple of BLOCK_SIZE_M with a sentinel id (M * k), so every row block of the
-sorted list belongs to one expert. A program computes one BLOCK_SIZE_M x BLOCK_SIZE_N tile:
-
-- it gathers its rows of A straight from the activations (row = pair id // a_row_div: the token
-  for the gate/up GEMM, whose A has one row per token; the pair itself for the down GEMM, whose A
-  has one row per pair), so nothing is copied into expert order first;
-- row blocks are swizzled in groups of GROUP_SIZE_M (a runtime value here, so one compiled kernel
-  serves every group size) so that neighbouring programs reuse the same weight columns in L2;
-- the down GEMM multiplies each row by its routing weight before the store;
-- an expert id of -1 (an expert on another rank) writes zeros;
-- fp8 operands carry scales per tensor, per token and channel, or per block (1 x GROUP_K of A,
-  GROUP_N x GROUP_K of B).
-
-For tiny batches, `direct_blocks` skips the sort: each pair gets a row block of its own.
-
-Three variants go beyond the engines' kernel (config keys the engines' files never carry): TMA
-loads the weight tiles through a tensor descriptor (the Hopper tensor-memory accelerator) instead
-of per-thread pointers; PERSISTENT launches P programs per multiprocessor that stride over the
-tiles instead of one program per tile; SPLIT_K = S splits each tile's reduction over up to S
-programs (never more than its K blocks) that add their fp32 partial sums atomically into a zeroed
-workspace, cast to the output after (more programs in flight when a small batch leaves few tiles
-to stream the weights).
-"""
+"""A fused-MoE Triton GEMM with the serving engines' launch semantics: over routed pairs sorted by
+expert, each run padded to BLOCK_SIZE_M, rows of A gathered in place, row blocks swizzled by
+GROUP_SIZE_M (a run-time value: one kernel for every group size), the routing weight applied in the
+down GEMM, expert -1 writing zeros, fp8 scales per tensor, channel or block. Variants beyond the
+engines': TMA weight loads, PERSISTENT programs per multiprocessor, SPLIT_K partial sums added
+atomically in fp32."""
 
 from __future__ import annotations
 
@@ -59,9 +38,7 @@ def _tile(
     TMA: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
-    """Compute one BLOCK_SIZE_M x BLOCK_SIZE_N output tile (tile: its swizzled index), or with
-    SPLIT_K > 1 the part of its reduction that program_id(1) owns, added into an fp32 output;
-    ptrs, sizes and strides are fused_moe_kernel's, in its order."""
+    """Compute one output tile (or with SPLIT_K > 1 its program's part of the reduction)."""
     a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr = ptrs[:7]
     expert_ids_ptr = ptrs[7]
     num_post_pad, N, K, em, num_valid, a_row_div, mul_routed, group_m = sizes
@@ -187,8 +164,7 @@ def fused_moe_kernel(
     PERSISTENT: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
-    """One program per output tile, or (PERSISTENT) a fixed grid whose programs stride over
-    the tiles; the grid's second axis (SPLIT_K) splits each tile's reduction."""
+    """One program per output tile, or (PERSISTENT) programs striding over the tiles."""
     ptrs = (a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr)
     ptrs += (expert_ids_ptr,)
     sizes = (tl.load(num_post_pad_ptr), N, K, em, num_valid, a_row_div, mul_routed, group_m)
@@ -245,9 +221,7 @@ def _sm_count(device) -> int:
 
 
 def weight_descriptor(b, block_n: int, block_k: int):
-    """Return a host-side tensor descriptor of [experts, N, K] weights seen as [experts * N, K],
-    in BLOCK_SIZE_N x BLOCK_SIZE_K boxes (the TMA variant); raise NotImplementedError where this
-    Triton has none."""
+    """Return a TMA descriptor of [experts, N, K] weights; NotImplementedError if unsupported."""
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError as exc:
@@ -271,9 +245,7 @@ def invoke(
     b_scale=None,
     block_shape: tuple[int, int] = (128, 128),
 ):
-    """Launch one fused-MoE GEMM: c[pair] = A[row(pair)] @ B[expert(pair)]^T (times the routing
-    weight when topk_weights is given); return c. `gather`: A has one row per token (gate/up);
-    SPLIT_K > 1 adds partial sums into a zeroed fp32 workspace, then copied into c."""
+    """Launch one fused-MoE GEMM, c[pair] = A[row(pair)] @ B[expert(pair)]^T; return c."""
     sorted_ids, expert_ids, num_post_pad = blocks
     n, k = b.shape[1], b.shape[2]
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]

@@ -1,6 +1,5 @@
-"""The tuning worker's compile step: one config per distinct compiled kernel of the search space,
-compiled into Triton's cache in a pool of processes before anything is timed, its refusals kept
-as results (a shared-memory refusal is a launch status, any other failure a compile one)."""
+"""The tuning worker's compile step: one config per compiled kernel, compiled in a pool before
+anything is timed, refusals kept as results."""
 
 from __future__ import annotations
 
@@ -12,16 +11,13 @@ from tilesweep.fused_moe.journal import beat
 
 
 def screened(spec: dict, configs: list[dict]) -> list[dict]:
-    """Return the configs screened at every batch key: GROUP_SIZE_M only changes which row
-    blocks run together, so each tile is screened at the space's first group size and the
-    finalists are then timed at every group size."""
+    """Return the configs screened: each tile at the space's first GROUP_SIZE_M (run-time only)."""
     first = spec["space"]["GROUP_SIZE_M"][0]
     return [c for c in configs if c["GROUP_SIZE_M"] == first]
 
 
 def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
-    """Return one config per distinct compiled kernel (GROUP_SIZE_M is a run-time argument),
-    leaving out those a constraint already rules out."""
+    """Return one config per distinct compiled kernel, less those a constraint rules out."""
     out, seen = [], set()
     for config in screened(spec, configs):
         key = space.tile_key(space.config_slug(config))
@@ -35,9 +31,7 @@ def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
 
 
 def refusal_status(reason: str, compiled: bool) -> str:
-    """Return the status of a config that cannot be screened: a shared-memory refusal at its
-    first launch (Triton's OutOfResources) is a launch result, any other failure of the
-    compile step a compile error, and a rule the config breaks a constraint."""
+    """Return the status of a config that cannot be screened: launch, compile or constraint."""
     if reason.startswith("OutOfResources"):
         return "launch"
     return "compile" if compiled else "constraint"
@@ -101,8 +95,7 @@ def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, 
 
 
 def compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
-    """Return {tile: error} of the configs' compiles: compiled in a pool the first time, and
-    journalled, so that a fresh worker (after a quota, a crash or a kill) reads them instead."""
+    """Return {tile: error} of the compiles, compiled once and journalled for fresh workers."""
     if key in done:
         return done[key]["failed"]
     beat(heartbeat, "compile")

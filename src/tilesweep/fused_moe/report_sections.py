@@ -1,17 +1,11 @@
-"""The fused-MoE package's report sections (Tuner.report_sections): its kernel tuned in the
-engines' conditions, and the drop-in engine files tuned in the engines' own kernels."""
+"""The fused-MoE package's report sections: its kernel's tuning and the drop-in engine files."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from tilesweep import package_data
-from tilesweep.columns import (
-    REPORT_DROPIN_COLUMNS,
-    TUNE_TARGET_COLUMNS,
-    TUNE_TOP_COLUMNS,
-    Status,
-)
+from tilesweep.columns import REPORT_DROPIN_COLUMNS, TUNE_TARGET_COLUMNS, TUNE_TOP_COLUMNS, Status
 from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
 from tilesweep.report.document import Block, Figure, Table, Text
 from tilesweep.report.formatting import plural
@@ -52,8 +46,7 @@ TOP_ROWS = 8
 
 
 def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str, list[Block]]]:
-    """Return its sections (key, title, short name, blocks) from the report's tune and dropins
-    tables (empty where absent)."""
+    """Return its sections (key, title, short name, blocks) from the tune and dropins tables."""
     empty = pd.DataFrame()
     blocks = {
         "tune": tune_blocks(tables.get("tune", empty)),
@@ -63,9 +56,7 @@ def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str
 
 
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
-    """Return the drop-in engine files (dropins.csv of fused_moe/engines/dropins): each file's path,
-    engine and version, and its worst and geometric-mean ratio against the engine's current
-    table on the held-out draw; where none is kept, where they come from."""
+    """Return the drop-in files' blocks: each file with its held-out ratios, else why none."""
     if dropins.empty:
         return [
             Text(
@@ -91,9 +82,7 @@ def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
 
 
 def tune_blocks(tune: pd.DataFrame) -> list[Block]:
-    """Return the tuning section's blocks: per batch, the project kernel's tuned config against
-    each engine default and the torch baseline (both GEMMs summed), and why configs could not
-    run; none of it is exported (the engines' files are tuned in their own kernels)."""
+    """Return the tuning section's blocks: tuned config against each default and torch."""
     if tune.empty:
         return [Text(TEXTS["untuned"])]
     summary = tune_summary(tune)

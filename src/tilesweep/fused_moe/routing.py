@@ -1,14 +1,11 @@
-"""The fused-MoE kernel's host-side routing: the routed (token, expert) pairs sorted by expert,
-each expert's run padded to a multiple of BLOCK_SIZE_M with a sentinel id so that every row block
-of the sorted list belongs to one expert; or, for tiny batches, a row block per pair (no sort)."""
+"""The fused-MoE kernel's host-side routing: pairs sorted by expert and padded to BLOCK_SIZE_M with
+a sentinel, or one row block per pair for tiny batches."""
 
 from __future__ import annotations
 
 
 def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
-    """Return (sorted_ids, expert_ids, num_post_pad): routed pairs sorted by expert, each expert's
-    run padded to a multiple of block_m with the sentinel id (pairs). `expert_map` maps a global
-    expert to its local index on this rank (-1: elsewhere)."""
+    """Return (sorted_ids, expert_ids, num_post_pad); `expert_map`: global to local (-1)."""
     import torch
 
     flat = topk_ids.reshape(-1).to(torch.int64)
@@ -31,9 +28,7 @@ def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
 
 
 def buffered_blocks(topk_ids, block_m: int, experts: int, size: int):
-    """Return align_blocks' (sorted_ids, expert_ids, num_post_pad) in an engine's buffers: size
-    rows of sorted ids, the sentinel past the used ones, and an expert id (-1 past the used
-    blocks) per row block of them."""
+    """Return align_blocks' layout in an engine's buffers of `size` rows."""
     import torch
 
     sorted_ids, expert_ids, post_pad = align_blocks(topk_ids, block_m, experts)
@@ -47,8 +42,7 @@ def buffered_blocks(topk_ids, block_m: int, experts: int, size: int):
 
 
 def direct_blocks(topk_ids, block_m: int, expert_map=None):
-    """Return (sorted_ids, expert_ids, num_post_pad) for the tiny-batch path: no sort, each routed
-    pair owns one row block (its first row; the rest are the sentinel)."""
+    """Return (sorted_ids, expert_ids, num_post_pad) with one row block per routed pair."""
     import torch
 
     flat = topk_ids.reshape(-1).to(torch.int64)

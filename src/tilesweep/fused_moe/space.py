@@ -1,6 +1,5 @@
-"""Pure arithmetic of fused-MoE tuning in the engines' conditions: the search space, which configs
-can exist on a device, the engines' default heuristics, the problems per layout, and the names of
-the engines' config files."""
+"""Pure arithmetic of fused-MoE tuning: the search space, constraints, the engines' default rules,
+the problems per layout and the engines' config file names."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 
 def config_slug(config: dict) -> str:
-    """Return a readable identity of one config, e.g. 'm64n128k64-g16-w4-s3', with '-tma',
-    '-p<P>', '-sk<S>' and '-sort' after it for the variants."""
+    """Return a config's identity, e.g. 'm64n128k64-g16-w4-s3[-tma][-p2][-sk2][-sort]'."""
     slug = (
         f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
         f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
@@ -83,6 +81,14 @@ def engine_part(config: dict) -> dict:
     return {key: config[key] for key in SPACE_KEYS}
 
 
+def distinct(configs: list[dict]) -> list[dict]:
+    """Return the configs in order without repeats (the first of each slug)."""
+    out: dict[str, dict] = {}
+    for config in configs:
+        out.setdefault(config_slug(config), config)
+    return list(out.values())
+
+
 def search_space(space: dict[str, list[int]]) -> list[dict]:
     """Return every config of the space (the product of its value lists), in a fixed order."""
     values = [space[key] for key in SPACE_KEYS]
@@ -90,8 +96,7 @@ def search_space(space: dict[str, list[int]]) -> list[dict]:
 
 
 def smem_estimate(config: dict, dtype: str) -> int:
-    """Return the shared memory a config's software pipeline needs, in bytes: num_stages - 1
-    buffered A and B tiles (Triton's pipeliner keeps one stage in registers), at least one."""
+    """Return a config's shared memory in bytes: num_stages - 1 buffered A and B tiles."""
     per_stage = (
         (config["BLOCK_SIZE_M"] + config["BLOCK_SIZE_N"])
         * config["BLOCK_SIZE_K"]
@@ -130,45 +135,40 @@ def scale_mode(dtype: str) -> str:
 
 
 def tile_key(slug: str) -> str:
-    """Return the part of a config slug that names its compiled kernel (all but GROUP_SIZE_M,
-    a run-time argument, and SORT, a choice of the host's routing blocks)."""
+    """Return the part of a slug naming its compiled kernel (no GROUP_SIZE_M, no SORT)."""
     return re.sub(r"-g\d+", "", slug, count=1).removesuffix("-sort")
 
 
 def graph_amortisation(spec: dict) -> dict:
-    """Return time_call's in-graph amortisation of a tuning spec's final timings: up to
-    graph_calls calls per replay, enough to fill graph_fill_ms (specs of older runs: one)."""
+    """Return time_call's in-graph amortisation of a spec (older specs: one call per replay)."""
     return {"max_calls": spec.get("graph_calls", 1), "fill_ms": spec.get("graph_fill_ms", 1.0)}
 
 
 def is_direct(m: int, problem: dict, sparsity: int) -> bool:
-    """Return whether the engines take the tiny-batch direct path for M tokens (one row block
-    per routed pair, no sort): M * top_k * sparsity <= E (vLLM's SPARSITY_FACTOR)."""
+    """Return whether the engines take the direct path: M * top_k * sparsity <= E."""
     return m * problem["top_k"] * sparsity <= problem["experts"]
 
 
-def _holds(rule: dict, m: int, experts: int, dtype: str) -> bool:
-    """Return whether every condition of one heuristic rule holds (no condition: always).
-    `dtype: fp8` holds for both fp8 formats (per-tensor or per-channel "fp8", and "fp8_block",
-    128 x 128 block scales); `block` holds when the format's block-scaling is as given."""
-    checks = {
-        "m_max": lambda v: m <= v,
-        "m_le_e": lambda v: (m <= experts) == v,
-        "m_per_e_over": lambda v: m // experts > v,
-        "dtype": lambda v: dtype.split("_")[0] == v,
-        "block": lambda v: (dtype == "fp8_block") == v,
-    }
-    return all(checks[name](value) for name, value in rule.items() if name != "value")
+def condition_holds(name: str, value, m: int, experts: int, dtype: str) -> bool:
+    """Return whether one default-rule condition holds (`dtype: fp8` covers both fp8 formats)."""
+    if name == "m_max":
+        return m <= value
+    if name == "m_le_e":
+        return (m <= experts) == value
+    if name == "m_per_e_over":
+        return m // experts > value
+    if name == "dtype":
+        return dtype.split("_")[0] == value
+    return (dtype == "fp8_block") == value  # block
 
 
 def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
-    """Return the config an engine's default heuristic picks for M tokens over E local experts:
-    per key, the value of the first rule whose conditions hold (`rules[key]` is that list;
-    conditions m_max: M <= v, m_le_e: (M <= E) == v, m_per_e_over: M // E > v, dtype, block)."""
+    """Return the config the default rules pick for M tokens over E experts (first that holds)."""
     out = {}
     for key in SPACE_KEYS:
         for rule in rules[key]:
-            if _holds(rule, m, experts, dtype):
+            conditions = ((k, v) for k, v in rule.items() if k != "value")
+            if all(condition_holds(k, v, m, experts, dtype) for k, v in conditions):
                 out[key] = rule["value"]
                 break
         else:
@@ -177,23 +177,18 @@ def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
 
 
 def engine_sources(engines) -> tuple[str, ...]:
-    """Return the timed sources of the engines' space: the finalists and each engine's default
-    (the project's variants and the baseline are not among them)."""
+    """Return the timed sources of the engines' space: the finalists and each engine's default."""
     return ("finalist", *(f"{name}-default" for name in engines))
 
 
 def guard_source(spec: dict) -> str | None:
-    """Return the source of the default the tuned table must never lose to (journals of older
-    runs name none: vLLM's), or None where that engine has no default in the spec."""
+    """Return the source of the guarding default (older journals: vLLM's), or None if absent."""
     guard = spec.get("guard_default", "vllm")
     return f"{guard}-default" if guard in spec["engine_defaults"] else None
 
 
 def pick(times: dict, routings: list[str], guard: dict | None = None) -> str | None:
-    """Return the config with the smallest time summed over every routing, among the configs
-    of `times` ({config: {routing: ms}}) timed on all of them; with `guard` (a default's
-    {routing: ms}, timed on all), only configs no slower than it on any routing qualify, so the
-    default itself always does. Ties go to the smaller name; None when none qualifies."""
+    """Return the config fastest over all routings, no slower than `guard` on any (ties: name)."""
     ok = {c: t for c, t in times.items() if all(r in t for r in routings)}
     if guard and all(r in guard for r in routings):
         ok = {c: t for c, t in ok.items() if all(t[r] <= guard[r] for r in routings)}
@@ -206,8 +201,7 @@ def nearest_key(keys: list[int], m: int) -> int:
 
 
 def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
-    """Return the distinct expert-GEMM problems the layouts put on one GPU: local experts E and
-    shard intermediate N (the engines' N: the intermediate size over the TP degree)."""
+    """Return the distinct expert-GEMM problems (E, N = intermediate / TP) on one GPU."""
     seen, out = set(), []
     for layout in layouts:
         tp, ep = layout.tp, layout.ep
@@ -229,8 +223,7 @@ def gemm_shapes(problem: dict) -> dict[str, tuple[int, int]]:
 
 
 def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
-    """Return the engines' tuned-config file name, e.g.
-    'E=256,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8.json'."""
+    """Return the engines' config file name, e.g. 'E=256,N=2048,device_name=NVIDIA_H200.json'."""
     name = f"E={experts},N={n},device_name={device_name.replace(' ', '_')}"
     if ENGINE_DTYPE[dtype]:
         name += f",dtype={ENGINE_DTYPE[dtype]}"
@@ -238,8 +231,7 @@ def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
 
 
 def engine_file_text(configs: dict[str, dict], triton: str) -> str:
-    """Return a tuned table as the engines' own tuners write it: "triton_version" first, then
-    the batch keys in numeric order, each config's keys in the engines' order, 4-space indent."""
+    """Return a tuned table as the engines' tuners write it (triton_version first, keys sorted)."""
     table = {"triton_version": triton}
     for m in sorted(configs, key=int):
         table[str(m)] = {key: configs[m][key] for key in SPACE_KEYS}
@@ -247,8 +239,7 @@ def engine_file_text(configs: dict[str, dict], triton: str) -> str:
 
 
 def pair_traffic(problem: dict, gemm: str, pairs: int, touched: int, dtype: str) -> dict:
-    """Return the fewest bytes and the FLOPs of one GEMM over `pairs` routed rows that touch
-    `touched` experts: each touched expert's weights read once, A read once, C written once."""
+    """Return the fewest bytes and the FLOPs of one GEMM over `pairs` rows on `touched` experts."""
     n, k = gemm_shapes(problem)[gemm]
     b = OPERAND_BYTES[dtype]
     a_rows = pairs // problem["top_k"] if gemm == "gate_up" else pairs

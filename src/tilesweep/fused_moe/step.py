@@ -1,6 +1,5 @@
-"""The fused-MoE step runner's part of the measured whole step (StepRunner.fused_setup): the
-routing of one micro-batch to the project kernel's row blocks, and the config its tuned table
-(or the engines' default rules) picks for the GEMMs' M."""
+"""The fused-MoE step runner's part of the measured whole step: one micro-batch's routing and the
+config the tuned table (or the default rules) picks."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from tilesweep.fused_moe.space import engine_default, nearest_key
 
 
 def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
-    """Return (config, where it came from) for a fused-MoE GEMM of M rows: the tuned table's
-    nearest batch key (as the engines pick), else the engines' default rules."""
+    """Return (config, where it came from): the tuned table's nearest key, else default rules."""
     configs = table.get("configs")
     if configs:
         key = nearest_key([int(k) for k in configs], m)
@@ -23,10 +21,7 @@ def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
 
 
 def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
-    """Return the fused-MoE kernel's routing for one micro-batch: the pairs' experts (fixed,
-    balanced), their row blocks (aligned once here: the step's graph replays them), and the
-    config the tuned table or the engines' default picks for the GEMMs' M, and the kernel call
-    the step's expert GEMMs make (`invoke`)."""
+    """Return one micro-batch's routing, row blocks, config and kernel call (`invoke`)."""
     torch, top_k = rank.torch, rank.model["top_k"]
     if rank.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k
         pairs, m, k = n * top_k, n, top_k

@@ -1,22 +1,8 @@
-"""Stage tune_configs (and tune_replay): the project's fused-MoE kernel tuned in the serving
-engines' conditions, its picks kept for the whole step's runner and never exported as an
-engine's config file.
-
-One job per dtype on a GPU machine. The work runs in a worker process (fused_moe/tune_worker.py)
-that journals every finished item, supervised (fused_moe/journal.py): a worker that outlives an
-item's time limit is killed (the item is recorded as a timeout), one that dies records a crash,
-and in both cases a new worker resumes after the last journalled item. A rerun of the job resumes
-the same way, since the journal lives beside the outputs and is not one of them.
-
-Outputs: `results/tune/fused_moe/<dtype>.csv` (every timed config, default, baseline and engine
-row at every batch and routing, with speed-ups over the engines' defaults, bandwidth and math
-fractions; `tuned` marks the pick in the engines' space, `best` the pick with the kernel's own
-variants) and `results/tune/fused_moe/project_kernel/<dtype>/` with
-`project_kernel_E=..,N=..,device_name=..[,dtype=..].json`, one per (local experts, shard N) that
-the grid's layouts put on a GPU, and a README.txt. The kernel is not the engines': the files to
-drop into vLLM or SGLang are tuned and picked in each engine's own kernel
-(fused_moe/engines/stage.py, `results/tuned/fused_moe/engine_<engine>/`).
-"""
+"""Stage tune_configs (and tune_replay): the project's fused-MoE kernel tuned in the engines'
+conditions, one job per dtype, in a supervised worker that journals each item (journal.py), so a
+kill, crash or rerun resumes after the last item. Outputs results/tune/fused_moe/<dtype>.csv and the
+project kernel's picks under a name no engine reads; the engines' files are tuned in their own
+kernels (engines/stage.py)."""
 
 from __future__ import annotations
 
@@ -108,9 +94,7 @@ def evaluate(
     peak_tflops: float | None,
     read_gbs: float | None = None,
 ):
-    """Return the tune table: one row per (problem, batch, routing, runner) with both GEMMs'
-    times, the tuned pick (the engines' space) and the best pick (with the project's variants)
-    per batch, and every row's speed-up over each engine default and the baseline."""
+    """Return the tune table: every timing with its picks and speed-ups over defaults and torch."""
     rows = []
     for rec in records.values():
         if rec["phase"] == SCREEN and rec["status"] != Status.OK:
@@ -138,8 +122,7 @@ def evaluate(
 
 
 def _failed_screen(spec: dict, rec: dict) -> dict:
-    """Return the row of a config that could not be screened, with its reason (a shared-memory
-    refusal at the first launch is a launch result, whatever an older worker journalled)."""
+    """Return the row of a config that could not be screened, with its reason."""
     problem = spec["problems"][rec["problem"]]
     if rec["status"] == Status.COMPILE:  # journals written before the launch status existed
         rec = {**rec, "status": refusal_status(rec.get("reason", ""), compiled=True)}
@@ -204,16 +187,9 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
 def _mark_pick(
     spec: dict, table: pd.DataFrame, column: str, sources: tuple, guard: str | None = None
 ) -> pd.DataFrame:
-    """Add a pick column: at each (problem, batch), the config among the rows of `sources` with
-    the smallest gate_up + down time summed over every routing timed (a table picked on one
-    routing loses to the engine's default on another), at the engines' batch keys and at the
-    extra batches past them alike (an extra batch's finalists are its nearest key's, timed at
-    the batch itself; the project kernel's table carries it as one more key, which the step's
-    runner reaches by the engines' nearest-key rule). With `guard` (a default's source), only
-    configs no slower than that default on any routing qualify, so the default itself always
-    does. `tuned` (the engines' space: the finalists and the engines' own defaults, guarded by
-    spec['guard_default']'s default) is the project kernel's table (write_configs; never an
-    engine's file); `best` adds the project's variants, unguarded."""
+    """Add a pick column: per (problem, batch), the config of `sources` fastest summed over every
+    routing (one routing's pick loses to a default on another), guarded by `guard` where given.
+    `tuned` is the project kernel's table; `best` adds the variants, unguarded."""
     table[column] = False
     project = table["runner"].astype(str).map(backends.runner_kind) == "fused"
     both = table[
@@ -238,9 +214,7 @@ def _mark_pick(
 
 
 def _speedups(table: pd.DataFrame, engines) -> pd.DataFrame:
-    """Add, per row, each engine default's (`over_<engine>_default`, for every engine of the
-    spec's defaults) and the baseline's time over its time (same problem, batch, routing and
-    op), i.e. how much faster the row is than each."""
+    """Add each engine default's and the baseline's time over the row's (`over_<source>`)."""
     keys = ["experts", "n", "m", "routing", "op"]
     ok = table[table["status"] == Status.OK]
     pairs = [(f"{name}-default", f"over_{name}_default") for name in engines]
@@ -253,8 +227,7 @@ def _speedups(table: pd.DataFrame, engines) -> pd.DataFrame:
 
 
 def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict[str, dict]]:
-    """Return {(experts, n): {str(M): config}} of the project kernel's tuned picks at every
-    batch timed: the engines' keys and the extra batches past them."""
+    """Return {(experts, n): {str(M): config}} of the tuned picks at every batch timed."""
     out: dict[tuple[int, int], dict[str, dict]] = {}
     picks = table[
         table["tuned"] & (table["op"] == "both") & (table["routing"] == spec["routing"][0])
@@ -266,8 +239,7 @@ def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict
 
 
 def write_configs(out_dir: Path, tuned: dict, device_name: str, dtype: str, triton: str) -> None:
-    """Write each problem's table in the engines' format under a name no engine reads
-    (project_kernel_file), with a README.txt saying what they are and which files to use."""
+    """Write each problem's table under a name no engine reads, with a README.txt."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "README.txt", PROJECT_KERNEL_README)
     for (experts, n), configs in tuned.items():
@@ -306,8 +278,7 @@ def tune_fused_moe(
 def write_outputs(
     spec: dict, records: dict, ceilings: dict, versions: dict, table_path, configs_dir
 ) -> tuple[int, int]:
-    """Write the tune table and the project kernel's picks from a worker's journal records;
-    return (rows, config files). `versions` holds the driver and Triton that timed them."""
+    """Write the tune table and picks from journal records; return (rows, config files)."""
     dtype = spec["dtype"]
     peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
     table = evaluate(spec, records, ceilings.get("copy_gbs"), peak, ceilings.get("read_gbs"))
@@ -323,10 +294,7 @@ def write_outputs(
 
 
 def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=None) -> None:
-    """Re-evaluate a kept tuning run from its journals (no GPU): FOLDER/<dtype>/spec.json, its
-    journal (journal.jsonl, or journal.jsonl.gz as kept in docs/examples), versions.json, and
-    FOLDER/ceilings.json; write the tune table and the project kernel's picks with the
-    current evaluation and pick, every time as measured."""
+    """Re-evaluate a kept tuning run from its journals (no GPU) and write its outputs."""
     import gzip
     import tempfile
 

@@ -1,5 +1,5 @@
-"""What the tuning section derives from the tune table: the tuned config per batch and its
-figures against the tuning targets."""
+"""What the tuning section derives from the tune table: the tuned config per batch and its figures
+against the targets."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ from tilesweep.columns import TUNE_SUMMARY_COLUMNS, TUNE_TARGET_COLUMNS, Status
 
 
 def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per (dtype, problem, routing) of a tune summary: the lowest speed-up over
-    the vLLM default at every batch timed and at M >= 1,024 (tuned and best), the highest
-    fraction of the read-only bandwidth that 1.15x over that default needs at M >= 1,024 (above
-    1: no kernel that reads each touched expert's weights once gets there), the lowest best
-    speed-up over torch at 1-256 tokens per expert, and the lowest copy fraction at 32 tokens
-    per expert or fewer (and from 1 to 32); the same two for the fastest config timed at each
-    batch and routing (the project's kernel at its best there)."""
+    """Return one row per (dtype, problem, routing) of a tune summary: the lowest speed-ups over
+    vLLM's default (all batches, M >= 1,024), the bandwidth fraction 1.15x needs (above 1: no
+    once-reading kernel gets there), the lowest speed-up over torch at 1-256 tokens per expert and
+    the copy fractions at 32 or fewer."""
     keys = ["dtype", "experts", "n", "routing"]
     rows = []
     for key, group in summary.groupby(keys):
@@ -55,16 +52,14 @@ _BEST_COLUMNS = {"config": "config", "over_vllm_default": "x_vllm", "over_baseli
 
 
 def _fastest_per_point(rows: pd.DataFrame, keys: list[str], prefix: str, columns: dict):
-    """Return the fastest of `rows` per `keys` (ties: the smaller config), with `columns`
-    renamed to prefix + their new name."""
+    """Return the fastest of `rows` per `keys` (ties: the smaller config), columns prefixed."""
     first = rows.sort_values([*keys, "time_ms", "config"]).drop_duplicates(keys)
     names = {col: prefix + (new or col) for col, new in columns.items()}
     return first[[*keys, *columns]].rename(columns=names)
 
 
 def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per (dtype, problem, batch, routing): the tuned config, its time, its
-    speed-ups over the engine defaults and the baseline, and its copy fraction."""
+    """Return the tuned config per (dtype, problem, batch, routing) with its speed-ups."""
     picked = tune[(tune["tuned"] == True) & (tune["op"] == "both")]  # noqa: E712
     if picked.empty:
         return pd.DataFrame(columns=TUNE_SUMMARY_COLUMNS)

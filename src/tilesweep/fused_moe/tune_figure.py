@@ -1,5 +1,4 @@
-"""The tuning figure: the project kernel's tuned config against the vLLM default config and the
-torch grouped GEMM, per batch, one panel per dtype and problem (tune_analysis.tune_summary)."""
+"""The tuning figure: the tuned config against vLLM's default and torch, per batch."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ PANELS_PER_ROW = 2
 
 
 def tune_speedup(tables: dict[str, pd.DataFrame]) -> Figure:
-    """Return the tuned config's speed-up (other's time over its own) against the batch M, one
-    panel per dtype and problem (experts x n), a line per ratio and routing; 1 marked."""
+    """Return the tuned config's speed-up against M, one panel per dtype and problem."""
     tune = tables.get("tune", pd.DataFrame())
     summary = tune_summary(tune) if not tune.empty else pd.DataFrame()
     if summary.empty:

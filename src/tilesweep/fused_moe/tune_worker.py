@@ -1,20 +1,8 @@
-"""The fused-MoE tuning worker: one process that compiles the search space (in a pool of compile
-processes), screens every config at every batch key, screens the project's kernel variants (TMA,
-persistent, split-K, sorted tiny batches) of the best screened tiles, then times the finalists
-of both, the engines' default configs, the torch baseline and (where installed) the engine's own
-kernel precisely.
-
-Each finished item is one line appended to a journal (fused_moe/journal.py), so a worker that is
-killed or crashes loses only the item in flight: the supervisor restarts it, records that item
-as a timeout or crash, and the new worker skips everything already in the journal. Before each
-item the worker writes a heartbeat, which is how the parent knows what was in flight.
-
-With spec['items_per_worker'] = N the worker exits after N items (heartbeat 'yield') and the
-parent starts a fresh one, so N = 1 runs every config's screen and every batch's finals in a
-process of its own; compile outcomes are journalled once and read by the workers that follow.
-
-Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json
-"""
+"""The fused-MoE tuning worker: compiles the space, screens every config at every key and the
+variants of the best tiles, then times finalists, defaults, torch and the engine's kernel. Each
+finished item is a journal line and each item starts with a heartbeat, so a killed or crashed worker
+loses only the item in flight; with items_per_worker = N it exits after N items for a fresh one.
+Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json"""
 
 from __future__ import annotations
 
@@ -32,28 +20,19 @@ from tilesweep.measure.timing import time_call
 
 def candidates(spec: dict) -> list[dict]:
     """Return every config of the search space with the engines' defaults appended (deduped)."""
-    configs = space.search_space(spec["space"])
-    slugs = {space.config_slug(c) for c in configs}
-    for problem in spec["problems"]:
-        for m in spec["final_batches"]:
-            for rules in spec["engine_defaults"].values():
-                cfg = space.engine_default(rules, m, problem["experts"], spec["dtype"])
-                if space.config_slug(cfg) not in slugs:
-                    slugs.add(space.config_slug(cfg))
-                    configs.append(cfg)
-    return configs
+    defaults = [
+        space.engine_default(rules, m, problem["experts"], spec["dtype"])
+        for problem in spec["problems"]
+        for m in spec["final_batches"]
+        for rules in spec["engine_defaults"].values()
+    ]
+    return space.distinct([*space.search_space(spec["space"]), *defaults])
 
 
 def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
-    """Return the variants to screen on a problem: each of the spec's variants of the
-    `variant_tiles` best screened tiles of the engines' space at every batch key."""
-    tiles, seen = [], set()
-    for m in spec["batch_keys"]:
-        for config in _finalists(done, p_idx, m, spec["variant_tiles"]):
-            slug = space.config_slug(config)
-            if slug not in seen:
-                seen.add(slug)
-                tiles.append(config)
+    """Return the variants to screen: each spec variant of the `variant_tiles` best tiles."""
+    best = [_finalists(done, p_idx, m, spec["variant_tiles"]) for m in spec["batch_keys"]]
+    tiles = space.distinct([config for configs in best for config in configs])
     return [{**tile, **variant} for tile in tiles for variant in spec["variants"]]
 
 
@@ -103,9 +82,7 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
 def _finalists(
     done: dict, p_idx: int, m: int, count: int, variants: bool = False, direct: bool = True
 ) -> list[dict]:
-    """Return the `count` configs with the smallest screened gate_up + down time at batch m:
-    of the engines' space, or (variants) of the project's variants; a SORT variant only where
-    the batch takes the direct path (`direct`), since elsewhere it is its tile again."""
+    """Return the `count` fastest screened configs at m (SORT variants on the direct path only)."""
     scored = []
     for rec in done.values():
         if rec["phase"] != SCREEN or rec["problem"] != p_idx or rec["status"] != "ok":
@@ -120,8 +97,7 @@ def _finalists(
 
 
 def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) -> list[tuple]:
-    """Return the (source, config) pairs timed at final batch m: the finalists of the engines'
-    space and of the variants at every group size, then each engine's default."""
+    """Return the (source, config) pairs timed at final batch m."""
     near = space.nearest_key(spec["batch_keys"], m)
     direct = space.is_direct(m, problem, spec["direct_sparsity"])
     picks = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
@@ -139,8 +115,7 @@ def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) ->
 
 
 def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
-    """Return one row per entry and one for the torch baseline, each timed in CUDA graphs on
-    both GEMMs at one batch and routing (or its status and reason)."""
+    """Return one row per entry and the torch baseline, timed in CUDA graphs at one batch."""
     # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe import case
 
@@ -198,8 +173,7 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
 
 
 def main(spec_path: str, journal_path: str, heartbeat: str) -> None:
-    """Run the unfinished items of the spec, journalling each (at most spec['items_per_worker']
-    of them when that is set, then exit for a fresh worker)."""
+    """Run the spec's unfinished items, journalling each (at most items_per_worker, if set)."""
     spec = json.loads(Path(spec_path).read_text())
     journal = Journal(journal_path, spec.get("items_per_worker", 0))
     try:

@@ -1,23 +1,9 @@
-"""A fused MLA decode attention in Triton: one query token per sequence, every query head against
-the sequence's shared latent cache, in the absorbed form engines run at decode (FlashMLA's job).
-
-Per sequence the cache holds one latent row per token, `lat` values then the rope key
-(`rope` values); a query head is `lat + rope` values (its absorbed no-rope part, then its rope
-part). Scores are query . key over both parts, a softmax over the tokens, and the output per head
-is the probability-weighted sum of the tokens' latent parts (`lat` values).
-
-Two kernels, as flash-decoding runs them:
-- `_split`: a program takes BLOCK_H heads of one sequence, one split of its tokens and one of
-  LAT_SPLIT slices of the output's latent values; it streams those tokens' rows once (the
-  programs of a sequence are neighbours, so its rows are read from DRAM once and from L2 after),
-  keeps the running max, sum and weighted sum in registers (online softmax) and writes them per
-  split. LAT_SPLIT=2 halves the accumulator's registers (what lets 64 heads share one program)
-  at the cost of computing the scores twice;
-- `_combine`: per sequence and head, the splits rescaled to the common max and summed.
-With `indices` (the DSA indexer's top tokens per sequence) only those tokens are read, straight
-from the cache by index: no gathered copy of the cache is made. Nothing of a scores matrix is ever
-written to memory.
-"""
+"""A fused MLA decode attention in Triton (FlashMLA's job): one query token per sequence, every head
+against the shared latent cache, in the absorbed form. As flash-decoding: `_split` streams one split
+of a sequence's tokens once for BLOCK_H heads with an online softmax (LAT_SPLIT=2 halves the
+accumulator's registers, so 64 heads share a program, at twice the scores), `_combine` rescales and
+sums the splits. With `indices` (DSA's top tokens) only those rows are read, by index; no scores
+matrix is written."""
 
 from __future__ import annotations
 
@@ -143,8 +129,7 @@ def _combine(
 
 @dataclass(frozen=True)
 class Config:
-    """A launch configuration of `_split`: heads and tokens per program block, latent slices
-    per program, warps and pipeline stages."""
+    """A launch configuration of `_split`: heads, tokens, latent slices, warps and stages."""
 
     block_h: int = 16
     block_t: int = 32
@@ -185,14 +170,39 @@ def plan(
     block_t: int = 32,
     lat_split: int = 1,
 ):
-    """Return (programs along heads and latent slices, splits, tokens per split) for a launch:
-    split each sequence's tokens until about TARGET_PROGRAMS programs are in flight, never below
-    one BLOCK_T per split."""
+    """Return (programs along heads and slices, splits, tokens per split) for TARGET_PROGRAMS."""
     hb = triton.cdiv(heads, block_h) * lat_split
     most = max(1, triton.cdiv(tokens, block_t))
     splits = max(1, min(most, triton.cdiv(TARGET_PROGRAMS, max(1, sequences * hb))))
     chunk = triton.cdiv(triton.cdiv(tokens, splits), block_t) * block_t
     return hb, triton.cdiv(tokens, chunk), chunk
+
+
+def _query_parts(query, q_rope, lat: int):
+    """Return (absorbed part, rope part) of a query, each of unit stride along its values."""
+    if q_rope is None:
+        query, q_rope = query[..., :lat], query[..., lat:]
+    if query.stride(-1) != 1 or q_rope.stride(-1) != 1:
+        raise ValueError("mla_decode: query rows must have unit stride along their values")
+    return query, q_rope
+
+
+def _combine_splits(acc, ml, out, splits: int, lat: int, block_lat: int) -> None:
+    """Launch `_combine`: each sequence's and head's splits rescaled and summed into out."""
+    n, heads, _ = out.shape
+    _combine[(heads, n)](
+        acc,
+        ml,
+        out,
+        heads,
+        splits,
+        out.stride(0),
+        out.stride(1),
+        LAT=lat,
+        BLOCK_LAT=block_lat,
+        BLOCK_S=triton.next_power_of_2(splits),
+        num_warps=4,
+    )
 
 
 def mla_decode(
@@ -206,15 +216,8 @@ def mla_decode(
     config: Config | None = None,
     q_rope=None,
 ):
-    """Return the attention output [n, heads, lat] of query [n, heads, lat + rope] over cache
-    [n, tokens, lat + rope] (or only the tokens `indices` [n, k] names); two Triton launches.
-    `config`: the launch configuration (else the tuned one for these heads). With `q_rope`
-    [n, heads, rope], query is the absorbed part alone [n, heads, lat] and the two are read where
-    they lie (any strides along sequences and heads): no concatenated copy is made."""
-    if q_rope is None:
-        query, q_rope = query[..., :lat], query[..., lat:]
-    if query.stride(-1) != 1 or q_rope.stride(-1) != 1:
-        raise ValueError("mla_decode: query rows must have unit stride along their values")
+    """Return the attention output [n, heads, lat] of query over cache (or `indices`' tokens)."""
+    query, q_rope = _query_parts(query, q_rope, lat)
     n, heads, _ = query.shape
     rope = q_rope.shape[-1]
     tokens = indices.shape[1] if indices is not None else cache.shape[1]
@@ -259,19 +262,7 @@ def mla_decode(
         num_warps=c.num_warps,
         num_stages=c.num_stages,
     )
-    _combine[(heads, n)](
-        acc,
-        ml,
-        out,
-        heads,
-        splits,
-        out.stride(0),
-        out.stride(1),
-        LAT=lat,
-        BLOCK_LAT=block_lat,
-        BLOCK_S=triton.next_power_of_2(splits),
-        num_warps=4,
-    )
+    _combine_splits(acc, ml, out, splits, lat, block_lat)
     return out
 
 

@@ -1,16 +1,6 @@
-"""The small fused kernels engines run around a decode step's GEMMs, in Triton: one launch each
-where torch would launch two to four.
-
-- `add_rms_norm`: the residual add and the next RMSNorm (vLLM's fused_add_rms_norm): h += y in
-  place, then the normalised h times the weight;
-- `rms_norm`: an RMSNorm of rows read where they lie (a column slice of a merged projection's
-  output, as MLA's q_a norm reads it): one launch, no contiguous copy first;
-- `silu_and_mul`: the gated activation of a gate/up product (vLLM's silu_and_mul);
-- `topk_softmax`: the router's top-k logits and their softmax, written as the routing weights
-  (vLLM's topk_softmax);
-- `index_scores`: the DSA indexer's token scores, sum over index heads of weight x relu(q . k)
-  (what DeepGEMM's fp8_mqa_logits computes for the engines), with no per-head scores in memory.
-"""
+"""The small fused kernels engines run around a decode step's GEMMs, one launch each: add_rms_norm
+(vLLM's fused_add_rms_norm), rms_norm of a strided slice, silu_and_mul, topk_softmax (vLLM's), and
+index_scores (DSA's indexer, what DeepGEMM's fp8_mqa_logits computes)."""
 
 from __future__ import annotations
 
@@ -20,8 +10,7 @@ import triton.language as tl
 
 @triton.jit
 def _store_rms_norm(v, w_ptr, out_ptr, row, cols, c, mask, eps):
-    """Store RMSNorm(v) x weight into out's row `row` (v: that row in fp32; inlined into the
-    callers, so each compiles as if written out)."""
+    """Store RMSNorm(v) x weight into out's row `row` (inlined into the callers)."""
     inv = 1.0 / tl.sqrt(tl.sum(v * v, 0) / cols + eps)
     w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * cols + c, (v * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
@@ -58,8 +47,7 @@ def _rms_norm(x_ptr, w_ptr, out_ptr, cols, stride_x, eps, BLOCK: tl.constexpr):
 
 
 def rms_norm(torch, x, weight, eps: float = 1e-6):
-    """Return RMSNorm(x) x weight as a new contiguous [n, cols]; one launch. x: [n, cols] with
-    unit stride along its columns (any row stride)."""
+    """Return RMSNorm(x) x weight as a new contiguous [n, cols] (any row stride); one launch."""
     n, cols = x.shape
     if x.stride(1) != 1:
         raise ValueError("rms_norm: rows must have unit stride along their columns")
@@ -113,8 +101,7 @@ def _topk_softmax(
 
 
 def topk_softmax(torch, logits, k: int, out):
-    """Write the softmax of each row's k largest logits into out ([n * k], row-major); one
-    launch. logits: [n, experts]."""
+    """Write the softmax of each row's k largest logits into out ([n * k]); one launch."""
     n, experts = logits.shape
     if n:
         _topk_softmax[(n,)](
@@ -168,9 +155,7 @@ def _index_scores(
 
 
 def index_scores(torch, iq, keys, weights):
-    """Return [n, tokens]: sum over heads of weights[n, h] x relu(iq[n, h] . keys[n, t]); one
-    launch. iq: [n, heads, dim], keys: [n, tokens, dim], weights: [n, heads] (unit stride along
-    heads; any row stride, as a slice of a merged projection's output)."""
+    """Return [n, tokens]: sum over heads of weights x relu(iq . keys); one launch."""
     n, heads, dim = iq.shape
     tokens = keys.shape[1]
     out = torch.empty((n, tokens), dtype=iq.dtype, device=iq.device)

@@ -1,6 +1,5 @@
-"""A Triton kernel that only reads: each program streams its share of a buffer in wide blocks
-and writes one partial sum, so nearly every byte moved is a read (the read-only ceiling's
-second way, beside torch.sum)."""
+"""A Triton kernel that only reads (one partial sum a program): the read-only ceiling's second way,
+beside torch.sum."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Per-token-group fp8 quantisation of an activation, in Triton: the small kernel engines launch
-before each fp8 block-scaled GEMM (SGLang's and vLLM's per_token_group_quant_fp8): every group of
-`group` consecutive columns of a row is scaled by its largest magnitude over the format's largest
-value, and written as fp8 with one float32 scale per group."""
+"""Per-token-group fp8 quantisation in Triton, the kernel engines launch before each fp8
+block-scaled GEMM (SGLang's and vLLM's per_token_group_quant_fp8)."""
 
 from __future__ import annotations
 
@@ -23,10 +21,8 @@ def _token_group_quant(x_ptr, q_ptr, s_ptr, cols, groups, fmax, eps, GROUP: tl.c
 
 
 def token_group_quant(torch, x, group: int = 128, eps: float = 1e-10, out_dtype=None):
-    """Return (fp8 e4m3 values [n, cols], float32 scales [n, ceil(cols / group)]) of x [n, cols]
-    (contiguous), each group of `group` columns of a row scaled by its own absolute maximum;
-    one launch. `group` is a power of two. `out_dtype` (float32, say) stores the scaled values
-    in another type instead (Triton's CPU interpreter rounds to fp8 wrongly)."""
+    """Return (fp8 values [n, cols], fp32 scales [n, cols / group]); `out_dtype` for Triton's CPU
+    interpreter, which rounds to fp8 wrongly."""
     n, cols = x.shape
     groups = triton.cdiv(cols, group)
     fp8 = torch.float8_e4m3fn

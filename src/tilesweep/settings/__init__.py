@@ -1,13 +1,7 @@
-"""Typed config: one pydantic model per config group, checked before any job runs.
-
-pydantic rather than Hydra structured configs: it is already installed (snakemake needs it), and
-in strict mode it refuses NaN and infinity, unknown keys and wrong types (a bool for an int)
-with the failing location, where OmegaConf's structured configs let NaN and infinity through.
-Ranges and choices are declared in the models (`Field`, `Literal`), rules across keys as model
-validators, and a refused value is one line naming its dotted key (strict.explain). Each backend
-declares its own section's model beside its code (`Backend.settings_model`). The root's field
-descriptions make README.md's configuration table (`python -m tilesweep.settings.doc`).
-"""
+"""Typed config: one pydantic model per config group, checked before any job runs. pydantic rather
+than Hydra structured configs: in strict mode it refuses NaN, infinity, unknown keys and wrong
+types, where OmegaConf lets NaN and infinity through. A refusal is one line naming its dotted key
+(strict.explain)."""
 
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.cited_figures import Figure, References

@@ -1,5 +1,4 @@
-"""The `references` group (conf/references): engines' own measured decode figures, each what a
-serving engine timed for a model, layout, batch and context on a named GPU, with its source."""
+"""The `references` group (conf/references): engines' own measured decode figures, each cited."""
 
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ from tilesweep.settings.workload import ModelSettings
 
 @dataclass(frozen=True)
 class DecodeCell:
-    """One decode job's param (pipeline.Sweep.bench_cell) read back: its kernel row (the grid's,
-    not config), the model, the tokens per expert and the timing method."""
+    """One decode job's param read back: its kernel row, the model, tokens per expert and method."""
 
     kernel: dict
     model: ModelSettings

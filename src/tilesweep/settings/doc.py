@@ -1,7 +1,5 @@
-"""The README's configuration table, made from the settings models' field descriptions.
-
-`python -m tilesweep.settings.doc` writes it between the markers in README.md; `--check` exits 1
-where the README's table differs from the generated one (tests/test_settings_doc.py runs it)."""
+"""The README's configuration table, made from the root's field descriptions; `--check` exits 1
+where README.md differs."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ def _options(conf_dir: Path, key: str, default: str | None) -> str:
 
 
 def table(conf_dir: Path = ROOT / "conf") -> str:
-    """Return the configuration table: one row per key of conf/config.yaml, its options (a group's
-    files, default first) and what it sets (the field's description)."""
+    """Return the configuration table: one row per key of conf/config.yaml."""
     config = yaml.safe_load((conf_dir / "config.yaml").read_text())
     groups = _defaults(config)
     rows = ["| key | options | sets |", "|---|---|---|"]

@@ -1,7 +1,5 @@
-"""The `engine` group: the serving engine a verdict is for, as data read from its own code: the
-kernels one decode layer and one step launch, its host time between steps, its attention mode per
-GPU architecture and its all-reduce. `lean` is the project's own step (what the hardware could do);
-an engine's list makes the verdict what that engine gets (tilesweep.plan.engine_profile)."""
+"""The `engine` group: the serving engine a verdict is for, as data read from its own code (kernels
+per layer and step, host time, attention per arch, all-reduce); `lean` is the project's own step."""
 
 from __future__ import annotations
 
@@ -9,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
+from tilesweep.settings.hardware_spec import gpu_counts
 from tilesweep.settings.strict import Number, Section, refuse
 
 # Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
@@ -49,8 +48,7 @@ class Kernel(Section):
 
 
 class Family(Section):
-    """The kernels an engine launches for one model family at decode: per decoder layer (its
-    attention side and norms), per MoE layer, per dense layer, and once per step."""
+    """The kernels an engine launches for one model family at decode, per layer kind and step."""
 
     per_layer: list[Kernel]
     per_moe_layer: list[Kernel]
@@ -69,8 +67,7 @@ class Family(Section):
 
 
 class Host(Section):
-    """The time between two decode steps that is not GPU work (scheduler, sampling's host side,
-    the graph's launch), per step, and where it comes from."""
+    """The host time between two decode steps, per step, and where it comes from."""
 
     ms: Number = Field(ge=0, le=1000)  # per step: a second of host time is no decode step
     source: Literal["cited", "measured", "fitted", "none"]
@@ -90,9 +87,7 @@ class Host(Section):
 
 
 class Untimed(Section):
-    """A kernel the engine runs from a number of routed (token, expert) pairs per step on that
-    no kernel-level figure times: the verdict's rows there are a labelled gap, never composed
-    with another kernel's efficiency."""
+    """A kernel no kernel-level figure times: the verdict's rows there are a labelled gap."""
 
     kind: Literal["expert_gemm"]
     from_routed_pairs: int = Field(ge=1)  # tokens x top_k at or above which it runs
@@ -124,8 +119,7 @@ class KernelFloor(Section):
 
 
 class AllReduceStep(Section):
-    """One algorithm of an engine's all-reduce inside its CUDA graph: it takes every message up
-    to max_bytes (inclusive) that an earlier step does not; past the last step, NCCL."""
+    """One in-graph all-reduce algorithm: messages up to max_bytes an earlier step leaves."""
 
     algorithm: Literal["one_shot", "two_shot", "symm_mem", "nccl"]
     max_bytes: int = Field(ge=1)
@@ -143,20 +137,12 @@ def _steps_ascend(steps: list[AllReduceStep]) -> list[AllReduceStep]:
     return steps
 
 
-def _gpu_count_keys(by_gpus: dict) -> dict:
-    """Return by_gpus when each key is a GPU count of at least 2."""
-    for n in by_gpus:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-            raise refuse(f"{n!r}", "a GPU count must be an integer of at least 2")
-    return by_gpus
-
-
 class AllReduceSteps(Section):
     """An engine's all-reduce steps on one architecture, by GPU count."""
 
     by_gpus: Annotated[
         dict[Any, Annotated[list[AllReduceStep], AfterValidator(_steps_ascend)]],
-        AfterValidator(_gpu_count_keys),
+        AfterValidator(gpu_counts),
     ]
 
 

@@ -14,7 +14,7 @@ PositiveNumber = Annotated[Number, Field(gt=0)]
 Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 
 
-def _gpu_counts(by_gpus: dict) -> dict:
+def gpu_counts(by_gpus: dict) -> dict:
     """Return by_gpus when it has figures and each key is a GPU count of at least 2."""
     if not by_gpus:
         raise refuse("", "no GPU counts; give figures for at least one")
@@ -25,17 +25,14 @@ def _gpu_counts(by_gpus: dict) -> dict:
 
 
 class Figures(Section):
-    """One collective at one GPU count: small-message time and large-message bus bandwidth
-    (0.1 GB/s, below any PCIe link, to 100 TB/s; at most a second)."""
+    """One collective at one GPU count: small-message time (us) and bus bandwidth (GB/s)."""
 
     latency_us: Number = Field(ge=0, le=1e6)
     busbw_gbs: Number = Field(ge=0.1, le=1e5)
 
 
 class OneShotFigures(Section):
-    """The engines' custom all-reduce at one GPU count: its time and largest message, and where
-    cited, its time by message size (`points`: [bytes, us] pairs, ascending; the time between
-    two is read on the line through them, below the first at the first's)."""
+    """The engines' custom all-reduce at one GPU count: time, largest message, optional points."""
 
     latency_us: Number = Field(ge=0, le=1e6)  # at most a second, as Figures
     max_bytes: int = Field(ge=1)
@@ -59,7 +56,7 @@ class OneShot(Section):
     """The engines' one-shot custom all-reduce for small messages, off unless enabled."""
 
     enabled: bool
-    by_gpus: Annotated[dict[Any, OneShotFigures], AfterValidator(_gpu_counts)]
+    by_gpus: Annotated[dict[Any, OneShotFigures], AfterValidator(gpu_counts)]
 
 
 # The all-reduce algorithms the engines pick by message size (conf/engine `allreduce`).
@@ -67,8 +64,7 @@ ALLREDUCE_ALGORITHMS = ("one_shot", "two_shot", "symm_mem", "nccl")
 
 
 class InGraphSource(Section):
-    """One source of in-graph all-reduce times: the one machine they were timed on, named, the
-    kernel timed and where the figures are (`cite`)."""
+    """One source of in-graph all-reduce times: the machine, the kernel and the `cite`."""
 
     machine: str = Field(min_length=1)
     kernel: str = Field(min_length=1)
@@ -76,9 +72,7 @@ class InGraphSource(Section):
 
 
 class InGraphSeries(Section):
-    """One algorithm's time by message size at one GPU count, inside a CUDA graph, from one
-    source (`points`: [bytes, us] pairs, bytes ascending strictly, time never falling; the time
-    between two is read on the line through them, below the first at the first's)."""
+    """One algorithm's in-graph time by size at one GPU count ([bytes, us] points, linear)."""
 
     source: str = Field(min_length=1)
     points: list[
@@ -102,12 +96,11 @@ class InGraphSeries(Section):
 class InGraphAlgorithm(Section):
     """One algorithm's in-graph series, by GPU count."""
 
-    by_gpus: Annotated[dict[Any, InGraphSeries], AfterValidator(_gpu_counts)]
+    by_gpus: Annotated[dict[Any, InGraphSeries], AfterValidator(gpu_counts)]
 
 
 class InGraph(Section):
-    """The engines' all-reduce algorithms timed inside CUDA graphs, per algorithm and GPU count,
-    each series from one named source (plan.allreduce)."""
+    """The engines' all-reduce algorithms timed in CUDA graphs, per algorithm and GPU count."""
 
     sources: dict[str, InGraphSource] = Field(min_length=1)
     one_shot: InGraphAlgorithm = None
@@ -139,7 +132,7 @@ class InGraph(Section):
 class Collective(Section):
     """One collective's figures, by GPU count."""
 
-    by_gpus: Annotated[dict[Any, Figures], AfterValidator(_gpu_counts)]  # by GPU count
+    by_gpus: Annotated[dict[Any, Figures], AfterValidator(gpu_counts)]  # by GPU count
 
 
 class AllReduce(Collective):
@@ -235,9 +228,7 @@ class EfficiencyPoint(EfficiencyBand):
 
 
 class EfficiencyCurve(Section):
-    """A format's grouped (MoE) GEMM efficiency at decode on this device, as a function of
-    tokens per expert (`points`, ascending; held flat past the ends, and said so), from the
-    kernels the engines run here; `beside`: another kernel's figure shown, never composed."""
+    """A format's grouped GEMM efficiency by tokens per expert (flat past the ends, said so)."""
 
     points: list[EfficiencyPoint] = Field(min_length=1)
     beside: EfficiencyBand = None
@@ -293,8 +284,7 @@ class HardwareSpec(Section):
 
     @model_validator(mode="after")
     def _plausible(self) -> HardwareSpec:
-        """Refuse a dtype name no kernel knows, shared-memory limits out of order, and figures
-        beyond any GPU (a bandwidth or peak of 1e-300 or 1e300 composes nonsense, not a gap)."""
+        """Refuse unknown dtypes, shared-memory limits out of order, and figures beyond any GPU."""
         for dtype in self.peak_tflops:
             if dtype not in PEAK_DTYPES:
                 raise refuse(
@@ -323,8 +313,7 @@ class HardwareSpec(Section):
         return self
 
     def _in_graph_below_link(self) -> None:
-        """Refuse an in-graph all-reduce point faster than the link allows: its bus bandwidth,
-        2(n-1)/n x bytes / time, above interconnect_gbs (each GPU's one-way link)."""
+        """Refuse an in-graph point whose bus bandwidth, 2(n-1)/n x bytes / time, beats the link."""
         block = self.interconnect_model
         for name, topology in (block.topologies if block else {}).items():
             graph = topology.all_reduce.in_graph if topology.all_reduce else None

@@ -1,6 +1,5 @@
-"""The `question` group (conf/question): the case study a report answers (its deployment,
-layouts, tiles, power reading and wording) and the answer card's target. Its messages are its
-own: pydantic's words after the dotted key (tests/test_question.py holds them)."""
+"""The `question` group (conf/question): the case study a report answers and the answer card's
+target; its messages are its own (tests/test_question.py holds them)."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ class Tile(_Strict):
 
 
 class Tiles(_Strict):
-    """The tiles the question asks about: the backend whose launch rows hold them, and the
-    title and note of their table."""
+    """The tiles the question asks about: the backend holding them and their table's title, note."""
 
     backend: str = Field(min_length=1, description="the backend whose launch rows hold them")
     shapes: list[Tile] = Field(min_length=1, description="each tile asked about")
@@ -57,8 +55,7 @@ class Tiles(_Strict):
 
 
 class Power(_Strict):
-    """A power reading the question took as evidence: watts drawn of a limit, and what it read
-    into them."""
+    """A power reading the question took as evidence: watts of a limit, and what it read in them."""
 
     watts: PositiveNumber = Field(description="board power drawn during decode (W)")
     limit_watts: PositiveNumber = Field(description="the power limit it was drawn against (W)")
@@ -108,9 +105,7 @@ class Question(_Strict):
 
 
 class Target(_Strict):
-    """What the answer card is asked to meet (either may be unset): a time per output token, and
-    tokens/s per user (1,000 / TPOT in ms); the card then names the layout and batch with the most
-    tokens/s per GPU that meets both, or the closest miss and by how much."""
+    """The answer card's target (either unset): TPOT in ms, tokens/s per user (1,000 / TPOT)."""
 
     tpot_target_ms: Annotated[Number, Field(gt=0, le=100_000)] | None = Field(
         None, description="the longest time per output token allowed (ms); null: not asked"
@@ -136,16 +131,14 @@ def _error(exc: ValidationError) -> ConfigError:
 
 
 class QuestionGroup(_Strict):
-    """The `question` group as validated: the answer card's target and the case study (None for
-    none). It is written back as the one mapping conf/question holds (the rules' JSON params)."""
+    """The `question` group as validated: the card's target and the case study (None: none)."""
 
     target: Target = Field(description="what the answer card is asked to meet")
     case: Question | None = Field(None, description="the case study; None for none")
 
     @classmethod
     def parse(cls, value: Any) -> QuestionGroup:
-        """Return the group a config's `question` mapping describes (its target keys and, unless
-        only those are given, the case study); raise ConfigError naming the first bad key."""
+        """Return the group a `question` mapping describes; ConfigError at the first bad key."""
         if isinstance(value, QuestionGroup):
             return value
         if not isinstance(value, dict):

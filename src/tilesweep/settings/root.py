@@ -1,5 +1,4 @@
-"""The composed config as a whole: its top-level keys, each group's model, the hardware catalog
-and every backend's own section."""
+"""The composed config as a whole: its top-level keys, each group's model and the catalog."""
 
 from __future__ import annotations
 
@@ -100,28 +99,23 @@ class RootSettings(Section):
         return self
 
     def as_dict(self) -> dict:
-        """Return the settings as the plain containers compose() gives, key for key (the source
-        of the rules' JSON params): keys left out stay out, integers stay integers."""
+        """Return the settings as compose() gives them (unset keys out; the rules' JSON params)."""
         return self.model_dump(exclude_unset=True)  # model_dump: output only (JSON, the report)
 
     @classmethod
     def from_json(cls, text: str) -> RootSettings:
-        """Return the settings a rule's JSON param holds (grid.canonical of as_dict()), validated
-        once more: the GPU counts JSON wrote as strings (`by_gpus` keys) made integers again."""
+        """Return the settings a rule's JSON param holds, validated, `by_gpus` keys integers."""
         return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
-    """Return the hardware catalog a rule's JSON param holds (grid.canonical of
-    RootSettings.catalog), each spec validated, its GPU counts integers again."""
+    """Return the hardware catalog a rule's JSON param holds, each spec validated."""
     plain = gpu_counts_as_ints(json.loads(text))
     return {name: HardwareSpec.model_validate(spec) for name, spec in plain.items()}
 
 
 def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
-    """Return node with every `by_gpus` mapping's keys as integers, in ascending order (the
-    catalog's, as YAML writes it) where all are digits; anything else as it is (the model names a
-    bad key)."""
+    """Return node with every all-digit `by_gpus` mapping's keys as ascending integers."""
     if isinstance(node, list):
         return [gpu_counts_as_ints(v) for v in node]
     if not isinstance(node, dict):
@@ -133,8 +127,7 @@ def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
 
 
 def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[str]:
-    """Return the dotted key of every field, descending into nested groups (not into lists,
-    mappings, the hardware spec, the question or the references)."""
+    """Return the dotted key of every field, into nested groups (not lists, maps, whole files)."""
     keys = []
     for name, field in model.model_fields.items():
         tp = field.annotation

@@ -13,17 +13,14 @@ from tilesweep.errors import ConfigError
 
 
 class Section(BaseModel):
-    """A config mapping: its keys are the fields, each of its type exactly (no coercion, bools are
-    not integers), no other key, and no NaN or infinity in a number. A field declared `= None`
-    is an optional key: left out it stays unset, and a null given for it is refused like any
-    other wrong type (pydantic does not validate defaults)."""
+    """A config mapping: fields of their exact type, no other key, no NaN or infinity; a field `=
+    None` is optional and a null for it refused (pydantic does not validate defaults)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
 def _as_written(value: Any, handler: Any) -> Any:
-    """Return an integer given for a number as that integer once the number's checks pass (strict
-    pydantic would turn 900 into 900.0), anything else as pydantic validates it."""
+    """Return an integer given for a number as that integer (strict pydantic makes 900 900.0)."""
     checked = handler(value)
     return value if type(value) is int else checked
 
@@ -36,8 +33,7 @@ _NO_VALUE = object()
 
 
 class Refused(ValueError):
-    """A value a validator refuses: its key below the validated node ("" for the node itself,
-    "[2]" or "tiles[0].k" below it), the value, and why in words."""
+    """A value a validator refuses: its key below the node, the value, and why in words."""
 
     def __init__(self, key: str, value: Any, why: str):
         super().__init__(why)
@@ -166,8 +162,7 @@ _RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
 def _range_words(bounds: dict, said: str) -> str:
-    """Return a declared range in words (between 1 and 16, at least 0, more than 0), or what
-    pydantic said where none is declared at the key."""
+    """Return a declared range in words (at least 0, ...), else what pydantic said."""
     if {"ge", "le"} <= bounds.keys():
         return f"must be between {bounds['ge']:,} and {bounds['le']:,}"
     words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
@@ -224,8 +219,7 @@ def _declared_at(model: Any, loc: tuple) -> tuple[Any, dict]:
 
 
 def _walk(loc: tuple, data: Any, where: str) -> tuple[str, Any, tuple]:
-    """Return the dotted path of loc in data, the value there, and the loc parts past it (the
-    member names of a union)."""
+    """Return the dotted path of loc in data, the value there, and the loc parts past it."""
     path, node = where, data
     for i, part in enumerate(loc):
         if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):

@@ -32,10 +32,8 @@ class Tile(Section):
 
 
 class Layout(Section):
-    """One split of the model over devices: attention TP (tp) x attention DP (ep) per pipeline
-    stage (pp); world restates tp*pp*ep. The MoE layers split the stage's tp*ep ranks as MoE TP
-    x MoE EP: by default MoE TP = tp; experts=ep spreads whole experts over the TP group (MoE TP
-    1); moe_tp sets MoE TP to any divisor of tp*ep (e.g. tp 4, moe_tp 2: MoE TP2 x EP2)."""
+    """One split of the model over devices: tp x ep (attention DP) per pipeline stage pp; the MoE
+    layers split the stage's tp*ep ranks as MoE TP x EP (moe_split)."""
 
     tp: AtLeastOne = Field(description="attention tensor-parallel degree")
     pp: AtLeastOne = Field(description="pipeline stages")
@@ -48,8 +46,7 @@ class Layout(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Layout:
-        """Refuse a world that is not tp*pp*ep, experts=ep without a TP group to spread on, or a
-        MoE TP that does not divide the stage's ranks."""
+        """Refuse a world not tp*pp*ep, experts=ep without TP, or a MoE TP not dividing ranks."""
         if self.experts == "ep" and (self.ep != 1 or self.tp < 2):
             raise refuse(
                 "experts", "spreads whole experts over the TP group; give tp >= 2 and ep: 1", "ep"
@@ -67,9 +64,7 @@ class Layout(Section):
         return self
 
     def moe_split(self) -> tuple[int, int]:
-        """Return (MoE TP, MoE EP) over a stage's tp*ep ranks. By default each expert is split
-        over the attention TP group and whole experts over the ep DP-attention groups (MoE TP =
-        tp); experts=ep spreads whole experts over the TP group (MoE TP 1); moe_tp sets it."""
+        """Return (MoE TP, MoE EP): by default tp x ep; experts=ep: 1 x tp*ep; else moe_tp."""
         moe_tp = self.moe_tp or (1 if self.experts == "ep" else self.tp)
         return moe_tp, self.tp * self.ep // moe_tp
 

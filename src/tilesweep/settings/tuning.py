@@ -29,9 +29,7 @@ class TuneBench(Section):
 
 
 class TuneSettings(Section):
-    """The tuning rules' param (pipeline.Sweep.tune_settings_json) read back: the groups of
-    RootSettings that tuning reads, under the same names, so that a function of a tuner takes
-    either (its CLI verbs pass the whole RootSettings)."""
+    """The tuning rules' param read back: the groups of RootSettings that tuning reads."""
 
     model: ModelSettings
     grid: TuneGrid
@@ -41,8 +39,7 @@ class TuneSettings(Section):
 
     @classmethod
     def from_json(cls, text: str) -> TuneSettings:
-        """Return the settings a tuning rule's JSON param holds, validated, the catalog's GPU
-        counts integers again."""
+        """Return the settings a tuning rule's JSON param holds, validated."""
         return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 

@@ -26,9 +26,7 @@ def _up_to(high: int) -> type[int]:
 
 
 class Attention(Section):
-    """Attention: MLA or GQA sizes, with a DSA indexer and sliding-window layers where the model
-    has them. A kind needs its own keys and refuses the other kind's; a key left out stays
-    unset, and null is refused like any other wrong type."""
+    """Attention: MLA or GQA sizes, with DSA and sliding-window layers where present."""
 
     kind: Literal["mla", "gqa"]
     heads: AtLeastOne
@@ -71,8 +69,7 @@ class Attention(Section):
 
 
 class ModelSettings(Section):
-    """The model's MoE shapes, and the layers, attention and vocabulary of its whole decode
-    step (tilesweep.plan)."""
+    """The model's MoE shapes, layers, attention and vocabulary (tilesweep.plan)."""
 
     name: str
     hidden: _up_to(1 << 20)
@@ -90,8 +87,7 @@ class ModelSettings(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSettings:
-        """Refuse more routed experts per token than experts, dense layers without a width, or
-        more sliding-window layers than layers."""
+        """Refuse top_k above experts, dense layers without a width, or too many sliding layers."""
         if self.top_k > self.routed_experts:
             raise refuse("top_k", f"more than routed_experts={self.routed_experts}", self.top_k)
         if self.dense_layers and self.dense_intermediate < 1:
@@ -141,8 +137,7 @@ class DeploymentSettings(Section):
 
     @model_validator(mode="after")
     def _compute_not_narrower(self) -> DeploymentSettings:
-        """Refuse a math dtype narrower than the weights it runs (bf16 weights in nvfp4 math
-        would be a quantisation the checkpoint does not have)."""
+        """Refuse a math dtype narrower than its weights (a quantisation the checkpoint lacks)."""
         width = {"nvfp4": 4, "mxfp4": 4, "fp8": 8, "bf16": 16}
         if self.compute_dtype and width[self.compute_dtype] < width[self.weight_dtype]:
             why = (

@@ -1,9 +1,5 @@
-"""What an engine is to this package: its data (where its wheel keeps the fused-MoE kernel, the
-config tables and the functions that name them; `<name>.yaml` beside its module, checked by
-`EngineData`) and its launch (`Engine`: how it lays a batch out and which arguments it hands its
-kernel). An engine is one module and one YAML file in this folder, registered with `@register`;
-`names()` lists the engines here without importing them, `get(name)` imports one on first use.
-"""
+"""What an engine is to this package: its data (`<name>.yaml`, checked by EngineData) and its launch
+(`Engine`); one module and one YAML file per engine, registered with `@register`."""
 
 from __future__ import annotations
 
@@ -95,10 +91,7 @@ def swap_ab(config: dict, fp8: bool, sm90: bool) -> bool:
 
 
 class Engine:
-    """A serving engine's fused-MoE kernel as that engine launches it. A subclass sets `name`,
-    lays a batch out (`blocks`) and names the kernel's arguments (`arguments`); `padded_rows`
-    (EM) and `whole_moe_calls` (the `engine` decode runner: the engine's whole MoE call, where it
-    is installed) where it differs from the default."""
+    """A serving engine's fused-MoE kernel as that engine launches it (`blocks`, `arguments`)."""
 
     name: ClassVar[str]
     whole_moe_calls = None  # (problem, weights, batch, tuned, dtype) -> {label: call}, or None
@@ -107,13 +100,11 @@ class Engine:
         self.data = data
 
     def blocks(self, topk_ids, block_m: int, experts: int):
-        """Return (sorted_ids or None, expert_ids, num_tokens_post_padded) as the engine hands
-        them to its kernel for this batch and BLOCK_SIZE_M."""
+        """Return (sorted_ids or None, expert_ids, num_tokens_post_padded) as the engine does."""
         raise NotImplementedError
 
     def padded_rows(self, launch: Launch) -> int:
-        """Return EM, the rows of the sorted layout the grid covers (default: the whole buffer;
-        raise ValueError for the direct path, which the default has not)."""
+        """Return EM, the sorted rows the grid covers (ValueError on the direct path)."""
         if launch.sorted_ids is None:
             raise ValueError(f"{self.name}'s kernel always reads sorted_token_ids (no naive path)")
         return launch.sorted_ids.numel()
@@ -137,9 +128,7 @@ class Engine:
         b_scale=None,
         block_shape=None,
     ):
-        """Launch the engine's kernel for one GEMM over `blocks` (this engine's layout); return
-        c, [pairs, N]: each pair's row of A times its expert's weights (fp8: dequantised by the
-        scales), times its routing weight where topk_weights is given (the down GEMM, top_k 1)."""
+        """Launch the engine's kernel for one GEMM over `blocks`; return c, [pairs, N]."""
         import triton  # the GPU stack: this module loads without it
 
         launch = Launch(
@@ -188,8 +177,7 @@ def names() -> tuple[str, ...]:
 
 
 def get(name: str) -> Engine:
-    """Return a registered engine, importing its module from this folder on first use; raise
-    LookupError for an engine not known here."""
+    """Return a registered engine, importing its module on first use; LookupError if unknown."""
     if name not in _REGISTRY and (FOLDER / f"{name}.yaml").is_file():
         # the engine named by its data file: its module registers it (and imports triton)
         importlib.import_module(f"{__package__}.{name}")

@@ -1,22 +1,9 @@
-"""Time an engine config file (any tuner's) against what the engine runs today, in the engine's
-own kernel, on the GPU at hand: `tilesweep engine-check FILE [--engine vllm|sglang]`.
-
-The baseline of a key is the engine's current table: the table it ships for the file's name in
-the pinned wheel (wheels.shipped_table: vLLM's configs/, SGLang's configs/triton_X_Y_Z/
-for the running Triton, else its newest other folder holding that name), at the key nearest M as
-the engine picks it; else its default rule (conf engine_defaults: vLLM's or SGLang's
-get_default_config). At every batch key M of the file and under uniform and Zipf routing, both
-expert GEMMs run with the file's config, the baseline's (twice: two timings of one config are
-the key's noise band), and the default rule's where a shipped table is the baseline, each
-checked against an fp32 reference and timed decode-true (cold L2 over rotated weight copies;
-fused_moe/engines/timer.py) unless `timing="warm"`.
-
-A key is `won` where the file's p90 (both GEMMs summed) is below the baseline's p10 and its
-ratio beats the noise band, `lost` where the mirror holds, else a `tie`; `same config` where the
-file holds the baseline's config (the engine runs the same kernel: ratio 1); `wrong result`
-where either missed the reference. The file's format is read from its name: bf16,
-`dtype=fp8_w8a8` (fp8 per tensor) or `dtype=fp8_w8a8,block_shape=[128,128]` (either spelling:
-vLLM 0.33 writes it without the space, SGLang with it)."""
+"""Time an engine config file against what the engine runs today (`tilesweep engine-check FILE`), in
+its own kernel: the baseline is its shipped table in the pinned wheel (wheels.shipped_table), else
+its default rule. A key is `won` where the file's p90 is below the baseline's p10 and beats the
+noise band (two timings of the baseline), `lost` on the mirror, else `tie`; `same config` and `wrong
+result` as named. The format is read from the name (vLLM 0.33 writes `block_shape=[128,128]` without
+the space, SGLang with it)."""
 
 from __future__ import annotations
 
@@ -41,9 +28,6 @@ NAME = re.compile(
 )
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.check", "tilesweep.fused_moe")
 CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
-# The timings of one key: the file, the baseline, the baseline again (the noise band), and the
-# default rule where the baseline is a shipped table.
-LABELS = ("file", "baseline", "baseline_again", "default")
 
 
 def file_format(dtype: str | None, block: tuple | None) -> str:
@@ -60,8 +44,7 @@ def file_format(dtype: str | None, block: tuple | None) -> str:
 
 
 def read_file(path: str | Path) -> tuple[dict, dict]:
-    """Return ({experts, n, format}, {M: config}) of an engine config file, or raise
-    ConfigError in one line naming it."""
+    """Return ({experts, n, format}, {M: config}) of an engine config file, or raise ConfigError."""
     path = Path(path)
     found = NAME.search(path.name)
     if not found:
@@ -132,9 +115,7 @@ def timer_for(
 def baseline_of(
     engine: str, version: str, path: str | Path, shape: dict, settings: Tuning, triton_version: str
 ) -> tuple[dict | None, str]:
-    """Return (the engine's shipped table for a file's key, or None; where) as the engine would
-    load it today: the name its own get_config_file_name gives the file's (E, N, format) on the
-    file's device."""
+    """Return (the engine's shipped table for a file's key, or None; where)."""
     name = wheels.config_file_name(
         engine, version, shape["experts"], shape["n"], shape["format"], device_of(path)
     )
@@ -147,8 +128,7 @@ def device_of(path: str | Path) -> str:
 
 
 def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> dict:
-    """Return the config the engine runs at batch M today: its shipped table's nearest key,
-    else its default rule's."""
+    """Return the config the engine runs at batch M today (shipped table, else default rule)."""
     if shipped:
         return wheels.nearest(shipped, m)
     return space.engine_default(rules, m, shape["experts"], shape["format"])
@@ -166,11 +146,7 @@ def check_file(
     check_experts: int | None = None,
     log=None,
 ) -> pd.DataFrame:
-    """Return one row per (M, routing, timing label): times, error, ratios against the baseline
-    (shipped table, else default rule) and the default, the key's noise band and outcome
-    (device "cpu": Triton's interpreter, for tests, not for numbers). `keys`: only these M
-    of the file; a config timed once serves every label that holds it (the baseline's second
-    timing excepted)."""
+    """Return one row per (M, routing, timing label) of a file against its baseline and default."""
     import triton
 
     shape, configs = read_file(path)
@@ -216,9 +192,7 @@ def check_file(
 
 
 def _timed(timer, config: dict, batch, repeats: int, log) -> dict:
-    """Return a config's timing, or NaN times and an infinite error where the launch was refused
-    (the key's outcome is then `wrong result`: nothing is compared with a config that did not
-    run)."""
+    """Return a config's timing, or NaN times and an infinite error where the launch was refused."""
     try:
         return timer.time(config, batch, repeats)
     except Exception as exc:  # a refused launch is this config's result
@@ -234,13 +208,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def judge(table: pd.DataFrame) -> pd.DataFrame:
-    """Return the check's rows with each key's ratios and outcome. x_baseline: the baseline's
-    time over this row's (1 where the row holds the baseline's config: the engine runs the same
-    kernel; x_baseline_measured keeps the timing's own ratio); x_shipped and x_default likewise
-    against each baseline that was timed (NaN where none: no shipped table); noise_band: how far
-    two timings of the baseline's one config differ (max(a/b, b/a) - 1). The file's outcome:
-    `same config`, `won` (p90 below the baseline's p10 and x_baseline above 1 + noise band),
-    `lost` (the mirror), else `tie`; `wrong result` where any timing missed the reference."""
+    """Return the check's rows with each key's ratios, noise band (max(a/b, b/a) - 1), outcome."""
     # triton (via fused_moe.case): this module loads without it
     from tilesweep.fused_moe.case import TOLERANCE
 
@@ -292,8 +260,7 @@ def judge(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def decide(checks: list[pd.DataFrame]) -> dict[int, bool]:
-    """Return {M: keep the file's config} from checks on separate draws: kept only where the
-    file won (beyond the noise band and the p10-p90 spread) on every routing of every draw."""
+    """Return {M: keep the file's config}: only where it won on every routing of every draw."""
     files = pd.concat(checks)
     files = files[files["config_from"] == "file"]
     return {int(m): set(o) == {"won"} for m, o in files.groupby("m")["outcome"]}
@@ -302,10 +269,7 @@ def decide(checks: list[pd.DataFrame]) -> dict[int, bool]:
 def export_table(
     configs: dict, keep: dict, shipped: dict | None, rules: dict, shape: dict
 ) -> dict[str, dict]:
-    """Return the table a file may be exported as: the engine's shipped table (every key of it,
-    where there is one), with each of the file's keys at the file's config where `keep` says so,
-    else at the config the engine runs there today (shipped table's nearest key, else default
-    rule), so that no key runs other than it does today unless it won."""
+    """Return the exportable table: the shipped one, with only the file's winning keys changed."""
     out = {int(k): v for k, v in (shipped or {}).items()}
     for m, config in configs.items():
         out[m] = config if keep.get(m, False) else baseline_config(shipped, rules, m, shape)
@@ -320,8 +284,7 @@ def safe_file(
     engine: str = "vllm",
     triton_version: str | None = None,
 ) -> tuple[int, int]:
-    """Write the file as it may be exported (export_table of `decide` over the checks given:
-    one table or a list of draws); return (keys kept, keys at the baseline)."""
+    """Write the file as it may be exported; return (keys kept, keys at the baseline)."""
     checks = tables if isinstance(tables, list) else [tables]
     shape, configs = read_file(path)
     triton = json.loads(Path(path).read_text()).get("triton_version", "")
@@ -347,8 +310,7 @@ def geomean(values) -> float:
 
 
 def summary(table: pd.DataFrame) -> str:
-    """Return the check's lines: per routing, the lowest file/baseline ratio and where, the
-    geometric mean over M >= 1,024, the widest noise band and the outcomes."""
+    """Return the check's summary lines, one per routing."""
     out = []
     files = table[table["config_from"] == "file"]
     for routing, grp in files.groupby("routing"):

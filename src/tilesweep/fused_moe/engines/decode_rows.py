@@ -18,10 +18,7 @@ ENGINE_KERNELS = {
 
 
 def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
-    """Return decode.csv's rows for the engines' own fused-MoE kernels: the tune step's timings
-    of each engine's kernel with the project kernel's tuned table and with its default, side by
-    side, where it ran; else one skipped row per engine saying why. `mine`: the fused-MoE
-    backend's settings."""
+    """Return decode.csv's rows of the engines' own kernels (timed, else one skipped row each)."""
     if not mine.get("enabled"):
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     timed = pd.DataFrame()

@@ -1,25 +1,11 @@
-"""Drop-in engine config files, decided decode-true against what the engine runs today
-(`tools/engine_tables.py`): for each candidate file (a tuner's picks for one engine, format and
-(E, N)), every key is checked on two draws (fresh weights and routing, bench.seed + 1 and + 2)
-against the engine's current table (its shipped table, else its default rule), timed with cold
-L2 (fused_moe/engines/timer.py); a key keeps the candidate's config only where it won beyond the
-noise on every routing of both draws, else it takes the config the engine runs there today
-(fused_moe/engines/check.export_table). The file so made is checked once more on a draw not used
-to pick (bench.seed + 3), at the keys whose config differs from the baseline's (elsewhere the
-engine runs the same kernel: 1x); a key that loses there beyond 1% is withheld too. A file with
-no key left is not exported.
-
-Each exported file is named by the engine's own get_config_file_name (engine_kernels) and laid
-out where the engine looks for it (its data file's `dropin`): vLLM `vllm-<version>/<name>`
-(VLLM_TUNED_CONFIG_FOLDER), SGLang `sglang-<version>/configs/triton_<T>/<name>`
-(SGLANG_MOE_CONFIG_DIR) for the Triton T it was timed with. `dropins.csv` lists every file
-decided, exported or not, with its worst and geometric-mean ratio against the baseline on the
-held-out draw.
-"""
+"""Drop-in engine config files decided decode-true against what the engine runs today: each key of a
+candidate is kept only where it won beyond the noise on every routing of two draws (bench.seed + 1,
++ 2), then checked on a held-out draw (+ 3; a loss beyond 1% withholds it). Files are named by the
+engine's own get_config_file_name and laid out where it looks (VLLM_TUNED_CONFIG_FOLDER,
+SGLANG_MOE_CONFIG_DIR/configs/triton_<T>/)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -56,16 +42,13 @@ NOT_EXPORTED = {
 
 
 def dropin_path(engine: str, version: str, name: str, triton_version: str) -> str:
-    """Return where a file goes below an export folder, as the engine looks for it (its data
-    file's `dropin`)."""
+    """Return where a file goes below an export folder, as the engine looks for it."""
     triton = triton_version.replace(".", "_")
     return data(engine).dropin.format(engine=engine, version=version, triton=triton, name=name)
 
 
 def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tuple, Path]:
-    """Return {(format, E, N): path} of a tuner's picks for an engine version in kept example
-    folders (<folder>/<engine>-<version>/picks_E=*.json: the engine's name behind `picks_`, so
-    that no engine loads a tuning's picks by mistake), the first folder winning."""
+    """Return {(format, E, N): path} of a tuner's picks (picks_*.json), the first folder winning."""
     out = {}
     for folder in folders:
         for path in sorted(Path(folder).glob(f"{engine}-{version}/{PICKS}E=*.json")):
@@ -75,8 +58,7 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
 
 
 def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version: str) -> list:
-    """Return the (engine, version, problem, fmt, config, M) compile jobs of every candidate's,
-    baseline's and default's config at every key, without repeats."""
+    """Return the distinct compile jobs of every candidate's, baseline's and default's config."""
     fused = settings.backend["fused_moe"]
     jobs, seen = [], set()
     for engine, path in work:
@@ -107,9 +89,7 @@ def decide_file(
     log=print,
     device: str = "cuda",
 ) -> tuple[dict, list]:
-    """Check one candidate on the pick draws and the held-out draw, write the exported file
-    (where any key is kept) under out_dir; return (its drop-in row, the check tables). Device
-    "cpu": Triton's interpreter, for tests, never for numbers."""
+    """Decide and write one candidate's drop-in file; return (its row, the check tables)."""
     import triton  # heavy: imported only where a file is decided
 
     fused = settings.backend["fused_moe"]
@@ -120,9 +100,13 @@ def decide_file(
     name = wheels.config_file_name(engine, version, *dims, check.device_of(path))
     shipped, where = check.baseline_of(engine, version, path, shape, settings, triton.__version__)
 
-    timed = functools.partial(
-        _timed, settings, engine, repeats=repeats, device=device, experts=check_experts, log=log
-    )
+    def timed(file: Path, draw: int, keys: list[int] | None = None) -> pd.DataFrame:
+        drawn = check.check_file(
+            str(file), settings, repeats, device, engine, draw, "decode", keys, check_experts, log
+        )
+        log(check.summary(drawn))  # one draw's check in the engine's kernel
+        return drawn
+
     checks = []
     for draw in PICK_DRAWS:
         log(f"{engine} {shape['format']} E={shape['experts']} N={shape['n']}: draw {draw}")
@@ -152,38 +136,8 @@ def decide_file(
     return row, checks
 
 
-def _timed(
-    settings: Tuning,
-    engine: str,
-    file: Path,
-    draw: int,
-    keys: list[int] | None = None,
-    *,
-    repeats: int,
-    device: str,
-    experts: int | None,
-    log,
-) -> pd.DataFrame:
-    """Return one draw's check of a file in the engine's kernel (at `keys`, else at every key),
-    its summary logged."""
-    drawn = check.check_file(
-        str(file),
-        settings,
-        repeats,
-        device,
-        engine,
-        draw,
-        keys=keys,
-        check_experts=experts,
-        log=log,
-    )
-    log(check.summary(drawn))
-    return drawn
-
-
 def _export(row: dict, text: str, export_dir: Path, triton_version: str) -> None:
-    """Write a file that kept any key where its engine looks for it below export_dir, and fill
-    its drop-in row's path, status and SHA-256."""
+    """Write a file that kept any key below export_dir and fill its row's path, status, SHA-256."""
     if not row["keys_kept"]:
         row.update(NOT_EXPORTED)
         return
@@ -195,8 +149,7 @@ def _export(row: dict, text: str, export_dir: Path, triton_version: str) -> None
 def _row(
     engine: str, version: str, path: Path, shape: dict, name: str, baseline: tuple, configs, checks
 ) -> dict:
-    """Return a candidate's drop-in row before its held-out draw: what it is, what it is checked
-    against ((shipped table or None, where)) and the widest noise band of its pick draws."""
+    """Return a candidate's drop-in row before its held-out draw."""
     shipped, where = baseline
     return {
         "engine": engine,
@@ -215,8 +168,7 @@ def _row(
 
 
 def _withheld(held: pd.DataFrame, keep: dict) -> tuple[pd.DataFrame, list[int]]:
-    """Return (the held-out draw's rows of the file, the kept keys it got wrong or lost beyond
-    HELD_OUT_FLOOR at), marking those keys not kept."""
+    """Return (held-out rows, kept keys lost beyond HELD_OUT_FLOOR), marking those not kept."""
     files = held[held["config_from"] == "file"]
     withheld = []
     for m, grp in files.groupby("m"):
@@ -227,9 +179,7 @@ def _withheld(held: pd.DataFrame, keep: dict) -> tuple[pd.DataFrame, list[int]]:
 
 
 def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) -> dict:
-    """Return the held-out draw's worst and geometric-mean ratios of the exported file against
-    the baseline and the default: kept keys as timed, every other key 1 against the baseline
-    (the engine runs the same kernel), the default's ratio there where it was timed."""
+    """Return the held-out draw's worst and geometric-mean ratios (unkept keys: 1)."""
     timed = files[~files["m"].isin(withheld)]
     per_key = {(m, r): 1.0 for m in configs for r in ("uniform", "zipf")}
     for r in timed.itertuples():
@@ -282,10 +232,7 @@ def run(
     workers: int = 0,
     log=print,
 ) -> pd.DataFrame:
-    """Decide every (engine, candidate) in order within budget_s seconds, each file's configs
-    compiled first in a pool of processes that idles while it is timed; write dropins.csv and
-    the check tables under out_dir; return the drop-ins. A candidate not started in time (the
-    longest file so far would not fit what is left) is a row that says so, never a file."""
+    """Decide every candidate within budget_s (late ones a row saying so); return the drop-ins."""
     start = time.monotonic()
     out_dir = Path(out_dir)
     rows, spent = [], []

@@ -1,19 +1,13 @@
-"""The expert GEMMs in an engine's own weight formats, for its own fused-MoE kernel: bf16, fp8
-w8a8 per tensor (one activation scale, one weight scale per expert) and fp8 w8a8 with 128 x 128
-block scales (a scale per token and 128 columns of K for activations, per 128 x 128 tile for
-weights: the format GLM-5-FP8 and DeepSeek-V3 ship). Fresh random data, checked against an
-fp32 reference of the dequantised operands.
-
-The activations are quantised once per batch, outside the timed call (the engines quantise them
-in a separate kernel before the GEMM; only the GEMM kernel is timed here).
-"""
+"""The expert GEMMs in an engine's weight formats: bf16, fp8 w8a8 per tensor and fp8 w8a8 with 128 x
+128 block scales (GLM-5-FP8's, DeepSeek-V3's). Activations are quantised outside the timed call, as
+the engines do it in a separate kernel."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from tilesweep.fused_moe.case import FP8_MAX, make_routing
+from tilesweep.fused_moe.case import FP8_MAX, make_routing, routed_reference
 from tilesweep.fused_moe.space import gemm_shapes
 
 BLOCK = 128  # the block side of fp8_block
@@ -47,9 +41,7 @@ def block_shape(fmt: str) -> list[int] | None:
 
 
 def _quantize(x, fmt: str, rows_only: bool = False):
-    """Return (fp8 x, fp32 scale) in a format's granularity: one scale for the whole tensor
-    (fp8; per expert for weights: leading dim kept), or one per 128 x 128 tile of the last two
-    dims (fp8_block weights) or per row and 128 columns (fp8_block activations, rows_only)."""
+    """Return (fp8 x, fp32 scale) per tensor (per expert), per 128 x 128 tile or per row x 128."""
     import torch
 
     if fmt == "fp8":
@@ -78,8 +70,7 @@ def _dequantize(q, scale, fmt: str, rows_only: bool = False):
 
 
 def make_weights(problem: dict, fmt: str, device: str, gen, dtype=None) -> EngineWeights:
-    """Return fresh random weights (never zeros) of both GEMMs in a format (bf16 stands for
-    `dtype` when given, e.g. fp16 under Triton's interpreter)."""
+    """Return fresh random non-zero weights of both GEMMs in a format."""
     import torch
 
     w, scale = {}, {}
@@ -118,31 +109,16 @@ def make_batch(problem, weights: EngineWeights, m, routing, alpha, device, gen, 
 def reference(
     problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str, experts: int | None = None
 ):
-    """Return the fp32 reference of one GEMM: each routed pair's (dequantised) row of A times its
-    expert's (dequantised) weights, times its routing weight for the down GEMM; with `experts`,
-    only the pairs routed to that many experts (the lowest ids the batch reaches) are computed
-    and the rest of the rows are NaN (compare with `reference_rows`)."""
-    import torch
+    """Return one GEMM's fp32 reference; with `experts`, only those experts' rows (others NaN)."""
+    fmt, a = weights.fmt, batch.a[gemm].float()
+    if fmt != "bf16":
+        a = _dequantize(batch.a[gemm], batch.a_scale[gemm], fmt, rows_only=True)
 
-    flat = batch.topk_ids.reshape(-1).long()
-    rows = torch.arange(flat.numel(), device=flat.device)
-    a_rows = rows // problem["top_k"] if gemm == "gate_up" else rows
-    a = batch.a[gemm].float()
-    if weights.fmt != "bf16":
-        a = _dequantize(batch.a[gemm], batch.a_scale[gemm], weights.fmt, rows_only=True)
-    out = torch.full(
-        (flat.numel(), gemm_shapes(problem)[gemm][0]), float("nan"), device=flat.device
-    )
-    reached = torch.unique(flat).tolist()
-    for e in reached[:experts] if experts else reached:
-        sel = (flat == e).nonzero().squeeze(1)
-        w = weights.w[gemm][e].float()
-        if weights.fmt != "bf16":
-            w = _dequantize(weights.w[gemm][e], weights.scale[gemm][e], weights.fmt)
-        out[sel] = a[a_rows[sel]] @ w.t()
-    if gemm == "down":
-        out = out * batch.topk_weights[:, None]
-    return out
+    def weight(e):
+        w = weights.w[gemm][e]
+        return w.float() if fmt == "bf16" else _dequantize(w, weights.scale[gemm][e], fmt)
+
+    return routed_reference(problem, batch, gemm, a, weight, experts)
 
 
 def reference_rows(ref):

@@ -1,11 +1,6 @@
-"""The `engine` runner: the serving engine's own fused-MoE Triton kernel, timed with the project
-kernel's tuned config and with the engine's default, where the engine can be imported.
-
-An engine's `whole_moe_calls` (vLLM: `fused_experts` under `override_config`, both expert GEMMs
-with the activation, the alignment and the top-k sum: the engine's whole MoE, so it is compared
-with itself only). Where an engine is not installed, or times no whole MoE call, its row says it
-was skipped and why.
-"""
+"""The `engine` decode runner: the engine's own fused-MoE kernel timed with the project kernel's
+tuned config and with its default, where the engine imports; its whole MoE call (vLLM's
+fused_experts under override_config) is compared with itself only. Else a skipped row says why."""
 
 from __future__ import annotations
 
@@ -16,8 +11,7 @@ from tilesweep.measure.timing import time_call
 
 
 def engine_runner(spec: dict, log):
-    """Return a function (problem, weights, batch, rows, m, routing) -> engine rows for one
-    batch: timed where the engine is installed, else one skipped row per engine."""
+    """Return a function timing one batch in each engine (a skipped row where not installed)."""
 
     def rows_for(problem, weights, batch, rows, m, routing):
         out = []
@@ -58,10 +52,7 @@ def engine_runner(spec: dict, log):
 
 
 def _best(spec: dict, rows: list[dict]) -> dict | None:
-    """Return the config the project kernel's table names for a batch: fused_moe_space.pick over
-    the batch's timed configs of the engines' space (both GEMMs summed, every routing, guarded
-    by spec['guard_default']'s default), as fused_moe/tune picks it from the journal, at a key and
-    at an extra batch past the keys alike."""
+    """Return the config the project kernel's table names for a batch (space.pick, guarded)."""
     sources = space.engine_sources(spec["engine_defaults"])
     times, configs, guard = {}, {}, {}
     for r in rows:

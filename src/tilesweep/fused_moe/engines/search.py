@@ -1,18 +1,8 @@
-"""Tune where it is used: an engine config file searched, timed and picked in that engine's own
-fused-MoE kernel (`tilesweep engine-tune`), one file per engine, version and format.
-
-At every batch key M: the config the engine runs today (its shipped table's, else its default
-rule's; with a shipped table the default rule's config is screened too), its one-step neighbours
-in the engines' search space (each launch parameter changed alone) and any extra candidates
-(another tuner's config for that key) are screened on uniform routing; from the best screened
-config a second round of neighbours is screened; the `finalists` best and the baseline are then
-timed on every routing with `final_repeats` graph replays, decode-true (cold L2). The fastest
-finalist (summed over routings) is picked only where it beats the baseline on every routing by
-more than the noise (its p90 below the baseline's p10); otherwise the baseline's config. The
-picks (`picks_<name>`) are then decided into a drop-in file on two fresh draws and checked on a
-third (fused_moe/engines/dropins.decide_file). In the tune table `default`, `is_default` and
-`x_default` name that baseline.
-"""
+"""Tune where it is used (`tilesweep engine-tune`): per batch key, the engine's current config, its
+one-step neighbours and other tuners' configs are screened, a second round from the best, then the
+finalists and the baseline timed decode-true on every routing. A finalist is picked only where its
+p90 beats the baseline's p10 on every routing; the picks are then decided into a drop-in file
+(dropins.decide_file)."""
 
 from __future__ import annotations
 
@@ -37,23 +27,13 @@ TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 
 
 def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
-    """Return the configs one launch parameter away from `config` within the search space
-    (`values`: {key: [values]}), each as the engine runs it, without duplicates."""
-    out, seen = [], {space.config_slug(effective(config, fmt))}
-    for key in space.SPACE_KEYS:
-        for value in values[key]:
-            cand = effective({**config, key: value}, fmt)
-            slug = space.config_slug(cand)
-            if slug not in seen:
-                seen.add(slug)
-                out.append(cand)
-    return out
+    """Return the configs one launch parameter away from `config`, as the engine runs them."""
+    moved = [effective({**config, k: v}, fmt) for k in space.SPACE_KEYS for v in values[k]]
+    return space.distinct([effective(config, fmt), *moved])[1:]
 
 
 def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, str]:
-    """Return (slug exported, why) from finalists' timings {slug: {routing: row}}: the fastest
-    over all routings, where it beats the default on every routing beyond the noise (its p90
-    below the default's p10); otherwise the default."""
+    """Return (slug exported, why): the fastest finalist where it beats the default beyond noise."""
     timed = {s: t for s, t in finals.items() if all(r in t for r in routings)}
     if default not in timed:
         return default, "the default could not be timed on every routing"
@@ -79,12 +59,7 @@ def tune_problem(
     log=print,
     shipped: dict | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Return (rows, {M: picked config}) for one problem in one engine's kernel (`tune`:
-    backend.fused_moe.engine_tune; `values`: the search space; `rules`: the engine's default
-    heuristic; `extra`: {M: [configs]} screened beside the neighbours). The baseline a pick must
-    beat (`default` in the rows: is_default, x_default) is what the engine runs today: its
-    `shipped` table's nearest key where there is one (the default rule's config is then
-    screened as one more candidate), else its default rule."""
+    """Return (rows, {M: picked config}) for one problem in one engine's kernel."""
     fmt, problem = timer.fmt, timer.problem
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
@@ -145,10 +120,7 @@ def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
         "is_default": space.config_slug(config) == space.config_slug(default),
         "status": status,
         "reason": reason,
-        "time_ms": t.get("time_ms"),
-        "time_p10_ms": t.get("time_p10_ms"),
-        "time_p90_ms": t.get("time_p90_ms"),
-        "rel_err": t.get("rel_err"),
+        **{key: t.get(key) for key in ("time_ms", "time_p10_ms", "time_p90_ms", "rel_err")},
         "x_default": None,
         "exported": False,
     }
@@ -244,9 +216,7 @@ def extra_candidates(paths: list[str], shape: dict) -> dict:
 def _tune_and_decide(
     settings: Tuning, engine: str, shape: dict, how: tuple, out_dir: Path, log
 ) -> dict:
-    """Tune one (engine, format, shape) against what the engine runs today, write its picks and
-    tables under out_dir/<engine>-<version>/, decide its drop-in file; return the drop-in row
-    with the tuning's counts. `how`: (batch keys, tune settings, other tuners' files, device)."""
+    """Tune and decide one (engine, format, shape); return its drop-in row with the counts."""
     import torch
     import triton
 
@@ -269,7 +239,7 @@ def _tune_and_decide(
         log,
         shipped,
     )
-    text = space.engine_file_text({str(m): c for m, c in picks.items()}, _triton_version())
+    text = space.engine_file_text({str(m): c for m, c in picks.items()}, triton.__version__)
     picked = folder / f"{dropins.PICKS}{name}"
     write_text(picked, text)
     write_table(folder / f"tune_{fmt}_E={experts},N={n}.csv", table)
@@ -295,10 +265,7 @@ def run(
     extra: list[str] = (),
     log=print,
 ):
-    """Tune every (engine, format, shape) against what the engine runs today (its shipped table,
-    else its default rule), write each tuning's picks (`picks_<name>`) and table, then decide the
-    drop-in file from the picks decode-true on two draws and a held-out one
-    (fused_moe/engines/dropins.decide_file); return the drop-in rows with the tuning's counts."""
+    """Tune and decide every (engine, format, shape); return the drop-in rows."""
     import torch
 
     fused = settings.backend["fused_moe"]
@@ -317,10 +284,3 @@ def run(
         # after every problem, so a run cut short keeps what it finished
         write_table(Path(out_dir) / "dropins.csv", pd.DataFrame(summary))
     return pd.DataFrame(summary)
-
-
-def _triton_version() -> str:
-    """Return the Triton version the files are tuned with (the engines' files say it)."""
-    import triton
-
-    return triton.__version__

@@ -1,32 +1,11 @@
-"""SGLang's own fused-MoE Triton kernel (engines.wheels.load; its wheel's paths in sglang.yaml),
-launched for one expert GEMM as SGLang 0.5.23's default Triton MoE path launches it (the
-fused_experts / _fused_moe_kernel_sequence path of srt/layers/moe/moe_runner/triton_utils/
-fused_moe.py), in bf16 (fp16 too), fp8 w8a8 per tensor and fp8 w8a8 with 128 x 128 block scales:
-
-- the layout is always sorted (SGLang has no vLLM-style naive path and its kernel always reads
-  sorted_token_ids): moe_align_block_size (srt/layers/moe/moe_runner/triton_utils/
-  moe_align_block_size.py) counts E + 1 buckets (the "+1 offset" convention: bucket 0 holds the
-  expert -1 pairs of expert parallelism, none here), pads every bucket's run to BLOCK_SIZE_M with
-  the sentinel (pairs) and sizes its buffers pairs + (E + 1) x (BLOCK_SIZE_M - 1), or
-  pairs x BLOCK_SIZE_M when pairs < E + 1, rounded up to a multiple of 4 (int4 stores); the tiny
-  batch path (moe_align_small_numel, kernels/ops/moe/moe_align_small_numel.py, for at most 64
-  pairs over more than 63 experts) lays out the same blocks, so it needs no path of its own here;
-- EM is the whole sorted buffer (no vLLM-style small-batch cut) and the grid is
-  cdiv(EM, BLOCK_SIZE_M) x cdiv(N, BLOCK_SIZE_N) programs, those past num_tokens_post_padded
-  returning at once (kernels/ops/moe/fused_moe_triton_kernels.py: invoke_fused_moe_kernel);
-- fp8: A already quantised as SGLang's scaled_fp8_quant (one fp32 scale in a 1-element tensor)
-  or sglang_per_token_group_quant_fp8 (row-major [rows, cdiv(K, 128)] scales) hands it over,
-  weight scales [E] or [E, cdiv(N, 128), cdiv(K, 128)]; swap_ab by should_enable_swap_ab (fp8
-  only: SM90, BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64); no MoE padding of K (SGLANG_MOE_PADDING
-  off); BLOCK_SIZE_K as the config gives it (SGLang never clamps it to the block shape);
-- even_Ks = K % BLOCK_SIZE_K == 0, c_sorted off, no TMA descriptors, no bias, FUSE_* and
-  MASK_OUTPUT off, one A output slice, and programmatic dependent launch (USE_GDC, launch_pdl,
-  GDC_EARLY = rows of A <= 512) on a device of compute capability 9 or more, as
-  is_arch_support_pdl (kernels/jit/utils/arch.py) turns it on; SGLang's kernel has no SPLIT_K.
-
-The layout is made here in torch, once per (batch, BLOCK_SIZE_M) and outside the timed call, as
-the tuner's own kernel is timed; SGLang's CUDA alignment ops are not used.
-"""
+"""SGLang 0.5.23's own fused-MoE Triton kernel, launched for one expert GEMM as its default Triton
+MoE path does (srt/layers/moe/moe_runner/triton_utils/fused_moe.py), bf16, fp8 w8a8 per tensor and
+128 x 128 blocks. Always sorted: moe_align_block_size (triton_utils/moe_align_block_size.py) counts
+E + 1 buckets, pads each run to BLOCK_SIZE_M and rounds the buffer to 4; EM is the whole buffer
+(kernels/ops/moe/fused_moe_triton_kernels.py: invoke_fused_moe_kernel); fp8 swap_ab by
+should_enable_swap_ab; no SPLIT_K; PDL on compute capability 9+ (kernels/jit/utils/arch.py). The
+layout is made in torch outside the timed call: every align op SGLang dispatches to
+(moe_align_small_numel, sgl_kernel's moe_align_block_size) writes the same blocks."""
 
 from __future__ import annotations
 
@@ -36,8 +15,6 @@ from tilesweep.fused_moe.engines.base import Engine, Launch, register
 from tilesweep.fused_moe.engines.base import swap_ab as swap_ab_rule
 from tilesweep.fused_moe.routing import buffered_blocks
 
-SMALL_NUMEL_LIMIT = 64  # moe_align_small_numel.SMALL_NUMEL_LIMIT
-SMALL_BATCH_MAX_BUCKETS = 64  # moe_align_block_size._CUDA_SMALL_BATCH_MAX_BUCKETS
 PDL_EARLY_ROWS = 512  # GDC_EARLY when A has at most this many rows (invoke_fused_moe_kernel)
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 LAUNCH_KEYS = ("num_warps", "num_stages")
@@ -53,24 +30,8 @@ def buffer_size(pairs: int, block_m: int, experts: int) -> int:
     return (size + 3) // 4 * 4
 
 
-def align_op(pairs: int, experts: int) -> str:
-    """Return the op SGLang lays a batch out with on CUDA (EP and LoRA off): the one-launch
-    Triton moe_align_small_numel, or sgl_kernel's moe_align_block_size: its small-batch kernel
-    below 1024 pairs over at most 64 buckets, else its generic one (as the wheel's JIT port,
-    kernels/jit/csrc/moe/moe_align_kernel.cu, dispatches; sgl_kernel's source is not in the
-    wheel). All write the same blocks; one expert's pairs are in pair order but in the generic
-    kernel, whose atomics order them as they land."""
-    if pairs <= SMALL_NUMEL_LIMIT and experts + 1 > SMALL_BATCH_MAX_BUCKETS:
-        return "moe_align_small_numel"
-    if pairs < 1024 and experts + 1 <= 64:
-        return "moe_align_block_size (small batch)"
-    return "moe_align_block_size"
-
-
 def blocks(topk_ids, block_m: int, experts: int):
-    """Return (sorted_ids, expert_ids, num_tokens_post_padded) as SGLang 0.5.23 hands them to
-    the kernel for this batch and BLOCK_SIZE_M (sorted_ids never None: SGLang has no naive
-    path)."""
+    """Return (sorted_ids, expert_ids, num_tokens_post_padded) as SGLang 0.5.23 hands them over."""
     size = buffer_size(topk_ids.numel(), block_m, experts)
     # The whole buffer holds the sentinel, as pad_sorted_token_ids=True has sgl_kernel fill it
     # (moe_align_small_numel leaves the part past num_tokens_post_padded unwritten; never read).
@@ -80,8 +41,7 @@ def blocks(topk_ids, block_m: int, experts: int):
 
 
 def _sm90(device) -> bool:
-    """Return whether SGLang's is_sm90_supported holds for a device (CUDA, not ROCm; compute
-    capability 9.x; CUDA 12.3 or later)."""
+    """Return whether SGLang's is_sm90_supported holds (CUDA 12.3+, compute capability 9.x)."""
     import torch
 
     if device.type != "cuda" or torch.version.hip is not None or torch.version.cuda is None:
@@ -91,14 +51,12 @@ def _sm90(device) -> bool:
 
 
 def swap_ab(config: dict, device, fp8: bool) -> bool:
-    """Return SGLang's swap_ab: fp8 w8a8 only, then should_enable_swap_ab (SM90, batch-invariant
-    mode off as by default, BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64)."""
+    """Return SGLang's swap_ab (fp8 w8a8, SM90, BLOCK_SIZE_M < 64, BLOCK_SIZE_N >= 64)."""
     return swap_ab_rule(config, fp8, _sm90(device))
 
 
 def pdl(a) -> dict:
-    """Return SGLang's programmatic-dependent-launch arguments for activations a: USE_GDC,
-    launch_pdl and GDC_EARLY on compute capability 9 or more (is_arch_support_pdl), else none."""
+    """Return SGLang's PDL arguments (USE_GDC, launch_pdl, GDC_EARLY) on sm_90+, else none."""
     import torch
 
     if a.device.type != "cuda" or torch.version.hip is not None:
@@ -109,8 +67,7 @@ def pdl(a) -> dict:
 
 
 def _kernel_config(config: dict) -> dict:
-    """Return the config as SGLang passes it (**config): the four block keys and whichever of
-    num_warps / num_stages it sets. Raise ValueError for keys SGLang's kernel cannot take."""
+    """Return the config as SGLang passes it (**config); ValueError for keys it cannot take."""
     extra = set(config) - set(CONFIG_KEYS) - set(LAUNCH_KEYS) - {"SPLIT_K"}
     if extra or config.get("SPLIT_K", 1) != 1:
         raise ValueError(f"SGLang's kernel takes no {sorted(extra) or ['SPLIT_K']} (config)")
@@ -118,8 +75,7 @@ def _kernel_config(config: dict) -> dict:
 
 
 def _scales(a, b, a_scale, b_scale, block_shape, config: dict) -> dict:
-    """Return the kernel's scale arguments (pointers, strides, group_n / group_k) for the
-    format at hand, as invoke_fused_moe_kernel passes them; check the scales' shapes."""
+    """Return the kernel's scale arguments as invoke_fused_moe_kernel passes them."""
     import torch
 
     none = {"a_scale_ptr": None, "b_scale_ptr": None, "group_n": 0, "group_k": 0}
@@ -192,8 +148,7 @@ class SGLang(Engine):
         return blocks(topk_ids, block_m, experts)
 
     def arguments(self, launch: Launch, em: int) -> tuple[tuple, dict]:
-        """Return SGLang's arguments, by name as invoke_fused_moe_kernel passes them; raise
-        ValueError for a layout, config or scales SGLang's kernel cannot take."""
+        """Return SGLang's kernel arguments by name; ValueError for what its kernel cannot take."""
         import torch  # heavy: loaded at the first layout or launch
         import triton.language as tl
 

@@ -1,15 +1,6 @@
-"""Stage tune_engine: config files tuned and picked in one serving engine's own fused-MoE kernel
-(fused_moe/engines/search.py), for every expert problem the grid's layouts put on a GPU and every
-format of backend.fused_moe.engine_tune, each checked on fresh data; one job per engine on a
-GPU machine.
-
-Outputs: `results/tune/fused_moe/engine_<engine>.csv` (the drop-in rows of engine_tables: per
-problem and format, the keys kept, the held-out draw's worst and geometric-mean ratio against
-the engine's current table, with the tuning's counts) and
-`results/tuned/fused_moe/engine_<engine>/` with `export/` (the drop-in files under the engine's
-own names and layout), `<engine>-<version>/` (the tuning's picks as `picks_<name>`, the tune and
-check tables). Where the engine's kernel is not at hand the summary says why.
-"""
+"""Stage tune_engine: config files tuned and picked in one engine's own fused-MoE kernel (search.py)
+for every problem and format; one job per engine on a GPU machine. Outputs
+results/tune/fused_moe/engine_<engine>.csv and results/tuned/fused_moe/engine_<engine>/."""
 
 from __future__ import annotations
 

@@ -1,26 +1,13 @@
-"""Both expert GEMMs of one problem timed in an engine's own fused-MoE kernel, launched as that
-engine launches it (its module in fused_moe/engines/, e.g. vllm.py), in one weight format
-(fused_moe/engines/formats.py): CUDA-graph replays of up to 10 back-to-back calls, each checked
-against an fp32 reference first, under one of two timings (the `timing` label of every row):
-
-- `decode` (the default): decode-true, cold L2. A decode step runs every other layer between two
-  calls of one layer's experts, so their weights come from memory. The timer holds enough
-  copies of the weights (clones: one result, other addresses), rotated call after call in the
-  graph, that the bytes touched between two uses of one copy are at least
-  `L2_MULTIPLE` times the device's L2 (read from the device at run time); labelled
-  `decode (cold L2, N weight copies)`.
-- `warm`: every call on one weight set, as the engines' own tuners time it (the touched experts
-  of a small batch stay in L2); labelled `warm L2`, for comparing with those tuners.
-
-Compiling is the slow part of trying a config in a kernel whose tile sizes are compile-time
-constants; `warm` compiles a list of (config, M) in parallel processes into Triton's on-disk
-cache, each on a copy of the problem with top_k experts laid out for the real expert count (the
-kernel's integer arguments, hence Triton's specialisation, are those of the real problem), so
-the timing process only loads them.
-"""
+"""Both expert GEMMs timed in an engine's own kernel, in CUDA-graph replays of up to 10 calls, each
+checked against fp32 first. `decode` (default): cold L2, enough rotated weight copies that the bytes
+between two uses of one copy are at least L2_MULTIPLE x the L2, since a decode step runs every other
+layer between two calls of one layer. `warm`: one weight set, as the engines' own tuners time it.
+Compiles run in parallel processes into Triton's cache on problems with the real expert count (the
+same specialisation)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tilesweep.errors import last_line
@@ -50,10 +37,7 @@ def expert_bytes(problem: dict, fmt: str) -> dict:
 
 
 def weight_copies(problem: dict, fmt: str, l2_bytes: int, free_bytes: int | None = None) -> int:
-    """Return how many weight copies a decode-true timing rotates: the fewest C with
-    (C - 1) x (bytes one call touches at M = 1: top_k experts of the smaller GEMM) at least
-    L2_MULTIPLE x the L2, and at least 2; capped so that all copies fit in MEMORY_SHARE of the
-    free memory (the label then says how many, and l2_multiple how far they reach)."""
+    """Return how many weight copies a decode-true timing rotates (at least 2, memory-capped)."""
     per_expert = expert_bytes(problem, fmt)
     touched = problem["top_k"] * min(per_expert.values())
     copies = max(2, 1 + math.ceil(L2_MULTIPLE * l2_bytes / touched))
@@ -64,8 +48,7 @@ def weight_copies(problem: dict, fmt: str, l2_bytes: int, free_bytes: int | None
 
 
 def l2_multiple(problem: dict, fmt: str, l2_bytes: int, copies: int) -> float:
-    """Return the bytes touched between two uses of one weight copy at M = 1 (the least of any
-    batch), in units of the L2."""
+    """Return the bytes between two uses of one weight copy at M = 1, in units of the L2."""
     touched = problem["top_k"] * min(expert_bytes(problem, fmt).values())
     return (copies - 1) * touched / l2_bytes if copies > 1 else touched / l2_bytes
 
@@ -78,10 +61,7 @@ def timing_label(timing: str, copies: int) -> str:
 
 
 def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float = 1.0) -> dict:
-    """Return median/p10/p90 ms per call of `calls` (one per weight copy) replayed in order in
-    one CUDA graph, the rotation repeated whole as often as fills about fill_ms (at most
-    max_calls calls, never fewer than one rotation), so that two uses of one copy are always a
-    whole rotation apart, also across replays."""
+    """Return median/p10/p90 ms per call of a rotation of `calls` replayed in one CUDA graph."""
     import statistics
 
     rounds = 1
@@ -93,9 +73,7 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
 
 
 def effective(config: dict, fmt: str) -> dict:
-    """Return the config as it is tried: for fp8_block, BLOCK_SIZE_K cut to the scale block
-    (vLLM cuts it so; SGLang does not, and a wider step would sum across scale groups, so its
-    candidates are taken at the block), so two configs that run the same are one."""
+    """Return the config as it runs: for fp8_block, BLOCK_SIZE_K cut to the scale block."""
     # triton (via fused_moe.engines.formats): this module loads without it
     from tilesweep.fused_moe.engines.formats import BLOCK
 
@@ -104,7 +82,7 @@ def effective(config: dict, fmt: str) -> dict:
     return dict(config)
 
 
-def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
+def _gemm_call(kernel, lx, problem, fmt, batch, blocks, config, gemm, weights):
     """Return a call that runs one GEMM of a batch in the engine's kernel."""
     # triton (via fused_moe.engines.formats): this module loads without it
     from tilesweep.fused_moe.engines.formats import block_shape
@@ -131,11 +109,7 @@ def _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt):
 
 
 class EngineTimer:
-    """One problem (experts, n, hidden, top_k) in one format, in one engine's kernel, under one
-    timing (`decode`: cold L2 over rotated weight copies; `warm`: one weight set). Every launch
-    is checked against the fp32 reference, of all routed pairs or, with `check_experts`, of the
-    pairs routed to that many experts (a batch reaches up to all of them; the reference of a
-    large batch costs more than its timings)."""
+    """One problem in one format and engine kernel, under one timing, every launch checked."""
 
     def __init__(
         self,
@@ -189,8 +163,7 @@ class EngineTimer:
         self.label = timing_label(timing, len(self.copies))
 
     def provenance(self) -> dict:
-        """Return the timing's columns: its label, the weight copies, the L2 size and how far
-        the copies reach (bytes touched between two uses of one copy at M = 1, in L2s)."""
+        """Return the timing's columns: label, weight copies, L2 size and L2 multiple."""
         l2 = self.l2_bytes
         reach = l2_multiple(self.problem, self.fmt, l2, len(self.copies)) if l2 else None
         return {
@@ -217,8 +190,7 @@ class EngineTimer:
         )
 
     def time(self, config: dict, batch, repeats: int) -> dict:
-        """Return both GEMMs' summed median, p10 and p90 ms and the worse relative error (inf
-        where the result is not finite); raise what the launch raises (a refusal)."""
+        """Return both GEMMs' summed median, p10, p90 ms and the worse relative error."""
         # triton (via fused_moe.engines.formats): this module loads without it
         from tilesweep.fused_moe.engines import formats
 
@@ -226,18 +198,10 @@ class EngineTimer:
         blocks = self.lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], self.problem["experts"])
         total = {"time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0}
         worst = 0.0
+        engine = (self.kernel, self.lx, self.problem, self.fmt)
         for gemm in GEMMS:
-            call = _gemm_call(
-                self.kernel,
-                self.lx,
-                self.problem,
-                self.weights,
-                batch,
-                blocks,
-                config,
-                gemm,
-                self.fmt,
-            )
+            on = functools.partial(_gemm_call, *engine, batch, blocks, config, gemm)
+            call = on(self.weights)
             batch.c[gemm].fill_(float("nan"))
             call()
             if gemm not in batch.refs:
@@ -247,13 +211,7 @@ class EngineTimer:
             rows, ref = batch.refs[gemm]
             worst = max(worst, rel_error(batch.c[gemm][rows], ref))
             if self.timing == "decode" and self.device != "cpu":
-                calls = [
-                    _gemm_call(
-                        self.kernel, self.lx, self.problem, w, batch, blocks, config, gemm, self.fmt
-                    )
-                    for w in self.copies
-                ]
-                t = time_rotation(calls, repeats)
+                t = time_rotation([on(w) for w in self.copies], repeats)
             else:
                 t = time_call(call, repeats, 2, graph=True, max_calls=10, fill_ms=1.0)
             for key in total:
@@ -281,7 +239,7 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
         batch = formats.make_batch(few, weights, m, "uniform", 1.0, "cuda", gen)
         blocks = lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], problem["experts"])
         for gemm in GEMMS:
-            _gemm_call(kernel, lx, problem, weights, batch, blocks, config, gemm, fmt)()
+            _gemm_call(kernel, lx, problem, fmt, batch, blocks, config, gemm, weights)()
         torch.cuda.synchronize()
         return index, None
     except Exception as exc:  # a compile or launch refusal is that config's result
@@ -289,22 +247,12 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
 
 
 def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers: int) -> dict:
-    """Compile every (config, M) of `jobs` in parallel processes; return {(slug, M): error}
-    for those refused (Triton's OutOfResources at the first launch, a compile error)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    work = [
-        (i, engine, version, problem, fmt, effective(c, fmt), m) for i, (c, m) in enumerate(jobs)
-    ]
-    failed = {}
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        for index, err in pool.map(_warm_one, work, chunksize=2):
-            if err:
-                config, m = jobs[index]
-                failed[space.config_slug(effective(config, fmt)), m] = err
-    return failed
+    """Compile (config, M) jobs in parallel; return {(slug, M): error} of those refused."""
+    with compile_pool(workers) as pool:
+        failed = warm_all([(engine, version, problem, fmt, c, m) for c, m in jobs], pool)
+    return {
+        (space.config_slug(effective(jobs[i][0], fmt)), jobs[i][1]): e for i, e in failed.items()
+    }
 
 
 def compile_pool(workers: int):
@@ -316,7 +264,6 @@ def compile_pool(workers: int):
 
 
 def warm_all(jobs: list[tuple], pool) -> dict:
-    """Compile (engine, version, problem, fmt, config, M) jobs of any problems in a pool of
-    processes (compile_pool); return {index: error} of those refused."""
+    """Compile jobs of any problems in a pool (compile_pool); return {index: error} refused."""
     work = [(i, *job[:4], effective(job[4], job[3]), job[5]) for i, job in enumerate(jobs)]
     return {index: err for index, err in pool.map(_warm_one, work, chunksize=1) if err}

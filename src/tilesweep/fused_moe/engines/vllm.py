@@ -1,23 +1,8 @@
-"""vLLM's own fused-MoE Triton kernel (engines.wheels.load; its wheel's paths in vllm.yaml),
-launched for one expert GEMM as vLLM 0.33 launches it (fused_moe.py: _prepare_expert_assignment and
-invoke_fused_moe_triton_kernel), in bf16, fp8 w8a8 per tensor and fp8 w8a8 with block scales:
-
-- the naive path where M x top_k x 4 <= E: no alignment, one row block per routed pair
-  (sorted_token_ids None, expert_ids the routed experts, EM = pairs x BLOCK_SIZE_M);
-- else moe_align_block_size's layout: pairs sorted by expert, each expert's run padded to
-  BLOCK_SIZE_M with the sentinel, buffers sized pairs + E x (BLOCK_SIZE_M - 1) (fewer pairs than
-  experts: pairs x BLOCK_SIZE_M) with expert id -1 past the used blocks, and EM cut to
-  M x top_k x BLOCK_SIZE_M when M < BLOCK_SIZE_M (vLLM's small-batch rule);
-- SPLIT_K 1, USE_TD off (vLLM's default; never with quantised weights), no bias;
-- fp8: SWAP_AB on an SM90 device where BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64 (vLLM's
-  enable_swap_ab); a per-tensor activation scale as a 1-element tensor, one weight scale per
-  expert; block scales (group_n, group_k = the block shape, BLOCK_SIZE_K cut to the smaller
-  side) with strides as vLLM passes them; compute type bf16 (the output's).
-
-The layout is made here in torch, once per (batch, BLOCK_SIZE_M) and outside the timed call, as
-the tuner's own kernel is timed; vLLM's CUDA alignment op is not used. The `engine` decode
-runner times vLLM's whole `fused_experts` under `override_config` where vLLM is installed.
-"""
+"""vLLM 0.33's own fused-MoE Triton kernel, launched for one expert GEMM as fused_moe.py
+(_prepare_expert_assignment, invoke_fused_moe_triton_kernel) does: the naive path where M x top_k x
+4 <= E, else moe_align_block_size's sorted layout with EM cut to M x top_k x BLOCK_SIZE_M below
+BLOCK_SIZE_M tokens; SPLIT_K 1, USE_TD off; fp8 SWAP_AB by enable_swap_ab on SM90. The layout is
+made in torch outside the timed call."""
 
 from __future__ import annotations
 
@@ -28,8 +13,7 @@ SPARSITY = 4  # vLLM's SPARSITY_FACTOR
 
 
 def vllm_blocks(topk_ids, block_m: int, experts: int):
-    """Return (sorted_ids or None, expert_ids, num_post_pad) as vLLM 0.33 hands them to the
-    kernel for this batch and BLOCK_SIZE_M."""
+    """Return (sorted_ids or None, expert_ids, num_post_pad) as vLLM 0.33 hands them over."""
     import torch  # heavy: loaded at the first layout or launch
 
     pairs, device = topk_ids.numel(), topk_ids.device
@@ -75,8 +59,7 @@ class VLLM(Engine):
         return vllm_blocks(topk_ids, block_m, experts)
 
     def padded_rows(self, launch: Launch) -> int:
-        """Return vLLM's EM: the sorted buffer, cut to M x top_k x BLOCK_SIZE_M below
-        BLOCK_SIZE_M tokens; on the naive path one row block per routed pair."""
+        """Return vLLM's EM (the sorted buffer, cut below BLOCK_SIZE_M tokens; naive: pairs)."""
         bm, m = launch.config["BLOCK_SIZE_M"], launch.a.shape[0]
         if launch.sorted_ids is None:
             return m * launch.top_k * bm
@@ -121,8 +104,7 @@ class VLLM(Engine):
         return args, kwargs
 
     def whole_moe_calls(self, problem: dict, weights, batch, tuned: dict, dtype: str) -> dict:
-        """Return {label: call} timing vLLM's fused_experts with the tuned config and its
-        default (bf16 only)."""
+        """Return {label: call} of vLLM's fused_experts, tuned and default (bf16 only)."""
         # vllm, where installed (the engine runner's rows say so where it is not)
         from vllm.model_executor.layers.fused_moe import fused_experts, override_config
         from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config

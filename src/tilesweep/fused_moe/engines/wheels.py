@@ -1,21 +1,8 @@
-"""The serving engines' own fused-MoE Triton kernels, taken from their released wheels.
-
-Where each engine's wheel keeps these is its data file (`<engine>.yaml`, engines.base.data).
-`extract` reads one module of an engine's wheel (the file that holds its `fused_moe_kernel`)
-and writes, into `<folder>/<engine>-<version>/`, every `@triton.jit` function of that module
-verbatim (`kernel.py`, which imports only triton) and `manifest.json`: the wheel's name and
-SHA-256, the module's path and SHA-256, the functions taken and the SHA-256 of `kernel.py`. The
-folder is ignored by git: nothing of the engines' is kept in this repository, and it travels to
-a GPU machine with the other wheels. `load` returns the kernel from such a folder (checked
-against its manifest), or from the installed engine where it imports.
-
-`extract` also keeps what decides which table the engine runs today: its shipped fused-MoE config
-tables (`configs/`, as laid out in the wheel: vLLM's flat folder, SGLang's `triton_X_Y_Z/`
-folders), each with its SHA-256 in the manifest, and the source of its `get_config_file_name`
-(`names.py`, with the helper that names the device), so that a file is named by the engine's own
-function (`config_file_name`) and compared with the table the engine would load
-(`shipped_table`).
-"""
+"""The serving engines' fused-MoE Triton kernels taken from their released wheels (paths in
+`<engine>.yaml`). `extract` writes <folder>/<engine>-<version>/ (git-ignored): the kernel module's
+`@triton.jit` functions verbatim, the shipped config tables, the engine's get_config_file_name
+(`names.py`) and a manifest of SHA-256s; `load` returns the kernel from there or from the installed
+engine."""
 
 from __future__ import annotations
 
@@ -70,8 +57,7 @@ def jit_functions(source: str) -> dict[str, str]:
 
 
 def function_source(source: str, name: str) -> str:
-    """Return the source of one top-level function of a module (decorators included), or raise
-    ValueError."""
+    """Return the source of one top-level function of a module, or raise ValueError."""
     lines = source.splitlines(keepends=True)
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
@@ -95,8 +81,7 @@ def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
 
 
 def _extract_tables(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
-    """Write the wheel's shipped fused-MoE config tables under out/configs/ (the wheel's layout
-    below its configs folder); return {relative path: SHA-256}."""
+    """Write the wheel's shipped config tables under out/configs/; return {path: SHA-256}."""
     prefix, tables = engine_data(engine).tables.folder, {}
     for member in sorted(archive.namelist()):
         if member.startswith(prefix) and member.endswith(".json") and "E=" in member:
@@ -116,8 +101,7 @@ def wheel_version(wheel: Path) -> tuple[str, str]:
 
 
 def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path:
-    """Extract an engine's Triton kernels from its wheel into folder/<engine>-<version>/;
-    return that folder. Raise ValueError when the wheel lacks the module or the kernel."""
+    """Extract an engine's kernels from its wheel into folder/<engine>-<version>/; return it."""
     wheel = Path(wheel)
     spec = engine_data(engine)
     module, kernel = spec.kernel.module, spec.kernel.function
@@ -176,9 +160,7 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
 
 
 def load(engine: str, version: str, folder: str | Path = FOLDER):
-    """Return (kernel, where): the engine's fused-MoE JIT function from folder/<engine>-<version>
-    (its kernel.py checked against its manifest), else from the installed engine if it is that
-    version. Raise LookupError saying why neither is at hand."""
+    """Return (kernel, where) from the extracted folder, else the installed engine; LookupError."""
     spec = engine_data(engine)
     module, name = spec.kernel.module, spec.kernel.function
     kept = Path(folder) / f"{engine}-{version}"
@@ -236,9 +218,7 @@ def config_file_name(
     device_name: str,
     folder: str | Path = FOLDER,
 ) -> str:
-    """Return the file name the engine looks up for (E, N, format) on a device named
-    `device_name` (torch.cuda.get_device_name's form), by running the engine's own
-    get_config_file_name from the extracted wheel (names.py, checked against its manifest)."""
+    """Return the engine's own config file name for (E, N, format) on a device (names.py)."""
     import functools
     import re
     import typing
@@ -261,8 +241,7 @@ def config_file_name(
 
 @contextlib.contextmanager
 def _platform_module(platform: _Platform, dotted: str | None):
-    """Let `from <dotted> import current_platform` (e.g. vllm.platforms) resolve to `platform`
-    for the duration (the modules it replaces, or their absence, are put back after)."""
+    """Let `from <dotted> import current_platform` resolve to `platform` for the duration."""
     if dotted is None:
         yield
         return
@@ -287,11 +266,7 @@ def _platform_module(platform: _Platform, dotted: str | None):
 def shipped_table(
     engine: str, version: str, name: str, triton_version: str, folder: str | Path = FOLDER
 ) -> tuple[dict | None, str]:
-    """Return ({M: config} or None, where) of the table the engine would load today for a file
-    name from its own wheel: configs/<name> (vLLM); with tables per Triton version (SGLang),
-    configs/triton_<T>/<name> for the running Triton T, else the newest other triton_* folder
-    that holds it (SGLang's get_moe_configs).
-    `where` names the file and its SHA-256, or says that the engine takes its default rule."""
+    """Return ({M: config} or None, where) of the table the engine loads today (get_moe_configs)."""
     kept, manifest = _manifest(engine, version, folder)
     tables = manifest.get("tables")
     if tables is None:
@@ -317,8 +292,7 @@ def shipped_table(
 
 
 def nearest(table: dict, m: int) -> dict:
-    """Return the config an engine runs at batch M from a table: the nearest key's (both
-    engines: min over keys of |key - M|, the first on a tie)."""
+    """Return the config at the key nearest M (both engines; the first on a tie)."""
     return table[min(table, key=lambda k: abs(k - m))]
 
 
@@ -328,10 +302,7 @@ NAME_SHAPES = ((256, 256), (256, 2048), (128, 768))
 
 
 def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
-    """Return the names the engine's own get_config_file_name gives every format, device of
-    NAME_DEVICES and shape of NAME_SHAPES, with the SHA-256 of the functions that made them
-    (names.py) and of the modules they come from: strings a test holds the exporter to where
-    the wheel is not at hand."""
+    """Return the engine's config file names of NAME_DEVICES x NAME_SHAPES, with SHA-256s."""
     _, manifest = _manifest(engine, version, folder)
     names = [
         {
