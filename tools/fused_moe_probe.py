@@ -12,7 +12,8 @@ the down GEMM's B through a TMA descriptor where the _down table says USE_TMA.
 
 Writes $OUT/fused_moe_probe.json (rows) and prints one line a row. Usage:
   OUT=/tmp/o python tools/fused_moe_probe.py [--tokens 1,2,...] [--copies N] [--repeats N]
-      [--as-device "NVIDIA H200"] [--models glm5,deepseek_v3] [--tiny]   # --tiny: one small shape (TRITON_INTERPRET=1 on CPU)
+      [--as-device "NVIDIA H200"] [--models glm5,deepseek_v3] [--tiny]
+--tiny times nothing: one small shape, launched and checked (TRITON_INTERPRET=1 on the CPU).
 """
 
 from __future__ import annotations
