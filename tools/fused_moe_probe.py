@@ -44,6 +44,7 @@ TINY = {"tiny": {"hidden": 256, "inter": 128, "experts": 8, "top_k": 2}}
 # Datasheet HBM bandwidth, bytes/s (NVIDIA H100 SXM5 and H200 SXM product briefs).
 PEAK_BW = {"NVIDIA H100 80GB HBM3": 3.35e12, "NVIDIA H200": 4.8e12}
 PDL_EARLY_ROWS = 512  # invoke_fused_moe_kernel: GDC_EARLY when A has at most this many rows
+PDL = [True]  # SGLang's PDL on sm_90+ (--no-pdl turns it off, to tell its share)
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 
 
@@ -159,26 +160,33 @@ def experts(shape: dict, device, generator) -> dict:
 class Gemm:
     """One expert GEMM call as SGLang launches it; `call()` launches it on its copy of B."""
 
-    def __init__(self, kernel, a, a_scale, b, b_scale, c, topk_ids, weights, top_k, config, tma):
+    def __init__(self, kernel, a, a_scale, b, b_scale, c, topk_ids, weights, top_k, config, **how):
+        """`how`: block_m (the layout's, SGLang's up config's), tma (down: A and B through TMA
+        descriptors), c_sorted (up, when the down GEMM uses TMA)."""
         self.kernel, self.config = kernel, config
         experts, n, k = b.shape
         bm, bn, bk = (config[key] for key in CONFIG_KEYS[:3])
-        self.topk_ids = topk_ids
-        self.sorted_ids, self.expert_ids, self.post = layout(topk_ids, bm, experts, a.device)
+        tma, c_sorted = how.get("tma", False), how.get("c_sorted", False)
+        self.topk_ids, self.c_sorted, self.a_sorted = topk_ids, c_sorted, tma
+        block_m = how.get("block_m", bm)
+        self.sorted_ids, self.expert_ids, self.post = layout(topk_ids, block_m, experts, a.device)
         em = self.sorted_ids.numel()
         self.grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
         cuda = a.device.type == "cuda"
         cc = torch.cuda.get_device_capability(a.device)[0] if cuda else 0
         cuda_ver = tuple(int(x) for x in (torch.version.cuda or "0.0").split(".")[:2])
         sm90 = cc == 9 and cuda_ver >= (12, 3)
-        b_desc = None
-        if tma:  # SGLang: b_use_tma from a tuned config's USE_TMA; a [1, BN, BK] box of B
+        a_desc = b_desc = None
+        if tma:  # SGLang's TMA down path: A [BM, BK] and B [1, BN, BK] boxes
             from triton.tools.tensor_descriptor import TensorDescriptor  # optional: Triton 3.4+
 
+            triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda",
+                                 dtype=torch.int8))  # fmt: skip
+            a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
             b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [1, bn, bk])
         self.kwargs = dict(
             a_ptr=a,
-            a_desc=None,
+            a_desc=a_desc,
             b_ptr=b,
             b_desc=b_desc,
             bias_ptr=None,
@@ -218,7 +226,7 @@ class Gemm:
             use_int8_w8a16=False,
             per_channel_quant=False,
             even_Ks=k % bk == 0,
-            c_sorted=False,
+            c_sorted=c_sorted,
             swap_ab=sm90 and bm < 64 <= bn,
             FUSE_ADD_TO_OUTPUT=False,
             MASK_OUTPUT=False,
@@ -228,7 +236,7 @@ class Gemm:
             num_warps=config["num_warps"],
             num_stages=config["num_stages"],
         )
-        if cc >= 9:
+        if cc >= 9 and PDL[0]:
             self.kwargs.update(USE_GDC=True, GDC_EARLY=a.shape[0] <= PDL_EARLY_ROWS)
             self.kwargs["launch_pdl"] = True
 
@@ -246,39 +254,51 @@ def touched_bytes(topk_ids, b, c) -> int:
     return experts * (n * k + scales) + pairs * (k + k // BLOCK[1] * 4) + pairs * n * c.itemsize
 
 
-def calls(kernel, shape, m, weights, tables, generator) -> dict:
-    """Return {part: (gemm builder, config, tma)} for M tokens; builders take a copy's index."""
+def calls(kernel, shape, m, weights, tables, generator) -> tuple[dict, list]:
+    """Return ({part: (gemm builder, config, tma)}, inputs) for M tokens; builders take a copy's
+    index. As fused_moe.py's fused_experts_impl: the layout aligned to the up config's
+    BLOCK_SIZE_M serves both GEMMs; where the _down table says USE_TMA, the up GEMM writes its
+    output in sorted, block-padded order (c_sorted) and the down GEMM reads A and B by TMA."""
     k = shape["top_k"] + 1
     up_cfg, down_cfg = pick(tables["up"][0], m), pick(tables["down"][0] or tables["up"][0], m)
     tma = bool(down_cfg.pop("USE_TMA", False)) and tables["down"][0] is not None
-    up_cfg.pop("USE_TMA", None)
+    up_cfg.pop("USE_TMA", None)  # up TMA: opt-in, no shipped up table sets it here
     device = weights[0]["w_up"].device
-    h, i = shape["hidden"], shape["inter"]
+    h, i, e = shape["hidden"], shape["inter"], shape["experts"] + 1
+    bm = up_cfg["BLOCK_SIZE_M"]
+    pairs = m * k
+    # fused_experts_impl: padded_tokens = min(pairs, E + 1) x (BLOCK_SIZE_M - 1) on the TMA path
+    rows = pairs + min(pairs, e) * (bm - 1)
     inputs = []
     for _ in weights:  # each copy its own routing and activations, as each layer has
         ids = route(m, shape, generator).to(device)
         inputs.append(
             {
                 "ids": ids,
-                "topk_w": torch.rand(m * k, device=device),
+                "topk_w": torch.rand(pairs, device=device),
                 "a": fp8((m, h), device, generator),
                 "a_s": scales((m, h // BLOCK[1]), device),
                 "c1": torch.empty(m, k, 2 * i, dtype=torch.bfloat16, device=device),
-                "a2": fp8((m * k, i), device, generator),  # silu_and_mul's output, per group
-                "a2_s": scales((m * k, i // BLOCK[1]), device),
+                "c1_sorted": torch.empty(rows, 2 * i, dtype=torch.bfloat16, device=device),
+                "a2": fp8((pairs, i), device, generator),  # silu_and_mul's output, per group
+                "a2_s": scales((pairs, i // BLOCK[1]), device),
+                "a2_sorted": fp8((rows, i), device, generator),
+                "a2_sorted_s": scales((rows, i // BLOCK[1]), device),
                 "c3": torch.empty(m, k, h, dtype=torch.bfloat16, device=device),
             }
         )
 
     def up(j):
         w, x = weights[j], inputs[j]
-        return Gemm(kernel, x["a"], x["a_s"], w["w_up"], w["s_up"], x["c1"], x["ids"], None, k,
-                    up_cfg, False)  # fmt: skip
+        c = x["c1_sorted"] if tma else x["c1"]
+        return Gemm(kernel, x["a"], x["a_s"], w["w_up"], w["s_up"], c, x["ids"], None, k,
+                    up_cfg, c_sorted=tma)  # fmt: skip
 
     def down(j, use_tma=tma):
         w, x = weights[j], inputs[j]
-        return Gemm(kernel, x["a2"], x["a2_s"], w["w_dn"], w["s_dn"], x["c3"], x["ids"],
-                    x["topk_w"], 1, down_cfg, use_tma)  # fmt: skip
+        a, a_s = (x["a2_sorted"], x["a2_sorted_s"]) if use_tma else (x["a2"], x["a2_s"])
+        return Gemm(kernel, a, a_s, w["w_dn"], w["s_dn"], x["c3"], x["ids"], x["topk_w"], 1,
+                    down_cfg, tma=use_tma, block_m=bm)  # fmt: skip
 
     return {"up": (up, up_cfg, False), "down": (down, down_cfg, tma)}, inputs
 
@@ -288,7 +308,13 @@ def check(gemm, part: str) -> float:
     gemm.call()
     args = gemm.kwargs
     ids = gemm.topk_ids.flatten().long()
-    rows = torch.arange(ids.numel(), device=ids.device) // args["top_k"]
+    pairs = ids.numel()
+    post = int(gemm.post.item())
+    sid = gemm.sorted_ids[:post].long()
+    at = torch.nonzero(sid < pairs).flatten()  # sorted positions holding a routed pair
+    where = torch.empty(pairs, dtype=torch.long, device=ids.device)
+    where[sid[at]] = at  # each pair's sorted position
+    rows = where if gemm.a_sorted else torch.arange(pairs, device=ids.device) // args["top_k"]
     a = args["a_ptr"].float()
     a = a * args["a_scale_ptr"].repeat_interleave(BLOCK[1], 1)[:, : a.shape[1]]
     b = args["b_ptr"][ids].float()  # the touched experts only, one per routed pair
@@ -297,7 +323,9 @@ def check(gemm, part: str) -> float:
     ref = torch.einsum("pk,pnk->pn", a[rows], b)
     if part == "down":
         ref = ref * args["topk_weights_ptr"][:, None]
-    out = args["c_ptr"].reshape(ids.numel(), -1).float()
+    c = args["c_ptr"]
+    out = c[where] if gemm.c_sorted else c.reshape(pairs, -1)
+    out = out.float()
     return float(((out - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item())
 
 
@@ -335,6 +363,7 @@ def main() -> int:
     parser.add_argument(
         "--as-device", default="NVIDIA H200", help="also time with this device's config tables"
     )
+    parser.add_argument("--no-pdl", action="store_true", help="launch without PDL (not SGLang)")
     parser.add_argument("--models", default=",".join(SHAPES), help="of " + ",".join(SHAPES))
     parser.add_argument("--tiny", action="store_true", help="one small shape; checks the launch")
     args = parser.parse_args()
@@ -345,6 +374,7 @@ def main() -> int:
     if min(tokens) < 1 or args.copies < 0 or args.repeats < 1:
         sys.exit("fused_moe_probe: tokens and repeats must be >= 1, copies >= 0")
     kernel, manifest = load_kernel()
+    PDL[0] = not args.no_pdl
     cuda = torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET")
     device = torch.device("cuda" if cuda else "cpu")
     name = torch.cuda.get_device_name() if cuda else "cpu (TRITON_INTERPRET)"
@@ -361,6 +391,7 @@ def main() -> int:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
+        "pdl": PDL[0],
         "kernel": f"{manifest['wheel']} {manifest['module']} sha256 {manifest['module_sha256']}",
     }
     if cuda:  # the fixed cost: one empty launch a call, same graph conditions
