@@ -392,6 +392,7 @@ def main() -> int:
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
         "pdl": PDL[0],
+        "l2_bytes": l2,
         "kernel": f"{manifest['wheel']} {manifest['module']} sha256 {manifest['module_sha256']}",
     }
     if cuda:  # the fixed cost: one empty launch a call, same graph conditions
@@ -477,12 +478,18 @@ def main() -> int:
                         flush=True,
                     )
                 del made, parts, inputs
+                save(rows, out)
         del weights
         if cuda:
             torch.cuda.empty_cache()
+    save(rows, out)
+    return 0
+
+
+def save(rows: list, out: str) -> None:
+    """Write the rows so far to $OUT/fused_moe_probe.json (kept if a later shape runs out)."""
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "fused_moe_probe.json").write_text(json.dumps(rows, indent=1) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
