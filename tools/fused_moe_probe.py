@@ -358,7 +358,7 @@ def main() -> int:
     """Time the kernel over the token counts; write $OUT/fused_moe_probe.json."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="1,2,4,8,16,32,64")
-    parser.add_argument("--copies", type=int, default=0, help="weight copies (0: pass L2 x3)")
+    parser.add_argument("--copies", type=int, default=0, help="weight copies (0: pass L2 x4)")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument(
         "--as-device", default="NVIDIA H200", help="also time with this device's config tables"
@@ -370,7 +370,10 @@ def main() -> int:
     out = os.environ.get("OUT")
     if not out:
         sys.exit("fused_moe_probe: set OUT to the folder for fused_moe_probe.json")
-    tokens = [int(t) for t in args.tokens.split(",")]
+    try:
+        tokens = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        sys.exit(f"fused_moe_probe: --tokens takes integers separated by commas, not {args.tokens}")
     if min(tokens) < 1 or args.copies < 0 or args.repeats < 1:
         sys.exit("fused_moe_probe: tokens and repeats must be >= 1, copies >= 0")
     kernel, manifest = load_kernel()
