@@ -445,6 +445,7 @@ def main() -> int:
                     row |= {"experts": e, "top_k": shape["top_k"] + 1, "hidden": h}
                     row |= {"inter_shard": i, "copies": copies, "config_device": table_device}
                     row |= {"config_table": tables[base][1], "tma": tma}
+                    row["c_sorted"] = part == "up" and parts["down"][2]  # up feeds a TMA down
                     row |= {"config": parts[base][1] if part != "up+down" else None}
                     row |= {"bytes_per_call": int(size[base if part != "up+down" else part])}
                     try:
