@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,38 @@ def test_the_snakefile_refuses_a_mistyped_plugin_in_one_line(tmp_path):
         "tilesweep: TILESWEEP_PLUGINS='plugins.planted_faults,': entry 2 is empty; give module "
         "names separated by single commas"
     )
+
+
+def test_stopping_gpu_sh_sweep_stops_its_snakemake(tmp_path):
+    """`tools/gpu.sh sweep` given a TERM (a device call's limit, Ctrl-C) stops the Snakemake it
+    started, though `timeout` runs that in a process group of its own, and still reports and
+    archives (round five's G16 found the sweep running on after gpu.sh was gone)."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    pid_file = tmp_path / "snakemake.pid"
+    python3 = f'case "$1" in -c) exit 0;; esac\necho $$ > {pid_file}\nexec sleep 60'
+    for name, body in (("python3", python3), ("nvidia-smi", "echo gpu")):
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    (tmp_path / "Snakefile").touch()  # a checkout's root, as the task asks for
+    (tmp_path / "conf").mkdir()
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}")
+    cmd = ["bash", str(ROOT / "tools/gpu.sh"), "sweep", "out"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):  # the stub Snakemake has started
+            if pid_file.is_file() and pid_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        snakemake = int(pid_file.read_text())
+        proc.terminate()
+        out, _ = proc.communicate(timeout=40)
+    finally:
+        proc.kill()
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):  # gone within seconds of the TERM
+            os.kill(snakemake, 0)
+            time.sleep(0.1)
+        os.kill(snakemake, 9)  # still there: stop it, and fail
+    assert proc.returncode == 143 and "snakemake exit 143 after" in out, out
+    assert (tmp_path / "out" / "snakemake.log").is_file()
