@@ -11,6 +11,7 @@ import pkgutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tilesweep import plugin_loader
 from tilesweep.backends.roles import Builder, Commands, DecodeRunner, Runner, StepRunner, Tuner
 
 if TYPE_CHECKING:
@@ -84,8 +85,10 @@ def _discover() -> None:
     for info in pkgutil.iter_modules([str(top)]):
         if info.ispkg and (top / info.name / "backend.py").is_file():
             importlib.import_module(f"tilesweep.{info.name}.backend")
-    for name in filter(None, os.environ.get("TILESWEEP_PLUGINS", "").split(",")):
-        importlib.import_module(name.strip())
+    try:
+        plugin_loader.load(os.environ.get(plugin_loader.VARIABLE, ""))
+    except plugin_loader.PluginError as err:  # the user's typo: one line from every entry point
+        raise SystemExit(f"tilesweep: {err}") from None
 
 
 def registered() -> list[Backend]:
