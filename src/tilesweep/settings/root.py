@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from tilesweep.settings.backend_sections import BackendSections
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
@@ -43,9 +44,9 @@ class RootSettings(Section):
     grid: GridSettings = Field(
         description="tiles, stages, warps, dtypes, tokens per expert, targets, layouts"
     )
-    backend: dict[str, Any] = Field(
+    backend: BackendSections = Field(
         description="which kernel backends build and run, one section each (its model beside "
-        "its code); `backend.cutlass.extra_stages`: explicit stage counts for a few tiles of one "
+        "its code, registered here by backends.register); `backend.cutlass.extra_stages`: explicit stage counts for a few tiles of one "
         "arch (default: the brief's four tiles, finalize, 3 stages, on sm_120)"
     )
     bench: BenchSettings = Field(
@@ -131,7 +132,8 @@ def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[s
     keys = []
     for name, field in model.model_fields.items():
         tp = field.annotation
-        whole = (HardwareSpec, QuestionGroup, References)  # a file, and two lists of items
+        # a file, two lists of items, and the backends' sections (each its own model)
+        whole = (HardwareSpec, QuestionGroup, References, BackendSections)
         if isinstance(tp, type) and issubclass(tp, BaseModel) and tp not in whole:
             keys += leaf_keys(tp, f"{prefix}{name}.")
         else:
