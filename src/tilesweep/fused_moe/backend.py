@@ -125,6 +125,19 @@ class EngineDefaults(Section):
     num_warps: list[Rule]
     num_stages: list[Rule]
 
+    def config_for(self, m: int, experts: int, dtype: str) -> dict:
+        """Return the config these rules pick for M tokens over E experts (first rule that holds;
+        space.engine_default does the same for the rules as a worker's spec writes them)."""
+        out = {}
+        for key in SPACE_KEYS:
+            found = [rule.value for rule in getattr(self, key) if rule.holds(m, experts, dtype)]
+            if not found:
+                raise ValueError(
+                    f"the default rules for {key} end without a rule that always holds"
+                )
+            out[key] = found[0]
+        return out
+
 
 class Variant(Section):
     """One of the project's kernel variants beyond the engines' space (space.VARIANT_OFF)."""
@@ -213,7 +226,7 @@ class FusedMoeSettings(Section):
 
 
 def moe_table(
-    bench: BenchSettings, fused: dict, model: ModelSettings, layout: dict, device: str
+    bench: BenchSettings, fused: FusedMoeSettings, model: ModelSettings, layout: dict, device: str
 ) -> dict:
     """Return the configs one rank's experts run: the first tuned table found, else vLLM's rules."""
     import json
@@ -227,11 +240,11 @@ def moe_table(
         if path.is_file():
             configs = json.loads(path.read_text())
             configs.pop("triton_version", None)
-            return {"source": str(path), "configs": configs, "sparsity": fused["direct_sparsity"]}
+            return {"source": str(path), "configs": configs, "sparsity": fused.direct_sparsity}
     return {
         "source": f"vLLM default rules (no {name} in bench.step_moe_tables)",
-        "rules": fused["engine_defaults"]["vllm"],
-        "sparsity": fused["direct_sparsity"],
+        "rules": fused.engine_defaults["vllm"],  # a step's JSON param: written as given
+        "sparsity": fused.direct_sparsity,
     }
 
 
@@ -246,12 +259,12 @@ class FusedMoeTuner(Tuner):
 
     def tune_jobs(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return the dtypes tuned here: all configured ones where a GPU is here and tune is on."""
-        section = settings.backend[NAME]
-        return list(section["dtypes"]) if gpus and section["tune"] else []
+        section: FusedMoeSettings = settings.backend.fused_moe
+        return list(section.dtypes) if gpus and section.tune else []
 
     def tune_inputs(self, settings: RootSettings) -> dict:
         """Return its backend section: the space, timing, pick and engines' defaults."""
-        return settings.backend.get(NAME, {})
+        return settings.backend.fused_moe
 
     def tune_tables(self, settings: RootSettings, gpus: tuple[str, ...]) -> list[str]:
         """Return one tune table per tuned dtype."""
@@ -261,7 +274,7 @@ class FusedMoeTuner(Tuner):
         """Return each tuned dtype's table and picks, then each engine's summary and files."""
         dtypes = self.tune_jobs(settings, gpus)
         out = [p for d in dtypes for p in (tune_table(d), project_kernel_dir(d))]
-        for engine in settings.backend[NAME]["engine_versions"] if dtypes else ():
+        for engine in settings.backend.fused_moe.engine_versions if dtypes else ():
             out += [engine_summary(engine), engine_files(engine)]
         return out
 
@@ -305,7 +318,7 @@ class FusedMoeRows(DecodeRunner):
         # cycle: engine_rows imports the registry, whose discovery imports this module
         from tilesweep.fused_moe.engines.decode_rows import engine_rows
 
-        return engine_rows(settings.backend.get(NAME) or {}, tune)
+        return engine_rows(settings.backend.section(NAME), tune)
 
 
 class FusedMoeStep(StepRunner):
@@ -324,7 +337,7 @@ class FusedMoeStep(StepRunner):
 
     def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
         """Return the tuned configs one rank of the layout runs (moe_table)."""
-        fused = settings.backend[NAME]
+        fused = settings.backend.fused_moe
         return {"moe_table": moe_table(settings.bench, fused, settings.model, layout, device)}
 
 

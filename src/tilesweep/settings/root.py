@@ -46,7 +46,7 @@ class RootSettings(Section):
     )
     backend: BackendSections = Field(
         description="which kernel backends build and run, one section each (its model beside "
-        "its code, registered here by backends.register); `backend.cutlass.extra_stages`: explicit stage counts for a few tiles of one "
+        "its code); `backend.cutlass.extra_stages`: explicit stage counts for a few tiles of one "
         "arch (default: the brief's four tiles, finalize, 3 stages, on sm_120)"
     )
     bench: BenchSettings = Field(
