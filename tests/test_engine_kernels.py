@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from tilesweep.errors import ConfigError
-from tilesweep.fused_moe.backend import EngineDefaults, Rule, Space
 from tilesweep.fused_moe.engines import check, dropins, search, vllm, wheels
 from tilesweep.fused_moe.engines.base import data
 from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.engines.check import judge, read_file
+from tilesweep.fused_moe.section import EngineDefaults, Rule, Space
 
 ROOT = Path(__file__).resolve().parents[1]
 # The names vLLM's and SGLang's own get_config_file_name give every format (made by

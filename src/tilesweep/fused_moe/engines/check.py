@@ -24,7 +24,7 @@ from tilesweep.io import write_text
 from tilesweep.settings import Tuning
 
 if TYPE_CHECKING:
-    from tilesweep.fused_moe.backend import EngineDefaults
+    from tilesweep.fused_moe.section import EngineDefaults
 
 NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"

@@ -11,7 +11,7 @@ from tilesweep.columns import Status
 from tilesweep.fused_moe.engines.base import installed
 
 if TYPE_CHECKING:
-    from tilesweep.fused_moe.backend import FusedMoeSettings
+    from tilesweep.fused_moe.section import FusedMoeSettings
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.decode_rows", "tilesweep.fused_moe")
 ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]

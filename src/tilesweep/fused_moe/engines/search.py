@@ -24,7 +24,7 @@ from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
 if TYPE_CHECKING:
-    from tilesweep.fused_moe.backend import EngineDefaults, EngineTune, Space
+    from tilesweep.fused_moe.section import EngineDefaults, EngineTune, Space
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.search", "tilesweep.fused_moe")
 TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
