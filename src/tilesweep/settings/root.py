@@ -12,7 +12,7 @@ from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.question_group import QuestionGroup
+from tilesweep.settings.question_group import QuestionGroup, Target
 from tilesweep.settings.strict import Refused, Section, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
@@ -68,14 +68,16 @@ class RootSettings(Section):
     catalog: dict[str, HardwareSpec] = Field(
         description="every conf/hardware file by name (not a group: read from the folder)"
     )
+    # Absent (a config made by hand): what `question=none` and `references=none` give.
     question: QuestionGroup = Field(
-        None,
+        default_factory=lambda: QuestionGroup(target=Target()),
         description="the case study the report answers, and the answer card's target: "
         "`question.tpot_target_ms` (unset), `question.min_tokens_per_s_per_user` (20 by default: "
         "the interactive floor the headline answers under; `null` removes it)",
     )
     references: References = Field(
-        None, description="engines' own measured TPOT, cited, composed beside the verdict"
+        default_factory=References,
+        description="engines' own measured TPOT, cited, composed beside the verdict",
     )
 
     @field_validator("question", mode="before")
