@@ -69,9 +69,9 @@ def register(cls: type[Backend]) -> type[Backend]:
         raise ValueError(f"{cls.__name__} has no name")
     if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
         raise ValueError(f"backend {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls()
     if cls.settings_model is not None:  # the settings validate backend.<name> by it
         register_section(cls.name, cls.settings_model, cls.order)
+    _REGISTRY[cls.name] = cls()
     return cls
 
 
