@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 
 from tilesweep import plugin_loader
 from tilesweep.backends.roles import Builder, Commands, DecodeRunner, Runner, StepRunner, Tuner
+from tilesweep.settings.backend_sections import register_section, unregister_section
 
 if TYPE_CHECKING:
     from tilesweep.settings.root import RootSettings
+    from tilesweep.settings.strict import Section
     from tilesweep.settings.sweep_space import Tile
 
 __all__ = ["Backend", "Builder", "Commands", "DecodeRunner", "Runner", "StepRunner", "Tuner"]
@@ -26,7 +28,8 @@ class Backend:
 
     name: str = ""  # also its config key: backend.<name>
     order: int = 100  # where its cells, jobs and rows come in every listing (then by name)
-    settings_model: type | None = None  # pydantic model of its section backend.<name>
+    settings_model: type[Section] | None = None  # model of its section backend.<name> (needs
+    # an `enabled` field); register() hands it to the settings, which validate the section by it
     builder: Builder | None = None
     decoder: DecodeRunner | None = None
     stepper: StepRunner | None = None
@@ -35,7 +38,7 @@ class Backend:
 
     def enabled(self, settings: RootSettings) -> bool:
         """Return whether the config turns this backend on."""
-        return bool(settings.backend.get(self.name, {}).get("enabled", False))
+        return settings.backend.enabled(self.name)
 
     def validate(self, settings: RootSettings) -> None:
         """Raise ConfigError for settings of this backend that cannot describe a sweep."""
@@ -67,6 +70,8 @@ def register(cls: type[Backend]) -> type[Backend]:
         raise ValueError(f"{cls.__name__} has no name")
     if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
         raise ValueError(f"backend {cls.name!r} registered twice")
+    if cls.settings_model is not None:  # the settings validate backend.<name> by it
+        register_section(cls.name, cls.settings_model, cls.order)
     _REGISTRY[cls.name] = cls()
     return cls
 
@@ -74,6 +79,7 @@ def register(cls: type[Backend]) -> type[Backend]:
 def unregister(name: str) -> None:
     """Remove a registered backend (for tests that register a toy one)."""
     _REGISTRY.pop(name, None)
+    unregister_section(name)
 
 
 def _discover() -> None:
