@@ -15,6 +15,8 @@ from tilesweep.errors import ConfigError
 # interpolates). The bytes, not the mtime: an edit that keeps the size and the mtime (a restored
 # timestamp, a coarse file system) is still read.
 _PARSED: dict[tuple, tuple[dict, bool]] = {}
+# group_file's resolved keys by the repr of the merged keys they were resolved from.
+_RESOLVED: dict[str, dict] = {}
 
 
 def group_file(conf_dir: Path, group: str, option: str) -> dict:
@@ -23,9 +25,13 @@ def group_file(conf_dir: Path, group: str, option: str) -> dict:
     body, interpolates = _merged_file(Path(conf_dir), group, option)
     if not interpolates:
         return body
-    from omegaconf import OmegaConf  # only a file with ${...} in it pays for OmegaConf
+    # Resolved once per process for the same merged keys (their repr tells types apart).
+    key = repr(body)
+    if key not in _RESOLVED:
+        from omegaconf import OmegaConf  # only a file with ${...} in it pays for OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.create(body), resolve=True)
+        _RESOLVED[key] = OmegaConf.to_container(OmegaConf.create(body), resolve=True)
+    return copy.deepcopy(_RESOLVED[key])
 
 
 def check_defaults(conf_dir: Path, group: str, option: str) -> None:
