@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from omegaconf._utils import get_yaml_loader
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
+from tilesweep.group_files import yaml_loader
 from tilesweep.settings import RootSettings
 from tilesweep.settings.cited_figures import Figure, References
 
@@ -93,7 +93,7 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
         data = path.read_bytes()
         key = (path, hashlib.sha256(data).hexdigest())
         if key not in _READ:
-            _READ[key] = _figures_of(yaml.load(data.decode(), Loader=_Loader), where)
+            _READ[key] = _figures_of(yaml.load(data.decode(), Loader=yaml_loader()), where)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         text = str(exc).strip().splitlines()
         raise ConfigError(
@@ -108,28 +108,6 @@ def _figures_of(data: object, where: str) -> list:
     if not isinstance(figures, list) or not figures:
         raise ConfigError(f"{where}: the file holds no `figures:` list of figures")
     return figures
-
-
-class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):
-    """libyaml's parser with OmegaConf's scalar rules (1e5 is a float, no timestamps), so a
-    figures file reads as the same values it would through Hydra."""
-
-    yaml_implicit_resolvers = get_yaml_loader().yaml_implicit_resolvers
-
-    def construct_mapping(self, node, deep=False):
-        """Return the mapping; refuse a key given twice (OmegaConf does)."""
-        seen: set = set()
-        for k, _ in node.value:
-            if isinstance(k, yaml.ScalarNode) and k.value in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"found duplicate key {k.value} at line {k.start_mark.line + 1}",
-                    k.start_mark,
-                )
-            if isinstance(k, yaml.ScalarNode):
-                seen.add(k.value)
-        return super().construct_mapping(node, deep=deep)
 
 
 def of(settings: RootSettings) -> References:
