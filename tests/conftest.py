@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tilesweep import config
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -26,6 +29,55 @@ def snakemake(
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+# The same composition, composed once per test process. Hydra's composition of conf/ (about 0.4 s
+# of CPU) and the hardware catalog's parse (0.17 s) are most of every compose, and the tests
+# compose the same overrides and read the same hardware files again and again. Both are pure
+# functions of their arguments and the files under conf_dir: each is kept under its arguments and
+# every file's (size, mtime, inode), and handed out as a deep copy, so an edited, added or removed
+# file composes afresh and no caller sees another's changes. A failure is never kept: each
+# refusal is composed, and said, every time. Subprocesses (snakemake, the CLI) compose as users do.
+_KEPT: dict[tuple, object] = {}
+
+
+def _files_signature(folder: Path) -> tuple | None:
+    """Return every file under folder with its size, mtime and inode; None where one cannot be
+    read (a dangling link: the composition, not the memo, names it)."""
+    out = []
+    for where, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            try:
+                st = os.stat(os.path.join(where, name))
+            except OSError:
+                return None
+            out.append((where, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode))
+    return tuple(out)
+
+
+def _kept(function, key_of):
+    """Return function kept per key_of(arguments) (its arguments and the folder whose files it
+    reads) and those files' signature, handed out as a deep copy."""
+
+    def once(*args):
+        arguments, folder = key_of(*args)
+        files = _files_signature(Path(folder))
+        if files is None:
+            return function(*args)
+        key = (function.__name__, arguments, str(folder), files)
+        if key not in _KEPT:
+            _KEPT[key] = function(*args)
+        return copy.deepcopy(_KEPT[key])
+
+    once.__wrapped__ = function
+    return once
+
+
+config._compose_raw = _kept(
+    config._compose_raw, lambda overrides, conf_dir: (tuple(map(str, overrides)), conf_dir)
+)
+config.load_catalog = _kept(config.load_catalog, lambda conf_dir: ((), Path(conf_dir) / "hardware"))
 
 
 # Fixtures that run a real sweep: every test that takes one is slow (make test-fast leaves it out).
