@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -81,7 +87,7 @@ config.load_catalog = _kept(config.load_catalog, lambda conf_dir: ((), Path(conf
 
 
 # Fixtures that run a real sweep: every test that takes one is slow (make test-fast leaves it out).
-SWEEP_FIXTURES = {"tiny_sweep", "second_sweep", "slurm_sweep"}
+SWEEP_FIXTURES = {"tiny_sweep", "resumed_sweep", "second_sweep", "slurm_sweep"}
 
 
 # Costly fixtures made once per worker, and the xdist group of the tests that take them: under
@@ -89,6 +95,7 @@ SWEEP_FIXTURES = {"tiny_sweep", "second_sweep", "slurm_sweep"}
 # worker making it. The SLURM run is compared with the tiny sweep, so it joins that group.
 SHARED_FIXTURE_GROUPS = {
     "tiny_sweep": "tiny_sweep",
+    "resumed_sweep": "tiny_sweep",
     "slurm_sweep": "tiny_sweep",
     "compiled": "cutlass_compiled",  # test_cutlass_accounting: five CUTLASS cells through nvcc
     "corpus_engines": "corpus_engines",  # the cited engine figures, composed
@@ -110,12 +117,97 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+TINY = ["experiment=tiny"]
+
+
+def _start(work: Path) -> subprocess.Popen:
+    """Start a tiny sweep in its own process group."""
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--cores", "2"]
+    cmd += ["--config", 'overrides=["experiment=tiny"]']
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=work
+    )
+
+
+def _wait_for(work: Path, pattern: str, before: frozenset = frozenset(), timeout: float = 240):
+    """Return the files matching pattern once one exists that was not among `before`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(work.glob(pattern))
+        if set(found) - before:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"no new {pattern} after {timeout} s")
+
+
+def _marker_name(rel: Path) -> str:
+    """Return the name Snakemake gives the incomplete marker of an output."""
+    return base64.b64encode(str(rel).encode()).decode().replace("/", "@")
+
+
+def assert_whole(results: Path) -> None:
+    """Assert every result file parses (no half-written output)."""
+    import pandas as pd
+
+    for path in results.rglob("*.json"):
+        json.loads(path.read_text())
+    for path in results.rglob("*.csv"):
+        pd.read_csv(path)
+
+
+def _interrupt(work: Path, sig: int, pattern: str) -> dict[Path, int]:
+    """Start the tiny sweep (resuming what is there), send sig to it once a new file matches
+    pattern, and return the result files it left finished, with their mtimes, after checking
+    that none is half-written."""
+    before = frozenset(work.glob(pattern))
+    proc = _start(work)
+    _wait_for(work, pattern, before)
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=120)
+    # Finished: written, and not marked incomplete by Snakemake when the kill came.
+    marked = {p.name for p in (work / ".snakemake" / "incomplete").rglob("*") if p.is_file()}
+    finished = [
+        p
+        for p in (work / "results").rglob("*.json")
+        if _marker_name(p.relative_to(work)) not in marked
+    ]
+    assert finished
+    if sig == signal.SIGINT:  # snakemake stops its jobs; make sure none lingers
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert_whole(work / "results")
+    return {p: p.stat().st_mtime_ns for p in finished}
+
+
+class ResumedSweep(NamedTuple):
+    """The session's tiny sweep and what its stopped runs had finished."""
+
+    work: Path  # the work folder: results/ and Snakemake's .snakemake/
+    finished: dict[Path, int]  # each file a stopped run finished, with its mtime then
+    after: dict[Path, int]  # the same files' mtimes once the sweep was done
+
+
 @pytest.fixture(scope="session")
-def tiny_sweep(tmp_path_factory) -> Path:
-    """Return a work folder holding one finished tiny sweep (experiment=tiny)."""
+def resumed_sweep(tmp_path_factory) -> ResumedSweep:
+    """Return the session's tiny sweep (experiment=tiny), run to the end as an impatient user
+    might: killed with kill -9 once the first launch check is written, resumed and stopped with
+    Ctrl-C once it has written a table of its own, then rerun plainly to the end.
+    test_interrupt holds it to losing nothing finished; the rest read it as a finished sweep
+    (one sweep serves both: a separate interrupted one cost a whole tiny sweep more)."""
     work = tmp_path_factory.mktemp("tiny")
-    snakemake(work, "--cores", "2", overrides=["experiment=tiny"])
-    return work
+    killed = _interrupt(work, signal.SIGKILL, "results/launch/triton/*/*.json")
+    interrupted = _interrupt(work, signal.SIGINT, "results/*/*.csv")
+    # A plain rerun: the results folder's lock died with the killed runs (sweep_lock.py), and
+    # the profile next to the Snakefile redoes what was cut short.
+    snakemake(work, "--cores", "2", overrides=TINY)
+    finished = {**interrupted, **killed}  # a file the killed run finished: its mtime then
+    return ResumedSweep(work, finished, {p: p.stat().st_mtime_ns for p in finished})
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(resumed_sweep) -> Path:
+    """Return a work folder holding one finished tiny sweep (experiment=tiny): the resumed one."""
+    return resumed_sweep.work
 
 
 @pytest.fixture
