@@ -353,6 +353,7 @@ def test_a_restored_join_is_rejoined_and_no_row_is_lost(swept):
     assert "Nothing to be done" in snakemake(work, "-n", overrides=TINY).stdout
 
 
+@pytest.mark.slow  # runs snakemake
 def test_a_dry_run_writes_nothing(tmp_path):
     """`snakemake -n` makes no results folder, no lock file and no ledger."""
     snakemake(tmp_path, "-n", overrides=TINY)
@@ -592,6 +593,7 @@ def _plan_config(*entries: str) -> None:
     Sweep(planned + parse_overrides(config.get("overrides")), ROOT / "conf")
 
 
+@pytest.mark.slow  # runs snakemake
 def test_bad_config_keys_are_refused_in_one_line(tmp_path):
     """Each is planned as the Snakefile plans it; snakemake itself refuses the first (and, in
     test_bad_command_line_values_are_refused_in_one_line, another) before any job."""
@@ -604,6 +606,7 @@ def test_bad_config_keys_are_refused_in_one_line(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # runs snakemake
 def test_an_unwritable_results_dir_is_refused_in_one_line(tmp_path):
     for where, message in [
         ("/proc/1/results", "results_dir=/proc/1/results: cannot write the sweep's lock there"),
@@ -617,6 +620,7 @@ def test_an_unwritable_results_dir_is_refused_in_one_line(tmp_path):
         _assert_refused(proc, message)
 
 
+@pytest.mark.slow  # runs snakemake
 def test_an_unreadable_rebuild_ledger_is_one_line(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / ".rebuilds.json").write_text("{not json")
