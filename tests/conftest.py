@@ -161,9 +161,14 @@ def _interrupt(work: Path, sig: int, pattern: str) -> dict[Path, int]:
     that none is half-written."""
     before = frozenset(work.glob(pattern))
     proc = _start(work)
-    _wait_for(work, pattern, before)
-    os.killpg(proc.pid, sig)
-    proc.wait(timeout=120)
+    try:
+        _wait_for(work, pattern, before)
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=300)  # Ctrl-C: snakemake first stops the jobs it runs
+    finally:
+        if proc.poll() is None:  # it hung: end it, so that the sweep can still be finished
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     # Finished: written, and not marked incomplete by Snakemake when the kill came.
     marked = {p.name for p in (work / ".snakemake" / "incomplete").rglob("*") if p.is_file()}
     finished = [
@@ -185,6 +190,7 @@ class ResumedSweep(NamedTuple):
     work: Path  # the work folder: results/ and Snakemake's .snakemake/
     finished: dict[Path, int]  # each file a stopped run finished, with its mtime then
     after: dict[Path, int]  # the same files' mtimes once the sweep was done
+    failure: BaseException | None  # what went wrong while stopping and resuming, if anything
 
 
 @pytest.fixture(scope="session")
@@ -195,13 +201,18 @@ def resumed_sweep(tmp_path_factory) -> ResumedSweep:
     test_interrupt holds it to losing nothing finished; the rest read it as a finished sweep
     (one sweep serves both: a separate interrupted one cost a whole tiny sweep more)."""
     work = tmp_path_factory.mktemp("tiny")
-    killed = _interrupt(work, signal.SIGKILL, "results/launch/triton/*/*.json")
-    interrupted = _interrupt(work, signal.SIGINT, "results/*/*.csv")
+    finished, failure = {}, None
+    try:
+        killed = _interrupt(work, signal.SIGKILL, "results/launch/triton/*/*.json")
+        interrupted = _interrupt(work, signal.SIGINT, "results/*/*.csv")
+        finished = {**interrupted, **killed}  # a file the killed run finished: its mtime then
+    except Exception as exc:  # noqa: BLE001 - any of it is test_interrupt's failure
+        failure = exc  # raised there; the rest still get the sweep the plain rerun finishes
     # A plain rerun: the results folder's lock died with the killed runs (sweep_lock.py), and
     # the profile next to the Snakefile redoes what was cut short.
     snakemake(work, "--cores", "2", overrides=TINY)
-    finished = {**interrupted, **killed}  # a file the killed run finished: its mtime then
-    return ResumedSweep(work, finished, {p: p.stat().st_mtime_ns for p in finished})
+    after = {p: p.stat().st_mtime_ns for p in finished}
+    return ResumedSweep(work, finished, after, failure)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,9 @@ def test_a_killed_then_interrupted_sweep_resumes_keeping_finished_cells(resumed_
     # written, then Ctrl-C the resumed run once it has written a table of its own, then a plain
     # rerun. Neither later run rebuilt what a run before it finished (a rebuilt file keeps its
     # new mtime), and the sweep ended whole; test_workflow's nothing-to-do test plans it again.
-    work, finished, after = resumed_sweep
+    work, finished, after, failure = resumed_sweep
+    if failure is not None:
+        raise failure
     assert finished
     for path, mtime in finished.items():
         assert after[path] == mtime, f"{path} was rebuilt"
