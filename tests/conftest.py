@@ -120,12 +120,24 @@ def pytest_itemcollected(item):
 TINY = ["experiment=tiny"]
 
 
+def _ctrl_c_as_a_terminal_gives_it() -> None:
+    """Let SIGINT stop the sweep as Ctrl-C in a terminal does, even where pytest itself was
+    started as a background job (a shell without job control starts those ignoring SIGINT, and
+    a process inherits that: the sweep would then run on through the Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(work: Path) -> subprocess.Popen:
     """Start a tiny sweep in its own process group."""
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--cores", "2"]
     cmd += ["--config", 'overrides=["experiment=tiny"]']
     return subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=work
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=work,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
     )
 
 
