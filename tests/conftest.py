@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -41,24 +43,29 @@ def snakemake(
 # of CPU) and the hardware catalog's parse (0.17 s) are most of every compose, and the tests
 # compose the same overrides and read the same hardware files again and again. Both are pure
 # functions of their arguments and the files under conf_dir: each is kept under its arguments and
-# every file's (size, mtime, inode), and handed out as a deep copy, so an edited, added or removed
+# every file's bytes (a digest), and handed out as a deep copy, so an edited, added or removed
 # file composes afresh and no caller sees another's changes. A failure is never kept: each
 # refusal is composed, and said, every time. Subprocesses (snakemake, the CLI) compose as users do.
 _KEPT: dict[tuple, object] = {}
 
 
 def _files_signature(folder: Path) -> tuple | None:
-    """Return every file under folder with its size, mtime and inode; None where one cannot be
-    read (a dangling link: the composition, not the memo, names it)."""
+    """Return every file under folder with a digest of its bytes (an edit that keeps the size and
+    the mtime counts too); None where one is not a plain readable file (a dangling link, a pipe:
+    the composition, not the memo, names it)."""
     out = []
     for where, dirs, names in os.walk(folder):
         dirs.sort()
         for name in sorted(names):
+            path = os.path.join(where, name)
             try:
-                st = os.stat(os.path.join(where, name))
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    return None
+                with open(path, "rb") as handle:
+                    digest = hashlib.blake2b(handle.read(), digest_size=16).digest()
             except OSError:
                 return None
-            out.append((where, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode))
+            out.append((where, name, digest))
     return tuple(out)
 
 
