@@ -61,8 +61,10 @@ lint-fast: $(BIN)/.installed
 	$(BIN)/ruff format --check src tests workflow
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 
+# The fast tier keeps the groups too (conftest.py): the cited figures' engine check, composed
+# once on one worker rather than on each; its 15 slowest tests are listed at the end.
 unit-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" --durations=15
 
 test: lint unit
 

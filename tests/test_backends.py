@@ -150,6 +150,7 @@ def test_unknown_backend_section_is_a_config_error():
         compose(["+backend.cublas.enabled=true"])
 
 
+@pytest.mark.slow  # each runner in its own worker process
 def test_toy_runners_become_rows_with_the_status_their_launcher_raised(toy, tmp_path):
     from tilesweep.stages.decode import bench_decode
 
@@ -299,6 +300,7 @@ def test_the_fp8_baseline_is_listed_beside_the_bf16_ones_and_skipped_on_a_cpu(mo
     assert scaled.skip == "torch._scaled_grouped_mm needs sm_90 or newer; this device is sm_80"
 
 
+@pytest.mark.slow  # each runner in its own worker process
 @pytest.mark.skipif(
     __import__("torch").cuda.is_available(), reason="the CPU's rows; a GPU times it for real"
 )
