@@ -166,8 +166,12 @@ def test_a_column_renamed_in_the_package_data_is_named_in_one_line(tmp_path):
     )
     data = copy / "tilesweep" / "data" / "columns.yaml"
     data.write_text(data.read_text().replace(" tpot_ms,", " tpot_msx,"))
+    (tmp_path / "conf").symlink_to(ROOT / "conf")  # the checkout beside the copied package
+    fit = tmp_path / "docs" / "examples" / "h200"
+    fit.mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "examples" / "h200" / "fit.json", fit)
     env = {**os.environ, "PYTHONPATH": str(copy)}
-    code = "import sys; from tilesweep.cli import main; sys.argv = ['tilesweep', 'report']; main()"
+    code = "import sys; from tilesweep.cli import main; sys.argv = ['tilesweep', 'verdict']; main()"
     run = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
     )
