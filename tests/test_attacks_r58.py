@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SNAKEMAKE
+from conftest import SNAKEMAKE, stub_bin
 
 from tilesweep import backends
 from tilesweep.plugin_loader import PluginError, entries, load
@@ -118,13 +118,9 @@ def test_stopping_gpu_sh_sweep_stops_its_snakemake(tmp_path):
     """`tools/gpu.sh sweep` given a TERM (a device call's limit, Ctrl-C) stops the Snakemake it
     started, though `timeout` runs that in a process group of its own, and still reports and
     archives (round five's G16 found the sweep running on after gpu.sh was gone)."""
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
     pid_file = tmp_path / "snakemake.pid"
     python3 = f'case "$1" in -c) exit 0;; esac\necho $$ > {pid_file}\nexec sleep 60'
-    for name, body in (("python3", python3), ("nvidia-smi", "echo gpu")):
-        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stubs / name).chmod(0o755)
+    stubs = stub_bin(tmp_path, python3=python3, nvidia_smi="echo gpu")
     (tmp_path / "Snakefile").touch()  # a checkout's root, as the task asks for
     (tmp_path / "conf").mkdir()
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}")
