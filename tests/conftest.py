@@ -263,3 +263,16 @@ def corpus_engines():
 
     empty = pd.DataFrame()
     return engine_figures.engine_table(compose_settings([]), empty, empty, empty, {})
+
+
+def stub_bin(tmp_path: Path, **bodies: str) -> Path:
+    """Return tmp_path/bin holding one executable /bin/sh script per keyword, its body the value
+    (a `_` in the name is a `-`: nvidia_smi="echo gpu" writes nvidia-smi); put it first on PATH
+    to stand in for a machine's own commands."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir(exist_ok=True)
+    for name, body in bodies.items():
+        script = stubs / name.replace("_", "-")
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    return stubs

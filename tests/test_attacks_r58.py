@@ -5,13 +5,14 @@ loader itself and from the `tilesweep` command and the Snakefile that import it 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SNAKEMAKE
+from conftest import SNAKEMAKE, stub_bin
 
 from tilesweep import backends
 from tilesweep.plugin_loader import PluginError, entries, load
@@ -117,13 +118,9 @@ def test_stopping_gpu_sh_sweep_stops_its_snakemake(tmp_path):
     """`tools/gpu.sh sweep` given a TERM (a device call's limit, Ctrl-C) stops the Snakemake it
     started, though `timeout` runs that in a process group of its own, and still reports and
     archives (round five's G16 found the sweep running on after gpu.sh was gone)."""
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
     pid_file = tmp_path / "snakemake.pid"
     python3 = f'case "$1" in -c) exit 0;; esac\necho $$ > {pid_file}\nexec sleep 60'
-    for name, body in (("python3", python3), ("nvidia-smi", "echo gpu")):
-        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stubs / name).chmod(0o755)
+    stubs = stub_bin(tmp_path, python3=python3, nvidia_smi="echo gpu")
     (tmp_path / "Snakefile").touch()  # a checkout's root, as the task asks for
     (tmp_path / "conf").mkdir()
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}")
@@ -146,3 +143,38 @@ def test_stopping_gpu_sh_sweep_stops_its_snakemake(tmp_path):
         os.kill(snakemake, 9)  # still there: stop it, and fail
     assert proc.returncode == 143 and "snakemake exit 143 after" in out, out
     assert (tmp_path / "out" / "snakemake.log").is_file()
+
+
+def test_a_column_renamed_in_the_package_data_is_named_in_one_line(tmp_path):
+    """P06: `tpot_ms` renamed in a copy of the package's data/columns.yaml: the command ends in
+    one line naming the file, the list and the column, not "unexpected error, KeyError"."""
+    from tilesweep import columns
+
+    assert columns.missing_asked(columns._LISTS) is None  # the shipped file has every column
+    renamed = dict(
+        columns._LISTS,
+        VERDICT_COLUMNS=["tpot_msx" if c == "tpot_ms" else c for c in columns.VERDICT_COLUMNS],
+    )
+    assert columns.missing_asked(renamed) == ("VERDICT_COLUMNS", "tpot_ms")
+    copy = tmp_path / "src"
+    shutil.copytree(
+        Path(SRC) / "tilesweep", copy / "tilesweep", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    data = copy / "tilesweep" / "data" / "columns.yaml"
+    data.write_text(data.read_text().replace(" tpot_ms,", " tpot_msx,"))
+    (tmp_path / "conf").symlink_to(ROOT / "conf")  # the checkout beside the copied package
+    fit = tmp_path / "docs" / "examples" / "h200"
+    fit.mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "examples" / "h200" / "fit.json", fit)
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    code = "import sys; from tilesweep.cli import main; sys.argv = ['tilesweep', 'verdict']; main()"
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    line = run.stderr.strip()
+    assert run.returncode != 0 and "\n" not in line and "Traceback" not in line, run.stderr
+    assert (
+        "tilesweep/data/columns.yaml: tilesweep.columns.VERDICT_COLUMNS: no column 'tpot_ms'"
+        in line
+    )
+    assert "KeyError" not in line and "bug" not in line

@@ -112,7 +112,7 @@ def _figures_of(data: object, where: str) -> list:
 
 def of(settings: RootSettings) -> References:
     """Return the engines' figures a resolved config names (none: no figures)."""
-    return settings.references or References()
+    return settings.references
 
 
 _LISTS = package_data.column_lists("tilesweep.references")  # data/columns.yaml
