@@ -15,10 +15,10 @@ $(BIN)/.installed: pyproject.toml
 	# A CPU torch first: on this machine kind torch==2.13.0 is a local CPU wheel (a plain
 	# `pip install torch` would fetch a multi-GB CUDA build). Override TORCH_SPEC to change it.
 	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/python -m pip install -q '$(TORCH_SPEC)'
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	# CUTLASS accounting needs nvcc: the machine's, else PyPI's (about 350 MB).
-	command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc || \
-		$(BIN)/python -m pip install -q -e '.[dev,nvcc]'
+	# CUTLASS accounting needs nvcc: the machine's, else PyPI's (about 350 MB), in the same pip
+	# call (one resolve and one editable build of the project, where two calls made each twice).
+	$(BIN)/python -m pip install -q -e \
+		".[dev$$(command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc || echo ,nvcc)]"
 	touch $@
 
 # Debian packages some slow tests use: Chromium (tests/test_report_html.py renders the report)
@@ -61,8 +61,10 @@ lint-fast: $(BIN)/.installed
 	$(BIN)/ruff format --check src tests workflow
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 
+# The fast tier keeps the groups too (conftest.py): the cited figures' engine check, composed
+# once on one worker rather than on each; its 15 slowest tests are listed at the end.
 unit-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" --durations=15
 
 test: lint unit
 

@@ -10,8 +10,9 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-# The package, imported: a module that fails to import (a damaged install, a plugin with an
-# error, a missing dependency) is one line naming a trace file, not Snakemake's frames.
+# The package, imported: a module that fails to import (a damaged install, a missing dependency)
+# is one line naming a trace file, not Snakemake's frames; a TILESWEEP_PLUGINS entry that cannot
+# be imported is named by the plugin loader's own line (plugin_loader.py).
 try:
     from tilesweep import answer_card
     from tilesweep.cells import (

@@ -5,6 +5,7 @@ cited one or NCCL's model where none is cited, and the files' one-line refusals.
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 
 import pytest
@@ -16,7 +17,8 @@ from tilesweep.plan.interconnect import collective_time, topology_numbers
 from tilesweep.plan.topology import with_engine_allreduce
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.engine_spec import EngineSettings
-from tilesweep.settings.hardware_spec import Topology
+from tilesweep.settings.hardware_spec import OneShotFigures, Topology
+from tilesweep.settings.strict import check
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -246,3 +248,19 @@ def test_the_latency_sensitivity_scales_every_in_graph_time_and_keeps_the_sizes(
     for (alg, n, before), (alg2, n2, after) in pairs:
         assert (alg, n) == (alg2, n2)
         assert after.points == [[b, 2 * t] for b, t in before.points]
+
+
+@pytest.mark.parametrize(
+    ("points", "says"),
+    [
+        ([[1024, 5.0], [512, 6.0]], "points=[1024, 512]: bytes must ascend strictly"),
+        ([[1024, 5.0], [1024, 6.0]], "points=[1024, 1024]: bytes must ascend strictly"),
+        ([[1024, 5.0], [65536, 6.0]], "points=[1024, 65536]: bytes must be at most max_bytes"),
+    ],
+)
+def test_one_shot_points_ascend_up_to_max_bytes(points, says):
+    """One-shot points share the in-graph series' ascending check (strict.ascending)."""
+    data = {"latency_us": 5.0, "max_bytes": 32768, "points": points}
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check(OneShotFigures, data, "one_shot.by_gpus.8")
+    assert check(OneShotFigures, dict(data, points=[[1024, 5.0], [32768, 6.0]])).max_bytes == 32768

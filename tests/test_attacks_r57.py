@@ -91,14 +91,15 @@ def test_verbose_keeps_snakemakes_block(tmp_path):
 
 
 def test_an_error_while_the_snakefile_imports_the_package_is_one_line(tmp_path):
-    """A plugin (or any module) that fails to import: one line naming the error and a trace
-    file, not Snakemake's frames."""
-    (tmp_path / "broken_plugin_r57.py").write_text("raise RuntimeError('planted import fault')\n")
-    env = {
-        **os.environ,
-        "TILESWEEP_PLUGINS": "broken_plugin_r57",
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), SRC]),
-    }
+    """A dependency that fails to import (here a planted `omegaconf` ahead of the installed one):
+    one line naming the error and a trace file, not Snakemake's frames. (A plugin that fails to
+    import is the plugin loader's line: tests/test_attacks_r58.py.)"""
+    (tmp_path / "omegaconf").mkdir()
+    (tmp_path / "omegaconf" / "__init__.py").write_text(
+        "raise RuntimeError('planted import fault')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])}
+    env.pop("TILESWEEP_PLUGINS", None)
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 1

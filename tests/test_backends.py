@@ -13,7 +13,7 @@ from tilesweep.config import compose, compose_settings
 from tilesweep.errors import LaunchError
 from tilesweep.io import write_json
 from tilesweep.pipeline import Sweep
-from tilesweep.settings import RootSettings, Section, Tile
+from tilesweep.settings import RootSettings, Section, Tile, check
 
 
 class ToySettings(Section):
@@ -150,6 +150,7 @@ def test_unknown_backend_section_is_a_config_error():
         compose(["+backend.cublas.enabled=true"])
 
 
+@pytest.mark.slow  # each runner in its own worker process
 def test_toy_runners_become_rows_with_the_status_their_launcher_raised(toy, tmp_path):
     from tilesweep.stages.decode import bench_decode
 
@@ -299,6 +300,7 @@ def test_the_fp8_baseline_is_listed_beside_the_bf16_ones_and_skipped_on_a_cpu(mo
     assert scaled.skip == "torch._scaled_grouped_mm needs sm_90 or newer; this device is sm_80"
 
 
+@pytest.mark.slow  # each runner in its own worker process
 @pytest.mark.skipif(
     __import__("torch").cuda.is_available(), reason="the CPU's rows; a GPU times it for real"
 )
@@ -386,6 +388,36 @@ def test_a_backends_own_model_checks_its_section(toy):
     settings["backend"]["toy"]["colour"] = "red"
     with pytest.raises(ConfigError, match=r"^backend\.toy\.colour: unknown key; allowed: enabled$"):
         validate(settings)
+
+
+def test_the_root_holds_each_section_as_its_backends_model_read_by_attribute(toy):
+    from tilesweep.errors import ConfigError
+
+    settings = _typed(_with_toy(compose(["experiment=tiny"])))
+    assert type(settings.backend.toy) is ToySettings and settings.backend.toy.enabled
+    assert settings.backend.section("toy") is settings.backend.toy
+    for b in backends.registered():
+        assert type(settings.backend.section(b.name)) is b.settings_model
+    # The rules' JSON params write each section as it was given, and read it back the same.
+    plain = settings.as_dict()
+    assert plain["backend"]["toy"] == {"enabled": True}
+    assert RootSettings.from_json(json.dumps(plain)).as_dict() == plain
+    backends.unregister("toy")  # its section's model goes with it
+    with pytest.raises(ConfigError, match=r"^backend\.toy: unknown backend; allowed: triton, "):
+        check(RootSettings, plain)
+
+
+def test_a_section_model_says_whether_its_backend_is_on():
+    class Colourless(Section):
+        colour: str
+
+    class Shy(Backend):
+        name = "shy"
+        settings_model = Colourless
+
+    with pytest.raises(ValueError, match="backend.shy: its model Colourless has no `enabled`"):
+        register(Shy)
+    assert "shy" not in [b.name for b in backends.registered()]
 
 
 def test_a_new_architecture_is_its_hardware_file():

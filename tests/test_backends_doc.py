@@ -73,7 +73,9 @@ def test_the_recipe_registers_a_backend_with_validated_settings(recipe):
     conf, name, section = recipe
     assert name in [b.name for b in backends.registered()]
     settings = compose_settings(["experiment=tiny"], conf_dir=conf)
-    assert settings.backend[name] == section
+    mine = settings.backend.section(name)  # its own model, read by attribute
+    assert type(mine) is backends.get(name).settings_model
+    assert {key: getattr(mine, key) for key in section} == section
     assert name in [b.name for b in backends.enabled(settings)]
     off = compose_settings(["experiment=tiny", f"backend.{name}.enabled=false"], conf_dir=conf)
     assert name not in [b.name for b in backends.enabled(off)]
@@ -98,6 +100,9 @@ def test_the_recipe_backend_is_built_and_launch_checked(recipe, tmp_path):
 
 def test_a_section_without_a_model_is_an_unknown_backend(recipe):
     conf, name, _ = recipe
-    backends.get(name).__class__.settings_model = None  # the old docs' `schema` dict did this
+    cls = backends.get(name).__class__
+    backends.unregister(name)
+    cls.settings_model = None  # the old docs' `schema` dict did this
+    backends.register(cls)
     with pytest.raises(ConfigError, match=rf"backend\.{name}: unknown backend"):
         compose(["experiment=tiny"], conf_dir=conf)

@@ -22,6 +22,7 @@ def test_default_is_the_brief():
     assert settings["catalog"]["h200"]["smem_per_block_optin"] == 232_448
 
 
+@pytest.mark.slow  # composes every option of six groups
 @pytest.mark.parametrize("group", ["hardware", "model", "grid", "backend", "bench", "experiment"])
 def test_every_group_option_composes(group):
     # gpt-oss's hidden size (2880) takes K tiles of 64 at most: the grid must suit the model.

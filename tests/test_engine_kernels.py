@@ -19,6 +19,7 @@ from tilesweep.fused_moe.engines import check, dropins, search, vllm, wheels
 from tilesweep.fused_moe.engines.base import data
 from tilesweep.fused_moe.engines.base import names as engine_names
 from tilesweep.fused_moe.engines.check import judge, read_file
+from tilesweep.fused_moe.section import EngineDefaults, Rule, Space
 
 ROOT = Path(__file__).resolve().parents[1]
 # The names vLLM's and SGLang's own get_config_file_name give every format (made by
@@ -290,6 +291,7 @@ def test_neighbours_change_one_parameter_and_block_fp8_takes_k_at_the_block():
               "num_warps": 4, "num_stages": 3}  # fmt: skip
     values = {"BLOCK_SIZE_M": [16, 32], "BLOCK_SIZE_N": [64, 128], "BLOCK_SIZE_K": [64, 128, 256],
               "GROUP_SIZE_M": [1], "num_warps": [4, 8], "num_stages": [3]}  # fmt: skip
+    values = Space(**values)
     near = search.neighbours(config, values, "bf16")
     assert len(near) == 5  # M 32, N 128, K 64, K 256, 8 warps
     assert all(sum(c[k] != config[k] for k in config) == 1 for c in near)
@@ -338,7 +340,7 @@ def test_an_export_is_the_engines_current_table_with_only_the_won_keys_changed()
     shape = {"experts": 256, "n": 256, "format": "fp8_block"}
     from tilesweep.fused_moe.space import SPACE_KEYS
 
-    rules = {key: [{"value": 7}] for key in SPACE_KEYS}
+    rules = EngineDefaults(**{key: [Rule(value=7)] for key in SPACE_KEYS})
     picks = {1: {"pick": 1}, 64: {"pick": 64}}
     shipped = {1: {"shipped": 1}, 48: {"shipped": 48}, 4096: {"shipped": 4096}}
     out = check.export_table(picks, {1: False, 64: True}, shipped, rules, shape)
@@ -456,8 +458,11 @@ def test_warm_keys_each_refused_compile_by_the_config_it_runs_and_its_batch():
 
 
 def test_the_engines_block_fp8_defaults_are_their_rules():
-    from tilesweep.config import compose
+    from itertools import product
+
+    from tilesweep.config import compose, compose_settings
     from tilesweep.fused_moe import space
+    from tilesweep.fused_moe.engines.base import FORMATS
 
     rules = compose([])["backend"]["fused_moe"]["engine_defaults"]
     vllm = {m: space.engine_default(rules["vllm"], m, 256, "fp8_block") for m in (1, 8, 16, 64, 65)}
@@ -471,6 +476,12 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
     assert space.engine_default(rules["vllm"], 1, 256, "fp8")["BLOCK_SIZE_N"] == 64
     assert space.engine_default(rules["vllm"], 16, 256, "fp8")["num_stages"] == 4
     sglang = space.engine_default(rules["sglang"], 1, 256, "fp8_block")
+    # The typed rules (what the engine search reads) pick what the spec's rules pick.
+    typed = compose_settings([]).backend.fused_moe.engine_defaults
+    for engine, fmt, m in product(("vllm", "sglang"), FORMATS, (1, 8, 16, 64, 65, 4096)):
+        assert typed[engine].config_for(m, 256, fmt) == space.engine_default(
+            rules[engine], m, 256, fmt
+        ), (engine, fmt, m)
     assert sglang == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128,
                       "GROUP_SIZE_M": 32, "num_warps": 4, "num_stages": 3}  # fmt: skip
 

@@ -52,6 +52,7 @@ def test_the_fit_goes_on_the_datasheet_and_never_above_it():
     assert "fractions of the datasheet on both ends" in label
 
 
+@pytest.mark.slow  # composes every GPU with three models
 def test_no_part_of_a_verdict_runs_above_its_targets_datasheet():
     composed = 0
     catalog = compose(["references=none"])["catalog"]

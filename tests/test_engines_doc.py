@@ -118,8 +118,8 @@ def test_the_recipe_engine_is_listed_and_its_settings_accepted(recipe):
     assert recipe.name in names() and get(recipe.name).name == recipe.name
     assert get(recipe.name).data == load_data(recipe.data)
     settings = compose_settings(["experiment=tiny"], conf_dir=recipe.conf)
-    fused = settings.backend["fused_moe"]
-    assert fused["engine_versions"][recipe.name] == "1.0.0" and recipe.name in fused["engines"]
+    fused = settings.backend.fused_moe
+    assert fused.engine_versions[recipe.name] == "1.0.0" and recipe.name in fused.engines
     with pytest.raises(ConfigError, match=r"engine_versions\.nowhere: unknown engine"):
         compose(["+backend.fused_moe.engine_versions.nowhere=v1"], conf_dir=recipe.conf)
     with pytest.raises(ConfigError, match=rf"engine_defaults\.{recipe.name}: missing"):

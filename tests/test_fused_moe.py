@@ -344,7 +344,7 @@ def test_the_project_kernels_picks_are_never_written_where_or_as_an_engine_file(
     monkeypatch.chdir(ROOT)  # bench.step_moe_tables: paths from the project's root
     for tp, n in ((1, 2048), (8, 256)):
         table = moe_table(
-            settings.bench, settings.backend["fused_moe"], settings.model,
+            settings.bench, settings.backend.fused_moe, settings.model,
             {"tp": tp, "ep": 1}, "NVIDIA H200",
         )  # fmt: skip
         name = project_kernel_file(256, n, "NVIDIA H200", "bf16")

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import stub_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["sweep", "answer-time", "engine-step", "example", "layouts", "step",
@@ -67,11 +68,7 @@ def test_a_task_that_clears_results_refuses_a_checkout_holding_them(task, tmp_pa
 
 
 def test_layouts_runs_its_sweeps_through_the_sweep_task(tmp_path):
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    for name, body in (("python3", 'echo "ARGS: $*"'), ("nvidia-smi", "echo gpu")):
-        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stubs / name).chmod(0o755)
+    stubs = stub_bin(tmp_path, python3='echo "ARGS: $*"', nvidia_smi="echo gpu")
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", LAYOUT_MODELS="dsv3")
     (tmp_path / "Snakefile").touch()  # a checkout's root, as the task asks for
     (tmp_path / "conf").mkdir()
@@ -108,16 +105,12 @@ def test_an_argument_a_task_does_not_take_is_refused_before_anything_runs(args, 
 
 
 def test_a_task_off_a_gpu_machine_or_without_wheels_is_one_line_and_creates_nothing(tmp_path):
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
+    stubs = stub_bin(tmp_path)
     env = dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin")  # the machine's own: no nvidia-smi
     proc = gpu_sh("engine-tables", "out", "--engine", "vllm", cwd=tmp_path, env=env)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "no nvidia-smi here: run it on the GPU machine" in proc.stderr
-    (stubs / "nvidia-smi").write_text("#!/bin/sh\necho gpu\n")
-    (stubs / "nvidia-smi").chmod(0o755)
-    (stubs / "python3").write_text("#!/bin/sh\nexit 1\n")  # no snakemake, no hydra
-    (stubs / "python3").chmod(0o755)
+    stub_bin(tmp_path, nvidia_smi="echo gpu", python3="exit 1")  # no snakemake, no hydra
     proc = gpu_sh("sweep", "out", "experiment=tiny", cwd=tmp_path, env=env)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "no carried wheels in .whl/" in proc.stderr
@@ -139,11 +132,7 @@ def test_an_out_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path):
 def test_a_task_away_from_the_repository_root_is_one_line_and_creates_nothing(tmp_path):
     """G17 (issue 50, round five): where python3 has Snakemake and Hydra, a task run away from
     the repository root says so in one line, before Snakemake's 'No Snakefile found'."""
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    for name, body in (("python3", "exit 0"), ("nvidia-smi", "echo gpu")):
-        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stubs / name).chmod(0o755)
+    stubs = stub_bin(tmp_path, python3="exit 0", nvidia_smi="echo gpu")
     env = dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin")
     proc = gpu_sh("sweep", "out", cwd=tmp_path, env=env)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr

@@ -50,7 +50,7 @@ FLOORS = (
     ("base", "errors columns gpu_archs io sweep_lock progress progress_stage isolate failures "
              "cells settings settings.* hardware provenance gpu_slot device package_data "
              "group_files"),
-    ("registry", "backends backends.roles"),
+    ("registry", "backends backends.roles plugin_loader"),
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
     ("measure", "measure measure.*"),
     ("backends", "backends.*"),

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import stub_bin
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -58,11 +60,7 @@ def test_fetch_wheels_refuses_an_unknown_option_before_making_a_folder(tmp_path)
 
 def test_the_gpu_sweep_with_no_override_passes_no_config(tmp_path):
     repo = _copy_tools(tmp_path)
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    for name, body in (("python3", 'echo "ARGS: $*"'), ("nvidia-smi", "echo gpu")):
-        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stubs / name).chmod(0o755)
+    stubs = stub_bin(tmp_path, python3='echo "ARGS: $*"', nvidia_smi="echo gpu")
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}")
     for args, expected in (
         ([], "ARGS: -m snakemake --cores all --keep-going\n"),

@@ -50,7 +50,7 @@ def main() -> int:
             raise ConfigError(f"{flag}={value}: must be a finite number above 0")
     shapes = {_shape(s) for s in args.shape or []}
     settings = compose_settings(args.overrides)
-    versions = settings.backend["fused_moe"]["engine_versions"]
+    versions = settings.backend.fused_moe.engine_versions
     engines = args.engine or list(versions)
     formats = args.format or list(FORMATS)
     for engine in engines:

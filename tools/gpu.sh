@@ -46,7 +46,7 @@ help_text() {
 # the run to those targets; TILESWEEP_TIMEOUT (seconds, default 3600) stops Snakemake, and what
 # finished still comes back; leave a minute for the archive below the device call's own limit.
 task_sweep() {
-  local out=$1 rc start
+  local out=$1 rc start sweep
   shift
   mkdir -p "$out"
   # shellcheck source=tools/gpu_env.sh
@@ -64,8 +64,15 @@ task_sweep() {
   # shellcheck disable=SC2086  # the targets are words on purpose
   timeout -k 20 "${TILESWEEP_TIMEOUT:-3600}" python3 -m snakemake ${TILESWEEP_TARGETS:-} --cores all --keep-going \
     ${config[@]+"${config[@]}"} \
-    >"$out/snakemake.log" 2>&1
+    >"$out/snakemake.log" 2>&1 &
+  sweep=$!
+  # `timeout` runs Snakemake in a process group of its own, which a TERM or Ctrl-C meant for this
+  # script never reaches: pass it on, so stopping this script stops the sweep (then the archive).
+  trap 'kill -TERM "$sweep" 2>/dev/null' INT TERM
+  while kill -0 "$sweep" 2>/dev/null; do wait "$sweep"; done
+  wait "$sweep"
   rc=$?
+  trap - INT TERM
   echo "snakemake exit $rc after $(($(date +%s) - start)) s" | tee -a "$out/snakemake.log"
   # One archive (the device tool brings back at most 8 files).
   tar czf "$out/results.tgz" --exclude='results/build/*/*/*/*.cubin' results 2>/dev/null

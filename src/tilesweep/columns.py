@@ -185,3 +185,62 @@ LAUNCH_COVERAGE_COLUMNS = _LISTS["LAUNCH_COVERAGE_COLUMNS"]
 # ---- the drop-in engine files (fused_moe/engines/dropins: dropins.csv) the report lists ----------
 
 REPORT_DROPIN_COLUMNS = _LISTS["REPORT_DROPIN_COLUMNS"]
+
+
+# ---- the columns the code reads by name, checked against data/columns.yaml at import --------
+
+# Per list, the columns code reads from its rows by name: each table's keys, the verdict's split
+# and headline, the columns the report lists leave out or put first. A rename in the file would
+# otherwise surface far away as "unexpected error, KeyError" (issue 50, P06).
+_ASKED = {
+    "VERDICT_COLUMNS": (
+        *TABLE_KEYS["verdict"],
+        *SPLIT_COLUMNS,
+        "tpot_ms",
+        "tp",
+        "pp",
+        "ep",
+        "context_len",
+        "inputs_json",
+        *PROVENANCE_COLUMNS,
+        *(c for c in REPORT_KEY_VERDICT_COLUMNS if c != "tokens_per_s_per_user"),
+        *VERDICT_NO_FIT_COLUMNS,
+    ),
+    "CHECK_COLUMNS": (*TABLE_KEYS["check"], *REPORT_CHECK_KEY_COLUMNS),
+    "ENGINE_COLUMNS": (
+        *TABLE_KEYS["engines"],
+        *REPORT_ENGINE_KEY_COLUMNS,
+        "version",
+        "fits_memory",
+        "speculative",
+        "composed_source",
+    ),
+    "LAUNCH_COLUMNS": (*TABLE_KEYS["launch"], *BUILD_PROVENANCE_KEYS, *LAUNCH_FAILURE_COLUMNS),
+    "TUNE_COLUMNS": TABLE_KEYS["tune"],
+    "POWER_COLUMNS": (*TABLE_KEYS["power"], *REPORT_POWER_COLUMNS),
+}
+
+
+def missing_asked(lists: dict, asked: dict = _ASKED) -> tuple[str, str] | None:
+    """Return the first (list, column) the code reads by name that `lists` lacks, or None."""
+    for name, wanted in asked.items():
+        have = set(lists[name])
+        for column in wanted:
+            if column not in have:
+                return name, column
+    return None
+
+
+def _check_asked() -> None:
+    """End the process in one line naming the file, list and column if data/columns.yaml lacks a
+    column the code reads by name (package_data.BrokenPackageData)."""
+    gap = missing_asked(_LISTS)
+    if gap is not None:
+        name, column = gap
+        raise package_data.BrokenPackageData(
+            f"{_LISTS.where}.{name}: no column {column!r}, which the code reads by name "
+            "(renamed or removed?)"
+        )
+
+
+_check_asked()

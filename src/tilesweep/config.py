@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -159,12 +160,10 @@ def _check_override_syntax(overrides: list[str]) -> None:
 
 def load_catalog(conf_dir: Path) -> dict[str, dict]:
     """Return every hardware spec under conf/hardware, by name."""
-    from omegaconf import OmegaConf
-
     catalog = {}
     for path in sorted((Path(conf_dir) / "hardware").glob("*.yaml")):
         try:
-            spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+            spec = _hardware_spec(path)
         except Exception as exc:  # YAML, binary bytes, an interpolation that names nothing
             why = one_line(exc).removeprefix("bad config: ")
             raise ConfigError(
@@ -186,6 +185,22 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
                 )
             claimed[device] = name
     return catalog
+
+
+# _hardware_spec's parses by (file, sha256 of its bytes): a verdict composes twice (its own
+# settings and the engine check's base), and each reads the whole catalog.
+_SPECS: dict[tuple, object] = {}
+
+
+def _hardware_spec(path: Path) -> object:
+    """Return a copy of a hardware file's plain containers, resolved (parsed once per content)."""
+    from omegaconf import OmegaConf
+
+    data = path.read_bytes()
+    key = (path.resolve(), hashlib.sha256(data).hexdigest())
+    if key not in _SPECS:
+        _SPECS[key] = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return copy.deepcopy(_SPECS[key])
 
 
 def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:

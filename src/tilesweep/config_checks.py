@@ -19,15 +19,23 @@ from tilesweep.settings.strict import Refused
 def check_settings(settings: dict) -> RootSettings:
     """Return the composed config as the settings object; raise ConfigError naming the first key
     whose type, range or choice the models refuse, or that does not fit another group. It reads
-    the plain containers first: a bad hardware spec is named by its file, and a backend section
-    by its backend's own model (RootSettings keeps each section as the mapping it checked)."""
+    the catalog first, so that a bad hardware spec is named by its file; each backend section is
+    checked by its backend's own model (settings.backend_sections)."""
     for name, spec in settings["catalog"].items():
         _check_cc(check(HardwareSpec, spec, f"hardware[{name}]"), f"hardware[{name}]")
+    _registry()  # every backend registers its section's model before the root validates
     checked = check(RootSettings, settings)
     _check_cc(checked.hardware, "hardware")
-    check_backends(settings["backend"])
     check_runners(checked)
     return checked
+
+
+def _registry():
+    """Return the backend registry, every backend imported (and its section model registered)."""
+    # cycle: the registry's discovery imports fused_moe.commands, which imports config (and so this)
+    from tilesweep import backends
+
+    return backends
 
 
 def _check_cc(spec: HardwareSpec, where: str) -> None:
@@ -50,9 +58,7 @@ def _check_cc(spec: HardwareSpec, where: str) -> None:
 def check_runners(settings: RootSettings) -> None:
     """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
     backend with a step runner, or a backend refuses its own section's values."""
-    # cycle: the registry's discovery imports fused_moe.commands, which imports config (and so this)
-    from tilesweep import backends
-
+    backends = _registry()
     if not any(b.builder for b in backends.enabled(settings)):
         builders = [b.name for b in backends.builders()]
         raise ConfigError(
@@ -64,20 +70,8 @@ def check_runners(settings: RootSettings) -> None:
         allowed = ["auto", *backends.step_runner_help()]
         raise ConfigError(f"bench.step_runner={runner!r}: allowed: {', '.join(allowed)}")
     for b in backends.registered():
-        if b.name in settings.backend:
+        if settings.backend.section(b.name) is not None:
             b.validate(settings)
-
-
-def check_backends(section: dict) -> None:
-    """Raise ConfigError for a backend section no registered backend reads, or a bad key."""
-    # cycle: the registry's discovery imports fused_moe.commands, which imports config (and so this)
-    from tilesweep import backends
-
-    known = {b.name: b for b in backends.registered() if b.settings_model}
-    for name, value in section.items():
-        if name not in known:
-            raise ConfigError(f"backend.{name}: unknown backend; allowed: {', '.join(known)}")
-        check(known[name].settings_model, value, f"backend.{name}")
 
 
 def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:

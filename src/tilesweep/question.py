@@ -33,10 +33,10 @@ __all__ = [
 ]
 
 
-def validate(group: QuestionGroup | None, catalog: dict) -> None:
+def validate(group: QuestionGroup, catalog: dict) -> None:
     """Raise ConfigError for a question about hardware no file describes, or tiles no backend's
     launch rows hold (the group's own keys were checked by its model)."""
-    question = group.case if group is not None else None
+    question = group.case
     if question is not None and question.hardware not in catalog:
         valid = ", ".join(catalog)
         raise ConfigError(
@@ -57,9 +57,9 @@ def validate(group: QuestionGroup | None, catalog: dict) -> None:
 
 def of(settings: RootSettings) -> Question | None:
     """Return the question a resolved config names, or None."""
-    return settings.question.case if settings.question is not None else None
+    return settings.question.case
 
 
 def target(settings: RootSettings) -> Target:
     """Return the answer card's target a resolved config asks (both unset where it asks none)."""
-    return settings.question.target if settings.question is not None else Target()
+    return settings.question.target

@@ -11,10 +11,13 @@ import pkgutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tilesweep import plugin_loader
 from tilesweep.backends.roles import Builder, Commands, DecodeRunner, Runner, StepRunner, Tuner
+from tilesweep.settings.backend_sections import register_section, unregister_section
 
 if TYPE_CHECKING:
     from tilesweep.settings.root import RootSettings
+    from tilesweep.settings.strict import Section
     from tilesweep.settings.sweep_space import Tile
 
 __all__ = ["Backend", "Builder", "Commands", "DecodeRunner", "Runner", "StepRunner", "Tuner"]
@@ -25,7 +28,8 @@ class Backend:
 
     name: str = ""  # also its config key: backend.<name>
     order: int = 100  # where its cells, jobs and rows come in every listing (then by name)
-    settings_model: type | None = None  # pydantic model of its section backend.<name>
+    settings_model: type[Section] | None = None  # model of its section backend.<name> (needs
+    # an `enabled` field); register() hands it to the settings, which validate the section by it
     builder: Builder | None = None
     decoder: DecodeRunner | None = None
     stepper: StepRunner | None = None
@@ -34,7 +38,7 @@ class Backend:
 
     def enabled(self, settings: RootSettings) -> bool:
         """Return whether the config turns this backend on."""
-        return bool(settings.backend.get(self.name, {}).get("enabled", False))
+        return settings.backend.enabled(self.name)
 
     def validate(self, settings: RootSettings) -> None:
         """Raise ConfigError for settings of this backend that cannot describe a sweep."""
@@ -66,6 +70,8 @@ def register(cls: type[Backend]) -> type[Backend]:
         raise ValueError(f"{cls.__name__} has no name")
     if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
         raise ValueError(f"backend {cls.name!r} registered twice")
+    if cls.settings_model is not None:  # the settings validate backend.<name> by it
+        register_section(cls.name, cls.settings_model, cls.order)
     _REGISTRY[cls.name] = cls()
     return cls
 
@@ -73,6 +79,7 @@ def register(cls: type[Backend]) -> type[Backend]:
 def unregister(name: str) -> None:
     """Remove a registered backend (for tests that register a toy one)."""
     _REGISTRY.pop(name, None)
+    unregister_section(name)
 
 
 def _discover() -> None:
@@ -84,8 +91,10 @@ def _discover() -> None:
     for info in pkgutil.iter_modules([str(top)]):
         if info.ispkg and (top / info.name / "backend.py").is_file():
             importlib.import_module(f"tilesweep.{info.name}.backend")
-    for name in filter(None, os.environ.get("TILESWEEP_PLUGINS", "").split(",")):
-        importlib.import_module(name.strip())
+    try:
+        plugin_loader.load(os.environ.get(plugin_loader.VARIABLE, ""))
+    except plugin_loader.PluginError as err:  # the user's typo: one line from every entry point
+        raise SystemExit(f"tilesweep: {err}") from None
 
 
 def registered() -> list[Backend]:

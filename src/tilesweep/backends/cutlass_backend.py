@@ -28,8 +28,7 @@ ARCHS = tuple(CUTLASS_ARCHS)  # the architectures whose CUTLASS types cutlass.ce
 
 def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | str, str]]:
     """Return (tile, stages, epilogue) of every cell on one arch, extra_stages included."""
-    # The root keeps backend sections as given (config_checks validated this one): read typed.
-    conf = CutlassSettings.model_validate(settings.backend[NAME])
+    conf: CutlassSettings = settings.backend.cutlass
     tiles = settings.grid.tiles
     out = list(itertools.product(tiles, conf.stages, conf.epilogues))
     for extra in conf.extra_stages:
@@ -43,7 +42,7 @@ def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | s
 
 def cells(settings: RootSettings, arch: str) -> list[dict]:
     """Return the CUTLASS accounting cells for one architecture."""
-    dtype = CutlassSettings.model_validate(settings.backend[NAME]).dtype_by_arch.get(arch, "none")
+    dtype = settings.backend.cutlass.dtype_by_arch.get(arch, "none")
     out = []
     for tile, stages, epilogue in _combinations(settings, arch):
         cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)

@@ -88,12 +88,12 @@ def _ints(text: str, what: str) -> list[int]:
 def engine_tune_command(args: argparse.Namespace) -> int:
     """Run `tilesweep engine-tune`; return the exit status."""
     settings = compose_settings(args.overrides)
-    fused = settings.backend["fused_moe"]
-    engines = args.engine or list(fused["engine_versions"])
+    fused = settings.backend.fused_moe
+    engines = args.engine or list(fused.engine_versions)
     for engine in engines:
-        if engine not in names() or engine not in fused["engine_versions"]:
+        if engine not in names() or engine not in fused.engine_versions:
             raise ConfigError(f"--engine {engine}: expected one of {', '.join(names())}")
-    formats = args.format or list(fused["engine_tune"]["formats"])
+    formats = args.format or list(fused.engine_tune.formats)
     for fmt in formats:
         if fmt not in FORMATS:
             raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")

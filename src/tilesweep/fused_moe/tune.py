@@ -26,7 +26,6 @@ from tilesweep.provenance import device_info, package_version
 from tilesweep.settings import TuneSettings, Tuning
 from tilesweep.stages import logged
 
-NAME = "fused_moe"
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.
 VERSIONS = "versions.json"
 # What a folder of the project kernel's picks holds, in the folder itself (README.txt); the package
@@ -38,44 +37,46 @@ PROJECT_KERNEL_README = package_data.data_file("tilesweep", DATA_FILES[0]).forma
 
 
 def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dict:
-    """Return the worker's spec for one dtype: problems, space, batches and method."""
-    mine = settings.backend[NAME]
+    """Return the worker's spec for one dtype: problems, space, batches and method (its JSON)."""
+    mine = settings.backend.fused_moe
     problems = space.problems(settings.model, settings.grid.layouts)
     extra = sorted(
         {
             space.batch_for_tokens_per_expert(t, p)
-            for t in mine["extra_tokens_per_expert"]
+            for t in mine.extra_tokens_per_expert
             for p in problems
         }
     )
     cores = os.cpu_count() or 2
+    # model_dump: output only (the worker's spec.json, a document other processes read)
+    written = mine.model_dump(include={"space", "variants", "engine_defaults"}, exclude_unset=True)
     return {
         "dtype": dtype,
         "device": device,
         "problems": problems,
-        "space": mine["space"],
-        "batch_keys": sorted(mine["batch_keys"]),
-        "final_batches": sorted(set(mine["batch_keys"]) | set(extra)),
-        "check_batch": min(mine["batch_keys"], key=lambda m: abs(m - 64)),
-        "routing": list(mine["routing"]),
+        "space": written["space"],
+        "batch_keys": sorted(mine.batch_keys),
+        "final_batches": sorted(set(mine.batch_keys) | set(extra)),
+        "check_batch": min(mine.batch_keys, key=lambda m: abs(m - 64)),
+        "routing": list(mine.routing),
         "zipf_alpha": settings.bench.zipf_alpha,
         "seed": settings.bench.seed,
-        "direct_sparsity": mine["direct_sparsity"],
-        "screen_repeats": mine["screen_repeats"],
-        "final_repeats": mine["final_repeats"],
-        "graph_calls": mine["graph_calls"],
-        "graph_fill_ms": mine["graph_fill_ms"],
-        "finalists": mine["finalists"],
-        "items_per_worker": mine["items_per_worker"],
-        "guard_default": mine["guard_default"],
-        "variants": list(mine["variants"]),
-        "variant_tiles": mine["variant_tiles"],
-        "variant_finalists": mine["variant_finalists"],
-        "config_timeout_s": mine["config_timeout_s"],
-        "compile_timeout_s": mine["compile_timeout_s"],
-        "compile_workers": mine["compile_workers"] or max(1, cores - 1),
-        "engines": list(mine["engines"]),
-        "engine_defaults": mine["engine_defaults"],
+        "direct_sparsity": mine.direct_sparsity,
+        "screen_repeats": mine.screen_repeats,
+        "final_repeats": mine.final_repeats,
+        "graph_calls": mine.graph_calls,
+        "graph_fill_ms": mine.graph_fill_ms,
+        "finalists": mine.finalists,
+        "items_per_worker": mine.items_per_worker,
+        "guard_default": mine.guard_default,
+        "variants": written["variants"],
+        "variant_tiles": mine.variant_tiles,
+        "variant_finalists": mine.variant_finalists,
+        "config_timeout_s": mine.config_timeout_s,
+        "compile_timeout_s": mine.compile_timeout_s,
+        "compile_workers": mine.compile_workers or max(1, cores - 1),
+        "engines": list(mine.engines),
+        "engine_defaults": written["engine_defaults"],
         "smem_limit_bytes": smem_limit,
     }
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tilesweep.settings.hardware_spec import gpu_counts
-from tilesweep.settings.strict import Number, Section, refuse
+from tilesweep.settings.strict import Number, Section, ascending, refuse
 
 # Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
 # `allreduce` (timed by the interconnect model, listed for completeness and never counted twice)
@@ -132,8 +132,7 @@ def _steps_ascend(steps: list[AllReduceStep]) -> list[AllReduceStep]:
     if not steps:
         raise refuse("", "no algorithm; list at least one step (past the last: NCCL)", [])
     sizes = [step.max_bytes for step in steps]
-    if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
-        raise refuse("", "max_bytes must ascend strictly (each step takes larger messages)", sizes)
+    ascending(sizes, "", "max_bytes must ascend strictly (each step takes larger messages)")
     return steps
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.strict import Number, Section, refuse
+from tilesweep.settings.strict import Number, Section, ascending, refuse
 
 Positive = Annotated[int, Field(gt=0)]
 PositiveNumber = Annotated[Number, Field(gt=0)]
@@ -43,9 +43,9 @@ class OneShotFigures(Section):
     @model_validator(mode="after")
     def _points_ascend(self) -> OneShotFigures:
         """Refuse points out of order, or past max_bytes."""
-        sizes = [b for b, _ in self.points]
-        if sizes != sorted(set(sizes)) or (sizes and sizes[-1] > self.max_bytes):
-            raise refuse("points", "bytes must ascend, each at most max_bytes", sizes)
+        sizes = ascending([b for b, _ in self.points], "points", "bytes must ascend strictly")
+        if sizes and sizes[-1] > self.max_bytes:
+            raise refuse("points", f"bytes must be at most max_bytes={self.max_bytes}", sizes)
         slow = [us for _, us in self.points if us > 1e6]
         if slow:
             raise refuse("points", "a time above a second (1e6 us) is no all-reduce's", slow[0])
@@ -82,12 +82,9 @@ class InGraphSeries(Section):
     @model_validator(mode="after")
     def _ordered(self) -> InGraphSeries:
         """Refuse sizes out of order, a time that falls as the message grows, or above 1 s."""
-        sizes = [b for b, _ in self.points]
-        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
-            raise refuse("points", "bytes must ascend strictly", sizes)
+        ascending([b for b, _ in self.points], "points", "bytes must ascend strictly")
         times = [us for _, us in self.points]
-        if any(b < a for a, b in zip(times, times[1:], strict=False)):
-            raise refuse("points", "a larger message cannot take less time", times)
+        ascending(times, "points", "a larger message cannot take less time", strictly=False)
         if max(times) > 1e6:
             raise refuse("points", "a time above a second (1e6 us) is no all-reduce's", max(times))
         return self
@@ -237,8 +234,7 @@ class EfficiencyCurve(Section):
     def _ascending(self) -> EfficiencyCurve:
         """Refuse points not in strictly ascending tokens per expert."""
         ts = [pt.tokens_per_expert for pt in self.points]
-        if any(b <= a for a, b in zip(ts, ts[1:], strict=False)):
-            raise refuse("points", "tokens_per_expert must ascend strictly", ts)
+        ascending(ts, "points", "tokens_per_expert must ascend strictly")
         return self
 
 

@@ -7,11 +7,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from tilesweep.settings.backend_sections import BackendSections
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.question_group import QuestionGroup
+from tilesweep.settings.question_group import QuestionGroup, Target
 from tilesweep.settings.strict import Refused, Section, refuse
 from tilesweep.settings.sweep_space import GridSettings
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
@@ -43,7 +44,7 @@ class RootSettings(Section):
     grid: GridSettings = Field(
         description="tiles, stages, warps, dtypes, tokens per expert, targets, layouts"
     )
-    backend: dict[str, Any] = Field(
+    backend: BackendSections = Field(
         description="which kernel backends build and run, one section each (its model beside "
         "its code); `backend.cutlass.extra_stages`: explicit stage counts for a few tiles of one "
         "arch (default: the brief's four tiles, finalize, 3 stages, on sm_120)"
@@ -67,14 +68,16 @@ class RootSettings(Section):
     catalog: dict[str, HardwareSpec] = Field(
         description="every conf/hardware file by name (not a group: read from the folder)"
     )
+    # Absent (a config made by hand): what `question=none` and `references=none` give.
     question: QuestionGroup = Field(
-        None,
+        default_factory=lambda: QuestionGroup(target=Target()),
         description="the case study the report answers, and the answer card's target: "
         "`question.tpot_target_ms` (unset), `question.min_tokens_per_s_per_user` (20 by default: "
         "the interactive floor the headline answers under; `null` removes it)",
     )
     references: References = Field(
-        None, description="engines' own measured TPOT, cited, composed beside the verdict"
+        default_factory=References,
+        description="engines' own measured TPOT, cited, composed beside the verdict",
     )
 
     @field_validator("question", mode="before")
@@ -131,7 +134,8 @@ def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[s
     keys = []
     for name, field in model.model_fields.items():
         tp = field.annotation
-        whole = (HardwareSpec, QuestionGroup, References)  # a file, and two lists of items
+        # a file, two lists of items, and the backends' sections (each its own model)
+        whole = (HardwareSpec, QuestionGroup, References, BackendSections)
         if isinstance(tp, type) and issubclass(tp, BaseModel) and tp not in whole:
             keys += leaf_keys(tp, f"{prefix}{name}.")
         else:

@@ -52,6 +52,14 @@ def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
     return Refused(key, value, why)
 
 
+def ascending(values: list, key: str, why: str, strictly: bool = True) -> list:
+    """Return values when each is above the one before (`strictly=False`: not below it); else
+    raise the refusal of `values` at key, in words `why`."""
+    if any(b <= a if strictly else b < a for a, b in zip(values, values[1:], strict=False)):
+        raise refuse(key, why, values)
+    return values
+
+
 def _power_of_two(value: int) -> int:
     """Return value when it is a power of two; else raise."""
     if value & (value - 1):

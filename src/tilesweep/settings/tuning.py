@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
+from tilesweep.settings.backend_sections import BackendSections
 from tilesweep.settings.bench_method import Positive
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.root import RootSettings, gpu_counts_as_ints
@@ -33,7 +34,7 @@ class TuneSettings(Section):
 
     model: ModelSettings
     grid: TuneGrid
-    backend: dict[str, Any]  # each enabled tuner's own section (backends.tune_inputs)
+    backend: BackendSections  # each enabled tuner's own section (backends.tune_inputs)
     bench: TuneBench
     catalog: dict[str, HardwareSpec]
 

@@ -11,6 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -21,6 +22,9 @@ from tilesweep.fused_moe.engines import wheels
 from tilesweep.fused_moe.engines.timer import EngineTimer, effective
 from tilesweep.io import write_text
 from tilesweep.settings import Tuning
+
+if TYPE_CHECKING:
+    from tilesweep.fused_moe.section import EngineDefaults
 
 NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
@@ -90,8 +94,8 @@ def timer_for(
     """Return the EngineTimer of a file's problem in an engine's kernel, or raise ConfigError."""
     import torch
 
-    fused = settings.backend["fused_moe"]
-    if engine not in fused["engine_versions"]:  # a bad argument first, wherever it runs
+    fused = settings.backend.fused_moe
+    if engine not in fused.engine_versions:  # a bad argument first, wherever it runs
         raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
@@ -99,7 +103,7 @@ def timer_for(
     try:
         return EngineTimer(
             engine,
-            fused["engine_versions"][engine],
+            fused.engine_versions[engine],
             problem_of(shape, settings),
             shape["format"],
             bench.seed + seed_shift,
@@ -127,11 +131,11 @@ def device_of(path: str | Path) -> str:
     return NAME.search(Path(path).name).group(3).replace("_", " ")
 
 
-def baseline_config(shipped: dict | None, rules: dict, m: int, shape: dict) -> dict:
+def baseline_config(shipped: dict | None, rules: EngineDefaults, m: int, shape: dict) -> dict:
     """Return the config the engine runs at batch M today (shipped table, else default rule)."""
     if shipped:
         return wheels.nearest(shipped, m)
-    return space.engine_default(rules, m, shape["experts"], shape["format"])
+    return rules.config_for(m, shape["experts"], shape["format"])
 
 
 def check_file(
@@ -151,11 +155,11 @@ def check_file(
 
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
-    rules = settings.backend["fused_moe"]["engine_defaults"][engine]
+    rules = settings.backend.fused_moe.engine_defaults[engine]
     shipped, where = baseline_of(engine, timer.version, path, shape, settings, triton.__version__)
     rows = []
     for m in sorted(k for k in configs if keys is None or k in keys):
-        default = space.engine_default(rules, m, shape["experts"], shape["format"])
+        default = rules.config_for(m, shape["experts"], shape["format"])
         base = baseline_config(shipped, rules, m, shape)
         labelled = [("file", configs[m]), ("baseline", base), ("baseline_again", base)]
         if shipped:
@@ -267,7 +271,7 @@ def decide(checks: list[pd.DataFrame]) -> dict[int, bool]:
 
 
 def export_table(
-    configs: dict, keep: dict, shipped: dict | None, rules: dict, shape: dict
+    configs: dict, keep: dict, shipped: dict | None, rules: EngineDefaults, shape: dict
 ) -> dict[str, dict]:
     """Return the exportable table: the shipped one, with only the file's winning keys changed."""
     out = {int(k): v for k, v in (shipped or {}).items()}
@@ -288,8 +292,8 @@ def safe_file(
     checks = tables if isinstance(tables, list) else [tables]
     shape, configs = read_file(path)
     triton = json.loads(Path(path).read_text()).get("triton_version", "")
-    fused = settings.backend["fused_moe"]
-    rules, version = fused["engine_defaults"][engine], fused["engine_versions"][engine]
+    fused = settings.backend.fused_moe
+    rules, version = fused.engine_defaults[engine], fused.engine_versions[engine]
     if triton_version is None:
         import triton as _triton
 

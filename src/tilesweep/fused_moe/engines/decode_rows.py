@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from tilesweep import backends, package_data
 from tilesweep.columns import Status
 from tilesweep.fused_moe.engines.base import installed
+
+if TYPE_CHECKING:
+    from tilesweep.fused_moe.section import FusedMoeSettings
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.decode_rows", "tilesweep.fused_moe")
 ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]
@@ -17,9 +22,10 @@ ENGINE_KERNELS = {
 }
 
 
-def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
-    """Return decode.csv's rows of the engines' own kernels (timed, else one skipped row each)."""
-    if not mine.get("enabled"):
+def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFrame:
+    """Return decode.csv's rows of the engines' own kernels (timed, else one skipped row each);
+    none where backend.fused_moe is absent or off."""
+    if mine is None or not mine.enabled:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     timed = pd.DataFrame()
     if not tune.empty and "runner" in tune:
@@ -32,7 +38,7 @@ def engine_rows(mine: dict, tune: pd.DataFrame) -> pd.DataFrame:
         out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
         return out.reset_index(drop=True)
     rows = []
-    for engine in mine.get("engines", []):
+    for engine in mine.engines:
         why = (
             f"{engine} is not installed"
             if not installed(engine)

@@ -59,16 +59,16 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
 
 def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version: str) -> list:
     """Return the distinct compile jobs of every candidate's, baseline's and default's config."""
-    fused = settings.backend["fused_moe"]
+    fused = settings.backend.fused_moe
     jobs, seen = [], set()
     for engine, path in work:
-        version = fused["engine_versions"][engine]
+        version = fused.engine_versions[engine]
         shape, configs = check.read_file(path)
         problem = check.problem_of(shape, settings)
-        rules = fused["engine_defaults"][engine]
+        rules = fused.engine_defaults[engine]
         shipped, _ = check.baseline_of(engine, version, path, shape, settings, triton_version)
         for m, config in configs.items():
-            default = space.engine_default(rules, m, shape["experts"], shape["format"])
+            default = rules.config_for(m, shape["experts"], shape["format"])
             base = check.baseline_config(shipped, rules, m, shape)
             for cand in (config, base, default):
                 cand = effective(cand, shape["format"])
@@ -92,9 +92,9 @@ def decide_file(
     """Decide and write one candidate's drop-in file; return (its row, the check tables)."""
     import triton  # heavy: imported only where a file is decided
 
-    fused = settings.backend["fused_moe"]
-    version = fused["engine_versions"][engine]
-    rules = fused["engine_defaults"][engine]
+    fused = settings.backend.fused_moe
+    version = fused.engine_versions[engine]
+    rules = fused.engine_defaults[engine]
     shape, configs = check.read_file(path)
     dims = (shape["experts"], shape["n"], shape["format"])
     name = wheels.config_file_name(engine, version, *dims, check.device_of(path))

@@ -10,6 +10,7 @@ import itertools
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -22,13 +23,16 @@ from tilesweep.fused_moe.engines.timer import effective, warm
 from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
+if TYPE_CHECKING:
+    from tilesweep.fused_moe.section import EngineDefaults, EngineTune, Space
+
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.search", "tilesweep.fused_moe")
 TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
 
 
-def neighbours(config: dict, values: dict, fmt: str) -> list[dict]:
+def neighbours(config: dict, values: Space, fmt: str) -> list[dict]:
     """Return the configs one launch parameter away from `config`, as the engine runs them."""
-    moved = [effective({**config, k: v}, fmt) for k in space.SPACE_KEYS for v in values[k]]
+    moved = [effective({**config, k: v}, fmt) for k in space.SPACE_KEYS for v in getattr(values, k)]
     return space.distinct([effective(config, fmt), *moved])[1:]
 
 
@@ -52,9 +56,9 @@ def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, s
 def tune_problem(
     timer,
     keys: list[int],
-    rules: dict,
-    values: dict,
-    tune: dict,
+    rules: EngineDefaults,
+    values: Space,
+    tune: EngineTune,
     extra: dict | None = None,
     log=print,
     shipped: dict | None = None,
@@ -64,9 +68,7 @@ def tune_problem(
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
     rule = {
-        m: [effective(space.engine_default(rules, m, problem["experts"], fmt), fmt)]
-        if shipped
-        else []
+        m: [effective(rules.config_for(m, problem["experts"], fmt), fmt)] if shipped else []
         for m in keys
     }
     first = {
@@ -87,7 +89,7 @@ def tune_problem(
             second[m] = [
                 c for c in neighbours(best, values, fmt) if space.config_slug(c) not in screens[m]
             ]
-    if tune["rounds"] > 1:
+    if tune.rounds > 1:
         _screen_round(timer, second, screens, rows, defaults, tune, log)
     picks = {}
     for m in keys:
@@ -134,7 +136,7 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
     if timer.device == "cuda":
         refused = warm(
-            timer.engine, timer.version, timer.problem, timer.fmt, jobs, tune["compile_workers"]
+            timer.engine, timer.version, timer.problem, timer.fmt, jobs, tune.compile_workers
         )
     else:
         refused = {}
@@ -142,7 +144,7 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
         f"{timer.engine} {timer.fmt} N={timer.problem['n']}: screening {len(jobs)} "
         f"(config, M), {len(refused)} refused at compile or launch"
     )
-    routing = tune["routing"][0]
+    routing = tune.routing[0]
     for m, cs in cands.items():
         batch = timer.batch(m, routing)
         for config in cs:
@@ -153,7 +155,7 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
             err = refused.get((slug, m))
             if err is None:
                 try:
-                    t = timer.time(config, batch, tune["screen_repeats"])
+                    t = timer.time(config, batch, tune.screen_repeats)
                 except Exception as exc:  # a refusal at launch is this config's result
                     err = last_line(exc)
             if err is not None:
@@ -173,16 +175,16 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
 def _finals(timer, m, screened, default, rows, tune, log) -> dict:
     """Time the key's finalists and default on every routing; return the exported config."""
     slug_default = space.config_slug(default)
-    finalists = _best(screened, tune["finalists"])
+    finalists = _best(screened, tune.finalists)
     if all(space.config_slug(c) != slug_default for c in finalists):
         finalists.append(default)
     finals, first = {}, len(rows)
-    for routing in tune["routing"]:
+    for routing in tune.routing:
         batch = timer.batch(m, routing)
         for config in finalists:
             slug = space.config_slug(config)
             try:
-                t = timer.time(config, batch, tune["final_repeats"])
+                t = timer.time(config, batch, tune.final_repeats)
             except Exception as exc:
                 err = last_line(exc)
                 rows.append(_row(timer, m, routing, "final", config, default, "launch", err))
@@ -190,7 +192,7 @@ def _finals(timer, m, screened, default, rows, tune, log) -> dict:
             finals.setdefault(slug, {})[routing] = t
             rows.append(_row(timer, m, routing, "final", config, default, "ok", "", t))
         batch.refs.clear()
-    chosen, why = export_pick(finals, slug_default, tune["routing"])
+    chosen, why = export_pick(finals, slug_default, tune.routing)
     for row in rows[first:]:  # this key's finals
         base = finals.get(slug_default, {}).get(row["routing"])
         if base and row["time_ms"]:
@@ -221,8 +223,8 @@ def _tune_and_decide(
     import triton
 
     keys, tune, extra, device_name = how
-    fused = settings.backend["fused_moe"]
-    version = fused["engine_versions"][engine]
+    fused = settings.backend.fused_moe
+    version = fused.engine_versions[engine]
     folder = out_dir / f"{engine}-{version}"
     experts, n, fmt = shape["experts"], shape["n"], shape["format"]
     start = time.monotonic()
@@ -232,8 +234,8 @@ def _tune_and_decide(
     table, picks = tune_problem(
         timer,
         keys,
-        fused["engine_defaults"][engine],
-        fused["space"],
+        fused.engine_defaults[engine],
+        fused.space,
         tune,
         extra_candidates(extra, shape),
         log,
@@ -248,7 +250,7 @@ def _tune_and_decide(
     del timer
     torch.cuda.empty_cache()
     row, checks = dropins.decide_file(
-        engine, picked, settings, out_dir, tune["final_repeats"], None, log
+        engine, picked, settings, out_dir, tune.final_repeats, None, log
     )
     write_table(folder / f"check_{fmt}_E={experts},N={n}.csv", pd.concat(checks, ignore_index=True))
     torch.cuda.empty_cache()
@@ -268,11 +270,11 @@ def run(
     """Tune and decide every (engine, format, shape); return the drop-in rows."""
     import torch
 
-    fused = settings.backend["fused_moe"]
-    tune = {**fused["engine_tune"]}
-    if not tune["compile_workers"]:
-        tune["compile_workers"] = max(1, (os.cpu_count() or 2) - 1)
-    keys = sorted(keys or fused["batch_keys"])
+    fused = settings.backend.fused_moe
+    tune = fused.engine_tune
+    if not tune.compile_workers:  # 0: every core but one
+        tune = tune.model_copy(update={"compile_workers": max(1, (os.cpu_count() or 2) - 1)})
+    keys = sorted(keys or fused.batch_keys)
     if not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
     device_name = torch.cuda.get_device_name()

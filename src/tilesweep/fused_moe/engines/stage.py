@@ -28,8 +28,8 @@ def tune_engine(
 ) -> None:
     """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
     settings = TuneSettings.from_json(settings_json)
-    fused = settings.backend["fused_moe"]
-    version = fused["engine_versions"][engine]
+    fused = settings.backend.fused_moe
+    version = fused.engine_versions[engine]
     problems = space.problems(settings.model, settings.grid.layouts)
     shapes = [(p["experts"], p["n"]) for p in problems]
     work = Path(f"{configs_dir}.partial")  # swapped in whole: nothing half-written is kept
@@ -39,7 +39,7 @@ def tune_engine(
             summary = search.run(
                 settings,
                 [engine],
-                list(fused["engine_tune"]["formats"]),
+                list(fused.engine_tune.formats),
                 shapes,
                 str(work),
                 log=log.info,
