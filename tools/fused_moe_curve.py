@@ -17,6 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
+from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
 
 KERNELS = 2  # the up and down fused_moe GEMMs a layer: the "up+down" part's calls
 
@@ -87,4 +91,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("fused_moe_curve", main))

@@ -2,7 +2,8 @@
 TP8 decode step runs it: the routed experts' gate_up and down GEMMs of GLM-5 and DeepSeek-V3, in
 a CUDA graph, weights cold (each call in the graph reads its own copy of the experts, enough
 copies to pass L2 several times over), CUDA events, median of repeats; an empty kernel in the
-same graph gives the fixed cost of one launch. torch and triton only; the kernel is loaded from
+same graph gives the fixed cost of one launch. torch and triton (and tilesweep.errors, stdlib only,
+from this checkout's src for its one-line errors); the kernel is loaded from
 .engine_kernels/sglang-0.5.23/kernel.py (tools/fetch_engine_kernels.py; hash checked against its
 manifest) and its config from the wheel's own tables there, as SGLang 0.5.23 picks them
 (fused_moe_triton_config.py: get_config_file_name, the nearest batch key; no file: its
@@ -31,6 +32,9 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
+from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
 
 KEPT = Path(".engine_kernels/sglang-0.5.23")
 BLOCK = (128, 128)  # weight_block_size of both checkpoints' FP8 experts
@@ -497,4 +501,4 @@ def save(rows: list, out: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("fused_moe_probe", main))
