@@ -20,8 +20,12 @@ import json
 import os
 import statistics
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
+from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
 
 # GLM-5's indexer (conf/model/glm5.yaml): 32 heads of 128, rope over 64 of them, top-k 2048;
 # q_lora_rank 2048, hidden 6144; keys quantised to fp8 in blocks of 128 (one scale a row).
@@ -108,7 +112,7 @@ def _kernels_per_call(fn) -> int:
     return sum(1 for e in kernels if "memcpy" not in e.name.lower())
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the probe and write its JSON; 2 with one line where no CUDA GPU is at hand."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=78, help="DSA layers of a step (GLM-5: 78)")
@@ -177,4 +181,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(tool_main("dsa_indexer_probe", main))
