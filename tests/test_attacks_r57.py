@@ -107,12 +107,14 @@ def test_an_error_while_the_snakefile_imports_the_package_is_one_line(tmp_path):
     ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("tilesweep:")]
     assert len(ours) == 1, proc.stderr
     found = re.fullmatch(
-        r"tilesweep: the package cannot be imported: unexpected error, RuntimeError: planted "
+        # OmegaConf is imported where a config is first composed (group_files parses with libyaml
+        # and imports it only for `${...}`), so the planted fault may surface there: one line still
+        r"tilesweep: (the package cannot be imported: )?unexpected error, RuntimeError: planted "
         r"import fault \(a bug, or the installed package changed; the full trace: (\S+)\)",
         ours[0],
     )
     assert found, ours[0]
-    trace = Path(found[1])
+    trace = Path(found[2])
     try:
         assert "planted import fault" in trace.read_text()
     finally:
