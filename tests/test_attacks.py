@@ -884,10 +884,26 @@ def test_a_cited_figure_whose_engine_lacks_its_family_is_refused_at_plan_time(tm
     engine.write_text(OmegaConf.to_yaml(spec))
     path = conf / "references" / "corpus" / "published.yaml"
     refs = OmegaConf.to_container(OmegaConf.load(path))
-    first = next(i for i, f in enumerate(refs["figures"]) if f["model"] == "glm5")
+    # A figure composed by its engine's own file: one naming another (engine_config, such as
+    # sglang_dsa_unfused) would compose with that file whatever its engine says.
+    first = next(
+        i
+        for i, f in enumerate(refs["figures"])
+        if f["model"] == "glm5" and not f.get("engine_config")
+    )
     refs["figures"][first]["engine"] = "TensorRT-LLM"
     path.write_text(OmegaConf.to_yaml(refs))
     with pytest.raises(ConfigError) as err:
         compose(["references=published"], conf)
     assert f"references.figures[{first}].engine='TensorRT-LLM'" in str(err.value)
     assert "no kernel list for the mla_dsa_moe family of glm5" in str(err.value)
+    # A figure credited to one engine but composed with another's file is refused too, not
+    # composed with the other engine's kernel lists under its name.
+    named = next(i for i, f in enumerate(refs["figures"]) if f.get("engine_config"))
+    refs["figures"][named]["engine"] = "TensorRT-LLM"
+    path.write_text(OmegaConf.to_yaml(refs))
+    with pytest.raises(ConfigError) as err:
+        compose(["references=published"], conf)
+    config = refs["figures"][named]["engine_config"]
+    assert str(err.value).startswith(f"references.figures[{named}].engine_config={config!r}: ")
+    assert "not a file of TensorRT-LLM" in str(err.value)

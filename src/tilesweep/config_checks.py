@@ -177,6 +177,14 @@ def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
             except Exception as exc:
                 raise ConfigError(f"{where}.model={fig.model!r}: {one_line(exc)}") from None
         typed = models[fig.model]
+        own = fig.engine.lower().replace("-", "")
+        name = fig.engine_config
+        if name and name != own and not name.startswith(f"{own}_"):
+            raise ConfigError(
+                f"{where}.engine_config={name!r}: not a file of {fig.engine} "
+                f"(conf/engine/{own}.yaml or a release file {own}_*.yaml); a figure composes "
+                "with its own engine's kernel lists"
+            )
         families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
         fam = engine_profile.family(typed)  # the model as its file gives it
         if families is None:
