@@ -375,7 +375,17 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     assert {r["status"] for r in variants} == {"ok"}
     assert any("SPLIT_K" in r["config"] for r in variants)
     assert (both["source"] == "variant").any() and both["best"].any()
-    assert set(both[both["tuned"]]["source"]) == {"finalist"}
+    # The tuned pick is of the engines' space, one config per batch, the fastest of its timed
+    # rows: a finalist, or vLLM's default where that won the final timing. The default's own
+    # config (m16n32k32) is screened too, so it can be the finalist, timed under both names
+    # (tune_analysis keeps the faster row). Which wins rests on one interpreter sample each
+    # (about 2x apart, unloaded), so the source is not asserted.
+    picked = both[both["tuned"]]
+    assert set(picked["source"]) <= set(space.engine_sources(spec["engine_defaults"]))
+    engines_space = both[both["source"].isin(space.engine_sources(spec["engine_defaults"]))]
+    for m, grp in engines_space.groupby("m"):  # one routing: its time is the sum over routings
+        fastest = grp.groupby("config")["time_ms"].min().idxmin()
+        assert set(picked[picked["m"] == m]["config"]) == {fastest}
     assert all(space.is_engine_config(c) for t in tuned.values() for c in t.values())
     tune.write_configs(tmp_path / "configs", tuned, "NVIDIA H200", "bf16", "3.6.0")
     file = tmp_path / "configs" / "project_kernel_E=4,N=32,device_name=NVIDIA_H200.json"
