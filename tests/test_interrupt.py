@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import assert_whole
+from conftest import _finished_outputs, assert_whole
 
 
 def test_a_killed_then_interrupted_sweep_resumes_keeping_finished_cells(resumed_sweep):
@@ -18,3 +18,37 @@ def test_a_killed_then_interrupted_sweep_resumes_keeping_finished_cells(resumed_
         assert after[path] == mtime, f"{path} was rebuilt"
     assert (work / "results" / "report.md").exists()
     assert_whole(work / "results")
+
+
+# Two jobs' blocks as Snakemake 9.27 logged them in a tiny sweep stopped with Ctrl-C: the verdict
+# finished, the layout benchmark was cut short (its error, and no `Finished` line).
+LOG = """\
+localrule verdict:
+    input: results/decode/baselines-fp8.csv, results/device/ceilings.json
+    output: results/tables/verdict.csv (update), results/tables/card.json (update)
+    log: results/logs/verdict.log
+    jobid: 20
+    reason: Missing output files: results/tables/card.json
+    resources: tmpdir=/tmp
+localrule bench_layout:
+    output: results/layout/tp1-pp1-ep1.csv
+    log: results/logs/bench_layout/tp1-pp1-ep1.log
+    jobid: 17
+    wildcards: layout=tp1-pp1-ep1
+Select jobs to execute...
+Finished jobid: 20 (Rule: verdict)
+1 of 24 steps (4%) done
+Terminating processes on user request, this might take some time.
+Error in rule bench_layout:
+    message: None
+    jobid: 17
+    output: results/layout/tp1-pp1-ep1.csv
+localrule all:
+    input: results/report.md
+    jobid: 0
+Finished jobid: 0 (Rule: all)
+"""
+
+
+def test_finished_means_a_job_the_log_records_as_finished():
+    assert _finished_outputs(LOG) == {"results/tables/verdict.csv", "results/tables/card.json"}
