@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import _finished_outputs, assert_whole
+import re
+from pathlib import Path
+
+from conftest import TINY, _finished_outputs, assert_whole, snakemake
 
 
 def test_a_killed_then_interrupted_sweep_resumes_keeping_finished_cells(resumed_sweep):
@@ -52,3 +55,16 @@ Finished jobid: 0 (Rule: all)
 
 def test_finished_means_a_job_the_log_records_as_finished():
     assert _finished_outputs(LOG) == {"results/tables/verdict.csv", "results/tables/card.json"}
+
+
+def test_a_launch_check_cut_short_by_a_kill_does_not_rerun_the_verdict(tiny_sweep, copy_of):
+    # kill -9 between a launch check's JSON and its .sum record (what the resumed sweep above
+    # risks): the plan reruns that check (and the joins that read it), not the finished verdict,
+    # which reads no launch check (its rebuild param was the whole ledger).
+    work = copy_of(tiny_sweep)
+    cell = next((work / "results" / "launch").rglob("*.json"))
+    Path(f"{cell}.sum").unlink()
+    plan = snakemake(work, "-n", overrides=TINY)
+    stats = plan.stdout + plan.stderr
+    assert re.search(r"^check_launch +1$", stats, re.M), stats[-2000:]
+    assert not re.search(r"^verdict +\d+$", stats, re.M), stats[-2000:]
