@@ -28,7 +28,24 @@ rule verdict:
     conda:
         "../envs/tilesweep.yaml"
     params:
-        rebuilds=grid_json(REBUILDS),
+        # Only its own inputs' and outputs' rebuilds rerun it (a launch check cut short by a
+        # kill does not: the verdict reads no launch check).
+        rebuilds=grid_json(
+            rebuilds_of(
+                REBUILDS,
+                [
+                    *(p for ps in STAGE5.verdict_inputs().values() for p in ps),
+                    *(
+                        STAGE5.table(n, e)
+                        for n in COMPOSED_TABLES
+                        for e in ("csv", "parquet")
+                    ),
+                    STAGE5.table("fit", "json"),
+                    STAGE5.table("question", "json"),
+                    STAGE5.card,
+                ],
+            )
+        ),
         settings=SWEEP.settings_json(),
         per_cell=STAGE5.per_cell,
         code=SWEEP.rule_code("verdict"),
