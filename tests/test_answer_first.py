@@ -71,7 +71,10 @@ def test_the_verdict_composed_from_its_operand_types_rows_alone_is_the_same():
     settings = sweep.settings.model_copy(update={"deployment": dep})
     every = deployment_verdict.deployment_table(settings, decode, collective, steps, ceilings)
     alone = deployment_verdict.deployment_table(settings, fp8, collective, steps, ceilings)
-    assert "best fp8 kernel" in " ".join(row_inputs.column_words(every))
+    # SGLang's own fused_moe curve (h200.yaml) takes precedence over the project's best fp8
+    # decode kernel, which SGLang does not run; the expert input names it either way
+    words = " ".join(row_inputs.column_words(every))
+    assert "fused_moe" in words or "best fp8 kernel" in words
     pd.testing.assert_frame_equal(every, alone)
 
 

@@ -85,7 +85,7 @@ def main() -> int:
         high = f'high: {hi:.3f}, high_kernel: "{name(rhi, how_hi)}"'
         high += f", high_expert_mb: {expert_mb(rhi):.3f}"
         times = f"{rlo['model']} {rlo['us_per_call']} us, {rhi['model']} {rhi['us_per_call']} us"
-        cite = f"{a.source}{tok} tokens, up+down: {times}"
+        cite = f"{a.source}{tok} token{'s' if tok != 1 else ''}, up+down: {times}"
         print(f'      - {{tokens_per_expert: {tpe:g}, {low}, {high}, cite: "{cite}"}}')
     return 0
 
