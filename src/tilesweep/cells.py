@@ -1,11 +1,6 @@
-"""Per-cell outputs that say what they hold. A job that writes one (a build record, a launch
-check, the device's ceilings, a decode, collective, layout, power or tune table) writes beside
-it `<file>.sum`: its bytes, SHA-256, columns and rows. A step that reads a cell checks the file
-against that record; before the DAG is built the Snakefile checks every planned cell by its
-size, so a cell that was emptied, cut short or deleted is rebuilt by the next run (Snakemake's
-own --forcerun on that file; a dry run only shows it) and never joined as it is. Made here
-because Snakemake reruns a job for a missing, older or incomplete output, not for one emptied or
-cut short after its job ended."""
+"""Per-cell outputs with a `<file>.sum` record (bytes, SHA-256, columns, rows), checked when read
+and before the DAG is built: Snakemake reruns a job for a missing or older output, not one emptied
+or cut short after its job ended."""
 
 from __future__ import annotations
 
@@ -38,10 +33,8 @@ def _write(
     inputs: str | None = None,
     files: dict[str, str] | None = None,
 ) -> None:
-    """Write a cell's bytes, then its record, each atomically (a kill between the two leaves a
-    record that no longer matches: the cell is rebuilt). A join's record also holds `inputs`,
-    the content_key of what it joined (stale_join reads it); a cell that wrote files beside it
-    that a later step reads (a build's cubin) holds their SHA-256 by name in `files`."""
+    """Write a cell's bytes, then its record, each atomically; `inputs`: a join's content key,
+    `files`: SHA-256 of files beside it."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     record = {
@@ -61,8 +54,7 @@ def _write(
 def write_cell_table(
     path: str | os.PathLike, frame: pd.DataFrame, inputs: str | None = None
 ) -> None:
-    """Write one cell's table as CSV (a header even when it has no row), with its record (and
-    a join's content key of its inputs)."""
+    """Write one cell's table as CSV (a header even with no row), with its record."""
     data = frame.to_csv(index=False).encode()
     _write(path, data, [str(c) for c in frame.columns], len(frame), inputs)
 
@@ -75,8 +67,7 @@ def write_cell_parquet(path: str | os.PathLike, frame: pd.DataFrame) -> None:
 
 
 def write_cell_bytes(path: str | os.PathLike, data: bytes, inputs: str | None = None) -> None:
-    """Write one output of opaque bytes (a figure, a compiled kernel, a JSON text), with its
-    record (and a join's content key of its inputs)."""
+    """Write one output of opaque bytes, with its record."""
     _write(path, data, [], 1, inputs)
 
 
@@ -88,8 +79,8 @@ def read_cell_bytes(path: str | os.PathLike) -> bytes:
 def write_cell_json(
     path: str | os.PathLike, record: dict, inputs: str | None = None, files: list[str] = ()
 ) -> None:
-    """Write one cell's JSON record (indented, keys sorted), with its record (and a join's
-    content key of its inputs, and the SHA-256 of the files it wrote beside it, by name)."""
+    """Write one cell's JSON (indented, keys sorted) with its record and the SHA-256 of `files`
+    beside it."""
     data = (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode()
     folder = Path(path).parent
     sums = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files}
@@ -97,8 +88,8 @@ def write_cell_json(
 
 
 def damage(path: str | os.PathLike) -> str | None:
-    """Return what is wrong with a cell (None when nothing is): missing, no record beside it,
-    another size or content than its job wrote."""
+    """Return what is wrong with a cell (missing, no record, other size or content), None when
+    nothing."""
     path = Path(path)
     if not path.exists():
         return "missing"
@@ -137,9 +128,8 @@ def _companion_damage(path: Path, files: object) -> str | None:
 
 
 def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict | None]:
-    """Return a cell's bytes and record (None for a file written outside a sweep, with no
-    record: it is only parsed), or raise CellError naming the file and the fault. Inside a
-    sweep the Snakefile has already rebuilt any cell whose record is missing."""
+    """Return a cell's bytes and record (None for a file without one), or raise CellError naming the
+    fault."""
     if Path(path).exists() and not Path(path).is_file():
         raise CellError(f"{path}: not a plain file (a folder, a pipe or a device)")
     if Path(path).exists() and not summary_path(path).exists():
@@ -151,8 +141,7 @@ def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict | None]:
 
 
 def read_cell_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Return one cell's table, checked: the bytes its job wrote, the columns and rows it
-    declared; else raise CellError naming the file."""
+    """Return one cell's table checked against its record; else raise CellError naming the file."""
     data, record = _checked_bytes(path)
     try:
         frame = pd.read_csv(io.BytesIO(data))
@@ -187,8 +176,8 @@ def concat_cells(paths: list[str]) -> pd.DataFrame:
 
 
 def content_key(paths: list[str]) -> str:
-    """Return a key of what the files hold (path and SHA-256 each, in sorted order): the hash
-    a cell's record holds, else the file's own (a shipped file), else "missing"."""
+    """Return a key of the files' contents: each path with its record's SHA-256, else its own, else
+    "missing"."""
     digest = hashlib.sha256()
     for path in sorted(os.path.normpath(p) for p in paths):
         try:
@@ -203,11 +192,8 @@ def content_key(paths: list[str]) -> str:
 
 
 def stale_join(output: str | os.PathLike, paths: list[str]) -> tuple[str, str] | None:
-    """Return (output, why) when a join's output was joined from other contents than its input
-    files hold now (its record's `inputs` differs from their content_key): a failing join whose
-    previous outputs Snakemake restored, or an older join put back. Mtimes cannot say this (a
-    restored table is newer than the cell it lacks). None when the join is current, written
-    by an older tilesweep (no key), or damaged (then it is rebuilt anyway)."""
+    """Return (output, why) when a join's recorded `inputs` key differs from its inputs' content_key
+    now (mtimes cannot say: a restored table is newer); else None."""
     if damage(output) is not None:
         return None
     try:
@@ -220,8 +206,8 @@ def stale_join(output: str | os.PathLike, paths: list[str]) -> tuple[str, str] |
 
 
 def rebuild_lines(found: list[tuple[str, str]], named: int = 5) -> list[str]:
-    """Return the lines that name every output to rebuild: the first `named` one a line with
-    its fault, the rest grouped by fault, every path named."""
+    """Return lines naming every output to rebuild: the first `named` one each, the rest by
+    fault."""
     lines = [f"{path}: {why}; its job reruns" for path, why in found[:named]]
     rest: dict[str, list[str]] = {}
     for path, why in found[named:]:
@@ -232,8 +218,8 @@ def rebuild_lines(found: list[tuple[str, str]], named: int = 5) -> list[str]:
 
 
 def damaged(paths: list[str], joined_exist: bool) -> list[tuple[str, str]]:
-    """Return (path, what is wrong) for every planned cell to rebuild: damaged ones, and missing
-    ones once the joined tables exist (a run would otherwise keep the tables without them)."""
+    """Return (path, fault) of each planned cell to rebuild (missing ones only once tables
+    exist)."""
     out = []
     for path in paths:
         why = damage(path)
@@ -258,8 +244,7 @@ def rebuilds(results: str | os.PathLike) -> dict[str, int]:
 def mark_rebuilds(
     results: str | os.PathLike, found: list[tuple[str, str]], counts: dict, write: bool = True
 ) -> None:
-    """Count one more rebuild for each damaged cell in counts (the ledger as read), and write
-    the ledger unless told not to (a dry run shows the reruns and writes nothing)."""
+    """Count one more rebuild per damaged cell in counts; write the ledger unless `write` is off."""
     for path, _ in found:
         counts[path] = counts.get(path, 0) + 1
     if found and write:
@@ -269,13 +254,11 @@ def mark_rebuilds(
 
 
 def rebuilds_of(counts: dict, paths: list[str]) -> dict[str, int]:
-    """Return the rebuild counts of these paths alone (a joining step's param that only its own
-    inputs and outputs rerun)."""
+    """Return the rebuild counts of these paths alone."""
     keep = {os.path.normpath(p) for p in paths}
     return {k: v for k, v in counts.items() if os.path.normpath(k) in keep}
 
 
 def rebuild_param(pattern: str, counts: dict):
-    """Return a cell rule's param: its job's rebuild count, from its wildcards alone (pattern
-    is the rule's output with {wildcards}), so that Snakemake's params trigger compares it."""
+    """Return a cell rule's param: its job's rebuild count, from its wildcards."""
     return lambda w: counts.get(pattern.format(**dict(w.items())), 0)

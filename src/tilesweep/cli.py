@@ -128,8 +128,8 @@ def _verdict_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def verdict_command(args: argparse.Namespace) -> int:
-    """Run `tilesweep verdict`: print the answer card, and write the tables where --out names a
-    folder; return the exit status."""
+    """Run `tilesweep verdict`: print the answer card, write tables to --out; return the exit
+    status."""
     import pandas as pd
 
     if args.top < 0:

@@ -1,6 +1,5 @@
-"""Every table's columns, keys and statuses, declared once (the long column lists in
-data/columns.yaml, exposed here under their names), and the one rule for the fastest correct
-runner."""
+"""Every table's columns, keys and statuses, declared once (long lists in data/columns.yaml), and
+the rule for the fastest correct runner."""
 
 from __future__ import annotations
 
@@ -140,8 +139,7 @@ REPORT_POWER_COLUMNS = _LISTS["REPORT_POWER_COLUMNS"]
 
 
 def consistency_columns(reader: str) -> list[str]:
-    """Return the columns of a power reading's consistency table; the reading's column is named
-    after its reader (the question's name, e.g. `brief`)."""
+    """Return a power reading's consistency columns, the reading's named after its reader."""
     return ["load", "expected_bound", "band", reader, "consistent"]
 
 
@@ -151,9 +149,8 @@ def consistency_columns(reader: str) -> list[str]:
 def fastest_runner(
     frame: pd.DataFrame, by: Sequence[str] = (), time: str = "time_ms"
 ) -> pd.DataFrame:
-    """Return the fastest correct row (status ok, a finite time >= 0) per group of `by` (one row
-    when `by` is empty; a group without one is absent); ties go to the runner, then kernel, first
-    in name order, so row order never decides."""
+    """Return the fastest correct row per `by` group; ties go to runner, then kernel, in name
+    order."""
     by = list(by)
     if frame.empty or time not in frame or "status" not in frame:
         return frame.iloc[0:0].copy() if not frame.empty else pd.DataFrame(columns=[*by, time])
@@ -232,8 +229,7 @@ def missing_asked(lists: dict, asked: dict = _ASKED) -> tuple[str, str] | None:
 
 
 def _check_asked() -> None:
-    """End the process in one line naming the file, list and column if data/columns.yaml lacks a
-    column the code reads by name (package_data.BrokenPackageData)."""
+    """End the process in one line if data/columns.yaml lacks a column the code reads by name."""
     gap = missing_asked(_LISTS)
     if gap is not None:
         name, column = gap

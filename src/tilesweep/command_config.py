@@ -1,5 +1,5 @@
-"""What `snakemake --config` takes (COMMAND_KEYS), checked before anything is planned, and the
-Hydra overrides given there."""
+"""What `snakemake --config` takes (COMMAND_KEYS), checked before planning, and its Hydra
+overrides."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ COMMAND_KEYS = {
 
 
 def check_command_config(config: dict) -> None:
-    """Raise ConfigError in one line for a `--config` key other than COMMAND_KEYS (a setting
-    given there would otherwise be ignored), or an example or device that is not one string."""
+    """Raise ConfigError for a `--config` key not in COMMAND_KEYS, or a non-string example or
+    device."""
     for key, value in config.items():
         if key not in COMMAND_KEYS:
             hint = f"; write overrides='[\"{key}={value}\"]'" if key in _SETTING_KEYS else ""

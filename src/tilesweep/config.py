@@ -1,12 +1,5 @@
-"""Compose the Hydra config once and validate it before any job runs.
-
-Types, key names, finite numbers, ranges, choices and how the groups fit are the pydantic
-models' in tilesweep.settings (pydantic, not Hydra structured configs, because it is already
-installed and refuses NaN, infinity, unknown keys and wrong types with their location, where
-OmegaConf's structured configs accept NaN and infinity). The checks that need more than the
-composed config run in validate(): the group options on disk and the hardware catalog here, the
-cross-group ones in config_checks, the deployment files' contents in deployment_files.
-"""
+"""Compose the Hydra config once and validate it before any job runs: the models in
+tilesweep.settings, then the checks that need more (here, config_checks, deployment_files)."""
 
 from __future__ import annotations
 
@@ -29,8 +22,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 def compose_settings(
     overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None
 ) -> RootSettings:
-    """Return the composed config, validated once, as the typed settings object passed down
-    (its as_dict() is compose()'s plain containers, for JSON)."""
+    """Return the composed config, validated once, as the typed settings object."""
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     return validate(_compose_raw(overrides, conf_dir), conf_dir)
 
@@ -43,10 +35,8 @@ FIGURE_GROUPS = ("model", "hardware", "deployment", "engine")
 def compose_groups(
     choices: dict[str, str], overrides: tuple[str, ...], conf_dir: Path | None = None
 ) -> RootSettings:
-    """Return the settings of `overrides` with the FIGURE_GROUPS options `choices` names: one
-    Hydra compose of `overrides` (kept for the process), then each group read from its file and
-    the whole validated again; the same settings as composing the group options with the
-    overrides, at a fraction of a Hydra compose each (the engine corpus composes many)."""
+    """Return the settings of `overrides` with the FIGURE_GROUPS options `choices` names, each read
+    from its file (far cheaper than a Hydra compose each)."""
 
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     _check_group_choices([f"{g}={v}" for g, v in choices.items()], conf_dir)
@@ -71,8 +61,7 @@ def _base_raw(overrides: tuple[str, ...], conf_dir: Path) -> dict:
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None = None) -> dict:
-    """Return the composed, resolved and validated config as plain containers (what tests and
-    tools read; the pipeline takes compose_settings())."""
+    """Return the composed, validated config as plain containers."""
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     settings = _compose_raw(overrides, conf_dir)
     validate(settings, conf_dir)
@@ -80,8 +69,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None =
 
 
 def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict:
-    """Return the Hydra composition of conf_dir, resolved, with the hardware catalog: the plain
-    containers before validation."""
+    """Return conf_dir's Hydra composition, resolved, with the hardware catalog, before
+    validation."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -126,8 +115,8 @@ DERIVED_GROUPS = ("engine", "deployment")
 
 
 def _check_chosen_files(raw: dict, choices: dict) -> None:
-    """Raise ConfigError for an engine option whose `name` is not its file's: rows and figures
-    are labelled with the name, so a copy keeping another engine's would borrow its label."""
+    """Raise ConfigError for an engine option whose `name` is not its file's (it would borrow a
+    label)."""
     option = choices.get("engine")
     engine = raw.get("engine")
     name = engine.get("name") if isinstance(engine, dict) else None
@@ -139,8 +128,7 @@ def _check_chosen_files(raw: dict, choices: dict) -> None:
 
 
 def _check_override_syntax(overrides: list[str]) -> None:
-    """Raise ConfigError naming the first override Hydra cannot parse, with the form it takes
-    (Hydra's own words name a grammar rule, not the override)."""
+    """Raise ConfigError naming the first override Hydra cannot parse, with the form it takes."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -204,8 +192,8 @@ def _hardware_spec(path: Path) -> object:
 
 
 def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
-    """Return the composed config validated, as the settings object; raise ConfigError naming
-    the first bad key and value."""
+    """Return the composed config as the settings object; raise ConfigError naming the first bad
+    key."""
     gpu_archs.architectures()  # conf/architectures.yaml: a broken table is one line here
     checked = config_checks.check_settings(settings)
     question.validate(checked.question, checked.catalog)
@@ -219,9 +207,8 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
 
 
 def check_conf_files(conf_dir: Path) -> None:
-    """Raise ConfigError naming a file under conf/ (chosen or not: a chosen file's defaults may
-    name any) Hydra must not read: not a plain file (its read could block), a link to nothing, a
-    YAML alias bomb, an emptied file (composed as defaults), or a root config without defaults."""
+    """Raise ConfigError naming a conf/ file Hydra must not read: not plain, dangling, an alias
+    bomb, emptied, or a root without defaults."""
     for folder, _, names in os.walk(conf_dir):
         for name in sorted(names):
             path = Path(folder) / name
@@ -251,8 +238,7 @@ _EXPANDS_OK: set[tuple] = set()
 
 
 def _check_expansion(path: Path, empty_ok: bool = False) -> None:
-    """Raise ConfigError where a YAML file's aliases expand past MAX_NODES nodes (an alias bomb,
-    which OmegaConf would copy out forever). A file without `*` has no alias and is not parsed."""
+    """Raise ConfigError where a YAML file's aliases expand past MAX_NODES nodes (an alias bomb)."""
     import yaml
 
     st = path.stat()
@@ -298,8 +284,7 @@ def _check_expansion(path: Path, empty_ok: bool = False) -> None:
 
 
 def _check_root(path: Path) -> None:
-    """Raise ConfigError where the root config holds no `defaults` list (emptied, or another
-    file's text): Hydra would fail later on an override naming none of its causes."""
+    """Raise ConfigError where the root config holds no `defaults` list."""
     import yaml
 
     try:
@@ -314,8 +299,7 @@ def _check_root(path: Path) -> None:
 
 
 def _check_group_choices(overrides: list[str], conf_dir: Path) -> None:
-    """Raise ConfigError for a config group option that is a path: every option is a file
-    inside conf/<group>/, never one elsewhere (hardware=../../elsewhere/h200)."""
+    """Raise ConfigError for a group option that is a path rather than a file in conf/<group>/."""
     groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
     for item in overrides:
         key, sep, value = item.partition("=")

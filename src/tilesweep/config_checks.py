@@ -1,7 +1,5 @@
-"""The checks of a composed config that need more than its models: the hardware catalog's
-architectures, the registered backends and their sections, the engine file's name and kernels, the
-deployment's topology, and the question's and the cited figures' models in conf/model. Each
-raises ConfigError naming the first bad key and value."""
+"""The checks of a composed config that need more than its models; each raises ConfigError naming
+the first bad key and value."""
 
 from __future__ import annotations
 
@@ -17,10 +15,8 @@ from tilesweep.settings.strict import Refused
 
 
 def check_settings(settings: dict) -> RootSettings:
-    """Return the composed config as the settings object; raise ConfigError naming the first key
-    whose type, range or choice the models refuse, or that does not fit another group. It reads
-    the catalog first, so that a bad hardware spec is named by its file; each backend section is
-    checked by its backend's own model (settings.backend_sections)."""
+    """Return the composed config as the settings object (catalog first, each backend section by its
+    own model); raise ConfigError naming the first bad key."""
     for name, spec in settings["catalog"].items():
         _check_cc(check(HardwareSpec, spec, f"hardware[{name}]"), f"hardware[{name}]")
     _registry()  # every backend registers its section's model before the root validates
@@ -39,8 +35,8 @@ def _registry():
 
 
 def _check_cc(spec: HardwareSpec, where: str) -> None:
-    """Raise ConfigError where a hardware spec's architecture is not one conf/architectures.yaml
-    lists, or its compute capability is not that architecture's."""
+    """Raise ConfigError where a hardware spec's arch or compute capability disagrees with
+    conf/architectures.yaml."""
     table = gpu_archs.architectures()
     row = table.get(spec.arch.removesuffix("a"))
     if row is None:
@@ -56,8 +52,8 @@ def _check_cc(spec: HardwareSpec, where: str) -> None:
 
 
 def check_runners(settings: RootSettings) -> None:
-    """Raise ConfigError when no enabled backend builds kernels, bench.step_runner names no
-    backend with a step runner, or a backend refuses its own section's values."""
+    """Raise ConfigError when no backend builds kernels, step_runner has no backend, or a backend
+    refuses its section."""
     backends = _registry()
     if not any(b.builder for b in backends.enabled(settings)):
         builders = [b.name for b in backends.builders()]
@@ -75,8 +71,7 @@ def check_runners(settings: RootSettings) -> None:
 
 
 def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
-    """Raise ConfigError for an engine file whose name is not its file's (the figures and rows
-    are labelled with the name, so another engine's would borrow its label)."""
+    """Raise ConfigError for an engine file whose name is not its file's."""
 
     name = settings.engine.name
     files = {p.stem for p in (Path(conf_dir) / "engine").glob("*.yaml")}
@@ -112,8 +107,8 @@ def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _engine_families(folder: str, name: str) -> frozenset | None:
-    """Return the model families an engine file lists kernels for (empty: the project's own
-    step, any model), or None where there is no such file or it is not a mapping."""
+    """Return the model families an engine file lists kernels for, or None where there is no such
+    mapping."""
     path = Path(folder) / f"{name}.yaml"
     if not path.is_file():
         return None
@@ -140,8 +135,7 @@ def check_topology(settings: RootSettings) -> None:
 
 
 def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
-    """Raise ConfigError for a question about a model conf/model does not have (its panel would
-    never appear)."""
+    """Raise ConfigError for a question about a model conf/model does not have."""
     asked = question.of(settings)
     options = sorted(p.stem for p in (Path(conf_dir) / "model").glob("*.yaml"))
     if asked is not None and asked.model not in options:
@@ -151,8 +145,8 @@ def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
 
 
 def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
-    """Raise ConfigError for a cited figure given twice, or one whose layout its model cannot be
-    split into (named by the figure's key, not the grid's)."""
+    """Raise ConfigError for a cited figure given twice or whose layout its model cannot split
+    into."""
     from omegaconf import OmegaConf
 
     seen: list[dict] = []

@@ -1,7 +1,5 @@
-"""The machine a sweep is planned for: the `device` setting decides the job set. `auto` asks
-nvidia-smi once (a failed query is an error, never a quiet CPU plan); `cpu` plans a CPU sweep;
-`<hardware>x<count>` (`h200x8`) plans for that many GPUs of a conf/hardware entry wherever the
-Snakefile is read (a cluster's login node has no GPUs, so its profile names the nodes')."""
+"""The machine a sweep is planned for (`device`): `auto` asks nvidia-smi once (a failure is an
+error, never a quiet CPU plan), `cpu`, or `<hardware>x<count>` for a cluster's nodes."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ class Device:
         return f"planned for {what}: device={self.setting}{self.how}"
 
     def identity(self) -> str:
-        """Return a stable identity of the planned device, e.g. 'cuda:NVIDIA H200 x8' (a rule
-        param: a different machine reruns the measurements)."""
+        """Return a stable identity of the device, e.g. 'cuda:NVIDIA H200 x8' (a rule param)."""
         if self.gpus:
             return f"cuda:{self.gpus[0]} x{len(self.gpus)}"
         return f"cpu:{platform.processor() or platform.machine()}"
@@ -47,8 +44,7 @@ MAX_GPUS = 1024
 
 
 def resolve(setting: object, catalog: dict[str, HardwareSpec]) -> Device:
-    """Return the Device a `device` setting names; raise ConfigError (one line) for a value
-    that names no machine, or when `auto` cannot ask the machine."""
+    """Return the Device a `device` setting names; raise ConfigError in one line otherwise."""
     if not isinstance(setting, str):
         raise ConfigError(f"device={setting!r}: expected a string: {_ALLOWED}")
     if setting == "cpu":

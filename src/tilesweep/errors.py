@@ -33,17 +33,16 @@ class CellError(ValueError):
 
 
 def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
-    """Return the one line shown for an error nobody expected (a bug, or files of the installed
-    package changed), after adding the full trace to `trace` (a job's log) or, without one, to a
-    new temporary file; the line names where the trace went."""
+    """Return the one line for an unexpected error, its full trace added to `trace` or a temp file
+    it names."""
     where = keep_trace(err, trace)
     where = f"the full trace: {where}" if where else "no trace file could be written"
     return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
 
 
 def keep_trace(err: BaseException, trace: str | Path | None = None) -> str | None:
-    """Return where the full trace of `err` was added: `trace` (a job's log, its folder made)
-    or, without one, a new temporary file; None where none could be written."""
+    """Return where `err`'s full trace was added (`trace`, else a temp file), None where none was
+    written."""
     text = "".join(traceback.format_exception(err))
     try:
         if trace is None:
@@ -61,10 +60,8 @@ def keep_trace(err: BaseException, trace: str | Path | None = None) -> str | Non
 
 
 def tool_main(name: str, main) -> int:
-    """Run a tools/ script's main and return its exit status: a refusal (ConfigError) or a bad
-    file or argument (OSError, ValueError, KeyError, LookupError) is one line naming the tool,
-    never a traceback (a bad input is the user's to fix; the trace would name our code); any
-    other error is one line too, its trace in a file the line names."""
+    """Run a tools/ script's main; return its exit status, any error as one line, never a
+    traceback."""
     try:
         return int(main() or 0)
     except ConfigError as exc:
@@ -83,8 +80,8 @@ _YAML_AT = re.compile(r'in "(.+)", line (\d+), column \d+')
 
 
 def one_line(exc: Exception) -> str:
-    """Return the first meaningful line of a Hydra/OmegaConf error (a YAML error: its file and
-    line first)."""
+    """Return the first meaningful line of a Hydra/OmegaConf error (a YAML error: file and line
+    first)."""
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     head = lines[0] if lines else type(exc).__name__

@@ -18,8 +18,7 @@ FAILED_ROW_COLUMNS = ["path", "status", "reason"]
 
 
 def results_folder(path: Path) -> Path:
-    """Return the results folder at path (path itself, or path/results, holding any stage's
-    outputs), or raise ConfigError: a folder with none is never read as 'nothing failed'."""
+    """Return the results folder at path (or path/results), or raise ConfigError where none is."""
     for candidate in (path, path / "results"):
         if any((candidate / stage).is_dir() for stage in STAGES):
             return candidate
@@ -30,8 +29,7 @@ def results_folder(path: Path) -> Path:
 
 
 def _records(path: Path) -> list[tuple[str, str]]:
-    """Return (status, reason) per row of one per-cell result file; a row without a status is
-    `missing` and one whose status is not a Status keeps its text, each with a reason saying so."""
+    """Return (status, reason) per row of one per-cell result file; odd statuses say so."""
     if path.suffix == ".json":
         try:
             record = json.loads(path.read_text())
@@ -71,8 +69,8 @@ def _records(path: Path) -> list[tuple[str, str]]:
 
 
 def _not_a_record(path: Path) -> str | None:
-    """Return why a path where a record goes cannot be read (a folder, a dangling link, a pipe
-    or a device, never opened: it could block), or None for a plain file."""
+    """Return why a record path cannot be read (never opened: it could block), or None for a plain
+    file."""
     if path.is_dir():
         return "a folder where the record goes"
     if path.is_symlink() and not path.exists():
@@ -99,9 +97,8 @@ def _file_rows(path: Path, recorded: bool, statuses: set[str] | None) -> list[di
 
 
 def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame:
-    """Return one row (path, status, reason) per failed row of the per-cell outputs: of
-    `statuses`, or by default every status but the settled ones (ok, unsupported, skipped).
-    Launch checks are left out: a kernel that does not fit is a result, its build the rerun."""
+    """Return (path, status, reason) per failed row of the per-cell outputs, launch checks left
+    out."""
     results = Path(results)
     # A run whose outputs carry .sum records (a sweep's since tilesweep keeps them): one of its
     # outputs without its record was replaced or cut short after its job (the plan reruns it).

@@ -1,6 +1,5 @@
-"""GPU architectures as data (conf/architectures.yaml): each one's compute capability and the
-operand types its tensor cores run. An architecture the table does not list runs what the newest
-listed one at or below its compute capability runs (an unlisted sm_110 builds as sm_100)."""
+"""GPU architectures as data (conf/architectures.yaml); an unlisted one runs what the newest listed
+one at or below its compute capability runs."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ class Architecture:
 
 
 def load(path: Path = TABLE_FILE) -> dict[str, Architecture]:
-    """Return {arch: Architecture} read from the table file; raise ConfigError in one line naming
-    the file, row and key where it is not YAML or a row is not {cc: int, tensor_dtypes: list of
-    names}."""
+    """Return {arch: Architecture} from the table file; raise ConfigError naming the file, row and
+    key."""
     from omegaconf import OmegaConf
 
     where = f"conf/{path.name}"
@@ -65,14 +63,13 @@ def load(path: Path = TABLE_FILE) -> dict[str, Architecture]:
 
 @functools.cache
 def architectures() -> dict[str, Architecture]:
-    """Return the table, read once (config.validate reads it first, so a broken file is refused
-    in one line before any job)."""
+    """Return the table, read once."""
     return load()
 
 
 def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:
-    """Return the operand types the tensor cores of `arch` (compute capability `cc`) run: its row's,
-    else the newest listed architecture's at or below `cc` (none below the oldest)."""
+    """Return the operand types `arch`'s tensor cores run (else the newest listed at or below
+    `cc`)."""
     table = architectures()
     if arch in table:
         return table[arch].tensor_dtypes
@@ -81,8 +78,8 @@ def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:
 
 
 def first(dtype: str) -> tuple[str, int]:
-    """Return (arch, compute capability) of the oldest listed architecture whose tensor cores run
-    `dtype`; raise LookupError where none does."""
+    """Return (arch, cc) of the oldest listed architecture running `dtype`; raise LookupError if
+    none."""
     runs = [(spec.cc, a) for a, spec in architectures().items() if dtype in spec.tensor_dtypes]
     if not runs:
         raise LookupError(f"no architecture in {TABLE_FILE.name} runs {dtype} on its tensor cores")

@@ -1,5 +1,5 @@
-"""Give each GPU job a GPU of its own on one machine (Snakemake counts GPUs, it does not assign
-them): a job takes the first GPU whose lock file it can hold, and exposes only that GPU."""
+"""A GPU of its own for each GPU job on one machine (Snakemake counts GPUs, it does not assign
+them)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from tilesweep.provenance import gpu_names
 
 @contextlib.contextmanager
 def gpu_slot(wait_s: float = 3600.0) -> Iterator[str | None]:
-    """Yield the GPU index this job holds (set in CUDA_VISIBLE_DEVICES), or None if none is
-    assigned here: no GPU, or a scheduler (SLURM) already chose via CUDA_VISIBLE_DEVICES."""
+    """Yield the GPU index this job holds (in CUDA_VISIBLE_DEVICES), or None: no GPU or SLURM
+    chose."""
     count = len(gpu_names())
     if count == 0 or os.environ.get("CUDA_VISIBLE_DEVICES"):
         yield None

@@ -26,8 +26,7 @@ def kernel_slug(cell: dict) -> str:
 
 
 def canonical(cell: dict) -> str:
-    """Return a cell as canonical JSON: the only form passed to rules as a param. A settings
-    model in it is written as its plain containers (RootSettings.as_dict), key for key."""
+    """Return a cell as canonical JSON, the only form passed to rules as a param."""
     return json.dumps(cell, sort_keys=True, separators=(",", ":"), default=_plain)
 
 
@@ -41,9 +40,8 @@ def _plain(value: object) -> object:
 
 
 def check_size(settings: RootSettings) -> None:
-    """Raise ConfigError, before any cell is made, when the grid would plan more jobs than
-    max_jobs: kernel configurations x (a build per architecture + a launch check per target + a
-    decode job), an upper bound."""
+    """Raise ConfigError before any cell is made when the grid would plan more than max_jobs
+    jobs."""
     grid, limit = settings.grid, settings.max_jobs
     if limit < 1:
         raise ConfigError(f"max_jobs={limit}: must be at least 1")

@@ -1,7 +1,5 @@
-"""One config group option's file as Hydra composes it: over the options its `defaults` list
-names (a derived engine or deployment file). Each file is parsed once per process (by path and
-the hash of its bytes): the engine check reads the same few files for every cited figure, and an
-engine's kernel lists are a long pure-Python YAML parse."""
+"""One group option's file as Hydra composes it over its `defaults`, parsed once per process: the
+engine check reads the same few files for every cited figure."""
 
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ _RESOLVED: dict[str, dict] = {}
 
 
 def group_file(conf_dir: Path, group: str, option: str) -> dict:
-    """Return conf_dir/group/option.yaml as plain containers, over the files its `defaults`
-    list names (each of the same group, merged in order, this file's own keys last), resolved."""
+    """Return conf_dir/group/option.yaml over its `defaults` files, resolved, as plain
+    containers."""
     body, interpolates = _merged_file(Path(conf_dir), group, option)
     if not interpolates:
         return body
@@ -36,14 +34,12 @@ def group_file(conf_dir: Path, group: str, option: str) -> dict:
 
 
 def check_defaults(conf_dir: Path, group: str, option: str) -> None:
-    """Raise ConfigError for an option file whose `defaults` list (or one of its bases') is not a
-    list of this group's options, or loops back to a file already on the way."""
+    """Raise ConfigError for a `defaults` list that is not this group's options or loops."""
     _merged_file(Path(conf_dir), group, option)
 
 
 def find_defaults_loop(conf_dir: Path, groups: tuple[str, ...]) -> None:
-    """Raise ConfigError naming the first option file of `groups` whose defaults list is not a
-    list of its group's options or loops (where Hydra's compose only overflows its stack)."""
+    """Raise ConfigError naming the first option of `groups` with a bad or looping defaults list."""
     for group in groups:
         for path in sorted((Path(conf_dir) / group).glob("*.yaml")):
             try:
@@ -57,8 +53,7 @@ def find_defaults_loop(conf_dir: Path, groups: tuple[str, ...]) -> None:
 def _merged_file(
     conf_dir: Path, group: str, option: str, chain: tuple[str, ...] = ()
 ) -> tuple[dict, bool]:
-    """Return (the option's keys over its defaults', unresolved; whether any interpolates);
-    `chain` holds the options that named this one, to refuse a loop."""
+    """Return (the option's keys over its defaults', unresolved; whether any interpolates)."""
     where = f"conf/{group}/{chain[0] if chain else option}.yaml"
     if option in chain:
         raise ConfigError(
@@ -90,8 +85,7 @@ def _merged_file(
 
 
 def _parsed(path: Path) -> tuple[dict, bool]:
-    """Return a copy of a YAML file's plain containers (OmegaConf's parse, unresolved) and
-    whether it holds an interpolation."""
+    """Return a copy of a YAML file's containers and whether it interpolates."""
     import yaml
     from omegaconf import OmegaConf
 
@@ -111,8 +105,7 @@ def _parsed(path: Path) -> tuple[dict, bool]:
 
 
 def _merge(base: dict, top: dict) -> dict:
-    """Return `top` over `base` as OmegaConf.merge gives it: mappings merged key by key, any
-    other value (a list too) replaced."""
+    """Return `top` over `base` as OmegaConf.merge gives it (lists replaced)."""
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -124,9 +117,7 @@ def _merge(base: dict, top: dict) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def yaml_loader() -> type:
-    """Return libyaml's safe loader under OmegaConf's scalar rules (1e5 is a float, no
-    timestamps) refusing a key given twice, as OmegaConf does: a file reads as the same values
-    it would through Hydra, at a fraction of the pure-Python parse."""
+    """Return libyaml's safe loader under OmegaConf's scalar rules, refusing duplicate keys."""
     import yaml
     from omegaconf._utils import get_yaml_loader
 

@@ -64,8 +64,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def concat_tables(paths: list[str]) -> pd.DataFrame:
-    """Return the concatenation of joined CSV tables; one that is empty or not CSV raises
-    CellError naming it (a table is never passed over)."""
+    """Return the concatenation of joined CSV tables; an empty or non-CSV one raises CellError."""
     frames = []
     for p in paths:
         try:
@@ -109,9 +108,8 @@ FORCE_FOLDER = PROJECT_ROOT / "docs" / "examples"
 
 
 def _tracked_refusal(resolved: Path, flag: str, shown: str, force: bool, what: str) -> None:
-    """Raise ConfigError in one line where an output path lies in the checkout's tracked files:
-    without `force` anywhere there; with it, anywhere but the kept examples (docs/examples):
-    --force never writes into the project's source, config, tests, workflow or tools."""
+    """Raise ConfigError where an output lies in tracked files (with `force`: outside
+    docs/examples)."""
     tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
     inside = resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in tracked)
     if not inside:
@@ -139,10 +137,7 @@ def _shown(path: str) -> str:
 
 
 def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False) -> Path:
-    """Return the --out folder, made and writable, or raise ConfigError in one line: an empty
-    name, a file there, one of `files` there as a folder (an output never deletes a folder it did
-    not write), a folder of the checkout's tracked ones (the kept examples) unless `force`, a
-    name the file system refuses or a place that cannot be written."""
+    """Return the --out folder, made and writable, or raise ConfigError in one line."""
     shown = _shown(str(out))
     if not str(out).strip():
         raise ConfigError("--out='': empty; name a folder")
@@ -167,9 +162,7 @@ def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False)
 
 
 def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
-    """Return an output file's path, or raise ConfigError in one line before anything is written:
-    an empty name, a folder there, a parent that is not a folder, or a file of the checkout's
-    tracked folders (the kept examples) unless `force`."""
+    """Return an output file's path, or raise ConfigError in one line before anything is written."""
     shown = _shown(str(out))
     if not str(out).strip():
         raise ConfigError(f"{flag}='': empty; name a file")
@@ -187,9 +180,8 @@ def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
 
 
 def check_results_dir(path: str) -> Path:
-    """Return results_dir as a path, or raise ConfigError in one line before any job: empty, the
-    checkout itself or one of its tracked folders (a sweep would write over kept files), a file,
-    below a file, or a name the file system refuses."""
+    """Return results_dir as a path, or raise ConfigError where a sweep there could overwrite kept
+    files."""
     shown = _shown(str(path))
     if not str(path).strip():
         raise ConfigError("results_dir='': empty; name a folder (results by default)")
@@ -219,7 +211,6 @@ def check_results_dir(path: str) -> Path:
 
 
 def project_path(path: str) -> Path:
-    """Return a config path (a shipped data file) as a path: relative ones from the checkout,
-    so a sweep run in another working folder finds the same file."""
+    """Return a config path, a relative one from the checkout."""
     given = Path(path)
     return given if given.is_absolute() else PROJECT_ROOT / given

@@ -19,8 +19,7 @@ def _flat(items: list) -> list:
 
 
 def parse_columns(text: str, where: str) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Return a column file's lists by module and name, checked, or raise a one-line ValueError
-    that names the file (`where`) and the list."""
+    """Return a column file's lists by module and name, or raise a one-line ValueError."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -53,9 +52,7 @@ def parse_columns(text: str, where: str) -> dict[str, dict[str, tuple[str, ...]]
 
 
 class BrokenPackageData(SystemExit):
-    """A data file the package ships, damaged (emptied, not YAML, not text, deleted, a list
-    missing): nothing can run, so the process ends with one line naming the file, from any
-    entry point (the command, the Snakefile, a job's script, a tool), never a traceback."""
+    """A damaged shipped data file: the process ends with one line naming it, never a traceback."""
 
     def __init__(self, why: str):
         super().__init__(
@@ -66,8 +63,7 @@ class BrokenPackageData(SystemExit):
 
 @functools.cache
 def column_file(package: str) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Return `package`'s data/columns.yaml, read once and checked (parse_columns); a damaged
-    one ends the process in one line (BrokenPackageData)."""
+    """Return `package`'s data/columns.yaml, read once and checked."""
     where = f"{package.replace('.', '/')}/{COLUMNS_FILE}"
     try:
         return parse_columns(data_file(package, COLUMNS_FILE), where)
@@ -86,8 +82,7 @@ class _Lists(dict):
 
 
 def column_lists(module: str, package: str = "tilesweep") -> dict[str, list[str]]:
-    """Return the column lists `package`'s data/columns.yaml declares for `module`, by name, each
-    a fresh list (a name it lacks, or a module with none, ends the process in one line)."""
+    """Return the column lists data/columns.yaml declares for `module`, each a fresh list."""
     lists = column_file(package)
     where = f"{package.replace('.', '/')}/{COLUMNS_FILE}"
     if module not in lists:
@@ -98,8 +93,7 @@ def column_lists(module: str, package: str = "tilesweep") -> dict[str, list[str]
 
 
 def data_file(package: str, name: str) -> str:
-    """Return the text of a file in `package`'s folder (e.g. `data/figures.yaml`); a
-    damaged one ends the process in one line (BrokenPackageData)."""
+    """Return the text of a file in `package`'s folder (BrokenPackageData if damaged)."""
     where = f"{package.replace('.', '/')}/{name}"
     try:
         return importlib.resources.files(package).joinpath(name).read_text("utf-8")
@@ -124,8 +118,7 @@ def data_mapping(package: str, name: str) -> dict:
 
 
 def data_texts(package: str, name: str, fields: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """Return a YAML mapping of names to texts `package` ships, each entry's `fields` in order,
-    checked (every field text), or end the process in one line."""
+    """Return a shipped YAML mapping of names to texts, each entry's `fields` in order, checked."""
     out = {}
     for key, entry in data_mapping(package, name).items():
         if not isinstance(entry, dict) or not all(isinstance(entry.get(f), str) for f in fields):
@@ -136,8 +129,7 @@ def data_texts(package: str, name: str, fields: tuple[str, ...]) -> dict[str, tu
 
 
 def data_typed(package: str, name: str, key: str | None, kind):
-    """Return entry `key` (None: all) of a YAML mapping `package` ships, validated as `kind` (a
-    type pydantic checks, e.g. dict[str, tuple[str, int]]), or end the process in one line."""
+    """Return entry `key` (None: all) of a shipped YAML mapping, validated as `kind`."""
     data = data_mapping(package, name)
     try:
         return pydantic.TypeAdapter(kind).validate_python(data if key is None else data[key])

@@ -41,8 +41,8 @@ RULE_STAGES = {
 
 
 def _module_path(obj: object) -> str:
-    """Return the file of the module that defines obj's class: relative to the package, or
-    absolute for a plugin module outside it (TILESWEEP_PLUGINS)."""
+    """Return the file defining obj's class: package-relative, or absolute for a plugin outside
+    it."""
     name = type(obj).__module__
     if name.startswith("tilesweep."):
         return str(Path(*name.split(".")[1:]).with_suffix(".py"))
@@ -84,8 +84,7 @@ class Sweep:
         self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
 
     def _check_step_runner(self) -> None:
-        """Raise ConfigError when bench.step_runner names a runner the step cannot run with
-        this grid's kernels (every whole-step row would fail)."""
+        """Raise ConfigError when bench.step_runner cannot run with this grid's kernels."""
         runner = self.settings.bench.step_runner
         found = backends.step_backend(runner) if runner != "auto" else None
         kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
@@ -94,10 +93,8 @@ class Sweep:
             raise ConfigError(f"bench.step_runner={runner!r}: {why}")
 
     def rule_code(self, rule: str, key: str | None = None) -> str:
-        """Return the code hash of one rule's jobs (a param): the stage module it calls, what
-        that imports, and the backend modules the job runs, and nothing else, so that an edit
-        to one backend (say, the CUTLASS accounting) reruns only the jobs that run it. `key` is
-        the backend of a build or launch job and the job of a decode job."""
+        """Return one rule's code hash (a param): its stage module, what that imports, and the
+        backend modules `key` (a build/launch job's backend, a decode job) runs."""
         tuner = backends.rule_tuner(rule) if rule not in RULE_STAGES else None
         stage = tuner.rule_modules[rule] if tuner else RULE_STAGES[rule]
         registered = backends.registered()
@@ -144,8 +141,7 @@ class Sweep:
         return self._measured(layout=self._by_layout[layout])
 
     def _measured(self, **what: dict) -> str:
-        """Return the canonical JSON of a benchmark of `what` on the model, at the grid's tokens
-        per expert, by the bench's method."""
+        """Return the canonical JSON of a benchmark of `what` on the model by the bench's method."""
         ours = self.settings
         per_expert = ours.grid.tokens_per_expert
         return grid.canonical(
@@ -216,8 +212,8 @@ class Sweep:
         return [self.path("decode", f"{name}.csv") for name in self.decode_jobs]
 
     def answer_decode_jobs(self) -> list[str]:
-        """Return the decode jobs whose rows the verdict reads: those timing its operand type
-        (deployment_verdict.DECODE_DTYPE); the other kernels' jobs come after the answer."""
+        """Return the decode jobs timing the verdict's operand type; the others come after the
+        answer."""
         return [
             job
             for job, backend in self._decode_owner.items()
@@ -229,14 +225,12 @@ class Sweep:
         return [self.path("decode", f"{name}.csv") for name in self.answer_decode_jobs()]
 
     def collective_outputs(self) -> list[str]:
-        """Return every collective benchmark output path (one per layout; an experts=ep layout
-        needs its TP twin's collectives, which are timed once)."""
+        """Return every collective output path (an experts=ep layout shares its TP twin's)."""
         rows = self.layouts[self.layouts["experts"] == "tp"]
         return [self.path("collective", f"{name}.csv") for name in rows["layout"]]
 
     def layout_outputs(self) -> list[str]:
-        """Return every measured whole-step output path: one per layout that fits here, and
-        one per larger layout when bench.step_emulate runs one of its ranks alone."""
+        """Return every whole-step output: layouts that fit here, and emulated larger ones."""
         gpus = len(self.device.gpus)
         bench = self.settings.bench
         cap = gpus if gpus else bench.step_cpu_world_cap
@@ -247,23 +241,20 @@ class Sweep:
         ]  # the measured step splits experts over TP only: experts=ep layouts are composed
 
     def fit_layout_outputs(self) -> list[str]:
-        """Return the measured whole steps a GPU sweep's verdict fits on (the one-GPU layout,
-        calibration.FIT_LAYOUT, where the grid has it); none off a GPU, where the verdict
-        composes with the shipped fit and so does not wait for a whole step."""
+        """Return the whole steps a GPU verdict fits on (calibration.FIT_LAYOUT); none off a GPU."""
         if not self.device.gpus:
             return []
         path = self.path("layout", f"{FIT_LAYOUT}.csv")
         return [path] if path in self.layout_outputs() else []
 
     def shipped_fit(self) -> list[str]:
-        """Return the shipped launch-aware fit the verdict may read (deployment.fit_file), as a
-        list of the one path when it exists, so that a changed fit reruns the aggregate."""
+        """Return [the shipped fit] when it exists, so a changed fit reruns the aggregate."""
         path = self.settings.deployment.fit_file
         return [str(project_path(path))] if path and project_path(path).is_file() else []
 
     def step_batches(self) -> list[int]:
-        """Return the whole step's batches (sequences): the deployment's, and the grid's tokens
-        per expert as tokens_per_expert x experts / top_k sequences."""
+        """Return the whole step's batches: the deployment's and the grid's tokens per expert as
+        sequences."""
         model = self.settings.model
         per_expert = {
             max(1, t * model.routed_experts // model.top_k)
@@ -272,9 +263,8 @@ class Sweep:
         return sorted(set(self.settings.deployment.batches) | per_expert)
 
     def layout_step_cell(self, layout: str) -> str:
-        """Return the canonical JSON of one measured whole-step job: layout, model, batches,
-        the benchmark keys it reads and, on a GPU machine, the grid's kernels (a step runner
-        may name one; on the CPU it runs torch_matmul, so tile changes do not rerun it)."""
+        """Return the canonical JSON of one whole-step job (on the CPU without the grid's
+        kernels)."""
         bench = self.settings.bench
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
         kernels, inputs = {}, {}
@@ -324,13 +314,12 @@ class Sweep:
         return [self.path(p) for p in backends.tune_tables(self.settings, self.device.gpus)]
 
     def tuned_outputs(self) -> list[str]:
-        """Return everything the enabled tuners write on this machine, keyed by backend under
-        tune/ and tuned/ (their own rules make them)."""
+        """Return everything the enabled tuners write here, keyed by backend under tune/ and
+        tuned/."""
         return [self.path(p) for p in backends.tune_outputs(self.settings, self.device.gpus)]
 
     def tune_settings_json(self) -> str:
-        """Return the canonical JSON of what tuning reads: the model, the layouts (their TP and
-        EP degrees), its backend section, the routing skew, the seed and the hardware catalog."""
+        """Return the canonical JSON of what tuning reads."""
         s = self.settings
         return grid.canonical(
             {
@@ -347,9 +336,7 @@ class Sweep:
         return grid.canonical(self.settings)
 
     def check_settings_json(self) -> str:
-        """Return what the check step reads of the config (its param, so that a change to the
-        grid's tiles or the target does not rerun it): the model and the fit's and the attention
-        table's deployment keys."""
+        """Return the canonical JSON of what the check step reads (its only rerun key)."""
         dep = self.settings.deployment
         return grid.canonical(
             {
@@ -362,8 +349,7 @@ class Sweep:
         )
 
     def final_outputs(self) -> list[str]:
-        """Return what a full sweep ends in: the tables, the verdict, the reports, the tuning
-        and the power readings."""
+        """Return what a full sweep ends in: tables, verdict, reports, tuning and power readings."""
         stage = self.stage5()
         tables = ["launch", "decode", "collective", "verdict"]
         return [

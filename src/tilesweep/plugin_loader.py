@@ -1,7 +1,5 @@
-"""The extra backend modules TILESWEEP_PLUGINS names (comma-separated import names): each is
-imported, or the one entry that cannot be is named in one line with what is wrong with it (an
-empty entry, a path, an attribute, a module that is not there, a plugin whose own import
-fails). A mistyped variable is the user's to fix, not a bug: no traceback reaches them."""
+"""The extra backend modules TILESWEEP_PLUGINS names: each imported, or the bad entry named in one
+line (a user's typo, not a bug: no traceback)."""
 
 from __future__ import annotations
 
@@ -25,8 +23,8 @@ class PluginError(ConfigError):
 
 
 def entries(value: str) -> list[str]:
-    """Return the module names a TILESWEEP_PLUGINS value lists (none for an empty value);
-    raise PluginError for an entry that is empty, a path or no module name."""
+    """Return the module names a TILESWEEP_PLUGINS value lists; raise PluginError for a bad
+    entry."""
     if not value.strip():
         return []
     names = []
@@ -54,8 +52,8 @@ def entries(value: str) -> list[str]:
 
 
 def load(value: str) -> None:
-    """Import every module a TILESWEEP_PLUGINS value lists; raise PluginError naming the entry
-    that cannot be imported and why."""
+    """Import every module a TILESWEEP_PLUGINS value lists; raise PluginError naming the failing
+    entry."""
     for entry in entries(value):
         try:
             importlib.import_module(entry)
@@ -96,8 +94,8 @@ def _missing(entry: str, name: str) -> str:
 
 
 def _failed(entry: str, err: BaseException) -> str:
-    """Return the line for a plugin module whose own import fails: the error, where in the
-    plugin it was raised and the file that keeps the whole trace."""
+    """Return the line for a plugin whose import fails: the error, where, and the file with the
+    trace."""
     said = last_line(err)
     if isinstance(err, SyntaxError) and err.filename:
         said, where = f"SyntaxError: {err.msg}", f"{err.filename}, line {err.lineno}"

@@ -1,14 +1,5 @@
-"""The run's console: one line per stage (Snakemake rule) as its jobs start and finish, with the
-time left estimated from the jobs' own durations, in place of Snakemake's block per job.
-Made here because Snakemake reports a job count done, never a stage's time left.
-
-The Snakefile's main process attaches `Console` to Snakemake's logger, so it reads the events the
-scheduler logs (a job starts, finishes, fails) under any executor, local or SLURM, with no flag.
-A stage's estimate is its jobs still to run at the mean time of its jobs finished in this run,
-shared among as many as were seen running at once; before one has finished, the mean of the
-durations Snakemake recorded for that rule in an earlier run (`.snakemake/metadata`, start to
-output), else "no estimate yet". Snakemake's own lines for each job stay in its log file; errors,
-warnings and messages it prints without an event still reach the console."""
+"""A console line per stage with its time left, from its jobs' durations (this run's, else
+.snakemake/metadata's): Snakemake reports job counts, never a stage's time left."""
 
 from __future__ import annotations
 
@@ -56,8 +47,8 @@ _SIGNAL = re.compile(r"died with <Signals\.(\w+)")
 
 
 def failure_cause(message: str) -> str:
-    """Return why Snakemake says a job failed, in a few words: `exit status 1`, `killed by
-    SIGKILL`, else the last line of its exception (cut short)."""
+    """Return why a job failed in a few words: `exit status N`, `killed by SIG`, else the last
+    line."""
     if found := _EXIT.search(message):
         return f"exit status {found.group(1)}"
     if found := _SIGNAL.search(message):
@@ -148,8 +139,7 @@ class Console(logging.Handler):
         return out
 
     def hides(self, record: logging.LogRecord) -> bool:
-        """Return whether Snakemake's console handler should leave out a record Console speaks
-        for (the log file keeps it)."""
+        """Return whether Snakemake's console handler should drop a record Console speaks for."""
         if self.broken:
             return False
         if record.levelno >= logging.ERROR:
@@ -174,8 +164,7 @@ class Console(logging.Handler):
         return bool(self.failures) and (message == STOPPING_LINES[1] or run_failed)
 
     def _job_exception(self, record: logging.LogRecord) -> bool:
-        """Return whether a record is Snakemake's account of a running job's failure (a
-        RuleException while a job of this run is running), not an error of the plan."""
+        """Return whether a record is a running job's RuleException, not an error of the plan."""
         return (
             getattr(record, "event", None) == LogEvent.ERROR
             and getattr(record, "exception", None) == "RuleException"
@@ -279,9 +268,8 @@ class Console(logging.Handler):
         return out
 
     def whole_run(self, now: float) -> str:
-        """Return the whole run's time left: every unfinished stage's jobs at the mean job time
-        measured for its rule (this run's, else an earlier run's), spread over the most jobs seen
-        running at once, and the stages with no measured time yet; '' when none is left."""
+        """Return the whole run's time left over the most jobs seen at once, and stages with no time
+        yet."""
         work, unknown = 0.0, []
         for stage in self.stages.values():
             if stage.name in self.hidden or stage.complete:
@@ -298,8 +286,7 @@ class Console(logging.Handler):
         return text + (f", not counting {', '.join(unknown)} (no job time yet)" if unknown else "")
 
     def _others(self, rule: str) -> str:
-        """Return the other stages in one clause: those running with their counts, those to
-        come with their jobs, and how many are done."""
+        """Return the other stages in one clause: running, to come and done."""
         running, to_come, done = [], [], 0
         for stage in self.stages.values():
             if stage.name == rule or stage.name in self.hidden:
@@ -327,9 +314,8 @@ def attach(
     hidden: Iterable[str] = ("all",),
     when_done: Mapping[str, Callable[[], list[str]]] | None = None,
 ) -> Console | None:
-    """Attach a Console to Snakemake's logger for a real run of the main process (not a dry run,
-    not a cluster job), quieting Snakemake's per-job console lines unless --verbose; return it.
-    `when_done`: lines to print when a rule's last job has ended, by rule."""
+    """Attach a Console for a real run of the main process, quieting per-job lines unless --verbose;
+    return it."""
     settings = workflow.output_settings
     if not workflow.is_main_process or settings is None or settings.dryrun:
         return None

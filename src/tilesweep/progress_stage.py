@@ -1,6 +1,4 @@
-"""A stage's progress as the run's console counts it (progress.Console): its jobs ended and running,
-and the time it has left, estimated from its finished jobs' durations in this run, else from those
-Snakemake recorded in an earlier run."""
+"""A stage's progress as progress.Console counts it: jobs ended and running, and its time left."""
 
 from __future__ import annotations
 
@@ -28,16 +26,15 @@ def jobs(n: int, noun: str = "job") -> str:
 
 
 def time_left(pending: int, running_ages: Iterable[float], mean_s: float, at_once: int) -> float:
-    """Return the seconds a stage has left: its pending jobs at the mean job time plus what the
-    mean leaves of each running job (none once a job has run past it), spread over the jobs seen
-    running at once."""
+    """Return a stage's seconds left: pending jobs at the mean plus running jobs' remainders, over
+    those at once."""
     work = pending * mean_s + sum(max(mean_s - age, 0.0) for age in running_ages)
     return work / max(at_once, 1)
 
 
 def recorded_job_times(metadata: str | os.PathLike) -> dict[str, list[float]]:
-    """Return, per rule, the job durations (start to output) Snakemake recorded in earlier runs
-    under `.snakemake/metadata`, one per job (a job's outputs share one record's times)."""
+    """Return per rule the job durations Snakemake recorded in `.snakemake/metadata`, one per
+    job."""
     seen: set[tuple[str, float, float]] = set()
     times: dict[str, list[float]] = {}
     try:
@@ -87,8 +84,8 @@ class Stage:
         return f"{self.ended}/{self.total}{failed}"
 
     def estimate(self, now: float, earlier: list[float] | None) -> str:
-        """Return `~T left (why)` from this run's finished jobs, else from earlier durations,
-        else `no estimate yet`."""
+        """Return `~T left (why)` from this run's jobs, else earlier ones, else `no estimate
+        yet`."""
         if self.durations:
             times, where = self.durations, "this run"
         elif earlier:

@@ -1,5 +1,5 @@
-"""Where the joining rules (tables, verdict, figures, report) read and write: a sweep's results,
-or a kept example folder re-rendered with `--config example=FOLDER`."""
+"""Where the joining rules read and write: a sweep's results, or a kept example (`--config
+example=FOLDER`)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ EXAMPLE_OVERRIDES = "overrides.yaml"
 
 
 def example_overrides(folder: str) -> list[str]:
-    """Return the overrides a kept example was made with (its overrides.yaml), so that
-    `--config example=FOLDER` alone re-renders it with the same config."""
+    """Return the overrides a kept example was made with (its overrides.yaml)."""
     from omegaconf import OmegaConf
 
     path = Path(folder) / EXAMPLE_OVERRIDES
@@ -59,12 +58,8 @@ def example_overrides(folder: str) -> list[str]:
 
 
 class Stage5:
-    """Where the verdict, figure and report steps read and write: a sweep's results (tables/,
-    plots/, the reports at the top), or a kept example folder (`--config example=FOLDER`),
-    whose measured tables (launch, decode, collective, layout, power, ceilings) and tuning journals
-    lie beside the verdict, figures and reports re-rendered from them. What a kept example holds
-    of a tuner's work (its tune tables, the engine files it keeps, the tuning it replays) comes
-    from the tuner's role (backends.example_inputs, example_outputs)."""
+    """Where the verdict, figure and report steps read and write: a sweep's results, or a kept
+    example whose measured tables lie beside what is re-rendered (a tuner's part by its role)."""
 
     def __init__(self, sweep, example: str | None = None):
         self.example = example
@@ -109,8 +104,8 @@ class Stage5:
 
     @property
     def per_cell(self) -> bool:
-        """Return whether the verdict and the check read per-cell outputs (a sweep) or joined
-        tables (a kept example)."""
+        """Return whether the verdict reads per-cell outputs (a sweep) or joined tables (an
+        example)."""
         return not self.example
 
     def verdict_inputs(self) -> dict[str, list[str]]:
@@ -118,14 +113,12 @@ class Stage5:
         return {**self.composed_from, "ceilings": self.ceilings, "shipped_fit": self.shipped_fit}
 
     def check_inputs(self) -> dict[str, list[str]]:
-        """Return what the check step reads, by name (its named inputs): every measured whole
-        step and the collectives."""
+        """Return the check step's named inputs: every measured whole step and the collectives."""
         return {**self.checked_from, "ceilings": self.ceilings}
 
     @property
     def card(self) -> str:
-        """Return the answer card the verdict step writes (before the check): the console shows
-        it when the verdict is done; the report adds the check and writes answer.json."""
+        """Return the answer card the verdict step writes (before the check)."""
         return self.table("card", "json")
 
     def figure_inputs(self) -> dict[str, list[str]]:
@@ -155,9 +148,7 @@ class Stage5:
         }
 
     def joins(self) -> list[tuple[str, list[str]]]:
-        """Return each joining step's output that records the content key of its inputs, with
-        those inputs (cells.stale_join): the verdict, the first figure and report.md (the
-        tables' own is the sweep's: Sweep.table_inputs)."""
+        """Return each joining step's keyed output with its inputs (cells.stale_join)."""
         flat = lambda named: [p for paths in named.values() for p in paths]  # noqa: E731
         return [
             (self.table("verdict"), flat(self.verdict_inputs())),
@@ -167,9 +158,7 @@ class Stage5:
         ]
 
     def checked(self) -> list[str]:
-        """Return every output of the joining steps that a later step reads, each written with
-        its record (cells.py): the tables (CSV and Parquet), provenance, the verdict's fit and
-        panel, and the figures."""
+        """Return every joining-step output a later step reads, each written with its record."""
         names = (*MEASURED_TABLES, *VERDICT_TABLES)
         return [
             *(self.table(n) for n in names),

@@ -1,6 +1,5 @@
-"""A rule's rerun key: a content hash of the package modules it runs and of every tilesweep module
-they import, transitively (and the data files a module declares in DATA_FILES), so that an edit
-anywhere a rule's code reaches reruns it and a touch does not (Snakemake's `params` carry it)."""
+"""A rule's rerun key: a content hash of the modules it runs and every tilesweep module (and
+DATA_FILES) they import, so an edit reruns it and a touch does not."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ _IMPORTS: dict[tuple, frozenset] = {}
 
 
 def _imports(path: Path) -> set[Path]:
-    """Return the tilesweep module files a module imports (at any depth in its body), and the
-    data files it declares; a data file itself imports nothing."""
+    """Return the tilesweep module files and data files a module imports, at any depth."""
     if path.suffix != ".py":
         return set()
     stat = path.stat()
@@ -61,8 +59,7 @@ _STATEMENT = re.compile(
 
 
 def _statements(text: str) -> str:
-    """Return the source of the statements _STATEMENT finds, each on its own lines, unindented
-    (a parenthesised or backslash-continued statement whole)."""
+    """Return the source of each statement _STATEMENT finds, whole and unindented."""
     out = []
     for match in _STATEMENT.finditer(text):
         start = match.start() + len(match.group()) - len(match.group().lstrip())
@@ -80,8 +77,8 @@ def _statements(text: str) -> str:
 
 
 def _parse_imports(path: Path, whole: bool = False) -> set[Path]:
-    """Return what _imports returns, parsing the module's import and DATA_FILES statements (the
-    whole module where `whole` or where those statements do not parse alone)."""
+    """Return _imports' answer from the import and DATA_FILES statements (the whole module if
+    needed)."""
     text = path.read_text()
     try:
         tree = ast.parse(text if whole else _statements(text), str(path))
@@ -105,10 +102,8 @@ def _parse_imports(path: Path, whole: bool = False) -> set[Path]:
 
 
 def code_hash(*modules: str) -> str:
-    """Return a short content hash of package modules (paths relative to the package) and of
-    every tilesweep module they import, transitively: an edit anywhere a rule's code reaches
-    reruns the rule; a touch does not. Plugins found at run time are not followed: pass the
-    ones a rule runs (Sweep.rule_code)."""
+    """Return a short content hash of package modules and every tilesweep module they import
+    (plugins: pass them in)."""
     todo = [PACKAGE_DIR / rel for rel in modules]
     seen: set[Path] = set()
     while todo:

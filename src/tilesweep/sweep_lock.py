@@ -1,11 +1,6 @@
-"""One sweep at a time per results folder, held by the kernel: the Snakefile's main process takes
-a POSIX lock (fcntl.lockf) on `<results>/.sweep.lock` for as long as it lives. The kernel drops
-it when that process ends, however it ends (SIGKILL included), so a plain rerun never finds a
-stale lock, and nothing ever clears one by hand. POSIX locks are honoured across hosts on NFS
-(and Lustre, GPFS), so a second run on another host sharing the folder waits its turn too.
-
-The profiles set Snakemake's own `nolock`: its lock files outlive a SIGKILL (a rerun then needs
-`--unlock`) and guard the working folder, where this lock guards the results folder."""
+"""One sweep per results folder, by a POSIX lock the kernel drops however the process ends
+(Snakemake's own lock outlives a SIGKILL and guards the working folder; the profiles set
+`nolock`)."""
 
 from __future__ import annotations
 
@@ -23,8 +18,8 @@ _held: dict[str, int] = {}  # results folder -> the open descriptor that holds i
 
 
 def hold(results: str | os.PathLike) -> None:
-    """Take the results folder's lock for the life of this process, or raise ConfigError in one
-    line naming the run that holds it."""
+    """Take the results folder's lock for this process's life, or raise ConfigError naming its
+    holder."""
     folder = Path(results)
     key = str(folder.resolve())
     if key in _held:
@@ -50,8 +45,7 @@ def hold(results: str | os.PathLike) -> None:
 
 
 def probe(results: str | os.PathLike) -> None:
-    """Raise ConfigError, as hold() does, when another run holds the results folder's lock;
-    write nothing (a dry run): no lock file made, none rewritten."""
+    """Raise ConfigError as hold() does when the lock is held; write nothing (a dry run)."""
     path = Path(results) / NAME
     try:
         fd = os.open(path, os.O_RDWR)

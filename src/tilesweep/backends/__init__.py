@@ -1,7 +1,5 @@
-"""Kernel backends as plugins: each module here (or a package's `backend` module) may register one
-`Backend`, naming its config key, its settings' model and the roles it plays (backends.roles). The
-rest of the package asks the registry by role. Extra plugin modules (the tests' planted faults) load
-from TILESWEEP_PLUGINS, so production registers none of them."""
+"""Kernel backends as plugins: each module here (or a package's `backend` module) registers a
+`Backend` with its roles (backends.roles); extra modules load from TILESWEEP_PLUGINS."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""CUTLASS backend: shared-memory accounting per architecture, and the SM90 FP8 grouped-GEMM program
-timed on an SM90 device (its decode role in cutlass_gpu)."""
+"""CUTLASS backend: shared-memory accounting per arch, and the SM90 FP8 grouped-GEMM program."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""CUTLASS SM90 FP8 grouped GEMMs on a real H100/H200, by gpu/cutlass_sm90_grouped.cu (built by
-gpu/build_cutlass.sh). Each tile is asked for with the schedule the launch check accounts
-(kernel_schedule); a tile built with another is a `constraint` row, never timed under its name."""
+"""CUTLASS SM90 FP8 grouped GEMMs on an H100/H200 (gpu/cutlass_sm90_grouped.cu); a tile built with
+another schedule than kernel_schedule is a `constraint` row, never timed."""
 
 from __future__ import annotations
 

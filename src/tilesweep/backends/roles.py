@@ -1,5 +1,4 @@
-"""The roles a backend may play, each a narrow protocol: builder, decode runner, step runner, tuner
-and commands; defaults describe a role that adds nothing."""
+"""The roles a backend may play, each a narrow protocol; defaults add nothing."""
 
 from __future__ import annotations
 

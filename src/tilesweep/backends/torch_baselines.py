@@ -1,5 +1,5 @@
-"""torch baselines (bmm, grouped matmul, one matmul per expert, fp8 rowwise-scaled grouped matmul),
-timed in one decode job."""
+"""torch baselines (bmm, grouped matmul, per-expert matmul, fp8 rowwise grouped matmul) in one
+decode job."""
 
 from __future__ import annotations
 

@@ -1,2 +1,1 @@
-"""CUTLASS shared-memory accounting, read from CUTLASS's own types; `accounting.account` is the
-entry point."""
+"""CUTLASS shared-memory accounting from CUTLASS's own types; entry point: accounting.account."""

@@ -1,7 +1,7 @@
-"""Shared-memory accounting for CUTLASS grouped GEMMs: cells compiled in groups of one arch, a
-failed group split until each error has its cell, each row cached. Measured on 2 cores with nvcc
-13.0: host-only, about 1.5 s a cell; with the device check one SM120 cell 46 s and 5 GiB, 12 cells
-82 s and 9 GiB, so groups hold at most 8 cells and parallel compiles are capped by memory."""
+"""Shared-memory accounting for CUTLASS grouped GEMMs, compiled in groups of one arch, a failed
+group split, each row cached. Measured on 2 cores, nvcc 13.0: one SM120 cell with the device check
+46 s and 5 GiB, 12 cells 82 s and 9 GiB, so groups hold at most 8 cells and compiles are capped by
+memory."""
 
 from __future__ import annotations
 
@@ -142,8 +142,8 @@ def parallel_compiles(jobs: int, device_check: bool) -> int:
 def account(
     cells: list[dict], workdir: Path, jobs: int = 1, *, device_check: bool = True
 ) -> list[dict]:
-    """Return one accounting row per cell, in order; device_check also compiles each kernel body, so
-    its static_asserts fire (about 8 s more CPU a cell in a group of 8)."""
+    """Return one row per cell in order; device_check compiles each kernel body too (its
+    static_asserts fire)."""
     workdir = Path(workdir).resolve()
     include, nvcc = cutlass_include_dir(), find_nvcc()
     version = cutlass_version(include) if include else None

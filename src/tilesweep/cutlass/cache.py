@@ -1,6 +1,5 @@
-"""The per-cell result cache of the CUTLASS accounting (workdir/cache/<key>.json, key: sha256 of the
-cell's standalone source and nvcc's version); rows that are not the cell's property (no nvcc, a
-timeout, a missing header) are not cached."""
+"""Per-cell accounting cache (workdir/cache/<sha256 of source and nvcc version>.json); rows not the
+cell's property (no nvcc, a timeout) are not cached."""
 
 from __future__ import annotations
 

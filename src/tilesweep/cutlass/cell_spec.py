@@ -1,11 +1,7 @@
-"""What a CUTLASS accounting cell is: its arch's builder spellings, dtype, epilogue and kernel
-schedule (kernel_schedule, shared with the SM90 program's decode job). sm_90: cooperative from 128
-rows (its body requires tile M >= 128), pingpong below (what gpu/cutlass_sm90_grouped.cu times for a
-64-row tile); the ptr-array TMA epilogue is named, since EpilogueScheduleAuto's DefaultEpilogue
-rejects ptr-array strides. sm_100: 1sm (example 75). sm_120: cooperative, its auto epilogue
-resolving to Sm120PtrArrayTmaWarpSpecialized (example 79d). Epilogue `finalize` is FP32 C and D, the
-brief's finalize staging; TensorRT-LLM's real finalize stages no D tile, so it is an upper bound
-there."""
+"""A CUTLASS accounting cell: arch builder spellings, dtype, epilogue, kernel schedule. sm_90:
+cooperative from tile M 128, else pingpong, with the ptr-array TMA epilogue (Auto rejects ptr-array
+strides); sm_100: 1sm (example 75); sm_120: cooperative (example 79d). `finalize` (FP32 C and D) is
+an upper bound for TensorRT-LLM's, which stages no D tile."""
 
 from __future__ import annotations
 

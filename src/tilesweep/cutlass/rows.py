@@ -1,7 +1,5 @@
-"""One CUTLASS accounting row: the shared-memory numbers a compiled TU printed for a cell
-(SharedStorageSize, the collectives' TensorStorage and SharedStorage, stages, threads, the builder's
-capacity and whether it fits), or a row saying why there are none (status compile, crash or
-skipped)."""
+"""One CUTLASS accounting row: the shared-memory numbers a compiled unit printed, or why there are
+none."""
 
 from __future__ import annotations
 

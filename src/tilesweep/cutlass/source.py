@@ -1,8 +1,5 @@
-"""The C++ translation unit that instantiates CUTLASS's builders for a group of cells
-(templates/cutlass/), one namespace a cell, printing one JSON line per cell from the types
-themselves. Without the device check the TU is hidden from the device pass (#ifndef
-__CUDA_ARCH__); with it an uncalled __device__ function instantiates each kernel body, so its
-static_asserts fire."""
+"""The C++ unit instantiating CUTLASS's builders for a group of cells, printing one JSON line per
+cell; with the device check an uncalled __device__ function instantiates each kernel body."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The tools a CUTLASS accounting compile needs: nvcc, the headers, the flags, running the compiler
-and the host program; no GPU. The host pass gives the numbers the launcher uses
-(GemmUniversalAdapter::initialize reads SharedStorageSize on the host; a device static_assert agreed
-on sm_90a and sm_120a), and cutlass/arch/config.h gates the builders by CUDA version alone."""
+"""What an accounting compile needs (nvcc, headers, flags) and running it; no GPU: the host pass
+gives the launcher's numbers (SharedStorageSize is read on the host)."""
 
 from __future__ import annotations
 

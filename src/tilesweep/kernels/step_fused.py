@@ -1,6 +1,5 @@
-"""The small fused kernels engines run around a decode step's GEMMs, one launch each: add_rms_norm
-(vLLM's fused_add_rms_norm), rms_norm of a strided slice, silu_and_mul, topk_softmax (vLLM's), and
-index_scores (DSA's indexer, what DeepGEMM's fp8_mqa_logits computes)."""
+"""Small fused kernels engines run around decode GEMMs: add_rms_norm, rms_norm, silu_and_mul,
+topk_softmax, index_scores (DSA's indexer)."""
 
 from __future__ import annotations
 

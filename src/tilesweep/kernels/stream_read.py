@@ -1,5 +1,5 @@
-"""A Triton kernel that only reads (one partial sum a program): the read-only ceiling's second way,
-beside torch.sum."""
+"""A read-only Triton kernel (a partial sum a program): the read ceiling's second way, beside
+torch.sum."""
 
 from __future__ import annotations
 

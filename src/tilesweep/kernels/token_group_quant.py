@@ -1,5 +1,4 @@
-"""Per-token-group fp8 quantisation in Triton, the kernel engines launch before each fp8
-block-scaled GEMM (SGLang's and vLLM's per_token_group_quant_fp8)."""
+"""Per-token-group fp8 quantisation in Triton (SGLang's and vLLM's per_token_group_quant_fp8)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ def _token_group_quant(x_ptr, q_ptr, s_ptr, cols, groups, fmax, eps, GROUP: tl.c
 
 
 def token_group_quant(torch, x, group: int = 128, eps: float = 1e-10, out_dtype=None):
-    """Return (fp8 values [n, cols], fp32 scales [n, cols / group]); `out_dtype` for Triton's CPU
-    interpreter, which rounds to fp8 wrongly."""
+    """Return (fp8 values, fp32 scales per group); `out_dtype` for the CPU interpreter's fp8
+    rounding."""
     n, cols = x.shape
     groups = triton.cdiv(cols, group)
     fp8 = torch.float8_e4m3fn

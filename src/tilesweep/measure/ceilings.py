@@ -1,5 +1,4 @@
-"""The device's own ceilings, measured: copy and read-only bandwidth, and dense matrix-product
-rate per dtype."""
+"""The device's own ceilings, measured: copy and read bandwidth, matrix-product rate per dtype."""
 
 from __future__ import annotations
 
@@ -15,8 +14,8 @@ if TYPE_CHECKING:
 
 
 def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
-    """Return the best device copy bandwidth in GB/s (bytes read plus written) and its method: eager
-    `copy_`, graphed `copy_` (maybe a copy-engine node) and an SM kernel reach different rates."""
+    """Return the best device copy GB/s (read + written) over eager, graphed and SM-kernel copies,
+    and its method."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -37,8 +36,8 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
 
 
 def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
-    """Return the read-only bandwidth in GB/s (a decode GEMM's weight stream) and its method: the
-    faster of torch.sum and a Triton partial-sum kernel, graphed, on a GPU; torch.sum on the CPU."""
+    """Return the read-only GB/s and its method: the faster of torch.sum and a Triton partial sum,
+    graphed."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -63,9 +62,7 @@ def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
 
 
 def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float | None, str]:
-    """Return the rate of an n x n x n product in TFLOP/s on random data (the faster of the two
-    weight layouts) and '', or None and the reason it could not be measured (the error the
-    product raised)."""
+    """Return (TFLOP/s of an n^3 product, the faster weight layout; '') or (None, why it failed)."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -113,8 +110,8 @@ GEMV_CALLS = 50
 
 
 def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
-    """Return (the fixed cost of one decode-sized bf16 GEMV in a CUDA graph, in us: the intercept
-    of time against bytes over GEMV_WIDTHS, and the points it was fitted on)."""
+    """Return (the graphed bf16 GEMV's fixed cost in us, the intercept over GEMV_WIDTHS; its
+    points)."""
     import numpy as np
     import torch
 
@@ -143,10 +140,8 @@ OVERLAP_CALLS = 10
 
 
 def overlap_alpha(points: list[dict], fixed_us: float) -> float | None:
-    """Return how much of the smaller roofline term a product adds to the larger: the median over
-    the points of (time - fixed - max(mem, math)) / min(mem, math), clipped to [0, 1] (0: the two
-    overlap fully, the roofline's max; 1: one after the other). Each point gives `us`, `mem_us`
-    (its bytes at the measured read bandwidth) and `math_us` (its flops at the measured rate)."""
+    """Return the median over points of (us - fixed - max(mem, math)) / min(mem, math), clipped to
+    [0, 1]: 0 overlaps fully, 1 runs one after the other."""
     alphas = []
     for p in points:
         low, high = sorted((p["mem_us"], p["math_us"]))
@@ -159,8 +154,8 @@ def overlap_alpha(points: list[dict], fixed_us: float) -> float | None:
 
 
 def _overlap(repeats: int, read_gbs: float, bf16_tflops: float | None, fixed_us: float) -> dict:
-    """Return {alpha, points, method}: the overlap of memory and math in one product, measured
-    on graphed bf16 products around the ridge (overlap_alpha)."""
+    """Return {alpha, points, method}: memory/math overlap of graphed bf16 products near the
+    ridge."""
     import torch
 
     if not bf16_tflops:
@@ -203,9 +198,8 @@ SMALL_KERNELS = 240
 
 
 def _small_kernel_us(repeats: int) -> float:
-    """Return the cost of one small decode kernel in a CUDA graph, in us: a graphed chain of
-    SMALL_KERNELS dependent elementwise, reduction, cast and copy ops on a decode-sized activation
-    (what an engine's kernel list calls `extra`), replayed and timed with events."""
+    """Return the us of one small graphed decode kernel (an engine list's `extra`), over a chain of
+    SMALL_KERNELS ops."""
     import torch
 
     x = torch.randn(SMALL_ROWS, SMALL_WIDTH, device="cuda", dtype=torch.bfloat16)
@@ -232,11 +226,8 @@ def _small_kernel_us(repeats: int) -> float:
 
 
 def _host_loop_us(repeats: int) -> dict:
-    """Return the host time a minimal serving loop adds between two graphed decode steps, in
-    us: each step replays a small graph, samples the next token on the GPU (argmax), brings it to
-    the CPU (as a scheduler must, to stop or stream it) and writes the next input; the loop's
-    time per step less the graph's own GPU time. A lower bound of an engine's host term: no
-    scheduler, no detokenisation, no Python request bookkeeping."""
+    """Return the host us a minimal serving loop (replay, GPU argmax, token to CPU, next input) adds
+    per graphed step: a lower bound of an engine's host term."""
     import time
 
     import torch
@@ -283,10 +274,8 @@ def _host_loop_us(repeats: int) -> dict:
 
 
 def launch_us(cuda: bool, repeats: int) -> dict:
-    """Return the fixed cost of one kernel in us: `graph_us` (graphed empty kernels back to
-    back), `fixed_us` (the intercept of graphed decode GEMVs against their bytes: launch, ramp
-    and memory latency, the composition's per-kernel cost) and `eager_us` (eager launches; on
-    the CPU, one dispatched op)."""
+    """Return a kernel's fixed cost in us: `graph_us` (graphed empty kernels), `fixed_us` (graphed
+    GEMV intercept) and `eager_us`."""
     import torch
 
     device = "cuda" if cuda else "cpu"

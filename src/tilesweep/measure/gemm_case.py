@@ -90,9 +90,8 @@ def rel_error(out, ref) -> float:
 
 
 def function_static_smem(function: int, lib=None) -> int:
-    """Return the static shared memory of a loaded CUfunction, in bytes, from the driver's
-    cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES); raise RuntimeError if it fails.
-    `lib` is libcuda (loaded here when None; a test passes a stand-in)."""
+    """Return a loaded CUfunction's static shared memory in bytes (`lib`: libcuda or a stand-in);
+    raise RuntimeError if the driver fails."""
     import ctypes
 
     lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
@@ -108,8 +107,7 @@ def function_static_smem(function: int, lib=None) -> int:
 
 
 def reserved_smem_per_block(lib=None) -> int:
-    """Return the shared memory the system reserves per block on the current context's device,
-    from cuDeviceGetAttribute; raise RuntimeError if the driver cannot say."""
+    """Return the driver's reserved shared memory per block; raise RuntimeError if it cannot say."""
     import ctypes
 
     lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
@@ -127,11 +125,8 @@ def reserved_smem_per_block(lib=None) -> int:
 
 
 def launched_smem(dynamic: int, function: int | None, lib=None) -> dict:
-    """Return the shared memory a launch took per block: dynamic (what it was launched with),
-    static (the driver's attribute of the loaded function), reserved (the driver's per-block
-    system reservation) and their total, which is what a cubin's dynamic + cuobjdump SHARED
-    count; static and total are None, with the reason in `smem_runtime_note`, where the driver
-    cannot say."""
+    """Return a launch's shared memory per block: dynamic, static, reserved and total (None, with
+    `smem_runtime_note`, where the driver cannot say)."""
     out = {"smem_runtime_dynamic_bytes": int(dynamic)}
     try:
         if function is None:
@@ -207,8 +202,8 @@ MAX_ROTATION_SETS = 8
 
 
 def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int | None) -> int:
-    """Return how many buffer sets to rotate so weights come from memory, not the L2: the most
-    sets when the L2 size is unknown."""
+    """Return how many buffer sets to rotate so weights come from memory, not L2 (the most if L2 is
+    unknown)."""
     if not cuda:
         return 1
     if l2_bytes is None:
@@ -217,8 +212,7 @@ def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int | None) -> int:
 
 
 def sustained_power(fns: list[Callable[[], object]], seconds: float) -> dict:
-    """Return the power columns of `fns` replayed back to back (round robin over the rotating
-    buffers) for at least `seconds`, sampled by NVML every 20 ms (None values for 0 s)."""
+    """Return the NVML power columns of `fns` replayed round robin for at least `seconds`."""
     import time
 
     import torch

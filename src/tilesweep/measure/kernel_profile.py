@@ -1,8 +1,6 @@
-"""A diagnostic: the kernels a captured decode step runs, as the profiler sees graph replays.
-With TILESWEEP_KERNEL_PROFILE set to a folder (and TILESWEEP_KERNEL_PROFILE_BATCHES=1,64 to limit
-the batches) every graphed whole step also writes `kernels_<layout>_rank<r>_b<batch>.csv` there:
-each kernel of one replay in launch order, its start (from the first kernel) and duration in us,
-averaged over a few replays, so the gaps between kernels show; no table of the sweep reads it."""
+"""Diagnostic: with TILESWEEP_KERNEL_PROFILE=<folder> (and TILESWEEP_KERNEL_PROFILE_BATCHES=1,64)
+each graphed whole step writes `kernels_<layout>_rank<r>_b<batch>.csv`: one replay's kernels in
+order, start and duration in us; no sweep table reads it."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ REPLAYS = 5
 
 
 def folder(batch: int) -> Path | None:
-    """Return the folder the kernel profile of a step of `batch` sequences goes to, or None
-    when none was asked for (TILESWEEP_KERNEL_PROFILE_BATCHES, comma-separated: only those)."""
+    """Return the kernel-profile folder for a step of `batch` sequences, or None when not asked."""
     where = os.environ.get(ENV)
     only = os.environ.get(f"{ENV}_BATCHES", "")
     if only and str(batch) not in only.split(","):

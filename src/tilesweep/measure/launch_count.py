@@ -1,11 +1,5 @@
-"""Count the device launches of a region of torch code, per named part, on any device.
-
-A `LaunchCounter` is a TorchDispatchMode: every aten op that reaches a backend kernel is one
-launch, except the ops that only make a new view of existing memory (views, reshapes, slices,
-transposes) and so launch nothing. On a GPU this is the number of kernels torch launches, up to
-the few ops that launch two (a cuBLAS GEMM with a split-K reduction, a top-k); kernels launched
-outside torch's dispatcher (Triton) are added by the caller with `add`.
-"""
+"""Count the device launches of torch code per named part: a TorchDispatchMode counting each aten op
+that reaches a kernel, views excepted; the caller adds launches outside the dispatcher (Triton)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Sustained loads of known bound (LOADS) for the power evidence: each runs for a few seconds on
-the device at hand while NVML samples its power, so a power reading can be set against the bound
-that drew it (reading_consistency). GPU only (a CPU has no NVML power); the two all-reduce loads
-need two GPUs, and with fewer they are rows that say so."""
+"""Sustained loads of known bound (LOADS) sampled by NVML, so a power reading can be set against the
+bound that drew it (reading_consistency). GPU only."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ def quantiles(values: list[float]) -> dict:
 
 
 def sample_row(sampler: PowerSampler, seconds: float) -> dict:
-    """Return a load's power columns from its sampler: median/p10/p90 watts and fraction of the
-    enforced limit, SM clock, throttled share, sample count and rate."""
+    """Return a load's power columns: watts and limit fraction percentiles, SM clock, throttling,
+    samples."""
     power = [s[0] for s in sampler.samples]
     q = quantiles(power)
     limit = sampler.limit_w
@@ -200,9 +198,8 @@ def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) ->
 
 
 def reading_consistency(power: pd.DataFrame, frac: float, reader: str) -> pd.DataFrame:
-    """Return, per measured load, whether a reading of `frac` of the power limit (the reader's,
-    e.g. the brief's) lies inside its p10..p90 band of measured fractions, and how far outside it
-    lies where it does not; the reading's column is named after the reader."""
+    """Return per load whether a reading of `frac` of the power limit lies in its p10..p90 band, and
+    how far off."""
     columns = consistency_columns(reader)
     if power.empty or "status" not in power:
         return pd.DataFrame(columns=columns)

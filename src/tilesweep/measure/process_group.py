@@ -40,8 +40,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _agree(dist, cpu_group, value):
-    """Return every rank's value, in rank order, exchanged over the CPU (gloo) group, so that a
-    rank whose capture failed never leaves the others waiting in a collective it will not run."""
+    """Return every rank's value in rank order over gloo, so a failed capture never strands the
+    others."""
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value, group=cpu_group)
     return values
@@ -50,14 +50,13 @@ def _agree(dist, cpu_group, value):
 def _graph_times(
     dist, torch, op, inside: bool, cpu_group, repeats: int, warmup: int, plan: dict
 ) -> dict:
-    """Return rank 0's {samples (ms per call), calls_per_replay, status, reason} of op in CUDA
-    graphs: a one-call probe sizes the replay to about plan["fill_ms"] (at most
-    plan["max_calls"], the same on every rank); a failed capture on any rank is rank 0's status."""
+    """Return rank 0's {samples, calls_per_replay, status, reason} of op in CUDA graphs sized to
+    plan["fill_ms"]."""
     rank = dist.get_rank()
 
     def capture(calls: int):
-        """Return (graph, '') of `calls` back-to-back ops (None on ranks outside the group), or
-        (None, every rank's failure) when a capture failed anywhere."""
+        """Return (graph, '') of `calls` ops, or (None, every rank's failure) when any capture
+        failed."""
         graph, error = None, ""
         if inside:
             try:
@@ -98,9 +97,7 @@ def _graph_times(
 def _eager_times(
     dist, torch, op, inside: bool, device: str, calls: int, repeats: int, warmup: int
 ) -> list[float]:
-    """Return the ms per call of `repeats` eager samples after `warmup`, every rank meeting at a
-    barrier before each: on a GPU, CUDA events around `calls` back-to-back calls; on the CPU,
-    the wall time of one call. A rank outside the group only meets the barriers."""
+    """Return eager ms per call over `repeats` samples, ranks meeting at a barrier before each."""
     samples = []
     for i in range(warmup + repeats):
         dist.barrier()
@@ -134,9 +131,8 @@ def _time_one(
     plan: dict,
     cpu_group,
 ) -> dict | None:
-    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for one collective
-    (None on other ranks): graph replays of back-to-back calls ("cuda-graph") or event-timed
-    eager calls ("eager", many for small messages, as nccl-tests does); gloo: one eager call."""
+    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for one collective (None
+    elsewhere)."""
     kind, nbytes, n = item["collective"], item["bytes"], item["group"]
     rank, world = dist.get_rank(), dist.get_world_size()
     device = f"cuda:{rank}" if cuda else "cpu"
@@ -170,8 +166,8 @@ def _time_one(
 
 
 def init_rank(rank: int, world: int, port: int, cuda: bool):
-    """Join this process to the process group (NCCL on GPUs, gloo on the CPU), one GPU or one
-    CPU thread per rank, multicast off; return the torch and torch.distributed modules."""
+    """Join the process group (NCCL on GPUs, gloo on CPU), multicast off; return torch and
+    torch.distributed."""
     os.environ.update(SAFE_NCCL_ENV)
     import torch
     import torch.distributed as dist
@@ -223,8 +219,7 @@ def run_plan(
     max_calls: int = 10,
     fill_ms: float = 1.0,
 ) -> list[dict]:
-    """Return, for each planned collective run over `world` processes, rank 0's {samples (ms per
-    call), timing, calls_per_replay, status, reason} (_time_one)."""
+    """Return rank 0's _time_one result for each planned collective, run over `world` processes."""
     import torch.multiprocessing as mp
 
     if timing not in COLLECTIVE_TIMINGS:

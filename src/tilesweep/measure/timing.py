@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Return the q-quantile (0..1) of values by nearest rank (index round(q x (n - 1)) of the
-    sorted values, Python's rounding); NaN for none. Every p10/p90 of the project is this one."""
+    """Return the nearest-rank q-quantile of values (NaN for none): every p10/p90 of the project."""
     if not values:
         return math.nan
     ordered = sorted(values)
@@ -41,8 +40,8 @@ def time_cpu(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]
 
 
 def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tuple[list[float], str]:
-    """Return per-call times in ms over fronted graph replays of all `fns` (calls over rotating
-    buffer sets; a sample is the replay over len(fns)), and the method; eager if capture fails."""
+    """Return ms per call over fronted graph replays of `fns` on rotating buffers, and the
+    method."""
     import torch
 
     for _ in range(max(1, warmup)):
@@ -64,10 +63,8 @@ def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tupl
 
 
 def capture_graph(fns: list[Callable[[], object]], capture_error_mode: str = "global"):
-    """Return a torch.cuda.CUDAGraph of the calls in order, captured after one run of them on a
-    side stream (capture needs warmed-up kernels and allocations); raise what capture raises.
-    `capture_error_mode` is torch.cuda.graph's: "thread_local" lets other threads (NCCL's
-    watchdog) make calls that are unsafe during a capture."""
+    """Return a CUDAGraph of calls captured after a side-stream warm-up (`capture_error_mode` as
+    torch's)."""
     import torch
 
     graph = torch.cuda.CUDAGraph()
@@ -97,9 +94,8 @@ def front() -> None:
 
 
 def time_events(fn: Callable[[], object], repeats: int, fronted: bool = False) -> list[float]:
-    """Return per-call times in ms of fn, each call bracketed by CUDA events (one call first).
-    `fronted` (graph replays): each start event waits behind a GPU-side wait, so the time is the
-    GPU's alone; never for eager launches, whose launching is their cost."""
+    """Return ms per call of fn between CUDA events; `fronted`: behind a GPU-side wait (graph
+    replays only)."""
     import torch
 
     fn()
@@ -118,8 +114,7 @@ def time_events(fn: Callable[[], object], repeats: int, fronted: bool = False) -
 
 
 def calls_to_fill(single_ms: float, fill_ms: float, max_calls: int) -> int:
-    """Return how many back-to-back calls one graph replay holds so that it lasts about
-    fill_ms: at least one, at most max_calls."""
+    """Return how many calls one replay holds to last about fill_ms (1 to max_calls)."""
     if single_ms <= 0:
         return max_calls
     return max(1, min(max_calls, math.ceil(fill_ms / single_ms)))
@@ -128,10 +123,8 @@ def calls_to_fill(single_ms: float, fill_ms: float, max_calls: int) -> int:
 def time_call(
     fn, repeats: int, warmup: int, graph: bool, max_calls: int = 1, fill_ms: float = 1.0
 ) -> dict:
-    """Return median/p10/p90 ms of fn: graph replays or event-timed launches on a GPU, the
-    monotonic clock on the CPU (Triton's interpreter: for tests, not for numbers). With max_calls
-    > 1 a replay holds up to that many back-to-back calls filling about fill_ms, as a decode
-    step's graph runs a short kernel (the engines' tuners capture 10 calls per graph)."""
+    """Return median/p10/p90 ms of fn: graph replays (up to max_calls calls each) or events on a
+    GPU, the clock on the CPU."""
     import torch
 
     calls = 1

@@ -1,30 +1,12 @@
-"""A measured whole decode step of a depth-reduced model, one process per device.
+"""A measured whole decode step of a depth-reduced model (docs/pipeline.md, bench_layout), one
+process per device: the ranks' processes and the table rows.
 
-Every layer type runs at full width: per pipeline stage `dense_layers` dense layers and
-`moe_layers` MoE layers, each with its attention reading a real KV cache of `context_len` tokens
-per sequence; the first stage embeds the tokens, the last applies the final norm and the LM head
-and picks the next token. Batch = concurrent sequences, each producing one token per step.
-
-- Attention: MLA in its absorbed decode form (with the DSA indexer where the model has one), or
-  GQA over the K/V cache (`step.attention`).
-- TP splits attention heads, the dense FFN and each expert's width, with an all-reduce after the
-  attention and after the FFN or MoE; the MLA latent cache is replicated on the TP ranks. EP runs
-  attention data-parallel (each EP rank holds batch/ep sequences) and splits the experts, with an
-  all-to-all dispatch and combine. The LM head is split over the vocabulary under TP.
-- PP: the batch is split into `pp` micro-batches; in each slot every stage runs one micro-batch,
-  then hands its activations to the next stage while the last stage hands the picked tokens back
-  to the first (a ring), so the pipeline is full from the first slot. One decode step is `pp`
-  slots: every sequence gets one token; a token's latency is also `pp` slots.
-- Routing is balanced (every expert gets the same rows), so the step matches its batch; the router
-  is still computed.
-
-A step is timed whole (device events around `pp` slots after a barrier; the slowest rank's time),
-p10/p50/p90 over repeats; separate repeats time each part for the breakdown.
-
-Here: the ranks' processes and the table rows. A rank (`step.rank`) holds its weights
-(`step.weights`) and micro-batches (`step.buffers`) and runs the attention (`step.attention`)
-and the FFN or MoE (`step.moe`) under a `step.clock.PartClock`; `step.graph_timing` measures it.
-"""
+Per stage `dense_layers` dense and `moe_layers` MoE layers at full width over a real KV cache. TP
+splits heads, FFN and expert widths (all-reduce after attention and FFN/MoE; LM head by vocabulary);
+EP runs attention data-parallel and splits the experts (all-to-all dispatch and combine). PP splits
+the batch into `pp` micro-batches passed around a ring, so one step is `pp` slots, full from the
+first. Routing is balanced. A step is timed whole after a barrier (slowest rank; p10/p50/p90), its
+parts on separate repeats (step.rank, step.weights, step.buffers, step.attention, step.moe)."""
 
 from __future__ import annotations
 
@@ -70,8 +52,8 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
 
 
 def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
-    """Return every rank's results for the spec's batches, run over `world` processes; raise
-    TimeoutError (the ranks killed) past timeout_s, ProcessRaisedException when a rank fails."""
+    """Return every rank's results over `world` processes; raise TimeoutError past timeout_s or
+    ProcessRaisedException."""
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_NCCL_ENV)
@@ -94,9 +76,8 @@ def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list
 
 
 def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
-    """Return one table row per batch and kernel list run (lean; the engine's list after it
-    where the spec asks for it): the whole step's p10/p50/p90 (the slowest rank's), each part's
-    median on the rank that spent longest in compute, and what was run."""
+    """Return a row per batch and kernel list: the step's p10/p50/p90 (slowest rank), part medians,
+    what ran."""
     label = measured_label(spec)
     rows = _list_rows(ranks, spec, layout_name, "batches", label, step_extras.lean_columns())
     step = spec["step"]
@@ -208,9 +189,8 @@ def _busiest_parts(samples_per_rank: list[list[dict]]) -> dict[str, float]:
 
 
 def launch_columns(result: dict, whole: list[float]) -> dict:
-    """Return what the CPU's launch of the step's graph adds when the GPU waits for it
-    (`graph_launch_ms`: unfronted replays' median less the fronted median; empty when eager) and
-    how many fronted samples it may still be in (`launch_exposed`)."""
+    """Return `graph_launch_ms` (unfronted less fronted median; empty when eager) and
+    `launch_exposed`."""
     launched = result.get("launched_ms")
     if not launched:
         return {"graph_launch_ms": None, "launch_exposed": None}

@@ -1,7 +1,5 @@
-"""Typed config: one pydantic model per config group, checked before any job runs. pydantic rather
-than Hydra structured configs: in strict mode it refuses NaN, infinity, unknown keys and wrong
-types, where OmegaConf lets NaN and infinity through. A refusal is one line naming its dotted key
-(strict.explain)."""
+"""Typed config: one pydantic model per group, checked before any job (strict pydantic, because
+OmegaConf lets NaN and infinity through); a refusal is one line naming its key."""
 
 from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.cited_figures import Figure, References

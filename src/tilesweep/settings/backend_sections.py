@@ -1,5 +1,5 @@
-"""The `backend` group typed at the root: one section per backend, each validated by the model its
-backend registers here (backends.register does it), so settings need not import the backends."""
+"""The `backend` group: one section per backend, validated by the model its backend registers
+here."""
 
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ def unregister_section(name: str) -> None:
 
 
 class BackendSections(Section):
-    """backend: each registered backend's section as its own model, read by attribute
-    (`settings.backend.fused_moe.dtypes`); a backend without a section is off."""
+    """backend: each registered backend's section as its model, by attribute; no section: off."""
 
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 

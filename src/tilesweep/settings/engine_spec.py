@@ -96,17 +96,15 @@ class Untimed(Section):
 
 
 class AttentionAlso(Section):
-    """Another attention mode an engine runs on one architecture in the builds its figures were
-    measured on (a flag or a fork's default): the verdict's band spans it beside the point."""
+    """Another attention mode an engine runs on one architecture: the verdict's band spans it."""
 
     mode: Literal["dsa", "dense"]
     cite: str = Field(min_length=1)  # where that build's attention is stated
 
 
 class KernelFloor(Section):
-    """The least times the calls of a GEMM kernel the engine runs take at decode, from kernel-level
-    figures of that kernel: a part of `kind` whose composed time per occurrence is below their sum
-    takes the sum (a kernel whose tiles leave most SMs idle at small batches)."""
+    """The least time a GEMM kernel's calls take at decode, from its kernel-level figures: a part of
+    `kind` composed below their sum takes the sum."""
 
     kind: Literal["attention_proj", "shared_gemm", "dense_gemm"]
     # per call of the kernel in one occurrence of the part: its least cited time at decode

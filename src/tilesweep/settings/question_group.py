@@ -1,5 +1,4 @@
-"""The `question` group (conf/question): the case study a report answers and the answer card's
-target; its messages are its own (tests/test_question.py holds them)."""
+"""The `question` group (conf/question): the case study a report answers and the card's target."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from tilesweep.errors import ConfigError
 
 
 class Section(BaseModel):
-    """A config mapping: fields of their exact type, no other key, no NaN or infinity; a field `=
-    None` is optional and a null for it refused (pydantic does not validate defaults)."""
+    """A config mapping: exact types, no other key, no NaN or infinity; `= None` fields refuse a
+    null."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
@@ -53,8 +53,8 @@ def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
 
 
 def ascending(values: list, key: str, why: str, strictly: bool = True) -> list:
-    """Return values when each is above the one before (`strictly=False`: not below it); else
-    raise the refusal of `values` at key, in words `why`."""
+    """Return values when each is above the one before (`strictly=False`: not below); else
+    refuse."""
     if any(b <= a if strictly else b < a for a, b in zip(values, values[1:], strict=False)):
         raise refuse(key, why, values)
     return values

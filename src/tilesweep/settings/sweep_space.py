@@ -32,8 +32,8 @@ class Tile(Section):
 
 
 class Layout(Section):
-    """One split of the model over devices: tp x ep (attention DP) per pipeline stage pp; the MoE
-    layers split the stage's tp*ep ranks as MoE TP x EP (moe_split)."""
+    """One split over devices: tp x ep per pipeline stage pp; MoE layers split tp*ep as moe_split
+    says."""
 
     tp: AtLeastOne = Field(description="attention tensor-parallel degree")
     pp: AtLeastOne = Field(description="pipeline stages")

@@ -33,9 +33,8 @@ def logged(path: str | None) -> Iterator[logging.Logger]:
 
 @contextlib.contextmanager
 def job(smk) -> Iterator[None]:
-    """Run a workflow script's call as its Snakemake job (`smk`): an error ends the job with one
-    line on stderr naming the rule and the cause, its full trace added to the job's log (a rule
-    without one: a file beside its first output, inside results_dir), never a traceback."""
+    """Run a workflow script's call as its Snakemake job: an error is one stderr line naming rule
+    and cause, its trace in the job's log, never a traceback."""
     trace = str(smk.log[0]) if len(smk.log) else f"{smk.output[0]}.trace.txt"
     try:
         yield

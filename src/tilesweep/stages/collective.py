@@ -1,5 +1,5 @@
-"""Stage 4: time the collectives of one parallel layout at every decode batch, and over a sweep
-of message sizes from a few KB to hundreds of MB for the latency/bandwidth fit."""
+"""Stage 4: time one layout's collectives at every decode batch and over message sizes for the
+fit."""
 
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _timed_row(item: dict, result: dict) -> dict:
-    """Return a timed collective's columns from run_plan's result: the time statistics, bandwidths,
-    timing and replay size when it ran, else its status and reason with no number."""
+    """Return a collective's columns: its statistics, bandwidths and timing, or its status and
+    reason."""
     how = {"timing": result["timing"], "calls_per_replay": result["calls_per_replay"]}
     if result["status"] != "ok":
         return {**how, "status": result["status"], "reason": result["reason"]}
@@ -132,8 +132,8 @@ NO_COLLECTIVE = {
 
 
 def _run(plan: list[dict], world: int, bench: dict, cuda: bool) -> list[dict]:
-    """Return run_plan's result of each planned collective: the bench settings' repeats (a third
-    of them, at least 2, on the CPU), warm-up, timing and CUDA-graph replay size."""
+    """Return run_plan's result of each planned collective under the bench settings (fewer repeats
+    on CPU)."""
     repeats = bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
     return run_plan(
         plan,

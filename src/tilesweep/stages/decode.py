@@ -41,8 +41,7 @@ ABOVE_CEILING = 1.05
 
 
 def peak_for(ceilings: dict, dtype: str) -> tuple[float | None, str]:
-    """Return the measured matrix-product peak for a dtype and '' , or None and why it is missing
-    (no other dtype's peak stands in for it)."""
+    """Return (the dtype's measured matmul peak, '') or (None, why); no other dtype stands in."""
     peak = (ceilings.get("matmul_tflops") or {}).get(dtype)
     if peak:
         return peak, ""
@@ -51,8 +50,8 @@ def peak_for(ceilings: dict, dtype: str) -> tuple[float | None, str]:
 
 
 def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
-    """Return the roofline columns of a measured row against the measured ceilings; where the
-    dtype's peak is missing, the peak-based columns are empty and `roofline_gap` says why."""
+    """Return a row's roofline columns; without the dtype's peak those are empty and `roofline_gap`
+    says why."""
     peak, gap = peak_for(ceilings, dtype)
     bw = ceilings["copy_gbs"]
     cols = {"ceiling_copy_gbs": bw, "ceiling_matmul_tflops": peak, "roofline_gap": gap}
@@ -99,8 +98,7 @@ def _cases(cell: DecodeCell, cuda: bool):
 
 
 def l2_for_rotation(ceilings: dict) -> tuple[int | None, str]:
-    """Return the L2 size the buffer rotation assumes and where it comes from: the device's own
-    figure, else the hardware file's (cited there), else None ('unknown': rotate the most sets)."""
+    """Return the L2 size for buffer rotation and its source: device, hardware file, else None."""
     device = (ceilings.get("properties") or {}).get("l2_bytes")
     if device:
         return int(device), "device"
@@ -120,8 +118,7 @@ def _measure_runner(
     progress: str,
     threads: int,
 ) -> None:
-    """Measure one of a backend's runners at every case, appending each row to `progress` (runs
-    in a child, which gets the backend from the parent)."""
+    """Measure one runner at every case, appending rows to `progress` (in a child process)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -178,10 +175,8 @@ def _read_progress(path: str) -> dict[tuple, dict]:
 def _runner_rows(
     where: tuple, runner: str, dtype: str, out, skip: str | None, progress: str, threads: int
 ) -> list[dict]:
-    """Return one runner's rows at every case of a decode job: measured in its own process with
-    the job's time limit (a crash or a hang is every unmeasured case's status, what was measured
-    before it kept), or `unsupported` where the backend gave a reason to skip it. `where`:
-    (backend, cell, ceilings, provenance columns, on a GPU, log)."""
+    """Return one runner's rows, measured in its own process under the job's time limit (a crash or
+    hang is the unmeasured cases' status), or `unsupported`."""
     backend, cell, ceilings, prov, cuda, log = where
     failure = None
     if skip is None:
@@ -242,9 +237,8 @@ def _bench_decode(
     log_path: str | None = None,
     threads: int = 1,
 ) -> pd.DataFrame:
-    """Time one decode job (a kernel, the baselines, or a backend's own program, `Backend.bench`)
-    at every batch and routing and write the table; each runner runs in its own process under
-    `bench.kernel_timeout_s`, so a crash or hang is rows with that status."""
+    """Time one decode job at every batch and routing, each runner in its own process; write the
+    table."""
     import tempfile
 
     import torch

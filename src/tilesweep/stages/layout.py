@@ -1,5 +1,5 @@
-"""Stage 4b: measure one layout's whole decode step (a depth-reduced model, every layer type at
-full width) at every batch that fits here: NCCL on GPUs, gloo on the CPU."""
+"""Stage 4b: measure one layout's whole decode step at every batch that fits (NCCL on GPUs, gloo on
+CPU)."""
 
 from __future__ import annotations
 
@@ -33,9 +33,8 @@ def _machine(world: int, bench: dict) -> tuple[bool, bool, str]:
 
 
 def model_as_run(model: dict, layout: dict, bench: dict, cuda: bool) -> dict:
-    """Return the model the step runs: the configured one on a GPU; on the CPU with at most
-    step_cpu_experts routed experts per rank (top-k no more than that) and step_cpu_vocab rows
-    of vocabulary. The check composes this same model."""
+    """Return the model the step runs: as configured on a GPU, cut to step_cpu_experts and
+    step_cpu_vocab on the CPU."""
     if cuda:
         return dict(model)
     experts = min(model["routed_experts"], bench["step_cpu_experts"] * layout["ep"])
@@ -48,8 +47,7 @@ def model_as_run(model: dict, layout: dict, bench: dict, cuda: bool) -> dict:
 
 
 def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list[dict]]:
-    """Return (the whole-step spec to run, rows for batches skipped here with the reason);
-    `emulate`: one rank of the layout runs alone."""
+    """Return (the whole-step spec, skipped rows with reasons); `emulate`: one rank runs alone."""
     layout, bench = spec["layout"], spec["bench"]
     model = model_as_run(spec["model"], layout, bench, cuda)
     batches, skipped = [], []
@@ -98,8 +96,7 @@ ENGINE_CPU = (
 
 
 def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
-    """Add the engine's list (measure.step.extras) to `step`; return skipped rows, with the reason,
-    for every batch where it cannot run here (the CPU, or no list for the model)."""
+    """Add the engine's list to `step`; return skipped rows where it cannot run here."""
     name = (spec.get("engine") or {}).get("name", "none")
     try:
         expanded = step_extras.expand(
@@ -137,8 +134,8 @@ _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
 def failure_reason(text: str) -> str:
-    """Return the line of a rank's traceback that names the error (the last `SomeError: ...`
-    line; CUDA appends advice lines after it), else its last line ('' for none)."""
+    """Return a rank traceback's last `SomeError: ...` line (CUDA appends advice), else its last
+    line."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     named = [line for line in lines if _ERROR_LINE.match(line)]
     return (named or lines or [""])[-1]

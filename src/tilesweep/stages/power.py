@@ -1,6 +1,4 @@
-"""Stage 4c: power as evidence. Sustain loads of known bound on the device at hand under NVML
-sampling, so a power reading taken as evidence (the question's, conf/question: the brief's 235 W of
-600 W) can be set against what each bound draws, instead of read as a verdict on its own."""
+"""Stage 4c: power as evidence: loads of known bound under NVML, to set a power reading against."""
 
 from __future__ import annotations
 

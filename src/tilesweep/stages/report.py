@@ -49,9 +49,8 @@ NUMERIC = {
 
 
 def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
-    """Return each named table, read from its input files (a list each; empty when none); a
-    table with rows that lacks a column the report reads, or a verdict with no row (it has one
-    per layout and batch), raises CellError naming the file."""
+    """Return each named table read from its files; a missing column or empty verdict raises
+    CellError."""
     out = {}
     for name in names:
         paths = list(inputs.get(name, []))
@@ -95,8 +94,8 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
 
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
-    """Return the report's provenance: the renderer's commit and versions, and when each table's
-    cells were measured (from the tables step; a kept example says it was re-rendered)."""
+    """Return the report's provenance: renderer commit and versions, and when each table was
+    measured."""
     out = {
         "commit": git_commit(str(PACKAGE_DIR)),
         "triton": package_version("triton"),
@@ -114,8 +113,7 @@ def provenance(inputs: dict[str, list[str]]) -> dict:
 def write_report(
     settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
-    """Write report.md and report.html from the tables, the panel and the drawn figures, both
-    opened by the answer card, and the card itself as answer.json."""
+    """Write report.md, report.html and answer.json from the tables, the panel and the figures."""
     settings = RootSettings.from_json(settings_json)
     names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:

@@ -1,6 +1,4 @@
-"""Stage 5a: join every per-cell result into the measured tables (CSV and Parquet): launch
-with what real launches showed, decode with the engines' own kernels beside the project's,
-collective, the measured whole steps (layout), power and tune."""
+"""Stage 5a: join every per-cell result into the measured tables (CSV and Parquet)."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
 
 
 def _measured_on(decode: pd.DataFrame, catalog: dict[str, HardwareSpec]) -> pd.Series:
-    """Return, per decode row, the conf/hardware name of the device that measured it ('' if
-    no hardware file lists the device's name)."""
+    """Return per decode row the conf/hardware name of the device that measured it ('' if none)."""
     return decode["device"].astype(str).map(lambda d: catalog_name(d, catalog) or "")
 
 
@@ -67,9 +64,8 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
 def attach_measured_launch(
     launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict[str, HardwareSpec]
 ) -> pd.DataFrame:
-    """Return the launch table with what a real launch on a target showed, where decode ran the
-    kernel on that device (`Backend.measured_rows` says which rows): `measured_launch` (launched,
-    or the device's error) and `measured_smem_bytes` (dynamic + static, as `smem_bytes`)."""
+    """Return the launch table with `measured_launch` and `measured_smem_bytes` where decode ran the
+    kernel on that device."""
     launch = launch.copy()
     launch["measured_launch"] = None
     launch["measured_smem_bytes"] = None
@@ -112,8 +108,7 @@ def measured_when(paths: list[str]) -> str | None:
 
 
 def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Return the frame, or an empty one with the table's declared columns (a CSV with a
-    header, never an empty file)."""
+    """Return the frame, or an empty one with the table's declared columns."""
     return frame if not frame.empty else pd.DataFrame(columns=columns)
 
 
@@ -140,9 +135,8 @@ def measured_tables(
 def write_tables(
     settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
-    """Write each measured table as CSV and Parquet, and `provenance` (JSON): when each table's
-    cells were measured. Each with its record; provenance's holds the content key of the
-    cells joined (cells.stale_join compares it with what they hold before the next run)."""
+    """Write each table (CSV, Parquet) and `provenance`, whose record holds the joined cells'
+    content key."""
     settings = RootSettings.from_json(settings_json)
     with logged(log_path) as log:
         tables = measured_tables(settings, inputs)

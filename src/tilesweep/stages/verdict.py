@@ -1,7 +1,5 @@
-"""Stage 5b: the verdict, composed from the measured tables, the engines' own figures beside the
-verdict composed for each, the launch-aware fit it used, the question's panel when one is
-configured and the answer card; then the check of the composition against the measured whole
-steps (its own step: it waits for every whole step, the answer does not)."""
+"""Stage 5b: the verdict from the measured tables, with the engines' figures, fit, panel and answer
+card; then its check against the measured whole steps (its own step)."""
 
 from __future__ import annotations
 
@@ -37,15 +35,14 @@ def _ceilings(inputs: dict[str, list[str]]) -> dict:
 
 
 def _reader(per_cell: bool):
-    """Return what joins a named input's paths: each cell's own output (per_cell), or the
-    joined tables."""
+    """Return what joins a named input's paths: each cell's own output (per_cell), or the joined
+    tables."""
     return concat_cells if per_cell else concat_tables
 
 
 def composer(inputs: dict[str, list[str]], per_cell: bool = False):
-    """Return (compose, decode, steps, collective, ceilings): compose(settings) gives the verdict
-    rows from the measured tables, joined or (`per_cell`) each cell's own output (the project's
-    own decode rows, not the engines' whole-MoE ones)."""
+    """Return (compose, decode, steps, collective, ceilings) from the joined tables or each cell's
+    output."""
     read = _reader(per_cell)
     decode = read(list(inputs["decode"]))
     if "op" in decode:
@@ -68,9 +65,7 @@ def panel_json(panel: dict | None) -> str:
 
 
 def read_panel(path: str) -> dict | None:
-    """Return the panel panel_json wrote (frames read back as every table is), or None; one
-    that is not JSON, not a record of the panel's tables or holds an unreadable one raises
-    CellError naming the file."""
+    """Return the panel panel_json wrote, or None; an unreadable one raises CellError."""
     saved = read_json_named(path)
     if not saved:
         return None
@@ -87,8 +82,8 @@ def read_panel(path: str) -> dict | None:
 
 @dataclass(frozen=True)
 class StepJob:
-    """One job of the verdict's steps: its settings param (JSON), named inputs and outputs, log,
-    and whether it reads each cell's own output rather than the joined tables."""
+    """One verdict-step job: settings param (JSON), inputs, outputs, log, and whether it reads per
+    cell."""
 
     settings_json: str
     inputs: dict[str, list[str]]
@@ -113,8 +108,7 @@ class StepJob:
 
 
 def write_verdict(job: StepJob) -> None:
-    """Write the verdict and the engines' figures beside it (CSV, and Parquet where asked), the
-    fit (JSON), the question's panel (JSON) and the answer card before its check (JSON)."""
+    """Write the verdict, the engines' figures, the fit, the panel and the answer card."""
     settings = RootSettings.from_json(job.settings_json)
     inputs, outputs = job.inputs, job.outputs
     with logged(job.log_path) as log:
@@ -140,9 +134,8 @@ def write_verdict(job: StepJob) -> None:
 
 
 def write_check(job: StepJob) -> None:
-    """Write the check of the composition against every measured whole step (CSV, and Parquet
-    where asked), from the joined tables or (`per_cell`) each cell's own output; its param is
-    Sweep.check_settings_json, so no other key reruns it."""
+    """Write the composition's check against every measured whole step (param:
+    check_settings_json)."""
     reads = json.loads(job.settings_json)
     with logged(job.log_path) as log:
         check = deployment_fit.check_table(
@@ -158,8 +151,7 @@ def write_check(job: StepJob) -> None:
 
 
 def _write_tables(tables: dict, outputs: dict, inputs: dict[str, list[str]], keyed: str) -> None:
-    """Write each table with its record (CSV, and Parquet where asked); `keyed`'s record also
-    holds the content key of the inputs it was made from."""
+    """Write each table with its record; `keyed`'s record also holds its inputs' content key."""
     joined = content_key([p for paths in inputs.values() for p in paths])
     for name, frame in tables.items():
         write_cell_table(outputs[name], frame, inputs=joined if name == keyed else None)

@@ -1,11 +1,6 @@
-"""The attention of one decode token per sequence over its KV cache, as the whole step runs it:
-MLA in its absorbed form (with the DSA indexer where the model has one), or GQA.
-
-With `fused` (a GPU, bench.step_kernels=fused) the MLA core is one fused decode kernel
-(kernels.mla_decode: two Triton launches that read each sequence's latent rows once, only the
-indexer's top tokens under DSA, as FlashMLA does for the engines) and the DSA index scores are
-one kernel (kernels.step_fused.index_scores); otherwise both are torch's batched matmuls and
-element-wise ops (the core over a gathered copy of the keys)."""
+"""One decode token's attention per sequence: MLA absorbed (DSA indexer where the model has one) or
+GQA; with `fused`, the MLA core and DSA scores are one kernel each (kernels.mla_decode,
+kernels.step_fused)."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ def rms(torch, x, w):
 
 
 def kernels_label(a: dict, fused: bool) -> str:
-    """Return what runs around the step's GEMMs (the layout table's `step_kernels`): only the
-    kernels this model's step launches."""
+    """Return what runs around the step's GEMMs (`step_kernels`): only kernels this model
+    launches."""
     mla, dsa = a["kind"] == "mla", bool(a.get("index_topk"))
     merged = "; projections sharing an input merged" if mla else ""
     if not fused:
@@ -32,9 +27,7 @@ def kernels_label(a: dict, fused: bool) -> str:
 
 
 def attention(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool = False):
-    """Return the attention output of one decode token per sequence over its cache (`a`: the
-    model's attention settings; `w`: this rank's attention weights; `fused`: the MLA core as
-    one fused kernel, GPU only)."""
+    """Return one decode token's attention output per sequence over its cache."""
     if a["kind"] == "mla":
         return _mla(torch, a, x, w, cache, clock, fused and x.is_cuda)
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -61,9 +54,7 @@ def _split_cols(t, widths: dict, names: list[str]) -> dict:
 
 
 def _index_top(torch, a: dict, xa: dict, iq, cache: dict, clock: PartClock, fused: bool):
-    """Return (the latent keys attention reads, the indexer's top-k token ids): this token's
-    index key cached, every cached token scored by the indexer's heads, the best index_topk
-    kept (torch gathers their keys; the fused kernel reads them in place by id)."""
+    """Return (the latent keys attention reads, the indexer's top-k token ids)."""
     n, keys = iq.shape[0], cache["lat"]
     cache["idx"][:, -1].copy_(xa["ik"])
     iq = iq.view(n, a["index_n_heads"], a["index_head_dim"])
@@ -88,9 +79,8 @@ def _index_top(torch, a: dict, xa: dict, iq, cache: dict, clock: PartClock, fuse
 
 
 def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool):
-    """Return MLA's absorbed-form attention output (attention over the indexer's best tokens
-    where the model has one). The projections sharing an input are one GEMM each (x_proj,
-    qlat_proj: step_weights), and their outputs are read in place as column slices."""
+    """Return MLA's absorbed attention output; projections sharing an input are one GEMM, read as
+    slices."""
     n = x.shape[0]
     nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
     heads = w["uk"].shape[0]

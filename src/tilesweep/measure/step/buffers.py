@@ -1,5 +1,5 @@
-"""One micro-batch of the measured whole step on a rank: its token buffers, KV caches, the
-balanced routing of its rows to the rank's experts, and the expert GEMMs' runner."""
+"""One micro-batch on a rank: token buffers, KV caches, balanced routing and the expert GEMMs'
+runner."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tilesweep.measure.step.weights import random_bf16
 
 
 def _cache_shapes(a: dict, n: int, ctx: int, tp: int) -> dict[str, tuple]:
-    """Return the shapes of one layer's KV cache for n sequences of ctx tokens: MLA's latent
-    and rope key (and the indexer's keys where it has one), else K and V of the rank's heads."""
+    """Return one layer's KV cache shapes for n sequences of ctx tokens (MLA latent or GQA K and
+    V)."""
     if a["kind"] == "mla":
         shapes = {"lat": (n, ctx, a["kv_lora_rank"] + a["qk_rope_head_dim"])}
         if a.get("index_topk"):

@@ -7,9 +7,8 @@ import time
 
 
 class PartClock:
-    """Per-part times and launches of one step, by mode: `eager` (events, perf_counter on the CPU,
-    around each part), `graph` (events captured into the graph, read after each replay), `count`
-    (no times: tells the LaunchCounter each op's part) or `off`."""
+    """Per-part times and launches of one step, by mode: `eager`, `graph` (events in the graph),
+    `count` or `off`."""
 
     def __init__(self, torch, cuda: bool, mode: str = "eager", counter=None):
         self.torch, self.cuda, self.mode, self.counter = torch, cuda, mode, counter
@@ -44,8 +43,8 @@ class PartClock:
             self.counter.add(n)
 
     def collect(self) -> dict[str, float]:
-        """Return ms per part name (summed over layers); reset for the next step, except in
-        graph mode, whose events belong to the graph and are read again after every replay."""
+        """Return ms per part (summed over layers); reset, except graph events, which every replay
+        reuses."""
         if self.cuda:
             self.torch.cuda.synchronize()
         out: dict[str, float] = {}

@@ -2,11 +2,8 @@
 GPU at hand and composed from the shipped fit (tools/gpu.sh engine-step):
 `python -m tilesweep.measure.step.engine_check OUT [--layout=tpT-ppP-epE] [OVERRIDES...]`.
 
-The configured model's depth-reduced step runs at TP1 (or one emulated rank of the layout) at
-batches 1, 8 and 32, lean and then with the engine's extra kernels (measure.step.extras); each
-row is composed from deployment.fit_file (compose_for). OUT/engine_step.csv holds per kernel list
-and batch the measured p10/p50/p90, kernels per layer, the composed time and its error, and engine
-over lean; a failure is a row with its reason, and the CSV is always written."""
+TP1 (or one emulated rank) at BATCHES, lean then with the engine's extras; OUT/engine_step.csv
+is always written, a failure as a row with its reason."""
 
 from __future__ import annotations
 
@@ -45,8 +42,8 @@ SHOWN = _LISTS["SHOWN"]
 
 
 def layout_override(layout: str) -> str:
-    """Return the grid.layouts override of one layout named tpT-ppP-epE; raise ValueError for
-    another name."""
+    """Return the grid.layouts override of a layout named tpT-ppP-epE; raise ValueError
+    otherwise."""
     match = _LAYOUT_NAME.fullmatch(layout)
     if not match:
         raise ValueError(f"--layout={layout!r}: name a layout tpT-ppP-epE (e.g. tp8-pp1-ep1)")
@@ -55,8 +52,8 @@ def layout_override(layout: str) -> str:
 
 
 def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootSettings, str]:
-    """Return (the composed settings, the whole-step cell of the layout at BATCHES), as the
-    sweep's bench_layout job would get it."""
+    """Return (settings, the layout's whole-step cell at BATCHES) as a bench_layout job gets
+    them."""
     sweep = Sweep([layout_override(layout), *OVERRIDES, *overrides], None)
     cell = json.loads(sweep.layout_step_cell(layout))
     cell["batches"] = list(BATCHES)
@@ -64,8 +61,8 @@ def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootS
 
 
 def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
-    """Return the check rows of the measured steps, composed from deployment.fit_file for the
-    device that ran them (compose_for), with no collectives (TP1, or one rank run alone)."""
+    """Return the measured steps' check rows composed from deployment.fit_file, with no
+    collectives."""
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
     return compose_for(steps, fit, settings.model, settings.catalog)
 
@@ -77,10 +74,8 @@ def compose_for(
     catalog: dict[str, HardwareSpec],
     attention=None,
 ) -> pd.DataFrame:
-    """Return plan.calibration.step_check's rows of measured steps composed from `fit` for the
-    GPU that ran them (composed_for says how): the fit's own device on its measured figures,
-    another GPU of conf/hardware on both datasheets (deployment_verdict.fit_on_datasheet), a GPU
-    conf/hardware lacks on the fit's device, with a gap."""
+    """Return step_check's rows composed from `fit` for the GPU that ran them (composed_for says
+    how)."""
     ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
     device = str(ran.iloc[0]) if len(ran) else fit["device"]
     here = catalog_name(device, catalog)
@@ -106,8 +101,8 @@ def compose_for(
 
 
 def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
-    """Return the output table: each measured row with its composed time, and each list's step
-    over the lean step's at the same batch (measured and composed)."""
+    """Return each measured row with its composed time, and each list over lean at the same
+    batch."""
     out = steps.copy()
     if not check.empty:
         keep = check[
@@ -169,8 +164,8 @@ def run(out: Path, overrides: list[str], layout: str = LAYOUT) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the check (argv: OUT [--layout=NAME] [OVERRIDES...]), print a short table; 0 once the
-    CSV is written."""
+    """Run the check (argv: OUT [--layout=NAME] [OVERRIDES...]); return 0 once the CSV is
+    written."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print(" ".join(__doc__.splitlines()[2:4]).strip(), file=sys.stderr)

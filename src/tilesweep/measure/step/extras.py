@@ -1,19 +1,5 @@
-"""An engine's small kernels in the measured whole step (bench.step_kernel_list=engine).
-
-The deployment's engine lists, per decode layer and per step, kernels the lean step does not run
-(plan.engine_profile.extra_kernels: quantisation, rotary, cache writes, pads, sampling,
-metadata). With `engine` the step launches them too, inside the same CUDA graph, at the layer's
-activation size:
-
-- a `quant` kernel runs as an fp8 per-token-group quantisation of the layer's normalised input
-  (kernels.token_group_quant), as the engines quantise before each fp8 GEMM;
-- any other runs as one copy of that input (n x hidden bf16; at least the bytes of a rotary, a
-  cache write of one token or a pad of the routing ids at decode).
-
-A layer's extras run after its attention input norm (part `engine_extra`), the per-step ones once
-per micro-batch after the LM head (`engine_extra_step`); a count that is not whole is spread over
-the layers (spread). The row records the counts as listed and as run; the check composes the
-counts as run."""
+"""An engine's small kernels in the measured whole step (bench.step_kernel_list=engine): a `quant`
+runs as kernels.token_group_quant, any other as one copy of the layer's input, in the same graph."""
 
 from __future__ import annotations
 
@@ -39,17 +25,15 @@ def half_up(x: float) -> int:
 
 
 def spread(count: float, layers: int) -> list[int]:
-    """Return the kernels each of `layers` layers runs for a listed count per layer: the whole
-    part on every layer, one more on the first k, the total the nearest whole number to
-    count x layers (halves up)."""
+    """Return kernels per layer for a count per layer: the whole part each, one more on the first
+    k."""
     base = math.floor(count)
     more = half_up(count * layers) - base * layers
     return [base + (1 if i < more else 0) for i in range(layers)]
 
 
 def standin(kernel: Kernel) -> str:
-    """Return the stand-in a listed kernel runs as: QUANT where its name names a quantisation,
-    else COPY."""
+    """Return the stand-in a listed kernel runs as: QUANT for a quantisation, else COPY."""
     return QUANT if "quant" in kernel.name.lower() else COPY
 
 
@@ -59,10 +43,8 @@ def short_version(engine: dict) -> str:
 
 
 def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -> dict:
-    """Return the engine's extra kernels as a stage of `dense` then `moe` layers runs them:
-    {label, layers: [{quant, copy}] per layer in order, step: {quant, copy}, listed: {where:
-    count per layer (per step)}, run: {where: mean per layer of that type as run}}; raise
-    ValueError where the engine lists no kernels for the model (plan.engine_profile)."""
+    """Return the engine's extra kernels for `dense` then `moe` layers ({label, layers, step,
+    listed, run}); raise ValueError where the engine lists none for the model."""
     # The spec's engine and model are JSON (its rerun key): validated again to be read typed.
     typed = EngineSettings.model_validate(engine) if engine else None
     kernels = extra_kernels(typed, ModelSettings.model_validate(model), weight_dtype)
@@ -111,8 +93,7 @@ def row_columns(expanded: dict) -> dict:
 
 
 def kernels_per_layer(launches: dict[str, int], layers: int, micro_batches: int) -> float:
-    """Return the kernels one layer launches in a step, the mean over its layers: the step's
-    launches less those outside its layers (STEP_PARTS), over layers x micro-batches run."""
+    """Return the mean kernels one layer launches in a step (STEP_PARTS excluded)."""
     if not layers or not micro_batches:
         return math.nan
     inside = sum(n for part, n in launches.items() if part not in STEP_PARTS)
@@ -120,8 +101,7 @@ def kernels_per_layer(launches: dict[str, int], layers: int, micro_batches: int)
 
 
 def launch(rank, x, counts: dict, clock, part: str) -> None:
-    """Launch the stand-ins of `counts` ({quant, copy}) on x [n, hidden] (contiguous), timed as
-    `part`; their outputs are dropped, as only their launches and bytes are measured."""
+    """Launch the stand-ins of `counts` on x, timed as `part`; outputs dropped."""
     torch = rank.torch
     if not counts[QUANT] and not counts[COPY]:
         return

@@ -1,5 +1,5 @@
-"""How the whole step is measured on a StepRank: warm-up, launches per part, the whole step
-timed eagerly and, on a GPU, as a captured CUDA graph, and the parts timed on separate repeats."""
+"""How a StepRank's whole step is measured: warm-up, launch counts, eager and graphed step times,
+part times."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from tilesweep.measure.step.shapes import micro_batches
 
 
 def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
-    """Return whole-step times (the slowest rank's), part times, launches per part and a
-    finiteness check. On a GPU in graph mode the step is captured in a CUDA graph, as the
-    engines run decode, and its replays are timed; the eager step is timed beside it."""
+    """Return step times (slowest rank), part times, launches per part and a finiteness check for
+    one batch."""
     torch = rank.torch
     short = rank.fits(batch)
     if short:
@@ -85,10 +84,8 @@ def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], in
 def time_steps(
     rank, mbs: list[dict], slot: int, repeats: int, graph, front: bool = True
 ) -> tuple[list, int, int]:
-    """Return (the slowest rank's ms per step over repeats, next slot, samples whose launch may
-    be in the time): graph replays when a graph is given, else eager steps. A replay is fronted
-    by a GPU-side wait, so a sample is the GPU's time alone (unfronted, it holds the CPU's launch
-    of the graph: a few to ~90 us on the H200); eager steps are never fronted."""
+    """Return (slowest rank's ms per step, next slot, samples that may hold the CPU's launch);
+    replays are fronted by a GPU-side wait, eager steps never."""
     torch = rank.torch
     off = PartClock(torch, rank.cuda, mode="off")
     times, exposed = [], 0
@@ -119,9 +116,8 @@ def time_steps(
 
 
 def capture(rank, mbs: list[dict], slot: int):
-    """Return (the step's graph, the same step's graph with timing events around every part,
-    the clock holding those events, next slot), captured after warm-up steps on a side stream
-    as torch asks."""
+    """Return (step graph, timed-parts graph, its clock, next slot), captured on a side stream after
+    warm-up."""
     torch = rank.torch
     off = PartClock(torch, True, mode="off")
     side = torch.cuda.Stream(rank.device)

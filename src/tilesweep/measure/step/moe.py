@@ -1,5 +1,5 @@
-"""The feed-forward part of one layer in the whole step: the dense FFN, or the MoE (router,
-permute, EP dispatch, expert GEMMs, combine, shared expert), on a StepRank."""
+"""One layer's feed-forward in the whole step: dense FFN or MoE (router, permute, EP dispatch,
+experts, combine)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,7 @@ def ffn(rank, x, layer: dict, mb: dict, index: int, clock: PartClock):
 
 
 def gated(rank, gu, clock: PartClock, out=None):
-    """Return silu(gate) x up of gu = [gate | up]: one fused kernel on a GPU (the engines'
-    silu_and_mul), else torch's silu and mul."""
+    """Return silu(gate) x up of gu = [gate | up]: one fused kernel on a GPU, else torch."""
     torch = rank.torch
     if rank.fused:
         # triton (via kernels.step_fused): this module loads without it
@@ -66,9 +65,8 @@ def gated(rank, gu, clock: PartClock, out=None):
 
 
 def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
-    """Run the routed experts through the fused step runner's kernel (its `invoke`, set up by
-    StepRunner.fused_setup); return the combined output per token (EP: None, combined after the
-    all-to-all)."""
+    """Return the fused runner's combined expert output per token (EP: None, combined after the all-
+    to-all)."""
     f = mb["fused"]
     ep1 = rank.layout["ep"] == 1
     a = x if ep1 else mb["recv"]
@@ -95,8 +93,8 @@ def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
 
 
 def combine(rank, x, mb: dict, clock: PartClock):
-    """Return the routed rows brought back (EP: all-to-all) and summed per token with their
-    routing weights."""
+    """Return the routed rows brought back (EP: all-to-all) and summed per token by routing
+    weight."""
     torch, dist = rank.torch, rank.dist
     if rank.ep_group is not None:
         with clock.part("combine"):

@@ -1,5 +1,4 @@
-"""One rank of the measured whole step: its place in the layout, its process groups, its share
-of the weights, and one decode step over its micro-batches (layers, LM head, PP hand-offs)."""
+"""One rank of the measured whole step: its layout place, groups, weights and one decode step."""
 
 from __future__ import annotations
 
@@ -65,8 +64,8 @@ class StepRank:
         self.final_norm, self.lm_head = weights.get("final_norm"), weights.get("lm_head")
 
     def use_kernel_list(self, name: str) -> None:
-        """Run the lean step (`lean`) or the lean step plus the engine's extra kernels
-        (`engine`: the spec's step.engine_list) from the next step on."""
+        """Run the `lean` step, or it plus the engine's extra kernels (`engine`), from the next step
+        on."""
         self.extras = self.step_spec["engine_list"] if name == step_extras.ENGINE else None
 
     def micro_batch(self, n: int) -> dict:
@@ -114,9 +113,8 @@ class StepRank:
                 h.add_(pending)
 
     def _add_norm(self, h, y, weight, clock: PartClock, part: str = "norms"):
-        """Return RMSNorm(h + y) x weight, y added into h first (none: the norm alone), timed
-        as `part`: one fused kernel on a GPU (the engines' fused_add_rms_norm), else torch's add
-        (as `residual`) and rms_norm."""
+        """Return RMSNorm(h + y) x weight timed as `part` (one fused kernel on a GPU; y None: the
+        norm alone)."""
         torch = self.torch
         if self.fused:  # one kernel: with y added first, or (the first norm) without
             # triton (via kernels.step_fused): this module loads without it
@@ -133,8 +131,8 @@ class StepRank:
             return rms(torch, h, weight)
 
     def _lm_head(self, h, pending, mb: dict, clock: PartClock) -> None:
-        """Pick each sequence's next token from the last stage's output into mb["ids"] (TP:
-        the best over the vocabulary shards); `pending`: an FFN output still to add into h."""
+        """Pick each sequence's next token into mb["ids"] (TP: best over shards); `pending`: FFN
+        output to add."""
         torch = self.torch
         xn = self._add_norm(h, pending, self.final_norm, clock, "lm_head")
         with clock.part("lm_head"):

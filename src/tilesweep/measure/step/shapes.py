@@ -20,8 +20,8 @@ def micro_batches(batch: int, layout: dict) -> list[int]:
 
 
 def emulated_rank(layout: dict) -> int:
-    """Return the rank a one-rank emulation runs: the first rank of the last pipeline stage,
-    which holds the LM head (the busiest stage of a depth-reduced step)."""
+    """Return the rank a one-rank emulation runs: the last stage's first rank (it holds the LM
+    head)."""
     return (layout["pp"] - 1) * layout["tp"] * layout["ep"]
 
 

@@ -23,8 +23,8 @@ def random_bf16(torch, shape: tuple, device, gen):
 
 
 class WeightMaker:
-    """Makes one rank's weights on its device: from the rank's own generator, or from the
-    generator every rank shares (for weights all ranks hold alike)."""
+    """Makes a rank's weights: from its own generator, or the shared one for weights all ranks
+    hold."""
 
     def __init__(self, torch, device, gen, shared_gen):
         self.torch, self.device, self.gen, self.shared_gen = torch, device, gen, shared_gen
@@ -43,12 +43,8 @@ class WeightMaker:
 
 
 def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
-    """Return one layer's attention weights on a rank: its heads' share under TP.
-
-    MLA's projections that read the same input are one weight, as engines merge them (their
-    fused_qkv_a_proj): `x_proj` = q_a | kv_a (| the DSA indexer's key and head weights) read the
-    layer's input, `qlat_proj` = q_b (| the indexer's query) read the normalised q latent; `widths`
-    says where each output lies. The indexer's weights are whole on every TP rank."""
+    """Return one layer's attention weights on a rank (its heads under TP); projections reading one
+    input are merged as engines do (`x_proj`, `qlat_proj`; `widths` places each)."""
     a, hidden = model["attention"], model["hidden"]
     heads = max(1, a["heads"] // tp)
     if a["kind"] == "mla":
@@ -78,8 +74,8 @@ def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
 def stage_weights(
     make: WeightMaker, model: dict, layout: dict, step: dict, first: bool, last: bool
 ) -> dict:
-    """Return a rank's weights: `layers` (its stage's dense then MoE layers), and `embed` on the
-    first stage, `final_norm` and `lm_head` (split over the vocabulary) on the last."""
+    """Return a rank's `layers`, plus `embed` on the first stage and `final_norm`, `lm_head` on the
+    last."""
     hidden, tp, ep = model["hidden"], layout["tp"], layout["ep"]
     layers = []
     kinds = ["dense"] * step["dense_layers"] + ["moe"] * step["moe_layers"]
