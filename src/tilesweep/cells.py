@@ -33,8 +33,7 @@ def _write(
     inputs: str | None = None,
     files: dict[str, str] | None = None,
 ) -> None:
-    """Write a cell's bytes, then its record, each atomically; `inputs`: a join's content key,
-    `files`: SHA-256 of files beside it."""
+    """Write a cell's bytes, then its record, each atomically."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     record = {
@@ -79,8 +78,7 @@ def read_cell_bytes(path: str | os.PathLike) -> bytes:
 def write_cell_json(
     path: str | os.PathLike, record: dict, inputs: str | None = None, files: list[str] = ()
 ) -> None:
-    """Write one cell's JSON (indented, keys sorted) with its record and the SHA-256 of `files`
-    beside it."""
+    """Write one cell's JSON with its record (and SHA-256 of `files` beside it)."""
     data = (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode()
     folder = Path(path).parent
     sums = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files}
@@ -88,8 +86,7 @@ def write_cell_json(
 
 
 def damage(path: str | os.PathLike) -> str | None:
-    """Return what is wrong with a cell (missing, no record, other size or content), None when
-    nothing."""
+    """Return what is wrong with a cell, None when nothing is."""
     path = Path(path)
     if not path.exists():
         return "missing"
@@ -128,8 +125,7 @@ def _companion_damage(path: Path, files: object) -> str | None:
 
 
 def _checked_bytes(path: str | os.PathLike) -> tuple[bytes, dict | None]:
-    """Return a cell's bytes and record (None for a file without one), or raise CellError naming the
-    fault."""
+    """Return a cell's bytes and record, or raise CellError naming the fault."""
     if Path(path).exists() and not Path(path).is_file():
         raise CellError(f"{path}: not a plain file (a folder, a pipe or a device)")
     if Path(path).exists() and not summary_path(path).exists():
@@ -176,8 +172,7 @@ def concat_cells(paths: list[str]) -> pd.DataFrame:
 
 
 def content_key(paths: list[str]) -> str:
-    """Return a key of the files' contents: each path with its record's SHA-256, else its own, else
-    "missing"."""
+    """Return a key of the files' contents (record SHA-256, else the file's own)."""
     digest = hashlib.sha256()
     for path in sorted(os.path.normpath(p) for p in paths):
         try:
@@ -192,8 +187,7 @@ def content_key(paths: list[str]) -> str:
 
 
 def stale_join(output: str | os.PathLike, paths: list[str]) -> tuple[str, str] | None:
-    """Return (output, why) when a join's recorded `inputs` key differs from its inputs' content_key
-    now (mtimes cannot say: a restored table is newer); else None."""
+    """Return (output, why) when a join's recorded inputs key differs from now's."""
     if damage(output) is not None:
         return None
     try:
@@ -206,8 +200,7 @@ def stale_join(output: str | os.PathLike, paths: list[str]) -> tuple[str, str] |
 
 
 def rebuild_lines(found: list[tuple[str, str]], named: int = 5) -> list[str]:
-    """Return lines naming every output to rebuild: the first `named` one each, the rest by
-    fault."""
+    """Return lines naming every output to rebuild, past `named` grouped by fault."""
     lines = [f"{path}: {why}; its job reruns" for path, why in found[:named]]
     rest: dict[str, list[str]] = {}
     for path, why in found[named:]:
@@ -218,8 +211,7 @@ def rebuild_lines(found: list[tuple[str, str]], named: int = 5) -> list[str]:
 
 
 def damaged(paths: list[str], joined_exist: bool) -> list[tuple[str, str]]:
-    """Return (path, fault) of each planned cell to rebuild (missing ones only once tables
-    exist)."""
+    """Return (path, fault) of each planned cell to rebuild."""
     out = []
     for path in paths:
         why = damage(path)

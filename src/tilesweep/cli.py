@@ -128,8 +128,7 @@ def _verdict_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def verdict_command(args: argparse.Namespace) -> int:
-    """Run `tilesweep verdict`: print the answer card, write tables to --out; return the exit
-    status."""
+    """Run `tilesweep verdict`; return the exit status."""
     import pandas as pd
 
     if args.top < 0:

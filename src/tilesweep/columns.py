@@ -149,8 +149,7 @@ def consistency_columns(reader: str) -> list[str]:
 def fastest_runner(
     frame: pd.DataFrame, by: Sequence[str] = (), time: str = "time_ms"
 ) -> pd.DataFrame:
-    """Return the fastest correct row per `by` group; ties go to runner, then kernel, in name
-    order."""
+    """Return the fastest correct row per `by` group (ties by runner, then kernel)."""
     by = list(by)
     if frame.empty or time not in frame or "status" not in frame:
         return frame.iloc[0:0].copy() if not frame.empty else pd.DataFrame(columns=[*by, time])

@@ -17,8 +17,7 @@ COMMAND_KEYS = {
 
 
 def check_command_config(config: dict) -> None:
-    """Raise ConfigError for a `--config` key not in COMMAND_KEYS, or a non-string example or
-    device."""
+    """Raise ConfigError for a `--config` key or value this command does not take."""
     for key, value in config.items():
         if key not in COMMAND_KEYS:
             hint = f"; write overrides='[\"{key}={value}\"]'" if key in _SETTING_KEYS else ""

@@ -35,8 +35,7 @@ FIGURE_GROUPS = ("model", "hardware", "deployment", "engine")
 def compose_groups(
     choices: dict[str, str], overrides: tuple[str, ...], conf_dir: Path | None = None
 ) -> RootSettings:
-    """Return the settings of `overrides` with the FIGURE_GROUPS options `choices` names, each read
-    from its file (far cheaper than a Hydra compose each)."""
+    """Return the settings of `overrides` with the FIGURE_GROUPS options `choices` names."""
 
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     _check_group_choices([f"{g}={v}" for g, v in choices.items()], conf_dir)
@@ -69,8 +68,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | None =
 
 
 def _compose_raw(overrides: list[str] | tuple[str, ...], conf_dir: Path) -> dict:
-    """Return conf_dir's Hydra composition, resolved, with the hardware catalog, before
-    validation."""
+    """Return conf_dir's Hydra composition with the catalog, before validation."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -115,8 +113,7 @@ DERIVED_GROUPS = ("engine", "deployment")
 
 
 def _check_chosen_files(raw: dict, choices: dict) -> None:
-    """Raise ConfigError for an engine option whose `name` is not its file's (it would borrow a
-    label)."""
+    """Raise ConfigError for an engine option whose `name` is not its file's."""
     option = choices.get("engine")
     engine = raw.get("engine")
     name = engine.get("name") if isinstance(engine, dict) else None
@@ -192,8 +189,7 @@ def _hardware_spec(path: Path) -> object:
 
 
 def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
-    """Return the composed config as the settings object; raise ConfigError naming the first bad
-    key."""
+    """Return the config as the settings object; raise ConfigError naming a bad key."""
     gpu_archs.architectures()  # conf/architectures.yaml: a broken table is one line here
     checked = config_checks.check_settings(settings)
     question.validate(checked.question, checked.catalog)
@@ -207,8 +203,7 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
 
 
 def check_conf_files(conf_dir: Path) -> None:
-    """Raise ConfigError naming a conf/ file Hydra must not read: not plain, dangling, an alias
-    bomb, emptied, or a root without defaults."""
+    """Raise ConfigError naming a conf/ file Hydra must not read."""
     for folder, _, names in os.walk(conf_dir):
         for name in sorted(names):
             path = Path(folder) / name

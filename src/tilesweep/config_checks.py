@@ -15,8 +15,7 @@ from tilesweep.settings.strict import Refused
 
 
 def check_settings(settings: dict) -> RootSettings:
-    """Return the composed config as the settings object (catalog first, each backend section by its
-    own model); raise ConfigError naming the first bad key."""
+    """Return the config as the settings object; raise ConfigError naming a bad key."""
     for name, spec in settings["catalog"].items():
         _check_cc(check(HardwareSpec, spec, f"hardware[{name}]"), f"hardware[{name}]")
     _registry()  # every backend registers its section's model before the root validates
@@ -35,8 +34,7 @@ def _registry():
 
 
 def _check_cc(spec: HardwareSpec, where: str) -> None:
-    """Raise ConfigError where a hardware spec's arch or compute capability disagrees with
-    conf/architectures.yaml."""
+    """Raise ConfigError where a spec's arch or cc disagrees with architectures.yaml."""
     table = gpu_archs.architectures()
     row = table.get(spec.arch.removesuffix("a"))
     if row is None:
@@ -52,8 +50,7 @@ def _check_cc(spec: HardwareSpec, where: str) -> None:
 
 
 def check_runners(settings: RootSettings) -> None:
-    """Raise ConfigError when no backend builds kernels, step_runner has no backend, or a backend
-    refuses its section."""
+    """Raise ConfigError for runners or backend sections that cannot make a sweep."""
     backends = _registry()
     if not any(b.builder for b in backends.enabled(settings)):
         builders = [b.name for b in backends.builders()]
@@ -107,8 +104,7 @@ def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _engine_families(folder: str, name: str) -> frozenset | None:
-    """Return the model families an engine file lists kernels for, or None where there is no such
-    mapping."""
+    """Return the model families an engine file lists kernels for, or None."""
     path = Path(folder) / f"{name}.yaml"
     if not path.is_file():
         return None
@@ -145,8 +141,7 @@ def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
 
 
 def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
-    """Raise ConfigError for a cited figure given twice or whose layout its model cannot split
-    into."""
+    """Raise ConfigError for a cited figure repeated or of an impossible layout."""
     from omegaconf import OmegaConf
 
     seen: list[dict] = []

@@ -33,16 +33,14 @@ class CellError(ValueError):
 
 
 def unexpected(err: BaseException, trace: str | Path | None = None) -> str:
-    """Return the one line for an unexpected error, its full trace added to `trace` or a temp file
-    it names."""
+    """Return the one line for an unexpected error, naming where its trace went."""
     where = keep_trace(err, trace)
     where = f"the full trace: {where}" if where else "no trace file could be written"
     return f"unexpected error, {last_line(err)} (a bug, or the installed package changed; {where})"
 
 
 def keep_trace(err: BaseException, trace: str | Path | None = None) -> str | None:
-    """Return where `err`'s full trace was added (`trace`, else a temp file), None where none was
-    written."""
+    """Return where `err`'s full trace was added, None where none was written."""
     text = "".join(traceback.format_exception(err))
     try:
         if trace is None:
@@ -60,8 +58,7 @@ def keep_trace(err: BaseException, trace: str | Path | None = None) -> str | Non
 
 
 def tool_main(name: str, main) -> int:
-    """Run a tools/ script's main; return its exit status, any error as one line, never a
-    traceback."""
+    """Run a tools/ script's main; return its exit status, errors as one line."""
     try:
         return int(main() or 0)
     except ConfigError as exc:
@@ -80,8 +77,7 @@ _YAML_AT = re.compile(r'in "(.+)", line (\d+), column \d+')
 
 
 def one_line(exc: Exception) -> str:
-    """Return the first meaningful line of a Hydra/OmegaConf error (a YAML error: file and line
-    first)."""
+    """Return the first meaningful line of a Hydra/OmegaConf error."""
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     head = lines[0] if lines else type(exc).__name__

@@ -69,8 +69,7 @@ def _records(path: Path) -> list[tuple[str, str]]:
 
 
 def _not_a_record(path: Path) -> str | None:
-    """Return why a record path cannot be read (never opened: it could block), or None for a plain
-    file."""
+    """Return why a record path cannot be read (never opened), else None."""
     if path.is_dir():
         return "a folder where the record goes"
     if path.is_symlink() and not path.exists():
@@ -97,8 +96,7 @@ def _file_rows(path: Path, recorded: bool, statuses: set[str] | None) -> list[di
 
 
 def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame:
-    """Return (path, status, reason) per failed row of the per-cell outputs, launch checks left
-    out."""
+    """Return (path, status, reason) per failed row of the per-cell outputs."""
     results = Path(results)
     # A run whose outputs carry .sum records (a sweep's since tilesweep keeps them): one of its
     # outputs without its record was replaced or cut short after its job (the plan reruns it).

@@ -25,8 +25,7 @@ class Architecture:
 
 
 def load(path: Path = TABLE_FILE) -> dict[str, Architecture]:
-    """Return {arch: Architecture} from the table file; raise ConfigError naming the file, row and
-    key."""
+    """Return {arch: Architecture} from the table file; raise ConfigError if bad."""
     from omegaconf import OmegaConf
 
     where = f"conf/{path.name}"
@@ -68,8 +67,7 @@ def architectures() -> dict[str, Architecture]:
 
 
 def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:
-    """Return the operand types `arch`'s tensor cores run (else the newest listed at or below
-    `cc`)."""
+    """Return the operand types the tensor cores of `arch` (cc `cc`) run."""
     table = architectures()
     if arch in table:
         return table[arch].tensor_dtypes
@@ -78,8 +76,7 @@ def tensor_dtypes(arch: str, cc: int) -> tuple[str, ...]:
 
 
 def first(dtype: str) -> tuple[str, int]:
-    """Return (arch, cc) of the oldest listed architecture running `dtype`; raise LookupError if
-    none."""
+    """Return (arch, cc) of the oldest listed architecture running `dtype`."""
     runs = [(spec.cc, a) for a, spec in architectures().items() if dtype in spec.tensor_dtypes]
     if not runs:
         raise LookupError(f"no architecture in {TABLE_FILE.name} runs {dtype} on its tensor cores")

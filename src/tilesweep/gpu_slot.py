@@ -16,8 +16,7 @@ from tilesweep.provenance import gpu_names
 
 @contextlib.contextmanager
 def gpu_slot(wait_s: float = 3600.0) -> Iterator[str | None]:
-    """Yield the GPU index this job holds (in CUDA_VISIBLE_DEVICES), or None: no GPU or SLURM
-    chose."""
+    """Yield the GPU index this job holds, or None where none is assigned here."""
     count = len(gpu_names())
     if count == 0 or os.environ.get("CUDA_VISIBLE_DEVICES"):
         yield None

@@ -40,8 +40,7 @@ def _plain(value: object) -> object:
 
 
 def check_size(settings: RootSettings) -> None:
-    """Raise ConfigError before any cell is made when the grid would plan more than max_jobs
-    jobs."""
+    """Raise ConfigError when the grid would plan more than max_jobs jobs."""
     grid, limit = settings.grid, settings.max_jobs
     if limit < 1:
         raise ConfigError(f"max_jobs={limit}: must be at least 1")

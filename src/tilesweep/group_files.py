@@ -19,8 +19,7 @@ _RESOLVED: dict[str, dict] = {}
 
 
 def group_file(conf_dir: Path, group: str, option: str) -> dict:
-    """Return conf_dir/group/option.yaml over its `defaults` files, resolved, as plain
-    containers."""
+    """Return conf_dir/group/option.yaml over its `defaults` files, resolved."""
     body, interpolates = _merged_file(Path(conf_dir), group, option)
     if not interpolates:
         return body

@@ -108,8 +108,7 @@ FORCE_FOLDER = PROJECT_ROOT / "docs" / "examples"
 
 
 def _tracked_refusal(resolved: Path, flag: str, shown: str, force: bool, what: str) -> None:
-    """Raise ConfigError where an output lies in tracked files (with `force`: outside
-    docs/examples)."""
+    """Raise ConfigError where an output lies in the checkout's tracked files."""
     tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
     inside = resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in tracked)
     if not inside:
@@ -180,8 +179,7 @@ def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
 
 
 def check_results_dir(path: str) -> Path:
-    """Return results_dir as a path, or raise ConfigError where a sweep there could overwrite kept
-    files."""
+    """Return results_dir as a path, or raise ConfigError in one line."""
     shown = _shown(str(path))
     if not str(path).strip():
         raise ConfigError("results_dir='': empty; name a folder (results by default)")

@@ -41,8 +41,7 @@ RULE_STAGES = {
 
 
 def _module_path(obj: object) -> str:
-    """Return the file defining obj's class: package-relative, or absolute for a plugin outside
-    it."""
+    """Return the file defining obj's class (absolute for a plugin)."""
     name = type(obj).__module__
     if name.startswith("tilesweep."):
         return str(Path(*name.split(".")[1:]).with_suffix(".py"))
@@ -93,8 +92,7 @@ class Sweep:
             raise ConfigError(f"bench.step_runner={runner!r}: {why}")
 
     def rule_code(self, rule: str, key: str | None = None) -> str:
-        """Return one rule's code hash (a param): its stage module, what that imports, and the
-        backend modules `key` (a build/launch job's backend, a decode job) runs."""
+        """Return one rule's code hash: its stage, imports and the modules it runs."""
         tuner = backends.rule_tuner(rule) if rule not in RULE_STAGES else None
         stage = tuner.rule_modules[rule] if tuner else RULE_STAGES[rule]
         registered = backends.registered()
@@ -212,8 +210,7 @@ class Sweep:
         return [self.path("decode", f"{name}.csv") for name in self.decode_jobs]
 
     def answer_decode_jobs(self) -> list[str]:
-        """Return the decode jobs timing the verdict's operand type; the others come after the
-        answer."""
+        """Return the decode jobs timing the verdict's operand type."""
         return [
             job
             for job, backend in self._decode_owner.items()
@@ -253,8 +250,7 @@ class Sweep:
         return [str(project_path(path))] if path and project_path(path).is_file() else []
 
     def step_batches(self) -> list[int]:
-        """Return the whole step's batches: the deployment's and the grid's tokens per expert as
-        sequences."""
+        """Return the whole step's batches: the deployment's and the grid's."""
         model = self.settings.model
         per_expert = {
             max(1, t * model.routed_experts // model.top_k)
@@ -263,8 +259,7 @@ class Sweep:
         return sorted(set(self.settings.deployment.batches) | per_expert)
 
     def layout_step_cell(self, layout: str) -> str:
-        """Return the canonical JSON of one whole-step job (on the CPU without the grid's
-        kernels)."""
+        """Return the canonical JSON of one whole-step job."""
         bench = self.settings.bench
         keep = ("warmup", "repeats", "cpu_repeats", "seed")
         kernels, inputs = {}, {}
@@ -314,8 +309,7 @@ class Sweep:
         return [self.path(p) for p in backends.tune_tables(self.settings, self.device.gpus)]
 
     def tuned_outputs(self) -> list[str]:
-        """Return everything the enabled tuners write here, keyed by backend under tune/ and
-        tuned/."""
+        """Return everything the enabled tuners write here, keyed by backend."""
         return [self.path(p) for p in backends.tune_outputs(self.settings, self.device.gpus)]
 
     def tune_settings_json(self) -> str:

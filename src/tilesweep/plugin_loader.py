@@ -23,8 +23,7 @@ class PluginError(ConfigError):
 
 
 def entries(value: str) -> list[str]:
-    """Return the module names a TILESWEEP_PLUGINS value lists; raise PluginError for a bad
-    entry."""
+    """Return the module names a TILESWEEP_PLUGINS value lists."""
     if not value.strip():
         return []
     names = []
@@ -52,8 +51,7 @@ def entries(value: str) -> list[str]:
 
 
 def load(value: str) -> None:
-    """Import every module a TILESWEEP_PLUGINS value lists; raise PluginError naming the failing
-    entry."""
+    """Import every module a TILESWEEP_PLUGINS value lists."""
     for entry in entries(value):
         try:
             importlib.import_module(entry)
@@ -94,8 +92,7 @@ def _missing(entry: str, name: str) -> str:
 
 
 def _failed(entry: str, err: BaseException) -> str:
-    """Return the line for a plugin whose import fails: the error, where, and the file with the
-    trace."""
+    """Return the line for a plugin whose own import fails."""
     said = last_line(err)
     if isinstance(err, SyntaxError) and err.filename:
         said, where = f"SyntaxError: {err.msg}", f"{err.filename}, line {err.lineno}"

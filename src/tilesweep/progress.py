@@ -47,8 +47,7 @@ _SIGNAL = re.compile(r"died with <Signals\.(\w+)")
 
 
 def failure_cause(message: str) -> str:
-    """Return why a job failed in a few words: `exit status N`, `killed by SIG`, else the last
-    line."""
+    """Return why a job failed in a few words (exit status, signal, last line)."""
     if found := _EXIT.search(message):
         return f"exit status {found.group(1)}"
     if found := _SIGNAL.search(message):
@@ -268,8 +267,7 @@ class Console(logging.Handler):
         return out
 
     def whole_run(self, now: float) -> str:
-        """Return the whole run's time left over the most jobs seen at once, and stages with no time
-        yet."""
+        """Return the whole run's time left ('' when none), stages unknown named."""
         work, unknown = 0.0, []
         for stage in self.stages.values():
             if stage.name in self.hidden or stage.complete:
@@ -314,8 +312,7 @@ def attach(
     hidden: Iterable[str] = ("all",),
     when_done: Mapping[str, Callable[[], list[str]]] | None = None,
 ) -> Console | None:
-    """Attach a Console for a real run of the main process, quieting per-job lines unless --verbose;
-    return it."""
+    """Attach a Console for a real main-process run; return it (None otherwise)."""
     settings = workflow.output_settings
     if not workflow.is_main_process or settings is None or settings.dryrun:
         return None

@@ -26,15 +26,13 @@ def jobs(n: int, noun: str = "job") -> str:
 
 
 def time_left(pending: int, running_ages: Iterable[float], mean_s: float, at_once: int) -> float:
-    """Return a stage's seconds left: pending jobs at the mean plus running jobs' remainders, over
-    those at once."""
+    """Return a stage's seconds left, over the most of its jobs seen at once."""
     work = pending * mean_s + sum(max(mean_s - age, 0.0) for age in running_ages)
     return work / max(at_once, 1)
 
 
 def recorded_job_times(metadata: str | os.PathLike) -> dict[str, list[float]]:
-    """Return per rule the job durations Snakemake recorded in `.snakemake/metadata`, one per
-    job."""
+    """Return per rule the job durations `.snakemake/metadata` recorded."""
     seen: set[tuple[str, float, float]] = set()
     times: dict[str, list[float]] = {}
     try:
@@ -84,8 +82,7 @@ class Stage:
         return f"{self.ended}/{self.total}{failed}"
 
     def estimate(self, now: float, earlier: list[float] | None) -> str:
-        """Return `~T left (why)` from this run's jobs, else earlier ones, else `no estimate
-        yet`."""
+        """Return `~T left (why)`, else `no estimate yet`."""
         if self.durations:
             times, where = self.durations, "this run"
         elif earlier:

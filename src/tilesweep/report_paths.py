@@ -58,8 +58,7 @@ def example_overrides(folder: str) -> list[str]:
 
 
 class Stage5:
-    """Where the verdict, figure and report steps read and write: a sweep's results, or a kept
-    example whose measured tables lie beside what is re-rendered (a tuner's part by its role)."""
+    """Where the verdict, figure and report steps read and write (sweep or example)."""
 
     def __init__(self, sweep, example: str | None = None):
         self.example = example
@@ -104,8 +103,7 @@ class Stage5:
 
     @property
     def per_cell(self) -> bool:
-        """Return whether the verdict reads per-cell outputs (a sweep) or joined tables (an
-        example)."""
+        """Return whether the verdict reads per-cell outputs (a sweep)."""
         return not self.example
 
     def verdict_inputs(self) -> dict[str, list[str]]:

@@ -77,8 +77,7 @@ def _statements(text: str) -> str:
 
 
 def _parse_imports(path: Path, whole: bool = False) -> set[Path]:
-    """Return _imports' answer from the import and DATA_FILES statements (the whole module if
-    needed)."""
+    """Return _imports' answer from the module's import and DATA_FILES statements."""
     text = path.read_text()
     try:
         tree = ast.parse(text if whole else _statements(text), str(path))
@@ -102,8 +101,7 @@ def _parse_imports(path: Path, whole: bool = False) -> set[Path]:
 
 
 def code_hash(*modules: str) -> str:
-    """Return a short content hash of package modules and every tilesweep module they import
-    (plugins: pass them in)."""
+    """Return a short content hash of modules and every tilesweep module they import."""
     todo = [PACKAGE_DIR / rel for rel in modules]
     seen: set[Path] = set()
     while todo:

@@ -18,8 +18,7 @@ _held: dict[str, int] = {}  # results folder -> the open descriptor that holds i
 
 
 def hold(results: str | os.PathLike) -> None:
-    """Take the results folder's lock for this process's life, or raise ConfigError naming its
-    holder."""
+    """Take the results folder's lock for this process, or raise ConfigError."""
     folder = Path(results)
     key = str(folder.resolve())
     if key in _held:

@@ -142,8 +142,7 @@ def parallel_compiles(jobs: int, device_check: bool) -> int:
 def account(
     cells: list[dict], workdir: Path, jobs: int = 1, *, device_check: bool = True
 ) -> list[dict]:
-    """Return one row per cell in order; device_check compiles each kernel body too (its
-    static_asserts fire)."""
+    """Return one row per cell; device_check compiles each kernel body too."""
     workdir = Path(workdir).resolve()
     include, nvcc = cutlass_include_dir(), find_nvcc()
     version = cutlass_version(include) if include else None

@@ -20,8 +20,7 @@ def _token_group_quant(x_ptr, q_ptr, s_ptr, cols, groups, fmax, eps, GROUP: tl.c
 
 
 def token_group_quant(torch, x, group: int = 128, eps: float = 1e-10, out_dtype=None):
-    """Return (fp8 values, fp32 scales per group); `out_dtype` for the CPU interpreter's fp8
-    rounding."""
+    """Return (fp8 values, fp32 scales per group) (`out_dtype`: for the CPU)."""
     n, cols = x.shape
     groups = triton.cdiv(cols, group)
     fp8 = torch.float8_e4m3fn

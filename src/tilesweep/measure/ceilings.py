@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 
 
 def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
-    """Return the best device copy GB/s (read + written) over eager, graphed and SM-kernel copies,
-    and its method."""
+    """Return the best copy GB/s (read + written) of eager, graphed and SM copies, and how."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -36,8 +35,7 @@ def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
 
 
 def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
-    """Return the read-only GB/s and its method: the faster of torch.sum and a Triton partial sum,
-    graphed."""
+    """Return the read-only GB/s and how: the faster of torch.sum and a Triton partial sum."""
     import torch
 
     device = "cuda" if cuda else "cpu"
@@ -110,8 +108,7 @@ GEMV_CALLS = 50
 
 
 def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
-    """Return (the graphed bf16 GEMV's fixed cost in us, the intercept over GEMV_WIDTHS; its
-    points)."""
+    """Return (a graphed bf16 GEMV's fixed us: the intercept over GEMV_WIDTHS, its points)."""
     import numpy as np
     import torch
 
@@ -140,8 +137,7 @@ OVERLAP_CALLS = 10
 
 
 def overlap_alpha(points: list[dict], fixed_us: float) -> float | None:
-    """Return the median over points of (us - fixed - max(mem, math)) / min(mem, math), clipped to
-    [0, 1]: 0 overlaps fully, 1 runs one after the other."""
+    """Return the median (us - fixed - max(mem, math)) / min(mem, math), clipped to [0, 1]."""
     alphas = []
     for p in points:
         low, high = sorted((p["mem_us"], p["math_us"]))
@@ -154,8 +150,7 @@ def overlap_alpha(points: list[dict], fixed_us: float) -> float | None:
 
 
 def _overlap(repeats: int, read_gbs: float, bf16_tflops: float | None, fixed_us: float) -> dict:
-    """Return {alpha, points, method}: memory/math overlap of graphed bf16 products near the
-    ridge."""
+    """Return {alpha, points, method}: memory/math overlap of bf16 products near the ridge."""
     import torch
 
     if not bf16_tflops:
@@ -198,8 +193,7 @@ SMALL_KERNELS = 240
 
 
 def _small_kernel_us(repeats: int) -> float:
-    """Return the us of one small graphed decode kernel (an engine list's `extra`), over a chain of
-    SMALL_KERNELS ops."""
+    """Return the us of one small graphed decode kernel (an engine list's `extra`)."""
     import torch
 
     x = torch.randn(SMALL_ROWS, SMALL_WIDTH, device="cuda", dtype=torch.bfloat16)
@@ -226,8 +220,7 @@ def _small_kernel_us(repeats: int) -> float:
 
 
 def _host_loop_us(repeats: int) -> dict:
-    """Return the host us a minimal serving loop (replay, GPU argmax, token to CPU, next input) adds
-    per graphed step: a lower bound of an engine's host term."""
+    """Return the host us a minimal serving loop adds per graphed step (a lower bound)."""
     import time
 
     import torch
@@ -274,8 +267,7 @@ def _host_loop_us(repeats: int) -> dict:
 
 
 def launch_us(cuda: bool, repeats: int) -> dict:
-    """Return a kernel's fixed cost in us: `graph_us` (graphed empty kernels), `fixed_us` (graphed
-    GEMV intercept) and `eager_us`."""
+    """Return a kernel's fixed us: `graph_us`, `fixed_us` (GEMV intercept) and `eager_us`."""
     import torch
 
     device = "cuda" if cuda else "cpu"

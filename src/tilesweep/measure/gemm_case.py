@@ -90,8 +90,7 @@ def rel_error(out, ref) -> float:
 
 
 def function_static_smem(function: int, lib=None) -> int:
-    """Return a loaded CUfunction's static shared memory in bytes (`lib`: libcuda or a stand-in);
-    raise RuntimeError if the driver fails."""
+    """Return a CUfunction's static shared memory in bytes; raise RuntimeError on failure."""
     import ctypes
 
     lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
@@ -125,8 +124,7 @@ def reserved_smem_per_block(lib=None) -> int:
 
 
 def launched_smem(dynamic: int, function: int | None, lib=None) -> dict:
-    """Return a launch's shared memory per block: dynamic, static, reserved and total (None, with
-    `smem_runtime_note`, where the driver cannot say)."""
+    """Return a launch's dynamic, static, reserved and total shared memory per block."""
     out = {"smem_runtime_dynamic_bytes": int(dynamic)}
     try:
         if function is None:
@@ -202,8 +200,7 @@ MAX_ROTATION_SETS = 8
 
 
 def _rotation_sets(weight_bytes: int, cuda: bool, l2_bytes: int | None) -> int:
-    """Return how many buffer sets to rotate so weights come from memory, not L2 (the most if L2 is
-    unknown)."""
+    """Return how many buffer sets to rotate so weights come from memory, not L2."""
     if not cuda:
         return 1
     if l2_bytes is None:

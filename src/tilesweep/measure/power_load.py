@@ -41,8 +41,7 @@ def quantiles(values: list[float]) -> dict:
 
 
 def sample_row(sampler: PowerSampler, seconds: float) -> dict:
-    """Return a load's power columns: watts and limit fraction percentiles, SM clock, throttling,
-    samples."""
+    """Return a load's power columns: watts, limit fraction, SM clock, throttling, samples."""
     power = [s[0] for s in sampler.samples]
     q = quantiles(power)
     limit = sampler.limit_w
@@ -198,8 +197,7 @@ def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) ->
 
 
 def reading_consistency(power: pd.DataFrame, frac: float, reader: str) -> pd.DataFrame:
-    """Return per load whether a reading of `frac` of the power limit lies in its p10..p90 band, and
-    how far off."""
+    """Return per load whether a reading of `frac` lies in its p10..p90 band, and how far."""
     columns = consistency_columns(reader)
     if power.empty or "status" not in power:
         return pd.DataFrame(columns=columns)

@@ -40,8 +40,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _agree(dist, cpu_group, value):
-    """Return every rank's value in rank order over gloo, so a failed capture never strands the
-    others."""
+    """Return every rank's value over gloo, so a failed capture never strands the others."""
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value, group=cpu_group)
     return values
@@ -50,13 +49,11 @@ def _agree(dist, cpu_group, value):
 def _graph_times(
     dist, torch, op, inside: bool, cpu_group, repeats: int, warmup: int, plan: dict
 ) -> dict:
-    """Return rank 0's {samples, calls_per_replay, status, reason} of op in CUDA graphs sized to
-    plan["fill_ms"]."""
+    """Return rank 0's {samples, calls_per_replay, status, reason} of op in CUDA graphs."""
     rank = dist.get_rank()
 
     def capture(calls: int):
-        """Return (graph, '') of `calls` ops, or (None, every rank's failure) when any capture
-        failed."""
+        """Return (graph, '') of `calls` ops, or (None, every rank's failure)."""
         graph, error = None, ""
         if inside:
             try:
@@ -131,8 +128,7 @@ def _time_one(
     plan: dict,
     cpu_group,
 ) -> dict | None:
-    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for one collective (None
-    elsewhere)."""
+    """Return rank 0's {samples, timing, calls_per_replay, status, reason} for op."""
     kind, nbytes, n = item["collective"], item["bytes"], item["group"]
     rank, world = dist.get_rank(), dist.get_world_size()
     device = f"cuda:{rank}" if cuda else "cpu"
@@ -166,8 +162,7 @@ def _time_one(
 
 
 def init_rank(rank: int, world: int, port: int, cuda: bool):
-    """Join the process group (NCCL on GPUs, gloo on CPU), multicast off; return torch and
-    torch.distributed."""
+    """Join the process group (NCCL or gloo); return torch and torch.distributed."""
     os.environ.update(SAFE_NCCL_ENV)
     import torch
     import torch.distributed as dist

@@ -40,8 +40,7 @@ def time_cpu(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]
 
 
 def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tuple[list[float], str]:
-    """Return ms per call over fronted graph replays of `fns` on rotating buffers, and the
-    method."""
+    """Return ms per call over fronted graph replays of `fns`, and the method."""
     import torch
 
     for _ in range(max(1, warmup)):
@@ -63,8 +62,7 @@ def time_gpu(fns: list[Callable[[], object]], repeats: int, warmup: int) -> tupl
 
 
 def capture_graph(fns: list[Callable[[], object]], capture_error_mode: str = "global"):
-    """Return a CUDAGraph of calls captured after a side-stream warm-up (`capture_error_mode` as
-    torch's)."""
+    """Return a CUDAGraph of calls, captured after a side-stream warm-up."""
     import torch
 
     graph = torch.cuda.CUDAGraph()
@@ -94,8 +92,7 @@ def front() -> None:
 
 
 def time_events(fn: Callable[[], object], repeats: int, fronted: bool = False) -> list[float]:
-    """Return ms per call of fn between CUDA events; `fronted`: behind a GPU-side wait (graph
-    replays only)."""
+    """Return ms per call of fn between CUDA events (`fronted`: graph replays only)."""
     import torch
 
     fn()
@@ -123,8 +120,7 @@ def calls_to_fill(single_ms: float, fill_ms: float, max_calls: int) -> int:
 def time_call(
     fn, repeats: int, warmup: int, graph: bool, max_calls: int = 1, fill_ms: float = 1.0
 ) -> dict:
-    """Return median/p10/p90 ms of fn: graph replays (up to max_calls calls each) or events on a
-    GPU, the clock on the CPU."""
+    """Return median/p10/p90 ms of fn: graph replays or events on a GPU, else the clock."""
     import torch
 
     calls = 1

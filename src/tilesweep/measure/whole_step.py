@@ -52,8 +52,7 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
 
 
 def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
-    """Return every rank's results over `world` processes; raise TimeoutError past timeout_s or
-    ProcessRaisedException."""
+    """Return every rank's results over `world` processes; raise past timeout_s."""
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_NCCL_ENV)
@@ -76,8 +75,7 @@ def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list
 
 
 def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
-    """Return a row per batch and kernel list: the step's p10/p50/p90 (slowest rank), part medians,
-    what ran."""
+    """Return a row per batch and kernel list: step percentiles, part medians, what ran."""
     label = measured_label(spec)
     rows = _list_rows(ranks, spec, layout_name, "batches", label, step_extras.lean_columns())
     step = spec["step"]
@@ -189,8 +187,7 @@ def _busiest_parts(samples_per_rank: list[list[dict]]) -> dict[str, float]:
 
 
 def launch_columns(result: dict, whole: list[float]) -> dict:
-    """Return `graph_launch_ms` (unfronted less fronted median; empty when eager) and
-    `launch_exposed`."""
+    """Return `graph_launch_ms` (unfronted less fronted median) and `launch_exposed`."""
     launched = result.get("launched_ms")
     if not launched:
         return {"graph_launch_ms": None, "launch_exposed": None}

@@ -103,8 +103,7 @@ class AttentionAlso(Section):
 
 
 class KernelFloor(Section):
-    """The least time a GEMM kernel's calls take at decode, from its kernel-level figures: a part of
-    `kind` composed below their sum takes the sum."""
+    """The least time a GEMM kernel's calls take at decode, from kernel-level figures."""
 
     kind: Literal["attention_proj", "shared_gemm", "dense_gemm"]
     # per call of the kernel in one occurrence of the part: its least cited time at decode

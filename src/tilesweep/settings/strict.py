@@ -13,8 +13,7 @@ from tilesweep.errors import ConfigError
 
 
 class Section(BaseModel):
-    """A config mapping: exact types, no other key, no NaN or infinity; `= None` fields refuse a
-    null."""
+    """A config mapping: exact types, no other key, no NaN or infinity, no null."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
@@ -53,8 +52,7 @@ def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
 
 
 def ascending(values: list, key: str, why: str, strictly: bool = True) -> list:
-    """Return values when each is above the one before (`strictly=False`: not below); else
-    refuse."""
+    """Return values when each is above (`strictly=False`: not below) the one before."""
     if any(b <= a if strictly else b < a for a, b in zip(values, values[1:], strict=False)):
         raise refuse(key, why, values)
     return values

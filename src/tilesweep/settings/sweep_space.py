@@ -32,8 +32,7 @@ class Tile(Section):
 
 
 class Layout(Section):
-    """One split over devices: tp x ep per pipeline stage pp; MoE layers split tp*ep as moe_split
-    says."""
+    """One split over devices: tp x ep per pipeline stage pp (MoE layers: moe_split)."""
 
     tp: AtLeastOne = Field(description="attention tensor-parallel degree")
     pp: AtLeastOne = Field(description="pipeline stages")

@@ -33,8 +33,7 @@ def logged(path: str | None) -> Iterator[logging.Logger]:
 
 @contextlib.contextmanager
 def job(smk) -> Iterator[None]:
-    """Run a workflow script's call as its Snakemake job: an error is one stderr line naming rule
-    and cause, its trace in the job's log, never a traceback."""
+    """Run a script's call as its job: an error is one line, its trace in the log."""
     trace = str(smk.log[0]) if len(smk.log) else f"{smk.output[0]}.trace.txt"
     try:
         yield

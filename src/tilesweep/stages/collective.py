@@ -101,8 +101,7 @@ def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _timed_row(item: dict, result: dict) -> dict:
-    """Return a collective's columns: its statistics, bandwidths and timing, or its status and
-    reason."""
+    """Return a collective's statistics and bandwidths, or its status and reason."""
     how = {"timing": result["timing"], "calls_per_replay": result["calls_per_replay"]}
     if result["status"] != "ok":
         return {**how, "status": result["status"], "reason": result["reason"]}
@@ -132,8 +131,7 @@ NO_COLLECTIVE = {
 
 
 def _run(plan: list[dict], world: int, bench: dict, cuda: bool) -> list[dict]:
-    """Return run_plan's result of each planned collective under the bench settings (fewer repeats
-    on CPU)."""
+    """Return run_plan's result of each planned collective (fewer repeats on CPU)."""
     repeats = bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
     return run_plan(
         plan,

@@ -50,8 +50,7 @@ def peak_for(ceilings: dict, dtype: str) -> tuple[float | None, str]:
 
 
 def _roof_columns(row: dict, dtype: str, ceilings: dict) -> dict:
-    """Return a row's roofline columns; without the dtype's peak those are empty and `roofline_gap`
-    says why."""
+    """Return a row's roofline columns (empty, with `roofline_gap`, without a peak)."""
     peak, gap = peak_for(ceilings, dtype)
     bw = ceilings["copy_gbs"]
     cols = {"ceiling_copy_gbs": bw, "ceiling_matmul_tflops": peak, "roofline_gap": gap}
@@ -175,8 +174,7 @@ def _read_progress(path: str) -> dict[tuple, dict]:
 def _runner_rows(
     where: tuple, runner: str, dtype: str, out, skip: str | None, progress: str, threads: int
 ) -> list[dict]:
-    """Return one runner's rows, measured in its own process under the job's time limit (a crash or
-    hang is the unmeasured cases' status), or `unsupported`."""
+    """Return one runner's rows, measured in its own process under the time limit."""
     backend, cell, ceilings, prov, cuda, log = where
     failure = None
     if skip is None:
@@ -237,8 +235,7 @@ def _bench_decode(
     log_path: str | None = None,
     threads: int = 1,
 ) -> pd.DataFrame:
-    """Time one decode job at every batch and routing, each runner in its own process; write the
-    table."""
+    """Time one decode job, each runner in its own process; write the table."""
     import tempfile
 
     import torch

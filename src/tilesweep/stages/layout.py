@@ -33,8 +33,7 @@ def _machine(world: int, bench: dict) -> tuple[bool, bool, str]:
 
 
 def model_as_run(model: dict, layout: dict, bench: dict, cuda: bool) -> dict:
-    """Return the model the step runs: as configured on a GPU, cut to step_cpu_experts and
-    step_cpu_vocab on the CPU."""
+    """Return the model the step runs (cut to step_cpu_* on the CPU)."""
     if cuda:
         return dict(model)
     experts = min(model["routed_experts"], bench["step_cpu_experts"] * layout["ep"])
@@ -134,8 +133,7 @@ _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
 def failure_reason(text: str) -> str:
-    """Return a rank traceback's last `SomeError: ...` line (CUDA appends advice), else its last
-    line."""
+    """Return a rank traceback's last `SomeError: ...` line, else its last line."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     named = [line for line in lines if _ERROR_LINE.match(line)]
     return (named or lines or [""])[-1]

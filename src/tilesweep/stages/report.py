@@ -49,8 +49,7 @@ NUMERIC = {
 
 
 def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
-    """Return each named table read from its files; a missing column or empty verdict raises
-    CellError."""
+    """Return each named table read from its files; raise CellError for a bad one."""
     out = {}
     for name in names:
         paths = list(inputs.get(name, []))
@@ -94,8 +93,7 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
 
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
-    """Return the report's provenance: renderer commit and versions, and when each table was
-    measured."""
+    """Return the report's provenance: renderer commit, versions, when measured."""
     out = {
         "commit": git_commit(str(PACKAGE_DIR)),
         "triton": package_version("triton"),

@@ -64,8 +64,7 @@ def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
 def attach_measured_launch(
     launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict[str, HardwareSpec]
 ) -> pd.DataFrame:
-    """Return the launch table with `measured_launch` and `measured_smem_bytes` where decode ran the
-    kernel on that device."""
+    """Return the launch table with what a real launch on each target showed."""
     launch = launch.copy()
     launch["measured_launch"] = None
     launch["measured_smem_bytes"] = None
@@ -135,8 +134,7 @@ def measured_tables(
 def write_tables(
     settings_json: str, inputs: dict[str, list[str]], outputs: dict, log_path: str | None = None
 ) -> None:
-    """Write each table (CSV, Parquet) and `provenance`, whose record holds the joined cells'
-    content key."""
+    """Write each table (CSV, Parquet) and `provenance`, each with its record."""
     settings = RootSettings.from_json(settings_json)
     with logged(log_path) as log:
         tables = measured_tables(settings, inputs)

@@ -35,14 +35,12 @@ def _ceilings(inputs: dict[str, list[str]]) -> dict:
 
 
 def _reader(per_cell: bool):
-    """Return what joins a named input's paths: each cell's own output (per_cell), or the joined
-    tables."""
+    """Return what joins a named input's paths: per-cell outputs or joined tables."""
     return concat_cells if per_cell else concat_tables
 
 
 def composer(inputs: dict[str, list[str]], per_cell: bool = False):
-    """Return (compose, decode, steps, collective, ceilings) from the joined tables or each cell's
-    output."""
+    """Return (compose, decode, steps, collective, ceilings) for the verdict."""
     read = _reader(per_cell)
     decode = read(list(inputs["decode"]))
     if "op" in decode:
@@ -82,8 +80,7 @@ def read_panel(path: str) -> dict | None:
 
 @dataclass(frozen=True)
 class StepJob:
-    """One verdict-step job: settings param (JSON), inputs, outputs, log, and whether it reads per
-    cell."""
+    """One verdict-step job: settings JSON, inputs, outputs, log, per_cell."""
 
     settings_json: str
     inputs: dict[str, list[str]]
@@ -134,8 +131,7 @@ def write_verdict(job: StepJob) -> None:
 
 
 def write_check(job: StepJob) -> None:
-    """Write the composition's check against every measured whole step (param:
-    check_settings_json)."""
+    """Write the check of the composition against every measured whole step."""
     reads = json.loads(job.settings_json)
     with logged(job.log_path) as log:
         check = deployment_fit.check_table(

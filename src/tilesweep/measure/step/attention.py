@@ -13,8 +13,7 @@ def rms(torch, x, w):
 
 
 def kernels_label(a: dict, fused: bool) -> str:
-    """Return what runs around the step's GEMMs (`step_kernels`): only kernels this model
-    launches."""
+    """Return what runs around the step's GEMMs (`step_kernels`) for this model."""
     mla, dsa = a["kind"] == "mla", bool(a.get("index_topk"))
     merged = "; projections sharing an input merged" if mla else ""
     if not fused:
@@ -79,8 +78,7 @@ def _index_top(torch, a: dict, xa: dict, iq, cache: dict, clock: PartClock, fuse
 
 
 def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool):
-    """Return MLA's absorbed attention output; projections sharing an input are one GEMM, read as
-    slices."""
+    """Return MLA's absorbed attention output (shared-input projections: one GEMM)."""
     n = x.shape[0]
     nope, rope, lat = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["kv_lora_rank"]
     heads = w["uk"].shape[0]

@@ -11,8 +11,7 @@ from tilesweep.measure.step.weights import random_bf16
 
 
 def _cache_shapes(a: dict, n: int, ctx: int, tp: int) -> dict[str, tuple]:
-    """Return one layer's KV cache shapes for n sequences of ctx tokens (MLA latent or GQA K and
-    V)."""
+    """Return one layer's KV cache shapes for n sequences of ctx tokens."""
     if a["kind"] == "mla":
         shapes = {"lat": (n, ctx, a["kv_lora_rank"] + a["qk_rope_head_dim"])}
         if a.get("index_topk"):

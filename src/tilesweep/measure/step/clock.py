@@ -7,8 +7,7 @@ import time
 
 
 class PartClock:
-    """Per-part times and launches of one step, by mode: `eager`, `graph` (events in the graph),
-    `count` or `off`."""
+    """Per-part times and launches of one step: `eager`, `graph`, `count` or `off`."""
 
     def __init__(self, torch, cuda: bool, mode: str = "eager", counter=None):
         self.torch, self.cuda, self.mode, self.counter = torch, cuda, mode, counter
@@ -43,8 +42,7 @@ class PartClock:
             self.counter.add(n)
 
     def collect(self) -> dict[str, float]:
-        """Return ms per part (summed over layers); reset, except graph events, which every replay
-        reuses."""
+        """Return ms per part; reset, except graph events, which replays reuse."""
         if self.cuda:
             self.torch.cuda.synchronize()
         out: dict[str, float] = {}

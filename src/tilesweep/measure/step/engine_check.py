@@ -42,8 +42,7 @@ SHOWN = _LISTS["SHOWN"]
 
 
 def layout_override(layout: str) -> str:
-    """Return the grid.layouts override of a layout named tpT-ppP-epE; raise ValueError
-    otherwise."""
+    """Return the grid.layouts override of a layout named tpT-ppP-epE."""
     match = _LAYOUT_NAME.fullmatch(layout)
     if not match:
         raise ValueError(f"--layout={layout!r}: name a layout tpT-ppP-epE (e.g. tp8-pp1-ep1)")
@@ -52,8 +51,7 @@ def layout_override(layout: str) -> str:
 
 
 def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootSettings, str]:
-    """Return (settings, the layout's whole-step cell at BATCHES) as a bench_layout job gets
-    them."""
+    """Return (settings, the layout's whole-step cell at BATCHES)."""
     sweep = Sweep([layout_override(layout), *OVERRIDES, *overrides], None)
     cell = json.loads(sweep.layout_step_cell(layout))
     cell["batches"] = list(BATCHES)
@@ -61,8 +59,7 @@ def settings_and_cell(overrides: list[str], layout: str = LAYOUT) -> tuple[RootS
 
 
 def composed(steps: pd.DataFrame, settings: RootSettings) -> pd.DataFrame:
-    """Return the measured steps' check rows composed from deployment.fit_file, with no
-    collectives."""
+    """Return the measured steps' check rows composed from deployment.fit_file."""
     fit = json.loads(project_path(settings.deployment.fit_file).read_text())
     return compose_for(steps, fit, settings.model, settings.catalog)
 
@@ -74,8 +71,7 @@ def compose_for(
     catalog: dict[str, HardwareSpec],
     attention=None,
 ) -> pd.DataFrame:
-    """Return step_check's rows composed from `fit` for the GPU that ran them (composed_for says
-    how)."""
+    """Return step_check's rows composed from `fit` for the GPU that ran them."""
     ran = steps.loc[steps["status"] == Status.OK, "device"] if "device" in steps else []
     device = str(ran.iloc[0]) if len(ran) else fit["device"]
     here = catalog_name(device, catalog)
@@ -101,8 +97,7 @@ def compose_for(
 
 
 def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
-    """Return each measured row with its composed time, and each list over lean at the same
-    batch."""
+    """Return each measured row with its composed time and its list over lean."""
     out = steps.copy()
     if not check.empty:
         keep = check[
@@ -164,8 +159,7 @@ def run(out: Path, overrides: list[str], layout: str = LAYOUT) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the check (argv: OUT [--layout=NAME] [OVERRIDES...]); return 0 once the CSV is
-    written."""
+    """Run the check (argv: OUT [--layout=NAME] [OVERRIDES...]); return the status."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print(" ".join(__doc__.splitlines()[2:4]).strip(), file=sys.stderr)

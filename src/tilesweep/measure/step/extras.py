@@ -25,8 +25,7 @@ def half_up(x: float) -> int:
 
 
 def spread(count: float, layers: int) -> list[int]:
-    """Return kernels per layer for a count per layer: the whole part each, one more on the first
-    k."""
+    """Return kernels per layer for a count per layer, the remainder on the first layers."""
     base = math.floor(count)
     more = half_up(count * layers) - base * layers
     return [base + (1 if i < more else 0) for i in range(layers)]
@@ -43,8 +42,7 @@ def short_version(engine: dict) -> str:
 
 
 def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -> dict:
-    """Return the engine's extra kernels for `dense` then `moe` layers ({label, layers, step,
-    listed, run}); raise ValueError where the engine lists none for the model."""
+    """Return the engine's extra kernels for `dense` then `moe` layers; raise if none."""
     # The spec's engine and model are JSON (its rerun key): validated again to be read typed.
     typed = EngineSettings.model_validate(engine) if engine else None
     kernels = extra_kernels(typed, ModelSettings.model_validate(model), weight_dtype)

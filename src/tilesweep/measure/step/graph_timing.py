@@ -12,8 +12,7 @@ from tilesweep.measure.step.shapes import micro_batches
 
 
 def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
-    """Return step times (slowest rank), part times, launches per part and a finiteness check for
-    one batch."""
+    """Return one batch's step times, part times, launches per part and finiteness."""
     torch = rank.torch
     short = rank.fits(batch)
     if short:
@@ -72,8 +71,7 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
 
 
 def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], int]:
-    """Return ({part: launches in one step}, next slot) from one eager step under a
-    LaunchCounter."""
+    """Return ({part: launches in one step}, next slot) under a LaunchCounter."""
     counter = make_counter()
     rank.sync()
     with counter:
@@ -84,8 +82,7 @@ def count_launches(rank, mbs: list[dict], slot: int) -> tuple[dict[str, int], in
 def time_steps(
     rank, mbs: list[dict], slot: int, repeats: int, graph, front: bool = True
 ) -> tuple[list, int, int]:
-    """Return (slowest rank's ms per step, next slot, samples that may hold the CPU's launch);
-    replays are fronted by a GPU-side wait, eager steps never."""
+    """Return (slowest rank's ms per step, next slot, samples that may hold the launch)."""
     torch = rank.torch
     off = PartClock(torch, rank.cuda, mode="off")
     times, exposed = [], 0
@@ -116,8 +113,7 @@ def time_steps(
 
 
 def capture(rank, mbs: list[dict], slot: int):
-    """Return (step graph, timed-parts graph, its clock, next slot), captured on a side stream after
-    warm-up."""
+    """Return (step graph, timed-parts graph, its clock, next slot) after warm-up."""
     torch = rank.torch
     off = PartClock(torch, True, mode="off")
     side = torch.cuda.Stream(rank.device)

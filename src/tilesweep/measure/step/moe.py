@@ -65,8 +65,7 @@ def gated(rank, gu, clock: PartClock, out=None):
 
 
 def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
-    """Return the fused runner's combined expert output per token (EP: None, combined after the all-
-    to-all)."""
+    """Return the fused runner's expert output per token (EP: None, combined later)."""
     f = mb["fused"]
     ep1 = rank.layout["ep"] == 1
     a = x if ep1 else mb["recv"]
@@ -93,8 +92,7 @@ def fused_experts(rank, x, layer: dict, mb: dict, clock: PartClock):
 
 
 def combine(rank, x, mb: dict, clock: PartClock):
-    """Return the routed rows brought back (EP: all-to-all) and summed per token by routing
-    weight."""
+    """Return the routed rows brought back and summed per token by routing weight."""
     torch, dist = rank.torch, rank.dist
     if rank.ep_group is not None:
         with clock.part("combine"):

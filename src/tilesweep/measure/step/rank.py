@@ -64,8 +64,7 @@ class StepRank:
         self.final_norm, self.lm_head = weights.get("final_norm"), weights.get("lm_head")
 
     def use_kernel_list(self, name: str) -> None:
-        """Run the `lean` step, or it plus the engine's extra kernels (`engine`), from the next step
-        on."""
+        """Run the `lean` step, or it plus the engine's extras, from the next step on."""
         self.extras = self.step_spec["engine_list"] if name == step_extras.ENGINE else None
 
     def micro_batch(self, n: int) -> dict:
@@ -113,8 +112,7 @@ class StepRank:
                 h.add_(pending)
 
     def _add_norm(self, h, y, weight, clock: PartClock, part: str = "norms"):
-        """Return RMSNorm(h + y) x weight timed as `part` (one fused kernel on a GPU; y None: the
-        norm alone)."""
+        """Return RMSNorm(h + y) x weight, timed as `part` (y None: the norm alone)."""
         torch = self.torch
         if self.fused:  # one kernel: with y added first, or (the first norm) without
             # triton (via kernels.step_fused): this module loads without it
@@ -131,8 +129,7 @@ class StepRank:
             return rms(torch, h, weight)
 
     def _lm_head(self, h, pending, mb: dict, clock: PartClock) -> None:
-        """Pick each sequence's next token into mb["ids"] (TP: best over shards); `pending`: FFN
-        output to add."""
+        """Pick each sequence's next token into mb["ids"]; `pending`: FFN output to add."""
         torch = self.torch
         xn = self._add_norm(h, pending, self.final_norm, clock, "lm_head")
         with clock.part("lm_head"):

@@ -20,8 +20,7 @@ def micro_batches(batch: int, layout: dict) -> list[int]:
 
 
 def emulated_rank(layout: dict) -> int:
-    """Return the rank a one-rank emulation runs: the last stage's first rank (it holds the LM
-    head)."""
+    """Return the rank a one-rank emulation runs: the last stage's first rank."""
     return (layout["pp"] - 1) * layout["tp"] * layout["ep"]
 
 

@@ -23,8 +23,7 @@ def random_bf16(torch, shape: tuple, device, gen):
 
 
 class WeightMaker:
-    """Makes a rank's weights: from its own generator, or the shared one for weights all ranks
-    hold."""
+    """Makes a rank's weights from its own generator or the one all ranks share."""
 
     def __init__(self, torch, device, gen, shared_gen):
         self.torch, self.device, self.gen, self.shared_gen = torch, device, gen, shared_gen
@@ -43,8 +42,7 @@ class WeightMaker:
 
 
 def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
-    """Return one layer's attention weights on a rank (its heads under TP); projections reading one
-    input are merged as engines do (`x_proj`, `qlat_proj`; `widths` places each)."""
+    """Return one layer's attention weights on a rank, shared-input projections merged."""
     a, hidden = model["attention"], model["hidden"]
     heads = max(1, a["heads"] // tp)
     if a["kind"] == "mla":
@@ -74,8 +72,7 @@ def attention_weights(make: WeightMaker, model: dict, tp: int) -> dict:
 def stage_weights(
     make: WeightMaker, model: dict, layout: dict, step: dict, first: bool, last: bool
 ) -> dict:
-    """Return a rank's `layers`, plus `embed` on the first stage and `final_norm`, `lm_head` on the
-    last."""
+    """Return a rank's `layers`, with `embed`, `final_norm`, `lm_head` on end stages."""
     hidden, tp, ep = model["hidden"], layout["tp"], layout["ep"]
     layers = []
     kinds = ["dense"] * step["dense_layers"] + ["moe"] * step["moe_layers"]
