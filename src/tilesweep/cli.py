@@ -55,6 +55,7 @@ def _compare_parser(sub: argparse._SubParsersAction) -> None:
             "verdict labels, on any change."
         ),
     )
+    cmp.set_defaults(handler=compare_command)
     cmp.add_argument("a", help="results folder of run A (or a work folder holding results/)")
     cmp.add_argument("b", help="results folder of run B")
     cmp.add_argument("--out", help="folder for changes.csv, summary.txt and changes.png")
@@ -82,6 +83,7 @@ def _failed_parser(sub: argparse._SubParsersAction) -> None:
             "timeout, correctness), one per line, for `snakemake --forcerun $(tilesweep failed)`."
         ),
     )
+    failed.set_defaults(handler=failed_command)
     failed.add_argument("results", nargs="?", default="results", help="results folder")
     failed.add_argument("--status", action="append", help="only this status (repeatable)")
 
@@ -124,6 +126,7 @@ def _verdict_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also print the Pareto frontier of tokens/s per user against tokens/s per GPU",
     )
+    verdict.set_defaults(handler=verdict_command)
     verdict.add_argument("overrides", nargs="*", help="Hydra overrides (hardware=h200 ...)")
 
 
@@ -220,14 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        if args.command == "compare":
-            return compare_command(args)
-        if args.command == "failed":
-            return failed_command(args)
-        if hasattr(args, "handler"):  # a backend's own subcommand
-            return args.handler(args)
-        if args.command == "verdict":
-            return verdict_command(args)
+        return args.handler(args)  # each subcommand's, a backend's too (set_defaults)
     except ConfigError as err:
         sys.stderr.write(f"tilesweep: {err}\n")
         return 2
@@ -237,7 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
         sys.stderr.write(f"tilesweep: {unexpected(err)}\n")
         return 1
-    return 2
 
 
 if __name__ == "__main__":

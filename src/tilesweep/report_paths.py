@@ -24,10 +24,8 @@ FIGURE_CATEGORIES = {
 
 # The measured tables the tables step joins from the per-cell outputs.
 MEASURED_TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
-# The tables composed from them: the verdict and the engines' own figures beside the verdict
-# composed for each (conf/references), written by the verdict step; the check of the composition
-# against the measured whole steps, written by the check step (it waits for every whole step, the
-# verdict and its answer card do not).
+# The composed tables: the verdict and engines (verdict step), the check (check step, which
+# waits for every whole step; the verdict does not).
 VERDICT_TABLES = ("verdict", "check", "engines")
 COMPOSED_TABLES = ("verdict", "engines")
 CHECK_TABLES = ("check",)
@@ -77,10 +75,7 @@ class Stage5:
             self.tables, self.plots = sweep.results / "tables", sweep.results / "plots"
             self.reports = sweep.results
             self.measured = {n: [str(self.tables / f"{n}.csv")] for n in MEASURED_TABLES}
-            # The verdict reads the per-cell outputs it needs, not the joined tables, so that its
-            # answer does not wait for the measurements it does not use (every whole step but
-            # the one a GPU's fit is made on, the decode kernels of other operand types, power,
-            # the CUTLASS accounting).
+            # The verdict reads only the per-cell outputs it needs, so it waits for nothing else.
             self.composed_from = {
                 "decode": sweep.answer_decode_outputs(),
                 "collective": sweep.collective_outputs(),

@@ -16,8 +16,7 @@ NAME = "torch"
 # One decode job per operand type, so that what reads only one type's rows (the verdict reads
 # fp8's) waits only for that job.
 JOBS = {"baselines": "bf16", "baselines-fp8": "fp8"}
-# Every baseline with its operand and output types: each is checked against the fp32 reference of
-# its own operand type, and the report compares it with the kernels of that type.
+# Every baseline's operand and output types (its reference and its report peers are by type).
 RUNNERS = {
     "torch_bmm": ("bf16", "bf16"),
     "torch_grouped_mm": ("bf16", "bf16"),

@@ -107,6 +107,18 @@ GEMV_WIDTHS = (64, 256, 1024, 4096)
 GEMV_CALLS = 50
 
 
+def _chain_us(x, ws: list, outs: list, calls: int, repeats: int) -> float:
+    """Return the us per product of a graphed chain of `calls` x @ w over rotating ws and outs."""
+    import torch
+
+    def chain():
+        for i in range(calls):
+            torch.matmul(x, ws[i % len(ws)], out=outs[i % len(outs)])
+
+    ms, _ = time_gpu([chain], repeats, 2)
+    return summarize(ms)["time_ms"] * 1e3 / calls
+
+
 def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
     """Return (a graphed bf16 GEMV's fixed us: the intercept over GEMV_WIDTHS, its points)."""
     import numpy as np
@@ -118,19 +130,12 @@ def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
     for n in GEMV_WIDTHS:
         ws = [torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
         outs = [torch.empty(1, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
-
-        def chain(ws=ws, outs=outs):
-            for i in range(GEMV_CALLS):
-                torch.matmul(x, ws[i % len(ws)], out=outs[i % len(ws)])
-
-        ms, _ = time_gpu([chain], repeats, 2)
-        points.append({"bytes": k * n * 2, "us": summarize(ms)["time_ms"] * 1e3 / GEMV_CALLS})
+        points.append({"bytes": k * n * 2, "us": _chain_us(x, ws, outs, GEMV_CALLS, repeats)})
     slope, intercept = np.polyfit([p["bytes"] for p in points], [p["us"] for p in points], 1)
     return float(intercept), points
 
 
-# The overlap probe: bf16 products of M rows by a K x N weight (larger than any L2, two
-# alternating), at M around the H200's ridge (memory and math terms of the same order).
+# The overlap probe: bf16 [M x K] @ two alternating K x N weights (past any L2), M near the ridge.
 OVERLAP_ROWS = (64, 128, 256, 512)
 OVERLAP_KN = 8192
 OVERLAP_CALLS = 10
@@ -161,17 +166,12 @@ def _overlap(repeats: int, read_gbs: float, bf16_tflops: float | None, fixed_us:
     for m in OVERLAP_ROWS:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
-
-        def chain(x=x, outs=outs, ws=ws):
-            for i in range(OVERLAP_CALLS):
-                torch.matmul(x, ws[i % 2].t(), out=outs[i % 2])
-
-        ms, _ = time_gpu([chain], repeats, 2)
+        us = _chain_us(x, [w.t() for w in ws], outs, OVERLAP_CALLS, repeats)
         nbytes = 2 * (k * n + m * k + m * n)
         points.append(
             {
                 "rows": m,
-                "us": summarize(ms)["time_ms"] * 1e3 / OVERLAP_CALLS,
+                "us": us,
                 "mem_us": nbytes / (read_gbs * 1e9) * 1e6,
                 "math_us": 2 * m * k * n / (bf16_tflops * 1e12) * 1e6,
             }
@@ -185,9 +185,8 @@ def _overlap(repeats: int, read_gbs: float, bf16_tflops: float | None, fixed_us:
     }
 
 
-# The small-kernel probe: the elementwise, reduction and copy kernels an engine runs beside its
-# GEMMs at decode (activation quantisation, pads, activations, rotary, cache writes), on a
-# decode-sized activation (SMALL_ROWS x SMALL_WIDTH bf16), each depending on the one before.
+# The small-kernel probe: dependent elementwise, reduction and copy kernels (as engines run beside
+# their GEMMs at decode) on a decode-sized bf16 activation.
 SMALL_ROWS, SMALL_WIDTH = 8, 7168
 SMALL_KERNELS = 240
 

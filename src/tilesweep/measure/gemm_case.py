@@ -16,9 +16,8 @@ if TYPE_CHECKING:
 
 # CUfunction_attribute value of CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (cuda.h): static shared memory.
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
-# CUdevice_attribute value of CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK (cuda.h): the
-# shared memory the system reserves in every block. A cubin shows it as static shared memory
-# (cuobjdump's SHARED: Triton's 1,024 B on sm_90); the driver counts it outside the function.
+# cuda.h's CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: the driver counts outside the
+# function what a cubin shows as static shared memory (Triton's 1,024 B on sm_90).
 CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 # Relative L2 error allowed against the float32 reference, per operand type.
 TOLERANCE = {"bf16": 2e-2, "fp8": 8e-2}

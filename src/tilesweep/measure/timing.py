@@ -78,9 +78,7 @@ def capture_graph(fns: list[Callable[[], object]], capture_error_mode: str = "gl
     return graph
 
 
-# A GPU-side wait queued before a timed graph replay: about 1 ms at an H200's clock, far longer
-# than the CPU takes to queue a replay, so the start event fires only once the graph is queued
-# behind it and the CPU's launch of the graph is not in the time.
+# A GPU-side wait (~1 ms on an H200) before a timed replay, so the CPU's launch is not timed.
 FRONT_CYCLES = 2_000_000
 
 

@@ -24,8 +24,7 @@ from tilesweep.measure.step.rank import StepRank
 from tilesweep.measure.step.shapes import emulated_rank, local_sequences
 from tilesweep.measure.timing import percentile
 
-# The engine's list (bench.step_kernel_list=engine): its results beside the lean step's, and why
-# they failed where they did.
+# The engine's list (bench.step_kernel_list=engine): its results and failures.
 ENGINE_KEY, ENGINE_ERROR = "engine_batches", "engine_error"
 
 

@@ -7,13 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.hardware_spec import gpu_counts
+from tilesweep.settings.hardware_spec import Arch, gpu_counts
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
-# Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
-# `allreduce` (timed by the interconnect model, listed for completeness and never counted twice)
-# and `extra` (small kernels the project's step does not run: activation quantisation, sampling,
-# metadata; each costs one small kernel).
+# plan.step_parts' part kinds, plus `allreduce` (the interconnect model's, never counted twice)
+# and `extra` (small kernels the project's step does not run; one small kernel each).
 KernelKind = Literal[
     "norm",
     "attention_proj",
@@ -41,9 +39,8 @@ class Kernel(Section):
     cite: str = Field(min_length=1)  # file and line (or function) of the engine's code
     # weight dtypes it runs for (activation quantisation: quantised layers only); empty: all
     only_for: list[Literal["bf16", "fp8", "nvfp4", "mxfp4"]] = []
-    # GPU architectures it launches on (sm_120: a fusion the engine enables elsewhere only);
-    # empty: all. A step measured on the device at hand runs only the kernels of every arch.
-    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
+    # archs it launches on (empty: all); a measured step runs only the kernels of every arch
+    only_arch: list[Arch] = []
     note: str = ""
 
 
@@ -72,9 +69,8 @@ class Host(Section):
     ms: Number = Field(ge=0, le=1000)  # per step: a second of host time is no decode step
     source: Literal["cited", "measured", "fitted", "none"]
     cite: str = Field(min_length=1)
-    # An engine that decodes without CUDA graphs issues every kernel from the CPU: the CPU time
-    # to issue one (0: graphs, one launch a step). Its loop overlaps the GPU's queue, so only
-    # the part longer than the GPU step is exposed (plan.engine_profile.EngineProfile.host_for).
+    # Without CUDA graphs, the CPU time to issue one kernel (0: graphs); only what exceeds the
+    # GPU step is exposed (plan.engine_profile.EngineProfile.host_for).
     eager_launch_us: Number = Field(default=0, ge=0, le=1000)
     eager_cite: str = ""  # where eager_launch_us comes from (required where it is set)
 
@@ -106,13 +102,12 @@ class KernelFloor(Section):
     """The least time a GEMM kernel's calls take at decode, from kernel-level figures."""
 
     kind: Literal["attention_proj", "shared_gemm", "dense_gemm"]
-    # per call of the kernel in one occurrence of the part: its least cited time at decode
-    # batches (us); a call whose shape no figure covers takes the kernel's least cited time
+    # per call in one occurrence of the part: its least cited decode time (us; uncovered
+    # shapes take the kernel's least)
     calls_us: list[Annotated[Number, Field(gt=0, le=10000)]] = Field(min_length=1, max_length=100)
     kernel: str = Field(min_length=1)
     cite: str = Field(min_length=1)  # where the per-call figures and the engine's pick come from
-    # GPU architectures the figures and the engine's pick hold on (empty: all)
-    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
+    only_arch: list[Arch] = []  # archs the figures and the engine's pick hold on (empty: all)
 
 
 class AllReduceStep(Section):
@@ -153,15 +148,11 @@ class EngineSettings(Section):
         Annotated[str, Field(pattern=r"^(sm_[0-9]{2,3}a?|default)$")], Literal["dsa", "dense"]
     ]  # arch (sm_90) -> mode; `default` too
     # arch -> another mode its builds run there; tpot_low_ms-tpot_high_ms span it too
-    attention_band_by_arch: dict[
-        Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AttentionAlso
-    ] = {}
+    attention_band_by_arch: dict[Arch, AttentionAlso] = {}
     custom_allreduce: bool  # its own all-reduce (allreduce below) on NVLink; false: NCCL's
-    # Which algorithm its all-reduce takes by message size inside its CUDA graph, per GPU
-    # architecture (sm_90) and GPU count, from its code (plan.allreduce); an arch or count not
-    # listed takes NCCL's model, and says so.
-    allreduce: dict[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AllReduceSteps] = {}
+    # Its in-graph all-reduce algorithm by message size, per arch and GPU count (plan.allreduce);
+    # one not listed takes NCCL's model, and says so.
+    allreduce: dict[Arch, AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
     kernel_floors: list[KernelFloor] = []  # cited least per-call times of its GEMM kernels
-    # GPU architectures its code runs on (a backend built for one generation); empty: all
-    only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
+    only_arch: list[Arch] = []  # archs its code runs on (empty: all)

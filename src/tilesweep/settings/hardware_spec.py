@@ -168,13 +168,10 @@ class InterconnectModel(Section):
     @model_validator(mode="after")
     def _default_known(self) -> InterconnectModel:
         """Refuse a default, or a plausible topology, that names no topology."""
-        if self.default not in self.topologies:
-            why = f"not among topologies {', '.join(self.topologies)}"
-            raise refuse("default", why, self.default)
-        for name in self.plausible:
+        why = f"not among topologies {', '.join(self.topologies)}"
+        for key, name in [("default", self.default), *(("plausible", n) for n in self.plausible)]:
             if name not in self.topologies:
-                why = f"not among topologies {', '.join(self.topologies)}"
-                raise refuse("plausible", why, name)
+                raise refuse(key, why, name)
         return self
 
 
@@ -269,13 +266,10 @@ class HardwareSpec(Section):
     interconnect: str
     interconnect_gbs: PositiveNumber
     interconnect_model: InterconnectModel = None
-    # The fraction of the datasheet bandwidth a format's grouped (MoE) GEMM reaches at decode on
-    # this device, by weight dtype, as cited kernel figures bound it per tokens per expert: the
-    # verdict's expert GEMMs take the band's geometric middle and show its ends (tpot_low_ms,
-    # tpot_high_ms).
+    # Cited fraction of datasheet bandwidth a grouped GEMM reaches at decode, by weight dtype: the
+    # verdict takes the band's geometric middle and shows its ends (tpot_low_ms, tpot_high_ms).
     grouped_gemm_efficiency: dict[str, EfficiencyCurve] = None
-    # The fraction of the bf16 peak a prefill attention kernel reaches (FlashAttention's own
-    # figure on this device): a serving load's arriving prompts run their attention at it.
+    # Fraction of the bf16 peak prefill attention reaches here (a serving load's prompts run at it)
     prompt_attention: PromptAttention = None
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""The base of every config model, and the one-line message for a refused value."""
+"""The base of every config model, and a refusal as one line naming its dotted YAML key (pydantic's
+own messages span lines and name model fields)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 RERENDERED = "re-rendered from the GPU run's tables; versions above are the renderer's"
 
 
-# The columns the report reads of each table that has rows; a table without one is refused
-# naming the file (a kept example's tables have no .sum record: they are only parsed).
+# The columns the report reads of each table with rows; one lacking them is refused by file.
 NEEDED = {
     "verdict": ("layout", "batch", "fits_memory", "tpot_ms", "bound"),
     "decode": ("status", "time_ms"),
@@ -85,8 +84,7 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
         tables = [t[n] for n in ("launch", "decode", "collective", "verdict", "check")]
         drawn = report_data.draw_figures(*tables, engines=t["engines"], tune=t["tune"])
         log.info("figures: %s", sorted(drawn))
-    # Each with its record (the Snakefile checks them), holding the content key of the tables
-    # drawn from (cells.stale_join).
+    # Each with its record, holding its tables' content key (cells.stale_join).
     joined = content_key([p for paths in inputs.values() for p in paths])
     for name, png in drawn.items():
         write_cell_bytes(outputs[name], png, inputs=joined)

@@ -121,8 +121,7 @@ def measured_tables(
     extra = backends.table_rows(settings, tune)
     return {
         "launch": launch,
-        # The engines' own kernels sit beside the project's in decode.csv (timed, or skipped
-        # with the reason); the verdict is composed from the project's rows only.
+        # The engines' kernels sit beside the project's in decode.csv; the verdict reads ours.
         "decode": pd.concat([decode, *extra], ignore_index=True) if extra else decode,
         "collective": concat_cells(list(inputs["collective"])),
         "layout": concat_cells(list(inputs["layout"])),

@@ -118,8 +118,7 @@ def write_verdict(job: StepJob) -> None:
         panel = deployment_verdict.question_panel(settings, compose)
         card = answer_card.build(settings, tables["verdict"], engines=tables["engines"])
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
-    # Each with its record (the Snakefile checks them); the verdict's also holds the content key
-    # of the tables it was composed from (cells.stale_join).
+    # Each with its record; the verdict's holds its tables' content key (cells.stale_join).
     if outputs.get("fit"):
         write_cell_bytes(
             outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()

@@ -68,9 +68,7 @@ def _index_top(torch, a: dict, xa: dict, iq, cache: dict, clock: PartClock, fuse
         scores = torch.relu(torch.einsum("nhd,ntd->nht", iq, cache["idx"]))
         total = (scores * weights.unsqueeze(-1)).sum(1)
     k = min(a["index_topk"], keys.shape[1])
-    # The selected set, unordered (attention sums over it): torch's sorted top-k adds a radix
-    # sort of the k picks, 15-17 us a layer on an H200 (engines' top-k kernels return the set
-    # unsorted).
+    # Unsorted, as engines' top-k kernels: a sorted top-k adds 15-17 us a layer on an H200.
     top = total.topk(k, dim=-1, sorted=False).indices
     if not fused:
         keys = torch.gather(keys, 1, top.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
@@ -116,8 +114,7 @@ def _mla(torch, a: dict, x, w: dict, cache: dict, clock: PartClock, fused: bool)
             clock.add_launches(2)
     else:
         with clock.part("attn_core"):
-            # One latent head shared by every query head: batched matmuls over the cache (per
-            # sequence), never a per-head copy of it.
+            # One latent head shared by every query head: batched matmuls, no per-head copy.
             scores = torch.bmm(query, keys.transpose(1, 2)) * scale
             probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
             out = torch.bmm(probs, keys[..., :lat])

@@ -29,11 +29,9 @@ class StepRank:
         # The engines' fused kernels around the GEMMs on a GPU (step.fused), else torch's ops.
         self.fused = cuda and bool(self.step_spec.get("fused", True))
         self.kernels_label = kernels_label(spec["model"]["attention"], self.fused)
-        # The engine's small kernels the step launches besides its own (measure.step.extras):
-        # None runs the lean step; use_kernel_list switches.
+        # The engine's extra kernels (measure.step.extras); None: the lean step.
         self.extras: dict | None = None
-        # One rank of a larger layout emulated alone: its shards and its batch share, on the
-        # one device at hand, with its collectives and pipeline hand-offs left out.
+        # One rank of a larger layout run alone, without its collectives and hand-offs.
         self.emulated = bool(spec.get("emulate"))
         device_index = 0 if self.emulated else rank
         self.rank = emulated_rank(self.layout) if self.emulated else rank
