@@ -183,16 +183,8 @@ class Sweep:
         """Return every planned per-cell output, each written with its record (cells.py)."""
         launches = self.launches.to_dict("records")
         builds = {self.build_record(r["backend"], r["target"], r["kernel"]) for r in launches}
-        return [
-            self.path("device", "ceilings.json"),
-            *sorted(builds),
-            *self.launch_outputs(),
-            *self.decode_outputs(),
-            *self.collective_outputs(),
-            *self.layout_outputs(),
-            self.path("power", "power.csv"),
-            *self.tune_tables(),
-        ]
+        joined = [p for paths in self.table_inputs().values() for p in paths]
+        return [self.path("device", "ceilings.json"), *sorted(builds), *joined]
 
     def table_inputs(self) -> dict[str, list[str]]:
         """Return the per-cell outputs the tables step joins, by table (its named inputs)."""
