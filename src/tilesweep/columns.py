@@ -71,9 +71,8 @@ assert LAUNCH_COLUMNS[-3:] == list(BUILD_PROVENANCE_KEYS), "data/columns.yaml LA
 
 # ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
 
-# What a verdict row rests on, as data: the fit, the expert GEMMs' efficiency, the engine's kernel
-# list, the host rule, the collectives (and PCIe topology), and the load; `inputs_json` holds
-# every input with its source, item by item (plan.row_inputs).
+# What a verdict row rests on, as data (fit, efficiency, kernel list, host, collectives, load);
+# `inputs_json` holds every input with its source (plan.row_inputs).
 PROVENANCE_COLUMNS = _LISTS["PROVENANCE_COLUMNS"]
 VERDICT_COLUMNS = _LISTS["VERDICT_COLUMNS"]
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
@@ -107,9 +106,8 @@ BEST_PER_BATCH_COLUMNS = _LISTS["BEST_PER_BATCH_COLUMNS"]
 DECODE_TARGET_COLUMNS = _LISTS["DECODE_TARGET_COLUMNS"]
 NOT_TIMED_COLUMNS = ["runner", "dtype", "status", "reason", "rows"]
 COLLECTIVE_REPORT_COLUMNS = _LISTS["COLLECTIVE_REPORT_COLUMNS"]
-# A collective row's `timing`: inside a CUDA graph of `calls_per_replay` back-to-back calls (NCCL,
-# as engines run decode's collectives) or one eager launch per call (bench.collective_timing:
-# eager on NCCL, and gloo always). Only cuda-graph NCCL rows calibrate the interconnect.
+# A collective row's `timing`: a CUDA graph of `calls_per_replay` calls (NCCL, as engines run
+# decode) or eager launches (gloo always); only cuda-graph NCCL rows calibrate the interconnect.
 COLLECTIVE_TIMINGS = ("cuda-graph", "eager")
 LATENCY_FLOOR_COLUMNS = _LISTS["LATENCY_FLOOR_COLUMNS"]
 # The verdict as the reports show it: less the layout's factors and the long provenance.
@@ -118,9 +116,7 @@ REPORT_VERDICT_COLUMNS = [
     for c in VERDICT_COLUMNS
     if c not in {"tp", "pp", "ep", "context_len", "inputs_json", *PROVENANCE_COLUMNS}
 ]
-# The columns each wide table exists for, first, so a 1,280 px page shows them before it
-# scrolls: the check's measured against composed step, the engines' figure against the
-# composition of it.
+# The columns each wide table exists for, first, so a 1,280 px page shows them unscrolled.
 REPORT_CHECK_KEY_COLUMNS = ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct"]
 REPORT_CHECK_COLUMNS = REPORT_CHECK_KEY_COLUMNS + [
     c for c in CHECK_COLUMNS if c not in {"tp", "pp", "ep", "model", *REPORT_CHECK_KEY_COLUMNS}
@@ -185,9 +181,8 @@ REPORT_DROPIN_COLUMNS = _LISTS["REPORT_DROPIN_COLUMNS"]
 
 # ---- the columns the code reads by name, checked against data/columns.yaml at import --------
 
-# Per list, the columns code reads from its rows by name: each table's keys, the verdict's split
-# and headline, the columns the report lists leave out or put first. A rename in the file would
-# otherwise surface far away as "unexpected error, KeyError" (issue 50, P06).
+# Per list, the columns code reads by name: a rename in the file is refused here, not met far
+# away as "unexpected error, KeyError" (issue 50, P06).
 _ASKED = {
     "VERDICT_COLUMNS": (
         *TABLE_KEYS["verdict"],

@@ -1,5 +1,4 @@
-"""What `snakemake --config` takes (COMMAND_KEYS), checked before planning, and its Hydra
-overrides."""
+"""What `snakemake --config` takes (COMMAND_KEYS), checked before planning, and its overrides."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The checks of a composed config that need more than its models; each raises ConfigError naming
-the first bad key and value."""
+"""The checks of a composed config that need more than its models, each a one-line ConfigError."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A GPU of its own for each GPU job on one machine (Snakemake counts GPUs, it does not assign
-them)."""
+"""A GPU of its own for each GPU job here (Snakemake counts GPUs, it does not assign them)."""
 
 from __future__ import annotations
 

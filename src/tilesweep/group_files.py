@@ -10,9 +10,8 @@ from pathlib import Path
 
 from tilesweep.errors import ConfigError
 
-# _parsed by (file, sha256 of its bytes): (its plain containers, unresolved; whether it
-# interpolates). The bytes, not the mtime: an edit that keeps the size and the mtime (a restored
-# timestamp, a coarse file system) is still read.
+# _parsed by (file, sha256 of its bytes; not the mtime, which an edit can keep): (its plain
+# containers, unresolved; whether it interpolates).
 _PARSED: dict[tuple, tuple[dict, bool]] = {}
 # group_file's resolved keys by the repr of the merged keys they were resolved from.
 _RESOLVED: dict[str, dict] = {}

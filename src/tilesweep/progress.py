@@ -33,10 +33,8 @@ REPLACED = {
 # then ends naming the report): Console's first and last lines say the same.
 ROUND_LINES = ("Select jobs to execute...",)
 CLOSING_LINES = ("Complete log(s): ", "Elapsed time: ")
-# Snakemake's lines after a job failed, which Console's own failure lines say in short (the log
-# file keeps them): the job's exception (`RuleException: CalledProcessError ... Command '...'
-# returned non-zero exit status 1`), its `Error in rule` block and the run's closing error. Its
-# `Restored previous version of ...` lines stay: they say which outputs were put back.
+# Snakemake's lines after a failed job that Console's failure lines say in short (the log file
+# keeps them); its `Restored previous version of ...` lines stay.
 STOPPING_LINES = (
     "Shutting down, this might take some time.",
     "Exiting because a job execution failed. Look above for error messages",

@@ -1,5 +1,4 @@
-"""Where the joining rules read and write: a sweep's results, or a kept example (`--config
-example=FOLDER`)."""
+"""Where the joining rules read and write: a sweep's results, or a kept example's folder."""
 
 from __future__ import annotations
 

@@ -49,10 +49,8 @@ def _imports(path: Path) -> set[Path]:
     return set(_IMPORTS[key])
 
 
-# The statements _parse_imports reads: a tilesweep import at any depth, and a module-level
-# DATA_FILES. Parsing only them is equal to parsing the whole module (tests/test_rerun_scope.py
-# holds it for every module of the package) and several times faster: a Snakefile read hashes
-# every rule's modules, so each `snakemake` call parses the package.
+# The statements _parse_imports reads (tilesweep imports, DATA_FILES): as good as parsing the
+# whole module (tests/test_rerun_scope.py) and several times faster, for every Snakefile read.
 _STATEMENT = re.compile(
     r"^[ \t]*(?:from[ \t]+tilesweep\b|import[ \t]+tilesweep\b|DATA_FILES\b)", re.M
 )

@@ -1,5 +1,4 @@
-"""Kernel backends as plugins: each module here (or a package's `backend` module) registers a
-`Backend` with its roles (backends.roles); extra modules load from TILESWEEP_PLUGINS."""
+"""Kernel backends as plugins: each registers a `Backend` with its roles (backends.roles)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""torch baselines (bmm, grouped matmul, per-expert matmul, fp8 rowwise grouped matmul) in one
-decode job."""
+"""torch baselines (bmm, grouped, per-expert and fp8 rowwise grouped matmuls) in one decode job."""
 
 from __future__ import annotations
 

@@ -32,9 +32,8 @@ NAME = "triton"
 # (gpu_archs): Triton builds a dtype's tiles wherever its tensor cores run that dtype.
 NO_GPU = "no CUDA device here: Triton kernels are built and launch-checked, not timed"
 _OPERAND = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
-# Arguments a real launch specialises as 16-divisible: every pointer (torch allocations are
-# 256-byte aligned) and N, K (model dimensions are multiples of 16). num_tiles is never
-# specialised (do_not_specialize), so one binary serves every batch.
+# Ints a real launch specialises as 16-divisible besides every pointer (model dimensions are
+# multiples of 16); num_tiles never is, so one binary serves every batch.
 _DIVISIBLE_INTS = ("N", "K")
 
 

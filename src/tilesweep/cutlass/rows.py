@@ -1,5 +1,4 @@
-"""One CUTLASS accounting row: the shared-memory numbers a compiled unit printed, or why there are
-none."""
+"""One CUTLASS accounting row: the shared-memory numbers a compiled unit printed, or why none."""
 
 from __future__ import annotations
 

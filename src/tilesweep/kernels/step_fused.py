@@ -1,5 +1,4 @@
-"""Small fused kernels engines run around decode GEMMs: add_rms_norm, rms_norm, silu_and_mul,
-topk_softmax, index_scores (DSA's indexer)."""
+"""Small fused kernels engines run around decode GEMMs (norms, silu_and_mul, top-k, DSA scores)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A read-only Triton kernel (a partial sum a program): the read ceiling's second way, beside
-torch.sum."""
+"""A read-only Triton kernel (a partial sum a program): the read ceiling's second way."""
 
 from __future__ import annotations
 

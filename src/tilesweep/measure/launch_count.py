@@ -1,5 +1,4 @@
-"""Count the device launches of torch code per named part: a TorchDispatchMode counting each aten op
-that reaches a kernel, views excepted; the caller adds launches outside the dispatcher (Triton)."""
+"""Count torch's device launches per named part (aten ops that reach a kernel, views excepted)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Sustained loads of known bound (LOADS) sampled by NVML, so a power reading can be set against the
-bound that drew it (reading_consistency). GPU only."""
+"""Loads of known bound sampled by NVML, to set a power reading against (GPU only)."""
 
 from __future__ import annotations
 

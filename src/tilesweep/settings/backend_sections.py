@@ -1,5 +1,4 @@
-"""The `backend` group: one section per backend, validated by the model its backend registers
-here."""
+"""The `backend` group: one section per backend, validated by the model its backend registers."""
 
 from __future__ import annotations
 

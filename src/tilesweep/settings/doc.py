@@ -1,5 +1,4 @@
-"""The README's configuration table, made from the root's field descriptions; `--check` exits 1
-where README.md differs."""
+"""The README's config table from the root's field descriptions; `--check` exits 1 if stale."""
 
 from __future__ import annotations
 

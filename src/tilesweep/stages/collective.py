@@ -1,5 +1,4 @@
-"""Stage 4: time one layout's collectives at every decode batch and over message sizes for the
-fit."""
+"""Stage 4: time one layout's collectives at every decode batch and over message sizes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Stage 4b: measure one layout's whole decode step at every batch that fits (NCCL on GPUs, gloo on
-CPU)."""
+"""Stage 4b: measure one layout's whole decode step at every batch that fits here."""
 
 from __future__ import annotations
 

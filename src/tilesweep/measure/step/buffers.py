@@ -1,5 +1,4 @@
-"""One micro-batch on a rank: token buffers, KV caches, balanced routing and the expert GEMMs'
-runner."""
+"""One micro-batch on a rank: token buffers, KV caches, balanced routing, the experts' runner."""
 
 from __future__ import annotations
 

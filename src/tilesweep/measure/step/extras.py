@@ -1,5 +1,4 @@
-"""An engine's small kernels in the measured whole step (bench.step_kernel_list=engine): a `quant`
-runs as kernels.token_group_quant, any other as one copy of the layer's input, in the same graph."""
+"""An engine's small kernels in the whole step (`quant`: fp8 quantisation; others: a copy)."""
 
 from __future__ import annotations
 

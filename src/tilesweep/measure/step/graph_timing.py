@@ -1,5 +1,4 @@
-"""How a StepRank's whole step is measured: warm-up, launch counts, eager and graphed step times,
-part times."""
+"""How a StepRank's whole step is measured: warm-up, launches, eager and graphed steps, parts."""
 
 from __future__ import annotations
 

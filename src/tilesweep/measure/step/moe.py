@@ -1,5 +1,4 @@
-"""One layer's feed-forward in the whole step: dense FFN or MoE (router, permute, EP dispatch,
-experts, combine)."""
+"""One layer's feed-forward in the whole step: the dense FFN, or the MoE with EP dispatch."""
 
 from __future__ import annotations
 
