@@ -1,6 +1,6 @@
-"""One sweep per results folder, by a POSIX lock the kernel drops however the process ends
-(Snakemake's own lock outlives a SIGKILL and guards the working folder; the profiles set
-`nolock`)."""
+"""One sweep per results folder, by a POSIX lock (lockf: honoured across hosts on NFS) that the
+kernel drops however the process ends: Snakemake's own lock outlives a SIGKILL and guards the
+working folder (the profiles set its `nolock`)."""
 
 from __future__ import annotations
 
