@@ -33,7 +33,7 @@ def _write(
     inputs: str | None = None,
     files: dict[str, str] | None = None,
 ) -> None:
-    """Write a cell's bytes, then its record, each atomically."""
+    """Write a cell's bytes, then its record, each atomically (a kill between them: rebuilt)."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     record = {

@@ -99,7 +99,7 @@ class AttentionAlso(Section):
 
 
 class KernelFloor(Section):
-    """The least time a GEMM kernel's calls take at decode, from kernel-level figures."""
+    """A GEMM kernel's least cited time at decode: a part of `kind` composed below it takes it."""
 
     kind: Literal["attention_proj", "shared_gemm", "dense_gemm"]
     # per call in one occurrence of the part: its least cited decode time (us; uncovered
