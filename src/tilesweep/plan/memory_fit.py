@@ -109,15 +109,14 @@ def rank_kv_bytes_per_seq(
     return per_token * (full * cached_tokens(model, context_len, False) + sliding)
 
 
-def _needed(model, dep, layout, stages, batch, context_len) -> tuple[float, int]:
-    """Return (max bytes needed over the stages' ranks, index of that stage)."""
+def _needed(model, dep, layout, stages, weights, batch, context_len) -> tuple[float, int]:
+    """Return (max bytes needed over the stages' ranks, index of that stage); `weights` holds
+    each stage's rank_weight_bytes (independent of batch and context, so computed once)."""
     seqs = math.ceil(batch / layout.ep)
     reserve = dep.runtime_reserve_gb * 1e9
     need = [
-        rank_weight_bytes(model, dep, layout, st, i == 0, i == len(stages) - 1)
-        + seqs * rank_kv_bytes_per_seq(model, dep, layout, st, context_len)
-        + reserve
-        for i, st in enumerate(stages)
+        weight + seqs * rank_kv_bytes_per_seq(model, dep, layout, st, context_len) + reserve
+        for weight, st in zip(weights, stages, strict=True)
     ]
     worst = max(range(len(need)), key=need.__getitem__)
     return need[worst], worst
@@ -145,13 +144,17 @@ def memory_fit(
     stages = stage_layers(layer_counts(model, layer_overrides), layout.pp)
     capacity = hw.memory_gb * 1e9
     ctx = dep.context_len
-    needed, _ = _needed(model, dep, layout, stages, batch, ctx)
+    last = len(stages) - 1
+    weights = [
+        rank_weight_bytes(model, dep, layout, st, i == 0, i == last) for i, st in enumerate(stages)
+    ]
+    needed, _ = _needed(model, dep, layout, stages, weights, batch, ctx)
 
     def fits_batch(b: int) -> bool:
-        return _needed(model, dep, layout, stages, b, ctx)[0] <= capacity
+        return _needed(model, dep, layout, stages, weights, b, ctx)[0] <= capacity
 
     def fits_context(c: int) -> bool:
-        return _needed(model, dep, layout, stages, batch, c)[0] <= capacity
+        return _needed(model, dep, layout, stages, weights, batch, c)[0] <= capacity
 
     max_batch = _largest(fits_batch, 1, 1 << 20)
     return {
