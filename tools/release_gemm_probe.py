@@ -46,7 +46,7 @@ def _root() -> Path:
 
 ROOT = _root()
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]  # runs from a bare checkout
-from fused_moe_probe import PEAK_BW, fp8, layout, scales  # noqa: E402 - after the path
+from fused_moe_probe import PEAK_BW, fp8, layout, scales, touched_bytes  # noqa: E402
 
 from tilesweep.errors import tool_main  # noqa: E402
 from tilesweep.measure.timing import percentile, time_gpu  # noqa: E402
@@ -329,9 +329,21 @@ def probe_moe(args, common: dict, devices: list, cuda: bool, rows: list) -> None
                             for w in weights]  # fmt: skip
                 except Exception as exc:
                     made, failed = None, f"{type(exc).__name__}: {exc}"
+                size = {}
+                if made is not None:  # the mean over copies of what each call must move
+                    for part in ("up", "down"):
+                        size[part] = statistics.mean(
+                            touched_bytes(c[part][1]["ids"], c[part][1]["b"], c[part][1]["c"])
+                            for c in made
+                        )
+                    size["up+down"] = size["up"] + size["down"]
                 for part in ("up", "down", "up+down"):
                     row = {**common, "release": release, "part": f"fused_moe_{part}"}
-                    row |= {"experts": e, "top_k": shape["top_k"], "hidden": h, "inter_shard": i}
+                    row |= {"model": "deepseek_v3" if not args.tiny else "tiny", "tp": 8}
+                    row |= {"experts": e, "top_k": shape["top_k"], "shared_fused": False}
+                    row |= {"hidden": h, "inter_shard": i}
+                    if part in size:
+                        row["bytes_per_call"] = int(size[part])
                     row |= {"tokens": m, "copies": copies, "config_device": config_device}
                     row |= {"config_table": source, "config": config}
                     row |= {"kernel_module": spec["module"]}

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.hardware_spec import gpu_counts
+from tilesweep.settings.hardware_spec import EfficiencyCurve, gpu_counts
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
 # Part kinds of the composition (plan.step_parts) a kernel of an engine's list belongs to, plus
@@ -166,5 +166,9 @@ class EngineSettings(Section):
     allreduce: dict[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")], AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
     kernel_floors: list[KernelFloor] = []  # cited least per-call times of its GEMM kernels
+    # Its own grouped (MoE) GEMM efficiency on a GPU (conf/hardware name -> format -> curve), where
+    # this release's kernel was timed: for this engine it takes the place of that hardware file's
+    # grouped_gemm_efficiency of the format (a GPU or format not named keeps the hardware's).
+    grouped_gemm_efficiency: dict[str, dict[str, EfficiencyCurve]] = {}
     # GPU architectures its code runs on (a backend built for one generation); empty: all
     only_arch: list[Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]] = []
