@@ -101,6 +101,59 @@ def fused_moe_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights
     tl.store(c_ptr + tokens[:, None] * stride_cm + rn[None, :] * stride_cn,
              acc.to(compute_type), mask=valid[:, None] & (rn[None, :] < N))
 """
+# MLA decode with the Triton backend's two kernels' arguments: here the first split computes the
+# whole attention of its heads over the latent cache and the merge copies it out.
+MLA = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fwd_grouped_kernel_stage1(Q, K_Buffer, V_Buffer, sm_scale, kv_indptr, kv_indices, Att_Out,
+                               stride_qbs, stride_qh, stride_buf_kbs, stride_buf_kh,
+                               stride_buf_vbs, stride_buf_vh, stride_mid_ob, stride_mid_oh,
+                               stride_mid_os, kv_group_num: tl.constexpr,
+                               q_head_num: tl.constexpr, BLOCK_DMODEL: tl.constexpr,
+                               BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+                               BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr,
+                               NUM_KV_SPLITS: tl.constexpr, logit_cap: tl.constexpr,
+                               Lk: tl.constexpr, Lv: tl.constexpr):
+    b = tl.program_id(0)
+    if tl.program_id(2) == 0:
+        heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+        start = tl.load(kv_indptr + b)
+        n = tl.load(kv_indptr + b + 1) - start
+        d = tl.arange(0, BLOCK_DMODEL)
+        e = BLOCK_DMODEL + tl.arange(0, BLOCK_DPE)
+        q = tl.load(Q + b * stride_qbs + heads[:, None] * stride_qh + d[None, :]).to(tl.float32)
+        qe = tl.load(Q + b * stride_qbs + heads[:, None] * stride_qh + e[None, :]).to(tl.float32)
+        m = tl.zeros([BLOCK_H], dtype=tl.float32) - float("inf")
+        s = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+        dv = tl.arange(0, BLOCK_DV)
+        for i in range(0, n):
+            loc = tl.load(kv_indices + start + i)
+            k = tl.load(K_Buffer + loc * stride_buf_kbs + d).to(tl.float32)
+            ke = tl.load(K_Buffer + loc * stride_buf_kbs + e).to(tl.float32)
+            v = tl.load(V_Buffer + loc * stride_buf_vbs + dv).to(tl.float32)
+            x = (tl.sum(q * k[None, :], 1) + tl.sum(qe * ke[None, :], 1)) * sm_scale
+            new = tl.maximum(m, x)
+            acc = acc * tl.exp(m - new)[:, None] + tl.exp(x - new)[:, None] * v[None, :]
+            s = s * tl.exp(m - new) + tl.exp(x - new)
+            m = new
+        out = Att_Out + b * stride_mid_ob + heads[:, None] * stride_mid_oh + dv[None, :]
+        tl.store(out, acc / s[:, None])
+
+
+@triton.jit
+def _fwd_kernel_stage2(Mid_O, O, kv_indptr, stride_mid_ob, stride_mid_oh, stride_mid_os,
+                       stride_obs, stride_oh, NUM_KV_SPLITS: tl.constexpr,
+                       BLOCK_DV: tl.constexpr, Lv: tl.constexpr):
+    b, h = tl.program_id(0), tl.program_id(1)
+    d = tl.arange(0, BLOCK_DV)
+    x = tl.load(Mid_O + b * stride_mid_ob + h * stride_mid_oh + d)
+    tl.store(O + b * stride_obs + h * stride_oh + d, x)
+"""
 TABLE = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
                "num_warps": 4, "num_stages": 2}}  # fmt: skip
 
@@ -113,6 +166,7 @@ def _wheel(tmp_path: Path, factor: float = 1.0) -> Path:
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr(gemm["module"], GEMM.replace("FACTOR", str(factor)))
         archive.writestr(moe["module"], MOE)
+        archive.writestr(SPEC["mla_decode"]["module"], MLA)
         archive.writestr(gemm["tables"] + name + ".json", json.dumps(TABLE))
         archive.writestr(gemm["tables"] + "N=1,K=1,device_name=X,dtype=int8_w8a8.json", "{}")
         archive.writestr(gemm["tables"] + "sub/N=2.json", "{}")  # not directly in the folder
@@ -150,7 +204,7 @@ def _probe(tmp_path: Path, kept: Path, *extra: str) -> tuple[subprocess.Complete
 def test_the_probe_launches_the_release_kernels_as_the_release_does(tmp_path):
     kept = tmp_path / "kept"
     wheels.extract_release(RELEASE, _wheel(tmp_path), kept)
-    proc, rows = _probe(tmp_path, kept, "--moe")
+    proc, rows = _probe(tmp_path, kept, "--moe", "--mla")
     assert proc.returncode == 0, proc.stderr
     gemm = [r for r in rows if r["part"] == "block_fp8_gemm"]
     assert {r["gemm"] for r in gemm} == {"tiny_aligned", "tiny_odd"}
@@ -165,6 +219,9 @@ def test_the_probe_launches_the_release_kernels_as_the_release_does(tmp_path):
     assert aligned["release_kernel_sm90"].startswith("cutlass")
     moe = [r for r in rows if r["part"] in ("fused_moe_up", "fused_moe_down")]
     assert len(moe) == 8 and all(r["status"] == "ok" and r["max_rel_err"] < 0.02 for r in moe)
+    mla = [r for r in rows if r["part"] == "mla_decode"]
+    assert len(mla) == 1 and mla[0]["status"] == "ok" and mla[0]["max_rel_err"] < 0.02
+    assert mla[0]["config"] == SPEC["mla_decode"]["launch"]  # the release's fixed launch
     assert all(r["figure"].startswith("checked") and r.get("us_per_call") is None for r in rows)
 
 

@@ -1,9 +1,10 @@
 """Time older engine releases' own Triton block-FP8 kernels on one GPU at DeepSeek-V3 decode
-shapes: the w8a8_block_fp8_matmul linear-layer GEMM and (--moe) the routed experts' fused_moe
-kernel of SGLang 0.4.3.post2 and vLLM 0.7.3 (fused_moe/engines/releases.yaml), each with the
-config the release picks (its shipped table for the device and shape, the nearest batch key, else
-its default), in a CUDA graph (tilesweep.measure.timing.time_gpu), weights cold (each call reads
-its own copy; enough copies to pass L2 four times over), CUDA events, median of repeats.
+shapes: the w8a8_block_fp8_matmul linear-layer GEMM, (--moe) the routed experts' fused_moe kernel
+of SGLang 0.4.3.post2 and vLLM 0.7.3, and (--mla) SGLang 0.4.3's Triton MLA decode
+(fused_moe/engines/releases.yaml), each with the config the release picks (its shipped table for
+the device and shape, the nearest batch key, else its default), in a CUDA graph
+(tilesweep.measure.timing.time_gpu), weights cold (each call reads its own copy; enough copies to
+pass L2 four times over), CUDA events, median of repeats.
 
 The kernels are loaded from <kernels>/<release>/ (tools/fetch_engine_kernels.py --release NAME;
 each file's SHA-256 checked against its manifest). Both releases ran this Triton GEMM on sm_90 only
@@ -13,7 +14,7 @@ row says which kernel the release ran at that shape (`release_kernel_sm90`).
 
 Writes $OUT/release_gemm_probe.json (rows) and prints one line a row. Usage:
   OUT=/tmp/o python tools/release_gemm_probe.py [--kernels DIR] [--releases a,b] [--tokens 1,2,...]
-      [--gemms q_a,kv_a,...] [--as-device "NVIDIA H200"] [--moe] [--repeats N] [--tiny]
+      [--gemms q_a,kv_a,...] [--as-device "NVIDIA H200"] [--moe] [--mla] [--repeats N] [--tiny]
 --tiny times nothing: small shapes, launched and checked against torch (TRITON_INTERPRET=1).
 """
 
@@ -76,9 +77,19 @@ GEMMS = {
 # The routed experts at TP8 (256 experts of 2048 / 8, top 8; the shared expert is its own MLP at
 # these releases), as fused_experts_impl launches them: gate_up (N = 2 x 256, K = 7168) and down.
 MOE = {"hidden": 7168, "inter": 2048 // 8, "experts": 256, "top_k": 8}
+# MLA decode (SGLang 0.4.3's Triton backend): the latent KV cache, one head of kv_lora 512 + rope 64
+# (bf16, memory_pool.py MLATokenToKVPool; V is its first 512), and the query heads a GPU runs: 128
+# under DP attention (every head, its own sequences), 16 at TP8.
+KV_LORA, ROPE = 512, 64
+MLA_HEADS = (128, 16)
 TINY_GEMMS = {"tiny_aligned": (256, 256), "tiny_odd": (192, 384)}
 TINY_MOE = {"hidden": 256, "inter": 128, "experts": 8, "top_k": 2}
 MAX_COPIES = 256
+
+
+def module_name(release: str, part: str) -> str:
+    """Return the name a release's extracted kernel module is loaded under."""
+    return f"release_{release}_{part}".replace(".", "_").replace("-", "_")
 
 
 def load(kernels: Path, release: str, part: str):
@@ -90,7 +101,7 @@ def load(kernels: Path, release: str, part: str):
     text = (kept / spec["file"]).read_bytes()
     if hashlib.sha256(text).hexdigest() != spec["file_sha256"]:
         sys.exit(f"release_gemm_probe: {kept / spec['file']} differs from its manifest")
-    name = f"release_{release}_{part}".replace(".", "_").replace("-", "_")
+    name = module_name(release, part)
     if name not in sys.modules:  # Triton reads a JIT function's source from its file
         found = importlib.util.spec_from_file_location(name, kept / spec["file"])
         module = importlib.util.module_from_spec(found)
@@ -239,6 +250,95 @@ def moe_error(t: dict) -> float:
     return float(((out - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item())
 
 
+def mla_call(stage1, stage2, launch: dict, heads: int, batch: int, context: int, device):
+    """Return (launch, tensors) of one layer's MLA decode as the release's triton backend runs it
+    (decode_attention_fwd_grouped: the split-KV kernel, then the merge), each sequence's `context`
+    tokens contiguous in its own KV pool."""
+    lk, lv, splits = KV_LORA + ROPE, KV_LORA, launch["num_kv_splits"]
+    # bf16 as the release serves DeepSeek; fp16 under Triton's interpreter, whose bf16 dot
+    # multiplies the raw bit patterns
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+    t = {
+        "q": torch.randn(batch, heads, lk, dtype=dtype, device=device),
+        "kv": torch.randn(batch * context, 1, lk, dtype=dtype, device=device),
+        "o": torch.empty(batch, heads, lv, dtype=dtype, device=device),
+        "logits": torch.empty(batch, heads, splits, lv + 1, dtype=torch.float32, device=device),
+        "indptr": torch.arange(batch + 1, dtype=torch.int32, device=device) * context,
+        "indices": torch.arange(batch * context, dtype=torch.int32, device=device),
+        "scale": 1.0 / math.sqrt(128 + ROPE),
+    }
+    q, kv, o, logits = t["q"], t["kv"], t["o"], t["logits"]
+    # V is the cache's first Lv columns (get_value_buffer: kv[..., :512]): the same pointer and
+    # strides as the cache itself, which is what the kernel receives (Triton's interpreter would
+    # copy the view, so the cache is passed as is)
+    v = kv
+    grid1 = (batch, triton.cdiv(heads, min(launch["BLOCK_H"], heads)), splits)
+    args1 = (q, kv, v, t["scale"], t["indptr"], t["indices"], logits, q.stride(0), q.stride(1))
+    args1 += (kv.stride(0), kv.stride(1), v.stride(0), v.stride(1), logits.stride(0))
+    args1 += (logits.stride(1), logits.stride(2))
+    kw1 = dict(kv_group_num=heads, q_head_num=heads, BLOCK_DMODEL=KV_LORA, BLOCK_DPE=ROPE)
+    kw1 |= dict(BLOCK_DV=triton.next_power_of_2(lv), BLOCK_N=launch["BLOCK_N"])
+    kw1 |= dict(BLOCK_H=launch["BLOCK_H"], NUM_KV_SPLITS=splits, logit_cap=0.0, Lk=lk, Lv=lv)
+    kw1 |= dict(num_warps=launch["num_warps"], num_stages=launch["num_stages"])
+    args2 = (logits, o, t["indptr"], logits.stride(0), logits.stride(1), logits.stride(2))
+    args2 += (o.stride(0), o.stride(1))
+    kw2 = dict(NUM_KV_SPLITS=splits, BLOCK_DV=triton.next_power_of_2(lv), Lv=lv)
+    kw2 |= dict(num_warps=4, num_stages=2)
+
+    def run() -> None:
+        stage1[grid1](*args1, **kw1)
+        stage2[(batch, heads)](*args2, **kw2)
+
+    return run, t
+
+
+def mla_error(t: dict) -> float:
+    """Return the max relative error of an MLA decode's output against torch's attention."""
+    batch, heads, _ = t["q"].shape
+    kv = t["kv"].float().view(batch, -1, KV_LORA + ROPE)
+    scores = torch.einsum("bhd,bnd->bhn", t["q"].float(), kv) * t["scale"]
+    ref = torch.einsum("bhn,bnd->bhd", scores.softmax(-1), kv[..., :KV_LORA])
+    out = t["o"].float()
+    return float(((out - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item())
+
+
+def probe_mla(args, common: dict, cuda: bool, rows: list) -> None:
+    """Time SGLang 0.4.3's Triton MLA decode (both kernels a layer) over heads, batch, context."""
+    device = torch.device("cuda" if cuda else "cpu")
+    torch.manual_seed(2)
+    release = "sglang-0.4.3.post2"
+    stage1, spec = load(args.kernels, release, "mla_decode")
+    stage2 = getattr(sys.modules[module_name(release, "mla_decode")], spec["reduce"])
+    heads_list = (16,) if args.tiny else MLA_HEADS
+    contexts = [64] if args.tiny else [int(c) for c in args.mla_contexts.split(",")]
+    batches = [2] if args.tiny else [int(b) for b in args.mla_batches.split(",")]
+    for heads in heads_list:
+        for context in contexts:
+            for batch in batches:
+                kv_bytes = batch * context * (KV_LORA + ROPE) * 2
+                copies = copies_for(kv_bytes, common["l2_bytes"], cuda)
+                row = {**common, "release": release, "part": "mla_decode", "heads": heads}
+                row |= {"batch": batch, "context": context, "tokens": batch, "copies": copies}
+                row |= {"config_device": "fixed", "config_table": "none (fixed launch)"}
+                row |= {"config": spec["launch"], "kernel_module": spec["module"]}
+                row["bytes_per_call"] = kv_bytes  # the latent cache read once: the kernel's floor
+                try:
+                    calls = [
+                        mla_call(stage1, stage2, spec["launch"], heads, batch, context, device)
+                        for _ in range(copies)
+                    ]
+                    row["status"] = "ok"
+                    if not cuda or (batch <= 2 and context <= 4096):
+                        calls[0][0]()
+                        row["max_rel_err"] = round(mla_error(calls[0][1]), 4)
+                    if cuda:
+                        row |= timed([c[0] for c in calls], args.repeats)
+                    del calls
+                except Exception as exc:
+                    row |= {"status": "launch", "message": f"{type(exc).__name__}: {exc}"}
+                finish(row, rows)
+
+
 def timed(calls: list, repeats: int) -> dict:
     """Return the median / p10 / p90 microseconds of one call among `calls` (time_gpu's graph)."""
     samples, method = time_gpu(calls, repeats, warmup=1)
@@ -374,7 +474,9 @@ def finish(row: dict, rows: list) -> None:
     if us and peak and "bytes_per_call" in row:
         row["bw_fraction_of_datasheet"] = round(row["bytes_per_call"] / (us * 1e-6) / peak, 3)
     rows.append(row)
-    what = row.get("gemm") or row["part"]
+    what = row.get("gemm") or row["part"] + (
+        f" h{row['heads']} ctx{row['context']}" if "heads" in row else ""
+    )
     tail = row.get("message", "")[:200] or f"{us} us err {row.get('max_rel_err')}"
     print(f"{row['release']} {what} m={row['tokens']} cfg={row['config_device']}"
           f" ({row['config_table'][:40]}): {tail}", flush=True)  # fmt: skip
@@ -389,6 +491,9 @@ def main() -> int:
     parser.add_argument("--gemms", default=",".join(GEMMS), help="of " + ",".join(GEMMS))
     parser.add_argument("--as-device", default="NVIDIA H200", help="also with its config tables")
     parser.add_argument("--moe", action="store_true", help="also the routed experts' fused_moe")
+    parser.add_argument("--mla", action="store_true", help="also SGLang 0.4.3's MLA decode")
+    parser.add_argument("--mla-batches", default="1,2,4,8,16,64", help="sequences on one GPU")
+    parser.add_argument("--mla-contexts", default="1024,4096", help="tokens of each sequence")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--tiny", action="store_true", help="small shapes, checked, not timed")
     args = parser.parse_args()
@@ -424,6 +529,8 @@ def main() -> int:
         probe_gemms(args, common, devices, cuda, rows)
         if args.moe:
             probe_moe(args, common, devices, cuda, rows)
+        if args.mla:
+            probe_mla(args, common, cuda, rows)
     finally:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "release_gemm_probe.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -366,7 +366,7 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
             with atomic_path(out / f"{part}.py") as tmp:
                 tmp.write_text(text)
             tables = {}
-            for member in sorted(archive.namelist()):
+            for member in sorted(archive.namelist()) if kernel.get("tables") else []:
                 rel = member.removeprefix(kernel["tables"])
                 if rel != member and "/" not in rel and rel.startswith(kernel["match"]):
                     data = archive.read(member)
