@@ -1,4 +1,4 @@
-"""Older releases' kernels (fused_moe/engines/releases.yaml): extracted from a wheel with their
+"""Older releases' kernels (fused_moe/data/releases.yaml): extracted from a wheel with their
 tables and hashes, and tools/release_gemm_probe.py launching them as the releases do, checked
 against torch under Triton's interpreter (stand-in kernels written here, of the releases'
 signatures: the tests fetch no wheel)."""

@@ -3,7 +3,7 @@ extract their fused-MoE Triton kernels, with hashes, into .engine_kernels/<engin
 (ignored by git; carry it to the GPU machine), with the engines' shipped config tables and
 their get_config_file_name. Needs pip and a package registry. --names PATH also writes the names
 the engines' own functions give every format (wheels.name_table; the test data
-tests/data/engine_names.json is made so). --release NAME (of fused_moe/engines/releases.yaml,
+tests/data/engine_names.json is made so). --release NAME (of fused_moe/data/releases.yaml,
 repeatable) extracts instead that older release's kernels and tables into <out>/NAME/
 (wheels.extract_release; tools/release_gemm_probe.py times them).
 

@@ -1,7 +1,7 @@
 """Time older engine releases' own Triton block-FP8 kernels on one GPU at DeepSeek-V3 decode
 shapes: the w8a8_block_fp8_matmul linear-layer GEMM, (--moe) the routed experts' fused_moe kernel
 of SGLang 0.4.3.post2 and vLLM 0.7.3, and (--mla) SGLang 0.4.3's Triton MLA decode
-(fused_moe/engines/releases.yaml), each with the config the release picks (its shipped table for
+(fused_moe/data/releases.yaml), each with the config the release picks (its shipped table for
 the device and shape, the nearest batch key, else its default), in a CUDA graph
 (tilesweep.measure.timing.time_gpu), weights cold (each call reads its own copy; enough copies to
 pass L2 four times over), CUDA events, median of repeats.

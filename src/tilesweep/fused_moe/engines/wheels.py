@@ -326,10 +326,10 @@ def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
     }
 
 
-# Older releases' kernels (releases.yaml beside this): each part's module's @triton.jit functions,
-# verbatim, and the config tables it picks from, hashed in a manifest, as `extract` does for the
-# pinned engines' fused-MoE kernels.
-RELEASES = Path(__file__).with_name("releases.yaml")
+# Older releases' kernels (fused_moe/data/releases.yaml): each part's module's @triton.jit
+# functions, verbatim, and the config tables it picks from, hashed in a manifest, as `extract` does
+# for the pinned engines' fused-MoE kernels.
+RELEASES = Path(__file__).parents[1] / "data" / "releases.yaml"
 
 
 def releases() -> dict:
