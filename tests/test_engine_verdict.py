@@ -603,3 +603,34 @@ def test_a_cited_kernel_floor_holds_each_layer_to_its_calls_least_times():
     assert kwargs["timer"] is part_timers.roofline_timer
     deployment_verdict._floored(settings.engine, "sm_90", kwargs, {})
     assert kwargs["timer"](part, settings.hardware)["memory_ms"] > 0
+
+
+def test_an_engine_timed_on_a_gpu_takes_its_own_expert_curve_there_only():
+    """engine.grouped_gemm_efficiency (a release's own MoE kernel timed on a GPU) takes the place
+    of the hardware file's curve for that GPU and format, says so in the row, and moves the step;
+    another GPU or format keeps the hardware's."""
+    base = ["hardware=h200", "deployment=fp8_all", "model=deepseek_v3", "engine=vllm_0_7"]
+    base += ["deployment.batches=[16]", "grid.layouts=[{tp:8,pp:1,ep:1}]", "references=none"]
+    settings = compose_settings(base)
+    hardware_curve = settings.hardware.grouped_gemm_efficiency["fp8"]
+    slower = hardware_curve.model_copy(
+        update={
+            "points": [
+                p.model_copy(update={"low": p.low / 2, "high": p.high / 2})
+                for p in hardware_curve.points
+            ]
+        }  # fmt: skip
+    )
+
+    def table(curves: dict) -> pd.DataFrame:
+        engine = settings.engine.model_copy(update={"grouped_gemm_efficiency": curves})
+        own = settings.model_copy(update={"engine": engine})
+        return deployment_verdict.deployment_table(own, EMPTY, EMPTY, EMPTY, {})
+
+    plain = table({})
+    mine = table({"h200": {"fp8": slower}})
+    elsewhere = table({"b200": {"fp8": slower}, "h200": {"nvfp4": slower}})
+    assert "engine[vllm_0_7].grouped_gemm_efficiency" in mine["expert_efficiency"].iloc[0]
+    assert "hardware[h200].grouped_gemm_efficiency" in plain["expert_efficiency"].iloc[0]
+    assert mine["tpot_ms"].iloc[0] > plain["tpot_ms"].iloc[0]
+    assert elsewhere["tpot_ms"].iloc[0] == pytest.approx(plain["tpot_ms"].iloc[0])

@@ -9,6 +9,9 @@ and DeepSeek-V3 at TP8: one expert of each size), each named with its expert's M
 on the target of GBS datasheet bandwidth: the time per call carried (low: the target is no slower)
 and the fraction of the datasheet carried (high), the wider of the two models' bands taken.
 
+--part NAME reads another probe's rows: tools/release_gemm_probe.py's `fused_moe_up+down` (an older
+release's kernel; its rows say `shared_fused: false`, the shared expert run apart, not as expert E).
+
 python3 tools/fused_moe_curve.py docs/evidence/fused_moe_probe_h100.json --config H100
 """
 
@@ -43,27 +46,31 @@ def main() -> int:
     p.add_argument("--carry-to", type=float, default=None, help="the target's datasheet GB/s")
     p.add_argument("--kernel", default="SGLang 0.5.23 Triton fused_moe")
     p.add_argument("--source", default="", help="what each point's cite starts with")
+    p.add_argument("--part", default="up+down", help="the rows' part of a layer's two GEMMs")
+    p.add_argument("--release", default=None, help="only rows of this release (release probe)")
     a = p.parse_args()
     with open(a.rows) as f:
         all_rows = json.load(f)
     rows = [
         r
         for r in all_rows
-        if r.get("part") == "up+down"
+        if r.get("part") == a.part
         and r.get("status") == "ok"
+        and (a.release is None or r.get("release") == a.release)
         and a.config.upper() in str(r.get("config_device", "")).upper()
     ]
     if not rows:
-        print(f"fused_moe_curve: no ok up+down rows with --config {a.config}", file=sys.stderr)
+        print(f"fused_moe_curve: no ok {a.part} rows with --config {a.config}", file=sys.stderr)
         return 2
-    experts = {r["model"]: r["experts"] - 1 for r in rows}  # routed (less the fused shared one)
+    shared = {r["model"]: int(r.get("shared_fused", True)) for r in rows}  # expert E: the shared
+    experts = {r["model"]: r["experts"] - shared[r["model"]] for r in rows}  # routed
     by_t: dict[float, list] = {}
 
     def first(x):
         return x[0]
 
     for r in rows:
-        tpe = r["tokens"] * (r["top_k"] - 1) / experts[r["model"]]
+        tpe = r["tokens"] * (r["top_k"] - shared[r["model"]]) / experts[r["model"]]
         memory_us = r["bytes_per_call"] / (a.datasheet_gbs * 1e3)
         e = memory_us / (r["us_per_call"] - KERNELS * a.fixed_us)
         if a.carry_to:  # the time carried: the same time for the bytes at the target's datasheet

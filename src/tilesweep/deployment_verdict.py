@@ -135,18 +135,25 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
     return target, None, allreduce, spanned, topology_note
 
 
-def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make) -> tuple:
+def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, engine_conf=None):
     """Return (the part timer with the expert GEMMs' efficiency at this batch, what it rests on
     in words (a row's `expert GEMMs` item), the timers at the ends of a cited band), each timer
-    made by `make(fit)`: the target's own cited band for the format's grouped GEMM at this
-    batch's tokens per expert (never another GPU's or dtype's figure; the row at its geometric
-    middle; each layout's expert GEMMs at its own expert's size where the band names the sizes it
-    was timed on), else the best fp8 decode kernel measured here."""
+    made by `make(fit)`: the engine's own band for the format on the target where its file times
+    its kernel (engine.grouped_gemm_efficiency), else the target's own cited band for the
+    format's grouped GEMM at this batch's tokens per expert (never another GPU's or dtype's
+    figure; the row at its geometric middle; each layout's expert GEMMs at its own expert's size
+    where the band names the sizes it was timed on), else the best fp8 decode kernel measured
+    here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
-    curve = (target.grouped_gemm_efficiency or {}).get(dep.weight_dtype)
+    own = {} if engine_conf is None else engine_conf.grouped_gemm_efficiency.get(target.name, {})
+    curve = own.get(dep.weight_dtype) or (target.grouped_gemm_efficiency or {}).get(
+        dep.weight_dtype
+    )
+    owner = f"engine[{engine_conf.name}]" if dep.weight_dtype in own else ""
     per_expert = batch * model.top_k / model.routed_experts
     if curve and expert:
-        words = grouped_efficiency.band_at(curve, per_expert).words(dep.weight_dtype, target.name)
+        band = grouped_efficiency.band_at(curve, per_expert)
+        words = band.words(dep.weight_dtype, target.name, owner)
         if grouped_efficiency.sized(curve):
             words += (
                 "; each layout's expert GEMMs take the band scaled to the bytes of its own "
@@ -291,7 +298,7 @@ def deployment_table(
                 launches=engine.launches,
             )
             kwargs["timer"], expert_words, ends = _expert_efficiency(
-                fit, target, dep, model, batch, decode, ceilings, make
+                fit, target, dep, model, batch, decode, ceilings, make, engine_conf
             )
         expert = {"expert GEMMs": expert_words} if expert_words else {}
         kwargs["rests"] = used | expert | tail

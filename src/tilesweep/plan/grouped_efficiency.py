@@ -33,12 +33,14 @@ class Band:
         """Return the band's geometric middle, the efficiency a verdict row takes."""
         return math.sqrt(self.low * self.high)
 
-    def words(self, dtype: str, hardware: str) -> str:
-        """Return the band as a row's `expert GEMMs` item: its middle, ends and their kernels."""
+    def words(self, dtype: str, hardware: str, owner: str = "") -> str:
+        """Return the band as a row's `expert GEMMs` item: its middle, ends and their kernels;
+        `owner` names the file the curve is read from (default: the hardware's)."""
         ends = f"{self.low:.3g} ({self.low_kernel}), {self.high:.3g} ({self.high_kernel})"
+        owner = owner or f"hardware[{hardware}]"
         return (
             f"{dtype}, e_bw {self.middle:.3f} of the datasheet, the geometric "
-            f"middle of hardware[{hardware}].grouped_gemm_efficiency [{ends}] {self.where} "
+            f"middle of {owner}.grouped_gemm_efficiency [{ends}] {self.where} "
             f"({self.cite}); tpot_low_ms and tpot_high_ms span the band"
         )
 

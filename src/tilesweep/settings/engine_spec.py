@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.hardware_spec import Arch, gpu_counts
+from tilesweep.settings.hardware_spec import Arch, EfficiencyCurve, gpu_counts
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
 # plan.step_parts' part kinds, plus `allreduce` (the interconnect model's, never counted twice)
@@ -155,4 +155,8 @@ class EngineSettings(Section):
     allreduce: dict[Arch, AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
     kernel_floors: list[KernelFloor] = []  # cited least per-call times of its GEMM kernels
+    # Its own grouped (MoE) GEMM efficiency on a GPU (conf/hardware name -> format -> curve), where
+    # this release's kernel was timed: for this engine it takes the place of that hardware file's
+    # grouped_gemm_efficiency of the format (a GPU or format not named keeps the hardware's).
+    grouped_gemm_efficiency: dict[str, dict[str, EfficiencyCurve]] = {}
     only_arch: list[Arch] = []  # archs its code runs on (empty: all)

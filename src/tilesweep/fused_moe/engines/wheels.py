@@ -324,3 +324,68 @@ def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
         "functions": manifest["names"],
         "names": names,
     }
+
+
+# Older releases' kernels (fused_moe/data/releases.yaml): each part's module's @triton.jit
+# functions, verbatim, and the config tables it picks from, hashed in a manifest, as `extract` does
+# for the pinned engines' fused-MoE kernels.
+RELEASES = Path(__file__).parents[1] / "data" / "releases.yaml"
+
+
+def releases() -> dict:
+    """Return {release name: spec} of releases.yaml (distribution, version, kernels)."""
+    import yaml
+
+    return yaml.safe_load(RELEASES.read_text())
+
+
+def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path:
+    """Extract a release's kernels (releases.yaml) from its wheel into folder/<name>/; return it."""
+    wheel, spec = Path(wheel), releases()[name]
+    dist, version = wheel_version(wheel)
+    if (dist, version) != (spec["distribution"], str(spec["version"])):
+        raise ValueError(f"{wheel.name}: not {spec['distribution']} {spec['version']} ({name})")
+    out = Path(folder) / name
+    kernels = {}
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, EOFError):
+        raise ValueError(f"{wheel}: not a zip file; delete it and fetch again") from None
+    with archive:
+        for part, kernel in spec["kernels"].items():
+            try:
+                source_bytes = archive.read(kernel["module"])
+            except KeyError:
+                raise ValueError(f"{wheel.name}: no {kernel['module']}") from None
+            functions = jit_functions(source_bytes.decode())
+            if kernel["function"] not in functions:
+                raise ValueError(f"{wheel.name}: {kernel['module']} has no {kernel['function']}")
+            text = HEADER.format(wheel=wheel.name, module=kernel["module"]) + "\n\n"
+            text += "\n\n".join(functions.values())
+            (out / "configs" / part).mkdir(parents=True, exist_ok=True)
+            with atomic_path(out / f"{part}.py") as tmp:
+                tmp.write_text(text)
+            tables = {}
+            for member in sorted(archive.namelist()) if kernel.get("tables") else []:
+                rel = member.removeprefix(kernel["tables"])
+                if rel != member and "/" not in rel and rel.startswith(kernel["match"]):
+                    data = archive.read(member)
+                    (out / "configs" / part / rel).write_bytes(data)
+                    tables[rel] = _sha256(data)
+            kernels[part] = {
+                **kernel,
+                "module_sha256": _sha256(source_bytes),
+                "functions": sorted(functions),
+                "file": f"{part}.py",
+                "file_sha256": _sha256(text.encode()),
+                "tables_sha256": tables,
+            }
+    manifest = {
+        "release": name,
+        "wheel": wheel.name,
+        "wheel_sha256": _sha256(wheel.read_bytes()),
+        "kernels": kernels,
+    }
+    with atomic_path(out / "manifest.json") as tmp:
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return out
