@@ -36,8 +36,7 @@ PICK_HEADERS = {
 
 
 def clip(text: str, limit: int) -> str:
-    """Return text cut at a word before `limit` characters (before a bracket it would leave
-    open), with an ellipsis where cut."""
+    """Return text cut at a word before `limit` characters, with an ellipsis where cut."""
     if len(text) <= limit:
         return text
     cut = text[:limit].rsplit(" ", 1)[0]
@@ -134,8 +133,7 @@ class Pick:
 
 @dataclass(frozen=True)
 class Target:
-    """A TPOT target and a tokens/s-per-user floor (either may be unset), and what meets them:
-    the pick with the most tokens/s per GPU, or the closest miss and by how much."""
+    """A TPOT target and a tokens/s-per-user floor, and the pick that meets them or misses least."""
 
     tpot_ms: float | None
     min_tokens_per_s_per_user: float | None
@@ -220,8 +218,7 @@ def pick_of(rec: dict) -> Pick:
 
 
 def gap_layouts(verdict: pd.DataFrame) -> list[str]:
-    """Return, per reason, the layouts that fit in memory at some batch but compose no TPOT
-    there: `communication unknown: tp2-pp1-ep1, tp4-pp2-ep1`, in the verdict's order."""
+    """Return, per reason, the layouts that fit somewhere but compose no TPOT there."""
     if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
         return []
     tpot = numeric(verdict, "tpot_ms")
@@ -236,8 +233,7 @@ def gap_layouts(verdict: pd.DataFrame) -> list[str]:
 
 
 def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
-    """Return (per batch the fitting layout with the most tokens/s, i.e. the lowest TPOT at that
-    batch; the batches at which no layout fits)."""
+    """Return (per batch the fitting layout with the most tokens/s; batches where none fits)."""
     fits = fitting_rows(verdict)
     picks, none = [], []
     for batch in sorted(numeric(verdict, "batch").dropna().astype(int).unique()):
@@ -260,8 +256,7 @@ def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
 def choose(
     verdict: pd.DataFrame, tpot_ms: float | None, min_per_user: float | None
 ) -> Target | None:
-    """Return the target's answer: among the fitting rows within both bounds, the one with the
-    most tokens/s per GPU; else the row closest to the TPOT they allow, and by how much it misses.
+    """Return the target's pick (most tokens/s per GPU within both bounds) or its closest miss;
     None where neither bound is set."""
     if not tpot_ms and not min_per_user:
         return None
@@ -293,8 +288,7 @@ def _row_cells(rec: dict) -> str:
 
 
 def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]:
-    """Return the n composed rows with the most tokens/s per GPU that meet the target (all rows
-    where none is asked), best first, as numbered lines under a heading."""
+    """Return the n rows with the most tokens/s per GPU that meet the target, as lines."""
     fits = fitting_rows(verdict)
     limit = target.limit_ms if target is not None else None
     if limit:
@@ -312,8 +306,7 @@ def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]
 
 
 def pareto_lines(verdict: pd.DataFrame) -> list[str]:
-    """Return the Pareto frontier of the composed rows (no other row has both more tokens/s
-    per user and more tokens/s per GPU), fastest per user first, as lines under a heading."""
+    """Return the Pareto frontier of the composed rows, fastest per user first, as lines."""
     fits = fitting_rows(verdict)
     if fits.empty:
         return ["Pareto frontier: no composed row."]

@@ -84,8 +84,7 @@ def results_dir(path: str | Path) -> Path:
 
 
 def load_run(path: str | Path) -> Run:
-    """Return the tables (launch, decode, collective, verdict, check, power, tune) and ceilings
-    of a results folder."""
+    """Return the tables and ceilings of a results folder."""
     root = results_dir(path)
     tables = {}
     recorded = _recorded_run(root)
@@ -118,17 +117,13 @@ def load_run(path: str | Path) -> Run:
 
 
 def _recorded_run(root: Path) -> bool:
-    """Return whether a results folder's tables carry .sum records (a sweep's since tilesweep
-    keeps them): then every table compared must match its record. A folder with none (an older
-    run, one made by hand) is compared as it is."""
+    """Return whether a results folder's tables carry .sum records (then each must match)."""
     folder = root / "tables"
     return any(summary_path(folder / f"{name}.csv").exists() for name in KEYS)
 
 
 def _check_record(table: Path) -> None:
-    """Raise ConfigError where a table of a recorded run is not what its job wrote (its bytes
-    no longer match its .sum record, the record is gone, or the table is): a table damaged after
-    the run is never compared as that run's."""
+    """Raise ConfigError where a recorded run's table is not what its job wrote."""
     record = summary_path(table)
     if not (table.exists() or record.exists()):
         return  # a table this run never made
@@ -148,8 +143,7 @@ def _check_record(table: Path) -> None:
 
 
 def check_out(out: str | Path, force: bool = False) -> None:
-    """Raise ConfigError in one line when the --out folder cannot take the comparison
-    (io.check_out_folder)."""
+    """Raise ConfigError when the --out folder cannot take the comparison."""
     check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
@@ -200,8 +194,7 @@ def _spread(row: pd.Series, metric: str, side: str) -> float:
 
 
 def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold: float) -> tuple:
-    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule; a
-    time that cannot be one (negative or infinite) always differs, said so."""
+    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule."""
     if math.isnan(a) or math.isnan(b):
         return (math.isnan(a) != math.isnan(b)), "presence"
     if not (0 <= a < math.inf and 0 <= b < math.inf):
@@ -214,9 +207,7 @@ def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold
 
 
 def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
-    """Return (beyond, basis) of two runs' relative errors against the reference: a value that
-    is not a number (inf or NaN) where the other is, or the two on either side of the dtype's
-    tolerance, changed; said so."""
+    """Return (beyond, basis) of two runs' relative errors against the dtype's tolerance."""
     finite_a, finite_b = math.isfinite(a), math.isfinite(b)
     if finite_a != finite_b:
         return True, "relative error not a number (inf or NaN) in one run: wrong or damaged"
@@ -237,8 +228,7 @@ def _same(a: object, b: object) -> bool:
 
 
 def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
-    """Return one row (metric 'columns') when the runs' tables differ in the key, measured or
-    exact columns compared, so that no column is passed over in silence; else none."""
+    """Return one row (metric 'columns') where the runs' tables differ in compared columns."""
     wanted = [*KEYS[name], *MEASURES.get(name, []), *EXACT.get(name, [])]
     only_a = [c for c in wanted if c in a.columns and c not in b.columns]
     only_b = [c for c in wanted if c in b.columns and c not in a.columns]
@@ -271,8 +261,7 @@ def _only(name: str, label: str, side: str, metric: str) -> dict:
 
 
 def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> list[dict]:
-    """Return one row per measured (MEASURES), checked (CHECKED) and exact (EXACT) value of a
-    row in both runs."""
+    """Return one row per measured, checked and exact value of a row in both runs."""
     out = []
     for metric in MEASURES.get(name, []):
         if f"{metric}_a" not in row or f"{metric}_b" not in row:
@@ -313,8 +302,7 @@ def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> l
 
 
 def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Return one row per compared value of one table (see COLUMNS), rows only in one run too;
-    a table with rows in one run only is one row (metric 'table')."""
+    """Return one row per compared value of one table (COLUMNS), rows only in one run too."""
     if a.empty != b.empty:
         side, rows = ("B", len(b)) if a.empty else ("A", len(a))
         return pd.DataFrame([_only(name, f"{rows} rows", side, "table")], columns=COLUMNS)

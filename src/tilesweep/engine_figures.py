@@ -94,9 +94,7 @@ FIGURE_BASE = (
 
 
 def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
-    """Return the settings composing one cited figure: `base` (composed from the overrides of a
-    figure of the same model, GPU, formats and engine) with this figure's batch, serving load and
-    layout, which its model validated; the same as composing its own overrides."""
+    """Return the settings composing one cited figure: `base` with its batch, load and layout."""
     load = (
         {"input_len": fig.input_len, "output_len": fig.output_len}
         if fig.input_len and fig.output_len
@@ -117,6 +115,5 @@ def _gap(row: pd.Series) -> str:
 
 
 def _inside(low: float, tpot: float, high: float) -> bool | None:
-    """Return whether an engine's TPOT lies inside the verdict's band, None where the row has
-    no band (no cited band, one topology)."""
+    """Return whether an engine's TPOT lies inside the verdict's band, None without a band."""
     return None if low != low or high != high else bool(low <= tpot <= high)

@@ -34,8 +34,7 @@ __all__ = [
 
 
 def validate(group: QuestionGroup, catalog: dict) -> None:
-    """Raise ConfigError for a question about hardware no file describes, or tiles no backend's
-    launch rows hold (the group's own keys were checked by its model)."""
+    """Raise ConfigError for a question about unknown hardware, or tiles no launch row holds."""
     question = group.case
     if question is not None and question.hardware not in catalog:
         valid = ", ".join(catalog)

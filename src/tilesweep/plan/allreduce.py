@@ -39,8 +39,7 @@ def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[All
 
 
 def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllReduceStep | None]:
-    """Return (the algorithm the engine takes for a message of nbytes, its step or None past the
-    last step, where NCCL runs)."""
+    """Return (the engine's algorithm for nbytes, its step; None past the last, where NCCL runs)."""
     for step in steps:
         if nbytes <= step.max_bytes:
             return step.algorithm, step
@@ -48,8 +47,7 @@ def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllRed
 
 
 class EngineAllReduce(AllReduce):
-    """An all_reduce block as the engine runs it (with_engine_allreduce attaches it): the
-    hardware file's figures, and the engine's steps by GPU count on the target's architecture."""
+    """An all_reduce block as the engine runs it: the hardware file's figures and engine's steps."""
 
     engine: str = None
     arch: str = None
@@ -64,8 +62,7 @@ class EngineAllReduce(AllReduce):
 
 
 def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
-    """Return (time in us of one all-reduce of nbytes on the algorithm's cited series at n GPUs,
-    its source key), or (None, why) where no series covers that size."""
+    """Return (us of one all-reduce on the algorithm's series at n GPUs, key), or (None, why)."""
     cited = getattr(in_graph, algorithm) if in_graph else None
     series = cited.by_gpus.get(n) if cited else None
     if series is None:
@@ -82,8 +79,7 @@ def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
 
 
 def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
-    """Return (time in ms of one all-reduce of nbytes at n GPUs as the engine runs it, label:
-    its algorithm and the figures that timed it), or None where no engine table is attached."""
+    """Return (ms of one all-reduce as the engine runs it, label), None without an engine table."""
     if not isinstance(block, EngineAllReduce):
         return None
     name = block.engine
@@ -105,8 +101,7 @@ def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
 
 
 def describe(target: HardwareSpec) -> str:
-    """Return the all-reduce in words for the verdict's inputs: per GPU count the engine's steps,
-    and per algorithm the machine that timed it (or that none did: the next slower stands)."""
+    """Return the all-reduce in words: the engine's steps, and who timed each algorithm."""
     block = target.interconnect_model
     top = block.topologies.get(block.default) if block else None
     ar = top.all_reduce if top else None

@@ -53,9 +53,7 @@ def group_dtype(group: str, dep: DeploymentSettings) -> str:
 
 
 def math_dtype(group: str, dep: DeploymentSettings) -> str:
-    """Return the dtype a weight group's products run in: the deployment's `compute_dtype` for
-    its quantised groups where set (a weight-only format, dequantised to it: Marlin's w4a16 runs
-    MXFP4 on GPUs without FP4 tensor cores), else the stored dtype."""
+    """Return the dtype a weight group's products run in (compute_dtype if quantised)."""
     stored = group_dtype(group, dep)
     if group in dep.quantized and dep.compute_dtype:
         return dep.compute_dtype
@@ -133,8 +131,7 @@ def cached_tokens(model: ModelSettings, context_len: int, sliding: bool) -> int:
 def attention_core(
     model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
 ) -> dict[str, float]:
-    """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of one layer's
-    attention (attended: the cached tokens each query reads)."""
+    """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of a layer."""
     att, ctx = model.attention, dep.context_len
     cache = kv_bytes_per_token_layer(model, dep)
     tokens = cached_tokens(model, ctx, sliding)
@@ -168,8 +165,7 @@ def attention_core(
 
 
 def causal_pairs(tokens: float, window: float) -> float:
-    """Return the (query, key) pairs of a causal prompt of `tokens` tokens where each query
-    reads at most `window` keys (itself included): a sliding window, or DSA's top-k."""
+    """Return the (query, key) pairs of a causal prompt, each query reading at most `window`."""
     w = min(float(window), float(tokens))
     return w * (w + 1) / 2 + (tokens - w) * w
 
@@ -177,11 +173,7 @@ def causal_pairs(tokens: float, window: float) -> float:
 def prompt_attention(
     model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
 ) -> dict:
-    """Return one layer's attention over one prompt of deployment.input_len tokens, per rank
-    holding `heads` query heads: {flops, bytes} of the attention kernel (in bf16: prefill runs
-    MLA unabsorbed, each head's q.k over qk_nope + qk_rope and p.v over v_head) and
-    {index_flops, index_bytes} of the DSA indexer's scores over every earlier token (fp8, whole on
-    every rank, as at decode), 0 where the deployment runs no indexer."""
+    """Return one layer's attention over one prompt per rank of `heads` heads (and its indexer)."""
     att, n = model.attention, float(dep.input_len)
     window = att.sliding_window if sliding else n
     if att.kind == "mla":
@@ -236,8 +228,7 @@ INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 
 
 def deployment_model(model: ModelSettings, dep: DeploymentSettings) -> ModelSettings:
-    """Return the model as the deployment runs it: with `attention: dense`, MLA over the whole
-    context and no DSA indexer (its weights and index cache left out)."""
+    """Return the model as the deployment runs it (`attention: dense`: MLA, no DSA indexer)."""
     att = model.attention
     if dep.attention != "dense" or att.index_topk is None:
         return model

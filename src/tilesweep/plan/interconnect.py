@@ -109,8 +109,7 @@ def collective_time(
 
 
 def _custom_us(shot: OneShotFigures, nbytes: float) -> float:
-    """Return the custom all-reduce's time in us for a message: on the line through its cited
-    points (at the first's below it), else its one figure for every size up to max_bytes."""
+    """Return the custom all-reduce's time in us for a message (its cited line or one figure)."""
     points = shot.points
     if not points:
         return float(shot.latency_us)
@@ -135,8 +134,7 @@ def latency_floor_ms(collective: str, n: int, numbers: Topology | None) -> float
 def floored_ms(
     collective: str, n: int, nbytes: float, numbers: Topology | None, measured: dict | None = None
 ) -> tuple[float, str]:
-    """Return (time in ms never below the model's or a measured floor, label of what set it or
-    the gap's reason)."""
+    """Return (ms never below the model's or a measured floor, label or the gap's reason)."""
     t, label = collective_time(collective, n, nbytes, numbers)
     floor = (measured or {}).get(collective, {}).get(n)
     if math.isnan(t):
@@ -149,15 +147,12 @@ def floored_ms(
 
 
 def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[Topology | None, dict]:
-    """Return (the figures per collective and GPU count as a topology of a hardware file holds
-    them, None where none fit, {collective: {n: floor ms}}) fitted on the collectives measured
-    here over `backend`, per group size measured (a fit, not a cited file: its figures are not
-    held to a file's ranges).
+    """Return (figures per collective and GPU count as a topology holds them, or None; floors)
+    fitted on the collectives measured over `backend`.
 
     On nccl only rows timed inside CUDA graphs count (eager NCCL pays a launch per call the engines
-    do not); gloo has no graphs, so its eager rows count (the fit is an eager one). A table
-    without a `timing` column predates graph timing: its rows were eager. A group size with fewer
-    than two message sizes, or whose time does not grow with size, has a floor but no figures."""
+    do not); gloo has no graphs, so its eager rows count. A table without `timing` was eager. A
+    group size with fewer than two message sizes, or whose time does not grow, has only a floor."""
     by_kind: dict = {}
     floors: dict = {}
     needed = {"collective", "group", "bytes", "time_ms", "status", "backend"}

@@ -35,9 +35,7 @@ def _series_name(key: tuple) -> str:
 
 
 def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None = None) -> Figure:
-    """Return bus bandwidth and time against message size: a column per collective, a line per
-    group (at most MAX_SERIES, the smallest, said so), each row on one y scale, `floors`
-    (collective, group, floor_ms) dotted."""
+    """Return bus bandwidth and time against message size, a column per collective."""
     ok = ok_or_all(collective)
     if not ok.empty and "collective" in ok:
         ok = ok[ok["collective"].astype(str) != "none"]

@@ -10,8 +10,7 @@ from tilesweep.report.plotting import TEXT_PT, empty, enforce_series, floats, lo
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
-    """Return B/A ratios of the `top` values that moved most, one panel per table (`changes`:
-    tilesweep.compare's columns); beyond-noise points in red."""
+    """Return B/A ratios of the `top` values that moved most, one panel per table."""
     if changes.empty or "ratio" not in changes:
         return empty("nothing numeric to compare", "B / A")
     ratio = floats(changes, "ratio")

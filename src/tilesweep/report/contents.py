@@ -55,8 +55,7 @@ NAV = {
 
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
-    """Return every report section's (key, title) in order, the question's aside: SECTIONS with
-    the tuners' own (backends.report_sections, as `tuned` holds them) after the decode one."""
+    """Return every report section's (key, title) in order, the tuners' own after decode."""
     tuned = backends.report_sections({}) if tuned is None else tuned
     after = [key for key, _ in SECTIONS].index("decode") + 1
     return (*SECTIONS[:after], *((key, t) for key, t, _, _ in tuned), *SECTIONS[after:])
@@ -72,8 +71,7 @@ def draw_figures(
     engines: pd.DataFrame | None = None,
     tune: pd.DataFrame | None = None,
 ) -> dict[str, bytes]:
-    """Return the report figures as PNG bytes, by name (the names in FIGURES and the tuners'
-    own, backends.report_figures; `names` only, when given)."""
+    """Return the report figures as PNG bytes, by name (`names` only, when given)."""
     drawers = {
         "pareto": lambda: pareto(verdict),
         "launch_smem": lambda: launch_smem(launch, first=deployment_target(verdict)),
@@ -98,8 +96,7 @@ def all_figures() -> list[str]:
 
 
 def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
-    """Return why the question's panel is absent (the deployment is not the one it asks
-    about), or '' without a question."""
+    """Return why the question's panel is absent, or '' without a question."""
     if asked is None:
         return ""
     return (
@@ -119,8 +116,7 @@ def _intro(settings: RootSettings) -> str:
 
 
 def _drawn(figures: dict[str, bytes] | None, *tables) -> dict[str, bytes]:
-    """Return every report figure: those given, the others drawn from the tables (launch,
-    decode, collective, verdict, check, engines, tune)."""
+    """Return every report figure: those given, the others drawn from the tables."""
     drawn = dict(figures or {})
     missing = [name for name in all_figures() if name not in drawn]
     if missing:
@@ -147,10 +143,7 @@ def build(
     card: answer_card.AnswerCard | None = None,
     dropins: pd.DataFrame | None = None,
 ) -> ReportData:
-    """Return the one ReportData both reports render, opened by the answer card (built from the
-    verdict, check and engines unless given); figures are drawn unless given. The question's
-    section is there when `panel` is (the deployment is the one it asks about); `provenance`
-    may hold 'measured': {section: when} beside versions and the commit."""
+    """Return the one ReportData both reports render, opened by the answer card."""
     empty = pd.DataFrame()
     check, engines, power = (empty if t is None else t for t in (check, engines, power))
     model, hardware = settings.model, settings.hardware.name

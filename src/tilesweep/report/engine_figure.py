@@ -30,8 +30,7 @@ PANELS_PER_ROW = 3
 
 
 def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
-    """Return the engines' figures the composition has a time for: engine, model, hardware,
-    engine_tpot_ms and composed_tpot_ms, both finite and positive."""
+    """Return the engines' figures the composition has a finite positive time for."""
     cols = ["engine", "model", "hardware", "engine_tpot_ms", "composed_tpot_ms"]
     if engines.empty or not set(cols) <= set(engines):
         return pd.DataFrame(columns=cols)
@@ -42,8 +41,7 @@ def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label_axes(axes, panels: int, ncols: int) -> None:
-    """Name the axes on the panels' outer edges (x on each column's lowest, y on each row's
-    first) and hide the grid's panels past the last."""
+    """Name the axes on the panels' outer edges and hide the panels past the last."""
     for i, ax in enumerate(axes[:panels]):
         if i + ncols >= panels:  # the lowest panel of its column
             ax.set_xlabel("engine's measured TPOT (ms)")
@@ -54,9 +52,7 @@ def _label_axes(axes, panels: int, ncols: int) -> None:
 
 
 def engine_tpot(engines: pd.DataFrame) -> Figure:
-    """Return composed against measured TPOT of the engines' own figures, log-log, one panel per
-    GPU, one colour per model and one marker per engine (at most MAX_SERIES families a panel),
-    with y = x and the band composed/engine within BAND shaded."""
+    """Return composed against engine TPOT, log-log, one panel per GPU, with the BAND shaded."""
     points = engine_points(engines)
     if points.empty:
         return empty("no engine figure cited with a composed time", "Against engines' figures")

@@ -64,15 +64,13 @@ def _labelled(artist) -> bool:
 
 
 def series_labels(ax) -> list[str]:
-    """Return the labels of ax's data series: its labelled lines, collections and containers
-    (error bars, bars), not reference lines nor artists labelled '_...'."""
+    """Return the labels of ax's data series (no reference lines nor '_' labels)."""
     artists = [*ax.get_lines(), *ax.collections, *ax.containers]
     return [str(a.get_label()) for a in artists if _labelled(a)]
 
 
 def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
-    """Return fig, after checking that none of its axes carries more than `most` series;
-    raise ValueError naming the axis that does (a figure's own selection went wrong)."""
+    """Return fig; raise ValueError naming an axis with more than `most` series."""
     for ax in fig.get_axes():
         labels = series_labels(ax)
         if len(labels) > most:
@@ -86,8 +84,7 @@ def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
 def top_series(
     ranked: Sequence[str], most: int = MAX_SERIES, keep: Iterable[str] = ()
 ) -> tuple[list[str], list[str]]:
-    """Return (shown, left out) of `ranked` (best first): `keep` always shown, then the best of
-    the rest up to `most` in all; shown keeps the ranked order."""
+    """Return (shown, left out) of `ranked`: `keep` always shown, then the best up to `most`."""
     kept = [k for k in dict.fromkeys(keep) if k in ranked][:most]
     chosen = {*kept, *[r for r in ranked if r not in kept][: most - len(kept)]}
     shown = [r for r in ranked if r in chosen]
@@ -119,9 +116,7 @@ def floats(frame: pd.DataFrame, col: str) -> pd.Series:
 
 
 class _MinorLogLabels(Formatter):
-    """Labels minor log ticks at 2x, 3x and 5x a power of ten when the axis spans < 1.5 decades,
-    and every minor tick (2x to 9x) when it spans under a factor of 4, so a narrow axis is
-    labelled where its data is."""
+    """Labels minor log ticks where the axis spans under 1.5 decades (all of them under 4x)."""
 
     def __call__(self, x: float, pos: int | None = None) -> str:
         """Return the tick's label: plain like 0.2 or 50 (3,000 with a separator), or empty."""
@@ -136,8 +131,7 @@ class _MinorLogLabels(Formatter):
 
 
 def log_axes(ax, x_base: int = 10, y: bool = True) -> None:
-    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01) instead of powers; within
-    a narrow range, intermediate ticks are labelled too."""
+    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01), narrow ranges labelled more."""
     ax.set_xscale("log", base=x_base)
     axes = [ax.xaxis]
     if y:

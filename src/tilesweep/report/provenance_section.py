@@ -23,8 +23,7 @@ def _distinct(frames: list[pd.DataFrame], key: str) -> str:
 
 
 def _job_span(frame: pd.DataFrame) -> str:
-    """Return when a table's rows were measured from their own job times (job_start_utc to
-    job_end_utc, to the minute, UTC), or '' where they carry none."""
+    """Return when a table's rows were measured from their job times (UTC, to the minute), or ''."""
     start = pd.to_datetime(column(frame, "job_start_utc"), utc=True, errors="coerce").dropna()
     end = pd.to_datetime(column(frame, "job_end_utc"), utc=True, errors="coerce").dropna()
     if start.empty:

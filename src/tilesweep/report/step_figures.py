@@ -84,9 +84,7 @@ def _listed(values) -> str:
 
 
 def verdict_split(verdict: pd.DataFrame) -> Figure:
-    """Return stacked bars of each layout's step split (memory, math, communication, other) in
-    ms per output token, grouped by batch on one y scale; a layout that does not fit at a
-    batch has no bar there, and the legend names it."""
+    """Return stacked bars of each layout's step split in ms per token, grouped by batch."""
     shares = [c for c in SHARE_COLORS if c in verdict]
     if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
         return empty("no verdict rows", "Verdict")
@@ -133,8 +131,7 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
 
 
 def _split_row(ax, groups: list, shares: list[str]) -> float:
-    """Draw one row of the split: each batch's layouts side by side, a gap between batches;
-    return the row's span in bar slots."""
+    """Draw one row of the split; return the row's span in bar slots."""
     x, names, centres, edges, pos = [], [], [], [], 0.0
     for _batch, part in groups:
         here = pos + np.arange(len(part))
@@ -194,9 +191,7 @@ def _pct(part: pd.DataFrame, col: str) -> pd.Series:
 
 
 def check_error(check: pd.DataFrame) -> Figure:
-    """Return the composition's error against the measured whole step, in percent, per layout
-    and batch: composed (and the roofline alone) over the measured median, with the measured
-    p10..p90 band around that median; every panel on one y scale, zero and +-10% drawn."""
+    """Return the composition's error against the measured whole steps (%), per layout and batch."""
     if check.empty or "measured_ms" not in check:
         return empty("no measured whole steps", "Check of the method")
     layouts = list(dict.fromkeys(check["layout"].astype(str)))
