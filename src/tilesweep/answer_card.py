@@ -1,14 +1,6 @@
 """The answer card: the sweep's answer as one data object, built once from the verdict, its check
 and the engines' figures. It ends the console of every sweep, opens both reports and is written
-as answer.json, so the three cannot disagree.
-
-Per batch it names the layout that fits in memory and gives the most tokens/s, with its time per
-output token (TPOT), tokens/s per user and per GPU, bound and TPOT over the roofline floor; with a
-target (question.tpot_target_ms, question.min_tokens_per_s_per_user) it names the layout and batch
-with the most tokens/s per GPU that meets it, or the closest miss and by how much. Its `rests_on`
-clauses name what the figures rest on, read from the verdict rows' own items (plan.row_inputs; the
-first pick's are its `inputs`) and columns (by name: extra columns are ignored, missing ones are a
-labelled gap)."""
+as answer.json, so the three cannot disagree."""
 
 from __future__ import annotations
 

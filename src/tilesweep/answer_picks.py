@@ -1,5 +1,4 @@
-"""The answer card's picks: per batch the layout that fits in memory with the most tokens/s, the
-pick that meets a target (or the closest miss), and the figures and words each one carries."""
+"""The answer card's picks: per batch and for a target, and the figures and words each carries."""
 
 from __future__ import annotations
 

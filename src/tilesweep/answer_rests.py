@@ -1,8 +1,5 @@
-"""What the answer card's picks rest on, clause by clause: the fit and where it was measured, the
-expert GEMMs' efficiency, the kernel list and host term where named, modelled or measured
-collectives, the check of this fit and the engines' figures beside it; read from the verdict
-rows' own items (plan.row_inputs) and columns (by name: extra columns are ignored, missing ones
-are a gap)."""
+"""What the answer card's picks rest on, clause by clause, read from the verdict rows' own items
+(plan.row_inputs) and columns (extra columns ignored, missing ones a gap)."""
 
 from __future__ import annotations
 

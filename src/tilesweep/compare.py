@@ -1,7 +1,5 @@
-"""Compare two sweeps' results: what changed beyond the noise. A timed value changed when its
-medians differ by more than both runs' p10..p90 spread; one without a spread (one repeat, or
-modelled) when it moved by more than a relative threshold; labels (launch status, fits, verdict,
-bound) and launch shared memory on any change."""
+"""Compare two sweeps' results: what changed beyond the noise (both runs' p10..p90 spread, else
+a relative threshold; labels and launch shared memory on any change)."""
 
 from __future__ import annotations
 

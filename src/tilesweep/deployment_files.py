@@ -1,5 +1,4 @@
-"""The files the deployment names (fit_file, attention_table), checked before any job runs: each
-exists, lies inside the checkout or results_dir (unless read_outside), and is of its kind."""
+"""The files the deployment names (fit_file, attention_table), checked before any job runs."""
 
 from __future__ import annotations
 

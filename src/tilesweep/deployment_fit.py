@@ -1,5 +1,4 @@
-"""The fit a verdict composes with, and the check of that method: the launch-aware fit on the TP1
-whole step timed in CUDA graphs on the GPU at hand (plan.launch_fit), else the fit shipped in
+"""The fit a verdict composes with: made here on the graphed TP1 step, else the shipped
 `deployment.fit_file`, else none; each put on its device's datasheet before it meets a target."""
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Why the named deployment cannot be composed, in one line naming the fix, before anything runs
-(the sweep and `tilesweep verdict` refuse it): an engine without the model's family, a format the
-target has no tensor cores for, a grid with no collective figures, and settings `tilesweep
-verdict` would leave unused."""
+"""Why the named deployment cannot be composed, in one line naming the fix, before anything runs."""
 
 from __future__ import annotations
 

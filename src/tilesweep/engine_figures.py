@@ -1,6 +1,5 @@
-"""The engine check: one row per engine figure the config cites (conf/references), the engine's
-measured TPOT beside the verdict composed for the same model, layout, batch and context on the
-engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
+"""The engine check: one row per engine figure the config cites (conf/references), beside the
+verdict composed for it with the sweep's fit (columns.ENGINE_COLUMNS)."""
 
 from __future__ import annotations
 

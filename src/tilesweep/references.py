@@ -1,8 +1,5 @@
-"""Engines' own measured decode figures, as data (conf/references): what a serving engine timed
-for a model, layout, batch and context on a named GPU, with its source. The verdict composes the
-same deployment on that GPU and sets the two side by side (engine_figures.engine_table), so
-a reader can check the composition against what engines get. Nothing here is measured by
-tilesweep."""
+"""Engines' own measured decode figures, as data (conf/references), set beside the verdict
+composed for the same deployment (engine_figures.engine_table). Nothing here is measured."""
 
 from __future__ import annotations
 

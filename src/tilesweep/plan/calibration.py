@@ -1,11 +1,6 @@
-"""From measurements on the device at hand to the composition's inputs, and the check of it.
-
-- `step_fit`: the launch-aware fit (plan.launch_fit) on the TP1 whole steps timed in CUDA graphs,
-  at two batches only (the smallest and largest), so every other batch, every emulated rank and
-  every other layout is a held-out check.
-- `step_check`: the composed prediction of the same depth-reduced model as was run, beside each
-  measured whole step, with the error; eager steps are checked against an eager fit, labelled.
-"""
+"""From measurements on the device at hand to the composition's inputs, and the check of it:
+`step_fit` fits the TP1 graphed whole steps at two batches only, so every other batch, emulated
+rank and layout is a held-out check of `step_check`'s composed prediction."""
 
 from __future__ import annotations
 

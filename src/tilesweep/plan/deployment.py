@@ -1,7 +1,4 @@
-"""The deployment table: one row per layout x batch of the named deployment, each a whole
-decode step (plan.step_time) with its memory fit, speed, split, bound and the inputs it rests on
-(plan.row_inputs).
-"""
+"""The deployment table: one row per layout x batch, each a whole decode step (plan.step_time)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""An engine's decode step as the composition counts it: which model family a model is, how many
-kernels each part kind launches in that engine (its own list, conf/engine), the small kernels the
-project's step does not run, the host time between steps, and the attention mode it runs on a
-GPU architecture. The engine `lean` (no families) is the project's own measured step."""
+"""An engine's decode step as the composition counts it: the model family, kernels per part kind
+(conf/engine), the small kernels the project's step does not run, the host time between steps
+and the attention mode per GPU architecture; the engine `lean` is the project's own step."""
 
 from __future__ import annotations
 

@@ -1,27 +1,14 @@
-"""The launch-aware composition and its fit on a measured whole step.
+"""The launch-aware composition (plan.part_timers.part_ms) and its fit on a measured whole step.
 
-Each part of a step takes (plan.part_timers.part_ms, the one place it is written)
-    launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
-    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak),
-where `launches` is the number of kernels the part launches (counted in the measured step), the
-per-kernel cost is measured on the device: each group's kernels at the smallest fit batch, where
-they have almost nothing to read, never below an empty kernel in a CUDA graph (kernel_cost_us);
-and the two efficiencies of each group of parts are fitted on the measured step at a few batches
-only (deployment.fit_batches; the smallest and the largest by default): the pair minimising the
-squared log error over those batches, the device's value where a term never binds (then it is not
-identified, and the note says so). Parts with no group measured take the device-wide pair, fitted
-on the step's compute time as a whole, and count the kernels the composition knows they launch.
-`overlap` is the device's, measured (measure/ceilings: 0 is the roofline's max, each term hidden
-under the other; 1 is one after the other): 0.03 on an H200, whose bf16 products of 64 to 512 rows
-hide the smaller term almost entirely, so the max holds there. e_bw never exceeds the device's
-measured read bandwidth (`e_bw_max`, over the copy bandwidth the efficiencies are relative to):
-where a part's small-batch time is more than its bytes at that rate, the rest is its kernels'
-cost, not a faster stream. A part whose own kernel was timed on the target (attention_table)
-takes that time instead.
-
-The fit is plain data (`fit_step` returns a JSON-able dict), so a fit made on one device can be
-shipped and applied to another target (labelled as such).
-"""
+`launches` is the kernels a part launches (counted in the measured step); the per-kernel cost is
+measured on the device: each group's kernels at the smallest fit batch, never below an empty
+kernel in a CUDA graph (kernel_cost_us). Each group's two efficiencies are fitted at a few
+batches only (deployment.fit_batches), the device's value where a term never binds (noted);
+groups not measured take the device-wide pair. `overlap` is the device's, measured (0.03 on an
+H200: bf16 products of 64 to 512 rows hide the smaller term almost entirely). e_bw never exceeds
+the device's measured read bandwidth (`e_bw_max`): past it a part's small-batch time is its
+kernels' cost, not a faster stream. A part whose own kernel was timed on the target
+(attention_table) takes that time. The fit is plain data (JSON), shipped to other targets."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The messages a decode step sends: batch and dispatch sizes, each layout's collectives,
-message-size sweeps, bus-bandwidth factors and the latency/bandwidth fit."""
+"""The messages a decode step sends, bus-bandwidth factors and the latency/bandwidth fit."""
 
 from __future__ import annotations
 

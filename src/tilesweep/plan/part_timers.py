@@ -1,17 +1,9 @@
-"""Part timers: the time of one composed part (its bytes and flops) on a hardware spec.
-
-Part timers return each part's memory and math time and a `source` label: `roofline_timer` gives
-max(bytes/bandwidth, flops/peak) as `model (roofline)`; `plan.launch_fit.launch_timer` adds each
-part's launches x its group's measured cost per kernel and divides the roofline terms by fitted
-efficiencies (`other` is then the launch time), or takes a kernel's own measured time;
-`derated_timer` divides by a fraction of roofline measured for the part's kind. A missing peak
-is a NaN gap with its reason, never another dtype's.
+"""Part timers: the time of one composed part (its bytes and flops) on a hardware spec, with a
+`source` label; a missing peak is a NaN gap with its reason, never another dtype's.
 
 The launch-aware time of a part is written once, here (`part_terms`, `part_ms`):
     launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
-    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak);
-the fit (plan.launch_fit) searches efficiencies with it and the verdict composes with it.
-"""
+    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak)."""
 
 from __future__ import annotations
 

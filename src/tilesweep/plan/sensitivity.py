@@ -1,10 +1,5 @@
-"""Which layout wins at each batch, by how much, and what would change the answer.
-
-`winners` ranks the layouts that fit by tokens/s at each batch. `sensitivity` recomposes the
-deployment with one input at a time scaled (memory bandwidth, interconnect bandwidth, interconnect
-latency) at half and at double, and says for each layout x batch the bound at both ends and
-whether the winner changes.
-"""
+"""Which layout wins at each batch, by how much, and what would change the answer (each input
+scaled at half and at double)."""
 
 from __future__ import annotations
 

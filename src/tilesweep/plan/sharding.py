@@ -1,8 +1,5 @@
-"""Where each rank sits in a layout: its pipeline stage and its place in its TP and EP groups,
-and every TP and EP group as lists of global ranks (the measured step creates them in this order);
-whether a layout gathers tokens before its MoE layers (Layout.moe_split: MoE TP x MoE EP), and
-its name. The rank coordinates read the
-measured step's spec (a mapping); the split and the name read a validated Layout."""
+"""Where each rank sits in a layout (its stage, TP and EP group), whether a layout gathers tokens
+before its MoE layers, and its name."""
 
 from __future__ import annotations
 

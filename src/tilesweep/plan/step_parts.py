@@ -1,7 +1,5 @@
-"""What one rank of a pipeline stage runs for one micro-batch, as parts with bytes and flops
-(weights read, activations, attention over the KV cache, routed experts under EP routing) and
-as collectives (TP all-reduce, EP all-to-all, DP attention's gather and scatter around a MoE
-split another way). Sharding is memory_fit's; the MoE split Layout.moe_split's."""
+"""What one rank of a pipeline stage runs for one micro-batch: parts with bytes and flops, and
+collectives. Sharding is memory_fit's; the MoE split Layout.moe_split's."""
 
 from __future__ import annotations
 

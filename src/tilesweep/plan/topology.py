@@ -1,5 +1,4 @@
-"""The collectives a target's host runs: the engine's one-shot all-reduce where it has one, the
-topology named or the hardware file's default, and the band widened over the plausible others."""
+"""The collectives a target's host runs: the engine's all-reduce, the topology and its band."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The tables the report derives from the sweep's: failures, estimate errors, the fastest
-runner per batch, decode targets, latency floors and the verdict pivot (pure pandas; a missing
-column is shown as missing, never filled with a neighbouring value)."""
+"""The tables the report derives from the sweep's (pure pandas; a missing column is shown as
+missing, never filled with a neighbouring value)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The collectives figure: bus bandwidth and time against message size, a column per
-collective and a line per group, with each latency floor."""
+"""The collectives figure: bus bandwidth and time against message size, with latency floors."""
 
 from __future__ import annotations
 

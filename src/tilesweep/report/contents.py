@@ -1,5 +1,4 @@
-"""What both reports show, built once: `build` turns the tables into one ReportData
-(report/document.py) of the sections in SECTIONS, with every figure drawn."""
+"""What both reports show, built once: `build` turns the tables into one ReportData."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The decode figures: time and bandwidth against tokens per expert, and the measured
-roofline; one block of panels per dtype, each showing at most MAX_SERIES runners (those fastest
-somewhere, then the nearest the fastest, and the fastest torch baseline; the rest are in the
-decode table, as the block's legend says)."""
+"""The decode figures: time and bandwidth against tokens per expert, and the measured roofline;
+one block per dtype of at most MAX_SERIES runners (the rest in the decode table)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The document model both reports render: blocks (text, bullets, headings, tables, figures,
-code), sections and the one ReportData; report/markdown.py and report/html.py only render it,
-so the two cannot disagree."""
+"""The document model both reports render (report/markdown.py, report/html.py), so the two
+cannot disagree."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The engines figure: the composed time per output token against the one each engine measured
-and published (engines.csv), log-log, one panel per GPU and one marker per engine and model
-(a family), with the band the check counts as agreeing."""
+"""The engines figure: composed against each engine's published TPOT (engines.csv), log-log."""
 
 from __future__ import annotations
 

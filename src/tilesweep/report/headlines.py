@@ -1,6 +1,4 @@
-"""The report's words: the answer in one sentence (the winning layout per batch range, its TPOT,
-tokens/s, bound and how sure), the tie rule, the legend of the verdict's badge words, and
-one-line findings on the kernels against their targets and on the machine that ran the sweep."""
+"""The report's words: the answer in one sentence, the tie rule, the badge legend, findings."""
 
 from __future__ import annotations
 

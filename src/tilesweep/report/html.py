@@ -1,6 +1,5 @@
-"""The HTML report: renders the one ReportData (see report/document.py) as a self-contained page
-(inline CSS, PNG figures as base64, no scripts and no network) that fits a 1,280 px window:
-wide tables scroll inside their own container."""
+"""The HTML report: the one ReportData as a self-contained page (inline CSS, base64 PNGs, no
+scripts, no network) that fits a 1,280 px window."""
 
 from __future__ import annotations
 

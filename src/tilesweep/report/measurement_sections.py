@@ -1,6 +1,4 @@
-"""The report's sections on what the sweep measured on its own machine, kept apart from the
-deployment's verdict: the machine, which kernels launch, decode and collectives, each with its
-one-line findings against the targets."""
+"""The report's sections on what the sweep measured on its own machine, apart from the verdict."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The Pareto figure: tokens/s per GPU against tokens/s per user (1,000 / TPOT in ms), one point
-per layout and batch that fits in memory, with the frontier (the points no other point beats on
-both) drawn: the view a deployment is chosen from."""
+"""The Pareto figure: tokens/s per GPU against tokens/s per user, with the frontier drawn."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """What every report figure shares: PNG output (no pyplot: no global state), the empty figure
-that says why, the series limit and its check, log axes with plain labels, and cell helpers.
-Every figure reads at a 1,280 px page: at most MAX_SERIES series per axis, no wider than
-PAGE_WIDTH_IN, no text under TEXT_PT."""
+that says why, the series limit, log axes. Every figure reads at a 1,280 px page: at most
+MAX_SERIES series per axis, no wider than PAGE_WIDTH_IN, no text under TEXT_PT."""
 
 from __future__ import annotations
 

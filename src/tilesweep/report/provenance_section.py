@@ -1,5 +1,4 @@
-"""The report's provenance section: the devices and versions the rows were measured with, when
-each figure was measured (UTC), and the resolved config."""
+"""The report's provenance section: devices, versions, when each figure was measured, config."""
 
 from __future__ import annotations
 

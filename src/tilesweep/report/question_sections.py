@@ -1,6 +1,4 @@
-"""The sections that weigh the question's own readings (conf/question): the power section, which
-sets the question's power reading against loads of known bound, and the question's panel (its
-layouts, the winner per batch, what would change it, and its tiles' launch truth)."""
+"""The sections that weigh the question's own readings (conf/question): power and its panel."""
 
 from __future__ import annotations
 

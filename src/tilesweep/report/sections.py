@@ -1,6 +1,4 @@
-"""The report's sections, each a list of blocks built from the tables: the answer (summary),
-the machine that ran the sweep, verdict, check, launch, decode, collectives and provenance (a
-tuner's own sections come from its role: Tuner.report_sections)."""
+"""The report's sections, each a list of blocks built from the tables."""
 
 from __future__ import annotations
 

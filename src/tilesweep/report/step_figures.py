@@ -1,5 +1,4 @@
-"""The whole-step figures: the verdict's split of a decode step per layout and batch, and the
-check of composed against measured steps."""
+"""The whole-step figures: the verdict's split per layout and batch, and the check's error."""
 
 from __future__ import annotations
 
