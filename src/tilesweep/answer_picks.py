@@ -7,19 +7,6 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
-# The figures one pick carries (answer.json's `picks` keys, the card table's columns).
-PICK_FIELDS = (
-    "batch",
-    "layout",
-    "gpus",
-    "tpot_ms",
-    "tokens_per_s_per_user",
-    "tokens_per_s_per_gpu",
-    "bound",
-    "x_floor",
-)
-
-
 # The card table's header for each pick field.
 PICK_HEADERS = {
     "batch": "batch",
@@ -32,6 +19,8 @@ PICK_HEADERS = {
     "x_floor": "x floor",
     "runner_up": "runner-up",
 }
+# The figures one pick carries (answer.json's `picks` keys): every header's but the runner-up.
+PICK_FIELDS = tuple(PICK_HEADERS)[:-1]
 
 
 def clip(text: str, limit: int) -> str:
@@ -184,12 +173,15 @@ def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(frame[name], errors="coerce")
 
 
-def fitting_rows(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return the verdict rows that fit in memory and have a TPOT: the only candidates."""
+def fitting_rows(verdict: pd.DataFrame, composed: bool = True) -> pd.DataFrame:
+    """Return the verdict rows that fit in memory and have a TPOT (the only candidates), or,
+    with composed=False, those that fit with none."""
     if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
         return verdict.iloc[0:0]
     tpot = numeric(verdict, "tpot_ms")
-    return verdict[(verdict["fits_memory"].astype(str) == "yes") & (tpot > 0)]
+    return verdict[
+        (verdict["fits_memory"].astype(str) == "yes") & (tpot > 0 if composed else tpot.isna())
+    ]
 
 
 def pick_of(rec: dict) -> Pick:
@@ -218,10 +210,7 @@ def pick_of(rec: dict) -> Pick:
 
 def gap_layouts(verdict: pd.DataFrame) -> list[str]:
     """Return, per reason, the layouts that fit somewhere but compose no TPOT there."""
-    if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
-        return []
-    tpot = numeric(verdict, "tpot_ms")
-    rows = verdict[(verdict["fits_memory"].astype(str) == "yes") & tpot.isna()]
+    rows = fitting_rows(verdict, composed=False)
     by_reason: dict[str, list[str]] = {}
     for rec in rows.to_dict("records"):
         reason = str(rec.get("bound") or "gap").removeprefix("gap (").removesuffix(")")

@@ -46,18 +46,7 @@ EXACT = {
 # or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
 # dtype's tolerance (measure.gemm_case.TOLERANCE).
 CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
-COLUMNS = [
-    "table",
-    "label",
-    "metric",
-    "a",
-    "b",
-    "ratio",
-    "noise_a",
-    "noise_b",
-    "basis",
-    "beyond",
-]
+COLUMNS = ["table", "label", "metric", "a", "b", "ratio", "noise_a", "noise_b", "basis", "beyond"]
 
 
 @dataclass
@@ -87,9 +76,7 @@ def load_run(path: str | Path) -> Run:
     tables = {}
     recorded = _recorded_run(root)
     for name in KEYS:
-        csv = root / "tables" / f"{name}.csv"
-        if csv.exists() and not csv.is_file():  # a FIFO would block a read forever
-            raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
+        csv = _plain(root / "tables" / f"{name}.csv")
         if recorded:
             _check_record(csv)
         try:
@@ -97,9 +84,7 @@ def load_run(path: str | Path) -> Run:
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             raise ConfigError(f"{csv}: not a readable table ({why})") from None
-    ceilings_path = root / "device" / "ceilings.json"
-    if ceilings_path.exists() and not ceilings_path.is_file():
-        raise ConfigError(f"{ceilings_path}: not a plain file (a folder, a pipe or a device)")
+    ceilings_path = _plain(root / "device" / "ceilings.json")
     try:
         ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -112,6 +97,13 @@ def load_run(path: str | Path) -> Run:
             f"{ceilings_path}: matmul_tflops={peaks!r:.80}: not a mapping of dtype to TFLOP/s"
         )
     return Run(root, tables, ceilings, unrecorded=not recorded)
+
+
+def _plain(path: Path) -> Path:
+    """Return path; raise ConfigError where it is there but no plain file (a FIFO blocks a read)."""
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{path}: not a plain file (a folder, a pipe or a device)")
+    return path
 
 
 def _recorded_run(root: Path) -> bool:
@@ -232,30 +224,20 @@ def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
     only_b = [c for c in wanted if c in b.columns and c not in a.columns]
     if not only_a and not only_b:
         return []
-    return [
-        {
-            "table": name,
-            "label": "columns",
-            "metric": "columns",
-            "a": ", ".join(only_a) or "-",
-            "b": ", ".join(only_b) or "-",
-            "basis": "columns in one run only (not compared)",
-            "beyond": True,
-        }
-    ]
+    a, b = ", ".join(only_a) or "-", ", ".join(only_b) or "-"
+    return [_row(name, "columns", "columns", a, b, "columns in one run only (not compared)", True)]
 
 
 def _only(name: str, label: str, side: str, metric: str) -> dict:
     """Return the row saying what one run only has (a table's rows, or one row)."""
-    return {
-        "table": name,
-        "label": label,
-        "metric": metric,
-        "a": "present" if side == "A" else "absent",
-        "b": "present" if side == "B" else "absent",
-        "basis": f"only in {side}",
-        "beyond": True,
-    }
+    a, b = ("present", "absent") if side == "A" else ("absent", "present")
+    return _row(name, label, metric, a, b, f"only in {side}", True)
+
+
+def _row(table, label, metric, a, b, basis, beyond, ratio=math.nan, noise=(math.nan,) * 2) -> dict:
+    """Return one row of COLUMNS."""
+    values = (table, label, metric, a, b, ratio, *noise, basis, beyond)
+    return dict(zip(COLUMNS, values, strict=True))
 
 
 def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> list[dict]:
@@ -270,10 +252,7 @@ def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> l
         na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
         beyond, basis = measure_change(va, vb, na, nb, threshold)
         ratio = vb / va if va else math.nan
-        out.append(
-            {"table": name, "label": label, "metric": metric, "a": va, "b": vb, "ratio": ratio}
-            | {"noise_a": na, "noise_b": nb, "basis": basis, "beyond": beyond}
-        )
+        out.append(_row(name, label, metric, va, vb, basis, beyond, ratio, (na, nb)))
     for col in CHECKED.get(name, []):
         if f"{col}_a" not in row or f"{col}_b" not in row:
             continue
@@ -282,20 +261,14 @@ def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> l
         va, vb = as_float(row[f"{col}_a"]), as_float(row[f"{col}_b"])
         beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
         ratio = vb / va if va and math.isfinite(va) else math.nan
-        out.append(
-            {"table": name, "label": label, "metric": col, "a": va, "b": vb, "ratio": ratio}
-            | {"basis": basis, "beyond": beyond}
-        )
+        out.append(_row(name, label, col, va, vb, basis, beyond, ratio))
     for col in EXACT.get(name, []):
         if f"{col}_a" not in row or f"{col}_b" not in row:
             continue
         va, vb = row[f"{col}_a"], row[f"{col}_b"]
         fa, fb = as_float(va), as_float(vb)
         ratio = fb / fa if not (math.isnan(fa) or math.isnan(fb)) and fa else math.nan
-        out.append(
-            {"table": name, "label": label, "metric": col, "a": va, "b": vb, "ratio": ratio}
-            | {"basis": "exact", "beyond": not _same(va, vb)}
-        )
+        out.append(_row(name, label, col, va, vb, "exact", not _same(va, vb), ratio))
     return out
 
 
@@ -326,32 +299,18 @@ def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float)
 def compare_ceilings(a: dict, b: dict, threshold: float) -> pd.DataFrame:
     """Return the measured copy bandwidth and matmul peaks of both runs, compared by threshold."""
     rows = []
+    peaks_a, peaks_b = a.get("matmul_tflops") or {}, b.get("matmul_tflops") or {}
     pairs = [("copy_gbs", a.get("copy_gbs"), b.get("copy_gbs"))]
-    for dtype in sorted(set(a.get("matmul_tflops") or {}) | set(b.get("matmul_tflops") or {})):
-        pairs.append(
-            (
-                f"matmul_tflops {dtype}",
-                (a.get("matmul_tflops") or {}).get(dtype),
-                (b.get("matmul_tflops") or {}).get(dtype),
-            )
-        )
+    pairs += [
+        (f"matmul_tflops {d}", peaks_a.get(d), peaks_b.get(d)) for d in sorted({*peaks_a, *peaks_b})
+    ]
     for metric, va, vb in pairs:
         va, vb = as_float(va), as_float(vb)
         if math.isnan(va) and math.isnan(vb):
             continue
         beyond, basis = measure_change(va, vb, math.nan, math.nan, threshold)
-        rows.append(
-            {
-                "table": "device",
-                "label": "ceilings",
-                "metric": metric,
-                "a": va,
-                "b": vb,
-                "ratio": vb / va if va else math.nan,
-                "basis": basis,
-                "beyond": beyond,
-            }
-        )
+        ratio = vb / va if va else math.nan
+        rows.append(_row("device", "ceilings", metric, va, vb, basis, beyond, ratio))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
