@@ -200,7 +200,7 @@ def build(
     engines: pd.DataFrame | None = None,
 ) -> AnswerCard:
     """Return the answer card of a verdict, under the question's target where settings ask one."""
-    asked = target_of(settings)
+    asked = question.target(settings)
     picks, none = per_batch(verdict)
     target = choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
     basis = list(picks)
@@ -270,11 +270,6 @@ def _with_fit(provenance: dict, settings: RootSettings, inputs: dict[str, str]) 
     if not provenance or not fit or "fit file" not in inputs:
         return provenance
     return {**provenance, "fit_file": str(fit)}
-
-
-def target_of(settings: RootSettings) -> question.Target:
-    """Return the question's target a resolved config asks."""
-    return question.target(settings)
 
 
 def card_json(card: AnswerCard) -> str:

@@ -1,18 +1,10 @@
 """The verdict for the deployment the config names: a whole decode step per layout x batch on the
-target named by `hardware`, composed from measured parts, and the check of that method.
+target, composed from measured parts (the fit: deployment_fit.verdict_fit), and its check.
 
-Each part takes launches x per-kernel cost + its roofline terms over fitted efficiencies
-(plan.launch_fit), the fit made on, in order:
-1. the TP1 whole step timed in CUDA graphs on the GPU at hand (at two batches), applied to the
-   target's ceilings, with the per-kernel cost measured here;
-2. the fit shipped in `deployment.fit_file` (a kept GPU run's), labelled with where it came from;
-3. none: the target's roofline alone, labelled `model`.
-The expert GEMMs of an fp8 or nvfp4 deployment take the efficiency of the best fp8 kernel of the
-decode benchmark where there is one. A step timed eagerly never calibrates a verdict.
-Communication: the fit on the collectives measured here when the device at hand is the target,
-else the interconnect model of the target's hardware file. Every row and part says which:
-`source` (`composed` or `model`) and its items in `inputs_json` (plan.row_inputs).
-"""
+The expert GEMMs take the target's cited grouped-GEMM band, else the best fp8 decode kernel
+measured here. Communication: the collectives measured here when the device at hand is the
+target, else the target's hardware file; a step timed eagerly never calibrates a verdict.
+Every row says which: `source` and its items in `inputs_json` (plan.row_inputs)."""
 
 from __future__ import annotations
 

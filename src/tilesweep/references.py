@@ -9,6 +9,7 @@ import math
 import stat
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -146,8 +147,6 @@ def source_checks(engines) -> list[str]:
 
 def _maybe_contradicted(engines) -> list[bool]:
     """Return, per row, False where no same-deployment row at more concurrency is faster."""
-    import pandas as pd
-
     keys = list(engines[SAME_DEPLOYMENT].itertuples(index=False, name=None))
     batches = engines["batch"].tolist()
     tpots = engines["engine_tpot_ms"].tolist()
@@ -213,17 +212,8 @@ FAMILY = ("model", "hardware", "engine")  # one family of engine figures: model 
 
 def family_errors(engines) -> pd.DataFrame:
     """Return the composition's error per family over the test figures it composed."""
-    cols = [
-        *FAMILY,
-        "figures",
-        "in_band",
-        "inside_tpot_band",
-        "with_tpot_band",
-        "median_ratio",
-        "low_ratio",
-        "high_ratio",
-        "median_abs_error_pct",
-    ]
+    cols = [*FAMILY, "figures", "in_band", "inside_tpot_band", "with_tpot_band"]
+    cols += ["median_ratio", "low_ratio", "high_ratio", "median_abs_error_pct"]
     if engines is None or engines.empty or "role" not in engines:
         return pd.DataFrame(columns=cols)
     done = engines[(engines["role"] == "test") & engines["composed_over_engine"].notna()]
@@ -286,8 +276,6 @@ def trust_words(engines, model: str, hardware: str, engine: str) -> str:
 
 def fit_host_ms(engines, engine: str) -> float:
     """Return the host ms per step best explaining an engine's train rows (5 us grid, 0-5 ms)."""
-    import numpy as np
-
     rows = engines[
         (engines["role"] == "train")
         & (engines["engine"] == engine)

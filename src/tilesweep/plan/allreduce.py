@@ -1,14 +1,10 @@
-"""An all-reduce as the engine runs it inside its CUDA graph: the engine file says which
-algorithm takes a message of a size (conf/engine `allreduce`: per GPU architecture and GPU count,
-steps of one_shot / two_shot / symm_mem / nccl up to a size each, NCCL past the last), the
-hardware file what that algorithm costs there (interconnect_model ... all_reduce.in_graph: time
-by message size per algorithm and GPU count, each series from one named machine).
+"""An all-reduce as the engine runs it inside its CUDA graph: the engine file's steps say which
+algorithm takes a message of a size (conf/engine `allreduce`, per architecture and GPU count; NCCL
+past the last), the hardware file's `all_reduce.in_graph` series what it costs there.
 
-An algorithm with no cited series at that GPU count, or a message past its last cited size, takes
-the next slower algorithm's cited series (one_shot, then two_shot, then NCCL; symm_mem, then
-two_shot, then NCCL), and its label says so; NCCL past its cited sizes is NCCL's model (the
-topology's latency_us and busbw_gbs). Below a series' first size its first time stands (an upper
-figure). Never another engine's table: each engine file holds its own steps."""
+An algorithm without a cited series at that GPU count, or a message past its last size, takes the
+next slower algorithm's series (one_shot or symm_mem, then two_shot, then NCCL, whose model stands
+past its cited sizes), labelled so; below a series' first size its first time stands."""
 
 from __future__ import annotations
 

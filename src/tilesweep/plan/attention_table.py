@@ -1,21 +1,11 @@
-"""The attention kernel's own times on the target, where they were measured: a part the
-composition would otherwise read from the TP1 fit takes them.
+"""The attention kernel's own times on the target, where they were measured (deployment.
+attention_table, from tools/h200_mla_tune.py): a part that would read the TP1 fit takes them.
 
-The fused MLA decode kernel (kernels/mla_decode.py) was timed over its launch configurations on
-one H200 by tools/h200_mla_tune.py, in CUDA graphs, at heads per rank x sequences x indexed
-tokens (deployment.attention_table names that table). Every TP1 step has the same heads, so the
-fit cannot tell the kernel's memory term from its math term; with 8 of GLM-5's 64 heads (a TP8
-rank) the kernel takes 0.66x its 64-head time at 512 sequences, where the fit read either 1.0x
-(memory) or 0.39x (math). The table is read only on the device that measured it, for MLA with the
-latent width it was measured at and a bf16 cache, within its measured heads and sequences (log
-interpolation), at its measured indexed tokens; elsewhere the part keeps the fit.
-
-The same table also identifies what the fit cannot: the kernel's memory and math efficiency
-(identify). Its head counts change the kernel's flops per byte read, so its steady times
-(STEADY_SEQUENCES and more) separate the two terms. A fit made beside the table takes them for its
-attention group (with_kernel_efficiencies), so a GPU that never ran the kernel, composed from the
-fit on its datasheet, gets the kernel's own balance of the two.
-"""
+Every TP1 step has the same heads, so the fit cannot tell the kernel's memory term from its math
+term; with 8 of GLM-5's 64 heads the kernel takes 0.66x its 64-head time at 512 sequences, where
+the fit read 1.0x (memory) or 0.39x (math). The table is read only on the device that measured
+it, for MLA at its latent width over a bf16 cache, within its measured cases. Its steady times
+over head counts also identify the kernel's memory and math efficiency (identify)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
-"""A whole decode step of one layout x batch, composed from parts timed by a pluggable part timer.
+"""A whole decode step of one layout x batch, composed from parts (step_parts) timed by a part
+timer (part_timers). Parts run one after another (no overlap of communication is modelled).
 
-Layout (tp, pp, ep, MoE split): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is
-memory_fit's: heads, dense MLP, shared experts and LM head over TP; routed experts over tp*ep as
-MoE TP x MoE EP (Layout.moe_split); with ep > 1 the groups run attention data-parallel on
-ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after attention and after the
-MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k routed rows, or, where
-DP attention meets another MoE split, a gather and scatter of the micro-batch over the stage; PP
-send/recv of the micro-batch's hidden states at each stage boundary. Parts run one
-after another (no overlap of communication with compute is modelled).
-
-Pipeline: `batch` concurrent sequences are split into m = min(pp, batch) micro-batches of
-ceil(batch/m) sequences. A token of one micro-batch must pass every stage and every hop, so
-  TPOT = max(sum of the stages' times + pp hops, m * slowest stage time),
-the second term being the slowest stage serving all m micro-batches once per cycle; tokens/s =
-batch / TPOT. With pp = 1 this is one stage's time.
-
-When the path sets TPOT the split is taken over the whole path (every stage's work and every hop,
-the return hop of the tokens included); else over the slowest stage's m micro-batches. EP: each
-layer waits for its busiest rank under random top-k routing (`step_parts.busiest_rank`).
-
-Parts come from `step_parts`; their times from a part timer (`part_timers`).
-"""
+Pipeline: `batch` sequences are split into m = min(pp, batch) micro-batches. A token of one
+micro-batch must pass every stage and every hop, so
+  TPOT = max(sum of the stages' times + pp hops, m * slowest stage time);
+tokens/s = batch / TPOT. When the path sets TPOT the split is taken over the whole path (the
+return hop included); else over the slowest stage's m micro-batches. EP: each layer waits for
+its busiest rank under random top-k routing (`step_parts.busiest_rank`)."""
 
 from __future__ import annotations
 
