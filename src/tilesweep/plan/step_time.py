@@ -38,11 +38,6 @@ def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, 
     return parts
 
 
-# The part kinds of a prompt's own attention (no fit group covers them: each takes the hardware
-# file's cited prefill-attention efficiency, hardware.prompt_attention).
-PROMPT_KINDS = ("prompt_attention", "prompt_indexer")
-
-
 def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
     """Return the attention one rank runs over `rows` rows of an arriving prompt, none uncited."""
     cited = hw.prompt_attention

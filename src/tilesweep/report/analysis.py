@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from tilesweep import backends
+from tilesweep.answer_picks import finite
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     BEST_PER_BATCH_KEYS,
@@ -21,7 +22,6 @@ from tilesweep.columns import (
 from tilesweep.plan.messages import fit_alpha_beta
 from tilesweep.report.formatting import (
     column,
-    finite,
     fmt_value,
     numeric,
     status_text,

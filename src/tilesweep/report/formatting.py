@@ -56,14 +56,6 @@ def status_text(value: object) -> str:
     return Status.MISSING if value is None or value != value or value == "" else str(value)
 
 
-def finite(value: object) -> bool:
-    """Return whether value is a finite number."""
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
-
-
 def devices(frame: pd.DataFrame) -> str:
     """Return the distinct devices a table's rows were measured on, or 'unknown device'."""
     if frame.empty or "device" not in frame:

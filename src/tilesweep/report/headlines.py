@@ -6,11 +6,12 @@ import re
 
 import pandas as pd
 
+from tilesweep.answer_picks import finite
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.plan.sensitivity import winners
 from tilesweep.references import BAND, corpus_summary
-from tilesweep.report.formatting import devices, finite, fmt_value, numeric, plural
+from tilesweep.report.formatting import devices, fmt_value, numeric, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
 # a step over the next against the `mixed` line (plan/bound.py), and the winning layout's

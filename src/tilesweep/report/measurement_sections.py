@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.answer_picks import finite
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     COLLECTIVE_REPORT_COLUMNS,
@@ -29,7 +30,7 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, finite, fmt_value, numeric, plural
+from tilesweep.report.formatting import column, devices, fmt_value, numeric, plural
 from tilesweep.report.launch_figure import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
