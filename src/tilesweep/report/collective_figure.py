@@ -15,8 +15,9 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
+    legend_below,
     log_axes,
     ok_or_all,
     reference,
@@ -75,16 +76,8 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
         Line2D([], [], color=c, marker="o", label=_series_name(k)) for k, c in colors.items()
     ]
     handles.append(Line2D([], [], color="#555555", ls=":", label="latency floor"))
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=min(6, len(handles)),
-        fontsize=TEXT_PT + 1,
-        title="\n".join(notes) or None,
-        title_fontsize=TEXT_PT + 1,
-    )
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, notes, ncols=min(6, len(handles)))
+    return finish(fig)
 
 
 def _style(ax_bw, ax_t, name: str) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tilesweep.report.plotting import TEXT_PT, empty, enforce_series, floats, log_axes, reference
+from tilesweep.report.plotting import TEXT_PT, empty, finish, floats, log_axes, reference
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
@@ -46,5 +46,4 @@ def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
         title = f"{table}: B / A, the {len(part)} largest moves of {total} (red: beyond noise)"
         ax.set_title(title, fontsize=TEXT_PT + 2, loc="left")
         ax.grid(axis="x", alpha=0.3, which="both")
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return finish(fig)

@@ -28,36 +28,29 @@ from tilesweep.settings import RootSettings
 # The sections every report has, in order; the question's own (conf/question), when its panel
 # is there, comes right after the first: its key is the question's name and its title the
 # question's. The tuners' own sections (backends.report_sections) come after the decode one.
-SECTIONS = (
-    ("summary", "The verdict at a glance: every layout that fits"),
-    ("machine", "The machine that ran the sweep (its own measurements, not the verdict)"),
-    ("verdict", "Verdict for the deployment: where a decode step's time goes"),
-    ("check", "How far to trust the composition: measured whole steps"),
-    ("power", "Power as evidence"),
-    ("launch", "Which kernels launch"),
-    ("decode", "Decode: expert GEMMs against tokens per expert"),
-    ("collectives", "Collectives"),
-    ("provenance", "Provenance"),
+SECTIONS = (  # key, title, the short name the page's navigation links by (one line at 1,280 px)
+    ("summary", "The verdict at a glance: every layout that fits", "At a glance"),
+    (
+        "machine",
+        "The machine that ran the sweep (its own measurements, not the verdict)",
+        "This machine",
+    ),
+    ("verdict", "Verdict for the deployment: where a decode step's time goes", "Verdict"),
+    ("check", "How far to trust the composition: measured whole steps", "Check"),
+    ("power", "Power as evidence", "Power"),
+    ("launch", "Which kernels launch", "Launch"),
+    ("decode", "Decode: expert GEMMs against tokens per expert", "Decode"),
+    ("collectives", "Collectives", "Collectives"),
+    ("provenance", "Provenance", "Provenance"),
 )
-# The short names the page's navigation links by (one line at 1,280 px).
-NAV = {
-    "summary": "At a glance",
-    "machine": "This machine",
-    "verdict": "Verdict",
-    "check": "Check",
-    "power": "Power",
-    "launch": "Launch",
-    "decode": "Decode",
-    "collectives": "Collectives",
-    "provenance": "Provenance",
-}
 
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
     """Return every report section's (key, title) in order, the tuners' own after decode."""
     tuned = backends.report_sections({}) if tuned is None else tuned
-    after = [key for key, _ in SECTIONS].index("decode") + 1
-    return (*SECTIONS[:after], *((key, t) for key, t, _, _ in tuned), *SECTIONS[after:])
+    own = [(key, title) for key, title, _ in SECTIONS]
+    after = [key for key, _ in own].index("decode") + 1
+    return (*own[:after], *((key, t) for key, t, _, _ in tuned), *own[after:])
 
 
 def draw_figures(
@@ -169,7 +162,7 @@ def build(
     order = (everyone[0], *named, *everyone[1:])
     shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
     # The question's link: its title up to the colon ("The brief's question").
-    short = {**NAV, **{key: s for key, _, s, _ in tuned}}
+    short = {key: s for key, _, s in SECTIONS} | {key: s for key, _, s, _ in tuned}
     short |= {key: t.split(":")[0] for key, t in named}
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)

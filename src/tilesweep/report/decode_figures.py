@@ -19,8 +19,9 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
+    legend_below,
     log_axes,
     ok_or_all,
     reference,
@@ -141,8 +142,7 @@ def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
     subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
     for sub, dtype in zip(subs, dtypes, strict=True):
         draw(sub, _of_dtype(ok, dtype), dtype)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return finish(fig)
 
 
 def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
@@ -156,14 +156,7 @@ def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
 def _block_legend(sub, title: str, handles: list, notes: list[str], ncols: int) -> None:
     """Title a dtype's block and put its legend under it, the notes as the legend's title."""
     sub.suptitle(title, fontsize=TEXT_PT + 4, x=0.01, ha="left")
-    sub.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=ncols,
-        fontsize=TEXT_PT + 1,
-        title="\n".join(notes),
-        title_fontsize=TEXT_PT + 1,
-    )
+    legend_below(sub, handles, notes, ncols=ncols)
 
 
 def _tpe_ticks(ax, values: pd.Series) -> None:

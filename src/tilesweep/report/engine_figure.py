@@ -17,7 +17,7 @@ from tilesweep.report.plotting import (
     MAX_SERIES,
     PAGE_WIDTH_IN,
     empty,
-    enforce_series,
+    finish,
     floats,
     log_axes,
     reference,
@@ -103,5 +103,4 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
     if left_out:
         handles.append(Line2D([], [], lw=0, label=f"+{plural(left_out, 'figure')}: table"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="marker: engine")
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return finish(fig)

@@ -12,9 +12,10 @@ from tilesweep.report.plotting import (
     REFERENCE,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
     kernel_label,
+    legend_below,
 )
 
 FIT_COLORS = {"default": "#3a8a3a", "optin": "#e09b00", "no": "#c0392b", "unknown": "#9a9a9a"}
@@ -59,9 +60,8 @@ def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
         Line2D([], [], marker="D", color="black", ls="", label="hand estimate"),
     ]
     handles += [Line2D([], [], color=c, ls=ls, lw=w, label=lab) for _, lab, ls, c, w in LIMITS]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, ncols=4)
+    return finish(fig)
 
 
 def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> None:

@@ -80,6 +80,19 @@ def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
     return fig
 
 
+def legend_below(fig, handles: list, notes: list[str] | None = None, **kw) -> None:
+    """Put a (sub)figure's legend under it, `notes` (where given) as its title."""
+    if notes is not None:
+        kw |= {"title": "\n".join(notes) or None, "title_fontsize": TEXT_PT + 1}
+    fig.legend(handles=handles, loc="outside lower center", fontsize=TEXT_PT + 1, **kw)
+
+
+def finish(fig: Figure) -> Figure:
+    """Return fig laid out (constrained) and checked (enforce_series)."""
+    fig.set_layout_engine("constrained")
+    return enforce_series(fig)
+
+
 def top_series(
     ranked: Sequence[str], most: int = MAX_SERIES, keep: Iterable[str] = ()
 ) -> tuple[list[str], list[str]]:

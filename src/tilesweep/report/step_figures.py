@@ -16,8 +16,9 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
+    legend_below,
     reference,
     whole,
 )
@@ -116,17 +117,8 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
     if "floor_ms" in verdict and floats(verdict[drawn], "floor_ms").notna().any():
         handles.append(Line2D([], [], color="black", lw=1.6, label="roofline floor (floor_ms)"))
-    title = "\n".join(textwrap.fill(n, 150) for n in notes) or None
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=len(handles),
-        fontsize=TEXT_PT + 1,
-        title=title,
-        title_fontsize=TEXT_PT + 1,
-    )
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, [textwrap.fill(n, 150) for n in notes], ncols=len(handles))
+    return finish(fig)
 
 
 def _split_row(ax, groups: list, shares: list[str]) -> float:
@@ -237,6 +229,5 @@ def check_error(check: pd.DataFrame) -> Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], color="#888888", lw=0.8, ls="--"))
     labels.append("+-10%")
-    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, labels=labels, ncols=4)
+    return finish(fig)
