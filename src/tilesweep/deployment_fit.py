@@ -37,18 +37,20 @@ def fit_on_datasheet(
     return fit, f"{label}; {how}"
 
 
+def on_gpu(ceilings: dict | None) -> bool:
+    """Return whether the device at hand (its measured ceilings) is a GPU."""
+    return (ceilings or {}).get("device_kind") == "cuda"
+
+
 def per_kernel_us(ceilings: dict) -> float | None:
     """Return the measured per-kernel cost of the device at hand in us, or None."""
     launch = (ceilings or {}).get("launch") or {}
-    if (ceilings or {}).get("device_kind") == "cuda":
-        return launch.get("fixed_us")
-    return launch.get("eager_us")
+    return launch.get("fixed_us" if on_gpu(ceilings) else "eager_us")
 
 
 def graph_terms(ceilings: dict) -> dict | None:
     """Return the device's measured terms of a graphed fit (light_us, overlap, bw_max), or None."""
-    ceilings = ceilings or {}
-    if ceilings.get("device_kind") != "cuda":
+    if not on_gpu(ceilings):
         return None
     read, copy = ceilings.get("read_gbs"), ceilings.get("copy_gbs")
     return {
@@ -84,8 +86,8 @@ def verdict_fit(
 ):
     """Return (fit, per-kernel cost in us, label) the verdict composes with: made here, else
     shipped in deployment.fit_file, else (None, None, why)."""
-    device = ceilings.get("device", "none") if ceilings else "none"
-    if ceilings and ceilings.get("device_kind") == "cuda":
+    device = (ceilings or {}).get("device", "none")
+    if on_gpu(ceilings):
         fit = _graphed_fit(settings, steps, ceilings, hw_here, model)
         if fit is not None:
             return fit, per_kernel_us(ceilings), calibration.fit_label(fit)
@@ -108,8 +110,8 @@ def verdict_fit(
 
 def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> dict:
     """Return the fit made here with the sweep's provenance, or {"gap": why}."""
-    device = ceilings.get("device", "none") if ceilings else "none"
-    if not ceilings or ceilings.get("device_kind") != "cuda":
+    device = (ceilings or {}).get("device", "none")
+    if not on_gpu(ceilings):
         return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
     hw_here = calibration.device_hardware(ceilings, device, None)
     fit = _graphed_fit(settings, steps, ceilings, hw_here)
@@ -140,9 +142,8 @@ def measured_here(
     collective: pd.DataFrame, ceilings: dict
 ) -> tuple[str, Topology | None, dict, HardwareSpec | None]:
     """Return (the device at hand, its interconnect, its latency floors, its hardware dict)."""
-    device = ceilings.get("device", "none") if ceilings else "none"
-    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    numbers, floors = fit_measured(collective, "nccl" if gpu_here else "gloo")
+    device = (ceilings or {}).get("device", "none")
+    numbers, floors = fit_measured(collective, "nccl" if on_gpu(ceilings) else "gloo")
     hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else None
     return device, numbers, floors, hw_here
 
@@ -158,8 +159,7 @@ def check_table(
     """Return the check of the method on the device at hand (plan.CHECK_COLUMNS)."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
-    numbers, floors = fit_measured(collective, backend)
+    numbers, floors = fit_measured(collective, "nccl" if on_gpu(ceilings) else "gloo")
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
     return calibration.step_check(
