@@ -89,18 +89,16 @@ class Pick:
         floor = f", {number(self.x_floor)}x floor" if finite(self.x_floor) else ""
         return (
             f"{self.layout} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}) at batch "
-            f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.range_words()}, "
+            f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.band(' over the cited band')}, "
             f"{number(self.tokens_per_s_per_user)} "
             f"tok/s per user, {number(self.tokens_per_s_per_gpu)} tok/s per GPU, "
             f"{bound_word(self.bound)}{floor}"
         )
 
-    def range_words(self) -> str:
-        """Return ' (low-high over the cited band)' where the row has a band, else ''."""
-        if not self.tpot_range_ms:
-            return ""
-        low, high = self.tpot_range_ms
-        return f" ({number(low)}-{number(high)} over the cited band)"
+    def band(self, words: str = "") -> str:
+        """Return ' (low-high{words})' of the TPOT over the cited band where it has one, else ''."""
+        low_high = self.tpot_range_ms
+        return f" ({number(low_high[0])}-{number(low_high[1])}{words})" if low_high else ""
 
     def cells(self) -> dict[str, str]:
         """Return the pick's figures as the card table's text cells, by header."""
@@ -109,8 +107,7 @@ class Pick:
         for name in PICK_FIELDS:
             value = values[name]
             text = number(value) if isinstance(value, float) else str(value)
-            if name == "tpot_ms" and self.tpot_range_ms:
-                text += f" ({number(self.tpot_range_ms[0])}-{number(self.tpot_range_ms[1])})"
+            text += self.band() if name == "tpot_ms" else ""
             out[PICK_HEADERS[name]] = text + ("x" if name == "x_floor" and finite(value) else "")
         margin = self.margin_pct
         out[PICK_HEADERS["runner_up"]] = (
@@ -266,10 +263,8 @@ def choose(
 def _row_cells(rec: dict) -> str:
     """Return one verdict row as the card's words: layout, batch, TPOT and its band, rates."""
     pick = pick_of(rec)
-    band = pick.tpot_range_ms
-    band_words = f" ({number(band[0])}-{number(band[1])})" if band else ""
     return (
-        f"{pick.layout} at batch {pick.batch}: TPOT {number(pick.tpot_ms)} ms{band_words}, "
+        f"{pick.layout} at batch {pick.batch}: TPOT {number(pick.tpot_ms)} ms{pick.band()}, "
         f"{number(pick.tokens_per_s_per_user)} tok/s per user, "
         f"{number(pick.tokens_per_s_per_gpu)} tok/s per GPU, {pick.bound}"
     )
