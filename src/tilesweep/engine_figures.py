@@ -85,11 +85,7 @@ def engine_table(
 ANY_TILE = "grid.tiles=[{m:16,n:16,k:16}]"
 # What every cited figure's settings start from (the defaults, no figures of their own, one tile
 # and one layout that divide any model); figure_settings sets the figure's layout and load.
-FIGURE_BASE = (
-    "references=none",
-    ANY_TILE,
-    "grid.layouts=[{tp:1,pp:1,ep:1}]",
-)
+FIGURE_BASE = ("references=none", ANY_TILE, "grid.layouts=[{tp:1,pp:1,ep:1}]")
 
 
 def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:

@@ -19,12 +19,7 @@ LAYER_KINDS = {
 }
 # The columns of a measured whole-step row that hold the engine's extra kernels it ran, per layer
 # of each type (per step), by the list they come from (measure.step.extras; 0 in a lean row).
-EXTRA_COLUMNS = {
-    "per_layer": "extra_per_layer",
-    "per_moe_layer": "extra_per_moe_layer",
-    "per_dense_layer": "extra_per_dense_layer",
-    "per_step": "extra_per_step",
-}
+EXTRA_COLUMNS = {where: f"extra_{where}" for where in LAYER_KINDS}
 LEAN = "lean"
 # The part kind that stands for an engine's extra kernels (no fit group covers it: each costs the
 # fit's device-wide per-kernel cost).
