@@ -20,13 +20,7 @@ from tilesweep.columns import (
     fastest_runner,
 )
 from tilesweep.plan.messages import fit_alpha_beta
-from tilesweep.report.formatting import (
-    column,
-    fmt_value,
-    numeric,
-    status_text,
-    verdict_cell,
-)
+from tilesweep.report.formatting import column, fmt_value, numeric, status_text, verdict_cell
 
 
 def _kinds(runners: pd.Series) -> pd.Series:
