@@ -103,16 +103,8 @@ def _stage_time(
     extra_parts=None,
 ) -> dict:
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}."""
-    acc = {
-        "memory": 0.0,
-        "math": 0.0,
-        "comm": 0.0,
-        "other": 0.0,
-        "roof_memory": 0.0,
-        "roof_math": 0.0,
-        "mem_kernel": 0.0,
-        "math_kernel": 0.0,
-    }
+    acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
+    acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
     for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw):
