@@ -54,10 +54,9 @@ def group_dtype(group: str, dep: DeploymentSettings) -> str:
 
 def math_dtype(group: str, dep: DeploymentSettings) -> str:
     """Return the dtype a weight group's products run in (compute_dtype if quantised)."""
-    stored = group_dtype(group, dep)
     if group in dep.quantized and dep.compute_dtype:
         return dep.compute_dtype
-    return stored
+    return group_dtype(group, dep)
 
 
 def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]:
@@ -66,16 +65,12 @@ def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]
     out: dict[str, list[tuple[str, int, int, bool]]] = {}
     if att.kind == "mla":
         heads, qk = att.heads, att.qk_nope_head_dim + att.qk_rope_head_dim
+        nope_v = att.qk_nope_head_dim + att.v_head_dim
         out["attention"] = [
             ("q_a_proj", h, att.q_lora_rank, False),
             ("q_b_proj", att.q_lora_rank, heads * qk, True),
             ("kv_a_proj", h, att.kv_lora_rank + att.qk_rope_head_dim, False),
-            (
-                "kv_b_proj",
-                att.kv_lora_rank,
-                heads * (att.qk_nope_head_dim + att.v_head_dim),
-                True,
-            ),
+            ("kv_b_proj", att.kv_lora_rank, heads * nope_v, True),
             ("o_proj", heads * att.v_head_dim, h, True),
         ]
         if att.index_topk is not None:
@@ -111,9 +106,7 @@ def kv_bytes_per_token_layer(
 ) -> dict[str, float]:
     """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
     att, eb = model.attention, kv_element_bytes(dep.kv_dtype)
-    if (
-        att.kind == "mla"
-    ):  # latent cache replicated across TP ranks (vLLM/SGLang without DP-attention)
+    if att.kind == "mla":  # latent cache replicated across TP ranks (vLLM/SGLang, no DP-attention)
         kv = (att.kv_lora_rank + att.qk_rope_head_dim) * eb
         index = att.index_head_dim * eb if att.index_topk is not None else 0.0
         return {"kv": kv, "index": index}
