@@ -96,14 +96,9 @@ def _core_part(
     dep: DeploymentSettings, s: int, name: str, kind: str, nbytes: float, flops: float, count: int
 ) -> dict:
     """Return a part of the attention core over a rank's s sequences, in the KV dtype."""
-    return {
-        "name": name,
-        "kind": kind,
-        "bytes": s * nbytes,
-        "flops": s * flops,
-        "dtype": dep.kv_dtype,
-        "count": count,
-    }
+    return dict(
+        name=name, kind=kind, bytes=s * nbytes, flops=s * flops, dtype=dep.kv_dtype, count=count
+    )
 
 
 def _attention_parts(

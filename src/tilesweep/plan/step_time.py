@@ -55,19 +55,13 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
             ("prompt_attention", core["flops"], core["bytes"], "bf16"),
             ("prompt_indexer", core["index_flops"], core["index_bytes"], "fp8"),
         ):
-            if flops:
-                out.append(
-                    {
-                        "name": kind + ("_sliding" if sliding else ""),
-                        "kind": kind,
-                        "bytes": share * nbytes,
-                        "flops": share * flops,
-                        "dtype": dtype,
-                        "count": count,
-                        "launches": 1.0,
-                        "e_math": cited.e_math,
-                    }
-                )
+            if not flops:
+                continue
+            name = kind + ("_sliding" if sliding else "")
+            size = {"bytes": share * nbytes, "flops": share * flops, "dtype": dtype, "count": count}
+            out.append(
+                {"name": name, "kind": kind, **size, "launches": 1.0, "e_math": cited.e_math}
+            )
     return out
 
 
