@@ -1,14 +1,6 @@
 """The answer card: the sweep's answer as one data object, built once from the verdict, its check
 and the engines' figures. It ends the console of every sweep, opens both reports and is written
-as answer.json, so the three cannot disagree.
-
-Per batch it names the layout that fits in memory and gives the most tokens/s, with its time per
-output token (TPOT), tokens/s per user and per GPU, bound and TPOT over the roofline floor; with a
-target (question.tpot_target_ms, question.min_tokens_per_s_per_user) it names the layout and batch
-with the most tokens/s per GPU that meets it, or the closest miss and by how much. Its `rests_on`
-clauses name what the figures rest on, read from the verdict rows' own items (plan.row_inputs; the
-first pick's are its `inputs`) and columns (by name: extra columns are ignored, missing ones are a
-labelled gap)."""
+as answer.json, so the three cannot disagree."""
 
 from __future__ import annotations
 
@@ -45,8 +37,7 @@ REPORT_RESTS = ("check", "engine check")
 
 @dataclass(frozen=True)
 class AnswerCard:
-    """The answer: the deployment, its picks per batch, the target's pick where one is asked,
-    the batches where nothing fits, and what it rests on, clause by clause."""
+    """The answer: deployment, picks per batch, the target's pick, no-fit batches, rests on."""
 
     model: str
     hardware: str
@@ -67,8 +58,7 @@ class AnswerCard:
 
     @property
     def headline(self) -> str:
-        """Return the card's first sentence: the target's answer, else the pick with the most
-        tokens/s per GPU, else that nothing fits."""
+        """Return the card's first sentence: the target's answer, else the best pick, else none."""
         head = f"{self.model} on {self.hardware}"
         if self.target is not None and self.target.pick is None:
             why = f"no layout {self.unusable()} at any batch, so none meets it"
@@ -92,22 +82,19 @@ class AnswerCard:
         return f"No layout {self.unusable()} at batch {names}."
 
     def unusable(self) -> str:
-        """Return why no layout answers at a batch, in words: none fits in memory, or those that
-        fit are gaps (named)."""
+        """Return why no layout answers at a batch: none fits, or those that fit are gaps."""
         if not self.gaps:
             return "fits in memory"
         return f"both fits in memory and composes ({'; '.join(self.gaps)})"
 
     def gap_line(self) -> str:
-        """Return the layouts that fit in memory but compose no TPOT, left out of the picks, with
-        why, in one line ('' where none is)."""
+        """Return the layouts that fit but compose no TPOT, in one line ('' where none is)."""
         if not self.gaps:
             return ""
         return f"Not composed (left out of the picks): {'; '.join(self.gaps)}."
 
     def header(self) -> str:
-        """Return what the answer is for, in one line: model and GPUs, engine and its version,
-        formats, load and the fit its parts come from (the provenance of its first pick)."""
+        """Return what the answer is for, in one line (the provenance of its first pick)."""
         p = self.provenance
         shown = [*self.picks, *([self.target.pick] if self.target and self.target.pick else [])]
         counts = sorted({p.gpus for p in shown})
@@ -132,8 +119,7 @@ class AnswerCard:
         return "; ".join(self.rests_on.values()) + "."
 
     def rests_lines(self, keep: tuple[str, ...] = SHORT_RESTS) -> list[str]:
-        """Return what the answer rests on as short clauses: the fit's, then those `keep` names,
-        each cut short (the whole list is `rests_on`, in answer.json)."""
+        """Return the fit's clause, then those `keep` names, each cut short."""
         first, *rest = self.rests_on.items() or [("fit", "")]
         kept = [first[1], *(words for key, words in rest if key in keep)]
         return [clip(c, 100) for c in dict.fromkeys(kept)]
@@ -213,9 +199,8 @@ def build(
     check: pd.DataFrame | None = None,
     engines: pd.DataFrame | None = None,
 ) -> AnswerCard:
-    """Return the answer card of a verdict (with its check and the engines' figures), under the
-    question's target where settings ask one."""
-    asked = target_of(settings)
+    """Return the answer card of a verdict, under the question's target where settings ask one."""
+    asked = question.target(settings)
     picks, none = per_batch(verdict)
     target = choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
     basis = list(picks)
@@ -280,22 +265,15 @@ def _with_engine(provenance: dict, engine: str, version: str) -> dict:
 
 
 def _with_fit(provenance: dict, settings: RootSettings, inputs: dict[str, str]) -> dict:
-    """Return the provenance with the shipped fit file its parts come from, where the row's
-    inputs say its fit was shipped."""
+    """Return the provenance with the shipped fit file, where the row's inputs name one."""
     fit = settings.deployment.fit_file
     if not provenance or not fit or "fit file" not in inputs:
         return provenance
     return {**provenance, "fit_file": str(fit)}
 
 
-def target_of(settings: RootSettings) -> question.Target:
-    """Return the question's target a resolved config asks."""
-    return question.target(settings)
-
-
 def card_json(card: AnswerCard) -> str:
-    """Return the card as JSON text (answer.json's, and the verdict step's card before its
-    check)."""
+    """Return the card as JSON text."""
     return json.dumps(card.to_dict(), indent=1) + "\n"
 
 
@@ -318,8 +296,7 @@ def early_lines(path: str | Path) -> list[str]:
 
 
 def console_lines(path: str | Path) -> list[str]:
-    """Return the card answer.json holds as the console's closing lines, or one line saying
-    why there is none."""
+    """Return the card answer.json holds as console lines, or one line saying why there is none."""
     try:
         return AnswerCard.from_dict(json.loads(Path(path).read_text())).lines()
     except (OSError, ValueError, KeyError, TypeError) as err:

@@ -1,5 +1,4 @@
-"""The answer card's picks: per batch the layout that fits in memory with the most tokens/s, the
-pick that meets a target (or the closest miss), and the figures and words each one carries."""
+"""The answer card's picks: per batch and for a target, and the figures and words each carries."""
 
 from __future__ import annotations
 
@@ -7,19 +6,6 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
-
-# The figures one pick carries (answer.json's `picks` keys, the card table's columns).
-PICK_FIELDS = (
-    "batch",
-    "layout",
-    "gpus",
-    "tpot_ms",
-    "tokens_per_s_per_user",
-    "tokens_per_s_per_gpu",
-    "bound",
-    "x_floor",
-)
-
 
 # The card table's header for each pick field.
 PICK_HEADERS = {
@@ -33,11 +19,12 @@ PICK_HEADERS = {
     "x_floor": "x floor",
     "runner_up": "runner-up",
 }
+# The figures one pick carries (answer.json's `picks` keys): every header's but the runner-up.
+PICK_FIELDS = tuple(PICK_HEADERS)[:-1]
 
 
 def clip(text: str, limit: int) -> str:
-    """Return text cut at a word before `limit` characters (before a bracket it would leave
-    open), with an ellipsis where cut."""
+    """Return text cut at a word before `limit` characters, with an ellipsis where cut."""
     if len(text) <= limit:
         return text
     cut = text[:limit].rsplit(" ", 1)[0]
@@ -102,18 +89,16 @@ class Pick:
         floor = f", {number(self.x_floor)}x floor" if finite(self.x_floor) else ""
         return (
             f"{self.layout} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}) at batch "
-            f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.range_words()}, "
+            f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.band(' over the cited band')}, "
             f"{number(self.tokens_per_s_per_user)} "
             f"tok/s per user, {number(self.tokens_per_s_per_gpu)} tok/s per GPU, "
             f"{bound_word(self.bound)}{floor}"
         )
 
-    def range_words(self) -> str:
-        """Return ' (low-high over the cited band)' where the row has a band, else ''."""
-        if not self.tpot_range_ms:
-            return ""
-        low, high = self.tpot_range_ms
-        return f" ({number(low)}-{number(high)} over the cited band)"
+    def band(self, words: str = "") -> str:
+        """Return ' (low-high{words})' of the TPOT over the cited band where it has one, else ''."""
+        low_high = self.tpot_range_ms
+        return f" ({number(low_high[0])}-{number(low_high[1])}{words})" if low_high else ""
 
     def cells(self) -> dict[str, str]:
         """Return the pick's figures as the card table's text cells, by header."""
@@ -122,8 +107,7 @@ class Pick:
         for name in PICK_FIELDS:
             value = values[name]
             text = number(value) if isinstance(value, float) else str(value)
-            if name == "tpot_ms" and self.tpot_range_ms:
-                text += f" ({number(self.tpot_range_ms[0])}-{number(self.tpot_range_ms[1])})"
+            text += self.band() if name == "tpot_ms" else ""
             out[PICK_HEADERS[name]] = text + ("x" if name == "x_floor" and finite(value) else "")
         margin = self.margin_pct
         out[PICK_HEADERS["runner_up"]] = (
@@ -134,8 +118,7 @@ class Pick:
 
 @dataclass(frozen=True)
 class Target:
-    """A TPOT target and a tokens/s-per-user floor (either may be unset), and what meets them:
-    the pick with the most tokens/s per GPU, or the closest miss and by how much."""
+    """A TPOT target and a tokens/s-per-user floor, and the pick that meets them or misses least."""
 
     tpot_ms: float | None
     min_tokens_per_s_per_user: float | None
@@ -187,12 +170,15 @@ def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(frame[name], errors="coerce")
 
 
-def fitting_rows(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return the verdict rows that fit in memory and have a TPOT: the only candidates."""
+def fitting_rows(verdict: pd.DataFrame, composed: bool = True) -> pd.DataFrame:
+    """Return the verdict rows that fit in memory and have a TPOT (the only candidates), or,
+    with composed=False, those that fit with none."""
     if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
         return verdict.iloc[0:0]
     tpot = numeric(verdict, "tpot_ms")
-    return verdict[(verdict["fits_memory"].astype(str) == "yes") & (tpot > 0)]
+    return verdict[
+        (verdict["fits_memory"].astype(str) == "yes") & (tpot > 0 if composed else tpot.isna())
+    ]
 
 
 def pick_of(rec: dict) -> Pick:
@@ -220,12 +206,8 @@ def pick_of(rec: dict) -> Pick:
 
 
 def gap_layouts(verdict: pd.DataFrame) -> list[str]:
-    """Return, per reason, the layouts that fit in memory at some batch but compose no TPOT
-    there: `communication unknown: tp2-pp1-ep1, tp4-pp2-ep1`, in the verdict's order."""
-    if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
-        return []
-    tpot = numeric(verdict, "tpot_ms")
-    rows = verdict[(verdict["fits_memory"].astype(str) == "yes") & tpot.isna()]
+    """Return, per reason, the layouts that fit somewhere but compose no TPOT there."""
+    rows = fitting_rows(verdict, composed=False)
     by_reason: dict[str, list[str]] = {}
     for rec in rows.to_dict("records"):
         reason = str(rec.get("bound") or "gap").removeprefix("gap (").removesuffix(")")
@@ -236,8 +218,7 @@ def gap_layouts(verdict: pd.DataFrame) -> list[str]:
 
 
 def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
-    """Return (per batch the fitting layout with the most tokens/s, i.e. the lowest TPOT at that
-    batch; the batches at which no layout fits)."""
+    """Return (per batch the fitting layout with the most tokens/s; batches where none fits)."""
     fits = fitting_rows(verdict)
     picks, none = [], []
     for batch in sorted(numeric(verdict, "batch").dropna().astype(int).unique()):
@@ -260,8 +241,7 @@ def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
 def choose(
     verdict: pd.DataFrame, tpot_ms: float | None, min_per_user: float | None
 ) -> Target | None:
-    """Return the target's answer: among the fitting rows within both bounds, the one with the
-    most tokens/s per GPU; else the row closest to the TPOT they allow, and by how much it misses.
+    """Return the target's pick (most tokens/s per GPU within both bounds) or its closest miss;
     None where neither bound is set."""
     if not tpot_ms and not min_per_user:
         return None
@@ -283,18 +263,15 @@ def choose(
 def _row_cells(rec: dict) -> str:
     """Return one verdict row as the card's words: layout, batch, TPOT and its band, rates."""
     pick = pick_of(rec)
-    band = pick.tpot_range_ms
-    band_words = f" ({number(band[0])}-{number(band[1])})" if band else ""
     return (
-        f"{pick.layout} at batch {pick.batch}: TPOT {number(pick.tpot_ms)} ms{band_words}, "
+        f"{pick.layout} at batch {pick.batch}: TPOT {number(pick.tpot_ms)} ms{pick.band()}, "
         f"{number(pick.tokens_per_s_per_user)} tok/s per user, "
         f"{number(pick.tokens_per_s_per_gpu)} tok/s per GPU, {pick.bound}"
     )
 
 
 def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]:
-    """Return the n composed rows with the most tokens/s per GPU that meet the target (all rows
-    where none is asked), best first, as numbered lines under a heading."""
+    """Return the n rows with the most tokens/s per GPU that meet the target, as lines."""
     fits = fitting_rows(verdict)
     limit = target.limit_ms if target is not None else None
     if limit:
@@ -312,8 +289,7 @@ def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]
 
 
 def pareto_lines(verdict: pd.DataFrame) -> list[str]:
-    """Return the Pareto frontier of the composed rows (no other row has both more tokens/s
-    per user and more tokens/s per GPU), fastest per user first, as lines under a heading."""
+    """Return the Pareto frontier of the composed rows, fastest per user first, as lines."""
     fits = fitting_rows(verdict)
     if fits.empty:
         return ["Pareto frontier: no composed row."]

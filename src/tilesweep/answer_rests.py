@@ -1,8 +1,5 @@
-"""What the answer card's picks rest on, clause by clause: the fit and where it was measured, the
-expert GEMMs' efficiency, the kernel list and host term where named, modelled or measured
-collectives, the check of this fit and the engines' figures beside it; read from the verdict
-rows' own items (plan.row_inputs) and columns (by name: extra columns are ignored, missing ones
-are a gap)."""
+"""What the answer card's picks rest on, clause by clause, read from the verdict rows' own items
+(plan.row_inputs) and columns (extra columns ignored, missing ones a gap)."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ ROOFLINE = "parts at the target's roofline"
 
 
 def _fit_words(items: dict[str, str]) -> dict[str, str]:
-    """Return which fit the parts rest on and where it was shipped from, or that they are at the
-    roofline alone and why."""
+    """Return which fit the parts rest on, or that they are at the roofline alone and why."""
     if "fit" in items:
         shipped = {"fit file": items["fit file"]} if "fit file" in items else {}
         return {"fit": f"parts composed from the {items['fit']}"} | shipped
@@ -41,8 +37,7 @@ def collective_words(items: dict[str, str]) -> str:
 
 
 def _varying(rows: list[dict], key: str) -> str:
-    """Return one named item over the picked rows: once where all agree, else per batch (first
-    and last)."""
+    """Return one named item over the picked rows: once where all agree, else first and last."""
     values = [(r["batch"], items[key]) for r in rows if key in (items := row_inputs.of(r))]
     if not values:
         return ""
@@ -71,8 +66,7 @@ def _column_words(rows: list[dict]) -> dict[str, str]:
 
 
 def _check_words(check: pd.DataFrame, fit: str) -> str:
-    """Return what the check says of this fit: the held-out error and over which steps, or that
-    the check tests another fit (one made on another device) and so says nothing of this one."""
+    """Return what the check says of this fit: its held-out error, or that it tests another fit."""
     if check is None or check.empty or "composed_error_pct" not in check:
         return "check: no whole step measured"
     err = _held_out_errors(check)
@@ -96,9 +90,7 @@ def _check_words(check: pd.DataFrame, fit: str) -> str:
 
 
 def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> dict[str, str]:
-    """Return the engine check: how many cited engine figures the composition meets, and the
-    engines' published TPOT beside it (same model, the same hardware first), each ratio named as
-    composed over engine."""
+    """Return the engine check: the corpus' agreement and the engines' TPOT beside it."""
     none = {"engine check": "engine check: none cited"}
     if engines is None or engines.empty or "composed_over_engine" not in engines:
         return none
@@ -141,9 +133,7 @@ def rests_on(
     check: pd.DataFrame | None,
     engines: pd.DataFrame | None,
 ) -> dict[str, str]:
-    """Return what the picks rest on, clause by clause (key -> words): the fit and where it was
-    measured, the expert GEMMs' efficiency, the kernel list and host term where named, modelled or
-    measured collectives, the check of this fit and the engines' figures beside it."""
+    """Return what the picks rest on, clause by clause (key -> words)."""
     fits = fitting_rows(verdict)
     chosen = [
         r

@@ -1,7 +1,5 @@
-"""Compare two sweeps' results: what changed beyond the noise. A timed value changed when its
-medians differ by more than both runs' p10..p90 spread; one without a spread (one repeat, or
-modelled) when it moved by more than a relative threshold; labels (launch status, fits, verdict,
-bound) and launch shared memory on any change."""
+"""Compare two sweeps' results: what changed beyond the noise (both runs' p10..p90 spread, else
+a relative threshold; labels and launch shared memory on any change)."""
 
 from __future__ import annotations
 
@@ -48,18 +46,7 @@ EXACT = {
 # or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
 # dtype's tolerance (measure.gemm_case.TOLERANCE).
 CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
-COLUMNS = [
-    "table",
-    "label",
-    "metric",
-    "a",
-    "b",
-    "ratio",
-    "noise_a",
-    "noise_b",
-    "basis",
-    "beyond",
-]
+COLUMNS = ["table", "label", "metric", "a", "b", "ratio", "noise_a", "noise_b", "basis", "beyond"]
 
 
 @dataclass
@@ -84,15 +71,12 @@ def results_dir(path: str | Path) -> Path:
 
 
 def load_run(path: str | Path) -> Run:
-    """Return the tables (launch, decode, collective, verdict, check, power, tune) and ceilings
-    of a results folder."""
+    """Return the tables and ceilings of a results folder."""
     root = results_dir(path)
     tables = {}
     recorded = _recorded_run(root)
     for name in KEYS:
-        csv = root / "tables" / f"{name}.csv"
-        if csv.exists() and not csv.is_file():  # a FIFO would block a read forever
-            raise ConfigError(f"{csv}: not a plain file (a folder, a pipe or a device)")
+        csv = _plain(root / "tables" / f"{name}.csv")
         if recorded:
             _check_record(csv)
         try:
@@ -100,9 +84,7 @@ def load_run(path: str | Path) -> Run:
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
             why = "empty, not even a header" if isinstance(exc, pd.errors.EmptyDataError) else exc
             raise ConfigError(f"{csv}: not a readable table ({why})") from None
-    ceilings_path = root / "device" / "ceilings.json"
-    if ceilings_path.exists() and not ceilings_path.is_file():
-        raise ConfigError(f"{ceilings_path}: not a plain file (a folder, a pipe or a device)")
+    ceilings_path = _plain(root / "device" / "ceilings.json")
     try:
         ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else {}
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -117,18 +99,21 @@ def load_run(path: str | Path) -> Run:
     return Run(root, tables, ceilings, unrecorded=not recorded)
 
 
+def _plain(path: Path) -> Path:
+    """Return path; raise ConfigError where it is there but no plain file (a FIFO blocks a read)."""
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{path}: not a plain file (a folder, a pipe or a device)")
+    return path
+
+
 def _recorded_run(root: Path) -> bool:
-    """Return whether a results folder's tables carry .sum records (a sweep's since tilesweep
-    keeps them): then every table compared must match its record. A folder with none (an older
-    run, one made by hand) is compared as it is."""
+    """Return whether a results folder's tables carry .sum records (then each must match)."""
     folder = root / "tables"
     return any(summary_path(folder / f"{name}.csv").exists() for name in KEYS)
 
 
 def _check_record(table: Path) -> None:
-    """Raise ConfigError where a table of a recorded run is not what its job wrote (its bytes
-    no longer match its .sum record, the record is gone, or the table is): a table damaged after
-    the run is never compared as that run's."""
+    """Raise ConfigError where a recorded run's table is not what its job wrote."""
     record = summary_path(table)
     if not (table.exists() or record.exists()):
         return  # a table this run never made
@@ -148,8 +133,7 @@ def _check_record(table: Path) -> None:
 
 
 def check_out(out: str | Path, force: bool = False) -> None:
-    """Raise ConfigError in one line when the --out folder cannot take the comparison
-    (io.check_out_folder)."""
+    """Raise ConfigError when the --out folder cannot take the comparison."""
     check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
@@ -200,8 +184,7 @@ def _spread(row: pd.Series, metric: str, side: str) -> float:
 
 
 def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold: float) -> tuple:
-    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule; a
-    time that cannot be one (negative or infinite) always differs, said so."""
+    """Return (beyond, basis): whether b differs from a beyond the noise, and by which rule."""
     if math.isnan(a) or math.isnan(b):
         return (math.isnan(a) != math.isnan(b)), "presence"
     if not (0 <= a < math.inf and 0 <= b < math.inf):
@@ -214,9 +197,7 @@ def measure_change(a: float, b: float, noise_a: float, noise_b: float, threshold
 
 
 def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
-    """Return (beyond, basis) of two runs' relative errors against the reference: a value that
-    is not a number (inf or NaN) where the other is, or the two on either side of the dtype's
-    tolerance, changed; said so."""
+    """Return (beyond, basis) of two runs' relative errors against the dtype's tolerance."""
     finite_a, finite_b = math.isfinite(a), math.isfinite(b)
     if finite_a != finite_b:
         return True, "relative error not a number (inf or NaN) in one run: wrong or damaged"
@@ -237,42 +218,30 @@ def _same(a: object, b: object) -> bool:
 
 
 def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
-    """Return one row (metric 'columns') when the runs' tables differ in the key, measured or
-    exact columns compared, so that no column is passed over in silence; else none."""
+    """Return one row (metric 'columns') where the runs' tables differ in compared columns."""
     wanted = [*KEYS[name], *MEASURES.get(name, []), *EXACT.get(name, [])]
     only_a = [c for c in wanted if c in a.columns and c not in b.columns]
     only_b = [c for c in wanted if c in b.columns and c not in a.columns]
     if not only_a and not only_b:
         return []
-    return [
-        {
-            "table": name,
-            "label": "columns",
-            "metric": "columns",
-            "a": ", ".join(only_a) or "-",
-            "b": ", ".join(only_b) or "-",
-            "basis": "columns in one run only (not compared)",
-            "beyond": True,
-        }
-    ]
+    a, b = ", ".join(only_a) or "-", ", ".join(only_b) or "-"
+    return [_row(name, "columns", "columns", a, b, "columns in one run only (not compared)", True)]
 
 
 def _only(name: str, label: str, side: str, metric: str) -> dict:
     """Return the row saying what one run only has (a table's rows, or one row)."""
-    return {
-        "table": name,
-        "label": label,
-        "metric": metric,
-        "a": "present" if side == "A" else "absent",
-        "b": "present" if side == "B" else "absent",
-        "basis": f"only in {side}",
-        "beyond": True,
-    }
+    a, b = ("present", "absent") if side == "A" else ("absent", "present")
+    return _row(name, label, metric, a, b, f"only in {side}", True)
+
+
+def _row(table, label, metric, a, b, basis, beyond, ratio=math.nan, noise=(math.nan,) * 2) -> dict:
+    """Return one row of COLUMNS."""
+    values = (table, label, metric, a, b, ratio, *noise, basis, beyond)
+    return dict(zip(COLUMNS, values, strict=True))
 
 
 def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> list[dict]:
-    """Return one row per measured (MEASURES), checked (CHECKED) and exact (EXACT) value of a
-    row in both runs."""
+    """Return one row per measured, checked and exact value of a row in both runs."""
     out = []
     for metric in MEASURES.get(name, []):
         if f"{metric}_a" not in row or f"{metric}_b" not in row:
@@ -283,10 +252,7 @@ def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> l
         na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
         beyond, basis = measure_change(va, vb, na, nb, threshold)
         ratio = vb / va if va else math.nan
-        out.append(
-            {"table": name, "label": label, "metric": metric, "a": va, "b": vb, "ratio": ratio}
-            | {"noise_a": na, "noise_b": nb, "basis": basis, "beyond": beyond}
-        )
+        out.append(_row(name, label, metric, va, vb, basis, beyond, ratio, (na, nb)))
     for col in CHECKED.get(name, []):
         if f"{col}_a" not in row or f"{col}_b" not in row:
             continue
@@ -295,26 +261,19 @@ def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> l
         va, vb = as_float(row[f"{col}_a"]), as_float(row[f"{col}_b"])
         beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
         ratio = vb / va if va and math.isfinite(va) else math.nan
-        out.append(
-            {"table": name, "label": label, "metric": col, "a": va, "b": vb, "ratio": ratio}
-            | {"basis": basis, "beyond": beyond}
-        )
+        out.append(_row(name, label, col, va, vb, basis, beyond, ratio))
     for col in EXACT.get(name, []):
         if f"{col}_a" not in row or f"{col}_b" not in row:
             continue
         va, vb = row[f"{col}_a"], row[f"{col}_b"]
         fa, fb = as_float(va), as_float(vb)
         ratio = fb / fa if not (math.isnan(fa) or math.isnan(fb)) and fa else math.nan
-        out.append(
-            {"table": name, "label": label, "metric": col, "a": va, "b": vb, "ratio": ratio}
-            | {"basis": "exact", "beyond": not _same(va, vb)}
-        )
+        out.append(_row(name, label, col, va, vb, "exact", not _same(va, vb), ratio))
     return out
 
 
 def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Return one row per compared value of one table (see COLUMNS), rows only in one run too;
-    a table with rows in one run only is one row (metric 'table')."""
+    """Return one row per compared value of one table (COLUMNS), rows only in one run too."""
     if a.empty != b.empty:
         side, rows = ("B", len(b)) if a.empty else ("A", len(a))
         return pd.DataFrame([_only(name, f"{rows} rows", side, "table")], columns=COLUMNS)
@@ -340,32 +299,18 @@ def compare_table(name: str, a: pd.DataFrame, b: pd.DataFrame, threshold: float)
 def compare_ceilings(a: dict, b: dict, threshold: float) -> pd.DataFrame:
     """Return the measured copy bandwidth and matmul peaks of both runs, compared by threshold."""
     rows = []
+    peaks_a, peaks_b = a.get("matmul_tflops") or {}, b.get("matmul_tflops") or {}
     pairs = [("copy_gbs", a.get("copy_gbs"), b.get("copy_gbs"))]
-    for dtype in sorted(set(a.get("matmul_tflops") or {}) | set(b.get("matmul_tflops") or {})):
-        pairs.append(
-            (
-                f"matmul_tflops {dtype}",
-                (a.get("matmul_tflops") or {}).get(dtype),
-                (b.get("matmul_tflops") or {}).get(dtype),
-            )
-        )
+    pairs += [
+        (f"matmul_tflops {d}", peaks_a.get(d), peaks_b.get(d)) for d in sorted({*peaks_a, *peaks_b})
+    ]
     for metric, va, vb in pairs:
         va, vb = as_float(va), as_float(vb)
         if math.isnan(va) and math.isnan(vb):
             continue
         beyond, basis = measure_change(va, vb, math.nan, math.nan, threshold)
-        rows.append(
-            {
-                "table": "device",
-                "label": "ceilings",
-                "metric": metric,
-                "a": va,
-                "b": vb,
-                "ratio": vb / va if va else math.nan,
-                "basis": basis,
-                "beyond": beyond,
-            }
-        )
+        ratio = vb / va if va else math.nan
+        rows.append(_row("device", "ceilings", metric, va, vb, basis, beyond, ratio))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

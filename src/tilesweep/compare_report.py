@@ -1,5 +1,4 @@
-"""The comparison of two sweeps for people: the console summary (provenance that differs, then
-per table what moved beyond the noise) and the files written with --out."""
+"""The comparison of two sweeps for people: the console summary and the files of --out."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The files the deployment names (fit_file, attention_table), checked before any job runs: each
-exists, lies inside the checkout or results_dir (unless read_outside), and is of its kind."""
+"""The files the deployment names (fit_file, attention_table), checked before any job runs."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from tilesweep.settings import RootSettings
 
 
 def check_files(settings: RootSettings) -> None:
-    """Raise ConfigError for a deployment file (fit_file, attention_table) that is missing, not
-    of its kind (a fit: a JSON object with a per-kernel cost; a table: a CSV with the tune's
-    columns), or outside the checkout and results_dir unless read_outside is true."""
+    """Raise ConfigError for a deployment file missing, not of its kind, or outside the checkout
+    and results_dir unless read_outside is true."""
     dep = settings.deployment
     allowed = [PROJECT_ROOT, Path(settings.results_dir).resolve()]
     hints = {
@@ -48,8 +46,7 @@ def check_files(settings: RootSettings) -> None:
 
 
 def _kind_of(path: Path) -> str | None:
-    """Return why a path is no file to read (None for a plain file): missing, a folder, a pipe
-    or a device (a read would block or never end), a name too long."""
+    """Return why a path is no file to read (None for a plain file)."""
     try:
         mode = path.stat().st_mode
     except OSError as exc:
@@ -133,8 +130,7 @@ _GROUP_NUMBERS = {
 
 
 def _group_fault(group: object) -> str | None:
-    """Return why one fitted group is not usable (a missing, negative, NaN or absurd piece),
-    or None."""
+    """Return why one fitted group is not usable, or None."""
     if not isinstance(group, dict):
         return "not a mapping"
     for key, (low, high) in _GROUP_NUMBERS.items():

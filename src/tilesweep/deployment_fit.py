@@ -1,5 +1,4 @@
-"""The fit a verdict composes with, and the check of that method: the launch-aware fit on the TP1
-whole step timed in CUDA graphs on the GPU at hand (plan.launch_fit), else the fit shipped in
+"""The fit a verdict composes with: made here on the graphed TP1 step, else the shipped
 `deployment.fit_file`, else none; each put on its device's datasheet before it meets a target."""
 
 from __future__ import annotations
@@ -18,17 +17,14 @@ from tilesweep.settings.hardware_spec import Topology
 
 
 def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> HardwareSpec | None:
-    """Return the conf/hardware spec whose `device_names` holds `device` (the name a GPU
-    reports), or None where conf/hardware has no such GPU."""
+    """Return the conf/hardware spec whose `device_names` holds `device`, or None."""
     return next((spec for spec in catalog.values() if device in spec.device_names), None)
 
 
 def fit_on_datasheet(
     fit: dict | None, label: str, catalog: dict[str, HardwareSpec]
 ) -> tuple[dict | None, str]:
-    """Return (the fit with its efficiencies as fractions of its device's datasheet, label), or
-    (None, why) where the fit's device has no datasheet in conf/hardware (then the verdict is the
-    target's roofline alone, labelled; a measured rate is never set against a datasheet)."""
+    """Return (the fit on its device's datasheet, label), or (None, why) without a datasheet."""
     if fit is None:
         return None, label
     sheet = datasheet_for(fit.get("device", ""), catalog)
@@ -41,23 +37,20 @@ def fit_on_datasheet(
     return fit, f"{label}; {how}"
 
 
+def on_gpu(ceilings: dict | None) -> bool:
+    """Return whether the device at hand (its measured ceilings) is a GPU."""
+    return (ceilings or {}).get("device_kind") == "cuda"
+
+
 def per_kernel_us(ceilings: dict) -> float | None:
-    """Return the measured per-kernel cost of the device at hand in us: on a GPU the fixed cost
-    of a decode-sized kernel inside a CUDA graph (measure.ceilings.launch_us), on the CPU one
-    eager op; None where the ceilings have none."""
+    """Return the measured per-kernel cost of the device at hand in us, or None."""
     launch = (ceilings or {}).get("launch") or {}
-    if (ceilings or {}).get("device_kind") == "cuda":
-        return launch.get("fixed_us")
-    return launch.get("eager_us")
+    return launch.get("fixed_us" if on_gpu(ceilings) else "eager_us")
 
 
 def graph_terms(ceilings: dict) -> dict | None:
-    """Return the device's measured terms of a fit on graphed steps (launch_fit.fit_step): the
-    cost of an empty kernel inside a CUDA graph (`light_us`), how much of a product's smaller
-    roofline term its larger one does not hide (`overlap`), and the read bandwidth over the copy
-    bandwidth (`bw_max`); None off a GPU. A term the ceilings lack is None."""
-    ceilings = ceilings or {}
-    if ceilings.get("device_kind") != "cuda":
+    """Return the device's measured terms of a graphed fit (light_us, overlap, bw_max), or None."""
+    if not on_gpu(ceilings):
         return None
     read, copy = ceilings.get("read_gbs"), ceilings.get("copy_gbs")
     return {
@@ -70,8 +63,7 @@ def graph_terms(ceilings: dict) -> dict | None:
 def _graphed_fit(
     settings, steps, ceilings, hw_here, model: ModelSettings | None = None
 ) -> dict | None:
-    """Return the launch-aware fit on the TP1 step timed in CUDA graphs on the GPU at hand (on
-    `model`; by default the settings' own), with the ceilings it was made beside, or None."""
+    """Return the launch-aware fit on the graphed TP1 step here, with its ceilings, or None."""
     fit = calibration.step_fit(
         steps,
         model or settings.model,
@@ -92,12 +84,10 @@ def verdict_fit(
     hw_here: HardwareSpec | None,
     model: ModelSettings | None = None,
 ):
-    """Return (fit, per-kernel cost in us, label) the verdict composes with: the launch-aware fit
-    on the TP1 step timed in CUDA graphs here (on `model`, the model as deployed; by default the
-    settings' own), else the fit shipped in deployment.fit_file (its `shipped` saying so), else
-    (None, None, why)."""
-    device = ceilings.get("device", "none") if ceilings else "none"
-    if ceilings and ceilings.get("device_kind") == "cuda":
+    """Return (fit, per-kernel cost in us, label) the verdict composes with: made here, else
+    shipped in deployment.fit_file, else (None, None, why)."""
+    device = (ceilings or {}).get("device", "none")
+    if on_gpu(ceilings):
         fit = _graphed_fit(settings, steps, ceilings, hw_here, model)
         if fit is not None:
             return fit, per_kernel_us(ceilings), calibration.fit_label(fit)
@@ -119,10 +109,9 @@ def verdict_fit(
 
 
 def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> dict:
-    """Return the launch-aware fit made here (the graphed TP1 step) with the sweep's provenance,
-    or {"gap": why} where none can be made; this is the file `deployment.fit_file` ships."""
-    device = ceilings.get("device", "none") if ceilings else "none"
-    if not ceilings or ceilings.get("device_kind") != "cuda":
+    """Return the fit made here with the sweep's provenance, or {"gap": why}."""
+    device = (ceilings or {}).get("device", "none")
+    if not on_gpu(ceilings):
         return {"gap": f"no GPU at hand ({device}): no graphed whole step to fit on"}
     hw_here = calibration.device_hardware(ceilings, device, None)
     fit = _graphed_fit(settings, steps, ceilings, hw_here)
@@ -152,11 +141,9 @@ def with_ceilings(fit: dict, ceilings: dict) -> dict:
 def measured_here(
     collective: pd.DataFrame, ceilings: dict
 ) -> tuple[str, Topology | None, dict, HardwareSpec | None]:
-    """Return (the device at hand, its measured interconnect, its latency floors, its hardware
-    dict from its ceilings): NCCL rows on a GPU, gloo rows on the CPU."""
-    device = ceilings.get("device", "none") if ceilings else "none"
-    gpu_here = bool(ceilings) and ceilings.get("device_kind") == "cuda"
-    numbers, floors = fit_measured(collective, "nccl" if gpu_here else "gloo")
+    """Return (the device at hand, its interconnect, its latency floors, its hardware dict)."""
+    device = (ceilings or {}).get("device", "none")
+    numbers, floors = fit_measured(collective, "nccl" if on_gpu(ceilings) else "gloo")
     hw_here = calibration.device_hardware(ceilings, device, numbers) if ceilings else None
     return device, numbers, floors, hw_here
 
@@ -169,13 +156,10 @@ def check_table(
     fit_batches: list[int] | None = None,
     attention: str = "",
 ):
-    """Return the check of the method on the device at hand (plan.CHECK_COLUMNS), the fit made
-    on `fit_batches` (deployment.fit_batches), the attention kernel's own times from the table
-    at `attention` (deployment.attention_table) where it covers a part."""
+    """Return the check of the method on the device at hand (plan.CHECK_COLUMNS)."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    backend = "nccl" if ceilings.get("device_kind") == "cuda" else "gloo"
-    numbers, floors = fit_measured(collective, backend)
+    numbers, floors = fit_measured(collective, "nccl" if on_gpu(ceilings) else "gloo")
     device = ceilings.get("device", "unknown")
     hw_here = calibration.device_hardware(ceilings, device, numbers)
     return calibration.step_check(

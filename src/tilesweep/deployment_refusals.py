@@ -1,7 +1,4 @@
-"""Why the named deployment cannot be composed, in one line naming the fix, before anything runs
-(the sweep and `tilesweep verdict` refuse it): an engine without the model's family, a format the
-target has no tensor cores for, a grid with no collective figures, and settings `tilesweep
-verdict` would leave unused."""
+"""Why the named deployment cannot be composed, in one line naming the fix, before anything runs."""
 
 from __future__ import annotations
 
@@ -17,10 +14,7 @@ from tilesweep.settings import HardwareSpec, Layout, ModelSettings, RootSettings
 
 
 def refusal(settings: RootSettings) -> str | None:
-    """Return why the named deployment cannot be composed, in one line naming the fix, or None:
-    an engine whose kernel lists lack the model's family, a format the target has no tensor
-    cores for, or a grid none of whose layouts the target has collective figures for. The sweep
-    and `tilesweep verdict` refuse it before anything runs."""
+    """Return why the named deployment cannot be composed, in one line naming the fix, or None."""
     dep, _ = engine_deployment(settings)
     engine_conf = settings.engine
     model = deployment_model(settings.model, dep)
@@ -58,8 +52,7 @@ def refusal(settings: RootSettings) -> str | None:
 
 
 def unused_fit_batches(settings: RootSettings) -> str | None:
-    """Return a one-line refusal where deployment.fit_batches is set for a verdict that fits
-    nothing (`tilesweep verdict` composes from the shipped fit: it times no step), else None."""
+    """Return a refusal where deployment.fit_batches is set for `tilesweep verdict`, else None."""
     if not settings.deployment.fit_batches:
         return None
     return (
@@ -70,9 +63,7 @@ def unused_fit_batches(settings: RootSettings) -> str | None:
 
 
 def unused_attention_table(settings: RootSettings) -> str | None:
-    """Return a one-line refusal where deployment.attention_table is set for `tilesweep verdict`,
-    which would leave it unused (the table is read only on the device that measured it, in a
-    sweep there; the verdict command measures nothing), naming the table's devices; else None."""
+    """Return a refusal where deployment.attention_table is set for `tilesweep verdict`."""
     path = settings.deployment.attention_table
     if not path:
         return None
@@ -89,8 +80,7 @@ def unused_attention_table(settings: RootSettings) -> str | None:
 def _collectives_missing(
     hw: HardwareSpec, topology: str, layout: Layout, model: ModelSettings
 ) -> str:
-    """Return the first collective a layout runs that the target's interconnect figures lack (in
-    words), or ''."""
+    """Return the first collective a layout runs that the target's figures lack, or ''."""
     numbers, label = interconnect.topology_numbers(hw, topology or None)
     stage = {"dense": 1, "moe": 1, "sliding": 0}
     needs = [(c["collective"], c["n"]) for c in stage_collectives(model, layout, stage, 1)]
@@ -103,8 +93,7 @@ def _collectives_missing(
 
 
 def _no_collectives(settings: RootSettings, model: ModelSettings) -> str | None:
-    """Return a one-line refusal where no layout of the grid has the collective figures it runs
-    on the target (every row would be a gap), naming the fix; else None."""
+    """Return a refusal where no layout of the grid has its collective figures, else None."""
     hw, topology = settings.hardware, settings.deployment.topology
     missing = {}
     for layout in settings.grid.layouts:

@@ -1,18 +1,10 @@
 """The verdict for the deployment the config names: a whole decode step per layout x batch on the
-target named by `hardware`, composed from measured parts, and the check of that method.
+target, composed from measured parts (the fit: deployment_fit.verdict_fit), and its check.
 
-Each part takes launches x per-kernel cost + its roofline terms over fitted efficiencies
-(plan.launch_fit), the fit made on, in order:
-1. the TP1 whole step timed in CUDA graphs on the GPU at hand (at two batches), applied to the
-   target's ceilings, with the per-kernel cost measured here;
-2. the fit shipped in `deployment.fit_file` (a kept GPU run's), labelled with where it came from;
-3. none: the target's roofline alone, labelled `model`.
-The expert GEMMs of an fp8 or nvfp4 deployment take the efficiency of the best fp8 kernel of the
-decode benchmark where there is one. A step timed eagerly never calibrates a verdict.
-Communication: the fit on the collectives measured here when the device at hand is the target,
-else the interconnect model of the target's hardware file. Every row and part says which:
-`source` (`composed` or `model`) and its items in `inputs_json` (plan.row_inputs).
-"""
+The expert GEMMs take the target's cited grouped-GEMM band, else the best fp8 decode kernel
+measured here. Communication: the collectives measured here when the device at hand is the
+target, else the target's hardware file; a step timed eagerly never calibrates a verdict.
+Every row says which: `source` and its items in `inputs_json` (plan.row_inputs)."""
 
 from __future__ import annotations
 
@@ -61,10 +53,7 @@ def with_group_bw(fit: dict, group: str, e_bw: float) -> dict:
 
 
 def engine_deployment(settings: RootSettings) -> tuple[DeploymentSettings, str]:
-    """Return (the deployment as the engine runs it, which attention it runs in words: the text
-    of a row's `attention` item): `attention: auto` resolved to the engine's mode on the target's
-    architecture, and the mean context of a serving load (input_len + output_len / 2) where one
-    is set."""
+    """Return (the deployment as the engine runs it, its attention in words)."""
     dep = settings.deployment
     if dep.attention == "auto":
         mode, why = engine_profile.attention_mode(settings.engine, settings.hardware.arch)
@@ -85,8 +74,7 @@ DECODE_DTYPE = "fp8"
 
 
 def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple[float, str]:
-    """Return (fraction of roofline, label) of the best fp8 decode kernel at the nearest tokens
-    per expert (uniform routing), or (NaN, reason)."""
+    """Return (fraction of roofline, label) of the best fp8 decode kernel, or (NaN, reason)."""
     need = {"status", "dtype", "routing", "frac_roofline", "tokens_per_expert", "time_ms"}
     if decode.empty or not need <= set(decode):
         return float("nan"), "no fp8 decode measurement here"
@@ -105,8 +93,7 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
 
 
 def _fraction_on_datasheet(frac: float, why: str, ceilings: dict) -> tuple[float, str]:
-    """Return (a decode kernel's fraction of its measured roofline as a fraction of its device's
-    datasheet bandwidth, at most 1, label), or (NaN, why) where the device has no datasheet."""
+    """Return (a kernel's fraction of its device's datasheet, at most 1, label), or (NaN, why)."""
     if frac != frac:
         return frac, why
     sheet = (ceilings or {}).get("datasheet") or {}
@@ -117,10 +104,7 @@ def _fraction_on_datasheet(frac: float, why: str, ceilings: dict) -> tuple[float
 
 
 def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> tuple:
-    """Return (the target with the collectives its rows take, measured latency floors or None,
-    the all-reduce in words (its item's text), the other topologies its band spans, a note naming
-    them): the collectives measured here where the device at hand is the target, else the
-    hardware file's."""
+    """Return (target with its collectives, floors or None, all-reduce words, topologies, note)."""
     device, here_numbers, here_floors, _ = here
     plain = settings.hardware
     target, spanned, topology_note = with_topology(
@@ -136,14 +120,10 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
 
 
 def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, engine_conf=None):
-    """Return (the part timer with the expert GEMMs' efficiency at this batch, what it rests on
-    in words (a row's `expert GEMMs` item), the timers at the ends of a cited band), each timer
-    made by `make(fit)`: the engine's own band for the format on the target where its file times
-    its kernel (engine.grouped_gemm_efficiency), else the target's own cited band for the
-    format's grouped GEMM at this batch's tokens per expert (never another GPU's or dtype's
-    figure; the row at its geometric middle; each layout's expert GEMMs at its own expert's size
-    where the band names the sizes it was timed on), else the best fp8 decode kernel measured
-    here."""
+    """Return (the part timer with the expert GEMMs' efficiency at this batch, its words, the
+    band's end timers): the engine's own band for the format on the target where its file times
+    its kernel (engine.grouped_gemm_efficiency), else the target's own cited band, else the best
+    fp8 decode kernel here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
     own = {} if engine_conf is None else engine_conf.grouped_gemm_efficiency.get(target.name, {})
     curve = own.get(dep.weight_dtype) or (target.grouped_gemm_efficiency or {}).get(
@@ -181,8 +161,7 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, e
 
 
 def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
-    """Make the parts of each kernel the engine runs at `routed_pairs` that no figure times
-    (engine.untimed) gaps naming it, in kwargs' timer and in each end of the band (returned)."""
+    """Make the parts of each kernel the engine runs that no figure times gaps naming it."""
     for item in engine_conf.untimed:
         if routed_pairs >= item.from_routed_pairs:
             why = (
@@ -195,9 +174,7 @@ def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends:
 
 
 def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -> dict:
-    """Hold each part kind the engine names a kernel floor for on `arch` (engine.kernel_floors)
-    to at least the sum of its calls' cited least times, in kwargs' timer and in each end of the
-    band (returned)."""
+    """Hold each part kind the engine names a kernel floor for to at least its cited time."""
     for item in engine_conf.kernel_floors:
         if item.only_arch and arch not in item.only_arch:
             continue
@@ -218,8 +195,7 @@ def _own_attention(
     model: ModelSettings,
     dep: DeploymentSettings,
 ):
-    """Return the attention kernel's own times where the target is the device that measured
-    them (plan.attention_table), else None."""
+    """Return the attention kernel's own times where the target measured them, else None."""
     if not at_target(settings, ceilings):
         return None
     table = attention_table.load(settings.deployment.attention_table)
@@ -237,9 +213,7 @@ def _load_words(dep: DeploymentSettings) -> str:
 
 
 def _rests(fit, label: str, engine, attention: str, collectives: dict) -> tuple[dict, dict]:
-    """Return what every row of the verdict rests on beyond its own composition, as items
-    (plan.row_inputs): the fit (or why the parts are at the roofline), then the topology, the
-    attention mode, the all-reduce and the small kernels' cost."""
+    """Return what every row rests on beyond its own composition, as items (plan.row_inputs)."""
     if fit is None:
         used = {"parts at the target's roofline": label}
     else:
@@ -319,10 +293,7 @@ def deployment_table(
 
 
 def _span_attention(table: pd.DataFrame, settings: RootSettings, inputs: tuple) -> pd.DataFrame:
-    """Return the table with its band (tpot_low_ms, tpot_high_ms) widened over the other
-    attention mode the engine's measured builds run on the target (engine.attention_band_by_arch),
-    composed as the whole table is (its band's ends and topologies); the point is the engine's
-    own mode. Nothing changes where the deployment names its attention or there is none."""
+    """Return the table with its band widened over the engine's other attention mode."""
     dep = settings.deployment
     if dep.attention != "auto":
         return table
@@ -346,9 +317,7 @@ def _span_attention(table: pd.DataFrame, settings: RootSettings, inputs: tuple) 
 def question_panel(
     settings: RootSettings, compose: Callable[[RootSettings], pd.DataFrame]
 ) -> dict | None:
-    """Return the question's panel when a question is configured and the deployment is the one it
-    asks about (conf/question): its layouts and the grid's other layouts of as many GPUs, composed
-    as the verdict is, the winner per batch and the sensitivity band; None otherwise."""
+    """Return the question's panel when the deployment is the one it asks about, else None."""
     asked = question.of(settings)
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None

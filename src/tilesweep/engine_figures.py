@@ -1,6 +1,5 @@
-"""The engine check: one row per engine figure the config cites (conf/references), the engine's
-measured TPOT beside the verdict composed for the same model, layout, batch and context on the
-engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
+"""The engine check: one row per engine figure the config cites (conf/references), beside the
+verdict composed for it with the sweep's fit (columns.ENGINE_COLUMNS)."""
 
 from __future__ import annotations
 
@@ -86,17 +85,11 @@ def engine_table(
 ANY_TILE = "grid.tiles=[{m:16,n:16,k:16}]"
 # What every cited figure's settings start from (the defaults, no figures of their own, one tile
 # and one layout that divide any model); figure_settings sets the figure's layout and load.
-FIGURE_BASE = (
-    "references=none",
-    ANY_TILE,
-    "grid.layouts=[{tp:1,pp:1,ep:1}]",
-)
+FIGURE_BASE = ("references=none", ANY_TILE, "grid.layouts=[{tp:1,pp:1,ep:1}]")
 
 
 def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
-    """Return the settings composing one cited figure: `base` (composed from the overrides of a
-    figure of the same model, GPU, formats and engine) with this figure's batch, serving load and
-    layout, which its model validated; the same as composing its own overrides."""
+    """Return the settings composing one cited figure: `base` with its batch, load and layout."""
     load = (
         {"input_len": fig.input_len, "output_len": fig.output_len}
         if fig.input_len and fig.output_len
@@ -117,6 +110,5 @@ def _gap(row: pd.Series) -> str:
 
 
 def _inside(low: float, tpot: float, high: float) -> bool | None:
-    """Return whether an engine's TPOT lies inside the verdict's band, None where the row has
-    no band (no cited band, one topology)."""
+    """Return whether an engine's TPOT lies inside the verdict's band, None without a band."""
     return None if low != low or high != high else bool(low <= tpot <= high)

@@ -46,8 +46,8 @@ class GpuQueryError(RuntimeError):
 
 @functools.cache
 def query_gpus() -> tuple[tuple[str, str], ...]:
-    """Return (name, driver) of each local NVIDIA GPU from nvidia-smi (fast: no torch import);
-    none where nvidia-smi is absent. Raise GpuQueryError when nvidia-smi fails or hangs."""
+    """Return (name, driver) of each local NVIDIA GPU from nvidia-smi; raise GpuQueryError when
+    it fails or hangs."""
     if shutil.which("nvidia-smi") is None:
         return ()
     try:
@@ -71,8 +71,7 @@ def query_gpus() -> tuple[tuple[str, str], ...]:
 
 
 def _gpu_query() -> tuple[tuple[str, str], ...]:
-    """Return the local GPUs for a job's own provenance and GPU slot: none when the query fails
-    (a job then runs and records what it ran on; planning uses tilesweep.device instead)."""
+    """Return the local GPUs for a job's own provenance, none when the query fails."""
     try:
         return query_gpus()
     except GpuQueryError:
@@ -85,8 +84,7 @@ def gpu_names() -> tuple[str, ...]:
 
 
 def toolchain_key(drivers: tuple[str, ...] = ()) -> str:
-    """Return the versions that make a measurement stale when they change (a rule param): the
-    Python packages, and the GPU drivers the planning query saw."""
+    """Return the versions that make a measurement stale when they change (a rule param)."""
     parts = [f"{p} {package_version(p)}" for p in ("torch", "triton", "nvidia-cutlass")]
     return ", ".join([*parts, f"driver {'/'.join(sorted(drivers)) or 'none'}"])
 

@@ -1,7 +1,5 @@
-"""The question a sweep's report answers, as data (conf/question): the deployment it is about,
-its layouts, the tiles it asks about, a power reading it took as evidence, and its wording. The
-library names no model or GPU; it asks `asks_about` whether a deployment is the question's. The
-models are the `question` group's (tilesweep.settings.question_group)."""
+"""The question a sweep's report answers, as data (conf/question); the library names no model or
+GPU, it asks `asks_about` whether a deployment is the question's."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ __all__ = [
 
 
 def validate(group: QuestionGroup, catalog: dict) -> None:
-    """Raise ConfigError for a question about hardware no file describes, or tiles no backend's
-    launch rows hold (the group's own keys were checked by its model)."""
+    """Raise ConfigError for a question about unknown hardware, or tiles no launch row holds."""
     question = group.case
     if question is not None and question.hardware not in catalog:
         valid = ", ".join(catalog)

@@ -1,8 +1,5 @@
-"""Engines' own measured decode figures, as data (conf/references): what a serving engine timed
-for a model, layout, batch and context on a named GPU, with its source. The verdict composes the
-same deployment on that GPU and sets the two side by side (engine_figures.engine_table), so
-a reader can check the composition against what engines get. Nothing here is measured by
-tilesweep."""
+"""Engines' own measured decode figures, as data (conf/references), set beside the verdict
+composed for the same deployment (engine_figures.engine_table). Nothing here is measured."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import math
 import stat
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -36,8 +34,7 @@ BAND = (0.75, 1.33)
 
 
 def validate(value: References | None, conf_dir: Path) -> None:
-    """Raise ConfigError for a `references` section without its figures list, or a figure naming
-    a model, hardware or deployment option that conf/ does not have."""
+    """Raise ConfigError for a `references` section without figures, or naming what conf/ lacks."""
     if value is not None and "figures" not in value.model_fields_set:
         raise ConfigError(
             "references: the file holds no `figures:` list; references=none sets none beside "
@@ -69,10 +66,8 @@ _READ: dict[tuple, list] = {}
 
 
 def read_figures_from(raw: dict, conf_dir: Path) -> None:
-    """Put the figures of the composed `references.figures_from` (a YAML file under
-    conf/references holding a `figures:` list) into `raw["references"]["figures"]`, before
-    validation. Read with libyaml under OmegaConf's own scalar rules, once per process: Hydra's
-    pure-Python parse of the corpus (217 figures) was two thirds of every compose."""
+    """Put the figures of `references.figures_from` into `raw` before validation (libyaml, once
+    per process: Hydra's pure-Python parse of the corpus was two thirds of every compose)."""
     refs = raw.get("references")
     name = refs.get("figures_from") if isinstance(refs, dict) else None
     if not name:
@@ -126,10 +121,7 @@ FASTER_AT_MORE = 0.10
 
 
 def source_checks(engines) -> list[str]:
-    """Return, per row of an engines table, why the corpus contradicts that figure (a figure of
-    the same deployment and load at a higher concurrency more than FASTER_AT_MORE faster), or ''.
-    Such a figure measured something besides the deployment (a runner, a warm-up): it stays in
-    the table with its error, and the corpus's error is also given without it."""
+    """Return, per row of an engines table, why the corpus contradicts that figure, or ''."""
     out = []
     maybe = _maybe_contradicted(engines)
     for i, (_, row) in enumerate(engines.iterrows()):
@@ -154,11 +146,7 @@ def source_checks(engines) -> list[str]:
 
 
 def _maybe_contradicted(engines) -> list[bool]:
-    """Return, per row, False where no row of the same deployment and load (its key values
-    equal; a missing value may equal anything) is at a higher concurrency and FASTER_AT_MORE
-    faster: source_checks' answer is '' there, found without a table-wide mask per row."""
-    import pandas as pd
-
+    """Return, per row, False where no same-deployment row at more concurrency is faster."""
     keys = list(engines[SAME_DEPLOYMENT].itertuples(index=False, name=None))
     batches = engines["batch"].tolist()
     tpots = engines["engine_tpot_ms"].tolist()
@@ -182,8 +170,7 @@ def _maybe_contradicted(engines) -> list[bool]:
 
 
 def _error(done) -> dict:
-    """Return rows in BAND, median and largest |error| in % and the ratio's range of composed
-    rows."""
+    """Return rows in BAND, median and largest |error| in % and the ratio's range."""
     err = (done["composed_over_engine"] - 1).abs() * 100
     ratio = done["composed_over_engine"]
     some = len(done) > 0
@@ -197,11 +184,8 @@ def _error(done) -> dict:
 
 
 def corpus_summary(engines) -> dict:
-    """Return the composition's error over the engine figures no fitted term saw (role test):
-    rows, rows composed, rows in BAND, median and largest |error| in %, the ratio's range, the
-    gaps, and the train rows (a fitted term's), from an engines table (columns.ENGINE_COLUMNS);
-    `uncontradicted` gives the same error without the figures their own corpus contradicts
-    (column source_check)."""
+    """Return the composition's error over the test engine figures (role test), from an engines
+    table; `uncontradicted` leaves out the figures their own corpus contradicts."""
     if engines is None or engines.empty or "role" not in engines:
         return {"rows": 0}
     test = engines[engines["role"] == "test"]
@@ -227,19 +211,9 @@ FAMILY = ("model", "hardware", "engine")  # one family of engine figures: model 
 
 
 def family_errors(engines) -> pd.DataFrame:
-    """Return the composition's error per family (FAMILY) over the test figures it composed:
-    figures, in BAND, median composed/engine, its range and median |error| in %."""
-    cols = [
-        *FAMILY,
-        "figures",
-        "in_band",
-        "inside_tpot_band",
-        "with_tpot_band",
-        "median_ratio",
-        "low_ratio",
-        "high_ratio",
-        "median_abs_error_pct",
-    ]
+    """Return the composition's error per family over the test figures it composed."""
+    cols = [*FAMILY, "figures", "in_band", "inside_tpot_band", "with_tpot_band"]
+    cols += ["median_ratio", "low_ratio", "high_ratio", "median_abs_error_pct"]
     if engines is None or engines.empty or "role" not in engines:
         return pd.DataFrame(columns=cols)
     done = engines[(engines["role"] == "test") & engines["composed_over_engine"].notna()]
@@ -262,17 +236,14 @@ def family_errors(engines) -> pd.DataFrame:
 
 
 def _inside_counts(part: pd.DataFrame) -> dict:
-    """Return {inside_tpot_band, with_tpot_band}: a family's figures inside the verdict's band,
-    of those whose row has one (0 of 0 for a table made before the band was compared)."""
+    """Return {inside_tpot_band, with_tpot_band} of a family's figures."""
     said = part["inside_tpot_band"] if "inside_tpot_band" in part else pd.Series(dtype=object)
     said = said.dropna().map(lambda v: str(v).lower() in ("true", "1", "1.0"))
     return {"inside_tpot_band": int(said.sum()), "with_tpot_band": int(len(said))}
 
 
 def trust_words(engines, model: str, hardware: str, engine: str) -> str:
-    """Return how far to trust a verdict of one family, in one sentence: the corpus' error on
-    that family's figures where it has any, else its spread over the families it has (named as
-    such: this family was never checked)."""
+    """Return how far to trust a verdict of one family, in one sentence."""
     table = family_errors(engines)
     if table.empty:
         return "How far to trust it: no engine figure composed to check it against."
@@ -304,11 +275,7 @@ def trust_words(engines, model: str, hardware: str, engine: str) -> str:
 
 
 def fit_host_ms(engines, engine: str) -> float:
-    """Return the host time per step (ms) that best explains an engine's train rows of an
-    engines table: the least squared log error of (composed time without its host term + host)
-    against the engine's measured TPOT, on a 5 us grid from 0 to 5 ms (ties: the smaller)."""
-    import numpy as np
-
+    """Return the host ms per step best explaining an engine's train rows (5 us grid, 0-5 ms)."""
     rows = engines[
         (engines["role"] == "train")
         & (engines["engine"] == engine)

@@ -1,14 +1,10 @@
-"""An all-reduce as the engine runs it inside its CUDA graph: the engine file says which
-algorithm takes a message of a size (conf/engine `allreduce`: per GPU architecture and GPU count,
-steps of one_shot / two_shot / symm_mem / nccl up to a size each, NCCL past the last), the
-hardware file what that algorithm costs there (interconnect_model ... all_reduce.in_graph: time
-by message size per algorithm and GPU count, each series from one named machine).
+"""An all-reduce as the engine runs it inside its CUDA graph: the engine file's steps say which
+algorithm takes a message of a size (conf/engine `allreduce`, per architecture and GPU count; NCCL
+past the last), the hardware file's `all_reduce.in_graph` series what it costs there.
 
-An algorithm with no cited series at that GPU count, or a message past its last cited size, takes
-the next slower algorithm's cited series (one_shot, then two_shot, then NCCL; symm_mem, then
-two_shot, then NCCL), and its label says so; NCCL past its cited sizes is NCCL's model (the
-topology's latency_us and busbw_gbs). Below a series' first size its first time stands (an upper
-figure). Never another engine's table: each engine file holds its own steps."""
+An algorithm without a cited series at that GPU count, or a message past its last size, takes the
+next slower algorithm's series (one_shot or symm_mem, then two_shot, then NCCL, whose model stands
+past its cited sizes), labelled so; below a series' first size its first time stands."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[All
 
 
 def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllReduceStep | None]:
-    """Return (the algorithm the engine takes for a message of nbytes, its step or None past the
-    last step, where NCCL runs)."""
+    """Return (the engine's algorithm for nbytes, its step; None past the last, where NCCL runs)."""
     for step in steps:
         if nbytes <= step.max_bytes:
             return step.algorithm, step
@@ -48,8 +43,7 @@ def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllRed
 
 
 class EngineAllReduce(AllReduce):
-    """An all_reduce block as the engine runs it (with_engine_allreduce attaches it): the
-    hardware file's figures, and the engine's steps by GPU count on the target's architecture."""
+    """An all_reduce block as the engine runs it: the hardware file's figures and engine's steps."""
 
     engine: str = None
     arch: str = None
@@ -64,8 +58,7 @@ class EngineAllReduce(AllReduce):
 
 
 def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
-    """Return (time in us of one all-reduce of nbytes on the algorithm's cited series at n GPUs,
-    its source key), or (None, why) where no series covers that size."""
+    """Return (us of one all-reduce on the algorithm's series at n GPUs, key), or (None, why)."""
     cited = getattr(in_graph, algorithm) if in_graph else None
     series = cited.by_gpus.get(n) if cited else None
     if series is None:
@@ -82,8 +75,7 @@ def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
 
 
 def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
-    """Return (time in ms of one all-reduce of nbytes at n GPUs as the engine runs it, label:
-    its algorithm and the figures that timed it), or None where no engine table is attached."""
+    """Return (ms of one all-reduce as the engine runs it, label), None without an engine table."""
     if not isinstance(block, EngineAllReduce):
         return None
     name = block.engine
@@ -105,8 +97,7 @@ def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
 
 
 def describe(target: HardwareSpec) -> str:
-    """Return the all-reduce in words for the verdict's inputs: per GPU count the engine's steps,
-    and per algorithm the machine that timed it (or that none did: the next slower stands)."""
+    """Return the all-reduce in words: the engine's steps, and who timed each algorithm."""
     block = target.interconnect_model
     top = block.topologies.get(block.default) if block else None
     ar = top.all_reduce if top else None

@@ -53,13 +53,10 @@ def group_dtype(group: str, dep: DeploymentSettings) -> str:
 
 
 def math_dtype(group: str, dep: DeploymentSettings) -> str:
-    """Return the dtype a weight group's products run in: the deployment's `compute_dtype` for
-    its quantised groups where set (a weight-only format, dequantised to it: Marlin's w4a16 runs
-    MXFP4 on GPUs without FP4 tensor cores), else the stored dtype."""
-    stored = group_dtype(group, dep)
+    """Return the dtype a weight group's products run in (compute_dtype if quantised)."""
     if group in dep.quantized and dep.compute_dtype:
         return dep.compute_dtype
-    return stored
+    return group_dtype(group, dep)
 
 
 def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]:
@@ -68,16 +65,12 @@ def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]
     out: dict[str, list[tuple[str, int, int, bool]]] = {}
     if att.kind == "mla":
         heads, qk = att.heads, att.qk_nope_head_dim + att.qk_rope_head_dim
+        nope_v = att.qk_nope_head_dim + att.v_head_dim
         out["attention"] = [
             ("q_a_proj", h, att.q_lora_rank, False),
             ("q_b_proj", att.q_lora_rank, heads * qk, True),
             ("kv_a_proj", h, att.kv_lora_rank + att.qk_rope_head_dim, False),
-            (
-                "kv_b_proj",
-                att.kv_lora_rank,
-                heads * (att.qk_nope_head_dim + att.v_head_dim),
-                True,
-            ),
+            ("kv_b_proj", att.kv_lora_rank, heads * nope_v, True),
             ("o_proj", heads * att.v_head_dim, h, True),
         ]
         if att.index_topk is not None:
@@ -113,9 +106,7 @@ def kv_bytes_per_token_layer(
 ) -> dict[str, float]:
     """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
     att, eb = model.attention, kv_element_bytes(dep.kv_dtype)
-    if (
-        att.kind == "mla"
-    ):  # latent cache replicated across TP ranks (vLLM/SGLang without DP-attention)
+    if att.kind == "mla":  # latent cache replicated across TP ranks (vLLM/SGLang, no DP-attention)
         kv = (att.kv_lora_rank + att.qk_rope_head_dim) * eb
         index = att.index_head_dim * eb if att.index_topk is not None else 0.0
         return {"kv": kv, "index": index}
@@ -133,8 +124,7 @@ def cached_tokens(model: ModelSettings, context_len: int, sliding: bool) -> int:
 def attention_core(
     model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
 ) -> dict[str, float]:
-    """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of one layer's
-    attention (attended: the cached tokens each query reads)."""
+    """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of a layer."""
     att, ctx = model.attention, dep.context_len
     cache = kv_bytes_per_token_layer(model, dep)
     tokens = cached_tokens(model, ctx, sliding)
@@ -168,8 +158,7 @@ def attention_core(
 
 
 def causal_pairs(tokens: float, window: float) -> float:
-    """Return the (query, key) pairs of a causal prompt of `tokens` tokens where each query
-    reads at most `window` keys (itself included): a sliding window, or DSA's top-k."""
+    """Return the (query, key) pairs of a causal prompt, each query reading at most `window`."""
     w = min(float(window), float(tokens))
     return w * (w + 1) / 2 + (tokens - w) * w
 
@@ -177,11 +166,7 @@ def causal_pairs(tokens: float, window: float) -> float:
 def prompt_attention(
     model: ModelSettings, dep: DeploymentSettings, heads: float, sliding: bool
 ) -> dict:
-    """Return one layer's attention over one prompt of deployment.input_len tokens, per rank
-    holding `heads` query heads: {flops, bytes} of the attention kernel (in bf16: prefill runs
-    MLA unabsorbed, each head's q.k over qk_nope + qk_rope and p.v over v_head) and
-    {index_flops, index_bytes} of the DSA indexer's scores over every earlier token (fp8, whole on
-    every rank, as at decode), 0 where the deployment runs no indexer."""
+    """Return one layer's attention over one prompt per rank of `heads` heads (and its indexer)."""
     att, n = model.attention, float(dep.input_len)
     window = att.sliding_window if sliding else n
     if att.kind == "mla":
@@ -236,8 +221,7 @@ INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 
 
 def deployment_model(model: ModelSettings, dep: DeploymentSettings) -> ModelSettings:
-    """Return the model as the deployment runs it: with `attention: dense`, MLA over the whole
-    context and no DSA indexer (its weights and index cache left out)."""
+    """Return the model as the deployment runs it (`attention: dense`: MLA, no DSA indexer)."""
     att = model.attention
     if dep.attention != "dense" or att.index_topk is None:
         return model

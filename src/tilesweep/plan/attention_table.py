@@ -1,21 +1,11 @@
-"""The attention kernel's own times on the target, where they were measured: a part the
-composition would otherwise read from the TP1 fit takes them.
+"""The attention kernel's own times on the target, where they were measured (deployment.
+attention_table, from tools/h200_mla_tune.py): a part that would read the TP1 fit takes them.
 
-The fused MLA decode kernel (kernels/mla_decode.py) was timed over its launch configurations on
-one H200 by tools/h200_mla_tune.py, in CUDA graphs, at heads per rank x sequences x indexed
-tokens (deployment.attention_table names that table). Every TP1 step has the same heads, so the
-fit cannot tell the kernel's memory term from its math term; with 8 of GLM-5's 64 heads (a TP8
-rank) the kernel takes 0.66x its 64-head time at 512 sequences, where the fit read either 1.0x
-(memory) or 0.39x (math). The table is read only on the device that measured it, for MLA with the
-latent width it was measured at and a bf16 cache, within its measured heads and sequences (log
-interpolation), at its measured indexed tokens; elsewhere the part keeps the fit.
-
-The same table also identifies what the fit cannot: the kernel's memory and math efficiency
-(identify). Its head counts change the kernel's flops per byte read, so its steady times
-(STEADY_SEQUENCES and more) separate the two terms. A fit made beside the table takes them for its
-attention group (with_kernel_efficiencies), so a GPU that never ran the kernel, composed from the
-fit on its datasheet, gets the kernel's own balance of the two.
-"""
+Every TP1 step has the same heads, so the fit cannot tell the kernel's memory term from its math
+term; with 8 of GLM-5's 64 heads the kernel takes 0.66x its 64-head time at 512 sequences, where
+the fit read 1.0x (memory) or 0.39x (math). The table is read only on the device that measured
+it, for MLA at its latent width over a bf16 cache, within its measured cases. Its steady times
+over head counts also identify the kernel's memory and math efficiency (identify)."""
 
 from __future__ import annotations
 
@@ -42,8 +32,7 @@ _GRID = np.round(np.arange(0.01, 1.2001, 0.005), 3)
 
 @functools.lru_cache(maxsize=4)
 def load(path: str) -> pd.DataFrame | None:
-    """Return the fastest time per (device, heads, sequences, top) of a tune table's cases that
-    ran, or None where no path is given (read once per path; never modified)."""
+    """Return the fastest time per (device, heads, sequences, top) of a tune table, or None."""
     if not path:
         return None
     rows = pd.read_csv(project_path(path))
@@ -67,9 +56,7 @@ def _between(points: dict[float, float], x: float) -> float | None:
 
 
 def lookup(table: pd.DataFrame, device: str, heads: float, sequences: float, tokens: float):
-    """Return ms per layer of the kernel at heads per rank, sequences and indexed tokens on
-    `device` from the table, or None where it has no such case. Fewer heads than the fewest
-    measured take the fewest's time (the kernel pads heads to its block)."""
+    """Return ms per layer of the kernel from the table, or None (fewer heads: the fewest's)."""
     mine = table[(table["device"] == device) & (table["top"] == tokens)]
     if mine.empty:
         return None
@@ -85,8 +72,7 @@ def lookup(table: pd.DataFrame, device: str, heads: float, sequences: float, tok
 def serves(
     table: pd.DataFrame | None, device: str, model: ModelSettings, dep: DeploymentSettings
 ) -> bool:
-    """Return whether the table has times on `device` for this model's attention core: MLA with
-    the latent width the kernel was measured at, over a bf16 cache."""
+    """Return whether the table times this model's attention core on `device` (MLA, bf16 cache)."""
     att = model.attention
     if table is None or att.kind != "mla" or dep.kv_dtype != "bf16":
         return False
@@ -98,8 +84,7 @@ def serves(
 def for_device(
     table: pd.DataFrame | None, device: str, model: ModelSettings, dep: DeploymentSettings
 ) -> Callable[[dict], float | None] | None:
-    """Return part -> ms per occurrence from the table for an attention core part on `device`,
-    or None where the table cannot serve this model and deployment at all."""
+    """Return part -> ms per occurrence from the table on `device`, or None if it cannot serve."""
     if not serves(table, device, model, dep):
         return None
 
@@ -112,10 +97,8 @@ def for_device(
 
 
 def identify(table: pd.DataFrame, device: str, reference: dict, overlap: float) -> dict | None:
-    """Return the kernel's {e_bw, e_math} on `device` (fractions of `reference`'s bandwidth and
-    bf16 rate), the least squared log error of the composition's part time (part_terms, with the
-    device's overlap) over the table's steady cases, with that error and what it was fitted on;
-    None where the steady cases have fewer than two head counts (the terms are not separable)."""
+    """Return the kernel's {e_bw, e_math} on `device` fitted on the table's steady cases, or None
+    (fewer than two head counts: the terms are not separable)."""
     lat, rope = LATENT
     mine = table[(table["device"] == device) & (table["sequences"] >= STEADY_SEQUENCES)]
     if mine["heads"].nunique() < 2:
@@ -154,10 +137,8 @@ def identify(table: pd.DataFrame, device: str, reference: dict, overlap: float) 
 def with_kernel_efficiencies(
     fit: dict, table: pd.DataFrame | None, model: ModelSettings, dep: DeploymentSettings
 ):
-    """Return the fit with its attention group's efficiencies identified from the table's steady
-    times on the fit's device (identify), where the table serves the model; else the fit as is.
-    The step fit sees one head count, so it cannot split the attention core's time between its
-    memory and math terms; the kernel's own times over head counts can."""
+    """Return the fit with its attention group's efficiencies identified from the table (identify):
+    the step fit sees one head count, so it cannot split memory from math; the table can."""
     group = (fit.get("groups") or {}).get("attention")
     if group is None or not serves(table, fit["device"], model, dep):
         return fit

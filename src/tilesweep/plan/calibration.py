@@ -1,11 +1,6 @@
-"""From measurements on the device at hand to the composition's inputs, and the check of it.
-
-- `step_fit`: the launch-aware fit (plan.launch_fit) on the TP1 whole steps timed in CUDA graphs,
-  at two batches only (the smallest and largest), so every other batch, every emulated rank and
-  every other layout is a held-out check.
-- `step_check`: the composed prediction of the same depth-reduced model as was run, beside each
-  measured whole step, with the error; eager steps are checked against an eager fit, labelled.
-"""
+"""From measurements on the device at hand to the composition's inputs, and the check of it:
+`step_fit` fits the TP1 graphed whole steps at two batches only, so every other batch, emulated
+rank and layout is a held-out check of `step_check`'s composed prediction."""
 
 from __future__ import annotations
 
@@ -26,9 +21,7 @@ FIT_LAYOUT = "tp1-pp1-ep1"
 
 
 def device_hardware(ceilings: dict, device: str, interconnect: Topology | None) -> HardwareSpec:
-    """Return the device at hand as a hardware spec holds it, from its measured ceilings: copy
-    bandwidth, matrix rate per dtype (missing dtypes stay missing), and the measured interconnect
-    (the keys a composition reads; measured, so not held to a file's ranges or keys)."""
+    """Return the device at hand as a hardware spec holds it, from its measured ceilings."""
     peaks = {k: v for k, v in (ceilings.get("matmul_tflops") or {}).items() if v}
     model = None
     if interconnect:
@@ -89,8 +82,7 @@ def _timing(steps: pd.DataFrame) -> pd.Series:
 
 
 def _lean(steps: pd.DataFrame) -> pd.Series:
-    """Return whether each row ran the project's own step (rows of older runs, which have no
-    kernel_list, did); an engine list's rows never calibrate."""
+    """Return whether each row ran the project's own step; an engine list's rows never calibrate."""
     if "kernel_list" in steps:
         return steps["kernel_list"].fillna(engine_profile.LEAN) == engine_profile.LEAN
     return pd.Series(True, index=steps.index)
@@ -113,13 +105,8 @@ def step_fit(
     batches: list[int] | None = None,
     attention: pd.DataFrame | None = None,
 ) -> dict | None:
-    """Return the launch-aware fit on the TP1 whole steps timed as `timing`, at `batches`
-    (deployment.fit_batches: at most two; none given: the smallest and the largest such batch),
-    or None when there is no such step, none of the batches asked for was measured, or no
-    per-kernel cost. `terms`: the device's measured terms of a graphed fit (light_us, overlap,
-    bw_max: deployment_fit.graph_terms), where measured. `attention`: the attention kernel's
-    own times (plan/attention_table), which identify the attention group's efficiencies where
-    they cover this device and model."""
+    """Return the launch-aware fit on the TP1 whole steps timed as `timing` at `batches`, or None
+    (no such step, no batch asked for measured, or no per-kernel cost)."""
     if steps.empty or "layout" not in steps or per_kernel_us is None:
         return None
     ok = steps[
@@ -171,9 +158,7 @@ def fit_words(fit: dict) -> str:
 
 
 def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) -> float:
-    """Return the composed compute time of the one rank an emulated step ran (its stage's parts
-    for every micro-batch it runs, with the engine's extra kernels where the row ran an engine's
-    list; no collectives)."""
+    """Return the composed compute time of the one rank an emulated step ran (no collectives)."""
     as_run, dep, over = _step_model(row, model)
     layout = _layout(row)
     parts, m = parts_as_run(as_run, dep, layout, over["per_stage"], _sequences(row), layout.pp - 1)

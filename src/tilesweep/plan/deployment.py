@@ -1,7 +1,4 @@
-"""The deployment table: one row per layout x batch of the named deployment, each a whole
-decode step (plan.step_time) with its memory fit, speed, split, bound and the inputs it rests on
-(plan.row_inputs).
-"""
+"""The deployment table: one row per layout x batch, each a whole decode step (plan.step_time)."""
 
 from __future__ import annotations
 
@@ -36,10 +33,7 @@ COLUMNS = VERDICT_COLUMNS
 
 @dataclass(frozen=True)
 class Composition:
-    """What one deployment table is composed from, resolved: the model as deployed
-    (architecture.deployment_model), the deployment (the verdict resolves its attention and a
-    load's context), the target's hardware spec (its collective figures may be the ones measured
-    here) and the layouts."""
+    """What one deployment table is composed from, resolved: model, deployment, target, layouts."""
 
     model: ModelSettings
     deployment: DeploymentSettings
@@ -91,8 +85,7 @@ def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec) ->
 
 
 def compose_deployment(settings: RootSettings, **how) -> pd.DataFrame:
-    """Return the deployment table of the settings as they are (compose_parts; `how` is its
-    timer, measured floors, layer overrides and engine)."""
+    """Return the deployment table of the settings as they are (compose_parts)."""
     return compose_parts(Composition.of(settings), **how)
 
 
@@ -134,8 +127,7 @@ def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fi
 
 
 def _speed_columns(step: dict, host_ms: float, batch: int, world: int, floor: float) -> dict:
-    """Return a fitting row's speed columns: TPOT (the engine's host time added), tokens/s, the
-    floor and its multiple, the split in ms and as shares of TPOT, the bound and the source."""
+    """Return a fitting row's speed columns: TPOT, tokens/s, floor, split, bound and source."""
     split = dict(step["split"], host=host_ms)
     tpot = step["tpot_ms"] + host_ms
     verdict = decide_bound(split, step["achieved"])
@@ -161,8 +153,7 @@ def _speed_columns(step: dict, host_ms: float, batch: int, world: int, floor: fl
 def _host_ms(
     engine: EngineProfile, model: ModelSettings, layout: Layout, step: dict, overrides
 ) -> float:
-    """Return the host time one step exposes (EngineProfile.host_for): without CUDA graphs, on
-    the stage whose CPU issues the most kernels, against that stage's GPU time."""
+    """Return the host time one step exposes (EngineProfile.host_for) on its busiest stage."""
     if not engine.eager_launch_ms:
         return engine.host_ms
     stages = stage_layers(layer_counts(model, overrides), layout.pp)
@@ -181,9 +172,7 @@ def compose_parts(
     engine: EngineProfile | None = None,
     rests: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound.
-    `engine` (plan.engine_profile) adds its extra kernels and its host time per step; none: the
-    project's own step, no host time. `rests` (item -> text) ends every row's inputs."""
+    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound."""
     rests = rests or {}
     engine = engine or lean()
     load_in, load_out = serving_load(parts.deployment)

@@ -1,7 +1,6 @@
-"""An engine's decode step as the composition counts it: which model family a model is, how many
-kernels each part kind launches in that engine (its own list, conf/engine), the small kernels the
-project's step does not run, the host time between steps, and the attention mode it runs on a
-GPU architecture. The engine `lean` (no families) is the project's own measured step."""
+"""An engine's decode step as the composition counts it: the model family, kernels per part kind
+(conf/engine), the small kernels the project's step does not run, the host time between steps
+and the attention mode per GPU architecture; the engine `lean` is the project's own step."""
 
 from __future__ import annotations
 
@@ -20,12 +19,7 @@ LAYER_KINDS = {
 }
 # The columns of a measured whole-step row that hold the engine's extra kernels it ran, per layer
 # of each type (per step), by the list they come from (measure.step.extras; 0 in a lean row).
-EXTRA_COLUMNS = {
-    "per_layer": "extra_per_layer",
-    "per_moe_layer": "extra_per_moe_layer",
-    "per_dense_layer": "extra_per_dense_layer",
-    "per_step": "extra_per_step",
-}
+EXTRA_COLUMNS = {where: f"extra_{where}" for where in LAYER_KINDS}
 LEAN = "lean"
 # The part kind that stands for an engine's extra kernels (no fit group covers it: each costs the
 # fit's device-wide per-kernel cost).
@@ -33,8 +27,7 @@ EXTRA = "engine_extra"
 
 
 def family(model: ModelSettings) -> str:
-    """Return the model family an engine's kernel list is keyed by: mla_dsa_moe (MLA with the DSA
-    indexer, as the deployment runs it), mla_moe, gqa_moe."""
+    """Return the model family kernel lists are keyed by (mla_dsa_moe, mla_moe, gqa_moe)."""
     att = model.attention
     if att.kind == "mla":
         return "mla_dsa_moe" if att.index_topk else "mla_moe"
@@ -42,8 +35,7 @@ def family(model: ModelSettings) -> str:
 
 
 def attention_mode(engine: EngineSettings, arch: str) -> tuple[str, str]:
-    """Return (dsa | dense, label) as the engine runs attention on `arch`: its per-architecture
-    entry, else its `default`, else dsa (the checkpoint's)."""
+    """Return (dsa | dense, label) as the engine runs attention on `arch` (default: dsa)."""
     by_arch = engine.attention_by_arch
     if arch in by_arch:
         return by_arch[arch], f"{engine.name} on {arch}"
@@ -53,17 +45,14 @@ def attention_mode(engine: EngineSettings, arch: str) -> tuple[str, str]:
 
 
 def attention_also(engine: EngineSettings, arch: str, mode: str) -> AttentionAlso | None:
-    """Return the other attention mode the engine's measured builds run on `arch` where it
-    differs from `mode` (the band spans it), else None."""
+    """Return the other attention mode the engine's builds run on `arch`, else None."""
     also = engine.attention_band_by_arch.get(arch)
     return also if also is not None and also.mode != mode else None
 
 
 @dataclass
 class EngineProfile:
-    """The engine terms of one composed deployment: launches per part occurrence by kind (None:
-    the fit's own, the project's step), the extra kernels per layer type and per step, the host
-    time and the labels that name them."""
+    """The engine terms of a composed deployment: launches per kind, extra kernels, host time."""
 
     name: str
     label: str
@@ -77,8 +66,7 @@ class EngineProfile:
     kernels: dict[str, float] = field(default_factory=dict)
 
     def issued(self, stage: dict, last: bool = True) -> float:
-        """Return the kernels the CPU issues for one stage's step (its layers' lists, and the
-        per-step list on the last stage)."""
+        """Return the kernels the CPU issues for one stage's step."""
         counts = {
             "per_layer": stage["dense"] + stage["moe"],
             "per_moe_layer": stage["moe"],
@@ -88,8 +76,7 @@ class EngineProfile:
         return sum(n * counts[where] for where, n in self.kernels.items())
 
     def host_for(self, gpu_ms: float, stage: dict, last: bool = True) -> float:
-        """Return the host time a step exposes: the synchronous loop (host_ms) plus, without
-        CUDA graphs, the CPU's issue time beyond the GPU step it overlaps,
+        """Return the host time a step exposes: host_ms plus, without CUDA graphs,
         max(0, kernels x eager_launch_ms - gpu_ms)."""
         issue = self.issued(stage, last) * self.eager_launch_ms
         return self.host_ms + max(0.0, issue - gpu_ms)
@@ -123,9 +110,7 @@ class EngineProfile:
 def _running(
     kernels: list[Kernel], weight_dtype: str, arch: str | None = None, collectives: bool = False
 ) -> list[Kernel]:
-    """Return the kernels of a list that run in `weight_dtype` on `arch` (None: only those of
-    every arch), without the all-reduces (those are timed by the interconnect model) unless
-    `collectives` (every kernel the CPU issues)."""
+    """Return the kernels of a list that run in `weight_dtype` on `arch` (all-reduces left out)."""
     return [
         k
         for k in kernels
@@ -136,10 +121,7 @@ def _running(
 
 
 def arch_gap(engine: EngineSettings, model: ModelSettings, arch: str) -> str:
-    """Return why `engine`'s list for `model`'s family has no attention kernel on `arch` (each is
-    `only_arch` other architectures: the engine's code has no path there), or '' where it has one,
-    or where the engine has no list for the family; or why the engine runs on other
-    architectures only (its own `only_arch`: a backend built for one GPU generation)."""
+    """Return why `engine` cannot run `model`'s attention on `arch` (only_arch), or ''."""
     only = engine.only_arch
     if only and arch not in only:
         return (
@@ -160,8 +142,7 @@ def arch_gap(engine: EngineSettings, model: ModelSettings, arch: str) -> str:
 
 
 def _family_lists(engine: EngineSettings, model: ModelSettings) -> Family:
-    """Return the engine's kernel lists for the model's family; raise ValueError where it has
-    none for that family."""
+    """Return the engine's kernel lists for the model's family; raise ValueError where none."""
     fam = family(model)
     lists = engine.families.get(fam)
     if lists is None:
@@ -178,10 +159,8 @@ def extra_kernels(
     weight_dtype: str = "bf16",
     arch: str | None = None,
 ) -> dict[str, list[Kernel]]:
-    """Return {per_layer | per_moe_layer | per_dense_layer | per_step: the kernels of `engine`'s
-    list for `model`'s family that run in `weight_dtype` and that no part kind of that list
-    covers (its small kernels: kind `extra`, or a kind that does not occur there)}; raise
-    ValueError where the engine has no list, or none for the model's family."""
+    """Return the kernels of `engine`'s list no part kind covers, by where they run; raise
+    ValueError where the engine has no list for the model's family."""
     if engine is None or not engine.families:
         name = engine.name if engine is not None else "none"
         raise ValueError(f"engine {name} lists no kernels (the project's own step's count)")
@@ -195,9 +174,7 @@ def extra_kernels(
 
 
 def as_run(row: dict) -> EngineProfile | None:
-    """Return the engine's extra kernels a measured whole-step row ran (its EXTRA_COLUMNS, as
-    run) as an EngineProfile whose other parts launch what the fit measured, or None for a lean
-    row (a row of a run before kernel lists were recorded is lean)."""
+    """Return the extra kernels a measured step row ran as an EngineProfile, None if lean."""
     name = row.get("kernel_list")
     if not isinstance(name, str) or name in ("", LEAN):
         return None
@@ -219,10 +196,8 @@ def profile(
     weight_dtype: str = "bf16",
     arch: str | None = None,
 ) -> EngineProfile:
-    """Return the EngineProfile of `engine` (conf/engine) for `model` in `weight_dtype` (a kernel
-    listed `only_for` other dtypes does not run); the lean step where the engine has no list
-    (`lean`, or an engine whose code was not read: labelled so); raise ValueError where it lacks
-    the model's family."""
+    """Return the EngineProfile of `engine` for `model` in `weight_dtype` (lean without a list);
+    raise ValueError where it lacks the model's family."""
     if not engine.families:
         prof = lean()
         if engine.name != "lean":

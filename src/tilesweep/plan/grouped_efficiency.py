@@ -51,14 +51,12 @@ def _log_mix(a: float, b: float, w: float) -> float:
 
 
 def fixed_cost_scaled(e: float, cited_mb: float, expert_mb: float) -> float:
-    """Return a kernel's fraction of the datasheet at `expert_mb` an expert, from `e` at
-    `cited_mb`, were its whole shortfall a fixed cost per expert."""
+    """Return a kernel's datasheet fraction at `expert_mb` from `e` at `cited_mb` (fixed cost)."""
     return 1.0 / (1.0 + cited_mb / expert_mb * (1.0 / e - 1.0))
 
 
 def _scaled(pt: EfficiencyPoint, expert_mb: float | None) -> EfficiencyPoint:
-    """Return the point with each end scaled to `expert_mb` an expert (itself where the point
-    names no expert size, or none is asked)."""
+    """Return the point with each end scaled to `expert_mb` an expert."""
     if expert_mb is None or not (pt.low_expert_mb and pt.high_expert_mb):
         return pt
     ends = []  # (efficiency at expert_mb, the kernel and how it was read)
@@ -83,9 +81,7 @@ def sized(curve: EfficiencyCurve) -> bool:
 def band_at(
     curve: EfficiencyCurve, tokens_per_expert: float, expert_mb: float | None = None
 ) -> Band:
-    """Return the band of a curve (hardware_spec.EfficiencyCurve) at
-    `tokens_per_expert` (the batch's routed tokens over the routed experts) and, where given,
-    `expert_mb` (the bytes of one expert a rank streams, MB)."""
+    """Return the band of a curve at `tokens_per_expert` and, where given, `expert_mb` (MB)."""
     sizes = [getattr(pt, f"{end}_expert_mb") for pt in curve.points for end in ("low", "high")]
     sizes = [mb for mb in sizes if mb]
     if expert_mb is None or not sizes:  # none asked, or none cited: the band as cited
@@ -135,9 +131,7 @@ def _band(a: EfficiencyPoint, b: EfficiencyPoint, w: float, where: str) -> Band:
 
 
 def shaped_timer(curve: EfficiencyCurve, tokens_per_expert: float, end: str, make):
-    """Return a part timer that times each expert GEMM part with `make(e_bw)` (a timer from the
-    fit with the expert group's e_bw replaced) at the band's `end` ("low", "middle" or "high")
-    for that part's expert size (`expert_mb`), and every other part at the band with no size."""
+    """Return a part timer with each expert GEMM at the band's `end` for its expert size."""
     made = {}
 
     def timer(part: dict, hw: HardwareSpec) -> dict:

@@ -1,30 +1,14 @@
 """Latency/bandwidth model of the collectives a parallel layout needs, per named interconnect and
-per GPU count.
-
-A topology gives each collective its figures per GPU count, read off nccl-tests (or measured here):
-`latency_us`, the time of a small message, and `busbw_gbs`, the bus bandwidth of a large one. For n
-GPUs and a message of `nbytes` bytes per rank the time is
+per GPU count, read off nccl-tests (or measured here, `fit_measured`):
 
     latency_us(n) + wire(n) * nbytes / busbw_gbs(n)
 
 with nccl-tests' bus-bandwidth convention: wire = 2(n-1)/n for all_reduce, (n-1)/n for all_to_all,
-1 for send_recv (one hop between two GPUs), so a busbw read off all_reduce_perf, alltoall_perf or
-sendrecv_perf plugs in directly. A GPU count without figures is a labelled gap (NaN and the reason),
-never derived from another count: latency and bandwidth do not scale with n in any one way (a ring
-at 2 GPUs, NVLS or a tree at 8).
-
-An all_reduce may also carry `one_shot` figures per GPU count: the engines' one-shot custom
-all-reduce for small messages (vLLM custom_all_reduce, SGLang's), each with `latency_us` (its
-time at `max_bytes`, taken for every message up to that size) and `max_bytes`. They are used only
-when the block says `enabled: true`, only up to max_bytes, and only where faster than NCCL's.
-
-Where the engine runs its own all-reduce (plan.topology.with_engine_allreduce attaches its table),
-an all_reduce takes the algorithm the engine picks at that size, timed by the hardware file's
-in-graph figures (plan.allreduce).
-
-`fit_measured` fits the same figures on the collective table measured here, per group size
-measured, and nothing for a group size not measured.
-"""
+1 for send_recv, so a busbw read off all_reduce_perf, alltoall_perf or sendrecv_perf plugs in. A
+GPU count without figures is a labelled gap, never derived from another count (a ring at 2 GPUs,
+NVLS or a tree at 8). An all_reduce's `one_shot` figures (the engines' custom all-reduce) apply
+when enabled, up to max_bytes, where faster than NCCL; an engine's own all-reduce takes its
+algorithm by size (plan.allreduce)."""
 
 from __future__ import annotations
 
@@ -109,8 +93,7 @@ def collective_time(
 
 
 def _custom_us(shot: OneShotFigures, nbytes: float) -> float:
-    """Return the custom all-reduce's time in us for a message: on the line through its cited
-    points (at the first's below it), else its one figure for every size up to max_bytes."""
+    """Return the custom all-reduce's time in us for a message (its cited line or one figure)."""
     points = shot.points
     if not points:
         return float(shot.latency_us)
@@ -135,8 +118,7 @@ def latency_floor_ms(collective: str, n: int, numbers: Topology | None) -> float
 def floored_ms(
     collective: str, n: int, nbytes: float, numbers: Topology | None, measured: dict | None = None
 ) -> tuple[float, str]:
-    """Return (time in ms never below the model's or a measured floor, label of what set it or
-    the gap's reason)."""
+    """Return (ms never below the model's or a measured floor, label or the gap's reason)."""
     t, label = collective_time(collective, n, nbytes, numbers)
     floor = (measured or {}).get(collective, {}).get(n)
     if math.isnan(t):
@@ -149,15 +131,12 @@ def floored_ms(
 
 
 def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[Topology | None, dict]:
-    """Return (the figures per collective and GPU count as a topology of a hardware file holds
-    them, None where none fit, {collective: {n: floor ms}}) fitted on the collectives measured
-    here over `backend`, per group size measured (a fit, not a cited file: its figures are not
-    held to a file's ranges).
+    """Return (figures per collective and GPU count as a topology holds them, or None; floors)
+    fitted on the collectives measured over `backend`.
 
     On nccl only rows timed inside CUDA graphs count (eager NCCL pays a launch per call the engines
-    do not); gloo has no graphs, so its eager rows count (the fit is an eager one). A table
-    without a `timing` column predates graph timing: its rows were eager. A group size with fewer
-    than two message sizes, or whose time does not grow with size, has a floor but no figures."""
+    do not); gloo has no graphs, so its eager rows count. A table without `timing` was eager. A
+    group size with fewer than two message sizes, or whose time does not grow, has only a floor."""
     by_kind: dict = {}
     floors: dict = {}
     needed = {"collective", "group", "bytes", "time_ms", "status", "backend"}

@@ -1,27 +1,14 @@
-"""The launch-aware composition and its fit on a measured whole step.
+"""The launch-aware composition (plan.part_timers.part_ms) and its fit on a measured whole step.
 
-Each part of a step takes (plan.part_timers.part_ms, the one place it is written)
-    launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
-    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak),
-where `launches` is the number of kernels the part launches (counted in the measured step), the
-per-kernel cost is measured on the device: each group's kernels at the smallest fit batch, where
-they have almost nothing to read, never below an empty kernel in a CUDA graph (kernel_cost_us);
-and the two efficiencies of each group of parts are fitted on the measured step at a few batches
-only (deployment.fit_batches; the smallest and the largest by default): the pair minimising the
-squared log error over those batches, the device's value where a term never binds (then it is not
-identified, and the note says so). Parts with no group measured take the device-wide pair, fitted
-on the step's compute time as a whole, and count the kernels the composition knows they launch.
-`overlap` is the device's, measured (measure/ceilings: 0 is the roofline's max, each term hidden
-under the other; 1 is one after the other): 0.03 on an H200, whose bf16 products of 64 to 512 rows
-hide the smaller term almost entirely, so the max holds there. e_bw never exceeds the device's
-measured read bandwidth (`e_bw_max`, over the copy bandwidth the efficiencies are relative to):
-where a part's small-batch time is more than its bytes at that rate, the rest is its kernels'
-cost, not a faster stream. A part whose own kernel was timed on the target (attention_table)
-takes that time instead.
-
-The fit is plain data (`fit_step` returns a JSON-able dict), so a fit made on one device can be
-shipped and applied to another target (labelled as such).
-"""
+`launches` is the kernels a part launches (counted in the measured step); the per-kernel cost is
+measured on the device: each group's kernels at the smallest fit batch, never below an empty
+kernel in a CUDA graph (kernel_cost_us). Each group's two efficiencies are fitted at a few
+batches only (deployment.fit_batches), the device's value where a term never binds (noted);
+groups not measured take the device-wide pair. `overlap` is the device's, measured (0.03 on an
+H200: bf16 products of 64 to 512 rows hide the smaller term almost entirely). e_bw never exceeds
+the device's measured read bandwidth (`e_bw_max`): past it a part's small-batch time is its
+kernels' cost, not a faster stream. A part whose own kernel was timed on the target
+(attention_table) takes that time. The fit is plain data (JSON), shipped to other targets."""
 
 from __future__ import annotations
 
@@ -72,11 +59,8 @@ def group_name(kinds: tuple[str, ...]) -> str:
 
 
 def attribution(row: dict) -> float:
-    """Return the factor that shares the whole step's time over its parts: the graphed step
-    (timed whole, as engines run it) over the sum of its parts (timed in a second graph with an
-    event pair around every part occurrence, which adds about 2-3 us each on an H200: 85-100 us
-    per micro-batch of the depth-reduced GLM-5 step). The parts say where the time goes; the
-    whole step says how much there is. 1 where either is missing."""
+    """Return the graphed step's time over the sum of its parts (1 where either is missing): the
+    parts say where the time goes; the whole step says how much there is."""
     parts = [v for k, v in row.items() if k.startswith("part_") and k.endswith("_ms")]
     parts = [v for v in parts if v is not None and not math.isnan(v)]
     step = row.get("step_ms")
@@ -86,9 +70,7 @@ def attribution(row: dict) -> float:
 
 
 def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) -> dict[str, dict]:
-    """Return per group {ms, launches, roof_memory_ms, roof_math_ms, occurrences} of one measured
-    step row, beside the composition's parts of the model as run (`repeats`: micro-batches the
-    rank runs through the same parts)."""
+    """Return per group {ms, launches, roof_memory_ms, roof_math_ms, occurrences} of a step row."""
     roof: dict[str, dict] = {}
     for part in parts:
         t = roofline_timer(part, hw)
@@ -122,16 +104,12 @@ def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) ->
 def kernel_cost_us(
     observations: list[dict], floor_us: float, e_bw: float, e_math: float, overlap: float = 0.0
 ) -> float:
-    """Return a group's cost per launch, measured on the target: what each of its kernels takes
-    at the smallest fit batch once the part's bytes and flops are taken out at the device-wide
-    efficiencies, and never less than `floor_us` (an empty kernel in a CUDA graph).
+    """Return a group's cost per launch at the smallest fit batch, never below `floor_us`.
 
     Neither device constant is a kernel's cost in a step. An empty kernel (about 1.1 us on an
-    H200) does no DRAM round trip; a norm, a top-k or a cache write of one sequence does, and
-    syncs its block: 6-11 us each. The GEMV chain's intercept (about 5.2 us, weights partly in
-    L2) is more than a streaming GEMM's own cost in the step (3-4 us), whose prologue overlaps
-    the previous kernel; adding it in full to the bytes made one TP8 rank's projections at one
-    sequence a third too slow, and its fit read more bandwidth than HBM has."""
+    H200) does no DRAM round trip; a norm, a top-k or a cache write of one sequence does: 6-11 us
+    each. The GEMV chain's intercept (about 5.2 us) is more than a streaming GEMM's own cost in the
+    step (3-4 us); adding it in full made one TP8 rank's projections a third too slow."""
     small = min(observations, key=lambda o: o["roof_memory_ms"] + o["roof_math_ms"])
     if not small["launches"]:
         return floor_us
@@ -141,8 +119,7 @@ def kernel_cost_us(
 
 
 def _observations(rows: list[dict], parts_of: dict, hw: HardwareSpec) -> tuple[dict, list[dict]]:
-    """Return ({group: its observations, one per fit batch}, the device-wide observations: every
-    group's summed per batch)."""
+    """Return ({group: its observations per fit batch}, the device-wide observations)."""
     by_group: dict[str, list[dict]] = {}
     pooled = []
     keys = ("ms", "launches", "roof_memory_ms", "roof_math_ms")
@@ -158,8 +135,7 @@ def _observations(rows: list[dict], parts_of: dict, hw: HardwareSpec) -> tuple[d
 def _group_fit(
     observations: list[dict], floor_us: float, pooled: tuple, lap: float, bw_max: float | None
 ) -> dict:
-    """Return one group's fit: its efficiencies (the device-wide pair where a term never binds),
-    launches per occurrence, its cost per launch (kernel_cost_us) and error per fit batch."""
+    """Return one group's fit: efficiencies, launches per occurrence, cost per launch and errors."""
     cost_us = kernel_cost_us(observations, floor_us, *pooled, lap)
     per_kernel_ms = cost_us * 1e-3
     g_bw, g_math, g_note = fit_pair(observations, per_kernel_ms, pooled, lap, bw_max)
@@ -189,15 +165,8 @@ def fit_step(
     overlap: float | None = None,
     bw_max: float | None = None,
 ) -> dict:
-    """Return the fit (JSON-able) of the measured rows (one per fit batch): per group of part
-    kinds its efficiencies and launches per occurrence, and the device-wide pair.
-
-    `parts_of[batch]` is (the composition's parts of the model as run, micro-batch repeats);
-    `labels` says what ran (device, layout, timing, model), copied into the fit. `per_kernel_us`
-    (the GEMV chain's intercept) serves the device-wide fit; each group's own cost per launch is
-    read at the smallest fit batch (kernel_cost_us), never below `light_us` (an empty kernel in a
-    graph, where measured; else per_kernel_us). `overlap` and `bw_max` are the device's (module
-    docstring; none measured: 0, the roofline's max, and no bound)."""
+    """Return the fit (JSON-able) of the measured rows (one per fit batch): per group of part kinds
+    its efficiencies and launches per occurrence, and the device-wide pair (module docstring)."""
     lap = overlap or 0.0
     by_group, pooled = _observations(rows, parts_of, hw)
     e_bw, e_math, note = (
@@ -233,9 +202,7 @@ FIT_DTYPE = "bf16"
 
 
 def fit_reference(fit: dict) -> dict | None:
-    """Return {memory_bandwidth_gbs, peak_tflops} the fit's efficiencies are fractions of (the
-    fit device's measured copy bandwidth and matrix rates), or None where the fit records none.
-    A fit shipped before `reference` was recorded carries the same figures in its ceilings."""
+    """Return {memory_bandwidth_gbs, peak_tflops} the fit's efficiencies refer to, or None."""
     ref = fit.get("reference")
     if ref:
         return ref
@@ -251,13 +218,8 @@ def fit_reference(fit: dict) -> dict | None:
 def on_datasheet(fit: dict, datasheet: HardwareSpec) -> tuple[dict, str]:
     """Return (the fit with every efficiency a fraction of the fit device's datasheet, label).
 
-    A fit's efficiencies are fractions of what its device measured (copy bandwidth, bf16 matrix
-    rate); a verdict applies them to the target's datasheet. Both ends must use one reference:
-    e_bw x (measured copy / datasheet bandwidth) is the fraction of the datasheet the fit device
-    reached, and that fraction is what the target is taken to reach of its own datasheet; e_math
-    likewise with the bf16 rates. No efficiency exceeds 1: a decode step reads its weights from
-    HBM (every other layer runs in between), so no part of a verdict runs above its target's
-    datasheet bandwidth or peak, whatever a cached small part did on the fit device."""
+    No efficiency exceeds 1: a decode step reads its weights from HBM, so no part of a verdict
+    runs above its target's datasheet, whatever a cached small part did on the fit device."""
     ref = fit_reference(fit)
     ds_bw, ds_math = datasheet.memory_bandwidth_gbs, datasheet.peak_tflops.get(FIT_DTYPE)
     if not ref or not ds_bw:
@@ -291,10 +253,7 @@ def on_datasheet(fit: dict, datasheet: HardwareSpec) -> tuple[dict, str]:
 
 
 def small_kernel_us(fit: dict) -> tuple[float, str]:
-    """Return (the cost of one small decode kernel in a CUDA graph on the fit's device, in us,
-    label): measured by the ceilings' small-kernel probe where the fit's ceilings have it, else
-    an empty kernel's graphed time (light_kernel_us; a lower figure), else the fit's per-kernel
-    cost, each said so."""
+    """Return (us of one small decode kernel in a CUDA graph on the fit's device, label)."""
     launch = (fit.get("ceilings") or {}).get("launch") or {}
     if launch.get("small_us"):
         return launch["small_us"], "measured probe (ceilings launch.small_us)"
@@ -306,15 +265,8 @@ def small_kernel_us(fit: dict) -> tuple[float, str]:
 def launch_timer(
     fit: dict, per_kernel_us: float, label: str, kernel_ms=None, launches: dict | None = None
 ):
-    """Return a part timer applying a fit: launches x per-kernel cost plus the part's roofline
-    terms over its group's efficiencies (the device-wide pair for a kind no group covers).
-    `kernel_ms(part)`, where given, is a part's own kernel time measured on the target (ms per
-    occurrence, its launches included, or None): such a part takes it instead (attention_table).
-    `launches` ({part kind: kernels per occurrence}, an engine's list: plan.engine_profile), where
-    given, replaces the measured step's count for the kinds it names; each kernel still costs its
-    group's measured cost per kernel, and an engine's small kernels the step does not run (kind
-    EXTRA: activation quantisation, pads, copies) an empty kernel's cost in a CUDA graph
-    (`light_kernel_us`, measured with the fit)."""
+    """Return a part timer applying a fit: launches x per-kernel cost plus roofline terms over
+    efficiencies; `kernel_ms` a part's own measured time, `launches` an engine's list's counts."""
     by_kind = {k: g for g in fit["groups"].values() for k in g["kinds"]}
     pooled = fit[POOLED]
     cost_ms = per_kernel_us * 1e-3
@@ -358,8 +310,7 @@ def parts_as_run(
     batch: int,
     stage: int,
 ):
-    """Return (the composition's parts one rank of `stage` runs per micro-batch, micro-batches
-    it runs them for) for a depth-reduced step of `batch` sequences."""
+    """Return (the parts one rank of `stage` runs per micro-batch, micro-batches) of a step."""
     pp = layout.pp
     m = min(pp, batch)
     micro = math.ceil(batch / m)

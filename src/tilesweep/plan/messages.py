@@ -1,5 +1,4 @@
-"""The messages a decode step sends: batch and dispatch sizes, each layout's collectives,
-message-size sweeps, bus-bandwidth factors and the latency/bandwidth fit."""
+"""The messages a decode step sends, bus-bandwidth factors and the latency/bandwidth fit."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ def dispatch_rows(layout: dict, model: dict, tokens_per_expert: int) -> int:
 
 
 def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dict]:
-    """Return the collectives of one decode step on one pipeline stage: kind, group size, bytes
-    per call and calls per step."""
+    """Return the collectives of one stage's decode step: kind, group size, bytes, calls."""
     hidden = model["hidden"] * BYTES_PER_ELEMENT
     tokens = local_tokens(layout, model, tokens_per_expert)
     layers_per_stage = -(-model["moe_layers"] // layout["pp"])
@@ -89,11 +87,7 @@ def bus_factor(collective: str, n: int) -> float:
 
 
 def fit_alpha_beta(sizes: list[float], times_ms: list[float]) -> tuple[float, float]:
-    """Return (alpha ms, beta bytes/ms) of time = alpha + bytes / beta, fitted in relative error.
-
-    Each point is weighted by 1 / time, so a 4 KB message counts as much as a 256 MB one.
-    With a single size, alpha is its time and beta is infinite.
-    """
+    """Return (alpha ms, beta bytes/ms) of time = alpha + bytes / beta, points weighted 1 / time."""
     import numpy as np
 
     x, y = np.asarray(sizes, float), np.asarray(times_ms, float)

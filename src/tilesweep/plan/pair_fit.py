@@ -43,18 +43,10 @@ def fit_pair(
 ) -> tuple[float, float, str]:
     """Return (e_bw, e_math, note) minimising the squared log error over the observations.
 
-    The memory term alone is tried first (e_math at its largest): where it explains every
-    observation within PARSIMONY, math is not used. Two batches and two efficiencies can always
-    be fitted exactly, and a math efficiency chosen only to absorb a few percent of a part that
-    is memory-bound at both batches would then bind, wrongly, on a model with more rows per
-    weight (it did for the experts of Qwen3-235B-A22B at 512 sequences: twice the time).
-
-    An efficiency the observations cannot identify (its term never binds at the fit batches)
-    is, with `fallback` (the device-wide pair), the device's own for that term rather than the
-    largest: a part no batch measured in that regime is taken to run as the device's kernels do
-    there, labelled so, and the other efficiency is refitted with it fixed. Without a fallback
-    (the device-wide fit itself) it is left at the largest, so nothing is slowed by a guess.
-    `overlap` is the device's (roof); e_bw is searched up to `bw_max` where given."""
+    The memory term alone is tried first: two batches and two efficiencies always fit exactly, and
+    a math efficiency absorbing a few percent of a memory-bound part would bind, wrongly, on a model
+    with more rows per weight (Qwen3-235B-A22B's experts at 512 sequences: twice the time). A term
+    that never binds takes `fallback`'s (the device's) value, else the largest."""
     bw_grid = GRID if bw_max is None else GRID[np.less_equal(GRID, bw_max)]
     e_bw, err = _memory_only(observations, per_kernel_ms, bw_grid, overlap)
     if err <= PARSIMONY:
@@ -93,8 +85,7 @@ def _grid_fit(
     bw_grid: np.ndarray = GRID,
     math_grid: np.ndarray = GRID,
 ) -> tuple[float, float]:
-    """Return the (e_bw, e_math) of the grids minimising the squared log error (ties: the
-    largest of each, so nothing is slowed by a guess)."""
+    """Return the (e_bw, e_math) minimising the squared log error (ties: the largest)."""
     mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
     flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
     launches = np.array([o["launches"] for o in observations])[:, None, None]
@@ -127,11 +118,8 @@ def _with_fallback(
     e_bw: float | None = None,
     e_math: float | None = None,
 ) -> tuple[float, float, str]:
-    """Return (e_bw, e_math, note) with one efficiency fixed at the device's and the other
-    refitted, or the device's too where the device's pair already explains every observation
-    within PARSIMONY (or the other term never binds). A device value is raised to the least
-    efficiency the observations allow (where that term alone would take the measured time), so
-    a taken value never makes a part slower than it was measured."""
+    """Return (e_bw, e_math, note) with one efficiency fixed at the device's, the other refitted;
+    never below the least the observations allow, so no part runs slower than measured."""
     least_bw = _least(observations, per_kernel_ms, "roof_memory_ms")
     least_math = _least(observations, per_kernel_ms, "roof_math_ms")
     device = (max(fallback[0], least_bw), max(fallback[1], least_math))
@@ -172,8 +160,7 @@ def _worst(
 
 
 def _least(observations: list[dict], per_kernel_ms: float, term: str) -> float:
-    """Return the least efficiency of a term the observations allow: where that term alone
-    would take the whole measured time past the launches (0 where it has no work)."""
+    """Return the least efficiency of a term the observations allow (0 where it has no work)."""
     least = 0.0
     for o in observations:
         left = o["ms"] - o["launches"] * per_kernel_ms
@@ -185,8 +172,7 @@ def _least(observations: list[dict], per_kernel_ms: float, term: str) -> float:
 def _memory_only(
     observations: list[dict], per_kernel_ms: float, bw_grid: np.ndarray, overlap: float
 ) -> tuple[float, float]:
-    """Return (e_bw, largest relative error) of the fit with the memory term alone (math at
-    the largest efficiency, still adding its overlap)."""
+    """Return (e_bw, largest relative error) of the fit with the memory term alone."""
     mem = np.array([o["roof_memory_ms"] for o in observations])[:, None]
     flop = np.array([o["roof_math_ms"] for o in observations])[:, None]
     launches = np.array([o["launches"] for o in observations])[:, None]

@@ -1,17 +1,9 @@
-"""Part timers: the time of one composed part (its bytes and flops) on a hardware spec.
-
-Part timers return each part's memory and math time and a `source` label: `roofline_timer` gives
-max(bytes/bandwidth, flops/peak) as `model (roofline)`; `plan.launch_fit.launch_timer` adds each
-part's launches x its group's measured cost per kernel and divides the roofline terms by fitted
-efficiencies (`other` is then the launch time), or takes a kernel's own measured time;
-`derated_timer` divides by a fraction of roofline measured for the part's kind. A missing peak
-is a NaN gap with its reason, never another dtype's.
+"""Part timers: the time of one composed part (its bytes and flops) on a hardware spec, with a
+`source` label; a missing peak is a NaN gap with its reason, never another dtype's.
 
 The launch-aware time of a part is written once, here (`part_terms`, `part_ms`):
     launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
-    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak);
-the fit (plan.launch_fit) searches efficiencies with it and the verdict composes with it.
-"""
+    mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak)."""
 
 from __future__ import annotations
 
@@ -55,8 +47,7 @@ def roofline_timer(part: dict, hw: HardwareSpec) -> dict:
 
 
 def untimed_timer(timer: Timer, kind: str, why: str) -> Timer:
-    """Return `timer` with every part of `kind` a gap naming `why`: a kernel the engine runs
-    there that no figure times is never timed as another kernel."""
+    """Return `timer` with every part of `kind` a gap naming `why`."""
 
     def wrapped(part: dict, hw: HardwareSpec) -> dict:
         out = timer(part, hw)
@@ -68,9 +59,7 @@ def untimed_timer(timer: Timer, kind: str, why: str) -> Timer:
 
 
 def floored_timer(timer: Timer, kind: str, floor_ms: float, why: str) -> Timer:
-    """Return `timer` with every part of `kind` at least `floor_ms` a kernel occurrence (its
-    memory, math and launch terms together; the shortfall is added to its memory term): a
-    kernel's cited least per-call time, where the composition would run it faster."""
+    """Return `timer` with every part of `kind` at least `floor_ms` (shortfall added to memory)."""
 
     def wrapped(part: dict, hw: HardwareSpec) -> dict:
         out = timer(part, hw)
@@ -86,17 +75,14 @@ def floored_timer(timer: Timer, kind: str, floor_ms: float, why: str) -> Timer:
 
 
 def part_terms(roof_memory_ms, roof_math_ms, e_bw, e_math, overlap: float):
-    """Return (memory_ms, math_ms) of a part at these efficiencies (numbers or numpy arrays):
-    each roofline term over its efficiency, the binding one in full (memory on a tie, or where
-    math is NaN) and `overlap` of the other (the share the device does not hide)."""
+    """Return (memory_ms, math_ms): the binding term in full and `overlap` of the other."""
     mem, flop = roof_memory_ms / e_bw, roof_math_ms / e_math
     bound_mem = np.logical_not(flop > mem)
     return np.where(bound_mem, mem, overlap * mem), np.where(bound_mem, overlap * flop, flop)
 
 
 def part_ms(launches, per_kernel_ms, roof_memory_ms, roof_math_ms, e_bw, e_math, overlap: float):
-    """Return a part's launch-aware time in ms (numbers or numpy arrays): launches x per-kernel
-    cost, plus its roofline terms over these efficiencies (part_terms)."""
+    """Return a part's launch-aware time in ms: launches x per-kernel cost plus part_terms."""
     memory, flop = part_terms(roof_memory_ms, roof_math_ms, e_bw, e_math, overlap)
     return launches * per_kernel_ms + (memory + flop)
 

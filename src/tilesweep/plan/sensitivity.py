@@ -1,10 +1,5 @@
-"""Which layout wins at each batch, by how much, and what would change the answer.
-
-`winners` ranks the layouts that fit by tokens/s at each batch. `sensitivity` recomposes the
-deployment with one input at a time scaled (memory bandwidth, interconnect bandwidth, interconnect
-latency) at half and at double, and says for each layout x batch the bound at both ends and
-whether the winner changes.
-"""
+"""Which layout wins at each batch, by how much, and what would change the answer (each input
+scaled at half and at double)."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ FACTORS = (0.5, 2.0)
 
 
 def winners(deployment: pd.DataFrame, world: int | None = None) -> pd.DataFrame:
-    """Return per batch the fastest layout that fits (tokens/s), the runner-up and the lead as
-    the winner's tokens/s over the runner-up's; `world` keeps layouts of that many GPUs only."""
+    """Return per batch the fastest fitting layout, the runner-up and the lead (`world`: GPUs)."""
     rows = []
     frame = deployment if world is None else deployment[deployment["world"] == world]
     fits = frame[(frame["fits_memory"] == "yes") & frame["tokens_per_s"].notna()]
@@ -66,8 +60,7 @@ def scaled_hardware(hw: HardwareSpec, name: str, factor: float) -> HardwareSpec:
 
 
 def _scaled_topology(topology: Topology, key: str, factor: float) -> Topology:
-    """Return a topology with one figure (busbw_gbs or latency_us) of every collective scaled;
-    a one-shot all-reduce's time is its latency, so its points scale with it."""
+    """Return a topology with one figure (busbw_gbs or latency_us) of every collective scaled."""
     update = {}
     for kind in topology.model_fields_set:
         block = getattr(topology, kind)
@@ -96,8 +89,7 @@ def _scaled_topology(topology: Topology, key: str, factor: float) -> Topology:
 
 
 def _scaled_in_graph(graph, factor: float):
-    """Return in-graph all-reduce series with every time scaled (an all-reduce's in-graph time is
-    latency, as a one-shot's is)."""
+    """Return in-graph all-reduce series with every time scaled."""
     update = {}
     for algorithm, n, series in graph.series():
         points = [[b, t * factor] for b, t in series.points]
@@ -112,9 +104,7 @@ def sensitivity(
     compose: Callable[[RootSettings], pd.DataFrame] = compose_deployment,
     world: int | None = None,
 ) -> pd.DataFrame:
-    """Return, per input x layout x batch, TPOT and bound with the input at half and at double,
-    beside the base bound, and the winning layout at each end (BAND_COLUMNS). `compose` turns
-    settings into the deployment table (by default the roofline composition)."""
+    """Return per input x layout x batch TPOT and bound at half and double input (BAND_COLUMNS)."""
     base = compose(settings)
     ends = {}
     for name in INPUTS:

@@ -1,8 +1,5 @@
-"""Where each rank sits in a layout: its pipeline stage and its place in its TP and EP groups,
-and every TP and EP group as lists of global ranks (the measured step creates them in this order);
-whether a layout gathers tokens before its MoE layers (Layout.moe_split: MoE TP x MoE EP), and
-its name. The rank coordinates read the
-measured step's spec (a mapping); the split and the name read a validated Layout."""
+"""Where each rank sits in a layout (its stage, TP and EP group), whether a layout gathers tokens
+before its MoE layers, and its name."""
 
 from __future__ import annotations
 
@@ -36,16 +33,12 @@ def group_ranks(layout: dict) -> dict[str, list[list[int]]]:
 
 def gathers(layout: Layout) -> bool:
     """Return whether a stage gathers every DP-attention group's tokens before its MoE layers
-    and scatters the sums back (attention DP with MoE TP other than attention TP, as SGLang's
-    DP attention runs a TP or TP x EP MoE): else tokens reach experts by all-to-all (MoE TP =
-    tp) or are already on every rank (one attention group)."""
+    (attention DP with MoE TP other than attention TP, as SGLang's DP attention runs)."""
     return layout.ep > 1 and layout.moe_split()[0] != layout.tp
 
 
 def layout_name(layout: Layout) -> str:
-    """Return a layout's name: tp4-pp2-ep1 (MoE split as attention), tp8-pp1-ep1-xep (attention
-    TP8, whole experts over the same eight GPUs), tp4-pp1-ep1-moe2x2 (attention TP4, MoE TP2 x
-    EP2), tp2-pp1-ep4-moe1x8 (attention TP2 x DP4, MoE EP8)."""
+    """Return a layout's name: tp4-pp2-ep1, tp8-pp1-ep1-xep, tp4-pp1-ep1-moe2x2 ..."""
     tp, ep = layout.tp, layout.ep
     name = f"tp{tp}-pp{layout.pp}-ep{ep}"
     moe_tp, moe_ep = layout.moe_split()

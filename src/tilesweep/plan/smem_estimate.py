@@ -11,11 +11,8 @@ _OUT_BYTES = {"default": 2, "finalize": 4}
 def hand_estimate(
     dtype: str, tile_m: int, tile_n: int, tile_k: int, stages: int | str, epilogue: str
 ) -> int:
-    """Return the brief's estimate in bytes: stages x (A + B tiles and scales) + epilogue staging.
-
-    The brief counted one mainloop stage; an explicit stage count multiplies the mainloop part,
-    and `auto` keeps the brief's single stage.
-    """
+    """Return the brief's estimate in bytes: stages x (A + B tiles and scales) + epilogue staging
+    (`auto` keeps the brief's single stage)."""
     per_elem = _ELEMENT_BYTES[dtype] + _SCALE_BYTES[dtype]
     mainloop = (tile_m * tile_k + tile_k * tile_n) * per_elem
     count = stages if isinstance(stages, int) else 1

@@ -1,7 +1,5 @@
-"""What one rank of a pipeline stage runs for one micro-batch, as parts with bytes and flops
-(weights read, activations, attention over the KV cache, routed experts under EP routing) and
-as collectives (TP all-reduce, EP all-to-all, DP attention's gather and scatter around a MoE
-split another way). Sharding is memory_fit's; the MoE split Layout.moe_split's."""
+"""What one rank of a pipeline stage runs for one micro-batch: parts with bytes and flops, and
+collectives. Sharding is memory_fit's; the MoE split Layout.moe_split's."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
 
 
 def _merged(part: dict | None, extra: dict | None) -> dict | None:
-    """Return `part` with `extra`'s bytes and flops added: weights read by the same GEMMs (the
-    step merges projections that share an input). Math is timed at `part`'s dtype."""
+    """Return `part` with `extra`'s bytes and flops added (math at `part`'s dtype)."""
     if part is None or extra is None:
         return part or extra
     return dict(part, bytes=part["bytes"] + extra["bytes"], flops=part["flops"] + extra["flops"])
@@ -62,10 +59,8 @@ ROUTING_SAMPLES = 256
 
 @functools.lru_cache(maxsize=4096)
 def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float, float]:
-    """Return (distinct experts, routed rows) of the busiest of `ep` ranks, each holding
-    experts / ep consecutive experts, when `tokens` tokens each pick top_k distinct experts
-    uniformly at random: the expectation over up to ROUTING_SAMPLES routings of the rank with the
-    most rows (its distinct experts beside). With ep = 1 it is the whole layer's expectation."""
+    """Return (distinct experts, routed rows) of the busiest of `ep` ranks, expected over up to
+    ROUTING_SAMPLES uniform top-k routings."""
     if tokens <= 0:
         return 0.0, 0.0
     if ep == 1:
@@ -93,8 +88,7 @@ def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float,
 
 
 def attention_kind(model: ModelSettings) -> str:
-    """Return the part kind of the attention core: MLA's (one latent head shared by every query
-    head) and GQA's are different kernels, so a fit on one never stands for the other."""
+    """Return the attention core's part kind (MLA and GQA are different kernels, never one fit)."""
     return "attention" if model.attention.kind == "mla" else "attention_gqa"
 
 
@@ -102,21 +96,15 @@ def _core_part(
     dep: DeploymentSettings, s: int, name: str, kind: str, nbytes: float, flops: float, count: int
 ) -> dict:
     """Return a part of the attention core over a rank's s sequences, in the KV dtype."""
-    return {
-        "name": name,
-        "kind": kind,
-        "bytes": s * nbytes,
-        "flops": s * flops,
-        "dtype": dep.kv_dtype,
-        "count": count,
-    }
+    return dict(
+        name=name, kind=kind, bytes=s * nbytes, flops=s * flops, dtype=dep.kv_dtype, count=count
+    )
 
 
 def _attention_parts(
     model: ModelSettings, dep: DeploymentSettings, stage: dict, s: int, heads: float
 ) -> list[dict]:
-    """Return the attention core's parts (and the DSA indexer's scores) over a rank's s
-    sequences, on its full and its sliding-window layers."""
+    """Return the attention core's parts (and DSA indexer's) over a rank's s sequences."""
     parts = []
     layers = stage["dense"] + stage["moe"]
     for sliding, count in ((False, layers - stage["sliding"]), (True, stage["sliding"])):
@@ -138,8 +126,7 @@ def _attention_parts(
 def _expert_parts(
     model: ModelSettings, dep: DeploymentSettings, layout: Layout, stage: dict, micro: int, s: int
 ) -> list[dict]:
-    """Return the routed experts' part on one rank of a stage's MoE layers, and the EP
-    permutation around it where whole experts are spread over ranks."""
+    """Return the routed experts' part on one rank and the EP permutation around it."""
     h, parts = model.hidden, []
     e, k = model.routed_experts, model.top_k
     # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
@@ -249,13 +236,8 @@ def stage_parts(
 def stage_collectives(
     model: ModelSettings, layout: Layout, stage: dict, micro: int, first: bool = False
 ) -> list[dict]:
-    """Return the collectives one rank of a stage runs for one micro-batch (count = repeats):
-    TP all-reduces after attention and the MLP/MoE, and (first stage) after the vocabulary-
-    parallel embedding; EP all-to-all dispatch and combine. Where DP attention meets a MoE split
-    another way (sharding.gathers), each MoE layer gathers the stage's tokens and scatters the
-    sums back in place of the all-to-all and the MoE's TP all-reduce: an all-gather and a
-    reduce-scatter of the micro-batch over the stage, timed as one all-reduce of it (the ring
-    all-reduce is those two steps)."""
+    """Return the collectives one rank of a stage runs for one micro-batch (count = repeats); a MoE
+    split another way than DP attention gathers and scatters (one all-reduce of it) instead."""
     tp, ep, h = layout.tp, layout.ep, model.hidden
     s = math.ceil(micro / ep)
     layers = stage["dense"] + stage["moe"]

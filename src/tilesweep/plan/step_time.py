@@ -1,26 +1,12 @@
-"""A whole decode step of one layout x batch, composed from parts timed by a pluggable part timer.
+"""A whole decode step of one layout x batch, composed from parts (step_parts) timed by a part
+timer (part_timers). Parts run one after another (no overlap of communication is modelled).
 
-Layout (tp, pp, ep, MoE split): world = tp*pp*ep; a PP stage has tp*ep ranks. Sharding is
-memory_fit's: heads, dense MLP, shared experts and LM head over TP; routed experts over tp*ep as
-MoE TP x MoE EP (Layout.moe_split); with ep > 1 the groups run attention data-parallel on
-ceil(b/ep) sequences each. Collectives per layer: TP all-reduce after attention and after the
-MLP/MoE (b*hidden*2 bytes); EP all-to-all dispatch and combine of the top-k routed rows, or, where
-DP attention meets another MoE split, a gather and scatter of the micro-batch over the stage; PP
-send/recv of the micro-batch's hidden states at each stage boundary. Parts run one
-after another (no overlap of communication with compute is modelled).
-
-Pipeline: `batch` concurrent sequences are split into m = min(pp, batch) micro-batches of
-ceil(batch/m) sequences. A token of one micro-batch must pass every stage and every hop, so
-  TPOT = max(sum of the stages' times + pp hops, m * slowest stage time),
-the second term being the slowest stage serving all m micro-batches once per cycle; tokens/s =
-batch / TPOT. With pp = 1 this is one stage's time.
-
-When the path sets TPOT the split is taken over the whole path (every stage's work and every hop,
-the return hop of the tokens included); else over the slowest stage's m micro-batches. EP: each
-layer waits for its busiest rank under random top-k routing (`step_parts.busiest_rank`).
-
-Parts come from `step_parts`; their times from a part timer (`part_timers`).
-"""
+Pipeline: `batch` sequences are split into m = min(pp, batch) micro-batches. A token of one
+micro-batch must pass every stage and every hop, so
+  TPOT = max(sum of the stages' times + pp hops, m * slowest stage time);
+tokens/s = batch / TPOT. When the path sets TPOT the split is taken over the whole path (the
+return hop included); else over the slowest stage's m micro-batches. EP: each layer waits for
+its busiest rank under random top-k routing (`step_parts.busiest_rank`)."""
 
 from __future__ import annotations
 
@@ -39,10 +25,7 @@ DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
 
 
 def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw) -> list:
-    """Return the parts one rank of a stage runs for a micro-batch of `micro` decoding sequences
-    and `prefill` prompt rows through the linear layers and experts and the prompt's own
-    attention (prompt_parts), with an engine's extra kernels (`extra_parts(stage, first, last)`,
-    plan.engine_profile) where given."""
+    """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts)."""
     parts = stage_parts(model, dep, layout, stage, micro, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
@@ -55,16 +38,8 @@ def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, 
     return parts
 
 
-# The part kinds of a prompt's own attention (no fit group covers them: each takes the hardware
-# file's cited prefill-attention efficiency, hardware.prompt_attention).
-PROMPT_KINDS = ("prompt_attention", "prompt_indexer")
-
-
 def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
-    """Return the attention one rank runs over `rows` rows of an arriving prompt (a share
-    rows / input_len of the whole prompt's causal attention, and of its DSA indexer where the
-    deployment runs one), at the target's cited prefill-attention efficiency; none where the
-    hardware file cites none (the row's inputs say so)."""
+    """Return the attention one rank runs over `rows` rows of an arriving prompt, none uncited."""
     cited = hw.prompt_attention
     if not cited or not dep.input_len:
         return []
@@ -80,25 +55,18 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
             ("prompt_attention", core["flops"], core["bytes"], "bf16"),
             ("prompt_indexer", core["index_flops"], core["index_bytes"], "fp8"),
         ):
-            if flops:
-                out.append(
-                    {
-                        "name": kind + ("_sliding" if sliding else ""),
-                        "kind": kind,
-                        "bytes": share * nbytes,
-                        "flops": share * flops,
-                        "dtype": dtype,
-                        "count": count,
-                        "launches": 1.0,
-                        "e_math": cited.e_math,
-                    }
-                )
+            if not flops:
+                continue
+            name = kind + ("_sliding" if sliding else "")
+            size = {"bytes": share * nbytes, "flops": share * flops, "dtype": dtype, "count": count}
+            out.append(
+                {"name": name, "kind": kind, **size, "launches": 1.0, "e_math": cited.e_math}
+            )
     return out
 
 
 def _comm_gap(why: str, hw: HardwareSpec) -> str:
-    """Return why a collective has no time, naming the file its figures would come from: 'no
-    all_reduce figures for 8 GPUs (has 2, 4) in conf/hardware/rtx_pro_6000.yaml'."""
+    """Return why a collective has no time, naming the file its figures would come from."""
     where = (
         "the collectives measured here"
         if hw.interconnect == "measured"
@@ -108,8 +76,7 @@ def _comm_gap(why: str, hw: HardwareSpec) -> str:
 
 
 def comm_gap_bound(gaps: list[str]) -> str:
-    """Return the bound of a row whose step has no communication time: 'gap (communication
-    unknown: <the first collective's reason>)', the reason naming the GPU count and the file."""
+    """Return the bound of a row whose step has no communication time: 'gap (...)'."""
     reason = next((g.split(": ", 1)[1] for g in gaps if ": " in g), "")
     return f"gap (communication unknown: {reason})" if reason else "gap (communication unknown)"
 
@@ -129,18 +96,9 @@ def _stage_time(
     prefill=0,
     extra_parts=None,
 ) -> dict:
-    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}
-    in ms; `peak` is the largest fraction of its target's datasheet roofline any part reaches."""
-    acc = {
-        "memory": 0.0,
-        "math": 0.0,
-        "comm": 0.0,
-        "other": 0.0,
-        "roof_memory": 0.0,
-        "roof_math": 0.0,
-        "mem_kernel": 0.0,
-        "math_kernel": 0.0,
-    }
+    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}."""
+    acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
+    acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
     for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw):
@@ -180,9 +138,7 @@ _SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "oth
 
 
 def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
-    """Return (one PP hop's time, the ring's return hop's, why a hop has no time): the
-    micro-batch's hidden states to the next stage, and the picked tokens from the last stage
-    back to the first; (0, 0, '') without PP."""
+    """Return (one PP hop's time, the return hop's, why none); (0, 0, '') without PP."""
     if layout.pp == 1:
         return 0.0, 0.0, ""
     rows = math.ceil(micro / layout.ep)
@@ -192,8 +148,7 @@ def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_fl
 
 
 def _achieved(slow: dict) -> dict:
-    """Return the fraction of the roofline the slowest stage's kernels reach on the side that
-    bounds them (bandwidth or math), {} where neither takes time."""
+    """Return the roofline fraction the slowest stage's kernels reach, {} where none takes time."""
     if slow["mem_kernel"] >= slow["math_kernel"] and slow["mem_kernel"] > 0:
         return {"bandwidth": slow["roof_memory"] / slow["mem_kernel"], "math": 0.0}
     if slow["math_kernel"] > 0:
@@ -298,12 +253,9 @@ def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
 def loaded_step(
     model, dep, hw, layout, batch, timer, measured_floors, layer_overrides, extra_parts=None
 ) -> tuple[dict, float]:
-    """Return (the decode step, its prefill share in ms): with a serving load (input_len I,
-    output_len O), each of the other batch - 1 requests arrives once every O steps and its
-    prompt's I rows run through the linear layers and experts in one step (chunked with the
-    decoding batch, as engines chunk a prompt of up to a few thousand tokens), so a request's
-    TPOT carries (batch - 1) / O of the time that step adds; its own prompt is its time to first
-    token, never its TPOT. The prefill's split is added to the step's, in the same proportion."""
+    """Return (the decode step, its prefill share in ms) under a serving load: each of the other
+    batch - 1 requests' prompts runs once every output_len steps (chunked with the decode), so a
+    request's TPOT carries (batch - 1) / output_len of that step's added time."""
     args = (model, dep, hw, layout, batch, timer, measured_floors, layer_overrides)
     step = compose_step(*args, extra_parts=extra_parts)
     i, o = serving_load(dep)
@@ -331,10 +283,8 @@ def floor_ms(
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
 ) -> float:
-    """Return the step's physical floor in ms: every part at its roofline on the target's
-    datasheet figures (bytes over bandwidth or flops over peak, the larger), no per-kernel cost,
-    and the collectives as the interconnect model times them (latency + bytes / bus bandwidth),
-    over the same path as the composed step (pipeline stages, hops, micro-batches)."""
+    """Return the step's physical floor in ms: every part at its datasheet roofline, collectives
+    by the interconnect model, no per-kernel cost, over the composed step's path."""
     bare = dep.model_copy(update={"kernel_gap_us": 0.0})
     step, _ = loaded_step(
         model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides

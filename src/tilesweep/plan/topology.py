@@ -1,5 +1,4 @@
-"""The collectives a target's host runs: the engine's one-shot all-reduce where it has one, the
-topology named or the hardware file's default, and the band widened over the plausible others."""
+"""The collectives a target's host runs: the engine's all-reduce, the topology and its band."""
 
 from __future__ import annotations
 
@@ -13,13 +12,9 @@ from tilesweep.settings.hardware_spec import InterconnectModel
 
 
 def with_engine_allreduce(target: HardwareSpec, engine: EngineSettings) -> HardwareSpec:
-    """Return the target with the engine's all-reduce: where the engine runs its own all-reduce
-    in its CUDA graph, each topology's all_reduce carries the engine's algorithm by size for the
-    target's architecture (plan.allreduce; the hardware file's one-shot figures enabled where a
-    file still has them), on NVLink only (vLLM's and SGLang's custom all-reduce needs every pair
-    of GPUs on NVLink beyond two GPUs: vllm/distributed/device_communicators/custom_all_reduce.py,
-    full_nvlink; on PCIe they fall back to NCCL, and a PCIe one-shot figure in a hardware file is
-    another build's)."""
+    """Return the target with the engine's all-reduce on every NVLink topology (plan.allreduce):
+    vLLM's and SGLang's custom all-reduce needs full NVLink beyond two GPUs
+    (vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink)."""
     if not engine.custom_allreduce:
         return target
     if "nvlink" not in target.interconnect:
@@ -46,9 +41,7 @@ def _with_block(target: HardwareSpec, block: InterconnectModel) -> HardwareSpec:
 
 
 def with_topology(target: HardwareSpec, named: str) -> tuple[HardwareSpec, list[str], str]:
-    """Return (the target with the topology its collectives take, the other topologies its band
-    spans, a row's `topology` item naming them): `named` (deployment.topology) alone where given,
-    else the hardware file's default with its `plausible` ones beside."""
+    """Return (the target with its topology, the others its band spans, the `topology` item)."""
     block = target.interconnect_model
     if not block:
         return target, [], ""
@@ -73,9 +66,7 @@ def span_topologies(
     target: HardwareSpec,
     others: list,
 ) -> None:
-    """Widen a composed row's band (tpot_low_ms, tpot_high_ms) over the other topologies its
-    host may have: each composed at the band's ends (or its middle where it has no ends); a
-    topology with no figures for the row's GPU count adds nothing."""
+    """Widen a composed row's band over the other topologies its host may have."""
     block = target.interconnect_model
     low = table.get("tpot_low_ms", table["tpot_ms"]).copy()
     high = table.get("tpot_high_ms", table["tpot_ms"]).copy()

@@ -1,6 +1,5 @@
-"""The tables the report derives from the sweep's: failures, estimate errors, the fastest
-runner per batch, decode targets, latency floors and the verdict pivot (pure pandas; a missing
-column is shown as missing, never filled with a neighbouring value)."""
+"""The tables the report derives from the sweep's (pure pandas; a missing column is shown as
+missing, never filled with a neighbouring value)."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import math
 import pandas as pd
 
 from tilesweep import backends
+from tilesweep.answer_picks import finite
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     BEST_PER_BATCH_KEYS,
@@ -20,14 +20,7 @@ from tilesweep.columns import (
     fastest_runner,
 )
 from tilesweep.plan.messages import fit_alpha_beta
-from tilesweep.report.formatting import (
-    column,
-    finite,
-    fmt_value,
-    numeric,
-    status_text,
-    verdict_cell,
-)
+from tilesweep.report.formatting import column, fmt_value, numeric, status_text, verdict_cell
 
 
 def _kinds(runners: pd.Series) -> pd.Series:
@@ -36,8 +29,7 @@ def _kinds(runners: pd.Series) -> pd.Series:
 
 
 def _own_kernel(runner: str) -> bool:
-    """Return whether a runner is one of the project's own kernels (a tile or a program), the
-    kind the launch check accounts."""
+    """Return whether a runner is one of the project's own kernels (the launch check's)."""
     try:
         return backends.runner_kind(runner) in ("tile", "program")
     except ValueError:
@@ -68,8 +60,7 @@ def launch_failures(launch: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
-    """Return, per target and backend, how many kernels fit by default, after opt-in, or not;
-    a kernel without a `fits` value is counted, labelled, as unknown."""
+    """Return per target and backend how many kernels fit by default, after opt-in, or not."""
     if launch.empty or "target" not in launch:
         return pd.DataFrame(columns=FIT_COUNT_COLUMNS)
     counts = (
@@ -85,8 +76,7 @@ def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
 
 
 def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
-    """Return the hand estimate against the compiler's or CUTLASS's number, per kernel that has
-    both."""
+    """Return the hand estimate against the compiler's or CUTLASS's number, per kernel."""
     if launch.empty or "smem_model_bytes" not in launch:
         return pd.DataFrame()
     rows = launch[
@@ -101,9 +91,7 @@ def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:
-    """Return, per dtype, op, routing and tokens-per-expert: the fastest runner, the fastest
-    kernel tile (Triton or CUTLASS), the fastest torch baseline of that dtype, and the
-    baseline's time over the tile's (speedup, >1 = the tile is faster)."""
+    """Return per dtype, op, routing and tokens per expert the fastest runner, tile and baseline."""
     keys = [k for k in BEST_PER_BATCH_KEYS if k in decode]
     if decode.empty or "runner" not in decode or not keys:
         return pd.DataFrame(columns=BEST_PER_BATCH_COLUMNS)
@@ -141,9 +129,7 @@ def not_timed(decode: pd.DataFrame) -> pd.DataFrame:
 
 
 def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
-    """Return per collective and group: the latency floor (median time of the smallest message),
-    the least-squares latency and bandwidth of time = latency + bytes / bandwidth, and the peak
-    bus bandwidth."""
+    """Return per collective and group the latency floor, the alpha-beta fit and the peak busbw."""
     ok = ok_rows(collective)
     if ok.empty or "time_ms" not in ok:
         return pd.DataFrame()
@@ -177,9 +163,7 @@ COPY_TARGET_MAX_TOKENS = 32
 
 
 def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
-    """Return, per dtype, op and batch (uniform routing), the best Triton tile against the
-    fastest torch baseline of that dtype and the copy ceiling, and whether each decode target
-    is met."""
+    """Return per dtype, op and batch the best Triton tile against its targets, met or not."""
     if decode.empty or "runner" not in decode:
         return pd.DataFrame(columns=DECODE_TARGET_COLUMNS)
     uniform = decode[column(decode, "routing") == "uniform"]
@@ -219,9 +203,7 @@ def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per layout, one column per batch; a cell is the bound and its margin (or
-    why it does not fit), then ms per token and TPOT over its floor, then tokens/s per GPU (the
-    answer card's unit) and of all its GPUs together."""
+    """Return one row per layout, one column per batch: bound, margin, ms per token, tokens/s."""
     if verdict.empty or "bound" not in verdict:
         return pd.DataFrame()
     batches = sorted(verdict["batch"].dropna().unique())
@@ -250,9 +232,7 @@ def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
 
 
 def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
-    """Return, per kernel of the project's own timed in decode (library baselines and engines'
-    kernels have no launch accounting), whether the launch table holds it and how its rows ended
-    where timed: timed, or failed to launch with the first reason (LAUNCH_COVERAGE_COLUMNS)."""
+    """Return per project kernel timed in decode whether the launch table holds it, and how."""
     if decode.empty or "runner" not in decode:
         return pd.DataFrame(columns=LAUNCH_COVERAGE_COLUMNS)
     checked = set()

@@ -1,5 +1,4 @@
-"""The collectives figure: bus bandwidth and time against message size, a column per
-collective and a line per group, with each latency floor."""
+"""The collectives figure: bus bandwidth and time against message size, with latency floors."""
 
 from __future__ import annotations
 
@@ -16,8 +15,9 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
+    legend_below,
     log_axes,
     ok_or_all,
     reference,
@@ -35,9 +35,7 @@ def _series_name(key: tuple) -> str:
 
 
 def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None = None) -> Figure:
-    """Return bus bandwidth and time against message size: a column per collective, a line per
-    group (at most MAX_SERIES, the smallest, said so), each row on one y scale, `floors`
-    (collective, group, floor_ms) dotted."""
+    """Return bus bandwidth and time against message size, a column per collective."""
     ok = ok_or_all(collective)
     if not ok.empty and "collective" in ok:
         ok = ok[ok["collective"].astype(str) != "none"]
@@ -78,16 +76,8 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
         Line2D([], [], color=c, marker="o", label=_series_name(k)) for k, c in colors.items()
     ]
     handles.append(Line2D([], [], color="#555555", ls=":", label="latency floor"))
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=min(6, len(handles)),
-        fontsize=TEXT_PT + 1,
-        title="\n".join(notes) or None,
-        title_fontsize=TEXT_PT + 1,
-    )
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, notes, ncols=min(6, len(handles)))
+    return finish(fig)
 
 
 def _style(ax_bw, ax_t, name: str) -> None:

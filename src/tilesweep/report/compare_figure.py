@@ -6,12 +6,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tilesweep.report.plotting import TEXT_PT, empty, enforce_series, floats, log_axes, reference
+from tilesweep.report.plotting import TEXT_PT, empty, finish, floats, log_axes, reference
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
-    """Return B/A ratios of the `top` values that moved most, one panel per table (`changes`:
-    tilesweep.compare's columns); beyond-noise points in red."""
+    """Return B/A ratios of the `top` values that moved most, one panel per table."""
     if changes.empty or "ratio" not in changes:
         return empty("nothing numeric to compare", "B / A")
     ratio = floats(changes, "ratio")
@@ -47,5 +46,4 @@ def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
         title = f"{table}: B / A, the {len(part)} largest moves of {total} (red: beyond noise)"
         ax.set_title(title, fontsize=TEXT_PT + 2, loc="left")
         ax.grid(axis="x", alpha=0.3, which="both")
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return finish(fig)

@@ -1,5 +1,4 @@
-"""What both reports show, built once: `build` turns the tables into one ReportData
-(report/document.py) of the sections in SECTIONS, with every figure drawn."""
+"""What both reports show, built once: `build` turns the tables into one ReportData."""
 
 from __future__ import annotations
 
@@ -29,37 +28,29 @@ from tilesweep.settings import RootSettings
 # The sections every report has, in order; the question's own (conf/question), when its panel
 # is there, comes right after the first: its key is the question's name and its title the
 # question's. The tuners' own sections (backends.report_sections) come after the decode one.
-SECTIONS = (
-    ("summary", "The verdict at a glance: every layout that fits"),
-    ("machine", "The machine that ran the sweep (its own measurements, not the verdict)"),
-    ("verdict", "Verdict for the deployment: where a decode step's time goes"),
-    ("check", "How far to trust the composition: measured whole steps"),
-    ("power", "Power as evidence"),
-    ("launch", "Which kernels launch"),
-    ("decode", "Decode: expert GEMMs against tokens per expert"),
-    ("collectives", "Collectives"),
-    ("provenance", "Provenance"),
+SECTIONS = (  # key, title, the short name the page's navigation links by (one line at 1,280 px)
+    ("summary", "The verdict at a glance: every layout that fits", "At a glance"),
+    (
+        "machine",
+        "The machine that ran the sweep (its own measurements, not the verdict)",
+        "This machine",
+    ),
+    ("verdict", "Verdict for the deployment: where a decode step's time goes", "Verdict"),
+    ("check", "How far to trust the composition: measured whole steps", "Check"),
+    ("power", "Power as evidence", "Power"),
+    ("launch", "Which kernels launch", "Launch"),
+    ("decode", "Decode: expert GEMMs against tokens per expert", "Decode"),
+    ("collectives", "Collectives", "Collectives"),
+    ("provenance", "Provenance", "Provenance"),
 )
-# The short names the page's navigation links by (one line at 1,280 px).
-NAV = {
-    "summary": "At a glance",
-    "machine": "This machine",
-    "verdict": "Verdict",
-    "check": "Check",
-    "power": "Power",
-    "launch": "Launch",
-    "decode": "Decode",
-    "collectives": "Collectives",
-    "provenance": "Provenance",
-}
 
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
-    """Return every report section's (key, title) in order, the question's aside: SECTIONS with
-    the tuners' own (backends.report_sections, as `tuned` holds them) after the decode one."""
+    """Return every report section's (key, title) in order, the tuners' own after decode."""
     tuned = backends.report_sections({}) if tuned is None else tuned
-    after = [key for key, _ in SECTIONS].index("decode") + 1
-    return (*SECTIONS[:after], *((key, t) for key, t, _, _ in tuned), *SECTIONS[after:])
+    own = [(key, title) for key, title, _ in SECTIONS]
+    after = [key for key, _ in own].index("decode") + 1
+    return (*own[:after], *((key, t) for key, t, _, _ in tuned), *own[after:])
 
 
 def draw_figures(
@@ -72,8 +63,7 @@ def draw_figures(
     engines: pd.DataFrame | None = None,
     tune: pd.DataFrame | None = None,
 ) -> dict[str, bytes]:
-    """Return the report figures as PNG bytes, by name (the names in FIGURES and the tuners'
-    own, backends.report_figures; `names` only, when given)."""
+    """Return the report figures as PNG bytes, by name (`names` only, when given)."""
     drawers = {
         "pareto": lambda: pareto(verdict),
         "launch_smem": lambda: launch_smem(launch, first=deployment_target(verdict)),
@@ -98,8 +88,7 @@ def all_figures() -> list[str]:
 
 
 def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
-    """Return why the question's panel is absent (the deployment is not the one it asks
-    about), or '' without a question."""
+    """Return why the question's panel is absent, or '' without a question."""
     if asked is None:
         return ""
     return (
@@ -119,8 +108,7 @@ def _intro(settings: RootSettings) -> str:
 
 
 def _drawn(figures: dict[str, bytes] | None, *tables) -> dict[str, bytes]:
-    """Return every report figure: those given, the others drawn from the tables (launch,
-    decode, collective, verdict, check, engines, tune)."""
+    """Return every report figure: those given, the others drawn from the tables."""
     drawn = dict(figures or {})
     missing = [name for name in all_figures() if name not in drawn]
     if missing:
@@ -147,10 +135,7 @@ def build(
     card: answer_card.AnswerCard | None = None,
     dropins: pd.DataFrame | None = None,
 ) -> ReportData:
-    """Return the one ReportData both reports render, opened by the answer card (built from the
-    verdict, check and engines unless given); figures are drawn unless given. The question's
-    section is there when `panel` is (the deployment is the one it asks about); `provenance`
-    may hold 'measured': {section: when} beside versions and the commit."""
+    """Return the one ReportData both reports render, opened by the answer card."""
     empty = pd.DataFrame()
     check, engines, power = (empty if t is None else t for t in (check, engines, power))
     model, hardware = settings.model, settings.hardware.name
@@ -177,7 +162,7 @@ def build(
     order = (everyone[0], *named, *everyone[1:])
     shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
     # The question's link: its title up to the colon ("The brief's question").
-    short = {**NAV, **{key: s for key, _, s, _ in tuned}}
+    short = {key: s for key, _, s in SECTIONS} | {key: s for key, _, s, _ in tuned}
     short |= {key: t.split(":")[0] for key, t in named}
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)

@@ -1,7 +1,5 @@
-"""The decode figures: time and bandwidth against tokens per expert, and the measured
-roofline; one block of panels per dtype, each showing at most MAX_SERIES runners (those fastest
-somewhere, then the nearest the fastest, and the fastest torch baseline; the rest are in the
-decode table, as the block's legend says)."""
+"""The decode figures: time and bandwidth against tokens per expert, and the measured roofline;
+one block per dtype of at most MAX_SERIES runners (the rest in the decode table)."""
 
 from __future__ import annotations
 
@@ -21,8 +19,9 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
+    legend_below,
     log_axes,
     ok_or_all,
     reference,
@@ -42,8 +41,7 @@ def _is_baseline(runner: str) -> bool:
 
 
 def _runner_styles(runners: list[str]) -> dict[str, dict]:
-    """Return a colour and marker per runner: kernels (Triton, CUTLASS) in colour, torch
-    baselines in greys."""
+    """Return a colour and marker per runner: kernels in colour, torch baselines in greys."""
     from matplotlib import colormaps
 
     tiles = [r for r in runners if not _is_baseline(r)]
@@ -58,16 +56,13 @@ def _runner_styles(runners: list[str]) -> dict[str, dict]:
 
 
 def _label(runner: str, dtype: str) -> str:
-    """Return a runner's legend label: without the backend prefix of grid kernels, nor the
-    dtype its block already names."""
+    """Return a runner's legend label, without its backend prefix or its block's dtype."""
     short = short_runner(runner)
     return short.removeprefix(f"{dtype}-") if short != runner else short
 
 
 def rank_runners(rows: pd.DataFrame) -> list[str]:
-    """Return the runners of timed decode rows, best first: those fastest at more points
-    (op, routing, tokens per expert) first, then by their median time over the fastest's at
-    the points they were timed at."""
+    """Return the runners of timed decode rows, best first (fastest at most points, then median)."""
     timed = rows[floats(rows, "time_ms") > 0]
     if timed.empty:
         return []
@@ -82,8 +77,7 @@ def rank_runners(rows: pd.DataFrame) -> list[str]:
 
 
 def shown_runners(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """Return (shown, left out) runners of a dtype's decode rows: at most MAX_SERIES of
-    rank_runners, the fastest torch baseline always among them."""
+    """Return (shown, left out) runners of a dtype's rows: the fastest baseline always shown."""
     ranked = rank_runners(rows)
     baselines = [r for r in ranked if _is_baseline(r)]
     return top_series(ranked, MAX_SERIES, keep=baselines[:1])
@@ -107,8 +101,7 @@ def _num(value: float) -> str:
 
 
 def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, str]:
-    """Return (a measured ceiling, '') when no achieved figure of the same kind is above it;
-    (NaN, the gap's note) when one is, or when the ceiling is missing."""
+    """Return (a measured ceiling, ''), or (NaN, the gap's note) if missing or a run beat it."""
     value = floats(rows, col).dropna().median()
     name = {"ceiling_copy_gbs": "copy bandwidth", "ceiling_matmul_tflops": "matmul peak"}[col]
     unit = {"ceiling_copy_gbs": "GB/s", "ceiling_matmul_tflops": "TFLOPS"}[col]
@@ -143,15 +136,13 @@ def _of_dtype(ok: pd.DataFrame, dtype: str) -> pd.DataFrame:
 
 
 def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
-    """Return a figure of one subfigure per dtype, block_height_in tall, each drawn by
-    draw(subfigure, the dtype's rows, dtype)."""
+    """Return a figure of one subfigure per dtype, each drawn by draw(sub, rows, dtype)."""
     dtypes = _dtypes(ok)
     fig = Figure(figsize=(PAGE_WIDTH_IN, block_height_in * len(dtypes)))
     subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
     for sub, dtype in zip(subs, dtypes, strict=True):
         draw(sub, _of_dtype(ok, dtype), dtype)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return finish(fig)
 
 
 def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
@@ -165,14 +156,7 @@ def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
 def _block_legend(sub, title: str, handles: list, notes: list[str], ncols: int) -> None:
     """Title a dtype's block and put its legend under it, the notes as the legend's title."""
     sub.suptitle(title, fontsize=TEXT_PT + 4, x=0.01, ha="left")
-    sub.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=ncols,
-        fontsize=TEXT_PT + 1,
-        title="\n".join(notes),
-        title_fontsize=TEXT_PT + 1,
-    )
+    legend_below(sub, handles, notes, ncols=ncols)
 
 
 def _tpe_ticks(ax, values: pd.Series) -> None:
@@ -185,9 +169,7 @@ def _tpe_ticks(ax, values: pd.Series) -> None:
 
 
 def decode_time(decode: pd.DataFrame) -> Figure:
-    """Return time (p10..p90 bars) and achieved bandwidth against tokens per expert: a block per
-    dtype of at most MAX_SERIES runners, a column per op and routing, each row on one y scale;
-    dashed red, the measured copy bandwidth, unless a run beat it (the legend says the gap)."""
+    """Return time and achieved bandwidth against tokens per expert: a block per dtype."""
     ok = ok_or_all(decode)
     if ok.empty or "time_ms" not in ok or "op" not in ok:
         return empty("no decode measurements (nothing timed on this device)", "Decode")
@@ -200,8 +182,7 @@ def decode_time(decode: pd.DataFrame) -> Figure:
 
 
 def decode_time_caption(decode: pd.DataFrame) -> str:
-    """Return decode_time's caption from what its panels draw: per dtype, whether the measured
-    copy bandwidth is drawn as a line, and why not where it is not."""
+    """Return decode_time's caption from what its panels draw."""
     ok = ok_or_all(decode)
     if ok.empty or not {"time_ms", "op", "routing"} <= set(ok.columns):
         return "No decode measurement to draw."
@@ -285,9 +266,7 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
 
 
 def decode_roofline(decode: pd.DataFrame) -> Figure:
-    """Return the measured roofline (min(matmul peak, copy bandwidth x intensity), a ceiling a run
-    beat left out and said) per dtype and op, with decode_time's runners' uniform-routing GEMMs on
-    it and tokens per expert on the top axis."""
+    """Return the measured roofline per dtype and op, with decode_time's runners on it."""
     ok = ok_or_all(decode)
     need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
@@ -299,8 +278,7 @@ def decode_roofline(decode: pd.DataFrame) -> Figure:
 
 
 def _roof(rows: pd.DataFrame) -> tuple:
-    """Return (intensities, roof TFLOPS at each, (copy GB/s, its gap), (matmul TFLOPS, its gap)):
-    the measured roof over the rows' intensities and the ridge, 4x past them on either side."""
+    """Return (intensities, roof TFLOPS, (copy GB/s, gap), (matmul TFLOPS, gap))."""
     inten = floats(rows, "intensity")
     implied_gbs = floats(rows, "tflops") * 1e3 / inten
     bw, bw_gap = _ceiling(rows, "ceiling_copy_gbs", implied_gbs)

@@ -1,6 +1,5 @@
-"""The document model both reports render: blocks (text, bullets, headings, tables, figures,
-code), sections and the one ReportData; report/markdown.py and report/html.py only render it,
-so the two cannot disagree."""
+"""The document model both reports render (report/markdown.py, report/html.py), so the two
+cannot disagree."""
 
 from __future__ import annotations
 
@@ -42,9 +41,7 @@ class Heading:
 
 @dataclass(frozen=True)
 class Table:
-    """A table: the frame, the columns shown (those present), and how it is introduced; `style`
-    marks HTML rows by "source" (measured vs model) or "verdict" (cells coloured), `legend` says
-    (word, meaning) of its cells."""
+    """A table: the frame, the columns shown, how it is introduced, its HTML style and legend."""
 
     frame: pd.DataFrame
     columns: list[str] | None = None
@@ -62,8 +59,7 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """One of FIGURES (or a tuner's own, which gives its alt text), by name; `text`, where
-    given, is its caption generated from what its panels draw, in place of the general one."""
+    """One of FIGURES (or a tuner's own) by name; `text` a caption made from its panels."""
 
     name: str
     text: str = ""
@@ -102,8 +98,7 @@ class Section:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything both reports show: title, the answer card (first on screen), intro, sections,
-    the figures' PNG bytes and the sections the HTML page's navigation names."""
+    """Everything both reports show: title, card, intro, sections, figures and navigation."""
 
     title: str
     intro: str

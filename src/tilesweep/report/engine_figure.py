@@ -1,6 +1,4 @@
-"""The engines figure: the composed time per output token against the one each engine measured
-and published (engines.csv), log-log, one panel per GPU and one marker per engine and model
-(a family), with the band the check counts as agreeing."""
+"""The engines figure: composed against each engine's published TPOT (engines.csv), log-log."""
 
 from __future__ import annotations
 
@@ -19,7 +17,7 @@ from tilesweep.report.plotting import (
     MAX_SERIES,
     PAGE_WIDTH_IN,
     empty,
-    enforce_series,
+    finish,
     floats,
     log_axes,
     reference,
@@ -30,8 +28,7 @@ PANELS_PER_ROW = 3
 
 
 def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
-    """Return the engines' figures the composition has a time for: engine, model, hardware,
-    engine_tpot_ms and composed_tpot_ms, both finite and positive."""
+    """Return the engines' figures the composition has a finite positive time for."""
     cols = ["engine", "model", "hardware", "engine_tpot_ms", "composed_tpot_ms"]
     if engines.empty or not set(cols) <= set(engines):
         return pd.DataFrame(columns=cols)
@@ -42,8 +39,7 @@ def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label_axes(axes, panels: int, ncols: int) -> None:
-    """Name the axes on the panels' outer edges (x on each column's lowest, y on each row's
-    first) and hide the grid's panels past the last."""
+    """Name the axes on the panels' outer edges and hide the panels past the last."""
     for i, ax in enumerate(axes[:panels]):
         if i + ncols >= panels:  # the lowest panel of its column
             ax.set_xlabel("engine's measured TPOT (ms)")
@@ -54,9 +50,7 @@ def _label_axes(axes, panels: int, ncols: int) -> None:
 
 
 def engine_tpot(engines: pd.DataFrame) -> Figure:
-    """Return composed against measured TPOT of the engines' own figures, log-log, one panel per
-    GPU, one colour per model and one marker per engine (at most MAX_SERIES families a panel),
-    with y = x and the band composed/engine within BAND shaded."""
+    """Return composed against engine TPOT, log-log, one panel per GPU, with the BAND shaded."""
     points = engine_points(engines)
     if points.empty:
         return empty("no engine figure cited with a composed time", "Against engines' figures")
@@ -109,5 +103,4 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
     if left_out:
         handles.append(Line2D([], [], lw=0, label=f"+{plural(left_out, 'figure')}: table"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="marker: engine")
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    return finish(fig)

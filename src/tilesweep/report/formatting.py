@@ -12,8 +12,7 @@ from tilesweep.columns import Status
 
 
 def fmt_value(v: object, digits: int = 3) -> str:
-    """Return a table cell's text: numbers to `digits` significant figures (whole above 1,000,
-    with thousands separators), NaN and None empty."""
+    """Return a table cell's text: numbers to `digits` significant figures, NaN and None empty."""
     if v is None or isinstance(v, bool | np.bool_):
         return "" if v is None else str(v)
     if isinstance(v, numbers.Integral):
@@ -29,15 +28,13 @@ def fmt_value(v: object, digits: int = 3) -> str:
 
 
 def utc_minute(value: object) -> str:
-    """Return a timestamp (ISO-8601 text or a Timestamp) as 'YYYY-MM-DD HH:MM UTC', or '' where
-    it is not one."""
+    """Return a timestamp as 'YYYY-MM-DD HH:MM UTC', or '' where it is not one."""
     stamp = pd.to_datetime(value, utc=True, errors="coerce")
     return "" if pd.isna(stamp) else stamp.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def plural(count: object, word: str, words: str | None = None) -> str:
-    """Return '1 token' or '8 tokens': the count as a cell, then the word, plural unless the
-    count is one (`words` where the plural is not word + 's')."""
+    """Return '1 token' or '8 tokens' (`words` where the plural is not word + 's')."""
     one = isinstance(count, numbers.Real) and float(count) == 1
     return f"{fmt_value(count)} {word if one else (words or word + 's')}"
 
@@ -59,14 +56,6 @@ def status_text(value: object) -> str:
     return Status.MISSING if value is None or value != value or value == "" else str(value)
 
 
-def finite(value: object) -> bool:
-    """Return whether value is a finite number."""
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
-
-
 def devices(frame: pd.DataFrame) -> str:
     """Return the distinct devices a table's rows were measured on, or 'unknown device'."""
     if frame.empty or "device" not in frame:
@@ -76,8 +65,7 @@ def devices(frame: pd.DataFrame) -> str:
 
 
 def verdict_cell(rec: dict) -> str:
-    """Return a compact verdict of one deployment row: 'memory 4.2x' (the bound and its margin
-    over the next part), or 'does not fit (26 GB short)'."""
+    """Return a compact verdict of one row: 'memory 4.2x', or 'does not fit (26 GB short)'."""
     if rec.get("fits_memory") == "no":
         return f"does not fit ({fmt_value(rec.get('mem_short_gb'))} GB short)"
     margin = rec.get("margin")

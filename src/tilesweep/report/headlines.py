@@ -1,6 +1,4 @@
-"""The report's words: the answer in one sentence (the winning layout per batch range, its TPOT,
-tokens/s, bound and how sure), the tie rule, the legend of the verdict's badge words, and
-one-line findings on the kernels against their targets and on the machine that ran the sweep."""
+"""The report's words: the answer in one sentence, the tie rule, the badge legend, findings."""
 
 from __future__ import annotations
 
@@ -8,11 +6,12 @@ import re
 
 import pandas as pd
 
+from tilesweep.answer_picks import finite
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.plan.sensitivity import winners
 from tilesweep.references import BAND, corpus_summary
-from tilesweep.report.formatting import devices, finite, fmt_value, numeric, plural
+from tilesweep.report.formatting import devices, fmt_value, numeric, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
 # a step over the next against the `mixed` line (plan/bound.py), and the winning layout's
@@ -28,8 +27,7 @@ def is_tie(ratio: float, threshold: float, within: float = TIE_WITHIN) -> bool:
 
 
 def part_ratio(rec: dict) -> float:
-    """Return a verdict row's top part over its next part from its split, unrounded; its
-    one-decimal margin where it has no split; NaN without either."""
+    """Return a row's top part over its next part from its split (else its margin), or NaN."""
     parts = sorted((float(rec[c]) for c in SPLIT_COLUMNS if finite(rec.get(c))), reverse=True)
     # A table from before the host term has the four others: its split is whole without it.
     if all(finite(rec.get(c)) for c in SPLIT_COLUMNS if c != "host_ms"):
@@ -40,16 +38,14 @@ def part_ratio(rec: dict) -> float:
 
 
 def bound_tie(rec: dict) -> bool:
-    """Return whether a row's bound is a tie: it fits, and its margin lies within 5% of the
-    `mixed` line, so a single bound and `mixed` are equally fair words for it."""
+    """Return whether a row's bound is a tie: it fits, its margin within 5% of the `mixed` line."""
     if rec.get("fits_memory") == "no" or rec.get("bound") not in MARGIN_BOUNDS:
         return False
     return is_tie(part_ratio(rec), MIXED_WITHIN)
 
 
 def worded(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return the verdict with each tied row's margin written to two decimals and marked
-    `tie` (e.g. '1.21x tie'), as the report's grids show it; the verdict itself is unchanged."""
+    """Return the verdict with each tied row's margin written to two decimals and marked `tie`."""
     if verdict.empty or "margin" not in verdict:
         return verdict
     margins = [
@@ -60,8 +56,7 @@ def worded(verdict: pd.DataFrame) -> pd.DataFrame:
 
 
 def tie_column(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return the verdict with a `tie` column beside its margin: why the row's bound or margin
-    is a tie ('' where none)."""
+    """Return the verdict with a `tie` column beside its margin ('' where none)."""
     if verdict.empty or "bound" not in verdict:
         return verdict
     ties = [
@@ -88,8 +83,7 @@ def fitting_layouts(verdict: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def never_fits_line(verdict: pd.DataFrame, never: list[str]) -> str:
-    """Return one line naming the layouts that fit at no batch and by how much memory each is
-    short, or '' when every layout fits somewhere."""
+    """Return one line naming the layouts that never fit and by how much, or ''."""
     if not never:
         return ""
     parts = []
@@ -122,8 +116,7 @@ def _span(values: list[float], unit: str) -> str:
 
 
 def bound_words(rec: dict) -> str:
-    """Return what bounds a row in words: 'launch-bound, 4.6x the next part', 'mixed (...)',
-    with 'a tie with mixed' where its margin is within 5% of the mixed line."""
+    """Return what bounds a row in words: 'launch-bound, 4.6x the next part', 'mixed (...)'."""
     bound = str(rec.get("bound") or "bound missing")
     ratio = part_ratio(rec)
     margin = f"{ratio:.2f}x" if bound_tie(rec) else (rec.get("margin") or "")
@@ -152,8 +145,7 @@ def _runs(wins: pd.DataFrame) -> list[tuple[str, list[dict]]]:
 
 
 def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool) -> str:
-    """Return one run of batches in words: the layout, its TPOT (named so in the `first` run),
-    tokens/s, bound and ties."""
+    """Return one run of batches in words: layout, TPOT, tokens/s, bound and ties."""
     batches = [r["batch"] for r in recs]
     if winner == "none fits":
         return f"no layout fits in memory at {_batches(batches)}"
@@ -195,8 +187,7 @@ def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool
 
 
 def _floor_words(rows: list[dict]) -> str:
-    """Return '3.27x its 4.88 ms roofline floor': TPOT over the step's physical floor (the
-    verdict's floor_ms, its denominator), or '' where a row has none."""
+    """Return '3.27x its 4.88 ms roofline floor', or '' where a row has none."""
     ratios = [r.get("x_floor") for r in rows]
     if not all(finite(x) for x in ratios):
         return ""
@@ -205,8 +196,7 @@ def _floor_words(rows: list[dict]) -> str:
 
 
 def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
-    """Return how sure the verdict is: its source, and how far the composition lies from the
-    measured whole steps it was not calibrated on (the check table), on which device."""
+    """Return how sure the verdict is: its source and the check's held-out error."""
     sources = sorted(verdict.loc[verdict["fits_memory"] == "yes", "source"].astype(str).unique())
     if sources == ["model"]:
         return "from the target's roofline alone (source: model): no measured step checks it"
@@ -258,8 +248,7 @@ def _steps(err: pd.Series) -> str:
 
 
 def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
-    """Return the report's answer in one sentence: per run of batches the layout that fits and
-    gives the most tokens/s, its TPOT and tokens/s, what bounds it and ties, then how sure."""
+    """Return the report's answer in one sentence, per run of batches, then how sure."""
     if verdict.empty or "tokens_per_s" not in verdict:
         return "No verdict: the deployment table has no rows."
 
@@ -273,9 +262,7 @@ def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
 
 
 def engine_line(engines: pd.DataFrame | None) -> str:
-    """Return the composition against engines' own published figures in one line: over the
-    figures no fitted term saw, how many fall within the band, the median and largest error, the
-    ratio's range (composed over measured) and the gaps; '' where none is cited."""
+    """Return the composition against engines' own figures in one line, '' where none is cited."""
     got = corpus_summary(engines)
     if not got.get("composed"):
         return ""
@@ -337,8 +324,7 @@ def legend() -> list[tuple[str, str]]:
 
 
 def check_headline(check: pd.DataFrame) -> str | None:
-    """Return one line on how far composed whole steps lie from measured ones, on the layouts
-    the calibration was not taken from, or None without any."""
+    """Return one line on composed against measured held-out whole steps, or None."""
     if check.empty or "composed_error_pct" not in check:
         return None
     held = check[check["held_out"].astype(bool)]

@@ -1,6 +1,5 @@
-"""The HTML report: renders the one ReportData (see report/document.py) as a self-contained page
-(inline CSS, PNG figures as base64, no scripts and no network) that fits a 1,280 px window:
-wide tables scroll inside their own container."""
+"""The HTML report: the one ReportData as a self-contained page (inline CSS, base64 PNGs, no
+scripts, no network) that fits a 1,280 px window."""
 
 from __future__ import annotations
 
@@ -107,8 +106,7 @@ SWATCHES = {
 
 
 def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
-    """Return a table's legend as a definition list: each word (with its cell colour in the
-    verdict grid), then what it means."""
+    """Return a table's legend as a definition list (with verdict colours)."""
     rows = ""
     for word, meaning in items:
         kinds = SWATCHES.get(word, ()) if style == "verdict" else ()
@@ -118,8 +116,7 @@ def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
 
 
 def _table(item: Table) -> str:
-    """Return a table block: its title (a <details> summary when collapsed), note and table,
-    with its legend beside it."""
+    """Return a table block: title (a <details> summary when collapsed), note, table, legend."""
     note = f"<p>{prose(item.note)}</p>" if item.note else ""
     body = table(item.frame, item.shown(), item.style, empty=item.empty)
     if item.legend:
@@ -147,8 +144,7 @@ BLOCKS = {
 
 
 def card_html(card: AnswerCard) -> str:
-    """Return the answer card: its headline, the picks per batch, where nothing fits, and what
-    it rests on."""
+    """Return the answer card: headline, picks per batch, where nothing fits, what it rests on."""
     table_html = table(card.table()) if card.picks else ""
     none = f"<p>{esc(card.no_fit_line())}</p>" if card.no_fit_batches else ""
     none += f"<p>{esc(card.gap_line())}</p>" if card.gaps and card.picks else ""
@@ -162,8 +158,7 @@ def card_html(card: AnswerCard) -> str:
 
 
 def render(data: ReportData) -> str:
-    """Return the whole report as one self-contained HTML page; its navigation links only to
-    the sections it holds."""
+    """Return the whole report as one self-contained HTML page."""
     present = {s.key for s in data.sections}
     nav = "".join(
         f'<a href="#{esc(key)}">{esc(label)}</a>' for key, label in data.nav if key in present

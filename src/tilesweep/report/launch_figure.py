@@ -12,9 +12,10 @@ from tilesweep.report.plotting import (
     REFERENCE,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
     kernel_label,
+    legend_below,
 )
 
 FIT_COLORS = {"default": "#3a8a3a", "optin": "#e09b00", "no": "#c0392b", "unknown": "#9a9a9a"}
@@ -37,16 +38,13 @@ TIER_PT = TEXT_PT + 3
 
 
 def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
-    """Return the launch table's targets in table order, `first` (the deployment's hardware)
-    ahead of the rest when the table has it."""
+    """Return the launch table's targets in table order, `first` ahead of the rest."""
     targets = list(dict.fromkeys(launch["target"].astype(str)))
     return sorted(targets, key=lambda t: t != first)
 
 
 def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
-    """Return bars of shared memory per kernel (the compiler's or CUTLASS's, split into mainloop
-    and epilogue for CUTLASS, coloured by fit; a diamond for the hand estimate), one panel per
-    target on one x scale, `first` on top, with the target's default, opt-in and per-SM limits."""
+    """Return bars of shared memory per kernel, one panel per target, with the target's limits."""
     if launch.empty or "target" not in launch:
         return empty("no launch checks in this sweep", "Shared memory per tile")
     targets = target_order(launch, first)
@@ -62,9 +60,8 @@ def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
         Line2D([], [], marker="D", color="black", ls="", label="hand estimate"),
     ]
     handles += [Line2D([], [], color=c, ls=ls, lw=w, label=lab) for _, lab, ls, c, w in LIMITS]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, ncols=4)
+    return finish(fig)
 
 
 def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> None:
@@ -123,8 +120,7 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
 
 
 def _limit_lines(ax, part: pd.DataFrame) -> int:
-    """Draw the target's limits as vertical lines, each named above the axis on its own tier
-    (two limits 1 KiB apart keep both names); return the number of tiers."""
+    """Draw the target's limits as vertical lines, names on their own tiers; return the tiers."""
     found = []
     for col, label, ls, color, width in LIMITS:
         values = floats(part, col).dropna()
@@ -150,7 +146,6 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
 
 
 def deployment_target(verdict: pd.DataFrame) -> str | None:
-    """Return the hardware the verdict is for (its one `hardware` value; the launch table's
-    target name), or None when the verdict names none or several."""
+    """Return the verdict's one hardware, or None when it names none or several."""
     names = list(dict.fromkeys(verdict["hardware"].astype(str))) if "hardware" in verdict else []
     return names[0] if len(names) == 1 else None

@@ -60,8 +60,7 @@ BLOCKS = {
 
 
 def card_md(card: AnswerCard) -> str:
-    """Return the answer card: its headline, the picks per batch, where nothing fits, and what
-    it rests on."""
+    """Return the answer card: headline, picks per batch, where nothing fits, what it rests on."""
     out = [f"**The answer.** {card.headline}\n"]
     table = card.table()
     if not table.empty:

@@ -1,11 +1,10 @@
-"""The report's sections on what the sweep measured on its own machine, kept apart from the
-deployment's verdict: the machine, which kernels launch, decode and collectives, each with its
-one-line findings against the targets."""
+"""The report's sections on what the sweep measured on its own machine, apart from the verdict."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from tilesweep.answer_picks import finite
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     COLLECTIVE_REPORT_COLUMNS,
@@ -31,14 +30,13 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, finite, fmt_value, numeric, plural
+from tilesweep.report.formatting import column, devices, fmt_value, numeric, plural
 from tilesweep.report.launch_figure import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
 
 def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
-    """Return what the sweep measured on its own machine, kept apart from the deployment's
-    verdict: the device, and the fastest decode kernels there with their bound here."""
+    """Return what the sweep measured on its own machine: the device and its fastest kernels."""
     lines = machine_headlines(decode)
     return [
         Text(
@@ -53,9 +51,7 @@ def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
 def launch_blocks(
     launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
 ) -> list[Block]:
-    """Return the launch section's blocks: findings, what it covers of the kernels timed in
-    decode (and which timed kernels failed to launch), counts, the figure, per target failures
-    and estimates."""
+    """Return the launch section's blocks: findings, coverage, counts, figure, failures."""
     blocks: list[Block] = [
         Text(
             "Shared memory per block as the compiler (Triton) or CUTLASS's own types account "
@@ -148,9 +144,7 @@ def collective_blocks(
     decode: pd.DataFrame | None = None,
     verdict: pd.DataFrame | None = None,
 ) -> list[Block]:
-    """Return the collectives section's blocks: the figure, latency floors, every measurement.
-    In a GPU run whose collectives ran on the CPU (gloo), they are labelled as such, kept behind
-    details elements and left out of the figure: they are not the GPUs' collectives."""
+    """Return the collectives section's blocks (gloo rows in a GPU run labelled, kept apart)."""
     ok = ok_rows(collective)
     kinds = set(column(ok, "device_kind", "").dropna().astype(str))
     gpu_run = "cuda" in set(
@@ -194,8 +188,7 @@ def collective_blocks(
 
 
 def launch_headlines(launch: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings on the kernels against their targets' limits: what fits per
-    target, the largest miss, and how the hand estimate does."""
+    """Return one-sentence findings on the kernels against their targets' limits."""
     lines = []
     counts = fit_counts(launch)
     for target, part in counts.groupby("target", sort=False):
@@ -227,9 +220,7 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
 
 
 def machine_headlines(decode: pd.DataFrame) -> list[str]:
-    """Return one-sentence findings measured on the machine that ran the sweep: per op and dtype
-    the fastest decode kernel at the smallest and largest tokens per expert, its fraction of this
-    machine's copy bandwidth and its bound here."""
+    """Return one-sentence findings on the fastest decode kernels of the sweep's machine."""
     lines = []
     best = best_per_batch(decode)
     if best.empty:
@@ -257,9 +248,7 @@ def machine_headlines(decode: pd.DataFrame) -> list[str]:
 
 
 def coverage_lines(coverage: pd.DataFrame) -> list[str]:
-    """Return what the launch check covers of the kernels timed in decode, in words from the
-    coverage table (analysis.launch_coverage): how many it has, which timed kernels it lacks,
-    and each timed kernel that failed to launch where it was timed, with the reason."""
+    """Return what the launch check covers of the kernels timed in decode, in words."""
     if coverage.empty:
         return []
     lacking = coverage[coverage["in_launch_check"] != "yes"]

@@ -1,6 +1,4 @@
-"""The Pareto figure: tokens/s per GPU against tokens/s per user (1,000 / TPOT in ms), one point
-per layout and batch that fits in memory, with the frontier (the points no other point beats on
-both) drawn: the view a deployment is chosen from."""
+"""The Pareto figure: tokens/s per GPU against tokens/s per user, with the frontier drawn."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ MARKER_SIZE = 42.0
 
 
 def pareto_points(verdict: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per layout and batch that fits with a finite TPOT and tokens/s per GPU:
-    layout, batch, tpot_ms, per_user (1,000 / TPOT), per_gpu (tokens/s per GPU) and source."""
+    """Return one row per fitting layout and batch: tpot_ms, per_user, per_gpu and source."""
     need = {"layout", "batch", "tpot_ms", "tokens_per_s_per_gpu", "fits_memory"}
     cols = ["layout", "batch", "tpot_ms", "per_user", "per_gpu", "source"]
     if verdict.empty or not need <= set(verdict):
@@ -56,8 +53,7 @@ def pareto_points(verdict: pd.DataFrame) -> pd.DataFrame:
 
 
 def frontier(points: pd.DataFrame, x: str = "per_user", y: str = "per_gpu") -> pd.DataFrame:
-    """Return the points no other point dominates (at least as high on both x and y, higher on
-    one), sorted by x; equal points are all kept."""
+    """Return the points no other point dominates, sorted by x (equal points all kept)."""
     if points.empty:
         return points
     xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
@@ -68,8 +64,7 @@ def frontier(points: pd.DataFrame, x: str = "per_user", y: str = "per_gpu") -> p
 
 
 def shown_layouts(points: pd.DataFrame, limit: int = MAX_SERIES) -> tuple[list[str], list[str]]:
-    """Return (the layouts drawn, the rest): those with a point on the frontier first, then by
-    their best tokens/s per GPU, at most `limit` drawn."""
+    """Return (the layouts drawn, the rest): frontier first, then best per GPU, at most `limit`."""
     if points.empty:
         return [], []
     on_front = set(frontier(points)["layout"])
@@ -79,8 +74,7 @@ def shown_layouts(points: pd.DataFrame, limit: int = MAX_SERIES) -> tuple[list[s
 
 
 def _scale(axis, set_scale, values: pd.Series) -> None:
-    """Put an axis on a log scale, ticks at 1, 2 and 5 times a power of ten with plain labels,
-    when its values span over LOG_SPAN; else keep it linear."""
+    """Put an axis on a log scale (1-2-5 ticks) when its values span over LOG_SPAN."""
     low, high = values.min(), values.max()
     if low > 0 and high / low > LOG_SPAN:
         set_scale("log")
@@ -90,8 +84,7 @@ def _scale(axis, set_scale, values: pd.Series) -> None:
 
 
 def pareto(verdict: pd.DataFrame) -> Figure:
-    """Return tokens/s per GPU against tokens/s per user, one series per layout (at most six,
-    the rest named below), each point labelled with its batch, and the frontier drawn."""
+    """Return tokens/s per GPU against tokens/s per user, a series per layout, frontier drawn."""
     points = pareto_points(verdict)
     if points.empty:
         return empty("no layout fits in memory at any batch: nothing to trade off", "Pareto")
@@ -143,8 +136,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
 
 
 def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
-    """Return the legend: a line per layout drawn, the frontier, the hollow model points where
-    there are any, and how many layouts only the verdict table shows."""
+    """Return the legend: the layouts drawn, the frontier, model points and the rest's count."""
     handles = [
         Line2D(
             [],
@@ -176,8 +168,7 @@ def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Li
 
 
 def marker_sizes(points: pd.DataFrame, drawn: list[str]) -> pd.Series:
-    """Return each point's marker area: MARKER_SIZE, shrunk by 0.4 for every point of a layout
-    drawn before it that it coincides with (within SAME_POINT on both axes)."""
+    """Return each point's marker area, shrunk 0.4 per earlier coinciding point."""
     sizes = pd.Series(MARKER_SIZE, index=points.index)
     order = {layout: i for i, layout in enumerate(drawn)}
     ranked = points[points["layout"].isin(order)]
@@ -203,8 +194,7 @@ LABEL_OFFSETS = tuple(
 
 
 def _free(box, placed: list, points: list, radius: float) -> bool:
-    """Return whether a label's box overlaps no placed label's box and lies at least `radius`
-    (display units) from every one of `points`."""
+    """Return whether a label's box overlaps no placed label and clears `points` by `radius`."""
     if any(box.overlaps(b) for b in placed):
         return False
     return not any(
@@ -214,10 +204,8 @@ def _free(box, placed: list, points: list, radius: float) -> bool:
 
 
 def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], str]]) -> None:
-    """Annotate each point with its label where it overlaps no label placed before it and no
-    other point (the first free place of LABEL_OFFSETS; else the first that overlaps no label);
-    points drawn on top of each other with the same label share one label, in dark grey and
-    saying how many layouts it stands for where their colours differ."""
+    """Annotate each point with its label where it overlaps nothing (LABEL_OFFSETS); points on
+    top of each other with the same label share one label."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)

@@ -1,7 +1,6 @@
 """What every report figure shares: PNG output (no pyplot: no global state), the empty figure
-that says why, the series limit and its check, log axes with plain labels, and cell helpers.
-Every figure reads at a 1,280 px page: at most MAX_SERIES series per axis, no wider than
-PAGE_WIDTH_IN, no text under TEXT_PT."""
+that says why, the series limit, log axes. Every figure reads at a 1,280 px page: at most
+MAX_SERIES series per axis, no wider than PAGE_WIDTH_IN, no text under TEXT_PT."""
 
 from __future__ import annotations
 
@@ -64,15 +63,13 @@ def _labelled(artist) -> bool:
 
 
 def series_labels(ax) -> list[str]:
-    """Return the labels of ax's data series: its labelled lines, collections and containers
-    (error bars, bars), not reference lines nor artists labelled '_...'."""
+    """Return the labels of ax's data series (no reference lines nor '_' labels)."""
     artists = [*ax.get_lines(), *ax.collections, *ax.containers]
     return [str(a.get_label()) for a in artists if _labelled(a)]
 
 
 def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
-    """Return fig, after checking that none of its axes carries more than `most` series;
-    raise ValueError naming the axis that does (a figure's own selection went wrong)."""
+    """Return fig; raise ValueError naming an axis with more than `most` series."""
     for ax in fig.get_axes():
         labels = series_labels(ax)
         if len(labels) > most:
@@ -83,11 +80,23 @@ def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
     return fig
 
 
+def legend_below(fig, handles: list, notes: list[str] | None = None, **kw) -> None:
+    """Put a (sub)figure's legend under it, `notes` (where given) as its title."""
+    if notes is not None:
+        kw |= {"title": "\n".join(notes) or None, "title_fontsize": TEXT_PT + 1}
+    fig.legend(handles=handles, loc="outside lower center", fontsize=TEXT_PT + 1, **kw)
+
+
+def finish(fig: Figure) -> Figure:
+    """Return fig laid out (constrained) and checked (enforce_series)."""
+    fig.set_layout_engine("constrained")
+    return enforce_series(fig)
+
+
 def top_series(
     ranked: Sequence[str], most: int = MAX_SERIES, keep: Iterable[str] = ()
 ) -> tuple[list[str], list[str]]:
-    """Return (shown, left out) of `ranked` (best first): `keep` always shown, then the best of
-    the rest up to `most` in all; shown keeps the ranked order."""
+    """Return (shown, left out) of `ranked`: `keep` always shown, then the best up to `most`."""
     kept = [k for k in dict.fromkeys(keep) if k in ranked][:most]
     chosen = {*kept, *[r for r in ranked if r not in kept][: most - len(kept)]}
     shown = [r for r in ranked if r in chosen]
@@ -119,9 +128,7 @@ def floats(frame: pd.DataFrame, col: str) -> pd.Series:
 
 
 class _MinorLogLabels(Formatter):
-    """Labels minor log ticks at 2x, 3x and 5x a power of ten when the axis spans < 1.5 decades,
-    and every minor tick (2x to 9x) when it spans under a factor of 4, so a narrow axis is
-    labelled where its data is."""
+    """Labels minor log ticks where the axis spans under 1.5 decades (all of them under 4x)."""
 
     def __call__(self, x: float, pos: int | None = None) -> str:
         """Return the tick's label: plain like 0.2 or 50 (3,000 with a separator), or empty."""
@@ -136,8 +143,7 @@ class _MinorLogLabels(Formatter):
 
 
 def log_axes(ax, x_base: int = 10, y: bool = True) -> None:
-    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01) instead of powers; within
-    a narrow range, intermediate ticks are labelled too."""
+    """Set log scales on ax with plain tick labels (1, 2, 4, 0.01), narrow ranges labelled more."""
     ax.set_xscale("log", base=x_base)
     axes = [ax.xaxis]
     if y:

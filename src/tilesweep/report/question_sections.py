@@ -1,6 +1,4 @@
-"""The sections that weigh the question's own readings (conf/question): the power section, which
-sets the question's power reading against loads of known bound, and the question's panel (its
-layouts, the winner per batch, what would change it, and its tiles' launch truth)."""
+"""The sections that weigh the question's own readings (conf/question): power and its panel."""
 
 from __future__ import annotations
 
@@ -19,16 +17,14 @@ TILE_TRUTH_COLUMNS, TILE_FINDING_NEEDS = _LISTS["TILE_TRUTH_COLUMNS"], _LISTS["T
 
 
 def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:
-    """Return the question's power reading judged against each measured load (empty without a
-    question or a reading)."""
+    """Return the question's power reading judged against each measured load."""
     if asked is None or asked.power is None:
         return pd.DataFrame()
     return reading_consistency(power, asked.power.fraction, asked.name)
 
 
 def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
-    """Return the power section's blocks: each load's draw against the limit, and what the
-    question's reading (a fraction of the limit) is consistent with."""
+    """Return the power section's blocks: each load's draw, what the question's reading fits."""
     text = (
         "Loads of known bound, each sustained for a few seconds on the device at hand "
         "under NVML sampling: the fraction of the enforced power limit they draw (p10, "
@@ -57,8 +53,7 @@ def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
 def question_blocks(
     asked: Question, panel: dict, launch: pd.DataFrame, power: pd.DataFrame
 ) -> list[Block]:
-    """Return the question's panel: its layouts, the winner per batch, what would change the
-    answer, its tiles' launch truth on its hardware, and what power can tell."""
+    """Return the question's panel: layouts, winner per batch, sensitivity, tiles, power."""
     rows = panel["rows"]
     sources = ", ".join(sorted(rows["source"].astype(str).unique())) if len(rows) else "none"
     blocks: list[Block] = [
@@ -107,9 +102,7 @@ def _tile_names(rows: pd.DataFrame) -> list[str]:
 
 
 def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
-    """Return the question's tiles on its hardware (from its tiles' backend): epilogue, stage
-    count asked and chosen, shared memory, limit, and whether each reproduces the question's
-    launch failure (over the opt-in limit on a tile the question did not see run)."""
+    """Return the question's tiles on its hardware, and whether each reproduces its failure."""
     need = {"backend", "target", "tile_m", "tile_n", "tile_k", "smem_bytes", "fits"}
     if launch.empty or not need <= set(launch):
         return pd.DataFrame()
@@ -138,8 +131,7 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
 
 
 def _stages_asked(value: object) -> str:
-    """Return a launch row's requested stage count as text ("auto" or "3"), however the table
-    read it back (3, 3.0, "3" or "auto")."""
+    """Return a launch row's requested stage count as text ('auto' or '3')."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)
@@ -158,8 +150,7 @@ def _fit_words(row: dict) -> str:
 
 
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
-    """Return the sentence for one combination over the opt-in limit: its bytes and overshoot,
-    what it means for the question's observation of its tile, and what auto stages do."""
+    """Return the sentence for one combination over the opt-in limit."""
     said = (
         f"{_combination(row)}: {int(row['smem_bytes']):,} B, {int(row['overshoot_bytes']):,} B "
         f"over the {int(row['smem_limit_bytes']):,} B opt-in limit: "
@@ -185,8 +176,7 @@ def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> st
 
 
 def _settings_matched(rows: pd.DataFrame, ran: dict[str, bool], name: str) -> str | None:
-    """Return which setting (epilogue x stages asked) matches every tile the question saw run or
-    fail, or the closest ones and the tiles they miss; None when the question saw nothing."""
+    """Return which setting matches every tile the question saw run or fail, or the closest ones."""
     if not ran:
         return None
     tally = []
@@ -214,10 +204,7 @@ def _settings_matched(rows: pd.DataFrame, ran: dict[str, bool], name: str) -> st
 
 
 def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
-    """Return one sentence per combination (tile x epilogue x stages asked) of the question's
-    tiles over its hardware's opt-in limit, with its bytes, overshoot and what auto stages do;
-    a sentence for each tile the question saw fail that no combination reproduces; and which
-    setting matches every tile the question saw run or fail. Built from the launch rows."""
+    """Return the question's tile findings, one sentence each, from the launch rows."""
     need = set(TILE_FINDING_NEEDS)
     if launch.empty or not need <= set(launch) or not asked.tiles:
         return []

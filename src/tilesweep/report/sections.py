@@ -1,6 +1,4 @@
-"""The report's sections, each a list of blocks built from the tables: the answer (summary),
-the machine that ran the sweep, verdict, check, launch, decode, collectives and provenance (a
-tuner's own sections come from its role: Tuner.report_sections)."""
+"""The report's sections, each a list of blocks built from the tables."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ XEP = (
 
 
 def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:
-    """Return the verdict pivot of the given rows (ties worded), with its legend beside it
-    when it has rows."""
+    """Return the verdict pivot of the given rows (ties worded), with its legend."""
     grid = verdict_pivot(worded(verdict))
     names = grid["layout"].astype(str) if "layout" in grid else pd.Series(dtype=str)
     words = [*LAYOUT_WORDS, *((XEP,) if names.str.endswith("-xep").any() else ())]
@@ -59,9 +56,7 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
 
 
 def summary_blocks(verdict: pd.DataFrame, unasked: str = "") -> list[Block]:
-    """Return the verdict at a glance (the answer card above it names the picks): the verdict
-    grid of the layouts that fit (those that fit nowhere in one line), the Pareto figure, and
-    why the question's panel is absent (`unasked`)."""
+    """Return the verdict at a glance: the grid of fitting layouts, the Pareto figure, `unasked`."""
     fit, never = fitting_layouts(verdict)
     none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
     blocks: list[Block] = [verdict_grid(fit, empty=none)]
@@ -79,9 +74,7 @@ def _with_tie(columns: list[str]) -> list[str]:
 
 
 def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
-    """Return the verdict section's blocks: what it is composed from, the figure, the key
-    columns of the rows that fit (with a `tie` column beside the margin), the rows that do not
-    fit and every column behind details elements, and the first fitting row's inputs."""
+    """Return the verdict section's blocks: what it rests on, the figure and the rows."""
     sources = ", ".join(sorted(verdict["source"].astype(str).unique())) if len(verdict) else ""
     frame = tie_column(verdict)
     if "tpot_ms" in frame:
@@ -138,8 +131,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
 
 
 def verdict_collectives(verdict: pd.DataFrame | None) -> str:
-    """Return where the verdict's collectives come from, read from its first fitting row's
-    inputs (answer_rests.collective_words), or that it has no row that fits."""
+    """Return where the verdict's collectives come from (its first fitting row's inputs)."""
     if verdict is None or verdict.empty or row_inputs.COLUMN not in verdict:
         return "no verdict row names its collectives"
     fits = verdict[column(verdict, "fits_memory", "yes").astype(str) == "yes"]
@@ -150,8 +142,7 @@ def verdict_collectives(verdict: pd.DataFrame | None) -> str:
 def check_blocks(
     check: pd.DataFrame, engines: pd.DataFrame | None = None, verdict: pd.DataFrame | None = None
 ) -> list[Block]:
-    """Return the check section's blocks: how far off in one line, the figure, the
-    composed-vs-measured rows, and the engines' own figures beside the composition."""
+    """Return the check section's blocks: the headline, figure, rows and engines' figures."""
     checked = check_headline(check)
     return [
         Text(
@@ -174,8 +165,7 @@ def check_blocks(
 
 
 def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
-    """Return the engines' own figures (cited in conf/references) beside the verdict composed
-    for each: a heading, what the columns mean, and the rows; nothing where none is cited."""
+    """Return the engines' cited figures beside the verdict composed for each, none uncited."""
     if engines is None or engines.empty:
         return []
     return [

@@ -1,5 +1,4 @@
-"""The whole-step figures: the verdict's split of a decode step per layout and batch, and the
-check of composed against measured steps."""
+"""The whole-step figures: the verdict's split per layout and batch, and the check's error."""
 
 from __future__ import annotations
 
@@ -17,8 +16,9 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
-    enforce_series,
+    finish,
     floats,
+    legend_below,
     reference,
     whole,
 )
@@ -84,9 +84,7 @@ def _listed(values) -> str:
 
 
 def verdict_split(verdict: pd.DataFrame) -> Figure:
-    """Return stacked bars of each layout's step split (memory, math, communication, other) in
-    ms per output token, grouped by batch on one y scale; a layout that does not fit at a
-    batch has no bar there, and the legend names it."""
+    """Return stacked bars of each layout's step split in ms per token, grouped by batch."""
     shares = [c for c in SHARE_COLORS if c in verdict]
     if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
         return empty("no verdict rows", "Verdict")
@@ -119,22 +117,12 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
     if "floor_ms" in verdict and floats(verdict[drawn], "floor_ms").notna().any():
         handles.append(Line2D([], [], color="black", lw=1.6, label="roofline floor (floor_ms)"))
-    title = "\n".join(textwrap.fill(n, 150) for n in notes) or None
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=len(handles),
-        fontsize=TEXT_PT + 1,
-        title=title,
-        title_fontsize=TEXT_PT + 1,
-    )
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, [textwrap.fill(n, 150) for n in notes], ncols=len(handles))
+    return finish(fig)
 
 
 def _split_row(ax, groups: list, shares: list[str]) -> float:
-    """Draw one row of the split: each batch's layouts side by side, a gap between batches;
-    return the row's span in bar slots."""
+    """Draw one row of the split; return the row's span in bar slots."""
     x, names, centres, edges, pos = [], [], [], [], 0.0
     for _batch, part in groups:
         here = pos + np.arange(len(part))
@@ -194,9 +182,7 @@ def _pct(part: pd.DataFrame, col: str) -> pd.Series:
 
 
 def check_error(check: pd.DataFrame) -> Figure:
-    """Return the composition's error against the measured whole step, in percent, per layout
-    and batch: composed (and the roofline alone) over the measured median, with the measured
-    p10..p90 band around that median; every panel on one y scale, zero and +-10% drawn."""
+    """Return the composition's error against the measured whole steps (%), per layout and batch."""
     if check.empty or "measured_ms" not in check:
         return empty("no measured whole steps", "Check of the method")
     layouts = list(dict.fromkeys(check["layout"].astype(str)))
@@ -243,6 +229,5 @@ def check_error(check: pd.DataFrame) -> Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], color="#888888", lw=0.8, ls="--"))
     labels.append("+-10%")
-    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=TEXT_PT + 1)
-    fig.set_layout_engine("constrained")
-    return enforce_series(fig)
+    legend_below(fig, handles, labels=labels, ncols=4)
+    return finish(fig)
