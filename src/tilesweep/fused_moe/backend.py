@@ -3,6 +3,7 @@ the whole step under a name no engine reads (engines' files: engines/stage.py)."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, registe
 from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.section import FusedMoeSettings
 from tilesweep.fused_moe.space import config_file_name
+from tilesweep.fused_moe.step import fused_setup
 
 if TYPE_CHECKING:
     from tilesweep.settings.bench_method import BenchSettings
@@ -75,9 +77,6 @@ def moe_table(
     bench: BenchSettings, fused: FusedMoeSettings, model: ModelSettings, layout: dict, device: str
 ) -> dict:
     """Return the configs one rank's experts run: the first tuned table found, else vLLM's rules."""
-    import json
-    from pathlib import Path
-
     experts = model.routed_experts // layout["ep"]
     n = model.moe_intermediate // layout["tp"]
     name = project_kernel_file(experts, n, device, "bf16")
@@ -174,12 +173,7 @@ class FusedMoeStep(StepRunner):
     fused = True  # the step's own path: fused gate-up and down weights, its own tuned table
     default_on_gpu = True
 
-    def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
-        """Return the project kernel's routing, config and call for one micro-batch (step.py)."""
-        # triton (via fused_moe.step): this module loads without it
-        from tilesweep.fused_moe.step import fused_setup
-
-        return fused_setup(rank, n, slots, counts, experts)
+    fused_setup = staticmethod(fused_setup)  # the project kernel's micro-batch (step.py)
 
     def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
         """Return the tuned configs one rank of the layout runs (moe_table)."""
