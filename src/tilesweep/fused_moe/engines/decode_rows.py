@@ -37,21 +37,10 @@ def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFra
         out["op"] = "whole_moe"
         out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
         return out.reset_index(drop=True)
-    rows = []
-    for engine in mine.engines:
-        why = (
-            f"{engine} is not installed"
-            if not installed(engine)
-            else "no tuned table to time it with: tune_configs runs on GPU machines only"
-        )
-        rows.append(
-            {
-                "runner": f"engine:{engine}",
-                "kernel": "fused_experts",
-                "op": "whole_moe",
-                "status": "skipped",
-                "reason": why,
-                "source": "",
-            }
-        )
+    untimed = "no tuned table to time it with: tune_configs runs on GPU machines only"
+    rows = [
+        {"runner": f"engine:{e}", "kernel": "fused_experts", "op": "whole_moe", "source": ""}
+        | {"status": "skipped", "reason": untimed if installed(e) else f"{e} is not installed"}
+        for e in mine.engines
+    ]
     return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)
