@@ -1,5 +1,4 @@
-"""The fused-MoE backend: one tuning job per dtype on a GPU machine (tune.py), its picks kept for
-the whole step under a name no engine reads (engines' files: engines/stage.py)."""
+"""The fused-MoE backend: a tuning job per dtype (tune.py), picks under a name no engine reads."""
 
 from __future__ import annotations
 
@@ -19,15 +18,11 @@ if TYPE_CHECKING:
     from tilesweep.settings.workload import ModelSettings
 
 NAME = "fused_moe"
-# The folder, and the file-name prefix, of the project kernel's tuned picks
-# (tune/fused_moe/<this>/<dtype>/ of a sweep's results, <run>/<this>/<dtype>/ of a kept example):
-# never an engine's folder or file name, so that no engine takes a table timed in another kernel
-# for its own.
+# The project kernel's picks' folder and file-name prefix (tune/fused_moe/<this>/<dtype>/): never
+# an engine's, so that no engine takes a table timed in another kernel for its own.
 PROJECT_KERNEL = "project_kernel"
-# A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
-# every folder of journals there (<run>/<dtype>/spec.json) is replayed into <run>/tune_<dtype>.csv
-# and the project kernel's picks, <run>/project_kernel/<dtype>/ (workflow/rules/
-# fused_moe_replay.smk).
+# A kept example's tuning run whose tables the report reads; every <run>/<dtype>/ of journals is
+# replayed into <run>/tune_<dtype>.csv and <run>/project_kernel/<dtype>/ (fused_moe_replay.smk).
 EXAMPLE_TUNE = "tune_work"
 
 

@@ -1,6 +1,5 @@
-"""The fused-MoE GEMMs in the engines' conditions on the device at hand: routed batches, both expert
-GEMMs checked against fp32, and the same-dtype torch baseline. Runs in the tuning worker; on a CPU
-under Triton's interpreter (TRITON_INTERPRET=1, tests only)."""
+"""The fused-MoE GEMMs on the device at hand: routed batches, fp32 checks, the torch baseline (on a
+CPU under Triton's interpreter in tests only)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The fused-MoE package's CLI verbs, `engine-check FILE` and `engine-tune`, added through the
-backend's Commands role."""
+"""The fused-MoE CLI verbs `engine-check FILE` and `engine-tune` (the backend's Commands role)."""
 
 from __future__ import annotations
 

@@ -24,8 +24,7 @@ def item_key(phase: str, problem: int, what: str) -> str:
 
 
 def read_journal(path: str | Path) -> dict[str, dict]:
-    """Return the journal's finished items by key (.gz: compressed; a trailing half-written line
-    is ignored)."""
+    """Return the journal's finished items by key (.gz too; a half-written last line ignored)."""
     done, path = {}, Path(path)
     if not path.exists():
         return done
@@ -67,9 +66,7 @@ class Journal:
 
 def beat(path: str | Path, key: str) -> None:
     """Record which item the worker starts now (atomically replaced)."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps({"key": key, "time": time.time()}))
-    tmp.replace(path)
+    write_text(path, json.dumps({"key": key, "time": time.time()}))
 
 
 def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts: int = 50):

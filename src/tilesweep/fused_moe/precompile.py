@@ -1,5 +1,4 @@
-"""The tuning worker's compile step: one config per compiled kernel, compiled in a pool before
-anything is timed, refusals kept as results."""
+"""The tuning worker's compile step: a config per kernel, compiled in a pool before any timing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""backend.fused_moe's model: what is tuned, how it is timed and picked, and the engines' default
-rules; plain data that the backend registers, the tuner and the engine search read."""
+"""backend.fused_moe's model: what is tuned, how it is timed and picked, the engines' defaults."""
 
 from __future__ import annotations
 

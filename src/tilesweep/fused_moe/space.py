@@ -1,5 +1,4 @@
-"""Pure arithmetic of fused-MoE tuning: the search space, constraints, the engines' default rules,
-the problems per layout and the engines' config file names."""
+"""Pure arithmetic of fused-MoE tuning: space, constraints, default rules, problems, file names."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The fused-MoE step runner's part of the measured whole step: one micro-batch's routing and the
-config the tuned table (or the default rules) picks."""
+"""The fused-MoE step runner's micro-batch: its routing and the config its tuned table picks."""
 
 from __future__ import annotations
 

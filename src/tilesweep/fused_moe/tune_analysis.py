@@ -1,5 +1,4 @@
-"""What the tuning section derives from the tune table: the tuned config per batch and its figures
-against the targets."""
+"""What the tuning section derives from the tune table: the tuned config per batch, targets."""
 
 from __future__ import annotations
 
@@ -10,10 +9,8 @@ from tilesweep.columns import TUNE_SUMMARY_COLUMNS, TUNE_TARGET_COLUMNS, Status
 
 
 def tune_targets(summary: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per (dtype, problem, routing) of a tune summary: the lowest speed-ups over
-    vLLM's default (all batches, M >= 1,024), the bandwidth fraction 1.15x needs (above 1: no
-    once-reading kernel gets there), the lowest speed-up over torch at 1-256 tokens per expert and
-    the copy fractions at 32 or fewer."""
+    """Return one row per (dtype, problem, routing) of a tune summary: its lowest figures against
+    the targets (a read fraction for 1.15x above 1: no once-reading kernel gets there)."""
     keys = ["dtype", "experts", "n", "routing"]
     rows = []
     for key, group in summary.groupby(keys):

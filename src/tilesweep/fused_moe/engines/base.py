@@ -1,5 +1,4 @@
-"""What an engine is to this package: its data (`<name>.yaml`, checked by EngineData) and its launch
-(`Engine`); one module and one YAML file per engine, registered with `@register`."""
+"""An engine: its data (`<name>.yaml`, EngineData) and launch (`Engine`), by `@register`."""
 
 from __future__ import annotations
 
@@ -114,8 +113,7 @@ class Engine:
         raise NotImplementedError
 
     def launch(self, kernel, a, b, c, blocks, config: dict, **given):
-        """Launch the engine's kernel for one GEMM over `blocks`; return c, [pairs, N]. `given`:
-        Launch's top_k and, where set, topk_weights, a_scale, b_scale and block_shape."""
+        """Launch the engine's kernel for one GEMM over `blocks` (`given`: Launch's); return c."""
         import triton  # the GPU stack: this module loads without it
 
         launch = Launch(a, b, c, *blocks, config, **given)

@@ -23,8 +23,7 @@ ENGINE_KERNELS = {
 
 
 def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFrame:
-    """Return decode.csv's rows of the engines' own kernels (timed, else one skipped row each);
-    none where backend.fused_moe is absent or off."""
+    """Return decode.csv's engine rows, timed or each skipped; none where the section is off."""
     if mine is None or not mine.enabled:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     timed = pd.DataFrame()

@@ -1,6 +1,5 @@
-"""The expert GEMMs in an engine's weight formats: bf16, fp8 w8a8 per tensor and fp8 w8a8 with 128 x
-128 block scales (GLM-5-FP8's, DeepSeek-V3's). Activations are quantised outside the timed call, as
-the engines do it in a separate kernel."""
+"""The expert GEMMs in an engine's weight formats (bf16, fp8 per tensor, fp8 128 x 128 blocks);
+activations are quantised outside the timed call, as the engines do it in a separate kernel."""
 
 from __future__ import annotations
 

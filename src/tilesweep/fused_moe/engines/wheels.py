@@ -190,17 +190,6 @@ def _manifest(engine: str, version: str, folder: str | Path) -> tuple[Path, dict
     return kept, json.loads((kept / "manifest.json").read_text())
 
 
-class _Platform:
-    """The one thing the engines' naming functions ask of the platform: the device's name."""
-
-    def __init__(self, device_name: str):
-        self.device_name = device_name
-
-    def get_device_name(self, device_id: int = 0) -> str:
-        """Return the device's name as torch reports it (e.g. "NVIDIA H200")."""
-        return self.device_name
-
-
 def config_file_name(
     engine: str,
     version: str,
@@ -219,7 +208,8 @@ def config_file_name(
     text = (kept / "names.py").read_bytes()
     if "names_py_sha256" not in manifest or _sha256(text) != manifest["names_py_sha256"]:
         raise LookupError(f"{kept / 'names.py'}: missing or differs from its manifest")
-    platform = _Platform(device_name)
+    # the one thing the engines' naming functions ask of the platform: the device's name
+    platform = types.SimpleNamespace(get_device_name=lambda device_id=0: device_name)
     space = {**vars(typing), "re": re, "os": __import__("os"), "functools": functools}
     space.update(cache=functools.cache, lru_cache=functools.lru_cache)
     space.update(current_platform=platform, get_device_name=platform.get_device_name)
@@ -232,7 +222,7 @@ def config_file_name(
 
 
 @contextlib.contextmanager
-def _platform_module(platform: _Platform, dotted: str | None):
+def _platform_module(platform, dotted: str | None):
     """Let `from <dotted> import current_platform` resolve to `platform` for the duration."""
     if dotted is None:
         yield
