@@ -1,8 +1,8 @@
-"""The fused-MoE backend: one tuning job per dtype on a GPU machine (tune.py), its picks kept for
-the whole step under a name no engine reads (engines' files: engines/stage.py)."""
+"""The fused-MoE backend: a tuning job per dtype (tune.py), picks under a name no engine reads."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +10,7 @@ from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, registe
 from tilesweep.fused_moe.commands import FusedMoeCommands
 from tilesweep.fused_moe.section import FusedMoeSettings
 from tilesweep.fused_moe.space import config_file_name
+from tilesweep.fused_moe.step import fused_setup
 
 if TYPE_CHECKING:
     from tilesweep.settings.bench_method import BenchSettings
@@ -17,15 +18,11 @@ if TYPE_CHECKING:
     from tilesweep.settings.workload import ModelSettings
 
 NAME = "fused_moe"
-# The folder, and the file-name prefix, of the project kernel's tuned picks
-# (tune/fused_moe/<this>/<dtype>/ of a sweep's results, <run>/<this>/<dtype>/ of a kept example):
-# never an engine's folder or file name, so that no engine takes a table timed in another kernel
-# for its own.
+# The project kernel's picks' folder and file-name prefix (tune/fused_moe/<this>/<dtype>/): never
+# an engine's, so that no engine takes a table timed in another kernel for its own.
 PROJECT_KERNEL = "project_kernel"
-# A kept example's tuning run whose tables the report reads (FOLDER/<this>/tune_<dtype>.csv);
-# every folder of journals there (<run>/<dtype>/spec.json) is replayed into <run>/tune_<dtype>.csv
-# and the project kernel's picks, <run>/project_kernel/<dtype>/ (workflow/rules/
-# fused_moe_replay.smk).
+# A kept example's tuning run whose tables the report reads; every <run>/<dtype>/ of journals is
+# replayed into <run>/tune_<dtype>.csv and <run>/project_kernel/<dtype>/ (fused_moe_replay.smk).
 EXAMPLE_TUNE = "tune_work"
 
 
@@ -75,9 +72,6 @@ def moe_table(
     bench: BenchSettings, fused: FusedMoeSettings, model: ModelSettings, layout: dict, device: str
 ) -> dict:
     """Return the configs one rank's experts run: the first tuned table found, else vLLM's rules."""
-    import json
-    from pathlib import Path
-
     experts = model.routed_experts // layout["ep"]
     n = model.moe_intermediate // layout["tp"]
     name = project_kernel_file(experts, n, device, "bf16")
@@ -174,12 +168,7 @@ class FusedMoeStep(StepRunner):
     fused = True  # the step's own path: fused gate-up and down weights, its own tuned table
     default_on_gpu = True
 
-    def fused_setup(self, rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
-        """Return the project kernel's routing, config and call for one micro-batch (step.py)."""
-        # triton (via fused_moe.step): this module loads without it
-        from tilesweep.fused_moe.step import fused_setup
-
-        return fused_setup(rank, n, slots, counts, experts)
+    fused_setup = staticmethod(fused_setup)  # the project kernel's micro-batch (step.py)
 
     def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
         """Return the tuned configs one rank of the layout runs (moe_table)."""

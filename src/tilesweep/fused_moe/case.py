@@ -1,13 +1,11 @@
-"""The fused-MoE GEMMs in the engines' conditions on the device at hand: routed batches, both expert
-GEMMs checked against fp32, and the same-dtype torch baseline. Runs in the tuning worker; on a CPU
-under Triton's interpreter (TRITON_INTERPRET=1, tests only)."""
+"""The fused-MoE GEMMs on the device at hand: routed batches, fp32 checks, the torch baseline (on a
+CPU under Triton's interpreter in tests only)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from tilesweep.fused_moe import kernel as fm
 from tilesweep.fused_moe import routing
 from tilesweep.fused_moe.space import gemm_shapes, scale_mode
 from tilesweep.measure.gemm_case import TOLERANCE as GEMM_TOLERANCE
@@ -21,11 +19,11 @@ TOLERANCE = {**GEMM_TOLERANCE, "fp32": 1e-2}
 
 @dataclass
 class Weights:
-    """One problem's expert weights (and their fp8 per-channel scales) on the device."""
+    """One problem's expert weights in a dtype or an engine's format, with their scales."""
 
-    dtype: str
+    dtype: str  # bf16, fp8 (per channel here; per expert in engines/formats.py), fp8_block, fp32
     w: dict  # gemm -> [experts, N, K]
-    scale: dict  # gemm -> [experts, N] fp32 (fp8), or None
+    scale: dict  # gemm -> [experts, N] (fp8 here), [experts] or [experts, N/128, K/128], or None
 
 
 @dataclass
@@ -88,17 +86,7 @@ def make_routing(m: int, experts: int, top_k: int, routing: str, alpha: float, d
     return ids.to(torch.int32), torch.softmax(logits, dim=-1).reshape(-1).contiguous()
 
 
-def make_batch(
-    problem: dict,
-    weights: Weights,
-    m: int,
-    routing: str,
-    alpha: float,
-    device,
-    gen,
-    direct: bool,
-    out_dtype: str = "bf16",
-) -> Batch:
+def make_batch(problem: dict, weights: Weights, m: int, routing: str, alpha, device, gen, direct):
     """Return a routed batch of m tokens with fresh random activations and NaN-poisoned outputs."""
     import torch
 
@@ -112,7 +100,7 @@ def make_batch(
             a[gemm], a_scale[gemm] = _quantize(x, 1)
         else:
             a[gemm], a_scale[gemm] = x.to(torch_dtype(weights.dtype)), None
-        c[gemm] = torch.full((pairs, n), float("nan"), dtype=torch_dtype(out_dtype), device=device)
+        c[gemm] = torch.full((pairs, n), float("nan"), dtype=torch.bfloat16, device=device)
     return Batch(m, ids, topw, a, a_scale, c, direct=direct)
 
 
@@ -132,24 +120,13 @@ def fused_call(config: dict, problem: dict, weights: Weights, batch: Batch, gemm
     """Return the call that runs the project's fused-MoE kernel on one GEMM of a batch."""
     scale = scale_mode(weights.dtype)
     blk = blocks(batch, config["BLOCK_SIZE_M"], problem["experts"], bool(config.get("SORT")))
-    gather = gemm == "gate_up"
+    from tilesweep.fused_moe import kernel as fm  # triton: this module loads without it
 
-    def call():
-        return fm.invoke(
-            batch.a[gemm],
-            weights.w[gemm],
-            batch.c[gemm],
-            blk,
-            config,
-            top_k=problem["top_k"],
-            gather=gather,
-            topk_weights=None if gather else batch.topk_weights,
-            scale=scale,
-            a_scale=batch.a_scale[gemm],
-            b_scale=weights.scale[gemm],
-        )
-
-    return call
+    gather, args = gemm == "gate_up", (batch.a[gemm], weights.w[gemm], batch.c[gemm], blk, config)
+    given = {"top_k": problem["top_k"], "gather": gather, "scale": scale}
+    given.update(topk_weights=None if gather else batch.topk_weights)
+    given.update(a_scale=batch.a_scale[gemm], b_scale=weights.scale[gemm])
+    return lambda: fm.invoke(*args, **given)
 
 
 def routed_reference(problem: dict, batch, gemm: str, a, weight, experts: int | None = None):

@@ -4,6 +4,7 @@ journalled item."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -12,12 +13,9 @@ import time
 from pathlib import Path
 
 from tilesweep.columns import Status
-from tilesweep.io import atomic_path
+from tilesweep.io import write_text
 
-SCREEN = "screen"
-
-
-FINAL = "final"
+SCREEN, FINAL = "screen", "final"
 
 
 def item_key(phase: str, problem: int, what: str) -> str:
@@ -26,12 +24,12 @@ def item_key(phase: str, problem: int, what: str) -> str:
 
 
 def read_journal(path: str | Path) -> dict[str, dict]:
-    """Return the journal's finished items by key (a trailing half-written line is ignored)."""
-    done = {}
-    path = Path(path)
+    """Return the journal's finished items by key (.gz too; a half-written last line ignored)."""
+    done, path = {}, Path(path)
     if not path.exists():
         return done
-    for line in path.read_text().splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -68,17 +66,14 @@ class Journal:
 
 def beat(path: str | Path, key: str) -> None:
     """Record which item the worker starts now (atomically replaced)."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps({"key": key, "time": time.time()}))
-    tmp.replace(path)
+    write_text(path, json.dumps({"key": key, "time": time.time()}))
 
 
 def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts: int = 50):
     """Run the worker until every item is journalled; return the journal's records."""
     work_dir.mkdir(parents=True, exist_ok=True)
     spec_path, journal, heartbeat = (work_dir / n for n in ("spec.json", "journal.jsonl", "beat"))
-    with atomic_path(spec_path) as tmp:
-        tmp.write_text(json.dumps(spec, sort_keys=True, indent=1))
+    write_text(spec_path, json.dumps(spec, sort_keys=True, indent=1))
     cmd = [sys.executable, "-m", "tilesweep.fused_moe.tune_worker", str(spec_path)]
     cmd += [str(journal), str(heartbeat)]
     attempt = 0
@@ -100,17 +95,8 @@ def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts
             kind = Status.TIMEOUT if status == "timeout" else Status.CRASH
             phase, problem, what = key.split("|", 2)
             reason = f"worker {status} (exit {proc.returncode}) during this item, attempt {attempt}"
-            append_journal(
-                journal,
-                {
-                    "key": key,
-                    "phase": phase,
-                    "problem": int(problem),
-                    "what": what,
-                    "status": str(kind),
-                    "reason": reason,
-                },
-            )
+            rec = {"key": key, "phase": phase, "problem": int(problem), "what": what}
+            append_journal(journal, {**rec, "status": str(kind), "reason": reason})
         log.warning("worker %s at %s; restarting", status, key)
     raise RuntimeError(f"the tuning worker failed {restarts} times")
 

@@ -1,5 +1,4 @@
-"""The tuning worker's compile step: one config per compiled kernel, compiled in a pool before
-anything is timed, refusals kept as results."""
+"""The tuning worker's compile step: a config per kernel, compiled in a pool before any timing."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import concurrent.futures as cf
 import multiprocessing as mp
 
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.case import torch_dtype
 from tilesweep.fused_moe.journal import beat
 
 
@@ -43,9 +43,7 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
     try:
         import torch
 
-        # triton (via fused_moe.kernel, fused_moe.case): this module loads without it
-        from tilesweep.fused_moe import kernel as fm
-        from tilesweep.fused_moe.case import torch_dtype
+        from tilesweep.fused_moe import kernel as fm  # triton: this module loads without it
 
         dev = "cuda"
         e, n, k, rows = 2, 256, 512, 4
@@ -60,21 +58,9 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
         scale = space.scale_mode(dtype)
         a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
         b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
-        w = torch.ones(rows, device=dev)
-        for weights in (None, w):  # mul_routed is a runtime flag: one compile serves both
-            fm.invoke(
-                a,
-                b,
-                c,
-                (ids, exp, post),
-                config,
-                top_k=1,
-                gather=False,
-                topk_weights=weights,
-                scale=scale,
-                a_scale=a_s,
-                b_scale=b_s,
-            )
+        given = {"top_k": 1, "gather": False, "scale": scale, "a_scale": a_s, "b_scale": b_s}
+        for weights in (None, torch.ones(rows, device=dev)):  # a runtime flag: one compile
+            fm.invoke(a, b, c, (ids, exp, post), config, topk_weights=weights, **given)
         torch.cuda.synchronize()
         return space.config_slug(config), None
     except Exception as exc:  # a compile or launch refusal is a result: its last line
@@ -83,15 +69,18 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
 
 def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, str]:
     """Return {slug: error} for configs that fail to compile, compiling in parallel processes."""
-
     failed = {}
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+    with compile_pool(workers) as pool:
         for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
             if err:
                 failed[space.tile_key(slug)] = err
     log(f"compiled {len(configs)} configs, {len(failed)} refused")
     return failed
+
+
+def compile_pool(workers: int):
+    """Return a pool of spawned processes (one per worker; reused across calls)."""
+    return cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn"))
 
 
 def compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:

@@ -58,25 +58,11 @@ def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
     """Return the drop-in files' blocks: each file with its held-out ratios, else why none."""
     if dropins.empty:
-        return [
-            Text(
-                "No drop-in engine files in this run: a GPU sweep writes them when it tunes "
-                "(backend.fused_moe.tune=true, results/tuned/fused_moe/), and a kept example "
-                "lists its own (engine_tables/dropins.csv)."
-            )
-        ]
+        return [Text(TEXTS["no_dropins"])]
     done = dropins[dropins["status"] == "exported"] if "status" in dropins else dropins
-    worst = pd.to_numeric(done.get("worst_x_baseline"), errors="coerce")
+    lowest = pd.to_numeric(done.get("worst_x_baseline"), errors="coerce").min()
     return [
-        Text(
-            f"{len(done)} of {len(dropins)} files exported, each named by its engine's own "
-            "get_config_file_name and decided decode-true (cold L2 over rotated weight copies, "
-            "CUDA-graph replays) against what the engine runs today: its shipped table where "
-            "its wheel has one (`baseline` shipped), else its default rule. A key keeps its "
-            "tuned config only where it won beyond the noise on two draws; the ratios are the "
-            "held-out third draw's (above 1: the file is faster), worst over every batch M and "
-            f"both routings (lowest {worst.min():.3f}x), geometric mean over M >= 1,024."
-        ),
+        Text(TEXTS["dropins_intro"].format(exported=len(done), files=len(dropins), lowest=lowest)),
         Table(dropins, [c for c in REPORT_DROPIN_COLUMNS if c in dropins]),
     ]
 

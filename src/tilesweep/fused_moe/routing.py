@@ -1,5 +1,4 @@
-"""The fused-MoE kernel's host-side routing: pairs sorted by expert and padded to BLOCK_SIZE_M with
-a sentinel, or one row block per pair for tiny batches."""
+"""The kernel's host-side routing: pairs sorted by expert and padded, or a block per pair."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""backend.fused_moe's model: what is tuned, how it is timed and picked, and the engines' default
-rules; plain data that the backend registers, the tuner and the engine search read."""
+"""backend.fused_moe's model: what is tuned, how it is timed and picked, the engines' defaults."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tilesweep.fused_moe.engines.base import names as engine_names
-from tilesweep.fused_moe.space import ENGINE_DTYPE, SPACE_KEYS, VARIANT_OFF, condition_holds
+from tilesweep.fused_moe.space import ENGINE_DTYPE, VARIANT_OFF, engine_default
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 Positive = Annotated[int, Field(ge=1)]
@@ -37,14 +36,6 @@ class Rule(Section):
     dtype: str = None
     block: bool = None  # the format is fp8 with 128 x 128 block scales
 
-    def holds(self, m: int, experts: int, dtype: str) -> bool:
-        """Return whether every condition this rule sets holds (none set: always)."""
-        return all(
-            condition_holds(k, v, m, experts, dtype)
-            for k, v in self
-            if k != "value" and v is not None
-        )
-
 
 class EngineDefaults(Section):
     """An engine's default heuristic: the rules for each launch parameter."""
@@ -57,17 +48,8 @@ class EngineDefaults(Section):
     num_stages: list[Rule]
 
     def config_for(self, m: int, experts: int, dtype: str) -> dict:
-        """Return the config these rules pick for M tokens over E experts (first rule that holds;
-        space.engine_default does the same for the rules as a worker's spec writes them)."""
-        out = {}
-        for key in SPACE_KEYS:
-            found = [rule.value for rule in getattr(self, key) if rule.holds(m, experts, dtype)]
-            if not found:
-                raise ValueError(
-                    f"the default rules for {key} end without a rule that always holds"
-                )
-            out[key] = found[0]
-        return out
+        """Return the config these rules pick for M tokens over E experts (space.engine_default)."""
+        return engine_default(self.model_dump(exclude_none=True), m, experts, dtype)
 
 
 class Variant(Section):
@@ -148,9 +130,11 @@ class FusedMoeSettings(Section):
             why = "must be at least 1 when variants are screened (variants: [] turns them off)"
             key = "variant_tiles" if self.variant_tiles < 1 else "variant_finalists"
             raise refuse(key, why, getattr(self, key))
-        for engine, defaults in self.engine_defaults.items():
-            for key, dtype in itertools.product(SPACE_KEYS, self.dtypes):
-                if not any(rule.holds(1, 1, dtype) for rule in getattr(defaults, key)):
-                    why = f"the default rules for {key} end without a rule that always holds"
-                    raise refuse(f"engine_defaults.{engine}", why)
+        for (engine, defaults), dtype in itertools.product(
+            self.engine_defaults.items(), self.dtypes
+        ):
+            try:
+                defaults.config_for(1, 1, dtype)
+            except ValueError as exc:
+                raise refuse(f"engine_defaults.{engine}", str(exc)) from None
         return self

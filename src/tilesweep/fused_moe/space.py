@@ -1,5 +1,4 @@
-"""Pure arithmetic of fused-MoE tuning: the search space, constraints, the engines' default rules,
-the problems per layout and the engines' config file names."""
+"""Pure arithmetic of fused-MoE tuning: space, constraints, default rules, problems, file names."""
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ SPACE_KEYS = (
 # several pairs reach is streamed once, not once per pair). A config with none of them above
 # that value is the engines' kernel and may be exported.
 VARIANT_OFF = {"TMA": 0, "PERSISTENT": 0, "SPLIT_K": 1, "SORT": 0}
+SUFFIX = {"TMA": "-tma", "PERSISTENT": "-p", "SPLIT_K": "-sk", "SORT": "-sort"}  # in a slug
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).
 OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -38,17 +38,12 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 def config_slug(config: dict) -> str:
     """Return a config's identity, e.g. 'm64n128k64-g16-w4-s3[-tma][-p2][-sk2][-sort]'."""
     slug = (
-        f"m{config['BLOCK_SIZE_M']}n{config['BLOCK_SIZE_N']}k{config['BLOCK_SIZE_K']}"
-        f"-g{config['GROUP_SIZE_M']}-w{config['num_warps']}-s{config['num_stages']}"
+        "m{BLOCK_SIZE_M}n{BLOCK_SIZE_N}k{BLOCK_SIZE_K}-g{GROUP_SIZE_M}-w{num_warps}-s{num_stages}"
     )
-    if config.get("TMA"):
-        slug += "-tma"
-    if config.get("PERSISTENT"):
-        slug += f"-p{config['PERSISTENT']}"
-    if config.get("SPLIT_K", 0) > 1:
-        slug += f"-sk{config['SPLIT_K']}"
-    if config.get("SORT"):
-        slug += "-sort"
+    slug = slug.format(**config)
+    for key, off in VARIANT_OFF.items():  # TMA and SORT are flags: their suffix alone
+        if (config.get(key) or 0) > off:
+            slug += SUFFIX[key] + ("" if key in ("TMA", "SORT") else str(config[key]))
     return slug
 
 
@@ -60,14 +55,9 @@ def parse_slug(slug: str) -> dict:
     if not m:
         raise ValueError(f"not a fused-MoE config slug: {slug!r}")
     config = dict(zip(SPACE_KEYS, (int(g) for g in m.groups()[:6]), strict=True))
-    if m.group(7):
-        config["TMA"] = 1
-    if m.group(8):
-        config["PERSISTENT"] = int(m.group(8))
-    if m.group(9):
-        config["SPLIT_K"] = int(m.group(9))
-    if m.group(10):
-        config["SORT"] = 1
+    for key, found in zip(VARIANT_OFF, m.groups()[6:], strict=True):
+        if found:
+            config[key] = 1 if found.startswith("-") else int(found)
     return config
 
 
@@ -97,12 +87,8 @@ def search_space(space: dict[str, list[int]]) -> list[dict]:
 
 def smem_estimate(config: dict, dtype: str) -> int:
     """Return a config's shared memory in bytes: num_stages - 1 buffered A and B tiles."""
-    per_stage = (
-        (config["BLOCK_SIZE_M"] + config["BLOCK_SIZE_N"])
-        * config["BLOCK_SIZE_K"]
-        * OPERAND_BYTES[dtype]
-    )
-    return max(1, config["num_stages"] - 1) * per_stage
+    tile = (config["BLOCK_SIZE_M"] + config["BLOCK_SIZE_N"]) * config["BLOCK_SIZE_K"]
+    return max(1, config["num_stages"] - 1) * tile * OPERAND_BYTES[dtype]
 
 
 def constraint(config: dict, dtype: str, smem_limit: int, n: int, k: int, scale: str) -> str | None:
@@ -216,10 +202,8 @@ def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
 
 def gemm_shapes(problem: dict) -> dict[str, tuple[int, int]]:
     """Return (N, K) of the two expert GEMMs: gate/up (2 x intermediate out of hidden) and down."""
-    return {
-        "gate_up": (2 * problem["n"], problem["hidden"]),
-        "down": (problem["hidden"], problem["n"]),
-    }
+    n, hidden = problem["n"], problem["hidden"]
+    return {"gate_up": (2 * n, hidden), "down": (hidden, n)}
 
 
 def config_file_name(experts: int, n: int, device_name: str, dtype: str) -> str:
@@ -244,10 +228,7 @@ def pair_traffic(problem: dict, gemm: str, pairs: int, touched: int, dtype: str)
     b = OPERAND_BYTES[dtype]
     a_rows = pairs // problem["top_k"] if gemm == "gate_up" else pairs
     weights = touched * n * k * b
-    return {
-        "bytes": weights + a_rows * k * b + pairs * n * 2,
-        "flops": 2 * pairs * n * k,
-    }
+    return {"bytes": weights + a_rows * k * b + pairs * n * 2, "flops": 2 * pairs * n * k}
 
 
 def tokens_per_expert(m: int, problem: dict) -> float:

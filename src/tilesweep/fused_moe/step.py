@@ -1,9 +1,7 @@
-"""The fused-MoE step runner's part of the measured whole step: one micro-batch's routing and the
-config the tuned table (or the default rules) picks."""
+"""The fused-MoE step runner's micro-batch: its routing and the config its tuned table picks."""
 
 from __future__ import annotations
 
-from tilesweep.fused_moe import kernel as fm
 from tilesweep.fused_moe import routing
 from tilesweep.fused_moe.space import engine_default, nearest_key
 
@@ -22,6 +20,8 @@ def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
 
 def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
     """Return one micro-batch's routing, row blocks, config and kernel call (`invoke`)."""
+    from tilesweep.fused_moe import kernel as fm  # triton: this module loads without it
+
     torch, top_k = rank.torch, rank.model["top_k"]
     if rank.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k
         pairs, m, k = n * top_k, n, top_k

@@ -21,11 +21,15 @@ from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.fused_moe.journal import FINAL, SCREEN, read_journal, supervise
 from tilesweep.fused_moe.precompile import refusal_status
 from tilesweep.hardware import catalog_name
-from tilesweep.io import atomic_path, read_json, write_text
+from tilesweep.io import read_json, write_text
 from tilesweep.provenance import device_info, package_version
 from tilesweep.settings import TuneSettings, Tuning
 from tilesweep.stages import logged
 
+# backend.fused_moe's keys a worker's spec takes as they are.
+SPEC_KEYS = """space variants engine_defaults routing direct_sparsity screen_repeats final_repeats
+graph_calls graph_fill_ms finalists items_per_worker guard_default variant_tiles variant_finalists
+config_timeout_s compile_timeout_s engines"""
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.
 VERSIONS = "versions.json"
 # What a folder of the project kernel's picks holds, in the folder itself (README.txt); the package
@@ -47,36 +51,19 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
             for p in problems
         }
     )
-    cores = os.cpu_count() or 2
     # model_dump: output only (the worker's spec.json, a document other processes read)
-    written = mine.model_dump(include={"space", "variants", "engine_defaults"}, exclude_unset=True)
+    written = mine.model_dump(include=set(SPEC_KEYS.split()), exclude_unset=True)
     return {
+        **written,
         "dtype": dtype,
         "device": device,
         "problems": problems,
-        "space": written["space"],
         "batch_keys": sorted(mine.batch_keys),
         "final_batches": sorted(set(mine.batch_keys) | set(extra)),
         "check_batch": min(mine.batch_keys, key=lambda m: abs(m - 64)),
-        "routing": list(mine.routing),
         "zipf_alpha": settings.bench.zipf_alpha,
         "seed": settings.bench.seed,
-        "direct_sparsity": mine.direct_sparsity,
-        "screen_repeats": mine.screen_repeats,
-        "final_repeats": mine.final_repeats,
-        "graph_calls": mine.graph_calls,
-        "graph_fill_ms": mine.graph_fill_ms,
-        "finalists": mine.finalists,
-        "items_per_worker": mine.items_per_worker,
-        "guard_default": mine.guard_default,
-        "variants": written["variants"],
-        "variant_tiles": mine.variant_tiles,
-        "variant_finalists": mine.variant_finalists,
-        "config_timeout_s": mine.config_timeout_s,
-        "compile_timeout_s": mine.compile_timeout_s,
-        "compile_workers": mine.compile_workers or max(1, cores - 1),
-        "engines": list(mine.engines),
-        "engine_defaults": written["engine_defaults"],
+        "compile_workers": mine.compile_workers or max(1, (os.cpu_count() or 2) - 1),
         "smem_limit_bytes": smem_limit,
     }
 
@@ -122,52 +109,37 @@ def evaluate(
     return table.reindex(columns=TUNE_COLUMNS + extra)  # a new engine's default: its column
 
 
+def _columns(spec: dict, problem: dict) -> dict:
+    """Return the problem's and the run's columns of every row."""
+    where = {"dtype": spec["dtype"], "device": spec["device"]}
+    return {"experts": problem["experts"], "n": problem["n"], **where}
+
+
 def _failed_screen(spec: dict, rec: dict) -> dict:
     """Return the row of a config that could not be screened, with its reason."""
-    problem = spec["problems"][rec["problem"]]
-    if rec["status"] == Status.COMPILE:  # journals written before the launch status existed
-        rec = {**rec, "status": refusal_status(rec.get("reason", ""), compiled=True)}
-    return {
-        "experts": problem["experts"],
-        "n": problem["n"],
-        "runner": "fused_moe",
-        "source": "screen",
-        "config": rec.get("slug") or rec.get("what"),
-        "status": rec["status"],
-        "reason": rec.get("reason", ""),
-        "dtype": spec["dtype"],
-        "device": spec["device"],
-    }
+    status, reason = rec["status"], rec.get("reason", "")
+    if status == Status.COMPILE:  # journals written before the launch status existed
+        status = refusal_status(reason, compiled=True)
+    row = _columns(spec, spec["problems"][rec["problem"]]) | {"runner": "fused_moe"}
+    row |= {"source": "screen", "config": rec.get("slug") or rec.get("what")}
+    return row | {"status": status, "reason": reason}
 
 
 def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
     """Return the table rows of one timed entry of a batch (one per GEMM, plus the sum)."""
-    base = {
-        "experts": problem["experts"],
-        "n": problem["n"],
-        "m": m,
-        "tokens_per_expert": space.tokens_per_expert(m, problem),
-        "routing": entry["routing"],
-        "runner": entry.get("runner", "fused_moe"),
-        "source": entry["source"] + (f":{entry['config_from']}" if "config_from" in entry else ""),
-        "config": entry.get("slug", ""),
-        "status": entry["status"],
-        "reason": entry.get("reason", ""),
-        "dtype": spec["dtype"],
-        "device": spec["device"],
-    }
+    source = entry["source"] + (f":{entry['config_from']}" if "config_from" in entry else "")
+    base = _columns(spec, problem) | {"m": m, "routing": entry["routing"], "source": source}
+    base |= {"runner": entry.get("runner", "fused_moe"), "config": entry.get("slug", "")}
+    base |= {"status": entry["status"], "reason": entry.get("reason", "")}
+    base["tokens_per_expert"] = space.tokens_per_expert(m, problem)
     if entry["status"] != Status.OK:
         return [base]
     if "whole" in entry:  # the engine's whole MoE: compared with itself only
         t, lo, hi = _timed(entry["whole"])
         return [{**base, "op": "whole_moe", "time_ms": t, "time_p10_ms": lo, "time_p90_ms": hi}]
-    out, total = (
-        [],
-        {"bytes": 0, "flops": 0, "time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0},
-    )
-    pairs = m * problem["top_k"]
+    out, calls, pairs = [], [], m * problem["top_k"]
+    total = dict.fromkeys(("bytes", "flops", "time_ms", "time_p10_ms", "time_p90_ms"), 0)
     touched = entry["touched"]  # experts the batch's routing reaches: their weights are read once
-    calls = []
     for gemm in ("gate_up", "down"):
         t, lo, hi = _timed(entry[gemm])
         work = space.pair_traffic(problem, gemm, pairs, touched, spec["dtype"])
@@ -193,12 +165,8 @@ def _mark_pick(
     `tuned` is the project kernel's table; `best` adds the variants, unguarded."""
     table[column] = False
     project = table["runner"].astype(str).map(backends.runner_kind) == "fused"
-    both = table[
-        (table["op"] == "both")
-        & (table["status"] == Status.OK)
-        & project
-        & table["source"].isin(sources)
-    ]
+    ok = (table["op"] == "both") & (table["status"] == Status.OK) & table["source"].isin(sources)
+    both = table[ok & project]
     picks = {}
     for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
         times = {}
@@ -268,8 +236,7 @@ def tune_fused_moe(
         spec = tune_spec(settings, dtype, hardware.smem_per_block_optin, info["device"])
         records = supervise(spec, Path(work_dir), log)
         versions = {"driver": info["driver"], "triton": package_version("triton")}
-        with atomic_path(Path(work_dir) / VERSIONS) as tmp:  # so the journals can be replayed
-            tmp.write_text(json.dumps(versions, sort_keys=True))
+        write_text(Path(work_dir) / VERSIONS, json.dumps(versions, sort_keys=True))  # for replays
         rows, files = write_outputs(
             spec, records, read_json(ceilings_path), versions, table_path, configs_dir
         )
@@ -296,9 +263,6 @@ def write_outputs(
 
 def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=None) -> None:
     """Re-evaluate a kept tuning run from its journals (no GPU) and write its outputs."""
-    import gzip
-    import tempfile
-
     work = Path(folder) / dtype
     with logged(log_path) as log:
         spec, versions = read_json(work / "spec.json"), read_json(work / VERSIONS)
@@ -308,15 +272,10 @@ def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=
         if journal.exists():
             records = read_journal(journal)
         else:
-            packed = journal.with_suffix(".jsonl.gz")
-            with tempfile.TemporaryDirectory() as tmp:
-                plain = Path(tmp) / journal.name
-                plain.write_bytes(gzip.decompress(packed.read_bytes()))
-                records = read_journal(plain)
+            records = read_journal(journal.with_suffix(".jsonl.gz"))
         if not records:
             raise ConfigError(f"{journal}: no journalled item to replay")
         ceilings = read_json(Path(folder) / "ceilings.json")
         rows, files = write_outputs(spec, records, ceilings, versions, table_path, configs_dir)
-        log.info(
-            "%s: %d items, %d rows, %d project-kernel tables", dtype, len(records), rows, files
-        )
+        counts = (len(records), rows, files)
+        log.info("%s: %d items, %d rows, %d project-kernel tables", dtype, *counts)

@@ -16,6 +16,7 @@ RATIOS = (
     ("x_vllm", "x vLLM default config", "#4878d0"),
     ("x_torch", "x torch grouped GEMM", "#ee854a"),
 )
+LINE = {"marker": "o", "ms": 3, "lw": 1.2}
 ROUTING_STYLES = ("-", "--", ":", "-.")
 PANELS_PER_ROW = 2
 
@@ -39,16 +40,8 @@ def tune_speedup(tables: dict[str, pd.DataFrame]) -> Figure:
         for routing in routings:
             rows = part[part["routing"].astype(str) == routing].sort_values("m")
             for col, label, color in RATIOS:
-                ax.plot(
-                    floats(rows, "m"),
-                    floats(rows, col),
-                    style[routing],
-                    marker="o",
-                    ms=3,
-                    color=color,
-                    lw=1.2,
-                    label=f"{label}, {routing}",
-                )
+                x, y = floats(rows, "m"), floats(rows, col)
+                ax.plot(x, y, style[routing], color=color, label=f"{label}, {routing}", **LINE)
         reference(ax.axhline(1.0, color="#555555", lw=0.8))
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))

@@ -6,12 +6,13 @@ Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBE
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 from tilesweep.errors import last_line
-from tilesweep.fused_moe import space
+from tilesweep.fused_moe import case, space
 from tilesweep.fused_moe.engines.runner import engine_runner
 from tilesweep.fused_moe.journal import FINAL, SCREEN, Journal, Yield, beat, item_key, read_journal
 from tilesweep.fused_moe.precompile import compile_once, refusal_status, screened
@@ -38,9 +39,6 @@ def variant_configs(spec: dict, done: dict, p_idx: int) -> list[dict]:
 
 def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, heartbeat, done):
     """Screen the configs on one problem: correctness at one batch, then every batch key."""
-    # triton (via fused_moe.case): this module loads without it
-    from tilesweep.fused_moe import case
-
     dtype, smem = spec["dtype"], spec["smem_limit_bytes"]
     shapes = space.gemm_shapes(problem)
     for config in configs:
@@ -85,14 +83,12 @@ def _finalists(
     """Return the `count` fastest screened configs at m (SORT variants on the direct path only)."""
     scored = []
     for rec in done.values():
+        config, t = rec.get("config", {}), rec.get("times")
         if rec["phase"] != SCREEN or rec["problem"] != p_idx or rec["status"] != "ok":
             continue
-        if space.is_engine_config(rec["config"]) == variants:
+        if space.is_engine_config(config) == variants or (config.get("SORT") and not direct):
             continue
-        if rec["config"].get("SORT") and not direct:
-            continue
-        t = rec["times"]
-        scored.append((t[f"gate_up|{m}"] + t[f"down|{m}"], rec["slug"], rec["config"]))
+        scored.append((t[f"gate_up|{m}"] + t[f"down|{m}"], rec["slug"], config))
     return [cfg for _, _, cfg in sorted(scored)[:count]]
 
 
@@ -103,11 +99,8 @@ def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) ->
     picks = [("finalist", c) for c in _finalists(done, p_idx, near, spec["finalists"])]
     count = spec["variant_finalists"]
     picks += [("variant", c) for c in _finalists(done, p_idx, near, count, True, direct)]
-    entries = [
-        (source, {**c, "GROUP_SIZE_M": g})
-        for source, c in picks
-        for g in spec["space"]["GROUP_SIZE_M"]
-    ]
+    groups = spec["space"]["GROUP_SIZE_M"]
+    entries = [(source, {**c, "GROUP_SIZE_M": g}) for source, c in picks for g in groups]
     for engine_name, rules in spec["engine_defaults"].items():
         cfg = space.engine_default(rules, m, problem["experts"], spec["dtype"])
         entries.append((f"{engine_name}-default", cfg))
@@ -116,13 +109,10 @@ def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) ->
 
 def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     """Return one row per entry and the torch baseline, timed in CUDA graphs at one batch."""
-    # triton (via fused_moe.case): this module loads without it
-    from tilesweep.fused_moe import case
+    amortised = space.graph_amortisation(spec)
 
     def timed(call) -> dict:
-        return time_call(
-            call, spec["final_repeats"], 2, graph=True, **space.graph_amortisation(spec)
-        )
+        return time_call(call, spec["final_repeats"], 2, graph=True, **amortised)
 
     touched = int(batch.topk_ids.unique().numel())
     rows = []
@@ -186,40 +176,21 @@ def main(spec_path: str, journal_path: str, heartbeat: str) -> None:
 
 def _batches(spec: dict, problem: dict, weights, device: str, gen) -> dict:
     """Return {routing: {batch: its routed batch}} at every batch key and final batch."""
-    # triton (via fused_moe.case): this module loads without it
-    from tilesweep.fused_moe import case
+    ms, alpha = sorted(set(spec["batch_keys"]) | set(spec["final_batches"])), spec["zipf_alpha"]
 
-    ms = sorted(set(spec["batch_keys"]) | set(spec["final_batches"]))
-    return {
-        routing: {
-            m: case.make_batch(
-                problem,
-                weights,
-                m,
-                routing,
-                spec["zipf_alpha"],
-                device,
-                gen,
-                direct=space.is_direct(m, problem, spec["direct_sparsity"]),
-            )
-            for m in ms
-        }
-        for routing in spec["routing"]
-    }
+    def batch(m: int, routing: str):
+        direct = space.is_direct(m, problem, spec["direct_sparsity"])
+        return case.make_batch(problem, weights, m, routing, alpha, device, gen, direct)
+
+    return {routing: {m: batch(m, routing) for m in ms} for routing in spec["routing"]}
 
 
 def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
     """Compile, screen, screen the variants and time the finals of every problem."""
     import torch
 
-    # triton (via fused_moe.case): this module loads without it
-    from tilesweep.fused_moe import case
-
     done = read_journal(journal.path)
-
-    def log(msg: str) -> None:
-        print(msg, flush=True)
-
+    log = functools.partial(print, flush=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     configs = candidates(spec)
     engine_space = screened(spec, configs)

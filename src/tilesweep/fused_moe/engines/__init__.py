@@ -1,2 +1,1 @@
-"""The serving engines' own fused-MoE kernels: taken from their wheels, launched and timed as each
-engine runs them, and the check, search and drop-in tables run in them."""
+"""The serving engines' own fused-MoE kernels, from their wheels, launched and timed as they run."""

@@ -1,5 +1,4 @@
-"""What an engine is to this package: its data (`<name>.yaml`, checked by EngineData) and its launch
-(`Engine`); one module and one YAML file per engine, registered with `@register`."""
+"""An engine: its data (`<name>.yaml`, EngineData) and launch (`Engine`), by `@register`."""
 
 from __future__ import annotations
 
@@ -113,31 +112,14 @@ class Engine:
         """Return the kernel's (positional, keyword) arguments for a launch over EM rows."""
         raise NotImplementedError
 
-    def launch(
-        self,
-        kernel,
-        a,
-        b,
-        c,
-        blocks,
-        config: dict,
-        *,
-        top_k: int,
-        topk_weights=None,
-        a_scale=None,
-        b_scale=None,
-        block_shape=None,
-    ):
-        """Launch the engine's kernel for one GEMM over `blocks`; return c, [pairs, N]."""
+    def launch(self, kernel, a, b, c, blocks, config: dict, **given):
+        """Launch the engine's kernel for one GEMM over `blocks` (`given`: Launch's); return c."""
         import triton  # the GPU stack: this module loads without it
 
-        launch = Launch(
-            a, b, c, *blocks, config, top_k, topk_weights, a_scale, b_scale, block_shape
-        )
+        launch = Launch(a, b, c, *blocks, config, **given)
         em = self.padded_rows(launch)
-        tiles = triton.cdiv(em, config["BLOCK_SIZE_M"]) * triton.cdiv(
-            launch.n, config["BLOCK_SIZE_N"]
-        )
+        bm, bn = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"]
+        tiles = triton.cdiv(em, bm) * triton.cdiv(launch.n, bn)
         args, kwargs = self.arguments(launch, em)
         kernel[(tiles,)](*args, **kwargs)
         return c

@@ -18,6 +18,7 @@ import pandas as pd
 from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.case import TOLERANCE
 from tilesweep.fused_moe.engines import wheels
 from tilesweep.fused_moe.engines.timer import EngineTimer, effective
 from tilesweep.io import write_text
@@ -73,13 +74,8 @@ def read_file(path: str | Path) -> tuple[dict, dict]:
 
 def problem_of(shape: dict, settings: Tuning) -> dict:
     """Return the problem a file's shape stands for in the composed model."""
-    model = settings.model
-    return {
-        "experts": shape["experts"],
-        "n": shape["n"],
-        "hidden": model.hidden,
-        "top_k": model.top_k,
-    }
+    hidden, top_k = settings.model.hidden, settings.model.top_k
+    return {"experts": shape["experts"], "n": shape["n"], "hidden": hidden, "top_k": top_k}
 
 
 def timer_for(
@@ -99,25 +95,18 @@ def timer_for(
         raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
-    bench = settings.bench
+    problem, seed = problem_of(shape, settings), settings.bench.seed + seed_shift
+    how = (settings.bench.zipf_alpha, device, timing, check_experts)
     try:
         return EngineTimer(
-            engine,
-            fused.engine_versions[engine],
-            problem_of(shape, settings),
-            shape["format"],
-            bench.seed + seed_shift,
-            bench.zipf_alpha,
-            device,
-            timing,
-            check_experts,
+            engine, fused.engine_versions[engine], problem, shape["format"], seed, *how
         )
     except LookupError as exc:
         raise ConfigError(str(exc)) from None
 
 
 def baseline_of(
-    engine: str, version: str, path: str | Path, shape: dict, settings: Tuning, triton_version: str
+    engine: str, version: str, path: str | Path, shape: dict, triton_version: str
 ) -> tuple[dict | None, str]:
     """Return (the engine's shipped table for a file's key, or None; where)."""
     name = wheels.config_file_name(
@@ -156,7 +145,10 @@ def check_file(
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
     rules = settings.backend.fused_moe.engine_defaults[engine]
-    shipped, where = baseline_of(engine, timer.version, path, shape, settings, triton.__version__)
+    shipped, where = baseline_of(engine, timer.version, path, shape, triton.__version__)
+    head = timer.columns() | timer.provenance()
+    head |= {"draw": settings.bench.seed + seed_shift, "baseline_from": where}
+    head["baseline"] = "shipped" if shipped else "default"
     rows = []
     for m in sorted(k for k in configs if keys is None or k in keys):
         default = rules.config_for(m, shape["experts"], shape["format"])
@@ -165,31 +157,12 @@ def check_file(
         if shipped:
             labelled.append(("default", default))
         for routing in ("uniform", "zipf"):
-            batch = timer.batch(m, routing)
-            done = {}
+            batch, done, key = timer.batch(m, routing), {}, {"m": m, "routing": routing}
             for label, config in labelled:
                 slug = space.config_slug(effective(config, shape["format"]))
                 if slug not in done or label == "baseline_again":
                     done[slug] = _timed(timer, config, batch, repeats, log)
-                rows.append(
-                    {
-                        "engine": engine,
-                        "version": timer.version,
-                        "kernel_from": timer.kernel_from,
-                        "format": shape["format"],
-                        "experts": shape["experts"],
-                        "n": shape["n"],
-                        "m": m,
-                        "routing": routing,
-                        "draw": settings.bench.seed + seed_shift,
-                        **timer.provenance(),
-                        "config_from": label,
-                        "config": slug,
-                        "baseline": "shipped" if shipped else "default",
-                        "baseline_from": where,
-                        **done[slug],
-                    }
-                )
+                rows.append({**head, **key, "config_from": label, "config": slug, **done[slug]})
             batch.refs.clear()
     del timer
     return judge(pd.DataFrame(rows).reindex(columns=CHECK_COLUMNS))
@@ -213,21 +186,9 @@ def _ratio(a: float, b: float) -> float:
 
 def judge(table: pd.DataFrame) -> pd.DataFrame:
     """Return the check's rows with each key's ratios, noise band (max(a/b, b/a) - 1), outcome."""
-    # triton (via fused_moe.case): this module loads without it
-    from tilesweep.fused_moe.case import TOLERANCE
-
     table = table.copy()
-    cols = {
-        c: {}
-        for c in (
-            "x_baseline",
-            "x_baseline_measured",
-            "x_shipped",
-            "x_default",
-            "noise_band",
-            "outcome",
-        )
-    }
+    names = "x_baseline x_baseline_measured x_shipped x_default noise_band outcome"
+    cols = {c: {} for c in names.split()}
     for _, pair in table.groupby(["m", "routing"], sort=False):
         by = {row["config_from"]: row for _, row in pair.iterrows()}
         f, b = by["file"], by["baseline"]
@@ -298,7 +259,7 @@ def safe_file(
         import triton as _triton
 
         triton_version = _triton.__version__
-    shipped, _ = baseline_of(engine, version, path, shape, settings, triton_version)
+    shipped, _ = baseline_of(engine, version, path, shape, triton_version)
     keep = decide(checks)
     write_text(
         out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape), triton)

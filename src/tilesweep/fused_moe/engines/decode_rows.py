@@ -23,8 +23,7 @@ ENGINE_KERNELS = {
 
 
 def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFrame:
-    """Return decode.csv's rows of the engines' own kernels (timed, else one skipped row each);
-    none where backend.fused_moe is absent or off."""
+    """Return decode.csv's engine rows, timed or each skipped; none where the section is off."""
     if mine is None or not mine.enabled:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     timed = pd.DataFrame()
@@ -37,21 +36,10 @@ def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFra
         out["op"] = "whole_moe"
         out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
         return out.reset_index(drop=True)
-    rows = []
-    for engine in mine.engines:
-        why = (
-            f"{engine} is not installed"
-            if not installed(engine)
-            else "no tuned table to time it with: tune_configs runs on GPU machines only"
-        )
-        rows.append(
-            {
-                "runner": f"engine:{engine}",
-                "kernel": "fused_experts",
-                "op": "whole_moe",
-                "status": "skipped",
-                "reason": why,
-                "source": "",
-            }
-        )
+    untimed = "no tuned table to time it with: tune_configs runs on GPU machines only"
+    rows = [
+        {"runner": f"engine:{e}", "kernel": "fused_experts", "op": "whole_moe", "source": ""}
+        | {"status": "skipped", "reason": untimed if installed(e) else f"{e} is not installed"}
+        for e in mine.engines
+    ]
     return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)

@@ -66,7 +66,7 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
         shape, configs = check.read_file(path)
         problem = check.problem_of(shape, settings)
         rules = fused.engine_defaults[engine]
-        shipped, _ = check.baseline_of(engine, version, path, shape, settings, triton_version)
+        shipped, _ = check.baseline_of(engine, version, path, shape, triton_version)
         for m, config in configs.items():
             default = rules.config_for(m, shape["experts"], shape["format"])
             base = check.baseline_config(shipped, rules, m, shape)
@@ -98,7 +98,7 @@ def decide_file(
     shape, configs = check.read_file(path)
     dims = (shape["experts"], shape["n"], shape["format"])
     name = wheels.config_file_name(engine, version, *dims, check.device_of(path))
-    shipped, where = check.baseline_of(engine, version, path, shape, settings, triton.__version__)
+    shipped, where = check.baseline_of(engine, version, path, shape, triton.__version__)
 
     def timed(file: Path, draw: int, keys: list[int] | None = None) -> pd.DataFrame:
         drawn = check.check_file(
@@ -116,7 +116,11 @@ def decide_file(
     table = check.export_table(configs, keep, shipped, rules, shape)
     triton_kept = json.loads(path.read_text()).get("triton_version", "")
     text = space.engine_file_text(table, triton_kept)
-    row = _row(engine, version, path, shape, name, (shipped, where), configs, checks)
+    row = {"engine": engine, "version": version, "file_name": name, "candidate": str(path)}
+    row |= {k: shape[k] for k in ("format", "experts", "n")} | {"keys": len(configs)}
+    row |= {"baseline": "shipped" if shipped else "default", "baseline_from": where}
+    row["held_out_draw"] = HELD_OUT_DRAW
+    row["noise_band_max"] = max(c["noise_band"].max() for c in checks)
     kept = sorted(m for m, k in keep.items() if k)
     withheld: list[int] = []
     if kept:
@@ -144,27 +148,6 @@ def _export(row: dict, text: str, export_dir: Path, triton_version: str) -> None
     rel = dropin_path(row["engine"], row["version"], row["file_name"], triton_version)
     write_text(export_dir / rel, text)
     row.update(path=rel, status="exported", sha256=hashlib.sha256(text.encode()).hexdigest())
-
-
-def _row(
-    engine: str, version: str, path: Path, shape: dict, name: str, baseline: tuple, configs, checks
-) -> dict:
-    """Return a candidate's drop-in row before its held-out draw."""
-    shipped, where = baseline
-    return {
-        "engine": engine,
-        "version": version,
-        "format": shape["format"],
-        "experts": shape["experts"],
-        "n": shape["n"],
-        "file_name": name,
-        "baseline": "shipped" if shipped else "default",
-        "baseline_from": where,
-        "keys": len(configs),
-        "candidate": str(path),
-        "held_out_draw": HELD_OUT_DRAW,
-        "noise_band_max": max(c["noise_band"].max() for c in checks),
-    }
 
 
 def _withheld(held: pd.DataFrame, keep: dict) -> tuple[pd.DataFrame, list[int]]:
@@ -244,20 +227,14 @@ def run(
             left = budget_s - (time.monotonic() - start)
             need = max(spent) if spent else 0.0
             if left < need:
-                rows.append(
-                    {
-                        **gap,
-                        "status": f"not re-checked: {left:.0f} s of the budget "
-                        f"left, a file took {need:.0f} s; withheld",
-                    }
-                )
+                why = f"not re-checked: {left:.0f} s of the budget left, a file took {need:.0f} s"
+                rows.append({**gap, "status": f"{why}; withheld"})
                 continue
             t0 = time.monotonic()
             try:
                 _compile(settings, engine, path, pool, log)
-                row, checks = decide_file(
-                    engine, path, settings, out_dir, repeats, check_experts, log
-                )
+                how = (out_dir, repeats, check_experts, log)
+                row, checks = decide_file(engine, path, settings, *how)
             except Exception as exc:  # one file's failure is its row; the others still run
                 rows.append({**gap, "status": f"error, withheld: {last_line(exc)}"})
                 log(f"{engine} {path.name}: {last_line(exc)}")

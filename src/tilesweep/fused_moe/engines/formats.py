@@ -1,38 +1,14 @@
-"""The expert GEMMs in an engine's weight formats: bf16, fp8 w8a8 per tensor and fp8 w8a8 with 128 x
-128 block scales (GLM-5-FP8's, DeepSeek-V3's). Activations are quantised outside the timed call, as
-the engines do it in a separate kernel."""
+"""The expert GEMMs in an engine's weight formats (bf16, fp8 per tensor, fp8 128 x 128 blocks);
+activations are quantised outside the timed call, as the engines do it in a separate kernel."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
-from tilesweep.fused_moe.case import FP8_MAX, make_routing, routed_reference
+from tilesweep.fused_moe.case import FP8_MAX, Batch, Weights, make_routing, routed_reference
 from tilesweep.fused_moe.space import gemm_shapes
 
 BLOCK = 128  # the block side of fp8_block
-
-
-@dataclass
-class EngineWeights:
-    """One problem's expert weights in one format, with their scales (None for bf16)."""
-
-    fmt: str
-    w: dict  # gemm -> [experts, N, K]
-    scale: dict  # gemm -> [experts] (fp8), [experts, N / 128, K / 128] (fp8_block) or None
-
-
-@dataclass
-class EngineBatch:
-    """One routed batch of M tokens and both GEMMs' activations in the weights' format."""
-
-    m: int
-    topk_ids: object
-    topk_weights: object  # [pairs] fp32
-    a: dict  # gemm -> activations
-    a_scale: dict  # gemm -> [1] (fp8), [rows, K / 128] (fp8_block) or None
-    c: dict  # gemm -> [pairs, N] bf16 output
-    refs: dict = field(default_factory=dict)
 
 
 def block_shape(fmt: str) -> list[int] | None:
@@ -69,7 +45,7 @@ def _dequantize(q, scale, fmt: str, rows_only: bool = False):
     return x * full[..., : x.shape[-2], : x.shape[-1]]
 
 
-def make_weights(problem: dict, fmt: str, device: str, gen, dtype=None) -> EngineWeights:
+def make_weights(problem: dict, fmt: str, device: str, gen, dtype=None) -> Weights:
     """Return fresh random non-zero weights of both GEMMs in a format."""
     import torch
 
@@ -85,10 +61,10 @@ def make_weights(problem: dict, fmt: str, device: str, gen, dtype=None) -> Engin
             del full
         w[gemm] = torch.cat([p[0] for p in parts])
         scale[gemm] = None if fmt == "bf16" else torch.cat([p[1] for p in parts])
-    return EngineWeights(fmt, w, scale)
+    return Weights(fmt, w, scale)
 
 
-def make_batch(problem, weights: EngineWeights, m, routing, alpha, device, gen, dtype=None):
+def make_batch(problem, weights: Weights, m, routing, alpha, device, gen, dtype=None):
     """Return a routed batch of m tokens with fresh activations and NaN-poisoned outputs."""
     import torch
 
@@ -98,19 +74,17 @@ def make_batch(problem, weights: EngineWeights, m, routing, alpha, device, gen, 
     a, a_scale, c = {}, {}, {}
     for gemm, (n, k) in gemm_shapes(problem).items():
         x = torch.randn(m if gemm == "gate_up" else pairs, k, generator=gen, device=device)
-        if weights.fmt == "bf16":
+        if weights.dtype == "bf16":
             a[gemm], a_scale[gemm] = x.to(out), None
         else:
-            a[gemm], a_scale[gemm] = _quantize(x, weights.fmt, rows_only=True)
+            a[gemm], a_scale[gemm] = _quantize(x, weights.dtype, rows_only=True)
         c[gemm] = torch.full((pairs, n), float("nan"), dtype=out, device=device)
-    return EngineBatch(m, ids, topw, a, a_scale, c)
+    return Batch(m, ids, topw, a, a_scale, c)
 
 
-def reference(
-    problem: dict, weights: EngineWeights, batch: EngineBatch, gemm: str, experts: int | None = None
-):
+def reference(problem: dict, weights: Weights, batch: Batch, gemm: str, experts: int | None = None):
     """Return one GEMM's fp32 reference; with `experts`, only those experts' rows (others NaN)."""
-    fmt, a = weights.fmt, batch.a[gemm].float()
+    fmt, a = weights.dtype, batch.a[gemm].float()
     if fmt != "bf16":
         a = _dequantize(batch.a[gemm], batch.a_scale[gemm], fmt, rows_only=True)
 

@@ -12,35 +12,27 @@ from tilesweep.measure.timing import time_call
 
 def engine_runner(spec: dict, log):
     """Return a function timing one batch in each engine (a skipped row where not installed)."""
+    repeats, amortised = spec["final_repeats"], space.graph_amortisation(spec)
 
     def rows_for(problem, weights, batch, rows, m, routing):
         out = []
         for engine in spec["engines"]:
             base = {"source": "engine", "runner": f"engine:{engine}", "routing": routing}
             if not installed(engine):
-                out.append({**base, "status": "skipped", "reason": f"{engine} is not installed"})
-                continue
-            whole_moe = get(engine).whole_moe_calls
-            if whole_moe is None:
-                reason = (
-                    f"the engine runner times no whole MoE call of {engine}; installed, untimed"
-                )
-                out.append({**base, "status": "skipped", "reason": reason})
-                continue
-            tuned = _best(spec, rows)
-            if tuned is None:
-                out.append({**base, "status": "skipped", "reason": "no tuned config at this M"})
+                why = f"{engine} is not installed"
+            elif (whole_moe := get(engine).whole_moe_calls) is None:
+                why = f"the engine runner times no whole MoE call of {engine}; installed, untimed"
+            elif (tuned := _best(spec, rows)) is None:
+                why = "no tuned config at this M"
+            else:
+                why = None
+            if why:
+                out.append({**base, "status": "skipped", "reason": why})
                 continue
             try:
                 calls = whole_moe(problem, weights, batch, tuned, spec["dtype"])
                 for label, call in calls.items():
-                    timing = time_call(
-                        call,
-                        spec["final_repeats"],
-                        2,
-                        graph=True,
-                        **space.graph_amortisation(spec),
-                    )
+                    timing = time_call(call, repeats, 2, graph=True, **amortised)
                     out.append({**base, "config_from": label, "status": "ok", "whole": timing})
             except NotImplementedError as exc:
                 out.append({**base, "status": "unsupported", "reason": str(exc)})

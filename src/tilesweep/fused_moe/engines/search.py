@@ -17,6 +17,7 @@ import pandas as pd
 from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.case import TOLERANCE
 from tilesweep.fused_moe.engines import check, dropins, wheels
 from tilesweep.fused_moe.engines.check import baseline_config, read_file
 from tilesweep.fused_moe.engines.timer import effective, warm
@@ -24,7 +25,7 @@ from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
 if TYPE_CHECKING:
-    from tilesweep.fused_moe.section import EngineDefaults, EngineTune, Space
+    from tilesweep.fused_moe.section import EngineTune, FusedMoeSettings, Space
 
 _LISTS = package_data.column_lists("tilesweep.fused_moe.engines.search", "tilesweep.fused_moe")
 TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
@@ -54,32 +55,20 @@ def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, s
 
 
 def tune_problem(
-    timer,
-    keys: list[int],
-    rules: EngineDefaults,
-    values: Space,
-    tune: EngineTune,
-    extra: dict | None = None,
-    log=print,
-    shipped: dict | None = None,
+    timer, keys: list[int], fused: FusedMoeSettings, tune: EngineTune, extra: dict, log, shipped
 ) -> tuple[pd.DataFrame, dict]:
     """Return (rows, {M: picked config}) for one problem in one engine's kernel."""
     fmt, problem = timer.fmt, timer.problem
+    rules, values = fused.engine_defaults[timer.engine], fused.space
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
     rule = {
         m: [effective(rules.config_for(m, problem["experts"], fmt), fmt)] if shipped else []
         for m in keys
     }
-    first = {
-        m: [
-            defaults[m],
-            *rule[m],
-            *neighbours(defaults[m], values, fmt),
-            *[effective(c, fmt) for c in (extra or {}).get(m, [])],
-        ]
-        for m in keys
-    }
+    first = {m: [defaults[m], *rule[m], *neighbours(defaults[m], values, fmt)] for m in keys}
+    for m in keys:
+        first[m] += [effective(c, fmt) for c in extra.get(m, [])]
     rows, screens = [], {m: {} for m in keys}
     _screen_round(timer, first, screens, rows, defaults, tune, log)
     second = {}
@@ -91,9 +80,7 @@ def tune_problem(
             ]
     if tune.rounds > 1:
         _screen_round(timer, second, screens, rows, defaults, tune, log)
-    picks = {}
-    for m in keys:
-        picks[m] = _finals(timer, m, screens[m], defaults[m], rows, tune, log)
+    picks = {m: _finals(timer, m, screens[m], defaults[m], rows, tune, log) for m in keys}
     return pd.DataFrame(rows, columns=TUNE_COLUMNS), picks
 
 
@@ -106,40 +93,19 @@ def _best(screened: dict, count: int = 1):
 
 
 def _row(timer, m, routing, phase, config, default, status, reason="", t=None):
-    """Return one table row."""
-    t = t or {}
-    return {
-        "engine": timer.engine,
-        "version": timer.version,
-        "kernel_from": timer.kernel_from,
-        "format": timer.fmt,
-        "experts": timer.problem["experts"],
-        "n": timer.problem["n"],
-        "m": m,
-        "routing": routing,
-        "phase": phase,
-        "config": space.config_slug(config),
-        "is_default": space.config_slug(config) == space.config_slug(default),
-        "status": status,
-        "reason": reason,
-        **{key: t.get(key) for key in ("time_ms", "time_p10_ms", "time_p90_ms", "rel_err")},
-        "x_default": None,
-        "exported": False,
-    }
+    """Return one table row (x_default and exported: set once the key's finals are timed)."""
+    slug, t = space.config_slug(config), t or {}
+    row = {**timer.columns(), "m": m, "routing": routing, "phase": phase, "config": slug}
+    row |= {"is_default": slug == space.config_slug(default), "status": status, "reason": reason}
+    row |= {key: t.get(key) for key in ("time_ms", "time_p10_ms", "time_p90_ms", "rel_err")}
+    return row | {"x_default": None, "exported": False}
 
 
 def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict, tune, log):
     """Compile (in parallel) and screen every key's candidates on the first routing."""
-    # triton (via fused_moe.case): this module loads without it
-    from tilesweep.fused_moe.case import TOLERANCE
-
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
-    if timer.device == "cuda":
-        refused = warm(
-            timer.engine, timer.version, timer.problem, timer.fmt, jobs, tune.compile_workers
-        )
-    else:
-        refused = {}
+    work = (timer.engine, timer.version, timer.problem, timer.fmt, jobs, tune.compile_workers)
+    refused = warm(*work) if timer.device == "cuda" else {}
     log(
         f"{timer.engine} {timer.fmt} N={timer.problem['n']}: screening {len(jobs)} "
         f"(config, M), {len(refused)} refused at compile or launch"
@@ -164,11 +130,9 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
                 continue
             wrong = not t["rel_err"] <= TOLERANCE["bf16"]
             screens[m][slug] = (config, None if wrong else t)
+            why = f"relative error {t['rel_err']:.3g} against the fp32 reference" if wrong else ""
             status = "correctness" if wrong else "ok"
-            reason = (
-                f"relative error {t['rel_err']:.3g} against the fp32 reference" if wrong else ""
-            )
-            rows.append(_row(timer, m, routing, "screen", config, defaults[m], status, reason, t))
+            rows.append(_row(timer, m, routing, "screen", config, defaults[m], status, why, t))
         batch.refs.clear()
 
 
@@ -231,16 +195,8 @@ def _tune_and_decide(
     name = wheels.config_file_name(engine, version, experts, n, fmt, device_name)
     shipped, _ = wheels.shipped_table(engine, version, name, triton.__version__)
     timer = check.timer_for(engine, shape, settings)
-    table, picks = tune_problem(
-        timer,
-        keys,
-        fused.engine_defaults[engine],
-        fused.space,
-        tune,
-        extra_candidates(extra, shape),
-        log,
-        shipped,
-    )
+    theirs = extra_candidates(extra, shape)
+    table, picks = tune_problem(timer, keys, fused, tune, theirs, log, shipped)
     text = space.engine_file_text({str(m): c for m, c in picks.items()}, triton.__version__)
     picked = folder / f"{dropins.PICKS}{name}"
     write_text(picked, text)

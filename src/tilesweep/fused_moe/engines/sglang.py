@@ -142,10 +142,7 @@ class SGLang(Engine):
     """SGLang 0.5.23's default Triton MoE launch: always sorted, the whole buffer as EM."""
 
     name = "sglang"
-
-    def blocks(self, topk_ids, block_m: int, experts: int):
-        """Return SGLang's layout (blocks)."""
-        return blocks(topk_ids, block_m, experts)
+    blocks = staticmethod(blocks)
 
     def arguments(self, launch: Launch, em: int) -> tuple[tuple, dict]:
         """Return SGLang's kernel arguments by name; ValueError for what its kernel cannot take."""

@@ -1,6 +1,4 @@
-"""Stage tune_engine: config files tuned and picked in one engine's own fused-MoE kernel (search.py)
-for every problem and format; one job per engine on a GPU machine. Outputs
-results/tune/fused_moe/engine_<engine>.csv and results/tuned/fused_moe/engine_<engine>/."""
+"""Stage tune_engine: files tuned in one engine's own kernel (search.py), a job per engine."""
 
 from __future__ import annotations
 
@@ -36,14 +34,8 @@ def tune_engine(
     shutil.rmtree(work, ignore_errors=True)
     with logged(log_path) as log:
         try:
-            summary = search.run(
-                settings,
-                [engine],
-                list(fused.engine_tune.formats),
-                shapes,
-                str(work),
-                log=log.info,
-            )
+            formats = list(fused.engine_tune.formats)
+            summary = search.run(settings, [engine], formats, shapes, str(work), log=log.info)
             summary.insert(2, "status", "ok")
         except (ConfigError, LookupError) as exc:  # no kernel of that engine here: a result
             log.warning("%s", exc)

@@ -12,8 +12,11 @@ import math
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
+from tilesweep.fused_moe.engines import formats
 from tilesweep.fused_moe.engines.base import get
+from tilesweep.fused_moe.engines.formats import BLOCK, block_shape
 from tilesweep.fused_moe.engines.wheels import load
+from tilesweep.fused_moe.precompile import compile_pool
 from tilesweep.measure.gemm_case import rel_error
 from tilesweep.measure.timing import calls_to_fill, summarize, time_call, time_gpu
 
@@ -25,9 +28,6 @@ MEMORY_SHARE = 0.6  # the most of the free device memory the weight copies may t
 
 def expert_bytes(problem: dict, fmt: str) -> dict:
     """Return {gemm: bytes of one expert's weights and scales} in a format."""
-    # triton (via fused_moe.engines.formats): this module loads without it
-    from tilesweep.fused_moe.engines.formats import BLOCK
-
     out = {}
     for gemm, (n, k) in space.gemm_shapes(problem).items():
         weights = n * k * (2 if fmt == "bf16" else 1)
@@ -74,9 +74,6 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
 
 def effective(config: dict, fmt: str) -> dict:
     """Return the config as it runs: for fp8_block, BLOCK_SIZE_K cut to the scale block."""
-    # triton (via fused_moe.engines.formats): this module loads without it
-    from tilesweep.fused_moe.engines.formats import BLOCK
-
     if fmt == "fp8_block" and config["BLOCK_SIZE_K"] > BLOCK:
         return {**config, "BLOCK_SIZE_K": BLOCK}
     return dict(config)
@@ -84,28 +81,11 @@ def effective(config: dict, fmt: str) -> dict:
 
 def _gemm_call(kernel, lx, problem, fmt, batch, blocks, config, gemm, weights):
     """Return a call that runs one GEMM of a batch in the engine's kernel."""
-    # triton (via fused_moe.engines.formats): this module loads without it
-    from tilesweep.fused_moe.engines.formats import block_shape
-
-    top_k = problem["top_k"] if gemm == "gate_up" else 1
-    topw = None if gemm == "gate_up" else batch.topk_weights
-
-    def call():
-        return lx.launch(
-            kernel,
-            batch.a[gemm],
-            weights.w[gemm],
-            batch.c[gemm],
-            blocks,
-            config,
-            top_k=top_k,
-            topk_weights=topw,
-            a_scale=batch.a_scale[gemm],
-            b_scale=weights.scale[gemm],
-            block_shape=block_shape(fmt),
-        )
-
-    return call
+    up = gemm == "gate_up"
+    args = (kernel, batch.a[gemm], weights.w[gemm], batch.c[gemm], blocks, config)
+    given = {"top_k": problem["top_k"] if up else 1, "block_shape": block_shape(fmt)}
+    given.update(topk_weights=None if up else batch.topk_weights, a_scale=batch.a_scale[gemm])
+    return lambda: lx.launch(*args, b_scale=weights.scale[gemm], **given)
 
 
 class EngineTimer:
@@ -125,18 +105,13 @@ class EngineTimer:
     ):
         import torch
 
-        # triton (via fused_moe.engines.formats): this module loads without it
-        from tilesweep.fused_moe.engines import formats
-
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
         self.lx = get(engine)
         self.device, self.alpha = device, alpha
-        self.gen = torch.Generator(device=device)
-        self.gen.manual_seed(seed)
-        half = torch.float16 if device == "cpu" else None  # the interpreter has no bf16 stores
-        self.dtype = half
-        self.weights = formats.make_weights(problem, fmt, device, self.gen, dtype=half)
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.dtype = torch.float16 if device == "cpu" else None  # the interpreter: no bf16 stores
+        self.weights = formats.make_weights(problem, fmt, device, self.gen, dtype=self.dtype)
         if timing not in TIMINGS:
             raise ValueError(f"timing {timing!r}: expected one of {', '.join(TIMINGS)}")
         self.timing, self.copies, self.l2_bytes = timing, [self.weights], None
@@ -152,52 +127,32 @@ class EngineTimer:
             free, _ = torch.cuda.mem_get_info(device)
             count = weight_copies(problem, fmt, self.l2_bytes, free)
             for _ in range(count - 1):  # clones: the same result at other addresses
-                w = self.weights
-                self.copies.append(
-                    formats.EngineWeights(
-                        fmt,
-                        {g: t.clone() for g, t in w.w.items()},
-                        {g: None if t is None else t.clone() for g, t in w.scale.items()},
-                    )
-                )
+                w = {g: t.clone() for g, t in self.weights.w.items()}
+                scale = {g: t if t is None else t.clone() for g, t in self.weights.scale.items()}
+                self.copies.append(formats.Weights(fmt, w, scale))
         self.label = timing_label(timing, len(self.copies))
+
+    def columns(self) -> dict:
+        """Return its rows' leading columns: the engine, its kernel, the format and the problem."""
+        head = {"engine": self.engine, "version": self.version, "kernel_from": self.kernel_from}
+        return head | {"format": self.fmt} | {k: self.problem[k] for k in ("experts", "n")}
 
     def provenance(self) -> dict:
         """Return the timing's columns: label, weight copies, L2 size and L2 multiple."""
-        l2 = self.l2_bytes
-        reach = l2_multiple(self.problem, self.fmt, l2, len(self.copies)) if l2 else None
-        return {
-            "timing": self.label,
-            "weight_copies": len(self.copies),
-            "l2_bytes": l2,
-            "l2_multiple": reach,
-        }
+        l2, copies = self.l2_bytes, len(self.copies)
+        reach = l2_multiple(self.problem, self.fmt, l2, copies) if l2 else None
+        return {"timing": self.label, "weight_copies": copies, "l2_bytes": l2, "l2_multiple": reach}
 
     def batch(self, m: int, routing: str):
         """Return a fresh routed batch of m tokens."""
-        # triton (via fused_moe.engines.formats): this module loads without it
-        from tilesweep.fused_moe.engines import formats
-
-        return formats.make_batch(
-            self.problem,
-            self.weights,
-            m,
-            routing,
-            self.alpha,
-            self.device,
-            self.gen,
-            dtype=self.dtype,
-        )
+        drawn = (self.alpha, self.device, self.gen)
+        return formats.make_batch(self.problem, self.weights, m, routing, *drawn, dtype=self.dtype)
 
     def time(self, config: dict, batch, repeats: int) -> dict:
         """Return both GEMMs' summed median, p10, p90 ms and the worse relative error."""
-        # triton (via fused_moe.engines.formats): this module loads without it
-        from tilesweep.fused_moe.engines import formats
-
         config = effective(config, self.fmt)
         blocks = self.lx.blocks(batch.topk_ids, config["BLOCK_SIZE_M"], self.problem["experts"])
-        total = {"time_ms": 0.0, "time_p10_ms": 0.0, "time_p90_ms": 0.0}
-        worst = 0.0
+        total, worst = dict.fromkeys(("time_ms", "time_p10_ms", "time_p90_ms"), 0.0), 0.0
         engine = (self.kernel, self.lx, self.problem, self.fmt)
         for gemm in GEMMS:
             on = functools.partial(_gemm_call, *engine, batch, blocks, config, gemm)
@@ -225,9 +180,6 @@ def _warm_one(job: tuple) -> tuple[int, str | None]:
     try:
         import torch
 
-        # triton (via fused_moe.engines.formats): this module loads without it
-        from tilesweep.fused_moe.engines import formats
-
         kernel, _ = load(engine, version)
         lx = get(engine)
         # top_k experts only (the weights' strides do not depend on their count), laid out
@@ -253,14 +205,6 @@ def warm(engine: str, version: str, problem: dict, fmt: str, jobs: list, workers
     return {
         (space.config_slug(effective(jobs[i][0], fmt)), jobs[i][1]): e for i, e in failed.items()
     }
-
-
-def compile_pool(workers: int):
-    """Return a pool of spawned processes for warm_all (one per worker; reused across calls)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    return cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn"))
 
 
 def warm_all(jobs: list[tuple], pool) -> dict:

@@ -53,10 +53,7 @@ class VLLM(Engine):
     """vLLM 0.33's launch: the naive path for sparse batches, the small-batch EM cut, SPLIT_K 1."""
 
     name = "vllm"
-
-    def blocks(self, topk_ids, block_m: int, experts: int):
-        """Return vLLM's layout (vllm_blocks)."""
-        return vllm_blocks(topk_ids, block_m, experts)
+    blocks = staticmethod(vllm_blocks)
 
     def padded_rows(self, launch: Launch) -> int:
         """Return vLLM's EM (the sorted buffer, cut below BLOCK_SIZE_M tokens; naive: pairs)."""

@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 
 from tilesweep.fused_moe.engines.base import data as engine_data
-from tilesweep.io import atomic_path
+from tilesweep.io import write_text
 
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
 HEADER = (
@@ -38,22 +38,21 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _is_jit(node: ast.AST) -> bool:
-    """Return whether a top-level function is decorated with triton.jit (or a jit of it)."""
-    return isinstance(node, ast.FunctionDef) and any(
-        "jit" in ast.unparse(d) for d in node.decorator_list
-    )
+def _source(lines: list[str], node: ast.FunctionDef) -> str:
+    """Return a top-level function's source lines, its decorators included."""
+    start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+    return "".join(lines[start : node.end_lineno])
 
 
 def jit_functions(source: str) -> dict[str, str]:
     """Return {name: source with its decorators} of every top-level @triton.jit function."""
-    lines = source.splitlines(keepends=True)
-    out = {}
-    for node in ast.parse(source).body:
-        if _is_jit(node):
-            start = min(d.lineno for d in node.decorator_list) - 1
-            out[node.name] = "".join(lines[start : node.end_lineno])
-    return out
+    lines, body = source.splitlines(keepends=True), ast.parse(source).body
+    return {
+        node.name: _source(lines, node)
+        for node in body
+        if isinstance(node, ast.FunctionDef)
+        and any("jit" in ast.unparse(d) for d in node.decorator_list)
+    }
 
 
 def function_source(source: str, name: str) -> str:
@@ -61,8 +60,7 @@ def function_source(source: str, name: str) -> str:
     lines = source.splitlines(keepends=True)
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
-            return "".join(lines[start : node.end_lineno])
+            return _source(lines, node)
     raise ValueError(f"no function {name}")
 
 
@@ -75,8 +73,7 @@ def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
         parts.append(f"# {module}\n{function_source(text, name)}")
         sources[name] = {"module": module, "module_sha256": _sha256(text.encode())}
     text = NAMES_HEADER + "\n\n".join(parts)
-    with atomic_path(out / "names.py") as tmp:
-        tmp.write_text(text)
+    write_text(out / "names.py", text)
     return {"names": sources, "names_py_sha256": _sha256(text.encode())}
 
 
@@ -114,32 +111,28 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
         raise ValueError(
             f"{wheel}: not a zip file, so a damaged or cut-short wheel; delete it and fetch again"
         ) from None
-    with archive:
-        try:
-            source_bytes = archive.read(module)
-            source = source_bytes.decode()
-        except KeyError:
-            raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
-        except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{wheel}: damaged ({module} unreadable: {exc})") from None
-        functions = jit_functions(source)
-        if kernel not in functions:
-            raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
-        out = Path(folder) / f"{engine}-{version}"
-        out.mkdir(parents=True, exist_ok=True)
-        try:
-            names = _extract_names(engine, archive, out)
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"{wheel.name}: its config file naming is not found ({exc})") from None
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-            raise ValueError(f"{wheel}: damaged (a member unreadable: {exc})") from None
-        try:
+    out = Path(folder) / f"{engine}-{version}"
+    try:
+        with archive:
+            try:
+                source_bytes = archive.read(module)
+            except KeyError:
+                raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
+            functions = jit_functions(source_bytes.decode())
+            if kernel not in functions:
+                raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
+            out.mkdir(parents=True, exist_ok=True)
+            try:
+                names = _extract_names(engine, archive, out)
+            except (KeyError, ValueError) as exc:
+                raise ValueError(
+                    f"{wheel.name}: its config file naming is not found ({exc})"
+                ) from None
             tables = _extract_tables(engine, archive, out)
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-            raise ValueError(f"{wheel}: damaged (a config table unreadable: {exc})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{wheel}: damaged (a member unreadable: {exc})") from None
     text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
-    with atomic_path(out / "kernel.py") as tmp:
-        tmp.write_text(text)
+    write_text(out / "kernel.py", text)
     manifest = {
         "engine": engine,
         "version": version,
@@ -154,8 +147,7 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
         "tables_prefix": spec.tables.folder,
         "tables": tables,
     }
-    with atomic_path(out / "manifest.json") as tmp:
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    write_text(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return out
 
 
@@ -198,17 +190,6 @@ def _manifest(engine: str, version: str, folder: str | Path) -> tuple[Path, dict
     return kept, json.loads((kept / "manifest.json").read_text())
 
 
-class _Platform:
-    """The one thing the engines' naming functions ask of the platform: the device's name."""
-
-    def __init__(self, device_name: str):
-        self.device_name = device_name
-
-    def get_device_name(self, device_id: int = 0) -> str:
-        """Return the device's name as torch reports it (e.g. "NVIDIA H200")."""
-        return self.device_name
-
-
 def config_file_name(
     engine: str,
     version: str,
@@ -227,7 +208,8 @@ def config_file_name(
     text = (kept / "names.py").read_bytes()
     if "names_py_sha256" not in manifest or _sha256(text) != manifest["names_py_sha256"]:
         raise LookupError(f"{kept / 'names.py'}: missing or differs from its manifest")
-    platform = _Platform(device_name)
+    # the one thing the engines' naming functions ask of the platform: the device's name
+    platform = types.SimpleNamespace(get_device_name=lambda device_id=0: device_name)
     space = {**vars(typing), "re": re, "os": __import__("os"), "functools": functools}
     space.update(cache=functools.cache, lru_cache=functools.lru_cache)
     space.update(current_platform=platform, get_device_name=platform.get_device_name)
@@ -240,7 +222,7 @@ def config_file_name(
 
 
 @contextlib.contextmanager
-def _platform_module(platform: _Platform, dotted: str | None):
+def _platform_module(platform, dotted: str | None):
     """Let `from <dotted> import current_platform` resolve to `platform` for the duration."""
     if dotted is None:
         yield
