@@ -4,7 +4,11 @@ efficiencies, and its fit on a measured step at two batches."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tilesweep.plan import launch_fit, pair_fit
@@ -300,3 +304,23 @@ def test_the_devices_overlap_is_read_from_products_around_the_ridge():
     assert overlap_alpha([point(30, 10, 1.7)], 5.0) == 1.0  # clipped: never more than serial
     assert overlap_alpha([point(30, 10, -0.3)], 5.0) == 0.0
     assert overlap_alpha([], 5.0) is None
+
+
+def test_check_transfer_composes_the_kept_fit_on_steps_it_never_saw(tmp_path):
+    """tools/check_transfer.py end to end on the kept example: one held-out row a measured step."""
+    root = Path(__file__).resolve().parents[1]
+    kept = root / "docs/examples/h200"
+    out = tmp_path / "check.csv"
+    args = [kept / "fit.json", kept / "layout_deepseek_v3.csv", kept / "ceilings.json", out]
+    proc = subprocess.run(
+        [sys.executable, root / "tools/check_transfer.py", *args, "model=deepseek_v3"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    check = pd.read_csv(out)
+    steps = pd.read_csv(kept / "layout_deepseek_v3.csv")
+    assert len(check) == (steps["status"] == "ok").sum() > 0
+    assert check["held_out"].all() and check["composed_ms"].gt(0).all()

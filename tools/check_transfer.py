@@ -45,7 +45,7 @@ def main() -> int:
             )
             raise ConfigError(f"{name}={path}: {what}")
     settings = compose_settings(args[4:])
-    model = settings.model.model_dump(exclude_unset=True)
+    model = settings.model
     fit = json.loads(Path(fit_path).read_text())
     if not isinstance(fit, dict) or "per_kernel_us" not in fit or "groups" not in fit:
         raise ConfigError(f"FIT_JSON={fit_path}: not a launch-aware fit (no per_kernel_us, groups)")
