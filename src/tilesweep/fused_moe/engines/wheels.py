@@ -345,8 +345,7 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
             text = HEADER.format(wheel=wheel.name, module=kernel["module"]) + "\n\n"
             text += "\n\n".join(functions.values())
             (out / "configs" / part).mkdir(parents=True, exist_ok=True)
-            with atomic_path(out / f"{part}.py") as tmp:
-                tmp.write_text(text)
+            write_text(out / f"{part}.py", text)
             tables = {}
             for member in sorted(archive.namelist()) if kernel.get("tables") else []:
                 rel = member.removeprefix(kernel["tables"])
@@ -368,6 +367,5 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
         "wheel_sha256": _sha256(wheel.read_bytes()),
         "kernels": kernels,
     }
-    with atomic_path(out / "manifest.json") as tmp:
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    write_text(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return out
