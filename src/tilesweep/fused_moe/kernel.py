@@ -230,6 +230,17 @@ def _tile(
             _write(acc, c_ptrs, c_mask, ids, row_ok, ptrs[5], sizes[6], SPLIT_K)
 
 
+@triton.jit
+def _tiles(ptrs, b_desc, sizes, strides, blocks, modes, PERSISTENT: tl.constexpr):
+    """Compute this program's output tiles: its own, or (PERSISTENT) every num_programs-th."""
+    if PERSISTENT:
+        tiles = tl.cdiv(sizes[3], blocks[0]) * tl.cdiv(sizes[1], blocks[1])  # row x column blocks
+        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            _tile(tile, ptrs, b_desc, sizes, strides, *blocks, *modes)
+    else:
+        _tile(tl.program_id(0), ptrs, b_desc, sizes, strides, *blocks, *modes)
+
+
 @triton.jit(do_not_specialize=["em", "num_valid", "a_row_div", "mul_routed", "group_m"])
 def fused_moe_kernel(
     a_ptr,  # [rows, K] activations (tokens for gate/up, pairs for down), K contiguous
@@ -275,16 +286,17 @@ def fused_moe_kernel(
     sizes = (tl.load(num_post_pad_ptr), N, K, em, num_valid, a_row_div, mul_routed, group_m)
     strides = (stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask)
     strides += (stride_bse, stride_bsn, stride_bsk)
-    # _tile's compile-time parameters, in its order: constexpr tuples unpack as constexprs.
-    blocks: tl.constexpr = (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K)
-    scaling: tl.constexpr = (SCALE, GROUP_N, GROUP_K)
-    variant: tl.constexpr = (EVEN_K, TMA, SPLIT_K)
-    if PERSISTENT:
-        tiles = tl.cdiv(em, BLOCK_SIZE_M) * tl.cdiv(N, BLOCK_SIZE_N)
-        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
-            _tile(tile, ptrs, b_desc, sizes, strides, *blocks, *scaling, *variant)
-    else:
-        _tile(tl.program_id(0), ptrs, b_desc, sizes, strides, *blocks, *scaling, *variant)
+    # The compile-time parameters travel as tuples written in the call (a tuple assigned to a
+    # name would hold tensors, not constexprs): _tile's block shape, then its scale and variant.
+    _tiles(
+        ptrs,
+        b_desc,
+        sizes,
+        strides,
+        (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K),
+        (SCALE, GROUP_N, GROUP_K, EVEN_K, TMA, SPLIT_K),
+        PERSISTENT,
+    )
 
 
 # Programs per multiprocessor's worth of the persistent grid on a CPU (Triton's interpreter), so
