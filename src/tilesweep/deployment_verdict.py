@@ -226,6 +226,28 @@ def _rests(fit, label: str, engine, attention: str, collectives: dict) -> tuple[
     return used, tail
 
 
+def _input_columns(label: str, engine, collectives: dict, dep: DeploymentSettings) -> dict:
+    """Return the columns of what every verdict row rests on (fit, kernels, host, collectives)."""
+    return {
+        "fit_source": label,
+        "kernel_list": engine.label,
+        "host_rule": engine.host_label,
+        "collectives": row_inputs.words(collectives),
+        "load": _load_words(dep),
+    }
+
+
+def _timer_maker(cost: float | None, label: str, own, engine) -> Callable:
+    """Return the launch-aware timer of a fit (called with the fit) at the engine's launches."""
+    return partial(
+        launch_timer,
+        per_kernel_us=cost,
+        label=label,
+        kernel_ms=own,
+        launches=engine.launches,
+    )
+
+
 def deployment_table(
     settings: RootSettings,
     decode: pd.DataFrame,
@@ -250,13 +272,8 @@ def deployment_table(
     own = _own_attention(settings, ceilings, here[0], model, dep)
     layouts = settings.grid.layouts
     collectives = {"all-reduce": allreduce} | ({"topology": topology_note} if topology_note else {})
-    columns = {
-        "fit_source": label,
-        "kernel_list": engine.label,
-        "host_rule": engine.host_label,
-        "collectives": row_inputs.words(collectives),
-        "load": _load_words(dep),
-    }
+    columns = _input_columns(label, engine, collectives, dep)
+    make = _timer_maker(cost, label, own, engine)
     used, tail = _rests(fit, label, engine, attention, collectives)
     frames = []
     for batch in dep.batches:
@@ -264,13 +281,6 @@ def deployment_table(
         kwargs = {"measured_floors": floors, "engine": engine}
         expert_words, ends = "", {}  # ends: tpot_low_ms, tpot_high_ms of a cited band
         if fit is not None:
-            make = partial(
-                launch_timer,
-                per_kernel_us=cost,
-                label=label,
-                kernel_ms=own,
-                launches=engine.launches,
-            )
             kwargs["timer"], expert_words, ends = _expert_efficiency(
                 fit, target, dep, model, batch, decode, ceilings, make, engine_conf
             )

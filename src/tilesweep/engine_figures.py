@@ -38,46 +38,49 @@ def engine_table(
         one = deployment_table(
             figure_settings(groups[key], fig), decode, collective, steps, ceilings, fitted
         ).iloc[0]
-        composed = one["tpot_ms"]
-        ratio = composed / fig.tpot_ms
-        rows.append(
-            {
-                "engine": fig.engine,
-                "version": fig.version,
-                "model": fig.model,
-                "hardware": fig.hardware,
-                "layout": layout_name(fig.layout),
-                "batch": fig.batch,
-                "input_len": fig.input_len,
-                "output_len": fig.output_len,
-                "context_len": one["context_len"],
-                "weight_dtype": one["weight_dtype"],
-                "speculative": fig.speculative,
-                "statistic": fig.statistic,
-                "role": fig.role,
-                "engine_tpot_ms": fig.tpot_ms,
-                "composed_tpot_ms": composed,
-                "composed_over_engine": ratio,
-                "error_pct": 100 * (ratio - 1),
-                "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
-                "tpot_low_ms": one["tpot_low_ms"],
-                "tpot_high_ms": one["tpot_high_ms"],
-                "inside_tpot_band": _inside(one["tpot_low_ms"], fig.tpot_ms, one["tpot_high_ms"]),
-                "floor_ms": one["floor_ms"],
-                "engine_over_floor": fig.tpot_ms / one["floor_ms"],
-                "host_ms": one["host_ms"],
-                "prefill_ms": one["prefill_ms"],
-                "bound": one["bound"],
-                "fits_memory": one["fits_memory"],
-                "kernel_list": one["kernel_list"],
-                "composed_source": one["source"],
-                "gap": _gap(one),
-                "cited": fig.source,
-            }
-        )
+        rows.append(_figure_row(fig, one))
     table = pd.DataFrame(rows, columns=ENGINE_COLUMNS)
     table["source_check"] = references.source_checks(table)
     return table
+
+
+def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
+    """Return the row of one cited engine figure beside `one`, the verdict row composed for it."""
+    composed = one["tpot_ms"]
+    ratio = composed / fig.tpot_ms
+    return {
+        "engine": fig.engine,
+        "version": fig.version,
+        "model": fig.model,
+        "hardware": fig.hardware,
+        "layout": layout_name(fig.layout),
+        "batch": fig.batch,
+        "input_len": fig.input_len,
+        "output_len": fig.output_len,
+        "context_len": one["context_len"],
+        "weight_dtype": one["weight_dtype"],
+        "speculative": fig.speculative,
+        "statistic": fig.statistic,
+        "role": fig.role,
+        "engine_tpot_ms": fig.tpot_ms,
+        "composed_tpot_ms": composed,
+        "composed_over_engine": ratio,
+        "error_pct": 100 * (ratio - 1),
+        "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
+        "tpot_low_ms": one["tpot_low_ms"],
+        "tpot_high_ms": one["tpot_high_ms"],
+        "inside_tpot_band": _inside(one["tpot_low_ms"], fig.tpot_ms, one["tpot_high_ms"]),
+        "floor_ms": one["floor_ms"],
+        "engine_over_floor": fig.tpot_ms / one["floor_ms"],
+        "host_ms": one["host_ms"],
+        "prefill_ms": one["prefill_ms"],
+        "bound": one["bound"],
+        "fits_memory": one["fits_memory"],
+        "kernel_list": one["kernel_list"],
+        "composed_source": one["source"],
+        "gap": _gap(one),
+        "cited": fig.source,
+    }
 
 
 # The verdict times no kernel tile: one that divides any model stands in for the sweep's tiles,

@@ -22,6 +22,158 @@ SCALE_MODES = {
 
 
 @triton.jit
+def _tile_coords(tile, em, N, group_m, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
+    """Return (row block, column block) of a tile, row blocks swizzled in groups of group_m."""
+    num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    in_group = group_m * num_pid_n
+    first_m = (tile // in_group) * group_m
+    rows_in_group = tl.minimum(num_pid_m - first_m, group_m)
+    pid_m = first_m + (tile % in_group) % rows_in_group
+    pid_n = (tile % in_group) // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
+def _k_blocks(K, BLOCK_SIZE_K: tl.constexpr, SPLIT_K: tl.constexpr):
+    """Return (first, end) of the K blocks this program reduces over (its share with SPLIT_K)."""
+    k_blocks = tl.cdiv(K, BLOCK_SIZE_K)
+    kb_first, kb_end = 0, k_blocks
+    if SPLIT_K > 1:  # this program's share of the K blocks
+        per_split = tl.cdiv(k_blocks, SPLIT_K)
+        kb_first = tl.program_id(1) * per_split
+        kb_end = tl.minimum(kb_first + per_split, k_blocks)
+    return kb_first, kb_end
+
+
+@triton.jit
+def _operands(
+    a_ptrs,
+    b_ptrs,
+    b_desc,
+    b_row,
+    kb,
+    row_ok,
+    K,
+    BLOCK_SIZE_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    """Return the A and B tiles of K block kb (zeros past K and on rows not in use)."""
+    if EVEN_K:
+        a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+    else:
+        k_ok = tl.arange(0, BLOCK_SIZE_K) < K - kb * BLOCK_SIZE_K
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+    if TMA:  # the weight tile through the tensor-memory accelerator (zeros past K)
+        b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
+    elif EVEN_K:
+        b = tl.load(b_ptrs)
+    else:
+        b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+    return a, b
+
+
+@triton.jit
+def _group_scales(
+    a_s_ptrs, b_s_ptrs, row_ok, kb, strides, BLOCK_SIZE_K: tl.constexpr, GROUP_K: tl.constexpr
+):
+    """Return the A row and B column scales of K block kb's quantisation group (SCALE block)."""
+    k_group = (kb * BLOCK_SIZE_K) // GROUP_K
+    a_s = tl.load(a_s_ptrs + k_group * strides[5], mask=row_ok, other=0.0)
+    b_s = tl.load(b_s_ptrs + k_group * strides[8])
+    return a_s, b_s
+
+
+@triton.jit
+def _accumulate(
+    ptrs,
+    b_desc,
+    sizes,
+    strides,
+    a_rows,
+    row_ok,
+    expert,
+    offs_bn,
+    pid_n,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    SCALE: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    TMA: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    """Return the fp32 product of a tile's A rows and its expert's B columns over its K blocks."""
+    a_ptr, b_ptr, a_scale_ptr, b_scale_ptr = ptrs[0], ptrs[1], ptrs[3], ptrs[4]
+    N, K = sizes[1], sizes[2]
+    stride_am, stride_be, stride_bn, stride_asm = strides[0], strides[1], strides[2], strides[4]
+    stride_bse, stride_bsn = strides[6], strides[7]
+    kb_first, kb_end = _k_blocks(K, BLOCK_SIZE_K, SPLIT_K)
+    first_k = kb_first * BLOCK_SIZE_K + tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + first_k[None, :]
+    b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + first_k[:, None]
+    b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
+    # SCALE block: a row's scales, and a column group's (each K group's at its offset)
+    a_s_ptrs = a_scale_ptr + a_rows * stride_asm
+    b_s_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for kb in range(kb_first, kb_end):
+        a, b = _operands(a_ptrs, b_ptrs, b_desc, b_row, kb, row_ok, K, BLOCK_SIZE_K, EVEN_K, TMA)
+        if SCALE == 3:
+            a_s, b_s = _group_scales(a_s_ptrs, b_s_ptrs, row_ok, kb, strides, BLOCK_SIZE_K, GROUP_K)
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        else:
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_SIZE_K
+        b_ptrs += BLOCK_SIZE_K
+    return acc
+
+
+@triton.jit
+def _dequantised(acc, ptrs, strides, a_rows, row_ok, expert, offs_bn, SCALE: tl.constexpr):
+    """Return acc times its fp8 scales per tensor (SCALE 1) or per row and channel (SCALE 2)."""
+    a_scale_ptr, b_scale_ptr = ptrs[3], ptrs[4]
+    if SCALE == 1:
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert))
+    if SCALE == 2:
+        a_s = tl.load(a_scale_ptr + a_rows * strides[4], mask=row_ok, other=0.0)
+        b_s = tl.load(b_scale_ptr + expert * strides[6] + offs_bn * strides[7])
+        acc = acc * a_s[:, None] * b_s[None, :]
+    return acc
+
+
+@triton.jit
+def _write(acc, c_ptrs, c_mask, ids, row_ok, topk_weights_ptr, mul_routed, SPLIT_K: tl.constexpr):
+    """Store a tile, times each pair's routing weight where mul_routed (SPLIT_K > 1: added)."""
+    if mul_routed != 0:
+        w = tl.load(topk_weights_ptr + ids, mask=row_ok, other=0.0)
+        acc = acc * w[:, None]
+    if SPLIT_K > 1:  # every step above is linear in the partial sum
+        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+    else:
+        tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def _row_block(
+    ptrs, sizes, strides, pid_m, pid_n, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr
+):
+    """Return a tile's pairs, which are in use, its output pointers and mask, and its expert."""
+    c_ptr, sorted_ids_ptr, expert_ids_ptr = ptrs[2], ptrs[6], ptrs[7]
+    offs = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    ids = tl.load(sorted_ids_ptr + offs)
+    row_ok = ids < sizes[4]
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + ids.to(tl.int64)[:, None] * strides[3] + offs_n[None, :]
+    c_mask = row_ok[:, None] & (offs_n[None, :] < sizes[1])
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    return ids, row_ok, offs_n, c_ptrs, c_mask, expert
+
+
+@triton.jit
 def _tile(
     tile,
     ptrs,
@@ -39,90 +191,54 @@ def _tile(
     SPLIT_K: tl.constexpr,
 ):
     """Compute one output tile (or with SPLIT_K > 1 its program's part of the reduction)."""
-    a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, topk_weights_ptr, sorted_ids_ptr = ptrs[:7]
-    expert_ids_ptr = ptrs[7]
-    num_post_pad, N, K, em, num_valid, a_row_div, mul_routed, group_m = sizes
-    stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask = strides[:6]
-    stride_bse, stride_bsn, stride_bsk = strides[6:]
-    num_pid_m = tl.cdiv(em, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    in_group = group_m * num_pid_n
-    first_m = (tile // in_group) * group_m
-    rows_in_group = tl.minimum(num_pid_m - first_m, group_m)
-    pid_m = first_m + (tile % in_group) % rows_in_group
-    pid_n = (tile % in_group) // rows_in_group
+    num_post_pad, N, em, a_row_div = sizes[0], sizes[1], sizes[3], sizes[5]
+    pid_m, pid_n = _tile_coords(tile, em, N, sizes[7], BLOCK_SIZE_M, BLOCK_SIZE_N)
     if pid_m * BLOCK_SIZE_M < num_post_pad:
-        offs = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        ids = tl.load(sorted_ids_ptr + offs)
-        row_ok = ids < num_valid
-        offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-        c_ptrs = c_ptr + ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-        c_mask = row_ok[:, None] & (offs_n[None, :] < N)
-        expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+        ids, row_ok, offs_n, c_ptrs, c_mask, expert = _row_block(
+            ptrs, sizes, strides, pid_m, pid_n, BLOCK_SIZE_M, BLOCK_SIZE_N
+        )
         if expert == -1:
             if SPLIT_K == 1:  # a split-K workspace starts zeroed
-                zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptr.dtype.element_ty)
+                zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=c_ptrs.dtype.element_ty)
                 tl.store(c_ptrs, zeros, mask=c_mask)
         else:
             a_rows = (ids // a_row_div).to(tl.int64)
             # Columns past N wrap round (pointers) or run into the next expert's rows (TMA)
             # instead of being masked: their results are never stored.
             offs_bn = (offs_n % N).to(tl.int64)
-            k_blocks = tl.cdiv(K, BLOCK_SIZE_K)
-            kb_first, kb_end = 0, k_blocks
-            if SPLIT_K > 1:  # this program's share of the K blocks
-                per_split = tl.cdiv(k_blocks, SPLIT_K)
-                kb_first = tl.program_id(1) * per_split
-                kb_end = tl.minimum(kb_first + per_split, k_blocks)
-            offs_k = tl.arange(0, BLOCK_SIZE_K)
-            first_k = kb_first * BLOCK_SIZE_K + offs_k
-            a_ptrs = a_ptr + a_rows[:, None] * stride_am + first_k[None, :]
-            b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + first_k[:, None]
-            b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
-            acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            for kb in range(kb_first, kb_end):
-                if EVEN_K:
-                    a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-                else:
-                    k_ok = offs_k < K - kb * BLOCK_SIZE_K
-                    a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                if TMA:  # the weight tile through the tensor-memory accelerator (zeros past K)
-                    b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
-                elif EVEN_K:
-                    b = tl.load(b_ptrs)
-                else:
-                    b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-                if SCALE == 3:
-                    k_group = (kb * BLOCK_SIZE_K) // GROUP_K
-                    a_s = tl.load(
-                        a_scale_ptr + a_rows * stride_asm + k_group * stride_ask,
-                        mask=row_ok,
-                        other=0.0,
-                    )
-                    b_s = tl.load(
-                        b_scale_ptr
-                        + expert * stride_bse
-                        + (offs_bn // GROUP_N) * stride_bsn
-                        + k_group * stride_bsk
-                    )
-                    acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-                else:
-                    acc = tl.dot(a, b, acc)
-                a_ptrs += BLOCK_SIZE_K
-                b_ptrs += BLOCK_SIZE_K
-            if SCALE == 1:
-                acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert))
-            if SCALE == 2:
-                a_s = tl.load(a_scale_ptr + a_rows * stride_asm, mask=row_ok, other=0.0)
-                b_s = tl.load(b_scale_ptr + expert * stride_bse + offs_bn * stride_bsn)
-                acc = acc * a_s[:, None] * b_s[None, :]
-            if mul_routed != 0:
-                w = tl.load(topk_weights_ptr + ids, mask=row_ok, other=0.0)
-                acc = acc * w[:, None]
-            if SPLIT_K > 1:  # every step above is linear in the partial sum
-                tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
-            else:
-                tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+            acc = _accumulate(
+                ptrs,
+                b_desc,
+                sizes,
+                strides,
+                a_rows,
+                row_ok,
+                expert,
+                offs_bn,
+                pid_n,
+                BLOCK_SIZE_M,
+                BLOCK_SIZE_N,
+                BLOCK_SIZE_K,
+                SCALE,
+                GROUP_N,
+                GROUP_K,
+                EVEN_K,
+                TMA,
+                SPLIT_K,
+            )
+            acc = _dequantised(acc, ptrs, strides, a_rows, row_ok, expert, offs_bn, SCALE)
+            _write(acc, c_ptrs, c_mask, ids, row_ok, ptrs[5], sizes[6], SPLIT_K)
+
+
+@triton.jit
+def _tiles(ptrs, b_desc, sizes, strides, blocks, modes, PERSISTENT: tl.constexpr):
+    """Compute this program's output tiles: its own, or (PERSISTENT) every num_programs-th."""
+    if PERSISTENT:
+        tiles = tl.cdiv(sizes[3], blocks[0]) * tl.cdiv(sizes[1], blocks[1])  # row x column blocks
+        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            _tile(tile, ptrs, b_desc, sizes, strides, *blocks, *modes)
+    else:
+        _tile(tl.program_id(0), ptrs, b_desc, sizes, strides, *blocks, *modes)
 
 
 @triton.jit(do_not_specialize=["em", "num_valid", "a_row_div", "mul_routed", "group_m"])
@@ -170,42 +286,17 @@ def fused_moe_kernel(
     sizes = (tl.load(num_post_pad_ptr), N, K, em, num_valid, a_row_div, mul_routed, group_m)
     strides = (stride_am, stride_be, stride_bn, stride_cm, stride_asm, stride_ask)
     strides += (stride_bse, stride_bsn, stride_bsk)
-    if PERSISTENT:
-        tiles = tl.cdiv(em, BLOCK_SIZE_M) * tl.cdiv(N, BLOCK_SIZE_N)
-        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
-            _tile(
-                tile,
-                ptrs,
-                b_desc,
-                sizes,
-                strides,
-                BLOCK_SIZE_M,
-                BLOCK_SIZE_N,
-                BLOCK_SIZE_K,
-                SCALE,
-                GROUP_N,
-                GROUP_K,
-                EVEN_K,
-                TMA,
-                SPLIT_K,
-            )
-    else:
-        _tile(
-            tl.program_id(0),
-            ptrs,
-            b_desc,
-            sizes,
-            strides,
-            BLOCK_SIZE_M,
-            BLOCK_SIZE_N,
-            BLOCK_SIZE_K,
-            SCALE,
-            GROUP_N,
-            GROUP_K,
-            EVEN_K,
-            TMA,
-            SPLIT_K,
-        )
+    # The compile-time parameters travel as tuples written in the call (a tuple assigned to a
+    # name would hold tensors, not constexprs): _tile's block shape, then its scale and variant.
+    _tiles(
+        ptrs,
+        b_desc,
+        sizes,
+        strides,
+        (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K),
+        (SCALE, GROUP_N, GROUP_K, EVEN_K, TMA, SPLIT_K),
+        PERSISTENT,
+    )
 
 
 # Programs per multiprocessor's worth of the persistent grid on a CPU (Triton's interpreter), so

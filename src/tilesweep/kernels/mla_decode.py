@@ -18,6 +18,74 @@ TARGET_PROGRAMS = 264
 
 
 @triton.jit
+def _cols(row_base, row_ok, first, end, BLOCK: tl.constexpr):
+    """Return columns first.. first + BLOCK of rows at row_base ([rows, 1]; zeros past end)."""
+    cols = first + tl.arange(0, BLOCK)
+    return tl.load(
+        row_base + cols[None, :], mask=row_ok[:, None] & (cols < end)[None, :], other=0.0
+    )
+
+
+@triton.jit
+def _key_rows(
+    cache_ptr,
+    idx_ptr,
+    seq,
+    t0,
+    stop,
+    stride_cn,
+    stride_ct,
+    stride_in,
+    BLOCK_T: tl.constexpr,
+    HAS_IDX: tl.constexpr,
+):
+    """Return the cache rows of a sequence's BLOCK_T tokens from t0 (indexed with HAS_IDX), mask."""
+    t = t0 + tl.arange(0, BLOCK_T)
+    tmask = t < stop
+    row = tl.load(idx_ptr + seq * stride_in + t, mask=tmask, other=0) if HAS_IDX else t
+    return cache_ptr + seq * stride_cn + row[:, None].to(tl.int64) * stride_ct, tmask
+
+
+@triton.jit
+def _scores(q_lat, q_rope, k_lat, k_rope, tmask, scale):
+    """Return the heads' scores against a block of keys, times scale; -inf off tmask."""
+    qk = tl.dot(q_lat, tl.trans(k_lat)) + tl.dot(q_rope, tl.trans(k_rope))
+    return tl.where(tmask[None, :], qk * scale, float("-inf"))
+
+
+@triton.jit
+def _online_softmax(m, s, qk):
+    """Return (running max, sum, the old sums' rescale, the weights) after a block of scores."""
+    m_new = tl.maximum(m, tl.max(qk, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    return m_new, s * alpha + tl.sum(p, 1), alpha, p
+
+
+@triton.jit
+def _store_part(
+    acc_ptr,
+    ml_ptr,
+    part,
+    acc,
+    m,
+    s,
+    hmask,
+    vs,
+    LAT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_LAT: tl.constexpr,
+):
+    """Store a split's partial sums of one latent slice, and (first slice) its max and sum."""
+    dv = vs * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask = hmask[:, None] & (dv < LAT)[None, :]
+    tl.store(acc_ptr + part[:, None] * BLOCK_LAT + dv[None, :], acc, mask=mask)
+    if vs == 0:  # every slice has the same max and sum: the first one writes them
+        tl.store(ml_ptr + part * 2, m, mask=hmask)
+        tl.store(ml_ptr + part * 2 + 1, s, mask=hmask)
+
+
+@triton.jit
 def _split(
     q_ptr,
     qr_ptr,
@@ -47,22 +115,15 @@ def _split(
     BLOCK_T: tl.constexpr,
     HAS_IDX: tl.constexpr,
 ):
+    """Stream one split of a sequence's tokens once for BLOCK_H heads and one latent slice."""
     hb = tl.program_id(0) // LAT_SPLIT
     vs = tl.program_id(0) % LAT_SPLIT
     split = tl.program_id(1)
     seq = tl.program_id(2).to(tl.int64)  # seq x cache stride passes 2**31 at 3,641 x 1,024 x 576
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-    dl = tl.arange(0, BLOCK_LAT)
-    dv = vs * BLOCK_V + tl.arange(0, BLOCK_V)
-    vmask = dv < LAT
-    dr = tl.arange(0, BLOCK_ROPE)
     hmask = h < heads
-    lmask = dl < LAT
-    rmask = dr < ROPE
-    q_base = q_ptr + seq * stride_qn + h[:, None] * stride_qh
-    q_lat = tl.load(q_base + dl[None, :], mask=hmask[:, None] & lmask[None, :], other=0.0)
-    qr_base = qr_ptr + seq * stride_rn + h[:, None] * stride_rh
-    q_rope = tl.load(qr_base + dr[None, :], mask=hmask[:, None] & rmask[None, :], other=0.0)
+    q_lat = _cols(q_ptr + seq * stride_qn + h[:, None] * stride_qh, hmask, 0, LAT, BLOCK_LAT)
+    q_rope = _cols(qr_ptr + seq * stride_rn + h[:, None] * stride_rh, hmask, 0, ROPE, BLOCK_ROPE)
     m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     s = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, BLOCK_V), tl.float32)
@@ -70,33 +131,18 @@ def _split(
     stop = tl.minimum(start + chunk, tokens)
     scale = sm_scale * 1.4426950408889634  # exp2 below
     for t0 in range(start, stop, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        tmask = t < stop
-        row = tl.load(idx_ptr + seq * stride_in + t, mask=tmask, other=0) if HAS_IDX else t
-        k_base = cache_ptr + seq * stride_cn + row[:, None].to(tl.int64) * stride_ct
-        k_lat = tl.load(k_base + dl[None, :], mask=tmask[:, None] & lmask[None, :], other=0.0)
-        k_rope = tl.load(
-            k_base + LAT + dr[None, :], mask=tmask[:, None] & rmask[None, :], other=0.0
+        kv, tmask = _key_rows(
+            cache_ptr, idx_ptr, seq, t0, stop, stride_cn, stride_ct, stride_in, BLOCK_T, HAS_IDX
         )
-        qk = tl.dot(q_lat, tl.trans(k_lat)) + tl.dot(q_rope, tl.trans(k_rope))
-        qk = tl.where(tmask[None, :], qk * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(qk, 1))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        s = s * alpha + tl.sum(p, 1)
-        if LAT_SPLIT == 1:
-            v = k_lat
-        else:  # this program's slice of the same rows (from L1/L2: just read for the scores)
-            v = tl.load(k_base + dv[None, :], mask=tmask[:, None] & vmask[None, :], other=0.0)
+        k_lat = _cols(kv, tmask, 0, LAT, BLOCK_LAT)
+        k_rope = _cols(kv + LAT, tmask, 0, ROPE, BLOCK_ROPE)
+        qk = _scores(q_lat, q_rope, k_lat, k_rope, tmask, scale)
+        m, s, alpha, p = _online_softmax(m, s, qk)
+        # LAT_SPLIT > 1: this program's slice of the same rows (from L1/L2: just read for scores)
+        v = k_lat if LAT_SPLIT == 1 else _cols(kv, tmask, vs * BLOCK_V, LAT, BLOCK_V)
         acc = acc * alpha[:, None] + tl.dot(p.to(k_lat.dtype), v)
-        m = m_new
     part = (seq * splits + split) * heads + h
-    tl.store(
-        acc_ptr + part[:, None] * BLOCK_LAT + dv[None, :], acc, mask=hmask[:, None] & vmask[None, :]
-    )
-    if vs == 0:  # every slice has the same max and sum: the first one writes them
-        tl.store(ml_ptr + part * 2, m, mask=hmask)
-        tl.store(ml_ptr + part * 2 + 1, s, mask=hmask)
+    _store_part(acc_ptr, ml_ptr, part, acc, m, s, hmask, vs, LAT, BLOCK_V, BLOCK_LAT)
 
 
 @triton.jit

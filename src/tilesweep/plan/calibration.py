@@ -5,6 +5,7 @@ rank and layout is a held-out check of `step_check`'s composed prediction."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -178,6 +179,150 @@ def _extra_text(extra: dict) -> str:
     return ", ".join(f"{n:g} {where.replace('_', ' ')}" for where, n in extra.items())
 
 
+@dataclass(frozen=True)
+class _Check:
+    """What every measured step of one check is composed with."""
+
+    model: ModelSettings
+    hw: HardwareSpec
+    floors: dict
+    device: str
+    per_kernel_us: float | None
+    fits: dict  # timing -> the launch-aware fit its steps are composed from (None: no fit)
+    fit_batches: list[int] | None
+    attention: pd.DataFrame | None
+
+
+def _check_fits(
+    steps: pd.DataFrame,
+    model: ModelSettings,
+    hw: HardwareSpec,
+    per_kernel_us: float | None,
+    device: str,
+    fit: dict | None,
+    terms: dict | None,
+    fit_batches: list[int] | None,
+    attention: pd.DataFrame | None,
+) -> tuple[dict, float | None]:
+    """Return (fit per timing, per-kernel cost): a given fit for graphed steps, else each fitted."""
+    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
+        return {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
+    fits = {
+        t: step_fit(
+            steps,
+            model,
+            hw,
+            per_kernel_us,
+            device,
+            t,
+            terms if t == "cuda-graph" else None,
+            fit_batches,
+            attention if t == "cuda-graph" else None,
+        )
+        for t in TIMINGS
+    }
+    return fits, per_kernel_us
+
+
+def _composed_label(used: dict, emu: bool, own, engine) -> str:
+    """Return the label of a step composed from fit `used` (own: the attention kernel's times)."""
+    label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
+    if own is not None:
+        label += "; attention core: the kernel's own time where its tune table has it"
+    if engine is not None:
+        label += (
+            f"; {engine.name}: the fit's kernels for the step's own parts and the "
+            f"engine's extra kernels as run ({_extra_text(engine.extra)}), "
+            f"small kernels: {small_kernel_us(used)[1]}"
+        )
+    return label
+
+
+def _composed(ck: _Check, row: dict, how: str, emu: bool) -> tuple[float, str, str, list[str]]:
+    """Return (composed ms, label, calibrated-on, gaps) of a measured step from its timing's fit."""
+    as_run, dep, over = _step_model(row, ck.model)
+    engine = engine_profile.as_run(row)
+    used = ck.fits.get(how)
+    if used is None:
+        at = f" at deployment.fit_batches={ck.fit_batches}" if ck.fit_batches else ""
+        return math.nan, "", "", [f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on"]
+    # The kernel's own times were taken in CUDA graphs: never for an eager check.
+    graphed = how == "cuda-graph"
+    own = attention_table.for_device(ck.attention, ck.device, as_run, dep) if graphed else None
+    timer = launch_timer(used, ck.per_kernel_us, fit_label(used), own)
+    label = _composed_label(used, emu, own, engine)
+    calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
+    if emu:
+        return rank_compute_ms(row, ck.model, ck.hw, timer), label, calibrated, []
+    extra = engine.extra_parts if engine is not None else None
+    ran = _sequences(row)
+    step = compose_step(
+        as_run, dep, ck.hw, _layout(row), ran, timer, ck.floors, over, extra_parts=extra
+    )
+    return step["tpot_ms"], label, calibrated, step["gaps"]
+
+
+def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
+    """Return whether a measured step is one its timing's fit was made on (not held out)."""
+    used = ck.fits.get(how)
+    return (
+        used is not None
+        and used["model"] == ck.model.name
+        and not emu
+        and row["layout"] == FIT_LAYOUT
+        and int(row["batch"]) in used["fit_batches"]
+        and engine_profile.as_run(row) is None
+    )
+
+
+def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
+    """Return the check row of one measured step: measured, roofline and composed, with errors."""
+    as_run, dep, over = _step_model(row, ck.model)
+    layout = _layout(row)
+    engine = engine_profile.as_run(row)
+    extra = engine.extra_parts if engine is not None else None
+    raw = compose_step(
+        as_run,
+        dep,
+        ck.hw,
+        layout,
+        _sequences(row),
+        roofline_timer,
+        ck.floors,
+        over,
+        extra_parts=extra,
+    )
+    composed, label, calibrated, gaps = _composed(ck, row, how, emu)
+    measured = row["step_ms"]
+    # An emulated rank has no collectives: its roofline is its compute alone.
+    roof = rank_compute_ms(row, ck.model, ck.hw, roofline_timer) if emu else raw["tpot_ms"]
+    return {
+        "model": ck.model.name,
+        "layout": row["layout"],
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "ep": layout.ep,
+        "batch": int(row["batch"]),
+        "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
+        "kernels_per_layer": row.get("kernels_per_layer", math.nan),
+        "context_len": row["context_len"],
+        "measured_ms": measured,
+        "measured_p10_ms": row["step_p10_ms"],
+        "measured_p90_ms": row["step_p90_ms"],
+        "roofline_ms": roof,
+        "roofline_error_pct": 100 * (roof / measured - 1),
+        "composed_ms": composed,
+        "composed_error_pct": 100 * (composed / measured - 1),
+        "calibrated_on": calibrated,
+        "held_out": not _fitted_here(ck, row, how, emu),
+        "timing": how,
+        "measured_label": row["measured_label"],
+        "composed_label": label,
+        "device": ck.device,
+        "gaps": "; ".join(dict.fromkeys(list(raw["gaps"]) + list(gaps))),
+    }
+
+
 def step_check(
     steps: pd.DataFrame,
     model: ModelSettings,
@@ -197,101 +342,15 @@ def step_check(
     times (plan/attention_table), used on `device` where they cover a part."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
-        fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
-    else:
-        fits = {
-            t: step_fit(
-                steps,
-                model,
-                hw,
-                per_kernel_us,
-                device,
-                t,
-                terms if t == "cuda-graph" else None,
-                fit_batches,
-                attention if t == "cuda-graph" else None,
-            )
-            for t in TIMINGS
-        }
-    timing = _timing(steps)
-    emulated = _emulated(steps)
-    rows = []
+    fits, per_kernel_us = _check_fits(
+        steps, model, hw, per_kernel_us, device, fit, terms, fit_batches, attention
+    )
+    ck = _Check(model, hw, floors, device, per_kernel_us, fits, fit_batches, attention)
     ok = steps["status"] == "ok"
-    for row, how, emu in zip(steps[ok].to_dict("records"), timing[ok], emulated[ok], strict=True):
-        as_run, dep, over = _step_model(row, model)
-        layout = _layout(row)
-        batch = int(row["batch"])
-        ran = _sequences(row)
-        engine = engine_profile.as_run(row)
-        extra = engine.extra_parts if engine is not None else None
-        raw = compose_step(
-            as_run, dep, hw, layout, ran, roofline_timer, floors, over, extra_parts=extra
-        )
-        used = fits.get(how)
-        gaps = list(raw["gaps"])
-        composed, label, calibrated = math.nan, "", ""
-        if used is None:
-            at = f" at deployment.fit_batches={fit_batches}" if fit_batches else ""
-            gaps.append(f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on")
-        else:
-            # The kernel's own times were taken in CUDA graphs: never for an eager check.
-            graphed = how == "cuda-graph"
-            own = attention_table.for_device(attention, device, as_run, dep) if graphed else None
-            timer = launch_timer(used, per_kernel_us, fit_label(used), own)
-            label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
-            if own is not None:
-                label += "; attention core: the kernel's own time where its tune table has it"
-            if engine is not None:
-                label += (
-                    f"; {engine.name}: the fit's kernels for the step's own parts and the "
-                    f"engine's extra kernels as run ({_extra_text(engine.extra)}), "
-                    f"small kernels: {small_kernel_us(used)[1]}"
-                )
-            calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
-            if emu:
-                composed = rank_compute_ms(row, model, hw, timer)
-            else:
-                step = compose_step(
-                    as_run, dep, hw, layout, ran, timer, floors, over, extra_parts=extra
-                )
-                composed, gaps = step["tpot_ms"], gaps + step["gaps"]
-        measured = row["step_ms"]
-        fitted_here = (
-            used is not None
-            and used["model"] == model.name
-            and not emu
-            and row["layout"] == FIT_LAYOUT
-            and batch in used["fit_batches"]
-            and engine is None
-        )
-        # An emulated rank has no collectives: its roofline is its compute alone.
-        roof = rank_compute_ms(row, model, hw, roofline_timer) if emu else raw["tpot_ms"]
-        rows.append(
-            {
-                "model": model.name,
-                "layout": row["layout"],
-                "tp": layout.tp,
-                "pp": layout.pp,
-                "ep": layout.ep,
-                "batch": batch,
-                "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
-                "kernels_per_layer": row.get("kernels_per_layer", math.nan),
-                "context_len": row["context_len"],
-                "measured_ms": measured,
-                "measured_p10_ms": row["step_p10_ms"],
-                "measured_p90_ms": row["step_p90_ms"],
-                "roofline_ms": roof,
-                "roofline_error_pct": 100 * (roof / measured - 1),
-                "composed_ms": composed,
-                "composed_error_pct": 100 * (composed / measured - 1),
-                "calibrated_on": calibrated,
-                "held_out": not fitted_here,
-                "timing": how,
-                "measured_label": row["measured_label"],
-                "composed_label": label,
-                "device": device,
-                "gaps": "; ".join(dict.fromkeys(gaps)),
-            }
-        )
+    records = steps[ok].to_dict("records")
+    timing, emulated = _timing(steps)[ok], _emulated(steps)[ok]
+    rows = [
+        _check_row(ck, row, how, emu)
+        for row, how, emu in zip(records, timing, emulated, strict=True)
+    ]
     return pd.DataFrame(rows, columns=CHECK_COLUMNS)

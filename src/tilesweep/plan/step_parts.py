@@ -169,6 +169,39 @@ def _expert_parts(
     return parts
 
 
+def _edge_parts(
+    model: ModelSettings, dep: DeploymentSettings, tp: int, s: int, first: bool, last: bool
+) -> list[dict]:
+    """Return the embedding of a first stage and the LM head of a last one, for s sequences."""
+    h = model.hidden
+    parts = []
+    if first:
+        parts.append(
+            {
+                "name": "embedding",
+                "kind": "embedding",
+                "bytes": 2 * s * h * ACT_BYTES,
+                "flops": 0.0,
+                "dtype": "bf16",
+                "count": 1,
+            }
+        )
+    if last:
+        w = model.vocab * h / tp
+        dtype = group_dtype("lm_head", dep)
+        parts.append(
+            {
+                "name": "lm_head",
+                "kind": "lm_head",
+                "bytes": w * bytes_per_weight(dtype) + s * (h + model.vocab / tp) * ACT_BYTES,
+                "flops": 2.0 * s * w,
+                "dtype": math_dtype("lm_head", dep),
+                "count": 1,
+            }
+        )
+    return parts
+
+
 def stage_parts(
     model: ModelSettings,
     dep: DeploymentSettings,
@@ -206,30 +239,7 @@ def stage_parts(
             "count": layers,
         }
     )
-    if first:
-        parts.append(
-            {
-                "name": "embedding",
-                "kind": "embedding",
-                "bytes": 2 * s * h * ACT_BYTES,
-                "flops": 0.0,
-                "dtype": "bf16",
-                "count": 1,
-            }
-        )
-    if last:
-        w = model.vocab * h / tp
-        dtype = group_dtype("lm_head", dep)
-        parts.append(
-            {
-                "name": "lm_head",
-                "kind": "lm_head",
-                "bytes": w * bytes_per_weight(dtype) + s * (h + model.vocab / tp) * ACT_BYTES,
-                "flops": 2.0 * s * w,
-                "dtype": math_dtype("lm_head", dep),
-                "count": 1,
-            }
-        )
+    parts += _edge_parts(model, dep, tp, s, first, last)
     return [p for p in parts if p is not None]
 
 

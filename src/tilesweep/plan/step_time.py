@@ -156,6 +156,40 @@ def _achieved(slow: dict) -> dict:
     return {}
 
 
+def _stage_layer_counts(model: ModelSettings, pp: int, layer_overrides: dict | None) -> list:
+    """Return each pipeline stage's layer counts (a depth-reduced model: the same on every one)."""
+    per_stage = (layer_overrides or {}).get("per_stage")
+    if per_stage:
+        return [dict(per_stage, sliding=0)] * pp
+    return stage_layers(layer_counts(model, layer_overrides), pp)
+
+
+def _path_split(times: list[dict], hops: float, m: int, pp: int) -> tuple[float, dict, dict]:
+    """Return (TPOT, split in ms, slowest stage's time) of the stages, hops and micro-batches."""
+    path = sum(t["time"] for t in times) + hops
+    slow = max(times, key=lambda t: t["time"])
+    tpot = max(path, m * slow["time"])
+    # The bound is taken over the token's whole path: when the path sets the time, every
+    # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
+    # when the slowest stage does, its m micro-batches are.
+    if pp > 1 and path >= m * slow["time"]:
+        split = {part: sum(t[key] for t in times) for part, key in _SPLIT_KEYS.items()}
+        split["communication"] += hops
+    else:
+        split = {part: m * slow[key] for part, key in _SPLIT_KEYS.items()}
+    return tpot, split, slow
+
+
+def _step_gaps(times: list[dict], hop: float, back: float, hop_why: str, hw) -> tuple[list, list]:
+    """Return (every gap, the collectives' gaps) of the stages and the PP hops."""
+    gaps = [g for t in times for g in t["gaps"]]
+    comm_gaps = [g for t in times for g in t["comm_gaps"]]
+    if math.isnan(hop) or math.isnan(back):
+        comm_gaps.append(f"pp_send_recv: {_comm_gap(hop_why, hw)}")
+        gaps.append(comm_gaps[-1])
+    return gaps, comm_gaps
+
+
 def compose_step(
     model: ModelSettings,
     dep: DeploymentSettings,
@@ -174,11 +208,7 @@ def compose_step(
     serving load's arriving requests); `extra_parts`: an engine's extra kernels (_parts)."""
     numbers, ic_label = topology_numbers(hw, topology)
     pp = layout.pp
-    per_stage = (layer_overrides or {}).get("per_stage")
-    if per_stage:  # a depth-reduced model with the same layers on every stage
-        stages = [dict(per_stage, sliding=0)] * pp
-    else:
-        stages = stage_layers(layer_counts(model, layer_overrides), pp)
+    stages = _stage_layer_counts(model, pp, layer_overrides)
     m = min(pp, batch)
     micro = math.ceil(batch / m)
     times = [
@@ -200,24 +230,9 @@ def compose_step(
         for i, st in enumerate(stages)
     ]
     hop, back, hop_why = _hops(model, layout, micro, numbers, measured_floors)
-    hops = (pp - 1) * hop + back
-    path = sum(t["time"] for t in times) + hops
-    slow = max(times, key=lambda t: t["time"])
-    tpot = max(path, m * slow["time"])
-    # The bound is taken over the token's whole path: when the path sets the time, every
-    # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
-    # when the slowest stage does, its m micro-batches are.
-    if pp > 1 and path >= m * slow["time"]:
-        split = {part: sum(t[key] for t in times) for part, key in _SPLIT_KEYS.items()}
-        split["communication"] += hops
-    else:
-        split = {part: m * slow[key] for part, key in _SPLIT_KEYS.items()}
+    tpot, split, slow = _path_split(times, (pp - 1) * hop + back, m, pp)
     sources = set().union(*(t["sources"] for t in times))
-    gaps = [g for t in times for g in t["gaps"]]
-    comm_gaps = [g for t in times for g in t["comm_gaps"]]
-    if math.isnan(hop) or math.isnan(back):
-        comm_gaps.append(f"pp_send_recv: {_comm_gap(hop_why, hw)}")
-        gaps.append(comm_gaps[-1])
+    gaps, comm_gaps = _step_gaps(times, hop, back, hop_why, hw)
     return {
         "tpot_ms": tpot,
         "stage_ms": [t["time"] for t in times],
