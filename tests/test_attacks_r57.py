@@ -56,6 +56,7 @@ def _run_failing(tmp_path: Path, cause: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
 
 
+@pytest.mark.slow  # runs snakemake
 @pytest.mark.parametrize(
     ("cause", "said"),
     [
@@ -81,6 +82,7 @@ def test_a_failed_job_ends_in_its_own_line_and_one_short_account(tmp_path, cause
     assert "Error in rule b" in log.read_text()
 
 
+@pytest.mark.slow  # runs snakemake
 def test_verbose_keeps_snakemakes_block(tmp_path):
     """--verbose shows Snakemake's own lines, its failure block included."""
     (tmp_path / "Snakefile").write_text(FAILING.replace("{CAUSE}", "exit 3"))
@@ -90,6 +92,7 @@ def test_verbose_keeps_snakemakes_block(tmp_path):
     assert proc.returncode == 1 and "Error in rule b" in proc.stderr
 
 
+@pytest.mark.slow  # runs snakemake
 def test_an_error_while_the_snakefile_imports_the_package_is_one_line(tmp_path):
     """A dependency that fails to import (here a planted `omegaconf` ahead of the installed one):
     one line naming the error and a trace file, not Snakemake's frames. (A plugin that fails to

@@ -103,6 +103,7 @@ def test_the_command_refuses_a_mistyped_plugin_in_one_line(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+@pytest.mark.slow  # runs snakemake
 def test_the_snakefile_refuses_a_mistyped_plugin_in_one_line(tmp_path):
     """`snakemake -n` with an empty entry: the loader's line, not the package's import error."""
     env = {**os.environ, "TILESWEEP_PLUGINS": "plugins.planted_faults,", "PYTHONPATH": SRC}

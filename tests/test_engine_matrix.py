@@ -114,6 +114,7 @@ def test_an_assembled_cell_equals_its_compose():
     assert cell.grid.layouts == own.grid.layouts
 
 
+@pytest.mark.slow  # the walk over every GPU, engine and model
 def test_every_gpu_engine_and_model_composes_tp4_and_tp8_or_refuses_in_one_line(matrix):
     assert len(matrix) == 2 * len(_names("hardware")) * len(_names("engine")) * len(_names("model"))
     silent = []
@@ -145,6 +146,7 @@ def test_every_gpu_engine_and_model_composes_tp4_and_tp8_or_refuses_in_one_line(
     assert len(composed) > len(general) / 3
 
 
+@pytest.mark.slow  # the walk over every GPU, engine and model
 def test_tensorrtllm_composes_glm5_where_its_dsa_runs_and_refuses_it_elsewhere(matrix):
     for hardware in ("h200", "b200", "rtx_pro_6000"):
         what, table = matrix[(hardware, "tensorrtllm", "glm5", 8)]

@@ -201,6 +201,7 @@ def _probe(tmp_path: Path, kept: Path, *extra: str) -> tuple[subprocess.Complete
     return proc, json.loads(out.read_text()) if out.is_file() else []
 
 
+@pytest.mark.slow  # runs the probe tool in a process, its kernels under the interpreter
 def test_the_probe_launches_the_release_kernels_as_the_release_does(tmp_path):
     kept = tmp_path / "kept"
     wheels.extract_release(RELEASE, _wheel(tmp_path), kept)
@@ -225,6 +226,7 @@ def test_the_probe_launches_the_release_kernels_as_the_release_does(tmp_path):
     assert all(r["figure"].startswith("checked") and r.get("us_per_call") is None for r in rows)
 
 
+@pytest.mark.slow  # runs the probe tool in a process, its kernels under the interpreter
 def test_a_wrong_kernel_shows_in_its_error_and_an_edited_one_is_refused(tmp_path):
     kept = tmp_path / "kept"
     wheels.extract_release(RELEASE, _wheel(tmp_path, factor=1.5), kept)

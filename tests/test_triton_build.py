@@ -69,7 +69,7 @@ def _launch(cell: dict, record: dict, target: str) -> dict:
         ("sm_120", "rtx_pro_6000", (64, 64, 64), 3, 2 * 16384, "ok", "default"),
         ("sm_90", "h200", (128, 256, 128), 4, 4 * 98304, "launch", "no"),
         ("sm_120", "rtx_pro_6000", (128, 256, 128), 4, 3 * 98304, "launch", "no"),
-        ("sm_90", "h200", (512, 512, 512), 1, 1048576, "launch", "no"),
+        ("sm_90", "h200", (256, 256, 256), 1, 262144, "launch", "no"),  # one stage
     ],
 )
 def test_known_tiles_fit_or_exceed_with_the_compilers_numbers(
