@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
 from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.measure.timing import capture_graph, time_events  # noqa: E402 - likewise
 
 # GLM-5's indexer (conf/model/glm5.yaml): 32 heads of 128, rope over 64 of them, top-k 2048;
 # q_lora_rank 2048, hidden 6144; keys quantised to fp8 in blocks of 128 (one scale a row).
@@ -78,26 +79,12 @@ class Layer:
 
 def _graph_ms(fn, repeats: int) -> float:
     """Return the median ms of one replay of fn captured in a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    for _ in range(2):  # capture_graph runs it a third time on its side stream
         fn()
+    graph = capture_graph([fn])
     for _ in range(10):
         graph.replay()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(time_events(graph.replay, repeats))
 
 
 def _kernels_per_call(fn) -> int:

@@ -2,8 +2,9 @@
 TP8 decode step runs it: the routed experts' gate_up and down GEMMs of GLM-5 and DeepSeek-V3, in
 a CUDA graph, weights cold (each call in the graph reads its own copy of the experts, enough
 copies to pass L2 several times over), CUDA events, median of repeats; an empty kernel in the
-same graph gives the fixed cost of one launch. torch and triton (and tilesweep.errors, stdlib only,
-from this checkout's src for its one-line errors); the kernel is loaded from
+same graph gives the fixed cost of one launch. torch and triton (and, from this checkout's src,
+tilesweep.errors for its one-line errors and measure.timing's graph capture and event timer);
+the kernel is loaded from
 .engine_kernels/sglang-0.5.23/kernel.py (tools/fetch_engine_kernels.py; hash checked against its
 manifest) and its config from the wheel's own tables there, as SGLang 0.5.23 picks them
 (fused_moe_triton_config.py: get_config_file_name, the nearest batch key; no file: its
@@ -35,6 +36,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
 from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.measure.timing import capture_graph, time_events  # noqa: E402 - likewise
 
 KEPT = Path(".engine_kernels/sglang-0.5.23")
 BLOCK = (128, 128)  # weight_block_size of both checkpoints' FP8 experts
@@ -335,27 +337,10 @@ def check(gemm, part: str) -> float:
 
 def time_graph(calls, repeats: int) -> float:
     """Return the median microseconds of one replay of a graph of `calls` (CUDA events)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for call in calls:  # compile and warm outside the capture
-            call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for call in calls:
-            call()
+    graph = capture_graph(calls)  # each call runs once on a side stream first (compiles)
     for _ in range(3):
         graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    return statistics.median(time_events(graph.replay, repeats)) * 1e3
 
 
 def main() -> int:
