@@ -34,7 +34,7 @@ def recipe(tmp_path):
     and its settings file; unregister the backend afterwards."""
     blocks = recipe_blocks()
     (module_path,) = [p for p in blocks if p.startswith("src/tilesweep/backends/")]
-    (settings_path,) = [p for p in blocks if p.startswith("conf/backends/")]
+    (settings_path,) = [p for p in blocks if p.startswith("conf/backend_settings/")]
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
     # Step 1: the module, imported as the registry's discovery imports its own modules.
@@ -65,7 +65,7 @@ def recipe(tmp_path):
 def test_the_doc_holds_the_three_steps():
     paths = recipe_blocks()
     assert any(p.startswith("src/tilesweep/backends/") for p in paths)
-    assert any(p.startswith("conf/backends/") for p in paths)
+    assert any(p.startswith("conf/backend_settings/") for p in paths)
     assert "conf/backend/all.yaml" in paths
 
 

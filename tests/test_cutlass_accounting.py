@@ -21,7 +21,7 @@ CELLS = [
     sm120(128, 128),
     sm120(128, 256),
     sm120(128, 128, cluster_m=2),  # SM120 has no multicast: the builder must reject a 2x1 cluster
-    sm120(128, 256, epilogue="finalize", stages=3),  # the brief's failure (conf/backends/cutlass)
+    sm120(128, 256, epilogue="finalize", stages=3),  # the brief's failure (backend_settings)
     sm120(128, 256, epilogue="finalize"),  # the same with StageCountAutoCarveout
 ]
 

@@ -29,7 +29,7 @@ from tilesweep.fused_moe.engines.base import Engine, get, load_data, names, unre
 
 DOC = ROOT / "docs" / "backends.md"
 FOLDER = "src/tilesweep/fused_moe/engines/"
-SETTINGS = "conf/backends/fused_moe.yaml"
+SETTINGS = "conf/backend_settings/fused_moe.yaml"
 VLLM_KEPT = ROOT / wheels.FOLDER / "vllm-0.33.0"  # tools/fetch_engine_kernels.py makes it
 
 
