@@ -346,3 +346,34 @@ def test_an_absurd_one_shot_time_is_refused_like_ncclls(hardware, topology, edit
     with pytest.raises(ConfigError) as caught:
         validate(settings)
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_cited_points_give_the_time_inside_their_range_and_busbw_carries_it_past_the_last():
+    """A figure with cited [bytes, us] points follows them (linear between two, the first below
+    them) and adds the extra bytes at busbw past the last, never the line's own latency."""
+    block = copy.deepcopy(PLAIN)
+    block["all_reduce"]["by_gpus"][8]["points"] = [[1024, 24.0], [65536, 24.0], [262144, 28.0]]
+    numbers = Topology.model_validate(block)
+    wire = wire_factor("all_reduce", 8)
+    assert collective_ms("all_reduce", 8, 256, numbers) == pytest.approx(24.0e-3)
+    assert collective_ms("all_reduce", 8, 163840, numbers) == pytest.approx(26.0e-3)
+    past = 28.0e-3 + wire * (1 << 20) / 370e9 * 1e3
+    assert collective_ms("all_reduce", 8, 262144 + (1 << 20), numbers) == pytest.approx(past)
+    # the line alone (no points) is 20 us + wire bytes / busbw: another time at 160 KB
+    assert collective_ms("all_reduce", 8, 163840, NUMBERS) != pytest.approx(26.0e-3)
+
+
+@pytest.mark.parametrize(
+    "points, says",
+    [
+        ([[2048, 24.0], [1024, 25.0]], "bytes must ascend strictly"),
+        ([[1024, 2e6]], "above a second"),
+        ([[1024]], "at least 2"),
+    ],
+)
+def test_collective_points_out_of_order_or_absurd_are_refused(points, says):
+    """Points whose sizes do not ascend, or a time above a second, are refused by the model."""
+    block = copy.deepcopy(PLAIN)
+    block["all_reduce"]["by_gpus"][8]["points"] = points
+    with pytest.raises(Exception, match=says):
+        check(Topology, block)

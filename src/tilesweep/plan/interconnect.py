@@ -3,11 +3,12 @@ per GPU count, read off nccl-tests (or measured here, `fit_measured`):
 
     latency_us(n) + wire(n) * nbytes / busbw_gbs(n)
 
-with nccl-tests' bus-bandwidth convention: wire = 2(n-1)/n for all_reduce, (n-1)/n for all_to_all,
-1 for send_recv, so a busbw read off all_reduce_perf, alltoall_perf or sendrecv_perf plugs in. A
-GPU count without figures is a labelled gap, never derived from another count (a ring at 2 GPUs,
-NVLS or a tree at 8). An all_reduce's `one_shot` figures (the engines' custom all-reduce) apply
-when enabled, up to max_bytes, where faster than NCCL; an engine's own all-reduce takes its
+(or, where a figure cites [bytes, us] points, through them inside their range and on at busbw past
+the last), with nccl-tests' bus-bandwidth convention: wire = 2(n-1)/n for all_reduce, (n-1)/n for
+all_to_all, 1 for send_recv, so a busbw read off all_reduce_perf, alltoall_perf or sendrecv_perf
+plugs in. A GPU count without figures is a labelled gap, never derived from another count (a ring at
+2 GPUs, NVLS or a tree at 8). An all_reduce's `one_shot` figures (the engines' custom all-reduce)
+apply when enabled, up to max_bytes, where faster than NCCL; an engine's own all-reduce takes its
 algorithm by size (plan.allreduce)."""
 
 from __future__ import annotations
@@ -75,10 +76,7 @@ def collective_time(
             f"no {collective} figures for {n} GPUs (has {has}); another count's are not used",
         )
     nbytes = max(float(nbytes), 0.0)
-    ms = (
-        figures.latency_us * 1e-3
-        + wire_factor(collective, n) * nbytes / (figures.busbw_gbs * 1e9) * 1e3
-    )
+    ms = _nccl_ms(figures, wire_factor(collective, n), nbytes)
     if collective == "all_reduce":
         engine = allreduce.engine_time(block, n, nbytes, ms)
         if engine is not None:
@@ -92,17 +90,34 @@ def collective_time(
     return ms, "model"
 
 
-def _custom_us(shot: OneShotFigures, nbytes: float) -> float:
-    """Return the custom all-reduce's time in us for a message (its cited line or one figure)."""
-    points = shot.points
-    if not points:
-        return float(shot.latency_us)
+def _nccl_ms(figures: Figures, wire: float, nbytes: float) -> float:
+    """Return the time in ms of one collective: through its cited points inside their range (the
+    first point's below it), past the last point that point plus the extra bytes at busbw; the
+    latency + bytes / busbw line where no points are cited."""
+    per_byte_ms = wire / (figures.busbw_gbs * 1e9) * 1e3
+    if not figures.points or nbytes <= figures.points[-1][0]:
+        if figures.points:
+            return _interpolated_us(figures.points, nbytes) * 1e-3
+        return figures.latency_us * 1e-3 + per_byte_ms * nbytes
+    last_bytes, last_us = figures.points[-1]
+    return last_us * 1e-3 + per_byte_ms * (nbytes - last_bytes)
+
+
+def _interpolated_us(points: list, nbytes: float) -> float:
+    """Return the time in us at nbytes, linear between cited points, held at the end points."""
     if nbytes <= points[0][0]:
         return float(points[0][1])
     for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
         if nbytes <= b1:
             return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
     return float(points[-1][1])
+
+
+def _custom_us(shot: OneShotFigures, nbytes: float) -> float:
+    """Return the custom all-reduce's time in us for a message (its cited line or one figure)."""
+    if not shot.points:
+        return float(shot.latency_us)
+    return _interpolated_us(shot.points, nbytes)
 
 
 def collective_ms(collective: str, n: int, nbytes: float, numbers: Topology | None) -> float:

@@ -24,11 +24,32 @@ def gpu_counts(by_gpus: dict) -> dict:
     return by_gpus
 
 
+# Cited [bytes, us] pairs of one collective, bytes ascending strictly, each time at most a second.
+Points = list[Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=2, max_length=2)]]
+
+
+def checked_points(points: Points) -> list[float]:
+    """Return the points' sizes, refusing sizes out of order or a time above a second."""
+    sizes = ascending([b for b, _ in points], "points", "bytes must ascend strictly")
+    slow = [us for _, us in points if us > 1e6]
+    if slow:
+        raise refuse("points", "a time above a second (1e6 us) is no collective's", slow[0])
+    return sizes
+
+
 class Figures(Section):
-    """One collective at one GPU count: small-message time (us) and bus bandwidth (GB/s)."""
+    """One collective at one GPU count: small-message time (us), bus bandwidth (GB/s), and
+    optional cited [bytes, us] points the time follows inside their range."""
 
     latency_us: Number = Field(ge=0, le=1e6)
     busbw_gbs: Number = Field(ge=0.1, le=1e5)
+    points: Points = []
+
+    @model_validator(mode="after")
+    def _points_ascend(self) -> Figures:
+        """Refuse points out of order or slower than a second."""
+        checked_points(self.points)
+        return self
 
 
 class OneShotFigures(Section):
@@ -36,19 +57,14 @@ class OneShotFigures(Section):
 
     latency_us: Number = Field(ge=0, le=1e6)  # at most a second, as Figures
     max_bytes: int = Field(ge=1)
-    points: list[
-        Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=2, max_length=2)]
-    ] = []
+    points: Points = []
 
     @model_validator(mode="after")
     def _points_ascend(self) -> OneShotFigures:
         """Refuse points out of order, or past max_bytes."""
-        sizes = ascending([b for b, _ in self.points], "points", "bytes must ascend strictly")
+        sizes = checked_points(self.points)
         if sizes and sizes[-1] > self.max_bytes:
             raise refuse("points", f"bytes must be at most max_bytes={self.max_bytes}", sizes)
-        slow = [us for _, us in self.points if us > 1e6]
-        if slow:
-            raise refuse("points", "a time above a second (1e6 us) is no all-reduce's", slow[0])
         return self
 
 
