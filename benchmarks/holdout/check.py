@@ -1,0 +1,164 @@
+"""Compose each held-out engine figure (figures.csv beside this) with `tilesweep verdict` and
+score it: `python benchmarks/holdout/check.py [OUT_CSV]` from the repository root.
+
+One verdict call per deployment x load, all its concurrencies in one `deployment.batches` list,
+with the overrides references.Figure.overrides() builds for a cited figure (model, hardware,
+deployment, engine, batches, input_len/output_len, one layout, the one-tile grid,
+references=none). Writes OUT_CSV (default /tmp/holdout_results.csv) and prints per-family and
+overall scores at the corpus thresholds (0.75-1.33x, median |error|). About 3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MAIN = HERE.parents[1]
+CLI = [sys.executable, "-m", "tilesweep.cli"]
+BAND = (0.75, 1.33)
+KEY = (
+    "model",
+    "hardware",
+    "deployment",
+    "engine_config",
+    "tp",
+    "pp",
+    "ep",
+    "experts",
+    "moe_tp",
+    "input_len",
+    "output_len",
+)
+
+
+def overrides(g: dict, batches: list[int]) -> list[str]:
+    """Return the Hydra overrides references.Figure.overrides() would give this group."""
+    lay = f"{{tp:{g['tp']},pp:{g['pp']},ep:{g['ep']},experts:{g['experts'] or 'tp'}"
+    lay += f",moe_tp:{g['moe_tp']}}}" if g["moe_tp"] else "}"
+    return [
+        f"model={g['model']}",
+        f"hardware={g['hardware']}",
+        f"deployment={g['deployment']}",
+        f"engine={g['engine_config']}",
+        f"deployment.batches=[{','.join(map(str, batches))}]",
+        f"deployment.input_len={g['input_len']}",
+        f"deployment.output_len={g['output_len']}",
+        f"grid.layouts=[{lay}]",
+        "grid.tiles=[{m:16,n:16,k:16}]",
+        "references=none",
+    ]
+
+
+def compose(g: dict, batches: list[int]) -> tuple[dict[int, dict], str]:
+    """Run one verdict call; return verdict rows by batch, or {} and the refusal line."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = ["nice", *CLI, "verdict", "--no-engines", "--out", out, *overrides(g, batches)]
+        run = subprocess.run(cmd, cwd=MAIN, capture_output=True, text=True)
+        path = Path(out) / "verdict.csv"
+        if run.returncode or not path.exists():
+            lines = [x for x in (run.stderr + run.stdout).splitlines() if x.strip()]
+            return {}, (lines[-1] if lines else f"rc {run.returncode}")
+        with path.open() as f:
+            return {int(r["batch"]): r for r in csv.DictReader(f)}, ""
+
+
+def gap(row: dict) -> str:
+    """Return why a composed row has no time ('' where it has one)."""
+    if row.get("fits_memory") != "yes":
+        return f"does not fit in memory ({row.get('mem_short_gb')} GB short per GPU)"
+    return "" if row.get("tpot_ms") not in ("", "nan", None) else f"gap ({row.get('bound')})"
+
+
+def main() -> None:
+    """Compose every figure, write the results table, print the scores."""
+    figs = list(csv.DictReader((HERE / "figures.csv").open()))
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for f in figs:
+        groups[tuple(f[k] for k in KEY)].append(f)
+    out = []
+    for key, members in groups.items():
+        g = dict(zip(KEY, key, strict=True))
+        rows, refused = compose(g, sorted({int(m["batch"]) for m in members}))
+        for m in members:
+            r = rows.get(int(m["batch"]), {})
+            why = refused or (gap(r) if r else "no row for this batch")
+            comp = float(r["tpot_ms"]) if r and not why else float("nan")
+            ratio = comp / float(m["tpot_ms"])
+            out.append(
+                {
+                    **{
+                        k: m[k]
+                        for k in (
+                            "id",
+                            "engine",
+                            "version",
+                            "model",
+                            "hardware",
+                            "deployment",
+                            "engine_config",
+                            "tp",
+                            "ep",
+                            "batch",
+                            "input_len",
+                            "output_len",
+                            "statistic",
+                            "tpot_ms",
+                        )
+                    },
+                    "composed_tpot_ms": comp,
+                    "composed_over_engine": ratio,
+                    "in_band": BAND[0] <= ratio <= BAND[1] if ratio == ratio else "",
+                    "bound": r.get("bound", ""),
+                    "tpot_low_ms": r.get("tpot_low_ms", ""),
+                    "tpot_high_ms": r.get("tpot_high_ms", ""),
+                    "gap_or_refusal": why,
+                    "source_url": m["source_url"],
+                }
+            )
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/holdout_results.csv")
+    with target.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(out[0]))
+        w.writeheader()
+        w.writerows(out)
+    report(out)
+
+
+def score(rows: list[dict]) -> str:
+    """Return n, composed/engine min/median/max, in-band count and median |error| of rows."""
+    done = [
+        r["composed_over_engine"]
+        for r in rows
+        if r["composed_over_engine"] == r["composed_over_engine"]
+    ]
+    if not done:
+        return f"n={len(rows)} composed=0"
+    inb = sum(BAND[0] <= x <= BAND[1] for x in done)
+    err = statistics.median(abs(x - 1) * 100 for x in done)
+    return (
+        f"n={len(rows)} composed={len(done)} ratio min/med/max="
+        f"{min(done):.2f}/{statistics.median(done):.2f}/{max(done):.2f} "
+        f"in band {inb}/{len(done)} median|err|={err:.1f}%"
+    )
+
+
+def report(out: list[dict]) -> None:
+    """Print per-family (model x GPU x engine) and overall scores, and every gap/refusal."""
+    fam: dict[tuple, list[dict]] = defaultdict(list)
+    for r in out:
+        fam[(r["model"], r["hardware"], r["engine"])].append(r)
+    for k, rows in sorted(fam.items()):
+        print(" x ".join(k), "|", score(rows))
+    print("overall |", score(out))
+    for r in out:
+        if r["gap_or_refusal"]:
+            print("gap/refused:", r["id"], "|", r["gap_or_refusal"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
