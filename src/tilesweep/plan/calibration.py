@@ -75,24 +75,21 @@ def _sequences(row: dict) -> int:
     return int(ran) if ran == ran and ran is not None else int(row["batch"])
 
 
+def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
+    """Return a column of the steps, `default` where a row (or an older run's table) has none."""
+    if name in steps:
+        return steps[name].fillna(default)
+    return pd.Series(default, index=steps.index)
+
+
 def _timing(steps: pd.DataFrame) -> pd.Series:
     """Return each row's timing (rows of older runs, which have none, were eager)."""
-    if "timing" in steps:
-        return steps["timing"].fillna("eager")
-    return pd.Series("eager", index=steps.index)
-
-
-def _lean(steps: pd.DataFrame) -> pd.Series:
-    """Return whether each row ran the project's own step; an engine list's rows never calibrate."""
-    if "kernel_list" in steps:
-        return steps["kernel_list"].fillna(engine_profile.LEAN) == engine_profile.LEAN
-    return pd.Series(True, index=steps.index)
+    return _column(steps, "timing", "eager")
 
 
 def _emulated(steps: pd.DataFrame) -> pd.Series:
-    if "emulated" in steps:
-        return steps["emulated"].fillna(False).astype(bool)
-    return pd.Series(False, index=steps.index)
+    """Return whether each row ran one rank of a larger layout."""
+    return _column(steps, "emulated", False).astype(bool)
 
 
 def step_fit(
@@ -114,7 +111,7 @@ def step_fit(
         (steps["layout"] == FIT_LAYOUT)
         & (steps["status"] == "ok")
         & ~_emulated(steps)
-        & _lean(steps)
+        & (_column(steps, "kernel_list", engine_profile.LEAN) == engine_profile.LEAN)
         & (_timing(steps) == timing)
     ]
     if ok.empty:
