@@ -16,7 +16,7 @@ from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
-from tilesweep.plan.step_parts import stage_collectives, stage_parts
+from tilesweep.plan.step_parts import make_part, stage_collectives, stage_parts
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
@@ -58,10 +58,8 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
             if not flops:
                 continue
             name = kind + ("_sliding" if sliding else "")
-            size = {"bytes": share * nbytes, "flops": share * flops, "dtype": dtype, "count": count}
-            out.append(
-                {"name": name, "kind": kind, **size, "launches": 1.0, "e_math": cited.e_math}
-            )
+            more = {"launches": 1.0, "e_math": cited.e_math}
+            out.append(make_part(name, kind, share * nbytes, share * flops, dtype, count, **more))
     return out
 
 
