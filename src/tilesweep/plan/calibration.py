@@ -190,37 +190,6 @@ class _Check:
     attention: pd.DataFrame | None
 
 
-def _check_fits(
-    steps: pd.DataFrame,
-    model: ModelSettings,
-    hw: HardwareSpec,
-    per_kernel_us: float | None,
-    device: str,
-    fit: dict | None,
-    terms: dict | None,
-    fit_batches: list[int] | None,
-    attention: pd.DataFrame | None,
-) -> tuple[dict, float | None]:
-    """Return (fit per timing, per-kernel cost): a given fit for graphed steps, else each fitted."""
-    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
-        return {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
-    fits = {
-        t: step_fit(
-            steps,
-            model,
-            hw,
-            per_kernel_us,
-            device,
-            t,
-            terms if t == "cuda-graph" else None,
-            fit_batches,
-            attention if t == "cuda-graph" else None,
-        )
-        for t in TIMINGS
-    }
-    return fits, per_kernel_us
-
-
 def _composed_label(used: dict, emu: bool, own, engine) -> str:
     """Return the label of a step composed from fit `used` (own: the attention kernel's times)."""
     label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
@@ -339,9 +308,23 @@ def step_check(
     times (plan/attention_table), used on `device` where they cover a part."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    fits, per_kernel_us = _check_fits(
-        steps, model, hw, per_kernel_us, device, fit, terms, fit_batches, attention
-    )
+    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
+        fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
+    else:  # each timing's own fit; the device's graph terms and kernel times for graphed steps
+        graphed = {"terms": terms, "attention": attention}
+        fits = {
+            t: step_fit(
+                steps,
+                model,
+                hw,
+                per_kernel_us,
+                device,
+                t,
+                batches=fit_batches,
+                **(graphed if t == "cuda-graph" else {}),
+            )
+            for t in TIMINGS
+        }
     ck = _Check(model, hw, floors, device, per_kernel_us, fits, fit_batches, attention)
     ok = steps["status"] == "ok"
     records = steps[ok].to_dict("records")

@@ -140,8 +140,7 @@ def write_tables(
         log.info("rows: %s", {n: len(f) for n, f in tables.items()})
         when = {n: w for n in TABLES if (w := measured_when(list(inputs.get(n, []))))}
     write_with_parquet(tables, outputs)  # each with its record: the Snakefile checks it
-    joined = [p for paths in inputs.values() for p in paths]
-    write_cell_json(outputs["provenance"], {"measured": when}, inputs=content_key(joined))
+    write_cell_json(outputs["provenance"], {"measured": when}, inputs=content_key(inputs))
 
 
 def write_with_parquet(tables: dict, outputs: dict, keyed: str = "", key: str | None = None):

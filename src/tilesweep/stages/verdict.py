@@ -28,11 +28,6 @@ def _ceilings(inputs: dict[str, list[str]]) -> dict:
     return ceilings
 
 
-def _content_key(inputs: dict[str, list[str]]) -> str:
-    """Return the content key of every input file (cells.content_key)."""
-    return content_key([p for paths in inputs.values() for p in paths])
-
-
 def _reader(per_cell: bool):
     """Return what joins a named input's paths: per-cell outputs or joined tables."""
     return concat_cells if per_cell else concat_tables
@@ -122,7 +117,7 @@ def write_verdict(job: StepJob) -> None:
         write_cell_bytes(
             outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
         )
-    write_with_parquet(tables, outputs, "verdict", _content_key(inputs))
+    write_with_parquet(tables, outputs, "verdict", content_key(inputs))
     write_cell_bytes(outputs["panel"], panel_json(panel).encode())
     if outputs.get("card"):
         write_cell_bytes(outputs["card"], answer_card.card_json(card).encode())
@@ -141,4 +136,4 @@ def write_check(job: StepJob) -> None:
             reads["deployment"]["attention_table"],
         )
         log.info("check rows: %d", len(check))
-    write_with_parquet({"check": check}, job.outputs, "check", _content_key(job.inputs))
+    write_with_parquet({"check": check}, job.outputs, "check", content_key(job.inputs))
