@@ -687,8 +687,11 @@ def test_engine_check_names_a_bad_engine_before_asking_for_a_gpu(tmp_path, capsy
         ('{"per_kernel_us": 1.0, "groups": {', "not JSON"),
         ("[1, 2, 3]", "not a fit (a JSON list, not an object)"),
         ('{"gap": "no GPU at hand"}', "holds no fit, only why none was made (no GPU at hand)"),
-        ('{"per_kernel_us": [1], "groups": {}, "device": "x"}', "not a fit: no per_kernel_us"),
-        ('{"per_kernel_us": 1e999, "groups": {}, "device": "x"}', "not a finite cost"),
+        ('{"per_kernel_us": [1], "groups": {}, "device": "x"}', "not a fit: per_kernel_us"),
+        (
+            '{"per_kernel_us": 1e999, "groups": {}, "device": "x"}',
+            "per_kernel_us: Input should be a finite",
+        ),
     ],
     ids=["corrupt", "list", "gap", "cost-list", "cost-inf"],
 )

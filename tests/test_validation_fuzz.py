@@ -102,5 +102,5 @@ def test_random_overrides_are_accepted_or_named(items):
     for name in sweep.layouts["layout"]:
         sweep.collective_cell(name)
         sweep.layout_step_cell(name)
-    for backend, arch in sweep.batch_builds():
+    for backend, arch in set(zip(sweep.builds["backend"], sweep.builds["arch"], strict=True)):
         sweep.batch_cells(backend, arch)

@@ -171,8 +171,11 @@ def concat_cells(paths: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def content_key(paths: list[str]) -> str:
-    """Return a key of the files' contents (record SHA-256, else the file's own)."""
+def content_key(paths: list[str] | dict[str, list[str]]) -> str:
+    """Return a key of the files' contents (record SHA-256, else the file's own); `paths` may be
+    a step's named inputs (every file of every name)."""
+    if isinstance(paths, dict):
+        paths = [p for named in paths.values() for p in named]
     digest = hashlib.sha256()
     for path in sorted(os.path.normpath(p) for p in paths):
         try:

@@ -210,10 +210,8 @@ def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
 def _same(a: object, b: object) -> bool:
     """Return whether two cells hold the same value (NaN equals NaN, 1 equals 1.0)."""
     fa, fb = as_float(a), as_float(b)
-    if not (math.isnan(fa) and math.isnan(fb)) and not (math.isnan(fa) or math.isnan(fb)):
+    if not (math.isnan(fa) or math.isnan(fb)):
         return fa == fb
-    if key_text(a) == "" and key_text(b) == "":
-        return True
     return key_text(a) == key_text(b)
 
 

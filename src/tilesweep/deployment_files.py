@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import stat
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
@@ -60,8 +61,50 @@ def _kind_of(path: Path) -> str | None:
     return None
 
 
-# What the verdict reads of a shipped fit: a per-kernel cost and the fitted groups.
-_FIT_KEYS = {"per_kernel_us": (int, float), "groups": dict, "device": str}
+# The part kinds a fitted group may cover (plan.step_parts and the engines' kernel kinds).
+PartKind = Literal[
+    "attention",
+    "attention_gqa",
+    "attention_proj",
+    "dense_gemm",
+    "embedding",
+    "expert_gemm",
+    "expert_permute",
+    "indexer",
+    "lm_head",
+    "norm",
+    "router",
+    "shared_gemm",
+    "extra",
+]
+_NUMBERS = ConfigDict(strict=True, allow_inf_nan=False)  # no bool, NaN or inf for a number
+
+
+class _FitGroup(BaseModel):
+    """What the composition reads of each fitted group: its efficiencies (at most a little over 1
+    before they are put on a datasheet), its per-kernel cost and launches, and its part kinds."""
+
+    model_config = _NUMBERS
+    e_bw: float = Field(ge=0.0, le=2.0)
+    e_math: float = Field(ge=0.0, le=2.0)
+    per_kernel_us: float = Field(ge=0.0, le=1e6)
+    launches_per_occurrence: float = Field(ge=0.0, le=1e6)
+    kinds: list[PartKind] = Field(min_length=1)
+
+
+class _Fit(BaseModel):
+    """What the verdict reads of a shipped fit: a per-kernel cost, the fitted groups and, where
+    given, the launch cost overlap hides, the largest efficiency and the light kernels' cost."""
+
+    model_config = _NUMBERS
+    per_kernel_us: float = Field(ge=0.0)
+    groups: dict[str, _FitGroup] = Field(min_length=1)
+    device: str
+    overlap: float = Field(0.0, ge=0.0, le=0.99)
+    e_bw_max: float = Field(0.01, ge=0.01, le=2.0)
+    light_kernel_us: float = Field(0.0, ge=0.0, le=1e6)
+
+
 _MAX_FIT_BYTES = 1 << 24
 
 
@@ -79,80 +122,13 @@ def _fit_fault(path: Path) -> str | None:
         return f"not a fit (a JSON {type(fit).__name__}, not an object)"
     if "gap" in fit and "per_kernel_us" not in fit:
         return f"holds no fit, only why none was made ({str(fit['gap'])[:120]})"
-    for key, kind in _FIT_KEYS.items():
-        value = fit.get(key)
-        if key not in fit or isinstance(value, bool) or not isinstance(value, kind):
-            return f"not a fit: no {key} ({_kind_name(kind)})"
-    if not math.isfinite(fit["per_kernel_us"]) or fit["per_kernel_us"] < 0:
-        return f"per_kernel_us={fit['per_kernel_us']}: not a finite cost"
-    if not fit["groups"]:
-        return "not a fit: no groups"
-    for key, (low, high) in _FIT_NUMBERS.items():
-        value = fit.get(key, low)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{key}={value!r}: not a number"
-        if not math.isfinite(value) or not low <= value <= high:
-            return f"{key}={value}: outside {low:g}..{high:g}"
-    for name, group in fit["groups"].items():
-        why = _group_fault(group)
-        if why:
-            return f"groups.{name}: {why}"
+    try:
+        _Fit.model_validate(fit)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(k) for k in first["loc"])
+        return f"not a fit: {where}: {first['msg']}"
     return None
-
-
-# What the composition reads of a fit beside its groups (absent: the first bound, unused): the
-# share of launch cost hidden by overlap, the largest efficiency and the light kernels' cost.
-_FIT_NUMBERS = {"overlap": (0.0, 0.99), "e_bw_max": (0.01, 2.0), "light_kernel_us": (0.0, 1e6)}
-# The part kinds a group may cover (plan.step_parts and the engines' kernel kinds).
-_PART_KINDS = (
-    "attention",
-    "attention_gqa",
-    "attention_proj",
-    "dense_gemm",
-    "embedding",
-    "expert_gemm",
-    "expert_permute",
-    "indexer",
-    "lm_head",
-    "norm",
-    "router",
-    "shared_gemm",
-    "extra",
-)
-# What the composition reads of each fitted group: its efficiencies (fractions, at most a little
-# over 1 before they are put on a datasheet), its per-kernel cost and launches, and its kinds.
-_GROUP_NUMBERS = {
-    "e_bw": (0.0, 2.0),
-    "e_math": (0.0, 2.0),
-    "per_kernel_us": (0.0, 1e6),
-    "launches_per_occurrence": (0.0, 1e6),
-}
-
-
-def _group_fault(group: object) -> str | None:
-    """Return why one fitted group is not usable, or None."""
-    if not isinstance(group, dict):
-        return "not a mapping"
-    for key, (low, high) in _GROUP_NUMBERS.items():
-        value = group.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"no {key} (a number)"
-        if not math.isfinite(value) or not low <= value <= high:
-            return f"{key}={value}: outside {low:g}..{high:g}"
-    kinds = group.get("kinds")
-    if not kinds:
-        return "no kinds (the part kinds it covers)"
-    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
-        return "kinds: not a list of part kinds"
-    unknown = [k for k in kinds if k not in _PART_KINDS]
-    if unknown:
-        return f"kinds: {unknown[0]!r} is not a part kind ({', '.join(_PART_KINDS)})"
-    return None
-
-
-def _kind_name(kind) -> str:
-    """Return what a type tuple or type is, in words."""
-    return {dict: "a mapping", str: "a string"}.get(kind, "a number")
 
 
 # What the verdict reads of an attention table (plan/attention_table.py).

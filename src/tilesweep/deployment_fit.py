@@ -159,9 +159,7 @@ def check_table(
     """Return the check of the method on the device at hand (plan.CHECK_COLUMNS)."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    numbers, floors = fit_measured(collective, "nccl" if on_gpu(ceilings) else "gloo")
-    device = ceilings.get("device", "unknown")
-    hw_here = calibration.device_hardware(ceilings, device, numbers)
+    device, _, floors, hw_here = measured_here(collective, ceilings)
     return calibration.step_check(
         steps,
         model,

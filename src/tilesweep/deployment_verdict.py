@@ -160,6 +160,12 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, e
     return make(fit), words, {}
 
 
+def _wrap(kwargs: dict, ends: dict, wrap: Callable) -> dict:
+    """Wrap the rows' timer (kwargs) in `wrap`; return the band ends' timers wrapped too."""
+    kwargs["timer"] = wrap(kwargs.get("timer", roofline_timer))
+    return {column: wrap(timer) for column, timer in ends.items()}
+
+
 def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
     """Make the parts of each kernel the engine runs that no figure times gaps naming it."""
     for item in engine_conf.untimed:
@@ -168,8 +174,7 @@ def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends:
                 f"{item.kernel} from {item.from_routed_pairs} routed pairs ({item.cite}): "
                 "no kernel-level figure times it"
             )
-            kwargs["timer"] = untimed_timer(kwargs.get("timer", roofline_timer), item.kind, why)
-            ends = {c: untimed_timer(t, item.kind, why) for c, t in ends.items()}
+            ends = _wrap(kwargs, ends, partial(untimed_timer, kind=item.kind, why=why))
     return ends
 
 
@@ -181,10 +186,8 @@ def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -
         floor_ms = sum(item.calls_us) * 1e-3
         calls = " + ".join(f"{us:g}" for us in item.calls_us)
         why = f"{item.kind} at least {calls} us a layer ({item.kernel}; engine.kernel_floors)"
-        kwargs["timer"] = floored_timer(
-            kwargs.get("timer", roofline_timer), item.kind, floor_ms, why
-        )
-        ends = {c: floored_timer(t, item.kind, floor_ms, why) for c, t in ends.items()}
+        wrap = partial(floored_timer, kind=item.kind, floor_ms=floor_ms, why=why)
+        ends = _wrap(kwargs, ends, wrap)
     return ends
 
 
@@ -237,17 +240,6 @@ def _input_columns(label: str, engine, collectives: dict, dep: DeploymentSetting
     }
 
 
-def _timer_maker(cost: float | None, label: str, own, engine) -> Callable:
-    """Return the launch-aware timer of a fit (called with the fit) at the engine's launches."""
-    return partial(
-        launch_timer,
-        per_kernel_us=cost,
-        label=label,
-        kernel_ms=own,
-        launches=engine.launches,
-    )
-
-
 def deployment_table(
     settings: RootSettings,
     decode: pd.DataFrame,
@@ -273,7 +265,9 @@ def deployment_table(
     layouts = settings.grid.layouts
     collectives = {"all-reduce": allreduce} | ({"topology": topology_note} if topology_note else {})
     columns = _input_columns(label, engine, collectives, dep)
-    make = _timer_maker(cost, label, own, engine)
+    make = partial(
+        launch_timer, per_kernel_us=cost, label=label, kernel_ms=own, launches=engine.launches
+    )
     used, tail = _rests(fit, label, engine, attention, collectives)
     frames = []
     for batch in dep.batches:

@@ -153,14 +153,6 @@ class Sweep:
         cells = [_pick(r, keep) for r in rows.to_dict("records")]
         return grid.canonical(cells)
 
-    def batch_builds(self) -> list[tuple[str, str]]:
-        """Return (backend, architecture) of every batch build (backends built per arch)."""
-        if self.builds.empty:
-            return []
-        batch = [b.name for b in backends.builders() if b.builder.build_per == "arch"]
-        rows = self.builds[self.builds["backend"].isin(batch)]
-        return sorted(set(zip(rows["backend"], rows["arch"], strict=True)))
-
     def build_toolchain(self, backend: str) -> str:
         """Return the versions that decide what a backend's builds produce (a rule param)."""
         return backends.builder(backend).toolchain()

@@ -39,37 +39,6 @@ def _combinations(settings: RootSettings, arch: str) -> list[tuple[Tile, int | s
     return out
 
 
-def cells(settings: RootSettings, arch: str) -> list[dict]:
-    """Return the CUTLASS accounting cells for one architecture."""
-    dtype = settings.backend.cutlass.dtype_by_arch.get(arch, "none")
-    out = []
-    for tile, stages, epilogue in _combinations(settings, arch):
-        cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)
-        if arch not in ARCHS or dtype == "none":
-            cell["unsupported"] = f"the CUTLASS backend covers {', '.join(ARCHS)}; not {arch}"
-        out.append(cell)
-    return out
-
-
-def account_cells(cells: list[dict], out_dir: Path, jobs: int = 1) -> list[dict]:
-    """Return one accounting result per cell, in order; unsupported cells are not compiled."""
-    workdir = Path(out_dir).parents[1] / "cutlass-work"
-    todo = [c for c in cells if not c.get("unsupported")]
-    results = iter(account(todo, workdir, jobs=jobs) if todo else [])
-    out = []
-    for cell in cells:
-        if cell.get("unsupported"):
-            out.append({"status": "unsupported", "reason": cell["unsupported"]})
-        else:  # the accounting's toolchain is nvcc's version: keep it under its own name
-            result = dict(next(results))
-            result["nvcc"] = result.pop("toolchain", None)
-            if result.get("smem_bytes") is not None:
-                # device_kernel declares SharedStorage as `extern __shared__` only: all dynamic.
-                result["smem_dynamic_bytes"], result["smem_static_bytes"] = result["smem_bytes"], 0
-            out.append(result)
-    return out
-
-
 class CutlassBuilder(Builder):
     """Shared-memory accounting from CUTLASS's own types, one batch job per architecture."""
 
@@ -78,15 +47,36 @@ class CutlassBuilder(Builder):
 
     def cells(self, settings: RootSettings, arch: str, cc: int) -> list[dict]:
         """Return the CUTLASS accounting cells for one architecture."""
-        return cells(settings, arch)
+        dtype = settings.backend.cutlass.dtype_by_arch.get(arch, "none")
+        out = []
+        for tile, stages, epilogue in _combinations(settings, arch):
+            cell = kernel_cell(NAME, arch, dtype, tile, stages, 0, epilogue)
+            if arch not in ARCHS or dtype == "none":
+                cell["unsupported"] = f"the CUTLASS backend covers {', '.join(ARCHS)}; not {arch}"
+            out.append(cell)
+        return out
 
     def kernel_tail(self, cell: dict) -> str:
         """Return the cluster shape: every accounted kernel is 1x1."""
         return "c1x1"
 
     def build(self, cells: list[dict], out_dir, jobs: int = 1) -> list[dict]:
-        """Return the accounting result of each cell of one architecture."""
-        return account_cells(cells, Path(out_dir), jobs)
+        """Return one accounting result per cell, in order; unsupported cells are not compiled."""
+        workdir = Path(out_dir).parents[1] / "cutlass-work"
+        todo = [c for c in cells if not c.get("unsupported")]
+        results = iter(account(todo, workdir, jobs=jobs) if todo else [])
+        out = []
+        for cell in cells:
+            if cell.get("unsupported"):
+                out.append({"status": "unsupported", "reason": cell["unsupported"]})
+            else:  # the accounting's toolchain is nvcc's version: keep it under its own name
+                result = dict(next(results))
+                result["nvcc"] = result.pop("toolchain", None)
+                if result.get("smem_bytes") is not None:
+                    # device_kernel declares SharedStorage as `extern __shared__` only: all dynamic.
+                    result.update(smem_dynamic_bytes=result["smem_bytes"], smem_static_bytes=0)
+                out.append(result)
+        return out
 
     def toolchain(self) -> str:
         """Return the nvidia-cutlass version whose headers were compiled."""

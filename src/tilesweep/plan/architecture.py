@@ -190,33 +190,6 @@ def prompt_attention(
     return out
 
 
-def total_weight_bytes(model: ModelSettings, dep: DeploymentSettings) -> float:
-    """Return the bytes of every weight of the model in the deployment's dtypes (no sharding)."""
-    groups = linears(model)
-    layers = model.dense_layers + model.moe_layers
-    total = 0.0
-    for group in ("attention", "indexer"):
-        params = sum(i * o for _, i, o, _ in groups.get(group, []))
-        total += layers * params * bytes_per_weight(group_dtype(group, dep))
-    for group, count in (
-        ("dense_mlp", model.dense_layers),
-        ("shared_experts", model.moe_layers),
-    ):
-        params = sum(i * o for _, i, o, _ in groups[group])
-        total += count * params * bytes_per_weight(group_dtype(group, dep))
-    total += model.moe_layers * model.hidden * model.routed_experts * 2
-    total += (
-        model.moe_layers
-        * model.routed_experts
-        * expert_params(model)
-        * bytes_per_weight(group_dtype("routed_experts", dep))
-    )
-    total += model.vocab * model.hidden * 2  # embedding
-    if not model.tied_embeddings:
-        total += model.vocab * model.hidden * bytes_per_weight(group_dtype("lm_head", dep))
-    return total
-
-
 INDEX_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 
 

@@ -75,24 +75,21 @@ def _sequences(row: dict) -> int:
     return int(ran) if ran == ran and ran is not None else int(row["batch"])
 
 
+def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
+    """Return a column of the steps, `default` where a row (or an older run's table) has none."""
+    if name in steps:
+        return steps[name].fillna(default)
+    return pd.Series(default, index=steps.index)
+
+
 def _timing(steps: pd.DataFrame) -> pd.Series:
     """Return each row's timing (rows of older runs, which have none, were eager)."""
-    if "timing" in steps:
-        return steps["timing"].fillna("eager")
-    return pd.Series("eager", index=steps.index)
-
-
-def _lean(steps: pd.DataFrame) -> pd.Series:
-    """Return whether each row ran the project's own step; an engine list's rows never calibrate."""
-    if "kernel_list" in steps:
-        return steps["kernel_list"].fillna(engine_profile.LEAN) == engine_profile.LEAN
-    return pd.Series(True, index=steps.index)
+    return _column(steps, "timing", "eager")
 
 
 def _emulated(steps: pd.DataFrame) -> pd.Series:
-    if "emulated" in steps:
-        return steps["emulated"].fillna(False).astype(bool)
-    return pd.Series(False, index=steps.index)
+    """Return whether each row ran one rank of a larger layout."""
+    return _column(steps, "emulated", False).astype(bool)
 
 
 def step_fit(
@@ -114,7 +111,7 @@ def step_fit(
         (steps["layout"] == FIT_LAYOUT)
         & (steps["status"] == "ok")
         & ~_emulated(steps)
-        & _lean(steps)
+        & (_column(steps, "kernel_list", engine_profile.LEAN) == engine_profile.LEAN)
         & (_timing(steps) == timing)
     ]
     if ok.empty:
@@ -191,37 +188,6 @@ class _Check:
     fits: dict  # timing -> the launch-aware fit its steps are composed from (None: no fit)
     fit_batches: list[int] | None
     attention: pd.DataFrame | None
-
-
-def _check_fits(
-    steps: pd.DataFrame,
-    model: ModelSettings,
-    hw: HardwareSpec,
-    per_kernel_us: float | None,
-    device: str,
-    fit: dict | None,
-    terms: dict | None,
-    fit_batches: list[int] | None,
-    attention: pd.DataFrame | None,
-) -> tuple[dict, float | None]:
-    """Return (fit per timing, per-kernel cost): a given fit for graphed steps, else each fitted."""
-    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
-        return {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
-    fits = {
-        t: step_fit(
-            steps,
-            model,
-            hw,
-            per_kernel_us,
-            device,
-            t,
-            terms if t == "cuda-graph" else None,
-            fit_batches,
-            attention if t == "cuda-graph" else None,
-        )
-        for t in TIMINGS
-    }
-    return fits, per_kernel_us
 
 
 def _composed_label(used: dict, emu: bool, own, engine) -> str:
@@ -342,9 +308,23 @@ def step_check(
     times (plan/attention_table), used on `device` where they cover a part."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    fits, per_kernel_us = _check_fits(
-        steps, model, hw, per_kernel_us, device, fit, terms, fit_batches, attention
-    )
+    if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
+        fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
+    else:  # each timing's own fit; the device's graph terms and kernel times for graphed steps
+        graphed = {"terms": terms, "attention": attention}
+        fits = {
+            t: step_fit(
+                steps,
+                model,
+                hw,
+                per_kernel_us,
+                device,
+                t,
+                batches=fit_batches,
+                **(graphed if t == "cuda-graph" else {}),
+            )
+            for t in TIMINGS
+        }
     ck = _Check(model, hw, floors, device, per_kernel_us, fits, fit_batches, attention)
     ok = steps["status"] == "ok"
     records = steps[ok].to_dict("records")

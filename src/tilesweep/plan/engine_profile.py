@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilesweep.plan.step_parts import make_part
 from tilesweep.settings import ModelSettings
 from tilesweep.settings.engine_spec import AttentionAlso, EngineSettings, Family, Kernel
 
@@ -93,17 +94,8 @@ class EngineProfile:
         out = []
         for where, n in self.extra.items():
             if n and counts[where]:
-                out.append(
-                    {
-                        "name": f"{self.name}_{where}_extra",
-                        "kind": EXTRA,
-                        "bytes": 0.0,
-                        "flops": 0.0,
-                        "dtype": "bf16",
-                        "count": counts[where],
-                        "launches": n,
-                    }
-                )
+                name = f"{self.name}_{where}_extra"
+                out.append(make_part(name, EXTRA, 0.0, 0.0, "bf16", counts[where], launches=n))
         return out
 
 

@@ -85,23 +85,3 @@ def part_ms(launches, per_kernel_ms, roof_memory_ms, roof_math_ms, e_bw, e_math,
     """Return a part's launch-aware time in ms: launches x per-kernel cost plus part_terms."""
     memory, flop = part_terms(roof_memory_ms, roof_math_ms, e_bw, e_math, overlap)
     return launches * per_kernel_ms + (memory + flop)
-
-
-def derated_timer(fractions: dict[str, float], device: str) -> Timer:
-    """Return a timer dividing a part's roofline time by the fraction measured for its kind."""
-    for kind, f in fractions.items():
-        # Above 1 is a measured fact too (a part served from cache beats its memory roof).
-        if not 0 < f < math.inf:
-            raise ValueError(f"fraction of roofline for {kind!r} = {f}: must be positive")
-
-    def timer(part: dict, hw: HardwareSpec) -> dict:
-        out = roofline_timer(part, hw)
-        f = fractions.get(part["kind"])
-        if f is None:
-            return out
-        out["memory_ms"] /= f
-        out["math_ms"] /= f
-        out["source"] = f"composed (x{f:.2f} of roofline, measured on {device})"
-        return out
-
-    return timer

@@ -21,6 +21,24 @@ from tilesweep.plan.sharding import gathers
 from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 
+def make_part(name: str, kind: str, nbytes: float, flops: float, dtype: str, count, **more) -> dict:
+    """Return one compute part: what it reads and computes, in which dtype, how many times."""
+    return {
+        "name": name,
+        "kind": kind,
+        "bytes": nbytes,
+        "flops": flops,
+        "dtype": dtype,
+        "count": count,
+        **more,
+    }
+
+
+def _collective(name: str, collective: str, n: int, nbytes: float, count: int) -> dict:
+    """Return one collective a rank runs: over n ranks, of nbytes each time, count times."""
+    return {"name": name, "collective": collective, "n": n, "bytes": nbytes, "count": count}
+
+
 def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
     """Return the part reading one group's weights (sharded over TP) for `rows` tokens."""
     entries = linears(model).get(group, [])
@@ -28,15 +46,8 @@ def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
         return None
     params = sum(i * o / (tp if split else 1) for _, i, o, split in entries)
     acts = sum(i + o / (tp if split else 1) for _, i, o, split in entries)
-    dtype = group_dtype(group, dep)
-    return {
-        "name": group,
-        "kind": kind,
-        "bytes": params * bytes_per_weight(dtype) + rows * acts * ACT_BYTES,
-        "flops": 2.0 * rows * params,
-        "dtype": math_dtype(group, dep),
-        "count": count,
-    }
+    nbytes = params * bytes_per_weight(group_dtype(group, dep)) + rows * acts * ACT_BYTES
+    return make_part(group, kind, nbytes, 2.0 * rows * params, math_dtype(group, dep), count)
 
 
 def _merged(part: dict | None, extra: dict | None) -> dict | None:
@@ -92,15 +103,6 @@ def attention_kind(model: ModelSettings) -> str:
     return "attention" if model.attention.kind == "mla" else "attention_gqa"
 
 
-def _core_part(
-    dep: DeploymentSettings, s: int, name: str, kind: str, nbytes: float, flops: float, count: int
-) -> dict:
-    """Return a part of the attention core over a rank's s sequences, in the KV dtype."""
-    return dict(
-        name=name, kind=kind, bytes=s * nbytes, flops=s * flops, dtype=dep.kv_dtype, count=count
-    )
-
-
 def _attention_parts(
     model: ModelSettings, dep: DeploymentSettings, stage: dict, s: int, heads: float
 ) -> list[dict]:
@@ -115,11 +117,11 @@ def _attention_parts(
         kind = attention_kind(model)
         # What the attention kernel's own table (plan/attention_table) is keyed by.
         shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
-        part = _core_part(dep, s, name, kind, core["kv_bytes"], core["flops"], count)
-        parts.append({**part, **shape})
+        nbytes, flops = s * core["kv_bytes"], s * core["flops"]
+        parts.append(make_part(name, kind, nbytes, flops, dep.kv_dtype, count, **shape))
         if core["index_flops"]:
-            score = (core["index_bytes"], core["index_flops"], count)
-            parts.append(_core_part(dep, s, "indexer_score", "indexer", *score))
+            nbytes, flops = s * core["index_bytes"], s * core["index_flops"]
+            parts.append(make_part("indexer_score", "indexer", nbytes, flops, dep.kv_dtype, count))
     return parts
 
 
@@ -140,31 +142,23 @@ def _expert_parts(
     w = expert_params(model) / split
     dtype = group_dtype("routed_experts", dep)
     act_per_row = (2 * h + 2 * model.moe_intermediate / split) * ACT_BYTES
+    nbytes = active * w * bytes_per_weight(dtype) + rows * act_per_row
+    more = {"expert_mb": w * bytes_per_weight(dtype) / 1e6}  # one expert's slice a rank reads
+    math_at = math_dtype("routed_experts", dep)
     parts.append(
-        {
-            "name": "routed_experts",
-            "kind": "expert_gemm",
-            "bytes": active * w * bytes_per_weight(dtype) + rows * act_per_row,
-            "flops": 2.0 * rows * w,
-            "dtype": math_dtype("routed_experts", dep),
-            "count": stage["moe"],
-            "expert_mb": w * bytes_per_weight(dtype) / 1e6,  # one expert's slice a rank reads
-        }
+        make_part(
+            "routed_experts", "expert_gemm", nbytes, 2.0 * rows * w, math_at, stage["moe"], **more
+        )
     )
     if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
         sent = s * k  # this rank's tokens' rows, out and back
+        # gather (read, write), weight (read, write), scatter-add (read); zero and accumulate
+        # the output (write, read, write)
+        nbytes, more = (5 * sent + 3 * s) * h * ACT_BYTES, {"launches": EP_PERMUTE_LAUNCHES}
         parts.append(
-            {
-                "name": "ep_permute",
-                "kind": "expert_permute",
-                # gather (read, write), weight (read, write), scatter-add (read); zero and
-                # accumulate the output (write, read, write)
-                "bytes": (5 * sent + 3 * s) * h * ACT_BYTES,
-                "flops": 2.0 * sent * h,
-                "dtype": "bf16",
-                "count": stage["moe"],
-                "launches": EP_PERMUTE_LAUNCHES,
-            }
+            make_part(
+                "ep_permute", "expert_permute", nbytes, 2.0 * sent * h, "bf16", stage["moe"], **more
+            )
         )
     return parts
 
@@ -176,28 +170,13 @@ def _edge_parts(
     h = model.hidden
     parts = []
     if first:
-        parts.append(
-            {
-                "name": "embedding",
-                "kind": "embedding",
-                "bytes": 2 * s * h * ACT_BYTES,
-                "flops": 0.0,
-                "dtype": "bf16",
-                "count": 1,
-            }
-        )
+        parts.append(make_part("embedding", "embedding", 2 * s * h * ACT_BYTES, 0.0, "bf16", 1))
     if last:
         w = model.vocab * h / tp
-        dtype = group_dtype("lm_head", dep)
+        nbytes = w * bytes_per_weight(group_dtype("lm_head", dep))
+        nbytes += s * (h + model.vocab / tp) * ACT_BYTES
         parts.append(
-            {
-                "name": "lm_head",
-                "kind": "lm_head",
-                "bytes": w * bytes_per_weight(dtype) + s * (h + model.vocab / tp) * ACT_BYTES,
-                "flops": 2.0 * s * w,
-                "dtype": math_dtype("lm_head", dep),
-                "count": 1,
-            }
+            make_part("lm_head", "lm_head", nbytes, 2.0 * s * w, math_dtype("lm_head", dep), 1)
         )
     return parts
 
@@ -229,16 +208,7 @@ def stage_parts(
     ]
     parts += _attention_parts(model, dep, stage, s, heads)
     parts += _expert_parts(model, dep, layout, stage, micro, s) if stage["moe"] else []
-    parts.append(
-        {
-            "name": "norms",
-            "kind": "norm",
-            "bytes": 2 * 2 * s * h * ACT_BYTES,
-            "flops": 0.0,
-            "dtype": "fp32",
-            "count": layers,
-        }
-    )
+    parts.append(make_part("norms", "norm", 2 * 2 * s * h * ACT_BYTES, 0.0, "fp32", layers))
     parts += _edge_parts(model, dep, tp, s, first, last)
     return [p for p in parts if p is not None]
 
@@ -255,33 +225,11 @@ def stage_collectives(
     out = []
     reduces = 2 * layers + (1 if first else 0) - (stage["moe"] if gather else 0)
     if tp > 1 and reduces:
-        out.append(
-            {
-                "name": "tp_all_reduce",
-                "collective": "all_reduce",
-                "n": tp,
-                "bytes": s * h * ACT_BYTES,
-                "count": reduces,
-            }
-        )
+        out.append(_collective("tp_all_reduce", "all_reduce", tp, s * h * ACT_BYTES, reduces))
     if gather:
-        out.append(
-            {
-                "name": "moe_gather_scatter",
-                "collective": "all_reduce",
-                "n": tp * ep,
-                "bytes": micro * h * ACT_BYTES,
-                "count": stage["moe"],
-            }
-        )
+        nbytes = micro * h * ACT_BYTES
+        out.append(_collective("moe_gather_scatter", "all_reduce", tp * ep, nbytes, stage["moe"]))
     elif ep > 1 and stage["moe"]:
-        out.append(
-            {
-                "name": "ep_all_to_all",
-                "collective": "all_to_all",
-                "n": ep,
-                "bytes": s * model.top_k * h * ACT_BYTES,
-                "count": 2 * stage["moe"],
-            }
-        )
+        nbytes = s * model.top_k * h * ACT_BYTES
+        out.append(_collective("ep_all_to_all", "all_to_all", ep, nbytes, 2 * stage["moe"]))
     return out

@@ -11,30 +11,48 @@ its busiest rank under random top-k routing (`step_parts.busiest_rank`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
-from tilesweep.plan.step_parts import stage_collectives, stage_parts
+from tilesweep.plan.step_parts import make_part, stage_collectives, stage_parts
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
+from tilesweep.settings.hardware_spec import Topology
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt is not counted).
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
 
 
-def _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw) -> list:
+@dataclass(frozen=True)
+class _Step:
+    """What every stage of one composed step is timed with."""
+
+    model: ModelSettings
+    dep: DeploymentSettings
+    hw: HardwareSpec
+    layout: Layout
+    timer: Timer
+    numbers: Topology | None  # the interconnect's figures (plan.interconnect.topology_numbers)
+    measured: dict | None  # the collectives' latency floors measured here
+    extra_parts: Callable | None  # an engine's extra kernels (stage, first, last) -> parts
+
+
+def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts)."""
+    model, dep, layout = step.model, step.dep, step.layout
     parts = stage_parts(model, dep, layout, stage, micro, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
         parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
             p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
         ]
-        parts += prompt_parts(model, dep, layout, stage, prefill, hw)
-    if extra_parts is not None:
-        parts = parts + extra_parts(stage, first, last)
+        parts += prompt_parts(model, dep, layout, stage, prefill, step.hw)
+    if step.extra_parts is not None:
+        parts = parts + step.extra_parts(stage, first, last)
     return parts
 
 
@@ -58,10 +76,8 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
             if not flops:
                 continue
             name = kind + ("_sliding" if sliding else "")
-            size = {"bytes": share * nbytes, "flops": share * flops, "dtype": dtype, "count": count}
-            out.append(
-                {"name": name, "kind": kind, **size, "launches": 1.0, "e_math": cited.e_math}
-            )
+            more = {"launches": 1.0, "e_math": cited.e_math}
+            out.append(make_part(name, kind, share * nbytes, share * flops, dtype, count, **more))
     return out
 
 
@@ -82,27 +98,16 @@ def comm_gap_bound(gaps: list[str]) -> str:
 
 
 def _stage_time(
-    model,
-    dep,
-    hw,
-    layout,
-    stage,
-    micro,
-    first,
-    last,
-    timer,
-    numbers,
-    measured,
-    prefill=0,
-    extra_parts=None,
+    step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int
 ) -> dict:
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}."""
+    hw, dep = step.hw, step.dep
     acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
     acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
-    for part in _parts(model, dep, layout, stage, micro, first, last, prefill, extra_parts, hw):
-        t = timer(part, hw)
+    for part in _parts(step, stage, micro, first, last, prefill):
+        t = step.timer(part, hw)
         c = part["count"]
         kernel = t["memory_ms"] + t["math_ms"]
         if kernel > 0:
@@ -122,8 +127,9 @@ def _stage_time(
         else:
             acc["math_kernel"] += c * (t["math_ms"] + t["memory_ms"])
             acc["roof_math"] += c * t["roof_math_ms"]
-    for coll in stage_collectives(model, layout, stage, micro, first):
-        ms, why = floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)
+    for coll in stage_collectives(step.model, step.layout, stage, micro, first):
+        nbytes = coll["bytes"]
+        ms, why = floored_ms(coll["collective"], coll["n"], nbytes, step.numbers, step.measured)
         acc["comm"] += coll["count"] * ms
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
@@ -211,24 +217,9 @@ def compose_step(
     stages = _stage_layer_counts(model, pp, layer_overrides)
     m = min(pp, batch)
     micro = math.ceil(batch / m)
-    times = [
-        _stage_time(
-            model,
-            dep,
-            hw,
-            layout,
-            st,
-            micro,
-            i == 0,
-            i == pp - 1,
-            timer,
-            numbers,
-            measured_floors,
-            math.ceil(prefill / m),
-            extra_parts,
-        )
-        for i, st in enumerate(stages)
-    ]
+    step = _Step(model, dep, hw, layout, timer, numbers, measured_floors, extra_parts)
+    rows = math.ceil(prefill / m)
+    times = [_stage_time(step, st, micro, i == 0, i == pp - 1, rows) for i, st in enumerate(stages)]
     hop, back, hop_why = _hops(model, layout, micro, numbers, measured_floors)
     tpot, split, slow = _path_split(times, (pp - 1) * hop + back, m, pp)
     sources = set().union(*(t["sources"] for t in times))

@@ -15,12 +15,8 @@ def with_engine_allreduce(target: HardwareSpec, engine: EngineSettings) -> Hardw
     """Return the target with the engine's all-reduce on every NVLink topology (plan.allreduce):
     vLLM's and SGLang's custom all-reduce needs full NVLink beyond two GPUs
     (vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink)."""
-    if not engine.custom_allreduce:
-        return target
-    if "nvlink" not in target.interconnect:
-        return target
     block = target.interconnect_model
-    if not block:
+    if not (engine.custom_allreduce and "nvlink" in target.interconnect and block):
         return target
     tops = {}
     for name, top in block.topologies.items():

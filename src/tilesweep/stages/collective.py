@@ -55,23 +55,14 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
             )
     for item in items:
         row = {**item, "layout_group": item["group"], "group": min(item["group"], world)}
+        why = ""
         if row["group"] < 2:
-            skipped.append(
-                {
-                    **row,
-                    "status": "skipped",
-                    "reason": f"needs {item['group']} devices; this machine has {world}",
-                }
-            )
+            why = f"needs {item['group']} devices; this machine has {world}"
         elif cap is not None and item["bytes"] > cap:
-            skipped.append(
-                {
-                    **row,
-                    "status": "skipped",
-                    "reason": f"{item['bytes']:,} B is over the CPU cap of {cap:,} B "
-                    "(bench.cpu_collective_max_bytes)",
-                }
-            )
+            why = f"{item['bytes']:,} B is over the CPU cap of {cap:,} B "
+            why += "(bench.cpu_collective_max_bytes)"
+        if why:
+            skipped.append({**row, "status": "skipped", "reason": why})
         else:
             plan.append(row)
     return plan, skipped

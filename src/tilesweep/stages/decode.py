@@ -22,7 +22,8 @@ from tilesweep.settings import BenchSettings, DecodeCell, ModelSettings, catalog
 from tilesweep.stages import logged, utc_now
 
 
-def _measure_device(
+@gpu_slot()  # on a GPU of this job's own
+def measure_device(
     catalog_json: str, record_path: str, log_path: str | None = None, threads: int = 1
 ) -> dict:
     """Measure the device's copy bandwidth and matrix rates; write and return them."""
@@ -228,7 +229,8 @@ def _runner_rows(
     return rows
 
 
-def _bench_decode(
+@gpu_slot()  # on a GPU of this job's own
+def bench_decode(
     cell_json: str,
     ceilings_path: str,
     table_path: str,
@@ -261,15 +263,3 @@ def _bench_decode(
     frame = pd.DataFrame(rows).assign(job_start_utc=job_start, job_end_utc=utc_now())
     write_cell_table(table_path, frame)
     return frame
-
-
-def measure_device(*args, **kwargs) -> dict:
-    """Measure the device's ceilings on a GPU of this job's own; see _measure_device."""
-    with gpu_slot():
-        return _measure_device(*args, **kwargs)
-
-
-def bench_decode(*args, **kwargs) -> pd.DataFrame:
-    """Benchmark one kernel on a GPU of this job's own; see _bench_decode."""
-    with gpu_slot():
-        return _bench_decode(*args, **kwargs)

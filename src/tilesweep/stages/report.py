@@ -85,7 +85,7 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
         drawn = report_data.draw_figures(*tables, engines=t["engines"], tune=t["tune"])
         log.info("figures: %s", sorted(drawn))
     # Each with its record, holding its tables' content key (cells.stale_join).
-    joined = content_key([p for paths in inputs.values() for p in paths])
+    joined = content_key(inputs)
     for name, png in drawn.items():
         write_cell_bytes(outputs[name], png, inputs=joined)
 
@@ -136,7 +136,7 @@ def write_report(
         )
         text, page = report_md.render(data), report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
-    joined = content_key([p for paths in inputs.values() for p in paths])
+    joined = content_key(inputs)
     write_cell_bytes(outputs["report"], text.encode(), inputs=joined)  # see write_figures
     write_cell_bytes(outputs["html"], page.encode(), inputs=joined)
     if outputs.get("answer"):

@@ -139,9 +139,14 @@ def write_tables(
         tables = measured_tables(settings, inputs)
         log.info("rows: %s", {n: len(f) for n, f in tables.items()})
         when = {n: w for n in TABLES if (w := measured_when(list(inputs.get(n, []))))}
+    write_with_parquet(tables, outputs)  # each with its record: the Snakefile checks it
+    write_cell_json(outputs["provenance"], {"measured": when}, inputs=content_key(inputs))
+
+
+def write_with_parquet(tables: dict, outputs: dict, keyed: str = "", key: str | None = None):
+    """Write each table as CSV (and Parquet where asked) with its record; `keyed`'s CSV record
+    also holds `key`, its inputs' content key."""
     for name, frame in tables.items():
-        write_cell_table(outputs[name], frame)  # with its record: the Snakefile checks it
+        write_cell_table(outputs[name], frame, inputs=key if name == keyed else None)
         if outputs.get(f"{name}_parquet"):
             write_cell_parquet(outputs[f"{name}_parquet"], arrow_safe(frame))
-    joined = [p for paths in inputs.values() for p in paths]
-    write_cell_json(outputs["provenance"], {"measured": when}, inputs=content_key(joined))

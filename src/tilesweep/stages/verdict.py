@@ -10,18 +10,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tilesweep import answer_card, deployment_fit, deployment_verdict, engine_figures
-from tilesweep.cells import (
-    concat_cells,
-    content_key,
-    write_cell_bytes,
-    write_cell_parquet,
-    write_cell_table,
-)
+from tilesweep.cells import concat_cells, content_key, write_cell_bytes
 from tilesweep.errors import CellError
 from tilesweep.io import concat_tables, read_json_named
 from tilesweep.settings import ModelSettings, RootSettings
 from tilesweep.stages import logged, named_files
-from tilesweep.stages.tables import arrow_safe
+from tilesweep.stages.tables import write_with_parquet
 
 PANEL = ("rows", "winners", "band")
 
@@ -123,7 +117,7 @@ def write_verdict(job: StepJob) -> None:
         write_cell_bytes(
             outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
         )
-    _write_tables(tables, outputs, inputs, keyed="verdict")
+    write_with_parquet(tables, outputs, "verdict", content_key(inputs))
     write_cell_bytes(outputs["panel"], panel_json(panel).encode())
     if outputs.get("card"):
         write_cell_bytes(outputs["card"], answer_card.card_json(card).encode())
@@ -142,13 +136,4 @@ def write_check(job: StepJob) -> None:
             reads["deployment"]["attention_table"],
         )
         log.info("check rows: %d", len(check))
-    _write_tables({"check": check}, job.outputs, job.inputs, keyed="check")
-
-
-def _write_tables(tables: dict, outputs: dict, inputs: dict[str, list[str]], keyed: str) -> None:
-    """Write each table with its record; `keyed`'s record also holds its inputs' content key."""
-    joined = content_key([p for paths in inputs.values() for p in paths])
-    for name, frame in tables.items():
-        write_cell_table(outputs[name], frame, inputs=joined if name == keyed else None)
-        if outputs.get(f"{name}_parquet"):
-            write_cell_parquet(outputs[f"{name}_parquet"], arrow_safe(frame))
+    write_with_parquet({"check": check}, job.outputs, "check", content_key(job.inputs))
