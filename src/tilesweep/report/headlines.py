@@ -6,12 +6,13 @@ import re
 
 import pandas as pd
 
-from tilesweep.answer_picks import finite
+from tilesweep.answer_picks import finite, numeric
+from tilesweep.answer_rests import spread
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.plan.sensitivity import winners
 from tilesweep.references import BAND, corpus_summary
-from tilesweep.report.formatting import devices, fmt_value, numeric, plural
+from tilesweep.report.formatting import devices, fmt_value, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
 # a step over the next against the `mixed` line (plan/bound.py), and the winning layout's
@@ -213,13 +214,13 @@ def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     if err.empty:
         return f"{sure}, unchecked: no held-out whole step on {devices(check)}"
     out = (
-        f"{sure}; the composition is {_spread(err)} off {_steps(err)} measured on "
+        f"{sure}; the composition is {spread(err)} off {_steps(err)} measured on "
         f"{devices(check)} that it was not calibrated on"
     )
     far = numeric(beyond, "composed_error_pct").dropna()
     if not far.empty:
         out += (
-            f" up to its largest fit batch ({largest}), and {_spread(far)} off {_steps(far)} "
+            f" up to its largest fit batch ({largest}), and {spread(far)} off {_steps(far)} "
             "beyond it (extrapolated)"
         )
     return out + ", per the check table"
@@ -234,12 +235,6 @@ def _largest_fit_batch(check: pd.DataFrame) -> int | None:
         for b in m.group(1).split(",")
     ]
     return max(found) if found else None
-
-
-def _spread(err: pd.Series) -> str:
-    """Return '-14% to +1%' (or one figure) for a set of percentage errors."""
-    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
-    return low if low == high else f"{low} to {high}"
 
 
 def _steps(err: pd.Series) -> str:
@@ -333,10 +328,8 @@ def check_headline(check: pd.DataFrame) -> str | None:
     if err.empty:
         return f"No held-out whole step on {device} to check the composition against."
     layouts = ", ".join(dict.fromkeys(held.loc[err.index, "layout"].astype(str)))
-    worst = err.abs().max()
-    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
     return (
         f"Composed vs measured whole steps on {device} ({layouts}; calibrated on TP1 only): "
-        f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
+        f"{spread(err)}, at most {err.abs().max():.0f}% off over "
         f"{plural(len(err), 'point')}."
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep.answer_picks import finite
+from tilesweep.answer_picks import finite, numeric
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     COLLECTIVE_REPORT_COLUMNS,
@@ -30,7 +30,7 @@ from tilesweep.report.analysis import (
 )
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, fmt_value, numeric, plural
+from tilesweep.report.formatting import column, devices, fmt_value, plural
 from tilesweep.report.launch_figure import LIMITS
 from tilesweep.report.sections import verdict_collectives
 

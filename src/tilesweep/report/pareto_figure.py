@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from tilesweep.answer_picks import numeric
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     COLORS,
@@ -15,7 +16,6 @@ from tilesweep.report.plotting import (
     MAX_SERIES,
     empty,
     enforce_series,
-    floats,
     whole,
 )
 
@@ -36,7 +36,7 @@ def pareto_points(verdict: pd.DataFrame) -> pd.DataFrame:
     cols = ["layout", "batch", "tpot_ms", "per_user", "per_gpu", "source"]
     if verdict.empty or not need <= set(verdict):
         return pd.DataFrame(columns=cols)
-    tpot, per_gpu = floats(verdict, "tpot_ms"), floats(verdict, "tokens_per_s_per_gpu")
+    tpot, per_gpu = numeric(verdict, "tpot_ms"), numeric(verdict, "tokens_per_s_per_gpu")
     keep = (verdict["fits_memory"] == "yes") & (tpot > 0) & np.isfinite(tpot)
     keep &= np.isfinite(per_gpu)
     rows = verdict[keep]

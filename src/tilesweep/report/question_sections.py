@@ -10,6 +10,7 @@ from tilesweep.measure.power_load import reading_consistency
 from tilesweep.plan.sensitivity import changes
 from tilesweep.question import Question, Tiles
 from tilesweep.report.document import Block, Bullets, Table, Text
+from tilesweep.report.formatting import whole
 from tilesweep.report.sections import verdict_grid
 
 _LISTS = package_data.column_lists("tilesweep.report.question_sections")
@@ -130,16 +131,9 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     )
 
 
-def _stages_asked(value: object) -> str:
-    """Return a launch row's requested stage count as text ('auto' or '3')."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
-
-
 def _combination(row: dict) -> str:
     """Return a launch row's tile, epilogue and stages asked, in words."""
-    asked = _stages_asked(row["stages_requested"])
+    asked = str(whole(row["stages_requested"]))
     stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
     return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
 
@@ -214,7 +208,7 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
         return []
     rows = rows.assign(
         tile=_tile_names(rows),
-        asked=[_stages_asked(v) for v in rows["stages_requested"]],
+        asked=[str(whole(v)) for v in rows["stages_requested"]],
     ).sort_values(["tile", "epilogue", "asked"])
     ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
     records = rows.to_dict("records")

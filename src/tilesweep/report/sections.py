@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep import references
+from tilesweep.answer_picks import numeric
 from tilesweep.answer_rests import collective_words
 from tilesweep.columns import (
     REPORT_CHECK_COLUMNS,
@@ -16,7 +17,7 @@ from tilesweep.columns import (
 from tilesweep.plan import row_inputs
 from tilesweep.report.analysis import verdict_pivot
 from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, fmt_value, numeric, plural
+from tilesweep.report.formatting import column, fmt_value, plural
 from tilesweep.report.headlines import (
     check_headline,
     engine_line,
