@@ -124,7 +124,7 @@ def baseline_config(shipped: dict | None, rules: EngineDefaults, m: int, shape: 
     """Return the config the engine runs at batch M today (shipped table, else default rule)."""
     if shipped:
         return wheels.nearest(shipped, m)
-    return rules.config_for(m, shape["experts"], shape["format"])
+    return space.engine_default(rules, m, shape["experts"], shape["format"])
 
 
 def check_file(
@@ -151,7 +151,7 @@ def check_file(
     head["baseline"] = "shipped" if shipped else "default"
     rows = []
     for m in sorted(k for k in configs if keys is None or k in keys):
-        default = rules.config_for(m, shape["experts"], shape["format"])
+        default = space.engine_default(rules, m, shape["experts"], shape["format"])
         base = baseline_config(shipped, rules, m, shape)
         labelled = [("file", configs[m]), ("baseline", base), ("baseline_again", base)]
         if shipped:

@@ -68,7 +68,7 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
         rules = fused.engine_defaults[engine]
         shipped, _ = check.baseline_of(engine, version, path, shape, triton_version)
         for m, config in configs.items():
-            default = rules.config_for(m, shape["experts"], shape["format"])
+            default = space.engine_default(rules, m, shape["experts"], shape["format"])
             base = check.baseline_config(shipped, rules, m, shape)
             for cand in (config, base, default):
                 cand = effective(cand, shape["format"])

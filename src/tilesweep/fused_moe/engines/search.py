@@ -62,13 +62,11 @@ def tune_problem(
     rules, values = fused.engine_defaults[timer.engine], fused.space
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
-    rule = {
-        m: [effective(rules.config_for(m, problem["experts"], fmt), fmt)] if shipped else []
-        for m in keys
-    }
-    first = {m: [defaults[m], *rule[m], *neighbours(defaults[m], values, fmt)] for m in keys}
-    for m in keys:
-        first[m] += [effective(c, fmt) for c in extra.get(m, [])]
+    first = {}
+    for m in keys:  # the default, its rule's config beside a shipped table, and their neighbours
+        rule = [space.engine_default(rules, m, problem["experts"], fmt)] if shipped else []
+        first[m] = [defaults[m], *rule, *neighbours(defaults[m], values, fmt)]
+        first[m] = [effective(c, fmt) for c in (*first[m], *extra.get(m, []))]
     rows, screens = [], {m: {} for m in keys}
     _screen_round(timer, first, screens, rows, defaults, tune, log)
     second = {}
