@@ -14,6 +14,7 @@ from matplotlib.ticker import FixedLocator, NullFormatter
 from tilesweep import backends
 from tilesweep.answer_picks import numeric
 from tilesweep.report.analysis import short_runner
+from tilesweep.report.document import TEXTS
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     MAX_SERIES,
@@ -197,11 +198,7 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
             missing.append(f"{dtype} panels: {gap}")
         else:
             lines.append(dtype)
-    text = (
-        "Time per grouped GEMM (error bars p10..p90) and achieved bandwidth against tokens per "
-        "expert, one row of panels per dtype, at most six runners per axis (the fastest, with "
-        "the best torch baseline; the rest are in the decode table)."
-    )
+    text = TEXTS["decode_time_caption"]
     if lines:
         text += f" Dashed red: the measured copy bandwidth, on the {', '.join(lines)} panels."
     if missing:

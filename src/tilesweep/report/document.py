@@ -11,11 +11,13 @@ from tilesweep import package_data
 from tilesweep.answer_card import AnswerCard
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
-DATA_FILES = ("data/figures.yaml",)
+DATA_FILES = ("data/figures.yaml", "data/report_texts.yaml")
 
 
 # Every figure: its file name under plots/, its alt text and its caption.
 FIGURES = package_data.data_texts("tilesweep", DATA_FILES[0], ("alt", "caption"))
+# The sections' fixed texts, by key ({name}: filled in where used).
+TEXTS = package_data.data_typed("tilesweep", DATA_FILES[1], "texts", dict[str, str])
 
 
 @dataclass(frozen=True)

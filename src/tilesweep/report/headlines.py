@@ -6,6 +6,7 @@ import re
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.answer_picks import finite, numeric
 from tilesweep.answer_rests import spread
 from tilesweep.columns import SPLIT_COLUMNS
@@ -287,26 +288,20 @@ def engine_line(engines: pd.DataFrame | None) -> str:
 
 # ---- the legend of the badge words -----------------------------------------------------------
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/report_texts.yaml",)
+# The verdict grid's badge words and what each means, its thresholds filled in.
 LEGEND = {
-    "memory, math, communication": "the part of the step that takes most of its time: "
-    "memory-bound kernels, math-bound kernels, or collectives",
-    "launch": "the kernels' fixed cost takes most of the step: kernels x their measured "
-    "per-kernel cost (the `other` part of the split, other_ms)",
-    "1.7x (margin)": "the top part's time over the next part's",
-    "mixed": f"the top two parts lie within {MIXED_WITHIN:g}x of each other",
-    "kernel-limited": "the top part is kernel time, yet its kernels reach under "
-    f"{KERNEL_LIMITED_BELOW:.0%} of both the bandwidth and the math roof",
-    "tie": f"a margin within {TIE_WITHIN:.0%} of the {MIXED_WITHIN:g}x mixed line "
-    f"({MIXED_WITHIN * (1 - TIE_WITHIN):.2f}x to {MIXED_WITHIN * (1 + TIE_WITHIN):.2f}x): "
-    "mixed and the single bound are equally fair words",
-    "does not fit (N GB short)": "weights per rank, KV cache and the runtime reserve exceed "
-    "the GPU's memory by N GB; no speed verdict",
-    "ms/token": "time per output token (TPOT)",
-    "tok/s/GPU (N all GPUs)": "tokens/s of all the batch's sequences over the layout's GPUs, "
-    "as the answer card gives it; N: the same tokens/s, of all the layout's GPUs together",
-    "x floor": "TPOT over the step's physical floor (floor_ms in the verdict table): every part "
-    "at the target's datasheet bandwidth or peak, whichever binds, no per-kernel cost, and the "
-    "collectives as modelled",
+    word: meaning.format(
+        mixed=f"{MIXED_WITHIN:g}",
+        kernel_limited=f"{KERNEL_LIMITED_BELOW:.0%}",
+        tie=f"{TIE_WITHIN:.0%}",
+        tie_low=f"{MIXED_WITHIN * (1 - TIE_WITHIN):.2f}",
+        tie_high=f"{MIXED_WITHIN * (1 + TIE_WITHIN):.2f}",
+    )
+    for word, meaning in package_data.data_typed(
+        "tilesweep", DATA_FILES[0], "legend", dict[str, str]
+    ).items()
 }
 
 

@@ -9,7 +9,7 @@ from tilesweep.columns import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 from tilesweep.measure.power_load import reading_consistency
 from tilesweep.plan.sensitivity import changes
 from tilesweep.question import Question, Tiles
-from tilesweep.report.document import Block, Bullets, Table, Text
+from tilesweep.report.document import TEXTS, Block, Bullets, Table, Text
 from tilesweep.report.formatting import whole
 from tilesweep.report.sections import verdict_grid
 
@@ -26,11 +26,7 @@ def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:
 
 def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
     """Return the power section's blocks: each load's draw, what the question's reading fits."""
-    text = (
-        "Loads of known bound, each sustained for a few seconds on the device at hand "
-        "under NVML sampling: the fraction of the enforced power limit they draw (p10, "
-        "median, p90)."
-    )
+    text = TEXTS["power_intro"]
     reading = asked.power if asked is not None else None
     if reading is not None:
         text += (
@@ -44,8 +40,7 @@ def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
             Table(
                 judged,
                 title=f"Which bounds draw {reading.fraction:.0%} of the limit here",
-                note=f"Consistent: the {asked.name}'s fraction lies inside the load's p10..p90 "
-                "band on this device. A fraction of the limit on another GPU is a lead, not proof.",
+                note=TEXTS["power_judged_note"].format(name=asked.name),
             )
         )
     return blocks
