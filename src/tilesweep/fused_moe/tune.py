@@ -18,6 +18,7 @@ from tilesweep.columns import TUNE_COLUMNS, Status
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
+from tilesweep.fused_moe.backend import journal as kept_journal
 from tilesweep.fused_moe.journal import FINAL, SCREEN, read_journal, supervise
 from tilesweep.fused_moe.precompile import refusal_status
 from tilesweep.hardware import catalog_name
@@ -268,11 +269,8 @@ def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=
         spec, versions = read_json(work / "spec.json"), read_json(work / VERSIONS)
         if spec.get("dtype") != dtype:
             raise ConfigError(f"{work / 'spec.json'}: dtype {spec.get('dtype')!r}, not {dtype}")
-        journal = work / "journal.jsonl"
-        if journal.exists():
-            records = read_journal(journal)
-        else:
-            records = read_journal(journal.with_suffix(".jsonl.gz"))
+        journal = kept_journal(work.parent.parent, work.parent.name, dtype)
+        records = read_journal(journal)
         if not records:
             raise ConfigError(f"{journal}: no journalled item to replay")
         ceilings = read_json(Path(folder) / "ceilings.json")

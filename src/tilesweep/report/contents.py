@@ -107,18 +107,6 @@ def _intro(settings: RootSettings) -> str:
     )
 
 
-def _drawn(figures: dict[str, bytes] | None, *tables) -> dict[str, bytes]:
-    """Return every report figure: those given, the others drawn from the tables."""
-    drawn = dict(figures or {})
-    missing = [name for name in all_figures() if name not in drawn]
-    if missing:
-        launch, decode, collective, verdict, check, engines, tune = tables
-        drawn.update(
-            draw_figures(launch, decode, collective, verdict, check, missing, engines, tune)
-        )
-    return drawn
-
-
 def build(
     settings: RootSettings,
     launch: pd.DataFrame,
@@ -166,6 +154,9 @@ def build(
     short |= {key: t.split(":")[0] for key, t in named}
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)
+    # every figure: those given, the others drawn from the tables
+    given, tables = figures or {}, (launch, decode, collective, verdict, check)
+    missing = [name for name in all_figures() if name not in given]
     return ReportData(
         card=card,
         title=f"tilesweep report: {model.name} on {hardware}",
@@ -173,5 +164,5 @@ def build(
         provenance=provenance,
         sections=shown,
         nav=[(s.key, short.get(s.key, s.title)) for s in shown],
-        figures=_drawn(figures, launch, decode, collective, verdict, check, engines, tune),
+        figures={**draw_figures(*tables, missing, engines, tune), **given},
     )

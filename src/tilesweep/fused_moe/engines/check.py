@@ -106,13 +106,12 @@ def timer_for(
 
 
 def baseline_of(
-    engine: str, version: str, path: str | Path, shape: dict, triton_version: str
-) -> tuple[dict | None, str]:
-    """Return (the engine's shipped table for a file's key, or None; where)."""
-    name = wheels.config_file_name(
-        engine, version, shape["experts"], shape["n"], shape["format"], device_of(path)
-    )
-    return wheels.shipped_table(engine, version, name, triton_version)
+    engine: str, version: str, shape: dict, device: str, triton_version: str
+) -> tuple[str, dict | None, str]:
+    """Return (the engine's file name of a shape on a device, its shipped table or None, where)."""
+    dims = (shape["experts"], shape["n"], shape["format"])
+    name = wheels.config_file_name(engine, version, *dims, device)
+    return name, *wheels.shipped_table(engine, version, name, triton_version)
 
 
 def device_of(path: str | Path) -> str:
@@ -145,7 +144,9 @@ def check_file(
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
     rules = settings.backend.fused_moe.engine_defaults[engine]
-    shipped, where = baseline_of(engine, timer.version, path, shape, triton.__version__)
+    _, shipped, where = baseline_of(
+        engine, timer.version, shape, device_of(path), triton.__version__
+    )
     head = timer.columns() | timer.provenance()
     head |= {"draw": settings.bench.seed + seed_shift, "baseline_from": where}
     head["baseline"] = "shipped" if shipped else "default"
@@ -259,7 +260,7 @@ def safe_file(
         import triton as _triton
 
         triton_version = _triton.__version__
-    shipped, _ = baseline_of(engine, version, path, shape, triton_version)
+    _, shipped, _ = baseline_of(engine, version, shape, device_of(path), triton_version)
     keep = decide(checks)
     write_text(
         out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape), triton)

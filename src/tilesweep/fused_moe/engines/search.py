@@ -18,7 +18,7 @@ from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.case import TOLERANCE
-from tilesweep.fused_moe.engines import check, dropins, wheels
+from tilesweep.fused_moe.engines import check, dropins
 from tilesweep.fused_moe.engines.check import baseline_config, read_file
 from tilesweep.fused_moe.engines.timer import effective, warm
 from tilesweep.io import write_table, write_text
@@ -190,8 +190,7 @@ def _tune_and_decide(
     folder = out_dir / f"{engine}-{version}"
     experts, n, fmt = shape["experts"], shape["n"], shape["format"]
     start = time.monotonic()
-    name = wheels.config_file_name(engine, version, experts, n, fmt, device_name)
-    shipped, _ = wheels.shipped_table(engine, version, name, triton.__version__)
+    name, shipped, _ = check.baseline_of(engine, version, shape, device_name, triton.__version__)
     timer = check.timer_for(engine, shape, settings)
     theirs = extra_candidates(extra, shape)
     table, picks = tune_problem(timer, keys, fused, tune, theirs, log, shipped)
