@@ -162,8 +162,7 @@ class AnswerCard:
     @classmethod
     def from_dict(cls, saved: dict) -> AnswerCard:
         """Return the card answer.json holds (the words to_dict adds are read back as figures)."""
-        clauses = _clauses(saved.get("rests_on"))
-        return TypeAdapter(cls).validate_python({**saved, "rests_on": clauses})
+        return TypeAdapter(cls).validate_python(saved)
 
 
 def build(
@@ -199,11 +198,6 @@ def build(
         provenance=_with_fit(_with_engine(_provenance(row), engine, version), settings, inputs),
         inputs=inputs,
     )
-
-
-def _clauses(saved: dict | str | None) -> dict[str, str]:
-    """Return the rests_on clauses answer.json holds (an older card's one line as one clause)."""
-    return dict(saved) if isinstance(saved, dict) else {"fit": saved} if saved else {}
 
 
 def _first_row(verdict: pd.DataFrame, picks: list[Pick]) -> pd.Series | None:
