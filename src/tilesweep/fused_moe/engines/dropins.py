@@ -66,8 +66,8 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
         shape, configs = check.read_file(path)
         problem = check.problem_of(shape, settings)
         rules = fused.engine_defaults[engine]
-        device = check.device_of(path)
-        _, shipped, _ = check.baseline_of(engine, version, shape, device, triton_version)
+        named_for = check.device_of(path)
+        _, shipped, _ = check.baseline_of(engine, version, shape, named_for, triton_version)
         for m, config in configs.items():
             default = space.engine_default(rules, m, shape["experts"], shape["format"])
             base = check.baseline_config(shipped, rules, m, shape)
@@ -97,8 +97,8 @@ def decide_file(
     version = fused.engine_versions[engine]
     rules = fused.engine_defaults[engine]
     shape, configs = check.read_file(path)
-    device = check.device_of(path)
-    name, shipped, where = check.baseline_of(engine, version, shape, device, triton.__version__)
+    named_for = check.device_of(path)
+    name, shipped, where = check.baseline_of(engine, version, shape, named_for, triton.__version__)
 
     def timed(file: Path, draw: int, keys: list[int] | None = None) -> pd.DataFrame:
         drawn = check.check_file(
