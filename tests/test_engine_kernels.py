@@ -479,7 +479,7 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
     # The typed rules (what the engine search reads) pick what the spec's rules pick.
     typed = compose_settings([]).backend.fused_moe.engine_defaults
     for engine, fmt, m in product(("vllm", "sglang"), FORMATS, (1, 8, 16, 64, 65, 4096)):
-        assert typed[engine].config_for(m, 256, fmt) == space.engine_default(
+        assert space.engine_default(typed[engine], m, 256, fmt) == space.engine_default(
             rules[engine], m, 256, fmt
         ), (engine, fmt, m)
     assert sglang == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128,

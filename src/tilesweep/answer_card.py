@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from pydantic import TypeAdapter
 
 from tilesweep import question, references
 from tilesweep.answer_picks import (
-    PICK_FIELDS,
     PICK_HEADERS,
     Pick,
     Target,
@@ -161,36 +161,8 @@ class AnswerCard:
 
     @classmethod
     def from_dict(cls, saved: dict) -> AnswerCard:
-        """Return the card answer.json holds."""
-        extra = ("tpot_range_ms", "runner_up", "runner_up_tpot_ms")
-        picks = [
-            Pick(
-                **{k: p[k] for k in PICK_FIELDS},
-                **{k: tuple(p[k]) if isinstance(p[k], list) else p[k] for k in extra if k in p},
-            )
-            for p in saved.get("picks", [])
-        ]
-        target = saved.get("target")
-        if target:
-            pick = Pick(**{k: target["pick"][k] for k in PICK_FIELDS}) if target["pick"] else None
-            keep = ("tpot_ms", "min_tokens_per_s_per_user", "met", "miss_ms")
-            target = Target(pick=pick, **{k: target.get(k) for k in keep})
-        return cls(
-            model=saved["model"],
-            hardware=saved["hardware"],
-            picks=picks,
-            no_fit_batches=list(saved.get("no_fit_batches", [])),
-            target=target,
-            gaps=list(saved.get("gaps", [])),
-            rests_on=_clauses(saved.get("rests_on")),
-            inputs=dict(saved.get("inputs") or {}),
-            trust=saved.get("trust", ""),
-            provenance=dict(saved.get("provenance") or {}),
-            check_error_pct=tuple(saved["check_error_pct"])
-            if saved.get("check_error_pct")
-            else None,
-            commit=saved.get("commit", ""),
-        )
+        """Return the card answer.json holds (the words to_dict adds are read back as figures)."""
+        return TypeAdapter(cls).validate_python(saved)
 
 
 def build(
@@ -226,11 +198,6 @@ def build(
         provenance=_with_fit(_with_engine(_provenance(row), engine, version), settings, inputs),
         inputs=inputs,
     )
-
-
-def _clauses(saved: dict | str | None) -> dict[str, str]:
-    """Return the rests_on clauses answer.json holds (an older card's one line as one clause)."""
-    return dict(saved) if isinstance(saved, dict) else {"fit": saved} if saved else {}
 
 
 def _first_row(verdict: pd.DataFrame, picks: list[Pick]) -> pd.Series | None:

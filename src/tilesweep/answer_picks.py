@@ -164,10 +164,10 @@ class Target:
 
 
 def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
-    """Return a column as numbers (NaN where absent or not a number)."""
+    """Return a column as floats (NaN where absent or not a number)."""
     if name not in frame:
         return pd.Series(float("nan"), index=frame.index)
-    return pd.to_numeric(frame[name], errors="coerce")
+    return pd.to_numeric(frame[name], errors="coerce").astype(float)
 
 
 def fitting_rows(verdict: pd.DataFrame, composed: bool = True) -> pd.DataFrame:

@@ -81,10 +81,8 @@ def _check_words(check: pd.DataFrame, fit: str) -> str:
         )
     if err.empty:
         return f"check: no held-out whole step on {device}"
-    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
-    spread = low if low == high else f"{low} to {high}"
     return (
-        f"check: composed {spread} off {len(err)} held-out whole steps measured on {device} "
+        f"check: composed {spread(err)} off {len(err)} held-out whole steps measured on {device} "
         "(one rank each, collectives left out)"
     )
 
@@ -154,6 +152,12 @@ def rests_on(
     if check is not None:  # None: composed before the whole steps were checked (card_json)
         out["check"] = _check_words(check, items.get("fit", ""))
     return out | _engine_words(engines, model, hardware)
+
+
+def spread(err: pd.Series) -> str:
+    """Return '-14% to +1%' (or one figure) for a set of percentage errors."""
+    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
+    return low if low == high else f"{low} to {high}"
 
 
 def _held_out_errors(check: pd.DataFrame) -> pd.Series:

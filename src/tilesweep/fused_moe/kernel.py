@@ -86,53 +86,6 @@ def _group_scales(
 
 
 @triton.jit
-def _accumulate(
-    ptrs,
-    b_desc,
-    sizes,
-    strides,
-    a_rows,
-    row_ok,
-    expert,
-    offs_bn,
-    pid_n,
-    BLOCK_SIZE_M: tl.constexpr,
-    BLOCK_SIZE_N: tl.constexpr,
-    BLOCK_SIZE_K: tl.constexpr,
-    SCALE: tl.constexpr,
-    GROUP_N: tl.constexpr,
-    GROUP_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    TMA: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-):
-    """Return the fp32 product of a tile's A rows and its expert's B columns over its K blocks."""
-    a_ptr, b_ptr, a_scale_ptr, b_scale_ptr = ptrs[0], ptrs[1], ptrs[3], ptrs[4]
-    N, K = sizes[1], sizes[2]
-    stride_am, stride_be, stride_bn, stride_asm = strides[0], strides[1], strides[2], strides[4]
-    stride_bse, stride_bsn = strides[6], strides[7]
-    kb_first, kb_end = _k_blocks(K, BLOCK_SIZE_K, SPLIT_K)
-    first_k = kb_first * BLOCK_SIZE_K + tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + first_k[None, :]
-    b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + first_k[:, None]
-    b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
-    # SCALE block: a row's scales, and a column group's (each K group's at its offset)
-    a_s_ptrs = a_scale_ptr + a_rows * stride_asm
-    b_s_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for kb in range(kb_first, kb_end):
-        a, b = _operands(a_ptrs, b_ptrs, b_desc, b_row, kb, row_ok, K, BLOCK_SIZE_K, EVEN_K, TMA)
-        if SCALE == 3:
-            a_s, b_s = _group_scales(a_s_ptrs, b_s_ptrs, row_ok, kb, strides, BLOCK_SIZE_K, GROUP_K)
-            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-        else:
-            acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_SIZE_K
-        b_ptrs += BLOCK_SIZE_K
-    return acc
-
-
-@triton.jit
 def _dequantised(acc, ptrs, strides, a_rows, row_ok, expert, offs_bn, SCALE: tl.constexpr):
     """Return acc times its fp8 scales per tensor (SCALE 1) or per row and channel (SCALE 2)."""
     a_scale_ptr, b_scale_ptr = ptrs[3], ptrs[4]
@@ -206,26 +159,31 @@ def _tile(
             # Columns past N wrap round (pointers) or run into the next expert's rows (TMA)
             # instead of being masked: their results are never stored.
             offs_bn = (offs_n % N).to(tl.int64)
-            acc = _accumulate(
-                ptrs,
-                b_desc,
-                sizes,
-                strides,
-                a_rows,
-                row_ok,
-                expert,
-                offs_bn,
-                pid_n,
-                BLOCK_SIZE_M,
-                BLOCK_SIZE_N,
-                BLOCK_SIZE_K,
-                SCALE,
-                GROUP_N,
-                GROUP_K,
-                EVEN_K,
-                TMA,
-                SPLIT_K,
-            )
+            # the fp32 product of the tile's A rows and its expert's B columns over its K blocks
+            a_ptr, b_ptr, a_scale_ptr, b_scale_ptr = ptrs[0], ptrs[1], ptrs[3], ptrs[4]
+            K, stride_asm, stride_bse, stride_bsn = sizes[2], strides[4], strides[6], strides[7]
+            kb_first, kb_end = _k_blocks(K, BLOCK_SIZE_K, SPLIT_K)
+            first_k = kb_first * BLOCK_SIZE_K + tl.arange(0, BLOCK_SIZE_K)
+            a_ptrs = a_ptr + a_rows[:, None] * strides[0] + first_k[None, :]
+            b_ptrs = b_ptr + expert * strides[1] + offs_bn[None, :] * strides[2] + first_k[:, None]
+            b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
+            # SCALE block: a row's scales, and a column group's (each K group's at its offset)
+            a_s_ptrs = a_scale_ptr + a_rows * stride_asm
+            b_s_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
+            acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+            for kb in range(kb_first, kb_end):
+                a, b = _operands(
+                    a_ptrs, b_ptrs, b_desc, b_row, kb, row_ok, K, BLOCK_SIZE_K, EVEN_K, TMA
+                )
+                if SCALE == 3:
+                    a_s, b_s = _group_scales(
+                        a_s_ptrs, b_s_ptrs, row_ok, kb, strides, BLOCK_SIZE_K, GROUP_K
+                    )
+                    acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+                else:
+                    acc = tl.dot(a, b, acc)
+                a_ptrs += BLOCK_SIZE_K
+                b_ptrs += BLOCK_SIZE_K
             acc = _dequantised(acc, ptrs, strides, a_rows, row_ok, expert, offs_bn, SCALE)
             _write(acc, c_ptrs, c_mask, ids, row_ok, ptrs[5], sizes[6], SPLIT_K)
 

@@ -25,22 +25,14 @@ def _tune_speedup(tables: dict[str, pd.DataFrame]):
     return tune_speedup(tables)
 
 
-# Its figure: category in `snakemake --report`, alt text, caption and how it is drawn.
-FIGURES = {
-    "tune_speedup": (
-        "Tuning",
-        "tuned config against the vLLM default and torch, per batch",
-        "The project kernel's tuned config against the vLLM default config (blue) and the "
-        "torch grouped GEMM (orange), per batch M: their time over the tuned config's on the "
-        "same routed batch (above 1: the tuned config is faster), one panel per dtype and "
-        "problem, a line style per routing; batches on a log scale.",
-        _tune_speedup,
-    ),
-}
 # The package data this module reads (rerun_keys.code_hash hashes it with the module): the
-# section's fixed texts.
+# section's fixed texts and its figure's.
 DATA_FILES = ("fused_moe/data/report_texts.yaml",)
 TEXTS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, str])
+# Its figure: category in `snakemake --report`, alt text, caption and how it is drawn.
+FIGURES = {
+    "tune_speedup": ("Tuning", TEXTS["figure_alt"], TEXTS["figure_caption"], _tune_speedup),
+}
 # The tuning section's short table: the batches the tuned config gains most on.
 TOP_ROWS = 8
 

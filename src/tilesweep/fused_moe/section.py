@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tilesweep.fused_moe.engines.base import names as engine_names
-from tilesweep.fused_moe.space import ENGINE_DTYPE, SPACE_KEYS, VARIANT_OFF, condition_holds
+from tilesweep.fused_moe.space import ENGINE_DTYPE, VARIANT_OFF, engine_default
 from tilesweep.settings.strict import Number, Section, distinct, refuse
 
 Positive = Annotated[int, Field(ge=1)]
@@ -36,14 +36,6 @@ class Rule(Section):
     dtype: str = None
     block: bool = None  # the format is fp8 with 128 x 128 block scales
 
-    def holds(self, m: int, experts: int, dtype: str) -> bool:
-        """Return whether every condition this rule sets holds (none set: always)."""
-        return all(
-            condition_holds(k, v, m, experts, dtype)
-            for k, v in self
-            if k != "value" and v is not None
-        )
-
 
 class EngineDefaults(Section):
     """An engine's default heuristic: the rules for each launch parameter."""
@@ -54,19 +46,6 @@ class EngineDefaults(Section):
     GROUP_SIZE_M: list[Rule]
     num_warps: list[Rule]
     num_stages: list[Rule]
-
-    def config_for(self, m: int, experts: int, dtype: str) -> dict:
-        """Return the config these rules pick for M tokens over E experts: the first rule that
-        holds, by attribute (space.engine_default does the same for a worker's JSON spec)."""
-        out = {}
-        for key in SPACE_KEYS:
-            found = [rule.value for rule in getattr(self, key) if rule.holds(m, experts, dtype)]
-            if not found:
-                raise ValueError(
-                    f"the default rules for {key} end without a rule that always holds"
-                )
-            out[key] = found[0]
-        return out
 
 
 class Variant(Section):
@@ -151,7 +130,7 @@ class FusedMoeSettings(Section):
             self.engine_defaults.items(), self.dtypes
         ):
             try:
-                defaults.config_for(1, 1, dtype)
+                engine_default(defaults, 1, 1, dtype)
             except ValueError as exc:
                 raise refuse(f"engine_defaults.{engine}", str(exc)) from None
         return self

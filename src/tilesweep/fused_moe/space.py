@@ -148,12 +148,13 @@ def condition_holds(name: str, value, m: int, experts: int, dtype: str) -> bool:
     return (dtype == "fp8_block") == value  # block
 
 
-def engine_default(rules: dict, m: int, experts: int, dtype: str) -> dict:
-    """Return the config the default rules pick for M tokens over E experts (first that holds)."""
+def engine_default(rules, m: int, experts: int, dtype: str) -> dict:
+    """Return the config the default rules pick for M tokens over E experts (first that holds);
+    `rules` a worker's JSON spec of them or the settings' EngineDefaults."""
     out = {}
     for key in SPACE_KEYS:
-        for rule in rules[key]:
-            conditions = ((k, v) for k, v in rule.items() if k != "value")
+        for rule in map(dict, rules[key] if isinstance(rules, dict) else getattr(rules, key)):
+            conditions = ((k, v) for k, v in rule.items() if k != "value" and v is not None)
             if all(condition_holds(k, v, m, experts, dtype) for k, v in conditions):
                 out[key] = rule["value"]
                 break

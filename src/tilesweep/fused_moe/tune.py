@@ -18,8 +18,8 @@ from tilesweep.columns import TUNE_COLUMNS, Status
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
+from tilesweep.fused_moe.backend import journal as kept_journal
 from tilesweep.fused_moe.journal import FINAL, SCREEN, read_journal, supervise
-from tilesweep.fused_moe.precompile import refusal_status
 from tilesweep.hardware import catalog_name
 from tilesweep.io import read_json, write_text
 from tilesweep.provenance import device_info, package_version
@@ -117,12 +117,9 @@ def _columns(spec: dict, problem: dict) -> dict:
 
 def _failed_screen(spec: dict, rec: dict) -> dict:
     """Return the row of a config that could not be screened, with its reason."""
-    status, reason = rec["status"], rec.get("reason", "")
-    if status == Status.COMPILE:  # journals written before the launch status existed
-        status = refusal_status(reason, compiled=True)
     row = _columns(spec, spec["problems"][rec["problem"]]) | {"runner": "fused_moe"}
     row |= {"source": "screen", "config": rec.get("slug") or rec.get("what")}
-    return row | {"status": status, "reason": reason}
+    return row | {"status": rec["status"], "reason": rec.get("reason", "")}
 
 
 def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
@@ -268,11 +265,8 @@ def replay(folder: str, dtype: str, table_path: str, configs_dir: str, log_path=
         spec, versions = read_json(work / "spec.json"), read_json(work / VERSIONS)
         if spec.get("dtype") != dtype:
             raise ConfigError(f"{work / 'spec.json'}: dtype {spec.get('dtype')!r}, not {dtype}")
-        journal = work / "journal.jsonl"
-        if journal.exists():
-            records = read_journal(journal)
-        else:
-            records = read_journal(journal.with_suffix(".jsonl.gz"))
+        journal = kept_journal(work.parent.parent, work.parent.name, dtype)
+        records = read_journal(journal)
         if not records:
             raise ConfigError(f"{journal}: no journalled item to replay")
         ceilings = read_json(Path(folder) / "ceilings.json")

@@ -53,9 +53,8 @@ def tune_summary(tune: pd.DataFrame) -> pd.DataFrame:
     # A tuned config that is also an engine's default is timed under both names: the faster
     # row, as the pick took the faster of its times.
     out = out.sort_values([*keys, "time_ms"]).drop_duplicates(keys)
-    if "best" in tune.columns:  # tables written before the variants have no best pick
-        best = tune[(tune["best"] == True) & (tune["op"] == "both")]  # noqa: E712
-        out = out.merge(_fastest_per_point(best, keys, "best_", _BEST_COLUMNS), on=keys, how="left")
+    best = tune[(tune["best"] == True) & (tune["op"] == "both")]  # noqa: E712
+    out = out.merge(_fastest_per_point(best, keys, "best_", _BEST_COLUMNS), on=keys, how="left")
     # The fastest config timed at each batch and routing, of any source (the engines' space,
     # their defaults, the project's variants): the project's kernel at its best on that batch.
     ok = (tune["op"] == "both") & (tune["status"] == Status.OK) & tune["source"].ne("screen")

@@ -8,8 +8,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
+from tilesweep.answer_picks import numeric
 from tilesweep.fused_moe.tune_analysis import tune_summary
-from tilesweep.report.plotting import PAGE_WIDTH_IN, empty, enforce_series, floats, reference
+from tilesweep.report.plotting import PAGE_WIDTH_IN, empty, enforce_series, reference
 
 # What each panel draws: the column, its label and colour.
 RATIOS = (
@@ -40,7 +41,7 @@ def tune_speedup(tables: dict[str, pd.DataFrame]) -> Figure:
         for routing in routings:
             rows = part[part["routing"].astype(str) == routing].sort_values("m")
             for col, label, color in RATIOS:
-                x, y = floats(rows, "m"), floats(rows, col)
+                x, y = numeric(rows, "m"), numeric(rows, col)
                 ax.plot(x, y, style[routing], color=color, label=f"{label}, {routing}", **LINE)
         reference(ax.axhline(1.0, color="#555555", lw=0.8))
         ax.set_xscale("log", base=2)

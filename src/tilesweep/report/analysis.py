@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from tilesweep import backends
-from tilesweep.answer_picks import finite
+from tilesweep.answer_picks import finite, numeric
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     BEST_PER_BATCH_KEYS,
@@ -20,7 +20,7 @@ from tilesweep.columns import (
     fastest_runner,
 )
 from tilesweep.plan.messages import fit_alpha_beta
-from tilesweep.report.formatting import column, fmt_value, numeric, status_text, verdict_cell
+from tilesweep.report.formatting import column, fmt_value, status_text, verdict_cell
 
 
 def _kinds(runners: pd.Series) -> pd.Series:

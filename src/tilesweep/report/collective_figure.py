@@ -10,13 +10,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from tilesweep.answer_picks import numeric
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
     finish,
-    floats,
     legend_below,
     log_axes,
     ok_or_all,
@@ -109,7 +109,7 @@ def _draw(ax_bw, ax_t, line: pd.DataFrame, key: tuple, color, floors) -> None:
     if floors is not None and not floors.empty:
         hit = floors[
             (floors["collective"].astype(str) == str(line["collective"].iloc[0]))
-            & (floats(floors, "group") == float(key[0]))
+            & (numeric(floors, "group") == float(key[0]))
         ]
         if not hit.empty and hit["floor_ms"].iloc[0] > 0:
             reference(ax_t.axhline(hit["floor_ms"].iloc[0], color=color, ls=":", lw=1))

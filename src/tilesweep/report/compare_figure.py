@@ -6,21 +6,22 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tilesweep.report.plotting import TEXT_PT, empty, finish, floats, log_axes, reference
+from tilesweep.answer_picks import numeric
+from tilesweep.report.plotting import TEXT_PT, empty, finish, log_axes, reference
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
     """Return B/A ratios of the `top` values that moved most, one panel per table."""
     if changes.empty or "ratio" not in changes:
         return empty("nothing numeric to compare", "B / A")
-    ratio = floats(changes, "ratio")
-    numeric = changes[np.isfinite(ratio) & (ratio > 0)].copy()
-    if numeric.empty:
+    ratio = numeric(changes, "ratio")
+    moved = changes[np.isfinite(ratio) & (ratio > 0)].copy()
+    if moved.empty:
         return empty("nothing numeric to compare", "B / A")
-    numeric["_size"] = np.abs(np.log(floats(numeric, "ratio")))
-    tables = list(dict.fromkeys(numeric["table"].astype(str)))
+    moved["_size"] = np.abs(np.log(numeric(moved, "ratio")))
+    tables = list(dict.fromkeys(moved["table"].astype(str)))
     shown = {
-        t: numeric[numeric["table"].astype(str) == t].nlargest(top, "_size").reset_index(drop=True)
+        t: moved[moved["table"].astype(str) == t].nlargest(top, "_size").reset_index(drop=True)
         for t in tables
     }
     heights = [max(1.8, 0.2 * len(shown[t]) + 1.1) for t in tables]
@@ -28,10 +29,10 @@ def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
     axes = fig.subplots(len(tables), 1, squeeze=False, height_ratios=heights)[:, 0]
     for ax, table in zip(axes, tables, strict=True):
         part = shown[table]
-        total = int((numeric["table"].astype(str) == table).sum())
+        total = int((moved["table"].astype(str) == table).sum())
         y = np.arange(len(part))
         beyond = part["beyond"].astype(bool).to_numpy()
-        ratio = floats(part, "ratio").to_numpy()
+        ratio = numeric(part, "ratio").to_numpy()
         for mask, color, label in (
             (beyond, "#c0392b", "beyond noise"),
             (~beyond, "#8a8a8a", "within noise"),

@@ -8,7 +8,7 @@ from tilesweep import answer_card, backends, question
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
-from tilesweep.report.document import FIGURES, ReportData, Section
+from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Section
 from tilesweep.report.engine_figure import engine_tpot
 from tilesweep.report.launch_figure import deployment_target, launch_smem
 from tilesweep.report.measurement_sections import (
@@ -25,30 +25,12 @@ from tilesweep.report.sections import check_blocks, summary_blocks, verdict_bloc
 from tilesweep.report.step_figures import check_error, verdict_split
 from tilesweep.settings import RootSettings
 
-# The sections every report has, in order; the question's own (conf/question), when its panel
-# is there, comes right after the first: its key is the question's name and its title the
-# question's. The tuners' own sections (backends.report_sections) come after the decode one.
-SECTIONS = (  # key, title, the short name the page's navigation links by (one line at 1,280 px)
-    ("summary", "The verdict at a glance: every layout that fits", "At a glance"),
-    (
-        "machine",
-        "The machine that ran the sweep (its own measurements, not the verdict)",
-        "This machine",
-    ),
-    ("verdict", "Verdict for the deployment: where a decode step's time goes", "Verdict"),
-    ("check", "How far to trust the composition: measured whole steps", "Check"),
-    ("power", "Power as evidence", "Power"),
-    ("launch", "Which kernels launch", "Launch"),
-    ("decode", "Decode: expert GEMMs against tokens per expert", "Decode"),
-    ("collectives", "Collectives", "Collectives"),
-    ("provenance", "Provenance", "Provenance"),
-)
-
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
-    """Return every report section's (key, title) in order, the tuners' own after decode."""
+    """Return every report section's (key, title) in order (SECTION_TITLES), the tuners' own
+    after decode; the question's own (conf/question) goes after the first (build)."""
     tuned = backends.report_sections({}) if tuned is None else tuned
-    own = [(key, title) for key, title, _ in SECTIONS]
+    own = [(key, title) for key, (title, _) in SECTION_TITLES.items()]
     after = [key for key, _ in own].index("decode") + 1
     return (*own[:after], *((key, t) for key, t, _, _ in tuned), *own[after:])
 
@@ -107,18 +89,6 @@ def _intro(settings: RootSettings) -> str:
     )
 
 
-def _drawn(figures: dict[str, bytes] | None, *tables) -> dict[str, bytes]:
-    """Return every report figure: those given, the others drawn from the tables."""
-    drawn = dict(figures or {})
-    missing = [name for name in all_figures() if name not in drawn]
-    if missing:
-        launch, decode, collective, verdict, check, engines, tune = tables
-        drawn.update(
-            draw_figures(launch, decode, collective, verdict, check, missing, engines, tune)
-        )
-    return drawn
-
-
 def build(
     settings: RootSettings,
     launch: pd.DataFrame,
@@ -162,10 +132,13 @@ def build(
     order = (everyone[0], *named, *everyone[1:])
     shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
     # The question's link: its title up to the colon ("The brief's question").
-    short = {key: s for key, _, s in SECTIONS} | {key: s for key, _, s, _ in tuned}
+    short = {key: s for key, (_, s) in SECTION_TITLES.items()} | {k: s for k, _, s, _ in tuned}
     short |= {key: t.split(":")[0] for key, t in named}
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)
+    # every figure: those given, the others drawn from the tables
+    given, tables = figures or {}, (launch, decode, collective, verdict, check)
+    missing = [name for name in all_figures() if name not in given]
     return ReportData(
         card=card,
         title=f"tilesweep report: {model.name} on {hardware}",
@@ -173,5 +146,5 @@ def build(
         provenance=provenance,
         sections=shown,
         nav=[(s.key, short.get(s.key, s.title)) for s in shown],
-        figures=_drawn(figures, launch, decode, collective, verdict, check, engines, tune),
+        figures={**draw_figures(*tables, missing, engines, tune), **given},
     )

@@ -12,7 +12,9 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
 
 from tilesweep import backends
+from tilesweep.answer_picks import numeric
 from tilesweep.report.analysis import short_runner
+from tilesweep.report.document import TEXTS
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     MAX_SERIES,
@@ -20,7 +22,6 @@ from tilesweep.report.plotting import (
     TEXT_PT,
     empty,
     finish,
-    floats,
     legend_below,
     log_axes,
     ok_or_all,
@@ -63,11 +64,11 @@ def _label(runner: str, dtype: str) -> str:
 
 def rank_runners(rows: pd.DataFrame) -> list[str]:
     """Return the runners of timed decode rows, best first (fastest at most points, then median)."""
-    timed = rows[floats(rows, "time_ms") > 0]
+    timed = rows[numeric(rows, "time_ms") > 0]
     if timed.empty:
         return []
     keys = [k for k in POINT if k in timed]
-    time = floats(timed, "time_ms")
+    time = numeric(timed, "time_ms")
     best = time.groupby([timed[k] for k in keys]).transform("min") if keys else time.min()
     score = pd.DataFrame(
         {"runner": timed["runner"].astype(str), "ratio": time / best, "won": time == best}
@@ -102,7 +103,7 @@ def _num(value: float) -> str:
 
 def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, str]:
     """Return (a measured ceiling, ''), or (NaN, the gap's note) if missing or a run beat it."""
-    value = floats(rows, col).dropna().median()
+    value = numeric(rows, col).dropna().median()
     name = {"ceiling_copy_gbs": "copy bandwidth", "ceiling_matmul_tflops": "matmul peak"}[col]
     unit = {"ceiling_copy_gbs": "GB/s", "ceiling_matmul_tflops": "TFLOPS"}[col]
     if math.isnan(value):
@@ -175,7 +176,7 @@ def decode_time(decode: pd.DataFrame) -> Figure:
         return empty("no decode measurements (nothing timed on this device)", "Decode")
     if "routing" not in ok:
         return empty("decode rows without a routing column", "Decode")
-    ok = ok[floats(ok, "time_ms") > 0]
+    ok = ok[numeric(ok, "time_ms") > 0]
     if ok.empty:
         return empty("no decode row has a time", "Decode")
     return _dtype_blocks(ok, 6.4, _time_block)
@@ -186,22 +187,18 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
     ok = ok_or_all(decode)
     if ok.empty or not {"time_ms", "op", "routing"} <= set(ok.columns):
         return "No decode measurement to draw."
-    ok = ok[floats(ok, "time_ms") > 0]
+    ok = ok[numeric(ok, "time_ms") > 0]
     lines, missing = [], []
     for dtype in _dtypes(ok):
         rows = _of_dtype(ok, dtype)
-        copy, gap = _ceiling(rows, "ceiling_copy_gbs", floats(rows, "gbs"))
-        if not (floats(rows, "gbs") > 0).any():
+        copy, gap = _ceiling(rows, "ceiling_copy_gbs", numeric(rows, "gbs"))
+        if not (numeric(rows, "gbs") > 0).any():
             missing.append(f"{dtype} panels: its rows carry no bytes moved")
         elif math.isnan(copy):
             missing.append(f"{dtype} panels: {gap}")
         else:
             lines.append(dtype)
-    text = (
-        "Time per grouped GEMM (error bars p10..p90) and achieved bandwidth against tokens per "
-        "expert, one row of panels per dtype, at most six runners per axis (the fastest, with "
-        "the best torch baseline; the rest are in the decode table)."
-    )
+    text = TEXTS["decode_time_caption"]
     if lines:
         text += f" Dashed red: the measured copy bandwidth, on the {', '.join(lines)} panels."
     if missing:
@@ -213,12 +210,12 @@ def _time_line(t_ax, b_ax, line: pd.DataFrame, style: dict) -> None:
     """Draw one runner's times (p10..p90 bars) and, on b_ax unless None, its bandwidth."""
     if line.empty:
         return
-    x, tm = floats(line, "tokens_per_expert"), floats(line, "time_ms")
-    lo, hi = floats(line, "time_p10_ms"), floats(line, "time_p90_ms")
+    x, tm = numeric(line, "tokens_per_expert"), numeric(line, "time_ms")
+    lo, hi = numeric(line, "time_p10_ms"), numeric(line, "time_p90_ms")
     err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
     t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)
     if b_ax is not None:
-        b_ax.plot(x, floats(line, "gbs"), **style)
+        b_ax.plot(x, numeric(line, "gbs"), **style)
 
 
 def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
@@ -227,8 +224,8 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     styles = _runner_styles(shown)
     columns = _columns(rows)
     axes = sub.subplots(2, len(columns), squeeze=False, sharex=True, sharey="row")
-    copy, gap = _ceiling(rows, "ceiling_copy_gbs", floats(rows, "gbs"))
-    has_gbs = bool((floats(rows, "gbs") > 0).any())
+    copy, gap = _ceiling(rows, "ceiling_copy_gbs", numeric(rows, "gbs"))
+    has_gbs = bool((numeric(rows, "gbs") > 0).any())
     for j, (op, routing) in enumerate(columns):
         t_ax, b_ax = axes[0, j], axes[1, j]
         part = rows[(rows["op"].astype(str) == op) & (rows["routing"].astype(str) == routing)]
@@ -251,7 +248,7 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
                 )
         t_ax.set_title(f"{op}, {routing} routing", fontsize=TEXT_PT + 2)
         b_ax.set_xlabel("tokens per expert")
-        _tpe_ticks(b_ax, floats(rows, "tokens_per_expert"))
+        _tpe_ticks(b_ax, numeric(rows, "tokens_per_expert"))
         for ax in (t_ax, b_ax):
             ax.grid(alpha=0.3, which="both")
         if not has_gbs:
@@ -271,7 +268,7 @@ def decode_roofline(decode: pd.DataFrame) -> Figure:
     need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
         return empty("no decode measurements to place on a roofline", "Roofline")
-    ok = ok[(floats(ok, "tflops") > 0) & (floats(ok, "intensity") > 0)]
+    ok = ok[(numeric(ok, "tflops") > 0) & (numeric(ok, "intensity") > 0)]
     if ok.empty:
         return empty("no decode row has a FLOP rate and an intensity", "Roofline")
     return _dtype_blocks(ok, 5.6, _roofline_block)
@@ -279,10 +276,10 @@ def decode_roofline(decode: pd.DataFrame) -> Figure:
 
 def _roof(rows: pd.DataFrame) -> tuple:
     """Return (intensities, roof TFLOPS, (copy GB/s, gap), (matmul TFLOPS, gap))."""
-    inten = floats(rows, "intensity")
-    implied_gbs = floats(rows, "tflops") * 1e3 / inten
+    inten = numeric(rows, "intensity")
+    implied_gbs = numeric(rows, "tflops") * 1e3 / inten
     bw, bw_gap = _ceiling(rows, "ceiling_copy_gbs", implied_gbs)
-    peak, peak_gap = _ceiling(rows, "ceiling_matmul_tflops", floats(rows, "tflops"))
+    peak, peak_gap = _ceiling(rows, "ceiling_matmul_tflops", numeric(rows, "tflops"))
     lo, hi = inten.min(), inten.max()
     if not (math.isnan(bw) or math.isnan(peak)):
         ridge = peak * 1e3 / bw
@@ -330,7 +327,7 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
             pts = part[part["runner"].astype(str) == runner]
             style = dict(styles[runner], ls="", ms=6, alpha=0.85, label=_label(runner, dtype))
             if not pts.empty:
-                ax.plot(floats(pts, "intensity"), floats(pts, "tflops"), **style)
+                ax.plot(numeric(pts, "intensity"), numeric(pts, "tflops"), **style)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_title(f"{op}, uniform routing", fontsize=TEXT_PT + 2)
         ax.grid(alpha=0.3, which="both")

@@ -11,11 +11,17 @@ from tilesweep import package_data
 from tilesweep.answer_card import AnswerCard
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
-DATA_FILES = ("data/figures.yaml",)
+DATA_FILES = ("data/figures.yaml", "data/report_texts.yaml")
 
 
 # Every figure: its file name under plots/, its alt text and its caption.
 FIGURES = package_data.data_texts("tilesweep", DATA_FILES[0], ("alt", "caption"))
+# The sections' fixed texts, by key ({name}: filled in where used).
+TEXTS = package_data.data_typed("tilesweep", DATA_FILES[1], "texts", dict[str, str])
+# Every report's sections in order: key -> (title, the short name the navigation links by).
+SECTION_TITLES = package_data.data_typed(
+    "tilesweep", DATA_FILES[1], "sections", dict[str, tuple[str, str]]
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ Block = Text | Bullets | Heading | Table | Figure | Code
 
 @dataclass(frozen=True)
 class Section:
-    """One section of the report: key and title from SECTIONS, and its blocks in order."""
+    """One section of the report: key and title from SECTION_TITLES, and its blocks in order."""
 
     key: str
     title: str

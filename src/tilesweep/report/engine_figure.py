@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from tilesweep.answer_picks import numeric
 from tilesweep.references import BAND
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
@@ -18,7 +19,6 @@ from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     empty,
     finish,
-    floats,
     log_axes,
     reference,
     top_series,
@@ -32,7 +32,7 @@ def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
     cols = ["engine", "model", "hardware", "engine_tpot_ms", "composed_tpot_ms"]
     if engines.empty or not set(cols) <= set(engines):
         return pd.DataFrame(columns=cols)
-    measured, composed = floats(engines, "engine_tpot_ms"), floats(engines, "composed_tpot_ms")
+    measured, composed = numeric(engines, "engine_tpot_ms"), numeric(engines, "composed_tpot_ms")
     keep = (measured > 0) & (composed > 0) & np.isfinite(measured) & np.isfinite(composed)
     rows = engines.loc[keep, cols[:3]].astype(str)
     return rows.assign(engine_tpot_ms=measured[keep], composed_tpot_ms=composed[keep])

@@ -46,11 +46,6 @@ def column(frame: pd.DataFrame, name: str, default: object = None) -> pd.Series:
     return pd.Series(default, index=frame.index, dtype=object)
 
 
-def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
-    """Return a column as floats (NaN where absent or not a number)."""
-    return pd.to_numeric(column(frame, name), errors="coerce").astype(float)
-
-
 def status_text(value: object) -> str:
     """Return a recorded status as text, `missing` where none was recorded."""
     return Status.MISSING if value is None or value != value or value == "" else str(value)
@@ -71,3 +66,12 @@ def verdict_cell(rec: dict) -> str:
     margin = rec.get("margin")
     margin = margin if isinstance(margin, str) else ""
     return f"{rec.get('bound', 'bound missing')} {margin}".strip()
+
+
+def whole(value: object) -> object:
+    """Return value as an int when it is a whole number, else unchanged."""
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        return value
+    return int(as_float) if as_float.is_integer() else value

@@ -6,12 +6,14 @@ import re
 
 import pandas as pd
 
-from tilesweep.answer_picks import finite
+from tilesweep import package_data
+from tilesweep.answer_picks import finite, numeric
+from tilesweep.answer_rests import spread
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.plan.sensitivity import winners
 from tilesweep.references import BAND, corpus_summary
-from tilesweep.report.formatting import devices, fmt_value, numeric, plural
+from tilesweep.report.formatting import devices, fmt_value, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
 # a step over the next against the `mixed` line (plan/bound.py), and the winning layout's
@@ -213,13 +215,13 @@ def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     if err.empty:
         return f"{sure}, unchecked: no held-out whole step on {devices(check)}"
     out = (
-        f"{sure}; the composition is {_spread(err)} off {_steps(err)} measured on "
+        f"{sure}; the composition is {spread(err)} off {_steps(err)} measured on "
         f"{devices(check)} that it was not calibrated on"
     )
     far = numeric(beyond, "composed_error_pct").dropna()
     if not far.empty:
         out += (
-            f" up to its largest fit batch ({largest}), and {_spread(far)} off {_steps(far)} "
+            f" up to its largest fit batch ({largest}), and {spread(far)} off {_steps(far)} "
             "beyond it (extrapolated)"
         )
     return out + ", per the check table"
@@ -234,12 +236,6 @@ def _largest_fit_batch(check: pd.DataFrame) -> int | None:
         for b in m.group(1).split(",")
     ]
     return max(found) if found else None
-
-
-def _spread(err: pd.Series) -> str:
-    """Return '-14% to +1%' (or one figure) for a set of percentage errors."""
-    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
-    return low if low == high else f"{low} to {high}"
 
 
 def _steps(err: pd.Series) -> str:
@@ -292,26 +288,20 @@ def engine_line(engines: pd.DataFrame | None) -> str:
 
 # ---- the legend of the badge words -----------------------------------------------------------
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/report_texts.yaml",)
+# The verdict grid's badge words and what each means, its thresholds filled in.
 LEGEND = {
-    "memory, math, communication": "the part of the step that takes most of its time: "
-    "memory-bound kernels, math-bound kernels, or collectives",
-    "launch": "the kernels' fixed cost takes most of the step: kernels x their measured "
-    "per-kernel cost (the `other` part of the split, other_ms)",
-    "1.7x (margin)": "the top part's time over the next part's",
-    "mixed": f"the top two parts lie within {MIXED_WITHIN:g}x of each other",
-    "kernel-limited": "the top part is kernel time, yet its kernels reach under "
-    f"{KERNEL_LIMITED_BELOW:.0%} of both the bandwidth and the math roof",
-    "tie": f"a margin within {TIE_WITHIN:.0%} of the {MIXED_WITHIN:g}x mixed line "
-    f"({MIXED_WITHIN * (1 - TIE_WITHIN):.2f}x to {MIXED_WITHIN * (1 + TIE_WITHIN):.2f}x): "
-    "mixed and the single bound are equally fair words",
-    "does not fit (N GB short)": "weights per rank, KV cache and the runtime reserve exceed "
-    "the GPU's memory by N GB; no speed verdict",
-    "ms/token": "time per output token (TPOT)",
-    "tok/s/GPU (N all GPUs)": "tokens/s of all the batch's sequences over the layout's GPUs, "
-    "as the answer card gives it; N: the same tokens/s, of all the layout's GPUs together",
-    "x floor": "TPOT over the step's physical floor (floor_ms in the verdict table): every part "
-    "at the target's datasheet bandwidth or peak, whichever binds, no per-kernel cost, and the "
-    "collectives as modelled",
+    word: meaning.format(
+        mixed=f"{MIXED_WITHIN:g}",
+        kernel_limited=f"{KERNEL_LIMITED_BELOW:.0%}",
+        tie=f"{TIE_WITHIN:.0%}",
+        tie_low=f"{MIXED_WITHIN * (1 - TIE_WITHIN):.2f}",
+        tie_high=f"{MIXED_WITHIN * (1 + TIE_WITHIN):.2f}",
+    )
+    for word, meaning in package_data.data_typed(
+        "tilesweep", DATA_FILES[0], "legend", dict[str, str]
+    ).items()
 }
 
 
@@ -333,10 +323,8 @@ def check_headline(check: pd.DataFrame) -> str | None:
     if err.empty:
         return f"No held-out whole step on {device} to check the composition against."
     layouts = ", ".join(dict.fromkeys(held.loc[err.index, "layout"].astype(str)))
-    worst = err.abs().max()
-    low, high = f"{err.min():+.0f}%", f"{err.max():+.0f}%"
     return (
         f"Composed vs measured whole steps on {device} ({layouts}; calibrated on TP1 only): "
-        f"{low if low == high else f'{low} to {high}'}, at most {worst:.0f}% off over "
+        f"{spread(err)}, at most {err.abs().max():.0f}% off over "
         f"{plural(len(err), 'point')}."
     )

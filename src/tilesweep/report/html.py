@@ -20,16 +20,16 @@ DATA_FILES = ("templates/report.css",)
 CSS = "\n" + package_data.data_file("tilesweep", DATA_FILES[0])
 WRAP_COLUMNS = {"reason", "inputs_json", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
-VERDICT_CLASSES = (
-    "memory",
-    "math",
-    "communication",
-    "mixed",
-    "kernel-limited",
-    "does",
-    "other",
-    "launch",
-)
+# The cell colours of the verdict grid each legend word stands for (its colour key).
+SWATCHES = {
+    "memory, math, communication": ("memory", "math", "communication"),
+    "launch": ("launch",),
+    "mixed": ("mixed",),
+    "kernel-limited": ("kernel-limited",),
+    "does not fit (N GB short)": ("does",),
+}
+# The verdict cell classes: a cell's first word (bound, or `does` not fit), else `unknown`.
+VERDICT_CLASSES = {*(kind for kinds in SWATCHES.values() for kind in kinds), "other"}
 
 
 def esc(value: object) -> str:
@@ -93,16 +93,6 @@ def _bullets(item: Bullets) -> str:
     """Return a list of findings as <ul>, nothing when there are none."""
     lines = "".join(f"<li>{prose(x)}</li>" for x in item.items)
     return f'<ul class="headlines">{lines}</ul>' if lines else ""
-
-
-# The cell colours of the verdict grid each legend word stands for (its colour key).
-SWATCHES = {
-    "memory, math, communication": ("memory", "math", "communication"),
-    "launch": ("launch",),
-    "mixed": ("mixed",),
-    "kernel-limited": ("kernel-limited",),
-    "does not fit (N GB short)": ("does",),
-}
 
 
 def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:

@@ -8,12 +8,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from tilesweep.answer_picks import numeric
 from tilesweep.report.plotting import (
     REFERENCE,
     TEXT_PT,
     empty,
     finish,
-    floats,
     kernel_label,
     legend_below,
 )
@@ -69,8 +69,8 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
     rows = part.to_dict("records")
     labels = [kernel_label(r) for r in rows]
     y = np.arange(len(rows))
-    smem = floats(part, "smem_bytes").to_numpy() / 1024
-    mainloop = floats(part, "mainloop_smem_bytes").to_numpy() / 1024
+    smem = numeric(part, "smem_bytes").to_numpy() / 1024
+    mainloop = numeric(part, "mainloop_smem_bytes").to_numpy() / 1024
     fits = np.array(
         [str(r.get("fits")) if str(r.get("fits")) in FIT_COLORS else "unknown" for r in rows]
     )
@@ -92,7 +92,7 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
             linewidth=0.3,
             label="epilogue + rest",
         )
-    model = floats(part, "smem_model_bytes").to_numpy() / 1024
+    model = numeric(part, "smem_model_bytes").to_numpy() / 1024
     if not np.isnan(model).all():
         ax.plot(model, y, "D", color="black", markersize=4, ls="", label="hand estimate")
     for i, r in enumerate(rows):
@@ -123,7 +123,7 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
     """Draw the target's limits as vertical lines, names on their own tiers; return the tiers."""
     found = []
     for col, label, ls, color, width in LIMITS:
-        values = floats(part, col).dropna()
+        values = numeric(part, col).dropna()
         if not values.empty:
             found.append((values.iloc[0] / 1024, label, ls, color, width))
     found.sort(key=lambda f: f[0])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep.answer_picks import finite
+from tilesweep.answer_picks import finite, numeric
 from tilesweep.columns import (
     BEST_PER_BATCH_COLUMNS,
     COLLECTIVE_REPORT_COLUMNS,
@@ -29,8 +29,8 @@ from tilesweep.report.analysis import (
     ok_rows,
 )
 from tilesweep.report.decode_figures import decode_time_caption
-from tilesweep.report.document import Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, fmt_value, numeric, plural
+from tilesweep.report.document import TEXTS, Block, Bullets, Figure, Heading, Table, Text
+from tilesweep.report.formatting import column, devices, fmt_value, plural
 from tilesweep.report.launch_figure import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
@@ -39,11 +39,7 @@ def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
     """Return what the sweep measured on its own machine: the device and its fastest kernels."""
     lines = machine_headlines(decode)
     return [
-        Text(
-            f"Measured on {devices(ok_rows(decode))}, the machine that ran the sweep: facts "
-            "about its own kernels against its own ceilings. They feed the parts the verdict "
-            f"composes for {hardware} (see the check section); they are not that verdict."
-        ),
+        Text(TEXTS["machine_intro"].format(devices=devices(ok_rows(decode)), hardware=hardware)),
         *([Bullets(lines)] if lines else [Text("(no decode measurement on this machine)")]),
     ]
 
@@ -52,14 +48,7 @@ def launch_blocks(
     launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
 ) -> list[Block]:
     """Return the launch section's blocks: findings, coverage, counts, figure, failures."""
-    blocks: list[Block] = [
-        Text(
-            "Shared memory per block as the compiler (Triton) or CUTLASS's own types account "
-            "it, against each target's limits; smem_model_bytes is the hand estimate. Nothing "
-            "here ran on the target: kernels are compiled on this host and checked against the "
-            f"target's table.{_when(provenance, 'launch')}"
-        )
-    ]
+    blocks: list[Block] = [Text(TEXTS["launch_intro"].format(when=_when(provenance, "launch")))]
     coverage = launch_coverage(launch, pd.DataFrame() if decode is None else decode)
     covered = coverage_lines(coverage)
     table = Table(
@@ -106,9 +95,9 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
     """Return the decode section's blocks: figures, best per batch, targets, what was not timed."""
     blocks: list[Block] = [
         Text(
-            f"Measured on {devices(ok_rows(decode))}. Times are medians (p10..p90 in the "
-            "figure); bound is from arithmetic intensity against the ridge point of the "
-            f"measured ceilings.{_when(provenance, 'decode')}"
+            TEXTS["decode_intro"].format(
+                devices=devices(ok_rows(decode)), when=_when(provenance, "decode")
+            )
         ),
         Figure("decode_time", decode_time_caption(decode)),
         Figure("decode_roofline"),
@@ -127,9 +116,7 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
                 targets,
                 DECODE_TARGET_COLUMNS,
                 title="Decode targets",
-                note="The best Triton tile at each batch is at least as fast as the fastest "
-                "torch baseline; at 32 tokens per expert or fewer it also reaches 90% of the "
-                "measured copy bandwidth. Misses say by how much.",
+                note=TEXTS["decode_targets_note"],
             )
         )
     skipped = not_timed(decode)
@@ -152,21 +139,15 @@ def collective_blocks(
         .dropna()
         .astype(str)
     )
-    on_cpu = ""
+    on_cpu, when, collectives = "", _when(provenance, "collective"), verdict_collectives(verdict)
     if gpu_run and kinds and kinds <= {"cpu"}:
         backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
         on_cpu = f" on the CPU ({backends})"
-        head = [
-            Text(
-                f"Not this GPU run's collectives: these ran on {devices(ok)} over {backends}, "
-                "a test of the method only, so the page draws no figure of them. The verdict's "
-                f"collectives: {verdict_collectives(verdict)}.{_when(provenance, 'collective')}"
-            )
-        ]
+        words = {"devices": devices(ok), "backends": backends, "when": when}
+        head = [Text(TEXTS["cpu_collectives"].format(collectives=collectives, **words))]
     else:
-        on = f"Measured on {devices(ok)}.{_when(provenance, 'collective')}"
         head = [
-            Text(f"{on} The verdict's collectives: {verdict_collectives(verdict)}."),
+            Text(f"Measured on {devices(ok)}.{when} The verdict's collectives: {collectives}."),
             Figure("collective_bandwidth"),
         ]
     return [

@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from tilesweep.answer_picks import numeric
 from tilesweep.report.formatting import plural
 from tilesweep.report.plotting import (
     COLORS,
@@ -15,7 +16,6 @@ from tilesweep.report.plotting import (
     MAX_SERIES,
     empty,
     enforce_series,
-    floats,
     whole,
 )
 
@@ -36,7 +36,7 @@ def pareto_points(verdict: pd.DataFrame) -> pd.DataFrame:
     cols = ["layout", "batch", "tpot_ms", "per_user", "per_gpu", "source"]
     if verdict.empty or not need <= set(verdict):
         return pd.DataFrame(columns=cols)
-    tpot, per_gpu = floats(verdict, "tpot_ms"), floats(verdict, "tokens_per_s_per_gpu")
+    tpot, per_gpu = numeric(verdict, "tpot_ms"), numeric(verdict, "tokens_per_s_per_gpu")
     keep = (verdict["fits_memory"] == "yes") & (tpot > 0) & np.isfinite(tpot)
     keep &= np.isfinite(per_gpu)
     rows = verdict[keep]
@@ -98,7 +98,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     sizes = marker_sizes(points, drawn)
     for i, layout in enumerate(drawn):
         part = points[points["layout"] == layout].sort_values("batch")
-        color, marker = COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]
+        color, marker = _style(i).values()
         ax.plot(part["per_user"], part["per_gpu"], "-", color=color, lw=0.8, alpha=0.5, zorder=2)
         model = part["source"] == "model"
         for rows, face in ((part[~model], color), (part[model], "none")):
@@ -135,32 +135,18 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     return enforce_series(fig)
 
 
+def _style(i: int) -> dict:
+    """Return the i-th layout's colour and marker (COLORS and MARKERS cycled)."""
+    return {"color": COLORS[i % len(COLORS)], "marker": MARKERS[i % len(MARKERS)]}
+
+
 def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
     """Return the legend: the layouts drawn, the frontier, model points and the rest's count."""
-    handles = [
-        Line2D(
-            [],
-            [],
-            color=COLORS[i % len(COLORS)],
-            marker=MARKERS[i % len(MARKERS)],
-            lw=0.8,
-            label=layout,
-        )
-        for i, layout in enumerate(drawn)
-    ]
+    handles = [Line2D([], [], lw=0.8, label=lay, **_style(i)) for i, lay in enumerate(drawn)]
     handles.append(Line2D([], [], **FRONTIER, label="frontier (not dominated)"))
     if (points["source"] == "model").any():
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="#555555",
-                marker="o",
-                mfc="none",
-                lw=0,
-                label="hollow: model (roofline only)",
-            )
-        )
+        hollow = {"color": "#555555", "marker": "o", "mfc": "none", "lw": 0}
+        handles.append(Line2D([], [], label="hollow: model (roofline only)", **hollow))
     if rest:
         more = plural(len(rest), "more layout")
         handles.append(Line2D([], [], lw=0, label=f"+{more}: verdict table"))

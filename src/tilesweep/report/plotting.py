@@ -8,11 +8,12 @@ import io
 import math
 from collections.abc import Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, FuncFormatter, NullFormatter
+
+from tilesweep.report.formatting import whole
 
 DPI = 100
 # The most data series one axis carries; a reference line (a limit, a roof) is not a series.
@@ -120,13 +121,6 @@ def say(ax, message: str) -> None:
     )
 
 
-def floats(frame: pd.DataFrame, col: str) -> pd.Series:
-    """Return a column as floats (NaN where absent or not a number)."""
-    if col not in frame:
-        return pd.Series(np.nan, index=frame.index, dtype=float)
-    return pd.to_numeric(frame[col], errors="coerce").astype(float)
-
-
 class _MinorLogLabels(Formatter):
     """Labels minor log ticks where the axis spans under 1.5 decades (all of them under 4x)."""
 
@@ -178,12 +172,3 @@ def kernel_label(row: dict) -> str:
 def missing(value: object) -> bool:
     """Return whether a cell is empty (None or NaN)."""
     return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def whole(value: object) -> object:
-    """Return value as an int when it is a whole number, else unchanged."""
-    try:
-        as_float = float(value)
-    except (TypeError, ValueError):
-        return value
-    return int(as_float) if as_float.is_integer() else value

@@ -9,7 +9,8 @@ from tilesweep.columns import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 from tilesweep.measure.power_load import reading_consistency
 from tilesweep.plan.sensitivity import changes
 from tilesweep.question import Question, Tiles
-from tilesweep.report.document import Block, Bullets, Table, Text
+from tilesweep.report.document import TEXTS, Block, Bullets, Table, Text
+from tilesweep.report.formatting import whole
 from tilesweep.report.sections import verdict_grid
 
 _LISTS = package_data.column_lists("tilesweep.report.question_sections")
@@ -25,11 +26,7 @@ def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:
 
 def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
     """Return the power section's blocks: each load's draw, what the question's reading fits."""
-    text = (
-        "Loads of known bound, each sustained for a few seconds on the device at hand "
-        "under NVML sampling: the fraction of the enforced power limit they draw (p10, "
-        "median, p90)."
-    )
+    text = TEXTS["power_intro"]
     reading = asked.power if asked is not None else None
     if reading is not None:
         text += (
@@ -43,8 +40,7 @@ def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
             Table(
                 judged,
                 title=f"Which bounds draw {reading.fraction:.0%} of the limit here",
-                note=f"Consistent: the {asked.name}'s fraction lies inside the load's p10..p90 "
-                "band on this device. A fraction of the limit on another GPU is a lead, not proof.",
+                note=TEXTS["power_judged_note"].format(name=asked.name),
             )
         )
     return blocks
@@ -130,16 +126,9 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     )
 
 
-def _stages_asked(value: object) -> str:
-    """Return a launch row's requested stage count as text ('auto' or '3')."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
-
-
 def _combination(row: dict) -> str:
     """Return a launch row's tile, epilogue and stages asked, in words."""
-    asked = _stages_asked(row["stages_requested"])
+    asked = str(whole(row["stages_requested"]))
     stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
     return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
 
@@ -214,7 +203,7 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
         return []
     rows = rows.assign(
         tile=_tile_names(rows),
-        asked=[_stages_asked(v) for v in rows["stages_requested"]],
+        asked=[str(whole(v)) for v in rows["stages_requested"]],
     ).sort_values(["tile", "epilogue", "asked"])
     ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
     records = rows.to_dict("records")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep import references
+from tilesweep.answer_picks import numeric
 from tilesweep.answer_rests import collective_words
 from tilesweep.columns import (
     REPORT_CHECK_COLUMNS,
@@ -15,8 +16,8 @@ from tilesweep.columns import (
 )
 from tilesweep.plan import row_inputs
 from tilesweep.report.analysis import verdict_pivot
-from tilesweep.report.document import Block, Bullets, Code, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, fmt_value, numeric, plural
+from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
+from tilesweep.report.formatting import column, fmt_value, plural
 from tilesweep.report.headlines import (
     check_headline,
     engine_line,
@@ -46,9 +47,7 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
     return Table(
         grid,
         title=title,
-        note="Per layout and batch (concurrent sequences): what bounds one decode step of the "
-        "named deployment and by how much, then ms per output token and TPOT over its floor, then "
-        "tokens/s per GPU (as in the answer card) and of all the layout's GPUs.",
+        note=TEXTS["verdict_grid_note"],
         empty=empty,
         style="verdict",
         legend=(*words, *legend()) if len(grid) else (),
@@ -91,13 +90,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
         f"{first['layout']} at batch {fmt_value(first['batch'])}" if first is not None else "none"
     )
     return [
-        Text(
-            "One whole decode step per output token (every layer's attention over its KV cache, "
-            "dense and MoE layers, norms, embedding, LM head, and every collective the layout "
-            "needs), composed for the target the config names. Memory fit comes first: weights "
-            "per rank after sharding, the KV cache and a stated runtime reserve against the "
-            f"target's memory. Sources of these rows: {sources or 'none'}."
-        ),
+        Text(TEXTS["verdict_intro"].format(sources=sources or "none")),
         Figure("verdict_split"),
         Table(
             frame[fits],
@@ -145,18 +138,7 @@ def check_blocks(
     """Return the check section's blocks: the headline, figure, rows and engines' figures."""
     checked = check_headline(check)
     return [
-        Text(
-            "Real decode steps of a depth-reduced model with every layer type at full width, "
-            "captured in one CUDA graph on a GPU (as engines run decode; eager on a CPU, "
-            "labelled) and timed on the device at hand, against the composition of the same "
-            "model from its parts: launches x each part group's cost per kernel plus its "
-            "roofline terms over efficiencies, both read on the TP1 step at its two fit batches "
-            "only (deployment.fit_batches), so every other batch, every emulated rank (one rank "
-            "of a larger layout run alone, collectives left out) and every other layout is held "
-            "out; an attention core the kernel's own tune table covers takes its measured time "
-            "(deployment.attention_table). The verdict's own collectives: "
-            f"{verdict_collectives(verdict)}."
-        ),
+        Text(TEXTS["check_intro"].format(collectives=verdict_collectives(verdict))),
         *([Bullets([checked])] if checked else []),
         Figure("check_error"),
         Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
@@ -170,22 +152,9 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
         return []
     return [
         Heading("Against engines' own figures (cited, not measured here)"),
-        Text(
-            "Each row is a time per output token an engine measured and published "
-            "(conf/references, source in `cited`), beside this sweep's composition of the same "
-            "model, checkpoint formats, layout, concurrency and serving load (input and output "
-            "tokens per request) on the engine's GPUs, with the fit the verdict uses and that "
-            "engine's own kernel list and host time (conf/engine; `kernel_list`). "
-            "composed_over_engine is composed_tpot_ms over engine_tpot_ms (below 1: the "
-            "composition is faster than the engine measured); error_pct is that ratio less 1; "
-            "engine_over_floor is the engine's TPOT over the composition's roofline floor. "
-            "`role` test: no fitted term saw the figure; train: a fitted term was fitted on it."
-        ),
+        Text(TEXTS["engines_intro"]),
         Text(engine_line(engines)),
-        Text(
-            "The error per family (model x GPU x engine) over the test figures composed: "
-            "in_band of figures within 0.75-1.33x, composed/engine's median and range."
-        ),
+        Text(TEXTS["engines_family_note"]),
         Table(references.family_errors(engines), list(references.family_errors(None).columns)),
         Figure("engine_tpot"),
         Table(engines, REPORT_ENGINE_COLUMNS),

@@ -12,12 +12,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
+from tilesweep.answer_picks import numeric
 from tilesweep.report.plotting import (
     PAGE_WIDTH_IN,
     TEXT_PT,
     empty,
     finish,
-    floats,
     legend_below,
     reference,
     whole,
@@ -50,7 +50,7 @@ def _unfit(verdict: pd.DataFrame) -> pd.Series:
 
 def _drawn(verdict: pd.DataFrame) -> pd.Series:
     """Return, per verdict row, whether it has a split to draw: it fits and has a time."""
-    total = sum((floats(verdict, c).fillna(0) for c in SHARE_COLORS if c in verdict), 0.0)
+    total = sum((numeric(verdict, c).fillna(0) for c in SHARE_COLORS if c in verdict), 0.0)
     return ~_unfit(verdict) & (total > 0)
 
 
@@ -63,7 +63,7 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
     ):
         groups: dict[tuple, list[str]] = {}
         for layout, rows in verdict[mask].groupby(verdict["layout"].astype(str), sort=False):
-            where = tuple(sorted(whole(b) for b in floats(rows, "batch").dropna()))
+            where = tuple(sorted(whole(b) for b in numeric(rows, "batch").dropna()))
             groups.setdefault(where, []).append(layout)
         parts = [
             f"{', '.join(names)} at "
@@ -72,7 +72,7 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
         ]
         if parts:
             notes.append(f"No bar where a layout {reason}: " + "; ".join(parts) + ".")
-    bare = [whole(b) for b in batches if not drawn[floats(verdict, "batch") == b].any()]
+    bare = [whole(b) for b in batches if not drawn[numeric(verdict, "batch") == b].any()]
     if bare:
         notes.append(f"No layout has a bar at batch {_listed(bare)}.")
     return notes
@@ -88,7 +88,7 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     shares = [c for c in SHARE_COLORS if c in verdict]
     if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
         return empty("no verdict rows", "Verdict")
-    batches = sorted(pd.unique(floats(verdict, "batch").dropna()))
+    batches = sorted(pd.unique(numeric(verdict, "batch").dropna()))
     layouts = list(dict.fromkeys(verdict["layout"].astype(str)))
     drawn = _drawn(verdict)
     notes = _not_drawn(verdict, drawn, batches)
@@ -96,7 +96,7 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
         return empty(" ".join(notes), "Verdict")
     groups = []  # (batch, its drawn rows in the config's layout order)
     for batch in batches:
-        part = verdict[drawn & (floats(verdict, "batch") == batch)]
+        part = verdict[drawn & (numeric(verdict, "batch") == batch)]
         order = part["layout"].astype(str).map(layouts.index)
         if not part.empty:
             groups.append((batch, part.iloc[np.argsort(order.to_numpy(), kind="stable")]))
@@ -115,7 +115,7 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     for ax in axes:  # one bar width on every row
         ax.set_xlim(-0.75, max(spans) - 0.75)
     handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
-    if "floor_ms" in verdict and floats(verdict[drawn], "floor_ms").notna().any():
+    if "floor_ms" in verdict and numeric(verdict[drawn], "floor_ms").notna().any():
         handles.append(Line2D([], [], color="black", lw=1.6, label="roofline floor (floor_ms)"))
     legend_below(fig, handles, [textwrap.fill(n, 150) for n in notes], ncols=len(handles))
     return finish(fig)
@@ -135,7 +135,7 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
     x = np.array(x)
     bottom = np.zeros(len(frame))
     for col in shares:
-        vals = floats(frame, col).fillna(0).to_numpy()
+        vals = numeric(frame, col).fillna(0).to_numpy()
         ax.bar(
             x,
             vals,
@@ -147,7 +147,7 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
         )
         bottom += vals
     if "floor_ms" in frame:  # each bar's physical floor (the verdict's floor_ms) as a tick
-        for xi, floor in zip(x, floats(frame, "floor_ms"), strict=True):
+        for xi, floor in zip(x, numeric(frame, "floor_ms"), strict=True):
             if floor == floor:
                 reference(ax.hlines(floor, xi - 0.375, xi + 0.375, color="black", lw=1.6))
     for xi, total in zip(x, bottom, strict=True):
@@ -178,7 +178,7 @@ CHECK_COLUMNS = 4
 
 def _pct(part: pd.DataFrame, col: str) -> pd.Series:
     """Return a time column as percent off the measured median of the same step."""
-    return (floats(part, col) / floats(part, "measured_ms") - 1.0) * 100.0
+    return (numeric(part, col) / numeric(part, "measured_ms") - 1.0) * 100.0
 
 
 def check_error(check: pd.DataFrame) -> Figure:
@@ -190,10 +190,10 @@ def check_error(check: pd.DataFrame) -> Figure:
     ncols = math.ceil(len(layouts) / nrows)
     fig = Figure(figsize=(min(PAGE_WIDTH_IN, 2.9 * ncols + 0.6), 2.8 * nrows + 0.7))
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
-    batches = sorted(set(floats(check, "batch").dropna()))
+    batches = sorted(set(numeric(check, "batch").dropna()))
     for ax, layout in zip(axes, layouts, strict=False):
         part = check[check["layout"].astype(str) == layout].sort_values("batch")
-        b = floats(part, "batch")
+        b = numeric(part, "batch")
         ax.set_xscale("log", base=2)
         ax.fill_between(
             b,

@@ -54,6 +54,8 @@ class EngineData(_Strict):
     # where a drop-in file goes below an export folder, of {engine} {version} {triton} {name}
     dropin: str
     platform_module: str | None = None  # the module its naming imports `current_platform` from
+    # the kernel's arguments its launch passes as the same constants every time
+    fixed: dict[str, bool | int | None] = Field(default_factory=dict)
 
 
 @dataclass
@@ -121,7 +123,7 @@ class Engine:
         bm, bn = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"]
         tiles = triton.cdiv(em, bm) * triton.cdiv(launch.n, bn)
         args, kwargs = self.arguments(launch, em)
-        kernel[(tiles,)](*args, **kwargs)
+        kernel[(tiles,)](*args, **kwargs, **self.data.fixed)
         return c
 
 

@@ -106,13 +106,12 @@ def timer_for(
 
 
 def baseline_of(
-    engine: str, version: str, path: str | Path, shape: dict, triton_version: str
-) -> tuple[dict | None, str]:
-    """Return (the engine's shipped table for a file's key, or None; where)."""
-    name = wheels.config_file_name(
-        engine, version, shape["experts"], shape["n"], shape["format"], device_of(path)
-    )
-    return wheels.shipped_table(engine, version, name, triton_version)
+    engine: str, version: str, shape: dict, device: str, triton_version: str
+) -> tuple[str, dict | None, str]:
+    """Return (the engine's file name of a shape on a device, its shipped table or None, where)."""
+    dims = (shape["experts"], shape["n"], shape["format"])
+    name = wheels.config_file_name(engine, version, *dims, device)
+    return name, *wheels.shipped_table(engine, version, name, triton_version)
 
 
 def device_of(path: str | Path) -> str:
@@ -124,7 +123,7 @@ def baseline_config(shipped: dict | None, rules: EngineDefaults, m: int, shape: 
     """Return the config the engine runs at batch M today (shipped table, else default rule)."""
     if shipped:
         return wheels.nearest(shipped, m)
-    return rules.config_for(m, shape["experts"], shape["format"])
+    return space.engine_default(rules, m, shape["experts"], shape["format"])
 
 
 def check_file(
@@ -145,13 +144,15 @@ def check_file(
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
     rules = settings.backend.fused_moe.engine_defaults[engine]
-    shipped, where = baseline_of(engine, timer.version, path, shape, triton.__version__)
+    _, shipped, where = baseline_of(
+        engine, timer.version, shape, device_of(path), triton.__version__
+    )
     head = timer.columns() | timer.provenance()
     head |= {"draw": settings.bench.seed + seed_shift, "baseline_from": where}
     head["baseline"] = "shipped" if shipped else "default"
     rows = []
     for m in sorted(k for k in configs if keys is None or k in keys):
-        default = rules.config_for(m, shape["experts"], shape["format"])
+        default = space.engine_default(rules, m, shape["experts"], shape["format"])
         base = baseline_config(shipped, rules, m, shape)
         labelled = [("file", configs[m]), ("baseline", base), ("baseline_again", base)]
         if shipped:
@@ -209,10 +210,8 @@ def judge(table: pd.DataFrame) -> pd.DataFrame:
         if pair["rel_err"].max() > TOLERANCE["bf16"] or pair["rel_err"].isna().any():
             outcome = "wrong result"  # against the fp32 reference: no timing counts
         for index, row in pair.iterrows():
-            measured = _ratio(b["time_ms"], row["time_ms"])
-            cols["x_baseline_measured"][index] = measured
-            cols["x_baseline"][index] = 1.0 if row["config"] == b["config"] else measured
-            for col, ref in (("x_shipped", shipped), ("x_default", default)):
+            cols["x_baseline_measured"][index] = _ratio(b["time_ms"], row["time_ms"])
+            for col, ref in (("x_baseline", b), ("x_shipped", shipped), ("x_default", default)):
                 same = ref is not None and row["config"] == ref["config"]
                 value = float("nan") if ref is None else _ratio(ref["time_ms"], row["time_ms"])
                 cols[col][index] = 1.0 if same else value
@@ -259,7 +258,7 @@ def safe_file(
         import triton as _triton
 
         triton_version = _triton.__version__
-    shipped, _ = baseline_of(engine, version, path, shape, triton_version)
+    _, shipped, _ = baseline_of(engine, version, shape, device_of(path), triton_version)
     keep = decide(checks)
     write_text(
         out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape), triton)

@@ -17,7 +17,7 @@ import pandas as pd
 from tilesweep import package_data
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
-from tilesweep.fused_moe.engines import check, wheels
+from tilesweep.fused_moe.engines import check
 from tilesweep.fused_moe.engines.base import data
 from tilesweep.fused_moe.engines.check import geomean, read_file
 from tilesweep.fused_moe.engines.timer import compile_pool, effective, warm_all
@@ -66,9 +66,10 @@ def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version:
         shape, configs = check.read_file(path)
         problem = check.problem_of(shape, settings)
         rules = fused.engine_defaults[engine]
-        shipped, _ = check.baseline_of(engine, version, path, shape, triton_version)
+        named_for = check.device_of(path)
+        _, shipped, _ = check.baseline_of(engine, version, shape, named_for, triton_version)
         for m, config in configs.items():
-            default = rules.config_for(m, shape["experts"], shape["format"])
+            default = space.engine_default(rules, m, shape["experts"], shape["format"])
             base = check.baseline_config(shipped, rules, m, shape)
             for cand in (config, base, default):
                 cand = effective(cand, shape["format"])
@@ -96,9 +97,8 @@ def decide_file(
     version = fused.engine_versions[engine]
     rules = fused.engine_defaults[engine]
     shape, configs = check.read_file(path)
-    dims = (shape["experts"], shape["n"], shape["format"])
-    name = wheels.config_file_name(engine, version, *dims, check.device_of(path))
-    shipped, where = check.baseline_of(engine, version, path, shape, triton.__version__)
+    named_for = check.device_of(path)
+    name, shipped, where = check.baseline_of(engine, version, shape, named_for, triton.__version__)
 
     def timed(file: Path, draw: int, keys: list[int] | None = None) -> pd.DataFrame:
         drawn = check.check_file(

@@ -18,7 +18,7 @@ from tilesweep import package_data
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.case import TOLERANCE
-from tilesweep.fused_moe.engines import check, dropins, wheels
+from tilesweep.fused_moe.engines import check, dropins
 from tilesweep.fused_moe.engines.check import baseline_config, read_file
 from tilesweep.fused_moe.engines.timer import effective, warm
 from tilesweep.io import write_table, write_text
@@ -62,13 +62,11 @@ def tune_problem(
     rules, values = fused.engine_defaults[timer.engine], fused.space
     shape = {"experts": problem["experts"], "n": problem["n"], "format": fmt}
     defaults = {m: effective(baseline_config(shipped, rules, m, shape), fmt) for m in keys}
-    rule = {
-        m: [effective(rules.config_for(m, problem["experts"], fmt), fmt)] if shipped else []
-        for m in keys
-    }
-    first = {m: [defaults[m], *rule[m], *neighbours(defaults[m], values, fmt)] for m in keys}
-    for m in keys:
-        first[m] += [effective(c, fmt) for c in extra.get(m, [])]
+    first = {}
+    for m in keys:  # the default, its rule's config beside a shipped table, and their neighbours
+        rule = [space.engine_default(rules, m, problem["experts"], fmt)] if shipped else []
+        first[m] = [defaults[m], *rule, *neighbours(defaults[m], values, fmt)]
+        first[m] = [effective(c, fmt) for c in (*first[m], *extra.get(m, []))]
     rows, screens = [], {m: {} for m in keys}
     _screen_round(timer, first, screens, rows, defaults, tune, log)
     second = {}
@@ -192,8 +190,7 @@ def _tune_and_decide(
     folder = out_dir / f"{engine}-{version}"
     experts, n, fmt = shape["experts"], shape["n"], shape["format"]
     start = time.monotonic()
-    name = wheels.config_file_name(engine, version, experts, n, fmt, device_name)
-    shipped, _ = wheels.shipped_table(engine, version, name, triton.__version__)
+    name, shipped, _ = check.baseline_of(engine, version, shape, device_name, triton.__version__)
     timer = check.timer_for(engine, shape, settings)
     theirs = extra_candidates(extra, shape)
     table, picks = tune_problem(timer, keys, fused, tune, theirs, log, shipped)

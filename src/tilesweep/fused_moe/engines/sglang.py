@@ -110,33 +110,6 @@ def _scales(a, b, a_scale, b_scale, block_shape, config: dict) -> dict:
     return out
 
 
-# The arguments SGLang's launch passes as constants here: no TMA descriptors (a_use_tma off, as
-# the TMA down path needs a tuned down config; b_use_tma only from a tuned config file), no bias
-# or add mask, no int8 paths, unsorted C, and none of the fused stores.
-FIXED = {
-    "a_desc": None,
-    "b_desc": None,
-    "bias_ptr": None,
-    "add_mask_ptr": None,
-    "stride_bias_e": 0,
-    "stride_bias_n": 0,
-    "use_int8_w8a8": False,
-    "use_int8_w8a16": False,
-    "per_channel_quant": False,
-    "c_sorted": False,
-    "FUSE_ADD_TO_OUTPUT": False,
-    "MASK_OUTPUT": False,
-    "FUSE_SUM_ALL_REDUCE": False,
-    # SGLang: 1 for gate_up (its default), the router's top-k for down; read only by the FUSE_* /
-    # MASK_OUTPUT stores, all off, so one value compiles the same kernel.
-    "ROUTER_TOPK": 1,
-    "FUSE_SWIGLU": False,
-    "A_OUTPUT_SLICES": 1,
-    "A_OUTPUT_SLICE_WIDTH": 0,
-    "A_OUTPUT_SLICE_K": 0,
-}
-
-
 @register
 class SGLang(Engine):
     """SGLang 0.5.23's default Triton MoE launch: always sorted, the whole buffer as EM."""
@@ -180,7 +153,6 @@ class SGLang(Engine):
             "use_fp8_w8a8": fp8,
             "even_Ks": launch.k % config["BLOCK_SIZE_K"] == 0,
             "swap_ab": swap_ab(config, a.device, fp8),
-            **FIXED,
             **pdl(a),
             **_kernel_config(config),
         }

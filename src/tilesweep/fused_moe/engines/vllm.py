@@ -87,15 +87,9 @@ class VLLM(Engine):
             "top_k": top_k,
             "compute_type": tl.float16 if c.dtype == torch.float16 else tl.bfloat16,
             "use_fp8_w8a8": fp8,
-            "use_int8_w8a8": False,
-            "use_int8_w8a16": False,
-            "per_channel_quant": False,
             "naive_block_assignment": launch.sorted_ids is None,
-            "HAS_BIAS": False,
             "BLOCK_SIZE_K": block_k,
             "SWAP_AB": swap_ab(config, fp8, _sm90()),
-            "USE_TD": False,
-            "SPLIT_K": 1,
             **{key: v for key, v in config.items() if key not in ("BLOCK_SIZE_K", "SPLIT_K")},
         }
         return args, kwargs

@@ -97,6 +97,42 @@ def wheel_version(wheel: Path) -> tuple[str, str]:
     return dist.lower().replace("_", "-"), version
 
 
+@contextlib.contextmanager
+def _archive(wheel: Path):
+    """Open a wheel; one that is not a zip or has an unreadable member is a ValueError naming it."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, EOFError):
+        raise ValueError(
+            f"{wheel}: not a zip file, so a damaged or cut-short wheel; delete it and fetch again"
+        ) from None
+    try:
+        with archive:
+            yield archive
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{wheel}: damaged (a member unreadable: {exc})") from None
+
+
+def _kernel_text(archive, wheel: Path, module: str, function: str) -> tuple[bytes, list, str]:
+    """Return (the module's bytes, its @triton.jit functions, the kernel file's text)."""
+    try:
+        source = archive.read(module)
+    except KeyError:
+        raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
+    functions = jit_functions(source.decode())
+    if function not in functions:
+        raise ValueError(f"{wheel.name}: {module} has no @triton.jit {function}")
+    text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
+    return source, sorted(functions), text
+
+
+def _write_manifest(out: Path, wheel: Path, manifest: dict) -> Path:
+    """Write out/manifest.json with the wheel's name and SHA-256 first; return out."""
+    manifest = {"wheel": wheel.name, "wheel_sha256": _sha256(wheel.read_bytes()), **manifest}
+    write_text(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return out
+
+
 def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path:
     """Extract an engine's kernels from its wheel into folder/<engine>-<version>/; return it."""
     wheel = Path(wheel)
@@ -105,50 +141,22 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
     dist, version = wheel_version(wheel)
     if dist != spec.distribution.lower().replace("_", "-"):
         raise ValueError(f"{wheel.name}: a {dist} wheel, not {engine}")
-    try:
-        archive = zipfile.ZipFile(wheel)
-    except (zipfile.BadZipFile, EOFError):
-        raise ValueError(
-            f"{wheel}: not a zip file, so a damaged or cut-short wheel; delete it and fetch again"
-        ) from None
     out = Path(folder) / f"{engine}-{version}"
-    try:
-        with archive:
-            try:
-                source_bytes = archive.read(module)
-            except KeyError:
-                raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
-            functions = jit_functions(source_bytes.decode())
-            if kernel not in functions:
-                raise ValueError(f"{wheel.name}: {module} has no @triton.jit {kernel}")
-            out.mkdir(parents=True, exist_ok=True)
-            try:
-                names = _extract_names(engine, archive, out)
-            except (KeyError, ValueError) as exc:
-                raise ValueError(
-                    f"{wheel.name}: its config file naming is not found ({exc})"
-                ) from None
-            tables = _extract_tables(engine, archive, out)
-    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{wheel}: damaged (a member unreadable: {exc})") from None
-    text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
+    with _archive(wheel) as archive:
+        source, functions, text = _kernel_text(archive, wheel, module, kernel)
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            names = _extract_names(engine, archive, out)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{wheel.name}: its config file naming is not found ({exc})") from None
+        tables = _extract_tables(engine, archive, out)
     write_text(out / "kernel.py", text)
-    manifest = {
-        "engine": engine,
-        "version": version,
-        "wheel": wheel.name,
-        "wheel_sha256": _sha256(wheel.read_bytes()),
-        "module": module,
-        "module_sha256": _sha256(source_bytes),
-        "functions": sorted(functions),
-        "kernel": kernel,
-        "kernel_py_sha256": _sha256(text.encode()),
-        **names,
-        "tables_prefix": spec.tables.folder,
-        "tables": tables,
-    }
-    write_text(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return out
+    manifest = {"engine": engine, "version": version, "module": module, "kernel": kernel}
+    manifest |= {"module_sha256": _sha256(source), "functions": functions}
+    manifest |= {"kernel_py_sha256": _sha256(text.encode()), **names}
+    return _write_manifest(
+        out, wheel, manifest | {"tables_prefix": spec.tables.folder, "tables": tables}
+    )
 
 
 def load(engine: str, version: str, folder: str | Path = FOLDER):
@@ -329,21 +337,11 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
         raise ValueError(f"{wheel.name}: not {spec['distribution']} {spec['version']} ({name})")
     out = Path(folder) / name
     kernels = {}
-    try:
-        archive = zipfile.ZipFile(wheel)
-    except (zipfile.BadZipFile, EOFError):
-        raise ValueError(f"{wheel}: not a zip file; delete it and fetch again") from None
-    with archive:
+    with _archive(wheel) as archive:
         for part, kernel in spec["kernels"].items():
-            try:
-                source_bytes = archive.read(kernel["module"])
-            except KeyError:
-                raise ValueError(f"{wheel.name}: no {kernel['module']}") from None
-            functions = jit_functions(source_bytes.decode())
-            if kernel["function"] not in functions:
-                raise ValueError(f"{wheel.name}: {kernel['module']} has no {kernel['function']}")
-            text = HEADER.format(wheel=wheel.name, module=kernel["module"]) + "\n\n"
-            text += "\n\n".join(functions.values())
+            source, functions, text = _kernel_text(
+                archive, wheel, kernel["module"], kernel["function"]
+            )
             (out / "configs" / part).mkdir(parents=True, exist_ok=True)
             write_text(out / f"{part}.py", text)
             tables = {}
@@ -353,19 +351,7 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
                     data = archive.read(member)
                     (out / "configs" / part / rel).write_bytes(data)
                     tables[rel] = _sha256(data)
-            kernels[part] = {
-                **kernel,
-                "module_sha256": _sha256(source_bytes),
-                "functions": sorted(functions),
-                "file": f"{part}.py",
-                "file_sha256": _sha256(text.encode()),
-                "tables_sha256": tables,
-            }
-    manifest = {
-        "release": name,
-        "wheel": wheel.name,
-        "wheel_sha256": _sha256(wheel.read_bytes()),
-        "kernels": kernels,
-    }
-    write_text(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return out
+            kernels[part] = {**kernel, "module_sha256": _sha256(source), "functions": functions}
+            kernels[part] |= {"file": f"{part}.py", "file_sha256": _sha256(text.encode())}
+            kernels[part]["tables_sha256"] = tables
+    return _write_manifest(out, wheel, {"release": name, "kernels": kernels})
