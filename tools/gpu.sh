@@ -97,6 +97,12 @@ task_answer_time() {
   start=$(date +%s)
   while [ ! -f "$card" ] && kill -0 "$sweep" 2>/dev/null; do sleep 2; done
   echo "card: $([ -f "$card" ] && echo written || echo none) after $(($(date +%s) - start)) s" | tee "$out/answer_time.txt"
+  # The console prints the card once Snakemake reports the verdict job done, a moment after the
+  # job wrote it: wait for that line (30 s at most) before stopping the sweep.
+  for _ in $(seq 15); do
+    grep -q "verdict ended" "$out/snakemake.log" 2>/dev/null || ! kill -0 "$sweep" 2>/dev/null && break
+    sleep 2
+  done
   # Stop the rest of this sweep only: TERM its `timeout`, which passes it to Snakemake (waiting
   # for its running jobs) and KILLs it 20 s later (-k 20); never another Snakemake on the machine.
   pkill -TERM -P "$sweep" -x timeout || true
