@@ -261,3 +261,23 @@ def test_a_hydra_deletion_after_an_option_is_an_override(monkeypatch):
     monkeypatch.setattr(cli, "verdict_command", lambda args: seen.append(args.overrides) or 0)
     assert cli.main(["verdict", "--no-engines", "~deployment.topology", "hardware=h200"]) == 0
     assert seen == [["~deployment.topology", "hardware=h200"]]
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (
+            lambda d: d["kernel_floors"][0].update(only_arch=["sm_999"]),
+            "kernel_floors[0].only_arch",
+        ),
+        (lambda d: _rename(d["allreduce"], "sm_90", "sm_99"), "engine.allreduce=sm_99: not an"),
+        (lambda d: d["attention_by_arch"].update(sm_999="dense"), "attention_by_arch=sm_999: not"),
+    ],
+    ids=["floor", "allreduce", "attention"],
+)
+def test_an_engine_key_naming_no_architecture_is_refused(tmp_path, edit, said):
+    """A kernel floor, an all-reduce table or an attention mode under an architecture
+    conf/architectures.yaml lacks was never read (the kernels' own only_arch already refused)."""
+    conf = _conf_with(tmp_path, "engine/sglang_0_4.yaml", edit)
+    line = _refused(RELEASE, conf)
+    assert said in line and "not an architecture conf/architectures.yaml lists" in line

@@ -77,22 +77,7 @@ def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
             f"engine.name={name!r}: no conf/engine/{name}.yaml; an engine file's name is its file "
             f"name ({', '.join(sorted(files))})"
         )
-    table = gpu_archs.architectures()
-    unknown = [a for a in settings.engine.only_arch if a.removesuffix("a") not in table]
-    if unknown:
-        raise ConfigError(
-            f"engine.only_arch={unknown[0]}: not an architecture conf/architectures.yaml lists "
-            f"({', '.join(table)})"
-        )
-    for family, lists in settings.engine.families.items():
-        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
-            for i, kernel in enumerate(getattr(lists, where)):
-                unknown = [a for a in kernel.only_arch if a.removesuffix("a") not in table]
-                if unknown:
-                    raise ConfigError(
-                        f"engine.families.{family}.{where}[{i}].only_arch={unknown[0]}: not an "
-                        f"architecture conf/architectures.yaml lists ({', '.join(table)})"
-                    )
+    _check_engine_archs(settings.engine)
     _check_curve_gpus(settings.engine, settings.catalog)
     own = group_file(conf_dir, "engine", name)
     if own.get("version") != settings.engine.version:
@@ -117,6 +102,33 @@ def _engine_file(folder: str, name: str) -> EngineSettings | None:
     except Exception as exc:  # YAML, a missing base file: one line
         raise ConfigError(f"{path}: {one_line(exc)}") from None
     return check(EngineSettings, data, f"conf/engine/{name}.yaml: engine")
+
+
+def _engine_archs(engine: EngineSettings) -> list[tuple[str, str]]:
+    """Return (key, arch) for every architecture an engine file names."""
+    named = [("engine.only_arch", a) for a in engine.only_arch]
+    for family, lists in engine.families.items():
+        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
+            for i, kernel in enumerate(getattr(lists, where)):
+                key = f"engine.families.{family}.{where}[{i}].only_arch"
+                named += [(key, a) for a in kernel.only_arch]
+    for i, floor in enumerate(engine.kernel_floors):
+        named += [(f"engine.kernel_floors[{i}].only_arch", a) for a in floor.only_arch]
+    named += [("engine.allreduce", a) for a in engine.allreduce]
+    named += [("engine.attention_by_arch", a) for a in engine.attention_by_arch if a != "default"]
+    named += [("engine.attention_band_by_arch", a) for a in engine.attention_band_by_arch]
+    return named
+
+
+def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
+    """Raise ConfigError for an architecture conf/architectures.yaml lacks (never read)."""
+    table = gpu_archs.architectures()
+    for key, arch in _engine_archs(engine):
+        if arch.removesuffix("a") not in table:
+            raise ConfigError(
+                f"{where}{key}={arch}: not an architecture conf/architectures.yaml lists "
+                f"({', '.join(table)})"
+            )
 
 
 def _check_curve_gpus(engine: EngineSettings, catalog: dict, where: str = "") -> None:
@@ -193,7 +205,9 @@ def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 f"{where}.engine={fig.engine!r}: no conf/engine/{fig.engine_name()}.yaml; name its "
                 "engine file in engine_config"
             )
-        _check_curve_gpus(engine, settings.catalog, f"conf/engine/{fig.engine_name()}.yaml: ")
+        own_file = f"conf/engine/{fig.engine_name()}.yaml: "
+        _check_curve_gpus(engine, settings.catalog, own_file)
+        _check_engine_archs(engine, own_file)
         families = set(engine.families)
         if families and fam not in families:
             raise ConfigError(
