@@ -281,3 +281,42 @@ def test_an_engine_key_naming_no_architecture_is_refused(tmp_path, edit, said):
     conf = _conf_with(tmp_path, "engine/sglang_0_4.yaml", edit)
     line = _refused(RELEASE, conf)
     assert said in line and "not an architecture conf/architectures.yaml lists" in line
+
+
+@pytest.mark.parametrize("script", ["import_example.sh", "import_engine_tables.sh"])
+def test_an_import_tool_without_the_projects_python_says_so_in_one_line(tmp_path, script):
+    """In a checkout without .venv the import tools ran `python3`, which may lack pandas: a
+    Python traceback (ModuleNotFoundError) reached the user. Now one line naming PYTHON."""
+    import tarfile
+
+    root = tmp_path / "root"
+    (root / "tools").mkdir(parents=True)
+    (root / "docs" / "examples" / "h200").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / script, root / "tools")
+    stub = tmp_path / "nopython"
+    stub.write_text("#!/bin/sh\nexit 1\n")
+    stub.chmod(0o755)
+    given = tmp_path / "given"
+    (given / "tables" / "checks").mkdir(parents=True)
+    (given / "tables" / "dropins.csv").write_text("file\n")
+    (given / "tables" / "checks" / "c.csv").write_text("x\n")
+    (given / "results" / "tables").mkdir(parents=True)
+    with tarfile.open(given / "engine_tables.tgz", "w:gz") as tar:
+        tar.add(given / "tables", "tables")
+    with tarfile.open(given / "results.tgz", "w:gz") as tar:
+        tar.add(given / "results", "results")
+    (given / "tables.log").write_text("log\n")
+    (given / "gpus.csv").write_text("name\nNVIDIA H200\n")
+    args = [str(given)] if script == "import_engine_tables.sh" else [
+        str(given / "results.tgz"), str(root / "docs" / "examples" / "h200"), "x=1"
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHON": str(stub)}
+    proc = subprocess.run(["bash", str(root / "tools" / script), *args], capture_output=True,
+                          text=True, env=env, timeout=60)  # fmt: skip
+    name = script.removesuffix(".sh")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == (
+        f"{name}: {stub} cannot import pandas{', omegaconf and yaml' if 'example' in name else ''} "
+        f"(no {root}/.venv): set PYTHON to the project's Python; nothing changed\n"
+    )
+    assert not (root / "docs" / "examples" / "h200" / "engine_tables").exists()

@@ -134,7 +134,10 @@ def _tracked_refusal(resolved: Path, flag: str, shown: str, force: bool, what: s
 def _root_file(resolved: Path) -> bool:
     """Return whether resolved is one of the checkout's own files at its root (README.md,
     Snakefile): tracked, as git says, or, where git cannot say, any file already there."""
-    if resolved.parent != PROJECT_ROOT or not resolved.is_file():
+    try:
+        if resolved.parent != PROJECT_ROOT or not resolved.is_file():
+            return False
+    except OSError:  # a name too long for the file system: not a file there (named later)
         return False
     try:
         listed = subprocess.run(
