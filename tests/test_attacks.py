@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -819,8 +820,9 @@ def test_import_example_checks_everything_before_it_touches_the_example(tmp_path
     }[how]
     extra = ['a"b: [x'] if how == "bad-override" else []
     before = _tracked_state()
+    env = {**os.environ, "PYTHON": sys.executable}  # a checkout without .venv: this Python
     proc = subprocess.run(["bash", "tools/import_example.sh", str(tgz), "docs/examples/h200",
-                           *extra], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+                           *extra], cwd=ROOT, capture_output=True, text=True, env=env)  # fmt: skip
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert _tracked_state() == before

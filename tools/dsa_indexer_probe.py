@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
 from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.io import check_out_folder  # noqa: E402 - likewise
 from tilesweep.measure.timing import capture_graph, time_events  # noqa: E402 - likewise
 
 # GLM-5's indexer (conf/model/glm5.yaml): 32 heads of 128, rope over 64 of them, top-k 2048;
@@ -99,6 +100,19 @@ def _kernels_per_call(fn) -> int:
     return sum(1 for e in kernels if "memcpy" not in e.name.lower())
 
 
+def _bad_arguments(args: argparse.Namespace) -> str | None:
+    """Return why the arguments cannot run (None when they can); sets args.batch_list."""
+    if not 1 <= args.layers <= 200 or not 64 <= args.context <= 262144:
+        return "--layers 1-200 and --context 64-262144"
+    try:
+        args.batch_list = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        return f"--batches takes integers separated by commas, not {args.batches!r}"
+    if not all(1 <= b <= 4096 for b in args.batch_list) or args.repeats < 1:
+        return "--batches 1-4096 each, --repeats at least 1"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the probe and write its JSON; 2 with one line where no CUDA GPU is at hand."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -107,18 +121,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default="1,4,8", help="decoding sequences, comma-separated")
     ap.add_argument("--repeats", type=int, default=50, help="timed replays per point")
     args = ap.parse_args(argv)
+    why = _bad_arguments(args)
+    if why:
+        print(f"dsa_indexer_probe: {why}", file=sys.stderr)
+        return 2
+    folder = os.environ.get("OUT") or "."
+    if os.environ.get("OUT"):  # before minutes on the GPU, not after
+        check_out_folder(folder, ("dsa_indexer_probe.json",), flag="OUT")
     if not torch.cuda.is_available():
         print("dsa_indexer_probe: no CUDA GPU here; run it on one", file=sys.stderr)
-        return 2
-    if not 1 <= args.layers <= 200 or not 64 <= args.context <= 262144:
-        print("dsa_indexer_probe: --layers 1-200 and --context 64-262144", file=sys.stderr)
         return 2
     dev = torch.device("cuda")
     layers = [Layer(args.context, dev) for _ in range(args.layers)]
     hadamard = torch.eye(DIM, device=dev, dtype=torch.bfloat16)
     empty = torch.zeros(1, device=dev)
     rows = []
-    for batch in (int(b) for b in args.batches.split(",")):
+    for batch in args.batch_list:
         q_lora = torch.randn(batch, Q_LORA, device=dev, dtype=torch.bfloat16)
         x = torch.randn(batch, HIDDEN, device=dev, dtype=torch.bfloat16)
         angle = torch.rand(batch, 1, ROPE // 2, device=dev, dtype=torch.bfloat16)
@@ -161,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         "torch's launches, which may exceed SGLang's 19 (conf/engine/sglang_dsa_unfused.yaml)",
     }
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
-    folder = os.environ.get("OUT", ".")
     with open(os.path.join(folder, "dsa_indexer_probe.json"), "w") as fh:
         json.dump(out, fh, indent=1)
     return 0

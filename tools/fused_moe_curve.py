@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
-from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.errors import ConfigError, tool_main  # noqa: E402 - after the checkout's src is on the path
 
 KERNELS = 2  # the up and down fused_moe GEMMs a layer: the "up+down" part's calls
 
@@ -36,8 +37,8 @@ def expert_mb(row: dict) -> float:
     return (weights + 4 * scales) / 1e6
 
 
-def main() -> int:
-    """Print the points (YAML flow mappings) or a one-line refusal; return the exit status."""
+def _args() -> argparse.Namespace:
+    """Return the parsed arguments; raise ConfigError for a number no device has."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows", help="the probe's JSON rows")
     p.add_argument("--config", required=True, help="the tables' device: H100 or H200")
@@ -49,8 +50,53 @@ def main() -> int:
     p.add_argument("--part", default="up+down", help="the rows' part of a layer's two GEMMs")
     p.add_argument("--release", default=None, help="only rows of this release (release probe)")
     a = p.parse_args()
-    with open(a.rows) as f:
-        all_rows = json.load(f)
+    for flag, value, least in (
+        ("--datasheet-gbs", a.datasheet_gbs, 0.0),
+        ("--carry-to", a.carry_to, 0.0),
+        ("--fixed-us", a.fixed_us, None),
+    ):
+        if value is None:
+            continue
+        low = value <= least if least is not None else value < 0
+        if not math.isfinite(value) or low:
+            bound = "above 0" if least is not None else "at least 0"
+            raise ConfigError(f"{flag}={value:g}: must be a finite number {bound}")
+    return a
+
+
+def _probe_rows(path: str) -> list[dict]:
+    """Return the probe's rows (a JSON list of objects); raise ConfigError for anything else."""
+    where = Path(path)
+    if not where.is_file():
+        raise ConfigError(f"{path}: {'not a plain file' if where.exists() else 'no such file'}")
+    try:
+        rows = json.loads(where.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{path}: not JSON (the probe's rows, a JSON list)") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"{path}: not a list of rows (tools/fused_moe_probe.py's JSON)")
+    return rows
+
+
+def _efficiency(a: argparse.Namespace, r: dict) -> float:
+    """Return a row's fraction of the datasheet; raise ConfigError where it is no fraction."""
+    at = f"{r['model']} at {r['tokens']} tokens: {r['us_per_call']} us"
+    kernel_us = r["us_per_call"] - KERNELS * a.fixed_us
+    if not kernel_us > 0:
+        raise ConfigError(f"{at}, no more than {KERNELS} x --fixed-us={a.fixed_us:g}: no time left")
+    e = r["bytes_per_call"] / (a.datasheet_gbs * 1e3) / kernel_us
+    if not 0 < e <= 1:
+        raise ConfigError(
+            f"{at} less {KERNELS} x --fixed-us={a.fixed_us:g} moves its bytes at {e:.3g} of "
+            f"--datasheet-gbs={a.datasheet_gbs:g}: no fraction of a datasheet; check the two"
+        )
+    return e
+
+
+def main() -> int:
+    """Print the points (YAML flow mappings) or a one-line refusal; return the exit status."""
+    a = _args()
+    all_rows = _probe_rows(a.rows)
     rows = [
         r
         for r in all_rows
@@ -62,6 +108,10 @@ def main() -> int:
     if not rows:
         print(f"fused_moe_curve: no ok {a.part} rows with --config {a.config}", file=sys.stderr)
         return 2
+    need = ("model", "tokens", "top_k", "experts", "bytes_per_call", "us_per_call", "hidden")
+    lacking = [k for r in rows for k in (*need, "inter_shard", "tp") if k not in r]
+    if lacking:
+        raise ConfigError(f"{a.rows}: a {a.part} row lacks {lacking[0]!r}; not the probe's rows")
     shared = {r["model"]: int(r.get("shared_fused", True)) for r in rows}  # expert E: the shared
     experts = {r["model"]: r["experts"] - shared[r["model"]] for r in rows}  # routed
     by_t: dict[float, list] = {}
@@ -71,8 +121,7 @@ def main() -> int:
 
     for r in rows:
         tpe = r["tokens"] * (r["top_k"] - shared[r["model"]]) / experts[r["model"]]
-        memory_us = r["bytes_per_call"] / (a.datasheet_gbs * 1e3)
-        e = memory_us / (r["us_per_call"] - KERNELS * a.fixed_us)
+        e = _efficiency(a, r)
         if a.carry_to:  # the time carried: the same time for the bytes at the target's datasheet
             carried = e * a.datasheet_gbs / a.carry_to
             ends = [(carried, r, ", time per call carried"), (e, r, ", fraction carried")]

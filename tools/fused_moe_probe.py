@@ -36,6 +36,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
 from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.io import check_out_folder  # noqa: E402 - likewise
 from tilesweep.measure.timing import capture_graph, time_events  # noqa: E402 - likewise
 
 KEPT = Path(".engine_kernels/sglang-0.5.23")
@@ -56,6 +57,8 @@ CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 
 def load_kernel():
     """Return SGLang's fused_moe_kernel from the extracted module, its hash checked."""
+    if not (KEPT / "manifest.json").is_file():
+        sys.exit(f"fused_moe_probe: no {KEPT}/manifest.json here (fetch_engine_kernels --release)")
     manifest = json.loads((KEPT / "manifest.json").read_text())
     text = (KEPT / "kernel.py").read_bytes()
     if hashlib.sha256(text).hexdigest() != manifest["kernel_py_sha256"]:
@@ -365,16 +368,17 @@ def main() -> int:
         sys.exit(f"fused_moe_probe: --tokens takes integers separated by commas, not {args.tokens}")
     if min(tokens) < 1 or args.copies < 0 or args.repeats < 1:
         sys.exit("fused_moe_probe: tokens and repeats must be >= 1, copies >= 0")
+    wanted = args.models.split(",")
+    if not set(wanted) <= set(SHAPES):
+        sys.exit(f"fused_moe_probe: --models takes {','.join(SHAPES)}, not {args.models}")
     kernel, manifest = load_kernel()
+    check_out_folder(out, ("fused_moe_probe.json",), flag="OUT")  # before it runs, not after
     PDL[0] = not args.no_pdl
     cuda = torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET")
     device = torch.device("cuda" if cuda else "cpu")
     name = torch.cuda.get_device_name() if cuda else "cpu (TRITON_INTERPRET)"
     l2 = torch.cuda.get_device_properties(0).L2_cache_size if cuda else 0
     names = [name] + ([args.as_device] if args.as_device and args.as_device != name else [])
-    wanted = args.models.split(",")
-    if not set(wanted) <= set(SHAPES):
-        sys.exit(f"fused_moe_probe: --models takes {','.join(SHAPES)}, not {args.models}")
     shapes = TINY if args.tiny else {model: SHAPES[model] for model in wanted}
     generator = torch.Generator().manual_seed(0)
     rows = []

@@ -56,8 +56,13 @@ for src in "$@"; do
   rm -rf "$tmp"
 done
 # One row per file: a later call's row replaces an earlier one for the same file.
+# The checkout's own environment, else $PYTHON (or python3), which must have pandas.
 py="$root/.venv/bin/python"
-[ -x "$py" ] || py=python3
+[ -x "$py" ] || py=${PYTHON:-python3}
+"$py" -c 'import pandas' 2>/dev/null || {
+  echo "import_engine_tables: $py cannot import pandas (no $root/.venv): set PYTHON to the project's Python; nothing changed" >&2
+  exit 2
+}
 PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$new" <<'PY' || exit 2
 import sys
 from pathlib import Path

@@ -17,8 +17,9 @@ fail() { echo "import_example: $*; nothing changed" >&2; exit 2; }
 tgz=$1
 folder=$2
 shift 2
+# The checkout's own environment, else $PYTHON (or python3): checked where it is first needed.
 py="$root/.venv/bin/python"
-[ -x "$py" ] || py=python3
+[ -x "$py" ] || py=${PYTHON:-python3}
 [ ! -e "$tgz" ] || [ -f "$tgz" ] || fail "$tgz: not a plain file (a folder, a pipe or a device)"
 [ -f "$tgz" ] || fail "$tgz: no such file"
 [ -d "$folder" ] || fail "$folder: not a folder (a kept example folder must exist)"
@@ -33,6 +34,8 @@ files=(tables/launch.csv tables/decode.csv tables/collective.csv tables/layout.c
   tables/power.csv device/ceilings.json)
 # Each file a plain file, each table a table with rows, the ceilings a JSON object, and the
 # overrides composed as the re-render will compose them (the same one-line refusals).
+"$py" -c 'import omegaconf, pandas, yaml' 2>/dev/null ||
+  fail "$py cannot import pandas, omegaconf and yaml (no $root/.venv): set PYTHON to the project's Python"
 PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$tmp/results" "$tgz" "$@" <<'PY' ||
 import json
 import sys

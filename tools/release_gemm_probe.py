@@ -50,6 +50,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]  # runs from a bare chec
 from fused_moe_probe import PEAK_BW, fp8, layout, scales, touched_bytes  # noqa: E402
 
 from tilesweep.errors import tool_main  # noqa: E402
+from tilesweep.io import check_out_folder  # noqa: E402
 from tilesweep.measure.timing import percentile, time_gpu  # noqa: E402
 
 BLOCK = 128  # DeepSeek-V3's weight_block_size [128, 128]
@@ -509,6 +510,7 @@ def main() -> int:
     unknown = set(args.gemms.split(",")) - set(GEMMS)
     if unknown and not args.tiny:
         sys.exit(f"release_gemm_probe: no GEMM {sorted(unknown)[0]} (of {', '.join(GEMMS)})")
+    check_out_folder(out, ("release_gemm_probe.json",), flag="OUT")  # before they run, not after
     if args.tiny:
         MOE_SHAPE[0] = TINY_MOE
     cuda = torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET")

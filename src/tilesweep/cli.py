@@ -216,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (2 for a bad argument or folder)."""
     top = parser()
     args, extra = top.parse_known_args(argv)
-    # Hydra overrides after an option (`verdict --no-engines hardware=h200`): argparse leaves
-    # them unparsed; they are the verdict's overrides too. Anything else is an error.
-    if extra and getattr(args, "command", None) == "verdict" and all("=" in e for e in extra):
+    # Hydra overrides after an option (`verdict --no-engines hardware=h200`, `~key` deletes):
+    # argparse leaves them unparsed; they are the verdict's overrides too. Anything else is an
+    # error.
+    overrides = all("=" in e or e.startswith("~") for e in extra)
+    if extra and getattr(args, "command", None) == "verdict" and overrides:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -229,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:  # the file system refused (a read-only or immutable file, no space)
+        where = err.filename2 or err.filename
+        sys.stderr.write(f"tilesweep: {where}: {err.strerror or err} (the file system refused)\n")
         return 1
     except Exception as err:  # noqa: BLE001 - no traceback reaches a user: one line, trace kept
         sys.stderr.write(f"tilesweep: {unexpected(err)}\n")

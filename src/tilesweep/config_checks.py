@@ -10,6 +10,7 @@ from tilesweep.errors import ConfigError, one_line
 from tilesweep.group_files import group_file
 from tilesweep.plan import engine_profile
 from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings, check
+from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.strict import Refused
 
 
@@ -76,22 +77,8 @@ def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
             f"engine.name={name!r}: no conf/engine/{name}.yaml; an engine file's name is its file "
             f"name ({', '.join(sorted(files))})"
         )
-    table = gpu_archs.architectures()
-    unknown = [a for a in settings.engine.only_arch if a.removesuffix("a") not in table]
-    if unknown:
-        raise ConfigError(
-            f"engine.only_arch={unknown[0]}: not an architecture conf/architectures.yaml lists "
-            f"({', '.join(table)})"
-        )
-    for family, lists in settings.engine.families.items():
-        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
-            for i, kernel in enumerate(getattr(lists, where)):
-                unknown = [a for a in kernel.only_arch if a.removesuffix("a") not in table]
-                if unknown:
-                    raise ConfigError(
-                        f"engine.families.{family}.{where}[{i}].only_arch={unknown[0]}: not an "
-                        f"architecture conf/architectures.yaml lists ({', '.join(table)})"
-                    )
+    _check_engine_archs(settings.engine)
+    _check_curve_gpus(settings.engine, settings.catalog)
     own = group_file(conf_dir, "engine", name)
     if own.get("version") != settings.engine.version:
         raise ConfigError(
@@ -102,18 +89,56 @@ def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _engine_families(folder: str, name: str) -> frozenset | None:
-    """Return the model families an engine file lists kernels for, or None."""
+def _engine_file(folder: str, name: str) -> EngineSettings | None:
+    """Return an engine file as its model reads it, or None where there is none; raise
+    ConfigError naming the file and key it refuses (a figure composes with it in its job)."""
     path = Path(folder) / f"{name}.yaml"
     if not path.is_file():
         return None
     try:
         data = group_file(path.parents[1], "engine", name)
-    except Exception:  # noqa: BLE001 - the engine group's own check names the fault
-        return None
-    if not isinstance(data, dict):
-        return None
-    return frozenset(data.get("families") or {})
+    except ConfigError:
+        raise
+    except Exception as exc:  # YAML, a missing base file: one line
+        raise ConfigError(f"{path}: {one_line(exc)}") from None
+    return check(EngineSettings, data, f"conf/engine/{name}.yaml: engine")
+
+
+def _engine_archs(engine: EngineSettings) -> list[tuple[str, str]]:
+    """Return (key, arch) for every architecture an engine file names."""
+    named = [("engine.only_arch", a) for a in engine.only_arch]
+    for family, lists in engine.families.items():
+        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
+            for i, kernel in enumerate(getattr(lists, where)):
+                key = f"engine.families.{family}.{where}[{i}].only_arch"
+                named += [(key, a) for a in kernel.only_arch]
+    for i, floor in enumerate(engine.kernel_floors):
+        named += [(f"engine.kernel_floors[{i}].only_arch", a) for a in floor.only_arch]
+    named += [("engine.allreduce", a) for a in engine.allreduce]
+    named += [("engine.attention_by_arch", a) for a in engine.attention_by_arch if a != "default"]
+    named += [("engine.attention_band_by_arch", a) for a in engine.attention_band_by_arch]
+    return named
+
+
+def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
+    """Raise ConfigError for an architecture conf/architectures.yaml lacks (never read)."""
+    table = gpu_archs.architectures()
+    for key, arch in _engine_archs(engine):
+        if arch.removesuffix("a") not in table:
+            raise ConfigError(
+                f"{where}{key}={arch}: not an architecture conf/architectures.yaml lists "
+                f"({', '.join(table)})"
+            )
+
+
+def _check_curve_gpus(engine: EngineSettings, catalog: dict, where: str = "") -> None:
+    """Raise ConfigError for an engine curve under a GPU the catalog lacks (never read)."""
+    for name in engine.grouped_gemm_efficiency:
+        if name not in catalog:
+            raise ConfigError(
+                f"{where}engine.grouped_gemm_efficiency={name!r}: not a GPU of conf/hardware "
+                f"(valid: {', '.join(catalog)}): its curves would never be read"
+            )
 
 
 def check_topology(settings: RootSettings) -> None:
@@ -173,13 +198,17 @@ def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
                 f"(conf/engine/{own}.yaml or a release file {own}_*.yaml); a figure composes "
                 "with its own engine's kernel lists"
             )
-        families = _engine_families(str(Path(conf_dir) / "engine"), fig.engine_name())
+        engine = _engine_file(str(Path(conf_dir) / "engine"), fig.engine_name())
         fam = engine_profile.family(typed)  # the model as its file gives it
-        if families is None:
+        if engine is None:
             raise ConfigError(
                 f"{where}.engine={fig.engine!r}: no conf/engine/{fig.engine_name()}.yaml; name its "
                 "engine file in engine_config"
             )
+        own_file = f"conf/engine/{fig.engine_name()}.yaml: "
+        _check_curve_gpus(engine, settings.catalog, own_file)
+        _check_engine_archs(engine, own_file)
+        families = set(engine.families)
         if families and fam not in families:
             raise ConfigError(
                 f"{where}.engine={fig.engine!r}: conf/engine/{fig.engine_name()}.yaml has no "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,7 +112,7 @@ def _tracked_refusal(resolved: Path, flag: str, shown: str, force: bool, what: s
     """Raise ConfigError where an output lies in the checkout's tracked files."""
     tracked = [PROJECT_ROOT / name for name in TRACKED_FOLDERS]
     inside = resolved == PROJECT_ROOT or any(resolved.is_relative_to(p) for p in tracked)
-    if not inside:
+    if not inside and not _root_file(resolved):
         return
     if not force:
         raise ConfigError(
@@ -130,33 +131,54 @@ def _tracked_refusal(resolved: Path, flag: str, shown: str, force: bool, what: s
         )
 
 
+def _root_file(resolved: Path) -> bool:
+    """Return whether resolved is one of the checkout's own files at its root (README.md,
+    Snakefile): tracked, as git says, or, where git cannot say, any file already there."""
+    try:
+        if resolved.parent != PROJECT_ROOT or not resolved.is_file():
+            return False
+    except OSError:  # a name too long for the file system: not a file there (named later)
+        return False
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "ls-files", "--error-unmatch", "--", resolved.name],
+            capture_output=True,
+        )
+    except OSError:  # no git here
+        return True
+    return listed.returncode == 0 or not (PROJECT_ROOT / ".git").exists()
+
+
 def _shown(path: str) -> str:
     """Return a path as an error message shows it (a long one cut, its length named)."""
     return path if len(path) <= 120 else f"{path[:60]}...({len(path)} chars)"
 
 
-def check_out_folder(out: str, files: tuple[str, ...] = (), force: bool = False) -> Path:
-    """Return the --out folder, made and writable, or raise ConfigError in one line."""
+def check_out_folder(
+    out: str, files: tuple[str, ...] = (), force: bool = False, flag: str = "--out"
+) -> Path:
+    """Return the output folder (flag: how the user gave it), made and writable, or raise
+    ConfigError in one line."""
     shown = _shown(str(out))
     if not str(out).strip():
-        raise ConfigError("--out='': empty; name a folder")
+        raise ConfigError(f"{flag}='': empty; name a folder")
     folder = Path(out)
     resolved = folder.resolve()
-    _tracked_refusal(resolved, "--out", shown, force, "folder")
+    _tracked_refusal(resolved, flag, shown, force, "folder")
     try:
         if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"--out={shown}: a file, not a folder")
+            raise ConfigError(f"{flag}={shown}: a file, not a folder")
         for name in files:
             if (folder / name).is_dir():
                 raise ConfigError(
-                    f"--out={shown}: {name} there is a folder, where a file goes; move it away"
+                    f"{flag}={shown}: {name} there is a folder, where a file goes; move it away"
                 )
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / ".tilesweep-write-check"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise ConfigError(f"--out={shown}: cannot write there ({exc.strerror})") from None
+        raise ConfigError(f"{flag}={shown}: cannot write there ({exc.strerror})") from None
     return folder
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.hardware_spec import Arch, EfficiencyCurve, gpu_counts
+from tilesweep.settings.hardware_spec import WEIGHT_DTYPES, Arch, EfficiencyCurve, gpu_counts
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
 # plan.step_parts' part kinds, plus `allreduce` (the interconnect model's, never counted twice)
@@ -160,3 +160,14 @@ class EngineSettings(Section):
     # grouped_gemm_efficiency of the format (a GPU or format not named keeps the hardware's).
     grouped_gemm_efficiency: dict[str, dict[str, EfficiencyCurve]] = {}
     only_arch: list[Arch] = []  # archs its code runs on (empty: all)
+
+    @model_validator(mode="after")
+    def _curve_formats(self) -> EngineSettings:
+        """Refuse a curve under a format no weight has (it would never be read, unsaid); the GPU
+        names are the catalog's (RootSettings)."""
+        for gpu, curves in self.grouped_gemm_efficiency.items():
+            for dtype in curves:
+                if dtype not in WEIGHT_DTYPES:
+                    why = f"{dtype!r} is not a weight dtype ({', '.join(WEIGHT_DTYPES)})"
+                    raise refuse(f"grouped_gemm_efficiency.{gpu}", why, dtype)
+        return self

@@ -183,11 +183,13 @@ class InterconnectModel(Section):
 
     @model_validator(mode="after")
     def _default_known(self) -> InterconnectModel:
-        """Refuse a default, or a plausible topology, that names no topology."""
+        """Refuse a default, or a plausible topology, that names no topology, or one twice."""
         why = f"not among topologies {', '.join(self.topologies)}"
         for key, name in [("default", self.default), *(("plausible", n) for n in self.plausible)]:
             if name not in self.topologies:
                 raise refuse(key, why, name)
+        if len(set(self.plausible)) != len(self.plausible):
+            raise refuse("plausible", "names a topology twice; give each once", self.plausible)
         return self
 
 

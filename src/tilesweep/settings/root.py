@@ -93,6 +93,12 @@ class RootSettings(Section):
             if name not in self.catalog:
                 why = f"unknown hardware; valid: {', '.join(self.catalog)}"
                 raise refuse(f"grid.targets[{i}]", why, name)
+        if self.deployment.attention == "dsa" and self.model.attention.index_topk is None:
+            why = (
+                f"model {self.model.name} has no sparse indexer (model.attention.index_topk): "
+                "its attention is dense; give auto or dense"
+            )
+            raise refuse("deployment.attention", why, "dsa")
         for key in ("tiles", "layouts"):
             for i, item in enumerate(getattr(self.grid, key)):
                 try:
