@@ -109,3 +109,23 @@ def test_a_cell_cut_to_its_header_is_listed_as_damaged(tmp_path):
     assert reasons["cut.csv"].startswith("damaged: ")
     assert "bytes where its job wrote" in reasons["cut.csv"]
     assert "a header and no rows" in reasons["bare.csv"]
+
+
+def test_a_damaged_launch_record_is_listed_but_a_launch_that_does_not_fit_is_not(tmp_path):
+    """A launch record is the answer whatever its status; one edited after its job wrote it, or
+    replaced by a folder, is damaged like any stage's."""
+    from tilesweep.cells import write_cell_json
+
+    folder = tmp_path / "results" / "launch" / "triton" / "h200"
+    folder.mkdir(parents=True)
+    edited, fits_not, kept = (folder / f"{n}.json" for n in ("edited", "fits_not", "kept"))
+    write_cell_json(edited, {"status": "ok", "fits": "default"})
+    edited.write_text(edited.read_text().replace('"default"', '"optin"'))
+    write_cell_json(fits_not, {"status": "launch", "fits": "no"})
+    write_cell_json(kept, {"status": "ok", "fits": "default"})
+    (folder / "gone.json").mkdir()
+    rows = failed_rows(tmp_path / "results")
+    reasons = dict(zip((p.name for p in rows["path"]), rows["reason"], strict=True))
+    assert set(reasons) == {"edited.json", "gone.json"}
+    assert reasons["edited.json"].startswith("damaged: ")
+    assert reasons["gone.json"] == "a folder where the record goes"

@@ -14,6 +14,8 @@ from tilesweep.errors import ConfigError
 # Where per-cell outputs with rows lie (a launch check that does not fit is a result, not a
 # failure; tune/.work holds the tuner's own journal, not outputs).
 STAGES = ("build", "decode", "collective", "layout", "power", "tune")
+# Where records are checked for damage only: a launch row that does not fit is the answer.
+DAMAGE_ONLY = ("launch",)
 FAILED_ROW_COLUMNS = ["path", "status", "reason"]
 
 
@@ -79,8 +81,11 @@ def _not_a_record(path: Path) -> str | None:
     return None
 
 
-def _file_rows(path: Path, recorded: bool, statuses: set[str] | None) -> list[dict]:
-    """Return the failed rows (path, status, reason) of one per-cell output."""
+def _file_rows(
+    path: Path, recorded: bool, statuses: set[str] | None, rows: bool = True
+) -> list[dict]:
+    """Return the failed rows (path, status, reason) of one per-cell output (its damage only
+    where rows is False)."""
     why = damage(path) if summary_path(path).exists() else None
     # (a row that failed, or a header and no rows, says more than the missing record)
     unrecorded = recorded and not summary_path(path).exists()
@@ -88,6 +93,8 @@ def _file_rows(path: Path, recorded: bool, statuses: set[str] | None) -> list[di
         why = f"no {SUFFIX} record beside it, though the run's other outputs have theirs"
     if why is not None:  # cut to its header, emptied, edited: not what its job wrote
         return [{"path": path, "status": str(Status.MISSING), "reason": f"damaged: {why}"}]
+    if not rows:
+        return []
     return [
         {"path": path, "status": status, "reason": reason}
         for status, reason in _records(path)
@@ -106,7 +113,7 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
         if (results / stage).is_dir()
     )
     found = []
-    for stage in STAGES:
+    for stage in STAGES + DAMAGE_ONLY:
         folder = results / stage
         if folder.exists() and not folder.is_dir():  # a stage's folder replaced by a file
             why = "a file where the stage's folder goes"
@@ -120,7 +127,7 @@ def failed_rows(results: Path, statuses: set[str] | None = None) -> pd.DataFrame
             if why is not None:
                 found.append({"path": path, "status": str(Status.MISSING), "reason": why})
                 continue
-            found += _file_rows(path, recorded, statuses)
+            found += _file_rows(path, recorded, statuses, rows=stage not in DAMAGE_ONLY)
     return pd.DataFrame(found, columns=FAILED_ROW_COLUMNS)
 
 
