@@ -12,7 +12,7 @@ from tilesweep.config import compose
 from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
 from tilesweep.plan.bound import decide_bound, margin_text
-from tilesweep.plan.deployment import COLUMNS, compose_deployment
+from tilesweep.plan.composition import COLUMNS, compose_deployment
 from tilesweep.plan.interconnect import (
     collective_ms,
     floored_ms,

@@ -13,7 +13,7 @@ from tilesweep.plan import sensitivity
 def brief():
     """Return the default (the brief's) settings and their composed deployment."""
     settings = compose_settings([])
-    from tilesweep.plan.deployment import compose_deployment
+    from tilesweep.plan.composition import compose_deployment
 
     return settings, compose_deployment(settings)
 

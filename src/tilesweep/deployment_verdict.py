@@ -26,7 +26,7 @@ from tilesweep.plan import (
     row_inputs,
 )
 from tilesweep.plan.architecture import deployment_model
-from tilesweep.plan.deployment import Composition, compose_parts
+from tilesweep.plan.composition import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
 from tilesweep.plan.part_timers import floored_timer, roofline_timer, untimed_timer
 from tilesweep.plan.sensitivity import sensitivity, winners
@@ -248,7 +248,7 @@ def deployment_table(
     ceilings: dict,
     fitted: tuple | None = None,
 ) -> pd.DataFrame:
-    """Return the composed deployment (plan.deployment.COLUMNS) for the target at every batch;
+    """Return the composed deployment (plan.composition.COLUMNS) for the target at every batch;
     `fitted` is verdict_fit's (fit, per-kernel cost, label) where the caller made it (a fit is
     made on the sweep's own model, never on another config's)."""
     dep, attention = engine_deployment(settings)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from tilesweep.columns import BAND_COLUMNS, WINNER_COLUMNS
-from tilesweep.plan.deployment import compose_deployment
+from tilesweep.plan.composition import compose_deployment
 from tilesweep.settings import HardwareSpec, RootSettings
 from tilesweep.settings.hardware_spec import Topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep.plan import allreduce
-from tilesweep.plan.deployment import Composition, compose_parts
+from tilesweep.plan.composition import Composition, compose_parts
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import InterconnectModel

@@ -1,4 +1,5 @@
-"""The deployment table: one row per layout x batch, each a whole decode step (plan.step_time)."""
+"""The composition: one row per layout x batch, each a whole decode step (plan.step_time), the
+deployment table the verdict is made of."""
 
 from __future__ import annotations
 
