@@ -7,7 +7,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.hardware_spec import WEIGHT_DTYPES, Arch, EfficiencyCurve, gpu_counts
+from tilesweep.settings.hardware_spec import (
+    Arch,
+    EfficiencyCurve,
+    check_weight_dtypes,
+    gpu_counts,
+)
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
 # plan.step_parts' part kinds, plus `allreduce` (the interconnect model's, never counted twice)
@@ -166,8 +171,5 @@ class EngineSettings(Section):
         """Refuse a curve under a format no weight has (it would never be read, unsaid); the GPU
         names are the catalog's (RootSettings)."""
         for gpu, curves in self.grouped_gemm_efficiency.items():
-            for dtype in curves:
-                if dtype not in WEIGHT_DTYPES:
-                    why = f"{dtype!r} is not a weight dtype ({', '.join(WEIGHT_DTYPES)})"
-                    raise refuse(f"grouped_gemm_efficiency.{gpu}", why, dtype)
+            check_weight_dtypes(curves, f"grouped_gemm_efficiency.{gpu}")
         return self

@@ -199,6 +199,14 @@ PEAK_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp32")
 WEIGHT_DTYPES = ("bf16", "fp8", "nvfp4", "mxfp4")
 
 
+def check_weight_dtypes(curves: dict | None, key: str) -> None:
+    """Refuse a grouped-GEMM curve under a format no weight has (it would never be read)."""
+    for dtype in curves or {}:
+        if dtype not in WEIGHT_DTYPES:
+            why = f"{dtype!r} is not a weight dtype ({', '.join(WEIGHT_DTYPES)})"
+            raise refuse(key, why, dtype)
+
+
 # The least fraction of its roofline a cited kernel figure may be: below 0.1% no kernel streams
 # (the case study's failed CUTLASS tiles reached 0.79%); a smaller figure is a typo.
 EFFICIENCY_FLOOR = 1e-3
@@ -298,10 +306,7 @@ class HardwareSpec(Section):
                 raise refuse(
                     "peak_tflops", f"{dtype!r} is not one of {', '.join(PEAK_DTYPES)}", dtype
                 )
-        for dtype in self.grouped_gemm_efficiency or {}:
-            if dtype not in WEIGHT_DTYPES:
-                why = f"{dtype!r} is not a weight dtype ({', '.join(WEIGHT_DTYPES)})"
-                raise refuse("grouped_gemm_efficiency", why, dtype)
+        check_weight_dtypes(self.grouped_gemm_efficiency, "grouped_gemm_efficiency")
         if not self.smem_per_block_default <= self.smem_per_block_optin <= self.smem_per_sm:
             why = (
                 f"shared memory must order default <= optin <= per SM "
