@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
 from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
-from tilesweep.io import check_out_folder  # noqa: E402 - likewise
+from tilesweep.io import check_out_folder, write_text  # noqa: E402 - likewise
 from tilesweep.measure.timing import capture_graph, time_events  # noqa: E402 - likewise
 
 # GLM-5's indexer (conf/model/glm5.yaml): 32 heads of 128, rope over 64 of them, top-k 2048;
@@ -179,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch's launches, which may exceed SGLang's 19 (conf/engine/sglang_dsa_unfused.yaml)",
     }
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
-    with open(os.path.join(folder, "dsa_indexer_probe.json"), "w") as fh:
-        json.dump(out, fh, indent=1)
+    write_text(os.path.join(folder, "dsa_indexer_probe.json"), json.dumps(out, indent=1))
     return 0
 
 

@@ -36,7 +36,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout
 from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
-from tilesweep.io import check_out_folder  # noqa: E402 - likewise
+from tilesweep.io import check_out_folder, write_text  # noqa: E402 - likewise
 from tilesweep.measure.timing import capture_graph, time_events  # noqa: E402 - likewise
 
 KEPT = Path(".engine_kernels/sglang-0.5.23")
@@ -486,7 +486,7 @@ def main() -> int:
 def save(rows: list, out: str) -> None:
     """Write the rows so far to $OUT/fused_moe_probe.json (kept if a later shape runs out)."""
     Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "fused_moe_probe.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_text(Path(out) / "fused_moe_probe.json", json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

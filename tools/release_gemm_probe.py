@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]  # runs from a bare chec
 from fused_moe_probe import PEAK_BW, fp8, layout, scales, touched_bytes  # noqa: E402
 
 from tilesweep.errors import tool_main  # noqa: E402
-from tilesweep.io import check_out_folder  # noqa: E402
+from tilesweep.io import check_out_folder, write_text  # noqa: E402
 from tilesweep.measure.timing import percentile, time_gpu  # noqa: E402
 
 BLOCK = 128  # DeepSeek-V3's weight_block_size [128, 128]
@@ -535,7 +535,7 @@ def main() -> int:
             probe_mla(args, common, cuda, rows)
     finally:
         Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "release_gemm_probe.json").write_text(json.dumps(rows, indent=1) + "\n")
+        write_text(Path(out) / "release_gemm_probe.json", json.dumps(rows, indent=1) + "\n")
     print(f"{len(rows)} rows in {time.monotonic() - started:.0f} s: {out}/release_gemm_probe.json")
     return 0
 
