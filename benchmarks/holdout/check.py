@@ -18,10 +18,17 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # runs from a bare checkout
+from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.io import check_out_file, write_table  # noqa: E402 - likewise
+
 HERE = Path(__file__).resolve().parent
 MAIN = HERE.parents[1]
 CLI = [sys.executable, "-m", "tilesweep.cli"]
 BAND = (0.75, 1.33)
+DEFAULT_OUT = "/tmp/holdout_results.csv"
 KEY = (
     "model",
     "hardware",
@@ -77,6 +84,8 @@ def gap(row: dict) -> str:
 
 def main() -> None:
     """Compose every figure, write the results table, print the scores."""
+    # the output checked before minutes of composing, not after (one line, exit 2)
+    target = check_out_file(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT, flag="OUT_CSV")
     figs = list(csv.DictReader((HERE / "figures.csv").open()))
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for f in figs:
@@ -121,11 +130,7 @@ def main() -> None:
                     "source_url": m["source_url"],
                 }
             )
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/holdout_results.csv")
-    with target.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(out[0]))
-        w.writeheader()
-        w.writerows(out)
+    write_table(target, pd.DataFrame(out))  # built aside, renamed in whole
     report(out)
 
 
@@ -161,4 +166,4 @@ def report(out: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("holdout", main))
