@@ -12,9 +12,18 @@ where N or K is not a multiple of 128 (kv_a, N=576); the other shapes went to a 
 kernel (sgl_kernel fp8_blockwise_scaled_mm, vLLM cutlass_scaled_mm) that is not timed here: each
 row says which kernel the release ran at that shape (`release_kernel_sm90`).
 
+--moe-models picks the routed experts' shapes (MOE_MODELS: DeepSeek-V3 at TP8, Qwen3-235B-A22B
+at TP2 and TP4, whose vLLM 0.12.0 tables are E=128,N=768 and N=384). --padded (with --moe-models)
+also times what vLLM 0.12.0 runs instead on Hopper when DeepGEMM is installed: its contiguous
+grouped GEMMs over M_sum = round_up(tokens x top_k + experts x 127, 128) rows whatever the batch,
+as FP8 GEMMs of those shapes in cuBLASLt (a proxy: DeepGEMM is not on the device image) and the
+activation and quantisation passes over M_sum rows as single elementwise kernels of their bytes
+(padded_moe_probe.py).
+
 Writes $OUT/release_gemm_probe.json (rows) and prints one line a row. Usage:
   OUT=/tmp/o python tools/release_gemm_probe.py [--kernels DIR] [--releases a,b] [--tokens 1,2,...]
-      [--gemms q_a,kv_a,...] [--as-device "NVIDIA H200"] [--moe] [--mla] [--repeats N] [--tiny]
+      [--gemms q_a,kv_a,...|none] [--as-device "NVIDIA H200,default"] [--moe] [--mla] [--tiny]
+      [--moe-models deepseek_v3_tp8,qwen3_235b_tp2,qwen3_235b_tp4] [--padded]
 --tiny times nothing: small shapes, launched and checked against torch (TRITON_INTERPRET=1).
 """
 
@@ -48,6 +57,7 @@ def _root() -> Path:
 ROOT = _root()
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]  # runs from a bare checkout
 from fused_moe_probe import PEAK_BW, fp8, layout, scales, touched_bytes  # noqa: E402
+from padded_moe_probe import probe_padded, summary  # noqa: E402
 
 from tilesweep.errors import tool_main  # noqa: E402
 from tilesweep.io import check_out_folder, write_text  # noqa: E402
@@ -78,13 +88,22 @@ GEMMS = {
 # The routed experts at TP8 (256 experts of 2048 / 8, top 8; the shared expert is its own MLP at
 # these releases), as fused_experts_impl launches them: gate_up (N = 2 x 256, K = 7168) and down.
 MOE = {"hidden": 7168, "inter": 2048 // 8, "experts": 256, "top_k": 8}
+# --moe-models: {name: shape}; Qwen3-235B-A22B (conf/model/qwen3_235b_a22b.yaml: hidden 4096,
+# moe_intermediate 1536, 128 experts, top 8, no shared expert) with its experts TP-split.
+MOE_MODELS = {
+    "deepseek_v3_tp8": {**MOE, "model": "deepseek_v3", "tp": 8},
+    "qwen3_235b_tp2": {"hidden": 4096, "inter": 1536 // 2, "experts": 128, "top_k": 8}
+    | {"model": "qwen3_235b_a22b", "tp": 2},
+    "qwen3_235b_tp4": {"hidden": 4096, "inter": 1536 // 4, "experts": 128, "top_k": 8}
+    | {"model": "qwen3_235b_a22b", "tp": 4},
+}
 # MLA decode (SGLang 0.4.3's Triton backend): the latent KV cache, one head of kv_lora 512 + rope 64
 # (bf16, memory_pool.py MLATokenToKVPool; V is its first 512), and the query heads a GPU runs: 128
 # under DP attention (every head, its own sequences), 16 at TP8.
 KV_LORA, ROPE = 512, 64
 MLA_HEADS = (128, 16)
 TINY_GEMMS = {"tiny_aligned": (256, 256), "tiny_odd": (192, 384)}
-TINY_MOE = {"hidden": 256, "inter": 128, "experts": 8, "top_k": 2}
+TINY_MOE = {"hidden": 256, "inter": 128, "experts": 8, "top_k": 2, "model": "tiny", "tp": 1}
 MAX_COPIES = 256
 
 
@@ -115,6 +134,8 @@ def table(spec: dict, part: str, prefix: str, device: str) -> tuple[dict | None,
     """Return ({batch: config}, file) of the release's shipped table for this shape and device
     (its file name: `prefix`,device_name=<device, spaces as _>,dtype=fp8_w8a8,block_shape=[128,
     128], the block's spacing as the release writes it), else (None, "default")."""
+    if device == "default":  # --as-device default: the release's default config, whatever ships
+        return None, "default"
     want = f"{prefix},device_name={device.replace(' ', '_')},dtype=fp8_w8a8,block_shape="
     for name, digest in sorted(spec["tables_sha256"].items()):
         block = name.removeprefix(want).removesuffix(".json").replace(" ", "")
@@ -221,6 +242,7 @@ def moe_calls(kernel, spec: dict, m: int, config: dict, weights: dict, device, g
             use_fp8_w8a8=True, use_int8_w8a16=False,
             even_Ks=b.shape[2] % config["BLOCK_SIZE_K"] == 0,
         )  # fmt: skip
+        kwargs |= NO_BIAS  # vLLM 0.12's further arguments (fused_moe.py:688-735), where it has them
         if spec.get("trim_em"):  # vLLM passes the trimmed EM to the kernel too
             kwargs["EM"] = em
         kwargs = {key: value for key, value in kwargs.items() if key in names}
@@ -234,6 +256,9 @@ def moe_calls(kernel, spec: dict, m: int, config: dict, weights: dict, device, g
 
 
 MOE_SHAPE = [MOE]  # the routed experts' shape in force (--tiny swaps in TINY_MOE)
+# vLLM 0.12.0's invoke_fused_moe_kernel passes these too (no bias, SPLIT_K 1, block FP8 only).
+NO_BIAS = {"b_bias_ptr": None, "stride_bbe": 0, "stride_bbn": 0, "SPLIT_K": 1}
+NO_BIAS |= {"use_int8_w8a8": False, "per_channel_quant": False, "HAS_BIAS": False}
 
 
 def moe_error(t: dict) -> float:
@@ -403,10 +428,17 @@ def probe_gemms(args, common: dict, devices: list, cuda: bool, rows: list) -> No
 
 
 def probe_moe(args, common: dict, devices: list, cuda: bool, rows: list) -> None:
-    """Time each release's fused_moe gate_up and down calls over the tokens and config devices."""
+    """Time each release's fused_moe gate_up and down calls over the --moe-models shapes, the
+    tokens and the config devices."""
+    for shape in args.moe_shapes:
+        MOE_SHAPE[0] = shape
+        _probe_moe_shape(args, common, devices, cuda, rows, shape)
+
+
+def _probe_moe_shape(args, common, devices: list, cuda: bool, rows: list, shape: dict) -> None:
+    """Time each release's fused_moe calls for one shape (MOE_SHAPE[0])."""
     device = torch.device("cuda" if cuda else "cpu")
     generator = torch.Generator().manual_seed(1)
-    shape = MOE_SHAPE[0]
     e, h, i = shape["experts"], shape["hidden"], shape["inter"]
     touched = shape["top_k"] * 3 * i * h
     copies = copies_for(touched, common["l2_bytes"], cuda)
@@ -425,48 +457,51 @@ def probe_moe(args, common: dict, devices: list, cuda: bool, rows: list) -> None
             configs, source = table(spec, "fused_moe", f"E={e},N={i}", config_device)
             for m in args.token_list:
                 config = pick(configs, spec, m)
-                try:
-                    made = [moe_calls(kernel, spec, m, config, w, device, generator)
-                            for w in weights]  # fmt: skip
-                except Exception as exc:
-                    made, failed = None, f"{type(exc).__name__}: {exc}"
-                size = {}
-                if made is not None:  # the mean over copies of what each call must move
-                    for part in ("up", "down"):
-                        size[part] = statistics.mean(
-                            touched_bytes(c[part][1]["ids"], c[part][1]["b"], c[part][1]["c"])
-                            for c in made
-                        )
-                    size["up+down"] = size["up"] + size["down"]
-                for part in ("up", "down", "up+down"):
-                    row = {**common, "release": release, "part": f"fused_moe_{part}"}
-                    row |= {"model": "deepseek_v3" if not args.tiny else "tiny", "tp": 8}
-                    row |= {"experts": e, "top_k": shape["top_k"], "shared_fused": False}
-                    row |= {"hidden": h, "inter_shard": i}
-                    if part in size:
-                        row["bytes_per_call"] = int(size[part])
-                    row |= {"tokens": m, "copies": copies, "config_device": config_device}
-                    row |= {"config_table": source, "config": config}
-                    row |= {"kernel_module": spec["module"]}
-                    try:
-                        if made is None:
-                            raise RuntimeError(failed)
-                        parts = ["up", "down"] if part == "up+down" else [part]
-                        seq = [c[p][0] for c in made for p in parts]
-                        row["status"] = "ok"
-                        if part != "up+down" and (m <= 4 or not cuda):
-                            made[0][part][0]()
-                            row["max_rel_err"] = round(moe_error(made[0][part][1]), 4)
-                        if cuda:
-                            result = timed(seq, args.repeats)
-                            if part == "up+down":  # per layer: both calls
-                                result["us_per_call"] = round(result["us_per_call"] * 2, 2)
-                            row |= result
-                    except Exception as exc:
-                        row |= {"status": "launch", "message": f"{type(exc).__name__}: {exc}"}
-                    finish(row, rows)
-                del made
+                base = {**common, "release": release, "model": shape["model"], "tp": shape["tp"]}
+                base |= {"experts": e, "top_k": shape["top_k"], "shared_fused": False}
+                base |= {"hidden": h, "inter_shard": i, "tokens": m, "copies": copies}
+                base |= {"config_device": config_device, "config_table": source}
+                base |= {"config": config, "kernel_module": spec["module"]}
+                _moe_rows(args, cuda, rows, base, (kernel, spec, config, weights, generator))
     del weights
+
+
+def _moe_rows(args, cuda: bool, rows: list, base: dict, how: tuple) -> None:
+    """Build one token count's calls on every weight copy; time up, down and both (a row each)."""
+    kernel, spec, config, weights, generator = how
+    device, m = weights[0]["w_up"].device, base["tokens"]
+    try:
+        made = [moe_calls(kernel, spec, m, config, w, device, generator) for w in weights]
+    except Exception as exc:
+        made, failed = None, f"{type(exc).__name__}: {exc}"
+    size = {}
+    if made is not None:  # the mean over copies of what each call must move
+        for part in ("up", "down"):
+            size[part] = statistics.mean(
+                touched_bytes(c[part][1]["ids"], c[part][1]["b"], c[part][1]["c"]) for c in made
+            )
+        size["up+down"] = size["up"] + size["down"]
+    for part in ("up", "down", "up+down"):
+        row = {**base, "part": f"fused_moe_{part}"}
+        if part in size:
+            row["bytes_per_call"] = int(size[part])
+        try:
+            if made is None:
+                raise RuntimeError(failed)
+            parts = ["up", "down"] if part == "up+down" else [part]
+            seq = [c[p][0] for c in made for p in parts]
+            row["status"] = "ok"
+            if part != "up+down" and (m <= 4 or not cuda):
+                made[0][part][0]()
+                row["max_rel_err"] = round(moe_error(made[0][part][1]), 4)
+            if cuda:
+                result = timed(seq, args.repeats)
+                if part == "up+down":  # per layer: both calls
+                    result["us_per_call"] = round(result["us_per_call"] * 2, 2)
+                row |= result
+        except Exception as exc:
+            row |= {"status": "launch", "message": f"{type(exc).__name__}: {exc}"}
+        finish(row, rows)
 
 
 def finish(row: dict, rows: list) -> None:
@@ -490,13 +525,19 @@ def main() -> int:
     parser.add_argument("--releases", default="sglang-0.4.3.post2,vllm-0.7.3")
     parser.add_argument("--tokens", default="1,2,4,8,16,32,64")
     parser.add_argument("--gemms", default=",".join(GEMMS), help="of " + ",".join(GEMMS))
-    parser.add_argument("--as-device", default="NVIDIA H200", help="also with its config tables")
+    parser.add_argument(
+        "--as-device", default="NVIDIA H200", help="also with these devices' tables (a,b; default)"
+    )
     parser.add_argument("--moe", action="store_true", help="also the routed experts' fused_moe")
     parser.add_argument("--mla", action="store_true", help="also SGLang 0.4.3's MLA decode")
     parser.add_argument("--mla-batches", default="1,2,4,8,16,64", help="sequences on one GPU")
     parser.add_argument("--mla-contexts", default="1024,4096", help="tokens of each sequence")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--tiny", action="store_true", help="small shapes, checked, not timed")
+    parser.add_argument(
+        "--moe-models", default="deepseek_v3_tp8", help="of " + ",".join(MOE_MODELS)
+    )
+    parser.add_argument("--padded", action="store_true", help="vLLM 0.12's DeepGEMM rows (proxy)")
     args = parser.parse_args()
     out = os.environ.get("OUT")
     if not out:
@@ -507,15 +548,18 @@ def main() -> int:
         sys.exit(f"release_gemm_probe: --tokens takes integers, not {args.tokens}")
     if min(args.token_list) < 1 or args.repeats < 1:
         sys.exit("release_gemm_probe: tokens and repeats must be >= 1")
-    unknown = set(args.gemms.split(",")) - set(GEMMS)
+    unknown = set(args.gemms.split(",")) - set(GEMMS) - {"none"}
     if unknown and not args.tiny:
         sys.exit(f"release_gemm_probe: no GEMM {sorted(unknown)[0]} (of {', '.join(GEMMS)})")
+    models = args.moe_models.split(",")
+    if set(models) - set(MOE_MODELS):
+        bad = sorted(set(models) - set(MOE_MODELS))[0]
+        sys.exit(f"release_gemm_probe: no MoE model {bad} (of {', '.join(MOE_MODELS)})")
+    args.moe_shapes = [TINY_MOE] if args.tiny else [MOE_MODELS[name] for name in models]
     check_out_folder(out, ("release_gemm_probe.json",), flag="OUT")  # before they run, not after
-    if args.tiny:
-        MOE_SHAPE[0] = TINY_MOE
     cuda = torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET")
     name = torch.cuda.get_device_name() if cuda else "cpu (TRITON_INTERPRET)"
-    devices = [name] + ([args.as_device] if args.as_device and args.as_device != name else [])
+    devices = list(dict.fromkeys([name, *filter(None, args.as_device.split(","))]))
     common = {
         "device": name,
         "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -528,14 +572,19 @@ def main() -> int:
     rows: list = []
     started = time.monotonic()
     try:
-        probe_gemms(args, common, devices, cuda, rows)
+        if args.gemms != "none":
+            probe_gemms(args, common, devices, cuda, rows)
         if args.moe:
             probe_moe(args, common, devices, cuda, rows)
+        if args.padded:
+            helpers = {"timed": timed, "copies_for": copies_for, "finish": finish}
+            probe_padded(args, common, cuda, rows, helpers)
         if args.mla:
             probe_mla(args, common, cuda, rows)
     finally:
         Path(out).mkdir(parents=True, exist_ok=True)
         write_text(Path(out) / "release_gemm_probe.json", json.dumps(rows, indent=1) + "\n")
+    print("\n".join(summary(rows)))
     print(f"{len(rows)} rows in {time.monotonic() - started:.0f} s: {out}/release_gemm_probe.json")
     return 0
 
