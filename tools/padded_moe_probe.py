@@ -58,23 +58,33 @@ def _fp8(rows: int, cols: int, device) -> torch.Tensor:
     return (torch.rand(rows, cols, device=device) - 0.5).to(torch.float8_e4m3fn)
 
 
+def _rowwise(a, b, sa, sb) -> bool:
+    """Return whether this torch's _scaled_mm takes row-wise scales (a 16 x 16 call tried)."""
+    try:
+        torch._scaled_mm(a[:16], b[:16].t(), sa[:16], sb[:, :16], out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True
+
+
 def call(part: str, m: int, n: int, k: int, device):
-    """Return (launch, check) of one pass: check() gives its max relative error against torch."""
+    """Return (launch, check, scaling) of one pass: check() gives its error against torch."""
     if part in ("up", "down"):
         a, b = _fp8(m, k, device), _fp8(n, k, device)
-        sa = torch.ones(m, 1, device=device)
-        sb = torch.ones(1, n, device=device)
-        out = {}
+        sa, sb = torch.ones(m, 1, device=device), torch.ones(1, n, device=device)
+        if device.type == "cuda" and not _rowwise(a, b, sa, sb):  # else one scale a tensor
+            sa, sb = torch.ones((), device=device), torch.ones((), device=device)
+        out = {"scaling": "row-wise" if sa.dim() else "per tensor"}
 
         def launch() -> None:
-            out["c"] = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+            out["c"] = torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
 
         def check() -> float:
             ref = a.float() @ b.float().t()
             got = out["c"].float()
             return float(((got - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item())
 
-        return launch, check
+        return launch, check, out["scaling"]
     x = torch.rand(m, k, device=device, dtype=torch.bfloat16)
     y = torch.empty(
         m, n, device=device, dtype=torch.bfloat16 if part == "act" else torch.float8_e4m3fn
@@ -87,7 +97,7 @@ def call(part: str, m: int, n: int, k: int, device):
         def check() -> float:
             return float((y.float() - (x[:, :n].float() + x[:, n:].float())).abs().max().item())
 
-        return launch, check
+        return launch, check, ""
 
     def launch() -> None:
         y.copy_(x)
@@ -95,7 +105,7 @@ def call(part: str, m: int, n: int, k: int, device):
     def check() -> float:
         return float((y.float() - x.float()).abs().max().item())
 
-    return launch, check
+    return launch, check, ""
 
 
 def probe_padded(args, common: dict, cuda: bool, rows: list, helpers: dict) -> None:
@@ -130,6 +140,8 @@ def _run(part, m, n, k, nbytes, device, cuda, args, helpers, common) -> dict:
         copies = helpers["copies_for"](nbytes, common["l2_bytes"], cuda)
         made = [call(part, m, n, k, device) for _ in range(copies)]
         result = {"status": "ok", "copies": copies}
+        if part in ("up", "down") and cuda:
+            result["scaling"] = made[0][2]
         if not cuda:  # the interpreter's CPU: torch's FP8 GEMM has no CPU kernel; shapes only
             if part in ("act", "quant"):
                 made[0][0]()
