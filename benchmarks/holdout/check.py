@@ -1,5 +1,9 @@
-"""Compose each held-out engine figure (figures.csv beside this) with `tilesweep verdict` and
-score it: `python benchmarks/holdout/check.py [OUT_CSV]` from the repository root.
+"""Compose each held-out engine figure with `tilesweep verdict` and score it:
+`python benchmarks/holdout/check.py [--set FOLDER] [OUT_CSV]` from the repository root.
+
+FOLDER holds the set's figures.csv (default benchmarks/holdout, the folder beside this file;
+benchmarks/holdout2 is the second set). A figure whose model, GPU, deployment or engine has no
+file under conf/ is reported as "cannot compose" with the missing file, never composed.
 
 One verdict call per deployment x load, all its concurrencies in one `deployment.batches` list,
 with the overrides references.Figure.overrides() builds for a cited figure (model, hardware,
@@ -10,6 +14,7 @@ overall scores at the corpus thresholds (0.75-1.33x, median |error|). About 3 mi
 
 from __future__ import annotations
 
+import argparse
 import csv
 import statistics
 import subprocess
@@ -21,11 +26,42 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # runs from a bare checkout
-from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+from tilesweep.errors import ConfigError, tool_main  # noqa: E402 - after the checkout's src is on the path
 from tilesweep.io import check_out_file, write_table  # noqa: E402 - likewise
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE.parents[1]
+CONF = MAIN / "conf"
+COLUMNS = [
+    "id",
+    "source_url",
+    "date",
+    "engine",
+    "version",
+    "engine_config",
+    "model",
+    "hardware",
+    "deployment",
+    "gpus",
+    "tp",
+    "pp",
+    "ep",
+    "experts",
+    "moe_tp",
+    "batch",
+    "input_len",
+    "output_len",
+    "nominal_isl",
+    "nominal_osl",
+    "speculative",
+    "statistic",
+    "tpot_ms",
+    "quote",
+    "note",
+]
+# the conf group each figure column names a file of
+CONF_GROUPS = {"model": "model", "hardware": "hardware", "deployment": "deployment"}
+CONF_GROUPS["engine_config"] = "engine"
 CLI = [sys.executable, "-m", "tilesweep.cli"]
 BAND = (0.75, 1.33)
 DEFAULT_OUT = "/tmp/holdout_results.csv"
@@ -75,6 +111,39 @@ def compose(g: dict, batches: list[int]) -> tuple[dict[int, dict], str]:
             return {int(r["batch"]): r for r in csv.DictReader(f)}, ""
 
 
+def cannot_compose(g: dict) -> str:
+    """Return why a group names something conf/ has no file for ('' where every file exists)."""
+    missing = [
+        f"conf/{group}/{g[col]}.yaml"
+        for col, group in CONF_GROUPS.items()
+        if not (CONF / group / f"{g[col]}.yaml").is_file()
+    ]
+    return f"cannot compose: no {', '.join(missing)}" if missing else ""
+
+
+def read_set(folder: str) -> list[dict]:
+    """Return a held-out set's figures, or raise ConfigError in one line before any composing."""
+    path = Path(folder) / "figures.csv"
+    if not path.is_file():
+        raise ConfigError(f"--set={folder}: no figures.csv there; name a held-out set's folder")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != COLUMNS:
+            raise ConfigError(f"--set={folder}: figures.csv's columns are not {','.join(COLUMNS)}")
+        figs = list(reader)
+    if not figs:
+        raise ConfigError(f"--set={folder}: figures.csv has no figures")
+    return figs
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Return the command line: --set FOLDER and the optional OUT_CSV."""
+    ap = argparse.ArgumentParser(prog="check.py", description="Score a held-out set.")
+    ap.add_argument("--set", dest="folder", default=str(HERE), help="the set's folder")
+    ap.add_argument("out", nargs="?", default=DEFAULT_OUT, metavar="OUT_CSV")
+    return ap.parse_args(argv)
+
+
 def gap(row: dict) -> str:
     """Return why a composed row has no time ('' where it has one)."""
     if row.get("fits_memory") != "yes":
@@ -84,16 +153,20 @@ def gap(row: dict) -> str:
 
 def main() -> None:
     """Compose every figure, write the results table, print the scores."""
-    # the output checked before minutes of composing, not after (one line, exit 2)
-    target = check_out_file(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT, flag="OUT_CSV")
-    figs = list(csv.DictReader((HERE / "figures.csv").open()))
+    args = parse_args(sys.argv[1:])
+    # the set and the output checked before minutes of composing, not after (one line, exit 2)
+    figs = read_set(args.folder)
+    target = check_out_file(args.out, flag="OUT_CSV")
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for f in figs:
         groups[tuple(f[k] for k in KEY)].append(f)
     out = []
     for key, members in groups.items():
         g = dict(zip(KEY, key, strict=True))
-        rows, refused = compose(g, sorted({int(m["batch"]) for m in members}))
+        refused = cannot_compose(g)
+        rows = {}
+        if not refused:
+            rows, refused = compose(g, sorted({int(m["batch"]) for m in members}))
         for m in members:
             r = rows.get(int(m["batch"]), {})
             why = refused or (gap(r) if r else "no row for this batch")
