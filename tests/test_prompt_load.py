@@ -85,3 +85,10 @@ def test_the_cited_prompt_efficiency_of_the_expert_gemms_slows_the_prompt_and_is
     assert "a prefill pass of its own, chunks of 8192 tokens" in words
     assert "expert GEMMs at e_math 0.095 at prompt rows (vLLM PR #24700" in words
     assert "expert GEMMs at the fit's e_math" in row_inputs.row_words(plain)
+
+
+def test_an_engine_that_does_not_chunk_takes_the_whole_prompt_at_once():
+    settings = compose_settings(["engine=tensorrtllm", "hardware=h200"])
+    load = prompt_load(settings.engine, settings.hardware, "fp8")
+    assert (load.schedule, load.chunk, load.expert_e_math) == ("mixed", 0, None)
+    assert "the whole prompt at once" in load.words

@@ -30,9 +30,10 @@ UNCHUNKED = PromptLoad()
 
 
 def chunk_tokens(chunks: list, memory_gb: float) -> int:
-    """Return the chunk size the engine picks for a device of `memory_gb` (datasheet GB)."""
+    """Return the chunk size the engine picks for a device of `memory_gb` (datasheet GB); 0:
+    unchunked."""
     gib = memory_gb * 1e9 / GIB
-    return next(c.tokens for c in chunks if c.below_gib is None or gib < c.below_gib)
+    return next(c.tokens or 0 for c in chunks if c.below_gib is None or gib < c.below_gib)
 
 
 def prompt_load(engine: EngineSettings | None, hw: HardwareSpec, weight_dtype: str) -> PromptLoad:
@@ -43,7 +44,8 @@ def prompt_load(engine: EngineSettings | None, hw: HardwareSpec, weight_dtype: s
     chunk = chunk_tokens(rule.chunks, hw.memory_gb)
     cited = rule.expert_gemm.get(hw.name, {}).get(weight_dtype)
     how = "a prefill pass of its own" if rule.schedule == "separate" else "mixed into the step"
-    words = f"{how}, chunks of {chunk} tokens (conf/engine/{engine.name}.yaml prefill)"
+    size = f"chunks of {chunk} tokens" if chunk else "the whole prompt at once"
+    words = f"{how}, {size} (conf/engine/{engine.name}.yaml prefill)"
     if cited:
         words += f"; expert GEMMs at e_math {cited.e_math:g} at prompt rows ({cited.cite})"
     else:

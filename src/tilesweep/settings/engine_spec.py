@@ -122,7 +122,7 @@ class PrefillChunk(Section):
     """The most prompt tokens one prefill pass (or step) carries on devices below a memory size."""
 
     below_gib: PositiveNumber | None = None  # devices with less memory (GiB); null: any larger
-    tokens: Positive
+    tokens: Positive | None  # null: unchunked, the whole prompt in one pass (or step)
 
 
 class PromptEfficiency(Section):
