@@ -25,7 +25,7 @@ from tilesweep.settings.hardware_spec import Topology
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt: prompt_parts), and a prompt's
-# logits are its last position's only (SGLang 0.5.6.post2 srt/layers/logits_processor.py:413-434
+# logits are its last position's only (SGLang 0.5.6.post2 srt/layers/logits_processor.py:414-434
 # prunes an extend batch's hidden states to each sequence's last index before the lm_head).
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer", "lm_head")
 
