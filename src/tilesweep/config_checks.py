@@ -133,12 +133,17 @@ def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
 
 def _check_curve_gpus(engine: EngineSettings, catalog: dict, where: str = "") -> None:
     """Raise ConfigError for an engine curve under a GPU the catalog lacks (never read)."""
-    for name in engine.grouped_gemm_efficiency:
-        if name not in catalog:
-            raise ConfigError(
-                f"{where}engine.grouped_gemm_efficiency={name!r}: not a GPU of conf/hardware "
-                f"(valid: {', '.join(catalog)}): its curves would never be read"
-            )
+    prompt = engine.prefill.expert_gemm if engine.prefill else {}
+    for key, names in (
+        ("grouped_gemm_efficiency", engine.grouped_gemm_efficiency),
+        ("prefill.expert_gemm", prompt),
+    ):
+        for name in names:
+            if name not in catalog:
+                raise ConfigError(
+                    f"{where}engine.{key}={name!r}: not a GPU of conf/hardware "
+                    f"(valid: {', '.join(catalog)}): its figures would never be read"
+                )
 
 
 def check_topology(settings: RootSettings) -> None:

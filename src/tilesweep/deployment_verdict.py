@@ -29,6 +29,7 @@ from tilesweep.plan.architecture import deployment_model
 from tilesweep.plan.composition import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
 from tilesweep.plan.part_timers import floored_timer, roofline_timer, untimed_timer
+from tilesweep.plan.prompt_load import prompt_load
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
@@ -255,6 +256,7 @@ def deployment_table(
     engine_conf = settings.engine
     model = deployment_model(settings.model, dep)
     engine = engine_profile.profile(engine_conf, model, dep.weight_dtype, settings.hardware.arch)
+    engine.prompt = prompt_load(engine_conf, settings.hardware, dep.weight_dtype)
     here = measured_here(collective, ceilings)
     target, floors, allreduce, spanned, topology_note = _collectives(
         settings, ceilings, engine, engine_conf, dep, here

@@ -75,13 +75,13 @@ def _inputs(
     }
 
 
-def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec) -> str:
+def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec, how: str) -> str:
     """Return the serving load a row carries and what the other requests' prompts add, in words."""
     if not load_in:
         return "decode only (no arriving prompts)"
     return (
         f"serving, {load_in} in / {load_out} out per request (the other requests' prompts: "
-        f"{prefill:.3g} ms a step; {prompt_words(hw)})"
+        f"{prefill:.3g} ms a step; {how}; {prompt_words(hw)})"
     )
 
 
@@ -191,14 +191,16 @@ def compose_parts(
                 rows.append(row | {"inputs_json": dumps(inputs)})
                 continue
             how = (timer, measured_floors, layer_overrides)
-            step, prefill = loaded_step(model, dep, hw, layout, batch, *how, engine.extra_parts)
+            step, prefill = loaded_step(
+                model, dep, hw, layout, batch, *how, engine.extra_parts, engine.prompt
+            )
             floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
             host = _host_ms(engine, model, layout, step, layer_overrides)
             row |= _speed_columns(step, host, batch, row["world"], floor)
             inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {
                 "kernel list": engine.label,
                 "host": engine.host_label,
-                "load": _load_item(load_in, load_out, prefill, hw),
+                "load": _load_item(load_in, load_out, prefill, hw, engine.prompt.words),
             }
             inputs |= {"gaps": ", ".join(step["gaps"])} if step["gaps"] else {}
             rows.append(row | {"prefill_ms": prefill, "inputs_json": dumps(inputs | rests)})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilesweep.plan.prompt_load import UNCHUNKED, PromptLoad
 from tilesweep.plan.step_parts import make_part
 from tilesweep.settings import ModelSettings
 from tilesweep.settings.engine_spec import AttentionAlso, EngineSettings, Family, Kernel
@@ -65,6 +66,8 @@ class EngineProfile:
     # launches per layer of each type (per step), all-reduces included (0: graphs).
     eager_launch_ms: float = 0.0
     kernels: dict[str, float] = field(default_factory=dict)
+    # How it runs a serving load's arriving prompts on the target (plan.prompt_load)
+    prompt: PromptLoad = UNCHUNKED
 
     def issued(self, stage: dict, last: bool = True) -> float:
         """Return the kernels the CPU issues for one stage's step."""

@@ -18,13 +18,16 @@ from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
+from tilesweep.plan.prompt_load import UNCHUNKED, PromptLoad, prompt_chunks
 from tilesweep.plan.step_parts import make_part, stage_collectives, stage_parts
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 from tilesweep.settings.hardware_spec import Topology
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
-# another sequence's KV cache (its attention over its own prompt is not counted).
-DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer")
+# another sequence's KV cache (its attention over its own prompt: prompt_parts), and a prompt's
+# logits are its last position's only (SGLang 0.5.6.post2 srt/layers/logits_processor.py:414-434
+# prunes an extend batch's hidden states to each sequence's last index before the lm_head).
+DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer", "lm_head")
 
 
 @dataclass(frozen=True)
@@ -39,18 +42,42 @@ class _Step:
     numbers: Topology | None  # the interconnect's figures (plan.interconnect.topology_numbers)
     measured: dict | None  # the collectives' latency floors measured here
     extra_parts: Callable | None  # an engine's extra kernels (stage, first, last) -> parts
+    prompt: PromptLoad = UNCHUNKED  # how the engine runs an arriving prompt's rows
+
+
+def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
+    """Return the parts with the expert GEMMs at the engine's cited e_math at prompt rows."""
+    e = step.prompt.expert_e_math
+    if e is None:
+        return parts
+    return [dict(p, e_math=e) if p["kind"] == "expert_gemm" else p for p in parts]
 
 
 def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
-    """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts)."""
+    """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
+    `prefill` prompt rows carried through the decode step's layers (mixed)."""
     model, dep, layout = step.model, step.dep, step.layout
     parts = stage_parts(model, dep, layout, stage, micro, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
-        parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + [
-            p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS
-        ]
+        parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + _at_prompt_size(
+            step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS]
+        )
         parts += prompt_parts(model, dep, layout, stage, prefill, step.hw)
+    if step.extra_parts is not None:
+        parts = parts + step.extra_parts(stage, first, last)
+    return parts
+
+
+def _pass_parts(step: _Step, stage: dict, rows: int, first: bool, last: bool) -> list:
+    """Return the parts one rank of a stage runs in a prefill pass of its own over `rows` prompt
+    rows (separate): every layer's weights read again, no decoding sequence's attention."""
+    model, dep, layout = step.model, step.dep, step.layout
+    carried = stage_parts(model, dep, layout, stage, rows, first, last)
+    logits = stage_parts(model, dep, layout, stage, 1, first, last)
+    parts = _at_prompt_size(step, [p for p in carried if p["kind"] not in DECODE_ONLY_KINDS])
+    parts += [p for p in logits if p["kind"] == "lm_head"]
+    parts += prompt_parts(model, dep, layout, stage, rows, step.hw)
     if step.extra_parts is not None:
         parts = parts + step.extra_parts(stage, first, last)
     return parts
@@ -100,13 +127,18 @@ def comm_gap_bound(gaps: list[str]) -> str:
 def _stage_time(
     step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int
 ) -> dict:
-    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak}."""
+    """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak};
+    micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
+    if micro:
+        parts = _parts(step, stage, micro, first, last, prefill)
+    else:
+        parts = _pass_parts(step, stage, prefill, first, last)
     acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
     acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
-    for part in _parts(step, stage, micro, first, last, prefill):
+    for part in parts:
         t = step.timer(part, hw)
         c = part["count"]
         kernel = t["memory_ms"] + t["math_ms"]
@@ -127,7 +159,7 @@ def _stage_time(
         else:
             acc["math_kernel"] += c * (t["math_ms"] + t["memory_ms"])
             acc["roof_math"] += c * t["roof_math_ms"]
-    for coll in stage_collectives(step.model, step.layout, stage, micro, first):
+    for coll in stage_collectives(step.model, step.layout, stage, micro or prefill, first):
         nbytes = coll["bytes"]
         ms, why = floored_ms(coll["collective"], coll["n"], nbytes, step.numbers, step.measured)
         acc["comm"] += coll["count"] * ms
@@ -208,19 +240,21 @@ def compose_step(
     topology: str | None = None,
     prefill: int = 0,
     extra_parts=None,
+    prompt: PromptLoad = UNCHUNKED,
 ) -> dict:
     """Return one layout x batch's step: tpot_ms, tokens/s, split (ms), bound inputs and labels.
     `prefill`: prompt rows each micro-batch carries through the linear layers and experts (a
-    serving load's arriving requests); `extra_parts`: an engine's extra kernels (_parts)."""
+    serving load's arriving requests; batch 0: a prefill pass of its own over them);
+    `extra_parts`: an engine's extra kernels (_parts); `prompt`: the engine's prompt rule."""
     numbers, ic_label = topology_numbers(hw, topology)
     pp = layout.pp
     stages = _stage_layer_counts(model, pp, layer_overrides)
-    m = min(pp, batch)
+    m = max(1, min(pp, batch))
     micro = math.ceil(batch / m)
-    step = _Step(model, dep, hw, layout, timer, numbers, measured_floors, extra_parts)
+    step = _Step(model, dep, hw, layout, timer, numbers, measured_floors, extra_parts, prompt)
     rows = math.ceil(prefill / m)
     times = [_stage_time(step, st, micro, i == 0, i == pp - 1, rows) for i, st in enumerate(stages)]
-    hop, back, hop_why = _hops(model, layout, micro, numbers, measured_floors)
+    hop, back, hop_why = _hops(model, layout, micro or rows, numbers, measured_floors)
     tpot, split, slow = _path_split(times, (pp - 1) * hop + back, m, pp)
     sources = set().union(*(t["sources"] for t in times))
     gaps, comm_gaps = _step_gaps(times, hop, back, hop_why, hw)
@@ -256,26 +290,53 @@ def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
     return (i, o) if i > 0 and o > 0 else (0, 0)
 
 
+def _prompt_cost(args: tuple, step: dict, i: int, extra_parts, prompt: PromptLoad) -> tuple:
+    """Return (what one arriving prompt adds to the GPU's time, by split part, in ms; the
+    highest peak fraction of its passes): per chunk, a pass of its own (separate) or the
+    decode step's increase with the chunk's rows carried (mixed)."""
+    model, dep, hw, layout, batch, *how = args
+    cost = dict.fromkeys(step["split"], 0.0)
+    peak = 0.0
+    for rows in prompt_chunks(i, prompt.chunk):
+        alone = prompt.schedule == "separate"
+        run_args = (model, dep, hw, layout, 0 if alone else batch, *how)
+        run = compose_step(*run_args, prefill=rows, extra_parts=extra_parts, prompt=prompt)
+        for k in cost:
+            cost[k] += run["split"][k] - (0.0 if alone else step["split"][k])
+        peak = max(peak, run["peak_fraction"])
+    return cost, peak
+
+
 def loaded_step(
-    model, dep, hw, layout, batch, timer, measured_floors, layer_overrides, extra_parts=None
+    model,
+    dep,
+    hw,
+    layout,
+    batch,
+    timer,
+    measured_floors,
+    layer_overrides,
+    extra_parts=None,
+    prompt: PromptLoad = UNCHUNKED,
 ) -> tuple[dict, float]:
     """Return (the decode step, its prefill share in ms) under a serving load: each of the other
-    batch - 1 requests' prompts runs once every output_len steps (chunked with the decode), so a
-    request's TPOT carries (batch - 1) / output_len of that step's added time."""
+    batch - 1 requests' prompts arrives once every output_len steps, so a request's TPOT carries
+    (batch - 1) / output_len of what one prompt adds (_prompt_cost, as the engine schedules it:
+    prompt_load); a separate prefill pass is time every decoding request waits."""
     args = (model, dep, hw, layout, batch, timer, measured_floors, layer_overrides)
-    step = compose_step(*args, extra_parts=extra_parts)
+    step = compose_step(*args, extra_parts=extra_parts, prompt=prompt)
     i, o = serving_load(dep)
     if not i or batch < 2:
         return step, 0.0
-    with_prompt = compose_step(*args, prefill=i, extra_parts=extra_parts)
+    cost, peak = _prompt_cost(args, step, i, extra_parts, prompt)
     share = (batch - 1) / o
-    add = {k: share * (with_prompt["split"][k] - step["split"][k]) for k in step["split"]}
+    add = {k: share * v for k, v in cost.items()}
     prefill = sum(add.values())
     step = dict(
         step,
         tpot_ms=step["tpot_ms"] + prefill,
         split={k: v + add[k] for k, v in step["split"].items()},
-        peak_fraction=max(step["peak_fraction"], with_prompt["peak_fraction"]),
+        peak_fraction=max(step["peak_fraction"], peak),
     )
     return step, prefill
 

@@ -10,6 +10,9 @@ from pydantic import AfterValidator, Field, model_validator
 from tilesweep.settings.hardware_spec import (
     Arch,
     EfficiencyCurve,
+    Fraction,
+    Positive,
+    PositiveNumber,
     check_weight_dtypes,
     gpu_counts,
 )
@@ -115,6 +118,44 @@ class KernelFloor(Section):
     only_arch: list[Arch] = []  # archs the figures and the engine's pick hold on (empty: all)
 
 
+class PrefillChunk(Section):
+    """The most prompt tokens one prefill pass (or step) carries on devices below a memory size."""
+
+    below_gib: PositiveNumber | None = None  # devices with less memory (GiB); null: any larger
+    tokens: Positive | None  # null: unchunked, the whole prompt in one pass (or step)
+
+
+class PromptEfficiency(Section):
+    """A kernel's cited fraction of the device's dense peak at prompt sizes (prefill rows)."""
+
+    e_math: Fraction
+    cite: str = Field(min_length=1)
+
+
+class Prefill(Section):
+    """How the engine runs the arriving prompts beside the decoding requests (plan.prompt_load):
+    `separate`, a prefill pass of its own that the decoding requests wait for; `mixed`, the
+    prompt's chunk carried through the decode step's layers."""
+
+    schedule: Literal["separate", "mixed"]
+    chunks: list[PrefillChunk] = Field(min_length=1)  # by device memory, ascending; last: null
+    cite: str = Field(min_length=1)  # where the engine's code sets the schedule and chunk
+    # Its grouped (MoE) GEMM at prompt rows on a GPU (hardware name -> weight format), where a
+    # kernel-level figure times this engine's kernel there; elsewhere the decode fit's e_math.
+    expert_gemm: dict[str, dict[str, PromptEfficiency]] = {}
+
+    @model_validator(mode="after")
+    def _chunks_ascend(self) -> Prefill:
+        """Refuse chunk sizes whose memory bounds do not ascend to a last unbounded one."""
+        bounds = [c.below_gib for c in self.chunks]
+        if bounds[-1] is not None or None in bounds[:-1]:
+            raise refuse("chunks", "only the last chunk has below_gib null", bounds)
+        ascending(bounds[:-1], "chunks", "below_gib must ascend strictly")
+        for gpu, formats in self.expert_gemm.items():
+            check_weight_dtypes(formats, f"prefill.expert_gemm.{gpu}")
+        return self
+
+
 class AllReduceStep(Section):
     """One in-graph all-reduce algorithm: messages up to max_bytes an earlier step leaves."""
 
@@ -165,6 +206,9 @@ class EngineSettings(Section):
     # grouped_gemm_efficiency of the format (a GPU or format not named keeps the hardware's).
     grouped_gemm_efficiency: dict[str, dict[str, EfficiencyCurve]] = {}
     only_arch: list[Arch] = []  # archs its code runs on (empty: all)
+    # How it schedules arriving prompts against decoding (none: mixed, unchunked, the fit's
+    # efficiencies: the project's own step)
+    prefill: Prefill | None = None
 
     @model_validator(mode="after")
     def _curve_formats(self) -> EngineSettings:
