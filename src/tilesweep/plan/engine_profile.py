@@ -15,7 +15,9 @@ from tilesweep.settings.engine_spec import AttentionAlso, EngineSettings, Family
 # (plan.step_parts: one part per layer of its type).
 LAYER_KINDS = {
     "per_layer": ("norm", "attention_proj", "attention", "attention_gqa", "indexer"),
-    "per_moe_layer": ("router", "expert_gemm", "shared_gemm"),
+    # expert_permute: an EP rank's permutation (plan.step_parts); a list that counts 0 of it runs
+    # the permutation inside its MoE runner's own kernels (listed as expert_gemm)
+    "per_moe_layer": ("router", "expert_gemm", "expert_permute", "shared_gemm"),
     "per_dense_layer": ("dense_gemm",),
     "per_step": ("embedding", "lm_head"),
 }

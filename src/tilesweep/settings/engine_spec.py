@@ -28,6 +28,7 @@ KernelKind = Literal[
     "indexer",
     "router",
     "expert_gemm",
+    "expert_permute",
     "shared_gemm",
     "dense_gemm",
     "embedding",
