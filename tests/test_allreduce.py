@@ -41,9 +41,12 @@ def engines():
 ENGINES = ("sglang", "vllm", "tensorrtllm", "lean")
 
 
-def _picks(engine: EngineSettings, arch: str, n: int, sizes: list[int]) -> list[str]:
+def _picks(
+    engine: EngineSettings, arch: str, n: int, sizes: list[int], token_bytes: int = 14336
+) -> list[str]:
+    """Return the algorithm each size takes (a table by tokens reads hidden 7168's 14,336 B)."""
     steps = allreduce.engine_steps(engine, arch)[n]
-    return [allreduce.algorithm_at(steps, size)[0] for size in sizes]
+    return [allreduce.algorithm_at(steps, size, token_bytes)[0] for size in sizes]
 
 
 @pytest.mark.parametrize(
@@ -74,6 +77,26 @@ def test_each_engine_picks_its_algorithm_by_size_from_its_own_table(
     engines, engine, arch, n, sizes, algorithms
 ):
     assert _picks(engines[engine], arch, n, sizes) == algorithms
+
+
+def test_tensorrtllm_switches_at_its_tables_token_counts_whatever_the_hidden_size(engines):
+    trt = engines["tensorrtllm"]
+    # Qwen3's hidden 4096 (8,192 B a token) at 8 GPUs: NCCL from 128 tokens, 1 MiB, where a
+    # byte threshold written for hidden 7168 would still say one-shot.
+    assert _picks(trt, "sm_90", 8, [127 * 8192, 128 * 8192], 8192) == ["one_shot", "nccl"]
+    # 4 GPUs: two-shot from 512 tokens, NCCL past the 8,000,000 B workspace (976 tokens).
+    sizes = [511 * 8192, 512 * 8192, 976 * 8192, 977 * 8192]
+    assert _picks(trt, "sm_90", 4, sizes, 8192) == ["one_shot", "two_shot", "two_shot", "nccl"]
+    with pytest.raises(ValueError, match="needs the model's bytes per token"):
+        allreduce.algorithm_at(allreduce.engine_steps(trt, "sm_90")[8], 1024)
+
+
+def test_steps_by_tokens_must_take_larger_messages_each():
+    def swap(settings):
+        steps = settings["engine"]["allreduce"]["sm_90"]["by_gpus"][4]
+        steps[0]["max_tokens"], steps[1]["max_tokens"] = 1023, 511
+
+    assert "(max_tokens, max_bytes) must ascend" in _refused(swap, engine="tensorrtllm")
 
 
 def test_the_lean_step_and_an_unlisted_arch_have_no_table(engines):

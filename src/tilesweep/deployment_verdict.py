@@ -25,7 +25,7 @@ from tilesweep.plan import (
     grouped_efficiency,
     row_inputs,
 )
-from tilesweep.plan.architecture import deployment_model
+from tilesweep.plan.architecture import ACT_BYTES, deployment_model
 from tilesweep.plan.composition import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
 from tilesweep.plan.part_timers import floored_timer, roofline_timer, untimed_timer
@@ -109,7 +109,7 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
     device, here_numbers, here_floors, _ = here
     plain = settings.hardware
     target, spanned, topology_note = with_topology(
-        with_engine_allreduce(plain, engine_conf), dep.topology
+        with_engine_allreduce(plain, engine_conf, settings.model.hidden * ACT_BYTES), dep.topology
     )
     allreduce = engine_allreduce.describe(target)
     if at_target(settings, ceilings) and here_numbers:

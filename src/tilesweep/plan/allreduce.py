@@ -34,12 +34,31 @@ def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[All
     return {}
 
 
-def algorithm_at(steps: list[AllReduceStep], nbytes: float) -> tuple[str, AllReduceStep | None]:
-    """Return (the engine's algorithm for nbytes, its step; None past the last, where NCCL runs)."""
+def algorithm_at(
+    steps: list[AllReduceStep], nbytes: float, token_bytes: float | None = None
+) -> tuple[str, AllReduceStep | None]:
+    """Return (the engine's algorithm for nbytes, its step; None past the last, where NCCL runs);
+    a step that picks by tokens reads nbytes as nbytes / token_bytes tokens (ValueError without)."""
     for step in steps:
-        if nbytes <= step.max_bytes:
-            return step.algorithm, step
+        if nbytes > step.max_bytes:
+            continue
+        if step.max_tokens is not None:
+            if not token_bytes:
+                raise ValueError(
+                    f"the {step.algorithm} step to {step.max_tokens} tokens needs the model's "
+                    "bytes per token"
+                )
+            if nbytes > step.max_tokens * token_bytes:
+                continue
+        return step.algorithm, step
     return "nccl", None
+
+
+def _reach(step: AllReduceStep) -> str:
+    """Return how far a step takes messages, in words (to 127 tokens, at most 7.63 MiB)."""
+    if step.max_tokens is None:
+        return f"to {_size(step.max_bytes)}"
+    return f"to {step.max_tokens} tokens, at most {_size(step.max_bytes)}"
 
 
 class EngineAllReduce(AllReduce):
@@ -48,13 +67,19 @@ class EngineAllReduce(AllReduce):
     engine: str = None
     arch: str = None
     steps: dict[int, list[AllReduceStep]] = {}
+    token_bytes: float | None = None  # one token's hidden state (steps that pick by tokens)
 
     @classmethod
-    def of(cls, block: AllReduce, engine: EngineSettings, arch: str) -> EngineAllReduce:
-        """Return the block with the engine's steps for `arch` attached."""
+    def of(
+        cls, block: AllReduce, engine: EngineSettings, arch: str, token_bytes: float | None = None
+    ) -> EngineAllReduce:
+        """Return the block with the engine's steps for `arch` (and the model's bytes per token,
+        for steps that pick by tokens) attached."""
         given = {key: getattr(block, key) for key in block.model_fields_set}
         steps = engine_steps(engine, arch)
-        return cls.model_construct(**given, engine=engine.name, arch=arch, steps=steps)
+        return cls.model_construct(
+            **given, engine=engine.name, arch=arch, steps=steps, token_bytes=token_bytes
+        )
 
 
 def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
@@ -83,8 +108,10 @@ def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
     if not steps:
         why = f"{name} lists no all-reduce algorithm for {block.arch} at {n} GPUs"
         return nccl_ms, f"NCCL's model ({why})"
-    algorithm, step = algorithm_at(steps, nbytes)
-    picked = f"{name}: {algorithm}" + (f" to {step.max_bytes} B" if step else " (past its steps)")
+    algorithm, step = algorithm_at(steps, nbytes, block.token_bytes)
+    reach = f" to {step.max_bytes} B" if step and step.max_tokens is None else ""
+    reach = f" to {step.max_tokens} tokens" if step and step.max_tokens is not None else reach
+    picked = f"{name}: {algorithm}" + (reach if step else " (past its steps)")
     missing = []
     for taken in FALLBACK[algorithm]:
         us, source = series_us(block.in_graph, taken, n, nbytes)
@@ -110,7 +137,7 @@ def describe(target: HardwareSpec) -> str:
         return "NCCL (the hardware file's figures)"
     counts = []
     for n, steps in sorted(ar.steps.items()):
-        parts = [f"{s.algorithm} to {_size(s.max_bytes)}" for s in steps]
+        parts = [f"{s.algorithm} {_reach(s)}" for s in steps]
         counts.append(f"{n} GPUs {', '.join(parts)}, NCCL above")
     timed = []
     for algorithm in FALLBACK:

@@ -11,9 +11,12 @@ from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import InterconnectModel
 
 
-def with_engine_allreduce(target: HardwareSpec, engine: EngineSettings) -> HardwareSpec:
-    """Return the target with the engine's all-reduce on every NVLink topology (plan.allreduce):
-    vLLM's and SGLang's custom all-reduce needs full NVLink beyond two GPUs
+def with_engine_allreduce(
+    target: HardwareSpec, engine: EngineSettings, token_bytes: float | None = None
+) -> HardwareSpec:
+    """Return the target with the engine's all-reduce on every NVLink topology (plan.allreduce;
+    `token_bytes`: one token's hidden state, for an engine that picks by tokens): vLLM's and
+    SGLang's custom all-reduce needs full NVLink beyond two GPUs
     (vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink)."""
     block = target.interconnect_model
     if not (engine.custom_allreduce and "nvlink" in target.interconnect and block):
@@ -26,7 +29,7 @@ def with_engine_allreduce(target: HardwareSpec, engine: EngineSettings) -> Hardw
                 update={"one_shot": ar.one_shot.model_copy(update={"enabled": True})}
             )
         if ar and engine.allreduce:
-            ar = allreduce.EngineAllReduce.of(ar, engine, target.arch)
+            ar = allreduce.EngineAllReduce.of(ar, engine, target.arch, token_bytes)
         tops[name] = top.model_copy(update={"all_reduce": ar}) if ar else top
     return _with_block(target, block.model_copy(update={"topologies": tops}))
 

@@ -3,6 +3,7 @@ per layer and step, host time, attention per arch, all-reduce); `lean` is the pr
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -158,20 +159,31 @@ class Prefill(Section):
 
 
 class AllReduceStep(Section):
-    """One in-graph all-reduce algorithm: messages up to max_bytes an earlier step leaves."""
+    """One in-graph all-reduce algorithm: messages up to max_bytes (and max_tokens) an earlier step
+    leaves."""
 
     algorithm: Literal["one_shot", "two_shot", "symm_mem", "nccl"]
     max_bytes: int = Field(ge=1)
+    # an engine whose table picks by token count (TensorRT-LLM's): at most this many tokens of
+    # the model's hidden size as well (None: by bytes alone)
+    max_tokens: int | None = Field(default=None, ge=1)
     kernel: str = Field(min_length=1)  # the engine's kernel (a fused one names its fusion)
     cite: str = Field(min_length=1)  # file:line (or function) of the code that picks it
 
 
 def _steps_ascend(steps: list[AllReduceStep]) -> list[AllReduceStep]:
-    """Return steps when there is one and their max_bytes ascend strictly."""
+    """Return steps when there is one and each takes larger messages than the one before it."""
     if not steps:
         raise refuse("", "no algorithm; list at least one step (past the last: NCCL)", [])
     sizes = [step.max_bytes for step in steps]
-    ascending(sizes, "", "max_bytes must ascend strictly (each step takes larger messages)")
+    if all(step.max_tokens is None for step in steps):
+        ascending(sizes, "", "max_bytes must ascend strictly (each step takes larger messages)")
+        return steps
+    keys = [(step.max_tokens or math.inf, step.max_bytes) for step in steps]
+    for before, after in zip(keys, keys[1:], strict=False):
+        if after[0] < before[0] or after[1] < before[1] or after == before:
+            why = "(max_tokens, max_bytes) must ascend (each step takes larger messages)"
+            raise refuse("", why, [(t if t != math.inf else None, b) for t, b in keys])
     return steps
 
 
