@@ -114,6 +114,8 @@ def _engine_archs(engine: EngineSettings) -> list[tuple[str, str]]:
                 named += [(key, a) for a in kernel.only_arch]
     for i, floor in enumerate(engine.kernel_floors):
         named += [(f"engine.kernel_floors[{i}].only_arch", a) for a in floor.only_arch]
+    padded = engine.padded_experts.only_arch if engine.padded_experts else []
+    named += [("engine.padded_experts.only_arch", a) for a in padded]
     named += [("engine.allreduce", a) for a in engine.allreduce]
     named += [("engine.attention_by_arch", a) for a in engine.attention_by_arch if a != "default"]
     named += [("engine.attention_band_by_arch", a) for a in engine.attention_band_by_arch]

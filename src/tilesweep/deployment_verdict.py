@@ -28,6 +28,8 @@ from tilesweep.plan import (
 from tilesweep.plan.architecture import ACT_BYTES, deployment_model
 from tilesweep.plan.composition import Composition, compose_parts
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
+from tilesweep.plan.padded_experts import applies, e_math_middle, padded_timer
+from tilesweep.plan.padded_experts import words as padded_words
 from tilesweep.plan.part_timers import floored_timer, roofline_timer, untimed_timer
 from tilesweep.plan.prompt_load import prompt_load
 from tilesweep.plan.sensitivity import sensitivity, winners
@@ -192,6 +194,22 @@ def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -
     return ends
 
 
+def _padded(engine_conf: EngineSettings, where: tuple, kwargs: dict, ends: dict) -> dict:
+    """Put the expert parts on the engine's padded path where it takes it (arch, weight format):
+    the rows at its band's middle, the band's ends at its cited ends."""
+    spec = engine_conf.padded_experts
+    if not applies(spec, *where):
+        return ends
+    base = kwargs.get("timer", roofline_timer)
+    low, high = ends.get("tpot_low_ms", base), ends.get("tpot_high_ms", base)
+    kwargs["timer"] = padded_timer(base, spec, e_math_middle(spec))
+    kwargs["rests"] = {**kwargs.get("rests", {}), "padded expert rows": padded_words(spec)}
+    return {
+        "tpot_low_ms": padded_timer(low, spec, spec.e_math_high),
+        "tpot_high_ms": padded_timer(high, spec, spec.e_math_low),
+    }
+
+
 def _own_attention(
     settings: RootSettings,
     ceilings: dict,
@@ -284,6 +302,7 @@ def deployment_table(
         kwargs["rests"] = used | expert | tail
         ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
         ends = _floored(engine_conf, settings.hardware.arch, kwargs, ends)
+        ends = _padded(engine_conf, (settings.hardware.arch, dep.weight_dtype), kwargs, ends)
         table = compose_parts(one, **kwargs)
         for column, timer in ends.items():
             table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]

@@ -144,6 +144,9 @@ def _expert_parts(
     act_per_row = (2 * h + 2 * model.moe_intermediate / split) * ACT_BYTES
     nbytes = active * w * bytes_per_weight(dtype) + rows * act_per_row
     more = {"expert_mb": w * bytes_per_weight(dtype) / 1e6}  # one expert's slice a rank reads
+    # what an engine's padded expert path sizes its rows by (plan.padded_experts)
+    more |= {"rows": rows, "experts_local": e / spread, "moe_tp": split, "expert_params": w}
+    more |= {"hidden": h, "inter_shard": model.moe_intermediate / split}
     math_at = math_dtype("routed_experts", dep)
     parts.append(
         make_part(

@@ -158,6 +158,41 @@ class Prefill(Section):
         return self
 
 
+class PaddedPass(Section):
+    """One pass of a padded expert path over its M_sum rows: bytes a row, in hidden and in the
+    expert's TP shard of the intermediate (bf16 2, fp8 1 a value)."""
+
+    name: str = Field(min_length=1)
+    hidden_bytes: Number = Field(default=0, ge=0, le=64)
+    inter_bytes: Number = Field(default=0, ge=0, le=64)
+
+
+class PaddedExperts(Section):
+    """Routed-expert GEMMs an engine runs over worst-case padded rows at decode, whatever the batch:
+    M_sum = round_up(rows + local experts x (align - 1), align) (vLLM 0.12's DeepGEMM contiguous
+    layout); its GEMMs compute M_sum rows at a cited fraction of the datasheet peak, its passes
+    stream their bytes on top (plan.padded_experts)."""
+
+    align: int = Field(ge=1, le=1024)
+    below_moe_tp: int = Field(ge=2, le=1024)  # the engine takes this path at an MoE TP below it
+    only_for: list[Literal["fp8"]] = Field(min_length=1)  # weight formats it runs for
+    only_arch: list[Arch] = Field(min_length=1)
+    e_math_low: Number = Field(gt=0, le=1)  # its GEMMs' least cited fraction of the peak
+    e_math_high: Number = Field(gt=0, le=1)  # and the most
+    low_kernel: str = Field(min_length=1)  # the cited kernel and shape of each end
+    high_kernel: str = Field(min_length=1)
+    passes: list[PaddedPass] = []  # elementwise passes over the M_sum rows between its GEMMs
+    kernel: str = Field(min_length=1)
+    cite: str = Field(min_length=1)  # the engine's code that picks the path and sizes its rows
+
+    @model_validator(mode="after")
+    def _ends_ordered(self) -> PaddedExperts:
+        """Refuse a band whose low end is above its high end."""
+        if self.e_math_low > self.e_math_high:
+            raise refuse("e_math_low", "is above e_math_high; give the band low then high")
+        return self
+
+
 class AllReduceStep(Section):
     """One in-graph all-reduce algorithm: messages up to max_bytes (and max_tokens) an earlier step
     leaves."""
@@ -214,6 +249,7 @@ class EngineSettings(Section):
     allreduce: dict[Arch, AllReduceSteps] = {}
     untimed: list[Untimed] = []  # kernels it runs that no cited figure times (rows: gaps)
     kernel_floors: list[KernelFloor] = []  # cited least per-call times of its GEMM kernels
+    padded_experts: PaddedExperts | None = None  # its expert GEMMs over padded rows, if any
     # Its own grouped (MoE) GEMM efficiency on a GPU (conf/hardware name -> format -> curve), where
     # this release's kernel was timed: for this engine it takes the place of that hardware file's
     # grouped_gemm_efficiency of the format (a GPU or format not named keeps the hardware's).

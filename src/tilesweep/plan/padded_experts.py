@@ -1,0 +1,92 @@
+"""Routed-expert GEMMs an engine runs over worst-case padded rows at decode (engine.padded_experts):
+vLLM 0.12.0 on Hopper sizes its DeepGEMM contiguous layout without the CPU's expert counts,
+M_sum = round_up(rows + local experts x (align - 1), align), and computes every one of those rows
+whatever the batch. Such a part takes
+
+    launches + max(its streamed weights, padded GEMM FLOPs / (e_math x peak)) + its passes,
+
+the weights' time being what the part's own timer composes (the grouped-GEMM band), the passes
+the elementwise kernels between the GEMMs over M_sum rows (their bytes at the part's bandwidth).
+A band end takes the engine's cited e_math at the other end (the fastest GEMMs: the low TPOT)."""
+
+from __future__ import annotations
+
+import math
+
+from tilesweep.plan import roofline
+from tilesweep.plan.part_timers import Timer
+from tilesweep.settings import HardwareSpec
+from tilesweep.settings.engine_spec import PaddedExperts
+
+KIND = "expert_gemm"
+
+
+def padded_rows(rows: float, experts_local: float, align: int) -> int:
+    """Return the rows the padded path runs: rows plus align - 1 for each local expert, rounded."""
+    return math.ceil((math.ceil(rows) + experts_local * (align - 1)) / align) * align
+
+
+def applies(spec: PaddedExperts | None, arch: str, weight_dtype: str) -> bool:
+    """Return whether the engine runs the padded path on this arch for this weight format."""
+    return spec is not None and arch in spec.only_arch and weight_dtype in spec.only_for
+
+
+def e_math_middle(spec: PaddedExperts) -> float:
+    """Return the band's middle: the geometric mean of its cited ends."""
+    return math.sqrt(spec.e_math_low * spec.e_math_high)
+
+
+def pass_bytes(spec: PaddedExperts, part: dict) -> float:
+    """Return the bytes one occurrence's passes move over the padded rows."""
+    m_sum = padded_rows(part["rows"], part["experts_local"], spec.align)
+    per_row = sum(
+        p.hidden_bytes * part["hidden"] + p.inter_bytes * part["inter_shard"] for p in spec.passes
+    )
+    return m_sum * per_row
+
+
+def padded_timer(timer: Timer, spec: PaddedExperts, e_math: float) -> Timer:
+    """Return `timer` with each expert part at an MoE TP below spec.below_moe_tp taking the padded
+    path at `e_math` of the datasheet peak (its source says so)."""
+
+    def wrapped(part: dict, hw: HardwareSpec) -> dict:
+        out = timer(part, hw)
+        if part["kind"] != KIND or "rows" not in part or part["moe_tp"] >= spec.below_moe_tp:
+            return out
+        peak = hw.peak_tflops.get(part["dtype"])
+        if out.get("gap") or not peak:
+            return out
+        m_sum = padded_rows(part["rows"], part["experts_local"], spec.align)
+        gemm_ms = roofline.math_ms(2.0 * m_sum * part["expert_params"], peak) / e_math
+        streamed = out["memory_ms"] + out["math_ms"]  # the weights, as the part's own timer has it
+        e_bw = _stream_fraction(out, part, hw)
+        passes_ms = roofline.memory_ms(pass_bytes(spec, part), hw.memory_bandwidth_gbs) / e_bw
+        if gemm_ms > streamed:  # the padded GEMMs bind: the weights stream under them
+            out = dict(out, memory_ms=passes_ms, math_ms=gemm_ms)
+        else:
+            out = dict(out, memory_ms=out["memory_ms"] + passes_ms)
+        out["source"] = (
+            f"{out['source']}; expert GEMMs over {m_sum} padded rows at e_math {e_math:.2f} "
+            f"({spec.kernel}; engine.padded_experts)"
+        )
+        return out
+
+    return wrapped
+
+
+def _stream_fraction(out: dict, part: dict, hw: HardwareSpec) -> float:
+    """Return the fraction of the datasheet bandwidth the part's own timer streams it at (1 where
+    the timer charged it nothing)."""
+    roof = out.get("roof_memory_ms") or roofline.memory_ms(part["bytes"], hw.memory_bandwidth_gbs)
+    spent = out["memory_ms"] + out["math_ms"]
+    return min(1.0, roof / spent) if spent > 0 and roof > 0 else 1.0
+
+
+def words(spec: PaddedExperts) -> str:
+    """Return what the padded path rests on, for a row's inputs."""
+    return (
+        f"{spec.kernel} over round_up(rows + local experts x {spec.align - 1}, {spec.align}) "
+        f"rows at an MoE TP below {spec.below_moe_tp}, e_math {spec.e_math_low:.2f} "
+        f"({spec.low_kernel}) to {spec.e_math_high:.2f} ({spec.high_kernel}) of the datasheet "
+        f"peak, middle {e_math_middle(spec):.2f}; {len(spec.passes)} passes over those rows"
+    )
