@@ -24,6 +24,7 @@ enough copies to pass L2 four times over; CUDA graph, median of repeats.
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -168,3 +169,16 @@ def summary(rows: list) -> list[str]:
             f"{model} tp{tp} m={m}: padded path {sum(us):.1f} us a layer ({len(us)} passes)"
         )
     return lines
+
+
+def main() -> int:
+    """Time the padded path alone: release_gemm_probe.py --padded --gemms none, with its options."""
+    import release_gemm_probe  # noqa: PLC0415 - it imports this module: a loop at the top
+
+    return release_gemm_probe.main(["--padded", "--gemms", "none", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    from release_gemm_probe import tool_main  # noqa: PLC0415 - it puts src/ on the path first
+
+    sys.exit(tool_main("padded_moe_probe", main))

@@ -518,7 +518,7 @@ def finish(row: dict, rows: list) -> None:
           f" ({row['config_table'][:40]}): {tail}", flush=True)  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Time the releases' kernels; write $OUT/release_gemm_probe.json."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, default=Path(".engine_kernels"))
@@ -538,7 +538,7 @@ def main() -> int:
         "--moe-models", default="deepseek_v3_tp8", help="of " + ",".join(MOE_MODELS)
     )
     parser.add_argument("--padded", action="store_true", help="vLLM 0.12's DeepGEMM rows (proxy)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = os.environ.get("OUT")
     if not out:
         sys.exit("release_gemm_probe: set OUT to the folder for release_gemm_probe.json")
