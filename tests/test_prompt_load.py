@@ -3,10 +3,12 @@ separate prefill pass per chunk that decoding requests wait for, or chunks mixed
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict, engine_figures
+from tilesweep import deployment_verdict, engine_figures, references
 from tilesweep.config import compose_groups, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
@@ -162,3 +164,13 @@ def test_a_figures_chunk_without_prompts_or_a_prefill_rule_is_refused():
     base = compose_groups(old.groups(), engine_figures.FIGURE_BASE)
     with pytest.raises(ConfigError, match="vllm_0_7.yaml has no prefill rule"):
         engine_figures.figure_settings(base, old)
+
+
+def test_every_corpus_chunk_cites_the_line_of_the_launch_that_sets_it():
+    figures = [f for f in references.of(compose_settings([])).figures if f.prefill_chunk]
+    assert figures
+    for fig in figures:
+        said = re.search(
+            rf"prefill_chunk {fig.prefill_chunk} as the launch sets it, ([^;]+)", fig.note
+        )
+        assert said and re.search(r"/blob/[0-9a-f]{40}/\S+#L\d+", said.group(1)), fig.source
