@@ -3,16 +3,19 @@ separate prefill pass per chunk that decoding requests wait for, or chunks mixed
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict
-from tilesweep.config import compose_settings
+from tilesweep import deployment_verdict, engine_figures, references
+from tilesweep.config import compose_groups, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.prompt_load import PromptLoad, chunk_tokens, prompt_chunks, prompt_load
 from tilesweep.plan.step_time import loaded_step
+from tilesweep.settings.cited_figures import Figure
 
 EMPTY = pd.DataFrame()
 QWEN_H200 = [
@@ -92,3 +95,82 @@ def test_an_engine_that_does_not_chunk_takes_the_whole_prompt_at_once():
     load = prompt_load(settings.engine, settings.hardware, "fp8")
     assert (load.schedule, load.chunk, load.expert_e_math) == ("mixed", 0, None)
     assert "the whole prompt at once" in load.words
+
+
+def test_the_launchs_chunk_wins_over_the_engine_files_table_and_is_named():
+    settings = compose_settings([*QWEN_H200, "deployment.prefill_chunk=1000"])
+    load = prompt_load(settings.engine, settings.hardware, "fp8", settings.deployment.prefill_chunk)
+    assert load.chunk == 1000
+    assert "chunks of 1000 tokens (deployment.prefill_chunk, as launched; the engine file" in (
+        load.words
+    )
+    whole = prompt_load(settings.engine, settings.hardware, "fp8", -1)
+    assert (whole.chunk, "the whole prompt at once" in whole.words) == (0, True)
+    table = deployment_verdict.deployment_table(settings, EMPTY, EMPTY, EMPTY, {}).iloc[0]
+    assert "chunks of 1000 tokens (deployment.prefill_chunk" in row_inputs.row_words(table)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        (["deployment.prefill_chunk=-2"], "prefill_chunk"),
+        (["deployment.prefill_chunk=4096"], "a serving load's chunk"),
+        ([*QWEN_H200, "engine=vllm_0_7", "deployment.prefill_chunk=4096"], "has no prefill rule"),
+    ],
+)
+def test_a_chunk_nothing_can_take_is_refused_in_one_line(overrides, why):
+    with pytest.raises(ConfigError, match=why) as refused:
+        compose_settings(overrides)
+    assert "\n" not in str(refused.value)
+
+
+FIGURE = {
+    "engine": "SGLang",
+    "version": "0.5.23",
+    "model": "qwen3_235b_a22b",
+    "hardware": "h200",
+    "deployment": "fp8_all",
+    "layout": {"tp": 4, "pp": 1, "ep": 1},
+    "batch": 6,
+    "input_len": 4000,
+    "output_len": 100,
+    "speculative": "none",
+    "tpot_ms": 20.0,
+    "source": "a test figure",
+}
+
+
+def test_a_figures_stated_chunk_composes_as_the_deployment_override_does():
+    fig = Figure(**FIGURE, prefill_chunk=1000)
+    assert "deployment.prefill_chunk=1000" in fig.overrides()
+    assert not any("prefill_chunk" in o for o in Figure(**FIGURE).overrides())
+    own = compose_settings(fig.overrides())
+    base = compose_groups(fig.groups(), engine_figures.FIGURE_BASE)
+    shared = engine_figures.figure_settings(base, fig)
+    assert shared.as_dict()["deployment"] == own.as_dict()["deployment"]
+    row = deployment_verdict.deployment_table(shared, EMPTY, EMPTY, EMPTY, {}).iloc[0]
+    unstated = engine_figures.figure_settings(base, Figure(**FIGURE))
+    plain = deployment_verdict.deployment_table(unstated, EMPTY, EMPTY, EMPTY, {}).iloc[0]
+    assert row["prefill_ms"] > plain["prefill_ms"] > 0  # 4000 tokens in 4 passes, not 1
+    assert "chunks of 1000 tokens (deployment.prefill_chunk" in row_inputs.row_words(row)
+    assert "chunks of 8192 tokens (conf/engine/sglang.yaml" in row_inputs.row_words(plain)
+
+
+def test_a_figures_chunk_without_prompts_or_a_prefill_rule_is_refused():
+    decode_only = FIGURE | {"input_len": 0, "output_len": 0, "context_len": 4000}
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        Figure(**decode_only, prefill_chunk=1000)
+    old = Figure(**FIGURE | {"engine_config": "vllm_0_7"}, prefill_chunk=1000)
+    base = compose_groups(old.groups(), engine_figures.FIGURE_BASE)
+    with pytest.raises(ConfigError, match="vllm_0_7.yaml has no prefill rule"):
+        engine_figures.figure_settings(base, old)
+
+
+def test_every_corpus_chunk_cites_the_line_of_the_launch_that_sets_it():
+    figures = [f for f in references.of(compose_settings([])).figures if f.prefill_chunk]
+    assert figures
+    for fig in figures:
+        said = re.search(
+            rf"prefill_chunk {fig.prefill_chunk} as the launch sets it, ([^;]+)", fig.note
+        )
+        assert said and re.search(r"/blob/[0-9a-f]{40}/\S+#L\d+", said.group(1)), fig.source

@@ -198,6 +198,7 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     config_checks.check_reference_figures(checked, conf_dir)
     check_files(checked)
     config_checks.check_topology(checked)
+    config_checks.check_prefill_chunk(checked)
     config_checks.check_engine_name(checked, conf_dir)
     return checked
 

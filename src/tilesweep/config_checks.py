@@ -161,6 +161,21 @@ def check_topology(settings: RootSettings) -> None:
         raise ConfigError(f"deployment.topology={named!r}: not a topology of {where}; {valid}")
 
 
+def check_prefill_chunk(settings: RootSettings) -> None:
+    """Raise ConfigError for a deployment.prefill_chunk with no prompts or no prefill rule to take
+    it."""
+    dep, engine = settings.deployment, settings.engine
+    chunk = dep.prefill_chunk
+    if not chunk:
+        return
+    if not dep.input_len:
+        why = "a serving load's chunk; give deployment.input_len and output_len, or 0 here"
+        raise ConfigError(f"deployment.prefill_chunk={chunk}: {why}")
+    if engine.prefill is None:
+        why = f"conf/engine/{engine.name}.yaml has no prefill rule to chunk; 0 here"
+        raise ConfigError(f"deployment.prefill_chunk={chunk}: {why}")
+
+
 def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for a question about a model conf/model does not have."""
     asked = question.of(settings)

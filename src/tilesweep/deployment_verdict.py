@@ -274,7 +274,7 @@ def deployment_table(
     engine_conf = settings.engine
     model = deployment_model(settings.model, dep)
     engine = engine_profile.profile(engine_conf, model, dep.weight_dtype, settings.hardware.arch)
-    engine.prompt = prompt_load(engine_conf, settings.hardware, dep.weight_dtype)
+    engine.prompt = prompt_load(engine_conf, settings.hardware, dep.weight_dtype, dep.prefill_chunk)
     here = measured_here(collective, ceilings)
     target, floors, allreduce, spanned, topology_note = _collectives(
         settings, ceilings, engine, engine_conf, dep, here

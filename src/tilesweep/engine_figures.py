@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep import references
+from tilesweep import config_checks, references
 from tilesweep.columns import ENGINE_COLUMNS
 from tilesweep.config import compose_groups
 from tilesweep.deployment_fit import measured_here, verdict_fit
@@ -92,15 +92,20 @@ FIGURE_BASE = ("references=none", ANY_TILE, "grid.layouts=[{tp:1,pp:1,ep:1}]")
 
 
 def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
-    """Return the settings composing one cited figure: `base` with its batch, load and layout."""
+    """Return the settings composing one cited figure: `base` with its batch, load (and the
+    prompt chunk its launch states) and layout; raise ConfigError for a chunk its engine cannot
+    take."""
     load = (
         {"input_len": fig.input_len, "output_len": fig.output_len}
         if fig.input_len and fig.output_len
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
-    dep = base.deployment.model_copy(update={"batches": [fig.batch], **load})
+    update = {"batches": [fig.batch], "prefill_chunk": fig.prefill_chunk, **load}
+    dep = base.deployment.model_copy(update=update)
     grid = base.grid.model_copy(update={"layouts": [fig.layout]})
-    return base.model_copy(update={"deployment": dep, "grid": grid})
+    settings = base.model_copy(update={"deployment": dep, "grid": grid})
+    config_checks.check_prefill_chunk(settings)
+    return settings
 
 
 def _gap(row: pd.Series) -> str:

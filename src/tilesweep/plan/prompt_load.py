@@ -36,16 +36,23 @@ def chunk_tokens(chunks: list, memory_gb: float) -> int:
     return next(c.tokens or 0 for c in chunks if c.below_gib is None or gib < c.below_gib)
 
 
-def prompt_load(engine: EngineSettings | None, hw: HardwareSpec, weight_dtype: str) -> PromptLoad:
-    """Return the engine's prompt schedule on `hw` for weights in `weight_dtype`."""
+def prompt_load(
+    engine: EngineSettings | None, hw: HardwareSpec, weight_dtype: str, launched: int = 0
+) -> PromptLoad:
+    """Return the engine's prompt schedule on `hw` for weights in `weight_dtype`; `launched`: the
+    chunk the launch sets (deployment.prefill_chunk; 0: the engine file's, -1: unchunked)."""
     rule = engine.prefill if engine is not None else None
     if rule is None:
         return UNCHUNKED
-    chunk = chunk_tokens(rule.chunks, hw.memory_gb)
+    table = chunk_tokens(rule.chunks, hw.memory_gb)
+    whose = f"conf/engine/{engine.name}.yaml prefill"
+    if launched:
+        whose = f"deployment.prefill_chunk, as launched; the engine file's: {table or 'none'}"
+    chunk = max(launched, 0) if launched else table
     cited = rule.expert_gemm.get(hw.name, {}).get(weight_dtype)
     how = "a prefill pass of its own" if rule.schedule == "separate" else "mixed into the step"
     size = f"chunks of {chunk} tokens" if chunk else "the whole prompt at once"
-    words = f"{how}, {size} (conf/engine/{engine.name}.yaml prefill)"
+    words = f"{how}, {size} ({whose})"
     if cited:
         words += f"; expert GEMMs at e_math {cited.e_math:g} at prompt rows ({cited.cite})"
     else:

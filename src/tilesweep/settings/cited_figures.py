@@ -30,6 +30,15 @@ class Figure(Section):
         0, ge=0, description="a serving benchmark's output tokens per request (0: decode-only)"
     )
     context_len: int = Field(0, ge=0, description="a decode-only figure's tokens in each KV cache")
+    prefill_chunk: int = Field(
+        0,
+        ge=-1,
+        le=1 << 22,
+        description="the prompt chunk the source's launch states (SGLang --chunked-prefill-size, "
+        "vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens), passed as "
+        "deployment.prefill_chunk; 0: not stated, the engine file's; -1: unchunked. The note "
+        "cites the line that sets it",
+    )
     speculative: str = Field(min_length=1, description="speculative decoding, as the source ran it")
     tpot_ms: Number = Field(
         ge=0.1, le=1e5, description="time per output token as the source measured it (ms)"
@@ -58,6 +67,9 @@ class Figure(Section):
         if bool(self.input_len) != bool(self.output_len):
             why = f"with output_len={self.output_len}: a serving figure gives both"
             raise refuse("input_len", why, self.input_len)
+        if self.prefill_chunk and not self.input_len:
+            why = "without a serving load: only a serving figure's prompts are chunked"
+            raise refuse("prefill_chunk", why, self.prefill_chunk)
         if self.input_len and self.context_len:
             why = "beside input_len and output_len: a serving load sets the context; give one"
             raise refuse("context_len", why, self.context_len)
@@ -75,6 +87,8 @@ class Figure(Section):
             if self.input_len and self.output_len
             else [f"deployment.context_len={self.context_len}"]
         )
+        if self.prefill_chunk:
+            load.append(f"deployment.prefill_chunk={self.prefill_chunk}")
         return [
             f"model={self.model}",
             f"hardware={self.hardware}",

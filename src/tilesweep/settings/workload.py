@@ -123,6 +123,10 @@ class DeploymentSettings(Section):
     # The host's PCIe topology the collectives take (a name under the hardware file's
     # interconnect_model.topologies); "": its default, the band spanning its `plausible` ones.
     topology: str = ""
+    # The most prompt tokens one prefill pass (or step) carries as the launch sets it (SGLang
+    # --chunked-prefill-size, vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens): wins
+    # over the engine file's prefill.chunks; 0: the engine file's (by the GPU's memory); -1: none.
+    prefill_chunk: int = Field(0, ge=-1, le=1 << 22)
 
     @model_validator(mode="after")
     def _whole_load(self) -> DeploymentSettings:
