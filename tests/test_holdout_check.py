@@ -1,6 +1,7 @@
 """benchmarks/holdout/check.py: the held-out sets it reads and the arguments it refuses before
 composing (each refusal one line, exit 2); no figure is composed or scored here."""
 
+import csv
 import importlib.util
 import subprocess
 import sys
@@ -8,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tilesweep import references
+from tilesweep.config import compose_settings
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "holdout" / "check.py"
-SETS = {"holdout": 90, "holdout2": 233}  # the least number of figures each set holds
+HOLDOUT2 = ROOT / "benchmarks" / "holdout2"  # the only held-out set (set 1 is in the corpus)
+SET2_LEAST = 233  # the least number of figures set 2 holds
+SET1 = "(held-out set 1 of 2026-12-07, consumed in session 61)"  # how a folded note ends
 
 
 def _module():
@@ -25,17 +31,55 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("name", sorted(SETS))
-def test_each_set_parses_with_the_shared_columns(name):
-    """Both sets read through one reader: the shared columns, a number for every TPOT and
+def _tmp_set(folder: Path) -> Path:
+    """Write a one-figure set with the shared columns into `folder`; return the folder."""
+    columns = _module().COLUMNS
+    row = {c: "1" for c in columns} | {"id": "x", "speculative": "none", "tpot_ms": "9.5"}
+    with (folder / "figures.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerow(row)
+    return folder
+
+
+def test_the_default_set_is_the_second_one():
+    """Set 1 was folded into the corpus: with no --set the scorer reads benchmarks/holdout2."""
+    mod = _module()
+    assert Path(mod.parse_args([]).folder) == HOLDOUT2
+    assert not (ROOT / "benchmarks" / "holdout" / "figures.csv").exists()
+
+
+def test_a_set_parses_with_the_shared_columns(tmp_path):
+    """A set in another folder reads through the same reader, one row per figure."""
+    figs = _module().read_set(str(_tmp_set(tmp_path)))
+    assert [f["id"] for f in figs] == ["x"] and figs[0]["tpot_ms"] == "9.5"
+
+
+def test_the_second_set_parses_with_the_shared_columns():
+    """Set 2 reads through the reader: the shared columns, a number for every TPOT and
     concurrency, speculative decoding off (or none stated)."""
-    figs = _module().read_set(str(ROOT / "benchmarks" / name))
-    assert len(figs) >= SETS[name]
+    figs = _module().read_set(str(HOLDOUT2))
+    assert len(figs) >= SET2_LEAST
     assert len({f["id"] for f in figs}) == len(figs)
     for f in figs:
         assert float(f["tpot_ms"]) > 0 and int(f["batch"]) >= 1
         assert f["speculative"].startswith("none")
         assert f["source_url"].startswith("https://")
+
+
+def test_the_folded_first_set_composes_as_the_scorer_composed_it():
+    """Set 1's 90 figures, now in the corpus, give the overrides check.py gave their rows (same
+    model, GPU, formats, engine file, batch, load and layout; no prompt chunk it did not pass)."""
+    mod = _module()
+    folded = [f for f in references.of(compose_settings([])).figures if f.note.endswith(SET1)]
+    assert len(folded) == 90
+    for fig in folded:
+        lay = fig.layout
+        g = {"model": fig.model, "hardware": fig.hardware, "deployment": fig.deployment}
+        g |= {"engine_config": fig.engine_name(), "input_len": fig.input_len}
+        g |= {"output_len": fig.output_len, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
+        g |= {"experts": lay.experts, "moe_tp": lay.moe_tp or ""}
+        assert mod.overrides(g, [fig.batch]) == fig.overrides(), fig.source
 
 
 def test_cannot_compose_names_the_missing_conf_file():
@@ -50,7 +94,7 @@ def test_cannot_compose_names_the_missing_conf_file():
 def test_the_second_sets_uncomposable_rows_are_the_marked_ones():
     """holdout2 keeps the figures of models and GPUs conf/ lacks: exactly those its notes mark."""
     mod = _module()
-    figs = mod.read_set(str(ROOT / "benchmarks" / "holdout2"))
+    figs = mod.read_set(str(HOLDOUT2))
     flagged = {f["id"] for f in figs if mod.cannot_compose(f)}
     marked = {f["id"] for f in figs if "Cannot compose" in f["note"]}
     assert flagged == marked and len(flagged) == 5
@@ -79,12 +123,12 @@ def test_refuses_a_set_with_other_columns(tmp_path):
     [
         ("{tmp}", "a folder, where a file goes"),
         ("{tmp}/missing/out.csv", "does not exist"),
-        ("benchmarks/holdout/figures.csv", "figures.csv"),
+        ("benchmarks/holdout/README.md", "README.md"),
     ],
 )
 def test_out_csv_refusals_still_hold_with_a_set(tmp_path, out, words):
     """OUT_CSV's refusals (a folder, a missing folder, a tracked file) hold with --set given."""
-    run = _run("--set", "benchmarks/holdout", out.format(tmp=tmp_path))
+    run = _run("--set", str(_tmp_set(tmp_path)), out.format(tmp=tmp_path))
     assert run.returncode == 2
     assert words in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "missing").exists()

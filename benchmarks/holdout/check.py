@@ -1,9 +1,10 @@
 """Compose each held-out engine figure with `tilesweep verdict` and score it:
 `python benchmarks/holdout/check.py [--set FOLDER] [OUT_CSV]` from the repository root.
 
-FOLDER holds the set's figures.csv (default benchmarks/holdout, the folder beside this file;
-benchmarks/holdout2 is the second set). A figure whose model, GPU, deployment or engine has no
-file under conf/ is reported as "cannot compose" with the missing file, never composed.
+FOLDER holds the set's figures.csv (default benchmarks/holdout2, the only held-out set now; set 1,
+once in this folder, was folded into the corpus on 2026-12-07: README.md here). A figure whose
+model, GPU, deployment or engine has no file under conf/ is reported as "cannot compose" with the
+missing file, never composed.
 
 One verdict call per deployment x load, all its concurrencies in one `deployment.batches` list,
 with the overrides references.Figure.overrides() builds for a cited figure (model, hardware,
@@ -31,6 +32,7 @@ from tilesweep.io import check_out_file, write_table  # noqa: E402 - likewise
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE.parents[1]
+DEFAULT_SET = MAIN / "benchmarks" / "holdout2"  # the live held-out set
 CONF = MAIN / "conf"
 COLUMNS = [
     "id",
@@ -139,7 +141,7 @@ def read_set(folder: str) -> list[dict]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Return the command line: --set FOLDER and the optional OUT_CSV."""
     ap = argparse.ArgumentParser(prog="check.py", description="Score a held-out set.")
-    ap.add_argument("--set", dest="folder", default=str(HERE), help="the set's folder")
+    ap.add_argument("--set", dest="folder", default=str(DEFAULT_SET), help="the set's folder")
     ap.add_argument("out", nargs="?", default=DEFAULT_OUT, metavar="OUT_CSV")
     return ap.parse_args(argv)
 
