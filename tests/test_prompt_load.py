@@ -44,7 +44,9 @@ def test_sglang_picks_its_chunk_by_the_gpus_memory():
     assert chunk_tokens(chunks, 180) == 16384  # B200: past 160 GiB
     assert chunk_tokens(chunks, 24) == 4096
     load = prompt_load(settings.engine, compose_settings(["hardware=h200"]).hardware, "fp8")
-    assert (load.schedule, load.chunk, load.expert_e_math) == ("separate", 8192, 0.095)
+    measured = settings.engine.prefill.expert_gemm["h200"]["fp8"].e_math
+    assert (load.schedule, load.chunk, load.expert_e_math) == ("separate", 8192, measured)
+    assert 0.15 < measured < 0.3  # SGLang's fused_moe at 8,192 prompt rows, H200 tables
 
 
 def test_chunk_bounds_that_do_not_end_unbounded_are_refused():
@@ -83,10 +85,10 @@ def test_the_cited_prompt_efficiency_of_the_expert_gemms_slows_the_prompt_and_is
     plain = deployment_verdict.deployment_table(
         compose_settings([*QWEN_H200, off]), EMPTY, EMPTY, EMPTY, {}
     ).iloc[0]
-    assert cited["prefill_ms"] > 2 * plain["prefill_ms"] > 0
+    assert cited["prefill_ms"] > 1.2 * plain["prefill_ms"] > 0
     words = row_inputs.row_words(cited)
     assert "a prefill pass of its own, chunks of 8192 tokens" in words
-    assert "expert GEMMs at e_math 0.095 at prompt rows (vLLM PR #24700" in words
+    assert "expert GEMMs at e_math 0.231 at prompt rows (measured on one H100" in words
     assert "expert GEMMs at the fit's e_math" in row_inputs.row_words(plain)
 
 
