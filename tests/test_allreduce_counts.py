@@ -70,11 +70,33 @@ def test_a_tp2_b200_verdict_composes_and_names_its_source():
     assert set(rows["layout"]) == {"tp2-pp1-ep1"}
     assert rows["comm_ms"].map(math.isfinite).all() and (rows["comm_ms"] > 0).all()
     words = rows["collectives"].iloc[0]
-    assert "one_shot 2 GPUs [aic-b200-vllm] NVIDIA B200, 2 GPUs of one node" in words
+    assert "one_shot 2 GPUs [aic-b200-vllm] NVIDIA B200, 2 and 4 GPUs of one node" in words
 
 
 def test_a_count_without_figures_is_refused_in_one_line_not_borrowed():
-    # A100 holds 8-GPU figures only: TP4 is refused, naming what it has.
+    # A100 holds 2- and 8-GPU figures: TP4 is refused, naming what it has.
     text = refusal(_settings("a100", 4))
-    assert "\n" not in text and "no all_reduce figures for 4 GPUs (has 8)" in text
+    assert "\n" not in text and "no all_reduce figures for 4 GPUs (has 2, 8)" in text
     assert refusal(_settings("b200", 2)) is None
+
+
+def test_b200_four_gpus_one_shot_is_cited_and_its_two_shot_stays_ncclls():
+    settings = _settings("b200", 4)
+    numbers = topology_numbers(with_engine_allreduce(settings.hardware, settings.engine))[0]
+    ms, label = collective_time("all_reduce", 4, 128 * KIB, numbers)
+    assert ms == pytest.approx(8.22e-3) and "[aic-b200-vllm]" in label
+    # SGLang's two-shot from 256 KiB: no cited 4-GPU series, NCCL's 4-GPU line, said so.
+    _, label = collective_time("all_reduce", 4, 512 * KIB, numbers)
+    assert "no cited two_shot figure at 4 GPUs" in label and "NCCL's model" in label
+
+
+def test_a100_two_gpus_compose_on_ncclls_own_two_gpu_line():
+    settings = _settings("a100", 2)
+    assert refusal(settings) is None
+    numbers = topology_numbers(with_engine_allreduce(settings.hardware, settings.engine))[0]
+    two, eight = numbers.all_reduce.by_gpus[2], numbers.all_reduce.by_gpus[8]
+    ms, label = collective_time("all_reduce", 2, 64 * KIB, numbers)
+    # No engine lists an sm_80 table: NCCL's 2-GPU line (wire factor 1), never the 8-GPU one.
+    assert ms == pytest.approx((two.latency_us + 64 * KIB / (two.busbw_gbs * 1e3)) * 1e-3)
+    assert "lists no all-reduce algorithm for sm_80 at 2 GPUs" in label
+    assert (two.latency_us, two.busbw_gbs) != (eight.latency_us, eight.busbw_gbs)
