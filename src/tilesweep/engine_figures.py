@@ -29,19 +29,36 @@ def engine_table(
     if not figures:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     fitted = verdict_fit(settings, steps, ceilings, measured_here(collective, ceilings)[3])
-    rows = []
-    groups: dict[tuple, RootSettings] = {}  # one Hydra compose per model x GPU x formats x engine
+    batches: dict[tuple, set[int]] = {}  # per figure setup, the batches its figures give
     for fig in figures:
-        key = (fig.model, fig.hardware, fig.deployment, fig.engine_name())
+        batches.setdefault(_setup(fig), set()).add(fig.batch)
+    groups: dict[tuple, RootSettings] = {}  # one Hydra compose per model x GPU x formats x engine
+    composed: dict[tuple, pd.DataFrame] = {}  # one composition per setup, all its batches
+    for fig in figures:
+        key, setup = _key(fig), _setup(fig)
         if key not in groups:
             groups[key] = compose_groups(fig.groups(), FIGURE_BASE)
-        one = deployment_table(
-            figure_settings(groups[key], fig), decode, collective, steps, ceilings, fitted
-        ).iloc[0]
-        rows.append(_figure_row(fig, one))
+        if setup not in composed:
+            settings = figure_settings(groups[key], fig, sorted(batches[setup]))
+            composed[setup] = deployment_table(
+                settings, decode, collective, steps, ceilings, fitted
+            ).set_index("batch", drop=False)
+    rows = [_figure_row(fig, composed[_setup(fig)].loc[fig.batch]) for fig in figures]
     table = pd.DataFrame(rows, columns=ENGINE_COLUMNS)
     table["source_check"] = references.source_checks(table)
     return table
+
+
+def _key(fig: references.Figure) -> tuple:
+    """Return what one Hydra compose serves: model, GPU, formats and engine file."""
+    return (fig.model, fig.hardware, fig.deployment, fig.engine_name())
+
+
+def _setup(fig: references.Figure) -> tuple:
+    """Return what one composition serves beside its key: layout, load and prompt chunk (the
+    batches differ; each is composed alone inside it)."""
+    load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk)
+    return (*_key(fig), layout_name(fig.layout), *load)
 
 
 def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
@@ -91,16 +108,18 @@ ANY_TILE = "grid.tiles=[{m:16,n:16,k:16}]"
 FIGURE_BASE = ("references=none", ANY_TILE, "grid.layouts=[{tp:1,pp:1,ep:1}]")
 
 
-def figure_settings(base: RootSettings, fig: references.Figure) -> RootSettings:
-    """Return the settings composing one cited figure: `base` with its batch, load (and the
-    prompt chunk its launch states) and layout; raise ConfigError for a chunk its engine cannot
-    take."""
+def figure_settings(
+    base: RootSettings, fig: references.Figure, batches: list[int] | None = None
+) -> RootSettings:
+    """Return the settings composing one cited figure: `base` with its batch (or `batches`, the
+    figures of the same setup), load (and the prompt chunk its launch states) and layout; raise
+    ConfigError for a chunk its engine cannot take."""
     load = (
         {"input_len": fig.input_len, "output_len": fig.output_len}
         if fig.input_len and fig.output_len
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
-    update = {"batches": [fig.batch], "prefill_chunk": fig.prefill_chunk, **load}
+    update = {"batches": batches or [fig.batch], "prefill_chunk": fig.prefill_chunk, **load}
     dep = base.deployment.model_copy(update=update)
     grid = base.grid.model_copy(update={"layouts": [fig.layout]})
     settings = base.model_copy(update={"deployment": dep, "grid": grid})
