@@ -11,6 +11,7 @@ its busiest rank under random top-k routing (`step_parts.busiest_rank`)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -295,14 +296,14 @@ def _prompt_cost(args: tuple, step: dict, i: int, extra_parts, prompt: PromptLoa
     highest peak fraction of its passes): per chunk, a pass of its own (separate) or the
     decode step's increase with the chunk's rows carried (mixed)."""
     model, dep, hw, layout, batch, *how = args
+    alone = prompt.schedule == "separate"
+    run_args = (model, dep, hw, layout, 0 if alone else batch, *how)
     cost = dict.fromkeys(step["split"], 0.0)
     peak = 0.0
-    for rows in prompt_chunks(i, prompt.chunk):
-        alone = prompt.schedule == "separate"
-        run_args = (model, dep, hw, layout, 0 if alone else batch, *how)
+    for rows, times in Counter(prompt_chunks(i, prompt.chunk)).items():  # equal chunks once
         run = compose_step(*run_args, prefill=rows, extra_parts=extra_parts, prompt=prompt)
         for k in cost:
-            cost[k] += run["split"][k] - (0.0 if alone else step["split"][k])
+            cost[k] += times * (run["split"][k] - (0.0 if alone else step["split"][k]))
         peak = max(peak, run["peak_fraction"])
     return cost, peak
 
