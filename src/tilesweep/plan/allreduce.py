@@ -109,9 +109,13 @@ def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
         why = f"{name} lists no all-reduce algorithm for {block.arch} at {n} GPUs"
         return nccl_ms, f"NCCL's model ({why})"
     algorithm, step = algorithm_at(steps, nbytes, block.token_bytes)
-    reach = f" to {step.max_bytes} B" if step and step.max_tokens is None else ""
-    reach = f" to {step.max_tokens} tokens" if step and step.max_tokens is not None else reach
-    picked = f"{name}: {algorithm}" + (reach if step else " (past its steps)")
+    if step is None:
+        reach = " (past its steps)"
+    elif step.max_tokens is None:
+        reach = f" to {step.max_bytes} B"
+    else:
+        reach = f" to {step.max_tokens} tokens"
+    picked = f"{name}: {algorithm}{reach}"
     missing = []
     for taken in FALLBACK[algorithm]:
         us, source = series_us(block.in_graph, taken, n, nbytes)
