@@ -3,8 +3,10 @@ composing (each refusal one line, exit 2); no figure is composed or scored here.
 
 import csv
 import importlib.util
+import re
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,12 @@ from tilesweep.config import compose_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "holdout" / "check.py"
-HOLDOUT2 = ROOT / "benchmarks" / "holdout2"  # the only held-out set (set 1 is in the corpus)
+HOLDOUT2 = ROOT / "benchmarks" / "holdout2"  # the scorer's default set (set 1 is in the corpus)
+HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # collected in session 62, not scored
 SET2_LEAST = 233  # the least number of figures set 2 holds
+SET3_LEAST = 329  # the least number of figures set 3 holds
+PINNED = r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/.+#L\d+"  # a line at a commit
+SET3_UNCOMPOSABLE = 5  # its Kimi-K2.5 rows (no conf/model, no conf/deployment for INT4 experts)
 SET1 = "(held-out set 1 of 2026-12-07, consumed in session 61)"  # how a folded note ends
 
 
@@ -65,6 +71,40 @@ def test_the_second_set_parses_with_the_shared_columns():
         assert float(f["tpot_ms"]) > 0 and int(f["batch"]) >= 1
         assert f["speculative"].startswith("none")
         assert f["source_url"].startswith("https://")
+
+
+def test_the_third_set_parses_with_the_shared_columns():
+    """Set 3 reads through the same reader: one row per id, a number for every TPOT and
+    concurrency, speculative decoding off (or none stated), a source pinned to a commit."""
+    figs = _module().read_set(str(HOLDOUT3))
+    assert len(figs) >= SET3_LEAST
+    assert len({f["id"] for f in figs}) == len(figs)
+    for f in figs:
+        assert float(f["tpot_ms"]) > 0 and int(f["batch"]) >= 1
+        assert f["speculative"].startswith("none")
+        assert re.match(PINNED, f["source_url"]), f["id"]
+
+
+def test_the_third_sets_uncomposable_rows_are_the_marked_ones():
+    """holdout3 keeps the figures conf/ has no files for: exactly those its notes mark."""
+    mod = _module()
+    figs = mod.read_set(str(HOLDOUT3))
+    flagged = {f["id"] for f in figs if mod.cannot_compose(f)}
+    marked = {f["id"] for f in figs if "Cannot compose" in f["note"]}
+    assert flagged == marked and len(flagged) == SET3_UNCOMPOSABLE
+
+
+def test_the_third_set_repeats_no_held_figure():
+    """No set-3 TPOT equals, to 0.01 ms, a corpus or set-2 figure of its model x GPU x engine."""
+    mod = _module()
+    held = defaultdict(list)
+    for fig in references.of(compose_settings([])).figures:
+        held[fig.model, fig.hardware, fig.engine].append(float(fig.tpot_ms))
+    for f in mod.read_set(str(HOLDOUT2)):
+        held[f["model"], f["hardware"], f["engine"]].append(float(f["tpot_ms"]))
+    for f in mod.read_set(str(HOLDOUT3)):
+        family = held[f["model"], f["hardware"], f["engine"]]
+        assert all(abs(float(f["tpot_ms"]) - v) > 0.01 for v in family), f["id"]
 
 
 def test_the_folded_first_set_composes_as_the_scorer_composed_it():
