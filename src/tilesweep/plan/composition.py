@@ -13,7 +13,7 @@ from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.plan.bound import decide_bound
 from tilesweep.plan.engine_profile import EngineProfile, lean
 from tilesweep.plan.interconnect import topology_numbers
-from tilesweep.plan.memory_fit import layer_counts, memory_fit, stage_layers
+from tilesweep.plan.memory_fit import capacity, layer_counts, memory_fit, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
@@ -57,6 +57,7 @@ def _inputs(
         "memory_bandwidth_gbs": f"{hw.memory_bandwidth_gbs} {sheet}",
         "peak_tflops": f"{hw.peak_tflops} {sheet}",
         "memory_gb": f"{hw.memory_gb} {sheet}",
+        "memory capacity": capacity(hw)[1],
         "interconnect": ic_label,
     }
     if "measured on" not in ic_label:

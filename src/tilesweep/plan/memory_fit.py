@@ -5,7 +5,9 @@ embedding (vocab-parallel) are split over TP and replicated over EP; routed expe
 tp*ep (whole experts over EP, each expert's matrices over TP). When ep > 1 the EP ranks run
 attention data-parallel (DP-attention): each holds the KV cache of ceil(batch/ep) sequences. MLA's
 latent cache is replicated across the TP ranks of a group (vLLM/SGLang without DP-attention). A
-stage holds the KV cache of all sequences for its own layers. Capacity is `memory_gb` * 1e9 bytes.
+stage holds the KV cache of all sequences for its own layers. Capacity is the memory CUDA reports
+for the device (`memory_cuda_gib`, GiB) where the hardware file cites it, else the datasheet's
+`memory_gb` * 1e9 bytes, and each row names which (plan.composition).
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ from tilesweep.plan.architecture import (
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 _MAX_CONTEXT = 1 << 24
+_GIB = 1 << 30
+
+
+def capacity(hw: HardwareSpec) -> tuple[float, str]:
+    """Return (the bytes one GPU holds, where that figure comes from, in words)."""
+    if hw.memory_cuda_gib:
+        where = f"hardware[{hw.name}].memory_cuda_gib: the total CUDA reports"
+        return hw.memory_cuda_gib * _GIB, f"{hw.memory_cuda_gib} GiB ({where})"
+    where = f"hardware[{hw.name}].memory_gb: the datasheet, no device figure cited"
+    return hw.memory_gb * 1e9, f"{hw.memory_gb} GB ({where})"
 
 
 def layer_counts(model: ModelSettings, overrides: dict | None = None) -> dict:
@@ -142,7 +154,7 @@ def memory_fit(
 ) -> dict:
     """Return {fits, needed_bytes, short_bytes, capacity_bytes, max_batch_fit, max_context_fit}."""
     stages = stage_layers(layer_counts(model, layer_overrides), layout.pp)
-    capacity = hw.memory_gb * 1e9
+    room, _ = capacity(hw)
     ctx = dep.context_len
     last = len(stages) - 1
     weights = [
@@ -151,17 +163,17 @@ def memory_fit(
     needed, _ = _needed(model, dep, layout, stages, weights, batch, ctx)
 
     def fits_batch(b: int) -> bool:
-        return _needed(model, dep, layout, stages, weights, b, ctx)[0] <= capacity
+        return _needed(model, dep, layout, stages, weights, b, ctx)[0] <= room
 
     def fits_context(c: int) -> bool:
-        return _needed(model, dep, layout, stages, weights, batch, c)[0] <= capacity
+        return _needed(model, dep, layout, stages, weights, batch, c)[0] <= room
 
     max_batch = _largest(fits_batch, 1, 1 << 20)
     return {
-        "fits": needed <= capacity,
+        "fits": needed <= room,
         "needed_bytes": needed,
-        "short_bytes": max(needed - capacity, 0.0),
-        "capacity_bytes": capacity,
+        "short_bytes": max(needed - room, 0.0),
+        "capacity_bytes": room,
         "max_batch_fit": max_batch,
         "max_context_fit": _largest(fits_context, 1, _MAX_CONTEXT),
     }

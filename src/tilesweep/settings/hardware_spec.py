@@ -286,6 +286,9 @@ class HardwareSpec(Section):
     max_threads_per_sm: Positive
     max_blocks_per_sm: Positive
     memory_gb: PositiveNumber
+    # The memory CUDA reports for the device (cudaDeviceProp.totalGlobalMem, torch's total_memory)
+    # in GiB, cited; null: the memory fit takes memory_gb (1e9 B each) and each row says so.
+    memory_cuda_gib: PositiveNumber | None = None
     memory_bandwidth_gbs: PositiveNumber
     peak_tflops: dict[str, PositiveNumber | None]
     power_limit_w: PositiveNumber
@@ -316,6 +319,7 @@ class HardwareSpec(Section):
         checks = [
             ("memory_bandwidth_gbs", self.memory_bandwidth_gbs, 1, 1e5),
             ("memory_gb", self.memory_gb, 0.1, 1e5),
+            ("memory_cuda_gib", self.memory_cuda_gib or 1.0, 0.1, 1e5),
             ("interconnect_gbs", self.interconnect_gbs, 0.1, 1e5),
         ]
         checks += [(f"peak_tflops.{k}", v, 0.01, 1e5) for k, v in self.peak_tflops.items() if v]
