@@ -148,6 +148,24 @@ def test_a_default_verdict_spans_the_plausible_topologies_and_a_named_one_alone(
     assert each["dual_socket"]["comm_ms"] > each["switch"]["comm_ms"]
 
 
+def test_a_deployment_without_an_expert_band_still_spans_the_plausible_topologies():
+    # fp8 experts on SM120 have no cited band: the topologies alone make tpot_low/high_ms (they
+    # collapsed to tpot_ms before: the span started from the missing ends).
+    base = ["model=qwen3_235b_a22b", "deployment=fp8_all", "deployment.batches=[1]"]
+    base.append("grid.layouts=[{tp:8,pp:1,ep:1}]")
+    spans = deployment_verdict.deployment_table(compose_settings(base), EMPTY, EMPTY, EMPTY, {})
+    each = [
+        deployment_verdict.deployment_table(
+            compose_settings([*base, f"deployment.topology={name}"]), EMPTY, EMPTY, EMPTY, {}
+        ).iloc[0]["tpot_ms"]
+        for name in ("switch", "dual_socket", "switch_free")
+    ]
+    row = spans.iloc[0]
+    assert row["tpot_low_ms"] == pytest.approx(min(each))
+    assert row["tpot_high_ms"] == pytest.approx(max(each))
+    assert row["tpot_low_ms"] < row["tpot_high_ms"]
+
+
 def test_a_topology_the_hardware_lacks_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="valid: dual_socket, host_staged, switch, switch_free"):
         compose_settings(["deployment.topology=nvswitch"])

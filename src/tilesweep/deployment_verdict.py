@@ -26,7 +26,7 @@ from tilesweep.plan import (
     row_inputs,
 )
 from tilesweep.plan.architecture import ACT_BYTES, deployment_model
-from tilesweep.plan.composition import Composition, compose_parts
+from tilesweep.plan.composition import COLUMNS, Composition, compose_rows, compose_tpot
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
 from tilesweep.plan.padded_experts import applies, e_math_middle, padded_timer
 from tilesweep.plan.padded_experts import words as padded_words
@@ -289,7 +289,7 @@ def deployment_table(
         launch_timer, per_kernel_us=cost, label=label, kernel_ms=own, launches=engine.launches
     )
     used, tail = _rests(fit, label, engine, attention, collectives)
-    frames = []
+    every = []  # the rows of every batch
     for batch in dep.batches:
         one = Composition(model, dep.model_copy(update={"batches": [batch]}), target, layouts)
         kwargs = {"measured_floors": floors, "engine": engine}
@@ -303,14 +303,15 @@ def deployment_table(
         ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
         ends = _floored(engine_conf, settings.hardware.arch, kwargs, ends)
         ends = _padded(engine_conf, (settings.hardware.arch, dep.weight_dtype), kwargs, ends)
-        table = compose_parts(one, **kwargs)
+        rows = compose_rows(one, **kwargs)
         for column, timer in ends.items():
-            table[column] = compose_parts(one, **dict(kwargs, timer=timer))["tpot_ms"]
+            for row, tpot in zip(rows, compose_tpot(one, **dict(kwargs, timer=timer)), strict=True):
+                row[column] = tpot
         if spanned:
-            span_topologies(table, one, kwargs, ends, target, spanned)
-        table = table.assign(**columns, expert_efficiency=expert_words)
-        frames.append(table)
-    out = pd.concat(frames, ignore_index=True)
+            span_topologies(rows, one, kwargs, ends, target, spanned)
+        every.extend(row | columns | {"expert_efficiency": expert_words} for row in rows)
+    named = dict.fromkeys([*COLUMNS, *columns, "expert_efficiency"])
+    out = pd.DataFrame(every, columns=list(named))
     out = out.sort_values(["world", "layout", "batch"], kind="stable").reset_index(drop=True)
     return _span_attention(out, settings, (decode, collective, steps, ceilings, fitted))[
         VERDICT_COLUMNS

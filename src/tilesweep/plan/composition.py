@@ -166,15 +166,25 @@ def _host_ms(
     return engine.host_for(gpu, stages[worst], worst == last)
 
 
-def compose_parts(
+def compose_parts(parts: Composition, **how) -> pd.DataFrame:
+    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound."""
+    return pd.DataFrame(compose_rows(parts, **how), columns=COLUMNS)
+
+
+def compose_tpot(parts: Composition, **how) -> list[float]:
+    """Return compose_parts' tpot_ms column alone (a band end's), without building the table."""
+    return [row["tpot_ms"] for row in compose_rows(parts, **how)]
+
+
+def compose_rows(
     parts: Composition,
     timer: Timer = roofline_timer,
     measured_floors: dict | None = None,
     layer_overrides: dict | None = None,
     engine: EngineProfile | None = None,
     rests: dict[str, str] | None = None,
-) -> pd.DataFrame:
-    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound."""
+) -> list[dict]:
+    """Return compose_parts' rows as dicts, one per layout x batch."""
     rests = rests or {}
     engine = engine or lean()
     load_in, load_out = serving_load(parts.deployment)
@@ -205,4 +215,4 @@ def compose_parts(
             }
             inputs |= {"gaps": ", ".join(step["gaps"])} if step["gaps"] else {}
             rows.append(row | {"prefill_ms": prefill, "inputs_json": dumps(inputs | rests)})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return rows

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import math
 
 from tilesweep.plan import allreduce
-from tilesweep.plan.composition import Composition, compose_parts
+from tilesweep.plan.composition import Composition, compose_tpot
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import InterconnectModel
@@ -58,23 +58,32 @@ def with_topology(target: HardwareSpec, named: str) -> tuple[HardwareSpec, list[
 
 
 def span_topologies(
-    table: pd.DataFrame,
+    rows: list[dict],
     one: Composition,
     kwargs: dict,
     ends: dict,
     target: HardwareSpec,
     others: list,
 ) -> None:
-    """Widen a composed row's band over the other topologies its host may have."""
+    """Widen composed rows' bands (tpot_low_ms, tpot_high_ms; where none, from tpot_ms) over the
+    other topologies their host may have."""
     block = target.interconnect_model
-    low = table.get("tpot_low_ms", table["tpot_ms"]).copy()
-    high = table.get("tpot_high_ms", table["tpot_ms"]).copy()
+    for row in rows:
+        for column in ("tpot_low_ms", "tpot_high_ms"):
+            if _nan(row.get(column, math.nan)):
+                row[column] = row["tpot_ms"]
     for name in others:
         moved = _with_block(target, block.model_copy(update={"default": name}))
         there = Composition(one.model, one.deployment, moved, one.layouts)
         for timer in list(ends.values()) or [None]:
             kw = kwargs if timer is None else dict(kwargs, timer=timer)
-            got = compose_parts(there, **kw)["tpot_ms"]
-            low = low.where(~(got < low), got)
-            high = high.where(~(got > high), got)
-    table["tpot_low_ms"], table["tpot_high_ms"] = low, high
+            for row, got in zip(rows, compose_tpot(there, **kw), strict=True):
+                if got < row["tpot_low_ms"]:
+                    row["tpot_low_ms"] = got
+                if got > row["tpot_high_ms"]:
+                    row["tpot_high_ms"] = got
+
+
+def _nan(value: float) -> bool:
+    """Return whether a band end is missing (NaN)."""
+    return value != value
