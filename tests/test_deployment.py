@@ -162,6 +162,21 @@ def test_ep_waits_for_the_most_loaded_rank():
     assert busiest_rank(256, 8, 1, 1) == (pytest.approx(8.0), 8.0)
 
 
+def test_a_routing_draws_distinct_experts_uniformly():
+    import numpy as np
+
+    from tilesweep.plan.step_parts import _distinct_picks
+
+    picks = _distinct_picks(np.random.default_rng(1), 20_000, 64, 8)
+    ordered = np.sort(picks, axis=1)
+    assert (ordered[:, 1:] != ordered[:, :-1]).all()  # no expert twice in a token's routing
+    share = np.bincount(picks.ravel(), minlength=64) / picks.size
+    assert np.allclose(share, 1 / 64, rtol=0.05)  # each expert equally likely
+    # A pair of experts is as likely in one routing as any other pair: 8*7/(64*63) of tokens.
+    both = ((picks == 0).any(axis=1) & (picks == 1).any(axis=1)).mean()
+    assert both == pytest.approx(8 * 7 / (64 * 63), rel=0.2)
+
+
 def test_without_a_fit_every_composed_figure_is_labelled_model(brief):
     assert (composed(brief).dropna(subset=["tpot_ms"]).source == "model").all()
 

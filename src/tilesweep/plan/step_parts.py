@@ -86,16 +86,27 @@ def busiest_rank(experts: int, top_k: int, ep: int, tokens: int) -> tuple[float,
         hits = rng.multivariate_hypergeometric([per_rank] * ep, top_k, size=(samples, tokens))
         rows = hits.sum(axis=1)
         return float(per_rank), float(rows.max(axis=1).mean())
-    keys = rng.random((samples, tokens, experts))
-    picks = np.argpartition(keys, top_k - 1, axis=2)[:, :, :top_k]  # top_k distinct experts
-    hits = np.zeros((samples, experts))
-    np.add.at(hits, (np.arange(samples)[:, None, None], picks), 1)
+    picks = _distinct_picks(rng, samples * tokens, experts, top_k)
+    slot = np.arange(samples).repeat(tokens)[:, None] * experts + picks
+    hits = np.bincount(slot.ravel(), minlength=samples * experts)
     by_rank = hits.reshape(samples, ep, per_rank)
     rows = by_rank.sum(axis=2)
     distinct = (by_rank > 0).sum(axis=2)
     worst = rows.argmax(axis=1)
     pick = np.arange(samples)
     return float(distinct[pick, worst].mean()), float(rows[pick, worst].mean())
+
+
+def _distinct_picks(rng: np.random.Generator, n: int, experts: int, top_k: int) -> np.ndarray:
+    """Return n uniform top-k routings, each `top_k` distinct experts: draws with a repeat are
+    drawn again (uniform over the distinct ones; O(top_k) a token, not O(experts))."""
+    picks = rng.integers(0, experts, (n, top_k))
+    while True:
+        ordered = np.sort(picks, axis=1)
+        again = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+        if not again.any():
+            return picks
+        picks[again] = rng.integers(0, experts, (int(again.sum()), top_k))
 
 
 def attention_kind(model: ModelSettings) -> str:
