@@ -176,3 +176,44 @@ def test_the_probe_refuses_bad_arguments_in_one_line(args, said, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode != 0 and said in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _rows(tmp_path: Path) -> Path:
+    """Write two made-up probe rows (TP8 and TP2 at 4 tokens) in the probe's fields."""
+    rows = []
+    for tp, us in ((8, 20.0), (2, 60.0)):
+        rows.append(
+            {
+                "tp": tp,
+                "tokens": 4,
+                "top_k": 4,
+                "experts": 128,
+                "hidden": 2880,
+                "inter": 2880 // tp,
+                "experts_touched": 16,
+                "built_w13_us": us,
+                "built_w2_us": us / 2,
+                "without_128x64_w13_us": us * 1.2,
+                "without_128x64_w2_us": us / 2,
+            }
+        )
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_the_curve_takes_the_gemms_time_less_two_launches_over_the_verdicts_bytes(tmp_path):
+    """e = (touched experts x 3 h i x 4.25 bits + rows' activations) / datasheet / (w13 + w2 - 2
+    fixed); the band spans the shards and tables, each end named with its expert's MB."""
+    cmd = [sys.executable, str(ROOT / "tools" / "marlin_moe_curve.py"), str(_rows(tmp_path))]
+    proc = subprocess.run([*cmd, "--fixed-us", "3"], capture_output=True, text=True, check=True)
+    (line,) = proc.stdout.splitlines()
+    mb8 = 3 * 2880 * 360 * (0.5 + 1 / 32)
+    tp8 = (16 * mb8 + 16 * (2 * 2880 + 2 * 360) * 2) / 3350e3 / (20.0 * 1.2 + 10.0 - 6)
+    assert "tokens_per_expert: 0.125" in line and f"low: {tp8:.3f}" in line
+    assert (
+        'low_kernel: "vLLM Marlin MoE (w4a16 MXFP4), gpt_oss_120b TP8, vLLM 0.14.1 tables"' in line
+    )
+    assert f"low_expert_mb: {mb8 / 1e6:.3f}" in line and "high_expert_mb: 6.610" in line
+    bad = subprocess.run([*cmd, "--fixed-us", "40"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no time left" in bad.stderr

@@ -44,8 +44,13 @@ CUDA_FLAGS = [
     "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
     "-U__CUDA_NO_HALF2_OPERATORS__",
     "-static-global-template-stub=false",
-    "-gencode=arch=compute_90a,code=sm_90a",
 ]
+# The wheel's code for these kernels on an H100: CMakeLists.txt builds the Marlin MoE files for
+# cuda_archs_loose_intersection("8.0+PTX", CUDA_ARCHS), which for a 9.0 target keeps 8.0+PTX
+# (cmake/utils.cmake: the highest source arch at or below the target, across majors for PTX):
+# sm_80 code, which an sm_90 card cannot run, and compute_80 PTX, which its driver compiles at
+# load. So compute_80 PTX alone; a gencode flag also keeps torch from adding its own arch flags.
+WHEEL_GENCODE = "arch=compute_80,code=compute_80"
 BINDINGS = """// Written by tools/marlin_moe_build.py: schemas of the ops this build registers.
 #include <torch/all.h>
 #include <torch/library.h>
@@ -188,7 +193,7 @@ def write_build(src: Path, build: Path, kernels: list) -> list[Path]:
     ]
 
 
-def build(src: Path, build_dir: Path, block_sizes, verbose: bool = False) -> dict:
+def build(src: Path, build_dir: Path, block_sizes, gencode: str = WHEEL_GENCODE, verbose=False):
     """Compile and load the extension; return its manifest, tables, kernels and build seconds."""
     import torch.utils.cpp_extension as ext  # heavy; only where the build runs
 
@@ -207,7 +212,7 @@ def build(src: Path, build_dir: Path, block_sizes, verbose: bool = False) -> dic
             str(build_dir),
         ],
         extra_cflags=["-O2", "-std=c++17"],
-        extra_cuda_cflags=CUDA_FLAGS,
+        extra_cuda_cflags=[*CUDA_FLAGS, f"-gencode={gencode}"],
         build_directory=str(build_dir),
         is_python_module=False,
         verbose=verbose,
@@ -217,6 +222,7 @@ def build(src: Path, build_dir: Path, block_sizes, verbose: bool = False) -> dic
         "tables": tables,
         "kernels": kernels,
         "build_s": round(time.monotonic() - started, 1),
+        "gencode": gencode,
     }
 
 

@@ -43,7 +43,7 @@ def _root() -> Path:
 
 ROOT = _root()
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]  # runs from a bare checkout
-from marlin_moe_build import NAME, block_size_m, build  # noqa: E402
+from marlin_moe_build import NAME, WHEEL_GENCODE, block_size_m, build  # noqa: E402
 
 from tilesweep.errors import tool_main  # noqa: E402
 from tilesweep.io import check_out_folder, write_text  # noqa: E402
@@ -430,6 +430,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tps", default="8,4,2")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--copies", type=int, default=0, help="weight copies (0: pass L2 x4)")
+    parser.add_argument("--gencode", default=WHEEL_GENCODE, help="nvcc's (default: the wheel's)")
     parser.add_argument("--verbose", action="store_true", help="print the compiler's lines")
     args = parser.parse_args(argv)
     try:
@@ -458,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         sys.exit("marlin_moe_probe: needs a CUDA GPU (sm_90)")
     blocks = {block_size_m(t, MODEL["top_k"], MODEL["experts"]) for t in args.token_list}
-    built = build(args.src, args.build, blocks, verbose=args.verbose)
+    built = build(args.src, args.build, blocks, args.gencode, verbose=args.verbose)
     print(
         f"built {len(built['kernels'])} Marlin instantiations in {built['build_s']} s", flush=True
     )
@@ -478,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "thread_tables": built["tables"],
         "build_s": built["build_s"],
+        "gencode": built["gencode"],
     }
     rows: list = []
     try:
