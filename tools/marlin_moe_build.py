@@ -48,9 +48,11 @@ CUDA_FLAGS = [
 # The wheel's code for these kernels on an H100: CMakeLists.txt builds the Marlin MoE files for
 # cuda_archs_loose_intersection("8.0+PTX", CUDA_ARCHS), which for a 9.0 target keeps 8.0+PTX
 # (cmake/utils.cmake: the highest source arch at or below the target, across majors for PTX):
-# sm_80 code, which an sm_90 card cannot run, and compute_80 PTX, which its driver compiles at
-# load. So compute_80 PTX alone; a gencode flag also keeps torch from adding its own arch flags.
-WHEEL_GENCODE = "arch=compute_80,code=compute_80"
+# sm_80 code, which an sm_90 card cannot run, and compute_80 PTX, which its driver compiles for
+# sm_90 at load. So compute_80 PTX, assembled for sm_90 here (nvcc's ptxas, in the parallel
+# build, rather than the driver's, serially at first launch); a gencode flag also keeps torch
+# from adding its own arch flags.
+WHEEL_GENCODE = "arch=compute_80,code=sm_90"
 BINDINGS = """// Written by tools/marlin_moe_build.py: schemas of the ops this build registers.
 #include <torch/all.h>
 #include <torch/library.h>
