@@ -48,7 +48,7 @@ MAX_DEFERRED = 40
 # a shorter one.
 FLOORS = (
     ("base", "errors columns gpu_archs io sweep_lock progress progress_stage isolate failures "
-             "cells settings settings.* hardware provenance gpu_slot device package_data "
+             "cells settings settings.* hardware provenance device package_data "
              "group_files"),
     ("registry", "backends backends.roles plugin_loader"),
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),

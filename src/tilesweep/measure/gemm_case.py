@@ -228,7 +228,6 @@ def sustained_power(fns: list[Callable[[], object]], seconds: float) -> dict:
 
 
 def measure_case(
-    runner_name: str,
     make_call: Callable,
     counts: list[int],
     n: int,

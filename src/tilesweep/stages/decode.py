@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -11,15 +17,46 @@ import pandas as pd
 from tilesweep import backends
 from tilesweep.cells import read_cell_json, write_cell_json, write_cell_table
 from tilesweep.errors import LaunchError
-from tilesweep.gpu_slot import gpu_slot
 from tilesweep.isolate import Isolated, run_isolated
 from tilesweep.measure.ceilings import measure
 from tilesweep.measure.gemm_case import measure_case
 from tilesweep.plan import roofline
 from tilesweep.plan.expert_shapes import expert_counts, expert_ops
-from tilesweep.provenance import cell_hash, stamp
+from tilesweep.provenance import cell_hash, gpu_names, stamp
 from tilesweep.settings import BenchSettings, DecodeCell, ModelSettings, catalog_from_json
 from tilesweep.stages import logged, utc_now
+
+
+@contextlib.contextmanager
+def gpu_slot(wait_s: float = 3600.0) -> Iterator[str | None]:
+    """Yield the GPU index this job holds, or None where none is assigned here (Snakemake counts
+    GPUs, it does not assign them)."""
+    count = len(gpu_names())
+    if count == 0 or os.environ.get("CUDA_VISIBLE_DEVICES"):
+        yield None
+        return
+    lock_dir = Path(tempfile.gettempdir()) / "tilesweep-gpu-locks"
+    lock_dir.mkdir(exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for index in range(count):
+            handle = open(lock_dir / f"gpu{index}.lock", "w")  # noqa: SIM115 (held while yielding)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+            try:
+                yield str(index)
+            finally:
+                del os.environ["CUDA_VISIBLE_DEVICES"]
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no free GPU among {count} after {wait_s:.0f} s")
+        time.sleep(0.5)
 
 
 @gpu_slot()  # on a GPU of this job's own
@@ -130,7 +167,6 @@ def _measure_runner(
     for op, n, k, routing, t, counts in _cases(cell, cuda):
         try:
             result = measure_case(
-                runner,
                 lambda c=counts: backend.make_runner(runner, kernel, c, dtype, cuda),
                 counts,
                 n,
@@ -238,8 +274,6 @@ def bench_decode(
     threads: int = 1,
 ) -> pd.DataFrame:
     """Time one decode job, each runner in its own process; write the table."""
-    import tempfile
-
     import torch
 
     cell = DecodeCell.from_json(cell_json)
