@@ -72,13 +72,17 @@ def constexprs(cell: dict) -> dict:
     }
 
 
-def resource_usage(cubin: Path) -> dict:
-    """Return registers, stack, static shared and local bytes from the cubin (cuobjdump: the one
-    that ships with Triton, else one on PATH)."""
+def _cuobjdump() -> str | None:
+    """Return the cuobjdump that ships with Triton (or one on PATH), if any."""
     import triton
 
     bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    tool = str(bundled) if bundled.exists() else shutil.which("cuobjdump")
+    return str(bundled) if bundled.exists() else shutil.which("cuobjdump")
+
+
+def resource_usage(cubin: Path) -> dict:
+    """Return registers, stack, static shared and local bytes from the cubin (cuobjdump)."""
+    tool = _cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump (Triton's or on PATH): static shared memory unknown")
     out = subprocess.run(

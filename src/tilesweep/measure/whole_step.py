@@ -122,19 +122,11 @@ def _list_rows(
     layers = step["dense_layers"] + step["moe_layers"]
     rows = []
     for index, batch in enumerate(step["batches"]):
-        skipped = ranks[0][key][index].get("skipped")
-        if skipped:
-            rows.append(
-                {
-                    "layout": layout_name,
-                    "batch": batch,
-                    "status": "skipped",
-                    "reason": skipped,
-                    **columns,
-                }
-            )
-            continue
         first = ranks[0][key][index]
+        if first.get("skipped"):
+            skipped = {"status": "skipped", "reason": first["skipped"], **columns}
+            rows.append({"layout": layout_name, "batch": batch, **skipped})
+            continue
         whole = first["whole_ms"]  # already the max over ranks
         row = {
             "layout": layout_name,
