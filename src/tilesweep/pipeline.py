@@ -24,20 +24,12 @@ def _pick(row: dict, keys: tuple[str, ...]) -> dict:
     return {k: row[k] for k in keys if k in row and row[k] == row[k]}
 
 
-# The stage module each core rule calls (src/tilesweep/stages/); a tuner's rules call the modules
-# its role names (Tuner.rule_modules).
-RULE_STAGES = {
-    "build": "stages/build.py",
-    "launch": "stages/launch.py",
-    "device": "stages/decode.py",
-    "decode": "stages/decode.py",
-    "collective": "stages/collective.py",
-    "layout": "stages/layout.py",
-    "power": "stages/power.py",
-    "tables": "stages/tables.py",
-    "verdict": "stages/verdict.py",
-    "report": "stages/report.py",
-}
+# The stage module each core rule calls: every module of src/tilesweep/stages/ has its rule's
+# name, and the device's ceilings are the decode stage's; a tuner's rules call the modules its
+# role names (Tuner.rule_modules).
+_STAGES = Path(__file__).parent / "stages"
+RULE_STAGES = {p.stem: f"stages/{p.name}" for p in _STAGES.glob("[!_]*.py")}
+RULE_STAGES["device"] = "stages/decode.py"
 
 
 def _module_path(obj: object) -> str:

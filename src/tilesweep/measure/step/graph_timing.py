@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep import package_data
+from tilesweep.io import write_table
 from tilesweep.measure import timing
 from tilesweep.measure.step.clock import PartClock
 from tilesweep.measure.step.shapes import micro_batches
@@ -98,12 +99,8 @@ def profile_graph(torch, graph, name: str, where: Path) -> Path:
                 "us": sum(k.time_range.elapsed_us() for k in runs) / REPLAYS,
             }
         )
-    where.mkdir(parents=True, exist_ok=True)
-    path = where / f"kernels_{name}.csv"
-    tmp = path.with_suffix(".tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False)
-    tmp.replace(path)
-    return path
+    write_table(where / f"kernels_{name}.csv", pd.DataFrame(rows))
+    return where / f"kernels_{name}.csv"
 
 
 def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
