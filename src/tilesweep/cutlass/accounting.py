@@ -13,6 +13,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from tilesweep.cutlass.cell_spec import normalize, requested_tags
@@ -249,10 +250,7 @@ def plan_groups(units: list[Unit], jobs: int, max_group: int = MAX_GROUP) -> lis
     for u in units:
         by_arch.setdefault(u.cell["arch"], []).append(u)
     size = max(1, min(max_group, math.ceil(len(units) / max(1, jobs))))
-    groups = []
-    for arch_units in by_arch.values():
-        groups += [arch_units[i : i + size] for i in range(0, len(arch_units), size)]
-    return groups
+    return [same[i : i + size] for same in by_arch.values() for i in range(0, len(same), size)]
 
 
 def mem_available_gib() -> float | None:
@@ -301,9 +299,8 @@ def account(
         workers = parallel_compiles(jobs, device_check)
         groups = plan_groups(todo, workers)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            for group, got in zip(
-                groups, pool.map(lambda g: compile_group(ctx, g), groups), strict=True
-            ):
+            results = pool.map(partial(compile_group, ctx), groups)
+            for group, got in zip(groups, results, strict=True):
                 for unit in (u for u in group if u.index in got):
                     row = rows[unit.index] = got[unit.index]
                     if row["status"] == "ok" or row["error_location"]:  # the cell's own property
