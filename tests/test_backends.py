@@ -11,7 +11,7 @@ from tilesweep import backends, grid
 from tilesweep.backends import Backend, Builder, DecodeRunner, Runner, kernel_cell, register
 from tilesweep.config import compose, compose_settings
 from tilesweep.errors import LaunchError
-from tilesweep.io import write_json
+from tilesweep.io import write_text
 from tilesweep.pipeline import Sweep
 from tilesweep.settings import RootSettings, Section, Tile, check
 
@@ -164,7 +164,9 @@ def test_toy_runners_become_rows_with_the_status_their_launcher_raised(toy, tmp_
         }
     )
     ceilings = tmp_path / "ceilings.json"
-    write_json(ceilings, {"copy_gbs": 1.0, "matmul_tflops": {"bf16": 0.1}, "properties": {}})
+    write_text(
+        ceilings, json.dumps({"copy_gbs": 1.0, "matmul_tflops": {"bf16": 0.1}, "properties": {}})
+    )
     frame = bench_decode(spec, str(ceilings), str(tmp_path / "toy.csv"))
     status = frame.groupby("runner")["status"].agg(set).to_dict()
     assert status == {"toy:refused": {"launch"}, "toy:shared-msg": {"runtime"}}
@@ -309,7 +311,9 @@ def test_the_baselines_job_records_the_fp8_baseline_as_unsupported_on_a_cpu(tmp_
 
     settings = compose(["experiment=tiny", "grid.tokens_per_expert=[1]"])
     ceilings = tmp_path / "ceilings.json"
-    write_json(ceilings, {"copy_gbs": 1.0, "matmul_tflops": {"bf16": 0.1}, "properties": {}})
+    write_text(
+        ceilings, json.dumps({"copy_gbs": 1.0, "matmul_tflops": {"bf16": 0.1}, "properties": {}})
+    )
     frames = {}
     for job in ("baselines", "baselines-fp8"):
         spec = grid.canonical(
@@ -360,7 +364,7 @@ def test_build_records_carry_their_own_provenance(tmp_path, monkeypatch):
     # the aggregate keeps what the record says; it does not stamp its own time's provenance
     from tilesweep.stages.tables import launch_table
 
-    write_json(tmp_path / "l2.json", {**row, "toolchain": "triton 0.0-as-built"})
+    write_text(tmp_path / "l2.json", json.dumps({**row, "toolchain": "triton 0.0-as-built"}))
     table = launch_table([str(tmp_path / "l2.json")])
     assert table["toolchain"].iloc[0] == "triton 0.0-as-built"
 

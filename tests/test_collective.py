@@ -169,9 +169,9 @@ def _graph_times(monkeypatch, capture, one_call_ms):
 
     monkeypatch.setattr(timing, "capture_graph", recording)
     monkeypatch.setattr(timing, "time_events", time_events)
-    plan = {"timing": "cuda-graph", "max_calls": 10, "fill_ms": 1.0}
+    plan = {"timing": "cuda-graph", "max_calls": 10, "fill_ms": 1.0, "repeats": 5, "warmup": 2}
     calls = []
-    result = coll._graph_times(_OneRank(), _Torch, lambda: calls.append(1), True, None, 5, 2, plan)
+    result = coll._graph_times(_OneRank(), _Torch, lambda: calls.append(1), True, None, plan)
     return result, captured, calls
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep.cutlass import accounting, cache, cell_spec, diagnostics, toolchain
+from tilesweep.cutlass import accounting, cell_spec, toolchain
 
 NEEDS_TOOLS = pytest.mark.skipif(
     toolchain.find_nvcc() is None or toolchain.cutlass_include_dir() is None,
@@ -165,10 +165,10 @@ def test_an_unknown_schedule_is_skipped_not_raised(tmp_path, monkeypatch):
 def test_cache_key_depends_on_cell_and_toolchain():
     a, _ = cell_spec.normalize(sm120(128, 128))
     b, _ = cell_spec.normalize(sm120(128, 128, stages=3))
-    key = cache.cache_key(a, "4.2.0", "nvcc 13.0")
-    assert key == cache.cache_key(dict(a), "4.2.0", "nvcc 13.0")
-    assert key != cache.cache_key(b, "4.2.0", "nvcc 13.0")
-    assert key != cache.cache_key(a, "4.2.0", "nvcc 12.8")
+    key = accounting.cache_key(a, "4.2.0", "nvcc 13.0")
+    assert key == accounting.cache_key(dict(a), "4.2.0", "nvcc 13.0")
+    assert key != accounting.cache_key(b, "4.2.0", "nvcc 13.0")
+    assert key != accounting.cache_key(a, "4.2.0", "nvcc 12.8")
 
 
 def test_errors_are_attributed_to_cells():
@@ -183,7 +183,7 @@ def test_errors_are_attributed_to_cells():
             "2 errors detected in the compilation of tu.cu.",
         ]
     )
-    blamed = diagnostics.attribute_errors(log, "tu.cu", [(5, 15), (16, 30)])
+    blamed = accounting.attribute_errors(log, "tu.cu", [(5, 15), (16, 30)])
     assert blamed == {
         0: ("Invalid tile.", "x.inl:96"),
         1: ("incomplete type is not allowed", "tu.cu:25"),

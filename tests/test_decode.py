@@ -68,7 +68,6 @@ def test_baselines_match_the_reference_on_random_data(name):
     counts = expert_shapes.expert_counts(3, 4, "zipf", 1.2)
     n, k = expert_shapes.expert_ops(MODEL)["gate_up"]
     row = decode.measure_case(
-        name,
         lambda: baseline_runner(name, counts, "bf16"),
         counts,
         n,
@@ -104,7 +103,7 @@ def test_a_wrong_kernel_is_a_correctness_row():
 
     quick = bench(repeats=1, warmup=0, cpu_repeats=1)
     row = decode.measure_case(
-        "wrong", lambda: wrong, counts, n, k, "bf16", torch.bfloat16, quick, False, 0, gen
+        lambda: wrong, counts, n, k, "bf16", torch.bfloat16, quick, False, 0, gen
     )
     assert row["status"] == "correctness"
     assert "time_ms" not in row

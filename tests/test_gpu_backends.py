@@ -14,7 +14,7 @@ import yaml
 from tilesweep.backends import kernel_cell
 from tilesweep.grid import canonical, kernel_slug
 from tilesweep.hardware import catalog_name
-from tilesweep.io import write_json
+from tilesweep.io import write_text
 from tilesweep.settings import HardwareSpec, ModelSettings, Tile
 
 pytestmark = [
@@ -137,7 +137,10 @@ def test_attach_measured_launch_finds_the_kernel_run_here(tmp_path):
     check_launch(spec, str(build_path), str(tmp_path / "launch.json"))
 
     ceilings = tmp_path / "ceilings.json"
-    write_json(ceilings, {"copy_gbs": 1000.0, "matmul_tflops": {"bf16": 100.0}, "properties": {}})
+    write_text(
+        ceilings,
+        json.dumps({"copy_gbs": 1000.0, "matmul_tflops": {"bf16": 100.0}, "properties": {}}),
+    )
     bench_spec = canonical(
         {"kernel": kernel, "model": _model(), "tokens_per_expert": [1, 16], "bench": _bench()}
     )

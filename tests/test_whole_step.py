@@ -108,7 +108,7 @@ def test_whole_step_runs_every_part(layout, attention):
 def test_launch_counter_counts_kernels_per_part_and_skips_views():
     import torch
 
-    from tilesweep.measure.launch_count import make_counter
+    from tilesweep.measure.step.graph_timing import make_counter
 
     counter = make_counter()
     clock = PartClock(torch, False, "count", counter)

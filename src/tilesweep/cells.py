@@ -215,12 +215,8 @@ def rebuild_lines(found: list[tuple[str, str]], named: int = 5) -> list[str]:
 
 def damaged(paths: list[str], joined_exist: bool) -> list[tuple[str, str]]:
     """Return (path, fault) of each planned cell to rebuild."""
-    out = []
-    for path in paths:
-        why = damage(path)
-        if why and (why != "missing" or joined_exist):
-            out.append((path, why))
-    return out
+    found = [(path, damage(path)) for path in paths]
+    return [(path, why) for path, why in found if why and (why != "missing" or joined_exist)]
 
 
 def rebuilds(results: str | os.PathLike) -> dict[str, int]:

@@ -38,15 +38,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
 
 
-def write_json(path: str | os.PathLike, data: object) -> None:
-    """Write data as indented, key-sorted JSON, atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-
-
 def read_json(path: str | os.PathLike) -> object:
-    """Return the parsed JSON in path."""
-    return json.loads(Path(path).read_text())
+    """Return the parsed JSON in path, or raise CellError naming the file."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CellError(f"{path}: not readable JSON ({exc})") from None
 
 
 def write_table(path: str | os.PathLike, frame: pd.DataFrame) -> None:
@@ -79,14 +76,6 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
             msg = f"{p}: not a readable table ({why}); rerun the step that writes it"
             raise CellError(msg) from None
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def read_json_named(path: str | os.PathLike) -> object:
-    """Return the parsed JSON in path, or raise CellError naming the file."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CellError(f"{path}: not readable JSON ({exc})") from None
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout
@@ -149,8 +138,11 @@ def _root_file(resolved: Path) -> bool:
     return listed.returncode == 0 or not (PROJECT_ROOT / ".git").exists()
 
 
-def _shown(path: str) -> str:
-    """Return a path as an error message shows it (a long one cut, its length named)."""
+def _shown(path: str, flag: str, name: str) -> str:
+    """Return a path as an error message shows it (a long one cut, its length named); raise
+    ConfigError for an empty one, asking to name one (`name`)."""
+    if not str(path).strip():
+        raise ConfigError(f"{flag}='': empty; name {name}")
     return path if len(path) <= 120 else f"{path[:60]}...({len(path)} chars)"
 
 
@@ -159,9 +151,7 @@ def check_out_folder(
 ) -> Path:
     """Return the output folder (flag: how the user gave it), made and writable, or raise
     ConfigError in one line."""
-    shown = _shown(str(out))
-    if not str(out).strip():
-        raise ConfigError(f"{flag}='': empty; name a folder")
+    shown = _shown(str(out), flag, "a folder")
     folder = Path(out)
     resolved = folder.resolve()
     _tracked_refusal(resolved, flag, shown, force, "folder")
@@ -184,9 +174,7 @@ def check_out_folder(
 
 def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
     """Return an output file's path, or raise ConfigError in one line before anything is written."""
-    shown = _shown(str(out))
-    if not str(out).strip():
-        raise ConfigError(f"{flag}='': empty; name a file")
+    shown = _shown(str(out), flag, "a file")
     path = Path(out)
     try:
         resolved = path.resolve()
@@ -202,9 +190,7 @@ def check_out_file(out: str, force: bool = False, flag: str = "--out") -> Path:
 
 def check_results_dir(path: str) -> Path:
     """Return results_dir as a path, or raise ConfigError in one line."""
-    shown = _shown(str(path))
-    if not str(path).strip():
-        raise ConfigError("results_dir='': empty; name a folder (results by default)")
+    shown = _shown(str(path), "results_dir", "a folder (results by default)")
     folder = Path(path)
     try:
         resolved = folder.resolve()

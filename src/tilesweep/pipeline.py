@@ -24,20 +24,12 @@ def _pick(row: dict, keys: tuple[str, ...]) -> dict:
     return {k: row[k] for k in keys if k in row and row[k] == row[k]}
 
 
-# The stage module each core rule calls (src/tilesweep/stages/); a tuner's rules call the modules
-# its role names (Tuner.rule_modules).
-RULE_STAGES = {
-    "build": "stages/build.py",
-    "launch": "stages/launch.py",
-    "device": "stages/decode.py",
-    "decode": "stages/decode.py",
-    "collective": "stages/collective.py",
-    "layout": "stages/layout.py",
-    "power": "stages/power.py",
-    "tables": "stages/tables.py",
-    "verdict": "stages/verdict.py",
-    "report": "stages/report.py",
-}
+# The stage module each core rule calls: every module of src/tilesweep/stages/ has its rule's
+# name, and the device's ceilings are the decode stage's; a tuner's rules call the modules its
+# role names (Tuner.rule_modules).
+_STAGES = Path(__file__).parent / "stages"
+RULE_STAGES = {p.stem: f"stages/{p.name}" for p in _STAGES.glob("[!_]*.py")}
+RULE_STAGES["device"] = "stages/decode.py"
 
 
 def _module_path(obj: object) -> str:
@@ -74,20 +66,19 @@ class Sweep:
             for job in backend.decoder.decode_jobs(self.settings, self.kernels, gpus)
         }
         self.decode_jobs = list(self._decode_owner)
+        self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         self._check_step_runner()
         self._codes: dict[tuple[str, ...], str] = {}
         self.layouts = grid.layouts(self.settings)
         self._by_build = {r["build_id"]: r for r in self.builds.to_dict("records")}
         self._by_launch = {r["launch_id"]: r for r in self.launches.to_dict("records")}
-        self._by_kernel = {r["kernel"]: r for r in self.kernels.to_dict("records")}
         self._by_layout = {r["layout"]: r for r in self.layouts.to_dict("records")}
 
     def _check_step_runner(self) -> None:
         """Raise ConfigError when bench.step_runner cannot run with this grid's kernels."""
         runner = self.settings.bench.step_runner
         found = backends.step_backend(runner) if runner != "auto" else None
-        kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
-        why = found.stepper.runner_fault(runner, kernels) if found else None
+        why = found.stepper.runner_fault(runner, self._by_kernel) if found else None
         if why:
             raise ConfigError(f"bench.step_runner={runner!r}: {why}")
 
@@ -249,7 +240,7 @@ class Sweep:
         kernels, inputs = {}, {}
         gpus = self.device.gpus
         if gpus and not self.kernels.empty:
-            kernels = {r["kernel"]: r for r in self.kernels.to_dict("records")}
+            kernels = dict(self._by_kernel)
         if gpus:  # what the GPU step's runner reads, so that a changed tuned table reruns it
             runner = bench.step_runner
             runner = backends.default_step_runner(True) if runner == "auto" else runner

@@ -192,9 +192,7 @@ class Console(logging.Handler):
         handler.addFilter(lambda record: not self.hides(record))
 
     def _stage(self, name: str) -> Stage:
-        if name not in self.stages:
-            self.stages[name] = Stage(name)
-        return self.stages[name]
+        return self.stages.setdefault(name, Stage(name))
 
     def _plan(self, stats: dict, now: float) -> str:
         self.began = now
@@ -293,11 +291,9 @@ class Console(logging.Handler):
                 to_come.append(f"{stage.name} ({stage.total})")
             else:
                 running.append(f"{stage.name} {stage.count()}")
-        parts = [
-            *(["running " + ", ".join(running)] if running else []),
-            *(["to come " + ", ".join(to_come)] if to_come else []),
-            *([f"{done} done"] if done else []),
-        ]
+        parts = ["running " + ", ".join(running)] if running else []
+        parts += ["to come " + ", ".join(to_come)] if to_come else []
+        parts += [f"{done} done"] if done else []
         return "other stages: " + ("; ".join(parts) if parts else "none")
 
     def _finale(self, total: int, now: float) -> str:
@@ -318,12 +314,8 @@ def attach(
 
     shown = [h for h in logger.handlers if h.name == "DefaultStreamHandler"]
     stream = getattr(shown[0], "stream", sys.stderr) if shown else sys.stderr
-    console = Console(
-        stream,
-        log_files=workflow.logger_manager.get_logfile(),
-        hidden=hidden,
-        when_done=when_done,
-    )
+    log_files = workflow.logger_manager.get_logfile()
+    console = Console(stream, log_files=log_files, hidden=hidden, when_done=when_done)
     logger.addHandler(console)
     if not settings.verbose:
         for handler in shown:

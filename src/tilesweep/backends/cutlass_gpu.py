@@ -149,26 +149,13 @@ def program_rows(cell: DecodeCell, log) -> list[dict]:
     rows = []
     binary, note = ensure_binary()
     log.info("CUTLASS program: %s (%s)", binary, note)
+    timing = (cell.tokens_per_expert, bench.repeats, bench.kernel_timeout_s)
     for op, (n, k) in expert_ops(model).items():
         if binary is None:
             rows.append({"runner": "cutlass", "op": op, "status": "unsupported", "reason": note})
             continue
-        records = run(
-            binary,
-            n,
-            k,
-            experts,
-            cell.tokens_per_expert,
-            bench.repeats,
-            bench.kernel_timeout_s,
-        )
-        for rec in records:
-            row = {
-                **to_row(rec),
-                "op": op,
-                "routing": "uniform",
-                "model": model.name,
-            }
+        for rec in run(binary, n, k, experts, *timing):
+            row = {**to_row(rec), "op": op, "routing": "uniform", "model": model.name}
             if row.get("tokens_per_expert"):
                 counts = [row["tokens_per_expert"]] * row["experts"]
                 info = traffic(counts, n, k, "fp8", 2)

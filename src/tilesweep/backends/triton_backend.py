@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from tilesweep.backends import (
 )
 from tilesweep.isolate import Isolated, run_isolated
 from tilesweep.measure.gemm_case import triton_runner
+from tilesweep.provenance import package_version
 from tilesweep.settings.strict import Section
 
 if TYPE_CHECKING:
@@ -70,23 +72,12 @@ def constexprs(cell: dict) -> dict:
     }
 
 
-def versions() -> dict:
-    """Return the versions that decide what a Triton build produces."""
-    from importlib.metadata import version
-
-    return {"triton": version("triton")}
-
-
 def _cuobjdump() -> str | None:
     """Return the cuobjdump that ships with Triton (or one on PATH), if any."""
     import triton
 
     bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if bundled.exists():
-        return str(bundled)
-    from shutil import which
-
-    return which("cuobjdump")
+    return str(bundled) if bundled.exists() else shutil.which("cuobjdump")
 
 
 def resource_usage(cubin: Path) -> dict:
@@ -161,29 +152,19 @@ def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:
     return {"status": "ok", "reason": "", **numbers}
 
 
-def cells(settings: RootSettings, arch: str, cc: int) -> list[dict]:
-    """Return the Triton kernel cells built for one architecture."""
-    grid = settings.grid
+def _unsupported(dtype: str, arch: str, cc: int) -> str | None:
+    """Return why Triton builds no `dtype` kernel for an architecture, or None."""
     runs = gpu_archs.tensor_dtypes(arch, cc)
-    out = []
-    combos = itertools.product(grid.dtypes, grid.tiles, grid.stages, grid.warps, grid.epilogues)
-    for dtype, tile, stages, warps, epilogue in combos:
-        cell = kernel_cell(NAME, arch, dtype, tile, stages, warps, epilogue)
-        if "bf16" not in runs:  # the grouped GEMM's bf16 tensor-core dots
-            cell["unsupported"] = (
-                f"Triton's GEMM needs cc {gpu_archs.first('bf16')[1]} or newer; {arch} is {cc}"
-            )
-        elif dtype == "nvfp4":
-            cell["unsupported"] = (
-                "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs "
-                f"{gpu_archs.first('nvfp4')[0]} or newer); the CUTLASS backend accounts NVFP4 tiles"
-            )
-        elif dtype not in runs:
-            cell["unsupported"] = (
-                f"{dtype} tensor cores need {gpu_archs.first(dtype)[0]} or newer; {arch} has none"
-            )
-        out.append(cell)
-    return out
+    if "bf16" not in runs:  # the grouped GEMM's bf16 tensor-core dots
+        return f"Triton's GEMM needs cc {gpu_archs.first('bf16')[1]} or newer; {arch} is {cc}"
+    if dtype == "nvfp4":
+        return (
+            "this Triton grouped GEMM has no NVFP4 path (a block-scaled dot needs "
+            f"{gpu_archs.first('nvfp4')[0]} or newer); the CUTLASS backend accounts NVFP4 tiles"
+        )
+    if dtype not in runs:
+        return f"{dtype} tensor cores need {gpu_archs.first(dtype)[0]} or newer; {arch} has none"
+    return None
 
 
 def skip_reason(dtype: str, cuda: bool) -> str | None:
@@ -207,7 +188,14 @@ class TritonBuilder(Builder):
 
     def cells(self, settings: RootSettings, arch: str, cc: int) -> list[dict]:
         """Return the Triton kernel cells built for one architecture."""
-        return cells(settings, arch, cc)
+        grid = settings.grid
+        combos = itertools.product(grid.dtypes, grid.tiles, grid.stages, grid.warps, grid.epilogues)
+        out = []
+        for dtype, tile, stages, warps, epilogue in combos:
+            cell = kernel_cell(NAME, arch, dtype, tile, stages, warps, epilogue)
+            why = _unsupported(dtype, arch, cc)
+            out.append(cell if why is None else {**cell, "unsupported": why})
+        return out
 
     def build(self, cells: list[dict], out_dir, jobs: int = 1) -> list[dict]:
         """Return the build result of each cell (one cell per job in practice)."""
@@ -215,7 +203,7 @@ class TritonBuilder(Builder):
 
     def toolchain(self) -> str:
         """Return the Triton version that built the kernels."""
-        return f"triton {versions()['triton']}"
+        return f"triton {package_version('triton')}"
 
 
 class TritonDecode(DecodeRunner):
@@ -261,9 +249,7 @@ class TritonStep(StepRunner):
         fault = self.runner_fault(runner, kernels)
         if fault:
             raise ValueError(f"layout runner {runner!r}: {fault}")
-        return DECODE.make_runner(
-            runner, kernels[DECODE.runner_kernel(runner)], counts, "bf16", True
-        )
+        return triton_runner(kernels[DECODE.runner_kernel(runner)], counts)
 
     def step_runner_help(self) -> list[str]:
         """Return the form of a Triton step runner."""

@@ -1,21 +1,22 @@
 """Shared-memory accounting for CUTLASS grouped GEMMs, compiled in groups of one arch, a failed
 group split, each row cached. Measured on 2 cores, nvcc 13.0: one SM120 cell with the device check
 46 s and 5 GiB, 12 cells 82 s and 9 GiB, so groups hold at most 8 cells and compiles are capped by
-memory."""
+memory. Rows not the cell's property (no nvcc, a timeout) are not cached."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from tilesweep.cutlass.cache import cache_key, read_cache, write_cache
-from tilesweep.cutlass.cell_spec import normalize
-from tilesweep.cutlass.diagnostics import attribute_errors, first_error, has_diagnostic
-from tilesweep.cutlass.rows import base_row, ok_row, timed
+from tilesweep.cutlass.cell_spec import normalize, requested_tags
 from tilesweep.cutlass.source import cell_body, tu_source
 from tilesweep.cutlass.toolchain import (
     compile_flags,
@@ -26,6 +27,138 @@ from tilesweep.cutlass.toolchain import (
     nvcc_version,
     run_tu,
 )
+from tilesweep.io import write_text
+
+NUMERIC_FIELDS = (
+    "smem_bytes",
+    "threads_per_block",
+    "mainloop_smem_bytes",
+    "epilogue_smem_bytes",
+    "other_smem_bytes",
+    "mainloop_shared_storage_bytes",
+    "epilogue_shared_storage_bytes",
+    "stages",
+    "epilogue_stages",
+    "epilogue_stages_c",
+    "epilogue_tile",
+    "builder_smem_capacity",
+)
+
+
+def base_row(cell: dict, status: str, reason: str, toolchain: str, version: str) -> dict:
+    """Return a result row with every field present and numbers left empty."""
+    row = {"status": status, "reason": reason, "error_location": "", "cell": cell}
+    row.update({k: None for k in NUMERIC_FIELDS})
+    row.update(alignment_a=None, alignment_b=None, fits=None, cutlass_version=version)
+    row.update(schedule=cell.get("schedule"), schedule_types=requested_tags(cell))
+    row.update(toolchain=toolchain, cached=False)
+    return row
+
+
+def type_name(pretty: str) -> str:
+    """Return the type name inside a __PRETTY_FUNCTION__ string of ts_name<T>()."""
+    m = re.search(r"\[with T = (.*)\]$", pretty)
+    return m.group(1) if m else pretty
+
+
+def ok_row(cell: dict, data: dict, toolchain: str) -> dict:
+    """Return a result row from one JSON line printed by the compiled TU."""
+    row = base_row(cell, "ok", "", toolchain, data["cutlass_version"])
+    for k in NUMERIC_FIELDS:
+        if k in data:
+            row[k] = None if data[k] == -1 else data[k]
+    row["epilogue_tile"] = data["epilogue_tile"] if min(data["epilogue_tile"]) > 0 else None
+    row["alignment_a"], row["alignment_b"] = data["alignment_a"], data["alignment_b"]
+    known = [row[k] or 0 for k in ("mainloop_smem_bytes", "epilogue_smem_bytes")]
+    row["other_smem_bytes"] = row["smem_bytes"] - sum(known)
+    row["fits"] = row["smem_bytes"] <= row["builder_smem_capacity"]
+    row["schedule_types"].update(
+        mainloop=type_name(data["mainloop_schedule"]),
+        mainloop_policy=type_name(data["mainloop_policy"]),
+        epilogue=type_name(data["epilogue_policy"]),
+    )
+    return row
+
+
+ERROR_RE = re.compile(
+    r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<fatal>catastrophic )?error: (?P<msg>.*)$"
+)
+ASSERT_RE = re.compile(r'static assertion failed with "(?P<msg>.*)"')
+
+
+def error_blocks(log: str) -> list[list[str]]:
+    """Return the compiler log split into blocks, each starting at an 'error:' line."""
+    blocks: list[list[str]] = []
+    for line in log.splitlines():
+        if ERROR_RE.match(line) or " error: " in line or line.startswith("error:"):
+            blocks.append([line])
+        elif blocks:
+            blocks[-1].append(line)
+    return blocks
+
+
+def block_reason(block: list[str]) -> tuple[str, str]:
+    """Return (one-line reason, 'file:line') for one error block."""
+    m = ERROR_RE.match(block[0])
+    if not m:
+        return block[0].strip()[:400], ""
+    # A catastrophic error (e.g. a missing header) is the environment's, not the cell's: no
+    # location, so the row is not cached.
+    where = "" if m.group("fatal") else f"{Path(m.group('file')).name}:{m.group('line')}"
+    sa = ASSERT_RE.search(m.group("msg"))
+    return (sa.group("msg") if sa else m.group("msg").strip())[:400], where
+
+
+def block_tu_lines(block: list[str], tu_name: str) -> list[int]:
+    """Return the line numbers of the TU that an error block points at."""
+    lines = []
+    for text in block:
+        lines += [int(n) for n in re.findall(rf"at line (\d+) of \S*{re.escape(tu_name)}", text)]
+        m = ERROR_RE.match(text)
+        if m and m.group("file").endswith(tu_name):
+            lines.append(int(m.group("line")))
+    return lines
+
+
+def attribute_errors(log: str, tu_name: str, spans: list[tuple[int, int]]) -> dict[int, tuple]:
+    """Return {position in group: (reason, where)} for errors that point into a cell's lines."""
+    found: dict[int, tuple] = {}
+    for block in error_blocks(log):
+        for ln in block_tu_lines(block, tu_name):
+            pos = next((i for i, (a, b) in enumerate(spans) if a <= ln <= b), None)
+            if pos is not None:
+                found.setdefault(pos, block_reason(block))
+                break
+    return found
+
+
+def first_error(log: str) -> tuple[str, str]:
+    """Return the first error block's reason, or the log's last line if none parses."""
+    blocks = error_blocks(log)
+    if blocks:
+        return block_reason(blocks[0])
+    tail = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return (tail[-1][:400] if tail else "compiler failed without output"), ""
+
+
+def has_diagnostic(log: str) -> bool:
+    """Return whether the log holds at least one located compiler error."""
+    return any(ERROR_RE.match(b[0]) for b in error_blocks(log))
+
+
+def cache_key(cell: dict, version: str, toolchain: str, device_check: bool = True) -> str:
+    """Return sha256 of the cell's standalone TU source plus the nvcc version."""
+    src, _ = tu_source(cell["arch"], [cell_body(cell, "c0")], version, device_check)
+    return hashlib.sha256((src + "\n" + toolchain).encode()).hexdigest()
+
+
+def read_cache(workdir: Path, key: str) -> dict | None:
+    """Return the cached result for key, or None."""
+    try:
+        return json.loads((workdir / "cache" / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
 
 MAX_GROUP = 8
 DEVICE_CHECK_GIB = 9  # peak cicc memory of one device-checked TU (measured: 5 GiB for 1 cell)
@@ -68,27 +201,29 @@ def compile_group(ctx: Context, units: list[Unit]) -> dict[int, dict]:
     out = {}
     for i, u in enumerate(units):
         if i in printed:
-            out[u.index] = timed(ok_row(u.cell, printed[i], ctx.toolchain), secs, len(units))
+            row = ok_row(u.cell, printed[i], ctx.toolchain)
         elif failure:  # the host program crashed or hung: not a compile error, not cached
             reason = f"the compiled host program ended by {failure} before printing this cell"
             row = base_row(u.cell, "crash", reason, ctx.toolchain, ctx.version)
-            out[u.index] = timed(row, secs, len(units))
         else:
             row = base_row(
                 u.cell, "compile", "compiled TU printed no row", ctx.toolchain, ctx.version
             )
-            out[u.index] = timed(row, secs, len(units))
+        out[u.index] = {**row, "compile_seconds": round(secs, 2), "cells_in_tu": len(units)}
     return out
 
 
 def failed_rows(ctx: Context, units: list[Unit], reason: str, where: str, secs: float, n: int):
     """Return 'compile' rows for units, all with the same reason."""
-    out = {}
-    for u in units:
-        row = base_row(u.cell, "compile", reason, ctx.toolchain, ctx.version)
-        row["error_location"] = where
-        out[u.index] = timed(row, secs, n)
-    return out
+    return {
+        u.index: {
+            **base_row(u.cell, "compile", reason, ctx.toolchain, ctx.version),
+            "error_location": where,
+            "compile_seconds": round(secs, 2),
+            "cells_in_tu": n,
+        }
+        for u in units
+    }
 
 
 def split_failed(ctx: Context, units, log: str, spans, secs: float) -> dict[int, dict]:
@@ -115,10 +250,7 @@ def plan_groups(units: list[Unit], jobs: int, max_group: int = MAX_GROUP) -> lis
     for u in units:
         by_arch.setdefault(u.cell["arch"], []).append(u)
     size = max(1, min(max_group, math.ceil(len(units) / max(1, jobs))))
-    groups = []
-    for arch_units in by_arch.values():
-        groups += [arch_units[i : i + size] for i in range(0, len(arch_units), size)]
-    return groups
+    return [same[i : i + size] for same in by_arch.values() for i in range(0, len(same), size)]
 
 
 def mem_available_gib() -> float | None:
@@ -167,11 +299,10 @@ def account(
         workers = parallel_compiles(jobs, device_check)
         groups = plan_groups(todo, workers)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            for group, got in zip(
-                groups, pool.map(lambda g: compile_group(ctx, g), groups), strict=True
-            ):
-                for unit in group:
-                    if unit.index in got:
-                        write_cache(workdir, unit.key, got[unit.index])
-                        rows[unit.index] = got[unit.index]
+            results = pool.map(partial(compile_group, ctx), groups)
+            for group, got in zip(groups, results, strict=True):
+                for unit in (u for u in group if u.index in got):
+                    row = rows[unit.index] = got[unit.index]
+                    if row["status"] == "ok" or row["error_location"]:  # the cell's own property
+                        write_text(workdir / "cache" / f"{unit.key}.json", json.dumps(row))
     return rows

@@ -46,11 +46,7 @@ def kernel_schedule(arch: str, tile_m: int) -> str:
 
 def normalize(cell: dict) -> tuple[dict, str | None]:
     """Return the cell with defaults filled in, and why it is unsupported (or None)."""
-    c = dict(cell)
-    c.setdefault("stages", "auto")
-    c.setdefault("epilogue", "default")
-    c.setdefault("cluster_m", 1)
-    c.setdefault("cluster_n", 1)
+    c = {"stages": "auto", "epilogue": "default", "cluster_m": 1, "cluster_n": 1, **cell}
     arch = c.get("arch")
     if arch in ARCHS and isinstance(c.get("tile_m"), int):
         c.setdefault("schedule", kernel_schedule(arch, c["tile_m"]))

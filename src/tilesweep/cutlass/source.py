@@ -47,12 +47,8 @@ def cell_body(cell: dict, ns: str) -> str:
     elem_ab, align_ab = DTYPES[cell["dtype"]]
     elem_c, elem_d, align_cd = EPILOGUES[cell["epilogue"]]
     return CELL_TEMPLATE.substitute(
+        {k: cell[k] for k in ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n")},
         ns=ns,
-        tile_m=cell["tile_m"],
-        tile_n=cell["tile_n"],
-        tile_k=cell["tile_k"],
-        cluster_m=cell["cluster_m"],
-        cluster_n=cell["cluster_n"],
         arch_tag=spec.tag,
         opclass=spec.opclass,
         elem_c=elem_c,

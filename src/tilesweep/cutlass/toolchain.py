@@ -31,30 +31,15 @@ def cutlass_include_dir() -> Path | None:
     return inc if (inc / "cutlass" / "version.h").is_file() else None
 
 
-def _pypi_nvcc() -> str | None:
-    """Return an nvcc shipped by the PyPI nvidia-cuda-nvcc packages, if one is installed."""
-    spec = importlib.util.find_spec("nvidia")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        for cand in sorted(Path(root).glob("*/bin/nvcc")):
-            if os.access(cand, os.X_OK):
-                return str(cand)
-    return None
-
-
 def find_nvcc() -> str | None:
     """Return a usable nvcc path: $NVCC, PATH, /usr/local/cuda/bin/nvcc, then PyPI's, or None."""
-    env = os.environ.get("NVCC")
-    if env and os.access(env, os.X_OK):
-        return env
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    default = Path("/usr/local/cuda/bin/nvcc")
-    if os.access(default, os.X_OK):
-        return str(default)
-    return _pypi_nvcc()
+    spec = importlib.util.find_spec("nvidia")  # the PyPI nvidia-cuda-nvcc packages
+    roots = (spec.submodule_search_locations or []) if spec else []
+    pypi = [str(c) for root in roots for c in sorted(Path(root).glob("*/bin/nvcc"))]
+    for cand in [os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc", *pypi]:
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
 
 
 @lru_cache(maxsize=8)

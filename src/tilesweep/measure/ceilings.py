@@ -6,32 +6,43 @@ import statistics
 from typing import TYPE_CHECKING
 
 from tilesweep.hardware import catalog_name
-from tilesweep.measure.timing import summarize, time_cpu, time_events, time_gpu
+from tilesweep.measure.timing import capture_graph, summarize, time_cpu, time_events, time_gpu
 from tilesweep.provenance import stamp
 
 if TYPE_CHECKING:
     from tilesweep.settings import HardwareSpec
 
 
+def _graph_ms(fn, repeats: int) -> tuple[float, str]:
+    """Return the median ms of fn in graph replays (eager where it cannot be captured), and how."""
+    samples, method = time_gpu([fn], repeats, 2)
+    return summarize(samples)["time_ms"], method
+
+
+def _fastest(ways: dict, cuda: bool, repeats: int, eager: bool = False) -> tuple[float, str]:
+    """Return the least median ms of the ways (graphed, and eager if asked, on a GPU) and which."""
+    ms = {}
+    for name, fn in ways.items():
+        if not cuda:
+            ms[f"{name} (cpu clock)"] = summarize(time_cpu(fn, repeats, 1))["time_ms"]
+            continue
+        if eager:
+            ms[f"{name} (eager, events)"] = summarize(time_events(fn, repeats))["time_ms"]
+        graphed, method = _graph_ms(fn, repeats)
+        ms[f"{name} ({method}, events)"] = graphed
+    best = min(ms, key=ms.get)
+    return ms[best], best
+
+
 def _copy_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
     """Return the best copy GB/s (read + written) of eager, graphed and SM copies, and how."""
     import torch
 
-    device = "cuda" if cuda else "cpu"
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda" if cuda else "cpu").uniform_()
     dst = torch.empty_like(src)
     ways = {"copy_": lambda: dst.copy_(src), "elementwise": lambda: torch.mul(src, 1.0, out=dst)}
-    rates = {}
-    for name, fn in ways.items():
-        if cuda:
-            samples = time_events(fn, repeats)
-            rates[f"{name} (eager, events)"] = samples
-            graph_samples, method = time_gpu([fn], repeats, 2)
-            rates[f"{name} ({method}, events)"] = graph_samples
-        else:
-            rates[f"{name} (cpu clock)"] = time_cpu(fn, repeats, 1)
-    best = min(rates, key=lambda k: summarize(rates[k])["time_ms"])
-    return 2 * nbytes / (summarize(rates[best])["time_ms"] * 1e-3) / 1e9, best
+    ms, best = _fastest(ways, cuda, repeats, eager=True)
+    return 2 * nbytes / (ms * 1e-3) / 1e9, best
 
 
 def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
@@ -42,21 +53,15 @@ def _read_gbs(nbytes: int, cuda: bool, repeats: int) -> tuple[float, str]:
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     out = torch.empty((), dtype=torch.float32, device=device)
     ways = {"sum": lambda: torch.sum(src, dim=0, out=out)}
-    if not cuda:
-        samples = time_cpu(ways["sum"], repeats, 1)
-        return nbytes / (summarize(samples)["time_ms"] * 1e-3) / 1e9, "sum (cpu clock)"
-    # triton (via kernels.stream_read): this module loads without it
-    from tilesweep.kernels.stream_read import stream_read
+    if cuda:
+        # triton (via kernels.stream_read): this module loads without it
+        from tilesweep.kernels.stream_read import stream_read
 
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    partial = torch.empty(4 * sms, dtype=torch.float32, device=device)
-    ways["triton stream read"] = lambda: stream_read(src, partial)
-    rates = {}
-    for name, fn in ways.items():
-        samples, method = time_gpu([fn], repeats, 2)
-        rates[f"{name} ({method}, events)"] = summarize(samples)["time_ms"]
-    best = min(rates, key=rates.get)
-    return nbytes / (rates[best] * 1e-3) / 1e9, best
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        partial = torch.empty(4 * sms, dtype=torch.float32, device=device)
+        ways["triton stream read"] = lambda: stream_read(src, partial)
+    ms, best = _fastest(ways, cuda, repeats)
+    return nbytes / (ms * 1e-3) / 1e9, best
 
 
 def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float | None, str]:
@@ -70,11 +75,7 @@ def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float 
         a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
         b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
         one = torch.ones((), device=device)
-
-        def call():
-            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-
-        calls = [call]
+        calls = [lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)]
     else:
         torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
         a = torch.randn(n, n, device=device, dtype=torch_dtype)
@@ -82,16 +83,8 @@ def _matmul_tflops(n: int, dtype: str, cuda: bool, repeats: int) -> tuple[float 
         # Both weight layouts: K x N, and N x K read transposed as the decode runs' weights are
         # (torch.matmul(a, w.t())); on some CPUs only the second takes the fast bf16 kernel.
         calls = [lambda: a @ b, lambda: a @ b.t()]
-
-    best = None
     try:
-        for call in calls:
-            if cuda:
-                samples, _ = time_gpu([call], repeats, 2)
-            else:
-                samples = time_cpu(call, repeats, 1)
-            ms = summarize(samples)["time_ms"]
-            best = ms if best is None else min(best, ms)
+        best, _ = _fastest(dict(enumerate(calls)), cuda, repeats)
     except Exception as exc:  # e.g. fp8 products on a GPU without fp8 tensor cores: a labelled gap
         text = str(exc).strip().splitlines()
         return None, f"{type(exc).__name__}: {text[0] if text else repr(exc)}"[:300]
@@ -115,8 +108,7 @@ def _chain_us(x, ws: list, outs: list, calls: int, repeats: int) -> float:
         for i in range(calls):
             torch.matmul(x, ws[i % len(ws)], out=outs[i % len(outs)])
 
-    ms, _ = time_gpu([chain], repeats, 2)
-    return summarize(ms)["time_ms"] * 1e3 / calls
+    return _graph_ms(chain, repeats)[0] * 1e3 / calls
 
 
 def _gemv_intercept_us(repeats: int) -> tuple[float, list[dict]]:
@@ -213,9 +205,8 @@ def _small_kernel_us(repeats: int) -> float:
             for op in ops:
                 op()
 
-    ms, _ = time_gpu([chain], repeats, 2)
     launched = (SMALL_KERNELS // sum(kernels)) * sum(kernels)
-    return summarize(ms)["time_ms"] * 1e3 / launched
+    return _graph_ms(chain, repeats)[0] * 1e3 / launched
 
 
 def _host_loop_us(repeats: int) -> dict:
@@ -235,14 +226,8 @@ def _host_loop_us(repeats: int) -> dict:
             h = torch.matmul(h, w)
         logits.copy_(h)
 
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    gpu_ms, _ = time_gpu([graph.replay], repeats, 2)
+    graph = capture_graph([step])
+    gpu, _ = _graph_ms(graph.replay, repeats)
     steps = 200
     samples = []
     for _ in range(repeats):
@@ -255,7 +240,6 @@ def _host_loop_us(repeats: int) -> dict:
             int(nxt.item())  # the scheduler reads the token: one sync a step
         samples.append((time.perf_counter() - start) * 1e3 / steps)
     loop = summarize(samples)["time_ms"]
-    gpu = summarize(gpu_ms)["time_ms"]
     return {
         "host_us": max(0.0, (loop - gpu) * 1e3),
         "loop_us": loop * 1e3,
@@ -285,8 +269,8 @@ def launch_us(cuda: bool, repeats: int) -> dict:
             "method": "cpu clock, one op per launch",
         }
     eager = summarize(time_events(many, repeats))["time_ms"] * 1e3 / LAUNCH_KERNELS
-    graph_ms, method = time_gpu([many], repeats, 2)
-    graph = summarize(graph_ms)["time_ms"] * 1e3 / LAUNCH_KERNELS
+    graph_ms, method = _graph_ms(many, repeats)
+    graph = graph_ms * 1e3 / LAUNCH_KERNELS
     fixed, points = _gemv_intercept_us(repeats)
     return {
         "graph_us": graph,

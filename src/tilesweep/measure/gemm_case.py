@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,61 +89,39 @@ def rel_error(out, ref) -> float:
     return torch.linalg.vector_norm(out - ref).item() / denom
 
 
-def function_static_smem(function: int, lib=None) -> int:
-    """Return a CUfunction's static shared memory in bytes; raise RuntimeError on failure."""
-    import ctypes
-
-    lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
-    value = ctypes.c_int(-1)
-    rc = lib.cuFuncGetAttribute(
-        ctypes.byref(value),
-        ctypes.c_int(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
-        ctypes.c_void_p(function),
-    )
-    if rc != 0 or value.value < 0:
-        raise RuntimeError(f"cuFuncGetAttribute(SHARED_SIZE_BYTES) returned CUresult {rc}")
-    return int(value.value)
-
-
-def reserved_smem_per_block(lib=None) -> int:
-    """Return the driver's reserved shared memory per block; raise RuntimeError if it cannot say."""
-    import ctypes
-
-    lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
-    device, value = ctypes.c_int(-1), ctypes.c_int(-1)
-    rc = lib.cuCtxGetDevice(ctypes.byref(device))
-    if rc == 0:
-        rc = lib.cuDeviceGetAttribute(
-            ctypes.byref(value),
-            ctypes.c_int(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK),
-            device,
-        )
-    if rc != 0 or value.value < 0:
-        raise RuntimeError(f"cuDeviceGetAttribute(RESERVED_SHARED_MEMORY_PER_BLOCK): CUresult {rc}")
-    return int(value.value)
-
-
 def launched_smem(dynamic: int, function: int | None, lib=None) -> dict:
-    """Return a launch's dynamic, static, reserved and total shared memory per block."""
+    """Return a launch's dynamic, static, reserved and total shared memory per block (libcuda's
+    static size of the function and its reserved shared memory per block)."""
     out = {"smem_runtime_dynamic_bytes": int(dynamic)}
+    static, reserved, device = (ctypes.c_int(-1) for _ in range(3))
     try:
         if function is None:
             raise RuntimeError("the launcher returned no loaded function")
-        static = function_static_smem(function, lib)
-        reserved = reserved_smem_per_block(lib)
+        lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
+        attribute = ctypes.c_int(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        rc = lib.cuFuncGetAttribute(ctypes.byref(static), attribute, ctypes.c_void_p(function))
+        if rc != 0 or static.value < 0:
+            raise RuntimeError(f"cuFuncGetAttribute(SHARED_SIZE_BYTES) returned CUresult {rc}")
+        rc = lib.cuCtxGetDevice(ctypes.byref(device))
+        if rc == 0:
+            attribute = ctypes.c_int(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)
+            rc = lib.cuDeviceGetAttribute(ctypes.byref(reserved), attribute, device)
+        if rc != 0 or reserved.value < 0:
+            raise RuntimeError(
+                f"cuDeviceGetAttribute(RESERVED_SHARED_MEMORY_PER_BLOCK): CUresult {rc}"
+            )
     except (OSError, RuntimeError, AttributeError) as exc:
+        unknown = ("smem_runtime_static_bytes", "smem_runtime_reserved_bytes", "smem_runtime_bytes")
         return {
             **out,
-            "smem_runtime_static_bytes": None,
-            "smem_runtime_reserved_bytes": None,
-            "smem_runtime_bytes": None,
+            **dict.fromkeys(unknown),
             "smem_runtime_note": f"static shared memory unknown: {exc}",
         }
     return {
         **out,
-        "smem_runtime_static_bytes": static,
-        "smem_runtime_reserved_bytes": reserved,
-        "smem_runtime_bytes": int(dynamic) + static + reserved,
+        "smem_runtime_static_bytes": static.value,
+        "smem_runtime_reserved_bytes": reserved.value,
+        "smem_runtime_bytes": int(dynamic) + static.value + reserved.value,
     }
 
 
@@ -228,7 +207,6 @@ def sustained_power(fns: list[Callable[[], object]], seconds: float) -> dict:
 
 
 def measure_case(
-    runner_name: str,
     make_call: Callable,
     counts: list[int],
     n: int,

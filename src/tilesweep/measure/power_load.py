@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
 
 from tilesweep.columns import consistency_columns
-from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
-from tilesweep.measure.timing import PowerSampler, percentile
+from tilesweep.measure.process_group import init_rank, run_ranks
+from tilesweep.measure.timing import PowerSampler, capture_graph, percentile
 
 # What each load is built to be bound by (the row's `expected_bound`).
 LOADS = {
@@ -73,20 +72,6 @@ def sustain(step: Callable[[], object], seconds: float, sync: Callable[[], None]
     return calls, time.perf_counter() - start
 
 
-def _graph(torch, fn: Callable[[], object], reps: int):
-    """Return a CUDA graph replaying `fn` reps times (one replay = reps calls)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    return graph
-
-
 def single_gpu_loads(model: dict, seconds: float, period_s: float) -> list[dict]:
     """Return one measured row per single-GPU load (idle, decode GEMM, math GEMM, launch loop)."""
     import torch
@@ -104,8 +89,8 @@ def single_gpu_loads(model: dict, seconds: float, period_s: float) -> list[dict]
     out = torch.empty_like(big)
     tiny = torch.ones(1, device=dev)
     reps = 10
-    decode = _graph(torch, lambda: torch.matmul(x, w.t(), out=y), reps)
-    math = _graph(torch, lambda: torch.matmul(big, big, out=out), reps)
+    decode = capture_graph([lambda: torch.matmul(x, w.t(), out=y)] * reps)
+    math = capture_graph([lambda: torch.matmul(big, big, out=out)] * reps)
     plans = {
         "idle": (lambda: time.sleep(0.05), None),
         "decode_gemm": (
@@ -139,12 +124,8 @@ def _collective_worker(rank: int, world: int, port: int, spec: dict, out_path: s
         step = lambda t=tensor: dist.all_reduce(t)  # noqa: E731 (bound per load)
         sustain(step, min(0.5, spec["seconds"]), sync)
         dist.barrier()
-        sampler = PowerSampler(rank, spec["period_s"]) if rank == 0 else None
-        if sampler:
-            sampler.__enter__()
-        calls, elapsed = sustain(step, spec["seconds"], sync)
-        if sampler:
-            sampler.__exit__(None, None, None)
+        with PowerSampler(rank, spec["period_s"]) if rank == 0 else nullcontext() as sampler:
+            calls, elapsed = sustain(step, spec["seconds"], sync)
         dist.barrier()
         nbytes = tensor.numel() * 2
         bus = 2 * (world - 1) / world * nbytes * calls / elapsed / 1e9
@@ -179,20 +160,8 @@ def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) ->
             }
             for name in COLLECTIVE_LOADS
         ]
-    import torch.multiprocessing as mp
-
-    os.environ.update(SAFE_NCCL_ENV)
     spec = {"hidden": model["hidden"], "seconds": seconds, "period_s": period_s}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "rows.json")
-        mp.start_processes(
-            _collective_worker,
-            args=(2, free_port(), spec, out),
-            nprocs=2,
-            join=True,
-            start_method="spawn",
-        )
-        return json.loads(Path(out).read_text())
+    return run_ranks(_collective_worker, 2, (spec,), True)
 
 
 def reading_consistency(power: pd.DataFrame, frac: float, reader: str) -> pd.DataFrame:

@@ -46,9 +46,7 @@ def _agree(dist, cpu_group, value):
     return values
 
 
-def _graph_times(
-    dist, torch, op, inside: bool, cpu_group, repeats: int, warmup: int, plan: dict
-) -> dict:
+def _graph_times(dist, torch, op, inside: bool, cpu_group, plan: dict) -> dict:
     """Return rank 0's {samples, calls_per_replay, status, reason} of op in CUDA graphs."""
     rank = dist.get_rank()
 
@@ -66,7 +64,9 @@ def _graph_times(
         return graph, ""
 
     if inside:
-        for _ in range(max(1, warmup)):  # eager calls first: NCCL connects before the capture
+        for _ in range(
+            max(1, plan["warmup"])
+        ):  # eager calls first: NCCL connects before the capture
             op()
         torch.cuda.synchronize()
     graph, error = capture(1)
@@ -84,7 +84,7 @@ def _graph_times(
     if error:
         out.update(status=Status.RUNTIME, reason=error, calls_per_replay=0)
     elif inside:
-        out["samples"] = [ms / calls for ms in timing.time_events(graph.replay, repeats)]
+        out["samples"] = [ms / calls for ms in timing.time_events(graph.replay, plan["repeats"])]
     if inside:
         torch.cuda.synchronize()
     del graph
@@ -118,19 +118,10 @@ def _eager_times(
     return samples
 
 
-def _time_one(
-    dist,
-    torch,
-    item: dict,
-    repeats: int,
-    warmup: int,
-    cuda: bool,
-    plan: dict,
-    cpu_group,
-) -> dict | None:
+def _time_one(dist, torch, item: dict, plan: dict, cpu_group) -> dict | None:
     """Return rank 0's {samples, timing, calls_per_replay, status, reason} for op."""
     kind, nbytes, n = item["collective"], item["bytes"], item["group"]
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world, cuda = dist.get_rank(), dist.get_world_size(), plan["cuda"]
     device = f"cuda:{rank}" if cuda else "cpu"
     elems = max(n, nbytes // BYTES_PER_ELEMENT)
     elems -= elems % n
@@ -151,10 +142,12 @@ def _time_one(
 
     timing = plan["timing"] if cuda else "eager"
     if timing == "cuda-graph":
-        result = _graph_times(dist, torch, op, inside, cpu_group, repeats, warmup, plan)
+        result = _graph_times(dist, torch, op, inside, cpu_group, plan)
     else:
         calls = SMALL_MESSAGE_CALLS if cuda and nbytes <= SMALL_MESSAGE_BYTES else 1
-        samples = _eager_times(dist, torch, op, inside, device, calls, repeats, warmup)
+        samples = _eager_times(
+            dist, torch, op, inside, device, calls, plan["repeats"], plan["warmup"]
+        )
         result = {"samples": samples, "calls_per_replay": calls, "status": Status.OK, "reason": ""}
     if group is not None:
         dist.destroy_process_group(group)
@@ -179,29 +172,37 @@ def init_rank(rank: int, world: int, port: int, cuda: bool):
     return torch, dist
 
 
-def _worker(
-    rank: int,
-    world: int,
-    port: int,
-    items: list[dict],
-    repeats: int,
-    warmup: int,
-    cuda: bool,
-    plan: dict,
-    out_path: str,
-) -> None:
+def _worker(rank: int, world: int, port: int, items: list[dict], plan: dict, out_path: str) -> None:
     """Run every planned collective on one rank; rank 0 writes the results as JSON."""
-    torch, dist = init_rank(rank, world, port, cuda)
+    torch, dist = init_rank(rank, world, port, plan["cuda"])
     # Ranks agree on graph captures over the CPU, outside the NCCL communicators being captured.
-    graphs = cuda and plan["timing"] == "cuda-graph"
+    graphs = plan["cuda"] and plan["timing"] == "cuda-graph"
     cpu_group = dist.new_group(backend="gloo") if graphs else None
-    results = [
-        _time_one(dist, torch, item, repeats, warmup, cuda, plan, cpu_group) for item in items
-    ]
+    results = [_time_one(dist, torch, item, plan, cpu_group) for item in items]
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         Path(out_path).write_text(json.dumps(results))
+
+
+def run_ranks(worker, world: int, args: tuple, cuda: bool):
+    """Return the JSON rank 0 writes, `world` processes running worker(rank, world, port, *args,
+    out_path)."""
+    import torch.multiprocessing as mp
+
+    os.environ.update(SAFE_NCCL_ENV)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "rank0.json")
+        # On the CPU, forked ranks skip re-importing torch (seconds each on a busy machine);
+        # CUDA cannot be forked, so GPU ranks are spawned.
+        mp.start_processes(
+            worker,
+            args=(world, free_port(), *args, out),
+            nprocs=world,
+            join=True,
+            start_method="spawn" if cuda else "fork",
+        )
+        return json.loads(Path(out).read_text())
 
 
 def run_plan(
@@ -215,22 +216,8 @@ def run_plan(
     fill_ms: float = 1.0,
 ) -> list[dict]:
     """Return rank 0's _time_one result for each planned collective, run over `world` processes."""
-    import torch.multiprocessing as mp
-
     if timing not in COLLECTIVE_TIMINGS:
         raise ValueError(f"timing={timing!r}: allowed: {', '.join(COLLECTIVE_TIMINGS)}")
     how = {"timing": timing, "max_calls": max_calls, "fill_ms": fill_ms}
-
-    os.environ.update(SAFE_NCCL_ENV)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "samples.json")
-        # On the CPU, forked ranks skip re-importing torch (seconds each on a busy machine);
-        # CUDA cannot be forked, so GPU ranks are spawned.
-        mp.start_processes(
-            _worker,
-            args=(world, free_port(), plan, repeats, warmup, cuda, how, out),
-            nprocs=world,
-            join=True,
-            start_method="spawn" if cuda else "fork",
-        )
-        return json.loads(Path(out).read_text())
+    how.update(repeats=repeats, warmup=warmup, cuda=cuda)
+    return run_ranks(_worker, world, (plan, how), cuda)

@@ -184,13 +184,8 @@ class PowerSampler:
     def summary(self) -> dict:
         """Return mean power, fraction of the limit, median SM clock and throttled-sample share."""
         if not self.samples:
-            return {
-                "power_w": None,
-                "power_frac": None,
-                "sm_clock_mhz": None,
-                "throttled_frac": None,
-                "power_samples": 0,
-            }
+            none = dict.fromkeys(("power_w", "power_frac", "sm_clock_mhz", "throttled_frac"))
+            return {**none, "power_samples": 0}
         power = statistics.mean(s[0] for s in self.samples)
         return {
             "power_w": round(power, 1),

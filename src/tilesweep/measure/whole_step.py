@@ -34,14 +34,15 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
     try:
         me = StepRank(torch, dist, rank, spec, cuda)
         step = spec["step"]
-        batches = [run_batch(me, b, step["warmup"], step["repeats"]) for b in step["batches"]]
-        result = {"rank": rank, **me.at, "batches": batches}
+
+        def batches() -> list[dict]:
+            return [run_batch(me, b, step["warmup"], step["repeats"]) for b in step["batches"]]
+
+        result = {"rank": rank, **me.at, "batches": batches()}
         if ENGINE in step.get("kernel_lists", ()):  # the same step with the engine's extras
             me.use_kernel_list(ENGINE)
             try:
-                result[ENGINE_KEY] = [
-                    run_batch(me, b, step["warmup"], step["repeats"]) for b in step["batches"]
-                ]
+                result[ENGINE_KEY] = batches()
             except Exception as exc:  # the lean rows stand; the engine's are failure rows
                 result[ENGINE_ERROR] = (str(exc).strip().splitlines() or [repr(exc)])[-1][:300]
         me.sync()
@@ -104,15 +105,13 @@ def measured_label(spec: dict) -> str:
         f"{step['dense_layers']} dense + {step['moe_layers']} MoE layers per stage, "
         f"context {step['context_len']}, bf16"
     )
-    if spec.get("emulate"):
-        world = spec["layout"]["tp"] * spec["layout"]["pp"] * spec["layout"]["ep"]
-        label = (
-            f"measured (one rank emulated: rank {emulated_rank(spec['layout'])} of {world}, "
-            f"collectives left out; {shape})"
-        )
-    else:
-        label = f"measured ({shape})"
-    return label
+    if not spec.get("emulate"):
+        return f"measured ({shape})"
+    world = spec["layout"]["tp"] * spec["layout"]["pp"] * spec["layout"]["ep"]
+    return (
+        f"measured (one rank emulated: rank {emulated_rank(spec['layout'])} of {world}, "
+        f"collectives left out; {shape})"
+    )
 
 
 def _list_rows(
@@ -123,19 +122,11 @@ def _list_rows(
     layers = step["dense_layers"] + step["moe_layers"]
     rows = []
     for index, batch in enumerate(step["batches"]):
-        skipped = ranks[0][key][index].get("skipped")
-        if skipped:
-            rows.append(
-                {
-                    "layout": layout_name,
-                    "batch": batch,
-                    "status": "skipped",
-                    "reason": skipped,
-                    **columns,
-                }
-            )
-            continue
         first = ranks[0][key][index]
+        if first.get("skipped"):
+            skipped = {"status": "skipped", "reason": first["skipped"], **columns}
+            rows.append({"layout": layout_name, "batch": batch, **skipped})
+            continue
         whole = first["whole_ms"]  # already the max over ranks
         row = {
             "layout": layout_name,

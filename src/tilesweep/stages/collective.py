@@ -36,23 +36,18 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
     layout, model, bench = spec["layout"], spec["model"], spec["bench"]
     cap = None if cuda else bench["cpu_collective_max_bytes"]
     plan, skipped = [], []
-    items = []
-    for t in spec["tokens_per_expert"]:
-        for msg in step_messages(layout, model, t):
-            items.append({**msg, "tokens_per_expert": t, "purpose": "step"})
-    kinds = {(m["collective"], m["group"]) for m in items}
-    for kind, group in sorted(kinds):
-        for size in _sizes(bench):
-            items.append(
-                {
-                    "collective": kind,
-                    "group": group,
-                    "bytes": size,
-                    "per_step": 0,
-                    "tokens_per_expert": None,
-                    "purpose": "sweep",
-                }
-            )
+    items = [
+        {**msg, "tokens_per_expert": t, "purpose": "step"}
+        for t in spec["tokens_per_expert"]
+        for msg in step_messages(layout, model, t)
+    ]
+    kinds, sizes = sorted({(m["collective"], m["group"]) for m in items}), _sizes(bench)
+    sweep = {"per_step": 0, "tokens_per_expert": None, "purpose": "sweep"}
+    items += [
+        {"collective": kind, "group": group, "bytes": size, **sweep}
+        for kind, group in kinds
+        for size in sizes
+    ]
     for item in items:
         row = {**item, "layout_group": item["group"], "group": min(item["group"], world)}
         why = ""

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -11,15 +18,46 @@ import pandas as pd
 from tilesweep import backends
 from tilesweep.cells import read_cell_json, write_cell_json, write_cell_table
 from tilesweep.errors import LaunchError
-from tilesweep.gpu_slot import gpu_slot
 from tilesweep.isolate import Isolated, run_isolated
 from tilesweep.measure.ceilings import measure
 from tilesweep.measure.gemm_case import measure_case
 from tilesweep.plan import roofline
 from tilesweep.plan.expert_shapes import expert_counts, expert_ops
-from tilesweep.provenance import cell_hash, stamp
+from tilesweep.provenance import cell_hash, gpu_names, stamp
 from tilesweep.settings import BenchSettings, DecodeCell, ModelSettings, catalog_from_json
 from tilesweep.stages import logged, utc_now
+
+
+@contextlib.contextmanager
+def gpu_slot(wait_s: float = 3600.0) -> Iterator[str | None]:
+    """Yield the GPU index this job holds, or None where none is assigned here (Snakemake counts
+    GPUs, it does not assign them)."""
+    count = len(gpu_names())
+    if count == 0 or os.environ.get("CUDA_VISIBLE_DEVICES"):
+        yield None
+        return
+    lock_dir = Path(tempfile.gettempdir()) / "tilesweep-gpu-locks"
+    lock_dir.mkdir(exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for index in range(count):
+            handle = open(lock_dir / f"gpu{index}.lock", "w")  # noqa: SIM115 (held while yielding)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+            try:
+                yield str(index)
+            finally:
+                del os.environ["CUDA_VISIBLE_DEVICES"]
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no free GPU among {count} after {wait_s:.0f} s")
+        time.sleep(0.5)
 
 
 @gpu_slot()  # on a GPU of this job's own
@@ -109,14 +147,7 @@ def l2_for_rotation(ceilings: dict) -> tuple[int | None, str]:
 
 
 def _measure_runner(
-    backend: backends.Backend,
-    cell: DecodeCell,
-    runner: str,
-    dtype: str,
-    out: str,
-    ceilings: dict,
-    progress: str,
-    threads: int,
+    backend, cell: DecodeCell, run: backends.Runner, ceilings: dict, progress: str, threads: int
 ) -> None:
     """Measure one runner at every case, appending rows to `progress` (in a child process)."""
     import torch
@@ -124,23 +155,13 @@ def _measure_runner(
     torch.set_num_threads(threads)
     cuda = torch.cuda.is_available()
     l2, l2_source = l2_for_rotation(ceilings)
-    out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[out]
+    out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[run.out_dtype]
     gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(cell.bench.seed)
-    kernel = cell.kernel
     for op, n, k, routing, t, counts in _cases(cell, cuda):
+        make = partial(backend.make_runner, run.name, cell.kernel, counts, run.dtype, cuda)
         try:
             result = measure_case(
-                runner,
-                lambda c=counts: backend.make_runner(runner, kernel, c, dtype, cuda),
-                counts,
-                n,
-                k,
-                dtype,
-                out_dtype,
-                cell.bench,
-                cuda,
-                l2,
-                gen,
+                make, counts, n, k, run.dtype, out_dtype, cell.bench, cuda, l2, gen
             )
         except LaunchError as exc:  # the launch itself was refused: the runner says so
             result = {"status": "launch", "reason": exc.reason}
@@ -172,26 +193,15 @@ def _read_progress(path: str) -> dict[tuple, dict]:
     return rows
 
 
-def _runner_rows(
-    where: tuple, runner: str, dtype: str, out, skip: str | None, progress: str, threads: int
-) -> list[dict]:
+def _runner_rows(where: tuple, run: backends.Runner, progress: str, threads: int) -> list[dict]:
     """Return one runner's rows, measured in its own process under the time limit."""
     backend, cell, ceilings, prov, cuda, log = where
+    runner, dtype, skip = run.name, run.dtype, run.skip
     failure = None
     if skip is None:
         try:
-            run_isolated(
-                _measure_runner,
-                backend,
-                cell,
-                runner,
-                dtype,
-                out,
-                ceilings,
-                progress,
-                threads,
-                timeout=cell.bench.kernel_timeout_s,
-            )
+            args = (backend, cell, run, ceilings, progress, threads)
+            run_isolated(_measure_runner, *args, timeout=cell.bench.kernel_timeout_s)
         except Isolated as exc:
             failure = {"status": exc.kind, "reason": f"{runner}: {exc.message}"}
             log.warning("%s failed: %s", runner, exc.message)
@@ -238,8 +248,6 @@ def bench_decode(
     threads: int = 1,
 ) -> pd.DataFrame:
     """Time one decode job, each runner in its own process; write the table."""
-    import tempfile
-
     import torch
 
     cell = DecodeCell.from_json(cell_json)
@@ -256,10 +264,9 @@ def bench_decode(
                 if "flops" in row:
                     row.update(_roof_columns(row, row["dtype"], ceilings))
                 rows.append({**row, **prov})
-        for runner, dtype, out, skip in [] if own is not None else backend.runners(kernel, cuda):
-            progress = f"{tmp}/{len(rows)}.jsonl"
-            where = (backend, cell, ceilings, prov, cuda, log)
-            rows += _runner_rows(where, runner, dtype, out, skip, progress, threads)
+        where = (backend, cell, ceilings, prov, cuda, log)
+        for run in [] if own is not None else backend.runners(kernel, cuda):
+            rows += _runner_rows(where, run, f"{tmp}/{len(rows)}.jsonl", threads)
     frame = pd.DataFrame(rows).assign(job_start_utc=job_start, job_end_utc=utc_now())
     write_cell_table(table_path, frame)
     return frame

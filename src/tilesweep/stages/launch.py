@@ -46,10 +46,8 @@ def launch_row(cell: dict, hw: dict, build: dict) -> dict:
         return {**row, **unknown, "status": "compile", "reason": str(exc)}
     result = launch.check(build["smem_bytes"], build.get("regs") or 0, threads, hw)
     if estimate is not None:
-        row["smem_model_error_bytes"] = estimate - build["smem_bytes"]
-        row["smem_model_error_pct"] = round(
-            100 * (estimate - build["smem_bytes"]) / build["smem_bytes"], 1
-        )
+        error = row["smem_model_error_bytes"] = estimate - build["smem_bytes"]
+        row["smem_model_error_pct"] = round(100 * error / build["smem_bytes"], 1)
     return {**row, **result, "threads": threads}
 
 

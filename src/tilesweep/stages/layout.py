@@ -55,7 +55,6 @@ def step_spec(spec: dict, cuda: bool, emulate: bool = False) -> tuple[dict, list
             skipped.append({"batch": batch, "status": Status.SKIPPED, "reason": reason})
         else:
             batches.append(batch)
-
     runner = bench["step_runner"]
     if runner == "auto":
         runner = backends.default_step_runner(cuda)
@@ -147,24 +146,25 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
     run_spec, skipped = step_spec(spec, cuda, emulate)
     lists = list_columns(run_spec)
     base = {
-        "layout": layout["layout"],
-        "tp": layout["tp"],
-        "pp": layout["pp"],
-        "ep": layout["ep"],
+        **{k: layout[k] for k in ("layout", "tp", "pp", "ep")},
         "world": world,
         "model": spec["model"]["name"],
         "backend": "nccl" if cuda else "gloo",
         **stamp(),
     }
     rows = [{**base, **lists[0], **s} for s in skipped]
+
+    def failed(status: str, reason: str) -> list[dict]:
+        return [
+            {**base, "batch": b, "status": status, "reason": reason, **cols}
+            for cols in lists
+            for b in batches
+        ]
+
     with logged(log_path) as log:
         batches = run_spec["step"]["batches"]
         if why:
-            rows += [
-                {**base, "batch": b, "status": Status.SKIPPED, "reason": why, **cols}
-                for cols in lists
-                for b in batches
-            ]
+            rows += failed(Status.SKIPPED, why)
             batches = []
         log.info(
             "layout %s on %d %s ranks%s: batches %s",
@@ -183,11 +183,7 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
                 status = Status.TIMEOUT if isinstance(exc, TimeoutError) else Status.RUNTIME
                 msg = failure_reason(str(exc)) or repr(exc)
                 log.info("layout %s failed: %s\n%s", layout["layout"], msg, exc)
-                rows += [
-                    {**base, "batch": b, "status": status, "reason": msg, **cols}
-                    for cols in lists
-                    for b in batches
-                ]
+                rows += failed(status, msg)
         for row in rows:
             log.info("batch %s: %s %s", row["batch"], row["status"], row.get("step_ms", ""))
     frame = pd.DataFrame(rows).sort_values("batch", kind="stable").reset_index(drop=True)

@@ -35,16 +35,9 @@ NEEDED = {
 }
 
 
-# The columns of NEEDED that hold numbers (a cell of text there is a damaged table).
-NUMERIC = {
-    "batch",
-    "tpot_ms",
-    "time_ms",
-    "measured_ms",
-    "composed_ms",
-    "engine_tpot_ms",
-    "composed_tpot_ms",
-}
+# The columns of NEEDED that hold numbers, batches and times (a cell of text there is a damaged
+# table).
+NUMERIC = {c for cols in NEEDED.values() for c in cols if c == "batch" or c.endswith("_ms")}
 
 
 def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:

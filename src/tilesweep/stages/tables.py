@@ -43,11 +43,6 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
     )
 
 
-def _measured_on(decode: pd.DataFrame, catalog: dict[str, HardwareSpec]) -> pd.Series:
-    """Return per decode row the conf/hardware name of the device that measured it ('' if none)."""
-    return decode["device"].astype(str).map(lambda d: catalog_name(d, catalog) or "")
-
-
 def _launch_outcome(rows: pd.DataFrame) -> tuple[str, object]:
     """Return (measured launch status, shared memory the device saw) for one kernel's rows."""
     statuses = set(rows["status"].astype(str))
@@ -65,12 +60,13 @@ def attach_measured_launch(
     launch: pd.DataFrame, decode: pd.DataFrame, catalog: dict[str, HardwareSpec]
 ) -> pd.DataFrame:
     """Return the launch table with what a real launch on each target showed."""
-    launch = launch.copy()
-    launch["measured_launch"] = None
-    launch["measured_smem_bytes"] = None
+    launch = launch.assign(measured_launch=None, measured_smem_bytes=None)
     if decode.empty or "device" not in decode or "runner" not in decode:
         return launch
-    decode = decode.assign(target=_measured_on(decode, catalog))
+    # The conf/hardware name of the device that measured each row ('' if none).
+    decode = decode.assign(
+        target=decode["device"].astype(str).map(lambda d: catalog_name(d, catalog) or "")
+    )
     decode = decode[decode["target"] != ""]
     for i, row in launch.iterrows():
         rows = backends.launch_match(row.to_dict(), decode[decode["target"] == row["target"]])
@@ -106,18 +102,14 @@ def measured_when(paths: list[str]) -> str | None:
     return f"{first} UTC" if first == last else f"{first} to {last} UTC"
 
 
-def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Return the frame, or an empty one with the table's declared columns."""
-    return frame if not frame.empty else pd.DataFrame(columns=columns)
-
-
 def measured_tables(
     settings: RootSettings, inputs: dict[str, list[str]]
 ) -> dict[str, pd.DataFrame]:
     """Return the measured tables from the per-cell outputs, by name (TABLES)."""
     decode = concat_cells(list(inputs["decode"]))
     launch = attach_measured_launch(launch_table(list(inputs["launch"])), decode, settings.catalog)
-    tune = _with_columns(concat_cells(list(inputs.get("tune", []))), TUNE_COLUMNS)
+    tune = concat_cells(list(inputs.get("tune", [])))
+    tune = tune if not tune.empty else pd.DataFrame(columns=TUNE_COLUMNS)
     extra = backends.table_rows(settings, tune)
     return {
         "launch": launch,

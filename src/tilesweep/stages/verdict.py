@@ -12,7 +12,7 @@ import pandas as pd
 from tilesweep import answer_card, deployment_fit, deployment_verdict, engine_figures
 from tilesweep.cells import concat_cells, content_key, write_cell_bytes
 from tilesweep.errors import CellError
-from tilesweep.io import concat_tables, read_json_named
+from tilesweep.io import concat_tables, read_json
 from tilesweep.settings import ModelSettings, RootSettings
 from tilesweep.stages import logged, named_files
 from tilesweep.stages.tables import write_with_parquet
@@ -24,7 +24,7 @@ def _ceilings(inputs: dict[str, list[str]]) -> dict:
     """Return the device's measured ceilings among the inputs, or {}."""
     ceilings = {}
     for path in inputs.get("ceilings", []):
-        ceilings = read_json_named(path)
+        ceilings = read_json(path)
     return ceilings
 
 
@@ -58,7 +58,7 @@ def panel_json(panel: dict | None) -> str:
 
 def read_panel(path: str) -> dict | None:
     """Return the panel panel_json wrote, or None; an unreadable one raises CellError."""
-    saved = read_json_named(path)
+    saved = read_json(path)
     if not saved:
         return None
     if not isinstance(saved, dict) or not all(isinstance(saved.get(k), str) for k in PANEL):

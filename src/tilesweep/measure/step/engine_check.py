@@ -100,18 +100,9 @@ def table(steps: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
     """Return each measured row with its composed time and its list over lean."""
     out = steps.copy()
     if not check.empty:
-        keep = check[
-            [
-                "kernel_list",
-                "batch",
-                "composed_ms",
-                "composed_error_pct",
-                "composed_label",
-                "composed_for",
-                "gaps",
-            ]
-        ]
-        out = out.merge(keep, on=["kernel_list", "batch"], how="left")
+        keys = ["kernel_list", "batch"]
+        composed = ["composed_ms", "composed_error_pct", "composed_label", "composed_for", "gaps"]
+        out = out.merge(check[[*keys, *composed]], on=keys, how="left")
     lean = out[out["kernel_list"] == "lean"].set_index("batch")
     ratios = {"step_ms": "engine_over_lean", "composed_ms": "composed_engine_over_lean"}
     for col, over in ratios.items():

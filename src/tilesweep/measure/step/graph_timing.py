@@ -1,13 +1,106 @@
-"""How a StepRank's whole step is measured: warm-up, launches, eager and graphed steps, parts."""
+"""How a StepRank's whole step is measured: warm-up, launches, eager and graphed steps, parts.
+
+Launches are torch's device launches per named part (aten ops that reach a kernel, views excepted).
+Diagnostic: with TILESWEEP_KERNEL_PROFILE=<folder> (and TILESWEEP_KERNEL_PROFILE_BATCHES=1,64)
+each graphed whole step writes `kernels_<layout>_rank<r>_b<batch>.csv`: one replay's kernels in
+order, start and duration in us; no sweep table reads it."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
-from tilesweep.measure import kernel_profile, timing
-from tilesweep.measure.launch_count import make_counter
+import pandas as pd
+
+from tilesweep import package_data
+from tilesweep.io import write_table
+from tilesweep.measure import timing
 from tilesweep.measure.step.clock import PartClock
 from tilesweep.measure.step.shapes import micro_batches
+
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/launch_count.yaml",)
+# aten ops that return a view or metadata and launch no kernel.
+NO_LAUNCH = frozenset(package_data.data_mapping("tilesweep", DATA_FILES[0])["no_launch"])
+
+
+def op_name(func) -> str:
+    """Return an aten op's base name (`aten.mm.default` -> `mm`, `add_` stays `add_`)."""
+    return func.__name__.split(".")[0]
+
+
+def make_counter():
+    """Return a new LaunchCounter (built lazily: torch is imported only when one is made)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class LaunchCounter(TorchDispatchMode):
+        """Counts launches per part; `part` names the part the next ops belong to."""
+
+        def __init__(self):
+            super().__init__()
+            self.part = "unnamed"
+            self.counts: dict[str, int] = {}
+
+        def add(self, n: int) -> None:
+            """Count n launches made outside torch's dispatcher in the current part."""
+            self.counts[self.part] = self.counts.get(self.part, 0) + n
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = op_name(func)
+            if name not in NO_LAUNCH:
+                self.add(1)
+            return func(*args, **(kwargs or {}))
+
+    return LaunchCounter()
+
+
+ENV = "TILESWEEP_KERNEL_PROFILE"
+REPLAYS = 5
+
+
+def profile_folder(batch: int) -> Path | None:
+    """Return the kernel-profile folder for a step of `batch` sequences, or None when not asked."""
+    where = os.environ.get(ENV)
+    only = os.environ.get(f"{ENV}_BATCHES", "")
+    if only and str(batch) not in only.split(","):
+        return None
+    return Path(where) if where else None
+
+
+def profile_graph(torch, graph, name: str, where: Path) -> Path:
+    """Replay `graph` REPLAYS times under the profiler; write and return its kernel table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(REPLAYS):
+            graph.replay()
+            torch.cuda.synchronize()
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
+    per = len(kernels) // REPLAYS
+    rows = []
+    for i in range(per):
+        runs = [kernels[r * per + i] for r in range(REPLAYS)]
+        first = [kernels[r * per] for r in range(REPLAYS)]
+        rows.append(
+            {
+                "index": i,
+                "kernel": runs[0].name[:160],
+                "start_us": sum(
+                    k.time_range.start - f.time_range.start
+                    for k, f in zip(runs, first, strict=True)
+                )
+                / REPLAYS,
+                "us": sum(k.time_range.elapsed_us() for k in runs) / REPLAYS,
+            }
+        )
+    write_table(where / f"kernels_{name}.csv", pd.DataFrame(rows))
+    return where / f"kernels_{name}.csv"
 
 
 def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
@@ -35,10 +128,10 @@ def run_batch(rank, batch: int, warmup: int, repeats: int) -> dict:
     if graphed:
         times, _, exposed = time_steps(rank, mbs, slot, repeats, whole)
         launched, _, _ = time_steps(rank, mbs, slot, repeats, whole, front=False)
-        where = kernel_profile.folder(batch)
+        where = profile_folder(batch)
         if where is not None:  # a diagnostic only: the kernels of one replay
             name = f"{rank.layout['layout']}_rank{rank.rank}_b{batch}"
-            kernel_profile.profile_graph(torch, whole, name, where)
+            profile_graph(torch, whole, name, where)
         part_samples = []
         for _ in range(repeats):
             rank.sync()
