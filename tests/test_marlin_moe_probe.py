@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -204,16 +205,20 @@ def _rows(tmp_path: Path) -> Path:
 
 def test_the_curve_takes_the_gemms_time_less_two_launches_over_the_verdicts_bytes(tmp_path):
     """e = (touched experts x 3 h i x 4.25 bits + rows' activations) / datasheet / (w13 + w2 - 2
-    fixed); the band spans the shards and tables, each end named with its expert's MB."""
+    fixed), the two tables' geometric mean; the ends are the smallest and largest expert."""
     cmd = [sys.executable, str(ROOT / "tools" / "marlin_moe_curve.py"), str(_rows(tmp_path))]
     proc = subprocess.run([*cmd, "--fixed-us", "3"], capture_output=True, text=True, check=True)
     (line,) = proc.stdout.splitlines()
     mb8 = 3 * 2880 * 360 * (0.5 + 1 / 32)
-    tp8 = (16 * mb8 + 16 * (2 * 2880 + 2 * 360) * 2) / 3350e3 / (20.0 * 1.2 + 10.0 - 6)
+    moved = (16 * mb8 + 16 * (2 * 2880 + 2 * 360) * 2) / 3350e3
+    tp8 = math.sqrt(moved / (20.0 + 10.0 - 6) * moved / (24.0 + 10.0 - 6))
     assert "tokens_per_expert: 0.125" in line and f"low: {tp8:.3f}" in line
-    assert (
-        'low_kernel: "vLLM Marlin MoE (w4a16 MXFP4), gpt_oss_120b TP8, vLLM 0.14.1 tables"' in line
-    )
+    assert 'low_kernel: "vLLM Marlin MoE (w4a16 MXFP4), gpt_oss_120b TP8, both tables"' in line
     assert f"low_expert_mb: {mb8 / 1e6:.3f}" in line and "high_expert_mb: 6.610" in line
+    assert "TP8 30.0/34.0, TP2 90.0/102.0" in line  # w13 + w2 under each table
+    carried = subprocess.run(
+        [*cmd, "--fixed-us", "3", "--carry-to", "4800"], capture_output=True, text=True, check=True
+    )
+    assert f"low: {tp8 * math.sqrt(3350 / 4800):.3f}" in carried.stdout
     bad = subprocess.run([*cmd, "--fixed-us", "40"], capture_output=True, text=True)
     assert bad.returncode != 0 and "no time left" in bad.stderr

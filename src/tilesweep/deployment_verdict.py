@@ -137,7 +137,11 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, e
     if curve and expert:
         band = grouped_efficiency.band_at(curve, per_expert)
         words = band.words(dep.weight_dtype, target.name, owner)
-        if grouped_efficiency.sized(curve):
+        if curve.ends == "sizes":
+            words = grouped_efficiency.sizes_words(
+                curve, band, dep.weight_dtype, target.name, owner
+            )
+        elif grouped_efficiency.sized(curve):
             words += (
                 "; each layout's expert GEMMs take the band scaled to the bytes of its own "
                 "expert at a fixed cost per expert"

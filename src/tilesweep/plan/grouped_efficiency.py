@@ -45,6 +45,18 @@ class Band:
         )
 
 
+def sizes_words(curve: EfficiencyCurve, band: Band, dtype: str, hardware: str, owner: str) -> str:
+    """Return a row's `expert GEMMs` item for a curve of one kernel at two expert sizes."""
+    sizes = sorted({mb for pt in curve.points for mb in (pt.low_expert_mb, pt.high_expert_mb)})
+    owner = owner or f"hardware[{hardware}]"
+    ends = f"{band.low:.3g} ({band.low_kernel}), {band.high:.3g} ({band.high_kernel})"
+    return (
+        f"{dtype}, e_bw read in log expert size between the sizes {owner}.grouped_gemm_efficiency "
+        f"times ({', '.join(f'{mb:.3g}' for mb in sizes)} MB an expert: [{ends}] {band.where}; "
+        f"{band.cite}) at each layout's own expert; one kernel, so tpot_low_ms = tpot_high_ms"
+    )
+
+
 def _log_mix(a: float, b: float, w: float) -> float:
     """Return the log-linear mix of two positive values (w = 0: a, w = 1: b)."""
     return math.exp((1 - w) * math.log(a) + w * math.log(b))
@@ -73,6 +85,19 @@ def _scaled(pt: EfficiencyPoint, expert_mb: float | None) -> EfficiencyPoint:
     return pt.model_copy(update=ends)
 
 
+def _between(pt: EfficiencyPoint, expert_mb: float) -> EfficiencyPoint:
+    """Return the point at `expert_mb`: its two sizes' efficiencies mixed in log size (held at
+    the nearer size past them), both ends that one value."""
+    (mb_a, e_a, k_a), (mb_b, e_b, k_b) = sorted(
+        (getattr(pt, f"{end}_expert_mb"), getattr(pt, end), getattr(pt, f"{end}_kernel"))
+        for end in ("low", "high")
+    )
+    w = min(max(math.log(expert_mb / mb_a) / math.log(mb_b / mb_a), 0.0), 1.0)
+    e = _log_mix(e_a, e_b, w)
+    kernel = f"{k_a} ({mb_a:.3g} MB) to {k_b} ({mb_b:.3g} MB), read at {expert_mb:.3g} MB"
+    return pt.model_copy(update={"low": e, "high": e, "low_kernel": kernel, "high_kernel": kernel})
+
+
 def sized(curve: EfficiencyCurve) -> bool:
     """Return whether any point of the curve names the expert size its kernels were timed on."""
     return any(pt.low_expert_mb for pt in curve.points)
@@ -86,6 +111,9 @@ def band_at(
     sizes = [mb for mb in sizes if mb]
     if expert_mb is None or not sizes:  # none asked, or none cited: the band as cited
         return _band_over(curve.points, tokens_per_expert)
+    if curve.ends == "sizes":  # one kernel at two sizes: read between them
+        band = _band_over([_between(pt, expert_mb) for pt in curve.points], tokens_per_expert)
+        return dataclasses.replace(band, where=f"{band.where}, {expert_mb:.3g} MB an expert")
     # Held inside the sizes the kernels were timed on, as tokens are inside the cited points.
     use = min(max(expert_mb, min(sizes)), max(sizes))
     band = _band_over([_scaled(pt, use) for pt in curve.points], tokens_per_expert)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import math
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -252,12 +253,26 @@ class EfficiencyCurve(Section):
 
     points: list[EfficiencyPoint] = Field(min_length=1)
     beside: EfficiencyBand = None
+    # What a point's two ends are: two kernels (a layout takes the band between them, each end
+    # scaled to its expert at a fixed cost), or one kernel timed at two expert sizes (a layout
+    # takes the efficiency interpolated between them in log size, held at the nearer size past
+    # them; plan.grouped_efficiency).
+    ends: Literal["kernels", "sizes"] = "kernels"
 
     @model_validator(mode="after")
     def _ascending(self) -> EfficiencyCurve:
         """Refuse points not in strictly ascending tokens per expert."""
         ts = [pt.tokens_per_expert for pt in self.points]
         ascending(ts, "points", "tokens_per_expert must ascend strictly")
+        return self
+
+    @model_validator(mode="after")
+    def _two_sizes(self) -> EfficiencyCurve:
+        """Refuse a curve of sizes whose point does not name two different expert sizes."""
+        for pt in self.points if self.ends == "sizes" else []:
+            if pt.low_expert_mb is None or math.isclose(pt.low_expert_mb, pt.high_expert_mb):
+                why = "ends: sizes needs two different expert sizes at every point"
+                raise refuse("ends", why, pt.tokens_per_expert)
         return self
 
 
