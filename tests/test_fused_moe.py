@@ -521,7 +521,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
 
 
 def test_the_engine_runner_times_the_config_the_exported_table_names():
-    from tilesweep.fused_moe.engines.runner import _best
+    from tilesweep.fused_moe.tune_worker import _best
 
     spec = {"routing": ["uniform", "zipf"], "engine_defaults": {"vllm": {}}}
 
@@ -569,7 +569,7 @@ def test_stream_read_sums_every_element_once_on_the_gpu():
 def test_tune_targets_take_the_lowest_figure_over_each_range():
     import pandas as pd
 
-    from tilesweep.fused_moe.tune_analysis import tune_targets
+    from tilesweep.fused_moe.report_sections import tune_targets
 
     # E=32, top-8: M tokens give M / 4 tokens per expert.
     rows = [
@@ -612,7 +612,7 @@ def test_engine_files_are_laid_out_as_the_engines_write_theirs():
 def test_the_fastest_config_is_taken_per_batch_and_routing_of_any_source():
     import pandas as pd
 
-    from tilesweep.fused_moe.tune_analysis import tune_summary
+    from tilesweep.fused_moe.report_sections import tune_summary
 
     def row(config, source, routing, ms, **over):
         return {"dtype": "bf16", "experts": 256, "n": 2048, "m": 8192, "routing": routing,
@@ -676,8 +676,7 @@ def test_the_tuning_section_is_a_figure_and_a_short_table_not_every_batch():
     import pandas as pd
 
     from tilesweep.columns import TUNE_TOP_COLUMNS
-    from tilesweep.fused_moe.report_sections import TOP_ROWS, tune_blocks
-    from tilesweep.fused_moe.tune_figure import tune_speedup
+    from tilesweep.fused_moe.report_sections import TOP_ROWS, tune_blocks, tune_speedup
     from tilesweep.report.document import Figure, Table
 
     tune = pd.DataFrame(

@@ -13,10 +13,60 @@ from pathlib import Path
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import case, space
-from tilesweep.fused_moe.engines.runner import engine_runner
+from tilesweep.fused_moe.engines.base import get, installed
 from tilesweep.fused_moe.journal import FINAL, SCREEN, Journal, Yield, beat, item_key, read_journal
 from tilesweep.fused_moe.precompile import compile_once, refusal_status, screened
 from tilesweep.measure.timing import time_call
+
+
+def _engine_rows(spec: dict, problem: dict, weights, batch, rows: list, routing: str) -> list:
+    """Return each engine's whole-MoE timing of a batch (vLLM's fused_experts under
+    override_config, compared with itself only), or a skipped row saying why."""
+    out = []
+    for engine in spec["engines"]:
+        base = {"source": "engine", "runner": f"engine:{engine}", "routing": routing}
+        if not installed(engine):
+            why = f"{engine} is not installed"
+        elif (whole_moe := get(engine).whole_moe_calls) is None:
+            why = f"the engine runner times no whole MoE call of {engine}; installed, untimed"
+        elif (tuned := _best(spec, rows)) is None:
+            why = "no tuned config at this M"
+        else:
+            why = None
+        if why:
+            out.append({**base, "status": "skipped", "reason": why})
+            continue
+        try:
+            for label, call in whole_moe(problem, weights, batch, tuned, spec["dtype"]).items():
+                timing = _graph_timed(spec, call)
+                out.append({**base, "config_from": label, "status": "ok", "whole": timing})
+        except NotImplementedError as exc:
+            out.append({**base, "status": "unsupported", "reason": str(exc)})
+        except Exception as exc:  # an engine API change is a result, not a crash
+            out.append({**base, "status": "error", "reason": last_line(exc)})
+    return out
+
+
+def _graph_timed(spec: dict, call) -> dict:
+    """Return a call's final timing in CUDA graphs, amortised as the spec says."""
+    return time_call(call, spec["final_repeats"], 2, graph=True, **space.graph_amortisation(spec))
+
+
+def _best(spec: dict, rows: list[dict]) -> dict | None:
+    """Return the config the project kernel's table names for a batch (space.pick, guarded)."""
+    sources = space.engine_sources(spec["engine_defaults"])
+    times, configs, guard = {}, {}, {}
+    for r in rows:
+        if r.get("status") != "ok" or r["source"] not in sources:
+            continue
+        t = r["gate_up"]["time_ms"] + r["down"]["time_ms"]
+        slot = times.setdefault(r["slug"], {})
+        slot[r["routing"]] = min(t, slot.get(r["routing"], t))
+        configs[r["slug"]] = r["config"]
+        if r["source"] == space.guard_source(spec):
+            guard[r["routing"]] = min(t, guard.get(r["routing"], t))
+    slug = space.pick(times, spec["routing"], guard)
+    return configs.get(slug)
 
 
 def candidates(spec: dict) -> list[dict]:
@@ -109,11 +159,6 @@ def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) ->
 
 def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     """Return one row per entry and the torch baseline, timed in CUDA graphs at one batch."""
-    amortised = space.graph_amortisation(spec)
-
-    def timed(call) -> dict:
-        return time_call(call, spec["final_repeats"], 2, graph=True, **amortised)
-
     touched = int(batch.topk_ids.unique().numel())
     rows = []
     for source, config in entries:
@@ -125,7 +170,8 @@ def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
                 rows.append({**row, "status": "correctness", "reason": bad})
                 continue
             for gemm in space.gemm_shapes(problem):
-                row[gemm] = timed(case.fused_call(config, problem, weights, batch, gemm))
+                call = case.fused_call(config, problem, weights, batch, gemm)
+                row[gemm] = _graph_timed(spec, call)
             rows.append({**row, "status": "ok"})
         except Exception as exc:
             rows.append({**row, "status": "launch", "reason": last_line(exc)})
@@ -133,7 +179,7 @@ def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     row = {"source": "baseline", "runner": name, "routing": routing, "touched": touched}
     try:
         for gemm in space.gemm_shapes(problem):
-            row[gemm] = timed(case.baseline_call(problem, weights, batch, gemm))
+            row[gemm] = _graph_timed(spec, case.baseline_call(problem, weights, batch, gemm))
         rows.append({**row, "status": "ok"})
     except NotImplementedError as exc:
         rows.append({**row, "status": "unsupported", "reason": str(exc)})
@@ -142,7 +188,7 @@ def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     return rows
 
 
-def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
+def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done):
     """Time finalists, engine defaults, the baseline and the engine at every final batch."""
     screened_keys = set(spec["batch_keys"])
     for m in spec["final_batches"]:
@@ -156,7 +202,7 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
             rows += _timed_rows(spec, problem, weights, batches[m], entries, routing)
         # The engine's kernel, once every routing is timed: with the project kernel's tuned pick
         for routing, batches in batches_by_routing.items():
-            rows.extend(engine(problem, weights, batches[m], rows, m, routing))
+            rows.extend(_engine_rows(spec, problem, weights, batches[m], rows, routing))
             batches[m].refs.clear()  # this batch is done: free its fp32 references
         record = {"key": key, "phase": FINAL, "problem": p_idx, "m": m, "rows": rows}
         journal.append({**record, "screened": m in screened_keys})
@@ -204,7 +250,6 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
         key = item_key("compile", 0, "space")
         failed = compile_once(spec, configs, key, done, journal, heartbeat, log)
     gen = torch.Generator(device=device)
-    engine = engine_runner(spec, log)
     for p_idx, problem in enumerate(spec["problems"]):
         if item_key(FINAL, p_idx, str(spec["final_batches"][-1])) in done:
             continue  # every item of this problem is journalled
@@ -224,7 +269,7 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
             failed |= compile_once(spec, variants, key, done, journal, heartbeat, log)
         _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)
         done = read_journal(journal.path)
-        _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)
+        _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done)
         done = read_journal(journal.path)
         del weights, batches, uniform
         if device == "cuda":
