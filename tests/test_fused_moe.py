@@ -365,7 +365,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     records = supervise(spec, tmp_path, log, env=env)
     screens = [r for r in records.values() if r["phase"] == "screen"]
     assert {r["status"] for r in screens} == {"ok", "constraint"}  # BLOCK_SIZE_K 128 > K=32
-    table = tune.evaluate(spec, records, 100.0, 1.0)
+    table = tune.evaluate(spec, records, {"copy_gbs": 100.0, "matmul_tflops": {"fp32": 1.0}})
     tuned = tune.tuned_configs(table, spec)
     assert set(tuned) == {(4, 32)} and set(tuned[(4, 32)]) == {"2", "8"}
     both = table[(table["op"] == "both") & (table["status"] == "ok")]
@@ -420,7 +420,7 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     items = [r for r in records.values() if r["phase"] in ("screen", "final")]
     assert len(items) >= 4 and {r["phase"] for r in items} == {"screen", "final"}
     assert len({r["pid"] for r in items}) == len(items)  # one process per item
-    table = tune.evaluate(spec, records, 100.0, 1.0)
+    table = tune.evaluate(spec, records, {"copy_gbs": 100.0, "matmul_tflops": {"fp32": 1.0}})
     assert table[(table["op"] == "both") & (table["status"] == "ok")]["tuned"].any()
 
 

@@ -155,11 +155,11 @@ def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFra
 
 
 class FusedMoeTuner(Tuner):
-    """Tuning jobs per dtype (tune.py) and per engine (engines/stage.py), and journal replays."""
+    """Tuning jobs per dtype (tune.py) and per engine (engines/search.py), and journal replays."""
 
     rule_modules = {
         "tune_configs": "fused_moe/tune.py",
-        "tune_engine": "fused_moe/engines/stage.py",
+        "tune_engine": "fused_moe/engines/search.py",
         "tune_replay": "fused_moe/tune.py",
     }
 

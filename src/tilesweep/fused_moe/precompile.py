@@ -67,17 +67,6 @@ def _compile_one(args: tuple) -> tuple[str, str | None]:
         return space.config_slug(config), f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
 
 
-def precompile(configs: list[dict], dtype: str, workers: int, log) -> dict[str, str]:
-    """Return {slug: error} for configs that fail to compile, compiling in parallel processes."""
-    failed = {}
-    with compile_pool(workers) as pool:
-        for slug, err in pool.map(_compile_one, [(c, dtype) for c in configs], chunksize=4):
-            if err:
-                failed[space.tile_key(slug)] = err
-    log(f"compiled {len(configs)} configs, {len(failed)} refused")
-    return failed
-
-
 def compile_pool(workers: int):
     """Return a pool of spawned processes (one per worker; reused across calls)."""
     return cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn"))
@@ -88,6 +77,10 @@ def compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str,
     if key in done:
         return done[key]["failed"]
     beat(heartbeat, "compile")
-    failed = precompile(compile_set(spec, configs), spec["dtype"], spec["compile_workers"], log)
+    work = [(c, spec["dtype"]) for c in compile_set(spec, configs)]
+    with compile_pool(spec["compile_workers"]) as pool:
+        done_compiles = pool.map(_compile_one, work, chunksize=4)
+        failed = {space.tile_key(slug): err for slug, err in done_compiles if err}
+    log(f"compiled {len(work)} configs, {len(failed)} refused")
     journal.append({"key": key, "phase": "compile", "failed": failed}, counts=False)
     return failed

@@ -24,8 +24,7 @@ from tilesweep.fused_moe.engines.timer import compile_pool, effective, warm_all
 from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.dropins", "tilesweep.fused_moe")
-DROPIN_COLUMNS = _LISTS["DROPIN_COLUMNS"]
+DROPIN_COLUMNS = package_data.column_lists(__name__, "tilesweep.fused_moe")["DROPIN_COLUMNS"]
 PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
 HELD_OUT_DRAW = 3  # the draw that only checks
 PICKS = "picks_"  # a tuning's picks: the engine's file name behind this
