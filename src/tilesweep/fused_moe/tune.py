@@ -44,13 +44,8 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
     """Return the worker's spec for one dtype: problems, space, batches and method (its JSON)."""
     mine = settings.backend.fused_moe
     problems = space.problems(settings.model, settings.grid.layouts)
-    extra = sorted(
-        {
-            space.batch_for_tokens_per_expert(t, p)
-            for t in mine.extra_tokens_per_expert
-            for p in problems
-        }
-    )
+    per_expert = mine.extra_tokens_per_expert
+    extra = {space.batch_for_tokens_per_expert(t, p) for t in per_expert for p in problems}
     # model_dump: output only (the worker's spec.json, a document other processes read)
     written = mine.model_dump(include=set(SPEC_KEYS.split()), exclude_unset=True)
     return {
@@ -59,7 +54,7 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
         "device": device,
         "problems": problems,
         "batch_keys": sorted(mine.batch_keys),
-        "final_batches": sorted(set(mine.batch_keys) | set(extra)),
+        "final_batches": sorted(set(mine.batch_keys) | extra),
         "check_batch": min(mine.batch_keys, key=lambda m: abs(m - 64)),
         "zipf_alpha": settings.bench.zipf_alpha,
         "seed": settings.bench.seed,

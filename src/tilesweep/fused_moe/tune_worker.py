@@ -2,6 +2,7 @@
 variants of the best tiles, then times finalists, defaults, torch and the engine's kernel. Each
 finished item is a journal line and each item starts with a heartbeat, so a killed or crashed worker
 loses only the item in flight; with items_per_worker = N it exits after N items for a fresh one.
+Its compile step: a config per compiled kernel, in a pool of processes before any timing.
 Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json"""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import case, space
 from tilesweep.fused_moe.engines.base import get, installed
+from tilesweep.fused_moe.engines.timer import compile_pool
 from tilesweep.fused_moe.journal import FINAL, SCREEN, Journal, Yield, beat, item_key, read_journal
-from tilesweep.fused_moe.precompile import compile_once, refusal_status, screened
 from tilesweep.measure.timing import time_call
 
 
@@ -67,6 +68,77 @@ def _best(spec: dict, rows: list[dict]) -> dict | None:
             guard[r["routing"]] = min(t, guard.get(r["routing"], t))
     slug = space.pick(times, spec["routing"], guard)
     return configs.get(slug)
+
+
+def screened(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return the configs screened: each tile at the space's first GROUP_SIZE_M (run-time only)."""
+    first = spec["space"]["GROUP_SIZE_M"][0]
+    return [c for c in configs if c["GROUP_SIZE_M"] == first]
+
+
+def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return one config per distinct compiled kernel, less those a constraint rules out."""
+    out, seen = [], set()
+    for config in screened(spec, configs):
+        key = space.tile_key(space.config_slug(config))
+        if key in seen:
+            continue
+        seen.add(key)
+        limit = spec["smem_limit_bytes"]
+        if not space.problems_constraint(config, spec["dtype"], limit, spec["problems"]):
+            out.append(config)
+    return out
+
+
+def refusal_status(reason: str, compiled: bool) -> str:
+    """Return the status of a config that cannot be screened: launch, compile or constraint."""
+    if reason.startswith("OutOfResources"):
+        return "launch"
+    return "compile" if compiled else "constraint"
+
+
+def _compile_one(args: tuple) -> tuple[str, str | None]:
+    """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
+    config, dtype = args
+    try:
+        import torch
+
+        from tilesweep.fused_moe import kernel as fm  # triton: this module loads without it
+
+        dev = "cuda"
+        e, n, k, rows = 2, 256, 512, 4
+        op = case.torch_dtype(dtype)
+        a = torch.zeros(rows, k, device=dev).to(op)
+        b = torch.zeros(e, n, k, device=dev).to(op)
+        c = torch.zeros(rows, n, device=dev, dtype=torch.bfloat16)
+        bm = config["BLOCK_SIZE_M"]
+        ids = torch.zeros(bm, dtype=torch.int32, device=dev)
+        exp = torch.zeros(1, dtype=torch.int32, device=dev)
+        post = torch.tensor([bm], dtype=torch.int32, device=dev)
+        scale = space.scale_mode(dtype)
+        a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
+        b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
+        given = {"top_k": 1, "gather": False, "scale": scale, "a_scale": a_s, "b_scale": b_s}
+        for weights in (None, torch.ones(rows, device=dev)):  # a runtime flag: one compile
+            fm.invoke(a, b, c, (ids, exp, post), config, topk_weights=weights, **given)
+        torch.cuda.synchronize()
+        return space.config_slug(config), None
+    except Exception as exc:  # a compile or launch refusal is a result: its last line
+        return space.config_slug(config), f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
+
+
+def compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
+    """Return {tile: error} of the compiles, compiled once and journalled for fresh workers."""
+    if key in done:
+        return done[key]["failed"]
+    beat(heartbeat, "compile")
+    work = [(c, spec["dtype"]) for c in compile_set(spec, configs)]
+    with compile_pool(spec["compile_workers"]) as pool:
+        done_compiles = pool.map(_compile_one, work, chunksize=4)
+        failed = {space.tile_key(slug): err for slug, err in done_compiles if err}
+    log(f"compiled {len(work)} configs, {len(failed)} refused")
+    journal.append({"key": key, "phase": "compile", "failed": failed}, counts=False)
+    return failed
 
 
 def candidates(spec: dict) -> list[dict]:
