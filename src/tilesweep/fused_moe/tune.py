@@ -156,17 +156,11 @@ def _mark_pick(
     project = table["runner"].astype(str).map(backends.runner_kind) == "fused"
     ok = (table["op"] == "both") & (table["status"] == Status.OK) & table["source"].isin(sources)
     both = table[ok & project]
-    picks = {}
     for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
-        times = {}
-        for (config, routing), t in grp.groupby(["config", "routing"])["time_ms"].min().items():
-            times.setdefault(config, {})[routing] = t
-        ref = grp[grp["source"] == guard].groupby("routing")["time_ms"].min().to_dict()
-        picks[(e, n, m)] = space.pick(times, spec["routing"], ref)
-    for (e, n, m), pick in picks.items():
+        timed = grp[["config", "routing", "source", "time_ms"]].itertuples(index=False)
+        pick = space.pick_from(timed, spec["routing"], guard)
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
-        sel &= project & (table["config"] == pick)
-        table.loc[sel, column] = True
+        table.loc[sel & project & (table["config"] == pick), column] = True
     return table
 
 

@@ -56,18 +56,13 @@ def _graph_timed(spec: dict, call) -> dict:
 def _best(spec: dict, rows: list[dict]) -> dict | None:
     """Return the config the project kernel's table names for a batch (space.pick, guarded)."""
     sources = space.engine_sources(spec["engine_defaults"])
-    times, configs, guard = {}, {}, {}
-    for r in rows:
-        if r.get("status") != "ok" or r["source"] not in sources:
-            continue
-        t = r["gate_up"]["time_ms"] + r["down"]["time_ms"]
-        slot = times.setdefault(r["slug"], {})
-        slot[r["routing"]] = min(t, slot.get(r["routing"], t))
-        configs[r["slug"]] = r["config"]
-        if r["source"] == space.guard_source(spec):
-            guard[r["routing"]] = min(t, guard.get(r["routing"], t))
-    slug = space.pick(times, spec["routing"], guard)
-    return configs.get(slug)
+    ok = [r for r in rows if r.get("status") == "ok" and r["source"] in sources]
+    timed = [
+        (r["slug"], r["routing"], r["source"], r["gate_up"]["time_ms"] + r["down"]["time_ms"])
+        for r in ok
+    ]
+    slug = space.pick_from(timed, spec["routing"], space.guard_source(spec))
+    return next((r["config"] for r in ok if r["slug"] == slug), None)
 
 
 def screened(spec: dict, configs: list[dict]) -> list[dict]:
