@@ -487,7 +487,7 @@ def test_the_engines_block_fp8_defaults_are_their_rules():
 
 
 def test_the_tune_engine_job_says_why_where_no_kernel_can_be_timed(tmp_path):
-    from tilesweep.fused_moe.engines.stage import tune_engine
+    from tilesweep.fused_moe.engines.search import tune_engine
     from tilesweep.pipeline import Sweep
 
     settings = Sweep(["experiment=tiny"], None).tune_settings_json()  # the rule's param

@@ -365,7 +365,7 @@ def test_supervised_worker_tunes_resumes_and_records_a_killed_item(tmp_path):
     records = supervise(spec, tmp_path, log, env=env)
     screens = [r for r in records.values() if r["phase"] == "screen"]
     assert {r["status"] for r in screens} == {"ok", "constraint"}  # BLOCK_SIZE_K 128 > K=32
-    table = tune.evaluate(spec, records, 100.0, 1.0)
+    table = tune.evaluate(spec, records, {"copy_gbs": 100.0, "matmul_tflops": {"fp32": 1.0}})
     tuned = tune.tuned_configs(table, spec)
     assert set(tuned) == {(4, 32)} and set(tuned[(4, 32)]) == {"2", "8"}
     both = table[(table["op"] == "both") & (table["status"] == "ok")]
@@ -420,7 +420,7 @@ def test_one_item_per_worker_runs_every_item_in_a_fresh_process(tmp_path):
     items = [r for r in records.values() if r["phase"] in ("screen", "final")]
     assert len(items) >= 4 and {r["phase"] for r in items} == {"screen", "final"}
     assert len({r["pid"] for r in items}) == len(items)  # one process per item
-    table = tune.evaluate(spec, records, 100.0, 1.0)
+    table = tune.evaluate(spec, records, {"copy_gbs": 100.0, "matmul_tflops": {"fp32": 1.0}})
     assert table[(table["op"] == "both") & (table["status"] == "ok")]["tuned"].any()
 
 
@@ -521,7 +521,7 @@ def test_engine_kernels_sit_in_decode_timed_or_skipped_with_their_reason():
 
 
 def test_the_engine_runner_times_the_config_the_exported_table_names():
-    from tilesweep.fused_moe.engines.runner import _best
+    from tilesweep.fused_moe.tune_worker import _best
 
     spec = {"routing": ["uniform", "zipf"], "engine_defaults": {"vllm": {}}}
 
@@ -569,7 +569,7 @@ def test_stream_read_sums_every_element_once_on_the_gpu():
 def test_tune_targets_take_the_lowest_figure_over_each_range():
     import pandas as pd
 
-    from tilesweep.fused_moe.tune_analysis import tune_targets
+    from tilesweep.fused_moe.report_sections import tune_targets
 
     # E=32, top-8: M tokens give M / 4 tokens per expert.
     rows = [
@@ -612,7 +612,7 @@ def test_engine_files_are_laid_out_as_the_engines_write_theirs():
 def test_the_fastest_config_is_taken_per_batch_and_routing_of_any_source():
     import pandas as pd
 
-    from tilesweep.fused_moe.tune_analysis import tune_summary
+    from tilesweep.fused_moe.report_sections import tune_summary
 
     def row(config, source, routing, ms, **over):
         return {"dtype": "bf16", "experts": 256, "n": 2048, "m": 8192, "routing": routing,
@@ -676,8 +676,7 @@ def test_the_tuning_section_is_a_figure_and_a_short_table_not_every_batch():
     import pandas as pd
 
     from tilesweep.columns import TUNE_TOP_COLUMNS
-    from tilesweep.fused_moe.report_sections import TOP_ROWS, tune_blocks
-    from tilesweep.fused_moe.tune_figure import tune_speedup
+    from tilesweep.fused_moe.report_sections import TOP_ROWS, tune_blocks, tune_speedup
     from tilesweep.report.document import Figure, Table
 
     tune = pd.DataFrame(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tilesweep.errors import ConfigError, tool_main
-from tilesweep.fused_moe.tune_analysis import tune_summary, tune_targets
+from tilesweep.fused_moe.report_sections import tune_summary, tune_targets
 from tilesweep.io import check_out_file, write_table
 
 

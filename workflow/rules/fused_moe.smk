@@ -33,7 +33,7 @@ rule tune_configs:
 
 
 # The engines' own kernels: config files searched and picked in vLLM's and SGLang's fused-MoE
-# kernels (GPU only; see src/tilesweep/fused_moe/engines/stage.py), one job per engine: the
+# kernels (GPU only; see src/tilesweep/fused_moe/engines/search.py), one job per engine: the
 # exported files, the only ones under tuned/.
 rule tune_engine:
     input:

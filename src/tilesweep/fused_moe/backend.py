@@ -1,4 +1,5 @@
-"""The fused-MoE backend: a tuning job per dtype (tune.py), picks under a name no engine reads."""
+"""The fused-MoE backend: a tuning job per dtype (tune.py), picks under a name no engine reads; the
+engines' kernels as decode.csv rows; the step runner's micro-batch and the config it picks."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
+from tilesweep import backends, package_data
 from tilesweep.backends import Backend, DecodeRunner, StepRunner, Tuner, register
+from tilesweep.columns import Status
+from tilesweep.fused_moe import routing
 from tilesweep.fused_moe.commands import FusedMoeCommands
+from tilesweep.fused_moe.engines.base import installed
 from tilesweep.fused_moe.section import FusedMoeSettings
-from tilesweep.fused_moe.space import config_file_name
-from tilesweep.fused_moe.step import fused_setup
+from tilesweep.fused_moe.space import config_file_name, engine_default, nearest_key
 
 if TYPE_CHECKING:
     from tilesweep.settings.bench_method import BenchSettings
@@ -24,6 +30,12 @@ PROJECT_KERNEL = "project_kernel"
 # A kept example's tuning run whose tables the report reads; every <run>/<dtype>/ of journals is
 # replayed into <run>/tune_<dtype>.csv and <run>/project_kernel/<dtype>/ (fused_moe_replay.smk).
 EXAMPLE_TUNE = "tune_work"
+ENGINE_COLUMNS = package_data.column_lists(__name__, "tilesweep.fused_moe")["ENGINE_COLUMNS"]
+ENGINE_KERNELS = {
+    "engine": "fused_experts",
+    "engine:tuned": "fused_experts, the project kernel's tuned table",
+    "engine:default": "fused_experts, the engine's default",
+}
 
 
 def tune_table(dtype: str) -> str:
@@ -88,12 +100,66 @@ def moe_table(
     }
 
 
+def moe_config(table: dict, m: int, experts: int) -> tuple[dict, str]:
+    """Return (config, where it came from): the tuned table's nearest key, else default rules."""
+    configs = table.get("configs")
+    if configs:
+        key = nearest_key([int(k) for k in configs], m)
+        return dict(configs[str(key)]), f"{table['source']} at M={key}"
+    rules = table.get("rules")
+    if not rules:
+        raise ValueError("the fused-MoE step runner needs a tuned table or default rules")
+    return engine_default(rules, m, experts, "bf16"), f"{table['source']} at M={m}"
+
+
+def fused_setup(rank, n: int, slots: int, counts: list[int], experts: int) -> dict:
+    """Return one micro-batch's routing, row blocks, config and kernel call (`invoke`)."""
+    from tilesweep.fused_moe import kernel as fm  # triton: this module loads without it
+
+    torch, top_k = rank.torch, rank.model["top_k"]
+    if rank.layout["ep"] == 1:  # gate/up gathers each token's rows: M = n tokens, top-k
+        pairs, m, k = n * top_k, n, top_k
+        ids = (torch.arange(pairs) % experts).view(n, top_k)
+    else:  # after the dispatch, one row per pair of this rank's experts: top-k 1
+        pairs, m, k = slots, slots, 1
+        ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(counts)).view(-1, 1)
+    config, source = moe_config(rank.moe_table, m, experts)
+    ids = ids.to(rank.device)
+    direct = pairs * rank.moe_table.get("sparsity", 4) <= experts
+    bm = config["BLOCK_SIZE_M"]
+    blocks = routing.direct_blocks(ids, bm) if direct else routing.align_blocks(ids, bm, experts)
+    return dict(config=config, source=source, blocks=blocks, top_k=k, pairs=pairs, invoke=fm.invoke)
+
+
+def engine_rows(mine: FusedMoeSettings | None, tune: pd.DataFrame) -> pd.DataFrame:
+    """Return decode.csv's engine rows, timed or each skipped; none where the section is off."""
+    if mine is None or not mine.enabled:
+        return pd.DataFrame(columns=ENGINE_COLUMNS)
+    timed = pd.DataFrame()
+    if not tune.empty and "runner" in tune:
+        kinds = tune["runner"].astype(str).map(backends.runner_kind)
+        timed = tune[kinds == "engine"]
+    if not timed.empty:
+        out = timed.rename(columns={"m": "tokens"}).reindex(columns=ENGINE_COLUMNS)
+        out["kernel"] = timed["source"].map(ENGINE_KERNELS).fillna("fused_experts")
+        out["op"] = "whole_moe"
+        out["source"] = (timed["status"] == Status.OK).map({True: "measured", False: ""})
+        return out.reset_index(drop=True)
+    untimed = "no tuned table to time it with: tune_configs runs on GPU machines only"
+    rows = [
+        {"runner": f"engine:{e}", "kernel": "fused_experts", "op": "whole_moe", "source": ""}
+        | {"status": "skipped", "reason": untimed if installed(e) else f"{e} is not installed"}
+        for e in mine.engines
+    ]
+    return pd.DataFrame(rows).reindex(columns=ENGINE_COLUMNS)
+
+
 class FusedMoeTuner(Tuner):
-    """Tuning jobs per dtype (tune.py) and per engine (engines/stage.py), and journal replays."""
+    """Tuning jobs per dtype (tune.py) and per engine (engines/search.py), and journal replays."""
 
     rule_modules = {
         "tune_configs": "fused_moe/tune.py",
-        "tune_engine": "fused_moe/engines/stage.py",
+        "tune_engine": "fused_moe/engines/search.py",
         "tune_replay": "fused_moe/tune.py",
     }
 
@@ -155,9 +221,6 @@ class FusedMoeRows(DecodeRunner):
 
     def table_rows(self, settings: RootSettings, tune):
         """Return decode.csv's rows for the engines' own fused-MoE kernels (stages.tables)."""
-        # cycle: engine_rows imports the registry, whose discovery imports this module
-        from tilesweep.fused_moe.engines.decode_rows import engine_rows
-
         return engine_rows(settings.backend.section(NAME), tune)
 
 
@@ -168,7 +231,7 @@ class FusedMoeStep(StepRunner):
     fused = True  # the step's own path: fused gate-up and down weights, its own tuned table
     default_on_gpu = True
 
-    fused_setup = staticmethod(fused_setup)  # the project kernel's micro-batch (step.py)
+    fused_setup = staticmethod(fused_setup)  # the project kernel's micro-batch
 
     def step_inputs(self, settings: RootSettings, layout: dict, device: str) -> dict:
         """Return the tuned configs one rank of the layout runs (moe_table)."""

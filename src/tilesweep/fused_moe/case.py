@@ -185,17 +185,14 @@ def baseline_call(problem: dict, weights: Weights, batch: Batch, gemm: str):
     counts = torch.bincount(flat, minlength=problem["experts"])
     offs = torch.cumsum(counts, 0).to(torch.int32)
     b = weights.w[gemm].transpose(1, 2)
+    op = baseline_name(weights.dtype).removeprefix("torch")
+    grouped = getattr(torch, op, None)
+    if grouped is None:
+        raise NotImplementedError(f"torch.{op} is not in this torch build")
     if weights.dtype != "fp8":
-        grouped = getattr(torch, "_grouped_mm", None)
-        if grouped is None:
-            raise NotImplementedError("torch._grouped_mm is not in this torch build")
         return lambda: grouped(a, b, offs=offs)
-    scaled = getattr(torch, "_scaled_grouped_mm", None)
-    if scaled is None:
-        raise NotImplementedError("torch._scaled_grouped_mm is not in this torch build")
-    a_scale = batch.a_scale[gemm][a_rows].contiguous()
-    b_scale = weights.scale[gemm]
-    return lambda: scaled(a, b, a_scale, b_scale, offs=offs, out_dtype=torch.bfloat16)
+    a_scale, b_scale = batch.a_scale[gemm][a_rows].contiguous(), weights.scale[gemm]
+    return lambda: grouped(a, b, a_scale, b_scale, offs=offs, out_dtype=torch.bfloat16)
 
 
 def baseline_name(dtype: str) -> str:

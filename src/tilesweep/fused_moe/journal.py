@@ -81,7 +81,7 @@ def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts
         heartbeat.unlink(missing_ok=True)
         proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
         status = _watch(proc, heartbeat, spec)
-        key = _beat_key(heartbeat)
+        key = _last_beat(heartbeat).get("key")
         if status == "done":
             return read_journal(journal)
         if status == "yield":  # its quota of items is journalled: a fresh worker goes on
@@ -101,12 +101,12 @@ def supervise(spec: dict, work_dir: Path, log, env: dict | None = None, restarts
     raise RuntimeError(f"the tuning worker failed {restarts} times")
 
 
-def _beat_key(heartbeat: Path) -> str | None:
-    """Return the key of the item the worker last started (None before its first)."""
+def _last_beat(heartbeat: Path) -> dict:
+    """Return the worker's last heartbeat: the item it started and when ({} before its first)."""
     try:
-        return json.loads(heartbeat.read_text())["key"]
-    except (OSError, ValueError, KeyError):
-        return None
+        return json.loads(heartbeat.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _watch(proc, heartbeat: Path, spec: dict) -> str:
@@ -117,13 +117,10 @@ def _watch(proc, heartbeat: Path, spec: dict) -> str:
         except subprocess.TimeoutExpired:
             rc = None
         if rc is not None:
-            ended = _beat_key(heartbeat) if rc == 0 else None
+            ended = _last_beat(heartbeat).get("key") if rc == 0 else None
             return ended if ended in ("done", "yield") else "exit"
-        try:
-            beat = json.loads(heartbeat.read_text())
-        except (OSError, ValueError):
-            continue
-        if beat["key"] in ("done", "yield"):  # the worker is exiting
+        beat = _last_beat(heartbeat)
+        if beat.get("key", "done") in ("done", "yield"):  # none yet, or the worker is exiting
             continue
         limit = spec["compile_timeout_s"] if beat["key"] == "compile" else spec["config_timeout_s"]
         if time.time() - beat["time"] > limit:

@@ -12,13 +12,9 @@ import triton
 import triton.language as tl
 
 # Scale modes (the SCALE constexpr): how fp8 operands are dequantised.
-SCALE_NONE, SCALE_TENSOR, SCALE_CHANNEL, SCALE_BLOCK = 0, 1, 2, 3
-SCALE_MODES = {
-    "none": SCALE_NONE,
-    "tensor": SCALE_TENSOR,
-    "channel": SCALE_CHANNEL,
-    "block": SCALE_BLOCK,
-}
+SCALE_MODES = {"none": 0, "tensor": 1, "channel": 2, "block": 3}
+# The quantisation group of the block scales (SCALE block): N rows by K columns.
+SCALE_GROUP = (128, 128)
 
 
 @triton.jit
@@ -292,7 +288,6 @@ def invoke(
     scale: str = "none",
     a_scale=None,
     b_scale=None,
-    block_shape: tuple[int, int] = (128, 128),
 ):
     """Launch one fused-MoE GEMM, c[pair] = A[row(pair)] @ B[expert(pair)]^T; return c."""
     sorted_ids, expert_ids, num_post_pad = blocks
@@ -325,8 +320,8 @@ def invoke(
         BLOCK_SIZE_N=bn,
         BLOCK_SIZE_K=bk,
         SCALE=mode,
-        GROUP_N=block_shape[0],
-        GROUP_K=block_shape[1],
+        GROUP_N=SCALE_GROUP[0],
+        GROUP_K=SCALE_GROUP[1],
         EVEN_K=k % bk == 0,
         TMA=tma,
         PERSISTENT=bool(persistent),

@@ -182,6 +182,18 @@ def pick(times: dict, routings: list[str], guard: dict | None = None) -> str | N
     return min(ok, key=lambda c: (sum(ok[c][r] for r in routings), c), default=None)
 
 
+def pick_from(timed, routings: list[str], guard_source: str | None = None) -> str | None:
+    """Return `pick` of (slug, routing, source, ms) timings: each config's fastest per routing,
+    guarded by the fastest of `guard_source`'s."""
+    times: dict[str, dict] = {}
+    guard: dict[str, float] = {}
+    for slug, routing, source, t in timed:
+        slots = [times.setdefault(slug, {})] + ([guard] if source == guard_source else [])
+        for slot in slots:
+            slot[routing] = min(t, slot.get(routing, t))
+    return pick(times, routings, guard)
+
+
 def nearest_key(keys: list[int], m: int) -> int:
     """Return the tuned batch key an engine uses for M tokens: the nearest one (ties: smaller)."""
     return min(sorted(keys), key=lambda key: abs(key - m))

@@ -2,7 +2,7 @@
 conditions, one job per dtype, in a supervised worker that journals each item (journal.py), so a
 kill, crash or rerun resumes after the last item. Outputs results/tune/fused_moe/<dtype>.csv and the
 project kernel's picks under a name no engine reads; the engines' files are tuned in their own
-kernels (engines/stage.py)."""
+kernels (engines/search.py)."""
 
 from __future__ import annotations
 
@@ -44,13 +44,8 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
     """Return the worker's spec for one dtype: problems, space, batches and method (its JSON)."""
     mine = settings.backend.fused_moe
     problems = space.problems(settings.model, settings.grid.layouts)
-    extra = sorted(
-        {
-            space.batch_for_tokens_per_expert(t, p)
-            for t in mine.extra_tokens_per_expert
-            for p in problems
-        }
-    )
+    per_expert = mine.extra_tokens_per_expert
+    extra = {space.batch_for_tokens_per_expert(t, p) for t in per_expert for p in problems}
     # model_dump: output only (the worker's spec.json, a document other processes read)
     written = mine.model_dump(include=set(SPEC_KEYS.split()), exclude_unset=True)
     return {
@@ -59,7 +54,7 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
         "device": device,
         "problems": problems,
         "batch_keys": sorted(mine.batch_keys),
-        "final_batches": sorted(set(mine.batch_keys) | set(extra)),
+        "final_batches": sorted(set(mine.batch_keys) | extra),
         "check_batch": min(mine.batch_keys, key=lambda m: abs(m - 64)),
         "zipf_alpha": settings.bench.zipf_alpha,
         "seed": settings.bench.seed,
@@ -75,14 +70,9 @@ def _timed(entry: dict | None) -> tuple[float | None, float | None, float | None
     return entry["time_ms"], entry["time_p10_ms"], entry["time_p90_ms"]
 
 
-def evaluate(
-    spec: dict,
-    records: dict,
-    copy_gbs: float | None,
-    peak_tflops: float | None,
-    read_gbs: float | None = None,
-):
-    """Return the tune table: every timing with its picks and speed-ups over defaults and torch."""
+def evaluate(spec: dict, records: dict, ceilings: dict) -> pd.DataFrame:
+    """Return the tune table: every timing with its picks, its speed-ups over the defaults and
+    torch, and its fractions of the measured ceilings (copy, read, the dtype's matmul rate)."""
     rows = []
     for rec in records.values():
         if rec["phase"] == SCREEN and rec["status"] != Status.OK:
@@ -99,12 +89,14 @@ def evaluate(
     table = _mark_pick(spec, table, "tuned", engine_space, guard=space.guard_source(spec))
     table = _mark_pick(spec, table, "best", (*engine_space, "variant"))
     table = _speedups(table, spec["engine_defaults"])
-    if copy_gbs:
-        table["copy_fraction"] = table["gbs"] / copy_gbs
-    if read_gbs:
-        table["read_fraction"] = table["gbs"] / read_gbs
-    if peak_tflops:
-        table["math_fraction"] = table["tflops"] / peak_tflops
+    peak = (ceilings.get("matmul_tflops") or {}).get(spec["dtype"])
+    for column, rate, ceiling in (
+        ("copy_fraction", "gbs", ceilings.get("copy_gbs")),
+        ("read_fraction", "gbs", ceilings.get("read_gbs")),
+        ("math_fraction", "tflops", peak),
+    ):
+        if ceiling:
+            table[column] = table[rate] / ceiling
     extra = [c for c in table.columns if c.startswith("over_") and c not in TUNE_COLUMNS]
     return table.reindex(columns=TUNE_COLUMNS + extra)  # a new engine's default: its column
 
@@ -164,18 +156,11 @@ def _mark_pick(
     project = table["runner"].astype(str).map(backends.runner_kind) == "fused"
     ok = (table["op"] == "both") & (table["status"] == Status.OK) & table["source"].isin(sources)
     both = table[ok & project]
-    picks = {}
     for (e, n, m), grp in both.groupby(["experts", "n", "m"]):
-        times = {}
-        for (config, routing), t in grp.groupby(["config", "routing"])["time_ms"].min().items():
-            times.setdefault(config, {})[routing] = t
-        ref = grp[grp["source"] == guard].groupby("routing")["time_ms"].min().to_dict()
-        picks[(e, n, m)] = space.pick(times, spec["routing"], ref)
-    for (e, n, m), _ in table[table["m"].notna()].groupby(["experts", "n", "m"]):
-        pick = picks.get((e, n, m))
+        timed = grp[["config", "routing", "source", "time_ms"]].itertuples(index=False)
+        pick = space.pick_from(timed, spec["routing"], guard)
         sel = (table["experts"] == e) & (table["n"] == n) & (table["m"] == m)
-        sel &= project & (table["config"] == pick)
-        table.loc[sel, column] = True
+        table.loc[sel & project & (table["config"] == pick), column] = True
     return table
 
 
@@ -245,8 +230,8 @@ def write_outputs(
 ) -> tuple[int, int]:
     """Write the tune table and picks from journal records; return (rows, config files)."""
     dtype = spec["dtype"]
+    table = evaluate(spec, records, ceilings)
     peak = (ceilings.get("matmul_tflops") or {}).get(dtype)  # measured; None is a gap
-    table = evaluate(spec, records, ceilings.get("copy_gbs"), peak, ceilings.get("read_gbs"))
     gaps = [] if peak else [f"no measured {dtype} matmul rate"]
     if not ceilings.get("read_gbs"):  # ceilings measured before the read-only ceiling existed
         gaps.append("no measured read-only bandwidth")

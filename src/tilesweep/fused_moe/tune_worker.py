@@ -2,6 +2,7 @@
 variants of the best tiles, then times finalists, defaults, torch and the engine's kernel. Each
 finished item is a journal line and each item starts with a heartbeat, so a killed or crashed worker
 loses only the item in flight; with items_per_worker = N it exits after N items for a fresh one.
+Its compile step: a config per compiled kernel, in a pool of processes before any timing.
 Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json"""
 
 from __future__ import annotations
@@ -13,10 +14,126 @@ from pathlib import Path
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import case, space
-from tilesweep.fused_moe.engines.runner import engine_runner
+from tilesweep.fused_moe.engines.base import get, installed
+from tilesweep.fused_moe.engines.timer import compile_pool
 from tilesweep.fused_moe.journal import FINAL, SCREEN, Journal, Yield, beat, item_key, read_journal
-from tilesweep.fused_moe.precompile import compile_once, refusal_status, screened
 from tilesweep.measure.timing import time_call
+
+
+def _engine_rows(spec: dict, problem: dict, weights, batch, rows: list, routing: str) -> list:
+    """Return each engine's whole-MoE timing of a batch (vLLM's fused_experts under
+    override_config, compared with itself only), or a skipped row saying why."""
+    out = []
+    for engine in spec["engines"]:
+        base = {"source": "engine", "runner": f"engine:{engine}", "routing": routing}
+        if not installed(engine):
+            why = f"{engine} is not installed"
+        elif (whole_moe := get(engine).whole_moe_calls) is None:
+            why = f"the engine runner times no whole MoE call of {engine}; installed, untimed"
+        elif (tuned := _best(spec, rows)) is None:
+            why = "no tuned config at this M"
+        else:
+            why = None
+        if why:
+            out.append({**base, "status": "skipped", "reason": why})
+            continue
+        try:
+            for label, call in whole_moe(problem, weights, batch, tuned, spec["dtype"]).items():
+                timing = _graph_timed(spec, call)
+                out.append({**base, "config_from": label, "status": "ok", "whole": timing})
+        except NotImplementedError as exc:
+            out.append({**base, "status": "unsupported", "reason": str(exc)})
+        except Exception as exc:  # an engine API change is a result, not a crash
+            out.append({**base, "status": "error", "reason": last_line(exc)})
+    return out
+
+
+def _graph_timed(spec: dict, call) -> dict:
+    """Return a call's final timing in CUDA graphs, amortised as the spec says."""
+    return time_call(call, spec["final_repeats"], 2, graph=True, **space.graph_amortisation(spec))
+
+
+def _best(spec: dict, rows: list[dict]) -> dict | None:
+    """Return the config the project kernel's table names for a batch (space.pick, guarded)."""
+    sources = space.engine_sources(spec["engine_defaults"])
+    ok = [r for r in rows if r.get("status") == "ok" and r["source"] in sources]
+    timed = [
+        (r["slug"], r["routing"], r["source"], r["gate_up"]["time_ms"] + r["down"]["time_ms"])
+        for r in ok
+    ]
+    slug = space.pick_from(timed, spec["routing"], space.guard_source(spec))
+    return next((r["config"] for r in ok if r["slug"] == slug), None)
+
+
+def screened(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return the configs screened: each tile at the space's first GROUP_SIZE_M (run-time only)."""
+    first = spec["space"]["GROUP_SIZE_M"][0]
+    return [c for c in configs if c["GROUP_SIZE_M"] == first]
+
+
+def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
+    """Return one config per distinct compiled kernel, less those a constraint rules out."""
+    out, seen = [], set()
+    for config in screened(spec, configs):
+        key = space.tile_key(space.config_slug(config))
+        if key in seen:
+            continue
+        seen.add(key)
+        limit = spec["smem_limit_bytes"]
+        if not space.problems_constraint(config, spec["dtype"], limit, spec["problems"]):
+            out.append(config)
+    return out
+
+
+def refusal_status(reason: str, compiled: bool) -> str:
+    """Return the status of a config that cannot be screened: launch, compile or constraint."""
+    if reason.startswith("OutOfResources"):
+        return "launch"
+    return "compile" if compiled else "constraint"
+
+
+def _compile_one(args: tuple) -> tuple[str, str | None]:
+    """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
+    config, dtype = args
+    try:
+        import torch
+
+        from tilesweep.fused_moe import kernel as fm  # triton: this module loads without it
+
+        dev = "cuda"
+        e, n, k, rows = 2, 256, 512, 4
+        op = case.torch_dtype(dtype)
+        a = torch.zeros(rows, k, device=dev).to(op)
+        b = torch.zeros(e, n, k, device=dev).to(op)
+        c = torch.zeros(rows, n, device=dev, dtype=torch.bfloat16)
+        bm = config["BLOCK_SIZE_M"]
+        ids = torch.zeros(bm, dtype=torch.int32, device=dev)
+        exp = torch.zeros(1, dtype=torch.int32, device=dev)
+        post = torch.tensor([bm], dtype=torch.int32, device=dev)
+        scale = space.scale_mode(dtype)
+        a_s = torch.ones(rows, device=dev) if dtype == "fp8" else None
+        b_s = torch.ones(e, n, device=dev) if dtype == "fp8" else None
+        given = {"top_k": 1, "gather": False, "scale": scale, "a_scale": a_s, "b_scale": b_s}
+        for weights in (None, torch.ones(rows, device=dev)):  # a runtime flag: one compile
+            fm.invoke(a, b, c, (ids, exp, post), config, topk_weights=weights, **given)
+        torch.cuda.synchronize()
+        return space.config_slug(config), None
+    except Exception as exc:  # a compile or launch refusal is a result: its last line
+        return space.config_slug(config), f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
+
+
+def compile_once(spec, configs, key, done, journal, heartbeat, log) -> dict[str, str]:
+    """Return {tile: error} of the compiles, compiled once and journalled for fresh workers."""
+    if key in done:
+        return done[key]["failed"]
+    beat(heartbeat, "compile")
+    work = [(c, spec["dtype"]) for c in compile_set(spec, configs)]
+    with compile_pool(spec["compile_workers"]) as pool:
+        done_compiles = pool.map(_compile_one, work, chunksize=4)
+        failed = {space.tile_key(slug): err for slug, err in done_compiles if err}
+    log(f"compiled {len(work)} configs, {len(failed)} refused")
+    journal.append({"key": key, "phase": "compile", "failed": failed}, counts=False)
+    return failed
 
 
 def candidates(spec: dict) -> list[dict]:
@@ -109,11 +226,6 @@ def _final_entries(spec: dict, problem: dict, p_idx: int, m: int, done: dict) ->
 
 def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     """Return one row per entry and the torch baseline, timed in CUDA graphs at one batch."""
-    amortised = space.graph_amortisation(spec)
-
-    def timed(call) -> dict:
-        return time_call(call, spec["final_repeats"], 2, graph=True, **amortised)
-
     touched = int(batch.topk_ids.unique().numel())
     rows = []
     for source, config in entries:
@@ -125,7 +237,8 @@ def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
                 rows.append({**row, "status": "correctness", "reason": bad})
                 continue
             for gemm in space.gemm_shapes(problem):
-                row[gemm] = timed(case.fused_call(config, problem, weights, batch, gemm))
+                call = case.fused_call(config, problem, weights, batch, gemm)
+                row[gemm] = _graph_timed(spec, call)
             rows.append({**row, "status": "ok"})
         except Exception as exc:
             rows.append({**row, "status": "launch", "reason": last_line(exc)})
@@ -133,7 +246,7 @@ def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     row = {"source": "baseline", "runner": name, "routing": routing, "touched": touched}
     try:
         for gemm in space.gemm_shapes(problem):
-            row[gemm] = timed(case.baseline_call(problem, weights, batch, gemm))
+            row[gemm] = _graph_timed(spec, case.baseline_call(problem, weights, batch, gemm))
         rows.append({**row, "status": "ok"})
     except NotImplementedError as exc:
         rows.append({**row, "status": "unsupported", "reason": str(exc)})
@@ -142,7 +255,7 @@ def _timed_rows(spec, problem, weights, batch, entries, routing) -> list[dict]:
     return rows
 
 
-def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done, engine):
+def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat, done):
     """Time finalists, engine defaults, the baseline and the engine at every final batch."""
     screened_keys = set(spec["batch_keys"])
     for m in spec["final_batches"]:
@@ -156,7 +269,7 @@ def _final(spec, problem, p_idx, weights, batches_by_routing, journal, heartbeat
             rows += _timed_rows(spec, problem, weights, batches[m], entries, routing)
         # The engine's kernel, once every routing is timed: with the project kernel's tuned pick
         for routing, batches in batches_by_routing.items():
-            rows.extend(engine(problem, weights, batches[m], rows, m, routing))
+            rows.extend(_engine_rows(spec, problem, weights, batches[m], rows, routing))
             batches[m].refs.clear()  # this batch is done: free its fp32 references
         record = {"key": key, "phase": FINAL, "problem": p_idx, "m": m, "rows": rows}
         journal.append({**record, "screened": m in screened_keys})
@@ -204,7 +317,6 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
         key = item_key("compile", 0, "space")
         failed = compile_once(spec, configs, key, done, journal, heartbeat, log)
     gen = torch.Generator(device=device)
-    engine = engine_runner(spec, log)
     for p_idx, problem in enumerate(spec["problems"]):
         if item_key(FINAL, p_idx, str(spec["final_batches"][-1])) in done:
             continue  # every item of this problem is journalled
@@ -224,7 +336,7 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
             failed |= compile_once(spec, variants, key, done, journal, heartbeat, log)
         _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)
         done = read_journal(journal.path)
-        _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done, engine)
+        _final(spec, problem, p_idx, weights, batches, journal, heartbeat, done)
         done = read_journal(journal.path)
         del weights, batches, uniform
         if device == "cuda":

@@ -31,21 +31,15 @@ NAME = re.compile(
     r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=([^,]+?))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
     r"\.json$"
 )
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.check", "tilesweep.fused_moe")
-CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
+CHECK_COLUMNS = package_data.column_lists(__name__, "tilesweep.fused_moe")["CHECK_COLUMNS"]
 
 
-def file_format(dtype: str | None, block: tuple | None) -> str:
-    """Return the format of an engine file's dtype and block_shape selectors, or raise."""
-    if dtype is None and block is None:
-        return "bf16"
-    if dtype == "fp8_w8a8":
-        if block is None:
-            return "fp8"
-        if block == ("128", "128"):
-            return "fp8_block"
-    sel = f"dtype={dtype}" + (f",block_shape=[{block[0]}, {block[1]}]" if block else "")
-    raise ConfigError(f"{sel}: not a format launched here (bf16, fp8_w8a8, fp8_w8a8 128x128)")
+# The format of each (dtype, block_shape) selector pair an engine file's name may carry.
+FILE_FORMATS = {
+    (None, None): "bf16",
+    ("fp8_w8a8", None): "fp8",
+    ("fp8_w8a8", ("128", "128")): "fp8_block",
+}
 
 
 def read_file(path: str | Path) -> tuple[dict, dict]:
@@ -54,11 +48,12 @@ def read_file(path: str | Path) -> tuple[dict, dict]:
     found = NAME.search(path.name)
     if not found:
         raise ConfigError(f"{path}: not an engine config file name (E=..,N=..,device_name=...)")
-    block = (found.group(5), found.group(6)) if found.group(5) else None
-    try:
-        fmt = file_format(found.group(4), block)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    dtype, block = found.group(4), (found.group(5), found.group(6)) if found.group(5) else None
+    fmt = FILE_FORMATS.get((dtype, block))
+    if fmt is None:
+        sel = f"dtype={dtype}" + (f",block_shape=[{block[0]}, {block[1]}]" if block else "")
+        why = "not a format launched here (bf16, fp8_w8a8, fp8_w8a8 128x128)"
+        raise ConfigError(f"{path}: {sel}: {why}")
     try:
         configs = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -96,11 +91,9 @@ def timer_for(
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
     problem, seed = problem_of(shape, settings), settings.bench.seed + seed_shift
-    how = (settings.bench.zipf_alpha, device, timing, check_experts)
+    how = (shape["format"], seed, settings.bench.zipf_alpha, device, timing, check_experts)
     try:
-        return EngineTimer(
-            engine, fused.engine_versions[engine], problem, shape["format"], seed, *how
-        )
+        return EngineTimer(engine, fused.engine_versions[engine], problem, *how)
     except LookupError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -240,29 +233,18 @@ def export_table(
     return {str(m): out[m] for m in sorted(out)}
 
 
-def safe_file(
-    tables: pd.DataFrame | list,
-    path: str,
-    settings: Tuning,
-    out: str,
-    engine: str = "vllm",
-    triton_version: str | None = None,
-) -> tuple[int, int]:
+def safe_file(table: pd.DataFrame, path: str, settings: Tuning, out: str, engine: str) -> tuple:
     """Write the file as it may be exported; return (keys kept, keys at the baseline)."""
-    checks = tables if isinstance(tables, list) else [tables]
+    import triton  # the GPU stack: this module loads without it
+
     shape, configs = read_file(path)
-    triton = json.loads(Path(path).read_text()).get("triton_version", "")
     fused = settings.backend.fused_moe
     rules, version = fused.engine_defaults[engine], fused.engine_versions[engine]
-    if triton_version is None:
-        import triton as _triton
-
-        triton_version = _triton.__version__
-    _, shipped, _ = baseline_of(engine, version, shape, device_of(path), triton_version)
-    keep = decide(checks)
-    write_text(
-        out, space.engine_file_text(export_table(configs, keep, shipped, rules, shape), triton)
-    )
+    _, shipped, _ = baseline_of(engine, version, shape, device_of(path), triton.__version__)
+    keep = decide([table])
+    kept_triton = json.loads(Path(path).read_text()).get("triton_version", "")
+    exported = export_table(configs, keep, shipped, rules, shape)
+    write_text(out, space.engine_file_text(exported, kept_triton))
     kept = sum(keep.get(m, False) for m in configs)
     return kept, len(configs) - kept
 

@@ -6,6 +6,7 @@ SGLANG_MOE_CONFIG_DIR/configs/triton_<T>/)."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -19,13 +20,11 @@ from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.engines import check
 from tilesweep.fused_moe.engines.base import data
-from tilesweep.fused_moe.engines.check import geomean, read_file
 from tilesweep.fused_moe.engines.timer import compile_pool, effective, warm_all
 from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.dropins", "tilesweep.fused_moe")
-DROPIN_COLUMNS = _LISTS["DROPIN_COLUMNS"]
+DROPIN_COLUMNS = package_data.column_lists(__name__, "tilesweep.fused_moe")["DROPIN_COLUMNS"]
 PICK_DRAWS = (1, 2)  # bench.seed shifts of the draws that pick
 HELD_OUT_DRAW = 3  # the draw that only checks
 PICKS = "picks_"  # a tuning's picks: the engine's file name behind this
@@ -52,32 +51,9 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
     out = {}
     for folder in folders:
         for path in sorted(Path(folder).glob(f"{engine}-{version}/{PICKS}E=*.json")):
-            shape, _ = read_file(path)
+            shape, _ = check.read_file(path)
             out.setdefault((shape["format"], shape["experts"], shape["n"]), path)
     return out
-
-
-def compile_jobs(settings: Tuning, work: list[tuple[str, Path]], triton_version: str) -> list:
-    """Return the distinct compile jobs of every candidate's, baseline's and default's config."""
-    fused = settings.backend.fused_moe
-    jobs, seen = [], set()
-    for engine, path in work:
-        version = fused.engine_versions[engine]
-        shape, configs = check.read_file(path)
-        problem = check.problem_of(shape, settings)
-        rules = fused.engine_defaults[engine]
-        named_for = check.device_of(path)
-        _, shipped, _ = check.baseline_of(engine, version, shape, named_for, triton_version)
-        for m, config in configs.items():
-            default = space.engine_default(rules, m, shape["experts"], shape["format"])
-            base = check.baseline_config(shipped, rules, m, shape)
-            for cand in (config, base, default):
-                cand = effective(cand, shape["format"])
-                key = (engine, shape["format"], shape["n"], space.config_slug(cand), m)
-                if key not in seen:
-                    seen.add(key)
-                    jobs.append((engine, version, problem, shape["format"], cand, m))
-    return jobs
 
 
 def decide_file(
@@ -175,16 +151,14 @@ def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) ->
         "worst_x_baseline": per_key[worst],
         "worst_at_m": worst[0],
         "worst_routing": worst[1],
-        "geomean_x_baseline_m_ge_1024": geomean(big),
+        "geomean_x_baseline_m_ge_1024": check.geomean(big),
         "worst_x_default": default.min() if len(default) else float("nan"),
-        "geomean_x_default_m_ge_1024": geomean(big_default),
+        "geomean_x_default_m_ge_1024": check.geomean(big_default),
     }
 
 
 def _release() -> None:
     """Hand the cached device memory of a file's weight copies back before the next file."""
-    import gc
-
     import torch
 
     gc.collect()
@@ -193,12 +167,24 @@ def _release() -> None:
 
 
 def _compile(settings: Tuning, engine: str, path: Path, pool, log) -> None:
-    """Compile every config a candidate's check times, in the pool, and log how it went."""
+    """Compile every config a candidate's check times (its own, the baseline's, the default) in
+    the pool, and log how it went."""
     import triton  # heavy: imported only where a file is decided
 
     t0 = time.monotonic()
-    jobs = compile_jobs(settings, [(engine, path)], triton.__version__)
-    refused = warm_all(jobs, pool)
+    fused = settings.backend.fused_moe
+    version, rules = fused.engine_versions[engine], fused.engine_defaults[engine]
+    shape, configs = check.read_file(path)
+    problem, fmt = check.problem_of(shape, settings), shape["format"]
+    named_for = check.device_of(path)
+    _, shipped, _ = check.baseline_of(engine, version, shape, named_for, triton.__version__)
+    jobs = {}
+    for m, config in configs.items():
+        default = space.engine_default(rules, m, shape["experts"], fmt)
+        for cand in (config, check.baseline_config(shipped, rules, m, shape), default):
+            cand = effective(cand, fmt)
+            jobs.setdefault((space.config_slug(cand), m), (engine, version, problem, fmt, cand, m))
+    refused = warm_all(list(jobs.values()), pool)
     log(
         f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
         f"{time.monotonic() - t0:.0f} s, {len(refused)} refused"

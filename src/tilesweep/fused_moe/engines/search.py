@@ -2,12 +2,13 @@
 one-step neighbours and other tuners' configs are screened, a second round from the best, then the
 finalists and the baseline timed decode-true on every routing. A finalist is picked only where its
 p90 beats the baseline's p10 on every routing; the picks are then decided into a drop-in file
-(dropins.decide_file)."""
+(dropins.decide_file). Also stage tune_engine: a job per engine, its files swapped in whole."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tilesweep import package_data
+from tilesweep.cells import write_cell_table
 from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.case import TOLERANCE
@@ -22,13 +24,15 @@ from tilesweep.fused_moe.engines import check, dropins
 from tilesweep.fused_moe.engines.check import baseline_config, read_file
 from tilesweep.fused_moe.engines.timer import effective, warm
 from tilesweep.io import write_table, write_text
-from tilesweep.settings import Tuning
+from tilesweep.settings import TuneSettings, Tuning
+from tilesweep.stages import logged
 
 if TYPE_CHECKING:
     from tilesweep.fused_moe.section import EngineTune, FusedMoeSettings, Space
 
-_LISTS = package_data.column_lists("tilesweep.fused_moe.engines.search", "tilesweep.fused_moe")
-TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
+# The engine summary of a job whose engine has no kernel here.
+SUMMARY_GAP = ["engine", "version", "status", "reason"]
+TUNE_COLUMNS = package_data.column_lists(__name__, "tilesweep.fused_moe")["TUNE_COLUMNS"]
 
 
 def neighbours(config: dict, values: Space, fmt: str) -> list[dict]:
@@ -71,22 +75,18 @@ def tune_problem(
     _screen_round(timer, first, screens, rows, defaults, tune, log)
     second = {}
     for m in keys:
-        best = _best(screens[m])
-        if best is not None:
-            second[m] = [
-                c for c in neighbours(best, values, fmt) if space.config_slug(c) not in screens[m]
-            ]
+        for best in _best(screens[m], 1):
+            moved = neighbours(best, values, fmt)
+            second[m] = [c for c in moved if space.config_slug(c) not in screens[m]]
     if tune.rounds > 1:
         _screen_round(timer, second, screens, rows, defaults, tune, log)
     picks = {m: _finals(timer, m, screens[m], defaults[m], rows, tune, log) for m in keys}
     return pd.DataFrame(rows, columns=TUNE_COLUMNS), picks
 
 
-def _best(screened: dict, count: int = 1):
-    """Return the best screened config (or the `count` best, as a list) by median time."""
+def _best(screened: dict, count: int) -> list[dict]:
+    """Return the `count` best screened configs by median time."""
     ok = sorted((t["time_ms"], s, c) for s, (c, t) in screened.items() if t is not None)
-    if count == 1:
-        return ok[0][2] if ok else None
     return [c for _, _, c in ok[:count]]
 
 
@@ -239,3 +239,32 @@ def run(
         # after every problem, so a run cut short keeps what it finished
         write_table(Path(out_dir) / "dropins.csv", pd.DataFrame(summary))
     return pd.DataFrame(summary)
+
+
+def tune_engine(
+    settings_json: str,
+    engine: str,
+    summary_path: str,
+    configs_dir: str,
+    log_path: str | None = None,
+) -> None:
+    """Tune in one engine's kernel on the GPU at hand; write the summary and the files."""
+    settings = TuneSettings.from_json(settings_json)
+    fused = settings.backend.fused_moe
+    version = fused.engine_versions[engine]
+    problems = space.problems(settings.model, settings.grid.layouts)
+    shapes = [(p["experts"], p["n"]) for p in problems]
+    work = Path(f"{configs_dir}.partial")  # swapped in whole: nothing half-written is kept
+    shutil.rmtree(work, ignore_errors=True)
+    with logged(log_path) as log:
+        try:
+            formats = list(fused.engine_tune.formats)
+            summary = run(settings, [engine], formats, shapes, str(work), log=log.info)
+            summary.insert(2, "status", "ok")
+        except (ConfigError, LookupError) as exc:  # no kernel of that engine here: a result
+            log.warning("%s", exc)
+            summary = pd.DataFrame([[engine, version, "skipped", str(exc)]], columns=SUMMARY_GAP)
+            work.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(configs_dir, ignore_errors=True)
+        work.rename(configs_dir)
+        write_cell_table(summary_path, summary)

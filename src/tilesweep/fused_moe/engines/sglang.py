@@ -79,8 +79,8 @@ def _scales(a, b, a_scale, b_scale, block_shape, config: dict) -> dict:
     import torch
 
     none = {"a_scale_ptr": None, "b_scale_ptr": None, "group_n": 0, "group_k": 0}
-    none.update(dict.fromkeys(("stride_asm", "stride_ask", "stride_bse", "stride_bsk"), 0))
-    none["stride_bsn"] = 0
+    strides = ("stride_asm", "stride_ask", "stride_bse", "stride_bsk", "stride_bsn")
+    none.update(dict.fromkeys(strides, 0))
     if a.dtype != torch.float8_e4m3fn:
         if a_scale is not None or b_scale is not None or block_shape is not None:
             raise ValueError("scales or a block shape given for unquantised activations")
@@ -103,10 +103,9 @@ def _scales(a, b, a_scale, b_scale, block_shape, config: dict) -> dict:
     bk, bn = config["BLOCK_SIZE_K"], config["BLOCK_SIZE_N"]
     if group_k % bk or (bn < group_n and group_n % bn):
         raise ValueError(f"BLOCK_SIZE_K {bk} / BLOCK_SIZE_N {bn} straddle {block_shape} groups")
-    out.update(group_n=group_n, group_k=group_k)
-    out.update(stride_asm=a_scale.stride(0), stride_ask=a_scale.stride(1))
-    out.update(stride_bse=b_scale.stride(0), stride_bsk=b_scale.stride(2))
-    out.update(stride_bsn=b_scale.stride(1))
+    out.update(group_n=group_n, group_k=group_k, stride_asm=a_scale.stride(0))
+    out.update(stride_ask=a_scale.stride(1), stride_bse=b_scale.stride(0))
+    out.update(stride_bsk=b_scale.stride(2), stride_bsn=b_scale.stride(1))
     return out
 
 

@@ -7,8 +7,11 @@ same specialisation)."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import functools
 import math
+import multiprocessing as mp
+import statistics
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
@@ -16,7 +19,6 @@ from tilesweep.fused_moe.engines import formats
 from tilesweep.fused_moe.engines.base import get
 from tilesweep.fused_moe.engines.formats import BLOCK, block_shape
 from tilesweep.fused_moe.engines.wheels import load
-from tilesweep.fused_moe.precompile import compile_pool
 from tilesweep.measure.gemm_case import rel_error
 from tilesweep.measure.timing import calls_to_fill, summarize, time_call, time_gpu
 
@@ -24,6 +26,11 @@ GEMMS = ("gate_up", "down")
 TIMINGS = ("decode", "warm")
 L2_MULTIPLE = 3  # bytes touched between two uses of one weight copy, in units of the L2
 MEMORY_SHARE = 0.6  # the most of the free device memory the weight copies may take
+
+
+def compile_pool(workers: int):
+    """Return a pool of spawned processes (one per worker; reused across calls)."""
+    return cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn"))
 
 
 def expert_bytes(problem: dict, fmt: str) -> dict:
@@ -62,8 +69,6 @@ def timing_label(timing: str, copies: int) -> str:
 
 def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float = 1.0) -> dict:
     """Return median/p10/p90 ms per call of a rotation of `calls` replayed in one CUDA graph."""
-    import statistics
-
     rounds = 1
     if len(calls) < max_calls:  # else one rotation already holds the most calls a replay may
         probe, _ = time_gpu(list(calls), 3, 1)

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
 import json
+import os
+import re
 import sys
 import types
+import typing
 import zipfile
 import zlib
 from pathlib import Path
+
+import yaml
 
 from tilesweep.fused_moe.engines.base import data as engine_data
 from tilesweep.io import write_text
@@ -38,30 +44,29 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _source(lines: list[str], node: ast.FunctionDef) -> str:
-    """Return a top-level function's source lines, its decorators included."""
-    start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
-    return "".join(lines[start : node.end_lineno])
+def _functions(source: str, name: str | None = None) -> dict[str, str]:
+    """Return {name: source with its decorators} of the top-level function `name`, or (None) of
+    every top-level @triton.jit function."""
+    lines, out = source.splitlines(keepends=True), {}
+    for node in ast.parse(source).body:
+        jit = any("jit" in ast.unparse(d) for d in getattr(node, "decorator_list", []))
+        if isinstance(node, ast.FunctionDef) and (node.name == name if name else jit):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+            out[node.name] = "".join(lines[start : node.end_lineno])
+    return out
 
 
 def jit_functions(source: str) -> dict[str, str]:
     """Return {name: source with its decorators} of every top-level @triton.jit function."""
-    lines, body = source.splitlines(keepends=True), ast.parse(source).body
-    return {
-        node.name: _source(lines, node)
-        for node in body
-        if isinstance(node, ast.FunctionDef)
-        and any("jit" in ast.unparse(d) for d in node.decorator_list)
-    }
+    return _functions(source)
 
 
 def function_source(source: str, name: str) -> str:
     """Return the source of one top-level function of a module, or raise ValueError."""
-    lines = source.splitlines(keepends=True)
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return _source(lines, node)
-    raise ValueError(f"no function {name}")
+    found = _functions(source, name)
+    if not found:
+        raise ValueError(f"no function {name}")
+    return found[name]
 
 
 def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
@@ -77,16 +82,15 @@ def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
     return {"names": sources, "names_py_sha256": _sha256(text.encode())}
 
 
-def _extract_tables(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
-    """Write the wheel's shipped config tables under out/configs/; return {path: SHA-256}."""
-    prefix, tables = engine_data(engine).tables.folder, {}
+def _copy_tables(archive: zipfile.ZipFile, prefix: str, target: Path, pattern: str) -> dict:
+    """Copy the members below prefix whose relative path matches to target; {rel: SHA-256}."""
+    tables = {}
     for member in sorted(archive.namelist()):
-        if member.startswith(prefix) and member.endswith(".json") and "E=" in member:
-            rel = member[len(prefix) :]
+        rel = member.removeprefix(prefix)
+        if rel != member and re.fullmatch(pattern, rel):
             data = archive.read(member)
-            target = out / "configs" / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).write_bytes(data)
             tables[rel] = _sha256(data)
     return tables
 
@@ -149,7 +153,7 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
             names = _extract_names(engine, archive, out)
         except (KeyError, ValueError) as exc:
             raise ValueError(f"{wheel.name}: its config file naming is not found ({exc})") from None
-        tables = _extract_tables(engine, archive, out)
+        tables = _copy_tables(archive, spec.tables.folder, out / "configs", r".*E=.*\.json")
     write_text(out / "kernel.py", text)
     manifest = {"engine": engine, "version": version, "module": module, "kernel": kernel}
     manifest |= {"module_sha256": _sha256(source), "functions": functions}
@@ -208,17 +212,13 @@ def config_file_name(
     folder: str | Path = FOLDER,
 ) -> str:
     """Return the engine's own config file name for (E, N, format) on a device (names.py)."""
-    import functools
-    import re
-    import typing
-
     kept, manifest = _manifest(engine, version, folder)
     text = (kept / "names.py").read_bytes()
     if "names_py_sha256" not in manifest or _sha256(text) != manifest["names_py_sha256"]:
         raise LookupError(f"{kept / 'names.py'}: missing or differs from its manifest")
     # the one thing the engines' naming functions ask of the platform: the device's name
     platform = types.SimpleNamespace(get_device_name=lambda device_id=0: device_name)
-    space = {**vars(typing), "re": re, "os": __import__("os"), "functools": functools}
+    space = {**vars(typing), "re": re, "os": os, "functools": functools}
     space.update(cache=functools.cache, lru_cache=functools.lru_cache)
     space.update(current_platform=platform, get_device_name=platform.get_device_name)
     exec(compile(text, str(kept / "names.py"), "exec"), space)  # the engine's own code
@@ -295,25 +295,15 @@ def name_table(engine: str, version: str, folder: str | Path = FOLDER) -> dict:
     """Return the engine's config file names of NAME_DEVICES x NAME_SHAPES, with SHA-256s."""
     _, manifest = _manifest(engine, version, folder)
     names = [
-        {
-            "experts": e,
-            "n": n,
-            "format": fmt,
-            "device": device,
-            "name": config_file_name(engine, version, e, n, fmt, device, folder),
-        }
+        {"experts": e, "n": n, "format": fmt, "device": device}
+        | {"name": config_file_name(engine, version, e, n, fmt, device, folder)}
         for device in NAME_DEVICES
         for e, n in NAME_SHAPES
         for fmt in engine_data(engine).name_args
     ]
-    return {
-        "engine": engine,
-        "version": version,
-        "wheel": manifest["wheel"],
-        "names_py_sha256": manifest["names_py_sha256"],
-        "functions": manifest["names"],
-        "names": names,
-    }
+    head = {"engine": engine, "version": version, "wheel": manifest["wheel"]}
+    head |= {"names_py_sha256": manifest["names_py_sha256"], "functions": manifest["names"]}
+    return head | {"names": names}
 
 
 # Older releases' kernels (fused_moe/data/releases.yaml): each part's module's @triton.jit
@@ -324,8 +314,6 @@ RELEASES = Path(__file__).parents[1] / "data" / "releases.yaml"
 
 def releases() -> dict:
     """Return {release name: spec} of releases.yaml (distribution, version, kernels)."""
-    import yaml
-
     return yaml.safe_load(RELEASES.read_text())
 
 
@@ -345,12 +333,9 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
             (out / "configs" / part).mkdir(parents=True, exist_ok=True)
             write_text(out / f"{part}.py", text)
             tables = {}
-            for member in sorted(archive.namelist()) if kernel.get("tables") else []:
-                rel = member.removeprefix(kernel["tables"])
-                if rel != member and "/" not in rel and rel.startswith(kernel["match"]):
-                    data = archive.read(member)
-                    (out / "configs" / part / rel).write_bytes(data)
-                    tables[rel] = _sha256(data)
+            if kernel.get("tables"):  # its own folder's files named as `match` begins
+                listed = re.escape(kernel["match"]) + "[^/]*"
+                tables = _copy_tables(archive, kernel["tables"], out / "configs" / part, listed)
             kernels[part] = {**kernel, "module_sha256": _sha256(source), "functions": functions}
             kernels[part] |= {"file": f"{part}.py", "file_sha256": _sha256(text.encode())}
             kernels[part]["tables_sha256"] = tables
