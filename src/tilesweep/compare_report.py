@@ -96,10 +96,8 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
 
 def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
     """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
-    # matplotlib (via report.compare_figure, report.plotting): drawn only here; compare loads
-    # without it
-    from tilesweep.report.compare_figure import compare_ratios
-    from tilesweep.report.plotting import png
+    # matplotlib (via report.plotting): drawn only here; compare loads without it
+    from tilesweep.report.plotting import compare_ratios, png
 
     out = Path(out)
     paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]

@@ -11,19 +11,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from tilesweep.answer_picks import numeric
+from tilesweep.report import plotting as plot
 from tilesweep.report.formatting import plural
-from tilesweep.report.plotting import (
-    PAGE_WIDTH_IN,
-    TEXT_PT,
-    empty,
-    finish,
-    legend_below,
-    log_axes,
-    ok_or_all,
-    reference,
-    top_series,
-    whole,
-)
 
 # The most collectives side by side before the panels wrap (the page's width).
 COLUMNS = 3
@@ -31,17 +20,17 @@ COLUMNS = 3
 
 def _series_name(key: tuple) -> str:
     """Return a (group, backend) key's label: x8 nccl."""
-    return " ".join(f"x{whole(k)}" if j == 0 else str(k) for j, k in enumerate(key))
+    return " ".join(f"x{plot.whole(k)}" if j == 0 else str(k) for j, k in enumerate(key))
 
 
 def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None = None) -> Figure:
     """Return bus bandwidth and time against message size, a column per collective."""
-    ok = ok_or_all(collective)
+    ok = plot.ok_or_all(collective)
     if not ok.empty and "collective" in ok:
         ok = ok[ok["collective"].astype(str) != "none"]
     need = {"time_ms", "bytes", "collective", "group"}
     if ok.empty or not need <= set(ok.columns):
-        return empty("no collectives timed (one-device layouts need none)", "Collectives")
+        return plot.empty("no collectives timed (one-device layouts need none)", "Collectives")
     keys = [k for k in ("group", "backend") if k in ok]
     names = list(dict.fromkeys(ok["collective"].astype(str)))
     series = sorted({tuple(k) for k in ok[keys].itertuples(index=False)})
@@ -51,14 +40,14 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
     colors = {key: cmap(i % cmap.N) for i, key in enumerate(series)}
     ncols = min(COLUMNS, len(names))
     nrows = math.ceil(len(names) / ncols)
-    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 3.7 * ncols + 0.6), 5.4 * nrows + 0.6))
+    fig = Figure(figsize=(min(plot.PAGE_WIDTH_IN, 3.7 * ncols + 0.6), 5.4 * nrows + 0.6))
     axes = fig.subplots(2 * nrows, ncols, squeeze=False, sharex=True, sharey="row")
     notes = []
     for i, name in enumerate(names):
         ax_bw, ax_t = axes[2 * (i // ncols), i % ncols], axes[2 * (i // ncols) + 1, i % ncols]
         part = ok[ok["collective"].astype(str) == name]
         mine = sorted({tuple(k) for k in part[keys].itertuples(index=False)})
-        shown, left = top_series([_series_name(k) for k in mine])
+        shown, left = plot.top_series([_series_name(k) for k in mine])
         if left:
             more = plural(len(left), "more group")
             notes.append(f"{name}: {more} in the table ({', '.join(left)})")
@@ -76,15 +65,15 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
         Line2D([], [], color=c, marker="o", label=_series_name(k)) for k, c in colors.items()
     ]
     handles.append(Line2D([], [], color="#555555", ls=":", label="latency floor"))
-    legend_below(fig, handles, notes, ncols=min(6, len(handles)))
-    return finish(fig)
+    plot.legend_below(fig, handles, notes, ncols=min(6, len(handles)))
+    return plot.finish(fig)
 
 
 def _style(ax_bw, ax_t, name: str) -> None:
     """Set one collective's two panels on log axes by message size, its name above."""
-    ax_bw.set_title(name, fontsize=TEXT_PT + 2)
+    ax_bw.set_title(name, fontsize=plot.TEXT_PT + 2)
     for ax in (ax_bw, ax_t):
-        log_axes(ax, x_base=2, y=True)
+        plot.log_axes(ax, x_base=2, y=True)
         ax.xaxis.set_major_locator(LogLocator(base=4))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _size(v)))
         ax.grid(alpha=0.3, which="both")
@@ -112,7 +101,7 @@ def _draw(ax_bw, ax_t, line: pd.DataFrame, key: tuple, color, floors) -> None:
             & (numeric(floors, "group") == float(key[0]))
         ]
         if not hit.empty and hit["floor_ms"].iloc[0] > 0:
-            reference(ax_t.axhline(hit["floor_ms"].iloc[0], color=color, ls=":", lw=1))
+            plot.reference(ax_t.axhline(hit["floor_ms"].iloc[0], color=color, ls=":", lw=1))
 
 
 def _size(n: float) -> str:

@@ -9,7 +9,6 @@ from tilesweep.report.analysis import latency_floors
 from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Section
-from tilesweep.report.engine_figure import engine_tpot
 from tilesweep.report.launch_figure import deployment_target, launch_smem
 from tilesweep.report.measurement_sections import (
     collective_blocks,
@@ -22,7 +21,7 @@ from tilesweep.report.plotting import png
 from tilesweep.report.provenance_section import provenance_blocks
 from tilesweep.report.question_sections import power_blocks, question_blocks
 from tilesweep.report.sections import check_blocks, summary_blocks, verdict_blocks
-from tilesweep.report.step_figures import check_error, verdict_split
+from tilesweep.report.step_figures import check_error, engine_tpot, verdict_split
 from tilesweep.settings import RootSettings
 
 

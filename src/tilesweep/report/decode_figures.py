@@ -13,23 +13,10 @@ from matplotlib.ticker import FixedLocator, NullFormatter
 
 from tilesweep import backends
 from tilesweep.answer_picks import numeric
+from tilesweep.report import plotting as plot
 from tilesweep.report.analysis import short_runner
 from tilesweep.report.document import TEXTS
 from tilesweep.report.formatting import plural
-from tilesweep.report.plotting import (
-    MAX_SERIES,
-    PAGE_WIDTH_IN,
-    TEXT_PT,
-    empty,
-    finish,
-    legend_below,
-    log_axes,
-    ok_or_all,
-    reference,
-    say,
-    top_series,
-    whole,
-)
 
 ROOF_COLOR = "#c0392b"
 # A point of the decode sweep: the runners compared there are timed on the same problem.
@@ -81,7 +68,7 @@ def shown_runners(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Return (shown, left out) runners of a dtype's rows: the fastest baseline always shown."""
     ranked = rank_runners(rows)
     baselines = [r for r in ranked if _is_baseline(r)]
-    return top_series(ranked, MAX_SERIES, keep=baselines[:1])
+    return plot.top_series(ranked, plot.MAX_SERIES, keep=baselines[:1])
 
 
 def _selection(shown: list[str], left: list[str]) -> str:
@@ -139,11 +126,11 @@ def _of_dtype(ok: pd.DataFrame, dtype: str) -> pd.DataFrame:
 def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
     """Return a figure of one subfigure per dtype, each drawn by draw(sub, rows, dtype)."""
     dtypes = _dtypes(ok)
-    fig = Figure(figsize=(PAGE_WIDTH_IN, block_height_in * len(dtypes)))
+    fig = Figure(figsize=(plot.PAGE_WIDTH_IN, block_height_in * len(dtypes)))
     subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
     for sub, dtype in zip(subs, dtypes, strict=True):
         draw(sub, _of_dtype(ok, dtype), dtype)
-    return finish(fig)
+    return plot.finish(fig)
 
 
 def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
@@ -156,8 +143,8 @@ def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
 
 def _block_legend(sub, title: str, handles: list, notes: list[str], ncols: int) -> None:
     """Title a dtype's block and put its legend under it, the notes as the legend's title."""
-    sub.suptitle(title, fontsize=TEXT_PT + 4, x=0.01, ha="left")
-    legend_below(sub, handles, notes, ncols=ncols)
+    sub.suptitle(title, fontsize=plot.TEXT_PT + 4, x=0.01, ha="left")
+    plot.legend_below(sub, handles, notes, ncols=ncols)
 
 
 def _tpe_ticks(ax, values: pd.Series) -> None:
@@ -171,20 +158,20 @@ def _tpe_ticks(ax, values: pd.Series) -> None:
 
 def decode_time(decode: pd.DataFrame) -> Figure:
     """Return time and achieved bandwidth against tokens per expert: a block per dtype."""
-    ok = ok_or_all(decode)
+    ok = plot.ok_or_all(decode)
     if ok.empty or "time_ms" not in ok or "op" not in ok:
-        return empty("no decode measurements (nothing timed on this device)", "Decode")
+        return plot.empty("no decode measurements (nothing timed on this device)", "Decode")
     if "routing" not in ok:
-        return empty("decode rows without a routing column", "Decode")
+        return plot.empty("decode rows without a routing column", "Decode")
     ok = ok[numeric(ok, "time_ms") > 0]
     if ok.empty:
-        return empty("no decode row has a time", "Decode")
+        return plot.empty("no decode row has a time", "Decode")
     return _dtype_blocks(ok, 6.4, _time_block)
 
 
 def decode_time_caption(decode: pd.DataFrame) -> str:
     """Return decode_time's caption from what its panels draw."""
-    ok = ok_or_all(decode)
+    ok = plot.ok_or_all(decode)
     if ok.empty or not {"time_ms", "op", "routing"} <= set(ok.columns):
         return "No decode measurement to draw."
     ok = ok[numeric(ok, "time_ms") > 0]
@@ -229,30 +216,30 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     for j, (op, routing) in enumerate(columns):
         t_ax, b_ax = axes[0, j], axes[1, j]
         part = rows[(rows["op"].astype(str) == op) & (rows["routing"].astype(str) == routing)]
-        log_axes(t_ax, x_base=2)
-        log_axes(b_ax, x_base=2, y=has_gbs)
+        plot.log_axes(t_ax, x_base=2)
+        plot.log_axes(b_ax, x_base=2, y=has_gbs)
         for runner in shown:
             line = part[part["runner"].astype(str) == runner].sort_values("tokens_per_expert")
             style = dict(styles[runner], ms=4, label=_label(runner, dtype))
             _time_line(t_ax, b_ax if has_gbs else None, line, style)
         if has_gbs and not math.isnan(copy):
-            reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
+            plot.reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
                 b_ax.annotate(
                     f"measured copy {_num(copy)} GB/s",
                     (0.02, copy),
                     xycoords=("axes fraction", "data"),
                     va="bottom",
-                    fontsize=TEXT_PT,
+                    fontsize=plot.TEXT_PT,
                     color=ROOF_COLOR,
                 )
-        t_ax.set_title(f"{op}, {routing} routing", fontsize=TEXT_PT + 2)
+        t_ax.set_title(f"{op}, {routing} routing", fontsize=plot.TEXT_PT + 2)
         b_ax.set_xlabel("tokens per expert")
         _tpe_ticks(b_ax, numeric(rows, "tokens_per_expert"))
         for ax in (t_ax, b_ax):
             ax.grid(alpha=0.3, which="both")
         if not has_gbs:
-            say(b_ax, "no bandwidth: these rows carry no bytes moved")
+            plot.say(b_ax, "no bandwidth: these rows carry no bytes moved")
     if has_gbs and not math.isnan(copy):
         top = max(axes[1, 0].get_ylim()[1], copy * 1.3)
         axes[1, 0].set_ylim(top=top)
@@ -264,13 +251,13 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
 
 def decode_roofline(decode: pd.DataFrame) -> Figure:
     """Return the measured roofline per dtype and op, with decode_time's runners on it."""
-    ok = ok_or_all(decode)
+    ok = plot.ok_or_all(decode)
     need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
-        return empty("no decode measurements to place on a roofline", "Roofline")
+        return plot.empty("no decode measurements to place on a roofline", "Roofline")
     ok = ok[(numeric(ok, "tflops") > 0) & (numeric(ok, "intensity") > 0)]
     if ok.empty:
-        return empty("no decode row has a FLOP rate and an intensity", "Roofline")
+        return plot.empty("no decode row has a FLOP rate and an intensity", "Roofline")
     return _dtype_blocks(ok, 5.6, _roofline_block)
 
 
@@ -303,10 +290,10 @@ def _tokens_axis(ax, part: pd.DataFrame) -> None:
     top.set_xscale("log")
     top.set_xlim(ax.get_xlim())
     every = ticks.iloc[::2] if len(ticks) > 5 else ticks
-    top.set_xticks(every.to_numpy(float), [str(whole(v)) for v in every.index])
+    top.set_xticks(every.to_numpy(float), [str(plot.whole(v)) for v in every.index])
     top.xaxis.set_minor_formatter(NullFormatter())
-    top.tick_params(labelsize=TEXT_PT + 1)
-    top.set_xlabel("tokens per expert", fontsize=TEXT_PT + 1)
+    top.tick_params(labelsize=plot.TEXT_PT + 1)
+    top.set_xlabel("tokens per expert", fontsize=plot.TEXT_PT + 1)
 
 
 def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
@@ -320,16 +307,16 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     xs, roof, (bw, bw_gap), (peak, peak_gap) = _roof(rows)
     for ax, op in zip(axes, ops, strict=True):
         part = uniform[uniform["op"].astype(str) == op]
-        log_axes(ax)
+        plot.log_axes(ax)
         if np.isfinite(roof).any():
-            reference(ax.plot(xs, roof, color=ROOF_COLOR, lw=2)[0])
+            plot.reference(ax.plot(xs, roof, color=ROOF_COLOR, lw=2)[0])
         for runner in shown:
             pts = part[part["runner"].astype(str) == runner]
             style = dict(styles[runner], ls="", ms=6, alpha=0.85, label=_label(runner, dtype))
             if not pts.empty:
                 ax.plot(numeric(pts, "intensity"), numeric(pts, "tflops"), **style)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-        ax.set_title(f"{op}, uniform routing", fontsize=TEXT_PT + 2)
+        ax.set_title(f"{op}, uniform routing", fontsize=plot.TEXT_PT + 2)
         ax.grid(alpha=0.3, which="both")
         _tokens_axis(ax, part)
     axes[0].set_ylabel("achieved TFLOPS")
@@ -340,7 +327,7 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
             f"ridge {peak * 1e3 / bw:,.1f} FLOP/B\n{_num(bw)} GB/s, {_num(peak)} TFLOPS",
             transform=axes[0].transAxes,
             va="top",
-            fontsize=TEXT_PT,
+            fontsize=plot.TEXT_PT,
             color=ROOF_COLOR,
         )
     handles = _handles(styles, dtype, ls="")

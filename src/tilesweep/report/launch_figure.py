@@ -9,14 +9,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from tilesweep.answer_picks import numeric
-from tilesweep.report.plotting import (
-    REFERENCE,
-    TEXT_PT,
-    empty,
-    finish,
-    kernel_label,
-    legend_below,
-)
+from tilesweep.report import plotting as plot
 
 FIT_COLORS = {"default": "#3a8a3a", "optin": "#e09b00", "no": "#c0392b", "unknown": "#9a9a9a"}
 FIT_LABELS = {
@@ -34,7 +27,7 @@ LIMITS = (
     ("smem_per_sm_bytes", "per SM", "-", "#b07cc6", 4.0),
 )
 # The height of one tier of limit names above a panel, in points.
-TIER_PT = TEXT_PT + 3
+TIER_PT = plot.TEXT_PT + 3
 
 
 def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
@@ -46,7 +39,7 @@ def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
 def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
     """Return bars of shared memory per kernel, one panel per target, with the target's limits."""
     if launch.empty or "target" not in launch:
-        return empty("no launch checks in this sweep", "Shared memory per tile")
+        return plot.empty("no launch checks in this sweep", "Shared memory per tile")
     targets = target_order(launch, first)
     heights = [max(2.2, 0.3 * (launch["target"] == t).sum() + 1.4) for t in targets]
     fig = Figure(figsize=(9, sum(heights)))
@@ -60,14 +53,14 @@ def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
         Line2D([], [], marker="D", color="black", ls="", label="hand estimate"),
     ]
     handles += [Line2D([], [], color=c, ls=ls, lw=w, label=lab) for _, lab, ls, c, w in LIMITS]
-    legend_below(fig, handles, ncols=4)
-    return finish(fig)
+    plot.legend_below(fig, handles, ncols=4)
+    return plot.finish(fig)
 
 
 def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> None:
     """Draw one target's shared-memory bars, estimates and limit lines on ax."""
     rows = part.to_dict("records")
-    labels = [kernel_label(r) for r in rows]
+    labels = [plot.kernel_label(r) for r in rows]
     y = np.arange(len(rows))
     smem = numeric(part, "smem_bytes").to_numpy() / 1024
     mainloop = numeric(part, "mainloop_smem_bytes").to_numpy() / 1024
@@ -103,16 +96,16 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
                 xytext=(8, 0),
                 textcoords="offset points",
                 va="center",
-                fontsize=TEXT_PT,
+                fontsize=plot.TEXT_PT,
                 color="#555555",
             )
     tiers = _limit_lines(ax, part)
-    ax.set_yticks(y, labels, fontsize=TEXT_PT + 1)
+    ax.set_yticks(y, labels, fontsize=plot.TEXT_PT + 1)
     ax.set_ylim(len(rows) - 0.4, -0.6)
     arch = str(part["arch"].iloc[0]) if "arch" in part else ""
     note = " (the deployment's hardware)" if deployed else ""
     ax.set_title(
-        f"{target} ({arch}){note}", fontsize=TEXT_PT + 3, loc="left", pad=6 + tiers * TIER_PT
+        f"{target} ({arch}){note}", fontsize=plot.TEXT_PT + 3, loc="left", pad=6 + tiers * TIER_PT
     )
     ax.set_xlabel("shared memory per block (KiB)")
     ax.xaxis.set_tick_params(labelbottom=True)
@@ -130,7 +123,7 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
     for tier, (kib, label, ls, color, width) in enumerate(found):
         # The wide per-SM band lies under the dashed opt-in line: where they coincide both show.
         zorder = 3 if ls == "-" else 4
-        ax.axvline(kib, color=color, ls=ls, lw=width, zorder=zorder, gid=REFERENCE)
+        ax.axvline(kib, color=color, ls=ls, lw=width, zorder=zorder, gid=plot.REFERENCE)
         ax.annotate(
             f"{label} {kib:,.0f} KiB",
             (kib, 1.0),
@@ -138,7 +131,7 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
             xytext=(2, 2 + tier * TIER_PT),
             textcoords="offset points",
             va="bottom",
-            fontsize=TEXT_PT,
+            fontsize=plot.TEXT_PT,
             color=color,
             annotation_clip=False,
         )

@@ -9,15 +9,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tilesweep.answer_picks import numeric
+from tilesweep.report import plotting as plot
 from tilesweep.report.formatting import plural
-from tilesweep.report.plotting import (
-    COLORS,
-    MARKERS,
-    MAX_SERIES,
-    empty,
-    enforce_series,
-    whole,
-)
 
 # An axis whose values span more than this factor is drawn on a log scale.
 LOG_SPAN = 20.0
@@ -63,7 +56,9 @@ def frontier(points: pd.DataFrame, x: str = "per_user", y: str = "per_gpu") -> p
     return points[~dominated].sort_values([x, y], ascending=[True, False])
 
 
-def shown_layouts(points: pd.DataFrame, limit: int = MAX_SERIES) -> tuple[list[str], list[str]]:
+def shown_layouts(
+    points: pd.DataFrame, limit: int = plot.MAX_SERIES
+) -> tuple[list[str], list[str]]:
     """Return (the layouts drawn, the rest): frontier first, then best per GPU, at most `limit`."""
     if points.empty:
         return [], []
@@ -87,7 +82,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     """Return tokens/s per GPU against tokens/s per user, a series per layout, frontier drawn."""
     points = pareto_points(verdict)
     if points.empty:
-        return empty("no layout fits in memory at any batch: nothing to trade off", "Pareto")
+        return plot.empty("no layout fits in memory at any batch: nothing to trade off", "Pareto")
     drawn, rest = shown_layouts(points)
     front = frontier(points)
     fig = Figure(figsize=(9.5, 5.0))
@@ -113,7 +108,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
                 label=None,
             )
         labels += [
-            (f"{whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
+            (f"{plot.whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
             for r in part.to_dict("records")
         ]
     _scale(ax.xaxis, ax.set_xscale, points["per_user"])
@@ -132,12 +127,15 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
     fig.set_layout_engine("constrained")
     place_labels(fig, ax, labels)
-    return enforce_series(fig)
+    return plot.enforce_series(fig)
 
 
 def _style(i: int) -> dict:
     """Return the i-th layout's colour and marker (COLORS and MARKERS cycled)."""
-    return {"color": COLORS[i % len(COLORS)], "marker": MARKERS[i % len(MARKERS)]}
+    return {
+        "color": plot.COLORS[i % len(plot.COLORS)],
+        "marker": plot.MARKERS[i % len(plot.MARKERS)],
+    }
 
 
 def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
