@@ -19,7 +19,7 @@ from matplotlib import image as mpimg
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose, compose_settings
-from tilesweep.report import analysis, contents, provenance_section
+from tilesweep.report import analysis, contents, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.collective_figure import collective_bandwidth
@@ -437,7 +437,7 @@ def test_provenance_gives_job_times_as_dates_and_says_which_tables_keep_none():
     )  # fmt: skip
     check = pd.DataFrame({"layout": ["tp1"], "device": "NVIDIA H200"})
     empty = pd.DataFrame()
-    blocks = provenance_section.provenance_blocks(
+    blocks = measurement_sections.provenance_blocks(
         settings_stub(), empty, decode, empty, check, {"note": "re-rendered"}
     )
     when = {r["figure"]: r["measured"] for r in blocks[1].frame.to_dict("records")}

@@ -11,17 +11,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import TypeAdapter
 
-from tilesweep import question, references
-from tilesweep.answer_picks import (
-    PICK_HEADERS,
-    Pick,
-    Target,
-    choose,
-    clip,
-    gap_layouts,
-    numeric,
-    per_batch,
-)
+from tilesweep import answer_picks, question, references
 from tilesweep.answer_rests import check_range, rests_on
 from tilesweep.columns import PROVENANCE_COLUMNS
 from tilesweep.io import write_text
@@ -41,9 +31,9 @@ class AnswerCard:
 
     model: str
     hardware: str
-    picks: list[Pick]
+    picks: list[answer_picks.Pick]
     no_fit_batches: list[int] = field(default_factory=list)
-    target: Target | None = None
+    target: answer_picks.Target | None = None
     # Layouts that fit in memory but compose no TPOT (a labelled gap: `layout (bound)`).
     gaps: list[str] = field(default_factory=list)
     rests_on: dict[str, str] = field(default_factory=dict)  # answer_rests.rests_on
@@ -72,7 +62,9 @@ class AnswerCard:
 
     def table(self) -> pd.DataFrame:
         """Return the picks per batch as the card's table (text cells, headed as shown)."""
-        return pd.DataFrame([p.cells() for p in self.picks], columns=list(PICK_HEADERS.values()))
+        return pd.DataFrame(
+            [p.cells() for p in self.picks], columns=list(answer_picks.PICK_HEADERS.values())
+        )
 
     def no_fit_line(self) -> str:
         """Return the batches at which no layout fits, in one line, or ''."""
@@ -110,7 +102,9 @@ class AnswerCard:
         if p.get("fit_file"):
             parts.append(f"fit {p['fit_file']}")
         elif p.get("fit_source"):
-            parts.append("fit: " + clip(self.inputs.get("fit") or str(p["fit_source"]), 70))
+            parts.append(
+                "fit: " + answer_picks.clip(self.inputs.get("fit") or str(p["fit_source"]), 70)
+            )
         return "For: " + " | ".join(parts)
 
     @property
@@ -122,7 +116,7 @@ class AnswerCard:
         """Return the fit's clause, then those `keep` names, each cut short."""
         first, *rest = self.rests_on.items() or [("fit", "")]
         kept = [first[1], *(words for key, words in rest if key in keep)]
-        return [clip(c, 100) for c in dict.fromkeys(kept)]
+        return [answer_picks.clip(c, 100) for c in dict.fromkeys(kept)]
 
     def short_rests(self) -> str:
         """Return what the answer rests on in a few plain clauses, on one line (the console's)."""
@@ -133,7 +127,7 @@ class AnswerCard:
         """Return the card as plain text lines (the console's last lines)."""
         width = {
             h: max([len(h), *(len(c[h]) for c in self.table().to_dict("records"))])
-            for h in PICK_HEADERS.values()
+            for h in answer_picks.PICK_HEADERS.values()
         }
         rows = [p.cells() for p in self.picks]
         out = ["The answer: " + self.headline]
@@ -173,8 +167,8 @@ def build(
 ) -> AnswerCard:
     """Return the answer card of a verdict, under the question's target where settings ask one."""
     asked = question.target(settings)
-    picks, none = per_batch(verdict)
-    target = choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
+    picks, none = answer_picks.per_batch(verdict)
+    target = answer_picks.choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
     basis = list(picks)
     if target is not None and target.pick is not None and target.pick not in basis:
         basis = [target.pick, *basis]
@@ -190,7 +184,7 @@ def build(
         picks=picks,
         no_fit_batches=none,
         target=target,
-        gaps=gap_layouts(verdict),
+        gaps=answer_picks.gap_layouts(verdict),
         check_error_pct=check_range(check),
         commit=git_commit(),
         rests_on=rests_on(verdict, basis, check, engines),
@@ -200,13 +194,14 @@ def build(
     )
 
 
-def _first_row(verdict: pd.DataFrame, picks: list[Pick]) -> pd.Series | None:
+def _first_row(verdict: pd.DataFrame, picks: list[answer_picks.Pick]) -> pd.Series | None:
     """Return the first pick's verdict row, or None where there is none."""
     if not picks or verdict.empty or "layout" not in verdict:
         return None
     first = picks[0]
     rows = verdict[
-        (verdict["layout"].astype(str) == first.layout) & (numeric(verdict, "batch") == first.batch)
+        (verdict["layout"].astype(str) == first.layout)
+        & (answer_picks.numeric(verdict, "batch") == first.batch)
     ]
     return None if rows.empty else rows.iloc[0]
 

@@ -5,20 +5,14 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep import answer_card, backends, question
+from tilesweep.report import measurement_sections
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Section
 from tilesweep.report.launch_figure import deployment_target, launch_smem
-from tilesweep.report.measurement_sections import (
-    collective_blocks,
-    decode_blocks,
-    launch_blocks,
-    machine_blocks,
-)
 from tilesweep.report.pareto_figure import pareto
 from tilesweep.report.plotting import png
-from tilesweep.report.provenance_section import provenance_blocks
 from tilesweep.report.question_sections import power_blocks, question_blocks
 from tilesweep.report.sections import check_blocks, summary_blocks, verdict_blocks
 from tilesweep.report.step_figures import check_error, engine_tpot, verdict_split
@@ -114,14 +108,18 @@ def build(
     blocks = {
         **{key: question_blocks(asked, panel, launch, power) for key, _ in named},
         "summary": summary_blocks(verdict, why),
-        "machine": machine_blocks(decode, hardware),
+        "machine": measurement_sections.machine_blocks(decode, hardware),
         "verdict": verdict_blocks(verdict),
         "check": check_blocks(check, engines, verdict),
         "power": power_blocks(power, asked),
-        "launch": launch_blocks(launch, provenance, decode),
-        "decode": decode_blocks(decode, provenance),
-        "collectives": collective_blocks(collective, provenance, decode, verdict),
-        "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
+        "launch": measurement_sections.launch_blocks(launch, provenance, decode),
+        "decode": measurement_sections.decode_blocks(decode, provenance),
+        "collectives": measurement_sections.collective_blocks(
+            collective, provenance, decode, verdict
+        ),
+        "provenance": measurement_sections.provenance_blocks(
+            settings, launch, decode, collective, check, provenance
+        ),
     }
     tuned = backends.report_sections(
         {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}

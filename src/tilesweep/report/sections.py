@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep import references
+from tilesweep import columns, references
 from tilesweep.answer_picks import numeric
 from tilesweep.answer_rests import collective_words
-from tilesweep.columns import (
-    REPORT_CHECK_COLUMNS,
-    REPORT_ENGINE_COLUMNS,
-    REPORT_KEY_VERDICT_COLUMNS,
-    REPORT_VERDICT_COLUMNS,
-    VERDICT_NO_FIT_COLUMNS,
-)
 from tilesweep.plan import row_inputs
+from tilesweep.report import headlines
 from tilesweep.report.analysis import verdict_pivot
 from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import column, fmt_value, plural
-from tilesweep.report.headlines import (
-    check_headline,
-    engine_line,
-    fitting_layouts,
-    legend,
-    never_fits_line,
-    tie_column,
-    worded,
-)
 
 # What a layout's name says (plan.sharding.layout_name), beside the verdict grid.
 LAYOUT_WORDS = (
@@ -41,7 +26,7 @@ XEP = (
 
 def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:
     """Return the verdict pivot of the given rows (ties worded), with its legend."""
-    grid = verdict_pivot(worded(verdict))
+    grid = verdict_pivot(headlines.worded(verdict))
     names = grid["layout"].astype(str) if "layout" in grid else pd.Series(dtype=str)
     words = [*LAYOUT_WORDS, *((XEP,) if names.str.endswith("-xep").any() else ())]
     return Table(
@@ -50,32 +35,32 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
         note=TEXTS["verdict_grid_note"],
         empty=empty,
         style="verdict",
-        legend=(*words, *legend()) if len(grid) else (),
+        legend=(*words, *headlines.legend()) if len(grid) else (),
     )
 
 
 def summary_blocks(verdict: pd.DataFrame, unasked: str = "") -> list[Block]:
     """Return the verdict at a glance: the grid of fitting layouts, the Pareto figure, `unasked`."""
-    fit, never = fitting_layouts(verdict)
+    fit, never = headlines.fitting_layouts(verdict)
     none = "(no layout fits at any batch)" if len(verdict) else "(no verdict rows)"
     blocks: list[Block] = [verdict_grid(fit, empty=none)]
-    line = never_fits_line(verdict, never)
+    line = headlines.never_fits_line(verdict, never)
     blocks += [Text(line)] if line else []
     blocks.append(Figure("pareto"))
     blocks += [Text(unasked)] if unasked else []
     return blocks
 
 
-def _with_tie(columns: list[str]) -> list[str]:
+def _with_tie(names: list[str]) -> list[str]:
     """Return the columns with `tie` beside `margin`."""
-    at = columns.index("margin") + 1
-    return [*columns[:at], "tie", *columns[at:]]
+    at = names.index("margin") + 1
+    return [*names[:at], "tie", *names[at:]]
 
 
 def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     """Return the verdict section's blocks: what it rests on, the figure and the rows."""
     sources = ", ".join(sorted(verdict["source"].astype(str).unique())) if len(verdict) else ""
-    frame = tie_column(verdict)
+    frame = headlines.tie_column(verdict)
     if "tpot_ms" in frame:
         frame = frame.assign(tokens_per_s_per_user=1000.0 / numeric(frame, "tpot_ms"))
     fits = (
@@ -83,7 +68,10 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
         if "fits_memory" in frame
         else pd.Series(True, index=frame.index)
     )
-    key, every = _with_tie(REPORT_KEY_VERDICT_COLUMNS), _with_tie(REPORT_VERDICT_COLUMNS)
+    key, every = (
+        _with_tie(columns.REPORT_KEY_VERDICT_COLUMNS),
+        _with_tie(columns.REPORT_VERDICT_COLUMNS),
+    )
     first = frame[fits].iloc[0] if fits.any() else None
     inputs = "\n".join(row_inputs.lines(row_inputs.of(first))) if first is not None else ""
     which = (
@@ -99,14 +87,14 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
             empty="(no row fits in memory)",
             style="source",
             legend=(
-                *legend(),
+                *headlines.legend(),
                 ("tokens_per_s_per_user", "1,000 / tpot_ms: one sequence's tokens/s"),
                 ("source", "composed: parts at fitted efficiencies; model: roofline alone"),
             ),
         ),
         Table(
             frame[~fits],
-            VERDICT_NO_FIT_COLUMNS,
+            columns.VERDICT_NO_FIT_COLUMNS,
             title=f"The {plural(int((~fits).sum()), 'row')} that do not fit in memory "
             "(no speed verdict)",
             empty="(every row fits)",
@@ -136,12 +124,12 @@ def check_blocks(
     check: pd.DataFrame, engines: pd.DataFrame | None = None, verdict: pd.DataFrame | None = None
 ) -> list[Block]:
     """Return the check section's blocks: the headline, figure, rows and engines' figures."""
-    checked = check_headline(check)
+    checked = headlines.check_headline(check)
     return [
         Text(TEXTS["check_intro"].format(collectives=verdict_collectives(verdict))),
         *([Bullets([checked])] if checked else []),
         Figure("check_error"),
-        Table(check, REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
+        Table(check, columns.REPORT_CHECK_COLUMNS, empty="(no measured whole steps)"),
         *engine_blocks(engines),
     ]
 
@@ -153,9 +141,9 @@ def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
     return [
         Heading("Against engines' own figures (cited, not measured here)"),
         Text(TEXTS["engines_intro"]),
-        Text(engine_line(engines)),
+        Text(headlines.engine_line(engines)),
         Text(TEXTS["engines_family_note"]),
         Table(references.family_errors(engines), list(references.family_errors(None).columns)),
         Figure("engine_tpot"),
-        Table(engines, REPORT_ENGINE_COLUMNS),
+        Table(engines, columns.REPORT_ENGINE_COLUMNS),
     ]
