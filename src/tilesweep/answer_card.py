@@ -85,6 +85,10 @@ class AnswerCard:
             return ""
         return f"Not composed (left out of the picks): {'; '.join(self.gaps)}."
 
+    def notes(self) -> list[str]:
+        """Return the lines under the picks: where no layout fits, and those not composed."""
+        return [self.no_fit_line(), self.gap_line() if self.picks else ""]
+
     def header(self) -> str:
         """Return what the answer is for, in one line (the provenance of its first pick)."""
         p = self.provenance
@@ -95,10 +99,10 @@ class AnswerCard:
             if len(counts) == 1
             else f"{self.hardware} ({', '.join(map(str, counts))} GPUs by layout)"
         )
-        parts = [f"{self.model} on {gpus}"]
-        parts += [str(p["engine"])] if p.get("engine") else []
-        parts += [str(p["formats"])] if p.get("formats") else []
-        parts += [str(p["load"])] if p.get("load") else []
+        parts = [
+            f"{self.model} on {gpus}",
+            *(str(p[k]) for k in ("engine", "formats", "load") if p.get(k)),
+        ]
         if p.get("fit_file"):
             parts.append(f"fit {p['fit_file']}")
         elif p.get("fit_source"):
@@ -125,19 +129,16 @@ class AnswerCard:
 
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""
-        width = {
-            h: max([len(h), *(len(c[h]) for c in self.table().to_dict("records"))])
-            for h in answer_picks.PICK_HEADERS.values()
-        }
-        rows = [p.cells() for p in self.picks]
         out = ["The answer: " + self.headline]
-        out += [self.header()] if self.picks else []
-        if rows:
-            out.append("  ".join(h.rjust(w) for h, w in width.items()))
-            out += ["  ".join(r[h].rjust(w) for h, w in width.items()) for r in rows]
-        out += [self.no_fit_line()] if self.no_fit_batches else []
-        out += [self.gap_line()] if self.gaps and self.picks else []
-        out += [self.trust] if self.trust else []
+        if self.picks:
+            table = self.table()
+            width = {h: max([len(h), *table[h].str.len()]) for h in table}
+            out.append(self.header())
+            out += [
+                "  ".join(r.rjust(w) for r, w in zip(row, width.values(), strict=True))
+                for row in [list(width), *table.itertuples(index=False)]
+            ]
+        out += [line for line in [*self.notes(), self.trust] if line]
         out.append("Rests on: " + self.short_rests())
         return out
 
@@ -174,8 +175,7 @@ def build(
         basis = [target.pick, *basis]
     first = verdict.iloc[0] if len(verdict) else {}
     model, hardware = settings.model.name, settings.hardware.name
-    engine, version = settings.engine.name, settings.engine.version
-    trust = references.trust_words(engines, model, hardware, engine) if picks else ""
+    trust = references.trust_words(engines, model, hardware, settings.engine.name) if picks else ""
     row = _first_row(verdict, basis)
     inputs = row_inputs.of(row) if row is not None else {}
     return AnswerCard(
@@ -189,7 +189,7 @@ def build(
         commit=git_commit(),
         rests_on=rests_on(verdict, basis, check, engines),
         trust=trust,
-        provenance=_with_fit(_with_engine(_provenance(row), engine, version), settings, inputs),
+        provenance=_provenance(row, settings, inputs),
         inputs=inputs,
     )
 
@@ -206,8 +206,9 @@ def _first_row(verdict: pd.DataFrame, picks: list[answer_picks.Pick]) -> pd.Seri
     return None if rows.empty else rows.iloc[0]
 
 
-def _provenance(row: pd.Series | None) -> dict:
-    """Return the provenance columns of the first pick's verdict row ({} where there is none)."""
+def _provenance(row: pd.Series | None, settings: RootSettings, inputs: dict[str, str]) -> dict:
+    """Return the first pick's row's provenance columns, formats, engine with its version, and
+    the shipped fit file where the row's inputs name one ({} where there is none)."""
     if row is None:
         return {}
     out = {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}
@@ -215,23 +216,13 @@ def _provenance(row: pd.Series | None) -> dict:
         out["formats"] = f"{row['weight_dtype']} weights, {row['kv_dtype']} KV cache"
     if "engine" in row and row["engine"] == row["engine"]:
         out["engine"] = str(row["engine"])
+    if not out:
+        return out
+    version = settings.engine.version.split(" (")[0]
+    out["engine"] = f"engine {out.get('engine', settings.engine.name)} {version}".strip()
+    if settings.deployment.fit_file and "fit file" in inputs:
+        out["fit_file"] = str(settings.deployment.fit_file)
     return out
-
-
-def _with_engine(provenance: dict, engine: str, version: str) -> dict:
-    """Return the provenance with the engine named with its version (the card's header)."""
-    if not provenance:
-        return provenance
-    name = provenance.get("engine", engine)
-    return {**provenance, "engine": f"engine {name} {version.split(' (')[0]}".strip()}
-
-
-def _with_fit(provenance: dict, settings: RootSettings, inputs: dict[str, str]) -> dict:
-    """Return the provenance with the shipped fit file, where the row's inputs name one."""
-    fit = settings.deployment.fit_file
-    if not provenance or not fit or "fit file" not in inputs:
-        return provenance
-    return {**provenance, "fit_file": str(fit)}
 
 
 def card_json(card: AnswerCard) -> str:

@@ -136,8 +136,7 @@ BLOCKS = {
 def card_html(card: AnswerCard) -> str:
     """Return the answer card: headline, picks per batch, where nothing fits, what it rests on."""
     table_html = table(card.table()) if card.picks else ""
-    none = f"<p>{esc(card.no_fit_line())}</p>" if card.no_fit_batches else ""
-    none += f"<p>{esc(card.gap_line())}</p>" if card.gaps and card.picks else ""
+    none = "".join(f"<p>{esc(line)}</p>" for line in card.notes() if line)
     return (
         f'<section id="answer" class="card"><p><strong>The answer.</strong> '
         f"{esc(card.headline)}</p>{table_html}{none}"

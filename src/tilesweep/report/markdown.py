@@ -65,8 +65,7 @@ def card_md(card: AnswerCard) -> str:
     table = card.table()
     if not table.empty:
         out.append(md_table(table, list(table.columns)))
-    out += [card.no_fit_line() + "\n"] if card.no_fit_batches else []
-    out += [card.gap_line() + "\n"] if card.gaps and card.picks else []
+    out += [line + "\n" for line in card.notes() if line]
     out.append(
         "_Rests on_:\n\n" + "".join(f"- {line}\n" for line in card.rests_lines(REPORT_RESTS))
     )

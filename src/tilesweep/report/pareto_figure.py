@@ -199,8 +199,7 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
     merged: list[tuple[str, tuple[float, float], str, list[int]]] = []
     for i, (text, xy, color) in enumerate(labels):
         same = next(
-            (m for m in merged if m[0] == text and np.hypot(*(where[i] - where[m[3][0]])) < 6),
-            None,
+            (m for m in merged if m[0] == text and np.hypot(*(where[i] - where[m[3][0]])) < 6), None
         )
         if same is None:
             merged.append((text, xy, color, [i]))

@@ -202,8 +202,7 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
     if rows.empty:
         return []
     rows = rows.assign(
-        tile=_tile_names(rows),
-        asked=[str(whole(v)) for v in rows["stages_requested"]],
+        tile=_tile_names(rows), asked=[str(whole(v)) for v in rows["stages_requested"]]
     ).sort_values(["tile", "epilogue", "asked"])
     ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
     records = rows.to_dict("records")
