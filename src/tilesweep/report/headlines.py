@@ -215,14 +215,14 @@ def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
     if err.empty:
         return f"{sure}, unchecked: no held-out whole step on {devices(check)}"
     out = (
-        f"{sure}; the composition is {spread(err)} off {_steps(err)} measured on "
-        f"{devices(check)} that it was not calibrated on"
+        f"{sure}; the composition is {spread(err)} off {plural(len(err), 'whole step')} "
+        f"measured on {devices(check)} that it was not calibrated on"
     )
     far = numeric(beyond, "composed_error_pct").dropna()
     if not far.empty:
         out += (
-            f" up to its largest fit batch ({largest}), and {spread(far)} off {_steps(far)} "
-            "beyond it (extrapolated)"
+            f" up to its largest fit batch ({largest}), and {spread(far)} off "
+            f"{plural(len(far), 'whole step')} beyond it (extrapolated)"
         )
     return out + ", per the check table"
 
@@ -236,11 +236,6 @@ def _largest_fit_batch(check: pd.DataFrame) -> int | None:
         for b in m.group(1).split(",")
     ]
     return max(found) if found else None
-
-
-def _steps(err: pd.Series) -> str:
-    """Return '33 whole steps'."""
-    return f"{len(err)} whole step{'s' if len(err) > 1 else ''}"
 
 
 def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:

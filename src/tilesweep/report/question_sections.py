@@ -8,7 +8,7 @@ from tilesweep import package_data
 from tilesweep.columns import REPORT_POWER_COLUMNS, WINNER_COLUMNS
 from tilesweep.measure.power_load import reading_consistency
 from tilesweep.plan.sensitivity import changes
-from tilesweep.question import Question, Tiles
+from tilesweep.question import Question
 from tilesweep.report.document import TEXTS, Block, Bullets, Table, Text
 from tilesweep.report.formatting import whole
 from tilesweep.report.sections import verdict_grid
@@ -83,18 +83,16 @@ def question_blocks(
     return blocks
 
 
-def _asked_rows(launch: pd.DataFrame, tiles: Tiles, hardware: str) -> pd.DataFrame:
-    """Return the launch rows of the asked tiles, from their backend, on the question's hardware."""
-    rows = launch[(launch["backend"] == tiles.backend) & (launch["target"] == hardware)]
-    asked = {(t.m, t.n, t.k) for t in tiles.shapes}
-    shapes = zip(rows["tile_m"], rows["tile_n"], rows["tile_k"], strict=True)
-    return rows[[tuple(int(v) for v in shape) in asked for shape in shapes]]
-
-
-def _tile_names(rows: pd.DataFrame) -> list[str]:
-    """Return each launch row's tile as the question names it, e.g. '128x128x64'."""
+def _asked_rows(launch: pd.DataFrame, asked: Question) -> tuple[pd.DataFrame, dict]:
+    """Return the launch rows of the asked tiles (from their backend, on the question's
+    hardware), each with its `tile` as the question names it ('128x128x64'), and whether the
+    question saw each tile run, by tile."""
+    tiles = asked.tiles
+    ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in tiles.shapes}
+    rows = launch[(launch["backend"] == tiles.backend) & (launch["target"] == asked.hardware)]
     shapes = rows[["tile_m", "tile_n", "tile_k"]].itertuples(index=False)
-    return [f"{m}x{n}x{k}" for m, n, k in shapes]
+    rows = rows.assign(tile=["x".join(str(int(v)) for v in shape) for shape in shapes])
+    return rows[rows["tile"].isin(ran)], ran
 
 
 def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
@@ -102,21 +100,18 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     need = {"backend", "target", "tile_m", "tile_n", "tile_k", "smem_bytes", "fits"}
     if launch.empty or not need <= set(launch):
         return pd.DataFrame()
-    rows = _asked_rows(launch, asked.tiles, asked.hardware)
+    rows, ran = _asked_rows(launch, asked)
     if rows.empty:
         return pd.DataFrame()
     reproduces = f"reproduces_{asked.name}_failure"
-    tiles = _tile_names(rows)
-    ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
     over = f"no: over the opt-in limit, but the {asked.name} saw it run"
     out = rows.assign(
-        tile=tiles,
         **{
             reproduces: [
                 (over if ran.get(t) else "yes: over the opt-in limit")
                 if f == "no"
                 else ("no" if f in ("default", "optin") else f"unknown ({s})")
-                for t, f, s in zip(tiles, rows["fits"], rows["status"], strict=True)
+                for t, f, s in zip(rows["tile"], rows["fits"], rows["status"], strict=True)
             ]
         },
     )
@@ -131,11 +126,6 @@ def _combination(row: dict) -> str:
     asked = str(whole(row["stages_requested"]))
     stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
     return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
-
-
-def _fit_words(row: dict) -> str:
-    """Return how a row that fits fits: by default, or after the opt-in."""
-    return "it fits after opt-in" if row["fits"] == "optin" else "it fits"
 
 
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
@@ -159,7 +149,7 @@ def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> st
             picked = int(auto["stages"])
             said += (
                 f"; with auto stages the build picks {picked} ({int(auto['smem_bytes']):,} B) "
-                f"and {_fit_words(auto)}"
+                f"and it fits{' after opt-in' if auto['fits'] == 'optin' else ''}"
             )
     return said + "."
 
@@ -197,14 +187,12 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
     need = set(TILE_FINDING_NEEDS)
     if launch.empty or not need <= set(launch) or not asked.tiles:
         return []
-    rows = _asked_rows(launch, asked.tiles, asked.hardware)
+    rows, ran = _asked_rows(launch, asked)
     rows = rows[rows["fits"].isin(["default", "optin", "no"])]  # checked: no build failure
     if rows.empty:
         return []
-    rows = rows.assign(
-        tile=_tile_names(rows), asked=[str(whole(v)) for v in rows["stages_requested"]]
-    ).sort_values(["tile", "epilogue", "asked"])
-    ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in asked.tiles.shapes}
+    rows = rows.assign(asked=[str(whole(v)) for v in rows["stages_requested"]])
+    rows = rows.sort_values(["tile", "epilogue", "asked"])
     records = rows.to_dict("records")
     auto = {(r["tile"], r["epilogue"]): r for r in records if r["asked"] == "auto"}
     said = [

@@ -43,12 +43,6 @@ def _unfit(verdict: pd.DataFrame) -> pd.Series:
     return verdict["fits_memory"].astype(str) == "no"
 
 
-def _drawn(verdict: pd.DataFrame) -> pd.Series:
-    """Return, per verdict row, whether it has a split to draw: it fits and has a time."""
-    total = sum((numeric(verdict, c).fillna(0) for c in SHARE_COLORS if c in verdict), 0.0)
-    return ~_unfit(verdict) & (total > 0)
-
-
 def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[str]:
     """Return the sentences that name each layout left out, why and at which batches."""
     notes = []
@@ -62,20 +56,19 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
             groups.setdefault(where, []).append(layout)
         parts = [
             f"{', '.join(names)} at "
-            + ("every batch" if len(where) == len(batches) else f"batch {_listed(where)}")
+            + (
+                "every batch"
+                if len(where) == len(batches)
+                else f"batch {', '.join(map(str, where))}"
+            )
             for where, names in groups.items()
         ]
         if parts:
             notes.append(f"No bar where a layout {reason}: " + "; ".join(parts) + ".")
     bare = [plot.whole(b) for b in batches if not drawn[numeric(verdict, "batch") == b].any()]
     if bare:
-        notes.append(f"No layout has a bar at batch {_listed(bare)}.")
+        notes.append(f"No layout has a bar at batch {', '.join(map(str, bare))}.")
     return notes
-
-
-def _listed(values) -> str:
-    """Return values as a comma-separated list."""
-    return ", ".join(str(v) for v in values)
 
 
 def verdict_split(verdict: pd.DataFrame) -> Figure:
@@ -85,7 +78,8 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
         return plot.empty("no verdict rows", "Verdict")
     batches = sorted(pd.unique(numeric(verdict, "batch").dropna()))
     layouts = list(dict.fromkeys(verdict["layout"].astype(str)))
-    drawn = _drawn(verdict)
+    total = sum((numeric(verdict, c).fillna(0) for c in shares), 0.0)
+    drawn = ~_unfit(verdict) & (total > 0)  # a split to draw: it fits and has a time
     notes = _not_drawn(verdict, drawn, batches)
     if not drawn.any():
         return plot.empty(" ".join(notes), "Verdict")
