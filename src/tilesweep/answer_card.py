@@ -195,7 +195,6 @@ def build(
 
 
 def _first_row(verdict: pd.DataFrame, picks: list[answer_picks.Pick]) -> pd.Series | None:
-    """Return the first pick's verdict row, or None where there is none."""
     if not picks or verdict.empty or "layout" not in verdict:
         return None
     first = picks[0]

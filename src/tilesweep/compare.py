@@ -100,7 +100,6 @@ def load_run(path: str | Path) -> Run:
 
 
 def _plain(path: Path) -> Path:
-    """Return path; raise ConfigError where it is there but no plain file (a FIFO blocks a read)."""
     if path.exists() and not path.is_file():
         raise ConfigError(f"{path}: not a plain file (a folder, a pipe or a device)")
     return path
@@ -147,7 +146,6 @@ def key_text(value: object) -> str:
 
 
 def _with_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Return the frame with a `_key` label built from the key columns (repeats numbered)."""
     frame = frame.copy()
     label = frame[keys].apply(lambda r: " ".join(key_text(v) for v in r), axis=1)
     repeat = label.groupby(label).cumcount()
@@ -208,7 +206,6 @@ def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
 
 
 def _same(a: object, b: object) -> bool:
-    """Return whether two cells hold the same value (NaN equals NaN, 1 equals 1.0)."""
     fa, fb = as_float(a), as_float(b)
     if not (math.isnan(fa) or math.isnan(fb)):
         return fa == fb
@@ -227,13 +224,11 @@ def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
 
 
 def _only(name: str, label: str, side: str, metric: str) -> dict:
-    """Return the row saying what one run only has (a table's rows, or one row)."""
     a, b = ("present", "absent") if side == "A" else ("absent", "present")
     return _row(name, label, metric, a, b, f"only in {side}", True)
 
 
 def _row(table, label, metric, a, b, basis, beyond, ratio=math.nan, noise=(math.nan,) * 2) -> dict:
-    """Return one row of COLUMNS."""
     values = (table, label, metric, a, b, ratio, *noise, basis, beyond)
     return dict(zip(COLUMNS, values, strict=True))
 

@@ -36,7 +36,6 @@ def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
 
 
 def _cell(value: object) -> str:
-    """Return a value for the console: numbers to 4 significant figures, whole above 1,000."""
     if isinstance(value, str) or math.isnan(as_float(value)):
         return key_text(value)
     if math.isfinite(as_float(value)) and abs(as_float(value)) >= 1e15:

@@ -14,7 +14,6 @@ from tilesweep.report.formatting import column, fmt_value, status_text, verdict_
 
 
 def _kinds(runners: pd.Series) -> pd.Series:
-    """Return each runner's kind as its backend names it ('tile', 'baseline', ...)."""
     return runners.astype(str).map(backends.runner_kind)
 
 

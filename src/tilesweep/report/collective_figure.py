@@ -70,7 +70,6 @@ def collective_bandwidth(collective: pd.DataFrame, floors: pd.DataFrame | None =
 
 
 def _style(ax_bw, ax_t, name: str) -> None:
-    """Set one collective's two panels on log axes by message size, its name above."""
     ax_bw.set_title(name, fontsize=plot.TEXT_PT + 2)
     for ax in (ax_bw, ax_t):
         plot.log_axes(ax, x_base=2, y=True)
@@ -82,7 +81,6 @@ def _style(ax_bw, ax_t, name: str) -> None:
 
 
 def _draw(ax_bw, ax_t, line: pd.DataFrame, key: tuple, color, floors) -> None:
-    """Draw one group's bus bandwidth, time with its spread, and latency floor."""
     agg = line.groupby("bytes").agg(
         time_ms=("time_ms", "median"),
         lo=("time_p10_ms", "min") if "time_p10_ms" in line else ("time_ms", "min"),

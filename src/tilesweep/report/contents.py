@@ -73,7 +73,6 @@ def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
 
 
 def _intro(settings: RootSettings) -> str:
-    """Return the report's opening line: the deployment and the launch targets."""
     model, dep = settings.model, settings.deployment
     return (
         f"Deployment: {model.name} with {dep.weight_dtype} weights and {dep.kv_dtype} KV cache, "

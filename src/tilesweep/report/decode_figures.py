@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
@@ -19,32 +20,34 @@ from tilesweep.report.document import TEXTS
 from tilesweep.report.formatting import plural
 
 ROOF_COLOR = "#c0392b"
+ROOF_TEXT = {"fontsize": plot.TEXT_PT, "color": ROOF_COLOR}
+# The measured ceilings a roof is drawn from: what each is called, and its unit.
+CEILINGS = {
+    "ceiling_copy_gbs": ("copy bandwidth", "GB/s"),
+    "ceiling_matmul_tflops": ("matmul peak", "TFLOPS"),
+}
+# The torch baselines' colours and markers, in order (the kernels take tab10's colours).
+GREYS = ("#000000", "#666666", "#999999", "#bbbbbb")
 # A point of the decode sweep: the runners compared there are timed on the same problem.
 POINT = ["op", "routing", "tokens_per_expert"]
 
 
 def _is_baseline(runner: str) -> bool:
-    """Return whether a runner is a torch baseline (not a kernel of the grid or an engine)."""
     return backends.runner_kind(runner) == "baseline"
 
 
 def _runner_styles(runners: list[str]) -> dict[str, dict]:
     """Return a colour and marker per runner: kernels in colour, torch baselines in greys."""
-    from matplotlib import colormaps
-
     tiles = [r for r in runners if not _is_baseline(r)]
-    others = [r for r in runners if _is_baseline(r)]
+    bases = [r for r in runners if _is_baseline(r)]
     cmap = colormaps["tab10"]
     styles = {r: {"color": cmap(i % cmap.N), "marker": "o"} for i, r in enumerate(tiles)}
-    greys = ["#000000", "#666666", "#999999", "#bbbbbb"]
-    markers = ["s", "^", "v", "P"]
-    for i, r in enumerate(others):
-        styles[r] = {"color": greys[i % len(greys)], "marker": markers[i % len(markers)]}
+    colors, markers = plot.cycled(bases, GREYS), plot.cycled(bases, "s^vP")
+    styles |= {r: {"color": colors[r], "marker": markers[r]} for r in bases}
     return {r: styles[r] for r in runners}
 
 
 def _label(runner: str, dtype: str) -> str:
-    """Return a runner's legend label, without its backend prefix or its block's dtype."""
     short = short_runner(runner)
     return short.removeprefix(f"{dtype}-") if short != runner else short
 
@@ -91,8 +94,7 @@ def _num(value: float) -> str:
 def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, str]:
     """Return (a measured ceiling, ''), or (NaN, the gap's note) if missing or a run beat it."""
     value = numeric(rows, col).dropna().median()
-    name = {"ceiling_copy_gbs": "copy bandwidth", "ceiling_matmul_tflops": "matmul peak"}[col]
-    unit = {"ceiling_copy_gbs": "GB/s", "ceiling_matmul_tflops": "TFLOPS"}[col]
+    name, unit = CEILINGS[col]
     if math.isnan(value):
         return math.nan, f"no measured {name}: no roof drawn"
     top = achieved.max()
@@ -113,28 +115,24 @@ def _columns(rows: pd.DataFrame) -> list[tuple[str, str]]:
     return [(op, r) for op in ops for r in routings if (op, r) in have]
 
 
-def _dtypes(ok: pd.DataFrame) -> list[str]:
-    """Return the dtypes of decode rows in table order ('?' when there is no dtype column)."""
-    return list(dict.fromkeys(ok["dtype"].astype(str))) if "dtype" in ok else ["?"]
-
-
-def _of_dtype(ok: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """Return the rows of one dtype (every row when there is no dtype column)."""
-    return ok[ok["dtype"].astype(str) == dtype] if "dtype" in ok else ok
+def _by_dtype(ok: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Return (dtype, its rows) in table order; ('?', every row) without a dtype column."""
+    if "dtype" not in ok:
+        return [("?", ok)]
+    dtype = ok["dtype"].astype(str)
+    return [(d, ok[dtype == d]) for d in dict.fromkeys(dtype)]
 
 
 def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
-    """Return a figure of one subfigure per dtype, each drawn by draw(sub, rows, dtype)."""
-    dtypes = _dtypes(ok)
-    fig = Figure(figsize=(plot.PAGE_WIDTH_IN, block_height_in * len(dtypes)))
-    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
-    for sub, dtype in zip(subs, dtypes, strict=True):
-        draw(sub, _of_dtype(ok, dtype), dtype)
+    blocks = _by_dtype(ok)
+    fig = Figure(figsize=(plot.PAGE_WIDTH_IN, block_height_in * len(blocks)))
+    subs = fig.subfigures(len(blocks), 1, squeeze=False)[:, 0]
+    for sub, (dtype, rows) in zip(subs, blocks, strict=True):
+        draw(sub, rows, dtype)
     return plot.finish(fig)
 
 
 def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
-    """Return a block's legend handles: one per runner shown, in its colour and marker."""
     return [
         Line2D([], [], color=s["color"], marker=s["marker"], label=_label(r, dtype), **line)
         for r, s in styles.items()
@@ -142,7 +140,6 @@ def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
 
 
 def _block_legend(sub, title: str, handles: list, notes: list[str], ncols: int) -> None:
-    """Title a dtype's block and put its legend under it, the notes as the legend's title."""
     sub.suptitle(title, fontsize=plot.TEXT_PT + 4, x=0.01, ha="left")
     plot.legend_below(sub, handles, notes, ncols=ncols)
 
@@ -176,8 +173,7 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
         return "No decode measurement to draw."
     ok = ok[numeric(ok, "time_ms") > 0]
     lines, missing = [], []
-    for dtype in _dtypes(ok):
-        rows = _of_dtype(ok, dtype)
+    for dtype, rows in _by_dtype(ok):
         copy, gap = _ceiling(rows, "ceiling_copy_gbs", numeric(rows, "gbs"))
         if not (numeric(rows, "gbs") > 0).any():
             missing.append(f"{dtype} panels: its rows carry no bytes moved")
@@ -194,7 +190,6 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
 
 
 def _time_line(t_ax, b_ax, line: pd.DataFrame, style: dict) -> None:
-    """Draw one runner's times (p10..p90 bars) and, on b_ax unless None, its bandwidth."""
     if line.empty:
         return
     x, tm = numeric(line, "tokens_per_expert"), numeric(line, "time_ms")
@@ -225,13 +220,9 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         if has_gbs and not math.isnan(copy):
             plot.reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
+                where = {"xycoords": ("axes fraction", "data"), "va": "bottom"}
                 b_ax.annotate(
-                    f"measured copy {_num(copy)} GB/s",
-                    (0.02, copy),
-                    xycoords=("axes fraction", "data"),
-                    va="bottom",
-                    fontsize=plot.TEXT_PT,
-                    color=ROOF_COLOR,
+                    f"measured copy {_num(copy)} GB/s", (0.02, copy), **where, **ROOF_TEXT
                 )
         t_ax.set_title(f"{op}, {routing} routing", fontsize=plot.TEXT_PT + 2)
         b_ax.set_xlabel("tokens per expert")
@@ -281,7 +272,6 @@ def _roof(rows: pd.DataFrame) -> tuple:
 
 
 def _tokens_axis(ax, part: pd.DataFrame) -> None:
-    """Label a roofline panel's top axis with the tokens per expert of its points."""
     ticks = part.groupby("tokens_per_expert")["intensity"].median().dropna()
     ticks = ticks[ticks > 0]
     if ticks.empty:
@@ -321,15 +311,9 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         _tokens_axis(ax, part)
     axes[0].set_ylabel("achieved TFLOPS")
     if not (math.isnan(bw) or math.isnan(peak)):
-        axes[0].text(
-            0.02,
-            0.98,  # top left lies above the roof, where no point can be
-            f"ridge {peak * 1e3 / bw:,.1f} FLOP/B\n{_num(bw)} GB/s, {_num(peak)} TFLOPS",
-            transform=axes[0].transAxes,
-            va="top",
-            fontsize=plot.TEXT_PT,
-            color=ROOF_COLOR,
-        )
+        ridge = f"ridge {peak * 1e3 / bw:,.1f} FLOP/B\n{_num(bw)} GB/s, {_num(peak)} TFLOPS"
+        # top left lies above the roof, where no point can be
+        axes[0].text(0.02, 0.98, ridge, transform=axes[0].transAxes, va="top", **ROOF_TEXT)
     handles = _handles(styles, dtype, ls="")
     if np.isfinite(roof).any():
         what = {

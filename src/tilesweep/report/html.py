@@ -90,13 +90,11 @@ def table(
 
 
 def _bullets(item: Bullets) -> str:
-    """Return a list of findings as <ul>, nothing when there are none."""
     lines = "".join(f"<li>{prose(x)}</li>" for x in item.items)
     return f'<ul class="headlines">{lines}</ul>' if lines else ""
 
 
 def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
-    """Return a table's legend as a definition list (with verdict colours)."""
     rows = ""
     for word, meaning in items:
         kinds = SWATCHES.get(word, ()) if style == "verdict" else ()
@@ -106,7 +104,6 @@ def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
 
 
 def _table(item: Table) -> str:
-    """Return a table block: title (a <details> summary when collapsed), note, table, legend."""
     note = f"<p>{prose(item.note)}</p>" if item.note else ""
     body = table(item.frame, item.shown(), item.style, empty=item.empty)
     if item.legend:

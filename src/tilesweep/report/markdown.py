@@ -36,7 +36,6 @@ def provenance_line(provenance: dict) -> str:
 
 
 def _table(item: Table) -> str:
-    """Return a table block: its title, note, table and legend."""
     out = [f"#### {item.title}\n"] if item.title else []
     out += [item.note + "\n"] if item.note else []
     out.append(md_table(item.frame, item.shown(), empty=item.empty))

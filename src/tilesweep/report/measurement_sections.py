@@ -252,13 +252,11 @@ def coverage_lines(coverage: pd.DataFrame) -> list[str]:
 
 
 def _when(provenance: dict, key: str) -> str:
-    """Return ' Measured <when>.' for a section, or nothing when unknown."""
     when = provenance.get("measured", {}).get(key)
     return f" Measured {when}." if when else ""
 
 
 def _distinct(frames: list[pd.DataFrame], key: str) -> str:
-    """Return the distinct values of a column across tables, comma-separated, or 'unknown'."""
     values: set[str] = set()
     for frame in frames:
         if key in frame:

@@ -131,7 +131,6 @@ def pareto(verdict: pd.DataFrame) -> Figure:
 
 
 def _style(i: int) -> dict:
-    """Return the i-th layout's colour and marker (COLORS and MARKERS cycled)."""
     return {
         "color": plot.COLORS[i % len(plot.COLORS)],
         "marker": plot.MARKERS[i % len(plot.MARKERS)],
@@ -139,7 +138,6 @@ def _style(i: int) -> dict:
 
 
 def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
-    """Return the legend: the layouts drawn, the frontier, model points and the rest's count."""
     handles = [Line2D([], [], lw=0.8, label=lay, **_style(i)) for i, lay in enumerate(drawn)]
     handles.append(Line2D([], [], **FRONTIER, label="frontier (not dominated)"))
     if (points["source"] == "model").any():

@@ -18,7 +18,6 @@ TILE_TRUTH_COLUMNS, TILE_FINDING_NEEDS = _LISTS["TILE_TRUTH_COLUMNS"], _LISTS["T
 
 
 def _judged(power: pd.DataFrame, asked: Question | None) -> pd.DataFrame:
-    """Return the question's power reading judged against each measured load."""
     if asked is None or asked.power is None:
         return pd.DataFrame()
     return reading_consistency(power, asked.power.fraction, asked.name)
@@ -122,14 +121,12 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
 
 
 def _combination(row: dict) -> str:
-    """Return a launch row's tile, epilogue and stages asked, in words."""
     asked = str(whole(row["stages_requested"]))
     stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
     return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
 
 
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
-    """Return the sentence for one combination over the opt-in limit."""
     said = (
         f"{_combination(row)}: {int(row['smem_bytes']):,} B, {int(row['overshoot_bytes']):,} B "
         f"over the {int(row['smem_limit_bytes']):,} B opt-in limit: "

@@ -52,7 +52,6 @@ def summary_blocks(verdict: pd.DataFrame, unasked: str = "") -> list[Block]:
 
 
 def _with_tie(names: list[str]) -> list[str]:
-    """Return the columns with `tie` beside `margin`."""
     at = names.index("margin") + 1
     return [*names[:at], "tie", *names[at:]]
 

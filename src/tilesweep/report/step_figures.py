@@ -37,7 +37,6 @@ BARS_PER_ROW = 16
 
 
 def _unfit(verdict: pd.DataFrame) -> pd.Series:
-    """Return, per verdict row, whether its layout does not fit in memory at its batch."""
     if "fits_memory" not in verdict:
         return pd.Series(False, index=verdict.index)
     return verdict["fits_memory"].astype(str) == "no"
@@ -111,7 +110,6 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
 
 
 def _split_row(ax, groups: list, shares: list[str]) -> float:
-    """Draw one row of the split; return the row's span in bar slots."""
     x, names, centres, edges, pos = [], [], [], [], 0.0
     for _batch, part in groups:
         here = pos + np.arange(len(part))
@@ -166,7 +164,6 @@ CHECK_COLUMNS = 4
 
 
 def _pct(part: pd.DataFrame, col: str) -> pd.Series:
-    """Return a time column as percent off the measured median of the same step."""
     return (numeric(part, col) / numeric(part, "measured_ms") - 1.0) * 100.0
 
 
@@ -240,7 +237,6 @@ def engine_points(engines: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label_axes(axes, panels: int, ncols: int) -> None:
-    """Name the axes on the panels' outer edges and hide the panels past the last."""
     for i, ax in enumerate(axes[:panels]):
         if i + ncols >= panels:  # the lowest panel of its column
             ax.set_xlabel("engine's measured TPOT (ms)")
