@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from test_report_html import browse, settings_stub
+from test_report_html import blocks_of, browse, settings_stub
 
 from tilesweep import answer_card, answer_picks
 from tilesweep.config import compose, compose_settings
@@ -20,6 +20,7 @@ from tilesweep.plan import row_inputs
 from tilesweep.report import analysis, contents, headlines, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
+from tilesweep.report.document import Figure
 from tilesweep.report.pareto_figure import frontier, pareto, pareto_points, shown_layouts
 from tilesweep.report.plotting import png
 
@@ -525,7 +526,7 @@ def test_a_gpu_report_never_shows_cpu_collectives_as_its_own():
     text = " ".join(b.text for b in section.blocks if hasattr(b, "text"))
     assert "Not this GPU run's collectives: these ran on cpu (x86_64, 2 threads) over gloo" in text
     assert "modelled from hardware[gpu].interconnect_model (nvlink4/nvswitch)" in text
-    assert "collective_bandwidth" not in data.figure_names()
+    assert "collective_bandwidth" not in [b.name for b in blocks_of(data, Figure)]
     assert all(t.collapsed and "on the CPU (gloo)" in t.title for t in section.blocks
                if hasattr(t, "frame"))  # fmt: skip
     # The check section says where the verdict's collectives come from, from the same inputs.

@@ -24,7 +24,7 @@ from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
-from tilesweep.report.document import FIGURES
+from tilesweep.report.document import FIGURES, Figure, Table
 from tilesweep.report.launch_figure import launch_smem
 from tilesweep.report.plotting import png
 from tilesweep.report.step_figures import check_error, verdict_split
@@ -51,6 +51,11 @@ window.addEventListener("load", () => {
   document.body.appendChild(width);
 });
 </script>"""
+
+
+def blocks_of(data, kind) -> list:
+    """Return the blocks of one kind in a report's sections, in order."""
+    return [b for s in data.sections for b in s.blocks if isinstance(b, kind)]
 
 
 def settings_stub() -> RootSettings:
@@ -347,7 +352,7 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     question = BRIEF["question"]["title"]
     titles = [title for _, title in contents.sections()]
     assert md_titles == html_titles == [titles[0], question, *titles[1:]]  # the answer first
-    for item in data.tables():
+    for item in blocks_of(data, Table):
         if item.title:
             assert f"#### {item.title}" in text or item.collapsed
             assert html.escape(item.title, quote=True) in page
@@ -358,7 +363,7 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     assert text.index(f"## {titles[0]}") < text.index("## The brief's question")
     assert text.index("## The brief's question") < text.index(f"## {titles[1]}")
     assert "Which layout wins, and by how much" in text and "Which layout wins" in page
-    names = data.figure_names()
+    names = [b.name for b in blocks_of(data, Figure)]
     assert names == list(FIGURES)
     for name in names:
         assert f"`{name}`" in text

@@ -13,10 +13,6 @@ from tilesweep.plan.messages import fit_alpha_beta
 from tilesweep.report.formatting import column, fmt_value, status_text, verdict_cell
 
 
-def _kinds(runners: pd.Series) -> pd.Series:
-    return runners.astype(str).map(backends.runner_kind)
-
-
 def _own_kernel(runner: str) -> bool:
     """Return whether a runner is one of the project's own kernels (the launch check's)."""
     try:
@@ -87,7 +83,7 @@ def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:
     best = columns.fastest_runner(decode, by=keys).rename(columns={"runner": "best_runner"})
     if best.empty:
         return pd.DataFrame(columns=columns.BEST_PER_BATCH_COLUMNS)
-    baseline = _kinds(decode["runner"]) == "baseline"
+    baseline = decode["runner"].astype(str).map(backends.runner_kind) == "baseline"
     for rows, name, ms in (
         (~baseline, "best_tile", "tile_ms"),
         (baseline, "best_baseline", "baseline_ms"),
@@ -156,9 +152,8 @@ def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
     if decode.empty or "runner" not in decode:
         return pd.DataFrame(columns=columns.DECODE_TARGET_COLUMNS)
     uniform = decode[column(decode, "routing") == "uniform"]
-    runner = uniform["runner"].astype(str)
     keys = ["dtype", "op", "tokens_per_expert"]
-    kinds = _kinds(runner)
+    kinds = uniform["runner"].astype(str).map(backends.runner_kind)
     tiles = columns.fastest_runner(uniform[kinds == "tile"], by=keys)
     bases = columns.fastest_runner(uniform[kinds == "baseline"], by=keys)
     if tiles.empty or bases.empty:

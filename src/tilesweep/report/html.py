@@ -48,9 +48,9 @@ def img(png: bytes, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _cell(column: str, value: object, style: str, digits: int) -> str:
+def _cell(column: str, value: object, style: str) -> str:
     """Return one <td>: escaped text, a badge for the source, a verdict colour in the pivot."""
-    text = fmt_value(value, digits)
+    text = fmt_value(value)
     if style == "verdict" and column.startswith("batch ") and text:
         head, _, numbers = text.partition("\n")
         word = head.split(" ")[0]
@@ -69,7 +69,6 @@ def table(
     frame: pd.DataFrame,
     columns: list[str] | None = None,
     style: str = "",
-    digits: int = 3,
     empty: str = "(no rows)",
 ) -> str:
     """Return an HTML table of the given columns (those present) in its own scrolling box."""
@@ -81,17 +80,12 @@ def table(
     for rec in frame[cols].to_dict("records"):
         source = rec.get("source") if "source" in rec else None
         cls = f' class="src-{esc(source)}"' if style and source is not None else ""
-        cells = "".join(_cell(c, rec[c], style, digits) for c in cols)
+        cells = "".join(_cell(c, rec[c], style) for c in cols)
         body.append(f"<tr{cls}>{cells}</tr>")
     return (
         f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
-
-
-def _bullets(item: Bullets) -> str:
-    lines = "".join(f"<li>{prose(x)}</li>" for x in item.items)
-    return f'<ul class="headlines">{lines}</ul>' if lines else ""
 
 
 def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
@@ -117,7 +111,11 @@ def _table(item: Table) -> str:
 # How each kind of block is written; figures need the PNG bytes, so they get the ReportData.
 BLOCKS = {
     Text: lambda item, data: f"<p>{prose(item.text)}</p>",
-    Bullets: lambda item, data: _bullets(item),
+    Bullets: lambda item, data: (
+        f'<ul class="headlines">{"".join(f"<li>{prose(x)}</li>" for x in item.items)}</ul>'
+        if item.items
+        else ""
+    ),
     Heading: lambda item, data: f"<h3>{esc(item.text)}</h3>",
     Figure: lambda item, data: (
         f"<figure>{img(data.figures[item.name], item.alt)}"

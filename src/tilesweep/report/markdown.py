@@ -9,16 +9,14 @@ from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData
 from tilesweep.report.formatting import fmt_value
 
 
-def md_table(
-    frame: pd.DataFrame, columns: list[str], digits: int = 3, empty: str = "(no rows)"
-) -> str:
+def md_table(frame: pd.DataFrame, columns: list[str], empty: str = "(no rows)") -> str:
     """Return a GitHub-style Markdown table of the given columns (line breaks become <br>)."""
     cols = [c for c in columns if c in frame.columns]
     if frame.empty or not cols:
         return f"_{empty}_\n"
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for rec in frame[cols].to_dict("records"):
-        cells = (fmt_value(rec[c], digits).replace("|", "/").replace("\n", "<br>") for c in cols)
+        cells = (fmt_value(rec[c]).replace("|", "/").replace("\n", "<br>") for c in cols)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

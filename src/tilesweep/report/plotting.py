@@ -65,6 +65,7 @@ def reference(artist):
 
 
 def _labelled(artist) -> bool:
+    """Return whether an artist carries a series label (not '', not '_...', not a reference)."""
     label = str(artist.get_label() or "")
     gid = artist.get_gid() if hasattr(artist, "get_gid") else None
     return bool(label) and not label.startswith("_") and gid != REFERENCE
