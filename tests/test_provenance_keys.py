@@ -24,5 +24,5 @@ def test_the_readers_take_the_declared_keys():
         *columns.PROVENANCE_KEYS,
         *columns.BUILD_PROVENANCE_KEYS,
     }
-    assert measurement_sections.columns is columns  # the provenance section reads PROVENANCE_KEYS there
+    assert measurement_sections.columns is columns  # its provenance section reads them there
     assert compare_report.RUN_PROVENANCE_KEYS is columns.RUN_PROVENANCE_KEYS
