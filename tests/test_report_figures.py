@@ -15,10 +15,9 @@ from matplotlib.text import Text
 
 from tilesweep.references import BAND
 from tilesweep.report import sections
-from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time, shown_runners
 from tilesweep.report.document import Figure
-from tilesweep.report.launch_figure import deployment_target, launch_smem
+from tilesweep.report.machine_figures import collective_bandwidth, deployment_target, launch_smem
 from tilesweep.report.plotting import (
     DPI,
     MAX_SERIES,

@@ -22,10 +22,9 @@ from tilesweep.config import compose, compose_settings
 from tilesweep.report import analysis, contents, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
-from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, Figure, Table
-from tilesweep.report.launch_figure import launch_smem
+from tilesweep.report.machine_figures import collective_bandwidth, launch_smem
 from tilesweep.report.plotting import png
 from tilesweep.report.step_figures import check_error, verdict_split
 from tilesweep.settings import RootSettings

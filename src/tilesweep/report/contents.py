@@ -7,10 +7,9 @@ import pandas as pd
 from tilesweep import answer_card, backends, question
 from tilesweep.report import measurement_sections
 from tilesweep.report.analysis import latency_floors
-from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Section
-from tilesweep.report.launch_figure import deployment_target, launch_smem
+from tilesweep.report.machine_figures import collective_bandwidth, deployment_target, launch_smem
 from tilesweep.report.pareto_figure import pareto
 from tilesweep.report.plotting import png
 from tilesweep.report.question_sections import power_blocks, question_blocks
@@ -34,9 +33,9 @@ def draw_figures(
     collective: pd.DataFrame,
     verdict: pd.DataFrame,
     check: pd.DataFrame,
+    engines: pd.DataFrame,
+    tune: pd.DataFrame,
     names: list[str] | None = None,
-    engines: pd.DataFrame | None = None,
-    tune: pd.DataFrame | None = None,
 ) -> dict[str, bytes]:
     """Return the report figures as PNG bytes, by name (`names` only, when given)."""
     drawers = {
@@ -49,11 +48,10 @@ def draw_figures(
         ),
         "verdict_split": lambda: verdict_split(verdict),
         "check_error": lambda: check_error(check),
-        "engine_tpot": lambda: engine_tpot(pd.DataFrame() if engines is None else engines),
+        "engine_tpot": lambda: engine_tpot(engines),
     }
-    tables = {"tune": pd.DataFrame() if tune is None else tune}
     for name, (_, _, _, draw) in backends.report_figures().items():
-        drawers[name] = lambda draw=draw: draw(tables)
+        drawers[name] = lambda draw=draw: draw({"tune": tune})
     return {name: png(drawers[name]()) for name in (all_figures() if names is None else names)}
 
 
@@ -99,7 +97,9 @@ def build(
 ) -> ReportData:
     """Return the one ReportData both reports render, opened by the answer card."""
     empty = pd.DataFrame()
-    check, engines, power = (empty if t is None else t for t in (check, engines, power))
+    check, engines, power, tune, dropins = (
+        empty if t is None else t for t in (check, engines, power, tune, dropins)
+    )
     model, hardware = settings.model, settings.hardware.name
     asked = question.of(settings)
     named = ((asked.name, asked.title),) if asked and panel else ()
@@ -120,9 +120,7 @@ def build(
             settings, launch, decode, collective, check, provenance
         ),
     }
-    tuned = backends.report_sections(
-        {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}
-    )
+    tuned = backends.report_sections({"tune": tune, "dropins": dropins})
     blocks.update({key: b for key, _, _, b in tuned})
     everyone = sections(tuned)
     order = (everyone[0], *named, *everyone[1:])
@@ -142,5 +140,5 @@ def build(
         provenance=provenance,
         sections=shown,
         nav=[(s.key, short.get(s.key, s.title)) for s in shown],
-        figures={**draw_figures(*tables, missing, engines, tune), **given},
+        figures={**draw_figures(*tables, engines, tune, missing), **given},
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+from operator import itemgetter
 
 import pandas as pd
 
@@ -135,17 +137,6 @@ def bound_words(rec: dict) -> str:
     return text
 
 
-def _runs(wins: pd.DataFrame) -> list[tuple[str, list[dict]]]:
-    """Return the winners per batch grouped into runs of consecutive batches with one winner."""
-    runs: list[tuple[str, list[dict]]] = []
-    for rec in wins.to_dict("records"):
-        if runs and runs[-1][0] == rec["winner"]:
-            runs[-1][1].append(rec)
-        else:
-            runs.append((rec["winner"], [rec]))
-    return runs
-
-
 def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool) -> str:
     """Return one run of batches in words: layout, TPOT, tokens/s, bound and ties."""
     batches = [r["batch"] for r in recs]
@@ -244,7 +235,9 @@ def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
         return "No verdict: the deployment table has no rows."
 
     target = f"{verdict['model'].iloc[0]} on {verdict['hardware'].iloc[0]}"
-    runs = _runs(winners(verdict))
+    # the winners per batch in runs of consecutive batches with one winner
+    wins = winners(verdict).to_dict("records")
+    runs = [(w, list(recs)) for w, recs in itertools.groupby(wins, key=itemgetter("winner"))]
     if [w for w, _ in runs] == ["none fits"]:
         batches = _batches([r["batch"] for r in runs[0][1]])
         return f"{target}: no layout of the grid fits in memory at {batches}, so none is fastest."

@@ -13,7 +13,7 @@ from tilesweep.report import analysis
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import column, devices, fmt_value, plural, utc_minute
-from tilesweep.report.launch_figure import LIMITS
+from tilesweep.report.machine_figures import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
 
@@ -30,12 +30,10 @@ def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
     ]
 
 
-def launch_blocks(
-    launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
-) -> list[Block]:
+def launch_blocks(launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame) -> list[Block]:
     """Return the launch section's blocks: findings, coverage, counts, figure, failures."""
     blocks: list[Block] = [Text(TEXTS["launch_intro"].format(when=_when(provenance, "launch")))]
-    coverage = analysis.launch_coverage(launch, pd.DataFrame() if decode is None else decode)
+    coverage = analysis.launch_coverage(launch, decode)
     covered = coverage_lines(coverage)
     table = Table(
         coverage,
@@ -115,21 +113,12 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
 
 
 def collective_blocks(
-    collective: pd.DataFrame,
-    provenance: dict,
-    decode: pd.DataFrame | None = None,
-    verdict: pd.DataFrame | None = None,
+    collective: pd.DataFrame, provenance: dict, decode: pd.DataFrame, verdict: pd.DataFrame
 ) -> list[Block]:
     """Return the collectives section's blocks (gloo rows in a GPU run labelled, kept apart)."""
     ok = analysis.ok_rows(collective)
     kinds = set(column(ok, "device_kind", "").dropna().astype(str))
-    gpu_run = "cuda" in set(
-        column(
-            analysis.ok_rows(decode if decode is not None else pd.DataFrame()), "device_kind", ""
-        )
-        .dropna()
-        .astype(str)
-    )
+    gpu_run = "cuda" in set(column(analysis.ok_rows(decode), "device_kind", "").dropna())
     on_cpu, when, collectives = "", _when(provenance, "collective"), verdict_collectives(verdict)
     if gpu_run and kinds and kinds <= {"cpu"}:
         backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))

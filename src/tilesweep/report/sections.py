@@ -110,18 +110,16 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     ]
 
 
-def verdict_collectives(verdict: pd.DataFrame | None) -> str:
+def verdict_collectives(verdict: pd.DataFrame) -> str:
     """Return where the verdict's collectives come from (its first fitting row's inputs)."""
-    if verdict is None or verdict.empty or row_inputs.COLUMN not in verdict:
+    if verdict.empty or row_inputs.COLUMN not in verdict:
         return "no verdict row names its collectives"
     fits = verdict[column(verdict, "fits_memory", "yes").astype(str) == "yes"]
     rows = fits if len(fits) else verdict
     return collective_words(row_inputs.of(rows.iloc[0])).removeprefix("collectives ")
 
 
-def check_blocks(
-    check: pd.DataFrame, engines: pd.DataFrame | None = None, verdict: pd.DataFrame | None = None
-) -> list[Block]:
+def check_blocks(check: pd.DataFrame, engines: pd.DataFrame, verdict: pd.DataFrame) -> list[Block]:
     """Return the check section's blocks: the headline, figure, rows and engines' figures."""
     checked = headlines.check_headline(check)
     return [
@@ -133,9 +131,9 @@ def check_blocks(
     ]
 
 
-def engine_blocks(engines: pd.DataFrame | None) -> list[Block]:
+def engine_blocks(engines: pd.DataFrame) -> list[Block]:
     """Return the engines' cited figures beside the verdict composed for each, none uncited."""
-    if engines is None or engines.empty:
+    if engines.empty:
         return []
     return [
         Heading("Against engines' own figures (cited, not measured here)"),
