@@ -206,8 +206,7 @@ def _first_row(verdict: pd.DataFrame, picks: list[answer_picks.Pick]) -> pd.Seri
 
 
 def _provenance(row: pd.Series | None, settings: RootSettings, inputs: dict[str, str]) -> dict:
-    """Return the first pick's row's provenance columns, formats, engine with its version, and
-    the shipped fit file where the row's inputs name one ({} where there is none)."""
+    """Return the first pick's row's provenance: its columns, formats, engine, shipped fit."""
     if row is None:
         return {}
     out = {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}

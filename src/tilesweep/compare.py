@@ -74,7 +74,8 @@ def load_run(path: str | Path) -> Run:
     """Return the tables and ceilings of a results folder."""
     root = results_dir(path)
     tables = {}
-    recorded = _recorded_run(root)
+    # a run whose tables carry .sum records: then each must match
+    recorded = any(summary_path(root / "tables" / f"{n}.csv").exists() for n in KEYS)
     for name in KEYS:
         csv = _plain(root / "tables" / f"{name}.csv")
         if recorded:
@@ -103,12 +104,6 @@ def _plain(path: Path) -> Path:
     if path.exists() and not path.is_file():
         raise ConfigError(f"{path}: not a plain file (a folder, a pipe or a device)")
     return path
-
-
-def _recorded_run(root: Path) -> bool:
-    """Return whether a results folder's tables carry .sum records (then each must match)."""
-    folder = root / "tables"
-    return any(summary_path(folder / f"{name}.csv").exists() for name in KEYS)
 
 
 def _check_record(table: Path) -> None:
@@ -205,13 +200,6 @@ def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
     return (a <= tol) != (b <= tol), f"relative error against the tolerance {tol:g}"
 
 
-def _same(a: object, b: object) -> bool:
-    fa, fb = as_float(a), as_float(b)
-    if not (math.isnan(fa) or math.isnan(fb)):
-        return fa == fb
-    return key_text(a) == key_text(b)
-
-
 def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
     """Return one row (metric 'columns') where the runs' tables differ in compared columns."""
     wanted = [*KEYS[name], *MEASURES.get(name, []), *EXACT.get(name, [])]
@@ -260,8 +248,10 @@ def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> l
             continue
         va, vb = row[f"{col}_a"], row[f"{col}_b"]
         fa, fb = as_float(va), as_float(vb)
-        ratio = fb / fa if not (math.isnan(fa) or math.isnan(fb)) and fa else math.nan
-        out.append(_row(name, label, col, va, vb, "exact", not _same(va, vb), ratio))
+        numbers = not (math.isnan(fa) or math.isnan(fb))  # else compared as text (NaN equals NaN)
+        same = fa == fb if numbers else key_text(va) == key_text(vb)
+        ratio = fb / fa if numbers and fa else math.nan
+        out.append(_row(name, label, col, va, vb, "exact", not same, ratio))
     return out
 
 

@@ -19,8 +19,8 @@ from tilesweep.settings import RootSettings
 
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
-    """Return every report section's (key, title) in order (SECTION_TITLES), the tuners' own
-    after decode; the question's own (conf/question) goes after the first (build)."""
+    """Return every section's (key, title) in order: SECTION_TITLES, the tuners' after decode."""
+    # the question's own section (conf/question) goes after the first (build)
     tuned = backends.report_sections({}) if tuned is None else tuned
     own = [(key, title) for key, (title, _) in SECTION_TITLES.items()]
     after = [key for key, _ in own].index("decode") + 1

@@ -186,8 +186,7 @@ def _free(box, placed: list, points: list, radius: float) -> bool:
 
 
 def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], str]]) -> None:
-    """Annotate each point with its label where it overlaps nothing (LABEL_OFFSETS); points on
-    top of each other with the same label share one label."""
+    """Annotate each point where its label overlaps nothing; coinciding points share one."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)

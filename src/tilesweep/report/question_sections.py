@@ -83,9 +83,7 @@ def question_blocks(
 
 
 def _asked_rows(launch: pd.DataFrame, asked: Question) -> tuple[pd.DataFrame, dict]:
-    """Return the launch rows of the asked tiles (from their backend, on the question's
-    hardware), each with its `tile` as the question names it ('128x128x64'), and whether the
-    question saw each tile run, by tile."""
+    """Return the asked tiles' launch rows, each `tile` named ('128x128x64'), and what ran."""
     tiles = asked.tiles
     ran = {f"{t.m}x{t.n}x{t.k}": t.ran for t in tiles.shapes}
     rows = launch[(launch["backend"] == tiles.backend) & (launch["target"] == asked.hardware)]
