@@ -79,6 +79,17 @@ def _intro(settings: RootSettings) -> str:
     )
 
 
+def _shown(blocks: dict, tuned: list, named: tuple) -> tuple[list[Section], list]:
+    """Return the sections that have blocks, in order, and the navigation's link to each."""
+    everyone = sections(tuned)
+    order = (everyone[0], *named, *everyone[1:])
+    shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
+    # The question's link: its title up to the colon ("The brief's question").
+    short = {key: s for key, (_, s) in SECTION_TITLES.items()} | {k: s for k, _, s, _ in tuned}
+    short |= {key: t.split(":")[0] for key, t in named}
+    return shown, [(s.key, short.get(s.key, s.title)) for s in shown]
+
+
 def build(
     settings: RootSettings,
     launch: pd.DataFrame,
@@ -122,12 +133,7 @@ def build(
     }
     tuned = backends.report_sections({"tune": tune, "dropins": dropins})
     blocks.update({key: b for key, _, _, b in tuned})
-    everyone = sections(tuned)
-    order = (everyone[0], *named, *everyone[1:])
-    shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
-    # The question's link: its title up to the colon ("The brief's question").
-    short = {key: s for key, (_, s) in SECTION_TITLES.items()} | {k: s for k, _, s, _ in tuned}
-    short |= {key: t.split(":")[0] for key, t in named}
+    shown, nav = _shown(blocks, tuned, named)
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)
     # every figure: those given, the others drawn from the tables
@@ -139,6 +145,6 @@ def build(
         intro=_intro(settings),
         provenance=provenance,
         sections=shown,
-        nav=[(s.key, short.get(s.key, s.title)) for s in shown],
+        nav=nav,
         figures={**draw_figures(*tables, engines, tune, missing), **given},
     )
