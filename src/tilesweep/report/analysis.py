@@ -10,7 +10,7 @@ import pandas as pd
 from tilesweep import backends, columns
 from tilesweep.answer_picks import finite, numeric
 from tilesweep.plan.messages import fit_alpha_beta
-from tilesweep.report.formatting import column, fmt_value, status_text, verdict_cell
+from tilesweep.report.formatting import column, distinct, fmt_value, status_text, verdict_cell
 
 
 def _own_kernel(runner: str) -> bool:
@@ -235,7 +235,7 @@ def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
                 "runner": runner,
                 "backend": runner.split(":", 1)[0],
                 "in_launch_check": "yes" if runner in checked else "no",
-                "device": ", ".join(sorted(set(column(part, "device", "").dropna().astype(str)))),
+                "device": distinct([part], "device"),
                 "rows_timed": int((st == columns.Status.OK).sum()),
                 "rows_failed_launch": len(failed),
                 "smem_runtime_bytes": smem.max() if len(smem) else float("nan"),

@@ -12,7 +12,7 @@ from tilesweep.answer_picks import finite, numeric
 from tilesweep.report import analysis
 from tilesweep.report.decode_figures import decode_time_caption
 from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, fmt_value, plural, utc_minute
+from tilesweep.report.formatting import column, devices, distinct, fmt_value, plural, utc_minute
 from tilesweep.report.machine_figures import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
@@ -121,7 +121,7 @@ def collective_blocks(
     gpu_run = "cuda" in set(column(analysis.ok_rows(decode), "device_kind", "").dropna())
     on_cpu, when, collectives = "", _when(provenance, "collective"), verdict_collectives(verdict)
     if gpu_run and kinds and kinds <= {"cpu"}:
-        backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
+        backends = distinct([ok], "backend")
         on_cpu = f" on the CPU ({backends})"
         words = {"devices": devices(ok), "backends": backends, "when": when}
         head = [Text(TEXTS["cpu_collectives"].format(collectives=collectives, **words))]
@@ -245,14 +245,6 @@ def _when(provenance: dict, key: str) -> str:
     return f" Measured {when}." if when else ""
 
 
-def _distinct(frames: list[pd.DataFrame], key: str) -> str:
-    values: set[str] = set()
-    for frame in frames:
-        if key in frame:
-            values |= set(frame[key].dropna().astype(str))
-    return ", ".join(sorted(values)) or "unknown"
-
-
 def _job_span(frame: pd.DataFrame) -> str:
     """Return when a table's rows were measured from their job times (UTC, to the minute), or ''."""
     start = pd.to_datetime(column(frame, "job_start_utc"), utc=True, errors="coerce").dropna()
@@ -266,10 +258,11 @@ def _job_span(frame: pd.DataFrame) -> str:
 def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
     """Return the provenance section's blocks: devices, versions, when, and the config."""
     measured_on = [analysis.ok_rows(decode), analysis.ok_rows(collective)]
-    rows = [(f"measured rows: {k}", _distinct(measured_on, k)) for k in columns.PROVENANCE_KEYS]
+    rows = [(f"measured rows: {k}", distinct(measured_on, k)) for k in columns.PROVENANCE_KEYS]
     rows.append(
-        (f"launch checks: {columns.TOOLCHAIN_KEY}", _distinct([launch], columns.TOOLCHAIN_KEY))
+        (f"launch checks: {columns.TOOLCHAIN_KEY}", distinct([launch], columns.TOOLCHAIN_KEY))
     )
+    rows = [(what, value or "unknown") for what, value in rows]
     rows += [(f"report built with: {k}", v) for k, v in provenance.items() if k != "measured"]
     when = provenance.get("measured", {})
     layout_when = "; ".join(
