@@ -293,11 +293,6 @@ LEGEND = {
 }
 
 
-def legend() -> list[tuple[str, str]]:
-    """Return the verdict grid's badge words and what each means, in the order they are read."""
-    return list(LEGEND.items())
-
-
 # ---- findings on the kernels and on the machine that ran the sweep ---------------------------
 
 

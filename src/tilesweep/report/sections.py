@@ -35,7 +35,7 @@ def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdi
         note=TEXTS["verdict_grid_note"],
         empty=empty,
         style="verdict",
-        legend=(*words, *headlines.legend()) if len(grid) else (),
+        legend=(*words, *headlines.LEGEND.items()) if len(grid) else (),
     )
 
 
@@ -86,7 +86,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
             empty="(no row fits in memory)",
             style="source",
             legend=(
-                *headlines.legend(),
+                *headlines.LEGEND.items(),
                 ("tokens_per_s_per_user", "1,000 / tpot_ms: one sequence's tokens/s"),
                 ("source", "composed: parts at fitted efficiencies; model: roofline alone"),
             ),
