@@ -12,8 +12,13 @@ from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Secti
 from tilesweep.report.machine_figures import collective_bandwidth, deployment_target, launch_smem
 from tilesweep.report.pareto_figure import pareto
 from tilesweep.report.plotting import png
-from tilesweep.report.question_sections import power_blocks, question_blocks
-from tilesweep.report.sections import check_blocks, summary_blocks, verdict_blocks
+from tilesweep.report.sections import (
+    check_blocks,
+    power_blocks,
+    question_blocks,
+    summary_blocks,
+    verdict_blocks,
+)
 from tilesweep.report.step_figures import check_error, engine_tpot, verdict_split
 from tilesweep.settings import RootSettings
 

@@ -189,17 +189,6 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
     return text
 
 
-def _time_line(t_ax, b_ax, line: pd.DataFrame, style: dict) -> None:
-    if line.empty:
-        return
-    x, tm = numeric(line, "tokens_per_expert"), numeric(line, "time_ms")
-    lo, hi = numeric(line, "time_p10_ms"), numeric(line, "time_p90_ms")
-    err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
-    t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)
-    if b_ax is not None:
-        b_ax.plot(x, numeric(line, "gbs"), **style)
-
-
 def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     """Draw one dtype's time and bandwidth panels, and its legend, on a subfigure."""
     shown, left = shown_runners(rows)
@@ -215,8 +204,15 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         plot.log_axes(b_ax, x_base=2, y=has_gbs)
         for runner in shown:
             line = part[part["runner"].astype(str) == runner].sort_values("tokens_per_expert")
+            if line.empty:
+                continue
             style = dict(styles[runner], ms=4, label=_label(runner, dtype))
-            _time_line(t_ax, b_ax if has_gbs else None, line, style)
+            x, tm = numeric(line, "tokens_per_expert"), numeric(line, "time_ms")
+            lo, hi = numeric(line, "time_p10_ms"), numeric(line, "time_p90_ms")
+            err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
+            t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)  # p10..p90 bars
+            if has_gbs:
+                b_ax.plot(x, numeric(line, "gbs"), **style)
         if has_gbs and not math.isnan(copy):
             plot.reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
@@ -232,8 +228,7 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         if not has_gbs:
             plot.say(b_ax, "no bandwidth: these rows carry no bytes moved")
     if has_gbs and not math.isnan(copy):
-        top = max(axes[1, 0].get_ylim()[1], copy * 1.3)
-        axes[1, 0].set_ylim(top=top)
+        axes[1, 0].set_ylim(top=max(axes[1, 0].get_ylim()[1], copy * 1.3))
     axes[0, 0].set_ylabel("time per grouped GEMM (ms)")
     axes[1, 0].set_ylabel("achieved bandwidth (GB/s)")
     notes = [_selection(shown, left), *([gap] if gap and has_gbs else [])]
