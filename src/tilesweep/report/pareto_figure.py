@@ -193,17 +193,15 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
     fig.canvas.draw()  # the layout settles: display positions hold from here
     renderer = fig.canvas.get_renderer()
     where = {i: ax.transData.transform(xy) for i, (_, xy, _) in enumerate(labels)}
-    merged: list[tuple[str, tuple[float, float], str, list[int]]] = []
+    merged: list[list] = []  # [text, xy, colour (grey where layouts differ), indices]
     for i, (text, xy, color) in enumerate(labels):
         same = next(
             (m for m in merged if m[0] == text and np.hypot(*(where[i] - where[m[3][0]])) < 6), None
         )
         if same is None:
-            merged.append((text, xy, color, [i]))
+            merged.append([text, xy, color, [i]])
         else:
-            same[3].append(i)
-            if same[2] != color:
-                merged[merged.index(same)] = (same[0], same[1], "#333333", same[3])
+            same[2:] = [same[2] if same[2] == color else "#333333", [*same[3], i]]
     radius = 5.0 * fig.dpi / 72.0
     placed = []
     for text, xy, color, members in merged:

@@ -168,18 +168,13 @@ def kernel_label(row: dict) -> str:
     """Return a short label of a launch row: backend, tile, stages, epilogue, dtype."""
     tile = "x".join(str(whole(row.get(k))) for k in ("tile_m", "tile_n", "tile_k"))
     stages = row.get("stages")
-    stages = row.get("stages_requested") if missing(stages) else stages
+    stages = row.get("stages_requested") if pd.isna(stages) else stages
     parts = [str(row.get("backend", "?")), tile]
-    if not missing(stages):
+    if not pd.isna(stages):
         stages = whole(stages)
         parts.append(f"s{stages}" if isinstance(stages, int) else f"stages={stages}")
     parts += [str(row.get("epilogue", "")), str(row.get("dtype", ""))]
     return " ".join(p for p in parts if p and p != "nan")
-
-
-def missing(value: object) -> bool:
-    """Return whether a cell is empty (None or NaN)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
