@@ -111,11 +111,6 @@ class AnswerCard:
             )
         return "For: " + " | ".join(parts)
 
-    @property
-    def rests_line(self) -> str:
-        """Return what the answer rests on, every clause, on one line."""
-        return "; ".join(self.rests_on.values()) + "."
-
     def rests_lines(self, keep: tuple[str, ...] = SHORT_RESTS) -> list[str]:
         """Return the fit's clause, then those `keep` names, each cut short."""
         first, *rest = self.rests_on.items() or [("fit", "")]
