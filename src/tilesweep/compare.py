@@ -224,34 +224,27 @@ def _row(table, label, metric, a, b, basis, beyond, ratio=math.nan, noise=(math.
 def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> list[dict]:
     """Return one row per measured, checked and exact value of a row in both runs."""
     out = []
-    for metric in MEASURES.get(name, []):
-        if f"{metric}_a" not in row or f"{metric}_b" not in row:
-            continue
-        va, vb = as_float(row[f"{metric}_a"]), as_float(row[f"{metric}_b"])
-        if math.isnan(va) and math.isnan(vb):
-            continue
-        na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
-        beyond, basis = measure_change(va, vb, na, nb, threshold)
-        ratio = vb / va if va else math.nan
-        out.append(_row(name, label, metric, va, vb, basis, beyond, ratio, (na, nb)))
-    for col in CHECKED.get(name, []):
-        if f"{col}_a" not in row or f"{col}_b" not in row:
-            continue
-        if key_text(row[f"{col}_a"]) == "" and key_text(row[f"{col}_b"]) == "":
-            continue  # neither run checked this row (a failed launch)
-        va, vb = as_float(row[f"{col}_a"]), as_float(row[f"{col}_b"])
-        beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
-        ratio = vb / va if va and math.isfinite(va) else math.nan
-        out.append(_row(name, label, col, va, vb, basis, beyond, ratio))
-    for col in EXACT.get(name, []):
-        if f"{col}_a" not in row or f"{col}_b" not in row:
-            continue
-        va, vb = row[f"{col}_a"], row[f"{col}_b"]
-        fa, fb = as_float(va), as_float(vb)
-        numbers = not (math.isnan(fa) or math.isnan(fb))  # else compared as text (NaN equals NaN)
-        same = fa == fb if numbers else key_text(va) == key_text(vb)
-        ratio = fb / fa if numbers and fa else math.nan
-        out.append(_row(name, label, col, va, vb, "exact", not same, ratio))
+    for kind, cols in (("measure", MEASURES), ("checked", CHECKED), ("exact", EXACT)):
+        for col in (c for c in cols.get(name, []) if f"{c}_a" in row and f"{c}_b" in row):
+            a, b = row[f"{col}_a"], row[f"{col}_b"]
+            va, vb = as_float(a), as_float(b)
+            # B/A where A is a number other than 0 (and, for a relative error, finite)
+            ratio = vb / va if va and (kind != "checked" or math.isfinite(va)) else math.nan
+            noise = (math.nan, math.nan)
+            if kind == "measure":
+                if math.isnan(va) and math.isnan(vb):
+                    continue
+                noise = (_spread(row, col, "a"), _spread(row, col, "b"))
+                beyond, basis = measure_change(va, vb, *noise, threshold)
+            elif kind == "checked":
+                if key_text(a) == "" and key_text(b) == "":
+                    continue  # neither run checked this row (a failed launch)
+                beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
+            else:  # any change: as numbers where both are, else as text (NaN equals NaN)
+                numbers = not (math.isnan(va) or math.isnan(vb))
+                same = va == vb if numbers else key_text(a) == key_text(b)
+                beyond, basis, va, vb = not same, "exact", a, b
+            out.append(_row(name, label, col, va, vb, basis, beyond, ratio, noise))
     return out
 
 
