@@ -30,9 +30,7 @@ def short_runner(runner: str) -> str:
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the rows whose status is ok."""
-    if "status" not in frame:
-        return frame.iloc[0:0]
-    return frame[frame["status"].astype(str) == columns.Status.OK]
+    return frame[column(frame, "status", "").astype(str) == columns.Status.OK]
 
 
 def launch_failures(launch: pd.DataFrame) -> pd.DataFrame:

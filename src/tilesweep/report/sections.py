@@ -17,22 +17,13 @@ from tilesweep.report.analysis import verdict_pivot
 from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import column, fmt_value, plural, whole
 
-# What a layout's name says (plan.sharding.layout_name), beside the verdict grid.
-LAYOUT_WORDS = (
-    ("tpT-ppP-epE", "tensor parallel T, pipeline stages P, expert parallel E; T x P x E GPUs"),
-)
-XEP = (
-    "-xep",
-    "attention tensor parallel over the layout's GPUs, the MoE layers' whole experts spread "
-    "over the same GPUs (expert parallel, as engines run EP)",
-)
-
 
 def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:
     """Return the verdict pivot of the given rows (ties worded), with its legend."""
     grid = verdict_pivot(headlines.worded(verdict))
     names = grid["layout"].astype(str) if "layout" in grid else pd.Series(dtype=str)
-    words = [*LAYOUT_WORDS, *((XEP,) if names.str.endswith("-xep").any() else ())]
+    words = [("tpT-ppP-epE", TEXTS["layout_words"])]
+    words += [("-xep", TEXTS["layout_words_xep"])] if names.str.endswith("-xep").any() else []
     return Table(
         grid,
         title=title,
@@ -66,11 +57,7 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     frame = headlines.tie_column(verdict)
     if "tpot_ms" in frame:
         frame = frame.assign(tokens_per_s_per_user=1000.0 / numeric(frame, "tpot_ms"))
-    fits = (
-        frame["fits_memory"].astype(str) == "yes"
-        if "fits_memory" in frame
-        else pd.Series(True, index=frame.index)
-    )
+    fits = column(frame, "fits_memory", "yes").astype(str) == "yes"
     key, every = (
         _with_tie(columns.REPORT_KEY_VERDICT_COLUMNS),
         _with_tie(columns.REPORT_VERDICT_COLUMNS),

@@ -16,7 +16,7 @@ from matplotlib.ticker import NullFormatter
 from tilesweep.answer_picks import numeric
 from tilesweep.references import BAND
 from tilesweep.report import plotting as plot
-from tilesweep.report.formatting import plural
+from tilesweep.report.formatting import column, plural
 
 SHARE_COLORS = {
     "memory_ms": "#4878d0",
@@ -37,9 +37,7 @@ BARS_PER_ROW = 16
 
 
 def _unfit(verdict: pd.DataFrame) -> pd.Series:
-    if "fits_memory" not in verdict:
-        return pd.Series(False, index=verdict.index)
-    return verdict["fits_memory"].astype(str) == "no"
+    return column(verdict, "fits_memory", "").astype(str) == "no"
 
 
 def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[str]:
