@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, snakemake
 from snakemake_interface_logger_plugins.common import LogEvent
 from test_progress import feed, record
-from test_report_first_screen import CHECK, ENGINES, NO_QUESTION, carded_verdict
+from test_report_first_screen import CHECK, ENGINES, NO_QUESTION, carded_verdict, rests_line
 
 from tilesweep import answer_card
 from tilesweep.pipeline import Sweep
@@ -133,9 +133,9 @@ def test_the_card_before_its_check_says_the_check_comes_with_the_report(tmp_path
     lines = answer_card.early_lines(path)
     assert lines[0].startswith("The answer")
     assert lines[-1] == answer_card.CHECK_TO_COME
-    assert "; check:" not in early.rests_line and "engine check: SGLang" in early.rests_line
+    assert "; check:" not in rests_line(early) and "engine check: SGLang" in rests_line(early)
     # With the check (the report's card, answer.json): the same picks and headline, the check
     # named.
     checked = answer_card.build(NO_QUESTION, carded_verdict(), CHECK, ENGINES)
     assert checked.picks == early.picks and checked.headline == early.headline
-    assert "check: none of this fit" in checked.rests_line
+    assert "check: none of this fit" in rests_line(checked)

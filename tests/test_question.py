@@ -8,7 +8,7 @@ import pytest
 from tilesweep import deployment_verdict, question
 from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
-from tilesweep.report import contents, question_sections
+from tilesweep.report import contents, sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
 from tilesweep.settings import RootSettings
@@ -130,7 +130,7 @@ BRIEF_CELLS = [
 
 def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
     asked = question.of(compose_settings([]))
-    said = question_sections.tile_failure_findings(sm120_launch(101_376, *BRIEF_CELLS), asked)
+    said = sections.tile_failure_findings(sm120_launch(101_376, *BRIEF_CELLS), asked)
     assert said == [
         "128x128x256, finalize epilogue, 3 stages asked: 138,240 B, 36,864 B over the 101,376 B "
         "opt-in limit: would fail initialize, yet the brief saw this tile run, so its kernel asked "
@@ -144,7 +144,7 @@ def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
         "No accounted setting matches all 4 of the brief's observations (which tiles ran, which "
         "failed); closest, 3 of 4: finalize epilogue, 3 stages asked (misses 128x128x256).",
     ]
-    truth = question_sections.tile_launch_truth(sm120_launch(101_376, *BRIEF_CELLS), asked)
+    truth = sections.tile_launch_truth(sm120_launch(101_376, *BRIEF_CELLS), asked)
     column = dict(zip(truth["tile"] + "/" + truth["stages"].astype(str),
                       truth["reproduces_brief_failure"], strict=True))  # fmt: skip
     assert column["128x256x128/3"] == "yes: over the opt-in limit"
@@ -158,7 +158,7 @@ def test_the_tile_findings_follow_the_rows_not_fixed_numbers():
     launch = sm120_launch(140_000, *BRIEF_CELLS).assign(
         stages_requested=lambda f: f["stages_requested"].astype(str)
     )
-    said = question_sections.tile_failure_findings(launch, asked)
+    said = sections.tile_failure_findings(launch, asked)
     assert said[:2] == [
         f"{tile}: every accounted combination fits, so none reproduces the brief's initialize "
         "failure."
@@ -167,12 +167,12 @@ def test_the_tile_findings_follow_the_rows_not_fixed_numbers():
     assert said[2].startswith("No accounted setting matches all 4 of the brief's observations")
     # Only auto cells, as before the explicit ones: two combinations of two tiles, both fit.
     auto = sm120_launch(101_376, *[c for c in BRIEF_CELLS if c[2] == "auto"])
-    assert "closest, 2 of 4" in question_sections.tile_failure_findings(auto, asked)[-1]
+    assert "closest, 2 of 4" in sections.tile_failure_findings(auto, asked)[-1]
     # A bigger overshoot, read from the row.
     big = [(t, e, a, s, b + 1_000 if a == 3 else b) for t, e, a, s, b in BRIEF_CELLS]
-    said = question_sections.tile_failure_findings(sm120_launch(101_376, *big), asked)
+    said = sections.tile_failure_findings(sm120_launch(101_376, *big), asked)
     assert said[1].startswith("128x256x128, finalize epilogue, 3 stages asked: 111,592 B, 10,216 B")
-    assert question_sections.tile_failure_findings(pd.DataFrame(), asked) == []
+    assert sections.tile_failure_findings(pd.DataFrame(), asked) == []
 
 
 def test_the_tile_findings_appear_in_both_reports():

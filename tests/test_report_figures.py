@@ -15,22 +15,20 @@ from matplotlib.text import Text
 
 from tilesweep.references import BAND
 from tilesweep.report import sections
-from tilesweep.report.collective_figure import collective_bandwidth
-from tilesweep.report.compare_figure import compare_ratios
 from tilesweep.report.decode_figures import decode_roofline, decode_time, shown_runners
 from tilesweep.report.document import Figure
-from tilesweep.report.engine_figure import engine_points, engine_tpot
-from tilesweep.report.launch_figure import deployment_target, launch_smem
+from tilesweep.report.machine_figures import collective_bandwidth, deployment_target, launch_smem
 from tilesweep.report.plotting import (
     DPI,
     MAX_SERIES,
     REFERENCE,
+    compare_ratios,
     enforce_series,
     png,
     series_labels,
     top_series,
 )
-from tilesweep.report.step_figures import check_error, verdict_split
+from tilesweep.report.step_figures import check_error, engine_points, engine_tpot, verdict_split
 
 # The report's image column at a 1,280 px page (report/html.py): 1,200 px less padding, border.
 COLUMN_PX = 1164

@@ -19,13 +19,12 @@ from matplotlib import image as mpimg
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose, compose_settings
-from tilesweep.report import analysis, contents, provenance_section
+from tilesweep.report import analysis, contents, measurement_sections
 from tilesweep.report import html as report_html
 from tilesweep.report import markdown as report_md
-from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
-from tilesweep.report.document import FIGURES
-from tilesweep.report.launch_figure import launch_smem
+from tilesweep.report.document import FIGURES, Figure, Table
+from tilesweep.report.machine_figures import collective_bandwidth, launch_smem
 from tilesweep.report.plotting import png
 from tilesweep.report.step_figures import check_error, verdict_split
 from tilesweep.settings import RootSettings
@@ -51,6 +50,11 @@ window.addEventListener("load", () => {
   document.body.appendChild(width);
 });
 </script>"""
+
+
+def blocks_of(data, kind) -> list:
+    """Return the blocks of one kind in a report's sections, in order."""
+    return [b for s in data.sections for b in s.blocks if isinstance(b, kind)]
 
 
 def settings_stub() -> RootSettings:
@@ -347,7 +351,7 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     question = BRIEF["question"]["title"]
     titles = [title for _, title in contents.sections()]
     assert md_titles == html_titles == [titles[0], question, *titles[1:]]  # the answer first
-    for item in data.tables():
+    for item in blocks_of(data, Table):
         if item.title:
             assert f"#### {item.title}" in text or item.collapsed
             assert html.escape(item.title, quote=True) in page
@@ -358,7 +362,7 @@ def test_markdown_and_html_show_the_same_sections_tables_and_figures():
     assert text.index(f"## {titles[0]}") < text.index("## The brief's question")
     assert text.index("## The brief's question") < text.index(f"## {titles[1]}")
     assert "Which layout wins, and by how much" in text and "Which layout wins" in page
-    names = data.figure_names()
+    names = [b.name for b in blocks_of(data, Figure)]
     assert names == list(FIGURES)
     for name in names:
         assert f"`{name}`" in text
@@ -437,7 +441,7 @@ def test_provenance_gives_job_times_as_dates_and_says_which_tables_keep_none():
     )  # fmt: skip
     check = pd.DataFrame({"layout": ["tp1"], "device": "NVIDIA H200"})
     empty = pd.DataFrame()
-    blocks = provenance_section.provenance_blocks(
+    blocks = measurement_sections.provenance_blocks(
         settings_stub(), empty, decode, empty, check, {"note": "re-rendered"}
     )
     when = {r["figure"]: r["measured"] for r in blocks[1].frame.to_dict("records")}

@@ -11,17 +11,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import TypeAdapter
 
-from tilesweep import question, references
-from tilesweep.answer_picks import (
-    PICK_HEADERS,
-    Pick,
-    Target,
-    choose,
-    clip,
-    gap_layouts,
-    numeric,
-    per_batch,
-)
+from tilesweep import answer_picks, question, references
 from tilesweep.answer_rests import check_range, rests_on
 from tilesweep.columns import PROVENANCE_COLUMNS
 from tilesweep.io import write_text
@@ -41,9 +31,9 @@ class AnswerCard:
 
     model: str
     hardware: str
-    picks: list[Pick]
+    picks: list[answer_picks.Pick]
     no_fit_batches: list[int] = field(default_factory=list)
-    target: Target | None = None
+    target: answer_picks.Target | None = None
     # Layouts that fit in memory but compose no TPOT (a labelled gap: `layout (bound)`).
     gaps: list[str] = field(default_factory=list)
     rests_on: dict[str, str] = field(default_factory=dict)  # answer_rests.rests_on
@@ -72,7 +62,9 @@ class AnswerCard:
 
     def table(self) -> pd.DataFrame:
         """Return the picks per batch as the card's table (text cells, headed as shown)."""
-        return pd.DataFrame([p.cells() for p in self.picks], columns=list(PICK_HEADERS.values()))
+        return pd.DataFrame(
+            [p.cells() for p in self.picks], columns=list(answer_picks.PICK_HEADERS.values())
+        )
 
     def no_fit_line(self) -> str:
         """Return the batches at which no layout fits, in one line, or ''."""
@@ -93,6 +85,10 @@ class AnswerCard:
             return ""
         return f"Not composed (left out of the picks): {'; '.join(self.gaps)}."
 
+    def notes(self) -> list[str]:
+        """Return the lines under the picks: where no layout fits, and those not composed."""
+        return [self.no_fit_line(), self.gap_line() if self.picks else ""]
+
     def header(self) -> str:
         """Return what the answer is for, in one line (the provenance of its first pick)."""
         p = self.provenance
@@ -103,26 +99,23 @@ class AnswerCard:
             if len(counts) == 1
             else f"{self.hardware} ({', '.join(map(str, counts))} GPUs by layout)"
         )
-        parts = [f"{self.model} on {gpus}"]
-        parts += [str(p["engine"])] if p.get("engine") else []
-        parts += [str(p["formats"])] if p.get("formats") else []
-        parts += [str(p["load"])] if p.get("load") else []
+        parts = [
+            f"{self.model} on {gpus}",
+            *(str(p[k]) for k in ("engine", "formats", "load") if p.get(k)),
+        ]
         if p.get("fit_file"):
             parts.append(f"fit {p['fit_file']}")
         elif p.get("fit_source"):
-            parts.append("fit: " + clip(self.inputs.get("fit") or str(p["fit_source"]), 70))
+            parts.append(
+                "fit: " + answer_picks.clip(self.inputs.get("fit") or str(p["fit_source"]), 70)
+            )
         return "For: " + " | ".join(parts)
-
-    @property
-    def rests_line(self) -> str:
-        """Return what the answer rests on, every clause, on one line."""
-        return "; ".join(self.rests_on.values()) + "."
 
     def rests_lines(self, keep: tuple[str, ...] = SHORT_RESTS) -> list[str]:
         """Return the fit's clause, then those `keep` names, each cut short."""
         first, *rest = self.rests_on.items() or [("fit", "")]
         kept = [first[1], *(words for key, words in rest if key in keep)]
-        return [clip(c, 100) for c in dict.fromkeys(kept)]
+        return [answer_picks.clip(c, 100) for c in dict.fromkeys(kept)]
 
     def short_rests(self) -> str:
         """Return what the answer rests on in a few plain clauses, on one line (the console's)."""
@@ -131,19 +124,16 @@ class AnswerCard:
 
     def lines(self) -> list[str]:
         """Return the card as plain text lines (the console's last lines)."""
-        width = {
-            h: max([len(h), *(len(c[h]) for c in self.table().to_dict("records"))])
-            for h in PICK_HEADERS.values()
-        }
-        rows = [p.cells() for p in self.picks]
         out = ["The answer: " + self.headline]
-        out += [self.header()] if self.picks else []
-        if rows:
-            out.append("  ".join(h.rjust(w) for h, w in width.items()))
-            out += ["  ".join(r[h].rjust(w) for h, w in width.items()) for r in rows]
-        out += [self.no_fit_line()] if self.no_fit_batches else []
-        out += [self.gap_line()] if self.gaps and self.picks else []
-        out += [self.trust] if self.trust else []
+        if self.picks:
+            table = self.table()
+            width = {h: max([len(h), *table[h].str.len()]) for h in table}
+            out.append(self.header())
+            out += [
+                "  ".join(r.rjust(w) for r, w in zip(row, width.values(), strict=True))
+                for row in [list(width), *table.itertuples(index=False)]
+            ]
+        out += [line for line in [*self.notes(), self.trust] if line]
         out.append("Rests on: " + self.short_rests())
         return out
 
@@ -173,15 +163,14 @@ def build(
 ) -> AnswerCard:
     """Return the answer card of a verdict, under the question's target where settings ask one."""
     asked = question.target(settings)
-    picks, none = per_batch(verdict)
-    target = choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
+    picks, none = answer_picks.per_batch(verdict)
+    target = answer_picks.choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
     basis = list(picks)
     if target is not None and target.pick is not None and target.pick not in basis:
         basis = [target.pick, *basis]
     first = verdict.iloc[0] if len(verdict) else {}
     model, hardware = settings.model.name, settings.hardware.name
-    engine, version = settings.engine.name, settings.engine.version
-    trust = references.trust_words(engines, model, hardware, engine) if picks else ""
+    trust = references.trust_words(engines, model, hardware, settings.engine.name) if picks else ""
     row = _first_row(verdict, basis)
     inputs = row_inputs.of(row) if row is not None else {}
     return AnswerCard(
@@ -190,29 +179,29 @@ def build(
         picks=picks,
         no_fit_batches=none,
         target=target,
-        gaps=gap_layouts(verdict),
+        gaps=answer_picks.gap_layouts(verdict),
         check_error_pct=check_range(check),
         commit=git_commit(),
         rests_on=rests_on(verdict, basis, check, engines),
         trust=trust,
-        provenance=_with_fit(_with_engine(_provenance(row), engine, version), settings, inputs),
+        provenance=_provenance(row, settings, inputs),
         inputs=inputs,
     )
 
 
-def _first_row(verdict: pd.DataFrame, picks: list[Pick]) -> pd.Series | None:
-    """Return the first pick's verdict row, or None where there is none."""
+def _first_row(verdict: pd.DataFrame, picks: list[answer_picks.Pick]) -> pd.Series | None:
     if not picks or verdict.empty or "layout" not in verdict:
         return None
     first = picks[0]
     rows = verdict[
-        (verdict["layout"].astype(str) == first.layout) & (numeric(verdict, "batch") == first.batch)
+        (verdict["layout"].astype(str) == first.layout)
+        & (answer_picks.numeric(verdict, "batch") == first.batch)
     ]
     return None if rows.empty else rows.iloc[0]
 
 
-def _provenance(row: pd.Series | None) -> dict:
-    """Return the provenance columns of the first pick's verdict row ({} where there is none)."""
+def _provenance(row: pd.Series | None, settings: RootSettings, inputs: dict[str, str]) -> dict:
+    """Return the first pick's row's provenance: its columns, formats, engine, shipped fit."""
     if row is None:
         return {}
     out = {c: str(row[c]) for c in PROVENANCE_COLUMNS if c in row and row[c] == row[c]}
@@ -220,23 +209,13 @@ def _provenance(row: pd.Series | None) -> dict:
         out["formats"] = f"{row['weight_dtype']} weights, {row['kv_dtype']} KV cache"
     if "engine" in row and row["engine"] == row["engine"]:
         out["engine"] = str(row["engine"])
+    if not out:
+        return out
+    version = settings.engine.version.split(" (")[0]
+    out["engine"] = f"engine {out.get('engine', settings.engine.name)} {version}".strip()
+    if settings.deployment.fit_file and "fit file" in inputs:
+        out["fit_file"] = str(settings.deployment.fit_file)
     return out
-
-
-def _with_engine(provenance: dict, engine: str, version: str) -> dict:
-    """Return the provenance with the engine named with its version (the card's header)."""
-    if not provenance:
-        return provenance
-    name = provenance.get("engine", engine)
-    return {**provenance, "engine": f"engine {name} {version.split(' (')[0]}".strip()}
-
-
-def _with_fit(provenance: dict, settings: RootSettings, inputs: dict[str, str]) -> dict:
-    """Return the provenance with the shipped fit file, where the row's inputs name one."""
-    fit = settings.deployment.fit_file
-    if not provenance or not fit or "fit file" not in inputs:
-        return provenance
-    return {**provenance, "fit_file": str(fit)}
 
 
 def card_json(card: AnswerCard) -> str:

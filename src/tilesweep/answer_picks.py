@@ -171,8 +171,7 @@ def numeric(frame: pd.DataFrame, name: str) -> pd.Series:
 
 
 def fitting_rows(verdict: pd.DataFrame, composed: bool = True) -> pd.DataFrame:
-    """Return the verdict rows that fit in memory and have a TPOT (the only candidates), or,
-    with composed=False, those that fit with none."""
+    """Return the rows that fit and have a TPOT (the candidates); composed=False: fit, none."""
     if verdict.empty or "fits_memory" not in verdict or "tpot_ms" not in verdict:
         return verdict.iloc[0:0]
     tpot = numeric(verdict, "tpot_ms")
@@ -241,8 +240,7 @@ def per_batch(verdict: pd.DataFrame) -> tuple[list[Pick], list[int]]:
 def choose(
     verdict: pd.DataFrame, tpot_ms: float | None, min_per_user: float | None
 ) -> Target | None:
-    """Return the target's pick (most tokens/s per GPU within both bounds) or its closest miss;
-    None where neither bound is set."""
+    """Return the target's pick (most tokens/s per GPU within both bounds) or closest miss."""
     if not tpot_ms and not min_per_user:
         return None
     fits = fitting_rows(verdict)

@@ -17,7 +17,6 @@ ROOFLINE = "parts at the target's roofline"
 
 
 def _fit_words(items: dict[str, str]) -> dict[str, str]:
-    """Return which fit the parts rest on, or that they are at the roofline alone and why."""
     if "fit" in items:
         shipped = {"fit file": items["fit file"]} if "fit file" in items else {}
         return {"fit": f"parts composed from the {items['fit']}"} | shipped
@@ -48,7 +47,6 @@ def _varying(rows: list[dict], key: str) -> str:
 
 
 def _column_words(rows: list[dict]) -> dict[str, str]:
-    """Return the host term and kernel list where the verdict carries them as columns."""
     out = {}
     host = [float(r["host_ms"]) for r in rows if finite(r.get("host_ms"))]
     if host:

@@ -74,7 +74,8 @@ def load_run(path: str | Path) -> Run:
     """Return the tables and ceilings of a results folder."""
     root = results_dir(path)
     tables = {}
-    recorded = _recorded_run(root)
+    # a run whose tables carry .sum records: then each must match
+    recorded = any(summary_path(root / "tables" / f"{n}.csv").exists() for n in KEYS)
     for name in KEYS:
         csv = _plain(root / "tables" / f"{name}.csv")
         if recorded:
@@ -100,16 +101,9 @@ def load_run(path: str | Path) -> Run:
 
 
 def _plain(path: Path) -> Path:
-    """Return path; raise ConfigError where it is there but no plain file (a FIFO blocks a read)."""
     if path.exists() and not path.is_file():
         raise ConfigError(f"{path}: not a plain file (a folder, a pipe or a device)")
     return path
-
-
-def _recorded_run(root: Path) -> bool:
-    """Return whether a results folder's tables carry .sum records (then each must match)."""
-    folder = root / "tables"
-    return any(summary_path(folder / f"{name}.csv").exists() for name in KEYS)
 
 
 def _check_record(table: Path) -> None:
@@ -147,7 +141,6 @@ def key_text(value: object) -> str:
 
 
 def _with_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Return the frame with a `_key` label built from the key columns (repeats numbered)."""
     frame = frame.copy()
     label = frame[keys].apply(lambda r: " ".join(key_text(v) for v in r), axis=1)
     repeat = label.groupby(label).cumcount()
@@ -207,14 +200,6 @@ def error_change(a: float, b: float, dtype: object) -> tuple[bool, str]:
     return (a <= tol) != (b <= tol), f"relative error against the tolerance {tol:g}"
 
 
-def _same(a: object, b: object) -> bool:
-    """Return whether two cells hold the same value (NaN equals NaN, 1 equals 1.0)."""
-    fa, fb = as_float(a), as_float(b)
-    if not (math.isnan(fa) or math.isnan(fb)):
-        return fa == fb
-    return key_text(a) == key_text(b)
-
-
 def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
     """Return one row (metric 'columns') where the runs' tables differ in compared columns."""
     wanted = [*KEYS[name], *MEASURES.get(name, []), *EXACT.get(name, [])]
@@ -227,13 +212,11 @@ def _schema_change(name: str, a: pd.DataFrame, b: pd.DataFrame) -> list[dict]:
 
 
 def _only(name: str, label: str, side: str, metric: str) -> dict:
-    """Return the row saying what one run only has (a table's rows, or one row)."""
     a, b = ("present", "absent") if side == "A" else ("absent", "present")
     return _row(name, label, metric, a, b, f"only in {side}", True)
 
 
 def _row(table, label, metric, a, b, basis, beyond, ratio=math.nan, noise=(math.nan,) * 2) -> dict:
-    """Return one row of COLUMNS."""
     values = (table, label, metric, a, b, ratio, *noise, basis, beyond)
     return dict(zip(COLUMNS, values, strict=True))
 
@@ -241,32 +224,27 @@ def _row(table, label, metric, a, b, basis, beyond, ratio=math.nan, noise=(math.
 def _value_changes(name: str, label: str, row: pd.Series, threshold: float) -> list[dict]:
     """Return one row per measured, checked and exact value of a row in both runs."""
     out = []
-    for metric in MEASURES.get(name, []):
-        if f"{metric}_a" not in row or f"{metric}_b" not in row:
-            continue
-        va, vb = as_float(row[f"{metric}_a"]), as_float(row[f"{metric}_b"])
-        if math.isnan(va) and math.isnan(vb):
-            continue
-        na, nb = _spread(row, metric, "a"), _spread(row, metric, "b")
-        beyond, basis = measure_change(va, vb, na, nb, threshold)
-        ratio = vb / va if va else math.nan
-        out.append(_row(name, label, metric, va, vb, basis, beyond, ratio, (na, nb)))
-    for col in CHECKED.get(name, []):
-        if f"{col}_a" not in row or f"{col}_b" not in row:
-            continue
-        if key_text(row[f"{col}_a"]) == "" and key_text(row[f"{col}_b"]) == "":
-            continue  # neither run checked this row (a failed launch)
-        va, vb = as_float(row[f"{col}_a"]), as_float(row[f"{col}_b"])
-        beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
-        ratio = vb / va if va and math.isfinite(va) else math.nan
-        out.append(_row(name, label, col, va, vb, basis, beyond, ratio))
-    for col in EXACT.get(name, []):
-        if f"{col}_a" not in row or f"{col}_b" not in row:
-            continue
-        va, vb = row[f"{col}_a"], row[f"{col}_b"]
-        fa, fb = as_float(va), as_float(vb)
-        ratio = fb / fa if not (math.isnan(fa) or math.isnan(fb)) and fa else math.nan
-        out.append(_row(name, label, col, va, vb, "exact", not _same(va, vb), ratio))
+    for kind, cols in (("measure", MEASURES), ("checked", CHECKED), ("exact", EXACT)):
+        for col in (c for c in cols.get(name, []) if f"{c}_a" in row and f"{c}_b" in row):
+            a, b = row[f"{col}_a"], row[f"{col}_b"]
+            va, vb = as_float(a), as_float(b)
+            # B/A where A is a number other than 0 (and, for a relative error, finite)
+            ratio = vb / va if va and (kind != "checked" or math.isfinite(va)) else math.nan
+            noise = (math.nan, math.nan)
+            if kind == "measure":
+                if math.isnan(va) and math.isnan(vb):
+                    continue
+                noise = (_spread(row, col, "a"), _spread(row, col, "b"))
+                beyond, basis = measure_change(va, vb, *noise, threshold)
+            elif kind == "checked":
+                if key_text(a) == "" and key_text(b) == "":
+                    continue  # neither run checked this row (a failed launch)
+                beyond, basis = error_change(va, vb, row.get("dtype_a", row.get("dtype")))
+            else:  # any change: as numbers where both are, else as text (NaN equals NaN)
+                numbers = not (math.isnan(va) or math.isnan(vb))
+                same = va == vb if numbers else key_text(a) == key_text(b)
+                beyond, basis, va, vb = not same, "exact", a, b
+            out.append(_row(name, label, col, va, vb, basis, beyond, ratio, noise))
     return out
 
 

@@ -36,7 +36,6 @@ def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
 
 
 def _cell(value: object) -> str:
-    """Return a value for the console: numbers to 4 significant figures, whole above 1,000."""
     if isinstance(value, str) or math.isnan(as_float(value)):
         return key_text(value)
     if math.isfinite(as_float(value)) and abs(as_float(value)) >= 1e15:
@@ -96,10 +95,8 @@ def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limi
 
 def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
     """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
-    # matplotlib (via report.compare_figure, report.plotting): drawn only here; compare loads
-    # without it
-    from tilesweep.report.compare_figure import compare_ratios
-    from tilesweep.report.plotting import png
+    # matplotlib (via report.plotting): drawn only here; compare loads without it
+    from tilesweep.report.plotting import compare_ratios, png
 
     out = Path(out)
     paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]

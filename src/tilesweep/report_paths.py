@@ -6,18 +6,11 @@ from pathlib import Path
 
 from tilesweep import backends
 from tilesweep.errors import ConfigError
+from tilesweep.report.document import FIGURES
 
-# Each figure's category in `snakemake --report` (every name of report.document.FIGURES, then
-# the tuners' own: backends.report_figures).
+# Each figure's category in `snakemake --report`: report.document.FIGURES, then the tuners' own.
 FIGURE_CATEGORIES = {
-    "pareto": "Verdict",
-    "launch_smem": "Launch",
-    "decode_time": "Decode",
-    "decode_roofline": "Decode",
-    "collective_bandwidth": "Collectives",
-    "verdict_split": "Verdict",
-    "check_error": "Verdict",
-    "engine_tpot": "Verdict",
+    **{name: figure[2] for name, figure in FIGURES.items()},
     **{name: figure[0] for name, figure in backends.report_figures().items()},
 }
 

@@ -7,25 +7,10 @@ import math
 
 import pandas as pd
 
-from tilesweep import backends
+from tilesweep import backends, columns
 from tilesweep.answer_picks import finite, numeric
-from tilesweep.columns import (
-    BEST_PER_BATCH_COLUMNS,
-    BEST_PER_BATCH_KEYS,
-    DECODE_TARGET_COLUMNS,
-    FIT_COUNT_COLUMNS,
-    LAUNCH_COVERAGE_COLUMNS,
-    NOT_TIMED_COLUMNS,
-    Status,
-    fastest_runner,
-)
 from tilesweep.plan.messages import fit_alpha_beta
-from tilesweep.report.formatting import column, fmt_value, status_text, verdict_cell
-
-
-def _kinds(runners: pd.Series) -> pd.Series:
-    """Return each runner's kind as its backend names it ('tile', 'baseline', ...)."""
-    return runners.astype(str).map(backends.runner_kind)
+from tilesweep.report.formatting import column, distinct, fmt_value, status_text, verdict_cell
 
 
 def _own_kernel(runner: str) -> bool:
@@ -45,9 +30,7 @@ def short_runner(runner: str) -> str:
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the rows whose status is ok."""
-    if "status" not in frame:
-        return frame.iloc[0:0]
-    return frame[frame["status"].astype(str) == Status.OK]
+    return frame[column(frame, "status", "").astype(str) == columns.Status.OK]
 
 
 def launch_failures(launch: pd.DataFrame) -> pd.DataFrame:
@@ -55,14 +38,14 @@ def launch_failures(launch: pd.DataFrame) -> pd.DataFrame:
     if launch.empty:
         return launch
     status = column(launch, "status").map(status_text)
-    bad = (column(launch, "fits").astype(str) == "no") | (status != Status.OK)
+    bad = (column(launch, "fits").astype(str) == "no") | (status != columns.Status.OK)
     return launch[bad].assign(status=status[bad])
 
 
 def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
     """Return per target and backend how many kernels fit by default, after opt-in, or not."""
     if launch.empty or "target" not in launch:
-        return pd.DataFrame(columns=FIT_COUNT_COLUMNS)
+        return pd.DataFrame(columns=columns.FIT_COUNT_COLUMNS)
     counts = (
         launch.assign(fits=column(launch, "fits", "unknown").fillna("unknown").astype(str))
         .groupby(["target", "backend", "fits"])
@@ -92,23 +75,23 @@ def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
 
 def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:
     """Return per dtype, op, routing and tokens per expert the fastest runner, tile and baseline."""
-    keys = [k for k in BEST_PER_BATCH_KEYS if k in decode]
+    keys = [k for k in columns.BEST_PER_BATCH_KEYS if k in decode]
     if decode.empty or "runner" not in decode or not keys:
-        return pd.DataFrame(columns=BEST_PER_BATCH_COLUMNS)
-    best = fastest_runner(decode, by=keys).rename(columns={"runner": "best_runner"})
+        return pd.DataFrame(columns=columns.BEST_PER_BATCH_COLUMNS)
+    best = columns.fastest_runner(decode, by=keys).rename(columns={"runner": "best_runner"})
     if best.empty:
-        return pd.DataFrame(columns=BEST_PER_BATCH_COLUMNS)
-    baseline = _kinds(decode["runner"]) == "baseline"
+        return pd.DataFrame(columns=columns.BEST_PER_BATCH_COLUMNS)
+    baseline = decode["runner"].astype(str).map(backends.runner_kind) == "baseline"
     for rows, name, ms in (
         (~baseline, "best_tile", "tile_ms"),
         (baseline, "best_baseline", "baseline_ms"),
     ):
-        fastest = fastest_runner(decode[rows], by=keys)[[*keys, "runner", "time_ms"]]
+        fastest = columns.fastest_runner(decode[rows], by=keys)[[*keys, "runner", "time_ms"]]
         best = best.merge(
             fastest.rename(columns={"runner": name, "time_ms": ms}), on=keys, how="left"
         )
     best["speedup_vs_baseline"] = best["baseline_ms"] / best["tile_ms"]
-    return best[[c for c in BEST_PER_BATCH_COLUMNS if c in best]]
+    return best[[c for c in columns.BEST_PER_BATCH_COLUMNS if c in best]]
 
 
 def not_timed(decode: pd.DataFrame) -> pd.DataFrame:
@@ -116,10 +99,10 @@ def not_timed(decode: pd.DataFrame) -> pd.DataFrame:
     if decode.empty or "status" not in decode:
         return pd.DataFrame()
     status = decode["status"].map(status_text)
-    bad = decode[status != Status.OK].assign(status=status)
+    bad = decode[status != columns.Status.OK].assign(status=status)
     if bad.empty:
-        return pd.DataFrame(columns=NOT_TIMED_COLUMNS)
-    keys = [c for c in NOT_TIMED_COLUMNS[:-2] if c in bad] + ["reason"]
+        return pd.DataFrame(columns=columns.NOT_TIMED_COLUMNS)
+    keys = [c for c in columns.NOT_TIMED_COLUMNS[:-2] if c in bad] + ["reason"]
     return (
         bad.assign(reason=column(bad, "reason", "").fillna("").astype(str))
         .groupby(keys, dropna=False)
@@ -165,15 +148,14 @@ COPY_TARGET_MAX_TOKENS = 32
 def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
     """Return per dtype, op and batch the best Triton tile against its targets, met or not."""
     if decode.empty or "runner" not in decode:
-        return pd.DataFrame(columns=DECODE_TARGET_COLUMNS)
+        return pd.DataFrame(columns=columns.DECODE_TARGET_COLUMNS)
     uniform = decode[column(decode, "routing") == "uniform"]
-    runner = uniform["runner"].astype(str)
     keys = ["dtype", "op", "tokens_per_expert"]
-    kinds = _kinds(runner)
-    tiles = fastest_runner(uniform[kinds == "tile"], by=keys)
-    bases = fastest_runner(uniform[kinds == "baseline"], by=keys)
+    kinds = uniform["runner"].astype(str).map(backends.runner_kind)
+    tiles = columns.fastest_runner(uniform[kinds == "tile"], by=keys)
+    bases = columns.fastest_runner(uniform[kinds == "baseline"], by=keys)
     if tiles.empty or bases.empty:
-        return pd.DataFrame(columns=DECODE_TARGET_COLUMNS)
+        return pd.DataFrame(columns=columns.DECODE_TARGET_COLUMNS)
     both = tiles.merge(bases[[*keys, "runner", "time_ms"]], on=keys, suffixes=("", "_base"))
     ratio = both["time_ms_base"] / both["time_ms"]
     copy = numeric(both, "frac_copy_bw")
@@ -199,7 +181,7 @@ def decode_targets(decode: pd.DataFrame) -> pd.DataFrame:
         ],
         copy_90pct=copy_target,
     )
-    return out[DECODE_TARGET_COLUMNS].reset_index(drop=True)
+    return out[columns.DECODE_TARGET_COLUMNS].reset_index(drop=True)
 
 
 def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
@@ -234,7 +216,7 @@ def verdict_pivot(verdict: pd.DataFrame) -> pd.DataFrame:
 def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
     """Return per project kernel timed in decode whether the launch table holds it, and how."""
     if decode.empty or "runner" not in decode:
-        return pd.DataFrame(columns=LAUNCH_COVERAGE_COLUMNS)
+        return pd.DataFrame(columns=columns.LAUNCH_COVERAGE_COLUMNS)
     checked = set()
     if not launch.empty and {"backend", "kernel"} <= set(launch.columns):
         checked = set(launch["backend"].astype(str) + ":" + launch["kernel"].astype(str))
@@ -243,7 +225,7 @@ def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for runner, part in runners.groupby(runners["runner"].astype(str), sort=True):
         st = status[part.index]
-        failed = part[st == Status.LAUNCH]
+        failed = part[st == columns.Status.LAUNCH]
         reasons = column(failed, "reason", "").dropna().astype(str)
         smem = numeric(failed if len(failed) else part, "smem_runtime_bytes").dropna()
         rows.append(
@@ -251,12 +233,12 @@ def launch_coverage(launch: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
                 "runner": runner,
                 "backend": runner.split(":", 1)[0],
                 "in_launch_check": "yes" if runner in checked else "no",
-                "device": ", ".join(sorted(set(column(part, "device", "").dropna().astype(str)))),
-                "rows_timed": int((st == Status.OK).sum()),
+                "device": distinct([part], "device"),
+                "rows_timed": int((st == columns.Status.OK).sum()),
                 "rows_failed_launch": len(failed),
                 "smem_runtime_bytes": smem.max() if len(smem) else float("nan"),
                 "reason": reasons.iloc[0] if len(reasons) else "",
             }
         )
-    out = pd.DataFrame(rows, columns=LAUNCH_COVERAGE_COLUMNS)
+    out = pd.DataFrame(rows, columns=columns.LAUNCH_COVERAGE_COLUMNS)
     return out[(out["rows_timed"] + out["rows_failed_launch"]) > 0].reset_index(drop=True)

@@ -5,30 +5,27 @@ from __future__ import annotations
 import pandas as pd
 
 from tilesweep import answer_card, backends, question
+from tilesweep.report import measurement_sections
 from tilesweep.report.analysis import latency_floors
-from tilesweep.report.collective_figure import collective_bandwidth
 from tilesweep.report.decode_figures import decode_roofline, decode_time
 from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Section
-from tilesweep.report.engine_figure import engine_tpot
-from tilesweep.report.launch_figure import deployment_target, launch_smem
-from tilesweep.report.measurement_sections import (
-    collective_blocks,
-    decode_blocks,
-    launch_blocks,
-    machine_blocks,
-)
+from tilesweep.report.machine_figures import collective_bandwidth, deployment_target, launch_smem
 from tilesweep.report.pareto_figure import pareto
 from tilesweep.report.plotting import png
-from tilesweep.report.provenance_section import provenance_blocks
-from tilesweep.report.question_sections import power_blocks, question_blocks
-from tilesweep.report.sections import check_blocks, summary_blocks, verdict_blocks
-from tilesweep.report.step_figures import check_error, verdict_split
+from tilesweep.report.sections import (
+    check_blocks,
+    power_blocks,
+    question_blocks,
+    summary_blocks,
+    verdict_blocks,
+)
+from tilesweep.report.step_figures import check_error, engine_tpot, verdict_split
 from tilesweep.settings import RootSettings
 
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
-    """Return every report section's (key, title) in order (SECTION_TITLES), the tuners' own
-    after decode; the question's own (conf/question) goes after the first (build)."""
+    """Return every section's (key, title) in order: SECTION_TITLES, the tuners' after decode."""
+    # the question's own section (conf/question) goes after the first (build)
     tuned = backends.report_sections({}) if tuned is None else tuned
     own = [(key, title) for key, (title, _) in SECTION_TITLES.items()]
     after = [key for key, _ in own].index("decode") + 1
@@ -41,9 +38,9 @@ def draw_figures(
     collective: pd.DataFrame,
     verdict: pd.DataFrame,
     check: pd.DataFrame,
+    engines: pd.DataFrame,
+    tune: pd.DataFrame,
     names: list[str] | None = None,
-    engines: pd.DataFrame | None = None,
-    tune: pd.DataFrame | None = None,
 ) -> dict[str, bytes]:
     """Return the report figures as PNG bytes, by name (`names` only, when given)."""
     drawers = {
@@ -56,11 +53,10 @@ def draw_figures(
         ),
         "verdict_split": lambda: verdict_split(verdict),
         "check_error": lambda: check_error(check),
-        "engine_tpot": lambda: engine_tpot(pd.DataFrame() if engines is None else engines),
+        "engine_tpot": lambda: engine_tpot(engines),
     }
-    tables = {"tune": pd.DataFrame() if tune is None else tune}
     for name, (_, _, _, draw) in backends.report_figures().items():
-        drawers[name] = lambda draw=draw: draw(tables)
+        drawers[name] = lambda draw=draw: draw({"tune": tune})
     return {name: png(drawers[name]()) for name in (all_figures() if names is None else names)}
 
 
@@ -80,13 +76,23 @@ def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
 
 
 def _intro(settings: RootSettings) -> str:
-    """Return the report's opening line: the deployment and the launch targets."""
     model, dep = settings.model, settings.deployment
     return (
         f"Deployment: {model.name} with {dep.weight_dtype} weights and {dep.kv_dtype} KV cache, "
         f"context {dep.context_len}, on {settings.hardware.name}; launch targets "
         f"{', '.join(settings.grid.targets)}."
     )
+
+
+def _shown(blocks: dict, tuned: list, named: tuple) -> tuple[list[Section], list]:
+    """Return the sections that have blocks, in order, and the navigation's link to each."""
+    everyone = sections(tuned)
+    order = (everyone[0], *named, *everyone[1:])
+    shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
+    # The question's link: its title up to the colon ("The brief's question").
+    short = {key: s for key, (_, s) in SECTION_TITLES.items()} | {k: s for k, _, s, _ in tuned}
+    short |= {key: t.split(":")[0] for key, t in named}
+    return shown, [(s.key, short.get(s.key, s.title)) for s in shown]
 
 
 def build(
@@ -107,7 +113,9 @@ def build(
 ) -> ReportData:
     """Return the one ReportData both reports render, opened by the answer card."""
     empty = pd.DataFrame()
-    check, engines, power = (empty if t is None else t for t in (check, engines, power))
+    check, engines, power, tune, dropins = (
+        empty if t is None else t for t in (check, engines, power, tune, dropins)
+    )
     model, hardware = settings.model, settings.hardware.name
     asked = question.of(settings)
     named = ((asked.name, asked.title),) if asked and panel else ()
@@ -115,25 +123,22 @@ def build(
     blocks = {
         **{key: question_blocks(asked, panel, launch, power) for key, _ in named},
         "summary": summary_blocks(verdict, why),
-        "machine": machine_blocks(decode, hardware),
+        "machine": measurement_sections.machine_blocks(decode, hardware),
         "verdict": verdict_blocks(verdict),
         "check": check_blocks(check, engines, verdict),
         "power": power_blocks(power, asked),
-        "launch": launch_blocks(launch, provenance, decode),
-        "decode": decode_blocks(decode, provenance),
-        "collectives": collective_blocks(collective, provenance, decode, verdict),
-        "provenance": provenance_blocks(settings, launch, decode, collective, check, provenance),
+        "launch": measurement_sections.launch_blocks(launch, provenance, decode),
+        "decode": measurement_sections.decode_blocks(decode, provenance),
+        "collectives": measurement_sections.collective_blocks(
+            collective, provenance, decode, verdict
+        ),
+        "provenance": measurement_sections.provenance_blocks(
+            settings, launch, decode, collective, check, provenance
+        ),
     }
-    tuned = backends.report_sections(
-        {"tune": empty if tune is None else tune, "dropins": empty if dropins is None else dropins}
-    )
+    tuned = backends.report_sections({"tune": tune, "dropins": dropins})
     blocks.update({key: b for key, _, _, b in tuned})
-    everyone = sections(tuned)
-    order = (everyone[0], *named, *everyone[1:])
-    shown = [Section(key, t, blocks[key]) for key, t in order if blocks[key]]
-    # The question's link: its title up to the colon ("The brief's question").
-    short = {key: s for key, (_, s) in SECTION_TITLES.items()} | {k: s for k, _, s, _ in tuned}
-    short |= {key: t.split(":")[0] for key, t in named}
+    shown, nav = _shown(blocks, tuned, named)
     if card is None:
         card = answer_card.build(settings, verdict, check, engines)
     # every figure: those given, the others drawn from the tables
@@ -145,6 +150,6 @@ def build(
         intro=_intro(settings),
         provenance=provenance,
         sections=shown,
-        nav=[(s.key, short.get(s.key, s.title)) for s in shown],
-        figures={**draw_figures(*tables, missing, engines, tune), **given},
+        nav=nav,
+        figures={**draw_figures(*tables, engines, tune, missing), **given},
     )

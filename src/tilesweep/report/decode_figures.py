@@ -7,57 +7,47 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
 
 from tilesweep import backends
 from tilesweep.answer_picks import numeric
+from tilesweep.report import plotting as plot
 from tilesweep.report.analysis import short_runner
 from tilesweep.report.document import TEXTS
 from tilesweep.report.formatting import plural
-from tilesweep.report.plotting import (
-    MAX_SERIES,
-    PAGE_WIDTH_IN,
-    TEXT_PT,
-    empty,
-    finish,
-    legend_below,
-    log_axes,
-    ok_or_all,
-    reference,
-    say,
-    top_series,
-    whole,
-)
 
 ROOF_COLOR = "#c0392b"
+ROOF_TEXT = {"fontsize": plot.TEXT_PT, "color": ROOF_COLOR}
+# The measured ceilings a roof is drawn from: what each is called, and its unit.
+CEILINGS = {
+    "ceiling_copy_gbs": ("copy bandwidth", "GB/s"),
+    "ceiling_matmul_tflops": ("matmul peak", "TFLOPS"),
+}
+# The torch baselines' colours and markers, in order (the kernels take tab10's colours).
+GREYS = ("#000000", "#666666", "#999999", "#bbbbbb")
 # A point of the decode sweep: the runners compared there are timed on the same problem.
 POINT = ["op", "routing", "tokens_per_expert"]
 
 
 def _is_baseline(runner: str) -> bool:
-    """Return whether a runner is a torch baseline (not a kernel of the grid or an engine)."""
     return backends.runner_kind(runner) == "baseline"
 
 
 def _runner_styles(runners: list[str]) -> dict[str, dict]:
     """Return a colour and marker per runner: kernels in colour, torch baselines in greys."""
-    from matplotlib import colormaps
-
     tiles = [r for r in runners if not _is_baseline(r)]
-    others = [r for r in runners if _is_baseline(r)]
+    bases = [r for r in runners if _is_baseline(r)]
     cmap = colormaps["tab10"]
     styles = {r: {"color": cmap(i % cmap.N), "marker": "o"} for i, r in enumerate(tiles)}
-    greys = ["#000000", "#666666", "#999999", "#bbbbbb"]
-    markers = ["s", "^", "v", "P"]
-    for i, r in enumerate(others):
-        styles[r] = {"color": greys[i % len(greys)], "marker": markers[i % len(markers)]}
+    colors, markers = plot.cycled(bases, GREYS), plot.cycled(bases, "s^vP")
+    styles |= {r: {"color": colors[r], "marker": markers[r]} for r in bases}
     return {r: styles[r] for r in runners}
 
 
 def _label(runner: str, dtype: str) -> str:
-    """Return a runner's legend label, without its backend prefix or its block's dtype."""
     short = short_runner(runner)
     return short.removeprefix(f"{dtype}-") if short != runner else short
 
@@ -81,7 +71,7 @@ def shown_runners(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Return (shown, left out) runners of a dtype's rows: the fastest baseline always shown."""
     ranked = rank_runners(rows)
     baselines = [r for r in ranked if _is_baseline(r)]
-    return top_series(ranked, MAX_SERIES, keep=baselines[:1])
+    return plot.top_series(ranked, plot.MAX_SERIES, keep=baselines[:1])
 
 
 def _selection(shown: list[str], left: list[str]) -> str:
@@ -104,8 +94,7 @@ def _num(value: float) -> str:
 def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, str]:
     """Return (a measured ceiling, ''), or (NaN, the gap's note) if missing or a run beat it."""
     value = numeric(rows, col).dropna().median()
-    name = {"ceiling_copy_gbs": "copy bandwidth", "ceiling_matmul_tflops": "matmul peak"}[col]
-    unit = {"ceiling_copy_gbs": "GB/s", "ceiling_matmul_tflops": "TFLOPS"}[col]
+    name, unit = CEILINGS[col]
     if math.isnan(value):
         return math.nan, f"no measured {name}: no roof drawn"
     top = achieved.max()
@@ -126,28 +115,24 @@ def _columns(rows: pd.DataFrame) -> list[tuple[str, str]]:
     return [(op, r) for op in ops for r in routings if (op, r) in have]
 
 
-def _dtypes(ok: pd.DataFrame) -> list[str]:
-    """Return the dtypes of decode rows in table order ('?' when there is no dtype column)."""
-    return list(dict.fromkeys(ok["dtype"].astype(str))) if "dtype" in ok else ["?"]
-
-
-def _of_dtype(ok: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """Return the rows of one dtype (every row when there is no dtype column)."""
-    return ok[ok["dtype"].astype(str) == dtype] if "dtype" in ok else ok
+def _by_dtype(ok: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Return (dtype, its rows) in table order; ('?', every row) without a dtype column."""
+    if "dtype" not in ok:
+        return [("?", ok)]
+    dtype = ok["dtype"].astype(str)
+    return [(d, ok[dtype == d]) for d in dict.fromkeys(dtype)]
 
 
 def _dtype_blocks(ok: pd.DataFrame, block_height_in: float, draw) -> Figure:
-    """Return a figure of one subfigure per dtype, each drawn by draw(sub, rows, dtype)."""
-    dtypes = _dtypes(ok)
-    fig = Figure(figsize=(PAGE_WIDTH_IN, block_height_in * len(dtypes)))
-    subs = fig.subfigures(len(dtypes), 1, squeeze=False)[:, 0]
-    for sub, dtype in zip(subs, dtypes, strict=True):
-        draw(sub, _of_dtype(ok, dtype), dtype)
-    return finish(fig)
+    blocks = _by_dtype(ok)
+    fig = Figure(figsize=(plot.PAGE_WIDTH_IN, block_height_in * len(blocks)))
+    subs = fig.subfigures(len(blocks), 1, squeeze=False)[:, 0]
+    for sub, (dtype, rows) in zip(subs, blocks, strict=True):
+        draw(sub, rows, dtype)
+    return plot.finish(fig)
 
 
 def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
-    """Return a block's legend handles: one per runner shown, in its colour and marker."""
     return [
         Line2D([], [], color=s["color"], marker=s["marker"], label=_label(r, dtype), **line)
         for r, s in styles.items()
@@ -155,9 +140,8 @@ def _handles(styles: dict[str, dict], dtype: str, **line) -> list[Line2D]:
 
 
 def _block_legend(sub, title: str, handles: list, notes: list[str], ncols: int) -> None:
-    """Title a dtype's block and put its legend under it, the notes as the legend's title."""
-    sub.suptitle(title, fontsize=TEXT_PT + 4, x=0.01, ha="left")
-    legend_below(sub, handles, notes, ncols=ncols)
+    sub.suptitle(title, fontsize=plot.TEXT_PT + 4, x=0.01, ha="left")
+    plot.legend_below(sub, handles, notes, ncols=ncols)
 
 
 def _tpe_ticks(ax, values: pd.Series) -> None:
@@ -171,26 +155,25 @@ def _tpe_ticks(ax, values: pd.Series) -> None:
 
 def decode_time(decode: pd.DataFrame) -> Figure:
     """Return time and achieved bandwidth against tokens per expert: a block per dtype."""
-    ok = ok_or_all(decode)
+    ok = plot.ok_or_all(decode)
     if ok.empty or "time_ms" not in ok or "op" not in ok:
-        return empty("no decode measurements (nothing timed on this device)", "Decode")
+        return plot.empty("no decode measurements (nothing timed on this device)", "Decode")
     if "routing" not in ok:
-        return empty("decode rows without a routing column", "Decode")
+        return plot.empty("decode rows without a routing column", "Decode")
     ok = ok[numeric(ok, "time_ms") > 0]
     if ok.empty:
-        return empty("no decode row has a time", "Decode")
+        return plot.empty("no decode row has a time", "Decode")
     return _dtype_blocks(ok, 6.4, _time_block)
 
 
 def decode_time_caption(decode: pd.DataFrame) -> str:
     """Return decode_time's caption from what its panels draw."""
-    ok = ok_or_all(decode)
+    ok = plot.ok_or_all(decode)
     if ok.empty or not {"time_ms", "op", "routing"} <= set(ok.columns):
         return "No decode measurement to draw."
     ok = ok[numeric(ok, "time_ms") > 0]
     lines, missing = [], []
-    for dtype in _dtypes(ok):
-        rows = _of_dtype(ok, dtype)
+    for dtype, rows in _by_dtype(ok):
         copy, gap = _ceiling(rows, "ceiling_copy_gbs", numeric(rows, "gbs"))
         if not (numeric(rows, "gbs") > 0).any():
             missing.append(f"{dtype} panels: its rows carry no bytes moved")
@@ -206,18 +189,6 @@ def decode_time_caption(decode: pd.DataFrame) -> str:
     return text
 
 
-def _time_line(t_ax, b_ax, line: pd.DataFrame, style: dict) -> None:
-    """Draw one runner's times (p10..p90 bars) and, on b_ax unless None, its bandwidth."""
-    if line.empty:
-        return
-    x, tm = numeric(line, "tokens_per_expert"), numeric(line, "time_ms")
-    lo, hi = numeric(line, "time_p10_ms"), numeric(line, "time_p90_ms")
-    err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
-    t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)
-    if b_ax is not None:
-        b_ax.plot(x, numeric(line, "gbs"), **style)
-
-
 def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     """Draw one dtype's time and bandwidth panels, and its legend, on a subfigure."""
     shown, left = shown_runners(rows)
@@ -229,33 +200,35 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     for j, (op, routing) in enumerate(columns):
         t_ax, b_ax = axes[0, j], axes[1, j]
         part = rows[(rows["op"].astype(str) == op) & (rows["routing"].astype(str) == routing)]
-        log_axes(t_ax, x_base=2)
-        log_axes(b_ax, x_base=2, y=has_gbs)
+        plot.log_axes(t_ax, x_base=2)
+        plot.log_axes(b_ax, x_base=2, y=has_gbs)
         for runner in shown:
             line = part[part["runner"].astype(str) == runner].sort_values("tokens_per_expert")
+            if line.empty:
+                continue
             style = dict(styles[runner], ms=4, label=_label(runner, dtype))
-            _time_line(t_ax, b_ax if has_gbs else None, line, style)
+            x, tm = numeric(line, "tokens_per_expert"), numeric(line, "time_ms")
+            lo, hi = numeric(line, "time_p10_ms"), numeric(line, "time_p90_ms")
+            err = np.vstack([(tm - lo).clip(lower=0).fillna(0), (hi - tm).clip(lower=0).fillna(0)])
+            t_ax.errorbar(x, tm, yerr=err, capsize=2, **style)  # p10..p90 bars
+            if has_gbs:
+                b_ax.plot(x, numeric(line, "gbs"), **style)
         if has_gbs and not math.isnan(copy):
-            reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
+            plot.reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
+                where = {"xycoords": ("axes fraction", "data"), "va": "bottom"}
                 b_ax.annotate(
-                    f"measured copy {_num(copy)} GB/s",
-                    (0.02, copy),
-                    xycoords=("axes fraction", "data"),
-                    va="bottom",
-                    fontsize=TEXT_PT,
-                    color=ROOF_COLOR,
+                    f"measured copy {_num(copy)} GB/s", (0.02, copy), **where, **ROOF_TEXT
                 )
-        t_ax.set_title(f"{op}, {routing} routing", fontsize=TEXT_PT + 2)
+        t_ax.set_title(f"{op}, {routing} routing", fontsize=plot.TEXT_PT + 2)
         b_ax.set_xlabel("tokens per expert")
         _tpe_ticks(b_ax, numeric(rows, "tokens_per_expert"))
         for ax in (t_ax, b_ax):
             ax.grid(alpha=0.3, which="both")
         if not has_gbs:
-            say(b_ax, "no bandwidth: these rows carry no bytes moved")
+            plot.say(b_ax, "no bandwidth: these rows carry no bytes moved")
     if has_gbs and not math.isnan(copy):
-        top = max(axes[1, 0].get_ylim()[1], copy * 1.3)
-        axes[1, 0].set_ylim(top=top)
+        axes[1, 0].set_ylim(top=max(axes[1, 0].get_ylim()[1], copy * 1.3))
     axes[0, 0].set_ylabel("time per grouped GEMM (ms)")
     axes[1, 0].set_ylabel("achieved bandwidth (GB/s)")
     notes = [_selection(shown, left), *([gap] if gap and has_gbs else [])]
@@ -264,13 +237,13 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
 
 def decode_roofline(decode: pd.DataFrame) -> Figure:
     """Return the measured roofline per dtype and op, with decode_time's runners on it."""
-    ok = ok_or_all(decode)
+    ok = plot.ok_or_all(decode)
     need = {"intensity", "tflops", "ceiling_copy_gbs", "ceiling_matmul_tflops", "dtype", "op"}
     if ok.empty or not need <= set(ok.columns):
-        return empty("no decode measurements to place on a roofline", "Roofline")
+        return plot.empty("no decode measurements to place on a roofline", "Roofline")
     ok = ok[(numeric(ok, "tflops") > 0) & (numeric(ok, "intensity") > 0)]
     if ok.empty:
-        return empty("no decode row has a FLOP rate and an intensity", "Roofline")
+        return plot.empty("no decode row has a FLOP rate and an intensity", "Roofline")
     return _dtype_blocks(ok, 5.6, _roofline_block)
 
 
@@ -294,7 +267,6 @@ def _roof(rows: pd.DataFrame) -> tuple:
 
 
 def _tokens_axis(ax, part: pd.DataFrame) -> None:
-    """Label a roofline panel's top axis with the tokens per expert of its points."""
     ticks = part.groupby("tokens_per_expert")["intensity"].median().dropna()
     ticks = ticks[ticks > 0]
     if ticks.empty:
@@ -303,10 +275,10 @@ def _tokens_axis(ax, part: pd.DataFrame) -> None:
     top.set_xscale("log")
     top.set_xlim(ax.get_xlim())
     every = ticks.iloc[::2] if len(ticks) > 5 else ticks
-    top.set_xticks(every.to_numpy(float), [str(whole(v)) for v in every.index])
+    top.set_xticks(every.to_numpy(float), [str(plot.whole(v)) for v in every.index])
     top.xaxis.set_minor_formatter(NullFormatter())
-    top.tick_params(labelsize=TEXT_PT + 1)
-    top.set_xlabel("tokens per expert", fontsize=TEXT_PT + 1)
+    top.tick_params(labelsize=plot.TEXT_PT + 1)
+    top.set_xlabel("tokens per expert", fontsize=plot.TEXT_PT + 1)
 
 
 def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
@@ -320,29 +292,23 @@ def _roofline_block(sub, rows: pd.DataFrame, dtype: str) -> None:
     xs, roof, (bw, bw_gap), (peak, peak_gap) = _roof(rows)
     for ax, op in zip(axes, ops, strict=True):
         part = uniform[uniform["op"].astype(str) == op]
-        log_axes(ax)
+        plot.log_axes(ax)
         if np.isfinite(roof).any():
-            reference(ax.plot(xs, roof, color=ROOF_COLOR, lw=2)[0])
+            plot.reference(ax.plot(xs, roof, color=ROOF_COLOR, lw=2)[0])
         for runner in shown:
             pts = part[part["runner"].astype(str) == runner]
             style = dict(styles[runner], ls="", ms=6, alpha=0.85, label=_label(runner, dtype))
             if not pts.empty:
                 ax.plot(numeric(pts, "intensity"), numeric(pts, "tflops"), **style)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-        ax.set_title(f"{op}, uniform routing", fontsize=TEXT_PT + 2)
+        ax.set_title(f"{op}, uniform routing", fontsize=plot.TEXT_PT + 2)
         ax.grid(alpha=0.3, which="both")
         _tokens_axis(ax, part)
     axes[0].set_ylabel("achieved TFLOPS")
     if not (math.isnan(bw) or math.isnan(peak)):
-        axes[0].text(
-            0.02,
-            0.98,  # top left lies above the roof, where no point can be
-            f"ridge {peak * 1e3 / bw:,.1f} FLOP/B\n{_num(bw)} GB/s, {_num(peak)} TFLOPS",
-            transform=axes[0].transAxes,
-            va="top",
-            fontsize=TEXT_PT,
-            color=ROOF_COLOR,
-        )
+        ridge = f"ridge {peak * 1e3 / bw:,.1f} FLOP/B\n{_num(bw)} GB/s, {_num(peak)} TFLOPS"
+        # top left lies above the roof, where no point can be
+        axes[0].text(0.02, 0.98, ridge, transform=axes[0].transAxes, va="top", **ROOF_TEXT)
     handles = _handles(styles, dtype, ls="")
     if np.isfinite(roof).any():
         what = {

@@ -14,8 +14,8 @@ from tilesweep.answer_card import AnswerCard
 DATA_FILES = ("data/figures.yaml", "data/report_texts.yaml")
 
 
-# Every figure: its file name under plots/, its alt text and its caption.
-FIGURES = package_data.data_texts("tilesweep", DATA_FILES[0], ("alt", "caption"))
+# Every figure: its file name under plots/, its alt text, caption and report category.
+FIGURES = package_data.data_texts("tilesweep", DATA_FILES[0], ("alt", "caption", "category"))
 # The sections' fixed texts, by key ({name}: filled in where used).
 TEXTS = package_data.data_typed("tilesweep", DATA_FILES[1], "texts", dict[str, str])
 # Every report's sections in order: key -> (title, the short name the navigation links by).
@@ -113,11 +113,3 @@ class ReportData:
     card: AnswerCard | None = None
     figures: dict[str, bytes] = field(default_factory=dict)
     nav: list[tuple[str, str]] = field(default_factory=list)  # (key, label) the page links to
-
-    def tables(self) -> list[Table]:
-        """Return every table of the report, in order."""
-        return [b for s in self.sections for b in s.blocks if isinstance(b, Table)]
-
-    def figure_names(self) -> list[str]:
-        """Return the names of the figures the sections show, in order."""
-        return [b.name for s in self.sections for b in s.blocks if isinstance(b, Figure)]

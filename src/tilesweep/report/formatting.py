@@ -51,12 +51,15 @@ def status_text(value: object) -> str:
     return Status.MISSING if value is None or value != value or value == "" else str(value)
 
 
+def distinct(frames: list[pd.DataFrame], key: str) -> str:
+    """Return the distinct values of a column across tables, sorted, comma-separated, or ''."""
+    values = {str(v) for frame in frames if key in frame for v in frame[key].dropna()}
+    return ", ".join(sorted(values))
+
+
 def devices(frame: pd.DataFrame) -> str:
     """Return the distinct devices a table's rows were measured on, or 'unknown device'."""
-    if frame.empty or "device" not in frame:
-        return "unknown device"
-    names = sorted(frame["device"].dropna().astype(str).unique())
-    return ", ".join(names) or "unknown device"
+    return distinct([frame], "device") or "unknown device"
 
 
 def verdict_cell(rec: dict) -> str:

@@ -1,8 +1,6 @@
-"""The report's words: the answer in one sentence, the tie rule, the badge legend, findings."""
+"""The report's words: the tie rule, the engines' figures in one line, the legend, findings."""
 
 from __future__ import annotations
-
-import re
 
 import pandas as pd
 
@@ -11,7 +9,6 @@ from tilesweep.answer_picks import finite, numeric
 from tilesweep.answer_rests import spread
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
-from tilesweep.plan.sensitivity import winners
 from tilesweep.references import BAND, corpus_summary
 from tilesweep.report.formatting import devices, fmt_value, plural
 
@@ -100,161 +97,7 @@ def never_fits_line(verdict: pd.DataFrame, never: list[str]) -> str:
     return f"Fit in memory at no batch, so not in the grid: {', '.join(parts)}."
 
 
-# ---- the answer ----------------------------------------------------------------------------
-
-
-def _batches(values: list) -> str:
-    """Return a run of batches as words: 'batch 8', 'batches 1 and 8', 'batches 1 to 64'."""
-    names = [fmt_value(v) for v in values]
-    if len(names) == 1:
-        return f"batch {names[0]}"
-    return f"batches {names[0]} {'and' if len(names) == 2 else 'to'} {names[-1]}"
-
-
-def _span(values: list[float], unit: str) -> str:
-    """Return the first and last of a run's figures, e.g. '20.9 to 28.6 ms', or one figure."""
-    first, last = fmt_value(values[0]), fmt_value(values[-1])
-    return f"{first} {unit}" if first == last else f"{first} to {last} {unit}"
-
-
-def bound_words(rec: dict) -> str:
-    """Return what bounds a row in words: 'launch-bound, 4.6x the next part', 'mixed (...)'."""
-    bound = str(rec.get("bound") or "bound missing")
-    ratio = part_ratio(rec)
-    margin = f"{ratio:.2f}x" if bound_tie(rec) else (rec.get("margin") or "")
-    if bound == "mixed":
-        text = f"mixed (top two parts within {MIXED_WITHIN:g}x: {margin})"
-    elif bound == "kernel-limited":
-        text = f"kernel-limited (its kernels reach under {KERNEL_LIMITED_BELOW:.0%} of both roofs)"
-    elif bound in MARGIN_BOUNDS:
-        text = f"{bound}-bound, {margin} the next part"
-    else:
-        text = bound
-    if bound_tie(rec):
-        text += f", a tie at the {MIXED_WITHIN:g}x mixed line"
-    return text
-
-
-def _runs(wins: pd.DataFrame) -> list[tuple[str, list[dict]]]:
-    """Return the winners per batch grouped into runs of consecutive batches with one winner."""
-    runs: list[tuple[str, list[dict]]] = []
-    for rec in wins.to_dict("records"):
-        if runs and runs[-1][0] == rec["winner"]:
-            runs[-1][1].append(rec)
-        else:
-            runs.append((rec["winner"], [rec]))
-    return runs
-
-
-def _run_words(verdict: pd.DataFrame, winner: str, recs: list[dict], first: bool) -> str:
-    """Return one run of batches in words: layout, TPOT, tokens/s, bound and ties."""
-    batches = [r["batch"] for r in recs]
-    if winner == "none fits":
-        return f"no layout fits in memory at {_batches(batches)}"
-    rows = [
-        verdict[(verdict["layout"] == winner) & (verdict["batch"] == b)].iloc[0].to_dict()
-        for b in batches
-    ]
-    names = {r.get("bound") for r in rows}
-    one = len(rows) == 1
-    if one:
-        bounds = [bound_words(rows[0])]
-    elif (
-        len(names) == 1
-        and names <= set(MARGIN_BOUNDS) - {"mixed"}
-        and not any(bound_tie(r) for r in rows)
-    ):
-        margins = [r.get("margin") or "" for r in rows]
-        bounds = [f"{rows[0]['bound']}-bound, {_span(margins, '').strip()} the next part"]
-    else:
-        bounds = [f"{bound_words(r)} at batch {fmt_value(r['batch'])}" for r in rows]
-    ties = [
-        f"a tie with {r['runner_up']}"
-        + ("" if one else f" at batch {fmt_value(r['batch'])}")
-        + f" ({r['lead']} its tokens/s)"
-        for r in recs
-        if finite(r.get("runner_up_tokens_per_s"))
-        and is_tie(r["tokens_per_s"] / r["runner_up_tokens_per_s"], 1.0)
-    ]
-    floor = _floor_words(rows)
-    tpot = _span([r["tpot_ms"] for r in rows], "ms") + (
-        f" per output token (TPOT{'; ' + floor if floor else ''})"
-        if first
-        else (f" ({floor})" if floor else "")
-    )
-    return (
-        f"{winner} ({plural(rows[0]['world'], 'GPU')}) at {_batches(batches)}, {tpot}, "
-        f"{_span([r['tokens_per_s'] for r in rows], 'tokens/s')}, " + ", ".join(bounds + ties)
-    )
-
-
-def _floor_words(rows: list[dict]) -> str:
-    """Return '3.27x its 4.88 ms roofline floor', or '' where a row has none."""
-    ratios = [r.get("x_floor") for r in rows]
-    if not all(finite(x) for x in ratios):
-        return ""
-    floors = _span([r["floor_ms"] for r in rows], "ms")
-    return f"{_span(ratios, 'x').replace(' x', 'x')} its {floors} roofline floor"
-
-
-def how_sure(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
-    """Return how sure the verdict is: its source and the check's held-out error."""
-    sources = sorted(verdict.loc[verdict["fits_memory"] == "yes", "source"].astype(str).unique())
-    if sources == ["model"]:
-        return "from the target's roofline alone (source: model): no measured step checks it"
-    sure = f"{' and '.join(sources) or 'no'} rows"
-    if check.empty or "composed_error_pct" not in check:
-        return f"{sure}, unchecked: no whole step was measured to check the composition against"
-    held = check[check["held_out"].astype(bool)] if "held_out" in check else check.iloc[0:0]
-    largest = _largest_fit_batch(check)
-    beyond = held.iloc[0:0]
-    if largest is not None and "batch" in held:
-        batch = numeric(held, "batch")
-        held, beyond = held[batch <= largest], held[batch > largest]
-    err = numeric(held, "composed_error_pct").dropna()
-    if err.empty:
-        return f"{sure}, unchecked: no held-out whole step on {devices(check)}"
-    out = (
-        f"{sure}; the composition is {spread(err)} off {_steps(err)} measured on "
-        f"{devices(check)} that it was not calibrated on"
-    )
-    far = numeric(beyond, "composed_error_pct").dropna()
-    if not far.empty:
-        out += (
-            f" up to its largest fit batch ({largest}), and {spread(far)} off {_steps(far)} "
-            "beyond it (extrapolated)"
-        )
-    return out + ", per the check table"
-
-
-def _largest_fit_batch(check: pd.DataFrame) -> int | None:
-    """Return the largest batch the check's fit was made on (its `calibrated_on`), if named."""
-    found = [
-        int(b)
-        for text in check.get("calibrated_on", pd.Series(dtype=str)).dropna().astype(str)
-        for m in re.finditer(r"at batches \[([\d, ]+)\]", text)
-        for b in m.group(1).split(",")
-    ]
-    return max(found) if found else None
-
-
-def _steps(err: pd.Series) -> str:
-    """Return '33 whole steps'."""
-    return f"{len(err)} whole step{'s' if len(err) > 1 else ''}"
-
-
-def answer(verdict: pd.DataFrame, check: pd.DataFrame) -> str:
-    """Return the report's answer in one sentence, per run of batches, then how sure."""
-    if verdict.empty or "tokens_per_s" not in verdict:
-        return "No verdict: the deployment table has no rows."
-
-    target = f"{verdict['model'].iloc[0]} on {verdict['hardware'].iloc[0]}"
-    runs = _runs(winners(verdict))
-    if [w for w, _ in runs] == ["none fits"]:
-        batches = _batches([r["batch"] for r in runs[0][1]])
-        return f"{target}: no layout of the grid fits in memory at {batches}, so none is fastest."
-    words = [_run_words(verdict, w, recs, i == 0) for i, (w, recs) in enumerate(runs)]
-    return f"{target}, fastest layout: " + "; ".join(words) + f" ({how_sure(verdict, check)})."
+# ---- the engines' figures ------------------------------------------------------------------
 
 
 def engine_line(engines: pd.DataFrame | None) -> str:
@@ -303,11 +146,6 @@ LEGEND = {
         "tilesweep", DATA_FILES[0], "legend", dict[str, str]
     ).items()
 }
-
-
-def legend() -> list[tuple[str, str]]:
-    """Return the verdict grid's badge words and what each means, in the order they are read."""
-    return list(LEGEND.items())
 
 
 # ---- findings on the kernels and on the machine that ran the sweep ---------------------------

@@ -48,9 +48,9 @@ def img(png: bytes, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _cell(column: str, value: object, style: str, digits: int) -> str:
+def _cell(column: str, value: object, style: str) -> str:
     """Return one <td>: escaped text, a badge for the source, a verdict colour in the pivot."""
-    text = fmt_value(value, digits)
+    text = fmt_value(value)
     if style == "verdict" and column.startswith("batch ") and text:
         head, _, numbers = text.partition("\n")
         word = head.split(" ")[0]
@@ -69,7 +69,6 @@ def table(
     frame: pd.DataFrame,
     columns: list[str] | None = None,
     style: str = "",
-    digits: int = 3,
     empty: str = "(no rows)",
 ) -> str:
     """Return an HTML table of the given columns (those present) in its own scrolling box."""
@@ -81,7 +80,7 @@ def table(
     for rec in frame[cols].to_dict("records"):
         source = rec.get("source") if "source" in rec else None
         cls = f' class="src-{esc(source)}"' if style and source is not None else ""
-        cells = "".join(_cell(c, rec[c], style, digits) for c in cols)
+        cells = "".join(_cell(c, rec[c], style) for c in cols)
         body.append(f"<tr{cls}>{cells}</tr>")
     return (
         f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
@@ -89,14 +88,7 @@ def table(
     )
 
 
-def _bullets(item: Bullets) -> str:
-    """Return a list of findings as <ul>, nothing when there are none."""
-    lines = "".join(f"<li>{prose(x)}</li>" for x in item.items)
-    return f'<ul class="headlines">{lines}</ul>' if lines else ""
-
-
 def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
-    """Return a table's legend as a definition list (with verdict colours)."""
     rows = ""
     for word, meaning in items:
         kinds = SWATCHES.get(word, ()) if style == "verdict" else ()
@@ -106,7 +98,6 @@ def _legend(items: tuple[tuple[str, str], ...], style: str = "") -> str:
 
 
 def _table(item: Table) -> str:
-    """Return a table block: title (a <details> summary when collapsed), note, table, legend."""
     note = f"<p>{prose(item.note)}</p>" if item.note else ""
     body = table(item.frame, item.shown(), item.style, empty=item.empty)
     if item.legend:
@@ -120,7 +111,11 @@ def _table(item: Table) -> str:
 # How each kind of block is written; figures need the PNG bytes, so they get the ReportData.
 BLOCKS = {
     Text: lambda item, data: f"<p>{prose(item.text)}</p>",
-    Bullets: lambda item, data: _bullets(item),
+    Bullets: lambda item, data: (
+        f'<ul class="headlines">{"".join(f"<li>{prose(x)}</li>" for x in item.items)}</ul>'
+        if item.items
+        else ""
+    ),
     Heading: lambda item, data: f"<h3>{esc(item.text)}</h3>",
     Figure: lambda item, data: (
         f"<figure>{img(data.figures[item.name], item.alt)}"
@@ -136,8 +131,7 @@ BLOCKS = {
 def card_html(card: AnswerCard) -> str:
     """Return the answer card: headline, picks per batch, where nothing fits, what it rests on."""
     table_html = table(card.table()) if card.picks else ""
-    none = f"<p>{esc(card.no_fit_line())}</p>" if card.no_fit_batches else ""
-    none += f"<p>{esc(card.gap_line())}</p>" if card.gaps and card.picks else ""
+    none = "".join(f"<p>{esc(line)}</p>" for line in card.notes() if line)
     return (
         f'<section id="answer" class="card"><p><strong>The answer.</strong> '
         f"{esc(card.headline)}</p>{table_html}{none}"

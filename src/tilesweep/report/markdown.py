@@ -9,16 +9,14 @@ from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData
 from tilesweep.report.formatting import fmt_value
 
 
-def md_table(
-    frame: pd.DataFrame, columns: list[str], digits: int = 3, empty: str = "(no rows)"
-) -> str:
+def md_table(frame: pd.DataFrame, columns: list[str], empty: str = "(no rows)") -> str:
     """Return a GitHub-style Markdown table of the given columns (line breaks become <br>)."""
     cols = [c for c in columns if c in frame.columns]
     if frame.empty or not cols:
         return f"_{empty}_\n"
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for rec in frame[cols].to_dict("records"):
-        cells = (fmt_value(rec[c], digits).replace("|", "/").replace("\n", "<br>") for c in cols)
+        cells = (fmt_value(rec[c]).replace("|", "/").replace("\n", "<br>") for c in cols)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -36,7 +34,6 @@ def provenance_line(provenance: dict) -> str:
 
 
 def _table(item: Table) -> str:
-    """Return a table block: its title, note, table and legend."""
     out = [f"#### {item.title}\n"] if item.title else []
     out += [item.note + "\n"] if item.note else []
     out.append(md_table(item.frame, item.shown(), empty=item.empty))
@@ -65,8 +62,7 @@ def card_md(card: AnswerCard) -> str:
     table = card.table()
     if not table.empty:
         out.append(md_table(table, list(table.columns)))
-    out += [card.no_fit_line() + "\n"] if card.no_fit_batches else []
-    out += [card.gap_line() + "\n"] if card.gaps and card.picks else []
+    out += [line + "\n" for line in card.notes() if line]
     out.append(
         "_Rests on_:\n\n" + "".join(f"- {line}\n" for line in card.rests_lines(REPORT_RESTS))
     )

@@ -1,37 +1,19 @@
-"""The report's sections on what the sweep measured on its own machine, apart from the verdict."""
+"""The report's sections on what the sweep measured on its own machine, apart from the verdict,
+and its provenance: devices, versions, when each figure was measured, the config."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
+from tilesweep import columns
 from tilesweep.answer_picks import finite, numeric
-from tilesweep.columns import (
-    BEST_PER_BATCH_COLUMNS,
-    COLLECTIVE_REPORT_COLUMNS,
-    DECODE_TARGET_COLUMNS,
-    ESTIMATE_COLUMNS,
-    FIT_COUNT_COLUMNS,
-    LATENCY_FLOOR_COLUMNS,
-    LAUNCH_COVERAGE_COLUMNS,
-    LAUNCH_FAILURE_COLUMNS,
-    NOT_TIMED_COLUMNS,
-    REPORT_LAUNCH_COLUMNS,
-)
-from tilesweep.report.analysis import (
-    best_per_batch,
-    decode_targets,
-    estimate_errors,
-    fit_counts,
-    latency_floors,
-    launch_coverage,
-    launch_failures,
-    not_timed,
-    ok_rows,
-)
+from tilesweep.report import analysis
 from tilesweep.report.decode_figures import decode_time_caption
-from tilesweep.report.document import TEXTS, Block, Bullets, Figure, Heading, Table, Text
-from tilesweep.report.formatting import column, devices, fmt_value, plural
-from tilesweep.report.launch_figure import LIMITS
+from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
+from tilesweep.report.formatting import column, devices, distinct, fmt_value, plural, utc_minute
+from tilesweep.report.machine_figures import LIMITS
 from tilesweep.report.sections import verdict_collectives
 
 
@@ -39,21 +21,23 @@ def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
     """Return what the sweep measured on its own machine: the device and its fastest kernels."""
     lines = machine_headlines(decode)
     return [
-        Text(TEXTS["machine_intro"].format(devices=devices(ok_rows(decode)), hardware=hardware)),
+        Text(
+            TEXTS["machine_intro"].format(
+                devices=devices(analysis.ok_rows(decode)), hardware=hardware
+            )
+        ),
         *([Bullets(lines)] if lines else [Text("(no decode measurement on this machine)")]),
     ]
 
 
-def launch_blocks(
-    launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame | None = None
-) -> list[Block]:
+def launch_blocks(launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame) -> list[Block]:
     """Return the launch section's blocks: findings, coverage, counts, figure, failures."""
     blocks: list[Block] = [Text(TEXTS["launch_intro"].format(when=_when(provenance, "launch")))]
-    coverage = launch_coverage(launch, pd.DataFrame() if decode is None else decode)
+    coverage = analysis.launch_coverage(launch, decode)
     covered = coverage_lines(coverage)
     table = Table(
         coverage,
-        LAUNCH_COVERAGE_COLUMNS,
+        columns.LAUNCH_COVERAGE_COLUMNS,
         title="Kernels timed in decode, and whether the launch check has them",
     )
     if launch.empty or "target" not in launch:
@@ -61,31 +45,34 @@ def launch_blocks(
         return [*blocks, Text("(no launch checks)"), *found]
     blocks += [Bullets(launch_headlines(launch) + covered)]
     blocks += [table] if covered else []
-    blocks += [Table(fit_counts(launch), FIT_COUNT_COLUMNS), Figure("launch_smem")]
-    errors = estimate_errors(launch)
+    blocks += [Table(analysis.fit_counts(launch), columns.FIT_COUNT_COLUMNS), Figure("launch_smem")]
+    errors = analysis.estimate_errors(launch)
 
     for target, part in launch.groupby("target", sort=False):
         rec = {c: part[c].dropna().iloc[0] for c in part.columns if part[c].notna().any()}
         limits = ", ".join(
             f"{label} {fmt_value(rec[col])} B" for col, label, *_ in LIMITS if col in rec
         )
-        fails = launch_failures(part)
+        fails = analysis.launch_failures(part)
         blocks += [
             Heading(f"{target} ({rec.get('arch', 'arch missing')})"),
             Text(f"Limits: {limits or 'none recorded'}."),
             Table(
                 fails,
-                LAUNCH_FAILURE_COLUMNS,
+                columns.LAUNCH_FAILURE_COLUMNS,
                 title="What fails and why",
                 empty="Every kernel fits on this target.",
             ),
             Table(
                 errors[errors["target"] == target] if not errors.empty else errors,
-                ESTIMATE_COLUMNS,
+                columns.ESTIMATE_COLUMNS,
                 title="Hand estimate against the compiler's or CUTLASS's number",
             ),
             Table(
-                part, REPORT_LAUNCH_COLUMNS, title=f"All {plural(len(part), 'row')}", collapsed=True
+                part,
+                columns.REPORT_LAUNCH_COLUMNS,
+                title=f"All {plural(len(part), 'row')}",
+                collapsed=True,
             ),
         ]
     return blocks
@@ -96,52 +83,45 @@ def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
     blocks: list[Block] = [
         Text(
             TEXTS["decode_intro"].format(
-                devices=devices(ok_rows(decode)), when=_when(provenance, "decode")
+                devices=devices(analysis.ok_rows(decode)), when=_when(provenance, "decode")
             )
         ),
         Figure("decode_time", decode_time_caption(decode)),
         Figure("decode_roofline"),
         Table(
-            best_per_batch(decode),
-            BEST_PER_BATCH_COLUMNS,
+            analysis.best_per_batch(decode),
+            columns.BEST_PER_BATCH_COLUMNS,
             title="Best per batch, and the best tile against the baselines",
             note="Per dtype: a tile is compared with the torch baselines of its own dtype.",
             empty="(no measurements)",
         ),
     ]
-    targets = decode_targets(decode)
+    targets = analysis.decode_targets(decode)
     if not targets.empty:
         blocks.append(
             Table(
                 targets,
-                DECODE_TARGET_COLUMNS,
+                columns.DECODE_TARGET_COLUMNS,
                 title="Decode targets",
                 note=TEXTS["decode_targets_note"],
             )
         )
-    skipped = not_timed(decode)
+    skipped = analysis.not_timed(decode)
     if not skipped.empty:
-        blocks.append(Table(skipped, NOT_TIMED_COLUMNS, title="Not timed"))
+        blocks.append(Table(skipped, columns.NOT_TIMED_COLUMNS, title="Not timed"))
     return blocks
 
 
 def collective_blocks(
-    collective: pd.DataFrame,
-    provenance: dict,
-    decode: pd.DataFrame | None = None,
-    verdict: pd.DataFrame | None = None,
+    collective: pd.DataFrame, provenance: dict, decode: pd.DataFrame, verdict: pd.DataFrame
 ) -> list[Block]:
     """Return the collectives section's blocks (gloo rows in a GPU run labelled, kept apart)."""
-    ok = ok_rows(collective)
+    ok = analysis.ok_rows(collective)
     kinds = set(column(ok, "device_kind", "").dropna().astype(str))
-    gpu_run = "cuda" in set(
-        column(ok_rows(decode if decode is not None else pd.DataFrame()), "device_kind", "")
-        .dropna()
-        .astype(str)
-    )
+    gpu_run = "cuda" in set(column(analysis.ok_rows(decode), "device_kind", "").dropna())
     on_cpu, when, collectives = "", _when(provenance, "collective"), verdict_collectives(verdict)
     if gpu_run and kinds and kinds <= {"cpu"}:
-        backends = ", ".join(sorted(set(column(ok, "backend", "").dropna().astype(str))))
+        backends = distinct([ok], "backend")
         on_cpu = f" on the CPU ({backends})"
         words = {"devices": devices(ok), "backends": backends, "when": when}
         head = [Text(TEXTS["cpu_collectives"].format(collectives=collectives, **words))]
@@ -153,14 +133,14 @@ def collective_blocks(
     return [
         *head,
         Table(
-            latency_floors(collective),
-            LATENCY_FLOOR_COLUMNS,
+            analysis.latency_floors(collective),
+            columns.LATENCY_FLOOR_COLUMNS,
             title=f"Latency floor{on_cpu}",
             collapsed=bool(on_cpu),
         ),
         Table(
             ok,
-            COLLECTIVE_REPORT_COLUMNS,
+            columns.COLLECTIVE_REPORT_COLUMNS,
             title=f"Every timed message{on_cpu}",
             empty="(no measurements)",
             collapsed=True,
@@ -171,7 +151,7 @@ def collective_blocks(
 def launch_headlines(launch: pd.DataFrame) -> list[str]:
     """Return one-sentence findings on the kernels against their targets' limits."""
     lines = []
-    counts = fit_counts(launch)
+    counts = analysis.fit_counts(launch)
     for target, part in counts.groupby("target", sort=False):
         total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
         lines.append(
@@ -181,14 +161,14 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
             + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
             + "."
         )
-    fails = launch_failures(launch)
+    fails = analysis.launch_failures(launch)
     if not fails.empty:
         worst = fails.loc[numeric(fails, "overshoot_bytes").fillna(-1).idxmax()]
         lines.append(
             f"Largest miss: {worst.get('target')} {worst.get('kernel')}: "
             f"{str(worst['reason']).rstrip('.')}."
         )
-    errors = estimate_errors(launch)
+    errors = analysis.estimate_errors(launch)
     if not errors.empty:
         pct = errors["smem_model_error_pct"].dropna()
         if not pct.empty:
@@ -203,7 +183,7 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
 def machine_headlines(decode: pd.DataFrame) -> list[str]:
     """Return one-sentence findings on the fastest decode kernels of the sweep's machine."""
     lines = []
-    best = best_per_batch(decode)
+    best = analysis.best_per_batch(decode)
     if best.empty:
         return lines
     uniform = best[best["routing"].astype(str) == "uniform"]
@@ -261,6 +241,68 @@ def coverage_lines(coverage: pd.DataFrame) -> list[str]:
 
 
 def _when(provenance: dict, key: str) -> str:
-    """Return ' Measured <when>.' for a section, or nothing when unknown."""
     when = provenance.get("measured", {}).get(key)
     return f" Measured {when}." if when else ""
+
+
+def _job_span(frame: pd.DataFrame) -> str:
+    """Return when a table's rows were measured from their job times (UTC, to the minute), or ''."""
+    start = pd.to_datetime(column(frame, "job_start_utc"), utc=True, errors="coerce").dropna()
+    end = pd.to_datetime(column(frame, "job_end_utc"), utc=True, errors="coerce").dropna()
+    if start.empty:
+        return ""
+    first, last = utc_minute(start.min()), utc_minute(end.max() if not end.empty else start.max())
+    return f"{first if first == last else f'{first} to {last}'} (the rows' job times)"
+
+
+def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
+    """Return the provenance section's blocks: devices, versions, when, and the config."""
+    measured_on = [analysis.ok_rows(decode), analysis.ok_rows(collective)]
+    rows = [(f"measured rows: {k}", distinct(measured_on, k)) for k in columns.PROVENANCE_KEYS]
+    rows.append(
+        (f"launch checks: {columns.TOOLCHAIN_KEY}", distinct([launch], columns.TOOLCHAIN_KEY))
+    )
+    rows = [(what, value or "unknown") for what, value in rows]
+    rows += [(f"report built with: {k}", v) for k, v in provenance.items() if k != "measured"]
+    when = provenance.get("measured", {})
+    layout_when = "; ".join(
+        f"{label}: {when[key]}"
+        for key, label in (("decode", "decode"), ("layout", "layout steps"))
+        if key in when
+    )
+    # A kept example is re-rendered without its run's provenance file: its rows' own job times
+    # where they carry them, else a gap that says so (a table without rows has no time to keep).
+    gap = "not kept with the tables" if provenance.get("note") else "unknown"
+    when = {"decode": span, **when} if (span := _job_span(decode)) else when
+
+    def row(figure: str, measured: str | None, table: pd.DataFrame, on: str) -> dict:
+        measured = measured or (gap if not table.empty else "no rows measured")
+        return {"figure": figure, "measured": measured, "on": on}
+
+    compiled = "host compiler, checked against target tables"
+    when_rows = [
+        row("launch_smem", when.get("launch"), launch, compiled),
+        row(
+            "decode_time, decode_roofline",
+            when.get("decode"),
+            decode,
+            devices(analysis.ok_rows(decode)),
+        ),
+        row(
+            "collective_bandwidth",
+            when.get("collective"),
+            collective,
+            devices(analysis.ok_rows(collective)),
+        ),
+        row("check_error", layout_when, check, devices(check)),
+    ]
+    composed = "composed at aggregation"
+    when_rows.append(
+        {"figure": "verdict_split", "measured": composed, "on": "none: composed for the target"}
+    )
+    return [
+        Table(pd.DataFrame(rows, columns=["what", "value"])),
+        Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),
+        # as_dict: the resolved config written out for the reader, as the rules' params hold it
+        Code("Resolved config", json.dumps(settings.as_dict(), indent=2, sort_keys=True)),
+    ]

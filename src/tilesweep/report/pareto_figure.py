@@ -9,15 +9,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tilesweep.answer_picks import numeric
+from tilesweep.report import plotting as plot
 from tilesweep.report.formatting import plural
-from tilesweep.report.plotting import (
-    COLORS,
-    MARKERS,
-    MAX_SERIES,
-    empty,
-    enforce_series,
-    whole,
-)
 
 # An axis whose values span more than this factor is drawn on a log scale.
 LOG_SPAN = 20.0
@@ -63,7 +56,9 @@ def frontier(points: pd.DataFrame, x: str = "per_user", y: str = "per_gpu") -> p
     return points[~dominated].sort_values([x, y], ascending=[True, False])
 
 
-def shown_layouts(points: pd.DataFrame, limit: int = MAX_SERIES) -> tuple[list[str], list[str]]:
+def shown_layouts(
+    points: pd.DataFrame, limit: int = plot.MAX_SERIES
+) -> tuple[list[str], list[str]]:
     """Return (the layouts drawn, the rest): frontier first, then best per GPU, at most `limit`."""
     if points.empty:
         return [], []
@@ -87,7 +82,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     """Return tokens/s per GPU against tokens/s per user, a series per layout, frontier drawn."""
     points = pareto_points(verdict)
     if points.empty:
-        return empty("no layout fits in memory at any batch: nothing to trade off", "Pareto")
+        return plot.empty("no layout fits in memory at any batch: nothing to trade off", "Pareto")
     drawn, rest = shown_layouts(points)
     front = frontier(points)
     fig = Figure(figsize=(9.5, 5.0))
@@ -113,7 +108,7 @@ def pareto(verdict: pd.DataFrame) -> Figure:
                 label=None,
             )
         labels += [
-            (f"{whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
+            (f"{plot.whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
             for r in part.to_dict("records")
         ]
     _scale(ax.xaxis, ax.set_xscale, points["per_user"])
@@ -132,16 +127,17 @@ def pareto(verdict: pd.DataFrame) -> Figure:
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="layout")
     fig.set_layout_engine("constrained")
     place_labels(fig, ax, labels)
-    return enforce_series(fig)
+    return plot.enforce_series(fig)
 
 
 def _style(i: int) -> dict:
-    """Return the i-th layout's colour and marker (COLORS and MARKERS cycled)."""
-    return {"color": COLORS[i % len(COLORS)], "marker": MARKERS[i % len(MARKERS)]}
+    return {
+        "color": plot.COLORS[i % len(plot.COLORS)],
+        "marker": plot.MARKERS[i % len(plot.MARKERS)],
+    }
 
 
 def _handles(points: pd.DataFrame, drawn: list[str], rest: list[str]) -> list[Line2D]:
-    """Return the legend: the layouts drawn, the frontier, model points and the rest's count."""
     handles = [Line2D([], [], lw=0.8, label=lay, **_style(i)) for i, lay in enumerate(drawn)]
     handles.append(Line2D([], [], **FRONTIER, label="frontier (not dominated)"))
     if (points["source"] == "model").any():
@@ -190,26 +186,22 @@ def _free(box, placed: list, points: list, radius: float) -> bool:
 
 
 def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], str]]) -> None:
-    """Annotate each point with its label where it overlaps nothing (LABEL_OFFSETS); points on
-    top of each other with the same label share one label."""
+    """Annotate each point where its label overlaps nothing; coinciding points share one."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     fig.canvas.draw()  # the layout settles: display positions hold from here
     renderer = fig.canvas.get_renderer()
     where = {i: ax.transData.transform(xy) for i, (_, xy, _) in enumerate(labels)}
-    merged: list[tuple[str, tuple[float, float], str, list[int]]] = []
+    merged: list[list] = []  # [text, xy, colour (grey where layouts differ), indices]
     for i, (text, xy, color) in enumerate(labels):
         same = next(
-            (m for m in merged if m[0] == text and np.hypot(*(where[i] - where[m[3][0]])) < 6),
-            None,
+            (m for m in merged if m[0] == text and np.hypot(*(where[i] - where[m[3][0]])) < 6), None
         )
         if same is None:
-            merged.append((text, xy, color, [i]))
+            merged.append([text, xy, color, [i]])
         else:
-            same[3].append(i)
-            if same[2] != color:
-                merged[merged.index(same)] = (same[0], same[1], "#333333", same[3])
+            same[2:] = [same[2] if same[2] == color else "#333333", [*same[3], i]]
     radius = 5.0 * fig.dpi / 72.0
     placed = []
     for text, xy, color, members in merged:

@@ -1,6 +1,7 @@
 """What every report figure shares: PNG output (no pyplot: no global state), the empty figure
-that says why, the series limit, log axes. Every figure reads at a 1,280 px page: at most
-MAX_SERIES series per axis, no wider than PAGE_WIDTH_IN, no text under TEXT_PT."""
+that says why, the series limit, log axes; and `tilesweep compare`'s figure. Every figure reads
+at a 1,280 px page: at most MAX_SERIES series per axis, no wider than PAGE_WIDTH_IN, no text
+under TEXT_PT."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import io
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, FuncFormatter, NullFormatter
 
+from tilesweep.answer_picks import numeric
 from tilesweep.report.formatting import whole
 
 DPI = 100
@@ -48,6 +51,11 @@ def empty(message: str, title: str = "") -> Figure:
         ax.set_title(title)
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555")
     return fig
+
+
+def cycled(names: Iterable, palette: Sequence) -> dict:
+    """Return each name's entry of palette, in order, the palette repeated."""
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
 def reference(artist):
@@ -160,15 +168,50 @@ def kernel_label(row: dict) -> str:
     """Return a short label of a launch row: backend, tile, stages, epilogue, dtype."""
     tile = "x".join(str(whole(row.get(k))) for k in ("tile_m", "tile_n", "tile_k"))
     stages = row.get("stages")
-    stages = row.get("stages_requested") if missing(stages) else stages
+    stages = row.get("stages_requested") if pd.isna(stages) else stages
     parts = [str(row.get("backend", "?")), tile]
-    if not missing(stages):
+    if not pd.isna(stages):
         stages = whole(stages)
         parts.append(f"s{stages}" if isinstance(stages, int) else f"stages={stages}")
     parts += [str(row.get("epilogue", "")), str(row.get("dtype", ""))]
     return " ".join(p for p in parts if p and p != "nan")
 
 
-def missing(value: object) -> bool:
-    """Return whether a cell is empty (None or NaN)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def compare_ratios(changes: pd.DataFrame, top: int = 30) -> Figure:
+    """Return B/A ratios of the `top` values that moved most, one panel per table."""
+    if changes.empty or "ratio" not in changes:
+        return empty("nothing numeric to compare", "B / A")
+    ratio = numeric(changes, "ratio")
+    moved = changes[np.isfinite(ratio) & (ratio > 0)].copy()
+    if moved.empty:
+        return empty("nothing numeric to compare", "B / A")
+    moved["_size"] = np.abs(np.log(numeric(moved, "ratio")))
+    tables = list(dict.fromkeys(moved["table"].astype(str)))
+    shown = {
+        t: moved[moved["table"].astype(str) == t].nlargest(top, "_size").reset_index(drop=True)
+        for t in tables
+    }
+    heights = [max(1.8, 0.2 * len(shown[t]) + 1.1) for t in tables]
+    fig = Figure(figsize=(9, sum(heights)))
+    axes = fig.subplots(len(tables), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, table in zip(axes, tables, strict=True):
+        part = shown[table]
+        total = int((moved["table"].astype(str) == table).sum())
+        y = np.arange(len(part))
+        beyond = part["beyond"].astype(bool).to_numpy()
+        ratio = numeric(part, "ratio").to_numpy()
+        for mask, color, label in (
+            (beyond, "#c0392b", "beyond noise"),
+            (~beyond, "#8a8a8a", "within noise"),
+        ):
+            if mask.any():
+                ax.scatter(ratio[mask], y[mask], c=color, s=14, zorder=3, label=label)
+        reference(ax.axvline(1.0, color="black", lw=0.8))
+        labels = (part["label"].astype(str) + "  " + part["metric"].astype(str)).tolist()
+        ax.set_yticks(y, labels, fontsize=TEXT_PT)
+        ax.invert_yaxis()
+        log_axes(ax, y=False)
+        title = f"{table}: B / A, the {len(part)} largest moves of {total} (red: beyond noise)"
+        ax.set_title(title, fontsize=TEXT_PT + 2, loc="left")
+        ax.grid(axis="x", alpha=0.3, which="both")
+    return finish(fig)
