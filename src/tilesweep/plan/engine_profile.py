@@ -73,12 +73,7 @@ class EngineProfile:
 
     def issued(self, stage: dict, last: bool = True) -> float:
         """Return the kernels the CPU issues for one stage's step."""
-        counts = {
-            "per_layer": stage["dense"] + stage["moe"],
-            "per_moe_layer": stage["moe"],
-            "per_dense_layer": stage["dense"],
-            "per_step": 1 if last else 0,
-        }
+        counts = _occurrences(stage, last)
         return sum(n * counts[where] for where, n in self.kernels.items())
 
     def host_for(self, gpu_ms: float, stage: dict, last: bool = True) -> float:
@@ -89,19 +84,25 @@ class EngineProfile:
 
     def extra_parts(self, stage: dict, first: bool, last: bool) -> list[dict]:
         """Return the engine's extra kernels on one stage as bytes-free parts (count: layers)."""
-        layers = stage["dense"] + stage["moe"]
-        counts = {
-            "per_layer": layers,
-            "per_moe_layer": stage["moe"],
-            "per_dense_layer": stage["dense"],
-            "per_step": 1 if last else 0,
-        }
-        out = []
-        for where, n in self.extra.items():
-            if n and counts[where]:
-                name = f"{self.name}_{where}_extra"
-                out.append(make_part(name, EXTRA, 0.0, 0.0, "bf16", counts[where], launches=n))
-        return out
+        counts = _occurrences(stage, last)
+        return [
+            make_part(
+                f"{self.name}_{where}_extra", EXTRA, 0.0, 0.0, "bf16", counts[where], launches=n
+            )
+            for where, n in self.extra.items()
+            if n and counts[where]
+        ]
+
+
+def _occurrences(stage: dict, last: bool) -> dict[str, int]:
+    """Return how many times each of LAYER_KINDS' lists runs in one stage's step."""
+    layers = stage["dense"] + stage["moe"]
+    return {
+        "per_layer": layers,
+        "per_moe_layer": stage["moe"],
+        "per_dense_layer": stage["dense"],
+        "per_step": 1 if last else 0,
+    }
 
 
 def _running(
@@ -175,10 +176,8 @@ def as_run(row: dict) -> EngineProfile | None:
     name = row.get("kernel_list")
     if not isinstance(name, str) or name in ("", LEAN):
         return None
-    extra = {}
-    for where, column in EXTRA_COLUMNS.items():
-        value = row.get(column)
-        extra[where] = float(value) if value is not None and value == value else 0.0
+    values = {where: row.get(column) for where, column in EXTRA_COLUMNS.items()}
+    extra = {where: float(v) if v is not None and v == v else 0.0 for where, v in values.items()}
     return EngineProfile(name, name, None, extra)
 
 

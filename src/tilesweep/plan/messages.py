@@ -102,3 +102,13 @@ def fit_alpha_beta(sizes: list[float], times_ms: list[float]) -> tuple[float, fl
         slope = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
         alpha = 0.0
     return float(alpha), 1.0 / float(slope)
+
+
+def interpolated_us(points: list, nbytes: float) -> float:
+    """Return the time in us at nbytes, linear between cited points, held at the end points."""
+    if nbytes <= points[0][0]:
+        return float(points[0][1])
+    for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
+        if nbytes <= b1:
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+    return float(points[-1][1])

@@ -56,29 +56,19 @@ def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
 
 def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
-    `prefill` prompt rows carried through the decode step's layers (mixed)."""
+    `prefill` prompt rows carried through the decode step's layers (mixed); micro 0: a prefill
+    pass of its own over them (separate: every layer's weights read again, one row's logits, no
+    decoding sequence's attention)."""
     model, dep, layout = step.model, step.dep, step.layout
-    parts = stage_parts(model, dep, layout, stage, micro, first, last)
+    parts = stage_parts(model, dep, layout, stage, micro or 1, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
-        parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + _at_prompt_size(
-            step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS]
-        )
+        carried = _at_prompt_size(step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS])
+        if micro:
+            parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + carried
+        else:
+            parts = carried + [p for p in parts if p["kind"] == "lm_head"]
         parts += prompt_parts(model, dep, layout, stage, prefill, step.hw)
-    if step.extra_parts is not None:
-        parts = parts + step.extra_parts(stage, first, last)
-    return parts
-
-
-def _pass_parts(step: _Step, stage: dict, rows: int, first: bool, last: bool) -> list:
-    """Return the parts one rank of a stage runs in a prefill pass of its own over `rows` prompt
-    rows (separate): every layer's weights read again, no decoding sequence's attention."""
-    model, dep, layout = step.model, step.dep, step.layout
-    carried = stage_parts(model, dep, layout, stage, rows, first, last)
-    logits = stage_parts(model, dep, layout, stage, 1, first, last)
-    parts = _at_prompt_size(step, [p for p in carried if p["kind"] not in DECODE_ONLY_KINDS])
-    parts += [p for p in logits if p["kind"] == "lm_head"]
-    parts += prompt_parts(model, dep, layout, stage, rows, step.hw)
     if step.extra_parts is not None:
         parts = parts + step.extra_parts(stage, first, last)
     return parts
@@ -131,10 +121,7 @@ def _stage_time(
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak};
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
-    if micro:
-        parts = _parts(step, stage, micro, first, last, prefill)
-    else:
-        parts = _pass_parts(step, stage, prefill, first, last)
+    parts = _parts(step, stage, micro, first, last, prefill)
     acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
     acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
