@@ -96,6 +96,11 @@ def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]
     return out
 
 
+def group_params(model: ModelSettings, group: str, tp: int) -> float:
+    """Return one layer's weights of a group held by one rank of a TP group."""
+    return sum(i * o / (tp if split else 1) for _, i, o, split in linears(model).get(group, []))
+
+
 def expert_params(model: ModelSettings) -> int:
     """Return the weights of one routed expert (gate, up and down)."""
     return 3 * model.hidden * model.moe_intermediate

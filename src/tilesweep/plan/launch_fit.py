@@ -53,11 +53,6 @@ def _groups() -> dict[tuple[str, ...], list[str]]:
     return out
 
 
-def group_name(kinds: tuple[str, ...]) -> str:
-    """Return the readable name of a group of part kinds."""
-    return "+".join(kinds)
-
-
 def attribution(row: dict) -> float:
     """Return the graphed step's time over the sum of its parts (1 where either is missing): the
     parts say where the time goes; the whole step says how much there is."""
@@ -90,7 +85,7 @@ def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) ->
         launches = sum(c for c in counted if c is not None and not math.isnan(c))
         # Only the kinds this model has: a fit on MLA attention never stands for GQA's kernel.
         seen = [k for k in kinds if roof.get(k, {}).get("count", 0)]
-        out[group_name(tuple(seen))] = {
+        out["+".join(seen)] = {
             "kinds": seen,
             "ms": float(sum(ms)),
             "launches": float(launches),

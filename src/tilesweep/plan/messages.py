@@ -35,35 +35,20 @@ def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dic
     msgs = []
     if layout["tp"] > 1:
         # Attention output and MoE output are each all-reduced once per layer.
-        msgs.append(
-            {
-                "collective": "all_reduce",
-                "group": layout["tp"],
-                "bytes": tokens * hidden,
-                "per_step": 2 * layers_per_stage,
-            }
-        )
+        msgs.append(_message("all_reduce", layout["tp"], tokens * hidden, 2 * layers_per_stage))
     if layout["ep"] > 1:
         # Dispatch and combine: each rank sends its tokens' hidden states to top_k experts.
-        msgs.append(
-            {
-                "collective": "all_to_all",
-                "group": layout["ep"],
-                "bytes": dispatch_rows(layout, model, tokens_per_expert) * hidden,
-                "per_step": 2 * layers_per_stage,
-            }
-        )
+        nbytes = dispatch_rows(layout, model, tokens_per_expert) * hidden
+        msgs.append(_message("all_to_all", layout["ep"], nbytes, 2 * layers_per_stage))
     if layout["pp"] > 1:
         # Each stage hands its activations to the next once per step; stages send concurrently.
-        msgs.append(
-            {
-                "collective": "send_recv",
-                "group": 2,
-                "bytes": tokens * hidden,
-                "per_step": 1,
-            }
-        )
+        msgs.append(_message("send_recv", 2, tokens * hidden, 1))
     return msgs
+
+
+def _message(collective: str, group: int, nbytes: int, per_step: int) -> dict:
+    """Return one collective of a step: kind, group size, bytes, calls per step."""
+    return {"collective": collective, "group": group, "bytes": nbytes, "per_step": per_step}
 
 
 def sweep_sizes(low: int, high: int, factor: int) -> list[int]:

@@ -21,17 +21,8 @@ def predict_ms(
     obs: dict, e_bw: float, e_math: float, per_kernel_ms: float, overlap: float = 0.0
 ) -> float:
     """Return the launch-aware time of one observation at these efficiencies."""
-    return float(
-        part_ms(
-            obs["launches"],
-            per_kernel_ms,
-            obs["roof_memory_ms"],
-            obs["roof_math_ms"],
-            e_bw,
-            e_math,
-            overlap,
-        )
-    )
+    terms = (obs["roof_memory_ms"], obs["roof_math_ms"], e_bw, e_math, overlap)
+    return float(part_ms(obs["launches"], per_kernel_ms, *terms))
 
 
 def fit_pair(
@@ -86,10 +77,7 @@ def _grid_fit(
     math_grid: np.ndarray = GRID,
 ) -> tuple[float, float]:
     """Return the (e_bw, e_math) minimising the squared log error (ties: the largest)."""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
-    launches = np.array([o["launches"] for o in observations])[:, None, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
+    mem, flop, launches, ms = _columns(observations, 3)
     bw, mt = bw_grid[None, :, None], math_grid[None, None, :]
     pred = part_ms(launches, per_kernel_ms, mem, flop, bw, mt, overlap)
     err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
@@ -97,6 +85,15 @@ def _grid_fit(
     flipped = total[::-1, ::-1]
     i, j = np.unravel_index(np.argmin(flipped), flipped.shape)
     return float(bw_grid[::-1][i]), float(math_grid[::-1][j])
+
+
+def _columns(observations: list[dict], dims: int) -> list[np.ndarray]:
+    """Return the observations' (roof_memory_ms, roof_math_ms, launches, ms) as columns of
+    `dims` dimensions (ms at least 1e-9), to broadcast against efficiency grids."""
+    keys = ("roof_memory_ms", "roof_math_ms", "launches")
+    rows = [[o[k] for k in keys] + [max(o["ms"], 1e-9)] for o in observations]
+    table = np.array(rows, dtype=float)
+    return [table[:, i].reshape(-1, *[1] * (dims - 1)) for i in range(4)]
 
 
 def _binding(observations: list[dict], e_bw: float, e_math: float) -> tuple[bool, bool]:
@@ -173,10 +170,7 @@ def _memory_only(
     observations: list[dict], per_kernel_ms: float, bw_grid: np.ndarray, overlap: float
 ) -> tuple[float, float]:
     """Return (e_bw, largest relative error) of the fit with the memory term alone."""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None]
-    launches = np.array([o["launches"] for o in observations])[:, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None]
+    mem, flop, launches, ms = _columns(observations, 2)
     pred = part_ms(launches, per_kernel_ms, mem, flop, bw_grid[None, :], GRID[-1], overlap)
     total = ((np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2).sum(axis=0)
     i = len(bw_grid) - 1 - int(np.argmin(total[::-1]))  # ties: the largest efficiency
