@@ -194,6 +194,7 @@ def profile(
 ) -> EngineProfile:
     """Return the EngineProfile of `engine` for `model` in `weight_dtype` (lean without a list);
     raise ValueError where it lacks the model's family."""
+    host = engine.host
     if not engine.families:
         prof = lean()
         if engine.name != "lean":
@@ -217,14 +218,12 @@ def profile(
         fam = family(model)
         label = f"engine-faithful kernel count ({engine.name} {engine.version} {fam} list)"
         prof = EngineProfile(engine.name, label, launches, extra)
-    host = engine.host
     prof.host_ms = host.ms
     prof.host_label = (
         f"{host.ms:g} ms per step ({host.source}; its source: conf/engine/"
         f"{engine.name}.yaml host.cite)"
     )
     if host.eager_launch_us and engine.families:
-        lists = _family_lists(engine, model)
         prof.eager_launch_ms = host.eager_launch_us * 1e-3
         prof.kernels = {
             where: sum(k.count for k in _running(getattr(lists, where), weight_dtype, arch, True))

@@ -196,26 +196,12 @@ def fit_step(
 FIT_DTYPE = "bf16"
 
 
-def fit_reference(fit: dict) -> dict | None:
-    """Return {memory_bandwidth_gbs, peak_tflops} the fit's efficiencies refer to, or None."""
-    ref = fit.get("reference")
-    if ref:
-        return ref
-    ceil = fit.get("ceilings") or {}
-    if ceil.get("copy_gbs"):
-        return {
-            "memory_bandwidth_gbs": ceil["copy_gbs"],
-            "peak_tflops": dict(ceil.get("matmul_tflops") or {}),
-        }
-    return None
-
-
 def on_datasheet(fit: dict, datasheet: HardwareSpec) -> tuple[dict, str]:
     """Return (the fit with every efficiency a fraction of the fit device's datasheet, label).
 
     No efficiency exceeds 1: a decode step reads its weights from HBM, so no part of a verdict
     runs above its target's datasheet, whatever a cached small part did on the fit device."""
-    ref = fit_reference(fit)
+    ref = fit.get("reference")  # {memory_bandwidth_gbs, peak_tflops} the fit was made against
     ds_bw, ds_math = datasheet.memory_bandwidth_gbs, datasheet.peak_tflops.get(FIT_DTYPE)
     if not ref or not ds_bw:
         raise ValueError(

@@ -5,6 +5,8 @@ never binds."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from tilesweep.plan.part_timers import part_ms
@@ -40,6 +42,7 @@ def fit_pair(
     that never binds takes `fallback`'s (the device's) value, else the largest."""
     bw_grid = GRID if bw_max is None else GRID[np.less_equal(GRID, bw_max)]
     e_bw, err = _memory_only(observations, per_kernel_ms, bw_grid, overlap)
+    refit = partial(_with_fallback, observations, per_kernel_ms, fallback, overlap, bw_grid)
     if err <= PARSIMONY:
         if fallback is None:
             binds_math = _binding(observations, e_bw, float(GRID[-1]))[1]
@@ -48,19 +51,13 @@ def fit_pair(
                 f"{PARSIMONY:.0%}): e_math not identified"
             )
             return e_bw, float(GRID[-1]), note if not binds_math else ""
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
-        )
+        return refit(e_math=fallback[1])
     e_bw, e_math = _grid_fit(observations, per_kernel_ms, overlap, bw_grid)
     binds_mem, binds_math = _binding(observations, e_bw, e_math)
     if fallback is not None and not binds_math:
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
-        )
+        return refit(e_math=fallback[1])
     if fallback is not None and not binds_mem:
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_bw=fallback[0]
-        )
+        return refit(e_bw=fallback[0])
     notes = []
     if not binds_mem:
         notes.append("memory never binds at the fit batches: e_bw not identified")

@@ -29,6 +29,8 @@ from tilesweep.settings.hardware_spec import Topology
 # logits are its last position's only (SGLang 0.5.6.post2 srt/layers/logits_processor.py:414-434
 # prunes an extend batch's hidden states to each sequence's last index before the lm_head).
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer", "lm_head")
+# The parts a step's time is split into (a stage time holds each under its name).
+SPLIT_PARTS = ("memory", "math", "communication", "other")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def _stage_time(
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
     parts = _parts(step, stage, micro, first, last, prefill)
-    acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
+    acc = dict.fromkeys((*SPLIT_PARTS, "roof_memory", "roof_math"), 0.0)
     acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
@@ -150,17 +152,13 @@ def _stage_time(
     for coll in stage_collectives(step.model, step.layout, stage, micro or prefill, first):
         nbytes = coll["bytes"]
         ms, why = floored_ms(coll["collective"], coll["n"], nbytes, step.numbers, step.measured)
-        acc["comm"] += coll["count"] * ms
+        acc["communication"] += coll["count"] * ms
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
-    acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
+    acc["time"] = acc["memory"] + acc["math"] + acc["communication"] + acc["other"]
     acc["sources"], acc["gaps"], acc["peak"] = sources, gaps + comm_gaps, peak
     acc["comm_gaps"] = comm_gaps
     return acc
-
-
-# The step's split by part, from each stage time's key.
-_SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "other": "other"}
 
 
 def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
@@ -199,10 +197,10 @@ def _path_split(times: list[dict], hops: float, m: int, pp: int) -> tuple[float,
     # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
     # when the slowest stage does, its m micro-batches are.
     if pp > 1 and path >= m * slow["time"]:
-        split = {part: sum(t[key] for t in times) for part, key in _SPLIT_KEYS.items()}
+        split = {part: sum(t[part] for t in times) for part in SPLIT_PARTS}
         split["communication"] += hops
     else:
-        split = {part: m * slow[key] for part, key in _SPLIT_KEYS.items()}
+        split = {part: m * slow[part] for part in SPLIT_PARTS}
     return tpot, split, slow
 
 
