@@ -70,10 +70,8 @@ def collective_time(
     figures = block.by_gpus.get(n)
     if figures is None:
         has = ", ".join(map(str, sorted(block.by_gpus)))
-        return (
-            math.nan,
-            f"no {collective} figures for {n} GPUs (has {has}); another count's are not used",
-        )
+        why = f"no {collective} figures for {n} GPUs (has {has}); another count's are not used"
+        return math.nan, why
     nbytes = max(float(nbytes), 0.0)
     ms = _nccl_ms(figures, wire_factor(collective, n), nbytes)
     if collective == "all_reduce":

@@ -99,16 +99,14 @@ def sensitivity(
 ) -> pd.DataFrame:
     """Return per input x layout x batch TPOT and bound at half and double input (BAND_COLUMNS)."""
     base = compose(settings)
-    ends = {}
-    for name in INPUTS:
-        for factor in FACTORS:
-            scaled = scaled_hardware(settings.hardware, name, factor)
-            ends[(name, factor)] = compose(settings.model_copy(update={"hardware": scaled}))
     rows = []
     for name in INPUTS:
-        half, double = ends[(name, 0.5)], ends[(name, 2.0)]
-        win_half = dict(winners(half, world)[["batch", "winner"]].itertuples(index=False))
-        win_double = dict(winners(double, world)[["batch", "winner"]].itertuples(index=False))
+        scaled = [scaled_hardware(settings.hardware, name, factor) for factor in FACTORS]
+        half, double = (compose(settings.model_copy(update={"hardware": hw})) for hw in scaled)
+        win_half, win_double = (
+            dict(winners(table, world)[["batch", "winner"]].itertuples(index=False))
+            for table in (half, double)
+        )
         for i, rec in enumerate(base.to_dict("records")):
             if world is not None and rec["world"] != world:
                 continue
@@ -138,13 +136,8 @@ def changes(band: pd.DataFrame, base_winners: pd.DataFrame) -> list[str]:
             (part["bound_half"] != part["base_bound"])
             | (part["bound_double"] != part["base_bound"])
         ]
-        moved = {
-            b
-            for b, w_half, w_double in part[["batch", "winner_half", "winner_double"]].itertuples(
-                index=False
-            )
-            if w_half != base.get(b) or w_double != base.get(b)
-        }
+        won = part[["batch", "winner_half", "winner_double"]].itertuples(index=False)
+        moved = {b for b, w_half, w_double in won if (w_half, w_double) != (base.get(b),) * 2}
         if flips.empty and not moved:
             out.append(f"{INPUTS[name]} at half or double changes no bound and no winner.")
             continue
