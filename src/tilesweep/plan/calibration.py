@@ -150,7 +150,7 @@ def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) ->
     engine = engine_profile.as_run(row)
     if engine is not None:
         stage = dict(over["per_stage"], sliding=0)
-        parts = parts + engine.extra_parts(stage, layout.pp == 1, True)
+        parts = parts + engine.extra_parts(stage, True)
     total = 0.0
     for part in parts:
         t = timer(part, hw)

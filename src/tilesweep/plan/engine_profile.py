@@ -82,7 +82,7 @@ class EngineProfile:
         issue = self.issued(stage, last) * self.eager_launch_ms
         return self.host_ms + max(0.0, issue - gpu_ms)
 
-    def extra_parts(self, stage: dict, first: bool, last: bool) -> list[dict]:
+    def extra_parts(self, stage: dict, last: bool) -> list[dict]:
         """Return the engine's extra kernels on one stage as bytes-free parts (count: layers)."""
         counts = _occurrences(stage, last)
         return [

@@ -44,7 +44,7 @@ class _Step:
     timer: Timer
     numbers: Topology | None  # the interconnect's figures (plan.interconnect.topology_numbers)
     measured: dict | None  # the collectives' latency floors measured here
-    extra_parts: Callable | None  # an engine's extra kernels (stage, first, last) -> parts
+    extra_parts: Callable | None  # an engine's extra kernels (stage, last) -> parts
     prompt: PromptLoad = UNCHUNKED  # how the engine runs an arriving prompt's rows
 
 
@@ -72,7 +72,7 @@ def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefil
             parts = carried + [p for p in parts if p["kind"] == "lm_head"]
         parts += prompt_parts(model, dep, layout, stage, prefill, step.hw)
     if step.extra_parts is not None:
-        parts = parts + step.extra_parts(stage, first, last)
+        parts = parts + step.extra_parts(stage, last)
     return parts
 
 
