@@ -42,15 +42,11 @@ MEASURED_KINDS = {
     "embedding": ("embedding",),
     "lm_head": ("lm_head",),
 }
+# The composition's groups of part kinds: {kinds: the measured part names that cover them}.
+GROUPS = {
+    kinds: [n for n, k in MEASURED_KINDS.items() if k == kinds] for kinds in MEASURED_KINDS.values()
+}
 POOLED = "device-wide"
-
-
-def _groups() -> dict[tuple[str, ...], list[str]]:
-    """Return {kinds: measured part names} (the composition's groups of part kinds)."""
-    out: dict[tuple[str, ...], list[str]] = {}
-    for name, kinds in MEASURED_KINDS.items():
-        out.setdefault(kinds, []).append(name)
-    return out
 
 
 def attribution(row: dict) -> float:
@@ -75,7 +71,7 @@ def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) ->
         acc["count"] += repeats * part["count"]
     out = {}
     scale = attribution(row)
-    for kinds, names in _groups().items():
+    for kinds, names in GROUPS.items():
         ms = [row.get(f"part_{n}_ms") for n in names]
         ms = [scale * m for m in ms if m is not None and not math.isnan(m)]
         count = sum(roof.get(k, {}).get("count", 0) for k in kinds)
