@@ -35,7 +35,7 @@ from tilesweep.plan.prompt_load import prompt_load
 from tilesweep.plan.sensitivity import sensitivity, winners
 from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
-from tilesweep.settings import DeploymentSettings, Layout, ModelSettings, RootSettings
+from tilesweep.settings import DeploymentSettings, Layout, RootSettings
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import InterconnectModel
 
@@ -106,7 +106,7 @@ def _fraction_on_datasheet(frac: float, why: str, ceilings: dict) -> tuple[float
     return min(1.0, frac * copy / sheet["copy_gbs"]), f"{why} (of the datasheet)"
 
 
-def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> tuple:
+def _collectives(settings, ceilings, engine_conf, dep, here: tuple) -> tuple:
     """Return (target with its collectives, floors or None, all-reduce words, topologies, note)."""
     device, here_numbers, here_floors, _ = here
     plain = settings.hardware
@@ -122,13 +122,13 @@ def _collectives(settings, ceilings, engine, engine_conf, dep, here: tuple) -> t
     return target, None, allreduce, spanned, topology_note
 
 
-def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, engine_conf=None):
+def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, engine_conf):
     """Return (the part timer with the expert GEMMs' efficiency at this batch, its words, the
     band's end timers): the engine's own band for the format on the target where its file times
     its kernel (engine.grouped_gemm_efficiency), else the target's own cited band, else the best
     fp8 decode kernel here."""
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
-    own = {} if engine_conf is None else engine_conf.grouped_gemm_efficiency.get(target.name, {})
+    own = engine_conf.grouped_gemm_efficiency.get(target.name, {})
     curve = own.get(dep.weight_dtype) or (target.grouped_gemm_efficiency or {}).get(
         dep.weight_dtype
     )
@@ -158,11 +158,7 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, e
     f8, why = fp8_expert_fraction(decode, per_expert)
     f8, why = _fraction_on_datasheet(f8, why, ceilings)
     if f8 == f8:
-        return (
-            make(with_group_bw(fit, expert, f8)),
-            f"{dep.weight_dtype}, {why}, e_bw {f8:.2f}",
-            {},
-        )
+        return make(with_group_bw(fit, expert, f8)), f"{dep.weight_dtype}, {why}, e_bw {f8:.2f}", {}
     words = f"{dep.weight_dtype}, {why}; the bf16 step's efficiency applied to their bytes"
     return make(fit), words, {}
 
@@ -214,30 +210,6 @@ def _padded(engine_conf: EngineSettings, where: tuple, kwargs: dict, ends: dict)
     }
 
 
-def _own_attention(
-    settings: RootSettings,
-    ceilings: dict,
-    device: str,
-    model: ModelSettings,
-    dep: DeploymentSettings,
-):
-    """Return the attention kernel's own times where the target measured them, else None."""
-    if not at_target(settings, ceilings):
-        return None
-    table = attention_table.load(settings.deployment.attention_table)
-    return attention_table.for_device(table, device, model, dep)
-
-
-def _load_words(dep: DeploymentSettings) -> str:
-    """Return the load every row of the table shares (column load), in words."""
-    i, o = serving_load(dep)
-    return (
-        f"serving, {i} in / {o} out per request"
-        if i
-        else (f"decode only, {dep.context_len} tokens of context")
-    )
-
-
 def _rests(fit, label: str, engine, attention: str, collectives: dict) -> tuple[dict, dict]:
     """Return what every row rests on beyond its own composition, as items (plan.row_inputs)."""
     if fit is None:
@@ -253,13 +225,17 @@ def _rests(fit, label: str, engine, attention: str, collectives: dict) -> tuple[
 
 
 def _input_columns(label: str, engine, collectives: dict, dep: DeploymentSettings) -> dict:
-    """Return the columns of what every verdict row rests on (fit, kernels, host, collectives)."""
+    """Return the columns of what every verdict row rests on (fit, kernels, host, collectives,
+    the load every row shares)."""
+    i, o = serving_load(dep)
     return {
         "fit_source": label,
         "kernel_list": engine.label,
         "host_rule": engine.host_label,
         "collectives": row_inputs.words(collectives),
-        "load": _load_words(dep),
+        "load": f"serving, {i} in / {o} out per request"
+        if i
+        else f"decode only, {dep.context_len} tokens of context",
     }
 
 
@@ -281,11 +257,14 @@ def deployment_table(
     engine.prompt = prompt_load(engine_conf, settings.hardware, dep.weight_dtype, dep.prefill_chunk)
     here = measured_here(collective, ceilings)
     target, floors, allreduce, spanned, topology_note = _collectives(
-        settings, ceilings, engine, engine_conf, dep, here
+        settings, ceilings, engine_conf, dep, here
     )
     fit, cost, label = fitted or verdict_fit(settings, steps, ceilings, here[3], model)
     fit, label = fit_on_datasheet(fit, label, settings.catalog)
-    own = _own_attention(settings, ceilings, here[0], model, dep)
+    own = None  # the attention kernel's own times where the target measured them
+    if at_target(settings, ceilings):
+        table = attention_table.load(settings.deployment.attention_table)
+        own = attention_table.for_device(table, here[0], model, dep)
     layouts = settings.grid.layouts
     collectives = {"all-reduce": allreduce} | ({"topology": topology_note} if topology_note else {})
     columns = _input_columns(label, engine, collectives, dep)

@@ -8,6 +8,7 @@ past its cited sizes), labelled so; below a series' first size its first time st
 
 from __future__ import annotations
 
+from tilesweep.plan.messages import interpolated_us
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.engine_spec import AllReduceStep, EngineSettings
 from tilesweep.settings.hardware_spec import AllReduce, Collective, InGraph
@@ -88,15 +89,10 @@ def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
     series = cited.by_gpus.get(n) if cited else None
     if series is None:
         return None, f"no cited {algorithm} figure at {n} GPUs"
-    points = series.points
-    if nbytes > points[-1][0]:
-        return None, f"{nbytes:.0f} B is past the cited {algorithm} sizes (to {points[-1][0]:g} B)"
-    if nbytes <= points[0][0]:
-        return float(points[0][1]), series.source
-    for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
-        if nbytes <= b1:
-            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0), series.source
-    return float(points[-1][1]), series.source
+    last = series.points[-1][0]
+    if nbytes > last:
+        return None, f"{nbytes:.0f} B is past the cited {algorithm} sizes (to {last:g} B)"
+    return interpolated_us(series.points, nbytes), series.source
 
 
 def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):

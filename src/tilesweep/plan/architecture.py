@@ -96,6 +96,11 @@ def linears(model: ModelSettings) -> dict[str, list[tuple[str, int, int, bool]]]
     return out
 
 
+def group_params(model: ModelSettings, group: str, tp: int) -> float:
+    """Return one layer's weights of a group held by one rank of a TP group."""
+    return sum(i * o / (tp if split else 1) for _, i, o, split in linears(model).get(group, []))
+
+
 def expert_params(model: ModelSettings) -> int:
     """Return the weights of one routed expert (gate, up and down)."""
     return 3 * model.hidden * model.moe_intermediate
@@ -126,35 +131,22 @@ def attention_core(
 ) -> dict[str, float]:
     """Return per-sequence {attended, flops, kv_bytes, index_flops, index_bytes} of a layer."""
     att, ctx = model.attention, dep.context_len
-    cache = kv_bytes_per_token_layer(model, dep)
     tokens = cached_tokens(model, ctx, sliding)
-    if att.kind == "mla":
-        attended = min(att.index_topk, tokens) if att.index_topk is not None else tokens
-        flops = (
-            heads
-            * attended
-            * (2 * (att.kv_lora_rank + att.qk_rope_head_dim) + 2 * att.kv_lora_rank)
-        )
-        out = {
-            "attended": attended,
-            "flops": flops,
-            "kv_bytes": attended * cache["kv"],
-            "index_flops": 0.0,
-            "index_bytes": 0.0,
-        }
-        if att.index_topk is not None:
-            out["index_flops"] = 2.0 * tokens * att.index_n_heads * att.index_head_dim
-            out["index_bytes"] = tokens * cache["index"]
-        return out
-    hd = att.head_dim
-    kv_heads = max(heads * att.kv_heads / att.heads, 1.0)
-    return {
-        "attended": tokens,
-        "flops": heads * tokens * 4 * hd,
-        "kv_bytes": tokens * 2 * kv_heads * hd * kv_element_bytes(dep.kv_dtype),
-        "index_flops": 0.0,
-        "index_bytes": 0.0,
-    }
+    out = {"index_flops": 0.0, "index_bytes": 0.0}
+    if att.kind != "mla":
+        hd = att.head_dim
+        kv_heads = max(heads * att.kv_heads / att.heads, 1.0)
+        kv_bytes = tokens * 2 * kv_heads * hd * kv_element_bytes(dep.kv_dtype)
+        return out | {"attended": tokens, "flops": heads * tokens * 4 * hd, "kv_bytes": kv_bytes}
+    cache = kv_bytes_per_token_layer(model, dep)
+    attended = min(att.index_topk, tokens) if att.index_topk is not None else tokens
+    per_token = 2 * (att.kv_lora_rank + att.qk_rope_head_dim) + 2 * att.kv_lora_rank
+    out |= {"attended": attended, "flops": heads * attended * per_token}
+    out["kv_bytes"] = attended * cache["kv"]
+    if att.index_topk is not None:
+        out["index_flops"] = 2.0 * tokens * att.index_n_heads * att.index_head_dim
+        out["index_bytes"] = tokens * cache["index"]
+    return out
 
 
 def causal_pairs(tokens: float, window: float) -> float:

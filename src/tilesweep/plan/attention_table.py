@@ -26,7 +26,7 @@ LATENT = (512, 64)
 # a kernel's launch is under 1% of its time on the H200 (7 us of at least 247 us).
 STEADY_SEQUENCES = 512
 # The efficiencies searched, as fractions of the fit device's measured copy bandwidth and bf16
-# rate (what a fit's efficiencies are fractions of: launch_fit.fit_reference).
+# rate (what a fit's efficiencies are fractions of: launch_fit.fit_step's reference).
 _GRID = np.round(np.arange(0.01, 1.2001, 0.005), 3)
 
 

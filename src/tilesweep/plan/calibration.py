@@ -66,9 +66,6 @@ def _layout(row: dict) -> Layout:
     return Layout(tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]))
 
 
-TIMINGS = ("cuda-graph", "eager")
-
-
 def _sequences(row: dict) -> int:
     """Return the sequences a measured step ran (EP: every rank holds ceil(batch/ep) of them)."""
     ran = row.get("sequences_run")
@@ -80,16 +77,6 @@ def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
     if name in steps:
         return steps[name].fillna(default)
     return pd.Series(default, index=steps.index)
-
-
-def _timing(steps: pd.DataFrame) -> pd.Series:
-    """Return each row's timing (rows of older runs, which have none, were eager)."""
-    return _column(steps, "timing", "eager")
-
-
-def _emulated(steps: pd.DataFrame) -> pd.Series:
-    """Return whether each row ran one rank of a larger layout."""
-    return _column(steps, "emulated", False).astype(bool)
 
 
 def step_fit(
@@ -110,9 +97,9 @@ def step_fit(
     ok = steps[
         (steps["layout"] == FIT_LAYOUT)
         & (steps["status"] == "ok")
-        & ~_emulated(steps)
+        & ~_column(steps, "emulated", False).astype(bool)
         & (_column(steps, "kernel_list", engine_profile.LEAN) == engine_profile.LEAN)
-        & (_timing(steps) == timing)
+        & (_column(steps, "timing", "eager") == timing)
     ]
     if ok.empty:
         return None
@@ -163,17 +150,12 @@ def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) ->
     engine = engine_profile.as_run(row)
     if engine is not None:
         stage = dict(over["per_stage"], sliding=0)
-        parts = parts + engine.extra_parts(stage, layout.pp == 1, True)
+        parts = parts + engine.extra_parts(stage, True)
     total = 0.0
     for part in parts:
         t = timer(part, hw)
         total += part["count"] * (t["memory_ms"] + t["math_ms"] + t.get("launch_ms", 0.0))
     return m * total
-
-
-def _extra_text(extra: dict) -> str:
-    """Return an engine's extra kernels per layer type as text."""
-    return ", ".join(f"{n:g} {where.replace('_', ' ')}" for where, n in extra.items())
 
 
 @dataclass(frozen=True)
@@ -196,18 +178,19 @@ def _composed_label(used: dict, emu: bool, own, engine) -> str:
     if own is not None:
         label += "; attention core: the kernel's own time where its tune table has it"
     if engine is not None:
+        extra = ", ".join(f"{n:g} {where.replace('_', ' ')}" for where, n in engine.extra.items())
         label += (
             f"; {engine.name}: the fit's kernels for the step's own parts and the "
-            f"engine's extra kernels as run ({_extra_text(engine.extra)}), "
+            f"engine's extra kernels as run ({extra}), "
             f"small kernels: {small_kernel_us(used)[1]}"
         )
     return label
 
 
-def _composed(ck: _Check, row: dict, how: str, emu: bool) -> tuple[float, str, str, list[str]]:
-    """Return (composed ms, label, calibrated-on, gaps) of a measured step from its timing's fit."""
-    as_run, dep, over = _step_model(row, ck.model)
-    engine = engine_profile.as_run(row)
+def _composed(ck: _Check, row: dict, how: str, emu: bool, ran: tuple) -> tuple:
+    """Return (composed ms, label, calibrated-on, gaps) of a measured step from its timing's fit;
+    `ran`: the step's (model as run, deployment, layer overrides, engine profile)."""
+    as_run, dep, over, engine = ran
     used = ck.fits.get(how)
     if used is None:
         at = f" at deployment.fit_batches={ck.fit_batches}" if ck.fit_batches else ""
@@ -220,12 +203,16 @@ def _composed(ck: _Check, row: dict, how: str, emu: bool) -> tuple[float, str, s
     calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
     if emu:
         return rank_compute_ms(row, ck.model, ck.hw, timer), label, calibrated, []
-    extra = engine.extra_parts if engine is not None else None
-    ran = _sequences(row)
-    step = compose_step(
-        as_run, dep, ck.hw, _layout(row), ran, timer, ck.floors, over, extra_parts=extra
-    )
+    step = _compose(ck, row, ran, timer)
     return step["tpot_ms"], label, calibrated, step["gaps"]
+
+
+def _compose(ck: _Check, row: dict, ran: tuple, timer) -> dict:
+    """Return the composed step of a measured step row (`ran`: _composed's) with `timer`."""
+    as_run, dep, over, engine = ran
+    extra = engine.extra_parts if engine is not None else None
+    args = (as_run, dep, ck.hw, _layout(row), _sequences(row), timer, ck.floors, over)
+    return compose_step(*args, extra_parts=extra)
 
 
 def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
@@ -243,22 +230,11 @@ def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
 
 def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
     """Return the check row of one measured step: measured, roofline and composed, with errors."""
-    as_run, dep, over = _step_model(row, ck.model)
     layout = _layout(row)
     engine = engine_profile.as_run(row)
-    extra = engine.extra_parts if engine is not None else None
-    raw = compose_step(
-        as_run,
-        dep,
-        ck.hw,
-        layout,
-        _sequences(row),
-        roofline_timer,
-        ck.floors,
-        over,
-        extra_parts=extra,
-    )
-    composed, label, calibrated, gaps = _composed(ck, row, how, emu)
+    ran = (*_step_model(row, ck.model), engine)
+    raw = _compose(ck, row, ran, roofline_timer)
+    composed, label, calibrated, gaps = _composed(ck, row, how, emu, ran)
     measured = row["step_ms"]
     # An emulated rank has no collectives: its roofline is its compute alone.
     roof = rank_compute_ms(row, ck.model, ck.hw, roofline_timer) if emu else raw["tpot_ms"]
@@ -311,24 +287,18 @@ def step_check(
     if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
         fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
     else:  # each timing's own fit; the device's graph terms and kernel times for graphed steps
+        args = (steps, model, hw, per_kernel_us, device)
         graphed = {"terms": terms, "attention": attention}
         fits = {
-            t: step_fit(
-                steps,
-                model,
-                hw,
-                per_kernel_us,
-                device,
-                t,
-                batches=fit_batches,
-                **(graphed if t == "cuda-graph" else {}),
-            )
-            for t in TIMINGS
+            "cuda-graph": step_fit(*args, "cuda-graph", batches=fit_batches, **graphed),
+            "eager": step_fit(*args, "eager", batches=fit_batches),
         }
     ck = _Check(model, hw, floors, device, per_kernel_us, fits, fit_batches, attention)
     ok = steps["status"] == "ok"
     records = steps[ok].to_dict("records")
-    timing, emulated = _timing(steps)[ok], _emulated(steps)[ok]
+    # Rows of older runs have no timing (they were eager) and were never emulated.
+    timing = _column(steps, "timing", "eager")[ok]
+    emulated = _column(steps, "emulated", False).astype(bool)[ok]
     rows = [
         _check_row(ck, row, how, emu)
         for row, how, emu in zip(records, timing, emulated, strict=True)

@@ -41,11 +41,6 @@ class Composition:
     hardware: HardwareSpec
     layouts: list[Layout]
 
-    @classmethod
-    def of(cls, settings: RootSettings) -> Composition:
-        """Return the composition the settings name, as they are (no engine or fit applied)."""
-        return cls(settings.model, settings.deployment, settings.hardware, settings.grid.layouts)
-
 
 def _inputs(
     parts: Composition, hw: HardwareSpec, ic_label: str, timer_label: str
@@ -87,8 +82,12 @@ def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec, ho
 
 
 def compose_deployment(settings: RootSettings, **how) -> pd.DataFrame:
-    """Return the deployment table of the settings as they are (compose_parts)."""
-    return compose_parts(Composition.of(settings), **how)
+    """Return one row per layout x batch (COLUMNS) of the settings as they are (no engine or fit
+    applied): memory fit, TPOT, tokens/s, split and bound."""
+    parts = Composition(
+        settings.model, settings.deployment, settings.hardware, settings.grid.layouts
+    )
+    return pd.DataFrame(compose_rows(parts, **how), columns=COLUMNS)
 
 
 # The split's columns (<name>_ms, <name>_share) by the part of the step each holds.
@@ -166,13 +165,8 @@ def _host_ms(
     return engine.host_for(gpu, stages[worst], worst == last)
 
 
-def compose_parts(parts: Composition, **how) -> pd.DataFrame:
-    """Return one row per layout x batch (COLUMNS): memory fit, TPOT, tokens/s, split and bound."""
-    return pd.DataFrame(compose_rows(parts, **how), columns=COLUMNS)
-
-
 def compose_tpot(parts: Composition, **how) -> list[float]:
-    """Return compose_parts' tpot_ms column alone (a band end's), without building the table."""
+    """Return compose_rows' tpot_ms alone (a band end's), without building the table."""
     return [row["tpot_ms"] for row in compose_rows(parts, **how)]
 
 
@@ -184,7 +178,7 @@ def compose_rows(
     engine: EngineProfile | None = None,
     rests: dict[str, str] | None = None,
 ) -> list[dict]:
-    """Return compose_parts' rows as dicts, one per layout x batch."""
+    """Return the deployment table's rows (COLUMNS) as dicts, one per layout x batch."""
     rests = rests or {}
     engine = engine or lean()
     load_in, load_out = serving_load(parts.deployment)

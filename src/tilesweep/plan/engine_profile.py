@@ -73,12 +73,7 @@ class EngineProfile:
 
     def issued(self, stage: dict, last: bool = True) -> float:
         """Return the kernels the CPU issues for one stage's step."""
-        counts = {
-            "per_layer": stage["dense"] + stage["moe"],
-            "per_moe_layer": stage["moe"],
-            "per_dense_layer": stage["dense"],
-            "per_step": 1 if last else 0,
-        }
+        counts = _occurrences(stage, last)
         return sum(n * counts[where] for where, n in self.kernels.items())
 
     def host_for(self, gpu_ms: float, stage: dict, last: bool = True) -> float:
@@ -87,21 +82,27 @@ class EngineProfile:
         issue = self.issued(stage, last) * self.eager_launch_ms
         return self.host_ms + max(0.0, issue - gpu_ms)
 
-    def extra_parts(self, stage: dict, first: bool, last: bool) -> list[dict]:
+    def extra_parts(self, stage: dict, last: bool) -> list[dict]:
         """Return the engine's extra kernels on one stage as bytes-free parts (count: layers)."""
-        layers = stage["dense"] + stage["moe"]
-        counts = {
-            "per_layer": layers,
-            "per_moe_layer": stage["moe"],
-            "per_dense_layer": stage["dense"],
-            "per_step": 1 if last else 0,
-        }
-        out = []
-        for where, n in self.extra.items():
-            if n and counts[where]:
-                name = f"{self.name}_{where}_extra"
-                out.append(make_part(name, EXTRA, 0.0, 0.0, "bf16", counts[where], launches=n))
-        return out
+        counts = _occurrences(stage, last)
+        return [
+            make_part(
+                f"{self.name}_{where}_extra", EXTRA, 0.0, 0.0, "bf16", counts[where], launches=n
+            )
+            for where, n in self.extra.items()
+            if n and counts[where]
+        ]
+
+
+def _occurrences(stage: dict, last: bool) -> dict[str, int]:
+    """Return how many times each of LAYER_KINDS' lists runs in one stage's step."""
+    layers = stage["dense"] + stage["moe"]
+    return {
+        "per_layer": layers,
+        "per_moe_layer": stage["moe"],
+        "per_dense_layer": stage["dense"],
+        "per_step": 1 if last else 0,
+    }
 
 
 def _running(
@@ -175,10 +176,8 @@ def as_run(row: dict) -> EngineProfile | None:
     name = row.get("kernel_list")
     if not isinstance(name, str) or name in ("", LEAN):
         return None
-    extra = {}
-    for where, column in EXTRA_COLUMNS.items():
-        value = row.get(column)
-        extra[where] = float(value) if value is not None and value == value else 0.0
+    values = {where: row.get(column) for where, column in EXTRA_COLUMNS.items()}
+    extra = {where: float(v) if v is not None and v == v else 0.0 for where, v in values.items()}
     return EngineProfile(name, name, None, extra)
 
 
@@ -195,6 +194,7 @@ def profile(
 ) -> EngineProfile:
     """Return the EngineProfile of `engine` for `model` in `weight_dtype` (lean without a list);
     raise ValueError where it lacks the model's family."""
+    host = engine.host
     if not engine.families:
         prof = lean()
         if engine.name != "lean":
@@ -218,14 +218,12 @@ def profile(
         fam = family(model)
         label = f"engine-faithful kernel count ({engine.name} {engine.version} {fam} list)"
         prof = EngineProfile(engine.name, label, launches, extra)
-    host = engine.host
     prof.host_ms = host.ms
     prof.host_label = (
         f"{host.ms:g} ms per step ({host.source}; its source: conf/engine/"
         f"{engine.name}.yaml host.cite)"
     )
     if host.eager_launch_us and engine.families:
-        lists = _family_lists(engine, model)
         prof.eager_launch_ms = host.eager_launch_us * 1e-3
         prof.kernels = {
             where: sum(k.count for k in _running(getattr(lists, where), weight_dtype, arch, True))

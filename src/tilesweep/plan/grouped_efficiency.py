@@ -130,12 +130,10 @@ def _band_over(points: list[EfficiencyPoint], tokens_per_expert: float) -> Band:
     for pt in points:
         if math.isclose(pt.tokens_per_expert, t):
             return _band(pt, pt, 0.0, f"at {t:g} tokens per expert")
-    if t < first.tokens_per_expert:
-        held = f"held from {first.tokens_per_expert:g} tokens per expert (none cited below)"
-        return _band(first, first, 0.0, f"at {t:.3g} tokens per expert, {held}")
-    if t > last.tokens_per_expert:
-        held = f"held from {last.tokens_per_expert:g} tokens per expert (none cited above)"
-        return _band(last, last, 0.0, f"at {t:.3g} tokens per expert, {held}")
+    if not first.tokens_per_expert <= t <= last.tokens_per_expert:
+        end, side = (first, "below") if t < first.tokens_per_expert else (last, "above")
+        held = f"held from {end.tokens_per_expert:g} tokens per expert (none cited {side})"
+        return _band(end, end, 0.0, f"at {t:.3g} tokens per expert, {held}")
     for a, b in zip(points, points[1:], strict=False):
         ta, tb = a.tokens_per_expert, b.tokens_per_expert
         if ta < t < tb:

@@ -18,13 +18,12 @@ import math
 import pandas as pd
 
 from tilesweep.plan import allreduce
-from tilesweep.plan.messages import bus_factor, fit_alpha_beta
+from tilesweep.plan.messages import bus_factor, fit_alpha_beta, interpolated_us
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.hardware_spec import (
     AllReduce,
     Collective,
     Figures,
-    OneShotFigures,
     Topology,
 )
 
@@ -71,10 +70,8 @@ def collective_time(
     figures = block.by_gpus.get(n)
     if figures is None:
         has = ", ".join(map(str, sorted(block.by_gpus)))
-        return (
-            math.nan,
-            f"no {collective} figures for {n} GPUs (has {has}); another count's are not used",
-        )
+        why = f"no {collective} figures for {n} GPUs (has {has}); another count's are not used"
+        return math.nan, why
     nbytes = max(float(nbytes), 0.0)
     ms = _nccl_ms(figures, wire_factor(collective, n), nbytes)
     if collective == "all_reduce":
@@ -84,7 +81,7 @@ def collective_time(
     one_shot = block.one_shot if isinstance(block, AllReduce) else None
     shot = one_shot.by_gpus.get(n) if one_shot and one_shot.enabled else None
     if shot is not None and nbytes <= shot.max_bytes:
-        us = _custom_us(shot, nbytes)
+        us = interpolated_us(shot.points, nbytes) if shot.points else float(shot.latency_us)
         if us * 1e-3 < ms:
             return us * 1e-3, f"model: the engine's custom all-reduce (<= {shot.max_bytes} B)"
     return ms, "model"
@@ -99,7 +96,7 @@ def _nccl_ms(figures: Figures, wire: float, nbytes: float) -> float:
         return figures.latency_us * 1e-3 + per_byte_ms * nbytes
     points = _non_decreasing(figures.points)
     if nbytes <= points[-1][0]:
-        return _interpolated_us(points, nbytes) * 1e-3
+        return interpolated_us(points, nbytes) * 1e-3
     last_bytes, last_us = points[-1]
     return last_us * 1e-3 + per_byte_ms * (nbytes - last_bytes)
 
@@ -112,33 +109,6 @@ def _non_decreasing(points: list) -> list:
         least = min(least, us)
         out.append((size, least))
     return out[::-1]
-
-
-def _interpolated_us(points: list, nbytes: float) -> float:
-    """Return the time in us at nbytes, linear between cited points, held at the end points."""
-    if nbytes <= points[0][0]:
-        return float(points[0][1])
-    for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
-        if nbytes <= b1:
-            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
-    return float(points[-1][1])
-
-
-def _custom_us(shot: OneShotFigures, nbytes: float) -> float:
-    """Return the custom all-reduce's time in us for a message (its cited line or one figure)."""
-    if not shot.points:
-        return float(shot.latency_us)
-    return _interpolated_us(shot.points, nbytes)
-
-
-def collective_ms(collective: str, n: int, nbytes: float, numbers: Topology | None) -> float:
-    """Return the time in ms of one collective (NaN when the model has no figures for n GPUs)."""
-    return collective_time(collective, n, nbytes, numbers)[0]
-
-
-def latency_floor_ms(collective: str, n: int, numbers: Topology | None) -> float:
-    """Return the modelled time in ms of the collective at zero bytes (its latency floor)."""
-    return collective_ms(collective, n, 0.0, numbers)
 
 
 def floored_ms(

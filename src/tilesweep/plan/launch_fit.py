@@ -42,20 +42,11 @@ MEASURED_KINDS = {
     "embedding": ("embedding",),
     "lm_head": ("lm_head",),
 }
+# The composition's groups of part kinds: {kinds: the measured part names that cover them}.
+GROUPS = {
+    kinds: [n for n, k in MEASURED_KINDS.items() if k == kinds] for kinds in MEASURED_KINDS.values()
+}
 POOLED = "device-wide"
-
-
-def _groups() -> dict[tuple[str, ...], list[str]]:
-    """Return {kinds: measured part names} (the composition's groups of part kinds)."""
-    out: dict[tuple[str, ...], list[str]] = {}
-    for name, kinds in MEASURED_KINDS.items():
-        out.setdefault(kinds, []).append(name)
-    return out
-
-
-def group_name(kinds: tuple[str, ...]) -> str:
-    """Return the readable name of a group of part kinds."""
-    return "+".join(kinds)
 
 
 def attribution(row: dict) -> float:
@@ -80,7 +71,7 @@ def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) ->
         acc["count"] += repeats * part["count"]
     out = {}
     scale = attribution(row)
-    for kinds, names in _groups().items():
+    for kinds, names in GROUPS.items():
         ms = [row.get(f"part_{n}_ms") for n in names]
         ms = [scale * m for m in ms if m is not None and not math.isnan(m)]
         count = sum(roof.get(k, {}).get("count", 0) for k in kinds)
@@ -90,7 +81,7 @@ def observe(row: dict, parts: list[dict], hw: HardwareSpec, repeats: int = 1) ->
         launches = sum(c for c in counted if c is not None and not math.isnan(c))
         # Only the kinds this model has: a fit on MLA attention never stands for GQA's kernel.
         seen = [k for k in kinds if roof.get(k, {}).get("count", 0)]
-        out[group_name(tuple(seen))] = {
+        out["+".join(seen)] = {
             "kinds": seen,
             "ms": float(sum(ms)),
             "launches": float(launches),
@@ -201,26 +192,12 @@ def fit_step(
 FIT_DTYPE = "bf16"
 
 
-def fit_reference(fit: dict) -> dict | None:
-    """Return {memory_bandwidth_gbs, peak_tflops} the fit's efficiencies refer to, or None."""
-    ref = fit.get("reference")
-    if ref:
-        return ref
-    ceil = fit.get("ceilings") or {}
-    if ceil.get("copy_gbs"):
-        return {
-            "memory_bandwidth_gbs": ceil["copy_gbs"],
-            "peak_tflops": dict(ceil.get("matmul_tflops") or {}),
-        }
-    return None
-
-
 def on_datasheet(fit: dict, datasheet: HardwareSpec) -> tuple[dict, str]:
     """Return (the fit with every efficiency a fraction of the fit device's datasheet, label).
 
     No efficiency exceeds 1: a decode step reads its weights from HBM, so no part of a verdict
     runs above its target's datasheet, whatever a cached small part did on the fit device."""
-    ref = fit_reference(fit)
+    ref = fit.get("reference")  # {memory_bandwidth_gbs, peak_tflops} the fit was made against
     ds_bw, ds_math = datasheet.memory_bandwidth_gbs, datasheet.peak_tflops.get(FIT_DTYPE)
     if not ref or not ds_bw:
         raise ValueError(

@@ -19,8 +19,8 @@ from tilesweep.plan.architecture import (
     cached_tokens,
     expert_params,
     group_dtype,
+    group_params,
     kv_bytes_per_token_layer,
-    linears,
 )
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
@@ -67,10 +67,7 @@ def stage_layers(counts: dict, pp: int) -> list[dict]:
 
 def _group_bytes(model: ModelSettings, dep: DeploymentSettings, group: str, tp: int) -> float:
     """Return one layer's bytes of a weight group held by one rank of a TP group."""
-    bpw = bytes_per_weight(group_dtype(group, dep))
-    return (
-        sum(i * o / (tp if split else 1) for _, i, o, split in linears(model).get(group, [])) * bpw
-    )
+    return group_params(model, group, tp) * bytes_per_weight(group_dtype(group, dep))
 
 
 def rank_weight_bytes(
@@ -121,17 +118,15 @@ def rank_kv_bytes_per_seq(
     return per_token * (full * cached_tokens(model, context_len, False) + sliding)
 
 
-def _needed(model, dep, layout, stages, weights, batch, context_len) -> tuple[float, int]:
-    """Return (max bytes needed over the stages' ranks, index of that stage); `weights` holds
-    each stage's rank_weight_bytes (independent of batch and context, so computed once)."""
+def _needed(model, dep, layout, stages, weights, batch, context_len) -> float:
+    """Return the most bytes any stage's rank needs; `weights` holds each stage's
+    rank_weight_bytes (independent of batch and context, so computed once)."""
     seqs = math.ceil(batch / layout.ep)
     reserve = dep.runtime_reserve_gb * 1e9
-    need = [
+    return max(
         weight + seqs * rank_kv_bytes_per_seq(model, dep, layout, st, context_len) + reserve
         for weight, st in zip(weights, stages, strict=True)
-    ]
-    worst = max(range(len(need)), key=need.__getitem__)
-    return need[worst], worst
+    )
 
 
 def _largest(fits, low: int, high: int) -> int:
@@ -160,13 +155,13 @@ def memory_fit(
     weights = [
         rank_weight_bytes(model, dep, layout, st, i == 0, i == last) for i, st in enumerate(stages)
     ]
-    needed, _ = _needed(model, dep, layout, stages, weights, batch, ctx)
+    needed = _needed(model, dep, layout, stages, weights, batch, ctx)
 
     def fits_batch(b: int) -> bool:
-        return _needed(model, dep, layout, stages, weights, b, ctx)[0] <= room
+        return _needed(model, dep, layout, stages, weights, b, ctx) <= room
 
     def fits_context(c: int) -> bool:
-        return _needed(model, dep, layout, stages, weights, batch, c)[0] <= room
+        return _needed(model, dep, layout, stages, weights, batch, c) <= room
 
     max_batch = _largest(fits_batch, 1, 1 << 20)
     return {

@@ -35,35 +35,20 @@ def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dic
     msgs = []
     if layout["tp"] > 1:
         # Attention output and MoE output are each all-reduced once per layer.
-        msgs.append(
-            {
-                "collective": "all_reduce",
-                "group": layout["tp"],
-                "bytes": tokens * hidden,
-                "per_step": 2 * layers_per_stage,
-            }
-        )
+        msgs.append(_message("all_reduce", layout["tp"], tokens * hidden, 2 * layers_per_stage))
     if layout["ep"] > 1:
         # Dispatch and combine: each rank sends its tokens' hidden states to top_k experts.
-        msgs.append(
-            {
-                "collective": "all_to_all",
-                "group": layout["ep"],
-                "bytes": dispatch_rows(layout, model, tokens_per_expert) * hidden,
-                "per_step": 2 * layers_per_stage,
-            }
-        )
+        nbytes = dispatch_rows(layout, model, tokens_per_expert) * hidden
+        msgs.append(_message("all_to_all", layout["ep"], nbytes, 2 * layers_per_stage))
     if layout["pp"] > 1:
         # Each stage hands its activations to the next once per step; stages send concurrently.
-        msgs.append(
-            {
-                "collective": "send_recv",
-                "group": 2,
-                "bytes": tokens * hidden,
-                "per_step": 1,
-            }
-        )
+        msgs.append(_message("send_recv", 2, tokens * hidden, 1))
     return msgs
+
+
+def _message(collective: str, group: int, nbytes: int, per_step: int) -> dict:
+    """Return one collective of a step: kind, group size, bytes, calls per step."""
+    return {"collective": collective, "group": group, "bytes": nbytes, "per_step": per_step}
 
 
 def sweep_sizes(low: int, high: int, factor: int) -> list[int]:
@@ -102,3 +87,13 @@ def fit_alpha_beta(sizes: list[float], times_ms: list[float]) -> tuple[float, fl
         slope = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
         alpha = 0.0
     return float(alpha), 1.0 / float(slope)
+
+
+def interpolated_us(points: list, nbytes: float) -> float:
+    """Return the time in us at nbytes, linear between cited points, held at the end points."""
+    if nbytes <= points[0][0]:
+        return float(points[0][1])
+    for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
+        if nbytes <= b1:
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+    return float(points[-1][1])

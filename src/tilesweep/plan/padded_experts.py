@@ -36,15 +36,6 @@ def e_math_middle(spec: PaddedExperts) -> float:
     return math.sqrt(spec.e_math_low * spec.e_math_high)
 
 
-def pass_bytes(spec: PaddedExperts, part: dict) -> float:
-    """Return the bytes one occurrence's passes move over the padded rows."""
-    m_sum = padded_rows(part["rows"], part["experts_local"], spec.align)
-    per_row = sum(
-        p.hidden_bytes * part["hidden"] + p.inter_bytes * part["inter_shard"] for p in spec.passes
-    )
-    return m_sum * per_row
-
-
 def padded_timer(timer: Timer, spec: PaddedExperts, e_math: float) -> Timer:
     """Return `timer` with each expert part at an MoE TP below spec.below_moe_tp taking the padded
     path at `e_math` of the datasheet peak (its source says so)."""
@@ -60,7 +51,12 @@ def padded_timer(timer: Timer, spec: PaddedExperts, e_math: float) -> Timer:
         gemm_ms = roofline.math_ms(2.0 * m_sum * part["expert_params"], peak) / e_math
         streamed = out["memory_ms"] + out["math_ms"]  # the weights, as the part's own timer has it
         e_bw = _stream_fraction(out, part, hw)
-        passes_ms = roofline.memory_ms(pass_bytes(spec, part), hw.memory_bandwidth_gbs) / e_bw
+        # the bytes one occurrence's passes move over the padded rows
+        per_row = sum(
+            p.hidden_bytes * part["hidden"] + p.inter_bytes * part["inter_shard"]
+            for p in spec.passes
+        )
+        passes_ms = roofline.memory_ms(m_sum * per_row, hw.memory_bandwidth_gbs) / e_bw
         if gemm_ms > streamed:  # the padded GEMMs bind: the weights stream under them
             out = dict(out, memory_ms=passes_ms, math_ms=gemm_ms)
         else:

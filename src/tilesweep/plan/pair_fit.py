@@ -5,6 +5,8 @@ never binds."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from tilesweep.plan.part_timers import part_ms
@@ -21,17 +23,8 @@ def predict_ms(
     obs: dict, e_bw: float, e_math: float, per_kernel_ms: float, overlap: float = 0.0
 ) -> float:
     """Return the launch-aware time of one observation at these efficiencies."""
-    return float(
-        part_ms(
-            obs["launches"],
-            per_kernel_ms,
-            obs["roof_memory_ms"],
-            obs["roof_math_ms"],
-            e_bw,
-            e_math,
-            overlap,
-        )
-    )
+    terms = (obs["roof_memory_ms"], obs["roof_math_ms"], e_bw, e_math, overlap)
+    return float(part_ms(obs["launches"], per_kernel_ms, *terms))
 
 
 def fit_pair(
@@ -49,6 +42,7 @@ def fit_pair(
     that never binds takes `fallback`'s (the device's) value, else the largest."""
     bw_grid = GRID if bw_max is None else GRID[np.less_equal(GRID, bw_max)]
     e_bw, err = _memory_only(observations, per_kernel_ms, bw_grid, overlap)
+    refit = partial(_with_fallback, observations, per_kernel_ms, fallback, overlap, bw_grid)
     if err <= PARSIMONY:
         if fallback is None:
             binds_math = _binding(observations, e_bw, float(GRID[-1]))[1]
@@ -57,19 +51,13 @@ def fit_pair(
                 f"{PARSIMONY:.0%}): e_math not identified"
             )
             return e_bw, float(GRID[-1]), note if not binds_math else ""
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
-        )
+        return refit(e_math=fallback[1])
     e_bw, e_math = _grid_fit(observations, per_kernel_ms, overlap, bw_grid)
     binds_mem, binds_math = _binding(observations, e_bw, e_math)
     if fallback is not None and not binds_math:
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_math=fallback[1]
-        )
+        return refit(e_math=fallback[1])
     if fallback is not None and not binds_mem:
-        return _with_fallback(
-            observations, per_kernel_ms, fallback, overlap, bw_grid, e_bw=fallback[0]
-        )
+        return refit(e_bw=fallback[0])
     notes = []
     if not binds_mem:
         notes.append("memory never binds at the fit batches: e_bw not identified")
@@ -86,10 +74,7 @@ def _grid_fit(
     math_grid: np.ndarray = GRID,
 ) -> tuple[float, float]:
     """Return the (e_bw, e_math) minimising the squared log error (ties: the largest)."""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None, None]
-    launches = np.array([o["launches"] for o in observations])[:, None, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None, None]
+    mem, flop, launches, ms = _columns(observations, 3)
     bw, mt = bw_grid[None, :, None], math_grid[None, None, :]
     pred = part_ms(launches, per_kernel_ms, mem, flop, bw, mt, overlap)
     err = (np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2
@@ -97,6 +82,15 @@ def _grid_fit(
     flipped = total[::-1, ::-1]
     i, j = np.unravel_index(np.argmin(flipped), flipped.shape)
     return float(bw_grid[::-1][i]), float(math_grid[::-1][j])
+
+
+def _columns(observations: list[dict], dims: int) -> list[np.ndarray]:
+    """Return the observations' (roof_memory_ms, roof_math_ms, launches, ms) as columns of
+    `dims` dimensions (ms at least 1e-9), to broadcast against efficiency grids."""
+    keys = ("roof_memory_ms", "roof_math_ms", "launches")
+    rows = [[o[k] for k in keys] + [max(o["ms"], 1e-9)] for o in observations]
+    table = np.array(rows, dtype=float)
+    return [table[:, i].reshape(-1, *[1] * (dims - 1)) for i in range(4)]
 
 
 def _binding(observations: list[dict], e_bw: float, e_math: float) -> tuple[bool, bool]:
@@ -173,10 +167,7 @@ def _memory_only(
     observations: list[dict], per_kernel_ms: float, bw_grid: np.ndarray, overlap: float
 ) -> tuple[float, float]:
     """Return (e_bw, largest relative error) of the fit with the memory term alone."""
-    mem = np.array([o["roof_memory_ms"] for o in observations])[:, None]
-    flop = np.array([o["roof_math_ms"] for o in observations])[:, None]
-    launches = np.array([o["launches"] for o in observations])[:, None]
-    ms = np.array([max(o["ms"], 1e-9) for o in observations])[:, None]
+    mem, flop, launches, ms = _columns(observations, 2)
     pred = part_ms(launches, per_kernel_ms, mem, flop, bw_grid[None, :], GRID[-1], overlap)
     total = ((np.log(np.maximum(pred, 1e-12)) - np.log(ms)) ** 2).sum(axis=0)
     i = len(bw_grid) - 1 - int(np.argmin(total[::-1]))  # ties: the largest efficiency

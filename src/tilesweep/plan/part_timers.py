@@ -24,25 +24,21 @@ def roofline_timer(part: dict, hw: HardwareSpec) -> dict:
     """Return {memory_ms, math_ms, roof_memory_ms, roof_math_ms, source, gap} at the roofline."""
     mem = roofline.memory_ms(part["bytes"], hw.memory_bandwidth_gbs)
     peak = hw.peak_tflops.get(part["dtype"])
+    out = {"roof_memory_ms": mem, "source": ROOFLINE, "gap": ""}
     if part["flops"] and not peak:
         gap = f"no peak_tflops.{part['dtype']} for hardware[{hw.name}]"
-        return {
+        return out | {
             "memory_ms": math.nan,
             "math_ms": math.nan,
-            "roof_memory_ms": mem,
             "roof_math_ms": math.nan,
-            "source": ROOFLINE,
             "gap": gap,
         }
     flop = roofline.math_ms(part["flops"], peak) if part["flops"] else 0.0
     bound_mem = mem >= flop
-    return {
+    return out | {
         "memory_ms": mem if bound_mem else 0.0,
         "math_ms": 0.0 if bound_mem else flop,
-        "roof_memory_ms": mem,
         "roof_math_ms": flop,
-        "source": ROOFLINE,
-        "gap": "",
     }
 
 

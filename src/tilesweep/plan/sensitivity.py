@@ -71,32 +71,25 @@ def _scaled_topology(topology: Topology, key: str, factor: float) -> Topology:
         changed = {"by_gpus": by_gpus}
         shot = getattr(block, "one_shot", None)
         if key == "latency_us" and shot is not None:
-            shots = {
-                n: f.model_copy(
-                    update={
-                        "latency_us": f.latency_us * factor,
-                        "points": [[b, t * factor] for b, t in f.points],
-                    }
-                )
-                for n, f in shot.by_gpus.items()
-            }
-            changed["one_shot"] = shot.model_copy(update={"by_gpus": shots})
+            changed["one_shot"] = _scaled_times(shot, factor, latency=True)
         graph = getattr(block, "in_graph", None)
         if key == "latency_us" and graph is not None:
-            changed["in_graph"] = _scaled_in_graph(graph, factor)
+            scaled = {a: _scaled_times(getattr(graph, a), factor) for a, _, _ in graph.series()}
+            changed["in_graph"] = graph.model_copy(update=scaled)
         update[kind] = block.model_copy(update=changed)
     return topology.model_copy(update=update)
 
 
-def _scaled_in_graph(graph, factor: float):
-    """Return in-graph all-reduce series with every time scaled."""
-    update = {}
-    for algorithm, n, series in graph.series():
-        points = [[b, t * factor] for b, t in series.points]
-        update.setdefault(algorithm, dict(getattr(graph, algorithm).by_gpus))
-        update[algorithm][n] = series.model_copy(update={"points": points})
-    changed = {a: getattr(graph, a).model_copy(update={"by_gpus": s}) for a, s in update.items()}
-    return graph.model_copy(update=changed)
+def _scaled_times(block, factor: float, latency: bool = False):
+    """Return a block of cited [bytes, us] series by GPU count with every time (and, with
+    `latency`, its latency_us) scaled."""
+    by_gpus = {}
+    for n, f in block.by_gpus.items():
+        update = {"points": [[b, t * factor] for b, t in f.points]}
+        if latency:
+            update["latency_us"] = f.latency_us * factor
+        by_gpus[n] = f.model_copy(update=update)
+    return block.model_copy(update={"by_gpus": by_gpus})
 
 
 def sensitivity(
@@ -106,16 +99,14 @@ def sensitivity(
 ) -> pd.DataFrame:
     """Return per input x layout x batch TPOT and bound at half and double input (BAND_COLUMNS)."""
     base = compose(settings)
-    ends = {}
-    for name in INPUTS:
-        for factor in FACTORS:
-            scaled = scaled_hardware(settings.hardware, name, factor)
-            ends[(name, factor)] = compose(settings.model_copy(update={"hardware": scaled}))
     rows = []
     for name in INPUTS:
-        half, double = ends[(name, 0.5)], ends[(name, 2.0)]
-        win_half = dict(winners(half, world)[["batch", "winner"]].itertuples(index=False))
-        win_double = dict(winners(double, world)[["batch", "winner"]].itertuples(index=False))
+        scaled = [scaled_hardware(settings.hardware, name, factor) for factor in FACTORS]
+        half, double = (compose(settings.model_copy(update={"hardware": hw})) for hw in scaled)
+        win_half, win_double = (
+            dict(winners(table, world)[["batch", "winner"]].itertuples(index=False))
+            for table in (half, double)
+        )
         for i, rec in enumerate(base.to_dict("records")):
             if world is not None and rec["world"] != world:
                 continue
@@ -145,13 +136,8 @@ def changes(band: pd.DataFrame, base_winners: pd.DataFrame) -> list[str]:
             (part["bound_half"] != part["base_bound"])
             | (part["bound_double"] != part["base_bound"])
         ]
-        moved = {
-            b
-            for b, w_half, w_double in part[["batch", "winner_half", "winner_double"]].itertuples(
-                index=False
-            )
-            if w_half != base.get(b) or w_double != base.get(b)
-        }
+        won = part[["batch", "winner_half", "winner_double"]].itertuples(index=False)
+        moved = {b for b, w_half, w_double in won if (w_half, w_double) != (base.get(b),) * 2}
         if flips.empty and not moved:
             out.append(f"{INPUTS[name]} at half or double changes no bound and no winner.")
             continue

@@ -14,6 +14,7 @@ from tilesweep.plan.architecture import (
     bytes_per_weight,
     expert_params,
     group_dtype,
+    group_params,
     linears,
     math_dtype,
 )
@@ -44,7 +45,7 @@ def _linear_part(model, dep, group, tp, rows, kind, count) -> dict | None:
     entries = linears(model).get(group, [])
     if not entries or not count:
         return None
-    params = sum(i * o / (tp if split else 1) for _, i, o, split in entries)
+    params = group_params(model, group, tp)
     acts = sum(i + o / (tp if split else 1) for _, i, o, split in entries)
     nbytes = params * bytes_per_weight(group_dtype(group, dep)) + rows * acts * ACT_BYTES
     return make_part(group, kind, nbytes, 2.0 * rows * params, math_dtype(group, dep), count)

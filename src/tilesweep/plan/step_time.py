@@ -29,6 +29,8 @@ from tilesweep.settings.hardware_spec import Topology
 # logits are its last position's only (SGLang 0.5.6.post2 srt/layers/logits_processor.py:414-434
 # prunes an extend batch's hidden states to each sequence's last index before the lm_head).
 DECODE_ONLY_KINDS = ("attention", "attention_gqa", "indexer", "lm_head")
+# The parts a step's time is split into (a stage time holds each under its name).
+SPLIT_PARTS = ("memory", "math", "communication", "other")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class _Step:
     timer: Timer
     numbers: Topology | None  # the interconnect's figures (plan.interconnect.topology_numbers)
     measured: dict | None  # the collectives' latency floors measured here
-    extra_parts: Callable | None  # an engine's extra kernels (stage, first, last) -> parts
+    extra_parts: Callable | None  # an engine's extra kernels (stage, last) -> parts
     prompt: PromptLoad = UNCHUNKED  # how the engine runs an arriving prompt's rows
 
 
@@ -56,31 +58,21 @@ def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
 
 def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
-    `prefill` prompt rows carried through the decode step's layers (mixed)."""
+    `prefill` prompt rows carried through the decode step's layers (mixed); micro 0: a prefill
+    pass of its own over them (separate: every layer's weights read again, one row's logits, no
+    decoding sequence's attention)."""
     model, dep, layout = step.model, step.dep, step.layout
-    parts = stage_parts(model, dep, layout, stage, micro, first, last)
+    parts = stage_parts(model, dep, layout, stage, micro or 1, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
-        parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + _at_prompt_size(
-            step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS]
-        )
+        carried = _at_prompt_size(step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS])
+        if micro:
+            parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + carried
+        else:
+            parts = carried + [p for p in parts if p["kind"] == "lm_head"]
         parts += prompt_parts(model, dep, layout, stage, prefill, step.hw)
     if step.extra_parts is not None:
-        parts = parts + step.extra_parts(stage, first, last)
-    return parts
-
-
-def _pass_parts(step: _Step, stage: dict, rows: int, first: bool, last: bool) -> list:
-    """Return the parts one rank of a stage runs in a prefill pass of its own over `rows` prompt
-    rows (separate): every layer's weights read again, no decoding sequence's attention."""
-    model, dep, layout = step.model, step.dep, step.layout
-    carried = stage_parts(model, dep, layout, stage, rows, first, last)
-    logits = stage_parts(model, dep, layout, stage, 1, first, last)
-    parts = _at_prompt_size(step, [p for p in carried if p["kind"] not in DECODE_ONLY_KINDS])
-    parts += [p for p in logits if p["kind"] == "lm_head"]
-    parts += prompt_parts(model, dep, layout, stage, rows, step.hw)
-    if step.extra_parts is not None:
-        parts = parts + step.extra_parts(stage, first, last)
+        parts = parts + step.extra_parts(stage, last)
     return parts
 
 
@@ -131,11 +123,8 @@ def _stage_time(
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak};
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
-    if micro:
-        parts = _parts(step, stage, micro, first, last, prefill)
-    else:
-        parts = _pass_parts(step, stage, prefill, first, last)
-    acc = dict.fromkeys(("memory", "math", "comm", "other", "roof_memory", "roof_math"), 0.0)
+    parts = _parts(step, stage, micro, first, last, prefill)
+    acc = dict.fromkeys((*SPLIT_PARTS, "roof_memory", "roof_math"), 0.0)
     acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
     sources, gaps, comm_gaps = set(), [], []
     peak = 0.0
@@ -163,17 +152,13 @@ def _stage_time(
     for coll in stage_collectives(step.model, step.layout, stage, micro or prefill, first):
         nbytes = coll["bytes"]
         ms, why = floored_ms(coll["collective"], coll["n"], nbytes, step.numbers, step.measured)
-        acc["comm"] += coll["count"] * ms
+        acc["communication"] += coll["count"] * ms
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
-    acc["time"] = acc["memory"] + acc["math"] + acc["comm"] + acc["other"]
+    acc["time"] = acc["memory"] + acc["math"] + acc["communication"] + acc["other"]
     acc["sources"], acc["gaps"], acc["peak"] = sources, gaps + comm_gaps, peak
     acc["comm_gaps"] = comm_gaps
     return acc
-
-
-# The step's split by part, from each stage time's key.
-_SPLIT_KEYS = {"memory": "memory", "math": "math", "communication": "comm", "other": "other"}
 
 
 def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
@@ -212,10 +197,10 @@ def _path_split(times: list[dict], hops: float, m: int, pp: int) -> tuple[float,
     # stage's work and every hop is on it (a bubble is the other stages' work, not `other`);
     # when the slowest stage does, its m micro-batches are.
     if pp > 1 and path >= m * slow["time"]:
-        split = {part: sum(t[key] for t in times) for part, key in _SPLIT_KEYS.items()}
+        split = {part: sum(t[part] for t in times) for part in SPLIT_PARTS}
         split["communication"] += hops
     else:
-        split = {part: m * slow[key] for part, key in _SPLIT_KEYS.items()}
+        split = {part: m * slow[part] for part in SPLIT_PARTS}
     return tpot, split, slow
 
 

@@ -70,7 +70,7 @@ def span_topologies(
     block = target.interconnect_model
     for row in rows:
         for column in ("tpot_low_ms", "tpot_high_ms"):
-            if _nan(row.get(column, math.nan)):
+            if math.isnan(row.get(column, math.nan)):
                 row[column] = row["tpot_ms"]
     for name in others:
         moved = _with_block(target, block.model_copy(update={"default": name}))
@@ -78,12 +78,5 @@ def span_topologies(
         for timer in list(ends.values()) or [None]:
             kw = kwargs if timer is None else dict(kwargs, timer=timer)
             for row, got in zip(rows, compose_tpot(there, **kw), strict=True):
-                if got < row["tpot_low_ms"]:
-                    row["tpot_low_ms"] = got
-                if got > row["tpot_high_ms"]:
-                    row["tpot_high_ms"] = got
-
-
-def _nan(value: float) -> bool:
-    """Return whether a band end is missing (NaN)."""
-    return value != value
+                row["tpot_low_ms"] = min(row["tpot_low_ms"], got)
+                row["tpot_high_ms"] = max(row["tpot_high_ms"], got)
