@@ -16,8 +16,8 @@ from tilesweep.config import compose_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "holdout" / "check.py"
-HOLDOUT2 = ROOT / "benchmarks" / "holdout2"  # the scorer's default set (set 1 is in the corpus)
-HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # collected in session 62, not scored
+HOLDOUT2 = ROOT / "benchmarks" / "holdout2"  # scored, then spent (set 1 is in the corpus)
+HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # the scorer's default set (session 62)
 SET2_LEAST = 233  # the least number of figures set 2 holds
 SET3_LEAST = 329  # the least number of figures set 3 holds
 PINNED = r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/.+#L\d+"  # a line at a commit
@@ -48,10 +48,10 @@ def _tmp_set(folder: Path) -> Path:
     return folder
 
 
-def test_the_default_set_is_the_second_one():
-    """Set 1 was folded into the corpus: with no --set the scorer reads benchmarks/holdout2."""
+def test_the_default_set_is_the_third_one():
+    """Set 1 was folded into the corpus and set 2 spent: with no --set the scorer reads set 3."""
     mod = _module()
-    assert Path(mod.parse_args([]).folder) == HOLDOUT2
+    assert Path(mod.parse_args([]).folder) == HOLDOUT3
     assert not (ROOT / "benchmarks" / "holdout" / "figures.csv").exists()
 
 
