@@ -10,7 +10,7 @@ import torch
 from tilesweep import backends
 from tilesweep.config import compose
 from tilesweep.grid import canonical
-from tilesweep.io import write_json
+from tilesweep.io import write_text
 from tilesweep.stages.decode import bench_decode
 
 CEILINGS = {
@@ -54,7 +54,7 @@ def planted_faults(monkeypatch):
 @pytest.fixture
 def ceilings(tmp_path):
     path = tmp_path / "ceilings.json"
-    write_json(path, CEILINGS)
+    write_text(path, json.dumps(CEILINGS))
     return str(path)
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fetch_engine_sources import check  # noqa: E402 - a sibling tool
 
+from tilesweep.errors import tool_main  # noqa: E402 - after the sibling tools' folder
+
 NAME = "vllm_marlin_moe"  # the extension (and torch.ops namespace) name
 # MXFP4 with bf16 activations: generate_kernels.py's QUANT_CONFIGS entry (a, b, c, s type) and
 # group_blocks 2 (group 32 / 16); stages 4 on sm_80+, zero points none.
@@ -245,4 +247,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("marlin_moe_build", main))
