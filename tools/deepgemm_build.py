@@ -162,6 +162,9 @@ def build(src: Path, wheel: Path, root: Path, verbose: bool = False):
     )
     sys.modules[NAME] = module
     os.environ.setdefault("CUDA_HOME", str(cuda))
+    prepend = os.environ.get("NVCC_PREPEND_FLAGS", "")
+    if os.environ.get("CC") and "-ccbin" not in prepend:  # the JIT's nvcc: torch's host compiler
+        os.environ["NVCC_PREPEND_FLAGS"] = f"-ccbin {os.environ['CC']} {prepend}".strip()
     sys.path.insert(0, str(root))
     import deep_gemm
 

@@ -6,7 +6,9 @@ K = 1536 / TP) over M_sum = round_up(tokens x 8 + 128 x 127, 128) rows (plan/pad
 laid out as ep_scatter does: random top-8 routing, each used expert's rows in expert order padded
 to 128, the tail at expert 0 (m_indices zero-filled), all rows computed. FP8 e4m3 operands,
 block-FP8 scales as fp32 powers of two (vLLM's UE8M0 rounding): activations 1 x 128 per row,
-MN-major (per_token_group_quant_fp8's column-major scales), weights 128 x 128, bf16 output.
+weights 128 x 128, bf16 output. The activation scales come as vLLM passes them: row-major to
+gate_up (deepgemm_moe_permute's aq_scale_out: DeepGEMM's call makes them MN-major, a transpose
+kernel inside the call) and column-major to down (per_token_group_quant_fp8).
 
 Each GEMM in a CUDA graph over N weight copies (the touched experts pass L2 four times), one
 activation and output buffer; time_gpu, median of repeats. DeepGEMM JIT-compiles each kernel
@@ -104,13 +106,16 @@ def _pow2(shape: tuple, generator, device):
     return torch.pow(2.0, exp).to(device)
 
 
-def operands(m_sum: int, n: int, k: int, experts: int, copies: int, generator) -> dict:
-    """Return A (fp8 [M, K], MN-major fp32 scales), random weight copies and the bf16 output."""
+def operands(m_sum: int, n: int, k: int, experts: int, copies: int, generator, mn_major: bool):
+    """Return A (fp8 [M, K], fp32 scales MN- or K-major), random weight copies, bf16 output."""
     import torch
 
     dev = torch.device("cuda")
     a = ((torch.rand(m_sum, k, generator=generator) - 0.5) * 4).to(dev).to(torch.float8_e4m3fn)
-    sfa = _pow2((k // BLOCK, m_sum), generator, dev).T  # [M, K/128], stride (1, M)
+    if mn_major:  # per_token_group_quant_fp8(column_major_scales=True): [M, K/128], stride (1, M)
+        sfa = _pow2((k // BLOCK, m_sum), generator, dev).T
+    else:  # deepgemm_moe_permute's aq_scale_out, row-major: DeepGEMM's call transposes it
+        sfa = _pow2((m_sum, k // BLOCK), generator, dev)
     weights = []
     for _ in range(copies):
         w = torch.empty(experts, n, k, dtype=torch.float8_e4m3fn, device=dev)
@@ -157,9 +162,10 @@ def measure(dg, args, tp: int, gemm: str, tokens: int, l2: int) -> dict:
     m_idx = torch.tensor(layout(counts, m_sum), dtype=torch.int32, device="cuda")
     used = sum(1 for c in counts if c) + (0 if counts[0] else 1)  # the tail reads expert 0
     copies = args.copies or copies_for(used * n * k, l2, e * n * k)
-    ops = operands(m_sum, n, k, e, copies, gen)
+    ops = operands(m_sum, n, k, e, copies, gen, mn_major=gemm == "down")
     row = {"tp": tp, "gemm": gemm, "tokens": tokens, "m_sum": m_sum, "n": n, "k": k}
     row |= {"routed_rows": tokens * MODEL["top_k"], "experts_touched": used, "copies": copies}
+    row["sfa_major"] = "mn" if gemm == "down" else "k (transposed inside the call)"
     if args.check and tokens == args.tokens[0]:
         call(dg, ops, m_idx, 0)()
         ref = reference(ops, m_idx)
