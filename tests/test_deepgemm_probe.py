@@ -146,3 +146,19 @@ def test_link_flags_find_headers_and_versioned_libraries_in_pip_packages(tmp_pat
     assert str(pip / "include") in include and str(cuda / "include") in include
     assert str(pip / "lib" / "libnvrtc.so.13") in flags
     assert f"-Wl,-rpath,{pip / 'lib'}" in flags
+
+
+def test_summary_combines_both_gemms_of_a_layer():
+    """e_math = both GEMMs' FLOPs over M_sum / (summed time x peak); a lone GEMM gives no row."""
+    import deepgemm_summary
+
+    rows = [
+        {"tp": 2, "tokens": 1, "gemm": "gate_up", "m_sum": 128, "n": 10, "k": 10, "us": 1.0},
+        {"tp": 2, "tokens": 1, "gemm": "down", "m_sum": 128, "n": 10, "k": 10, "us": 3.0},
+        {"tp": 4, "tokens": 1, "gemm": "down", "m_sum": 128, "n": 10, "k": 10, "us": 3.0},
+    ]
+    for r in rows:
+        r["frac_1979"] = 0.0
+    got = deepgemm_summary.layers({"peak_fp8_tflops": 1e-6, "rows": rows})
+    assert len(got) == 1 and got[0]["tp"] == 2
+    assert got[0]["e_math"] == pytest.approx(2 * 2 * 128 * 100 / (4e-6 * 1e6), abs=1e-4)
