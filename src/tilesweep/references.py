@@ -3,8 +3,6 @@ composed for the same deployment (engine_figures.engine_table). Nothing here is 
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import math
 import stat
 from pathlib import Path
@@ -15,18 +13,11 @@ import yaml
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
-from tilesweep.group_files import yaml_loader
+from tilesweep.group_files import parsed_once, yaml_loader
 from tilesweep.settings import RootSettings
 from tilesweep.settings.cited_figures import Figure, References
 
-__all__ = [
-    "BAND",
-    "Figure",
-    "References",
-    "of",
-    "read_figures_from",
-    "validate",
-]
+__all__ = ["BAND", "Figure", "References", "of", "read_figures_from", "validate"]
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
@@ -60,11 +51,6 @@ def validate(value: References | None, conf_dir: Path) -> None:
                 )
 
 
-# read_figures_from by (file, sha256 of its bytes): the figures of one file, parsed once per
-# process; the bytes, not the mtime, so an edit that keeps the size and mtime is still read.
-_READ: dict[tuple, list] = {}
-
-
 def read_figures_from(raw: dict, conf_dir: Path) -> None:
     """Put the figures of `references.figures_from` into `raw` before validation (libyaml, once
     per process: Hydra's pure-Python parse of the corpus was two thirds of every compose)."""
@@ -85,16 +71,18 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
     try:
         if path.exists() and not stat.S_ISREG(path.stat().st_mode):  # a FIFO blocks a read
             raise ConfigError(f"{where}: not a plain file (a folder, a pipe or a device)")
-        data = path.read_bytes()
-        key = (path, hashlib.sha256(data).hexdigest())
-        if key not in _READ:
-            _READ[key] = _figures_of(yaml.load(data.decode(), Loader=yaml_loader()), where)
+        figures = _figures_of(parsed_once(path, _yaml_file), where)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         text = str(exc).strip().splitlines()
         raise ConfigError(
             f"{where}: cannot read it ({text[0] if text else type(exc).__name__})"
         ) from None
-    refs["figures"] = copy.deepcopy(_READ[key])
+    refs["figures"] = figures
+
+
+def _yaml_file(path: Path) -> object:
+    """Return a YAML file's contents as libyaml reads them under OmegaConf's rules."""
+    return yaml.load(path.read_bytes().decode(), Loader=yaml_loader())
 
 
 def _figures_of(data: object, where: str) -> list:
@@ -122,51 +110,25 @@ FASTER_AT_MORE = 0.10
 
 def source_checks(engines) -> list[str]:
     """Return, per row of an engines table, why the corpus contradicts that figure, or ''."""
+    keys = list(engines[SAME_DEPLOYMENT].itertuples(index=False, name=None))
+    batches, tpots = engines["batch"].tolist(), engines["engine_tpot_ms"].tolist()
+    groups: dict[tuple, list[int]] = {}  # a key with a missing value is no deployment's
+    for j, key in enumerate(keys):
+        if not any(pd.isna(v) for v in key):
+            groups.setdefault(key, []).append(j)
     out = []
-    maybe = _maybe_contradicted(engines)
-    for i, (_, row) in enumerate(engines.iterrows()):
-        if not maybe[i]:
-            out.append("")
-            continue
-        same = (engines[SAME_DEPLOYMENT] == row[SAME_DEPLOYMENT]).all(axis=1)
-        limit = (1 - FASTER_AT_MORE) * row["engine_tpot_ms"]
-        faster = engines[
-            same & (engines["batch"] > row["batch"]) & (engines["engine_tpot_ms"] < limit)
-        ]
-        if faster.empty:
-            out.append("")
-            continue
-        best = faster.sort_values("batch").iloc[0]  # the nearest concurrency above
+    for i, key in enumerate(keys):
+        limit = (1 - FASTER_AT_MORE) * tpots[i]
+        faster = [j for j in groups.get(key, []) if batches[j] > batches[i] and tpots[j] < limit]
+        best = min(faster, key=lambda j: batches[j], default=None)  # the nearest concurrency above
         out.append(
-            f"contradicted: the same deployment and load measured {best['engine_tpot_ms']:g} ms "
-            f"at concurrency {best['batch']} against {row['engine_tpot_ms']:g} ms at "
-            f"{row['batch']} (TPOT does not fall as concurrency rises)"
+            ""
+            if best is None
+            else f"contradicted: the same deployment and load measured {tpots[best]:g} ms "
+            f"at concurrency {batches[best]} against {tpots[i]:g} ms at "
+            f"{batches[i]} (TPOT does not fall as concurrency rises)"
         )
     return out
-
-
-def _maybe_contradicted(engines) -> list[bool]:
-    """Return, per row, False where no same-deployment row at more concurrency is faster."""
-    keys = list(engines[SAME_DEPLOYMENT].itertuples(index=False, name=None))
-    batches = engines["batch"].tolist()
-    tpots = engines["engine_tpot_ms"].tolist()
-    missing = [any(pd.isna(v) for v in key) for key in keys]
-    groups: dict[tuple, list[int]] = {}
-    for j, key in enumerate(keys):
-        if not missing[j]:
-            groups.setdefault(key, []).append(j)
-    anywhere = [j for j in range(len(keys)) if missing[j]]
-    everyone = list(range(len(keys)))
-
-    def above(i: int, j: int) -> bool:
-        if pd.isna(batches[i]) or pd.isna(batches[j]) or pd.isna(tpots[i]) or pd.isna(tpots[j]):
-            return True  # not compared here: the table-wide check decides
-        return batches[j] > batches[i] and tpots[j] < (1 - FASTER_AT_MORE) * tpots[i]
-
-    return [
-        any(above(i, j) for j in (everyone if missing[i] else groups[keys[i]] + anywhere))
-        for i in range(len(keys))
-    ]
 
 
 def _error(done) -> dict:

@@ -261,8 +261,8 @@ class EfficiencyCurve(Section):
         return self
 
 
-class PromptAttention(Section):
-    """A prefill attention kernel's cited fraction of this device's dense bf16 peak."""
+class PromptEfficiency(Section):
+    """A kernel's cited fraction of the device's dense peak at prompt sizes (prefill rows)."""
 
     e_math: Fraction
     cite: str = Field(min_length=1)
@@ -299,7 +299,7 @@ class HardwareSpec(Section):
     # verdict takes the band's geometric middle and shows its ends (tpot_low_ms, tpot_high_ms).
     grouped_gemm_efficiency: dict[str, EfficiencyCurve] = None
     # Fraction of the bf16 peak prefill attention reaches here (a serving load's prompts run at it)
-    prompt_attention: PromptAttention = None
+    prompt_attention: PromptEfficiency = None
 
     @model_validator(mode="after")
     def _plausible(self) -> HardwareSpec:

@@ -129,19 +129,15 @@ class DeploymentSettings(Section):
     prefill_chunk: int = Field(0, ge=-1, le=1 << 22)
 
     @model_validator(mode="after")
-    def _whole_load(self) -> DeploymentSettings:
-        """Refuse half a serving load: a prompt length without an output length, or the reverse."""
+    def _consistent(self) -> DeploymentSettings:
+        """Refuse half a serving load, a math dtype narrower than its weights (a quantisation
+        the checkpoint lacks), or more than two fit batches, or the same one twice."""
         if bool(self.input_len) != bool(self.output_len):
             why = (
                 f"with output_len={self.output_len}: a serving load gives both (0 and 0 for "
                 "decode only at context_len)"
             )
             raise refuse("input_len", why, self.input_len)
-        return self
-
-    @model_validator(mode="after")
-    def _compute_not_narrower(self) -> DeploymentSettings:
-        """Refuse a math dtype narrower than its weights (a quantisation the checkpoint lacks)."""
         width = {"nvfp4": 4, "mxfp4": 4, "fp8": 8, "bf16": 16}
         if self.compute_dtype and width[self.compute_dtype] < width[self.weight_dtype]:
             why = (
@@ -149,11 +145,6 @@ class DeploymentSettings(Section):
                 "format or a wider one"
             )
             raise refuse("compute_dtype", why, self.compute_dtype)
-        return self
-
-    @model_validator(mode="after")
-    def _two_fit_batches(self) -> DeploymentSettings:
-        """Refuse more than two fit batches, or the same one twice."""
         fit = self.fit_batches
         if len(fit) > 2 or len(set(fit)) != len(fit):
             why = "at most two distinct batches ([] for the smallest and the largest measured)"
