@@ -145,9 +145,6 @@ class QuestionGroup(_Strict):
         case = {k: v for k, v in value.items() if k not in TARGET_KEYS}
         try:
             target = Target.model_validate({k: value[k] for k in TARGET_KEYS if k in value})
-        except ValidationError as exc:
-            raise _error(exc) from None
-        try:
             return cls(target=target, case=Question.model_validate(case) if case else None)
         except ValidationError as exc:
             raise _error(exc) from None

@@ -33,9 +33,10 @@ _NO_VALUE = object()
 
 
 class Refused(ValueError):
-    """A value a validator refuses: its key below the node, the value, and why in words."""
+    """A value a validator refuses: its key below the node, why in words, and the value (none:
+    the message names the key alone)."""
 
-    def __init__(self, key: str, value: Any, why: str):
+    def __init__(self, key: str, why: str, value: Any = _NO_VALUE):
         super().__init__(why)
         self.key, self.value, self.why = key, value, why
 
@@ -47,9 +48,7 @@ class Refused(ValueError):
         return f"{path}{said}: {self.why}"
 
 
-def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
-    """Return the error a validator raises for the value at key (no value: the key alone)."""
-    return Refused(key, value, why)
+refuse = Refused  # what a validator raises: refuse(key, why[, value])
 
 
 def ascending(values: list, key: str, why: str, strictly: bool = True) -> list:
@@ -129,7 +128,8 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     path, node, tail = _walk(first["loc"], data, where)
     kind = first["type"]
     if kind == "extra_forbidden":
-        allowed = ", ".join(sorted(_fields(_declared_at(model, first["loc"][:-1])[0])))
+        parent = _declared_at(model, first["loc"][:-1])[0]
+        allowed = ", ".join(sorted(getattr(parent, "model_fields", {})))  # a model's keys
         return f"{path}: unknown key" + (f"; allowed: {allowed}" if allowed else "")
     if kind == "missing":
         parent, _, key = path.rpartition(".")
@@ -245,10 +245,3 @@ def _unwrap(tp: Any) -> Any:
         members = [a for a in typing.get_args(tp) if a is not type(None)]
         return members[0] if len(members) == 1 else tp
     return tp
-
-
-def _fields(tp: Any) -> list[str]:
-    """Return the keys a model type allows; none for anything else."""
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return list(tp.model_fields)
-    return []
