@@ -29,6 +29,13 @@ def _as_written(value: Any, handler: Any) -> Any:
 # so that a dumped config writes the same JSON as the composed one (rule params are rerun keys).
 Number = Annotated[float, WrapValidator(_as_written)]
 
+
+def at_least(low: int, high: int | None = None) -> Any:
+    """Return an integer type of at least low (and at most high, where given)."""
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+AtLeastOne = at_least(1)
 _NO_VALUE = object()
 
 
