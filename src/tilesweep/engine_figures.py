@@ -35,7 +35,7 @@ def engine_table(
     groups: dict[tuple, RootSettings] = {}  # one Hydra compose per model x GPU x formats x engine
     composed: dict[tuple, pd.DataFrame] = {}  # one composition per setup, all its batches
     for fig in figures:
-        key, setup = _key(fig), _setup(fig)
+        key, setup = tuple(fig.groups().values()), _setup(fig)
         if key not in groups:
             groups[key] = compose_groups(fig.groups(), FIGURE_BASE)
         if setup not in composed:
@@ -49,16 +49,11 @@ def engine_table(
     return table
 
 
-def _key(fig: references.Figure) -> tuple:
-    """Return what one Hydra compose serves: model, GPU, formats and engine file."""
-    return (fig.model, fig.hardware, fig.deployment, fig.engine_name())
-
-
 def _setup(fig: references.Figure) -> tuple:
     """Return what one composition serves beside its key: layout, load and prompt chunk (the
     batches differ; each is composed alone inside it)."""
     load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk)
-    return (*_key(fig), layout_name(fig.layout), *load)
+    return (*fig.groups().values(), layout_name(fig.layout), *load)
 
 
 def _figure_row(fig: references.Figure, one: pd.Series) -> dict:

@@ -8,29 +8,15 @@ from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import Question, QuestionGroup, Target
 from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys
 from tilesweep.settings.strict import Section, check
-from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
+from tilesweep.settings.sweep_space import Layout, Tile
 from tilesweep.settings.tuning import TuneSettings, Tuning
-from tilesweep.settings.workload import (
-    DSA_KEYS,
-    GQA_KEYS,
-    MLA_KEYS,
-    SLIDING_KEYS,
-    Attention,
-    DeploymentSettings,
-    ModelSettings,
-)
+from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 __all__ = [
-    "DSA_KEYS",
-    "GQA_KEYS",
-    "MLA_KEYS",
-    "SLIDING_KEYS",
-    "Attention",
     "BenchSettings",
     "DecodeCell",
     "DeploymentSettings",
     "Figure",
-    "GridSettings",
     "HardwareSpec",
     "Layout",
     "ModelSettings",
