@@ -239,12 +239,11 @@ def _check_expansion(path: Path, empty_ok: bool = False) -> None:
         return
     data = path.read_bytes()
     try:
-        data.decode()
+        lines = [ln.strip() for ln in data.decode().splitlines()]
     except UnicodeDecodeError:
         raise ConfigError(
             f"{path}: not text (bytes that are not UTF-8); a config file is YAML"
         ) from None
-    lines = [ln.strip() for ln in data.decode().splitlines()]
     if not empty_ok and all(not ln or ln.startswith("#") or ln in ("---", "...") for ln in lines):
         raise ConfigError(
             f"{path}: holds nothing (empty, or comments only); a config file holds its settings "

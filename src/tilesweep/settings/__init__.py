@@ -1,9 +1,8 @@
 """Typed config: one pydantic model per group, checked before any job (strict pydantic, because
 OmegaConf lets NaN and infinity through); a refusal is one line naming its key."""
 
-from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.bench_method import BenchSettings, DecodeCell
 from tilesweep.settings.cited_figures import Figure, References
-from tilesweep.settings.decode_cell import DecodeCell
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import Question, QuestionGroup, Target
 from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys

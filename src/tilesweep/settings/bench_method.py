@@ -1,13 +1,17 @@
-"""The `bench` group: how kernels, collectives and decode steps are timed."""
+"""The `bench` group: how kernels, collectives and decode steps are timed; and one decode job's
+param read back (DecodeCell)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from tilesweep.columns import COLLECTIVE_TIMINGS
 from tilesweep.settings.strict import Number, Section, at_least, distinct, refuse
+from tilesweep.settings.workload import ModelSettings
 
 # The longest a timeout or a reading may be: a week (timers overflow far beyond it).
 WEEK_S = 7 * 24 * 3600
@@ -69,3 +73,24 @@ class BenchSettings(Section):
             why = f"less than collective_sweep_min_bytes={low}"
             raise refuse("collective_sweep_max_bytes", why, high)
         return self
+
+
+@dataclass(frozen=True)
+class DecodeCell:
+    """One decode job's param read back: its kernel row, the model, tokens per expert and method."""
+
+    kernel: dict
+    model: ModelSettings
+    tokens_per_expert: list[int]
+    bench: BenchSettings
+
+    @classmethod
+    def from_json(cls, text: str) -> DecodeCell:
+        """Return the cell a decode job's JSON param holds, its groups validated."""
+        spec = json.loads(text)
+        return cls(
+            spec["kernel"],
+            ModelSettings.model_validate(spec["model"]),
+            spec["tokens_per_expert"],
+            BenchSettings.model_validate(spec["bench"]),
+        )
