@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 import sys
+from pathlib import Path
 
 from tilesweep import (
     answer_card,
@@ -174,8 +175,6 @@ def verdict_command(args: argparse.Namespace) -> int:
 
 def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
-    from pathlib import Path
-
     known = sorted(str(s) for s in Status if s not in SETTLED)
     for status in args.status or []:
         if status not in known:

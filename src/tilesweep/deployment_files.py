@@ -131,10 +131,10 @@ def _attention_fault(path: Path) -> str | None:
     missing = [c for c in _ATTENTION_COLUMNS if c not in rows.columns]
     if missing:
         return f"not an attention table: no column {', '.join(missing)}"
+    ok = rows["status"].astype(str) == "ok"
     for col in ("heads", "sequences", "top", "ms"):
         if not pd.api.types.is_numeric_dtype(rows[col]):
             return f"not an attention table: column {col} is not numbers"
-        ok = rows["status"].astype(str) == "ok"
         bad = rows.loc[ok, col]
         if (~bad.map(lambda v: v == v and abs(v) != float("inf")) | (bad < 0)).any():
             return f"column {col} holds a negative, NaN or infinite value on an ok row"

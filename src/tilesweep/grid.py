@@ -62,9 +62,7 @@ def check_size(settings: RootSettings) -> None:
 def build_cells(settings: RootSettings) -> pd.DataFrame:
     """Return one row per kernel to build: backend x architecture x kernel configuration."""
     catalog = settings.catalog
-    archs = {}
-    for name in settings.grid.targets:
-        archs.setdefault(catalog[name].arch, catalog[name].cc)
+    archs = {catalog[name].arch: catalog[name].cc for name in settings.grid.targets}
     rows: list[dict] = []
     for arch, cc in sorted(archs.items()):
         for backend in backends.enabled(settings):

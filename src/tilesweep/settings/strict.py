@@ -144,10 +144,8 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     if kind == "finite_number":
         return f"{path}={_shown(node)}: must be a finite number"
     said = first.get("ctx", {}).get("error")
-    if kind == "value_error" and isinstance(said, Refused):
-        return said.line(path)
-    if kind == "value_error" and isinstance(said, ConfigError):  # a group's own one-line words
-        return str(said)
+    if kind == "value_error" and isinstance(said, Refused | ConfigError):
+        return said.line(path) if isinstance(said, Refused) else str(said)  # a group's own words
     declared = _declared_at(model, first["loc"])
     if kind == "too_short":
         least = first["ctx"]["min_length"]
