@@ -164,9 +164,8 @@ def verdict_command(args: argparse.Namespace) -> int:
     if args.pareto:
         lines += answer_picks.pareto_lines(table)
     if out is not None:
-        write_table(out / "verdict.csv", table)
-        if engines is not None:
-            write_table(out / "engines.csv", engines)
+        for name, frame in zip(files, (table, engines), strict=False):  # no engines: one file
+            write_table(out / name, frame)
         wrote = " and ".join(str(out / name) for name in files)
         lines.append(f"Wrote {wrote}")
     sys.stdout.write("\n".join(lines) + "\n")

@@ -180,12 +180,15 @@ def family_errors(engines) -> pd.DataFrame:
     rows = []
     for key, part in done.groupby(list(FAMILY), sort=True):
         ratio = part["composed_over_engine"].astype(float)
+        said = part["inside_tpot_band"] if "inside_tpot_band" in part else pd.Series(dtype=object)
+        said = said.dropna().map(lambda v: str(v).lower() in ("true", "1", "1.0"))
         rows.append(
             {
                 **dict(zip(FAMILY, key, strict=True)),
                 "figures": len(part),
                 "in_band": int(part["in_band"].astype(bool).sum()),
-                **_inside_counts(part),
+                "inside_tpot_band": int(said.sum()),
+                "with_tpot_band": int(len(said)),
                 "median_ratio": float(ratio.median()),
                 "low_ratio": float(ratio.min()),
                 "high_ratio": float(ratio.max()),
@@ -193,13 +196,6 @@ def family_errors(engines) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=cols)
-
-
-def _inside_counts(part: pd.DataFrame) -> dict:
-    """Return {inside_tpot_band, with_tpot_band} of a family's figures."""
-    said = part["inside_tpot_band"] if "inside_tpot_band" in part else pd.Series(dtype=object)
-    said = said.dropna().map(lambda v: str(v).lower() in ("true", "1", "1.0"))
-    return {"inside_tpot_band": int(said.sum()), "with_tpot_band": int(len(said))}
 
 
 def trust_words(engines, model: str, hardware: str, engine: str) -> str:
@@ -214,16 +210,12 @@ def trust_words(engines, model: str, hardware: str, engine: str) -> str:
     ]
     if not same.empty:
         r = same.iloc[0]
+        inside = f", {r['inside_tpot_band']} of the {r['with_tpot_band']} with a band inside it "
         return (
             f"How far to trust it: on the {r['figures']} cited {r['engine']} figures of {model} on "
             f"{hardware}, composed/engine {r['low_ratio']:.2f}-{r['high_ratio']:.2f} (median "
             f"{r['median_ratio']:.2f}), {r['in_band']} within {BAND[0]}-{BAND[1]}x"
-            + (
-                f", {r['inside_tpot_band']} of the {r['with_tpot_band']} with a band inside it "
-                "(tpot_low_ms-tpot_high_ms)."
-                if r["with_tpot_band"]
-                else "."
-            )
+            + (f"{inside}(tpot_low_ms-tpot_high_ms)." if r["with_tpot_band"] else ".")
         )
     figures, inside = int(table["figures"].sum()), int(table["in_band"].sum())
     return (
