@@ -3,10 +3,11 @@ own messages span lines and name model fields)."""
 
 from __future__ import annotations
 
+import json
 import reprlib
 import types
 import typing
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
@@ -17,6 +18,23 @@ class Section(BaseModel):
     """A config mapping: exact types, no other key, no NaN or infinity, no null."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        """Return the settings a rule's JSON param holds, validated, `by_gpus` keys integers."""
+        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
+
+
+def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
+    """Return node with every all-digit `by_gpus` mapping's keys as ascending integers."""
+    if isinstance(node, list):
+        return [gpu_counts_as_ints(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    items = [(k, gpu_counts_as_ints(v, k)) for k, v in node.items()]
+    if key == "by_gpus" and all(isinstance(k, str) and k.isdigit() for k, _ in items):
+        items = sorted((int(k), v) for k, v in items)
+    return dict(items)
 
 
 def _as_written(value: Any, handler: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from pydantic import Field
@@ -10,7 +9,7 @@ from pydantic import Field
 from tilesweep.settings.backend_sections import BackendSections
 from tilesweep.settings.bench_method import Positive
 from tilesweep.settings.hardware_spec import HardwareSpec
-from tilesweep.settings.root import RootSettings, gpu_counts_as_ints
+from tilesweep.settings.root import RootSettings
 from tilesweep.settings.strict import Section
 from tilesweep.settings.sweep_space import Layout
 from tilesweep.settings.workload import ModelSettings
@@ -37,11 +36,6 @@ class TuneSettings(Section):
     backend: BackendSections  # each enabled tuner's own section (backends.tune_inputs)
     bench: TuneBench
     catalog: dict[str, HardwareSpec]
-
-    @classmethod
-    def from_json(cls, text: str) -> TuneSettings:
-        """Return the settings a tuning rule's JSON param holds, validated."""
-        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
 
 
 # What a tuner's functions read: the whole settings (its CLI verbs) or a tuning rule's param.
