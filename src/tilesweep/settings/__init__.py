@@ -5,10 +5,9 @@ from tilesweep.settings.bench_method import BenchSettings, DecodeCell
 from tilesweep.settings.cited_figures import Figure, References
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import Question, QuestionGroup, Target
-from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys
+from tilesweep.settings.root import RootSettings, TuneSettings, Tuning, catalog_from_json, leaf_keys
 from tilesweep.settings.strict import Section, check
 from tilesweep.settings.sweep_space import Layout, Tile
-from tilesweep.settings.tuning import TuneSettings, Tuning
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The composed config as a whole: its top-level keys, each group's model and the catalog."""
+"""The composed config as a whole: its top-level keys, each group's model and the catalog; and
+what the tuning rules' param holds of it (TuneSettings)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from tilesweep.settings.backend_sections import BackendSections
-from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.bench_method import BenchSettings, Positive
 from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import QuestionGroup, Target
-from tilesweep.settings.strict import Refused, Section, gpu_counts_as_ints, refuse
-from tilesweep.settings.sweep_space import GridSettings
+from tilesweep.settings.strict import Refused, Section, at_least, gpu_counts_as_ints, refuse
+from tilesweep.settings.sweep_space import GridSettings, Layout
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 
@@ -111,6 +112,33 @@ class RootSettings(Section):
     def as_dict(self) -> dict:
         """Return the settings as compose() gives them (unset keys out; the rules' JSON params)."""
         return self.model_dump(exclude_unset=True)  # model_dump: output only (JSON, the report)
+
+
+class TuneGrid(Section):
+    """The grid's layouts: their TP and EP degrees set the problems tuned."""
+
+    layouts: list[Layout]
+
+
+class TuneBench(Section):
+    """The routing skew and the seed of the tuning draws."""
+
+    zipf_alpha: Positive
+    seed: at_least(0)
+
+
+class TuneSettings(Section):
+    """The tuning rules' param read back: the groups of RootSettings that tuning reads."""
+
+    model: ModelSettings
+    grid: TuneGrid
+    backend: BackendSections  # each enabled tuner's own section (backends.tune_inputs)
+    bench: TuneBench
+    catalog: dict[str, HardwareSpec]
+
+
+# What a tuner's functions read: the whole settings (its CLI verbs) or a tuning rule's param.
+Tuning = RootSettings | TuneSettings
 
 
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
