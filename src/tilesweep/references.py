@@ -36,12 +36,7 @@ def validate(value: References | None, conf_dir: Path) -> None:
                 f"references.figures[{i}]: give input_len and output_len (a serving load) or "
                 "context_len (a decode-only figure)"
             )
-        for group, name in (
-            ("model", fig.model),
-            ("hardware", fig.hardware),
-            ("deployment", fig.deployment),
-            ("engine", fig.engine_name()),
-        ):
+        for group, name in fig.groups().items():
             options = sorted(p.stem for p in (Path(conf_dir) / group).glob("*.yaml"))
             if name not in options:
                 raise ConfigError(
