@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tilesweep.columns import COLLECTIVE_TIMINGS
-from tilesweep.settings.strict import Number, Section, at_least, distinct, refuse
+from tilesweep.settings.strict import Number, PositiveNumber, Section, at_least, distinct, refuse
 from tilesweep.settings.workload import ModelSettings
 
 # The longest a timeout or a reading may be: a week (timers overflow far beyond it).
@@ -21,7 +21,6 @@ Seconds = Annotated[Number, Field(gt=0, le=WEEK_S)]
 # The most timed runs of one measurement: past it a median moves no more, and a typo (1e9) would
 # hold a job for days.
 Repeats = Annotated[int, Field(ge=1, le=10_000)]
-Positive = Annotated[Number, Field(gt=0)]
 
 
 class BenchSettings(Section):
@@ -33,7 +32,7 @@ class BenchSettings(Section):
     gpu_experts: at_least(1)
     cpu_experts: at_least(1)
     routing: distinct(Literal["uniform", "zipf"])
-    zipf_alpha: Positive
+    zipf_alpha: PositiveNumber
     seed: at_least(0)
     kernel_timeout_s: Seconds
     collective_world_cap: at_least(1)
@@ -45,7 +44,7 @@ class BenchSettings(Section):
     collective_sweep_factor: at_least(1)
     collective_timing: Literal[COLLECTIVE_TIMINGS]
     collective_graph_calls: at_least(1)
-    collective_graph_fill_ms: Positive
+    collective_graph_fill_ms: PositiveNumber
     step_dense_layers: at_least(0)
     step_moe_layers: at_least(1)
     step_context_len: at_least(1)

@@ -6,10 +6,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.strict import Number, Section, ascending, refuse
+from tilesweep.settings.strict import Number, PositiveNumber, Section, ascending, refuse
 
 Positive = Annotated[int, Field(gt=0)]
-PositiveNumber = Annotated[Number, Field(gt=0)]
 # A CUDA architecture as the compilers name it (sm_90, sm_90a, sm_120): also a folder name.
 Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 

@@ -15,10 +15,7 @@ from pydantic import (
 )
 
 from tilesweep.errors import ConfigError
-from tilesweep.settings.strict import Number
-
-# A positive number that keeps an integer as the YAML wrote it (strict.Number).
-PositiveNumber = Annotated[Number, Field(gt=0)]
+from tilesweep.settings.strict import Number, PositiveNumber
 
 
 class _Strict(BaseModel):

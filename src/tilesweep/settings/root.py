@@ -9,12 +9,19 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from tilesweep.settings.backend_sections import BackendSections
-from tilesweep.settings.bench_method import BenchSettings, Positive
+from tilesweep.settings.bench_method import BenchSettings
 from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import QuestionGroup, Target
-from tilesweep.settings.strict import Refused, Section, at_least, gpu_counts_as_ints, refuse
+from tilesweep.settings.strict import (
+    PositiveNumber,
+    Refused,
+    Section,
+    at_least,
+    gpu_counts_as_ints,
+    refuse,
+)
 from tilesweep.settings.sweep_space import GridSettings, Layout
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
@@ -123,7 +130,7 @@ class TuneGrid(Section):
 class TuneBench(Section):
     """The routing skew and the seed of the tuning draws."""
 
-    zipf_alpha: Positive
+    zipf_alpha: PositiveNumber
     seed: at_least(0)
 
 

@@ -46,6 +46,7 @@ def _as_written(value: Any, handler: Any) -> Any:
 # A number (`float` refuses bools, NaN and infinity) that keeps an integer as the YAML wrote it,
 # so that a dumped config writes the same JSON as the composed one (rule params are rerun keys).
 Number = Annotated[float, WrapValidator(_as_written)]
+PositiveNumber = Annotated[Number, Field(gt=0)]
 
 
 def at_least(low: int, high: int | None = None) -> Any:
