@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 import sys
+from pathlib import Path
 
 from tilesweep import (
     answer_card,
@@ -163,9 +164,8 @@ def verdict_command(args: argparse.Namespace) -> int:
     if args.pareto:
         lines += answer_picks.pareto_lines(table)
     if out is not None:
-        write_table(out / "verdict.csv", table)
-        if engines is not None:
-            write_table(out / "engines.csv", engines)
+        for name, frame in zip(files, (table, engines), strict=False):  # no engines: one file
+            write_table(out / name, frame)
         wrote = " and ".join(str(out / name) for name in files)
         lines.append(f"Wrote {wrote}")
     sys.stdout.write("\n".join(lines) + "\n")
@@ -174,8 +174,6 @@ def verdict_command(args: argparse.Namespace) -> int:
 
 def failed_command(args: argparse.Namespace) -> int:
     """Run `tilesweep failed`; return the exit status."""
-    from pathlib import Path
-
     known = sorted(str(s) for s in Status if s not in SETTLED)
     for status in args.status or []:
         if status not in known:

@@ -222,15 +222,10 @@ def missing_asked(lists: dict, asked: dict = _ASKED) -> tuple[str, str] | None:
     return None
 
 
-def _check_asked() -> None:
-    """End the process in one line if data/columns.yaml lacks a column the code reads by name."""
-    gap = missing_asked(_LISTS)
-    if gap is not None:
-        name, column = gap
-        raise package_data.BrokenPackageData(
-            f"{_LISTS.where}.{name}: no column {column!r}, which the code reads by name "
-            "(renamed or removed?)"
-        )
-
-
-_check_asked()
+# The process ends in one line if data/columns.yaml lacks a column the code reads by name.
+_GAP = missing_asked(_LISTS)
+if _GAP is not None:
+    raise package_data.BrokenPackageData(
+        f"{_LISTS.where}.{_GAP[0]}: no column {_GAP[1]!r}, which the code reads by name "
+        "(renamed or removed?)"
+    )

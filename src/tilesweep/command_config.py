@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tilesweep.errors import ConfigError
+from tilesweep.settings import RootSettings
 
 # What `snakemake --config KEY=VALUE` takes; every other setting goes in overrides.
 COMMAND_KEYS = {
@@ -33,17 +34,7 @@ def check_command_config(config: dict) -> None:
 
 # The top-level settings of conf/config.yaml, which go in overrides, never in --config.
 _SETTING_KEYS = (
-    "results_dir",
-    "max_jobs",
-    "read_outside",
-    "hardware",
-    "model",
-    "grid",
-    "backend",
-    "bench",
-    "deployment",
-    "question",
-    "references",
+    *(k for k in RootSettings.model_fields if k not in (*COMMAND_KEYS, "catalog")),
     "experiment",
 )
 

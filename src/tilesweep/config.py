@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 from tilesweep import config_checks, gpu_archs, question, references
 from tilesweep.deployment_files import check_files
 from tilesweep.errors import ConfigError, one_line
-from tilesweep.group_files import check_defaults, find_defaults_loop, group_file
+from tilesweep.group_files import check_defaults, find_defaults_loop, group_file, parsed_once
 from tilesweep.settings import RootSettings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -172,20 +171,17 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
     return catalog
 
 
-# _hardware_spec's parses by (file, sha256 of its bytes): a verdict composes twice (its own
-# settings and the engine check's base), and each reads the whole catalog.
-_SPECS: dict[tuple, object] = {}
-
-
 def _hardware_spec(path: Path) -> object:
-    """Return a copy of a hardware file's plain containers, resolved (parsed once per content)."""
+    """Return a hardware file's plain containers, resolved (a verdict composes twice, and each
+    compose reads the whole catalog: parsed once per content)."""
+    return parsed_once(path, _resolved_file)
+
+
+def _resolved_file(path: Path) -> object:
+    """Return a YAML file's plain containers as OmegaConf resolves them."""
     from omegaconf import OmegaConf
 
-    data = path.read_bytes()
-    key = (path.resolve(), hashlib.sha256(data).hexdigest())
-    if key not in _SPECS:
-        _SPECS[key] = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    return copy.deepcopy(_SPECS[key])
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
 def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
@@ -243,12 +239,11 @@ def _check_expansion(path: Path, empty_ok: bool = False) -> None:
         return
     data = path.read_bytes()
     try:
-        data.decode()
+        lines = [ln.strip() for ln in data.decode().splitlines()]
     except UnicodeDecodeError:
         raise ConfigError(
             f"{path}: not text (bytes that are not UTF-8); a config file is YAML"
         ) from None
-    lines = [ln.strip() for ln in data.decode().splitlines()]
     if not empty_ok and all(not ln or ln.startswith("#") or ln in ("---", "...") for ln in lines):
         raise ConfigError(
             f"{path}: holds nothing (empty, or comments only); a config file holds its settings "

@@ -104,8 +104,8 @@ def _engine_file(folder: str, name: str) -> EngineSettings | None:
     return check(EngineSettings, data, f"conf/engine/{name}.yaml: engine")
 
 
-def _engine_archs(engine: EngineSettings) -> list[tuple[str, str]]:
-    """Return (key, arch) for every architecture an engine file names."""
+def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
+    """Raise ConfigError for an architecture conf/architectures.yaml lacks (never read)."""
     named = [("engine.only_arch", a) for a in engine.only_arch]
     for family, lists in engine.families.items():
         for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
@@ -119,13 +119,8 @@ def _engine_archs(engine: EngineSettings) -> list[tuple[str, str]]:
     named += [("engine.allreduce", a) for a in engine.allreduce]
     named += [("engine.attention_by_arch", a) for a in engine.attention_by_arch if a != "default"]
     named += [("engine.attention_band_by_arch", a) for a in engine.attention_band_by_arch]
-    return named
-
-
-def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
-    """Raise ConfigError for an architecture conf/architectures.yaml lacks (never read)."""
     table = gpu_archs.architectures()
-    for key, arch in _engine_archs(engine):
+    for key, arch in named:
         if arch.removesuffix("a") not in table:
             raise ConfigError(
                 f"{where}{key}={arch}: not an architecture conf/architectures.yaml lists "

@@ -6,7 +6,7 @@ import errno
 import json
 import stat
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tilesweep.errors import ConfigError
 from tilesweep.io import PROJECT_ROOT, project_path
 from tilesweep.settings import RootSettings
+from tilesweep.settings.engine_spec import KernelKind
 
 
 def check_files(settings: RootSettings) -> None:
@@ -61,22 +62,8 @@ def _kind_of(path: Path) -> str | None:
     return None
 
 
-# The part kinds a fitted group may cover (plan.step_parts and the engines' kernel kinds).
-PartKind = Literal[
-    "attention",
-    "attention_gqa",
-    "attention_proj",
-    "dense_gemm",
-    "embedding",
-    "expert_gemm",
-    "expert_permute",
-    "indexer",
-    "lm_head",
-    "norm",
-    "router",
-    "shared_gemm",
-    "extra",
-]
+# The part kinds a fitted group may cover: the engines' kernel kinds but `allreduce`.
+PartKind = Literal[tuple(k for k in get_args(KernelKind) if k != "allreduce")]
 _NUMBERS = ConfigDict(strict=True, allow_inf_nan=False)  # no bool, NaN or inf for a number
 
 
@@ -144,10 +131,10 @@ def _attention_fault(path: Path) -> str | None:
     missing = [c for c in _ATTENTION_COLUMNS if c not in rows.columns]
     if missing:
         return f"not an attention table: no column {', '.join(missing)}"
+    ok = rows["status"].astype(str) == "ok"
     for col in ("heads", "sequences", "top", "ms"):
         if not pd.api.types.is_numeric_dtype(rows[col]):
             return f"not an attention table: column {col} is not numbers"
-        ok = rows["status"].astype(str) == "ok"
         bad = rows.loc[ok, col]
         if (~bad.map(lambda v: v == v and abs(v) != float("inf")) | (bad < 0)).any():
             return f"column {col} holds a negative, NaN or infinite value on an ok row"

@@ -16,18 +16,14 @@ from tilesweep.settings import HardwareSpec, ModelSettings, RootSettings
 from tilesweep.settings.hardware_spec import Topology
 
 
-def datasheet_for(device: str, catalog: dict[str, HardwareSpec]) -> HardwareSpec | None:
-    """Return the conf/hardware spec whose `device_names` holds `device`, or None."""
-    return next((spec for spec in catalog.values() if device in spec.device_names), None)
-
-
 def fit_on_datasheet(
     fit: dict | None, label: str, catalog: dict[str, HardwareSpec]
 ) -> tuple[dict | None, str]:
     """Return (the fit on its device's datasheet, label), or (None, why) without a datasheet."""
     if fit is None:
         return None, label
-    sheet = datasheet_for(fit.get("device", ""), catalog)
+    device = fit.get("device", "")
+    sheet = next((spec for spec in catalog.values() if device in spec.device_names), None)
     if sheet is None:
         return None, (
             f"the fit on {fit.get('device')!r} has no datasheet in conf/hardware (device_names) to "

@@ -35,7 +35,7 @@ def engine_table(
     groups: dict[tuple, RootSettings] = {}  # one Hydra compose per model x GPU x formats x engine
     composed: dict[tuple, pd.DataFrame] = {}  # one composition per setup, all its batches
     for fig in figures:
-        key, setup = _key(fig), _setup(fig)
+        key, setup = tuple(fig.groups().values()), _setup(fig)
         if key not in groups:
             groups[key] = compose_groups(fig.groups(), FIGURE_BASE)
         if setup not in composed:
@@ -49,55 +49,41 @@ def engine_table(
     return table
 
 
-def _key(fig: references.Figure) -> tuple:
-    """Return what one Hydra compose serves: model, GPU, formats and engine file."""
-    return (fig.model, fig.hardware, fig.deployment, fig.engine_name())
-
-
 def _setup(fig: references.Figure) -> tuple:
     """Return what one composition serves beside its key: layout, load and prompt chunk (the
     batches differ; each is composed alone inside it)."""
     load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk)
-    return (*_key(fig), layout_name(fig.layout), *load)
+    return (*fig.groups().values(), layout_name(fig.layout), *load)
 
 
 def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
     """Return the row of one cited engine figure beside `one`, the verdict row composed for it."""
     composed = one["tpot_ms"]
     ratio = composed / fig.tpot_ms
+    low, high = one["tpot_low_ms"], one["tpot_high_ms"]
+    inside = None if low != low or high != high else bool(low <= fig.tpot_ms <= high)
     return {
-        "engine": fig.engine,
-        "version": fig.version,
-        "model": fig.model,
-        "hardware": fig.hardware,
+        **{k: getattr(fig, k) for k in _FIGURE_KEYS},
         "layout": layout_name(fig.layout),
-        "batch": fig.batch,
-        "input_len": fig.input_len,
-        "output_len": fig.output_len,
-        "context_len": one["context_len"],
-        "weight_dtype": one["weight_dtype"],
-        "speculative": fig.speculative,
-        "statistic": fig.statistic,
-        "role": fig.role,
+        **{k: one[k] for k in _VERDICT_KEYS},
         "engine_tpot_ms": fig.tpot_ms,
         "composed_tpot_ms": composed,
         "composed_over_engine": ratio,
         "error_pct": 100 * (ratio - 1),
         "in_band": bool(references.BAND[0] <= ratio <= references.BAND[1]),
-        "tpot_low_ms": one["tpot_low_ms"],
-        "tpot_high_ms": one["tpot_high_ms"],
-        "inside_tpot_band": _inside(one["tpot_low_ms"], fig.tpot_ms, one["tpot_high_ms"]),
-        "floor_ms": one["floor_ms"],
+        "inside_tpot_band": inside,
         "engine_over_floor": fig.tpot_ms / one["floor_ms"],
-        "host_ms": one["host_ms"],
-        "prefill_ms": one["prefill_ms"],
-        "bound": one["bound"],
-        "fits_memory": one["fits_memory"],
-        "kernel_list": one["kernel_list"],
         "composed_source": one["source"],
         "gap": _gap(one),
         "cited": fig.source,
     }
+
+
+# The columns of an engines row that are the figure's own, and the composed verdict row's.
+_FIGURE_KEYS = ("engine", "version", "model", "hardware", "batch", "input_len", "output_len")
+_FIGURE_KEYS += ("speculative", "statistic", "role")
+_VERDICT_KEYS = ("context_len", "weight_dtype", "tpot_low_ms", "tpot_high_ms", "floor_ms")
+_VERDICT_KEYS += ("host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list")
 
 
 # The verdict times no kernel tile: one that divides any model stands in for the sweep's tiles,
@@ -134,8 +120,3 @@ def _gap(row: pd.Series) -> str:
     if row["tpot_ms"] == row["tpot_ms"]:
         return ""
     return row_inputs.of(row).get("gaps") or str(row["bound"])
-
-
-def _inside(low: float, tpot: float, high: float) -> bool | None:
-    """Return whether an engine's TPOT lies inside the verdict's band, None without a band."""
-    return None if low != low or high != high else bool(low <= tpot <= high)

@@ -41,7 +41,7 @@ def _records(path: Path) -> list[tuple[str, str]]:
             return [
                 (Status.MISSING, f"the file holds a JSON {type(record).__name__}, not a record")
             ]
-        cells = record.get("cells", [record]) if "cells" in record else [record]
+        cells = record.get("cells", [record])
         rows = list(cells.values()) if isinstance(cells, dict) else cells
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             return [(Status.MISSING, "its cells are not records")]

@@ -43,12 +43,8 @@ def load(path: Path = TABLE_FILE) -> dict[str, Architecture]:
         if not isinstance(row, dict) or set(row) != {"cc", "tensor_dtypes"}:
             raise ConfigError(f"{where}: {arch}: must have exactly cc and tensor_dtypes")
         dtypes = row["tensor_dtypes"]
-        if (
-            not isinstance(row["cc"], int)
-            or isinstance(row["cc"], bool)
-            or not isinstance(dtypes, list)
-            or not all(isinstance(d, str) for d in dtypes)
-        ):
+        names = isinstance(dtypes, list) and all(isinstance(d, str) for d in dtypes)
+        if type(row["cc"]) is not int or not names:  # a bool is no compute capability
             raise ConfigError(f"{where}: {arch}: cc must be an int, tensor_dtypes a list of names")
         unknown = [d for d in dtypes if d not in TENSOR_DTYPES]
         if unknown:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -47,9 +48,7 @@ def check_size(settings: RootSettings) -> None:
     archs = {settings.catalog[t].arch for t in grid.targets}
     dims = {k: len(getattr(grid, k)) for k in ("tiles", "stages", "warps", "dtypes", "epilogues")}
     builders = sum(1 for b in backends.enabled(settings) if b.builder)
-    configs = builders
-    for n in dims.values():
-        configs *= n
+    configs = builders * math.prod(dims.values())
     jobs = configs * (len(archs) + len(grid.targets) + 1) + len(grid.layouts) * 2
     if jobs > limit:
         shape = " x ".join(f"{n} {k}" for k, n in dims.items())
@@ -63,9 +62,7 @@ def check_size(settings: RootSettings) -> None:
 def build_cells(settings: RootSettings) -> pd.DataFrame:
     """Return one row per kernel to build: backend x architecture x kernel configuration."""
     catalog = settings.catalog
-    archs = {}
-    for name in settings.grid.targets:
-        archs.setdefault(catalog[name].arch, catalog[name].cc)
+    archs = {catalog[name].arch: catalog[name].cc for name in settings.grid.targets}
     rows: list[dict] = []
     for arch, cc in sorted(archs.items()):
         for backend in backends.enabled(settings):
@@ -101,8 +98,7 @@ def bench_kernels(settings: RootSettings, builds: pd.DataFrame | None = None) ->
     per_kernel = [b.name for b in backends.builders() if b.builder.build_per == "kernel"]
     rows = builds[builds["backend"].isin(per_kernel)]
     keep = ["backend", "dtype", "tile_m", "tile_n", "tile_k", "stages", "warps", "epilogue"]
-    kernels = rows[keep + ["kernel"]].drop_duplicates("kernel").reset_index(drop=True)
-    return kernels
+    return rows[keep + ["kernel"]].drop_duplicates("kernel").reset_index(drop=True)
 
 
 def layouts(settings: RootSettings) -> pd.DataFrame:
@@ -127,7 +123,5 @@ def layouts(settings: RootSettings) -> pd.DataFrame:
 
 def cell_count(settings: RootSettings) -> int:
     """Return the number of grid cells: kernels x batches x targets x layouts."""
-    grid = settings.grid
-    kernels = len(grid.dtypes) * len(grid.tiles) * len(grid.stages) * len(grid.warps)
-    kernels *= len(grid.epilogues)
-    return kernels * len(grid.tokens_per_expert) * len(grid.targets) * len(grid.layouts)
+    dims = ("dtypes", "tiles", "stages", "warps", "epilogues", "tokens_per_expert", "targets")
+    return math.prod(len(getattr(settings.grid, k)) for k in (*dims, "layouts"))

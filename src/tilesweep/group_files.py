@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 from tilesweep.errors import ConfigError
 
-# _parsed by (file, sha256 of its bytes; not the mtime, which an edit can keep): (its plain
-# containers, unresolved; whether it interpolates).
-_PARSED: dict[tuple, tuple[dict, bool]] = {}
+# parsed_once's parses by (file, parser, sha256 of its bytes; not the mtime, which an edit can
+# keep): a verdict composes twice, and the engine check reads the same files for every figure.
+_PARSED: dict[tuple, object] = {}
 # group_file's resolved keys by the repr of the merged keys they were resolved from.
 _RESOLVED: dict[str, dict] = {}
 
@@ -58,7 +59,7 @@ def _merged_file(
             f"{where}: its defaults list loops ({' -> '.join((*chain, option))}); a file derives "
             "from other files of its group, never from itself"
         )
-    own, interpolates = _parsed(conf_dir / group / f"{option}.yaml")
+    own, interpolates = parsed_once(conf_dir / group / f"{option}.yaml", _parsed)
     if not isinstance(own, dict):
         raise ConfigError(f"conf/{group}/{option}.yaml: not a mapping")
     bases = own.pop("defaults", None) or []
@@ -82,24 +83,27 @@ def _merged_file(
     return (out if "_self_" in bases else _merge(out, own)), interpolates
 
 
+def parsed_once(path: Path, parse: Callable[[Path], object]) -> object:
+    """Return a copy of parse(path), parsed once per content of the file."""
+    key = (path.resolve(), parse, hashlib.sha256(path.read_bytes()).hexdigest())
+    if key not in _PARSED:
+        _PARSED[key] = parse(path)
+    return copy.deepcopy(_PARSED[key])
+
+
 def _parsed(path: Path) -> tuple[dict, bool]:
-    """Return a copy of a YAML file's containers and whether it interpolates."""
+    """Return a YAML file's containers, unresolved, and whether it interpolates."""
     import yaml
     from omegaconf import OmegaConf
 
-    data = path.read_bytes()
-    key = (path.resolve(), hashlib.sha256(data).hexdigest())
-    if key not in _PARSED:
-        text = data.decode()
-        try:  # libyaml under OmegaConf's rules; a file it refuses gets OmegaConf's own message
-            body = yaml.load(text, Loader=yaml_loader())
-        except yaml.YAMLError:
-            body = None
-        if not isinstance(body, dict):  # also an empty file, which OmegaConf reads as {}
-            body = OmegaConf.to_container(OmegaConf.create(text))
-        _PARSED[key] = (body, "${" in text)
-    body, interpolates = _PARSED[key]
-    return copy.deepcopy(body), interpolates
+    text = path.read_bytes().decode()
+    try:  # libyaml under OmegaConf's rules; a file it refuses gets OmegaConf's own message
+        body = yaml.load(text, Loader=yaml_loader())
+    except yaml.YAMLError:
+        body = None
+    if not isinstance(body, dict):  # also an empty file, which OmegaConf reads as {}
+        body = OmegaConf.to_container(OmegaConf.create(text))
+    return body, "${" in text
 
 
 def _merge(base: dict, top: dict) -> dict:

@@ -9,15 +9,11 @@ if TYPE_CHECKING:
     from tilesweep.settings import HardwareSpec
 
 
-def reported_name(device: str) -> str:
-    """Return the name a device reports, from a device id ('cuda:NVIDIA H200 x2') or a name."""
-    name = device.split(":", 1)[1] if device.startswith(("cuda:", "cpu:")) else device
-    return re.sub(r"\s+x\d+$", "", name).strip()
-
-
 def catalog_name(device: str, catalog: dict[str, HardwareSpec]) -> str | None:
-    """Return the conf/hardware name whose `device_names` hold the device's name, else None."""
-    want = reported_name(device).casefold()
+    """Return the conf/hardware name whose `device_names` hold the name a device reports (from a
+    device id, 'cuda:NVIDIA H200 x2', or a name), else None."""
+    reported = device.split(":", 1)[1] if device.startswith(("cuda:", "cpu:")) else device
+    want = re.sub(r"\s+x\d+$", "", reported).strip().casefold()
     found = [
         name for name, spec in catalog.items() if want in (n.casefold() for n in spec.device_names)
     ]

@@ -70,17 +70,12 @@ def query_gpus() -> tuple[tuple[str, str], ...]:
     return tuple(r for r in rows if len(r) == 2)
 
 
-def _gpu_query() -> tuple[tuple[str, str], ...]:
-    """Return the local GPUs for a job's own provenance, none when the query fails."""
+def gpu_names() -> tuple[str, ...]:
+    """Return the names of local NVIDIA GPUs as a job sees them (none where the query fails)."""
     try:
-        return query_gpus()
+        return tuple(name for name, _ in query_gpus())
     except GpuQueryError:
         return ()
-
-
-def gpu_names() -> tuple[str, ...]:
-    """Return the names of local NVIDIA GPUs, as a running job sees them."""
-    return tuple(name for name, _ in _gpu_query())
 
 
 def toolchain_key(drivers: tuple[str, ...] = ()) -> str:

@@ -5,30 +5,9 @@ from __future__ import annotations
 
 from tilesweep.errors import ConfigError
 from tilesweep.settings import RootSettings
-from tilesweep.settings.question_group import (
-    TARGET_KEYS,
-    Layout,
-    Power,
-    Question,
-    QuestionGroup,
-    Target,
-    Tile,
-    Tiles,
-)
+from tilesweep.settings.question_group import Question, QuestionGroup, Target, Tiles
 
-__all__ = [
-    "TARGET_KEYS",
-    "Layout",
-    "Power",
-    "Question",
-    "QuestionGroup",
-    "Target",
-    "Tile",
-    "Tiles",
-    "of",
-    "target",
-    "validate",
-]
+__all__ = ["Question", "Tiles", "of", "target", "validate"]
 
 
 def validate(group: QuestionGroup, catalog: dict) -> None:

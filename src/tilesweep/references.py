@@ -3,9 +3,6 @@ composed for the same deployment (engine_figures.engine_table). Nothing here is 
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import math
 import stat
 from pathlib import Path
 
@@ -15,18 +12,11 @@ import yaml
 
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
-from tilesweep.group_files import yaml_loader
+from tilesweep.group_files import parsed_once, yaml_loader
 from tilesweep.settings import RootSettings
 from tilesweep.settings.cited_figures import Figure, References
 
-__all__ = [
-    "BAND",
-    "Figure",
-    "References",
-    "of",
-    "read_figures_from",
-    "validate",
-]
+__all__ = ["BAND", "Figure", "References", "of", "read_figures_from", "validate"]
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
@@ -46,23 +36,13 @@ def validate(value: References | None, conf_dir: Path) -> None:
                 f"references.figures[{i}]: give input_len and output_len (a serving load) or "
                 "context_len (a decode-only figure)"
             )
-        for group, name in (
-            ("model", fig.model),
-            ("hardware", fig.hardware),
-            ("deployment", fig.deployment),
-            ("engine", fig.engine_name()),
-        ):
+        for group, name in fig.groups().items():
             options = sorted(p.stem for p in (Path(conf_dir) / group).glob("*.yaml"))
             if name not in options:
                 raise ConfigError(
                     f"references.figures[{i}].{group}={name!r}: unknown {group}; "
                     f"valid: {', '.join(options)}"
                 )
-
-
-# read_figures_from by (file, sha256 of its bytes): the figures of one file, parsed once per
-# process; the bytes, not the mtime, so an edit that keeps the size and mtime is still read.
-_READ: dict[tuple, list] = {}
 
 
 def read_figures_from(raw: dict, conf_dir: Path) -> None:
@@ -85,16 +65,18 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
     try:
         if path.exists() and not stat.S_ISREG(path.stat().st_mode):  # a FIFO blocks a read
             raise ConfigError(f"{where}: not a plain file (a folder, a pipe or a device)")
-        data = path.read_bytes()
-        key = (path, hashlib.sha256(data).hexdigest())
-        if key not in _READ:
-            _READ[key] = _figures_of(yaml.load(data.decode(), Loader=yaml_loader()), where)
+        figures = _figures_of(parsed_once(path, _yaml_file), where)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         text = str(exc).strip().splitlines()
         raise ConfigError(
             f"{where}: cannot read it ({text[0] if text else type(exc).__name__})"
         ) from None
-    refs["figures"] = copy.deepcopy(_READ[key])
+    refs["figures"] = figures
+
+
+def _yaml_file(path: Path) -> object:
+    """Return a YAML file's contents as libyaml reads them under OmegaConf's rules."""
+    return yaml.load(path.read_bytes().decode(), Loader=yaml_loader())
 
 
 def _figures_of(data: object, where: str) -> list:
@@ -122,64 +104,37 @@ FASTER_AT_MORE = 0.10
 
 def source_checks(engines) -> list[str]:
     """Return, per row of an engines table, why the corpus contradicts that figure, or ''."""
+    keys = list(engines[SAME_DEPLOYMENT].itertuples(index=False, name=None))
+    batches, tpots = engines["batch"].tolist(), engines["engine_tpot_ms"].tolist()
+    groups: dict[tuple, list[int]] = {}  # a key with a missing value is no deployment's
+    for j, key in enumerate(keys):
+        if not any(pd.isna(v) for v in key):
+            groups.setdefault(key, []).append(j)
     out = []
-    maybe = _maybe_contradicted(engines)
-    for i, (_, row) in enumerate(engines.iterrows()):
-        if not maybe[i]:
-            out.append("")
-            continue
-        same = (engines[SAME_DEPLOYMENT] == row[SAME_DEPLOYMENT]).all(axis=1)
-        limit = (1 - FASTER_AT_MORE) * row["engine_tpot_ms"]
-        faster = engines[
-            same & (engines["batch"] > row["batch"]) & (engines["engine_tpot_ms"] < limit)
-        ]
-        if faster.empty:
-            out.append("")
-            continue
-        best = faster.sort_values("batch").iloc[0]  # the nearest concurrency above
+    for i, key in enumerate(keys):
+        limit = (1 - FASTER_AT_MORE) * tpots[i]
+        faster = [j for j in groups.get(key, []) if batches[j] > batches[i] and tpots[j] < limit]
+        best = min(faster, key=lambda j: batches[j], default=None)  # the nearest concurrency above
         out.append(
-            f"contradicted: the same deployment and load measured {best['engine_tpot_ms']:g} ms "
-            f"at concurrency {best['batch']} against {row['engine_tpot_ms']:g} ms at "
-            f"{row['batch']} (TPOT does not fall as concurrency rises)"
+            ""
+            if best is None
+            else f"contradicted: the same deployment and load measured {tpots[best]:g} ms "
+            f"at concurrency {batches[best]} against {tpots[i]:g} ms at "
+            f"{batches[i]} (TPOT does not fall as concurrency rises)"
         )
     return out
 
 
-def _maybe_contradicted(engines) -> list[bool]:
-    """Return, per row, False where no same-deployment row at more concurrency is faster."""
-    keys = list(engines[SAME_DEPLOYMENT].itertuples(index=False, name=None))
-    batches = engines["batch"].tolist()
-    tpots = engines["engine_tpot_ms"].tolist()
-    missing = [any(pd.isna(v) for v in key) for key in keys]
-    groups: dict[tuple, list[int]] = {}
-    for j, key in enumerate(keys):
-        if not missing[j]:
-            groups.setdefault(key, []).append(j)
-    anywhere = [j for j in range(len(keys)) if missing[j]]
-    everyone = list(range(len(keys)))
-
-    def above(i: int, j: int) -> bool:
-        if pd.isna(batches[i]) or pd.isna(batches[j]) or pd.isna(tpots[i]) or pd.isna(tpots[j]):
-            return True  # not compared here: the table-wide check decides
-        return batches[j] > batches[i] and tpots[j] < (1 - FASTER_AT_MORE) * tpots[i]
-
-    return [
-        any(above(i, j) for j in (everyone if missing[i] else groups[keys[i]] + anywhere))
-        for i in range(len(keys))
-    ]
-
-
 def _error(done) -> dict:
     """Return rows in BAND, median and largest |error| in % and the ratio's range."""
-    err = (done["composed_over_engine"] - 1).abs() * 100
     ratio = done["composed_over_engine"]
-    some = len(done) > 0
+    err = (ratio - 1).abs() * 100
     return {
-        "in_band": int(((ratio >= BAND[0]) & (ratio <= BAND[1])).sum()),
-        "median_abs_error_pct": float(err.median()) if some else math.nan,
-        "max_abs_error_pct": float(err.max()) if some else math.nan,
-        "ratio_min": float(ratio.min()) if some else math.nan,
-        "ratio_max": float(ratio.max()) if some else math.nan,
+        "in_band": int(ratio.between(*BAND).sum()),
+        "median_abs_error_pct": float(err.median()),
+        "max_abs_error_pct": float(err.max()),
+        "ratio_min": float(ratio.min()),
+        "ratio_max": float(ratio.max()),
     }
 
 
@@ -220,12 +175,15 @@ def family_errors(engines) -> pd.DataFrame:
     rows = []
     for key, part in done.groupby(list(FAMILY), sort=True):
         ratio = part["composed_over_engine"].astype(float)
+        said = part["inside_tpot_band"] if "inside_tpot_band" in part else pd.Series(dtype=object)
+        said = said.dropna().map(lambda v: str(v).lower() in ("true", "1", "1.0"))
         rows.append(
             {
                 **dict(zip(FAMILY, key, strict=True)),
                 "figures": len(part),
                 "in_band": int(part["in_band"].astype(bool).sum()),
-                **_inside_counts(part),
+                "inside_tpot_band": int(said.sum()),
+                "with_tpot_band": int(len(said)),
                 "median_ratio": float(ratio.median()),
                 "low_ratio": float(ratio.min()),
                 "high_ratio": float(ratio.max()),
@@ -233,13 +191,6 @@ def family_errors(engines) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=cols)
-
-
-def _inside_counts(part: pd.DataFrame) -> dict:
-    """Return {inside_tpot_band, with_tpot_band} of a family's figures."""
-    said = part["inside_tpot_band"] if "inside_tpot_band" in part else pd.Series(dtype=object)
-    said = said.dropna().map(lambda v: str(v).lower() in ("true", "1", "1.0"))
-    return {"inside_tpot_band": int(said.sum()), "with_tpot_band": int(len(said))}
 
 
 def trust_words(engines, model: str, hardware: str, engine: str) -> str:
@@ -254,16 +205,12 @@ def trust_words(engines, model: str, hardware: str, engine: str) -> str:
     ]
     if not same.empty:
         r = same.iloc[0]
+        inside = f", {r['inside_tpot_band']} of the {r['with_tpot_band']} with a band inside it "
         return (
             f"How far to trust it: on the {r['figures']} cited {r['engine']} figures of {model} on "
             f"{hardware}, composed/engine {r['low_ratio']:.2f}-{r['high_ratio']:.2f} (median "
             f"{r['median_ratio']:.2f}), {r['in_band']} within {BAND[0]}-{BAND[1]}x"
-            + (
-                f", {r['inside_tpot_band']} of the {r['with_tpot_band']} with a band inside it "
-                "(tpot_low_ms-tpot_high_ms)."
-                if r["with_tpot_band"]
-                else "."
-            )
+            + (f"{inside}(tpot_low_ms-tpot_high_ms)." if r["with_tpot_band"] else ".")
         )
     figures, inside = int(table["figures"].sum()), int(table["in_band"].sum())
     return (

@@ -1,36 +1,20 @@
 """Typed config: one pydantic model per group, checked before any job (strict pydantic, because
 OmegaConf lets NaN and infinity through); a refusal is one line naming its key."""
 
-from tilesweep.settings.bench_method import BenchSettings
+from tilesweep.settings.bench_method import BenchSettings, DecodeCell
 from tilesweep.settings.cited_figures import Figure, References
-from tilesweep.settings.decode_cell import DecodeCell
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import Question, QuestionGroup, Target
-from tilesweep.settings.root import RootSettings, catalog_from_json, leaf_keys
+from tilesweep.settings.root import RootSettings, TuneSettings, Tuning, catalog_from_json, leaf_keys
 from tilesweep.settings.strict import Section, check
-from tilesweep.settings.sweep_space import GridSettings, Layout, Tile
-from tilesweep.settings.tuning import TuneSettings, Tuning
-from tilesweep.settings.workload import (
-    DSA_KEYS,
-    GQA_KEYS,
-    MLA_KEYS,
-    SLIDING_KEYS,
-    Attention,
-    DeploymentSettings,
-    ModelSettings,
-)
+from tilesweep.settings.sweep_space import Layout, Tile
+from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 __all__ = [
-    "DSA_KEYS",
-    "GQA_KEYS",
-    "MLA_KEYS",
-    "SLIDING_KEYS",
-    "Attention",
     "BenchSettings",
     "DecodeCell",
     "DeploymentSettings",
     "Figure",
-    "GridSettings",
     "HardwareSpec",
     "Layout",
     "ModelSettings",

@@ -55,7 +55,3 @@ class BackendSections(Section):
         """Return whether backend.<name> is present and turned on."""
         found = self.section(name)
         return bool(found is not None and found.enabled)
-
-    def names(self) -> list[str]:
-        """Return the backends the config has a section for, as written."""
-        return list(self.__pydantic_extra__ or {})

@@ -90,10 +90,7 @@ class Figure(Section):
         if self.prefill_chunk:
             load.append(f"deployment.prefill_chunk={self.prefill_chunk}")
         return [
-            f"model={self.model}",
-            f"hardware={self.hardware}",
-            f"deployment={self.deployment}",
-            f"engine={self.engine_name()}",
+            *(f"{group}={option}" for group, option in self.groups().items()),
             f"deployment.batches=[{self.batch}]",
             *load,
             f"grid.layouts=[{{tp:{lay.tp},pp:{lay.pp},ep:{lay.ep},experts:{lay.experts or 'tp'}"

@@ -11,9 +11,9 @@ from pydantic import AfterValidator, Field, model_validator
 from tilesweep.settings.hardware_spec import (
     Arch,
     EfficiencyCurve,
-    Fraction,
     Positive,
     PositiveNumber,
+    PromptEfficiency,
     check_weight_dtypes,
     gpu_counts,
 )
@@ -125,13 +125,6 @@ class PrefillChunk(Section):
 
     below_gib: PositiveNumber | None = None  # devices with less memory (GiB); null: any larger
     tokens: Positive | None  # null: unchunked, the whole prompt in one pass (or step)
-
-
-class PromptEfficiency(Section):
-    """A kernel's cited fraction of the device's dense peak at prompt sizes (prefill rows)."""
-
-    e_math: Fraction
-    cite: str = Field(min_length=1)
 
 
 class Prefill(Section):

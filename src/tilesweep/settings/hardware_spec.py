@@ -7,10 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from tilesweep.settings.strict import Number, Section, ascending, refuse
+from tilesweep.settings.strict import Number, PositiveNumber, Section, ascending, refuse
 
 Positive = Annotated[int, Field(gt=0)]
-PositiveNumber = Annotated[Number, Field(gt=0)]
 # A CUDA architecture as the compilers name it (sm_90, sm_90a, sm_120): also a folder name.
 Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 
@@ -276,8 +275,8 @@ class EfficiencyCurve(Section):
         return self
 
 
-class PromptAttention(Section):
-    """A prefill attention kernel's cited fraction of this device's dense bf16 peak."""
+class PromptEfficiency(Section):
+    """A kernel's cited fraction of the device's dense peak at prompt sizes (prefill rows)."""
 
     e_math: Fraction
     cite: str = Field(min_length=1)
@@ -314,7 +313,7 @@ class HardwareSpec(Section):
     # verdict takes the band's geometric middle and shows its ends (tpot_low_ms, tpot_high_ms).
     grouped_gemm_efficiency: dict[str, EfficiencyCurve] = None
     # Fraction of the bf16 peak prefill attention reaches here (a serving load's prompts run at it)
-    prompt_attention: PromptAttention = None
+    prompt_attention: PromptEfficiency = None
 
     @model_validator(mode="after")
     def _plausible(self) -> HardwareSpec:

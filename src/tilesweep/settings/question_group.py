@@ -15,10 +15,7 @@ from pydantic import (
 )
 
 from tilesweep.errors import ConfigError
-from tilesweep.settings.strict import Number
-
-# A positive number that keeps an integer as the YAML wrote it (strict.Number).
-PositiveNumber = Annotated[Number, Field(gt=0)]
+from tilesweep.settings.strict import Number, PositiveNumber
 
 
 class _Strict(BaseModel):
@@ -145,9 +142,6 @@ class QuestionGroup(_Strict):
         case = {k: v for k, v in value.items() if k not in TARGET_KEYS}
         try:
             target = Target.model_validate({k: value[k] for k in TARGET_KEYS if k in value})
-        except ValidationError as exc:
-            raise _error(exc) from None
-        try:
             return cls(target=target, case=Question.model_validate(case) if case else None)
         except ValidationError as exc:
             raise _error(exc) from None

@@ -1,4 +1,5 @@
-"""The composed config as a whole: its top-level keys, each group's model and the catalog."""
+"""The composed config as a whole: its top-level keys, each group's model and the catalog; and
+what the tuning rules' param holds of it (TuneSettings)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import QuestionGroup, Target
-from tilesweep.settings.strict import Refused, Section, refuse
-from tilesweep.settings.sweep_space import GridSettings
+from tilesweep.settings.strict import (
+    PositiveNumber,
+    Refused,
+    Section,
+    at_least,
+    gpu_counts_as_ints,
+    refuse,
+)
+from tilesweep.settings.sweep_space import GridSettings, Layout
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
 
@@ -112,28 +120,38 @@ class RootSettings(Section):
         """Return the settings as compose() gives them (unset keys out; the rules' JSON params)."""
         return self.model_dump(exclude_unset=True)  # model_dump: output only (JSON, the report)
 
-    @classmethod
-    def from_json(cls, text: str) -> RootSettings:
-        """Return the settings a rule's JSON param holds, validated, `by_gpus` keys integers."""
-        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
+
+class TuneGrid(Section):
+    """The grid's layouts: their TP and EP degrees set the problems tuned."""
+
+    layouts: list[Layout]
+
+
+class TuneBench(Section):
+    """The routing skew and the seed of the tuning draws."""
+
+    zipf_alpha: PositiveNumber
+    seed: at_least(0)
+
+
+class TuneSettings(Section):
+    """The tuning rules' param read back: the groups of RootSettings that tuning reads."""
+
+    model: ModelSettings
+    grid: TuneGrid
+    backend: BackendSections  # each enabled tuner's own section (backends.tune_inputs)
+    bench: TuneBench
+    catalog: dict[str, HardwareSpec]
+
+
+# What a tuner's functions read: the whole settings (its CLI verbs) or a tuning rule's param.
+Tuning = RootSettings | TuneSettings
 
 
 def catalog_from_json(text: str) -> dict[str, HardwareSpec]:
     """Return the hardware catalog a rule's JSON param holds, each spec validated."""
     plain = gpu_counts_as_ints(json.loads(text))
     return {name: HardwareSpec.model_validate(spec) for name, spec in plain.items()}
-
-
-def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
-    """Return node with every all-digit `by_gpus` mapping's keys as ascending integers."""
-    if isinstance(node, list):
-        return [gpu_counts_as_ints(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    items = [(k, gpu_counts_as_ints(v, k)) for k, v in node.items()]
-    if key == "by_gpus" and all(isinstance(k, str) and k.isdigit() for k, _ in items):
-        items = sorted((int(k), v) for k, v in items)
-    return dict(items)
 
 
 def leaf_keys(model: type[BaseModel] = RootSettings, prefix: str = "") -> list[str]:

@@ -3,10 +3,11 @@ own messages span lines and name model fields)."""
 
 from __future__ import annotations
 
+import json
 import reprlib
 import types
 import typing
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
@@ -18,6 +19,23 @@ class Section(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        """Return the settings a rule's JSON param holds, validated, `by_gpus` keys integers."""
+        return cls.model_validate(gpu_counts_as_ints(json.loads(text)))
+
+
+def gpu_counts_as_ints(node: Any, key: str = "") -> Any:
+    """Return node with every all-digit `by_gpus` mapping's keys as ascending integers."""
+    if isinstance(node, list):
+        return [gpu_counts_as_ints(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    items = [(k, gpu_counts_as_ints(v, k)) for k, v in node.items()]
+    if key == "by_gpus" and all(isinstance(k, str) and k.isdigit() for k, _ in items):
+        items = sorted((int(k), v) for k, v in items)
+    return dict(items)
+
 
 def _as_written(value: Any, handler: Any) -> Any:
     """Return an integer given for a number as that integer (strict pydantic makes 900 900.0)."""
@@ -28,14 +46,23 @@ def _as_written(value: Any, handler: Any) -> Any:
 # A number (`float` refuses bools, NaN and infinity) that keeps an integer as the YAML wrote it,
 # so that a dumped config writes the same JSON as the composed one (rule params are rerun keys).
 Number = Annotated[float, WrapValidator(_as_written)]
+PositiveNumber = Annotated[Number, Field(gt=0)]
 
+
+def at_least(low: int, high: int | None = None) -> Any:
+    """Return an integer type of at least low (and at most high, where given)."""
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+AtLeastOne = at_least(1)
 _NO_VALUE = object()
 
 
 class Refused(ValueError):
-    """A value a validator refuses: its key below the node, the value, and why in words."""
+    """A value a validator refuses: its key below the node, why in words, and the value (none:
+    the message names the key alone)."""
 
-    def __init__(self, key: str, value: Any, why: str):
+    def __init__(self, key: str, why: str, value: Any = _NO_VALUE):
         super().__init__(why)
         self.key, self.value, self.why = key, value, why
 
@@ -47,9 +74,7 @@ class Refused(ValueError):
         return f"{path}{said}: {self.why}"
 
 
-def refuse(key: str, why: str, value: Any = _NO_VALUE) -> Refused:
-    """Return the error a validator raises for the value at key (no value: the key alone)."""
-    return Refused(key, value, why)
+refuse = Refused  # what a validator raises: refuse(key, why[, value])
 
 
 def ascending(values: list, key: str, why: str, strictly: bool = True) -> list:
@@ -129,7 +154,8 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     path, node, tail = _walk(first["loc"], data, where)
     kind = first["type"]
     if kind == "extra_forbidden":
-        allowed = ", ".join(sorted(_fields(_declared_at(model, first["loc"][:-1])[0])))
+        parent = _declared_at(model, first["loc"][:-1])[0]
+        allowed = ", ".join(sorted(getattr(parent, "model_fields", {})))  # a model's keys
         return f"{path}: unknown key" + (f"; allowed: {allowed}" if allowed else "")
     if kind == "missing":
         parent, _, key = path.rpartition(".")
@@ -137,10 +163,8 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     if kind == "finite_number":
         return f"{path}={_shown(node)}: must be a finite number"
     said = first.get("ctx", {}).get("error")
-    if kind == "value_error" and isinstance(said, Refused):
-        return said.line(path)
-    if kind == "value_error" and isinstance(said, ConfigError):  # a group's own one-line words
-        return str(said)
+    if kind == "value_error" and isinstance(said, Refused | ConfigError):
+        return said.line(path) if isinstance(said, Refused) else str(said)  # a group's own words
     declared = _declared_at(model, first["loc"])
     if kind == "too_short":
         least = first["ctx"]["min_length"]
@@ -245,10 +269,3 @@ def _unwrap(tp: Any) -> Any:
         members = [a for a in typing.get_args(tp) if a is not type(None)]
         return members[0] if len(members) == 1 else tp
     return tp
-
-
-def _fields(tp: Any) -> list[str]:
-    """Return the keys a model type allows; none for anything else."""
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return list(tp.model_fields)
-    return []

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tilesweep.settings.strict import PowerOfTwo, Section, distinct, refuse
+from tilesweep.settings.strict import AtLeastOne, PowerOfTwo, Section, distinct, refuse
 from tilesweep.settings.workload import Dtype, ModelSettings
 
 Epilogue = Literal["default", "finalize"]
@@ -14,7 +14,6 @@ Epilogue = Literal["default", "finalize"]
 MAX_STAGES, MAX_WARPS, MAX_TOKENS_PER_EXPERT = 16, 32, 65536
 # A tile side: a power of two, at least the 16 rows or columns of one MMA.
 TileSide = Annotated[int, Field(ge=16), PowerOfTwo]
-AtLeastOne = Annotated[int, Field(ge=1)]
 
 
 class Tile(Section):

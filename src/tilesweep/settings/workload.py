@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tilesweep.settings.strict import Number, Section, distinct, refuse
+from tilesweep.settings.strict import AtLeastOne, Number, Section, at_least, distinct, refuse
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 GQA_KEYS = ("kv_heads", "head_dim")
@@ -15,14 +15,6 @@ SLIDING_KEYS = ("sliding_window", "sliding_layers")
 _KIND_KEYS = {"mla": MLA_KEYS, "gqa": GQA_KEYS}
 # Operand types a grid kernel runs (mxfp4 is a deployment weight type only: no grid kernel runs it).
 Dtype = Literal["bf16", "fp8", "nvfp4"]
-
-AtLeastOne = Annotated[int, Field(ge=1)]
-AtLeastZero = Annotated[int, Field(ge=0)]
-
-
-def _up_to(high: int) -> type[int]:
-    """Return an integer type from 1 to high."""
-    return Annotated[int, Field(ge=1, le=high)]
 
 
 class Attention(Section):
@@ -72,13 +64,13 @@ class ModelSettings(Section):
     """The model's MoE shapes, layers, attention and vocabulary (tilesweep.plan)."""
 
     name: str
-    hidden: _up_to(1 << 20)
-    moe_intermediate: _up_to(1 << 20)
-    routed_experts: _up_to(1 << 16)
-    top_k: _up_to(1 << 10)
-    shared_experts: AtLeastZero
-    moe_layers: _up_to(1 << 12)
-    dense_layers: AtLeastZero
+    hidden: at_least(1, 1 << 20)
+    moe_intermediate: at_least(1, 1 << 20)
+    routed_experts: at_least(1, 1 << 16)
+    top_k: at_least(1, 1 << 10)
+    shared_experts: at_least(0)
+    moe_layers: at_least(1, 1 << 12)
+    dense_layers: at_least(0)
     dense_intermediate: int  # at least 1 where there are dense layers
     vocab: AtLeastOne
     tied_embeddings: bool
@@ -129,19 +121,15 @@ class DeploymentSettings(Section):
     prefill_chunk: int = Field(0, ge=-1, le=1 << 22)
 
     @model_validator(mode="after")
-    def _whole_load(self) -> DeploymentSettings:
-        """Refuse half a serving load: a prompt length without an output length, or the reverse."""
+    def _consistent(self) -> DeploymentSettings:
+        """Refuse half a serving load, a math dtype narrower than its weights (a quantisation
+        the checkpoint lacks), or more than two fit batches, or the same one twice."""
         if bool(self.input_len) != bool(self.output_len):
             why = (
                 f"with output_len={self.output_len}: a serving load gives both (0 and 0 for "
                 "decode only at context_len)"
             )
             raise refuse("input_len", why, self.input_len)
-        return self
-
-    @model_validator(mode="after")
-    def _compute_not_narrower(self) -> DeploymentSettings:
-        """Refuse a math dtype narrower than its weights (a quantisation the checkpoint lacks)."""
         width = {"nvfp4": 4, "mxfp4": 4, "fp8": 8, "bf16": 16}
         if self.compute_dtype and width[self.compute_dtype] < width[self.weight_dtype]:
             why = (
@@ -149,11 +137,6 @@ class DeploymentSettings(Section):
                 "format or a wider one"
             )
             raise refuse("compute_dtype", why, self.compute_dtype)
-        return self
-
-    @model_validator(mode="after")
-    def _two_fit_batches(self) -> DeploymentSettings:
-        """Refuse more than two fit batches, or the same one twice."""
         fit = self.fit_batches
         if len(fit) > 2 or len(set(fit)) != len(fit):
             why = "at most two distinct batches ([] for the smallest and the largest measured)"
