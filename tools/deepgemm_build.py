@@ -25,6 +25,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from tilesweep.errors import tool_main
+
 # tools/install_deepgemm.sh DEEPGEMM_GIT_REF in vLLM 0.12.0 (DeepGEMM 2.1.0, 2025-09-29).
 COMMIT = "594953acce41793ae00a1233eb516044d604bcb6"
 KEEP = ("csrc/", "deep_gemm/", "LICENSE", "setup.py")
@@ -184,4 +186,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("deepgemm_build", main))

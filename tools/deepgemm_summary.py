@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from tilesweep.errors import tool_main
+
 
 def layers(doc: dict) -> list[dict]:
     """Return one row per (tp, tokens) holding both GEMMs: their times and the combined e_math."""
@@ -59,4 +61,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("deepgemm_summary", main))
