@@ -139,13 +139,15 @@ def link_flags(cuda: Path, site: Path) -> tuple[list[str], list[str]]:
 # Link variants, tried in turn by the probe (each its own build folder) until one imports: a
 # host compiler whose std::filesystem differs from the loaded libstdc++'s (a segfault in
 # deep_gemm_cpp.init, where DeepGEMM first walks its include folder) is kept off by linking the
-# compiler's own libstdc++fs / libstdc++ into the module, hidden (--exclude-libs).
-VARIANTS = ("plain", "fs", "static")
+# compiler's own libstdc++fs / libstdc++ into the module, hidden (--exclude-libs), or by building
+# with the system's g++ (whose libstdc++ is the one loaded).
+VARIANTS = ("plain", "system", "fs", "static")
+SYSTEM_CXX = ("/usr/bin/g++", "/usr/bin/gcc")  # the "system" variant's compilers
 
 
 def variant_flags(variant: str, cxx: str) -> list[str]:
     """Return the extra linker flags of a link variant (fs: the compiler's libstdc++fs.a)."""
-    if variant == "plain":
+    if variant in ("plain", "system"):
         return []
     if variant == "static":
         return ["-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL"]
@@ -173,6 +175,10 @@ def build(src: Path, wheel: Path, root: Path, verbose: bool = False, variant: st
     import torch
     import torch.utils.cpp_extension as ext
 
+    if variant == "system":
+        if not Path(SYSTEM_CXX[0]).is_file():
+            sys.exit(f"deepgemm_build: no {SYSTEM_CXX[0]}")
+        os.environ["CXX"], os.environ["CC"] = SYSTEM_CXX
     manifest = json.dumps(check(src), sort_keys=True)
     staged = root / "deep_gemm" / "manifest.json"
     if not staged.is_file() or staged.read_text() != manifest:  # kept: ninja's header deps
