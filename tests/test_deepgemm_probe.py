@@ -162,3 +162,46 @@ def test_summary_combines_both_gemms_of_a_layer():
     got = deepgemm_summary.layers({"peak_fp8_tflops": 1e-6, "rows": rows})
     assert len(got) == 1 and got[0]["tp"] == 2
     assert got[0]["e_math"] == pytest.approx(2 * 2 * 128 * 100 / (4e-6 * 1e6), abs=1e-4)
+
+
+def _elf(symbols: list[tuple[str, int, int]]) -> bytes:
+    """Return a minimal ELF64 holding a symbol table of (name, st_info, st_shndx)."""
+    import struct
+
+    strtab = b"\0" + b"".join(n.encode() + b"\0" for n, _, _ in symbols)
+    syms, at = b"\0" * 24, 1
+    for name, info, shndx in symbols:
+        syms += struct.pack("<IBBHQQ", at, info, 0x10, shndx, 0, 0)
+        at += len(name) + 1
+    body = strtab + syms
+    shoff = 64 + len(body)
+    head = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+    head += struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 0)
+    sections = struct.pack("<IIQQQQIIQQ", *[0] * 10)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 64, len(strtab), 0, 0, 1, 0)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 2, 0, 0, 64 + len(strtab), len(syms), 1, 0, 8, 24)
+    return head + body + sections
+
+
+def test_symbols_lists_defined_global_functions_as_cuobjdump_does():
+    """The kernel (global FUNC, defined) is listed; vprintf (undefined) and a local are not."""
+    import deepgemm_symbols
+
+    data = _elf([("kernel", 0x12, 5), ("vprintf", 0x12, 0), ("local_fn", 0x02, 5)])
+    assert deepgemm_symbols.functions(data) == ["kernel"]
+    with pytest.raises(ValueError):
+        deepgemm_symbols.functions(b"not elf")
+
+
+def test_link_variants_and_the_cuobjdump_shim(tmp_path, monkeypatch):
+    """plain adds nothing; fs and static hide what they link; no cuobjdump: a shim in its place."""
+    assert deepgemm_build.variant_flags("plain", "g++") == []
+    assert "-Wl,--exclude-libs,ALL" in deepgemm_build.variant_flags("fs", str(tmp_path / "g++"))
+    assert "-static-libstdc++" in deepgemm_build.variant_flags("static", "g++")
+    monkeypatch.setenv("DG_JIT_NVCC_COMPILER", "nvcc")  # restored after the test
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    shim = deepgemm_build.cuda_shim(cuda, tmp_path / "build")
+    assert (shim / "bin" / "cuobjdump").is_file() and shim != cuda
+    (cuda / "bin" / "cuobjdump").write_text("")
+    assert deepgemm_build.cuda_shim(cuda, tmp_path / "build") == cuda

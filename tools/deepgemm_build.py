@@ -138,11 +138,49 @@ def link_flags(cuda: Path, site: Path) -> tuple[list[str], list[str]]:
     return include, flags
 
 
-def build(src: Path, wheel: Path, root: Path, verbose: bool = False):
+# Link variants, tried in turn by the probe (each its own build folder) until one imports: a
+# host compiler whose std::filesystem differs from the loaded libstdc++'s (a segfault in
+# deep_gemm_cpp.init, where DeepGEMM first walks its include folder) is kept off by linking the
+# compiler's own libstdc++fs / libstdc++ into the module, hidden (--exclude-libs), or by building
+# with the system's g++ (whose libstdc++ is the one loaded).
+VARIANTS = ("plain", "system", "fs", "static")
+SYSTEM_CXX = ("/usr/bin/g++", "/usr/bin/gcc")  # the "system" variant's compilers
+
+
+def variant_flags(variant: str, cxx: str) -> list[str]:
+    """Return the extra linker flags of a link variant (fs: the compiler's libstdc++fs.a)."""
+    if variant in ("plain", "system"):
+        return []
+    if variant == "static":
+        return ["-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL"]
+    found = find("libstdc++fs.a", [Path(cxx).resolve().parents[1] / d for d in ("lib64", "lib")])
+    return [str(found) if found else "-lstdc++fs", "-Wl,--exclude-libs,ALL"]
+
+
+def cuda_shim(cuda: Path, root: Path) -> Path:
+    """Return the CUDA home DeepGEMM should see: cuda itself if it has cuobjdump, else a folder
+    whose bin/cuobjdump is tools/deepgemm_symbols.py (nvcc then set by DG_JIT_NVCC_COMPILER)."""
+    if (cuda / "bin" / "cuobjdump").is_file():
+        return cuda
+    shim = root / "cuda_shim"
+    (shim / "bin").mkdir(parents=True, exist_ok=True)
+    tool = Path(__file__).resolve().parent / "deepgemm_symbols.py"
+    script = shim / "bin" / "cuobjdump"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tool}" "$@"\n')
+    script.chmod(0o755)
+    os.environ.setdefault("DG_JIT_NVCC_COMPILER", str(cuda / "bin" / "nvcc"))
+    return shim
+
+
+def build(src: Path, wheel: Path, root: Path, verbose: bool = False, variant: str = "plain"):
     """Build deep_gemm_cpp from src into root (staged once per manifest); return deep_gemm."""
     import torch
     import torch.utils.cpp_extension as ext
 
+    if variant == "system":
+        if not Path(SYSTEM_CXX[0]).is_file():
+            sys.exit(f"deepgemm_build: no {SYSTEM_CXX[0]}")
+        os.environ["CXX"], os.environ["CC"] = SYSTEM_CXX
     manifest = json.dumps(check(src), sort_keys=True)
     staged = root / "deep_gemm" / "manifest.json"
     if not staged.is_file() or staged.read_text() != manifest:  # kept: ninja's header deps
@@ -150,6 +188,7 @@ def build(src: Path, wheel: Path, root: Path, verbose: bool = False):
         staged.write_text(manifest)
     cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     include, ldflags = link_flags(cuda, Path(torch.__file__).parents[1])
+    ldflags += variant_flags(variant, os.environ.get("CXX", "g++"))
     if verbose:
         print(f"deepgemm_build: includes {include}; libraries {ldflags}", flush=True)
     module = ext.load(
@@ -163,23 +202,37 @@ def build(src: Path, wheel: Path, root: Path, verbose: bool = False):
         verbose=verbose,
     )
     sys.modules[NAME] = module
-    os.environ.setdefault("CUDA_HOME", str(cuda))
     prepend = os.environ.get("NVCC_PREPEND_FLAGS", "")
     if os.environ.get("CC") and "-ccbin" not in prepend:  # the JIT's nvcc: torch's host compiler
         os.environ["NVCC_PREPEND_FLAGS"] = f"-ccbin {os.environ['CC']} {prepend}".strip()
+    os.environ["CUDA_HOME"] = str(cuda_shim(cuda, root))  # read by deep_gemm's init only
     sys.path.insert(0, str(root))
     import deep_gemm
 
     return deep_gemm
 
 
+def import_check(src: Path, wheel: Path, root: Path, variant: str) -> int:
+    """Build one variant and import it (a child process: a segfault ends only it); return 0."""
+    deep_gemm = build(src, wheel, root, verbose=True, variant=variant)
+    print(f"deepgemm_build: {variant} imports, {deep_gemm.get_num_sms()} SMs", flush=True)
+    return 0
+
+
 def main() -> int:
-    """Extract DeepGEMM's sources at the pinned commit; return the exit status."""
+    """Extract DeepGEMM's sources, or (--import-check) build and import one variant."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--git-dir", type=Path, required=True, help="a DeepGEMM git mirror")
+    parser.add_argument("--git-dir", type=Path, help="a DeepGEMM git mirror (extract)")
     parser.add_argument("--commit", default=COMMIT)
     parser.add_argument("--out", type=Path, default=SRC)
+    parser.add_argument("--import-check", choices=VARIANTS, help="build and import this variant")
+    parser.add_argument("--wheel", type=Path, help="nvidia_cutlass wheel (--import-check)")
+    parser.add_argument("--build", type=Path, help="build folder (--import-check)")
     args = parser.parse_args()
+    if args.import_check:
+        return import_check(args.out, args.wheel, args.build, args.import_check)
+    if args.git_dir is None:
+        sys.exit("deepgemm_build: give --git-dir to extract, or --import-check")
     manifest = extract(args.git_dir, args.commit, args.out)
     print(f"{args.out}: {len(manifest['files'])} files at {manifest['commit']}")
     return 0

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ def _root() -> Path:
 
 ROOT = _root()
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]  # runs from a bare checkout
-from deepgemm_build import SRC, WHEEL_GLOB, build, check  # noqa: E402
+from deepgemm_build import SRC, VARIANTS, WHEEL_GLOB, build, check  # noqa: E402
 
 from tilesweep.errors import tool_main  # noqa: E402
 from tilesweep.io import check_out_folder, write_text  # noqa: E402
@@ -203,13 +204,37 @@ def provenance(args) -> dict:
     }
 
 
+def pick_variant(args) -> tuple[str | None, list[dict]]:
+    """Return the first link variant that builds and imports in a child process, and the tries."""
+    tries = []
+    for variant in VARIANTS:
+        cmd = [sys.executable, str(ROOT / "tools" / "deepgemm_build.py"), "--import-check"]
+        cmd += [variant, "--out", str(args.src), "--wheel", str(args.wheel)]
+        t0 = time.time()
+        proc = subprocess.run(
+            [*cmd, "--build", str(args.build / variant)], capture_output=True, text=True
+        )
+        tail = (proc.stdout + proc.stderr)[-1500:]
+        tries.append({"variant": variant, "rc": proc.returncode, "s": round(time.time() - t0, 1)})
+        tries[-1]["tail"] = tail
+        print(f"build {variant}: rc {proc.returncode} in {tries[-1]['s']} s\n{tail}", flush=True)
+        if proc.returncode == 0:
+            return variant, tries
+    return None, tries
+
+
 def run(args) -> dict:
     """Build, compile, check and time; return the JSON document."""
     import torch
 
     t0 = time.time()
-    dg = build(args.src, args.wheel, args.build, verbose=args.verbose)
-    out = provenance(args) | {"build_s": round(time.time() - t0, 1), "rows": []}
+    variant, tries = pick_variant(args)
+    out = {"build_tries": tries, "variant": variant, "rows": []}
+    if variant is None:
+        write_text(Path(args.out) / "deepgemm_probe.json", json.dumps(out, indent=1) + "\n")
+        sys.exit("deepgemm_probe: no build variant imports (build_tries in the JSON)")
+    dg = build(args.src, args.wheel, args.build / variant, verbose=args.verbose, variant=variant)
+    out = provenance(args) | out | {"build_s": round(time.time() - t0, 1)}
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for tp, gemm in [(t, g) for t in args.tps for g in gemms(t)]:
         for tokens in args.tokens:
