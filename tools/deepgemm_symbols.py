@@ -12,6 +12,9 @@ import struct
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # a bare checkout too
+from tilesweep.errors import tool_main  # noqa: E402 - after the checkout's src is on the path
+
 SHT_SYMTAB = 2
 STT_FUNC = 2
 STB_GLOBAL = 1
@@ -49,4 +52,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tool_main("deepgemm_symbols", main))
