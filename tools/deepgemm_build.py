@@ -25,7 +25,10 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from tilesweep.errors import tool_main
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fetch_engine_sources  # noqa: E402 - a sibling tool: its manifest check
+
+from tilesweep.errors import tool_main  # noqa: E402
 
 # tools/install_deepgemm.sh DEEPGEMM_GIT_REF in vLLM 0.12.0 (DeepGEMM 2.1.0, 2025-09-29).
 COMMIT = "594953acce41793ae00a1233eb516044d604bcb6"
@@ -73,15 +76,7 @@ def extract(git_dir: Path, commit: str, out: Path) -> dict:
 
 def check(folder: Path) -> dict:
     """Return folder's manifest once every file it lists matches its sha256 (else exit)."""
-    path = folder / "manifest.json"
-    if not path.is_file():
-        sys.exit(f"{folder}: no manifest.json (tools/deepgemm_build.py writes it)")
-    manifest = json.loads(path.read_text())
-    for name, digest in manifest["files"].items():
-        data = (folder / name).read_bytes() if (folder / name).is_file() else b""
-        if hashlib.sha256(data).hexdigest() != digest:
-            sys.exit(f"{folder / name}: missing or differs from its manifest; extract it again")
-    return manifest
+    return fetch_engine_sources.check(folder, writer="tools/deepgemm_build.py")
 
 
 def stage(src: Path, wheel: Path, root: Path) -> Path:

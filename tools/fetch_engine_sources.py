@@ -107,11 +107,12 @@ def extract(sdist: Path, out: Path) -> Path:
     return target
 
 
-def check(folder: Path) -> dict:
-    """Return folder's manifest once every file it lists matches its sha256 (else exit)."""
+def check(folder: Path, writer: str = "tools/fetch_engine_sources.py") -> dict:
+    """Return folder's manifest once every file it lists matches its sha256 (else exit);
+    `writer` names the tool that writes the manifest, for the refusal."""
     path = folder / "manifest.json"
     if not path.is_file():
-        sys.exit(f"{folder}: no manifest.json (tools/fetch_engine_sources.py writes it)")
+        sys.exit(f"{folder}: no manifest.json ({writer} writes it)")
     manifest = json.loads(path.read_text())
     for name, digest in manifest["files"].items():
         data = (folder / name).read_bytes() if (folder / name).is_file() else b""
