@@ -205,3 +205,22 @@ def test_link_variants_and_the_cuobjdump_shim(tmp_path, monkeypatch):
     assert (shim / "bin" / "cuobjdump").is_file() and shim != cuda
     (cuda / "bin" / "cuobjdump").write_text("")
     assert deepgemm_build.cuda_shim(cuda, tmp_path / "build") == cuda
+
+
+def test_extract_refuses_a_folder_it_did_not_write_and_replaces_its_own_whole(tmp_path):
+    """A target without manifest.json is refused untouched; a new extraction of ours replaces the
+    old one whole (a file only the old one held is gone); nothing is left aside."""
+    commit = _repo(tmp_path / "repo")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine\n")
+    with pytest.raises(SystemExit, match="holds no manifest.json"):
+        deepgemm_build.extract(tmp_path / "repo" / ".git", commit, foreign)
+    assert [p.name for p in foreign.iterdir()] == ["keep.txt"]
+    out = tmp_path / "src"
+    deepgemm_build.extract(tmp_path / "repo" / ".git", commit, out)
+    (out / "stale.txt").write_text("old\n")
+    deepgemm_build.extract(tmp_path / "repo" / ".git", commit, out)
+    assert not (out / "stale.txt").exists()
+    assert deepgemm_build.check(out)["commit"] == commit
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "repo", "src"]

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -52,25 +53,27 @@ def extract(git_dir: Path, commit: str, out: Path) -> dict:
         capture_output=True,
     ).stdout
     files: dict[str, str] = {}
-    if out.exists():
-        shutil.rmtree(out)
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        for member in tar.getmembers():
-            if not member.isfile() or not wanted(member.name):
-                continue
-            data = tar.extractfile(member).read()
-            (out / member.name).parent.mkdir(parents=True, exist_ok=True)
-            (out / member.name).write_bytes(data)
-            files[member.name] = hashlib.sha256(data).hexdigest()
-    if "csrc/python_api.cpp" not in files:
-        sys.exit(f"deepgemm_build: {commit} has no csrc/python_api.cpp")
-    manifest = {
-        "library": "deepseek-ai/DeepGEMM",
-        "commit": commit,
-        "pinned_by": "vllm 0.12.0 tools/install_deepgemm.sh DEEPGEMM_GIT_REF",
-        "files": dict(sorted(files.items())),
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        aside = Path(tmp) / out.name  # built aside, checked, then swapped in whole
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            for member in tar.getmembers():
+                if not member.isfile() or not wanted(member.name):
+                    continue
+                data = tar.extractfile(member).read()
+                (aside / member.name).parent.mkdir(parents=True, exist_ok=True)
+                (aside / member.name).write_bytes(data)
+                files[member.name] = hashlib.sha256(data).hexdigest()
+        if "csrc/python_api.cpp" not in files:
+            sys.exit(f"deepgemm_build: {commit} has no csrc/python_api.cpp")
+        manifest = {
+            "library": "deepseek-ai/DeepGEMM",
+            "commit": commit,
+            "pinned_by": "vllm 0.12.0 tools/install_deepgemm.sh DEEPGEMM_GIT_REF",
+            "files": dict(sorted(files.items())),
+        }
+        (aside / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        fetch_engine_sources.swap_in(aside, out, "deepgemm_build")
     return manifest
 
 

@@ -100,11 +100,19 @@ def extract(sdist: Path, out: Path) -> Path:
             "files": dict(sorted(files.items())),
         }
         (aside / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        out.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.move(str(aside), target)
+        swap_in(aside, target, "fetch_engine_sources")
     return target
+
+
+def swap_in(aside: Path, target: Path, tool: str) -> None:
+    """Put the folder built aside at target whole, replacing only an extraction of ours (one with
+    a manifest.json); refuse in one line (exit) a target that is anything else."""
+    if target.exists() and not (target / "manifest.json").is_file():
+        sys.exit(f"{tool}: {target} exists and holds no manifest.json: not an extraction of ours")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.move(str(aside), target)
 
 
 def check(folder: Path, writer: str = "tools/fetch_engine_sources.py") -> dict:
