@@ -17,13 +17,7 @@ from tilesweep.plan.memory_fit import capacity, layer_counts, memory_fit, stage_
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
-from tilesweep.plan.step_time import (
-    comm_gap_bound,
-    floor_ms,
-    loaded_step,
-    prompt_words,
-    serving_load,
-)
+from tilesweep.plan.step_time import comm_gap_bound, loaded_step, prompt_words, serving_load
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 if TYPE_CHECKING:
@@ -84,20 +78,13 @@ def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec, ho
 def compose_deployment(settings: RootSettings, **how) -> pd.DataFrame:
     """Return one row per layout x batch (COLUMNS) of the settings as they are (no engine or fit
     applied): memory fit, TPOT, tokens/s, split and bound."""
-    parts = Composition(
-        settings.model, settings.deployment, settings.hardware, settings.grid.layouts
-    )
+    s = settings
+    parts = Composition(s.model, s.deployment, s.hardware, s.grid.layouts)
     return pd.DataFrame(compose_rows(parts, **how), columns=COLUMNS)
 
 
 # The split's columns (<name>_ms, <name>_share) by the part of the step each holds.
-_SPLIT = {
-    "memory": "memory",
-    "math": "math",
-    "comm": "communication",
-    "other": "other",
-    "host": "host",
-}
+_SPLIT = dict(memory="memory", math="math", comm="communication", other="other", host="host")
 
 
 def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fit: dict) -> dict:
@@ -184,6 +171,7 @@ def compose_rows(
     load_in, load_out = serving_load(parts.deployment)
     hw, model, dep = parts.hardware, parts.model, parts.deployment
     _, ic_label = topology_numbers(hw)
+    bare = dep.model_copy(update={"kernel_gap_us": 0.0})  # the floor's: no per-kernel cost
     rows = []
     for layout in parts.layouts:
         for batch in dep.batches:
@@ -199,7 +187,10 @@ def compose_rows(
             step, prefill = loaded_step(
                 model, dep, hw, layout, batch, *how, engine.extra_parts, engine.prompt
             )
-            floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
+            # The step's physical floor: every part at its datasheet roofline, collectives by
+            # the interconnect model, no per-kernel cost, over the composed step's path.
+            floor_args = (roofline_timer, measured_floors, layer_overrides)
+            floor = loaded_step(model, bare, hw, layout, batch, *floor_args)[0]["tpot_ms"]
             host = _host_ms(engine, model, layout, step, layer_overrides)
             row |= _speed_columns(step, host, batch, row["world"], floor)
             inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {

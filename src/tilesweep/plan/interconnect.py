@@ -20,12 +20,7 @@ import pandas as pd
 from tilesweep.plan import allreduce
 from tilesweep.plan.messages import bus_factor, fit_alpha_beta, interpolated_us
 from tilesweep.settings import HardwareSpec
-from tilesweep.settings.hardware_spec import (
-    AllReduce,
-    Collective,
-    Figures,
-    Topology,
-)
+from tilesweep.settings.hardware_spec import AllReduce, Collective, Figures, Topology
 
 COLLECTIVES = ("all_reduce", "all_to_all", "send_recv")
 

@@ -103,11 +103,9 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
 
 def _comm_gap(why: str, hw: HardwareSpec) -> str:
     """Return why a collective has no time, naming the file its figures would come from."""
-    where = (
-        "the collectives measured here"
-        if hw.interconnect == "measured"
-        else f"conf/hardware/{hw.name}.yaml"
-    )
+    where = f"conf/hardware/{hw.name}.yaml"
+    if hw.interconnect == "measured":
+        where = "the collectives measured here"
     return f"{why.split(';')[0]} in {where}"
 
 
@@ -325,21 +323,3 @@ def loaded_step(
         peak_fraction=max(step["peak_fraction"], peak),
     )
     return step, prefill
-
-
-def floor_ms(
-    model: ModelSettings,
-    dep: DeploymentSettings,
-    hw: HardwareSpec,
-    layout: Layout,
-    batch: int,
-    measured_floors: dict | None = None,
-    layer_overrides: dict | None = None,
-) -> float:
-    """Return the step's physical floor in ms: every part at its datasheet roofline, collectives
-    by the interconnect model, no per-kernel cost, over the composed step's path."""
-    bare = dep.model_copy(update={"kernel_gap_us": 0.0})
-    step, _ = loaded_step(
-        model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
-    )
-    return step["tpot_ms"]
