@@ -122,10 +122,10 @@ def _stage_time(
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
     parts = _parts(step, stage, micro, first, last, prefill)
-    acc = dict.fromkeys((*SPLIT_PARTS, "roof_memory", "roof_math"), 0.0)
-    acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
-    sources, gaps, comm_gaps = set(), [], []
-    peak = 0.0
+    acc = dict.fromkeys(
+        (*SPLIT_PARTS, "roof_memory", "roof_math", "mem_kernel", "math_kernel"), 0.0
+    )
+    sources, gaps, comm_gaps, peak = set(), [], [], 0.0
     for part in parts:
         t = step.timer(part, hw)
         c = part["count"]
@@ -154,9 +154,12 @@ def _stage_time(
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
     acc["time"] = acc["memory"] + acc["math"] + acc["communication"] + acc["other"]
-    acc["sources"], acc["gaps"], acc["peak"] = sources, gaps + comm_gaps, peak
-    acc["comm_gaps"] = comm_gaps
-    return acc
+    return acc | {
+        "sources": sources,
+        "gaps": gaps + comm_gaps,
+        "peak": peak,
+        "comm_gaps": comm_gaps,
+    }
 
 
 def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
