@@ -41,23 +41,16 @@ def _inputs(
 ) -> dict[str, str]:
     """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
     dep, model = parts.deployment, parts.model
-    sheet = f"(hardware[{hw.name}])"
-    items = {
-        "memory_bandwidth_gbs": f"{hw.memory_bandwidth_gbs} {sheet}",
-        "peak_tflops": f"{hw.peak_tflops} {sheet}",
-        "memory_gb": f"{hw.memory_gb} {sheet}",
-        "memory capacity": capacity(hw)[1],
-        "interconnect": ic_label,
-    }
+    sheet = ("memory_bandwidth_gbs", "peak_tflops", "memory_gb")
+    items = {k: f"{getattr(hw, k)} (hardware[{hw.name}])" for k in sheet}
+    items |= {"memory capacity": capacity(hw)[1], "interconnect": ic_label}
     if "measured on" not in ic_label:
         items["interconnect from"] = f"hardware[{hw.name}].interconnect_model"
+    given = ("weight_dtype", "quantized", "kv_dtype", "context_len", "runtime_reserve_gb")
+    deployment = {k: getattr(dep, k) for k in given} | {"quantized": ",".join(dep.quantized)}
     return items | {
         "model": f"{model.name} ({model.source})",
-        "weight_dtype": f"{dep.weight_dtype} (deployment)",
-        "quantized": f"{','.join(dep.quantized)} (deployment)",
-        "kv_dtype": f"{dep.kv_dtype} (deployment)",
-        "context_len": f"{dep.context_len} (deployment)",
-        "runtime_reserve_gb": f"{dep.runtime_reserve_gb} (deployment)",
+        **{k: f"{v} (deployment)" for k, v in deployment.items()},
         "kernel_gap_us": f"{dep.kernel_gap_us} (deployment; only where the fit gives a part "
         "no launch cost)",
         "part times": timer_label,
@@ -95,22 +88,18 @@ def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fi
         "model": model.name,
         "hardware": parts.hardware.name,
         "layout": layout_name(layout),
-        "tp": layout.tp,
-        "pp": layout.pp,
-        "ep": layout.ep,
+        **{k: getattr(layout, k) for k in ("tp", "pp", "ep")},
         "world": layout.tp * layout.pp * layout.ep,
         "batch": batch,
         "context_len": dep.context_len,
         "input_len": load_in,
         "output_len": load_out,
         "engine": engine,
-        "weight_dtype": dep.weight_dtype,
-        "kv_dtype": dep.kv_dtype,
+        **{k: getattr(dep, k) for k in ("weight_dtype", "kv_dtype")},
         "fits_memory": "yes" if fit["fits"] else "no",
         "mem_needed_gb": fit["needed_bytes"] / 1e9,
         "mem_short_gb": fit["short_bytes"] / 1e9,
-        "max_batch_fit": fit["max_batch_fit"],
-        "max_context_fit": fit["max_context_fit"],
+        **{k: fit[k] for k in ("max_batch_fit", "max_context_fit")},
     }
 
 

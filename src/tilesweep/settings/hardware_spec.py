@@ -320,9 +320,8 @@ class HardwareSpec(Section):
         """Refuse unknown dtypes, shared-memory limits out of order, and figures beyond any GPU."""
         for dtype in self.peak_tflops:
             if dtype not in PEAK_DTYPES:
-                raise refuse(
-                    "peak_tflops", f"{dtype!r} is not one of {', '.join(PEAK_DTYPES)}", dtype
-                )
+                why = f"{dtype!r} is not one of {', '.join(PEAK_DTYPES)}"
+                raise refuse("peak_tflops", why, dtype)
         check_weight_dtypes(self.grouped_gemm_efficiency, "grouped_gemm_efficiency")
         if not self.smem_per_block_default <= self.smem_per_block_optin <= self.smem_per_sm:
             why = (
