@@ -154,11 +154,9 @@ def fit_step(
     its efficiencies and launches per occurrence, and the device-wide pair (module docstring)."""
     lap = overlap or 0.0
     by_group, pooled = _observations(rows, parts_of, hw)
-    e_bw, e_math, note = (
-        fit_pair(pooled, per_kernel_us * 1e-3, None, lap, bw_max)
-        if pooled
-        else (1.0, 1.0, "no rows")
-    )
+    e_bw, e_math, note = 1.0, 1.0, "no rows"
+    if pooled:
+        e_bw, e_math, note = fit_pair(pooled, per_kernel_us * 1e-3, None, lap, bw_max)
     floor_us = light_us if light_us is not None else per_kernel_us
     groups = {
         name: _group_fit(observations, floor_us, (e_bw, e_math), lap, bw_max)

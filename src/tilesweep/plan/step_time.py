@@ -284,8 +284,7 @@ def _prompt_cost(args: tuple, step: dict, i: int, extra_parts, prompt: PromptLoa
     model, dep, hw, layout, batch, *how = args
     alone = prompt.schedule == "separate"
     run_args = (model, dep, hw, layout, 0 if alone else batch, *how)
-    cost = dict.fromkeys(step["split"], 0.0)
-    peak = 0.0
+    cost, peak = dict.fromkeys(step["split"], 0.0), 0.0
     for rows, times in Counter(prompt_chunks(i, prompt.chunk)).items():  # equal chunks once
         run = compose_step(*run_args, prefill=rows, extra_parts=extra_parts, prompt=prompt)
         for k in cost:
@@ -319,10 +318,6 @@ def loaded_step(
     share = (batch - 1) / o
     add = {k: share * v for k, v in cost.items()}
     prefill = sum(add.values())
-    step = dict(
-        step,
-        tpot_ms=step["tpot_ms"] + prefill,
-        split={k: v + add[k] for k, v in step["split"].items()},
-        peak_fraction=max(step["peak_fraction"], peak),
-    )
-    return step, prefill
+    split = {k: v + add[k] for k, v in step["split"].items()}
+    peak = max(step["peak_fraction"], peak)
+    return dict(step, tpot_ms=step["tpot_ms"] + prefill, split=split, peak_fraction=peak), prefill
