@@ -42,17 +42,9 @@ def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, Deploym
     ran = {"routed_experts": int(row["routed_experts_run"]), "vocab": int(row["vocab_run"])}
     as_run = model.model_copy(update=ran)
     # The keys a composition reads (the run's files and batches are no part of it).
-    dep = DeploymentSettings.model_construct(
-        weight_dtype="bf16",
-        kv_dtype="bf16",
-        quantized=[],
-        compute_dtype="",
-        context_len=int(row["context_len"]),
-        input_len=0,
-        output_len=0,
-        kernel_gap_us=0.0,
-        attention="dsa",
-    )
+    dtypes = dict(weight_dtype="bf16", kv_dtype="bf16", quantized=[], compute_dtype="")
+    load = dict(context_len=int(row["context_len"]), input_len=0, output_len=0, kernel_gap_us=0.0)
+    dep = DeploymentSettings.model_construct(**dtypes, **load, attention="dsa")
     per_stage = {"dense": int(row["dense_layers_run"]), "moe": int(row["moe_layers_run"])}
     per_stage["routing"] = "balanced"  # the measured step routes every expert the same rows
     return as_run, dep, {"per_stage": per_stage}
