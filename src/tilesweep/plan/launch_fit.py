@@ -162,13 +162,11 @@ def fit_step(
         name: _group_fit(observations, floor_us, (e_bw, e_math), lap, bw_max)
         for name, observations in sorted(by_group.items())
     }
+    # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
+    reference = dict(memory_bandwidth_gbs=hw.memory_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops))
     return {
         **labels,
-        # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
-        "reference": {
-            "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
-            "peak_tflops": dict(hw.peak_tflops),
-        },
+        "reference": reference,
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
         "light_kernel_us": light_us,
