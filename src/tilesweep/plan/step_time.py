@@ -264,11 +264,9 @@ def compose_step(
 def prompt_words(hw: HardwareSpec) -> str:
     """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
     cited = hw.prompt_attention
-    if not cited:
-        return (
-            f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
-        )
-    return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
+    if cited:
+        return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
+    return f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
 
 
 def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
