@@ -150,10 +150,9 @@ def _expert_parts(
     # what an engine's padded expert path sizes its rows by (plan.padded_experts)
     more |= {"rows": rows, "experts_local": e / spread, "moe_tp": split, "expert_params": w}
     more |= {"hidden": h, "inter_shard": model.moe_intermediate / split}
-    math_at, moe = math_dtype("routed_experts", dep), stage["moe"]
-    parts = [
-        make_part("routed_experts", "expert_gemm", nbytes, 2.0 * rows * w, math_at, moe, **more)
-    ]
+    flops, moe = 2.0 * rows * w, stage["moe"]
+    math_at = math_dtype("routed_experts", dep)
+    parts = [make_part("routed_experts", "expert_gemm", nbytes, flops, math_at, moe, **more)]
     if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
         sent = s * k  # this rank's tokens' rows, out and back
         # gather (read, write), weight (read, write), scatter-add (read); zero and accumulate
@@ -176,9 +175,8 @@ def _edge_parts(
         w = model.vocab * h / tp
         nbytes = w * bytes_per_weight(group_dtype("lm_head", dep))
         nbytes += s * (h + model.vocab / tp) * ACT_BYTES
-        parts.append(
-            make_part("lm_head", "lm_head", nbytes, 2.0 * s * w, math_dtype("lm_head", dep), 1)
-        )
+        math_at = math_dtype("lm_head", dep)
+        parts.append(make_part("lm_head", "lm_head", nbytes, 2.0 * s * w, math_at, 1))
     return parts
 
 
