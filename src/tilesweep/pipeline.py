@@ -257,7 +257,7 @@ class Sweep:
                 "layout": self._by_layout[layout],
                 "model": self.settings.model,
                 "batches": self.step_batches(),
-                # model_dump writes the rule's JSON param (its rerun key), as canonical() does
+                # model_dump: output only (the rule's JSON param, its rerun key, as canonical())
                 "bench": {
                     k: v
                     for k, v in bench.model_dump(exclude_unset=True).items()

@@ -46,7 +46,7 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
     problems = space.problems(settings.model, settings.grid.layouts)
     per_expert = mine.extra_tokens_per_expert
     extra = {space.batch_for_tokens_per_expert(t, p) for t in per_expert for p in problems}
-    # model_dump: output only (the worker's spec.json, a document other processes read)
+    # model_dump: output only (spec.json, the document the worker, evaluate and replay read)
     written = mine.model_dump(include=set(SPEC_KEYS.split()), exclude_unset=True)
     return {
         **written,

@@ -105,11 +105,8 @@ def engine_time(block: Collective, n: int, nbytes: float, nccl_ms: float):
         why = f"{name} lists no all-reduce algorithm for {block.arch} at {n} GPUs"
         return nccl_ms, f"NCCL's model ({why})"
     algorithm, step = algorithm_at(steps, nbytes, block.token_bytes)
-    if step is None:
-        reach = " (past its steps)"
-    elif step.max_tokens is None:
-        reach = f" to {step.max_bytes} B"
-    else:
+    reach = " (past its steps)" if step is None else f" to {step.max_bytes} B"
+    if step is not None and step.max_tokens is not None:
         reach = f" to {step.max_tokens} tokens"
     picked = f"{name}: {algorithm}{reach}"
     missing = []
@@ -146,12 +143,11 @@ def describe(target: HardwareSpec) -> str:
             src = ar.in_graph.sources.get(series.source)
             machine = (src.machine if src else "?").split(" (")[0]
             timed.append(f"{algorithm} {n} GPUs [{series.source}] {machine}")
-    where = f"hardware[{target.name}] in-graph figures: " + (
-        "; ".join(timed) if timed else "none cited (NCCL's model throughout)"
-    )
+    timed_by = "; ".join(timed) or "none cited (NCCL's model throughout)"
     return (
         f"{ar.engine}'s all-reduce on {ar.arch} by message size "
-        f"({'; '.join(counts) or 'no steps for this arch: NCCL'}); {where}; an algorithm "
+        f"({'; '.join(counts) or 'no steps for this arch: NCCL'}); hardware[{target.name}] "
+        f"in-graph figures: {timed_by}; an algorithm "
         "without a cited figure at a size takes the next slower one's (one_shot, two_shot, NCCL)"
     )
 

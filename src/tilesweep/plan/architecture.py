@@ -121,9 +121,7 @@ def kv_bytes_per_token_layer(
 
 def cached_tokens(model: ModelSettings, context_len: int, sliding: bool) -> int:
     """Return the tokens a layer keeps in its KV cache at this context."""
-    if sliding:
-        return min(context_len, model.attention.sliding_window)
-    return context_len
+    return min(context_len, model.attention.sliding_window) if sliding else context_len
 
 
 def attention_core(

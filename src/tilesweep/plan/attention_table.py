@@ -115,13 +115,8 @@ def identify(table: pd.DataFrame, device: str, reference: dict, overlap: float) 
     roof_math = flops / (rate * 1e9)
     measured = np.log(mine["ms"].to_numpy())[:, None, None]
     e_bw, e_math = _GRID[None, :, None], _GRID[None, None, :]
-    memory, math_ = part_terms(
-        roof_memory.to_numpy()[:, None, None],
-        roof_math.to_numpy()[:, None, None],
-        e_bw,
-        e_math,
-        overlap,
-    )
+    roofs = (roof_memory.to_numpy()[:, None, None], roof_math.to_numpy()[:, None, None])
+    memory, math_ = part_terms(*roofs, e_bw, e_math, overlap)
     err = ((np.log(memory + math_) - measured) ** 2).sum(axis=0)
     i, j = np.unravel_index(int(np.argmin(err)), err.shape)
     return {

@@ -42,22 +42,11 @@ def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, Deploym
     ran = {"routed_experts": int(row["routed_experts_run"]), "vocab": int(row["vocab_run"])}
     as_run = model.model_copy(update=ran)
     # The keys a composition reads (the run's files and batches are no part of it).
-    dep = DeploymentSettings.model_construct(
-        weight_dtype="bf16",
-        kv_dtype="bf16",
-        quantized=[],
-        compute_dtype="",
-        context_len=int(row["context_len"]),
-        input_len=0,
-        output_len=0,
-        kernel_gap_us=0.0,
-        attention="dsa",
-    )
-    per_stage = {
-        "dense": int(row["dense_layers_run"]),
-        "moe": int(row["moe_layers_run"]),
-        "routing": "balanced",  # the measured step routes every expert the same rows
-    }
+    dtypes = dict(weight_dtype="bf16", kv_dtype="bf16", quantized=[], compute_dtype="")
+    load = dict(context_len=int(row["context_len"]), input_len=0, output_len=0, kernel_gap_us=0.0)
+    dep = DeploymentSettings.model_construct(**dtypes, **load, attention="dsa")
+    per_stage = {"dense": int(row["dense_layers_run"]), "moe": int(row["moe_layers_run"])}
+    per_stage["routing"] = "balanced"  # the measured step routes every expert the same rows
     return as_run, dep, {"per_stage": per_stage}
 
 
@@ -117,13 +106,8 @@ def step_fit(
         parts_of[int(row["batch"])] = parts_as_run(
             as_run, dep, _layout(row), over["per_stage"], _sequences(row), 0
         )
-    labels = {
-        "device": device,
-        "layout": FIT_LAYOUT,
-        "timing": timing,
-        "model": model.name,
-        "step": rows[0]["measured_label"],
-    }
+    step = rows[0]["measured_label"]
+    labels = dict(device=device, layout=FIT_LAYOUT, timing=timing, model=model.name, step=step)
     fit = fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
     as_run, dep, _ = _step_model(rows[0], model)
     return attention_table.with_kernel_efficiencies(fit, attention, as_run, dep)
@@ -241,16 +225,13 @@ def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
     return {
         "model": ck.model.name,
         "layout": row["layout"],
-        "tp": layout.tp,
-        "pp": layout.pp,
-        "ep": layout.ep,
+        **{k: getattr(layout, k) for k in ("tp", "pp", "ep")},
         "batch": int(row["batch"]),
         "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
         "kernels_per_layer": row.get("kernels_per_layer", math.nan),
         "context_len": row["context_len"],
         "measured_ms": measured,
-        "measured_p10_ms": row["step_p10_ms"],
-        "measured_p90_ms": row["step_p90_ms"],
+        **{f"measured_{p}_ms": row[f"step_{p}_ms"] for p in ("p10", "p90")},
         "roofline_ms": roof,
         "roofline_error_pct": 100 * (roof / measured - 1),
         "composed_ms": composed,
@@ -299,8 +280,5 @@ def step_check(
     # Rows of older runs have no timing (they were eager) and were never emulated.
     timing = _column(steps, "timing", "eager")[ok]
     emulated = _column(steps, "emulated", False).astype(bool)[ok]
-    rows = [
-        _check_row(ck, row, how, emu)
-        for row, how, emu in zip(records, timing, emulated, strict=True)
-    ]
+    rows = [_check_row(ck, *r) for r in zip(records, timing, emulated, strict=True)]
     return pd.DataFrame(rows, columns=CHECK_COLUMNS)

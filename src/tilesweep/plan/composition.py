@@ -17,13 +17,7 @@ from tilesweep.plan.memory_fit import capacity, layer_counts, memory_fit, stage_
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
-from tilesweep.plan.step_time import (
-    comm_gap_bound,
-    floor_ms,
-    loaded_step,
-    prompt_words,
-    serving_load,
-)
+from tilesweep.plan.step_time import comm_gap_bound, loaded_step, prompt_words, serving_load
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 if TYPE_CHECKING:
@@ -47,23 +41,16 @@ def _inputs(
 ) -> dict[str, str]:
     """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
     dep, model = parts.deployment, parts.model
-    sheet = f"(hardware[{hw.name}])"
-    items = {
-        "memory_bandwidth_gbs": f"{hw.memory_bandwidth_gbs} {sheet}",
-        "peak_tflops": f"{hw.peak_tflops} {sheet}",
-        "memory_gb": f"{hw.memory_gb} {sheet}",
-        "memory capacity": capacity(hw)[1],
-        "interconnect": ic_label,
-    }
+    sheet = ("memory_bandwidth_gbs", "peak_tflops", "memory_gb")
+    items = {k: f"{getattr(hw, k)} (hardware[{hw.name}])" for k in sheet}
+    items |= {"memory capacity": capacity(hw)[1], "interconnect": ic_label}
     if "measured on" not in ic_label:
         items["interconnect from"] = f"hardware[{hw.name}].interconnect_model"
+    given = ("weight_dtype", "quantized", "kv_dtype", "context_len", "runtime_reserve_gb")
+    deployment = {k: getattr(dep, k) for k in given} | {"quantized": ",".join(dep.quantized)}
     return items | {
         "model": f"{model.name} ({model.source})",
-        "weight_dtype": f"{dep.weight_dtype} (deployment)",
-        "quantized": f"{','.join(dep.quantized)} (deployment)",
-        "kv_dtype": f"{dep.kv_dtype} (deployment)",
-        "context_len": f"{dep.context_len} (deployment)",
-        "runtime_reserve_gb": f"{dep.runtime_reserve_gb} (deployment)",
+        **{k: f"{v} (deployment)" for k, v in deployment.items()},
         "kernel_gap_us": f"{dep.kernel_gap_us} (deployment; only where the fit gives a part "
         "no launch cost)",
         "part times": timer_label,
@@ -84,20 +71,13 @@ def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec, ho
 def compose_deployment(settings: RootSettings, **how) -> pd.DataFrame:
     """Return one row per layout x batch (COLUMNS) of the settings as they are (no engine or fit
     applied): memory fit, TPOT, tokens/s, split and bound."""
-    parts = Composition(
-        settings.model, settings.deployment, settings.hardware, settings.grid.layouts
-    )
+    s = settings
+    parts = Composition(s.model, s.deployment, s.hardware, s.grid.layouts)
     return pd.DataFrame(compose_rows(parts, **how), columns=COLUMNS)
 
 
 # The split's columns (<name>_ms, <name>_share) by the part of the step each holds.
-_SPLIT = {
-    "memory": "memory",
-    "math": "math",
-    "comm": "communication",
-    "other": "other",
-    "host": "host",
-}
+_SPLIT = dict(memory="memory", math="math", comm="communication", other="other", host="host")
 
 
 def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fit: dict) -> dict:
@@ -108,22 +88,18 @@ def _fit_columns(parts: Composition, layout: Layout, batch: int, engine: str, fi
         "model": model.name,
         "hardware": parts.hardware.name,
         "layout": layout_name(layout),
-        "tp": layout.tp,
-        "pp": layout.pp,
-        "ep": layout.ep,
+        **{k: getattr(layout, k) for k in ("tp", "pp", "ep")},
         "world": layout.tp * layout.pp * layout.ep,
         "batch": batch,
         "context_len": dep.context_len,
         "input_len": load_in,
         "output_len": load_out,
         "engine": engine,
-        "weight_dtype": dep.weight_dtype,
-        "kv_dtype": dep.kv_dtype,
+        **{k: getattr(dep, k) for k in ("weight_dtype", "kv_dtype")},
         "fits_memory": "yes" if fit["fits"] else "no",
         "mem_needed_gb": fit["needed_bytes"] / 1e9,
         "mem_short_gb": fit["short_bytes"] / 1e9,
-        "max_batch_fit": fit["max_batch_fit"],
-        "max_context_fit": fit["max_context_fit"],
+        **{k: fit[k] for k in ("max_batch_fit", "max_context_fit")},
     }
 
 
@@ -184,6 +160,7 @@ def compose_rows(
     load_in, load_out = serving_load(parts.deployment)
     hw, model, dep = parts.hardware, parts.model, parts.deployment
     _, ic_label = topology_numbers(hw)
+    bare = dep.model_copy(update={"kernel_gap_us": 0.0})  # the floor's: no per-kernel cost
     rows = []
     for layout in parts.layouts:
         for batch in dep.batches:
@@ -199,7 +176,10 @@ def compose_rows(
             step, prefill = loaded_step(
                 model, dep, hw, layout, batch, *how, engine.extra_parts, engine.prompt
             )
-            floor = floor_ms(model, dep, hw, layout, batch, measured_floors, layer_overrides)
+            # The step's physical floor: every part at its datasheet roofline, collectives by
+            # the interconnect model, no per-kernel cost, over the composed step's path.
+            floor_args = (roofline_timer, measured_floors, layer_overrides)
+            floor = loaded_step(model, bare, hw, layout, batch, *floor_args)[0]["tpot_ms"]
             host = _host_ms(engine, model, layout, step, layer_overrides)
             row |= _speed_columns(step, host, batch, row["world"], floor)
             inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {

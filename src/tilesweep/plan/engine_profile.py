@@ -9,18 +9,14 @@ from dataclasses import dataclass, field
 from tilesweep.plan.prompt_load import UNCHUNKED, PromptLoad
 from tilesweep.plan.step_parts import make_part
 from tilesweep.settings import ModelSettings
-from tilesweep.settings.engine_spec import AttentionAlso, EngineSettings, Family, Kernel
+from tilesweep.settings.engine_spec import (
+    LAYER_KINDS,
+    AttentionAlso,
+    EngineSettings,
+    Family,
+    Kernel,
+)
 
-# The layer lists a part kind's launches are read from, by the layers its part occurs in
-# (plan.step_parts: one part per layer of its type).
-LAYER_KINDS = {
-    "per_layer": ("norm", "attention_proj", "attention", "attention_gqa", "indexer"),
-    # expert_permute: an EP rank's permutation (plan.step_parts); a list that counts 0 of it runs
-    # the permutation inside its MoE runner's own kernels (listed as expert_gemm)
-    "per_moe_layer": ("router", "expert_gemm", "expert_permute", "shared_gemm"),
-    "per_dense_layer": ("dense_gemm",),
-    "per_step": ("embedding", "lm_head"),
-}
 # The columns of a measured whole-step row that hold the engine's extra kernels it ran, per layer
 # of each type (per step), by the list they come from (measure.step.extras; 0 in a lean row).
 EXTRA_COLUMNS = {where: f"extra_{where}" for where in LAYER_KINDS}

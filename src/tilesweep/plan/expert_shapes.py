@@ -34,8 +34,7 @@ def expert_counts(
 
 def tile_schedule(counts: list[int], block_m: int) -> tuple[list[int], list[int], list[int]]:
     """Return, per row block, its expert, first row and the expert's end row."""
-    experts, starts, ends = [], [], []
-    offset = 0
+    experts, starts, ends, offset = [], [], [], 0
     for e, c in enumerate(counts):
         for r in range(0, c, block_m):
             experts.append(e)

@@ -146,14 +146,8 @@ def _band(a: EfficiencyPoint, b: EfficiencyPoint, w: float, where: str) -> Band:
     """Return the band mixed between two points (the same point for w = 0)."""
     pick = a if w < 0.5 else b
     cite = a.cite if a is b else f"{a.cite}; {b.cite}"
-    return Band(
-        low=_log_mix(a.low, b.low, w),
-        high=_log_mix(a.high, b.high, w),
-        low_kernel=pick.low_kernel,
-        high_kernel=pick.high_kernel,
-        where=where,
-        cite=cite,
-    )
+    low, high = _log_mix(a.low, b.low, w), _log_mix(a.high, b.high, w)
+    return Band(low, high, pick.low_kernel, pick.high_kernel, where, cite)
 
 
 def shaped_timer(curve: EfficiencyCurve, tokens_per_expert: float, end: str, make):

@@ -20,12 +20,7 @@ import pandas as pd
 from tilesweep.plan import allreduce
 from tilesweep.plan.messages import bus_factor, fit_alpha_beta, interpolated_us
 from tilesweep.settings import HardwareSpec
-from tilesweep.settings.hardware_spec import (
-    AllReduce,
-    Collective,
-    Figures,
-    Topology,
-)
+from tilesweep.settings.hardware_spec import AllReduce, Collective, Figures, Topology
 
 COLLECTIVES = ("all_reduce", "all_to_all", "send_recv")
 
@@ -133,8 +128,7 @@ def fit_measured(collective: pd.DataFrame, backend: str) -> tuple[Topology | Non
     On nccl only rows timed inside CUDA graphs count (eager NCCL pays a launch per call the engines
     do not); gloo has no graphs, so its eager rows count. A table without `timing` was eager. A
     group size with fewer than two message sizes, or whose time does not grow, has only a floor."""
-    by_kind: dict = {}
-    floors: dict = {}
+    by_kind, floors = {}, {}
     needed = {"collective", "group", "bytes", "time_ms", "status", "backend"}
     if collective.empty or not needed <= set(collective.columns):
         return None, floors

@@ -22,30 +22,24 @@ from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
-# Which composition part kinds each measured whole-step part covers.
-MEASURED_KINDS = {
-    "attn_proj": ("attention_proj",),
-    "attn_out": ("attention_proj",),
+# The composition's groups of part kinds: {kinds: the measured whole-step parts that cover them}.
+GROUPS = {
+    ("attention_proj",): ["attn_proj", "attn_out"],
     # The indexer's projections run in attn_proj's merged GEMMs (kind attention_proj); attn_index
     # is its cache write, token scores and top-k. A fit made before the merge has a group
     # `indexer_proj+indexer`, still found for the indexer kind.
-    "attn_index": ("indexer",),
-    "attn_core": ("attention", "attention_gqa"),
-    "dense_mlp": ("dense_gemm",),
-    "shared_expert": ("shared_gemm",),
-    "router": ("router",),
-    "permute": ("expert_gemm",),
-    "expert_gemms": ("expert_gemm",),
-    "combine_sum": ("expert_gemm",),
-    "norms": ("norm",),
-    "residual": ("norm",),
-    "embedding": ("embedding",),
-    "lm_head": ("lm_head",),
+    ("indexer",): ["attn_index"],
+    ("attention", "attention_gqa"): ["attn_core"],
+    ("dense_gemm",): ["dense_mlp"],
+    ("shared_gemm",): ["shared_expert"],
+    ("router",): ["router"],
+    ("expert_gemm",): ["permute", "expert_gemms", "combine_sum"],
+    ("norm",): ["norms", "residual"],
+    ("embedding",): ["embedding"],
+    ("lm_head",): ["lm_head"],
 }
-# The composition's groups of part kinds: {kinds: the measured part names that cover them}.
-GROUPS = {
-    kinds: [n for n, k in MEASURED_KINDS.items() if k == kinds] for kinds in MEASURED_KINDS.values()
-}
+# Which composition part kinds each measured whole-step part covers.
+MEASURED_KINDS = {name: kinds for kinds, names in GROUPS.items() for name in names}
 POOLED = "device-wide"
 
 
@@ -160,23 +154,19 @@ def fit_step(
     its efficiencies and launches per occurrence, and the device-wide pair (module docstring)."""
     lap = overlap or 0.0
     by_group, pooled = _observations(rows, parts_of, hw)
-    e_bw, e_math, note = (
-        fit_pair(pooled, per_kernel_us * 1e-3, None, lap, bw_max)
-        if pooled
-        else (1.0, 1.0, "no rows")
-    )
+    e_bw, e_math, note = 1.0, 1.0, "no rows"
+    if pooled:
+        e_bw, e_math, note = fit_pair(pooled, per_kernel_us * 1e-3, None, lap, bw_max)
     floor_us = light_us if light_us is not None else per_kernel_us
     groups = {
         name: _group_fit(observations, floor_us, (e_bw, e_math), lap, bw_max)
         for name, observations in sorted(by_group.items())
     }
+    # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
+    reference = dict(memory_bandwidth_gbs=hw.memory_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops))
     return {
         **labels,
-        # What the efficiencies are fractions of: the fit device's figures as `hw` gave them.
-        "reference": {
-            "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
-            "peak_tflops": dict(hw.peak_tflops),
-        },
+        "reference": reference,
         "fit_batches": sorted(int(r["batch"]) for r in rows),
         "per_kernel_us": per_kernel_us,
         "light_kernel_us": light_us,

@@ -12,6 +12,7 @@ for the device (`memory_cuda_gib`, GiB) where the hardware file cites it, else t
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tilesweep.plan.architecture import (
@@ -39,13 +40,9 @@ def capacity(hw: HardwareSpec) -> tuple[float, str]:
 
 def layer_counts(model: ModelSettings, overrides: dict | None = None) -> dict:
     """Return {dense_layers, moe_layers, sliding_layers}, overridden for a depth-reduced model."""
-    counts = {
-        "dense_layers": model.dense_layers,
-        "moe_layers": model.moe_layers,
-        "sliding_layers": model.attention.sliding_layers or 0,
-    }
-    counts.update(overrides or {})
-    return counts
+    counts = {"dense_layers": model.dense_layers, "moe_layers": model.moe_layers}
+    counts["sliding_layers"] = model.attention.sliding_layers or 0
+    return counts | (overrides or {})
 
 
 def stage_layers(counts: dict, pp: int) -> list[dict]:
@@ -81,20 +78,12 @@ def rank_weight_bytes(
     """Return the weight bytes one rank of a stage holds."""
     tp, ep = layout.tp, layout.ep
     layers = stage["dense"] + stage["moe"]
-    total = layers * (
-        _group_bytes(model, dep, "attention", tp) + _group_bytes(model, dep, "indexer", 1)
-    )
-    total += stage["dense"] * _group_bytes(model, dep, "dense_mlp", tp)
-    total += stage["moe"] * (
-        _group_bytes(model, dep, "shared_experts", tp) + _group_bytes(model, dep, "router", 1)
-    )
-    total += (
-        stage["moe"]
-        * model.routed_experts
-        * expert_params(model)
-        * bytes_per_weight(group_dtype("routed_experts", dep))
-        / (tp * ep)
-    )
+    held = functools.partial(_group_bytes, model, dep)  # (group, its TP split)
+    total = layers * (held("attention", tp) + held("indexer", 1))
+    total += stage["dense"] * held("dense_mlp", tp)
+    total += stage["moe"] * (held("shared_experts", tp) + held("router", 1))
+    expert_bytes = bytes_per_weight(group_dtype("routed_experts", dep))
+    total += stage["moe"] * model.routed_experts * expert_params(model) * expert_bytes / (tp * ep)
     table = model.vocab * model.hidden / tp
     if first:
         total += table * 2

@@ -64,11 +64,7 @@ def sweep_sizes(low: int, high: int, factor: int) -> list[int]:
 
 def bus_factor(collective: str, n: int) -> float:
     """Return nccl-tests' bus-bandwidth factor for a collective over n ranks."""
-    if collective == "all_reduce":
-        return 2 * (n - 1) / n
-    if collective == "all_to_all":
-        return (n - 1) / n
-    return 1.0
+    return {"all_reduce": 2 * (n - 1) / n, "all_to_all": (n - 1) / n}.get(collective, 1.0)
 
 
 def fit_alpha_beta(sizes: list[float], times_ms: list[float]) -> tuple[float, float]:

@@ -23,8 +23,7 @@ def blocks_by_registers(regs_per_thread: int, threads: int, hw: dict) -> int | N
 
 def blocks_by_smem(smem_bytes: int, hw: dict) -> int:
     """Return how many blocks fit on one SM by shared memory (each block also reserves 1 KB)."""
-    per_block = smem_bytes + hw["smem_reserved_per_block"]
-    return hw["smem_per_sm"] // per_block
+    return hw["smem_per_sm"] // (smem_bytes + hw["smem_reserved_per_block"])
 
 
 def check(smem_bytes: int, regs_per_thread: int, threads: int, hw: dict) -> dict:

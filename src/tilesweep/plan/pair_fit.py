@@ -97,10 +97,8 @@ def _binding(observations: list[dict], e_bw: float, e_math: float) -> tuple[bool
     """Return (memory binds at some observation, math binds at some observation)."""
     mem = [o["roof_memory_ms"] / e_bw for o in observations]
     flop = [o["roof_math_ms"] / e_math for o in observations]
-    return (
-        any(m >= f for m, f in zip(mem, flop, strict=True)),
-        any(f > m for m, f in zip(mem, flop, strict=True)),
-    )
+    pairs = list(zip(mem, flop, strict=True))
+    return any(m >= f for m, f in pairs), any(f > m for m, f in pairs)
 
 
 def _with_fallback(
@@ -135,12 +133,8 @@ def _with_fallback(
         elif not fixed_bw and not binds_mem:
             e_bw = device[0]
             taken.append("e_bw")
-    return (
-        e_bw,
-        e_math,
-        f"{' and '.join(sorted(taken))} not identified at the fit batches: the device-wide "
-        "value (raised where the measurements allow no less)",
-    )
+    said = f"{' and '.join(sorted(taken))} not identified at the fit batches: the device-wide"
+    return e_bw, e_math, f"{said} value (raised where the measurements allow no less)"
 
 
 def _worst(

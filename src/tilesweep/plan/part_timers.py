@@ -26,13 +26,8 @@ def roofline_timer(part: dict, hw: HardwareSpec) -> dict:
     peak = hw.peak_tflops.get(part["dtype"])
     out = {"roof_memory_ms": mem, "source": ROOFLINE, "gap": ""}
     if part["flops"] and not peak:
-        gap = f"no peak_tflops.{part['dtype']} for hardware[{hw.name}]"
-        return out | {
-            "memory_ms": math.nan,
-            "math_ms": math.nan,
-            "roof_math_ms": math.nan,
-            "gap": gap,
-        }
+        unknown = dict.fromkeys(("memory_ms", "math_ms", "roof_math_ms"), math.nan)
+        return out | unknown | {"gap": f"no peak_tflops.{part['dtype']} for hardware[{hw.name}]"}
     flop = roofline.math_ms(part["flops"], peak) if part["flops"] else 0.0
     bound_mem = mem >= flop
     return out | {

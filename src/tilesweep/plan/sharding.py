@@ -8,13 +8,9 @@ from tilesweep.settings import Layout
 
 def coords(rank: int, layout: dict) -> dict:
     """Return a rank's pipeline stage and its index inside its TP and EP groups."""
-    per_stage = layout["tp"] * layout["ep"]
+    tp, per_stage = layout["tp"], layout["tp"] * layout["ep"]
     local = rank % per_stage
-    return {
-        "stage": rank // per_stage,
-        "ep_index": local // layout["tp"],
-        "tp_index": local % layout["tp"],
-    }
+    return {"stage": rank // per_stage, "ep_index": local // tp, "tp_index": local % tp}
 
 
 def group_ranks(layout: dict) -> dict[str, list[list[int]]]:

@@ -24,15 +24,7 @@ from tilesweep.settings import DeploymentSettings, Layout, ModelSettings
 
 def make_part(name: str, kind: str, nbytes: float, flops: float, dtype: str, count, **more) -> dict:
     """Return one compute part: what it reads and computes, in which dtype, how many times."""
-    return {
-        "name": name,
-        "kind": kind,
-        "bytes": nbytes,
-        "flops": flops,
-        "dtype": dtype,
-        "count": count,
-        **more,
-    }
+    return dict(name=name, kind=kind, bytes=nbytes, flops=flops, dtype=dtype, count=count, **more)
 
 
 def _collective(name: str, collective: str, n: int, nbytes: float, count: int) -> dict:
@@ -141,8 +133,7 @@ def _expert_parts(
     model: ModelSettings, dep: DeploymentSettings, layout: Layout, stage: dict, micro: int, s: int
 ) -> list[dict]:
     """Return the routed experts' part on one rank and the EP permutation around it."""
-    h, parts = model.hidden, []
-    e, k = model.routed_experts, model.top_k
+    h, e, k = model.hidden, model.routed_experts, model.top_k
     # MoE TP (split: each expert's matrices) x MoE EP (spread: whole experts) over the
     # stage's tp*ep ranks; each EP rank runs the rows of the micro-batch routed to it.
     split, spread = layout.moe_split()
@@ -159,22 +150,16 @@ def _expert_parts(
     # what an engine's padded expert path sizes its rows by (plan.padded_experts)
     more |= {"rows": rows, "experts_local": e / spread, "moe_tp": split, "expert_params": w}
     more |= {"hidden": h, "inter_shard": model.moe_intermediate / split}
+    flops, moe = 2.0 * rows * w, stage["moe"]
     math_at = math_dtype("routed_experts", dep)
-    parts.append(
-        make_part(
-            "routed_experts", "expert_gemm", nbytes, 2.0 * rows * w, math_at, stage["moe"], **more
-        )
-    )
+    parts = [make_part("routed_experts", "expert_gemm", nbytes, flops, math_at, moe, **more)]
     if spread > 1:  # sent rows permuted in, returned rows weighted and scattered back
         sent = s * k  # this rank's tokens' rows, out and back
         # gather (read, write), weight (read, write), scatter-add (read); zero and accumulate
         # the output (write, read, write)
-        nbytes, more = (5 * sent + 3 * s) * h * ACT_BYTES, {"launches": EP_PERMUTE_LAUNCHES}
-        parts.append(
-            make_part(
-                "ep_permute", "expert_permute", nbytes, 2.0 * sent * h, "bf16", stage["moe"], **more
-            )
-        )
+        nbytes, flops = (5 * sent + 3 * s) * h * ACT_BYTES, 2.0 * sent * h
+        permute = make_part("ep_permute", "expert_permute", nbytes, flops, "bf16", moe)
+        parts.append(permute | {"launches": EP_PERMUTE_LAUNCHES})
     return parts
 
 
@@ -190,9 +175,8 @@ def _edge_parts(
         w = model.vocab * h / tp
         nbytes = w * bytes_per_weight(group_dtype("lm_head", dep))
         nbytes += s * (h + model.vocab / tp) * ACT_BYTES
-        parts.append(
-            make_part("lm_head", "lm_head", nbytes, 2.0 * s * w, math_dtype("lm_head", dep), 1)
-        )
+        math_at = math_dtype("lm_head", dep)
+        parts.append(make_part("lm_head", "lm_head", nbytes, 2.0 * s * w, math_at, 1))
     return parts
 
 

@@ -103,11 +103,9 @@ def prompt_parts(model, dep, layout, stage, rows, hw) -> list[dict]:
 
 def _comm_gap(why: str, hw: HardwareSpec) -> str:
     """Return why a collective has no time, naming the file its figures would come from."""
-    where = (
-        "the collectives measured here"
-        if hw.interconnect == "measured"
-        else f"conf/hardware/{hw.name}.yaml"
-    )
+    where = f"conf/hardware/{hw.name}.yaml"
+    if hw.interconnect == "measured":
+        where = "the collectives measured here"
     return f"{why.split(';')[0]} in {where}"
 
 
@@ -124,10 +122,10 @@ def _stage_time(
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
     parts = _parts(step, stage, micro, first, last, prefill)
-    acc = dict.fromkeys((*SPLIT_PARTS, "roof_memory", "roof_math"), 0.0)
-    acc |= {"mem_kernel": 0.0, "math_kernel": 0.0}
-    sources, gaps, comm_gaps = set(), [], []
-    peak = 0.0
+    acc = dict.fromkeys(
+        (*SPLIT_PARTS, "roof_memory", "roof_math", "mem_kernel", "math_kernel"), 0.0
+    )
+    sources, gaps, comm_gaps, peak = set(), [], [], 0.0
     for part in parts:
         t = step.timer(part, hw)
         c = part["count"]
@@ -156,9 +154,12 @@ def _stage_time(
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
     acc["time"] = acc["memory"] + acc["math"] + acc["communication"] + acc["other"]
-    acc["sources"], acc["gaps"], acc["peak"] = sources, gaps + comm_gaps, peak
-    acc["comm_gaps"] = comm_gaps
-    return acc
+    return acc | {
+        "sources": sources,
+        "gaps": gaps + comm_gaps,
+        "peak": peak,
+        "comm_gaps": comm_gaps,
+    }
 
 
 def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
@@ -263,11 +264,9 @@ def compose_step(
 def prompt_words(hw: HardwareSpec) -> str:
     """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
     cited = hw.prompt_attention
-    if not cited:
-        return (
-            f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
-        )
-    return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
+    if cited:
+        return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
+    return f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
 
 
 def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
@@ -283,8 +282,7 @@ def _prompt_cost(args: tuple, step: dict, i: int, extra_parts, prompt: PromptLoa
     model, dep, hw, layout, batch, *how = args
     alone = prompt.schedule == "separate"
     run_args = (model, dep, hw, layout, 0 if alone else batch, *how)
-    cost = dict.fromkeys(step["split"], 0.0)
-    peak = 0.0
+    cost, peak = dict.fromkeys(step["split"], 0.0), 0.0
     for rows, times in Counter(prompt_chunks(i, prompt.chunk)).items():  # equal chunks once
         run = compose_step(*run_args, prefill=rows, extra_parts=extra_parts, prompt=prompt)
         for k in cost:
@@ -318,28 +316,6 @@ def loaded_step(
     share = (batch - 1) / o
     add = {k: share * v for k, v in cost.items()}
     prefill = sum(add.values())
-    step = dict(
-        step,
-        tpot_ms=step["tpot_ms"] + prefill,
-        split={k: v + add[k] for k, v in step["split"].items()},
-        peak_fraction=max(step["peak_fraction"], peak),
-    )
-    return step, prefill
-
-
-def floor_ms(
-    model: ModelSettings,
-    dep: DeploymentSettings,
-    hw: HardwareSpec,
-    layout: Layout,
-    batch: int,
-    measured_floors: dict | None = None,
-    layer_overrides: dict | None = None,
-) -> float:
-    """Return the step's physical floor in ms: every part at its datasheet roofline, collectives
-    by the interconnect model, no per-kernel cost, over the composed step's path."""
-    bare = dep.model_copy(update={"kernel_gap_us": 0.0})
-    step, _ = loaded_step(
-        model, bare, hw, layout, batch, roofline_timer, measured_floors, layer_overrides
-    )
-    return step["tpot_ms"]
+    split = {k: v + add[k] for k, v in step["split"].items()}
+    peak = max(step["peak_fraction"], peak)
+    return dict(step, tpot_ms=step["tpot_ms"] + prefill, split=split, peak_fraction=peak), prefill

@@ -25,9 +25,8 @@ def with_engine_allreduce(
     for name, top in block.topologies.items():
         ar = top.all_reduce
         if ar and ar.one_shot:
-            ar = ar.model_copy(
-                update={"one_shot": ar.one_shot.model_copy(update={"enabled": True})}
-            )
+            enabled = ar.one_shot.model_copy(update={"enabled": True})
+            ar = ar.model_copy(update={"one_shot": enabled})
         if ar and engine.allreduce:
             ar = allreduce.EngineAllReduce.of(ar, engine, target.arch, token_bytes)
         tops[name] = top.model_copy(update={"all_reduce": ar}) if ar else top

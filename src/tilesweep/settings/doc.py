@@ -75,13 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ConfigError) as exc:
         print(f"tilesweep.settings.doc: {exc}", file=sys.stderr)
         return 2
-    if args.check:
-        if made != text:
-            said = "the configuration table differs from the models'"
-            print(f"{args.readme}: {said}; run python -m tilesweep.settings.doc", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(made)
+    if not args.check:
+        args.readme.write_text(made)
+    elif made != text:
+        said = "the configuration table differs from the models'"
+        print(f"{args.readme}: {said}; run python -m tilesweep.settings.doc", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -19,24 +19,19 @@ from tilesweep.settings.hardware_spec import (
 )
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
-# plan.step_parts' part kinds, plus `allreduce` (the interconnect model's, never counted twice)
-# and `extra` (small kernels the project's step does not run; one small kernel each).
-KernelKind = Literal[
-    "norm",
-    "attention_proj",
-    "attention",
-    "attention_gqa",
-    "indexer",
-    "router",
-    "expert_gemm",
-    "expert_permute",
-    "shared_gemm",
-    "dense_gemm",
-    "embedding",
-    "lm_head",
-    "allreduce",
-    "extra",
-]
+# An engine's kernel lists (Family's), each with plan.step_parts' part kinds whose launches it is
+# read from, by the layers its part occurs in (one part per layer of its type).
+LAYER_KINDS = {
+    "per_layer": ("norm", "attention_proj", "attention", "attention_gqa", "indexer"),
+    # expert_permute: an EP rank's permutation (plan.step_parts); a list that counts 0 of it runs
+    # the permutation inside its MoE runner's own kernels (listed as expert_gemm)
+    "per_moe_layer": ("router", "expert_gemm", "expert_permute", "shared_gemm"),
+    "per_dense_layer": ("dense_gemm",),
+    "per_step": ("embedding", "lm_head"),
+}
+# The part kinds, plus `allreduce` (the interconnect model's, never counted twice) and `extra`
+# (small kernels the project's step does not run; one small kernel each).
+KernelKind = Literal[(*(k for kinds in LAYER_KINDS.values() for k in kinds), "allreduce", "extra")]
 
 
 class Kernel(Section):

@@ -25,7 +25,8 @@ def gpu_counts(by_gpus: dict) -> dict:
 
 
 # Cited [bytes, us] pairs of one collective, bytes ascending strictly, each time at most a second.
-Points = list[Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=2, max_length=2)]]
+PAIR = Field(min_length=2, max_length=2)
+Points = list[Annotated[list[Annotated[Number, Field(ge=0)]], PAIR]]
 
 
 def checked_points(points: Points) -> list[float]:
@@ -91,9 +92,7 @@ class InGraphSeries(Section):
     """One algorithm's in-graph time by size at one GPU count ([bytes, us] points, linear)."""
 
     source: str = Field(min_length=1)
-    points: list[
-        Annotated[list[Annotated[Number, Field(gt=0)]], Field(min_length=2, max_length=2)]
-    ] = Field(min_length=1)
+    points: list[Annotated[list[PositiveNumber], PAIR]] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> InGraphSeries:
@@ -320,9 +319,8 @@ class HardwareSpec(Section):
         """Refuse unknown dtypes, shared-memory limits out of order, and figures beyond any GPU."""
         for dtype in self.peak_tflops:
             if dtype not in PEAK_DTYPES:
-                raise refuse(
-                    "peak_tflops", f"{dtype!r} is not one of {', '.join(PEAK_DTYPES)}", dtype
-                )
+                why = f"{dtype!r} is not one of {', '.join(PEAK_DTYPES)}"
+                raise refuse("peak_tflops", why, dtype)
         check_weight_dtypes(self.grouped_gemm_efficiency, "grouped_gemm_efficiency")
         if not self.smem_per_block_default <= self.smem_per_block_optin <= self.smem_per_sm:
             why = (

@@ -89,10 +89,9 @@ class Question(_Strict):
     def _layouts_fill_the_gpus(self) -> Question:
         """Refuse a layout that does not use exactly `gpus` GPUs."""
         for i, lay in enumerate(self.layouts):
-            if lay.tp * lay.pp * lay.ep != self.gpus:
-                raise ValueError(
-                    f"layouts[{i}] uses {lay.tp * lay.pp * lay.ep} GPUs, not {self.gpus}"
-                )
+            used = lay.tp * lay.pp * lay.ep
+            if used != self.gpus:
+                raise ValueError(f"layouts[{i}] uses {used} GPUs, not {self.gpus}")
         return self
 
     def asks_about(self, model: str, hardware: str) -> bool:

@@ -14,14 +14,7 @@ from tilesweep.settings.cited_figures import References
 from tilesweep.settings.engine_spec import EngineSettings
 from tilesweep.settings.hardware_spec import HardwareSpec
 from tilesweep.settings.question_group import QuestionGroup, Target
-from tilesweep.settings.strict import (
-    PositiveNumber,
-    Refused,
-    Section,
-    at_least,
-    gpu_counts_as_ints,
-    refuse,
-)
+from tilesweep.settings.strict import PositiveNumber, Refused, Section, at_least, gpu_counts_as_ints
 from tilesweep.settings.sweep_space import GridSettings, Layout
 from tilesweep.settings.workload import DeploymentSettings, ModelSettings
 
@@ -101,19 +94,19 @@ class RootSettings(Section):
         for i, name in enumerate(self.grid.targets):
             if name not in self.catalog:
                 why = f"unknown hardware; valid: {', '.join(self.catalog)}"
-                raise refuse(f"grid.targets[{i}]", why, name)
+                raise Refused(f"grid.targets[{i}]", why, name)
         if self.deployment.attention == "dsa" and self.model.attention.index_topk is None:
             why = (
                 f"model {self.model.name} has no sparse indexer (model.attention.index_topk): "
                 "its attention is dense; give auto or dense"
             )
-            raise refuse("deployment.attention", why, "dsa")
+            raise Refused("deployment.attention", why, "dsa")
         for key in ("tiles", "layouts"):
             for i, item in enumerate(getattr(self.grid, key)):
                 try:
                     item.fit(self.model)
                 except Refused as exc:
-                    raise refuse(f"grid.{key}[{i}].{exc.key}", exc.why, exc.value) from None
+                    raise Refused(f"grid.{key}[{i}].{exc.key}", exc.why, exc.value) from None
         return self
 
     def as_dict(self) -> dict:

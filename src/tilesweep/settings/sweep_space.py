@@ -46,9 +46,8 @@ class Layout(Section):
     def _consistent(self) -> Layout:
         """Refuse a world not tp*pp*ep, experts=ep without TP, or a MoE TP not dividing ranks."""
         if self.experts == "ep" and (self.ep != 1 or self.tp < 2):
-            raise refuse(
-                "experts", "spreads whole experts over the TP group; give tp >= 2 and ep: 1", "ep"
-            )
+            why = "spreads whole experts over the TP group; give tp >= 2 and ep: 1"
+            raise refuse("experts", why, "ep")
         if self.experts == "ep" and self.moe_tp not in (None, 1):
             raise refuse("moe_tp", "must be 1 with experts=ep (whole experts)", self.moe_tp)
         ranks = self.tp * self.ep
