@@ -237,13 +237,7 @@ def _combine_splits(acc, ml, out, splits: int, lat: int, block_lat: int) -> None
     """Launch `_combine`: each sequence's and head's splits rescaled and summed into out."""
     n, heads, _ = out.shape
     _combine[(heads, n)](
-        acc,
-        ml,
-        out,
-        heads,
-        splits,
-        out.stride(0),
-        out.stride(1),
+        *(acc, ml, out, heads, splits, out.stride(0), out.stride(1)),
         LAT=lat,
         BLOCK_LAT=block_lat,
         BLOCK_S=triton.next_power_of_2(splits),
@@ -278,24 +272,9 @@ def mla_decode(
         out = torch.empty((n, heads, lat), dtype=query.dtype, device=query.device)
     idx = indices if indices is not None else cache  # unused pointer when there are no indices
     _split[(hb, splits, n)](
-        query,
-        q_rope,
-        cache,
-        idx,
-        acc,
-        ml,
-        heads,
-        tokens,
-        chunk,
-        splits,
-        sm_scale,
-        query.stride(0),
-        query.stride(1),
-        q_rope.stride(0),
-        q_rope.stride(1),
-        cache.stride(0),
-        cache.stride(1),
-        indices.stride(0) if indices is not None else 0,
+        *(query, q_rope, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale),
+        *(query.stride(0), query.stride(1), q_rope.stride(0), q_rope.stride(1)),
+        *(cache.stride(0), cache.stride(1), indices.stride(0) if indices is not None else 0),
         LAT=lat,
         LAT_SPLIT=c.lat_split,
         BLOCK_V=block_v,
