@@ -77,16 +77,9 @@ def run(
     requests, records = tile_requests([line.strip() for line in listing if line.strip()])
     if not requests:
         return records
-    cmd = [
-        str(binary),
-        "--tile=" + ",".join(requests),
-        f"--groups={groups}",
-        f"--n={n}",
-        f"--k={k}",
-        "--tokens=" + ",".join(str(t) for t in tokens),
-        f"--repeats={repeats}",
-        "--graph=1",
-    ]
+    tiles, counts = ",".join(requests), ",".join(str(t) for t in tokens)
+    cmd = [str(binary), f"--tile={tiles}", f"--groups={groups}", f"--n={n}", f"--k={k}"]
+    cmd += [f"--tokens={counts}", f"--repeats={repeats}", "--graph=1"]
     lines, failure = _invoke(cmd, timeout)
     for line in lines:
         line = line.strip()
@@ -123,23 +116,12 @@ def to_row(rec: dict) -> dict:
         )
         return {**row, "status": "launch", "reason": reason}
     if not rec.get("passed"):
-        return {
-            **row,
-            "status": "correctness",
-            "rel_err": rec.get("rel_err"),
-            "reason": f"relative error {rec.get('rel_err')} against the reference GEMM",
-        }
+        reason = f"relative error {rec.get('rel_err')} against the reference GEMM"
+        return {**row, "status": "correctness", "rel_err": rec.get("rel_err"), "reason": reason}
     times = rec["time_ms"]
-    return {
-        **row,
-        "status": "ok",
-        "reason": "",
-        "rel_err": rec["rel_err"],
-        "time_ms": times["median"],
-        "time_p10_ms": times["p10"],
-        "time_p90_ms": times["p90"],
-        "timing": "cuda-graph" if rec.get("graph") else "cuda-events",
-    }
+    row |= {"status": "ok", "reason": "", "rel_err": rec["rel_err"], "time_ms": times["median"]}
+    row |= {"time_p10_ms": times["p10"], "time_p90_ms": times["p90"]}
+    return {**row, "timing": "cuda-graph" if rec.get("graph") else "cuda-events"}
 
 
 def program_rows(cell: DecodeCell, log) -> list[dict]:

@@ -28,21 +28,11 @@ from tilesweep.cutlass.toolchain import (
     run_tu,
 )
 from tilesweep.io import write_text
+from tilesweep.package_data import data_typed
 
-NUMERIC_FIELDS = (
-    "smem_bytes",
-    "threads_per_block",
-    "mainloop_smem_bytes",
-    "epilogue_smem_bytes",
-    "other_smem_bytes",
-    "mainloop_shared_storage_bytes",
-    "epilogue_shared_storage_bytes",
-    "stages",
-    "epilogue_stages",
-    "epilogue_stages_c",
-    "epilogue_tile",
-    "builder_smem_capacity",
-)
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/cutlass.yaml",)
+NUMERIC_FIELDS = data_typed("tilesweep", DATA_FILES[0], "numeric_fields", tuple[str, ...])
 
 
 def base_row(cell: dict, status: str, reason: str, toolchain: str, version: str) -> dict:
