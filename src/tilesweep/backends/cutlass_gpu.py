@@ -90,22 +90,13 @@ def run(
 
 def to_row(rec: dict) -> dict:
     """Return a decode-table row (status, reason, timing, launch facts) for one record."""
-    row = {
-        "runner": f"cutlass:{rec.get('tile', '?')}",
-        "kernel": f"cutlass-sm90-fp8-{rec.get('tile', '?')}",
-        "dtype": DTYPE,
-        "tokens_per_expert": rec.get("tokens"),
-        "experts": rec.get("groups"),
-        "n": rec.get("n"),
-        "k": rec.get("k"),
-        "schedule": rec.get("schedule"),
-        "stages": rec.get("stages"),
-        "smem_runtime_bytes": rec.get("smem_bytes"),
-        "smem_optin_bytes": rec.get("smem_optin"),
-        "can_implement": rec.get("can_implement"),
-        "initialize": rec.get("initialize"),
-        "cutlass": rec.get("cutlass_version"),
-    }
+    tile = rec.get("tile", "?")
+    row = {"runner": f"cutlass:{tile}", "kernel": f"cutlass-sm90-fp8-{tile}", "dtype": DTYPE}
+    row |= {"tokens_per_expert": rec.get("tokens"), "experts": rec.get("groups")}
+    row |= {key: rec.get(key) for key in ("n", "k", "schedule", "stages")}
+    row |= {"smem_runtime_bytes": rec.get("smem_bytes"), "smem_optin_bytes": rec.get("smem_optin")}
+    row |= {key: rec.get(key) for key in ("can_implement", "initialize")}
+    row["cutlass"] = rec.get("cutlass_version")
     if "error" in rec:
         return {**row, "status": rec.get("status", "runtime"), "reason": rec["error"]}
     if rec.get("initialize") != "Success":

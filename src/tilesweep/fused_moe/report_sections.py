@@ -42,12 +42,8 @@ PANELS_PER_ROW = 2
 
 def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str, list[Block]]]:
     """Return its sections (key, title, short name, blocks) from the tune and dropins tables."""
-    empty = pd.DataFrame()
-    blocks = {
-        "tune": tune_blocks(tables.get("tune", empty)),
-        "dropins": dropin_blocks(tables.get("dropins", empty)),
-    }
-    return [(key, title, short, blocks[key]) for key, title, short in SECTIONS]
+    empty, blocks = pd.DataFrame(), {"tune": tune_blocks, "dropins": dropin_blocks}
+    return [(k, title, short, blocks[k](tables.get(k, empty))) for k, title, short in SECTIONS]
 
 
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:

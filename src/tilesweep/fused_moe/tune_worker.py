@@ -85,13 +85,6 @@ def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
     return out
 
 
-def refusal_status(reason: str, compiled: bool) -> str:
-    """Return the status of a config that cannot be screened: launch, compile or constraint."""
-    if reason.startswith("OutOfResources"):
-        return "launch"
-    return "compile" if compiled else "constraint"
-
-
 def _compile_one(args: tuple) -> tuple[str, str | None]:
     """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
     config, dtype = args
@@ -168,7 +161,8 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
         refused = failed.get(space.tile_key(slug))
         why = refused or space.problems_constraint(config, dtype, smem, [problem])
         if why:
-            status = refusal_status(why, compiled=refused is not None)
+            status = "compile" if refused is not None else "constraint"
+            status = "launch" if why.startswith("OutOfResources") else status
             journal.append({**rec, "status": status, "reason": why})
             continue
         try:
