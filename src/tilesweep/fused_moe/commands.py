@@ -88,9 +88,8 @@ def engine_tune_command(args: argparse.Namespace) -> int:
         if fmt not in FORMATS:
             raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
     model = settings.model
-    shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
-        (model.routed_experts, model.moe_intermediate)
-    ]
+    default = [(model.routed_experts, model.moe_intermediate)]
+    shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or default
     if any(len(s) != 2 for s in shapes):
         raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
     keys = _ints(args.keys, "--keys") if args.keys else None
@@ -110,10 +109,8 @@ def engine_check_command(args: argparse.Namespace) -> int:
     table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
     if args.safe_out:
         kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
-        sys.stdout.write(
-            f"{args.safe_out}: {kept} keys kept (won on every routing), {replaced} take the "
-            "engine's default\n"
-        )
+        said = f"{kept} keys kept (won on every routing), {replaced} take the engine's default"
+        sys.stdout.write(f"{args.safe_out}: {said}\n")
     if args.out:
         write_table(args.out, table)
     sys.stdout.write(summary(table) + "\n")

@@ -64,6 +64,7 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
         return [Text(TEXTS["untuned"])]
     summary = tune_summary(tune)
     failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
+    _, alt, caption, _ = FIGURES["tune_speedup"]
     blocks: list[Block] = [
         Text(TEXTS["tune_intro"]),
         Table(
@@ -72,9 +73,7 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             title="Against the tuning targets, per problem and routing",
             note=TEXTS["targets_note"],
         ),
-        Figure(
-            "tune_speedup", text=FIGURES["tune_speedup"][2], alt_text=FIGURES["tune_speedup"][1]
-        ),
+        Figure("tune_speedup", text=caption, alt_text=alt),
         Table(
             summary.sort_values("x_vllm", ascending=False).head(TOP_ROWS),
             TUNE_TOP_COLUMNS,

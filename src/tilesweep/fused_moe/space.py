@@ -196,8 +196,7 @@ def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
     seen, out = set(), []
     for layout in layouts:
         tp, ep = layout.tp, layout.ep
-        e = model.routed_experts // ep
-        n = model.moe_intermediate // tp
+        e, n = model.routed_experts // ep, model.moe_intermediate // tp
         if (e, n) in seen or model.moe_intermediate % tp or model.routed_experts % ep:
             continue
         seen.add((e, n))

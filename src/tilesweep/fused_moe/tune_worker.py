@@ -300,12 +300,9 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
     log = functools.partial(print, flush=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     configs = candidates(spec)
-    engine_space = screened(spec, configs)
-    screens = [
-        item_key(SCREEN, p, space.config_slug(c))
-        for p in range(len(spec["problems"]))
-        for c in engine_space
-    ]
+    in_space = screened(spec, configs)  # the engines' space, as screened
+    problems = range(len(spec["problems"]))
+    screens = [item_key(SCREEN, p, space.config_slug(c)) for p in problems for c in in_space]
     failed = {}
     if device == "cuda" and any(k not in done for k in screens):
         key = item_key("compile", 0, "space")
@@ -318,14 +315,11 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
         weights = case.make_weights(problem, spec["dtype"], device, gen)
         batches = _batches(spec, problem, weights, device, gen)
         uniform = batches[spec["routing"][0]]
-        _screen(
-            spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat, done
-        )
+        _screen(spec, problem, p_idx, weights, uniform, in_space, failed, journal, heartbeat, done)
         done = read_journal(journal.path)
         variants = variant_configs(spec, done, p_idx)
-        if device == "cuda" and any(
-            item_key(SCREEN, p_idx, space.config_slug(c)) not in done for c in variants
-        ):
+        todo = [c for c in variants if item_key(SCREEN, p_idx, space.config_slug(c)) not in done]
+        if device == "cuda" and todo:
             key = item_key("compile", p_idx, "variants")
             failed |= compile_once(spec, variants, key, done, journal, heartbeat, log)
         _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)

@@ -26,18 +26,14 @@ import yaml
 
 from tilesweep.fused_moe.engines.base import data as engine_data
 from tilesweep.io import write_text
+from tilesweep.package_data import data_typed
 
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
-HEADER = (
-    "# Taken verbatim from {wheel} ({module}) by tilesweep's wheels.extract: every\n"
-    "# @triton.jit function of that module, nothing else. Not part of tilesweep.\n"
-    "import triton\nimport triton.language as tl\n"
-)
-NAMES_HEADER = (
-    "# Taken verbatim from the engine's wheel by tilesweep's wheels.extract: the\n"
-    "# functions that name a fused-MoE config file. Executed by wheels.config_file_name\n"
-    "# with the device's name given. Not part of tilesweep.\n\n"
-)
+# The headers above the code taken verbatim (kernel, names): the package data this module reads
+# (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("fused_moe/data/wheel_headers.yaml",)
+HEADERS = data_typed("tilesweep", DATA_FILES[0], None, dict[str, str])
+HEADER, NAMES_HEADER = HEADERS["kernel"], HEADERS["names"]
 
 
 def _sha256(data: bytes) -> str:
