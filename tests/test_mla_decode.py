@@ -46,7 +46,7 @@ print(json.dumps(out))
 def test_plan_splits_tokens_until_the_device_is_busy():
     assert mla.plan(1, 8, 1024) == (1, 32, 32)  # one sequence: split 32 ways
     assert mla.plan(512, 64, 1024) == (4, 1, 1024)  # enough programs: no split
-    assert mla.plan(8, 64, 1024, 64, 32, 2) == (2, 16, 64)  # two latent slices per head block
+    assert mla.plan(8, 64, 1024, mla.Config(64, 32, 2)) == (2, 16, 64)  # two latent slices
     hb, splits, chunk = mla.plan(3, 20, 100)
     assert hb == 2 and splits * chunk >= 100 and (splits - 1) * chunk < 100
 

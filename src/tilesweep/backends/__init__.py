@@ -45,17 +45,9 @@ def kernel_cell(
     backend: str, arch: str, dtype: str, tile: Tile, stages: int | str, warps: int, epilogue: str
 ) -> dict:
     """Return one kernel cell as the grid's rows hold it."""
-    return {
-        "backend": backend,
-        "arch": arch,
-        "dtype": dtype,
-        "tile_m": tile.m,
-        "tile_n": tile.n,
-        "tile_k": tile.k,
-        "stages": stages,
-        "warps": warps,
-        "epilogue": epilogue,
-    }
+    cell = {"backend": backend, "arch": arch, "dtype": dtype}
+    cell |= {"tile_m": tile.m, "tile_n": tile.n, "tile_k": tile.k}
+    return cell | {"stages": stages, "warps": warps, "epilogue": epilogue}
 
 
 _REGISTRY: dict[str, Backend] = {}
@@ -101,12 +93,9 @@ def registered() -> list[Backend]:
 
 def get(name: str) -> Backend:
     """Return the backend registered under name; raise KeyError naming the known ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown backend {name!r}; registered: {', '.join(sorted(_REGISTRY))}"
-        ) from None
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown backend {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
 
 
 def enabled(settings: RootSettings) -> list[Backend]:

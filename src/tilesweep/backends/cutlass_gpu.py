@@ -77,16 +77,9 @@ def run(
     requests, records = tile_requests([line.strip() for line in listing if line.strip()])
     if not requests:
         return records
-    cmd = [
-        str(binary),
-        "--tile=" + ",".join(requests),
-        f"--groups={groups}",
-        f"--n={n}",
-        f"--k={k}",
-        "--tokens=" + ",".join(str(t) for t in tokens),
-        f"--repeats={repeats}",
-        "--graph=1",
-    ]
+    tiles, counts = ",".join(requests), ",".join(str(t) for t in tokens)
+    cmd = [str(binary), f"--tile={tiles}", f"--groups={groups}", f"--n={n}", f"--k={k}"]
+    cmd += [f"--tokens={counts}", f"--repeats={repeats}", "--graph=1"]
     lines, failure = _invoke(cmd, timeout)
     for line in lines:
         line = line.strip()
@@ -97,22 +90,13 @@ def run(
 
 def to_row(rec: dict) -> dict:
     """Return a decode-table row (status, reason, timing, launch facts) for one record."""
-    row = {
-        "runner": f"cutlass:{rec.get('tile', '?')}",
-        "kernel": f"cutlass-sm90-fp8-{rec.get('tile', '?')}",
-        "dtype": DTYPE,
-        "tokens_per_expert": rec.get("tokens"),
-        "experts": rec.get("groups"),
-        "n": rec.get("n"),
-        "k": rec.get("k"),
-        "schedule": rec.get("schedule"),
-        "stages": rec.get("stages"),
-        "smem_runtime_bytes": rec.get("smem_bytes"),
-        "smem_optin_bytes": rec.get("smem_optin"),
-        "can_implement": rec.get("can_implement"),
-        "initialize": rec.get("initialize"),
-        "cutlass": rec.get("cutlass_version"),
-    }
+    tile = rec.get("tile", "?")
+    row = {"runner": f"cutlass:{tile}", "kernel": f"cutlass-sm90-fp8-{tile}", "dtype": DTYPE}
+    row |= {"tokens_per_expert": rec.get("tokens"), "experts": rec.get("groups")}
+    row |= {key: rec.get(key) for key in ("n", "k", "schedule", "stages")}
+    row |= {"smem_runtime_bytes": rec.get("smem_bytes"), "smem_optin_bytes": rec.get("smem_optin")}
+    row |= {key: rec.get(key) for key in ("can_implement", "initialize")}
+    row["cutlass"] = rec.get("cutlass_version")
     if "error" in rec:
         return {**row, "status": rec.get("status", "runtime"), "reason": rec["error"]}
     if rec.get("initialize") != "Success":
@@ -123,23 +107,12 @@ def to_row(rec: dict) -> dict:
         )
         return {**row, "status": "launch", "reason": reason}
     if not rec.get("passed"):
-        return {
-            **row,
-            "status": "correctness",
-            "rel_err": rec.get("rel_err"),
-            "reason": f"relative error {rec.get('rel_err')} against the reference GEMM",
-        }
+        reason = f"relative error {rec.get('rel_err')} against the reference GEMM"
+        return {**row, "status": "correctness", "rel_err": rec.get("rel_err"), "reason": reason}
     times = rec["time_ms"]
-    return {
-        **row,
-        "status": "ok",
-        "reason": "",
-        "rel_err": rec["rel_err"],
-        "time_ms": times["median"],
-        "time_p10_ms": times["p10"],
-        "time_p90_ms": times["p90"],
-        "timing": "cuda-graph" if rec.get("graph") else "cuda-events",
-    }
+    row |= {"status": "ok", "reason": "", "rel_err": rec["rel_err"], "time_ms": times["median"]}
+    row |= {"time_p10_ms": times["p10"], "time_p90_ms": times["p90"]}
+    return {**row, "timing": "cuda-graph" if rec.get("graph") else "cuda-events"}
 
 
 def program_rows(cell: DecodeCell, log) -> list[dict]:

@@ -98,10 +98,8 @@ def _bmm(torch, counts: list[int]) -> Callable:
             for e in range(experts):
                 lo, hi = p.offsets[e], p.offsets[e + 1]
                 buf[e, : hi - lo] = p.a[lo:hi]
-            padded[key] = (
-                buf,
-                torch.empty(experts, widest, p.b.shape[1], dtype=p.c.dtype, device=p.a.device),
-            )
+            out = torch.empty(experts, widest, p.b.shape[1], dtype=p.c.dtype, device=p.a.device)
+            padded[key] = (buf, out)
         buf, out = padded[key]
         torch.bmm(buf, p.b.transpose(1, 2), out=out)
         for e in range(experts):

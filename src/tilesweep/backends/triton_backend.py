@@ -43,23 +43,11 @@ def signature(cell: dict) -> dict[str, str]:
     """Return the Triton signature (argument name to type) of a kernel cell."""
     operand = _OPERAND[cell["dtype"]]
     out = "*fp32" if cell["epilogue"] == "finalize" else "*bf16"
-    return {
-        "a_ptr": operand,
-        "b_ptr": operand,
-        "c_ptr": out,
-        "a_scale_ptr": "*fp32",
-        "b_scale_ptr": "*fp32",
-        "tile_expert_ptr": "*i32",
-        "tile_start_ptr": "*i32",
-        "tile_end_ptr": "*i32",
-        "num_tiles": "i32",
-        "N": "i32",
-        "K": "i32",
-        "BLOCK_M": "constexpr",
-        "BLOCK_N": "constexpr",
-        "BLOCK_K": "constexpr",
-        "HAS_SCALE": "constexpr",
-    }
+    sig = {"a_ptr": operand, "b_ptr": operand, "c_ptr": out}
+    sig |= dict.fromkeys(("a_scale_ptr", "b_scale_ptr"), "*fp32")
+    sig |= dict.fromkeys(("tile_expert_ptr", "tile_start_ptr", "tile_end_ptr"), "*i32")
+    sig |= dict.fromkeys(("num_tiles", "N", "K"), "i32")
+    return sig | dict.fromkeys(constexprs(cell), "constexpr")
 
 
 def constexprs(cell: dict) -> dict:

@@ -28,21 +28,11 @@ from tilesweep.cutlass.toolchain import (
     run_tu,
 )
 from tilesweep.io import write_text
+from tilesweep.package_data import data_typed
 
-NUMERIC_FIELDS = (
-    "smem_bytes",
-    "threads_per_block",
-    "mainloop_smem_bytes",
-    "epilogue_smem_bytes",
-    "other_smem_bytes",
-    "mainloop_shared_storage_bytes",
-    "epilogue_shared_storage_bytes",
-    "stages",
-    "epilogue_stages",
-    "epilogue_stages_c",
-    "epilogue_tile",
-    "builder_smem_capacity",
-)
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/cutlass.yaml",)
+NUMERIC_FIELDS = data_typed("tilesweep", DATA_FILES[0], "numeric_fields", tuple[str, ...])
 
 
 def base_row(cell: dict, status: str, reason: str, toolchain: str, version: str) -> dict:
@@ -141,11 +131,6 @@ def first_error(log: str) -> tuple[str, str]:
     return (tail[-1][:400] if tail else "compiler failed without output"), ""
 
 
-def has_diagnostic(log: str) -> bool:
-    """Return whether the log holds at least one located compiler error."""
-    return any(ERROR_RE.match(b[0]) for b in error_blocks(log))
-
-
 def cache_key(cell: dict, version: str, toolchain: str, device_check: bool = True) -> str:
     """Return sha256 of the cell's standalone TU source plus the nvcc version."""
     src, _ = tu_source(cell["arch"], [cell_body(cell, "c0")], version, device_check)
@@ -215,22 +200,16 @@ def compile_group(ctx: Context, units: list[Unit]) -> dict[int, dict]:
 
 def failed_rows(ctx: Context, units: list[Unit], reason: str, where: str, secs: float, n: int):
     """Return 'compile' rows for units, all with the same reason."""
-    return {
-        u.index: {
-            **base_row(u.cell, "compile", reason, ctx.toolchain, ctx.version),
-            "error_location": where,
-            "compile_seconds": round(secs, 2),
-            "cells_in_tu": n,
-        }
-        for u in units
-    }
+    extra = {"error_location": where, "compile_seconds": round(secs, 2), "cells_in_tu": n}
+    rows = {u.index: base_row(u.cell, "compile", reason, ctx.toolchain, ctx.version) for u in units}
+    return {index: row | extra for index, row in rows.items()}
 
 
 def split_failed(ctx: Context, units, log: str, spans, secs: float) -> dict[int, dict]:
     """Return rows for a failed group: blame attributed cells, recompile the rest or bisect."""
     if len(units) == 1:
         return failed_rows(ctx, units, *first_error(log), secs, 1)
-    if not has_diagnostic(log):
+    if not any(ERROR_RE.match(b[0]) for b in error_blocks(log)):
         # No compiler diagnostic at all (timeout, missing host compiler): splitting won't help.
         return failed_rows(ctx, units, *first_error(log), secs, len(units))
     blamed = attribute_errors(log, "tu.cu", spans)

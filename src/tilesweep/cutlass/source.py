@@ -43,24 +43,12 @@ def stage_count_expr(cell: dict) -> str:
 def cell_body(cell: dict, ns: str) -> str:
     """Return the C++ namespace that instantiates one cell's kernel types."""
     spec = ARCHS[cell["arch"]]
-    main_sched, epi_sched = spec.schedules[cell["schedule"]]
-    elem_ab, align_ab = DTYPES[cell["dtype"]]
-    elem_c, elem_d, align_cd = EPILOGUES[cell["epilogue"]]
-    return CELL_TEMPLATE.substitute(
-        {k: cell[k] for k in ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n")},
-        ns=ns,
-        arch_tag=spec.tag,
-        opclass=spec.opclass,
-        elem_c=elem_c,
-        elem_d=elem_d,
-        align_cd=align_cd,
-        epi_sched=epi_sched,
-        elem_ab=elem_ab,
-        align_ab=align_ab,
-        stage_count=stage_count_expr(cell),
-        main_sched=main_sched,
-        capacity=spec.capacity,
-    )
+    values = {k: cell[k] for k in ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n")}
+    values |= dict(zip(("main_sched", "epi_sched"), spec.schedules[cell["schedule"]], strict=True))
+    values |= dict(zip(("elem_ab", "align_ab"), DTYPES[cell["dtype"]], strict=True))
+    values |= dict(zip(("elem_c", "elem_d", "align_cd"), EPILOGUES[cell["epilogue"]], strict=True))
+    values |= {"arch_tag": spec.tag, "opclass": spec.opclass, "capacity": spec.capacity}
+    return CELL_TEMPLATE.substitute(values, ns=ns, stage_count=stage_count_expr(cell))
 
 
 def tu_source(

@@ -66,13 +66,10 @@ def compile_tu(nvcc: str, flags: list[str], src: str, build: Path) -> tuple[bool
     """Compile src into build/tu; return (ok, compiler log, executable path)."""
     cu, exe = build / "tu.cu", build / "tu"
     cu.write_text(src)
+    cmd = [nvcc, *flags, str(cu), "-o", str(exe)]
     try:
         proc = subprocess.run(
-            [nvcc, *flags, str(cu), "-o", str(exe)],
-            capture_output=True,
-            text=True,
-            timeout=COMPILE_TIMEOUT_S,
-            cwd=build,
+            cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=build
         )
     except subprocess.TimeoutExpired:
         return False, f"error: nvcc timed out after {COMPILE_TIMEOUT_S} s", exe
@@ -84,11 +81,8 @@ def exit_description(returncode: int) -> str:
     import signal
 
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"signal {name} ({-returncode})"
+        names = {s.value: s.name for s in signal.Signals}
+        return f"signal {names.get(-returncode, 'unknown signal')} ({-returncode})"
     return f"exit code {returncode}"
 
 

@@ -84,8 +84,7 @@ def moe_table(
     bench: BenchSettings, fused: FusedMoeSettings, model: ModelSettings, layout: dict, device: str
 ) -> dict:
     """Return the configs one rank's experts run: the first tuned table found, else vLLM's rules."""
-    experts = model.routed_experts // layout["ep"]
-    n = model.moe_intermediate // layout["tp"]
+    experts, n = model.routed_experts // layout["ep"], model.moe_intermediate // layout["tp"]
     name = project_kernel_file(experts, n, device, "bf16")
     for folder in bench.step_moe_tables:
         path = Path(folder, name)

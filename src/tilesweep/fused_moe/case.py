@@ -94,8 +94,7 @@ def make_batch(problem: dict, weights: Weights, m: int, routing: str, alpha, dev
     pairs = ids.numel()
     a, a_scale, c = {}, {}, {}
     for gemm, (n, k) in gemm_shapes(problem).items():
-        rows = m if gemm == "gate_up" else pairs
-        x = torch.randn(rows, k, generator=gen, device=device)
+        x = torch.randn(m if gemm == "gate_up" else pairs, k, generator=gen, device=device)
         if weights.dtype == "fp8":
             a[gemm], a_scale[gemm] = _quantize(x, 1)
         else:

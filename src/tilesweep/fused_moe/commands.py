@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tilesweep import package_data
 from tilesweep.backends import Commands
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
@@ -13,23 +14,17 @@ from tilesweep.fused_moe.engines.base import FORMATS, names
 from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
 from tilesweep.io import write_table
 
+# The package data this module reads: each verb's help and description.
+DATA_FILES = ("fused_moe/data/cli_texts.yaml",)
+TEXTS = package_data.data_texts("tilesweep", DATA_FILES[0], ("help", "description"))
+
 
 class FusedMoeCommands(Commands):
     """engine-check and engine-tune."""
 
     def add_parsers(self, sub) -> None:
         """Add engine-check and engine-tune, each with its handler (set_defaults)."""
-        check = sub.add_parser(
-            "engine-check",
-            help="time an engine config file against the engine's current table, in its kernel",
-            description=(
-                "On the GPU at hand, time every batch key of a vLLM / SGLang fused-MoE config file "
-                "(any tuner's) against what the engine runs today (its shipped table, else its "
-                "default rule; the default reported beside it), in the engine's own Triton kernel "
-                "(tools/fetch_engine_kernels.py), decode-true (cold L2), under uniform and Zipf "
-                "routing; a key is won, lost or a tie within the noise."
-            ),
-        )
+        check = _parser(sub, "engine-check")
         check.add_argument("file", help="E=..,N=..,device_name=..[,dtype=..].json")
         check.add_argument("--out", help="write the rows here (CSV)")
         check.add_argument(
@@ -50,17 +45,7 @@ class FusedMoeCommands(Commands):
         )
         check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
         check.set_defaults(handler=engine_check_command)
-        tune = sub.add_parser(
-            "engine-tune",
-            help="search and pick engine config files in the engines' own kernels",
-            description=(
-                "On the GPU at hand, for each engine, format and (E, N): screen the engine's "
-                "default and its neighbours in its own kernel at every batch key, time the "
-                "finalists on uniform and Zipf routing, export a config only where it beats the "
-                "default beyond the p10-p90 noise (else the default's), then check the exported "
-                "file on fresh data (backend.fused_moe.engine_tune)."
-            ),
-        )
+        tune = _parser(sub, "engine-tune")
         tune.add_argument(
             "--out", required=True, help="folder: <engine>-<version>/ files and tables"
         )
@@ -71,6 +56,12 @@ class FusedMoeCommands(Commands):
         tune.add_argument("--extra", action="append", default=[], help="another tuner's file")
         tune.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
         tune.set_defaults(handler=engine_tune_command)
+
+
+def _parser(sub, verb: str) -> argparse.ArgumentParser:
+    """Return a verb's parser with its help and description (data/cli_texts.yaml)."""
+    help_text, description = TEXTS[verb]
+    return sub.add_parser(verb, help=help_text, description=description)
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -97,9 +88,8 @@ def engine_tune_command(args: argparse.Namespace) -> int:
         if fmt not in FORMATS:
             raise ConfigError(f"--format {fmt}: expected bf16, fp8 or fp8_block")
     model = settings.model
-    shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or [
-        (model.routed_experts, model.moe_intermediate)
-    ]
+    default = [(model.routed_experts, model.moe_intermediate)]
+    shapes = [tuple(_ints(s, "--shape")) for s in args.shape or []] or default
     if any(len(s) != 2 for s in shapes):
         raise ConfigError("--shape: expected E,N (local experts, shard intermediate)")
     keys = _ints(args.keys, "--keys") if args.keys else None
@@ -119,10 +109,8 @@ def engine_check_command(args: argparse.Namespace) -> int:
     table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
     if args.safe_out:
         kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
-        sys.stdout.write(
-            f"{args.safe_out}: {kept} keys kept (won on every routing), {replaced} take the "
-            "engine's default\n"
-        )
+        said = f"{kept} keys kept (won on every routing), {replaced} take the engine's default"
+        sys.stdout.write(f"{args.safe_out}: {said}\n")
     if args.out:
         write_table(args.out, table)
     sys.stdout.write(summary(table) + "\n")

@@ -42,12 +42,8 @@ PANELS_PER_ROW = 2
 
 def report_sections(tables: dict[str, pd.DataFrame]) -> list[tuple[str, str, str, list[Block]]]:
     """Return its sections (key, title, short name, blocks) from the tune and dropins tables."""
-    empty = pd.DataFrame()
-    blocks = {
-        "tune": tune_blocks(tables.get("tune", empty)),
-        "dropins": dropin_blocks(tables.get("dropins", empty)),
-    }
-    return [(key, title, short, blocks[key]) for key, title, short in SECTIONS]
+    empty, blocks = pd.DataFrame(), {"tune": tune_blocks, "dropins": dropin_blocks}
+    return [(k, title, short, blocks[k](tables.get(k, empty))) for k, title, short in SECTIONS]
 
 
 def dropin_blocks(dropins: pd.DataFrame) -> list[Block]:
@@ -68,6 +64,7 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
         return [Text(TEXTS["untuned"])]
     summary = tune_summary(tune)
     failed = tune[tune["status"] != Status.OK].groupby(["dtype", "source", "status"]).size()
+    _, alt, caption, _ = FIGURES["tune_speedup"]
     blocks: list[Block] = [
         Text(TEXTS["tune_intro"]),
         Table(
@@ -76,9 +73,7 @@ def tune_blocks(tune: pd.DataFrame) -> list[Block]:
             title="Against the tuning targets, per problem and routing",
             note=TEXTS["targets_note"],
         ),
-        Figure(
-            "tune_speedup", text=FIGURES["tune_speedup"][2], alt_text=FIGURES["tune_speedup"][1]
-        ),
+        Figure("tune_speedup", text=caption, alt_text=alt),
         Table(
             summary.sort_values("x_vllm", ascending=False).head(TOP_ROWS),
             TUNE_TOP_COLUMNS,

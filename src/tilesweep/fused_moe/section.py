@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -126,11 +125,10 @@ class FusedMoeSettings(Section):
             why = "must be at least 1 when variants are screened (variants: [] turns them off)"
             key = "variant_tiles" if self.variant_tiles < 1 else "variant_finalists"
             raise refuse(key, why, getattr(self, key))
-        for (engine, defaults), dtype in itertools.product(
-            self.engine_defaults.items(), self.dtypes
-        ):
-            try:
-                engine_default(defaults, 1, 1, dtype)
-            except ValueError as exc:
-                raise refuse(f"engine_defaults.{engine}", str(exc)) from None
+        for engine, defaults in self.engine_defaults.items():
+            for dtype in self.dtypes:
+                try:
+                    engine_default(defaults, 1, 1, dtype)
+                except ValueError as exc:
+                    raise refuse(f"engine_defaults.{engine}", str(exc)) from None
         return self

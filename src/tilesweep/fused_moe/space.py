@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import re
 from typing import TYPE_CHECKING
 
@@ -27,6 +26,7 @@ SPACE_KEYS = (
 # several pairs reach is streamed once, not once per pair). A config with none of them above
 # that value is the engines' kernel and may be exported.
 VARIANT_OFF = {"TMA": 0, "PERSISTENT": 0, "SPLIT_K": 1, "SORT": 0}
+SLUG = "m{BLOCK_SIZE_M}n{BLOCK_SIZE_N}k{BLOCK_SIZE_K}-g{GROUP_SIZE_M}-w{num_warps}-s{num_stages}"
 SUFFIX = {"TMA": "-tma", "PERSISTENT": "-p", "SPLIT_K": "-sk", "SORT": "-sort"}  # in a slug
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).
@@ -37,10 +37,7 @@ ENGINE_DTYPE = {"bf16": None, "fp8": "fp8_w8a8"}
 
 def config_slug(config: dict) -> str:
     """Return a config's identity, e.g. 'm64n128k64-g16-w4-s3[-tma][-p2][-sk2][-sort]'."""
-    slug = (
-        "m{BLOCK_SIZE_M}n{BLOCK_SIZE_N}k{BLOCK_SIZE_K}-g{GROUP_SIZE_M}-w{num_warps}-s{num_stages}"
-    )
-    slug = slug.format(**config)
+    slug = SLUG.format(**config)
     for key, off in VARIANT_OFF.items():  # TMA and SORT are flags: their suffix alone
         if (config.get(key) or 0) > off:
             slug += SUFFIX[key] + ("" if key in ("TMA", "SORT") else str(config[key]))
@@ -64,11 +61,6 @@ def parse_slug(slug: str) -> dict:
 def is_engine_config(config: dict) -> bool:
     """Return whether a config runs the engines' own kernel (no variant of this project's)."""
     return all(config.get(key, 0) <= off for key, off in VARIANT_OFF.items())
-
-
-def engine_part(config: dict) -> dict:
-    """Return the keys of a config that the engines' config files carry."""
-    return {key: config[key] for key in SPACE_KEYS}
 
 
 def distinct(configs: list[dict]) -> list[dict]:
@@ -204,8 +196,7 @@ def problems(model: ModelSettings, layouts: list[Layout]) -> list[dict]:
     seen, out = set(), []
     for layout in layouts:
         tp, ep = layout.tp, layout.ep
-        e = model.routed_experts // ep
-        n = model.moe_intermediate // tp
+        e, n = model.routed_experts // ep, model.moe_intermediate // tp
         if (e, n) in seen or model.moe_intermediate % tp or model.routed_experts % ep:
             continue
         seen.add((e, n))
@@ -247,8 +238,3 @@ def pair_traffic(problem: dict, gemm: str, pairs: int, touched: int, dtype: str)
 def tokens_per_expert(m: int, problem: dict) -> float:
     """Return the mean routed rows per local expert for a batch of M tokens."""
     return m * problem["top_k"] / problem["experts"]
-
-
-def batch_for_tokens_per_expert(t: int, problem: dict) -> int:
-    """Return the batch M that gives each local expert t routed rows on average."""
-    return max(1, math.ceil(t * problem["experts"] / problem["top_k"]))

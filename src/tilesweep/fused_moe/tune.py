@@ -7,6 +7,7 @@ kernels (engines/search.py)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from tilesweep.stages import logged
 SPEC_KEYS = """space variants engine_defaults routing direct_sparsity screen_repeats final_repeats
 graph_calls graph_fill_ms finalists items_per_worker guard_default variant_tiles variant_finalists
 config_timeout_s compile_timeout_s engines"""
+# A timing's median, p10 and p90 (ms), as the worker journals them.
+TIMES = ("time_ms", "time_p10_ms", "time_p90_ms")
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.
 VERSIONS = "versions.json"
 # What a folder of the project kernel's picks holds, in the folder itself (README.txt); the package
@@ -45,7 +48,8 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
     mine = settings.backend.fused_moe
     problems = space.problems(settings.model, settings.grid.layouts)
     per_expert = mine.extra_tokens_per_expert
-    extra = {space.batch_for_tokens_per_expert(t, p) for t in per_expert for p in problems}
+    # each batch M that gives each local expert t routed rows on average
+    extra = {max(1, math.ceil(t * p["experts"] / p["top_k"])) for t in per_expert for p in problems}
     # model_dump: output only (spec.json, the document the worker, evaluate and replay read)
     written = mine.model_dump(include=set(SPEC_KEYS.split()), exclude_unset=True)
     return {
@@ -63,11 +67,9 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
     }
 
 
-def _timed(entry: dict | None) -> tuple[float | None, float | None, float | None]:
-    """Return (median, p10, p90) ms of a timing entry, or Nones."""
-    if not entry:
-        return None, None, None
-    return entry["time_ms"], entry["time_p10_ms"], entry["time_p90_ms"]
+def _timed(entry: dict | None) -> dict:
+    """Return the median, p10 and p90 ms of a timing entry, or Nones."""
+    return {key: entry[key] for key in TIMES} if entry else dict.fromkeys(TIMES)
 
 
 def evaluate(spec: dict, records: dict, ceilings: dict) -> pd.DataFrame:
@@ -124,15 +126,13 @@ def _final_rows(spec: dict, problem: dict, m: int, entry: dict) -> list[dict]:
     if entry["status"] != Status.OK:
         return [base]
     if "whole" in entry:  # the engine's whole MoE: compared with itself only
-        t, lo, hi = _timed(entry["whole"])
-        return [{**base, "op": "whole_moe", "time_ms": t, "time_p10_ms": lo, "time_p90_ms": hi}]
+        return [{**base, "op": "whole_moe", **_timed(entry["whole"])}]
     out, calls, pairs = [], [], m * problem["top_k"]
-    total = dict.fromkeys(("bytes", "flops", "time_ms", "time_p10_ms", "time_p90_ms"), 0)
+    total = dict.fromkeys(("bytes", "flops", *TIMES), 0)
     touched = entry["touched"]  # experts the batch's routing reaches: their weights are read once
     for gemm in ("gate_up", "down"):
-        t, lo, hi = _timed(entry[gemm])
         work = space.pair_traffic(problem, gemm, pairs, touched, spec["dtype"])
-        row = {**base, "op": gemm, "time_ms": t, "time_p10_ms": lo, "time_p90_ms": hi, **work}
+        row = {**base, "op": gemm, **_timed(entry[gemm]), **work}
         row["calls_per_replay"] = entry[gemm].get("calls_per_replay", 1)
         calls.append(row["calls_per_replay"])
         out.append(row)
@@ -180,11 +180,11 @@ def _speedups(table: pd.DataFrame, engines) -> pd.DataFrame:
 def tuned_configs(table: pd.DataFrame, spec: dict) -> dict[tuple[int, int], dict[str, dict]]:
     """Return {(experts, n): {str(M): config}} of the tuned picks at every batch timed."""
     out: dict[tuple[int, int], dict[str, dict]] = {}
-    picks = table[
-        table["tuned"] & (table["op"] == "both") & (table["routing"] == spec["routing"][0])
-    ]
+    first = table["routing"] == spec["routing"][0]
+    picks = table[table["tuned"] & (table["op"] == "both") & first]
     for rec in picks.sort_values("m").to_dict("records"):
-        config = space.engine_part(space.parse_slug(rec["config"]))
+        parsed = space.parse_slug(rec["config"])  # the keys the engines' config files carry
+        config = {key: parsed[key] for key in space.SPACE_KEYS}
         out.setdefault((int(rec["experts"]), int(rec["n"])), {})[str(int(rec["m"]))] = config
     return out
 
@@ -219,9 +219,8 @@ def tune_fused_moe(
         records = supervise(spec, Path(work_dir), log)
         versions = {"driver": info["driver"], "triton": package_version("triton")}
         write_text(Path(work_dir) / VERSIONS, json.dumps(versions, sort_keys=True))  # for replays
-        rows, files = write_outputs(
-            spec, records, read_json(ceilings_path), versions, table_path, configs_dir
-        )
+        ceilings = read_json(ceilings_path)
+        rows, files = write_outputs(spec, records, ceilings, versions, table_path, configs_dir)
         log.info("%s: %d rows, %d project-kernel tables (not for engines)", dtype, rows, files)
 
 

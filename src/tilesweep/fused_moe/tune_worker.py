@@ -85,13 +85,6 @@ def compile_set(spec: dict, configs: list[dict]) -> list[dict]:
     return out
 
 
-def refusal_status(reason: str, compiled: bool) -> str:
-    """Return the status of a config that cannot be screened: launch, compile or constraint."""
-    if reason.startswith("OutOfResources"):
-        return "launch"
-    return "compile" if compiled else "constraint"
-
-
 def _compile_one(args: tuple) -> tuple[str, str | None]:
     """Compile one config (in a pool process) into Triton's cache; return (slug, error)."""
     config, dtype = args
@@ -168,7 +161,8 @@ def _screen(spec, problem, p_idx, weights, batches, configs, failed, journal, he
         refused = failed.get(space.tile_key(slug))
         why = refused or space.problems_constraint(config, dtype, smem, [problem])
         if why:
-            status = refusal_status(why, compiled=refused is not None)
+            status = "compile" if refused is not None else "constraint"
+            status = "launch" if why.startswith("OutOfResources") else status
             journal.append({**rec, "status": status, "reason": why})
             continue
         try:
@@ -306,12 +300,9 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
     log = functools.partial(print, flush=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     configs = candidates(spec)
-    engine_space = screened(spec, configs)
-    screens = [
-        item_key(SCREEN, p, space.config_slug(c))
-        for p in range(len(spec["problems"]))
-        for c in engine_space
-    ]
+    in_space = screened(spec, configs)  # the engines' space, as screened
+    problems = range(len(spec["problems"]))
+    screens = [item_key(SCREEN, p, space.config_slug(c)) for p in problems for c in in_space]
     failed = {}
     if device == "cuda" and any(k not in done for k in screens):
         key = item_key("compile", 0, "space")
@@ -324,14 +315,11 @@ def _run(spec: dict, journal: Journal, heartbeat: str) -> None:
         weights = case.make_weights(problem, spec["dtype"], device, gen)
         batches = _batches(spec, problem, weights, device, gen)
         uniform = batches[spec["routing"][0]]
-        _screen(
-            spec, problem, p_idx, weights, uniform, engine_space, failed, journal, heartbeat, done
-        )
+        _screen(spec, problem, p_idx, weights, uniform, in_space, failed, journal, heartbeat, done)
         done = read_journal(journal.path)
         variants = variant_configs(spec, done, p_idx)
-        if device == "cuda" and any(
-            item_key(SCREEN, p_idx, space.config_slug(c)) not in done for c in variants
-        ):
+        todo = [c for c in variants if item_key(SCREEN, p_idx, space.config_slug(c)) not in done]
+        if device == "cuda" and todo:
             key = item_key("compile", p_idx, "variants")
             failed |= compile_once(spec, variants, key, done, journal, heartbeat, log)
         _screen(spec, problem, p_idx, weights, uniform, variants, failed, journal, heartbeat, done)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from tilesweep.package_data import data_typed
+
 # Programs to keep in flight (about two per multiprocessor of an H100/H200) before splitting the
 # tokens further.
 TARGET_PROGRAMS = 264
@@ -184,20 +186,12 @@ class Config:
     num_stages: int = 2
 
 
-# The fastest configuration by (local heads, sequences), each for every head count up to its key
-# and every batch from its key to the next: tools/h200_mla_tune.py on one H200, Triton 3.6, at
-# 1,024 indexed tokens per sequence (docs/examples/h200/mla_tune/). Against the first kernel's
-# fixed 16/32/1/4/2, 64 heads at 512 sequences take 0.375 ms instead of 0.859 (2.3x).
-TUNED = {
-    16: {
-        1: Config(16, 32, 1, 4, 2),
-        8: Config(16, 64, 1, 8, 2),
-        64: Config(16, 64, 1, 4, 2),
-        512: Config(16, 32, 1, 4, 2),
-    },
-    64: {1: Config(16, 64, 1, 8, 2), 8: Config(64, 64, 1, 8, 2)},
-    128: {1: Config(16, 64, 1, 8, 2), 8: Config(32, 64, 1, 4, 2), 64: Config(64, 64, 1, 8, 2)},
-}
+# The fastest configuration by (local heads, sequences), measured (data/mla_tuned.yaml says how):
+# the package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/mla_tuned.yaml",)
+_FIELDS = tuple[int, int, int, int, int]  # a Config's, in order
+_TUNED = data_typed("tilesweep", DATA_FILES[0], "tuned", dict[int, dict[int, _FIELDS]])
+TUNED = {heads: {n: Config(*c) for n, c in by.items()} for heads, by in _TUNED.items()}
 
 
 def choose(heads: int, sequences: int = 1) -> Config:
@@ -208,19 +202,13 @@ def choose(heads: int, sequences: int = 1) -> Config:
     return by_batch[at]
 
 
-def plan(
-    sequences: int,
-    heads: int,
-    tokens: int,
-    block_h: int = 16,
-    block_t: int = 32,
-    lat_split: int = 1,
-):
+def plan(sequences: int, heads: int, tokens: int, c: Config | None = None):
     """Return (programs along heads and slices, splits, tokens per split) for TARGET_PROGRAMS."""
-    hb = triton.cdiv(heads, block_h) * lat_split
-    most = max(1, triton.cdiv(tokens, block_t))
+    c = c or Config()
+    hb = triton.cdiv(heads, c.block_h) * c.lat_split
+    most = max(1, triton.cdiv(tokens, c.block_t))
     splits = max(1, min(most, triton.cdiv(TARGET_PROGRAMS, max(1, sequences * hb))))
-    chunk = triton.cdiv(triton.cdiv(tokens, splits), block_t) * block_t
+    chunk = triton.cdiv(triton.cdiv(tokens, splits), c.block_t) * c.block_t
     return hb, triton.cdiv(tokens, chunk), chunk
 
 
@@ -237,13 +225,7 @@ def _combine_splits(acc, ml, out, splits: int, lat: int, block_lat: int) -> None
     """Launch `_combine`: each sequence's and head's splits rescaled and summed into out."""
     n, heads, _ = out.shape
     _combine[(heads, n)](
-        acc,
-        ml,
-        out,
-        heads,
-        splits,
-        out.stride(0),
-        out.stride(1),
+        *(acc, ml, out, heads, splits, out.stride(0), out.stride(1)),
         LAT=lat,
         BLOCK_LAT=block_lat,
         BLOCK_S=triton.next_power_of_2(splits),
@@ -268,7 +250,7 @@ def mla_decode(
     rope = q_rope.shape[-1]
     tokens = indices.shape[1] if indices is not None else cache.shape[1]
     c = config or choose(heads, n)
-    hb, splits, chunk = plan(n, heads, tokens, c.block_h, c.block_t, c.lat_split)
+    hb, splits, chunk = plan(n, heads, tokens, c)
     # tl.dot takes operands of at least 16 along each side.
     block_lat = max(16, triton.next_power_of_2(lat))
     block_v = max(16, block_lat // c.lat_split)
@@ -278,24 +260,9 @@ def mla_decode(
         out = torch.empty((n, heads, lat), dtype=query.dtype, device=query.device)
     idx = indices if indices is not None else cache  # unused pointer when there are no indices
     _split[(hb, splits, n)](
-        query,
-        q_rope,
-        cache,
-        idx,
-        acc,
-        ml,
-        heads,
-        tokens,
-        chunk,
-        splits,
-        sm_scale,
-        query.stride(0),
-        query.stride(1),
-        q_rope.stride(0),
-        q_rope.stride(1),
-        cache.stride(0),
-        cache.stride(1),
-        indices.stride(0) if indices is not None else 0,
+        *(query, q_rope, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale),
+        *(query.stride(0), query.stride(1), q_rope.stride(0), q_rope.stride(1)),
+        *(cache.stride(0), cache.stride(1), indices.stride(0) if indices is not None else 0),
         LAT=lat,
         LAT_SPLIT=c.lat_split,
         BLOCK_V=block_v,

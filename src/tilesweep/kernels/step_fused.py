@@ -103,9 +103,7 @@ def topk_softmax(torch, logits, k: int, out):
     n, experts = logits.shape
     if n:
         _topk_softmax[(n,)](
-            logits,
-            out,
-            experts,
+            *(logits, out, experts),
             K=k,
             BLOCK_E=triton.next_power_of_2(experts),
             BLOCK_K=max(2, triton.next_power_of_2(k)),
@@ -160,18 +158,8 @@ def index_scores(torch, iq, keys, weights):
     block_t = 64
     if n:
         _index_scores[(triton.cdiv(tokens, block_t), n)](
-            iq,
-            keys,
-            weights,
-            out,
-            heads,
-            tokens,
-            dim,
-            iq.stride(0),
-            iq.stride(1),
-            keys.stride(0),
-            keys.stride(1),
-            weights.stride(0),
+            *(iq, keys, weights, out, heads, tokens, dim),
+            *(iq.stride(0), iq.stride(1), keys.stride(0), keys.stride(1), weights.stride(0)),
             BLOCK_H=max(16, triton.next_power_of_2(heads)),
             BLOCK_T=block_t,
             BLOCK_D=max(16, triton.next_power_of_2(dim)),

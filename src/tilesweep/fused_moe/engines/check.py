@@ -137,9 +137,8 @@ def check_file(
     shape, configs = read_file(path)
     timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
     rules = settings.backend.fused_moe.engine_defaults[engine]
-    _, shipped, where = baseline_of(
-        engine, timer.version, shape, device_of(path), triton.__version__
-    )
+    named = (shape, device_of(path), triton.__version__)
+    _, shipped, where = baseline_of(engine, timer.version, *named)
     head = timer.columns() | timer.provenance()
     head |= {"draw": settings.bench.seed + seed_shift, "baseline_from": where}
     head["baseline"] = "shipped" if shipped else "default"

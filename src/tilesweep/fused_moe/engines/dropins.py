@@ -70,8 +70,7 @@ def decide_file(
     import triton  # heavy: imported only where a file is decided
 
     fused = settings.backend.fused_moe
-    version = fused.engine_versions[engine]
-    rules = fused.engine_defaults[engine]
+    version, rules = fused.engine_versions[engine], fused.engine_defaults[engine]
     shape, configs = check.read_file(path)
     named_for = check.device_of(path)
     name, shipped, where = check.baseline_of(engine, version, shape, named_for, triton.__version__)
@@ -185,10 +184,8 @@ def _compile(settings: Tuning, engine: str, path: Path, pool, log) -> None:
             cand = effective(cand, fmt)
             jobs.setdefault((space.config_slug(cand), m), (engine, version, problem, fmt, cand, m))
     refused = warm_all(list(jobs.values()), pool)
-    log(
-        f"{engine} {path.name}: compiled {len(jobs)} (config, M) in "
-        f"{time.monotonic() - t0:.0f} s, {len(refused)} refused"
-    )
+    took = f"{time.monotonic() - t0:.0f} s"
+    log(f"{engine} {path.name}: compiled {len(jobs)} (config, M) in {took}, {len(refused)} refused")
 
 
 def run(

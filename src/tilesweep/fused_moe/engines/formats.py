@@ -93,8 +93,3 @@ def reference(problem: dict, weights: Weights, batch: Batch, gemm: str, experts:
         return w.float() if fmt == "bf16" else _dequantize(w, weights.scale[gemm][e], fmt)
 
     return routed_reference(problem, batch, gemm, a, weight, experts)
-
-
-def reference_rows(ref):
-    """Return the rows of a (possibly partial) reference that were computed."""
-    return ref[:, 0].isfinite().nonzero().squeeze(1)

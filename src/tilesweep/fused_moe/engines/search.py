@@ -51,10 +51,8 @@ def export_pick(finals: dict, default: str, routings: list[str]) -> tuple[str, s
         return default, "the default is the fastest"
     base = timed[default]
     if all(timed[best][r]["time_p90_ms"] < base[r]["time_p10_ms"] for r in routings):
-        gains = ", ".join(
-            f"{r} {base[r]['time_ms'] / timed[best][r]['time_ms']:.3f}x" for r in routings
-        )
-        return best, f"beats the default beyond the p10-p90 noise ({gains})"
+        gains = (f"{r} {base[r]['time_ms'] / timed[best][r]['time_ms']:.3f}x" for r in routings)
+        return best, f"beats the default beyond the p10-p90 noise ({', '.join(gains)})"
     return default, f"{best} is within the noise of the default on some routing"
 
 
@@ -104,10 +102,8 @@ def _screen_round(timer, cands: dict, screens: dict, rows: list, defaults: dict,
     jobs = [(c, m) for m, cs in cands.items() for c in cs]
     work = (timer.engine, timer.version, timer.problem, timer.fmt, jobs, tune.compile_workers)
     refused = warm(*work) if timer.device == "cuda" else {}
-    log(
-        f"{timer.engine} {timer.fmt} N={timer.problem['n']}: screening {len(jobs)} "
-        f"(config, M), {len(refused)} refused at compile or launch"
-    )
+    what = f"{timer.engine} {timer.fmt} N={timer.problem['n']}"
+    log(f"{what}: screening {len(jobs)} (config, M), {len(refused)} refused at compile or launch")
     routing = tune.routing[0]
     for m, cs in cands.items():
         batch = timer.batch(m, routing)

@@ -137,13 +137,9 @@ class SGLang(Engine):
             "K": launch.k,  # B.shape[2] - padded_size, padding off
             "EM": em,
             "num_valid_tokens": c.shape[0],  # topk_ids.numel(): the routed pairs
-            "stride_am": a.stride(0),
-            "stride_ak": a.stride(1),
-            "stride_be": b.stride(0),
-            "stride_bk": b.stride(2),
-            "stride_bn": b.stride(1),
-            "stride_cm": c.stride(-2),
-            "stride_cn": c.stride(-1),
+            **dict(zip(("stride_am", "stride_ak"), a.stride(), strict=True)),
+            **dict(zip(("stride_be", "stride_bn", "stride_bk"), b.stride(), strict=True)),
+            **dict(zip(("stride_cm", "stride_cn"), c.stride()[-2:], strict=True)),
             **scales,
             "MUL_ROUTED_WEIGHT": launch.topk_weights is not None,
             "top_k": launch.top_k,

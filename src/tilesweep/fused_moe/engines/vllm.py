@@ -38,14 +38,10 @@ def _scale_strides(a_scale, b_scale) -> tuple[int, ...]:
     """Return (stride_asm, stride_ask, stride_bse, stride_bsk, stride_bsn) as vLLM passes them."""
     if b_scale is None:
         return 0, 0, 0, 0, 0
-    two_d = a_scale is not None and a_scale.dim() == 2
-    return (
-        a_scale.stride(0) if two_d else 0,
-        a_scale.stride(1) if two_d else 0,
-        b_scale.stride(0),
-        b_scale.stride(2) if b_scale.dim() == 3 else 0,
-        b_scale.stride(1) if b_scale.dim() >= 2 and b_scale.size(1) > 1 else 0,
-    )
+    a_st = a_scale.stride() if a_scale is not None and a_scale.dim() == 2 else (0, 0)
+    bsk = b_scale.stride(2) if b_scale.dim() == 3 else 0
+    bsn = b_scale.stride(1) if b_scale.dim() >= 2 and b_scale.size(1) > 1 else 0
+    return (*a_st, b_scale.stride(0), bsk, bsn)
 
 
 @register

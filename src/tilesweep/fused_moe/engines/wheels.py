@@ -26,18 +26,14 @@ import yaml
 
 from tilesweep.fused_moe.engines.base import data as engine_data
 from tilesweep.io import write_text
+from tilesweep.package_data import data_typed
 
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
-HEADER = (
-    "# Taken verbatim from {wheel} ({module}) by tilesweep's wheels.extract: every\n"
-    "# @triton.jit function of that module, nothing else. Not part of tilesweep.\n"
-    "import triton\nimport triton.language as tl\n"
-)
-NAMES_HEADER = (
-    "# Taken verbatim from the engine's wheel by tilesweep's wheels.extract: the\n"
-    "# functions that name a fused-MoE config file. Executed by wheels.config_file_name\n"
-    "# with the device's name given. Not part of tilesweep.\n\n"
-)
+# The headers above the code taken verbatim (kernel, names): the package data this module reads
+# (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("fused_moe/data/wheel_headers.yaml",)
+HEADERS = data_typed("tilesweep", DATA_FILES[0], None, dict[str, str])
+HEADER, NAMES_HEADER = HEADERS["kernel"], HEADERS["names"]
 
 
 def _sha256(data: bytes) -> str:
@@ -56,26 +52,16 @@ def _functions(source: str, name: str | None = None) -> dict[str, str]:
     return out
 
 
-def jit_functions(source: str) -> dict[str, str]:
-    """Return {name: source with its decorators} of every top-level @triton.jit function."""
-    return _functions(source)
-
-
-def function_source(source: str, name: str) -> str:
-    """Return the source of one top-level function of a module, or raise ValueError."""
-    found = _functions(source, name)
-    if not found:
-        raise ValueError(f"no function {name}")
-    return found[name]
-
-
 def _extract_names(engine: str, archive: zipfile.ZipFile, out: Path) -> dict:
     """Write names.py (the engine's file-naming functions, verbatim); return its manifest part."""
     parts, sources = [], {}
     for namer in engine_data(engine).namers:
         module, name = namer.module, namer.function
         text = archive.read(module).decode()
-        parts.append(f"# {module}\n{function_source(text, name)}")
+        found = _functions(text, name)
+        if not found:
+            raise ValueError(f"no function {name}")
+        parts.append(f"# {module}\n{found[name]}")
         sources[name] = {"module": module, "module_sha256": _sha256(text.encode())}
     text = NAMES_HEADER + "\n\n".join(parts)
     write_text(out / "names.py", text)
@@ -123,7 +109,7 @@ def _kernel_text(archive, wheel: Path, module: str, function: str) -> tuple[byte
         source = archive.read(module)
     except KeyError:
         raise ValueError(f"{wheel.name}: no {module} in the wheel") from None
-    functions = jit_functions(source.decode())
+    functions = _functions(source.decode())
     if function not in functions:
         raise ValueError(f"{wheel.name}: {module} has no @triton.jit {function}")
     text = HEADER.format(wheel=wheel.name, module=module) + "\n\n" + "\n\n".join(functions.values())
@@ -158,9 +144,8 @@ def extract(engine: str, wheel: str | Path, folder: str | Path = FOLDER) -> Path
     manifest = {"engine": engine, "version": version, "module": module, "kernel": kernel}
     manifest |= {"module_sha256": _sha256(source), "functions": functions}
     manifest |= {"kernel_py_sha256": _sha256(text.encode()), **names}
-    return _write_manifest(
-        out, wheel, manifest | {"tables_prefix": spec.tables.folder, "tables": tables}
-    )
+    manifest |= {"tables_prefix": spec.tables.folder, "tables": tables}
+    return _write_manifest(out, wheel, manifest)
 
 
 def load(engine: str, version: str, folder: str | Path = FOLDER):
@@ -327,9 +312,8 @@ def extract_release(name: str, wheel: str | Path, folder: str | Path = FOLDER) -
     kernels = {}
     with _archive(wheel) as archive:
         for part, kernel in spec["kernels"].items():
-            source, functions, text = _kernel_text(
-                archive, wheel, kernel["module"], kernel["function"]
-            )
+            where = (kernel["module"], kernel["function"])
+            source, functions, text = _kernel_text(archive, wheel, *where)
             (out / "configs" / part).mkdir(parents=True, exist_ok=True)
             write_text(out / f"{part}.py", text)
             tables = {}
