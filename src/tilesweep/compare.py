@@ -10,42 +10,24 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.cells import damage, summary_path
 from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
 from tilesweep.errors import ConfigError
 from tilesweep.io import check_out_folder
 from tilesweep.measure.gemm_case import TOLERANCE
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/compare.yaml",)
 # The tables compared, with the columns that identify a row (those present in both runs are used).
-KEYS = {
-    name: TABLE_KEYS[name]
-    for name in ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
-}
-# Values compared with their spread (or the relative threshold), per table.
-MEASURES = {
-    "decode": ["time_ms"],
-    "collective": ["time_ms"],
-    "verdict": ["tpot_ms", *SPLIT_COLUMNS],
-    "check": ["measured_ms", "composed_ms"],
-    "engines": ["composed_tpot_ms"],
-    "power": ["power_frac_median"],
-    "tune": ["time_ms"],
-}
-# Values any change of which counts, per table.
-EXACT = {
-    "launch": ["status", "fits", "smem_bytes"],
-    "decode": ["status", "bound", "rotation_sets", "max_tokens_per_expert"],
-    "collective": ["status"],
-    "verdict": ["fits_memory", "bound"],
-    "check": [],
-    "engines": ["fits_memory", "bound"],
-    "power": ["status"],
-    "tune": ["status", "tuned"],
-}
-# Relative errors against the reference, per table: changed when one run's is not a number (inf
-# or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
-# dtype's tolerance (measure.gemm_case.TOLERANCE).
-CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
+KEYS = TABLE_KEYS
+# Per table, the values compared with their spread (or the relative threshold), the relative
+# errors checked against the dtype's tolerance, and the values any change of which counts.
+MEASURES, CHECKED, EXACT = (
+    package_data.data_typed("tilesweep", DATA_FILES[0], kind, dict[str, list[str]])
+    for kind in ("measure", "checked", "exact")
+)
+MEASURES["verdict"] += SPLIT_COLUMNS
 COLUMNS = ["table", "label", "metric", "a", "b", "ratio", "noise_a", "noise_b", "basis", "beyond"]
 
 
