@@ -21,6 +21,7 @@ PICK_HEADERS = {
 }
 # The figures one pick carries (answer.json's `picks` keys): every header's but the runner-up.
 PICK_FIELDS = tuple(PICK_HEADERS)[:-1]
+BOUND_KINDS = ("memory", "math", "communication", "launch")  # worded '<kind>-bound'
 
 
 def clip(text: str, limit: int) -> str:
@@ -53,11 +54,6 @@ def number(value: object, digits: int = 3) -> str:
     return f"{float(f'{x:.{digits}g}'):g}"
 
 
-def bound_word(bound: str) -> str:
-    """Return a bound as the card words it: 'memory-bound', 'mixed', 'kernel-limited'."""
-    return f"{bound}-bound" if bound in ("memory", "math", "communication", "launch") else bound
-
-
 @dataclass(frozen=True)
 class Pick:
     """One layout at one batch that fits in memory, with the card's figures."""
@@ -87,12 +83,14 @@ class Pick:
     def words(self) -> str:
         """Return the pick in words: 'tp8 (8 GPUs) at batch 8: TPOT 17.7 ms, ...'."""
         floor = f", {number(self.x_floor)}x floor" if finite(self.x_floor) else ""
+        # 'memory-bound', but 'mixed', 'kernel-limited' as they are
+        bound = self.bound + ("-bound" if self.bound in BOUND_KINDS else "")
         return (
             f"{self.layout} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}) at batch "
             f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.band(' over the cited band')}, "
             f"{number(self.tokens_per_s_per_user)} "
             f"tok/s per user, {number(self.tokens_per_s_per_gpu)} tok/s per GPU, "
-            f"{bound_word(self.bound)}{floor}"
+            f"{bound}{floor}"
         )
 
     def band(self, words: str = "") -> str:

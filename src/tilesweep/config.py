@@ -147,7 +147,8 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
     catalog = {}
     for path in sorted((Path(conf_dir) / "hardware").glob("*.yaml")):
         try:
-            spec = _hardware_spec(path)
+            # resolved (a verdict composes twice, each reading the whole catalog): once per content
+            spec = parsed_once(path, _resolved_file)
         except Exception as exc:  # YAML, binary bytes, an interpolation that names nothing
             why = one_line(exc).removeprefix("bad config: ")
             raise ConfigError(
@@ -169,12 +170,6 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
                 )
             claimed[device] = name
     return catalog
-
-
-def _hardware_spec(path: Path) -> object:
-    """Return a hardware file's plain containers, resolved (a verdict composes twice, and each
-    compose reads the whole catalog: parsed once per content)."""
-    return parsed_once(path, _resolved_file)
 
 
 def _resolved_file(path: Path) -> object:

@@ -45,11 +45,6 @@ def at_target(settings: RootSettings, ceilings: dict) -> bool:
     return bool(ceilings) and ceilings.get("catalog_name") == settings.hardware.name
 
 
-def _nearest(values: list[int], want: float) -> int:
-    """Return the value closest to want (ties: the smaller)."""
-    return min(values, key=lambda v: (abs(v - want), v))
-
-
 def with_group_bw(fit: dict, group: str, e_bw: float) -> dict:
     """Return the fit with one group's e_bw replaced (the fit itself untouched)."""
     return dict(fit, groups={**fit["groups"], group: dict(fit["groups"][group], e_bw=e_bw)})
@@ -89,7 +84,8 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
     ]
     if ok.empty:
         return float("nan"), "no fp8 decode measurement here"
-    t = _nearest(sorted({int(v) for v in ok["tokens_per_expert"]}), tokens_per_expert)
+    sizes = {int(v) for v in ok["tokens_per_expert"]}  # the nearest (ties: the smaller)
+    t = min(sizes, key=lambda v: (abs(v - tokens_per_expert), v))
     at_t = ok[ok["tokens_per_expert"] == t]
     best = at_t.loc[at_t["time_ms"].idxmin()]
     return float(best["frac_roofline"]), f"best fp8 kernel {best['runner']} at t={t}"
