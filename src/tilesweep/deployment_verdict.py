@@ -14,7 +14,6 @@ from functools import partial
 
 import pandas as pd
 
-from tilesweep import question
 from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.deployment_fit import fit_on_datasheet, measured_here, verdict_fit
 from tilesweep.plan import allreduce as engine_allreduce
@@ -323,7 +322,7 @@ def question_panel(
     settings: RootSettings, compose: Callable[[RootSettings], pd.DataFrame]
 ) -> dict | None:
     """Return the question's panel when the deployment is the one it asks about, else None."""
-    asked = question.of(settings)
+    asked = settings.question.case
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
     layouts = [Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep) for lay in asked.layouts]

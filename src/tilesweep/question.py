@@ -4,10 +4,9 @@ GPU, it asks `asks_about` whether a deployment is the question's."""
 from __future__ import annotations
 
 from tilesweep.errors import ConfigError
-from tilesweep.settings import RootSettings
-from tilesweep.settings.question_group import Question, QuestionGroup, Target, Tiles
+from tilesweep.settings.question_group import Question, QuestionGroup, Tiles
 
-__all__ = ["Question", "Tiles", "of", "target", "validate"]
+__all__ = ["Question", "Tiles", "validate"]
 
 
 def validate(group: QuestionGroup, catalog: dict) -> None:
@@ -29,13 +28,3 @@ def validate(group: QuestionGroup, catalog: dict) -> None:
                 f"question.tiles.backend={tiles.backend!r}: no such backend (its launch rows "
                 f"hold the tiles); valid: {', '.join(known)}"
             )
-
-
-def of(settings: RootSettings) -> Question | None:
-    """Return the question a resolved config names, or None."""
-    return settings.question.case
-
-
-def target(settings: RootSettings) -> Target:
-    """Return the answer card's target a resolved config asks (both unset where it asks none)."""
-    return settings.question.target

@@ -13,10 +13,9 @@ import yaml
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
 from tilesweep.group_files import parsed_once, yaml_loader
-from tilesweep.settings import RootSettings
 from tilesweep.settings.cited_figures import Figure, References
 
-__all__ = ["BAND", "Figure", "References", "of", "read_figures_from", "validate"]
+__all__ = ["BAND", "Figure", "References", "read_figures_from", "validate"]
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
@@ -80,11 +79,6 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
 def _yaml_file(path: Path) -> object:
     """Return a YAML file's contents as libyaml reads them under OmegaConf's rules."""
     return yaml.load(path.read_bytes().decode(), Loader=yaml_loader())
-
-
-def of(settings: RootSettings) -> References:
-    """Return the engines' figures a resolved config names (none: no figures)."""
-    return settings.references
 
 
 _LISTS = package_data.column_lists("tilesweep.references")  # data/columns.yaml

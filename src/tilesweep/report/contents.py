@@ -117,7 +117,7 @@ def build(
         empty if t is None else t for t in (check, engines, power, tune, dropins)
     )
     model, hardware = settings.model, settings.hardware.name
-    asked = question.of(settings)
+    asked = settings.question.case
     named = ((asked.name, asked.title),) if asked and panel else ()
     why = "" if panel else unasked(asked, model.name, hardware)
     blocks = {
