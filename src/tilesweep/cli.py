@@ -139,7 +139,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ConfigError(f"--limit={args.limit}: must be at least 0")
     if args.out is not None:
-        compare.check_out(args.out)  # before the comparison: a bad folder is one line
+        check_out_folder(args.out, compare_report.OUT_FILES)  # a bad folder: one line, first
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     for side, run in (("A", run_a), ("B", run_b)):
         if run.unrecorded:

@@ -14,7 +14,6 @@ from tilesweep import package_data
 from tilesweep.cells import damage, summary_path
 from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
 from tilesweep.errors import ConfigError
-from tilesweep.io import check_out_folder
 from tilesweep.measure.gemm_case import TOLERANCE
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
@@ -106,11 +105,6 @@ def _check_record(table: Path) -> None:
         )
     if why:
         raise ConfigError(f"{table}: {why}; rerun that sweep to rebuild it, then compare")
-
-
-def check_out(out: str | Path, force: bool = False) -> None:
-    """Raise ConfigError when the --out folder cannot take the comparison."""
-    check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
 def key_text(value: object) -> str:

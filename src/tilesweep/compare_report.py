@@ -12,6 +12,9 @@ from tilesweep.compare import Run, as_float, key_text
 from tilesweep.io import write_table, write_text
 from tilesweep.report.formatting import fmt_value
 
+# What `tilesweep compare --out` writes (write_outputs), in that order.
+OUT_FILES = ("changes.csv", "summary.txt", "changes.png")
+
 
 def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
     """Return (field, A's values, B's values) for provenance fields that differ between runs."""
@@ -99,7 +102,7 @@ def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Pat
     from tilesweep.report.plotting import compare_ratios, png
 
     out = Path(out)
-    paths = [out / "changes.csv", out / "summary.txt", out / "changes.png"]
+    paths = [out / name for name in OUT_FILES]
     write_table(paths[0], changes)
     write_text(paths[1], text)
     paths[2].write_bytes(png(compare_ratios(changes)))
