@@ -7,7 +7,7 @@ unless a comment on its line or above its run of imports names the heavy or opti
 defers (triton, matplotlib) or the cycle it breaks; fewer than MAX_DEFERRED such imports remain.
 
 Floors (FLOORS), bottom to top; a module imports only modules on its own floor or below:
-  base      errors, columns, io, settings/, hardware, provenance, device, cells, ... (no logic
+  base      errors, columns, io, settings/, provenance, device, cells, ... (no logic
             of the sweep: names, files, typed settings, what the machine is)
   registry  backends (the registry) and backends.roles: every floor asks it by role; its
             discovery imports the backends' modules on import, which is no import statement
@@ -19,7 +19,7 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
             answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
-  top       report_paths, pipeline (rerun_keys, command_config), compare, compare_report, cli,
+  top       report_paths, pipeline (rerun_keys, command_config), compare, cli,
             and measure.step.engine_check: a command (`python -m`) that composes a sweep and
             runs a stage, whose file sits in measure/"""
 
@@ -48,7 +48,7 @@ MAX_DEFERRED = 40
 # a shorter one.
 FLOORS = (
     ("base", "errors columns gpu_archs io sweep_lock progress progress_stage isolate failures "
-             "cells settings settings.* hardware provenance device package_data "
+             "cells settings settings.* provenance device package_data "
              "group_files"),
     ("registry", "backends backends.roles plugin_loader"),
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
@@ -59,7 +59,7 @@ FLOORS = (
                 "answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
-    ("top", "report_paths pipeline rerun_keys command_config compare compare_report cli "
+    ("top", "report_paths pipeline rerun_keys command_config compare cli "
             "measure.step.engine_check"),
 )  # fmt: skip
 

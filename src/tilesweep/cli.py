@@ -19,7 +19,6 @@ from tilesweep import (
     answer_picks,
     backends,
     compare,
-    compare_report,
     deployment_refusals,
     deployment_verdict,
     engine_figures,
@@ -139,7 +138,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ConfigError(f"--limit={args.limit}: must be at least 0")
     if args.out is not None:
-        check_out_folder(args.out, compare_report.OUT_FILES)  # a bad folder: one line, first
+        check_out_folder(args.out, compare.OUT_FILES)  # a bad folder: one line, first
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     for side, run in (("A", run_a), ("B", run_b)):
         if run.unrecorded:
@@ -148,10 +147,10 @@ def compare_command(args: argparse.Namespace) -> int:
                 "tilesweep kept them, or a folder made by hand): compared as they are, unchecked.\n"
             )
     changes = compare.compare_runs(run_a, run_b, args.threshold)
-    text = compare_report.format_changes(changes, run_a, run_b, args.threshold, args.limit)
+    text = compare.format_changes(changes, run_a, run_b, args.threshold, args.limit)
     sys.stdout.write(text)
     if args.out:
-        paths = compare_report.write_outputs(changes, text, args.out)
+        paths = compare.write_outputs(changes, text, args.out)
         sys.stdout.write("Wrote " + ", ".join(str(p) for p in paths) + "\n")
     beyond = bool(changes["beyond"].astype(bool).any()) if not changes.empty else False
     return 1 if args.fail_on_change and beyond else 0
