@@ -35,7 +35,6 @@ def compose_groups(
     choices: dict[str, str], overrides: tuple[str, ...], conf_dir: Path | None = None
 ) -> RootSettings:
     """Return the settings of `overrides` with the FIGURE_GROUPS options `choices` names."""
-
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     _check_group_choices([f"{g}={v}" for g, v in choices.items()], conf_dir)
     raw = copy.deepcopy(_base_raw(tuple(overrides), conf_dir))

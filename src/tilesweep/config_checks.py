@@ -69,7 +69,6 @@ def check_runners(settings: RootSettings) -> None:
 
 def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for an engine file whose name is not its file's."""
-
     name = settings.engine.name
     files = {p.stem for p in (Path(conf_dir) / "engine").glob("*.yaml")}
     if name not in files:
@@ -157,8 +156,7 @@ def check_topology(settings: RootSettings) -> None:
 
 
 def check_prefill_chunk(settings: RootSettings) -> None:
-    """Raise ConfigError for a deployment.prefill_chunk with no prompts or no prefill rule to take
-    it."""
+    """Raise ConfigError for a prefill_chunk with no prompts or no prefill rule to take it."""
     dep, engine = settings.deployment, settings.engine
     chunk = dep.prefill_chunk
     if not chunk:
