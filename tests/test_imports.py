@@ -14,7 +14,7 @@ Floors (FLOORS), bottom to top; a module imports only modules on its own floor o
   plan      plan/, references, kernels/, cutlass/ (models and kernels, no measurement)
   measure   measure/ (timing, the whole step, power loads)
   backends  backends/* (each backend's module: builds and runners over measure/)
-  verdict   question, config (config_checks, deployment_files), grid, deployment_fit,
+  verdict   config (config_checks, deployment_files), grid, deployment_fit,
             deployment_verdict, deployment_refusals, engine_figures, answer_picks, answer_rests,
             answer_card
   report    report/ (documents, sections, figures)
@@ -54,7 +54,7 @@ FLOORS = (
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
     ("measure", "measure measure.*"),
     ("backends", "backends.*"),
-    ("verdict", "question config config_checks deployment_files grid deployment_fit "
+    ("verdict", "config config_checks deployment_files grid deployment_fit "
                 "deployment_verdict deployment_refusals engine_figures answer_picks answer_rests "
                 "answer_card"),
     ("report", "report report.*"),

@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from tilesweep import config_checks, gpu_archs, question, references
+from tilesweep import config_checks, gpu_archs, references
 from tilesweep.deployment_files import check_files
 from tilesweep.errors import ConfigError, one_line
 from tilesweep.group_files import check_defaults, find_defaults_loop, group_file, parsed_once
@@ -182,7 +182,7 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     """Return the config as the settings object; raise ConfigError naming a bad key."""
     gpu_archs.architectures()  # conf/architectures.yaml: a broken table is one line here
     checked = config_checks.check_settings(settings)
-    question.validate(checked.question, checked.catalog)
+    config_checks.check_question(checked)
     references.validate(checked.references, conf_dir)
     config_checks.check_question_model(checked, conf_dir)
     config_checks.check_reference_figures(checked, conf_dir)

@@ -169,6 +169,21 @@ def check_prefill_chunk(settings: RootSettings) -> None:
         raise ConfigError(f"deployment.prefill_chunk={chunk}: {why}")
 
 
+def check_question(settings: RootSettings) -> None:
+    """Raise ConfigError for a question about unknown hardware, or tiles no launch row holds."""
+    asked, catalog = settings.question.case, settings.catalog
+    if asked is not None and asked.hardware not in catalog:
+        valid = ", ".join(catalog)
+        raise ConfigError(f"question.hardware={asked.hardware!r}: unknown hardware; valid: {valid}")
+    tiles = asked.tiles if asked is not None else None
+    known = sorted(b.name for b in _registry().registered()) if tiles is not None else []
+    if tiles is not None and tiles.backend not in known:
+        raise ConfigError(
+            f"question.tiles.backend={tiles.backend!r}: no such backend (its launch rows "
+            f"hold the tiles); valid: {', '.join(known)}"
+        )
+
+
 def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for a question about a model conf/model does not have."""
     asked = settings.question.case
