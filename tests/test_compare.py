@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import snakemake
 
-from tilesweep import compare, compare_report
+from tilesweep import compare
 from tilesweep.cells import write_cell_table
 from tilesweep.cli import main
 
@@ -143,7 +143,7 @@ def test_a_table_with_rows_in_one_run_only_is_named_not_skipped():
         ["table", "only in B", "1 rows"]
     ]
     run = compare.Run(Path("."), {}, {})
-    text = compare_report.format_changes(changes, run, run, 0.1)
+    text = compare.format_changes(changes, run, run, 0.1)
     assert "tune: only in B (1 rows); nothing to compare" in text
     # Both runs with the table: its timed values are compared like the decode table's.
     slower = tune.assign(time_ms=0.2)

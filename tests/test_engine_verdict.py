@@ -266,7 +266,7 @@ def test_sglang_before_its_indexer_fusion_launches_the_split_indexer_on_every_ds
 
 
 def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why(corpus_engines):
-    figures = references.of(compose_settings([])).figures
+    figures = compose_settings([]).references.figures
     assert len(figures) >= 30
     assert len({f.hardware for f in figures}) >= 3
     assert len({f.model for f in figures}) >= 2
@@ -415,7 +415,7 @@ def test_import_engine_tables_refuses_a_bad_folder_before_touching_the_kept_tabl
 
 
 def test_a_figure_composed_from_its_groups_settings_equals_its_own_compose():
-    figures = references.of(compose_settings([])).figures
+    figures = compose_settings([]).references.figures
     first = figures[1]
     other = next(
         f for f in figures[2:]
@@ -434,7 +434,7 @@ def test_a_figure_composed_from_its_group_files_equals_a_hydra_compose_of_its_gr
     # One figure of each group (model x GPU x formats x engine): the group files read after one
     # Hydra compose give the settings a Hydra compose of the figure's own overrides gives.
     groups = {}
-    for fig in references.of(compose_settings([])).figures:
+    for fig in compose_settings([]).references.figures:
         groups.setdefault(tuple(fig.groups().values()), fig)
     assert len(groups) >= 10
     for fig in groups.values():

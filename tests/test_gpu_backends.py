@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from tilesweep.backends import kernel_cell
+from tilesweep.device import catalog_name
 from tilesweep.grid import canonical, kernel_slug
-from tilesweep.hardware import catalog_name
 from tilesweep.io import write_text
 from tilesweep.settings import HardwareSpec, ModelSettings, Tile
 

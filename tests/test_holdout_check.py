@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tilesweep import references
 from tilesweep.config import compose_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +97,7 @@ def test_the_third_set_repeats_no_held_figure():
     """No set-3 TPOT equals, to 0.01 ms, a corpus or set-2 figure of its model x GPU x engine."""
     mod = _module()
     held = defaultdict(list)
-    for fig in references.of(compose_settings([])).figures:
+    for fig in compose_settings([]).references.figures:
         held[fig.model, fig.hardware, fig.engine].append(float(fig.tpot_ms))
     for f in mod.read_set(str(HOLDOUT2)):
         held[f["model"], f["hardware"], f["engine"]].append(float(f["tpot_ms"]))
@@ -111,7 +110,7 @@ def test_the_folded_first_set_composes_as_the_scorer_composed_it():
     """Set 1's 90 figures, now in the corpus, give the overrides check.py gave their rows (same
     model, GPU, formats, engine file, batch, load and layout; no prompt chunk it did not pass)."""
     mod = _module()
-    folded = [f for f in references.of(compose_settings([])).figures if f.note.endswith(SET1)]
+    folded = [f for f in compose_settings([]).references.figures if f.note.endswith(SET1)]
     assert len(folded) == 90
     for fig in folded:
         lay = fig.layout

@@ -7,19 +7,19 @@ unless a comment on its line or above its run of imports names the heavy or opti
 defers (triton, matplotlib) or the cycle it breaks; fewer than MAX_DEFERRED such imports remain.
 
 Floors (FLOORS), bottom to top; a module imports only modules on its own floor or below:
-  base      errors, columns, io, settings/, hardware, provenance, device, cells, ... (no logic
+  base      errors, columns, io, settings/, provenance, device, cells, ... (no logic
             of the sweep: names, files, typed settings, what the machine is)
   registry  backends (the registry) and backends.roles: every floor asks it by role; its
             discovery imports the backends' modules on import, which is no import statement
   plan      plan/, references, kernels/, cutlass/ (models and kernels, no measurement)
   measure   measure/ (timing, the whole step, power loads)
   backends  backends/* (each backend's module: builds and runners over measure/)
-  verdict   question, config (config_checks, deployment_files), grid, deployment_fit,
+  verdict   config (config_checks, deployment_files), grid, deployment_fit,
             deployment_verdict, deployment_refusals, engine_figures, answer_picks, answer_rests,
             answer_card
   report    report/ (documents, sections, figures)
   stages    stages/ (one module per rule file) and the fused-MoE product, fused_moe/
-  top       report_paths, pipeline (rerun_keys, command_config), compare, compare_report, cli,
+  top       report_paths, pipeline (rerun_keys, command_config), compare, cli,
             and measure.step.engine_check: a command (`python -m`) that composes a sweep and
             runs a stage, whose file sits in measure/"""
 
@@ -48,18 +48,18 @@ MAX_DEFERRED = 40
 # a shorter one.
 FLOORS = (
     ("base", "errors columns gpu_archs io sweep_lock progress progress_stage isolate failures "
-             "cells settings settings.* hardware provenance device package_data "
+             "cells settings settings.* provenance device package_data "
              "group_files"),
     ("registry", "backends backends.roles plugin_loader"),
     ("plan", "plan plan.* references kernels kernels.* cutlass cutlass.*"),
     ("measure", "measure measure.*"),
     ("backends", "backends.*"),
-    ("verdict", "question config config_checks deployment_files grid deployment_fit "
+    ("verdict", "config config_checks deployment_files grid deployment_fit "
                 "deployment_verdict deployment_refusals engine_figures answer_picks answer_rests "
                 "answer_card"),
     ("report", "report report.*"),
     ("stages", "stages stages.* fused_moe fused_moe.*"),
-    ("top", "report_paths pipeline rerun_keys command_config compare compare_report cli "
+    ("top", "report_paths pipeline rerun_keys command_config compare cli "
             "measure.step.engine_check"),
 )  # fmt: skip
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tilesweep.config import CONF_DIR, compose_settings
-from tilesweep.hardware import catalog_name
+from tilesweep.device import catalog_name
 
 
 @pytest.fixture(scope="module")

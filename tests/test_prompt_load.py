@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict, engine_figures, references
+from tilesweep import deployment_verdict, engine_figures
 from tilesweep.config import compose_groups, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
@@ -169,7 +169,7 @@ def test_a_figures_chunk_without_prompts_or_a_prefill_rule_is_refused():
 
 
 def test_every_corpus_chunk_cites_the_line_of_the_launch_that_sets_it():
-    figures = [f for f in references.of(compose_settings([])).figures if f.prefill_chunk]
+    figures = [f for f in compose_settings([]).references.figures if f.prefill_chunk]
     assert figures
     for fig in figures:
         said = re.search(

@@ -3,7 +3,7 @@ is what the report and `tilesweep compare` read."""
 
 from __future__ import annotations
 
-from tilesweep import columns, compare_report, provenance
+from tilesweep import columns, compare, provenance
 from tilesweep.report import measurement_sections
 
 
@@ -25,4 +25,4 @@ def test_the_readers_take_the_declared_keys():
         *columns.BUILD_PROVENANCE_KEYS,
     }
     assert measurement_sections.columns is columns  # its provenance section reads them there
-    assert compare_report.RUN_PROVENANCE_KEYS is columns.RUN_PROVENANCE_KEYS
+    assert compare.RUN_PROVENANCE_KEYS is columns.RUN_PROVENANCE_KEYS

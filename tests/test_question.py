@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tilesweep import deployment_verdict, question
+from tilesweep import deployment_verdict
 from tilesweep.config import compose, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.report import contents, sections
@@ -23,14 +23,14 @@ POWER = pd.DataFrame(
 
 
 def test_the_brief_loads_as_the_default_question():
-    asked = question.of(compose_settings([]))
+    asked = compose_settings([]).question.case
     assert asked is not None and asked.asks_about("glm5", "rtx_pro_6000")
     assert asked.power.fraction == 235 / 600
     assert [(lay.tp, lay.pp, lay.ep) for lay in asked.layouts] == [(8, 1, 1), (4, 2, 1), (1, 1, 8)]
     assert {(t.m, t.n, t.k) for t in asked.tiles.shapes} == {
         (128, 128, 128), (128, 128, 256), (128, 256, 128), (256, 128, 128)
     }  # fmt: skip
-    assert question.of(compose_settings(["question=none"])) is None
+    assert compose_settings(["question=none"]).question.case is None
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ BRIEF_CELLS = [
 
 
 def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
-    asked = question.of(compose_settings([]))
+    asked = compose_settings([]).question.case
     said = sections.tile_failure_findings(sm120_launch(101_376, *BRIEF_CELLS), asked)
     assert said == [
         "128x128x256, finalize epilogue, 3 stages asked: 138,240 B, 36,864 B over the 101,376 B "
@@ -153,7 +153,7 @@ def test_the_tile_findings_name_each_failing_combination_and_its_overshoot():
 
 
 def test_the_tile_findings_follow_the_rows_not_fixed_numbers():
-    asked = question.of(compose_settings([]))
+    asked = compose_settings([]).question.case
     # The stage count as a CSV reads it back ("3"), and a limit every cell fits under.
     launch = sm120_launch(140_000, *BRIEF_CELLS).assign(
         stages_requested=lambda f: f["stages_requested"].astype(str)

@@ -43,10 +43,10 @@ def _with(**change) -> list[str]:
 
 
 def test_the_published_figures_validate_and_name_their_sources():
-    figures = references.of(compose_settings([])).figures
+    figures = compose_settings([]).references.figures
     assert figures, "conf/references/published.yaml cites at least one figure"
     assert all(f.source and f.tpot_ms > 0 for f in figures)
-    assert references.of(compose_settings(["references=none"])).figures == []
+    assert compose_settings(["references=none"]).references.figures == []
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_each_figure_is_composed_on_its_own_gpus_with_the_verdicts_fit():
     assert list(table.columns) == ENGINE_COLUMNS and len(table) == 1
     row = table.iloc[0]
     # Composed as the verdict composes that deployment: the same figure from deployment_table.
-    alone = compose_settings(references.of(settings).figures[0].overrides())
+    alone = compose_settings(settings.references.figures[0].overrides())
     direct = deployment_verdict.deployment_table(
         alone, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), CPU_HERE
     ).iloc[0]

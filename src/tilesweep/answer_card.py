@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import TypeAdapter
 
-from tilesweep import answer_picks, question, references
+from tilesweep import answer_picks, references
 from tilesweep.answer_rests import check_range, rests_on
 from tilesweep.columns import PROVENANCE_COLUMNS
 from tilesweep.io import write_text
@@ -162,7 +162,7 @@ def build(
     engines: pd.DataFrame | None = None,
 ) -> AnswerCard:
     """Return the answer card of a verdict, under the question's target where settings ask one."""
-    asked = question.target(settings)
+    asked = settings.question.target
     picks, none = answer_picks.per_batch(verdict)
     target = answer_picks.choose(verdict, asked.tpot_target_ms, asked.min_tokens_per_s_per_user)
     basis = list(picks)

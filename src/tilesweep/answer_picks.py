@@ -21,6 +21,7 @@ PICK_HEADERS = {
 }
 # The figures one pick carries (answer.json's `picks` keys): every header's but the runner-up.
 PICK_FIELDS = tuple(PICK_HEADERS)[:-1]
+BOUND_KINDS = ("memory", "math", "communication", "launch")  # worded '<kind>-bound'
 
 
 def clip(text: str, limit: int) -> str:
@@ -53,11 +54,6 @@ def number(value: object, digits: int = 3) -> str:
     return f"{float(f'{x:.{digits}g}'):g}"
 
 
-def bound_word(bound: str) -> str:
-    """Return a bound as the card words it: 'memory-bound', 'mixed', 'kernel-limited'."""
-    return f"{bound}-bound" if bound in ("memory", "math", "communication", "launch") else bound
-
-
 @dataclass(frozen=True)
 class Pick:
     """One layout at one batch that fits in memory, with the card's figures."""
@@ -84,15 +80,18 @@ class Pick:
             return None
         return 100.0 * (self.runner_up_tpot_ms / self.tpot_ms - 1.0)
 
-    def words(self) -> str:
-        """Return the pick in words: 'tp8 (8 GPUs) at batch 8: TPOT 17.7 ms, ...'."""
-        floor = f", {number(self.x_floor)}x floor" if finite(self.x_floor) else ""
+    def words(self, brief: bool = False) -> str:
+        """Return the pick in words: 'tp8 (8 GPUs) at batch 8: TPOT 17.7 ms, ...'; brief: as a
+        listed row, 'tp8 at batch 8: ...', its band unlabelled and its bound as the row has it."""
+        floor = f", {number(self.x_floor)}x floor" if finite(self.x_floor) and not brief else ""
+        # 'memory-bound', but 'mixed', 'kernel-limited' as they are
+        bound = self.bound + ("-bound" if self.bound in BOUND_KINDS and not brief else "")
+        gpus = "" if brief else f" ({self.gpus} GPU{'s' if self.gpus != 1 else ''})"
+        band = self.band("" if brief else " over the cited band")
         return (
-            f"{self.layout} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}) at batch "
-            f"{self.batch}: TPOT {number(self.tpot_ms)} ms{self.band(' over the cited band')}, "
-            f"{number(self.tokens_per_s_per_user)} "
-            f"tok/s per user, {number(self.tokens_per_s_per_gpu)} tok/s per GPU, "
-            f"{bound_word(self.bound)}{floor}"
+            f"{self.layout}{gpus} at batch {self.batch}: TPOT {number(self.tpot_ms)} ms{band}, "
+            f"{number(self.tokens_per_s_per_user)} tok/s per user, "
+            f"{number(self.tokens_per_s_per_gpu)} tok/s per GPU, {bound}{floor}"
         )
 
     def band(self, words: str = "") -> str:
@@ -258,16 +257,6 @@ def choose(
     return Target(tpot_ms, min_per_user, met=False, pick=closest, miss_ms=closest.tpot_ms - limit)
 
 
-def _row_cells(rec: dict) -> str:
-    """Return one verdict row as the card's words: layout, batch, TPOT and its band, rates."""
-    pick = pick_of(rec)
-    return (
-        f"{pick.layout} at batch {pick.batch}: TPOT {number(pick.tpot_ms)} ms{pick.band()}, "
-        f"{number(pick.tokens_per_s_per_user)} tok/s per user, "
-        f"{number(pick.tokens_per_s_per_gpu)} tok/s per GPU, {pick.bound}"
-    )
-
-
 def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]:
     """Return the n rows with the most tokens/s per GPU that meet the target, as lines."""
     fits = fitting_rows(verdict)
@@ -282,7 +271,7 @@ def top_lines(verdict: pd.DataFrame, n: int, target: Target | None) -> list[str]
     )
     rows = ranked.head(n).to_dict("records")
     return [f"Top {len(rows)} by tokens/s per GPU{where}:"] + [
-        f"  {i}. {_row_cells(r)}" for i, r in enumerate(rows, 1)
+        f"  {i}. {pick_of(r).words(brief=True)}" for i, r in enumerate(rows, 1)
     ]
 
 
@@ -300,5 +289,5 @@ def pareto_lines(verdict: pd.DataFrame) -> list[str]:
             front.append(fits.iloc[i].to_dict())
             best_gpu = gpu.iloc[i]
     return ["Pareto frontier (tok/s per user against tok/s per GPU; fastest per user first):"] + [
-        f"  {_row_cells(r)}" for r in front
+        f"  {pick_of(r).words(brief=True)}" for r in front
     ]

@@ -50,11 +50,8 @@ def _column_words(rows: list[dict]) -> dict[str, str]:
     out = {}
     host = [float(r["host_ms"]) for r in rows if finite(r.get("host_ms"))]
     if host:
-        span = (
-            number(min(host))
-            if min(host) == max(host)
-            else f"{number(min(host))}-{number(max(host))}"
-        )
+        low, high = number(min(host)), number(max(host))
+        span = low if min(host) == max(host) else f"{low}-{high}"
         out["host"] = f"host term {span} ms per step (verdict host_ms)"
     lists = list(dict.fromkeys(str(r["kernel_list"]) for r in rows if r.get("kernel_list")))
     lists = [x for x in lists if x and x != "nan"]
@@ -108,16 +105,15 @@ def _engine_words(engines: pd.DataFrame | None, model: str, hardware: str) -> di
     if not parts:
         return none
     got, band = references.corpus_summary(engines), references.BAND
+    corpus = []
     if got.get("composed"):
         contradicted = got["contradicted"]
-        corpus = [
+        corpus.append(
             f"{got['in_band']} of {got['composed']} cited engine figures within "
             f"{band[0]}-{band[1]}x (median |error| {got['median_abs_error_pct']:.0f}%"
             + (f"; {contradicted} contradicted by its own source" if contradicted else "")
             + ")"
-        ]
-    else:
-        corpus = []
+        )
     first, *rest = corpus + parts
     out = {"engine check": f"engine check: {first}"}
     return out | ({"engine figures": "; ".join(rest) + more} if rest else {})

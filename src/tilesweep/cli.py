@@ -10,16 +10,19 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
 
 from tilesweep import (
     answer_card,
     answer_picks,
     backends,
     compare,
-    compare_report,
     deployment_refusals,
     deployment_verdict,
     engine_figures,
+    package_data,
 )
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
@@ -27,108 +30,51 @@ from tilesweep.errors import ConfigError, unexpected
 from tilesweep.failures import failed_outputs, results_folder
 from tilesweep.io import check_out_folder, write_table
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/commands.yaml",)
+_TYPES = {"int": int, "float": float}
+
+
+class Argument(BaseModel, extra="forbid"):
+    """One argument of a subcommand, as argparse's add_argument takes it."""
+
+    name: str
+    help: str
+    type: Literal["int", "float"] | None = None
+    default: int | float | str | None = None
+    action: Literal["store_true", "append"] | None = None
+    nargs: Literal["?", "*"] | None = None
+    metavar: str | None = None
+
+
+class Command(BaseModel, extra="forbid"):
+    """One subcommand: its line in `tilesweep --help`, its description and arguments."""
+
+    help: str
+    description: str
+    arguments: list[Argument]
+
+
+COMMANDS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, Command])
+
 
 def parser() -> argparse.ArgumentParser:
-    """Return the command-line parser with its subcommands."""
+    """Return the command-line parser with its subcommands (data/commands.yaml)."""
     top = argparse.ArgumentParser(
         prog="tilesweep",
         description="Tools around a tilesweep run (the sweep itself runs through snakemake).",
     )
     sub = top.add_subparsers(dest="command", required=True)
-    _compare_parser(sub)
-    _failed_parser(sub)
-    # Each backend's own verbs (a product with its own package adds its CLI this way).
-    backends.command_parsers(sub)
-    _verdict_parser(sub)
+    handlers = {"compare": compare_command, "failed": failed_command, "verdict": verdict_command}
+    for name, command in COMMANDS.items():
+        if name == "verdict":  # each backend's own verbs come before (a product adds its CLI)
+            backends.command_parsers(sub)
+        one = sub.add_parser(name, help=command.help, description=command.description)
+        one.set_defaults(handler=handlers[name])
+        for arg in command.arguments:
+            given = arg.model_dump(exclude_none=True, exclude={"name", "type"})
+            one.add_argument(arg.name, **given, **({"type": _TYPES[arg.type]} if arg.type else {}))
     return top
-
-
-def _compare_parser(sub: argparse._SubParsersAction) -> None:
-    """Add `compare`'s parser."""
-    cmp = sub.add_parser(
-        "compare",
-        help="print and plot what changed beyond the noise between two results folders",
-        description=(
-            "Compare two sweeps' results folders (e.g. before and after a driver upgrade, or two "
-            "machines). Timed values count as changed when their medians differ by more than "
-            "both runs' p10..p90 spread; values without a spread (one repeat, or modelled) when "
-            "they move by more than --threshold; launch status, fits and shared memory, and "
-            "verdict labels, on any change."
-        ),
-    )
-    cmp.set_defaults(handler=compare_command)
-    cmp.add_argument("a", help="results folder of run A (or a work folder holding results/)")
-    cmp.add_argument("b", help="results folder of run B")
-    cmp.add_argument("--out", help="folder for changes.csv, summary.txt and changes.png")
-    cmp.add_argument(
-        "--threshold",
-        type=float,
-        default=0.10,
-        help="relative change that counts for values without a spread (default 0.10 = 10%%)",
-    )
-    cmp.add_argument("--limit", type=int, default=40, help="changes printed per table (default 40)")
-    cmp.add_argument(
-        "--fail-on-change",
-        action="store_true",
-        help="exit with status 1 when anything changed beyond the noise",
-    )
-
-
-def _failed_parser(sub: argparse._SubParsersAction) -> None:
-    """Add `failed`'s parser."""
-    failed = sub.add_parser(
-        "failed",
-        help="list per-cell result files holding failed rows (to rerun just those)",
-        description=(
-            "Print the per-cell result files whose rows failed (compile, launch, runtime, crash, "
-            "timeout, correctness), one per line, for `snakemake --forcerun $(tilesweep failed)`."
-        ),
-    )
-    failed.set_defaults(handler=failed_command)
-    failed.add_argument("results", nargs="?", default="results", help="results folder")
-    failed.add_argument("--status", action="append", help="only this status (repeatable)")
-
-
-def _verdict_parser(sub: argparse._SubParsersAction) -> None:
-    """Add `verdict`'s parser."""
-    verdict = sub.add_parser(
-        "verdict",
-        help="the verdict for any deployment from a fit file, without a sweep",
-        description=(
-            "Compose the verdict (verdict.csv: time per token, tokens/s, split, bound, floor per "
-            "layout x batch) and the engines' figures beside it (engines.csv) for the hardware, "
-            "model, deployment, engine, layouts and batches the Hydra overrides name, from a fit "
-            "file (deployment.fit_file; default: the shipped H200 fit), and print the answer "
-            "card (question.tpot_target_ms and question.min_tokens_per_s_per_user set its "
-            "target). No sweep runs: the collectives come from the hardware file. Same columns "
-            "as the verdict rule's; nothing is written unless --out is given."
-        ),
-    )
-    verdict.add_argument(
-        "--out", help="folder to write verdict.csv and engines.csv into (default: print only)"
-    )
-    verdict.add_argument(
-        "--force",
-        action="store_true",
-        help="let --out overwrite files inside the checkout's tracked folders (the kept examples)",
-    )
-    verdict.add_argument(
-        "--no-engines", action="store_true", help="skip engines.csv (the cited engine figures)"
-    )
-    verdict.add_argument(
-        "--top",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also print the N layout x batch rows with the most tokens/s per GPU under the target",
-    )
-    verdict.add_argument(
-        "--pareto",
-        action="store_true",
-        help="also print the Pareto frontier of tokens/s per user against tokens/s per GPU",
-    )
-    verdict.set_defaults(handler=verdict_command)
-    verdict.add_argument("overrides", nargs="*", help="Hydra overrides (hardware=h200 ...)")
 
 
 def verdict_command(args: argparse.Namespace) -> int:
@@ -192,7 +138,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ConfigError(f"--limit={args.limit}: must be at least 0")
     if args.out is not None:
-        compare.check_out(args.out)  # before the comparison: a bad folder is one line
+        check_out_folder(args.out, compare.OUT_FILES)  # a bad folder: one line, first
     run_a, run_b = compare.load_run(args.a), compare.load_run(args.b)
     for side, run in (("A", run_a), ("B", run_b)):
         if run.unrecorded:
@@ -201,10 +147,10 @@ def compare_command(args: argparse.Namespace) -> int:
                 "tilesweep kept them, or a folder made by hand): compared as they are, unchecked.\n"
             )
     changes = compare.compare_runs(run_a, run_b, args.threshold)
-    text = compare_report.format_changes(changes, run_a, run_b, args.threshold, args.limit)
+    text = compare.format_changes(changes, run_a, run_b, args.threshold, args.limit)
     sys.stdout.write(text)
     if args.out:
-        paths = compare_report.write_outputs(changes, text, args.out)
+        paths = compare.write_outputs(changes, text, args.out)
         sys.stdout.write("Wrote " + ", ".join(str(p) for p in paths) + "\n")
     beyond = bool(changes["beyond"].astype(bool).any()) if not changes.empty else False
     return 1 if args.fail_on_change and beyond else 0

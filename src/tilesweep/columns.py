@@ -65,35 +65,28 @@ BUILD_PROVENANCE_KEYS = ("device", TOOLCHAIN_KEY, "commit")
 # Every provenance key a run's tables hold, in the order `tilesweep compare` lists changes.
 RUN_PROVENANCE_KEYS = (*PROVENANCE_KEYS[:-1], TOOLCHAIN_KEY, "commit")
 
+# ---- the lists data/columns.yaml holds (its comments say what each is) ----------------------
+
 LAUNCH_COLUMNS = _LISTS["LAUNCH_COLUMNS"]
 assert LAUNCH_COLUMNS[-3:] == list(BUILD_PROVENANCE_KEYS), "data/columns.yaml LAUNCH_COLUMNS"
-
-
-# ---- the verdict: the named deployment, composed (one row per layout and batch) -----------
-
-# What a verdict row rests on, as data (fit, efficiency, kernel list, host, collectives, load);
-# `inputs_json` holds every input with its source (plan.row_inputs).
 PROVENANCE_COLUMNS = _LISTS["PROVENANCE_COLUMNS"]
 VERDICT_COLUMNS = _LISTS["VERDICT_COLUMNS"]
 # The split of a step that decides its verdict, in ms, in the order the figures stack it.
 SPLIT_COLUMNS = ["memory_ms", "math_ms", "comm_ms", "other_ms", "host_ms"]
-
-# ---- the measured whole steps (results/layout/<layout>.csv; parts as part_<name>_ms) --------
-
 STEP_COLUMNS = _LISTS["STEP_COLUMNS"]
-
-# ---- the check of the method: composed vs measured whole steps on the device at hand --------
-
 CHECK_COLUMNS = _LISTS["CHECK_COLUMNS"]
-
-# ---- engines' own figures beside the verdict composed for them (conf/references) -----------
-
 ENGINE_COLUMNS = _LISTS["ENGINE_COLUMNS"]
-
-# ---- the question's panel: winners per batch and the half/double sensitivity band ----------
-
+# The question's panel: winners per batch (and BAND_COLUMNS, the half/double sensitivity band).
 WINNER_COLUMNS = ["batch", "winner", "tokens_per_s", "runner_up", "runner_up_tokens_per_s", "lead"]
 BAND_COLUMNS = _LISTS["BAND_COLUMNS"]
+TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
+POWER_COLUMNS = _LISTS["POWER_COLUMNS"]
+# tokens_per_s_per_user, which the report shows first, is 1,000 / tpot_ms, added by the report.
+REPORT_KEY_VERDICT_COLUMNS = _LISTS["REPORT_KEY_VERDICT_COLUMNS"]
+VERDICT_NO_FIT_COLUMNS = _LISTS["VERDICT_NO_FIT_COLUMNS"]
+# Per kernel timed in decode, a backend's own (not a library baseline).
+LAUNCH_COVERAGE_COLUMNS = _LISTS["LAUNCH_COVERAGE_COLUMNS"]
+REPORT_DROPIN_COLUMNS = _LISTS["REPORT_DROPIN_COLUMNS"]
 
 # ---- the tables the reports show (both reports render these lists) ------------------------
 
@@ -157,26 +150,6 @@ def fastest_runner(
     if not by:
         return ordered.head(1).reset_index(drop=True)
     return ordered.groupby(by, sort=False).head(1).sort_values(by).reset_index(drop=True)
-
-
-TUNE_COLUMNS = _LISTS["TUNE_COLUMNS"]
-
-POWER_COLUMNS = _LISTS["POWER_COLUMNS"]
-
-# ---- the report's key verdict columns and the launch check's coverage of the timed kernels ----
-
-# The verdict columns the report shows first (the rest behind a details element);
-# tokens_per_s_per_user is 1,000 / tpot_ms, added by the report.
-REPORT_KEY_VERDICT_COLUMNS = _LISTS["REPORT_KEY_VERDICT_COLUMNS"]
-# The rows that do not fit: what they need and lack.
-VERDICT_NO_FIT_COLUMNS = _LISTS["VERDICT_NO_FIT_COLUMNS"]
-# Per kernel timed in decode (a backend's own, not a library baseline): whether the launch check
-# has it, and how its timed rows ended on the device that ran them.
-LAUNCH_COVERAGE_COLUMNS = _LISTS["LAUNCH_COVERAGE_COLUMNS"]
-
-# ---- the drop-in engine files (fused_moe/engines/dropins: dropins.csv) the report lists ----------
-
-REPORT_DROPIN_COLUMNS = _LISTS["REPORT_DROPIN_COLUMNS"]
 
 
 # ---- the columns the code reads by name, checked against data/columns.yaml at import --------

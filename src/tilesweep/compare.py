@@ -1,5 +1,6 @@
 """Compare two sweeps' results: what changed beyond the noise (both runs' p10..p90 spread, else
-a relative threshold; labels and launch shared memory on any change)."""
+a relative threshold; labels and launch shared memory on any change), and the comparison for
+people: the console summary and the files of --out."""
 
 from __future__ import annotations
 
@@ -10,42 +11,25 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.cells import damage, summary_path
-from tilesweep.columns import SPLIT_COLUMNS, TABLE_KEYS
+from tilesweep.columns import RUN_PROVENANCE_KEYS, SPLIT_COLUMNS, TABLE_KEYS, TOOLCHAIN_KEY
 from tilesweep.errors import ConfigError
-from tilesweep.io import check_out_folder
+from tilesweep.io import write_table, write_text
 from tilesweep.measure.gemm_case import TOLERANCE
+from tilesweep.report.formatting import fmt_value
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/compare.yaml",)
 # The tables compared, with the columns that identify a row (those present in both runs are used).
-KEYS = {
-    name: TABLE_KEYS[name]
-    for name in ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
-}
-# Values compared with their spread (or the relative threshold), per table.
-MEASURES = {
-    "decode": ["time_ms"],
-    "collective": ["time_ms"],
-    "verdict": ["tpot_ms", *SPLIT_COLUMNS],
-    "check": ["measured_ms", "composed_ms"],
-    "engines": ["composed_tpot_ms"],
-    "power": ["power_frac_median"],
-    "tune": ["time_ms"],
-}
-# Values any change of which counts, per table.
-EXACT = {
-    "launch": ["status", "fits", "smem_bytes"],
-    "decode": ["status", "bound", "rotation_sets", "max_tokens_per_expert"],
-    "collective": ["status"],
-    "verdict": ["fits_memory", "bound"],
-    "check": [],
-    "engines": ["fits_memory", "bound"],
-    "power": ["status"],
-    "tune": ["status", "tuned"],
-}
-# Relative errors against the reference, per table: changed when one run's is not a number (inf
-# or NaN: a wrong or damaged result) and the other's is, or when they fall on either side of the
-# dtype's tolerance (measure.gemm_case.TOLERANCE).
-CHECKED = {"decode": ["rel_err"], "tune": ["rel_err"]}
+KEYS = TABLE_KEYS
+# Per table, the values compared with their spread (or the relative threshold), the relative
+# errors checked against the dtype's tolerance, and the values any change of which counts.
+MEASURES, CHECKED, EXACT = (
+    package_data.data_typed("tilesweep", DATA_FILES[0], kind, dict[str, list[str]])
+    for kind in ("measure", "checked", "exact")
+)
+MEASURES["verdict"] += SPLIT_COLUMNS
 COLUMNS = ["table", "label", "metric", "a", "b", "ratio", "noise_a", "noise_b", "basis", "beyond"]
 
 
@@ -124,11 +108,6 @@ def _check_record(table: Path) -> None:
         )
     if why:
         raise ConfigError(f"{table}: {why}; rerun that sweep to rebuild it, then compare")
-
-
-def check_out(out: str | Path, force: bool = False) -> None:
-    """Raise ConfigError when the --out folder cannot take the comparison."""
-    check_out_folder(str(out), ("changes.csv", "summary.txt", "changes.png"), force)
 
 
 def key_text(value: object) -> str:
@@ -298,3 +277,100 @@ def compare_runs(a: Run, b: Run, threshold: float = 0.10) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=COLUMNS)
     return pd.concat(parts, ignore_index=True)
+
+
+# What `tilesweep compare --out` writes (write_outputs), in that order.
+OUT_FILES = ("changes.csv", "summary.txt", "changes.png")
+
+
+def provenance_changes(a: Run, b: Run) -> list[tuple[str, str, str]]:
+    """Return (field, A's values, B's values) for provenance fields that differ between runs."""
+
+    def values(run: Run, field: str) -> str:
+        found: set[str] = set()
+        # Launch rows are compiled on the host: they name a toolchain and commit, not a device.
+        skip = {"launch"} if field not in (TOOLCHAIN_KEY, "commit") else set()
+        for name, frame in run.tables.items():
+            if field in frame and name not in skip:
+                found |= set(frame[field].dropna().astype(str))
+        if field in run.ceilings and run.ceilings[field] is not None:
+            found.add(str(run.ceilings[field]))
+        return ", ".join(sorted(found)) or "-"
+
+    out = []
+    for field in RUN_PROVENANCE_KEYS:
+        va, vb = values(a, field), values(b, field)
+        if va != vb:
+            out.append((field, va, vb))
+    return out
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, str) or math.isnan(as_float(value)):
+        return key_text(value)
+    if math.isfinite(as_float(value)) and abs(as_float(value)) >= 1e15:
+        return f"{as_float(value):.4g}"  # not 300 digits for a damaged 1e308
+    return fmt_value(value, 4)
+
+
+def format_changes(changes: pd.DataFrame, a: Run, b: Run, threshold: float, limit: int = 40) -> str:
+    """Return the console summary: provenance differences, then per table what moved."""
+    lines = [f"A: {a.path}", f"B: {b.path}"]
+    prov = provenance_changes(a, b)
+    if prov:
+        lines.append("Provenance that differs:")
+        lines += [f"  {field}: {va}  ->  {vb}" for field, va, vb in prov]
+    else:
+        lines.append("Provenance: same device, versions and commit.")
+    lines.append(
+        f"Beyond noise: timed values whose medians differ by more than both runs' p10..p90; "
+        f"values without a spread, by more than {threshold:.0%}; labels and launch shared "
+        "memory, any change."
+    )
+    if changes.empty:
+        lines.append("Nothing to compare: neither run has tables.")
+        return "\n".join(lines) + "\n"
+    for table, part in changes.groupby("table", sort=False):
+        if (part["metric"] == "table").any():  # the table has rows in one run only
+            rec = part.iloc[0]
+            lines.append(f"\n{table}: {rec['basis']} ({rec['label']}); nothing to compare")
+            continue
+        only = part[part["metric"] == "row"]
+        values = part[part["metric"] != "row"]
+        beyond = values[values["beyond"].astype(bool)]
+        head = f"\n{table}: {len(beyond)} of {len(values)} values changed beyond the noise"
+        for side in ("A", "B"):
+            count = int((only["basis"] == f"only in {side}").sum())
+            head += f"; {count} rows only in {side}" if count else ""
+        lines.append(head)
+        order = beyond.assign(
+            _size=beyond["ratio"].map(lambda r: abs(math.log(r)) if as_float(r) > 0 else math.inf)
+        ).sort_values("_size", ascending=False)
+        for rec in order.head(limit).to_dict("records"):
+            ratio = as_float(rec["ratio"])
+            ratio_txt = f"  x{ratio:.3g}" if not math.isnan(ratio) else ""
+            lines.append(
+                f"  {rec['label']}  {rec['metric']}: {_cell(rec['a'])} -> {_cell(rec['b'])}"
+                f"{ratio_txt}  [{rec['basis']}]"
+            )
+        if len(order) > limit:
+            lines.append(f"  ... and {len(order) - limit} more (see changes.csv with --out)")
+        for side in ("A", "B"):
+            labels = list(only.loc[only["basis"] == f"only in {side}", "label"])
+            if labels:
+                more = f" ... and {len(labels) - 5} more" if len(labels) > 5 else ""
+                lines.append(f"  only in {side}: {', '.join(labels[:5])}{more}")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(changes: pd.DataFrame, text: str, out: str | Path) -> list[Path]:
+    """Write changes.csv, summary.txt and changes.png (B/A per value) into out; return paths."""
+    # matplotlib (via report.plotting): drawn only here; compare loads without it
+    from tilesweep.report.plotting import compare_ratios, png
+
+    out = Path(out)
+    paths = [out / name for name in OUT_FILES]
+    write_table(paths[0], changes)
+    write_text(paths[1], text)
+    paths[2].write_bytes(png(compare_ratios(changes)))
+    return paths

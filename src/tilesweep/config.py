@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from tilesweep import config_checks, gpu_archs, question, references
+from tilesweep import config_checks, gpu_archs, references
 from tilesweep.deployment_files import check_files
 from tilesweep.errors import ConfigError, one_line
 from tilesweep.group_files import check_defaults, find_defaults_loop, group_file, parsed_once
@@ -35,7 +35,6 @@ def compose_groups(
     choices: dict[str, str], overrides: tuple[str, ...], conf_dir: Path | None = None
 ) -> RootSettings:
     """Return the settings of `overrides` with the FIGURE_GROUPS options `choices` names."""
-
     conf_dir = Path(conf_dir or CONF_DIR).resolve()
     _check_group_choices([f"{g}={v}" for g, v in choices.items()], conf_dir)
     raw = copy.deepcopy(_base_raw(tuple(overrides), conf_dir))
@@ -147,7 +146,8 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
     catalog = {}
     for path in sorted((Path(conf_dir) / "hardware").glob("*.yaml")):
         try:
-            spec = _hardware_spec(path)
+            # resolved (a verdict composes twice, each reading the whole catalog): once per content
+            spec = parsed_once(path, _resolved_file)
         except Exception as exc:  # YAML, binary bytes, an interpolation that names nothing
             why = one_line(exc).removeprefix("bad config: ")
             raise ConfigError(
@@ -171,12 +171,6 @@ def load_catalog(conf_dir: Path) -> dict[str, dict]:
     return catalog
 
 
-def _hardware_spec(path: Path) -> object:
-    """Return a hardware file's plain containers, resolved (a verdict composes twice, and each
-    compose reads the whole catalog: parsed once per content)."""
-    return parsed_once(path, _resolved_file)
-
-
 def _resolved_file(path: Path) -> object:
     """Return a YAML file's plain containers as OmegaConf resolves them."""
     from omegaconf import OmegaConf
@@ -188,7 +182,7 @@ def validate(settings: dict, conf_dir: Path = CONF_DIR) -> RootSettings:
     """Return the config as the settings object; raise ConfigError naming a bad key."""
     gpu_archs.architectures()  # conf/architectures.yaml: a broken table is one line here
     checked = config_checks.check_settings(settings)
-    question.validate(checked.question, checked.catalog)
+    config_checks.check_question(checked)
     references.validate(checked.references, conf_dir)
     config_checks.check_question_model(checked, conf_dir)
     config_checks.check_reference_figures(checked, conf_dir)

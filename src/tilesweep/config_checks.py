@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from tilesweep import gpu_archs, question, references
+from tilesweep import gpu_archs
 from tilesweep.errors import ConfigError, one_line
 from tilesweep.group_files import group_file
 from tilesweep.plan import engine_profile
@@ -69,7 +69,6 @@ def check_runners(settings: RootSettings) -> None:
 
 def check_engine_name(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for an engine file whose name is not its file's."""
-
     name = settings.engine.name
     files = {p.stem for p in (Path(conf_dir) / "engine").glob("*.yaml")}
     if name not in files:
@@ -108,9 +107,9 @@ def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
     """Raise ConfigError for an architecture conf/architectures.yaml lacks (never read)."""
     named = [("engine.only_arch", a) for a in engine.only_arch]
     for family, lists in engine.families.items():
-        for where in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
-            for i, kernel in enumerate(getattr(lists, where)):
-                key = f"engine.families.{family}.{where}[{i}].only_arch"
+        for part in ("per_layer", "per_moe_layer", "per_dense_layer", "per_step"):
+            for i, kernel in enumerate(getattr(lists, part)):
+                key = f"engine.families.{family}.{part}[{i}].only_arch"
                 named += [(key, a) for a in kernel.only_arch]
     for i, floor in enumerate(engine.kernel_floors):
         named += [(f"engine.kernel_floors[{i}].only_arch", a) for a in floor.only_arch]
@@ -157,8 +156,7 @@ def check_topology(settings: RootSettings) -> None:
 
 
 def check_prefill_chunk(settings: RootSettings) -> None:
-    """Raise ConfigError for a deployment.prefill_chunk with no prompts or no prefill rule to take
-    it."""
+    """Raise ConfigError for a prefill_chunk with no prompts or no prefill rule to take it."""
     dep, engine = settings.deployment, settings.engine
     chunk = dep.prefill_chunk
     if not chunk:
@@ -171,9 +169,24 @@ def check_prefill_chunk(settings: RootSettings) -> None:
         raise ConfigError(f"deployment.prefill_chunk={chunk}: {why}")
 
 
+def check_question(settings: RootSettings) -> None:
+    """Raise ConfigError for a question about unknown hardware, or tiles no launch row holds."""
+    asked, catalog = settings.question.case, settings.catalog
+    if asked is not None and asked.hardware not in catalog:
+        valid = ", ".join(catalog)
+        raise ConfigError(f"question.hardware={asked.hardware!r}: unknown hardware; valid: {valid}")
+    tiles = asked.tiles if asked is not None else None
+    known = sorted(b.name for b in _registry().registered()) if tiles is not None else []
+    if tiles is not None and tiles.backend not in known:
+        raise ConfigError(
+            f"question.tiles.backend={tiles.backend!r}: no such backend (its launch rows "
+            f"hold the tiles); valid: {', '.join(known)}"
+        )
+
+
 def check_question_model(settings: RootSettings, conf_dir: Path) -> None:
     """Raise ConfigError for a question about a model conf/model does not have."""
-    asked = question.of(settings)
+    asked = settings.question.case
     options = sorted(p.stem for p in (Path(conf_dir) / "model").glob("*.yaml"))
     if asked is not None and asked.model not in options:
         raise ConfigError(
@@ -187,7 +200,7 @@ def check_reference_figures(settings: RootSettings, conf_dir: Path) -> None:
 
     seen: list[dict] = []
     models: dict[str, tuple[dict, ModelSettings]] = {}  # each model file read and checked once
-    for i, fig in enumerate(references.of(settings).figures):
+    for i, fig in enumerate(settings.references.figures):
         where = f"references.figures[{i}]"
         key = {k: v for k, v in fig if k not in ("source", "tpot_ms", "speculative")}
         if key in seen:

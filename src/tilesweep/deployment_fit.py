@@ -59,7 +59,8 @@ def graph_terms(ceilings: dict) -> dict | None:
 def _graphed_fit(
     settings, steps, ceilings, hw_here, model: ModelSettings | None = None
 ) -> dict | None:
-    """Return the launch-aware fit on the graphed TP1 step here, with its ceilings, or None."""
+    """Return the launch-aware fit on the graphed TP1 step here, with the ceilings it was made
+    beside (FIT_CEILINGS), or None."""
     fit = calibration.step_fit(
         steps,
         model or settings.model,
@@ -70,7 +71,9 @@ def _graphed_fit(
         batches=settings.deployment.fit_batches,
         attention=attention_table.load(settings.deployment.attention_table),
     )
-    return None if fit is None else with_ceilings(fit, ceilings)
+    if fit is None:
+        return None
+    return {**fit, "ceilings": {k: ceilings.get(k) for k in FIT_CEILINGS}}
 
 
 def verdict_fit(
@@ -127,11 +130,6 @@ FIT_CEILINGS = (
     "matmul_tflops",
     "launch",
 )
-
-
-def with_ceilings(fit: dict, ceilings: dict) -> dict:
-    """Return the fit with the ceilings it was made beside (FIT_CEILINGS)."""
-    return {**fit, "ceilings": {k: ceilings.get(k) for k in FIT_CEILINGS}}
 
 
 def measured_here(

@@ -14,7 +14,6 @@ from functools import partial
 
 import pandas as pd
 
-from tilesweep import question
 from tilesweep.columns import VERDICT_COLUMNS
 from tilesweep.deployment_fit import fit_on_datasheet, measured_here, verdict_fit
 from tilesweep.plan import allreduce as engine_allreduce
@@ -43,11 +42,6 @@ from tilesweep.settings.hardware_spec import InterconnectModel
 def at_target(settings: RootSettings, ceilings: dict) -> bool:
     """Return whether the benchmark device is the target the config names."""
     return bool(ceilings) and ceilings.get("catalog_name") == settings.hardware.name
-
-
-def _nearest(values: list[int], want: float) -> int:
-    """Return the value closest to want (ties: the smaller)."""
-    return min(values, key=lambda v: (abs(v - want), v))
 
 
 def with_group_bw(fit: dict, group: str, e_bw: float) -> dict:
@@ -89,7 +83,8 @@ def fp8_expert_fraction(decode: pd.DataFrame, tokens_per_expert: float) -> tuple
     ]
     if ok.empty:
         return float("nan"), "no fp8 decode measurement here"
-    t = _nearest(sorted({int(v) for v in ok["tokens_per_expert"]}), tokens_per_expert)
+    sizes = {int(v) for v in ok["tokens_per_expert"]}  # the nearest (ties: the smaller)
+    t = min(sizes, key=lambda v: (abs(v - tokens_per_expert), v))
     at_t = ok[ok["tokens_per_expert"] == t]
     best = at_t.loc[at_t["time_ms"].idxmin()]
     return float(best["frac_roofline"]), f"best fp8 kernel {best['runner']} at t={t}"
@@ -327,7 +322,7 @@ def question_panel(
     settings: RootSettings, compose: Callable[[RootSettings], pd.DataFrame]
 ) -> dict | None:
     """Return the question's panel when the deployment is the one it asks about, else None."""
-    asked = question.of(settings)
+    asked = settings.question.case
     if asked is None or not asked.asks_about(settings.model.name, settings.hardware.name):
         return None
     layouts = [Layout(tp=lay.tp, pp=lay.pp, ep=lay.ep) for lay in asked.layouts]

@@ -25,7 +25,7 @@ def engine_table(
     """Return one row per engine figure the config cites (conf/references): the engine's
     measured TPOT beside the verdict composed for the same model, layout, batch and context on
     the engine's GPU, with the same fit the sweep's verdict uses (columns.ENGINE_COLUMNS)."""
-    figures = references.of(settings).figures
+    figures = settings.references.figures
     if not figures:
         return pd.DataFrame(columns=ENGINE_COLUMNS)
     fitted = verdict_fit(settings, steps, ceilings, measured_here(collective, ceilings)[3])

@@ -149,8 +149,7 @@ def _shown(path: str, flag: str, name: str) -> str:
 def check_out_folder(
     out: str, files: tuple[str, ...] = (), force: bool = False, flag: str = "--out"
 ) -> Path:
-    """Return the output folder (flag: how the user gave it), made and writable, or raise
-    ConfigError in one line."""
+    """Return the output folder (`flag`: as the user gave it), made and writable, or ConfigError."""
     shown = _shown(str(out), flag, "a folder")
     folder = Path(out)
     resolved = folder.resolve()

@@ -13,11 +13,6 @@ COLUMNS_FILE = "data/columns.yaml"
 _NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
-def _flat(items: list) -> list:
-    """Return a list with each nested list (a `*alias` of another list) spliced in place."""
-    return [x for item in items for x in (item if isinstance(item, list) else [item])]
-
-
 def parse_columns(text: str, where: str) -> dict[str, dict[str, tuple[str, ...]]]:
     """Return a column file's lists by module and name, or raise a one-line ValueError."""
     try:
@@ -40,7 +35,8 @@ def parse_columns(text: str, where: str) -> dict[str, dict[str, tuple[str, ...]]
                 raise ValueError(f"{at}: the name is not an UPPER_CASE Python name")
             if not isinstance(items, list) or not items:
                 raise ValueError(f"{at}: expected a non-empty list of column names")
-            flat = _flat(items)
+            # each nested list (a `*alias` of another list) spliced in place
+            flat = [x for item in items for x in (item if isinstance(item, list) else [item])]
             bad = [x for x in flat if not isinstance(x, str) or not x.strip()]
             if bad:
                 raise ValueError(f"{at}: {bad[0]!r} is not a column name (quote it)")

@@ -132,7 +132,8 @@ class Console(logging.Handler):
         elif event == LogEvent.JOB_ERROR:
             out += [self._failure(record), *self._end(record.jobid, now, failed=True)]
         elif event == LogEvent.PROGRESS and record.done >= record.total:
-            out.append(self._finale(record.total, now))
+            took = f" in {clock(now - self.began)}" if self.began is not None else ""
+            out.append(f"all {record.total} jobs done{took}")
         return out
 
     def hides(self, record: logging.LogRecord) -> bool:
@@ -186,10 +187,6 @@ class Console(logging.Handler):
             f"stopped: {jobs(len(self.failures))} failed ({', '.join(rules)}); the cause is the "
             f"job's `tilesweep:` line above where it printed one; Snakemake's own account{log}"
         )
-
-    def filter_for(self, handler: logging.Handler) -> None:
-        """Make Snakemake's console handler leave out what Console replaces."""
-        handler.addFilter(lambda record: not self.hides(record))
 
     def _stage(self, name: str) -> Stage:
         return self.stages.setdefault(name, Stage(name))
@@ -296,10 +293,6 @@ class Console(logging.Handler):
         parts += [f"{done} done"] if done else []
         return "other stages: " + ("; ".join(parts) if parts else "none")
 
-    def _finale(self, total: int, now: float) -> str:
-        took = f" in {clock(now - self.began)}" if self.began is not None else ""
-        return f"all {total} jobs done{took}"
-
 
 def attach(
     workflow,
@@ -319,5 +312,5 @@ def attach(
     logger.addHandler(console)
     if not settings.verbose:
         for handler in shown:
-            console.filter_for(handler)
+            handler.addFilter(lambda record: not console.hides(record))
     return console

@@ -46,8 +46,7 @@ class GpuQueryError(RuntimeError):
 
 @functools.cache
 def query_gpus() -> tuple[tuple[str, str], ...]:
-    """Return (name, driver) of each local NVIDIA GPU from nvidia-smi; raise GpuQueryError when
-    it fails or hangs."""
+    """Return (name, driver) per local GPU from nvidia-smi; GpuQueryError if it fails or hangs."""
     if shutil.which("nvidia-smi") is None:
         return ()
     try:

@@ -13,10 +13,9 @@ import yaml
 from tilesweep import package_data
 from tilesweep.errors import ConfigError
 from tilesweep.group_files import parsed_once, yaml_loader
-from tilesweep.settings import RootSettings
 from tilesweep.settings.cited_figures import Figure, References
 
-__all__ = ["BAND", "Figure", "References", "of", "read_figures_from", "validate"]
+__all__ = ["BAND", "Figure", "References", "read_figures_from", "validate"]
 
 # The band a composed TPOT must fall in, as a ratio to the engine's measured one (issue: the
 # verdict as an engine runs it).
@@ -65,31 +64,21 @@ def read_figures_from(raw: dict, conf_dir: Path) -> None:
     try:
         if path.exists() and not stat.S_ISREG(path.stat().st_mode):  # a FIFO blocks a read
             raise ConfigError(f"{where}: not a plain file (a folder, a pipe or a device)")
-        figures = _figures_of(parsed_once(path, _yaml_file), where)
+        data = parsed_once(path, _yaml_file)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         text = str(exc).strip().splitlines()
         raise ConfigError(
             f"{where}: cannot read it ({text[0] if text else type(exc).__name__})"
         ) from None
+    figures = data.get("figures") if isinstance(data, dict) else None
+    if not isinstance(figures, list) or not figures:
+        raise ConfigError(f"{where}: the file holds no `figures:` list of figures")
     refs["figures"] = figures
 
 
 def _yaml_file(path: Path) -> object:
     """Return a YAML file's contents as libyaml reads them under OmegaConf's rules."""
     return yaml.load(path.read_bytes().decode(), Loader=yaml_loader())
-
-
-def _figures_of(data: object, where: str) -> list:
-    """Return the `figures:` list of a figures file's contents, or raise ConfigError."""
-    figures = data.get("figures") if isinstance(data, dict) else None
-    if not isinstance(figures, list) or not figures:
-        raise ConfigError(f"{where}: the file holds no `figures:` list of figures")
-    return figures
-
-
-def of(settings: RootSettings) -> References:
-    """Return the engines' figures a resolved config names (none: no figures)."""
-    return settings.references
 
 
 _LISTS = package_data.column_lists("tilesweep.references")  # data/columns.yaml

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tilesweep.backends.roles import DecodeRunner
 from tilesweep.cutlass.cell_spec import kernel_schedule
 from tilesweep.cutlass.toolchain import exit_description
-from tilesweep.hardware import catalog_name
+from tilesweep.device import catalog_name
 from tilesweep.plan.expert_shapes import expert_ops, traffic
 
 if TYPE_CHECKING:

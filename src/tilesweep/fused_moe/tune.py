@@ -16,12 +16,12 @@ import pandas as pd
 from tilesweep import backends, package_data
 from tilesweep.cells import write_cell_table
 from tilesweep.columns import TUNE_COLUMNS, Status
+from tilesweep.device import catalog_name
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.backend import PROJECT_KERNEL, project_kernel_file
 from tilesweep.fused_moe.backend import journal as kept_journal
 from tilesweep.fused_moe.journal import FINAL, SCREEN, read_journal, supervise
-from tilesweep.hardware import catalog_name
 from tilesweep.io import read_json, write_text
 from tilesweep.provenance import device_info, package_version
 from tilesweep.settings import TuneSettings, Tuning

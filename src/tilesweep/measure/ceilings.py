@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from tilesweep.hardware import catalog_name
+from tilesweep.device import catalog_name
 from tilesweep.measure.timing import capture_graph, summarize, time_cpu, time_events, time_gpu
 from tilesweep.provenance import stamp
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tilesweep import answer_card, backends, question
+from tilesweep import answer_card, backends
 from tilesweep.report import measurement_sections
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.decode_figures import decode_roofline, decode_time
@@ -21,6 +21,7 @@ from tilesweep.report.sections import (
 )
 from tilesweep.report.step_figures import check_error, engine_tpot, verdict_split
 from tilesweep.settings import RootSettings
+from tilesweep.settings.question_group import Question
 
 
 def sections(tuned: list | None = None) -> tuple[tuple[str, str], ...]:
@@ -65,7 +66,7 @@ def all_figures() -> list[str]:
     return [*FIGURES, *backends.report_figures()]
 
 
-def unasked(asked: question.Question | None, model: str, hardware: str) -> str:
+def unasked(asked: Question | None, model: str, hardware: str) -> str:
     """Return why the question's panel is absent, or '' without a question."""
     if asked is None:
         return ""
@@ -117,7 +118,7 @@ def build(
         empty if t is None else t for t in (check, engines, power, tune, dropins)
     )
     model, hardware = settings.model, settings.hardware.name
-    asked = question.of(settings)
+    asked = settings.question.case
     named = ((asked.name, asked.title),) if asked and panel else ()
     why = "" if panel else unasked(asked, model.name, hardware)
     blocks = {

@@ -11,11 +11,11 @@ from tilesweep.answer_rests import collective_words
 from tilesweep.measure.power_load import reading_consistency
 from tilesweep.plan import row_inputs
 from tilesweep.plan.sensitivity import changes
-from tilesweep.question import Question
 from tilesweep.report import headlines
 from tilesweep.report.analysis import verdict_pivot
 from tilesweep.report.document import TEXTS, Block, Bullets, Code, Figure, Heading, Table, Text
 from tilesweep.report.formatting import column, fmt_value, plural, whole
+from tilesweep.settings.question_group import Question
 
 
 def verdict_grid(verdict: pd.DataFrame, title: str = "", empty: str = "(no verdict rows)") -> Table:

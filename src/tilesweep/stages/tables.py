@@ -17,7 +17,7 @@ from tilesweep.cells import (
     write_cell_table,
 )
 from tilesweep.columns import LAUNCH_COLUMNS, TUNE_COLUMNS, Status
-from tilesweep.hardware import catalog_name
+from tilesweep.device import catalog_name
 from tilesweep.settings import HardwareSpec, RootSettings
 from tilesweep.stages import logged
 

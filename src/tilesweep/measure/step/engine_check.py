@@ -19,8 +19,8 @@ import pandas as pd
 from tilesweep import grid, package_data
 from tilesweep.columns import Status
 from tilesweep.deployment_verdict import fit_on_datasheet
+from tilesweep.device import catalog_name
 from tilesweep.errors import last_line
-from tilesweep.hardware import catalog_name
 from tilesweep.io import project_path
 from tilesweep.pipeline import Sweep
 from tilesweep.plan import calibration
