@@ -71,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
             backends.command_parsers(sub)
         one = sub.add_parser(name, help=command.help, description=command.description)
         one.set_defaults(handler=handlers[name])
-        for arg in command.arguments:
+        for arg in command.arguments:  # model_dump: output only (argparse's keyword arguments)
             given = arg.model_dump(exclude_none=True, exclude={"name", "type"})
             one.add_argument(arg.name, **given, **({"type": _TYPES[arg.type]} if arg.type else {}))
     return top
