@@ -40,6 +40,7 @@ def _tmp_set(folder: Path) -> Path:
     """Write a one-figure set with the shared columns into `folder`; return the folder."""
     columns = _module().COLUMNS
     row = {c: "1" for c in columns} | {"id": "x", "speculative": "none", "tpot_ms": "9.5"}
+    row["kv_dtype"] = ""
     with (folder / "figures.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -117,7 +118,7 @@ def test_the_folded_first_set_composes_as_the_scorer_composed_it():
         g = {"model": fig.model, "hardware": fig.hardware, "deployment": fig.deployment}
         g |= {"engine_config": fig.engine_name(), "input_len": fig.input_len}
         g |= {"output_len": fig.output_len, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
-        g |= {"experts": lay.experts, "moe_tp": lay.moe_tp or ""}
+        g |= {"experts": lay.experts, "moe_tp": lay.moe_tp or "", "kv_dtype": fig.kv_dtype}
         assert mod.overrides(g, [fig.batch]) == fig.overrides(), fig.source
 
 

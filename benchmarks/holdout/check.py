@@ -56,6 +56,7 @@ COLUMNS = [
     "output_len",
     "nominal_isl",
     "nominal_osl",
+    "kv_dtype",
     "speculative",
     "statistic",
     "tpot_ms",
@@ -80,7 +81,11 @@ KEY = (
     "moe_tp",
     "input_len",
     "output_len",
+    "kv_dtype",
 )
+# A figure's kv_dtype: the KV-cache format its launch states ('': not stated, the deployment's
+# default), as references.Figure.kv_dtype takes it.
+KV_DTYPES = ("", "bf16", "fp8")
 
 
 def overrides(g: dict, batches: list[int]) -> list[str]:
@@ -98,6 +103,7 @@ def overrides(g: dict, batches: list[int]) -> list[str]:
         f"grid.layouts=[{lay}]",
         "grid.tiles=[{m:16,n:16,k:16}]",
         "references=none",
+        *([f"deployment.kv_dtype={g['kv_dtype']}"] if g["kv_dtype"] else []),
     ]
 
 
@@ -136,6 +142,12 @@ def read_set(folder: str) -> list[dict]:
         figs = list(reader)
     if not figs:
         raise ConfigError(f"--set={folder}: figures.csv has no figures")
+    for f in figs:
+        if f["kv_dtype"] not in KV_DTYPES:
+            raise ConfigError(
+                f"--set={folder}: figure {f['id']}: kv_dtype={f['kv_dtype']!r} is not one of "
+                "bf16, fp8 or '' (the launch states none)"
+            )
     return figs
 
 
@@ -192,6 +204,7 @@ def main() -> None:
                             "batch",
                             "input_len",
                             "output_len",
+                            "kv_dtype",
                             "statistic",
                             "tpot_ms",
                         )

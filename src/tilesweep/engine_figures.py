@@ -50,9 +50,9 @@ def engine_table(
 
 
 def _setup(fig: references.Figure) -> tuple:
-    """Return what one composition serves beside its key: layout, load and prompt chunk (the
-    batches differ; each is composed alone inside it)."""
-    load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk)
+    """Return what one composition serves beside its key: layout, load, prompt chunk and KV
+    format (the batches differ; each is composed alone inside it)."""
+    load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk, fig.kv_dtype)
     return (*fig.groups().values(), layout_name(fig.layout), *load)
 
 
@@ -82,8 +82,8 @@ def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
 # The columns of an engines row that are the figure's own, and the composed verdict row's.
 _FIGURE_KEYS = ("engine", "version", "model", "hardware", "batch", "input_len", "output_len")
 _FIGURE_KEYS += ("speculative", "statistic", "role")
-_VERDICT_KEYS = ("context_len", "weight_dtype", "tpot_low_ms", "tpot_high_ms", "floor_ms")
-_VERDICT_KEYS += ("host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list")
+_VERDICT_KEYS = ("context_len", "weight_dtype", "kv_dtype", "tpot_low_ms", "tpot_high_ms")
+_VERDICT_KEYS += ("floor_ms", "host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list")
 
 
 # The verdict times no kernel tile: one that divides any model stands in for the sweep's tiles,
@@ -98,14 +98,16 @@ def figure_settings(
     base: RootSettings, fig: references.Figure, batches: list[int] | None = None
 ) -> RootSettings:
     """Return the settings composing one cited figure: `base` with its batch (or `batches`, the
-    figures of the same setup), load (and the prompt chunk its launch states) and layout; raise
-    ConfigError for a chunk its engine cannot take."""
+    figures of the same setup), load (and the prompt chunk and KV format its launch states) and
+    layout; raise ConfigError for a chunk its engine cannot take."""
     load = (
         {"input_len": fig.input_len, "output_len": fig.output_len}
         if fig.input_len and fig.output_len
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
     update = {"batches": batches or [fig.batch], "prefill_chunk": fig.prefill_chunk, **load}
+    if fig.kv_dtype:  # '': the launch does not state it, the deployment's own
+        update["kv_dtype"] = fig.kv_dtype
     dep = base.deployment.model_copy(update=update)
     grid = base.grid.model_copy(update={"layouts": [fig.layout]})
     settings = base.model_copy(update={"deployment": dep, "grid": grid})

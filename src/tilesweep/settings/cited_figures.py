@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from tilesweep.settings.strict import Number, Section, refuse
@@ -38,6 +40,13 @@ class Figure(Section):
         "vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens), passed as "
         "deployment.prefill_chunk; 0: not stated, the engine file's; -1: unchunked. The note "
         "cites the line that sets it",
+    )
+    kv_dtype: Literal["", "bf16", "fp8"] = Field(
+        "",
+        description="the KV-cache format the source's launch states (SGLang/vLLM --kv-cache-dtype, "
+        "TensorRT-LLM kv_cache_config.dtype; fp8_e4m3 is fp8), passed as deployment.kv_dtype; '': "
+        "not stated, the deployment's default (bf16: the engines' `auto` is the checkpoint's "
+        "dtype). The note cites the line that sets it",
     )
     speculative: str = Field(min_length=1, description="speculative decoding, as the source ran it")
     tpot_ms: Number = Field(
@@ -98,6 +107,7 @@ class Figure(Section):
             # The figure's verdict times no kernel of the grid: one tile that divides any model.
             "grid.tiles=[{m:16,n:16,k:16}]",
             "references=none",
+            *([f"deployment.kv_dtype={self.kv_dtype}"] if self.kv_dtype else []),
         ]
 
     def groups(self) -> dict[str, str]:
