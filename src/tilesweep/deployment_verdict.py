@@ -27,7 +27,7 @@ from tilesweep.plan import (
 from tilesweep.plan.architecture import ACT_BYTES, deployment_model
 from tilesweep.plan.composition import COLUMNS, Composition, compose_rows, compose_tpot
 from tilesweep.plan.launch_fit import launch_timer, small_kernel_us
-from tilesweep.plan.padded_experts import applies, e_math_middle, padded_timer
+from tilesweep.plan.padded_experts import applies, padded_timer
 from tilesweep.plan.padded_experts import words as padded_words
 from tilesweep.plan.part_timers import floored_timer, roofline_timer, untimed_timer
 from tilesweep.plan.prompt_load import prompt_load
@@ -36,7 +36,7 @@ from tilesweep.plan.step_time import serving_load
 from tilesweep.plan.topology import span_topologies, with_engine_allreduce, with_topology
 from tilesweep.settings import DeploymentSettings, Layout, RootSettings
 from tilesweep.settings.engine_spec import EngineSettings
-from tilesweep.settings.hardware_spec import InterconnectModel
+from tilesweep.settings.hardware_spec import HardwareSpec, InterconnectModel
 
 
 def at_target(settings: RootSettings, ceilings: dict) -> bool:
@@ -189,19 +189,21 @@ def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -
     return ends
 
 
-def _padded(engine_conf: EngineSettings, where: tuple, kwargs: dict, ends: dict) -> dict:
+def _padded(
+    engine_conf: EngineSettings, hw: HardwareSpec, weight_dtype: str, kwargs: dict, ends: dict
+) -> dict:
     """Put the expert parts on the engine's padded path where it takes it (arch, weight format):
-    the rows at its band's middle, the band's ends at its cited ends."""
+    the rows at its measured e_math (else its cited band's middle), the band's ends at its ends."""
     spec = engine_conf.padded_experts
-    if not applies(spec, *where):
+    if not applies(spec, hw.arch, weight_dtype):
         return ends
     base = kwargs.get("timer", roofline_timer)
     low, high = ends.get("tpot_low_ms", base), ends.get("tpot_high_ms", base)
-    kwargs["timer"] = padded_timer(base, spec, e_math_middle(spec))
-    kwargs["rests"] = {**kwargs.get("rests", {}), "padded expert rows": padded_words(spec)}
+    kwargs["timer"] = padded_timer(base, spec, "middle")
+    kwargs["rests"] = {**kwargs.get("rests", {}), "padded expert rows": padded_words(spec, hw.name)}
     return {
-        "tpot_low_ms": padded_timer(low, spec, spec.e_math_high),
-        "tpot_high_ms": padded_timer(high, spec, spec.e_math_low),
+        "tpot_low_ms": padded_timer(low, spec, "high"),
+        "tpot_high_ms": padded_timer(high, spec, "low"),
     }
 
 
@@ -280,7 +282,7 @@ def deployment_table(
         kwargs["rests"] = used | expert | tail
         ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
         ends = _floored(engine_conf, settings.hardware.arch, kwargs, ends)
-        ends = _padded(engine_conf, (settings.hardware.arch, dep.weight_dtype), kwargs, ends)
+        ends = _padded(engine_conf, settings.hardware, dep.weight_dtype, kwargs, ends)
         rows = compose_rows(one, **kwargs)
         for column, timer in ends.items():
             for row, tpot in zip(rows, compose_tpot(one, **dict(kwargs, timer=timer)), strict=True):

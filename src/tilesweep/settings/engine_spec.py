@@ -155,11 +155,25 @@ class PaddedPass(Section):
     inter_bytes: Number = Field(default=0, ge=0, le=64)
 
 
+class MeasuredEMath(EfficiencyCurve):
+    """A padded path's GEMM e_math measured on one GPU: by tokens per local expert, one kernel at
+    two expert shards (ends: sizes; a layout reads between them in log size)."""
+
+    source: str = Field(min_length=1)  # the kernel timed, the card it ran on and the file
+
+    @model_validator(mode="after")
+    def _one_kernel(self) -> MeasuredEMath:
+        """Refuse a curve of two kernels: the padded path charges one kernel's rate."""
+        if self.ends != "sizes":
+            raise refuse("ends", "must be sizes: one kernel timed at two expert shards", self.ends)
+        return self
+
+
 class PaddedExperts(Section):
     """Routed-expert GEMMs an engine runs over worst-case padded rows at decode, whatever the batch:
     M_sum = round_up(rows + local experts x (align - 1), align) (vLLM 0.12's DeepGEMM contiguous
-    layout); its GEMMs compute M_sum rows at a cited fraction of the datasheet peak, its passes
-    stream their bytes on top (plan.padded_experts)."""
+    layout); its GEMMs compute M_sum rows at a measured (else cited) fraction of the datasheet
+    peak, its passes stream their bytes on top (plan.padded_experts)."""
 
     align: int = Field(ge=1, le=1024)
     below_moe_tp: int = Field(ge=2, le=1024)  # the engine takes this path at an MoE TP below it
@@ -170,6 +184,9 @@ class PaddedExperts(Section):
     low_kernel: str = Field(min_length=1)  # the cited kernel and shape of each end
     high_kernel: str = Field(min_length=1)
     passes: list[PaddedPass] = []  # elementwise passes over the M_sum rows between its GEMMs
+    # conf/hardware name -> its GEMMs' e_math measured there: a row on that GPU takes it (the
+    # band's fast end the cited e_math_high where above it), elsewhere the cited band's middle
+    measured: dict[str, MeasuredEMath] = {}
     kernel: str = Field(min_length=1)
     cite: str = Field(min_length=1)  # the engine's code that picks the path and sizes its rows
 
