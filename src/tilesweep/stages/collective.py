@@ -115,33 +115,25 @@ NO_COLLECTIVE = {
 }
 
 
-def _run(plan: list[dict], world: int, bench: dict, cuda: bool) -> list[dict]:
-    """Return run_plan's result of each planned collective (fewer repeats on CPU)."""
+def _timing(bench: dict, cuda: bool) -> dict:
+    """Return how run_plan times the collectives (fewer repeats on CPU)."""
     repeats = bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
-    return run_plan(
-        plan,
-        world,
-        repeats,
-        max(1, bench["warmup"]),
-        cuda,
-        timing=bench["collective_timing"],
-        max_calls=bench["collective_graph_calls"],
-        fill_ms=bench["collective_graph_fill_ms"],
-    )
+    return {
+        "timing": bench["collective_timing"],
+        "max_calls": bench["collective_graph_calls"],
+        "fill_ms": bench["collective_graph_fill_ms"],
+        "repeats": repeats,
+        "warmup": max(1, bench["warmup"]),
+        "cuda": cuda,
+    }
 
 
 def _log_fits(frame: pd.DataFrame, log) -> None:
     """Log each collective and group's latency floor and fitted latency and bus bandwidth."""
     fitted = frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
     for rec in fitted.to_dict("records"):
-        log.info(
-            "%s(%d): latency floor %.1f us, fit alpha %.1f us, busbw %.2f GB/s",
-            rec["collective"],
-            rec["group"],
-            rec["latency_floor_us"],
-            rec["fit_latency_us"],
-            rec["fit_busbw_gbs"],
-        )
+        said = "%(collective)s(%(group)d): latency floor %(latency_floor_us).1f us, "
+        log.info(said + "fit alpha %(fit_latency_us).1f us, busbw %(fit_busbw_gbs).2f GB/s", rec)
 
 
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
@@ -177,7 +169,7 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
         )
         rows = [{**base, **row, **prov} for row in skipped]
         if plan:
-            results = _run(plan, world, bench, cuda)
+            results = run_plan(plan, world, _timing(bench, cuda))
             for item, result in zip(plan, results, strict=True):
                 rows.append({**base, **item, **_timed_row(item, result), **prov})
         if not rows:
