@@ -97,15 +97,9 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
         ax.plot(model, y, "D", color="black", markersize=4, ls="", label="hand estimate")
     for i, r in enumerate(rows):
         if np.isnan(smem[i]):
-            ax.annotate(
-                f"no number ({r.get('status')} failed: see the table)",
-                (0 if np.isnan(model[i]) else model[i], i),
-                xytext=(8, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=plot.TEXT_PT,
-                color="#555555",
-            )
+            failed = f"no number ({r.get('status')} failed: see the table)"
+            at = (0 if np.isnan(model[i]) else model[i], i)
+            plot.note(ax, failed, at, (8, 0), va="center", color="#555555")
     tiers = _limit_lines(ax, part)
     ax.set_yticks(y, labels, fontsize=plot.TEXT_PT + 1)
     ax.set_ylim(len(rows) - 0.4, -0.6)
@@ -131,16 +125,10 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
         # The wide per-SM band lies under the dashed opt-in line: where they coincide both show.
         zorder = 3 if ls == "-" else 4
         ax.axvline(kib, color=color, ls=ls, lw=width, zorder=zorder, gid=plot.REFERENCE)
-        ax.annotate(
-            f"{label} {kib:,.0f} KiB",
-            (kib, 1.0),
-            xycoords=("data", "axes fraction"),
-            xytext=(2, 2 + tier * TIER_PT),
-            textcoords="offset points",
-            va="bottom",
-            fontsize=plot.TEXT_PT,
-            color=color,
-            annotation_clip=False,
+        where = {"xycoords": ("data", "axes fraction"), "annotation_clip": False}
+        offset = (2, 2 + tier * TIER_PT)
+        plot.note(
+            ax, f"{label} {kib:,.0f} KiB", (kib, 1.0), offset, va="bottom", color=color, **where
         )
     return len(found)
 

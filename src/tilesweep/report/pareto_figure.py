@@ -212,15 +212,7 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
         tries = [(strict, dx, dy) for strict in (True, False) for dx, dy in LABEL_OFFSETS]
         for strict, dx, dy in tries:
             side = "left" if dx > 0 else "right"
-            note = ax.annotate(
-                text,
-                xy,
-                xytext=(dx, dy),
-                textcoords="offset points",
-                fontsize=9,
-                color=color,
-                ha=side,
-            )
+            note = plot.note(ax, text, xy, (dx, dy), fontsize=9, color=color, ha=side)
             box = note.get_window_extent(renderer)
             if _free(box, placed, others if strict else [], radius):
                 placed.append(box)

@@ -112,6 +112,13 @@ def top_series(
     return shown, [r for r in ranked if r not in chosen]
 
 
+def note(ax, text: str, xy: tuple, offset: tuple, **style):
+    """Return ax's annotation of xy, `offset` points away (TEXT_PT unless `style` says)."""
+    return ax.annotate(
+        text, xy, xytext=offset, textcoords="offset points", **{"fontsize": TEXT_PT, **style}
+    )
+
+
 def say(ax, message: str) -> None:
     """Turn ax into a text panel that states why it has nothing to plot."""
     ax.set_xticks([])

@@ -136,15 +136,8 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
             if floor == floor:
                 plot.reference(ax.hlines(floor, xi - 0.375, xi + 0.375, color="black", lw=1.6))
     for xi, total in zip(x, bottom, strict=True):
-        ax.annotate(
-            f"{total:.1f}" if total < 100 else f"{total:,.0f}",
-            (xi, total),
-            xytext=(0, 2),
-            textcoords="offset points",
-            ha="center",
-            va="bottom",
-            fontsize=plot.TEXT_PT,
-        )
+        text = f"{total:.1f}" if total < 100 else f"{total:,.0f}"
+        plot.note(ax, text, (xi, total), (0, 2), ha="center", va="bottom")
     for edge in edges[1:]:
         plot.reference(ax.axvline(edge, color="#999999", lw=0.8))
     ax.set_xticks(x, names, rotation=35, ha="right", fontsize=plot.TEXT_PT + 1)

@@ -32,9 +32,7 @@ def launch_table(paths: list[str]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=LAUNCH_COLUMNS)
     # device, toolchain and commit come from each record, stamped when it was written.
-    for col in LAUNCH_COLUMNS:
-        if col not in frame:
-            frame[col] = None
+    frame = frame.assign(**{col: None for col in LAUNCH_COLUMNS if col not in frame})
     extra = [c for c in frame.columns if c not in LAUNCH_COLUMNS]
     return (
         frame[LAUNCH_COLUMNS + extra]
