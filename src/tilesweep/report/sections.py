@@ -252,27 +252,17 @@ def _combination(row: dict) -> str:
 
 
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
-    said = (
-        f"{_combination(row)}: {int(row['smem_bytes']):,} B, {int(row['overshoot_bytes']):,} B "
-        f"over the {int(row['smem_limit_bytes']):,} B opt-in limit: "
+    sizes = {"smem": int(row["smem_bytes"]), "over": int(row["overshoot_bytes"])}
+    outcome = TEXTS[f"tile_ran_{str(ran).lower()}"].format(name=name)
+    limit = int(row["smem_limit_bytes"])
+    said = TEXTS["tile_over"].format(
+        combination=_combination(row), limit=limit, outcome=outcome, **sizes
     )
-    if ran is False:
-        said += f"reproduces the {name}'s initialize failure"
-    elif ran is True:
-        said += (
-            f"would fail initialize, yet the {name} saw this tile run, so its kernel asked for less"
-        )
-    else:
-        said += "would fail initialize"
     if auto is not None and row["asked"] != "auto":
-        if auto["fits"] == "no":
-            said += f"; with auto stages it is over too ({int(auto['smem_bytes']):,} B)"
-        else:
-            picked = int(auto["stages"])
-            said += (
-                f"; with auto stages the build picks {picked} ({int(auto['smem_bytes']):,} B) "
-                f"and it fits{' after opt-in' if auto['fits'] == 'optin' else ''}"
-            )
+        optin = " after opt-in" if auto["fits"] == "optin" else ""
+        more = "tile_auto_over" if auto["fits"] == "no" else "tile_auto_fits"
+        stages = int(auto["stages"]) if auto["fits"] != "no" else None
+        said += TEXTS[more].format(smem=int(auto["smem_bytes"]), stages=stages, optin=optin)
     return said + "."
 
 
@@ -291,17 +281,10 @@ def _settings_matched(rows: pd.DataFrame, ran: dict[str, bool], name: str) -> st
         return None
     best = max(score for score, _, _ in tally)
     closest = [(label, missed) for score, label, missed in tally if score == best]
-    if best == len(ran):
-        names = "; ".join(label for label, _ in closest)
-        return (
-            f"Matching all {len(ran)} of the {name}'s observations (which tiles ran, which "
-            f"failed): {names}."
-        )
+    names = "; ".join(label for label, _ in closest)
     misses = "; ".join(f"{label} (misses {', '.join(missed)})" for label, missed in closest)
-    return (
-        f"No accounted setting matches all {len(ran)} of the {name}'s observations (which tiles "
-        f"ran, which failed); closest, {best} of {len(ran)}: {misses}."
-    )
+    said = "settings_matched" if best == len(ran) else "settings_closest"
+    return TEXTS[said].format(seen=len(ran), name=name, names=names, best=best, misses=misses)
 
 
 def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
@@ -325,9 +308,6 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
     over = {r["tile"] for r in records if r["fits"] == "no"}
     for tile, saw in ran.items():
         if saw is False and tile not in over and tile in set(rows["tile"]):
-            said.append(
-                f"{tile}: every accounted combination fits, so none reproduces the {asked.name}'s "
-                "initialize failure."
-            )
+            said.append(TEXTS["tile_all_fit"].format(tile=tile, name=asked.name))
     matched = _settings_matched(rows, {t: v for t, v in ran.items() if v is not None}, asked.name)
     return said + ([matched] if matched else [])
