@@ -52,10 +52,7 @@ def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
         .size()
         .unstack("fits", fill_value=0)
     )
-    for col in ("default", "optin", "no", "unknown"):
-        if col not in counts:
-            counts[col] = 0
-    return counts[["default", "optin", "no", "unknown"]].reset_index()
+    return counts.reindex(columns=["default", "optin", "no", "unknown"], fill_value=0).reset_index()
 
 
 def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
@@ -114,12 +111,9 @@ def not_timed(decode: pd.DataFrame) -> pd.DataFrame:
 def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
     """Return per collective and group the latency floor, the alpha-beta fit and the peak busbw."""
     ok = ok_rows(collective)
-    if ok.empty or "time_ms" not in ok:
-        return pd.DataFrame()
-    ok = ok[ok["collective"].astype(str) != "none"]
+    ok = ok[column(ok, "collective", "").astype(str) != "none"] if "time_ms" in ok else ok[:0]
     if ok.empty:
         return pd.DataFrame()
-
     rows = []
     for (kind, group), part in ok.groupby(["collective", "group"], sort=True):
         by_size = part.groupby("bytes")["time_ms"].median()

@@ -166,13 +166,10 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
         if why:
             rows += failed(Status.SKIPPED, why)
             batches = []
+        said = {"emulated": " (one rank emulated)" if emulate else "", "batches": batches}
         log.info(
-            "layout %s on %d %s ranks%s: batches %s",
-            layout["layout"],
-            world,
-            base["backend"],
-            " (one rank emulated)" if emulate else "",
-            batches,
+            "layout %(layout)s on %(world)d %(backend)s ranks%(emulated)s: batches %(batches)s",
+            base | said,
         )
         if batches:
             try:
