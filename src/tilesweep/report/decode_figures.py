@@ -79,11 +79,10 @@ def _selection(shown: list[str], left: list[str]) -> str:
     if not left:
         return f"all {plural(len(shown), 'runner')} timed"
     baseline = ", and the fastest torch baseline" if any(map(_is_baseline, shown)) else ""
-    return (
-        f"{len(shown)} of {len(shown) + len(left)} runners: the fastest somewhere, then the "
-        f"nearest the fastest{baseline};\nthe other {len(left)} "
-        f"{'is' if len(left) == 1 else 'are'} in the decode table"
+    said = TEXTS["runners_shown"].format(
+        shown=len(shown), timed=len(shown) + len(left), baseline=baseline
     )
+    return f"{said}\nthe other {len(left)} {'is' if len(left) == 1 else 'are'} in the decode table"
 
 
 def _num(value: float) -> str:
@@ -99,10 +98,8 @@ def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, 
         return math.nan, f"no measured {name}: no roof drawn"
     top = achieved.max()
     if not math.isnan(top) and top > value:
-        return math.nan, (
-            f"the measured {name}, {_num(value)} {unit}, is below the {_num(top)} {unit} these "
-            "runs reached: a gap in the ceilings, not drawn as a roof"
-        )
+        said = {"name": name, "value": _num(value), "unit": unit, "top": _num(top)}
+        return math.nan, TEXTS["ceiling_below"].format(**said)
     return value, ""
 
 
