@@ -15,9 +15,10 @@ from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData
 from tilesweep.report.formatting import fmt_value
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
-DATA_FILES = ("templates/report.css",)
-# The report's one style sheet, inline in its <head>.
+DATA_FILES = ("templates/report.css", "templates/report.html")
+# The report's one style sheet, inline in its <head>, and the page around the sections.
 CSS = "\n" + package_data.data_file("tilesweep", DATA_FILES[0])
+PAGE = package_data.data_file("tilesweep", DATA_FILES[1])
 WRAP_COLUMNS = {"reason", "inputs_json", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
 # The cell colours of the verdict grid each legend word stands for (its colour key).
@@ -147,19 +148,12 @@ def render(data: ReportData) -> str:
     nav = "".join(
         f'<a href="#{esc(key)}">{esc(label)}</a>' for key, label in data.nav if key in present
     )
-    body = [
+    body = "".join(
         f'<section id="{s.key}"><h2>{esc(s.title)}</h2>'
         + "".join(BLOCKS[type(b)](b, data) for b in s.blocks)
         + "</section>"
         for s in data.sections
-    ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(data.title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{esc(data.title)}</h1></header>"
-        + (card_html(data.card) if data.card is not None else "")
-        + f"<p>{esc(data.intro)}</p><nav>{nav}</nav>"
-        + "".join(body)
-        + "</body></html>\n"
     )
+    card = card_html(data.card) if data.card is not None else ""
+    said = {"title": esc(data.title), "intro": esc(data.intro), "card": card}
+    return PAGE.format(css=CSS, nav=nav, body=body, **said)
