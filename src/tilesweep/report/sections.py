@@ -152,10 +152,7 @@ def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
     text = TEXTS["power_intro"]
     reading = asked.power if asked is not None else None
     if reading is not None:
-        text += (
-            f" The {asked.name} read about {reading.watts:g} W of {reading.limit_watts:g} W "
-            f"({reading.fraction:.0%}) {reading.claim}."
-        )
+        text += " " + TEXTS["power_reading"].format(name=asked.name, r=reading)
     blocks: list[Block] = [
         Text(text),
         Table(power, columns.REPORT_POWER_COLUMNS, empty="(no power table)"),
@@ -179,10 +176,7 @@ def question_blocks(
     rows = panel["rows"]
     sources = ", ".join(sorted(rows["source"].astype(str).unique())) if len(rows) else "none"
     blocks: list[Block] = [
-        Text(
-            f"{asked.setting}, composed (sources: {sources}); inputs and their sources "
-            "are in the verdict section."
-        ),
+        Text(TEXTS["question_intro"].format(setting=asked.setting, sources=sources)),
         verdict_grid(rows, "Bound and speed per layout and batch"),
         Table(panel["winners"], columns.WINNER_COLUMNS, title="Which layout wins, and by how much"),
         Bullets(changes(panel["band"], panel["winners"])),
@@ -196,17 +190,9 @@ def question_blocks(
     if not truth.empty:
         blocks.append(Table(truth, title=asked.tiles.title, note=asked.tiles.note))
         blocks.append(Bullets(tile_failure_findings(launch, asked)))
-    judged = _judged(power, asked)
-    if not judged.empty:
-        blocks.append(
-            Bullets(
-                [
-                    f"{r['load']} ({r['expected_bound']}): {r['consistent']}."
-                    for r in judged.to_dict("records")
-                ]
-            )
-        )
-    return blocks
+    judged = _judged(power, asked).to_dict("records")
+    said = [f"{r['load']} ({r['expected_bound']}): {r['consistent']}." for r in judged]
+    return blocks + ([Bullets(said)] if said else [])
 
 
 def _asked_rows(launch: pd.DataFrame, asked: Question) -> tuple[pd.DataFrame, dict]:
