@@ -59,15 +59,12 @@ def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
     """Return the hand estimate against the compiler's or CUTLASS's number, per kernel."""
     if launch.empty or "smem_model_bytes" not in launch:
         return pd.DataFrame()
-    rows = launch[
-        numeric(launch, "smem_model_bytes").notna() & numeric(launch, "smem_bytes").notna()
-    ]
-    rows = rows.copy()
-    actual = numeric(rows, "smem_bytes")
-    model = numeric(rows, "smem_model_bytes")
-    rows["smem_model_error_bytes"] = model - actual
-    rows["smem_model_error_pct"] = (model - actual) / actual * 100
-    return rows
+    actual, model = numeric(launch, "smem_bytes"), numeric(launch, "smem_model_bytes")
+    errors = {
+        "smem_model_error_bytes": model - actual,
+        "smem_model_error_pct": (model - actual) / actual * 100,
+    }
+    return launch.assign(**errors)[model.notna() & actual.notna()]
 
 
 def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:

@@ -32,6 +32,8 @@ COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # The gid of an artist that marks a reference (a limit, a roof, a floor), not a data series.
 REFERENCE = "reference"
+# How a figure or panel with nothing to plot says why: centred, wrapped, grey.
+SAID = {"ha": "center", "va": "center", "wrap": True, "color": "#555555"}
 
 
 def png(fig: Figure) -> bytes:
@@ -49,7 +51,7 @@ def empty(message: str, title: str = "") -> Figure:
     ax.axis("off")
     if title:
         ax.set_title(title)
-    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555")
+    ax.text(0.5, 0.5, message, **SAID)
     return fig
 
 
@@ -123,17 +125,7 @@ def say(ax, message: str) -> None:
     """Turn ax into a text panel that states why it has nothing to plot."""
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        ha="center",
-        va="center",
-        wrap=True,
-        color="#555555",
-        transform=ax.transAxes,
-        fontsize=TEXT_PT + 1,
-    )
+    ax.text(0.5, 0.5, message, transform=ax.transAxes, fontsize=TEXT_PT + 1, **SAID)
 
 
 class _MinorLogLabels(Formatter):

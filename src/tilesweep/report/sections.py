@@ -58,9 +58,8 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     if "tpot_ms" in frame:
         frame = frame.assign(tokens_per_s_per_user=1000.0 / numeric(frame, "tpot_ms"))
     fits = column(frame, "fits_memory", "yes").astype(str) == "yes"
-    key, every = (
-        _with_tie(columns.REPORT_KEY_VERDICT_COLUMNS),
-        _with_tie(columns.REPORT_VERDICT_COLUMNS),
+    key, every = map(
+        _with_tie, (columns.REPORT_KEY_VERDICT_COLUMNS, columns.REPORT_VERDICT_COLUMNS)
     )
     first = frame[fits].iloc[0] if fits.any() else None
     inputs = "\n".join(row_inputs.lines(row_inputs.of(first))) if first is not None else ""

@@ -16,10 +16,10 @@ def fill_random(tensor, gen, scale: float):
     return tensor
 
 
-def random_bf16(torch, shape: tuple, device, gen):
+def random_bf16(torch, shape: tuple, device, gen, scale: float = 1.0):
     """Return a bf16 tensor of this shape filled with random values (empty shapes allowed)."""
     out = torch.empty(*shape, dtype=torch.bfloat16, device=device)
-    return fill_random(out, gen, 1.0) if out.numel() else out
+    return fill_random(out, gen, scale) if out.numel() else out
 
 
 class WeightMaker:
@@ -30,11 +30,8 @@ class WeightMaker:
 
     def w(self, *shape, k: int, shared: bool = False):
         """Return a bf16 weight of this shape, random with scale 1/sqrt(k)."""
-        torch = self.torch
         source = self.shared_gen if shared else self.gen
-        return fill_random(
-            torch.empty(*shape, dtype=torch.bfloat16, device=self.device), source, k**-0.5
-        )
+        return random_bf16(self.torch, shape, self.device, source, k**-0.5)
 
     def ones(self, n: int):
         """Return a bf16 vector of n ones (a norm's weight)."""
