@@ -18,17 +18,12 @@ from tilesweep.references import BAND
 from tilesweep.report import plotting as plot
 from tilesweep.report.formatting import column, plural
 
-SHARE_COLORS = {
-    "memory_ms": "#4878d0",
-    "math_ms": "#ee854a",
-    "comm_ms": "#6acc64",
-    "other_ms": "#b0b0b0",
-}
-SHARE_LABELS = {
-    "memory_ms": "memory-bound parts",
-    "math_ms": "math-bound parts",
-    "comm_ms": "communication",
-    "other_ms": "launch (kernels x fixed cost)",
+# Each part of the split: its bar's colour and label.
+SHARES = {
+    "memory_ms": {"color": "#4878d0", "label": "memory-bound parts"},
+    "math_ms": {"color": "#ee854a", "label": "math-bound parts"},
+    "comm_ms": {"color": "#6acc64", "label": "communication"},
+    "other_ms": {"color": "#b0b0b0", "label": "launch (kernels x fixed cost)"},
 }
 
 
@@ -70,7 +65,7 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
 
 def verdict_split(verdict: pd.DataFrame) -> Figure:
     """Return stacked bars of each layout's step split in ms per token, grouped by batch."""
-    shares = [c for c in SHARE_COLORS if c in verdict]
+    shares = [c for c in SHARES if c in verdict]
     if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
         return plot.empty("no verdict rows", "Verdict")
     batches = sorted(pd.unique(numeric(verdict, "batch").dropna()))
@@ -100,7 +95,7 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     spans = [_split_row(ax, row, shares) for ax, row in zip(axes, rows, strict=True)]
     for ax in axes:  # one bar width on every row
         ax.set_xlim(-0.75, max(spans) - 0.75)
-    handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
+    handles = [Patch(**SHARES[c]) for c in shares]
     if "floor_ms" in verdict and numeric(verdict[drawn], "floor_ms").notna().any():
         handles.append(Line2D([], [], color="black", lw=1.6, label="roofline floor (floor_ms)"))
     plot.legend_below(fig, handles, [textwrap.fill(n, 150) for n in notes], ncols=len(handles))
@@ -121,15 +116,7 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
     bottom = np.zeros(len(frame))
     for col in shares:
         vals = numeric(frame, col).fillna(0).to_numpy()
-        ax.bar(
-            x,
-            vals,
-            0.75,
-            bottom=bottom,
-            color=SHARE_COLORS[col],
-            linewidth=0,
-            label=SHARE_LABELS[col],
-        )
+        ax.bar(x, vals, 0.75, bottom=bottom, linewidth=0, **SHARES[col])
         bottom += vals
     if "floor_ms" in frame:  # each bar's physical floor (the verdict's floor_ms) as a tick
         for xi, floor in zip(x, numeric(frame, "floor_ms"), strict=True):
