@@ -37,17 +37,12 @@ LIMITS = (
 TIER_PT = plot.TEXT_PT + 3
 
 
-def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
-    """Return the launch table's targets in table order, `first` ahead of the rest."""
-    targets = list(dict.fromkeys(launch["target"].astype(str)))
-    return sorted(targets, key=lambda t: t != first)
-
-
 def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
     """Return bars of shared memory per kernel, one panel per target, with the target's limits."""
     if launch.empty or "target" not in launch:
         return plot.empty("no launch checks in this sweep", "Shared memory per tile")
-    targets = target_order(launch, first)
+    # The targets in table order, `first` ahead of the rest.
+    targets = sorted(dict.fromkeys(launch["target"].astype(str)), key=lambda t: t != first)
     heights = [max(2.2, 0.3 * (launch["target"] == t).sum() + 1.4) for t in targets]
     fig = Figure(figsize=(9, sum(heights)))
     axes = fig.subplots(len(targets), 1, squeeze=False, height_ratios=heights, sharex=True)

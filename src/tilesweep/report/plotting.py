@@ -66,17 +66,13 @@ def reference(artist):
     return artist
 
 
-def _labelled(artist) -> bool:
-    """Return whether an artist carries a series label (not '', not '_...', not a reference)."""
-    label = str(artist.get_label() or "")
-    gid = artist.get_gid() if hasattr(artist, "get_gid") else None
-    return bool(label) and not label.startswith("_") and gid != REFERENCE
-
-
 def series_labels(ax) -> list[str]:
     """Return the labels of ax's data series (no reference lines nor '_' labels)."""
     artists = [*ax.get_lines(), *ax.collections, *ax.containers]
-    return [str(a.get_label()) for a in artists if _labelled(a)]
+    labels = [(str(a.get_label() or ""), getattr(a, "get_gid", lambda: None)()) for a in artists]
+    return [
+        label for label, gid in labels if label and not label.startswith("_") and gid != REFERENCE
+    ]
 
 
 def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:

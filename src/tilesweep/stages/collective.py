@@ -21,16 +21,6 @@ from tilesweep.provenance import cpu_device, stamp
 from tilesweep.stages import logged
 
 
-def _sizes(bench: dict) -> list[int]:
-    """Return the sweep's message sizes plus the extra sizes, sorted and unique."""
-    swept = sweep_sizes(
-        bench["collective_sweep_min_bytes"],
-        bench["collective_sweep_max_bytes"],
-        bench["collective_sweep_factor"],
-    )
-    return sorted(set(swept) | set(bench["collective_extra_sizes"]))
-
-
 def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[dict]]:
     """Return (collectives to time, rows recorded without timing) for one layout."""
     layout, model, bench = spec["layout"], spec["model"], spec["bench"]
@@ -41,7 +31,9 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
         for t in spec["tokens_per_expert"]
         for msg in step_messages(layout, model, t)
     ]
-    kinds, sizes = sorted({(m["collective"], m["group"]) for m in items}), _sizes(bench)
+    kinds = sorted({(m["collective"], m["group"]) for m in items})
+    swept = (bench[f"collective_sweep_{k}"] for k in ("min_bytes", "max_bytes", "factor"))
+    sizes = sorted(set(sweep_sizes(*swept)) | set(bench["collective_extra_sizes"]))
     sweep = {"per_step": 0, "tokens_per_expert": None, "purpose": "sweep"}
     items += [
         {"collective": kind, "group": group, "bytes": size, **sweep}
@@ -128,14 +120,6 @@ def _timing(bench: dict, cuda: bool) -> dict:
     }
 
 
-def _log_fits(frame: pd.DataFrame, log) -> None:
-    """Log each collective and group's latency floor and fitted latency and bus bandwidth."""
-    fitted = frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
-    for rec in fitted.to_dict("records"):
-        said = "%(collective)s(%(group)d): latency floor %(latency_floor_us).1f us, "
-        log.info(said + "fit alpha %(fit_latency_us).1f us, busbw %(fit_busbw_gbs).2f GB/s", rec)
-
-
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
     """Time one layout's collectives over NCCL (GPUs) or gloo (CPU); write the table."""
     import torch
@@ -175,6 +159,12 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
         if not rows:
             rows.append({**base, **NO_COLLECTIVE, **prov})
         frame = fit_columns(pd.DataFrame(rows))
-        _log_fits(frame, log)
+        # Each collective and group's latency floor and fitted latency and bus bandwidth.
+        fitted = frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
+        for rec in fitted.to_dict("records"):
+            said = "%(collective)s(%(group)d): latency floor %(latency_floor_us).1f us, "
+            log.info(
+                said + "fit alpha %(fit_latency_us).1f us, busbw %(fit_busbw_gbs).2f GB/s", rec
+            )
     write_cell_table(table_path, frame)
     return frame
