@@ -47,9 +47,7 @@ def sample_row(sampler: PowerSampler, seconds: float) -> dict:
         "power_samples": len(power),
         "sample_hz": round(len(power) / seconds, 1) if seconds > 0 else None,
         "power_limit_w": limit,
-        "power_w_median": q["median"],
-        "power_w_p10": q["p10"],
-        "power_w_p90": q["p90"],
+        **{f"power_w_{key}": value for key, value in q.items()},
         "sm_clock_mhz_median": quantiles([s[1] for s in sampler.samples])["median"],
         "throttled_frac": (
             round(sum(1 for s in sampler.samples if s[2]) / len(power), 3) if power else None

@@ -89,11 +89,8 @@ def never_fits_line(verdict: pd.DataFrame, never: list[str]) -> str:
     parts = []
     for layout in never:
         short = numeric(verdict[verdict["layout"].astype(str) == layout], "mem_short_gb").dropna()
-        span = (
-            f" ({fmt_value(short.min())} to {fmt_value(short.max())} GB short)"
-            if len(short) and short.min() != short.max()
-            else (f" ({fmt_value(short.iloc[0])} GB short)" if len(short) else "")
-        )
+        ends = dict.fromkeys((short.min(), short.max())) if len(short) else {}
+        span = f" ({' to '.join(map(fmt_value, ends))} GB short)" if ends else ""
         parts.append(layout + span)
     return f"Fit in memory at no batch, so not in the grid: {', '.join(parts)}."
 

@@ -230,10 +230,14 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
     )
 
 
+def _stages(asked: str) -> str:
+    return "auto stages" if asked == "auto" else f"{asked} stages asked"
+
+
 def _combination(row: dict) -> str:
-    asked = str(whole(row["stages_requested"]))
-    stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
-    return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
+    return (
+        f"{row['tile']}, {row['epilogue']} epilogue, {_stages(str(whole(row['stages_requested'])))}"
+    )
 
 
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
@@ -260,8 +264,7 @@ def _settings_matched(rows: pd.DataFrame, ran: dict[str, bool], name: str) -> st
         fits = {t: f != "no" for t, f in zip(group["tile"], group["fits"], strict=True)}
         if set(ran) <= set(fits):
             missed = [t for t in ran if fits[t] != ran[t]]
-            stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
-            tally.append((len(ran) - len(missed), f"{epilogue} epilogue, {stages}", missed))
+            tally.append((len(ran) - len(missed), f"{epilogue} epilogue, {_stages(asked)}", missed))
     if not tally:
         return None
     best = max(score for score, _, _ in tally)

@@ -92,11 +92,10 @@ def measured_when(paths: list[str]) -> str | None:
     times = [os.path.getmtime(p) for p in paths if os.path.exists(p)]
     if not times:
         return None
-
-    def stamp(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
-
-    first, last = stamp(min(times)), stamp(max(times))
+    ends = (
+        datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M") for t in (min(times), max(times))
+    )
+    first, last = ends
     return f"{first} UTC" if first == last else f"{first} to {last} UTC"
 
 
