@@ -15,10 +15,10 @@ from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData
 from tilesweep.report.formatting import fmt_value
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
-DATA_FILES = ("templates/report.css", "templates/report.html")
-# The report's one style sheet, inline in its <head>, and the page around the sections.
+DATA_FILES = ("templates/report.css", "templates/report.html", "templates/report_card.html")
+# The report's one style sheet, inline in its <head>, the page around the sections and the card.
 CSS = "\n" + package_data.data_file("tilesweep", DATA_FILES[0])
-PAGE = package_data.data_file("tilesweep", DATA_FILES[1])
+PAGE, CARD = (package_data.data_file("tilesweep", name).rstrip("\n") for name in DATA_FILES[1:])
 WRAP_COLUMNS = {"reason", "inputs_json", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
 # The cell colours of the verdict grid each legend word stands for (its colour key).
@@ -131,15 +131,10 @@ BLOCKS = {
 
 def card_html(card: AnswerCard) -> str:
     """Return the answer card: headline, picks per batch, where nothing fits, what it rests on."""
-    table_html = table(card.table()) if card.picks else ""
-    none = "".join(f"<p>{esc(line)}</p>" for line in card.notes() if line)
-    return (
-        f'<section id="answer" class="card"><p><strong>The answer.</strong> '
-        f"{esc(card.headline)}</p>{table_html}{none}"
-        '<div class="rests"><strong>Rests on:</strong><ul>'
-        + "".join(f"<li>{esc(line)}</li>" for line in card.rests_lines(REPORT_RESTS))
-        + "</ul></div></section>"
-    )
+    notes = "".join(f"<p>{esc(line)}</p>" for line in card.notes() if line)
+    rests = "".join(f"<li>{esc(line)}</li>" for line in card.rests_lines(REPORT_RESTS))
+    said = {"table": table(card.table()) if card.picks else "", "notes": notes, "rests": rests}
+    return CARD.format(headline=esc(card.headline), **said)
 
 
 def render(data: ReportData) -> str:
@@ -156,4 +151,4 @@ def render(data: ReportData) -> str:
     )
     card = card_html(data.card) if data.card is not None else ""
     said = {"title": esc(data.title), "intro": esc(data.intro), "card": card}
-    return PAGE.format(css=CSS, nav=nav, body=body, **said)
+    return PAGE.format(css=CSS, nav=nav, body=body, **said) + "\n"
