@@ -214,16 +214,13 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
         return pd.DataFrame()
     reproduces = f"reproduces_{asked.name}_failure"
     over = f"no: over the opt-in limit, but the {asked.name} saw it run"
-    out = rows.assign(
-        **{
-            reproduces: [
-                (over if ran.get(t) else "yes: over the opt-in limit")
-                if f == "no"
-                else ("no" if f in ("default", "optin") else f"unknown ({s})")
-                for t, f, s in zip(rows["tile"], rows["fits"], rows["status"], strict=True)
-            ]
-        },
-    )
+    said = [
+        (over if ran.get(t) else "yes: over the opt-in limit")
+        if f == "no"
+        else ("no" if f in ("default", "optin") else f"unknown ({s})")
+        for t, f, s in zip(rows["tile"], rows["fits"], rows["status"], strict=True)
+    ]
+    out = rows.assign(**{reproduces: said})
     cols = [*TILE_TRUTH_COLUMNS, reproduces, "reason"]
     return (
         out[[c for c in cols if c in out]].sort_values(["tile", "epilogue"]).reset_index(drop=True)

@@ -46,15 +46,8 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
         for layout, rows in verdict[mask].groupby(verdict["layout"].astype(str), sort=False):
             where = tuple(sorted(plot.whole(b) for b in numeric(rows, "batch").dropna()))
             groups.setdefault(where, []).append(layout)
-        parts = [
-            f"{', '.join(names)} at "
-            + (
-                "every batch"
-                if len(where) == len(batches)
-                else f"batch {', '.join(map(str, where))}"
-            )
-            for where, names in groups.items()
-        ]
+        at = {w: f"batch {', '.join(map(str, w))}" for w in groups if len(w) != len(batches)}
+        parts = [f"{', '.join(names)} at {at.get(w, 'every batch')}" for w, names in groups.items()]
         if parts:
             notes.append(f"No bar where a layout {reason}: " + "; ".join(parts) + ".")
     bare = [plot.whole(b) for b in batches if not drawn[numeric(verdict, "batch") == b].any()]
