@@ -255,11 +255,7 @@ def _roof(rows: pd.DataFrame) -> tuple:
         ridge = peak * 1e3 / bw
         lo, hi = min(lo, ridge), max(hi, ridge)
     xs = np.geomspace(lo / 4, hi * 4, 200)
-    roof = np.full_like(xs, np.inf)
-    if not math.isnan(peak):
-        roof = np.minimum(roof, peak)
-    if not math.isnan(bw):
-        roof = np.minimum(roof, bw * xs / 1e3)
+    roof = np.fmin(np.full_like(xs, peak), bw * xs / 1e3)  # a missing ceiling binds nowhere
     return xs, roof, (bw, bw_gap), (peak, peak_gap)
 
 
