@@ -57,9 +57,8 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
 
 def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the table with, per collective and group, the latency floor and the alpha-beta fit."""
-    frame = frame.copy()
-    for col in ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs"):
-        frame[col] = float("nan")
+    fits = ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs")
+    frame = frame.assign(**dict.fromkeys(fits, float("nan")))
     if "time_ms" not in frame:
         return frame
     ok = frame[(frame["status"] == "ok") & frame["time_ms"].notna()]

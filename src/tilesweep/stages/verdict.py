@@ -106,9 +106,7 @@ def write_verdict(job: StepJob) -> None:
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
     # Each with its record; the verdict's holds its tables' content key (cells.stale_join).
     if outputs.get("fit"):
-        write_cell_bytes(
-            outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
-        )
+        write_cell_bytes(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True).encode() + b"\n")
     write_with_parquet(tables, outputs, "verdict", content_key(inputs))
     write_cell_bytes(outputs["panel"], panel_json(panel).encode())
     if outputs.get("card"):
