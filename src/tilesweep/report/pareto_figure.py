@@ -97,16 +97,8 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         ax.plot(part["per_user"], part["per_gpu"], "-", color=color, lw=0.8, alpha=0.5, zorder=2)
         model = part["source"] == "model"
         for rows, face in ((part[~model], color), (part[model], "none")):
-            ax.scatter(
-                rows["per_user"],
-                rows["per_gpu"],
-                s=sizes[rows.index],
-                marker=marker,
-                color=color,
-                facecolors=face,
-                zorder=3 + i,
-                label=None,
-            )
+            style = {"marker": marker, "color": color, "facecolors": face, "zorder": 3 + i}
+            ax.scatter(rows["per_user"], rows["per_gpu"], s=sizes[rows.index], label=None, **style)
         labels += [
             (f"{plot.whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
             for r in part.to_dict("records")

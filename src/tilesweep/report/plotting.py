@@ -142,12 +142,9 @@ class _MinorLogLabels(Formatter):
 def log_axes(ax, x_base: int = 10, y: bool = True) -> None:
     """Set log scales on ax with plain tick labels (1, 2, 4, 0.01), narrow ranges labelled more."""
     ax.set_xscale("log", base=x_base)
-    axes = [ax.xaxis]
     if y:
         ax.set_yscale("log")
-        axes.append(ax.yaxis)
-    for axis in axes:
-        base = x_base if axis is ax.xaxis else 10
+    for axis, base in [(ax.xaxis, x_base), *([(ax.yaxis, 10)] if y else [])]:
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         axis.set_minor_formatter(_MinorLogLabels() if base == 10 else NullFormatter())
 

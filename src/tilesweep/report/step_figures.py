@@ -152,14 +152,8 @@ def check_error(check: pd.DataFrame) -> Figure:
         part = check[check["layout"].astype(str) == layout].sort_values("batch")
         b = numeric(part, "batch")
         ax.set_xscale("log", base=2)
-        ax.fill_between(
-            b,
-            _pct(part, "measured_p10_ms"),
-            _pct(part, "measured_p90_ms"),
-            color="#999999",
-            alpha=0.35,
-            label="measured p10..p90",
-        )
+        low, high = (_pct(part, f"measured_{q}_ms") for q in ("p10", "p90"))
+        ax.fill_between(b, low, high, color="#999999", alpha=0.35, label="measured p10..p90")
         for y in (-10.0, 10.0):
             plot.reference(ax.axhline(y, color="#888888", lw=0.8, ls="--"))
         plot.reference(ax.axhline(0.0, color="k", lw=0.9))
@@ -243,16 +237,9 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
         for (engine, model), rows in part.groupby(["engine", "model"], sort=True):
             if f"{engine} {model}" not in shown:
                 continue
-            ax.scatter(
-                rows["engine_tpot_ms"],
-                rows["composed_tpot_ms"],
-                s=26,
-                alpha=0.85,
-                marker=marker[engine],
-                color=color[model],
-                zorder=3,
-                label=f"{engine} {model}",
-            )
+            x, y = rows["engine_tpot_ms"], rows["composed_tpot_ms"]
+            style = {"marker": marker[engine], "color": color[model], "label": f"{engine} {model}"}
+            ax.scatter(x, y, s=26, alpha=0.85, zorder=3, **style)
         plot.log_axes(ax)
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)
