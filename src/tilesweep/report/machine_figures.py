@@ -25,6 +25,8 @@ FIT_LABELS = {
     "no": "does not fit",
     "unknown": "unknown",
 }
+# The hatched part of a bar past the mainloop's shared memory.
+REST = {"edgecolor": "#333333", "hatch": "///", "label": "epilogue + rest"}
 # The target's limits: column, label, line style, colour and width. The opt-in per-block limit
 # and the per-SM capacity lie 1 KiB apart on SM120 (and SM90), so the per-SM line is a wide pale
 # band under the dashed opt-in line, and each line is named above the panel on its own tier.
@@ -51,7 +53,7 @@ def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
         _smem_panel(ax, part, target, deployed=target == first)
     handles = [Patch(color=c, label=FIT_LABELS[k]) for k, c in FIT_COLORS.items()]
     handles += [
-        Patch(facecolor="white", edgecolor="#333333", hatch="///", label="epilogue + rest"),
+        Patch(facecolor="white", **REST),
         Line2D([], [], marker="D", color="black", ls="", label="hand estimate"),
     ]
     handles += [Line2D([], [], color=c, ls=ls, lw=w, label=lab) for _, lab, ls, c, w in LIMITS]
@@ -76,17 +78,8 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
         if mine.any():
             ax.barh(y[mine], whole[mine], color=color, height=0.7, label=FIT_LABELS[key])
     if split.any():
-        ax.barh(
-            y[split],
-            (smem - mainloop)[split],
-            left=mainloop[split],
-            color=[FIT_COLORS[f] for f in fits[split]],
-            edgecolor="#333333",
-            hatch="///",
-            height=0.7,
-            linewidth=0.3,
-            label="epilogue + rest",
-        )
+        rest, colors = (smem - mainloop)[split], [FIT_COLORS[f] for f in fits[split]]
+        ax.barh(y[split], rest, left=mainloop[split], color=colors, height=0.7, lw=0.3, **REST)
     model = numeric(part, "smem_model_bytes").to_numpy() / 1024
     if not np.isnan(model).all():
         ax.plot(model, y, "D", color="black", markersize=4, ls="", label="hand estimate")
@@ -120,10 +113,9 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
         # The wide per-SM band lies under the dashed opt-in line: where they coincide both show.
         zorder = 3 if ls == "-" else 4
         ax.axvline(kib, color=color, ls=ls, lw=width, zorder=zorder, gid=plot.REFERENCE)
-        where = {"xycoords": ("data", "axes fraction"), "annotation_clip": False}
-        offset = (2, 2 + tier * TIER_PT)
+        where = {"xycoords": ("data", "axes fraction"), "annotation_clip": False, "va": "bottom"}
         plot.note(
-            ax, f"{label} {kib:,.0f} KiB", (kib, 1.0), offset, va="bottom", color=color, **where
+            ax, f"{label} {kib:,.0f} KiB", (kib, 1.0), (2, 2 + tier * TIER_PT), color=color, **where
         )
     return len(found)
 
