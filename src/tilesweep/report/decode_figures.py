@@ -213,10 +213,8 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         if has_gbs and not math.isnan(copy):
             plot.reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
-                where = {"xycoords": ("axes fraction", "data"), "va": "bottom"}
-                b_ax.annotate(
-                    f"measured copy {_num(copy)} GB/s", (0.02, copy), **where, **ROOF_TEXT
-                )
+                where = {"xycoords": ("axes fraction", "data"), "va": "bottom", **ROOF_TEXT}
+                b_ax.annotate(f"measured copy {_num(copy)} GB/s", (0.02, copy), **where)
         t_ax.set_title(f"{op}, {routing} routing", fontsize=plot.TEXT_PT + 2)
         b_ax.set_xlabel("tokens per expert")
         _tpe_ticks(b_ax, numeric(rows, "tokens_per_expert"))
