@@ -81,18 +81,10 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
     """Return the report's provenance: renderer commit, versions, when measured."""
-    out = {
-        "commit": git_commit(str(PACKAGE_DIR)),
-        "triton": package_version("triton"),
-        "torch": package_version("torch"),
-        "nvidia-cutlass": package_version("nvidia-cutlass"),
-    }
+    out = {"commit": git_commit(str(PACKAGE_DIR))}
+    out |= {name: package_version(name) for name in ("triton", "torch", "nvidia-cutlass")}
     saved = [read_cell_json(p) for p in inputs.get("provenance", [])]
-    if saved:
-        out["measured"] = saved[0].get("measured", {})
-    else:
-        out["note"] = RERENDERED
-    return out
+    return out | ({"measured": saved[0].get("measured", {})} if saved else {"note": RERENDERED})
 
 
 def write_report(

@@ -27,8 +27,7 @@ TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 
 def launch_table(paths: list[str]) -> pd.DataFrame:
     """Return the launch table: one row per kernel and target, with provenance columns."""
-    rows = [read_cell_json(p) for p in paths]
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame([read_cell_json(p) for p in paths])
     if frame.empty:
         return pd.DataFrame(columns=LAUNCH_COLUMNS)
     # device, toolchain and commit come from each record, stamped when it was written.
