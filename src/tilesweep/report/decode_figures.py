@@ -106,8 +106,7 @@ def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, 
 def _columns(rows: pd.DataFrame) -> list[tuple[str, str]]:
     """Return the (op, routing) panels of a dtype's rows, ops outer, routings as timed."""
     ops = list(dict.fromkeys(rows["op"].astype(str)))
-    routings = list(dict.fromkeys(rows["routing"].astype(str)))
-    routings = sorted(routings, key=lambda r: (r != "uniform", r))
+    routings = sorted(dict.fromkeys(rows["routing"].astype(str)), key=lambda r: (r != "uniform", r))
     have = set(zip(rows["op"].astype(str), rows["routing"].astype(str), strict=True))
     return [(op, r) for op in ops for r in routings if (op, r) in have]
 

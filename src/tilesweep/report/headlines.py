@@ -75,9 +75,7 @@ def fitting_layouts(verdict: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Return (the rows of layouts that fit at some batch, the layouts that fit at no batch)."""
     if verdict.empty or "fits_memory" not in verdict:
         return verdict, []
-    fits = verdict.groupby("layout", sort=False)["fits_memory"].transform(
-        lambda s: (s == "yes").any()
-    )
+    fits = (verdict["fits_memory"] == "yes").groupby(verdict["layout"], sort=False).transform("any")
     never = list(dict.fromkeys(verdict.loc[~fits, "layout"].astype(str)))
     return verdict[fits], never
 
