@@ -186,9 +186,11 @@ def _worker(rank: int, world: int, port: int, items: list[dict], plan: dict, out
         Path(out_dir, "rank0.json").write_text(json.dumps(results))
 
 
-def run_ranks(worker, world: int, args: tuple, cuda: bool, timeout_s: float = math.inf) -> list:
-    """Return the JSON each rank wrote as rank{r}.json, `world` processes running
-    worker(rank, world, port, *args, out_dir); kill them all and raise past timeout_s."""
+def run_ranks(
+    worker, world: int, args: tuple, cuda: bool, timeout_s: float = math.inf, writers: int = 1
+) -> list:
+    """Return the JSON ranks 0..writers-1 wrote as rank{r}.json (a missing one raises), `world`
+    processes running worker(rank, world, port, *args, out_dir); kill all past timeout_s."""
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_NCCL_ENV)
@@ -209,8 +211,7 @@ def run_ranks(worker, world: int, args: tuple, cuda: bool, timeout_s: float = ma
                     if proc.is_alive():
                         proc.kill()
                 raise TimeoutError(f"whole step ran past {timeout_s:.0f} s; its ranks were killed")
-        paths = [Path(tmp, f"rank{rank}.json") for rank in range(world)]
-        return [json.loads(path.read_text()) for path in paths if path.exists()]
+        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(writers)]
 
 
 def run_plan(items: list[dict], world: int, plan: dict) -> list[dict]:

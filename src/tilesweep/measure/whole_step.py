@@ -50,7 +50,7 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
 
 def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
     """Return every rank's results over `world` processes; raise past timeout_s."""
-    return run_ranks(_worker, world, (spec, cuda), cuda, timeout_s)
+    return run_ranks(_worker, world, (spec, cuda), cuda, timeout_s, writers=world)
 
 
 def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:
