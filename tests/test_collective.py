@@ -111,14 +111,15 @@ def test_gloo_collectives_run_eager_and_time_every_planned_call():
         {"collective": "send_recv", "group": 2, "bytes": 1 << 20},
     ]
     # gloo has no CUDA graphs: asked for graph timing, every row says it was timed eagerly.
-    results = coll.run_plan(plan, 4, repeats=3, warmup=1, cuda=False, timing="cuda-graph")
+    how = {"repeats": 3, "warmup": 1, "cuda": False, "max_calls": 10, "fill_ms": 1.0}
+    results = coll.run_plan(plan, 4, {**how, "timing": "cuda-graph"})
     assert len(results) == 3
     for result in results:
         assert result["timing"] == "eager" and result["status"] == "ok"
         assert result["calls_per_replay"] == 1
         assert len(result["samples"]) == 3 and all(x > 0 for x in result["samples"])
     with pytest.raises(ValueError, match="allowed: cuda-graph, eager"):
-        coll.run_plan(plan, 4, repeats=3, warmup=1, cuda=False, timing="graphs")
+        coll.run_plan(plan, 4, {**how, "timing": "graphs"})
 
 
 class _OneRank:

@@ -275,7 +275,7 @@ def test_the_engine_extras_launch_inside_the_step_under_the_interpreter():
     code = """
 import json, torch
 from test_whole_step import MLA, spec
-from tilesweep.measure import whole_step
+from tilesweep.measure import process_group
 from tilesweep.measure.step import graph_timing as step_timing
 from tilesweep.measure.step.clock import PartClock
 from tilesweep.measure.step.rank import StepRank
@@ -285,7 +285,7 @@ copies = {"layers": [{"quant": 0, "copy": 1}, {"quant": 0, "copy": 3}, {"quant":
           "step": {"quant": 0, "copy": 2}}
 quants = {"layers": [{"quant": 2, "copy": 0}] * 3, "step": {"quant": 1, "copy": 0}}
 torch.distributed.init_process_group(
-    "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1)
+    "gloo", init_method=f"tcp://127.0.0.1:{process_group.free_port()}", rank=0, world_size=1)
 me = StepRank(torch, torch.distributed, 0, one, False)
 mbs = [me.micro_batch(n) for n in micro_batches(4, me.layout)]
 lean, slot = step_timing.count_launches(me, mbs, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilesweep.measure import whole_step
+from tilesweep.measure import process_group, whole_step
 from tilesweep.measure.step import graph_timing as step_timing
 from tilesweep.measure.step import shapes as step_shapes
 from tilesweep.measure.step.clock import PartClock
@@ -146,7 +146,7 @@ def test_graphed_and_eager_steps_pick_the_same_tokens():
     one = spec({"tp": 1, "pp": 1, "ep": 1}, MLA, batches=(4,))
     one["step"]["runner"] = "torch_grouped_mm"
     torch.distributed.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{process_group.free_port()}", rank=0, world_size=1
     )
     try:
         me = StepRank(torch, torch.distributed, 0, one, True)
@@ -185,7 +185,7 @@ def test_fronted_graphed_replays_are_queued_before_their_start_fires():
         pytest.skip("fronting is for CUDA-graph replays; the CPU step runs eagerly")
     one = spec({"tp": 1, "pp": 1, "ep": 1}, GQA, batches=(4,))
     torch.distributed.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{process_group.free_port()}", rank=0, world_size=1
     )
     try:
         me = StepRank(torch, torch.distributed, 0, one, True)
@@ -208,7 +208,7 @@ def test_fused_and_torch_kernels_give_the_same_step(attention):
     if not torch.cuda.is_available():
         pytest.skip("the fused kernels run on a GPU; the CPU step runs torch's ops")
     torch.distributed.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{whole_step.free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{process_group.free_port()}", rank=0, world_size=1
     )
     try:
         outs = {}

@@ -47,9 +47,7 @@ def sample_row(sampler: PowerSampler, seconds: float) -> dict:
         "power_samples": len(power),
         "sample_hz": round(len(power) / seconds, 1) if seconds > 0 else None,
         "power_limit_w": limit,
-        "power_w_median": q["median"],
-        "power_w_p10": q["p10"],
-        "power_w_p90": q["p90"],
+        **{f"power_w_{key}": value for key, value in q.items()},
         "sm_clock_mhz_median": quantiles([s[1] for s in sampler.samples])["median"],
         "throttled_frac": (
             round(sum(1 for s in sampler.samples if s[2]) / len(power), 3) if power else None
@@ -113,7 +111,7 @@ def single_gpu_loads(model: dict, seconds: float, period_s: float) -> list[dict]
     return rows
 
 
-def _collective_worker(rank: int, world: int, port: int, spec: dict, out_path: str) -> None:
+def _collective_worker(rank: int, world: int, port: int, spec: dict, out_dir: str) -> None:
     """Run the two all-reduce loads on one rank; rank 0 samples its GPU and writes the rows."""
     torch, dist = init_rank(rank, world, port, True)
     sync = torch.cuda.synchronize
@@ -145,23 +143,23 @@ def _collective_worker(rank: int, world: int, port: int, spec: dict, out_path: s
             )
     dist.destroy_process_group()
     if rank == 0:
-        Path(out_path).write_text(json.dumps(rows))
+        Path(out_dir, "rank0.json").write_text(json.dumps(rows))
 
 
 def collective_loads(model: dict, seconds: float, period_s: float, gpus: int) -> list[dict]:
     """Return the all-reduce loads' rows over two GPUs, or rows saying why they did not run."""
     if gpus < 2:
-        return [
-            {
-                "load": name,
-                "expected_bound": LOADS[name],
-                "status": "unsupported",
-                "reason": f"needs 2 GPUs; this machine has {gpus}",
-            }
-            for name in COLLECTIVE_LOADS
-        ]
+        return unsupported(COLLECTIVE_LOADS, f"needs 2 GPUs; this machine has {gpus}")
     spec = {"hidden": model["hidden"], "seconds": seconds, "period_s": period_s}
-    return run_ranks(_collective_worker, 2, (spec,), True)
+    return run_ranks(_collective_worker, 2, (spec,), True)[0]
+
+
+def unsupported(loads, reason: str) -> list[dict]:
+    """Return a row per load that cannot run here, with the reason."""
+    return [
+        {"load": n, "expected_bound": LOADS[n], "status": "unsupported", "reason": reason}
+        for n in loads
+    ]
 
 
 def reading_consistency(power: pd.DataFrame, frac: float, reader: str) -> pd.DataFrame:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -172,7 +173,7 @@ def init_rank(rank: int, world: int, port: int, cuda: bool):
     return torch, dist
 
 
-def _worker(rank: int, world: int, port: int, items: list[dict], plan: dict, out_path: str) -> None:
+def _worker(rank: int, world: int, port: int, items: list[dict], plan: dict, out_dir: str) -> None:
     """Run every planned collective on one rank; rank 0 writes the results as JSON."""
     torch, dist = init_rank(rank, world, port, plan["cuda"])
     # Ranks agree on graph captures over the CPU, outside the NCCL communicators being captured.
@@ -182,42 +183,40 @@ def _worker(rank: int, world: int, port: int, items: list[dict], plan: dict, out
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
-        Path(out_path).write_text(json.dumps(results))
+        Path(out_dir, "rank0.json").write_text(json.dumps(results))
 
 
-def run_ranks(worker, world: int, args: tuple, cuda: bool):
-    """Return the JSON rank 0 writes, `world` processes running worker(rank, world, port, *args,
-    out_path)."""
+def run_ranks(
+    worker, world: int, args: tuple, cuda: bool, timeout_s: float = math.inf, writers: int = 1
+) -> list:
+    """Return the JSON ranks 0..writers-1 wrote as rank{r}.json (a missing one raises), `world`
+    processes running worker(rank, world, port, *args, out_dir); kill all past timeout_s."""
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_NCCL_ENV)
     with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "rank0.json")
         # On the CPU, forked ranks skip re-importing torch (seconds each on a busy machine);
         # CUDA cannot be forked, so GPU ranks are spawned.
-        mp.start_processes(
+        ctx = mp.start_processes(
             worker,
-            args=(world, free_port(), *args, out),
+            args=(world, free_port(), *args, tmp),
             nprocs=world,
-            join=True,
+            join=False,
             start_method="spawn" if cuda else "fork",
         )
-        return json.loads(Path(out).read_text())
+        deadline = time.monotonic() + timeout_s
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                raise TimeoutError(f"whole step ran past {timeout_s:.0f} s; its ranks were killed")
+        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(writers)]
 
 
-def run_plan(
-    plan: list[dict],
-    world: int,
-    repeats: int,
-    warmup: int,
-    cuda: bool,
-    timing: str = "cuda-graph",
-    max_calls: int = 10,
-    fill_ms: float = 1.0,
-) -> list[dict]:
-    """Return rank 0's _time_one result for each planned collective, run over `world` processes."""
-    if timing not in COLLECTIVE_TIMINGS:
-        raise ValueError(f"timing={timing!r}: allowed: {', '.join(COLLECTIVE_TIMINGS)}")
-    how = {"timing": timing, "max_calls": max_calls, "fill_ms": fill_ms}
-    how.update(repeats=repeats, warmup=warmup, cuda=cuda)
-    return run_ranks(_worker, world, (plan, how), cuda)
+def run_plan(items: list[dict], world: int, plan: dict) -> list[dict]:
+    """Return rank 0's _time_one result for each planned collective, run over `world` processes
+    (`plan`: timing, max_calls, fill_ms, repeats, warmup, cuda)."""
+    if plan["timing"] not in COLLECTIVE_TIMINGS:
+        raise ValueError(f"timing={plan['timing']!r}: allowed: {', '.join(COLLECTIVE_TIMINGS)}")
+    return run_ranks(_worker, world, (items, plan), plan["cuda"])[0]

@@ -11,12 +11,9 @@ parts on separate repeats (step.rank, step.weights, step.buffers, step.attention
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-import time
 from pathlib import Path
 
-from tilesweep.measure.process_group import SAFE_NCCL_ENV, free_port, init_rank
+from tilesweep.measure.process_group import init_rank, run_ranks
 from tilesweep.measure.step import extras as step_extras
 from tilesweep.measure.step.extras import ENGINE
 from tilesweep.measure.step.graph_timing import run_batch
@@ -53,25 +50,7 @@ def _worker(rank: int, world: int, port: int, spec: dict, cuda: bool, out_dir: s
 
 def run_whole_step(spec: dict, world: int, cuda: bool, timeout_s: float) -> list[dict]:
     """Return every rank's results over `world` processes; raise past timeout_s."""
-    import torch.multiprocessing as mp
-
-    os.environ.update(SAFE_NCCL_ENV)
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.start_processes(
-            _worker,
-            args=(world, free_port(), spec, cuda, tmp),
-            nprocs=world,
-            join=False,
-            start_method="spawn" if cuda else "fork",
-        )
-        deadline = time.monotonic() + timeout_s
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                for proc in ctx.processes:
-                    if proc.is_alive():
-                        proc.kill()
-                raise TimeoutError(f"whole step ran past {timeout_s:.0f} s; its ranks were killed")
-        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+    return run_ranks(_worker, world, (spec, cuda), cuda, timeout_s, writers=world)
 
 
 def step_rows(ranks: list[dict], spec: dict, layout_name: str) -> list[dict]:

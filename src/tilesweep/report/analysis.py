@@ -52,25 +52,19 @@ def fit_counts(launch: pd.DataFrame) -> pd.DataFrame:
         .size()
         .unstack("fits", fill_value=0)
     )
-    for col in ("default", "optin", "no", "unknown"):
-        if col not in counts:
-            counts[col] = 0
-    return counts[["default", "optin", "no", "unknown"]].reset_index()
+    return counts.reindex(columns=["default", "optin", "no", "unknown"], fill_value=0).reset_index()
 
 
 def estimate_errors(launch: pd.DataFrame) -> pd.DataFrame:
     """Return the hand estimate against the compiler's or CUTLASS's number, per kernel."""
     if launch.empty or "smem_model_bytes" not in launch:
         return pd.DataFrame()
-    rows = launch[
-        numeric(launch, "smem_model_bytes").notna() & numeric(launch, "smem_bytes").notna()
-    ]
-    rows = rows.copy()
-    actual = numeric(rows, "smem_bytes")
-    model = numeric(rows, "smem_model_bytes")
-    rows["smem_model_error_bytes"] = model - actual
-    rows["smem_model_error_pct"] = (model - actual) / actual * 100
-    return rows
+    actual, model = numeric(launch, "smem_bytes"), numeric(launch, "smem_model_bytes")
+    errors = {
+        "smem_model_error_bytes": model - actual,
+        "smem_model_error_pct": (model - actual) / actual * 100,
+    }
+    return launch.assign(**errors)[model.notna() & actual.notna()]
 
 
 def best_per_batch(decode: pd.DataFrame) -> pd.DataFrame:
@@ -114,12 +108,9 @@ def not_timed(decode: pd.DataFrame) -> pd.DataFrame:
 def latency_floors(collective: pd.DataFrame) -> pd.DataFrame:
     """Return per collective and group the latency floor, the alpha-beta fit and the peak busbw."""
     ok = ok_rows(collective)
-    if ok.empty or "time_ms" not in ok:
-        return pd.DataFrame()
-    ok = ok[ok["collective"].astype(str) != "none"]
+    ok = ok[column(ok, "collective", "").astype(str) != "none"] if "time_ms" in ok else ok[:0]
     if ok.empty:
         return pd.DataFrame()
-
     rows = []
     for (kind, group), part in ok.groupby(["collective", "group"], sort=True):
         by_size = part.groupby("bytes")["time_ms"].median()

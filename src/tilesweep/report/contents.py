@@ -8,7 +8,7 @@ from tilesweep import answer_card, backends
 from tilesweep.report import measurement_sections
 from tilesweep.report.analysis import latency_floors
 from tilesweep.report.decode_figures import decode_roofline, decode_time
-from tilesweep.report.document import FIGURES, SECTION_TITLES, ReportData, Section
+from tilesweep.report.document import FIGURES, SECTION_TITLES, TEXTS, ReportData, Section
 from tilesweep.report.machine_figures import collective_bandwidth, deployment_target, launch_smem
 from tilesweep.report.pareto_figure import pareto
 from tilesweep.report.plotting import png
@@ -70,19 +70,13 @@ def unasked(asked: Question | None, model: str, hardware: str) -> str:
     """Return why the question's panel is absent, or '' without a question."""
     if asked is None:
         return ""
-    return (
-        f"Not answered here: {asked.title}. It asks about {asked.model} on {asked.gpus} "
-        f"{asked.hardware}; this deployment is {model} on {hardware}, so its panel is left out."
-    )
+    said = {"deployed": model, "deployed_on": hardware}
+    return TEXTS["unasked"].format(**vars(asked), **said)
 
 
 def _intro(settings: RootSettings) -> str:
-    model, dep = settings.model, settings.deployment
-    return (
-        f"Deployment: {model.name} with {dep.weight_dtype} weights and {dep.kv_dtype} KV cache, "
-        f"context {dep.context_len}, on {settings.hardware.name}; launch targets "
-        f"{', '.join(settings.grid.targets)}."
-    )
+    said = {"hardware": settings.hardware.name, "targets": ", ".join(settings.grid.targets)}
+    return TEXTS["intro"].format(name=settings.model.name, **dict(settings.deployment), **said)
 
 
 def _shown(blocks: dict, tuned: list, named: tuple) -> tuple[list[Section], list]:

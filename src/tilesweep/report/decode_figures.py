@@ -79,11 +79,10 @@ def _selection(shown: list[str], left: list[str]) -> str:
     if not left:
         return f"all {plural(len(shown), 'runner')} timed"
     baseline = ", and the fastest torch baseline" if any(map(_is_baseline, shown)) else ""
-    return (
-        f"{len(shown)} of {len(shown) + len(left)} runners: the fastest somewhere, then the "
-        f"nearest the fastest{baseline};\nthe other {len(left)} "
-        f"{'is' if len(left) == 1 else 'are'} in the decode table"
+    said = TEXTS["runners_shown"].format(
+        shown=len(shown), timed=len(shown) + len(left), baseline=baseline
     )
+    return f"{said}\nthe other {len(left)} {'is' if len(left) == 1 else 'are'} in the decode table"
 
 
 def _num(value: float) -> str:
@@ -99,18 +98,15 @@ def _ceiling(rows: pd.DataFrame, col: str, achieved: pd.Series) -> tuple[float, 
         return math.nan, f"no measured {name}: no roof drawn"
     top = achieved.max()
     if not math.isnan(top) and top > value:
-        return math.nan, (
-            f"the measured {name}, {_num(value)} {unit}, is below the {_num(top)} {unit} these "
-            "runs reached: a gap in the ceilings, not drawn as a roof"
-        )
+        said = {"name": name, "value": _num(value), "unit": unit, "top": _num(top)}
+        return math.nan, TEXTS["ceiling_below"].format(**said)
     return value, ""
 
 
 def _columns(rows: pd.DataFrame) -> list[tuple[str, str]]:
     """Return the (op, routing) panels of a dtype's rows, ops outer, routings as timed."""
     ops = list(dict.fromkeys(rows["op"].astype(str)))
-    routings = list(dict.fromkeys(rows["routing"].astype(str)))
-    routings = sorted(routings, key=lambda r: (r != "uniform", r))
+    routings = sorted(dict.fromkeys(rows["routing"].astype(str)), key=lambda r: (r != "uniform", r))
     have = set(zip(rows["op"].astype(str), rows["routing"].astype(str), strict=True))
     return [(op, r) for op in ops for r in routings if (op, r) in have]
 
@@ -216,10 +212,8 @@ def _time_block(sub, rows: pd.DataFrame, dtype: str) -> None:
         if has_gbs and not math.isnan(copy):
             plot.reference(b_ax.axhline(copy, color=ROOF_COLOR, ls="--", lw=1))
             if j == 0:
-                where = {"xycoords": ("axes fraction", "data"), "va": "bottom"}
-                b_ax.annotate(
-                    f"measured copy {_num(copy)} GB/s", (0.02, copy), **where, **ROOF_TEXT
-                )
+                where = {"xycoords": ("axes fraction", "data"), "va": "bottom", **ROOF_TEXT}
+                b_ax.annotate(f"measured copy {_num(copy)} GB/s", (0.02, copy), **where)
         t_ax.set_title(f"{op}, {routing} routing", fontsize=plot.TEXT_PT + 2)
         b_ax.set_xlabel("tokens per expert")
         _tpe_ticks(b_ax, numeric(rows, "tokens_per_expert"))
@@ -258,11 +252,7 @@ def _roof(rows: pd.DataFrame) -> tuple:
         ridge = peak * 1e3 / bw
         lo, hi = min(lo, ridge), max(hi, ridge)
     xs = np.geomspace(lo / 4, hi * 4, 200)
-    roof = np.full_like(xs, np.inf)
-    if not math.isnan(peak):
-        roof = np.minimum(roof, peak)
-    if not math.isnan(bw):
-        roof = np.minimum(roof, bw * xs / 1e3)
+    roof = np.fmin(np.full_like(xs, peak), bw * xs / 1e3)  # a missing ceiling binds nowhere
     return xs, roof, (bw, bw_gap), (peak, peak_gap)
 
 

@@ -38,11 +38,8 @@ class Bullets:
     items: list[str]
 
 
-@dataclass(frozen=True)
-class Heading:
+class Heading(Text):
     """A sub-heading inside a section."""
-
-    text: str
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from tilesweep.answer_rests import spread
 from tilesweep.columns import SPLIT_COLUMNS
 from tilesweep.plan.bound import KERNEL_LIMITED_BELOW, MIXED_WITHIN
 from tilesweep.references import BAND, corpus_summary
+from tilesweep.report.document import TEXTS
 from tilesweep.report.formatting import devices, fmt_value, plural
 
 # A ratio within 5% of a threshold it is judged against is a tie: the margin of the top part of
@@ -74,9 +75,7 @@ def fitting_layouts(verdict: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Return (the rows of layouts that fit at some batch, the layouts that fit at no batch)."""
     if verdict.empty or "fits_memory" not in verdict:
         return verdict, []
-    fits = verdict.groupby("layout", sort=False)["fits_memory"].transform(
-        lambda s: (s == "yes").any()
-    )
+    fits = (verdict["fits_memory"] == "yes").groupby(verdict["layout"], sort=False).transform("any")
     never = list(dict.fromkeys(verdict.loc[~fits, "layout"].astype(str)))
     return verdict[fits], never
 
@@ -88,11 +87,8 @@ def never_fits_line(verdict: pd.DataFrame, never: list[str]) -> str:
     parts = []
     for layout in never:
         short = numeric(verdict[verdict["layout"].astype(str) == layout], "mem_short_gb").dropna()
-        span = (
-            f" ({fmt_value(short.min())} to {fmt_value(short.max())} GB short)"
-            if len(short) and short.min() != short.max()
-            else (f" ({fmt_value(short.iloc[0])} GB short)" if len(short) else "")
-        )
+        ends = dict.fromkeys((short.min(), short.max())) if len(short) else {}
+        span = f" ({' to '.join(map(fmt_value, ends))} GB short)" if ends else ""
         parts.append(layout + span)
     return f"Fit in memory at no batch, so not in the grid: {', '.join(parts)}."
 
@@ -105,28 +101,14 @@ def engine_line(engines: pd.DataFrame | None) -> str:
     got = corpus_summary(engines)
     if not got.get("composed"):
         return ""
-    fitted = (
-        f"; {got['train_rows']} further figures trained a fitted term and are not counted"
-        if got["train_rows"]
-        else ""
-    )
+    fitted = f"; {got['train_rows']} further figures trained a fitted term and are not counted"
     gaps = f"; {got['gaps']} not composed (a labelled gap each)" if got["gaps"] else ""
     kept = got["uncontradicted"]
     if got["contradicted"] and kept["composed"]:
-        gaps += (
-            f"; {got['contradicted']} contradicted by a faster figure of the same deployment at "
-            f"a higher concurrency (column source_check), without which {kept['in_band']} of "
-            f"{kept['composed']} are within the band, median |error| "
-            f"{kept['median_abs_error_pct']:.1f}%"
-        )
-    return (
-        f"Against {got['test_rows']} engine figures no fitted term saw "
-        f"({', '.join(got['engines'])} on {', '.join(got['hardware'])}; "
-        f"{', '.join(got['models'])}), composed over measured TPOT: {got['in_band']} of "
-        f"{got['composed']} within {BAND[0]}-{BAND[1]}x, median |error| "
-        f"{got['median_abs_error_pct']:.1f}%, range {got['ratio_min']:.2f}-{got['ratio_max']:.2f}x"
-        f"{gaps}{fitted} (every row in the check section)."
-    )
+        gaps += TEXTS["engine_contradicted"].format(contradicted=got["contradicted"], **kept)
+    words = {key: ", ".join(got[key]) for key in ("engines", "hardware", "models")}
+    words |= {"gaps": gaps, "fitted": fitted if got["train_rows"] else ""}
+    return TEXTS["engine_line"].format(**(got | words), low=BAND[0], high=BAND[1])
 
 
 # ---- the legend of the badge words -----------------------------------------------------------
@@ -161,8 +143,8 @@ def check_headline(check: pd.DataFrame) -> str | None:
     if err.empty:
         return f"No held-out whole step on {device} to check the composition against."
     layouts = ", ".join(dict.fromkeys(held.loc[err.index, "layout"].astype(str)))
-    return (
-        f"Composed vs measured whole steps on {device} ({layouts}; calibrated on TP1 only): "
-        f"{spread(err)}, at most {err.abs().max():.0f}% off over "
-        f"{plural(len(err), 'point')}."
+    points = plural(len(err), "point")
+    worst = err.abs().max()
+    return TEXTS["check_headline"].format(
+        device=device, layouts=layouts, spread=spread(err), worst=worst, points=points
     )

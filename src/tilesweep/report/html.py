@@ -15,9 +15,10 @@ from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData
 from tilesweep.report.formatting import fmt_value
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
-DATA_FILES = ("templates/report.css",)
-# The report's one style sheet, inline in its <head>.
+DATA_FILES = ("templates/report.css", "templates/report.html", "templates/report_card.html")
+# The report's one style sheet, inline in its <head>, the page around the sections and the card.
 CSS = "\n" + package_data.data_file("tilesweep", DATA_FILES[0])
+PAGE, CARD = (package_data.data_file("tilesweep", name).rstrip("\n") for name in DATA_FILES[1:])
 WRAP_COLUMNS = {"reason", "inputs_json", "value"}
 TEXT_COLUMNS = {"reason", "kernel", "runner", "best_runner", "best_tile", "best_baseline"}
 # The cell colours of the verdict grid each legend word stands for (its colour key).
@@ -130,15 +131,10 @@ BLOCKS = {
 
 def card_html(card: AnswerCard) -> str:
     """Return the answer card: headline, picks per batch, where nothing fits, what it rests on."""
-    table_html = table(card.table()) if card.picks else ""
-    none = "".join(f"<p>{esc(line)}</p>" for line in card.notes() if line)
-    return (
-        f'<section id="answer" class="card"><p><strong>The answer.</strong> '
-        f"{esc(card.headline)}</p>{table_html}{none}"
-        '<div class="rests"><strong>Rests on:</strong><ul>'
-        + "".join(f"<li>{esc(line)}</li>" for line in card.rests_lines(REPORT_RESTS))
-        + "</ul></div></section>"
-    )
+    notes = "".join(f"<p>{esc(line)}</p>" for line in card.notes() if line)
+    rests = "".join(f"<li>{esc(line)}</li>" for line in card.rests_lines(REPORT_RESTS))
+    said = {"table": table(card.table()) if card.picks else "", "notes": notes, "rests": rests}
+    return CARD.format(headline=esc(card.headline), **said)
 
 
 def render(data: ReportData) -> str:
@@ -147,19 +143,12 @@ def render(data: ReportData) -> str:
     nav = "".join(
         f'<a href="#{esc(key)}">{esc(label)}</a>' for key, label in data.nav if key in present
     )
-    body = [
+    body = "".join(
         f'<section id="{s.key}"><h2>{esc(s.title)}</h2>'
         + "".join(BLOCKS[type(b)](b, data) for b in s.blocks)
         + "</section>"
         for s in data.sections
-    ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(data.title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{esc(data.title)}</h1></header>"
-        + (card_html(data.card) if data.card is not None else "")
-        + f"<p>{esc(data.intro)}</p><nav>{nav}</nav>"
-        + "".join(body)
-        + "</body></html>\n"
     )
+    card = card_html(data.card) if data.card is not None else ""
+    said = {"title": esc(data.title), "intro": esc(data.intro), "card": card}
+    return PAGE.format(css=CSS, nav=nav, body=body, **said) + "\n"

@@ -25,6 +25,8 @@ FIT_LABELS = {
     "no": "does not fit",
     "unknown": "unknown",
 }
+# The hatched part of a bar past the mainloop's shared memory.
+REST = {"edgecolor": "#333333", "hatch": "///", "label": "epilogue + rest"}
 # The target's limits: column, label, line style, colour and width. The opt-in per-block limit
 # and the per-SM capacity lie 1 KiB apart on SM120 (and SM90), so the per-SM line is a wide pale
 # band under the dashed opt-in line, and each line is named above the panel on its own tier.
@@ -37,17 +39,12 @@ LIMITS = (
 TIER_PT = plot.TEXT_PT + 3
 
 
-def target_order(launch: pd.DataFrame, first: str | None = None) -> list[str]:
-    """Return the launch table's targets in table order, `first` ahead of the rest."""
-    targets = list(dict.fromkeys(launch["target"].astype(str)))
-    return sorted(targets, key=lambda t: t != first)
-
-
 def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
     """Return bars of shared memory per kernel, one panel per target, with the target's limits."""
     if launch.empty or "target" not in launch:
         return plot.empty("no launch checks in this sweep", "Shared memory per tile")
-    targets = target_order(launch, first)
+    # The targets in table order, `first` ahead of the rest.
+    targets = sorted(dict.fromkeys(launch["target"].astype(str)), key=lambda t: t != first)
     heights = [max(2.2, 0.3 * (launch["target"] == t).sum() + 1.4) for t in targets]
     fig = Figure(figsize=(9, sum(heights)))
     axes = fig.subplots(len(targets), 1, squeeze=False, height_ratios=heights, sharex=True)
@@ -56,7 +53,7 @@ def launch_smem(launch: pd.DataFrame, first: str | None = None) -> Figure:
         _smem_panel(ax, part, target, deployed=target == first)
     handles = [Patch(color=c, label=FIT_LABELS[k]) for k, c in FIT_COLORS.items()]
     handles += [
-        Patch(facecolor="white", edgecolor="#333333", hatch="///", label="epilogue + rest"),
+        Patch(facecolor="white", **REST),
         Line2D([], [], marker="D", color="black", ls="", label="hand estimate"),
     ]
     handles += [Line2D([], [], color=c, ls=ls, lw=w, label=lab) for _, lab, ls, c, w in LIMITS]
@@ -81,31 +78,16 @@ def _smem_panel(ax, part: pd.DataFrame, target: str, deployed: bool = False) -> 
         if mine.any():
             ax.barh(y[mine], whole[mine], color=color, height=0.7, label=FIT_LABELS[key])
     if split.any():
-        ax.barh(
-            y[split],
-            (smem - mainloop)[split],
-            left=mainloop[split],
-            color=[FIT_COLORS[f] for f in fits[split]],
-            edgecolor="#333333",
-            hatch="///",
-            height=0.7,
-            linewidth=0.3,
-            label="epilogue + rest",
-        )
+        rest, colors = (smem - mainloop)[split], [FIT_COLORS[f] for f in fits[split]]
+        ax.barh(y[split], rest, left=mainloop[split], color=colors, height=0.7, lw=0.3, **REST)
     model = numeric(part, "smem_model_bytes").to_numpy() / 1024
     if not np.isnan(model).all():
         ax.plot(model, y, "D", color="black", markersize=4, ls="", label="hand estimate")
     for i, r in enumerate(rows):
         if np.isnan(smem[i]):
-            ax.annotate(
-                f"no number ({r.get('status')} failed: see the table)",
-                (0 if np.isnan(model[i]) else model[i], i),
-                xytext=(8, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=plot.TEXT_PT,
-                color="#555555",
-            )
+            failed = f"no number ({r.get('status')} failed: see the table)"
+            at = (0 if np.isnan(model[i]) else model[i], i)
+            plot.note(ax, failed, at, (8, 0), va="center", color="#555555")
     tiers = _limit_lines(ax, part)
     ax.set_yticks(y, labels, fontsize=plot.TEXT_PT + 1)
     ax.set_ylim(len(rows) - 0.4, -0.6)
@@ -131,16 +113,9 @@ def _limit_lines(ax, part: pd.DataFrame) -> int:
         # The wide per-SM band lies under the dashed opt-in line: where they coincide both show.
         zorder = 3 if ls == "-" else 4
         ax.axvline(kib, color=color, ls=ls, lw=width, zorder=zorder, gid=plot.REFERENCE)
-        ax.annotate(
-            f"{label} {kib:,.0f} KiB",
-            (kib, 1.0),
-            xycoords=("data", "axes fraction"),
-            xytext=(2, 2 + tier * TIER_PT),
-            textcoords="offset points",
-            va="bottom",
-            fontsize=plot.TEXT_PT,
-            color=color,
-            annotation_clip=False,
+        where = {"xycoords": ("data", "axes fraction"), "annotation_clip": False, "va": "bottom"}
+        plot.note(
+            ax, f"{label} {kib:,.0f} KiB", (kib, 1.0), (2, 2 + tier * TIER_PT), color=color, **where
         )
     return len(found)
 

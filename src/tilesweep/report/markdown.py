@@ -23,14 +23,12 @@ def md_table(frame: pd.DataFrame, columns: list[str], empty: str = "(no rows)") 
 
 def provenance_line(provenance: dict) -> str:
     """Return the provenance as one line: 'key value, ...' (nested mappings flattened)."""
-    parts = []
-    for key, value in provenance.items():
-        if isinstance(value, dict):
-            inner = "; ".join(f"{k} {v}" for k, v in value.items())
-            parts.append(f"{key}: {inner}")
-        else:
-            parts.append(f"{key} {value}")
-    return ", ".join(parts)
+    return ", ".join(
+        f"{key}: " + "; ".join(f"{k} {v}" for k, v in value.items())
+        if isinstance(value, dict)
+        else f"{key} {value}"
+        for key, value in provenance.items()
+    )
 
 
 def _table(item: Table) -> str:

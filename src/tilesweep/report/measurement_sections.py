@@ -21,11 +21,7 @@ def machine_blocks(decode: pd.DataFrame, hardware: str) -> list[Block]:
     """Return what the sweep measured on its own machine: the device and its fastest kernels."""
     lines = machine_headlines(decode)
     return [
-        Text(
-            TEXTS["machine_intro"].format(
-                devices=devices(analysis.ok_rows(decode)), hardware=hardware
-            )
-        ),
+        Text(TEXTS["machine_intro"].format(devices=_on(decode), hardware=hardware)),
         *([Bullets(lines)] if lines else [Text("(no decode measurement on this machine)")]),
     ]
 
@@ -81,11 +77,7 @@ def launch_blocks(launch: pd.DataFrame, provenance: dict, decode: pd.DataFrame) 
 def decode_blocks(decode: pd.DataFrame, provenance: dict) -> list[Block]:
     """Return the decode section's blocks: figures, best per batch, targets, what was not timed."""
     blocks: list[Block] = [
-        Text(
-            TEXTS["decode_intro"].format(
-                devices=devices(analysis.ok_rows(decode)), when=_when(provenance, "decode")
-            )
-        ),
+        Text(TEXTS["decode_intro"].format(devices=_on(decode), when=_when(provenance, "decode"))),
         Figure("decode_time", decode_time_caption(decode)),
         Figure("decode_roofline"),
         Table(
@@ -153,13 +145,11 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
     lines = []
     counts = analysis.fit_counts(launch)
     for target, part in counts.groupby("target", sort=False):
-        total = int(part[["default", "optin", "no", "unknown"]].to_numpy().sum())
+        n = {fit: int(part[fit].sum()) for fit in ("default", "optin", "no", "unknown")}
+        kernels, unknown = plural(sum(n.values()), "kernel"), n.pop("unknown")
+        unknown = f", {unknown} unknown" if unknown else ""
         lines.append(
-            f"{target}: of {plural(total, 'kernel')} in the launch check, "
-            f"{int(part['default'].sum())} fit by default, "
-            f"{int(part['optin'].sum())} only after opt-in, {int(part['no'].sum())} do not fit"
-            + (f", {int(part['unknown'].sum())} unknown" if part["unknown"].sum() else "")
-            + "."
+            TEXTS["launch_counts"].format(target=target, kernels=kernels, unknown=unknown, **n)
         )
     fails = analysis.launch_failures(launch)
     if not fails.empty:
@@ -172,11 +162,8 @@ def launch_headlines(launch: pd.DataFrame) -> list[str]:
     if not errors.empty:
         pct = errors["smem_model_error_pct"].dropna()
         if not pct.empty:
-            lines.append(
-                f"Hand shared-memory estimate vs the compiler/CUTLASS: median error "
-                f"{pct.median():+.0f}% (from {pct.min():+.0f}% to {pct.max():+.0f}%, "
-                f"{plural(len(pct), 'kernel')})."
-            )
+            span = {"median": pct.median(), "low": pct.min(), "high": pct.max()}
+            lines.append(TEXTS["estimate_error"].format(kernels=plural(len(pct), "kernel"), **span))
     return lines
 
 
@@ -195,16 +182,14 @@ def machine_headlines(decode: pd.DataFrame) -> list[str]:
         of = f" {dtype} kernel" if dtype else ""
         for rec in ends.to_dict("records"):
             frac = rec.get("frac_copy_bw")
-            frac_txt = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
+            said = f", {frac:.0%} of this machine's copy bandwidth" if finite(frac) else ""
             if finite(frac) and frac > 1:  # a read-only kernel outruns the copy's read+write
-                frac_txt += " (a read-mostly kernel can pass the copy kernel's rate)"
+                said += " (a read-mostly kernel can pass the copy kernel's rate)"
+            words = {"op": op, "dtype": f" ({dtype})" if dtype else "", "of": of, "frac": said}
             tokens = int(rec["tokens_per_expert"])
-            lines.append(
-                f"Decode {op}{f' ({dtype})' if dtype else ''}, {tokens} "
-                f"token{'' if tokens == 1 else 's'} per expert: fastest{of} {rec['best_runner']}, "
-                f"{rec['time_ms']:.3g} "
-                f"ms{frac_txt}, {rec.get('bound') or 'unknown'}-bound here."
-            )
+            words |= {"tokens": f"{tokens} token{'' if tokens == 1 else 's'}"}
+            words |= {"bound": rec.get("bound") or "unknown"}
+            lines.append(TEXTS["machine_fastest"].format(**(rec | words)))
     return lines
 
 
@@ -218,13 +203,9 @@ def coverage_lines(coverage: pd.DataFrame) -> list[str]:
         lines = [f"The launch check covers all {plural(n, 'kernel')} timed in decode."]
     else:
         where = ", ".join(sorted(set(lacking["device"].astype(str))))
-        lines = [
-            f"The launch check covers {n - len(lacking)} of the {plural(n, 'kernel')} timed in "
-            "decode; "
-            f"it lacks {len(lacking)}, timed on {where} with no launch accounting here: "
-            + ", ".join(lacking["runner"].astype(str))
-            + "."
-        ]
+        runners, kernels = ", ".join(lacking["runner"].astype(str)), plural(n, "kernel")
+        said = {"covered": n - len(lacking), "lacking": len(lacking), "runners": runners}
+        lines = [TEXTS["coverage_lacking"].format(kernels=kernels, where=where, **said)]
     for rec in coverage[coverage["rows_failed_launch"] > 0].to_dict("records"):
         # Said beside the launch check's own counts ('0 do not fit'): whether they hold it.
         counted = (
@@ -232,11 +213,9 @@ def coverage_lines(coverage: pd.DataFrame) -> list[str]:
             if rec["in_launch_check"] == "yes"
             else "not a kernel of the launch check, so not in its counts above"
         )
-        lines.append(
-            f"Failed to launch where timed: {rec['runner']} on {rec['device']} "
-            f"({plural(rec['rows_failed_launch'], 'row')}; {counted}): "
-            f"{(rec['reason'] or 'reason missing').rstrip('.')}."
-        )
+        rows, reason = plural(rec["rows_failed_launch"], "row"), rec["reason"] or "reason missing"
+        said = {"rows": rows, "counted": counted, "reason": reason.rstrip(".")}
+        lines.append(TEXTS["coverage_failed"].format(**(rec | said)))
     return lines
 
 
@@ -253,6 +232,10 @@ def _job_span(frame: pd.DataFrame) -> str:
         return ""
     first, last = utc_minute(start.min()), utc_minute(end.max() if not end.empty else start.max())
     return f"{first if first == last else f'{first} to {last}'} (the rows' job times)"
+
+
+def _on(frame: pd.DataFrame) -> str:
+    return devices(analysis.ok_rows(frame))
 
 
 def provenance_blocks(settings, launch, decode, collective, check, provenance) -> list[Block]:
@@ -274,32 +257,19 @@ def provenance_blocks(settings, launch, decode, collective, check, provenance) -
     # where they carry them, else a gap that says so (a table without rows has no time to keep).
     gap = "not kept with the tables" if provenance.get("note") else "unknown"
     when = {"decode": span, **when} if (span := _job_span(decode)) else when
-
-    def row(figure: str, measured: str | None, table: pd.DataFrame, on: str) -> dict:
-        measured = measured or (gap if not table.empty else "no rows measured")
-        return {"figure": figure, "measured": measured, "on": on}
-
     compiled = "host compiler, checked against target tables"
     when_rows = [
-        row("launch_smem", when.get("launch"), launch, compiled),
-        row(
-            "decode_time, decode_roofline",
-            when.get("decode"),
-            decode,
-            devices(analysis.ok_rows(decode)),
-        ),
-        row(
-            "collective_bandwidth",
-            when.get("collective"),
-            collective,
-            devices(analysis.ok_rows(collective)),
-        ),
-        row("check_error", layout_when, check, devices(check)),
+        {"figure": figure, "measured": measured or (gap if not table.empty else "no rows measured")}
+        | {"on": on}
+        for figure, measured, table, on in (
+            ("launch_smem", when.get("launch"), launch, compiled),
+            ("decode_time, decode_roofline", when.get("decode"), decode, _on(decode)),
+            ("collective_bandwidth", when.get("collective"), collective, _on(collective)),
+            ("check_error", layout_when, check, devices(check)),
+        )
     ]
-    composed = "composed at aggregation"
-    when_rows.append(
-        {"figure": "verdict_split", "measured": composed, "on": "none: composed for the target"}
-    )
+    composed = {"measured": "composed at aggregation", "on": "none: composed for the target"}
+    when_rows.append({"figure": "verdict_split", **composed})
     return [
         Table(pd.DataFrame(rows, columns=["what", "value"])),
         Table(pd.DataFrame(when_rows), title="When each figure was measured (UTC)"),

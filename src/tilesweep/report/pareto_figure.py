@@ -97,16 +97,8 @@ def pareto(verdict: pd.DataFrame) -> Figure:
         ax.plot(part["per_user"], part["per_gpu"], "-", color=color, lw=0.8, alpha=0.5, zorder=2)
         model = part["source"] == "model"
         for rows, face in ((part[~model], color), (part[model], "none")):
-            ax.scatter(
-                rows["per_user"],
-                rows["per_gpu"],
-                s=sizes[rows.index],
-                marker=marker,
-                color=color,
-                facecolors=face,
-                zorder=3 + i,
-                label=None,
-            )
+            style = {"marker": marker, "color": color, "facecolors": face, "zorder": 3 + i}
+            ax.scatter(rows["per_user"], rows["per_gpu"], s=sizes[rows.index], label=None, **style)
         labels += [
             (f"{plot.whole(r['batch'])}", (r["per_user"], r["per_gpu"]), color)
             for r in part.to_dict("records")
@@ -212,15 +204,7 @@ def place_labels(fig: Figure, ax, labels: list[tuple[str, tuple[float, float], s
         tries = [(strict, dx, dy) for strict in (True, False) for dx, dy in LABEL_OFFSETS]
         for strict, dx, dy in tries:
             side = "left" if dx > 0 else "right"
-            note = ax.annotate(
-                text,
-                xy,
-                xytext=(dx, dy),
-                textcoords="offset points",
-                fontsize=9,
-                color=color,
-                ha=side,
-            )
+            note = plot.note(ax, text, xy, (dx, dy), fontsize=9, color=color, ha=side)
             box = note.get_window_extent(renderer)
             if _free(box, placed, others if strict else [], radius):
                 placed.append(box)

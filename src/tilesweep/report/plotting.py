@@ -32,6 +32,8 @@ COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # The gid of an artist that marks a reference (a limit, a roof, a floor), not a data series.
 REFERENCE = "reference"
+# How a figure or panel with nothing to plot says why: centred, wrapped, grey.
+SAID = {"ha": "center", "va": "center", "wrap": True, "color": "#555555"}
 
 
 def png(fig: Figure) -> bytes:
@@ -49,7 +51,7 @@ def empty(message: str, title: str = "") -> Figure:
     ax.axis("off")
     if title:
         ax.set_title(title)
-    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="#555555")
+    ax.text(0.5, 0.5, message, **SAID)
     return fig
 
 
@@ -64,17 +66,13 @@ def reference(artist):
     return artist
 
 
-def _labelled(artist) -> bool:
-    """Return whether an artist carries a series label (not '', not '_...', not a reference)."""
-    label = str(artist.get_label() or "")
-    gid = artist.get_gid() if hasattr(artist, "get_gid") else None
-    return bool(label) and not label.startswith("_") and gid != REFERENCE
-
-
 def series_labels(ax) -> list[str]:
     """Return the labels of ax's data series (no reference lines nor '_' labels)."""
     artists = [*ax.get_lines(), *ax.collections, *ax.containers]
-    return [str(a.get_label()) for a in artists if _labelled(a)]
+    labels = [(str(a.get_label() or ""), getattr(a, "get_gid", lambda: None)()) for a in artists]
+    return [
+        label for label, gid in labels if label and not label.startswith("_") and gid != REFERENCE
+    ]
 
 
 def enforce_series(fig: Figure, most: int = MAX_SERIES) -> Figure:
@@ -112,21 +110,18 @@ def top_series(
     return shown, [r for r in ranked if r not in chosen]
 
 
+def note(ax, text: str, xy: tuple, offset: tuple, **style):
+    """Return ax's annotation of xy, `offset` points away (TEXT_PT unless `style` says)."""
+    return ax.annotate(
+        text, xy, xytext=offset, textcoords="offset points", **{"fontsize": TEXT_PT, **style}
+    )
+
+
 def say(ax, message: str) -> None:
     """Turn ax into a text panel that states why it has nothing to plot."""
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        ha="center",
-        va="center",
-        wrap=True,
-        color="#555555",
-        transform=ax.transAxes,
-        fontsize=TEXT_PT + 1,
-    )
+    ax.text(0.5, 0.5, message, transform=ax.transAxes, fontsize=TEXT_PT + 1, **SAID)
 
 
 class _MinorLogLabels(Formatter):
@@ -147,12 +142,9 @@ class _MinorLogLabels(Formatter):
 def log_axes(ax, x_base: int = 10, y: bool = True) -> None:
     """Set log scales on ax with plain tick labels (1, 2, 4, 0.01), narrow ranges labelled more."""
     ax.set_xscale("log", base=x_base)
-    axes = [ax.xaxis]
     if y:
         ax.set_yscale("log")
-        axes.append(ax.yaxis)
-    for axis in axes:
-        base = x_base if axis is ax.xaxis else 10
+    for axis, base in [(ax.xaxis, x_base), *([(ax.yaxis, 10)] if y else [])]:
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         axis.set_minor_formatter(_MinorLogLabels() if base == 10 else NullFormatter())
 

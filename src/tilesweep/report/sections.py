@@ -58,9 +58,8 @@ def verdict_blocks(verdict: pd.DataFrame) -> list[Block]:
     if "tpot_ms" in frame:
         frame = frame.assign(tokens_per_s_per_user=1000.0 / numeric(frame, "tpot_ms"))
     fits = column(frame, "fits_memory", "yes").astype(str) == "yes"
-    key, every = (
-        _with_tie(columns.REPORT_KEY_VERDICT_COLUMNS),
-        _with_tie(columns.REPORT_VERDICT_COLUMNS),
+    key, every = map(
+        _with_tie, (columns.REPORT_KEY_VERDICT_COLUMNS, columns.REPORT_VERDICT_COLUMNS)
     )
     first = frame[fits].iloc[0] if fits.any() else None
     inputs = "\n".join(row_inputs.lines(row_inputs.of(first))) if first is not None else ""
@@ -152,10 +151,7 @@ def power_blocks(power: pd.DataFrame, asked: Question | None) -> list[Block]:
     text = TEXTS["power_intro"]
     reading = asked.power if asked is not None else None
     if reading is not None:
-        text += (
-            f" The {asked.name} read about {reading.watts:g} W of {reading.limit_watts:g} W "
-            f"({reading.fraction:.0%}) {reading.claim}."
-        )
+        text += " " + TEXTS["power_reading"].format(name=asked.name, r=reading)
     blocks: list[Block] = [
         Text(text),
         Table(power, columns.REPORT_POWER_COLUMNS, empty="(no power table)"),
@@ -179,10 +175,7 @@ def question_blocks(
     rows = panel["rows"]
     sources = ", ".join(sorted(rows["source"].astype(str).unique())) if len(rows) else "none"
     blocks: list[Block] = [
-        Text(
-            f"{asked.setting}, composed (sources: {sources}); inputs and their sources "
-            "are in the verdict section."
-        ),
+        Text(TEXTS["question_intro"].format(setting=asked.setting, sources=sources)),
         verdict_grid(rows, "Bound and speed per layout and batch"),
         Table(panel["winners"], columns.WINNER_COLUMNS, title="Which layout wins, and by how much"),
         Bullets(changes(panel["band"], panel["winners"])),
@@ -196,17 +189,9 @@ def question_blocks(
     if not truth.empty:
         blocks.append(Table(truth, title=asked.tiles.title, note=asked.tiles.note))
         blocks.append(Bullets(tile_failure_findings(launch, asked)))
-    judged = _judged(power, asked)
-    if not judged.empty:
-        blocks.append(
-            Bullets(
-                [
-                    f"{r['load']} ({r['expected_bound']}): {r['consistent']}."
-                    for r in judged.to_dict("records")
-                ]
-            )
-        )
-    return blocks
+    judged = _judged(power, asked).to_dict("records")
+    said = [f"{r['load']} ({r['expected_bound']}): {r['consistent']}." for r in judged]
+    return blocks + ([Bullets(said)] if said else [])
 
 
 def _asked_rows(launch: pd.DataFrame, asked: Question) -> tuple[pd.DataFrame, dict]:
@@ -229,50 +214,41 @@ def tile_launch_truth(launch: pd.DataFrame, asked: Question) -> pd.DataFrame:
         return pd.DataFrame()
     reproduces = f"reproduces_{asked.name}_failure"
     over = f"no: over the opt-in limit, but the {asked.name} saw it run"
-    out = rows.assign(
-        **{
-            reproduces: [
-                (over if ran.get(t) else "yes: over the opt-in limit")
-                if f == "no"
-                else ("no" if f in ("default", "optin") else f"unknown ({s})")
-                for t, f, s in zip(rows["tile"], rows["fits"], rows["status"], strict=True)
-            ]
-        },
-    )
+    said = [
+        (over if ran.get(t) else "yes: over the opt-in limit")
+        if f == "no"
+        else ("no" if f in ("default", "optin") else f"unknown ({s})")
+        for t, f, s in zip(rows["tile"], rows["fits"], rows["status"], strict=True)
+    ]
+    out = rows.assign(**{reproduces: said})
     cols = [*TILE_TRUTH_COLUMNS, reproduces, "reason"]
     return (
         out[[c for c in cols if c in out]].sort_values(["tile", "epilogue"]).reset_index(drop=True)
     )
 
 
+def _stages(asked: str) -> str:
+    return "auto stages" if asked == "auto" else f"{asked} stages asked"
+
+
 def _combination(row: dict) -> str:
-    asked = str(whole(row["stages_requested"]))
-    stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
-    return f"{row['tile']}, {row['epilogue']} epilogue, {stages}"
+    return (
+        f"{row['tile']}, {row['epilogue']} epilogue, {_stages(str(whole(row['stages_requested'])))}"
+    )
 
 
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
-    said = (
-        f"{_combination(row)}: {int(row['smem_bytes']):,} B, {int(row['overshoot_bytes']):,} B "
-        f"over the {int(row['smem_limit_bytes']):,} B opt-in limit: "
+    sizes = {"smem": int(row["smem_bytes"]), "over": int(row["overshoot_bytes"])}
+    outcome = TEXTS[f"tile_ran_{str(ran).lower()}"].format(name=name)
+    limit = int(row["smem_limit_bytes"])
+    said = TEXTS["tile_over"].format(
+        combination=_combination(row), limit=limit, outcome=outcome, **sizes
     )
-    if ran is False:
-        said += f"reproduces the {name}'s initialize failure"
-    elif ran is True:
-        said += (
-            f"would fail initialize, yet the {name} saw this tile run, so its kernel asked for less"
-        )
-    else:
-        said += "would fail initialize"
     if auto is not None and row["asked"] != "auto":
-        if auto["fits"] == "no":
-            said += f"; with auto stages it is over too ({int(auto['smem_bytes']):,} B)"
-        else:
-            picked = int(auto["stages"])
-            said += (
-                f"; with auto stages the build picks {picked} ({int(auto['smem_bytes']):,} B) "
-                f"and it fits{' after opt-in' if auto['fits'] == 'optin' else ''}"
-            )
+        optin = " after opt-in" if auto["fits"] == "optin" else ""
+        more = "tile_auto_over" if auto["fits"] == "no" else "tile_auto_fits"
+        stages = int(auto["stages"]) if auto["fits"] != "no" else None
+        said += TEXTS[more].format(smem=int(auto["smem_bytes"]), stages=stages, optin=optin)
     return said + "."
 
 
@@ -285,23 +261,15 @@ def _settings_matched(rows: pd.DataFrame, ran: dict[str, bool], name: str) -> st
         fits = {t: f != "no" for t, f in zip(group["tile"], group["fits"], strict=True)}
         if set(ran) <= set(fits):
             missed = [t for t in ran if fits[t] != ran[t]]
-            stages = "auto stages" if asked == "auto" else f"{asked} stages asked"
-            tally.append((len(ran) - len(missed), f"{epilogue} epilogue, {stages}", missed))
+            tally.append((len(ran) - len(missed), f"{epilogue} epilogue, {_stages(asked)}", missed))
     if not tally:
         return None
     best = max(score for score, _, _ in tally)
     closest = [(label, missed) for score, label, missed in tally if score == best]
-    if best == len(ran):
-        names = "; ".join(label for label, _ in closest)
-        return (
-            f"Matching all {len(ran)} of the {name}'s observations (which tiles ran, which "
-            f"failed): {names}."
-        )
+    names = "; ".join(label for label, _ in closest)
     misses = "; ".join(f"{label} (misses {', '.join(missed)})" for label, missed in closest)
-    return (
-        f"No accounted setting matches all {len(ran)} of the {name}'s observations (which tiles "
-        f"ran, which failed); closest, {best} of {len(ran)}: {misses}."
-    )
+    said = "settings_matched" if best == len(ran) else "settings_closest"
+    return TEXTS[said].format(seen=len(ran), name=name, names=names, best=best, misses=misses)
 
 
 def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
@@ -325,9 +293,6 @@ def tile_failure_findings(launch: pd.DataFrame, asked: Question) -> list[str]:
     over = {r["tile"] for r in records if r["fits"] == "no"}
     for tile, saw in ran.items():
         if saw is False and tile not in over and tile in set(rows["tile"]):
-            said.append(
-                f"{tile}: every accounted combination fits, so none reproduces the {asked.name}'s "
-                "initialize failure."
-            )
+            said.append(TEXTS["tile_all_fit"].format(tile=tile, name=asked.name))
     matched = _settings_matched(rows, {t: v for t, v in ran.items() if v is not None}, asked.name)
     return said + ([matched] if matched else [])

@@ -18,17 +18,12 @@ from tilesweep.references import BAND
 from tilesweep.report import plotting as plot
 from tilesweep.report.formatting import column, plural
 
-SHARE_COLORS = {
-    "memory_ms": "#4878d0",
-    "math_ms": "#ee854a",
-    "comm_ms": "#6acc64",
-    "other_ms": "#b0b0b0",
-}
-SHARE_LABELS = {
-    "memory_ms": "memory-bound parts",
-    "math_ms": "math-bound parts",
-    "comm_ms": "communication",
-    "other_ms": "launch (kernels x fixed cost)",
+# Each part of the split: its bar's colour and label.
+SHARES = {
+    "memory_ms": {"color": "#4878d0", "label": "memory-bound parts"},
+    "math_ms": {"color": "#ee854a", "label": "math-bound parts"},
+    "comm_ms": {"color": "#6acc64", "label": "communication"},
+    "other_ms": {"color": "#b0b0b0", "label": "launch (kernels x fixed cost)"},
 }
 
 
@@ -51,15 +46,8 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
         for layout, rows in verdict[mask].groupby(verdict["layout"].astype(str), sort=False):
             where = tuple(sorted(plot.whole(b) for b in numeric(rows, "batch").dropna()))
             groups.setdefault(where, []).append(layout)
-        parts = [
-            f"{', '.join(names)} at "
-            + (
-                "every batch"
-                if len(where) == len(batches)
-                else f"batch {', '.join(map(str, where))}"
-            )
-            for where, names in groups.items()
-        ]
+        at = {w: f"batch {', '.join(map(str, w))}" for w in groups if len(w) != len(batches)}
+        parts = [f"{', '.join(names)} at {at.get(w, 'every batch')}" for w, names in groups.items()]
         if parts:
             notes.append(f"No bar where a layout {reason}: " + "; ".join(parts) + ".")
     bare = [plot.whole(b) for b in batches if not drawn[numeric(verdict, "batch") == b].any()]
@@ -70,7 +58,7 @@ def _not_drawn(verdict: pd.DataFrame, drawn: pd.Series, batches: list) -> list[s
 
 def verdict_split(verdict: pd.DataFrame) -> Figure:
     """Return stacked bars of each layout's step split in ms per token, grouped by batch."""
-    shares = [c for c in SHARE_COLORS if c in verdict]
+    shares = [c for c in SHARES if c in verdict]
     if verdict.empty or not shares or "layout" not in verdict or "batch" not in verdict:
         return plot.empty("no verdict rows", "Verdict")
     batches = sorted(pd.unique(numeric(verdict, "batch").dropna()))
@@ -100,7 +88,7 @@ def verdict_split(verdict: pd.DataFrame) -> Figure:
     spans = [_split_row(ax, row, shares) for ax, row in zip(axes, rows, strict=True)]
     for ax in axes:  # one bar width on every row
         ax.set_xlim(-0.75, max(spans) - 0.75)
-    handles = [Patch(color=SHARE_COLORS[c], label=SHARE_LABELS[c]) for c in shares]
+    handles = [Patch(**SHARES[c]) for c in shares]
     if "floor_ms" in verdict and numeric(verdict[drawn], "floor_ms").notna().any():
         handles.append(Line2D([], [], color="black", lw=1.6, label="roofline floor (floor_ms)"))
     plot.legend_below(fig, handles, [textwrap.fill(n, 150) for n in notes], ncols=len(handles))
@@ -121,30 +109,15 @@ def _split_row(ax, groups: list, shares: list[str]) -> float:
     bottom = np.zeros(len(frame))
     for col in shares:
         vals = numeric(frame, col).fillna(0).to_numpy()
-        ax.bar(
-            x,
-            vals,
-            0.75,
-            bottom=bottom,
-            color=SHARE_COLORS[col],
-            linewidth=0,
-            label=SHARE_LABELS[col],
-        )
+        ax.bar(x, vals, 0.75, bottom=bottom, linewidth=0, **SHARES[col])
         bottom += vals
     if "floor_ms" in frame:  # each bar's physical floor (the verdict's floor_ms) as a tick
         for xi, floor in zip(x, numeric(frame, "floor_ms"), strict=True):
             if floor == floor:
                 plot.reference(ax.hlines(floor, xi - 0.375, xi + 0.375, color="black", lw=1.6))
     for xi, total in zip(x, bottom, strict=True):
-        ax.annotate(
-            f"{total:.1f}" if total < 100 else f"{total:,.0f}",
-            (xi, total),
-            xytext=(0, 2),
-            textcoords="offset points",
-            ha="center",
-            va="bottom",
-            fontsize=plot.TEXT_PT,
-        )
+        text = f"{total:.1f}" if total < 100 else f"{total:,.0f}"
+        plot.note(ax, text, (xi, total), (0, 2), ha="center", va="bottom")
     for edge in edges[1:]:
         plot.reference(ax.axvline(edge, color="#999999", lw=0.8))
     ax.set_xticks(x, names, rotation=35, ha="right", fontsize=plot.TEXT_PT + 1)
@@ -179,14 +152,8 @@ def check_error(check: pd.DataFrame) -> Figure:
         part = check[check["layout"].astype(str) == layout].sort_values("batch")
         b = numeric(part, "batch")
         ax.set_xscale("log", base=2)
-        ax.fill_between(
-            b,
-            _pct(part, "measured_p10_ms"),
-            _pct(part, "measured_p90_ms"),
-            color="#999999",
-            alpha=0.35,
-            label="measured p10..p90",
-        )
+        low, high = (_pct(part, f"measured_{q}_ms") for q in ("p10", "p90"))
+        ax.fill_between(b, low, high, color="#999999", alpha=0.35, label="measured p10..p90")
         for y in (-10.0, 10.0):
             plot.reference(ax.axhline(y, color="#888888", lw=0.8, ls="--"))
         plot.reference(ax.axhline(0.0, color="k", lw=0.9))
@@ -270,16 +237,9 @@ def engine_tpot(engines: pd.DataFrame) -> Figure:
         for (engine, model), rows in part.groupby(["engine", "model"], sort=True):
             if f"{engine} {model}" not in shown:
                 continue
-            ax.scatter(
-                rows["engine_tpot_ms"],
-                rows["composed_tpot_ms"],
-                s=26,
-                alpha=0.85,
-                marker=marker[engine],
-                color=color[model],
-                zorder=3,
-                label=f"{engine} {model}",
-            )
+            x, y = rows["engine_tpot_ms"], rows["composed_tpot_ms"]
+            style = {"marker": marker[engine], "color": color[model], "label": f"{engine} {model}"}
+            ax.scatter(x, y, s=26, alpha=0.85, zorder=3, **style)
         plot.log_axes(ax)
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)

@@ -31,12 +31,8 @@ def build_kernel(cell_json: str, record_path: str, log_path: str | None = None) 
     }
     # The compiled binary is checked with the record: a deleted or edited one rebuilds the cell.
     binary = record.get("binary")
-    beside = (
-        [binary]
-        if isinstance(binary, str) and (Path(record_path).parent / binary).is_file()
-        else []
-    )
-    write_cell_json(record_path, record, files=beside)
+    found = isinstance(binary, str) and (Path(record_path).parent / binary).is_file()
+    write_cell_json(record_path, record, files=[binary] if found else [])
     return record
 
 

@@ -21,16 +21,6 @@ from tilesweep.provenance import cpu_device, stamp
 from tilesweep.stages import logged
 
 
-def _sizes(bench: dict) -> list[int]:
-    """Return the sweep's message sizes plus the extra sizes, sorted and unique."""
-    swept = sweep_sizes(
-        bench["collective_sweep_min_bytes"],
-        bench["collective_sweep_max_bytes"],
-        bench["collective_sweep_factor"],
-    )
-    return sorted(set(swept) | set(bench["collective_extra_sizes"]))
-
-
 def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[dict]]:
     """Return (collectives to time, rows recorded without timing) for one layout."""
     layout, model, bench = spec["layout"], spec["model"], spec["bench"]
@@ -41,7 +31,9 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
         for t in spec["tokens_per_expert"]
         for msg in step_messages(layout, model, t)
     ]
-    kinds, sizes = sorted({(m["collective"], m["group"]) for m in items}), _sizes(bench)
+    kinds = sorted({(m["collective"], m["group"]) for m in items})
+    swept = (bench[f"collective_sweep_{k}"] for k in ("min_bytes", "max_bytes", "factor"))
+    sizes = sorted(set(sweep_sizes(*swept)) | set(bench["collective_extra_sizes"]))
     sweep = {"per_step": 0, "tokens_per_expert": None, "purpose": "sweep"}
     items += [
         {"collective": kind, "group": group, "bytes": size, **sweep}
@@ -65,9 +57,8 @@ def plan_layout(spec: dict, world: int, cuda: bool) -> tuple[list[dict], list[di
 
 def fit_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the table with, per collective and group, the latency floor and the alpha-beta fit."""
-    frame = frame.copy()
-    for col in ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs"):
-        frame[col] = float("nan")
+    fits = ("latency_floor_us", "fit_latency_us", "fit_algbw_gbs", "fit_busbw_gbs")
+    frame = frame.assign(**dict.fromkeys(fits, float("nan")))
     if "time_ms" not in frame:
         return frame
     ok = frame[(frame["status"] == "ok") & frame["time_ms"].notna()]
@@ -115,33 +106,17 @@ NO_COLLECTIVE = {
 }
 
 
-def _run(plan: list[dict], world: int, bench: dict, cuda: bool) -> list[dict]:
-    """Return run_plan's result of each planned collective (fewer repeats on CPU)."""
+def _timing(bench: dict, cuda: bool) -> dict:
+    """Return how run_plan times the collectives (fewer repeats on CPU)."""
     repeats = bench["collective_repeats"] if cuda else max(2, bench["collective_repeats"] // 3)
-    return run_plan(
-        plan,
-        world,
-        repeats,
-        max(1, bench["warmup"]),
-        cuda,
-        timing=bench["collective_timing"],
-        max_calls=bench["collective_graph_calls"],
-        fill_ms=bench["collective_graph_fill_ms"],
-    )
-
-
-def _log_fits(frame: pd.DataFrame, log) -> None:
-    """Log each collective and group's latency floor and fitted latency and bus bandwidth."""
-    fitted = frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
-    for rec in fitted.to_dict("records"):
-        log.info(
-            "%s(%d): latency floor %.1f us, fit alpha %.1f us, busbw %.2f GB/s",
-            rec["collective"],
-            rec["group"],
-            rec["latency_floor_us"],
-            rec["fit_latency_us"],
-            rec["fit_busbw_gbs"],
-        )
+    return {
+        "timing": bench["collective_timing"],
+        "max_calls": bench["collective_graph_calls"],
+        "fill_ms": bench["collective_graph_fill_ms"],
+        "repeats": repeats,
+        "warmup": max(1, bench["warmup"]),
+        "cuda": cuda,
+    }
 
 
 def bench_collective(cell_json: str, table_path: str, log_path: str | None = None) -> pd.DataFrame:
@@ -177,12 +152,18 @@ def bench_collective(cell_json: str, table_path: str, log_path: str | None = Non
         )
         rows = [{**base, **row, **prov} for row in skipped]
         if plan:
-            results = _run(plan, world, bench, cuda)
+            results = run_plan(plan, world, _timing(bench, cuda))
             for item, result in zip(plan, results, strict=True):
                 rows.append({**base, **item, **_timed_row(item, result), **prov})
         if not rows:
             rows.append({**base, **NO_COLLECTIVE, **prov})
         frame = fit_columns(pd.DataFrame(rows))
-        _log_fits(frame, log)
+        # Each collective and group's latency floor and fitted latency and bus bandwidth.
+        fitted = frame.drop_duplicates(["collective", "group"]).dropna(subset=["fit_latency_us"])
+        for rec in fitted.to_dict("records"):
+            said = "%(collective)s(%(group)d): latency floor %(latency_floor_us).1f us, "
+            log.info(
+                said + "fit alpha %(fit_latency_us).1f us, busbw %(fit_busbw_gbs).2f GB/s", rec
+            )
     write_cell_table(table_path, frame)
     return frame

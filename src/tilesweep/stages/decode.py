@@ -125,14 +125,16 @@ def group_size(bench: BenchSettings, model: ModelSettings, cuda: bool) -> int:
 
 
 def _cases(cell: DecodeCell, cuda: bool):
-    """Yield (op, n, k, routing, tokens_per_expert, counts) for every case of the sweep."""
+    """Yield (a case's row columns: op, n, k, routing, tokens per expert, experts, the most tokens
+    of one; its tokens per expert) for every case of the sweep."""
     bench = cell.bench
     experts = group_size(bench, cell.model, cuda)
     for op, (n, k) in expert_ops(cell.model).items():
         for routing in bench.routing:
             for t in cell.tokens_per_expert:
                 counts = expert_counts(t, experts, routing, bench.zipf_alpha, bench.seed)
-                yield op, n, k, routing, t, counts
+                case = {"op": op, "n": n, "k": k, "routing": routing, "tokens_per_expert": t}
+                yield {**case, "experts": len(counts), "max_tokens_per_expert": max(counts)}, counts
 
 
 def l2_for_rotation(ceilings: dict) -> tuple[int | None, str]:
@@ -157,8 +159,9 @@ def _measure_runner(
     l2, l2_source = l2_for_rotation(ceilings)
     out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[run.out_dtype]
     gen = torch.Generator(device="cuda" if cuda else "cpu").manual_seed(cell.bench.seed)
-    for op, n, k, routing, t, counts in _cases(cell, cuda):
+    for case, counts in _cases(cell, cuda):
         make = partial(backend.make_runner, run.name, cell.kernel, counts, run.dtype, cuda)
+        n, k, key = case["n"], case["k"], [case[c] for c in ("op", "routing", "tokens_per_expert")]
         try:
             result = measure_case(
                 make, counts, n, k, run.dtype, out_dtype, cell.bench, cuda, l2, gen
@@ -172,7 +175,7 @@ def _measure_runner(
         if cuda:  # only a GPU rotates buffers past its L2
             result["l2_bytes_assumed"], result["l2_source"] = l2, l2_source
         with open(progress, "a") as stream:
-            stream.write(json.dumps({"case": [op, routing, t], **result}) + "\n")
+            stream.write(json.dumps({"case": key, **result}) + "\n")
         if cuda:
             torch.cuda.empty_cache()
 
@@ -207,20 +210,10 @@ def _runner_rows(where: tuple, run: backends.Runner, progress: str, threads: int
             log.warning("%s failed: %s", runner, exc.message)
     done = _read_progress(progress)
     rows = []
-    for op, n, k, routing, t, counts in _cases(cell, cuda):
-        base = {
-            "runner": runner,
-            "kernel": cell.kernel["kernel"],
-            "dtype": dtype,
-            "op": op,
-            "n": n,
-            "k": k,
-            "routing": routing,
-            "tokens_per_expert": t,
-            "experts": len(counts),
-            "max_tokens_per_expert": max(counts),
-            "model": cell.model.name,
-        }
+    for case, _counts in _cases(cell, cuda):
+        op, routing, t = case["op"], case["routing"], case["tokens_per_expert"]
+        base = {"runner": runner, "kernel": cell.kernel["kernel"], "dtype": dtype, **case}
+        base["model"] = cell.model.name
         if skip is not None:
             result = {"status": "unsupported", "reason": skip}
         else:

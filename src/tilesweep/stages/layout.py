@@ -94,15 +94,10 @@ ENGINE_CPU = (
 
 def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
     """Add the engine's list to `step`; return skipped rows where it cannot run here."""
-    name = (spec.get("engine") or {}).get("name", "none")
+    engine, layers = spec.get("engine") or {}, (step["dense_layers"], step["moe_layers"])
+    name = engine.get("name", "none")
     try:
-        expanded = step_extras.expand(
-            spec.get("engine") or {},
-            model,
-            spec.get("weight_dtype", "bf16"),
-            step["dense_layers"],
-            step["moe_layers"],
-        )
+        expanded = step_extras.expand(engine, model, spec.get("weight_dtype", "bf16"), *layers)
     except ValueError as exc:
         columns = {"kernel_list": f"engine-faithful ({name}: no list)"}
         why = f"bench.step_kernel_list=engine: {exc}"
@@ -166,13 +161,10 @@ def bench_layout(cell_json: str, table_path: str, log_path: str | None = None) -
         if why:
             rows += failed(Status.SKIPPED, why)
             batches = []
+        said = {"emulated": " (one rank emulated)" if emulate else "", "batches": batches}
         log.info(
-            "layout %s on %d %s ranks%s: batches %s",
-            layout["layout"],
-            world,
-            base["backend"],
-            " (one rank emulated)" if emulate else "",
-            batches,
+            "layout %(layout)s on %(world)d %(backend)s ranks%(emulated)s: batches %(batches)s",
+            base | said,
         )
         if batches:
             try:

@@ -21,15 +21,8 @@ def measure_power(cell_json: str, table_path: str, log_path: str | None = None) 
     gpus = len(provenance.gpu_names())
     with logged(log_path) as log:
         if gpus == 0:
-            rows = [
-                {
-                    "load": name,
-                    "expected_bound": bound,
-                    "status": "unsupported",
-                    "reason": "no NVIDIA GPU here: there is no board power to read",
-                }
-                for name, bound in power_load.LOADS.items()
-            ]
+            why = "no NVIDIA GPU here: there is no board power to read"
+            rows = power_load.unsupported(power_load.LOADS, why)
         else:
             rows = power_load.single_gpu_loads(model, seconds, period)
             rows += power_load.collective_loads(model, seconds, period, gpus)

@@ -35,6 +35,7 @@ NEEDED = {
 }
 
 
+RERUN = "rerun the step that writes it"
 # The columns of NEEDED that hold numbers, batches and times (a cell of text there is a damaged
 # table).
 NUMERIC = {c for cols in NEEDED.values() for c in cols if c == "batch" or c.endswith("_ms")}
@@ -51,20 +52,17 @@ def _tables(inputs: dict[str, list[str]], names: tuple[str, ...]) -> dict:
             raise CellError(f"{where}: no rows (a verdict has one per layout and batch); rerun it")
         missing = [c for c in NEEDED.get(name, ()) if not table.empty and c not in table]
         if missing:
-            why = f"no {', '.join(missing)} column"
-            raise CellError(f"{where}: {why}; rerun the step that writes it")
+            raise CellError(f"{where}: no {', '.join(missing)} column; {RERUN}")
         for col in (c for c in NEEDED.get(name, ()) if c in NUMERIC and c in table):
             text = table[col].dropna()
             value = pd.to_numeric(text, errors="coerce")
-            bad = text[value.isna()]
             # A time (ms) or a batch is finite and not negative: inf is no TPOT.
-            odd = text[value.notna() & ~value.between(0, float("1e300"))]
-            if len(bad) or len(odd):
-                shown = bad.iloc[0] if len(bad) else odd.iloc[0]
-                what = "a number" if len(bad) else "a finite number of at least 0"
-                shown = repr(shown)[:40] if isinstance(shown, str) else float(shown)
-                why = f"{col}={shown} is not {what}"
-                raise CellError(f"{where}: {why}; rerun the step that writes it")
+            odd = value.notna() & ~value.between(0, float("1e300"))
+            for what, wrong in (("a number", value.isna()), ("a finite number of at least 0", odd)):
+                if wrong.any():
+                    shown = text[wrong].iloc[0]
+                    shown = repr(shown)[:40] if isinstance(shown, str) else float(shown)
+                    raise CellError(f"{where}: {col}={shown} is not {what}; {RERUN}")
         out[name] = table
     return out
 
@@ -73,9 +71,7 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
     """Draw every report figure from the tables and write each as PNG."""
     with logged(log_path) as log:
         names = ("launch", "decode", "collective", "verdict", "check", "engines", "tune")
-        t = _tables(inputs, names)
-        tables = [t[n] for n in ("launch", "decode", "collective", "verdict", "check")]
-        drawn = report_data.draw_figures(*tables, engines=t["engines"], tune=t["tune"])
+        drawn = report_data.draw_figures(*_tables(inputs, names).values())
         log.info("figures: %s", sorted(drawn))
     # Each with its record, holding its tables' content key (cells.stale_join).
     joined = content_key(inputs)
@@ -85,18 +81,10 @@ def write_figures(inputs: dict[str, list[str]], outputs: dict, log_path: str | N
 
 def provenance(inputs: dict[str, list[str]]) -> dict:
     """Return the report's provenance: renderer commit, versions, when measured."""
-    out = {
-        "commit": git_commit(str(PACKAGE_DIR)),
-        "triton": package_version("triton"),
-        "torch": package_version("torch"),
-        "nvidia-cutlass": package_version("nvidia-cutlass"),
-    }
+    out = {"commit": git_commit(str(PACKAGE_DIR))}
+    out |= {name: package_version(name) for name in ("triton", "torch", "nvidia-cutlass")}
     saved = [read_cell_json(p) for p in inputs.get("provenance", [])]
-    if saved:
-        out["measured"] = saved[0].get("measured", {})
-    else:
-        out["note"] = RERENDERED
-    return out
+    return out | ({"measured": saved[0].get("measured", {})} if saved else {"note": RERENDERED})
 
 
 def write_report(
@@ -107,26 +95,15 @@ def write_report(
     names = ("launch", "decode", "collective", "verdict", "check", "engines", "power", "tune")
     with logged(log_path) as log:
         t = _tables(inputs, names)
-        figures = {Path(p).stem: read_cell_bytes(p) for p in inputs["figures"]}
-        panel = read_panel(inputs["panel"][0]) if inputs.get("panel") else None
-        dropins = concat_tables(list(inputs.get("dropins", [])))
         card = answer_card.build(settings, t["verdict"], t["check"], t["engines"])
-        data = report_data.build(
-            settings,
-            t["launch"],
-            t["decode"],
-            t["collective"],
-            t["verdict"],
-            provenance(inputs),
-            figures=figures,
-            check=t["check"],
-            engines=t["engines"],
-            power=t["power"],
-            tune=t["tune"],
-            panel=panel,
-            card=card,
-            dropins=dropins,
-        )
+        given = {
+            "figures": {Path(p).stem: read_cell_bytes(p) for p in inputs["figures"]},
+            "panel": read_panel(inputs["panel"][0]) if inputs.get("panel") else None,
+            "dropins": concat_tables(list(inputs.get("dropins", []))),
+            "card": card,
+            **{name: t[name] for name in names[4:]},  # check, engines, power, tune
+        }
+        data = report_data.build(settings, *(t[n] for n in names[:4]), provenance(inputs), **given)
         text, page = report_md.render(data), report_html.render(data)
         log.info("html report %d bytes, %d figures", len(page), len(data.figures))
     joined = content_key(inputs)

@@ -27,14 +27,11 @@ TABLES = ("launch", "decode", "collective", "layout", "power", "tune")
 
 def launch_table(paths: list[str]) -> pd.DataFrame:
     """Return the launch table: one row per kernel and target, with provenance columns."""
-    rows = [read_cell_json(p) for p in paths]
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame([read_cell_json(p) for p in paths])
     if frame.empty:
         return pd.DataFrame(columns=LAUNCH_COLUMNS)
     # device, toolchain and commit come from each record, stamped when it was written.
-    for col in LAUNCH_COLUMNS:
-        if col not in frame:
-            frame[col] = None
+    frame = frame.assign(**{col: None for col in LAUNCH_COLUMNS if col not in frame})
     extra = [c for c in frame.columns if c not in LAUNCH_COLUMNS]
     return (
         frame[LAUNCH_COLUMNS + extra]
@@ -94,11 +91,10 @@ def measured_when(paths: list[str]) -> str | None:
     times = [os.path.getmtime(p) for p in paths if os.path.exists(p)]
     if not times:
         return None
-
-    def stamp(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
-
-    first, last = stamp(min(times)), stamp(max(times))
+    ends = (
+        datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M") for t in (min(times), max(times))
+    )
+    first, last = ends
     return f"{first} UTC" if first == last else f"{first} to {last} UTC"
 
 

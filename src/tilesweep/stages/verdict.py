@@ -22,20 +22,12 @@ PANEL = ("rows", "winners", "band")
 
 def _ceilings(inputs: dict[str, list[str]]) -> dict:
     """Return the device's measured ceilings among the inputs, or {}."""
-    ceilings = {}
-    for path in inputs.get("ceilings", []):
-        ceilings = read_json(path)
-    return ceilings
-
-
-def _reader(per_cell: bool):
-    """Return what joins a named input's paths: per-cell outputs or joined tables."""
-    return concat_cells if per_cell else concat_tables
+    return read_json(inputs["ceilings"][-1]) if inputs.get("ceilings") else {}
 
 
 def composer(inputs: dict[str, list[str]], per_cell: bool = False):
     """Return (compose, decode, steps, collective, ceilings) for the verdict."""
-    read = _reader(per_cell)
+    read = concat_cells if per_cell else concat_tables
     decode = read(list(inputs["decode"]))
     if "op" in decode:
         decode = decode[decode["op"] != "whole_moe"].reset_index(drop=True)
@@ -95,7 +87,7 @@ class StepJob:
 
     def read(self, name: str) -> pd.DataFrame:
         """Return one named input's table: joined, or each cell's own output (per_cell)."""
-        return _reader(self.per_cell)(list(self.inputs[name]))
+        return (concat_cells if self.per_cell else concat_tables)(list(self.inputs[name]))
 
 
 def write_verdict(job: StepJob) -> None:
@@ -114,9 +106,7 @@ def write_verdict(job: StepJob) -> None:
         log.info("rows: %s; panel: %s", {n: len(f) for n, f in tables.items()}, bool(panel))
     # Each with its record; the verdict's holds its tables' content key (cells.stale_join).
     if outputs.get("fit"):
-        write_cell_bytes(
-            outputs["fit"], (json.dumps(fit, indent=1, sort_keys=True) + "\n").encode()
-        )
+        write_cell_bytes(outputs["fit"], json.dumps(fit, indent=1, sort_keys=True).encode() + b"\n")
     write_with_parquet(tables, outputs, "verdict", content_key(inputs))
     write_cell_bytes(outputs["panel"], panel_json(panel).encode())
     if outputs.get("card"):

@@ -25,11 +25,6 @@ DATA_FILES = ("data/launch_count.yaml",)
 NO_LAUNCH = frozenset(package_data.data_mapping("tilesweep", DATA_FILES[0])["no_launch"])
 
 
-def op_name(func) -> str:
-    """Return an aten op's base name (`aten.mm.default` -> `mm`, `add_` stays `add_`)."""
-    return func.__name__.split(".")[0]
-
-
 def make_counter():
     """Return a new LaunchCounter (built lazily: torch is imported only when one is made)."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -47,8 +42,7 @@ def make_counter():
             self.counts[self.part] = self.counts.get(self.part, 0) + n
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = op_name(func)
-            if name not in NO_LAUNCH:
+            if func.__name__.split(".")[0] not in NO_LAUNCH:  # `aten.mm.default` -> `mm`
                 self.add(1)
             return func(*args, **(kwargs or {}))
 

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 
-def fill_random(tensor, gen, scale: float):
-    """Fill a tensor with tiled random values (cheap for GBs of weights) times scale; return it."""
-    import torch
-
-    flat = tensor.view(-1)
-    block = min(flat.numel(), 1 << 20)
-    base = (torch.randn(block, generator=gen) * scale).to(tensor.dtype).to(tensor.device)
-    for lo in range(0, flat.numel(), block):
-        hi = min(lo + block, flat.numel())
-        flat[lo:hi].copy_(base[: hi - lo])
-    return tensor
-
-
-def random_bf16(torch, shape: tuple, device, gen):
-    """Return a bf16 tensor of this shape filled with random values (empty shapes allowed)."""
+def random_bf16(torch, shape: tuple, device, gen, scale: float = 1.0):
+    """Return a bf16 tensor of this shape, tiled random values (cheap for GBs of weights) times
+    scale (empty shapes allowed)."""
     out = torch.empty(*shape, dtype=torch.bfloat16, device=device)
-    return fill_random(out, gen, 1.0) if out.numel() else out
+    flat, block = out.view(-1), min(out.numel(), 1 << 20)
+    if block:
+        base = (torch.randn(block, generator=gen) * scale).to(out.dtype).to(out.device)
+        for lo in range(0, flat.numel(), block):
+            flat[lo : lo + block].copy_(base[: min(block, flat.numel() - lo)])
+    return out
 
 
 class WeightMaker:
@@ -30,11 +23,8 @@ class WeightMaker:
 
     def w(self, *shape, k: int, shared: bool = False):
         """Return a bf16 weight of this shape, random with scale 1/sqrt(k)."""
-        torch = self.torch
         source = self.shared_gen if shared else self.gen
-        return fill_random(
-            torch.empty(*shape, dtype=torch.bfloat16, device=self.device), source, k**-0.5
-        )
+        return random_bf16(self.torch, shape, self.device, source, k**-0.5)
 
     def ones(self, n: int):
         """Return a bf16 vector of n ones (a norm's weight)."""
