@@ -14,21 +14,14 @@ from typing import TextIO
 
 from snakemake_interface_logger_plugins.common import LogEvent
 
+from tilesweep import package_data
 from tilesweep.progress_stage import Stage, clock, jobs, recorded_job_times
 
 PREFIX = "[tilesweep]"
 # A stage's running line prints at most this often; its first finished job and its end always do.
 EVERY_S = 30.0
 # Per-job events whose lines Console replaces on the console (the log file keeps them).
-REPLACED = {
-    LogEvent.WORKFLOW_STARTED,
-    LogEvent.JOB_INFO,
-    LogEvent.GROUP_INFO,
-    LogEvent.SHELLCMD,
-    LogEvent.JOB_STARTED,
-    LogEvent.JOB_FINISHED,
-    LogEvent.PROGRESS,
-}
+REPLACED = {LogEvent[n] for n in package_data.column_lists("tilesweep.progress")["REPLACED"]}
 # Plain lines Snakemake logs once per scheduling round, or after the end of a clean run (which
 # then ends naming the report): Console's first and last lines say the same.
 ROUND_LINES = ("Select jobs to execute...",)
