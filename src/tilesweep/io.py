@@ -81,7 +81,7 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout
 # The checkout's tracked folders: an --out inside one would overwrite kept files (docs/examples).
-TRACKED_FOLDERS = tuple(package_data.column_lists("tilesweep.io")["TRACKED_FOLDERS"])
+TRACKED_FOLDERS = package_data.column_lists("tilesweep.io")["TRACKED_FOLDERS"]
 # The only tracked folder --force may write into: the kept examples (a rerendered example).
 FORCE_FOLDER = PROJECT_ROOT / "docs" / "examples"
 

@@ -21,7 +21,8 @@ PREFIX = "[tilesweep]"
 # A stage's running line prints at most this often; its first finished job and its end always do.
 EVERY_S = 30.0
 # Per-job events whose lines Console replaces on the console (the log file keeps them).
-REPLACED = {LogEvent[n] for n in package_data.column_lists("tilesweep.progress")["REPLACED"]}
+REPLACED_EVENTS = package_data.column_lists("tilesweep.progress")["REPLACED_EVENTS"]
+REPLACED = {LogEvent(value) for value in REPLACED_EVENTS}
 # Plain lines Snakemake logs once per scheduling round, or after the end of a clean run (which
 # then ends naming the report): Console's first and last lines say the same.
 ROUND_LINES = ("Select jobs to execute...",)
