@@ -28,7 +28,7 @@ def test_a_cpu_sweeps_verdict_waits_for_no_whole_step_and_no_joined_table():
     # only the decode job timing the operand type the verdict reads (the baselines' fp8 one)
     assert (
         inputs["decode"]
-        == sweep.answer_decode_outputs()
+        == sweep.decode_outputs(sweep.answer_decode_jobs())
         == [sweep.path("decode", "baselines-fp8.csv")]
     )
     assert inputs["collective"] == sweep.collective_outputs()
@@ -52,7 +52,9 @@ def test_a_gpu_sweeps_verdict_waits_only_for_the_decode_jobs_timing_fp8():
     assert {"baselines-fp8", "cutlass-sm90-fp8"} <= set(jobs) and "baselines" not in jobs
     assert all(j.startswith("fp8-") for j in set(jobs) - {"baselines-fp8", "cutlass-sm90-fp8"})
     assert not any(j.startswith("bf16-") for j in jobs)
-    assert sweep.stage5().verdict_inputs()["decode"] == sweep.answer_decode_outputs()
+    assert sweep.stage5().verdict_inputs()["decode"] == sweep.decode_outputs(
+        sweep.answer_decode_jobs()
+    )
 
 
 def test_the_verdict_composed_from_its_operand_types_rows_alone_is_the_same():

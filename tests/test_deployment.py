@@ -423,7 +423,7 @@ def test_a_grid_without_collective_figures_is_refused_in_one_line():
     empty = pd.DataFrame()
     card = answer_card.build(fine, deployment_table(fine, empty, empty, empty, {}))
     assert "no layout both fits in memory and composes (communication unknown: " in card.headline
-    assert "tp8-pp1-ep1" in card.no_fit_line() and "fits in memory at" not in card.headline
+    assert "tp8-pp1-ep1" in card.notes()[0] and "fits in memory at" not in card.headline
 
 
 def test_checkpoint_options_follow_the_named_checkpoint():
@@ -483,5 +483,5 @@ def test_a_missing_all_reduce_count_keeps_its_layouts_as_gap_rows_naming_count_a
     settings = RootSettings.model_validate(cut)
     card = answer_card.build(settings, table)
     assert card.picks and all(p.layout != "tp8-pp1-ep1" for p in card.picks)
-    line = card.gap_line()
+    line = card.notes()[1]
     assert line in card.lines() and "tp8-pp1-ep1" in line and "8 GPUs" in line

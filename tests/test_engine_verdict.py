@@ -599,9 +599,9 @@ def test_a_cited_kernel_floor_holds_each_layer_to_its_calls_least_times():
         )
     # The figures are of sm_90 kernels: on another architecture the part keeps its own time.
     kwargs = {"timer": part_timers.roofline_timer}
-    deployment_verdict._floored(settings.engine, "sm_89", kwargs, {})
+    deployment_verdict._engine_terms(settings.engine, "sm_89", 0, kwargs, {})
     assert kwargs["timer"] is part_timers.roofline_timer
-    deployment_verdict._floored(settings.engine, "sm_90", kwargs, {})
+    deployment_verdict._engine_terms(settings.engine, "sm_90", 0, kwargs, {})
     assert kwargs["timer"](part, settings.hardware)["memory_ms"] > 0
 
 

@@ -66,28 +66,19 @@ class AnswerCard:
             [p.cells() for p in self.picks], columns=list(answer_picks.PICK_HEADERS.values())
         )
 
-    def no_fit_line(self) -> str:
-        """Return the batches at which no layout fits, in one line, or ''."""
-        if not self.no_fit_batches:
-            return ""
-        names = ", ".join(str(b) for b in self.no_fit_batches)
-        return f"No layout {self.unusable()} at batch {names}."
-
     def unusable(self) -> str:
         """Return why no layout answers at a batch: none fits, or those that fit are gaps."""
         if not self.gaps:
             return "fits in memory"
         return f"both fits in memory and composes ({'; '.join(self.gaps)})"
 
-    def gap_line(self) -> str:
-        """Return the layouts that fit but compose no TPOT, in one line ('' where none is)."""
-        if not self.gaps:
-            return ""
-        return f"Not composed (left out of the picks): {'; '.join(self.gaps)}."
-
     def notes(self) -> list[str]:
-        """Return the lines under the picks: where no layout fits, and those not composed."""
-        return [self.no_fit_line(), self.gap_line() if self.picks else ""]
+        """Return the lines under the picks: where no layout fits, and those not composed, or ''."""
+        batches, gaps = ", ".join(str(b) for b in self.no_fit_batches), "; ".join(self.gaps)
+        return [
+            f"No layout {self.unusable()} at batch {batches}." if batches else "",
+            f"Not composed (left out of the picks): {gaps}." if gaps and self.picks else "",
+        ]
 
     def header(self) -> str:
         """Return what the answer is for, in one line (the provenance of its first pick)."""

@@ -7,18 +7,12 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
+from tilesweep import package_data
+
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/report_texts.yaml",)
 # The card table's header for each pick field.
-PICK_HEADERS = {
-    "batch": "batch",
-    "layout": "layout",
-    "gpus": "GPUs",
-    "tpot_ms": "TPOT ms",
-    "tokens_per_s_per_user": "tok/s/user",
-    "tokens_per_s_per_gpu": "tok/s/GPU",
-    "bound": "bound",
-    "x_floor": "x floor",
-    "runner_up": "runner-up",
-}
+PICK_HEADERS = package_data.data_typed("tilesweep", DATA_FILES[0], "pick_headers", dict[str, str])
 # The figures one pick carries (answer.json's `picks` keys): every header's but the runner-up.
 PICK_FIELDS = tuple(PICK_HEADERS)[:-1]
 BOUND_KINDS = ("memory", "math", "communication", "launch")  # worded '<kind>-bound'

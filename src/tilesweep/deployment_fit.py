@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.io import project_path
 from tilesweep.plan import attention_table, calibration
@@ -119,17 +120,10 @@ def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> d
     return fit
 
 
+# The package data this module reads (rerun_keys.code_hash hashes it with the module).
+DATA_FILES = ("data/columns.yaml",)
 # The ceilings a fit carries: its provenance and the device constants the verdict reads from it.
-FIT_CEILINGS = (
-    "device",
-    "driver",
-    "torch",
-    "triton",
-    "commit",
-    "copy_gbs",
-    "matmul_tflops",
-    "launch",
-)
+FIT_CEILINGS = package_data.column_lists("tilesweep.deployment_fit")["FIT_CEILINGS"]
 
 
 def measured_here(

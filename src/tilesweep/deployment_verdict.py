@@ -66,7 +66,7 @@ def engine_deployment(settings: RootSettings) -> tuple[DeploymentSettings, str]:
 
 
 # The operand type of the decode rows the verdict reads (fp8_expert_fraction); a sweep's verdict
-# waits only for the decode jobs that time it (pipeline.Sweep.answer_decode_outputs).
+# waits only for the decode jobs that time it (pipeline.Sweep.answer_decode_jobs).
 DECODE_DTYPE = "fp8"
 
 
@@ -164,20 +164,17 @@ def _wrap(kwargs: dict, ends: dict, wrap: Callable) -> dict:
     return {column: wrap(timer) for column, timer in ends.items()}
 
 
-def _untimed(engine_conf: EngineSettings, routed_pairs: int, kwargs: dict, ends: dict) -> dict:
-    """Make the parts of each kernel the engine runs that no figure times gaps naming it."""
+def _engine_terms(engine_conf: EngineSettings, arch: str, pairs: int, kwargs: dict, ends: dict):
+    """Wrap the rows' timer (kwargs) and the band ends' in the engine's own terms: the parts of
+    each kernel it runs from `pairs` routed pairs that no figure times make gaps naming it, and
+    each part kind it names a kernel floor for on `arch` takes at least its cited time."""
     for item in engine_conf.untimed:
-        if routed_pairs >= item.from_routed_pairs:
+        if pairs >= item.from_routed_pairs:
             why = (
                 f"{item.kernel} from {item.from_routed_pairs} routed pairs ({item.cite}): "
                 "no kernel-level figure times it"
             )
             ends = _wrap(kwargs, ends, partial(untimed_timer, kind=item.kind, why=why))
-    return ends
-
-
-def _floored(engine_conf: EngineSettings, arch: str, kwargs: dict, ends: dict) -> dict:
-    """Hold each part kind the engine names a kernel floor for to at least its cited time."""
     for item in engine_conf.kernel_floors:
         if item.only_arch and arch not in item.only_arch:
             continue
@@ -280,8 +277,7 @@ def deployment_table(
             )
         expert = {"expert GEMMs": expert_words} if expert_words else {}
         kwargs["rests"] = used | expert | tail
-        ends = _untimed(engine_conf, batch * model.top_k, kwargs, ends)
-        ends = _floored(engine_conf, settings.hardware.arch, kwargs, ends)
+        ends = _engine_terms(engine_conf, settings.hardware.arch, batch * model.top_k, kwargs, ends)
         ends = _padded(engine_conf, settings.hardware, dep.weight_dtype, kwargs, ends)
         rows = compose_rows(one, **kwargs)
         for column, timer in ends.items():

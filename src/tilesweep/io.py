@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.errors import CellError, ConfigError
 
 
@@ -80,19 +81,7 @@ def concat_tables(paths: list[str]) -> pd.DataFrame:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # src/tilesweep/io.py -> the checkout
 # The checkout's tracked folders: an --out inside one would overwrite kept files (docs/examples).
-TRACKED_FOLDERS = (
-    "benchmarks",
-    "conf",
-    "docs",
-    "gpu",
-    "profiles",
-    "src",
-    "tests",
-    "tools",
-    "workflow",
-    ".git",
-    ".ci",
-)
+TRACKED_FOLDERS = package_data.column_lists("tilesweep.io")["TRACKED_FOLDERS"]
 # The only tracked folder --force may write into: the kept examples (a rerendered example).
 FORCE_FOLDER = PROJECT_ROOT / "docs" / "examples"
 

@@ -180,9 +180,12 @@ class Sweep:
             "tune": self.tune_tables(),
         }
 
-    def decode_outputs(self) -> list[str]:
-        """Return every decode benchmark output path (one per job of each enabled backend)."""
-        return [self.path("decode", f"{name}.csv") for name in self.decode_jobs]
+    def decode_outputs(self, jobs: list[str] | None = None) -> list[str]:
+        """Return the decode benchmark outputs of `jobs` (every job of each enabled backend)."""
+        return [
+            self.path("decode", f"{name}.csv")
+            for name in (self.decode_jobs if jobs is None else jobs)
+        ]
 
     def answer_decode_jobs(self) -> list[str]:
         """Return the decode jobs timing the verdict's operand type."""
@@ -191,10 +194,6 @@ class Sweep:
             for job, backend in self._decode_owner.items()
             if DECODE_DTYPE in backend.decoder.row_dtypes(self._by_kernel.get(job, {"kernel": job}))
         ]
-
-    def answer_decode_outputs(self) -> list[str]:
-        """Return the output paths of answer_decode_jobs."""
-        return [self.path("decode", f"{name}.csv") for name in self.answer_decode_jobs()]
 
     def collective_outputs(self) -> list[str]:
         """Return every collective output path (an experts=ep layout shares its TP twin's)."""
@@ -224,15 +223,6 @@ class Sweep:
         path = self.settings.deployment.fit_file
         return [str(project_path(path))] if path and project_path(path).is_file() else []
 
-    def step_batches(self) -> list[int]:
-        """Return the whole step's batches: the deployment's and the grid's."""
-        model = self.settings.model
-        per_expert = {
-            max(1, t * model.routed_experts // model.top_k)
-            for t in self.settings.grid.tokens_per_expert
-        }
-        return sorted(set(self.settings.deployment.batches) | per_expert)
-
     def layout_step_cell(self, layout: str) -> str:
         """Return the canonical JSON of one whole-step job."""
         bench = self.settings.bench
@@ -252,11 +242,17 @@ class Sweep:
         if not lean:
             inputs["engine"] = self.settings.engine
             inputs["weight_dtype"] = self.settings.deployment.weight_dtype
+        # The whole step's batches: the deployment's and the grid's.
+        model = self.settings.model
+        per_expert = [
+            t * model.routed_experts // model.top_k for t in self.settings.grid.tokens_per_expert
+        ]
+        batches = sorted({*self.settings.deployment.batches, *(max(1, b) for b in per_expert)})
         return grid.canonical(
             {
                 "layout": self._by_layout[layout],
-                "model": self.settings.model,
-                "batches": self.step_batches(),
+                "model": model,
+                "batches": batches,
                 # model_dump: output only (the rule's JSON param, its rerun key, as canonical())
                 "bench": {
                     k: v

@@ -14,32 +14,21 @@ from typing import TextIO
 
 from snakemake_interface_logger_plugins.common import LogEvent
 
+from tilesweep import package_data
 from tilesweep.progress_stage import Stage, clock, jobs, recorded_job_times
 
 PREFIX = "[tilesweep]"
 # A stage's running line prints at most this often; its first finished job and its end always do.
 EVERY_S = 30.0
-# Per-job events whose lines Console replaces on the console (the log file keeps them).
-REPLACED = {
-    LogEvent.WORKFLOW_STARTED,
-    LogEvent.JOB_INFO,
-    LogEvent.GROUP_INFO,
-    LogEvent.SHELLCMD,
-    LogEvent.JOB_STARTED,
-    LogEvent.JOB_FINISHED,
-    LogEvent.PROGRESS,
-}
-# Plain lines Snakemake logs once per scheduling round, or after the end of a clean run (which
-# then ends naming the report): Console's first and last lines say the same.
-ROUND_LINES = ("Select jobs to execute...",)
-CLOSING_LINES = ("Complete log(s): ", "Elapsed time: ")
-# Snakemake's lines after a failed job that Console's failure lines say in short (the log file
-# keeps them); its `Restored previous version of ...` lines stay.
-STOPPING_LINES = (
-    "Shutting down, this might take some time.",
-    "Exiting because a job execution failed. Look above for error messages",
+# The package data this module reads (rerun_keys.code_hash hashes it with the module): the
+# events and lines of Snakemake's that Console speaks for (their file says which and why).
+DATA_FILES = ("data/snakemake_lines.yaml",)
+REPLACED = package_data.data_typed("tilesweep", DATA_FILES[0], "replaced", frozenset[LogEvent])
+ROUND_LINES, CLOSING_LINES, STOPPING_LINES = (
+    package_data.data_typed("tilesweep", DATA_FILES[0], key, tuple[str, ...])
+    for key in ("round", "closing", "stopping")
 )
-RUN_FAILED = "At least one job did not complete successfully."
+RUN_FAILED = package_data.data_typed("tilesweep", DATA_FILES[0], "run_failed", str)
 _EXIT = re.compile(r"returned non-zero exit status (-?\d+)")
 _SIGNAL = re.compile(r"died with <Signals\.(\w+)")
 

@@ -69,7 +69,7 @@ class Stage5:
             self.measured = {n: [str(self.tables / f"{n}.csv")] for n in MEASURED_TABLES}
             # The verdict reads only the per-cell outputs it needs, so it waits for nothing else.
             self.composed_from = {
-                "decode": sweep.answer_decode_outputs(),
+                "decode": sweep.decode_outputs(sweep.answer_decode_jobs()),
                 "collective": sweep.collective_outputs(),
                 "layout": sweep.fit_layout_outputs(),
             }
