@@ -22,15 +22,10 @@ FALLBACK = {
 }
 
 
-def _arch(arch: str | None) -> str:
-    """Return an architecture without its feature suffix (sm_90a -> sm_90)."""
-    return str(arch or "").removesuffix("a")
-
-
 def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[AllReduceStep]]:
     """Return {GPU count: steps} the engine file lists for an architecture ({} where none)."""
     for key, steps in engine.allreduce.items():
-        if _arch(key) == _arch(arch):
+        if key.removesuffix("a") == str(arch or "").removesuffix("a"):  # sm_90a is sm_90
             return dict(steps.by_gpus)
     return {}
 
