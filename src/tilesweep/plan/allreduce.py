@@ -8,18 +8,17 @@ past its cited sizes), labelled so; below a series' first size its first time st
 
 from __future__ import annotations
 
+from tilesweep import package_data
 from tilesweep.plan.messages import interpolated_us
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.engine_spec import AllReduceStep, EngineSettings
 from tilesweep.settings.hardware_spec import AllReduce, Collective, InGraph
 
+DATA_FILES = ("data/plan.yaml",)
 # What an algorithm with no cited figure takes instead: the next slower, in order.
-FALLBACK = {
-    "one_shot": ("one_shot", "two_shot", "nccl"),
-    "two_shot": ("two_shot", "nccl"),
-    "symm_mem": ("symm_mem", "two_shot", "nccl"),
-    "nccl": ("nccl",),
-}
+FALLBACK = package_data.data_typed(
+    "tilesweep", DATA_FILES[0], "allreduce_fallback", dict[str, tuple[str, ...]]
+)
 
 
 def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[AllReduceStep]]:

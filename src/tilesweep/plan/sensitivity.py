@@ -7,17 +7,15 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import BAND_COLUMNS, WINNER_COLUMNS
 from tilesweep.plan.composition import compose_deployment
 from tilesweep.settings import HardwareSpec, RootSettings
 from tilesweep.settings.hardware_spec import Topology
 
+DATA_FILES = ("data/plan.yaml",)
 # The inputs scaled, with what a factor means for each.
-INPUTS = {
-    "memory_bandwidth": "target memory bandwidth (memory_bandwidth_gbs)",
-    "interconnect_bandwidth": "interconnect bus bandwidth of every collective (busbw_gbs)",
-    "interconnect_latency": "interconnect latency of every collective (latency_us)",
-}
+INPUTS = package_data.data_typed("tilesweep", DATA_FILES[0], "sensitivity_inputs", dict[str, str])
 FACTORS = (0.5, 2.0)
 
 

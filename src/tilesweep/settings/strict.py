@@ -11,7 +11,10 @@ from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
+from tilesweep import package_data
 from tilesweep.errors import ConfigError
+
+DATA_FILES = ("data/plan.yaml",)
 
 
 class Section(BaseModel):
@@ -111,17 +114,7 @@ def distinct(item: Any) -> Any:
 
 
 # What each pydantic type error expects, in the words of the messages.
-_EXPECTED = {
-    "int_type": "an integer",
-    "float_type": "a number",
-    "string_type": "a string",
-    "bool_type": "true/false",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-    "none_required": "null",
-}
+_EXPECTED = package_data.data_typed("tilesweep", DATA_FILES[0], "expected_types", dict[str, str])
 
 
 def check(model: type[Section], data: Any, where: str = "") -> Section:
