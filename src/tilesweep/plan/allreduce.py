@@ -71,10 +71,8 @@ class EngineAllReduce(AllReduce):
         """Return the block with the engine's steps for `arch` (and the model's bytes per token,
         for steps that pick by tokens) attached."""
         given = {key: getattr(block, key) for key in block.model_fields_set}
-        steps = engine_steps(engine, arch)
-        return cls.model_construct(
-            **given, engine=engine.name, arch=arch, steps=steps, token_bytes=token_bytes
-        )
+        given |= {"engine": engine.name, "arch": arch, "steps": engine_steps(engine, arch)}
+        return cls.model_construct(**given, token_bytes=token_bytes)
 
 
 def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
