@@ -202,15 +202,13 @@ def profile(
     else:
         lists = _family_lists(engine, model)
         launches: dict[str, float] = {}
+        extra: dict[str, float] = {}  # the kernels no part kind covers (extra_kernels), counted
         for where, kinds in LAYER_KINDS.items():
             for k in _running(getattr(lists, where), weight_dtype, arch):
                 if k.kind in kinds:
                     launches[k.kind] = launches.get(k.kind, 0.0) + k.count
-        extra = {
-            where: sum(k.count for k in listed)
-            for where, listed in extra_kernels(engine, model, weight_dtype, arch).items()
-            if listed
-        }
+                else:
+                    extra[where] = extra.get(where, 0) + k.count
         fam = family(model)
         label = f"engine-faithful kernel count ({engine.name} {engine.version} {fam} list)"
         prof = EngineProfile(engine.name, label, launches, extra)
