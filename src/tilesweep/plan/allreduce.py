@@ -148,6 +148,4 @@ def _size(nbytes: int) -> str:
     """Return a byte count in words (128 KiB, 2.6 MiB)."""
     if nbytes >= 1 << 20:
         return f"{nbytes / (1 << 20):.3g} MiB"
-    if nbytes >= 1 << 10:
-        return f"{nbytes / (1 << 10):.3g} KiB"
-    return f"{nbytes} B"
+    return f"{nbytes / (1 << 10):.3g} KiB" if nbytes >= 1 << 10 else f"{nbytes} B"

@@ -63,9 +63,7 @@ def _sequences(row: dict) -> int:
 
 def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
     """Return a column of the steps, `default` where a row (or an older run's table) has none."""
-    if name in steps:
-        return steps[name].fillna(default)
-    return pd.Series(default, index=steps.index)
+    return steps[name].fillna(default) if name in steps else pd.Series(default, index=steps.index)
 
 
 def step_fit(
