@@ -92,13 +92,8 @@ class EngineProfile:
 
 def _occurrences(stage: dict, last: bool) -> dict[str, int]:
     """Return how many times each of LAYER_KINDS' lists runs in one stage's step."""
-    layers = stage["dense"] + stage["moe"]
-    return {
-        "per_layer": layers,
-        "per_moe_layer": stage["moe"],
-        "per_dense_layer": stage["dense"],
-        "per_step": 1 if last else 0,
-    }
+    moe, dense = stage["moe"], stage["dense"]
+    return dict(per_layer=dense + moe, per_moe_layer=moe, per_dense_layer=dense, per_step=int(last))
 
 
 def _running(
