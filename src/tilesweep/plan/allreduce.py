@@ -8,29 +8,23 @@ past its cited sizes), labelled so; below a series' first size its first time st
 
 from __future__ import annotations
 
+from tilesweep import package_data
 from tilesweep.plan.messages import interpolated_us
 from tilesweep.settings import HardwareSpec
 from tilesweep.settings.engine_spec import AllReduceStep, EngineSettings
 from tilesweep.settings.hardware_spec import AllReduce, Collective, InGraph
 
+DATA_FILES = ("data/plan.yaml",)
 # What an algorithm with no cited figure takes instead: the next slower, in order.
-FALLBACK = {
-    "one_shot": ("one_shot", "two_shot", "nccl"),
-    "two_shot": ("two_shot", "nccl"),
-    "symm_mem": ("symm_mem", "two_shot", "nccl"),
-    "nccl": ("nccl",),
-}
-
-
-def _arch(arch: str | None) -> str:
-    """Return an architecture without its feature suffix (sm_90a -> sm_90)."""
-    return str(arch or "").removesuffix("a")
+FALLBACK = package_data.data_typed(
+    "tilesweep", DATA_FILES[0], "allreduce_fallback", dict[str, tuple[str, ...]]
+)
 
 
 def engine_steps(engine: EngineSettings, arch: str | None) -> dict[int, list[AllReduceStep]]:
     """Return {GPU count: steps} the engine file lists for an architecture ({} where none)."""
     for key, steps in engine.allreduce.items():
-        if _arch(key) == _arch(arch):
+        if key.removesuffix("a") == str(arch or "").removesuffix("a"):  # sm_90a is sm_90
             return dict(steps.by_gpus)
     return {}
 
@@ -77,10 +71,8 @@ class EngineAllReduce(AllReduce):
         """Return the block with the engine's steps for `arch` (and the model's bytes per token,
         for steps that pick by tokens) attached."""
         given = {key: getattr(block, key) for key in block.model_fields_set}
-        steps = engine_steps(engine, arch)
-        return cls.model_construct(
-            **given, engine=engine.name, arch=arch, steps=steps, token_bytes=token_bytes
-        )
+        given |= {"engine": engine.name, "arch": arch, "steps": engine_steps(engine, arch)}
+        return cls.model_construct(**given, token_bytes=token_bytes)
 
 
 def series_us(in_graph: InGraph | None, algorithm: str, n: int, nbytes: float):
@@ -156,6 +148,4 @@ def _size(nbytes: int) -> str:
     """Return a byte count in words (128 KiB, 2.6 MiB)."""
     if nbytes >= 1 << 20:
         return f"{nbytes / (1 << 20):.3g} MiB"
-    if nbytes >= 1 << 10:
-        return f"{nbytes / (1 << 10):.3g} KiB"
-    return f"{nbytes} B"
+    return f"{nbytes / (1 << 10):.3g} KiB" if nbytes >= 1 << 10 else f"{nbytes} B"

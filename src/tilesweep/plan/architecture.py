@@ -33,6 +33,7 @@ _BYTES = {
     "nvfp4": 0.5 + 1.0 / 16,
     "mxfp4": 0.5 + 1.0 / 32,
 }
+KV_BYTES = {"bf16": 2.0, "fp8": 1.0}  # per cached KV element (per-tensor scales left out)
 
 
 def bytes_per_weight(dtype: str) -> float:
@@ -40,11 +41,6 @@ def bytes_per_weight(dtype: str) -> float:
     if dtype not in _BYTES:
         raise ValueError(f"weight dtype {dtype!r}: allowed: {', '.join(_BYTES)}")
     return _BYTES[dtype]
-
-
-def kv_element_bytes(kv_dtype: str) -> float:
-    """Return the bytes per cached KV element (bf16 2, fp8 1; per-tensor scales left out)."""
-    return {"bf16": 2.0, "fp8": 1.0}[kv_dtype]
 
 
 def group_dtype(group: str, dep: DeploymentSettings) -> str:
@@ -110,7 +106,7 @@ def kv_bytes_per_token_layer(
     model: ModelSettings, dep: DeploymentSettings, tp: int = 1
 ) -> dict[str, float]:
     """Return {kv, index} cache bytes per token and layer held by one rank of a TP group."""
-    att, eb = model.attention, kv_element_bytes(dep.kv_dtype)
+    att, eb = model.attention, KV_BYTES[dep.kv_dtype]
     if att.kind == "mla":  # latent cache replicated across TP ranks (vLLM/SGLang, no DP-attention)
         kv = (att.kv_lora_rank + att.qk_rope_head_dim) * eb
         index = att.index_head_dim * eb if att.index_topk is not None else 0.0
@@ -134,7 +130,7 @@ def attention_core(
     if att.kind != "mla":
         hd = att.head_dim
         kv_heads = max(heads * att.kv_heads / att.heads, 1.0)
-        kv_bytes = tokens * 2 * kv_heads * hd * kv_element_bytes(dep.kv_dtype)
+        kv_bytes = tokens * 2 * kv_heads * hd * KV_BYTES[dep.kv_dtype]
         return out | {"attended": tokens, "flops": heads * tokens * 4 * hd, "kv_bytes": kv_bytes}
     cache = kv_bytes_per_token_layer(model, dep)
     attended = min(att.index_topk, tokens) if att.index_topk is not None else tokens

@@ -26,9 +26,7 @@ KERNEL_LIMITED_BELOW = 0.5
 
 def margin_text(top: float, second: float) -> str:
     """Return top / second as a one-decimal ratio string, 'inf' when second is zero."""
-    if second <= 0:
-        return "inf"
-    return f"{top / second:.1f}x"
+    return "inf" if second <= 0 else f"{top / second:.1f}x"
 
 
 def decide_bound(split: dict, achieved: dict | None = None, fits: bool = True) -> dict:

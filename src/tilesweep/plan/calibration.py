@@ -63,9 +63,7 @@ def _sequences(row: dict) -> int:
 
 def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
     """Return a column of the steps, `default` where a row (or an older run's table) has none."""
-    if name in steps:
-        return steps[name].fillna(default)
-    return pd.Series(default, index=steps.index)
+    return steps[name].fillna(default) if name in steps else pd.Series(default, index=steps.index)
 
 
 def step_fit(
@@ -224,12 +222,11 @@ def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
     roof = rank_compute_ms(row, ck.model, ck.hw, roofline_timer) if emu else raw["tpot_ms"]
     return {
         "model": ck.model.name,
-        "layout": row["layout"],
+        **{k: row[k] for k in ("layout", "context_len", "measured_label")},
         **{k: getattr(layout, k) for k in ("tp", "pp", "ep")},
         "batch": int(row["batch"]),
         "kernel_list": engine.name if engine is not None else engine_profile.LEAN,
         "kernels_per_layer": row.get("kernels_per_layer", math.nan),
-        "context_len": row["context_len"],
         "measured_ms": measured,
         **{f"measured_{p}_ms": row[f"step_{p}_ms"] for p in ("p10", "p90")},
         "roofline_ms": roof,
@@ -239,7 +236,6 @@ def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
         "calibrated_on": calibrated,
         "held_out": not _fitted_here(ck, row, how, emu),
         "timing": how,
-        "measured_label": row["measured_label"],
         "composed_label": label,
         "device": ck.device,
         "gaps": "; ".join(dict.fromkeys(list(raw["gaps"]) + list(gaps))),

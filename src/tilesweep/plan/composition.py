@@ -17,7 +17,7 @@ from tilesweep.plan.memory_fit import capacity, layer_counts, memory_fit, stage_
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
-from tilesweep.plan.step_time import comm_gap_bound, loaded_step, prompt_words, serving_load
+from tilesweep.plan.step_time import comm_gap_bound, loaded_step, serving_load
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 if TYPE_CHECKING:
@@ -62,9 +62,13 @@ def _load_item(load_in: int, load_out: int, prefill: float, hw: HardwareSpec, ho
     """Return the serving load a row carries and what the other requests' prompts add, in words."""
     if not load_in:
         return "decode only (no arriving prompts)"
+    cited = hw.prompt_attention  # how a prompt's own attention is charged on this hardware
+    words = f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
+    if cited:
+        words = f"their attention at e_math {cited.e_math:g} ({cited.cite})"
     return (
         f"serving, {load_in} in / {load_out} out per request (the other requests' prompts: "
-        f"{prefill:.3g} ms a step; {how}; {prompt_words(hw)})"
+        f"{prefill:.3g} ms a step; {how}; {words})"
     )
 
 

@@ -92,13 +92,8 @@ class EngineProfile:
 
 def _occurrences(stage: dict, last: bool) -> dict[str, int]:
     """Return how many times each of LAYER_KINDS' lists runs in one stage's step."""
-    layers = stage["dense"] + stage["moe"]
-    return {
-        "per_layer": layers,
-        "per_moe_layer": stage["moe"],
-        "per_dense_layer": stage["dense"],
-        "per_step": 1 if last else 0,
-    }
+    moe, dense = stage["moe"], stage["dense"]
+    return dict(per_layer=dense + moe, per_moe_layer=moe, per_dense_layer=dense, per_step=int(last))
 
 
 def _running(
@@ -202,15 +197,13 @@ def profile(
     else:
         lists = _family_lists(engine, model)
         launches: dict[str, float] = {}
+        extra: dict[str, float] = {}  # the kernels no part kind covers (extra_kernels), counted
         for where, kinds in LAYER_KINDS.items():
             for k in _running(getattr(lists, where), weight_dtype, arch):
                 if k.kind in kinds:
                     launches[k.kind] = launches.get(k.kind, 0.0) + k.count
-        extra = {
-            where: sum(k.count for k in listed)
-            for where, listed in extra_kernels(engine, model, weight_dtype, arch).items()
-            if listed
-        }
+                else:
+                    extra[where] = extra.get(where, 0) + k.count
         fam = family(model)
         label = f"engine-faithful kernel count ({engine.name} {engine.version} {fam} list)"
         prof = EngineProfile(engine.name, label, launches, extra)

@@ -16,28 +16,17 @@ import math
 
 import numpy as np
 
+from tilesweep import package_data
 from tilesweep.plan.engine_profile import EXTRA
 from tilesweep.plan.pair_fit import fit_pair, predict_ms
 from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
+DATA_FILES = ("data/plan.yaml",)
 # The composition's groups of part kinds: {kinds: the measured whole-step parts that cover them}.
-GROUPS = {
-    ("attention_proj",): ["attn_proj", "attn_out"],
-    # The indexer's projections run in attn_proj's merged GEMMs (kind attention_proj); attn_index
-    # is its cache write, token scores and top-k. A fit made before the merge has a group
-    # `indexer_proj+indexer`, still found for the indexer kind.
-    ("indexer",): ["attn_index"],
-    ("attention", "attention_gqa"): ["attn_core"],
-    ("dense_gemm",): ["dense_mlp"],
-    ("shared_gemm",): ["shared_expert"],
-    ("router",): ["router"],
-    ("expert_gemm",): ["permute", "expert_gemms", "combine_sum"],
-    ("norm",): ["norms", "residual"],
-    ("embedding",): ["embedding"],
-    ("lm_head",): ["lm_head"],
-}
+_GROUPS = package_data.data_typed("tilesweep", DATA_FILES[0], "launch_groups", dict[str, list[str]])
+GROUPS = {tuple(kinds.split("+")): names for kinds, names in _GROUPS.items()}
 # Which composition part kinds each measured whole-step part covers.
 MEASURED_KINDS = {name: kinds for kinds, names in GROUPS.items() for name in names}
 POOLED = "device-wide"

@@ -92,29 +92,21 @@ def rank_weight_bytes(
     return total
 
 
-def rank_kv_bytes_per_seq(
-    model: ModelSettings,
-    dep: DeploymentSettings,
-    layout: Layout,
-    stage: dict,
-    context_len: int,
-) -> float:
-    """Return the KV-cache bytes one sequence takes on one rank of a stage."""
-    cache = kv_bytes_per_token_layer(model, dep, layout.tp)
-    per_token = cache["kv"] + cache["index"]
-    full = stage["dense"] + stage["moe"] - stage["sliding"]
-    sliding = stage["sliding"] * cached_tokens(model, context_len, True) if stage["sliding"] else 0
-    return per_token * (full * cached_tokens(model, context_len, False) + sliding)
-
-
 def _needed(model, dep, layout, stages, weights, batch, context_len) -> float:
-    """Return the most bytes any stage's rank needs; `weights` holds each stage's
-    rank_weight_bytes (independent of batch and context, so computed once)."""
+    """Return the most bytes any stage's rank needs: its weights (`weights`: each stage's
+    rank_weight_bytes, independent of batch and context, so computed once), the KV cache of its
+    sequences and the reserve."""
     seqs = math.ceil(batch / layout.ep)
     reserve = dep.runtime_reserve_gb * 1e9
+    cache = kv_bytes_per_token_layer(model, dep, layout.tp)
+    per_token = cache["kv"] + cache["index"]
+    kv = []  # the KV-cache bytes one sequence takes on one rank of each stage
+    for st in stages:
+        full = st["dense"] + st["moe"] - st["sliding"]
+        sliding = st["sliding"] * cached_tokens(model, context_len, True) if st["sliding"] else 0
+        kv.append(per_token * (full * cached_tokens(model, context_len, False) + sliding))
     return max(
-        weight + seqs * rank_kv_bytes_per_seq(model, dep, layout, st, context_len) + reserve
-        for weight, st in zip(weights, stages, strict=True)
+        weight + seqs * per_seq + reserve for weight, per_seq in zip(weights, kv, strict=True)
     )
 
 
@@ -144,20 +136,13 @@ def memory_fit(
     weights = [
         rank_weight_bytes(model, dep, layout, st, i == 0, i == last) for i, st in enumerate(stages)
     ]
-    needed = _needed(model, dep, layout, stages, weights, batch, ctx)
-
-    def fits_batch(b: int) -> bool:
-        return _needed(model, dep, layout, stages, weights, b, ctx) <= room
-
-    def fits_context(c: int) -> bool:
-        return _needed(model, dep, layout, stages, weights, batch, c) <= room
-
-    max_batch = _largest(fits_batch, 1, 1 << 20)
+    needed = functools.partial(_needed, model, dep, layout, stages, weights)  # (batch, context)
+    most = needed(batch, ctx)
     return {
-        "fits": needed <= room,
-        "needed_bytes": needed,
-        "short_bytes": max(needed - room, 0.0),
+        "fits": most <= room,
+        "needed_bytes": most,
+        "short_bytes": max(most - room, 0.0),
         "capacity_bytes": room,
-        "max_batch_fit": max_batch,
-        "max_context_fit": _largest(fits_context, 1, _MAX_CONTEXT),
+        "max_batch_fit": _largest(lambda b: needed(b, ctx) <= room, 1, 1 << 20),
+        "max_context_fit": _largest(lambda c: needed(batch, c) <= room, 1, _MAX_CONTEXT),
     }

@@ -5,26 +5,15 @@ from __future__ import annotations
 import math
 
 BYTES_PER_ELEMENT = 2  # activations travel in bf16
-
-
 # Messages up to this size give the small-message latency floor.
 LATENCY_FLOOR_BYTES = 65536
 
 
-def decode_batch(tokens_per_expert: int, model: dict) -> int:
-    """Return the tokens in one decode step that give each expert this many tokens on average."""
-    return max(1, tokens_per_expert * model["routed_experts"] // model["top_k"])
-
-
 def local_tokens(layout: dict, model: dict, tokens_per_expert: int) -> int:
-    """Return the tokens one rank holds: the batch split over ep ranks (data-parallel attention)."""
-    return -(-decode_batch(tokens_per_expert, model) // layout["ep"])
-
-
-def dispatch_rows(layout: dict, model: dict, tokens_per_expert: int) -> int:
-    """Return the rows one rank sends in an EP dispatch: local tokens x top_k, padded to ep."""
-    rows = local_tokens(layout, model, tokens_per_expert) * model["top_k"]
-    return -(-rows // layout["ep"]) * layout["ep"]
+    """Return the tokens one rank holds: the decode batch that gives each expert this many tokens
+    on average, split over ep ranks (data-parallel attention)."""
+    batch = max(1, tokens_per_expert * model["routed_experts"] // model["top_k"])
+    return -(-batch // layout["ep"])
 
 
 def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dict]:
@@ -37,8 +26,9 @@ def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dic
         # Attention output and MoE output are each all-reduced once per layer.
         msgs.append(_message("all_reduce", layout["tp"], tokens * hidden, 2 * layers_per_stage))
     if layout["ep"] > 1:
-        # Dispatch and combine: each rank sends its tokens' hidden states to top_k experts.
-        nbytes = dispatch_rows(layout, model, tokens_per_expert) * hidden
+        # Dispatch and combine: each rank sends its tokens' hidden states to top_k experts
+        # (local tokens x top_k rows, padded to ep).
+        nbytes = -(-tokens * model["top_k"] // layout["ep"]) * layout["ep"] * hidden
         msgs.append(_message("all_to_all", layout["ep"], nbytes, 2 * layers_per_stage))
     if layout["pp"] > 1:
         # Each stage hands its activations to the next once per step; stages send concurrently.

@@ -21,16 +21,11 @@ def blocks_by_registers(regs_per_thread: int, threads: int, hw: dict) -> int | N
     return hw["regs_per_sm"] // (per_warp * warps)
 
 
-def blocks_by_smem(smem_bytes: int, hw: dict) -> int:
-    """Return how many blocks fit on one SM by shared memory (each block also reserves 1 KB)."""
-    return hw["smem_per_sm"] // (smem_bytes + hw["smem_reserved_per_block"])
-
-
 def check(smem_bytes: int, regs_per_thread: int, threads: int, hw: dict) -> dict:
     """Return fits (default/optin/no), blocks per SM by each limit, overshoot and a reason."""
     name = hw["name"]
     default, optin = hw["smem_per_block_default"], hw["smem_per_block_optin"]
-    by_smem = blocks_by_smem(smem_bytes, hw)
+    by_smem = hw["smem_per_sm"] // (smem_bytes + hw["smem_reserved_per_block"])  # 1 KB reserved
     by_regs = blocks_by_registers(regs_per_thread, threads, hw)
     by_threads = hw["max_threads_per_sm"] // threads if threads else None
     limits = [v for v in (by_smem, by_regs, by_threads, hw["max_blocks_per_sm"]) if v is not None]

@@ -13,8 +13,6 @@ from tilesweep.plan.part_timers import part_ms
 
 # Efficiencies searched (log grid): from 0.2% to twice the roof (a part served from cache).
 GRID = np.geomspace(0.002, 2.0, 301)
-
-
 # The memory term alone is kept where it explains every fit batch this closely (fit_pair).
 PARSIMONY = 0.05
 
@@ -119,7 +117,10 @@ def _with_fallback(
     e_bw = device[0] if fixed_bw else e_bw
     e_math = e_math if fixed_bw else device[1]
     taken = ["e_bw" if fixed_bw else "e_math"]
-    if _worst(observations, per_kernel_ms, *device, overlap) <= PARSIMONY:
+    errors = [
+        predict_ms(o, *device, per_kernel_ms, overlap) / max(o["ms"], 1e-9) for o in observations
+    ]
+    if max(abs(e - 1) for e in errors) <= PARSIMONY:  # the device's pair fits every batch
         e_bw, e_math = device
         taken = ["e_bw", "e_math"]
     else:
@@ -135,16 +136,6 @@ def _with_fallback(
             taken.append("e_bw")
     said = f"{' and '.join(sorted(taken))} not identified at the fit batches: the device-wide"
     return e_bw, e_math, f"{said} value (raised where the measurements allow no less)"
-
-
-def _worst(
-    observations: list[dict], per_kernel_ms: float, e_bw: float, e_math: float, overlap: float
-) -> float:
-    """Return the largest relative error of the prediction at these efficiencies."""
-    return max(
-        abs(predict_ms(o, e_bw, e_math, per_kernel_ms, overlap) / max(o["ms"], 1e-9) - 1)
-        for o in observations
-    )
 
 
 def _least(observations: list[dict], per_kernel_ms: float, term: str) -> float:

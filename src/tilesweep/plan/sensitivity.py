@@ -7,17 +7,15 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from tilesweep import package_data
 from tilesweep.columns import BAND_COLUMNS, WINNER_COLUMNS
 from tilesweep.plan.composition import compose_deployment
 from tilesweep.settings import HardwareSpec, RootSettings
 from tilesweep.settings.hardware_spec import Topology
 
+DATA_FILES = ("data/plan.yaml",)
 # The inputs scaled, with what a factor means for each.
-INPUTS = {
-    "memory_bandwidth": "target memory bandwidth (memory_bandwidth_gbs)",
-    "interconnect_bandwidth": "interconnect bus bandwidth of every collective (busbw_gbs)",
-    "interconnect_latency": "interconnect latency of every collective (latency_us)",
-}
+INPUTS = package_data.data_typed("tilesweep", DATA_FILES[0], "sensitivity_inputs", dict[str, str])
 FACTORS = (0.5, 2.0)
 
 
@@ -101,29 +99,21 @@ def sensitivity(
     base = compose(settings)
     rows = []
     for name in INPUTS:
-        scaled = [scaled_hardware(settings.hardware, name, factor) for factor in FACTORS]
-        half, double = (compose(settings.model_copy(update={"hardware": hw})) for hw in scaled)
-        win_half, win_double = (
-            dict(winners(table, world)[["batch", "winner"]].itertuples(index=False))
-            for table in (half, double)
-        )
+        ends = {}  # half and double: the table composed there and its winner by batch
+        for end, factor in zip(("half", "double"), FACTORS, strict=True):
+            hw = scaled_hardware(settings.hardware, name, factor)
+            table = compose(settings.model_copy(update={"hardware": hw}))
+            ends[end] = table, dict(winners(table, world)[["batch", "winner"]].itertuples(False))
         for i, rec in enumerate(base.to_dict("records")):
             if world is not None and rec["world"] != world:
                 continue
-            rows.append(
-                {
-                    "input": name,
-                    "layout": rec["layout"],
-                    "batch": rec["batch"],
-                    "base_bound": rec["bound"],
-                    "tpot_half_ms": half.iloc[i]["tpot_ms"],
-                    "bound_half": half.iloc[i]["bound"],
-                    "tpot_double_ms": double.iloc[i]["tpot_ms"],
-                    "bound_double": double.iloc[i]["bound"],
-                    "winner_half": win_half.get(rec["batch"], "none fits"),
-                    "winner_double": win_double.get(rec["batch"], "none fits"),
-                }
-            )
+            row = {"input": name, "layout": rec["layout"], "batch": rec["batch"]}
+            row["base_bound"] = rec["bound"]
+            for end, (table, won) in ends.items():
+                at = table.iloc[i]
+                row |= {f"tpot_{end}_ms": at["tpot_ms"], f"bound_{end}": at["bound"]}
+                row[f"winner_{end}"] = won.get(rec["batch"], "none fits")
+            rows.append(row)
     return pd.DataFrame(rows, columns=BAND_COLUMNS)
 
 

@@ -40,6 +40,4 @@ def layout_name(layout: Layout) -> str:
     moe_tp, moe_ep = layout.moe_split()
     if moe_tp == tp:
         return name
-    if ep == 1 and moe_tp == 1:
-        return name + "-xep"
-    return name + f"-moe{moe_tp}x{moe_ep}"
+    return name + ("-xep" if ep == 1 and moe_tp == 1 else f"-moe{moe_tp}x{moe_ep}")

@@ -102,11 +102,6 @@ def _distinct_picks(rng: np.random.Generator, n: int, experts: int, top_k: int) 
         picks[again] = rng.integers(0, experts, (int(again.sum()), top_k))
 
 
-def attention_kind(model: ModelSettings) -> str:
-    """Return the attention core's part kind (MLA and GQA are different kernels, never one fit)."""
-    return "attention" if model.attention.kind == "mla" else "attention_gqa"
-
-
 def _attention_parts(
     model: ModelSettings, dep: DeploymentSettings, stage: dict, s: int, heads: float
 ) -> list[dict]:
@@ -118,7 +113,8 @@ def _attention_parts(
             continue
         core = attention_core(model, dep, heads, sliding)
         name = "attention_sliding" if sliding else "attention"
-        kind = attention_kind(model)
+        # MLA and GQA are different kernels, never one fit
+        kind = "attention" if model.attention.kind == "mla" else "attention_gqa"
         # What the attention kernel's own table (plan/attention_table) is keyed by.
         shape = {"heads": heads, "sequences": s, "tokens": core["attended"]}
         nbytes, flops = s * core["kv_bytes"], s * core["flops"]

@@ -48,14 +48,6 @@ class _Step:
     prompt: PromptLoad = UNCHUNKED  # how the engine runs an arriving prompt's rows
 
 
-def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
-    """Return the parts with the expert GEMMs at the engine's cited e_math at prompt rows."""
-    e = step.prompt.expert_e_math
-    if e is None:
-        return parts
-    return [dict(p, e_math=e) if p["kind"] == "expert_gemm" else p for p in parts]
-
-
 def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
     `prefill` prompt rows carried through the decode step's layers (mixed); micro 0: a prefill
@@ -65,7 +57,10 @@ def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefil
     parts = stage_parts(model, dep, layout, stage, micro or 1, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
-        carried = _at_prompt_size(step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS])
+        carried = [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS]
+        e = step.prompt.expert_e_math  # the expert GEMMs at the engine's cited e_math at prompts
+        if e is not None:
+            carried = [dict(p, e_math=e) if p["kind"] == "expert_gemm" else p for p in carried]
         if micro:
             parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + carried
         else:
@@ -181,14 +176,6 @@ def _achieved(slow: dict) -> dict:
     return {}
 
 
-def _stage_layer_counts(model: ModelSettings, pp: int, layer_overrides: dict | None) -> list:
-    """Return each pipeline stage's layer counts (a depth-reduced model: the same on every one)."""
-    per_stage = (layer_overrides or {}).get("per_stage")
-    if per_stage:
-        return [dict(per_stage, sliding=0)] * pp
-    return stage_layers(layer_counts(model, layer_overrides), pp)
-
-
 def _path_split(times: list[dict], hops: float, m: int, pp: int) -> tuple[float, dict, dict]:
     """Return (TPOT, split in ms, slowest stage's time) of the stages, hops and micro-batches."""
     path = sum(t["time"] for t in times) + hops
@@ -203,16 +190,6 @@ def _path_split(times: list[dict], hops: float, m: int, pp: int) -> tuple[float,
     else:
         split = {part: m * slow[part] for part in SPLIT_PARTS}
     return tpot, split, slow
-
-
-def _step_gaps(times: list[dict], hop: float, back: float, hop_why: str, hw) -> tuple[list, list]:
-    """Return (every gap, the collectives' gaps) of the stages and the PP hops."""
-    gaps = [g for t in times for g in t["gaps"]]
-    comm_gaps = [g for t in times for g in t["comm_gaps"]]
-    if math.isnan(hop) or math.isnan(back):
-        comm_gaps.append(f"pp_send_recv: {_comm_gap(hop_why, hw)}")
-        gaps.append(comm_gaps[-1])
-    return gaps, comm_gaps
 
 
 def compose_step(
@@ -235,7 +212,9 @@ def compose_step(
     `extra_parts`: an engine's extra kernels (_parts); `prompt`: the engine's prompt rule."""
     numbers, ic_label = topology_numbers(hw, topology)
     pp = layout.pp
-    stages = _stage_layer_counts(model, pp, layer_overrides)
+    per_stage = (layer_overrides or {}).get("per_stage")  # a depth-reduced model: on every stage
+    counts = layer_counts(model, layer_overrides)
+    stages = [dict(per_stage, sliding=0)] * pp if per_stage else stage_layers(counts, pp)
     m = max(1, min(pp, batch))
     micro = math.ceil(batch / m)
     step = _Step(model, dep, hw, layout, timer, numbers, measured_floors, extra_parts, prompt)
@@ -244,7 +223,11 @@ def compose_step(
     hop, back, hop_why = _hops(model, layout, micro or rows, numbers, measured_floors)
     tpot, split, slow = _path_split(times, (pp - 1) * hop + back, m, pp)
     sources = set().union(*(t["sources"] for t in times))
-    gaps, comm_gaps = _step_gaps(times, hop, back, hop_why, hw)
+    gaps = [g for t in times for g in t["gaps"]]
+    comm_gaps = [g for t in times for g in t["comm_gaps"]]
+    if math.isnan(hop) or math.isnan(back):  # the PP hops' gap
+        comm_gaps.append(f"pp_send_recv: {_comm_gap(hop_why, hw)}")
+        gaps.append(comm_gaps[-1])
     return {
         "tpot_ms": tpot,
         "stage_ms": [t["time"] for t in times],
@@ -259,14 +242,6 @@ def compose_step(
         "comm_gaps": comm_gaps,
         "interconnect": ic_label,
     }
-
-
-def prompt_words(hw: HardwareSpec) -> str:
-    """Return how a prompt's own attention is charged on this hardware, for a row's inputs."""
-    cited = hw.prompt_attention
-    if cited:
-        return f"their attention at e_math {cited.e_math:g} ({cited.cite})"
-    return f"their attention not charged: hardware[{hw.name}] cites no prompt_attention efficiency"
 
 
 def serving_load(dep: DeploymentSettings) -> tuple[int, int]:

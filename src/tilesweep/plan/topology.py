@@ -57,12 +57,7 @@ def with_topology(target: HardwareSpec, named: str) -> tuple[HardwareSpec, list[
 
 
 def span_topologies(
-    rows: list[dict],
-    one: Composition,
-    kwargs: dict,
-    ends: dict,
-    target: HardwareSpec,
-    others: list,
+    rows: list[dict], one: Composition, kwargs: dict, ends: dict, target: HardwareSpec, others: list
 ) -> None:
     """Widen composed rows' bands (tpot_low_ms, tpot_high_ms; where none, from tpot_ms) over the
     other topologies their host may have."""

@@ -91,13 +91,11 @@ class Figure(Section):
     def overrides(self) -> list[str]:
         """Return the config overrides that compose this figure's deployment."""
         lay = self.layout
-        load = (
-            [f"deployment.input_len={self.input_len}", f"deployment.output_len={self.output_len}"]
-            if self.input_len and self.output_len
-            else [f"deployment.context_len={self.context_len}"]
+        keys = (
+            ["input_len", "output_len"] if self.input_len and self.output_len else ["context_len"]
         )
-        if self.prefill_chunk:
-            load.append(f"deployment.prefill_chunk={self.prefill_chunk}")
+        keys += ["prefill_chunk"] if self.prefill_chunk else []
+        load = [f"deployment.{key}={getattr(self, key)}" for key in keys]
         return [
             *(f"{group}={option}" for group, option in self.groups().items()),
             f"deployment.batches=[{self.batch}]",

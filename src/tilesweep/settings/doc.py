@@ -20,11 +20,8 @@ NOT_SET = ("catalog",)
 
 def _defaults(config: dict) -> dict[str, str]:
     """Return each group's default option as conf/config.yaml's defaults list names it."""
-    out = {}
-    for item in config.get("defaults", []):
-        if isinstance(item, dict):
-            out.update({k: str(v) for k, v in item.items() if v is not None})
-    return out
+    items = [item for item in config.get("defaults", []) if isinstance(item, dict)]
+    return {k: str(v) for item in items for k, v in item.items() if v is not None}
 
 
 def _options(conf_dir: Path, key: str, default: str | None) -> str:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
+from tilesweep import package_data
 from tilesweep.settings.hardware_spec import (
     Arch,
     EfficiencyCurve,
@@ -19,16 +20,12 @@ from tilesweep.settings.hardware_spec import (
 )
 from tilesweep.settings.strict import Number, Section, ascending, refuse
 
+DATA_FILES = ("data/plan.yaml",)
 # An engine's kernel lists (Family's), each with plan.step_parts' part kinds whose launches it is
 # read from, by the layers its part occurs in (one part per layer of its type).
-LAYER_KINDS = {
-    "per_layer": ("norm", "attention_proj", "attention", "attention_gqa", "indexer"),
-    # expert_permute: an EP rank's permutation (plan.step_parts); a list that counts 0 of it runs
-    # the permutation inside its MoE runner's own kernels (listed as expert_gemm)
-    "per_moe_layer": ("router", "expert_gemm", "expert_permute", "shared_gemm"),
-    "per_dense_layer": ("dense_gemm",),
-    "per_step": ("embedding", "lm_head"),
-}
+LAYER_KINDS = package_data.data_typed(
+    "tilesweep", DATA_FILES[0], "layer_kinds", dict[str, tuple[str, ...]]
+)
 # The part kinds, plus `allreduce` (the interconnect model's, never counted twice) and `extra`
 # (small kernels the project's step does not run; one small kernel each).
 KernelKind = Literal[(*(k for kinds in LAYER_KINDS.values() for k in kinds), "allreduce", "extra")]

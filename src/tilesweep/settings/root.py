@@ -4,9 +4,9 @@ what the tuning rules' param holds of it (TuneSettings)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from tilesweep.settings.backend_sections import BackendSections
 from tilesweep.settings.bench_method import BenchSettings
@@ -70,8 +70,9 @@ class RootSettings(Section):
     catalog: dict[str, HardwareSpec] = Field(
         description="every conf/hardware file by name (not a group: read from the folder)"
     )
-    # Absent (a config made by hand): what `question=none` and `references=none` give.
-    question: QuestionGroup = Field(
+    # Absent (a config made by hand): what `question=none` and `references=none` give. Parsed
+    # first by QuestionGroup.parse, so refused in the group's own one-line words.
+    question: Annotated[QuestionGroup, BeforeValidator(QuestionGroup.parse)] = Field(
         default_factory=lambda: QuestionGroup(target=Target()),
         description="the case study the report answers, and the answer card's target: "
         "`question.tpot_target_ms` (unset), `question.min_tokens_per_s_per_user` (20 by default: "
@@ -81,12 +82,6 @@ class RootSettings(Section):
         default_factory=References,
         description="engines' own measured TPOT, cited, composed beside the verdict",
     )
-
-    @field_validator("question", mode="before")
-    @classmethod
-    def _question(cls, value: Any) -> QuestionGroup:
-        """Return the question group, refused in its own one-line words (question_group)."""
-        return QuestionGroup.parse(value)
 
     @model_validator(mode="after")
     def _groups_fit(self) -> RootSettings:

@@ -11,7 +11,10 @@ from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
+from tilesweep import package_data
 from tilesweep.errors import ConfigError
+
+DATA_FILES = ("data/plan.yaml",)
 
 
 class Section(BaseModel):
@@ -111,17 +114,7 @@ def distinct(item: Any) -> Any:
 
 
 # What each pydantic type error expects, in the words of the messages.
-_EXPECTED = {
-    "int_type": "an integer",
-    "float_type": "a number",
-    "string_type": "a string",
-    "bool_type": "true/false",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-    "none_required": "null",
-}
+_EXPECTED = package_data.data_typed("tilesweep", DATA_FILES[0], "expected_types", dict[str, str])
 
 
 def check(model: type[Section], data: Any, where: str = "") -> Section:
@@ -168,7 +161,9 @@ def explain(exc: ValidationError, data: Any, model: type, where: str = "") -> st
     declared = _declared_at(model, first["loc"])
     if kind == "too_short":
         least = first["ctx"]["min_length"]
-        choices = _choices(_item_type(declared[0]))
+        tp = declared[0]  # a list's: its items' type
+        tp = _declared(typing.get_args(tp)[0])[0] if typing.get_origin(tp) is list else tp
+        choices = _choices(tp)
         said = f"give at least {'one' if least == 1 else least}"
         return f"{path}={_shown(node)}: {said}" + (f"; allowed: {choices}" if choices else "")
     if kind == "literal_error":
@@ -206,11 +201,6 @@ def _choices(tp: Any) -> str:
     if typing.get_origin(tp) is not typing.Literal:
         return ""
     return ", ".join(str(v) if v != "" else "''" for v in typing.get_args(tp))
-
-
-def _item_type(tp: Any) -> Any:
-    """Return the type of a list's items, the type itself for anything else."""
-    return _declared(typing.get_args(tp)[0])[0] if typing.get_origin(tp) is list else tp
 
 
 def _declared(tp: Any) -> tuple[Any, dict]:
