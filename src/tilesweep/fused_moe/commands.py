@@ -13,6 +13,7 @@ from tilesweep.errors import ConfigError
 from tilesweep.fused_moe.engines import search
 from tilesweep.fused_moe.engines.base import FORMATS, names
 from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
+from tilesweep.fused_moe.engines.timer import Method
 from tilesweep.io import write_table
 
 # The package data this module reads: each verb's help, description and arguments.
@@ -72,7 +73,8 @@ def engine_check_command(args: argparse.Namespace) -> int:
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
     settings = compose_settings(args.overrides)
-    table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
+    how = Method(timing=args.timing)
+    table = check_file(args.file, settings, args.repeats, args.engine, how)
     if args.safe_out:
         kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
         said = f"{kept} keys kept (won on every routing), {replaced} take the engine's default"
