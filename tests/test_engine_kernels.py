@@ -522,13 +522,14 @@ import json, sys
 from pathlib import Path
 from tilesweep.config import compose_settings
 from tilesweep.fused_moe.engines import dropins
+from tilesweep.fused_moe.engines.timer import Method
 out = Path(sys.argv[1])
 settings = compose_settings(["model.hidden=256", "model.top_k=2"])
 config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
           "num_warps": 4, "num_stages": 2}
 pick = out / "picks_E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
 pick.write_text(json.dumps({"1": config}))
-row, checks = dropins.decide_file("vllm", pick, settings, out, 3, 2, device="cpu")
+row, checks = dropins.decide_file("vllm", pick, settings, out, 3, Method("cpu", check_experts=2))
 print(json.dumps({k: str(v) for k, v in row.items()}))
 print(json.dumps([c["config_from"].tolist() for c in checks]))
 """

@@ -212,6 +212,7 @@ import importlib.util, json, sys
 from pathlib import Path
 from tilesweep.config import compose_settings
 from tilesweep.fused_moe.engines import check, wheels
+from tilesweep.fused_moe.engines.timer import Method
 
 module, wheel, conf, name = sys.argv[1:5]
 spec = importlib.util.spec_from_file_location("doc_engine", module)
@@ -223,7 +224,7 @@ config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZ
           "num_warps": 4, "num_stages": 2}
 path = Path("E=8,N=128,device_name=NVIDIA_H200.json")
 path.write_text(json.dumps({"1": config}))
-rows = check.check_file(str(path), settings, 2, "cpu", name, check_experts=2)
+rows = check.check_file(str(path), settings, 2, name, Method("cpu", check_experts=2))
 print(rows.to_json(orient="records"))
 """
 

@@ -10,9 +10,6 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel
 
 from tilesweep import (
     answer_card,
@@ -24,6 +21,7 @@ from tilesweep import (
     engine_figures,
     package_data,
 )
+from tilesweep.backends.roles import Command
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError, unexpected
@@ -32,29 +30,6 @@ from tilesweep.io import check_out_folder, write_table
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/commands.yaml",)
-_TYPES = {"int": int, "float": float}
-
-
-class Argument(BaseModel, extra="forbid"):
-    """One argument of a subcommand, as argparse's add_argument takes it."""
-
-    name: str
-    help: str
-    type: Literal["int", "float"] | None = None
-    default: int | float | str | None = None
-    action: Literal["store_true", "append"] | None = None
-    nargs: Literal["?", "*"] | None = None
-    metavar: str | None = None
-
-
-class Command(BaseModel, extra="forbid"):
-    """One subcommand: its line in `tilesweep --help`, its description and arguments."""
-
-    help: str
-    description: str
-    arguments: list[Argument]
-
-
 COMMANDS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, Command])
 
 
@@ -69,11 +44,7 @@ def parser() -> argparse.ArgumentParser:
     for name, command in COMMANDS.items():
         if name == "verdict":  # each backend's own verbs come before (a product adds its CLI)
             backends.command_parsers(sub)
-        one = sub.add_parser(name, help=command.help, description=command.description)
-        one.set_defaults(handler=handlers[name])
-        for arg in command.arguments:  # model_dump: output only (argparse's keyword arguments)
-            given = arg.model_dump(exclude_none=True, exclude={"name", "type"})
-            one.add_argument(arg.name, **given, **({"type": _TYPES[arg.type]} if arg.type else {}))
+        command.add_to(sub, name, handlers[name])
     return top
 
 

@@ -31,9 +31,8 @@ def ensure_binary(timeout: float = 1800) -> tuple[Path | None, str]:
     """Return the program (built or rebuilt if stale) and a note, or None and why not."""
     if not BUILD.exists():
         return None, f"{BUILD} is missing"
-    proc = subprocess.run(
-        ["bash", str(BUILD)], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    cmd = ["bash", str(BUILD)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0 or not BINARY.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return None, f"build_cutlass.sh failed: {tail[0]}"
@@ -81,10 +80,7 @@ def run(
     cmd = [str(binary), f"--tile={tiles}", f"--groups={groups}", f"--n={n}", f"--k={k}"]
     cmd += [f"--tokens={counts}", f"--repeats={repeats}", "--graph=1"]
     lines, failure = _invoke(cmd, timeout)
-    for line in lines:
-        line = line.strip()
-        if line.startswith("{"):
-            records.append(json.loads(line))
+    records += [json.loads(one) for one in map(str.strip, lines) if one.startswith("{")]
     return records + ([failure] if failure is not None else [])
 
 
@@ -182,8 +178,5 @@ class SM90Program(DecodeRunner):
         if not isinstance(schedule, str):  # a row from before the column: the same function
             schedule = kernel_schedule(launch_row["arch"], int(launch_row["tile_m"]))
         tile = f"{launch_row['tile_m']}x{launch_row['tile_n']}x{launch_row['tile_k']}"
-        return decode[
-            (decode["runner"] == f"cutlass:{tile}")
-            & (decode["dtype"] == launch_row["dtype"])
-            & (decode["schedule"] == schedule)
-        ]
+        mine = (decode["runner"] == f"cutlass:{tile}") & (decode["dtype"] == launch_row["dtype"])
+        return decode[mine & (decode["schedule"] == schedule)]

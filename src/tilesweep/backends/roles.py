@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from tilesweep.settings import DecodeCell
@@ -179,6 +181,37 @@ class Tuner:
     def report_figures(self) -> dict[str, tuple]:
         """Return its report figures by name: (category, alt text, caption, draw)."""
         return {}
+
+
+class Argument(BaseModel, extra="forbid"):
+    """One argument of a subcommand, as argparse's add_argument takes it."""
+
+    name: str
+    help: str
+    type: Literal["int", "float"] | None = None
+    default: int | float | str | list[str] | None = None
+    action: Literal["store_true", "append"] | None = None
+    nargs: Literal["?", "*"] | None = None
+    metavar: str | None = None
+    choices: list[str] | None = None
+    required: bool | None = None
+
+
+class Command(BaseModel, extra="forbid"):
+    """One subcommand: its line in `tilesweep --help`, its description and arguments."""
+
+    help: str
+    description: str
+    arguments: list[Argument]
+
+    def add_to(self, sub: argparse._SubParsersAction, name: str, handler) -> None:
+        """Add this subcommand as `name`, with its handler (set_defaults) and arguments."""
+        one = sub.add_parser(name, help=self.help, description=self.description)
+        one.set_defaults(handler=handler)
+        for arg in self.arguments:  # model_dump: output only (argparse's keyword arguments)
+            given = arg.model_dump(exclude_none=True, exclude={"name", "type"})
+            kind = {"type": {"int": int, "float": float}[arg.type]} if arg.type else {}
+            one.add_argument(arg.name, **given, **kind)
 
 
 class Commands:

@@ -168,20 +168,13 @@ class TorchDecode(DecodeRunner):
 
     def runners(self, kernel: dict, cuda: bool) -> list[Runner]:
         """Return the baselines of a job's operand type, and why one is not timed here."""
-        return [
-            Runner(r.name, r.dtype, r.out_dtype, skip_reason(r.name, cuda))
-            for r in self._of(kernel)
-        ]
+        return [r._replace(skip=skip_reason(r.name, cuda)) for r in self._of(kernel)]
 
     @staticmethod
     def _of(kernel: dict) -> list[Runner]:
         """Return the baselines a job times (no skip reasons yet)."""
         want = JOBS.get(kernel.get("kernel"))
-        return [
-            Runner(name, dtype, out, None)
-            for name, (dtype, out) in RUNNERS.items()
-            if want in (None, dtype)
-        ]
+        return [Runner(name, *types) for name, types in RUNNERS.items() if want in (None, types[0])]
 
     def make_runner(self, runner: str, kernel: dict, counts: list[int], dtype: str, cuda: bool):
         """Return the torch call for a baseline."""

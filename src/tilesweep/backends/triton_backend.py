@@ -37,6 +37,8 @@ _OPERAND = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
 # Ints a real launch specialises as 16-divisible besides every pointer (model dimensions are
 # multiples of 16); num_tiles never is, so one binary serves every batch.
 _DIVISIBLE_INTS = ("N", "K")
+# cuobjdump -res-usage's figures, by the build record's column each fills.
+_USAGE = dict(REG="regs", STACK="stack_bytes", SHARED="smem_static_bytes", LOCAL="local_bytes")
 
 
 def signature(cell: dict) -> dict[str, str]:
@@ -52,12 +54,8 @@ def signature(cell: dict) -> dict[str, str]:
 
 def constexprs(cell: dict) -> dict:
     """Return the compile-time constants of a kernel cell."""
-    return {
-        "BLOCK_M": cell["tile_m"],
-        "BLOCK_N": cell["tile_n"],
-        "BLOCK_K": cell["tile_k"],
-        "HAS_SCALE": cell["dtype"] == "fp8",
-    }
+    tile = {f"BLOCK_{d.upper()}": cell[f"tile_{d}"] for d in "mnk"}
+    return tile | {"HAS_SCALE": cell["dtype"] == "fp8"}
 
 
 def _cuobjdump() -> str | None:
@@ -73,18 +71,12 @@ def resource_usage(cubin: Path) -> dict:
     tool = _cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump (Triton's or on PATH): static shared memory unknown")
-    out = subprocess.run(
-        [tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=False
-    ).stdout
+    cmd = [tool, "-res-usage", str(cubin)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
     found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
     if "SHARED" not in found:
         raise RuntimeError(f"cuobjdump -res-usage printed no SHARED figure for {cubin.name}")
-    return {
-        "regs": int(found.get("REG", 0)),
-        "stack_bytes": int(found.get("STACK", 0)),
-        "smem_static_bytes": int(found.get("SHARED", 0)),
-        "local_bytes": int(found.get("LOCAL", 0)),
-    }
+    return {column: int(found.get(key, 0)) for key, column in _USAGE.items()}
 
 
 def compile_kernel(cell: dict):
@@ -117,15 +109,9 @@ def _build_in_child(cell: dict, out_dir: str) -> dict:
     cubin.write_bytes(kernel.asm["cubin"])
     usage = resource_usage(cubin)
     dynamic = int(kernel.metadata.shared)
-    return {
-        "smem_dynamic_bytes": dynamic,
-        "smem_bytes": dynamic + usage["smem_static_bytes"],
-        "num_warps": int(kernel.metadata.num_warps),
-        "num_stages": int(kernel.metadata.num_stages),
-        "compile_s": round(seconds, 3),
-        "binary": "kernel.cubin",
-        **usage,
-    }
+    row = {"smem_dynamic_bytes": dynamic, "smem_bytes": dynamic + usage["smem_static_bytes"]}
+    row |= {key: int(getattr(kernel.metadata, key)) for key in ("num_warps", "num_stages")}
+    return row | {"compile_s": round(seconds, 3), "binary": "kernel.cubin", **usage}
 
 
 def build(cell: dict, out_dir: Path, timeout: float = 600.0) -> dict:

@@ -137,14 +137,6 @@ def cache_key(cell: dict, version: str, toolchain: str, device_check: bool = Tru
     return hashlib.sha256((src + "\n" + toolchain).encode()).hexdigest()
 
 
-def read_cache(workdir: Path, key: str) -> dict | None:
-    """Return the cached result for key, or None."""
-    try:
-        return json.loads((workdir / "cache" / f"{key}.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 MAX_GROUP = 8
 DEVICE_CHECK_GIB = 9  # peak cicc memory of one device-checked TU (measured: 5 GiB for 1 cell)
 
@@ -268,7 +260,10 @@ def account(
             rows[i] = base_row(cell, "skipped", why, toolchain, version)
             continue
         key = cache_key(cell, version, toolchain, device_check)
-        hit = read_cache(workdir, key)
+        try:
+            hit = json.loads((workdir / "cache" / f"{key}.json").read_text())
+        except (OSError, ValueError):  # no cached row for this key
+            hit = None
         if hit is not None:
             rows[i] = {**hit, "cell": cell, "cached": True}
         else:

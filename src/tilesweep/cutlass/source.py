@@ -30,16 +30,6 @@ REPORTER = f"\n{_template('reporter.cuh')}"  # host-only: the device pass never 
 CELL_TEMPLATE = Template(f"\n{_template('cell.cuh')}")
 
 
-def stage_count_expr(cell: dict) -> str:
-    """Return the C++ StageCount type for the cell's stages."""
-    if cell["stages"] == "auto":
-        return (
-            "cutlass::gemm::collective::StageCountAutoCarveout<"
-            "static_cast<int>(sizeof(typename Epilogue::SharedStorage))>"
-        )
-    return f"cutlass::gemm::collective::StageCount<{int(cell['stages'])}>"
-
-
 def cell_body(cell: dict, ns: str) -> str:
     """Return the C++ namespace that instantiates one cell's kernel types."""
     spec = ARCHS[cell["arch"]]
@@ -48,7 +38,10 @@ def cell_body(cell: dict, ns: str) -> str:
     values |= dict(zip(("elem_ab", "align_ab"), DTYPES[cell["dtype"]], strict=True))
     values |= dict(zip(("elem_c", "elem_d", "align_cd"), EPILOGUES[cell["epilogue"]], strict=True))
     values |= {"arch_tag": spec.tag, "opclass": spec.opclass, "capacity": spec.capacity}
-    return CELL_TEMPLATE.substitute(values, ns=ns, stage_count=stage_count_expr(cell))
+    auto = "StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>"
+    count = auto if cell["stages"] == "auto" else f"StageCount<{int(cell['stages'])}>"
+    stages = f"cutlass::gemm::collective::{count}"
+    return CELL_TEMPLATE.substitute(values, ns=ns, stage_count=stages)
 
 
 def tu_source(

@@ -7,16 +7,18 @@ import sys
 
 from tilesweep import package_data
 from tilesweep.backends import Commands
+from tilesweep.backends.roles import Command
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.fused_moe.engines import search
 from tilesweep.fused_moe.engines.base import FORMATS, names
 from tilesweep.fused_moe.engines.check import check_file, read_file, safe_file, summary
+from tilesweep.fused_moe.engines.timer import Method
 from tilesweep.io import write_table
 
-# The package data this module reads: each verb's help and description.
+# The package data this module reads: each verb's help, description and arguments.
 DATA_FILES = ("fused_moe/data/cli_texts.yaml",)
-TEXTS = package_data.data_texts("tilesweep", DATA_FILES[0], ("help", "description"))
+COMMANDS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, Command])
 
 
 class FusedMoeCommands(Commands):
@@ -24,44 +26,9 @@ class FusedMoeCommands(Commands):
 
     def add_parsers(self, sub) -> None:
         """Add engine-check and engine-tune, each with its handler (set_defaults)."""
-        check = _parser(sub, "engine-check")
-        check.add_argument("file", help="E=..,N=..,device_name=..[,dtype=..].json")
-        check.add_argument("--out", help="write the rows here (CSV)")
-        check.add_argument(
-            "--safe-out",
-            help="write the file as it may be exported: a key's config only where it won on every "
-            "routing, else the engine's current config",
-        )
-        check.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
-        check.add_argument(
-            "--engine", default="vllm", help="whose kernel and default (vllm, sglang)"
-        )
-        check.add_argument(
-            "--timing",
-            choices=["decode", "warm"],
-            default="decode",
-            help="decode: cold L2 over rotated weight copies (default); warm: one weight set, "
-            "as the engines' own tuners time",
-        )
-        check.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
-        check.set_defaults(handler=engine_check_command)
-        tune = _parser(sub, "engine-tune")
-        tune.add_argument(
-            "--out", required=True, help="folder: <engine>-<version>/ files and tables"
-        )
-        tune.add_argument("--engine", action="append", help="vllm, sglang (default: both)")
-        tune.add_argument("--format", action="append", help="bf16, fp8, fp8_block (default: conf)")
-        tune.add_argument("--shape", action="append", help="E,N (default: the model at TP1)")
-        tune.add_argument("--keys", help="batch keys M, comma-separated (default: conf batch_keys)")
-        tune.add_argument("--extra", action="append", default=[], help="another tuner's file")
-        tune.add_argument("overrides", nargs="*", help="Hydra overrides (the model, bench.seed)")
-        tune.set_defaults(handler=engine_tune_command)
-
-
-def _parser(sub, verb: str) -> argparse.ArgumentParser:
-    """Return a verb's parser with its help and description (data/cli_texts.yaml)."""
-    help_text, description = TEXTS[verb]
-    return sub.add_parser(verb, help=help_text, description=description)
+        handlers = {"engine-check": engine_check_command, "engine-tune": engine_tune_command}
+        for name, command in COMMANDS.items():
+            command.add_to(sub, name, handlers[name])
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -106,7 +73,8 @@ def engine_check_command(args: argparse.Namespace) -> int:
     if args.repeats < 3:
         raise ConfigError(f"--repeats={args.repeats}: must be at least 3 (p10 and p90)")
     settings = compose_settings(args.overrides)
-    table = check_file(args.file, settings, args.repeats, engine=args.engine, timing=args.timing)
+    how = Method(timing=args.timing)
+    table = check_file(args.file, settings, args.repeats, args.engine, how)
     if args.safe_out:
         kept, replaced = safe_file(table, args.file, settings, args.safe_out, args.engine)
         said = f"{kept} keys kept (won on every routing), {replaced} take the engine's default"

@@ -10,14 +10,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tilesweep.settings import Layout, ModelSettings
 
-SPACE_KEYS = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
 # Keys of the project's kernel variants beyond the engines' space (fused_moe/kernel.py), each
 # with its largest value that is still the engines' kernel: TMA weight loads (1: on), a
 # persistent grid of P programs per multiprocessor (0: one program per tile), split-K over up
@@ -27,6 +19,7 @@ SPACE_KEYS = (
 # that value is the engines' kernel and may be exported.
 VARIANT_OFF = {"TMA": 0, "PERSISTENT": 0, "SPLIT_K": 1, "SORT": 0}
 SLUG = "m{BLOCK_SIZE_M}n{BLOCK_SIZE_N}k{BLOCK_SIZE_K}-g{GROUP_SIZE_M}-w{num_warps}-s{num_stages}"
+SPACE_KEYS = tuple(re.findall(r"\{(\w+)\}", SLUG))  # the engines' config keys, in slug order
 SUFFIX = {"TMA": "-tma", "PERSISTENT": "-p", "SPLIT_K": "-sk", "SORT": "-sort"}  # in a slug
 # Operand bytes per element in the kernel's shared-memory pipeline (fp32: Triton's interpreter in
 # tests only; the engines tune bf16 and fp8).

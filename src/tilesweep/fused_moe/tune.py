@@ -52,19 +52,13 @@ def tune_spec(settings: Tuning, dtype: str, smem_limit: int, device: str) -> dic
     extra = {max(1, math.ceil(t * p["experts"] / p["top_k"])) for t in per_expert for p in problems}
     # model_dump: output only (spec.json, the document the worker, evaluate and replay read)
     written = mine.model_dump(include=set(SPEC_KEYS.split()), exclude_unset=True)
-    return {
-        **written,
-        "dtype": dtype,
-        "device": device,
-        "problems": problems,
-        "batch_keys": sorted(mine.batch_keys),
-        "final_batches": sorted(set(mine.batch_keys) | extra),
-        "check_batch": min(mine.batch_keys, key=lambda m: abs(m - 64)),
-        "zipf_alpha": settings.bench.zipf_alpha,
-        "seed": settings.bench.seed,
-        "compile_workers": mine.compile_workers or max(1, (os.cpu_count() or 2) - 1),
-        "smem_limit_bytes": smem_limit,
-    }
+    keys = sorted(mine.batch_keys)
+    spec = {**written, "dtype": dtype, "device": device, "problems": problems, "batch_keys": keys}
+    spec["final_batches"] = sorted(set(keys) | extra)
+    spec["check_batch"] = min(mine.batch_keys, key=lambda m: abs(m - 64))
+    spec |= {"zipf_alpha": settings.bench.zipf_alpha, "seed": settings.bench.seed}
+    spec["compile_workers"] = mine.compile_workers or max(1, (os.cpu_count() or 2) - 1)
+    return spec | {"smem_limit_bytes": smem_limit}
 
 
 def _timed(entry: dict | None) -> dict:

@@ -221,18 +221,6 @@ def _query_parts(query, q_rope, lat: int):
     return query, q_rope
 
 
-def _combine_splits(acc, ml, out, splits: int, lat: int, block_lat: int) -> None:
-    """Launch `_combine`: each sequence's and head's splits rescaled and summed into out."""
-    n, heads, _ = out.shape
-    _combine[(heads, n)](
-        *(acc, ml, out, heads, splits, out.stride(0), out.stride(1)),
-        LAT=lat,
-        BLOCK_LAT=block_lat,
-        BLOCK_S=triton.next_power_of_2(splits),
-        num_warps=4,
-    )
-
-
 def mla_decode(
     torch,
     query,
@@ -263,19 +251,17 @@ def mla_decode(
         *(query, q_rope, cache, idx, acc, ml, heads, tokens, chunk, splits, sm_scale),
         *(query.stride(0), query.stride(1), q_rope.stride(0), q_rope.stride(1)),
         *(cache.stride(0), cache.stride(1), indices.stride(0) if indices is not None else 0),
-        LAT=lat,
-        LAT_SPLIT=c.lat_split,
-        BLOCK_V=block_v,
-        ROPE=rope,
-        BLOCK_LAT=block_lat,
-        BLOCK_ROPE=max(16, triton.next_power_of_2(rope)),
-        BLOCK_H=c.block_h,
-        BLOCK_T=c.block_t,
-        HAS_IDX=indices is not None,
-        num_warps=c.num_warps,
+        **dict(LAT=lat, LAT_SPLIT=c.lat_split, BLOCK_V=block_v, ROPE=rope, BLOCK_LAT=block_lat),
+        **dict(BLOCK_ROPE=max(16, triton.next_power_of_2(rope)), BLOCK_H=c.block_h),
+        **dict(BLOCK_T=c.block_t, HAS_IDX=indices is not None, num_warps=c.num_warps),
         num_stages=c.num_stages,
     )
-    _combine_splits(acc, ml, out, splits, lat, block_lat)
+    # `_combine`: each sequence's and head's splits rescaled and summed into out
+    n, heads, _ = out.shape
+    _combine[(heads, n)](
+        *(acc, ml, out, heads, splits, out.stride(0), out.stride(1)),
+        **dict(LAT=lat, BLOCK_LAT=block_lat, BLOCK_S=triton.next_power_of_2(splits), num_warps=4),
+    )
     return out
 
 

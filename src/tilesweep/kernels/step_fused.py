@@ -102,12 +102,8 @@ def topk_softmax(torch, logits, k: int, out):
     """Write the softmax of each row's k largest logits into out ([n * k]); one launch."""
     n, experts = logits.shape
     if n:
-        _topk_softmax[(n,)](
-            *(logits, out, experts),
-            K=k,
-            BLOCK_E=triton.next_power_of_2(experts),
-            BLOCK_K=max(2, triton.next_power_of_2(k)),
-        )
+        block_e, block_k = triton.next_power_of_2(experts), max(2, triton.next_power_of_2(k))
+        _topk_softmax[(n,)](logits, out, experts, K=k, BLOCK_E=block_e, BLOCK_K=block_k)
     return out
 
 

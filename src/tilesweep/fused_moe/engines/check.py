@@ -20,7 +20,7 @@ from tilesweep.errors import ConfigError, last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.case import TOLERANCE
 from tilesweep.fused_moe.engines import wheels
-from tilesweep.fused_moe.engines.timer import EngineTimer, effective
+from tilesweep.fused_moe.engines.timer import DECODE, EngineTimer, Method, effective
 from tilesweep.io import write_text
 from tilesweep.settings import Tuning
 
@@ -73,27 +73,19 @@ def problem_of(shape: dict, settings: Tuning) -> dict:
     return {"experts": shape["experts"], "n": shape["n"], "hidden": hidden, "top_k": top_k}
 
 
-def timer_for(
-    engine: str,
-    shape: dict,
-    settings: Tuning,
-    device: str = "cuda",
-    seed_shift: int = 0,
-    timing: str = "decode",
-    check_experts: int | None = None,
-):
+def timer_for(engine: str, shape: dict, settings: Tuning, how: Method = DECODE):
     """Return the EngineTimer of a file's problem in an engine's kernel, or raise ConfigError."""
     import torch
 
     fused = settings.backend.fused_moe
     if engine not in fused.engine_versions:  # a bad argument first, wherever it runs
         raise ConfigError(f"--engine {engine}: not in backend.fused_moe.engine_versions")
-    if device == "cuda" and not torch.cuda.is_available():
+    if how.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("the engines' kernels are timed on a GPU; none is here")
-    problem, seed = problem_of(shape, settings), settings.bench.seed + seed_shift
-    how = (shape["format"], seed, settings.bench.zipf_alpha, device, timing, check_experts)
+    problem, seed = problem_of(shape, settings), settings.bench.seed + how.seed_shift
+    drawn = (shape["format"], seed, settings.bench.zipf_alpha, how)
     try:
-        return EngineTimer(engine, fused.engine_versions[engine], problem, *how)
+        return EngineTimer(engine, fused.engine_versions[engine], problem, *drawn)
     except LookupError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -120,27 +112,18 @@ def baseline_config(shipped: dict | None, rules: EngineDefaults, m: int, shape: 
 
 
 def check_file(
-    path: str,
-    settings: Tuning,
-    repeats: int = 20,
-    device: str = "cuda",
-    engine: str = "vllm",
-    seed_shift: int = 0,
-    timing: str = "decode",
-    keys: list[int] | None = None,
-    check_experts: int | None = None,
-    log=None,
+    path: str, settings: Tuning, repeats=20, engine="vllm", how=DECODE, keys=None, log=None
 ) -> pd.DataFrame:
     """Return one row per (M, routing, timing label) of a file against its baseline and default."""
     import triton
 
     shape, configs = read_file(path)
-    timer = timer_for(engine, shape, settings, device, seed_shift, timing, check_experts)
+    timer = timer_for(engine, shape, settings, how)
     rules = settings.backend.fused_moe.engine_defaults[engine]
     named = (shape, device_of(path), triton.__version__)
     _, shipped, where = baseline_of(engine, timer.version, *named)
     head = timer.columns() | timer.provenance()
-    head |= {"draw": settings.bench.seed + seed_shift, "baseline_from": where}
+    head |= {"draw": settings.bench.seed + how.seed_shift, "baseline_from": where}
     head["baseline"] = "shipped" if shipped else "default"
     rows = []
     for m in sorted(k for k in configs if keys is None or k in keys):

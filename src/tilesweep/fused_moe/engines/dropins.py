@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,7 @@ from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
 from tilesweep.fused_moe.engines import check
 from tilesweep.fused_moe.engines.base import data
-from tilesweep.fused_moe.engines.timer import compile_pool, effective, warm_all
+from tilesweep.fused_moe.engines.timer import DECODE, Method, compile_pool, effective, warm_all
 from tilesweep.io import write_table, write_text
 from tilesweep.settings import Tuning
 
@@ -57,14 +58,7 @@ def candidates(folders: list[str | Path], engine: str, version: str) -> dict[tup
 
 
 def decide_file(
-    engine: str,
-    path: Path,
-    settings: Tuning,
-    out_dir: Path,
-    repeats: int,
-    check_experts: int | None,
-    log=print,
-    device: str = "cuda",
+    engine: str, path: Path, settings: Tuning, out_dir: Path, repeats: int, how=DECODE, log=print
 ) -> tuple[dict, list]:
     """Decide and write one candidate's drop-in file; return (its row, the check tables)."""
     import triton  # heavy: imported only where a file is decided
@@ -76,9 +70,8 @@ def decide_file(
     name, shipped, where = check.baseline_of(engine, version, shape, named_for, triton.__version__)
 
     def timed(file: Path, draw: int, keys: list[int] | None = None) -> pd.DataFrame:
-        drawn = check.check_file(
-            str(file), settings, repeats, device, engine, draw, "decode", keys, check_experts, log
-        )
+        at = replace(how, seed_shift=draw, timing="decode")
+        drawn = check.check_file(str(file), settings, repeats, engine, at, keys, log)
         log(check.summary(drawn))  # one draw's check in the engine's kernel
         return drawn
 
@@ -146,14 +139,10 @@ def _held_out_ratios(files: pd.DataFrame, configs: dict, withheld: list[int]) ->
     big = [v for (m, _), v in per_key.items() if m >= 1024]
     default = timed["x_default"].dropna()
     big_default = timed[timed["m"] >= 1024]["x_default"]
-    return {
-        "worst_x_baseline": per_key[worst],
-        "worst_at_m": worst[0],
-        "worst_routing": worst[1],
-        "geomean_x_baseline_m_ge_1024": check.geomean(big),
-        "worst_x_default": default.min() if len(default) else float("nan"),
-        "geomean_x_default_m_ge_1024": check.geomean(big_default),
-    }
+    row = {"worst_x_baseline": per_key[worst], "worst_at_m": worst[0], "worst_routing": worst[1]}
+    row["geomean_x_baseline_m_ge_1024"] = check.geomean(big)
+    row["worst_x_default"] = default.min() if len(default) else float("nan")
+    return row | {"geomean_x_default_m_ge_1024": check.geomean(big_default)}
 
 
 def _release() -> None:
@@ -216,7 +205,7 @@ def run(
             t0 = time.monotonic()
             try:
                 _compile(settings, engine, path, pool, log)
-                how = (out_dir, repeats, check_experts, log)
+                how = (out_dir, repeats, Method(check_experts=check_experts), log)
                 row, checks = decide_file(engine, path, settings, *how)
             except Exception as exc:  # one file's failure is its row; the others still run
                 rows.append({**gap, "status": f"error, withheld: {last_line(exc)}"})

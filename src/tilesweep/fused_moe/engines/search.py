@@ -198,9 +198,8 @@ def _tune_and_decide(
     screened = int((table["phase"] == "screen").sum())
     del timer
     torch.cuda.empty_cache()
-    row, checks = dropins.decide_file(
-        engine, picked, settings, out_dir, tune.final_repeats, None, log
-    )
+    repeats = tune.final_repeats
+    row, checks = dropins.decide_file(engine, picked, settings, out_dir, repeats, log=log)
     write_table(folder / f"check_{fmt}_E={experts},N={n}.csv", pd.concat(checks, ignore_index=True))
     torch.cuda.empty_cache()
     return {**row, "screened": screened, "tune_s": round(tuned_s, 1)}

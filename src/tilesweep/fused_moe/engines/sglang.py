@@ -124,31 +124,19 @@ class SGLang(Engine):
         a, b, c, config = launch.a, launch.b, launch.c, launch.config
         fp8 = a.dtype == torch.float8_e4m3fn
         scales = _scales(a, b, launch.a_scale, launch.b_scale, launch.block_shape, config)
-        kwargs = {
-            "a_ptr": a,
-            "b_ptr": b,
-            "c_ptr": c,
-            # SGLang passes the [M, top_k] weights to both GEMMs; read only under MUL_ROUTED_WEIGHT.
-            "topk_weights_ptr": launch.topk_weights,
-            "sorted_token_ids_ptr": launch.sorted_ids,
-            "expert_ids_ptr": launch.expert_ids,
-            "num_tokens_post_padded_ptr": launch.post_pad,
-            "N": launch.n,
-            "K": launch.k,  # B.shape[2] - padded_size, padding off
-            "EM": em,
-            "num_valid_tokens": c.shape[0],  # topk_ids.numel(): the routed pairs
-            **dict(zip(("stride_am", "stride_ak"), a.stride(), strict=True)),
-            **dict(zip(("stride_be", "stride_bn", "stride_bk"), b.stride(), strict=True)),
-            **dict(zip(("stride_cm", "stride_cn"), c.stride()[-2:], strict=True)),
-            **scales,
-            "MUL_ROUTED_WEIGHT": launch.topk_weights is not None,
-            "top_k": launch.top_k,
-            # compute_type follows the model's activations (the output), bf16 or else fp16.
-            "compute_type": tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16,
-            "use_fp8_w8a8": fp8,
-            "even_Ks": launch.k % config["BLOCK_SIZE_K"] == 0,
-            "swap_ab": swap_ab(config, a.device, fp8),
-            **pdl(a),
-            **_kernel_config(config),
-        }
+        kwargs = {"a_ptr": a, "b_ptr": b, "c_ptr": c}
+        # SGLang passes the [M, top_k] weights to both GEMMs; read only under MUL_ROUTED_WEIGHT.
+        kwargs |= dict(topk_weights_ptr=launch.topk_weights, sorted_token_ids_ptr=launch.sorted_ids)
+        kwargs |= dict(expert_ids_ptr=launch.expert_ids, num_tokens_post_padded_ptr=launch.post_pad)
+        kwargs |= {"N": launch.n, "K": launch.k, "EM": em}  # K: B.shape[2] - padded_size, no pad
+        kwargs["num_valid_tokens"] = c.shape[0]  # topk_ids.numel(): the routed pairs
+        kwargs |= dict(zip(("stride_am", "stride_ak"), a.stride(), strict=True))
+        kwargs |= dict(zip(("stride_be", "stride_bn", "stride_bk"), b.stride(), strict=True))
+        kwargs |= dict(zip(("stride_cm", "stride_cn"), c.stride()[-2:], strict=True))
+        kwargs |= {**scales, "MUL_ROUTED_WEIGHT": launch.topk_weights is not None}
+        kwargs["top_k"] = launch.top_k
+        # compute_type follows the model's activations (the output), bf16 or else fp16.
+        kwargs["compute_type"] = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
+        kwargs |= {"use_fp8_w8a8": fp8, "even_Ks": launch.k % config["BLOCK_SIZE_K"] == 0}
+        kwargs |= {"swap_ab": swap_ab(config, a.device, fp8), **pdl(a), **_kernel_config(config)}
         return (), kwargs

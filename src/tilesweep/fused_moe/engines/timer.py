@@ -12,6 +12,7 @@ import functools
 import math
 import multiprocessing as mp
 import statistics
+from dataclasses import dataclass
 
 from tilesweep.errors import last_line
 from tilesweep.fused_moe import space
@@ -75,6 +76,20 @@ def time_rotation(calls: list, repeats: int, max_calls: int = 10, fill_ms: float
     return {**summarize(samples), "timing": method, "calls_per_replay": len(calls) * rounds}
 
 
+@dataclass(frozen=True)
+class Method:
+    """How a problem is timed: on which device, which draw (bench.seed + seed_shift), `decode` or
+    `warm` (TIMINGS), and against how many experts' fp32 rows (None: every expert)."""
+
+    device: str = "cuda"
+    seed_shift: int = 0
+    timing: str = "decode"
+    check_experts: int | None = None
+
+
+DECODE = Method()  # on the GPU, the first draw, cold L2, every expert checked
+
+
 def effective(config: dict, fmt: str) -> dict:
     """Return the config as it runs: for fp8_block, BLOCK_SIZE_K cut to the scale block."""
     if fmt == "fp8_block" and config["BLOCK_SIZE_K"] > BLOCK:
@@ -95,19 +110,11 @@ class EngineTimer:
     """One problem in one format and engine kernel, under one timing, every launch checked."""
 
     def __init__(
-        self,
-        engine: str,
-        version: str,
-        problem: dict,
-        fmt: str,
-        seed: int,
-        alpha: float,
-        device: str = "cuda",
-        timing: str = "decode",
-        check_experts: int | None = None,
+        self, engine: str, version: str, problem: dict, fmt: str, seed: int, alpha, how=DECODE
     ):
         import torch
 
+        device, timing, self.check_experts = how.device, how.timing, how.check_experts
         self.engine, self.version, self.problem, self.fmt = engine, version, problem, fmt
         self.kernel, self.kernel_from = load(engine, version)
         self.lx = get(engine)
@@ -118,7 +125,6 @@ class EngineTimer:
         if timing not in TIMINGS:
             raise ValueError(f"timing {timing!r}: expected one of {', '.join(TIMINGS)}")
         self.timing, self.copies, self.l2_bytes = timing, [self.weights], None
-        self.check_experts = check_experts
         if device == "cpu":  # Triton's interpreter: for tests, never for numbers
             self.label = "cpu (Triton interpreter)"
             return

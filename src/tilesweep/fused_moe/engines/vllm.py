@@ -76,18 +76,13 @@ class VLLM(Engine):
             *(a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1)),
             *(c3.stride(1), c3.stride(2), *_scale_strides(launch.a_scale, launch.b_scale), 0, 0),
         )
-        kwargs = {
-            "group_n": 0 if shape is None else shape[0],
-            "group_k": 0 if shape is None else shape[1],
-            "MUL_ROUTED_WEIGHT": launch.topk_weights is not None,
-            "top_k": top_k,
-            "compute_type": tl.float16 if c.dtype == torch.float16 else tl.bfloat16,
-            "use_fp8_w8a8": fp8,
-            "naive_block_assignment": launch.sorted_ids is None,
-            "BLOCK_SIZE_K": block_k,
-            "SWAP_AB": swap_ab(config, fp8, _sm90()),
-            **{key: v for key, v in config.items() if key not in ("BLOCK_SIZE_K", "SPLIT_K")},
-        }
+        group_n, group_k = (0, 0) if shape is None else shape
+        routed = launch.topk_weights is not None
+        kwargs = dict(group_n=group_n, group_k=group_k, MUL_ROUTED_WEIGHT=routed, top_k=top_k)
+        kwargs["compute_type"] = tl.float16 if c.dtype == torch.float16 else tl.bfloat16
+        kwargs |= {"use_fp8_w8a8": fp8, "naive_block_assignment": launch.sorted_ids is None}
+        kwargs |= {"BLOCK_SIZE_K": block_k, "SWAP_AB": swap_ab(config, fp8, _sm90())}
+        kwargs |= {key: v for key, v in config.items() if key not in ("BLOCK_SIZE_K", "SPLIT_K")}
         return args, kwargs
 
     def whole_moe_calls(self, problem: dict, weights, batch, tuned: dict, dtype: str) -> dict:
