@@ -49,11 +49,16 @@ class _Step:
 
 
 def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
-    """Return the parts with the expert GEMMs at the engine's cited e_math at prompt rows."""
-    e = step.prompt.expert_e_math
-    if e is None:
-        return parts
-    return [dict(p, e_math=e) if p["kind"] == "expert_gemm" else p for p in parts]
+    """Return the parts with the expert and dense GEMMs at the engine's cited e_math at prompt
+    rows (each where its engine file gives one for this GPU, and for dense ones this dtype)."""
+    cited = {(dtype, kind): e for dtype, kind, e in step.prompt.linear_e_math}
+    if step.prompt.expert_e_math is not None:  # any dtype: the entry is the weight format's
+        experts = (p for p in parts if p["kind"] == "expert_gemm")
+        cited |= {(p["dtype"], p["kind"]): step.prompt.expert_e_math for p in experts}
+    return [
+        dict(p, e_math=cited[p["dtype"], p["kind"]]) if (p["dtype"], p["kind"]) in cited else p
+        for p in parts
+    ]
 
 
 def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
