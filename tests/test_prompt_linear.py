@@ -42,6 +42,10 @@ def test_a_b200_prompt_gemm_takes_the_engine_files_cited_efficiency(engine):
     assert got == {("fp8", kind): c.e_math for kind, c in cited.items()}
     assert set(cited) == {"attention_proj", "dense_gemm", "shared_gemm"}
     assert all("measured by aiconfigurator on B200" in c.cite for c in cited.values())
+    experts = settings.engine.prefill.expert_gemm["b200"]["fp8"]
+    assert load.expert_e_math == experts.e_math and "measured by aiconfigurator on B200" in (
+        experts.cite
+    )
     step = _Step(*(None,) * 8, prompt=load)
     parts = [
         {"kind": "attention_proj", "dtype": "fp8"},
@@ -68,7 +72,9 @@ def test_the_cited_b200_prompt_gemms_slow_its_prompts_and_are_said(engine):
 @pytest.mark.parametrize("engine", ["sglang", "tensorrtllm"])
 def test_h200_prompts_keep_the_fits_dense_gemms(engine):
     settings = compose_settings([f"engine={engine}", "hardware=h200"])
-    assert prompt_load(settings.engine, settings.hardware, "fp8").linear_e_math == ()
+    load = prompt_load(settings.engine, settings.hardware, "fp8")
+    assert load.linear_e_math == ()
+    assert load.expert_e_math == {"sglang": 0.231, "tensorrtllm": None}[engine]  # as before
     same = _row(f"engine={engine}", "hardware=h200")
     plain = _row(f"engine={engine}", "hardware=h200", OFF)
     assert same["prefill_ms"] == plain["prefill_ms"] > 0
