@@ -130,10 +130,12 @@ def _check_engine_archs(engine: EngineSettings, where: str = "") -> None:
 def _check_curve_gpus(engine: EngineSettings, catalog: dict, where: str = "") -> None:
     """Raise ConfigError for an engine curve under a GPU the catalog lacks (never read)."""
     prompt = engine.prefill.expert_gemm if engine.prefill else {}
+    linear = engine.prefill.linear_gemm if engine.prefill else {}
     padded = engine.padded_experts.measured if engine.padded_experts else {}
     for key, names in (
         ("grouped_gemm_efficiency", engine.grouped_gemm_efficiency),
         ("prefill.expert_gemm", prompt),
+        ("prefill.linear_gemm", linear),
         ("padded_experts.measured", padded),
     ):
         for name in names:

@@ -3,7 +3,8 @@ file's `prefill`): `separate`, a prefill pass of its own per chunk that every de
 waits for (its weights read again, its rows through every layer, its attention over the prompt);
 `mixed`, each chunk's rows carried through the decode step's layers. The chunk is the most
 prompt tokens one pass (or step) carries on this device; the expert GEMMs of a prompt's rows
-take the engine's cited efficiency at prompt sizes on this GPU where its file has one."""
+and its dense GEMMs (attention projections, dense MLP, shared experts) take the engine's cited
+efficiency at prompt sizes on this GPU where its file has one."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ class PromptLoad:
     chunk: int = 0  # the most prompt tokens one pass or step carries (0: the whole prompt)
     expert_e_math: float | None = None  # the expert GEMMs' cited e_math at prompt rows
     words: str = "mixed into the decode step, unchunked (no engine prefill rule)"
+    # the dense GEMMs' cited e_math at prompt rows: (GEMM dtype, part kind, e_math) each
+    linear_e_math: tuple[tuple[str, str, float], ...] = ()
 
 
 # The project's own step (and an engine file without a prefill rule): today's charge.
@@ -60,7 +63,20 @@ def prompt_load(
             f"; expert GEMMs at the fit's e_math (no prompt-size figure for {engine.name} "
             f"{weight_dtype} on {hw.name})"
         )
-    return PromptLoad(rule.schedule, chunk, cited.e_math if cited else None, words)
+    linear = rule.linear_gemm.get(hw.name, {})
+    dense = tuple((d, k, c.e_math) for d, kinds in linear.items() for k, c in kinds.items())
+    words += linear_words(linear, engine.name, hw.name)
+    return PromptLoad(rule.schedule, chunk, cited.e_math if cited else None, words, dense)
+
+
+def linear_words(linear: dict, engine: str, gpu: str) -> str:
+    """Return how the dense GEMMs at prompt rows are charged, for a row's inputs."""
+    if not linear:
+        return f"; dense GEMMs at the fit's e_math (no prompt-size figure for {engine} on {gpu})"
+    each = [(dtype, kind, c) for dtype, kinds in linear.items() for kind, c in kinds.items()]
+    said = ", ".join(f"{kind} {dtype} {c.e_math:g}" for dtype, kind, c in each)
+    cites = "; ".join(dict.fromkeys(c.cite for *_, c in each))
+    return f"; dense GEMMs at e_math {said} at prompt rows, other dtypes at the fit's ({cites})"
 
 
 def prompt_chunks(input_len: int, chunk: int) -> list[int]:

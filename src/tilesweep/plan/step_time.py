@@ -48,6 +48,19 @@ class _Step:
     prompt: PromptLoad = UNCHUNKED  # how the engine runs an arriving prompt's rows
 
 
+def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
+    """Return the parts with the expert and dense GEMMs at the engine's cited e_math at prompt
+    rows (each where its engine file gives one for this GPU, and for dense ones this dtype)."""
+    cited = {(dtype, kind): e for dtype, kind, e in step.prompt.linear_e_math}
+    if step.prompt.expert_e_math is not None:  # any dtype: the entry is the weight format's
+        experts = (p for p in parts if p["kind"] == "expert_gemm")
+        cited |= {(p["dtype"], p["kind"]): step.prompt.expert_e_math for p in experts}
+    return [
+        dict(p, e_math=cited[p["dtype"], p["kind"]]) if (p["dtype"], p["kind"]) in cited else p
+        for p in parts
+    ]
+
+
 def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
     `prefill` prompt rows carried through the decode step's layers (mixed); micro 0: a prefill
@@ -57,10 +70,7 @@ def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefil
     parts = stage_parts(model, dep, layout, stage, micro or 1, first, last)
     if prefill:
         loaded = stage_parts(model, dep, layout, stage, micro + prefill, first, last)
-        carried = [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS]
-        e = step.prompt.expert_e_math  # the expert GEMMs at the engine's cited e_math at prompts
-        if e is not None:
-            carried = [dict(p, e_math=e) if p["kind"] == "expert_gemm" else p for p in carried]
+        carried = _at_prompt_size(step, [p for p in loaded if p["kind"] not in DECODE_ONLY_KINDS])
         if micro:
             parts = [p for p in parts if p["kind"] in DECODE_ONLY_KINDS] + carried
         else:

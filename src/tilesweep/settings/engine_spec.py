@@ -119,6 +119,11 @@ class PrefillChunk(Section):
     tokens: Positive | None  # null: unchunked, the whole prompt in one pass (or step)
 
 
+# The dense GEMM parts a prompt's rows run through (plan.step_parts kinds) that an engine file may
+# give a cited prompt-size efficiency (prefill.linear_gemm).
+PromptLinearKind = Literal["attention_proj", "dense_gemm", "shared_gemm"]
+
+
 class Prefill(Section):
     """How the engine runs the arriving prompts beside the decoding requests (plan.prompt_load):
     `separate`, a prefill pass of its own that the decoding requests wait for; `mixed`, the
@@ -130,6 +135,9 @@ class Prefill(Section):
     # Its grouped (MoE) GEMM at prompt rows on a GPU (hardware name -> weight format), where a
     # kernel-level figure times this engine's kernel there; elsewhere the decode fit's e_math.
     expert_gemm: dict[str, dict[str, PromptEfficiency]] = {}
+    # Its dense GEMMs at prompt rows on a GPU (hardware name -> the GEMM's dtype -> part kind),
+    # where a kernel-level figure times this engine's GEMM there; elsewhere the decode fit's e_math.
+    linear_gemm: dict[str, dict[str, dict[PromptLinearKind, PromptEfficiency]]] = {}
 
     @model_validator(mode="after")
     def _chunks_ascend(self) -> Prefill:
@@ -140,6 +148,8 @@ class Prefill(Section):
         ascending(bounds[:-1], "chunks", "below_gib must ascend strictly")
         for gpu, formats in self.expert_gemm.items():
             check_weight_dtypes(formats, f"prefill.expert_gemm.{gpu}")
+        for gpu, formats in self.linear_gemm.items():
+            check_weight_dtypes(formats, f"prefill.linear_gemm.{gpu}")
         return self
 
 
