@@ -1,5 +1,5 @@
-"""B200's HBM bandwidth as the device reports it, and its FP8 experts left to the fit (no cited
-B200 timing of the MoE kernels the engines run there): conf/hardware/b200.yaml."""
+"""B200's HBM bandwidth as the device reports it: conf/hardware/b200.yaml (its MoE curves:
+tests/test_b200_moe.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose_settings
-from tilesweep.plan import row_inputs
 from tilesweep.settings import HardwareSpec
 
 EMPTY = pd.DataFrame()
@@ -55,13 +54,3 @@ def test_a_b200_step_moves_its_bytes_at_the_reported_bandwidth():
     assert 1.0 < ratio < 8000 / 7672 + 1e-9
     memory = float(now["memory_ms"].iloc[0] / at_datasheet["memory_ms"].iloc[0])
     assert memory == pytest.approx(8000 / 7672, rel=0.02)
-
-
-def test_fp8_experts_on_b200_keep_the_fits_efficiency_and_say_so():
-    spec = compose_settings(["hardware=b200"]).hardware.model_dump(exclude_unset=True)
-    # No FP8 curve: the one B200 FP8 MoE timing found (sglang#11816) is Triton's, which the
-    # engines do not run on sm_100; a curve added here must say whose kernel it times.
-    assert "fp8" not in spec["grouped_gemm_efficiency"]
-    rows = _b200(["deployment.batches=[1]"])
-    words = row_inputs.column_words(rows)
-    assert words.str.contains("no fp8 decode measurement here").all()

@@ -179,7 +179,8 @@ def test_the_engine_adds_its_kernels_and_host_time():
     # The engine's own count, not the project's: more kernels a layer than the lean step's,
     # its small ones at a small kernel's cost.
     settings = compose_settings(["model=deepseek_v3", "engine=sglang"])
-    prof = engine_profile.profile(settings.engine, settings.model, "fp8")
+    # on the row's H200 (sm_90): the MoE lists are per architecture (only_arch)
+    prof = engine_profile.profile(settings.engine, settings.model, "fp8", "sm_90")
     per_moe_layer = (
         sum(v for k, v in prof.launches.items() if k not in ("dense_gemm", "embedding", "lm_head"))
         + prof.extra["per_layer"] + prof.extra["per_moe_layer"]
