@@ -11,6 +11,7 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 
 from tilesweep.config import compose
 from tilesweep.measure import whole_step
@@ -55,7 +56,8 @@ def test_a_fraction_is_spread_to_the_nearest_whole_total():
 
 
 def test_sglangs_glm5_list_expands_over_one_dense_and_two_moe_layers(settings):
-    x = step_extras.expand(settings["engine"], settings["model"], "nvfp4", 1, 2)
+    # On a Hopper GPU (sm_90: the arch the measured step reads off the device at hand).
+    x = step_extras.expand(settings["engine"], settings["model"], "nvfp4", 1, 2, arch="sm_90")
     assert x["label"] == SGLANG
     # conf/engine/sglang.yaml, mla_dsa_moe: per layer 3 + 2 + 1 quantisations (the fused indexer
     # q kernel names its quant) and 2 others (rotary, the cache write; the page-table transform
@@ -80,10 +82,16 @@ def test_sglangs_glm5_list_expands_over_one_dense_and_two_moe_layers(settings):
         }
     )
     # The same sums as the composition's profile counts for the verdict.
-    prof = engine_profile.profile(_engine(settings), _model(settings), "nvfp4")
+    prof = engine_profile.profile(_engine(settings), _model(settings), "nvfp4", "sm_90")
     assert prof.extra == x["listed"]
+    # On sm_100 the MoE layer runs its TRTLLM-gen list (only_arch); with no arch, only the
+    # arch-free entries (the MoE layer's are all arch-bound now).
+    b200 = step_extras.expand(settings["engine"], settings["model"], "nvfp4", 1, 2, arch="sm_100")
+    assert b200["run"]["per_moe_layer"] != x["run"]["per_moe_layer"]
+    bare = step_extras.expand(settings["engine"], settings["model"], "nvfp4", 1, 2)
+    assert bare["run"]["per_moe_layer"] == 0.0 and bare["run"]["per_layer"] == 8.0
     # In bf16 the activation quantisations listed only for fp8 and nvfp4 do not run.
-    bf16 = step_extras.expand(settings["engine"], settings["model"], "bf16", 1, 2)
+    bf16 = step_extras.expand(settings["engine"], settings["model"], "bf16", 1, 2, arch="sm_90")
     assert bf16["run"]["per_layer"] == 4.0 and bf16["layers"][0] == {"quant": 5, "copy": 2}
 
 
@@ -174,14 +182,21 @@ def _result(launches: dict, micro: list[int]) -> dict:
     }
 
 
-def _spec(settings: dict) -> dict:
+def _on_hopper(monkeypatch) -> None:
+    """Make the GPU at hand an sm_90 one, for the list's arch-bound entries (no GPU needed)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+
+
+def _spec(settings: dict, monkeypatch) -> dict:
+    _on_hopper(monkeypatch)
     run_spec, _ = layout_stage.step_spec(_cell(settings, "engine"), cuda=True)
     run_spec["step"]["batches"] = [4]
     return run_spec
 
 
-def test_rows_name_their_kernel_list_and_count_kernels_per_layer(settings):
-    spec = _spec(settings)
+def test_rows_name_their_kernel_list_and_count_kernels_per_layer(settings, monkeypatch):
+    spec = _spec(settings, monkeypatch)
     lean = {"embedding": 1, "attn_proj": 30, "expert_gemms": 12, "lm_head": 3, "unnamed": 2}
     engine = dict(lean, engine_extra=8 + 3 + 2 * (8 + 5), engine_extra_step=8)
     ranks = [{"batches": [_result(lean, [4])], "engine_batches": [_result(engine, [4])]}]

@@ -96,8 +96,15 @@ def engine_list(spec: dict, step: dict, model: dict, cuda: bool) -> list[dict]:
     """Add the engine's list to `step`; return skipped rows where it cannot run here."""
     engine, layers = spec.get("engine") or {}, (step["dense_layers"], step["moe_layers"])
     name = engine.get("name", "none")
+    arch = None
+    if cuda:  # the list's arch-bound entries (only_arch) as the GPU at hand runs them
+        import torch  # heavy: loaded only where a GPU runs the list
+
+        if torch.cuda.is_available():
+            arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
     try:
-        expanded = step_extras.expand(engine, model, spec.get("weight_dtype", "bf16"), *layers)
+        dtype = spec.get("weight_dtype", "bf16")
+        expanded = step_extras.expand(engine, model, dtype, *layers, arch=arch)
     except ValueError as exc:
         columns = {"kernel_list": f"engine-faithful ({name}: no list)"}
         why = f"bench.step_kernel_list=engine: {exc}"

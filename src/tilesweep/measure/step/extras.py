@@ -40,11 +40,14 @@ def short_version(engine: dict) -> str:
     return engine["version"].split(" (")[0].strip()
 
 
-def expand(engine: dict, model: dict, weight_dtype: str, dense: int, moe: int) -> dict:
-    """Return the engine's extra kernels for `dense` then `moe` layers; raise if none."""
+def expand(
+    engine: dict, model: dict, weight_dtype: str, dense: int, moe: int, arch: str | None = None
+) -> dict:
+    """Return the engine's extra kernels for `dense` then `moe` layers on `arch` (the GPU at hand:
+    its only_arch entries; None, arch-free ones only); raise if none."""
     # The spec's engine and model are JSON (its rerun key): validated again to be read typed.
     typed = EngineSettings.model_validate(engine) if engine else None
-    kernels = extra_kernels(typed, ModelSettings.model_validate(model), weight_dtype)
+    kernels = extra_kernels(typed, ModelSettings.model_validate(model), weight_dtype, arch)
     layers = [{QUANT: 0, COPY: 0} for _ in range(dense + moe)]
     where_layers = {
         "per_layer": range(dense + moe),
