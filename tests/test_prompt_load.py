@@ -61,7 +61,7 @@ def _prefill_ms(prompt: PromptLoad, input_len: int = 4000) -> float:
     """Return the roofline prefill share of the Qwen3 H200 TP4 batch-6 step under `prompt`."""
     settings = compose_settings([*QWEN_H200, f"deployment.input_len={input_len}"])
     args = (settings.model, settings.deployment, settings.hardware, settings.grid.layouts[0], 6)
-    _, prefill = loaded_step(*args, roofline_timer, None, None, prompt=prompt)
+    _, prefill = loaded_step((*args, roofline_timer, None, None), prompt=prompt)
     return prefill
 
 

@@ -9,7 +9,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
 from tilesweep import (
     answer_card,
@@ -25,8 +24,8 @@ from tilesweep.backends.roles import Command
 from tilesweep.columns import SETTLED, Status
 from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError, unexpected
-from tilesweep.failures import failed_outputs, results_folder
-from tilesweep.io import check_out_folder, write_table
+from tilesweep.failures import STAGES, failed_outputs
+from tilesweep.io import check_out_folder, results_at, write_table
 
 # The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/commands.yaml",)
@@ -96,7 +95,7 @@ def failed_command(args: argparse.Namespace) -> int:
         if status not in known:
             what = "a settled status, not a failure" if status in SETTLED else "not a status"
             raise ConfigError(f"--status={status!r}: {what}; one of {', '.join(known)}")
-    folder = results_folder(Path(args.results))
+    folder = results_at(args.results, STAGES, "per-cell outputs", f" ({', '.join(STAGES)})")
     for path in failed_outputs(folder, set(args.status) if args.status else None):
         sys.stdout.write(f"{path}\n")
     return 0

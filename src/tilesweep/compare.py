@@ -15,7 +15,7 @@ from tilesweep import package_data
 from tilesweep.cells import damage, summary_path
 from tilesweep.columns import RUN_PROVENANCE_KEYS, SPLIT_COLUMNS, TABLE_KEYS, TOOLCHAIN_KEY
 from tilesweep.errors import ConfigError
-from tilesweep.io import write_table, write_text
+from tilesweep.io import results_at, write_table, write_text
 from tilesweep.measure.gemm_case import TOLERANCE
 from tilesweep.report.formatting import fmt_value
 
@@ -45,18 +45,9 @@ class Run:
     unrecorded: bool = False
 
 
-def results_dir(path: str | Path) -> Path:
-    """Return the results folder at path: path itself, or path/results, holding tables/."""
-    path = Path(path)
-    for candidate in (path, path / "results"):
-        if (candidate / "tables").is_dir():
-            return candidate
-    raise ConfigError(f"{path}: no tables/ here or in results/; give a sweep's results folder")
-
-
 def load_run(path: str | Path) -> Run:
     """Return the tables and ceilings of a results folder."""
-    root = results_dir(path)
+    root = results_at(path, ("tables",), "tables/")
     tables = {}
     # a run whose tables carry .sum records: then each must match
     recorded = any(summary_path(root / "tables" / f"{n}.csv").exists() for n in KEYS)

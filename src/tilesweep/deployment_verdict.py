@@ -122,20 +122,17 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, e
     band's end timers): the engine's own band for the format on the target where its file times
     its kernel (engine.grouped_gemm_efficiency), else the target's own cited band, else the best
     fp8 decode kernel here."""
+    dtype = dep.weight_dtype
     expert = next((n for n, g in fit["groups"].items() if "expert_gemm" in g["kinds"]), None)
     own = engine_conf.grouped_gemm_efficiency.get(target.name, {})
-    curve = own.get(dep.weight_dtype) or (target.grouped_gemm_efficiency or {}).get(
-        dep.weight_dtype
-    )
-    owner = f"engine[{engine_conf.name}]" if dep.weight_dtype in own else ""
+    curve = own.get(dtype) or (target.grouped_gemm_efficiency or {}).get(dtype)
+    owner = f"engine[{engine_conf.name}]" if dtype in own else ""
     per_expert = batch * model.top_k / model.routed_experts
     if curve and expert:
         band = grouped_efficiency.band_at(curve, per_expert)
-        words = band.words(dep.weight_dtype, target.name, owner)
+        words = band.words(dtype, target.name, owner)
         if curve.ends == "sizes":
-            words = grouped_efficiency.sizes_words(
-                curve, band, dep.weight_dtype, target.name, owner
-            )
+            words = grouped_efficiency.sizes_words(curve, band, dtype, target.name, owner)
         elif grouped_efficiency.sized(curve):
             words += (
                 "; each layout's expert GEMMs take the band scaled to the bytes of its own "
@@ -148,13 +145,13 @@ def _expert_efficiency(fit, target, dep, model, batch, decode, ceilings, make, e
         shaped = partial(grouped_efficiency.shaped_timer, curve, per_expert, make=at)
         ends = {"tpot_low_ms": shaped(end="high"), "tpot_high_ms": shaped(end="low")}
         return shaped(end="middle"), words, ends
-    if dep.weight_dtype == "bf16" or not expert:
+    if dtype == "bf16" or not expert:
         return make(fit), "", {}
     f8, why = fp8_expert_fraction(decode, per_expert)
     f8, why = _fraction_on_datasheet(f8, why, ceilings)
     if f8 == f8:
-        return make(with_group_bw(fit, expert, f8)), f"{dep.weight_dtype}, {why}, e_bw {f8:.2f}", {}
-    words = f"{dep.weight_dtype}, {why}; the bf16 step's efficiency applied to their bytes"
+        return make(with_group_bw(fit, expert, f8)), f"{dtype}, {why}, e_bw {f8:.2f}", {}
+    words = f"{dtype}, {why}; the bf16 step's efficiency applied to their bytes"
     return make(fit), words, {}
 
 

@@ -9,7 +9,6 @@ import pandas as pd
 
 from tilesweep.cells import SUFFIX, damage, summary_path
 from tilesweep.columns import SETTLED, Status, status_of
-from tilesweep.errors import ConfigError
 
 # Where per-cell outputs with rows lie (a launch check that does not fit is a result, not a
 # failure; tune/.work holds the tuner's own journal, not outputs).
@@ -17,17 +16,6 @@ STAGES = ("build", "decode", "collective", "layout", "power", "tune")
 # Where records are checked for damage only: a launch row that does not fit is the answer.
 DAMAGE_ONLY = ("launch",)
 FAILED_ROW_COLUMNS = ["path", "status", "reason"]
-
-
-def results_folder(path: Path) -> Path:
-    """Return the results folder at path (or path/results), or raise ConfigError where none is."""
-    for candidate in (path, path / "results"):
-        if any((candidate / stage).is_dir() for stage in STAGES):
-            return candidate
-    raise ConfigError(
-        f"{path}: no per-cell outputs here or in results/ ({', '.join(STAGES)}); "
-        "give a sweep's results folder"
-    )
 
 
 def _records(path: Path) -> list[tuple[str, str]]:

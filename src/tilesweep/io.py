@@ -204,6 +204,18 @@ def check_results_dir(path: str) -> Path:
     return folder
 
 
+def results_at(path: str | Path, folders: tuple[str, ...], what: str, listed: str = "") -> Path:
+    """Return the results folder at path, or path/results, that holds any of `folders`; else raise
+    ConfigError: no `what` there (`listed`: the folders named)."""
+    path = Path(path)
+    for candidate in (path, path / "results"):
+        if any((candidate / name).is_dir() for name in folders):
+            return candidate
+    raise ConfigError(
+        f"{path}: no {what} here or in results/{listed}; give a sweep's results folder"
+    )
+
+
 def project_path(path: str) -> Path:
     """Return a config path, a relative one from the checkout."""
     given = Path(path)

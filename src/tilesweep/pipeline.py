@@ -306,10 +306,7 @@ class Sweep:
         return grid.canonical(
             {
                 "model": self.settings.model,
-                "deployment": {
-                    "fit_batches": dep.fit_batches,
-                    "attention_table": dep.attention_table,
-                },
+                "deployment": {k: getattr(dep, k) for k in ("fit_batches", "attention_table")},
             }
         )
 

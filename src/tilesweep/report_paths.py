@@ -110,9 +110,7 @@ class Stage5:
         """Return what the figures step reads, by name (its named inputs)."""
         return {
             **{n: self.measured[n] for n in ("launch", "decode", "collective")},
-            "verdict": [self.table("verdict")],
-            "check": [self.table("check")],
-            "engines": [self.table("engines")],
+            **{n: [self.table(n)] for n in VERDICT_TABLES},
             "tune": self.measured["tune"],
         }
 

@@ -14,14 +14,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 def _module_file(name: str) -> Path | None:
     """Return the file of a tilesweep module or package named like 'tilesweep.measure.gemm_case'."""
     parts = name.split(".")[1:]
-    if not parts:
-        init = PACKAGE_DIR / "__init__.py"
-        return init if init.is_file() else None
-    rel = Path(*parts)
-    for candidate in (PACKAGE_DIR / rel.with_suffix(".py"), PACKAGE_DIR / rel / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+    module = [PACKAGE_DIR.joinpath(*parts[:-1], f"{parts[-1]}.py")] if parts else []
+    found = [p for p in (*module, PACKAGE_DIR.joinpath(*parts, "__init__.py")) if p.is_file()]
+    return found[0] if found else None
 
 
 def _data_files(tree: ast.Module) -> set[Path]:

@@ -176,14 +176,12 @@ def compose_rows(
                 row |= decide_bound({}, fits=False) | {"source": "model"}
                 rows.append(row | {"inputs_json": dumps(inputs)})
                 continue
-            how = (timer, measured_floors, layer_overrides)
-            step, prefill = loaded_step(
-                model, dep, hw, layout, batch, *how, engine.extra_parts, engine.prompt
-            )
+            how = (layout, batch, timer, measured_floors, layer_overrides)
+            step, prefill = loaded_step((model, dep, hw, *how), engine.extra_parts, engine.prompt)
             # The step's physical floor: every part at its datasheet roofline, collectives by
             # the interconnect model, no per-kernel cost, over the composed step's path.
-            floor_args = (roofline_timer, measured_floors, layer_overrides)
-            floor = loaded_step(model, bare, hw, layout, batch, *floor_args)[0]["tpot_ms"]
+            floor_args = (model, bare, hw, layout, batch, roofline_timer, *how[3:])
+            floor = loaded_step(floor_args)[0]["tpot_ms"]
             host = _host_ms(engine, model, layout, step, layer_overrides)
             row |= _speed_columns(step, host, batch, row["world"], floor)
             inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {

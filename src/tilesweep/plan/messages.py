@@ -9,17 +9,13 @@ BYTES_PER_ELEMENT = 2  # activations travel in bf16
 LATENCY_FLOOR_BYTES = 65536
 
 
-def local_tokens(layout: dict, model: dict, tokens_per_expert: int) -> int:
-    """Return the tokens one rank holds: the decode batch that gives each expert this many tokens
-    on average, split over ep ranks (data-parallel attention)."""
-    batch = max(1, tokens_per_expert * model["routed_experts"] // model["top_k"])
-    return -(-batch // layout["ep"])
-
-
 def step_messages(layout: dict, model: dict, tokens_per_expert: int) -> list[dict]:
     """Return the collectives of one stage's decode step: kind, group size, bytes, calls."""
     hidden = model["hidden"] * BYTES_PER_ELEMENT
-    tokens = local_tokens(layout, model, tokens_per_expert)
+    # The tokens one rank holds: the decode batch that gives each expert this many tokens on
+    # average, split over ep ranks (data-parallel attention).
+    batch = max(1, tokens_per_expert * model["routed_experts"] // model["top_k"])
+    tokens = -(-batch // layout["ep"])
     layers_per_stage = -(-model["moe_layers"] // layout["pp"])
     msgs = []
     if layout["tp"] > 1:

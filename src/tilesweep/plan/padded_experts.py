@@ -67,13 +67,17 @@ def padded_timer(timer: Timer, spec: PaddedExperts, end: str = "middle") -> Time
         m_sum = padded_rows(part["rows"], part["experts_local"], spec.align)
         gemm_ms = roofline.math_ms(2.0 * m_sum * part["expert_params"], peak) / e_math
         streamed = out["memory_ms"] + out["math_ms"]  # the weights, as the part's own timer has it
-        e_bw = _stream_fraction(out, part, hw)
+        # the fraction of the datasheet bandwidth the part's own timer streams it at (1 where
+        # the timer charged it nothing)
+        bw = hw.memory_bandwidth_gbs
+        roof = out.get("roof_memory_ms") or roofline.memory_ms(part["bytes"], bw)
+        e_bw = min(1.0, roof / streamed) if streamed > 0 and roof > 0 else 1.0
         # the bytes one occurrence's passes move over the padded rows
         per_row = sum(
             p.hidden_bytes * part["hidden"] + p.inter_bytes * part["inter_shard"]
             for p in spec.passes
         )
-        passes_ms = roofline.memory_ms(m_sum * per_row, hw.memory_bandwidth_gbs) / e_bw
+        passes_ms = roofline.memory_ms(m_sum * per_row, bw) / e_bw
         if gemm_ms > streamed:  # the padded GEMMs bind: the weights stream under them
             out = dict(out, memory_ms=passes_ms, math_ms=gemm_ms)
         else:
@@ -85,14 +89,6 @@ def padded_timer(timer: Timer, spec: PaddedExperts, end: str = "middle") -> Time
         return out
 
     return wrapped
-
-
-def _stream_fraction(out: dict, part: dict, hw: HardwareSpec) -> float:
-    """Return the fraction of the datasheet bandwidth the part's own timer streams it at (1 where
-    the timer charged it nothing)."""
-    roof = out.get("roof_memory_ms") or roofline.memory_ms(part["bytes"], hw.memory_bandwidth_gbs)
-    spent = out["memory_ms"] + out["math_ms"]
-    return min(1.0, roof / spent) if spent > 0 and roof > 0 else 1.0
 
 
 def words(spec: PaddedExperts, hardware: str = "") -> str:

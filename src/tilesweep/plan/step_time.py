@@ -159,12 +159,7 @@ def _stage_time(
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
     acc["time"] = acc["memory"] + acc["math"] + acc["communication"] + acc["other"]
-    return acc | {
-        "sources": sources,
-        "gaps": gaps + comm_gaps,
-        "peak": peak,
-        "comm_gaps": comm_gaps,
-    }
+    return acc | dict(sources=sources, gaps=gaps + comm_gaps, peak=peak, comm_gaps=comm_gaps)
 
 
 def _hops(model: ModelSettings, layout: Layout, micro: int, numbers, measured_floors) -> tuple:
@@ -277,23 +272,15 @@ def _prompt_cost(args: tuple, step: dict, i: int, extra_parts, prompt: PromptLoa
 
 
 def loaded_step(
-    model,
-    dep,
-    hw,
-    layout,
-    batch,
-    timer,
-    measured_floors,
-    layer_overrides,
-    extra_parts=None,
-    prompt: PromptLoad = UNCHUNKED,
+    args: tuple, extra_parts=None, prompt: PromptLoad = UNCHUNKED
 ) -> tuple[dict, float]:
     """Return (the decode step, its prefill share in ms) under a serving load: each of the other
     batch - 1 requests' prompts arrives once every output_len steps, so a request's TPOT carries
     (batch - 1) / output_len of what one prompt adds (_prompt_cost, as the engine schedules it:
-    prompt_load); a separate prefill pass is time every decoding request waits."""
-    args = (model, dep, hw, layout, batch, timer, measured_floors, layer_overrides)
+    prompt_load); a separate prefill pass is time every decoding request waits. `args`:
+    compose_step's first eight (model, dep, hw, layout, batch, timer, floors, overrides)."""
     step = compose_step(*args, extra_parts=extra_parts, prompt=prompt)
+    dep, batch = args[1], args[4]
     i, o = serving_load(dep)
     if not i or batch < 2:
         return step, 0.0

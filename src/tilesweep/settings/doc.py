@@ -18,12 +18,6 @@ END = "<!-- end of configuration table -->"
 NOT_SET = ("catalog",)
 
 
-def _defaults(config: dict) -> dict[str, str]:
-    """Return each group's default option as conf/config.yaml's defaults list names it."""
-    items = [item for item in config.get("defaults", []) if isinstance(item, dict)]
-    return {k: str(v) for item in items for k, v in item.items() if v is not None}
-
-
 def _options(conf_dir: Path, key: str, default: str | None) -> str:
     """Return a group's options, the default first and marked, or a root key's default value."""
     folder = conf_dir / key
@@ -37,7 +31,9 @@ def _options(conf_dir: Path, key: str, default: str | None) -> str:
 def table(conf_dir: Path = ROOT / "conf") -> str:
     """Return the configuration table: one row per key of conf/config.yaml."""
     config = yaml.safe_load((conf_dir / "config.yaml").read_text())
-    groups = _defaults(config)
+    # each group's default option as conf/config.yaml's defaults list names it
+    items = [item for item in config.get("defaults", []) if isinstance(item, dict)]
+    groups = {k: str(v) for item in items for k, v in item.items() if v is not None}
     rows = ["| key | options | sets |", "|---|---|---|"]
     for key, field in RootSettings.model_fields.items():
         if key in NOT_SET:
