@@ -21,7 +21,7 @@ from tilesweep.plan.interconnect import (
 from tilesweep.plan.memory_fit import memory_fit, rank_weight_bytes, stage_layers
 from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.step_parts import stage_collectives
-from tilesweep.plan.step_time import compose_step
+from tilesweep.plan.step_time import StepCase, compose_step
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings, RootSettings
 
 
@@ -121,32 +121,34 @@ def test_every_fitting_row_sits_above_its_physical_floor(brief):
     assert (wide.tpot_ms.to_numpy() > fits.tpot_ms.to_numpy()).all()
     # Collectives are on the floor's path: TP8 at batch 1 has more floor than its weights alone.
     row = fits[(fits.layout == "tp8-pp1-ep1") & (fits.batch == 1)].iloc[0]
-    step = compose_step(
+    step = compose_step(StepCase(
         _model(brief), _dep(brief, kernel_gap_us=0.0), _hw(brief),
         Layout(tp=8, pp=1, ep=1), 1,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert row.floor_ms == pytest.approx(step["tpot_ms"])
     assert step["split"]["communication"] > 0
 
 
 def test_pp_tpot_is_more_than_a_stage_and_throughput_uses_pp_micro_batches(brief):
     layout = Layout(tp=4, pp=2, ep=1)
-    step = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 32)
+    step = compose_step(StepCase(_model(brief), _dep(brief), _hw(brief), layout, 32))
     assert step["micro_batches"] == 2
     assert step["tpot_ms"] > max(step["stage_ms"])
     assert step["tpot_ms"] >= sum(step["stage_ms"]) + step["hop_ms"] - 1e-12
     # Each of the 2 micro-batches carries 16 of the 32 sequences: batch 32 is not a 2x-longer step.
-    one = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 16)
+    one = compose_step(StepCase(_model(brief), _dep(brief), _hw(brief), layout, 16))
     assert step["tpot_ms"] < 2 * one["tpot_ms"]
     assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
 
 
 def test_pp_at_batch_1_is_bound_over_the_whole_path_not_a_bubble(brief):
     layout = Layout(tp=4, pp=2, ep=1)
-    step = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 1)
+    step = compose_step(StepCase(_model(brief), _dep(brief), _hw(brief), layout, 1))
     assert step["micro_batches"] == 1
     # One micro-batch crosses both stages: both stages' memory is on its path, no idle `other`.
-    tp4 = compose_step(_model(brief), _dep(brief), _hw(brief), Layout(tp=4, pp=1, ep=1), 1)
+    tp4 = compose_step(
+        StepCase(_model(brief), _dep(brief), _hw(brief), Layout(tp=4, pp=1, ep=1), 1)
+    )
     assert step["split"]["memory"] == pytest.approx(tp4["split"]["memory"], rel=0.05)
     assert step["split"]["other"] < 0.4 * step["tpot_ms"]
     assert sum(step["split"].values()) == pytest.approx(step["tpot_ms"])
@@ -224,8 +226,10 @@ def test_no_composed_collective_is_below_its_floor(brief):
     stage = stage_layers({"dense_layers": 3, "moe_layers": 75, "sliding_layers": 0}, 1)[0]
     for coll in stage_collectives(_model(brief), layout, stage, 8):
         assert floored_ms(coll["collective"], coll["n"], coll["bytes"], numbers, measured)[0] >= 0.5
-    low = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 8)
-    high = compose_step(_model(brief), _dep(brief), _hw(brief), layout, 8, measured_floors=measured)
+    low = compose_step(StepCase(_model(brief), _dep(brief), _hw(brief), layout, 8))
+    high = compose_step(
+        StepCase(_model(brief), _dep(brief), _hw(brief), layout, 8, measured_floors=measured)
+    )
     assert high["split"]["communication"] >= 2 * 78 * 0.5 - 1e-9
     assert high["split"]["communication"] > low["split"]["communication"]
 
@@ -256,14 +260,18 @@ def test_hardware_without_an_interconnect_model_is_a_gap():
 
 def test_depth_reduced_model_composes_with_every_layer_type(brief):
     reduced = {"dense_layers": 1, "moe_layers": 2}
-    full = compose_step(_model(brief), _dep(brief), _hw(brief), Layout(tp=1, pp=1, ep=1), 8)
+    full = compose_step(
+        StepCase(_model(brief), _dep(brief), _hw(brief), Layout(tp=1, pp=1, ep=1), 8)
+    )
     small = compose_step(
-        _model(brief),
-        _dep(brief),
-        _hw(brief),
-        Layout(tp=1, pp=1, ep=1),
-        8,
-        layer_overrides=reduced,
+        StepCase(
+            _model(brief),
+            _dep(brief),
+            _hw(brief),
+            Layout(tp=1, pp=1, ep=1),
+            8,
+            layer_overrides=reduced,
+        )
     )
     assert 0 < small["tpot_ms"] < full["tpot_ms"] / 10
 
@@ -349,12 +357,12 @@ def test_attention_tp_with_expert_ep_on_the_same_gpus(brief):
     tp8 = Layout(tp=8, pp=1, ep=1)
     xep = tp8.model_copy(update={"experts": "ep"})
     model, dep, hw = _model(brief), _dep(brief), _hw(brief)
-    one_tp, one_x = (compose_step(model, dep, hw, lay, 1) for lay in (tp8, xep))
+    one_tp, one_x = (compose_step(StepCase(model, dep, hw, lay, 1)) for lay in (tp8, xep))
     # One token: its 8 experts land on ~2.6 whole experts of the busiest rank, more bytes than
     # an eighth of each of 8; the collectives are the TP group's all-reduces either way.
     assert one_x["split"]["memory"] > one_tp["split"]["memory"]
     assert one_x["split"]["communication"] == pytest.approx(one_tp["split"]["communication"])
-    big_tp, big_x = (compose_step(model, dep, hw, lay, 4096) for lay in (tp8, xep))
+    big_tp, big_x = (compose_step(StepCase(model, dep, hw, lay, 4096)) for lay in (tp8, xep))
     # Every expert hit: the same weight bytes; only the busiest rank's extra rows remain.
     assert big_x["split"]["memory"] == pytest.approx(big_tp["split"]["memory"], rel=0.15)
     table = composed(dict(brief, grid=dict(brief["grid"], layouts=[xep])))
@@ -392,7 +400,7 @@ def test_moe_split_layouts_as_engines_serve_them(brief):
     assert got == {"moe_gather_scatter"}  # TP1 attention: no all-reduce of its own
     model, dep, hw = _model(brief), _dep(brief), _hw(brief)
     plain, split = (
-        compose_step(model, dep, hw, lay, 8) for lay in (Layout(tp=4, pp=1, ep=1), mixed)
+        compose_step(StepCase(model, dep, hw, lay, 8)) for lay in (Layout(tp=4, pp=1, ep=1), mixed)
     )
     # Whole experts over two ranks: each rank reads more of each expert it runs.
     assert split["split"]["memory"] > plain["split"]["memory"]
@@ -442,9 +450,9 @@ def test_checkpoint_options_follow_the_named_checkpoint():
     assert model.attention.index_topk is not None
     assert deployment_model(model, _dep(dense)).attention.index_topk is None
     layout = Layout(tp=8, pp=1, ep=1)
-    sparse_step = compose_step(model, everywhere, _hw(dense), layout, 8)
+    sparse_step = compose_step(StepCase(model, everywhere, _hw(dense), layout, 8))
     dense_step = compose_step(
-        deployment_model(model, _dep(dense)), _dep(dense), _hw(dense), layout, 8
+        StepCase(deployment_model(model, _dep(dense)), _dep(dense), _hw(dense), layout, 8)
     )
     assert dense_step["tpot_ms"] != sparse_step["tpot_ms"]
 

@@ -12,9 +12,8 @@ from tilesweep import deployment_verdict, engine_figures
 from tilesweep.config import compose_groups, compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
-from tilesweep.plan.part_timers import roofline_timer
 from tilesweep.plan.prompt_load import PromptLoad, chunk_tokens, prompt_chunks, prompt_load
-from tilesweep.plan.step_time import loaded_step
+from tilesweep.plan.step_time import StepCase, loaded_step
 from tilesweep.settings.cited_figures import Figure
 
 EMPTY = pd.DataFrame()
@@ -61,7 +60,7 @@ def _prefill_ms(prompt: PromptLoad, input_len: int = 4000) -> float:
     """Return the roofline prefill share of the Qwen3 H200 TP4 batch-6 step under `prompt`."""
     settings = compose_settings([*QWEN_H200, f"deployment.input_len={input_len}"])
     args = (settings.model, settings.deployment, settings.hardware, settings.grid.layouts[0], 6)
-    _, prefill = loaded_step((*args, roofline_timer, None, None), prompt=prompt)
+    _, prefill = loaded_step(StepCase(*args, prompt=prompt))
     return prefill
 
 

@@ -13,7 +13,7 @@ from tilesweep.columns import CHECK_COLUMNS
 from tilesweep.plan import attention_table, engine_profile
 from tilesweep.plan.launch_fit import fit_step, launch_timer, parts_as_run, small_kernel_us
 from tilesweep.plan.part_timers import roofline_timer
-from tilesweep.plan.step_time import compose_step
+from tilesweep.plan.step_time import StepCase, compose_step
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 from tilesweep.settings.hardware_spec import InterconnectModel, Topology
 
@@ -193,8 +193,10 @@ def _compose(ck: _Check, row: dict, ran: tuple, timer) -> dict:
     """Return the composed step of a measured step row (`ran`: _composed's) with `timer`."""
     as_run, dep, over, engine = ran
     extra = engine.extra_parts if engine is not None else None
-    args = (as_run, dep, ck.hw, _layout(row), _sequences(row), timer, ck.floors, over)
-    return compose_step(*args, extra_parts=extra)
+    case = StepCase(
+        as_run, dep, ck.hw, _layout(row), _sequences(row), timer, ck.floors, over, extra
+    )
+    return compose_step(case)
 
 
 def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:

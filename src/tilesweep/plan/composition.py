@@ -4,7 +4,7 @@ deployment table the verdict is made of."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -17,7 +17,7 @@ from tilesweep.plan.memory_fit import capacity, layer_counts, memory_fit, stage_
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.row_inputs import dumps
 from tilesweep.plan.sharding import layout_name
-from tilesweep.plan.step_time import comm_gap_bound, loaded_step, serving_load
+from tilesweep.plan.step_time import StepCase, comm_gap_bound, loaded_step, serving_load
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
 
 if TYPE_CHECKING:
@@ -176,12 +176,13 @@ def compose_rows(
                 row |= decide_bound({}, fits=False) | {"source": "model"}
                 rows.append(row | {"inputs_json": dumps(inputs)})
                 continue
-            how = (layout, batch, timer, measured_floors, layer_overrides)
-            step, prefill = loaded_step((model, dep, hw, *how), engine.extra_parts, engine.prompt)
+            case = StepCase(model, dep, hw, layout, batch, timer, measured_floors, layer_overrides)
+            step, prefill = loaded_step(
+                replace(case, extra_parts=engine.extra_parts, prompt=engine.prompt)
+            )
             # The step's physical floor: every part at its datasheet roofline, collectives by
             # the interconnect model, no per-kernel cost, over the composed step's path.
-            floor_args = (model, bare, hw, layout, batch, roofline_timer, *how[3:])
-            floor = loaded_step(floor_args)[0]["tpot_ms"]
+            floor = loaded_step(replace(case, dep=bare, timer=roofline_timer))[0]["tpot_ms"]
             host = _host_ms(engine, model, layout, step, layer_overrides)
             row |= _speed_columns(step, host, batch, row["world"], floor)
             inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
 from tilesweep.plan.interconnect import floored_ms, topology_numbers
@@ -22,7 +22,6 @@ from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.prompt_load import UNCHUNKED, PromptLoad, prompt_chunks
 from tilesweep.plan.step_parts import make_part, stage_collectives, stage_parts
 from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
-from tilesweep.settings.hardware_spec import Topology
 
 # Part kinds that serve the decoding sequences alone: a prefilling prompt's rows never read
 # another sequence's KV cache (its attention over its own prompt: prompt_parts), and a prompt's
@@ -34,21 +33,22 @@ SPLIT_PARTS = ("memory", "math", "communication", "other")
 
 
 @dataclass(frozen=True)
-class _Step:
-    """What every stage of one composed step is timed with."""
+class StepCase:
+    """One layout x batch to compose, and what its parts are timed with."""
 
     model: ModelSettings
     dep: DeploymentSettings
     hw: HardwareSpec
     layout: Layout
-    timer: Timer
-    numbers: Topology | None  # the interconnect's figures (plan.interconnect.topology_numbers)
-    measured: dict | None  # the collectives' latency floors measured here
-    extra_parts: Callable | None  # an engine's extra kernels (stage, last) -> parts
+    batch: int
+    timer: Timer = roofline_timer
+    measured_floors: dict | None = None  # the collectives' latency floors measured here
+    layer_overrides: dict | None = None
+    extra_parts: Callable | None = None  # an engine's extra kernels (stage, last) -> parts
     prompt: PromptLoad = UNCHUNKED  # how the engine runs an arriving prompt's rows
 
 
-def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
+def _at_prompt_size(step: StepCase, parts: list[dict]) -> list[dict]:
     """Return the parts with the expert and dense GEMMs at the engine's cited e_math at prompt
     rows (each where its engine file gives one for this GPU, and for dense ones this dtype)."""
     cited = {(dtype, kind): e for dtype, kind, e in step.prompt.linear_e_math}
@@ -61,7 +61,7 @@ def _at_prompt_size(step: _Step, parts: list[dict]) -> list[dict]:
     ]
 
 
-def _parts(step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
+def _parts(step: StepCase, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
     `prefill` prompt rows carried through the decode step's layers (mixed); micro 0: a prefill
     pass of its own over them (separate: every layer's weights read again, one row's logits, no
@@ -120,9 +120,7 @@ def comm_gap_bound(gaps: list[str]) -> str:
     return f"gap (communication unknown: {reason})" if reason else "gap (communication unknown)"
 
 
-def _stage_time(
-    step: _Step, stage: dict, micro: int, first: bool, last: bool, prefill: int
-) -> dict:
+def _stage_time(step: StepCase, numbers, stage: dict, micro: int, first, last, prefill) -> dict:
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak};
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
@@ -154,7 +152,8 @@ def _stage_time(
             acc["roof_math"] += c * t["roof_math_ms"]
     for coll in stage_collectives(step.model, step.layout, stage, micro or prefill, first):
         nbytes = coll["bytes"]
-        ms, why = floored_ms(coll["collective"], coll["n"], nbytes, step.numbers, step.measured)
+        floors = step.measured_floors
+        ms, why = floored_ms(coll["collective"], coll["n"], nbytes, numbers, floors)
         acc["communication"] += coll["count"] * ms
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")
@@ -197,35 +196,24 @@ def _path_split(times: list[dict], hops: float, m: int, pp: int) -> tuple[float,
     return tpot, split, slow
 
 
-def compose_step(
-    model: ModelSettings,
-    dep: DeploymentSettings,
-    hw: HardwareSpec,
-    layout: Layout,
-    batch: int,
-    timer: Timer = roofline_timer,
-    measured_floors: dict | None = None,
-    layer_overrides: dict | None = None,
-    topology: str | None = None,
-    prefill: int = 0,
-    extra_parts=None,
-    prompt: PromptLoad = UNCHUNKED,
-) -> dict:
+def compose_step(case: StepCase, topology: str | None = None, prefill: int = 0) -> dict:
     """Return one layout x batch's step: tpot_ms, tokens/s, split (ms), bound inputs and labels.
     `prefill`: prompt rows each micro-batch carries through the linear layers and experts (a
-    serving load's arriving requests; batch 0: a prefill pass of its own over them);
-    `extra_parts`: an engine's extra kernels (_parts); `prompt`: the engine's prompt rule."""
+    serving load's arriving requests; batch 0: a prefill pass of its own over them)."""
+    model, hw, layout, batch = case.model, case.hw, case.layout, case.batch
     numbers, ic_label = topology_numbers(hw, topology)
     pp = layout.pp
-    per_stage = (layer_overrides or {}).get("per_stage")  # a depth-reduced model: on every stage
-    counts = layer_counts(model, layer_overrides)
+    per_stage = (case.layer_overrides or {}).get("per_stage")  # depth-reduced: on every stage
+    counts = layer_counts(model, case.layer_overrides)
     stages = [dict(per_stage, sliding=0)] * pp if per_stage else stage_layers(counts, pp)
     m = max(1, min(pp, batch))
     micro = math.ceil(batch / m)
-    step = _Step(model, dep, hw, layout, timer, numbers, measured_floors, extra_parts, prompt)
     rows = math.ceil(prefill / m)
-    times = [_stage_time(step, st, micro, i == 0, i == pp - 1, rows) for i, st in enumerate(stages)]
-    hop, back, hop_why = _hops(model, layout, micro or rows, numbers, measured_floors)
+    times = [
+        _stage_time(case, numbers, st, micro, i == 0, i == pp - 1, rows)
+        for i, st in enumerate(stages)
+    ]
+    hop, back, hop_why = _hops(model, layout, micro or rows, numbers, case.measured_floors)
     tpot, split, slow = _path_split(times, (pp - 1) * hop + back, m, pp)
     sources = set().union(*(t["sources"] for t in times))
     gaps = [g for t in times for g in t["gaps"]]
@@ -255,36 +243,31 @@ def serving_load(dep: DeploymentSettings) -> tuple[int, int]:
     return (i, o) if i > 0 and o > 0 else (0, 0)
 
 
-def _prompt_cost(args: tuple, step: dict, i: int, extra_parts, prompt: PromptLoad) -> tuple:
+def _prompt_cost(case: StepCase, step: dict, i: int) -> tuple:
     """Return (what one arriving prompt adds to the GPU's time, by split part, in ms; the
     highest peak fraction of its passes): per chunk, a pass of its own (separate) or the
     decode step's increase with the chunk's rows carried (mixed)."""
-    model, dep, hw, layout, batch, *how = args
-    alone = prompt.schedule == "separate"
-    run_args = (model, dep, hw, layout, 0 if alone else batch, *how)
+    alone = case.prompt.schedule == "separate"
+    run_case = replace(case, batch=0) if alone else case
     cost, peak = dict.fromkeys(step["split"], 0.0), 0.0
-    for rows, times in Counter(prompt_chunks(i, prompt.chunk)).items():  # equal chunks once
-        run = compose_step(*run_args, prefill=rows, extra_parts=extra_parts, prompt=prompt)
+    for rows, times in Counter(prompt_chunks(i, case.prompt.chunk)).items():  # equal chunks once
+        run = compose_step(run_case, prefill=rows)
         for k in cost:
             cost[k] += times * (run["split"][k] - (0.0 if alone else step["split"][k]))
         peak = max(peak, run["peak_fraction"])
     return cost, peak
 
 
-def loaded_step(
-    args: tuple, extra_parts=None, prompt: PromptLoad = UNCHUNKED
-) -> tuple[dict, float]:
+def loaded_step(case: StepCase) -> tuple[dict, float]:
     """Return (the decode step, its prefill share in ms) under a serving load: each of the other
     batch - 1 requests' prompts arrives once every output_len steps, so a request's TPOT carries
     (batch - 1) / output_len of what one prompt adds (_prompt_cost, as the engine schedules it:
-    prompt_load); a separate prefill pass is time every decoding request waits. `args`:
-    compose_step's first eight (model, dep, hw, layout, batch, timer, floors, overrides)."""
-    step = compose_step(*args, extra_parts=extra_parts, prompt=prompt)
-    dep, batch = args[1], args[4]
-    i, o = serving_load(dep)
+    prompt_load); a separate prefill pass is time every decoding request waits."""
+    step, batch = compose_step(case), case.batch
+    i, o = serving_load(case.dep)
     if not i or batch < 2:
         return step, 0.0
-    cost, peak = _prompt_cost(args, step, i, extra_parts, prompt)
+    cost, peak = _prompt_cost(case, step, i)
     share = (batch - 1) / o
     add = {k: share * v for k, v in cost.items()}
     prefill = sum(add.values())
