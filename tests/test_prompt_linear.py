@@ -12,7 +12,7 @@ from tilesweep.config import compose_settings
 from tilesweep.errors import ConfigError
 from tilesweep.plan import row_inputs
 from tilesweep.plan.prompt_load import prompt_load
-from tilesweep.plan.step_time import _at_prompt_size, _Step
+from tilesweep.plan.step_time import StepCase, _at_prompt_size
 
 EMPTY = pd.DataFrame()
 DEEPSEEK = [
@@ -46,7 +46,7 @@ def test_a_b200_prompt_gemm_takes_the_engine_files_cited_efficiency(engine):
     assert load.expert_e_math == experts.e_math and "measured by aiconfigurator on B200" in (
         experts.cite
     )
-    step = _Step(*(None,) * 8, prompt=load)
+    step = StepCase(*(None,) * 5, prompt=load)
     parts = [
         {"kind": "attention_proj", "dtype": "fp8"},
         {"kind": "attention_proj", "dtype": "bf16"},  # an NVFP4 deployment's bf16 attention

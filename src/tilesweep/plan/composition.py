@@ -36,11 +36,9 @@ class Composition:
     layouts: list[Layout]
 
 
-def _inputs(
-    parts: Composition, hw: HardwareSpec, ic_label: str, timer_label: str
-) -> dict[str, str]:
+def _inputs(parts: Composition, ic_label: str, timer_label: str) -> dict[str, str]:
     """Return every input of a row and where it comes from, by item (plan.row_inputs)."""
-    dep, model = parts.deployment, parts.model
+    dep, model, hw = parts.deployment, parts.model, parts.hardware
     sheet = ("memory_bandwidth_gbs", "peak_tflops", "memory_gb")
     items = {k: f"{getattr(hw, k)} (hardware[{hw.name}])" for k in sheet}
     items |= {"memory capacity": capacity(hw)[1], "interconnect": ic_label}
@@ -131,13 +129,11 @@ def _speed_columns(step: dict, host_ms: float, batch: int, world: int, floor: fl
     }
 
 
-def _host_ms(
-    engine: EngineProfile, model: ModelSettings, layout: Layout, step: dict, overrides
-) -> float:
+def _host_ms(engine: EngineProfile, case: StepCase, step: dict) -> float:
     """Return the host time one step exposes (EngineProfile.host_for) on its busiest stage."""
     if not engine.eager_launch_ms:
         return engine.host_ms
-    stages = stage_layers(layer_counts(model, overrides), layout.pp)
+    stages = stage_layers(layer_counts(case.model, case.layer_overrides), case.layout.pp)
     last = len(stages) - 1
     issued = [engine.issued(st, i == last) for i, st in enumerate(stages)]
     worst = max(range(len(stages)), key=issued.__getitem__)
@@ -171,7 +167,7 @@ def compose_rows(
             fit = memory_fit(model, dep, hw, layout, batch, layer_overrides)
             row = _fit_columns(parts, layout, batch, engine.name, fit)
             if not fit["fits"]:
-                inputs = _inputs(parts, hw, ic_label, "none (does not fit)") | rests
+                inputs = _inputs(parts, ic_label, "none (does not fit)") | rests
                 row |= {c: math.nan for c in COLUMNS if c not in row}
                 row |= decide_bound({}, fits=False) | {"source": "model"}
                 rows.append(row | {"inputs_json": dumps(inputs)})
@@ -183,9 +179,9 @@ def compose_rows(
             # The step's physical floor: every part at its datasheet roofline, collectives by
             # the interconnect model, no per-kernel cost, over the composed step's path.
             floor = loaded_step(replace(case, dep=bare, timer=roofline_timer))[0]["tpot_ms"]
-            host = _host_ms(engine, model, layout, step, layer_overrides)
+            host = _host_ms(engine, case, step)
             row |= _speed_columns(step, host, batch, row["world"], floor)
-            inputs = _inputs(parts, hw, step["interconnect"], ", ".join(step["part_sources"])) | {
+            inputs = _inputs(parts, step["interconnect"], ", ".join(step["part_sources"])) | {
                 "kernel list": engine.label,
                 "host": engine.host_label,
                 "load": _load_item(load_in, load_out, prefill, hw, engine.prompt.words),

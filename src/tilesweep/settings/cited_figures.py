@@ -91,9 +91,7 @@ class Figure(Section):
     def overrides(self) -> list[str]:
         """Return the config overrides that compose this figure's deployment."""
         lay = self.layout
-        keys = (
-            ["input_len", "output_len"] if self.input_len and self.output_len else ["context_len"]
-        )
+        keys = ["input_len", "output_len"] if self.input_len else ["context_len"]  # both or none
         keys += ["prefill_chunk"] if self.prefill_chunk else []
         load = [f"deployment.{key}={getattr(self, key)}" for key in keys]
         return [
@@ -110,12 +108,8 @@ class Figure(Section):
 
     def groups(self) -> dict[str, str]:
         """Return the config group options that compose this figure (config.FIGURE_GROUPS)."""
-        return {
-            "model": self.model,
-            "hardware": self.hardware,
-            "deployment": self.deployment,
-            "engine": self.engine_name(),
-        }
+        names = {key: getattr(self, key) for key in ("model", "hardware", "deployment")}
+        return names | {"engine": self.engine_name()}
 
 
 class References(Section):

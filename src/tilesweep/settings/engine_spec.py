@@ -146,10 +146,9 @@ class Prefill(Section):
         if bounds[-1] is not None or None in bounds[:-1]:
             raise refuse("chunks", "only the last chunk has below_gib null", bounds)
         ascending(bounds[:-1], "chunks", "below_gib must ascend strictly")
-        for gpu, formats in self.expert_gemm.items():
-            check_weight_dtypes(formats, f"prefill.expert_gemm.{gpu}")
-        for gpu, formats in self.linear_gemm.items():
-            check_weight_dtypes(formats, f"prefill.linear_gemm.{gpu}")
+        for key in ("expert_gemm", "linear_gemm"):
+            for gpu, formats in getattr(self, key).items():
+                check_weight_dtypes(formats, f"prefill.{key}.{gpu}")
         return self
 
 

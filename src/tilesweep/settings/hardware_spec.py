@@ -259,14 +259,10 @@ class EfficiencyCurve(Section):
 
     @model_validator(mode="after")
     def _ascending(self) -> EfficiencyCurve:
-        """Refuse points not in strictly ascending tokens per expert."""
+        """Refuse points not in strictly ascending tokens per expert, or a curve of sizes whose
+        point does not name two different expert sizes."""
         ts = [pt.tokens_per_expert for pt in self.points]
         ascending(ts, "points", "tokens_per_expert must ascend strictly")
-        return self
-
-    @model_validator(mode="after")
-    def _two_sizes(self) -> EfficiencyCurve:
-        """Refuse a curve of sizes whose point does not name two different expert sizes."""
         for pt in self.points if self.ends == "sizes" else []:
             if pt.low_expert_mb is None or math.isclose(pt.low_expert_mb, pt.high_expert_mb):
                 why = "ends: sizes needs two different expert sizes at every point"
