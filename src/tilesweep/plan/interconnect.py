@@ -89,21 +89,16 @@ def _nccl_ms(figures: Figures, wire: float, nbytes: float) -> float:
     per_byte_ms = wire / (figures.busbw_gbs * 1e9) * 1e3
     if not figures.points:
         return figures.latency_us * 1e-3 + per_byte_ms * nbytes
-    points = _non_decreasing(figures.points)
+    # Each time lowered to the least at any larger size: a message never takes longer than a
+    # larger one's cited time (a cited dip, e.g. 24.6 then 24.1 us, is noise).
+    least, points = math.inf, []
+    for size, us in reversed(figures.points):
+        least = min(least, us)
+        points.insert(0, (size, least))
     if nbytes <= points[-1][0]:
         return interpolated_us(points, nbytes) * 1e-3
     last_bytes, last_us = points[-1]
     return last_us * 1e-3 + per_byte_ms * (nbytes - last_bytes)
-
-
-def _non_decreasing(points: list) -> list:
-    """Return the points with each time lowered to the least at any larger size: a message never
-    takes longer than a larger one's cited time (a cited dip, e.g. 24.6 then 24.1 us, is noise)."""
-    least, out = math.inf, []
-    for size, us in reversed(points):
-        least = min(least, us)
-        out.append((size, least))
-    return out[::-1]
 
 
 def floored_ms(
