@@ -5,7 +5,7 @@ rank and layout is a held-out check of `step_check`'s composed prediction."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -37,8 +37,9 @@ def device_hardware(ceilings: dict, device: str, interconnect: Topology | None) 
     )
 
 
-def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, DeploymentSettings, dict]:
-    """Return (model as run, deployment of the run, layer overrides) for a measured step row."""
+def _step_case(row: dict, model: ModelSettings, hw: HardwareSpec) -> StepCase:
+    """Return a measured step row as a StepCase on `hw`: the model as run, the run's deployment,
+    layout and sequences (EP: every rank holds ceil(batch/ep) of them), its layer overrides."""
     ran = {"routed_experts": int(row["routed_experts_run"]), "vocab": int(row["vocab_run"])}
     as_run = model.model_copy(update=ran)
     # The keys a composition reads (the run's files and batches are no part of it).
@@ -47,18 +48,10 @@ def _step_model(row: dict, model: ModelSettings) -> tuple[ModelSettings, Deploym
     dep = DeploymentSettings.model_construct(**dtypes, **load, attention="dsa")
     per_stage = {"dense": int(row["dense_layers_run"]), "moe": int(row["moe_layers_run"])}
     per_stage["routing"] = "balanced"  # the measured step routes every expert the same rows
-    return as_run, dep, {"per_stage": per_stage}
-
-
-def _layout(row: dict) -> Layout:
-    """Return the layout a measured step row ran."""
-    return Layout(tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]))
-
-
-def _sequences(row: dict) -> int:
-    """Return the sequences a measured step ran (EP: every rank holds ceil(batch/ep) of them)."""
-    ran = row.get("sequences_run")
-    return int(ran) if ran == ran and ran is not None else int(row["batch"])
+    layout = Layout(tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]))
+    seqs = row.get("sequences_run")
+    seqs = int(seqs) if seqs == seqs and seqs is not None else int(row["batch"])
+    return StepCase(as_run, dep, hw, layout, seqs, layer_overrides={"per_stage": per_stage})
 
 
 def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
@@ -100,15 +93,12 @@ def step_fit(
     rows = list({int(r["batch"]): r for r in rows}.values())
     parts_of = {}
     for row in rows:
-        as_run, dep, over = _step_model(row, model)
-        parts_of[int(row["batch"])] = parts_as_run(
-            as_run, dep, _layout(row), over["per_stage"], _sequences(row), 0
-        )
+        parts_of[int(row["batch"])] = parts_as_run(_step_case(row, model, hw), 0)
     step = rows[0]["measured_label"]
     labels = dict(device=device, layout=FIT_LAYOUT, timing=timing, model=model.name, step=step)
     fit = fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
-    as_run, dep, _ = _step_model(rows[0], model)
-    return attention_table.with_kernel_efficiencies(fit, attention, as_run, dep)
+    case = _step_case(rows[0], model, hw)
+    return attention_table.with_kernel_efficiencies(fit, attention, case.model, case.dep)
 
 
 def fit_label(fit: dict, where: str = "") -> str:
@@ -126,12 +116,11 @@ def fit_words(fit: dict) -> str:
 
 def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) -> float:
     """Return the composed compute time of the one rank an emulated step ran (no collectives)."""
-    as_run, dep, over = _step_model(row, model)
-    layout = _layout(row)
-    parts, m = parts_as_run(as_run, dep, layout, over["per_stage"], _sequences(row), layout.pp - 1)
+    case = _step_case(row, model, hw)
+    parts, m = parts_as_run(case, case.layout.pp - 1)
     engine = engine_profile.as_run(row)
     if engine is not None:
-        stage = dict(over["per_stage"], sliding=0)
+        stage = dict(case.layer_overrides["per_stage"], sliding=0)
         parts = parts + engine.extra_parts(stage, True)
     total = 0.0
     for part in parts:
@@ -171,32 +160,29 @@ def _composed_label(used: dict, emu: bool, own, engine) -> str:
 
 def _composed(ck: _Check, row: dict, how: str, emu: bool, ran: tuple) -> tuple:
     """Return (composed ms, label, calibrated-on, gaps) of a measured step from its timing's fit;
-    `ran`: the step's (model as run, deployment, layer overrides, engine profile)."""
-    as_run, dep, over, engine = ran
+    `ran`: the step's (StepCase as run, engine profile)."""
+    case, engine = ran
     used = ck.fits.get(how)
     if used is None:
         at = f" at deployment.fit_batches={ck.fit_batches}" if ck.fit_batches else ""
         return math.nan, "", "", [f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on"]
-    # The kernel's own times were taken in CUDA graphs: never for an eager check.
-    graphed = how == "cuda-graph"
-    own = attention_table.for_device(ck.attention, ck.device, as_run, dep) if graphed else None
+    own = None  # the kernel's own times were taken in CUDA graphs: never for an eager check
+    if how == "cuda-graph":
+        own = attention_table.for_device(ck.attention, ck.device, case.model, case.dep)
     timer = launch_timer(used, ck.per_kernel_us, fit_label(used), own)
     label = _composed_label(used, emu, own, engine)
     calibrated = f"{FIT_LAYOUT} at batches {used['fit_batches']} ({how})"
     if emu:
         return rank_compute_ms(row, ck.model, ck.hw, timer), label, calibrated, []
-    step = _compose(ck, row, ran, timer)
+    step = _compose(ck, ran, timer)
     return step["tpot_ms"], label, calibrated, step["gaps"]
 
 
-def _compose(ck: _Check, row: dict, ran: tuple, timer) -> dict:
+def _compose(ck: _Check, ran: tuple, timer) -> dict:
     """Return the composed step of a measured step row (`ran`: _composed's) with `timer`."""
-    as_run, dep, over, engine = ran
+    case, engine = ran
     extra = engine.extra_parts if engine is not None else None
-    case = StepCase(
-        as_run, dep, ck.hw, _layout(row), _sequences(row), timer, ck.floors, over, extra
-    )
-    return compose_step(case)
+    return compose_step(replace(case, timer=timer, measured_floors=ck.floors, extra_parts=extra))
 
 
 def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
@@ -214,10 +200,10 @@ def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
 
 def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
     """Return the check row of one measured step: measured, roofline and composed, with errors."""
-    layout = _layout(row)
     engine = engine_profile.as_run(row)
-    ran = (*_step_model(row, ck.model), engine)
-    raw = _compose(ck, row, ran, roofline_timer)
+    ran = (_step_case(row, ck.model, ck.hw), engine)
+    layout = ran[0].layout
+    raw = _compose(ck, ran, roofline_timer)
     composed, label, calibrated, gaps = _composed(ck, row, how, emu, ran)
     measured = row["step_ms"]
     # An emulated rank has no collectives: its roofline is its compute alone.

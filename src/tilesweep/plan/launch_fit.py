@@ -21,7 +21,8 @@ from tilesweep.plan.engine_profile import EXTRA
 from tilesweep.plan.pair_fit import fit_pair, predict_ms
 from tilesweep.plan.part_timers import part_terms, roofline_timer
 from tilesweep.plan.step_parts import stage_parts
-from tilesweep.settings import DeploymentSettings, HardwareSpec, Layout, ModelSettings
+from tilesweep.plan.step_time import StepCase
+from tilesweep.settings import HardwareSpec
 
 DATA_FILES = ("data/plan.yaml",)
 # The composition's groups of part kinds: {kinds: the measured whole-step parts that cover them}.
@@ -258,17 +259,12 @@ def launch_timer(
     return timer
 
 
-def parts_as_run(
-    model: ModelSettings,
-    dep: DeploymentSettings,
-    layout: Layout,
-    per_stage: dict,
-    batch: int,
-    stage: int,
-):
-    """Return (the parts one rank of `stage` runs per micro-batch, micro-batches) of a step."""
-    pp = layout.pp
+def parts_as_run(case: StepCase, stage: int):
+    """Return (the parts one rank of `stage` runs per micro-batch, micro-batches) of a step
+    (its layer overrides' `per_stage` on every stage)."""
+    pp, batch = case.layout.pp, case.batch
     m = min(pp, batch)
     micro = math.ceil(batch / m)
-    st = dict(per_stage, sliding=0)
-    return stage_parts(model, dep, layout, st, micro, stage == 0, stage == pp - 1), m
+    st = dict(case.layer_overrides["per_stage"], sliding=0)
+    first, last = stage == 0, stage == pp - 1
+    return stage_parts(case.model, case.dep, case.layout, st, micro, first, last), m
