@@ -107,8 +107,7 @@ def band_at(
     curve: EfficiencyCurve, tokens_per_expert: float, expert_mb: float | None = None
 ) -> Band:
     """Return the band of a curve at `tokens_per_expert` and, where given, `expert_mb` (MB)."""
-    sizes = [getattr(pt, f"{end}_expert_mb") for pt in curve.points for end in ("low", "high")]
-    sizes = [mb for mb in sizes if mb]
+    sizes = [mb for pt in curve.points for mb in (pt.low_expert_mb, pt.high_expert_mb) if mb]
     if expert_mb is None or not sizes:  # none asked, or none cited: the band as cited
         return _band_over(curve.points, tokens_per_expert)
     if curve.ends == "sizes":  # one kernel at two sizes: read between them

@@ -110,9 +110,8 @@ def _with_fallback(
 ) -> tuple[float, float, str]:
     """Return (e_bw, e_math, note) with one efficiency fixed at the device's, the other refitted;
     never below the least the observations allow, so no part runs slower than measured."""
-    least_bw = _least(observations, per_kernel_ms, "roof_memory_ms")
-    least_math = _least(observations, per_kernel_ms, "roof_math_ms")
-    device = (max(fallback[0], least_bw), max(fallback[1], least_math))
+    least = [_least(observations, per_kernel_ms, t) for t in ("roof_memory_ms", "roof_math_ms")]
+    device = (max(fallback[0], least[0]), max(fallback[1], least[1]))
     fixed_bw = e_bw is not None
     e_bw = device[0] if fixed_bw else e_bw
     e_math = e_math if fixed_bw else device[1]
