@@ -189,11 +189,8 @@ def profile(
     if not engine.families:
         prof = lean()
         if engine.name != "lean":
-            prof.name = engine.name
-            prof.label = (
-                f"no kernel list read for {engine.name} {engine.version}: the project's own "
-                "step's count"
-            )
+            why = f"no kernel list read for {engine.name} {engine.version}"
+            prof.name, prof.label = engine.name, f"{why}: the project's own step's count"
     else:
         lists = _family_lists(engine, model)
         launches: dict[str, float] = {}
