@@ -20,8 +20,8 @@ HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # the scorer's default set (session
 SET2_LEAST = 233  # the least number of figures set 2 holds
 SET3_LEAST = 329  # the least number of figures set 3 holds
 PINNED = r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/.+#L\d+"  # a line at a commit
-# a speculative launch: an InferenceX *_mtp.sh script cited at a line of a commit
-MTP_LAUNCH = r"InferenceX/blob/[0-9a-f]{40}/benchmarks/\S+_mtp\.sh#L\d+"
+# a speculative launch: an InferenceX *_mtp[_slurm].sh script cited at a line of a commit
+MTP_LAUNCH = r"InferenceX/blob/[0-9a-f]{40}/benchmarks/\S+_mtp(_slurm)?\.sh#L\d+"
 SET3_UNCOMPOSABLE = 5  # its Kimi-K2.5 rows (no conf/model, no conf/deployment for INT4 experts)
 SET1 = "(held-out set 1 of 2026-12-07, consumed in session 61)"  # how a folded note ends
 
