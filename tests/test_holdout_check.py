@@ -20,6 +20,8 @@ HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # the scorer's default set (session
 SET2_LEAST = 233  # the least number of figures set 2 holds
 SET3_LEAST = 329  # the least number of figures set 3 holds
 PINNED = r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/.+#L\d+"  # a line at a commit
+# a speculative launch: an InferenceX *_mtp[_slurm].sh script cited at a line of a commit
+MTP_LAUNCH = r"InferenceX/blob/[0-9a-f]{40}/benchmarks/\S+_mtp(_slurm)?\.sh#L\d+"
 SET3_UNCOMPOSABLE = 5  # its Kimi-K2.5 rows (no conf/model, no conf/deployment for INT4 experts)
 SET1 = "(held-out set 1 of 2026-12-07, consumed in session 61)"  # how a folded note ends
 
@@ -75,13 +77,15 @@ def test_the_second_set_parses_with_the_shared_columns():
 
 def test_the_third_set_parses_with_the_shared_columns():
     """Set 3 reads through the same reader: one row per id, a number for every TPOT and
-    concurrency, speculative decoding off (or none stated), a source pinned to a commit."""
+    concurrency, a source pinned to a commit; speculative decoding off (or none stated), or MTP
+    where the note cites the pinned InferenceX *_mtp.sh launch that ran it (and only there)."""
     figs = _module().read_set(str(HOLDOUT3))
     assert len(figs) >= SET3_LEAST
     assert len({f["id"] for f in figs}) == len(figs)
     for f in figs:
         assert float(f["tpot_ms"]) > 0 and int(f["batch"]) >= 1
-        assert f["speculative"].startswith("none")
+        mtp_cite = re.search(MTP_LAUNCH, f["note"])
+        assert f["speculative"].startswith("mtp" if mtp_cite else "none"), f["id"]
         assert re.match(PINNED, f["source_url"]), f["id"]
 
 
