@@ -126,6 +126,15 @@ def test_the_folded_first_set_composes_as_the_scorer_composed_it():
         assert mod.overrides(g, [fig.batch]) == fig.overrides(), fig.source
 
 
+def test_a_speculative_figure_is_reported_not_composed():
+    """A figure whose run decoded speculatively (MTP, EAGLE) is a labelled gap, not a score."""
+    mod = _module()
+    assert mod.speculative({"speculative": "none (the source says so)"}) == ""
+    assert mod.speculative({"speculative": ""}) == ""
+    why = mod.speculative({"speculative": "mtp (num_nextn_predict_layers 3)"})
+    assert why == "not composed: speculative decoding ran (mtp (num_nextn_predict_layers 3))"
+
+
 def test_cannot_compose_names_the_missing_conf_file():
     """A figure of a model or GPU conf/ has no file for is reported, not composed."""
     mod = _module()

@@ -130,6 +130,13 @@ def cannot_compose(g: dict) -> str:
     return f"cannot compose: no {', '.join(missing)}" if missing else ""
 
 
+def speculative(m: dict) -> str:
+    """Return why a figure whose run decoded speculatively is not composed ('' where none ran):
+    the verdict composes plain decoding, as the corpus holds no speculative figure."""
+    spec = m.get("speculative", "") or "none"
+    return "" if spec.startswith("none") else f"not composed: speculative decoding ran ({spec})"
+
+
 def read_set(folder: str) -> list[dict]:
     """Return a held-out set's figures, or raise ConfigError in one line before any composing."""
     path = Path(folder) / "figures.csv"
@@ -184,7 +191,7 @@ def main() -> None:
             rows, refused = compose(g, sorted({int(m["batch"]) for m in members}))
         for m in members:
             r = rows.get(int(m["batch"]), {})
-            why = refused or (gap(r) if r else "no row for this batch")
+            why = refused or (gap(r) if r else "no row for this batch") or speculative(m)
             comp = float(r["tpot_ms"]) if r and not why else float("nan")
             ratio = comp / float(m["tpot_ms"])
             out.append(
