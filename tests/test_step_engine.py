@@ -230,7 +230,8 @@ def _check(steps: pd.DataFrame, settings: dict) -> tuple[pd.DataFrame, dict]:
     with open(FIT) as f:
         fit = json.load(f)
     hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-    return calibration.step_check(steps, _model(settings), hw, {}, fit["device"], fit=fit), fit
+    here = calibration.Here(_model(settings), hw, fit["device"])
+    return calibration.step_check(steps, here, fit=fit), fit
 
 
 @pytest.mark.parametrize("layout", ["tp1-pp1-ep1", "tp2-pp1-ep1"], ids=["tp1", "emulated-tp2"])
@@ -256,9 +257,9 @@ def test_a_row_without_a_kernel_list_is_lean_and_only_lean_rows_are_fitted(setti
     with open(FIT) as f:
         fit = json.load(f)
     hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-    args = (_model(settings), hw, fit["per_kernel_us"], fit["device"])
-    assert calibration.step_fit(kept, *args) is not None
-    assert calibration.step_fit(_as_engine(kept), *args) is None  # an engine list never fits
+    here = calibration.Here(_model(settings), hw, fit["device"], fit["per_kernel_us"])
+    assert calibration.step_fit(kept, here) is not None
+    assert calibration.step_fit(_as_engine(kept), here) is None  # an engine list never fits
 
 
 @pytest.mark.slow

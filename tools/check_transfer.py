@@ -62,7 +62,8 @@ def main() -> int:
             raise ConfigError(f"CEILINGS_JSON={ceilings_path}: not a device's ceilings.json")
         device = ceilings.get("device", "unknown")
         hw = calibration.device_hardware(ceilings, device, None)
-        check = calibration.step_check(steps, model, hw, {}, device, fit=fit, attention=table)
+        here = calibration.Here(model, hw, device, attention=table)
+        check = calibration.step_check(steps, here, fit=fit)
     write_table(out, check)
     cols = ["layout", "batch", "measured_ms", "composed_ms", "composed_error_pct", "held_out"]
     print(check[cols].to_string(index=False))

@@ -57,20 +57,21 @@ def graph_terms(ceilings: dict) -> dict | None:
     }
 
 
+def _here(model, hw, ceilings: dict, batches, attention: str, floors=None) -> calibration.Here:
+    """Return what a fit or check on the device at hand composes with, from its ceilings."""
+    device, table = ceilings.get("device", "none"), attention_table.load(attention)
+    cost, terms = per_kernel_us(ceilings), graph_terms(ceilings)
+    return calibration.Here(model, hw, device, cost, terms, batches, table, floors)
+
+
 def _graphed_fit(
     settings, steps, ceilings, hw_here, model: ModelSettings | None = None
 ) -> dict | None:
     """Return the launch-aware fit on the graphed TP1 step here, with the ceilings it was made
     beside (FIT_CEILINGS), or None."""
+    batches, table = settings.deployment.fit_batches, settings.deployment.attention_table
     fit = calibration.step_fit(
-        steps,
-        model or settings.model,
-        hw_here,
-        per_kernel_us(ceilings),
-        ceilings.get("device", "none"),
-        terms=graph_terms(ceilings),
-        batches=settings.deployment.fit_batches,
-        attention=attention_table.load(settings.deployment.attention_table),
+        steps, _here(model or settings.model, hw_here, ceilings, batches, table)
     )
     if fit is None:
         return None
@@ -147,15 +148,7 @@ def check_table(
     """Return the check of the method on the device at hand (plan.CHECK_COLUMNS)."""
     if not ceilings or steps.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    device, _, floors, hw_here = measured_here(collective, ceilings)
+    _, _, floors, hw_here = measured_here(collective, ceilings)
     return calibration.step_check(
-        steps,
-        model,
-        hw_here,
-        floors,
-        device,
-        per_kernel_us(ceilings),
-        terms=graph_terms(ceilings),
-        fit_batches=fit_batches,
-        attention=attention_table.load(attention),
+        steps, _here(model, hw_here, ceilings, fit_batches, attention, floors)
     )

@@ -37,6 +37,23 @@ def device_hardware(ceilings: dict, device: str, interconnect: Topology | None) 
     )
 
 
+@dataclass(frozen=True)
+class Here:
+    """What a fit or check on the device at hand composes with: the model, the device's hardware
+    and name, its per-kernel cost and graph terms, the fit batches, the attention kernel's own
+    times and the collectives' measured floors."""
+
+    model: ModelSettings
+    hw: HardwareSpec
+    device: str
+    per_kernel_us: float | None = None
+    terms: dict | None = None
+    batches: list[int] | None = None  # deployment.fit_batches
+    attention: pd.DataFrame | None = None
+    floors: dict | None = None
+    fits: dict | None = None  # step_check's: timing -> the launch-aware fit (None: no fit)
+
+
 def _step_case(row: dict, model: ModelSettings, hw: HardwareSpec) -> StepCase:
     """Return a measured step row as a StepCase on `hw`: the model as run, the run's deployment,
     layout and sequences (EP: every rank holds ceil(batch/ep) of them), its layer overrides."""
@@ -59,20 +76,10 @@ def _column(steps: pd.DataFrame, name: str, default) -> pd.Series:
     return steps[name].fillna(default) if name in steps else pd.Series(default, index=steps.index)
 
 
-def step_fit(
-    steps: pd.DataFrame,
-    model: ModelSettings,
-    hw: HardwareSpec,
-    per_kernel_us: float | None,
-    device: str,
-    timing: str = "cuda-graph",
-    terms: dict | None = None,
-    batches: list[int] | None = None,
-    attention: pd.DataFrame | None = None,
-) -> dict | None:
-    """Return the launch-aware fit on the TP1 whole steps timed as `timing` at `batches`, or None
-    (no such step, no batch asked for measured, or no per-kernel cost)."""
-    if steps.empty or "layout" not in steps or per_kernel_us is None:
+def step_fit(steps: pd.DataFrame, here: Here, timing: str = "cuda-graph") -> dict | None:
+    """Return the launch-aware fit on the TP1 whole steps timed as `timing` at `here.batches`, or
+    None (no such step, no batch asked for measured, or no per-kernel cost)."""
+    if steps.empty or "layout" not in steps or here.per_kernel_us is None:
         return None
     ok = steps[
         (steps["layout"] == FIT_LAYOUT)
@@ -85,20 +92,21 @@ def step_fit(
         return None
     measured = sorted({int(b) for b in ok["batch"]})
     chosen = sorted({measured[0], measured[-1]})
-    if batches:  # only the batches asked for: one that was not measured is never replaced
-        chosen = sorted({int(b) for b in batches} & set(measured))
+    if here.batches:  # only the batches asked for: one that was not measured is never replaced
+        chosen = sorted({int(b) for b in here.batches} & set(measured))
         if not chosen:
             return None
     rows = [r for r in ok.to_dict("records") if int(r["batch"]) in chosen]
     rows = list({int(r["batch"]): r for r in rows}.values())
+    model, hw = here.model, here.hw
     parts_of = {}
     for row in rows:
         parts_of[int(row["batch"])] = parts_as_run(_step_case(row, model, hw), 0)
     step = rows[0]["measured_label"]
-    labels = dict(device=device, layout=FIT_LAYOUT, timing=timing, model=model.name, step=step)
-    fit = fit_step(rows, parts_of, hw, per_kernel_us, labels, **(terms or {}))
+    labels = dict(device=here.device, layout=FIT_LAYOUT, timing=timing, model=model.name, step=step)
+    fit = fit_step(rows, parts_of, hw, here.per_kernel_us, labels, **(here.terms or {}))
     case = _step_case(rows[0], model, hw)
-    return attention_table.with_kernel_efficiencies(fit, attention, case.model, case.dep)
+    return attention_table.with_kernel_efficiencies(fit, here.attention, case.model, case.dep)
 
 
 def fit_label(fit: dict, where: str = "") -> str:
@@ -129,20 +137,6 @@ def rank_compute_ms(row: dict, model: ModelSettings, hw: HardwareSpec, timer) ->
     return m * total
 
 
-@dataclass(frozen=True)
-class _Check:
-    """What every measured step of one check is composed with."""
-
-    model: ModelSettings
-    hw: HardwareSpec
-    floors: dict
-    device: str
-    per_kernel_us: float | None
-    fits: dict  # timing -> the launch-aware fit its steps are composed from (None: no fit)
-    fit_batches: list[int] | None
-    attention: pd.DataFrame | None
-
-
 def _composed_label(used: dict, emu: bool, own, engine) -> str:
     """Return the label of a step composed from fit `used` (own: the attention kernel's times)."""
     label = fit_label(used) + ("; one rank's compute, no collectives" if emu else "")
@@ -158,13 +152,13 @@ def _composed_label(used: dict, emu: bool, own, engine) -> str:
     return label
 
 
-def _composed(ck: _Check, row: dict, how: str, emu: bool, ran: tuple) -> tuple:
+def _composed(ck: Here, row: dict, how: str, emu: bool, ran: tuple) -> tuple:
     """Return (composed ms, label, calibrated-on, gaps) of a measured step from its timing's fit;
     `ran`: the step's (StepCase as run, engine profile)."""
     case, engine = ran
     used = ck.fits.get(how)
     if used is None:
-        at = f" at deployment.fit_batches={ck.fit_batches}" if ck.fit_batches else ""
+        at = f" at deployment.fit_batches={ck.batches}" if ck.batches else ""
         return math.nan, "", "", [f"no TP1 {how} whole step{at} (or no per-kernel cost) to fit on"]
     own = None  # the kernel's own times were taken in CUDA graphs: never for an eager check
     if how == "cuda-graph":
@@ -178,14 +172,14 @@ def _composed(ck: _Check, row: dict, how: str, emu: bool, ran: tuple) -> tuple:
     return step["tpot_ms"], label, calibrated, step["gaps"]
 
 
-def _compose(ck: _Check, ran: tuple, timer) -> dict:
+def _compose(ck: Here, ran: tuple, timer) -> dict:
     """Return the composed step of a measured step row (`ran`: _composed's) with `timer`."""
     case, engine = ran
     extra = engine.extra_parts if engine is not None else None
     return compose_step(replace(case, timer=timer, measured_floors=ck.floors, extra_parts=extra))
 
 
-def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
+def _fitted_here(ck: Here, row: dict, how: str, emu: bool) -> bool:
     """Return whether a measured step is one its timing's fit was made on (not held out)."""
     used = ck.fits.get(how)
     return (
@@ -198,7 +192,7 @@ def _fitted_here(ck: _Check, row: dict, how: str, emu: bool) -> bool:
     )
 
 
-def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
+def _check_row(ck: Here, row: dict, how: str, emu: bool) -> dict:
     """Return the check row of one measured step: measured, roofline and composed, with errors."""
     engine = engine_profile.as_run(row)
     ran = (_step_case(row, ck.model, ck.hw), engine)
@@ -230,35 +224,21 @@ def _check_row(ck: _Check, row: dict, how: str, emu: bool) -> dict:
     }
 
 
-def step_check(
-    steps: pd.DataFrame,
-    model: ModelSettings,
-    hw: HardwareSpec,
-    floors: dict,
-    device: str,
-    per_kernel_us: float | None = None,
-    fit: dict | None = None,
-    terms: dict | None = None,
-    fit_batches: list[int] | None = None,
-    attention: pd.DataFrame | None = None,
-) -> pd.DataFrame:
+def step_check(steps: pd.DataFrame, here: Here, fit: dict | None = None) -> pd.DataFrame:
     """Return one row per measured whole step: measured, roofline-only and composed (the
     launch-aware fit on TP1 at two batches; collectives from the measured fit) times for the
     same reduced model, with the errors. Steps timed eagerly are checked against a fit on eager
-    steps, labelled so; they never calibrate a verdict. `attention`: the attention kernel's own
-    times (plan/attention_table), used on `device` where they cover a part."""
+    steps, labelled so; they never calibrate a verdict. `here.attention`: the attention kernel's
+    own times (plan/attention_table), used on `here.device` where they cover a part."""
     if steps.empty or "layout" not in steps:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     if fit is not None:  # a given fit (another model's or run's): only its own rows were fitted
-        fits, per_kernel_us = {"cuda-graph": fit, "eager": None}, fit["per_kernel_us"]
+        fits = {"cuda-graph": fit, "eager": None}
+        here = replace(here, per_kernel_us=fit["per_kernel_us"])
     else:  # each timing's own fit; the device's graph terms and kernel times for graphed steps
-        args = (steps, model, hw, per_kernel_us, device)
-        graphed = {"terms": terms, "attention": attention}
-        fits = {
-            "cuda-graph": step_fit(*args, "cuda-graph", batches=fit_batches, **graphed),
-            "eager": step_fit(*args, "eager", batches=fit_batches),
-        }
-    ck = _Check(model, hw, floors, device, per_kernel_us, fits, fit_batches, attention)
+        eager = replace(here, terms=None, attention=None)
+        fits = {"cuda-graph": step_fit(steps, here), "eager": step_fit(steps, eager, "eager")}
+    ck = replace(here, fits=fits)
     ok = steps["status"] == "ok"
     records = steps[ok].to_dict("records")
     # Rows of older runs have no timing (they were eager) and were never emulated.

@@ -77,9 +77,8 @@ def compose_for(
     here = catalog_name(device, catalog)
     if here is None or here == catalog_name(fit["device"], catalog):
         hw = calibration.device_hardware(fit["ceilings"], fit["device"], None)
-        check = calibration.step_check(
-            steps, model, hw, {}, fit["device"], fit=fit, attention=attention
-        )
+        on = calibration.Here(model, hw, fit["device"], attention=attention)
+        check = calibration.step_check(steps, on, fit=fit)
         where = f"on {fit['device']}'s measured figures (the fit's own ceilings)"
         if here is None and device != fit["device"]:
             gap = f"{device} has no conf/hardware file: composed on the fit device's figures"
@@ -88,9 +87,8 @@ def compose_for(
     moved, how = fit_on_datasheet(fit, "", catalog)
     if moved is None:
         raise ValueError(how)
-    check = calibration.step_check(
-        steps, model, catalog[here], {}, device, fit=moved, attention=attention
-    )
+    on = calibration.Here(model, catalog[here], device, attention=attention)
+    check = calibration.step_check(steps, on, fit=moved)
     where = f"for {here} ({device}) on its datasheet, from the fit on {fit['device']}{how}"
     label = check["composed_label"] + f"; {where}"
     return check.assign(composed_label=label, composed_for=where, held_out=True)  # another GPU
