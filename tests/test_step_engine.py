@@ -363,7 +363,10 @@ def test_the_engine_list_is_graphed_and_measured_beside_the_lean_step_on_a_gpu(s
     # The toy widths over GLM-5's settings: the engine's list is chosen by the model, validated
     # whole (as the pipeline's spec carries it).
     tiny = {**settings["model"], **one["model"], "name": "tiny"}
-    one["step"]["engine_list"] = step_extras.expand(settings["engine"], tiny, "nvfp4", 1, 2)
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability())  # as the layout stage reads it
+    one["step"]["engine_list"] = step_extras.expand(
+        settings["engine"], tiny, "nvfp4", 1, 2, arch=arch
+    )
     ranks = whole_step.run_whole_step(one, 1, True, 300)
     rows = whole_step.step_rows(ranks, one, "tp1-pp1-ep1")
     assert [(r["kernel_list"], r["status"]) for r in rows] == [("lean", "ok"), (SGLANG, "ok")]
