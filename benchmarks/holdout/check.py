@@ -24,12 +24,14 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import get_args
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # runs from a bare checkout
 from tilesweep.errors import ConfigError, tool_main  # noqa: E402 - after the checkout's src is on the path
 from tilesweep.io import check_out_file, write_table  # noqa: E402 - likewise
+from tilesweep.settings.cited_figures import Figure  # noqa: E402 - likewise
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE.parents[1]
@@ -84,8 +86,8 @@ KEY = (
     "kv_dtype",
 )
 # A figure's kv_dtype: the KV-cache format its launch states ('': not stated, the deployment's
-# default), as references.Figure.kv_dtype takes it.
-KV_DTYPES = ("", "bf16", "fp8")
+# default), the values a corpus figure's kv_dtype takes.
+KV_DTYPES = get_args(Figure.model_fields["kv_dtype"].annotation)
 
 
 def overrides(g: dict, batches: list[int]) -> list[str]:
