@@ -64,16 +64,17 @@ def prompt_load(
             f"{weight_dtype} on {hw.name})"
         )
     linear = rule.linear_gemm.get(hw.name, {})
-    dense = tuple((d, k, c.e_math) for d, kinds in linear.items() for k, c in kinds.items())
-    words += linear_words(linear, engine.name, hw.name)
+    each = [(dtype, kind, c) for dtype, kinds in linear.items() for kind, c in kinds.items()]
+    words += linear_words(each, engine.name, hw.name)
+    dense = tuple((dtype, kind, c.e_math) for dtype, kind, c in each)
     return PromptLoad(rule.schedule, chunk, cited.e_math if cited else None, words, dense)
 
 
-def linear_words(linear: dict, engine: str, gpu: str) -> str:
-    """Return how the dense GEMMs at prompt rows are charged, for a row's inputs."""
-    if not linear:
+def linear_words(each: list[tuple], engine: str, gpu: str) -> str:
+    """Return how the dense GEMMs at prompt rows (each: GEMM dtype, part kind, cited entry) are
+    charged, for a row's inputs."""
+    if not each:
         return f"; dense GEMMs at the fit's e_math (no prompt-size figure for {engine} on {gpu})"
-    each = [(dtype, kind, c) for dtype, kinds in linear.items() for kind, c in kinds.items()]
     said = ", ".join(f"{kind} {dtype} {c.e_math:g}" for dtype, kind, c in each)
     cites = "; ".join(dict.fromkeys(c.cite for *_, c in each))
     return f"; dense GEMMs at e_math {said} at prompt rows, other dtypes at the fit's ({cites})"
