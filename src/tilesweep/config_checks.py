@@ -147,11 +147,18 @@ def _check_curve_gpus(engine: EngineSettings, catalog: dict, where: str = "") ->
 
 
 def check_topology(settings: RootSettings) -> None:
-    """Raise ConfigError for a deployment.topology the target's hardware file does not have."""
-    named = settings.deployment.topology
+    """Raise ConfigError for a deployment.topology the target's hardware file does not have, or
+    a PCIe one-shot all-reduce on a target without PCIe or without any cited one_shot figure."""
+    named, pcie = settings.deployment.topology, settings.deployment.pcie_allreduce
+    block = settings.hardware.interconnect_model
+    tops = block.topologies.values() if block else []
+    cited = any(t.all_reduce and t.all_reduce.one_shot for t in tops)
+    if pcie != "off" and not ("pcie" in settings.hardware.interconnect and cited):
+        where = f"hardware[{settings.hardware.name}] ({settings.hardware.interconnect})"
+        why = "has no PCIe topology with one_shot figures; off"
+        raise ConfigError(f"deployment.pcie_allreduce={pcie!r}: {where} {why}")
     if not named:
         return
-    block = settings.hardware.interconnect_model
     have = sorted(block.topologies) if block else []
     if named not in have:
         where = f"hardware[{settings.hardware.name}]"

@@ -106,7 +106,10 @@ def _collectives(settings, ceilings, engine_conf, dep, here: tuple) -> tuple:
     device, here_numbers, here_floors, _ = here
     plain = settings.hardware
     target, spanned, topology_note = with_topology(
-        with_engine_allreduce(plain, engine_conf, settings.model.hidden * ACT_BYTES), dep.topology
+        with_engine_allreduce(
+            plain, engine_conf, settings.model.hidden * ACT_BYTES, dep.pcie_allreduce
+        ),
+        dep.topology,
     )
     allreduce = engine_allreduce.describe(target)
     if at_target(settings, ceilings) and here_numbers:

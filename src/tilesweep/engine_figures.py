@@ -53,7 +53,8 @@ def _setup(fig: references.Figure) -> tuple:
     """Return what one composition serves beside its key: layout, load, prompt chunk and KV
     format (the batches differ; each is composed alone inside it)."""
     load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk, fig.kv_dtype)
-    return (*fig.groups().values(), layout_name(fig.layout), *load)
+    host = (fig.topology, fig.pcie_allreduce)
+    return (*fig.groups().values(), layout_name(fig.layout), *load, *host)
 
 
 def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
@@ -99,19 +100,20 @@ def figure_settings(
 ) -> RootSettings:
     """Return the settings composing one cited figure: `base` with its batch (or `batches`, the
     figures of the same setup), load (and the prompt chunk and KV format its launch states) and
-    layout; raise ConfigError for a chunk its engine cannot take."""
+    layout; raise ConfigError for a chunk its engine cannot take or a host its hardware lacks."""
     load = (
         {"input_len": fig.input_len, "output_len": fig.output_len}
         if fig.input_len and fig.output_len
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
     update = {"batches": batches or [fig.batch], "prefill_chunk": fig.prefill_chunk, **load}
-    if fig.kv_dtype:  # '': the launch does not state it, the deployment's own
-        update["kv_dtype"] = fig.kv_dtype
+    for key in ("kv_dtype", "topology", "pcie_allreduce"):  # '': not stated, the deployment's
+        update |= {key: getattr(fig, key)} if getattr(fig, key) else {}
     dep = base.deployment.model_copy(update=update)
     grid = base.grid.model_copy(update={"layouts": [fig.layout]})
     settings = base.model_copy(update={"deployment": dep, "grid": grid})
     config_checks.check_prefill_chunk(settings)
+    config_checks.check_topology(settings)
     return settings
 
 

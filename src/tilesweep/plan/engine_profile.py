@@ -58,6 +58,7 @@ class EngineProfile:
     label: str
     launches: dict[str, float] | None
     extra: dict[str, float] = field(default_factory=dict)
+    folded: dict[str, float] = field(default_factory=dict)  # extras a fused all-reduce takes
     host_ms: float = 0.0
     host_label: str = "none"
     # Without CUDA graphs: the CPU time to issue one kernel (ms), and every kernel the list
@@ -78,14 +79,16 @@ class EngineProfile:
         issue = self.issued(stage, last) * self.eager_launch_ms
         return self.host_ms + max(0.0, issue - gpu_ms)
 
-    def extra_parts(self, stage: dict, last: bool) -> list[dict]:
-        """Return the engine's extra kernels on one stage as bytes-free parts (count: layers)."""
+    def extra_parts(self, stage: dict, last: bool, fused: bool = False) -> list[dict]:
+        """Return the engine's extra kernels on one stage as bytes-free parts (count: layers);
+        `fused`: the all-reduce fuses the norms, so the `folded` kernels do not launch."""
         counts = _occurrences(stage, last)
+        less = self.folded if fused else {}
         return [
             make_part(
                 f"{self.name}_{where}_extra", EXTRA, 0.0, 0.0, "bf16", counts[where], launches=n
             )
-            for where, n in self.extra.items()
+            for where, n in ((w, n - less.get(w, 0.0)) for w, n in self.extra.items())
             if n and counts[where]
         ]
 
@@ -195,15 +198,18 @@ def profile(
         lists = _family_lists(engine, model)
         launches: dict[str, float] = {}
         extra: dict[str, float] = {}  # the kernels no part kind covers (extra_kernels), counted
+        folded: dict[str, float] = {}
         for where, kinds in LAYER_KINDS.items():
             for k in _running(getattr(lists, where), weight_dtype, arch):
                 if k.kind in kinds:
                     launches[k.kind] = launches.get(k.kind, 0.0) + k.count
                 else:
                     extra[where] = extra.get(where, 0) + k.count
+                    if k.folds_into_allreduce:
+                        folded[where] = folded.get(where, 0) + k.count
         fam = family(model)
         label = f"engine-faithful kernel count ({engine.name} {engine.version} {fam} list)"
-        prof = EngineProfile(engine.name, label, launches, extra)
+        prof = EngineProfile(engine.name, label, launches, extra, folded)
     prof.host_ms = host.ms
     prof.host_label = (
         f"{host.ms:g} ms per step ({host.source}; its source: conf/engine/"

@@ -23,6 +23,7 @@ from tilesweep.settings import HardwareSpec
 from tilesweep.settings.hardware_spec import AllReduce, Collective, Figures, Topology
 
 COLLECTIVES = ("all_reduce", "all_to_all", "send_recv")
+ONE_SHOT = "model: the engine's custom all-reduce"  # the label of a one_shot figure's time
 
 
 def _check(collective: str, n: int) -> None:
@@ -78,7 +79,7 @@ def collective_time(
     if shot is not None and nbytes <= shot.max_bytes:
         us = interpolated_us(shot.points, nbytes) if shot.points else float(shot.latency_us)
         if us * 1e-3 < ms:
-            return us * 1e-3, f"model: the engine's custom all-reduce (<= {shot.max_bytes} B)"
+            return us * 1e-3, f"{ONE_SHOT} (<= {shot.max_bytes} B)"
     return ms, "model"
 
 

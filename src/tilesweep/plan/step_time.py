@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tilesweep.plan.architecture import ACT_BYTES, prompt_attention
-from tilesweep.plan.interconnect import floored_ms, topology_numbers
+from tilesweep.plan.interconnect import ONE_SHOT, floored_ms, topology_numbers
 from tilesweep.plan.memory_fit import layer_counts, stage_layers
 from tilesweep.plan.part_timers import Timer, roofline_timer
 from tilesweep.plan.prompt_load import UNCHUNKED, PromptLoad, prompt_chunks
@@ -61,7 +61,7 @@ def _at_prompt_size(step: StepCase, parts: list[dict]) -> list[dict]:
     ]
 
 
-def _parts(step: StepCase, stage: dict, micro: int, first: bool, last: bool, prefill: int) -> list:
+def _parts(step: StepCase, stage: dict, micro, first, last, prefill, fused=False) -> list:
     """Return the parts one rank of a stage runs for a micro-batch (with prompt and extra parts):
     `prefill` prompt rows carried through the decode step's layers (mixed); micro 0: a prefill
     pass of its own over them (separate: every layer's weights read again, one row's logits, no
@@ -77,7 +77,7 @@ def _parts(step: StepCase, stage: dict, micro: int, first: bool, last: bool, pre
             parts = carried + [p for p in parts if p["kind"] == "lm_head"]
         parts += prompt_parts(model, dep, layout, stage, prefill, step.hw)
     if step.extra_parts is not None:
-        parts = parts + step.extra_parts(stage, last)
+        parts = parts + step.extra_parts(stage, last, fused)
     return parts
 
 
@@ -124,7 +124,14 @@ def _stage_time(step: StepCase, numbers, stage: dict, micro: int, first, last, p
     """Return one stage's {memory, math, comm, other, roof_*, kernel_ms, sources, gaps, peak};
     micro 0 with `prefill` rows: a prefill pass of its own (separate)."""
     hw, dep = step.hw, step.dep
-    parts = _parts(step, stage, micro, first, last, prefill)
+    colls = [
+        (c, *floored_ms(c["collective"], c["n"], c["bytes"], numbers, step.measured_floors))
+        for c in stage_collectives(step.model, step.layout, stage, micro or prefill, first)
+    ]
+    fused = dep.pcie_allreduce == "one_shot_norm" and any(
+        c["name"] == "tp_all_reduce" and why.startswith(ONE_SHOT) for c, _, why in colls
+    )
+    parts = _parts(step, stage, micro, first, last, prefill, fused)
     acc = dict.fromkeys(
         (*SPLIT_PARTS, "roof_memory", "roof_math", "mem_kernel", "math_kernel"), 0.0
     )
@@ -150,10 +157,7 @@ def _stage_time(step: StepCase, numbers, stage: dict, micro: int, first, last, p
         else:
             acc["math_kernel"] += c * (t["math_ms"] + t["memory_ms"])
             acc["roof_math"] += c * t["roof_math_ms"]
-    for coll in stage_collectives(step.model, step.layout, stage, micro or prefill, first):
-        nbytes = coll["bytes"]
-        floors = step.measured_floors
-        ms, why = floored_ms(coll["collective"], coll["n"], nbytes, numbers, floors)
+    for coll, ms, why in colls:
         acc["communication"] += coll["count"] * ms
         if math.isnan(ms):
             comm_gaps.append(f"{coll['name']}: {_comm_gap(why, hw)}")

@@ -12,14 +12,16 @@ from tilesweep.settings.hardware_spec import InterconnectModel
 
 
 def with_engine_allreduce(
-    target: HardwareSpec, engine: EngineSettings, token_bytes: float | None = None
+    target: HardwareSpec, engine: EngineSettings, token_bytes: float | None = None, pcie="off"
 ) -> HardwareSpec:
     """Return the target with the engine's all-reduce on every NVLink topology (plan.allreduce;
     `token_bytes`: one token's hidden state, for an engine that picks by tokens): vLLM's and
     SGLang's custom all-reduce needs full NVLink beyond two GPUs
-    (vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink)."""
+    (vllm/distributed/device_communicators/custom_all_reduce.py, full_nvlink); on PCIe, the
+    one-shot all-reduce a community build runs (`pcie`: deployment.pcie_allreduce)."""
     block = target.interconnect_model
-    if not (engine.custom_allreduce and "nvlink" in target.interconnect and block):
+    nvlink = engine.custom_allreduce and "nvlink" in target.interconnect
+    if not (block and (nvlink or (pcie != "off" and "pcie" in target.interconnect))):
         return target
     tops = {}
     for name, top in block.topologies.items():
@@ -27,7 +29,7 @@ def with_engine_allreduce(
         if ar and ar.one_shot:
             enabled = ar.one_shot.model_copy(update={"enabled": True})
             ar = ar.model_copy(update={"one_shot": enabled})
-        if ar and engine.allreduce:
+        if ar and engine.allreduce and nvlink:
             ar = allreduce.EngineAllReduce.of(ar, engine, target.arch, token_bytes)
         tops[name] = top.model_copy(update={"all_reduce": ar}) if ar else top
     return _with_block(target, block.model_copy(update={"topologies": tops}))

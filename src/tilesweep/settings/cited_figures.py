@@ -48,6 +48,17 @@ class Figure(Section):
         "not stated, the deployment's default (bf16: the engines' `auto` is the checkpoint's "
         "dtype). The note cites the line that sets it",
     )
+    topology: str = Field(
+        "",
+        description="the host's PCIe topology as the source states it (a name under the hardware "
+        "file's interconnect_model.topologies), passed as deployment.topology; '': not stated, "
+        "the band spanning the plausible ones. The note or a comment above it cites the line",
+    )
+    pcie_allreduce: Literal["", "off", "one_shot", "one_shot_norm"] = Field(
+        "",
+        description="the PCIe one-shot custom all-reduce the source's launch ran, passed as "
+        "deployment.pcie_allreduce; '': not stated (off). The note or a comment above cites it",
+    )
     speculative: str = Field(min_length=1, description="speculative decoding, as the source ran it")
     tpot_ms: Number = Field(
         ge=0.1, le=1e5, description="time per output token as the source measured it (ms)"
@@ -104,6 +115,8 @@ class Figure(Section):
             "grid.tiles=[{m:16,n:16,k:16}]",
             "references=none",
             *([f"deployment.kv_dtype={self.kv_dtype}"] if self.kv_dtype else []),
+            *([f"deployment.topology={self.topology}"] if self.topology else []),
+            *([f"deployment.pcie_allreduce={self.pcie_allreduce}"] if self.pcie_allreduce else []),
         ]
 
     def groups(self) -> dict[str, str]:

@@ -43,6 +43,9 @@ class Kernel(Section):
     only_for: list[Literal["bf16", "fp8", "nvfp4", "mxfp4"]] = []
     # archs it launches on (empty: all); a measured step runs only the kernels of every arch
     only_arch: list[Arch] = []
+    # true: not launched where a PCIe one-shot all-reduce fuses the norms and carries the message
+    # (deployment.pcie_allreduce one_shot_norm)
+    folds_into_allreduce: bool = False
     note: str = ""
 
 

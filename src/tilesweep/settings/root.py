@@ -57,9 +57,10 @@ class RootSettings(Section):
         description="weight and KV formats (NVFP4 by default), context or serving load "
         "(`input_len`, `output_len`), batches, attention (`auto`: the engine's), the host's "
         'PCIe `topology` (`""`: the hardware file\'s default, the band spanning its '
-        "plausible ones), `prefill_chunk` (the launch's prompt chunk, over the engine file's "
-        "prefill.chunks; 0: the engine file's), the shipped fit, `fit_batches` (the TP1 "
-        "batches the launch-aware fit is made on)"
+        "plausible ones), `pcie_allreduce` (a community build's PCIe one-shot all-reduce: "
+        "off, one_shot, one_shot_norm), `prefill_chunk` (the launch's prompt chunk, over the "
+        "engine file's prefill.chunks; 0: the engine file's), the shipped fit, `fit_batches` "
+        "(the TP1 batches the launch-aware fit is made on)"
     )
     engine: EngineSettings = Field(
         description="whose decode step the verdict composes: its kernels per layer (cited file "

@@ -115,6 +115,10 @@ class DeploymentSettings(Section):
     # The host's PCIe topology the collectives take (a name under the hardware file's
     # interconnect_model.topologies); "": its default, the band spanning its `plausible` ones.
     topology: str = ""
+    # The PCIe one-shot custom all-reduce a community build runs for small messages in place of
+    # NCCL (conf/hardware `one_shot`, by topology): off, one_shot, or one_shot_norm (the residual
+    # add and RMSNorm fused into it, so the list's `folds_into_allreduce` kernels do not launch).
+    pcie_allreduce: Literal["off", "one_shot", "one_shot_norm"] = "off"
     # The most prompt tokens one prefill pass (or step) carries as the launch sets it (SGLang
     # --chunked-prefill-size, vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens): wins
     # over the engine file's prefill.chunks; 0: the engine file's (by the GPU's memory); -1: none.
