@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tilesweep.config import compose_settings
+from tilesweep.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "holdout" / "check.py"
@@ -61,6 +62,29 @@ def test_a_set_parses_with_the_shared_columns(tmp_path):
     """A set in another folder reads through the same reader, one row per figure."""
     figs = _module().read_set(str(_tmp_set(tmp_path)))
     assert [f["id"] for f in figs] == ["x"] and figs[0]["tpot_ms"] == "9.5"
+
+
+def test_a_set_may_state_each_figures_pcie_host_and_a_bad_one_is_refused(tmp_path):
+    """A set with the host columns (set 4 on) passes them as the corpus' figures do; a value the
+    corpus' figures cannot take is refused in one line before any composing."""
+    mod = _module()
+    folder = _tmp_set(tmp_path)
+    rows = list(csv.DictReader((folder / "figures.csv").open()))
+    for value, ok in (("one_shot_norm", True), ("sometimes", False)):
+        with (folder / "figures.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=mod.COLUMNS + mod.HOST_COLUMNS)
+            writer.writeheader()
+            writer.writerow(rows[0] | {"topology": "switch_free", "pcie_allreduce": value})
+        if not ok:
+            with pytest.raises(ConfigError, match="pcie_allreduce='sometimes' is not one of"):
+                mod.read_set(str(folder))
+            continue
+        (fig,) = mod.read_set(str(folder))
+        got = mod.overrides(fig | {"moe_tp": ""}, [1])
+        assert got[-2:] == [
+            "deployment.topology=switch_free",
+            "deployment.pcie_allreduce=one_shot_norm",
+        ]
 
 
 def test_the_second_set_parses_with_the_shared_columns():
@@ -123,6 +147,7 @@ def test_the_folded_first_set_composes_as_the_scorer_composed_it():
         g |= {"engine_config": fig.engine_name(), "input_len": fig.input_len}
         g |= {"output_len": fig.output_len, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep}
         g |= {"experts": lay.experts, "moe_tp": lay.moe_tp or "", "kv_dtype": fig.kv_dtype}
+        g |= {"topology": fig.topology, "pcie_allreduce": fig.pcie_allreduce}
         assert mod.overrides(g, [fig.batch]) == fig.overrides(), fig.source
 
 

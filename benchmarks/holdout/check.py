@@ -65,6 +65,8 @@ COLUMNS = [
     "quote",
     "note",
 ]
+# A set may add the host a PCIe figure's source states (set 4 on): '' where a set lacks them.
+HOST_COLUMNS = ["topology", "pcie_allreduce"]
 # the conf group each figure column names a file of
 CONF_GROUPS = {"model": "model", "hardware": "hardware", "deployment": "deployment"}
 CONF_GROUPS["engine_config"] = "engine"
@@ -84,10 +86,12 @@ KEY = (
     "input_len",
     "output_len",
     "kv_dtype",
+    *HOST_COLUMNS,
 )
 # A figure's kv_dtype: the KV-cache format its launch states ('': not stated, the deployment's
 # default), the values a corpus figure's kv_dtype takes.
 KV_DTYPES = get_args(Figure.model_fields["kv_dtype"].annotation)
+PCIE_ALLREDUCE = get_args(Figure.model_fields["pcie_allreduce"].annotation)
 
 
 def overrides(g: dict, batches: list[int]) -> list[str]:
@@ -106,6 +110,7 @@ def overrides(g: dict, batches: list[int]) -> list[str]:
         "grid.tiles=[{m:16,n:16,k:16}]",
         "references=none",
         *([f"deployment.kv_dtype={g['kv_dtype']}"] if g["kv_dtype"] else []),
+        *(f"deployment.{k}={g[k]}" for k in HOST_COLUMNS if g[k]),
     ]
 
 
@@ -146,9 +151,9 @@ def read_set(folder: str) -> list[dict]:
         raise ConfigError(f"--set={folder}: no figures.csv there; name a held-out set's folder")
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != COLUMNS:
+        if reader.fieldnames not in (COLUMNS, COLUMNS + HOST_COLUMNS):
             raise ConfigError(f"--set={folder}: figures.csv's columns are not {','.join(COLUMNS)}")
-        figs = list(reader)
+        figs = [dict.fromkeys(HOST_COLUMNS, "") | f for f in reader]
     if not figs:
         raise ConfigError(f"--set={folder}: figures.csv has no figures")
     for f in figs:
@@ -156,6 +161,11 @@ def read_set(folder: str) -> list[dict]:
             raise ConfigError(
                 f"--set={folder}: figure {f['id']}: kv_dtype={f['kv_dtype']!r} is not one of "
                 "bf16, fp8 or '' (the launch states none)"
+            )
+        if f["pcie_allreduce"] not in PCIE_ALLREDUCE:
+            raise ConfigError(
+                f"--set={folder}: figure {f['id']}: pcie_allreduce={f['pcie_allreduce']!r} is not "
+                f"one of {', '.join(v or repr(v) for v in PCIE_ALLREDUCE)}"
             )
     return figs
 
