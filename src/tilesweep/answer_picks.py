@@ -1,7 +1,5 @@
 """The answer card's picks: per batch and for a target, and the figures and words each carries."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import asdict, dataclass, replace
 

@@ -1,8 +1,6 @@
 """What the answer card's picks rest on, clause by clause, read from the verdict rows' own items
 (plan.row_inputs) and columns (extra columns ignored, missing ones a gap)."""
 
-from __future__ import annotations
-
 import pandas as pd
 
 from tilesweep import references

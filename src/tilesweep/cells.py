@@ -2,8 +2,6 @@
 and before the DAG is built: Snakemake reruns a job for a missing or older output, not one emptied
 or cut short after its job ended."""
 
-from __future__ import annotations
-
 import hashlib
 import io
 import json

@@ -3,8 +3,6 @@ per-cell results hold failed rows) and `verdict OVERRIDES --out DIR` (the verdic
 deployment from a fit file, no sweep), and each registered backend's own subcommands
 (backends.roles.Commands)."""
 
-from __future__ import annotations
-
 import argparse
 import math
 import os

@@ -1,8 +1,6 @@
 """Every table's columns, keys and statuses, declared once (long lists in data/columns.yaml), and
 the rule for the fastest correct runner."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from enum import StrEnum
 

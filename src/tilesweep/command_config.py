@@ -1,7 +1,5 @@
 """What `snakemake --config` takes (COMMAND_KEYS), checked before planning, and its overrides."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -2,8 +2,6 @@
 a relative threshold; labels and launch shared memory on any change), and the comparison for
 people: the console summary and the files of --out."""
 
-from __future__ import annotations
-
 import json
 import math
 from dataclasses import dataclass

@@ -1,8 +1,6 @@
 """Compose the Hydra config once and validate it before any job runs: the models in
 tilesweep.settings, then the checks that need more (here, config_checks, deployment_files)."""
 
-from __future__ import annotations
-
 import copy
 import functools
 import os

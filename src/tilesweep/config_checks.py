@@ -1,7 +1,5 @@
 """The checks of a composed config that need more than its models, each a one-line ConfigError."""
 
-from __future__ import annotations
-
 import functools
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """The files the deployment names (fit_file, attention_table), checked before any job runs."""
 
-from __future__ import annotations
-
 import errno
 import json
 import stat

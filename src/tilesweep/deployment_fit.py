@@ -1,8 +1,6 @@
 """The fit a verdict composes with: made here on the graphed TP1 step, else the shipped
 `deployment.fit_file`, else none; each put on its device's datasheet before it meets a target."""
 
-from __future__ import annotations
-
 import json
 
 import pandas as pd

@@ -1,7 +1,5 @@
 """Why the named deployment cannot be composed, in one line naming the fix, before anything runs."""
 
-from __future__ import annotations
-
 import math
 
 from tilesweep import gpu_archs

@@ -1,8 +1,6 @@
 """The engine check: one row per engine figure the config cites (conf/references), beside the
 verdict composed for it with the sweep's fit (columns.ENGINE_COLUMNS)."""
 
-from __future__ import annotations
-
 import pandas as pd
 
 from tilesweep import config_checks, references

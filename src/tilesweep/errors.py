@@ -1,7 +1,5 @@
 """Errors a user sees as one line."""
 
-from __future__ import annotations
-
 import re
 import sys
 import tempfile

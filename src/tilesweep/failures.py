@@ -1,7 +1,5 @@
 """Find the per-cell result files that hold failed rows, so just those can be rerun."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

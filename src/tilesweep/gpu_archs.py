@@ -1,8 +1,6 @@
 """GPU architectures as data (conf/architectures.yaml); an unlisted one runs what the newest listed
 one at or below its compute capability runs."""
 
-from __future__ import annotations
-
 import functools
 from dataclasses import dataclass
 from pathlib import Path

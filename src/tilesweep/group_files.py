@@ -1,8 +1,6 @@
 """One group option's file as Hydra composes it over its `defaults`, parsed once per process: the
 engine check reads the same few files for every cited figure."""
 
-from __future__ import annotations
-
 import copy
 import functools
 import hashlib

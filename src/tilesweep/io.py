@@ -1,7 +1,5 @@
 """Atomic writes: a file is either absent or whole, never half-written."""
 
-from __future__ import annotations
-
 import json
 import os
 import shutil

@@ -1,7 +1,5 @@
 """Run one risky call (compile, launch, benchmark) in its own process with a time limit."""
 
-from __future__ import annotations
-
 import multiprocessing as mp
 import traceback
 from collections.abc import Callable

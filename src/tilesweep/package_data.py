@@ -1,7 +1,5 @@
 """The tables a package ships as data (its data/ folder), each file read once and checked."""
 
-from __future__ import annotations
-
 import functools
 import importlib.resources
 import re

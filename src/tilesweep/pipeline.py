@@ -1,8 +1,6 @@
 """What the Snakefile needs: the composed config, the cells, output paths and each rule's code
 hash (rerun_keys); the `--config` keys it takes are command_config's."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """The extra backend modules TILESWEEP_PLUGINS names: each imported, or the bad entry named in one
 line (a user's typo, not a bug: no traceback)."""
 
-from __future__ import annotations
-
 import difflib
 import importlib
 import pkgutil

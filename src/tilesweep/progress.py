@@ -1,8 +1,6 @@
 """A console line per stage with its time left, from its jobs' durations (this run's, else
 .snakemake/metadata's): Snakemake reports job counts, never a stage's time left."""
 
-from __future__ import annotations
-
 import contextlib
 import logging
 import os

@@ -1,7 +1,5 @@
 """A stage's progress as progress.Console counts it: jobs ended and running, and its time left."""
 
-from __future__ import annotations
-
 import json
 import os
 from collections.abc import Iterable

@@ -1,7 +1,5 @@
 """Where every number came from: device, driver, toolchain versions, commit."""
 
-from __future__ import annotations
-
 import functools
 import platform
 import shutil

@@ -1,8 +1,6 @@
 """Engines' own measured decode figures, as data (conf/references), set beside the verdict
 composed for the same deployment (engine_figures.engine_table). Nothing here is measured."""
 
-from __future__ import annotations
-
 import stat
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """Where the joining rules read and write: a sweep's results, or a kept example's folder."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from tilesweep import backends

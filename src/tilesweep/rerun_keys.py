@@ -1,8 +1,6 @@
 """A rule's rerun key: a content hash of the modules it runs and every tilesweep module (and
 DATA_FILES) they import, so an edit reruns it and a touch does not."""
 
-from __future__ import annotations
-
 import ast
 import hashlib
 import re

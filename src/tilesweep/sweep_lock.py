@@ -2,8 +2,6 @@
 kernel drops however the process ends: Snakemake's own lock outlives a SIGKILL and guards the
 working folder (the profiles set its `nolock`)."""
 
-from __future__ import annotations
-
 import fcntl
 import json
 import os

@@ -3,8 +3,6 @@ group split, each row cached. Measured on 2 cores, nvcc 13.0: one SM120 cell wit
 46 s and 5 GiB, 12 cells 82 s and 9 GiB, so groups hold at most 8 cells and compiles are capped by
 memory. Rows not the cell's property (no nvcc, a timeout) are not cached."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import math

@@ -3,8 +3,6 @@ cooperative from tile M 128, else pingpong, with the ptr-array TMA epilogue (Aut
 strides); sm_100: 1sm (example 75); sm_120: cooperative (example 79d). `finalize` (FP32 C and D) is
 an upper bound for TensorRT-LLM's, which stages no D tile."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from tilesweep import package_data

@@ -1,8 +1,6 @@
 """The C++ unit instantiating CUTLASS's builders for a group of cells, printing one JSON line per
 cell; with the device check an uncalled __device__ function instantiates each kernel body."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from string import Template
 

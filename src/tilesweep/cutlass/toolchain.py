@@ -1,8 +1,6 @@
 """What an accounting compile needs (nvcc, headers, flags) and running it; no GPU: the host pass
 gives the launcher's numbers (SharedStorageSize is read on the host)."""
 
-from __future__ import annotations
-
 import importlib.util
 import json
 import os

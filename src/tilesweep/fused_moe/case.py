@@ -1,8 +1,6 @@
 """The fused-MoE GEMMs on the device at hand: routed batches, fp32 checks, the torch baseline (on a
 CPU under Triton's interpreter in tests only)."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, field
 

@@ -1,7 +1,5 @@
 """The fused-MoE CLI verbs `engine-check FILE` and `engine-tune` (the backend's Commands role)."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 

@@ -2,8 +2,6 @@
 is killed (a timeout), one that dies journals a crash, and a new one resumes after the last
 journalled item."""
 
-from __future__ import annotations
-
 import gzip
 import json
 import os

@@ -1,8 +1,6 @@
 """The fused-MoE package's report sections: its kernel's tuning (the tuned config per batch, the
 targets, the figure) and the drop-in engine files."""
 
-from __future__ import annotations
-
 import numpy as np
 import pandas as pd
 

@@ -1,7 +1,5 @@
 """The kernel's host-side routing: pairs sorted by expert and padded, or a block per pair."""
 
-from __future__ import annotations
-
 
 def align_blocks(topk_ids, block_m: int, experts: int, expert_map=None):
     """Return (sorted_ids, expert_ids, num_post_pad); `expert_map`: global to local (-1)."""

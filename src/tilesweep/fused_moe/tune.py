@@ -4,8 +4,6 @@ kill, crash or rerun resumes after the last item. Outputs results/tune/fused_moe
 project kernel's picks under a name no engine reads; the engines' files are tuned in their own
 kernels (engines/search.py)."""
 
-from __future__ import annotations
-
 import json
 import math
 import os

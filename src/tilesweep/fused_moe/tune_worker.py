@@ -5,8 +5,6 @@ loses only the item in flight; with items_per_worker = N it exits after N items 
 Its compile step: a config per compiled kernel, in a pool of processes before any timing.
 Usage: python -m tilesweep.fused_moe.tune_worker SPEC.json JOURNAL.jsonl HEARTBEAT.json"""
 
-from __future__ import annotations
-
 import functools
 import json
 import sys

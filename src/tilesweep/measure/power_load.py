@@ -1,7 +1,5 @@
 """Loads of known bound sampled by NVML, to set a power reading against (GPU only)."""
 
-from __future__ import annotations
-
 import json
 import statistics
 import time

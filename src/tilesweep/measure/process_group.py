@@ -1,7 +1,5 @@
 """Collective benchmark: the all-reduce, all-to-all and send/recv one decode step needs."""
 
-from __future__ import annotations
-
 import json
 import math
 import os

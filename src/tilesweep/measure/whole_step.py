@@ -8,8 +8,6 @@ the batch into `pp` micro-batches passed around a ring, so one step is `pp` slot
 first. Routing is balanced. A step is timed whole after a barrier (slowest rank; p10/p50/p90), its
 parts on separate repeats (step.rank, step.weights, step.buffers, step.attention, step.moe)."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -19,8 +19,6 @@ Attention at decode (one new token per sequence):
   sliding_window tokens.
 """
 
-from __future__ import annotations
-
 import math
 
 from tilesweep.settings import DeploymentSettings, ModelSettings

@@ -7,8 +7,6 @@ the fit read 1.0x (memory) or 0.39x (math). The table is read only on the device
 it, for MLA at its latent width over a bf16 cache, within its measured cases. Its steady times
 over head counts also identify the kernel's memory and math efficiency (identify)."""
 
-from __future__ import annotations
-
 import functools
 import math
 from collections.abc import Callable

@@ -12,8 +12,6 @@ Rules, in order:
 The margin is top / second as a ratio with one decimal ("1.3x"); the share is top / step.
 """
 
-from __future__ import annotations
-
 import math
 
 PARTS = ("memory", "math", "communication", "other", "host")

@@ -2,8 +2,6 @@
 `step_fit` fits the TP1 graphed whole steps at two batches only, so every other batch, emulated
 rank and layout is a held-out check of `step_check`'s composed prediction."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, replace
 

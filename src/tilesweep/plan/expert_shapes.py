@@ -1,7 +1,5 @@
 """Expert GEMM shapes, routed token counts, row-block schedules, and the bytes and FLOPs moved."""
 
-from __future__ import annotations
-
 import math
 
 from tilesweep.settings import ModelSettings

@@ -7,8 +7,6 @@ Where a point names the bytes of one expert each end's kernel was timed on (`low
 per expert: time = cost + bytes / datasheet, the cost read off the cited time, so a larger expert
 streams better. The hardware file says what checks it (the same kernel cited at two sizes)."""
 
-from __future__ import annotations
-
 import dataclasses
 import math
 from dataclasses import dataclass

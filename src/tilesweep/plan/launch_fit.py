@@ -10,8 +10,6 @@ the device's measured read bandwidth (`e_bw_max`): past it a part's small-batch 
 kernels' cost, not a faster stream. A part whose own kernel was timed on the target
 (attention_table) takes that time. The fit is plain data (JSON), shipped to other targets."""
 
-from __future__ import annotations
-
 import math
 
 import numpy as np

@@ -10,8 +10,6 @@ for the device (`memory_cuda_gib`, GiB) where the hardware file cites it, else t
 `memory_gb` * 1e9 bytes, and each row names which (plan.composition).
 """
 
-from __future__ import annotations
-
 import functools
 import math
 

@@ -1,7 +1,5 @@
 """The messages a decode step sends, bus-bandwidth factors and the latency/bandwidth fit."""
 
-from __future__ import annotations
-
 import math
 
 BYTES_PER_ELEMENT = 2  # activations travel in bf16

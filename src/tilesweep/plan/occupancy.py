@@ -1,7 +1,5 @@
 """Can a built kernel launch on a target, and how many blocks fit on one SM?"""
 
-from __future__ import annotations
-
 import math
 
 REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (cc 5.0 and newer)

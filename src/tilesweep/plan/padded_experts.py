@@ -11,8 +11,6 @@ On a GPU where the engine's GEMMs were measured (spec.measured) a part takes tha
 tokens per local expert and expert shard (plan.grouped_efficiency), the low TPOT the cited
 e_math_high where it is faster; elsewhere the cited band's middle, each band end the other end."""
 
-from __future__ import annotations
-
 import math
 
 from tilesweep.plan import roofline

@@ -3,8 +3,6 @@ few batches: the pair minimising the squared log error of the launch-aware time 
 a log grid; the memory term alone where it explains every batch; the device's value where a term
 never binds."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import numpy as np

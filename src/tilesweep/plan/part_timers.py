@@ -5,8 +5,6 @@ The launch-aware time of a part is written once, here (`part_terms`, `part_ms`):
     launches x per-kernel cost + max(mem, math) + overlap x min(mem, math),
     mem = bytes / (e_bw x bandwidth), math = flops / (e_math x peak)."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 

@@ -6,8 +6,6 @@ prompt tokens one pass (or step) carries on this device; the expert GEMMs of a p
 and its dense GEMMs (attention projections, dense MLP, shared experts) take the engine's cited
 efficiency at prompt sizes on this GPU where its file has one."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from tilesweep.settings import HardwareSpec

@@ -1,7 +1,5 @@
 """Roofline arithmetic: intensity, ridge point, and which ceiling bounds a kernel."""
 
-from __future__ import annotations
-
 
 def ridge_point(peak_tflops: float, bandwidth_gbs: float) -> float:
     """Return the arithmetic intensity (FLOP/byte) where the math and memory roofs meet."""

@@ -2,8 +2,6 @@
 or choice and where it comes from), kept as JSON text in the verdict's `inputs_json` column and
 in answer.json, and made into words for people here only (the report, the card, the tests)."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping
 

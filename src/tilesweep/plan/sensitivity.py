@@ -1,8 +1,6 @@
 """Which layout wins at each batch, by how much, and what would change the answer (each input
 scaled at half and at double)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import pandas as pd

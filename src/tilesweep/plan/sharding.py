@@ -1,8 +1,6 @@
 """Where each rank sits in a layout (its stage, TP and EP group), whether a layout gathers tokens
 before its MoE layers, and its name."""
 
-from __future__ import annotations
-
 from tilesweep.settings import Layout
 
 

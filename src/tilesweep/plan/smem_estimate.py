@@ -1,7 +1,5 @@
 """The brief's hand estimate of a tile's shared memory, kept as a `model` beside the compiler."""
 
-from __future__ import annotations
-
 # Bytes per operand element, and bytes of block scale per element (one FP8 scale per 16).
 _ELEMENT_BYTES = {"nvfp4": 0.5, "fp8": 1.0, "bf16": 2.0}
 _SCALE_BYTES = {"nvfp4": 1 / 16, "fp8": 0.0, "bf16": 0.0}

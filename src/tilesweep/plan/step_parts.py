@@ -1,8 +1,6 @@
 """What one rank of a pipeline stage runs for one micro-batch: parts with bytes and flops, and
 collectives. Sharding is memory_fit's; the MoE split Layout.moe_split's."""
 
-from __future__ import annotations
-
 import functools
 import math
 

@@ -8,8 +8,6 @@ tokens/s = batch / TPOT. When the path sets TPOT the split is taken over the who
 return hop included); else over the slowest stage's m micro-batches. EP: each layer waits for
 its busiest rank under random top-k routing (`step_parts.busiest_rank`)."""
 
-from __future__ import annotations
-
 import math
 from collections import Counter
 from collections.abc import Callable

@@ -1,8 +1,6 @@
 """The tables the report derives from the sweep's (pure pandas; a missing column is shown as
 missing, never filled with a neighbouring value)."""
 
-from __future__ import annotations
-
 import math
 
 import pandas as pd

@@ -1,7 +1,5 @@
 """What both reports show, built once: `build` turns the tables into one ReportData."""
 
-from __future__ import annotations
-
 import pandas as pd
 
 from tilesweep import answer_card, backends

@@ -1,8 +1,6 @@
 """The decode figures: time and bandwidth against tokens per expert, and the measured roofline;
 one block per dtype of at most MAX_SERIES runners (the rest in the decode table)."""
 
-from __future__ import annotations
-
 import math
 
 import numpy as np

@@ -1,8 +1,6 @@
 """The document model both reports render (report/markdown.py, report/html.py), so the two
 cannot disagree."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 import pandas as pd

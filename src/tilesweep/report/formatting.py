@@ -1,7 +1,5 @@
 """How report cells and phrases are written: numbers, missing values, statuses, devices."""
 
-from __future__ import annotations
-
 import math
 import numbers
 

@@ -1,7 +1,5 @@
 """The report's words: the tie rule, the engines' figures in one line, the legend, findings."""
 
-from __future__ import annotations
-
 import pandas as pd
 
 from tilesweep import package_data

@@ -1,8 +1,6 @@
 """The HTML report: the one ReportData as a self-contained page (inline CSS, base64 PNGs, no
 scripts, no network) that fits a 1,280 px window."""
 
-from __future__ import annotations
-
 import base64
 import html
 import re

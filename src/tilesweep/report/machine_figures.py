@@ -2,8 +2,6 @@
 against the target's limits (launch), and bus bandwidth and time against message size with
 latency floors (collectives)."""
 
-from __future__ import annotations
-
 import math
 
 import numpy as np

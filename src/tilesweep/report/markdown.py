@@ -1,7 +1,5 @@
 """The Markdown report: renders the one ReportData (see report/document.py) as GitHub Markdown."""
 
-from __future__ import annotations
-
 import pandas as pd
 
 from tilesweep.answer_card import REPORT_RESTS, AnswerCard

@@ -1,8 +1,6 @@
 """The report's sections on what the sweep measured on its own machine, apart from the verdict,
 and its provenance: devices, versions, when each figure was measured, the config."""
 
-from __future__ import annotations
-
 import json
 
 import pandas as pd

@@ -1,7 +1,5 @@
 """The Pareto figure: tokens/s per GPU against tokens/s per user, with the frontier drawn."""
 
-from __future__ import annotations
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure

@@ -3,8 +3,6 @@ that says why, the series limit, log axes; and `tilesweep compare`'s figure. Eve
 at a 1,280 px page: at most MAX_SERIES series per axis, no wider than PAGE_WIDTH_IN, no text
 under TEXT_PT."""
 
-from __future__ import annotations
-
 import io
 import math
 from collections.abc import Iterable, Sequence

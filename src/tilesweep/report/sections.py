@@ -1,8 +1,6 @@
 """The report's sections, each a list of blocks built from the tables; the question's own
 (conf/question) weigh its readings: power and its panel."""
 
-from __future__ import annotations
-
 import pandas as pd
 
 from tilesweep import columns, package_data, references

@@ -1,8 +1,6 @@
 """The whole-step figures: the verdict's split per layout and batch, the check's error, and the
 composition against each engine's published TPOT (engines.csv), log-log."""
 
-from __future__ import annotations
-
 import math
 import textwrap
 

@@ -1,7 +1,5 @@
 """The `backend` group: one section per backend, validated by the model its backend registers."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import ConfigDict, model_validator

@@ -1,7 +1,5 @@
 """The README's config table from the root's field descriptions; `--check` exits 1 if stale."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

@@ -1,8 +1,6 @@
 """The base of every config model, and a refusal as one line naming its dotted YAML key (pydantic's
 own messages span lines and name model fields)."""
 
-from __future__ import annotations
-
 import json
 import reprlib
 import types

@@ -1,7 +1,5 @@
 """One module per pipeline stage: what each Snakemake rule calls through its thin script."""
 
-from __future__ import annotations
-
 import contextlib
 import logging
 import sys

@@ -1,7 +1,5 @@
 """Stage 1: build kernels with their backend: one cell per job, or one architecture's batch."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

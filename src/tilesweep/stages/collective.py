@@ -1,7 +1,5 @@
 """Stage 4: time one layout's collectives at every decode batch and over message sizes."""
 
-from __future__ import annotations
-
 import json
 
 import pandas as pd

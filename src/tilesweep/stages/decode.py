@@ -1,7 +1,5 @@
 """Stage 3: device ceilings, then the decode benchmark of one kernel (or the baselines)."""
 
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import json

@@ -1,7 +1,5 @@
 """Stage 2: check a built kernel against one target's limits, beside the brief's estimate."""
 
-from __future__ import annotations
-
 import json
 
 from tilesweep import backends, package_data

@@ -1,7 +1,5 @@
 """Stage 4b: measure one layout's whole decode step at every batch that fits here."""
 
-from __future__ import annotations
-
 import json
 import re
 

@@ -1,7 +1,5 @@
 """Stage 4c: power as evidence: loads of known bound under NVML, to set a power reading against."""
 
-from __future__ import annotations
-
 import json
 
 import pandas as pd

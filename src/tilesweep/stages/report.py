@@ -1,7 +1,5 @@
 """Stage 5c: the figures (PNG) and the reports (Markdown, self-contained HTML), from the tables."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import pandas as pd

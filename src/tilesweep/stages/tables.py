@@ -1,7 +1,5 @@
 """Stage 5a: join every per-cell result into the measured tables (CSV and Parquet)."""
 
-from __future__ import annotations
-
 import os
 from datetime import UTC, datetime
 

@@ -1,7 +1,5 @@
 """An engine: its data (`<name>.yaml`, EngineData) and launch (`Engine`), by `@register`."""
 
-from __future__ import annotations
-
 import importlib
 import importlib.util
 import sys

@@ -4,8 +4,6 @@ candidate is kept only where it won beyond the noise on every routing of two dra
 engine's own get_config_file_name and laid out where it looks (VLLM_TUNED_CONFIG_FOLDER,
 SGLANG_MOE_CONFIG_DIR/configs/triton_<T>/)."""
 
-from __future__ import annotations
-
 import gc
 import hashlib
 import json

@@ -1,8 +1,6 @@
 """The expert GEMMs in an engine's weight formats (bf16, fp8 per tensor, fp8 128 x 128 blocks);
 activations are quantised outside the timed call, as the engines do it in a separate kernel."""
 
-from __future__ import annotations
-
 import math
 
 from tilesweep.fused_moe.case import FP8_MAX, Batch, Weights, make_routing, routed_reference

@@ -7,8 +7,6 @@ should_enable_swap_ab; no SPLIT_K; PDL on compute capability 9+ (kernels/jit/uti
 layout is made in torch outside the timed call: every align op SGLang dispatches to
 (moe_align_small_numel, sgl_kernel's moe_align_block_size) writes the same blocks."""
 
-from __future__ import annotations
-
 import triton
 
 from tilesweep.fused_moe.engines.base import Engine, Launch, register

@@ -5,8 +5,6 @@ layer between two calls of one layer. `warm`: one weight set, as the engines' ow
 Compiles run in parallel processes into Triton's cache on problems with the real expert count (the
 same specialisation)."""
 
-from __future__ import annotations
-
 import concurrent.futures as cf
 import functools
 import math

@@ -4,8 +4,6 @@
 BLOCK_SIZE_M tokens; SPLIT_K 1, USE_TD off; fp8 SWAP_AB by enable_swap_ab on SM90. The layout is
 made in torch outside the timed call."""
 
-from __future__ import annotations
-
 from tilesweep.fused_moe.engines.base import Engine, Launch, register, swap_ab
 from tilesweep.fused_moe.routing import buffered_blocks
 

@@ -2,8 +2,6 @@
 GQA; with `fused`, the MLA core and DSA scores are one kernel each (kernels.mla_decode,
 kernels.step_fused)."""
 
-from __future__ import annotations
-
 from tilesweep.measure.step.clock import PartClock
 
 

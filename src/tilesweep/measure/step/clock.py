@@ -1,7 +1,5 @@
 """The clock the measured whole step runs under: per-part times or launches of one step."""
 
-from __future__ import annotations
-
 import contextlib
 import time
 

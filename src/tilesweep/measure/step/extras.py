@@ -1,7 +1,5 @@
 """An engine's small kernels in the whole step (`quant`: fp8 quantisation; others: a copy)."""
 
-from __future__ import annotations
-
 import math
 
 from tilesweep.plan.engine_profile import EXTRA_COLUMNS as COLUMNS

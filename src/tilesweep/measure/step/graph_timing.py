@@ -5,8 +5,6 @@ Diagnostic: with TILESWEEP_KERNEL_PROFILE=<folder> (and TILESWEEP_KERNEL_PROFILE
 each graphed whole step writes `kernels_<layout>_rank<r>_b<batch>.csv`: one replay's kernels in
 order, start and duration in us; no sweep table reads it."""
 
-from __future__ import annotations
-
 import os
 import time
 from pathlib import Path

@@ -1,7 +1,5 @@
 """One layer's feed-forward in the whole step: the dense FFN, or the MoE with EP dispatch."""
 
-from __future__ import annotations
-
 from tilesweep.measure.step.clock import PartClock
 
 

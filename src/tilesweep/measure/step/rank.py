@@ -1,8 +1,6 @@
 """One rank of the measured whole step: its layout place, groups, weights, micro-batches (token
 buffers, KV caches, balanced routing, the experts' runner) and one decode step."""
 
-from __future__ import annotations
-
 import itertools
 
 from tilesweep import backends

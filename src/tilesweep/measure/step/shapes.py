@@ -1,7 +1,5 @@
 """How the measured whole step divides its batch and memory over a layout's ranks."""
 
-from __future__ import annotations
-
 ELEMENT_BYTES = 2  # the measured step runs bf16 weights, activations and cache
 # Share of the free device memory a batch's caches and buffers may take.
 MEMORY_SHARE = 0.85

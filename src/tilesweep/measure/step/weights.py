@@ -1,7 +1,5 @@
 """One rank's share of the reduced model's weights: random bf16, sharded over TP and EP."""
 
-from __future__ import annotations
-
 
 def random_bf16(torch, shape: tuple, device, gen, scale: float = 1.0):
     """Return a bf16 tensor of this shape, tiled random values (cheap for GBs of weights) times
