@@ -2,8 +2,6 @@
 and the engines' figures. It ends the console of every sweep, opens both reports and is written
 as answer.json, so the three cannot disagree."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -141,7 +139,7 @@ class AnswerCard:
         return out
 
     @classmethod
-    def from_dict(cls, saved: dict) -> AnswerCard:
+    def from_dict(cls, saved: dict) -> "AnswerCard":
         """Return the card answer.json holds (the words to_dict adds are read back as figures)."""
         return TypeAdapter(cls).validate_python(saved)
 

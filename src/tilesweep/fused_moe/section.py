@@ -1,8 +1,6 @@
 """backend.fused_moe's model: what is tuned, how it is timed and picked, the engines' defaults."""
 
-from __future__ import annotations
-
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -56,7 +54,7 @@ class Variant(Section):
     SORT: int = Field(None, ge=0)
 
     @model_validator(mode="after")
-    def _names_one(self) -> Variant:
+    def _names_one(self) -> Self:
         """Refuse a variant that leaves every key off (the engines' own kernel)."""
         if all((getattr(self, key) or 0) <= off for key, off in VARIANT_OFF.items()):
             given = self.model_dump(exclude_unset=True)  # model_dump: the message shows it
@@ -108,7 +106,7 @@ class FusedMoeSettings(Section):
     engine_defaults: dict[str, EngineDefaults]
 
     @model_validator(mode="after")
-    def _consistent(self) -> FusedMoeSettings:
+    def _consistent(self) -> Self:
         """Refuse unknown engines, missing or incomplete default rules, and unscreened variants."""
         known = engine_names()
         for key, listed in (("engine_versions", self.engine_versions), ("engines", self.engines)):

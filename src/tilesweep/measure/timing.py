@@ -1,7 +1,5 @@
 """Timing with device events (GPU) or a monotonic clock (CPU); medians and spreads."""
 
-from __future__ import annotations
-
 import math
 import statistics
 import threading
@@ -170,7 +168,7 @@ class PowerSampler:
                 return
             self._stop.wait(self.period_s)
 
-    def __enter__(self) -> PowerSampler:
+    def __enter__(self) -> "PowerSampler":
         if self._handle is not None:
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()

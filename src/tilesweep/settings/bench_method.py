@@ -1,11 +1,9 @@
 """The `bench` group: how kernels, collectives and decode steps are timed; and one decode job's
 param read back (DecodeCell)."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -65,7 +63,7 @@ class BenchSettings(Section):
     power_period_s: Seconds
 
     @model_validator(mode="after")
-    def _sweep_in_order(self) -> BenchSettings:
+    def _sweep_in_order(self) -> Self:
         """Refuse a collective sweep whose largest message is below its smallest."""
         low, high = self.collective_sweep_min_bytes, self.collective_sweep_max_bytes
         if high < low:
@@ -84,7 +82,7 @@ class DecodeCell:
     bench: BenchSettings
 
     @classmethod
-    def from_json(cls, text: str) -> DecodeCell:
+    def from_json(cls, text: str) -> Self:
         """Return the cell a decode job's JSON param holds, its groups validated."""
         spec = json.loads(text)
         return cls(

@@ -1,8 +1,6 @@
 """The `question` group (conf/question): the case study a report answers and the card's target."""
 
-from __future__ import annotations
-
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -58,7 +56,7 @@ class Power(_Strict):
     claim: str = Field("", description="what the question read into the reading")
 
     @model_validator(mode="after")
-    def _within_limit(self) -> Power:
+    def _within_limit(self) -> Self:
         """Refuse a reading above its own limit."""
         if self.watts > self.limit_watts:
             raise ValueError(f"watts {self.watts:g} above limit_watts {self.limit_watts:g}")
@@ -86,7 +84,7 @@ class Question(_Strict):
     power: Power | None = Field(None, description="a power reading it took as evidence")
 
     @model_validator(mode="after")
-    def _layouts_fill_the_gpus(self) -> Question:
+    def _layouts_fill_the_gpus(self) -> Self:
         """Refuse a layout that does not use exactly `gpus` GPUs."""
         for i, lay in enumerate(self.layouts):
             used = lay.tp * lay.pp * lay.ep
@@ -132,7 +130,7 @@ class QuestionGroup(_Strict):
     case: Question | None = Field(None, description="the case study; None for none")
 
     @classmethod
-    def parse(cls, value: Any) -> QuestionGroup:
+    def parse(cls, value: Any) -> Self:
         """Return the group a `question` mapping describes; ConfigError at the first bad key."""
         if isinstance(value, QuestionGroup):
             return value

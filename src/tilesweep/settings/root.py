@@ -1,10 +1,8 @@
 """The composed config as a whole: its top-level keys, each group's model and the catalog; and
 what the tuning rules' param holds of it (TuneSettings)."""
 
-from __future__ import annotations
-
 import json
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
@@ -85,7 +83,7 @@ class RootSettings(Section):
     )
 
     @model_validator(mode="after")
-    def _groups_fit(self) -> RootSettings:
+    def _groups_fit(self) -> Self:
         """Refuse a target the catalog lacks, or a tile or layout the model cannot be split by."""
         for i, name in enumerate(self.grid.targets):
             if name not in self.catalog:

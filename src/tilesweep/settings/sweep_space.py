@@ -1,8 +1,6 @@
 """The `grid` group: the kernel configurations, batches, targets and layouts swept."""
 
-from __future__ import annotations
-
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -43,7 +41,7 @@ class Layout(Section):
     moe_tp: AtLeastOne = Field(None, description="MoE TP, a divisor of tp*ep; unset: tp")
 
     @model_validator(mode="after")
-    def _consistent(self) -> Layout:
+    def _consistent(self) -> Self:
         """Refuse a world not tp*pp*ep, experts=ep without TP, or a MoE TP not dividing ranks."""
         if self.experts == "ep" and (self.ep != 1 or self.tp < 2):
             why = "spreads whole experts over the TP group; give tp >= 2 and ep: 1"

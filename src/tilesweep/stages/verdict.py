@@ -1,8 +1,6 @@
 """Stage 5b: the verdict from the measured tables, with the engines' figures, fit, panel and answer
 card; then its check against the measured whole steps (its own step)."""
 
-from __future__ import annotations
-
 import io
 import json
 from dataclasses import dataclass
@@ -75,7 +73,7 @@ class StepJob:
     per_cell: bool = False
 
     @classmethod
-    def of(cls, job) -> StepJob:
+    def of(cls, job) -> "StepJob":
         """Return the step job a Snakemake script is given (its `snakemake` object)."""
         return cls(
             job.params.settings,
