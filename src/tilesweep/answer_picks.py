@@ -7,7 +7,6 @@ import pandas as pd
 
 from tilesweep import package_data
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/report_texts.yaml",)
 # The card table's header for each pick field.
 PICK_HEADERS = package_data.data_typed("tilesweep", DATA_FILES[0], "pick_headers", dict[str, str])

@@ -25,7 +25,6 @@ from tilesweep.errors import ConfigError, unexpected
 from tilesweep.failures import STAGES, failed_outputs
 from tilesweep.io import check_out_folder, results_at, write_table
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/commands.yaml",)
 COMMANDS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, Command])
 

@@ -17,7 +17,6 @@ from tilesweep.io import results_at, write_table, write_text
 from tilesweep.measure.gemm_case import TOLERANCE
 from tilesweep.report.formatting import fmt_value
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/compare.yaml",)
 # The tables compared, with the columns that identify a row (those present in both runs are used).
 KEYS = TABLE_KEYS

@@ -119,7 +119,6 @@ def fit_record(settings: RootSettings, steps: pd.DataFrame, ceilings: dict) -> d
     return fit
 
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/columns.yaml",)
 # The ceilings a fit carries: its provenance and the device constants the verdict reads from it.
 FIT_CEILINGS = package_data.column_lists("tilesweep.deployment_fit")["FIT_CEILINGS"]

@@ -18,8 +18,7 @@ from tilesweep.progress_stage import Stage, clock, jobs, recorded_job_times
 PREFIX = "[tilesweep]"
 # A stage's running line prints at most this often; its first finished job and its end always do.
 EVERY_S = 30.0
-# The package data this module reads (rerun_keys.code_hash hashes it with the module): the
-# events and lines of Snakemake's that Console speaks for (their file says which and why).
+# The events and lines of Snakemake's that Console speaks for (their file says which and why).
 DATA_FILES = ("data/snakemake_lines.yaml",)
 REPLACED = package_data.data_typed("tilesweep", DATA_FILES[0], "replaced", frozenset[LogEvent])
 ROUND_LINES, CLOSING_LINES, STOPPING_LINES = (

@@ -28,7 +28,6 @@ from tilesweep.cutlass.toolchain import (
 from tilesweep.io import write_text
 from tilesweep.package_data import data_typed
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/cutlass.yaml",)
 NUMERIC_FIELDS = data_typed("tilesweep", DATA_FILES[0], "numeric_fields", tuple[str, ...])
 

@@ -20,7 +20,6 @@ class ArchSpec:
     dtypes: tuple[str, ...]
 
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/cutlass.yaml",)
 ARCHS = package_data.data_typed("tilesweep", DATA_FILES[0], "archs", dict[str, ArchSpec])
 

@@ -21,8 +21,7 @@ SECTIONS = (
     ("tune", "The project's fused-MoE kernel tuned in the engines' conditions", "Tuning"),
     ("dropins", "Files to drop into vLLM and SGLang", "Drop-ins"),
 )
-# The package data this module reads (rerun_keys.code_hash hashes it with the module): the
-# section's fixed texts and its figure's.
+# The section's fixed texts and its figure's.
 DATA_FILES = ("fused_moe/data/report_texts.yaml",)
 TEXTS = package_data.data_typed("tilesweep", DATA_FILES[0], None, dict[str, str])
 # The tuning section's short table: the batches the tuned config gains most on.

@@ -33,8 +33,7 @@ config_timeout_s compile_timeout_s engines"""
 TIMES = ("time_ms", "time_p10_ms", "time_p90_ms")
 # Beside a dtype's spec.json and journal: the driver and Triton that timed them.
 VERSIONS = "versions.json"
-# What a folder of the project kernel's picks holds, in the folder itself (README.txt); the package
-# data this module reads (rerun_keys.code_hash hashes it with the module).
+# What a folder of the project kernel's picks holds, in the folder itself (README.txt).
 DATA_FILES = ("fused_moe/data/project_kernel_README.txt",)
 PROJECT_KERNEL_README = package_data.data_file("tilesweep", DATA_FILES[0]).format(
     prefix=PROJECT_KERNEL

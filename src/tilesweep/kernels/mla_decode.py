@@ -186,8 +186,7 @@ class Config:
     num_stages: int = 2
 
 
-# The fastest configuration by (local heads, sequences), measured (data/mla_tuned.yaml says how):
-# the package data this module reads (rerun_keys.code_hash hashes it with the module).
+# The fastest configuration by (local heads, sequences), measured (data/mla_tuned.yaml says how).
 DATA_FILES = ("data/mla_tuned.yaml",)
 _FIELDS = tuple[int, int, int, int, int]  # a Config's, in order
 _TUNED = data_typed("tilesweep", DATA_FILES[0], "tuned", dict[int, dict[int, _FIELDS]])

@@ -8,7 +8,6 @@ import pandas as pd
 from tilesweep import package_data
 from tilesweep.answer_card import AnswerCard
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/figures.yaml", "data/report_texts.yaml")
 
 

@@ -111,7 +111,6 @@ def engine_line(engines: pd.DataFrame | None) -> str:
 
 # ---- the legend of the badge words -----------------------------------------------------------
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/report_texts.yaml",)
 # The verdict grid's badge words and what each means, its thresholds filled in.
 LEGEND = {

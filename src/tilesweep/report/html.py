@@ -12,7 +12,6 @@ from tilesweep.answer_card import REPORT_RESTS, AnswerCard
 from tilesweep.report.document import Bullets, Code, Figure, Heading, ReportData, Table, Text
 from tilesweep.report.formatting import fmt_value
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("templates/report.css", "templates/report.html", "templates/report_card.html")
 # The report's one style sheet, inline in its <head>, the page around the sections and the card.
 CSS = "\n" + package_data.data_file("tilesweep", DATA_FILES[0])

@@ -9,7 +9,6 @@ from tilesweep.plan.smem_estimate import hand_estimate
 from tilesweep.provenance import HOST_DEVICE, cell_hash, git_commit
 from tilesweep.stages import logged
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/columns.yaml",)
 _LISTS = package_data.column_lists("tilesweep.stages.launch")
 CELL_KEYS, BUILD_KEYS = _LISTS["CELL_KEYS"], _LISTS["BUILD_KEYS"]

@@ -29,8 +29,7 @@ from tilesweep.io import write_text
 from tilesweep.package_data import data_typed
 
 FOLDER = ".engine_kernels"  # default, at the checkout's root (ignored by git)
-# The headers above the code taken verbatim (kernel, names): the package data this module reads
-# (rerun_keys.code_hash hashes it with the module).
+# The headers above the code taken verbatim (kernel, names).
 DATA_FILES = ("fused_moe/data/wheel_headers.yaml",)
 HEADERS = data_typed("tilesweep", DATA_FILES[0], None, dict[str, str])
 HEADER, NAMES_HEADER = HEADERS["kernel"], HEADERS["names"]

@@ -17,7 +17,6 @@ from tilesweep.measure import timing
 from tilesweep.measure.step.clock import PartClock
 from tilesweep.measure.step.shapes import micro_batches
 
-# The package data this module reads (rerun_keys.code_hash hashes it with the module).
 DATA_FILES = ("data/launch_count.yaml",)
 # aten ops that return a view or metadata and launch no kernel.
 NO_LAUNCH = frozenset(package_data.data_mapping("tilesweep", DATA_FILES[0])["no_launch"])
