@@ -10,7 +10,7 @@ from tilesweep.deployment_verdict import DECODE_DTYPE
 from tilesweep.errors import ConfigError
 from tilesweep.io import check_results_dir, project_path
 from tilesweep.plan.calibration import FIT_LAYOUT
-from tilesweep.report_paths import Stage5
+from tilesweep.report_paths import REPORT_FILES, Stage5
 from tilesweep.rerun_keys import code_hash
 
 # The fields that name a kernel configuration, as grid.build_cells writes them.
@@ -314,9 +314,7 @@ class Sweep:
         tables = ["launch", "decode", "collective", "verdict"]
         return [
             *(str(stage.tables / f"{t}.csv") for t in tables),
-            str(stage.reports / "report.md"),
-            str(stage.reports / "report.html"),
-            str(stage.reports / "answer.json"),
+            *(str(stage.reports / name) for name in REPORT_FILES),
             *self.tuned_outputs(),
             self.path("power", "power.csv"),
         ]

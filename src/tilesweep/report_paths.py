@@ -21,6 +21,8 @@ COMPOSED_TABLES = ("verdict", "engines")
 CHECK_TABLES = ("check",)
 # A kept example's own record of the overrides it was made with.
 EXAMPLE_OVERRIDES = "overrides.yaml"
+# What the report step writes beside the tables: both reports and the answer card.
+REPORT_FILES = ("report.md", "report.html", "answer.json")
 
 
 def example_overrides(folder: str) -> list[str]:
@@ -159,8 +161,6 @@ class Stage5:
         """Return what `all` asks for in example mode: the re-rendered tables and reports."""
         return [
             *(self.table(name) for name in VERDICT_TABLES),
-            str(self.reports / "report.md"),
-            str(self.reports / "report.html"),
-            str(self.reports / "answer.json"),
+            *(str(self.reports / name) for name in REPORT_FILES),
             *backends.example_outputs(self.example),
         ]
