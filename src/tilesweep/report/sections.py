@@ -229,19 +229,13 @@ def _stages(asked: str) -> str:
     return "auto stages" if asked == "auto" else f"{asked} stages asked"
 
 
-def _combination(row: dict) -> str:
-    return (
-        f"{row['tile']}, {row['epilogue']} epilogue, {_stages(str(whole(row['stages_requested'])))}"
-    )
-
-
 def _over_limit(row: dict, auto: dict | None, ran: bool | None, name: str) -> str:
     sizes = {"smem": int(row["smem_bytes"]), "over": int(row["overshoot_bytes"])}
     outcome = TEXTS[f"tile_ran_{str(ran).lower()}"].format(name=name)
     limit = int(row["smem_limit_bytes"])
-    said = TEXTS["tile_over"].format(
-        combination=_combination(row), limit=limit, outcome=outcome, **sizes
-    )
+    asked = _stages(str(whole(row["stages_requested"])))
+    combination = f"{row['tile']}, {row['epilogue']} epilogue, {asked}"
+    said = TEXTS["tile_over"].format(combination=combination, limit=limit, outcome=outcome, **sizes)
     if auto is not None and row["asked"] != "auto":
         optin = " after opt-in" if auto["fits"] == "optin" else ""
         more = "tile_auto_over" if auto["fits"] == "no" else "tile_auto_fits"
