@@ -17,7 +17,8 @@ from tilesweep.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "holdout" / "check.py"
 HOLDOUT2 = ROOT / "benchmarks" / "holdout2"  # scored, then spent (set 1 is in the corpus)
-HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # the scorer's default set (session 62)
+HOLDOUT3 = ROOT / "benchmarks" / "holdout3"  # session 62
+HOLDOUT4 = ROOT / "benchmarks" / "holdout4"  # the scorer's default set (session 64)
 SET2_LEAST = 233  # the least number of figures set 2 holds
 SET3_LEAST = 329  # the least number of figures set 3 holds
 PINNED = r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/.+#L\d+"  # a line at a commit
@@ -51,10 +52,10 @@ def _tmp_set(folder: Path) -> Path:
     return folder
 
 
-def test_the_default_set_is_the_third_one():
-    """Set 1 was folded into the corpus and set 2 spent: with no --set the scorer reads set 3."""
+def test_the_default_set_is_the_fourth_one():
+    """Set 1 was folded into the corpus, sets 2 and 3 seen: with no --set the scorer reads set 4."""
     mod = _module()
-    assert Path(mod.parse_args([]).folder) == HOLDOUT3
+    assert Path(mod.parse_args([]).folder) == HOLDOUT4
     assert not (ROOT / "benchmarks" / "holdout" / "figures.csv").exists()
 
 
@@ -122,15 +123,18 @@ def test_the_third_sets_uncomposable_rows_are_the_marked_ones():
     assert flagged == marked and len(flagged) == SET3_UNCOMPOSABLE
 
 
-def test_the_third_set_repeats_no_held_figure():
-    """No set-3 TPOT equals, to 0.01 ms, a corpus or set-2 figure of its model x GPU x engine."""
+@pytest.mark.parametrize("later", [HOLDOUT3, HOLDOUT4])
+def test_a_later_set_repeats_no_held_figure(later):
+    """No set-3 (set-4) TPOT equals, to 0.01 ms, a corpus or earlier set's figure of its model x
+    GPU x engine."""
     mod = _module()
     held = defaultdict(list)
     for fig in compose_settings([]).references.figures:
         held[fig.model, fig.hardware, fig.engine].append(float(fig.tpot_ms))
-    for f in mod.read_set(str(HOLDOUT2)):
-        held[f["model"], f["hardware"], f["engine"]].append(float(f["tpot_ms"]))
-    for f in mod.read_set(str(HOLDOUT3)):
+    for earlier in (HOLDOUT2, HOLDOUT3, HOLDOUT4)[: (HOLDOUT3, HOLDOUT4).index(later) + 1]:
+        for f in mod.read_set(str(earlier)):
+            held[f["model"], f["hardware"], f["engine"]].append(float(f["tpot_ms"]))
+    for f in mod.read_set(str(later)):
         family = held[f["model"], f["hardware"], f["engine"]]
         assert all(abs(float(f["tpot_ms"]) - v) > 0.01 for v in family), f["id"]
 

@@ -1,9 +1,9 @@
 """Compose each held-out engine figure with `tilesweep verdict` and score it:
 `python benchmarks/holdout/check.py [--set FOLDER] [OUT_CSV]` from the repository root.
 
-FOLDER holds the set's figures.csv (default benchmarks/holdout3, the live held-out set; set 2 was
-scored and then spent by changes made after it; set 1, once in this folder, was folded into the
-corpus on 2026-12-07: README.md here). A figure whose
+FOLDER holds the set's figures.csv (default benchmarks/holdout4, the live held-out set; sets 2
+and 3 were scored and then seen by changes made after them; set 1, once in this folder, was folded
+into the corpus on 2026-12-07: README.md here). A figure whose
 model, GPU, deployment or engine has no file under conf/ is reported as "cannot compose" with the
 missing file, never composed.
 
@@ -35,7 +35,7 @@ from tilesweep.settings.cited_figures import Figure  # noqa: E402 - likewise
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE.parents[1]
-DEFAULT_SET = MAIN / "benchmarks" / "holdout3"  # the live held-out set
+DEFAULT_SET = MAIN / "benchmarks" / "holdout4"  # the live held-out set
 CONF = MAIN / "conf"
 COLUMNS = [
     "id",
