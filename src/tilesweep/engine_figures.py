@@ -80,7 +80,7 @@ def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
 
 # The columns of an engines row that are the figure's own, and the composed verdict row's.
 _FIGURE_KEYS = ("engine", "version", "model", "hardware", "batch", "input_len", "output_len")
-_FIGURE_KEYS += ("speculative", "statistic", "role")
+_FIGURE_KEYS += ("topology", "pcie_allreduce", "speculative", "statistic", "role")
 _VERDICT_KEYS = ("context_len", "weight_dtype", "kv_dtype", "tpot_low_ms", "tpot_high_ms")
 _VERDICT_KEYS += ("floor_ms", "host_ms", "prefill_ms", "bound", "fits_memory", "kernel_list")
 
