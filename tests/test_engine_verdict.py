@@ -476,10 +476,23 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
     ]
     for overrides in composes:
         assert deployment_refusals.refusal(compose_settings(overrides)) is None, overrides
+
+
+@pytest.mark.slow  # a process of its own: imports the CLI and composes (the refusal above is fast)
+def test_the_verdict_command_refuses_a_deployment_that_cannot_be_composed_in_one_line():
     done = subprocess.run(
-        [sys.executable, "-m", "tilesweep.cli", "verdict", "engine=tensorrtllm", "hardware=a100",
-         "deployment=bf16"], capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tilesweep.cli",
+            "verdict",
+            "engine=tensorrtllm",
+            "hardware=a100",
+            "deployment=bf16",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "no attention kernel on sm_80" in done.stderr and "Traceback" not in done.stderr
 
