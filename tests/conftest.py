@@ -330,11 +330,14 @@ def stub_bin(tmp_path: Path, **bodies: str) -> Path:
 
 
 def fast_sample(cases: list, every: int = 3) -> list:
-    """Return a parametrize list of cases (tuples of arguments) where every `every`-th case,
-    the first included, runs in the fast tier and the others are marked slow: a long walk of
-    refusals, each a Hydra composition of its own, is sampled by make test-fast and run whole by
-    make test (pyproject.toml's slow marker)."""
+    """Return a parametrize list of cases (a tuple of arguments, or one argument) where every
+    `every`-th case, the first included, runs in the fast tier and the others are marked slow:
+    a long walk of refusals, each a Hydra composition of its own, is sampled by make test-fast
+    and run whole by make test (pyproject.toml's slow marker)."""
     return [
-        pytest.param(*case, marks=() if i % every == 0 else pytest.mark.slow)
+        pytest.param(
+            *(case if isinstance(case, tuple) else (case,)),
+            marks=() if i % every == 0 else pytest.mark.slow,
+        )
         for i, case in enumerate(cases)
     ]

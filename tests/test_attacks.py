@@ -160,7 +160,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("override", "message"), REFUSED, ids=[o for o, _ in REFUSED])
+@pytest.mark.parametrize(("override", "message"), fast_sample(REFUSED), ids=[o for o, _ in REFUSED])
 def test_a_bad_value_is_refused_in_one_line(override, message):
     """Each is planned as the Snakefile plans it (Sweep, with no device given); the test below
     runs snakemake on two of them: the Snakefile turns the refusal into its line before any job."""

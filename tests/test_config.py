@@ -199,23 +199,25 @@ def test_nan_and_inf_in_a_hardware_file_are_refused(tmp_path, value):
 
 @pytest.mark.parametrize(
     "key",
-    [
-        "colour",
-        "model.colour",
-        "model.attention.colour",
-        "grid.colour",
-        "grid.tiles[0].colour",
-        "grid.layouts[0].colour",
-        "bench.colour",
-        "deployment.colour",
-        "hardware.colour",
-        "backend.triton.colour",
-        "backend.torch.colour",
-        "backend.cutlass.colour",
-        "backend.cutlass.extra_stages[0].colour",
-        "backend.fused_moe.colour",
-        "backend.fused_moe.space.colour",
-    ],
+    fast_sample(
+        [
+            "colour",
+            "model.colour",
+            "model.attention.colour",
+            "grid.colour",
+            "grid.tiles[0].colour",
+            "grid.layouts[0].colour",
+            "bench.colour",
+            "deployment.colour",
+            "hardware.colour",
+            "backend.triton.colour",
+            "backend.torch.colour",
+            "backend.cutlass.colour",
+            "backend.cutlass.extra_stages[0].colour",
+            "backend.fused_moe.colour",
+            "backend.fused_moe.space.colour",
+        ]
+    ),
 )
 def test_an_unknown_key_is_refused_in_every_group(key):
     override = "+" + key.replace("[0]", ".0") + "=red"
@@ -227,16 +229,18 @@ def test_an_unknown_key_is_refused_in_every_group(key):
 
 @pytest.mark.parametrize(
     "key",
-    [
-        "bench.warmup",
-        "model.hidden",
-        "model.attention.heads",
-        "grid.stages[0]",
-        "grid.tiles[0].m",
-        "deployment.context_len",
-        "hardware.cc",
-        "backend.fused_moe.finalists",
-    ],
+    fast_sample(
+        [
+            "bench.warmup",
+            "model.hidden",
+            "model.attention.heads",
+            "grid.stages[0]",
+            "grid.tiles[0].m",
+            "deployment.context_len",
+            "hardware.cc",
+            "backend.fused_moe.finalists",
+        ]
+    ),
 )
 def test_a_bool_where_an_integer_is_expected_is_refused(key):
     dotted = key.replace("[0]", ".0")

@@ -465,13 +465,21 @@ def test_checkpoint_options_follow_the_named_checkpoint():
 
 @pytest.mark.parametrize(
     "layout, message",
-    [
-        ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
-        ("{tp:1,pp:1,ep:8,experts:ep}", "experts='ep': spreads whole experts over the TP group"),
-        ("{tp:4,pp:1,ep:1,moe_tp:3}", "moe_tp=3: does not divide a stage.s tp.ep = 4.1 = 4 ranks"),
-        ("{tp:8,pp:1,ep:1,experts:ep,moe_tp:2}", "moe_tp=2: must be 1 with experts=ep"),
-        ("{tp:2,pp:1,ep:4,moe_tp:0}", "moe_tp=0: must be at least 1"),
-    ],
+    fast_sample(
+        [
+            ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
+            (
+                "{tp:1,pp:1,ep:8,experts:ep}",
+                "experts='ep': spreads whole experts over the TP group",
+            ),
+            (
+                "{tp:4,pp:1,ep:1,moe_tp:3}",
+                "moe_tp=3: does not divide a stage.s tp.ep = 4.1 = 4 ranks",
+            ),
+            ("{tp:8,pp:1,ep:1,experts:ep,moe_tp:2}", "moe_tp=2: must be 1 with experts=ep"),
+            ("{tp:2,pp:1,ep:4,moe_tp:0}", "moe_tp=0: must be at least 1"),
+        ]
+    ),
 )
 def test_bad_expert_layouts_are_one_line_errors(layout, message):
     from tilesweep.errors import ConfigError
