@@ -1,5 +1,6 @@
 # Two commands: `make sweep` runs the default sweep, `make test` lints and tests (what CI runs).
-# `make test-fast` is the edit loop: lint and the tests not marked slow (no sweep, no compile).
+# `make test-fast` is the edit loop: lint and the tests not marked slow (no sweep, no compile, a
+# sample of each long walk of refusals; `make test` runs every case).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import io
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+import yaml
 
 from tilesweep import config
 
@@ -93,6 +95,34 @@ config._compose_raw = _kept(
 config.load_catalog = _kept(config.load_catalog, lambda conf_dir: ((), Path(conf_dir) / "hardware"))
 
 
+# Hydra parses each YAML file of every composition afresh, with PyYAML in pure Python (about a
+# quarter of a compose's CPU), and the tests compose the same files hundreds of times with other
+# overrides. A parse is a pure function of the text and the loader: OmegaConf's loader's parse of
+# a text is kept under that text and handed out as a deep copy. Hydra still opens and reads every
+# file, merges and checks each composition; a file whose text fails to parse fails every time.
+_PARSED: dict[tuple, object] = {}
+_yaml_load = yaml.load
+
+
+def _parsed_once(stream, Loader):
+    """Return yaml.load(stream, Loader), kept per text where Loader is OmegaConf's."""
+    if getattr(Loader, "__module__", "") != "omegaconf._utils":
+        return _yaml_load(stream, Loader)
+    text = stream.read() if hasattr(stream, "read") else stream
+    key = (Loader.__qualname__, text)
+    if key not in _PARSED:
+        again = text  # a file is parsed as a file, so an error names it as Hydra's would
+        if hasattr(stream, "read"):
+            again = io.StringIO(text) if isinstance(text, str) else io.BytesIO(text)
+            if hasattr(stream, "name"):
+                again.name = stream.name
+        _PARSED[key] = _yaml_load(again, Loader)
+    return copy.deepcopy(_PARSED[key])
+
+
+yaml.load = _parsed_once
+
+
 # Fixtures that run a real sweep: every test that takes one is slow (make test-fast leaves it out).
 SWEEP_FIXTURES = {"tiny_sweep", "resumed_sweep", "second_sweep", "slurm_sweep"}
 
@@ -106,6 +136,7 @@ SHARED_FIXTURE_GROUPS = {
     "slurm_sweep": "tiny_sweep",
     "compiled": "cutlass_compiled",  # test_cutlass_accounting: five CUTLASS cells through nvcc
     "corpus_engines": "corpus_engines",  # the cited engine figures, composed
+    "sglang_runs": "sglang_runs",  # test_sglang_kernel: SGLang's kernel under the interpreter
 }
 
 
@@ -296,3 +327,17 @@ def stub_bin(tmp_path: Path, **bodies: str) -> Path:
         script.write_text(f"#!/bin/sh\n{body}\n")
         script.chmod(0o755)
     return stubs
+
+
+def fast_sample(cases: list, every: int = 3) -> list:
+    """Return a parametrize list of cases (a tuple of arguments, or one argument) where every
+    `every`-th case, the first included, runs in the fast tier and the others are marked slow:
+    a long walk of refusals, each a Hydra composition of its own, is sampled by make test-fast
+    and run whole by make test (pyproject.toml's slow marker)."""
+    return [
+        pytest.param(
+            *(case if isinstance(case, tuple) else (case,)),
+            marks=() if i % every == 0 else pytest.mark.slow,
+        )
+        for i, case in enumerate(cases)
+    ]

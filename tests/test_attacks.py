@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, SNAKEMAKE, snakemake
+from conftest import ROOT, SNAKEMAKE, fast_sample, snakemake
 
 from tilesweep.cli import main as cli
 from tilesweep.errors import ConfigError
@@ -160,7 +160,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("override", "message"), REFUSED, ids=[o for o, _ in REFUSED])
+@pytest.mark.parametrize(("override", "message"), fast_sample(REFUSED), ids=[o for o, _ in REFUSED])
 def test_a_bad_value_is_refused_in_one_line(override, message):
     """Each is planned as the Snakefile plans it (Sweep, with no device given); the test below
     runs snakemake on two of them: the Snakefile turns the refusal into its line before any job."""
@@ -438,7 +438,7 @@ PLAN_REFUSED = [
 
 
 @pytest.mark.parametrize(
-    ("override", "message"), PLAN_REFUSED, ids=[o[:60] for o, _ in PLAN_REFUSED]
+    ("override", "message"), fast_sample(PLAN_REFUSED), ids=[o[:60] for o, _ in PLAN_REFUSED]
 )
 def test_a_bad_plan_is_refused_in_one_line(override, message):
     """Each is planned as the Snakefile plans it (Sweep), which turns a ConfigError into its one
@@ -803,11 +803,17 @@ def _archive(tmp_path: Path, drop: str = "", junk: str = "") -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("how", "message"),
-    [("missing", "no such file"), ("no-power", "no power table"), ("junk", "has no rows"),
-     ("not-tar", "not a gzipped tar archive"), ("bad-override", "import_example:")],
-)  # fmt: skip
+IMPORT_REFUSED = [
+    ("missing", "no such file"),
+    ("no-power", "no power table"),
+    ("junk", "has no rows"),
+    ("not-tar", "not a gzipped tar archive"),
+    ("bad-override", "import_example:"),
+]
+
+
+# Each runs the script (bash, then this Python): the fast tier runs three of the five.
+@pytest.mark.parametrize(("how", "message"), fast_sample(IMPORT_REFUSED, every=2))
 def test_import_example_checks_everything_before_it_touches_the_example(tmp_path, how, message):
     """A bad archive or override leaves the kept example as it was, in one line (it used to
     copy tables over the kept ones before it checked them)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import SNAKEMAKE
+from conftest import SNAKEMAKE, fast_sample
 
 from tilesweep.cells import summary_path, write_cell_table
 from tilesweep.cli import main
@@ -164,13 +164,17 @@ def _copy_conf(tmp_path: Path) -> Path:
     return conf
 
 
+# Each composes in a process of its own (a pipe that blocked would hang this one): the fast tier
+# runs the first.
 @pytest.mark.parametrize(
     ("target", "overrides"),
-    [
-        ("engine/sglang.yaml", ["engine=sglang_b12x"]),  # a file a chosen file derives from
-        ("deployment/fp8_all.yaml", ["deployment=fp8_all", "hardware=h200"]),
-        ("engine/vllm.yaml", []),  # a file nothing chose
-    ],
+    fast_sample(
+        [
+            ("engine/sglang.yaml", ["engine=sglang_b12x"]),  # a file a chosen file derives from
+            ("deployment/fp8_all.yaml", ["deployment=fp8_all", "hardware=h200"]),
+            ("engine/vllm.yaml", []),  # a file nothing chose
+        ]
+    ),
 )
 def test_a_config_file_that_is_a_pipe_is_named_before_hydra_reads_it(tmp_path, target, overrides):
     """A FIFO among the config files would block Hydra's read forever: one line names it."""

@@ -6,6 +6,7 @@ tracks; the probes' and the curve tool's arguments and OUT checked before anythi
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -208,11 +209,24 @@ def test_the_curve_tool_names_rows_that_are_not_the_probes(tmp_path):
         ("fused_moe_probe.py", ["--models", "nosuch"], "--models takes glm5,deepseek_v3, not"),
     ],
 )
-def test_a_probe_checks_its_arguments_before_its_kernels_or_gpu(tmp_path, script, args, said):
+def test_a_probe_checks_its_arguments_before_its_kernels_or_gpu(
+    tmp_path, monkeypatch, capsys, script, args, said
+):
     """Checked before the GPU is asked for and before the kernels are loaded (a bad one ran 78
-    layers on the GPU first, or was hidden behind the missing kernels)."""
-    proc = _tool(tmp_path, script, *args, out=str(tmp_path / "out"))
-    assert proc.returncode != 0 and said in proc.stderr and "Traceback" not in proc.stderr
+    layers on the GPU first, or was hidden behind the missing kernels). The probe's main runs in
+    this process (a process of its own imports torch again); the tests below run each probe as a
+    user does, through tool_main."""
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    probe = importlib.import_module(script.removesuffix(".py"))
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = probe.main()
+    except SystemExit as exc:  # sys.exit(line): Python prints the line, exit 1
+        code = exc.code
+    line = code if isinstance(code, str) else capsys.readouterr().err.strip()
+    assert code not in (0, None) and said in line and "\n" not in line, line
     assert not (tmp_path / "out").exists()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import fast_sample
 
 from tilesweep.command_config import parse_overrides
 from tilesweep.config import CONF_DIR, compose
@@ -43,70 +44,87 @@ def test_override_reaches_the_grid():
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [
-        ("hardware=h300", "h300"),
-        ("model=glm9", "glm9"),
-        ("grid.targets=[h300]", "grid.targets[0]='h300': unknown hardware; valid: "),
-        ("grid.tiles=[{m:24,n:64,k:64}]", "grid.tiles[0].m=24: must be a power of two"),
-        ("grid.tiles=[{m:0,n:64,k:64}]", "grid.tiles[0].m=0: must be at least 16"),
-        ("grid.tiles=[{m:64,n:64,k:4096}]", "grid.tiles[0].k=4096: does not divide model.hidden"),
-        ("grid.stages=[0]", "grid.stages[0]=0: must be between 1 and 16"),
-        ("grid.stages=[1000000]", "grid.stages[0]=1000000: must be between 1 and 16"),
-        ("grid.warps=[64]", "grid.warps[0]=64: must be between 1 and 32"),
-        ("model.hidden=" + "1" + "0" * 30, "model.hidden=1" + "0" * 30 + ": must be between 1"),
-        ("model.routed_experts=0", "model.routed_experts=0: must be between 1 and 65,536"),
-        ("grid.tokens_per_expert=[0,16]", "grid.tokens_per_expert[0]=0: must be between 1"),
-        ("grid.layouts=[{tp:4,pp:2,ep:1,world:4}]", "grid.layouts[0].world=4: tp*pp*ep"),
-        ("grid.layouts=[{tp:3,pp:1,ep:1}]", "grid.layouts[0].tp=3: does not divide"),
-        ("grid.tokens_per_expert=[abc]", "grid.tokens_per_expert[0]='abc': expected an integer"),
-        ("deployment.fit_batches=[1,8,64]", "deployment.fit_batches=[1, 8, 64]: at most two"),
-        ("deployment.fit_batches=[8,8]", "deployment.fit_batches=[8, 8]: at most two distinct"),
-        ("deployment.fit_batches=[0]", "deployment.fit_batches[0]=0: must be at least 1"),
-        ("grid.dtypes=[fp4]", "grid.dtypes[0]='fp4': allowed: bf16, fp8"),
-        ("grid.colour=red", "bad config: Could not override 'grid.colour' (no key 'colour' there)"),
-        (
-            "references.figures={a: 1}",
-            "references.figures={a: 1} (Cannot merge a mapping with a list)",
-        ),
-        ("+grid.colour=red", "grid.colour: unknown key"),
-        ("grid.layouts=[{tp:1,pp:1}]", "grid.layouts[0]: missing key 'ep'"),
-        ("grid.tiles=[]", "grid.tiles=[]: give at least one"),
-        ("grid.layouts=[]", "grid.layouts=[]: give at least one"),
-        ("grid.warps=[]", "grid.warps=[]: give at least one"),
-        ("backend.cutlass.stages=[]", "backend.cutlass.stages=[]: give 'auto'"),
-        ("backend.cutlass.dtype_by_arch.sm_90=fp16", "dtype_by_arch.sm_90='fp16': allowed"),
-        (
-            "backend.cutlass.extra_stages.0.arch=sm_121",
-            "backend.cutlass.extra_stages[0].arch='sm_121': allowed: sm_90, sm_100, sm_120",
-        ),
-        (
-            "backend.cutlass.extra_stages.0.stages=[0]",
-            "backend.cutlass.extra_stages[0].stages[0]=0: must be at least 1",
-        ),
-        (
-            "backend.cutlass.extra_stages.0.stages=[auto]",
-            "backend.cutlass.extra_stages[0].stages[0]='auto': expected an integer",
-        ),
-        (
-            "backend.cutlass.extra_stages.0.stages=[]",
-            "extra_stages[0].stages=[]: give at least one",
-        ),
-        (
-            "backend.cutlass.extra_stages.0.epilogues=[fused]",
-            "backend.cutlass.extra_stages[0].epilogues[0]='fused': allowed: default, finalize",
-        ),
-        ("backend.cutlass.extra_stages=[{arch:sm_120}]", "extra_stages[0]: missing key 'tiles'"),
-        ("model.shared_experts=-1", "model.shared_experts=-1: must be at least 0"),
-        ("bench.collective_sweep_factor=0", "bench.collective_sweep_factor=0: must be at least 1"),
-        ("bench.step_moe_layers=0", "bench.step_moe_layers=0: must be at least 1"),
-        (
-            "bench.kernel_timeout_s=0",
-            "bench.kernel_timeout_s=0: must be more than 0 and at most 604,800",
-        ),
-        ("bench.zipf_alpha=-1", "bench.zipf_alpha=-1: must be more than 0"),
-        ("bench.collective_sweep_max_bytes=8", "collective_sweep_max_bytes=8: less than"),
-        ("bench.step_runner=cublas", "bench.step_runner='cublas': allowed: auto"),
-    ],
+    fast_sample(
+        [
+            ("hardware=h300", "h300"),
+            ("model=glm9", "glm9"),
+            ("grid.targets=[h300]", "grid.targets[0]='h300': unknown hardware; valid: "),
+            ("grid.tiles=[{m:24,n:64,k:64}]", "grid.tiles[0].m=24: must be a power of two"),
+            ("grid.tiles=[{m:0,n:64,k:64}]", "grid.tiles[0].m=0: must be at least 16"),
+            (
+                "grid.tiles=[{m:64,n:64,k:4096}]",
+                "grid.tiles[0].k=4096: does not divide model.hidden",
+            ),
+            ("grid.stages=[0]", "grid.stages[0]=0: must be between 1 and 16"),
+            ("grid.stages=[1000000]", "grid.stages[0]=1000000: must be between 1 and 16"),
+            ("grid.warps=[64]", "grid.warps[0]=64: must be between 1 and 32"),
+            ("model.hidden=" + "1" + "0" * 30, "model.hidden=1" + "0" * 30 + ": must be between 1"),
+            ("model.routed_experts=0", "model.routed_experts=0: must be between 1 and 65,536"),
+            ("grid.tokens_per_expert=[0,16]", "grid.tokens_per_expert[0]=0: must be between 1"),
+            ("grid.layouts=[{tp:4,pp:2,ep:1,world:4}]", "grid.layouts[0].world=4: tp*pp*ep"),
+            ("grid.layouts=[{tp:3,pp:1,ep:1}]", "grid.layouts[0].tp=3: does not divide"),
+            (
+                "grid.tokens_per_expert=[abc]",
+                "grid.tokens_per_expert[0]='abc': expected an integer",
+            ),
+            ("deployment.fit_batches=[1,8,64]", "deployment.fit_batches=[1, 8, 64]: at most two"),
+            ("deployment.fit_batches=[8,8]", "deployment.fit_batches=[8, 8]: at most two distinct"),
+            ("deployment.fit_batches=[0]", "deployment.fit_batches[0]=0: must be at least 1"),
+            ("grid.dtypes=[fp4]", "grid.dtypes[0]='fp4': allowed: bf16, fp8"),
+            (
+                "grid.colour=red",
+                "bad config: Could not override 'grid.colour' (no key 'colour' there)",
+            ),
+            (
+                "references.figures={a: 1}",
+                "references.figures={a: 1} (Cannot merge a mapping with a list)",
+            ),
+            ("+grid.colour=red", "grid.colour: unknown key"),
+            ("grid.layouts=[{tp:1,pp:1}]", "grid.layouts[0]: missing key 'ep'"),
+            ("grid.tiles=[]", "grid.tiles=[]: give at least one"),
+            ("grid.layouts=[]", "grid.layouts=[]: give at least one"),
+            ("grid.warps=[]", "grid.warps=[]: give at least one"),
+            ("backend.cutlass.stages=[]", "backend.cutlass.stages=[]: give 'auto'"),
+            ("backend.cutlass.dtype_by_arch.sm_90=fp16", "dtype_by_arch.sm_90='fp16': allowed"),
+            (
+                "backend.cutlass.extra_stages.0.arch=sm_121",
+                "backend.cutlass.extra_stages[0].arch='sm_121': allowed: sm_90, sm_100, sm_120",
+            ),
+            (
+                "backend.cutlass.extra_stages.0.stages=[0]",
+                "backend.cutlass.extra_stages[0].stages[0]=0: must be at least 1",
+            ),
+            (
+                "backend.cutlass.extra_stages.0.stages=[auto]",
+                "backend.cutlass.extra_stages[0].stages[0]='auto': expected an integer",
+            ),
+            (
+                "backend.cutlass.extra_stages.0.stages=[]",
+                "extra_stages[0].stages=[]: give at least one",
+            ),
+            (
+                "backend.cutlass.extra_stages.0.epilogues=[fused]",
+                "backend.cutlass.extra_stages[0].epilogues[0]='fused': allowed: default, finalize",
+            ),
+            (
+                "backend.cutlass.extra_stages=[{arch:sm_120}]",
+                "extra_stages[0]: missing key 'tiles'",
+            ),
+            ("model.shared_experts=-1", "model.shared_experts=-1: must be at least 0"),
+            (
+                "bench.collective_sweep_factor=0",
+                "bench.collective_sweep_factor=0: must be at least 1",
+            ),
+            ("bench.step_moe_layers=0", "bench.step_moe_layers=0: must be at least 1"),
+            (
+                "bench.kernel_timeout_s=0",
+                "bench.kernel_timeout_s=0: must be more than 0 and at most 604,800",
+            ),
+            ("bench.zipf_alpha=-1", "bench.zipf_alpha=-1: must be more than 0"),
+            ("bench.collective_sweep_max_bytes=8", "collective_sweep_max_bytes=8: less than"),
+            ("bench.step_runner=cublas", "bench.step_runner='cublas': allowed: auto"),
+        ]
+    ),
 )
 def test_bad_input_is_one_line_naming_the_value(override, message):
     with pytest.raises(ConfigError) as err:
@@ -181,23 +199,25 @@ def test_nan_and_inf_in_a_hardware_file_are_refused(tmp_path, value):
 
 @pytest.mark.parametrize(
     "key",
-    [
-        "colour",
-        "model.colour",
-        "model.attention.colour",
-        "grid.colour",
-        "grid.tiles[0].colour",
-        "grid.layouts[0].colour",
-        "bench.colour",
-        "deployment.colour",
-        "hardware.colour",
-        "backend.triton.colour",
-        "backend.torch.colour",
-        "backend.cutlass.colour",
-        "backend.cutlass.extra_stages[0].colour",
-        "backend.fused_moe.colour",
-        "backend.fused_moe.space.colour",
-    ],
+    fast_sample(
+        [
+            "colour",
+            "model.colour",
+            "model.attention.colour",
+            "grid.colour",
+            "grid.tiles[0].colour",
+            "grid.layouts[0].colour",
+            "bench.colour",
+            "deployment.colour",
+            "hardware.colour",
+            "backend.triton.colour",
+            "backend.torch.colour",
+            "backend.cutlass.colour",
+            "backend.cutlass.extra_stages[0].colour",
+            "backend.fused_moe.colour",
+            "backend.fused_moe.space.colour",
+        ]
+    ),
 )
 def test_an_unknown_key_is_refused_in_every_group(key):
     override = "+" + key.replace("[0]", ".0") + "=red"
@@ -209,16 +229,18 @@ def test_an_unknown_key_is_refused_in_every_group(key):
 
 @pytest.mark.parametrize(
     "key",
-    [
-        "bench.warmup",
-        "model.hidden",
-        "model.attention.heads",
-        "grid.stages[0]",
-        "grid.tiles[0].m",
-        "deployment.context_len",
-        "hardware.cc",
-        "backend.fused_moe.finalists",
-    ],
+    fast_sample(
+        [
+            "bench.warmup",
+            "model.hidden",
+            "model.attention.heads",
+            "grid.stages[0]",
+            "grid.tiles[0].m",
+            "deployment.context_len",
+            "hardware.cc",
+            "backend.fused_moe.finalists",
+        ]
+    ),
 )
 def test_a_bool_where_an_integer_is_expected_is_refused(key):
     dotted = key.replace("[0]", ".0")

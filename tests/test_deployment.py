@@ -7,6 +7,7 @@ import copy
 import math
 
 import pytest
+from conftest import fast_sample
 
 from tilesweep.config import compose
 from tilesweep.errors import ConfigError
@@ -317,23 +318,28 @@ def test_bound_margin_share_and_does_not_fit():
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [
-        ("deployment.weight_dtype=fp4", "deployment.weight_dtype='fp4': allowed: bf16, fp8, nvfp4"),
-        ("deployment.kv_dtype=nvfp4", "deployment.kv_dtype='nvfp4': allowed: bf16, fp8"),
-        ("deployment.context_len=0", "deployment.context_len=0: must be at least 1"),
-        ("deployment.batches=[]", "deployment.batches=[]: give at least one"),
-        ("deployment.batches=[8,0]", "deployment.batches[1]=0: must be at least 1"),
-        (
-            "deployment.runtime_reserve_gb=-1",
-            "deployment.runtime_reserve_gb=-1: must be at least 0",
-        ),
-        ("deployment.quantized=[embedding]", "deployment.quantized[0]='embedding': allowed"),
-        ("+deployment.colour=red", "deployment.colour: unknown key"),
-        ("model.attention.kind=mha", "model.attention.kind='mha': allowed: mla, gqa"),
-        ("model.dense_layers=-1", "model.dense_layers=-1: must be at least 0"),
-        ("~model.attention.index_topk", "model.attention: missing key 'index_topk'"),
-        ("deployment=bf16|deployment.compute_dtype=nvfp4", "narrower than weight_dtype=bf16"),
-    ],
+    fast_sample(
+        [
+            (
+                "deployment.weight_dtype=fp4",
+                "deployment.weight_dtype='fp4': allowed: bf16, fp8, nvfp4",
+            ),
+            ("deployment.kv_dtype=nvfp4", "deployment.kv_dtype='nvfp4': allowed: bf16, fp8"),
+            ("deployment.context_len=0", "deployment.context_len=0: must be at least 1"),
+            ("deployment.batches=[]", "deployment.batches=[]: give at least one"),
+            ("deployment.batches=[8,0]", "deployment.batches[1]=0: must be at least 1"),
+            (
+                "deployment.runtime_reserve_gb=-1",
+                "deployment.runtime_reserve_gb=-1: must be at least 0",
+            ),
+            ("deployment.quantized=[embedding]", "deployment.quantized[0]='embedding': allowed"),
+            ("+deployment.colour=red", "deployment.colour: unknown key"),
+            ("model.attention.kind=mha", "model.attention.kind='mha': allowed: mla, gqa"),
+            ("model.dense_layers=-1", "model.dense_layers=-1: must be at least 0"),
+            ("~model.attention.index_topk", "model.attention: missing key 'index_topk'"),
+            ("deployment=bf16|deployment.compute_dtype=nvfp4", "narrower than weight_dtype=bf16"),
+        ]
+    ),
 )
 def test_bad_deployment_values_are_one_line_errors(override, message):
     with pytest.raises(ConfigError) as err:
@@ -459,13 +465,21 @@ def test_checkpoint_options_follow_the_named_checkpoint():
 
 @pytest.mark.parametrize(
     "layout, message",
-    [
-        ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
-        ("{tp:1,pp:1,ep:8,experts:ep}", "experts='ep': spreads whole experts over the TP group"),
-        ("{tp:4,pp:1,ep:1,moe_tp:3}", "moe_tp=3: does not divide a stage.s tp.ep = 4.1 = 4 ranks"),
-        ("{tp:8,pp:1,ep:1,experts:ep,moe_tp:2}", "moe_tp=2: must be 1 with experts=ep"),
-        ("{tp:2,pp:1,ep:4,moe_tp:0}", "moe_tp=0: must be at least 1"),
-    ],
+    fast_sample(
+        [
+            ("{tp:8,pp:1,ep:1,experts:ep2}", "'ep2': allowed: tp, ep"),
+            (
+                "{tp:1,pp:1,ep:8,experts:ep}",
+                "experts='ep': spreads whole experts over the TP group",
+            ),
+            (
+                "{tp:4,pp:1,ep:1,moe_tp:3}",
+                "moe_tp=3: does not divide a stage.s tp.ep = 4.1 = 4 ranks",
+            ),
+            ("{tp:8,pp:1,ep:1,experts:ep,moe_tp:2}", "moe_tp=2: must be 1 with experts=ep"),
+            ("{tp:2,pp:1,ep:4,moe_tp:0}", "moe_tp=0: must be at least 1"),
+        ]
+    ),
 )
 def test_bad_expert_layouts_are_one_line_errors(layout, message):
     from tilesweep.errors import ConfigError

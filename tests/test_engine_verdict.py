@@ -281,17 +281,21 @@ def test_the_corpus_is_wide_enough_and_every_figure_composes_or_says_why(corpus_
     assert got["composed"] + got["gaps"] == got["test_rows"]
 
 
-def test_tilesweep_verdict_writes_tp8_rows_in_seconds(tmp_path, capsys):
+# With the engine check the command composes every cited figure (the whole corpus): slow. The
+# fast tier runs the same command with --no-engines.
+@pytest.mark.parametrize("engines", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_tilesweep_verdict_writes_tp8_rows_in_seconds(tmp_path, capsys, engines):
     start = time.perf_counter()
     rc = main(["verdict", "hardware=h200", "model=deepseek_v3", "deployment=fp8_all",
                "deployment.batches=[4,8,16,32,64]", "deployment.input_len=1024",
-               "deployment.output_len=1024", "--out", str(tmp_path / "v")])  # fmt: skip
+               "deployment.output_len=1024", "--out", str(tmp_path / "v"),
+               *([] if engines else ["--no-engines"])])  # fmt: skip
     took = time.perf_counter() - start
     assert rc == 0, capsys.readouterr().err
     table = pd.read_csv(tmp_path / "v/verdict.csv")
     tp8 = table[table["layout"] == "tp8-pp1-ep1"]
     assert sorted(tp8["batch"]) == [4, 8, 16, 32, 64] and tp8["tpot_ms"].notna().all()
-    assert (tmp_path / "v/engines.csv").is_file()
+    assert (tmp_path / "v/engines.csv").is_file() == engines
     print(f"tilesweep verdict took {took:.1f} s")  # the target (under a minute) is a benchmark
 
 
@@ -476,10 +480,23 @@ def test_a_deployment_that_cannot_be_composed_is_refused_in_one_line_naming_the_
     ]
     for overrides in composes:
         assert deployment_refusals.refusal(compose_settings(overrides)) is None, overrides
+
+
+@pytest.mark.slow  # a process of its own: imports the CLI and composes (the refusal above is fast)
+def test_the_verdict_command_refuses_a_deployment_that_cannot_be_composed_in_one_line():
     done = subprocess.run(
-        [sys.executable, "-m", "tilesweep.cli", "verdict", "engine=tensorrtllm", "hardware=a100",
-         "deployment=bf16"], capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tilesweep.cli",
+            "verdict",
+            "engine=tensorrtllm",
+            "hardware=a100",
+            "deployment=bf16",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "no attention kernel on sm_80" in done.stderr and "Traceback" not in done.stderr
 

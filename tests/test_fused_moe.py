@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from conftest import fast_sample
 
 from tilesweep.config import compose
 from tilesweep.errors import ConfigError
@@ -651,20 +652,28 @@ def test_a_graph_replay_holds_as_many_calls_as_fill_its_time():
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [
-        ("backend.fused_moe.space.num_warps=[0]", "space.num_warps[0]=0: must be at least 1"),
-        ("backend.fused_moe.dtypes=[fp4]", "dtypes[0]='fp4': allowed: bf16, fp8"),
-        ("backend.fused_moe.routing=[]", "routing=[]: give at least one"),
-        ("backend.fused_moe.guard_default=trt", "guard_default='trt': not one of engine_defaults"),
-        ("backend.fused_moe.graph_fill_ms=0", "graph_fill_ms=0: must be more than 0"),
-        ("backend.fused_moe.variants=[{SPLIT_K:1}]", "variants[0]={'SPLIT_K': 1}: names no"),
-        ("backend.fused_moe.items_per_worker=-1", "items_per_worker=-1: must be at least 0"),
-        ("backend.fused_moe.variant_tiles=0", "variant_tiles=0: must be at least 1 when variants"),
-        (
-            "backend.fused_moe.engine_defaults.vllm.num_warps=[{value:4,m_max:0}]",
-            "engine_defaults.vllm: the default rules for num_warps end without a rule that",
-        ),
-    ],
+    fast_sample(
+        [
+            ("backend.fused_moe.space.num_warps=[0]", "space.num_warps[0]=0: must be at least 1"),
+            ("backend.fused_moe.dtypes=[fp4]", "dtypes[0]='fp4': allowed: bf16, fp8"),
+            ("backend.fused_moe.routing=[]", "routing=[]: give at least one"),
+            (
+                "backend.fused_moe.guard_default=trt",
+                "guard_default='trt': not one of engine_defaults",
+            ),
+            ("backend.fused_moe.graph_fill_ms=0", "graph_fill_ms=0: must be more than 0"),
+            ("backend.fused_moe.variants=[{SPLIT_K:1}]", "variants[0]={'SPLIT_K': 1}: names no"),
+            ("backend.fused_moe.items_per_worker=-1", "items_per_worker=-1: must be at least 0"),
+            (
+                "backend.fused_moe.variant_tiles=0",
+                "variant_tiles=0: must be at least 1 when variants",
+            ),
+            (
+                "backend.fused_moe.engine_defaults.vllm.num_warps=[{value:4,m_max:0}]",
+                "engine_defaults.vllm: the default rules for num_warps end without a rule that",
+            ),
+        ]
+    ),
 )
 def test_the_tuners_settings_are_refused_by_its_model_naming_the_key(override, message):
     with pytest.raises(ConfigError) as err:

@@ -118,6 +118,7 @@ def test_a_job_refusal_names_its_log_only_where_it_was_written(tmp_path, capsys)
     assert err == f"tilesweep: some_rule: x=1: must be 2 (its log {folder} could not be written)\n"
 
 
+@pytest.mark.slow  # runs snakemake (a dry run); the fast tier holds unexpected()'s line below
 def test_a_plan_that_fails_as_a_bug_would_is_one_line(tmp_path):
     """An error nobody expected while the Snakefile plans the sweep (a planted fault): one line
     naming the cause and a file holding the trace, no traceback (a dry run: no job runs)."""

@@ -167,16 +167,26 @@ def test_the_bytes_count_touched_experts_scales_and_biases():
         (["--tokens", "1,x"], "take integers"),
         (["--tokens", "0"], "must be >= 1"),
         (["--tps", "7"], "does not split over TP7"),
-        (["--src", "/nonexistent"], "no /nonexistent/manifest.json"),
     ],
 )
-def test_the_probe_refuses_bad_arguments_in_one_line(args, said, tmp_path):
-    """Every refusal comes before a build starts, in one line."""
+def test_the_probe_refuses_bad_arguments_in_one_line(args, said):
+    """Every refusal comes before a build starts, in one line: the probe's argument check, in
+    this process (the test below runs the probe as a user does)."""
+    with pytest.raises(SystemExit) as exit_:
+        _probe().parse(args)
+    line = exit_.value.code
+    assert isinstance(line, str) and said in line and "\n" not in line, line
+
+
+def test_the_probe_refuses_a_missing_source_in_one_line_before_a_build(tmp_path):
+    """The probe as a user runs it: the last argument check, one line, no trace, nothing built."""
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
-    cmd = [sys.executable, str(ROOT / "tools" / "marlin_moe_probe.py"), *args]
+    cmd = [sys.executable, str(ROOT / "tools" / "marlin_moe_probe.py"), "--src", "/nonexistent"]
+    cmd += ["--build", str(tmp_path / "build")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert proc.returncode != 0 and said in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.returncode != 0 and "no /nonexistent/manifest.json" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "build").exists()
 
 
 def _rows(tmp_path: Path) -> Path:

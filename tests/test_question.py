@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from conftest import fast_sample
 
 from tilesweep import deployment_verdict
 from tilesweep.config import compose, compose_settings
@@ -35,17 +36,28 @@ def test_the_brief_loads_as_the_default_question():
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [
-        ("question.power.watts=nan", "question.power.watts=nan: Input should be a finite number"),
-        ("question.power.watts=inf", "question.power.watts=inf: Input should be a finite number"),
-        ("question.power.watts=700", "question.power: watts 700 above limit_watts 600"),
-        ("question.gpus=4", "question: layouts[0] uses 8 GPUs, not 4"),
-        ("question.gpus='8'", "question.gpus='8': Input should be a valid integer"),
-        ("+question.colour=red", "question.colour='red': unknown key"),
-        ("question.layouts=[{tp:8,pp:1}]", "question.layouts[0].ep: Field required"),
-        ("question.hardware=tpu", "question.hardware='tpu': unknown hardware; valid: "),
-        ("question.tiles.shapes.0.ran=maybe", "question.tiles.shapes[0].ran='maybe': Input should"),
-    ],
+    fast_sample(
+        [
+            (
+                "question.power.watts=nan",
+                "question.power.watts=nan: Input should be a finite number",
+            ),
+            (
+                "question.power.watts=inf",
+                "question.power.watts=inf: Input should be a finite number",
+            ),
+            ("question.power.watts=700", "question.power: watts 700 above limit_watts 600"),
+            ("question.gpus=4", "question: layouts[0] uses 8 GPUs, not 4"),
+            ("question.gpus='8'", "question.gpus='8': Input should be a valid integer"),
+            ("+question.colour=red", "question.colour='red': unknown key"),
+            ("question.layouts=[{tp:8,pp:1}]", "question.layouts[0].ep: Field required"),
+            ("question.hardware=tpu", "question.hardware='tpu': unknown hardware; valid: "),
+            (
+                "question.tiles.shapes.0.ran=maybe",
+                "question.tiles.shapes[0].ran='maybe': Input should",
+            ),
+        ]
+    ),
 )
 def test_a_bad_question_is_refused_in_one_line_naming_the_key(override, message):
     with pytest.raises(ConfigError) as err:

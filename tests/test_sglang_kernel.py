@@ -156,7 +156,7 @@ print(json.dumps({"errors": out, "narrow": narrow}))
 
 
 @pytest.fixture(scope="module")
-def results():
+def sglang_runs():
     """Run every case once under Triton's interpreter; return {"errors": {case: relative L2
     error}, "narrow": the swapped narrow block case's error or the exception it raised}."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -172,32 +172,32 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
-def _cases(results, prefix: str) -> dict:
+def _cases(runs, prefix: str) -> dict:
     """Return the errors of the cases whose name starts with prefix."""
-    return {name: e for name, e in results["errors"].items() if name.startswith(prefix)}
+    return {name: e for name, e in runs["errors"].items() if name.startswith(prefix)}
 
 
 @needs_kernel
-def test_sglangs_kernel_in_fp16_matches_the_reference_on_both_layouts(results):
-    fp16 = _cases(results, "fp16")
+def test_sglangs_kernel_in_fp16_matches_the_reference_on_both_layouts(sglang_runs):
+    fp16 = _cases(sglang_runs, "fp16")
     assert len(fp16) == 4 and all(e < 1e-2 for e in fp16.values()), fp16
 
 
 @needs_kernel
-def test_sglangs_kernel_in_fp8_per_tensor_matches_the_dequantised_reference(results):
-    fp8 = _cases(results, "fp8")
+def test_sglangs_kernel_in_fp8_per_tensor_matches_the_dequantised_reference(sglang_runs):
+    fp8 = _cases(sglang_runs, "fp8")
     assert len(fp8) == 3 and all(e < 1e-2 for e in fp8.values()), fp8
 
 
 @needs_kernel
-def test_sglangs_kernel_with_block_scales_matches_the_dequantised_reference(results):
-    block = _cases(results, "block")
+def test_sglangs_kernel_with_block_scales_matches_the_dequantised_reference(sglang_runs):
+    block = _cases(sglang_runs, "block")
     assert len(block) == 3 and all(e < 1e-2 for e in block.values()), block
 
 
 @needs_kernel
-def test_the_swapped_narrow_block_path_is_right_or_refused_by_triton(results):
-    narrow = results["narrow"]
+def test_the_swapped_narrow_block_path_is_right_or_refused_by_triton(sglang_runs):
+    narrow = sglang_runs["narrow"]
     if isinstance(narrow, str):  # Triton that checks slice ranks: SGLang's kernel cannot build
         assert "too many indices for tensor of rank 0" in narrow, narrow
     else:
