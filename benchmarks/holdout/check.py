@@ -31,7 +31,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # runs from a bare checkout
 from tilesweep.errors import ConfigError, tool_main  # noqa: E402 - after the checkout's src is on the path
 from tilesweep.io import check_out_file, write_table  # noqa: E402 - likewise
-from tilesweep.settings.cited_figures import Figure  # noqa: E402 - likewise
+from tilesweep.settings.cited_figures import STATED, Figure  # noqa: E402 - likewise
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE.parents[1]
@@ -109,8 +109,7 @@ def overrides(g: dict, batches: list[int]) -> list[str]:
         f"grid.layouts=[{lay}]",
         "grid.tiles=[{m:16,n:16,k:16}]",
         "references=none",
-        *([f"deployment.kv_dtype={g['kv_dtype']}"] if g["kv_dtype"] else []),
-        *(f"deployment.{k}={g[k]}" for k in HOST_COLUMNS if g[k]),
+        *(f"deployment.{k}={g[k]}" for k in STATED if g[k]),
     ]
 
 

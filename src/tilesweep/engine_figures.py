@@ -48,11 +48,10 @@ def engine_table(
 
 
 def _setup(fig: references.Figure) -> tuple:
-    """Return what one composition serves beside its key: layout, load, prompt chunk and KV
-    format (the batches differ; each is composed alone inside it)."""
-    load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk, fig.kv_dtype)
-    host = (fig.topology, fig.pcie_allreduce)
-    return (*fig.groups().values(), layout_name(fig.layout), *load, *host)
+    """Return what one composition serves beside its key: layout, load, prompt chunk and what its
+    launch states (KV format, PCIe host; the batches differ: each is composed alone inside it)."""
+    load = (fig.input_len, fig.output_len, fig.context_len, fig.prefill_chunk)
+    return (*fig.groups().values(), layout_name(fig.layout), *load, *fig.stated().items())
 
 
 def _figure_row(fig: references.Figure, one: pd.Series) -> dict:
@@ -105,9 +104,7 @@ def figure_settings(
         else {"input_len": 0, "output_len": 0, "context_len": fig.context_len}
     )
     update = {"batches": batches or [fig.batch], "prefill_chunk": fig.prefill_chunk, **load}
-    for key in ("kv_dtype", "topology", "pcie_allreduce"):  # '': not stated, the deployment's
-        update |= {key: getattr(fig, key)} if getattr(fig, key) else {}
-    dep = base.deployment.model_copy(update=update)
+    dep = base.deployment.model_copy(update=update | fig.stated())
     grid = base.grid.model_copy(update={"layouts": [fig.layout]})
     settings = base.model_copy(update={"deployment": dep, "grid": grid})
     config_checks.check_prefill_chunk(settings)

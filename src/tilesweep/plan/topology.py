@@ -12,7 +12,10 @@ from tilesweep.settings.hardware_spec import InterconnectModel
 
 
 def with_engine_allreduce(
-    target: HardwareSpec, engine: EngineSettings, token_bytes: float | None = None, pcie="off"
+    target: HardwareSpec,
+    engine: EngineSettings,
+    token_bytes: float | None = None,
+    pcie: str = "off",
 ) -> HardwareSpec:
     """Return the target with the engine's all-reduce on every NVLink topology (plan.allreduce;
     `token_bytes`: one token's hidden state, for an engine that picks by tokens): vLLM's and

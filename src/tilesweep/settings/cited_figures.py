@@ -9,6 +9,9 @@ from pydantic import Field, model_validator
 from tilesweep.settings.strict import Number, Section, refuse
 from tilesweep.settings.sweep_space import Layout
 
+# The deployment keys a figure may state as its launch ran them ('': not stated, the deployment's).
+STATED = ("kv_dtype", "topology", "pcie_allreduce")
+
 
 class Figure(Section):
     """One engine measurement: who measured what, where, and the time per output token."""
@@ -114,10 +117,12 @@ class Figure(Section):
             # The figure's verdict times no kernel of the grid: one tile that divides any model.
             "grid.tiles=[{m:16,n:16,k:16}]",
             "references=none",
-            *([f"deployment.kv_dtype={self.kv_dtype}"] if self.kv_dtype else []),
-            *([f"deployment.topology={self.topology}"] if self.topology else []),
-            *([f"deployment.pcie_allreduce={self.pcie_allreduce}"] if self.pcie_allreduce else []),
+            *(f"deployment.{key}={value}" for key, value in self.stated().items()),
         ]
+
+    def stated(self) -> dict[str, str]:
+        """Return the deployment keys (STATED) this figure's launch states, by value."""
+        return {key: getattr(self, key) for key in STATED if getattr(self, key)}
 
     def groups(self) -> dict[str, str]:
         """Return the config group options that compose this figure (config.FIGURE_GROUPS)."""
